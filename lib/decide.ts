@@ -1,0 +1,32 @@
+import { type StoredResponse } from './stored-response.js';
+
+/** What a failed claim found in the store: the design's `Row`. */
+export type ExistingKey =
+  | {
+      state: 'started';
+      fingerprint: Buffer;
+      leaseExpired: boolean;
+      /** Seconds until the lease expires, rounded up: the 409's `Retry-After`. */
+      leaseSecondsLeft: number;
+      lockVersion: string;
+    }
+  | { state: 'done'; fingerprint: Buffer; response: StoredResponse };
+
+/** What to do about it: the design's `Decision`. Only the interceptor maps it to HTTP. */
+export type Decision =
+  | { kind: 'mismatch' }
+  | { kind: 'replay'; response: StoredResponse }
+  | { kind: 'in-progress'; retryAfterSeconds: number }
+  | { kind: 'take-over'; lockVersion: string };
+
+/**
+ * The design's `decide`: a fingerprint mismatch wins over everything (a different request
+ * must never see another's answer, nor wait for it), then a finished key replays, a live
+ * lease answers "in progress", and an expired one is taken over.
+ */
+export function decide(existing: ExistingKey, fingerprint: Buffer): Decision {
+  if (!existing.fingerprint.equals(fingerprint)) return { kind: 'mismatch' };
+  if (existing.state === 'done') return { kind: 'replay', response: existing.response };
+  if (existing.leaseExpired) return { kind: 'take-over', lockVersion: existing.lockVersion };
+  return { kind: 'in-progress', retryAfterSeconds: Math.max(1, existing.leaseSecondsLeft) };
+}

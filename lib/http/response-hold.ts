@@ -1,0 +1,121 @@
+import { type ServerResponse } from 'node:http';
+import { STORED_RESPONSE_HEADERS } from '../idempotency.constants.js';
+import { type StoredResponse } from '../stored-response.js';
+
+type Callback = (error?: Error | null) => void;
+type Chunk = string | Buffer | Uint8Array;
+
+/**
+ * Decides what goes out once the adapter has written the whole response: the response as
+ * written (`undefined`), or another one in its place.
+ */
+export type Finalizer = (written: StoredResponse) => Promise<StoredResponse | undefined>;
+
+function toBuffer(chunk: Chunk, encoding?: BufferEncoding): Buffer {
+  if (typeof chunk === 'string') return Buffer.from(chunk, encoding ?? 'utf8');
+  return Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length);
+}
+
+function applyHeaders(raw: ServerResponse, headers: unknown): void {
+  if (Array.isArray(headers)) {
+    // writeHead's flat form: [name, value, name, value, ...]
+    for (let i = 0; i + 1 < headers.length; i += 2) raw.setHeader(String(headers[i]), headers[i + 1]);
+  } else if (headers && typeof headers === 'object') {
+    for (const [name, value] of Object.entries(headers)) {
+      if (value !== undefined) raw.setHeader(name, value as string | number | string[]);
+    }
+  }
+}
+
+/**
+ * Holds back a response until `finalize` has run, at the level both adapters share: Node's
+ * `ServerResponse`. Express and Fastify, exception filters and global interceptors all end in
+ * `writeHead`/`write`/`end`; holding those here lets the library store the exact bytes the
+ * client is about to receive and commit them before they leave ("commit before you answer"),
+ * and lets it put a stored response (a replay) or a problem (a lost lease, a store failure)
+ * in place of what the adapter wrote. Nothing reaches the socket before `finalize` settles,
+ * so the status can still change.
+ *
+ * Returns a function that lets the response through untouched (used when nothing is to be
+ * stored).
+ */
+export function holdResponse(
+  raw: ServerResponse,
+  finalize: Finalizer,
+  onFinalizeError: (error: unknown) => StoredResponse,
+): () => void {
+  const original = { writeHead: raw.writeHead, write: raw.write, end: raw.end };
+  const chunks: Buffer[] = [];
+  let released = false;
+
+  const release = () => {
+    if (released) return;
+    released = true;
+    raw.writeHead = original.writeHead;
+    raw.write = original.write;
+    raw.end = original.end;
+  };
+
+  raw.writeHead = function heldWriteHead(this: ServerResponse, status: number, ...rest: unknown[]) {
+    raw.statusCode = status;
+    if (typeof rest[0] === 'string') {
+      raw.statusMessage = rest[0];
+      applyHeaders(raw, rest[1]);
+    } else {
+      applyHeaders(raw, rest[0]);
+    }
+    return raw;
+  } as ServerResponse['writeHead'];
+
+  raw.write = function heldWrite(chunk: Chunk, ...rest: unknown[]) {
+    const encoding = typeof rest[0] === 'string' ? (rest[0] as BufferEncoding) : undefined;
+    const callback = rest.find((arg): arg is Callback => typeof arg === 'function');
+    if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding));
+    if (callback) process.nextTick(callback);
+    return true;
+  } as ServerResponse['write'];
+
+  raw.end = function heldEnd(...args: unknown[]) {
+    const callback = args.find((arg): arg is Callback => typeof arg === 'function');
+    const chunk = typeof args[0] === 'function' ? undefined : (args[0] as Chunk | undefined);
+    const encoding = typeof args[1] === 'string' ? (args[1] as BufferEncoding) : undefined;
+    if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding));
+    release();
+    const written = readWritten(raw, chunks);
+    finalize(written)
+      .catch(onFinalizeError)
+      .then((replacement) => send(raw, replacement ?? written, replacement !== undefined, callback));
+    return raw;
+  } as ServerResponse['end'];
+
+  return release;
+}
+
+function readWritten(raw: ServerResponse, chunks: Buffer[]): StoredResponse {
+  const headers: Record<string, string> = {};
+  for (const name of STORED_RESPONSE_HEADERS) {
+    const value = raw.getHeader(name);
+    if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(', ') : String(value);
+  }
+  return {
+    status: raw.statusCode,
+    headers,
+    body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks),
+  };
+}
+
+function send(raw: ServerResponse, response: StoredResponse, replaced: boolean, callback?: Callback) {
+  if (raw.destroyed) return;
+  if (replaced) {
+    raw.statusCode = response.status;
+    for (const name of STORED_RESPONSE_HEADERS) {
+      if (!(name in response.headers)) raw.removeHeader(name);
+    }
+    // Computed by the adapter over the body it wrote, which is not the one going out.
+    raw.removeHeader('etag');
+    for (const [name, value] of Object.entries(response.headers)) raw.setHeader(name, value);
+  }
+  raw.removeHeader('transfer-encoding');
+  raw.setHeader('content-length', response.body.length);
+  raw.end(response.body, callback);
+}

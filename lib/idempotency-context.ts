@@ -1,0 +1,36 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+
+/** A key this worker owns: what the claim or the takeover returned. */
+export interface ActiveClaim {
+  tenantId: string;
+  key: string;
+  /** The row's own id: new for every claim of a key, shared by every worker that takes it over. */
+  claimId: string;
+  /** The fencing token: every write of this worker is conditional on it. */
+  lockVersion: string;
+  /** The last completed atomic phase (`start` when none has). */
+  recoveryPoint: string;
+  /** What the completed phases returned, by phase name. */
+  phaseResults: Record<string, unknown>;
+  leaseMs: number;
+}
+
+/**
+ * What the library knows about the request being handled. One instance per idempotent
+ * request, reached through `idempotencyStorage` so that singletons (PhaseRunner) can find it
+ * without `Scope.REQUEST`, which would re-create the controller on every request.
+ */
+export class IdempotencyContext {
+  /** Set by the handler wrapper of `@Idempotent()`: pipes and guards have passed. */
+  handlerStarted = false;
+
+  constructor(readonly claim: ActiveClaim) {}
+}
+
+/** The single AsyncLocalStorage of the library. */
+export const idempotencyStorage = new AsyncLocalStorage<IdempotencyContext>();
+
+/** The current request's context, if it is an idempotent request that owns its key. */
+export function currentIdempotencyContext(): IdempotencyContext | undefined {
+  return idempotencyStorage.getStore();
+}

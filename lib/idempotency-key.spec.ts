@@ -1,0 +1,42 @@
+import { parseIdempotencyKey } from './idempotency-key.js';
+
+describe('parseIdempotencyKey', () => {
+  it.each([
+    ['abc', 'abc'],
+    ['"abc"', 'abc'],
+    ['  abc  ', 'abc'],
+    ['8e03978e-40d5-43e8-bc93-6894a57f9324', '8e03978e-40d5-43e8-bc93-6894a57f9324'],
+    ['"a\\"b"', 'a"b'],
+    ['"a\\\\b"', 'a\\b'],
+    ['a"b', 'a"b'],
+    ['"', '"'],
+    ['x'.repeat(255), 'x'.repeat(255)],
+    [`"${'x'.repeat(255)}"`, 'x'.repeat(255)],
+    ['!~', '!~'],
+    [['only-one'], 'only-one'],
+  ])('accepts %j as key %j', (header, key) => {
+    expect(parseIdempotencyKey(header)).toEqual({ kind: 'key', key });
+  });
+
+  it('reports a missing header', () => {
+    expect(parseIdempotencyKey(undefined)).toEqual({ kind: 'missing' });
+  });
+
+  it.each([
+    ['', 'it is empty'],
+    ['   ', 'it is empty'],
+    ['""', 'it is empty'],
+    ['x'.repeat(256), 'it is longer than 255 characters'],
+    [`"${'x'.repeat(256)}"`, 'it is longer than 255 characters'],
+    ['a b', 'it must be visible ASCII characters only (no spaces)'],
+    ['"a b"', 'it must be visible ASCII characters only (no spaces)'],
+    ['caf\u00e9', 'it must be visible ASCII characters only (no spaces)'],
+    ['a\tb', 'it must be visible ASCII characters only (no spaces)'],
+    ['"a"b"', 'it is not a valid quoted string'],
+    ['"a\\b"', 'it is not a valid quoted string'],
+    ['"a\\"', 'it is not a valid quoted string'],
+    [['k1', 'k2'], 'it was sent more than once'],
+  ])('rejects %j: %s', (header, reason) => {
+    expect(parseIdempotencyKey(header)).toEqual({ kind: 'invalid', reason });
+  });
+});

@@ -1,0 +1,95 @@
+/**
+ * The request as the adapter gives it: Express's `Request` or Fastify's `FastifyRequest`.
+ * Typed loosely on purpose so that the library depends on neither adapter.
+ */
+export interface IdempotencyRequest {
+  method: string;
+  url: string;
+  originalUrl?: string;
+  headers: Record<string, string | string[] | undefined>;
+  body?: unknown;
+  rawBody?: Buffer;
+}
+
+/** A tenant id: keys are scoped per tenant, stored as the design's `bigint tenant_id`. */
+export type TenantId = string | number | bigint;
+
+/** Options shared by the module (defaults) and `@Idempotent()` (per-route overrides). */
+export interface IdempotencyRouteOptions {
+  /**
+   * Answer 400 when the header is missing. When false, a request without a key runs as if the
+   * route were not idempotent.
+   * @default true
+   */
+  required?: boolean;
+  /**
+   * How long a claim is held before another worker may take it over, in milliseconds. Must
+   * exceed the worst-case execution time, external calls included.
+   * @default 60000
+   */
+  leaseMs?: number;
+  /**
+   * Request headers, by name, that join the fingerprint (for instance `Accept` when the
+   * response format depends on it). Volatile headers must not be listed.
+   * @default []
+   */
+  fingerprintHeaders?: string[];
+  /**
+   * Whether the query string joins the fingerprint's path.
+   * @default false
+   */
+  fingerprintQuery?: boolean;
+}
+
+/** Options of `IdempotencyModule.forRoot()`. */
+export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
+  /**
+   * Name of the request header that carries the key.
+   * @default 'Idempotency-Key'
+   */
+  headerName?: string;
+  /**
+   * The TypeORM DataSource to use, by its name in `TypeOrmModule.forRoot({ name })`.
+   * The library injects the app's DataSource; it never creates one.
+   * @default the default DataSource
+   */
+  dataSource?: string;
+  /**
+   * How long a finished key is kept, in milliseconds (the design's 24 h - 7 d). Keys older
+   * than this may be purged; it must exceed the clients' retry horizon.
+   * @default 86400000
+   */
+  retentionMs?: number;
+  /**
+   * Maps a request to its tenant; keys are scoped per tenant. It may throw an HttpException
+   * (for instance 401) to refuse the request.
+   * @default () => 0 (a single tenant)
+   * @example tenant: (req) => req.headers['x-tenant-id'] as string
+   */
+  tenant?: (request: IdempotencyRequest) => TenantId;
+  /**
+   * Upper bound on each database call the library makes, in milliseconds: past it the client
+   * gets 503 and nothing is executed.
+   * @default 5000
+   */
+  databaseTimeoutMs?: number;
+}
+
+/** The options with every default filled in: what the library works with. */
+export interface ResolvedIdempotencyOptions {
+  headerName: string;
+  /** `headerName` lower-cased, as Node.js gives header names. */
+  headerKey: string;
+  dataSource?: string;
+  retentionMs: number;
+  tenant: (request: IdempotencyRequest) => TenantId;
+  databaseTimeoutMs: number;
+  route: ResolvedRouteOptions;
+}
+
+export interface ResolvedRouteOptions {
+  required: boolean;
+  leaseMs: number;
+  fingerprintHeaders: readonly string[];
+  fingerprintQuery: boolean;
+}

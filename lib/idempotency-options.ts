@@ -1,0 +1,75 @@
+import {
+  DEFAULT_DATABASE_TIMEOUT_MS,
+  DEFAULT_HEADER_NAME,
+  DEFAULT_LEASE_MS,
+  DEFAULT_RETENTION_MS,
+} from './idempotency.constants.js';
+import {
+  type IdempotencyModuleOptions,
+  type IdempotencyRouteOptions,
+  type ResolvedIdempotencyOptions,
+  type ResolvedRouteOptions,
+} from './idempotency-options.interface.js';
+
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+/** Thrown at start-up when an option is out of range; the message says what to fix. */
+export class InvalidIdempotencyOptionsError extends Error {
+  constructor(message: string) {
+    super(`IdempotencyModule: ${message}`);
+    this.name = 'InvalidIdempotencyOptionsError';
+  }
+}
+
+function positiveInteger(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value <= 0) {
+    throw new InvalidIdempotencyOptionsError(`${name} must be a positive integer, got ${value}`);
+  }
+  return value;
+}
+
+/** Fills in a route's options over a base, validating each one. */
+export function resolveRouteOptions(
+  options: IdempotencyRouteOptions,
+  base?: ResolvedRouteOptions,
+): ResolvedRouteOptions {
+  const headers = options.fingerprintHeaders ?? base?.fingerprintHeaders ?? [];
+  for (const header of headers) {
+    if (!HEADER_NAME.test(header)) {
+      throw new InvalidIdempotencyOptionsError(`fingerprintHeaders: "${header}" is not a header name`);
+    }
+  }
+  return {
+    required: options.required ?? base?.required ?? true,
+    leaseMs: positiveInteger('leaseMs', options.leaseMs, base?.leaseMs ?? DEFAULT_LEASE_MS),
+    fingerprintHeaders: headers.map((h) => h.toLowerCase()).sort(),
+    fingerprintQuery: options.fingerprintQuery ?? base?.fingerprintQuery ?? false,
+  };
+}
+
+/** Fills in every default in one place and validates once, at start-up. */
+export function resolveIdempotencyOptions(
+  options: IdempotencyModuleOptions = {},
+): ResolvedIdempotencyOptions {
+  const headerName = options.headerName ?? DEFAULT_HEADER_NAME;
+  if (!HEADER_NAME.test(headerName)) {
+    throw new InvalidIdempotencyOptionsError(`headerName "${headerName}" is not a header name`);
+  }
+  if (options.tenant !== undefined && typeof options.tenant !== 'function') {
+    throw new InvalidIdempotencyOptionsError('tenant must be a function (request) => tenant id');
+  }
+  return {
+    headerName,
+    headerKey: headerName.toLowerCase(),
+    dataSource: options.dataSource,
+    retentionMs: positiveInteger('retentionMs', options.retentionMs, DEFAULT_RETENTION_MS),
+    tenant: options.tenant ?? (() => 0),
+    databaseTimeoutMs: positiveInteger(
+      'databaseTimeoutMs',
+      options.databaseTimeoutMs,
+      DEFAULT_DATABASE_TIMEOUT_MS,
+    ),
+    route: resolveRouteOptions(options),
+  };
+}

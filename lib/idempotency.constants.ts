@@ -1,0 +1,37 @@
+/**
+ * Defaults, each with the reason for its value. They are filled in once, by
+ * `resolveIdempotencyOptions()`, never scattered through the code.
+ */
+
+/** The IETF draft's header name (draft-ietf-httpapi-idempotency-key-header). */
+export const DEFAULT_HEADER_NAME = 'Idempotency-Key';
+
+/**
+ * The design's 60 s: a lease must outlast the slowest execution, external calls included,
+ * or a live worker is taken over. Shorten it only together with `heartbeat`.
+ */
+export const DEFAULT_LEASE_MS = 60_000;
+
+/** 24 h: the low end of the design's 24 h - 7 d window; raise it for offline clients. */
+export const DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000;
+
+/**
+ * Every store call is bounded, so that an unreachable database yields a prompt 503 rather
+ * than a request that hangs on a pool waiting for a connection that never comes.
+ */
+export const DEFAULT_DATABASE_TIMEOUT_MS = 5_000;
+
+/** The draft's maximum is left to servers; 255 is the design's CHECK constraint. */
+export const MAX_KEY_LENGTH = 255;
+
+/** Set on every replayed response, as Stripe and the IETF draft's examples do. */
+export const REPLAYED_HEADER = 'Idempotent-Replayed';
+
+/** Response headers kept with the stored response and sent again on replay. */
+export const STORED_RESPONSE_HEADERS = ['content-type', 'location'] as const;
+
+/** Metadata key of `@Idempotent()`'s per-route options. */
+export const IDEMPOTENT_ROUTE_OPTIONS = 'idempotency:route-options';
+
+/** The recovery point of a claim no phase has completed yet (the design's default). */
+export const START_RECOVERY_POINT = 'start';

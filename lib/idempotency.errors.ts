@@ -1,0 +1,111 @@
+/**
+ * Domain errors: each carries a stable `code` and no HTTP. `toProblem()` in
+ * `http/problem.ts` is the one place that maps them to status codes.
+ */
+export type IdempotencyErrorCode =
+  | 'key_missing'
+  | 'key_invalid'
+  | 'tenant_invalid'
+  | 'key_mismatch'
+  | 'key_in_progress'
+  | 'lease_lost'
+  | 'store_unavailable'
+  | 'retry_later';
+
+/** Base class: catch this to handle every condition the library reports. */
+export abstract class IdempotencyError extends Error {
+  abstract readonly code: IdempotencyErrorCode;
+}
+
+/** The route requires a key and the request has none. */
+export class IdempotencyKeyMissingError extends IdempotencyError {
+  readonly code = 'key_missing';
+  constructor(readonly headerName: string) {
+    super(`The ${headerName} header is required on this route; send one key per operation.`);
+    this.name = 'IdempotencyKeyMissingError';
+  }
+}
+
+/** The key is empty, too long, not visible ASCII, or sent more than once. */
+export class IdempotencyKeyInvalidError extends IdempotencyError {
+  readonly code = 'key_invalid';
+  constructor(
+    readonly headerName: string,
+    readonly reason: string,
+  ) {
+    super(`The ${headerName} header is invalid: ${reason}.`);
+    this.name = 'IdempotencyKeyInvalidError';
+  }
+}
+
+/** The tenant resolver gave no usable tenant id (a 64-bit integer) for this request. */
+export class IdempotencyTenantInvalidError extends IdempotencyError {
+  readonly code = 'tenant_invalid';
+  constructor(readonly value: unknown) {
+    super('The request carries no valid tenant id (an integer); idempotency keys are scoped per tenant.');
+    this.name = 'IdempotencyTenantInvalidError';
+  }
+}
+
+/** The key was first used with another request (method, path or body). */
+export class IdempotencyKeyMismatchError extends IdempotencyError {
+  readonly code = 'key_mismatch';
+  constructor() {
+    super(
+      'This idempotency key was already used with a different request (method, path or body); ' +
+        'use a new key for a new operation.',
+    );
+    this.name = 'IdempotencyKeyMismatchError';
+  }
+}
+
+/** Another request holds a valid lease on the key. */
+export class IdempotencyKeyInProgressError extends IdempotencyError {
+  readonly code = 'key_in_progress';
+  constructor(readonly retryAfterSeconds: number) {
+    super('A request with this idempotency key is still being processed; retry later.');
+    this.name = 'IdempotencyKeyInProgressError';
+  }
+}
+
+/** This worker's lease expired and another worker took the key over: nothing was committed. */
+export class IdempotencyLeaseLostError extends IdempotencyError {
+  readonly code = 'lease_lost';
+  constructor(readonly retryAfterSeconds = 1) {
+    super(
+      'This request lost its claim on the idempotency key to another worker; ' +
+        'retry to receive the stored result.',
+    );
+    this.name = 'IdempotencyLeaseLostError';
+  }
+}
+
+/** The database could not be reached in time: nothing was executed. */
+export class IdempotencyStoreUnavailableError extends IdempotencyError {
+  readonly code = 'store_unavailable';
+  constructor(
+    override readonly cause: unknown,
+    readonly retryAfterSeconds = 1,
+  ) {
+    super('The idempotency store is unavailable; nothing was executed. Retry later.');
+    this.name = 'IdempotencyStoreUnavailableError';
+  }
+}
+
+/**
+ * Thrown by a handler (or a phase) when a dependency is down: nothing is stored, the lease
+ * is released, and a retry with the same key resumes after the last completed phase.
+ *
+ * @example throw new RetryLaterError('The PSP did not answer in time', 2);
+ */
+export class RetryLaterError extends IdempotencyError {
+  readonly code = 'retry_later';
+  constructor(
+    message = 'A dependency is unavailable; retry later with the same key.',
+    readonly retryAfterSeconds = 1,
+    readonly body?: Record<string, unknown>,
+  ) {
+    super(message);
+    this.name = 'RetryLaterError';
+  }
+}

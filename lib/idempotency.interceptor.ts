@@ -1,0 +1,199 @@
+import {
+  type CallHandler,
+  type ExecutionContext,
+  HttpException,
+  Inject,
+  Injectable,
+  Logger,
+  type NestInterceptor,
+} from '@nestjs/common';
+import { HttpAdapterHost, Reflector } from '@nestjs/core';
+import { type ServerResponse } from 'node:http';
+import { catchError, from, mergeMap, Observable, of, throwError } from 'rxjs';
+import { decide } from './decide.js';
+import { computeFingerprint, fingerprintInput } from './fingerprint/fingerprint.js';
+import { problemResponse, toProblem } from './http/problem.js';
+import { holdResponse } from './http/response-hold.js';
+import { IDEMPOTENT_ROUTE_OPTIONS, REPLAYED_HEADER } from './idempotency.constants.js';
+import { type ActiveClaim, IdempotencyContext, idempotencyStorage } from './idempotency-context.js';
+import {
+  IdempotencyError,
+  IdempotencyKeyInProgressError,
+  IdempotencyKeyInvalidError,
+  IdempotencyKeyMismatchError,
+  IdempotencyKeyMissingError,
+  IdempotencyLeaseLostError,
+  IdempotencyStoreUnavailableError,
+  IdempotencyTenantInvalidError,
+  RetryLaterError,
+} from './idempotency.errors.js';
+import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
+import {
+  type IdempotencyRequest,
+  type IdempotencyRouteOptions,
+  type ResolvedIdempotencyOptions,
+  type ResolvedRouteOptions,
+} from './idempotency-options.interface.js';
+import { resolveRouteOptions } from './idempotency-options.js';
+import { parseIdempotencyKey } from './idempotency-key.js';
+import { IdempotencyStore, type KeyScope } from './storage/idempotency-store.interface.js';
+import { type StoredResponse } from './stored-response.js';
+import { normalizeTenantId } from './tenant-id.js';
+
+/**
+ * The edge of the library: key -> fingerprint -> claim -> decide -> run or reply. It is kept
+ * thin; every decision is a pure function, and every HTTP status comes from `toProblem()`.
+ */
+@Injectable()
+export class IdempotencyInterceptor implements NestInterceptor {
+  private readonly logger = new Logger('Idempotency');
+  private readonly routes = new WeakMap<object, ResolvedRouteOptions>();
+
+  constructor(
+    private readonly reflector: Reflector,
+    private readonly adapterHost: HttpAdapterHost,
+    @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+    @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+  ) {}
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    if (context.getType() !== 'http') return next.handle();
+    const http = context.switchToHttp();
+    const request = http.getRequest<IdempotencyRequest>();
+    const response = http.getResponse<object>();
+    const route = this.routeOptions(context.getHandler());
+
+    const parsed = parseIdempotencyKey(request.headers[this.options.headerKey]);
+    if (parsed.kind === 'missing') {
+      return route.required
+        ? this.fail(response, new IdempotencyKeyMissingError(this.options.headerName))
+        : next.handle();
+    }
+    if (parsed.kind === 'invalid') {
+      return this.fail(response, new IdempotencyKeyInvalidError(this.options.headerName, parsed.reason));
+    }
+    const resolved = this.options.tenant(request);
+    const tenantId = normalizeTenantId(resolved);
+    if (tenantId === undefined) {
+      return this.fail(response, new IdempotencyTenantInvalidError(resolved));
+    }
+    const scope: KeyScope = { tenantId, key: parsed.key };
+    const fingerprint = computeFingerprint(fingerprintInput(request, route));
+    const raw = rawResponse(response);
+
+    return from(this.store.claim(scope, fingerprint, route.leaseMs)).pipe(
+      mergeMap((outcome) => {
+        if (outcome.kind === 'claimed') return this.execute(outcome.claim, raw, next);
+        const decision = decide(outcome.existing, fingerprint);
+        switch (decision.kind) {
+          case 'replay':
+            return this.replay(raw, decision.response);
+          case 'mismatch':
+            throw new IdempotencyKeyMismatchError();
+          case 'in-progress':
+            throw new IdempotencyKeyInProgressError(decision.retryAfterSeconds);
+          case 'take-over':
+            return from(this.store.takeOver(scope, decision.lockVersion, route.leaseMs)).pipe(
+              mergeMap((claim) => {
+                // Another worker won the same expired lease a moment before us.
+                if (!claim) throw new IdempotencyKeyInProgressError(1);
+                return this.execute(claim, raw, next);
+              }),
+            );
+        }
+      }),
+      catchError((error: unknown) =>
+        error instanceof IdempotencyError ? this.fail(response, error) : throwError(() => error),
+      ),
+    );
+  }
+
+  /**
+   * Runs the handler as the key's owner. The response the adapter writes is held until it is
+   * stored (fenced by the claim's lock version), so a client never receives an answer that a
+   * retry could not replay.
+   */
+  private execute(claim: ActiveClaim, raw: ServerResponse, next: CallHandler): Observable<unknown> {
+    const context = new IdempotencyContext(claim);
+    const letThrough = holdResponse(
+      raw,
+      async (written) =>
+        (await this.store.complete(claim, written))
+          ? undefined
+          : problemResponse(new IdempotencyLeaseLostError()),
+      (error) =>
+        problemResponse(
+          error instanceof IdempotencyError ? error : new IdempotencyStoreUnavailableError(error),
+        ),
+    );
+    const handled = new Observable<unknown>((subscriber) =>
+      idempotencyStorage.run(context, () => next.handle().subscribe(subscriber)),
+    );
+    return handled.pipe(
+      catchError((error: unknown) => {
+        if (!context.handlerStarted) {
+          // Failed in a guard, pipe or interceptor: nothing ran, so the key is given back.
+          letThrough();
+          return this.releaseThenThrow(claim, true, error);
+        }
+        if (error instanceof RetryLaterError) {
+          letThrough();
+          return this.releaseThenThrow(claim, false, error);
+        }
+        if (error instanceof IdempotencyLeaseLostError) letThrough();
+        return throwError(() => error);
+      }),
+    );
+  }
+
+  private releaseThenThrow(claim: ActiveClaim, forget: boolean, error: unknown) {
+    return from(
+      this.store.release(claim, forget).catch((releaseError: unknown) => {
+        // The lease then simply runs out, and a retry takes the key over.
+        this.logger.warn(`could not release key ${claim.key}: ${String(releaseError)}`);
+      }),
+    ).pipe(mergeMap(() => throwError(() => error)));
+  }
+
+  /** The adapter sends an empty body; the hold puts the stored response in its place. */
+  private replay(raw: ServerResponse, stored: StoredResponse): Observable<unknown> {
+    const replayed: StoredResponse = {
+      status: stored.status,
+      headers: { ...stored.headers, [REPLAYED_HEADER.toLowerCase()]: 'true' },
+      body: stored.body,
+    };
+    holdResponse(
+      raw,
+      async () => replayed,
+      () => replayed,
+    );
+    return of(undefined);
+  }
+
+  private fail(response: object, error: IdempotencyError): Observable<never> {
+    const problem = toProblem(error);
+    const adapter = this.adapterHost.httpAdapter;
+    for (const [name, value] of Object.entries(problem.headers)) {
+      adapter.setHeader(response, name, value);
+    }
+    return throwError(() => new HttpException(problem.body, problem.status, { cause: error }));
+  }
+
+  private routeOptions(handler: object): ResolvedRouteOptions {
+    let route = this.routes.get(handler);
+    if (!route) {
+      const own = this.reflector.get<IdempotencyRouteOptions | undefined>(
+        IDEMPOTENT_ROUTE_OPTIONS,
+        handler as () => unknown,
+      );
+      route = resolveRouteOptions(own ?? {}, this.options.route);
+      this.routes.set(handler, route);
+    }
+    return route;
+  }
+}
+
+/** Node's response under either adapter: Express's is one, Fastify's reply wraps it. */
+function rawResponse(response: object): ServerResponse {
+  return ((response as { raw?: ServerResponse }).raw ?? response) as ServerResponse;
+}

@@ -1,0 +1,50 @@
+import { applyDecorators, SetMetadata, UseInterceptors } from '@nestjs/common';
+import { IDEMPOTENT_ROUTE_OPTIONS } from './idempotency.constants.js';
+import { currentIdempotencyContext } from './idempotency-context.js';
+import { type IdempotencyRouteOptions } from './idempotency-options.interface.js';
+import { resolveRouteOptions } from './idempotency-options.js';
+import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+
+/**
+ * Marks the moment the handler itself starts, after guards, interceptors and pipes. Nest runs
+ * interceptors before pipes, so without this mark a `ValidationPipe` 400 would look like the
+ * handler's answer and be stored; with it, a request that fails before its handler runs gives
+ * its key back and the client may fix the request and retry with the same key.
+ *
+ * The wrapper keeps the handler's name and every metadata a decorator put on it, so that
+ * decorators listed above or below `@Idempotent()` see the same function either way.
+ */
+const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
+  const handler = descriptor.value as unknown as (...args: unknown[]) => unknown;
+  const wrapped = function (this: unknown, ...args: unknown[]) {
+    const context = currentIdempotencyContext();
+    if (context) context.handlerStarted = true;
+    return handler.apply(this, args);
+  };
+  Object.defineProperty(wrapped, 'name', { value: handler.name });
+  for (const key of Reflect.getOwnMetadataKeys(handler)) {
+    Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, handler), wrapped);
+  }
+  (descriptor as PropertyDescriptor).value = wrapped;
+  return descriptor;
+};
+
+/**
+ * Makes a route idempotent: the first request with a key runs the handler and its response
+ * is stored; a retry with the same key and request gets that response again, byte for byte,
+ * without running anything. Options override the module's for this route.
+ *
+ * @example
+ * @Post('charges')
+ * @Idempotent()
+ * create(@Body() dto: CreateChargeDto) { ... }
+ */
+export function Idempotent(options: IdempotencyRouteOptions = {}): MethodDecorator {
+  // Validated now, so that a wrong option fails at start-up rather than on the first request.
+  resolveRouteOptions(options);
+  return applyDecorators(
+    markHandlerStart,
+    SetMetadata(IDEMPOTENT_ROUTE_OPTIONS, options),
+    UseInterceptors(IdempotencyInterceptor),
+  );
+}

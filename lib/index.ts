@@ -1,0 +1,38 @@
+// The package's public API: everything a user imports comes from here, by name.
+export { IdempotencyModule } from './idempotency.module.js';
+export { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
+export { Idempotent } from './idempotent.decorator.js';
+export { IdempotencyInterceptor } from './idempotency.interceptor.js';
+export type {
+  IdempotencyModuleOptions,
+  IdempotencyRouteOptions,
+  IdempotencyRequest,
+  TenantId,
+} from './idempotency-options.interface.js';
+export { InvalidIdempotencyOptionsError } from './idempotency-options.js';
+export {
+  IdempotencyError,
+  type IdempotencyErrorCode,
+  IdempotencyKeyInProgressError,
+  IdempotencyKeyInvalidError,
+  IdempotencyKeyMismatchError,
+  IdempotencyKeyMissingError,
+  IdempotencyLeaseLostError,
+  IdempotencyStoreUnavailableError,
+  IdempotencyTenantInvalidError,
+  RetryLaterError,
+} from './idempotency.errors.js';
+export { type Problem, PROBLEM_CONTENT_TYPE, toProblem } from './http/problem.js';
+export { parseIdempotencyKey, type KeyParseResult } from './idempotency-key.js';
+export { computeFingerprint, type FingerprintInput } from './fingerprint/fingerprint.js';
+export { canonicalizeJsonText, canonicalizeValue } from './fingerprint/canonical-json.js';
+export { decide, type Decision, type ExistingKey } from './decide.js';
+export { type StoredResponse } from './stored-response.js';
+export {
+  IdempotencyStore,
+  type ClaimOutcome,
+  type KeyScope,
+} from './storage/idempotency-store.interface.js';
+export { IdempotencyKeyEntity } from './storage/idempotency-key.entity.js';
+export { IDEMPOTENCY_MIGRATIONS } from './migrations.js';
+export * as constants from './idempotency.constants.js';

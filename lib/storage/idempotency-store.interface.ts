@@ -1,0 +1,38 @@
+import { type ExistingKey } from '../decide.js';
+import { type ActiveClaim } from '../idempotency-context.js';
+import { type StoredResponse } from '../stored-response.js';
+
+/** Which key: keys are scoped per tenant (the design's primary key). */
+export interface KeyScope {
+  tenantId: string;
+  key: string;
+}
+
+/** The claim's outcome: this worker owns the key, or it found the row another request left. */
+export type ClaimOutcome =
+  | { kind: 'claimed'; claim: ActiveClaim }
+  | { kind: 'existing'; existing: ExistingKey };
+
+/**
+ * The store seam: the claim/replay path talks to this interface only, so that another store
+ * (Redis for the claim, a pointer to large bodies) can stand behind the same calls. Every
+ * write after the claim is fenced by `claim.lockVersion`: false means the lease was lost.
+ */
+export interface IdempotencyStore {
+  /** Statement 1 (and 2 on conflict) of the design, in one round trip. */
+  claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome>;
+  /** Statement 3: wins an expired lease for exactly one worker; undefined if another did. */
+  takeOver(scope: KeyScope, lockVersion: string, leaseMs: number): Promise<ActiveClaim | undefined>;
+  /** Statement 5: stores the response and clears the lease. */
+  complete(claim: ActiveClaim, response: StoredResponse): Promise<boolean>;
+  /**
+   * Gives the key back without a response. `forget` (the handler never ran, nothing was
+   * executed): a fresh claim is deleted, so the client may fix the request and reuse the key.
+   * Otherwise, and for a claim with completed phases, the row stays and only its lease ends,
+   * so that a retry takes it over and resumes with the same claim id.
+   */
+  release(claim: ActiveClaim, forget: boolean): Promise<void>;
+}
+
+/** Injection token of the store; same name as the interface, as @nestjs/throttler does. */
+export const IdempotencyStore = Symbol('IdempotencyStore');

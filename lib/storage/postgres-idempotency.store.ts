@@ -1,0 +1,169 @@
+import { Logger } from '@nestjs/common';
+import { type Pool, type QueryConfig, type QueryResult, type QueryResultRow } from 'pg';
+import { type DataSource } from 'typeorm';
+import { type ExistingKey } from '../decide.js';
+import { START_RECOVERY_POINT } from '../idempotency.constants.js';
+import { type ActiveClaim } from '../idempotency-context.js';
+import { IdempotencyStoreUnavailableError } from '../idempotency.errors.js';
+import { type StoredResponse } from '../stored-response.js';
+import { CLAIM, COMPLETE, RELEASE, TAKE_OVER } from './postgres-statements.js';
+import {
+  type ClaimOutcome,
+  type IdempotencyStore,
+  type KeyScope,
+} from './idempotency-store.interface.js';
+
+interface ClaimRow {
+  claimed: boolean;
+  claim_id: string;
+  lock_version: string;
+  fingerprint: Buffer | null;
+  state: 'started' | 'done' | null;
+  lease_expired: boolean | null;
+  lease_seconds_left: number | null;
+  response_code: number | null;
+  response_body: Buffer | null;
+  response_headers: Record<string, string> | null;
+}
+
+interface TakeOverRow {
+  claim_id: string;
+  lock_version: string;
+  recovery_point: string;
+  phase_results: Record<string, unknown>;
+}
+
+/** How often a claim is re-run when its conflicting row was committed after its snapshot. */
+const CLAIM_ATTEMPTS = 3;
+
+/**
+ * The store on PostgreSQL, through the pg pool of the app's own TypeORM DataSource. The hot
+ * path speaks to pg directly rather than through TypeORM's query runner: one prepared
+ * statement per step and no ORM hydration, which is where a request's CPU went.
+ */
+export class PostgresIdempotencyStore implements IdempotencyStore {
+  private readonly logger = new Logger('Idempotency');
+
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly timeoutMs: number,
+  ) {}
+
+  async claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {
+    const values = [scope.tenantId, scope.key, fingerprint, leaseMs];
+    for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
+      const { rows } = await this.query<ClaimRow>(CLAIM, values);
+      if (rows.length === 0) continue;
+      const row = rows[0];
+      if (row.claimed) {
+        return {
+          kind: 'claimed',
+          claim: {
+            ...scope,
+            claimId: row.claim_id,
+            lockVersion: row.lock_version,
+            recoveryPoint: START_RECOVERY_POINT,
+            phaseResults: {},
+            leaseMs,
+          },
+        };
+      }
+      return { kind: 'existing', existing: toExistingKey(row) };
+    }
+    throw new IdempotencyStoreUnavailableError(
+      new Error(`claim of key ${scope.key} found neither a free key nor a row`),
+    );
+  }
+
+  async takeOver(scope: KeyScope, lockVersion: string, leaseMs: number) {
+    const { rows } = await this.query<TakeOverRow>(TAKE_OVER, [
+      scope.tenantId,
+      scope.key,
+      lockVersion,
+      leaseMs,
+    ]);
+    if (rows.length === 0) return undefined;
+    const row = rows[0];
+    return {
+      ...scope,
+      claimId: row.claim_id,
+      lockVersion: row.lock_version,
+      recoveryPoint: row.recovery_point,
+      phaseResults: row.phase_results,
+      leaseMs,
+    } satisfies ActiveClaim;
+  }
+
+  async complete(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
+    const { rowCount } = await this.query(COMPLETE, [
+      claim.tenantId,
+      claim.key,
+      claim.lockVersion,
+      response.status,
+      response.body,
+      response.headers,
+    ]);
+    return rowCount === 1;
+  }
+
+  async release(claim: ActiveClaim, forget: boolean): Promise<void> {
+    await this.query(RELEASE, [claim.tenantId, claim.key, claim.lockVersion, forget]);
+  }
+
+  /** The pool TypeORM opened for the app; read on each call, as TypeORM may reconnect. */
+  private get pool(): Pool {
+    const driver = this.dataSource.driver as unknown as { master?: Pool };
+    if (!this.dataSource.isInitialized || !driver.master) {
+      throw new Error('the TypeORM DataSource is not initialized');
+    }
+    return driver.master;
+  }
+
+  /**
+   * Every call is bounded: a pool waiting for a connection to a database that does not
+   * answer would otherwise hold the request forever. Any failure is a 503 to the client.
+   */
+  private async query<R extends QueryResultRow>(
+    statement: { name: string; text: string },
+    values: unknown[],
+  ): Promise<QueryResult<R>> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`no answer from PostgreSQL within ${this.timeoutMs} ms`)),
+        this.timeoutMs,
+      );
+    });
+    try {
+      const config: QueryConfig = { name: statement.name, text: statement.text, values };
+      return await Promise.race([this.pool.query<R>(config), timeout]);
+    } catch (error) {
+      this.logger.error(`idempotency store call ${statement.name} failed: ${String(error)}`);
+      throw new IdempotencyStoreUnavailableError(error);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+function toExistingKey(row: ClaimRow): ExistingKey {
+  const fingerprint = row.fingerprint ?? Buffer.alloc(0);
+  if (row.state === 'done') {
+    return {
+      state: 'done',
+      fingerprint,
+      response: {
+        status: row.response_code ?? 500,
+        headers: row.response_headers ?? {},
+        body: row.response_body ?? Buffer.alloc(0),
+      },
+    };
+  }
+  return {
+    state: 'started',
+    fingerprint,
+    leaseExpired: row.lease_expired ?? true,
+    leaseSecondsLeft: row.lease_seconds_left ?? 0,
+    lockVersion: row.lock_version,
+  };
+}

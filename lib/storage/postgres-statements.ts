@@ -1,0 +1,73 @@
+/**
+ * The design's statements, as named prepared statements: PostgreSQL parses and plans each
+ * once per connection, and every request after that sends only its parameters.
+ *
+ * Time is always PostgreSQL's `now()`, never a worker's clock, so that workers on several
+ * machines agree on when a lease has expired.
+ */
+
+/**
+ * Statements 1 and 2 in one round trip. The CTE inserts (a row back: we own the key); on a
+ * conflict it inserts nothing and the second branch reads the row that is there. The read is
+ * a plain snapshot read, not `FOR UPDATE` as the design writes it: every decision it feeds
+ * is re-checked by a write fenced on `lock_version` (takeover, phases, finish), so a lock
+ * would add a write to the replay path and buy nothing. A conflicting row committed after
+ * this statement's snapshot is not seen: no row comes back, and the caller runs it again.
+ */
+export const CLAIM = {
+  name: 'idempotency_claim_v1',
+  text: `WITH claimed AS (
+  INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until)
+  VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')
+  ON CONFLICT (tenant_id, key) DO NOTHING
+  RETURNING claim_id, lock_version
+)
+SELECT true AS claimed, claim_id, lock_version, NULL::bytea AS fingerprint, NULL::text AS state,
+       NULL::boolean AS lease_expired, NULL::int AS lease_seconds_left,
+       NULL::int AS response_code, NULL::bytea AS response_body, NULL::jsonb AS response_headers
+FROM claimed
+UNION ALL
+SELECT false, claim_id, lock_version, fingerprint, state,
+       locked_until IS NULL OR locked_until < now(),
+       ceil(extract(epoch FROM locked_until - now()))::int,
+       response_code, response_body, response_headers
+FROM idempotency_keys
+WHERE tenant_id = $1 AND key = $2`,
+};
+
+/** Statement 3: only one worker can move `lock_version` on from the value it read. */
+export const TAKE_OVER = {
+  name: 'idempotency_take_over_v1',
+  text: `UPDATE idempotency_keys
+SET locked_until = now() + $4 * interval '1 millisecond', lock_version = lock_version + 1
+WHERE tenant_id = $1 AND key = $2 AND state = 'started'
+  AND (locked_until IS NULL OR locked_until < now()) AND lock_version = $3
+RETURNING claim_id, lock_version, recovery_point, phase_results`,
+};
+
+/** Statement 5, fenced: zero rows means another worker owns the key now. */
+export const COMPLETE = {
+  name: 'idempotency_complete_v1',
+  text: `UPDATE idempotency_keys
+SET state = 'done', response_code = $4, response_body = $5, response_headers = $6,
+    locked_until = NULL
+WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'`,
+};
+
+/**
+ * Gives a claim back. With `$4` true (the handler never ran) a claim no phase has advanced is
+ * deleted, so the key is free for a corrected request. Otherwise the row, its claim id and
+ * its completed phases stay, and only the lease ends, so the next request takes the key over
+ * and resumes. The two statements' conditions exclude each other.
+ */
+export const RELEASE = {
+  name: 'idempotency_release_v1',
+  text: `WITH deleted AS (
+  DELETE FROM idempotency_keys
+  WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
+    AND $4::boolean AND recovery_point = 'start'
+)
+UPDATE idempotency_keys SET locked_until = now()
+WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
+  AND NOT ($4::boolean AND recovery_point = 'start')`,
+};

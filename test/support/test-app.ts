@@ -1,0 +1,157 @@
+import {
+  BadRequestException,
+  Body,
+  Controller,
+  Header,
+  HttpCode,
+  Injectable,
+  type INestApplication,
+  Module,
+  Param,
+  type PipeTransform,
+  Post,
+  Res,
+  type DynamicModule,
+} from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { ExpressAdapter } from '@nestjs/platform-express';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { type DataSource } from 'typeorm';
+import {
+  IDEMPOTENCY_MIGRATIONS,
+  IdempotencyModule,
+  type IdempotencyModuleOptions,
+  Idempotent,
+} from '../../lib/index.js';
+
+export type AdapterName = 'express' | 'fastify';
+export const ADAPTERS: AdapterName[] = ['express', 'fastify'];
+
+interface OrderBody {
+  amount: number;
+  note?: string;
+  delayMs?: number;
+}
+
+/** Stands in for ValidationPipe: runs before the handler, after the interceptor. */
+@Injectable()
+class OrderValidationPipe implements PipeTransform<unknown, OrderBody> {
+  transform(value: unknown): OrderBody {
+    const body = value as Partial<OrderBody> | undefined;
+    if (!body || !Number.isInteger(body.amount) || (body.amount as number) <= 0) {
+      throw new BadRequestException('amount must be a positive integer');
+    }
+    return body as OrderBody;
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Each handler records a real side effect in `side_effects`, so that tests count executions
+ * in the database rather than trusting the handler's own word.
+ */
+@Controller()
+class OrdersController {
+  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+
+  private async record(route: string, amount: number | null): Promise<number> {
+    const rows = (await this.dataSource.query(
+      'INSERT INTO side_effects (route, amount) VALUES ($1, $2) RETURNING id',
+      [route, amount],
+    )) as { id: number }[];
+    return rows[0].id;
+  }
+
+  @Post('orders')
+  @Idempotent()
+  async create(@Body(OrderValidationPipe) body: OrderBody) {
+    if (body.delayMs) await sleep(body.delayMs);
+    const id = await this.record('orders', body.amount);
+    return { id, amount: body.amount, note: body.note ?? null };
+  }
+
+  @Idempotent()
+  @Post('accounts/:account/deposits')
+  @HttpCode(202)
+  @Header('Location', '/deposits/latest')
+  async deposit(@Param('account') account: string, @Body() body: { amount: number }) {
+    const id = await this.record(`deposit:${account}`, body.amount);
+    return { id, account };
+  }
+
+  @Post('crash')
+  @Idempotent()
+  async crash(@Body() body: { amount: number }) {
+    await this.record('crash', body.amount);
+    throw new Error('boom: the handler failed after its side effect');
+  }
+
+  @Post('text')
+  @Idempotent()
+  async text(@Res({ passthrough: true }) res: { header?: unknown; setHeader?: unknown }) {
+    const id = await this.record('text', null);
+    void res;
+    return `plain text ${id}`;
+  }
+
+  @Post('optional')
+  @Idempotent({ required: false })
+  async optional() {
+    const id = await this.record('optional', null);
+    return { id };
+  }
+
+  @Post('plain')
+  async plain() {
+    const id = await this.record('plain', null);
+    return { id };
+  }
+}
+
+@Module({ controllers: [OrdersController] })
+class OrdersModule {}
+
+/** The app the end-to-end tests drive: the module on a real DataSource, real migrations. */
+export async function createTestApp(options: {
+  databaseUrl: string;
+  adapter: AdapterName;
+  idempotency?: IdempotencyModuleOptions;
+  /** Extra pg pool options, for the tests that cut the database off. */
+  extra?: Record<string, unknown>;
+  connectTimeoutMS?: number;
+}): Promise<INestApplication> {
+  const typeorm: DynamicModule = TypeOrmModule.forRoot({
+    type: 'postgres',
+    url: options.databaseUrl,
+    migrations: [...IDEMPOTENCY_MIGRATIONS],
+    migrationsRun: true,
+    connectTimeoutMS: options.connectTimeoutMS ?? 2000,
+    extra: options.extra,
+    logging: false,
+  });
+  @Module({
+    imports: [
+      typeorm,
+      IdempotencyModule.forRoot({
+        tenant: (req) => (req.headers['x-tenant-id'] as string | undefined) ?? '1',
+        ...options.idempotency,
+      }),
+      OrdersModule,
+    ],
+  })
+  class TestAppModule {}
+
+  const adapter = options.adapter === 'fastify' ? new FastifyAdapter() : new ExpressAdapter();
+  const app = await NestFactory.create(TestAppModule, adapter, { rawBody: true, logger: false });
+  await app.init();
+  if (options.adapter === 'fastify') {
+    await (app.getHttpAdapter().getInstance() as { ready(): Promise<void> }).ready();
+  }
+  return app;
+}
+
+/** The side-effect table the test controller writes to; not the library's (no migration). */
+export const SIDE_EFFECTS_DDL = `CREATE TABLE IF NOT EXISTS side_effects (
+  id serial PRIMARY KEY, route text NOT NULL, amount int, created_at timestamptz DEFAULT now())`;
