@@ -1,7 +1,4 @@
 import { Module, type Provider } from '@nestjs/common';
-import { ModuleRef } from '@nestjs/core';
-import { getDataSourceToken } from '@nestjs/typeorm';
-import { type DataSource } from 'typeorm';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import {
   ConfigurableModuleClass,
@@ -9,7 +6,8 @@ import {
   RESOLVED_IDEMPOTENCY_OPTIONS,
 } from './idempotency.module-definition.js';
 import { type IdempotencyModuleOptions, type ResolvedIdempotencyOptions } from './idempotency-options.interface.js';
-import { InvalidIdempotencyOptionsError, resolveIdempotencyOptions } from './idempotency-options.js';
+import { resolveIdempotencyOptions } from './idempotency-options.js';
+import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
 import { IdempotencyStore } from './storage/idempotency-store.interface.js';
 import { PostgresIdempotencyStore } from './storage/postgres-idempotency.store.js';
 
@@ -19,32 +17,11 @@ const resolvedOptionsProvider: Provider = {
   useFactory: (options: IdempotencyModuleOptions) => resolveIdempotencyOptions(options),
 };
 
-/**
- * The store sits on the app's own DataSource (the default one, or the one named in the
- * options), looked up rather than injected by a fixed token since its name is an option.
- */
 const storeProvider: Provider = {
   provide: IdempotencyStore,
-  inject: [ModuleRef, RESOLVED_IDEMPOTENCY_OPTIONS],
-  useFactory: (moduleRef: ModuleRef, options: ResolvedIdempotencyOptions) => {
-    let dataSource: DataSource;
-    try {
-      dataSource = moduleRef.get<DataSource>(getDataSourceToken(options.dataSource), {
-        strict: false,
-      });
-    } catch {
-      throw new InvalidIdempotencyOptionsError(
-        `no TypeORM DataSource ${options.dataSource ? `named "${options.dataSource}"` : '(default)'} ` +
-          'was found; import TypeOrmModule.forRoot() in the app module',
-      );
-    }
-    if (dataSource.options.type !== 'postgres') {
-      throw new InvalidIdempotencyOptionsError(
-        `the DataSource is of type "${dataSource.options.type}"; the store needs PostgreSQL`,
-      );
-    }
-    return new PostgresIdempotencyStore(dataSource, options.databaseTimeoutMs);
-  },
+  inject: [IdempotencyDataSource, RESOLVED_IDEMPOTENCY_OPTIONS],
+  useFactory: (source: IdempotencyDataSource, options: ResolvedIdempotencyOptions) =>
+    new PostgresIdempotencyStore(() => source.dataSource, options.databaseTimeoutMs),
 };
 
 /**
@@ -60,7 +37,12 @@ const storeProvider: Provider = {
  * export class AppModule {}
  */
 @Module({
-  providers: [resolvedOptionsProvider, storeProvider, IdempotencyInterceptor],
-  exports: [RESOLVED_IDEMPOTENCY_OPTIONS, IdempotencyStore, IdempotencyInterceptor],
+  providers: [
+    resolvedOptionsProvider,
+    IdempotencyDataSource,
+    storeProvider,
+    IdempotencyInterceptor,
+  ],
+  exports: [RESOLVED_IDEMPOTENCY_OPTIONS, IdempotencyDataSource, IdempotencyStore, IdempotencyInterceptor],
 })
 export class IdempotencyModule extends ConfigurableModuleClass {}

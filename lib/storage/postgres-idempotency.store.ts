@@ -45,7 +45,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private readonly logger = new Logger('Idempotency');
 
   constructor(
-    private readonly dataSource: DataSource,
+    private readonly dataSource: () => DataSource,
     private readonly timeoutMs: number,
   ) {}
 
@@ -112,8 +112,9 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
   /** The pool TypeORM opened for the app; read on each call, as TypeORM may reconnect. */
   private get pool(): Pool {
-    const driver = this.dataSource.driver as unknown as { master?: Pool };
-    if (!this.dataSource.isInitialized || !driver.master) {
+    const dataSource = this.dataSource();
+    const driver = dataSource.driver as unknown as { master?: Pool };
+    if (!dataSource.isInitialized || !driver.master) {
       throw new Error('the TypeORM DataSource is not initialized');
     }
     return driver.master;

@@ -144,7 +144,11 @@ export async function createTestApp(options: {
   class TestAppModule {}
 
   const adapter = options.adapter === 'fastify' ? new FastifyAdapter() : new ExpressAdapter();
-  const app = await NestFactory.create(TestAppModule, adapter, { rawBody: true, logger: false });
+  const app = await NestFactory.create(TestAppModule, adapter, {
+    rawBody: true,
+    logger: process.env.TEST_LOGS ? undefined : false,
+    abortOnError: false,
+  });
   await app.init();
   if (options.adapter === 'fastify') {
     await (app.getHttpAdapter().getInstance() as { ready(): Promise<void> }).ready();

@@ -1,0 +1,53 @@
+import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import { type DataSource } from 'typeorm';
+import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
+import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
+import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
+
+/**
+ * The app's own TypeORM DataSource (the default one, or the one named in the options): the
+ * library injects it and never creates one. It is looked up once every provider exists,
+ * since its name is an option that `forRootAsync()` only knows at run time.
+ */
+@Injectable()
+export class IdempotencyDataSource implements OnModuleInit {
+  private resolved?: DataSource;
+
+  constructor(
+    private readonly moduleRef: ModuleRef,
+    @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  onModuleInit(): void {
+    this.resolve();
+  }
+
+  get dataSource(): DataSource {
+    return this.resolved ?? this.resolve();
+  }
+
+  private resolve(): DataSource {
+    const name = this.options.dataSource;
+    let dataSource: DataSource | null | undefined;
+    try {
+      dataSource = this.moduleRef.get<DataSource>(getDataSourceToken(name), { strict: false });
+    } catch {
+      dataSource = undefined;
+    }
+    if (!dataSource) {
+      throw new InvalidIdempotencyOptionsError(
+        `no TypeORM DataSource ${name ? `named "${name}"` : '(the default one)'} was found; ` +
+          'import TypeOrmModule.forRoot() in the app module, or set the dataSource option',
+      );
+    }
+    if (dataSource.options.type !== 'postgres') {
+      throw new InvalidIdempotencyOptionsError(
+        `the DataSource is of type "${dataSource.options.type}"; the store needs PostgreSQL`,
+      );
+    }
+    this.resolved = dataSource;
+    return dataSource;
+  }
+}
