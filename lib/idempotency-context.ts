@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { type StoredResponse } from './stored-response.js';
 
 /** A key this worker owns: what the claim or the takeover returned. */
 export interface ActiveClaim {
@@ -23,8 +24,14 @@ export interface ActiveClaim {
 export class IdempotencyContext {
   /** Set by the handler wrapper of `@Idempotent()`: pipes and guards have passed. */
   handlerStarted = false;
+  /** The response `PhaseRunner.finish()` stored with the last phase, once it committed. */
+  finished?: StoredResponse;
 
-  constructor(readonly claim: ActiveClaim) {}
+  constructor(
+    readonly claim: ActiveClaim,
+    /** The route's status (`@HttpCode()`, else 201 for POST, 200 otherwise). */
+    readonly defaultStatus: number,
+  ) {}
 }
 
 /** The single AsyncLocalStorage of the library. */

@@ -39,6 +39,12 @@ export interface IdempotencyRouteOptions {
    * @default false
    */
   fingerprintQuery?: boolean;
+  /**
+   * Extend the lease every `leaseMs / 3` while the handler runs, so that a short lease gives
+   * a fast takeover after a crash without a slow but live worker being taken over.
+   * @default false
+   */
+  heartbeat?: boolean;
 }
 
 /** Options of `IdempotencyModule.forRoot()`. */
@@ -92,4 +98,5 @@ export interface ResolvedRouteOptions {
   leaseMs: number;
   fingerprintHeaders: readonly string[];
   fingerprintQuery: boolean;
+  heartbeat: boolean;
 }

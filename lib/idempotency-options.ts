@@ -45,6 +45,7 @@ export function resolveRouteOptions(
     leaseMs: positiveInteger('leaseMs', options.leaseMs, base?.leaseMs ?? DEFAULT_LEASE_MS),
     fingerprintHeaders: headers.map((h) => h.toLowerCase()).sort(),
     fingerprintQuery: options.fingerprintQuery ?? base?.fingerprintQuery ?? false,
+    heartbeat: options.heartbeat ?? base?.heartbeat ?? false,
   };
 }
 

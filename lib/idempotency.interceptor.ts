@@ -9,7 +9,8 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { type ServerResponse } from 'node:http';
-import { catchError, from, mergeMap, Observable, of, throwError } from 'rxjs';
+import { catchError, finalize, from, mergeMap, Observable, of, throwError } from 'rxjs';
+import { HTTP_CODE_METADATA } from '@nestjs/common/constants.js';
 import { decide } from './decide.js';
 import { computeFingerprint, fingerprintInput } from './fingerprint/fingerprint.js';
 import { problemResponse, toProblem } from './http/problem.js';
@@ -47,7 +48,7 @@ import { normalizeTenantId } from './tenant-id.js';
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor {
   private readonly logger = new Logger('Idempotency');
-  private readonly routes = new WeakMap<object, ResolvedRouteOptions>();
+  private readonly routes = new WeakMap<object, RouteSettings>();
 
   constructor(
     private readonly reflector: Reflector,
@@ -61,7 +62,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const http = context.switchToHttp();
     const request = http.getRequest<IdempotencyRequest>();
     const response = http.getResponse<object>();
-    const route = this.routeOptions(context.getHandler());
+    const { route, httpCode } = this.routeSettings(context.getHandler());
 
     const parsed = parseIdempotencyKey(request.headers[this.options.headerKey]);
     if (parsed.kind === 'missing') {
@@ -80,10 +81,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const scope: KeyScope = { tenantId, key: parsed.key };
     const fingerprint = computeFingerprint(fingerprintInput(request, route));
     const raw = rawResponse(response);
+    const defaultStatus = httpCode ?? (request.method === 'POST' ? 201 : 200);
+    const execute = (claim: ActiveClaim) => this.execute(claim, route, defaultStatus, raw, next);
 
     return from(this.store.claim(scope, fingerprint, route.leaseMs)).pipe(
       mergeMap((outcome) => {
-        if (outcome.kind === 'claimed') return this.execute(outcome.claim, raw, next);
+        if (outcome.kind === 'claimed') return execute(outcome.claim);
         const decision = decide(outcome.existing, fingerprint);
         switch (decision.kind) {
           case 'replay':
@@ -97,7 +100,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
               mergeMap((claim) => {
                 // Another worker won the same expired lease a moment before us.
                 if (!claim) throw new IdempotencyKeyInProgressError(1);
-                return this.execute(claim, raw, next);
+                return execute(claim);
               }),
             );
         }
@@ -113,14 +116,23 @@ export class IdempotencyInterceptor implements NestInterceptor {
    * stored (fenced by the claim's lock version), so a client never receives an answer that a
    * retry could not replay.
    */
-  private execute(claim: ActiveClaim, raw: ServerResponse, next: CallHandler): Observable<unknown> {
-    const context = new IdempotencyContext(claim);
+  private execute(
+    claim: ActiveClaim,
+    route: ResolvedRouteOptions,
+    defaultStatus: number,
+    raw: ServerResponse,
+    next: CallHandler,
+  ): Observable<unknown> {
+    const context = new IdempotencyContext(claim, defaultStatus);
     const letThrough = holdResponse(
       raw,
-      async (written) =>
-        (await this.store.complete(claim, written))
+      async (written) => {
+        // The last phase stored its response already: that one goes out, byte for byte.
+        if (context.finished) return context.finished;
+        return (await this.store.complete(claim, written))
           ? undefined
-          : problemResponse(new IdempotencyLeaseLostError()),
+          : problemResponse(new IdempotencyLeaseLostError());
+      },
       (error) =>
         problemResponse(
           error instanceof IdempotencyError ? error : new IdempotencyStoreUnavailableError(error),
@@ -129,14 +141,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const handled = new Observable<unknown>((subscriber) =>
       idempotencyStorage.run(context, () => next.handle().subscribe(subscriber)),
     );
+    const stopHeartbeat = route.heartbeat ? this.startHeartbeat(claim) : undefined;
     return handled.pipe(
+      finalize(() => stopHeartbeat?.()),
       catchError((error: unknown) => {
         if (!context.handlerStarted) {
           // Failed in a guard, pipe or interceptor: nothing ran, so the key is given back.
           letThrough();
           return this.releaseThenThrow(claim, true, error);
         }
-        if (error instanceof RetryLaterError) {
+        // Nothing final happened: the work resumes when the client retries with the same key.
+        if (error instanceof RetryLaterError || error instanceof IdempotencyStoreUnavailableError) {
           letThrough();
           return this.releaseThenThrow(claim, false, error);
         }
@@ -144,6 +159,23 @@ export class IdempotencyInterceptor implements NestInterceptor {
         return throwError(() => error);
       }),
     );
+  }
+
+  /**
+   * Extends the lease while the handler runs, so that a short lease (a fast takeover after a
+   * real crash) does not hand a slow but live worker's key to another one.
+   */
+  private startHeartbeat(claim: ActiveClaim): () => void {
+    const timer = setInterval(() => {
+      this.store.extendLease(claim).then(
+        (held) => {
+          if (!held) clearInterval(timer);
+        },
+        (error: unknown) => this.logger.warn(`heartbeat of key ${claim.key} failed: ${String(error)}`),
+      );
+    }, Math.max(50, Math.floor(claim.leaseMs / 3)));
+    timer.unref();
+    return () => clearInterval(timer);
   }
 
   private releaseThenThrow(claim: ActiveClaim, forget: boolean, error: unknown) {
@@ -179,18 +211,28 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return throwError(() => new HttpException(problem.body, problem.status, { cause: error }));
   }
 
-  private routeOptions(handler: object): ResolvedRouteOptions {
-    let route = this.routes.get(handler);
-    if (!route) {
+  /** A route's settings, read from its metadata once and kept for the next requests. */
+  private routeSettings(handler: object): RouteSettings {
+    let settings = this.routes.get(handler);
+    if (!settings) {
+      const target = handler as () => unknown;
       const own = this.reflector.get<IdempotencyRouteOptions | undefined>(
         IDEMPOTENT_ROUTE_OPTIONS,
-        handler as () => unknown,
+        target,
       );
-      route = resolveRouteOptions(own ?? {}, this.options.route);
-      this.routes.set(handler, route);
+      settings = {
+        route: resolveRouteOptions(own ?? {}, this.options.route),
+        httpCode: this.reflector.get<number | undefined>(HTTP_CODE_METADATA, target),
+      };
+      this.routes.set(handler, settings);
     }
-    return route;
+    return settings;
   }
+}
+
+interface RouteSettings {
+  route: ResolvedRouteOptions;
+  httpCode: number | undefined;
 }
 
 /** Node's response under either adapter: Express's is one, Fastify's reply wraps it. */

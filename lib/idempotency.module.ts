@@ -1,5 +1,6 @@
 import { Module, type Provider } from '@nestjs/common';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import { PhaseRunner } from './phase-runner.service.js';
 import {
   ConfigurableModuleClass,
   IDEMPOTENCY_MODULE_OPTIONS,
@@ -42,7 +43,14 @@ const storeProvider: Provider = {
     IdempotencyDataSource,
     storeProvider,
     IdempotencyInterceptor,
+    PhaseRunner,
   ],
-  exports: [RESOLVED_IDEMPOTENCY_OPTIONS, IdempotencyDataSource, IdempotencyStore, IdempotencyInterceptor],
+  exports: [
+    RESOLVED_IDEMPOTENCY_OPTIONS,
+    IdempotencyDataSource,
+    IdempotencyStore,
+    IdempotencyInterceptor,
+    PhaseRunner,
+  ],
 })
 export class IdempotencyModule extends ConfigurableModuleClass {}

@@ -3,6 +3,9 @@ export { IdempotencyModule } from './idempotency.module.js';
 export { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 export { Idempotent } from './idempotent.decorator.js';
 export { IdempotencyInterceptor } from './idempotency.interceptor.js';
+export { PhaseRunner, type PhaseContext, type PhaseWork } from './phase-runner.service.js';
+export { PhaseResponse, respond } from './phase-response.js';
+export { derivedKey } from './phases.js';
 export type {
   IdempotencyModuleOptions,
   IdempotencyRouteOptions,

@@ -1,3 +1,4 @@
+import { type EntityManager } from 'typeorm';
 import { type ExistingKey } from '../decide.js';
 import { type ActiveClaim } from '../idempotency-context.js';
 import { type StoredResponse } from '../stored-response.js';
@@ -32,6 +33,28 @@ export interface IdempotencyStore {
    * so that a retry takes it over and resumes with the same claim id.
    */
   release(claim: ActiveClaim, forget: boolean): Promise<void>;
+  /**
+   * Statement 4: runs `work` in one transaction with the advance of the recovery point to
+   * `phase` and the record of its result. Throws `IdempotencyLeaseLostError`, rolling
+   * everything back, when another worker owns the key.
+   */
+  commitPhase<T>(
+    claim: ActiveClaim,
+    phase: string,
+    work: (manager: EntityManager) => Promise<T>,
+  ): Promise<T>;
+  /**
+   * Statement 5 with the last effect: runs `work`, then stores the response it gives in the
+   * same transaction, fenced the same way.
+   */
+  commitFinish<T>(
+    claim: ActiveClaim,
+    work: (manager: EntityManager) => Promise<{ value: T; response: StoredResponse }>,
+  ): Promise<T>;
+  /** Runs `work` in a plain transaction: phases of a request that has no key. */
+  transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
+  /** The heartbeat: false when the lease was lost. */
+  extendLease(claim: ActiveClaim): Promise<boolean>;
 }
 
 /** Injection token of the store; same name as the interface, as @nestjs/throttler does. */

@@ -1,12 +1,22 @@
 import { Logger } from '@nestjs/common';
 import { type Pool, type QueryConfig, type QueryResult, type QueryResultRow } from 'pg';
-import { type DataSource } from 'typeorm';
+import { type DataSource, type EntityManager } from 'typeorm';
 import { type ExistingKey } from '../decide.js';
 import { START_RECOVERY_POINT } from '../idempotency.constants.js';
 import { type ActiveClaim } from '../idempotency-context.js';
-import { IdempotencyStoreUnavailableError } from '../idempotency.errors.js';
+import {
+  IdempotencyLeaseLostError,
+  IdempotencyStoreUnavailableError,
+} from '../idempotency.errors.js';
 import { type StoredResponse } from '../stored-response.js';
-import { CLAIM, COMPLETE, RELEASE, TAKE_OVER } from './postgres-statements.js';
+import {
+  ADVANCE,
+  CLAIM,
+  COMPLETE,
+  EXTEND_LEASE,
+  RELEASE,
+  TAKE_OVER,
+} from './postgres-statements.js';
 import {
   type ClaimOutcome,
   type IdempotencyStore,
@@ -110,6 +120,58 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     await this.query(RELEASE, [claim.tenantId, claim.key, claim.lockVersion, forget]);
   }
 
+  async extendLease(claim: ActiveClaim): Promise<boolean> {
+    const { rowCount } = await this.query(EXTEND_LEASE, [
+      claim.tenantId,
+      claim.key,
+      claim.lockVersion,
+      claim.leaseMs,
+    ]);
+    return rowCount === 1;
+  }
+
+  commitPhase<T>(
+    claim: ActiveClaim,
+    phase: string,
+    work: (manager: EntityManager) => Promise<T>,
+  ): Promise<T> {
+    return this.transaction(async (manager) => {
+      const value = await work(manager);
+      // Fenced last: the row lock it takes is held only for the commit, not the phase's work.
+      await fenced(manager, ADVANCE.text, [
+        claim.tenantId,
+        claim.key,
+        claim.lockVersion,
+        phase,
+        JSON.stringify(value === undefined ? null : value),
+        claim.leaseMs,
+      ]);
+      return value;
+    });
+  }
+
+  commitFinish<T>(
+    claim: ActiveClaim,
+    work: (manager: EntityManager) => Promise<{ value: T; response: StoredResponse }>,
+  ): Promise<T> {
+    return this.transaction(async (manager) => {
+      const { value, response } = await work(manager);
+      await fenced(manager, COMPLETE.text, [
+        claim.tenantId,
+        claim.key,
+        claim.lockVersion,
+        response.status,
+        response.body,
+        response.headers,
+      ]);
+      return value;
+    });
+  }
+
+  transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    return this.dataSource().transaction(work);
+  }
+
   /** The pool TypeORM opened for the app; read on each call, as TypeORM may reconnect. */
   private get pool(): Pool {
     const dataSource = this.dataSource();
@@ -145,6 +207,14 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       clearTimeout(timer);
     }
   }
+}
+
+/** Runs a fenced write in the phase's transaction; zero rows: the lease is lost, roll back. */
+async function fenced(manager: EntityManager, sql: string, values: unknown[]): Promise<void> {
+  const runner = manager.queryRunner;
+  if (!runner) throw new Error('a phase must run inside a transaction');
+  const result = await runner.query(sql, values, true);
+  if (result.affected !== 1) throw new IdempotencyLeaseLostError();
 }
 
 function toExistingKey(row: ClaimRow): ExistingKey {

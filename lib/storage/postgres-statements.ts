@@ -50,7 +50,7 @@ export const COMPLETE = {
   name: 'idempotency_complete_v1',
   text: `UPDATE idempotency_keys
 SET state = 'done', response_code = $4, response_body = $5, response_headers = $6,
-    locked_until = NULL
+    recovery_point = 'finished', locked_until = NULL
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'`,
 };
 
@@ -70,4 +70,24 @@ export const RELEASE = {
 UPDATE idempotency_keys SET locked_until = now()
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
   AND NOT ($4::boolean AND recovery_point = 'start')`,
+};
+
+/**
+ * Statement 4, run last in a phase's transaction: the phase's effects commit only if this
+ * worker still owns the key. It records the phase's result and renews the lease, since a
+ * committed phase is proof the worker is alive.
+ */
+export const ADVANCE = {
+  name: 'idempotency_advance_v1',
+  text: `UPDATE idempotency_keys
+SET recovery_point = $4, phase_results = phase_results || jsonb_build_object($4::text, $5::jsonb),
+    locked_until = now() + $6 * interval '1 millisecond'
+WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'`,
+};
+
+/** The heartbeat: extends a live worker's lease, fenced like every other write. */
+export const EXTEND_LEASE = {
+  name: 'idempotency_extend_lease_v1',
+  text: `UPDATE idempotency_keys SET locked_until = now() + $4 * interval '1 millisecond'
+WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'`,
 };

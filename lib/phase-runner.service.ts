@@ -1,0 +1,137 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { type EntityManager } from 'typeorm';
+import { currentIdempotencyContext, type IdempotencyContext } from './idempotency-context.js';
+import { IdempotencyStoreUnavailableError, IdempotencyError } from './idempotency.errors.js';
+import { completedPhase, derivedKey } from './phases.js';
+import { PhaseResponse } from './phase-response.js';
+import { IdempotencyStore } from './storage/idempotency-store.interface.js';
+import { isConnectionError } from './storage/connection-errors.js';
+import { type StoredResponse } from './stored-response.js';
+
+/** What a phase gets besides its transaction. */
+export interface PhaseContext {
+  /**
+   * The key to send to an external system called in this phase: derived from this claim of
+   * the client's key and the phase's name. Every worker that takes the claim over sends the
+   * same one, so the external system runs the call once; a later claim of the same client
+   * key (after it expired and was purged) gets a new one.
+   */
+  idempotencyKey: string;
+  /** The phase's name. */
+  phase: string;
+}
+
+/** A phase's work: its database effects go through `manager`, inside the phase's transaction. */
+export type PhaseWork<T> = (manager: EntityManager, context: PhaseContext) => Promise<T>;
+
+const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
+
+/**
+ * Atomic phases (Brandur Leach's design): a handler's work split at each external call, each
+ * phase's database effects committed together with the key's recovery point. A worker that
+ * takes a crashed request over runs the handler again; completed phases are skipped and give
+ * back their stored results, and the first unfinished phase runs.
+ *
+ * A singleton: it finds the current request through async context, never `Scope.REQUEST`.
+ * Outside an idempotent request (a route whose key is optional, sent without one) phases run
+ * as plain transactions.
+ *
+ * @example
+ * const { chargeId } = await this.phases.run('charge_created', async (manager) => ({
+ *   chargeId: (await manager.save(Charge, { amount })).id,
+ * }));
+ * const auth = await this.phases.run('psp_authorized', async (manager, { idempotencyKey }) => {
+ *   const auth = await this.psp.authorize({ amount }, idempotencyKey);
+ *   await manager.update(Charge, chargeId, { authorization: auth.id });
+ *   return { authorizationId: auth.id };
+ * });
+ * return this.phases.finish(async (manager) => { ...; return { id: chargeId } });
+ */
+@Injectable()
+export class PhaseRunner {
+  constructor(@Inject(IdempotencyStore) private readonly store: IdempotencyStore) {}
+
+  /**
+   * Runs one atomic phase, or returns its stored result if a previous worker completed it.
+   * The result must be JSON-serializable (it is stored with the recovery point); keep it
+   * small: ids, not rows.
+   */
+  async run<T>(phase: string, work: PhaseWork<T>): Promise<T> {
+    const context = currentIdempotencyContext();
+    if (!context) return this.store.transaction((manager) => work(manager, phaseContext(phase)));
+    const done = completedPhase(context.claim.phaseResults, phase);
+    if (done.completed) return done.result as T;
+    const value = await this.guard(() =>
+      this.store.commitPhase(context.claim, phase, (manager) =>
+        work(manager, { phase, idempotencyKey: derivedKey(context.claim, phase) }),
+      ),
+    );
+    // Stored as JSON, so a later phase of this run sees what a takeover would see.
+    context.claim.phaseResults[phase] = JSON.parse(JSON.stringify(value ?? null));
+    return value;
+  }
+
+  /**
+   * The last phase: its effects and the response commit in one transaction, so the key is
+   * never done without its effects, nor the effects without the stored response. Return the
+   * body (sent with the route's status) or `respond(status, body)`.
+   */
+  async finish<T>(work: (manager: EntityManager) => Promise<T | PhaseResponse<T>>): Promise<T> {
+    const context = currentIdempotencyContext();
+    if (!context) {
+      const value = await this.store.transaction(work);
+      return value instanceof PhaseResponse ? value.body : value;
+    }
+    return this.guard(() =>
+      this.store.commitFinish(context.claim, async (manager) => {
+        const value = await work(manager);
+        const response = toStoredResponse(value, context);
+        // Sent by the interceptor in place of what the adapter writes, so the first answer
+        // and every replay are the same bytes.
+        context.finished = response;
+        return { value: value instanceof PhaseResponse ? value.body : value, response };
+      }),
+    ).catch((error: unknown) => {
+      context.finished = undefined;
+      throw error;
+    });
+  }
+
+  /** The derived key of a phase, for an external call made outside `run()`. */
+  idempotencyKey(phase: string): string | undefined {
+    const context = currentIdempotencyContext();
+    return context && derivedKey(context.claim, phase);
+  }
+
+  /** A database that cannot be reached is a 503 with nothing stored, never a stored 500. */
+  private async guard<T>(commit: () => Promise<T>): Promise<T> {
+    try {
+      return await commit();
+    } catch (error) {
+      if (!(error instanceof IdempotencyError) && isConnectionError(error)) {
+        throw new IdempotencyStoreUnavailableError(error);
+      }
+      throw error;
+    }
+  }
+}
+
+function phaseContext(phase: string): PhaseContext {
+  return { phase, idempotencyKey: '' };
+}
+
+function toStoredResponse(value: unknown, context: IdempotencyContext): StoredResponse {
+  const response = value instanceof PhaseResponse ? value : undefined;
+  const body = response ? response.body : value;
+  return {
+    status: response?.status ?? context.defaultStatus,
+    headers: { 'content-type': JSON_CONTENT_TYPE, ...lowerCased(response?.headers ?? {}) },
+    body: Buffer.from(body === undefined ? '' : JSON.stringify(body)),
+  };
+}
+
+function lowerCased(headers: Readonly<Record<string, string>>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) out[name.toLowerCase()] = value;
+  return out;
+}
