@@ -76,12 +76,9 @@ export class PhaseRunner {
    * never done without its effects, nor the effects without the stored response. Return the
    * body (sent with the route's status) or `respond(status, body)`.
    */
-  async finish<T>(work: (manager: EntityManager) => Promise<T | PhaseResponse<T>>): Promise<T> {
+  async finish<R>(work: (manager: EntityManager) => Promise<R>): Promise<ResponseBody<R>> {
     const context = currentIdempotencyContext();
-    if (!context) {
-      const value = await this.store.transaction(work);
-      return value instanceof PhaseResponse ? value.body : value;
-    }
+    if (!context) return bodyOf(await this.store.transaction(work));
     return this.guard(() =>
       this.store.commitFinish(context.claim, async (manager) => {
         const value = await work(manager);
@@ -89,7 +86,7 @@ export class PhaseRunner {
         // Sent by the interceptor in place of what the adapter writes, so the first answer
         // and every replay are the same bytes.
         context.finished = response;
-        return { value: value instanceof PhaseResponse ? value.body : value, response };
+        return { value: bodyOf(value), response };
       }),
     ).catch((error: unknown) => {
       context.finished = undefined;
@@ -114,6 +111,13 @@ export class PhaseRunner {
       throw error;
     }
   }
+}
+
+/** The body a finish sends: a `PhaseResponse`'s, or the returned value itself. */
+export type ResponseBody<R> = R extends PhaseResponse<infer B> ? B : R;
+
+function bodyOf<R>(value: R): ResponseBody<R> {
+  return (value instanceof PhaseResponse ? value.body : value) as ResponseBody<R>;
 }
 
 function phaseContext(phase: string): PhaseContext {

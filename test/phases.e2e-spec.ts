@@ -1,0 +1,253 @@
+import { type INestApplication } from '@nestjs/common';
+import { Client } from 'pg';
+import request from 'supertest';
+import { startFakePsp, type FakePsp } from '../sample-app/psp/fake-psp.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { createPhaseApp, PHASE_APP_DDL } from './support/phase-app.js';
+import { startWorker, type WorkerProcess } from './support/worker-process.js';
+
+const LEASE_MS = 1500;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Atomic phases against real PostgreSQL, a real slow PSP (a fake that honours idempotency
+ * keys) and, for crashes, real worker processes killed with SIGKILL.
+ */
+describe('atomic phases, takeover and fencing', () => {
+  let database: TestDatabase;
+  let db: Client;
+  let psp: FakePsp;
+  let appA: INestApplication;
+  let appB: INestApplication;
+  const workers: WorkerProcess[] = [];
+  let n = 0;
+  const nextKey = () => `phase-${++n}-${Date.now()}`;
+
+  beforeAll(async () => {
+    database = await createTestDatabase('phases');
+    db = new Client({ connectionString: database.url });
+    await db.connect();
+    await db.query(PHASE_APP_DDL);
+    psp = await startFakePsp();
+    const settings = { databaseUrl: database.url, pspUrl: psp.url, leaseMs: LEASE_MS };
+    appA = await createPhaseApp({ ...settings, worker: 'A' });
+    appB = await createPhaseApp({ ...settings, worker: 'B', adapter: 'fastify' });
+  });
+  afterEach(async () => {
+    psp.delayMs = 0;
+    await Promise.all(workers.splice(0).map((w) => w.kill()));
+  });
+  afterAll(async () => {
+    await appA?.close();
+    await appB?.close();
+    await psp?.close();
+    await db?.end();
+    await database?.drop();
+  });
+
+  const pay = (target: INestApplication | string, key: string, customer: string, path = '/payments') =>
+    request(typeof target === 'string' ? target : target.getHttpServer())
+      .post(path)
+      .set('Idempotency-Key', key)
+      .send({ amount: 1000, customer, key });
+
+  /** Retries like a client would until the key is no longer in progress. */
+  async function retryUntilDone(target: INestApplication | string, key: string, customer: string) {
+    for (let attempt = 0; attempt < 60; attempt++) {
+      const res = await pay(target, key, customer);
+      if (res.status !== 409) return res;
+      await sleep(250);
+    }
+    throw new Error('still 409 after 15 s');
+  }
+
+  const phaseRuns = async (key: string) => {
+    const { rows } = await db.query<{ phase: string; worker: string }>(
+      'SELECT phase, worker FROM phase_runs WHERE payment_key = $1 ORDER BY id',
+      [key],
+    );
+    return rows;
+  };
+  const payments = async (customer: string) =>
+    (await db.query('SELECT * FROM payments WHERE customer = $1', [customer])).rows;
+  const keyRow = async (key: string) =>
+    (await db.query('SELECT * FROM idempotency_keys WHERE key = $1', [key])).rows[0];
+  const worker = async (name: string, extra: Record<string, string> = {}) => {
+    const started = await startWorker('test/support/phase-worker.js', {
+      DATABASE_URL: database.url,
+      PSP_URL: psp.url,
+      LEASE_MS: String(LEASE_MS),
+      WORKER: name,
+      ...extra,
+    });
+    workers.push(started);
+    return started;
+  };
+
+  it('runs every phase once and replays the stored final response', async () => {
+    const key = nextKey();
+    const first = await pay(appA, key, 'cus_once');
+    expect(first.status).toBe(201);
+    expect(first.body).toMatchObject({ status: 'succeeded', finishedBy: 'A' });
+    expect(first.body.derivedKey).toBe(`${(await keyRow(key)).claim_id}:psp_authorized`);
+    const again = await pay(appB, key, 'cus_once');
+    expect(again.status).toBe(201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.text).toBe(first.text);
+    expect((await phaseRuns(key)).map((r) => r.phase)).toEqual([
+      'order_created',
+      'psp_authorized',
+      'receipt_prepared',
+      'finish',
+    ]);
+    expect(await keyRow(key)).toMatchObject({ state: 'done', recovery_point: 'finished', response_code: 201 });
+  });
+
+  it('stores a non-default status given by respond() with the last phase, and replays it', async () => {
+    const key = nextKey();
+    const first = await pay(appA, key, 'cus_decline');
+    expect(first.status).toBe(402);
+    expect(first.body).toMatchObject({ error: 'card_declined' });
+    const again = await pay(appA, key, 'cus_decline');
+    expect(again.status).toBe(402);
+    expect(again.text).toBe(first.text);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+  });
+
+  it('crash: a SIGKILLed worker waiting on the PSP is taken over by another process', async () => {
+    const key = nextKey();
+    const customer = 'cus_crash';
+    const [w1, w2] = await Promise.all([worker('W1'), worker('W2')]);
+    psp.delayMs = 2000;
+    const called = psp.nextRequest();
+    const doomed = pay(w1.url, key, customer).then(
+      () => 'answered',
+      () => 'connection lost',
+    );
+    await called; // W1 committed phase one and now waits on the PSP
+    await w1.kill('SIGKILL');
+    expect(await doomed).toBe('connection lost');
+    expect(await keyRow(key)).toMatchObject({ state: 'started', recovery_point: 'order_created' });
+
+    const final = await retryUntilDone(w2.url, key, customer);
+    expect(final.status).toBe(201);
+    expect(final.body.finishedBy).toBe('W2');
+    // One local charge, one PSP authorization, although the PSP was called twice.
+    expect(await payments(customer)).toHaveLength(1);
+    expect(psp.authorizations().filter((a) => a.customer === customer)).toHaveLength(1);
+    expect(psp.requestCount()).toBeGreaterThanOrEqual(2);
+    expect((await phaseRuns(key)).filter((r) => r.phase === 'order_created')).toHaveLength(1);
+    const replay = await pay(w2.url, key, customer);
+    expect(replay.text).toBe(final.text);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+  });
+
+  it('resumption: killed after phase two committed, the takeover skips phases one and two', async () => {
+    const key = nextKey();
+    const customer = 'cus_resume';
+    const w1 = await worker('W1', { PHASE_THREE_DELAY_MS: '60000' });
+    const doomed = pay(w1.url, key, customer).catch(() => undefined);
+    for (let i = 0; i < 100 && (await keyRow(key))?.recovery_point !== 'psp_authorized'; i++) {
+      await sleep(50);
+    }
+    expect((await keyRow(key)).recovery_point).toBe('psp_authorized');
+    await w1.kill('SIGKILL');
+    await doomed;
+    const requestsBefore = psp.requestCount();
+
+    const final = await retryUntilDone(appB, key, customer);
+    expect(final.status).toBe(201);
+    expect(final.body.finishedBy).toBe('B');
+    // The takeover got phase one's and two's results back instead of running them.
+    const [payment] = await payments(customer);
+    expect(final.body.paymentId).toBe(payment.id);
+    expect(final.body.authorizationId).toBe(payment.authorization_id);
+    expect(psp.requestCount()).toBe(requestsBefore);
+    expect(await phaseRuns(key)).toEqual([
+      { phase: 'order_created', worker: 'W1' },
+      { phase: 'psp_authorized', worker: 'W1' },
+      { phase: 'receipt_prepared', worker: 'B' },
+      { phase: 'finish', worker: 'B' },
+    ]);
+    expect((await keyRow(key)).lock_version).toBe('1');
+  });
+
+  it('fencing: a stalled worker whose lease was taken over commits nothing and gets 409', async () => {
+    const key = nextKey();
+    const customer = 'cus_fenced';
+    psp.delayMs = 3000;
+    const called = psp.nextRequest();
+    const stalled = pay(appA, key, customer);
+    const stalledDone = stalled.then((r) => r);
+    await called;
+    await sleep(LEASE_MS + 300); // A still waits on the PSP; its lease has run out
+
+    const taker = await pay(appB, key, customer);
+    expect(taker.status).toBe(201);
+    expect(taker.body.finishedBy).toBe('B');
+    const late = await stalledDone;
+    expect(late.status).toBe(409);
+    expect(late.body.code).toBe('lease_lost');
+    expect(late.headers['retry-after']).toBeDefined();
+
+    // A's phase two (its row and the recorded run) was rolled back: only B's commits remain.
+    expect(await phaseRuns(key)).toEqual([
+      { phase: 'order_created', worker: 'A' },
+      { phase: 'psp_authorized', worker: 'B' },
+      { phase: 'receipt_prepared', worker: 'B' },
+      { phase: 'finish', worker: 'B' },
+    ]);
+    expect(await payments(customer)).toHaveLength(1);
+    expect(psp.authorizations().filter((a) => a.customer === customer)).toHaveLength(1);
+    const replay = await pay(appA, key, customer);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.text).toBe(taker.text);
+  });
+
+  it('heartbeat: a slow but live worker keeps its lease, so nobody takes it over', async () => {
+    const key = nextKey();
+    const customer = 'cus_heartbeat';
+    psp.delayMs = 3000;
+    const called = psp.nextRequest();
+    const slow = pay(appA, key, customer, '/payments-with-heartbeat').then((r) => r);
+    await called;
+    await sleep(LEASE_MS + 300);
+    const other = await pay(appB, key, customer, '/payments-with-heartbeat');
+    expect(other.status).toBe(409);
+    expect(other.body.code).toBe('key_in_progress');
+    const done = await slow;
+    expect(done.status).toBe(201);
+    expect(done.body.finishedBy).toBe('A');
+    expect((await keyRow(key)).lock_version).toBe('0');
+  });
+
+  it('concurrent takeovers of one expired key: exactly one worker wins', async () => {
+    const key = nextKey();
+    const customer = 'cus_stampede';
+    const w1 = await worker('W1', { PHASE_THREE_DELAY_MS: '60000' });
+    const doomed = pay(w1.url, key, customer).catch(() => undefined);
+    for (let i = 0; i < 100 && (await keyRow(key))?.recovery_point !== 'psp_authorized'; i++) {
+      await sleep(50);
+    }
+    await w1.kill('SIGKILL');
+    await doomed;
+    await sleep(LEASE_MS + 200);
+
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => pay(i % 2 ? appA : appB, key, customer)),
+    );
+    const winners = answers.filter((r) => r.status === 201 && !r.headers['idempotent-replayed']);
+    expect(winners).toHaveLength(1);
+    for (const r of answers) {
+      expect([201, 409]).toContain(r.status);
+      if (r.status === 201) expect(r.text).toBe(winners[0].text);
+    }
+    expect((await keyRow(key)).lock_version).toBe('1');
+    expect((await phaseRuns(key)).map((r) => r.phase)).toEqual([
+      'order_created',
+      'psp_authorized',
+      'receipt_prepared',
+      'finish',
+    ]);
+  });
+});

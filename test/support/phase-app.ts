@@ -1,0 +1,149 @@
+import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { ExpressAdapter } from '@nestjs/platform-express';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { type EntityManager } from 'typeorm';
+import {
+  IDEMPOTENCY_MIGRATIONS,
+  IdempotencyModule,
+  Idempotent,
+  PhaseRunner,
+  respond,
+  RetryLaterError,
+} from '../../lib/index.js';
+
+/** The tables of the phase tests' app: a payment, and one row per committed phase run. */
+export const PHASE_APP_DDL = `
+CREATE TABLE IF NOT EXISTS payments (
+  id serial PRIMARY KEY, customer text NOT NULL, amount int NOT NULL,
+  status text NOT NULL, authorization_id text, worker text);
+CREATE TABLE IF NOT EXISTS phase_runs (
+  id serial PRIMARY KEY, payment_key text NOT NULL, phase text NOT NULL, worker text NOT NULL);`;
+
+export interface PhaseAppSettings {
+  databaseUrl: string;
+  pspUrl: string;
+  leaseMs: number;
+  /** Names this worker in the rows it writes. */
+  worker: string;
+  /** How long the third phase waits before it commits (to kill a worker after phase two). */
+  phaseThreeDelayMs?: number;
+  adapter?: 'express' | 'fastify';
+}
+
+interface PaymentBody {
+  amount: number;
+  customer: string;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function createController(settings: PhaseAppSettings) {
+  @Controller()
+  class PaymentsController {
+    constructor(private readonly phases: PhaseRunner) {}
+
+    private async pay(body: PaymentBody, key: string) {
+      const record = (manager: EntityManager, phase: string) =>
+        manager.query('INSERT INTO phase_runs (payment_key, phase, worker) VALUES ($1, $2, $3)', [
+          key,
+          phase,
+          settings.worker,
+        ]);
+
+      const { paymentId } = await this.phases.run('order_created', async (manager) => {
+        await record(manager, 'order_created');
+        const rows = (await manager.query(
+          `INSERT INTO payments (customer, amount, status, worker) VALUES ($1, $2, 'pending', $3)
+           RETURNING id`,
+          [body.customer, body.amount, settings.worker],
+        )) as { id: number }[];
+        return { paymentId: rows[0].id };
+      });
+
+      const authorization = await this.phases.run(
+        'psp_authorized',
+        async (manager, { idempotencyKey }) => {
+          await record(manager, 'psp_authorized');
+          let res: Response;
+          try {
+            res = await fetch(`${settings.pspUrl}/v1/authorizations`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+              body: JSON.stringify({ amount: body.amount, currency: 'eur', customer: body.customer }),
+            });
+          } catch {
+            throw new RetryLaterError('The PSP is unreachable', 1);
+          }
+          const answer = (await res.json()) as { id?: string };
+          if (res.status !== 201 || !answer.id) return { declined: true as const };
+          await manager.query('UPDATE payments SET authorization_id = $1 WHERE id = $2', [
+            answer.id,
+            paymentId,
+          ]);
+          return { authorizationId: answer.id, derivedKey: idempotencyKey };
+        },
+      );
+
+      await this.phases.run('receipt_prepared', async (manager) => {
+        if (settings.phaseThreeDelayMs) await sleep(settings.phaseThreeDelayMs);
+        await record(manager, 'receipt_prepared');
+        return null;
+      });
+
+      return this.phases.finish(async (manager) => {
+        await record(manager, 'finish');
+        if ('declined' in authorization) {
+          await manager.query(`UPDATE payments SET status = 'declined' WHERE id = $1`, [paymentId]);
+          return respond(402, { error: 'card_declined', paymentId });
+        }
+        await manager.query(`UPDATE payments SET status = 'succeeded' WHERE id = $1`, [paymentId]);
+        return { paymentId, ...authorization, status: 'succeeded', finishedBy: settings.worker };
+      });
+    }
+
+    @Post('payments')
+    @Idempotent()
+    create(@Body() body: PaymentBody & { key: string }) {
+      return this.pay(body, body.key);
+    }
+
+    @Post('payments-with-heartbeat')
+    @Idempotent({ heartbeat: true })
+    createWithHeartbeat(@Body() body: PaymentBody & { key: string }) {
+      return this.pay(body, body.key);
+    }
+  }
+  return PaymentsController;
+}
+
+/** A Nest app whose handler runs in atomic phases and calls a (fake) PSP in one of them. */
+export async function createPhaseApp(settings: PhaseAppSettings): Promise<INestApplication> {
+  @Module({
+    imports: [
+      TypeOrmModule.forRoot({
+        type: 'postgres',
+        url: settings.databaseUrl,
+        migrations: [...IDEMPOTENCY_MIGRATIONS],
+        migrationsRun: true,
+        connectTimeoutMS: 2000,
+      }),
+      IdempotencyModule.forRoot({ leaseMs: settings.leaseMs }),
+    ],
+    controllers: [createController(settings)],
+  })
+  class PhaseAppModule {}
+
+  const adapter = settings.adapter === 'fastify' ? new FastifyAdapter() : new ExpressAdapter();
+  const app = await NestFactory.create(PhaseAppModule, adapter, {
+    rawBody: true,
+    logger: process.env.TEST_LOGS ? undefined : false,
+    abortOnError: false,
+  });
+  await app.init();
+  if (settings.adapter === 'fastify') {
+    await (app.getHttpAdapter().getInstance() as { ready(): Promise<void> }).ready();
+  }
+  return app;
+}
