@@ -74,6 +74,17 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    */
   tenant?: (request: IdempotencyRequest) => TenantId;
   /**
+   * Run the batched retention purge in this process every so many milliseconds (off when
+   * unset). Every instance may run it: batches skip rows another instance is deleting.
+   * @default undefined (off: purge from a job of your own with `IdempotencyPurger`)
+   */
+  purgeIntervalMs?: number;
+  /**
+   * Rows deleted per purge statement: small batches keep locks and WAL bursts short.
+   * @default 1000
+   */
+  purgeBatchSize?: number;
+  /**
    * Upper bound on each database call the library makes, in milliseconds: past it the client
    * gets 503 and nothing is executed.
    * @default 5000
@@ -90,6 +101,8 @@ export interface ResolvedIdempotencyOptions {
   retentionMs: number;
   tenant: (request: IdempotencyRequest) => TenantId;
   databaseTimeoutMs: number;
+  purgeIntervalMs?: number;
+  purgeBatchSize: number;
   route: ResolvedRouteOptions;
 }
 

@@ -2,6 +2,7 @@ import {
   DEFAULT_DATABASE_TIMEOUT_MS,
   DEFAULT_HEADER_NAME,
   DEFAULT_LEASE_MS,
+  DEFAULT_PURGE_BATCH_SIZE,
   DEFAULT_RETENTION_MS,
 } from './idempotency.constants.js';
 import {
@@ -71,6 +72,11 @@ export function resolveIdempotencyOptions(
       options.databaseTimeoutMs,
       DEFAULT_DATABASE_TIMEOUT_MS,
     ),
+    purgeIntervalMs:
+      options.purgeIntervalMs === undefined
+        ? undefined
+        : positiveInteger('purgeIntervalMs', options.purgeIntervalMs, 0),
+    purgeBatchSize: positiveInteger('purgeBatchSize', options.purgeBatchSize, DEFAULT_PURGE_BATCH_SIZE),
     route: resolveRouteOptions(options),
   };
 }

@@ -15,6 +15,9 @@ export const DEFAULT_LEASE_MS = 60_000;
 /** 24 h: the low end of the design's 24 h - 7 d window; raise it for offline clients. */
 export const DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000;
 
+/** Rows per purge statement: short locks and small WAL bursts, yet few round trips. */
+export const DEFAULT_PURGE_BATCH_SIZE = 1000;
+
 /**
  * Every store call is bounded, so that an unreachable database yields a prompt 503 rather
  * than a request that hangs on a pool waiting for a connection that never comes.

@@ -1,6 +1,8 @@
 import { Module, type Provider } from '@nestjs/common';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { PhaseRunner } from './phase-runner.service.js';
+import { ProcessedMessages } from './processed-messages.service.js';
+import { IdempotencyPurger } from './idempotency-purger.service.js';
 import {
   ConfigurableModuleClass,
   IDEMPOTENCY_MODULE_OPTIONS,
@@ -44,6 +46,8 @@ const storeProvider: Provider = {
     storeProvider,
     IdempotencyInterceptor,
     PhaseRunner,
+    ProcessedMessages,
+    IdempotencyPurger,
   ],
   exports: [
     RESOLVED_IDEMPOTENCY_OPTIONS,
@@ -51,6 +55,8 @@ const storeProvider: Provider = {
     IdempotencyStore,
     IdempotencyInterceptor,
     PhaseRunner,
+    ProcessedMessages,
+    IdempotencyPurger,
   ],
 })
 export class IdempotencyModule extends ConfigurableModuleClass {}

@@ -6,6 +6,8 @@ export { IdempotencyInterceptor } from './idempotency.interceptor.js';
 export { PhaseRunner, type PhaseContext, type PhaseWork } from './phase-runner.service.js';
 export { PhaseResponse, respond } from './phase-response.js';
 export { derivedKey } from './phases.js';
+export { ProcessedMessages, type DeliveryOutcome } from './processed-messages.service.js';
+export { IdempotencyPurger } from './idempotency-purger.service.js';
 export type {
   IdempotencyModuleOptions,
   IdempotencyRouteOptions,

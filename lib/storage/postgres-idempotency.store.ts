@@ -14,6 +14,7 @@ import {
   CLAIM,
   COMPLETE,
   EXTEND_LEASE,
+  PURGE_BATCH,
   RELEASE,
   TAKE_OVER,
 } from './postgres-statements.js';
@@ -118,6 +119,11 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
   async release(claim: ActiveClaim, forget: boolean): Promise<void> {
     await this.query(RELEASE, [claim.tenantId, claim.key, claim.lockVersion, forget]);
+  }
+
+  async purgeBatch(retentionMs: number, batchSize: number): Promise<number> {
+    const { rowCount } = await this.query(PURGE_BATCH, [retentionMs, batchSize]);
+    return rowCount ?? 0;
   }
 
   async extendLease(claim: ActiveClaim): Promise<boolean> {

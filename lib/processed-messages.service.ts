@@ -1,0 +1,46 @@
+import { Injectable } from '@nestjs/common';
+import { type EntityManager } from 'typeorm';
+import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
+
+/** The outcome of delivering a message: it ran now, or it had been processed before. */
+export type DeliveryOutcome<T> = { duplicate: false; result: T } | { duplicate: true };
+
+const RECORD = `INSERT INTO processed_messages (consumer, message_id) VALUES ($1, $2)
+ON CONFLICT (consumer, message_id) DO NOTHING`;
+
+/**
+ * Exactly-once effects for at-least-once consumers (webhooks, RabbitMQ, NATS, Kafka):
+ * the message id is recorded in the same transaction as the side effect, so the effect
+ * commits once per id however often the message is delivered.
+ *
+ * Two deliveries of one id at the same moment are serialized by PostgreSQL: the second
+ * insert waits on the first's uncommitted row, then finds it committed (a duplicate) or,
+ * if the first rolled back, records the id and runs the effect itself. An effect that
+ * throws rolls the record back too, so the message can be delivered again.
+ *
+ * @example
+ * const outcome = await this.messages.processOnce('psp-webhooks', event.id, (manager) =>
+ *   manager.insert(Refund, { chargeId: event.charge, amount: event.amount }),
+ * );
+ * return { duplicate: outcome.duplicate }; // ack either way
+ */
+@Injectable()
+export class ProcessedMessages {
+  constructor(private readonly source: IdempotencyDataSource) {}
+
+  async processOnce<T>(
+    consumer: string,
+    messageId: string,
+    effect: (manager: EntityManager) => Promise<T>,
+  ): Promise<DeliveryOutcome<T>> {
+    if (!consumer || consumer.length > 255) throw new RangeError('consumer: 1 to 255 characters');
+    if (!messageId || messageId.length > 255) {
+      throw new RangeError('messageId: 1 to 255 characters');
+    }
+    return this.source.dataSource.transaction(async (manager) => {
+      const recorded = await manager.queryRunner!.query(RECORD, [consumer, messageId], true);
+      if (recorded.affected !== 1) return { duplicate: true };
+      return { duplicate: false, result: await effect(manager) };
+    });
+  }
+}

@@ -1,0 +1,62 @@
+import { type DynamicModule, Module, ValidationPipe } from '@nestjs/common';
+import { APP_GUARD, APP_PIPE } from '@nestjs/core';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule } from '../lib/index.js';
+import { Charge, Refund } from './charges/charge.entity.js';
+import { ChargesController } from './charges/charges.controller.js';
+import { ChargesService } from './charges/charges.service.js';
+import { CreateCharges1764461000000 } from './migrations/1764461000000-CreateCharges.js';
+import { PSP_CLIENT, PspClient } from './psp/psp.client.js';
+import { TenantGuard, tenantOf } from './tenant.js';
+import { WebhooksController } from './webhooks/webhooks.controller.js';
+
+export interface AppSettings {
+  databaseUrl: string;
+  pspUrl: string;
+  pspTimeoutMs: number;
+  leaseMs: number;
+  retentionMs: number;
+  purgeIntervalMs: number;
+}
+
+/** The payments service: the library used as any app would, through its public API only. */
+@Module({})
+export class AppModule {
+  static register(settings: AppSettings): DynamicModule {
+    return {
+      module: AppModule,
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: settings.databaseUrl,
+          entities: [Charge, Refund],
+          migrations: [...IDEMPOTENCY_MIGRATIONS, CreateCharges1764461000000],
+          migrationsRun: true,
+          // A database that does not answer is a prompt 503, never a hung request.
+          connectTimeoutMS: 5000,
+        }),
+        TypeOrmModule.forFeature([Charge]),
+        IdempotencyModule.forRoot({
+          leaseMs: settings.leaseMs,
+          retentionMs: settings.retentionMs,
+          purgeIntervalMs: settings.purgeIntervalMs,
+          tenant: (request) => tenantOf(request.headers) ?? '',
+        }),
+      ],
+      controllers: [ChargesController, WebhooksController],
+      providers: [
+        ChargesService,
+        { provide: PSP_CLIENT, useValue: new PspClient(settings.pspUrl, settings.pspTimeoutMs) },
+        { provide: APP_GUARD, useClass: TenantGuard },
+        {
+          provide: APP_PIPE,
+          useValue: new ValidationPipe({
+            whitelist: true,
+            forbidNonWhitelisted: true,
+            forbidUnknownValues: true,
+          }),
+        },
+      ],
+    };
+  }
+}

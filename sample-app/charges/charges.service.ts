@@ -1,0 +1,85 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { InjectRepository } from '@nestjs/typeorm';
+import { type Repository } from 'typeorm';
+import { PhaseRunner, respond } from '../../lib/index.js';
+import { PSP_CLIENT, type PspClient } from '../psp/psp.client.js';
+import { Charge, chargeView } from './charge.entity.js';
+import { type CreateChargeDto } from './create-charge.dto.js';
+
+@Injectable()
+export class ChargesService {
+  constructor(
+    private readonly phases: PhaseRunner,
+    @Inject(PSP_CLIENT) private readonly psp: PspClient,
+    @InjectRepository(Charge) private readonly charges: Repository<Charge>,
+  ) {}
+
+  /**
+   * The contract's three atomic phases. A worker that takes a crashed request over runs this
+   * again: completed phases return their stored results, the first unfinished one runs.
+   */
+  async create(tenantId: string, dto: CreateChargeDto) {
+    // 1. The charge row, committed with the recovery point `charge_created`.
+    const { chargeId } = await this.phases.run('charge_created', async (manager) => {
+      const charge = manager.create(Charge, {
+        tenantId,
+        amount: dto.amount,
+        currency: dto.currency,
+        customer: dto.customer,
+        status: 'pending',
+        pspAuthorization: null,
+      });
+      await manager.save(charge);
+      return { chargeId: charge.id };
+    });
+
+    // 2. The PSP, with a key derived from this claim: a takeover repeats the call safely.
+    const outcome = await this.phases.run('psp_authorized', async (manager, { idempotencyKey }) => {
+      const result = await this.psp.authorize(
+        { amount: dto.amount, currency: dto.currency, customer: dto.customer },
+        idempotencyKey,
+      );
+      if (result.kind === 'authorized') {
+        await manager.update(Charge, { id: chargeId }, { pspAuthorization: result.authorizationId });
+      }
+      return result;
+    });
+
+    // 3. The charge's final status and the response, in one transaction.
+    return this.phases.finish(async (manager) => {
+      const status =
+        outcome.kind === 'authorized' ? 'succeeded' : outcome.kind === 'declined' ? 'declined' : 'failed';
+      await manager.update(Charge, { id: chargeId }, { status });
+      const charge = await manager.findOneByOrFail(Charge, { id: chargeId });
+      if (outcome.kind === 'declined') {
+        return respond(402, {
+          error: 'card_declined',
+          message: 'The card was declined by the PSP.',
+          charge: chargeView(charge),
+        });
+      }
+      if (outcome.kind === 'failed') {
+        return respond(502, {
+          error: 'psp_unavailable',
+          message: `The PSP failed to process the authorization (HTTP ${outcome.pspStatus}).`,
+          charge: chargeView(charge),
+        });
+      }
+      const { amount_refunded: _refunded, ...created } = chargeView(charge);
+      return created;
+    });
+  }
+
+  async list(tenantId: string, customer: string) {
+    const rows = await this.charges.find({
+      where: { tenantId, customer },
+      order: { createdAt: 'ASC' },
+    });
+    return rows.map(chargeView);
+  }
+
+  async get(tenantId: string, id: string) {
+    const charge = await this.charges.findOneBy({ tenantId, id });
+    return charge && chargeView(charge);
+  }
+}

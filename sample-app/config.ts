@@ -1,0 +1,44 @@
+/** The sample app's settings, read once from the environment (the contract's table). */
+export interface SampleAppConfig {
+  port: number;
+  databaseUrl?: string;
+  pspUrl?: string;
+  pspDelayMs: number;
+  /** Not in the contract's table: how long a PSP call may take before the answer is 503. */
+  pspTimeoutMs: number;
+  leaseMs: number;
+  retentionMs: number;
+  purgeIntervalMs: number;
+  adapter: 'express' | 'fastify';
+}
+
+/** Thrown for a setting that cannot be used; the message names the variable and the fix. */
+export class ConfigError extends Error {}
+
+function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isSafeInteger(value) || value < min) {
+    throw new ConfigError(`${name} must be an integer >= ${min}, got "${raw}"`);
+  }
+  return value;
+}
+
+export function readConfig(env: NodeJS.ProcessEnv): SampleAppConfig {
+  const adapter = env.HTTP_ADAPTER || 'express';
+  if (adapter !== 'express' && adapter !== 'fastify') {
+    throw new ConfigError(`HTTP_ADAPTER must be "express" or "fastify", got "${adapter}"`);
+  }
+  return {
+    port: integer(env, 'PORT', 3000),
+    databaseUrl: env.DATABASE_URL || undefined,
+    pspUrl: env.PSP_URL ? env.PSP_URL.replace(/\/+$/, '') : undefined,
+    pspDelayMs: integer(env, 'PSP_DELAY_MS', 0),
+    pspTimeoutMs: integer(env, 'PSP_TIMEOUT_MS', 30_000, 1),
+    leaseMs: integer(env, 'IDEMPOTENCY_LEASE_MS', 60_000, 1),
+    retentionMs: integer(env, 'IDEMPOTENCY_RETENTION_MS', 86_400_000, 1),
+    purgeIntervalMs: integer(env, 'IDEMPOTENCY_PURGE_INTERVAL_MS', 60_000, 1),
+    adapter,
+  };
+}

@@ -1,0 +1,73 @@
+import 'reflect-metadata';
+import { type INestApplication } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { AppModule } from './app.module.js';
+import { ConfigError, readConfig } from './config.js';
+import { startEmbeddedPostgres } from './database/embedded-postgres.js';
+import { startFakePsp } from './psp/fake-psp.js';
+
+/** Bodies over 1 MiB are refused with 413 (the contract). */
+const BODY_LIMIT = 1024 * 1024;
+
+async function main(): Promise<void> {
+  const config = readConfig(process.env);
+  const stops: (() => Promise<void>)[] = [];
+
+  let databaseUrl = config.databaseUrl;
+  if (!databaseUrl) {
+    const embedded = await startEmbeddedPostgres();
+    stops.unshift(embedded.stop);
+    databaseUrl = embedded.url;
+    console.log('no DATABASE_URL: started an embedded PostgreSQL (data in a temporary folder)');
+  }
+  let pspUrl = config.pspUrl;
+  if (!pspUrl) {
+    const psp = await startFakePsp({ delayMs: config.pspDelayMs });
+    stops.unshift(psp.close);
+    pspUrl = psp.url;
+    console.log(`no PSP_URL: started the fake PSP in this process at ${psp.url}`);
+  }
+
+  const module = AppModule.register({
+    databaseUrl,
+    pspUrl,
+    pspTimeoutMs: config.pspTimeoutMs,
+    leaseMs: config.leaseMs,
+    retentionMs: config.retentionMs,
+    purgeIntervalMs: config.purgeIntervalMs,
+  });
+  let app: INestApplication;
+  if (config.adapter === 'fastify') {
+    app = await NestFactory.create(module, new FastifyAdapter({ bodyLimit: BODY_LIMIT }), {
+      rawBody: true,
+    });
+  } else {
+    const expressApp = await NestFactory.create<NestExpressApplication>(module, new ExpressAdapter(), {
+      rawBody: true,
+    });
+    expressApp.useBodyParser('json', { limit: BODY_LIMIT });
+    app = expressApp;
+  }
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    console.log(`${signal}: stopping`);
+    await app.close(); // the HTTP server, then the database connections
+    for (const stopOne of stops) await stopOne();
+    process.exit(0);
+  };
+  process.once('SIGTERM', () => void stop('SIGTERM'));
+  process.once('SIGINT', () => void stop('SIGINT'));
+
+  await app.listen(config.port, '0.0.0.0');
+  console.log(`listening on ${config.port}`);
+}
+
+main().catch((error: unknown) => {
+  console.error(error instanceof ConfigError ? `configuration: ${error.message}` : error);
+  process.exit(1);
+});
