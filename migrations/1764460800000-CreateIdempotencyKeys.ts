@@ -9,6 +9,9 @@ import { type MigrationInterface, type QueryRunner } from 'typeorm';
  * - `response_headers`: the stored response's content type and `Location`, replayed as sent.
  * - `phase_results`: what each completed atomic phase returned, handed to a worker that takes
  *   the key over instead of running those phases again.
+ *
+ * A fill factor of 70 leaves room in each page for the row's one update (the stored response),
+ * so that it is a HOT update that touches no index.
  */
 export class CreateIdempotencyKeys1764460800000 implements MigrationInterface {
   name = 'CreateIdempotencyKeys1764460800000';
@@ -30,9 +33,12 @@ export class CreateIdempotencyKeys1764460800000 implements MigrationInterface {
         response_headers jsonb,
         phase_results    jsonb       NOT NULL DEFAULT '{}',
         PRIMARY KEY (tenant_id, key)
-      )`);
+      ) WITH (fillfactor = 70)`);
+    // BRIN, not B-tree: rows arrive in created_at order, so a block-range index serves the
+    // retention purge at a fraction of a B-tree's cost on every claim's insert.
     await queryRunner.query(
-      `CREATE INDEX idempotency_keys_created_at_idx ON idempotency_keys (created_at)`,
+      `CREATE INDEX idempotency_keys_created_at_idx ON idempotency_keys USING brin (created_at)
+       WITH (autosummarize = on)`,
     );
   }
 

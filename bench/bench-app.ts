@@ -1,0 +1,115 @@
+/**
+ * The app the benchmark drives: one piece of work (insert a row, answer it as JSON) behind a
+ * plain route and behind an idempotent one, so that the ratio between them is the library's
+ * cost. Run as its own process so that the load generator does not share its event loop.
+ */
+import 'reflect-metadata';
+import { Body, Controller, Module, Post } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { ExpressAdapter } from '@nestjs/platform-express';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { InjectDataSource, InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import {
+  Column,
+  CreateDateColumn,
+  type DataSource,
+  Entity,
+  PrimaryGeneratedColumn,
+  type Repository,
+} from 'typeorm';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
+
+interface OrderBody {
+  amount: number;
+  customer: string;
+}
+
+@Entity({ name: 'bench_orders' })
+class BenchOrder {
+  @PrimaryGeneratedColumn({ type: 'bigint' })
+  id!: string;
+
+  @Column({ type: 'int' })
+  amount!: number;
+
+  @Column({ type: 'text' })
+  customer!: string;
+
+  @CreateDateColumn({ name: 'created_at', type: 'timestamptz' })
+  createdAt!: Date;
+}
+
+/**
+ * Two kinds of work: one raw INSERT (the cheapest a handler can do, so the library's share is
+ * at its largest), and the same row saved through a TypeORM repository, as most Nest
+ * handlers write.
+ */
+@Controller()
+class BenchController {
+  constructor(
+    @InjectDataSource() private readonly dataSource: DataSource,
+    @InjectRepository(BenchOrder) private readonly orders: Repository<BenchOrder>,
+  ) {}
+
+  private async ormWork(body: OrderBody) {
+    const order = await this.orders.save(
+      this.orders.create({ amount: body.amount, customer: body.customer }),
+    );
+    return { id: order.id, amount: order.amount, customer: order.customer, status: 'created' };
+  }
+
+  @Post('plain-orm')
+  plainOrm(@Body() body: OrderBody) {
+    return this.ormWork(body);
+  }
+
+  @Post('idempotent-orm')
+  @Idempotent()
+  idempotentOrm(@Body() body: OrderBody) {
+    return this.ormWork(body);
+  }
+
+  private async work(body: OrderBody) {
+    const rows = (await this.dataSource.query(
+      'INSERT INTO bench_orders (amount, customer) VALUES ($1, $2) RETURNING id, created_at',
+      [body.amount, body.customer],
+    )) as { id: number; created_at: Date }[];
+    return { id: rows[0].id, amount: body.amount, customer: body.customer, status: 'created' };
+  }
+
+  @Post('plain')
+  plain(@Body() body: OrderBody) {
+    return this.work(body);
+  }
+
+  @Post('idempotent')
+  @Idempotent()
+  idempotent(@Body() body: OrderBody) {
+    return this.work(body);
+  }
+}
+
+const url = process.env.DATABASE_URL!;
+
+@Module({
+  imports: [
+    TypeOrmModule.forRoot({
+      type: 'postgres',
+      url,
+      migrations: [...IDEMPOTENCY_MIGRATIONS],
+      migrationsRun: true,
+      entities: [BenchOrder],
+      extra: { max: 20 },
+    }),
+    TypeOrmModule.forFeature([BenchOrder]),
+    IdempotencyModule.forRoot({}),
+  ],
+  controllers: [BenchController],
+})
+class BenchModule {}
+
+const adapter = process.env.HTTP_ADAPTER === 'fastify' ? new FastifyAdapter() : new ExpressAdapter();
+const app = await NestFactory.create(BenchModule, adapter, { rawBody: true, logger: false });
+await app.listen(Number(process.env.PORT ?? 0), '127.0.0.1');
+console.log(`listening on ${(app.getHttpServer().address() as { port: number }).port}`);
+process.once('SIGTERM', () => void app.close().then(() => process.exit(0)));
