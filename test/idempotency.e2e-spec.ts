@@ -1,3 +1,5 @@
+import { request as httpRequest } from 'node:http';
+import { type AddressInfo } from 'node:net';
 import request from 'supertest';
 import { ADAPTERS } from './support/test-app.js';
 import { type Scenario, startScenario } from './support/scenario.js';
@@ -178,6 +180,53 @@ describe.each(ADAPTERS)('idempotent routes on %s', (adapter) => {
     expect(Number(busy.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     expect(busy.body.code).toBe('key_in_progress');
     expect((await slowDone).status).toBe(201);
+  });
+
+  it('distinguishes JSON numbers a JavaScript number cannot hold (raw-body fingerprint)', async () => {
+    const key = newKey();
+    const send = (amount: string) =>
+      post('/orders', key).set('Content-Type', 'application/json').send(`{"amount":${amount}}`);
+    expect((await send('1234567890123456789')).status).toBe(201);
+    expect((await send('1234567890123456789.0')).headers['idempotent-replayed']).toBe('true');
+    expect((await send('1234567890123456788')).status).toBe(422);
+  });
+
+  it('stores the response of a client that hung up mid-request; its retry replays it', async () => {
+    const key = newKey();
+    const before = await s.sideEffects('orders');
+    const server = s.server() as { address(): AddressInfo | string | null };
+    let port = (server.address() as AddressInfo | null)?.port;
+    if (!port) {
+      await new Promise<void>((resolve) => s.app.getHttpServer().listen(0, '127.0.0.1', resolve));
+      port = (server.address() as AddressInfo).port;
+    }
+    const body = JSON.stringify({ amount: 77, delayMs: 600 });
+    await new Promise<void>((resolve) => {
+      const req = httpRequest({
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: '/orders',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key, 'x-tenant-id': '1' },
+      });
+      req.on('error', () => resolve());
+      req.end(body);
+      setTimeout(() => {
+        req.destroy();
+        resolve();
+      }, 150);
+    });
+    let row: { state: string } | undefined;
+    for (let i = 0; i < 40; i++) {
+      row = (await s.db.query('SELECT state FROM idempotency_keys WHERE key = $1', [key])).rows[0];
+      if (row?.state === 'done') break;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(row?.state).toBe('done');
+    const retry = await post('/orders', key).send({ amount: 77, delayMs: 600 });
+    expect(retry.status).toBe(201);
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(await s.sideEffects('orders')).toBe(before + 1);
   });
 
   it('runs the handler exactly once for 40 concurrent requests with one key', async () => {

@@ -162,4 +162,4 @@ export async function createTestApp(options: {
 
 /** The side-effect table the test controller writes to; not the library's (no migration). */
 export const SIDE_EFFECTS_DDL = `CREATE TABLE IF NOT EXISTS side_effects (
-  id serial PRIMARY KEY, route text NOT NULL, amount int, created_at timestamptz DEFAULT now())`;
+  id serial PRIMARY KEY, route text NOT NULL, amount bigint, created_at timestamptz DEFAULT now())`;
