@@ -10,7 +10,8 @@ import { type ResolvedIdempotencyOptions } from './idempotency-options.interface
 import { IdempotencyStore } from './storage/idempotency-store.interface.js';
 
 /**
- * Deletes keys older than the retention window, in small batches (the design's statement 6).
+ * Deletes finished keys older than the retention window, in small batches (the design's
+ * statement 6); keys that never finished are kept, so that a late retry still resumes.
  * Runs on a timer when `purgeIntervalMs` is set; otherwise call `purgeExpired()` from a job.
  */
 @Injectable()

@@ -93,15 +93,16 @@ WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'`,
 };
 
 /**
- * Statement 6, one batch: keys created before the retention window, except one whose lease is
- * live (a request still running). `SKIP LOCKED` lets several instances purge side by side
- * without waiting on each other's batches.
+ * Statement 6, one batch: finished keys created before the retention window. A key that never
+ * finished (its worker crashed and no retry came yet) is kept: it holds the claim id that the
+ * external calls were keyed with and the completed phases, and deleting it would make a late
+ * retry start over with a new derived key, so the PSP would charge twice. `SKIP LOCKED` lets
+ * several instances purge side by side without waiting on each other's batches.
  */
 export const PURGE_BATCH = {
-  name: 'idempotency_purge_batch_v1',
+  name: 'idempotency_purge_batch_v2',
   text: `DELETE FROM idempotency_keys WHERE ctid IN (
   SELECT ctid FROM idempotency_keys
-  WHERE created_at < now() - $1 * interval '1 millisecond'
-    AND (locked_until IS NULL OR locked_until < now())
+  WHERE created_at < now() - $1 * interval '1 millisecond' AND state = 'done'
   LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 };

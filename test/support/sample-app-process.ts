@@ -14,6 +14,10 @@ export interface SampleAppSettings {
   leaseMs?: number;
   /** `PSP_TIMEOUT_MS`; the app's default (30 s) when not given. */
   pspTimeoutMs?: number;
+  /** `IDEMPOTENCY_RETENTION_MS`; the contract's default (24 h) when not given. */
+  retentionMs?: number;
+  /** `IDEMPOTENCY_PURGE_INTERVAL_MS`; the contract's default (60 s) when not given. */
+  purgeIntervalMs?: number;
 }
 
 /**
@@ -28,11 +32,59 @@ export async function startSampleApp(settings: SampleAppSettings): Promise<Worke
     HTTP_ADAPTER: settings.adapter,
     DATABASE_URL: settings.databaseUrl,
     PSP_URL: settings.pspUrl,
+    PSP_DELAY_MS: '0',
     IDEMPOTENCY_LEASE_MS: String(settings.leaseMs ?? 60_000),
     PSP_TIMEOUT_MS: String(settings.pspTimeoutMs ?? 30_000),
-    IDEMPOTENCY_RETENTION_MS: '86400000',
-    IDEMPOTENCY_PURGE_INTERVAL_MS: '60000',
+    IDEMPOTENCY_RETENTION_MS: String(settings.retentionMs ?? 86_400_000),
+    IDEMPOTENCY_PURGE_INTERVAL_MS: String(settings.purgeIntervalMs ?? 60_000),
   });
+}
+
+/**
+ * `npm start` with neither `DATABASE_URL` nor `PSP_URL` (nor `HTTP_ADAPTER`): the app starts an
+ * embedded PostgreSQL and the fake PSP in its own process. Only `PORT` is set (a free port).
+ * Stop it with `stopGracefully`, so that it stops its embedded PostgreSQL too.
+ */
+export async function startStandaloneApp(env: Record<string, string> = {}): Promise<WorkerProcess> {
+  const port = await freePort();
+  // Empty values are "not set" for the app, and override whatever the test run has.
+  return startWorker(
+    'sample-app/main.js',
+    {
+      PORT: String(port),
+      DATABASE_URL: '',
+      PSP_URL: '',
+      HTTP_ADAPTER: '',
+      PSP_DELAY_MS: '',
+      PSP_TIMEOUT_MS: '',
+      IDEMPOTENCY_LEASE_MS: '',
+      IDEMPOTENCY_RETENTION_MS: '',
+      IDEMPOTENCY_PURGE_INTERVAL_MS: '',
+      ...env,
+    },
+    90_000,
+  );
+}
+
+/** `npm run psp`: the fake PSP as a process of its own, on `PSP_PORT`. */
+export async function startStandalonePsp(delayMs: number): Promise<WorkerProcess> {
+  const port = await freePort();
+  return startWorker('sample-app/psp/main.js', { PSP_PORT: String(port), PSP_DELAY_MS: String(delayMs) });
+}
+
+/** SIGTERM, then SIGKILL if the process has not exited in time; says how it ended. */
+export async function stopGracefully(
+  worker: WorkerProcess,
+  timeoutMs = 20_000,
+): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  const { child } = worker;
+  let timer: NodeJS.Timeout | undefined;
+  const killed = new Promise<void>((resolve) => {
+    timer = setTimeout(() => void worker.kill('SIGKILL').then(resolve), timeoutMs);
+  });
+  await Promise.race([worker.kill('SIGTERM'), killed]);
+  clearTimeout(timer);
+  return { code: child.exitCode, signal: child.signalCode };
 }
 
 /** The same connection string, pointed at another host and port (a proxy in front of it). */
