@@ -19,6 +19,9 @@ export interface AppSettings {
   purgeIntervalMs: number;
 }
 
+/** The migrations of the app: the library's, then its own. */
+export const MIGRATIONS = [...IDEMPOTENCY_MIGRATIONS, CreateCharges1764461000000];
+
 /** The payments service: the library used as any app would, through its public API only. */
 @Module({})
 export class AppModule {
@@ -30,8 +33,9 @@ export class AppModule {
           type: 'postgres',
           url: settings.databaseUrl,
           entities: [Charge, Refund],
-          migrations: [...IDEMPOTENCY_MIGRATIONS, CreateCharges1764461000000],
-          migrationsRun: true,
+          // Run by main.ts before the app starts, under a lock (several instances may start).
+          migrations: MIGRATIONS,
+          migrationsRun: false,
           // A database that does not answer is a prompt 503, never a hung request.
           connectTimeoutMS: 5000,
         }),

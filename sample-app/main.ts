@@ -3,7 +3,8 @@ import { type INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
-import { AppModule } from './app.module.js';
+import { AppModule, MIGRATIONS } from './app.module.js';
+import { migrate } from './database/migrate.js';
 import { ConfigError, readConfig } from './config.js';
 import { startEmbeddedPostgres } from './database/embedded-postgres.js';
 import { startFakePsp } from './psp/fake-psp.js';
@@ -29,6 +30,8 @@ async function main(): Promise<void> {
     pspUrl = psp.url;
     console.log(`no PSP_URL: started the fake PSP in this process at ${psp.url}`);
   }
+
+  await migrate({ type: 'postgres', url: databaseUrl, migrations: MIGRATIONS });
 
   const module = AppModule.register({
     databaseUrl,

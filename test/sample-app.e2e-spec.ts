@@ -211,23 +211,23 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
     dbProxy = new TcpProxy(target.hostname, Number(target.port || 5432));
     await dbProxy.start();
 
-    // The first instance runs the migrations on the fresh database; the others start after it.
+    // All five start at once on fresh databases: they migrate once, under the app's lock.
     const start = (settings: Partial<SampleAppSettings>) =>
       startSampleApp({ adapter, databaseUrl: database.url, pspUrl: psp.url, ...settings });
-    main = await start({ pspUrl: `http://127.0.0.1:${pspProxy.port}`, pspTimeoutMs: MAIN_PSP_TIMEOUT_MS });
-    const others = await Promise.allSettled([
+    const all = await Promise.allSettled([
+      start({ pspUrl: `http://127.0.0.1:${pspProxy.port}`, pspTimeoutMs: MAIN_PSP_TIMEOUT_MS }),
       start({}),
       start({ leaseMs: SHORT_LEASE_MS }),
       start({ leaseMs: SHORT_LEASE_MS, databaseUrl: viaPort(database.url, dbProxy.port) }),
       start({ retentionMs: SHORT_RETENTION_MS, purgeIntervalMs: 250, databaseUrl: retentionDatabase.url }),
     ]);
-    const started = others.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
-    const failed = others.find((o): o is PromiseRejectedResult => o.status === 'rejected');
+    const started = all.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
+    const failed = all.find((o): o is PromiseRejectedResult => o.status === 'rejected');
     if (failed) {
       await Promise.all(started.map((app) => app.kill('SIGKILL')));
       throw failed.reason;
     }
-    [peer, shortLease, flakyDb, expiring] = started;
+    [main, peer, shortLease, flakyDb, expiring] = started;
   });
 
   afterEach(async () => {

@@ -106,14 +106,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   async complete(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
-    const { rowCount } = await this.query(COMPLETE, [
-      claim.tenantId,
-      claim.key,
-      claim.lockVersion,
-      response.status,
-      response.body,
-      response.headers,
-    ]);
+    const { rowCount } = await this.query(COMPLETE, completeValues(claim, response));
     return rowCount === 1;
   }
 
@@ -162,14 +155,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   ): Promise<T> {
     return this.transaction(async (manager) => {
       const { value, response } = await work(manager);
-      await fenced(manager, COMPLETE.text, [
-        claim.tenantId,
-        claim.key,
-        claim.lockVersion,
-        response.status,
-        response.body,
-        response.headers,
-      ]);
+      await fenced(manager, COMPLETE.text, completeValues(claim, response));
       return value;
     });
   }
@@ -213,6 +199,18 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       clearTimeout(timer);
     }
   }
+}
+
+/** The parameters of statement 5, for the plain finish and the last phase alike. */
+function completeValues(claim: ActiveClaim, response: StoredResponse): unknown[] {
+  return [
+    claim.tenantId,
+    claim.key,
+    claim.lockVersion,
+    response.status,
+    response.body,
+    response.headers,
+  ];
 }
 
 /** Runs a fenced write in the phase's transaction; zero rows: the lease is lost, roll back. */

@@ -1,7 +1,5 @@
 import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
-import { ExpressAdapter } from '@nestjs/platform-express';
-import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { bootstrapTestApp } from './bootstrap.js';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { type EntityManager } from 'typeorm';
 import {
@@ -135,15 +133,5 @@ export async function createPhaseApp(settings: PhaseAppSettings): Promise<INestA
   })
   class PhaseAppModule {}
 
-  const adapter = settings.adapter === 'fastify' ? new FastifyAdapter() : new ExpressAdapter();
-  const app = await NestFactory.create(PhaseAppModule, adapter, {
-    rawBody: true,
-    logger: process.env.TEST_LOGS ? undefined : false,
-    abortOnError: false,
-  });
-  await app.init();
-  if (settings.adapter === 'fastify') {
-    await (app.getHttpAdapter().getInstance() as { ready(): Promise<void> }).ready();
-  }
-  return app;
+  return bootstrapTestApp(PhaseAppModule, settings.adapter);
 }

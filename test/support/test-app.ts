@@ -13,9 +13,7 @@ import {
   Res,
   type DynamicModule,
 } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
-import { ExpressAdapter } from '@nestjs/platform-express';
-import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { type AdapterName, bootstrapTestApp } from './bootstrap.js';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { type DataSource } from 'typeorm';
 import {
@@ -25,8 +23,7 @@ import {
   Idempotent,
 } from '../../lib/index.js';
 
-export type AdapterName = 'express' | 'fastify';
-export const ADAPTERS: AdapterName[] = ['express', 'fastify'];
+export { ADAPTERS, type AdapterName } from './bootstrap.js';
 
 interface OrderBody {
   amount: number;
@@ -147,17 +144,7 @@ export async function createTestApp(options: {
   })
   class TestAppModule {}
 
-  const adapter = options.adapter === 'fastify' ? new FastifyAdapter() : new ExpressAdapter();
-  const app = await NestFactory.create(TestAppModule, adapter, {
-    rawBody: true,
-    logger: process.env.TEST_LOGS ? undefined : false,
-    abortOnError: false,
-  });
-  await app.init();
-  if (options.adapter === 'fastify') {
-    await (app.getHttpAdapter().getInstance() as { ready(): Promise<void> }).ready();
-  }
-  return app;
+  return bootstrapTestApp(TestAppModule, options.adapter);
 }
 
 /** The side-effect table the test controller writes to; not the library's (no migration). */

@@ -1,0 +1,55 @@
+import { resolveIdempotencyOptions, resolveRouteOptions } from './idempotency-options.js';
+import { type IdempotencyModuleOptions } from './idempotency-options.interface.js';
+
+describe('resolveIdempotencyOptions', () => {
+  it('fills every default in', () => {
+    const resolved = resolveIdempotencyOptions();
+    expect(resolved).toMatchObject({
+      headerName: 'Idempotency-Key',
+      headerKey: 'idempotency-key',
+      retentionMs: 86_400_000,
+      databaseTimeoutMs: 5000,
+      purgeIntervalMs: undefined,
+      purgeBatchSize: 1000,
+      route: {
+        required: true,
+        leaseMs: 60_000,
+        fingerprintHeaders: [],
+        fingerprintQuery: false,
+        heartbeat: false,
+      },
+    });
+    expect(resolved.tenant({ method: 'POST', url: '/', headers: {} })).toBe(0);
+  });
+
+  it('lower-cases and sorts fingerprint headers', () => {
+    const resolved = resolveIdempotencyOptions({ fingerprintHeaders: ['X-B', 'Accept'] });
+    expect(resolved.route.fingerprintHeaders).toEqual(['accept', 'x-b']);
+  });
+
+  it.each<[string, IdempotencyModuleOptions, string]>([
+    ['zero lease', { leaseMs: 0 }, 'leaseMs must be a positive integer, got 0'],
+    ['fractional lease', { leaseMs: 1.5 }, 'leaseMs must be a positive integer, got 1.5'],
+    ['negative retention', { retentionMs: -1 }, 'retentionMs must be a positive integer, got -1'],
+    ['zero timeout', { databaseTimeoutMs: 0 }, 'databaseTimeoutMs must be a positive integer'],
+    ['zero purge interval', { purgeIntervalMs: 0 }, 'purgeIntervalMs must be a positive integer'],
+    ['zero batch', { purgeBatchSize: 0 }, 'purgeBatchSize must be a positive integer'],
+    ['header with a space', { headerName: 'Idempotency Key' }, 'headerName "Idempotency Key" is not a header name'],
+    ['bad fingerprint header', { fingerprintHeaders: ['a:b'] }, 'fingerprintHeaders: "a:b" is not a header name'],
+    ['tenant not a function', { tenant: 'x' as never }, 'tenant must be a function'],
+  ])('refuses %s at start-up', (_name, options, message) => {
+    expect(() => resolveIdempotencyOptions(options)).toThrow(`IdempotencyModule: ${message}`);
+  });
+});
+
+describe('resolveRouteOptions', () => {
+  const base = resolveIdempotencyOptions({ leaseMs: 30_000, fingerprintHeaders: ['accept'] }).route;
+  it.each([
+    [{}, { required: true, leaseMs: 30_000, fingerprintHeaders: ['accept'], heartbeat: false }],
+    [{ required: false }, { required: false, leaseMs: 30_000 }],
+    [{ leaseMs: 5000, heartbeat: true }, { leaseMs: 5000, heartbeat: true }],
+    [{ fingerprintHeaders: [] }, { fingerprintHeaders: [] }],
+  ])('overrides the module options with %j', (route, expected) => {
+    expect(resolveRouteOptions(route, base)).toMatchObject(expected);
+  });
+});
