@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { randomUUID } from 'node:crypto';
 import { type StoredResponse } from './stored-response.js';
 
 /** A key this worker owns: what the claim or the takeover returned. */
@@ -26,9 +27,12 @@ export class IdempotencyContext {
   handlerStarted = false;
   /** The response `PhaseRunner.finish()` stored with the last phase, once it committed. */
   finished?: StoredResponse;
+  /** Keys for external calls of a request without a key of its own: unique, never reused. */
+  readonly keylessId = randomUUID();
 
   constructor(
-    readonly claim: ActiveClaim,
+    /** The key this request owns; undefined for a request that sent none (optional keys). */
+    readonly claim: ActiveClaim | undefined,
     /** The route's status (`@HttpCode()`, else 201 for POST, 200 otherwise). */
     readonly defaultStatus: number,
   ) {}

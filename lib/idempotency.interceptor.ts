@@ -63,12 +63,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const request = http.getRequest<IdempotencyRequest>();
     const response = http.getResponse<object>();
     const { route, httpCode } = this.routeSettings(context.getHandler());
+    const defaultStatus = httpCode ?? (request.method === 'POST' ? 201 : 200);
 
     const parsed = parseIdempotencyKey(request.headers[this.options.headerKey]);
     if (parsed.kind === 'missing') {
       return route.required
         ? this.fail(response, new IdempotencyKeyMissingError(this.options.headerName))
-        : next.handle();
+        : this.runWithoutKey(defaultStatus, rawResponse(response), next);
     }
     if (parsed.kind === 'invalid') {
       return this.fail(response, new IdempotencyKeyInvalidError(this.options.headerName, parsed.reason));
@@ -81,7 +82,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const scope: KeyScope = { tenantId, key: parsed.key };
     const fingerprint = computeFingerprint(fingerprintInput(request, route));
     const raw = rawResponse(response);
-    const defaultStatus = httpCode ?? (request.method === 'POST' ? 201 : 200);
     const execute = (claim: ActiveClaim) => this.execute(claim, route, defaultStatus, raw, next);
 
     return from(this.store.claim(scope, fingerprint, route.leaseMs)).pipe(
@@ -138,9 +138,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           error instanceof IdempotencyError ? error : new IdempotencyStoreUnavailableError(error),
         ),
     );
-    const handled = new Observable<unknown>((subscriber) =>
-      idempotencyStorage.run(context, () => next.handle().subscribe(subscriber)),
-    );
+    const handled = runInContext(context, next);
     const stopHeartbeat = route.heartbeat ? this.startHeartbeat(claim) : undefined;
     return handled.pipe(
       finalize(() => stopHeartbeat?.()),
@@ -159,6 +157,20 @@ export class IdempotencyInterceptor implements NestInterceptor {
         return throwError(() => error);
       }),
     );
+  }
+
+  /**
+   * A request without a key on a route whose key is optional: nothing is claimed or stored,
+   * but its phases run (as plain transactions) and a `respond()` status still goes out.
+   */
+  private runWithoutKey(defaultStatus: number, raw: ServerResponse, next: CallHandler) {
+    const context = new IdempotencyContext(undefined, defaultStatus);
+    holdResponse(
+      raw,
+      async () => context.finished,
+      () => undefined,
+    );
+    return runInContext(context, next);
   }
 
   /**
@@ -228,6 +240,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     return settings;
   }
+}
+
+/**
+ * Runs the handler inside the request's async context: Nest calls the handler when the
+ * observable is subscribed to, so the subscription is what runs inside the context.
+ */
+function runInContext(context: IdempotencyContext, next: CallHandler): Observable<unknown> {
+  return new Observable<unknown>((subscriber) =>
+    idempotencyStorage.run(context, () => next.handle().subscribe(subscriber)),
+  );
 }
 
 interface RouteSettings {

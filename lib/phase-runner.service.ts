@@ -1,4 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
 import { type EntityManager } from 'typeorm';
 import { currentIdempotencyContext, type IdempotencyContext } from './idempotency-context.js';
 import { IdempotencyStoreUnavailableError, IdempotencyError } from './idempotency.errors.js';
@@ -58,16 +59,22 @@ export class PhaseRunner {
    */
   async run<T>(phase: string, work: PhaseWork<T>): Promise<T> {
     const context = currentIdempotencyContext();
-    if (!context) return this.store.transaction((manager) => work(manager, phaseContext(phase)));
-    const done = completedPhase(context.claim.phaseResults, phase);
+    const claim = context?.claim;
+    if (!claim) {
+      // No key (an optional one, not sent): nothing to resume, so a plain transaction. The
+      // external call still gets a key of its own, unique to this request.
+      const idempotencyKey = `${context?.keylessId ?? randomUUID()}:${phase}`;
+      return this.store.transaction((manager) => work(manager, { phase, idempotencyKey }));
+    }
+    const done = completedPhase(claim.phaseResults, phase);
     if (done.completed) return done.result as T;
     const value = await this.guard(() =>
-      this.store.commitPhase(context.claim, phase, (manager) =>
-        work(manager, { phase, idempotencyKey: derivedKey(context.claim, phase) }),
+      this.store.commitPhase(claim, phase, (manager) =>
+        work(manager, { phase, idempotencyKey: derivedKey(claim, phase) }),
       ),
     );
     // Stored as JSON, so a later phase of this run sees what a takeover would see.
-    context.claim.phaseResults[phase] = JSON.parse(JSON.stringify(value ?? null));
+    claim.phaseResults[phase] = JSON.parse(JSON.stringify(value ?? null));
     return value;
   }
 
@@ -78,9 +85,15 @@ export class PhaseRunner {
    */
   async finish<R>(work: (manager: EntityManager) => Promise<R>): Promise<ResponseBody<R>> {
     const context = currentIdempotencyContext();
-    if (!context) return bodyOf(await this.store.transaction(work));
+    const claim = context?.claim;
+    if (!claim) {
+      const value = await this.store.transaction(work);
+      // Sent in place of the adapter's answer, so `respond()` keeps its status without a key.
+      if (context && value instanceof PhaseResponse) context.finished = toStoredResponse(value, context);
+      return bodyOf(value);
+    }
     return this.guard(() =>
-      this.store.commitFinish(context.claim, async (manager) => {
+      this.store.commitFinish(claim, async (manager) => {
         const value = await work(manager);
         const response = toStoredResponse(value, context);
         // Sent by the interceptor in place of what the adapter writes, so the first answer
@@ -97,7 +110,8 @@ export class PhaseRunner {
   /** The derived key of a phase, for an external call made outside `run()`. */
   idempotencyKey(phase: string): string | undefined {
     const context = currentIdempotencyContext();
-    return context && derivedKey(context.claim, phase);
+    if (!context) return undefined;
+    return context.claim ? derivedKey(context.claim, phase) : `${context.keylessId}:${phase}`;
   }
 
   /** A database that cannot be reached is a 503 with nothing stored, never a stored 500. */
@@ -118,10 +132,6 @@ export type ResponseBody<R> = R extends PhaseResponse<infer B> ? B : R;
 
 function bodyOf<R>(value: R): ResponseBody<R> {
   return (value instanceof PhaseResponse ? value.body : value) as ResponseBody<R>;
-}
-
-function phaseContext(phase: string): PhaseContext {
-  return { phase, idempotencyKey: '' };
 }
 
 function toStoredResponse(value: unknown, context: IdempotencyContext): StoredResponse {

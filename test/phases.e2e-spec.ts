@@ -114,6 +114,23 @@ describe('atomic phases, takeover and fencing', () => {
     expect(again.headers['idempotent-replayed']).toBe('true');
   });
 
+  it('runs phases without a key on a route whose key is optional, respond() status kept', async () => {
+    const label = nextKey();
+    const send = () =>
+      request(appA.getHttpServer())
+        .post('/payments-key-optional')
+        .send({ amount: 1000, customer: 'cus_decline', key: label });
+    const first = await send();
+    const second = await send();
+    expect(first.status).toBe(402);
+    expect(second.status).toBe(402);
+    expect(second.headers['idempotent-replayed']).toBeUndefined();
+    // Nothing was claimed, and each request ran every phase on its own.
+    expect((await db.query('SELECT 1 FROM idempotency_keys WHERE key = $1', [label])).rows).toEqual([]);
+    expect((await phaseRuns(label)).filter((r) => r.phase === 'psp_authorized')).toHaveLength(2);
+    expect(second.body.paymentId).not.toBe(first.body.paymentId);
+  });
+
   it('crash: a SIGKILLed worker waiting on the PSP is taken over by another process', async () => {
     const key = nextKey();
     const customer = 'cus_crash';

@@ -42,7 +42,7 @@ function applyHeaders(raw: ServerResponse, headers: unknown): void {
 export function holdResponse(
   raw: ServerResponse,
   finalize: Finalizer,
-  onFinalizeError: (error: unknown) => StoredResponse,
+  onFinalizeError: (error: unknown) => StoredResponse | undefined,
 ): () => void {
   const original = { writeHead: raw.writeHead, write: raw.write, end: raw.end };
   const chunks: Buffer[] = [];

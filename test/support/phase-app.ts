@@ -107,6 +107,12 @@ function createController(settings: PhaseAppSettings) {
       return this.pay(body, body.key);
     }
 
+    @Post('payments-key-optional')
+    @Idempotent({ required: false })
+    createKeyOptional(@Body() body: PaymentBody & { key: string }) {
+      return this.pay(body, body.key);
+    }
+
     @Post('payments-with-heartbeat')
     @Idempotent({ heartbeat: true })
     createWithHeartbeat(@Body() body: PaymentBody & { key: string }) {
