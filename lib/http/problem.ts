@@ -40,7 +40,7 @@ export function toProblem(error: IdempotencyError): Problem {
     status,
     headers,
     body: {
-      type: `https://httpstatuses.io/${status}`,
+      type: `urn:idempotency:${error.code}`,
       title,
       status,
       detail: error.message,
