@@ -1,6 +1,7 @@
 import { type INestApplication } from '@nestjs/common';
 import { Client } from 'pg';
 import request from 'supertest';
+import { canonicalizeJsonText, computeFingerprint } from '../lib/index.js';
 import { startFakePsp, type FakePsp } from '../sample-app/psp/fake-psp.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { createPhaseApp, PHASE_APP_DDL } from './support/phase-app.js';
@@ -129,6 +130,60 @@ describe('atomic phases, takeover and fencing', () => {
     expect((await db.query('SELECT 1 FROM idempotency_keys WHERE key = $1', [label])).rows).toEqual([]);
     expect((await phaseRuns(label)).filter((r) => r.phase === 'psp_authorized')).toHaveLength(2);
     expect(second.body.paymentId).not.toBe(first.body.paymentId);
+  });
+
+  /**
+   * A key left at each recovery point by a worker that died (its lease expired): the next
+   * request takes it over and runs exactly the phases after that point.
+   */
+  it.each([
+    ['start', [], ['order_created', 'psp_authorized', 'receipt_prepared', 'finish']],
+    ['order_created', ['order_created'], ['psp_authorized', 'receipt_prepared', 'finish']],
+    ['psp_authorized', ['order_created', 'psp_authorized'], ['receipt_prepared', 'finish']],
+    ['receipt_prepared', ['order_created', 'psp_authorized', 'receipt_prepared'], ['finish']],
+  ])('resumes a key seeded at recovery point %s', async (point, done, expectedRuns) => {
+    const key = nextKey();
+    const customer = `cus_seed_${point}`;
+    const results: Record<string, unknown> = {};
+    let paymentId: number | undefined;
+    if (done.includes('order_created')) {
+      const rows = await db.query<{ id: number }>(
+        `INSERT INTO payments (customer, amount, status, worker) VALUES ($1, 1000, 'pending', 'dead')
+         RETURNING id`,
+        [customer],
+      );
+      paymentId = rows.rows[0].id;
+      results.order_created = { paymentId };
+    }
+    if (done.includes('psp_authorized')) {
+      results.psp_authorized = { authorizationId: 'auth_seeded', derivedKey: 'seeded' };
+    }
+    if (done.includes('receipt_prepared')) results.receipt_prepared = null;
+    // The row a dead worker left: the request's fingerprint, an expired lease, its phases.
+    const fingerprint = computeFingerprint({
+      method: 'POST',
+      path: '/payments',
+      headers: [],
+      body: canonicalizeJsonText(JSON.stringify({ amount: 1000, customer, key })),
+    });
+    await db.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until, recovery_point, phase_results)
+       VALUES (0, $1, $2, now() - interval '1 second', $3, $4)`,
+      [key, fingerprint, point, JSON.stringify(results)],
+    );
+    const requestsBefore = psp.requestCount();
+
+    const res = await pay(appA, key, customer);
+    expect(res.status).toBe(201);
+    expect((await phaseRuns(key)).map((r) => r.phase)).toEqual(expectedRuns);
+    if (paymentId !== undefined) expect(res.body.paymentId).toBe(paymentId);
+    if (done.includes('psp_authorized')) {
+      expect(res.body.authorizationId).toBe('auth_seeded');
+      expect(psp.requestCount()).toBe(requestsBefore);
+    } else {
+      expect(psp.requestCount()).toBe(requestsBefore + 1);
+    }
+    expect(await keyRow(key)).toMatchObject({ state: 'done', lock_version: '1' });
   });
 
   it('crash: a SIGKILLed worker waiting on the PSP is taken over by another process', async () => {
