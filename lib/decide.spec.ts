@@ -9,7 +9,7 @@ const started = (leaseExpired: boolean, leaseSecondsLeft = 30): ExistingKey => (
   fingerprint: fp,
   leaseExpired,
   leaseSecondsLeft,
-  lockVersion: '3',
+  fence: { lockVersion: '3', claimId: 'c-1' },
 });
 const done: ExistingKey = { state: 'done', fingerprint: fp, response };
 const withFingerprint = (row: ExistingKey, fingerprint: Buffer): ExistingKey => ({ ...row, fingerprint });
@@ -20,7 +20,7 @@ describe('decide', () => {
     ['done, other request: 422', done, other, { kind: 'mismatch' }],
     ['live lease, same request: 409', started(false), fp, { kind: 'in-progress', retryAfterSeconds: 30 }],
     ['live lease, other request: 422', started(false), other, { kind: 'mismatch' }],
-    ['expired lease, same request: take over', started(true), fp, { kind: 'take-over', lockVersion: '3' }],
+    ['expired lease, same request: take over', started(true), fp, { kind: 'take-over', fence: { lockVersion: '3', claimId: 'c-1' } }],
     ['expired lease, other request: 422', started(true), other, { kind: 'mismatch' }],
     ['lease ending now: retry after at least 1 s', started(false, 0), fp, { kind: 'in-progress', retryAfterSeconds: 1 }],
     ['fingerprint of another length: 422', withFingerprint(done, Buffer.alloc(31, 1)), fp, { kind: 'mismatch' }],

@@ -1,5 +1,11 @@
 import { type StoredResponse } from './stored-response.js';
 
+/** The fencing token of a claim: its `lock_version` and the row's own `claim_id`. */
+export interface Fence {
+  lockVersion: string;
+  claimId: string;
+}
+
 /** What a failed claim found in the store: the design's `Row`. */
 export type ExistingKey =
   | {
@@ -8,7 +14,7 @@ export type ExistingKey =
       leaseExpired: boolean;
       /** Seconds until the lease expires, rounded up: the 409's `Retry-After`. */
       leaseSecondsLeft: number;
-      lockVersion: string;
+      fence: Fence;
     }
   | { state: 'done'; fingerprint: Buffer; response: StoredResponse };
 
@@ -17,7 +23,7 @@ export type Decision =
   | { kind: 'mismatch' }
   | { kind: 'replay'; response: StoredResponse }
   | { kind: 'in-progress'; retryAfterSeconds: number }
-  | { kind: 'take-over'; lockVersion: string };
+  | { kind: 'take-over'; fence: Fence };
 
 /**
  * The design's `decide`: a fingerprint mismatch wins over everything (a different request
@@ -27,6 +33,6 @@ export type Decision =
 export function decide(existing: ExistingKey, fingerprint: Buffer): Decision {
   if (!existing.fingerprint.equals(fingerprint)) return { kind: 'mismatch' };
   if (existing.state === 'done') return { kind: 'replay', response: existing.response };
-  if (existing.leaseExpired) return { kind: 'take-over', lockVersion: existing.lockVersion };
+  if (existing.leaseExpired) return { kind: 'take-over', fence: existing.fence };
   return { kind: 'in-progress', retryAfterSeconds: Math.max(1, existing.leaseSecondsLeft) };
 }

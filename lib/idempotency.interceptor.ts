@@ -96,7 +96,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           case 'in-progress':
             throw new IdempotencyKeyInProgressError(decision.retryAfterSeconds);
           case 'take-over':
-            return from(this.store.takeOver(scope, decision.lockVersion, route.leaseMs)).pipe(
+            return from(this.store.takeOver(scope, decision.fence, route.leaseMs)).pipe(
               mergeMap((claim) => {
                 // Another worker won the same expired lease a moment before us.
                 if (!claim) throw new IdempotencyKeyInProgressError(1);

@@ -1,5 +1,5 @@
 import { type EntityManager } from 'typeorm';
-import { type ExistingKey } from '../decide.js';
+import { type ExistingKey, type Fence } from '../decide.js';
 import { type ActiveClaim } from '../idempotency-context.js';
 import { type StoredResponse } from '../stored-response.js';
 
@@ -23,7 +23,7 @@ export interface IdempotencyStore {
   /** Statement 1 (and 2 on conflict) of the design, in one round trip. */
   claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome>;
   /** Statement 3: wins an expired lease for exactly one worker; undefined if another did. */
-  takeOver(scope: KeyScope, lockVersion: string, leaseMs: number): Promise<ActiveClaim | undefined>;
+  takeOver(scope: KeyScope, fence: Fence, leaseMs: number): Promise<ActiveClaim | undefined>;
   /** Statement 5: stores the response and clears the lease. */
   complete(claim: ActiveClaim, response: StoredResponse): Promise<boolean>;
   /**

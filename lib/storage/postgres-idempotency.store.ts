@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { type Pool, type QueryConfig, type QueryResult, type QueryResultRow } from 'pg';
 import { type DataSource, type EntityManager } from 'typeorm';
-import { type ExistingKey } from '../decide.js';
+import { type ExistingKey, type Fence } from '../decide.js';
 import { START_RECOVERY_POINT } from '../idempotency.constants.js';
 import { type ActiveClaim } from '../idempotency-context.js';
 import {
@@ -86,11 +86,12 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     );
   }
 
-  async takeOver(scope: KeyScope, lockVersion: string, leaseMs: number) {
+  async takeOver(scope: KeyScope, fence: Fence, leaseMs: number) {
     const { rows } = await this.query<TakeOverRow>(TAKE_OVER, [
       scope.tenantId,
       scope.key,
-      lockVersion,
+      fence.lockVersion,
+      fence.claimId,
       leaseMs,
     ]);
     if (rows.length === 0) return undefined;
@@ -111,7 +112,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   async release(claim: ActiveClaim, forget: boolean): Promise<void> {
-    await this.query(RELEASE, [claim.tenantId, claim.key, claim.lockVersion, forget]);
+    await this.query(RELEASE, [...fenceOf(claim), forget]);
   }
 
   async purgeBatch(retentionMs: number, batchSize: number): Promise<number> {
@@ -120,12 +121,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   async extendLease(claim: ActiveClaim): Promise<boolean> {
-    const { rowCount } = await this.query(EXTEND_LEASE, [
-      claim.tenantId,
-      claim.key,
-      claim.lockVersion,
-      claim.leaseMs,
-    ]);
+    const { rowCount } = await this.query(EXTEND_LEASE, [...fenceOf(claim), claim.leaseMs]);
     return rowCount === 1;
   }
 
@@ -138,9 +134,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       const value = await work(manager);
       // Fenced last: the row lock it takes is held only for the commit, not the phase's work.
       await fenced(manager, ADVANCE.text, [
-        claim.tenantId,
-        claim.key,
-        claim.lockVersion,
+        ...fenceOf(claim),
         phase,
         JSON.stringify(value === undefined ? null : value),
         claim.leaseMs,
@@ -203,14 +197,12 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
 /** The parameters of statement 5, for the plain finish and the last phase alike. */
 function completeValues(claim: ActiveClaim, response: StoredResponse): unknown[] {
-  return [
-    claim.tenantId,
-    claim.key,
-    claim.lockVersion,
-    response.status,
-    response.body,
-    response.headers,
-  ];
+  return [...fenceOf(claim), response.status, response.body, response.headers];
+}
+
+/** The first four parameters of every fenced statement: the key, then the fencing token. */
+function fenceOf(claim: ActiveClaim): [string, string, string, string] {
+  return [claim.tenantId, claim.key, claim.lockVersion, claim.claimId];
 }
 
 /** Runs a fenced write in the phase's transaction; zero rows: the lease is lost, roll back. */
@@ -239,6 +231,6 @@ function toExistingKey(row: ClaimRow): ExistingKey {
     fingerprint,
     leaseExpired: row.lease_expired ?? true,
     leaseSecondsLeft: row.lease_seconds_left ?? 0,
-    lockVersion: row.lock_version,
+    fence: { lockVersion: row.lock_version, claimId: row.claim_id },
   };
 }

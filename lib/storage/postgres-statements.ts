@@ -2,6 +2,10 @@
  * The design's statements, as named prepared statements: PostgreSQL parses and plans each
  * once per connection, and every request after that sends only its parameters.
  *
+ * The fencing token is the pair (`lock_version`, `claim_id`): `lock_version` alone repeats
+ * when a key is released (deleted) and claimed anew, and a stale worker of the old claim
+ * must not pass the fence of the new one.
+ *
  * Time is always PostgreSQL's `now()`, never a worker's clock, so that workers on several
  * machines agree on when a lease has expired.
  */
@@ -37,21 +41,21 @@ WHERE tenant_id = $1 AND key = $2`,
 
 /** Statement 3: only one worker can move `lock_version` on from the value it read. */
 export const TAKE_OVER = {
-  name: 'idempotency_take_over_v1',
+  name: 'idempotency_take_over_v2',
   text: `UPDATE idempotency_keys
-SET locked_until = now() + $4 * interval '1 millisecond', lock_version = lock_version + 1
+SET locked_until = now() + $5 * interval '1 millisecond', lock_version = lock_version + 1
 WHERE tenant_id = $1 AND key = $2 AND state = 'started'
-  AND (locked_until IS NULL OR locked_until < now()) AND lock_version = $3
+  AND (locked_until IS NULL OR locked_until < now()) AND lock_version = $3 AND claim_id = $4
 RETURNING claim_id, lock_version, recovery_point, phase_results`,
 };
 
 /** Statement 5, fenced: zero rows means another worker owns the key now. */
 export const COMPLETE = {
-  name: 'idempotency_complete_v1',
+  name: 'idempotency_complete_v2',
   text: `UPDATE idempotency_keys
-SET state = 'done', response_code = $4, response_body = $5, response_headers = $6,
+SET state = 'done', response_code = $5, response_body = $6, response_headers = $7,
     recovery_point = 'finished', locked_until = NULL
-WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'`,
+WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
 };
 
 /**
@@ -61,35 +65,38 @@ WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'`,
  * and resumes. The two statements' conditions exclude each other.
  */
 export const RELEASE = {
-  name: 'idempotency_release_v1',
+  name: 'idempotency_release_v2',
   text: `WITH deleted AS (
   DELETE FROM idempotency_keys
-  WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
-    AND $4::boolean AND recovery_point = 'start'
+  WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'
+    AND $5::boolean AND recovery_point = 'start'
 )
 UPDATE idempotency_keys SET locked_until = now()
-WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'
-  AND NOT ($4::boolean AND recovery_point = 'start')`,
+WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'
+  AND NOT ($5::boolean AND recovery_point = 'start')`,
 };
 
 /**
  * Statement 4, run last in a phase's transaction: the phase's effects commit only if this
  * worker still owns the key. It records the phase's result and renews the lease, since a
- * committed phase is proof the worker is alive.
+ * committed phase is proof the worker is alive. The renewal counts from the commit
+ * (`clock_timestamp()`, not the transaction's start) and never shortens a lease a heartbeat
+ * extended during a long phase.
  */
 export const ADVANCE = {
-  name: 'idempotency_advance_v1',
+  name: 'idempotency_advance_v2',
   text: `UPDATE idempotency_keys
-SET recovery_point = $4, phase_results = phase_results || jsonb_build_object($4::text, $5::jsonb),
-    locked_until = now() + $6 * interval '1 millisecond'
-WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'`,
+SET recovery_point = $5, phase_results = phase_results || jsonb_build_object($5::text, $6::jsonb),
+    locked_until = GREATEST(locked_until, clock_timestamp() + $7 * interval '1 millisecond')
+WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
 };
 
 /** The heartbeat: extends a live worker's lease, fenced like every other write. */
 export const EXTEND_LEASE = {
-  name: 'idempotency_extend_lease_v1',
-  text: `UPDATE idempotency_keys SET locked_until = now() + $4 * interval '1 millisecond'
-WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND state = 'started'`,
+  name: 'idempotency_extend_lease_v2',
+  text: `UPDATE idempotency_keys
+SET locked_until = GREATEST(locked_until, clock_timestamp() + $5 * interval '1 millisecond')
+WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
 };
 
 /**

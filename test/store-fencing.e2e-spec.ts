@@ -1,0 +1,87 @@
+import { DataSource } from 'typeorm';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyLeaseLostError } from '../lib/index.js';
+import { type ActiveClaim } from '../lib/idempotency-context.js';
+import { decide } from '../lib/decide.js';
+import { PostgresIdempotencyStore } from '../lib/storage/postgres-idempotency.store.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+
+/**
+ * The store's fence on real PostgreSQL: a stale worker's writes must fail even when its
+ * `lock_version` matches again, after the key was given back and claimed anew.
+ */
+describe('the fencing token', () => {
+  let database: TestDatabase;
+  let dataSource: DataSource;
+  let store: PostgresIdempotencyStore;
+  const fp = Buffer.alloc(32, 9);
+  const response = { status: 201, headers: { 'content-type': 'application/json' }, body: Buffer.from('{"a":1}') };
+
+  beforeAll(async () => {
+    database = await createTestDatabase('fencing');
+    dataSource = new DataSource({
+      type: 'postgres',
+      url: database.url,
+      migrations: [...IDEMPOTENCY_MIGRATIONS],
+    });
+    await dataSource.initialize();
+    await dataSource.runMigrations();
+    await dataSource.query('CREATE TABLE effects (worker text)');
+    store = new PostgresIdempotencyStore(() => dataSource, 5000);
+  });
+  afterAll(async () => {
+    await dataSource?.destroy();
+    await database?.drop();
+  });
+
+  const expire = (key: string) =>
+    dataSource.query(`UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE key = $1`, [key]);
+  const claimed = async (key: string): Promise<ActiveClaim> => {
+    const outcome = await store.claim({ tenantId: '1', key }, fp, 60_000);
+    if (outcome.kind !== 'claimed') throw new Error(`expected to claim ${key}`);
+    return outcome.claim;
+  };
+
+  it('a stale worker cannot write to a key that was released and claimed anew', async () => {
+    const key = 'reclaimed';
+    const a = await claimed(key);
+    await expire(key);
+    const seen = await store.claim({ tenantId: '1', key }, fp, 60_000);
+    if (seen.kind !== 'existing') throw new Error('expected the existing row');
+    const decision = decide(seen.existing, fp);
+    if (decision.kind !== 'take-over') throw new Error(`expected take-over, got ${decision.kind}`);
+    const b = await store.takeOver({ tenantId: '1', key }, decision.fence, 60_000);
+    expect(b?.lockVersion).toBe('1');
+    await store.release(b!, true); // B failed before its handler: the row is deleted
+    const c = await claimed(key);
+    expect(c.lockVersion).toBe(a.lockVersion); // lock_version alone would let A through
+    expect(c.claimId).not.toBe(a.claimId);
+
+    expect(await store.complete(a, response)).toBe(false);
+    await expect(
+      store.commitPhase(a, 'one', async (manager) => {
+        await manager.query(`INSERT INTO effects VALUES ('A')`);
+        return { from: 'A' };
+      }),
+    ).rejects.toBeInstanceOf(IdempotencyLeaseLostError);
+    expect(await store.extendLease(a)).toBe(false);
+    await store.release(a, true);
+
+    const [row] = await dataSource.query('SELECT state, claim_id, phase_results FROM idempotency_keys WHERE key = $1', [key]);
+    expect(row).toEqual({ state: 'started', claim_id: c.claimId, phase_results: {} });
+    expect(await dataSource.query('SELECT * FROM effects')).toEqual([]);
+    expect(await store.complete(c, response)).toBe(true);
+  });
+
+  it('exactly one of several workers takes an expired lease over', async () => {
+    const key = 'stampede';
+    await claimed(key);
+    await expire(key);
+    const seen = await store.claim({ tenantId: '1', key }, fp, 60_000);
+    if (seen.kind !== 'existing' || seen.existing.state !== 'started') throw new Error('expected started');
+    const fence = seen.existing.fence;
+    const winners = await Promise.all(
+      Array.from({ length: 8 }, () => store.takeOver({ tenantId: '1', key }, fence, 60_000)),
+    );
+    expect(winners.filter(Boolean)).toHaveLength(1);
+  });
+});
