@@ -25,6 +25,11 @@ export interface ActiveClaim {
 export class IdempotencyContext {
   /** Set by the handler wrapper of `@Idempotent()`: pipes and guards have passed. */
   handlerStarted = false;
+  /**
+   * Set when the request was torn down (an outer timeout) before its handler started and its
+   * key was given back: the handler must then not start late, when a pipe finally resolves.
+   */
+  abandoned = false;
   /** The response `PhaseRunner.finish()` stored with the last phase, once it committed. */
   finished?: StoredResponse;
   /** Keys for external calls of a request without a key of its own: unique, never reused. */

@@ -19,6 +19,7 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
   private readonly logger = new Logger('Idempotency');
   private timer?: NodeJS.Timeout;
   private running?: Promise<number>;
+  private stopping = false;
 
   constructor(
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
@@ -28,11 +29,12 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
   /** Deletes every expired key, batch after batch; returns how many were deleted. */
   async purgeExpired(): Promise<number> {
     let total = 0;
-    for (;;) {
+    while (!this.stopping) {
       const deleted = await this.store.purgeBatch(this.options.retentionMs, this.options.purgeBatchSize);
       total += deleted;
-      if (deleted < this.options.purgeBatchSize) return total;
+      if (deleted < this.options.purgeBatchSize) break;
     }
+    return total;
   }
 
   onApplicationBootstrap(): void {
@@ -51,6 +53,8 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
   }
 
   async onApplicationShutdown(): Promise<void> {
+    // The batch under way finishes; the backlog waits for the next start.
+    this.stopping = true;
     clearInterval(this.timer);
     await this.running;
   }

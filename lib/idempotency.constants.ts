@@ -30,8 +30,12 @@ export const MAX_KEY_LENGTH = 255;
 /** Set on every replayed response, as Stripe and the IETF draft's examples do. */
 export const REPLAYED_HEADER = 'Idempotent-Replayed';
 
-/** Response headers kept with the stored response and sent again on replay. */
-export const STORED_RESPONSE_HEADERS = ['content-type', 'location'] as const;
+/**
+ * Response headers kept with the stored response and sent again on replay: those that say
+ * what the stored bytes are (type, encoding, for instance from @fastify/compress) and where
+ * the created resource is.
+ */
+export const STORED_RESPONSE_HEADERS = ['content-type', 'content-encoding', 'location'] as const;
 
 /** Metadata key of `@Idempotent()`'s per-route options. */
 export const IDEMPOTENT_ROUTE_OPTIONS = 'idempotency:route-options';

@@ -10,6 +10,7 @@ export type IdempotencyErrorCode =
   | 'key_in_progress'
   | 'lease_lost'
   | 'store_unavailable'
+  | 'request_invalid'
   | 'retry_later';
 
 /** Base class: catch this to handle every condition the library reports. */
@@ -86,9 +87,25 @@ export class IdempotencyStoreUnavailableError extends IdempotencyError {
   constructor(
     override readonly cause: unknown,
     readonly retryAfterSeconds = 1,
+    /** Whether the handler had run: then only its response could not be stored. */
+    readonly afterExecution = false,
   ) {
-    super('The idempotency store is unavailable; nothing was executed. Retry later.');
+    super(
+      afterExecution
+        ? 'The idempotency store became unavailable before the response could be stored. ' +
+            'Retry later with the same key: completed atomic phases are not run again.'
+        : 'The idempotency store is unavailable; nothing was executed. Retry later.',
+    );
     this.name = 'IdempotencyStoreUnavailableError';
+  }
+}
+
+/** The body cannot be read as the JSON its content type announces (e.g. duplicate keys). */
+export class IdempotencyRequestInvalidError extends IdempotencyError {
+  readonly code = 'request_invalid';
+  constructor(readonly reason: string) {
+    super(`The request body cannot be fingerprinted: ${reason}.`);
+    this.name = 'IdempotencyRequestInvalidError';
   }
 }
 

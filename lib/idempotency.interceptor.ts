@@ -9,12 +9,18 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { type ServerResponse } from 'node:http';
-import { catchError, finalize, from, mergeMap, Observable, of, throwError } from 'rxjs';
-import { HTTP_CODE_METADATA } from '@nestjs/common/constants.js';
+import { catchError, finalize, from, mergeMap, Observable, of, tap, throwError } from 'rxjs';
+import {
+  HTTP_CODE_METADATA,
+  RESPONSE_PASSTHROUGH_METADATA,
+  ROUTE_ARGS_METADATA,
+} from '@nestjs/common/constants.js';
+import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { decide } from './decide.js';
+import { InvalidJsonError } from './fingerprint/canonical-json.js';
 import { computeFingerprint, fingerprintInput } from './fingerprint/fingerprint.js';
 import { problemResponse, toProblem } from './http/problem.js';
-import { holdResponse } from './http/response-hold.js';
+import { holdResponse, send } from './http/response-hold.js';
 import { IDEMPOTENT_ROUTE_OPTIONS, REPLAYED_HEADER } from './idempotency.constants.js';
 import { type ActiveClaim, IdempotencyContext, idempotencyStorage } from './idempotency-context.js';
 import {
@@ -25,6 +31,7 @@ import {
   IdempotencyKeyMissingError,
   IdempotencyLeaseLostError,
   IdempotencyStoreUnavailableError,
+  IdempotencyRequestInvalidError,
   IdempotencyTenantInvalidError,
   RetryLaterError,
 } from './idempotency.errors.js';
@@ -62,7 +69,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const http = context.switchToHttp();
     const request = http.getRequest<IdempotencyRequest>();
     const response = http.getResponse<object>();
-    const { route, httpCode } = this.routeSettings(context.getHandler());
+    const { route, httpCode, responseHandled } = this.routeSettings(context);
     const defaultStatus = httpCode ?? (request.method === 'POST' ? 201 : 200);
 
     const parsed = parseIdempotencyKey(request.headers[this.options.headerKey]);
@@ -80,7 +87,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return this.fail(response, new IdempotencyTenantInvalidError(resolved));
     }
     const scope: KeyScope = { tenantId, key: parsed.key };
-    const fingerprint = computeFingerprint(fingerprintInput(request, route));
+    let fingerprint: Buffer;
+    try {
+      fingerprint = computeFingerprint(fingerprintInput(request, route));
+    } catch (error) {
+      // A body the parser took but that is not one JSON value (duplicate keys, say).
+      if (!(error instanceof InvalidJsonError)) throw error;
+      return this.fail(response, new IdempotencyRequestInvalidError(error.message));
+    }
     const raw = rawResponse(response);
     const execute = (claim: ActiveClaim) => this.execute(claim, route, defaultStatus, raw, next);
 
@@ -90,7 +104,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         const decision = decide(outcome.existing, fingerprint);
         switch (decision.kind) {
           case 'replay':
-            return this.replay(raw, decision.response);
+            return this.replay(raw, decision.response, responseHandled);
           case 'mismatch':
             throw new IdempotencyKeyMismatchError();
           case 'in-progress':
@@ -135,14 +149,35 @@ export class IdempotencyInterceptor implements NestInterceptor {
       },
       (error) =>
         problemResponse(
-          error instanceof IdempotencyError ? error : new IdempotencyStoreUnavailableError(error),
+          error instanceof IdempotencyStoreUnavailableError
+            ? new IdempotencyStoreUnavailableError(error.cause, 1, true)
+            : error instanceof IdempotencyError
+              ? error
+              : new IdempotencyStoreUnavailableError(error, 1, true),
         ),
     );
     const handled = runInContext(context, next);
     const stopHeartbeat = route.heartbeat ? this.startHeartbeat(claim) : undefined;
+    let settled = false;
     return handled.pipe(
-      finalize(() => stopHeartbeat?.()),
+      tap({ complete: () => (settled = true), error: () => (settled = true) }),
+      finalize(() => {
+        stopHeartbeat?.();
+        // Unsubscribed before the handler's answer (an outer timeout interceptor, say): what
+        // goes out now is not the handler's answer, so it is not stored. A handler that never
+        // started gives its key back; one still running keeps its lease, and its phases
+        // (finish() included) still commit.
+        if (!settled && !context.finished) {
+          letThrough();
+          if (!context.handlerStarted) {
+            context.abandoned = true;
+            void this.releaseQuietly(claim, true);
+          }
+        }
+      }),
       catchError((error: unknown) => {
+        // The last phase committed: its stored response goes out in place of this error.
+        if (context.finished) return throwError(() => error);
         if (!context.handlerStarted) {
           // Failed in a guard, pipe or interceptor: nothing ran, so the key is given back.
           letThrough();
@@ -191,26 +226,35 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   private releaseThenThrow(claim: ActiveClaim, forget: boolean, error: unknown) {
-    return from(
-      this.store.release(claim, forget).catch((releaseError: unknown) => {
-        // The lease then simply runs out, and a retry takes the key over.
-        this.logger.warn(`could not release key ${claim.key}: ${String(releaseError)}`);
-      }),
-    ).pipe(mergeMap(() => throwError(() => error)));
+    return from(this.releaseQuietly(claim, forget)).pipe(mergeMap(() => throwError(() => error)));
   }
 
-  /** The adapter sends an empty body; the hold puts the stored response in its place. */
-  private replay(raw: ServerResponse, stored: StoredResponse): Observable<unknown> {
+  private releaseQuietly(claim: ActiveClaim, forget: boolean): Promise<void> {
+    return this.store.release(claim, forget).catch((releaseError: unknown) => {
+      // The lease then simply runs out, and a retry takes the key over.
+      this.logger.warn(`could not release key ${claim.key}: ${String(releaseError)}`);
+    });
+  }
+
+  /**
+   * The adapter sends an empty body; the hold puts the stored response in its place. On a
+   * route that writes its own response (`@Res()`), Nest sends nothing: it is written here.
+   */
+  private replay(raw: ServerResponse, stored: StoredResponse, responseHandled: boolean) {
     const replayed: StoredResponse = {
       status: stored.status,
       headers: { ...stored.headers, [REPLAYED_HEADER.toLowerCase()]: 'true' },
       body: stored.body,
     };
-    holdResponse(
-      raw,
-      async () => replayed,
-      () => replayed,
-    );
+    if (responseHandled) {
+      send(raw, replayed, true);
+    } else {
+      holdResponse(
+        raw,
+        async () => replayed,
+        () => replayed,
+      );
+    }
     return of(undefined);
   }
 
@@ -224,17 +268,18 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   /** A route's settings, read from its metadata once and kept for the next requests. */
-  private routeSettings(handler: object): RouteSettings {
+  private routeSettings(context: ExecutionContext): RouteSettings {
+    const handler = context.getHandler();
     let settings = this.routes.get(handler);
     if (!settings) {
-      const target = handler as () => unknown;
       const own = this.reflector.get<IdempotencyRouteOptions | undefined>(
         IDEMPOTENT_ROUTE_OPTIONS,
-        target,
+        handler,
       );
       settings = {
         route: resolveRouteOptions(own ?? {}, this.options.route),
-        httpCode: this.reflector.get<number | undefined>(HTTP_CODE_METADATA, target),
+        httpCode: this.reflector.get<number | undefined>(HTTP_CODE_METADATA, handler),
+        responseHandled: writesOwnResponse(context.getClass(), handler.name),
       };
       this.routes.set(handler, settings);
     }
@@ -255,6 +300,18 @@ function runInContext(context: IdempotencyContext, next: CallHandler): Observabl
 interface RouteSettings {
   route: ResolvedRouteOptions;
   httpCode: number | undefined;
+  /** `@Res()` or `@Next()` without passthrough: Nest leaves the response to the handler. */
+  responseHandled: boolean;
+}
+
+/** Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata. */
+function writesOwnResponse(controller: object, method: string): boolean {
+  const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, method) ?? {}) as object;
+  const takesResponse = Object.keys(args).some((key) => {
+    const type = Number(key.split(':')[0]);
+    return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
+  });
+  return takesResponse && !Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, method);
 }
 
 /** Node's response under either adapter: Express's is one, Fastify's reply wraps it. */

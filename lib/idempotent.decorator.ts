@@ -18,7 +18,11 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
   const handler = descriptor.value as unknown as (...args: unknown[]) => unknown;
   const wrapped = function (this: unknown, ...args: unknown[]) {
     const context = currentIdempotencyContext();
-    if (context) context.handlerStarted = true;
+    if (context) {
+      // Its key was given back: another request may own it now, so this one must not run.
+      if (context.abandoned) throw new Error('the request was abandoned before its handler ran');
+      context.handlerStarted = true;
+    }
     return handler.apply(this, args);
   };
   Object.defineProperty(wrapped, 'name', { value: handler.name });

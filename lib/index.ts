@@ -24,6 +24,7 @@ export {
   IdempotencyKeyMissingError,
   IdempotencyLeaseLostError,
   IdempotencyStoreUnavailableError,
+  IdempotencyRequestInvalidError,
   IdempotencyTenantInvalidError,
   RetryLaterError,
 } from './idempotency.errors.js';

@@ -73,9 +73,11 @@ export class PhaseRunner {
         work(manager, { phase, idempotencyKey: derivedKey(claim, phase) }),
       ),
     );
-    // Stored as JSON, so a later phase of this run sees what a takeover would see.
-    claim.phaseResults[phase] = JSON.parse(JSON.stringify(value ?? null));
-    return value;
+    // What was stored, as JSON: this worker sees exactly what a takeover would see (a Date
+    // becomes a string here too), so resumed code takes the same branches.
+    const stored = JSON.parse(JSON.stringify(value ?? null)) as T;
+    claim.phaseResults[phase] = stored;
+    return stored;
   }
 
   /**

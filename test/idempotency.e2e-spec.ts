@@ -229,6 +229,60 @@ describe.each(ADAPTERS)('idempotent routes on %s', (adapter) => {
     expect(await s.sideEffects('orders')).toBe(before + 1);
   });
 
+  it('does not store the answer of an outer interceptor that gave up on the handler', async () => {
+    const key = newKey();
+    const first = await post('/timeout', key).send({ delayMs: 600 });
+    expect(first.status).toBe(408);
+    // Not a stored 408: the handler is still running under its lease.
+    const retry = await post('/timeout', key).send({ delayMs: 600 });
+    expect(retry.status).toBe(409);
+    expect(retry.body.code).toBe('key_in_progress');
+    const { rows } = await s.db.query('SELECT state FROM idempotency_keys WHERE key = $1', [key]);
+    expect(rows).toEqual([{ state: 'started' }]);
+  });
+
+  it('gives the key back, and never runs the handler, when an outer timeout fires in a pipe', async () => {
+    const key = newKey();
+    const first = await post('/timeout-in-pipe', key).send({ n: 1 });
+    expect(first.status).toBe(408);
+    const { rows } = await s.db.query('SELECT 1 FROM idempotency_keys WHERE key = $1', [key]);
+    expect(rows).toHaveLength(0);
+    await new Promise((resolve) => setTimeout(resolve, 700)); // the pipe has resolved by now
+    expect(await s.sideEffects('timeout-in-pipe')).toBe(0);
+  });
+
+  it('replays a route that writes its own response with @Res()', async () => {
+    const key = newKey();
+    const first = await post('/own-response', key);
+    expect(first.status).toBe(201);
+    expect(first.body.wrote).toBe('itself');
+    const again = await post('/own-response', key);
+    expect(again.status).toBe(201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.text).toBe(first.text);
+    expect(await s.sideEffects('own-response')).toBeGreaterThanOrEqual(1);
+  });
+
+  it('stores and replays a 204 without a body or a Content-Length', async () => {
+    const key = newKey();
+    const first = await post('/no-content', key);
+    expect(first.status).toBe(204);
+    const again = await post('/no-content', key);
+    expect(again.status).toBe(204);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.headers['content-length']).toBeUndefined();
+    expect(again.text).toBe('');
+  });
+
+  it('answers 400 for a JSON body with a duplicate key, which has no one meaning', async () => {
+    const res = await post('/orders', newKey())
+      .set('Content-Type', 'application/json')
+      .send('{"amount": 1, "amount": 2}');
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('request_invalid');
+    expect(res.body.detail).toContain('Duplicate object key "amount"');
+  });
+
   it('runs the handler exactly once for 40 concurrent requests with one key', async () => {
     const key = newKey();
     const before = await s.sideEffects('orders');

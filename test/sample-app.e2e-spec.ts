@@ -40,7 +40,7 @@ const UNAUTHORIZED = {
   statusCode: 401,
 };
 const KEY_MISMATCH = {
-  type: 'https://httpstatuses.io/422',
+  type: 'urn:idempotency:key_mismatch',
   title: 'Idempotency key reused',
   status: 422,
   detail:

@@ -34,10 +34,11 @@ function applyHeaders(raw: ServerResponse, headers: unknown): void {
  * client is about to receive and commit them before they leave ("commit before you answer"),
  * and lets it put a stored response (a replay) or a problem (a lost lease, a store failure)
  * in place of what the adapter wrote. Nothing reaches the socket before `finalize` settles,
- * so the status can still change.
+ * so the status can still change. Whatever is written after the first `end` (a second answer
+ * from an exception filter, say) is discarded: one response goes out.
  *
- * Returns a function that lets the response through untouched (used when nothing is to be
- * stored).
+ * Returns a function that lets the response through untouched, if it is not yet ended (used
+ * when nothing is to be stored).
  */
 export function holdResponse(
   raw: ServerResponse,
@@ -46,17 +47,16 @@ export function holdResponse(
 ): () => void {
   const original = { writeHead: raw.writeHead, write: raw.write, end: raw.end };
   const chunks: Buffer[] = [];
-  let released = false;
+  let state: 'holding' | 'finalizing' | 'released' = 'holding';
 
-  const release = () => {
-    if (released) return;
-    released = true;
+  const restore = () => {
     raw.writeHead = original.writeHead;
     raw.write = original.write;
     raw.end = original.end;
   };
 
   raw.writeHead = function heldWriteHead(this: ServerResponse, status: number, ...rest: unknown[]) {
+    if (state !== 'holding') return raw;
     raw.statusCode = status;
     if (typeof rest[0] === 'string') {
       raw.statusMessage = rest[0];
@@ -70,25 +70,43 @@ export function holdResponse(
   raw.write = function heldWrite(chunk: Chunk, ...rest: unknown[]) {
     const encoding = typeof rest[0] === 'string' ? (rest[0] as BufferEncoding) : undefined;
     const callback = rest.find((arg): arg is Callback => typeof arg === 'function');
-    if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding));
+    if (state === 'holding' && chunk !== undefined && chunk !== null) {
+      chunks.push(toBuffer(chunk, encoding));
+    }
     if (callback) process.nextTick(callback);
     return true;
   } as ServerResponse['write'];
 
   raw.end = function heldEnd(...args: unknown[]) {
     const callback = args.find((arg): arg is Callback => typeof arg === 'function');
+    if (state !== 'holding') {
+      if (callback) process.nextTick(callback);
+      return raw;
+    }
+    state = 'finalizing';
     const chunk = typeof args[0] === 'function' ? undefined : (args[0] as Chunk | undefined);
     const encoding = typeof args[1] === 'string' ? (args[1] as BufferEncoding) : undefined;
     if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding));
-    release();
     const written = readWritten(raw, chunks);
     finalize(written)
       .catch(onFinalizeError)
-      .then((replacement) => send(raw, replacement ?? written, replacement !== undefined, callback));
+      .then((replacement) => {
+        restore();
+        send(raw, replacement ?? written, replacement !== undefined, callback);
+      })
+      .catch((error: unknown) => {
+        // Nothing sensible can be sent any more: end the exchange rather than leave it hanging.
+        restore();
+        raw.destroy(error instanceof Error ? error : new Error(String(error)));
+      });
     return raw;
   } as ServerResponse['end'];
 
-  return release;
+  return () => {
+    if (state !== 'holding') return;
+    state = 'released';
+    restore();
+  };
 }
 
 function readWritten(raw: ServerResponse, chunks: Buffer[]): StoredResponse {
@@ -104,8 +122,23 @@ function readWritten(raw: ServerResponse, chunks: Buffer[]): StoredResponse {
   };
 }
 
-function send(raw: ServerResponse, response: StoredResponse, replaced: boolean, callback?: Callback) {
-  if (raw.destroyed) return;
+/** Statuses that never carry a body, nor a `Content-Length` (RFC 9110 §8.6). */
+function bodiless(status: number): boolean {
+  return status < 200 || status === 204 || status === 304;
+}
+
+/** Writes a response with Node's own methods (the hold must be lifted first). */
+export function send(
+  raw: ServerResponse,
+  response: StoredResponse,
+  replaced: boolean,
+  callback?: Callback,
+): void {
+  if (raw.destroyed || raw.writableEnded) return;
+  if (raw.headersSent) {
+    raw.end(callback);
+    return;
+  }
   if (replaced) {
     raw.statusCode = response.status;
     for (const name of STORED_RESPONSE_HEADERS) {
@@ -116,6 +149,12 @@ function send(raw: ServerResponse, response: StoredResponse, replaced: boolean, 
     for (const [name, value] of Object.entries(response.headers)) raw.setHeader(name, value);
   }
   raw.removeHeader('transfer-encoding');
-  raw.setHeader('content-length', response.body.length);
+  if (bodiless(response.status)) {
+    raw.removeHeader('content-length');
+    raw.end(callback);
+    return;
+  }
+  // A HEAD response keeps the length the adapter computed for the body it does not send.
+  if (raw.req?.method !== 'HEAD') raw.setHeader('content-length', response.body.length);
   raw.end(response.body, callback);
 }

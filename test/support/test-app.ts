@@ -12,7 +12,13 @@ import {
   Post,
   Res,
   type DynamicModule,
+  type CallHandler,
+  type ExecutionContext,
+  type NestInterceptor,
+  RequestTimeoutException,
+  UseInterceptors,
 } from '@nestjs/common';
+import { catchError, throwError, timeout, TimeoutError } from 'rxjs';
 import { type AdapterName, bootstrapTestApp } from './bootstrap.js';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { type DataSource } from 'typeorm';
@@ -29,6 +35,27 @@ interface OrderBody {
   amount: number;
   note?: string;
   delayMs?: number;
+}
+
+/** Like a timeout interceptor an app applies to every route: outside the idempotency one. */
+@Injectable()
+class TimeoutInterceptor implements NestInterceptor {
+  intercept(_context: ExecutionContext, next: CallHandler) {
+    return next.handle().pipe(
+      timeout(200),
+      catchError((error: unknown) =>
+        throwError(() => (error instanceof TimeoutError ? new RequestTimeoutException() : error)),
+      ),
+    );
+  }
+}
+
+@Injectable()
+class SlowPipe implements PipeTransform {
+  async transform(value: unknown) {
+    await sleep(500);
+    return value;
+  }
 }
 
 /** Stands in for ValidationPipe: runs before the handler, after the interceptor. */
@@ -105,6 +132,40 @@ class OrdersController {
   @Idempotent()
   noop() {
     return { ok: true };
+  }
+
+  /** An outer interceptor gives up after 200 ms, while the handler goes on. */
+  @Post('timeout')
+  @Idempotent()
+  @UseInterceptors(TimeoutInterceptor)
+  async underTimeout(@Body() body: { delayMs: number }) {
+    await sleep(body.delayMs);
+    const id = await this.record('timeout', null);
+    return { id };
+  }
+
+  /** Writes its own response, as Nest leaves it to handlers that take @Res(). */
+  @Post('own-response')
+  @Idempotent()
+  async ownResponse(@Res() res: { status(code: number): { send(body: unknown): void } }) {
+    const id = await this.record('own-response', null);
+    res.status(201).send({ id, wrote: 'itself' });
+  }
+
+  /** A pipe slower than the outer timeout: the handler has not started when it gives up. */
+  @Post('timeout-in-pipe')
+  @Idempotent()
+  @UseInterceptors(TimeoutInterceptor)
+  async slowPipe(@Body(SlowPipe) body: { delayMs: number }) {
+    const id = await this.record('timeout-in-pipe', null);
+    return { id, body };
+  }
+
+  @Post('no-content')
+  @Idempotent()
+  @HttpCode(204)
+  async noContent() {
+    await this.record('no-content', null);
   }
 
   @Post('plain')
