@@ -138,11 +138,18 @@ export class IdempotencyInterceptor implements NestInterceptor {
     next: CallHandler,
   ): Observable<unknown> {
     const context = new IdempotencyContext(claim, defaultStatus);
+    /** Set when the request is torn down before its handler started: the key is given back. */
+    let givingBack: Promise<void> | undefined;
     const letThrough = holdResponse(
       raw,
       async (written) => {
         // The last phase stored its response already: that one goes out, byte for byte.
         if (context.finished) return context.finished;
+        if (givingBack) {
+          // Not the handler's answer: not stored, and sent once the key is free again.
+          await givingBack;
+          return undefined;
+        }
         return (await this.store.complete(claim, written))
           ? undefined
           : problemResponse(new IdempotencyLeaseLostError());
@@ -165,14 +172,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
         stopHeartbeat?.();
         // Unsubscribed before the handler's answer (an outer timeout interceptor, say): what
         // goes out now is not the handler's answer, so it is not stored. A handler that never
-        // started gives its key back; one still running keeps its lease, and its phases
-        // (finish() included) still commit.
-        if (!settled && !context.finished) {
+        // started gives its key back (and must not start late); one still running keeps its
+        // lease, and its phases (finish() included) still commit.
+        if (settled || context.finished) return;
+        if (context.handlerStarted) {
           letThrough();
-          if (!context.handlerStarted) {
-            context.abandoned = true;
-            void this.releaseQuietly(claim, true);
-          }
+        } else {
+          context.abandoned = true;
+          givingBack = this.releaseQuietly(claim, true);
         }
       }),
       catchError((error: unknown) => {

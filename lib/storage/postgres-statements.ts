@@ -6,8 +6,10 @@
  * when a key is released (deleted) and claimed anew, and a stale worker of the old claim
  * must not pass the fence of the new one.
  *
- * Time is always PostgreSQL's `now()`, never a worker's clock, so that workers on several
- * machines agree on when a lease has expired.
+ * Time is always PostgreSQL's, never a worker's clock, so that workers on several machines
+ * agree on when a lease has expired. Leases are read and written with `clock_timestamp()`,
+ * the time of the statement itself: `now()` is when its transaction began, which on a busy
+ * server can be before a lease another statement has just renewed.
  */
 
 /**
@@ -19,10 +21,10 @@
  * this statement's snapshot is not seen: no row comes back, and the caller runs it again.
  */
 export const CLAIM = {
-  name: 'idempotency_claim_v1',
+  name: 'idempotency_claim_v2',
   text: `WITH claimed AS (
   INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until)
-  VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')
+  VALUES ($1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond')
   ON CONFLICT (tenant_id, key) DO NOTHING
   RETURNING claim_id, lock_version
 )
@@ -32,8 +34,8 @@ SELECT true AS claimed, claim_id, lock_version, NULL::bytea AS fingerprint, NULL
 FROM claimed
 UNION ALL
 SELECT false, claim_id, lock_version, fingerprint, state,
-       locked_until IS NULL OR locked_until < now(),
-       ceil(extract(epoch FROM locked_until - now()))::int,
+       locked_until IS NULL OR locked_until < clock_timestamp(),
+       ceil(extract(epoch FROM locked_until - clock_timestamp()))::int,
        response_code, response_body, response_headers
 FROM idempotency_keys
 WHERE tenant_id = $1 AND key = $2`,
@@ -41,11 +43,12 @@ WHERE tenant_id = $1 AND key = $2`,
 
 /** Statement 3: only one worker can move `lock_version` on from the value it read. */
 export const TAKE_OVER = {
-  name: 'idempotency_take_over_v2',
+  name: 'idempotency_take_over_v3',
   text: `UPDATE idempotency_keys
-SET locked_until = now() + $5 * interval '1 millisecond', lock_version = lock_version + 1
+SET locked_until = clock_timestamp() + $5 * interval '1 millisecond', lock_version = lock_version + 1
 WHERE tenant_id = $1 AND key = $2 AND state = 'started'
-  AND (locked_until IS NULL OR locked_until < now()) AND lock_version = $3 AND claim_id = $4
+  AND (locked_until IS NULL OR locked_until < clock_timestamp()) AND lock_version = $3
+  AND claim_id = $4
 RETURNING claim_id, lock_version, recovery_point, phase_results`,
 };
 
@@ -65,13 +68,13 @@ WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND st
  * and resumes. The two statements' conditions exclude each other.
  */
 export const RELEASE = {
-  name: 'idempotency_release_v2',
+  name: 'idempotency_release_v3',
   text: `WITH deleted AS (
   DELETE FROM idempotency_keys
   WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'
     AND $5::boolean AND recovery_point = 'start'
 )
-UPDATE idempotency_keys SET locked_until = now()
+UPDATE idempotency_keys SET locked_until = clock_timestamp()
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'
   AND NOT ($5::boolean AND recovery_point = 'start')`,
 };
