@@ -108,7 +108,8 @@ const url = process.env.DATABASE_URL!;
 })
 class BenchModule {}
 
-const adapter = process.env.HTTP_ADAPTER === 'fastify' ? new FastifyAdapter() : new ExpressAdapter();
+const adapter =
+  process.env.HTTP_ADAPTER === 'fastify' ? new FastifyAdapter() : new ExpressAdapter();
 const app = await NestFactory.create(BenchModule, adapter, { rawBody: true, logger: false });
 await app.listen(Number(process.env.PORT ?? 0), '127.0.0.1');
 console.log(`listening on ${(app.getHttpServer().address() as { port: number }).port}`);

@@ -31,7 +31,10 @@ function run(url: string, path: string, key: (i: number) => string | undefined) 
             path,
             setupRequest: (request) => {
               const k = key(i++);
-              request.headers = { 'content-type': 'application/json', ...(k ? { 'idempotency-key': k } : {}) };
+              request.headers = {
+                'content-type': 'application/json',
+                ...(k ? { 'idempotency-key': k } : {}),
+              };
               request.body = body;
               return request;
             },
@@ -44,7 +47,8 @@ function run(url: string, path: string, key: (i: number) => string | undefined) 
   });
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
+const median = (values: number[]) =>
+  [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
 async function main() {
   let adminUrl = process.env.TEST_DATABASE_URL ?? process.env.DATABASE_URL;
@@ -59,7 +63,11 @@ async function main() {
     await db.query(
       'CREATE TABLE bench_orders (id bigserial PRIMARY KEY, amount int, customer text, created_at timestamptz DEFAULT now())',
     );
-    const app = await startWorker('bench/bench-app.js', { DATABASE_URL: database.url, HTTP_ADAPTER: adapter, PORT: '0' });
+    const app = await startWorker('bench/bench-app.js', {
+      DATABASE_URL: database.url,
+      HTTP_ADAPTER: adapter,
+      PORT: '0',
+    });
     for (const [work, suffix] of [
       ['raw INSERT', ''],
       ['TypeORM save', '-orm'],
@@ -102,7 +110,9 @@ async function main() {
   }
   await embedded?.stop();
   console.log(`\n${lines.join('\n')}`);
-  console.log(`\n${ROUNDS} interleaved rounds of ${DURATION_S} s, ${CONNECTIONS} connections; medians.`);
+  console.log(
+    `\n${ROUNDS} interleaved rounds of ${DURATION_S} s, ${CONNECTIONS} connections; medians.`,
+  );
   console.log('targets: new keys >= 0.75 x plain, replays >= 1.5 x plain');
 }
 

@@ -2,7 +2,11 @@ import { decide, type Decision, type ExistingKey } from './decide.js';
 
 const fp = Buffer.alloc(32, 1);
 const other = Buffer.alloc(32, 2);
-const response = { status: 201, headers: { 'content-type': 'application/json' }, body: Buffer.from('{}') };
+const response = {
+  status: 201,
+  headers: { 'content-type': 'application/json' },
+  body: Buffer.from('{}'),
+};
 
 const started = (leaseExpired: boolean, leaseSecondsLeft = 30): ExistingKey => ({
   state: 'started',
@@ -12,18 +16,41 @@ const started = (leaseExpired: boolean, leaseSecondsLeft = 30): ExistingKey => (
   fence: { lockVersion: '3', claimId: 'c-1' },
 });
 const done: ExistingKey = { state: 'done', fingerprint: fp, response };
-const withFingerprint = (row: ExistingKey, fingerprint: Buffer): ExistingKey => ({ ...row, fingerprint });
+const withFingerprint = (row: ExistingKey, fingerprint: Buffer): ExistingKey => ({
+  ...row,
+  fingerprint,
+});
 
 describe('decide', () => {
   it.each<[string, ExistingKey, Buffer, Decision]>([
     ['done, same request: replay', done, fp, { kind: 'replay', response }],
     ['done, other request: 422', done, other, { kind: 'mismatch' }],
-    ['live lease, same request: 409', started(false), fp, { kind: 'in-progress', retryAfterSeconds: 30 }],
+    [
+      'live lease, same request: 409',
+      started(false),
+      fp,
+      { kind: 'in-progress', retryAfterSeconds: 30 },
+    ],
     ['live lease, other request: 422', started(false), other, { kind: 'mismatch' }],
-    ['expired lease, same request: take over', started(true), fp, { kind: 'take-over', fence: { lockVersion: '3', claimId: 'c-1' } }],
+    [
+      'expired lease, same request: take over',
+      started(true),
+      fp,
+      { kind: 'take-over', fence: { lockVersion: '3', claimId: 'c-1' } },
+    ],
     ['expired lease, other request: 422', started(true), other, { kind: 'mismatch' }],
-    ['lease ending now: retry after at least 1 s', started(false, 0), fp, { kind: 'in-progress', retryAfterSeconds: 1 }],
-    ['fingerprint of another length: 422', withFingerprint(done, Buffer.alloc(31, 1)), fp, { kind: 'mismatch' }],
+    [
+      'lease ending now: retry after at least 1 s',
+      started(false, 0),
+      fp,
+      { kind: 'in-progress', retryAfterSeconds: 1 },
+    ],
+    [
+      'fingerprint of another length: 422',
+      withFingerprint(done, Buffer.alloc(31, 1)),
+      fp,
+      { kind: 'mismatch' },
+    ],
   ])('%s', (_name, existing, fingerprint, expected) => {
     expect(decide(existing, fingerprint)).toEqual(expected);
   });

@@ -2,9 +2,7 @@ import { MAX_KEY_LENGTH } from './idempotency.constants.js';
 
 /** The outcome of reading the key header: expected outcomes are values, not exceptions. */
 export type KeyParseResult =
-  | { kind: 'key'; key: string }
-  | { kind: 'missing' }
-  | { kind: 'invalid'; reason: string };
+  { kind: 'key'; key: string } | { kind: 'missing' } | { kind: 'invalid'; reason: string };
 
 function isVisibleAscii(value: string): boolean {
   for (let i = 0; i < value.length; i++) {

@@ -34,8 +34,16 @@ describe('resolveIdempotencyOptions', () => {
     ['zero timeout', { databaseTimeoutMs: 0 }, 'databaseTimeoutMs must be a positive integer'],
     ['zero purge interval', { purgeIntervalMs: 0 }, 'purgeIntervalMs must be a positive integer'],
     ['zero batch', { purgeBatchSize: 0 }, 'purgeBatchSize must be a positive integer'],
-    ['header with a space', { headerName: 'Idempotency Key' }, 'headerName "Idempotency Key" is not a header name'],
-    ['bad fingerprint header', { fingerprintHeaders: ['a:b'] }, 'fingerprintHeaders: "a:b" is not a header name'],
+    [
+      'header with a space',
+      { headerName: 'Idempotency Key' },
+      'headerName "Idempotency Key" is not a header name',
+    ],
+    [
+      'bad fingerprint header',
+      { fingerprintHeaders: ['a:b'] },
+      'fingerprintHeaders: "a:b" is not a header name',
+    ],
     ['tenant not a function', { tenant: 'x' as never }, 'tenant must be a function'],
   ])('refuses %s at start-up', (_name, options, message) => {
     expect(() => resolveIdempotencyOptions(options)).toThrow(`IdempotencyModule: ${message}`);
@@ -47,7 +55,10 @@ describe('resolveRouteOptions', () => {
   it.each([
     [{}, { required: true, leaseMs: 30_000, fingerprintHeaders: ['accept'], heartbeat: false }],
     [{ required: false }, { required: false, leaseMs: 30_000 }],
-    [{ leaseMs: 5000, heartbeat: true }, { leaseMs: 5000, heartbeat: true }],
+    [
+      { leaseMs: 5000, heartbeat: true },
+      { leaseMs: 5000, heartbeat: true },
+    ],
     [{ fingerprintHeaders: [] }, { fingerprintHeaders: [] }],
   ])('overrides the module options with %j', (route, expected) => {
     expect(resolveRouteOptions(route, base)).toMatchObject(expected);

@@ -38,7 +38,9 @@ export function resolveRouteOptions(
   const headers = options.fingerprintHeaders ?? base?.fingerprintHeaders ?? [];
   for (const header of headers) {
     if (!HEADER_NAME.test(header)) {
-      throw new InvalidIdempotencyOptionsError(`fingerprintHeaders: "${header}" is not a header name`);
+      throw new InvalidIdempotencyOptionsError(
+        `fingerprintHeaders: "${header}" is not a header name`,
+      );
     }
   }
   return {
@@ -76,7 +78,11 @@ export function resolveIdempotencyOptions(
       options.purgeIntervalMs === undefined
         ? undefined
         : positiveInteger('purgeIntervalMs', options.purgeIntervalMs, 0),
-    purgeBatchSize: positiveInteger('purgeBatchSize', options.purgeBatchSize, DEFAULT_PURGE_BATCH_SIZE),
+    purgeBatchSize: positiveInteger(
+      'purgeBatchSize',
+      options.purgeBatchSize,
+      DEFAULT_PURGE_BATCH_SIZE,
+    ),
     route: resolveRouteOptions(options),
   };
 }

@@ -30,7 +30,10 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
   async purgeExpired(): Promise<number> {
     let total = 0;
     while (!this.stopping) {
-      const deleted = await this.store.purgeBatch(this.options.retentionMs, this.options.purgeBatchSize);
+      const deleted = await this.store.purgeBatch(
+        this.options.retentionMs,
+        this.options.purgeBatchSize,
+      );
       total += deleted;
       if (deleted < this.options.purgeBatchSize) break;
     }

@@ -43,7 +43,9 @@ export class IdempotencyKeyInvalidError extends IdempotencyError {
 export class IdempotencyTenantInvalidError extends IdempotencyError {
   readonly code = 'tenant_invalid';
   constructor(readonly value: unknown) {
-    super('The request carries no valid tenant id (an integer); idempotency keys are scoped per tenant.');
+    super(
+      'The request carries no valid tenant id (an integer); idempotency keys are scoped per tenant.',
+    );
     this.name = 'IdempotencyTenantInvalidError';
   }
 }

@@ -79,7 +79,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
         : this.runWithoutKey(defaultStatus, rawResponse(response), next);
     }
     if (parsed.kind === 'invalid') {
-      return this.fail(response, new IdempotencyKeyInvalidError(this.options.headerName, parsed.reason));
+      return this.fail(
+        response,
+        new IdempotencyKeyInvalidError(this.options.headerName, parsed.reason),
+      );
     }
     const resolved = this.options.tenant(request);
     const tenantId = normalizeTenantId(resolved);
@@ -220,14 +223,18 @@ export class IdempotencyInterceptor implements NestInterceptor {
    * real crash) does not hand a slow but live worker's key to another one.
    */
   private startHeartbeat(claim: ActiveClaim): () => void {
-    const timer = setInterval(() => {
-      this.store.extendLease(claim).then(
-        (held) => {
-          if (!held) clearInterval(timer);
-        },
-        (error: unknown) => this.logger.warn(`heartbeat of key ${claim.key} failed: ${String(error)}`),
-      );
-    }, Math.max(50, Math.floor(claim.leaseMs / 3)));
+    const timer = setInterval(
+      () => {
+        this.store.extendLease(claim).then(
+          (held) => {
+            if (!held) clearInterval(timer);
+          },
+          (error: unknown) =>
+            this.logger.warn(`heartbeat of key ${claim.key} failed: ${String(error)}`),
+        );
+      },
+      Math.max(50, Math.floor(claim.leaseMs / 3)),
+    );
     timer.unref();
     return () => clearInterval(timer);
   }

@@ -8,7 +8,10 @@ import {
   IDEMPOTENCY_MODULE_OPTIONS,
   RESOLVED_IDEMPOTENCY_OPTIONS,
 } from './idempotency.module-definition.js';
-import { type IdempotencyModuleOptions, type ResolvedIdempotencyOptions } from './idempotency-options.interface.js';
+import {
+  type IdempotencyModuleOptions,
+  type ResolvedIdempotencyOptions,
+} from './idempotency-options.interface.js';
 import { resolveIdempotencyOptions } from './idempotency-options.js';
 import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
 import { IdempotencyStore } from './storage/idempotency-store.interface.js';

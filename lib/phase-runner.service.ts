@@ -91,7 +91,8 @@ export class PhaseRunner {
     if (!claim) {
       const value = await this.store.transaction(work);
       // Sent in place of the adapter's answer, so `respond()` keeps its status without a key.
-      if (context && value instanceof PhaseResponse) context.finished = toStoredResponse(value, context);
+      if (context && value instanceof PhaseResponse)
+        context.finished = toStoredResponse(value, context);
       return bodyOf(value);
     }
     return this.guard(() =>

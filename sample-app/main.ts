@@ -47,9 +47,13 @@ async function main(): Promise<void> {
       rawBody: true,
     });
   } else {
-    const expressApp = await NestFactory.create<NestExpressApplication>(module, new ExpressAdapter(), {
-      rawBody: true,
-    });
+    const expressApp = await NestFactory.create<NestExpressApplication>(
+      module,
+      new ExpressAdapter(),
+      {
+        rawBody: true,
+      },
+    );
     expressApp.useBodyParser('json', { limit: BODY_LIMIT });
     app = expressApp;
   }

@@ -10,7 +10,9 @@ const TENANT = /^[1-9][0-9]{0,18}$/;
 const MAX_TENANT = 9223372036854775807n;
 
 /** The tenant of a request, from `X-Tenant-Id`: a positive 64-bit integer, else undefined. */
-export function tenantOf(headers: Record<string, string | string[] | undefined>): string | undefined {
+export function tenantOf(
+  headers: Record<string, string | string[] | undefined>,
+): string | undefined {
   const value = headers['x-tenant-id'];
   if (typeof value !== 'string' || !TENANT.test(value)) return undefined;
   return BigInt(value) <= MAX_TENANT ? value : undefined;

@@ -49,25 +49,28 @@ describe.each(ADAPTERS)('an unreachable database on %s', (adapter) => {
   it.each([
     ['refuses connections', (p: TcpProxy) => p.refuse()],
     ['stops answering', (p: TcpProxy) => p.blackhole()],
-  ])('answers 503 when the database %s, runs nothing, and the key works once it is back', async (_name, cut) => {
-    const key = `outage-${adapter}-${_name.replace(/ /g, '-')}`;
-    expect((await order('warm-up-' + key)).status).toBe(201);
-    const before = await executions();
+  ])(
+    'answers 503 when the database %s, runs nothing, and the key works once it is back',
+    async (_name, cut) => {
+      const key = `outage-${adapter}-${_name.replace(/ /g, '-')}`;
+      expect((await order('warm-up-' + key)).status).toBe(201);
+      const before = await executions();
 
-    await cut(proxy);
-    const down = await order(key);
-    expect(down.status).toBe(503);
-    expect(down.headers['content-type']).toMatch('application/problem+json');
-    expect(down.headers['retry-after']).toBe('1');
-    expect(down.body.code).toBe('store_unavailable');
-    expect(await executions()).toBe(before);
+      await cut(proxy);
+      const down = await order(key);
+      expect(down.status).toBe(503);
+      expect(down.headers['content-type']).toMatch('application/problem+json');
+      expect(down.headers['retry-after']).toBe('1');
+      expect(down.body.code).toBe('store_unavailable');
+      expect(await executions()).toBe(before);
 
-    await proxy.restore();
-    const back = await order(key);
-    expect(back.status).toBe(201);
-    expect(await executions()).toBe(before + 1);
-    const replay = await order(key);
-    expect(replay.headers['idempotent-replayed']).toBe('true');
-    expect(await executions()).toBe(before + 1);
-  });
+      await proxy.restore();
+      const back = await order(key);
+      expect(back.status).toBe(201);
+      expect(await executions()).toBe(before + 1);
+      const replay = await order(key);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(await executions()).toBe(before + 1);
+    },
+  );
 });

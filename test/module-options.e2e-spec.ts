@@ -14,7 +14,9 @@ class CounterController {
   @Post('count')
   @Idempotent()
   async count(@Body() body: { n: number }) {
-    const rows = (await this.dataSource.query('SELECT nextval($1) AS v', ['counter'])) as { v: string }[];
+    const rows = (await this.dataSource.query('SELECT nextval($1) AS v', ['counter'])) as {
+      v: string;
+    }[];
     return { n: body.n, v: Number(rows[0].v) };
   }
 }
@@ -55,7 +57,9 @@ describe('forRootAsync on a named DataSource, with a custom header', () => {
   beforeAll(async () => {
     database = await createTestDatabase('options');
     app = await createApp(database.url, 'payments');
-    await app.get<DataSource>(getDataSourceToken('payments'), { strict: false }).query('CREATE SEQUENCE counter');
+    await app
+      .get<DataSource>(getDataSourceToken('payments'), { strict: false })
+      .query('CREATE SEQUENCE counter');
   });
   afterAll(async () => {
     await app?.close();
@@ -81,7 +85,9 @@ describe('forRootAsync on a named DataSource, with a custom header', () => {
       .set('Idempotency-Key', 'k2')
       .send({ n: 1 });
     expect(res.status).toBe(400);
-    expect(res.body.detail).toBe('The X-Request-Key header is required on this route; send one key per operation.');
+    expect(res.body.detail).toBe(
+      'The X-Request-Key header is required on this route; send one key per operation.',
+    );
   });
 
   it('makes a configured header part of the fingerprint', async () => {

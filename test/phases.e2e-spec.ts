@@ -46,7 +46,12 @@ describe('atomic phases, takeover and fencing', () => {
     await database?.drop();
   });
 
-  const pay = (target: INestApplication | string, key: string, customer: string, path = '/payments') =>
+  const pay = (
+    target: INestApplication | string,
+    key: string,
+    customer: string,
+    path = '/payments',
+  ) =>
     request(typeof target === 'string' ? target : target.getHttpServer())
       .post(path)
       .set('Idempotency-Key', key)
@@ -101,7 +106,11 @@ describe('atomic phases, takeover and fencing', () => {
       'receipt_prepared',
       'finish',
     ]);
-    expect(await keyRow(key)).toMatchObject({ state: 'done', recovery_point: 'finished', response_code: 201 });
+    expect(await keyRow(key)).toMatchObject({
+      state: 'done',
+      recovery_point: 'finished',
+      response_code: 201,
+    });
   });
 
   it('stores a non-default status given by respond() with the last phase, and replays it', async () => {
@@ -127,7 +136,9 @@ describe('atomic phases, takeover and fencing', () => {
     expect(second.status).toBe(402);
     expect(second.headers['idempotent-replayed']).toBeUndefined();
     // Nothing was claimed, and each request ran every phase on its own.
-    expect((await db.query('SELECT 1 FROM idempotency_keys WHERE key = $1', [label])).rows).toEqual([]);
+    expect((await db.query('SELECT 1 FROM idempotency_keys WHERE key = $1', [label])).rows).toEqual(
+      [],
+    );
     expect((await phaseRuns(label)).filter((r) => r.phase === 'psp_authorized')).toHaveLength(2);
     expect(second.body.paymentId).not.toBe(first.body.paymentId);
   });

@@ -12,11 +12,20 @@ describe('the batched retention purge', () => {
   });
 
   const order = (key: string) =>
-    request(s.server()).post('/orders').set('Idempotency-Key', key).set('X-Tenant-Id', '1').send({ amount: 5 });
+    request(s.server())
+      .post('/orders')
+      .set('Idempotency-Key', key)
+      .set('X-Tenant-Id', '1')
+      .send({ amount: 5 });
   const age = (key: string, interval: string) =>
-    s.db.query(`UPDATE idempotency_keys SET created_at = now() - $2::interval WHERE key = $1`, [key, interval]);
+    s.db.query(`UPDATE idempotency_keys SET created_at = now() - $2::interval WHERE key = $1`, [
+      key,
+      interval,
+    ]);
   const keys = async () =>
-    (await s.db.query<{ key: string }>('SELECT key FROM idempotency_keys ORDER BY key')).rows.map((r) => r.key);
+    (await s.db.query<{ key: string }>('SELECT key FROM idempotency_keys ORDER BY key')).rows.map(
+      (r) => r.key,
+    );
 
   it('deletes finished keys past the retention in batches, keeps recent and unfinished ones', async () => {
     for (const key of ['old-1', 'old-2', 'old-3', 'old-4', 'old-5', 'recent']) {

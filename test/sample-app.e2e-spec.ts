@@ -78,7 +78,11 @@ function postCharge(
   return req.send(payload).then((res) => res);
 }
 
-function postWebhook(url: string, tenant: string | undefined, event: Record<string, unknown>): Promise<Res> {
+function postWebhook(
+  url: string,
+  tenant: string | undefined,
+  event: Record<string, unknown>,
+): Promise<Res> {
   let req = request(url).post('/webhooks/psp');
   if (tenant !== undefined) req = req.set('X-Tenant-Id', tenant);
   return req.send(event).then((res) => res);
@@ -189,7 +193,12 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
   const newTenant = () => String(1000 + ++seq);
 
   const spawnApp = async (settings: Partial<SampleAppSettings>) => {
-    const app = await startSampleApp({ adapter, databaseUrl: database.url, pspUrl: psp.url, ...settings });
+    const app = await startSampleApp({
+      adapter,
+      databaseUrl: database.url,
+      pspUrl: psp.url,
+      ...settings,
+    });
     spawned.push(app);
     return app;
   };
@@ -219,7 +228,11 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       start({}),
       start({ leaseMs: SHORT_LEASE_MS }),
       start({ leaseMs: SHORT_LEASE_MS, databaseUrl: viaPort(database.url, dbProxy.port) }),
-      start({ retentionMs: SHORT_RETENTION_MS, purgeIntervalMs: 250, databaseUrl: retentionDatabase.url }),
+      start({
+        retentionMs: SHORT_RETENTION_MS,
+        purgeIntervalMs: 250,
+        databaseUrl: retentionDatabase.url,
+      }),
     ]);
     const started = all.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
     const failed = all.find((o): o is PromiseRejectedResult => o.status === 'rejected');
@@ -287,11 +300,20 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       const tenant = newTenant();
       const longCustomer = `c${'x'.repeat(63)}`;
       const low = await postCharge(main.url, tenant, newKey(), chargeBody(newCustomer(), 1));
-      const high = await postCharge(main.url, tenant, newKey(), chargeBody(longCustomer, 99_999_999, 'jpy'));
+      const high = await postCharge(
+        main.url,
+        tenant,
+        newKey(),
+        chargeBody(longCustomer, 99_999_999, 'jpy'),
+      );
       expectFresh(low);
       expect(low.body).toMatchObject({ amount: 1, status: 'succeeded' });
       expectFresh(high);
-      expect(high.body).toMatchObject({ amount: 99_999_999, currency: 'jpy', customer: longCustomer });
+      expect(high.body).toMatchObject({
+        amount: 99_999_999,
+        currency: 'jpy',
+        customer: longCustomer,
+      });
     });
 
     it('customer cus_decline: the PSP answers 402, the app 402 card_declined, stored and replayed', async () => {
@@ -304,12 +326,19 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
 
       const replay = await postCharge(peer.url, tenant, key, chargeBody('cus_decline', 500));
       expectReplayOf(replay, first);
-      expectReplayOf(await postCharge(main.url, tenant, key, chargeBody('cus_decline', 500)), first);
+      expectReplayOf(
+        await postCharge(main.url, tenant, key, chargeBody('cus_decline', 500)),
+        first,
+      );
       expect(psp.requestCount()).toBe(requests); // a replay does not ask the PSP again
 
       const charges = await listCharges(main.url, tenant, 'cus_decline');
       expect(charges).toHaveLength(1);
-      expect(charges[0]).toMatchObject({ amount: 500, status: 'declined', psp_authorization: null });
+      expect(charges[0]).toMatchObject({
+        amount: 500,
+        status: 'declined',
+        psp_authorization: null,
+      });
     });
 
     it('customer cus_psp_error: the PSP answers 500, the app 502 psp_unavailable, stored and replayed', async () => {
@@ -320,8 +349,14 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       expect(first.body.error).toBe('psp_unavailable');
       const requests = psp.requestCount();
 
-      expectReplayOf(await postCharge(peer.url, tenant, key, chargeBody('cus_psp_error', 700)), first);
-      expectReplayOf(await postCharge(main.url, tenant, key, chargeBody('cus_psp_error', 700)), first);
+      expectReplayOf(
+        await postCharge(peer.url, tenant, key, chargeBody('cus_psp_error', 700)),
+        first,
+      );
+      expectReplayOf(
+        await postCharge(main.url, tenant, key, chargeBody('cus_psp_error', 700)),
+        first,
+      );
       expect(psp.requestCount()).toBe(requests);
 
       const charges = await listCharges(main.url, tenant, 'cus_psp_error');
@@ -342,7 +377,9 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
 
         // Phase one (the pending charge) is committed; the 503 itself is not stored.
         pending = await listCharges(main.url, tenant, customer);
-        expect(pending).toEqual([expect.objectContaining({ status: 'pending', psp_authorization: null })]);
+        expect(pending).toEqual([
+          expect.objectContaining({ status: 'pending', psp_authorization: null }),
+        ]);
 
         // The lease was released: a retry runs at once (another 503), not a 409.
         const again = await postCharge(main.url, tenant, key, chargeBody(customer));
@@ -356,7 +393,9 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       expectFresh(back);
       expect(back.body).toMatchObject({ id: pending[0].id, status: 'succeeded', customer });
       const charges = await listCharges(peer.url, tenant, customer);
-      expect(charges).toEqual([expect.objectContaining({ id: pending[0].id, status: 'succeeded' })]);
+      expect(charges).toEqual([
+        expect.objectContaining({ id: pending[0].id, status: 'succeeded' }),
+      ]);
       expect(await authorizations(customer)).toEqual([
         expect.objectContaining({ id: back.body.psp_authorization }),
       ]);
@@ -398,11 +437,17 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       const [tenant, key, customer] = [newTenant(), newKey(), newCustomer()];
       const invalid: [Record<string, unknown>, string[]][] = [
         [{ amount: 0, currency: 'eur', customer }, ['amount must not be less than 1']],
-        [{ amount: 100_000_000, currency: 'eur', customer }, ['amount must not be greater than 99999999']],
+        [
+          { amount: 100_000_000, currency: 'eur', customer },
+          ['amount must not be greater than 99999999'],
+        ],
         [{ amount: 100.5, currency: 'eur', customer }, ['amount must be an integer number']],
         [{ amount: 100, currency: 'EUR', customer }, ['currency must be 3 lower-case letters']],
         [{ amount: 100, currency: 'euro', customer }, ['currency must be 3 lower-case letters']],
-        [{ amount: 100, currency: 'eur', customer: '' }, ['customer must be longer than or equal to 1 characters']],
+        [
+          { amount: 100, currency: 'eur', customer: '' },
+          ['customer must be longer than or equal to 1 characters'],
+        ],
         [
           { amount: 100, currency: 'eur', customer: 'x'.repeat(65) },
           ['customer must be shorter than or equal to 64 characters'],
@@ -444,7 +489,11 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       ['empty', '', 'it is empty'],
       ['an empty structured-field string', '""', 'it is empty'],
       ['over 255 characters', 'k'.repeat(256), 'it is longer than 255 characters'],
-      ['over 255 characters in the structured-field form', `"${'k'.repeat(256)}"`, 'it is longer than 255 characters'],
+      [
+        'over 255 characters in the structured-field form',
+        `"${'k'.repeat(256)}"`,
+        'it is longer than 255 characters',
+      ],
       ['not ASCII', 'caf\u00e9', 'it must be visible ASCII characters only (no spaces)'],
       ['with a space', 'a b', 'it must be visible ASCII characters only (no spaces)'],
       ['with a tab', 'a\tb', 'it must be visible ASCII characters only (no spaces)'],
@@ -510,7 +559,12 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       const [tenant, key, customer] = [newTenant(), newKey(), newCustomer()];
       const existing = await postCharge(main.url, tenant, newKey(), chargeBody(customer, 900));
       expectFresh(existing);
-      const event = { id: `evt_${randomUUID()}`, type: 'refund', charge: existing.body.id, amount: 40 };
+      const event = {
+        id: `evt_${randomUUID()}`,
+        type: 'refund',
+        charge: existing.body.id,
+        amount: 40,
+      };
       const requests = psp.requestCount();
 
       for (const bad of [undefined, '', 'abc', '0', '-3', '2.5', '7abc', '0x10']) {
@@ -567,14 +621,20 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       const other = newKey();
       const bareFirst = await postCharge(main.url, tenant, other, chargeBody(customer));
       expectFresh(bareFirst);
-      expectReplayOf(await postCharge(main.url, tenant, `"${other}"`, chargeBody(customer)), bareFirst);
+      expectReplayOf(
+        await postCharge(main.url, tenant, `"${other}"`, chargeBody(customer)),
+        bareFirst,
+      );
 
       // `"a\"b\\c"` is the key a"b\c.
       const escaped = `${newKey()}"q\\s`;
       const sf = `"${escaped.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
       const escapedFirst = await postCharge(main.url, tenant, sf, chargeBody(customer));
       expectFresh(escapedFirst);
-      expectReplayOf(await postCharge(peer.url, tenant, escaped, chargeBody(customer)), escapedFirst);
+      expectReplayOf(
+        await postCharge(peer.url, tenant, escaped, chargeBody(customer)),
+        escapedFirst,
+      );
 
       expect(await listCharges(main.url, tenant, customer)).toHaveLength(3);
     });
@@ -617,7 +677,12 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       expect(first.text).toContain('"amount":100,');
       expectReplayOf(await postCharge(main.url, tenant, key, chargeBody(customer, 100)), first);
       expectReplayOf(
-        await postCharge(peer.url, tenant, key, `{"amount":1e2,"currency":"eur","customer":"${customer}"}`),
+        await postCharge(
+          peer.url,
+          tenant,
+          key,
+          `{"amount":1e2,"currency":"eur","customer":"${customer}"}`,
+        ),
         first,
       );
       const charges = await listCharges(main.url, tenant, customer);
@@ -658,10 +723,16 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       const otherInstance = await postCharge(main.url, tenant, key, chargeBody(customer));
       for (const busy of [samePeer, otherInstance]) {
         expectInProgress(busy, 60);
-        expect(busy.body.detail).toBe('A request with this idempotency key is still being processed; retry later.');
+        expect(busy.body.detail).toBe(
+          'A request with this idempotency key is still being processed; retry later.',
+        );
       }
       // A different request with the key is a mismatch even while it is in progress.
-      expectProblem(await postCharge(main.url, tenant, key, chargeBody(customer, 101)), 422, 'key_mismatch');
+      expectProblem(
+        await postCharge(main.url, tenant, key, chargeBody(customer, 101)),
+        422,
+        'key_mismatch',
+      );
 
       const done = await first;
       expectFresh(done);
@@ -693,12 +764,16 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
 
       expectReplayOf(await postCharge(peer.url, tenantA, key, chargeBody(customer)), a);
       expectReplayOf(await postCharge(peer.url, tenantB, key, chargeBody(customer)), b);
-      expect(await listCharges(main.url, tenantA, customer)).toEqual([expect.objectContaining({ id: a.body.id })]);
-      expect(await listCharges(main.url, tenantB, customer)).toEqual([expect.objectContaining({ id: b.body.id })]);
+      expect(await listCharges(main.url, tenantA, customer)).toEqual([
+        expect.objectContaining({ id: a.body.id }),
+      ]);
+      expect(await listCharges(main.url, tenantB, customer)).toEqual([
+        expect.objectContaining({ id: b.body.id }),
+      ]);
       expect(await authorizations(customer)).toHaveLength(3);
     });
 
-    it('GET /charges/:id answers 404 for another tenant\'s charge; GET /charges?customer= lists only the tenant\'s', async () => {
+    it("GET /charges/:id answers 404 for another tenant's charge; GET /charges?customer= lists only the tenant's", async () => {
       const [owner, stranger, customer] = [newTenant(), newTenant(), newCustomer()];
       const created = await postCharge(main.url, owner, newKey(), chargeBody(customer));
       expectFresh(created);
@@ -714,7 +789,9 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       expect(missing.body).toEqual({ error: 'not_found', message: `no charge ${unknown}` });
 
       expect(await listCharges(peer.url, stranger, customer)).toEqual([]);
-      expect(await listCharges(peer.url, owner, customer)).toEqual([{ ...created.body, amount_refunded: 0 }]);
+      expect(await listCharges(peer.url, owner, customer)).toEqual([
+        { ...created.body, amount_refunded: 0 },
+      ]);
     });
   });
 
@@ -733,14 +810,17 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       await victim.kill('SIGKILL');
       expect(await doomed).toBe('connection lost');
       const pending = await listCharges(peer.url, tenant, customer);
-      expect(pending).toEqual([expect.objectContaining({ status: 'pending', psp_authorization: null })]);
+      expect(pending).toEqual([
+        expect.objectContaining({ status: 'pending', psp_authorization: null }),
+      ]);
 
       // The dead worker's lease still holds for a while: 409; then the peer takes the key over.
       const { res: final, conflicts } = await retryWhileInProgress(() =>
         postCharge(peer.url, tenant, key, chargeBody(customer)),
       );
       expect(conflicts.length).toBeGreaterThan(0);
-      for (const conflict of conflicts) expectInProgress(conflict, Math.ceil(SHORT_LEASE_MS / 1000));
+      for (const conflict of conflicts)
+        expectInProgress(conflict, Math.ceil(SHORT_LEASE_MS / 1000));
       expectFresh(final);
       expect(final.body).toEqual({
         id: pending[0].id,
@@ -762,7 +842,7 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       expectReplayOf(await postCharge(main.url, tenant, key, chargeBody(customer)), final);
     });
 
-    it('a worker that lost its lease gets 409 lease_lost; the new owner\'s 201 is what is stored and replayed', async () => {
+    it("a worker that lost its lease gets 409 lease_lost; the new owner's 201 is what is stored and replayed", async () => {
       const [tenant, key, customer] = [newTenant(), newKey(), newCustomer()];
       psp.delayMs = 4000;
       const requests = psp.requestCount();
@@ -804,7 +884,9 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       const answers = await Promise.all(pending);
 
       expect(answers.map((r) => r.status).filter((s) => s !== 201 && s !== 409)).toEqual([]);
-      const originals = answers.filter((r) => r.status === 201 && r.headers['idempotent-replayed'] === undefined);
+      const originals = answers.filter(
+        (r) => r.status === 201 && r.headers['idempotent-replayed'] === undefined,
+      );
       expect(originals).toHaveLength(1);
       for (const res of answers) {
         if (res.status === 201 && res !== originals[0]) expectReplayOf(res, originals[0]);
@@ -826,10 +908,17 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       const [tenant, customer] = [newTenant(), newCustomer()];
       const created = await postCharge(main.url, tenant, newKey(), chargeBody(customer, 1000));
       expectFresh(created);
-      const event = { id: `evt_${randomUUID()}`, type: 'refund', charge: created.body.id, amount: 250 };
+      const event = {
+        id: `evt_${randomUUID()}`,
+        type: 'refund',
+        charge: created.body.id,
+        amount: 250,
+      };
 
       const deliveries = await Promise.all(
-        Array.from({ length: 20 }, (_, i) => postWebhook(i % 2 ? main.url : peer.url, tenant, event)),
+        Array.from({ length: 20 }, (_, i) =>
+          postWebhook(i % 2 ? main.url : peer.url, tenant, event),
+        ),
       );
       for (const res of deliveries) {
         expect(res.status).toBe(200);
@@ -841,7 +930,11 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       expect((await getCharge(main.url, tenant, created.body.id)).amount_refunded).toBe(250);
 
       // A new event id applies; the old one, delivered again later, still does not.
-      const second = await postWebhook(peer.url, tenant, { ...event, id: `evt_${randomUUID()}`, amount: 100 });
+      const second = await postWebhook(peer.url, tenant, {
+        ...event,
+        id: `evt_${randomUUID()}`,
+        amount: 100,
+      });
       expect(second.status).toBe(200);
       expect(second.body).toEqual({ duplicate: false });
       const again = await postWebhook(main.url, tenant, event);
@@ -850,7 +943,7 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       expect((await getCharge(peer.url, tenant, created.body.id)).amount_refunded).toBe(350);
     });
 
-    it('a refund for an unknown charge (or another tenant\'s) answers 404 and records nothing', async () => {
+    it("a refund for an unknown charge (or another tenant's) answers 404 and records nothing", async () => {
       const [tenant, stranger, customer] = [newTenant(), newTenant(), newCustomer()];
       const created = await postCharge(main.url, tenant, newKey(), chargeBody(customer, 1000));
       expectFresh(created);
@@ -863,7 +956,12 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
         expect(res.status).toBe(404);
         expect(res.body).toEqual({ error: 'not_found', message: `no charge ${unknown}` });
       }
-      const foreign = { id: `evt_${randomUUID()}`, type: 'refund', charge: created.body.id, amount: 500 };
+      const foreign = {
+        id: `evt_${randomUUID()}`,
+        type: 'refund',
+        charge: created.body.id,
+        amount: 500,
+      };
       const res = await postWebhook(peer.url, stranger, foreign);
       expect(res.status).toBe(404);
       expect(res.body).toEqual({ error: 'not_found', message: `no charge ${created.body.id}` });
@@ -918,7 +1016,9 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       expectProblem(lost, 503, 'store_unavailable');
       expect(lost.headers['retry-after']).toBe('1');
       const pending = await listCharges(main.url, tenant, customer);
-      expect(pending).toEqual([expect.objectContaining({ status: 'pending', psp_authorization: null })]);
+      expect(pending).toEqual([
+        expect.objectContaining({ status: 'pending', psp_authorization: null }),
+      ]);
 
       const { res: back } = await retryWhileInProgress(() =>
         postCharge(flakyDb.url, tenant, key, chargeBody(customer)),
@@ -975,13 +1075,22 @@ describe('the standalone processes', () => {
       const first = await postCharge(app.url, '1', key, chargeBody('cus_standalone', 2500));
       expect(Date.now() - started).toBeGreaterThanOrEqual(300 - 20);
       expectFresh(first);
-      expect(first.body).toMatchObject({ amount: 2500, customer: 'cus_standalone', status: 'succeeded' });
+      expect(first.body).toMatchObject({
+        amount: 2500,
+        customer: 'cus_standalone',
+        status: 'succeeded',
+      });
       expect(first.body.psp_authorization).toEqual(expect.any(String));
-      expectReplayOf(await postCharge(app.url, '1', key, chargeBody('cus_standalone', 2500)), first);
+      expectReplayOf(
+        await postCharge(app.url, '1', key, chargeBody('cus_standalone', 2500)),
+        first,
+      );
       const declined = await postCharge(app.url, '1', `${key}-decline`, chargeBody('cus_decline'));
       expectFresh(declined, 402);
       expect(declined.body.error).toBe('card_declined');
-      expect(await listCharges(app.url, '1', 'cus_standalone')).toEqual([{ ...first.body, amount_refunded: 0 }]);
+      expect(await listCharges(app.url, '1', 'cus_standalone')).toEqual([
+        { ...first.body, amount_refunded: 0 },
+      ]);
       const unauthorized = await getPath(app.url, '/charges?customer=cus_standalone', undefined);
       expect(unauthorized.status).toBe(401);
       expect(unauthorized.headers['x-powered-by']).toBe('Express');
@@ -1004,7 +1113,12 @@ describe('the standalone processes', () => {
       const [a, b] = await Promise.all([authorize('k-1', 'cus_p'), authorize('k-1', 'cus_p')]);
       expect(Date.now() - started).toBeGreaterThanOrEqual(200 - 20);
       expect(a.status).toBe(201);
-      expect(a.body).toEqual({ id: expect.any(String), amount: 10, currency: 'eur', customer: 'cus_p' });
+      expect(a.body).toEqual({
+        id: expect.any(String),
+        amount: 10,
+        currency: 'eur',
+        customer: 'cus_p',
+      });
       expect(b.status).toBe(201);
       expect(b.body).toEqual(a.body);
       const later = await authorize('k-1', 'cus_p');

@@ -14,7 +14,11 @@ describe('the fencing token', () => {
   let dataSource: DataSource;
   let store: PostgresIdempotencyStore;
   const fp = Buffer.alloc(32, 9);
-  const response = { status: 201, headers: { 'content-type': 'application/json' }, body: Buffer.from('{"a":1}') };
+  const response = {
+    status: 201,
+    headers: { 'content-type': 'application/json' },
+    body: Buffer.from('{"a":1}'),
+  };
 
   beforeAll(async () => {
     database = await createTestDatabase('fencing');
@@ -34,7 +38,10 @@ describe('the fencing token', () => {
   });
 
   const expire = (key: string) =>
-    dataSource.query(`UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE key = $1`, [key]);
+    dataSource.query(
+      `UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE key = $1`,
+      [key],
+    );
   const claimed = async (key: string): Promise<ActiveClaim> => {
     const outcome = await store.claim({ tenantId: '1', key }, fp, 60_000);
     if (outcome.kind !== 'claimed') throw new Error(`expected to claim ${key}`);
@@ -66,7 +73,10 @@ describe('the fencing token', () => {
     expect(await store.extendLease(a)).toBe(false);
     await store.release(a, true);
 
-    const [row] = await dataSource.query('SELECT state, claim_id, phase_results FROM idempotency_keys WHERE key = $1', [key]);
+    const [row] = await dataSource.query(
+      'SELECT state, claim_id, phase_results FROM idempotency_keys WHERE key = $1',
+      [key],
+    );
     expect(row).toEqual({ state: 'started', claim_id: c.claimId, phase_results: {} });
     expect(await dataSource.query('SELECT * FROM effects')).toEqual([]);
     expect(await store.complete(c, response)).toBe(true);
@@ -77,7 +87,8 @@ describe('the fencing token', () => {
     await claimed(key);
     await expire(key);
     const seen = await store.claim({ tenantId: '1', key }, fp, 60_000);
-    if (seen.kind !== 'existing' || seen.existing.state !== 'started') throw new Error('expected started');
+    if (seen.kind !== 'existing' || seen.existing.state !== 'started')
+      throw new Error('expected started');
     const fence = seen.existing.fence;
     const winners = await Promise.all(
       Array.from({ length: 8 }, () => store.takeOver({ tenantId: '1', key }, fence, 60_000)),

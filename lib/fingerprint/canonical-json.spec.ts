@@ -211,6 +211,7 @@ describe('canonicalizeValue', () => {
     ['undefined member', { a: undefined, b: 1 }],
     ['function member', { a: () => 1, b: 1 }],
     ['undefined array element', [1, undefined, 3]],
+    // eslint-disable-next-line no-sparse-arrays -- a hole, as a parsed body never has one
     ['sparse array', [1, , 3]],
     ['Date', { at: date }],
     ['custom toJSON', { toJSON: () => ({ b: 1, a: 2 }) }],

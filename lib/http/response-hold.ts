@@ -19,7 +19,8 @@ function toBuffer(chunk: Chunk, encoding?: BufferEncoding): Buffer {
 function applyHeaders(raw: ServerResponse, headers: unknown): void {
   if (Array.isArray(headers)) {
     // writeHead's flat form: [name, value, name, value, ...]
-    for (let i = 0; i + 1 < headers.length; i += 2) raw.setHeader(String(headers[i]), headers[i + 1]);
+    for (let i = 0; i + 1 < headers.length; i += 2)
+      raw.setHeader(String(headers[i]), headers[i + 1]);
   } else if (headers && typeof headers === 'object') {
     for (const [name, value] of Object.entries(headers)) {
       if (value !== undefined) raw.setHeader(name, value as string | number | string[]);
@@ -113,7 +114,8 @@ function readWritten(raw: ServerResponse, chunks: Buffer[]): StoredResponse {
   const headers: Record<string, string> = {};
   for (const name of STORED_RESPONSE_HEADERS) {
     const value = raw.getHeader(name);
-    if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(', ') : String(value);
+    if (value !== undefined)
+      headers[name] = Array.isArray(value) ? value.join(', ') : String(value);
   }
   return {
     status: raw.statusCode,

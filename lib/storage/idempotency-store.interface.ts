@@ -11,8 +11,7 @@ export interface KeyScope {
 
 /** The claim's outcome: this worker owns the key, or it found the row another request left. */
 export type ClaimOutcome =
-  | { kind: 'claimed'; claim: ActiveClaim }
-  | { kind: 'existing'; existing: ExistingKey };
+  { kind: 'claimed'; claim: ActiveClaim } | { kind: 'existing'; existing: ExistingKey };
 
 /**
  * The store seam: the claim/replay path talks to this interface only, so that another store

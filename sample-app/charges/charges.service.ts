@@ -40,7 +40,11 @@ export class ChargesService {
         idempotencyKey,
       );
       if (result.kind === 'authorized') {
-        await manager.update(Charge, { id: chargeId }, { pspAuthorization: result.authorizationId });
+        await manager.update(
+          Charge,
+          { id: chargeId },
+          { pspAuthorization: result.authorizationId },
+        );
       }
       return result;
     });
@@ -48,7 +52,11 @@ export class ChargesService {
     // 3. The charge's final status and the response, in one transaction.
     return this.phases.finish(async (manager) => {
       const status =
-        outcome.kind === 'authorized' ? 'succeeded' : outcome.kind === 'declined' ? 'declined' : 'failed';
+        outcome.kind === 'authorized'
+          ? 'succeeded'
+          : outcome.kind === 'declined'
+            ? 'declined'
+            : 'failed';
       await manager.update(Charge, { id: chargeId }, { status });
       const charge = await manager.findOneByOrFail(Charge, { id: chargeId });
       if (outcome.kind === 'declined') {

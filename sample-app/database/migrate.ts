@@ -14,7 +14,11 @@ export async function migrate(options: DataSourceOptions & { url: string }): Pro
   await lock.connect();
   try {
     await lock.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
-    const dataSource = new DataSource({ ...options, migrationsRun: false, entities: [] } as DataSourceOptions);
+    const dataSource = new DataSource({
+      ...options,
+      migrationsRun: false,
+      entities: [],
+    } as DataSourceOptions);
     await dataSource.initialize();
     try {
       await dataSource.runMigrations({ transaction: 'each' });

@@ -46,7 +46,10 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
 
 function send(res: ServerResponse, status: number, body: unknown) {
   const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+  });
   res.end(text);
 }
 
@@ -64,7 +67,11 @@ export async function startFakePsp(options: FakePspOptions = {}): Promise<FakePs
   const authorize = async (body: Record<string, unknown>): Promise<Answer> => {
     await sleep(psp.delayMs);
     const { amount, currency, customer } = body as Partial<Authorization>;
-    if (typeof amount !== 'number' || typeof currency !== 'string' || typeof customer !== 'string') {
+    if (
+      typeof amount !== 'number' ||
+      typeof currency !== 'string' ||
+      typeof customer !== 'string'
+    ) {
       return { status: 400, body: { error: 'invalid_request' } };
     }
     if (customer === 'cus_decline') return { status: 402, body: { error: 'card_declined' } };
@@ -79,7 +86,11 @@ export async function startFakePsp(options: FakePspOptions = {}): Promise<FakePs
     if (url.pathname !== '/v1/authorizations') return send(res, 404, { error: 'not_found' });
     if (req.method === 'GET') {
       const customer = url.searchParams.get('customer');
-      return send(res, 200, made.filter((a) => customer === null || a.customer === customer));
+      return send(
+        res,
+        200,
+        made.filter((a) => customer === null || a.customer === customer),
+      );
     }
     if (req.method !== 'POST') return send(res, 405, { error: 'method_not_allowed' });
     requests++;

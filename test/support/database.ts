@@ -33,6 +33,9 @@ export async function createTestDatabase(label: string): Promise<TestDatabase> {
   return {
     url: url.toString(),
     name,
-    drop: () => withAdmin((client) => client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined),
+    drop: () =>
+      withAdmin((client) => client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(
+        () => undefined,
+      ),
   };
 }

@@ -69,7 +69,11 @@ function createController(settings: PhaseAppSettings) {
             res = await fetch(`${settings.pspUrl}/v1/authorizations`, {
               method: 'POST',
               headers: { 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
-              body: JSON.stringify({ amount: body.amount, currency: 'eur', customer: body.customer }),
+              body: JSON.stringify({
+                amount: body.amount,
+                currency: 'eur',
+                customer: body.customer,
+              }),
             });
           } catch {
             throw new RetryLaterError('The PSP is unreachable', 1);

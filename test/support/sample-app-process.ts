@@ -69,7 +69,10 @@ export async function startStandaloneApp(env: Record<string, string> = {}): Prom
 /** `npm run psp`: the fake PSP as a process of its own, on `PSP_PORT`. */
 export async function startStandalonePsp(delayMs: number): Promise<WorkerProcess> {
   const port = await freePort();
-  return startWorker('sample-app/psp/main.js', { PSP_PORT: String(port), PSP_DELAY_MS: String(delayMs) });
+  return startWorker('sample-app/psp/main.js', {
+    PSP_PORT: String(port),
+    PSP_DELAY_MS: String(delayMs),
+  });
 }
 
 /** SIGTERM, then SIGKILL if the process has not exited in time; says how it ended. */

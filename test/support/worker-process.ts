@@ -15,7 +15,9 @@ export interface WorkerProcess {
 export function compiled(path: string): string {
   const file = join(process.cwd(), 'dist', path);
   if (!existsSync(file)) {
-    throw new Error(`${file} is missing: run \`npm test\` (it compiles before testing) or \`npx tsc -p tsconfig.json\``);
+    throw new Error(
+      `${file} is missing: run \`npm test\` (it compiles before testing) or \`npx tsc -p tsconfig.json\``,
+    );
   }
   return file;
 }
