@@ -26,7 +26,7 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
     @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
   ) {}
 
-  /** Deletes every expired key, batch after batch; returns how many were deleted. */
+  /** Deletes every expired finished key, batch after batch; returns how many were deleted. */
   async purgeExpired(): Promise<number> {
     let total = 0;
     while (!this.stopping) {

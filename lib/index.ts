@@ -31,7 +31,11 @@ export {
 export { type Problem, PROBLEM_CONTENT_TYPE, toProblem } from './http/problem.js';
 export { parseIdempotencyKey, type KeyParseResult } from './idempotency-key.js';
 export { computeFingerprint, type FingerprintInput } from './fingerprint/fingerprint.js';
-export { canonicalizeJsonText, canonicalizeValue } from './fingerprint/canonical-json.js';
+export {
+  canonicalizeJsonText,
+  canonicalizeValue,
+  InvalidJsonError,
+} from './fingerprint/canonical-json.js';
 export { decide, type Decision, type ExistingKey, type Fence } from './decide.js';
 export { type StoredResponse } from './stored-response.js';
 export {

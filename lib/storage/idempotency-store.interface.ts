@@ -52,7 +52,7 @@ export interface IdempotencyStore {
   ): Promise<T>;
   /** Runs `work` in a plain transaction: phases of a request that has no key. */
   transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
-  /** Deletes up to `batchSize` keys older than `retentionMs`; returns how many it deleted. */
+  /** Deletes up to `batchSize` finished keys older than `retentionMs`; returns how many. */
   purgeBatch(retentionMs: number, batchSize: number): Promise<number>;
   /** The heartbeat: false when the lease was lost. */
   extendLease(claim: ActiveClaim): Promise<boolean>;
