@@ -32,8 +32,15 @@ export class IdempotencyContext {
   abandoned = false;
   /** The response `PhaseRunner.finish()` stored with the last phase, once it committed. */
   finished?: StoredResponse;
-  /** Keys for external calls of a request without a key of its own: unique, never reused. */
-  readonly keylessId = randomUUID();
+  private keyless?: string;
+
+  /**
+   * The base of the keys for external calls of a request without a key of its own: unique,
+   * never reused. Made on first use, so that keyed requests do not pay for it.
+   */
+  get keylessId(): string {
+    return (this.keyless ??= randomUUID());
+  }
 
   constructor(
     /** The key this request owns; undefined for a request that sent none (optional keys). */

@@ -157,13 +157,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
           ? undefined
           : problemResponse(new IdempotencyLeaseLostError());
       },
+      // The handler ran; only its response could not be stored.
       (error) =>
         problemResponse(
-          error instanceof IdempotencyStoreUnavailableError
-            ? new IdempotencyStoreUnavailableError(error.cause, 1, true)
-            : error instanceof IdempotencyError
-              ? error
-              : new IdempotencyStoreUnavailableError(error, 1, true),
+          new IdempotencyStoreUnavailableError(
+            error instanceof IdempotencyStoreUnavailableError ? error.cause : error,
+            1,
+            true,
+          ),
         ),
     );
     const handled = runInContext(context, next);

@@ -260,7 +260,7 @@ describe.each(ADAPTERS)('idempotent routes on %s', (adapter) => {
     expect(again.status).toBe(201);
     expect(again.headers['idempotent-replayed']).toBe('true');
     expect(again.text).toBe(first.text);
-    expect(await s.sideEffects('own-response')).toBeGreaterThanOrEqual(1);
+    expect(await s.sideEffects('own-response')).toBe(1);
   });
 
   it('stores and replays a 204 without a body or a Content-Length', async () => {

@@ -124,6 +124,9 @@ function readWritten(raw: ServerResponse, chunks: Buffer[]): StoredResponse {
   };
 }
 
+/** Headers that belong to one answer, not to the exchange: cleared when it is replaced. */
+const ANSWER_HEADERS = [...STORED_RESPONSE_HEADERS, 'etag', 'retry-after'];
+
 /** Statuses that never carry a body, nor a `Content-Length` (RFC 9110 §8.6). */
 function bodiless(status: number): boolean {
   return status < 200 || status === 204 || status === 304;
@@ -143,11 +146,11 @@ export function send(
   }
   if (replaced) {
     raw.statusCode = response.status;
-    for (const name of STORED_RESPONSE_HEADERS) {
+    // The headers that described the answer being replaced (its type, its ETag, a problem's
+    // Retry-After) do not describe this one.
+    for (const name of ANSWER_HEADERS) {
       if (!(name in response.headers)) raw.removeHeader(name);
     }
-    // Computed by the adapter over the body it wrote, which is not the one going out.
-    raw.removeHeader('etag');
     for (const [name, value] of Object.entries(response.headers)) raw.setHeader(name, value);
   }
   raw.removeHeader('transfer-encoding');

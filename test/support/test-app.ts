@@ -114,9 +114,8 @@ class OrdersController {
 
   @Post('text')
   @Idempotent()
-  async text(@Res({ passthrough: true }) res: { header?: unknown; setHeader?: unknown }) {
+  async text() {
     const id = await this.record('text', null);
-    void res;
     return `plain text ${id}`;
   }
 
