@@ -1,6 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { type StoredResponse } from './stored-response.js';
+import { type LazyTransaction } from './transaction/lazy-transaction.js';
 
 /** A key this worker owns: what the claim or the takeover returned. */
 export interface ActiveClaim {
@@ -30,7 +31,10 @@ export class IdempotencyContext {
    * key was given back: the handler must then not start late, when a pipe finally resolves.
    */
   abandoned = false;
-  /** The response `PhaseRunner.finish()` stored with the last phase, once it committed. */
+  /**
+   * The response `PhaseRunner.finish()` made: stored with the request's transaction in place
+   * of what the adapter writes, so that the first answer and every replay are the same bytes.
+   */
   finished?: StoredResponse;
   private keyless?: string;
 
@@ -47,7 +51,26 @@ export class IdempotencyContext {
     readonly claim: ActiveClaim | undefined,
     /** The route's status (`@HttpCode()`, else 201 for POST, 200 otherwise). */
     readonly defaultStatus: number,
+    /**
+     * The request's transaction, when it owns a key: the handler's effects and its stored
+     * response commit in it together.
+     */
+    readonly transaction?: LazyTransaction,
+    /** Whether the handler's own database work joins `transaction` (the route's `atomic`). */
+    private readonly atomic = false,
   ) {}
+
+  /**
+   * Called as the handler itself starts, after guards and pipes: from now on what it does is
+   * the request's execution, and its database work joins the request's transaction (a pipe's
+   * reads before it did not need one).
+   */
+  startHandler(): void {
+    // Its key was given back: another request may own it now, so this one must not run.
+    if (this.abandoned) throw new Error('the request was abandoned before its handler ran');
+    this.handlerStarted = true;
+    if (this.atomic && this.transaction) this.transaction.joinable = true;
+  }
 }
 
 /** The single AsyncLocalStorage of the library. */

@@ -45,6 +45,18 @@ export interface IdempotencyRouteOptions {
    * @default false
    */
   heartbeat?: boolean;
+  /**
+   * Run the handler in one transaction with its stored response: its database work (through
+   * injected repositories, `dataSource.query()`, `@nestjs-cls/transactional`, or
+   * `IdempotentTransaction`) and the response commit together, before a byte goes out, so a
+   * retry after any failure finds either nothing done or everything done. The transaction is
+   * opened by the handler's first write, not before. Turn it off only for a route that must
+   * not run in a transaction (a long stream, long external work without phases): its writes
+   * then commit on their own, and a failure between them and the stored response runs the
+   * handler again on retry.
+   * @default true
+   */
+  atomic?: boolean;
 }
 
 /** Options of `IdempotencyModule.forRoot()`. */
@@ -112,4 +124,5 @@ export interface ResolvedRouteOptions {
   fingerprintHeaders: readonly string[];
   fingerprintQuery: boolean;
   heartbeat: boolean;
+  atomic: boolean;
 }

@@ -17,6 +17,7 @@ describe('resolveIdempotencyOptions', () => {
         fingerprintHeaders: [],
         fingerprintQuery: false,
         heartbeat: false,
+        atomic: true,
       },
     });
     expect(resolved.tenant({ method: 'POST', url: '/', headers: {} })).toBe(0);
@@ -53,13 +54,23 @@ describe('resolveIdempotencyOptions', () => {
 describe('resolveRouteOptions', () => {
   const base = resolveIdempotencyOptions({ leaseMs: 30_000, fingerprintHeaders: ['accept'] }).route;
   it.each([
-    [{}, { required: true, leaseMs: 30_000, fingerprintHeaders: ['accept'], heartbeat: false }],
+    [
+      {},
+      {
+        required: true,
+        leaseMs: 30_000,
+        fingerprintHeaders: ['accept'],
+        heartbeat: false,
+        atomic: true,
+      },
+    ],
     [{ required: false }, { required: false, leaseMs: 30_000 }],
     [
       { leaseMs: 5000, heartbeat: true },
       { leaseMs: 5000, heartbeat: true },
     ],
     [{ fingerprintHeaders: [] }, { fingerprintHeaders: [] }],
+    [{ atomic: false }, { atomic: false, required: true }],
   ])('overrides the module options with %j', (route, expected) => {
     expect(resolveRouteOptions(route, base)).toMatchObject(expected);
   });

@@ -49,6 +49,7 @@ export function resolveRouteOptions(
     fingerprintHeaders: headers.map((h) => h.toLowerCase()).sort(),
     fingerprintQuery: options.fingerprintQuery ?? base?.fingerprintQuery ?? false,
     heartbeat: options.heartbeat ?? base?.heartbeat ?? false,
+    atomic: options.atomic ?? base?.atomic ?? true,
   };
 }
 

@@ -11,7 +11,9 @@ export type IdempotencyErrorCode =
   | 'lease_lost'
   | 'store_unavailable'
   | 'request_invalid'
-  | 'retry_later';
+  | 'retry_later'
+  | 'database_transient'
+  | 'transaction_aborted';
 
 /** Base class: catch this to handle every condition the library reports. */
 export abstract class IdempotencyError extends Error {
@@ -126,5 +128,43 @@ export class RetryLaterError extends IdempotencyError {
   ) {
     super(message);
     this.name = 'RetryLaterError';
+  }
+}
+
+/**
+ * The database rolled the request's work back for a passing reason: a deadlock or a
+ * serialization failure (SQLSTATE class 40), a statement timeout (57014) or a lock timeout
+ * (55P03). Nothing was stored and the lease is released: a retry with the same key runs the
+ * work again, after the last completed phase.
+ */
+export class TransientDatabaseError extends IdempotencyError {
+  readonly code = 'database_transient';
+  constructor(
+    override readonly cause: unknown,
+    readonly retryAfterSeconds = 1,
+  ) {
+    super(
+      'The database rolled this request back for a passing reason (a deadlock, a serialization ' +
+        'failure, a statement or lock timeout); nothing was stored. Retry with the same key.',
+    );
+    this.name = 'TransientDatabaseError';
+  }
+}
+
+/**
+ * A statement of the request's transaction failed and the handler went on as if it had not:
+ * PostgreSQL had aborted the transaction, so none of the handler's effects could commit, and
+ * its answer, which assumed they did, was not stored. To recover from an expected error (a
+ * unique violation, say), run that statement in a nested transaction (`manager.transaction()`
+ * makes a savepoint) or use `INSERT ... ON CONFLICT`.
+ */
+export class IdempotencyTransactionAbortedError extends IdempotencyError {
+  readonly code = 'transaction_aborted';
+  constructor(override readonly cause: unknown) {
+    super(
+      "A statement of this request's transaction failed and the handler went on; nothing was " +
+        'committed or stored. Retrying runs the request again.',
+    );
+    this.name = 'IdempotencyTransactionAbortedError';
   }
 }

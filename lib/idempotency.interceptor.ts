@@ -9,8 +9,9 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { type ServerResponse } from 'node:http';
-import { catchError, finalize, from, mergeMap, Observable, of, tap, throwError } from 'rxjs';
+import { catchError, from, mergeMap, Observable, of, throwError } from 'rxjs';
 import {
+  HEADERS_METADATA,
   HTTP_CODE_METADATA,
   RESPONSE_PASSTHROUGH_METADATA,
   ROUTE_ARGS_METADATA,
@@ -19,9 +20,15 @@ import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { decide } from './decide.js';
 import { InvalidJsonError } from './fingerprint/canonical-json.js';
 import { computeFingerprint, fingerprintInput } from './fingerprint/fingerprint.js';
+import { classifyCommitError, classifyHandlerError } from './failure.js';
+import { renderResult } from './http/handler-result.js';
 import { problemResponse, toProblem } from './http/problem.js';
 import { holdResponse, send } from './http/response-hold.js';
-import { IDEMPOTENT_ROUTE_OPTIONS, REPLAYED_HEADER } from './idempotency.constants.js';
+import {
+  IDEMPOTENT_ROUTE_OPTIONS,
+  REPLAYED_HEADER,
+  STORED_RESPONSE_HEADERS,
+} from './idempotency.constants.js';
 import { type ActiveClaim, IdempotencyContext, idempotencyStorage } from './idempotency-context.js';
 import {
   IdempotencyError,
@@ -30,10 +37,8 @@ import {
   IdempotencyKeyMismatchError,
   IdempotencyKeyMissingError,
   IdempotencyLeaseLostError,
-  IdempotencyStoreUnavailableError,
   IdempotencyRequestInvalidError,
   IdempotencyTenantInvalidError,
-  RetryLaterError,
 } from './idempotency.errors.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
 import {
@@ -47,6 +52,7 @@ import { parseIdempotencyKey } from './idempotency-key.js';
 import { IdempotencyStore, type KeyScope } from './storage/idempotency-store.interface.js';
 import { type StoredResponse } from './stored-response.js';
 import { normalizeTenantId } from './tenant-id.js';
+import { transactionScope } from './transaction/transaction-scope.js';
 
 /**
  * The edge of the library: key -> fingerprint -> claim -> decide -> run or reply. It is kept
@@ -69,7 +75,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const http = context.switchToHttp();
     const request = http.getRequest<IdempotencyRequest>();
     const response = http.getResponse<object>();
-    const { route, httpCode, responseHandled } = this.routeSettings(context);
+    const settings = this.routeSettings(context);
+    const { route, httpCode, responseHandled } = settings;
     const defaultStatus = httpCode ?? (request.method === 'POST' ? 201 : 200);
 
     const parsed = parseIdempotencyKey(request.headers[this.options.headerKey]);
@@ -99,7 +106,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return this.fail(response, new IdempotencyRequestInvalidError(error.message));
     }
     const raw = rawResponse(response);
-    const execute = (claim: ActiveClaim) => this.execute(claim, route, defaultStatus, raw, next);
+    const execute = (claim: ActiveClaim) =>
+      this.execute(claim, settings, defaultStatus, response, next);
 
     return from(this.store.claim(scope, fingerprint, route.leaseMs)).pipe(
       mergeMap((outcome) => {
@@ -129,80 +137,188 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   /**
-   * Runs the handler as the key's owner. The response the adapter writes is held until it is
-   * stored (fenced by the claim's lock version), so a client never receives an answer that a
-   * retry could not replay.
+   * Runs the handler as the key's owner, in the request's transaction (opened by its first
+   * write). The response the adapter writes is held until the transaction commits it with the
+   * handler's effects (fenced by the claim), so a client never receives an answer that a retry
+   * could not replay, and a retry after any failure finds either nothing done or all of it.
    */
   private execute(
     claim: ActiveClaim,
-    route: ResolvedRouteOptions,
+    settings: RouteSettings,
     defaultStatus: number,
-    raw: ServerResponse,
+    response: object,
     next: CallHandler,
   ): Observable<unknown> {
-    const context = new IdempotencyContext(claim, defaultStatus);
+    const { route } = settings;
+    const raw = rawResponse(response);
+    const transaction = this.store.transaction(false);
+    const context = new IdempotencyContext(claim, defaultStatus, transaction, route.atomic);
+    /** The handler's own error: the filters write its answer, stored without its effects. */
+    let handlerError = false;
     /** Set when the request is torn down before its handler started: the key is given back. */
     let givingBack: Promise<void> | undefined;
     const letThrough = holdResponse(
       raw,
       async (written) => {
-        // The last phase stored its response already: that one goes out, byte for byte.
-        if (context.finished) return context.finished;
         if (givingBack) {
           // Not the handler's answer: not stored, and sent once the key is free again.
           await givingBack;
           return undefined;
         }
-        return (await this.store.complete(claim, written))
-          ? undefined
-          : problemResponse(new IdempotencyLeaseLostError());
+        const answer = handlerError ? written : (context.finished ?? written);
+        const stored = await this.commit(context, answer, handlerError);
+        return stored === written ? undefined : stored;
       },
-      // The handler ran; only its response could not be stored.
-      (error) =>
-        problemResponse(
-          new IdempotencyStoreUnavailableError(
-            error instanceof IdempotencyStoreUnavailableError ? error.cause : error,
-            1,
-            true,
-          ),
-        ),
+      // Only a bug in the commit path gets here: nothing is stored, the lease runs out.
+      (error) => problemResponse(classifyCommitError(error)),
     );
-    const handled = runInContext(context, next);
     const stopHeartbeat = route.heartbeat ? this.startHeartbeat(claim) : undefined;
-    let settled = false;
-    return handled.pipe(
-      tap({ complete: () => (settled = true), error: () => (settled = true) }),
-      finalize(() => {
+
+    return new Observable<unknown>((subscriber) => {
+      let settled = false;
+      let detached = false;
+      let result: unknown;
+      const settle = () => {
+        settled = true;
         stopHeartbeat?.();
+      };
+      const inner = runInContext(context, next).subscribe({
+        next: (value) => {
+          result = value;
+          if (!detached) subscriber.next(value);
+        },
+        error: (error: unknown) => {
+          settle();
+          if (detached) {
+            void this.settleDetached(context, settings, { error });
+            return;
+          }
+          this.onHandlerError(context, response, letThrough, error).then(
+            (mapped) => {
+              handlerError = mapped === error && context.handlerStarted;
+              subscriber.error(mapped);
+            },
+            (unexpected: unknown) => subscriber.error(unexpected),
+          );
+        },
+        complete: () => {
+          settle();
+          if (detached) void this.settleDetached(context, settings, { value: result });
+          else subscriber.complete();
+        },
+      });
+      return () => {
+        if (settled) return;
         // Unsubscribed before the handler's answer (an outer timeout interceptor, say): what
-        // goes out now is not the handler's answer, so it is not stored. A handler that never
-        // started gives its key back (and must not start late); one still running keeps its
-        // lease, and its phases (finish() included) still commit.
-        if (settled || context.finished) return;
+        // goes out now is not the handler's answer, so it is not stored.
         if (context.handlerStarted) {
+          // The handler goes on, in its transaction; it commits with its own answer when it
+          // settles, so that the retries replay that answer and the work is done once.
+          detached = true;
           letThrough();
-        } else {
-          context.abandoned = true;
-          givingBack = this.releaseQuietly(claim, true);
+          return;
         }
-      }),
-      catchError((error: unknown) => {
-        // The last phase committed: its stored response goes out in place of this error.
-        if (context.finished) return throwError(() => error);
-        if (!context.handlerStarted) {
-          // Failed in a guard, pipe or interceptor: nothing ran, so the key is given back.
-          letThrough();
-          return this.releaseThenThrow(claim, true, error);
-        }
-        // Nothing final happened: the work resumes when the client retries with the same key.
-        if (error instanceof RetryLaterError || error instanceof IdempotencyStoreUnavailableError) {
-          letThrough();
-          return this.releaseThenThrow(claim, false, error);
-        }
-        if (error instanceof IdempotencyLeaseLostError) letThrough();
-        return throwError(() => error);
-      }),
-    );
+        // Never started: the key is given back, and the handler must not start late.
+        stopHeartbeat?.();
+        context.abandoned = true;
+        inner.unsubscribe();
+        givingBack = transaction.rollback().then(() => this.releaseQuietly(claim, true));
+      };
+    });
+  }
+
+  /**
+   * Commits the request's transaction with `answer` as the stored response; returns what goes
+   * out: `answer`, or the problem that replaces it when it could not be stored. A handler that
+   * threw has its effects rolled back and its error answer stored on its own.
+   */
+  private async commit(
+    context: IdempotencyContext,
+    answer: StoredResponse,
+    handlerFailed: boolean,
+  ): Promise<StoredResponse> {
+    const claim = context.claim!;
+    const transaction = context.transaction!;
+    try {
+      if (handlerFailed) await transaction.rollback();
+      const stored = await this.store.complete(
+        claim,
+        answer,
+        handlerFailed ? undefined : transaction,
+      );
+      return stored ? answer : problemResponse(new IdempotencyLeaseLostError());
+    } catch (error) {
+      // Nothing was stored, and nothing of the handler's committed (or, if the commit's answer
+      // was lost, all of it did, and a retry replays it): the key is given back to the retry.
+      await transaction.rollback();
+      await this.releaseQuietly(claim, false);
+      this.logger.warn(`the response of key ${claim.key} was not stored: ${String(error)}`);
+      return problemResponse(classifyCommitError(error));
+    }
+  }
+
+  /**
+   * What a failure of the request means (see `classifyHandlerError`); returns the error that
+   * goes on to Nest's exception filters.
+   */
+  private async onHandlerError(
+    context: IdempotencyContext,
+    response: object,
+    letThrough: () => void,
+    error: unknown,
+  ): Promise<unknown> {
+    const claim = context.claim!;
+    const transaction = context.transaction!;
+    if (!context.handlerStarted) {
+      // Failed in a guard, pipe or interceptor: nothing ran, so the key is given back.
+      letThrough();
+      await transaction.rollback();
+      await this.releaseQuietly(claim, true);
+      return error instanceof IdempotencyError ? this.toHttp(response, error) : error;
+    }
+    const failure = classifyHandlerError(error);
+    if (failure.kind === 'final') return error;
+    letThrough();
+    await transaction.rollback();
+    // Nothing final happened: the work resumes when the client retries with the same key.
+    if (failure.kind === 'retry') await this.releaseQuietly(claim, false);
+    return this.toHttp(response, failure.error);
+  }
+
+  /**
+   * The handler settled after an outer interceptor had answered for it: its own answer is
+   * committed with its effects now, for the retries to replay. One that failed is rolled back
+   * and its key given back, so that a retry runs it again and gets its real answer.
+   */
+  private async settleDetached(
+    context: IdempotencyContext,
+    settings: RouteSettings,
+    outcome: { value: unknown } | { error: unknown },
+  ): Promise<void> {
+    const claim = context.claim!;
+    const transaction = context.transaction!;
+    try {
+      if ('error' in outcome || settings.responseHandled) {
+        await transaction.rollback();
+        await this.releaseQuietly(claim, false);
+        return;
+      }
+      const answer =
+        context.finished ??
+        renderResult(
+          outcome.value,
+          context.defaultStatus,
+          settings.headers,
+          this.adapterHost.httpAdapter.getType(),
+        );
+      if (!(await this.store.complete(claim, answer, transaction))) {
+        this.logger.warn(`key ${claim.key}: lease lost before the late answer was stored`);
+      }
+    } catch (error) {
+      await transaction.rollback();
+      await this.releaseQuietly(claim, false);
+      this.logger.warn(`the late answer of key ${claim.key} was not stored: ${String(error)}`);
+    }
   }
 
   /**
@@ -240,10 +356,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return () => clearInterval(timer);
   }
 
-  private releaseThenThrow(claim: ActiveClaim, forget: boolean, error: unknown) {
-    return from(this.releaseQuietly(claim, forget)).pipe(mergeMap(() => throwError(() => error)));
-  }
-
   private releaseQuietly(claim: ActiveClaim, forget: boolean): Promise<void> {
     return this.store.release(claim, forget).catch((releaseError: unknown) => {
       // The lease then simply runs out, and a retry takes the key over.
@@ -274,12 +386,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   private fail(response: object, error: IdempotencyError): Observable<never> {
+    return throwError(() => this.toHttp(response, error));
+  }
+
+  /** The library's error as the HttpException the filters render, its headers set. */
+  private toHttp(response: object, error: IdempotencyError): HttpException {
     const problem = toProblem(error);
     const adapter = this.adapterHost.httpAdapter;
     for (const [name, value] of Object.entries(problem.headers)) {
       adapter.setHeader(response, name, value);
     }
-    return throwError(() => new HttpException(problem.body, problem.status, { cause: error }));
+    return new HttpException(problem.body, problem.status, { cause: error });
   }
 
   /** A route's settings, read from its metadata once and kept for the next requests. */
@@ -295,6 +412,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
         route: resolveRouteOptions(own ?? {}, this.options.route),
         httpCode: this.reflector.get<number | undefined>(HTTP_CODE_METADATA, handler),
         responseHandled: writesOwnResponse(context.getClass(), handler.name),
+        headers: storedHeaders(
+          this.reflector.get<{ name: string; value: string }[] | undefined>(
+            HEADERS_METADATA,
+            handler,
+          ),
+        ),
       };
       this.routes.set(handler, settings);
     }
@@ -308,7 +431,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
  */
 function runInContext(context: IdempotencyContext, next: CallHandler): Observable<unknown> {
   return new Observable<unknown>((subscriber) =>
-    idempotencyStorage.run(context, () => next.handle().subscribe(subscriber)),
+    idempotencyStorage.run(context, () => {
+      const subscribe = () => next.handle().subscribe(subscriber);
+      return context.transaction
+        ? transactionScope.run(context.transaction, subscribe)
+        : subscribe();
+    }),
   );
 }
 
@@ -317,6 +445,17 @@ interface RouteSettings {
   httpCode: number | undefined;
   /** `@Res()` or `@Next()` without passthrough: Nest leaves the response to the handler. */
   responseHandled: boolean;
+  /** The route's `@Header()`s that a stored response keeps (its type, its `Location`). */
+  headers: Record<string, string>;
+}
+
+function storedHeaders(declared: { name: string; value: string }[] = []): Record<string, string> {
+  const kept: readonly string[] = STORED_RESPONSE_HEADERS;
+  const out: Record<string, string> = {};
+  for (const { name, value } of declared) {
+    if (kept.includes(name.toLowerCase())) out[name.toLowerCase()] = value;
+  }
+  return out;
 }
 
 /** Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata. */

@@ -16,6 +16,7 @@ import { resolveIdempotencyOptions } from './idempotency-options.js';
 import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
 import { IdempotencyStore } from './storage/idempotency-store.interface.js';
 import { PostgresIdempotencyStore } from './storage/postgres-idempotency.store.js';
+import { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_IDEMPOTENCY_OPTIONS,
@@ -49,6 +50,7 @@ const storeProvider: Provider = {
     storeProvider,
     IdempotencyInterceptor,
     PhaseRunner,
+    IdempotentTransaction,
     ProcessedMessages,
     IdempotencyPurger,
   ],
@@ -58,6 +60,7 @@ const storeProvider: Provider = {
     IdempotencyStore,
     IdempotencyInterceptor,
     PhaseRunner,
+    IdempotentTransaction,
     ProcessedMessages,
     IdempotencyPurger,
   ],

@@ -17,12 +17,7 @@ import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
   const handler = descriptor.value as unknown as (...args: unknown[]) => unknown;
   const wrapped = function (this: unknown, ...args: unknown[]) {
-    const context = currentIdempotencyContext();
-    if (context) {
-      // Its key was given back: another request may own it now, so this one must not run.
-      if (context.abandoned) throw new Error('the request was abandoned before its handler ran');
-      context.handlerStarted = true;
-    }
+    currentIdempotencyContext()?.startHandler();
     return handler.apply(this, args);
   };
   Object.defineProperty(wrapped, 'name', { value: handler.name });

@@ -3,7 +3,14 @@ export { IdempotencyModule } from './idempotency.module.js';
 export { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 export { Idempotent } from './idempotent.decorator.js';
 export { IdempotencyInterceptor } from './idempotency.interceptor.js';
-export { PhaseRunner, type PhaseContext, type PhaseWork } from './phase-runner.service.js';
+export {
+  PhaseOrderError,
+  PhaseRunner,
+  type PhaseContext,
+  type PhaseWork,
+} from './phase-runner.service.js';
+export { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
+export { TransactionEndedError } from './transaction/lazy-transaction.js';
 export { PhaseResponse, respond } from './phase-response.js';
 export { derivedKey } from './phases.js';
 export { ProcessedMessages, type DeliveryOutcome } from './processed-messages.service.js';
@@ -26,7 +33,9 @@ export {
   IdempotencyStoreUnavailableError,
   IdempotencyRequestInvalidError,
   IdempotencyTenantInvalidError,
+  IdempotencyTransactionAbortedError,
   RetryLaterError,
+  TransientDatabaseError,
 } from './idempotency.errors.js';
 export { type Problem, PROBLEM_CONTENT_TYPE, toProblem } from './http/problem.js';
 export { parseIdempotencyKey, type KeyParseResult } from './idempotency-key.js';

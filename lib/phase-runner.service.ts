@@ -2,12 +2,12 @@ import { Inject, Injectable } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { type EntityManager } from 'typeorm';
 import { currentIdempotencyContext, type IdempotencyContext } from './idempotency-context.js';
-import { IdempotencyStoreUnavailableError, IdempotencyError } from './idempotency.errors.js';
+import { classifyHandlerError } from './failure.js';
 import { completedPhase, derivedKey } from './phases.js';
 import { PhaseResponse } from './phase-response.js';
 import { IdempotencyStore } from './storage/idempotency-store.interface.js';
-import { isConnectionError } from './storage/connection-errors.js';
 import { type StoredResponse } from './stored-response.js';
+import { transactionScope } from './transaction/transaction-scope.js';
 
 /** What a phase gets besides its transaction. */
 export interface PhaseContext {
@@ -64,10 +64,11 @@ export class PhaseRunner {
       // No key (an optional one, not sent): nothing to resume, so a plain transaction. The
       // external call still gets a key of its own, unique to this request.
       const idempotencyKey = `${context?.keylessId ?? randomUUID()}:${phase}`;
-      return this.store.transaction((manager) => work(manager, { phase, idempotencyKey }));
+      return this.store.runInTransaction((manager) => work(manager, { phase, idempotencyKey }));
     }
     const done = completedPhase(claim.phaseResults, phase);
     if (done.completed) return done.result as T;
+    if (context.transaction?.begun) throw new PhaseOrderError(phase);
     const value = await this.guard(() =>
       this.store.commitPhase(claim, phase, (manager) =>
         work(manager, { phase, idempotencyKey: derivedKey(claim, phase) }),
@@ -81,33 +82,29 @@ export class PhaseRunner {
   }
 
   /**
-   * The last phase: its effects and the response commit in one transaction, so the key is
-   * never done without its effects, nor the effects without the stored response. Return the
-   * body (sent with the route's status) or `respond(status, body)`.
+   * The last phase: its effects join the request's transaction, which commits them together
+   * with the response before a byte goes out, so the key is never done without its effects,
+   * nor the effects without the stored response. Return the body (sent with the route's
+   * status) or `respond(status, body)`.
    */
   async finish<R>(work: (manager: EntityManager) => Promise<R>): Promise<ResponseBody<R>> {
     const context = currentIdempotencyContext();
-    const claim = context?.claim;
-    if (!claim) {
-      const value = await this.store.transaction(work);
+    const transaction = context?.transaction;
+    if (!context?.claim || !transaction) {
+      const value = await this.store.runInTransaction(work);
       // Sent in place of the adapter's answer, so `respond()` keeps its status without a key.
       if (context && value instanceof PhaseResponse)
         context.finished = toStoredResponse(value, context);
       return bodyOf(value);
     }
-    return this.guard(() =>
-      this.store.commitFinish(claim, async (manager) => {
-        const value = await work(manager);
-        const response = toStoredResponse(value, context);
-        // Sent by the interceptor in place of what the adapter writes, so the first answer
-        // and every replay are the same bytes.
-        context.finished = response;
-        return { value: bodyOf(value), response };
-      }),
-    ).catch((error: unknown) => {
-      context.finished = undefined;
-      throw error;
-    });
+    // The last phase's work is the request's, even on a route that is not atomic.
+    transaction.joinable = true;
+    const value = await this.guard(() =>
+      transactionScope.run(transaction, () => work(transaction.manager)),
+    );
+    // Stored, when the request's transaction commits, in place of what the adapter writes.
+    context.finished = toStoredResponse(value, context);
+    return bodyOf(value);
   }
 
   /** The derived key of a phase, for an external call made outside `run()`. */
@@ -117,16 +114,33 @@ export class PhaseRunner {
     return context.claim ? derivedKey(context.claim, phase) : `${context.keylessId}:${phase}`;
   }
 
-  /** A database that cannot be reached is a 503 with nothing stored, never a stored 500. */
+  /**
+   * A database that cannot be reached, or that rolled the phase back for a passing reason, is
+   * a 503 with nothing stored, never a stored 500.
+   */
   private async guard<T>(commit: () => Promise<T>): Promise<T> {
     try {
       return await commit();
     } catch (error) {
-      if (!(error instanceof IdempotencyError) && isConnectionError(error)) {
-        throw new IdempotencyStoreUnavailableError(error);
-      }
-      throw error;
+      const failure = classifyHandlerError(error);
+      throw failure.kind === 'retry' ? failure.error : error;
     }
+  }
+}
+
+/**
+ * A phase run after the handler's own database work had opened the request's transaction.
+ * Refused, because that transaction would stay open (holding its connection and its locks)
+ * across the phase, external call included, and a phase that touches the same rows would
+ * wait on it forever. Run the phases first and write the rest after them, or in `finish()`.
+ */
+export class PhaseOrderError extends Error {
+  constructor(phase: string) {
+    super(
+      `phase "${phase}" started after the handler wrote outside a phase; run atomic phases ` +
+        'first, and write outside them only after the last one (or in finish())',
+    );
+    this.name = 'PhaseOrderError';
   }
 }
 

@@ -17,21 +17,26 @@ describe('the batched retention purge', () => {
       .set('Idempotency-Key', key)
       .set('X-Tenant-Id', '1')
       .send({ amount: 5 });
-  const age = (key: string, interval: string) =>
-    s.db.query(`UPDATE idempotency_keys SET created_at = now() - $2::interval WHERE key = $1`, [
-      key,
-      interval,
-    ]);
+  /** Moves a key back in time: when it was claimed and when it finished. */
+  const age = (key: string, created: string, finished = created) =>
+    s.db.query(
+      `UPDATE idempotency_keys
+       SET created_at = now() - $2::interval, finished_at = now() - $3::interval WHERE key = $1`,
+      [key, created, finished],
+    );
   const keys = async () =>
     (await s.db.query<{ key: string }>('SELECT key FROM idempotency_keys ORDER BY key')).rows.map(
       (r) => r.key,
     );
 
   it('deletes finished keys past the retention in batches, keeps recent and unfinished ones', async () => {
-    for (const key of ['old-1', 'old-2', 'old-3', 'old-4', 'old-5', 'recent']) {
+    for (const key of ['old-1', 'old-2', 'old-3', 'old-4', 'old-5', 'recent', 'late']) {
       expect((await order(key)).status).toBe(201);
     }
     for (const key of ['old-1', 'old-2', 'old-3', 'old-4', 'old-5']) await age(key, '2 minutes');
+    // Claimed long ago, but finished just now (taken over after an outage): its window starts
+    // now, so a retry in the next minute must still be replayed.
+    await age('late', '10 minutes', '1 second');
     // A crashed request's claim: unfinished, lease long expired, older than the retention.
     await s.db.query(
       `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until, recovery_point, created_at)
@@ -40,7 +45,9 @@ describe('the batched retention purge', () => {
 
     const deleted = await s.app.get(IdempotencyPurger).purgeExpired();
     expect(deleted).toBe(5);
-    expect(await keys()).toEqual(['crashed', 'recent']);
+    expect(await keys()).toEqual(['crashed', 'late', 'recent']);
+    const late = await order('late');
+    expect(late.headers['idempotent-replayed']).toBe('true');
 
     // A purged key is a new key again.
     const before = await s.sideEffects('orders');

@@ -48,17 +48,30 @@ describe('the fencing token', () => {
     return outcome.claim;
   };
 
-  it('a stale worker cannot write to a key that was released and claimed anew', async () => {
-    const key = 'reclaimed';
-    const a = await claimed(key);
+  const takeOver = async (key: string): Promise<ActiveClaim> => {
     await expire(key);
     const seen = await store.claim({ tenantId: '1', key }, fp, 60_000);
     if (seen.kind !== 'existing') throw new Error('expected the existing row');
     const decision = decide(seen.existing, fp);
     if (decision.kind !== 'take-over') throw new Error(`expected take-over, got ${decision.kind}`);
-    const b = await store.takeOver({ tenantId: '1', key }, decision.fence, 60_000);
-    expect(b?.lockVersion).toBe('1');
-    await store.release(b!, true); // B failed before its handler: the row is deleted
+    const claim = await store.takeOver({ tenantId: '1', key }, decision.fence, 60_000);
+    if (!claim) throw new Error('expected to win the takeover');
+    return claim;
+  };
+  const row = async (key: string) =>
+    (
+      (await dataSource.query(
+        'SELECT state, lock_version, claim_id, phase_results FROM idempotency_keys WHERE key = $1',
+        [key],
+      )) as Record<string, unknown>[]
+    )[0];
+
+  it('a stale worker cannot write to a key that was purged and claimed anew', async () => {
+    const key = 'reclaimed';
+    const a = await claimed(key);
+    const b = await takeOver(key);
+    expect(await store.complete(b, response)).toBe(true);
+    await dataSource.query('DELETE FROM idempotency_keys WHERE key = $1', [key]); // the purge
     const c = await claimed(key);
     expect(c.lockVersion).toBe(a.lockVersion); // lock_version alone would let A through
     expect(c.claimId).not.toBe(a.claimId);
@@ -73,13 +86,39 @@ describe('the fencing token', () => {
     expect(await store.extendLease(a)).toBe(false);
     await store.release(a, true);
 
-    const [row] = await dataSource.query(
-      'SELECT state, claim_id, phase_results FROM idempotency_keys WHERE key = $1',
-      [key],
-    );
-    expect(row).toEqual({ state: 'started', claim_id: c.claimId, phase_results: {} });
+    expect(await row(key)).toEqual({
+      state: 'started',
+      lock_version: '0',
+      claim_id: c.claimId,
+      phase_results: {},
+    });
     expect(await dataSource.query('SELECT * FROM effects')).toEqual([]);
     expect(await store.complete(c, response)).toBe(true);
+  });
+
+  it('giving back a fresh first claim deletes it: the key is free for a corrected request', async () => {
+    const key = 'fresh';
+    const a = await claimed(key);
+    await store.release(a, true);
+    expect(await row(key)).toBeUndefined();
+  });
+
+  it('giving back a claim that was taken over never deletes it, nor its claim id', async () => {
+    // A crashed worker may have sent `<claim_id>:<phase>` to the PSP inside its first phase
+    // before it died: the row must outlive this takeover's failure, so the next one sends the
+    // same derived key.
+    const key = 'taken-over';
+    const a = await claimed(key);
+    const b = await takeOver(key);
+    await store.release(b, true); // B failed before its handler ran (a pipe, a guard)
+    expect(await row(key)).toMatchObject({
+      state: 'started',
+      lock_version: '1',
+      claim_id: a.claimId,
+    });
+    const c = await takeOver(key);
+    expect(c.claimId).toBe(a.claimId);
+    expect(c.lockVersion).toBe('2');
   });
 
   it('exactly one of several workers takes an expired lease over', async () => {

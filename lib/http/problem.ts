@@ -27,6 +27,8 @@ const STATUS_BY_CODE: Record<IdempotencyError['code'], [number, string]> = {
   store_unavailable: [HttpStatus.SERVICE_UNAVAILABLE, 'Idempotency store unavailable'],
   request_invalid: [HttpStatus.BAD_REQUEST, 'Request body invalid'],
   retry_later: [HttpStatus.SERVICE_UNAVAILABLE, 'Retry later'],
+  database_transient: [HttpStatus.SERVICE_UNAVAILABLE, 'Transient database error'],
+  transaction_aborted: [HttpStatus.INTERNAL_SERVER_ERROR, 'Transaction aborted'],
 };
 
 /** The one place that maps the library's errors to HTTP. */

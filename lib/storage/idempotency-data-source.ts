@@ -5,6 +5,7 @@ import { type DataSource } from 'typeorm';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
 import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
+import { joinTransactionsOf } from '../transaction/transaction-scope.js';
 
 /**
  * The app's own TypeORM DataSource (the default one, or the one named in the options): the
@@ -47,6 +48,8 @@ export class IdempotencyDataSource implements OnModuleInit {
         `the DataSource is of type "${dataSource.options.type}"; the store needs PostgreSQL`,
       );
     }
+    // Code in an idempotent request's scope (its handler, its phases) joins their transactions.
+    joinTransactionsOf(dataSource);
     this.resolved = dataSource;
     return dataSource;
   }

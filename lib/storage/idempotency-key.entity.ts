@@ -45,4 +45,8 @@ export class IdempotencyKeyEntity {
 
   @CreateDateColumn({ name: 'created_at', type: 'timestamptz' })
   createdAt!: Date;
+
+  /** When the response was stored: the retention window counts from here. */
+  @Column({ name: 'finished_at', type: 'timestamptz', nullable: true })
+  finishedAt!: Date | null;
 }

@@ -2,6 +2,7 @@ import { type EntityManager } from 'typeorm';
 import { type ExistingKey, type Fence } from '../decide.js';
 import { type ActiveClaim } from '../idempotency-context.js';
 import { type StoredResponse } from '../stored-response.js';
+import { type LazyTransaction } from '../transaction/lazy-transaction.js';
 
 /** Which key: keys are scoped per tenant (the design's primary key). */
 export interface KeyScope {
@@ -23,13 +24,21 @@ export interface IdempotencyStore {
   claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome>;
   /** Statement 3: wins an expired lease for exactly one worker; undefined if another did. */
   takeOver(scope: KeyScope, fence: Fence, leaseMs: number): Promise<ActiveClaim | undefined>;
-  /** Statement 5: stores the response and clears the lease. */
-  complete(claim: ActiveClaim, response: StoredResponse): Promise<boolean>;
+  /**
+   * Statement 5: stores the response and clears the lease. Given the request's transaction,
+   * it runs last in it and commits the handler's effects with the response; false (all
+   * rolled back) when another worker owns the key.
+   */
+  complete(
+    claim: ActiveClaim,
+    response: StoredResponse,
+    transaction?: LazyTransaction,
+  ): Promise<boolean>;
   /**
    * Gives the key back without a response. `forget` (the handler never ran, nothing was
-   * executed): a fresh claim is deleted, so the client may fix the request and reuse the key.
-   * Otherwise, and for a claim with completed phases, the row stays and only its lease ends,
-   * so that a retry takes it over and resumes with the same claim id.
+   * executed): a fresh first claim is deleted, so the client may fix the request and reuse the
+   * key. Otherwise, and for a claim that was taken over or has completed phases, the row stays
+   * and only its lease ends, so that a retry takes it over and resumes with the same claim id.
    */
   release(claim: ActiveClaim, forget: boolean): Promise<void>;
   /**
@@ -43,15 +52,12 @@ export interface IdempotencyStore {
     work: (manager: EntityManager) => Promise<T>,
   ): Promise<T>;
   /**
-   * Statement 5 with the last effect: runs `work`, then stores the response it gives in the
-   * same transaction, fenced the same way.
+   * A request's transaction, opened by its first statement. `joinable`: code in its scope
+   * that asks the DataSource for a runner (repositories, `dataSource.query()`) joins it.
    */
-  commitFinish<T>(
-    claim: ActiveClaim,
-    work: (manager: EntityManager) => Promise<{ value: T; response: StoredResponse }>,
-  ): Promise<T>;
+  transaction(joinable: boolean): LazyTransaction;
   /** Runs `work` in a plain transaction: phases of a request that has no key. */
-  transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
+  runInTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
   /** Deletes up to `batchSize` finished keys older than `retentionMs`; returns how many. */
   purgeBatch(retentionMs: number, batchSize: number): Promise<number>;
   /** The heartbeat: false when the lease was lost. */

@@ -9,6 +9,9 @@ import {
   IdempotencyStoreUnavailableError,
 } from '../idempotency.errors.js';
 import { type StoredResponse } from '../stored-response.js';
+import { LazyTransaction } from '../transaction/lazy-transaction.js';
+import { transactionScope } from '../transaction/transaction-scope.js';
+import { acquire, queryWithDeadline } from './deadline.js';
 import {
   ADVANCE,
   CLAIM,
@@ -106,9 +109,16 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     } satisfies ActiveClaim;
   }
 
-  async complete(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
-    const { rowCount } = await this.query(COMPLETE, completeValues(claim, response));
-    return rowCount === 1;
+  async complete(
+    claim: ActiveClaim,
+    response: StoredResponse,
+    transaction?: LazyTransaction,
+  ): Promise<boolean> {
+    if (!transaction) {
+      const { rowCount } = await this.query(COMPLETE, completeValues(claim, response));
+      return rowCount === 1;
+    }
+    return transaction.commitWith({ ...COMPLETE, values: completeValues(claim, response) });
   }
 
   async release(claim: ActiveClaim, forget: boolean): Promise<void> {
@@ -125,36 +135,38 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return rowCount === 1;
   }
 
-  commitPhase<T>(
+  async commitPhase<T>(
     claim: ActiveClaim,
     phase: string,
     work: (manager: EntityManager) => Promise<T>,
   ): Promise<T> {
-    return this.transaction(async (manager) => {
-      const value = await work(manager);
+    const transaction = this.transaction(true);
+    try {
+      // Code of the phase that reaches the DataSource its own way (an injected repository)
+      // joins the phase's transaction too.
+      const value = await transactionScope.run(transaction, () => work(transaction.manager));
       // Fenced last: the row lock it takes is held only for the commit, not the phase's work.
-      await fenced(manager, ADVANCE.text, [
-        ...fenceOf(claim),
-        phase,
-        JSON.stringify(value === undefined ? null : value),
-        claim.leaseMs,
-      ]);
+      const advanced = await transaction.commitWith({
+        ...ADVANCE,
+        values: [
+          ...fenceOf(claim),
+          phase,
+          JSON.stringify(value === undefined ? null : value),
+          claim.leaseMs,
+        ],
+      });
+      if (!advanced) throw new IdempotencyLeaseLostError();
       return value;
-    });
+    } finally {
+      await transaction.rollback();
+    }
   }
 
-  commitFinish<T>(
-    claim: ActiveClaim,
-    work: (manager: EntityManager) => Promise<{ value: T; response: StoredResponse }>,
-  ): Promise<T> {
-    return this.transaction(async (manager) => {
-      const { value, response } = await work(manager);
-      await fenced(manager, COMPLETE.text, completeValues(claim, response));
-      return value;
-    });
+  transaction(joinable: boolean): LazyTransaction {
+    return new LazyTransaction(this.dataSource(), () => this.pool, this.timeoutMs, joinable);
   }
 
-  transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+  runInTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
     return this.dataSource().transaction(work);
   }
 
@@ -169,28 +181,29 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * Every call is bounded: a pool waiting for a connection to a database that does not
-   * answer would otherwise hold the request forever. Any failure is a 503 to the client.
+   * Every call is bounded, the wait for a connection included: a pool waiting for a database
+   * that does not answer would otherwise hold the request forever. A statement still running
+   * when the time is up is cancelled on the server, and a connection that arrives after it is
+   * given back unused, so that nothing runs once the client was told 503. Any failure is a 503.
    */
   private async query<R extends QueryResultRow>(
     statement: { name: string; text: string },
     values: unknown[],
   ): Promise<QueryResult<R>> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new Error(`no answer from PostgreSQL within ${this.timeoutMs} ms`)),
-        this.timeoutMs,
-      );
-    });
     try {
-      const config: QueryConfig = { name: statement.name, text: statement.text, values };
-      return await Promise.race([this.pool.query<R>(config), timeout]);
+      const client = await acquire(this.pool, this.timeoutMs);
+      try {
+        const config: QueryConfig = { name: statement.name, text: statement.text, values };
+        const result = await queryWithDeadline<R>(client, config, this.timeoutMs);
+        client.release();
+        return result;
+      } catch (error) {
+        client.release(error instanceof Error ? error : new Error(String(error)));
+        throw error;
+      }
     } catch (error) {
       this.logger.error(`idempotency store call ${statement.name} failed: ${String(error)}`);
       throw new IdempotencyStoreUnavailableError(error);
-    } finally {
-      clearTimeout(timer);
     }
   }
 }
@@ -203,14 +216,6 @@ function completeValues(claim: ActiveClaim, response: StoredResponse): unknown[]
 /** The first four parameters of every fenced statement: the key, then the fencing token. */
 function fenceOf(claim: ActiveClaim): [string, string, string, string] {
   return [claim.tenantId, claim.key, claim.lockVersion, claim.claimId];
-}
-
-/** Runs a fenced write in the phase's transaction; zero rows: the lease is lost, roll back. */
-async function fenced(manager: EntityManager, sql: string, values: unknown[]): Promise<void> {
-  const runner = manager.queryRunner;
-  if (!runner) throw new Error('a phase must run inside a transaction');
-  const result = await runner.query(sql, values, true);
-  if (result.affected !== 1) throw new IdempotencyLeaseLostError();
 }
 
 function toExistingKey(row: ClaimRow): ExistingKey {

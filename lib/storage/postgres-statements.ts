@@ -52,31 +52,39 @@ WHERE tenant_id = $1 AND key = $2 AND state = 'started'
 RETURNING claim_id, lock_version, recovery_point, phase_results`,
 };
 
-/** Statement 5, fenced: zero rows means another worker owns the key now. */
+/**
+ * Statement 5, fenced: zero rows means another worker owns the key now. `finished_at` is when
+ * the retention window starts: a key that finished late (taken over after a long outage) is
+ * kept for the whole window after it finished, not after it was first claimed.
+ */
 export const COMPLETE = {
-  name: 'idempotency_complete_v2',
+  name: 'idempotency_complete_v3',
   text: `UPDATE idempotency_keys
 SET state = 'done', response_code = $5, response_body = $6, response_headers = $7,
-    recovery_point = 'finished', locked_until = NULL
+    recovery_point = 'finished', locked_until = NULL, finished_at = clock_timestamp()
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
 };
 
 /**
- * Gives a claim back. With `$4` true (the handler never ran) a claim no phase has advanced is
- * deleted, so the key is free for a corrected request. Otherwise the row, its claim id and
- * its completed phases stay, and only the lease ends, so the next request takes the key over
- * and resumes. The two statements' conditions exclude each other.
+ * Gives a claim back. With `$5` true (its handler never ran) a claim is deleted, so the key is
+ * free for a corrected request, but only while it is the key's first claim and no phase has
+ * advanced it: a row that was taken over (`lock_version` > 0) may carry a derived key that a
+ * crashed worker already sent to an external system, and deleting it would give the next
+ * claim a new `claim_id`, so the external system would see a new key and run the call twice.
+ * Otherwise the row, its claim id and its completed phases stay, and only the lease ends, so
+ * the next request takes the key over and resumes. The two statements' conditions exclude
+ * each other.
  */
 export const RELEASE = {
-  name: 'idempotency_release_v3',
+  name: 'idempotency_release_v4',
   text: `WITH deleted AS (
   DELETE FROM idempotency_keys
   WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'
-    AND $5::boolean AND recovery_point = 'start'
+    AND $5::boolean AND recovery_point = 'start' AND lock_version = 0
 )
 UPDATE idempotency_keys SET locked_until = clock_timestamp()
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'
-  AND NOT ($5::boolean AND recovery_point = 'start')`,
+  AND NOT ($5::boolean AND recovery_point = 'start' AND lock_version = 0)`,
 };
 
 /**
@@ -103,16 +111,20 @@ WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND st
 };
 
 /**
- * Statement 6, one batch: finished keys created before the retention window. A key that never
- * finished (its worker crashed and no retry came yet) is kept: it holds the claim id that the
- * external calls were keyed with and the completed phases, and deleting it would make a late
- * retry start over with a new derived key, so the PSP would charge twice. `SKIP LOCKED` lets
- * several instances purge side by side without waiting on each other's batches.
+ * Statement 6, one batch: keys that finished before the retention window. The window counts
+ * from `finished_at`; `created_at` (never later than it) only lets the BRIN index find the
+ * candidates, since an index on `finished_at` would make storing the response a non-HOT
+ * update. A key that never finished (its worker crashed and no retry came yet) is kept: it
+ * holds the claim id that the external calls were keyed with and the completed phases, and
+ * deleting it would make a late retry start over with a new derived key, so the PSP would
+ * charge twice. `SKIP LOCKED` lets several instances purge side by side without waiting on
+ * each other's batches.
  */
 export const PURGE_BATCH = {
-  name: 'idempotency_purge_batch_v2',
+  name: 'idempotency_purge_batch_v3',
   text: `DELETE FROM idempotency_keys WHERE ctid IN (
   SELECT ctid FROM idempotency_keys
   WHERE created_at < now() - $1 * interval '1 millisecond' AND state = 'done'
+    AND finished_at < now() - $1 * interval '1 millisecond'
   LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 };

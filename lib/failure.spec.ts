@@ -1,0 +1,58 @@
+import { HttpException, NotFoundException } from '@nestjs/common';
+import { classifyCommitError, classifyHandlerError } from './failure.js';
+import {
+  IdempotencyLeaseLostError,
+  IdempotencyStoreUnavailableError,
+  RetryLaterError,
+  TransientDatabaseError,
+} from './idempotency.errors.js';
+import { DatabaseDeadlineError } from './storage/deadline.js';
+import { TransactionAbortedError } from './transaction/lazy-transaction.js';
+
+const pgError = (code: string) => Object.assign(new Error(`pg ${code}`), { code });
+const typeorm = (code: string) => ({ message: 'query failed', driverError: pgError(code) });
+
+describe('classifyHandlerError', () => {
+  it.each<[string, unknown, string, string | undefined]>([
+    ['RetryLaterError', new RetryLaterError(), 'retry', 'retry_later'],
+    ['store unavailable', new IdempotencyStoreUnavailableError(null), 'retry', 'store_unavailable'],
+    ['lease lost', new IdempotencyLeaseLostError(), 'lease-lost', 'lease_lost'],
+    ['deadlock 40P01', typeorm('40P01'), 'retry', 'database_transient'],
+    ['serialization failure 40001', pgError('40001'), 'retry', 'database_transient'],
+    ['statement timeout 57014', typeorm('57014'), 'retry', 'database_transient'],
+    ['lock timeout 55P03', typeorm('55P03'), 'retry', 'database_transient'],
+    ['connection refused', pgError('ECONNREFUSED'), 'retry', 'store_unavailable'],
+    ['admin shutdown 57P01', typeorm('57P01'), 'retry', 'store_unavailable'],
+    ['the pool waited too long', new DatabaseDeadlineError('x', 1), 'retry', 'store_unavailable'],
+    ['unique violation 23505', typeorm('23505'), 'final', undefined],
+    ['a 404 the handler threw', new NotFoundException(), 'final', undefined],
+    ['an HttpException 503 of the app', new HttpException('x', 503), 'final', undefined],
+    ['a bug', new TypeError('x is undefined'), 'final', undefined],
+  ])('%s -> %s', (_name, error, kind, code) => {
+    const failure = classifyHandlerError(error);
+    expect(failure.kind).toBe(kind);
+    expect(failure.kind === 'final' ? undefined : failure.error.code).toBe(code);
+  });
+});
+
+describe('classifyCommitError', () => {
+  it.each<[string, unknown, string]>([
+    ['no answer in time', new DatabaseDeadlineError('COMMIT', 5), 'store_unavailable'],
+    ['connection lost', new Error('Connection terminated unexpectedly'), 'store_unavailable'],
+    ['serialization failure at COMMIT', typeorm('40001'), 'database_transient'],
+    [
+      'aborted by a deadlock the handler caught',
+      new TransactionAbortedError(typeorm('40P01')),
+      'database_transient',
+    ],
+    [
+      'aborted by a unique violation the handler caught',
+      new TransactionAbortedError(typeorm('23505')),
+      'transaction_aborted',
+    ],
+    ['a deferred constraint failing at COMMIT', typeorm('23505'), 'transaction_aborted'],
+    ['already one of ours', new TransientDatabaseError(null), 'database_transient'],
+  ])('%s -> %s', (_name, error, code) => {
+    expect(classifyCommitError(error).code).toBe(code);
+  });
+});

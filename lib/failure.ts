@@ -1,0 +1,63 @@
+import {
+  IdempotencyError,
+  IdempotencyLeaseLostError,
+  IdempotencyStoreUnavailableError,
+  IdempotencyTransactionAbortedError,
+  RetryLaterError,
+  TransientDatabaseError,
+} from './idempotency.errors.js';
+import { isConnectionError, isTransientError } from './storage/connection-errors.js';
+import { DatabaseDeadlineError } from './storage/deadline.js';
+import { TransactionAbortedError } from './transaction/lazy-transaction.js';
+
+/**
+ * What a failure after the handler started means for its key. Every failure has one outcome:
+ * - `retry`: nothing is final. The request's transaction rolls back, nothing is stored, the
+ *   lease is released, and the client gets `error` (a 503 with `Retry-After`): its retry runs
+ *   the work again, after the last completed phase.
+ * - `lease-lost`: another worker owns the key. Everything rolls back; the client gets a 409
+ *   and its retry receives the new owner's stored answer.
+ * - `final`: the handler's own answer (a 404 it threw, a bug's 500). Its effects roll back,
+ *   and the response the exception filters write is stored and replayed.
+ */
+export type Failure =
+  | { kind: 'retry'; error: IdempotencyError }
+  | { kind: 'lease-lost'; error: IdempotencyLeaseLostError }
+  | { kind: 'final' };
+
+/** Classifies what a handler (or a phase) threw. */
+export function classifyHandlerError(error: unknown): Failure {
+  if (error instanceof IdempotencyLeaseLostError) return { kind: 'lease-lost', error };
+  if (
+    error instanceof RetryLaterError ||
+    error instanceof IdempotencyStoreUnavailableError ||
+    error instanceof TransientDatabaseError
+  ) {
+    return { kind: 'retry', error };
+  }
+  const database = databaseFailure(error);
+  return database ? { kind: 'retry', error: database } : { kind: 'final' };
+}
+
+/**
+ * The error to answer when the request's transaction could not commit: a 503 when nothing
+ * about it is final (the database was unreachable, slow, or rolled back for a passing
+ * reason), a 500 when a statement had failed and aborted the transaction. Nothing is stored
+ * in either case; the caller releases the lease.
+ */
+export function classifyCommitError(error: unknown): IdempotencyError {
+  if (error instanceof TransactionAbortedError) {
+    return databaseFailure(error.cause) ?? new IdempotencyTransactionAbortedError(error.cause);
+  }
+  if (error instanceof IdempotencyError) return error;
+  return databaseFailure(error) ?? new IdempotencyTransactionAbortedError(error);
+}
+
+/** A database error that a retry may not meet again, as the library's 503. */
+function databaseFailure(error: unknown): IdempotencyError | undefined {
+  if (error instanceof DatabaseDeadlineError || isConnectionError(error)) {
+    return new IdempotencyStoreUnavailableError(error, 1, true);
+  }
+  if (isTransientError(error)) return new TransientDatabaseError(error);
+  return undefined;
+}

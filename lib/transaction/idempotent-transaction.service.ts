@@ -1,0 +1,47 @@
+import { Injectable } from '@nestjs/common';
+import {
+  type EntityManager,
+  type EntityTarget,
+  type ObjectLiteral,
+  type Repository,
+} from 'typeorm';
+import { IdempotencyDataSource } from '../storage/idempotency-data-source.js';
+import { transactionScope } from './transaction-scope.js';
+import { type LazyTransaction } from './lazy-transaction.js';
+
+/**
+ * The transaction of the idempotent request (or atomic phase) running now, for services that
+ * prefer to ask for it by name rather than rely on the DataSource joining it. Outside one (a
+ * route that is not idempotent, a job) it gives the DataSource's own manager, so the same
+ * service works everywhere. A singleton: it reads the async context, never `Scope.REQUEST`.
+ *
+ * Injected repositories, `dataSource.query()` and `@nestjs-cls/transactional` join the same
+ * transaction without it; it is the explicit way, and the one that reads well in a service.
+ *
+ * @example
+ * constructor(private readonly tx: IdempotentTransaction) {}
+ * async create(dto: CreateTransferDto) {
+ *   return this.tx.getRepository(Transfer).save(dto); // commits with the stored response
+ * }
+ */
+@Injectable()
+export class IdempotentTransaction {
+  constructor(private readonly source: IdempotencyDataSource) {}
+
+  /** The current transaction's manager, or the DataSource's outside one. */
+  get manager(): EntityManager {
+    const current = transactionScope.getStore() as LazyTransaction | undefined;
+    return current?.joinable && !current.ended ? current.manager : this.source.dataSource.manager;
+  }
+
+  /** A repository bound to `manager`. */
+  getRepository<T extends ObjectLiteral>(target: EntityTarget<T>): Repository<T> {
+    return this.manager.getRepository(target);
+  }
+
+  /** Whether the code running now is inside an idempotent request's (or phase's) transaction. */
+  get isActive(): boolean {
+    const current = transactionScope.getStore() as LazyTransaction | undefined;
+    return Boolean(current?.joinable && !current.ended);
+  }
+}

@@ -1,0 +1,43 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { type DataSource, type QueryRunner, type ReplicationMode } from 'typeorm';
+
+/** A transaction that code running in its scope joins when it asks the DataSource for a runner. */
+export interface JoinableTransaction {
+  /** The runner to hand out for `mode`, or undefined to let the DataSource make a plain one. */
+  joinedRunner(mode: ReplicationMode): QueryRunner | undefined;
+}
+
+/**
+ * The transaction of the work running now: the request's (an `@Idempotent()` handler) or a
+ * phase's. Kept apart from the request's context because a phase runs inside the request
+ * yet joins a transaction of its own.
+ */
+export const transactionScope = new AsyncLocalStorage<JoinableTransaction>();
+
+const ownRunners = new WeakMap<DataSource, DataSource['createQueryRunner']>();
+
+/**
+ * Makes every query runner the DataSource creates inside a transaction's scope that
+ * transaction's runner. TypeORM makes one for each repository call, `dataSource.query()`,
+ * `dataSource.transaction()` and query builder without a runner of its own, so a handler's
+ * ordinary code (a repository injected with `@InjectRepository`, a service using
+ * `@nestjs-cls/transactional`, a `dataSource.transaction()` that then nests as a savepoint)
+ * writes in the request's transaction without passing a manager around. Outside a scope the
+ * DataSource behaves as it always did. Installed once per DataSource, by the library.
+ */
+export function joinTransactionsOf(dataSource: DataSource): void {
+  if (ownRunners.has(dataSource)) return;
+  const own = dataSource.createQueryRunner;
+  ownRunners.set(dataSource, own);
+  dataSource.createQueryRunner = function joiningCreateQueryRunner(
+    this: DataSource,
+    mode: ReplicationMode = 'master',
+  ): QueryRunner {
+    return transactionScope.getStore()?.joinedRunner(mode) ?? own.call(this, mode);
+  };
+}
+
+/** A runner of the DataSource's own, never joined: for the library's own transactions. */
+export function ownQueryRunner(dataSource: DataSource): QueryRunner {
+  return (ownRunners.get(dataSource) ?? dataSource.createQueryRunner).call(dataSource, 'master');
+}
