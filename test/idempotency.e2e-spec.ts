@@ -230,16 +230,36 @@ describe.each(ADAPTERS)('idempotent routes on %s', (adapter) => {
     expect(await s.sideEffects('orders')).toBe(before + 1);
   });
 
-  it('does not store the answer of an outer interceptor that gave up on the handler', async () => {
+  it('after an outer timeout, stores the handler’s own answer when it settles, and runs it once', async () => {
     const key = newKey();
+    const before = await s.sideEffects('timeout');
     const first = await post('/timeout', key).send({ delayMs: 600 });
     expect(first.status).toBe(408);
-    // Not a stored 408: the handler is still running under its lease.
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    // Not a stored 408: the handler is still running, in its transaction, under its lease.
     const retry = await post('/timeout', key).send({ delayMs: 600 });
     expect(retry.status).toBe(409);
     expect(retry.body.code).toBe('key_in_progress');
     const { rows } = await s.db.query('SELECT state FROM idempotency_keys WHERE key = $1', [key]);
     expect(rows).toEqual([{ state: 'started' }]);
+    expect(await s.sideEffects('timeout')).toBe(before); // its write is not committed yet
+
+    let replay: request.Response | undefined;
+    for (let i = 0; i < 40 && replay?.status !== 201; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      replay = await post('/timeout', key).send({ delayMs: 600 });
+    }
+    expect(replay?.status).toBe(201);
+    expect(replay?.headers['idempotent-replayed']).toBe('true');
+    expect(replay?.headers['content-type']).toMatch(/^application\/json/);
+    const [effect] = (
+      await s.db.query<{ id: number }>(
+        'SELECT id FROM side_effects WHERE route = $1 ORDER BY id DESC LIMIT 1',
+        ['timeout'],
+      )
+    ).rows;
+    expect(replay?.body).toEqual({ id: effect.id });
+    expect(await s.sideEffects('timeout')).toBe(before + 1);
   });
 
   it('gives the key back, and never runs the handler, when an outer timeout fires in a pipe', async () => {

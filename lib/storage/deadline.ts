@@ -48,8 +48,22 @@ export function acquire(pool: Pool, timeoutMs: number): Promise<PoolClient> {
     );
   }).then((client) => {
     if (late) throw new DatabaseDeadlineError('waiting for a connection', timeoutMs);
+    listenForErrors(client);
     return client;
   });
+}
+
+const listening = new WeakSet<PoolClient>();
+
+/**
+ * A connection that breaks while it is checked out emits `error` on its client, and the pool
+ * listens only to idle ones: without a listener of its own the process would crash. The
+ * statement that was running fails with the same error, which is where it is handled.
+ */
+function listenForErrors(client: PoolClient): void {
+  if (listening.has(client)) return;
+  listening.add(client);
+  client.on('error', () => undefined);
 }
 
 /**
@@ -85,6 +99,10 @@ export function cancelActiveQuery(client: PoolClient): void {
   if (!target.activeQuery) return;
   try {
     const canceller = new pg.Client({ host: target.host, port: target.port });
+    const connection = (canceller as unknown as { connection: CancelConnection }).connection;
+    // A server that does not answer must neither crash the process nor keep the socket.
+    connection.on('error', () => undefined);
+    setTimeout(() => connection.stream?.destroy(), CANCEL_SOCKET_MS).unref();
     (canceller as unknown as { cancel(c: unknown, q: unknown): void }).cancel(
       client,
       target.activeQuery,
@@ -92,4 +110,12 @@ export function cancelActiveQuery(client: PoolClient): void {
   } catch {
     // Nothing more can be done; the connection is dropped by the caller.
   }
+}
+
+/** How long the cancel request's own socket may live: it is answered at once, or never. */
+const CANCEL_SOCKET_MS = 5_000;
+
+interface CancelConnection {
+  on(event: 'error', listener: () => void): void;
+  stream?: { destroy(): void };
 }

@@ -1,0 +1,422 @@
+import { type INestApplication } from '@nestjs/common';
+import { createServer, type Server, type ServerResponse } from 'node:http';
+import { type AddressInfo } from 'node:net';
+import { Client } from 'pg';
+import request from 'supertest';
+import { createAtomicApp, LEDGER_DDL, type LedgerBody, WAYS } from './support/atomic-app.js';
+import { ADAPTERS } from './support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { TcpProxy } from './support/tcp-proxy.js';
+import { startWorker } from './support/worker-process.js';
+
+/**
+ * Atomic by default: a plain handler's effects and its stored response commit in one
+ * transaction. Each failure of the README's table is driven for real (an outer timeout, a
+ * database connection dropped by a proxy, a killed process, a real deadlock, statement and
+ * lock timeouts), and its effects are counted in the database: exactly once, or not at all.
+ */
+const PROBLEM = /^application\/problem\+json/;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe.each(ADAPTERS)('atomic by default on %s', (adapter) => {
+  let database: TestDatabase;
+  let db: Client;
+  let app: INestApplication;
+  let n = 0;
+  const tag = (label: string) => `${label}-${adapter}-${++n}-${Date.now()}`;
+
+  beforeAll(async () => {
+    database = await createTestDatabase(`atomic_${adapter}`);
+    db = new Client({ connectionString: database.url });
+    await db.connect();
+    await db.query(LEDGER_DDL);
+    app = await createAtomicApp({ databaseUrl: database.url, adapter });
+  });
+  afterAll(async () => {
+    await app?.close();
+    await db?.end();
+    await database?.drop();
+  });
+
+  const post = (target: INestApplication | string, path: string, key: string, body: object) =>
+    request(typeof target === 'string' ? target : target.getHttpServer())
+      .post(path)
+      .set('Idempotency-Key', key)
+      .send(body);
+  const rows = async (tagged: string, via?: string) =>
+    Number(
+      (
+        await db.query<{ n: string }>(
+          `SELECT count(*) AS n FROM ledger WHERE tag = $1 AND ($2::text IS NULL OR via = $2)`,
+          [tagged, via ?? null],
+        )
+      ).rows[0].n,
+    );
+  const keyRow = async (key: string) =>
+    (
+      await db.query<{ state: string; released: boolean }>(
+        `SELECT state, locked_until <= clock_timestamp() AS released FROM idempotency_keys WHERE key = $1`,
+        [key],
+      )
+    ).rows[0];
+  /** Retries until the answer is not a 409 (the lease of a request that is still running). */
+  const retryUntilSettled = async (send: () => Promise<request.Response>) => {
+    let res = await send();
+    for (let i = 0; i < 60 && res.status === 409; i++) {
+      await sleep(100);
+      res = await send();
+    }
+    return res;
+  };
+
+  it('joins every way a service reaches the database, and commits them with the response', async () => {
+    const body: LedgerBody = { tag: tag('ways'), ways: [...WAYS] };
+    const first = await post(app, '/ledger', body.tag, body);
+    expect(first.status).toBe(201);
+    // The handler saw its own writes: one transaction, one connection.
+    expect(first.body).toEqual({ tag: body.tag, seen: WAYS.length });
+    for (const way of WAYS) expect(await rows(body.tag, way)).toBe(1);
+    const again = await post(app, '/ledger', body.tag, body);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.text).toBe(first.text);
+    expect(await rows(body.tag)).toBe(WAYS.length);
+  });
+
+  it('RetryLaterError after writes: all of them roll back, 503, nothing stored, the retry runs once', async () => {
+    const body: LedgerBody = { tag: tag('retry'), ways: [...WAYS], failFirst: 'retry-later' };
+    const first = await post(app, '/ledger', body.tag, body);
+    expect(first.status).toBe(503);
+    expect(first.headers['content-type']).toMatch(PROBLEM);
+    expect(first.headers['retry-after']).toBe('2');
+    expect(first.body.code).toBe('retry_later');
+    expect(await rows(body.tag)).toBe(0);
+    expect(await keyRow(body.tag)).toEqual({ state: 'started', released: true });
+    const retry = await post(app, '/ledger', body.tag, body);
+    expect(retry.status).toBe(201);
+    expect(retry.headers['idempotent-replayed']).toBeUndefined();
+    expect(await rows(body.tag)).toBe(WAYS.length);
+  });
+
+  it('a statement timeout (57014) rolls back and answers 503 with Retry-After, never a stored 500', async () => {
+    const body: LedgerBody = { tag: tag('stmt'), failFirst: 'statement-timeout' };
+    const first = await post(app, '/ledger', body.tag, body);
+    expect(first.status).toBe(503);
+    expect(first.headers['retry-after']).toBe('1');
+    expect(first.body).toMatchObject({ code: 'database_transient', status: 503 });
+    expect(await rows(body.tag)).toBe(0);
+    expect(await keyRow(body.tag)).toEqual({ state: 'started', released: true });
+    const retry = await post(app, '/ledger', body.tag, body);
+    expect(retry.status).toBe(201);
+    expect(await rows(body.tag)).toBe(1);
+  });
+
+  it('a lock timeout (55P03) rolls back and answers 503, nothing stored', async () => {
+    const body: LedgerBody = { tag: tag('lock'), failFirst: 'lock-timeout' };
+    const holder = new Client({ connectionString: database.url });
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT * FROM accounts WHERE id = 2 FOR UPDATE');
+      const first = await post(app, '/ledger', body.tag, body);
+      expect(first.status).toBe(503);
+      expect(first.body.code).toBe('database_transient');
+      await holder.query('ROLLBACK');
+    } finally {
+      await holder.end();
+    }
+    expect(await rows(body.tag)).toBe(0);
+    const retry = await post(app, '/ledger', body.tag, body);
+    expect(retry.status).toBe(201);
+    expect(await rows(body.tag)).toBe(1);
+  });
+
+  it('a real deadlock (40P01): the victim answers 503 and stores nothing, its retry runs once', async () => {
+    const a: LedgerBody = { tag: tag('dl-a'), lockOrder: [1, 2] };
+    const b: LedgerBody = { tag: tag('dl-b'), lockOrder: [2, 1] };
+    const answers = await Promise.all([
+      post(app, '/ledger', a.tag, a).then((res) => ({ res, body: a })),
+      post(app, '/ledger', b.tag, b).then((res) => ({ res, body: b })),
+    ]);
+    expect(answers.map(({ res }) => res.status).sort()).toEqual([201, 503]);
+    const victim = answers.find(({ res }) => res.status === 503)!;
+    expect(victim.res.body.code).toBe('database_transient');
+    expect(victim.res.headers['retry-after']).toBe('1');
+    expect(await rows(victim.body.tag)).toBe(0);
+    const retry = await post(app, '/ledger', victim.body.tag, victim.body);
+    expect(retry.status).toBe(201);
+    expect(await rows(a.tag)).toBe(1);
+    expect(await rows(b.tag)).toBe(1);
+  });
+
+  it('a failed statement the handler swallowed aborts the transaction: 500, nothing stored or committed', async () => {
+    const key = tag('swallow');
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const res = await post(app, '/swallow', key, { tag: key });
+      expect(res.status).toBe(500);
+      expect(res.headers['idempotent-replayed']).toBeUndefined();
+      expect(res.body).toMatchObject({ code: 'transaction_aborted', status: 500 });
+      expect(await rows(key)).toBe(0);
+    }
+  });
+
+  it('a phase that meets a transient error answers 503 and resumes on retry', async () => {
+    const body = { tag: tag('phase-tr'), failFirst: true };
+    const first = await post(app, '/phased', body.tag, body);
+    expect(first.status).toBe(503);
+    expect(first.body.code).toBe('database_transient');
+    expect(await rows(body.tag)).toBe(0);
+    const retry = await post(app, '/phased', body.tag, body);
+    expect(retry.status).toBe(201);
+    expect(await rows(body.tag, 'phase-one')).toBe(1);
+    expect(await rows(body.tag, 'finish')).toBe(1);
+  });
+
+  it('finish() answers only after its commit: an outer timeout during it sends 408, and the retry replays the stored 201', async () => {
+    const body = { tag: tag('finish-to'), finishDelayMs: 500 };
+    const first = await post(app, '/phased-timeout', body.tag, body);
+    expect(first.status).toBe(408);
+    const retry = await retryUntilSettled(() => post(app, '/phased-timeout', body.tag, body));
+    expect(retry.status).toBe(201);
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(retry.body).toEqual({ tag: body.tag });
+    expect(await rows(body.tag, 'phase-one')).toBe(1);
+    expect(await rows(body.tag, 'finish')).toBe(1);
+  });
+
+  it('refuses a phase started after the handler wrote outside one, and commits nothing', async () => {
+    const key = tag('order');
+    const res = await post(app, '/phase-after-write', key, { tag: key });
+    expect(res.status).toBe(500);
+    expect(await rows(key)).toBe(0);
+  });
+
+  describe('slow external systems', () => {
+    const CONCURRENT = 20;
+    let slow: Server;
+    let slowUrl: string;
+    /** True while every handler is waiting on the slow system at once. */
+    let allWaiting = false;
+    let held: ServerResponse[] = [];
+    beforeAll(async () => {
+      // Holds each call until all of them have arrived (or 3 s), then answers after 300 ms: a
+      // window in which every handler is waiting on it, so none has a reason to hold a
+      // database connection.
+      slow = createServer((_req, res) => {
+        held.push(res);
+        if (held.length === 1) setTimeout(() => release(), 3000).unref();
+        if (held.length === CONCURRENT) {
+          allWaiting = true;
+          setTimeout(() => release(), 300);
+        }
+      });
+      const release = () => {
+        allWaiting = false;
+        for (const res of held) if (!res.writableEnded) res.end('ok');
+        held = [];
+      };
+      await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+      slowUrl = `http://127.0.0.1:${(slow.address() as AddressInfo).port}/`;
+    });
+    afterAll(() => new Promise<void>((resolve) => slow.close(() => resolve())));
+
+    it.each([
+      ['waiting before its first write', {}],
+      ['reading, then waiting, then writing', { readFirst: true }],
+    ])(
+      `${CONCURRENT} concurrent handlers %s hold no connection in a transaction while they wait`,
+      async (_name, extra) => {
+        let peak = -1;
+        let sampling = true;
+        const sampler = (async () => {
+          while (sampling) {
+            const {
+              rows: [row],
+            } = await db.query<{ n: string }>(
+              `SELECT count(*) AS n FROM pg_stat_activity
+               WHERE datname = $1 AND pid <> pg_backend_pid() AND xact_start IS NOT NULL`,
+              [database.name],
+            );
+            if (allWaiting) peak = Math.max(peak, Number(row.n));
+            await sleep(10);
+          }
+        })();
+        const label = tag('slow');
+        const answers = await Promise.all(
+          Array.from({ length: CONCURRENT }, (_, i) => {
+            const body: LedgerBody = { tag: `${label}-${i}`, callFirst: slowUrl, ...extra };
+            return post(app, '/ledger', body.tag, body);
+          }),
+        );
+        sampling = false;
+        await sampler;
+        expect(answers.map((res) => res.status)).toEqual(Array(CONCURRENT).fill(201));
+        // Sampled while all of them waited (a transaction opened at the handler's start
+        // would show here as one per pooled connection, ten).
+        expect(peak).toBe(0);
+        for (let i = 0; i < CONCURRENT; i++) expect(await rows(`${label}-${i}`)).toBe(1);
+      },
+    );
+  });
+
+  describe('a lease lost while the handler runs', () => {
+    let short: INestApplication;
+    beforeAll(async () => {
+      short = await createAtomicApp({
+        databaseUrl: database.url,
+        adapter,
+        idempotency: { leaseMs: 500 },
+      });
+    });
+    afterAll(() => short?.close());
+
+    it('rolls the stale worker back with a 409; the new owner’s answer is the stored one', async () => {
+      const body: LedgerBody = { tag: tag('lease'), delayMs: 1000 };
+      const stale = post(short, '/ledger', body.tag, body).then((res) => res);
+      await sleep(700); // the lease (500 ms) has expired; the stale handler still waits
+      const owner = await post(short, '/ledger', body.tag, body);
+      const staleAnswer = await stale;
+      expect(staleAnswer.status).toBe(409);
+      expect(staleAnswer.body.code).toBe('lease_lost');
+      expect(owner.status).toBe(201);
+      expect(await rows(body.tag)).toBe(1);
+      const replay = await post(short, '/ledger', body.tag, body);
+      expect(replay.text).toBe(owner.text);
+    });
+  });
+
+  describe('the database lost after the handler wrote', () => {
+    let proxy: TcpProxy;
+    let viaProxy: INestApplication;
+    beforeAll(async () => {
+      const target = new URL(database.url);
+      proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
+      await proxy.start();
+      const url = new URL(database.url);
+      url.hostname = '127.0.0.1';
+      url.port = String(proxy.port);
+      viaProxy = await createAtomicApp({
+        databaseUrl: url.toString(),
+        adapter,
+        idempotency: { leaseMs: 1000, databaseTimeoutMs: 1000 },
+      });
+    });
+    afterAll(async () => {
+      await viaProxy?.close();
+      await proxy?.stop();
+    });
+
+    it('answers 503; nothing of the handler committed, and the retry runs it once', async () => {
+      const body: LedgerBody = { tag: tag('lost'), delayMs: 800 };
+      const first = post(viaProxy, '/ledger', body.tag, body).then((res) => res);
+      await sleep(300); // the write is done, the handler waits
+      await proxy.refuse();
+      const answer = await first;
+      expect(answer.status).toBe(503);
+      expect(answer.headers['retry-after']).toBe('1');
+      expect(answer.body.code).toBe('store_unavailable');
+      await proxy.restore();
+      expect(await rows(body.tag)).toBe(0);
+      const retry = await retryUntilSettled(() => post(viaProxy, '/ledger', body.tag, body));
+      expect(retry.status).toBe(201);
+      expect(await rows(body.tag)).toBe(1);
+      const replay = await post(viaProxy, '/ledger', body.tag, body);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(await rows(body.tag)).toBe(1);
+    });
+  });
+
+  describe('a store timeout', () => {
+    let bounded: INestApplication;
+    beforeAll(async () => {
+      bounded = await createAtomicApp({
+        databaseUrl: database.url,
+        adapter,
+        poolSize: 2,
+        idempotency: { databaseTimeoutMs: 300 },
+      });
+    });
+    afterAll(() => bounded?.close());
+
+    it('cancels its claim on the server: a claim never commits after its client was told 503', async () => {
+      const body: LedgerBody = { tag: tag('cancel') };
+      const locker = new Client({ connectionString: database.url });
+      await locker.connect();
+      try {
+        await locker.query('BEGIN');
+        await locker.query('LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE');
+        const first = await post(bounded, '/ledger', body.tag, body);
+        expect(first.status).toBe(503);
+        expect(first.body.code).toBe('store_unavailable');
+        await sleep(200);
+        const { rows: waiting } = await db.query(
+          `SELECT 1 FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'`,
+          [database.name],
+        );
+        expect(waiting).toEqual([]);
+        await locker.query('ROLLBACK');
+      } finally {
+        await locker.end();
+      }
+      expect(await keyRow(body.tag)).toBeUndefined();
+      const retry = await post(bounded, '/ledger', body.tag, body);
+      expect(retry.status).toBe(201);
+    });
+
+    it('bounds the wait for a pooled connection: a queued claim never runs after its 503', async () => {
+      const busy = [tag('busy'), tag('busy')].map((t) =>
+        post(bounded, '/ledger', t, { tag: t, delayMs: 800 }).then((res) => res),
+      );
+      await sleep(150); // both pooled connections are now in the two handlers' transactions
+      const body: LedgerBody = { tag: tag('queued') };
+      const queued = await post(bounded, '/ledger', body.tag, body);
+      expect(queued.status).toBe(503);
+      expect((await Promise.all(busy)).map((res) => res.status)).toEqual([201, 201]);
+      await sleep(100);
+      expect(await keyRow(body.tag)).toBeUndefined();
+      const retry = await post(bounded, '/ledger', body.tag, body);
+      expect(retry.status).toBe(201);
+    });
+  });
+
+  if (adapter === 'express') {
+    it('@nestjs-cls/transactional (TransactionHost.tx, @Transactional()) joins the request’s transaction', async () => {
+      const worker = await startWorker('test/support/cls-worker.js', {
+        DATABASE_URL: database.url,
+      });
+      try {
+        const body = { tag: tag('cls'), failFirst: true };
+        const first = await post(worker.url, '/cls-ledger', body.tag, body);
+        expect(first.status).toBe(503);
+        // Every write rolled back with the request, RequiresNew included (a savepoint of it).
+        expect(await rows(body.tag)).toBe(0);
+        const retry = await post(worker.url, '/cls-ledger', body.tag, body);
+        expect(retry.status).toBe(201);
+        for (const via of ['cls', 'transactional', 'requires-new']) {
+          expect(await rows(body.tag, via)).toBe(1);
+        }
+      } finally {
+        await worker.kill();
+      }
+    });
+
+    it('a process killed while its transaction is open: nothing committed, the takeover runs once', async () => {
+      const worker = await startWorker('test/support/atomic-worker.js', {
+        DATABASE_URL: database.url,
+        LEASE_MS: '1000',
+      });
+      const body: LedgerBody = { tag: tag('killed'), delayMs: 3000 };
+      const doomed = post(worker.url, '/ledger', body.tag, body).then(
+        (res) => res,
+        (error: unknown) => error,
+      );
+      await sleep(500); // written, not committed
+      await worker.kill('SIGKILL');
+      await doomed;
+      expect(await rows(body.tag)).toBe(0);
+      await sleep(700); // the lease ends
+      const retry = await retryUntilSettled(() => post(app, '/ledger', body.tag, body));
+      expect(retry.status).toBe(201);
+      expect(await rows(body.tag)).toBe(1);
+    });
+  }
+});
