@@ -9,6 +9,7 @@ export interface SampleAppConfig {
   leaseMs: number;
   retentionMs: number;
   purgeIntervalMs: number;
+  transferDelayMs: number;
   adapter: 'express' | 'fastify';
 }
 
@@ -39,6 +40,7 @@ export function readConfig(env: NodeJS.ProcessEnv): SampleAppConfig {
     leaseMs: integer(env, 'IDEMPOTENCY_LEASE_MS', 60_000, 1),
     retentionMs: integer(env, 'IDEMPOTENCY_RETENTION_MS', 86_400_000, 1),
     purgeIntervalMs: integer(env, 'IDEMPOTENCY_PURGE_INTERVAL_MS', 60_000, 1),
+    transferDelayMs: integer(env, 'TRANSFER_DELAY_MS', 0),
     adapter,
   };
 }

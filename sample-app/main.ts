@@ -40,6 +40,7 @@ async function main(): Promise<void> {
     leaseMs: config.leaseMs,
     retentionMs: config.retentionMs,
     purgeIntervalMs: config.purgeIntervalMs,
+    transferDelayMs: config.transferDelayMs,
   });
   let app: INestApplication;
   if (config.adapter === 'fastify') {
