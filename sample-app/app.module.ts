@@ -1,5 +1,5 @@
-import { type DynamicModule, Module, ValidationPipe } from '@nestjs/common';
-import { APP_GUARD, APP_PIPE } from '@nestjs/core';
+import { type DynamicModule, Module, type Provider, ValidationPipe } from '@nestjs/common';
+import { APP_GUARD, APP_INTERCEPTOR, APP_PIPE } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule } from '../lib/index.js';
 import { Charge, Refund } from './charges/charge.entity.js';
@@ -8,6 +8,7 @@ import { ChargesService } from './charges/charges.service.js';
 import { CreateCharges1764461000000 } from './migrations/1764461000000-CreateCharges.js';
 import { CreateTransfers1764461100000 } from './migrations/1764461100000-CreateTransfers.js';
 import { PSP_CLIENT, PspClient } from './psp/psp.client.js';
+import { RequestTimeoutInterceptor } from './request-timeout.interceptor.js';
 import { TenantGuard, tenantOf } from './tenant.js';
 import { Transfer } from './transfers/transfer.entity.js';
 import { TransfersController } from './transfers/transfers.controller.js';
@@ -23,6 +24,8 @@ export interface AppSettings {
   purgeIntervalMs: number;
   /** How long `POST /transfers` waits after its write, before it answers. */
   transferDelayMs: number;
+  /** The global timeout (408) of every route; 0 is off. */
+  requestTimeoutMs: number;
 }
 
 /** The migrations of the app: the library's, then its own. */
@@ -72,7 +75,17 @@ export class AppModule {
             forbidUnknownValues: true,
           }),
         },
+        ...requestTimeout(settings.requestTimeoutMs),
       ],
     };
   }
+}
+
+/**
+ * A global interceptor, so that it wraps every route's own interceptors (`@Idempotent()`'s
+ * included), as an app-wide timeout does. With 0 there is no timeout, and no interceptor.
+ */
+function requestTimeout(timeoutMs: number): Provider[] {
+  if (timeoutMs === 0) return [];
+  return [{ provide: APP_INTERCEPTOR, useValue: new RequestTimeoutInterceptor(timeoutMs) }];
 }

@@ -10,6 +10,8 @@ export interface SampleAppConfig {
   retentionMs: number;
   purgeIntervalMs: number;
   transferDelayMs: number;
+  /** 0: no global timeout. */
+  requestTimeoutMs: number;
   adapter: 'express' | 'fastify';
 }
 
@@ -41,6 +43,7 @@ export function readConfig(env: NodeJS.ProcessEnv): SampleAppConfig {
     retentionMs: integer(env, 'IDEMPOTENCY_RETENTION_MS', 86_400_000, 1),
     purgeIntervalMs: integer(env, 'IDEMPOTENCY_PURGE_INTERVAL_MS', 60_000, 1),
     transferDelayMs: integer(env, 'TRANSFER_DELAY_MS', 0),
+    requestTimeoutMs: integer(env, 'REQUEST_TIMEOUT_MS', 0),
     adapter,
   };
 }

@@ -41,6 +41,7 @@ async function main(): Promise<void> {
     retentionMs: config.retentionMs,
     purgeIntervalMs: config.purgeIntervalMs,
     transferDelayMs: config.transferDelayMs,
+    requestTimeoutMs: config.requestTimeoutMs,
   });
   let app: INestApplication;
   if (config.adapter === 'fastify') {
