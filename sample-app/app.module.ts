@@ -1,13 +1,18 @@
-import { type DynamicModule, Module, ValidationPipe } from '@nestjs/common';
-import { APP_GUARD, APP_PIPE } from '@nestjs/core';
+import { type DynamicModule, Module, type Provider, ValidationPipe } from '@nestjs/common';
+import { APP_GUARD, APP_INTERCEPTOR, APP_PIPE } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule } from '../lib/index.js';
 import { Charge, Refund } from './charges/charge.entity.js';
 import { ChargesController } from './charges/charges.controller.js';
 import { ChargesService } from './charges/charges.service.js';
 import { CreateCharges1764461000000 } from './migrations/1764461000000-CreateCharges.js';
+import { CreateTransfers1764461100000 } from './migrations/1764461100000-CreateTransfers.js';
 import { PSP_CLIENT, PspClient } from './psp/psp.client.js';
+import { RequestTimeoutInterceptor } from './request-timeout.interceptor.js';
 import { TenantGuard, tenantOf } from './tenant.js';
+import { Transfer } from './transfers/transfer.entity.js';
+import { TransfersController } from './transfers/transfers.controller.js';
+import { TRANSFER_DELAY_MS, TransfersService } from './transfers/transfers.service.js';
 import { WebhooksController } from './webhooks/webhooks.controller.js';
 
 export interface AppSettings {
@@ -17,10 +22,18 @@ export interface AppSettings {
   leaseMs: number;
   retentionMs: number;
   purgeIntervalMs: number;
+  /** How long `POST /transfers` waits after its write, before it answers. */
+  transferDelayMs: number;
+  /** The global timeout (408) of every route; 0 is off. */
+  requestTimeoutMs: number;
 }
 
 /** The migrations of the app: the library's, then its own. */
-export const MIGRATIONS = [...IDEMPOTENCY_MIGRATIONS, CreateCharges1764461000000];
+export const MIGRATIONS = [
+  ...IDEMPOTENCY_MIGRATIONS,
+  CreateCharges1764461000000,
+  CreateTransfers1764461100000,
+];
 
 /** The payments service: the library used as any app would, through its public API only. */
 @Module({})
@@ -32,14 +45,14 @@ export class AppModule {
         TypeOrmModule.forRoot({
           type: 'postgres',
           url: settings.databaseUrl,
-          entities: [Charge, Refund],
+          entities: [Charge, Refund, Transfer],
           // Run by main.ts before the app starts, under a lock (several instances may start).
           migrations: MIGRATIONS,
           migrationsRun: false,
           // A database that does not answer is a prompt 503, never a hung request.
           connectTimeoutMS: 5000,
         }),
-        TypeOrmModule.forFeature([Charge]),
+        TypeOrmModule.forFeature([Charge, Transfer]),
         IdempotencyModule.forRoot({
           leaseMs: settings.leaseMs,
           retentionMs: settings.retentionMs,
@@ -47,10 +60,12 @@ export class AppModule {
           tenant: (request) => tenantOf(request.headers) ?? '',
         }),
       ],
-      controllers: [ChargesController, WebhooksController],
+      controllers: [ChargesController, TransfersController, WebhooksController],
       providers: [
         ChargesService,
+        TransfersService,
         { provide: PSP_CLIENT, useValue: new PspClient(settings.pspUrl, settings.pspTimeoutMs) },
+        { provide: TRANSFER_DELAY_MS, useValue: settings.transferDelayMs },
         { provide: APP_GUARD, useClass: TenantGuard },
         {
           provide: APP_PIPE,
@@ -60,7 +75,17 @@ export class AppModule {
             forbidUnknownValues: true,
           }),
         },
+        ...requestTimeout(settings.requestTimeoutMs),
       ],
     };
   }
+}
+
+/**
+ * A global interceptor, so that it wraps every route's own interceptors (`@Idempotent()`'s
+ * included), as an app-wide timeout does. With 0 there is no timeout, and no interceptor.
+ */
+function requestTimeout(timeoutMs: number): Provider[] {
+  if (timeoutMs === 0) return [];
+  return [{ provide: APP_INTERCEPTOR, useValue: new RequestTimeoutInterceptor(timeoutMs) }];
 }

@@ -9,6 +9,9 @@ export interface SampleAppConfig {
   leaseMs: number;
   retentionMs: number;
   purgeIntervalMs: number;
+  transferDelayMs: number;
+  /** 0: no global timeout. */
+  requestTimeoutMs: number;
   adapter: 'express' | 'fastify';
 }
 
@@ -39,6 +42,8 @@ export function readConfig(env: NodeJS.ProcessEnv): SampleAppConfig {
     leaseMs: integer(env, 'IDEMPOTENCY_LEASE_MS', 60_000, 1),
     retentionMs: integer(env, 'IDEMPOTENCY_RETENTION_MS', 86_400_000, 1),
     purgeIntervalMs: integer(env, 'IDEMPOTENCY_PURGE_INTERVAL_MS', 60_000, 1),
+    transferDelayMs: integer(env, 'TRANSFER_DELAY_MS', 0),
+    requestTimeoutMs: integer(env, 'REQUEST_TIMEOUT_MS', 0),
     adapter,
   };
 }

@@ -40,6 +40,8 @@ async function main(): Promise<void> {
     leaseMs: config.leaseMs,
     retentionMs: config.retentionMs,
     purgeIntervalMs: config.purgeIntervalMs,
+    transferDelayMs: config.transferDelayMs,
+    requestTimeoutMs: config.requestTimeoutMs,
   });
   let app: INestApplication;
   if (config.adapter === 'fastify') {

@@ -12,6 +12,22 @@ import {
   viaPort,
   type WorkerProcess,
 } from './support/sample-app-process.js';
+import {
+  expectFresh,
+  expectInProgress,
+  expectProblem,
+  expectReplayOf,
+  getPath,
+  JSON_TYPE,
+  KEY_MISMATCH,
+  MIB,
+  padTo,
+  type Res,
+  retryWhileInProgress,
+  sleep,
+  UNAUTHORIZED,
+  UUID,
+} from './support/sample-app-http.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 
 /**
@@ -21,8 +37,6 @@ import { TcpProxy } from './support/tcp-proxy.js';
  * survives a killed app), TCP proxies to cut the PSP or the database, and real concurrency.
  */
 
-type Res = request.Response;
-
 const ADAPTERS: SampleAppAdapter[] = ['express', 'fastify'];
 /** The lease of the instances that tests kill or let stall, so that a takeover comes quickly. */
 const SHORT_LEASE_MS = 1500;
@@ -30,26 +44,6 @@ const SHORT_LEASE_MS = 1500;
 const MAIN_PSP_TIMEOUT_MS = 2500;
 /** `IDEMPOTENCY_RETENTION_MS` of the instance whose finished keys expire quickly. */
 const SHORT_RETENTION_MS = 1500;
-const MIB = 1024 * 1024;
-const PROBLEM = /^application\/problem\+json/;
-const JSON_TYPE = /^application\/json/;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-const UNAUTHORIZED = {
-  error: 'unauthorized',
-  message: 'X-Tenant-Id must be a positive integer',
-  statusCode: 401,
-};
-const KEY_MISMATCH = {
-  type: 'urn:idempotency:key_mismatch',
-  title: 'Idempotency key reused',
-  status: 422,
-  detail:
-    'This idempotency key was already used with a different request (method, path or body); ' +
-    'use a new key for a new operation.',
-  code: 'key_mismatch',
-};
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 interface ChargeBody {
   amount: number;
@@ -88,12 +82,6 @@ function postWebhook(
   return req.send(event).then((res) => res);
 }
 
-function getPath(url: string, path: string, tenant: string | undefined): Promise<Res> {
-  let req = request(url).get(path);
-  if (tenant !== undefined) req = req.set('X-Tenant-Id', tenant);
-  return req.then((res) => res);
-}
-
 interface ChargeView extends ChargeBody {
   id: string;
   status: string;
@@ -113,52 +101,6 @@ async function getCharge(url: string, tenant: string, id: string): Promise<Charg
   const res = await getPath(url, `/charges/${id}`, tenant);
   expect(res.status).toBe(200);
   return res.body as ChargeView;
-}
-
-function expectProblem(res: Res, status: number, code: string) {
-  expect(res.status).toBe(status);
-  expect(res.headers['content-type']).toMatch(PROBLEM);
-  expect(res.body).toMatchObject({ status, code });
-}
-
-function expectReplayOf(replay: Res, original: Res) {
-  expect(replay.status).toBe(original.status);
-  expect(replay.headers['idempotent-replayed']).toBe('true');
-  expect(replay.headers['content-type']).toBe(original.headers['content-type']);
-  expect(replay.text).toBe(original.text);
-}
-
-function expectFresh(res: Res, status = 201) {
-  expect(res.status).toBe(status);
-  expect(res.headers['idempotent-replayed']).toBeUndefined();
-}
-
-function expectInProgress(res: Res, maxSeconds: number) {
-  expectProblem(res, 409, 'key_in_progress');
-  expect(res.headers['retry-after']).toMatch(/^\d+$/);
-  const seconds = Number(res.headers['retry-after']);
-  expect(seconds).toBeGreaterThanOrEqual(1);
-  expect(seconds).toBeLessThanOrEqual(maxSeconds);
-}
-
-/** Retries like a client while the key is in progress (409); returns the answer and the 409s. */
-async function retryWhileInProgress(send: () => Promise<Res>, maxMs = 20_000) {
-  const conflicts: Res[] = [];
-  const deadline = Date.now() + maxMs;
-  for (;;) {
-    const res = await send();
-    if (res.status !== 409) return { res, conflicts };
-    conflicts.push(res);
-    if (Date.now() > deadline) throw new Error(`still 409 after ${maxMs} ms: ${res.text}`);
-    await sleep(200);
-  }
-}
-
-/** A JSON text padded with white space (still the same JSON) to exactly `size` bytes. */
-function padTo(json: string, size: number): string {
-  const padding = size - Buffer.byteLength(json);
-  if (padding < 0) throw new Error('the JSON is longer than the size asked for');
-  return `${json.slice(0, -1)}${' '.repeat(padding)}}`;
 }
 
 describe.each(ADAPTERS)('the sample app on %s', (adapter) => {

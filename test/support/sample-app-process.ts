@@ -18,6 +18,10 @@ export interface SampleAppSettings {
   retentionMs?: number;
   /** `IDEMPOTENCY_PURGE_INTERVAL_MS`; the contract's default (60 s) when not given. */
   purgeIntervalMs?: number;
+  /** `TRANSFER_DELAY_MS`; the contract's default (0) when not given. */
+  transferDelayMs?: number;
+  /** `REQUEST_TIMEOUT_MS`; the contract's default (0, no timeout) when not given. */
+  requestTimeoutMs?: number;
 }
 
 /**
@@ -37,6 +41,8 @@ export async function startSampleApp(settings: SampleAppSettings): Promise<Worke
     PSP_TIMEOUT_MS: String(settings.pspTimeoutMs ?? 30_000),
     IDEMPOTENCY_RETENTION_MS: String(settings.retentionMs ?? 86_400_000),
     IDEMPOTENCY_PURGE_INTERVAL_MS: String(settings.purgeIntervalMs ?? 60_000),
+    TRANSFER_DELAY_MS: String(settings.transferDelayMs ?? 0),
+    REQUEST_TIMEOUT_MS: String(settings.requestTimeoutMs ?? 0),
   });
 }
 
@@ -60,6 +66,8 @@ export async function startStandaloneApp(env: Record<string, string> = {}): Prom
       IDEMPOTENCY_LEASE_MS: '',
       IDEMPOTENCY_RETENTION_MS: '',
       IDEMPOTENCY_PURGE_INTERVAL_MS: '',
+      TRANSFER_DELAY_MS: '',
+      REQUEST_TIMEOUT_MS: '',
       ...env,
     },
     90_000,
