@@ -69,6 +69,13 @@ class BenchController {
     return this.ormWork(body);
   }
 
+  /** The handler's write and its stored response in two commits (the pre-atomic path). */
+  @Post('split-orm')
+  @Idempotent({ atomic: false })
+  splitOrm(@Body() body: OrderBody) {
+    return this.ormWork(body);
+  }
+
   private async work(body: OrderBody) {
     const rows = (await this.dataSource.query(
       'INSERT INTO bench_orders (amount, customer) VALUES ($1, $2) RETURNING id, created_at',
@@ -85,6 +92,13 @@ class BenchController {
   @Post('idempotent')
   @Idempotent()
   idempotent(@Body() body: OrderBody) {
+    return this.work(body);
+  }
+
+  /** The handler's write and its stored response in two commits (the pre-atomic path). */
+  @Post('split')
+  @Idempotent({ atomic: false })
+  split(@Body() body: OrderBody) {
     return this.work(body);
   }
 }

@@ -80,14 +80,15 @@ async function main() {
           body,
         });
       }
-      const results: Record<string, number[]> = { plain: [], new: [], replay: [] };
-      const errors: Record<string, number> = { plain: 0, new: 0, replay: 0 };
+      const results: Record<string, number[]> = { plain: [], new: [], split: [], replay: [] };
+      const errors: Record<string, number> = { plain: 0, new: 0, split: 0, replay: 0 };
       // A short warm-up of every path (JIT, prepared statements, pool connections).
       await run(app.url, `/plain${suffix}`, () => undefined);
       for (let round = 0; round < ROUNDS; round++) {
         const variants: [string, string, (i: number) => string | undefined][] = [
           ['plain', `/plain${suffix}`, () => undefined],
           ['new', `/idempotent${suffix}`, (i) => `new-${round}-${i}-${Math.random()}`],
+          ['split', `/split${suffix}`, (i) => `split-${round}-${i}-${Math.random()}`],
           ['replay', `/idempotent${suffix}`, (i) => replayKeys[i % replayKeys.length]],
         ];
         for (const [name, path, key] of variants) {
@@ -99,8 +100,9 @@ async function main() {
       const plain = median(results.plain);
       const fresh = median(results.new);
       const replay = median(results.replay);
+      const split = median(results.split);
       lines.push(
-        `${adapter.padEnd(8)} ${work.padEnd(13)} plain ${plain.toFixed(0).padStart(6)} req/s | new keys ${fresh.toFixed(0).padStart(6)} req/s = ${(fresh / plain).toFixed(2)} x | replays ${replay.toFixed(0).padStart(6)} req/s = ${(replay / plain).toFixed(2)} x | errors or non-2xx: ${JSON.stringify(errors)}`,
+        `${adapter.padEnd(8)} ${work.padEnd(13)} plain ${plain.toFixed(0).padStart(6)} req/s | new keys (atomic) ${fresh.toFixed(0).padStart(6)} req/s = ${(fresh / plain).toFixed(2)} x | new keys (atomic: false) ${split.toFixed(0).padStart(6)} req/s = ${(split / plain).toFixed(2)} x | atomic / two commits ${(fresh / split).toFixed(2)} | replays ${replay.toFixed(0).padStart(6)} req/s = ${(replay / plain).toFixed(2)} x | errors or non-2xx: ${JSON.stringify(errors)}`,
       );
       console.log(lines[lines.length - 1]);
     }

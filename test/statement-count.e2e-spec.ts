@@ -10,6 +10,9 @@ import { type Scenario, startScenario } from './support/scenario.js';
 describe.each(ADAPTERS)('statements per request on %s', (adapter) => {
   let s: Scenario;
   let statements: string[] = [];
+  /** Statements that committed: `COMMIT`, and any statement sent outside a transaction. */
+  let commits = 0;
+  const inTransaction = new WeakSet<pg.Client>();
   const originalQuery = pg.Client.prototype.query;
 
   beforeAll(async () => {
@@ -19,7 +22,13 @@ describe.each(ADAPTERS)('statements per request on %s', (adapter) => {
       // The test's own client does not count.
       if (this !== test) {
         const config = args[0] as string | { text?: string };
-        statements.push(typeof config === 'string' ? config : (config.text ?? ''));
+        const text = typeof config === 'string' ? config : (config.text ?? '');
+        statements.push(text);
+        if (/^(BEGIN|START TRANSACTION)/i.test(text)) inTransaction.add(this);
+        else if (/^(COMMIT|ROLLBACK)/i.test(text)) {
+          inTransaction.delete(this);
+          if (/^COMMIT/i.test(text)) commits++;
+        } else if (!inTransaction.has(this)) commits++;
       }
       return (originalQuery as (...a: unknown[]) => unknown).apply(this, args);
     } as typeof pg.Client.prototype.query;
@@ -32,26 +41,50 @@ describe.each(ADAPTERS)('statements per request on %s', (adapter) => {
   const send = (key: string) =>
     request(s.server()).post('/noop').set('Idempotency-Key', key).set('X-Tenant-Id', '1').send({});
 
+  const reset = () => {
+    statements = [];
+    commits = 0;
+  };
+
   it('costs two statements for a new key (claim, then finish) and one for a replay', async () => {
     const key = `count-${adapter}`;
     await send('warm-up'); // the pool's first connection is opened outside the count
-    statements = [];
+    reset();
     const first = await send(key);
     expect(first.status).toBe(201);
     expect(statements).toHaveLength(2);
     expect(statements[0]).toContain('INSERT INTO idempotency_keys');
     expect(statements[1]).toContain("SET state = 'done'");
+    expect(commits).toBe(2);
 
-    statements = [];
+    reset();
     const replay = await send(key);
     expect(replay.headers['idempotent-replayed']).toBe('true');
     expect(statements).toHaveLength(1);
   });
 
+  it('commits a writing handler’s effects and its response together: two commits in all', async () => {
+    const key = `count-write-${adapter}`;
+    reset();
+    const first = await request(s.server())
+      .post('/orders')
+      .set('Idempotency-Key', key)
+      .set('X-Tenant-Id', '1')
+      .send({ amount: 3 });
+    expect(first.status).toBe(201);
+    expect(statements).toHaveLength(5);
+    expect(statements[0]).toContain('INSERT INTO idempotency_keys');
+    expect(statements[1]).toBe('BEGIN');
+    expect(statements[2]).toContain('INSERT INTO side_effects');
+    expect(statements[3]).toContain("SET state = 'done'");
+    expect(statements[4]).toBe('COMMIT');
+    expect(commits).toBe(2);
+  });
+
   it('costs one statement for a 422 and one for a 409', async () => {
     const key = `count-conflict-${adapter}`;
     await send(key);
-    statements = [];
+    reset();
     const mismatch = await request(s.server())
       .post('/noop')
       .set('Idempotency-Key', key)
@@ -59,5 +92,18 @@ describe.each(ADAPTERS)('statements per request on %s', (adapter) => {
       .send({ other: true });
     expect(mismatch.status).toBe(422);
     expect(statements).toHaveLength(1);
+
+    // A key another worker holds, its lease valid.
+    const held = `count-held-${adapter}`;
+    await s.db.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until)
+       SELECT 1, $1, fingerprint, now() + interval '1 minute' FROM idempotency_keys WHERE key = $2`,
+      [held, key],
+    );
+    reset();
+    const conflict = await send(held);
+    expect(conflict.status).toBe(409);
+    expect(statements).toHaveLength(1);
+    expect(commits).toBe(1);
   });
 });

@@ -78,37 +78,40 @@ export async function queryWithDeadline<R extends pg.QueryResultRow>(
   timeoutMs: number,
 ): Promise<pg.QueryResult<R>> {
   return withDeadline(client.query<R>(config), timeoutMs, `statement ${config.name ?? ''}`, () =>
-    cancelActiveQuery(client),
+    cancelQuery(client),
   );
 }
 
-/** The few fields of node-postgres' client that a cancel request needs (not in its types). */
+/** The fields of node-postgres' client that a cancel request needs (not in its types). */
 interface CancellableClient {
   host?: string;
   port?: number;
-  activeQuery?: unknown;
+  processID?: number;
+  secretKey?: number;
 }
 
 /**
- * Sends PostgreSQL's cancel request for the statement `client` is running, the way
- * node-postgres does it (`Client#cancel`, from a second, unconnected client to the same host).
- * Best effort: a server that cannot be reached cannot run the statement either.
+ * Sends PostgreSQL's cancel request for the statement running on `client`'s connection, on a
+ * connection of its own, as `Client#cancel` of node-postgres does (without its deprecated
+ * accessor). The connection is checked out by the library alone and runs one statement at a
+ * time, so what runs there is ours. Best effort: a server that cannot be reached cannot run
+ * the statement either; the caller drops the connection anyway.
  */
-export function cancelActiveQuery(client: PoolClient): void {
-  const target = client as unknown as CancellableClient;
-  if (!target.activeQuery) return;
+export function cancelQuery(client: PoolClient): void {
+  const { host, port, processID, secretKey } = client as unknown as CancellableClient;
+  if (processID === undefined || secretKey === undefined) return;
   try {
-    const canceller = new pg.Client({ host: target.host, port: target.port });
-    const connection = (canceller as unknown as { connection: CancelConnection }).connection;
+    const connection = new (
+      pg as unknown as { Connection: new () => CancelConnection }
+    ).Connection();
     // A server that does not answer must neither crash the process nor keep the socket.
     connection.on('error', () => undefined);
     setTimeout(() => connection.stream?.destroy(), CANCEL_SOCKET_MS).unref();
-    (canceller as unknown as { cancel(c: unknown, q: unknown): void }).cancel(
-      client,
-      target.activeQuery,
-    );
+    connection.on('connect', () => connection.cancel(processID, secretKey));
+    if (host?.startsWith('/')) connection.connect(`${host}/.s.PGSQL.${port}`);
+    else connection.connect(port, host);
   } catch {
-    // Nothing more can be done; the connection is dropped by the caller.
+    // Nothing more can be done.
   }
 }
 
@@ -116,6 +119,8 @@ export function cancelActiveQuery(client: PoolClient): void {
 const CANCEL_SOCKET_MS = 5_000;
 
 interface CancelConnection {
-  on(event: 'error', listener: () => void): void;
+  on(event: 'error' | 'connect', listener: () => void): void;
+  connect(portOrPath: number | string | undefined, host?: string): void;
+  cancel(processID: number, secretKey: number): void;
   stream?: { destroy(): void };
 }

@@ -13,12 +13,7 @@ import {
   type Type,
   UseInterceptors,
 } from '@nestjs/common';
-import {
-  getDataSourceToken,
-  InjectDataSource,
-  InjectRepository,
-  TypeOrmModule,
-} from '@nestjs/typeorm';
+import { InjectDataSource, InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import { catchError, throwError, timeout, TimeoutError } from 'rxjs';
 import { Column, type DataSource, Entity, PrimaryGeneratedColumn, type Repository } from 'typeorm';
 import {
