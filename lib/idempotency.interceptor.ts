@@ -52,6 +52,7 @@ import { parseIdempotencyKey } from './idempotency-key.js';
 import { IdempotencyStore, type KeyScope } from './storage/idempotency-store.interface.js';
 import { type StoredResponse } from './stored-response.js';
 import { normalizeTenantId } from './tenant-id.js';
+import { isTransactionAbortedError } from './storage/connection-errors.js';
 import { transactionScope } from './transaction/transaction-scope.js';
 
 /**
@@ -276,7 +277,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       await this.releaseQuietly(claim, true);
       return error instanceof IdempotencyError ? this.toHttp(response, error) : error;
     }
-    const failure = classifyHandlerError(error);
+    // A handler that caught a deadlock and went on fails next with "transaction aborted":
+    // what the request met is the deadlock.
+    const cause = isTransactionAbortedError(error) ? (transaction.lastError ?? error) : error;
+    const failure = classifyHandlerError(cause);
     if (failure.kind === 'final') return error;
     letThrough();
     await transaction.rollback();

@@ -82,6 +82,13 @@ describe.each(ADAPTERS)('atomic by default on %s', (adapter) => {
     expect(await rows(body.tag)).toBe(WAYS.length);
   });
 
+  it('a locking read (pessimistic_write) opens the transaction, as its lock must last', async () => {
+    const body: LedgerBody = { tag: tag('locked'), lockRead: true };
+    const res = await post(app, '/ledger', body.tag, body);
+    expect(res.status).toBe(201);
+    expect(await rows(body.tag)).toBe(1);
+  });
+
   it('RetryLaterError after writes: all of them roll back, 503, nothing stored, the retry runs once', async () => {
     const body: LedgerBody = { tag: tag('retry'), ways: [...WAYS], failFirst: 'retry-later' };
     const first = await post(app, '/ledger', body.tag, body);

@@ -54,8 +54,11 @@ export class LazyTransaction implements JoinableTransaction {
   private runner?: QueryRunner;
   private opening?: Promise<PoolClient>;
   private state: 'pending' | 'ending' | 'ended' = 'pending';
+  /** The commit or rollback under way: a second end waits for it rather than racing it. */
+  private ending?: Promise<unknown>;
+  private released = false;
   /** The last statement error its code saw: what aborted the transaction, if it was aborted. */
-  private lastError?: unknown;
+  lastError?: unknown;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -80,11 +83,10 @@ export class LazyTransaction implements JoinableTransaction {
     return this.ensureRunner().manager;
   }
 
-  joinedRunner(mode: ReplicationMode): QueryRunner | undefined {
-    if (!this.joinable || this.ended) return undefined;
-    // A read before the first write needs no transaction: it borrows a connection for itself
-    // alone, so a handler that reads, then waits on something else, holds none while it waits.
-    if (mode === 'slave' && !this.begun) return undefined;
+  joinedRunner(dataSource: DataSource, _mode: ReplicationMode): QueryRunner | undefined {
+    if (!this.joinable || dataSource !== this.dataSource) return undefined;
+    // Work that outlives the request's answer must not commit on its own, apart from it.
+    if (this.ended) throw new TransactionEndedError();
     return this.ensureRunner();
   }
 
@@ -92,9 +94,15 @@ export class LazyTransaction implements JoinableTransaction {
    * Runs `statement` last and commits; false (everything rolled back) when it touched no row,
    * which for the library's fenced statements means the lease was lost.
    */
-  async commitWith(statement: FencedStatement): Promise<boolean> {
-    if (this.ended) throw new TransactionEndedError();
+  commitWith(statement: FencedStatement): Promise<boolean> {
+    if (this.ended) return Promise.reject(new TransactionEndedError());
     this.state = 'ending';
+    const committing = this.commitNow(statement);
+    this.ending = committing.catch(() => undefined);
+    return committing;
+  }
+
+  private async commitNow(statement: FencedStatement): Promise<boolean> {
     const config: QueryConfig = {
       name: statement.name,
       text: statement.text,
@@ -140,18 +148,17 @@ export class LazyTransaction implements JoinableTransaction {
 
   /** Rolls back (if a statement opened it) and gives the connection back. Never throws. */
   async rollback(): Promise<void> {
-    if (this.state === 'ended') return;
+    if (this.state !== 'pending') {
+      await this.ending;
+      return;
+    }
     this.state = 'ending';
-    if (!this.opening) {
-      this.state = 'ended';
-      return;
-    }
-    const client = await this.opening.catch(() => undefined);
-    if (!client) {
-      this.state = 'ended';
-      return;
-    }
-    await this.rollbackOn(client);
+    this.ending = (async () => {
+      const client = await this.opening?.catch(() => undefined);
+      if (client) await this.rollbackOn(client);
+      else this.state = 'ended';
+    })();
+    await this.ending;
   }
 
   private async rollbackOn(client: PoolClient): Promise<void> {
@@ -166,6 +173,8 @@ export class LazyTransaction implements JoinableTransaction {
   private end(client: PoolClient, error?: unknown): void {
     this.state = 'ended';
     if (this.runner) (this.runner as { isReleased: boolean }).isReleased = true;
+    if (this.released) return;
+    this.released = true;
     client.release(error === undefined ? undefined : asError(error));
   }
 
@@ -185,6 +194,10 @@ export class LazyTransaction implements JoinableTransaction {
     internals.release = () => Promise.resolve();
     const query = runner.query.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     internals.query = async (...args: unknown[]) => {
+      // A read before the first write needs no transaction: it borrows a connection for
+      // itself alone, so a handler that reads, then waits on something else, holds none while
+      // it waits. A locking read (`FOR UPDATE`) opens the transaction, as its lock must last.
+      if (!this.opening && isPlainRead(args[0])) return this.readAlone(args);
       try {
         return await query(...args);
       } catch (error) {
@@ -196,22 +209,60 @@ export class LazyTransaction implements JoinableTransaction {
     return runner;
   }
 
-  /** The connection and `BEGIN`, on the first statement; bounded like every wait here. */
+  private async readAlone(args: unknown[]): Promise<unknown> {
+    const runner = ownQueryRunner(this.dataSource);
+    try {
+      return await (runner.query as (...a: unknown[]) => Promise<unknown>)(...args);
+    } finally {
+      await runner.release();
+    }
+  }
+
+  /**
+   * The connection and `BEGIN` (at the DataSource's isolation level, if it sets one), on the
+   * first statement; bounded like every wait here. TypeORM gets a guarded view of the client:
+   * a statement of the handler's that is still on its way when the transaction ends is
+   * refused, never sent after the `COMMIT` or on a connection back in the pool.
+   */
   private open(runner: RunnerInternals): Promise<PoolClient> {
     if (this.ended) return Promise.reject(new TransactionEndedError());
     this.opening ??= (async () => {
       const client = await acquire(this.pool(), this.timeoutMs);
+      const isolation = this.dataSource.options.isolationLevel;
       try {
-        await withDeadline(client.query('BEGIN'), this.timeoutMs, 'BEGIN');
+        await withDeadline(
+          client.query(isolation ? `BEGIN ISOLATION LEVEL ${isolation}` : 'BEGIN'),
+          this.timeoutMs,
+          'BEGIN',
+        );
       } catch (error) {
         client.release(asError(error));
         throw error;
       }
-      runner.databaseConnection = client;
       return client;
     })();
-    return this.opening;
+    return this.opening.then((client) => {
+      const guarded = Object.create(client, {
+        query: {
+          value: (...args: unknown[]) =>
+            this.ended
+              ? Promise.reject(new TransactionEndedError())
+              : (client.query as (...a: unknown[]) => unknown).apply(client, args),
+        },
+      }) as PoolClient;
+      runner.databaseConnection = guarded;
+      return guarded;
+    });
   }
+}
+
+/** A `SELECT` that takes no row lock: it may run before, and apart from, the transaction. */
+function isPlainRead(sql: unknown): boolean {
+  return (
+    typeof sql === 'string' &&
+    /^\s*SELECT\b/i.test(sql) &&
+    !/\bFOR\s+(UPDATE|SHARE|NO\s+KEY\s+UPDATE|KEY\s+SHARE)\b/i.test(sql)
+  );
 }
 
 /** The members of TypeORM's PostgresQueryRunner that are set here (public, but readonly). */

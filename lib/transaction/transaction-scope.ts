@@ -3,8 +3,11 @@ import { type DataSource, type QueryRunner, type ReplicationMode } from 'typeorm
 
 /** A transaction that code running in its scope joins when it asks the DataSource for a runner. */
 export interface JoinableTransaction {
-  /** The runner to hand out for `mode`, or undefined to let the DataSource make a plain one. */
-  joinedRunner(mode: ReplicationMode): QueryRunner | undefined;
+  /**
+   * The runner to hand out to `dataSource` for `mode`, or undefined to let it make a plain
+   * one (another DataSource, or a transaction that is not joinable).
+   */
+  joinedRunner(dataSource: DataSource, mode: ReplicationMode): QueryRunner | undefined;
 }
 
 /**
@@ -33,7 +36,7 @@ export function joinTransactionsOf(dataSource: DataSource): void {
     this: DataSource,
     mode: ReplicationMode = 'master',
   ): QueryRunner {
-    return transactionScope.getStore()?.joinedRunner(mode) ?? own.call(this, mode);
+    return transactionScope.getStore()?.joinedRunner(this, mode) ?? own.call(this, mode);
   };
 }
 

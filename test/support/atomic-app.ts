@@ -59,6 +59,8 @@ export interface LedgerBody {
   callFirst?: string;
   /** Read through a repository before `callFirst`. */
   readFirst?: boolean;
+  /** Read with a row lock (`pessimistic_write`) before the writes. */
+  lockRead?: boolean;
   /** Throw after the writes, on the first attempt of this tag only. */
   failFirst?: 'retry-later' | 'statement-timeout' | 'lock-timeout';
   /** Lock the accounts in this order, pausing between the two (a deadlock when crossed). */
@@ -92,6 +94,10 @@ class LedgerService {
         await this.explicit.getRepository(LedgerEntry).save({ tag, via: way });
         return;
     }
+  }
+
+  readLocked(): Promise<LedgerEntry | null> {
+    return this.entries.findOne({ where: { tag: '-' }, lock: { mode: 'pessimistic_write' } });
   }
 
   readSomething(): Promise<LedgerEntry | null> {
@@ -129,6 +135,7 @@ class LedgerController {
     if (body.readFirst) await this.ledger.readSomething();
     if (body.callFirst) await (await fetch(body.callFirst)).text();
     if (body.lockOrder) await this.lockAccounts(body.lockOrder);
+    if (body.lockRead) await this.ledger.readLocked();
     for (const way of body.ways ?? ['repository']) await this.ledger.write(body.tag, way);
     if (body.delayMs) await sleep(body.delayMs);
     if (body.failFirst && !failedOnce.has(body.tag)) {
