@@ -3,7 +3,13 @@ import { createServer, type Server, type ServerResponse } from 'node:http';
 import { type AddressInfo } from 'node:net';
 import { Client } from 'pg';
 import request from 'supertest';
-import { createAtomicApp, LEDGER_DDL, type LedgerBody, WAYS } from './support/atomic-app.js';
+import {
+  createAtomicApp,
+  laterOutcomes,
+  LEDGER_DDL,
+  type LedgerBody,
+  WAYS,
+} from './support/atomic-app.js';
 import { ADAPTERS } from './support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { TcpProxy } from './support/tcp-proxy.js';
@@ -87,6 +93,18 @@ describe.each(ADAPTERS)('atomic by default on %s', (adapter) => {
     const res = await post(app, '/ledger', body.tag, body);
     expect(res.status).toBe(201);
     expect(await rows(body.tag)).toBe(1);
+  });
+
+  it.each<[string, LedgerBody['failFirst'], 'inside' | 'outside', string, number]>([
+    ['after a committed answer runs on its own', undefined, 'inside', 'written', 1],
+    ['after a rollback is refused', 'retry-later', 'inside', 'TransactionEndedError', 0],
+    ['started with outside() always runs on its own', 'retry-later', 'outside', 'written', 1],
+  ])('work the handler left running %s', async (_name, failFirst, later, outcome, count) => {
+    const body: LedgerBody = { tag: tag('later'), failFirst, later };
+    await post(app, '/ledger', body.tag, body);
+    for (let i = 0; i < 50 && !laterOutcomes.has(`${body.tag}-later`); i++) await sleep(20);
+    expect(laterOutcomes.get(`${body.tag}-later`)).toBe(outcome);
+    expect(await rows(`${body.tag}-later`)).toBe(count);
   });
 
   it('RetryLaterError after writes: all of them roll back, 503, nothing stored, the retry runs once', async () => {

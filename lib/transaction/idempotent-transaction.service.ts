@@ -6,6 +6,7 @@ import {
   type Repository,
 } from 'typeorm';
 import { IdempotencyDataSource } from '../storage/idempotency-data-source.js';
+import { idempotencyStorage } from '../idempotency-context.js';
 import { transactionScope } from './transaction-scope.js';
 import { type LazyTransaction } from './lazy-transaction.js';
 
@@ -37,6 +38,17 @@ export class IdempotentTransaction {
   /** A repository bound to `manager`. */
   getRepository<T extends ObjectLiteral>(target: EntityTarget<T>): Repository<T> {
     return this.manager.getRepository(target);
+  }
+
+  /**
+   * Runs `work` outside any idempotent request: its database work commits on its own, now or
+   * whenever it runs. For work a request starts that is not the request's own (a timer, a
+   * background refresh), which must neither commit with the request nor be refused after it.
+   *
+   * @example IdempotentTransaction.outside(() => setInterval(() => this.refresh(), 60_000));
+   */
+  static outside<T>(work: () => T): T {
+    return transactionScope.exit(() => idempotencyStorage.exit(work));
   }
 
   /** Whether the code running now is inside an idempotent request's (or phase's) transaction. */

@@ -20,8 +20,9 @@ export interface FencedStatement {
 export class TransactionEndedError extends Error {
   constructor() {
     super(
-      'The idempotent request’s transaction has already ended: database work belongs before ' +
-        'the handler answers, not in a callback that outlives it.',
+      'The idempotent request’s transaction was rolled back: work it left running must not ' +
+        'commit on its own, since a retry runs the request again. Await database work before ' +
+        'answering, or start work that is not the request’s with IdempotentTransaction.outside().',
     );
     this.name = 'TransactionEndedError';
   }
@@ -57,6 +58,8 @@ export class LazyTransaction implements JoinableTransaction {
   /** The commit or rollback under way: a second end waits for it rather than racing it. */
   private ending?: Promise<unknown>;
   private released = false;
+  /** Whether it committed: work that comes after then runs on its own, as after any answer. */
+  private committed = false;
   /** The last statement error its code saw: what aborted the transaction, if it was aborted. */
   lastError?: unknown;
 
@@ -85,8 +88,13 @@ export class LazyTransaction implements JoinableTransaction {
 
   joinedRunner(dataSource: DataSource, _mode: ReplicationMode): QueryRunner | undefined {
     if (!this.joinable || dataSource !== this.dataSource) return undefined;
-    // Work that outlives the request's answer must not commit on its own, apart from it.
-    if (this.ended) throw new TransactionEndedError();
+    if (this.ended) {
+      // After the answer committed, work the handler left running (an event listener it did
+      // not await) runs on its own, as it would without the library: a replay never runs it
+      // again. After a rollback it must not commit apart: the retry runs the handler again.
+      if (this.committed) return undefined;
+      throw new TransactionEndedError();
+    }
     return this.ensureRunner();
   }
 
@@ -114,7 +122,8 @@ export class LazyTransaction implements JoinableTransaction {
       try {
         const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs);
         client.release();
-        return rowCount === 1;
+        this.committed = rowCount === 1;
+        return this.committed;
       } catch (error) {
         client.release(asError(error));
         throw error;
@@ -132,6 +141,7 @@ export class LazyTransaction implements JoinableTransaction {
         return false;
       }
       await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs);
+      this.committed = true;
       this.end(client);
       return true;
     } catch (error) {

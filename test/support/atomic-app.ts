@@ -61,6 +61,8 @@ export interface LedgerBody {
   readFirst?: boolean;
   /** Read with a row lock (`pessimistic_write`) before the writes. */
   lockRead?: boolean;
+  /** Leave a write running that lands 100 ms after the answer (`outside`: out of the request). */
+  later?: 'inside' | 'outside';
   /** Throw after the writes, on the first attempt of this tag only. */
   failFirst?: 'retry-later' | 'statement-timeout' | 'lock-timeout';
   /** Lock the accounts in this order, pausing between the two (a deadlock when crossed). */
@@ -120,6 +122,8 @@ class TimeoutInterceptor implements NestInterceptor {
 
 /** Tags that already failed once (the failFirst routes succeed on their retry). */
 export const failedOnce = new Set<string>();
+/** What became of each write a handler left running after its answer. */
+export const laterOutcomes = new Map<string, string>();
 
 @Controller()
 class LedgerController {
@@ -137,6 +141,7 @@ class LedgerController {
     if (body.lockOrder) await this.lockAccounts(body.lockOrder);
     if (body.lockRead) await this.ledger.readLocked();
     for (const way of body.ways ?? ['repository']) await this.ledger.write(body.tag, way);
+    if (body.later) this.writeLater(`${body.tag}-later`, body.later);
     if (body.delayMs) await sleep(body.delayMs);
     if (body.failFirst && !failedOnce.has(body.tag)) {
       failedOnce.add(body.tag);
@@ -200,6 +205,19 @@ class LedgerController {
     await this.ledger.write(body.tag, 'repository');
     await this.phases.run('late', () => Promise.resolve({}));
     return { tag: body.tag };
+  }
+
+  /** Not awaited: it outlives the request. What became of it is kept for the test. */
+  private writeLater(tagged: string, where: 'inside' | 'outside') {
+    const schedule = () =>
+      setTimeout(() => {
+        this.ledger.write(tagged, 'repository').then(
+          () => laterOutcomes.set(tagged, 'written'),
+          (error: unknown) => laterOutcomes.set(tagged, (error as Error).name),
+        );
+      }, 100);
+    if (where === 'outside') IdempotentTransaction.outside(schedule);
+    else schedule();
   }
 
   private async lockAccounts([first, second]: [number, number]) {
