@@ -4,6 +4,8 @@ export { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 export { Idempotent } from './idempotent.decorator.js';
 export { IdempotencyInterceptor } from './idempotency.interceptor.js';
 export {
+  type CallRecord,
+  type ExternalCall,
   PhaseOrderError,
   PhaseRunner,
   type PhaseContext,

@@ -1,13 +1,22 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { type EntityManager } from 'typeorm';
-import { currentIdempotencyContext, type IdempotencyContext } from './idempotency-context.js';
+import {
+  type ActiveClaim,
+  currentIdempotencyContext,
+  type IdempotencyContext,
+} from './idempotency-context.js';
 import { classifyHandlerError } from './failure.js';
 import { completedPhase, derivedKey } from './phases.js';
 import { PhaseResponse } from './phase-response.js';
 import { IdempotencyStore } from './storage/idempotency-store.interface.js';
 import { type StoredResponse } from './stored-response.js';
 import { transactionScope } from './transaction/transaction-scope.js';
+
+/** Runs an external call outside every transaction scope: it must not open one, nor join one. */
+function outsideTransactions<T>(work: () => Promise<T>): Promise<T> {
+  return transactionScope.exit(work);
+}
 
 /** What a phase gets besides its transaction. */
 export interface PhaseContext {
@@ -24,6 +33,12 @@ export interface PhaseContext {
 
 /** A phase's work: its database effects go through `manager`, inside the phase's transaction. */
 export type PhaseWork<T> = (manager: EntityManager, context: PhaseContext) => Promise<T>;
+
+/** An external phase's call: runs with no transaction open, with the phase's derived key. */
+export type ExternalCall<R> = (context: PhaseContext) => Promise<R>;
+
+/** An external phase's record of what the call returned, in a short transaction. */
+export type CallRecord<R, T> = (manager: EntityManager, result: R) => Promise<T>;
 
 const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 
@@ -53,9 +68,55 @@ export class PhaseRunner {
   constructor(@Inject(IdempotencyStore) private readonly store: IdempotencyStore) {}
 
   /**
-   * Runs one atomic phase, or returns its stored result if a previous worker completed it.
-   * The result must be JSON-serializable (it is stored with the recovery point); keep it
-   * small: ids, not rows.
+   * A phase around one external call (a PSP, a bank): `call` runs first, with no transaction
+   * open and no connection held, carrying the phase's derived key; then `record` writes what
+   * it returned in a short transaction that commits with the recovery point, fenced like
+   * every phase. Its return value (or, without `record`, the call's result) is the phase's
+   * stored result. A worker that crashed between the call and its record is taken over: the
+   * call runs again with the same derived key, so the external system answers it once.
+   *
+   * This is the form to use for external calls: a pool of 10 connections then serves any
+   * number of requests waiting on a slow system, where a transaction held open across the
+   * call would cap them at 10 per call latency.
+   *
+   * @example
+   * const auth = await this.phases.call(
+   *   'psp_authorized',
+   *   ({ idempotencyKey }) => this.psp.authorize(charge, idempotencyKey),
+   *   async (manager, result) => {
+   *     await manager.update(Charge, chargeId, { authorization: result.id });
+   *     return { authorizationId: result.id };
+   *   },
+   * );
+   */
+  async call<R, T = R>(
+    phase: string,
+    call: ExternalCall<R>,
+    record?: CallRecord<R, T>,
+  ): Promise<T> {
+    const context = currentIdempotencyContext();
+    const claim = context?.claim;
+    const recorded = (manager: EntityManager, result: R) =>
+      record ? record(manager, result) : Promise.resolve(result as unknown as T);
+    if (!claim) {
+      const idempotencyKey = `${context?.keylessId ?? randomUUID()}:${phase}`;
+      const result = await outsideTransactions(() => call({ phase, idempotencyKey }));
+      return this.store.runInTransaction((manager) => recorded(manager, result));
+    }
+    const done = completedPhase(claim.phaseResults, phase);
+    if (done.completed) return done.result as T;
+    if (context.transaction?.begun) throw new PhaseOrderError(phase);
+    const result = await outsideTransactions(() =>
+      call({ phase, idempotencyKey: derivedKey(claim, phase) }),
+    );
+    return this.commit(claim, phase, (manager) => recorded(manager, result));
+  }
+
+  /**
+   * Runs one atomic phase of local effects, or returns its stored result if a previous worker
+   * completed it. The result must be JSON-serializable (it is stored with the recovery point);
+   * keep it small: ids, not rows. Its transaction opens at its first statement; for a phase
+   * that calls another system, use `call()`, which never holds the transaction across it.
    */
   async run<T>(phase: string, work: PhaseWork<T>): Promise<T> {
     const context = currentIdempotencyContext();
@@ -69,11 +130,18 @@ export class PhaseRunner {
     const done = completedPhase(claim.phaseResults, phase);
     if (done.completed) return done.result as T;
     if (context.transaction?.begun) throw new PhaseOrderError(phase);
-    const value = await this.guard(() =>
-      this.store.commitPhase(claim, phase, (manager) =>
-        work(manager, { phase, idempotencyKey: derivedKey(claim, phase) }),
-      ),
+    return this.commit(claim, phase, (manager) =>
+      work(manager, { phase, idempotencyKey: derivedKey(claim, phase) }),
     );
+  }
+
+  /** Commits a phase's work with its recovery point; returns its result as stored. */
+  private async commit<T>(
+    claim: ActiveClaim,
+    phase: string,
+    work: (manager: EntityManager) => Promise<T>,
+  ): Promise<T> {
+    const value = await this.guard(() => this.store.commitPhase(claim, phase, work));
     // What was stored, as JSON: this worker sees exactly what a takeover would see (a Date
     // becomes a string here too), so resumed code takes the same branches.
     const stored = JSON.parse(JSON.stringify(value ?? null)) as T;

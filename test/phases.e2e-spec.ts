@@ -225,6 +225,52 @@ describe('atomic phases, takeover and fencing', () => {
     expect(replay.headers['idempotent-replayed']).toBe('true');
   });
 
+  it('crash between the PSP’s answer and its record: the takeover calls again with the same key and records once', async () => {
+    const key = nextKey();
+    const customer = 'cus_unrecorded';
+    const w1 = await worker('W1', { RECORD_DELAY_MS: '60000' });
+    const before = psp.requestCount();
+    const doomed = pay(w1.url, key, customer).catch(() => undefined);
+    for (let i = 0; i < 100 && psp.authorizations().every((a) => a.customer !== customer); i++) {
+      await sleep(50);
+    }
+    await sleep(100); // the PSP answered W1; its record is waiting
+    await w1.kill('SIGKILL');
+    await doomed;
+    expect(await keyRow(key)).toMatchObject({ state: 'started', recovery_point: 'order_created' });
+
+    const final = await retryUntilDone(appB, key, customer);
+    expect(final.status).toBe(201);
+    expect(psp.requestCount() - before).toBe(2); // called again, with the same derived key
+    expect(psp.authorizations().filter((a) => a.customer === customer)).toHaveLength(1);
+    const [payment] = await payments(customer);
+    expect(payment.authorization_id).toBe(final.body.authorizationId);
+    expect((await phaseRuns(key)).filter((r) => r.phase === 'psp_authorized')).toEqual([
+      { phase: 'psp_authorized', worker: 'B' },
+    ]);
+  });
+
+  it('20 concurrent requests waiting on a slow PSP hold no connection in a transaction', async () => {
+    psp.delayMs = 1000;
+    const before = psp.requestCount();
+    const keys = Array.from({ length: 20 }, () => nextKey());
+    const answers = Promise.all(keys.map((key, i) => pay(appA, key, `cus_many_${i}`)));
+    for (let i = 0; i < 200 && psp.requestCount() - before < 20; i++) await sleep(10);
+    expect(psp.requestCount() - before).toBe(20); // all 20 are waiting on the PSP now
+    let peak = 0;
+    for (let i = 0; i < 10; i++) {
+      const { rows } = await db.query<{ n: string }>(
+        `SELECT count(*) AS n FROM pg_stat_activity
+         WHERE datname = $1 AND pid <> pg_backend_pid() AND xact_start IS NOT NULL`,
+        [database.name],
+      );
+      peak = Math.max(peak, Number(rows[0].n));
+      await sleep(20);
+    }
+    expect(peak).toBe(0);
+    expect((await answers).map((res) => res.status)).toEqual(Array(20).fill(201));
+  });
+
   it('resumption: killed after phase two committed, the takeover skips phases one and two', async () => {
     const key = nextKey();
     const customer = 'cus_resume';

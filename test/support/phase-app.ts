@@ -27,6 +27,11 @@ export interface PhaseAppSettings {
   worker: string;
   /** How long the third phase waits before it commits (to kill a worker after phase two). */
   phaseThreeDelayMs?: number;
+  /**
+   * How long the PSP phase waits between the PSP's answer and its record (to kill a worker
+   * after the call, before its result is recorded).
+   */
+  recordDelayMs?: number;
   adapter?: 'express' | 'fastify';
 }
 
@@ -60,10 +65,10 @@ function createController(settings: PhaseAppSettings) {
         return { paymentId: rows[0].id };
       });
 
-      const authorization = await this.phases.run(
+      // The external call runs with no transaction open; its result is recorded after it.
+      const authorization = await this.phases.call(
         'psp_authorized',
-        async (manager, { idempotencyKey }) => {
-          await record(manager, 'psp_authorized');
+        async ({ idempotencyKey }) => {
           let res: Response;
           try {
             res = await fetch(`${settings.pspUrl}/v1/authorizations`, {
@@ -79,12 +84,20 @@ function createController(settings: PhaseAppSettings) {
             throw new RetryLaterError('The PSP is unreachable', 1);
           }
           const answer = (await res.json()) as { id?: string };
-          if (res.status !== 201 || !answer.id) return { declined: true as const };
-          await manager.query('UPDATE payments SET authorization_id = $1 WHERE id = $2', [
-            answer.id,
-            paymentId,
-          ]);
-          return { authorizationId: answer.id, derivedKey: idempotencyKey };
+          return res.status === 201 && answer.id
+            ? { authorizationId: answer.id, derivedKey: idempotencyKey }
+            : { declined: true as const };
+        },
+        async (manager, result) => {
+          if (settings.recordDelayMs) await sleep(settings.recordDelayMs);
+          await record(manager, 'psp_authorized');
+          if ('authorizationId' in result) {
+            await manager.query('UPDATE payments SET authorization_id = $1 WHERE id = $2', [
+              result.authorizationId,
+              paymentId,
+            ]);
+          }
+          return result;
         },
       );
 

@@ -16,6 +16,7 @@ const app = await createPhaseApp({
   leaseMs: Number(env('LEASE_MS')),
   worker: env('WORKER'),
   phaseThreeDelayMs: Number(process.env.PHASE_THREE_DELAY_MS ?? 0),
+  recordDelayMs: Number(process.env.RECORD_DELAY_MS ?? 0),
 });
 await app.listen(Number(process.env.PORT ?? 0), '127.0.0.1');
 const address = app.getHttpServer().address() as { port: number };
