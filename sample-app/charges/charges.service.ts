@@ -33,21 +33,26 @@ export class ChargesService {
       return { chargeId: charge.id };
     });
 
-    // 2. The PSP, with a key derived from this claim: a takeover repeats the call safely.
-    const outcome = await this.phases.run('psp_authorized', async (manager, { idempotencyKey }) => {
-      const result = await this.psp.authorize(
-        { amount: dto.amount, currency: dto.currency, customer: dto.customer },
-        idempotencyKey,
-      );
-      if (result.kind === 'authorized') {
-        await manager.update(
-          Charge,
-          { id: chargeId },
-          { pspAuthorization: result.authorizationId },
-        );
-      }
-      return result;
-    });
+    // 2. The PSP, with a key derived from this claim: a takeover repeats the call safely. The
+    //    call holds no database connection; its answer is recorded in a short transaction.
+    const outcome = await this.phases.call(
+      'psp_authorized',
+      ({ idempotencyKey }) =>
+        this.psp.authorize(
+          { amount: dto.amount, currency: dto.currency, customer: dto.customer },
+          idempotencyKey,
+        ),
+      async (manager, result) => {
+        if (result.kind === 'authorized') {
+          await manager.update(
+            Charge,
+            { id: chargeId },
+            { pspAuthorization: result.authorizationId },
+          );
+        }
+        return result;
+      },
+    );
 
     // 3. The charge's final status and the response, in one transaction.
     return this.phases.finish(async (manager) => {
