@@ -4,7 +4,8 @@
  * cost. Run as its own process so that the load generator does not share its event loop.
  */
 import 'reflect-metadata';
-import { Body, Controller, Module, Post } from '@nestjs/common';
+import { Body, Controller, type DynamicModule, Module, Post, type Type } from '@nestjs/common';
+import { createRequire } from 'node:module';
 import { NestFactory } from '@nestjs/core';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
@@ -105,6 +106,60 @@ class BenchController {
 
 const url = process.env.DATABASE_URL!;
 
+/**
+ * The competitor's routes, the same work behind `@node-idempotency/nestjs` on Redis, when
+ * `COMPETITOR_REDIS_URL` is set. It is installed in `bench/competitor/` (its peer range stops
+ * at Nest 10), so it is loaded from there; it runs on this project's Nest 12.
+ */
+function competitor(): { imports: DynamicModule[]; controllers: Type[] } {
+  const redisUrl = process.env.COMPETITOR_REDIS_URL;
+  if (!redisUrl) return { imports: [], controllers: [] };
+  const load = createRequire(new URL('../../bench/competitor/package.json', import.meta.url));
+  const { NodeIdempotencyModule, Idempotent: TheirIdempotent } = load(
+    '@node-idempotency/nestjs',
+  ) as {
+    NodeIdempotencyModule: { forRootAsync(options: object): DynamicModule };
+    Idempotent: (options?: object) => MethodDecorator;
+  };
+
+  @Controller()
+  class CompetitorController {
+    constructor(
+      @InjectDataSource() private readonly dataSource: DataSource,
+      @InjectRepository(BenchOrder) private readonly orders: Repository<BenchOrder>,
+    ) {}
+
+    @Post('competitor')
+    @TheirIdempotent()
+    async raw(@Body() body: OrderBody) {
+      const rows = (await this.dataSource.query(
+        'INSERT INTO bench_orders (amount, customer) VALUES ($1, $2) RETURNING id, created_at',
+        [body.amount, body.customer],
+      )) as { id: number }[];
+      return { id: rows[0].id, amount: body.amount, customer: body.customer, status: 'created' };
+    }
+
+    @Post('competitor-orm')
+    @TheirIdempotent()
+    async orm(@Body() body: OrderBody) {
+      const order = await this.orders.save(
+        this.orders.create({ amount: body.amount, customer: body.customer }),
+      );
+      return { id: order.id, amount: order.amount, customer: order.customer, status: 'created' };
+    }
+  }
+  return {
+    imports: [
+      NodeIdempotencyModule.forRootAsync({
+        storage: { adapter: 'redis', options: { url: redisUrl } },
+      }),
+    ],
+    controllers: [CompetitorController],
+  };
+}
+
+const theirs = competitor();
+
 @Module({
   imports: [
     TypeOrmModule.forRoot({
@@ -117,8 +172,9 @@ const url = process.env.DATABASE_URL!;
     }),
     TypeOrmModule.forFeature([BenchOrder]),
     IdempotencyModule.forRoot({}),
+    ...theirs.imports,
   ],
-  controllers: [BenchController],
+  controllers: [BenchController, ...theirs.controllers],
 })
 class BenchModule {}
 

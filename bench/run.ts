@@ -1,61 +1,152 @@
 /**
  * `npm run bench`: the library's cost, measured as ratios in one run on one machine.
  *
- * For each adapter, the same app process serves in turn: the plain route (the baseline), the
- * idempotent route with a new key per request, and the idempotent route replaying keys that
- * are done. Each phase is repeated and interleaved (plain, new, replay, plain, new, ...) so that
- * the noise of a shared machine falls on every variant alike; the medians are reported.
+ * 1. The one-insert endpoint, on each adapter and for two kinds of work (a raw INSERT and a
+ *    TypeORM save): the plain route; `@Idempotent()` on the atomic default (new keys and
+ *    replays); the same with `atomic: false` (two commits); and the competitor,
+ *    `@node-idempotency/nestjs` on Redis (new keys and replays), installed in
+ *    `bench/competitor/` on first use.
+ * 2. The sample app's `POST /charges` (claim, two phases and a PSP call, finish) against the
+ *    fake PSP answering in 0 ms (16 connections: new keys and replays) and in 200 ms (64
+ *    connections: new keys), for this build and, with `BENCH_BASELINE_REF=<git ref>`, for a
+ *    build of that ref side by side.
+ *
+ * Every variant is run in interleaved rounds (so the noise of a shared machine falls on each
+ * alike) and reported as medians: requests per second, p50 and p99 latency, and the app
+ * process's CPU time per request, read from /proc.
  */
 import autocannon from 'autocannon';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync, symlinkSync } from 'node:fs';
+import { join } from 'node:path';
 import { Client } from 'pg';
-import { createTestDatabase } from '../test/support/database.js';
-import { startWorker } from '../test/support/worker-process.js';
-import { startEmbeddedPostgres } from '../sample-app/database/embedded-postgres.js';
+import { createTestDatabase, type TestDatabase } from '../test/support/database.js';
+import { startWorker, type WorkerProcess } from '../test/support/worker-process.js';
+import { freePort, startEmbeddedPostgres } from '../sample-app/database/embedded-postgres.js';
 
 const DURATION_S = Number(process.env.BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
-const body = JSON.stringify({ amount: 1999, customer: 'cus_bench' });
+const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+const ROOT = process.cwd();
+/** Clock ticks per second of /proc's CPU times (USER_HZ, 100 on Linux). */
+const TICKS = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
 
-function run(url: string, path: string, key: (i: number) => string | undefined) {
+interface Sample {
+  rps: number;
+  p50: number;
+  p99: number;
+  cpuMs: number;
+  failures: number;
+}
+
+interface Variant {
+  name: string;
+  app: WorkerProcess;
+  path: string;
+  connections: number;
+  headers: (i: number) => Record<string, string>;
+  body: string;
+}
+
+/** User and system CPU time of a process so far, in milliseconds. */
+function cpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / TICKS;
+}
+
+async function measure(variant: Variant): Promise<Sample> {
   let i = 0;
-  return new Promise<autocannon.Result>((resolve, reject) => {
-    const instance = autocannon(
+  const before = cpuMs(variant.app.child.pid!);
+  const result = await new Promise<autocannon.Result>((resolve, reject) => {
+    autocannon(
       {
-        url,
-        connections: CONNECTIONS,
+        url: variant.app.url,
+        connections: variant.connections,
         duration: DURATION_S,
         requests: [
           {
             method: 'POST',
-            path,
+            path: variant.path,
             setupRequest: (request) => {
-              const k = key(i++);
-              request.headers = {
-                'content-type': 'application/json',
-                ...(k ? { 'idempotency-key': k } : {}),
-              };
-              request.body = body;
+              request.headers = { 'content-type': 'application/json', ...variant.headers(i++) };
+              request.body = variant.body;
               return request;
             },
           },
         ],
       },
-      (error, result) => (error ? reject(error) : resolve(result)),
+      (error, res) => (error ? reject(error) : resolve(res)),
     );
-    void instance;
   });
+  const used = cpuMs(variant.app.child.pid!) - before;
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    cpuMs: used / Math.max(1, result.requests.total),
+    failures: result.errors + result.non2xx + result.timeouts,
+  };
 }
 
 const median = (values: number[]) =>
   [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
-async function main() {
-  let adminUrl = process.env.TEST_DATABASE_URL ?? process.env.DATABASE_URL;
-  const embedded = adminUrl ? undefined : await startEmbeddedPostgres();
-  adminUrl ??= embedded!.url;
-  process.env.TEST_DATABASE_URL = adminUrl;
-  const lines: string[] = [];
+/** Runs every variant once per round, in turn; returns the medians by name. */
+async function rounds(variants: Variant[]): Promise<Map<string, Sample>> {
+  const samples = new Map<string, Sample[]>(variants.map((v) => [v.name, []]));
+  for (const variant of variants) await measure({ ...variant, name: 'warm-up' });
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const variant of variants) samples.get(variant.name)!.push(await measure(variant));
+  }
+  const out = new Map<string, Sample>();
+  for (const [name, list] of samples) {
+    out.set(name, {
+      rps: median(list.map((s) => s.rps)),
+      p50: median(list.map((s) => s.p50)),
+      p99: median(list.map((s) => s.p99)),
+      cpuMs: median(list.map((s) => s.cpuMs)),
+      failures: list.reduce((sum, s) => sum + s.failures, 0),
+    });
+  }
+  return out;
+}
+
+const row = (name: string, s: Sample, base: Sample) =>
+  `| ${name} | ${s.rps.toFixed(0)} | ${(s.rps / base.rps).toFixed(2)} | ${s.p50} | ${s.p99} | ${s.cpuMs.toFixed(2)} | ${s.failures} |`;
+const HEADER =
+  '| variant | req/s | ÷ baseline | p50 ms | p99 ms | app CPU ms/req | errors, non-2xx |\n| --- | --- | --- | --- | --- | --- | --- |';
+
+/** Posts each key once, so that the replay variants find them done. */
+async function prepare(
+  app: WorkerProcess,
+  path: string,
+  keys: string[],
+  headers: object,
+  body: string,
+) {
+  for (const key of keys) {
+    await fetch(`${app.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key, ...headers },
+      body,
+    });
+  }
+}
+
+function ensureCompetitor(): void {
+  const dir = join(ROOT, 'bench', 'competitor');
+  if (existsSync(join(dir, 'node_modules', '@node-idempotency', 'nestjs'))) return;
+  execFileSync('npm', ['ci', '--legacy-peer-deps', '--no-audit', '--no-fund'], {
+    cwd: dir,
+    stdio: 'inherit',
+  });
+}
+
+async function oneInsert(out: string[]): Promise<void> {
+  ensureCompetitor();
+  const body = JSON.stringify({ amount: 1999, customer: 'cus_bench' });
   for (const adapter of ['express', 'fastify']) {
     const database = await createTestDatabase(`bench_${adapter}`);
     const db = new Client({ connectionString: database.url });
@@ -67,55 +158,175 @@ async function main() {
       DATABASE_URL: database.url,
       HTTP_ADAPTER: adapter,
       PORT: '0',
+      COMPETITOR_REDIS_URL: REDIS_URL,
     });
     for (const [work, suffix] of [
       ['raw INSERT', ''],
       ['TypeORM save', '-orm'],
     ]) {
-      const replayKeys = Array.from({ length: 64 }, (_, i) => `replay${suffix}-${i}`);
-      for (const key of replayKeys) {
-        await fetch(`${app.url}/idempotent${suffix}`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', 'idempotency-key': key },
-          body,
-        });
-      }
-      const results: Record<string, number[]> = { plain: [], new: [], split: [], replay: [] };
-      const errors: Record<string, number> = { plain: 0, new: 0, split: 0, replay: 0 };
-      // A short warm-up of every path (JIT, prepared statements, pool connections).
-      await run(app.url, `/plain${suffix}`, () => undefined);
-      for (let round = 0; round < ROUNDS; round++) {
-        const variants: [string, string, (i: number) => string | undefined][] = [
-          ['plain', `/plain${suffix}`, () => undefined],
-          ['new', `/idempotent${suffix}`, (i) => `new-${round}-${i}-${Math.random()}`],
-          ['split', `/split${suffix}`, (i) => `split-${round}-${i}-${Math.random()}`],
-          ['replay', `/idempotent${suffix}`, (i) => replayKeys[i % replayKeys.length]],
-        ];
-        for (const [name, path, key] of variants) {
-          const result = await run(app.url, path, key);
-          results[name].push(result.requests.average);
-          errors[name] += result.errors + result.non2xx;
-        }
-      }
-      const plain = median(results.plain);
-      const fresh = median(results.new);
-      const replay = median(results.replay);
-      const split = median(results.split);
-      lines.push(
-        `${adapter.padEnd(8)} ${work.padEnd(13)} plain ${plain.toFixed(0).padStart(6)} req/s | new keys (atomic) ${fresh.toFixed(0).padStart(6)} req/s = ${(fresh / plain).toFixed(2)} x | new keys (atomic: false) ${split.toFixed(0).padStart(6)} req/s = ${(split / plain).toFixed(2)} x | atomic / two commits ${(fresh / split).toFixed(2)} | replays ${replay.toFixed(0).padStart(6)} req/s = ${(replay / plain).toFixed(2)} x | errors or non-2xx: ${JSON.stringify(errors)}`,
+      const ours = Array.from(
+        { length: 64 },
+        (_, i) => `ours${suffix}-${adapter}-${i}-${Date.now()}`,
       );
-      console.log(lines[lines.length - 1]);
+      const theirs = Array.from(
+        { length: 64 },
+        (_, i) => `theirs${suffix}-${adapter}-${i}-${Date.now()}`,
+      );
+      await prepare(app, `/idempotent${suffix}`, ours, {}, body);
+      await prepare(app, `/competitor${suffix}`, theirs, {}, body);
+      const fresh = (prefix: string) => (i: number) => ({
+        'idempotency-key': `${prefix}-${i}-${Math.random()}`,
+      });
+      const replay = (keys: string[]) => (i: number) => ({
+        'idempotency-key': keys[i % keys.length],
+      });
+      const base = { app, connections: CONNECTIONS, body };
+      const results = await rounds([
+        { ...base, name: 'plain route', path: `/plain${suffix}`, headers: () => ({}) },
+        {
+          ...base,
+          name: 'ours, new keys (atomic)',
+          path: `/idempotent${suffix}`,
+          headers: fresh('n'),
+        },
+        { ...base, name: 'ours, replays', path: `/idempotent${suffix}`, headers: replay(ours) },
+        {
+          ...base,
+          name: 'ours, new keys (atomic: false)',
+          path: `/split${suffix}`,
+          headers: fresh('s'),
+        },
+        {
+          ...base,
+          name: 'competitor on Redis, new keys',
+          path: `/competitor${suffix}`,
+          headers: fresh('c'),
+        },
+        {
+          ...base,
+          name: 'competitor on Redis, replays',
+          path: `/competitor${suffix}`,
+          headers: replay(theirs),
+        },
+      ]);
+      const plain = results.get('plain route')!;
+      out.push(
+        `\n**${adapter}, ${work}** (${CONNECTIONS} connections; ÷ the plain route)\n\n${HEADER}`,
+      );
+      for (const [name, sample] of results) out.push(row(name, sample, plain));
+      console.log(out.slice(-8).join('\n'));
     }
     await app.kill('SIGTERM');
     await db.end();
     await database.drop();
   }
+}
+
+/** A build of `ref` in a worktree of its own, sharing this checkout's node_modules. */
+function baselineBuild(ref: string): string {
+  const dir = join('/tmp', `idempotency-bench-${ref.replace(/[^\w.-]/g, '_')}`);
+  if (!existsSync(join(dir, 'dist', 'sample-app', 'main.js'))) {
+    if (!existsSync(dir))
+      execFileSync('git', ['worktree', 'add', '--detach', dir, ref], { cwd: ROOT });
+    if (!existsSync(join(dir, 'node_modules')))
+      symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
+    execFileSync(join(ROOT, 'node_modules', '.bin', 'tsc'), ['-p', 'tsconfig.build.json'], {
+      cwd: dir,
+      stdio: 'inherit',
+    });
+  }
+  return join(dir, 'dist', 'sample-app', 'main.js');
+}
+
+async function sampleFlow(out: string[]): Promise<void> {
+  const builds: [string, string][] = [['this build', join(ROOT, 'dist', 'sample-app', 'main.js')]];
+  const ref = process.env.BENCH_BASELINE_REF;
+  if (ref) builds.push([`baseline ${ref}`, baselineBuild(ref)]);
+  const psp0 = await startWorker('sample-app/psp/main.js', { PSP_PORT: '0', PSP_DELAY_MS: '0' });
+  const psp200 = await startWorker('sample-app/psp/main.js', {
+    PSP_PORT: '0',
+    PSP_DELAY_MS: '200',
+  });
+  const started: { app: WorkerProcess; database: TestDatabase }[] = [];
+  const start = async (label: string, main: string, psp: WorkerProcess) => {
+    const database = await createTestDatabase(`bench_flow_${label}`);
+    const app = await startWorker(main, {
+      PORT: String(await freePort()),
+      DATABASE_URL: database.url,
+      PSP_URL: psp.url,
+      HTTP_ADAPTER: 'express',
+      IDEMPOTENCY_PURGE_INTERVAL_MS: '3600000',
+    });
+    started.push({ app, database });
+    return app;
+  };
+  const tenant = { 'x-tenant-id': '1' };
+  let n = 0;
+  const body = () => JSON.stringify({ amount: 1999, currency: 'eur', customer: `cus_${n++ % 50}` });
+  const variants: Variant[] = [];
+  for (const [label, main] of builds) {
+    const fast = await start(`${label}_0`, main, psp0);
+    const slow = await start(`${label}_200`, main, psp200);
+    const fixed = body();
+    const keys = Array.from({ length: 64 }, (_, i) => `flow-${label.replace(/\W/g, '_')}-${i}`);
+    await prepare(fast, '/charges', keys, tenant, fixed);
+    const fresh = (i: number) => ({ ...tenant, 'idempotency-key': `f-${i}-${Math.random()}` });
+    variants.push(
+      {
+        name: `${label}: new keys, PSP 0 ms, 16 conn.`,
+        app: fast,
+        path: '/charges',
+        connections: 16,
+        headers: fresh,
+        body: fixed,
+      },
+      {
+        name: `${label}: replays, 16 conn.`,
+        app: fast,
+        path: '/charges',
+        connections: 16,
+        headers: (i) => ({ ...tenant, 'idempotency-key': keys[i % keys.length] }),
+        body: fixed,
+      },
+      {
+        name: `${label}: new keys, PSP 200 ms, 64 conn.`,
+        app: slow,
+        path: '/charges',
+        connections: 64,
+        headers: fresh,
+        body: fixed,
+      },
+    );
+  }
+  const results = await rounds(variants);
+  const first = [...results.values()];
+  out.push(`\n**The sample app's POST /charges** (÷ this build's same variant)\n\n${HEADER}`);
+  let i = 0;
+  for (const [name, sample] of results) out.push(row(name, sample, first[i++ % 3]));
+  console.log(out.slice(-(results.size + 3)).join('\n'));
+  for (const { app, database } of started) {
+    await app.kill('SIGTERM');
+    await database.drop();
+  }
+  await psp0.kill('SIGTERM');
+  await psp200.kill('SIGTERM');
+}
+
+async function main() {
+  let adminUrl = process.env.TEST_DATABASE_URL ?? process.env.DATABASE_URL;
+  const embedded = adminUrl ? undefined : await startEmbeddedPostgres();
+  adminUrl ??= embedded!.url;
+  process.env.TEST_DATABASE_URL = adminUrl;
+  const out: string[] = [];
+  const parts = (process.env.BENCH_PARTS ?? 'insert,flow').split(',');
+  if (parts.includes('insert')) await oneInsert(out);
+  if (parts.includes('flow')) await sampleFlow(out);
   await embedded?.stop();
-  console.log(`\n${lines.join('\n')}`);
+  console.log(`\n${out.join('\n')}`);
   console.log(
-    `\n${ROUNDS} interleaved rounds of ${DURATION_S} s, ${CONNECTIONS} connections; medians.`,
+    `\n${ROUNDS} interleaved rounds of ${DURATION_S} s each; medians. Node ${process.version}, ` +
+      `${(await import('node:os')).cpus().length} cores.`,
   );
-  console.log('targets: new keys >= 0.75 x plain, replays >= 1.5 x plain');
 }
 
 await main();

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { isAbsolute, join } from 'node:path';
 
 /** A child process running a compiled script, which prints `listening on <port>` when ready. */
 export interface WorkerProcess {
@@ -13,7 +13,8 @@ export interface WorkerProcess {
 
 /** Compiled scripts live under dist/ (built by `npm test` before jest runs). */
 export function compiled(path: string): string {
-  const file = join(process.cwd(), 'dist', path);
+  // An absolute path is a compiled file elsewhere (another build, for the benchmark).
+  const file = isAbsolute(path) ? path : join(process.cwd(), 'dist', path);
   if (!existsSync(file)) {
     throw new Error(
       `${file} is missing: run \`npm test\` (it compiles before testing) or \`npx tsc -p tsconfig.json\``,
