@@ -7,6 +7,7 @@ import {
 } from 'typeorm';
 import { isTransactionAbortedError } from '../storage/connection-errors.js';
 import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js';
+import { inlineParameters, isFenceLost, raiseUnlessOneRow } from '../storage/inline-statement.js';
 import { type JoinableTransaction, ownQueryRunner } from './transaction-scope.js';
 
 /** A statement of the library's own, run last in a transaction: it must touch one row. */
@@ -133,18 +134,19 @@ export class LazyTransaction implements JoinableTransaction {
       this.state = 'ended';
       throw error;
     });
+    // The fenced statement and COMMIT in one round trip; a lost fence raises, and the COMMIT
+    // after it is skipped.
+    const text = `${inlineParameters(raiseUnlessOneRow(statement.text), statement.values)}; COMMIT`;
     try {
-      const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs);
-      if (rowCount !== 1) {
-        await queryWithDeadline(client, { text: 'ROLLBACK' }, this.timeoutMs);
-        this.end(client);
-        return false;
-      }
-      await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs);
+      await queryWithDeadline(client, { text }, this.timeoutMs);
       this.committed = true;
       this.end(client);
       return true;
     } catch (error) {
+      if (isFenceLost(error)) {
+        await this.rollbackOn(client);
+        return false;
+      }
       if (isTransactionAbortedError(error)) {
         await this.rollbackOn(client);
         throw new TransactionAbortedError(this.lastError ?? error);
