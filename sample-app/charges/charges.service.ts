@@ -21,7 +21,8 @@ export class ChargesService {
   async create(tenantId: string, dto: CreateChargeDto) {
     // 1. The charge row, committed with the recovery point `charge_created`.
     const { chargeId } = await this.phases.run('charge_created', async (manager) => {
-      const charge = manager.create(Charge, {
+      // insert(), not save(): one INSERT ... RETURNING id, without save()'s change tracking.
+      const { identifiers } = await manager.insert(Charge, {
         tenantId,
         amount: dto.amount,
         currency: dto.currency,
@@ -29,8 +30,7 @@ export class ChargesService {
         status: 'pending',
         pspAuthorization: null,
       });
-      await manager.save(charge);
-      return { chargeId: charge.id };
+      return { chargeId: identifiers[0].id as string };
     });
 
     // 2. The PSP, with a key derived from this claim: a takeover repeats the call safely. The
@@ -62,8 +62,13 @@ export class ChargesService {
           : outcome.kind === 'declined'
             ? 'declined'
             : 'failed';
-      await manager.update(Charge, { id: chargeId }, { status });
-      const charge = await manager.findOneByOrFail(Charge, { id: chargeId });
+      // The update and the read back in one round trip.
+      const [[charge]] = (await manager.query(
+        `UPDATE charges SET status = $1 WHERE id = $2
+         RETURNING id, amount, currency, customer, status,
+                   psp_authorization AS "pspAuthorization", amount_refunded AS "amountRefunded"`,
+        [status, chargeId],
+      )) as [Charge[], number];
       if (outcome.kind === 'declined') {
         return respond(402, {
           error: 'card_declined',
