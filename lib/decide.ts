@@ -16,7 +16,13 @@ export type ExistingKey =
       leaseSecondsLeft: number;
       fence: Fence;
     }
-  | { state: 'done'; fingerprint: Buffer; response: StoredResponse };
+  | {
+      state: 'done';
+      fingerprint: Buffer;
+      response: StoredResponse;
+      /** How long ago it finished (infinite when unknown): what is left of its retention. */
+      finishedAgeMs?: number;
+    };
 
 /** What to do about it: the design's `Decision`. Only the interceptor maps it to HTTP. */
 export type Decision =

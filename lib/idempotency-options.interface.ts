@@ -102,6 +102,23 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    * @default 5000
    */
   databaseTimeoutMs?: number;
+  /**
+   * Finished keys kept in this process's memory, so that a retry that comes back to it is
+   * replayed without a query. A finished key never changes, and an entry lives at most half
+   * of the key's remaining retention, so it is never stale. 0 turns it off.
+   * @default 10000
+   */
+  replayCacheSize?: number;
+  /**
+   * Upper bound on the bytes of the stored responses kept in memory (larger ones are not kept).
+   * @default 33554432 (32 MiB)
+   */
+  replayCacheBytes?: number;
+  /**
+   * How long an entry is trusted at most, in milliseconds.
+   * @default 60000
+   */
+  replayCacheTtlMs?: number;
 }
 
 /** The options with every default filled in: what the library works with. */
@@ -115,6 +132,7 @@ export interface ResolvedIdempotencyOptions {
   databaseTimeoutMs: number;
   purgeIntervalMs?: number;
   purgeBatchSize: number;
+  replayCache: { size: number; bytes: number; ttlMs: number };
   route: ResolvedRouteOptions;
 }
 

@@ -11,6 +11,7 @@ describe('resolveIdempotencyOptions', () => {
       databaseTimeoutMs: 5000,
       purgeIntervalMs: undefined,
       purgeBatchSize: 1000,
+      replayCache: { size: 10_000, bytes: 33_554_432, ttlMs: 60_000 },
       route: {
         required: true,
         leaseMs: 60_000,
@@ -35,6 +36,8 @@ describe('resolveIdempotencyOptions', () => {
     ['zero timeout', { databaseTimeoutMs: 0 }, 'databaseTimeoutMs must be a positive integer'],
     ['zero purge interval', { purgeIntervalMs: 0 }, 'purgeIntervalMs must be a positive integer'],
     ['zero batch', { purgeBatchSize: 0 }, 'purgeBatchSize must be a positive integer'],
+    ['negative cache size', { replayCacheSize: -1 }, 'replayCacheSize must be an integer >= 0'],
+    ['zero cache TTL', { replayCacheTtlMs: 0 }, 'replayCacheTtlMs must be a positive integer'],
     [
       'header with a space',
       { headerName: 'Idempotency Key' },

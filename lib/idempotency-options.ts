@@ -3,6 +3,9 @@ import {
   DEFAULT_HEADER_NAME,
   DEFAULT_LEASE_MS,
   DEFAULT_PURGE_BATCH_SIZE,
+  DEFAULT_REPLAY_CACHE_BYTES,
+  DEFAULT_REPLAY_CACHE_SIZE,
+  DEFAULT_REPLAY_CACHE_TTL_MS,
   DEFAULT_RETENTION_MS,
 } from './idempotency.constants.js';
 import {
@@ -26,6 +29,14 @@ function positiveInteger(name: string, value: number | undefined, fallback: numb
   if (value === undefined) return fallback;
   if (!Number.isSafeInteger(value) || value <= 0) {
     throw new InvalidIdempotencyOptionsError(`${name} must be a positive integer, got ${value}`);
+  }
+  return value;
+}
+
+function nonNegativeInteger(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new InvalidIdempotencyOptionsError(`${name} must be an integer >= 0, got ${value}`);
   }
   return value;
 }
@@ -84,6 +95,23 @@ export function resolveIdempotencyOptions(
       options.purgeBatchSize,
       DEFAULT_PURGE_BATCH_SIZE,
     ),
+    replayCache: {
+      size: nonNegativeInteger(
+        'replayCacheSize',
+        options.replayCacheSize,
+        DEFAULT_REPLAY_CACHE_SIZE,
+      ),
+      bytes: positiveInteger(
+        'replayCacheBytes',
+        options.replayCacheBytes,
+        DEFAULT_REPLAY_CACHE_BYTES,
+      ),
+      ttlMs: positiveInteger(
+        'replayCacheTtlMs',
+        options.replayCacheTtlMs,
+        DEFAULT_REPLAY_CACHE_TTL_MS,
+      ),
+    },
     route: resolveRouteOptions(options),
   };
 }

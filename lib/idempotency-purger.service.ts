@@ -7,6 +7,7 @@ import {
 } from '@nestjs/common';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from './idempotency-options.interface.js';
+import { ReplayCache } from './replay-cache.js';
 import { IdempotencyStore } from './storage/idempotency-store.interface.js';
 
 /**
@@ -24,6 +25,7 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
   constructor(
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
     @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+    private readonly cache: ReplayCache,
   ) {}
 
   /** Deletes every expired finished key, batch after batch; returns how many were deleted. */
@@ -34,8 +36,10 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
         this.options.retentionMs,
         this.options.purgeBatchSize,
       );
-      total += deleted;
-      if (deleted < this.options.purgeBatchSize) break;
+      // Entries expire long before a purge could reach them; this is for purges run early.
+      for (const { tenantId, key } of deleted) this.cache.delete(tenantId, key);
+      total += deleted.length;
+      if (deleted.length < this.options.purgeBatchSize) break;
     }
     return total;
   }

@@ -24,6 +24,18 @@ export const DEFAULT_PURGE_BATCH_SIZE = 1000;
  */
 export const DEFAULT_DATABASE_TIMEOUT_MS = 5_000;
 
+/**
+ * Finished keys kept in memory per process: 10,000 small responses are a few MiB, and cover
+ * the retries of the last minute on a busy instance.
+ */
+export const DEFAULT_REPLAY_CACHE_SIZE = 10_000;
+
+/** The memory those entries may take at most. */
+export const DEFAULT_REPLAY_CACHE_BYTES = 32 * 1024 * 1024;
+
+/** Retries come within seconds or after a long backoff; a minute serves the first kind. */
+export const DEFAULT_REPLAY_CACHE_TTL_MS = 60_000;
+
 /** The draft's maximum is left to servers; 255 is the design's CHECK constraint. */
 export const MAX_KEY_LENGTH = 255;
 

@@ -49,6 +49,7 @@ import {
 } from './idempotency-options.interface.js';
 import { resolveRouteOptions } from './idempotency-options.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
+import { ReplayCache } from './replay-cache.js';
 import { IdempotencyStore, type KeyScope } from './storage/idempotency-store.interface.js';
 import { type StoredResponse } from './stored-response.js';
 import { normalizeTenantId } from './tenant-id.js';
@@ -69,6 +70,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     private readonly adapterHost: HttpAdapterHost,
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
     @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+    private readonly cache: ReplayCache,
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
@@ -108,7 +110,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     const raw = rawResponse(response);
     const execute = (claim: ActiveClaim) =>
-      this.execute(claim, settings, defaultStatus, response, next);
+      this.execute(claim, fingerprint, settings, defaultStatus, response, next);
+
+    // A retry of a key this process saw finish: decided and replayed without a query.
+    const cached = this.cache.get(scope.tenantId, scope.key, Date.now());
+    if (cached) {
+      const decision = decide({ state: 'done', ...cached }, fingerprint);
+      return decision.kind === 'replay'
+        ? this.replay(raw, decision.response, responseHandled)
+        : this.fail(response, new IdempotencyKeyMismatchError());
+    }
 
     return from(this.store.claim(scope, fingerprint, route.leaseMs)).pipe(
       mergeMap((outcome) => {
@@ -116,6 +127,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
         const decision = decide(outcome.existing, fingerprint);
         switch (decision.kind) {
           case 'replay':
+            if (outcome.existing.state === 'done') {
+              const left = this.options.retentionMs - (outcome.existing.finishedAgeMs ?? Infinity);
+              this.remember(scope, fingerprint, decision.response, left);
+            }
             return this.replay(raw, decision.response, responseHandled);
           case 'mismatch':
             throw new IdempotencyKeyMismatchError();
@@ -145,6 +160,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
    */
   private execute(
     claim: ActiveClaim,
+    fingerprint: Buffer,
     settings: RouteSettings,
     defaultStatus: number,
     response: object,
@@ -167,7 +183,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           return undefined;
         }
         const answer = handlerError ? written : (context.finished ?? written);
-        const stored = await this.commit(context, answer, handlerError);
+        const stored = await this.commit(context, fingerprint, answer, handlerError);
         return stored === written ? undefined : stored;
       },
       // Only a bug in the commit path gets here: nothing is stored, the lease runs out.
@@ -191,7 +207,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         error: (error: unknown) => {
           settle();
           if (detached) {
-            void this.settleDetached(context, settings, { error });
+            void this.settleDetached(context, fingerprint, settings, { error });
             return;
           }
           this.onHandlerError(context, response, letThrough, error).then(
@@ -204,7 +220,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         },
         complete: () => {
           settle();
-          if (detached) void this.settleDetached(context, settings, { value: result });
+          if (detached) void this.settleDetached(context, fingerprint, settings, { value: result });
           else subscriber.complete();
         },
       });
@@ -235,6 +251,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
    */
   private async commit(
     context: IdempotencyContext,
+    fingerprint: Buffer,
     answer: StoredResponse,
     handlerFailed: boolean,
   ): Promise<StoredResponse> {
@@ -247,7 +264,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
         answer,
         handlerFailed ? undefined : transaction,
       );
-      return stored ? answer : problemResponse(new IdempotencyLeaseLostError());
+      if (!stored) return problemResponse(new IdempotencyLeaseLostError());
+      this.remember(claim, fingerprint, answer, this.options.retentionMs);
+      return answer;
     } catch (error) {
       // Nothing was stored, and nothing of the handler's committed (or, if the commit's answer
       // was lost, all of it did, and a retry replays it): the key is given back to the retry.
@@ -296,6 +315,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
    */
   private async settleDetached(
     context: IdempotencyContext,
+    fingerprint: Buffer,
     settings: RouteSettings,
     outcome: { value: unknown } | { error: unknown },
   ): Promise<void> {
@@ -315,7 +335,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
           settings.headers,
           this.adapterHost.httpAdapter.getType(),
         );
-      if (!(await this.store.complete(claim, answer, transaction))) {
+      if (await this.store.complete(claim, answer, transaction)) {
+        this.remember(claim, fingerprint, answer, this.options.retentionMs);
+      } else {
         this.logger.warn(`key ${claim.key}: lease lost before the late answer was stored`);
       }
     } catch (error) {
@@ -358,6 +380,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
     );
     timer.unref();
     return () => clearInterval(timer);
+  }
+
+  /** Keeps a finished key in this process's memory, for the retries that come back here. */
+  private remember(
+    scope: KeyScope,
+    fingerprint: Buffer,
+    response: StoredResponse,
+    retentionLeftMs: number,
+  ): void {
+    this.cache.set(scope.tenantId, scope.key, fingerprint, response, retentionLeftMs, Date.now());
   }
 
   private releaseQuietly(claim: ActiveClaim, forget: boolean): Promise<void> {

@@ -1,6 +1,7 @@
 import { Module, type Provider } from '@nestjs/common';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { PhaseRunner } from './phase-runner.service.js';
+import { ReplayCache } from './replay-cache.js';
 import { ProcessedMessages } from './processed-messages.service.js';
 import { IdempotencyPurger } from './idempotency-purger.service.js';
 import {
@@ -22,6 +23,13 @@ const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_IDEMPOTENCY_OPTIONS,
   inject: [IDEMPOTENCY_MODULE_OPTIONS],
   useFactory: (options: IdempotencyModuleOptions) => resolveIdempotencyOptions(options),
+};
+
+const replayCacheProvider: Provider = {
+  provide: ReplayCache,
+  inject: [RESOLVED_IDEMPOTENCY_OPTIONS],
+  useFactory: ({ replayCache }: ResolvedIdempotencyOptions) =>
+    new ReplayCache(replayCache.size, replayCache.bytes, replayCache.ttlMs),
 };
 
 const storeProvider: Provider = {
@@ -46,6 +54,7 @@ const storeProvider: Provider = {
 @Module({
   providers: [
     resolvedOptionsProvider,
+    replayCacheProvider,
     IdempotencyDataSource,
     storeProvider,
     IdempotencyInterceptor,
@@ -56,6 +65,7 @@ const storeProvider: Provider = {
   ],
   exports: [
     RESOLVED_IDEMPOTENCY_OPTIONS,
+    ReplayCache,
     IdempotencyDataSource,
     IdempotencyStore,
     IdempotencyInterceptor,

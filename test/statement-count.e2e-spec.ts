@@ -1,5 +1,6 @@
 import pg from 'pg';
 import request from 'supertest';
+import { ReplayCache } from '../lib/replay-cache.js';
 import { ADAPTERS } from './support/test-app.js';
 import { type Scenario, startScenario } from './support/scenario.js';
 
@@ -47,7 +48,10 @@ describe.each(ADAPTERS)('statements per request on %s', (adapter) => {
     commits = 0;
   };
 
-  it('costs two statements for a new key (claim, then finish) and one for a replay', async () => {
+  /** Forgets what this process remembers of a key: a retry that lands on another instance. */
+  const elsewhere = (key: string) => s.app.get(ReplayCache).delete('1', key);
+
+  it('costs two statements for a new key (claim, then finish), one for a replay, none for a replay from memory', async () => {
     const key = `count-${adapter}`;
     await send('warm-up'); // the pool's first connection is opened outside the count
     reset();
@@ -59,8 +63,16 @@ describe.each(ADAPTERS)('statements per request on %s', (adapter) => {
     expect(commits).toBe(2);
 
     reset();
+    const fromMemory = await send(key);
+    expect(fromMemory.headers['idempotent-replayed']).toBe('true');
+    expect(fromMemory.text).toBe(first.text);
+    expect(statements).toHaveLength(0);
+
+    elsewhere(key);
+    reset();
     const replay = await send(key);
     expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.text).toBe(first.text);
     expect(statements).toHaveLength(1);
   });
 
@@ -87,6 +99,7 @@ describe.each(ADAPTERS)('statements per request on %s', (adapter) => {
   it('costs one statement for a 422 and one for a 409', async () => {
     const key = `count-conflict-${adapter}`;
     await send(key);
+    elsewhere(key);
     reset();
     const mismatch = await request(s.server())
       .post('/noop')

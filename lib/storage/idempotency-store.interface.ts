@@ -58,8 +58,8 @@ export interface IdempotencyStore {
   transaction(joinable: boolean): LazyTransaction;
   /** Runs `work` in a plain transaction: phases of a request that has no key. */
   runInTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
-  /** Deletes up to `batchSize` finished keys older than `retentionMs`; returns how many. */
-  purgeBatch(retentionMs: number, batchSize: number): Promise<number>;
+  /** Deletes up to `batchSize` keys that finished over `retentionMs` ago; returns them. */
+  purgeBatch(retentionMs: number, batchSize: number): Promise<KeyScope[]>;
   /** The heartbeat: false when the lease was lost. */
   extendLease(claim: ActiveClaim): Promise<boolean>;
 }

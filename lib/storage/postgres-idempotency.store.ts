@@ -38,6 +38,7 @@ interface ClaimRow {
   response_code: number | null;
   response_body: Buffer | null;
   response_headers: Record<string, string> | null;
+  finished_age_ms: number | null;
 }
 
 interface TakeOverRow {
@@ -125,9 +126,12 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     await this.query(RELEASE, [...fenceOf(claim), forget]);
   }
 
-  async purgeBatch(retentionMs: number, batchSize: number): Promise<number> {
-    const { rowCount } = await this.query(PURGE_BATCH, [retentionMs, batchSize]);
-    return rowCount ?? 0;
+  async purgeBatch(retentionMs: number, batchSize: number): Promise<KeyScope[]> {
+    const { rows } = await this.query<{ tenant_id: string; key: string }>(PURGE_BATCH, [
+      retentionMs,
+      batchSize,
+    ]);
+    return rows.map((row) => ({ tenantId: row.tenant_id, key: row.key }));
   }
 
   async extendLease(claim: ActiveClaim): Promise<boolean> {
@@ -229,6 +233,7 @@ function toExistingKey(row: ClaimRow): ExistingKey {
         headers: row.response_headers ?? {},
         body: row.response_body ?? Buffer.alloc(0),
       },
+      finishedAgeMs: row.finished_age_ms ?? Number.POSITIVE_INFINITY,
     };
   }
   return {

@@ -21,7 +21,7 @@
  * this statement's snapshot is not seen: no row comes back, and the caller runs it again.
  */
 export const CLAIM = {
-  name: 'idempotency_claim_v2',
+  name: 'idempotency_claim_v3',
   text: `WITH claimed AS (
   INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until)
   VALUES ($1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond')
@@ -30,13 +30,15 @@ export const CLAIM = {
 )
 SELECT true AS claimed, claim_id, lock_version, NULL::bytea AS fingerprint, NULL::text AS state,
        NULL::boolean AS lease_expired, NULL::int AS lease_seconds_left,
-       NULL::int AS response_code, NULL::bytea AS response_body, NULL::jsonb AS response_headers
+       NULL::int AS response_code, NULL::bytea AS response_body, NULL::jsonb AS response_headers,
+       NULL::float8 AS finished_age_ms
 FROM claimed
 UNION ALL
 SELECT false, claim_id, lock_version, fingerprint, state,
        locked_until IS NULL OR locked_until < clock_timestamp(),
        ceil(extract(epoch FROM locked_until - clock_timestamp()))::int,
-       response_code, response_body, response_headers
+       response_code, response_body, response_headers,
+       extract(epoch FROM clock_timestamp() - finished_at) * 1000
 FROM idempotency_keys
 WHERE tenant_id = $1 AND key = $2`,
 };
@@ -121,10 +123,11 @@ WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND st
  * each other's batches.
  */
 export const PURGE_BATCH = {
-  name: 'idempotency_purge_batch_v3',
+  name: 'idempotency_purge_batch_v4',
   text: `DELETE FROM idempotency_keys WHERE ctid IN (
   SELECT ctid FROM idempotency_keys
   WHERE created_at < now() - $1 * interval '1 millisecond' AND state = 'done'
     AND finished_at < now() - $1 * interval '1 millisecond'
-  LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+  LIMIT $2 FOR UPDATE SKIP LOCKED)
+RETURNING tenant_id, key`,
 };
