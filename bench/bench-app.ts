@@ -171,7 +171,9 @@ const theirs = competitor();
       extra: { max: 20 },
     }),
     TypeOrmModule.forFeature([BenchOrder]),
-    IdempotencyModule.forRoot({}),
+    // REPLAY_CACHE_SIZE=0: every replay reads PostgreSQL, as a retry landing on another
+    // instance does.
+    IdempotencyModule.forRoot({ replayCacheSize: Number(process.env.REPLAY_CACHE_SIZE ?? 10_000) }),
     ...theirs.imports,
   ],
   controllers: [BenchController, ...theirs.controllers],

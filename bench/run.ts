@@ -160,6 +160,12 @@ async function oneInsert(out: string[]): Promise<void> {
       PORT: '0',
       COMPETITOR_REDIS_URL: REDIS_URL,
     });
+    const uncached = await startWorker('bench/bench-app.js', {
+      DATABASE_URL: database.url,
+      HTTP_ADAPTER: adapter,
+      PORT: '0',
+      REPLAY_CACHE_SIZE: '0',
+    });
     for (const [work, suffix] of [
       ['raw INSERT', ''],
       ['TypeORM save', '-orm'],
@@ -192,6 +198,13 @@ async function oneInsert(out: string[]): Promise<void> {
         { ...base, name: 'ours, replays', path: `/idempotent${suffix}`, headers: replay(ours) },
         {
           ...base,
+          app: uncached,
+          name: 'ours, replays from PostgreSQL (no replay cache)',
+          path: `/idempotent${suffix}`,
+          headers: replay(ours),
+        },
+        {
+          ...base,
           name: 'ours, new keys (atomic: false)',
           path: `/split${suffix}`,
           headers: fresh('s'),
@@ -217,6 +230,7 @@ async function oneInsert(out: string[]): Promise<void> {
       console.log(out.slice(-8).join('\n'));
     }
     await app.kill('SIGTERM');
+    await uncached.kill('SIGTERM');
     await db.end();
     await database.drop();
   }
