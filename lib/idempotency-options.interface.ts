@@ -1,3 +1,5 @@
+import { type JsonLimits } from './fingerprint/canonical-json.js';
+
 /**
  * The request as the adapter gives it: Express's `Request` or Fastify's `FastifyRequest`.
  * Typed loosely on purpose so that the library depends on neither adapter.
@@ -57,6 +59,18 @@ export interface IdempotencyRouteOptions {
    * @default true
    */
   atomic?: boolean;
+  /**
+   * The deepest nesting of arrays and objects a JSON body may have (at most 512); deeper is a
+   * 400 `request_invalid`, answered before anything is claimed.
+   * @default 64
+   */
+  maxJsonDepth?: number;
+  /**
+   * The most digits a JSON number may have in its mantissa, and in its exponent; more is a
+   * 400 `request_invalid`. Keeps the exact canonical form of every number quick to compute.
+   * @default 1000
+   */
+  maxJsonNumberDigits?: number;
 }
 
 /** Options of `IdempotencyModule.forRoot()`. */
@@ -143,4 +157,5 @@ export interface ResolvedRouteOptions {
   fingerprintQuery: boolean;
   heartbeat: boolean;
   atomic: boolean;
+  json: JsonLimits;
 }

@@ -19,6 +19,7 @@ describe('resolveIdempotencyOptions', () => {
         fingerprintQuery: false,
         heartbeat: false,
         atomic: true,
+        json: { maxDepth: 64, maxNumberDigits: 1000 },
       },
     });
     expect(resolved.tenant({ method: 'POST', url: '/', headers: {} })).toBe(0);
@@ -38,6 +39,8 @@ describe('resolveIdempotencyOptions', () => {
     ['zero batch', { purgeBatchSize: 0 }, 'purgeBatchSize must be a positive integer'],
     ['negative cache size', { replayCacheSize: -1 }, 'replayCacheSize must be an integer >= 0'],
     ['zero cache TTL', { replayCacheTtlMs: 0 }, 'replayCacheTtlMs must be a positive integer'],
+    ['nesting over the parser’s bound', { maxJsonDepth: 513 }, 'maxJsonDepth must be at most 512'],
+    ['no digits', { maxJsonNumberDigits: 0 }, 'maxJsonNumberDigits must be a positive integer'],
     [
       'header with a space',
       { headerName: 'Idempotency Key' },
@@ -65,6 +68,7 @@ describe('resolveRouteOptions', () => {
         fingerprintHeaders: ['accept'],
         heartbeat: false,
         atomic: true,
+        json: { maxDepth: 64, maxNumberDigits: 1000 },
       },
     ],
     [{ required: false }, { required: false, leaseMs: 30_000 }],
@@ -74,6 +78,7 @@ describe('resolveRouteOptions', () => {
     ],
     [{ fingerprintHeaders: [] }, { fingerprintHeaders: [] }],
     [{ atomic: false }, { atomic: false, required: true }],
+    [{ maxJsonDepth: 8 }, { json: { maxDepth: 8, maxNumberDigits: 1000 } }],
   ])('overrides the module options with %j', (route, expected) => {
     expect(resolveRouteOptions(route, base)).toMatchObject(expected);
   });

@@ -7,7 +7,10 @@ import {
   DEFAULT_REPLAY_CACHE_SIZE,
   DEFAULT_REPLAY_CACHE_TTL_MS,
   DEFAULT_RETENTION_MS,
+  DEFAULT_MAX_JSON_DEPTH,
+  DEFAULT_MAX_JSON_NUMBER_DIGITS,
 } from './idempotency.constants.js';
+import { MAX_JSON_LIMITS } from './fingerprint/canonical-json.js';
 import {
   type IdempotencyModuleOptions,
   type IdempotencyRouteOptions,
@@ -31,6 +34,14 @@ function positiveInteger(name: string, value: number | undefined, fallback: numb
     throw new InvalidIdempotencyOptionsError(`${name} must be a positive integer, got ${value}`);
   }
   return value;
+}
+
+function boundedInteger(name: string, value: number | undefined, fallback: number, max: number) {
+  const resolved = positiveInteger(name, value, fallback);
+  if (resolved > max) {
+    throw new InvalidIdempotencyOptionsError(`${name} must be at most ${max}, got ${resolved}`);
+  }
+  return resolved;
 }
 
 function nonNegativeInteger(name: string, value: number | undefined, fallback: number): number {
@@ -61,6 +72,20 @@ export function resolveRouteOptions(
     fingerprintQuery: options.fingerprintQuery ?? base?.fingerprintQuery ?? false,
     heartbeat: options.heartbeat ?? base?.heartbeat ?? false,
     atomic: options.atomic ?? base?.atomic ?? true,
+    json: {
+      maxDepth: boundedInteger(
+        'maxJsonDepth',
+        options.maxJsonDepth,
+        base?.json.maxDepth ?? DEFAULT_MAX_JSON_DEPTH,
+        MAX_JSON_LIMITS.maxDepth,
+      ),
+      maxNumberDigits: boundedInteger(
+        'maxJsonNumberDigits',
+        options.maxJsonNumberDigits,
+        base?.json.maxNumberDigits ?? DEFAULT_MAX_JSON_NUMBER_DIGITS,
+        100_000,
+      ),
+    },
   };
 }
 

@@ -36,6 +36,18 @@ export const DEFAULT_REPLAY_CACHE_BYTES = 32 * 1024 * 1024;
 /** Retries come within seconds or after a long backoff; a minute serves the first kind. */
 export const DEFAULT_REPLAY_CACHE_TTL_MS = 60_000;
 
+/**
+ * JSON nesting a request body may have: real payloads nest a handful of levels; 64 leaves room
+ * and keeps a hostile body from costing a deep recursion.
+ */
+export const DEFAULT_MAX_JSON_DEPTH = 64;
+
+/**
+ * Digits of a JSON number (mantissa, and exponent): no amount, id or coordinate needs more
+ * than a few dozen; 1000 keeps the exact normalization of any accepted number cheap.
+ */
+export const DEFAULT_MAX_JSON_NUMBER_DIGITS = 1000;
+
 /** The draft's maximum is left to servers; 255 is the design's CHECK constraint. */
 export const MAX_KEY_LENGTH = 255;
 

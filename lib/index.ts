@@ -40,6 +40,7 @@ export {
   TransientDatabaseError,
 } from './idempotency.errors.js';
 export { type Problem, PROBLEM_CONTENT_TYPE, toProblem } from './http/problem.js';
+export { IdempotencyErrorFilter } from './http/idempotency-error.filter.js';
 export { parseIdempotencyKey, type KeyParseResult } from './idempotency-key.js';
 export { computeFingerprint, type FingerprintInput } from './fingerprint/fingerprint.js';
 export {

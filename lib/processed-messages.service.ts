@@ -1,6 +1,24 @@
 import { Injectable } from '@nestjs/common';
 import { type EntityManager } from 'typeorm';
 import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
+import {
+  type IdempotencyError,
+  IdempotencyStoreUnavailableError,
+  TransientDatabaseError,
+} from './idempotency.errors.js';
+import { isConnectionError, isTransientError } from './storage/connection-errors.js';
+
+/**
+ * A delivery that failed for a passing reason, as the error that says "deliver it again": the
+ * database unreachable (503 `store_unavailable`) or a deadlock, serialization failure,
+ * statement or lock timeout (503 `database_transient`). Nothing was recorded either way.
+ * `IdempotencyErrorFilter` answers both with `Retry-After`.
+ */
+function retryable(error: unknown): IdempotencyError | undefined {
+  if (isConnectionError(error)) return new IdempotencyStoreUnavailableError(error);
+  if (isTransientError(error)) return new TransientDatabaseError(error);
+  return undefined;
+}
 
 /** The outcome of delivering a message: it ran now, or it had been processed before. */
 export type DeliveryOutcome<T> = { duplicate: false; result: T } | { duplicate: true };
@@ -28,6 +46,12 @@ ON CONFLICT (consumer, message_id) DO NOTHING`;
 export class ProcessedMessages {
   constructor(private readonly source: IdempotencyDataSource) {}
 
+  /**
+   * Applies `effect` once per `messageId`. A database that cannot be reached, or that rolls
+   * the delivery back for a passing reason, throws `IdempotencyStoreUnavailableError` or
+   * `TransientDatabaseError`: nothing was recorded, and the message must be delivered again
+   * (`IdempotencyErrorFilter` answers both with 503 and `Retry-After`).
+   */
   async processOnce<T>(
     consumer: string,
     messageId: string,
@@ -37,10 +61,14 @@ export class ProcessedMessages {
     if (!messageId || messageId.length > 255) {
       throw new RangeError('messageId: 1 to 255 characters');
     }
-    return this.source.dataSource.transaction(async (manager) => {
-      const recorded = await manager.queryRunner!.query(RECORD, [consumer, messageId], true);
-      if (recorded.affected !== 1) return { duplicate: true };
-      return { duplicate: false, result: await effect(manager) };
-    });
+    try {
+      return await this.source.dataSource.transaction(async (manager) => {
+        const recorded = await manager.queryRunner!.query(RECORD, [consumer, messageId], true);
+        if (recorded.affected !== 1) return { duplicate: true };
+        return { duplicate: false, result: await effect(manager) };
+      });
+    } catch (error) {
+      throw retryable(error) ?? error;
+    }
   }
 }

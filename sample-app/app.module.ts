@@ -1,7 +1,7 @@
 import { type DynamicModule, Module, type Provider, ValidationPipe } from '@nestjs/common';
-import { APP_GUARD, APP_INTERCEPTOR, APP_PIPE } from '@nestjs/core';
+import { APP_FILTER, APP_GUARD, APP_INTERCEPTOR, APP_PIPE } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule } from '../lib/index.js';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyErrorFilter, IdempotencyModule } from '../lib/index.js';
 import { Charge, Refund } from './charges/charge.entity.js';
 import { ChargesController } from './charges/charges.controller.js';
 import { ChargesService } from './charges/charges.service.js';
@@ -67,6 +67,9 @@ export class AppModule {
         { provide: PSP_CLIENT, useValue: new PspClient(settings.pspUrl, settings.pspTimeoutMs) },
         { provide: TRANSFER_DELAY_MS, useValue: settings.transferDelayMs },
         { provide: APP_GUARD, useClass: TenantGuard },
+        // The library's errors outside @Idempotent() routes (the webhook's consumer) as its
+        // problem responses: a 503 with Retry-After when the database is unreachable.
+        { provide: APP_FILTER, useClass: IdempotencyErrorFilter },
         {
           provide: APP_PIPE,
           useValue: new ValidationPipe({

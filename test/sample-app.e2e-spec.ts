@@ -458,6 +458,38 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       expectReplayOf(await postCharge(peer.url, tenant, key, chargeBody(customer)), first);
     });
 
+    it('a number of over 1,000 digits (mantissa or exponent) or nesting deeper than 64: 400, nothing stored; the same key then works', async () => {
+      const [tenant, key, customer] = [newTenant(), newKey(), newCustomer()];
+      const body = (amount: string, extra = '') =>
+        `{"amount": ${amount}, "currency": "eur", "customer": "${customer}"${extra}}`;
+      for (const hostile of [
+        body('1'.repeat(1001)),
+        body(`1.${'0'.repeat(1000)}`),
+        body(`1e${'9'.repeat(1001)}`),
+        // The body that held the event loop for 430 ms: an exponent of ~1 million digits.
+        body(`1e${'9'.repeat(1024 * 1024 - 200)}`),
+        body('100', `, "deep": ${'['.repeat(65)}${']'.repeat(65)}`),
+      ]) {
+        const res = await postCharge(main.url, tenant, key, hostile);
+        expectProblem(res, 400, 'request_invalid');
+        expect(res.headers['idempotent-replayed']).toBeUndefined();
+      }
+      expect(await listCharges(main.url, tenant, customer)).toEqual([]);
+      // At the bounds, a body is taken (and refused by validation, not by its shape).
+      const atBounds = await postCharge(
+        main.url,
+        tenant,
+        key,
+        body('100', `, "deep": ${'['.repeat(63)}${']'.repeat(63)}`),
+      );
+      expect(atBounds.status).toBe(400);
+      expect(atBounds.body.code).toBeUndefined(); // ValidationPipe: unknown field "deep"
+
+      const fixed = await postCharge(main.url, tenant, key, chargeBody(customer));
+      expectFresh(fixed);
+      expect(await listCharges(main.url, tenant, customer)).toHaveLength(1);
+    });
+
     it('body not valid JSON: 400, nothing stored; the same key then works', async () => {
       const [tenant, key, customer] = [newTenant(), newKey(), newCustomer()];
       for (const broken of [
@@ -939,6 +971,35 @@ describe.each(ADAPTERS)('the sample app on %s', (adapter) => {
       expect(await listCharges(main.url, tenant, customer)).toHaveLength(1);
       expect(await authorizations(customer)).toHaveLength(1);
       expectReplayOf(await postCharge(flakyDb.url, tenant, key, chargeBody(customer)), back);
+    });
+
+    it('a webhook delivered while it is unreachable: 503 with Retry-After, nothing recorded; delivered again it applies once', async () => {
+      const [tenant, customer] = [newTenant(), newCustomer()];
+      const created = await postCharge(main.url, tenant, newKey(), chargeBody(customer, 1000));
+      expectFresh(created);
+      const event = {
+        id: `evt_${randomUUID()}`,
+        type: 'refund',
+        charge: created.body.id,
+        amount: 300,
+      };
+      await dbProxy.refuse();
+      let down: Res;
+      try {
+        down = await postWebhook(flakyDb.url, tenant, event);
+      } finally {
+        await dbProxy.restore();
+      }
+      expectProblem(down, 503, 'store_unavailable');
+      expect(down.headers['retry-after']).toBe('1');
+      expect((await getCharge(main.url, tenant, created.body.id)).amount_refunded).toBe(0);
+
+      const again = await postWebhook(flakyDb.url, tenant, event);
+      expect(again.status).toBe(200);
+      expect(again.body).toEqual({ duplicate: false });
+      const duplicate = await postWebhook(main.url, tenant, event);
+      expect(duplicate.body).toEqual({ duplicate: true });
+      expect((await getCharge(main.url, tenant, created.body.id)).amount_refunded).toBe(300);
     });
 
     it('lost while the PSP call runs: 503; once it is back the retry resumes: one charge, one authorization', async () => {

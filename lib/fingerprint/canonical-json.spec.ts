@@ -252,17 +252,62 @@ describe('canonicalizeValue', () => {
   cyclic.self = cyclic;
 
   it.each<[string, unknown]>([
-    ['NaN', NaN],
-    ['Infinity', Infinity],
-    ['-Infinity', -Infinity],
-    ['nested NaN', { a: [NaN] }],
     ['top-level undefined', undefined],
     ['top-level function', () => 1],
     ['top-level symbol', Symbol('s')],
+  ])('throws TypeError for %s', (_name, value) => {
+    expect(() => canonicalizeValue(value)).toThrow(TypeError);
+  });
+
+  // What a body parser can hand over: a request error (400), not a bug (500).
+  it.each<[string, unknown]>([
+    ['NaN', NaN],
+    ['Infinity (a parsed 1e400)', Infinity],
+    ['-Infinity', -Infinity],
+    ['nested NaN', { a: [NaN] }],
     ['cycle', cyclic],
     ['nesting of 513 levels', nestedValue(513)],
     ['nesting of 600 levels', nestedValue(600)],
-  ])('throws TypeError for %s', (_name, value) => {
-    expect(() => canonicalizeValue(value)).toThrow(TypeError);
+    ['a bigint of 1001 digits', BigInt('9'.repeat(1001))],
+  ])('throws InvalidJsonError for %s', (_name, value) => {
+    expect(() => canonicalizeValue(value)).toThrow(InvalidJsonError);
+  });
+
+  it.each<[string, unknown, number]>([
+    ['nesting of 65 levels', nestedValue(65), 64],
+    ['nesting of 3 levels', nestedValue(3), 2],
+  ])('applies the given nesting bound: %s', (_name, value, maxDepth) => {
+    expect(() => canonicalizeValue(value, { maxDepth, maxNumberDigits: 1000 })).toThrow(
+      InvalidJsonError,
+    );
+  });
+});
+
+describe('bounds on JSON text', () => {
+  const limits = { maxDepth: 64, maxNumberDigits: 1000 };
+  it.each<[string, string]>([
+    ['a mantissa of 1001 digits', '9'.repeat(1001)],
+    ['a fraction pushing the mantissa over 1000 digits', `1.${'0'.repeat(1000)}1`],
+    ['an exponent of 1001 digits', `1e${'9'.repeat(1001)}`],
+    ['a negative exponent of 1001 digits', `[1e-${'9'.repeat(1001)}]`],
+    ['nesting of 65 levels', nested(65)],
+    ['nesting of 65 objects', '{"a":'.repeat(65) + '1' + '}'.repeat(65)],
+  ])('refuses %s', (_name, text) => {
+    expect(() => canonicalizeJsonText(text, limits)).toThrow(InvalidJsonError);
+  });
+
+  it.each<[string, string]>([
+    ['a mantissa of exactly 1000 digits', '9'.repeat(1000)],
+    ['an exponent of exactly 1000 digits', `1e${'9'.repeat(1000)}`],
+    ['nesting of exactly 64 levels', nested(64)],
+  ])('accepts %s', (_name, text) => {
+    expect(() => canonicalizeJsonText(text, limits)).not.toThrow();
+  });
+
+  it('refuses the 1 MiB body whose exponent took 430 ms, at its first number', () => {
+    const hostile = `{"amount":1e${'9'.repeat(1024 * 1024 - 20)}}`;
+    expect(() => canonicalizeJsonText(hostile, limits)).toThrow(
+      'A number whose exponent has more than 1000 digits',
+    );
   });
 });

@@ -27,6 +27,21 @@
 /** Maximum nesting of arrays and objects; keeps the recursive descent off the end of the stack. */
 const MAX_DEPTH = 512;
 
+/**
+ * Bounds on what a body may hold, so that canonicalizing one is linear in its size and quick:
+ * an exponent of a million digits would otherwise be summed as a BigInt, which grows worse
+ * than linearly (430 ms of blocked event loop for one such number in a 1 MiB body).
+ */
+export interface JsonLimits {
+  /** Nesting of arrays and objects, at most 512. */
+  maxDepth: number;
+  /** Digits of a number's mantissa (integer and fraction together), and of its exponent. */
+  maxNumberDigits: number;
+}
+
+/** The bounds of the exported functions when none are given: the most the parser allows. */
+export const MAX_JSON_LIMITS: JsonLimits = { maxDepth: MAX_DEPTH, maxNumberDigits: 1000 };
+
 /** Exponents with at most this many digits are summed as doubles; the sum stays below 2^53. */
 const MAX_EXACT_EXPONENT_DIGITS = 15;
 
@@ -90,11 +105,11 @@ export class InvalidJsonError extends Error {
  * @throws InvalidJsonError if `text` is not a single valid JSON value surrounded by optional white
  *   space, is nested deeper than 512 levels, or contains an object with a repeated key.
  */
-export function canonicalizeJsonText(text: string): string {
+export function canonicalizeJsonText(text: string, limits: JsonLimits = MAX_JSON_LIMITS): string {
   if (typeof text !== 'string') {
     throw new TypeError(`Expected JSON text as a string, got ${typeof text}`);
   }
-  const parser = new Parser(text);
+  const parser = new Parser(text, limits);
   const canonical = parser.value(0);
   parser.skipWhitespace();
   if (parser.pos < text.length) {
@@ -121,8 +136,8 @@ export function canonicalizeJsonText(text: string): string {
  * @throws TypeError for non-finite numbers, for a top-level `undefined`, function or symbol, and
  *   for nesting deeper than 512 levels (which is also how cycles are caught).
  */
-export function canonicalizeValue(value: unknown): string {
-  const canonical = serialize(value, '', 0);
+export function canonicalizeValue(value: unknown, limits: JsonLimits = MAX_JSON_LIMITS): string {
+  const canonical = serialize(value, '', 0, limits);
   if (canonical === undefined) {
     throw new TypeError(`Cannot canonicalize a value of type ${typeof value}`);
   }
@@ -237,7 +252,10 @@ function normalizeNumber(
 class Parser {
   pos = 0;
 
-  constructor(private readonly text: string) {}
+  constructor(
+    private readonly text: string,
+    private readonly limits: JsonLimits = MAX_JSON_LIMITS,
+  ) {}
 
   skipWhitespace(): void {
     const text = this.text;
@@ -274,8 +292,8 @@ class Parser {
   }
 
   private object(depth: number): string {
-    if (depth > MAX_DEPTH) {
-      throw new InvalidJsonError(`Nesting deeper than ${MAX_DEPTH} levels`, this.pos);
+    if (depth > this.limits.maxDepth) {
+      throw new InvalidJsonError(`Nesting deeper than ${this.limits.maxDepth} levels`, this.pos);
     }
     const text = this.text;
     this.pos++;
@@ -308,8 +326,8 @@ class Parser {
   }
 
   private array(depth: number): string {
-    if (depth > MAX_DEPTH) {
-      throw new InvalidJsonError(`Nesting deeper than ${MAX_DEPTH} levels`, this.pos);
+    if (depth > this.limits.maxDepth) {
+      throw new InvalidJsonError(`Nesting deeper than ${this.limits.maxDepth} levels`, this.pos);
     }
     const text = this.text;
     this.pos++;
@@ -460,6 +478,16 @@ class Parser {
       expEnd = pos;
     }
 
+    const { maxNumberDigits } = this.limits;
+    if (intEnd - intStart + (fracEnd - fracStart) > maxNumberDigits) {
+      throw new InvalidJsonError(`A number with more than ${maxNumberDigits} digits`, this.pos);
+    }
+    if (expEnd - expStart > maxNumberDigits) {
+      throw new InvalidJsonError(
+        `A number whose exponent has more than ${maxNumberDigits} digits`,
+        this.pos,
+      );
+    }
     this.pos = pos;
     return normalizeNumber(
       text,
@@ -484,16 +512,21 @@ class Parser {
 }
 
 /** Canonical number text for a JS number or bigint, via the same normalisation as JSON text. */
-function normalizeJsNumber(n: number | bigint): string {
+function normalizeJsNumber(n: number | bigint, limits: JsonLimits): string {
   // String(n) always matches the JSON number grammar (e.g. "-1.5e-7", "1e+21", "123").
-  return new Parser(String(n)).number();
+  return new Parser(String(n), limits).number();
 }
 
 /**
  * Canonical text for a parsed value, or `undefined` where `JSON.stringify` would omit it.
  * `key` is what `toJSON` receives; `depth` is the number of enclosing arrays/objects.
  */
-function serialize(input: unknown, key: string | number, depth: number): string | undefined {
+function serialize(
+  input: unknown,
+  key: string | number,
+  depth: number,
+  limits: JsonLimits,
+): string | undefined {
   let value = input;
   if ((typeof value === 'object' && value !== null) || typeof value === 'bigint') {
     const toJSON = (value as { toJSON?: unknown }).toJSON;
@@ -510,11 +543,13 @@ function serialize(input: unknown, key: string | number, depth: number): string 
       return JSON.stringify(value);
     case 'number':
       if (!Number.isFinite(value)) {
-        throw new TypeError(`Cannot canonicalize the non-finite number ${value}`);
+        // A number too large for a double (`1e400`) arrives as Infinity from a body parser:
+        // its value is lost, so the request cannot be told apart from another.
+        throw new InvalidJsonError(`A number that is not finite (${value})`, 0);
       }
-      return normalizeJsNumber(value);
+      return normalizeJsNumber(value, limits);
     case 'bigint':
-      return normalizeJsNumber(value);
+      return normalizeJsNumber(value, limits);
     case 'boolean':
       return value ? 'true' : 'false';
     case 'undefined':
@@ -524,14 +559,14 @@ function serialize(input: unknown, key: string | number, depth: number): string 
   }
   if (value === null) return 'null';
 
-  if (depth >= MAX_DEPTH) {
-    throw new TypeError(`Nesting deeper than ${MAX_DEPTH} levels (or a cycle)`);
+  if (depth >= limits.maxDepth) {
+    throw new InvalidJsonError(`Nesting deeper than ${limits.maxDepth} levels (or a cycle)`, 0);
   }
   if (Array.isArray(value)) {
     let out = '[';
     for (let i = 0; i < value.length; i++) {
       if (i > 0) out += ',';
-      out += serialize(value[i], i, depth + 1) ?? 'null';
+      out += serialize(value[i], i, depth + 1, limits) ?? 'null';
     }
     return out + ']';
   }
@@ -540,7 +575,7 @@ function serialize(input: unknown, key: string | number, depth: number): string 
   const members: Member[] = [];
   for (let i = 0; i < keys.length; i++) {
     const memberKey = keys[i];
-    const memberValue = serialize(record[memberKey], memberKey, depth + 1);
+    const memberValue = serialize(record[memberKey], memberKey, depth + 1, limits);
     // Object.keys never repeats a key, so writeObject's duplicate check cannot fire here.
     if (memberValue !== undefined) {
       members.push({ key: memberKey, value: memberValue, position: 0 });

@@ -1,7 +1,12 @@
 import { createHash } from 'node:crypto';
 import { type IdempotencyRequest } from '../idempotency-options.interface.js';
 import { type ResolvedRouteOptions } from '../idempotency-options.interface.js';
-import { canonicalizeJsonText, canonicalizeValue } from './canonical-json.js';
+import {
+  canonicalizeJsonText,
+  canonicalizeValue,
+  type JsonLimits,
+  MAX_JSON_LIMITS,
+} from './canonical-json.js';
 
 /** What a fingerprint is computed over; built from the request by `fingerprintInput`. */
 export interface FingerprintInput {
@@ -46,19 +51,22 @@ function isJsonContentType(contentType: string | string[] | undefined): boolean 
  * holds. JSON is canonicalized (keys sorted, white space dropped, numbers normalized), any
  * other body is taken byte for byte.
  */
-export function canonicalBody(request: IdempotencyRequest): string | Buffer {
+export function canonicalBody(
+  request: IdempotencyRequest,
+  limits: JsonLimits = MAX_JSON_LIMITS,
+): string | Buffer {
   const raw = request.rawBody;
   if (Buffer.isBuffer(raw)) {
     if (raw.length === 0) return '';
     return isJsonContentType(request.headers['content-type'])
-      ? canonicalizeJsonText(raw.toString('utf8'))
+      ? canonicalizeJsonText(raw.toString('utf8'), limits)
       : raw;
   }
   const body = request.body;
   if (body === undefined || body === null) return '';
   if (Buffer.isBuffer(body)) return body;
   if (typeof body === 'string') return body;
-  return canonicalizeValue(body);
+  return canonicalizeValue(body, limits);
 }
 
 /** The request's path without its query string, unless the route fingerprints the query. */
@@ -82,6 +90,6 @@ export function fingerprintInput(
     method: request.method,
     path: requestPath(request, route.fingerprintQuery),
     headers,
-    body: canonicalBody(request),
+    body: canonicalBody(request, route.json),
   };
 }
