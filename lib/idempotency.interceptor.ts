@@ -113,7 +113,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       this.execute(claim, fingerprint, settings, defaultStatus, response, next);
 
     // A retry of a key this process saw finish: decided and replayed without a query.
-    const cached = this.cache.get(scope.tenantId, scope.key, Date.now());
+    const cached = this.cache.get(scope.tenantId, scope.key, performance.now());
     if (cached) {
       const decision = decide({ state: 'done', ...cached }, fingerprint);
       return decision.kind === 'replay'
@@ -389,7 +389,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
     response: StoredResponse,
     retentionLeftMs: number,
   ): void {
-    this.cache.set(scope.tenantId, scope.key, fingerprint, response, retentionLeftMs, Date.now());
+    this.cache.set(
+      scope.tenantId,
+      scope.key,
+      fingerprint,
+      response,
+      retentionLeftMs,
+      performance.now(),
+    );
   }
 
   private releaseQuietly(claim: ActiveClaim, forget: boolean): Promise<void> {

@@ -13,6 +13,11 @@ import { IdempotencyStore } from './storage/idempotency-store.interface.js';
 import { type StoredResponse } from './stored-response.js';
 import { transactionScope } from './transaction/transaction-scope.js';
 
+/** A phase's result as it is stored and given back to a takeover: what JSON keeps of it. */
+function asStored<T>(value: T): T {
+  return JSON.parse(JSON.stringify(value ?? null)) as T;
+}
+
 /** Runs an external call outside every transaction scope: it must not open one, nor join one. */
 function outsideTransactions<T>(work: () => Promise<T>): Promise<T> {
   return transactionScope.exit(work);
@@ -101,7 +106,11 @@ export class PhaseRunner {
     if (!claim) {
       const idempotencyKey = `${context?.keylessId ?? randomUUID()}:${phase}`;
       const result = await outsideTransactions(() => call({ phase, idempotencyKey }));
-      return this.store.runInTransaction((manager) => recorded(manager, result));
+      const value = record
+        ? await this.store.runInTransaction((manager) => record(manager, result))
+        : (result as unknown as T);
+      // As a keyed request's phase sees it: what JSON keeps of it.
+      return asStored(value);
     }
     const done = completedPhase(claim.phaseResults, phase);
     if (done.completed) return done.result as T;
@@ -144,7 +153,7 @@ export class PhaseRunner {
     const value = await this.guard(() => this.store.commitPhase(claim, phase, work));
     // What was stored, as JSON: this worker sees exactly what a takeover would see (a Date
     // becomes a string here too), so resumed code takes the same branches.
-    const stored = JSON.parse(JSON.stringify(value ?? null)) as T;
+    const stored = asStored(value);
     claim.phaseResults[phase] = stored;
     return stored;
   }

@@ -4,8 +4,10 @@ import { type StoredResponse } from './stored-response.js';
 export interface CachedKey {
   fingerprint: Buffer;
   response: StoredResponse;
-  /** When this process stops trusting the entry (ms since the epoch, its own clock). */
+  /** When this process stops trusting the entry (its monotonic clock, `performance.now()`). */
   expiresAt: number;
+  /** The memory it is counted for. */
+  size: number;
 }
 
 /**
@@ -60,11 +62,12 @@ export class ReplayCache {
     if (this.maxEntries === 0) return;
     const lifetime = Math.min(this.ttlMs, Math.floor(retentionLeftMs / 2));
     const id = entryId(tenantId, key);
-    const size = sizeOf(id, response);
+    const kept = ownCopy(response);
+    const size = sizeOf(id, kept);
     if (lifetime <= 0 || size > this.maxBytes) return;
     const previous = this.entries.get(id);
     if (previous) this.remove(id, previous);
-    this.entries.set(id, { fingerprint, response, expiresAt: now + lifetime });
+    this.entries.set(id, { fingerprint, response: kept, expiresAt: now + lifetime, size });
     this.bytes += size;
     for (const [oldest, entry] of this.entries) {
       if (this.entries.size <= this.maxEntries && this.bytes <= this.maxBytes) break;
@@ -81,13 +84,26 @@ export class ReplayCache {
 
   private remove(id: string, entry: CachedKey): void {
     this.entries.delete(id);
-    this.bytes -= sizeOf(id, entry.response);
+    this.bytes -= entry.size;
   }
 }
 
 /** Tenant ids are digits or text without a NUL, so the pair cannot collide. */
 function entryId(tenantId: string, key: string): string {
   return `${tenantId}\u0000${key}`;
+}
+
+/**
+ * The response in memory of its own: a body that is a view into a larger buffer (node's pool
+ * slab, a buffer the app still holds) would keep all of it alive and could change under us;
+ * header values are made strings, as the bytes counted are theirs.
+ */
+function ownCopy(response: StoredResponse): StoredResponse {
+  const body = Buffer.allocUnsafeSlow(response.body.length);
+  response.body.copy(body);
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(response.headers)) headers[name] = String(value);
+  return { status: response.status, headers, body };
 }
 
 function sizeOf(key: string, response: StoredResponse): number {

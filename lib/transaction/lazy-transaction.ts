@@ -7,7 +7,7 @@ import {
 } from 'typeorm';
 import { isTransactionAbortedError } from '../storage/connection-errors.js';
 import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js';
-import { inlineParameters, isFenceLost, raiseUnlessOneRow } from '../storage/inline-statement.js';
+import { fencedCommit, isFenceLost } from '../storage/fenced-commit.js';
 import { type JoinableTransaction, ownQueryRunner } from './transaction-scope.js';
 
 /** A statement of the library's own, run last in a transaction: it must touch one row. */
@@ -134,11 +134,10 @@ export class LazyTransaction implements JoinableTransaction {
       this.state = 'ended';
       throw error;
     });
-    // The fenced statement and COMMIT in one round trip; a lost fence raises, and the COMMIT
-    // after it is skipped.
-    const text = `${inlineParameters(raiseUnlessOneRow(statement.text), statement.values)}; COMMIT`;
     try {
-      await queryWithDeadline(client, { text }, this.timeoutMs);
+      // The fenced statement and COMMIT in one round trip; a lost fence raises, and the
+      // COMMIT after it is skipped.
+      await fencedCommit(client, statement, this.timeoutMs);
       this.committed = true;
       this.end(client);
       return true;
