@@ -173,7 +173,10 @@ const theirs = competitor();
     TypeOrmModule.forFeature([BenchOrder]),
     // REPLAY_CACHE_SIZE=0: every replay reads PostgreSQL, as a retry landing on another
     // instance does.
-    IdempotencyModule.forRoot({ replayCacheSize: Number(process.env.REPLAY_CACHE_SIZE ?? 10_000) }),
+    IdempotencyModule.forRoot({
+      globalKeys: true,
+      replayCacheSize: Number(process.env.REPLAY_CACHE_SIZE ?? 10_000),
+    }),
     ...theirs.imports,
   ],
   controllers: [BenchController, ...theirs.controllers],

@@ -93,12 +93,21 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    */
   retentionMs?: number;
   /**
-   * Maps a request to its tenant; keys are scoped per tenant. It may throw an HttpException
-   * (for instance 401) to refuse the request.
-   * @default () => 0 (a single tenant)
+   * Maps a request to its tenant (an API credential, an account): keys are scoped per tenant,
+   * so two clients that pick the same key never see each other's response. Required, unless
+   * `globalKeys` says that every client of the app shares one key space. An integer, or a
+   * string of 1 to 255 characters (a UUID, a slug); anything else is a 400 `tenant_invalid`.
+   * It may throw an HttpException (for instance 401) to refuse the request.
    * @example tenant: (req) => req.headers['x-tenant-id'] as string
    */
   tenant?: (request: IdempotencyRequest) => TenantId;
+  /**
+   * Declares that the app has one key space for all its clients (a service called by one
+   * trusted client, say), instead of a `tenant` resolver. Two clients that pick the same key
+   * would then get each other's stored response: choose it knowingly.
+   * @default false
+   */
+  globalKeys?: boolean;
   /**
    * Run the batched retention purge in this process every so many milliseconds (off when
    * unset). Every instance may run it: batches skip rows another instance is deleting.

@@ -1,5 +1,12 @@
-import { resolveIdempotencyOptions, resolveRouteOptions } from './idempotency-options.js';
+import {
+  resolveIdempotencyOptions as resolveWithTenant,
+  resolveRouteOptions,
+} from './idempotency-options.js';
 import { type IdempotencyModuleOptions } from './idempotency-options.interface.js';
+
+/** The options as an app that declares one key space gives them. */
+const resolveIdempotencyOptions = (options: IdempotencyModuleOptions = {}) =>
+  resolveWithTenant({ globalKeys: true, ...options });
 
 describe('resolveIdempotencyOptions', () => {
   it('fills every default in', () => {
@@ -54,6 +61,18 @@ describe('resolveIdempotencyOptions', () => {
     ['tenant not a function', { tenant: 'x' as never }, 'tenant must be a function'],
   ])('refuses %s at start-up', (_name, options, message) => {
     expect(() => resolveIdempotencyOptions(options)).toThrow(`IdempotencyModule: ${message}`);
+  });
+
+  it.each<[string, IdempotencyModuleOptions, string | undefined]>([
+    ['neither tenant nor globalKeys', {}, 'IdempotencyModule: tenant is required'],
+    ['globalKeys: false', { globalKeys: false }, 'IdempotencyModule: tenant is required'],
+    ['both', { tenant: () => 1, globalKeys: true }, 'give either tenant or globalKeys'],
+    ['a tenant resolver', { tenant: () => 1 }, undefined],
+    ['globalKeys: true', { globalKeys: true }, undefined],
+  ])('tenants: %s', (_name, options, message) => {
+    const resolve = () => resolveWithTenant(options);
+    if (message) expect(resolve).toThrow(message);
+    else expect(resolve).not.toThrow();
   });
 });
 

@@ -100,6 +100,16 @@ export function resolveIdempotencyOptions(
   if (options.tenant !== undefined && typeof options.tenant !== 'function') {
     throw new InvalidIdempotencyOptionsError('tenant must be a function (request) => tenant id');
   }
+  if (options.tenant === undefined && options.globalKeys !== true) {
+    throw new InvalidIdempotencyOptionsError(
+      'tenant is required: keys are scoped per tenant, so that two clients that pick the ' +
+        "same key never get each other's response. Give tenant: (request) => the caller's " +
+        'account or credential id, or globalKeys: true if every client shares one key space',
+    );
+  }
+  if (options.tenant !== undefined && options.globalKeys === true) {
+    throw new InvalidIdempotencyOptionsError('give either tenant or globalKeys: true, not both');
+  }
   return {
     headerName,
     headerKey: headerName.toLowerCase(),

@@ -41,12 +41,13 @@ export class IdempotencyKeyInvalidError extends IdempotencyError {
   }
 }
 
-/** The tenant resolver gave no usable tenant id (a 64-bit integer) for this request. */
+/** The tenant resolver gave no usable tenant id for this request. */
 export class IdempotencyTenantInvalidError extends IdempotencyError {
   readonly code = 'tenant_invalid';
   constructor(readonly value: unknown) {
     super(
-      'The request carries no valid tenant id (an integer); idempotency keys are scoped per tenant.',
+      'The request carries no valid tenant id (an integer, or 1 to 255 characters without ' +
+        'control characters); idempotency keys are scoped per tenant.',
     );
     this.name = 'IdempotencyTenantInvalidError';
   }

@@ -1,6 +1,7 @@
 import { CreateIdempotencyKeys1764460800000 } from '../migrations/1764460800000-CreateIdempotencyKeys.js';
 import { CreateProcessedMessages1764460900000 } from '../migrations/1764460900000-CreateProcessedMessages.js';
 import { AddFinishedAt1764461200000 } from '../migrations/1764461200000-AddFinishedAt.js';
+import { TextTenantIds1764461300000 } from '../migrations/1764461300000-TextTenantIds.js';
 
 /**
  * The library's migrations, in order, for the app's DataSource:
@@ -12,4 +13,5 @@ export const IDEMPOTENCY_MIGRATIONS = [
   CreateIdempotencyKeys1764460800000,
   CreateProcessedMessages1764460900000,
   AddFinishedAt1764461200000,
+  TextTenantIds1764461300000,
 ];

@@ -2,6 +2,7 @@ import { normalizeTenantId } from './tenant-id.js';
 
 describe('normalizeTenantId', () => {
   it.each<[unknown, string | undefined]>([
+    // Integers, canonical as when tenant ids were a bigint column.
     [0, '0'],
     [42, '42'],
     [-7, '-7'],
@@ -11,14 +12,24 @@ describe('normalizeTenantId', () => {
     [12n, '12'],
     ['9223372036854775807', '9223372036854775807'],
     ['-9223372036854775808', '-9223372036854775808'],
-    ['9223372036854775808', undefined],
+    // Strings and UUIDs, as they are.
+    ['9223372036854775808', '9223372036854775808'],
+    ['12345678901234567890', '12345678901234567890'],
+    ['0b6c7c2e-7d1b-4c39-9f4e-2f1d0a9b8c7d', '0b6c7c2e-7d1b-4c39-9f4e-2f1d0a9b8c7d'],
+    ['acme-corp', 'acme-corp'],
+    ['Ünïcode tenant', 'Ünïcode tenant'],
+    ['1e3', '1e3'],
+    ['x'.repeat(255), 'x'.repeat(255)],
+    // Refused.
+    ['x'.repeat(256), undefined],
+    ['', undefined],
+    ['   ', undefined],
+    ['a\u0000b', undefined],
+    ['a\nb', undefined],
+    ['a\u007fb', undefined],
     [2 ** 60, undefined],
     [1.5, undefined],
     [Number.NaN, undefined],
-    ['', undefined],
-    ['abc', undefined],
-    ['1e3', undefined],
-    ['12345678901234567890', undefined],
     [undefined, undefined],
     [null, undefined],
     [{}, undefined],

@@ -164,10 +164,32 @@ describe.each(ADAPTERS)('idempotent routes on %s', (adapter) => {
     expect(twoAgain.text).toBe(two.text);
   });
 
-  it('answers 400 when the tenant resolver gives no integer', async () => {
-    const res = await post('/orders', newKey(), 'not-a-number').send({ amount: 1 });
+  it('takes string and UUID tenants, each a key space of its own, and 42 and 042 as one', async () => {
+    const key = newKey();
+    const tenants = ['0b6c7c2e-7d1b-4c39-9f4e-2f1d0a9b8c7d', 'acme-corp', '42'];
+    const answers = [];
+    for (const tenant of tenants)
+      answers.push(await post('/orders', key, tenant).send({ amount: 3 }));
+    expect(answers.map((res) => res.status)).toEqual([201, 201, 201]);
+    expect(new Set(answers.map((res) => res.body.id)).size).toBe(3);
+    for (const [i, tenant] of [...tenants, '042'].entries()) {
+      const again = await post('/orders', key, tenant).send({ amount: 3 });
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.text).toBe(answers[Math.min(i, 2)].text);
+    }
+  });
+
+  it.each([
+    ['over 255 characters', 'x'.repeat(256)],
+    ['only white space', '   '],
+  ])('answers 400 tenant_invalid for a tenant id %s, and stores nothing', async (_name, tenant) => {
+    const key = newKey();
+    const res = await post('/orders', key, tenant).send({ amount: 1 });
     expect(res.status).toBe(400);
+    expect(res.headers['content-type']).toMatch(PROBLEM);
     expect(res.body.code).toBe('tenant_invalid');
+    const { rows } = await s.db.query('SELECT 1 FROM idempotency_keys WHERE key = $1', [key]);
+    expect(rows).toEqual([]);
   });
 
   it('answers 409 with Retry-After while another request holds the lease', async () => {

@@ -4,7 +4,12 @@ import { ExpressAdapter } from '@nestjs/platform-express';
 import { getDataSourceToken, InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { type DataSource } from 'typeorm';
 import request from 'supertest';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
+import {
+  IDEMPOTENCY_MIGRATIONS,
+  IdempotencyModule,
+  type IdempotencyModuleOptions,
+  Idempotent,
+} from '../lib/index.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 
 @Controller()
@@ -21,7 +26,11 @@ class CounterController {
   }
 }
 
-async function createApp(url: string, dataSource: string): Promise<INestApplication> {
+async function createApp(
+  url: string,
+  dataSource: string,
+  keys: IdempotencyModuleOptions = { globalKeys: true },
+): Promise<INestApplication> {
   @Module({
     imports: [
       TypeOrmModule.forRoot({
@@ -36,6 +45,7 @@ async function createApp(url: string, dataSource: string): Promise<INestApplicat
           dataSource,
           headerName: 'X-Request-Key',
           fingerprintHeaders: ['Accept'],
+          ...keys,
         }),
       }),
     ],
@@ -94,6 +104,12 @@ describe('forRootAsync on a named DataSource, with a custom header', () => {
     expect((await count('k3', 'application/json')).status).toBe(201);
     const other = await count('k3', 'text/csv');
     expect(other.status).toBe(422);
+  });
+
+  it('fails at start-up when keys have no tenant and the app did not declare them global', async () => {
+    await expect(createApp(database.url, 'payments', {})).rejects.toThrow(
+      'IdempotencyModule: tenant is required',
+    );
   });
 
   it('fails at start-up, naming the problem, when the DataSource does not exist', async () => {

@@ -7,7 +7,7 @@ import { Column, CreateDateColumn, Entity, PrimaryColumn } from 'typeorm';
  */
 @Entity({ name: 'idempotency_keys', synchronize: false })
 export class IdempotencyKeyEntity {
-  @PrimaryColumn({ name: 'tenant_id', type: 'bigint' })
+  @PrimaryColumn({ name: 'tenant_id', type: 'text' })
   tenantId!: string;
 
   @PrimaryColumn({ type: 'text' })

@@ -150,7 +150,7 @@ export async function createPhaseApp(settings: PhaseAppSettings): Promise<INestA
         migrationsRun: true,
         connectTimeoutMS: 2000,
       }),
-      IdempotencyModule.forRoot({ leaseMs: settings.leaseMs }),
+      IdempotencyModule.forRoot({ leaseMs: settings.leaseMs, globalKeys: true }),
     ],
     controllers: [createController(settings)],
   })

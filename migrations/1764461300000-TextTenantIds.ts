@@ -1,0 +1,31 @@
+import { type MigrationInterface, type QueryRunner } from 'typeorm';
+
+/**
+ * Tenant ids as text: apps key their users by UUID or slug as often as by integer. Existing
+ * rows keep their ids, written as the decimal text the library now gives integer tenants, so
+ * every stored key is found under the same tenant as before. The type change rewrites the table
+ * and its primary key once, under an exclusive lock: on a large table, run it when traffic is
+ * low, or purge first.
+ */
+export class TextTenantIds1764461300000 implements MigrationInterface {
+  name = 'TextTenantIds1764461300000';
+
+  async up(queryRunner: QueryRunner): Promise<void> {
+    await queryRunner.query(
+      `ALTER TABLE idempotency_keys ALTER COLUMN tenant_id TYPE text USING tenant_id::text`,
+    );
+    await queryRunner.query(
+      `ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_tenant_id_length
+       CHECK (length(tenant_id) BETWEEN 1 AND 255)`,
+    );
+  }
+
+  async down(queryRunner: QueryRunner): Promise<void> {
+    await queryRunner.query(
+      `ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_tenant_id_length`,
+    );
+    await queryRunner.query(
+      `ALTER TABLE idempotency_keys ALTER COLUMN tenant_id TYPE bigint USING tenant_id::bigint`,
+    );
+  }
+}
