@@ -4,6 +4,7 @@ const MAX_INT64 = 9223372036854775807n;
 const MIN_INT64 = -9223372036854775808n;
 const INTEGER = /^-?\d{1,19}$/;
 /** Control characters (C0, DEL, C1): never part of an id, and NUL cannot be stored at all. */
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 /** The longest tenant id kept; ids are scoped keys' first half, not data. */
 export const MAX_TENANT_ID_LENGTH = 255;
