@@ -109,6 +109,19 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    */
   globalKeys?: boolean;
   /**
+   * How long a key left unfinished (its client gave up, no retry came) is kept, in
+   * milliseconds: far longer than `retentionMs`, since the row holds the claim id its external
+   * calls were keyed with, and a retry that comes after it is gone starts over.
+   * @default 2592000000 (30 days)
+   */
+  abandonedKeyRetentionMs?: number;
+  /**
+   * How long a consumer's processed message id (`ProcessedMessages`) is kept, in milliseconds:
+   * longer than its senders retry (webhooks: days), or a late redelivery applies again.
+   * @default 604800000 (7 days)
+   */
+  processedMessagesRetentionMs?: number;
+  /**
    * Run the batched retention purge in this process every so many milliseconds (off when
    * unset). Every instance may run it: batches skip rows another instance is deleting.
    * @default undefined (off: purge from a job of your own with `IdempotencyPurger`)
@@ -151,6 +164,8 @@ export interface ResolvedIdempotencyOptions {
   headerKey: string;
   dataSource?: string;
   retentionMs: number;
+  abandonedKeyRetentionMs: number;
+  processedMessagesRetentionMs: number;
   tenant: (request: IdempotencyRequest) => TenantId;
   databaseTimeoutMs: number;
   purgeIntervalMs?: number;

@@ -49,6 +49,11 @@ describe('resolveIdempotencyOptions', () => {
     ['nesting over the parser’s bound', { maxJsonDepth: 513 }, 'maxJsonDepth must be at most 512'],
     ['no digits', { maxJsonNumberDigits: 0 }, 'maxJsonNumberDigits must be a positive integer'],
     [
+      'abandoned keys dropped before finished ones',
+      { retentionMs: 86_400_000, abandonedKeyRetentionMs: 3_600_000 },
+      'abandonedKeyRetentionMs (3600000) must be at least retentionMs (86400000)',
+    ],
+    [
       'header with a space',
       { headerName: 'Idempotency Key' },
       'headerName "Idempotency Key" is not a header name',

@@ -7,6 +7,8 @@ import {
   DEFAULT_REPLAY_CACHE_SIZE,
   DEFAULT_REPLAY_CACHE_TTL_MS,
   DEFAULT_RETENTION_MS,
+  DEFAULT_ABANDONED_KEY_RETENTION_MS,
+  DEFAULT_PROCESSED_MESSAGES_RETENTION_MS,
   DEFAULT_MAX_JSON_DEPTH,
   DEFAULT_MAX_JSON_NUMBER_DIGITS,
 } from './idempotency.constants.js';
@@ -110,11 +112,29 @@ export function resolveIdempotencyOptions(
   if (options.tenant !== undefined && options.globalKeys === true) {
     throw new InvalidIdempotencyOptionsError('give either tenant or globalKeys: true, not both');
   }
+  const retentionMs = positiveInteger('retentionMs', options.retentionMs, DEFAULT_RETENTION_MS);
+  const abandonedKeyRetentionMs = positiveInteger(
+    'abandonedKeyRetentionMs',
+    options.abandonedKeyRetentionMs,
+    Math.max(DEFAULT_ABANDONED_KEY_RETENTION_MS, retentionMs),
+  );
+  if (abandonedKeyRetentionMs < retentionMs) {
+    throw new InvalidIdempotencyOptionsError(
+      `abandonedKeyRetentionMs (${abandonedKeyRetentionMs}) must be at least retentionMs ` +
+        `(${retentionMs}): an unfinished key holds the claim its external calls were keyed with`,
+    );
+  }
   return {
     headerName,
     headerKey: headerName.toLowerCase(),
     dataSource: options.dataSource,
-    retentionMs: positiveInteger('retentionMs', options.retentionMs, DEFAULT_RETENTION_MS),
+    retentionMs,
+    abandonedKeyRetentionMs,
+    processedMessagesRetentionMs: positiveInteger(
+      'processedMessagesRetentionMs',
+      options.processedMessagesRetentionMs,
+      DEFAULT_PROCESSED_MESSAGES_RETENTION_MS,
+    ),
     tenant: options.tenant ?? (() => 0),
     databaseTimeoutMs: positiveInteger(
       'databaseTimeoutMs',

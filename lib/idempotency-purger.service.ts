@@ -28,18 +28,36 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
     private readonly cache: ReplayCache,
   ) {}
 
-  /** Deletes every expired finished key, batch after batch; returns how many were deleted. */
+  /**
+   * Deletes, batch after batch, every key finished longer than `retentionMs` ago, every key
+   * left unfinished past `abandonedKeyRetentionMs` (lease expired), and every consumer's
+   * message id older than `processedMessagesRetentionMs`; returns how many rows went.
+   */
   async purgeExpired(): Promise<number> {
-    let total = 0;
-    while (!this.stopping) {
-      const deleted = await this.store.purgeBatch(
-        this.options.retentionMs,
-        this.options.purgeBatchSize,
-      );
+    const { retentionMs, abandonedKeyRetentionMs, processedMessagesRetentionMs, purgeBatchSize } =
+      this.options;
+    const finished = await this.inBatches(async () => {
+      const deleted = await this.store.purgeBatch(retentionMs, purgeBatchSize);
       // Entries expire long before a purge could reach them; this is for purges run early.
       for (const { tenantId, key } of deleted) this.cache.delete(tenantId, key);
-      total += deleted.length;
-      if (deleted.length < this.options.purgeBatchSize) break;
+      return deleted.length;
+    });
+    const abandoned = await this.inBatches(() =>
+      this.store.purgeAbandonedBatch(abandonedKeyRetentionMs, purgeBatchSize),
+    );
+    const processed = await this.inBatches(() =>
+      this.store.purgeProcessedBatch(processedMessagesRetentionMs, purgeBatchSize),
+    );
+    return finished + abandoned + processed;
+  }
+
+  /** Runs `batch` until it deletes less than a full batch, or the app stops. */
+  private async inBatches(batch: () => Promise<number>): Promise<number> {
+    let total = 0;
+    while (!this.stopping) {
+      const deleted = await batch();
+      total += deleted;
+      if (deleted < this.options.purgeBatchSize) break;
     }
     return total;
   }

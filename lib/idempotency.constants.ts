@@ -15,6 +15,15 @@ export const DEFAULT_LEASE_MS = 60_000;
 /** 24 h: the low end of the design's 24 h - 7 d window; raise it for offline clients. */
 export const DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000;
 
+/**
+ * 30 days for keys left unfinished: far beyond any client's retries, yet a bound, so a PSP
+ * outage that clients gave up on does not grow the table for ever.
+ */
+export const DEFAULT_ABANDONED_KEY_RETENTION_MS = 30 * 24 * 60 * 60 * 1000;
+
+/** 7 days for consumers' message ids: webhook senders retry for up to three days. */
+export const DEFAULT_PROCESSED_MESSAGES_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
+
 /** Rows per purge statement: short locks and small WAL bursts, yet few round trips. */
 export const DEFAULT_PURGE_BATCH_SIZE = 1000;
 

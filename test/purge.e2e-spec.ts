@@ -5,7 +5,12 @@ import { type Scenario, startScenario } from './support/scenario.js';
 describe('the batched retention purge', () => {
   let s: Scenario;
   beforeAll(async () => {
-    s = await startScenario('purge', 'express', { retentionMs: 60_000, purgeBatchSize: 2 });
+    s = await startScenario('purge', 'express', {
+      retentionMs: 60_000,
+      abandonedKeyRetentionMs: 3_600_000,
+      processedMessagesRetentionMs: 600_000,
+      purgeBatchSize: 2,
+    });
   });
   afterAll(async () => {
     await s?.close();
@@ -37,10 +42,11 @@ describe('the batched retention purge', () => {
     // Claimed long ago, but finished just now (taken over after an outage): its window starts
     // now, so a retry in the next minute must still be replayed.
     await age('late', '10 minutes', '1 second');
-    // A crashed request's claim: unfinished, lease long expired, older than the retention.
+    // A crashed request's claim: unfinished, lease long expired, older than the retention but
+    // within the abandoned-key horizon (1 hour).
     await s.db.query(
       `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until, recovery_point, created_at)
-       VALUES (1, 'crashed', '\\x00', now() - interval '1 hour', 'charge_created', now() - interval '1 day')`,
+       VALUES (1, 'crashed', '\\x00', now() - interval '1 minute', 'charge_created', now() - interval '10 minutes')`,
     );
 
     const deleted = await s.app.get(IdempotencyPurger).purgeExpired();
@@ -55,5 +61,34 @@ describe('the batched retention purge', () => {
     expect(again.status).toBe(201);
     expect(again.headers['idempotent-replayed']).toBeUndefined();
     expect(await s.sideEffects('orders')).toBe(before + 1);
+  });
+
+  it('deletes keys left unfinished past their horizon, never one whose lease is live', async () => {
+    await s.db.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until, created_at) VALUES
+         (1, 'abandoned-1', '\\x00', now() - interval '1 day', now() - interval '2 hours'),
+         (1, 'abandoned-2', '\\x00', NULL, now() - interval '3 hours'),
+         (1, 'abandoned-3', '\\x00', now() - interval '1 day', now() - interval '5 hours'),
+         (1, 'leased-old', '\\x00', now() + interval '1 minute', now() - interval '2 hours'),
+         (1, 'unfinished-recent', '\\x00', now() - interval '1 minute', now() - interval '30 minutes')`,
+    );
+    await s.app.get(IdempotencyPurger).purgeExpired();
+    const left = (await keys()).filter((key) => /abandoned|leased|unfinished/.test(key));
+    expect(left).toEqual(['leased-old', 'unfinished-recent']);
+  });
+
+  it('deletes consumers’ message ids processed before their retention, in batches', async () => {
+    await s.db.query(
+      `INSERT INTO processed_messages (consumer, message_id, processed_at) VALUES
+         ('psp', 'old-1', now() - interval '11 minutes'),
+         ('psp', 'old-2', now() - interval '1 day'),
+         ('psp', 'old-3', now() - interval '2 days'),
+         ('psp', 'recent', now() - interval '9 minutes')`,
+    );
+    await s.app.get(IdempotencyPurger).purgeExpired();
+    const { rows } = await s.db.query<{ message_id: string }>(
+      'SELECT message_id FROM processed_messages ORDER BY message_id',
+    );
+    expect(rows.map((r) => r.message_id)).toEqual(['recent']);
   });
 });

@@ -60,6 +60,10 @@ export interface IdempotencyStore {
   runInTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
   /** Deletes up to `batchSize` keys that finished over `retentionMs` ago; returns them. */
   purgeBatch(retentionMs: number, batchSize: number): Promise<KeyScope[]>;
+  /** Deletes up to `batchSize` keys left unfinished since before `horizonMs`, lease expired. */
+  purgeAbandonedBatch(horizonMs: number, batchSize: number): Promise<number>;
+  /** Deletes up to `batchSize` consumers' message ids processed before `retentionMs`. */
+  purgeProcessedBatch(retentionMs: number, batchSize: number): Promise<number>;
   /** The heartbeat: false when the lease was lost. */
   extendLease(claim: ActiveClaim): Promise<boolean>;
 }

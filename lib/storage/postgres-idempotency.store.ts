@@ -17,7 +17,9 @@ import {
   CLAIM,
   COMPLETE,
   EXTEND_LEASE,
+  PURGE_ABANDONED_BATCH,
   PURGE_BATCH,
+  PURGE_PROCESSED_BATCH,
   RELEASE,
   TAKE_OVER,
 } from './postgres-statements.js';
@@ -132,6 +134,16 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       batchSize,
     ]);
     return rows.map((row) => ({ tenantId: row.tenant_id, key: row.key }));
+  }
+
+  async purgeAbandonedBatch(horizonMs: number, batchSize: number): Promise<number> {
+    const { rowCount } = await this.query(PURGE_ABANDONED_BATCH, [horizonMs, batchSize]);
+    return rowCount ?? 0;
+  }
+
+  async purgeProcessedBatch(retentionMs: number, batchSize: number): Promise<number> {
+    const { rowCount } = await this.query(PURGE_PROCESSED_BATCH, [retentionMs, batchSize]);
+    return rowCount ?? 0;
   }
 
   async extendLease(claim: ActiveClaim): Promise<boolean> {

@@ -113,6 +113,33 @@ WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND st
 };
 
 /**
+ * Keys left unfinished for much longer than the retention: their clients gave up (during a
+ * long PSP outage, say) and no retry came. Only past a horizon chosen far beyond any retry,
+ * and never while a lease is live, since the row holds the claim id its external calls were
+ * keyed with. `created_at` finds them through the BRIN index.
+ */
+export const PURGE_ABANDONED_BATCH = {
+  name: 'idempotency_purge_abandoned_v1',
+  text: `DELETE FROM idempotency_keys WHERE ctid IN (
+  SELECT ctid FROM idempotency_keys
+  WHERE created_at < now() - $1 * interval '1 millisecond' AND state = 'started'
+    AND (locked_until IS NULL OR locked_until < clock_timestamp())
+  LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+};
+
+/**
+ * Message ids processed before the consumers' retention window: a redelivery later than it
+ * would be applied again, so the window must outlast the senders' retries (days for webhooks).
+ */
+export const PURGE_PROCESSED_BATCH = {
+  name: 'idempotency_purge_processed_v1',
+  text: `DELETE FROM processed_messages WHERE ctid IN (
+  SELECT ctid FROM processed_messages
+  WHERE processed_at < now() - $1 * interval '1 millisecond'
+  LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+};
+
+/**
  * Statement 6, one batch: keys that finished before the retention window. The window counts
  * from `finished_at`; `created_at` (never later than it) only lets the BRIN index find the
  * candidates, since an index on `finished_at` would make storing the response a non-HOT
