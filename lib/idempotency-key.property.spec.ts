@@ -1,0 +1,47 @@
+import fc from 'fast-check';
+import { parseIdempotencyKey } from './idempotency-key.js';
+import { normalizeTenantId } from './tenant-id.js';
+
+const visibleAscii = (s: string) => /^[\x21-\x7e]+$/.test(s);
+
+describe('keys and tenants accept exactly their alphabet', () => {
+  it('a bare key is taken iff it is 1 to 255 visible ASCII characters', () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(fc.string({ maxLength: 300 }), fc.string({ unit: 'binary', maxLength: 40 })),
+        (raw) => {
+          const key = raw.trim();
+          // The quoted form is the draft's, with its own rules; bare keys here.
+          fc.pre(!(key.startsWith('"') && key.endsWith('"') && key.length >= 2));
+          const parsed = parseIdempotencyKey(raw);
+          const valid = key.length >= 1 && key.length <= 255 && visibleAscii(key);
+          expect(parsed.kind).toBe(valid ? 'key' : 'invalid');
+          if (parsed.kind === 'key') expect(parsed.key).toBe(key);
+        },
+      ),
+    );
+  });
+
+  it('the quoted form "K" is the key K, for any visible ASCII K without quotes or backslashes', () => {
+    fc.assert(
+      fc.property(fc.stringMatching(/^[\x21\x23-\x5b\x5d-\x7e]{1,255}$/), (key) => {
+        expect(parseIdempotencyKey(`"${key}"`)).toEqual({ kind: 'key', key });
+      }),
+    );
+  });
+
+  it('a tenant id is taken iff it is an integer, or 1 to 255 characters without control ones', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary', maxLength: 300 }), (raw) => {
+        const text = raw.trim();
+        // eslint-disable-next-line no-control-regex -- the alphabet under test
+        const valid =
+          text.length >= 1 && text.length <= 255 && !/[\u0000-\u001f\u007f-\u009f]/.test(text);
+        const integer = /^-?\d{1,19}$/.test(text);
+        const tenant = normalizeTenantId(raw);
+        if (integer || valid) expect(tenant).toBeDefined();
+        else expect(tenant).toBeUndefined();
+      }),
+    );
+  });
+});
