@@ -71,6 +71,13 @@ export interface IdempotencyRouteOptions {
    * @default 1000
    */
   maxJsonNumberDigits?: number;
+  /**
+   * The largest response the route may give, in bytes: it is held in memory until it is
+   * stored, and stored whole. A larger one is answered 500 `response_too_large`, its
+   * transaction rolled back and nothing stored (a stream is buffered up to here, no further).
+   * @default 1048576 (1 MiB)
+   */
+  maxResponseBytes?: number;
 }
 
 /** Options of `IdempotencyModule.forRoot()`. */
@@ -182,4 +189,5 @@ export interface ResolvedRouteOptions {
   heartbeat: boolean;
   atomic: boolean;
   json: JsonLimits;
+  maxResponseBytes: number;
 }

@@ -27,6 +27,7 @@ describe('resolveIdempotencyOptions', () => {
         heartbeat: false,
         atomic: true,
         json: { maxDepth: 64, maxNumberDigits: 1000 },
+        maxResponseBytes: 1_048_576,
       },
     });
     expect(resolved.tenant({ method: 'POST', url: '/', headers: {} })).toBe(0);
@@ -93,6 +94,7 @@ describe('resolveRouteOptions', () => {
         heartbeat: false,
         atomic: true,
         json: { maxDepth: 64, maxNumberDigits: 1000 },
+        maxResponseBytes: 1_048_576,
       },
     ],
     [{ required: false }, { required: false, leaseMs: 30_000 }],

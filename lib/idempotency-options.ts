@@ -10,6 +10,7 @@ import {
   DEFAULT_ABANDONED_KEY_RETENTION_MS,
   DEFAULT_PROCESSED_MESSAGES_RETENTION_MS,
   DEFAULT_MAX_JSON_DEPTH,
+  DEFAULT_MAX_RESPONSE_BYTES,
   DEFAULT_MAX_JSON_NUMBER_DIGITS,
 } from './idempotency.constants.js';
 import { MAX_JSON_LIMITS } from './fingerprint/canonical-json.js';
@@ -74,6 +75,11 @@ export function resolveRouteOptions(
     fingerprintQuery: options.fingerprintQuery ?? base?.fingerprintQuery ?? false,
     heartbeat: options.heartbeat ?? base?.heartbeat ?? false,
     atomic: options.atomic ?? base?.atomic ?? true,
+    maxResponseBytes: positiveInteger(
+      'maxResponseBytes',
+      options.maxResponseBytes,
+      base?.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
+    ),
     json: {
       maxDepth: boundedInteger(
         'maxJsonDepth',

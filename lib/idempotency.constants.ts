@@ -57,6 +57,12 @@ export const DEFAULT_MAX_JSON_DEPTH = 64;
  */
 export const DEFAULT_MAX_JSON_NUMBER_DIGITS = 1000;
 
+/**
+ * 1 MiB per response held and stored: API answers are kilobytes; a larger one is a download,
+ * which belongs on a route that is not idempotent (or raises the bound knowingly).
+ */
+export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
+
 /** The draft's maximum is left to servers; 255 is the design's CHECK constraint. */
 export const MAX_KEY_LENGTH = 255;
 

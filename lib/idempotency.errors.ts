@@ -13,7 +13,8 @@ export type IdempotencyErrorCode =
   | 'request_invalid'
   | 'retry_later'
   | 'database_transient'
-  | 'transaction_aborted';
+  | 'transaction_aborted'
+  | 'response_too_large';
 
 /** Base class: catch this to handle every condition the library reports. */
 export abstract class IdempotencyError extends Error {
@@ -167,5 +168,22 @@ export class IdempotencyTransactionAbortedError extends IdempotencyError {
         'committed or stored. Retrying runs the request again.',
     );
     this.name = 'IdempotencyTransactionAbortedError';
+  }
+}
+
+/**
+ * The handler's response outgrew the route's `maxResponseBytes`: it cannot be stored whole, so
+ * nothing of the request was committed (its transaction rolled back) and nothing is stored.
+ * Raise the bound for the route, return less, or serve large bodies from a route that is not
+ * idempotent.
+ */
+export class IdempotencyResponseTooLargeError extends IdempotencyError {
+  readonly code = 'response_too_large';
+  constructor(readonly maxBytes: number) {
+    super(
+      `The response is larger than this route's maxResponseBytes (${maxBytes} bytes): it cannot ` +
+        'be stored for replays, so nothing was committed.',
+    );
+    this.name = 'IdempotencyResponseTooLargeError';
   }
 }

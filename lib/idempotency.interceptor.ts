@@ -38,6 +38,7 @@ import {
   IdempotencyKeyMissingError,
   IdempotencyLeaseLostError,
   IdempotencyRequestInvalidError,
+  IdempotencyResponseTooLargeError,
   IdempotencyTenantInvalidError,
 } from './idempotency.errors.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
@@ -188,6 +189,15 @@ export class IdempotencyInterceptor implements NestInterceptor {
       },
       // Only a bug in the commit path gets here: nothing is stored, the lease runs out.
       (error) => problemResponse(classifyCommitError(error)),
+      {
+        maxBytes: route.maxResponseBytes,
+        // Too large to store: nothing of the request may stay committed without it.
+        onOverflow: async () => {
+          await transaction.rollback();
+          await this.releaseQuietly(claim, false);
+          return problemResponse(new IdempotencyResponseTooLargeError(route.maxResponseBytes));
+        },
+      },
     );
     const stopHeartbeat = route.heartbeat ? this.startHeartbeat(claim) : undefined;
 

@@ -35,6 +35,7 @@ export {
   IdempotencyStoreUnavailableError,
   IdempotencyRequestInvalidError,
   IdempotencyTenantInvalidError,
+  IdempotencyResponseTooLargeError,
   IdempotencyTransactionAbortedError,
   RetryLaterError,
   TransientDatabaseError,

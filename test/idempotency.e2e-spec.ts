@@ -152,6 +152,26 @@ describe.each(ADAPTERS)('idempotent routes on %s', (adapter) => {
     expect(again.text).toBe(first.text);
   });
 
+  it('answers 500 response_too_large for a response over maxResponseBytes, its effects rolled back, nothing stored', async () => {
+    const key = newKey();
+    const before = await s.sideEffects('sized');
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const res = await post('/sized', key).send({ size: 2000 });
+      expect(res.status).toBe(500);
+      expect(res.headers['content-type']).toMatch(PROBLEM);
+      expect(res.headers['idempotent-replayed']).toBeUndefined();
+      expect(res.body).toMatchObject({ code: 'response_too_large', status: 500 });
+      expect(res.body.detail).toContain('1024 bytes');
+    }
+    expect(await s.sideEffects('sized')).toBe(before);
+    const small = newKey();
+    const fits = await post('/sized', small).send({ size: 500 });
+    expect(fits.status).toBe(201);
+    const replay = await post('/sized', small).send({ size: 500 });
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.text).toBe(fits.text);
+  });
+
   it('scopes keys per tenant: the same key under two tenants is two operations', async () => {
     const key = newKey();
     const one = await post('/orders', key, '1').send({ amount: 50 });

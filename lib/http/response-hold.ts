@@ -45,9 +45,23 @@ export function holdResponse(
   raw: ServerResponse,
   finalize: Finalizer,
   onFinalizeError: (error: unknown) => StoredResponse | undefined,
+  limit?: ResponseLimit,
 ): () => void {
   const original = { writeHead: raw.writeHead, write: raw.write, end: raw.end };
-  const chunks: Buffer[] = [];
+  let chunks: Buffer[] = [];
+  let held = 0;
+  let overflowed = false;
+  /** Keeps a chunk, unless the response has grown past the limit: then nothing more is kept. */
+  const keep = (chunk: Buffer) => {
+    if (overflowed) return;
+    held += chunk.length;
+    if (limit && held > limit.maxBytes) {
+      overflowed = true;
+      chunks = [];
+      return;
+    }
+    chunks.push(chunk);
+  };
   let state: 'holding' | 'finalizing' | 'released' = 'holding';
 
   const restore = () => {
@@ -72,7 +86,7 @@ export function holdResponse(
     const encoding = typeof rest[0] === 'string' ? (rest[0] as BufferEncoding) : undefined;
     const callback = rest.find((arg): arg is Callback => typeof arg === 'function');
     if (state === 'holding' && chunk !== undefined && chunk !== null) {
-      chunks.push(toBuffer(chunk, encoding));
+      keep(toBuffer(chunk, encoding));
     }
     if (callback) process.nextTick(callback);
     return true;
@@ -87,13 +101,16 @@ export function holdResponse(
     state = 'finalizing';
     const chunk = typeof args[0] === 'function' ? undefined : (args[0] as Chunk | undefined);
     const encoding = typeof args[1] === 'string' ? (args[1] as BufferEncoding) : undefined;
-    if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding));
-    const written = readWritten(raw, chunks);
-    finalize(written)
+    if (chunk !== undefined && chunk !== null) keep(toBuffer(chunk, encoding));
+    const written = overflowed ? undefined : readWritten(raw, chunks);
+    const finalized = written ? finalize(written) : limit!.onOverflow();
+    finalized
       .catch(onFinalizeError)
       .then((replacement) => {
         restore();
-        send(raw, replacement ?? written, replacement !== undefined, callback);
+        const answer = replacement ?? written;
+        if (!answer) throw new Error('a response over its limit had nothing to replace it');
+        send(raw, answer, replacement !== undefined, callback);
       })
       .catch((error: unknown) => {
         // Nothing sensible can be sent any more: end the exchange rather than leave it hanging.
@@ -122,6 +139,15 @@ function readWritten(raw: ServerResponse, chunks: Buffer[]): StoredResponse {
     headers,
     body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks),
   };
+}
+
+/**
+ * The most a held response may grow to. Past it nothing more is buffered, and `onOverflow`
+ * says what goes out in its place (the adapter's bytes are not kept, so they cannot go out).
+ */
+export interface ResponseLimit {
+  maxBytes: number;
+  onOverflow: () => Promise<StoredResponse>;
 }
 
 /** Headers that belong to one answer, not to the exchange: cleared when it is replaced. */

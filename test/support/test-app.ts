@@ -167,6 +167,14 @@ class OrdersController {
     await this.record('no-content', null);
   }
 
+  /** Answers `size` bytes; the route stores at most 1 KiB. */
+  @Post('sized')
+  @Idempotent({ maxResponseBytes: 1024 })
+  async sized(@Body() body: { size: number }) {
+    await this.record('sized', body.size);
+    return { pad: 'x'.repeat(Math.max(0, body.size - 10)) };
+  }
+
   @Post('plain')
   async plain() {
     const id = await this.record('plain', null);
