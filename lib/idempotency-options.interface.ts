@@ -1,4 +1,5 @@
 import { type JsonLimits } from './fingerprint/canonical-json.js';
+import { type SealingKey } from './storage/response-sealer.js';
 
 /**
  * The request as the adapter gives it: Express's `Request` or Fastify's `FastifyRequest`.
@@ -146,6 +147,14 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    */
   databaseTimeoutMs?: number;
   /**
+   * Encryption at rest of the stored responses (AES-256-GCM; off when unset): bodies and
+   * headers are sealed with the first key, bound to their tenant and key, and opened with
+   * whichever key sealed them. Rotate by putting a new key first; drop an old one once every
+   * key it sealed is past its retention. A key is 32 bytes, as a Buffer or in base64.
+   * @example encryption: { keys: [{ id: '2026-11', key: process.env.IDEMPOTENCY_KEY_2026_11! }] }
+   */
+  encryption?: { keys: { id: string; key: Buffer | string }[] };
+  /**
    * Finished keys kept in this process's memory, so that a retry that comes back to it is
    * replayed without a query. A finished key never changes, and an entry lives at most half
    * of the key's remaining retention, so it is never stale. 0 turns it off.
@@ -178,6 +187,8 @@ export interface ResolvedIdempotencyOptions {
   purgeIntervalMs?: number;
   purgeBatchSize: number;
   replayCache: { size: number; bytes: number; ttlMs: number };
+  /** The encryption keys, the sealing one first; undefined when responses are stored plain. */
+  sealingKeys?: SealingKey[];
   route: ResolvedRouteOptions;
 }
 

@@ -50,6 +50,28 @@ describe('resolveIdempotencyOptions', () => {
     ['nesting over the parser’s bound', { maxJsonDepth: 513 }, 'maxJsonDepth must be at most 512'],
     ['no digits', { maxJsonNumberDigits: 0 }, 'maxJsonNumberDigits must be a positive integer'],
     [
+      'no encryption keys',
+      { encryption: { keys: [] } },
+      'encryption.keys must list at least one key',
+    ],
+    [
+      'a short key',
+      { encryption: { keys: [{ id: 'a', key: Buffer.alloc(16) }] } },
+      'encryption.keys: the key "a" is 16 bytes; AES-256 needs 32',
+    ],
+    [
+      'an id used twice',
+      {
+        encryption: {
+          keys: [
+            { id: 'a', key: Buffer.alloc(32).toString('base64') },
+            { id: 'a', key: Buffer.alloc(32) },
+          ],
+        },
+      },
+      'encryption.keys: the id "a" is used twice',
+    ],
+    [
       'abandoned keys dropped before finished ones',
       { retentionMs: 86_400_000, abandonedKeyRetentionMs: 3_600_000 },
       'abandonedKeyRetentionMs (3600000) must be at least retentionMs (86400000)',

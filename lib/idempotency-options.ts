@@ -47,6 +47,30 @@ function boundedInteger(name: string, value: number | undefined, fallback: numbe
   return resolved;
 }
 
+function resolveSealingKeys(keys: { id: string; key: Buffer | string }[] | undefined) {
+  if (!Array.isArray(keys) || keys.length === 0) {
+    throw new InvalidIdempotencyOptionsError('encryption.keys must list at least one key');
+  }
+  const ids = new Set<string>();
+  return keys.map(({ id, key }) => {
+    if (typeof id !== 'string' || id.length === 0 || Buffer.byteLength(id) > 255) {
+      throw new InvalidIdempotencyOptionsError('encryption.keys: each id is 1 to 255 bytes');
+    }
+    if (ids.has(id)) {
+      throw new InvalidIdempotencyOptionsError(`encryption.keys: the id "${id}" is used twice`);
+    }
+    ids.add(id);
+    const bytes = Buffer.isBuffer(key) ? key : Buffer.from(String(key), 'base64');
+    if (bytes.length !== 32) {
+      throw new InvalidIdempotencyOptionsError(
+        `encryption.keys: the key "${id}" is ${bytes.length} bytes; AES-256 needs 32 ` +
+          '(generate one with: openssl rand -base64 32)',
+      );
+    }
+    return { id, key: bytes };
+  });
+}
+
 function nonNegativeInteger(name: string, value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   if (!Number.isSafeInteger(value) || value < 0) {
@@ -156,6 +180,7 @@ export function resolveIdempotencyOptions(
       options.purgeBatchSize,
       DEFAULT_PURGE_BATCH_SIZE,
     ),
+    sealingKeys: options.encryption && resolveSealingKeys(options.encryption.keys),
     replayCache: {
       size: nonNegativeInteger(
         'replayCacheSize',

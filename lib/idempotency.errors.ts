@@ -14,7 +14,8 @@ export type IdempotencyErrorCode =
   | 'retry_later'
   | 'database_transient'
   | 'transaction_aborted'
-  | 'response_too_large';
+  | 'response_too_large'
+  | 'stored_response_unreadable';
 
 /** Base class: catch this to handle every condition the library reports. */
 export abstract class IdempotencyError extends Error {
@@ -185,5 +186,18 @@ export class IdempotencyResponseTooLargeError extends IdempotencyError {
         'be stored for replays, so nothing was committed.',
     );
     this.name = 'IdempotencyResponseTooLargeError';
+  }
+}
+
+/**
+ * A stored response that is sealed (encryption at rest) could not be opened: its key is not
+ * configured, or it does not authenticate (altered, or copied from another key). The replay is
+ * a 500 that says which, never a wrong body.
+ */
+export class IdempotencyStoredResponseUnreadableError extends IdempotencyError {
+  readonly code = 'stored_response_unreadable';
+  constructor(readonly reason: string) {
+    super(`The stored response of this idempotency key cannot be read: ${reason}.`);
+    this.name = 'IdempotencyStoredResponseUnreadableError';
   }
 }

@@ -17,6 +17,7 @@ import { resolveIdempotencyOptions } from './idempotency-options.js';
 import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
 import { IdempotencyStore } from './storage/idempotency-store.interface.js';
 import { PostgresIdempotencyStore } from './storage/postgres-idempotency.store.js';
+import { ResponseSealer } from './storage/response-sealer.js';
 import { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
 
 const resolvedOptionsProvider: Provider = {
@@ -36,7 +37,11 @@ const storeProvider: Provider = {
   provide: IdempotencyStore,
   inject: [IdempotencyDataSource, RESOLVED_IDEMPOTENCY_OPTIONS],
   useFactory: (source: IdempotencyDataSource, options: ResolvedIdempotencyOptions) =>
-    new PostgresIdempotencyStore(() => source.dataSource, options.databaseTimeoutMs),
+    new PostgresIdempotencyStore(
+      () => source.dataSource,
+      options.databaseTimeoutMs,
+      options.sealingKeys && new ResponseSealer(options.sealingKeys),
+    ),
 };
 
 /**

@@ -36,6 +36,7 @@ export {
   IdempotencyRequestInvalidError,
   IdempotencyTenantInvalidError,
   IdempotencyResponseTooLargeError,
+  IdempotencyStoredResponseUnreadableError,
   IdempotencyTransactionAbortedError,
   RetryLaterError,
   TransientDatabaseError,

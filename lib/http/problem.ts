@@ -30,6 +30,7 @@ const STATUS_BY_CODE: Record<IdempotencyError['code'], [number, string]> = {
   database_transient: [HttpStatus.SERVICE_UNAVAILABLE, 'Transient database error'],
   transaction_aborted: [HttpStatus.INTERNAL_SERVER_ERROR, 'Transaction aborted'],
   response_too_large: [HttpStatus.INTERNAL_SERVER_ERROR, 'Response too large to store'],
+  stored_response_unreadable: [HttpStatus.INTERNAL_SERVER_ERROR, 'Stored response unreadable'],
 };
 
 /** The one place that maps the library's errors to HTTP. */

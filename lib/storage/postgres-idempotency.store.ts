@@ -7,7 +7,9 @@ import { type ActiveClaim } from '../idempotency-context.js';
 import {
   IdempotencyLeaseLostError,
   IdempotencyStoreUnavailableError,
+  IdempotencyStoredResponseUnreadableError,
 } from '../idempotency.errors.js';
+import { type ResponseSealer, SealedResponseError } from './response-sealer.js';
 import { type StoredResponse } from '../stored-response.js';
 import { LazyTransaction } from '../transaction/lazy-transaction.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
@@ -64,6 +66,8 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   constructor(
     private readonly dataSource: () => DataSource,
     private readonly timeoutMs: number,
+    /** Seals stored responses (encryption at rest), when the app configured keys. */
+    private readonly sealer?: ResponseSealer,
   ) {}
 
   async claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {
@@ -85,7 +89,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
           },
         };
       }
-      return { kind: 'existing', existing: toExistingKey(row) };
+      return { kind: 'existing', existing: this.opened(scope, toExistingKey(row)) };
     }
     throw new IdempotencyStoreUnavailableError(
       new Error(`claim of key ${scope.key} found neither a free key nor a row`),
@@ -117,11 +121,12 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     response: StoredResponse,
     transaction?: LazyTransaction,
   ): Promise<boolean> {
+    const stored = this.sealer ? this.sealer.seal(claim, response) : response;
     if (!transaction) {
-      const { rowCount } = await this.query(COMPLETE, completeValues(claim, response));
+      const { rowCount } = await this.query(COMPLETE, completeValues(claim, stored));
       return rowCount === 1;
     }
-    return transaction.commitWith({ ...COMPLETE, values: completeValues(claim, response) });
+    return transaction.commitWith({ ...COMPLETE, values: completeValues(claim, stored) });
   }
 
   async release(claim: ActiveClaim, forget: boolean): Promise<void> {
@@ -184,6 +189,18 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
   runInTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
     return this.dataSource().transaction(work);
+  }
+
+  /** A finished key's response as it went out: opened, if it was stored sealed. */
+  private opened(scope: KeyScope, existing: ExistingKey): ExistingKey {
+    if (existing.state !== 'done' || !this.sealer) return existing;
+    try {
+      return { ...existing, response: this.sealer.open(scope, existing.response) };
+    } catch (error) {
+      if (!(error instanceof SealedResponseError)) throw error;
+      this.logger.error(`stored response of key ${scope.key}: ${error.message}`);
+      throw new IdempotencyStoredResponseUnreadableError(error.message);
+    }
   }
 
   /** The pool TypeORM opened for the app; read on each call, as TypeORM may reconnect. */
