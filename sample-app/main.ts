@@ -1,16 +1,10 @@
 import 'reflect-metadata';
-import { type INestApplication } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
-import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
-import { FastifyAdapter } from '@nestjs/platform-fastify';
-import { AppModule, MIGRATIONS } from './app.module.js';
+import { MIGRATIONS } from './app.module.js';
+import { createSampleApp } from './create-app.js';
 import { migrate } from './database/migrate.js';
 import { ConfigError, readConfig } from './config.js';
 import { startEmbeddedPostgres } from './database/embedded-postgres.js';
 import { startFakePsp } from './psp/fake-psp.js';
-
-/** Bodies over 1 MiB are refused with 413 (the contract). */
-const BODY_LIMIT = 1024 * 1024;
 
 async function main(): Promise<void> {
   const config = readConfig(process.env);
@@ -33,32 +27,19 @@ async function main(): Promise<void> {
 
   await migrate({ type: 'postgres', url: databaseUrl, migrations: MIGRATIONS });
 
-  const module = AppModule.register({
-    databaseUrl,
-    pspUrl,
-    pspTimeoutMs: config.pspTimeoutMs,
-    leaseMs: config.leaseMs,
-    retentionMs: config.retentionMs,
-    purgeIntervalMs: config.purgeIntervalMs,
-    transferDelayMs: config.transferDelayMs,
-    requestTimeoutMs: config.requestTimeoutMs,
-  });
-  let app: INestApplication;
-  if (config.adapter === 'fastify') {
-    app = await NestFactory.create(module, new FastifyAdapter({ bodyLimit: BODY_LIMIT }), {
-      rawBody: true,
-    });
-  } else {
-    const expressApp = await NestFactory.create<NestExpressApplication>(
-      module,
-      new ExpressAdapter(),
-      {
-        rawBody: true,
-      },
-    );
-    expressApp.useBodyParser('json', { limit: BODY_LIMIT });
-    app = expressApp;
-  }
+  const app = await createSampleApp(
+    {
+      databaseUrl,
+      pspUrl,
+      pspTimeoutMs: config.pspTimeoutMs,
+      leaseMs: config.leaseMs,
+      retentionMs: config.retentionMs,
+      purgeIntervalMs: config.purgeIntervalMs,
+      transferDelayMs: config.transferDelayMs,
+      requestTimeoutMs: config.requestTimeoutMs,
+    },
+    config.adapter,
+  );
 
   let stopping = false;
   const stop = async (signal: string) => {
