@@ -218,7 +218,9 @@ describe.each(['express', 'fastify'] as const)('the hostile sweep on %s', (adapt
 
   it.each(CASES)('$name: $expected, nothing stored, the event loop free', async (c) => {
     const before = await keys();
-    let { res, blockedMs } = await send(c);
+    const first = await send(c);
+    const res = first.res;
+    let blockedMs = first.blockedMs;
     // A request that really blocks does so every time; a machine that is merely busy does not.
     for (let retry = 0; retry < 2 && blockedMs > LOOP_BUDGET_MS; retry++) {
       blockedMs = Math.min(blockedMs, (await send(c)).blockedMs);
