@@ -9,6 +9,7 @@ import { join } from 'node:path';
  * @typedef {object} EmbeddedDatabase A PostgreSQL server of our own.
  * @property {string} url connection string of its `postgres` database, as the superuser
  * @property {() => Promise<void>} stop stops the server and removes its folder
+ * @property {() => Promise<void>} restart stops the server and starts it again, data kept
  */
 
 /**
@@ -53,7 +54,8 @@ export async function startEmbeddedPostgres() {
     user: 'postgres',
     password: 'postgres',
     port,
-    persistent: false,
+    // Kept by the package's stop(), so that restart() finds its data; stop() below removes it.
+    persistent: true,
     createPostgresUser: true,
     onLog: () => undefined,
     onError: () => undefined,
@@ -70,6 +72,10 @@ export async function startEmbeddedPostgres() {
     stop: async () => {
       await server.stop();
       rmSync(dir, { recursive: true, force: true });
+    },
+    restart: async () => {
+      await server.stop();
+      await server.start();
     },
   };
 }
