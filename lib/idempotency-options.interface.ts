@@ -73,6 +73,12 @@ export interface IdempotencyRouteOptions {
    */
   maxJsonNumberDigits?: number;
   /**
+   * The most object keys a JSON body may hold in all (each object's keys are sorted for the
+   * fingerprint); more is a 400 `request_invalid`.
+   * @default 10000
+   */
+  maxJsonKeys?: number;
+  /**
    * The largest response the route may give, in bytes: it is held in memory until it is
    * stored, and stored whole. A larger one is answered 500 `response_too_large`, its
    * transaction rolled back and nothing stored (a stream is buffered up to here, no further).

@@ -26,7 +26,7 @@ describe('resolveIdempotencyOptions', () => {
         fingerprintQuery: false,
         heartbeat: false,
         atomic: true,
-        json: { maxDepth: 64, maxNumberDigits: 1000 },
+        json: { maxDepth: 64, maxNumberDigits: 1000, maxKeys: 10_000 },
         maxResponseBytes: 1_048_576,
       },
     });
@@ -115,7 +115,7 @@ describe('resolveRouteOptions', () => {
         fingerprintHeaders: ['accept'],
         heartbeat: false,
         atomic: true,
-        json: { maxDepth: 64, maxNumberDigits: 1000 },
+        json: { maxDepth: 64, maxNumberDigits: 1000, maxKeys: 10_000 },
         maxResponseBytes: 1_048_576,
       },
     ],
@@ -126,7 +126,7 @@ describe('resolveRouteOptions', () => {
     ],
     [{ fingerprintHeaders: [] }, { fingerprintHeaders: [] }],
     [{ atomic: false }, { atomic: false, required: true }],
-    [{ maxJsonDepth: 8 }, { json: { maxDepth: 8, maxNumberDigits: 1000 } }],
+    [{ maxJsonDepth: 8 }, { json: { maxDepth: 8, maxNumberDigits: 1000, maxKeys: 10_000 } }],
   ])('overrides the module options with %j', (route, expected) => {
     expect(resolveRouteOptions(route, base)).toMatchObject(expected);
   });

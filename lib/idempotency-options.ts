@@ -10,6 +10,7 @@ import {
   DEFAULT_ABANDONED_KEY_RETENTION_MS,
   DEFAULT_PROCESSED_MESSAGES_RETENTION_MS,
   DEFAULT_MAX_JSON_DEPTH,
+  DEFAULT_MAX_JSON_KEYS,
   DEFAULT_MAX_RESPONSE_BYTES,
   DEFAULT_MAX_JSON_NUMBER_DIGITS,
 } from './idempotency.constants.js';
@@ -116,6 +117,12 @@ export function resolveRouteOptions(
         options.maxJsonNumberDigits,
         base?.json.maxNumberDigits ?? DEFAULT_MAX_JSON_NUMBER_DIGITS,
         100_000,
+      ),
+      maxKeys: boundedInteger(
+        'maxJsonKeys',
+        options.maxJsonKeys,
+        base?.json.maxKeys ?? DEFAULT_MAX_JSON_KEYS,
+        1_000_000,
       ),
     },
   };

@@ -109,6 +109,17 @@ const CASES: Case[] = [
   },
   { name: '1e400', expected: 400, body: '{"amount":1e400,"currency":"eur","customer":"c"}' },
   {
+    name: '10,001 object keys',
+    expected: 400,
+    code: 'request_invalid',
+    body: `{"amount":1,"currency":"eur","customer":"c","x":[${'{"k":0},'.repeat(9997)}{"k":0}]}`,
+  },
+  {
+    name: 'a header of 20 KB',
+    expected: 431,
+    headers: [['X-Padding', 'p'.repeat(20 * 1024)]],
+  },
+  {
     name: 'duplicate JSON keys',
     expected: 400,
     code: 'request_invalid',

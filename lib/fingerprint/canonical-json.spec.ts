@@ -304,6 +304,18 @@ describe('bounds on JSON text', () => {
     expect(() => canonicalizeJsonText(text, limits)).not.toThrow();
   });
 
+  it.each<[string, string, boolean]>([
+    ['10,000 keys across objects', `[${'{"a":1,"b":2},'.repeat(4999)}{"a":1,"b":2}]`, true],
+    ['10,001 keys', `[${'{"a":1,"b":2},'.repeat(5000)}{"a":1}]`, false],
+  ])('counts object keys over the whole body: %s', (_name, text, accepted) => {
+    const bounded = { ...limits, maxKeys: 10_000 };
+    if (accepted) expect(() => canonicalizeJsonText(text, bounded)).not.toThrow();
+    else expect(() => canonicalizeJsonText(text, bounded)).toThrow('More than 10000 object keys');
+    const parsed: unknown = JSON.parse(text);
+    if (accepted) expect(() => canonicalizeValue(parsed, bounded)).not.toThrow();
+    else expect(() => canonicalizeValue(parsed, bounded)).toThrow('More than 10000 object keys');
+  });
+
   it('refuses the 1 MiB body whose exponent took 430 ms, at its first number', () => {
     const hostile = `{"amount":1e${'9'.repeat(1024 * 1024 - 20)}}`;
     expect(() => canonicalizeJsonText(hostile, limits)).toThrow(

@@ -37,6 +37,8 @@ export interface JsonLimits {
   maxDepth: number;
   /** Digits of a number's mantissa (integer and fraction together), and of its exponent. */
   maxNumberDigits: number;
+  /** Object members in the whole body (every object's keys are sorted). */
+  maxKeys?: number;
 }
 
 /** The bounds of the exported functions when none are given: the most the parser allows. */
@@ -137,7 +139,7 @@ export function canonicalizeJsonText(text: string, limits: JsonLimits = MAX_JSON
  *   for nesting deeper than 512 levels (which is also how cycles are caught).
  */
 export function canonicalizeValue(value: unknown, limits: JsonLimits = MAX_JSON_LIMITS): string {
-  const canonical = serialize(value, '', 0, limits);
+  const canonical = serialize(value, '', 0, limits, { keys: 0 });
   if (canonical === undefined) {
     throw new TypeError(`Cannot canonicalize a value of type ${typeof value}`);
   }
@@ -251,6 +253,8 @@ function normalizeNumber(
 /** Recursive-descent parser that emits canonical text instead of building values. */
 class Parser {
   pos = 0;
+  /** Object members seen so far, against `limits.maxKeys`. */
+  private keys = 0;
 
   constructor(
     private readonly text: string,
@@ -306,6 +310,9 @@ class Parser {
     for (;;) {
       if (text.charCodeAt(this.pos) !== QUOTE) throw this.unexpected('Expected a string key');
       const position = this.pos;
+      if (++this.keys > (this.limits.maxKeys ?? Infinity)) {
+        throw new InvalidJsonError(`More than ${this.limits.maxKeys} object keys`, position);
+      }
       const key = this.string();
       this.skipWhitespace();
       if (text.charCodeAt(this.pos) !== COLON) throw this.unexpected("Expected ':'");
@@ -526,6 +533,7 @@ function serialize(
   key: string | number,
   depth: number,
   limits: JsonLimits,
+  seen: { keys: number },
 ): string | undefined {
   let value = input;
   if ((typeof value === 'object' && value !== null) || typeof value === 'bigint') {
@@ -566,16 +574,20 @@ function serialize(
     let out = '[';
     for (let i = 0; i < value.length; i++) {
       if (i > 0) out += ',';
-      out += serialize(value[i], i, depth + 1, limits) ?? 'null';
+      out += serialize(value[i], i, depth + 1, limits, seen) ?? 'null';
     }
     return out + ']';
   }
   const record = value as Record<string, unknown>;
   const keys = Object.keys(record);
+  seen.keys += keys.length;
+  if (seen.keys > (limits.maxKeys ?? Infinity)) {
+    throw new InvalidJsonError(`More than ${limits.maxKeys} object keys`, 0);
+  }
   const members: Member[] = [];
   for (let i = 0; i < keys.length; i++) {
     const memberKey = keys[i];
-    const memberValue = serialize(record[memberKey], memberKey, depth + 1, limits);
+    const memberValue = serialize(record[memberKey], memberKey, depth + 1, limits, seen);
     // Object.keys never repeats a key, so writeObject's duplicate check cannot fire here.
     if (memberValue !== undefined) {
       members.push({ key: memberKey, value: memberValue, position: 0 });
