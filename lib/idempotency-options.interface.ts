@@ -80,8 +80,9 @@ export interface IdempotencyRouteOptions {
   maxJsonKeys?: number;
   /**
    * The largest response the route may give, in bytes: it is held in memory until it is
-   * stored, and stored whole. A larger one is answered 500 `response_too_large`, its
-   * transaction rolled back and nothing stored (a stream is buffered up to here, no further).
+   * stored, and stored whole. A larger one rolls the route's transaction back and is answered
+   * 500 `response_too_large`, which is stored as the key's answer (a retry would only grow the
+   * same response again). A stream is buffered up to here, no further.
    * @default 1048576 (1 MiB)
    */
   maxResponseBytes?: number;

@@ -174,7 +174,7 @@ export class IdempotencyTransactionAbortedError extends IdempotencyError {
 
 /**
  * The handler's response outgrew the route's `maxResponseBytes`: it cannot be stored whole, so
- * nothing of the request was committed (its transaction rolled back) and nothing is stored.
+ * the request's transaction rolled back, and this error's 500 is the key's stored answer.
  * Raise the bound for the route, return less, or serve large bodies from a route that is not
  * idempotent.
  */
@@ -183,7 +183,7 @@ export class IdempotencyResponseTooLargeError extends IdempotencyError {
   constructor(readonly maxBytes: number) {
     super(
       `The response is larger than this route's maxResponseBytes (${maxBytes} bytes): it cannot ` +
-        'be stored for replays, so nothing was committed.',
+        'be stored for replays, so nothing of the request was committed.',
     );
     this.name = 'IdempotencyResponseTooLargeError';
   }

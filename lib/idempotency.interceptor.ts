@@ -184,6 +184,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
           return undefined;
         }
         const answer = handlerError ? written : (context.finished ?? written);
+        // finish()'s own answer is measured too: it is what would be stored.
+        if (answer.body.length > route.maxResponseBytes) {
+          return this.commit(context, fingerprint, tooLarge(route), true);
+        }
         const stored = await this.commit(context, fingerprint, answer, handlerError);
         return stored === written ? undefined : stored;
       },
@@ -191,12 +195,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       (error) => problemResponse(classifyCommitError(error)),
       {
         maxBytes: route.maxResponseBytes,
-        // Too large to store: nothing of the request may stay committed without it.
-        onOverflow: async () => {
-          await transaction.rollback();
-          await this.releaseQuietly(claim, false);
-          return problemResponse(new IdempotencyResponseTooLargeError(route.maxResponseBytes));
-        },
+        // Too large to store: the handler's effects roll back, and the 500 is its final
+        // answer (a retry would only grow the same response again, and on a route that is not
+        // atomic repeat its writes).
+        onOverflow: () => this.commit(context, fingerprint, tooLarge(route), true),
       },
     );
     const stopHeartbeat = route.heartbeat ? this.startHeartbeat(claim) : undefined;
@@ -337,7 +339,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         await this.releaseQuietly(claim, false);
         return;
       }
-      const answer =
+      const rendered =
         context.finished ??
         renderResult(
           outcome.value,
@@ -345,7 +347,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
           settings.headers,
           this.adapterHost.httpAdapter.getType(),
         );
-      if (await this.store.complete(claim, answer, transaction)) {
+      const overflow = rendered.body.length > settings.route.maxResponseBytes;
+      if (overflow) await transaction.rollback();
+      const answer = overflow ? tooLarge(settings.route) : rendered;
+      if (await this.store.complete(claim, answer, overflow ? undefined : transaction)) {
         this.remember(claim, fingerprint, answer, this.options.retentionMs);
       } else {
         this.logger.warn(`key ${claim.key}: lease lost before the late answer was stored`);
@@ -519,6 +524,11 @@ function writesOwnResponse(controller: object, method: string): boolean {
     return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
   });
   return takesResponse && !Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, method);
+}
+
+/** The final answer of a response too large to store: a 500 that is itself stored. */
+function tooLarge(route: ResolvedRouteOptions): StoredResponse {
+  return problemResponse(new IdempotencyResponseTooLargeError(route.maxResponseBytes));
 }
 
 /** Node's response under either adapter: Express's is one, Fastify's reply wraps it. */

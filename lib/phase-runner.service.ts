@@ -11,6 +11,7 @@ import { completedPhase, derivedKey } from './phases.js';
 import { PhaseResponse } from './phase-response.js';
 import { IdempotencyStore } from './storage/idempotency-store.interface.js';
 import { type StoredResponse } from './stored-response.js';
+import { SEALED_MARKER } from './storage/response-sealer.js';
 import { transactionScope } from './transaction/transaction-scope.js';
 
 /** A phase's result as it is stored and given back to a takeover: what JSON keeps of it. */
@@ -240,6 +241,9 @@ function toStoredResponse(value: unknown, context: IdempotencyContext): StoredRe
 
 function lowerCased(headers: Readonly<Record<string, string>>): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(headers)) out[name.toLowerCase()] = value;
+  for (const [name, value] of Object.entries(headers)) {
+    // Reserved for sealed rows: a handler's header of that name would read as one.
+    if (name !== SEALED_MARKER) out[name.toLowerCase()] = value;
+  }
   return out;
 }

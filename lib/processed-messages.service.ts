@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
-import { type EntityManager } from 'typeorm';
+import { DatabaseError } from 'pg';
+import { type EntityManager, QueryFailedError } from 'typeorm';
 import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
 import {
   type IdempotencyError,
@@ -14,6 +15,11 @@ import { isConnectionError, isTransientError } from './storage/connection-errors
  * statement or lock timeout (503 `database_transient`). Nothing was recorded either way.
  * `IdempotencyErrorFilter` answers both with `Retry-After`.
  */
+/** An error of a statement (TypeORM wraps the driver's), as opposed to the effect's own. */
+function isDriverError(error: unknown): boolean {
+  return error instanceof QueryFailedError || error instanceof DatabaseError;
+}
+
 function retryable(error: unknown): IdempotencyError | undefined {
   if (isConnectionError(error)) return new IdempotencyStoreUnavailableError(error);
   if (isTransientError(error)) return new TransientDatabaseError(error);
@@ -61,14 +67,23 @@ export class ProcessedMessages {
     if (!messageId || messageId.length > 255) {
       throw new RangeError('messageId: 1 to 255 characters');
     }
+    let effectError: unknown;
     try {
       return await this.source.dataSource.transaction(async (manager) => {
         const recorded = await manager.queryRunner!.query(RECORD, [consumer, messageId], true);
         if (recorded.affected !== 1) return { duplicate: true };
-        return { duplicate: false, result: await effect(manager) };
+        try {
+          return { duplicate: false, result: await effect(manager) };
+        } catch (error) {
+          effectError = error;
+          throw error;
+        }
       });
     } catch (error) {
-      throw retryable(error) ?? error;
+      // The effect's own failures (a call to another system) are its own to report; only the
+      // database's are mapped here, the effect's statements included.
+      const fromDatabase = error !== effectError || isDriverError(error);
+      throw (fromDatabase && retryable(error)) || error;
     }
   }
 }

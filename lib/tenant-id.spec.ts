@@ -7,11 +7,13 @@ describe('normalizeTenantId', () => {
     [42, '42'],
     [-7, '-7'],
     ['42', '42'],
-    [' 42 ', '42'],
-    ['007', '7'],
     [12n, '12'],
     ['9223372036854775807', '9223372036854775807'],
     ['-9223372036854775808', '-9223372036854775808'],
+    // Strings exactly as written: no two different ids share a key space.
+    ['007', '007'],
+    [' 42 ', ' 42 '],
+    ['-0', '-0'],
     // Strings and UUIDs, as they are.
     ['9223372036854775808', '9223372036854775808'],
     ['12345678901234567890', '12345678901234567890'],
@@ -28,6 +30,7 @@ describe('normalizeTenantId', () => {
     ['a\nb', undefined],
     ['a\u007fb', undefined],
     [2 ** 60, undefined],
+    [2n ** 64n, undefined],
     [1.5, undefined],
     [Number.NaN, undefined],
     [undefined, undefined],

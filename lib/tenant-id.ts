@@ -2,7 +2,8 @@ import { type TenantId } from './idempotency-options.interface.js';
 
 const MAX_INT64 = 9223372036854775807n;
 const MIN_INT64 = -9223372036854775808n;
-const INTEGER = /^-?\d{1,19}$/;
+/** An integer written canonically: no leading zeros, no `-0`, no sign on zero. */
+const CANONICAL_INTEGER = /^(0|-?[1-9]\d{0,18})$/;
 /** Control characters (C0, DEL, C1): never part of an id, and NUL cannot be stored at all. */
 // eslint-disable-next-line no-control-regex -- matching control characters is the point
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
@@ -11,22 +12,32 @@ export const MAX_TENANT_ID_LENGTH = 255;
 
 /**
  * Normalizes what the tenant resolver returned to the text the key is scoped by, or undefined
- * when it is not a usable id. Integers (numbers, bigints, or decimal text within 64 bits) are
- * written in their canonical decimal form, so `42`, `'42'` and `'042'` are one tenant, as they
- * were when tenant ids were a `bigint` column; any other string of 1 to 255 characters without
- * control characters (a UUID, a slug) is taken as it is, white space around it trimmed.
+ * when it is not a usable id. A number or a bigint is written in decimal, so `42` and `'42'`
+ * are one tenant (as when tenant ids were a `bigint` column); a string is taken exactly as it
+ * is, so that two different ids never share a key space (`'0042'` is not `'42'`): 1 to 255
+ * characters, not all white space, without control characters (a UUID, a slug, an account
+ * number with its leading zeros).
  */
 export function normalizeTenantId(value: TenantId | undefined | null): string | undefined {
-  if (typeof value === 'number') return Number.isSafeInteger(value) ? String(value) : undefined;
-  if (typeof value === 'bigint') return value.toString();
-  if (typeof value !== 'string') return undefined;
-  const text = value.trim();
-  if (INTEGER.test(text)) {
-    const big = BigInt(text);
-    if (big >= MIN_INT64 && big <= MAX_INT64) return big.toString();
+  let text: string;
+  if (typeof value === 'number') {
+    if (!Number.isSafeInteger(value)) return undefined;
+    text = String(value);
+  } else if (typeof value === 'bigint') {
+    if (value < MIN_INT64 || value > MAX_INT64) return undefined;
+    text = value.toString();
+  } else if (typeof value === 'string') {
+    text = value;
+  } else {
+    return undefined;
   }
-  if (text.length === 0 || text.length > MAX_TENANT_ID_LENGTH || CONTROL.test(text)) {
+  if (text.trim().length === 0 || text.length > MAX_TENANT_ID_LENGTH || CONTROL.test(text)) {
     return undefined;
   }
   return text;
+}
+
+/** Whether a tenant id is an integer as the `bigint` column wrote it (for the migration back). */
+export function isCanonicalInteger(text: string): boolean {
+  return CANONICAL_INTEGER.test(text);
 }

@@ -5,7 +5,8 @@ import { type MigrationInterface, type QueryRunner } from 'typeorm';
  * rows keep their ids, written as the decimal text the library now gives integer tenants, so
  * every stored key is found under the same tenant as before. The type change rewrites the table
  * and its primary key once, under an exclusive lock: on a large table, run it when traffic is
- * low, or purge first.
+ * low, or purge first. Instances of the previous version must be stopped before it runs: their
+ * prepared statements were planned for a `bigint` column and fail against a `text` one.
  */
 export class TextTenantIds1764461300000 implements MigrationInterface {
   name = 'TextTenantIds1764461300000';
@@ -21,6 +22,15 @@ export class TextTenantIds1764461300000 implements MigrationInterface {
   }
 
   async down(queryRunner: QueryRunner): Promise<void> {
+    const rows = (await queryRunner.query(
+      `SELECT 1 FROM idempotency_keys WHERE tenant_id !~ '^(0|-?[1-9][0-9]{0,18})$' LIMIT 1`,
+    )) as unknown[];
+    if (rows.length > 0) {
+      throw new Error(
+        'TextTenantIds cannot be reverted: idempotency_keys holds tenant ids that are not ' +
+          'integers (UUIDs, slugs), which a bigint column cannot keep. Delete those rows first.',
+      );
+    }
     await queryRunner.query(
       `ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_tenant_id_length`,
     );

@@ -152,17 +152,18 @@ describe.each(ADAPTERS)('idempotent routes on %s', (adapter) => {
     expect(again.text).toBe(first.text);
   });
 
-  it('answers 500 response_too_large for a response over maxResponseBytes, its effects rolled back, nothing stored', async () => {
+  it('answers 500 response_too_large for a response over maxResponseBytes, its effects rolled back; that 500 is the stored answer', async () => {
     const key = newKey();
     const before = await s.sideEffects('sized');
-    for (let attempt = 0; attempt < 2; attempt++) {
-      const res = await post('/sized', key).send({ size: 2000 });
-      expect(res.status).toBe(500);
-      expect(res.headers['content-type']).toMatch(PROBLEM);
-      expect(res.headers['idempotent-replayed']).toBeUndefined();
-      expect(res.body).toMatchObject({ code: 'response_too_large', status: 500 });
-      expect(res.body.detail).toContain('1024 bytes');
-    }
+    const first = await post('/sized', key).send({ size: 2000 });
+    expect(first.status).toBe(500);
+    expect(first.headers['content-type']).toMatch(PROBLEM);
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    expect(first.body).toMatchObject({ code: 'response_too_large', status: 500 });
+    expect(first.body.detail).toContain('1024 bytes');
+    const again = await post('/sized', key).send({ size: 2000 });
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.text).toBe(first.text);
     expect(await s.sideEffects('sized')).toBe(before);
     const small = newKey();
     const fits = await post('/sized', small).send({ size: 500 });
@@ -184,18 +185,18 @@ describe.each(ADAPTERS)('idempotent routes on %s', (adapter) => {
     expect(twoAgain.text).toBe(two.text);
   });
 
-  it('takes string and UUID tenants, each a key space of its own, and 42 and 042 as one', async () => {
+  it('takes string and UUID tenants, each a key space of its own, 042 apart from 42', async () => {
     const key = newKey();
-    const tenants = ['0b6c7c2e-7d1b-4c39-9f4e-2f1d0a9b8c7d', 'acme-corp', '42'];
+    const tenants = ['0b6c7c2e-7d1b-4c39-9f4e-2f1d0a9b8c7d', 'acme-corp', '42', '042'];
     const answers = [];
     for (const tenant of tenants)
       answers.push(await post('/orders', key, tenant).send({ amount: 3 }));
-    expect(answers.map((res) => res.status)).toEqual([201, 201, 201]);
-    expect(new Set(answers.map((res) => res.body.id)).size).toBe(3);
-    for (const [i, tenant] of [...tenants, '042'].entries()) {
+    expect(answers.map((res) => res.status)).toEqual([201, 201, 201, 201]);
+    expect(new Set(answers.map((res) => res.body.id)).size).toBe(4);
+    for (const [i, tenant] of tenants.entries()) {
       const again = await post('/orders', key, tenant).send({ amount: 3 });
       expect(again.headers['idempotent-replayed']).toBe('true');
-      expect(again.text).toBe(answers[Math.min(i, 2)].text);
+      expect(again.text).toBe(answers[i].text);
     }
   });
 

@@ -17,9 +17,12 @@ export class IdempotencyErrorFilter implements ExceptionFilter<IdempotencyError>
   constructor(private readonly adapterHost: HttpAdapterHost) {}
 
   catch(error: IdempotencyError, host: ArgumentsHost): void {
+    // A message handler's error is its transport's to answer (a nack, a redelivery).
+    if (host.getType() !== 'http') throw error;
     const problem = toProblem(error);
     const adapter = this.adapterHost.httpAdapter;
     const response = host.switchToHttp().getResponse<object>();
+    if (adapter.isHeadersSent(response)) return;
     for (const [name, value] of Object.entries(problem.headers)) {
       adapter.setHeader(response, name, value);
     }

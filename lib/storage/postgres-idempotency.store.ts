@@ -9,7 +9,7 @@ import {
   IdempotencyStoreUnavailableError,
   IdempotencyStoredResponseUnreadableError,
 } from '../idempotency.errors.js';
-import { type ResponseSealer, SealedResponseError } from './response-sealer.js';
+import { type ResponseSealer, SEALED_MARKER, SealedResponseError } from './response-sealer.js';
 import { type StoredResponse } from '../stored-response.js';
 import { LazyTransaction } from '../transaction/lazy-transaction.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
@@ -193,12 +193,20 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
   /** A finished key's response as it went out: opened, if it was stored sealed. */
   private opened(scope: KeyScope, existing: ExistingKey): ExistingKey {
-    if (existing.state !== 'done' || !this.sealer) return existing;
+    if (existing.state !== 'done') return existing;
+    const sealed = SEALED_MARKER in existing.response.headers;
+    if (!this.sealer && !sealed) return existing;
     try {
+      if (!this.sealer) {
+        throw new SealedResponseError(
+          'the stored response is sealed, and no encryption keys are configured',
+        );
+      }
       return { ...existing, response: this.sealer.open(scope, existing.response) };
     } catch (error) {
       if (!(error instanceof SealedResponseError)) throw error;
-      this.logger.error(`stored response of key ${scope.key}: ${error.message}`);
+      const detail = error.detail ? ` (${error.detail})` : '';
+      this.logger.error(`stored response of key ${scope.key}: ${error.message}${detail}`);
       throw new IdempotencyStoredResponseUnreadableError(error.message);
     }
   }

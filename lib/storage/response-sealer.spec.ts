@@ -54,12 +54,19 @@ describe('ResponseSealer', () => {
       scope,
       'unknown format',
     ],
+    ['cut short', (b) => b.subarray(0, 20), scope, 'cut short'],
   ])('refuses a row %s, naming why', (_name, alter, where, reason) => {
     const sealer = new ResponseSealer([k1]);
     const sealed = sealer.seal(scope, response);
     const stored = { ...sealed, body: alter(sealed.body) };
     expect(() => sealer.open(where, stored)).toThrow(SealedResponseError);
     expect(() => sealer.open(where, stored)).toThrow(reason);
+  });
+
+  it('binds the status: a row whose status was changed does not open', () => {
+    const sealer = new ResponseSealer([k1]);
+    const sealed = sealer.seal(scope, response);
+    expect(() => sealer.open(scope, { ...sealed, status: 200 })).toThrow('does not authenticate');
   });
 
   it('rotates: the first key seals, every key opens, a dropped key is named', () => {
@@ -69,7 +76,7 @@ describe('ResponseSealer', () => {
     const fresh = rotated.seal(scope, response);
     expect(new ResponseSealer([k2]).open(scope, fresh)).toEqual(response);
     expect(() => new ResponseSealer([k2]).open(scope, old)).toThrow(
-      'sealed with key id "k1", which is not among the configured keys',
+      'sealed with a key that is not among the configured keys',
     );
   });
 });

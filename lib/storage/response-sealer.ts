@@ -13,7 +13,11 @@ export interface SealingKey {
  * names this reason.
  */
 export class SealedResponseError extends Error {
-  constructor(reason: string) {
+  constructor(
+    reason: string,
+    /** What only the log shows (a key id). */
+    readonly detail?: string,
+  ) {
     super(reason);
     this.name = 'SealedResponseError';
   }
@@ -49,8 +53,8 @@ export class ResponseSealer {
     const length = Buffer.alloc(4);
     length.writeUInt32BE(headers.length);
     const iv = randomBytes(IV_BYTES);
-    const cipher = createCipheriv('aes-256-gcm', key, iv);
-    cipher.setAAD(associatedData(scope));
+    const cipher = createCipheriv('aes-256-gcm', key, iv, { authTagLength: TAG_BYTES });
+    cipher.setAAD(associatedData(scope, response.status));
     const sealed = Buffer.concat([
       cipher.update(length),
       cipher.update(headers),
@@ -76,42 +80,46 @@ export class ResponseSealer {
     if (!(SEALED_MARKER in stored.headers)) return stored;
     const body = stored.body;
     if (body.length < 2 || body[0] !== VERSION) {
-      throw new SealedResponseError(`the stored response is sealed in an unknown format`);
+      throw new SealedResponseError('the stored response is sealed in an unknown format');
     }
     const idEnd = 2 + body[1];
+    if (body.length < idEnd + IV_BYTES + TAG_BYTES + 4) {
+      throw new SealedResponseError('the stored response is sealed, but cut short');
+    }
     const id = body.subarray(2, idEnd).toString();
     const key = this.byId.get(id);
     if (!key) {
+      // The id is the operator's to see, in the log; the client learns only the reason.
       throw new SealedResponseError(
-        `the stored response is sealed with key id "${id}", which is not among the configured keys`,
+        'the stored response is sealed with a key that is not among the configured keys',
+        `key id "${id}"`,
       );
     }
     const iv = body.subarray(idEnd, idEnd + IV_BYTES);
     const tag = body.subarray(idEnd + IV_BYTES, idEnd + IV_BYTES + TAG_BYTES);
-    let plain: Buffer;
     try {
-      const decipher = createDecipheriv('aes-256-gcm', key, iv);
-      decipher.setAAD(associatedData(scope));
+      const decipher = createDecipheriv('aes-256-gcm', key, iv, { authTagLength: TAG_BYTES });
+      decipher.setAAD(associatedData(scope, stored.status));
       decipher.setAuthTag(tag);
-      plain = Buffer.concat([
+      const plain = Buffer.concat([
         decipher.update(body.subarray(idEnd + IV_BYTES + TAG_BYTES)),
         decipher.final(),
       ]);
+      const headersEnd = 4 + plain.readUInt32BE(0);
+      return {
+        status: stored.status,
+        headers: JSON.parse(plain.subarray(4, headersEnd).toString()) as Record<string, string>,
+        body: plain.subarray(headersEnd),
+      };
     } catch {
       throw new SealedResponseError(
         'the stored response does not authenticate: it was altered, or copied from another key',
       );
     }
-    const headersEnd = 4 + plain.readUInt32BE(0);
-    return {
-      status: stored.status,
-      headers: JSON.parse(plain.subarray(4, headersEnd).toString()) as Record<string, string>,
-      body: plain.subarray(headersEnd),
-    };
   }
 }
 
-/** The row's identity, bound to its ciphertext. */
-function associatedData(scope: KeyScope): Buffer {
-  return Buffer.from(`${scope.tenantId}\u0000${scope.key}`);
+/** The row's identity and its status, bound to its ciphertext. */
+function associatedData(scope: KeyScope, status: number): Buffer {
+  return Buffer.from(`${scope.tenantId}\u0000${scope.key}\u0000${status}`);
 }

@@ -1,0 +1,63 @@
+import { DataSource } from 'typeorm';
+import { IDEMPOTENCY_MIGRATIONS, ProcessedMessages, TransientDatabaseError } from '../lib/index.js';
+import { type IdempotencyDataSource } from '../lib/storage/idempotency-data-source.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+
+/** What a consumer's delivery throws, on real PostgreSQL: the database's failures mapped, the effect's own not. */
+describe('ProcessedMessages errors', () => {
+  let database: TestDatabase;
+  let dataSource: DataSource;
+  let messages: ProcessedMessages;
+
+  beforeAll(async () => {
+    database = await createTestDatabase('processed');
+    dataSource = new DataSource({
+      type: 'postgres',
+      url: database.url,
+      migrations: [...IDEMPOTENCY_MIGRATIONS],
+    });
+    await dataSource.initialize();
+    await dataSource.runMigrations();
+    messages = new ProcessedMessages({ dataSource } as IdempotencyDataSource);
+  });
+  afterAll(async () => {
+    await dataSource?.destroy();
+    await database?.drop();
+  });
+
+  const recorded = async (id: string) =>
+    ((await dataSource.query('SELECT 1 FROM processed_messages WHERE message_id = $1', [id])) as [])
+      .length;
+
+  it('lets the effect’s own failure through as it is (a PSP refusing connections is not the database)', async () => {
+    const refused = Object.assign(new Error('connect ECONNREFUSED 10.0.0.1:443'), {
+      code: 'ECONNREFUSED',
+    });
+    await expect(messages.processOnce('c', 'm-own', () => Promise.reject(refused))).rejects.toBe(
+      refused,
+    );
+    expect(await recorded('m-own')).toBe(0);
+  });
+
+  it('maps a transient failure of the effect’s statement (a lock timeout) to TransientDatabaseError', async () => {
+    await dataSource.query('CREATE TABLE IF NOT EXISTS locked (id int PRIMARY KEY)');
+    await dataSource.query('INSERT INTO locked VALUES (1) ON CONFLICT DO NOTHING');
+    const holder = dataSource.createQueryRunner();
+    await holder.startTransaction();
+    await holder.query('SELECT * FROM locked WHERE id = 1 FOR UPDATE');
+    try {
+      await expect(
+        messages.processOnce('c', 'm-lock', async (manager) => {
+          await manager.query('SET LOCAL lock_timeout = 50');
+          await manager.query('SELECT * FROM locked WHERE id = 1 FOR UPDATE');
+        }),
+      ).rejects.toBeInstanceOf(TransientDatabaseError);
+    } finally {
+      await holder.rollbackTransaction();
+      await holder.release();
+    }
+    expect(await recorded('m-lock')).toBe(0);
+    const again = await messages.processOnce('c', 'm-lock', () => Promise.resolve('applied'));
+    expect(again).toEqual({ duplicate: false, result: 'applied' });
+  });
+});
