@@ -43,6 +43,13 @@ export {
 } from './idempotency.errors.js';
 export { type Problem, PROBLEM_CONTENT_TYPE, toProblem } from './http/problem.js';
 export { IdempotencyErrorFilter } from './http/idempotency-error.filter.js';
+export {
+  type HostPort,
+  type MultiHostUrl,
+  parseMultiHostUrl,
+  postgresConnection,
+  writableHostClient,
+} from './storage/writable-host.js';
 export { parseIdempotencyKey, type KeyParseResult } from './idempotency-key.js';
 export { computeFingerprint, type FingerprintInput } from './fingerprint/fingerprint.js';
 export {

@@ -1,7 +1,12 @@
 import { type DynamicModule, Module, type Provider, ValidationPipe } from '@nestjs/common';
 import { APP_FILTER, APP_GUARD, APP_INTERCEPTOR, APP_PIPE } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyErrorFilter, IdempotencyModule } from '../lib/index.js';
+import {
+  IDEMPOTENCY_MIGRATIONS,
+  IdempotencyErrorFilter,
+  IdempotencyModule,
+  postgresConnection,
+} from '../lib/index.js';
 import { Charge, Refund } from './charges/charge.entity.js';
 import { ChargesController } from './charges/charges.controller.js';
 import { ChargesService } from './charges/charges.service.js';
@@ -44,7 +49,8 @@ export class AppModule {
       imports: [
         TypeOrmModule.forRoot({
           type: 'postgres',
-          url: settings.databaseUrl,
+          // One host, or several as libpq lists them: then the one that accepts writes.
+          ...postgresConnection(settings.databaseUrl),
           entities: [Charge, Refund, Transfer],
           // Run by main.ts before the app starts, under a lock (several instances may start).
           migrations: MIGRATIONS,

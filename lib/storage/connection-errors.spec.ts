@@ -14,6 +14,7 @@ describe('isConnectionError', () => {
     ['SQLSTATE 08006 connection failure', withCode('08006'), true],
     ['admin shutdown 57P01', withCode('57P01'), true],
     ['too many connections 53300', withCode('53300'), true],
+    ['read-only session 25006 (a demoted primary)', wrapped('25006'), true],
     ['pg pool timeout', new Error('timeout exceeded when trying to connect'), true],
     ['pg terminated', new Error('Connection terminated unexpectedly'), true],
     ['wrapped by TypeORM', wrapped('08001'), true],

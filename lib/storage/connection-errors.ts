@@ -1,5 +1,9 @@
-/** SQLSTATEs that say the database, not the statement, failed: class 08 and shutdowns. */
-const UNAVAILABLE_STATES = new Set(['57P01', '57P02', '57P03', '53300']);
+/**
+ * SQLSTATEs that say the database, not the statement, failed: class 08, shutdowns, too many
+ * connections, and `25006` (a write on a read-only session: a primary that was demoted in a
+ * failover).
+ */
+const UNAVAILABLE_STATES = new Set(['57P01', '57P02', '57P03', '53300', '25006']);
 const NETWORK_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH']);
 /**
  * SQLSTATEs of a statement that failed for a passing reason and may succeed as it is when

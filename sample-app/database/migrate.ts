@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { DataSource, type DataSourceOptions } from 'typeorm';
+import { postgresConnection } from '../../lib/index.js';
 
 /** Any constant: the advisory lock every instance of the app takes to migrate. */
 const MIGRATION_LOCK = 7_204_611_001;
@@ -10,12 +11,27 @@ const MIGRATION_LOCK = 7_204_611_001;
  * then find nothing to do (TypeORM alone would let two of them create the same table).
  */
 export async function migrate(options: DataSourceOptions & { url: string }): Promise<void> {
-  const lock = new pg.Client({ connectionString: options.url });
+  // One host or several (the one that accepts writes): the library reads the URL.
+  const connection = postgresConnection(options.url);
+  const Lock = connection.extra?.Client ?? pg.Client;
+  const lock = new Lock(
+    connection.url
+      ? { connectionString: connection.url }
+      : {
+          host: connection.host,
+          port: connection.port,
+          user: connection.username,
+          password: connection.password,
+          database: connection.database,
+        },
+  );
   await lock.connect();
   try {
     await lock.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
     const dataSource = new DataSource({
       ...options,
+      url: undefined,
+      ...connection,
       migrationsRun: false,
       entities: [],
     } as DataSourceOptions);
