@@ -1,0 +1,35 @@
+-- The library's tables, as its TypeORM migrations leave them (IDEMPOTENCY_MIGRATIONS), for
+-- teams that migrate with other tools (Flyway, Liquibase, sqitch, plain psql). A test applies
+-- this file and the migrations to two fresh databases and compares the results, column by
+-- column, constraint by constraint and index by index.
+
+CREATE TABLE idempotency_keys (
+  tenant_id        text        NOT NULL,
+  key              text        NOT NULL CHECK (length(key) BETWEEN 1 AND 255),
+  fingerprint      bytea       NOT NULL,                  -- SHA-256 of the canonical request
+  state            text        NOT NULL DEFAULT 'started' CHECK (state IN ('started', 'done')),
+  recovery_point   text        NOT NULL DEFAULT 'start',  -- the last completed atomic phase
+  locked_until     timestamptz,                           -- the lease
+  lock_version     bigint      NOT NULL DEFAULT 0,        -- fencing token, with claim_id
+  response_code    int,
+  response_body    bytea,
+  created_at       timestamptz NOT NULL DEFAULT now(),
+  claim_id         uuid        NOT NULL DEFAULT gen_random_uuid(),  -- base of derived keys
+  response_headers jsonb,
+  phase_results    jsonb       NOT NULL DEFAULT '{}',     -- what each completed phase returned
+  finished_at      timestamptz,                           -- the retention window starts here
+  PRIMARY KEY (tenant_id, key),
+  CONSTRAINT idempotency_keys_tenant_id_length CHECK (length(tenant_id) BETWEEN 1 AND 255)
+) WITH (fillfactor = 70);
+
+-- BRIN: rows arrive in created_at order; the purge finds its candidates through it.
+CREATE INDEX idempotency_keys_created_at_idx ON idempotency_keys USING brin (created_at)
+  WITH (autosummarize = on);
+
+CREATE TABLE processed_messages (
+  consumer     text        NOT NULL CHECK (length(consumer) BETWEEN 1 AND 255),
+  message_id   text        NOT NULL CHECK (length(message_id) BETWEEN 1 AND 255),
+  processed_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (consumer, message_id)
+);
+CREATE INDEX processed_messages_processed_at_idx ON processed_messages (processed_at);
