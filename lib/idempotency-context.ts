@@ -26,6 +26,8 @@ export interface ActiveClaim {
 export class IdempotencyContext {
   /** Set by the handler wrapper of `@Idempotent()`: pipes and guards have passed. */
   handlerStarted = false;
+  /** `Controller.handler`, as the events name the route. */
+  route = '';
   /**
    * Set when the request was torn down (an outer timeout) before its handler started and its
    * key was given back: the handler must then not start late, when a pipe finally resolves.

@@ -8,6 +8,7 @@ import {
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from './idempotency-options.interface.js';
 import { ReplayCache } from './replay-cache.js';
+import { publish } from './events/idempotency-events.js';
 import { IdempotencyStore } from './storage/idempotency-store.interface.js';
 
 /**
@@ -48,6 +49,7 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
     const processed = await this.inBatches(() =>
       this.store.purgeProcessedBatch(processedMessagesRetentionMs, purgeBatchSize),
     );
+    publish('purged', { finished, abandoned, processedMessages: processed });
     return finished + abandoned + processed;
   }
 

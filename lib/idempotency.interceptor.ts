@@ -56,6 +56,7 @@ import { type StoredResponse } from './stored-response.js';
 import { normalizeTenantId } from './tenant-id.js';
 import { isTransactionAbortedError } from './storage/connection-errors.js';
 import { transactionScope } from './transaction/transaction-scope.js';
+import { type IdempotencyEvent, publish } from './events/idempotency-events.js';
 
 /**
  * The edge of the library: key -> fingerprint -> claim -> decide -> run or reply. It is kept
@@ -114,17 +115,24 @@ export class IdempotencyInterceptor implements NestInterceptor {
       this.execute(claim, fingerprint, settings, defaultStatus, response, next);
 
     // A retry of a key this process saw finish: decided and replayed without a query.
+    const event = { route: settings.name, tenant: scope.tenantId, key: scope.key };
     const cached = this.cache.get(scope.tenantId, scope.key, performance.now());
     if (cached) {
       const decision = decide({ state: 'done', ...cached }, fingerprint);
-      return decision.kind === 'replay'
-        ? this.replay(raw, decision.response, responseHandled)
-        : this.fail(response, new IdempotencyKeyMismatchError());
+      if (decision.kind === 'replay') {
+        publish('replayed', { ...event, status: decision.response.status, fromMemory: true });
+        return this.replay(raw, decision.response, responseHandled);
+      }
+      publish('mismatch', event);
+      return this.fail(response, new IdempotencyKeyMismatchError());
     }
 
     return from(this.store.claim(scope, fingerprint, route.leaseMs)).pipe(
       mergeMap((outcome) => {
-        if (outcome.kind === 'claimed') return execute(outcome.claim);
+        if (outcome.kind === 'claimed') {
+          publish('claimed', event);
+          return execute(outcome.claim);
+        }
         const decision = decide(outcome.existing, fingerprint);
         switch (decision.kind) {
           case 'replay':
@@ -132,16 +140,23 @@ export class IdempotencyInterceptor implements NestInterceptor {
               const left = this.options.retentionMs - (outcome.existing.finishedAgeMs ?? Infinity);
               this.remember(scope, fingerprint, decision.response, left);
             }
+            publish('replayed', { ...event, status: decision.response.status, fromMemory: false });
             return this.replay(raw, decision.response, responseHandled);
           case 'mismatch':
+            publish('mismatch', event);
             throw new IdempotencyKeyMismatchError();
           case 'in-progress':
+            publish('conflict', event);
             throw new IdempotencyKeyInProgressError(decision.retryAfterSeconds);
           case 'take-over':
             return from(this.store.takeOver(scope, decision.fence, route.leaseMs)).pipe(
               mergeMap((claim) => {
                 // Another worker won the same expired lease a moment before us.
-                if (!claim) throw new IdempotencyKeyInProgressError(1);
+                if (!claim) {
+                  publish('conflict', event);
+                  throw new IdempotencyKeyInProgressError(1);
+                }
+                publish('takenOver', event);
                 return execute(claim);
               }),
             );
@@ -171,6 +186,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const raw = rawResponse(response);
     const transaction = this.store.transaction(false);
     const context = new IdempotencyContext(claim, defaultStatus, transaction, route.atomic);
+    context.route = settings.name;
     /** The handler's own error: the filters write its answer, stored without its effects. */
     let handlerError = false;
     /** Set when the request is torn down before its handler started: the key is given back. */
@@ -276,8 +292,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
         answer,
         handlerFailed ? undefined : transaction,
       );
-      if (!stored) return problemResponse(new IdempotencyLeaseLostError());
+      if (!stored) {
+        publish('leaseLost', eventOf(context));
+        return problemResponse(new IdempotencyLeaseLostError());
+      }
       this.remember(claim, fingerprint, answer, this.options.retentionMs);
+      publish('stored', { ...eventOf(context), status: answer.status });
+      if (answer.status >= 500)
+        publish('storedError', { ...eventOf(context), status: answer.status });
       return answer;
     } catch (error) {
       // Nothing was stored, and nothing of the handler's committed (or, if the commit's answer
@@ -285,7 +307,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       await transaction.rollback();
       await this.releaseQuietly(claim, false);
       this.logger.warn(`the response of key ${claim.key} was not stored: ${String(error)}`);
-      return problemResponse(classifyCommitError(error));
+      const problem = classifyCommitError(error);
+      publish('released', { ...eventOf(context), reason: problem.code });
+      return problemResponse(problem);
     }
   }
 
@@ -306,6 +330,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       letThrough();
       await transaction.rollback();
       await this.releaseQuietly(claim, true);
+      publish('released', { ...eventOf(context), reason: 'before_handler' });
       return error instanceof IdempotencyError ? this.toHttp(response, error) : error;
     }
     // A handler that caught a deadlock and went on fails next with "transaction aborted":
@@ -316,7 +341,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
     letThrough();
     await transaction.rollback();
     // Nothing final happened: the work resumes when the client retries with the same key.
-    if (failure.kind === 'retry') await this.releaseQuietly(claim, false);
+    if (failure.kind === 'retry') {
+      await this.releaseQuietly(claim, false);
+      publish('released', { ...eventOf(context), reason: failure.error.code });
+    } else {
+      publish('leaseLost', eventOf(context));
+    }
     return this.toHttp(response, failure.error);
   }
 
@@ -352,6 +382,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const answer = overflow ? tooLarge(settings.route) : rendered;
       if (await this.store.complete(claim, answer, overflow ? undefined : transaction)) {
         this.remember(claim, fingerprint, answer, this.options.retentionMs);
+        publish('stored', { ...eventOf(context), status: answer.status });
       } else {
         this.logger.warn(`key ${claim.key}: lease lost before the late answer was stored`);
       }
@@ -470,6 +501,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         route: resolveRouteOptions(own ?? {}, this.options.route),
         httpCode: this.reflector.get<number | undefined>(HTTP_CODE_METADATA, handler),
         responseHandled: writesOwnResponse(context.getClass(), handler.name),
+        name: `${context.getClass().name}.${handler.name}`,
         headers: storedHeaders(
           this.reflector.get<{ name: string; value: string }[] | undefined>(
             HEADERS_METADATA,
@@ -505,6 +537,8 @@ interface RouteSettings {
   responseHandled: boolean;
   /** The route's `@Header()`s that a stored response keeps (its type, its `Location`). */
   headers: Record<string, string>;
+  /** `Controller.handler`, as the events name the route. */
+  name: string;
 }
 
 function storedHeaders(declared: { name: string; value: string }[] = []): Record<string, string> {
@@ -524,6 +558,11 @@ function writesOwnResponse(controller: object, method: string): boolean {
     return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
   });
   return takesResponse && !Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, method);
+}
+
+/** The event payload of an owned request: its route, tenant and key. */
+function eventOf(context: IdempotencyContext): IdempotencyEvent {
+  return { route: context.route, tenant: context.claim!.tenantId, key: context.claim!.key };
 }
 
 /** The final answer of a response too large to store: a 500 that is itself stored. */

@@ -43,6 +43,7 @@ export {
 } from './idempotency.errors.js';
 export { type Problem, PROBLEM_CONTENT_TYPE, toProblem } from './http/problem.js';
 export { IdempotencyErrorFilter } from './http/idempotency-error.filter.js';
+export { IDEMPOTENCY_CHANNELS, type IdempotencyEvent } from './events/idempotency-events.js';
 export {
   type HostPort,
   type MultiHostUrl,

@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { DatabaseError } from 'pg';
 import { type EntityManager, QueryFailedError } from 'typeorm';
 import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
+import { publish } from './events/idempotency-events.js';
 import {
   type IdempotencyError,
   IdempotencyStoreUnavailableError,
@@ -71,7 +72,10 @@ export class ProcessedMessages {
     try {
       return await this.source.dataSource.transaction(async (manager) => {
         const recorded = await manager.queryRunner!.query(RECORD, [consumer, messageId], true);
-        if (recorded.affected !== 1) return { duplicate: true };
+        if (recorded.affected !== 1) {
+          publish('consumerDuplicate', { consumer, messageId });
+          return { duplicate: true };
+        }
         try {
           return { duplicate: false, result: await effect(manager) };
         } catch (error) {

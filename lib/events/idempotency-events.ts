@@ -1,0 +1,55 @@
+import { channel, type Channel } from 'node:diagnostics_channel';
+
+/**
+ * What the library does, as `node:diagnostics_channel` messages: subscribe with
+ * `diagnostics_channel.subscribe(IDEMPOTENCY_CHANNELS.replayed, (event) => ...)`. Publishing
+ * costs nothing while no one subscribes. Payloads name the route, tenant and key, and the
+ * status where there is one; never a body.
+ */
+export const IDEMPOTENCY_CHANNELS = {
+  /** A new key: this request runs the handler. */
+  claimed: 'idempotency:claimed',
+  /** An expired lease taken over: this request resumes a crashed one. */
+  takenOver: 'idempotency:taken-over',
+  /** The handler's answer committed with its effects and stored (`status`). */
+  stored: 'idempotency:stored',
+  /** A stored answer of status 500 or more. */
+  storedError: 'idempotency:stored-error',
+  /** A finished key's answer sent again (`fromMemory`: from the replay cache). */
+  replayed: 'idempotency:replayed',
+  /** 409: another request holds the key's lease. */
+  conflict: 'idempotency:conflict',
+  /** 422: the key was used with another request. */
+  mismatch: 'idempotency:mismatch',
+  /** 409: this request's lease was taken over; its work rolled back. */
+  leaseLost: 'idempotency:lease-lost',
+  /** The key given back without an answer stored (`reason`: the error's code). */
+  released: 'idempotency:released',
+  /** Rows the purge deleted (`finished`, `abandoned`, `processedMessages`). */
+  purged: 'idempotency:purged',
+  /** A consumer's message delivered again, applied nothing (`consumer`, `messageId`). */
+  consumerDuplicate: 'idempotency:consumer-duplicate',
+} as const;
+
+/** The payload of the request events. */
+export interface IdempotencyEvent {
+  /** `Controller.handler` of the route. */
+  route: string;
+  tenant: string;
+  key: string;
+  status?: number;
+  reason?: string;
+  fromMemory?: boolean;
+}
+
+type ChannelName = keyof typeof IDEMPOTENCY_CHANNELS;
+
+const channels = Object.fromEntries(
+  Object.entries(IDEMPOTENCY_CHANNELS).map(([name, id]) => [name, channel(id)]),
+) as Record<ChannelName, Channel>;
+
+/** Publishes `event` on a channel, if anyone listens. */
+export function publish(name: ChannelName, event: object): void {
+  const target = channels[name];
+  if (target.hasSubscribers) target.publish(event);
+}
