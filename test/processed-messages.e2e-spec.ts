@@ -1,27 +1,20 @@
-import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, ProcessedMessages, TransientDatabaseError } from '../lib/index.js';
+import { type DataSource } from 'typeorm';
+import { ProcessedMessages, TransientDatabaseError } from '../lib/index.js';
 import { type IdempotencyDataSource } from '../lib/storage/idempotency-data-source.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 
 /** What a consumer's delivery throws, on real PostgreSQL: the database's failures mapped, the effect's own not. */
 describe('ProcessedMessages errors', () => {
-  let database: TestDatabase;
+  let database: MigratedDatabase;
   let dataSource: DataSource;
   let messages: ProcessedMessages;
 
   beforeAll(async () => {
-    database = await createTestDatabase('processed');
-    dataSource = new DataSource({
-      type: 'postgres',
-      url: database.url,
-      migrations: [...IDEMPOTENCY_MIGRATIONS],
-    });
-    await dataSource.initialize();
-    await dataSource.runMigrations();
+    database = await createMigratedDatabase('processed');
+    dataSource = database.dataSource;
     messages = new ProcessedMessages({ dataSource } as IdempotencyDataSource);
   });
   afterAll(async () => {
-    await dataSource?.destroy();
     await database?.drop();
   });
 

@@ -1,16 +1,16 @@
-import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyLeaseLostError } from '../lib/index.js';
+import { type DataSource } from 'typeorm';
+import { IdempotencyLeaseLostError } from '../lib/index.js';
 import { type ActiveClaim } from '../lib/idempotency-context.js';
 import { decide } from '../lib/decide.js';
 import { PostgresIdempotencyStore } from '../lib/storage/postgres-idempotency.store.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 
 /**
  * The store's fence on real PostgreSQL: a stale worker's writes must fail even when its
  * `lock_version` matches again, after the key was given back and claimed anew.
  */
 describe('the fencing token', () => {
-  let database: TestDatabase;
+  let database: MigratedDatabase;
   let dataSource: DataSource;
   let store: PostgresIdempotencyStore;
   const fp = Buffer.alloc(32, 9);
@@ -21,19 +21,12 @@ describe('the fencing token', () => {
   };
 
   beforeAll(async () => {
-    database = await createTestDatabase('fencing');
-    dataSource = new DataSource({
-      type: 'postgres',
-      url: database.url,
-      migrations: [...IDEMPOTENCY_MIGRATIONS],
-    });
-    await dataSource.initialize();
-    await dataSource.runMigrations();
+    database = await createMigratedDatabase('fencing');
+    dataSource = database.dataSource;
     await dataSource.query('CREATE TABLE effects (worker text)');
     store = new PostgresIdempotencyStore(() => dataSource, 5000);
   });
   afterAll(async () => {
-    await dataSource?.destroy();
     await database?.drop();
   });
 
