@@ -1,20 +1,15 @@
 import {
   Body,
-  type CallHandler,
   Controller,
   type DynamicModule,
-  type ExecutionContext,
   Injectable,
   type INestApplication,
   Module,
-  type NestInterceptor,
   Post,
-  RequestTimeoutException,
   type Type,
   UseInterceptors,
 } from '@nestjs/common';
 import { InjectDataSource, InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
-import { catchError, throwError, timeout, TimeoutError } from 'rxjs';
 import { Column, type DataSource, Entity, PrimaryGeneratedColumn, type Repository } from 'typeorm';
 import {
   IDEMPOTENCY_MIGRATIONS,
@@ -25,6 +20,7 @@ import {
   PhaseRunner,
   RetryLaterError,
 } from '../../lib/index.js';
+import { RequestTimeoutInterceptor } from '../../sample-app/request-timeout.interceptor.js';
 import { type AdapterName, bootstrapTestApp } from './bootstrap.js';
 
 /** One row per write a handler made, tagged with the way it reached the database. */
@@ -107,18 +103,8 @@ class LedgerService {
   }
 }
 
-/** Like a timeout interceptor an app applies to every route: outside the idempotency one. */
-@Injectable()
-class TimeoutInterceptor implements NestInterceptor {
-  intercept(_context: ExecutionContext, next: CallHandler) {
-    return next.handle().pipe(
-      timeout(200),
-      catchError((error: unknown) =>
-        throwError(() => (error instanceof TimeoutError ? new RequestTimeoutException() : error)),
-      ),
-    );
-  }
-}
+/** Like a timeout interceptor an app applies to every route (the sample app's), outside ours. */
+const outerTimeout = () => new RequestTimeoutInterceptor(200);
 
 /** Tags that already failed once (the failFirst routes succeed on their retry). */
 export const failedOnce = new Set<string>();
@@ -193,7 +179,7 @@ class LedgerController {
   /** finish() under an outer timeout that fires while its work runs. */
   @Post('phased-timeout')
   @Idempotent()
-  @UseInterceptors(TimeoutInterceptor)
+  @UseInterceptors(outerTimeout())
   phasedUnderTimeout(@Body() body: { tag: string; finishDelayMs?: number }) {
     return this.phased(body);
   }

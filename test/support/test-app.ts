@@ -12,13 +12,9 @@ import {
   Post,
   Res,
   type DynamicModule,
-  type CallHandler,
-  type ExecutionContext,
-  type NestInterceptor,
-  RequestTimeoutException,
   UseInterceptors,
 } from '@nestjs/common';
-import { catchError, throwError, timeout, TimeoutError } from 'rxjs';
+import { RequestTimeoutInterceptor } from '../../sample-app/request-timeout.interceptor.js';
 import { type AdapterName, bootstrapTestApp } from './bootstrap.js';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { type DataSource } from 'typeorm';
@@ -37,18 +33,8 @@ interface OrderBody {
   delayMs?: number;
 }
 
-/** Like a timeout interceptor an app applies to every route: outside the idempotency one. */
-@Injectable()
-class TimeoutInterceptor implements NestInterceptor {
-  intercept(_context: ExecutionContext, next: CallHandler) {
-    return next.handle().pipe(
-      timeout(200),
-      catchError((error: unknown) =>
-        throwError(() => (error instanceof TimeoutError ? new RequestTimeoutException() : error)),
-      ),
-    );
-  }
-}
+/** Like a timeout interceptor an app applies to every route (the sample app's), outside ours. */
+const outerTimeout = () => new RequestTimeoutInterceptor(200);
 
 @Injectable()
 class SlowPipe implements PipeTransform {
@@ -136,7 +122,7 @@ class OrdersController {
   /** An outer interceptor gives up after 200 ms, while the handler goes on. */
   @Post('timeout')
   @Idempotent()
-  @UseInterceptors(TimeoutInterceptor)
+  @UseInterceptors(outerTimeout())
   async underTimeout(@Body() body: { delayMs: number }) {
     await sleep(body.delayMs);
     const id = await this.record('timeout', null);
@@ -154,7 +140,7 @@ class OrdersController {
   /** A pipe slower than the outer timeout: the handler has not started when it gives up. */
   @Post('timeout-in-pipe')
   @Idempotent()
-  @UseInterceptors(TimeoutInterceptor)
+  @UseInterceptors(outerTimeout())
   async slowPipe(@Body(SlowPipe) body: { delayMs: number }) {
     const id = await this.record('timeout-in-pipe', null);
     return { id, body };
