@@ -86,6 +86,14 @@ export interface IdempotencyRouteOptions {
    * @default 1048576 (1 MiB)
    */
   maxResponseBytes?: number;
+  /**
+   * Response headers stored and replayed besides `Content-Type`, `Content-Encoding` and
+   * `Location` (a request id, a rate-limit figure the answer depends on). `Set-Cookie` and the
+   * hop-by-hop headers are refused at start-up: a cookie replayed to a retrying client would
+   * be another session's.
+   * @default []
+   */
+  replayHeaders?: string[];
 }
 
 /** Options of `IdempotencyModule.forRoot()`. */
@@ -154,6 +162,15 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    */
   databaseTimeoutMs?: number;
   /**
+   * Whether an answer is stored, by its status: a key whose answer is not stored is given
+   * back with its work rolled back (on an `atomic` route), and a retry runs it again. The
+   * default stores every answer once the handler ran, 5xx included, as Stripe does; return
+   * `status < 500` to let clients retry a server error instead. On a route that is not
+   * atomic, its writes are not rolled back: a retry repeats them.
+   * @default () => true
+   */
+  storeIf?: (status: number) => boolean;
+  /**
    * Encryption at rest of the stored responses (AES-256-GCM; off when unset): bodies and
    * headers are sealed with the first key, bound to their tenant and key, and opened with
    * whichever key sealed them. Rotate by putting a new key first; drop an old one once every
@@ -194,6 +211,7 @@ export interface ResolvedIdempotencyOptions {
   purgeIntervalMs?: number;
   purgeBatchSize: number;
   replayCache: { size: number; bytes: number; ttlMs: number };
+  storeIf: (status: number) => boolean;
   /** The encryption keys, the sealing one first; undefined when responses are stored plain. */
   sealingKeys?: SealingKey[];
   route: ResolvedRouteOptions;
@@ -208,4 +226,6 @@ export interface ResolvedRouteOptions {
   atomic: boolean;
   json: JsonLimits;
   maxResponseBytes: number;
+  /** Lower-cased: the three the library always keeps, then `replayHeaders`. */
+  storedHeaders: readonly string[];
 }

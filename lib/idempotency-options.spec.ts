@@ -50,6 +50,22 @@ describe('resolveIdempotencyOptions', () => {
     ['nesting over the parser’s bound', { maxJsonDepth: 513 }, 'maxJsonDepth must be at most 512'],
     ['no digits', { maxJsonNumberDigits: 0 }, 'maxJsonNumberDigits must be a positive integer'],
     [
+      'Set-Cookie replayed',
+      { replayHeaders: ['Set-Cookie'] },
+      'replayHeaders: "Set-Cookie" is never replayed',
+    ],
+    [
+      'a hop-by-hop header replayed',
+      { replayHeaders: ['Connection'] },
+      'replayHeaders: "Connection" is never replayed',
+    ],
+    [
+      'a bad header name replayed',
+      { replayHeaders: ['a b'] },
+      'replayHeaders: "a b" is not a header name',
+    ],
+    ['storeIf not a function', { storeIf: 5 as never }, 'storeIf must be a function'],
+    [
       'no encryption keys',
       { encryption: { keys: [] } },
       'encryption.keys must list at least one key',
@@ -126,6 +142,10 @@ describe('resolveRouteOptions', () => {
     ],
     [{ fingerprintHeaders: [] }, { fingerprintHeaders: [] }],
     [{ atomic: false }, { atomic: false, required: true }],
+    [
+      { replayHeaders: ['X-Request-Id'] },
+      { storedHeaders: ['content-type', 'content-encoding', 'location', 'x-request-id'] },
+    ],
     [{ maxJsonDepth: 8 }, { json: { maxDepth: 8, maxNumberDigits: 1000, maxKeys: 10_000 } }],
   ])('overrides the module options with %j', (route, expected) => {
     expect(resolveRouteOptions(route, base)).toMatchObject(expected);

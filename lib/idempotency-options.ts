@@ -12,6 +12,7 @@ import {
   DEFAULT_MAX_JSON_DEPTH,
   DEFAULT_MAX_JSON_KEYS,
   DEFAULT_MAX_RESPONSE_BYTES,
+  STORED_RESPONSE_HEADERS,
   DEFAULT_MAX_JSON_NUMBER_DIGITS,
 } from './idempotency.constants.js';
 import { MAX_JSON_LIMITS } from './fingerprint/canonical-json.js';
@@ -40,12 +41,51 @@ function positiveInteger(name: string, value: number | undefined, fallback: numb
   return value;
 }
 
+/** Never replayed: a session's cookie, and what describes one connection, not an answer. */
+const NEVER_REPLAYED = new Set([
+  'set-cookie',
+  'connection',
+  'keep-alive',
+  'transfer-encoding',
+  'upgrade',
+  'te',
+  'trailer',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'content-length',
+]);
+
+function storedHeaders(extra: string[] | undefined, base?: readonly string[]): readonly string[] {
+  if (extra === undefined) return base ?? STORED_RESPONSE_HEADERS;
+  const names = new Set<string>(STORED_RESPONSE_HEADERS);
+  for (const header of extra) {
+    if (!HEADER_NAME.test(header)) {
+      throw new InvalidIdempotencyOptionsError(`replayHeaders: "${header}" is not a header name`);
+    }
+    if (NEVER_REPLAYED.has(header.toLowerCase())) {
+      throw new InvalidIdempotencyOptionsError(
+        `replayHeaders: "${header}" is never replayed (a cookie would be another session's; ` +
+          'hop-by-hop headers describe a connection, not an answer)',
+      );
+    }
+    names.add(header.toLowerCase());
+  }
+  return [...names];
+}
+
 function boundedInteger(name: string, value: number | undefined, fallback: number, max: number) {
   const resolved = positiveInteger(name, value, fallback);
   if (resolved > max) {
     throw new InvalidIdempotencyOptionsError(`${name} must be at most ${max}, got ${resolved}`);
   }
   return resolved;
+}
+
+function resolveStoreIf(storeIf: ((status: number) => boolean) | undefined) {
+  if (storeIf !== undefined && typeof storeIf !== 'function') {
+    throw new InvalidIdempotencyOptionsError('storeIf must be a function (status) => boolean');
+  }
+  return storeIf ?? (() => true);
 }
 
 function resolveSealingKeys(keys: { id: string; key: Buffer | string }[] | undefined) {
@@ -100,6 +140,7 @@ export function resolveRouteOptions(
     fingerprintQuery: options.fingerprintQuery ?? base?.fingerprintQuery ?? false,
     heartbeat: options.heartbeat ?? base?.heartbeat ?? false,
     atomic: options.atomic ?? base?.atomic ?? true,
+    storedHeaders: storedHeaders(options.replayHeaders, base?.storedHeaders),
     maxResponseBytes: positiveInteger(
       'maxResponseBytes',
       options.maxResponseBytes,
@@ -188,6 +229,7 @@ export function resolveIdempotencyOptions(
       DEFAULT_PURGE_BATCH_SIZE,
     ),
     sealingKeys: options.encryption && resolveSealingKeys(options.encryption.keys),
+    storeIf: resolveStoreIf(options.storeIf),
     replayCache: {
       size: nonNegativeInteger(
         'replayCacheSize',

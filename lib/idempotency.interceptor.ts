@@ -24,11 +24,7 @@ import { classifyCommitError, classifyHandlerError } from './failure.js';
 import { renderResult } from './http/handler-result.js';
 import { problemResponse, toProblem } from './http/problem.js';
 import { holdResponse, send } from './http/response-hold.js';
-import {
-  IDEMPOTENT_ROUTE_OPTIONS,
-  REPLAYED_HEADER,
-  STORED_RESPONSE_HEADERS,
-} from './idempotency.constants.js';
+import { IDEMPOTENT_ROUTE_OPTIONS, REPLAYED_HEADER } from './idempotency.constants.js';
 import { type ActiveClaim, IdempotencyContext, idempotencyStorage } from './idempotency-context.js';
 import {
   IdempotencyError,
@@ -216,6 +212,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         // atomic repeat its writes).
         onOverflow: () => this.commit(context, fingerprint, tooLarge(route), true),
       },
+      route.storedHeaders,
     );
     const stopHeartbeat = route.heartbeat ? this.startHeartbeat(claim) : undefined;
 
@@ -285,6 +282,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
   ): Promise<StoredResponse> {
     const claim = context.claim!;
     const transaction = context.transaction!;
+    if (!this.options.storeIf(answer.status)) {
+      // Not to be stored (storeIf): nothing of the request stays either; a retry runs it.
+      await transaction.rollback();
+      await this.releaseQuietly(claim, false);
+      publish('released', { ...eventOf(context), reason: 'store_if' });
+      return answer;
+    }
     try {
       if (handlerFailed) await transaction.rollback();
       const stored = await this.store.complete(
@@ -380,6 +384,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const overflow = rendered.body.length > settings.route.maxResponseBytes;
       if (overflow) await transaction.rollback();
       const answer = overflow ? tooLarge(settings.route) : rendered;
+      if (!this.options.storeIf(answer.status)) {
+        await transaction.rollback();
+        await this.releaseQuietly(claim, false);
+        publish('released', { ...eventOf(context), reason: 'store_if' });
+        return;
+      }
       if (await this.store.complete(claim, answer, overflow ? undefined : transaction)) {
         this.remember(claim, fingerprint, answer, this.options.retentionMs);
         publish('stored', { ...eventOf(context), status: answer.status });
@@ -497,12 +507,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
         IDEMPOTENT_ROUTE_OPTIONS,
         handler,
       );
+      const route = resolveRouteOptions(own ?? {}, this.options.route);
       settings = {
-        route: resolveRouteOptions(own ?? {}, this.options.route),
+        route,
         httpCode: this.reflector.get<number | undefined>(HTTP_CODE_METADATA, handler),
         responseHandled: writesOwnResponse(context.getClass(), handler.name),
         name: `${context.getClass().name}.${handler.name}`,
-        headers: storedHeaders(
+        headers: declaredHeaders(
+          route.storedHeaders,
           this.reflector.get<{ name: string; value: string }[] | undefined>(
             HEADERS_METADATA,
             handler,
@@ -541,8 +553,11 @@ interface RouteSettings {
   name: string;
 }
 
-function storedHeaders(declared: { name: string; value: string }[] = []): Record<string, string> {
-  const kept: readonly string[] = STORED_RESPONSE_HEADERS;
+/** The route's `@Header()`s that its stored response keeps. */
+function declaredHeaders(
+  kept: readonly string[],
+  declared: { name: string; value: string }[] = [],
+): Record<string, string> {
   const out: Record<string, string> = {};
   for (const { name, value } of declared) {
     if (kept.includes(name.toLowerCase())) out[name.toLowerCase()] = value;

@@ -173,6 +173,27 @@ describe.each(ADAPTERS)('idempotent routes on %s', (adapter) => {
     expect(replay.text).toBe(fits.text);
   });
 
+  it('stores and replays the headers a route names in replayHeaders, and only those', async () => {
+    const key = newKey();
+    const first = await post('/costed', key);
+    expect(first.status).toBe(201);
+    expect(first.headers['x-request-cost']).toBe('7');
+    const again = await post('/costed', key);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.headers['x-request-cost']).toBe('7');
+    const stored = async (k: string) =>
+      (
+        await s.db.query<{ h: Record<string, string> }>(
+          'SELECT response_headers AS h FROM idempotency_keys WHERE key = $1',
+          [k],
+        )
+      ).rows[0].h;
+    expect((await stored(key))['x-request-cost']).toBe('7');
+    const other = newKey();
+    expect((await post('/orders', other).send({ amount: 1 })).status).toBe(201);
+    expect(Object.keys(await stored(other))).toEqual(['content-type']);
+  });
+
   it('scopes keys per tenant: the same key under two tenants is two operations', async () => {
     const key = newKey();
     const one = await post('/orders', key, '1').send({ amount: 50 });

@@ -46,6 +46,8 @@ export function holdResponse(
   finalize: Finalizer,
   onFinalizeError: (error: unknown) => StoredResponse | undefined,
   limit?: ResponseLimit,
+  /** The response headers kept with the stored response, lower-cased. */
+  storedHeaders: readonly string[] = STORED_RESPONSE_HEADERS,
 ): () => void {
   const original = { writeHead: raw.writeHead, write: raw.write, end: raw.end };
   let chunks: Buffer[] = [];
@@ -102,7 +104,7 @@ export function holdResponse(
     const chunk = typeof args[0] === 'function' ? undefined : (args[0] as Chunk | undefined);
     const encoding = typeof args[1] === 'string' ? (args[1] as BufferEncoding) : undefined;
     if (chunk !== undefined && chunk !== null) keep(toBuffer(chunk, encoding));
-    const written = overflowed ? undefined : readWritten(raw, chunks);
+    const written = overflowed ? undefined : readWritten(raw, chunks, storedHeaders);
     const finalized = written ? finalize(written) : limit!.onOverflow();
     finalized
       .catch(onFinalizeError)
@@ -127,9 +129,13 @@ export function holdResponse(
   };
 }
 
-function readWritten(raw: ServerResponse, chunks: Buffer[]): StoredResponse {
+function readWritten(
+  raw: ServerResponse,
+  chunks: Buffer[],
+  storedHeaders: readonly string[],
+): StoredResponse {
   const headers: Record<string, string> = {};
-  for (const name of STORED_RESPONSE_HEADERS) {
+  for (const name of storedHeaders) {
     const value = raw.getHeader(name);
     if (value !== undefined)
       headers[name] = Array.isArray(value) ? value.join(', ') : String(value);

@@ -161,6 +161,15 @@ class OrdersController {
     return { pad: 'x'.repeat(Math.max(0, body.size - 10)) };
   }
 
+  /** Sets a header of its own, which `replayHeaders` may keep. */
+  @Post('costed')
+  @Idempotent({ replayHeaders: ['X-Request-Cost'] })
+  @Header('X-Request-Cost', '7')
+  async costed() {
+    const id = await this.record('costed', null);
+    return { id };
+  }
+
   @Post('plain')
   async plain() {
     const id = await this.record('plain', null);
