@@ -49,7 +49,7 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
     const processed = await this.inBatches(() =>
       this.store.purgeProcessedBatch(processedMessagesRetentionMs, purgeBatchSize),
     );
-    publish('purged', { finished, abandoned, processedMessages: processed });
+    publish('purged', () => ({ finished, abandoned, processedMessages: processed }));
     return finished + abandoned + processed;
   }
 

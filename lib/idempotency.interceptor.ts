@@ -111,12 +111,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
       this.execute(claim, fingerprint, settings, defaultStatus, response, next);
 
     // A retry of a key this process saw finish: decided and replayed without a query.
-    const event = { route: settings.name, tenant: scope.tenantId, key: scope.key };
+    const event = () => ({ route: settings.name, tenant: scope.tenantId, key: scope.key });
     const cached = this.cache.get(scope.tenantId, scope.key, performance.now());
     if (cached) {
       const decision = decide({ state: 'done', ...cached }, fingerprint);
       if (decision.kind === 'replay') {
-        publish('replayed', { ...event, status: decision.response.status, fromMemory: true });
+        publish('replayed', () => ({
+          ...event(),
+          status: decision.response.status,
+          fromMemory: true,
+        }));
         return this.replay(raw, decision.response, responseHandled);
       }
       publish('mismatch', event);
@@ -136,7 +140,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
               const left = this.options.retentionMs - (outcome.existing.finishedAgeMs ?? Infinity);
               this.remember(scope, fingerprint, decision.response, left);
             }
-            publish('replayed', { ...event, status: decision.response.status, fromMemory: false });
+            publish('replayed', () => ({
+              ...event(),
+              status: decision.response.status,
+              fromMemory: false,
+            }));
             return this.replay(raw, decision.response, responseHandled);
           case 'mismatch':
             publish('mismatch', event);
@@ -286,7 +294,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // Not to be stored (storeIf): nothing of the request stays either; a retry runs it.
       await transaction.rollback();
       await this.releaseQuietly(claim, false);
-      publish('released', { ...eventOf(context), reason: 'store_if' });
+      publish('released', () => ({ ...eventOf(context), reason: 'store_if' }));
       return answer;
     }
     try {
@@ -297,13 +305,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
         handlerFailed ? undefined : transaction,
       );
       if (!stored) {
-        publish('leaseLost', eventOf(context));
+        publish('leaseLost', () => eventOf(context));
         return problemResponse(new IdempotencyLeaseLostError());
       }
       this.remember(claim, fingerprint, answer, this.options.retentionMs);
-      publish('stored', { ...eventOf(context), status: answer.status });
+      publish('stored', () => ({ ...eventOf(context), status: answer.status }));
       if (answer.status >= 500)
-        publish('storedError', { ...eventOf(context), status: answer.status });
+        publish('storedError', () => ({ ...eventOf(context), status: answer.status }));
       return answer;
     } catch (error) {
       // Nothing was stored, and nothing of the handler's committed (or, if the commit's answer
@@ -312,7 +320,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       await this.releaseQuietly(claim, false);
       this.logger.warn(`the response of key ${claim.key} was not stored: ${String(error)}`);
       const problem = classifyCommitError(error);
-      publish('released', { ...eventOf(context), reason: problem.code });
+      publish('released', () => ({ ...eventOf(context), reason: problem.code }));
       return problemResponse(problem);
     }
   }
@@ -334,7 +342,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       letThrough();
       await transaction.rollback();
       await this.releaseQuietly(claim, true);
-      publish('released', { ...eventOf(context), reason: 'before_handler' });
+      publish('released', () => ({ ...eventOf(context), reason: 'before_handler' }));
       return error instanceof IdempotencyError ? this.toHttp(response, error) : error;
     }
     // A handler that caught a deadlock and went on fails next with "transaction aborted":
@@ -347,9 +355,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     // Nothing final happened: the work resumes when the client retries with the same key.
     if (failure.kind === 'retry') {
       await this.releaseQuietly(claim, false);
-      publish('released', { ...eventOf(context), reason: failure.error.code });
+      publish('released', () => ({ ...eventOf(context), reason: failure.error.code }));
     } else {
-      publish('leaseLost', eventOf(context));
+      publish('leaseLost', () => eventOf(context));
     }
     return this.toHttp(response, failure.error);
   }
@@ -387,12 +395,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
       if (!this.options.storeIf(answer.status)) {
         await transaction.rollback();
         await this.releaseQuietly(claim, false);
-        publish('released', { ...eventOf(context), reason: 'store_if' });
+        publish('released', () => ({ ...eventOf(context), reason: 'store_if' }));
         return;
       }
       if (await this.store.complete(claim, answer, overflow ? undefined : transaction)) {
         this.remember(claim, fingerprint, answer, this.options.retentionMs);
-        publish('stored', { ...eventOf(context), status: answer.status });
+        publish('stored', () => ({ ...eventOf(context), status: answer.status }));
       } else {
         this.logger.warn(`key ${claim.key}: lease lost before the late answer was stored`);
       }

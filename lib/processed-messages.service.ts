@@ -73,7 +73,7 @@ export class ProcessedMessages {
       return await this.source.dataSource.transaction(async (manager) => {
         const recorded = await manager.queryRunner!.query(RECORD, [consumer, messageId], true);
         if (recorded.affected !== 1) {
-          publish('consumerDuplicate', { consumer, messageId });
+          publish('consumerDuplicate', () => ({ consumer, messageId }));
           return { duplicate: true };
         }
         try {

@@ -48,8 +48,11 @@ const channels = Object.fromEntries(
   Object.entries(IDEMPOTENCY_CHANNELS).map(([name, id]) => [name, channel(id)]),
 ) as Record<ChannelName, Channel>;
 
-/** Publishes `event` on a channel, if anyone listens. */
-export function publish(name: ChannelName, event: object): void {
+/**
+ * Publishes on a channel, if anyone listens: the payload is built only then, so a request
+ * path with no subscriber pays for no event object.
+ */
+export function publish(name: ChannelName, event: () => object): void {
   const target = channels[name];
-  if (target.hasSubscribers) target.publish(event);
+  if (target.hasSubscribers) target.publish(event());
 }
