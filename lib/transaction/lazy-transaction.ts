@@ -7,6 +7,7 @@ import {
 } from 'typeorm';
 import { isTransactionAbortedError } from '../storage/connection-errors.js';
 import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js';
+import { beginWith, canBeginWith } from '../storage/begin-with.js';
 import { fencedCommit, isFenceLost } from '../storage/fenced-commit.js';
 import { type JoinableTransaction, ownQueryRunner } from './transaction-scope.js';
 
@@ -55,6 +56,8 @@ export class TransactionAbortedError extends Error {
 export class LazyTransaction implements JoinableTransaction {
   private runner?: QueryRunner;
   private opening?: Promise<PoolClient>;
+  /** Set once `BEGIN` is on its way (alone, or in front of the first statement). */
+  private beginning?: Promise<void>;
   private state: 'pending' | 'ending' | 'ended' = 'pending';
   /** The commit or rollback under way: a second end waits for it rather than racing it. */
   private ending?: Promise<unknown>;
@@ -134,6 +137,18 @@ export class LazyTransaction implements JoinableTransaction {
       this.state = 'ended';
       throw error;
     });
+    if (!this.beginning) {
+      // A connection was taken but no statement sent on it: the fenced statement commits alone.
+      try {
+        const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs);
+        this.committed = rowCount === 1;
+        this.end(client);
+        return this.committed;
+      } catch (error) {
+        this.end(client, error);
+        throw error;
+      }
+    }
     try {
       // The fenced statement and COMMIT in one round trip; a lost fence raises, and the
       // COMMIT after it is skipped.
@@ -216,6 +231,14 @@ export class LazyTransaction implements JoinableTransaction {
         throw error;
       }
     };
+    const stream = runner.stream.bind(runner) as (...args: unknown[]) => Promise<unknown>;
+    internals.stream = async (...args: unknown[]) => {
+      // A stream is handed to node-postgres as an object, which `beginWith` cannot carry: its
+      // BEGIN goes first, alone, so that a failed BEGIN never leaves it running outside.
+      await this.open(internals);
+      await this.begin(await this.opening!);
+      return stream(...args);
+    };
     this.runner = runner;
     return runner;
   }
@@ -230,40 +253,58 @@ export class LazyTransaction implements JoinableTransaction {
   }
 
   /**
-   * The connection and `BEGIN` (at the DataSource's isolation level, if it sets one), on the
-   * first statement; bounded like every wait here. TypeORM gets a guarded view of the client:
-   * a statement of the handler's that is still on its way when the transaction ends is
-   * refused, never sent after the `COMMIT` or on a connection back in the pool.
+   * The connection, on the first statement; bounded like every wait here. TypeORM gets a
+   * guarded view of the client: a statement of the handler's that is still on its way when
+   * the transaction ends is refused, never sent after the `COMMIT` or on a connection back in
+   * the pool. The first statement through it carries the `BEGIN` (at the DataSource's
+   * isolation level, if it sets one) in its own round trip (`beginWith`).
    */
   private open(runner: RunnerInternals): Promise<PoolClient> {
     if (this.ended) return Promise.reject(new TransactionEndedError());
-    this.opening ??= (async () => {
-      const client = await acquire(this.pool(), this.timeoutMs);
-      const isolation = this.dataSource.options.isolationLevel;
-      try {
-        await withDeadline(
-          client.query(isolation ? `BEGIN ISOLATION LEVEL ${isolation}` : 'BEGIN'),
-          this.timeoutMs,
-          'BEGIN',
-        );
-      } catch (error) {
-        client.release(asError(error));
-        throw error;
-      }
-      return client;
-    })();
+    this.opening ??= acquire(this.pool(), this.timeoutMs);
     return this.opening.then((client) => {
       const guarded = Object.create(client, {
-        query: {
-          value: (...args: unknown[]) =>
-            this.ended
-              ? Promise.reject(new TransactionEndedError())
-              : (client.query as (...a: unknown[]) => unknown).apply(client, args),
-        },
+        query: { value: (...args: unknown[]) => this.send(client, args) },
       }) as PoolClient;
       runner.databaseConnection = guarded;
       return guarded;
     });
+  }
+
+  private send(client: PoolClient, args: unknown[]): Promise<unknown> {
+    if (this.ended) return Promise.reject(new TransactionEndedError());
+    const query = client.query as (...a: unknown[]) => Promise<unknown>;
+    if (isSubmittable(args[0])) {
+      // A stream (TypeORM's `stream()`, which begins first; see `ensureRunner`): node-postgres
+      // queues it behind the BEGIN, and it must be handed back as it is, not as a promise.
+      void this.begin(client);
+      return query.apply(client, args);
+    }
+    if (this.beginning) return this.beginning.then(() => query.apply(client, args));
+    if (canBeginWith(args)) {
+      const first = beginWith(client, this.beginText(), args[0], args[1]);
+      // Whatever the outcome, the transaction's end (COMMIT or ROLLBACK) follows: a failed
+      // first statement, or a failed BEGIN, leaves nothing behind that ROLLBACK does not end.
+      this.beginning = first.then(
+        () => undefined,
+        () => undefined,
+      );
+      return first;
+    }
+    return this.begin(client).then(() => query.apply(client, args));
+  }
+
+  /** `BEGIN` in a round trip of its own: for a first statement `beginWith` cannot carry. */
+  private begin(client: PoolClient): Promise<void> {
+    this.beginning ??= withDeadline(client.query(this.beginText()), this.timeoutMs, 'BEGIN').then(
+      () => undefined,
+    );
+    return this.beginning;
+  }
+
+  private beginText(): string {
+    const isolation = this.dataSource.options.isolationLevel;
+    return isolation ? `BEGIN ISOLATION LEVEL ${isolation}` : 'BEGIN';
   }
 }
 
@@ -284,6 +325,11 @@ interface RunnerInternals {
   connect(): Promise<unknown>;
   release(): Promise<void>;
   query(...args: unknown[]): Promise<unknown>;
+  stream(...args: unknown[]): Promise<unknown>;
+}
+
+function isSubmittable(value: unknown): boolean {
+  return typeof (value as { submit?: unknown } | null)?.submit === 'function';
 }
 
 function asError(error: unknown): Error {

@@ -1,0 +1,89 @@
+import pg, { type PoolClient, type QueryResult } from 'pg';
+
+/** The part of node-postgres' protocol connection that a query writes to. */
+interface ProtocolConnection {
+  parse(config: { text: string }): void;
+  bind(config: object): void;
+  execute(config: { portal: string }): void;
+}
+
+type QueryClass = new (
+  config: { text: string; values: unknown[] },
+  values: undefined,
+  callback: (error: Error | null, result?: QueryResult) => void,
+) => object;
+
+const Query = pg.Query as unknown as QueryClass;
+const { prepare, handleCommandComplete } = (
+  pg.Query as unknown as {
+    prototype: {
+      prepare(connection: ProtocolConnection): void;
+      handleCommandComplete(message: unknown, connection: unknown): void;
+    };
+  }
+).prototype;
+
+/**
+ * node-postgres' own prepared query, with the transaction's `BEGIN` parsed, bound and executed
+ * in front of it, before the Sync that ends the round trip: a transaction opens with its first
+ * statement in one round trip, not two.
+ *
+ * Why this is safe: in the extended protocol PostgreSQL skips every message up to the Sync
+ * after an error, so a `BEGIN` that fails never lets the statement behind it run (and commit
+ * on its own); and a `BEGIN` inside the implicit block of a Sync turns it into an ordinary
+ * transaction block that the Sync leaves open. `BEGIN`'s own completion is not reported, so
+ * the caller (TypeORM) sees the statement's result alone, exactly as without it.
+ */
+class BeginThenQuery extends Query {
+  private beginReported = false;
+
+  constructor(
+    /** The `BEGIN` sent in front (public: the statement-count test reads it). */
+    readonly begin: string,
+    config: { text: string; values: unknown[] },
+    callback: (error: Error | null, result?: QueryResult) => void,
+  ) {
+    super(config, undefined, callback);
+  }
+
+  prepare(connection: ProtocolConnection): void {
+    connection.parse({ text: this.begin });
+    connection.bind({});
+    connection.execute({ portal: '' });
+    prepare.call(this, connection);
+  }
+
+  handleCommandComplete(message: unknown, connection: unknown): void {
+    if (!this.beginReported) {
+      this.beginReported = true;
+      return;
+    }
+    handleCommandComplete.call(this, message, connection);
+  }
+}
+
+/**
+ * Whether `beginWith` can carry this statement: one with parameters (the extended protocol;
+ * TypeORM sends every write with parameters) and no name of its own (node-postgres keeps a
+ * named statement's parse state per name, and the `BEGIN` in front would confuse it).
+ */
+export function canBeginWith(args: unknown[]): args is [string, unknown[]] {
+  return (
+    args.length === 2 && typeof args[0] === 'string' && Array.isArray(args[1]) && args[1].length > 0
+  );
+}
+
+/** Sends `begin` and the statement in one round trip; resolves with the statement's result. */
+export function beginWith(
+  client: PoolClient,
+  begin: string,
+  text: string,
+  values: unknown[],
+): Promise<QueryResult> {
+  return new Promise((resolve, reject) => {
+    const query = new BeginThenQuery(begin, { text, values }, (error, result) =>
+      error ? reject(error) : resolve(result!),
+    );
+    void client.query(query as unknown as pg.Query);
+  });
+}
