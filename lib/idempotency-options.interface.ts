@@ -1,4 +1,5 @@
 import { type JsonLimits } from './fingerprint/canonical-json.js';
+import { type IdempotencyKeySource, type KeyReader } from './key-source.js';
 import { type SealingKey } from './storage/response-sealer.js';
 
 /**
@@ -19,6 +20,15 @@ export type TenantId = string | number | bigint;
 
 /** Options shared by the module (defaults) and `@Idempotent()` (per-route overrides). */
 export interface IdempotencyRouteOptions {
+  /**
+   * Where the key is, when not in the module's key header: another header
+   * (`{ header: 'X-Request-Id' }`), a field of the JSON body (`{ body: 'requestId' }`, a
+   * dotted path for a nested one), or a function of the request, named for the error
+   * messages (`{ name: 'the op query parameter', read: (request) => ... }`). The key is
+   * checked as a header's is: 1 to 255 visible ASCII characters.
+   * @default { header: headerName }
+   */
+  keyFrom?: IdempotencyKeySource;
   /**
    * Answer 400 when the header is missing. When false, a request without a key runs as if the
    * route were not idempotent.
@@ -218,6 +228,8 @@ export interface ResolvedIdempotencyOptions {
 }
 
 export interface ResolvedRouteOptions {
+  /** Where the key is read. */
+  key: KeyReader;
   required: boolean;
   leaseMs: number;
   fingerprintHeaders: readonly string[];

@@ -23,6 +23,13 @@ import {
   type ResolvedRouteOptions,
 } from './idempotency-options.interface.js';
 
+import {
+  headerKeyReader,
+  type IdempotencyKeySource,
+  keyReader,
+  type KeyReader,
+} from './key-source.js';
+
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
 /** Thrown at start-up when an option is out of range; the message says what to fix. */
@@ -81,6 +88,20 @@ function boundedInteger(name: string, value: number | undefined, fallback: numbe
   return resolved;
 }
 
+function resolveKeySource(source: IdempotencyKeySource | undefined, fallback: KeyReader) {
+  if (source === undefined) return fallback;
+  if (typeof source !== 'object' || source === null) {
+    throw new InvalidIdempotencyOptionsError(
+      'keyFrom needs { header }, { body } or { name, read }',
+    );
+  }
+  try {
+    return keyReader(source);
+  } catch (error) {
+    throw new InvalidIdempotencyOptionsError((error as Error).message);
+  }
+}
+
 function resolveStoreIf(storeIf: ((status: number) => boolean) | undefined) {
   if (storeIf !== undefined && typeof storeIf !== 'function') {
     throw new InvalidIdempotencyOptionsError('storeIf must be a function (status) => boolean');
@@ -124,6 +145,7 @@ function nonNegativeInteger(name: string, value: number | undefined, fallback: n
 export function resolveRouteOptions(
   options: IdempotencyRouteOptions,
   base?: ResolvedRouteOptions,
+  headerName: string = DEFAULT_HEADER_NAME,
 ): ResolvedRouteOptions {
   const headers = options.fingerprintHeaders ?? base?.fingerprintHeaders ?? [];
   for (const header of headers) {
@@ -134,6 +156,7 @@ export function resolveRouteOptions(
     }
   }
   return {
+    key: resolveKeySource(options.keyFrom, base?.key ?? headerKeyReader(headerName)),
     required: options.required ?? base?.required ?? true,
     leaseMs: positiveInteger('leaseMs', options.leaseMs, base?.leaseMs ?? DEFAULT_LEASE_MS),
     fingerprintHeaders: headers.map((h) => h.toLowerCase()).sort(),
@@ -176,6 +199,11 @@ export function resolveIdempotencyOptions(
   const headerName = options.headerName ?? DEFAULT_HEADER_NAME;
   if (!HEADER_NAME.test(headerName)) {
     throw new InvalidIdempotencyOptionsError(`headerName "${headerName}" is not a header name`);
+  }
+  if (options.headerName !== undefined && options.keyFrom !== undefined) {
+    throw new InvalidIdempotencyOptionsError(
+      'give either headerName or keyFrom, not both (keyFrom: { header } names another header)',
+    );
   }
   if (options.tenant !== undefined && typeof options.tenant !== 'function') {
     throw new InvalidIdempotencyOptionsError('tenant must be a function (request) => tenant id');
@@ -247,6 +275,6 @@ export function resolveIdempotencyOptions(
         DEFAULT_REPLAY_CACHE_TTL_MS,
       ),
     },
-    route: resolveRouteOptions(options),
+    route: resolveRouteOptions(options, undefined, headerName),
   };
 }

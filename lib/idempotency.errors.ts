@@ -25,8 +25,9 @@ export abstract class IdempotencyError extends Error {
 /** The route requires a key and the request has none. */
 export class IdempotencyKeyMissingError extends IdempotencyError {
   readonly code = 'key_missing';
-  constructor(readonly headerName: string) {
-    super(`The ${headerName} header is required on this route; send one key per operation.`);
+  /** `where`: where the route reads its key, as "the Idempotency-Key header". */
+  constructor(readonly where: string) {
+    super(`${capitalized(where)} is required on this route; send one key per operation.`);
     this.name = 'IdempotencyKeyMissingError';
   }
 }
@@ -35,10 +36,10 @@ export class IdempotencyKeyMissingError extends IdempotencyError {
 export class IdempotencyKeyInvalidError extends IdempotencyError {
   readonly code = 'key_invalid';
   constructor(
-    readonly headerName: string,
+    readonly where: string,
     readonly reason: string,
   ) {
-    super(`The ${headerName} header is invalid: ${reason}.`);
+    super(`${capitalized(where)} is invalid: ${reason}.`);
     this.name = 'IdempotencyKeyInvalidError';
   }
 }
@@ -200,4 +201,8 @@ export class IdempotencyStoredResponseUnreadableError extends IdempotencyError {
     super(`The stored response of this idempotency key cannot be read: ${reason}.`);
     this.name = 'IdempotencyStoredResponseUnreadableError';
   }
+}
+
+function capitalized(text: string): string {
+  return text.charAt(0).toUpperCase() + text.slice(1);
 }

@@ -80,17 +80,18 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const { route, httpCode, responseHandled } = settings;
     const defaultStatus = httpCode ?? (request.method === 'POST' ? 201 : 200);
 
-    const parsed = parseIdempotencyKey(request.headers[this.options.headerKey]);
+    const given = route.key.read(request);
+    const parsed =
+      typeof given === 'object' && !Array.isArray(given)
+        ? ({ kind: 'invalid', reason: given.invalid } as const)
+        : parseIdempotencyKey(given);
     if (parsed.kind === 'missing') {
       return route.required
-        ? this.fail(response, new IdempotencyKeyMissingError(this.options.headerName))
+        ? this.fail(response, new IdempotencyKeyMissingError(route.key.where))
         : this.runWithoutKey(defaultStatus, rawResponse(response), next);
     }
     if (parsed.kind === 'invalid') {
-      return this.fail(
-        response,
-        new IdempotencyKeyInvalidError(this.options.headerName, parsed.reason),
-      );
+      return this.fail(response, new IdempotencyKeyInvalidError(route.key.where, parsed.reason));
     }
     const resolved = this.options.tenant(request);
     const tenantId = normalizeTenantId(resolved);

@@ -1,4 +1,5 @@
 import { Module, type Provider } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { PhaseRunner } from './phase-runner.service.js';
 import { ReplayCache } from './replay-cache.js';
@@ -19,6 +20,7 @@ import { IdempotencyStore } from './storage/idempotency-store.interface.js';
 import { PostgresIdempotencyStore } from './storage/postgres-idempotency.store.js';
 import { ResponseSealer } from './storage/response-sealer.js';
 import { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
+import { IdempotentRoutesCheck } from './routes/idempotent-routes.check.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_IDEMPOTENCY_OPTIONS,
@@ -57,7 +59,9 @@ const storeProvider: Provider = {
  * export class AppModule {}
  */
 @Module({
+  imports: [DiscoveryModule],
   providers: [
+    IdempotentRoutesCheck,
     resolvedOptionsProvider,
     replayCacheProvider,
     IdempotencyDataSource,

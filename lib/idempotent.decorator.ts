@@ -1,4 +1,5 @@
-import { applyDecorators, SetMetadata, UseInterceptors } from '@nestjs/common';
+import { applyDecorators, RequestMethod, SetMetadata, UseInterceptors } from '@nestjs/common';
+import { METHOD_METADATA } from '@nestjs/common/constants.js';
 import { IDEMPOTENT_ROUTE_OPTIONS } from './idempotency.constants.js';
 import { currentIdempotencyContext } from './idempotency-context.js';
 import { type IdempotencyRouteOptions } from './idempotency-options.interface.js';
@@ -28,22 +29,57 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
   return descriptor;
 };
 
+/** The methods a class-level `@Idempotent()` covers: the ones that change state. */
+const UNSAFE_METHODS: ReadonlySet<RequestMethod> = new Set([
+  RequestMethod.POST,
+  RequestMethod.PATCH,
+  RequestMethod.DELETE,
+]);
+
 /**
  * Makes a route idempotent: the first request with a key runs the handler and its response
  * is stored; a retry with the same key and request gets that response again, byte for byte,
  * without running anything. Options override the module's for this route.
+ *
+ * On a controller class, it makes every `POST`, `PATCH` and `DELETE` route of the class
+ * idempotent (its own methods, not inherited ones); a method's own `@Idempotent()` options
+ * then override the class's.
  *
  * @example
  * @Post('charges')
  * @Idempotent()
  * create(@Body() dto: CreateChargeDto) { ... }
  */
-export function Idempotent(options: IdempotencyRouteOptions = {}): MethodDecorator {
+export function Idempotent(
+  options: IdempotencyRouteOptions = {},
+): ClassDecorator & MethodDecorator {
   // Validated now, so that a wrong option fails at start-up rather than on the first request.
   resolveRouteOptions(options);
-  return applyDecorators(
-    markHandlerStart,
-    SetMetadata(IDEMPOTENT_ROUTE_OPTIONS, options),
-    UseInterceptors(IdempotencyInterceptor),
-  );
+  const onMethod = (own: IdempotencyRouteOptions): MethodDecorator =>
+    applyDecorators(
+      markHandlerStart,
+      SetMetadata(IDEMPOTENT_ROUTE_OPTIONS, own),
+      UseInterceptors(IdempotencyInterceptor),
+    );
+  return ((target: object, property?: string | symbol, descriptor?: PropertyDescriptor) => {
+    if (descriptor) return onMethod(options)(target, property!, descriptor);
+    const prototype = (target as { prototype: object }).prototype;
+    for (const name of Object.getOwnPropertyNames(prototype)) {
+      const method = Object.getOwnPropertyDescriptor(prototype, name);
+      if (name === 'constructor' || typeof method?.value !== 'function') continue;
+      const handler = method.value as object;
+      if (!UNSAFE_METHODS.has(Reflect.getMetadata(METHOD_METADATA, handler) as RequestMethod)) {
+        continue;
+      }
+      const own = Reflect.getMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler) as
+        IdempotencyRouteOptions | undefined;
+      if (own) {
+        // Decorated on its own too (method decorators run first): its options win.
+        Reflect.defineMetadata(IDEMPOTENT_ROUTE_OPTIONS, { ...options, ...own }, handler);
+        continue;
+      }
+      onMethod(options)(prototype, name, method);
+      Object.defineProperty(prototype, name, method);
+    }
+  }) as ClassDecorator & MethodDecorator;
 }

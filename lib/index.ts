@@ -23,6 +23,7 @@ export type {
   IdempotencyRequest,
   TenantId,
 } from './idempotency-options.interface.js';
+export { type IdempotencyKeySource } from './key-source.js';
 export { InvalidIdempotencyOptionsError } from './idempotency-options.js';
 export {
   IdempotencyError,

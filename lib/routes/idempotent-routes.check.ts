@@ -1,0 +1,68 @@
+import { Injectable, type OnModuleInit } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { INTERCEPTORS_METADATA, METHOD_METADATA } from '@nestjs/common/constants.js';
+import { IDEMPOTENT_ROUTE_OPTIONS } from '../idempotency.constants.js';
+import { IdempotencyInterceptor } from '../idempotency.interceptor.js';
+import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
+import { type DecoratedMethod, routeProblem } from './route-problem.js';
+
+/** The metadata keys of the packages the app may use; read by name, none of them imported. */
+const MESSAGE_PATTERN = 'microservices:pattern';
+const GATEWAY_MESSAGE = 'websockets:message_mapping';
+const RESOLVER_TYPE = 'graphql:resolver_type';
+
+/**
+ * Fails the app's start-up when `@Idempotent()` sits where the interceptor never runs (a
+ * message handler, a provider's method, a gateway, a `GET`), rather than letting such a
+ * method run with no key and no protection while the code reads as if it had both.
+ */
+@Injectable()
+export class IdempotentRoutesCheck implements OnModuleInit {
+  constructor(
+    private readonly discovery: DiscoveryService,
+    private readonly scanner: MetadataScanner,
+  ) {}
+
+  onModuleInit(): void {
+    const controllers = new Set(this.discovery.getControllers().map((wrapper) => wrapper.metatype));
+    const classes = new Set<unknown>(controllers);
+    for (const wrapper of this.discovery.getProviders()) {
+      if (wrapper.metatype) classes.add(wrapper.metatype);
+    }
+    const problems: string[] = [];
+    for (const type of classes) {
+      if (typeof type !== 'function' || !type.prototype) continue;
+      for (const name of this.scanner.getAllMethodNames(type.prototype as object)) {
+        const handler = (type.prototype as Record<string, unknown>)[name];
+        if (typeof handler !== 'function') continue;
+        if (!Reflect.hasMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler)) continue;
+        const problem = routeProblem(
+          describe(type as new () => object, name, handler, controllers),
+        );
+        if (problem) problems.push(problem);
+      }
+    }
+    if (problems.length > 0) throw new InvalidIdempotencyOptionsError(problems.join('; '));
+  }
+}
+
+function describe(
+  type: new () => object,
+  name: string,
+  handler: object,
+  controllers: Set<unknown>,
+): DecoratedMethod {
+  const interceptors = [
+    ...((Reflect.getMetadata(INTERCEPTORS_METADATA, handler) as unknown[] | undefined) ?? []),
+    ...((Reflect.getMetadata(INTERCEPTORS_METADATA, type) as unknown[] | undefined) ?? []),
+  ];
+  return {
+    name: `${type.name}.${name}`,
+    inController: controllers.has(type),
+    httpMethod: Reflect.getMetadata(METHOD_METADATA, handler) as DecoratedMethod['httpMethod'],
+    intercepted: interceptors.includes(IdempotencyInterceptor),
+    messageHandler: Reflect.hasMetadata(MESSAGE_PATTERN, handler),
+    gatewayHandler: Reflect.hasMetadata(GATEWAY_MESSAGE, handler),
+    resolverHandler: Reflect.hasMetadata(RESOLVER_TYPE, handler),
+  };
+}

@@ -1,0 +1,70 @@
+import { RequestMethod } from '@nestjs/common';
+
+/** What the start-up check reads of a method that carries `@Idempotent()`. */
+export interface DecoratedMethod {
+  /** `Class.method`, for the message. */
+  name: string;
+  /** Whether its class is a controller (not a provider or a gateway). */
+  inController: boolean;
+  /** Its HTTP method, when it is a route handler. */
+  httpMethod?: RequestMethod;
+  /** Whether the library's interceptor is on it or on its class. */
+  intercepted: boolean;
+  /** Whether it is a `@MessagePattern()` / `@EventPattern()` handler. */
+  messageHandler: boolean;
+  /** Whether it is a WebSocket gateway's `@SubscribeMessage()` handler. */
+  gatewayHandler: boolean;
+  /** Whether it is a GraphQL resolver's query, mutation or subscription. */
+  resolverHandler: boolean;
+}
+
+const SAFE_METHODS = new Map<RequestMethod, string>([
+  [RequestMethod.GET, 'GET'],
+  [RequestMethod.HEAD, 'HEAD'],
+  [RequestMethod.OPTIONS, 'OPTIONS'],
+]);
+
+/**
+ * Why `@Idempotent()` cannot work where it was put, or undefined when it can. Pure: the
+ * module's start-up check feeds it every decorated method and fails on the first answer, so
+ * that a route the library would silently pass through is found before the first request.
+ */
+export function routeProblem(method: DecoratedMethod): string | undefined {
+  const where = `@Idempotent() on ${method.name}`;
+  if (method.messageHandler) {
+    return (
+      `${where}: a message handler (@MessagePattern/@EventPattern) has no HTTP request or ` +
+      'Idempotency-Key header; apply its effect once with ProcessedMessages.processOnce(), in the ' +
+      'transaction of the effect'
+    );
+  }
+  if (method.gatewayHandler) {
+    return `${where}: WebSocket gateway handlers are not supported; use an HTTP route`;
+  }
+  if (method.resolverHandler) {
+    return `${where}: GraphQL resolvers are not supported; use an HTTP route`;
+  }
+  if (!method.inController) {
+    return (
+      `${where}: not a controller, so no request passes through the interceptor and the ` +
+      'method would run with no key at all; put it on the route handler that calls it'
+    );
+  }
+  if (method.httpMethod === undefined) {
+    return `${where}: not a route handler (no @Post(), @Put(), @Patch() or @Delete() on it)`;
+  }
+  const safe = SAFE_METHODS.get(method.httpMethod);
+  if (safe) {
+    return (
+      `${where}: ${safe} is safe by HTTP's definition and must not change state; keys are ` +
+      'for POST, PUT, PATCH and DELETE'
+    );
+  }
+  if (!method.intercepted) {
+    return (
+      `${where}: the IdempotencyInterceptor is not on it (its metadata was set without the ` +
+      'decorator?), so requests would pass through unchecked; use @Idempotent() itself'
+    );
+  }
+  return undefined;
+}
