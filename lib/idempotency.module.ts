@@ -21,6 +21,7 @@ import { PostgresIdempotencyStore } from './storage/postgres-idempotency.store.j
 import { ResponseSealer } from './storage/response-sealer.js';
 import { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
 import { IdempotentRoutesCheck } from './routes/idempotent-routes.check.js';
+import { openApiDocumenterProvider } from './openapi/openapi-documenter.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_IDEMPOTENCY_OPTIONS,
@@ -62,6 +63,7 @@ const storeProvider: Provider = {
   imports: [DiscoveryModule],
   providers: [
     IdempotentRoutesCheck,
+    openApiDocumenterProvider,
     resolvedOptionsProvider,
     replayCacheProvider,
     IdempotencyDataSource,
