@@ -1,5 +1,6 @@
 import { type JsonLimits } from './fingerprint/canonical-json.js';
 import { type IdempotencyKeySource, type KeyReader } from './key-source.js';
+import { type OtelMeterProvider } from './events/idempotency-metrics.js';
 import { type SealingKey } from './storage/response-sealer.js';
 
 /**
@@ -205,6 +206,19 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    * @default 60000
    */
   replayCacheTtlMs?: number;
+  /**
+   * OpenTelemetry metrics (see the README's "Events and metrics"): `true` uses the global
+   * `MeterProvider` when `@opentelemetry/api` is installed and an SDK registered one before
+   * the app started, and costs nothing otherwise; `{ meterProvider }` uses that one; `false`
+   * turns them off.
+   * @default true
+   */
+  metrics?: boolean | { meterProvider: OtelMeterProvider };
+  /**
+   * Every event as a Nest `Logger.debug()` line, context `Idempotency`.
+   * @default false
+   */
+  debugEvents?: boolean;
 }
 
 /** The options with every default filled in: what the library works with. */
@@ -222,6 +236,8 @@ export interface ResolvedIdempotencyOptions {
   purgeBatchSize: number;
   replayCache: { size: number; bytes: number; ttlMs: number };
   storeIf: (status: number) => boolean;
+  metrics: boolean | { meterProvider: OtelMeterProvider };
+  debugEvents: boolean;
   /** The encryption keys, the sealing one first; undefined when responses are stored plain. */
   sealingKeys?: SealingKey[];
   route: ResolvedRouteOptions;

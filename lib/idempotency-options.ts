@@ -102,6 +102,16 @@ function resolveKeySource(source: IdempotencyKeySource | undefined, fallback: Ke
   }
 }
 
+function resolveMetrics(metrics: IdempotencyModuleOptions['metrics']) {
+  if (metrics === undefined || typeof metrics === 'boolean') return metrics ?? true;
+  if (typeof metrics?.meterProvider?.getMeter !== 'function') {
+    throw new InvalidIdempotencyOptionsError(
+      'metrics must be true, false or { meterProvider } (an OpenTelemetry MeterProvider)',
+    );
+  }
+  return metrics;
+}
+
 function resolveStoreIf(storeIf: ((status: number) => boolean) | undefined) {
   if (storeIf !== undefined && typeof storeIf !== 'function') {
     throw new InvalidIdempotencyOptionsError('storeIf must be a function (status) => boolean');
@@ -258,6 +268,8 @@ export function resolveIdempotencyOptions(
     ),
     sealingKeys: options.encryption && resolveSealingKeys(options.encryption.keys),
     storeIf: resolveStoreIf(options.storeIf),
+    metrics: resolveMetrics(options.metrics),
+    debugEvents: options.debugEvents ?? false,
     replayCache: {
       size: nonNegativeInteger(
         'replayCacheSize',

@@ -73,6 +73,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     if (context.getType() !== 'http') return next.handle();
+    /** When the library's own work on this request began: the events report its duration. */
+    const began = performance.now();
     const http = context.switchToHttp();
     const request = http.getRequest<IdempotencyRequest>();
     const response = http.getResponse<object>();
@@ -112,7 +114,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
       this.execute(claim, fingerprint, settings, defaultStatus, response, next);
 
     // A retry of a key this process saw finish: decided and replayed without a query.
-    const event = () => ({ route: settings.name, tenant: scope.tenantId, key: scope.key });
+    const event = () => ({
+      route: settings.name,
+      tenant: scope.tenantId,
+      key: scope.key,
+      durationMs: performance.now() - began,
+    });
     const cached = this.cache.get(scope.tenantId, scope.key, performance.now());
     if (cached) {
       const decision = decide({ state: 'done', ...cached }, fingerprint);
@@ -298,6 +305,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       publish('released', () => ({ ...eventOf(context), reason: 'store_if' }));
       return answer;
     }
+    const began = performance.now();
     try {
       if (handlerFailed) await transaction.rollback();
       const stored = await this.store.complete(
@@ -310,7 +318,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
         return problemResponse(new IdempotencyLeaseLostError());
       }
       this.remember(claim, fingerprint, answer, this.options.retentionMs);
-      publish('stored', () => ({ ...eventOf(context), status: answer.status }));
+      publish('stored', () => ({
+        ...eventOf(context),
+        status: answer.status,
+        durationMs: performance.now() - began,
+      }));
       if (answer.status >= 500)
         publish('storedError', () => ({ ...eventOf(context), status: answer.status }));
       return answer;

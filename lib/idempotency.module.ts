@@ -22,6 +22,8 @@ import { ResponseSealer } from './storage/response-sealer.js';
 import { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
 import { IdempotentRoutesCheck } from './routes/idempotent-routes.check.js';
 import { openApiDocumenterProvider } from './openapi/openapi-documenter.js';
+import { IdempotencyMetrics } from './events/idempotency-metrics.js';
+import { IdempotencyDebugLog } from './events/idempotency-debug-log.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_IDEMPOTENCY_OPTIONS,
@@ -64,6 +66,8 @@ const storeProvider: Provider = {
   providers: [
     IdempotentRoutesCheck,
     openApiDocumenterProvider,
+    IdempotencyMetrics,
+    IdempotencyDebugLog,
     resolvedOptionsProvider,
     replayCacheProvider,
     IdempotencyDataSource,

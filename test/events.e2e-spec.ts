@@ -26,13 +26,22 @@ describe('events', () => {
     request(s.server()).post(path).set('Idempotency-Key', key).set('X-Tenant-Id', '3').send(body);
   const take = () => seen.splice(0).map(({ channel, event }) => ({ channel, ...event }));
   const route = 'OrdersController.create';
+  /** The library's own time: a number of milliseconds, under the test's own bound. */
+  const ms = expect.any(Number) as unknown as number;
 
   it('publishes a claim and its stored answer, a replay from memory, a mismatch', async () => {
     seen.length = 0;
     await post('/orders', 'ev-1', { amount: 1 });
     expect(take()).toEqual([
-      { channel: 'idempotency:claimed', route, tenant: '3', key: 'ev-1' },
-      { channel: 'idempotency:stored', route, tenant: '3', key: 'ev-1', status: 201 },
+      { channel: 'idempotency:claimed', route, tenant: '3', key: 'ev-1', durationMs: ms },
+      {
+        channel: 'idempotency:stored',
+        route,
+        tenant: '3',
+        key: 'ev-1',
+        status: 201,
+        durationMs: ms,
+      },
     ]);
     await post('/orders', 'ev-1', { amount: 1 });
     await post('/orders', 'ev-1', { amount: 2 });
@@ -44,8 +53,9 @@ describe('events', () => {
         key: 'ev-1',
         status: 201,
         fromMemory: true,
+        durationMs: ms,
       },
-      { channel: 'idempotency:mismatch', route, tenant: '3', key: 'ev-1' },
+      { channel: 'idempotency:mismatch', route, tenant: '3', key: 'ev-1', durationMs: ms },
     ]);
   });
 
@@ -63,6 +73,7 @@ describe('events', () => {
       route,
       tenant: '3',
       key: 'ev-2',
+      durationMs: ms,
     });
     expect(events).toContainEqual({
       channel: 'idempotency:stored-error',
@@ -80,6 +91,10 @@ describe('events', () => {
     });
     // Never a body.
     expect(JSON.stringify(events)).not.toContain('amount');
+    for (const event of events) {
+      if ('durationMs' in event) expect(event.durationMs).toBeGreaterThanOrEqual(0);
+      if ('durationMs' in event) expect(event.durationMs).toBeLessThan(5000);
+    }
   });
 
   it('publishes what the purge deleted', async () => {

@@ -40,6 +40,12 @@ export interface IdempotencyEvent {
   status?: number;
   reason?: string;
   fromMemory?: boolean;
+  /**
+   * The library's own time on the request, in milliseconds: on `claimed`, `takenOver`,
+   * `replayed`, `conflict` and `mismatch`, from the interceptor's start to its decision (the
+   * key, the fingerprint, the claim); on `stored`, the commit of the stored response.
+   */
+  durationMs?: number;
 }
 
 type ChannelName = keyof typeof IDEMPOTENCY_CHANNELS;

@@ -64,6 +64,8 @@ export interface IdempotencyStore {
   purgeAbandonedBatch(horizonMs: number, batchSize: number): Promise<number>;
   /** Deletes up to `batchSize` consumers' message ids processed before `retentionMs`. */
   purgeProcessedBatch(retentionMs: number, batchSize: number): Promise<number>;
+  /** How long ago the oldest unfinished key was claimed; undefined when none is. */
+  oldestUnfinishedAgeMs(): Promise<number | undefined>;
   /** The heartbeat: false when the lease was lost. */
   extendLease(claim: ActiveClaim): Promise<boolean>;
 }

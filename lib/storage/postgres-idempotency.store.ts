@@ -22,6 +22,7 @@ import {
   PURGE_ABANDONED_BATCH,
   PURGE_BATCH,
   PURGE_PROCESSED_BATCH,
+  OLDEST_UNFINISHED,
   RELEASE,
   TAKE_OVER,
 } from './postgres-statements.js';
@@ -149,6 +150,11 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   async purgeProcessedBatch(retentionMs: number, batchSize: number): Promise<number> {
     const { rowCount } = await this.query(PURGE_PROCESSED_BATCH, [retentionMs, batchSize]);
     return rowCount ?? 0;
+  }
+
+  async oldestUnfinishedAgeMs(): Promise<number | undefined> {
+    const { rows } = await this.query<{ age_ms: number | null }>(OLDEST_UNFINISHED, []);
+    return rows[0]?.age_ms ?? undefined;
   }
 
   async extendLease(claim: ActiveClaim): Promise<boolean> {

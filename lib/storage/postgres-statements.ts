@@ -158,3 +158,15 @@ export const PURGE_BATCH = {
   LIMIT $2 FOR UPDATE SKIP LOCKED)
 RETURNING tenant_id, key`,
 };
+
+/**
+ * The age of the oldest key still unfinished (its worker crashed, or its client gave up and no
+ * retry came), for the metrics' gauge. A scan of the table: it runs only when a metrics reader
+ * collects (once a minute by default), and an index on `state` would make every stored
+ * response a non-HOT update.
+ */
+export const OLDEST_UNFINISHED = {
+  name: 'idempotency_oldest_unfinished_v1',
+  text: `SELECT (extract(epoch FROM clock_timestamp() - min(created_at)) * 1000)::float8 AS age_ms
+FROM idempotency_keys WHERE state = 'started'`,
+};

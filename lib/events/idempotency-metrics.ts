@@ -1,0 +1,132 @@
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type OnModuleDestroy,
+  type OnModuleInit,
+} from '@nestjs/common';
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
+import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
+import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
+import { IdempotencyStore } from '../storage/idempotency-store.interface.js';
+import { type MetricAttributes, metricPoints, REQUEST_OUTCOMES } from './event-outcomes.js';
+import { IDEMPOTENCY_CHANNELS } from './idempotency-events.js';
+
+/** The part of an OpenTelemetry `MeterProvider` the library uses (`@opentelemetry/api`). */
+export interface OtelMeterProvider {
+  getMeter(name: string, version?: string): OtelMeter;
+}
+
+/** The part of an OpenTelemetry `Meter` the library uses. */
+export interface OtelMeter {
+  createCounter(name: string, options?: object): { add(value: number, attributes?: object): void };
+  createHistogram(
+    name: string,
+    options?: object,
+  ): { record(value: number, attributes?: object): void };
+  createObservableGauge(
+    name: string,
+    options?: object,
+  ): { addCallback(callback: (result: { observe(value: number): void }) => unknown): void };
+}
+
+const METER_NAME = 'nestjs-idempotency-pg';
+
+/**
+ * The library's events as OpenTelemetry metrics: outcomes counted by route, the library's own
+ * time on the request path, rows purged, consumers' duplicates, and the age of the oldest
+ * unfinished key. It subscribes to the events only when a real meter is there (an SDK
+ * registered before the app started, or `metrics: { meterProvider }`): with no SDK the
+ * request path builds no event at all.
+ */
+@Injectable()
+export class IdempotencyMetrics implements OnModuleInit, OnModuleDestroy {
+  private readonly logger = new Logger('Idempotency');
+  private readonly subscriptions: [string, (message: unknown) => void][] = [];
+
+  constructor(
+    @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+    @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+  ) {}
+
+  async onModuleInit(): Promise<void> {
+    const meter = await this.meter();
+    if (!meter) return;
+    const outcomes = meter.createCounter('idempotency.outcomes', {
+      description:
+        'Outcomes of idempotent requests: a new key counts claimed, then stored or released',
+      unit: '{outcome}',
+    });
+    const duration = meter.createHistogram('idempotency.duration', {
+      description:
+        "The library's own time on a request: deciding (key, fingerprint, claim), storing the answer",
+      unit: 'ms',
+    });
+    const purged = meter.createCounter('idempotency.purged', {
+      description: 'Rows deleted by the retention purge',
+      unit: '{row}',
+    });
+    const duplicates = meter.createCounter('idempotency.consumer.duplicates', {
+      description: 'Messages a consumer had processed before, delivered again and applied nothing',
+      unit: '{message}',
+    });
+    meter
+      .createObservableGauge('idempotency.oldest_unfinished_key.age', {
+        description: 'Age of the oldest key claimed and never finished (0 when none)',
+        unit: 's',
+      })
+      .addCallback(async (result) => {
+        try {
+          result.observe(((await this.store.oldestUnfinishedAgeMs()) ?? 0) / 1000);
+        } catch (error) {
+          this.logger.warn(`the oldest unfinished key's age was not read: ${String(error)}`);
+        }
+      });
+
+    for (const channel of Object.keys(REQUEST_OUTCOMES) as (keyof typeof REQUEST_OUTCOMES)[]) {
+      this.on(IDEMPOTENCY_CHANNELS[channel], (event) => {
+        const points = metricPoints(channel, event);
+        if (points.outcome) outcomes.add(1, points.outcome.attributes);
+        if (points.duration) duration.record(points.duration.ms, points.duration.attributes);
+      });
+    }
+    this.on(IDEMPOTENCY_CHANNELS.purged, (event) => {
+      for (const kind of ['finished', 'abandoned', 'processedMessages'] as const) {
+        const rows = event[kind];
+        if (typeof rows === 'number' && rows > 0) {
+          purged.add(rows, { 'idempotency.purge.kind': kind } satisfies MetricAttributes);
+        }
+      }
+    });
+    this.on(IDEMPOTENCY_CHANNELS.consumerDuplicate, (event) => {
+      duplicates.add(1, { 'idempotency.consumer': String(event.consumer) });
+    });
+  }
+
+  onModuleDestroy(): void {
+    for (const [channel, listener] of this.subscriptions.splice(0)) unsubscribe(channel, listener);
+  }
+
+  private on(channel: string, listener: (event: Record<string, never>) => void): void {
+    const wrapped = (message: unknown) => listener(message as Record<string, never>);
+    subscribe(channel, wrapped);
+    this.subscriptions.push([channel, wrapped]);
+  }
+
+  /** The meter to use, or undefined when there is none worth subscribing for. */
+  private async meter(): Promise<OtelMeter | undefined> {
+    const setting = this.options.metrics;
+    if (setting === false) return undefined;
+    if (setting !== true) return setting.meterProvider.getMeter(METER_NAME);
+    let api: typeof import('@opentelemetry/api');
+    try {
+      api = await import('@opentelemetry/api');
+    } catch {
+      return undefined; // not installed: an optional peer dependency
+    }
+    const meter = api.metrics.getMeter(METER_NAME);
+    // No SDK registered: the API hands out its no-op meter, and counting would cost the
+    // request path its events for nothing.
+    return meter.constructor === api.createNoopMeter().constructor ? undefined : meter;
+  }
+}
