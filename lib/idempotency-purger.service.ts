@@ -49,6 +49,10 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
     const processed = await this.inBatches(() =>
       this.store.purgeProcessedBatch(processedMessagesRetentionMs, purgeBatchSize),
     );
+    // Failure counts of messages given up or since processed: kept as long as the ids.
+    await this.inBatches(() =>
+      this.store.purgeMessageFailuresBatch(processedMessagesRetentionMs, purgeBatchSize),
+    );
     publish('purged', () => ({ finished, abandoned, processedMessages: processed }));
     return finished + abandoned + processed;
   }

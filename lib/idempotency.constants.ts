@@ -82,5 +82,8 @@ export const STORED_RESPONSE_HEADERS = ['content-type', 'content-encoding', 'loc
 /** Metadata key of `@Idempotent()`'s per-route options. */
 export const IDEMPOTENT_ROUTE_OPTIONS = 'idempotency:route-options';
 
+/** Metadata key of `@IdempotentMessage()`'s options. */
+export const IDEMPOTENT_MESSAGE_OPTIONS = 'idempotency:message-options';
+
 /** The recovery point of a claim no phase has completed yet (the design's default). */
 export const START_RECOVERY_POINT = 'start';

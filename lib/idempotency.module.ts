@@ -24,6 +24,7 @@ import { IdempotentRoutesCheck } from './routes/idempotent-routes.check.js';
 import { openApiDocumenterProvider } from './openapi/openapi-documenter.js';
 import { IdempotencyMetrics } from './events/idempotency-metrics.js';
 import { IdempotencyDebugLog } from './events/idempotency-debug-log.js';
+import { IdempotentMessageInterceptor } from './messages/idempotent-message.interceptor.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_IDEMPOTENCY_OPTIONS,
@@ -73,6 +74,7 @@ const storeProvider: Provider = {
     IdempotencyDataSource,
     storeProvider,
     IdempotencyInterceptor,
+    IdempotentMessageInterceptor,
     PhaseRunner,
     IdempotentTransaction,
     ProcessedMessages,
@@ -84,6 +86,7 @@ const storeProvider: Provider = {
     IdempotencyDataSource,
     IdempotencyStore,
     IdempotencyInterceptor,
+    IdempotentMessageInterceptor,
     PhaseRunner,
     IdempotentTransaction,
     ProcessedMessages,

@@ -3,6 +3,12 @@ export { IdempotencyModule } from './idempotency.module.js';
 export { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 export { Idempotent } from './idempotent.decorator.js';
 export { IdempotencyInterceptor } from './idempotency.interceptor.js';
+export { IdempotentMessage } from './messages/idempotent-message.decorator.js';
+export {
+  IdempotentMessageInterceptor,
+  MessageIdMissingError,
+} from './messages/idempotent-message.interceptor.js';
+export { type IdempotentMessageOptions } from './messages/idempotent-message.options.js';
 export {
   type CallRecord,
   type ExternalCall,

@@ -2,6 +2,7 @@ import { CreateIdempotencyKeys1764460800000 } from '../migrations/1764460800000-
 import { CreateProcessedMessages1764460900000 } from '../migrations/1764460900000-CreateProcessedMessages.js';
 import { AddFinishedAt1764461200000 } from '../migrations/1764461200000-AddFinishedAt.js';
 import { TextTenantIds1764461300000 } from '../migrations/1764461300000-TextTenantIds.js';
+import { CreateMessageFailures1764461400000 } from '../migrations/1764461400000-CreateMessageFailures.js';
 
 /**
  * The library's migrations, in order, for the app's DataSource:
@@ -14,4 +15,5 @@ export const IDEMPOTENCY_MIGRATIONS = [
   CreateProcessedMessages1764460900000,
   AddFinishedAt1764461200000,
   TextTenantIds1764461300000,
+  CreateMessageFailures1764461400000,
 ];

@@ -33,3 +33,13 @@ CREATE TABLE processed_messages (
   PRIMARY KEY (consumer, message_id)
 );
 CREATE INDEX processed_messages_processed_at_idx ON processed_messages (processed_at);
+
+CREATE TABLE message_failures (
+  consumer       text        NOT NULL CHECK (length(consumer) BETWEEN 1 AND 255),
+  message_id     text        NOT NULL CHECK (length(message_id) BETWEEN 1 AND 255),
+  attempts       int         NOT NULL DEFAULT 1,    -- failed deliveries so far
+  last_error     text,
+  last_failed_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (consumer, message_id)
+);
+CREATE INDEX message_failures_last_failed_at_idx ON message_failures (last_failed_at);

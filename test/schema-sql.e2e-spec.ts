@@ -25,7 +25,7 @@ describe('the plain SQL schema', () => {
     const client = new Client({ connectionString: url });
     await client.connect();
     try {
-      const tables = ['idempotency_keys', 'processed_messages'];
+      const tables = ['idempotency_keys', 'processed_messages', 'message_failures'];
       const columns = await client.query(
         `SELECT table_name, column_name, data_type, is_nullable, column_default
          FROM information_schema.columns WHERE table_name = ANY($1)

@@ -29,6 +29,8 @@ export const IDEMPOTENCY_CHANNELS = {
   purged: 'idempotency:purged',
   /** A consumer's message delivered again, applied nothing (`consumer`, `messageId`). */
   consumerDuplicate: 'idempotency:consumer-duplicate',
+  /** A message given up after `maxAttempts` failed deliveries (`consumer`, `messageId`, `attempts`). */
+  consumerGaveUp: 'idempotency:consumer-gave-up',
 } as const;
 
 /** The payload of the request events. */

@@ -101,6 +101,13 @@ export class IdempotencyMetrics implements OnModuleInit, OnModuleDestroy {
     this.on(IDEMPOTENCY_CHANNELS.consumerDuplicate, (event) => {
       duplicates.add(1, { 'idempotency.consumer': String(event.consumer) });
     });
+    const givenUp = meter.createCounter('idempotency.consumer.given_up', {
+      description: 'Messages given up after maxAttempts failed deliveries',
+      unit: '{message}',
+    });
+    this.on(IDEMPOTENCY_CHANNELS.consumerGaveUp, (event) => {
+      givenUp.add(1, { 'idempotency.consumer': String(event.consumer) });
+    });
   }
 
   onModuleDestroy(): void {

@@ -1,10 +1,10 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { INTERCEPTORS_METADATA, METHOD_METADATA } from '@nestjs/common/constants.js';
-import { IDEMPOTENT_ROUTE_OPTIONS } from '../idempotency.constants.js';
+import { IDEMPOTENT_MESSAGE_OPTIONS, IDEMPOTENT_ROUTE_OPTIONS } from '../idempotency.constants.js';
 import { IdempotencyInterceptor } from '../idempotency.interceptor.js';
 import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
-import { type DecoratedMethod, routeProblem } from './route-problem.js';
+import { type DecoratedMethod, messageHandlerProblem, routeProblem } from './route-problem.js';
 
 /** The metadata keys of the packages the app may use; read by name, none of them imported. */
 const MESSAGE_PATTERN = 'microservices:pattern';
@@ -35,10 +35,11 @@ export class IdempotentRoutesCheck implements OnModuleInit {
       for (const name of this.scanner.getAllMethodNames(type.prototype as object)) {
         const handler = (type.prototype as Record<string, unknown>)[name];
         if (typeof handler !== 'function') continue;
-        if (!Reflect.hasMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler)) continue;
-        const problem = routeProblem(
-          describe(type as new () => object, name, handler, controllers),
-        );
+        const route = Reflect.hasMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler);
+        const message = Reflect.hasMetadata(IDEMPOTENT_MESSAGE_OPTIONS, handler);
+        if (!route && !message) continue;
+        const method = describe(type as new () => object, name, handler, controllers);
+        const problem = route ? routeProblem(method) : messageHandlerProblem(method);
         if (problem) problems.push(problem);
       }
     }

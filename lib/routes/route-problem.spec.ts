@@ -1,5 +1,5 @@
 import { RequestMethod } from '@nestjs/common';
-import { type DecoratedMethod, routeProblem } from './route-problem.js';
+import { type DecoratedMethod, messageHandlerProblem, routeProblem } from './route-problem.js';
 
 const route: DecoratedMethod = {
   name: 'Payments.create',
@@ -25,7 +25,7 @@ describe('routeProblem', () => {
     [
       'a message handler',
       { messageHandler: true, httpMethod: undefined },
-      'ProcessedMessages.processOnce()',
+      'use @IdempotentMessage()',
     ],
     ['a gateway handler', { gatewayHandler: true, inController: false }, 'WebSocket'],
     ['a resolver', { resolverHandler: true, inController: false }, 'GraphQL'],
@@ -37,5 +37,20 @@ describe('routeProblem', () => {
       expect(problem).toContain('@Idempotent() on Payments.create: ');
       expect(problem).toContain(expected);
     }
+  });
+});
+
+describe('messageHandlerProblem', () => {
+  it.each<[string, Partial<DecoratedMethod>, boolean]>([
+    ['an event handler of a controller', { messageHandler: true, httpMethod: undefined }, false],
+    ['an HTTP route', {}, true],
+    ['a provider method', { inController: false, httpMethod: undefined }, true],
+  ])('%s', (_name, facts, fails) => {
+    const problem = messageHandlerProblem({ ...route, ...facts });
+    expect(
+      problem === undefined
+        ? false
+        : problem.startsWith('@IdempotentMessage() on Payments.create: '),
+    ).toBe(fails);
   });
 });

@@ -34,8 +34,7 @@ export function routeProblem(method: DecoratedMethod): string | undefined {
   if (method.messageHandler) {
     return (
       `${where}: a message handler (@MessagePattern/@EventPattern) has no HTTP request or ` +
-      'Idempotency-Key header; apply its effect once with ProcessedMessages.processOnce(), in the ' +
-      'transaction of the effect'
+      'Idempotency-Key header; use @IdempotentMessage(), which applies it once per message id'
     );
   }
   if (method.gatewayHandler) {
@@ -67,4 +66,13 @@ export function routeProblem(method: DecoratedMethod): string | undefined {
     );
   }
   return undefined;
+}
+
+/** Why `@IdempotentMessage()` cannot work where it was put, or undefined when it can. */
+export function messageHandlerProblem(method: DecoratedMethod): string | undefined {
+  if (method.messageHandler && method.inController) return undefined;
+  return (
+    `@IdempotentMessage() on ${method.name}: not a @MessagePattern/@EventPattern handler of a ` +
+    'controller, so no message passes through it; on an HTTP route use @Idempotent()'
+  );
 }

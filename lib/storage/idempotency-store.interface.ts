@@ -64,6 +64,10 @@ export interface IdempotencyStore {
   purgeAbandonedBatch(horizonMs: number, batchSize: number): Promise<number>;
   /** Deletes up to `batchSize` consumers' message ids processed before `retentionMs`. */
   purgeProcessedBatch(retentionMs: number, batchSize: number): Promise<number>;
+  /** Deletes up to `batchSize` failure counts last updated before `retentionMs`. */
+  purgeMessageFailuresBatch(retentionMs: number, batchSize: number): Promise<number>;
+  /** Counts one more failed delivery of a consumer's message; returns the count. */
+  recordMessageFailure(consumer: string, messageId: string, error: string): Promise<number>;
   /** How long ago the oldest unfinished key was claimed; undefined when none is. */
   oldestUnfinishedAgeMs(): Promise<number | undefined>;
   /** The heartbeat: false when the lease was lost. */

@@ -23,6 +23,8 @@ import {
   PURGE_BATCH,
   PURGE_PROCESSED_BATCH,
   OLDEST_UNFINISHED,
+  PURGE_MESSAGE_FAILURES_BATCH,
+  RECORD_MESSAGE_FAILURE,
   RELEASE,
   TAKE_OVER,
 } from './postgres-statements.js';
@@ -150,6 +152,20 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   async purgeProcessedBatch(retentionMs: number, batchSize: number): Promise<number> {
     const { rowCount } = await this.query(PURGE_PROCESSED_BATCH, [retentionMs, batchSize]);
     return rowCount ?? 0;
+  }
+
+  async purgeMessageFailuresBatch(retentionMs: number, batchSize: number): Promise<number> {
+    const { rowCount } = await this.query(PURGE_MESSAGE_FAILURES_BATCH, [retentionMs, batchSize]);
+    return rowCount ?? 0;
+  }
+
+  async recordMessageFailure(consumer: string, messageId: string, error: string): Promise<number> {
+    const { rows } = await this.query<{ attempts: number }>(RECORD_MESSAGE_FAILURE, [
+      consumer,
+      messageId,
+      error.slice(0, 1000),
+    ]);
+    return rows[0].attempts;
   }
 
   async oldestUnfinishedAgeMs(): Promise<number | undefined> {

@@ -170,3 +170,38 @@ export const OLDEST_UNFINISHED = {
   text: `SELECT (extract(epoch FROM clock_timestamp() - min(created_at)) * 1000)::float8 AS age_ms
 FROM idempotency_keys WHERE state = 'started'`,
 };
+
+/**
+ * A consumer's delivery, recorded first in its transaction: a row back means it is new. A
+ * second delivery of the same id in flight waits on this row's lock, then finds it committed
+ * (nothing back: a duplicate) or, if the first rolled back, records it itself.
+ */
+export const RECORD_MESSAGE = {
+  name: 'idempotency_record_message_v1',
+  text: `INSERT INTO processed_messages (consumer, message_id) VALUES ($1, $2)
+ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1 AS recorded`,
+};
+
+/** The delivery's last statement, sent with its COMMIT: its own row, so exactly one. */
+export const TOUCH_MESSAGE = {
+  name: 'idempotency_touch_message_v1',
+  text: `UPDATE processed_messages SET processed_at = now() WHERE consumer = $1 AND message_id = $2`,
+};
+
+/** One more failed delivery of a message; returns how many there were. */
+export const RECORD_MESSAGE_FAILURE = {
+  name: 'idempotency_record_message_failure_v1',
+  text: `INSERT INTO message_failures AS f (consumer, message_id, last_error) VALUES ($1, $2, $3)
+ON CONFLICT (consumer, message_id) DO UPDATE
+SET attempts = f.attempts + 1, last_error = EXCLUDED.last_error, last_failed_at = now()
+RETURNING attempts`,
+};
+
+/** One batch of failure counts older than the processed ids' retention. */
+export const PURGE_MESSAGE_FAILURES_BATCH = {
+  name: 'idempotency_purge_message_failures_v1',
+  text: `DELETE FROM message_failures WHERE ctid IN (
+  SELECT ctid FROM message_failures
+  WHERE last_failed_at < now() - $1 * interval '1 millisecond'
+  LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+};

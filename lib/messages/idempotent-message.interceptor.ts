@@ -1,0 +1,175 @@
+import {
+  type CallHandler,
+  type ExecutionContext,
+  Inject,
+  Injectable,
+  Logger,
+  type NestInterceptor,
+} from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import { from, lastValueFrom, Observable } from 'rxjs';
+import { publish } from '../events/idempotency-events.js';
+import { IDEMPOTENT_MESSAGE_OPTIONS } from '../idempotency.constants.js';
+import { IdempotencyStoreUnavailableError, TransientDatabaseError } from '../idempotency.errors.js';
+import { isConnectionError, isTransientError } from '../storage/connection-errors.js';
+import { IdempotencyStore } from '../storage/idempotency-store.interface.js';
+import { RECORD_MESSAGE, TOUCH_MESSAGE } from '../storage/postgres-statements.js';
+import { type LazyTransaction } from '../transaction/lazy-transaction.js';
+import { transactionScope } from '../transaction/transaction-scope.js';
+import { type MessageAck, messageAck } from './message-ack.js';
+import { afterFailure, normalizeMessageId, transportMessageId } from './message-id.js';
+import {
+  type IdempotentMessageOptions,
+  type ResolvedMessageOptions,
+  resolveMessageOptions,
+} from './idempotent-message.options.js';
+
+/** A message whose id could not be read: it cannot be told apart from its redeliveries. */
+export class MessageIdMissingError extends Error {
+  constructor(consumer: string) {
+    super(
+      `@IdempotentMessage() on ${consumer}: the message has no id. Set one when publishing ` +
+        '(the AMQP message-id property, a NATS Nats-Msg-Id header) or give messageId: ' +
+        '(data, context) => id',
+    );
+    this.name = 'MessageIdMissingError';
+  }
+}
+
+/**
+ * The message side of the library: a delivery runs in one transaction that starts by
+ * recording its id and ends with the handler's effects, so it is applied once per id. A
+ * duplicate is answered with nothing (an `@EventPattern` has no answer; a `@MessagePattern`
+ * requester gets none for a duplicate), and the broker is told it is done.
+ */
+@Injectable()
+export class IdempotentMessageInterceptor implements NestInterceptor {
+  private readonly logger = new Logger('Idempotency');
+  private readonly handlers = new WeakMap<object, ResolvedMessageOptions>();
+
+  constructor(
+    private readonly reflector: Reflector,
+    @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+  ) {}
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const options = this.optionsOf(context);
+    const rpc = context.switchToRpc();
+    const transport = rpc.getContext<unknown>();
+    const ack = messageAck(transport, options.ack);
+    const id = normalizeMessageId(
+      options.messageId
+        ? options.messageId(rpc.getData(), transport)
+        : transportMessageId(transport),
+    );
+    if (id === undefined) {
+      // Never applied without an id: it could not be told from its redeliveries.
+      ack.reject();
+      throw new MessageIdMissingError(options.consumer);
+    }
+    return from(this.deliver(options, id, next, ack));
+  }
+
+  private async deliver(
+    options: ResolvedMessageOptions,
+    messageId: string,
+    next: CallHandler,
+    ack: MessageAck,
+  ): Promise<unknown> {
+    const { consumer } = options;
+    const transaction = this.store.transaction(true);
+    let effectError: unknown;
+    try {
+      const recorded = (await transaction.manager.query(RECORD_MESSAGE.text, [
+        consumer,
+        messageId,
+      ])) as unknown[];
+      if (recorded.length === 0) {
+        await transaction.rollback();
+        ack.ack();
+        publish('consumerDuplicate', () => ({ consumer, messageId }));
+        return undefined;
+      }
+      let result: unknown;
+      try {
+        result = await lastValueFrom(inTransaction(transaction, next), {
+          defaultValue: undefined,
+        });
+      } catch (error) {
+        effectError = error;
+        throw error;
+      }
+      // Its own row, locked since the insert: the fence cannot miss.
+      await transaction.commitWith({
+        name: TOUCH_MESSAGE.name,
+        text: TOUCH_MESSAGE.text,
+        values: [consumer, messageId],
+      });
+      ack.ack();
+      return result;
+    } catch (error) {
+      await transaction.rollback();
+      throw await this.failed(options, messageId, ack, error, error === effectError);
+    }
+  }
+
+  /** Counts a failed delivery and settles it with the broker; returns the error to raise. */
+  private async failed(
+    options: ResolvedMessageOptions,
+    messageId: string,
+    ack: MessageAck,
+    error: unknown,
+    fromHandler: boolean,
+  ): Promise<unknown> {
+    const passing = isConnectionError(error) || isTransientError(error);
+    let attempts: number | undefined;
+    if (!passing) {
+      attempts = await this.store
+        .recordMessageFailure(options.consumer, messageId, String(error))
+        .catch((countError: unknown) => {
+          this.logger.warn(
+            `a failed delivery of ${messageId} was not counted: ${String(countError)}`,
+          );
+          return undefined;
+        });
+    }
+    if (afterFailure(attempts, options.maxAttempts) === 'give-up') {
+      ack.reject();
+      this.logger.error(
+        `${options.consumer} gave up message ${messageId} after ${attempts} failed deliveries: ${String(error)}`,
+      );
+      publish('consumerGaveUp', () => ({ consumer: options.consumer, messageId, attempts }));
+    } else {
+      ack.redeliver();
+    }
+    if (!passing || fromHandler) return error;
+    return isConnectionError(error)
+      ? new IdempotencyStoreUnavailableError(error)
+      : new TransientDatabaseError(error);
+  }
+
+  private optionsOf(context: ExecutionContext): ResolvedMessageOptions {
+    const handler = context.getHandler();
+    let options = this.handlers.get(handler);
+    if (!options) {
+      const own = this.reflector.get<IdempotentMessageOptions | undefined>(
+        IDEMPOTENT_MESSAGE_OPTIONS,
+        handler,
+      );
+      options = resolveMessageOptions(own ?? {}, `${context.getClass().name}.${handler.name}`);
+      this.handlers.set(handler, options);
+    }
+    return options;
+  }
+}
+
+/**
+ * Runs the handler in the delivery's transaction: its repositories and queries join it. Nest
+ * binds the handler to the async context in which `handle()` is called, so that call is made
+ * inside the scope, not only the subscription.
+ */
+function inTransaction(transaction: LazyTransaction, next: CallHandler) {
+  return new Observable<unknown>((subscriber) =>
+    transactionScope.run(transaction, () => next.handle().subscribe(subscriber)),
+  );
+}

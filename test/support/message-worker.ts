@@ -1,0 +1,104 @@
+/**
+ * A consumer app of its own process, for the message tests: a Nest microservice on RabbitMQ
+ * or NATS whose one event handler records a settlement in PostgreSQL through
+ * `@IdempotentMessage()`. A real process, so that a test can kill it where it needs to.
+ *
+ * Env: DATABASE_URL, TRANSPORT (rmq | nats), QUEUE, WORKER (its name in the rows it writes),
+ * MAX_ATTEMPTS, and KILL_BEFORE_ACK=1 to SIGKILL itself at its first acknowledgement: after
+ * the delivery's transaction committed, before the broker hears of it.
+ */
+import 'reflect-metadata';
+import { Controller, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { EventPattern, type MicroserviceOptions, Payload, Transport } from '@nestjs/microservices';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import amqplib from 'amqplib';
+import { type DataSource } from 'typeorm';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, IdempotentMessage } from '../../lib/index.js';
+
+const env = process.env;
+const worker = env.WORKER ?? 'worker';
+
+if (env.KILL_BEFORE_ACK === '1') {
+  // amqplib exports no Channel class: reach its prototype through a channel of its own.
+  const probe = await amqplib.connect('amqp://guest:guest@127.0.0.1:5672');
+  const channel = await probe.createChannel();
+  (Object.getPrototypeOf(channel) as { ack: unknown }).ack = () =>
+    process.kill(process.pid, 'SIGKILL');
+  await probe.close();
+}
+
+interface Settlement {
+  account: string;
+  amount: number;
+  /** Makes the handler fail after its write: a poison message. */
+  poison?: boolean;
+  /** Holds the handler after its write, so that deliveries overlap. */
+  delayMs?: number;
+}
+
+@Controller()
+class SettlementsController {
+  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+
+  @EventPattern('settlement.created')
+  @IdempotentMessage({ ack: env.TRANSPORT === 'rmq', maxAttempts: Number(env.MAX_ATTEMPTS ?? 5) })
+  async settle(@Payload() settlement: Settlement) {
+    await this.dataSource.query(
+      'INSERT INTO settlements (account, amount, worker) VALUES ($1, $2, $3)',
+      [settlement.account, settlement.amount, worker],
+    );
+    await this.dataSource.query('INSERT INTO attempts (account, worker) VALUES ($1, $2)', [
+      settlement.account,
+      worker,
+    ]);
+    if (settlement.delayMs) await new Promise((resolve) => setTimeout(resolve, settlement.delayMs));
+    if (settlement.poison) throw new Error(`settlement ${settlement.account} is poison`);
+  }
+}
+
+@Module({
+  imports: [
+    TypeOrmModule.forRoot({
+      type: 'postgres',
+      url: env.DATABASE_URL,
+      migrations: [...IDEMPOTENCY_MIGRATIONS],
+      migrationsRun: true,
+      logging: false,
+    }),
+    IdempotencyModule.forRoot({ globalKeys: true }),
+  ],
+  controllers: [SettlementsController],
+})
+class WorkerModule {}
+
+const transport: MicroserviceOptions =
+  env.TRANSPORT === 'nats'
+    ? {
+        transport: Transport.NATS,
+        options: { servers: ['nats://127.0.0.1:4222'], queue: env.QUEUE },
+      }
+    : {
+        transport: Transport.RMQ,
+        options: {
+          urls: ['amqp://guest:guest@127.0.0.1:5672'],
+          queue: env.QUEUE,
+          noAck: false,
+          prefetchCount: 4,
+          queueOptions: {
+            durable: false,
+            arguments: {
+              'x-dead-letter-exchange': '',
+              'x-dead-letter-routing-key': `${env.QUEUE}.dead`,
+            },
+          },
+        },
+      };
+
+const app = await NestFactory.createMicroservice<MicroserviceOptions>(WorkerModule, {
+  ...transport,
+  logger: env.TEST_LOGS ? undefined : ['error'],
+});
+await app.listen();
+console.log('listening on 0');
+process.on('SIGTERM', () => void app.close().then(() => process.exit(0)));
