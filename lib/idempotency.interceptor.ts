@@ -22,7 +22,8 @@ import { InvalidJsonError } from './fingerprint/canonical-json.js';
 import { computeFingerprint, fingerprintInput } from './fingerprint/fingerprint.js';
 import { classifyCommitError, classifyHandlerError } from './failure.js';
 import { renderResult } from './http/handler-result.js';
-import { problemResponse, toProblem } from './http/problem.js';
+import { PROBLEM_CONTENT_TYPE, problemResponse, toProblem } from './http/problem.js';
+import { pinContentType } from './http/pin-content-type.js';
 import { holdResponse, send } from './http/response-hold.js';
 import { IDEMPOTENT_ROUTE_OPTIONS, REPLAYED_HEADER } from './idempotency.constants.js';
 import { type ActiveClaim, IdempotencyContext, idempotencyStorage } from './idempotency-context.js';
@@ -516,6 +517,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     for (const [name, value] of Object.entries(problem.headers)) {
       adapter.setHeader(response, name, value);
     }
+    pinContentType(rawResponse(response), problem.headers['content-type'] ?? PROBLEM_CONTENT_TYPE);
     return new HttpException(problem.body, problem.status, { cause: error });
   }
 

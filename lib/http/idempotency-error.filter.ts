@@ -1,6 +1,8 @@
 import { type ArgumentsHost, Catch, type ExceptionFilter } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { IdempotencyError } from '../idempotency.errors.js';
+import { type ServerResponse } from 'node:http';
+import { pinContentType } from './pin-content-type.js';
 import { toProblem } from './problem.js';
 
 /**
@@ -26,6 +28,8 @@ export class IdempotencyErrorFilter implements ExceptionFilter<IdempotencyError>
     for (const [name, value] of Object.entries(problem.headers)) {
       adapter.setHeader(response, name, value);
     }
+    const raw = (response as { raw?: ServerResponse }).raw ?? (response as ServerResponse);
+    pinContentType(raw, problem.headers['content-type']);
     adapter.reply(response, problem.body, problem.status);
   }
 }

@@ -303,7 +303,8 @@ export class LazyTransaction implements JoinableTransaction {
   }
 
   private beginText(): string {
-    const isolation = this.dataSource.options.isolationLevel;
+    // TypeORM 1's option; 0.3 has none, and the server's default applies.
+    const isolation = (this.dataSource.options as { isolationLevel?: string }).isolationLevel;
     return isolation ? `BEGIN ISOLATION LEVEL ${isolation}` : 'BEGIN';
   }
 }

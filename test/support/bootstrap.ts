@@ -1,4 +1,4 @@
-import { type INestApplication } from '@nestjs/common';
+import { type INestApplication, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
@@ -11,7 +11,7 @@ export const ADAPTERS: AdapterName[] = ['express', 'fastify'];
  * README asks of users). Nest's logs are off unless TEST_LOGS is set.
  */
 export async function bootstrapTestApp(
-  module: object,
+  module: Type<unknown>,
   adapter: AdapterName = 'express',
 ): Promise<INestApplication> {
   const http = adapter === 'fastify' ? new FastifyAdapter() : new ExpressAdapter();
