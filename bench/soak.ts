@@ -17,72 +17,18 @@ import { MIGRATIONS } from '../sample-app/app.module.js';
 import { freePort, startEmbeddedPostgres } from '../sample-app/database/embedded-postgres.js';
 import { migrate } from '../sample-app/database/migrate.js';
 import { startWorker, type WorkerProcess } from '../test/support/worker-process.js';
+import { newFigures, RetryingClient } from './support/retrying-client.js';
 
 const SECONDS = Number(process.env.SOAK_SECONDS ?? 60);
 const INTENTS = Number(process.env.SOAK_INTENTS ?? 400);
 const TENANT = '7';
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-interface Figures {
-  requests: number;
-  statuses: Map<string, number>;
-  violations: string[];
-  events: string[];
-}
-const figures: Figures = { requests: 0, statuses: new Map(), violations: [], events: [] };
+const figures = newFigures();
+const client = new RetryingClient(figures, TENANT);
 const started = Date.now();
-const log = (event: string) => {
-  const line = `${((Date.now() - started) / 1000).toFixed(1)}s ${event}`;
-  figures.events.push(line);
-  console.log(line);
-};
-
-/** One HTTP exchange; a connection error is status 0. */
-async function post(url: string, path: string, headers: Record<string, string>, body: unknown) {
-  figures.requests++;
-  try {
-    const res = await fetch(`${url}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-tenant-id': TENANT, ...headers },
-      body: JSON.stringify(body),
-      signal: AbortSignal.timeout(15_000),
-    });
-    const text = await res.text();
-    count(String(res.status));
-    return { status: res.status, text };
-  } catch {
-    count('connection error');
-    return { status: 0, text: '' };
-  }
-}
-
-function count(status: string) {
-  figures.statuses.set(status, (figures.statuses.get(status) ?? 0) + 1);
-}
-
-/** Retries a request as a careful client does: backoff with full jitter, any instance. */
-async function untilAnswered(
-  urls: () => string[],
-  path: string,
-  headers: Record<string, string>,
-  body: unknown,
-  final: (status: number) => boolean,
-  deadline: number,
-) {
-  for (let attempt = 0; Date.now() < deadline; attempt++) {
-    const live = urls();
-    const url = live[Math.floor(Math.random() * live.length)];
-    const res = await post(url, path, headers, body);
-    if (res.status >= 500 && res.status !== 503) {
-      figures.violations.push(
-        `${path} ${headers['idempotency-key'] ?? ''}: ${res.status} ${res.text.slice(0, 200)}`,
-      );
-    }
-    if (final(res.status)) return res;
-    await sleep(Math.random() * Math.min(1000, 50 * 2 ** attempt));
-  }
-  return undefined;
-}
+const log = (event: string) =>
+  console.log(`${((Date.now() - started) / 1000).toFixed(1)}s ${event}`);
 
 async function main() {
   const database = await startEmbeddedPostgres();
@@ -144,8 +90,8 @@ async function main() {
     const body = { amount: 1000 + i, currency: 'eur', customer: `cus_soak_${i}` };
     const settle = (status: number) => status === 201 || status === 402 || status === 422;
     const [a, b] = await Promise.all([
-      untilAnswered(live, '/charges', { 'idempotency-key': key }, body, settle, end),
-      untilAnswered(live, '/charges', { 'idempotency-key': key }, body, settle, end),
+      client.untilAnswered(live, '/charges', { 'idempotency-key': key }, body, settle, end),
+      client.untilAnswered(live, '/charges', { 'idempotency-key': key }, body, settle, end),
     ]);
     if (!a || !b) return;
     if (a.text !== b.text) figures.violations.push(`intent ${i}: two answers for one key`);
@@ -157,7 +103,7 @@ async function main() {
     const event = { id: `evt_soak_${i}`, type: 'refund', charge: parsed.id, amount: 100 };
     await Promise.all(
       [0, 1].map(() =>
-        untilAnswered(live, '/webhooks/psp', {}, event, (status) => status === 200, end),
+        client.untilAnswered(live, '/webhooks/psp', {}, event, (status) => status === 200, end),
       ),
     );
   });

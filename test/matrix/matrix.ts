@@ -36,6 +36,8 @@ const NEST: Record<string, Record<string, string>> = {
     '@nestjs/microservices': '^11.1.0',
     '@nestjs/swagger': '^11.2.0',
     '@nestjs/typeorm': '^11.0.0',
+    // Nest 11's NATS transport loads the `nats` client; Nest 12's, `@nats-io/transport-node`.
+    nats: '^2.29.3',
   },
   '12': {},
 };
@@ -132,7 +134,13 @@ function framework(nest: string, typeorm: string): Outcome {
       filter: (source) => !source.includes('node_modules'),
     });
   }
-  for (const file of ['tsconfig.json', 'jest.config.cjs', 'LICENSE', 'README.md']) {
+  for (const file of [
+    'tsconfig.json',
+    'tsconfig.build.json',
+    'jest.config.cjs',
+    'LICENSE',
+    'README.md',
+  ]) {
     cpSync(join(root, file), join(dir, file));
   }
   const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {

@@ -1,0 +1,226 @@
+/**
+ * A PostgreSQL HA cluster of pg_auto_failover (Debian's `postgresql-15-auto-failover`) on this
+ * machine, for `npm run test:ha`: a monitor, a primary and a synchronous standby, each a
+ * cluster of its own on its own port, all in one folder that `stop()` removes.
+ *
+ * `pg_autoctl` refuses to run as root (its initdb does), so every command runs as the
+ * `postgres` user, with its XDG folders inside the cluster's folder. The monitor's timeouts
+ * are shortened (health check every second, a node unhealthy after 3 s, a primary demoted
+ * after 6 s), so that a failover takes seconds rather than a minute.
+ */
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { chownSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { freePort } from '../../sample-app/database/embedded-postgres.js';
+
+const BIN = '/usr/lib/postgresql/15/bin';
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Thrown when the cluster cannot be had here: the run is skipped, saying why. */
+export class ClusterUnavailableError extends Error {}
+
+export interface NodeState {
+  name: string;
+  port: number;
+  reported: string;
+  assigned: string;
+}
+
+/** Installs pg_auto_failover from Debian's packages when it is missing (root only). */
+export function ensureInstalled(): void {
+  if (existsSync('/usr/bin/pg_autoctl') && existsSync(`${BIN}/pg_ctl`)) return;
+  if (process.getuid?.() !== 0 || spawnSync('which', ['apt-get']).status !== 0) {
+    throw new ClusterUnavailableError(
+      'pg_auto_failover is not installed, and this user cannot install it ' +
+        '(apt-get install postgresql-15-auto-failover, as root)',
+    );
+  }
+  console.log('installing postgresql-15-auto-failover from Debian’s packages …');
+  for (const args of [
+    ['update', '-qq'],
+    ['install', '-y', '-qq', 'postgresql-15-auto-failover'],
+  ]) {
+    const result = spawnSync('apt-get', args, {
+      stdio: 'ignore',
+      env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
+    });
+    if (result.status !== 0) {
+      throw new ClusterUnavailableError(`apt-get ${args.join(' ')} failed (${result.status})`);
+    }
+  }
+  if (spawnSync('id', ['postgres']).status !== 0) {
+    throw new ClusterUnavailableError('there is no postgres user to run pg_autoctl as');
+  }
+}
+
+export class AutoFailoverCluster {
+  private constructor(
+    readonly dir: string,
+    readonly monitorPort: number,
+    readonly nodes: { name: string; port: number }[],
+  ) {}
+
+  /** The connection string the apps use: both nodes, the writable one followed. */
+  get url(): string {
+    const hosts = this.nodes.map(({ port }) => `127.0.0.1:${port}`).join(',');
+    return `postgres://postgres@${hosts}/app?target_session_attrs=read-write`;
+  }
+
+  static async start(): Promise<AutoFailoverCluster> {
+    ensureInstalled();
+    const dir = mkdtempSync(join(tmpdir(), 'idempotency-ha-'));
+    const owner = (flag: string) =>
+      Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8' }));
+    for (const sub of ['', 'xdg', 'xdg/config', 'xdg/data', 'xdg/run']) {
+      mkdirSync(join(dir, sub), { recursive: true, mode: 0o700 });
+      chownSync(join(dir, sub), owner('-u'), owner('-g'));
+    }
+    const [monitorPort, port1, port2] = [await freePort(), await freePort(), await freePort()];
+    const cluster = new AutoFailoverCluster(dir, monitorPort, [
+      { name: 'node1', port: port1 },
+      { name: 'node2', port: port2 },
+    ]);
+    try {
+      cluster.autoctl(
+        `create monitor --pgdata ${dir}/monitor --pgport ${monitorPort} --hostname 127.0.0.1 --auth trust --no-ssl`,
+      );
+      cluster.keeper('monitor');
+      await cluster.until(() => cluster.monitorAnswers(), 'the monitor', 30_000);
+      cluster.psql(
+        monitorPort,
+        'pg_auto_failover',
+        `ALTER SYSTEM SET pgautofailover.health_check_period = 1000;
+         ALTER SYSTEM SET pgautofailover.node_considered_unhealthy_timeout = 3000;
+         ALTER SYSTEM SET pgautofailover.primary_demote_timeout = 6000;
+         SELECT pg_reload_conf();`,
+      );
+      for (const { name, port } of cluster.nodes) {
+        cluster.autoctl(
+          `create postgres --pgdata ${dir}/${name} --pgport ${port} --hostname 127.0.0.1 ` +
+            `--name ${name} --monitor 'postgres://autoctl_node@127.0.0.1:${monitorPort}/pg_auto_failover?sslmode=disable' ` +
+            '--auth trust --no-ssl --dbname app',
+        );
+        cluster.autoctl(`config set timeout.network_partition_timeout 3 --pgdata ${dir}/${name}`);
+        cluster.keeper(name);
+        await cluster.until(
+          async () =>
+            (await cluster.state()).some(
+              (n) =>
+                n.name === name &&
+                n.reported === n.assigned &&
+                ['primary', 'secondary'].includes(n.reported),
+            ),
+          `${name} to join`,
+          120_000,
+        );
+      }
+      return cluster;
+    } catch (error) {
+      await cluster.stop();
+      throw error;
+    }
+  }
+
+  /** The nodes as the monitor sees them. */
+  async state(): Promise<NodeState[]> {
+    try {
+      const rows = this.psql(
+        this.monitorPort,
+        'pg_auto_failover',
+        `SELECT nodename, nodeport, reportedstate, goalstate FROM pgautofailover.node ORDER BY nodeid`,
+      );
+      return rows
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => {
+          const [name, port, reported, assigned] = line.split('|');
+          return { name, port: Number(port), reported, assigned };
+        });
+    } catch {
+      return [];
+    }
+  }
+
+  /** The node that is primary and settled, if one is. */
+  async primary(): Promise<string | undefined> {
+    return (await this.state()).find((n) => n.reported === 'primary' && n.assigned === 'primary')
+      ?.name;
+  }
+
+  /** A node's machine dies: its keeper and its PostgreSQL, SIGKILLed. */
+  kill(name: string): void {
+    spawnSync('pkill', ['-9', '-f', join(this.dir, name)]);
+  }
+
+  /** A killed node's keeper started again: it rejoins, as a standby. */
+  restart(name: string): void {
+    this.keeper(name);
+  }
+
+  /** A planned failover: the standby is promoted, the primary becomes its standby. */
+  failover(): void {
+    this.autoctl(`perform failover --pgdata ${this.dir}/monitor --wait 60`);
+  }
+
+  async stop(): Promise<void> {
+    for (const name of [...this.nodes.map((n) => n.name), 'monitor']) {
+      spawnSync('pkill', ['-TERM', '-f', join(this.dir, name)]);
+    }
+    await sleep(2000);
+    spawnSync('pkill', ['-9', '-f', this.dir]);
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  async until(check: () => Promise<boolean> | boolean, what: string, timeoutMs: number) {
+    const deadline = Date.now() + timeoutMs;
+    while (!(await check())) {
+      if (Date.now() > deadline) throw new Error(`the HA cluster: timed out waiting for ${what}`);
+      await sleep(250);
+    }
+  }
+
+  private monitorAnswers(): boolean {
+    return (
+      spawnSync(`${BIN}/pg_isready`, ['-h', '127.0.0.1', '-p', String(this.monitorPort)]).status ===
+      0
+    );
+  }
+
+  /** A shell command as the postgres user: `su` may reset the environment, so it is set here. */
+  private asPostgres(command: string): [string, string[]] {
+    const exports = [
+      `export PATH=${BIN}:/usr/bin:/bin`,
+      `export XDG_CONFIG_HOME=${join(this.dir, 'xdg/config')}`,
+      `export XDG_DATA_HOME=${join(this.dir, 'xdg/data')}`,
+      `export XDG_RUNTIME_DIR=${join(this.dir, 'xdg/run')}`,
+      `cd ${this.dir}`,
+    ].join('; ');
+    return ['su', ['postgres', '-s', '/bin/bash', '-c', `${exports}; ${command}`]];
+  }
+
+  /** A pg_autoctl command, run to its end. */
+  private autoctl(args: string): string {
+    const [command, argv] = this.asPostgres(`pg_autoctl ${args}`);
+    return execFileSync(command, argv, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  }
+
+  /** `pg_autoctl run` for a node (or the monitor), in the background, logging to its file. */
+  private keeper(name: string): void {
+    const [command, argv] = this.asPostgres(
+      `exec pg_autoctl run --pgdata ${this.dir}/${name} >> ${this.dir}/${name}.log 2>&1`,
+    );
+    spawn(command, argv, { stdio: 'ignore', detached: true }).unref();
+  }
+
+  private psql(port: number, database: string, sql: string): string {
+    return execFileSync(
+      `${BIN}/psql`,
+      ['-h', '127.0.0.1', '-p', String(port), '-U', 'postgres', '-d', database, '-Atq', '-c', sql],
+      {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+  }
+}

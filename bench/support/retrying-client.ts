@@ -1,0 +1,70 @@
+/**
+ * The careful client of the soak and the HA run: one HTTP exchange at a time, retried with
+ * backoff and full jitter against any live instance until its answer is final, every answer
+ * counted, and any 5xx but a documented 503 recorded as a violation.
+ */
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export interface Figures {
+  requests: number;
+  statuses: Map<string, number>;
+  violations: string[];
+}
+
+export function newFigures(): Figures {
+  return { requests: 0, statuses: new Map(), violations: [] };
+}
+
+export class RetryingClient {
+  constructor(
+    private readonly figures: Figures,
+    private readonly tenant: string,
+  ) {}
+
+  /** One exchange; a connection error is status 0. */
+  async post(url: string, path: string, headers: Record<string, string>, body: unknown) {
+    this.figures.requests++;
+    try {
+      const res = await fetch(`${url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-tenant-id': this.tenant, ...headers },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(15_000),
+      });
+      const text = await res.text();
+      this.count(String(res.status));
+      return { status: res.status, text };
+    } catch {
+      this.count('connection error');
+      return { status: 0, text: '' };
+    }
+  }
+
+  /** Retries until `final(status)` or the deadline; undefined when the deadline came first. */
+  async untilAnswered(
+    urls: () => string[],
+    path: string,
+    headers: Record<string, string>,
+    body: unknown,
+    final: (status: number) => boolean,
+    deadline: number,
+  ) {
+    for (let attempt = 0; Date.now() < deadline; attempt++) {
+      const live = urls();
+      const url = live[Math.floor(Math.random() * live.length)];
+      const res = await this.post(url, path, headers, body);
+      if (res.status >= 500 && res.status !== 503) {
+        this.figures.violations.push(
+          `${path} ${headers['idempotency-key'] ?? ''}: ${res.status} ${res.text.slice(0, 200)}`,
+        );
+      }
+      if (final(res.status)) return { ...res, attempts: attempt + 1 };
+      await sleep(Math.random() * Math.min(1000, 50 * 2 ** attempt));
+    }
+    return undefined;
+  }
+
+  private count(status: string) {
+    this.figures.statuses.set(status, (this.figures.statuses.get(status) ?? 0) + 1);
+  }
+}
