@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { freePort } from '../../sample-app/database/embedded-postgres.js';
 
 const BIN = '/usr/lib/postgresql/15/bin';
+const WRITABLE = new Set(['single', 'primary', 'wait_primary']);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Thrown when the cluster cannot be had here: the run is skipped, saying why. */
@@ -90,10 +91,10 @@ export class AutoFailoverCluster {
       cluster.psql(
         monitorPort,
         'pg_auto_failover',
-        `ALTER SYSTEM SET pgautofailover.health_check_period = 1000;
-         ALTER SYSTEM SET pgautofailover.node_considered_unhealthy_timeout = 3000;
-         ALTER SYSTEM SET pgautofailover.primary_demote_timeout = 6000;
-         SELECT pg_reload_conf();`,
+        'ALTER SYSTEM SET pgautofailover.health_check_period = 1000',
+        'ALTER SYSTEM SET pgautofailover.node_considered_unhealthy_timeout = 3000',
+        'ALTER SYSTEM SET pgautofailover.primary_demote_timeout = 6000',
+        'SELECT pg_reload_conf()',
       );
       for (const { name, port } of cluster.nodes) {
         cluster.autoctl(
@@ -103,18 +104,24 @@ export class AutoFailoverCluster {
         );
         cluster.autoctl(`config set timeout.network_partition_timeout 3 --pgdata ${dir}/${name}`);
         cluster.keeper(name);
+        // The first node runs alone ('single') until the second joins as its standby.
         await cluster.until(
           async () =>
             (await cluster.state()).some(
               (n) =>
                 n.name === name &&
                 n.reported === n.assigned &&
-                ['primary', 'secondary'].includes(n.reported),
+                ['single', 'primary', 'secondary'].includes(n.reported),
             ),
           `${name} to join`,
           120_000,
         );
       }
+      await cluster.until(
+        async () => (await cluster.primary()) !== undefined && (await cluster.settled()),
+        'a primary with its standby',
+        120_000,
+      );
       return cluster;
     } catch (error) {
       await cluster.stop();
@@ -142,10 +149,19 @@ export class AutoFailoverCluster {
     }
   }
 
-  /** The node that is primary and settled, if one is. */
+  /**
+   * The node that accepts writes, if one does: `primary` with its standby, `wait_primary` while
+   * the standby is gone (a promoted node whose old primary is down), `single` alone.
+   */
   async primary(): Promise<string | undefined> {
-    return (await this.state()).find((n) => n.reported === 'primary' && n.assigned === 'primary')
+    return (await this.state()).find((n) => n.reported === n.assigned && WRITABLE.has(n.reported))
       ?.name;
+  }
+
+  /** Whether both nodes are settled as primary and secondary. */
+  async settled(): Promise<boolean> {
+    const states = (await this.state()).map((n) => `${n.reported}/${n.assigned}`).sort();
+    return states.join(',') === 'primary/primary,secondary/secondary';
   }
 
   /** A node's machine dies: its keeper and its PostgreSQL, SIGKILLed. */
@@ -213,14 +229,13 @@ export class AutoFailoverCluster {
     spawn(command, argv, { stdio: 'ignore', detached: true }).unref();
   }
 
-  private psql(port: number, database: string, sql: string): string {
-    return execFileSync(
-      `${BIN}/psql`,
-      ['-h', '127.0.0.1', '-p', String(port), '-U', 'postgres', '-d', database, '-Atq', '-c', sql],
-      {
-        encoding: 'utf8',
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
+  /** Statements run one by one (each `-c` its own transaction: ALTER SYSTEM needs that). */
+  private psql(port: number, database: string, ...statements: string[]): string {
+    const args = ['-h', '127.0.0.1', '-p', String(port), '-U', 'postgres', '-d', database, '-Atq'];
+    for (const statement of statements) args.push('-c', statement);
+    return execFileSync(`${BIN}/psql`, args, {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
   }
 }
