@@ -5,10 +5,10 @@ import {
   type OnModuleDestroy,
   type OnModuleInit,
 } from '@nestjs/common';
-import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
 import { debugLine } from './event-outcomes.js';
+import { ChannelSubscriptions } from './channel-subscriptions.js';
 import { IDEMPOTENCY_CHANNELS } from './idempotency-events.js';
 
 type ChannelName = keyof typeof IDEMPOTENCY_CHANNELS;
@@ -21,7 +21,7 @@ type ChannelName = keyof typeof IDEMPOTENCY_CHANNELS;
 @Injectable()
 export class IdempotencyDebugLog implements OnModuleInit, OnModuleDestroy {
   private readonly logger = new Logger('Idempotency');
-  private readonly subscriptions: [string, (message: unknown) => void][] = [];
+  private readonly subscriptions = new ChannelSubscriptions();
 
   constructor(
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
@@ -30,14 +30,13 @@ export class IdempotencyDebugLog implements OnModuleInit, OnModuleDestroy {
   onModuleInit(): void {
     if (!this.options.debugEvents) return;
     for (const name of Object.keys(IDEMPOTENCY_CHANNELS) as ChannelName[]) {
-      const listener = (message: unknown) =>
-        this.logger.debug(debugLine(name, message as Record<string, unknown>));
-      subscribe(IDEMPOTENCY_CHANNELS[name], listener);
-      this.subscriptions.push([IDEMPOTENCY_CHANNELS[name], listener]);
+      this.subscriptions.on(IDEMPOTENCY_CHANNELS[name], (event) =>
+        this.logger.debug(debugLine(name, event)),
+      );
     }
   }
 
   onModuleDestroy(): void {
-    for (const [channel, listener] of this.subscriptions.splice(0)) unsubscribe(channel, listener);
+    this.subscriptions.close();
   }
 }

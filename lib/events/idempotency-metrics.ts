@@ -5,11 +5,11 @@ import {
   type OnModuleDestroy,
   type OnModuleInit,
 } from '@nestjs/common';
-import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
 import { IdempotencyStore } from '../storage/idempotency-store.interface.js';
 import { type MetricAttributes, metricPoints, REQUEST_OUTCOMES } from './event-outcomes.js';
+import { ChannelSubscriptions } from './channel-subscriptions.js';
 import { IDEMPOTENCY_CHANNELS } from './idempotency-events.js';
 
 /** The part of an OpenTelemetry `MeterProvider` the library uses (`@opentelemetry/api`). */
@@ -42,7 +42,7 @@ const METER_NAME = 'nestjs-idempotency-pg';
 @Injectable()
 export class IdempotencyMetrics implements OnModuleInit, OnModuleDestroy {
   private readonly logger = new Logger('Idempotency');
-  private readonly subscriptions: [string, (message: unknown) => void][] = [];
+  private readonly subscriptions = new ChannelSubscriptions();
 
   constructor(
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
@@ -84,13 +84,13 @@ export class IdempotencyMetrics implements OnModuleInit, OnModuleDestroy {
       });
 
     for (const channel of Object.keys(REQUEST_OUTCOMES) as (keyof typeof REQUEST_OUTCOMES)[]) {
-      this.on(IDEMPOTENCY_CHANNELS[channel], (event) => {
+      this.subscriptions.on(IDEMPOTENCY_CHANNELS[channel], (event) => {
         const points = metricPoints(channel, event);
         if (points.outcome) outcomes.add(1, points.outcome.attributes);
         if (points.duration) duration.record(points.duration.ms, points.duration.attributes);
       });
     }
-    this.on(IDEMPOTENCY_CHANNELS.purged, (event) => {
+    this.subscriptions.on(IDEMPOTENCY_CHANNELS.purged, (event) => {
       for (const kind of ['finished', 'abandoned', 'processedMessages'] as const) {
         const rows = event[kind];
         if (typeof rows === 'number' && rows > 0) {
@@ -98,26 +98,20 @@ export class IdempotencyMetrics implements OnModuleInit, OnModuleDestroy {
         }
       }
     });
-    this.on(IDEMPOTENCY_CHANNELS.consumerDuplicate, (event) => {
+    this.subscriptions.on(IDEMPOTENCY_CHANNELS.consumerDuplicate, (event) => {
       duplicates.add(1, { 'idempotency.consumer': String(event.consumer) });
     });
     const givenUp = meter.createCounter('idempotency.consumer.given_up', {
       description: 'Messages given up after maxAttempts failed deliveries',
       unit: '{message}',
     });
-    this.on(IDEMPOTENCY_CHANNELS.consumerGaveUp, (event) => {
+    this.subscriptions.on(IDEMPOTENCY_CHANNELS.consumerGaveUp, (event) => {
       givenUp.add(1, { 'idempotency.consumer': String(event.consumer) });
     });
   }
 
   onModuleDestroy(): void {
-    for (const [channel, listener] of this.subscriptions.splice(0)) unsubscribe(channel, listener);
-  }
-
-  private on(channel: string, listener: (event: Record<string, never>) => void): void {
-    const wrapped = (message: unknown) => listener(message as Record<string, never>);
-    subscribe(channel, wrapped);
-    this.subscriptions.push([channel, wrapped]);
+    this.subscriptions.close();
   }
 
   /** The meter to use, or undefined when there is none worth subscribing for. */
