@@ -110,13 +110,16 @@ describe('the npm package', () => {
     }
     const code = `
 import { IdempotencyModule, Idempotent, type IdempotencyModuleOptions } from 'nestjs-idempotency-pg';
+import { idempotentFetch, type IdempotentFetchOptions } from 'nestjs-idempotency-pg/client';
+import { FileOperationStore } from 'nestjs-idempotency-pg/client/file-store';
 
 const options: IdempotencyModuleOptions = { globalKeys: true, keyFrom: { body: 'requestId' } };
 export const module = IdempotencyModule.forRoot(options);
 export const decorator: MethodDecorator & ClassDecorator = Idempotent({ leaseMs: 5000 });
 // @ts-expect-error: the types are real, not any: a lease is a number
 export const wrong = () => Idempotent({ leaseMs: 'soon' });
-console.log(typeof IdempotencyModule, typeof Idempotent);
+export const client: IdempotentFetchOptions = { intent: 'x', store: new FileOperationStore('p') };
+console.log(typeof IdempotencyModule, typeof Idempotent, typeof idempotentFetch);
 `;
     writeFileSync(join(consumer, 'esm.mts'), code);
     writeFileSync(join(consumer, 'cjs.cts'), code);
@@ -148,7 +151,7 @@ console.log(typeof IdempotencyModule, typeof Idempotent);
     expect(compiled).toBe('');
     for (const file of ['esm.mjs', 'cjs.cjs']) {
       const out = execFileSync('node', [join(consumer, file)], { encoding: 'utf8' });
-      expect([file, out.trim()]).toEqual([file, 'function function']);
+      expect([file, out.trim()]).toEqual([file, 'function function function']);
     }
   }, 120_000);
 });
