@@ -1,5 +1,11 @@
 import pg from 'pg';
+import { DataSource } from 'typeorm';
 import { beginWith, canBeginWith } from '../lib/storage/begin-with.js';
+import {
+  LazyTransaction,
+  TransactionAbortedError,
+  TransactionEndedError,
+} from '../lib/transaction/lazy-transaction.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 
 /**
@@ -27,12 +33,14 @@ describe('beginWith: BEGIN and the first statement in one round trip', () => {
   it('runs the statement inside the transaction: a ROLLBACK undoes it', async () => {
     const client = await pool.connect();
     try {
-      const result = await beginWith(
+      const { result: sent, begun } = beginWith(
         client,
         'BEGIN',
         'INSERT INTO rows_here (id, note) VALUES ($1, $2) RETURNING id, note',
         [1, 'one'],
       );
+      const result = await sent;
+      await expect(begun).resolves.toBeUndefined();
       // The statement's own result, not BEGIN's: TypeORM reads these fields.
       expect(result.command).toBe('INSERT');
       expect(result.rowCount).toBe(1);
@@ -56,7 +64,7 @@ describe('beginWith: BEGIN and the first statement in one round trip', () => {
         'BEGIN ISOLATION LEVEL SERIALIZABLE',
         'INSERT INTO rows_here (id) VALUES ($1)',
         [2],
-      );
+      ).result;
       expect((await client.query('SHOW transaction_isolation')).rows[0].transaction_isolation).toBe(
         'serializable',
       );
@@ -70,14 +78,15 @@ describe('beginWith: BEGIN and the first statement in one round trip', () => {
   it('never runs the statement when BEGIN fails', async () => {
     const client = await pool.connect();
     try {
-      await expect(
-        beginWith(
-          client,
-          'BEGIN ISOLATION LEVEL NONSENSE',
-          'INSERT INTO rows_here (id) VALUES ($1)',
-          [3],
-        ),
-      ).rejects.toMatchObject({ code: '42601' });
+      const { result, begun } = beginWith(
+        client,
+        'BEGIN ISOLATION LEVEL NONSENSE',
+        'INSERT INTO rows_here (id) VALUES ($1)',
+        [3],
+      );
+      await expect(result).rejects.toMatchObject({ code: '42601' });
+      // What comes after must not run: there is no transaction to run in.
+      await expect(begun).rejects.toMatchObject({ code: '42601' });
       // The connection is usable, and no transaction was left open.
       expect((await client.query('SELECT txid_current_if_assigned() AS x')).rows[0].x).toBe(null);
     } finally {
@@ -90,9 +99,14 @@ describe('beginWith: BEGIN and the first statement in one round trip', () => {
     await pool.query('INSERT INTO rows_here (id) VALUES (4)');
     const client = await pool.connect();
     try {
-      await expect(
-        beginWith(client, 'BEGIN', 'INSERT INTO rows_here (id) VALUES ($1)', [4]),
-      ).rejects.toMatchObject({ code: '23505' });
+      const { result, begun } = beginWith(
+        client,
+        'BEGIN',
+        'INSERT INTO rows_here (id) VALUES ($1)',
+        [4],
+      );
+      await expect(result).rejects.toMatchObject({ code: '23505' });
+      await expect(begun).resolves.toBeUndefined(); // BEGIN ran: the transaction is open
       await expect(client.query('SELECT 1')).rejects.toMatchObject({ code: '25P02' });
       await client.query('ROLLBACK');
     } finally {
@@ -108,5 +122,73 @@ describe('beginWith: BEGIN and the first statement in one round trip', () => {
     [['INSERT INTO t VALUES ($1)', [1], () => undefined], false], // a callback
   ])('carries %j: %s', (args, expected) => {
     expect(canBeginWith(args as unknown[])).toBe(expected);
+  });
+});
+
+/**
+ * The request's transaction (`LazyTransaction`) on a real DataSource, where statements sent on
+ * its connection can race its end: none of them may ever run outside it.
+ */
+describe('LazyTransaction: statements racing the first one and the end', () => {
+  let database: TestDatabase;
+  let dataSource: DataSource;
+  const pool = (source: DataSource) => () =>
+    (source.driver as unknown as { master: pg.Pool }).master;
+  const count = async () =>
+    Number(((await dataSource.query('SELECT count(*) AS n FROM raced')) as { n: string }[])[0].n);
+
+  beforeAll(async () => {
+    database = await createTestDatabase('lazy_race');
+    dataSource = new DataSource({ type: 'postgres', url: database.url });
+    await dataSource.initialize();
+    await dataSource.query('CREATE TABLE raced (id int PRIMARY KEY)');
+  });
+  afterEach(() => dataSource.query('TRUNCATE raced'));
+  afterAll(async () => {
+    await dataSource?.destroy();
+    await database?.drop();
+  });
+
+  it('refuses a statement that was waiting for BEGIN when the transaction rolls back', async () => {
+    const transaction = new LazyTransaction(dataSource, pool(dataSource), 5000, true);
+    // The connection TypeORM's runner is given: TypeORM queues its own statements one at a
+    // time, but code holding the connection (a stream, a driver call) need not.
+    const connection = (await transaction.manager.queryRunner!.connect()) as pg.PoolClient;
+    // The first write is on its way (BEGIN with it) for 300 ms.
+    const first = connection.query('INSERT INTO raced (id) SELECT $1::int FROM pg_sleep(0.3)', [1]);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const second = connection.query('INSERT INTO raced (id) VALUES ($1)', [2]);
+    await transaction.rollback();
+    const [one, two] = await Promise.allSettled([first, second]);
+    expect(one.status).toBe('fulfilled'); // it ran inside, and was rolled back
+    // It never ran: not after the ROLLBACK, on its own.
+    expect(two).toMatchObject({ status: 'rejected', reason: expect.any(TransactionEndedError) });
+    expect(await count()).toBe(0);
+  });
+
+  it('runs nothing outside when BEGIN fails, and refuses to commit', async () => {
+    const isolating = new DataSource({ type: 'postgres', url: database.url });
+    await isolating.initialize();
+    // A level PostgreSQL refuses (TypeORM checks the option only at start-up): BEGIN fails.
+    (isolating.options as { isolationLevel?: string }).isolationLevel = 'NONSENSE';
+    try {
+      const transaction = new LazyTransaction(isolating, pool(isolating), 5000, true);
+      const connection = (await transaction.manager.queryRunner!.connect()) as pg.PoolClient;
+      const first = connection.query('INSERT INTO raced (id) VALUES ($1)', [1]);
+      const second = connection.query('INSERT INTO raced (id) VALUES ($1)', [2]);
+      const [one, two] = await Promise.allSettled([first, second]);
+      expect(one).toMatchObject({ status: 'rejected', reason: { code: '42601' } });
+      expect(two).toMatchObject({ status: 'rejected', reason: { code: '42601' } });
+      await expect(
+        transaction.commitWith({
+          name: 'raced_fence',
+          text: 'UPDATE raced SET id = id WHERE id = $1',
+          values: [1],
+        }),
+      ).rejects.toBeInstanceOf(TransactionAbortedError);
+      expect(await count()).toBe(0);
+    } finally {
+      await isolating.destroy();
+    }
   });
 });

@@ -35,13 +35,15 @@ const { prepare, handleCommandComplete } = (
  * the caller (TypeORM) sees the statement's result alone, exactly as without it.
  */
 class BeginThenQuery extends Query {
-  private beginReported = false;
+  /** Whether `BEGIN` completed: a failure after it leaves an open (aborted) transaction. */
+  beginReported = false;
 
   constructor(
     /** The `BEGIN` sent in front (public: the statement-count test reads it). */
     readonly begin: string,
     config: { text: string; values: unknown[] },
     callback: (error: Error | null, result?: QueryResult) => void,
+    private readonly onBegun: () => void,
   ) {
     super(config, undefined, callback);
   }
@@ -56,6 +58,7 @@ class BeginThenQuery extends Query {
   handleCommandComplete(message: unknown, connection: unknown): void {
     if (!this.beginReported) {
       this.beginReported = true;
+      this.onBegun();
       return;
     }
     handleCommandComplete.call(this, message, connection);
@@ -73,17 +76,41 @@ export function canBeginWith(args: unknown[]): args is [string, unknown[]] {
   );
 }
 
-/** Sends `begin` and the statement in one round trip; resolves with the statement's result. */
+/**
+ * Sends `begin` and the statement in one round trip. `result` settles with the statement;
+ * `begun` resolves once `BEGIN` completed, and rejects (with the round trip's error) when it
+ * did not: statements sent after it must then not run, as they would run outside any
+ * transaction.
+ */
 export function beginWith(
   client: PoolClient,
   begin: string,
   text: string,
   values: unknown[],
-): Promise<QueryResult> {
-  return new Promise((resolve, reject) => {
-    const query = new BeginThenQuery(begin, { text, values }, (error, result) =>
-      error ? reject(error) : resolve(result!),
+): { result: Promise<QueryResult>; begun: Promise<void> } {
+  let begunNow!: () => void;
+  let notBegun!: (error: Error) => void;
+  const begun = new Promise<void>((resolve, reject) => {
+    begunNow = resolve;
+    notBegun = reject;
+  });
+  // Observed here too, so that a BEGIN that failed is never an unhandled rejection.
+  begun.catch(() => undefined);
+  const result = new Promise<QueryResult>((resolve, reject) => {
+    const query: BeginThenQuery = new BeginThenQuery(
+      begin,
+      { text, values },
+      (error, outcome) => {
+        if (error) {
+          if (!query.beginReported) notBegun(error);
+          reject(error);
+        } else {
+          resolve(outcome!);
+        }
+      },
+      () => begunNow(),
     );
     void client.query(query as unknown as pg.Query);
   });
+  return { result, begun };
 }

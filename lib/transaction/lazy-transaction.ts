@@ -150,6 +150,14 @@ export class LazyTransaction implements JoinableTransaction {
       }
     }
     try {
+      await this.beginning;
+    } catch (error) {
+      // BEGIN itself failed (its first statement with it): there is no transaction to commit
+      // the stored response with, and the handler's first write never ran.
+      await this.rollbackOn(client);
+      throw new TransactionAbortedError(this.lastError ?? error);
+    }
+    try {
       // The fenced statement and COMMIT in one round trip; a lost fence raises, and the
       // COMMIT after it is skipped.
       await fencedCommit(client, statement, this.timeoutMs);
@@ -280,22 +288,23 @@ export class LazyTransaction implements JoinableTransaction {
       void this.begin(client);
       return query.apply(client, args);
     }
-    if (this.beginning) return this.beginning.then(() => query.apply(client, args));
+    // A statement sent while the first is on its way waits for its BEGIN, and is refused if
+    // the transaction ended meanwhile: it must never run after the ROLLBACK or COMMIT, nor
+    // outside the transaction when BEGIN failed.
+    const after = () =>
+      this.ended ? Promise.reject(new TransactionEndedError()) : query.apply(client, args);
+    if (this.beginning) return this.beginning.then(after);
     if (canBeginWith(args)) {
-      const first = beginWith(client, this.beginText(), args[0], args[1]);
-      // Whatever the outcome, the transaction's end (COMMIT or ROLLBACK) follows: a failed
-      // first statement, or a failed BEGIN, leaves nothing behind that ROLLBACK does not end.
-      this.beginning = first.then(
-        () => undefined,
-        () => undefined,
-      );
-      return first;
+      const { result, begun } = beginWith(client, this.beginText(), args[0], args[1]);
+      this.beginning = begun;
+      return result;
     }
-    return this.begin(client).then(() => query.apply(client, args));
+    return this.begin(client).then(after);
   }
 
   /** `BEGIN` in a round trip of its own: for a first statement `beginWith` cannot carry. */
   private begin(client: PoolClient): Promise<void> {
+    if (this.ended && !this.beginning) return Promise.reject(new TransactionEndedError());
     this.beginning ??= withDeadline(client.query(this.beginText()), this.timeoutMs, 'BEGIN').then(
       () => undefined,
     );
