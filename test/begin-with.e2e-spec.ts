@@ -166,6 +166,17 @@ describe('LazyTransaction: statements racing the first one and the end', () => {
     expect(await count()).toBe(0);
   });
 
+  it.each([
+    ["SELECT set_config('app.tenant', $1, true)", 'a setting made local to the transaction'],
+    ['SELECT pg_advisory_xact_lock(hashtext($1))', 'an advisory lock held for the transaction'],
+  ])('runs %s in the transaction: %s lasts', async (sql) => {
+    const transaction = new LazyTransaction(dataSource, pool(dataSource), 5000, true);
+    await transaction.manager.query(sql, ['7']);
+    // It opened the transaction, rather than running alone on a connection of its own.
+    expect(transaction.begun).toBe(true);
+    await transaction.rollback();
+  });
+
   it('runs nothing outside when BEGIN fails, and refuses to commit', async () => {
     const isolating = new DataSource({ type: 'postgres', url: database.url });
     await isolating.initialize();

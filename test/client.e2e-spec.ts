@@ -128,6 +128,47 @@ describe('idempotentFetch against a real flaky server', () => {
     expect(flaky.seen.map(({ key }) => key)).toEqual([error.key]);
   });
 
+  it('gives two calls for one intent at once one key: a double click runs once', async () => {
+    flaky.play([{ status: 201 }]);
+    const store = new MemoryOperationStore();
+    await Promise.all([
+      idempotentFetch(flaky.url(), init, { intent: 'double-click', store }),
+      idempotentFetch(flaky.url(), init, { intent: 'double-click', store }),
+    ]);
+    expect(flaky.seen).toHaveLength(2);
+    expect(new Set(flaky.seen.map(({ key }) => key)).size).toBe(1);
+  });
+
+  it('lets the caller cancel: an aborted call is not retried', async () => {
+    flaky.play([{ status: 503, headers: { 'retry-after': '0' } }]);
+    const controller = new AbortController();
+    const call = idempotentFetch(
+      flaky.url(),
+      { ...init, signal: controller.signal },
+      { intent: 'cancelled', baseDelayMs: 200 },
+    );
+    setTimeout(() => controller.abort(), 50);
+    // The first attempt's 503 came, and the abort lands during the wait or the next attempt.
+    await expect(call).rejects.toBeDefined();
+    expect(flaky.seen.length).toBeLessThanOrEqual(2);
+  });
+
+  it('keeps every key when several file stores on one file write at once', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'idem-file-store-'));
+    try {
+      const path = join(dir, 'pending.json');
+      await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          new FileOperationStore(path).set(`intent-${i}`, `key-${i}`),
+        ),
+      );
+      const store = new FileOperationStore(path);
+      for (let i = 0; i < 20; i++) expect(await store.get(`intent-${i}`)).toBe(`key-${i}`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('gives the operation a new key for a new intent', async () => {
     flaky.play([{ status: 201 }]);
     await idempotentFetch(flaky.url(), init, { intent: 'a' });

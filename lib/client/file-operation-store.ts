@@ -1,21 +1,27 @@
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { dirname, resolve } from 'node:path';
 import { type PendingOperationStore } from './operation-store.js';
+
+/** The writes of every store on one file, in order: stores made per call share the file. */
+const queues = new Map<string, Promise<unknown>>();
 
 /**
  * Pending operations in a JSON file, for Node.js: a process that is killed between attempts
  * finds its keys again when it starts, and resumes each operation with the same key. Each write
  * goes to a temporary file that replaces the old one, so a crash mid-write leaves the previous
- * version whole. Writes from one process are serialized; the file is not for sharing between
- * processes.
+ * version whole. Writes to one file from one process are serialized, whichever store instance
+ * makes them; the file is not for sharing between processes.
  */
 export class FileOperationStore implements PendingOperationStore {
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly path: string;
 
-  constructor(private readonly path: string) {}
+  constructor(path: string) {
+    this.path = resolve(path);
+  }
 
   async get(intent: string): Promise<string | undefined> {
-    await this.queue;
+    await (queues.get(this.path) ?? Promise.resolve());
     return (await this.read())[intent];
   }
 
@@ -28,14 +34,17 @@ export class FileOperationStore implements PendingOperationStore {
   }
 
   private update(change: (keys: Record<string, string>) => Record<string, string>) {
-    const next = this.queue.then(async () => {
+    const next = (queues.get(this.path) ?? Promise.resolve()).then(async () => {
       const keys = change(await this.read());
       await mkdir(dirname(this.path), { recursive: true });
-      const temporary = `${this.path}.${process.pid}.tmp`;
+      const temporary = `${this.path}.${process.pid}.${randomUUID()}.tmp`;
       await writeFile(temporary, JSON.stringify(keys));
       await rename(temporary, this.path);
     });
-    this.queue = next.catch(() => undefined);
+    queues.set(
+      this.path,
+      next.catch(() => undefined),
+    );
     return next;
   }
 

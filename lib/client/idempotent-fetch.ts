@@ -48,6 +48,33 @@ export class IdempotentRequestError extends Error {
 }
 
 const defaultStore = new MemoryOperationStore();
+/** Keys being made, per store and intent: two calls for one intent at once share one key. */
+const making = new WeakMap<PendingOperationStore, Map<string, Promise<string>>>();
+
+/**
+ * The intent's key: the one kept, or a new one kept before anything is sent, so that a crash
+ * after the send finds it again. A second call for the same intent while the first makes it
+ * (a double click) gets the same key, and the server runs the operation once.
+ */
+async function keyFor(store: PendingOperationStore, intent: string): Promise<string> {
+  let pending = making.get(store);
+  if (!pending) making.set(store, (pending = new Map()));
+  const underway = pending.get(intent);
+  if (underway) return underway;
+  const made = (async () => {
+    const kept = await store.get(intent);
+    if (kept !== undefined) return kept;
+    const key = globalThis.crypto.randomUUID();
+    await store.set(intent, key);
+    return key;
+  })();
+  pending.set(intent, made);
+  try {
+    return await made;
+  } finally {
+    pending.delete(intent);
+  }
+}
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -75,12 +102,7 @@ export async function idempotentFetch(
   const maxElapsedMs = options.maxElapsedMs ?? 60_000;
   const maxDelayMs = options.maxDelayMs ?? 10_000;
   const started = Date.now();
-  let key = await store.get(options.intent);
-  if (key === undefined) {
-    key = globalThis.crypto.randomUUID();
-    // Kept before anything is sent: a crash after the send finds the key again.
-    await store.set(options.intent, key);
-  }
+  const key = await keyFor(store, options.intent);
   const headers = new Headers(init.headers);
   headers.set(options.headerName ?? 'Idempotency-Key', key);
 
@@ -90,13 +112,17 @@ export async function idempotentFetch(
   for (let attempt = 0; attempt < maxAttempts; attempt++) {
     attempts++;
     let response: Response | undefined;
+    const left = Math.max(1, maxElapsedMs - (Date.now() - started));
+    const timeout = AbortSignal.timeout(Math.min(options.attemptTimeoutMs ?? 30_000, left));
     try {
       response = await send(url, {
         ...init,
         headers,
-        signal: AbortSignal.timeout(options.attemptTimeoutMs ?? 30_000),
+        // The caller's own signal still cancels: then nothing is retried.
+        signal: init.signal ? AbortSignal.any([init.signal, timeout]) : timeout,
       });
     } catch (error) {
+      if (init.signal?.aborted) throw error;
       lastError = error;
     }
     lastStatus = response?.status ?? 0;

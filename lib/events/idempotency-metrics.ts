@@ -27,7 +27,10 @@ export interface OtelMeter {
   createObservableGauge(
     name: string,
     options?: object,
-  ): { addCallback(callback: (result: { observe(value: number): void }) => unknown): void };
+  ): {
+    addCallback(callback: (result: { observe(value: number): void }) => unknown): void;
+    removeCallback(callback: (result: { observe(value: number): void }) => unknown): void;
+  };
 }
 
 const METER_NAME = 'nestjs-idempotency-pg';
@@ -43,6 +46,7 @@ const METER_NAME = 'nestjs-idempotency-pg';
 export class IdempotencyMetrics implements OnModuleInit, OnModuleDestroy {
   private readonly logger = new Logger('Idempotency');
   private readonly subscriptions = new ChannelSubscriptions();
+  private removeGauge?: () => void;
 
   constructor(
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
@@ -70,18 +74,20 @@ export class IdempotencyMetrics implements OnModuleInit, OnModuleDestroy {
       description: 'Messages a consumer had processed before, delivered again and applied nothing',
       unit: '{message}',
     });
-    meter
-      .createObservableGauge('idempotency.oldest_unfinished_key.age', {
-        description: 'Age of the oldest key claimed and never finished (0 when none)',
-        unit: 's',
-      })
-      .addCallback(async (result) => {
-        try {
-          result.observe(((await this.store.oldestUnfinishedAgeMs()) ?? 0) / 1000);
-        } catch (error) {
-          this.logger.warn(`the oldest unfinished key's age was not read: ${String(error)}`);
-        }
-      });
+    const oldest = meter.createObservableGauge('idempotency.oldest_unfinished_key.age', {
+      description: 'Age of the oldest key claimed and never finished (0 when none)',
+      unit: 's',
+    });
+    const readOldest = async (result: { observe(value: number): void }) => {
+      try {
+        result.observe(((await this.store.oldestUnfinishedAgeMs()) ?? 0) / 1000);
+      } catch (error) {
+        this.logger.warn(`the oldest unfinished key's age was not read: ${String(error)}`);
+      }
+    };
+    oldest.addCallback(readOldest);
+    // Taken off on shutdown: a provider that outlives the app must not query its closed pool.
+    this.removeGauge = () => oldest.removeCallback(readOldest);
 
     for (const channel of Object.keys(REQUEST_OUTCOMES) as (keyof typeof REQUEST_OUTCOMES)[]) {
       this.subscriptions.on(IDEMPOTENCY_CHANNELS[channel], (event) => {
@@ -112,6 +118,7 @@ export class IdempotencyMetrics implements OnModuleInit, OnModuleDestroy {
 
   onModuleDestroy(): void {
     this.subscriptions.close();
+    this.removeGauge?.();
   }
 
   /** The meter to use, or undefined when there is none worth subscribing for. */

@@ -10,11 +10,10 @@ import { Reflector } from '@nestjs/core';
 import { from, lastValueFrom, Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
 import { IDEMPOTENT_MESSAGE_OPTIONS } from '../idempotency.constants.js';
-import { IdempotencyStoreUnavailableError, TransientDatabaseError } from '../idempotency.errors.js';
-import { isConnectionError, isTransientError } from '../storage/connection-errors.js';
+import { classifyHandlerError } from '../failure.js';
 import { IdempotencyStore } from '../storage/idempotency-store.interface.js';
 import { RECORD_MESSAGE, TOUCH_MESSAGE } from '../storage/postgres-statements.js';
-import { type LazyTransaction } from '../transaction/lazy-transaction.js';
+import { type LazyTransaction, TransactionAbortedError } from '../transaction/lazy-transaction.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { type MessageAck, messageAck } from './message-ack.js';
 import { afterFailure, normalizeMessageId, transportMessageId } from './message-id.js';
@@ -57,11 +56,18 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     const rpc = context.switchToRpc();
     const transport = rpc.getContext<unknown>();
     const ack = messageAck(transport, options.ack);
-    const id = normalizeMessageId(
-      options.messageId
-        ? options.messageId(rpc.getData(), transport)
-        : transportMessageId(transport),
-    );
+    let id: string | undefined;
+    try {
+      id = normalizeMessageId(
+        options.messageId
+          ? options.messageId(rpc.getData(), transport)
+          : transportMessageId(transport),
+      );
+    } catch (error) {
+      // The app's own reader failed on this message: it is settled, never left unacknowledged.
+      ack.reject();
+      throw error;
+    }
     if (id === undefined) {
       // Never applied without an id: it could not be told from its redeliveries.
       ack.reject();
@@ -99,12 +105,13 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
         effectError = error;
         throw error;
       }
-      // Its own row, locked since the insert: the fence cannot miss.
-      await transaction.commitWith({
+      const committed = await transaction.commitWith({
         name: TOUCH_MESSAGE.name,
         text: TOUCH_MESSAGE.text,
         values: [consumer, messageId],
       });
+      // Its own row, locked since the insert, cannot be missing; if it were, nothing committed.
+      if (!committed) throw new Error(`the record of message ${messageId} was not found at commit`);
       ack.ack();
       return result;
     } catch (error) {
@@ -121,7 +128,11 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     error: unknown,
     fromHandler: boolean,
   ): Promise<unknown> {
-    const passing = isConnectionError(error) || isTransientError(error);
+    // The database's passing failures (unreachable, a deadline, a deadlock, also when the
+    // handler caught it and the commit then found the transaction aborted) count nothing.
+    const cause = error instanceof TransactionAbortedError ? error.cause : error;
+    const failure = classifyHandlerError(cause);
+    const passing = failure.kind === 'retry';
     let attempts: number | undefined;
     if (!passing) {
       attempts = await this.store
@@ -143,9 +154,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
       ack.redeliver();
     }
     if (!passing || fromHandler) return error;
-    return isConnectionError(error)
-      ? new IdempotencyStoreUnavailableError(error)
-      : new TransientDatabaseError(error);
+    return failure.kind === 'retry' ? failure.error : error;
   }
 
   private optionsOf(context: ExecutionContext): ResolvedMessageOptions {

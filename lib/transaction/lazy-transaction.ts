@@ -318,12 +318,21 @@ export class LazyTransaction implements JoinableTransaction {
   }
 }
 
-/** A `SELECT` that takes no row lock: it may run before, and apart from, the transaction. */
+/**
+ * A `SELECT` that takes no row lock and calls none of PostgreSQL's functions whose effect lasts
+ * for the transaction (a setting made local, an advisory lock, a sequence, a notification) and
+ * writes nothing (`INTO`): it may run before, and apart from, the transaction. A `SELECT` of an
+ * app's own function that writes cannot be told from its text; run it after a write, or start
+ * with it in `IdempotentTransaction.manager.transaction()`.
+ */
 function isPlainRead(sql: unknown): boolean {
   return (
     typeof sql === 'string' &&
     /^\s*SELECT\b/i.test(sql) &&
-    !/\bFOR\s+(UPDATE|SHARE|NO\s+KEY\s+UPDATE|KEY\s+SHARE)\b/i.test(sql)
+    !/\bFOR\s+(UPDATE|SHARE|NO\s+KEY\s+UPDATE|KEY\s+SHARE)\b/i.test(sql) &&
+    !/\b(set_config|pg_advisory\w*|pg_try_advisory\w*|nextval|setval|pg_notify|txid_current|pg_current_xact_id)\s*\(|\bINTO\b/i.test(
+      sql,
+    )
   );
 }
 
