@@ -9,7 +9,16 @@
  * after 6 s), so that a failover takes seconds rather than a minute.
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { chownSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import {
+  chownSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../../sample-app/database/embedded-postgres.js';
@@ -166,6 +175,7 @@ export class AutoFailoverCluster {
 
   /** A node's machine dies: its keeper and its PostgreSQL, SIGKILLed. */
   kill(name: string): void {
+    this.signalGroup(name, 'SIGKILL');
     spawnSync('pkill', ['-9', '-f', join(this.dir, name)]);
   }
 
@@ -181,11 +191,44 @@ export class AutoFailoverCluster {
 
   async stop(): Promise<void> {
     for (const name of [...this.nodes.map((n) => n.name), 'monitor']) {
+      this.signalGroup(name, 'SIGTERM');
       spawnSync('pkill', ['-TERM', '-f', join(this.dir, name)]);
     }
     await sleep(2000);
+    this.signalAll('SIGKILL');
     spawnSync('pkill', ['-9', '-f', this.dir]);
     rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  /**
+   * Signals every process of a node's keeper: `su` starts it in a session of its own, and
+   * pg_autoctl's children rename themselves ("pg_autoctl: start/stop postgres"), so neither
+   * the spawned pid's group nor a match on the folder's path reaches them all; the session
+   * of the process running `--pgdata <node>` does.
+   */
+  private signalGroup(name: string, signal: NodeJS.Signals): void {
+    const keeper = spawnSync('pgrep', ['-f', `--pgdata ${join(this.dir, name)}`], {
+      encoding: 'utf8',
+    })
+      .stdout.split('\n')
+      .filter(Boolean);
+    const sessions = new Set(keeper.map((pid) => sessionOf(Number(pid))));
+    // Never this run's own session (were the keeper to share it), nor a process gone.
+    for (const excluded of [sessionOf(process.pid), -1, 0]) sessions.delete(excluded);
+    for (const pid of allPids()) {
+      if (sessions.has(sessionOf(pid))) signalQuietly(pid, signal);
+    }
+  }
+
+  /** Every process whose working folder is the cluster's (each command starts there). */
+  private signalAll(signal: NodeJS.Signals): void {
+    for (const pid of allPids()) {
+      try {
+        if (readlinkSync(`/proc/${pid}/cwd`).startsWith(this.dir)) signalQuietly(pid, signal);
+      } catch {
+        // gone, or not ours to read
+      }
+    }
   }
 
   async until(check: () => Promise<boolean> | boolean, what: string, timeoutMs: number) {
@@ -237,5 +280,30 @@ export class AutoFailoverCluster {
       encoding: 'utf8',
       stdio: ['ignore', 'pipe', 'pipe'],
     });
+  }
+}
+
+function allPids(): number[] {
+  return readdirSync('/proc')
+    .filter((entry) => /^\d+$/.test(entry))
+    .map(Number);
+}
+
+/** A process's session id (field 6 of /proc/<pid>/stat), or -1 when it is gone. */
+function sessionOf(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The name (field 2) is in parentheses and may hold spaces: count from its end.
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[3]);
+  } catch {
+    return -1;
+  }
+}
+
+function signalQuietly(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(pid, signal);
+  } catch {
+    // already gone
   }
 }
