@@ -52,7 +52,7 @@ import { IdempotencyStore, type KeyScope } from './storage/idempotency-store.int
 import { type StoredResponse } from './stored-response.js';
 import { normalizeTenantId } from './tenant-id.js';
 import { isTransactionAbortedError } from './storage/connection-errors.js';
-import { transactionScope } from './transaction/transaction-scope.js';
+import { handleInTransaction } from './transaction/handle-in-transaction.js';
 import { type IdempotencyEvent, publish } from './events/idempotency-events.js';
 
 /**
@@ -556,12 +556,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
  */
 function runInContext(context: IdempotencyContext, next: CallHandler): Observable<unknown> {
   return new Observable<unknown>((subscriber) =>
-    idempotencyStorage.run(context, () => {
-      const subscribe = () => next.handle().subscribe(subscriber);
-      return context.transaction
-        ? transactionScope.run(context.transaction, subscribe)
-        : subscribe();
-    }),
+    idempotencyStorage.run(context, () =>
+      handleInTransaction(context.transaction, next, subscriber),
+    ),
   );
 }
 

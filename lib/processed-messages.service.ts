@@ -3,28 +3,11 @@ import { DatabaseError } from 'pg';
 import { type EntityManager, QueryFailedError } from 'typeorm';
 import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
 import { publish } from './events/idempotency-events.js';
-import {
-  type IdempotencyError,
-  IdempotencyStoreUnavailableError,
-  TransientDatabaseError,
-} from './idempotency.errors.js';
-import { isConnectionError, isTransientError } from './storage/connection-errors.js';
+import { classifyHandlerError } from './failure.js';
 
-/**
- * A delivery that failed for a passing reason, as the error that says "deliver it again": the
- * database unreachable (503 `store_unavailable`) or a deadlock, serialization failure,
- * statement or lock timeout (503 `database_transient`). Nothing was recorded either way.
- * `IdempotencyErrorFilter` answers both with `Retry-After`.
- */
 /** An error of a statement (TypeORM wraps the driver's), as opposed to the effect's own. */
 function isDriverError(error: unknown): boolean {
   return error instanceof QueryFailedError || error instanceof DatabaseError;
-}
-
-function retryable(error: unknown): IdempotencyError | undefined {
-  if (isConnectionError(error)) return new IdempotencyStoreUnavailableError(error);
-  if (isTransientError(error)) return new TransientDatabaseError(error);
-  return undefined;
 }
 
 /** The outcome of delivering a message: it ran now, or it had been processed before. */
@@ -87,7 +70,10 @@ export class ProcessedMessages {
       // The effect's own failures (a call to another system) are its own to report; only the
       // database's are mapped here, the effect's statements included.
       const fromDatabase = error !== effectError || isDriverError(error);
-      throw (fromDatabase && retryable(error)) || error;
+      // A passing failure of the database (unreachable, a deadline, a deadlock) becomes the
+      // error that says "deliver it again", as on the HTTP path: nothing was recorded.
+      const failure = fromDatabase ? classifyHandlerError(error) : undefined;
+      throw failure?.kind === 'retry' ? failure.error : error;
     }
   }
 }

@@ -26,12 +26,19 @@ const STATUS_BY_CODE: Record<IdempotencyError['code'], [number, string]> = {
   lease_lost: [HttpStatus.CONFLICT, 'Idempotency lease lost'],
   store_unavailable: [HttpStatus.SERVICE_UNAVAILABLE, 'Idempotency store unavailable'],
   request_invalid: [HttpStatus.BAD_REQUEST, 'Request body invalid'],
-  retry_later: [HttpStatus.SERVICE_UNAVAILABLE, 'Retry later'],
   database_transient: [HttpStatus.SERVICE_UNAVAILABLE, 'Transient database error'],
+  retry_later: [HttpStatus.SERVICE_UNAVAILABLE, 'Retry later'],
   transaction_aborted: [HttpStatus.INTERNAL_SERVER_ERROR, 'Transaction aborted'],
   response_too_large: [HttpStatus.INTERNAL_SERVER_ERROR, 'Response too large to store'],
   stored_response_unreadable: [HttpStatus.INTERNAL_SERVER_ERROR, 'Stored response unreadable'],
 };
+
+/** The library's error codes answered with `status`, in the table's order (for OpenAPI). */
+export function codesWithStatus(status: number): IdempotencyError['code'][] {
+  return (Object.keys(STATUS_BY_CODE) as IdempotencyError['code'][]).filter(
+    (code) => STATUS_BY_CODE[code][0] === status,
+  );
+}
 
 /** The one place that maps the library's errors to HTTP. */
 export function toProblem(error: IdempotencyError): Problem {

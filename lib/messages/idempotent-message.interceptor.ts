@@ -13,8 +13,8 @@ import { IDEMPOTENT_MESSAGE_OPTIONS } from '../idempotency.constants.js';
 import { classifyHandlerError } from '../failure.js';
 import { IdempotencyStore } from '../storage/idempotency-store.interface.js';
 import { RECORD_MESSAGE, TOUCH_MESSAGE } from '../storage/postgres-statements.js';
-import { type LazyTransaction, TransactionAbortedError } from '../transaction/lazy-transaction.js';
-import { transactionScope } from '../transaction/transaction-scope.js';
+import { TransactionAbortedError } from '../transaction/lazy-transaction.js';
+import { handleInTransaction } from '../transaction/handle-in-transaction.js';
 import { type MessageAck, messageAck } from './message-ack.js';
 import { afterFailure, normalizeMessageId, transportMessageId } from './message-id.js';
 import {
@@ -98,9 +98,14 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
       }
       let result: unknown;
       try {
-        result = await lastValueFrom(inTransaction(transaction, next), {
-          defaultValue: undefined,
-        });
+        result = await lastValueFrom(
+          new Observable<unknown>((subscriber) =>
+            handleInTransaction(transaction, next, subscriber),
+          ),
+          {
+            defaultValue: undefined,
+          },
+        );
       } catch (error) {
         effectError = error;
         throw error;
@@ -170,15 +175,4 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     }
     return options;
   }
-}
-
-/**
- * Runs the handler in the delivery's transaction: its repositories and queries join it. Nest
- * binds the handler to the async context in which `handle()` is called, so that call is made
- * inside the scope, not only the subscription.
- */
-function inTransaction(transaction: LazyTransaction, next: CallHandler) {
-  return new Observable<unknown>((subscriber) =>
-    transactionScope.run(transaction, () => next.handle().subscribe(subscriber)),
-  );
 }

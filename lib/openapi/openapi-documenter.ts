@@ -2,6 +2,7 @@ import { HttpStatus, type Provider, RequestMethod } from '@nestjs/common';
 import { HTTP_CODE_METADATA, METHOD_METADATA } from '@nestjs/common/constants.js';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { IDEMPOTENT_ROUTE_OPTIONS } from '../idempotency.constants.js';
+import { classMethods } from '../routes/class-methods.js';
 import {
   type IdempotencyRouteOptions,
   type ResolvedIdempotencyOptions,
@@ -46,19 +47,15 @@ export const openApiDocumenterProvider: Provider = {
   useFactory: (discovery: DiscoveryService, options: ResolvedIdempotencyOptions) => {
     const scanner = new MetadataScanner();
     const documented: string[] = [];
-    for (const { metatype } of discovery.getControllers()) {
-      if (typeof metatype !== 'function' || !metatype.prototype) continue;
-      const prototype = metatype.prototype as Record<string, unknown>;
-      for (const name of scanner.getAllMethodNames(prototype)) {
-        const handler = prototype[name];
-        if (typeof handler !== 'function') continue;
-        const own = Reflect.getMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler) as
-          IdempotencyRouteOptions | undefined;
-        // Not a route (the start-up check reports it): nothing swagger would show.
-        if (!own || Reflect.getMetadata(METHOD_METADATA, handler) === undefined) continue;
-        documentRoute(handler, own, metatype, options);
-        documented.push(`${metatype.name}.${name}`);
-      }
+    const controllers = discovery.getControllers().map(({ metatype }) => metatype);
+    const names = (prototype: object) => scanner.getAllMethodNames(prototype);
+    for (const { type, name, handler } of classMethods(controllers, names)) {
+      const own = Reflect.getMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler) as
+        IdempotencyRouteOptions | undefined;
+      // Not a route (the start-up check reports it): nothing swagger would show.
+      if (!own || Reflect.getMetadata(METHOD_METADATA, handler) === undefined) continue;
+      documentRoute(handler, own, type, options);
+      documented.push(`${type.name}.${name}`);
     }
     return documented;
   },

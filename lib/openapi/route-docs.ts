@@ -1,6 +1,6 @@
 import { MAX_KEY_LENGTH, REPLAYED_HEADER } from '../idempotency.constants.js';
 import { type IdempotencyErrorCode } from '../idempotency.errors.js';
-import { PROBLEM_CONTENT_TYPE } from '../http/problem.js';
+import { codesWithStatus, PROBLEM_CONTENT_TYPE } from '../http/problem.js';
 
 /**
  * What an idempotent route adds to its OpenAPI operation, in the formats @nestjs/swagger's own
@@ -99,32 +99,28 @@ function problemResponses(required: boolean): ResponsesMetadata {
       400,
       `The idempotency key is ${required ? 'missing or ' : ''}invalid, the tenant id is ` +
         'invalid, or the request body cannot be read as the JSON its content type announces.',
-      [
-        ...(required ? (['key_missing'] as const) : []),
-        'key_invalid',
-        'tenant_invalid',
-        'request_invalid',
-      ],
+      // A route whose key is optional never answers key_missing.
+      codesWithStatus(400).filter((code) => required || code !== 'key_missing'),
     ),
     '409': problem(
       409,
       'Another request with this key is still in progress, or this request lost its lease ' +
         'to another worker; retry with the same key after Retry-After seconds.',
-      ['key_in_progress', 'lease_lost'],
+      codesWithStatus(409),
       true,
     ),
     '422': problem(
       422,
       'This key was already used with a different request (method, path or body); use a new ' +
         'key for a new operation.',
-      ['key_mismatch'],
+      codesWithStatus(422),
     ),
     '503': problem(
       503,
       'Retry later with the same key, after Retry-After seconds: the database is unavailable ' +
         'or rolled the work back for a passing reason, or a dependency is down. Nothing was ' +
         'stored.',
-      ['store_unavailable', 'database_transient', 'retry_later'],
+      codesWithStatus(503),
       true,
     ),
   };

@@ -4,6 +4,7 @@ import { INTERCEPTORS_METADATA, METHOD_METADATA } from '@nestjs/common/constants
 import { IDEMPOTENT_MESSAGE_OPTIONS, IDEMPOTENT_ROUTE_OPTIONS } from '../idempotency.constants.js';
 import { IdempotencyInterceptor } from '../idempotency.interceptor.js';
 import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
+import { classMethods } from './class-methods.js';
 import { type DecoratedMethod, messageHandlerProblem, routeProblem } from './route-problem.js';
 
 /** The metadata keys of the packages the app may use; read by name, none of them imported. */
@@ -30,18 +31,14 @@ export class IdempotentRoutesCheck implements OnModuleInit {
       if (wrapper.metatype) classes.add(wrapper.metatype);
     }
     const problems: string[] = [];
-    for (const type of classes) {
-      if (typeof type !== 'function' || !type.prototype) continue;
-      for (const name of this.scanner.getAllMethodNames(type.prototype as object)) {
-        const handler = (type.prototype as Record<string, unknown>)[name];
-        if (typeof handler !== 'function') continue;
-        const route = Reflect.hasMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler);
-        const message = Reflect.hasMetadata(IDEMPOTENT_MESSAGE_OPTIONS, handler);
-        if (!route && !message) continue;
-        const method = describe(type as new () => object, name, handler, controllers);
-        const problem = route ? routeProblem(method) : messageHandlerProblem(method);
-        if (problem) problems.push(problem);
-      }
+    const names = (prototype: object) => this.scanner.getAllMethodNames(prototype);
+    for (const { type, name, handler } of classMethods(classes, names)) {
+      const route = Reflect.hasMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler);
+      const message = Reflect.hasMetadata(IDEMPOTENT_MESSAGE_OPTIONS, handler);
+      if (!route && !message) continue;
+      const method = describe(type, name, handler, controllers);
+      const problem = route ? routeProblem(method) : messageHandlerProblem(method);
+      if (problem) problems.push(problem);
     }
     if (problems.length > 0) throw new InvalidIdempotencyOptionsError(problems.join('; '));
   }
