@@ -2,6 +2,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { type StoredResponse } from './stored-response.js';
 import { type LazyTransaction } from './transaction/lazy-transaction.js';
+import { type ClaimStore } from './storage/claim-store.interface.js';
 
 /** A key this worker owns: what the claim or the takeover returned. */
 export interface ActiveClaim {
@@ -60,6 +61,8 @@ export class IdempotencyContext {
     readonly transaction?: LazyTransaction,
     /** Whether the handler's own database work joins `transaction` (the route's `atomic`). */
     private readonly atomic = false,
+    /** The store that holds the claim: phases commit their recovery points in it. */
+    readonly claimStore?: ClaimStore,
   ) {}
 
   /**

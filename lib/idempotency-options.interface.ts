@@ -2,6 +2,7 @@ import { type JsonLimits } from './fingerprint/canonical-json.js';
 import { type IdempotencyKeySource, type KeyReader } from './key-source.js';
 import { type OtelMeterProvider } from './events/idempotency-metrics.js';
 import { type SealingKey } from './storage/response-sealer.js';
+import { type ClaimStore } from './storage/claim-store.interface.js';
 
 /**
  * The request as the adapter gives it: Express's `Request` or Fastify's `FastifyRequest`.
@@ -105,10 +106,25 @@ export interface IdempotencyRouteOptions {
    * @default []
    */
   replayHeaders?: string[];
+  /**
+   * The claim store that holds this route's keys, by its name in the module's `claimStores`.
+   * `'postgres'` (the app's own database) is always there, and is the only one that commits
+   * the handler's effects with its response: a store that cannot (Redis) is refused at
+   * start-up on a route that is `atomic`, and its phases fail; see the README's "Claim stores".
+   * @default 'postgres'
+   */
+  claimStore?: string;
 }
 
 /** Options of `IdempotencyModule.forRoot()`. */
 export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
+  /**
+   * Claim stores besides the app's PostgreSQL, by name, for routes (or the module) to choose
+   * with `claimStore`: a `RedisClaimStore`, or a store of your own that passes the contract
+   * suite of `nestjs-idempotency-pg/testing`. The module never closes their connections.
+   * @example claimStores: { redis: new RedisClaimStore(redisClient) }, claimStore: 'redis'
+   */
+  claimStores?: Record<string, ClaimStore>;
   /**
    * Name of the request header that carries the key.
    * @default 'Idempotency-Key'
@@ -240,6 +256,8 @@ export interface ResolvedIdempotencyOptions {
   debugEvents: boolean;
   /** The encryption keys, the sealing one first; undefined when responses are stored plain. */
   sealingKeys?: SealingKey[];
+  /** The stores given in `claimStores`; `'postgres'` is added by the module. */
+  claimStores: Readonly<Record<string, ClaimStore>>;
   route: ResolvedRouteOptions;
 }
 
@@ -256,4 +274,6 @@ export interface ResolvedRouteOptions {
   maxResponseBytes: number;
   /** Lower-cased: the three the library always keeps, then `replayHeaders`. */
   storedHeaders: readonly string[];
+  /** The name of the route's claim store. */
+  claimStore: string;
 }

@@ -1,3 +1,4 @@
+import { type ClaimStore } from './storage/claim-store.interface.js';
 import {
   DEFAULT_DATABASE_TIMEOUT_MS,
   DEFAULT_HEADER_NAME,
@@ -151,6 +152,51 @@ function nonNegativeInteger(name: string, value: number | undefined, fallback: n
   return value;
 }
 
+/** The name of the claim store in the app's own PostgreSQL, always there. */
+export const POSTGRES_CLAIM_STORE = 'postgres';
+
+function storeName(name: string | undefined, fallback: string): string {
+  if (name === undefined) return fallback;
+  if (typeof name !== 'string' || name === '') {
+    throw new InvalidIdempotencyOptionsError('claimStore must be the name of a claim store');
+  }
+  return name;
+}
+
+const CLAIM_STORE_METHODS = [
+  'claim',
+  'takeOver',
+  'finish',
+  'release',
+  'extendLease',
+  'purgeBatch',
+  'purgeAbandonedBatch',
+  'oldestUnfinishedAgeMs',
+] as const;
+
+function resolveClaimStores(stores: Record<string, ClaimStore> | undefined) {
+  if (stores === undefined) return {};
+  if (typeof stores !== 'object' || stores === null) {
+    throw new InvalidIdempotencyOptionsError('claimStores must map names to claim stores');
+  }
+  for (const [name, store] of Object.entries(stores)) {
+    if (name === POSTGRES_CLAIM_STORE) {
+      throw new InvalidIdempotencyOptionsError(
+        `claimStores: "${POSTGRES_CLAIM_STORE}" is the app's own database, and cannot be replaced`,
+      );
+    }
+    const missing = CLAIM_STORE_METHODS.filter(
+      (method) => typeof (store as unknown as Record<string, unknown>)?.[method] !== 'function',
+    );
+    if (missing.length > 0) {
+      throw new InvalidIdempotencyOptionsError(
+        `claimStores: "${name}" is not a claim store (it has no ${missing.join(', ')})`,
+      );
+    }
+  }
+  return { ...stores };
+}
+
 /** Fills in a route's options over a base, validating each one. */
 export function resolveRouteOptions(
   options: IdempotencyRouteOptions,
@@ -174,6 +220,7 @@ export function resolveRouteOptions(
     heartbeat: options.heartbeat ?? base?.heartbeat ?? false,
     atomic: options.atomic ?? base?.atomic ?? true,
     storedHeaders: storedHeaders(options.replayHeaders, base?.storedHeaders),
+    claimStore: storeName(options.claimStore, base?.claimStore ?? POSTGRES_CLAIM_STORE),
     maxResponseBytes: positiveInteger(
       'maxResponseBytes',
       options.maxResponseBytes,
@@ -266,6 +313,7 @@ export function resolveIdempotencyOptions(
       options.purgeBatchSize,
       DEFAULT_PURGE_BATCH_SIZE,
     ),
+    claimStores: resolveClaimStores(options.claimStores),
     sealingKeys: options.encryption && resolveSealingKeys(options.encryption.keys),
     storeIf: resolveStoreIf(options.storeIf),
     metrics: resolveMetrics(options.metrics),

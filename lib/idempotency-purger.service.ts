@@ -9,7 +9,8 @@ import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js
 import { type ResolvedIdempotencyOptions } from './idempotency-options.interface.js';
 import { ReplayCache } from './replay-cache.js';
 import { publish } from './events/idempotency-events.js';
-import { IdempotencyStore } from './storage/idempotency-store.interface.js';
+import { ClaimStores } from './storage/claim-stores.js';
+import { IdempotencyDatabase } from './storage/idempotency-database.js';
 
 /**
  * Deletes finished keys older than the retention window, in small batches (the design's
@@ -25,7 +26,8 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
 
   constructor(
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
-    @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+    private readonly stores: ClaimStores,
+    private readonly database: IdempotencyDatabase,
     private readonly cache: ReplayCache,
   ) {}
 
@@ -37,21 +39,25 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
   async purgeExpired(): Promise<number> {
     const { retentionMs, abandonedKeyRetentionMs, processedMessagesRetentionMs, purgeBatchSize } =
       this.options;
-    const finished = await this.inBatches(async () => {
-      const deleted = await this.store.purgeBatch(retentionMs, purgeBatchSize);
-      // Entries expire long before a purge could reach them; this is for purges run early.
-      for (const { tenantId, key } of deleted) this.cache.delete(tenantId, key);
-      return deleted.length;
-    });
-    const abandoned = await this.inBatches(() =>
-      this.store.purgeAbandonedBatch(abandonedKeyRetentionMs, purgeBatchSize),
-    );
+    let finished = 0;
+    let abandoned = 0;
+    for (const store of this.stores.all()) {
+      finished += await this.inBatches(async () => {
+        const deleted = await store.purgeBatch(retentionMs, purgeBatchSize);
+        // Entries expire long before a purge could reach them; this is for purges run early.
+        for (const { tenantId, key } of deleted) this.cache.delete(tenantId, key);
+        return deleted.length;
+      });
+      abandoned += await this.inBatches(() =>
+        store.purgeAbandonedBatch(abandonedKeyRetentionMs, purgeBatchSize),
+      );
+    }
     const processed = await this.inBatches(() =>
-      this.store.purgeProcessedBatch(processedMessagesRetentionMs, purgeBatchSize),
+      this.database.purgeProcessedBatch(processedMessagesRetentionMs, purgeBatchSize),
     );
     // Failure counts of messages given up or since processed: kept as long as the ids.
     await this.inBatches(() =>
-      this.store.purgeMessageFailuresBatch(processedMessagesRetentionMs, purgeBatchSize),
+      this.database.purgeMessageFailuresBatch(processedMessagesRetentionMs, purgeBatchSize),
     );
     publish('purged', () => ({ finished, abandoned, processedMessages: processed }));
     return finished + abandoned + processed;

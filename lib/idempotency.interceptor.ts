@@ -45,10 +45,17 @@ import {
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
 } from './idempotency-options.interface.js';
-import { resolveRouteOptions } from './idempotency-options.js';
+import { InvalidIdempotencyOptionsError, resolveRouteOptions } from './idempotency-options.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
 import { ReplayCache } from './replay-cache.js';
-import { IdempotencyStore, type KeyScope } from './storage/idempotency-store.interface.js';
+import {
+  type ClaimStore,
+  isTransactional,
+  type KeyScope,
+} from './storage/claim-store.interface.js';
+import { ClaimStores } from './storage/claim-stores.js';
+import { IdempotencyDatabase } from './storage/idempotency-database.js';
+import { type LazyTransaction } from './transaction/lazy-transaction.js';
 import { type StoredResponse } from './stored-response.js';
 import { normalizeTenantId } from './tenant-id.js';
 import { isTransactionAbortedError } from './storage/connection-errors.js';
@@ -68,7 +75,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     private readonly reflector: Reflector,
     private readonly adapterHost: HttpAdapterHost,
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
-    @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+    private readonly stores: ClaimStores,
+    private readonly database: IdempotencyDatabase,
     private readonly cache: ReplayCache,
   ) {}
 
@@ -80,7 +88,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const request = http.getRequest<IdempotencyRequest>();
     const response = http.getResponse<object>();
     const settings = this.routeSettings(context);
-    const { route, httpCode, responseHandled } = settings;
+    const { route, httpCode, responseHandled, store } = settings;
     const defaultStatus = httpCode ?? (request.method === 'POST' ? 201 : 200);
 
     const given = route.key.read(request);
@@ -136,7 +144,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return this.fail(response, new IdempotencyKeyMismatchError());
     }
 
-    return from(this.store.claim(scope, fingerprint, route.leaseMs)).pipe(
+    return from(store.claim(scope, fingerprint, route.leaseMs)).pipe(
       mergeMap((outcome) => {
         if (outcome.kind === 'claimed') {
           publish('claimed', event);
@@ -162,7 +170,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
             publish('conflict', event);
             throw new IdempotencyKeyInProgressError(decision.retryAfterSeconds);
           case 'take-over':
-            return from(this.store.takeOver(scope, decision.fence, route.leaseMs)).pipe(
+            return from(store.takeOver(scope, decision.fence, route.leaseMs)).pipe(
               mergeMap((claim) => {
                 // Another worker won the same expired lease a moment before us.
                 if (!claim) {
@@ -197,8 +205,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
   ): Observable<unknown> {
     const { route } = settings;
     const raw = rawResponse(response);
-    const transaction = this.store.transaction(false);
-    const context = new IdempotencyContext(claim, defaultStatus, transaction, route.atomic);
+    const transaction = this.database.transaction(false);
+    const context = new IdempotencyContext(
+      claim,
+      defaultStatus,
+      transaction,
+      route.atomic,
+      settings.store,
+    );
     context.route = settings.name;
     /** The handler's own error: the filters write its answer, stored without its effects. */
     let handlerError = false;
@@ -231,7 +245,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       },
       route.storedHeaders,
     );
-    const stopHeartbeat = route.heartbeat ? this.startHeartbeat(claim) : undefined;
+    const stopHeartbeat = route.heartbeat ? this.startHeartbeat(settings.store, claim) : undefined;
 
     return new Observable<unknown>((subscriber) => {
       let settled = false;
@@ -281,7 +295,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
         stopHeartbeat?.();
         context.abandoned = true;
         inner.unsubscribe();
-        givingBack = transaction.rollback().then(() => this.releaseQuietly(claim, true));
+        givingBack = transaction
+          .rollback()
+          .then(() => this.releaseQuietly(settings.store, claim, true));
       };
     });
   }
@@ -302,18 +318,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (!this.options.storeIf(answer.status)) {
       // Not to be stored (storeIf): nothing of the request stays either; a retry runs it.
       await transaction.rollback();
-      await this.releaseQuietly(claim, false);
+      await this.releaseQuietly(context.claimStore!, claim, false);
       publish('released', () => ({ ...eventOf(context), reason: 'store_if' }));
       return answer;
     }
     const began = performance.now();
     try {
       if (handlerFailed) await transaction.rollback();
-      const stored = await this.store.complete(
-        claim,
-        answer,
-        handlerFailed ? undefined : transaction,
-      );
+      const stored = await this.finish(context, answer, handlerFailed ? undefined : transaction);
       if (!stored) {
         publish('leaseLost', () => eventOf(context));
         return problemResponse(new IdempotencyLeaseLostError());
@@ -331,7 +343,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // Nothing was stored, and nothing of the handler's committed (or, if the commit's answer
       // was lost, all of it did, and a retry replays it): the key is given back to the retry.
       await transaction.rollback();
-      await this.releaseQuietly(claim, false);
+      await this.releaseQuietly(context.claimStore!, claim, false);
       this.logger.warn(`the response of key ${claim.key} was not stored: ${String(error)}`);
       const problem = classifyCommitError(error);
       publish('released', () => ({ ...eventOf(context), reason: problem.code }));
@@ -355,7 +367,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // Failed in a guard, pipe or interceptor: nothing ran, so the key is given back.
       letThrough();
       await transaction.rollback();
-      await this.releaseQuietly(claim, true);
+      await this.releaseQuietly(context.claimStore!, claim, true);
       publish('released', () => ({ ...eventOf(context), reason: 'before_handler' }));
       return error instanceof IdempotencyError ? this.toHttp(response, error) : error;
     }
@@ -368,7 +380,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     await transaction.rollback();
     // Nothing final happened: the work resumes when the client retries with the same key.
     if (failure.kind === 'retry') {
-      await this.releaseQuietly(claim, false);
+      await this.releaseQuietly(context.claimStore!, claim, false);
       publish('released', () => ({ ...eventOf(context), reason: failure.error.code }));
     } else {
       publish('leaseLost', () => eventOf(context));
@@ -392,7 +404,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     try {
       if ('error' in outcome || settings.responseHandled) {
         await transaction.rollback();
-        await this.releaseQuietly(claim, false);
+        await this.releaseQuietly(context.claimStore!, claim, false);
         return;
       }
       const rendered =
@@ -408,11 +420,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const answer = overflow ? tooLarge(settings.route) : rendered;
       if (!this.options.storeIf(answer.status)) {
         await transaction.rollback();
-        await this.releaseQuietly(claim, false);
+        await this.releaseQuietly(context.claimStore!, claim, false);
         publish('released', () => ({ ...eventOf(context), reason: 'store_if' }));
         return;
       }
-      if (await this.store.complete(claim, answer, overflow ? undefined : transaction)) {
+      if (await this.finish(context, answer, overflow ? undefined : transaction)) {
         this.remember(claim, fingerprint, answer, this.options.retentionMs);
         publish('stored', () => ({ ...eventOf(context), status: answer.status }));
       } else {
@@ -420,7 +432,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       }
     } catch (error) {
       await transaction.rollback();
-      await this.releaseQuietly(claim, false);
+      await this.releaseQuietly(context.claimStore!, claim, false);
       this.logger.warn(`the late answer of key ${claim.key} was not stored: ${String(error)}`);
     }
   }
@@ -443,10 +455,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
    * Extends the lease while the handler runs, so that a short lease (a fast takeover after a
    * real crash) does not hand a slow but live worker's key to another one.
    */
-  private startHeartbeat(claim: ActiveClaim): () => void {
+  private startHeartbeat(store: ClaimStore, claim: ActiveClaim): () => void {
     const timer = setInterval(
       () => {
-        this.store.extendLease(claim).then(
+        store.extendLease(claim).then(
           (held) => {
             if (!held) clearInterval(timer);
           },
@@ -477,8 +489,26 @@ export class IdempotencyInterceptor implements NestInterceptor {
     );
   }
 
-  private releaseQuietly(claim: ActiveClaim, forget: boolean): Promise<void> {
-    return this.store.release(claim, forget).catch((releaseError: unknown) => {
+  /**
+   * Stores the answer: in the request's transaction, with the handler's effects, when it is
+   * given and the store is in the app's database; on its own otherwise. A store outside the
+   * database serves only routes that are not atomic (the start-up check), whose transaction
+   * holds nothing of the handler's.
+   */
+  private async finish(
+    context: IdempotencyContext,
+    answer: StoredResponse,
+    transaction: LazyTransaction | undefined,
+  ): Promise<boolean> {
+    const store = context.claimStore!;
+    const claim = context.claim!;
+    if (transaction && isTransactional(store)) return store.finishIn(claim, answer, transaction);
+    await transaction?.rollback();
+    return store.finish(claim, answer);
+  }
+
+  private releaseQuietly(store: ClaimStore, claim: ActiveClaim, forget: boolean): Promise<void> {
+    return store.release(claim, forget).catch((releaseError: unknown) => {
       // The lease then simply runs out, and a retry takes the key over.
       this.logger.warn(`could not release key ${claim.key}: ${String(releaseError)}`);
     });
@@ -531,11 +561,20 @@ export class IdempotencyInterceptor implements NestInterceptor {
         handler,
       );
       const route = resolveRouteOptions(own ?? {}, this.options.route);
+      const name = `${context.getClass().name}.${handler.name}`;
+      const store = this.stores.get(route.claimStore);
+      // The start-up check refuses both; this only guards a route it could not see.
+      if (!store || (route.atomic && !store.transactional)) {
+        throw new InvalidIdempotencyOptionsError(
+          `${name}: claim store "${route.claimStore}" ${store ? 'cannot serve an atomic route' : 'is unknown'}`,
+        );
+      }
       settings = {
+        store,
         route,
         httpCode: this.reflector.get<number | undefined>(HTTP_CODE_METADATA, handler),
         responseHandled: writesOwnResponse(context.getClass(), handler.name),
-        name: `${context.getClass().name}.${handler.name}`,
+        name,
         headers: declaredHeaders(
           route.storedHeaders,
           this.reflector.get<{ name: string; value: string }[] | undefined>(
@@ -564,6 +603,8 @@ function runInContext(context: IdempotencyContext, next: CallHandler): Observabl
 
 interface RouteSettings {
   route: ResolvedRouteOptions;
+  /** The route's claim store. */
+  store: ClaimStore;
   httpCode: number | undefined;
   /** `@Res()` or `@Next()` without passthrough: Nest leaves the response to the handler. */
   responseHandled: boolean;

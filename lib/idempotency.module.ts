@@ -16,9 +16,8 @@ import {
 } from './idempotency-options.interface.js';
 import { resolveIdempotencyOptions } from './idempotency-options.js';
 import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
-import { IdempotencyStore } from './storage/idempotency-store.interface.js';
-import { PostgresIdempotencyStore } from './storage/postgres-idempotency.store.js';
-import { ResponseSealer } from './storage/response-sealer.js';
+import { IdempotencyDatabase } from './storage/idempotency-database.js';
+import { ClaimStores } from './storage/claim-stores.js';
 import { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
 import { IdempotentRoutesCheck } from './routes/idempotent-routes.check.js';
 import { openApiDocumenterProvider } from './openapi/openapi-documenter.js';
@@ -39,15 +38,11 @@ const replayCacheProvider: Provider = {
     new ReplayCache(replayCache.size, replayCache.bytes, replayCache.ttlMs),
 };
 
-const storeProvider: Provider = {
-  provide: IdempotencyStore,
+const databaseProvider: Provider = {
+  provide: IdempotencyDatabase,
   inject: [IdempotencyDataSource, RESOLVED_IDEMPOTENCY_OPTIONS],
   useFactory: (source: IdempotencyDataSource, options: ResolvedIdempotencyOptions) =>
-    new PostgresIdempotencyStore(
-      () => source.dataSource,
-      options.databaseTimeoutMs,
-      options.sealingKeys && new ResponseSealer(options.sealingKeys),
-    ),
+    new IdempotencyDatabase(() => source.dataSource, options.databaseTimeoutMs),
 };
 
 /**
@@ -72,7 +67,8 @@ const storeProvider: Provider = {
     resolvedOptionsProvider,
     replayCacheProvider,
     IdempotencyDataSource,
-    storeProvider,
+    databaseProvider,
+    ClaimStores,
     IdempotencyInterceptor,
     IdempotentMessageInterceptor,
     PhaseRunner,
@@ -84,7 +80,8 @@ const storeProvider: Provider = {
     RESOLVED_IDEMPOTENCY_OPTIONS,
     ReplayCache,
     IdempotencyDataSource,
-    IdempotencyStore,
+    IdempotencyDatabase,
+    ClaimStores,
     IdempotencyInterceptor,
     IdempotentMessageInterceptor,
     PhaseRunner,

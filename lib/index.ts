@@ -14,6 +14,7 @@ export {
   type ExternalCall,
   PhaseOrderError,
   PhaseRunner,
+  PhasesNeedTransactionalStoreError,
   type PhaseContext,
   type PhaseWork,
 } from './phase-runner.service.js';
@@ -68,10 +69,13 @@ export {
 export { decide, type Decision, type ExistingKey, type Fence } from './decide.js';
 export { type StoredResponse } from './stored-response.js';
 export {
-  IdempotencyStore,
+  ClaimStore,
   type ClaimOutcome,
   type KeyScope,
-} from './storage/idempotency-store.interface.js';
+  type TransactionalClaimStore,
+} from './storage/claim-store.interface.js';
+export { ClaimStores } from './storage/claim-stores.js';
+export { IdempotencyDatabase } from './storage/idempotency-database.js';
 export { IdempotencyKeyEntity } from './storage/idempotency-key.entity.js';
 export { IDEMPOTENCY_MIGRATIONS } from './migrations.js';
 export * as constants from './idempotency.constants.js';

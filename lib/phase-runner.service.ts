@@ -1,15 +1,12 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { type EntityManager } from 'typeorm';
-import {
-  type ActiveClaim,
-  currentIdempotencyContext,
-  type IdempotencyContext,
-} from './idempotency-context.js';
+import { currentIdempotencyContext, type IdempotencyContext } from './idempotency-context.js';
 import { classifyHandlerError } from './failure.js';
 import { completedPhase, derivedKey } from './phases.js';
 import { PhaseResponse } from './phase-response.js';
-import { IdempotencyStore } from './storage/idempotency-store.interface.js';
+import { isTransactional, type TransactionalClaimStore } from './storage/claim-store.interface.js';
+import { IdempotencyDatabase } from './storage/idempotency-database.js';
 import { type StoredResponse } from './stored-response.js';
 import { SEALED_MARKER } from './storage/response-sealer.js';
 import { transactionScope } from './transaction/transaction-scope.js';
@@ -71,7 +68,7 @@ const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
  */
 @Injectable()
 export class PhaseRunner {
-  constructor(@Inject(IdempotencyStore) private readonly store: IdempotencyStore) {}
+  constructor(private readonly database: IdempotencyDatabase) {}
 
   /**
    * A phase around one external call (a PSP, a bank): `call` runs first, with no transaction
@@ -108,7 +105,7 @@ export class PhaseRunner {
       const idempotencyKey = `${context?.keylessId ?? randomUUID()}:${phase}`;
       const result = await outsideTransactions(() => call({ phase, idempotencyKey }));
       const value = record
-        ? await this.store.runInTransaction((manager) => record(manager, result))
+        ? await this.database.runInTransaction((manager) => record(manager, result))
         : (result as unknown as T);
       // As a keyed request's phase sees it: what JSON keeps of it.
       return asStored(value);
@@ -116,10 +113,12 @@ export class PhaseRunner {
     const done = completedPhase(claim.phaseResults, phase);
     if (done.completed) return done.result as T;
     if (context.transaction?.begun) throw new PhaseOrderError(phase);
+    // Refused before the call: a phase's record could not commit with its recovery point.
+    storeOf(context, phase);
     const result = await outsideTransactions(() =>
       call({ phase, idempotencyKey: derivedKey(claim, phase) }),
     );
-    return this.commit(claim, phase, (manager) => recorded(manager, result));
+    return this.commit(context, phase, (manager) => recorded(manager, result));
   }
 
   /**
@@ -135,23 +134,25 @@ export class PhaseRunner {
       // No key (an optional one, not sent): nothing to resume, so a plain transaction. The
       // external call still gets a key of its own, unique to this request.
       const idempotencyKey = `${context?.keylessId ?? randomUUID()}:${phase}`;
-      return this.store.runInTransaction((manager) => work(manager, { phase, idempotencyKey }));
+      return this.database.runInTransaction((manager) => work(manager, { phase, idempotencyKey }));
     }
     const done = completedPhase(claim.phaseResults, phase);
     if (done.completed) return done.result as T;
     if (context.transaction?.begun) throw new PhaseOrderError(phase);
-    return this.commit(claim, phase, (manager) =>
+    return this.commit(context, phase, (manager) =>
       work(manager, { phase, idempotencyKey: derivedKey(claim, phase) }),
     );
   }
 
   /** Commits a phase's work with its recovery point; returns its result as stored. */
   private async commit<T>(
-    claim: ActiveClaim,
+    context: IdempotencyContext,
     phase: string,
     work: (manager: EntityManager) => Promise<T>,
   ): Promise<T> {
-    const value = await this.guard(() => this.store.commitPhase(claim, phase, work));
+    const claim = context.claim!;
+    const store = storeOf(context, phase);
+    const value = await this.guard(() => store.commitPhase(claim, phase, work));
     // What was stored, as JSON: this worker sees exactly what a takeover would see (a Date
     // becomes a string here too), so resumed code takes the same branches.
     const stored = asStored(value);
@@ -169,12 +170,13 @@ export class PhaseRunner {
     const context = currentIdempotencyContext();
     const transaction = context?.transaction;
     if (!context?.claim || !transaction) {
-      const value = await this.store.runInTransaction(work);
+      const value = await this.database.runInTransaction(work);
       // Sent in place of the adapter's answer, so `respond()` keeps its status without a key.
       if (context && value instanceof PhaseResponse)
         context.finished = toStoredResponse(value, context);
       return bodyOf(value);
     }
+    storeOf(context, 'finish');
     // The last phase's work is the request's, even on a route that is not atomic.
     transaction.joinable = true;
     const value = await this.guard(() =>
@@ -203,6 +205,31 @@ export class PhaseRunner {
       const failure = classifyHandlerError(error);
       throw failure.kind === 'retry' ? failure.error : error;
     }
+  }
+}
+
+/** The request's claim store, if its phases can commit with their recovery points there. */
+function storeOf(context: IdempotencyContext, phase: string): TransactionalClaimStore {
+  const store = context.claimStore;
+  if (!store || !isTransactional(store)) {
+    throw new PhasesNeedTransactionalStoreError(phase, context.route);
+  }
+  return store;
+}
+
+/**
+ * A phase on a route whose claim store is not in the app's database (Redis): its effects
+ * cannot commit together with its recovery point there, so a crash between the two would run
+ * it again. Refused before anything of it runs.
+ */
+export class PhasesNeedTransactionalStoreError extends Error {
+  constructor(phase: string, route: string) {
+    super(
+      `phase "${phase}" of ${route || 'this route'}: phases commit their effects with their ` +
+        "recovery point, which needs the claim store in the app's PostgreSQL; this route's " +
+        'claim store is not (set claimStore: "postgres" on it)',
+    );
+    this.name = 'PhasesNeedTransactionalStoreError';
   }
 }
 

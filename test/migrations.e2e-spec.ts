@@ -1,6 +1,7 @@
 import { DataSource } from 'typeorm';
 import { IDEMPOTENCY_MIGRATIONS } from '../lib/index.js';
-import { PostgresIdempotencyStore } from '../lib/storage/postgres-idempotency.store.js';
+import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
+import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 
 /**
@@ -46,7 +47,7 @@ describe('migrating a table that holds keys', () => {
     )) as { data_type: string }[];
     expect(data_type).toBe('text');
 
-    const store = new PostgresIdempotencyStore(() => dataSource, 5000);
+    const store = new PostgresClaimStore(new IdempotencyDatabase(() => dataSource, 5000));
     const found = await store.claim({ tenantId: '42', key: 'old-key' }, fp, 60_000);
     expect(found).toMatchObject({ kind: 'existing', existing: { state: 'done' } });
     const uuid = await store.claim(

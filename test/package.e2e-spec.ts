@@ -112,6 +112,7 @@ describe('the npm package', () => {
 import { IdempotencyModule, Idempotent, type IdempotencyModuleOptions } from 'nestjs-idempotency-pg';
 import { idempotentFetch, type IdempotentFetchOptions } from 'nestjs-idempotency-pg/client';
 import { FileOperationStore } from 'nestjs-idempotency-pg/client/file-store';
+import { MemoryClaimStore, type ClaimStoreHarness } from 'nestjs-idempotency-pg/testing';
 
 const options: IdempotencyModuleOptions = { globalKeys: true, keyFrom: { body: 'requestId' } };
 export const module = IdempotencyModule.forRoot(options);
@@ -119,7 +120,8 @@ export const decorator: MethodDecorator & ClassDecorator = Idempotent({ leaseMs:
 // @ts-expect-error: the types are real, not any: a lease is a number
 export const wrong = () => Idempotent({ leaseMs: 'soon' });
 export const client: IdempotentFetchOptions = { intent: 'x', store: new FileOperationStore('p') };
-console.log(typeof IdempotencyModule, typeof Idempotent, typeof idempotentFetch);
+export const harness: ClaimStoreHarness = { create: () => new MemoryClaimStore() };
+console.log(typeof IdempotencyModule, typeof Idempotent, typeof idempotentFetch, typeof MemoryClaimStore);
 `;
     writeFileSync(join(consumer, 'esm.mts'), code);
     writeFileSync(join(consumer, 'cjs.cts'), code);
@@ -151,7 +153,7 @@ console.log(typeof IdempotencyModule, typeof Idempotent, typeof idempotentFetch)
     expect(compiled).toBe('');
     for (const file of ['esm.mjs', 'cjs.cjs']) {
       const out = execFileSync('node', [join(consumer, file)], { encoding: 'utf8' });
-      expect([file, out.trim()]).toEqual([file, 'function function function']);
+      expect([file, out.trim()]).toEqual([file, 'function function function function']);
     }
   }, 120_000);
 });

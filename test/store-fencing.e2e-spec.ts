@@ -2,7 +2,8 @@ import { type DataSource } from 'typeorm';
 import { IdempotencyLeaseLostError } from '../lib/index.js';
 import { type ActiveClaim } from '../lib/idempotency-context.js';
 import { decide } from '../lib/decide.js';
-import { PostgresIdempotencyStore } from '../lib/storage/postgres-idempotency.store.js';
+import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
+import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 
 /**
@@ -12,7 +13,7 @@ import { createMigratedDatabase, type MigratedDatabase } from './support/migrate
 describe('the fencing token', () => {
   let database: MigratedDatabase;
   let dataSource: DataSource;
-  let store: PostgresIdempotencyStore;
+  let store: PostgresClaimStore;
   const fp = Buffer.alloc(32, 9);
   const response = {
     status: 201,
@@ -24,7 +25,7 @@ describe('the fencing token', () => {
     database = await createMigratedDatabase('fencing');
     dataSource = database.dataSource;
     await dataSource.query('CREATE TABLE effects (worker text)');
-    store = new PostgresIdempotencyStore(() => dataSource, 5000);
+    store = new PostgresClaimStore(new IdempotencyDatabase(() => dataSource, 5000));
   });
   afterAll(async () => {
     await database?.drop();
@@ -63,13 +64,13 @@ describe('the fencing token', () => {
     const key = 'reclaimed';
     const a = await claimed(key);
     const b = await takeOver(key);
-    expect(await store.complete(b, response)).toBe(true);
+    expect(await store.finish(b, response)).toBe(true);
     await dataSource.query('DELETE FROM idempotency_keys WHERE key = $1', [key]); // the purge
     const c = await claimed(key);
     expect(c.lockVersion).toBe(a.lockVersion); // lock_version alone would let A through
     expect(c.claimId).not.toBe(a.claimId);
 
-    expect(await store.complete(a, response)).toBe(false);
+    expect(await store.finish(a, response)).toBe(false);
     await expect(
       store.commitPhase(a, 'one', async (manager) => {
         await manager.query(`INSERT INTO effects VALUES ('A')`);
@@ -86,7 +87,7 @@ describe('the fencing token', () => {
       phase_results: {},
     });
     expect(await dataSource.query('SELECT * FROM effects')).toEqual([]);
-    expect(await store.complete(c, response)).toBe(true);
+    expect(await store.finish(c, response)).toBe(true);
   });
 
   it('giving back a fresh first claim deletes it: the key is free for a corrected request', async () => {

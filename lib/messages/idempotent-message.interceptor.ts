@@ -1,7 +1,6 @@
 import {
   type CallHandler,
   type ExecutionContext,
-  Inject,
   Injectable,
   Logger,
   type NestInterceptor,
@@ -11,7 +10,7 @@ import { from, lastValueFrom, Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
 import { IDEMPOTENT_MESSAGE_OPTIONS } from '../idempotency.constants.js';
 import { classifyHandlerError } from '../failure.js';
-import { IdempotencyStore } from '../storage/idempotency-store.interface.js';
+import { IdempotencyDatabase } from '../storage/idempotency-database.js';
 import { RECORD_MESSAGE, TOUCH_MESSAGE } from '../storage/postgres-statements.js';
 import { TransactionAbortedError } from '../transaction/lazy-transaction.js';
 import { handleInTransaction } from '../transaction/handle-in-transaction.js';
@@ -48,7 +47,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
 
   constructor(
     private readonly reflector: Reflector,
-    @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+    private readonly database: IdempotencyDatabase,
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
@@ -83,7 +82,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     ack: MessageAck,
   ): Promise<unknown> {
     const { consumer } = options;
-    const transaction = this.store.transaction(true);
+    const transaction = this.database.transaction(true);
     let effectError: unknown;
     try {
       const recorded = (await transaction.manager.query(RECORD_MESSAGE.text, [
@@ -140,7 +139,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     const passing = failure.kind === 'retry';
     let attempts: number | undefined;
     if (!passing) {
-      attempts = await this.store
+      attempts = await this.database
         .recordMessageFailure(options.consumer, messageId, String(error))
         .catch((countError: unknown) => {
           this.logger.warn(

@@ -1,9 +1,15 @@
-import { Injectable, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { INTERCEPTORS_METADATA, METHOD_METADATA } from '@nestjs/common/constants.js';
 import { IDEMPOTENT_MESSAGE_OPTIONS, IDEMPOTENT_ROUTE_OPTIONS } from '../idempotency.constants.js';
 import { IdempotencyInterceptor } from '../idempotency.interceptor.js';
-import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
+import { InvalidIdempotencyOptionsError, resolveRouteOptions } from '../idempotency-options.js';
+import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
+import {
+  type IdempotencyRouteOptions,
+  type ResolvedIdempotencyOptions,
+} from '../idempotency-options.interface.js';
+import { ClaimStores } from '../storage/claim-stores.js';
 import { classMethods } from './class-methods.js';
 import { type DecoratedMethod, messageHandlerProblem, routeProblem } from './route-problem.js';
 
@@ -22,6 +28,8 @@ export class IdempotentRoutesCheck implements OnModuleInit {
   constructor(
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
+    private readonly stores: ClaimStores,
+    @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
   ) {}
 
   onModuleInit(): void {
@@ -37,10 +45,22 @@ export class IdempotentRoutesCheck implements OnModuleInit {
       const message = Reflect.hasMetadata(IDEMPOTENT_MESSAGE_OPTIONS, handler);
       if (!route && !message) continue;
       const method = describe(type, name, handler, controllers);
+      if (route) method.claimStore = this.claimStoreOf(handler);
       const problem = route ? routeProblem(method) : messageHandlerProblem(method);
       if (problem) problems.push(problem);
     }
     if (problems.length > 0) throw new InvalidIdempotencyOptionsError(problems.join('; '));
+  }
+
+  private claimStoreOf(handler: object) {
+    const own = Reflect.getMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler) as IdempotencyRouteOptions;
+    const route = resolveRouteOptions(own ?? {}, this.options.route);
+    return {
+      name: route.claimStore,
+      known: this.stores.names,
+      transactional: this.stores.get(route.claimStore)?.transactional,
+      atomic: route.atomic,
+    };
   }
 }
 

@@ -30,6 +30,40 @@ describe('routeProblem', () => {
     ['a gateway handler', { gatewayHandler: true, inController: false }, 'WebSocket'],
     ['a resolver', { resolverHandler: true, inController: false }, 'GraphQL'],
     ['a route without the interceptor', { intercepted: false }, 'IdempotencyInterceptor is not'],
+    [
+      'an atomic route on the PostgreSQL store',
+      { claimStore: { name: 'postgres', known: ['postgres'], transactional: true, atomic: true } },
+      undefined,
+    ],
+    [
+      'a route that is not atomic on a Redis store',
+      {
+        claimStore: {
+          name: 'redis',
+          known: ['postgres', 'redis'],
+          transactional: false,
+          atomic: false,
+        },
+      },
+      undefined,
+    ],
+    [
+      'an atomic route on a Redis store',
+      {
+        claimStore: {
+          name: 'redis',
+          known: ['postgres', 'redis'],
+          transactional: false,
+          atomic: true,
+        },
+      },
+      'claim store "redis" is not in the app\'s database, so the handler\'s effects cannot commit with its stored response (atomic, the default); set atomic: false',
+    ],
+    [
+      'a store the module does not have',
+      { claimStore: { name: 'redsi', known: ['postgres', 'redis'], atomic: false } },
+      'no claim store is named "redsi"; the module has "postgres", "redis" (add it to claimStores)',
+    ],
   ])('%s', (_name, facts, expected) => {
     const problem = routeProblem({ ...route, ...facts });
     if (expected === undefined) expect(problem).toBeUndefined();

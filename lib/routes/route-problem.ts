@@ -16,6 +16,20 @@ export interface DecoratedMethod {
   gatewayHandler: boolean;
   /** Whether it is a GraphQL resolver's query, mutation or subscription. */
   resolverHandler: boolean;
+  /** Its claim store and whether it can serve the route (left out: not checked). */
+  claimStore?: RouteClaimStore;
+}
+
+/** What the check knows of a route's claim store. */
+export interface RouteClaimStore {
+  /** The name the route (or the module) gave. */
+  name: string;
+  /** Every store name the module knows, for the message. */
+  known: readonly string[];
+  /** Whether the store commits in the app's transaction; undefined when it is unknown. */
+  transactional?: boolean;
+  /** The route's resolved `atomic`. */
+  atomic: boolean;
 }
 
 const SAFE_METHODS = new Map<RequestMethod, string>([
@@ -63,6 +77,24 @@ export function routeProblem(method: DecoratedMethod): string | undefined {
     return (
       `${where}: the IdempotencyInterceptor is not on it (its metadata was set without the ` +
       'decorator?), so requests would pass through unchecked; use @Idempotent() itself'
+    );
+  }
+  return method.claimStore && claimStoreProblem(where, method.claimStore);
+}
+
+function claimStoreProblem(where: string, store: RouteClaimStore): string | undefined {
+  if (store.transactional === undefined) {
+    return (
+      `${where}: no claim store is named "${store.name}"; the module has ` +
+      `${store.known.map((name) => `"${name}"`).join(', ')} (add it to claimStores)`
+    );
+  }
+  if (store.atomic && !store.transactional) {
+    return (
+      `${where}: claim store "${store.name}" is not in the app's database, so the handler's ` +
+      'effects cannot commit with its stored response (atomic, the default); set atomic: ' +
+      'false on the route to accept that a failure between them runs the handler again, or ' +
+      'use claimStore: "postgres"'
     );
   }
   return undefined;

@@ -1,6 +1,6 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { type StoredResponse } from '../stored-response.js';
-import { type KeyScope } from './idempotency-store.interface.js';
+import { type KeyScope } from './claim-store.interface.js';
 
 /** A key for the stored responses: an id (kept with each sealed row) and 32 bytes. */
 export interface SealingKey {

@@ -1,38 +1,32 @@
-import { Logger } from '@nestjs/common';
-import { type Pool, type QueryConfig, type QueryResult, type QueryResultRow } from 'pg';
-import { type DataSource, type EntityManager } from 'typeorm';
+import { type QueryResultRow } from 'pg';
+import { type EntityManager } from 'typeorm';
 import { type ExistingKey, type Fence } from '../decide.js';
 import { START_RECOVERY_POINT } from '../idempotency.constants.js';
 import { type ActiveClaim } from '../idempotency-context.js';
 import {
   IdempotencyLeaseLostError,
   IdempotencyStoreUnavailableError,
-  IdempotencyStoredResponseUnreadableError,
 } from '../idempotency.errors.js';
-import { type ResponseSealer, SEALED_MARKER, SealedResponseError } from './response-sealer.js';
 import { type StoredResponse } from '../stored-response.js';
-import { LazyTransaction } from '../transaction/lazy-transaction.js';
+import { type LazyTransaction } from '../transaction/lazy-transaction.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
-import { acquire, queryWithDeadline } from './deadline.js';
+import { type IdempotencyDatabase, type Statement } from './idempotency-database.js';
 import {
   ADVANCE,
   CLAIM,
   COMPLETE,
   EXTEND_LEASE,
+  OLDEST_UNFINISHED,
   PURGE_ABANDONED_BATCH,
   PURGE_BATCH,
-  PURGE_PROCESSED_BATCH,
-  OLDEST_UNFINISHED,
-  PURGE_MESSAGE_FAILURES_BATCH,
-  RECORD_MESSAGE_FAILURE,
   RELEASE,
   TAKE_OVER,
 } from './postgres-statements.js';
 import {
   type ClaimOutcome,
-  type IdempotencyStore,
   type KeyScope,
-} from './idempotency-store.interface.js';
+  type TransactionalClaimStore,
+} from './claim-store.interface.js';
 
 interface ClaimRow {
   claimed: boolean;
@@ -59,19 +53,14 @@ interface TakeOverRow {
 const CLAIM_ATTEMPTS = 3;
 
 /**
- * The store on PostgreSQL, through the pg pool of the app's own TypeORM DataSource. The hot
- * path speaks to pg directly rather than through TypeORM's query runner: one prepared
- * statement per step and no ORM hydration, which is where a request's CPU went.
+ * The claim store in the app's own PostgreSQL (the default): the `idempotency_keys` table of
+ * the design, reached through the app's pool. Its finish and phases commit in the request's
+ * transaction, with the handler's effects.
  */
-export class PostgresIdempotencyStore implements IdempotencyStore {
-  private readonly logger = new Logger('Idempotency');
+export class PostgresClaimStore implements TransactionalClaimStore {
+  readonly transactional = true;
 
-  constructor(
-    private readonly dataSource: () => DataSource,
-    private readonly timeoutMs: number,
-    /** Seals stored responses (encryption at rest), when the app configured keys. */
-    private readonly sealer?: ResponseSealer,
-  ) {}
+  constructor(private readonly database: IdempotencyDatabase) {}
 
   async claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {
     const values = [scope.tenantId, scope.key, fingerprint, leaseMs];
@@ -92,7 +81,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
           },
         };
       }
-      return { kind: 'existing', existing: this.opened(scope, toExistingKey(row)) };
+      return { kind: 'existing', existing: toExistingKey(row) };
     }
     throw new IdempotencyStoreUnavailableError(
       new Error(`claim of key ${scope.key} found neither a free key nor a row`),
@@ -119,17 +108,17 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     } satisfies ActiveClaim;
   }
 
-  async complete(
+  async finish(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
+    const { rowCount } = await this.query(COMPLETE, completeValues(claim, response));
+    return rowCount === 1;
+  }
+
+  finishIn(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction?: LazyTransaction,
+    transaction: LazyTransaction,
   ): Promise<boolean> {
-    const stored = this.sealer ? this.sealer.seal(claim, response) : response;
-    if (!transaction) {
-      const { rowCount } = await this.query(COMPLETE, completeValues(claim, stored));
-      return rowCount === 1;
-    }
-    return transaction.commitWith({ ...COMPLETE, values: completeValues(claim, stored) });
+    return transaction.commitWith({ ...COMPLETE, values: completeValues(claim, response) });
   }
 
   async release(claim: ActiveClaim, forget: boolean): Promise<void> {
@@ -149,25 +138,6 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return rowCount ?? 0;
   }
 
-  async purgeProcessedBatch(retentionMs: number, batchSize: number): Promise<number> {
-    const { rowCount } = await this.query(PURGE_PROCESSED_BATCH, [retentionMs, batchSize]);
-    return rowCount ?? 0;
-  }
-
-  async purgeMessageFailuresBatch(retentionMs: number, batchSize: number): Promise<number> {
-    const { rowCount } = await this.query(PURGE_MESSAGE_FAILURES_BATCH, [retentionMs, batchSize]);
-    return rowCount ?? 0;
-  }
-
-  async recordMessageFailure(consumer: string, messageId: string, error: string): Promise<number> {
-    const { rows } = await this.query<{ attempts: number }>(RECORD_MESSAGE_FAILURE, [
-      consumer,
-      messageId,
-      error.slice(0, 1000),
-    ]);
-    return rows[0].attempts;
-  }
-
   async oldestUnfinishedAgeMs(): Promise<number | undefined> {
     const { rows } = await this.query<{ age_ms: number | null }>(OLDEST_UNFINISHED, []);
     return rows[0]?.age_ms ?? undefined;
@@ -183,7 +153,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     phase: string,
     work: (manager: EntityManager) => Promise<T>,
   ): Promise<T> {
-    const transaction = this.transaction(true);
+    const transaction = this.database.transaction(true);
     try {
       // Code of the phase that reaches the DataSource its own way (an injected repository)
       // joins the phase's transaction too.
@@ -205,69 +175,8 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     }
   }
 
-  transaction(joinable: boolean): LazyTransaction {
-    return new LazyTransaction(this.dataSource(), () => this.pool, this.timeoutMs, joinable);
-  }
-
-  runInTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    return this.dataSource().transaction(work);
-  }
-
-  /** A finished key's response as it went out: opened, if it was stored sealed. */
-  private opened(scope: KeyScope, existing: ExistingKey): ExistingKey {
-    if (existing.state !== 'done') return existing;
-    const sealed = SEALED_MARKER in existing.response.headers;
-    if (!this.sealer && !sealed) return existing;
-    try {
-      if (!this.sealer) {
-        throw new SealedResponseError(
-          'the stored response is sealed, and no encryption keys are configured',
-        );
-      }
-      return { ...existing, response: this.sealer.open(scope, existing.response) };
-    } catch (error) {
-      if (!(error instanceof SealedResponseError)) throw error;
-      const detail = error.detail ? ` (${error.detail})` : '';
-      this.logger.error(`stored response of key ${scope.key}: ${error.message}${detail}`);
-      throw new IdempotencyStoredResponseUnreadableError(error.message);
-    }
-  }
-
-  /** The pool TypeORM opened for the app; read on each call, as TypeORM may reconnect. */
-  private get pool(): Pool {
-    const dataSource = this.dataSource();
-    const driver = dataSource.driver as unknown as { master?: Pool };
-    if (!dataSource.isInitialized || !driver.master) {
-      throw new Error('the TypeORM DataSource is not initialized');
-    }
-    return driver.master;
-  }
-
-  /**
-   * Every call is bounded, the wait for a connection included: a pool waiting for a database
-   * that does not answer would otherwise hold the request forever. A statement still running
-   * when the time is up is cancelled on the server, and a connection that arrives after it is
-   * given back unused, so that nothing runs once the client was told 503. Any failure is a 503.
-   */
-  private async query<R extends QueryResultRow>(
-    statement: { name: string; text: string },
-    values: unknown[],
-  ): Promise<QueryResult<R>> {
-    try {
-      const client = await acquire(this.pool, this.timeoutMs);
-      try {
-        const config: QueryConfig = { name: statement.name, text: statement.text, values };
-        const result = await queryWithDeadline<R>(client, config, this.timeoutMs);
-        client.release();
-        return result;
-      } catch (error) {
-        client.release(error instanceof Error ? error : new Error(String(error)));
-        throw error;
-      }
-    } catch (error) {
-      this.logger.error(`idempotency store call ${statement.name} failed: ${String(error)}`);
-      throw new IdempotencyStoreUnavailableError(error);
-    }
+  private query<R extends QueryResultRow>(statement: Statement, values: unknown[]) {
+    return this.database.query<R>(statement, values);
   }
 }
 

@@ -1,0 +1,5 @@
+export {
+  RedisClaimStore,
+  type RedisClaimStoreOptions,
+  type RedisScriptClient,
+} from './redis-claim.store.js';

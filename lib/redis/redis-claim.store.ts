@@ -1,0 +1,242 @@
+import { Logger } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import { type ExistingKey, type Fence } from '../decide.js';
+import { START_RECOVERY_POINT } from '../idempotency.constants.js';
+import { type ActiveClaim } from '../idempotency-context.js';
+import { IdempotencyStoreUnavailableError } from '../idempotency.errors.js';
+import {
+  type ClaimOutcome,
+  type ClaimStore,
+  type KeyScope,
+} from '../storage/claim-store.interface.js';
+import { type StoredResponse } from '../stored-response.js';
+import {
+  CLAIM_SCRIPT,
+  EXTEND_SCRIPT,
+  FINISH_SCRIPT,
+  RELEASE_SCRIPT,
+  TAKE_OVER_SCRIPT,
+} from './redis-scripts.js';
+
+/** What the store needs of an ioredis client (`Redis` or `Cluster`). */
+export interface RedisScriptClient {
+  defineCommand(name: string, definition: { numberOfKeys: number; lua: string }): void;
+}
+
+/** Options of `RedisClaimStore`. */
+export interface RedisClaimStoreOptions {
+  /**
+   * How long a finished key is kept, in milliseconds: give the module's `retentionMs`.
+   * @default 86400000
+   */
+  retentionMs?: number;
+  /**
+   * How long an unfinished key is kept: give the module's `abandonedKeyRetentionMs`.
+   * @default 2592000000 (30 days)
+   */
+  abandonedKeyRetentionMs?: number;
+  /**
+   * Prefix of the store's Redis keys.
+   * @default 'idempotency:'
+   */
+  prefix?: string;
+  /**
+   * Upper bound on each call, in milliseconds: past it the client gets 503 and nothing runs.
+   * @default 5000
+   */
+  timeoutMs?: number;
+}
+
+type Script = (key: string, ...args: (string | number | Buffer)[]) => Promise<unknown>;
+
+/** The script names, prefixed so that they never clash with the app's own commands. */
+const SCRIPTS = {
+  idempotencyClaim: CLAIM_SCRIPT,
+  idempotencyTakeOver: TAKE_OVER_SCRIPT,
+  idempotencyFinish: FINISH_SCRIPT,
+  idempotencyRelease: RELEASE_SCRIPT,
+  idempotencyExtend: EXTEND_SCRIPT,
+} as const;
+
+/**
+ * The claim store on Redis (opt-in, per module or per route): a claim is one script, the
+ * decision logic is the same `decide()`, and takeover, finish, release and heartbeat are
+ * fenced atomically in Lua. Finished keys expire with the retention window on their own.
+ *
+ * Its limits: Redis acknowledges a write before it is on disk or on a replica, so a restart
+ * without persistence or a failover loses claims, and a retry then runs the handler again;
+ * and its records cannot commit in one transaction with the app's PostgreSQL, so it serves
+ * only routes with `atomic: false` and no phases. See the README's "Claim stores".
+ *
+ * @example
+ * IdempotencyModule.forRoot({
+ *   claimStores: { redis: new RedisClaimStore(new Redis(process.env.REDIS_URL)) },
+ * })
+ * @Idempotent({ claimStore: 'redis', atomic: false })
+ */
+export class RedisClaimStore implements ClaimStore {
+  readonly transactional = false;
+  private readonly logger = new Logger('Idempotency');
+  private readonly retentionMs: number;
+  private readonly abandonedMs: number;
+  private readonly prefix: string;
+  private readonly timeoutMs: number;
+
+  constructor(
+    private readonly redis: RedisScriptClient,
+    options: RedisClaimStoreOptions = {},
+  ) {
+    this.retentionMs = options.retentionMs ?? 86_400_000;
+    this.abandonedMs = Math.max(options.abandonedKeyRetentionMs ?? 2_592_000_000, this.retentionMs);
+    this.prefix = options.prefix ?? 'idempotency:';
+    this.timeoutMs = options.timeoutMs ?? 5000;
+    for (const [name, lua] of Object.entries(SCRIPTS)) {
+      redis.defineCommand(name, { numberOfKeys: 1, lua });
+    }
+  }
+
+  async claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {
+    const claimId = randomUUID();
+    const reply = (await this.call(
+      'idempotencyClaimBuffer',
+      this.keyOf(scope),
+      fingerprint,
+      leaseMs,
+      claimId,
+      this.abandonedMs,
+    )) as Buffer[] | [number, ...Buffer[]];
+    if (Number(reply[0]) === 1) {
+      return {
+        kind: 'claimed',
+        claim: {
+          ...scope,
+          claimId,
+          lockVersion: '0',
+          recoveryPoint: START_RECOVERY_POINT,
+          phaseResults: {},
+          leaseMs,
+        },
+      };
+    }
+    const [, cid, lv, fp, st, lu, rc, rh, rb, fa, now] = reply as Buffer[];
+    const nowMs = Number(now.toString());
+    let existing: ExistingKey;
+    if (st.toString() === 'done') {
+      existing = {
+        state: 'done',
+        fingerprint: fp,
+        response: {
+          status: Number(rc.toString()),
+          headers: JSON.parse(rh.toString()) as Record<string, string>,
+          body: rb,
+        },
+        finishedAgeMs: nowMs - Number(fa.toString()),
+      };
+    } else {
+      const lockedUntil = Number(lu.toString());
+      existing = {
+        state: 'started',
+        fingerprint: fp,
+        leaseExpired: lockedUntil < nowMs,
+        leaseSecondsLeft: Math.max(0, Math.ceil((lockedUntil - nowMs) / 1000)),
+        fence: { lockVersion: lv.toString(), claimId: cid.toString() },
+      };
+    }
+    return { kind: 'existing', existing };
+  }
+
+  async takeOver(scope: KeyScope, fence: Fence, leaseMs: number) {
+    const lockVersion = await this.call(
+      'idempotencyTakeOver',
+      this.keyOf(scope),
+      fence.lockVersion,
+      fence.claimId,
+      leaseMs,
+      this.abandonedMs,
+    );
+    if (lockVersion === 0 || lockVersion === null) return undefined;
+    return {
+      ...scope,
+      claimId: fence.claimId,
+      lockVersion: String(lockVersion),
+      recoveryPoint: START_RECOVERY_POINT,
+      phaseResults: {},
+      leaseMs,
+    } satisfies ActiveClaim;
+  }
+
+  async finish(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
+    const done = await this.call(
+      'idempotencyFinish',
+      this.keyOf(claim),
+      claim.lockVersion,
+      claim.claimId,
+      response.status,
+      JSON.stringify(response.headers),
+      response.body,
+      this.retentionMs,
+    );
+    return done === 1;
+  }
+
+  async release(claim: ActiveClaim, forget: boolean): Promise<void> {
+    await this.call(
+      'idempotencyRelease',
+      this.keyOf(claim),
+      claim.lockVersion,
+      claim.claimId,
+      forget ? '1' : '0',
+    );
+  }
+
+  async extendLease(claim: ActiveClaim): Promise<boolean> {
+    const held = await this.call(
+      'idempotencyExtend',
+      this.keyOf(claim),
+      claim.lockVersion,
+      claim.claimId,
+      claim.leaseMs,
+    );
+    return held === 1;
+  }
+
+  /** Finished keys expire on their own (`PEXPIRE` at the finish): nothing to purge. */
+  purgeBatch(): Promise<KeyScope[]> {
+    return Promise.resolve([]);
+  }
+
+  /** Unfinished keys expire on their own after `abandonedKeyRetentionMs`. */
+  purgeAbandonedBatch(): Promise<number> {
+    return Promise.resolve(0);
+  }
+
+  /** Not known without a scan of the keyspace, which a gauge must not cost. */
+  oldestUnfinishedAgeMs(): Promise<number | undefined> {
+    return Promise.resolve(undefined);
+  }
+
+  /** The record's Redis key: exact, whatever the tenant and key hold. */
+  private keyOf(scope: KeyScope): string {
+    return `${this.prefix}${JSON.stringify([scope.tenantId, scope.key])}`;
+  }
+
+  /** Every call is bounded: a Redis that does not answer is a 503, never a hung request. */
+  private async call(name: string, key: string, ...args: (string | number | Buffer)[]) {
+    const script = (this.redis as unknown as Record<string, Script>)[name].bind(this.redis);
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`no answer from Redis within ${this.timeoutMs} ms`)),
+        this.timeoutMs,
+      );
+    });
+    try {
+      return await Promise.race([script(key, ...args), deadline]);
+    } catch (error) {
+      this.logger.error(`idempotency store call ${name} failed: ${String(error)}`);
+      throw new IdempotencyStoreUnavailableError(error);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}

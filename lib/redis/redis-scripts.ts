@@ -1,0 +1,72 @@
+/**
+ * The claim store's steps on Redis, each one Lua script: Redis runs a script alone, so every
+ * check and the write it guards are atomic, as the PostgreSQL statements are. Time is Redis's
+ * (`TIME`), never a worker's clock, so that workers on several machines agree on when a lease
+ * has expired. A record is one hash:
+ *
+ *   fp  fingerprint        cid  claim id          lv  lock version (fencing token, with cid)
+ *   st  started | done     lu   lease end (ms)    ca  claimed at (ms)
+ *   rc  status             rh   headers (JSON)    rb  body          fa  finished at (ms)
+ *
+ * An unfinished record lives `abandonedMs`, renewed on takeover; a finished one lives the
+ * retention window from its finish, and then Redis drops it: there is no purge to run.
+ */
+
+const NOW = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
+
+/** The fence of every write after the claim: this claim, unfinished. */
+const FENCED = `if redis.call('HGET', KEYS[1], 'st') ~= 'started'
+  or redis.call('HGET', KEYS[1], 'lv') ~= ARGV[1]
+  or redis.call('HGET', KEYS[1], 'cid') ~= ARGV[2] then
+  return 0
+end`;
+
+/** ARGV: fingerprint, lease ms, new claim id, abandoned ms. */
+export const CLAIM_SCRIPT = `${NOW}
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'cid', ARGV[3], 'lv', '0', 'st', 'started',
+    'lu', now + tonumber(ARGV[2]), 'ca', now)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return {1, ARGV[3], '0'}
+end
+local r = redis.call('HMGET', KEYS[1], 'cid', 'lv', 'fp', 'st', 'lu', 'rc', 'rh', 'rb', 'fa')
+return {0, r[1], r[2], r[3], r[4], r[5] or '0', r[6] or '0', r[7] or '{}', r[8] or '', r[9] or '0', tostring(now)}`;
+
+/** ARGV: lock version, claim id, lease ms, abandoned ms. */
+export const TAKE_OVER_SCRIPT = `${NOW}
+${FENCED}
+if tonumber(redis.call('HGET', KEYS[1], 'lu')) >= now then return 0 end
+local lv = redis.call('HINCRBY', KEYS[1], 'lv', 1)
+redis.call('HSET', KEYS[1], 'lu', now + tonumber(ARGV[3]))
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return tostring(lv)`;
+
+/** ARGV: lock version, claim id, status, headers JSON, body, retention ms. */
+export const FINISH_SCRIPT = `${NOW}
+${FENCED}
+redis.call('HSET', KEYS[1], 'st', 'done', 'rc', ARGV[3], 'rh', ARGV[4], 'rb', ARGV[5],
+  'fa', now, 'lu', '0')
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+return 1`;
+
+/**
+ * ARGV: lock version, claim id, forget ('1' or '0'). A first claim whose handler never ran is
+ * deleted; otherwise only its lease ends, so that a retry resumes with its claim id.
+ */
+export const RELEASE_SCRIPT = `${NOW}
+${FENCED}
+if ARGV[3] == '1' and ARGV[1] == '0' then
+  redis.call('DEL', KEYS[1])
+else
+  -- Ended in the past, not now: a retry in the same millisecond finds it expired.
+  redis.call('HSET', KEYS[1], 'lu', now - 1)
+end
+return 1`;
+
+/** ARGV: lock version, claim id, lease ms. Never shortens a lease. */
+export const EXTEND_SCRIPT = `${NOW}
+${FENCED}
+local lu = math.max(tonumber(redis.call('HGET', KEYS[1], 'lu')), now + tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], 'lu', lu)
+return 1`;

@@ -1,0 +1,105 @@
+import { Logger } from '@nestjs/common';
+import { type Pool, type QueryConfig, type QueryResult, type QueryResultRow } from 'pg';
+import { type DataSource, type EntityManager } from 'typeorm';
+import { IdempotencyStoreUnavailableError } from '../idempotency.errors.js';
+import { LazyTransaction } from '../transaction/lazy-transaction.js';
+import { acquire, queryWithDeadline } from './deadline.js';
+import {
+  PURGE_MESSAGE_FAILURES_BATCH,
+  PURGE_PROCESSED_BATCH,
+  RECORD_MESSAGE_FAILURE,
+} from './postgres-statements.js';
+
+/** A named prepared statement of the library. */
+export interface Statement {
+  name: string;
+  text: string;
+}
+
+/**
+ * The app's own PostgreSQL, as the library uses it whatever its claim store: the request's
+ * transaction that the handler's effects join, plain transactions for phases of keyless
+ * requests, and the consumers' tables. The hot path speaks to pg directly rather than through
+ * TypeORM's query runner: one prepared statement per step and no ORM hydration, which is where
+ * a request's CPU went.
+ */
+export class IdempotencyDatabase {
+  private readonly logger = new Logger('Idempotency');
+
+  constructor(
+    private readonly dataSource: () => DataSource,
+    readonly timeoutMs: number,
+  ) {}
+
+  /**
+   * A request's transaction, opened by its first statement. `joinable`: code in its scope
+   * that asks the DataSource for a runner (repositories, `dataSource.query()`) joins it.
+   */
+  transaction(joinable: boolean): LazyTransaction {
+    return new LazyTransaction(this.dataSource(), () => this.pool, this.timeoutMs, joinable);
+  }
+
+  /** Runs `work` in a plain transaction: phases of a request that has no key. */
+  runInTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    return this.dataSource().transaction(work);
+  }
+
+  /** Deletes up to `batchSize` consumers' message ids processed before `retentionMs`. */
+  async purgeProcessedBatch(retentionMs: number, batchSize: number): Promise<number> {
+    const { rowCount } = await this.query(PURGE_PROCESSED_BATCH, [retentionMs, batchSize]);
+    return rowCount ?? 0;
+  }
+
+  /** Deletes up to `batchSize` failure counts last updated before `retentionMs`. */
+  async purgeMessageFailuresBatch(retentionMs: number, batchSize: number): Promise<number> {
+    const { rowCount } = await this.query(PURGE_MESSAGE_FAILURES_BATCH, [retentionMs, batchSize]);
+    return rowCount ?? 0;
+  }
+
+  /** Counts one more failed delivery of a consumer's message; returns the count. */
+  async recordMessageFailure(consumer: string, messageId: string, error: string): Promise<number> {
+    const { rows } = await this.query<{ attempts: number }>(RECORD_MESSAGE_FAILURE, [
+      consumer,
+      messageId,
+      error.slice(0, 1000),
+    ]);
+    return rows[0].attempts;
+  }
+
+  /**
+   * Every call is bounded, the wait for a connection included: a pool waiting for a database
+   * that does not answer would otherwise hold the request forever. A statement still running
+   * when the time is up is cancelled on the server, and a connection that arrives after it is
+   * given back unused, so that nothing runs once the client was told 503. Any failure is a 503.
+   */
+  async query<R extends QueryResultRow>(
+    statement: Statement,
+    values: unknown[],
+  ): Promise<QueryResult<R>> {
+    try {
+      const client = await acquire(this.pool, this.timeoutMs);
+      try {
+        const config: QueryConfig = { name: statement.name, text: statement.text, values };
+        const result = await queryWithDeadline<R>(client, config, this.timeoutMs);
+        client.release();
+        return result;
+      } catch (error) {
+        client.release(error instanceof Error ? error : new Error(String(error)));
+        throw error;
+      }
+    } catch (error) {
+      this.logger.error(`idempotency store call ${statement.name} failed: ${String(error)}`);
+      throw new IdempotencyStoreUnavailableError(error);
+    }
+  }
+
+  /** The pool TypeORM opened for the app; read on each call, as TypeORM may reconnect. */
+  private get pool(): Pool {
+    const dataSource = this.dataSource();
+    const driver = dataSource.driver as unknown as { master?: Pool };
+    if (!dataSource.isInitialized || !driver.master) {
+      throw new Error('the TypeORM DataSource is not initialized');
+    }
+    return driver.master;
+  }
+}

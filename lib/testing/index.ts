@@ -1,0 +1,9 @@
+export {
+  claimStoreContract,
+  ClaimStoreContractError,
+  type ClaimStoreContractCase,
+  type ClaimStoreHarness,
+  CONTRACT_RETENTION_MS,
+  describeClaimStoreContract,
+} from './claim-store-contract.js';
+export { MemoryClaimStore } from './memory-claim.store.js';

@@ -1,0 +1,199 @@
+import { type DataSource } from 'typeorm';
+import {
+  claimStoreContract,
+  describeClaimStoreContract,
+  MemoryClaimStore,
+} from '../lib/testing/index.js';
+import { type MemoryClaimRecord } from '../lib/testing/memory-claim.store.js';
+import { type ActiveClaim } from '../lib/idempotency-context.js';
+import { type ClaimOutcome, type KeyScope } from '../lib/storage/claim-store.interface.js';
+import { type Fence } from '../lib/decide.js';
+import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
+import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
+import { RedisClaimStore } from '../lib/redis/index.js';
+import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
+import { redisServerInstalled, startTestRedis, type TestRedis } from './support/redis-server.js';
+
+/**
+ * The seam's contract, run against every store the package ships, and against stores broken
+ * on purpose: each must fail exactly the rule it breaks, or the suite proves nothing.
+ */
+describeClaimStoreContract('memory (the reference)', { create: () => new MemoryClaimStore() });
+
+describe('on PostgreSQL', () => {
+  let database: MigratedDatabase;
+  let dataSource: DataSource;
+  beforeAll(async () => {
+    database = await createMigratedDatabase('contract');
+    dataSource = database.dataSource;
+  });
+  afterAll(async () => {
+    await database?.drop();
+  });
+  describeClaimStoreContract('postgres', {
+    create: () => new PostgresClaimStore(new IdempotencyDatabase(() => dataSource, 5000)),
+  });
+});
+
+const onRedis = redisServerInstalled() || process.env.CI === 'true' ? describe : describe.skip;
+if (!redisServerInstalled())
+  console.warn('redis-server is not installed: the Redis store is not tested');
+
+onRedis('on Redis', () => {
+  let redis: TestRedis;
+  beforeAll(async () => {
+    redis = await startTestRedis();
+  });
+  afterAll(async () => {
+    await redis?.stop();
+  });
+  describeClaimStoreContract('redis', {
+    create: ({ retentionMs }) => new RedisClaimStore(redis.client(), { retentionMs }),
+  });
+});
+
+const RULES = claimStoreContract().map((contractCase) => contractCase.name);
+const rule = (start: string) => {
+  const name = RULES.find((candidate) => candidate.startsWith(start));
+  if (!name) throw new Error(`no rule starts with "${start}"`);
+  return name;
+};
+
+/** Reads, yields, then writes: two claims in flight both find the key free. */
+class ReadThenWriteClaims extends MemoryClaimStore {
+  override async claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number) {
+    const free = !this.records.has(this.idOf(scope));
+    await new Promise((resolve) => setImmediate(resolve));
+    if (free) this.records.delete(this.idOf(scope));
+    return super.claim(scope, fingerprint, leaseMs);
+  }
+}
+
+/** Takes a lease over without asking whether it has expired. */
+class NoExpiryCheck extends MemoryClaimStore {
+  protected override leaseExpired(): boolean {
+    return true;
+  }
+  protected override existing(record: MemoryClaimRecord) {
+    const found = super.existing(record);
+    return found.state === 'started'
+      ? { ...found, leaseExpired: record.lockedUntil <= Date.now() }
+      : found;
+  }
+}
+
+/** Keeps the first 64 characters of a key, as a `varchar(64)` column would. */
+class TruncatedKeys extends MemoryClaimStore {
+  protected override idOf(scope: KeyScope): string {
+    return JSON.stringify([scope.tenantId, scope.key.slice(0, 64)]);
+  }
+}
+
+/** Compares keys without their case. */
+class CaseFoldedKeys extends MemoryClaimStore {
+  protected override idOf(scope: KeyScope): string {
+    return JSON.stringify([scope.tenantId, scope.key.toLowerCase()]);
+  }
+}
+
+/** Normalizes tenants and keys to NFC. */
+class NormalizedKeys extends MemoryClaimStore {
+  protected override idOf(scope: KeyScope): string {
+    return JSON.stringify([scope.tenantId.normalize('NFC'), scope.key.normalize('NFC')]);
+  }
+}
+
+/** Lets any claim of the key write: no fencing token. */
+class Unfenced extends MemoryClaimStore {
+  protected override owned(claim: ActiveClaim) {
+    const record = this.records.get(this.idOf(claim));
+    return record && !record.response ? record : undefined;
+  }
+}
+
+/** Never purges: the retention is not kept. */
+class NoRetention extends MemoryClaimStore {
+  override purgeBatch(): Promise<KeyScope[]> {
+    return Promise.resolve([]);
+  }
+}
+
+/** Purges by age alone, unfinished keys included. */
+class PurgesUnfinished extends MemoryClaimStore {
+  override purgeBatch(retentionMs: number): Promise<KeyScope[]> {
+    for (const [id, record] of this.records) {
+      if ((record.finishedAt ?? record.createdAt) < Date.now() - retentionMs)
+        this.records.delete(id);
+    }
+    return Promise.resolve([]);
+  }
+}
+
+/** Gives a takeover a claim id of its own, so derived keys change after a crash. */
+class NewClaimIdOnTakeOver extends MemoryClaimStore {
+  override async takeOver(scope: KeyScope, fence: Fence, leaseMs: number) {
+    const claim = await super.takeOver(scope, fence, leaseMs);
+    if (!claim) return undefined;
+    const record = this.records.get(this.idOf(scope))!;
+    record.claimId = `${record.claimId}-new`;
+    return { ...claim, claimId: record.claimId };
+  }
+}
+
+/** Answers a claim of a finished key as if the key were free. */
+class ForgetsFinished extends MemoryClaimStore {
+  override claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {
+    const found = this.records.get(this.idOf(scope));
+    if (found?.response) this.records.delete(this.idOf(scope));
+    return super.claim(scope, fingerprint, leaseMs);
+  }
+}
+
+describe('the contract catches broken stores', () => {
+  const cases: [string, () => MemoryClaimStore, string[]][] = [
+    ['a read-then-write claim', () => new ReadThenWriteClaims(), [rule('one of 20')]],
+    ['a takeover without an expiry check', () => new NoExpiryCheck(), [rule('a live lease')]],
+    ['keys truncated to 64 characters', () => new TruncatedKeys(), [rule('keys that differ')]],
+    ['keys compared without case', () => new CaseFoldedKeys(), [rule('keys that differ')]],
+    ['keys normalized to NFC', () => new NormalizedKeys(), [rule('keys that differ')]],
+    [
+      'writes without a fencing token',
+      () => new Unfenced(),
+      [rule('a stale owner'), rule('only the owner')],
+    ],
+    ['no retention purge', () => new NoRetention(), [rule('a finished key expires')]],
+    ['a purge of unfinished keys', () => new PurgesUnfinished(), [rule('a finished key expires')]],
+    [
+      'a new claim id on takeover',
+      () => new NewClaimIdOnTakeOver(),
+      [rule('an expired lease'), rule('a released first')],
+    ],
+    [
+      'finished keys forgotten',
+      () => new ForgetsFinished(),
+      [
+        rule('a finished key gives'),
+        rule('only the owner'),
+        rule('a stale owner'),
+        rule('a finished key expires'),
+      ],
+    ],
+  ];
+
+  it.each(cases)(
+    '%s fails exactly the rules it breaks',
+    async (_what, make, expected) => {
+      const failed: string[] = [];
+      for (const contractCase of claimStoreContract()) {
+        try {
+          await contractCase.run({ create: make });
+        } catch (error) {
+          failed.push(contractCase.name);
+          expect((error as Error).name).toBe('ClaimStoreContractError');
+        }
+      }
+      expect(failed.sort()).toEqual([...expected].sort());
+    },
+    30_000,
+  );
+});
