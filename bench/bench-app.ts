@@ -18,7 +18,9 @@ import {
   PrimaryGeneratedColumn,
   type Repository,
 } from 'typeorm';
+import { Redis } from 'ioredis';
 import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
+import { RedisClaimStore } from '../lib/redis/index.js';
 
 interface OrderBody {
   amount: number;
@@ -45,20 +47,30 @@ class BenchOrder {
  * at its largest), and the same row saved through a TypeORM repository, as most Nest
  * handlers write.
  */
-@Controller()
-class BenchController {
+class BenchWork {
   constructor(
     @InjectDataSource() private readonly dataSource: DataSource,
     @InjectRepository(BenchOrder) private readonly orders: Repository<BenchOrder>,
   ) {}
 
-  private async ormWork(body: OrderBody) {
+  protected async ormWork(body: OrderBody) {
     const order = await this.orders.save(
       this.orders.create({ amount: body.amount, customer: body.customer }),
     );
     return { id: order.id, amount: order.amount, customer: order.customer, status: 'created' };
   }
 
+  protected async work(body: OrderBody) {
+    const rows = (await this.dataSource.query(
+      'INSERT INTO bench_orders (amount, customer) VALUES ($1, $2) RETURNING id, created_at',
+      [body.amount, body.customer],
+    )) as { id: number; created_at: Date }[];
+    return { id: rows[0].id, amount: body.amount, customer: body.customer, status: 'created' };
+  }
+}
+
+@Controller()
+class BenchController extends BenchWork {
   @Post('plain-orm')
   plainOrm(@Body() body: OrderBody) {
     return this.ormWork(body);
@@ -75,14 +87,6 @@ class BenchController {
   @Idempotent({ atomic: false })
   splitOrm(@Body() body: OrderBody) {
     return this.ormWork(body);
-  }
-
-  private async work(body: OrderBody) {
-    const rows = (await this.dataSource.query(
-      'INSERT INTO bench_orders (amount, customer) VALUES ($1, $2) RETURNING id, created_at',
-      [body.amount, body.customer],
-    )) as { id: number; created_at: Date }[];
-    return { id: rows[0].id, amount: body.amount, customer: body.customer, status: 'created' };
   }
 
   @Post('plain')
@@ -158,7 +162,36 @@ function competitor(): { imports: DynamicModule[]; controllers: Type[] } {
   };
 }
 
+/**
+ * The same work with its keys in our Redis claim store (`atomic: false`, as that store
+ * requires), on the Redis the competitor uses, when `COMPETITOR_REDIS_URL` is set.
+ */
+function onRedis(): { stores: Record<string, RedisClaimStore>; controllers: Type[] } {
+  const redisUrl = process.env.COMPETITOR_REDIS_URL;
+  if (!redisUrl) return { stores: {}, controllers: [] };
+
+  @Controller()
+  class RedisStoreController extends BenchWork {
+    @Post('redis')
+    @Idempotent({ claimStore: 'redis', atomic: false })
+    redis(@Body() body: OrderBody) {
+      return this.work(body);
+    }
+
+    @Post('redis-orm')
+    @Idempotent({ claimStore: 'redis', atomic: false })
+    redisOrm(@Body() body: OrderBody) {
+      return this.ormWork(body);
+    }
+  }
+  return {
+    stores: { redis: new RedisClaimStore(new Redis(redisUrl), { prefix: 'bench:' }) },
+    controllers: [RedisStoreController],
+  };
+}
+
 const theirs = competitor();
+const redis = onRedis();
 
 @Module({
   imports: [
@@ -176,10 +209,11 @@ const theirs = competitor();
     IdempotencyModule.forRoot({
       globalKeys: true,
       replayCacheSize: Number(process.env.REPLAY_CACHE_SIZE ?? 10_000),
+      claimStores: redis.stores,
     }),
     ...theirs.imports,
   ],
-  controllers: [BenchController, ...theirs.controllers],
+  controllers: [BenchController, ...theirs.controllers, ...redis.controllers],
 })
 class BenchModule {}
 

@@ -3,7 +3,8 @@
  *
  * 1. The one-insert endpoint, on each adapter and for two kinds of work (a raw INSERT and a
  *    TypeORM save): the plain route; `@Idempotent()` on the atomic default (new keys and
- *    replays); the same with `atomic: false` (two commits); and the competitor,
+ *    replays); the same with `atomic: false` (two commits); the same keys in our Redis claim
+ *    store (`atomic: false`, new keys and replays); and the competitor,
  *    `@node-idempotency/nestjs` on Redis (new keys and replays), installed in
  *    `bench/competitor/` on first use.
  * 2. The sample app's `POST /charges` (claim, two phases and a PSP call, finish) against the
@@ -165,6 +166,7 @@ async function oneInsert(out: string[]): Promise<void> {
       HTTP_ADAPTER: adapter,
       PORT: '0',
       REPLAY_CACHE_SIZE: '0',
+      COMPETITOR_REDIS_URL: REDIS_URL,
     });
     for (const [work, suffix] of [
       ['raw INSERT', ''],
@@ -180,6 +182,8 @@ async function oneInsert(out: string[]): Promise<void> {
       );
       await prepare(app, `/idempotent${suffix}`, ours, {}, body);
       await prepare(app, `/competitor${suffix}`, theirs, {}, body);
+      const onRedis = ours.map((key) => `redis-${key}`);
+      await prepare(uncached, `/redis${suffix}`, onRedis, {}, body);
       const fresh = (prefix: string) => (i: number) => ({
         'idempotency-key': `${prefix}-${i}-${Math.random()}`,
       });
@@ -208,6 +212,20 @@ async function oneInsert(out: string[]): Promise<void> {
           name: 'ours, new keys (atomic: false)',
           path: `/split${suffix}`,
           headers: fresh('s'),
+        },
+        {
+          ...base,
+          app: uncached,
+          name: 'ours on Redis (atomic: false), new keys',
+          path: `/redis${suffix}`,
+          headers: fresh('r'),
+        },
+        {
+          ...base,
+          app: uncached,
+          name: 'ours on Redis, replays (no replay cache)',
+          path: `/redis${suffix}`,
+          headers: replay(onRedis),
         },
         {
           ...base,

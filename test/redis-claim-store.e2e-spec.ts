@@ -1,0 +1,194 @@
+import request from 'supertest';
+import { type Redis } from 'ioredis';
+import { IdempotencyContext, idempotencyStorage } from '../lib/idempotency-context.js';
+import { PhaseRunner, PhasesNeedTransactionalStoreError } from '../lib/index.js';
+import { RedisClaimStore } from '../lib/redis/index.js';
+import { type IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
+import { MemoryClaimStore } from '../lib/testing/index.js';
+import { createTestDatabase } from './support/database.js';
+import { redisServerInstalled, startTestRedis, type TestRedis } from './support/redis-server.js';
+import { type Scenario, startScenario } from './support/scenario.js';
+import { ADAPTERS, createTestApp } from './support/test-app.js';
+
+const onRedis = redisServerInstalled() || process.env.CI === 'true' ? describe : describe.skip;
+
+/** What a client sees of an answer: everything but the date. */
+function seen(response: request.Response) {
+  return {
+    status: response.status,
+    type: response.headers['content-type'] as string | undefined,
+    replayed: response.headers['idempotent-replayed'] as string | undefined,
+    retryAfter: response.headers['retry-after'] as string | undefined,
+    location: response.headers.location as string | undefined,
+    body: response.text,
+  };
+}
+
+onRedis.each(ADAPTERS)('the Redis claim store (%s)', (adapter) => {
+  let redis: TestRedis;
+  let client: Redis;
+  let onRedisStore: Scenario;
+  let onPostgres: Scenario;
+
+  beforeAll(async () => {
+    redis = await startTestRedis();
+    client = redis.client();
+    // No replay cache: a retry that reaches another instance of the app has none either.
+    onRedisStore = await startScenario('redis_store', adapter, {
+      claimStores: { redis: new RedisClaimStore(client) },
+      claimStore: 'redis',
+      atomic: false,
+      replayCacheSize: 0,
+    });
+    onPostgres = await startScenario('redis_store_pg', adapter, {
+      atomic: false,
+      replayCacheSize: 0,
+    });
+  });
+  afterAll(async () => {
+    await onRedisStore?.close();
+    await onPostgres?.close();
+    await redis?.stop();
+  });
+
+  /** The same conversation with the app, as a client sees it. */
+  async function conversation(s: Scenario) {
+    const post = (path: string, key: string | undefined, body: object) => {
+      const req = request(s.server()).post(path).set('X-Tenant-Id', '1');
+      return (key === undefined ? req : req.set('Idempotency-Key', key)).send(body);
+    };
+    const answers = [
+      await post('/orders', 'k1', { amount: 5 }),
+      await post('/orders', 'k1', { amount: 5 }),
+      await post('/orders', 'k1', { amount: 6 }),
+      await post('/crash', 'k3', { amount: 1 }),
+      await post('/crash', 'k3', { amount: 1 }),
+      await post('/accounts/a/deposits', 'k4', { amount: 2 }),
+      await post('/accounts/a/deposits', 'k4', { amount: 2 }),
+      await post('/orders', undefined, { amount: 1 }),
+      await post('/orders', 'bad key', { amount: 1 }),
+    ];
+    // Two requests of one key in flight: one runs, the other is told to come back.
+    const [a, b] = await Promise.all([
+      post('/orders', 'k2', { amount: 1, delayMs: 600 }),
+      new Promise((resolve) => setTimeout(resolve, 150)).then(() =>
+        post('/orders', 'k2', { amount: 1, delayMs: 600 }),
+      ),
+    ]);
+    answers.push(a, b);
+    return { answers: answers.map(seen), effects: await s.sideEffects() };
+  }
+
+  it('answers every request as the PostgreSQL store does: statuses, headers, bodies, replays', async () => {
+    const fromRedis = await conversation(onRedisStore);
+    const fromPostgres = await conversation(onPostgres);
+    expect(fromRedis).toEqual(fromPostgres);
+    // And what that is, so that two stores wrong the same way do not pass.
+    expect(fromRedis.answers.map((answer) => [answer.status, answer.replayed])).toEqual([
+      [201, undefined],
+      [201, 'true'],
+      [422, undefined],
+      [500, undefined],
+      [500, 'true'],
+      [202, undefined],
+      [202, 'true'],
+      [400, undefined],
+      [400, undefined],
+      [201, undefined],
+      [409, undefined],
+    ]);
+    expect(fromRedis.answers[10].retryAfter).toBeDefined();
+    expect(fromRedis.effects).toBe(4);
+    expect(await onRedisStore.db.query('SELECT 1 FROM idempotency_keys')).toHaveProperty(
+      'rowCount',
+      0,
+    );
+  });
+
+  it('runs a handler twice when Redis restarts without persistence: the stated limit', async () => {
+    const post = (s: Scenario) =>
+      request(s.server())
+        .post('/orders')
+        .set('X-Tenant-Id', '1')
+        .set('Idempotency-Key', 'across-restart')
+        .send({ amount: 9 });
+    for (const s of [onRedisStore, onPostgres]) expect((await post(s)).status).toBe(201);
+    await redis.restart();
+    const again = await post(onRedisStore);
+    expect(again.status).toBe(201);
+    expect(again.headers['idempotent-replayed']).toBeUndefined();
+    const before = await onRedisStore.db.query(
+      `SELECT count(*)::int AS n FROM side_effects WHERE amount = 9`,
+    );
+    expect(before.rows[0].n).toBe(2); // executed twice: the claim was lost with Redis's memory
+    // The PostgreSQL store, asked the same after the same restart, replays.
+    const replay = await post(onPostgres);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    const once = await onPostgres.db.query(
+      `SELECT count(*)::int AS n FROM side_effects WHERE amount = 9`,
+    );
+    expect(once.rows[0].n).toBe(1);
+  });
+});
+
+describe('a claim store outside the database', () => {
+  it('is refused at start-up on an atomic route, naming the route and the way out', async () => {
+    const database = await createTestDatabase('redis_refused');
+    try {
+      await expect(
+        createTestApp({
+          databaseUrl: database.url,
+          adapter: 'express',
+          idempotency: { claimStores: { memory: new MemoryClaimStore() }, claimStore: 'memory' },
+        }),
+      ).rejects.toThrow(
+        '@Idempotent() on OrdersController.create: claim store "memory" is not in the app\'s ' +
+          "database, so the handler's effects cannot commit with its stored response (atomic, " +
+          'the default); set atomic: false on the route to accept that a failure between them ' +
+          'runs the handler again, or use claimStore: "postgres"',
+      );
+    } finally {
+      await database.drop();
+    }
+  });
+
+  it('is refused at start-up when no store has the name a route gives', async () => {
+    const database = await createTestDatabase('redis_unknown');
+    try {
+      await expect(
+        createTestApp({
+          databaseUrl: database.url,
+          adapter: 'express',
+          idempotency: { claimStore: 'redis', atomic: false },
+        }),
+      ).rejects.toThrow(
+        '@Idempotent() on OrdersController.create: no claim store is named "redis"; the ' +
+          'module has "postgres" (add it to claimStores)',
+      );
+    } finally {
+      await database.drop();
+    }
+  });
+
+  it('refuses phases before any of their work runs', async () => {
+    const store = new MemoryClaimStore();
+    const outcome = await store.claim({ tenantId: '1', key: 'phases' }, Buffer.alloc(32), 60_000);
+    if (outcome.kind !== 'claimed') throw new Error('expected a claim');
+    const context = new IdempotencyContext(outcome.claim, 201, undefined, false, store);
+    context.route = 'Payments.create';
+    const phases = new PhaseRunner(undefined as unknown as IdempotencyDatabase);
+    let ran = false;
+    const work = () => {
+      ran = true;
+      return Promise.resolve(1);
+    };
+    for (const attempt of [() => phases.run('charge', work), () => phases.call('psp', work)]) {
+      const error = await idempotencyStorage.run(context, attempt).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(PhasesNeedTransactionalStoreError);
+      expect((error as Error).message).toMatch(
+        /^phase "(charge|psp)" of Payments\.create: phases commit their effects with their recovery point, which needs the claim store in the app's PostgreSQL; this route's claim store is not \(set claimStore: "postgres" on it\)$/,
+      );
+    }
+    expect(ran).toBe(false);
+  });
+});
