@@ -3,6 +3,7 @@ import { type IdempotencyKeySource, type KeyReader } from './key-source.js';
 import { type OtelMeterProvider } from './events/idempotency-metrics.js';
 import { type SealingKey } from './storage/response-sealer.js';
 import { type ClaimStore } from './storage/claim-store.interface.js';
+import { type ResponseBodyStore } from './storage/bodies/response-body-store.interface.js';
 
 /**
  * The request as the adapter gives it: Express's `Request` or Fastify's `FastifyRequest`.
@@ -125,6 +126,14 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    * @example claimStores: { redis: new RedisClaimStore(redisClient) }, claimStore: 'redis'
    */
   claimStores?: Record<string, ClaimStore>;
+  /**
+   * Responses larger than `overBytes` are stored by pointer: the key keeps the body's id,
+   * length and SHA-256, and the body goes to `store` (by default `idempotency_response_bodies`
+   * in the app's PostgreSQL, written in the transaction that finishes the key). Keeps the keys
+   * table small when responses are large; see the README's "Large responses by pointer".
+   * @example largeResponses: { overBytes: 16384 }
+   */
+  largeResponses?: { overBytes: number; store?: ResponseBodyStore };
   /**
    * Name of the request header that carries the key.
    * @default 'Idempotency-Key'
@@ -258,6 +267,8 @@ export interface ResolvedIdempotencyOptions {
   sealingKeys?: SealingKey[];
   /** The stores given in `claimStores`; `'postgres'` is added by the module. */
   claimStores: Readonly<Record<string, ClaimStore>>;
+  /** Bodies by pointer: off when undefined. */
+  largeResponses?: { overBytes: number; store?: ResponseBodyStore };
   route: ResolvedRouteOptions;
 }
 

@@ -197,6 +197,23 @@ function resolveClaimStores(stores: Record<string, ClaimStore> | undefined) {
   return { ...stores };
 }
 
+function resolveLargeResponses(large: IdempotencyModuleOptions['largeResponses']) {
+  if (large === undefined) return undefined;
+  const overBytes = positiveInteger('largeResponses.overBytes', large?.overBytes, 0);
+  const store = large.store;
+  if (store !== undefined) {
+    const missing = (['put', 'get', 'purgeBatch'] as const).filter(
+      (method) => typeof store?.[method] !== 'function',
+    );
+    if (missing.length > 0) {
+      throw new InvalidIdempotencyOptionsError(
+        `largeResponses.store is not a body store (it has no ${missing.join(', ')})`,
+      );
+    }
+  }
+  return { overBytes, store };
+}
+
 /** Fills in a route's options over a base, validating each one. */
 export function resolveRouteOptions(
   options: IdempotencyRouteOptions,
@@ -314,6 +331,7 @@ export function resolveIdempotencyOptions(
       DEFAULT_PURGE_BATCH_SIZE,
     ),
     claimStores: resolveClaimStores(options.claimStores),
+    largeResponses: resolveLargeResponses(options.largeResponses),
     sealingKeys: options.encryption && resolveSealingKeys(options.encryption.keys),
     storeIf: resolveStoreIf(options.storeIf),
     metrics: resolveMetrics(options.metrics),

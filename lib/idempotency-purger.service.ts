@@ -52,6 +52,9 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
         store.purgeAbandonedBatch(abandonedKeyRetentionMs, purgeBatchSize),
       );
     }
+    // Bodies by pointer whose key the purge above just removed, or whose finish failed.
+    const bodies = this.stores.bodies;
+    if (bodies) await this.inBatches(() => bodies.purgeBatch(retentionMs, purgeBatchSize));
     const processed = await this.inBatches(() =>
       this.database.purgeProcessedBatch(processedMessagesRetentionMs, purgeBatchSize),
     );

@@ -75,6 +75,10 @@ export {
   type TransactionalClaimStore,
 } from './storage/claim-store.interface.js';
 export { ClaimStores } from './storage/claim-stores.js';
+export { ForwardingClaimStore } from './storage/forwarding-claim.store.js';
+export { type ResponseBodyStore } from './storage/bodies/response-body-store.interface.js';
+export { PostgresBodyStore } from './storage/bodies/postgres-body.store.js';
+export { type BodyPointer } from './storage/bodies/body-pointer.js';
 export { IdempotencyDatabase } from './storage/idempotency-database.js';
 export { IdempotencyKeyEntity } from './storage/idempotency-key.entity.js';
 export { IDEMPOTENCY_MIGRATIONS } from './migrations.js';

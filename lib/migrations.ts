@@ -3,6 +3,7 @@ import { CreateProcessedMessages1764460900000 } from '../migrations/176446090000
 import { AddFinishedAt1764461200000 } from '../migrations/1764461200000-AddFinishedAt.js';
 import { TextTenantIds1764461300000 } from '../migrations/1764461300000-TextTenantIds.js';
 import { CreateMessageFailures1764461400000 } from '../migrations/1764461400000-CreateMessageFailures.js';
+import { CreateResponseBodies1764461500000 } from '../migrations/1764461500000-CreateResponseBodies.js';
 
 /**
  * The library's migrations, in order, for the app's DataSource:
@@ -16,4 +17,5 @@ export const IDEMPOTENCY_MIGRATIONS = [
   AddFinishedAt1764461200000,
   TextTenantIds1764461300000,
   CreateMessageFailures1764461400000,
+  CreateResponseBodies1764461500000,
 ];

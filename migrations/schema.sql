@@ -43,3 +43,16 @@ CREATE TABLE message_failures (
   PRIMARY KEY (consumer, message_id)
 );
 CREATE INDEX message_failures_last_failed_at_idx ON message_failures (last_failed_at);
+
+-- Large stored responses by pointer (the largeResponses option): written in the transaction
+-- that finishes their key, which keeps their id, length and SHA-256.
+CREATE TABLE idempotency_response_bodies (
+  id         uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
+  tenant_id  text        NOT NULL,
+  key        text        NOT NULL,
+  claim_id   uuid        NOT NULL,
+  body       bytea       NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX idempotency_response_bodies_created_at_idx ON idempotency_response_bodies
+  USING brin (created_at) WITH (autosummarize = on);

@@ -6,25 +6,39 @@ import { type ClaimStore } from './claim-store.interface.js';
 import { IdempotencyDatabase } from './idempotency-database.js';
 import { PostgresClaimStore } from './postgres-claim.store.js';
 import { ResponseSealer } from './response-sealer.js';
-import { withSealing } from './sealing-claim.store.js';
+import { SealingClaimStore } from './sealing-claim.store.js';
+import { PointingClaimStore } from './bodies/pointing-claim.store.js';
+import { PostgresBodyStore } from './bodies/postgres-body.store.js';
+import { type ResponseBodyStore } from './bodies/response-body-store.interface.js';
 
 /**
  * The module's claim stores by name: the app's PostgreSQL (`'postgres'`) and those the app
- * gave in `claimStores`. Every one seals its responses when encryption is configured, so that
- * a route's choice of store never changes what is kept in clear.
+ * gave in `claimStores`. Every one seals its responses when encryption is configured, and
+ * stores large bodies by pointer when `largeResponses` is set, so that a route's choice of
+ * store never changes what is kept in clear, nor where a body is.
  */
 @Injectable()
 export class ClaimStores {
   private readonly stores = new Map<string, ClaimStore>();
+  /** Where large bodies go, when they are stored by pointer. */
+  readonly bodies?: ResponseBodyStore;
 
   constructor(
     database: IdempotencyDatabase,
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) options: ResolvedIdempotencyOptions,
   ) {
     const sealer = options.sealingKeys && new ResponseSealer(options.sealingKeys);
-    this.stores.set(POSTGRES_CLAIM_STORE, withSealing(new PostgresClaimStore(database), sealer));
+    const large = options.largeResponses;
+    this.bodies = large && (large.store ?? new PostgresBodyStore(database));
+    // Sealed first, then moved out by pointer: the body store holds only ciphertext.
+    const layered = (store: ClaimStore) =>
+      new SealingClaimStore(
+        large ? new PointingClaimStore(store, this.bodies!, large.overBytes) : store,
+        sealer,
+      );
+    this.stores.set(POSTGRES_CLAIM_STORE, layered(new PostgresClaimStore(database)));
     for (const [name, store] of Object.entries(options.claimStores)) {
-      this.stores.set(name, withSealing(store, sealer));
+      this.stores.set(name, layered(store));
     }
   }
 

@@ -1,0 +1,59 @@
+import { type ActiveClaim } from '../../idempotency-context.js';
+import { type LazyTransaction } from '../../transaction/lazy-transaction.js';
+import { type IdempotencyDatabase } from '../idempotency-database.js';
+import { type ResponseBodyStore } from './response-body-store.interface.js';
+
+const PUT_BODY = {
+  name: 'idempotency_put_body_v1',
+  text: `INSERT INTO idempotency_response_bodies (tenant_id, key, claim_id, body)
+VALUES ($1, $2, $3, $4) RETURNING id`,
+};
+
+const GET_BODY = {
+  name: 'idempotency_get_body_v1',
+  text: `SELECT body FROM idempotency_response_bodies WHERE id = $1`,
+};
+
+/**
+ * Bodies whose key is gone: purged after its retention, or never finished because its finish
+ * was fenced off or failed after a `put` of its own. The key is matched on its claim id too,
+ * so that a body of a key's earlier life (purged, then claimed anew) goes as well.
+ */
+const PURGE_BODIES_BATCH = {
+  name: 'idempotency_purge_bodies_v1',
+  text: `DELETE FROM idempotency_response_bodies WHERE id IN (
+  SELECT b.id FROM idempotency_response_bodies b
+  WHERE b.created_at < now() - $1 * interval '1 millisecond'
+    AND NOT EXISTS (SELECT 1 FROM idempotency_keys k
+      WHERE k.tenant_id = b.tenant_id AND k.key = b.key AND k.claim_id = b.claim_id)
+  LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+};
+
+/**
+ * The body store that needs nothing new: a side table of the app's PostgreSQL
+ * (`idempotency_response_bodies`), written in the transaction that finishes the key.
+ */
+export class PostgresBodyStore implements ResponseBodyStore {
+  readonly transactional = true;
+
+  constructor(private readonly database: IdempotencyDatabase) {}
+
+  async put(claim: ActiveClaim, body: Buffer, transaction?: LazyTransaction): Promise<string> {
+    const values = [claim.tenantId, claim.key, claim.claimId, body];
+    const rows = transaction
+      ? ((await transaction.manager.query(PUT_BODY.text, values)) as { id: string }[])
+      : (await this.database.query<{ id: string }>(PUT_BODY, values)).rows;
+    return rows[0].id;
+  }
+
+  async get(id: string): Promise<Buffer | undefined> {
+    if (!/^[0-9a-f-]{36}$/i.test(id)) return undefined;
+    const { rows } = await this.database.query<{ body: Buffer }>(GET_BODY, [id]);
+    return rows[0]?.body;
+  }
+
+  async purgeBatch(retentionMs: number, batchSize: number): Promise<number> {
+    const { rowCount } = await this.database.query(PURGE_BODIES_BATCH, [retentionMs, batchSize]);
+    return rowCount ?? 0;
+  }
+}

@@ -1,0 +1,80 @@
+import { type EntityManager } from 'typeorm';
+import { type Fence } from '../decide.js';
+import { type ActiveClaim } from '../idempotency-context.js';
+import { type StoredResponse } from '../stored-response.js';
+import { type LazyTransaction } from '../transaction/lazy-transaction.js';
+import {
+  type ClaimOutcome,
+  type ClaimStore,
+  isTransactional,
+  type KeyScope,
+  type TransactionalClaimStore,
+} from './claim-store.interface.js';
+
+/**
+ * A claim store that hands every call to another: the base of the layers that change what is
+ * stored (sealing, bodies by pointer) on any store. It is transactional exactly when the store
+ * it wraps is, so a layer never hides nor invents the ability to commit with the app's work.
+ */
+export class ForwardingClaimStore implements TransactionalClaimStore {
+  declare readonly transactional: true;
+
+  constructor(protected readonly inner: ClaimStore) {
+    (this as { transactional: boolean }).transactional = inner.transactional;
+  }
+
+  claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {
+    return this.inner.claim(scope, fingerprint, leaseMs);
+  }
+
+  takeOver(scope: KeyScope, fence: Fence, leaseMs: number): Promise<ActiveClaim | undefined> {
+    return this.inner.takeOver(scope, fence, leaseMs);
+  }
+
+  finish(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
+    return this.inner.finish(claim, response);
+  }
+
+  finishIn(
+    claim: ActiveClaim,
+    response: StoredResponse,
+    transaction: LazyTransaction,
+  ): Promise<boolean> {
+    return this.transactionalInner().finishIn(claim, response, transaction);
+  }
+
+  commitPhase<T>(
+    claim: ActiveClaim,
+    phase: string,
+    work: (manager: EntityManager) => Promise<T>,
+  ): Promise<T> {
+    return this.transactionalInner().commitPhase(claim, phase, work);
+  }
+
+  release(claim: ActiveClaim, forget: boolean): Promise<void> {
+    return this.inner.release(claim, forget);
+  }
+
+  extendLease(claim: ActiveClaim): Promise<boolean> {
+    return this.inner.extendLease(claim);
+  }
+
+  purgeBatch(retentionMs: number, batchSize: number): Promise<KeyScope[]> {
+    return this.inner.purgeBatch(retentionMs, batchSize);
+  }
+
+  purgeAbandonedBatch(horizonMs: number, batchSize: number): Promise<number> {
+    return this.inner.purgeAbandonedBatch(horizonMs, batchSize);
+  }
+
+  oldestUnfinishedAgeMs(): Promise<number | undefined> {
+    return this.inner.oldestUnfinishedAgeMs();
+  }
+
+  protected transactionalInner(): TransactionalClaimStore {
+    if (!isTransactional(this.inner)) {
+      throw new Error("this claim store cannot commit in the app's transaction");
+    }
+    return this.inner;
+  }
+}
