@@ -3,6 +3,7 @@ import {
   resolveRouteOptions,
 } from './idempotency-options.js';
 import { type IdempotencyModuleOptions } from './idempotency-options.interface.js';
+import { MemoryClaimStore } from './testing/memory-claim.store.js';
 
 /** The options as an app that declares one key space gives them. */
 const resolveIdempotencyOptions = (options: IdempotencyModuleOptions = {}) =>
@@ -103,6 +104,32 @@ describe('resolveIdempotencyOptions', () => {
       'fingerprintHeaders: "a:b" is not a header name',
     ],
     ['tenant not a function', { tenant: 'x' as never }, 'tenant must be a function'],
+    [
+      'the app database replaced by another store',
+      { claimStores: { postgres: new MemoryClaimStore() } },
+      'claimStores: "postgres" is the app\'s own database, and cannot be replaced',
+    ],
+    [
+      'a claim store that is not one',
+      { claimStores: { redis: { claim: () => undefined } as never } },
+      'claimStores: "redis" is not a claim store (it has no takeOver, finish, release, ' +
+        'extendLease, purgeBatch, purgeAbandonedBatch, oldestUnfinishedAgeMs)',
+    ],
+    [
+      'an empty claim store name',
+      { claimStore: '' },
+      'claimStore must be the name of a claim store',
+    ],
+    [
+      'no threshold for large responses',
+      { largeResponses: { overBytes: 0 } },
+      'largeResponses.overBytes must be a positive integer, got 0',
+    ],
+    [
+      'a body store that is not one',
+      { largeResponses: { overBytes: 1024, store: { get: () => undefined } as never } },
+      'largeResponses.store is not a body store (it has no put, purgeBatch)',
+    ],
   ])('refuses %s at start-up', (_name, options, message) => {
     expect(() => resolveIdempotencyOptions(options)).toThrow(`IdempotencyModule: ${message}`);
   });
