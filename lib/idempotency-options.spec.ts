@@ -113,7 +113,22 @@ describe('resolveIdempotencyOptions', () => {
       'a claim store that is not one',
       { claimStores: { redis: { claim: () => undefined } as never } },
       'claimStores: "redis" is not a claim store (it has no takeOver, finish, release, ' +
-        'extendLease, purgeBatch, purgeAbandonedBatch, oldestUnfinishedAgeMs)',
+        'extendLease, purgeBatch, purgeAbandonedBatch, oldestUnfinishedAgeMs, transactional)',
+    ],
+    [
+      'a transactional claim store that cannot join a transaction',
+      {
+        claimStores: {
+          mine: Object.assign(new MemoryClaimStore(), { transactional: true }) as never,
+        },
+      },
+      'claimStores: "mine" says it is transactional but has no finishIn, commitPhase',
+    ],
+    [
+      'a reserved header replayed',
+      { replayHeaders: ['$body'] },
+      'replayHeaders: "$body" is reserved (names starting with $ mark sealed responses and ' +
+        'bodies stored by pointer)',
     ],
     [
       'an empty claim store name',

@@ -70,6 +70,12 @@ function storedHeaders(extra: string[] | undefined, base?: readonly string[]): r
     if (!HEADER_NAME.test(header)) {
       throw new InvalidIdempotencyOptionsError(`replayHeaders: "${header}" is not a header name`);
     }
+    if (header.startsWith('$')) {
+      throw new InvalidIdempotencyOptionsError(
+        `replayHeaders: "${header}" is reserved (names starting with $ mark sealed responses ` +
+          'and bodies stored by pointer)',
+      );
+    }
     if (NEVER_REPLAYED.has(header.toLowerCase())) {
       throw new InvalidIdempotencyOptionsError(
         `replayHeaders: "${header}" is never replayed (a cookie would be another session's; ` +
@@ -188,9 +194,21 @@ function resolveClaimStores(stores: Record<string, ClaimStore> | undefined) {
     const missing = CLAIM_STORE_METHODS.filter(
       (method) => typeof (store as unknown as Record<string, unknown>)?.[method] !== 'function',
     );
-    if (missing.length > 0) {
+    if (missing.length > 0 || typeof store.transactional !== 'boolean') {
+      const lacks = [
+        ...missing,
+        ...(typeof store?.transactional === 'boolean' ? [] : ['transactional']),
+      ];
       throw new InvalidIdempotencyOptionsError(
-        `claimStores: "${name}" is not a claim store (it has no ${missing.join(', ')})`,
+        `claimStores: "${name}" is not a claim store (it has no ${lacks.join(', ')})`,
+      );
+    }
+    const joins = ['finishIn', 'commitPhase'].filter(
+      (method) => typeof (store as unknown as Record<string, unknown>)[method] !== 'function',
+    );
+    if (store.transactional && joins.length > 0) {
+      throw new InvalidIdempotencyOptionsError(
+        `claimStores: "${name}" says it is transactional but has no ${joins.join(', ')}`,
       );
     }
   }

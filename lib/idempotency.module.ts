@@ -18,6 +18,8 @@ import { resolveIdempotencyOptions } from './idempotency-options.js';
 import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
 import { IdempotencyDatabase } from './storage/idempotency-database.js';
 import { ClaimStores } from './storage/claim-stores.js';
+import { ClaimStore } from './storage/claim-store.interface.js';
+import { POSTGRES_CLAIM_STORE } from './idempotency-options.js';
 import { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
 import { IdempotentRoutesCheck } from './routes/idempotent-routes.check.js';
 import { openApiDocumenterProvider } from './openapi/openapi-documenter.js';
@@ -45,6 +47,13 @@ const databaseProvider: Provider = {
     new IdempotencyDatabase(() => source.dataSource, options.databaseTimeoutMs),
 };
 
+/** The app's own PostgreSQL claim store (with its layers), for code that injects `ClaimStore`. */
+const defaultClaimStoreProvider: Provider = {
+  provide: ClaimStore,
+  inject: [ClaimStores],
+  useFactory: (stores: ClaimStores) => stores.get(POSTGRES_CLAIM_STORE),
+};
+
 /**
  * Idempotency keys for NestJS on PostgreSQL.
  *
@@ -69,6 +78,7 @@ const databaseProvider: Provider = {
     IdempotencyDataSource,
     databaseProvider,
     ClaimStores,
+    defaultClaimStoreProvider,
     IdempotencyInterceptor,
     IdempotentMessageInterceptor,
     PhaseRunner,
@@ -82,6 +92,7 @@ const databaseProvider: Provider = {
     IdempotencyDataSource,
     IdempotencyDatabase,
     ClaimStores,
+    ClaimStore,
     IdempotencyInterceptor,
     IdempotentMessageInterceptor,
     PhaseRunner,

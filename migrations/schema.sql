@@ -52,7 +52,8 @@ CREATE TABLE idempotency_response_bodies (
   key        text        NOT NULL,
   claim_id   uuid        NOT NULL,
   body       bytea       NOT NULL,
-  created_at timestamptz NOT NULL DEFAULT now()
+  created_at timestamptz NOT NULL DEFAULT now(),
+  expires_at timestamptz                           -- set when the key is not in idempotency_keys
 );
 CREATE INDEX idempotency_response_bodies_created_at_idx ON idempotency_response_bodies
   USING brin (created_at) WITH (autosummarize = on);

@@ -149,6 +149,50 @@ class ForgetsFinished extends MemoryClaimStore {
   }
 }
 
+/** Takes a finished key over, if its old fence still matches. */
+class TakeOverIgnoresState extends MemoryClaimStore {
+  override takeOver(scope: KeyScope, fence: Fence, leaseMs: number) {
+    const record = this.records.get(this.idOf(scope));
+    if (record?.response && String(record.lockVersion) === fence.lockVersion) {
+      record.response = undefined;
+      record.lockedUntil = 0;
+    }
+    return super.takeOver(scope, fence, leaseMs);
+  }
+}
+
+/** Takes any expired lease over, whatever fence it is given. */
+class TakeOverIgnoresFence extends MemoryClaimStore {
+  override takeOver(scope: KeyScope, _fence: Fence, leaseMs: number) {
+    const record = this.records.get(this.idOf(scope));
+    if (!record) return Promise.resolve(undefined);
+    const fence = { lockVersion: String(record.lockVersion), claimId: record.claimId };
+    return super.takeOver(scope, fence, leaseMs);
+  }
+}
+
+/** Counts the retention from the claim, not the finish. */
+class RetentionFromClaim extends MemoryClaimStore {
+  override purgeBatch(retentionMs: number): Promise<KeyScope[]> {
+    for (const [id, record] of this.records) {
+      if (record.response && record.createdAt < Date.now() - retentionMs) this.records.delete(id);
+    }
+    return Promise.resolve([]);
+  }
+}
+
+/** Lets a release forget a finished key. */
+class ReleaseIgnoresState extends MemoryClaimStore {
+  override release(claim: ActiveClaim, forget: boolean): Promise<void> {
+    const record = this.records.get(this.idOf(claim));
+    if (forget && record?.response && record.claimId === claim.claimId) {
+      this.records.delete(this.idOf(claim));
+      return Promise.resolve();
+    }
+    return super.release(claim, forget);
+  }
+}
+
 describe('the contract catches broken stores', () => {
   const cases: [string, () => MemoryClaimStore, string[]][] = [
     ['a read-then-write claim', () => new ReadThenWriteClaims(), [rule('one of 20')]],
@@ -162,6 +206,26 @@ describe('the contract catches broken stores', () => {
       [rule('a stale owner'), rule('only the owner')],
     ],
     ['no retention purge', () => new NoRetention(), [rule('a finished key expires')]],
+    [
+      'retention counted from the claim',
+      () => new RetentionFromClaim(),
+      [rule('a finished key expires')],
+    ],
+    [
+      'a takeover of a finished key',
+      () => new TakeOverIgnoresState(),
+      [rule('a finished key, and')],
+    ],
+    [
+      'a takeover whatever the fence',
+      () => new TakeOverIgnoresFence(),
+      [rule('a finished key, and')],
+    ],
+    [
+      'a release that forgets a finished key',
+      () => new ReleaseIgnoresState(),
+      [rule('only the owner')],
+    ],
     ['a purge of unfinished keys', () => new PurgesUnfinished(), [rule('a finished key expires')]],
     [
       'a new claim id on takeover',

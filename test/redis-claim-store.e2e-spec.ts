@@ -3,9 +3,12 @@ import { type Redis } from 'ioredis';
 import { IdempotencyContext, idempotencyStorage } from '../lib/idempotency-context.js';
 import { PhaseRunner, PhasesNeedTransactionalStoreError } from '../lib/index.js';
 import { RedisClaimStore } from '../lib/redis/index.js';
-import { type IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
 import { MemoryClaimStore } from '../lib/testing/index.js';
 import { createTestDatabase } from './support/database.js';
+import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
+import { PointingClaimStore } from '../lib/storage/bodies/pointing-claim.store.js';
+import { PostgresBodyStore } from '../lib/storage/bodies/postgres-body.store.js';
 import { redisServerInstalled, startTestRedis, type TestRedis } from './support/redis-server.js';
 import { type Scenario, startScenario } from './support/scenario.js';
 import { ADAPTERS, createTestApp } from './support/test-app.js';
@@ -190,5 +193,68 @@ describe('a claim store outside the database', () => {
       );
     }
     expect(ran).toBe(false);
+  });
+});
+
+onRedis('the Redis claim store, on its own', () => {
+  let redis: TestRedis;
+  let database: MigratedDatabase;
+  beforeAll(async () => {
+    redis = await startTestRedis();
+    database = await createMigratedDatabase('redis_bodies');
+  });
+  afterAll(async () => {
+    await redis?.stop();
+    await database?.drop();
+  });
+  const fp = Buffer.alloc(32, 3);
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  it('never lets a held key expire, however long its lease or its heartbeat runs', async () => {
+    const store = new RedisClaimStore(redis.client(), {
+      retentionMs: 200,
+      abandonedKeyRetentionMs: 200,
+    });
+    const scope = { tenantId: '1', key: `long-lease-${Date.now()}` };
+    const outcome = await store.claim(scope, fp, 700);
+    if (outcome.kind !== 'claimed') throw new Error('expected a claim');
+    await sleep(500); // past the abandoned horizon, within the lease
+    expect((await store.claim(scope, fp, 700)).kind).toBe('existing');
+    for (let beat = 0; beat < 4; beat++) {
+      await sleep(300);
+      expect(await store.extendLease(outcome.claim)).toBe(true);
+    }
+    expect((await store.claim(scope, fp, 700)).kind).toBe('existing');
+    expect(
+      await store.finish(outcome.claim, { status: 201, headers: {}, body: Buffer.from('1') }),
+    ).toBe(true);
+    await sleep(400); // past the retention of a finished key: gone on its own
+    expect((await store.claim(scope, fp, 700)).kind).toBe('claimed');
+  });
+
+  it('keeps a body stored by pointer as long as its Redis key, whatever the module purges', async () => {
+    const db = new IdempotencyDatabase(() => database.dataSource, 5000);
+    const bodies = new PostgresBodyStore(db);
+    const store = new PointingClaimStore(
+      new RedisClaimStore(redis.client(), { retentionMs: 800 }),
+      bodies,
+      1,
+    );
+    const scope = { tenantId: '1', key: `pointed-${Date.now()}` };
+    const outcome = await store.claim(scope, fp, 200);
+    if (outcome.kind !== 'claimed') throw new Error('expected a claim');
+    const body = Buffer.from('x'.repeat(5000));
+    expect(await store.finish(outcome.claim, { status: 201, headers: {}, body })).toBe(true);
+    await sleep(300);
+    // The module's retention is shorter than the Redis store's: the body must stay anyway.
+    expect(await bodies.purgeBatch(100, 100)).toBe(0);
+    const replay = await store.claim(scope, fp, 200);
+    expect(
+      replay.kind === 'existing' &&
+        replay.existing.state === 'done' &&
+        replay.existing.response.body.equals(body),
+    ).toBe(true);
+    await sleep(1000); // past the key's retention and the claim's lease
+    expect(await bodies.purgeBatch(100, 100)).toBe(1);
   });
 });

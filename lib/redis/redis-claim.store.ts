@@ -78,6 +78,8 @@ export class RedisClaimStore implements ClaimStore {
   readonly transactional = false;
   private readonly logger = new Logger('Idempotency');
   private readonly retentionMs: number;
+  /** Its finished keys expire on their own, this long after their finish. */
+  readonly expiresKeysAfterMs: number;
   private readonly abandonedMs: number;
   private readonly prefix: string;
   private readonly timeoutMs: number;
@@ -87,6 +89,7 @@ export class RedisClaimStore implements ClaimStore {
     options: RedisClaimStoreOptions = {},
   ) {
     this.retentionMs = options.retentionMs ?? 86_400_000;
+    this.expiresKeysAfterMs = this.retentionMs;
     this.abandonedMs = Math.max(options.abandonedKeyRetentionMs ?? 2_592_000_000, this.retentionMs);
     this.prefix = options.prefix ?? 'idempotency:';
     this.timeoutMs = options.timeoutMs ?? 5000;
@@ -196,6 +199,7 @@ export class RedisClaimStore implements ClaimStore {
       claim.lockVersion,
       claim.claimId,
       claim.leaseMs,
+      this.abandonedMs,
     );
     return held === 1;
   }

@@ -8,8 +8,10 @@
  *   st  started | done     lu   lease end (ms)    ca  claimed at (ms)
  *   rc  status             rh   headers (JSON)    rb  body          fa  finished at (ms)
  *
- * An unfinished record lives `abandonedMs`, renewed on takeover; a finished one lives the
- * retention window from its finish, and then Redis drops it: there is no purge to run.
+ * An unfinished record lives `abandonedMs` past the end of its lease (so never expires while
+ * a lease holds it, however long a heartbeat keeps one), counted again on takeover and
+ * heartbeat; a finished one lives the retention window from its finish, and then Redis drops
+ * it: there is no purge to run.
  */
 
 const NOW = `local t = redis.call('TIME')
@@ -27,7 +29,7 @@ export const CLAIM_SCRIPT = `${NOW}
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'cid', ARGV[3], 'lv', '0', 'st', 'started',
     'lu', now + tonumber(ARGV[2]), 'ca', now)
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + tonumber(ARGV[4]))
   return {1, ARGV[3], '0'}
 end
 local r = redis.call('HMGET', KEYS[1], 'cid', 'lv', 'fp', 'st', 'lu', 'rc', 'rh', 'rb', 'fa')
@@ -39,7 +41,7 @@ ${FENCED}
 if tonumber(redis.call('HGET', KEYS[1], 'lu')) >= now then return 0 end
 local lv = redis.call('HINCRBY', KEYS[1], 'lv', 1)
 redis.call('HSET', KEYS[1], 'lu', now + tonumber(ARGV[3]))
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + tonumber(ARGV[4]))
 return tostring(lv)`;
 
 /** ARGV: lock version, claim id, status, headers JSON, body, retention ms. */
@@ -64,9 +66,10 @@ else
 end
 return 1`;
 
-/** ARGV: lock version, claim id, lease ms. Never shortens a lease. */
+/** ARGV: lock version, claim id, lease ms, abandoned ms. Never shortens a lease. */
 export const EXTEND_SCRIPT = `${NOW}
 ${FENCED}
 local lu = math.max(tonumber(redis.call('HGET', KEYS[1], 'lu')), now + tonumber(ARGV[3]))
 redis.call('HSET', KEYS[1], 'lu', lu)
+redis.call('PEXPIRE', KEYS[1], lu - now + tonumber(ARGV[4]))
 return 1`;

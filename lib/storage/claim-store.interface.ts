@@ -34,6 +34,12 @@ export interface ClaimStore {
    * atomic routes and phases need it, and refuse a store without it.
    */
   readonly transactional: boolean;
+  /**
+   * Set by a store whose finished keys expire on their own (a TTL) rather than by
+   * `purgeBatch`: how long after its finish a key is kept. Bodies stored by pointer for its
+   * keys are kept as long.
+   */
+  readonly expiresKeysAfterMs?: number;
   /** Statement 1 (and 2 on conflict) of the design: a new claim, or the record that is there. */
   claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome>;
   /** Statement 3: wins an expired lease for exactly one worker; undefined if another did. */
@@ -92,5 +98,5 @@ export function isTransactional(store: ClaimStore): store is TransactionalClaimS
   return store.transactional;
 }
 
-/** Injection token of the module's default claim store. */
+/** Injection token of the app's PostgreSQL claim store (`'postgres'`, with its layers). */
 export const ClaimStore = Symbol('ClaimStore');

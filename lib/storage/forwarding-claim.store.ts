@@ -23,6 +23,10 @@ export class ForwardingClaimStore implements TransactionalClaimStore {
     (this as { transactional: boolean }).transactional = inner.transactional;
   }
 
+  get expiresKeysAfterMs(): number | undefined {
+    return this.inner.expiresKeysAfterMs;
+  }
+
   claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {
     return this.inner.claim(scope, fingerprint, leaseMs);
   }

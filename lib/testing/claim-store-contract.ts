@@ -273,6 +273,48 @@ export function claimStoreContract(): ClaimStoreContractCase[] {
       }),
     },
     {
+      name: 'a finished key, and a stale or forged fence, are never taken over',
+      run: withStore(async (store) => {
+        // A slow owner's lease ran out; a worker read the fence; then the owner finished.
+        const finished = scopeOf('finished');
+        const slow = await expired(store, finished);
+        const seen = await existing(store, finished);
+        check(seen.state === 'started' && seen.leaseExpired, 'the lease must have expired');
+        check(
+          await store.finish(slow, responseOf('"slow"')),
+          'an owner whose lease ran out, and that nobody took over, must still finish',
+        );
+        check(
+          (await store.takeOver(finished, seen.fence, LONG_LEASE_MS)) === undefined,
+          'a finished key was taken over: its handler would run twice',
+        );
+
+        // A fence read before the key was forgotten and claimed anew.
+        const reclaimed = scopeOf('reclaimed');
+        const first = await expired(store, reclaimed);
+        const old = await existing(store, reclaimed);
+        check(old.state === 'started', 'the first claim must be found');
+        await store.release(first, true);
+        await claimed(store, reclaimed, SHORT_LEASE_MS);
+        await sleep(SHORT_LEASE_MS * 2);
+        const now = await existing(store, reclaimed);
+        check(now.state === 'started' && now.leaseExpired, 'the second lease must have expired');
+        check(
+          (await store.takeOver(reclaimed, old.fence, LONG_LEASE_MS)) === undefined,
+          "a takeover with a forgotten claim's fence won the new claim",
+        );
+        const ahead = { ...now.fence, lockVersion: String(Number(now.fence.lockVersion) + 1) };
+        check(
+          (await store.takeOver(reclaimed, ahead, LONG_LEASE_MS)) === undefined,
+          'a takeover with a lock version the record does not have won it',
+        );
+        check(
+          (await store.takeOver(reclaimed, now.fence, LONG_LEASE_MS)) !== undefined,
+          'the takeover with the current fence must win',
+        );
+      }),
+    },
+    {
       name: 'only the owner finishes, and only once',
       run: withStore(async (store) => {
         const scope = scopeOf('owner');
@@ -292,10 +334,13 @@ export function claimStoreContract(): ClaimStoreContractCase[] {
         }
         check(await store.finish(claim, responseOf('"first"')), 'the owner must finish');
         check(!(await store.finish(claim, responseOf('"again"'))), 'a key must finish only once');
+        // A finished key is no one's to give back: its owner's late release changes nothing.
+        await store.release(claim, true);
+        await store.release(claim, false);
         const done = await existing(store, scope);
         check(
           done.state === 'done' && done.response.body.toString() === '"first"',
-          'the first finish must be the stored one',
+          "the first finish must be the stored one, kept through its owner's late release",
         );
       }),
     },
@@ -340,16 +385,19 @@ export function claimStoreContract(): ClaimStoreContractCase[] {
       name: 'a finished key expires after the retention, an unfinished one does not',
       run: withStore(async (store) => {
         const done = scopeOf('retention');
-        const claim = await claimed(store, done);
-        check(await store.finish(claim, responseOf('"kept"')), 'finish');
         const unfinished = scopeOf('unfinished');
         await claimed(store, unfinished, SHORT_LEASE_MS);
+        const claim = await claimed(store, done);
+        // Finished well after its claim: the window counts from the finish.
+        await sleep(CONTRACT_RETENTION_MS * 0.75);
+        check(await store.finish(claim, responseOf('"kept"')), 'finish');
+        await sleep(CONTRACT_RETENTION_MS * 0.5);
         await store.purgeBatch(CONTRACT_RETENTION_MS, 1000);
         check(
           (await existing(store, done)).state === 'done',
-          'a key was purged within its retention',
+          'a key was purged within its retention (counted from its claim, not its finish?)',
         );
-        await sleep(CONTRACT_RETENTION_MS + 300);
+        await sleep(CONTRACT_RETENTION_MS * 0.5 + 300);
         await store.purgeBatch(CONTRACT_RETENTION_MS, 1000);
         const after = await store.claim(done, fingerprint(1), LONG_LEASE_MS);
         check(after.kind === 'claimed', 'a finished key must be gone once its retention passed');

@@ -14,7 +14,7 @@ import {
   withBody,
   withPointer,
 } from './body-pointer.js';
-import { type ResponseBodyStore } from './response-body-store.interface.js';
+import { type BodyPlacement, type ResponseBodyStore } from './response-body-store.interface.js';
 
 /**
  * Large responses by pointer, on any claim store: a body over `overBytes` goes to the body
@@ -45,7 +45,7 @@ export class PointingClaimStore extends ForwardingClaimStore {
   }
 
   override async finish(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
-    return this.inner.finish(claim, await this.pointed(claim, response));
+    return this.inner.finish(claim, await this.pointed(claim, response, {}));
   }
 
   override async finishIn(
@@ -54,17 +54,21 @@ export class PointingClaimStore extends ForwardingClaimStore {
     transaction: LazyTransaction,
   ): Promise<boolean> {
     const shared = this.bodies.transactional ? transaction : undefined;
-    const stored = await this.pointed(claim, response, shared);
+    const stored = await this.pointed(claim, response, { transaction: shared });
     return this.transactionalInner().finishIn(claim, stored, transaction);
   }
 
   private async pointed(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction?: LazyTransaction,
+    placement: BodyPlacement,
   ): Promise<StoredResponse> {
     if (!storedByPointer(response, this.overBytes)) return response;
-    const id = await this.bodies.put(claim, response.body, transaction);
+    // A key its store expires on its own (Redis) keeps no row for the body purge to look at:
+    // its body is kept as long as the key may live, from a finish within the claim's lease.
+    const expiresOnItsOwn = this.inner.expiresKeysAfterMs;
+    const keepMs = expiresOnItsOwn === undefined ? undefined : expiresOnItsOwn + claim.leaseMs;
+    const id = await this.bodies.put(claim, response.body, { ...placement, keepMs });
     return withPointer(response, {
       id,
       length: response.body.length,

@@ -1,12 +1,11 @@
 import { type ActiveClaim } from '../../idempotency-context.js';
-import { type LazyTransaction } from '../../transaction/lazy-transaction.js';
 import { type IdempotencyDatabase } from '../idempotency-database.js';
-import { type ResponseBodyStore } from './response-body-store.interface.js';
+import { type BodyPlacement, type ResponseBodyStore } from './response-body-store.interface.js';
 
 const PUT_BODY = {
-  name: 'idempotency_put_body_v1',
-  text: `INSERT INTO idempotency_response_bodies (tenant_id, key, claim_id, body)
-VALUES ($1, $2, $3, $4) RETURNING id`,
+  name: 'idempotency_put_body_v2',
+  text: `INSERT INTO idempotency_response_bodies (tenant_id, key, claim_id, body, expires_at)
+VALUES ($1, $2, $3, $4, clock_timestamp() + $5 * interval '1 millisecond') RETURNING id`,
 };
 
 const GET_BODY = {
@@ -15,17 +14,21 @@ const GET_BODY = {
 };
 
 /**
- * Bodies whose key is gone: purged after its retention, or never finished because its finish
- * was fenced off or failed after a `put` of its own. The key is matched on its claim id too,
- * so that a body of a key's earlier life (purged, then claimed anew) goes as well.
+ * Bodies no key can point at any more. Of a key in `idempotency_keys` (no `expires_at`): its
+ * row is gone, purged after its retention, or it never finished because its finish was fenced
+ * off or failed after a `put` of its own; the key is matched on its claim id too, so that a
+ * body of a key's earlier life (purged, then claimed anew) goes as well. Of a key kept in a
+ * store that expires keys on its own: past its `expires_at`, which outlasts that key.
  */
 const PURGE_BODIES_BATCH = {
-  name: 'idempotency_purge_bodies_v1',
+  name: 'idempotency_purge_bodies_v2',
   text: `DELETE FROM idempotency_response_bodies WHERE id IN (
   SELECT b.id FROM idempotency_response_bodies b
   WHERE b.created_at < now() - $1 * interval '1 millisecond'
-    AND NOT EXISTS (SELECT 1 FROM idempotency_keys k
-      WHERE k.tenant_id = b.tenant_id AND k.key = b.key AND k.claim_id = b.claim_id)
+    AND CASE WHEN b.expires_at IS NULL
+      THEN NOT EXISTS (SELECT 1 FROM idempotency_keys k
+        WHERE k.tenant_id = b.tenant_id AND k.key = b.key AND k.claim_id = b.claim_id)
+      ELSE b.expires_at < now() END
   LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 };
 
@@ -38,8 +41,9 @@ export class PostgresBodyStore implements ResponseBodyStore {
 
   constructor(private readonly database: IdempotencyDatabase) {}
 
-  async put(claim: ActiveClaim, body: Buffer, transaction?: LazyTransaction): Promise<string> {
-    const values = [claim.tenantId, claim.key, claim.claimId, body];
+  async put(claim: ActiveClaim, body: Buffer, placement: BodyPlacement = {}): Promise<string> {
+    const { transaction, keepMs } = placement;
+    const values = [claim.tenantId, claim.key, claim.claimId, body, keepMs ?? null];
     const rows = transaction
       ? ((await transaction.manager.query(PUT_BODY.text, values)) as { id: string }[])
       : (await this.database.query<{ id: string }>(PUT_BODY, values)).rows;

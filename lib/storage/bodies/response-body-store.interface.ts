@@ -1,6 +1,18 @@
 import { type ActiveClaim } from '../../idempotency-context.js';
 import { type LazyTransaction } from '../../transaction/lazy-transaction.js';
 
+/** How a body is written and how long it must be kept. */
+export interface BodyPlacement {
+  /** The request's transaction, when the body is to commit with the finish. */
+  transaction?: LazyTransaction;
+  /**
+   * Set when the key lives in a claim store that expires keys on its own (Redis): the body
+   * must be kept at least this long. Unset, the key is a row of `idempotency_keys`, and the
+   * body goes when that row has gone.
+   */
+  keepMs?: number;
+}
+
 /**
  * Where large response bodies live when they are stored by pointer (`largeResponses`). The
  * claim store keeps the pointer (the id `put` returns), the body's length and its SHA-256.
@@ -21,7 +33,7 @@ export interface ResponseBodyStore {
   /** Whether `put` can write in the request's PostgreSQL transaction. */
   readonly transactional: boolean;
   /** Stores `body` for the key `claim` finishes; returns its id. */
-  put(claim: ActiveClaim, body: Buffer, transaction?: LazyTransaction): Promise<string>;
+  put(claim: ActiveClaim, body: Buffer, placement?: BodyPlacement): Promise<string>;
   /** The body of that id, or undefined when there is none. */
   get(id: string): Promise<Buffer | undefined>;
   /**
