@@ -5,6 +5,15 @@ import { TextTenantIds1764461300000 } from '../migrations/1764461300000-TextTena
 import { CreateMessageFailures1764461400000 } from '../migrations/1764461400000-CreateMessageFailures.js';
 
 /**
+ * Opt-in, and not in `IDEMPOTENCY_MIGRATIONS`: partitions `idempotency_keys` by time for the
+ * module's `partitionedExpiry`. List it after them; revert it to go back to the plain table.
+ *
+ * @example
+ * migrations: [...IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461500000, ...yours]
+ */
+export { PartitionIdempotencyKeys1764461500000 } from '../migrations/1764461500000-PartitionIdempotencyKeys.js';
+
+/**
  * The library's migrations, in order, for the app's DataSource:
  *
  * @example
