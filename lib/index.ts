@@ -77,5 +77,9 @@ export {
 export { ClaimStores } from './storage/claim-stores.js';
 export { IdempotencyDatabase } from './storage/idempotency-database.js';
 export { IdempotencyKeyEntity } from './storage/idempotency-key.entity.js';
-export { IDEMPOTENCY_MIGRATIONS } from './migrations.js';
+export { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461500000 } from './migrations.js';
+export {
+  PartitionedPostgresClaimStore,
+  type PartitionLayout,
+} from './storage/partitioned/partitioned-postgres-claim.store.js';
 export * as constants from './idempotency.constants.js';

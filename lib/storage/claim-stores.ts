@@ -5,12 +5,13 @@ import { POSTGRES_CLAIM_STORE } from '../idempotency-options.js';
 import { type ClaimStore } from './claim-store.interface.js';
 import { IdempotencyDatabase } from './idempotency-database.js';
 import { PostgresClaimStore } from './postgres-claim.store.js';
+import { PartitionedPostgresClaimStore } from './partitioned/partitioned-postgres-claim.store.js';
 import { ResponseSealer } from './response-sealer.js';
 import { withSealing } from './sealing-claim.store.js';
 
 /**
- * The module's claim stores by name: the app's PostgreSQL (`'postgres'`) and those the app
- * gave in `claimStores`. Every one seals its responses when encryption is configured, so that
+ * The module's claim stores by name: the app's PostgreSQL (`'postgres'`, on the partitioned
+ * table with `partitionedExpiry`) and those the app gave in `claimStores`. Every one seals its responses when encryption is configured, so that
  * a route's choice of store never changes what is kept in clear.
  */
 @Injectable()
@@ -22,7 +23,10 @@ export class ClaimStores {
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) options: ResolvedIdempotencyOptions,
   ) {
     const sealer = options.sealingKeys && new ResponseSealer(options.sealingKeys);
-    this.stores.set(POSTGRES_CLAIM_STORE, withSealing(new PostgresClaimStore(database), sealer));
+    const postgres = options.partitionedExpiry
+      ? new PartitionedPostgresClaimStore(database, options.partitionedExpiry)
+      : new PostgresClaimStore(database);
+    this.stores.set(POSTGRES_CLAIM_STORE, withSealing(postgres, sealer));
     for (const [name, store] of Object.entries(options.claimStores)) {
       this.stores.set(name, withSealing(store, sealer));
     }
