@@ -102,13 +102,15 @@ export class PartitionIdempotencyKeys1764461500000 implements MigrationInterface
     await queryRunner.query(
       `ALTER INDEX idempotency_keys_created_at_idx RENAME TO idempotency_keys_partitioned_created_at_idx`,
     );
-    // The table as CreateIdempotencyKeys and the migrations after it leave it.
+    // The table as CreateIdempotencyKeys and the migrations after it leave it, the names of
+    // its constraints included (the partitioned table, still there, holds the same names, so
+    // PostgreSQL would pick others for unnamed ones).
     await queryRunner.query(`
       CREATE TABLE idempotency_keys (
         tenant_id        text        NOT NULL,
-        key              text        NOT NULL CHECK (length(key) BETWEEN 1 AND 255),
+        key              text        NOT NULL,
         fingerprint      bytea       NOT NULL,
-        state            text        NOT NULL DEFAULT 'started' CHECK (state IN ('started', 'done')),
+        state            text        NOT NULL DEFAULT 'started',
         recovery_point   text        NOT NULL DEFAULT 'start',
         locked_until     timestamptz,
         lock_version     bigint      NOT NULL DEFAULT 0,
@@ -119,7 +121,9 @@ export class PartitionIdempotencyKeys1764461500000 implements MigrationInterface
         response_headers jsonb,
         phase_results    jsonb       NOT NULL DEFAULT '{}',
         finished_at      timestamptz,
-        PRIMARY KEY (tenant_id, key),
+        CONSTRAINT idempotency_keys_pkey PRIMARY KEY (tenant_id, key),
+        CONSTRAINT idempotency_keys_key_check CHECK (length(key) BETWEEN 1 AND 255),
+        CONSTRAINT idempotency_keys_state_check CHECK (state IN ('started', 'done')),
         CONSTRAINT idempotency_keys_tenant_id_length CHECK (length(tenant_id) BETWEEN 1 AND 255)
       ) WITH (fillfactor = 70)`);
     // Every row, whichever partition holds it; a key is in one partition only, so the primary
