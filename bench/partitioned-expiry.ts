@@ -191,6 +191,48 @@ async function pastPartitions(dataSource: DataSource, from: Date): Promise<void>
   );
 }
 
+/**
+ * Runs `load` with the unique indexes on `(tenant_id, key)` dropped, and builds them again
+ * after: a B-tree built once is an order of magnitude faster than one grown by millions of
+ * random keys through 128 MB of shared buffers (and a little more compact, on both layouts).
+ */
+async function withoutKeyIndexes(dataSource: DataSource, load: () => Promise<void>) {
+  const indexes = (await dataSource.query(
+    `SELECT i.indexrelid::regclass::text AS name, pg_get_indexdef(i.indexrelid) AS definition,
+            c.conname AS constraint, i.indrelid::regclass::text AS "table"
+     FROM pg_index i
+     JOIN pg_partition_tree('idempotency_keys') t ON t.relid = i.indrelid
+     LEFT JOIN pg_constraint c ON c.conindid = i.indexrelid
+     WHERE i.indisunique
+     UNION ALL
+     SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), c.conname,
+            i.indrelid::regclass::text
+     FROM pg_index i LEFT JOIN pg_constraint c ON c.conindid = i.indexrelid
+     WHERE i.indrelid = 'idempotency_keys'::regclass AND i.indisunique`,
+  )) as { name: string; definition: string; constraint: string | null; table: string }[];
+  for (const index of indexes) {
+    await dataSource.query(
+      index.constraint
+        ? `ALTER TABLE ${index.table} DROP CONSTRAINT ${index.constraint}`
+        : `DROP INDEX ${index.name}`,
+    );
+  }
+  await load();
+  const runner = dataSource.createQueryRunner();
+  try {
+    await runner.query(`SET maintenance_work_mem = '1GB'`);
+    for (const index of indexes) {
+      await runner.query(
+        index.constraint
+          ? `ALTER TABLE ${index.table} ADD CONSTRAINT ${index.constraint} PRIMARY KEY (tenant_id, key)`
+          : index.definition,
+      );
+    }
+  } finally {
+    await runner.release();
+  }
+}
+
 async function scalar<T>(dataSource: DataSource, sql: string): Promise<T> {
   const rows = (await dataSource.query(sql)) as Record<string, T>[];
   return Object.values(rows[0])[0];
@@ -239,34 +281,35 @@ interface Result {
   migrateSeconds?: number;
 }
 
-async function run(partitioned: boolean, expiringFrom: Date, liveFrom: Date): Promise<Result> {
+/** The two days of keys, each from a time over a span: the same for both layouts. */
+type Days = [first: number, from: Date, spanMs: number][];
+
+async function run(partitioned: boolean, days: Days): Promise<Result> {
   const layout = await openLayout(partitioned);
   const { dataSource, store, name } = layout;
   try {
-    if (partitioned) await pastPartitions(dataSource, expiringFrom);
+    if (partitioned) await pastPartitions(dataSource, days[0][1]);
     log(`${name}: generating ${2 * KEYS_PER_DAY} keys`);
     const generating = performance.now();
-    const days: [number, Date, number][] = [
-      [0, expiringFrom, RETENTION_MS],
-      [KEYS_PER_DAY, liveFrom, Date.now() - 60_000 - liveFrom.getTime()],
-    ];
-    for (const [offset, from, span] of days) {
-      for (let done = 0; done < KEYS_PER_DAY; done += CHUNK) {
-        const count = Math.min(CHUNK, KEYS_PER_DAY - done);
-        // The chunk's share of the day: its timestamps follow the chunk before.
-        const chunkFrom = new Date(from.getTime() + (done / KEYS_PER_DAY) * span);
-        const chunkSpan = (count / KEYS_PER_DAY) * span;
-        const { text, values } = generateKeys(
-          partitioned,
-          offset + done + 1,
-          count,
-          chunkFrom,
-          chunkSpan,
-        );
-        await dataSource.query(text, values);
-        log(`${name}: ${offset + done + count} keys`);
+    await withoutKeyIndexes(dataSource, async () => {
+      for (const [offset, from, span] of days) {
+        for (let done = 0; done < KEYS_PER_DAY; done += CHUNK) {
+          const count = Math.min(CHUNK, KEYS_PER_DAY - done);
+          // The chunk's share of the day: its timestamps follow the chunk before.
+          const chunkFrom = new Date(from.getTime() + (done / KEYS_PER_DAY) * span);
+          const chunkSpan = (count / KEYS_PER_DAY) * span;
+          const { text, values } = generateKeys(
+            partitioned,
+            offset + done + 1,
+            count,
+            chunkFrom,
+            chunkSpan,
+          );
+          await dataSource.query(text, values);
+          log(`${name}: ${offset + done + count} keys`);
+        }
       }
-    }
+    });
     await dataSource.query('VACUUM ANALYZE idempotency_keys');
     await dataSource.query('CHECKPOINT');
     const generateSeconds = (performance.now() - generating) / 1000;
@@ -362,15 +405,20 @@ async function main() {
   adminUrl ??= embedded!.url;
   process.env.TEST_DATABASE_URL = adminUrl;
 
-  // The expiring day ends on a partition boundary, and the live day starts a minute after the
-  // retention's horizon: both ways then expire exactly the same keys.
+  // The expiring day ends on a partition boundary, and the live day starts an hour after the
+  // retention's horizon (the horizon moves on while the bench runs): both ways then expire
+  // exactly the same keys.
   const horizon = Date.now() - RETENTION_MS;
   const expiringTo = new Date(Math.floor(horizon / PARTITION_MS) * PARTITION_MS);
   const expiringFrom = new Date(expiringTo.getTime() - RETENTION_MS);
-  const liveFrom = new Date(horizon + 60_000);
+  const liveFrom = new Date(horizon + HOUR);
+  const days: Days = [
+    [0, expiringFrom, RETENTION_MS],
+    [KEYS_PER_DAY, liveFrom, Date.now() - 60_000 - liveFrom.getTime()],
+  ];
 
-  const plain = await run(false, expiringFrom, liveFrom);
-  const partitioned = await run(true, expiringFrom, liveFrom);
+  const plain = await run(false, days);
+  const partitioned = await run(true, days);
   await embedded?.stop();
 
   const rows: [string, (r: Result) => string][] = [
