@@ -21,6 +21,7 @@ import {
   untilDatabaseTime,
 } from './support/partitions.js';
 import { ADAPTERS, createTestApp, SIDE_EFFECTS_DDL } from './support/test-app.js';
+import { describePartitioned } from './support/postgres-version.js';
 
 /**
  * Retries that land in the next partition. PostgreSQL cannot make `(tenant_id, key)` unique
@@ -54,7 +55,7 @@ class NaivePartitionedClaims extends PostgresClaimStore {
   }
 }
 
-describe('claims across a partition boundary, on the store', () => {
+describePartitioned('claims across a partition boundary, on the store', () => {
   let database: MigratedDatabase;
   let db: DataSource;
   let store: PartitionedPostgresClaimStore;
@@ -141,7 +142,7 @@ describe('claims across a partition boundary, on the store', () => {
   });
 });
 
-describe.each(ADAPTERS)(
+describePartitioned.each(ADAPTERS)(
   'one key sent 20 times at once at a partition boundary, through the app (%s)',
   (adapter) => {
     let database: TestDatabase;

@@ -4,13 +4,14 @@ import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
 import { PartitionedPostgresClaimStore } from '../lib/storage/partitioned/partitioned-postgres-claim.store.js';
 import { describeClaimStoreContract } from '../lib/testing/index.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
+import { describePartitioned } from './support/postgres-version.js';
 
 /**
  * The store seam's contract on the partitioned table. Partitions are 100 ms wide, so that the
  * contract's retention (400 ms) is kept by dropping partitions, as in production, and its
  * cases cross partition boundaries all the time.
  */
-describe('on a partitioned PostgreSQL table', () => {
+describePartitioned('on a partitioned PostgreSQL table', () => {
   let database: MigratedDatabase;
   let dataSource: DataSource;
   beforeAll(async () => {

@@ -9,6 +9,7 @@ import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 import { partitionOf, partitions, untilDatabaseTime } from './support/partitions.js';
 import { createTestApp, SIDE_EFFECTS_DDL } from './support/test-app.js';
+import { describePartitioned } from './support/postgres-version.js';
 
 /**
  * The retention kept by dropping partitions (1 s wide, 1.5 s of retention): finished keys go
@@ -34,7 +35,7 @@ interface KeyRow {
   phase_results: Record<string, unknown>;
 }
 
-describe('the partitioned store’s retention', () => {
+describePartitioned('the partitioned store’s retention', () => {
   let database: MigratedDatabase;
   let db: DataSource;
   let store: PartitionedPostgresClaimStore;
@@ -168,48 +169,51 @@ describe('the partitioned store’s retention', () => {
   });
 });
 
-describe('partitionedExpiry through the module: IdempotencyPurger drops partitions', () => {
-  let database: TestDatabase;
-  let app: INestApplication;
-  let db: DataSource;
+describePartitioned(
+  'partitionedExpiry through the module: IdempotencyPurger drops partitions',
+  () => {
+    let database: TestDatabase;
+    let app: INestApplication;
+    let db: DataSource;
 
-  beforeAll(async () => {
-    database = await createTestDatabase('partition_purger');
-    app = await createTestApp({
-      databaseUrl: database.url,
-      adapter: 'express',
-      migrations: [PartitionIdempotencyKeys1764461500000],
-      idempotency: {
-        retentionMs: RETENTION_MS,
-        partitionedExpiry: { partitionMs: PARTITION_MS },
-        replayCacheSize: 0,
-      },
+    beforeAll(async () => {
+      database = await createTestDatabase('partition_purger');
+      app = await createTestApp({
+        databaseUrl: database.url,
+        adapter: 'express',
+        migrations: [PartitionIdempotencyKeys1764461500000],
+        idempotency: {
+          retentionMs: RETENTION_MS,
+          partitionedExpiry: { partitionMs: PARTITION_MS },
+          replayCacheSize: 0,
+        },
+      });
+      db = app.get(DataSource);
+      await db.query(SIDE_EFFECTS_DDL);
     });
-    db = app.get(DataSource);
-    await db.query(SIDE_EFFECTS_DDL);
-  });
-  afterAll(async () => {
-    await app?.close();
-    await database?.drop();
-  });
+    afterAll(async () => {
+      await app?.close();
+      await database?.drop();
+    });
 
-  const order = (key: string) =>
-    request(app.getHttpServer()).post('/orders').set('Idempotency-Key', key).send({ amount: 3 });
-  const executions = async () =>
-    ((await db.query(`SELECT count(*)::int AS n FROM side_effects`)) as { n: number }[])[0].n;
+    const order = (key: string) =>
+      request(app.getHttpServer()).post('/orders').set('Idempotency-Key', key).send({ amount: 3 });
+    const executions = async () =>
+      ((await db.query(`SELECT count(*)::int AS n FROM side_effects`)) as { n: number }[])[0].n;
 
-  it('replays a key within the retention, and runs it anew once its partition is dropped', async () => {
-    await order('purged-key').expect(201);
-    expect((await order('purged-key')).headers['idempotent-replayed']).toBe('true');
-    const partition = await partitionOf(db, 'purged-key');
-    const bounds = (await partitions(db)).find((p) => p.name === partition)!;
+    it('replays a key within the retention, and runs it anew once its partition is dropped', async () => {
+      await order('purged-key').expect(201);
+      expect((await order('purged-key')).headers['idempotent-replayed']).toBe('true');
+      const partition = await partitionOf(db, 'purged-key');
+      const bounds = (await partitions(db)).find((p) => p.name === partition)!;
 
-    await untilDatabaseTime(db, new Date(bounds.toAt!.getTime() + RETENTION_MS));
-    await app.get(IdempotencyPurger).purgeExpired();
-    expect((await partitions(db)).map((p) => p.name)).not.toContain(partition);
+      await untilDatabaseTime(db, new Date(bounds.toAt!.getTime() + RETENTION_MS));
+      await app.get(IdempotencyPurger).purgeExpired();
+      expect((await partitions(db)).map((p) => p.name)).not.toContain(partition);
 
-    const again = await order('purged-key').expect(201);
-    expect(again.headers['idempotent-replayed']).toBeUndefined();
-    expect(await executions()).toBe(2);
-  });
-});
+      const again = await order('purged-key').expect(201);
+      expect(again.headers['idempotent-replayed']).toBeUndefined();
+      expect(await executions()).toBe(2);
+    });
+  },
+);

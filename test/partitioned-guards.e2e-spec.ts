@@ -10,6 +10,7 @@ import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
 import { PURGE_ABANDONED_BATCH } from '../lib/storage/postgres-statements.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 import { partitionOf, partitions } from './support/partitions.js';
+import { describePartitioned } from './support/postgres-version.js';
 
 /**
  * What keeps the partitioned layout safe besides the claim: the isolation the claim needs, the
@@ -36,7 +37,7 @@ async function failureOf(promise: Promise<unknown>): Promise<string> {
   return String((error as IdempotencyStoreUnavailableError).cause);
 }
 
-describe('the partitioned layout’s guards', () => {
+describePartitioned('the partitioned layout’s guards', () => {
   let database: MigratedDatabase;
   let db: DataSource;
   let store: PartitionedPostgresClaimStore;

@@ -7,6 +7,7 @@ import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { describeSchema } from './support/describe-schema.js';
 import { partitionOf, partitions, untilDatabaseTime } from './support/partitions.js';
+import { describePartitioned, PARTITIONS_SUPPORTED } from './support/postgres-version.js';
 
 /**
  * The documented way to move an existing table: the migration, on a table that holds keys.
@@ -32,7 +33,7 @@ interface Snapshot {
   finished_at: Date | null;
 }
 
-describe('the PartitionIdempotencyKeys migration on a table with keys', () => {
+describePartitioned('the PartitionIdempotencyKeys migration on a table with keys', () => {
   let database: TestDatabase;
   let fresh: TestDatabase;
   let dataSource: DataSource;
@@ -231,4 +232,32 @@ describe('the PartitionIdempotencyKeys migration on a table with keys', () => {
     )) as { name: string }[];
     return rows.map((row) => row.name);
   }
+});
+
+(PARTITIONS_SUPPORTED ? describe.skip : describe)('the migration on PostgreSQL 13', () => {
+  let database: TestDatabase;
+  afterAll(async () => {
+    await database?.drop();
+  });
+
+  it('refuses, saying why, and leaves the table as it was', async () => {
+    database = await createTestDatabase('partition_migration_13');
+    const dataSource = new DataSource({
+      type: 'postgres',
+      url: database.url,
+      migrations: [...IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461500000],
+    });
+    await dataSource.initialize();
+    try {
+      await expect(dataSource.runMigrations()).rejects.toThrow(
+        /PartitionIdempotencyKeys needs PostgreSQL 14 or later \(this server is 13\d{4}\): expiry detaches partitions CONCURRENTLY/,
+      );
+      const [{ relkind }] = (await dataSource.query(
+        `SELECT relkind FROM pg_class WHERE oid = 'idempotency_keys'::regclass`,
+      )) as { relkind: string }[];
+      expect(relkind).toBe('r');
+    } finally {
+      await dataSource.destroy();
+    }
+  });
 });
