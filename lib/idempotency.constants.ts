@@ -38,8 +38,9 @@ export const DEFAULT_PARTITIONS_PER_RETENTION = 8;
 export const DEFAULT_PARTITIONS_AHEAD = 2;
 
 /**
- * The most partitions a retention window may span: every claim looks its key up in each
- * (some 1.5 ms for 100 on a small server), so more would slow every request down.
+ * The most partitions a retention window may span, and the most made ahead: every claim looks
+ * its key up in each (some 1.5 ms for 100 on a small server), so more would slow every request
+ * down.
  */
 export const MAX_PARTITIONS_PER_RETENTION = 100;
 

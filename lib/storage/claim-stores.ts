@@ -11,8 +11,9 @@ import { withSealing } from './sealing-claim.store.js';
 
 /**
  * The module's claim stores by name: the app's PostgreSQL (`'postgres'`, on the partitioned
- * table with `partitionedExpiry`) and those the app gave in `claimStores`. Every one seals its responses when encryption is configured, so that
- * a route's choice of store never changes what is kept in clear.
+ * table with `partitionedExpiry`) and those the app gave in `claimStores`. Every one seals its
+ * responses when encryption is configured, so that a route's choice of store never changes
+ * what is kept in clear.
  */
 @Injectable()
 export class ClaimStores {

@@ -47,6 +47,13 @@ interface PartitionRow {
  *
  * Partitions are made ahead by the purge, and by the claims of a process that has not seen
  * them yet or sees them running out, so that keys never lack one when no purge runs.
+ *
+ * @example
+ * // The module builds it for 'postgres' with `partitionedExpiry`; by hand, for a test:
+ * new PartitionedPostgresClaimStore(new IdempotencyDatabase(() => dataSource, 5000), {
+ *   partitionMs: 3_600_000,
+ *   partitionsAhead: 2,
+ * });
  */
 export class PartitionedPostgresClaimStore extends PostgresClaimStore {
   private readonly logger = new Logger('Idempotency');
