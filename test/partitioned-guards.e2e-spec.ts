@@ -7,7 +7,6 @@ import {
 import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
 import { PartitionedPostgresClaimStore } from '../lib/storage/partitioned/partitioned-postgres-claim.store.js';
 import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
-import { PURGE_ABANDONED_BATCH } from '../lib/storage/postgres-statements.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 import { partitionOf, partitions } from './support/partitions.js';
 import { describePartitioned } from './support/postgres-version.js';
@@ -135,15 +134,18 @@ describePartitioned('the partitioned layout’s guards', () => {
     )) as { ctid: string }[];
     expect(ctids.map((row) => row.ctid)).toEqual(['(0,1)', '(0,1)']);
 
-    // The plain table's statement, tried and rolled back: it takes every row at (0,1), the
-    // bystander (finished a moment ago) among them.
+    // A DELETE that matches rows by ctid alone, as the plain table's purges did, tried and
+    // rolled back: it takes every row at (0,1), the bystander (finished a moment ago) among them.
     const runner = db.createQueryRunner();
     await runner.startTransaction();
     try {
-      const [, deleted] = (await runner.query(PURGE_ABANDONED_BATCH.text, [
-        30 * 86_400_000,
-        10,
-      ])) as [unknown, number];
+      const [, deleted] = (await runner.query(
+        `DELETE FROM idempotency_keys WHERE ctid IN (
+           SELECT ctid FROM idempotency_keys
+           WHERE created_at < now() - interval '30 days' AND state = 'started'
+             AND locked_until < clock_timestamp()
+           LIMIT 10 FOR UPDATE SKIP LOCKED)`,
+      )) as [unknown, number];
       expect(deleted).toBeGreaterThanOrEqual(2);
       expect(
         await runner.query(`SELECT key FROM idempotency_keys WHERE key = 'bystander'`),
@@ -156,6 +158,39 @@ describePartitioned('the partitioned layout’s guards', () => {
     expect(await store.purgeAbandonedBatch(30 * 86_400_000, 10)).toBe(1);
     expect(await partitionOf(db, 'abandoned')).toBeUndefined();
     expect(await partitionOf(db, 'bystander')).toBe('idempotency_keys_guard_b');
+  });
+
+  it('lets the plain store’s purges (the option left off) take only expired keys of a partitioned table', async () => {
+    for (const [name, from, to] of [
+      ['idempotency_keys_guard_c', '2100-02-01', '2100-02-02'],
+      ['idempotency_keys_guard_d', '2100-02-02', '2100-02-03'],
+    ]) {
+      await db.query(`CREATE TABLE ${name} (LIKE idempotency_keys INCLUDING ALL)`);
+      await db.query(
+        `ALTER TABLE idempotency_keys ATTACH PARTITION ${name} FOR VALUES FROM ('${from}') TO ('${to}')`,
+      );
+    }
+    // Expired keys at (0,1) and (0,2) of one partition, live ones at the same places of another.
+    await db.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, state, locked_until,
+         finished_at, created_at, placed_at) VALUES
+       ('p', 'expired', '\\x00', 'done', NULL, now() - interval '2 days',
+        now() - interval '2 days', '2100-02-01T01:00Z'),
+       ('p', 'abandoned', '\\x00', 'started', now() - interval '1 day', NULL,
+        now() - interval '40 days', '2100-02-01T02:00Z'),
+       ('p', 'live-unfinished', '\\x00', 'started', now() + interval '1 minute', NULL, now(),
+        '2100-02-02T01:00Z'),
+       ('p', 'live-finished', '\\x00', 'done', NULL, now(), now(), '2100-02-02T02:00Z')`,
+    );
+    const plain = new PostgresClaimStore(new IdempotencyDatabase(() => db, 5000));
+    const purged = await plain.purgeBatch(86_400_000, 1000);
+    expect(purged).toContainEqual({ tenantId: 'p', key: 'expired' });
+    expect(purged.filter((scope) => scope.tenantId === 'p')).toHaveLength(1);
+    await plain.purgeAbandonedBatch(30 * 86_400_000, 1000);
+    const left = (await db.query(
+      `SELECT key FROM idempotency_keys WHERE tenant_id = 'p' ORDER BY key`,
+    )) as { key: string }[];
+    expect(left.map((row) => row.key)).toEqual(['live-finished', 'live-unfinished']);
   });
 
   it('makes the partitions it finds missing, and claims once more', async () => {

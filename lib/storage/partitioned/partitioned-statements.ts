@@ -40,9 +40,10 @@ WHERE placed_at >= coalesce($1, '-infinity'::timestamptz) AND placed_at < $2
   AND NOT (state = 'done' AND finished_at < now() - $3 * interval '1 millisecond')`;
 
 /**
- * The abandoned keys' purge. The plain table's statement matches rows by `ctid` alone, which
- * on a partitioned table names a row in every partition: it would delete other partitions'
- * keys, live ones included. Here a row is its partition (`tableoid`) and its `ctid`.
+ * The abandoned keys' purge. The plain table's statement matches rows by `ctid`, which on a
+ * partitioned table names a row in every partition (it checks its conditions again, so it
+ * deletes only abandoned keys, but would look in every partition for each). Here a row is its
+ * partition (`tableoid`) and its `ctid`.
  */
 export const PURGE_ABANDONED_IN_PARTITIONS = {
   name: 'idempotency_purge_abandoned_partitioned_v1',
