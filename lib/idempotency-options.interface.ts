@@ -187,6 +187,18 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    */
   purgeIntervalMs?: number;
   /**
+   * Keeps the keys in a table partitioned by time, and expires them by dropping whole
+   * partitions rather than deleting rows: no dead tuples, no vacuum debt, for high volumes with
+   * a short retention. Needs the `PartitionIdempotencyKeys1764461600000` migration first (see
+   * the README's "Partitioned expiry"). `partitionMs` is each partition's width: a finished key
+   * is kept up to `retentionMs + partitionMs`, and each claim looks its key up in every live
+   * partition (about `retentionMs / partitionMs + partitionsAhead + 1`). `partitionsAhead`
+   * partitions are made ahead of the live one by each purge, and by claims when they run low.
+   * @default off; `true` is { partitionMs: retentionMs / 8, partitionsAhead: 2 }
+   * @example partitionedExpiry: { partitionMs: 3_600_000 }
+   */
+  partitionedExpiry?: boolean | { partitionMs?: number; partitionsAhead?: number };
+  /**
    * Rows deleted per purge statement: small batches keep locks and WAL bursts short.
    * @default 1000
    */
@@ -259,6 +271,8 @@ export interface ResolvedIdempotencyOptions {
   databaseTimeoutMs: number;
   purgeIntervalMs?: number;
   purgeBatchSize: number;
+  /** The partitioned layout of the keys; undefined for the plain table. */
+  partitionedExpiry?: { partitionMs: number; partitionsAhead: number };
   replayCache: { size: number; bytes: number; ttlMs: number };
   storeIf: (status: number) => boolean;
   metrics: boolean | { meterProvider: OtelMeterProvider };

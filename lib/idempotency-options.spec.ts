@@ -145,6 +145,36 @@ describe('resolveIdempotencyOptions', () => {
       { largeResponses: { overBytes: 1024, store: { get: () => undefined } as never } },
       'largeResponses.store is not a body store (it has no put, purgeBatch)',
     ],
+    [
+      'a partitioned expiry that is neither true nor an object',
+      { partitionedExpiry: 'daily' as never },
+      'partitionedExpiry must be true, false or { partitionMs?, partitionsAhead? }',
+    ],
+    [
+      'partitions of no width',
+      { partitionedExpiry: { partitionMs: 0 } },
+      'partitionedExpiry.partitionMs must be a positive integer, got 0',
+    ],
+    [
+      'partitions wider than the retention',
+      { partitionedExpiry: { partitionMs: 90_000_000 } },
+      'partitionedExpiry.partitionMs (90000000) must be at most retentionMs (86400000)',
+    ],
+    [
+      'more than 100 partitions to a retention window',
+      { partitionedExpiry: { partitionMs: 60_000 } },
+      'partitionedExpiry.partitionMs (60000) must be at least 864000 (retentionMs / 100)',
+    ],
+    [
+      'no partition ahead',
+      { partitionedExpiry: { partitionsAhead: 0 } },
+      'partitionedExpiry.partitionsAhead must be a positive integer, got 0',
+    ],
+    [
+      'too many partitions ahead',
+      { partitionedExpiry: { partitionsAhead: 101 } },
+      'partitionedExpiry.partitionsAhead must be at most 100, got 101',
+    ],
   ])('refuses %s at start-up', (_name, options, message) => {
     expect(() => resolveIdempotencyOptions(options)).toThrow(`IdempotencyModule: ${message}`);
   });
@@ -159,6 +189,26 @@ describe('resolveIdempotencyOptions', () => {
     const resolve = () => resolveWithTenant(options);
     if (message) expect(resolve).toThrow(message);
     else expect(resolve).not.toThrow();
+  });
+});
+
+describe('partitionedExpiry', () => {
+  it.each<[string, IdempotencyModuleOptions, unknown]>([
+    ['off by default', {}, undefined],
+    ['off', { partitionedExpiry: false }, undefined],
+    ['on: 8 partitions to the retention, 2 ahead', { partitionedExpiry: true }, [10_800_000, 2]],
+    ['a width of its own', { partitionedExpiry: { partitionMs: 3_600_000 } }, [3_600_000, 2]],
+    [
+      'a short retention, narrow partitions',
+      { retentionMs: 4000, partitionedExpiry: { partitionMs: 2000, partitionsAhead: 3 } },
+      [2000, 3],
+    ],
+    ['a week’s retention', { retentionMs: 604_800_000, partitionedExpiry: {} }, [75_600_000, 2]],
+  ])('%s', (_name, options, expected) => {
+    const { partitionedExpiry } = resolveIdempotencyOptions(options);
+    expect(
+      partitionedExpiry && [partitionedExpiry.partitionMs, partitionedExpiry.partitionsAhead],
+    ).toEqual(expected);
   });
 });
 

@@ -15,6 +15,9 @@ import {
   DEFAULT_MAX_RESPONSE_BYTES,
   STORED_RESPONSE_HEADERS,
   DEFAULT_MAX_JSON_NUMBER_DIGITS,
+  DEFAULT_PARTITIONS_AHEAD,
+  DEFAULT_PARTITIONS_PER_RETENTION,
+  MAX_PARTITIONS_PER_RETENTION,
 } from './idempotency.constants.js';
 import { MAX_JSON_LIMITS } from './fingerprint/canonical-json.js';
 import {
@@ -232,6 +235,48 @@ function resolveLargeResponses(large: IdempotencyModuleOptions['largeResponses']
   return { overBytes, store };
 }
 
+function resolvePartitionedExpiry(
+  option: IdempotencyModuleOptions['partitionedExpiry'],
+  retentionMs: number,
+): ResolvedIdempotencyOptions['partitionedExpiry'] {
+  if (option === undefined || option === false) return undefined;
+  if (option !== true && (typeof option !== 'object' || option === null)) {
+    throw new InvalidIdempotencyOptionsError(
+      'partitionedExpiry must be true, false or { partitionMs?, partitionsAhead? }',
+    );
+  }
+  const { partitionMs: width, partitionsAhead: ahead } = option === true ? {} : option;
+  const partitionMs = positiveInteger(
+    'partitionedExpiry.partitionMs',
+    width,
+    Math.ceil(retentionMs / DEFAULT_PARTITIONS_PER_RETENTION),
+  );
+  if (partitionMs > retentionMs) {
+    throw new InvalidIdempotencyOptionsError(
+      `partitionedExpiry.partitionMs (${partitionMs}) must be at most retentionMs ` +
+        `(${retentionMs}): a partition is dropped once all of it is past the retention, so ` +
+        'a wider one keeps keys for more than twice the retention',
+    );
+  }
+  const minimum = Math.ceil(retentionMs / MAX_PARTITIONS_PER_RETENTION);
+  if (partitionMs < minimum) {
+    throw new InvalidIdempotencyOptionsError(
+      `partitionedExpiry.partitionMs (${partitionMs}) must be at least ${minimum} ` +
+        `(retentionMs / ${MAX_PARTITIONS_PER_RETENTION}): each claim looks its key up in ` +
+        'every partition of the retention window, so more would slow every request down',
+    );
+  }
+  return {
+    partitionMs,
+    partitionsAhead: boundedInteger(
+      'partitionedExpiry.partitionsAhead',
+      ahead,
+      DEFAULT_PARTITIONS_AHEAD,
+      MAX_PARTITIONS_PER_RETENTION,
+    ),
+  };
+}
+
 /** Fills in a route's options over a base, validating each one. */
 export function resolveRouteOptions(
   options: IdempotencyRouteOptions,
@@ -348,6 +393,7 @@ export function resolveIdempotencyOptions(
       options.purgeBatchSize,
       DEFAULT_PURGE_BATCH_SIZE,
     ),
+    partitionedExpiry: resolvePartitionedExpiry(options.partitionedExpiry, retentionMs),
     claimStores: resolveClaimStores(options.claimStores),
     largeResponses: resolveLargeResponses(options.largeResponses),
     sealingKeys: options.encryption && resolveSealingKeys(options.encryption.keys),

@@ -14,8 +14,9 @@ import { IdempotencyDatabase } from './storage/idempotency-database.js';
 
 /**
  * Deletes finished keys older than the retention window, in small batches (the design's
- * statement 6); keys that never finished are kept, so that a late retry still resumes.
- * Runs on a timer when `purgeIntervalMs` is set; otherwise call `purgeExpired()` from a job.
+ * statement 6), or with `partitionedExpiry` drops whole partitions past it; keys that never
+ * finished are kept, so that a late retry still resumes. Runs on a timer when
+ * `purgeIntervalMs` is set; otherwise call `purgeExpired()` from a job.
  */
 @Injectable()
 export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationShutdown {

@@ -81,5 +81,9 @@ export { PostgresBodyStore } from './storage/bodies/postgres-body.store.js';
 export { type BodyPointer } from './storage/bodies/body-pointer.js';
 export { IdempotencyDatabase } from './storage/idempotency-database.js';
 export { IdempotencyKeyEntity } from './storage/idempotency-key.entity.js';
-export { IDEMPOTENCY_MIGRATIONS } from './migrations.js';
+export { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000 } from './migrations.js';
+export {
+  PartitionedPostgresClaimStore,
+  type PartitionLayout,
+} from './storage/partitioned/partitioned-postgres-claim.store.js';
 export * as constants from './idempotency.constants.js';

@@ -6,6 +6,15 @@ import { CreateMessageFailures1764461400000 } from '../migrations/1764461400000-
 import { CreateResponseBodies1764461500000 } from '../migrations/1764461500000-CreateResponseBodies.js';
 
 /**
+ * Opt-in, and not in `IDEMPOTENCY_MIGRATIONS`: partitions `idempotency_keys` by time for the
+ * module's `partitionedExpiry`. List it after them; revert it to go back to the plain table.
+ *
+ * @example
+ * migrations: [...IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000, ...yours]
+ */
+export { PartitionIdempotencyKeys1764461600000 } from '../migrations/1764461600000-PartitionIdempotencyKeys.js';
+
+/**
  * The library's migrations, in order, for the app's DataSource:
  *
  * @example

@@ -3,6 +3,7 @@ import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { IDEMPOTENCY_MIGRATIONS } from '../lib/index.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { describeSchema } from './support/describe-schema.js';
 
 /** `migrations/schema.sql` and the migrations leave the same tables, to the last detail. */
 describe('the plain SQL schema', () => {
@@ -19,45 +20,6 @@ describe('the plain SQL schema', () => {
     await migrated?.drop();
     await plain?.drop();
   });
-
-  /** Columns, constraints and indexes of the library's tables, as PostgreSQL describes them. */
-  async function describeSchema(url: string) {
-    const client = new Client({ connectionString: url });
-    await client.connect();
-    try {
-      const tables = ['idempotency_keys', 'processed_messages', 'message_failures'];
-      const columns = await client.query(
-        `SELECT table_name, column_name, data_type, is_nullable, column_default
-         FROM information_schema.columns WHERE table_name = ANY($1)
-         ORDER BY table_name, column_name`,
-        [tables],
-      );
-      const constraints = await client.query(
-        `SELECT conrelid::regclass::text AS table_name, contype, pg_get_constraintdef(oid) AS def
-         FROM pg_constraint WHERE conrelid::regclass::text = ANY($1)
-         ORDER BY table_name, contype, def`,
-        [tables],
-      );
-      const indexes = await client.query(
-        `SELECT tablename, indexname, indexdef FROM pg_indexes WHERE tablename = ANY($1)
-         ORDER BY tablename, indexname`,
-        [tables],
-      );
-      const options = await client.query(
-        `SELECT relname, reloptions FROM pg_class WHERE relname = ANY($1) ORDER BY relname`,
-        [tables],
-      );
-      return {
-        columns: columns.rows,
-        constraints: constraints.rows,
-        // Primary keys are named after the table by PostgreSQL either way.
-        indexes: indexes.rows,
-        options: options.rows,
-      };
-    } finally {
-      await client.end();
-    }
-  }
 
   it('matches the migrations', async () => {
     const dataSource = new DataSource({

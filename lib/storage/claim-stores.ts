@@ -5,6 +5,7 @@ import { POSTGRES_CLAIM_STORE } from '../idempotency-options.js';
 import { type ClaimStore } from './claim-store.interface.js';
 import { IdempotencyDatabase } from './idempotency-database.js';
 import { PostgresClaimStore } from './postgres-claim.store.js';
+import { PartitionedPostgresClaimStore } from './partitioned/partitioned-postgres-claim.store.js';
 import { ResponseSealer } from './response-sealer.js';
 import { SealingClaimStore } from './sealing-claim.store.js';
 import { PointingClaimStore } from './bodies/pointing-claim.store.js';
@@ -12,10 +13,11 @@ import { PostgresBodyStore } from './bodies/postgres-body.store.js';
 import { type ResponseBodyStore } from './bodies/response-body-store.interface.js';
 
 /**
- * The module's claim stores by name: the app's PostgreSQL (`'postgres'`) and those the app
- * gave in `claimStores`. Every one seals its responses when encryption is configured, and
- * stores large bodies by pointer when `largeResponses` is set, so that a route's choice of
- * store never changes what is kept in clear, nor where a body is.
+ * The module's claim stores by name: the app's PostgreSQL (`'postgres'`, on the partitioned
+ * table with `partitionedExpiry`) and those the app gave in `claimStores`. Every one seals its
+ * responses when encryption is configured, and stores large bodies by pointer when
+ * `largeResponses` is set, so that a route's choice of store never changes what is kept in
+ * clear, nor where a body is.
  */
 @Injectable()
 export class ClaimStores {
@@ -36,7 +38,10 @@ export class ClaimStores {
         large ? new PointingClaimStore(store, this.bodies!, large.overBytes) : store,
         sealer,
       );
-    this.stores.set(POSTGRES_CLAIM_STORE, layered(new PostgresClaimStore(database)));
+    const postgres = options.partitionedExpiry
+      ? new PartitionedPostgresClaimStore(database, options.partitionedExpiry)
+      : new PostgresClaimStore(database);
+    this.stores.set(POSTGRES_CLAIM_STORE, layered(postgres));
     for (const [name, store] of Object.entries(options.claimStores)) {
       this.stores.set(name, layered(store));
     }

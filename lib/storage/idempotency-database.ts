@@ -1,5 +1,11 @@
 import { Logger } from '@nestjs/common';
-import { type Pool, type QueryConfig, type QueryResult, type QueryResultRow } from 'pg';
+import {
+  type Pool,
+  type PoolClient,
+  type QueryConfig,
+  type QueryResult,
+  type QueryResultRow,
+} from 'pg';
 import { type DataSource, type EntityManager } from 'typeorm';
 import { IdempotencyStoreUnavailableError } from '../idempotency.errors.js';
 import { LazyTransaction } from '../transaction/lazy-transaction.js';
@@ -90,6 +96,25 @@ export class IdempotencyDatabase {
     } catch (error) {
       this.logger.error(`idempotency store call ${statement.name} failed: ${String(error)}`);
       throw new IdempotencyStoreUnavailableError(error);
+    }
+  }
+
+  /**
+   * Runs `work` on one connection of the app's pool, for maintenance that needs a session of
+   * its own: a session-level lock, a statement that cannot run in a transaction block. Only
+   * the wait for the connection is bounded here; `work` bounds its statements itself. When
+   * `work` fails the connection is closed rather than pooled, so that nothing it set on the
+   * session reaches the app's queries.
+   */
+  async withConnection<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
+    const client = await acquire(this.pool, this.timeoutMs);
+    try {
+      const result = await work(client);
+      client.release();
+      return result;
+    } catch (error) {
+      client.release(error instanceof Error ? error : new Error(String(error)));
+      throw error;
     }
   }
 

@@ -11,6 +11,7 @@ import { type StoredResponse } from '../stored-response.js';
 import { type LazyTransaction } from '../transaction/lazy-transaction.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { type IdempotencyDatabase, type Statement } from './idempotency-database.js';
+import { rethrowExplained } from './partitioned/layout-errors.js';
 import {
   ADVANCE,
   CLAIM,
@@ -28,7 +29,8 @@ import {
   type TransactionalClaimStore,
 } from './claim-store.interface.js';
 
-interface ClaimRow {
+/** A row of CLAIM (and of the partitioned table's `idempotency_claim()`, which has its columns). */
+export interface ClaimRow {
   claimed: boolean;
   claim_id: string;
   lock_version: string;
@@ -60,28 +62,13 @@ const CLAIM_ATTEMPTS = 3;
 export class PostgresClaimStore implements TransactionalClaimStore {
   readonly transactional = true;
 
-  constructor(private readonly database: IdempotencyDatabase) {}
+  constructor(protected readonly database: IdempotencyDatabase) {}
 
   async claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {
     const values = [scope.tenantId, scope.key, fingerprint, leaseMs];
     for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
-      const { rows } = await this.query<ClaimRow>(CLAIM, values);
-      if (rows.length === 0) continue;
-      const row = rows[0];
-      if (row.claimed) {
-        return {
-          kind: 'claimed',
-          claim: {
-            ...scope,
-            claimId: row.claim_id,
-            lockVersion: row.lock_version,
-            recoveryPoint: START_RECOVERY_POINT,
-            phaseResults: {},
-            leaseMs,
-          },
-        };
-      }
-      return { kind: 'existing', existing: toExistingKey(row) };
+      const { rows } = await this.query<ClaimRow>(CLAIM, values).catch(rethrowExplained);
+      if (rows.length > 0) return claimOutcome(scope, rows[0], leaseMs);
     }
     throw new IdempotencyStoreUnavailableError(
       new Error(`claim of key ${scope.key} found neither a free key nor a row`),
@@ -175,7 +162,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     }
   }
 
-  private query<R extends QueryResultRow>(statement: Statement, values: unknown[]) {
+  protected query<R extends QueryResultRow>(statement: Statement, values: unknown[]) {
     return this.database.query<R>(statement, values);
   }
 }
@@ -188,6 +175,22 @@ function completeValues(claim: ActiveClaim, response: StoredResponse): unknown[]
 /** The first four parameters of every fenced statement: the key, then the fencing token. */
 function fenceOf(claim: ActiveClaim): [string, string, string, string] {
   return [claim.tenantId, claim.key, claim.lockVersion, claim.claimId];
+}
+
+/** A claim's row as its outcome: this worker owns the key, or the record that is there. */
+export function claimOutcome(scope: KeyScope, row: ClaimRow, leaseMs: number): ClaimOutcome {
+  if (!row.claimed) return { kind: 'existing', existing: toExistingKey(row) };
+  return {
+    kind: 'claimed',
+    claim: {
+      ...scope,
+      claimId: row.claim_id,
+      lockVersion: row.lock_version,
+      recoveryPoint: START_RECOVERY_POINT,
+      phaseResults: {},
+      leaseMs,
+    },
+  };
 }
 
 function toExistingKey(row: ClaimRow): ExistingKey {

@@ -116,15 +116,18 @@ WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND st
  * Keys left unfinished for much longer than the retention: their clients gave up (during a
  * long PSP outage, say) and no retry came. Only past a horizon chosen far beyond any retry,
  * and never while a lease is live, since the row holds the claim id its external calls were
- * keyed with. `created_at` finds them through the BRIN index.
+ * keyed with. `created_at` finds them through the BRIN index. The conditions are checked
+ * again on each row deleted, for the reason PURGE_BATCH gives.
  */
 export const PURGE_ABANDONED_BATCH = {
-  name: 'idempotency_purge_abandoned_v1',
+  name: 'idempotency_purge_abandoned_v2',
   text: `DELETE FROM idempotency_keys WHERE ctid IN (
   SELECT ctid FROM idempotency_keys
   WHERE created_at < now() - $1 * interval '1 millisecond' AND state = 'started'
     AND (locked_until IS NULL OR locked_until < clock_timestamp())
-  LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+  LIMIT $2 FOR UPDATE SKIP LOCKED)
+  AND created_at < now() - $1 * interval '1 millisecond' AND state = 'started'
+  AND (locked_until IS NULL OR locked_until < clock_timestamp())`,
 };
 
 /**
@@ -148,14 +151,21 @@ export const PURGE_PROCESSED_BATCH = {
  * deleting it would make a late retry start over with a new derived key, so the PSP would
  * charge twice. `SKIP LOCKED` lets several instances purge side by side without waiting on
  * each other's batches.
+ *
+ * The DELETE checks the conditions again on each row it takes, at no cost to the plan: on a
+ * partitioned table (`PartitionIdempotencyKeys` run, `partitionedExpiry` left off) a `ctid`
+ * names a row in every partition, and without them this would delete live and unfinished
+ * keys that happen to sit at the same place in another partition.
  */
 export const PURGE_BATCH = {
-  name: 'idempotency_purge_batch_v4',
+  name: 'idempotency_purge_batch_v5',
   text: `DELETE FROM idempotency_keys WHERE ctid IN (
   SELECT ctid FROM idempotency_keys
   WHERE created_at < now() - $1 * interval '1 millisecond' AND state = 'done'
     AND finished_at < now() - $1 * interval '1 millisecond'
   LIMIT $2 FOR UPDATE SKIP LOCKED)
+  AND created_at < now() - $1 * interval '1 millisecond' AND state = 'done'
+  AND finished_at < now() - $1 * interval '1 millisecond'
 RETURNING tenant_id, key`,
 };
 

@@ -1,4 +1,4 @@
-import { DataSource } from 'typeorm';
+import { DataSource, type MigrationInterface } from 'typeorm';
 import { IDEMPOTENCY_MIGRATIONS } from '../../lib/index.js';
 import { createTestDatabase } from './database.js';
 
@@ -10,12 +10,16 @@ export interface MigratedDatabase {
   drop(): Promise<void>;
 }
 
-export async function createMigratedDatabase(label: string): Promise<MigratedDatabase> {
+/** `extra`: migrations run after the library's (the opt-in partitioned layout, say). */
+export async function createMigratedDatabase(
+  label: string,
+  extra: (new () => MigrationInterface)[] = [],
+): Promise<MigratedDatabase> {
   const database = await createTestDatabase(label);
   const dataSource = new DataSource({
     type: 'postgres',
     url: database.url,
-    migrations: [...IDEMPOTENCY_MIGRATIONS],
+    migrations: [...IDEMPOTENCY_MIGRATIONS, ...extra],
   });
   await dataSource.initialize();
   await dataSource.runMigrations();

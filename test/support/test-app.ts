@@ -17,7 +17,7 @@ import {
 import { RequestTimeoutInterceptor } from '../../sample-app/request-timeout.interceptor.js';
 import { type AdapterName, bootstrapTestApp } from './bootstrap.js';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
-import { type DataSource } from 'typeorm';
+import { type DataSource, type MigrationInterface } from 'typeorm';
 import {
   IDEMPOTENCY_MIGRATIONS,
   IdempotencyModule,
@@ -186,11 +186,13 @@ export async function createTestApp(options: {
   adapter: AdapterName;
   idempotency?: IdempotencyModuleOptions;
   connectTimeoutMS?: number;
+  /** Run after the library's: the opt-in partitioned layout. */
+  migrations?: (new () => MigrationInterface)[];
 }): Promise<INestApplication> {
   const typeorm: DynamicModule = TypeOrmModule.forRoot({
     type: 'postgres',
     url: options.databaseUrl,
-    migrations: [...IDEMPOTENCY_MIGRATIONS],
+    migrations: [...IDEMPOTENCY_MIGRATIONS, ...(options.migrations ?? [])],
     migrationsRun: true,
     connectTimeoutMS: options.connectTimeoutMS ?? 2000,
     logging: false,

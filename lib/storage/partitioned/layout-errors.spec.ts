@@ -1,0 +1,66 @@
+import { explainLayoutError, isNoPartitionError } from './layout-errors.js';
+
+describe('explainLayoutError', () => {
+  it.each<[string, unknown, string | undefined]>([
+    [
+      'the plain CLAIM on a partitioned table',
+      {
+        code: '42P10',
+        message:
+          'there is no unique or exclusion constraint matching the ON CONFLICT specification',
+      },
+      'idempotency_keys is partitioned (the PartitionIdempotencyKeys migration ran), but ' +
+        'partitionedExpiry is off: turn it on in IdempotencyModule.forRoot(), or revert that ' +
+        'migration',
+    ],
+    [
+      'the partitioned claim before the migration',
+      {
+        code: '42883',
+        message: 'function idempotency_claim(unknown, unknown, unknown, unknown) does not exist',
+      },
+      'partitionedExpiry is on, but idempotency_keys is not partitioned: run the ' +
+        'PartitionIdempotencyKeys1764461600000 migration (see the README\'s "Partitioned expiry")',
+    ],
+    [
+      'partitions made before the migration',
+      { code: '42883', message: 'function idempotency_keys_create_partitions(integer, integer)' },
+      'partitionedExpiry is on, but idempotency_keys is not partitioned: run the ' +
+        'PartitionIdempotencyKeys1764461600000 migration (see the README\'s "Partitioned expiry")',
+    ],
+    [
+      'the claim under REPEATABLE READ, with its hint',
+      {
+        code: '55000',
+        message: 'idempotency_claim needs READ COMMITTED isolation, not REPEATABLE READ',
+        hint: "Set default_transaction_isolation back to 'read committed'.",
+      },
+      'idempotency_claim needs READ COMMITTED isolation, not REPEATABLE READ. ' +
+        "Set default_transaction_isolation back to 'read committed'.",
+    ],
+    [
+      'another missing function',
+      { code: '42883', message: 'function f() does not exist' },
+      undefined,
+    ],
+    ['another 55000', { code: '55000', message: 'object not in prerequisite state' }, undefined],
+    ['a connection refused', { code: 'ECONNREFUSED', message: 'connect ECONNREFUSED' }, undefined],
+    ['nothing', undefined, undefined],
+  ])('%s', (_name, error, expected) => {
+    expect(explainLayoutError(error)).toBe(expected);
+  });
+});
+
+describe('isNoPartitionError', () => {
+  it.each<[unknown, boolean]>([
+    [{ code: '23514', message: 'no partition of relation "idempotency_keys" found for row' }, true],
+    [
+      { code: '23514', message: 'new row violates check constraint "idempotency_keys_key_check"' },
+      false,
+    ],
+    [{ code: '23505', message: 'no partition' }, false],
+    [null, false],
+  ])('%j: %s', (error, expected) => {
+    expect(isNoPartitionError(error)).toBe(expected);
+  });
+});

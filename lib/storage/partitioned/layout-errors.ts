@@ -1,0 +1,59 @@
+import { Logger } from '@nestjs/common';
+import { IdempotencyStoreUnavailableError } from '../../idempotency.errors.js';
+
+/** PostgreSQL's error, as node-postgres gives it: the fields the explanations read. */
+interface DatabaseError {
+  code?: unknown;
+  message?: unknown;
+  hint?: unknown;
+}
+
+const MIGRATION = 'PartitionIdempotencyKeys1764461600000';
+
+/**
+ * What a store failure means when the table's layout and the app's `partitionedExpiry` do not
+ * agree, said in words that tell the user what to do; undefined for any other failure. Both
+ * mismatches otherwise surface as PostgreSQL's own words about an ON CONFLICT clause or a
+ * missing function, on every claim.
+ */
+export function explainLayoutError(error: unknown): string | undefined {
+  const { code, message, hint } = (error ?? {}) as DatabaseError;
+  const text = typeof message === 'string' ? message : '';
+  if (code === '42P10') {
+    return (
+      'idempotency_keys is partitioned (the PartitionIdempotencyKeys migration ran), but ' +
+      'partitionedExpiry is off: turn it on in IdempotencyModule.forRoot(), or revert that ' +
+      'migration'
+    );
+  }
+  if (code === '42883' && /idempotency_(claim|keys_create_partitions)/.test(text)) {
+    return (
+      'partitionedExpiry is on, but idempotency_keys is not partitioned: run the ' +
+      `${MIGRATION} migration (see the README's "Partitioned expiry")`
+    );
+  }
+  if (code === '55000' && text.startsWith('idempotency_claim needs READ COMMITTED')) {
+    return typeof hint === 'string' ? `${text}. ${hint}` : text;
+  }
+  return undefined;
+}
+
+/** Whether an insert found no partition for its time: the partitions ran out. */
+export function isNoPartitionError(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as DatabaseError;
+  return code === '23514' && typeof message === 'string' && message.startsWith('no partition');
+}
+
+const logger = new Logger('Idempotency');
+
+/**
+ * Rethrows a store failure, explained (and logged, where operators look) when it is a layout
+ * mismatch. For `.catch()` on a store call.
+ */
+export function rethrowExplained(error: unknown): never {
+  const cause = error instanceof IdempotencyStoreUnavailableError ? error.cause : error;
+  const explanation = explainLayoutError(cause);
+  if (explanation === undefined) throw error;
+  logger.error(explanation);
+  throw new IdempotencyStoreUnavailableError(new Error(explanation, { cause }));
+}

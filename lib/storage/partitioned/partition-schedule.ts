@@ -1,0 +1,56 @@
+/**
+ * The partitioned layout's decisions, as pure functions of what the catalog and the clock say:
+ * when a claim must see partitions made first, and which partitions the purge may drop.
+ */
+
+/** A partition of `idempotency_keys`, as `idempotency_key_partitions()` lists it. */
+export interface PartitionInfo {
+  /** Its name, quoted where it needs to be (`regclass` text). */
+  partition: string;
+  /** Its bounds; null for MINVALUE / MAXVALUE. */
+  fromAt: Date | null;
+  toAt: Date | null;
+  /** A `DETACH ... CONCURRENTLY` that was interrupted: it only needs finishing. */
+  detachPending: boolean;
+}
+
+/** One step of the purge, in order. */
+export type ExpiryStep =
+  | { kind: 'finalize'; partition: string }
+  | { kind: 'expire'; partition: string; fromAt: Date | null; toAt: Date };
+
+/**
+ * What the purge does, oldest partition first: finish the detaches left pending, and drop each
+ * partition whose whole range is past the retention, after carrying forward the keys that
+ * must outlive it. Such a partition holds no key claimed within the retention; the newest
+ * partitions are never touched, nor one that ends at MAXVALUE.
+ */
+export function expirySteps(
+  partitions: readonly PartitionInfo[],
+  now: Date,
+  retentionMs: number,
+): ExpiryStep[] {
+  const horizon = now.getTime() - retentionMs;
+  const steps: ExpiryStep[] = [];
+  for (const { partition, fromAt, toAt, detachPending } of partitions) {
+    if (detachPending) steps.push({ kind: 'finalize', partition });
+    else if (toAt !== null && toAt.getTime() <= horizon) {
+      steps.push({ kind: 'expire', partition, fromAt, toAt });
+    }
+  }
+  return steps;
+}
+
+/** What a claim does about the partitions ahead of it. */
+export type CoverageAction = 'none' | 'background' | 'wait';
+
+/**
+ * Given how long the partitions this process knows of still cover (undefined: it has not
+ * asked yet), whether a claim can go ahead (`none`), go ahead while more are made
+ * (`background`: less than one partition's width is left), or must wait for them (`wait`:
+ * its row would have no partition to go to).
+ */
+export function coverageAction(coveredMs: number | undefined, partitionMs: number): CoverageAction {
+  if (coveredMs === undefined || coveredMs <= 0) return 'wait';
+  return coveredMs > partitionMs ? 'none' : 'background';
+}

@@ -1,0 +1,189 @@
+import { Logger } from '@nestjs/common';
+import { performance } from 'node:perf_hooks';
+import { type PoolClient } from 'pg';
+import { IdempotencyStoreUnavailableError } from '../../idempotency.errors.js';
+import { type ClaimOutcome, type KeyScope } from '../claim-store.interface.js';
+import { type IdempotencyDatabase } from '../idempotency-database.js';
+import { claimOutcome, type ClaimRow, PostgresClaimStore } from '../postgres-claim.store.js';
+import { isNoPartitionError, rethrowExplained } from './layout-errors.js';
+import { coverageAction, expirySteps, type PartitionInfo } from './partition-schedule.js';
+import {
+  CARRY_FORWARD,
+  CLAIM_IN_PARTITIONS,
+  CREATE_PARTITIONS,
+  LIST_PARTITIONS,
+  PURGE_ABANDONED_IN_PARTITIONS,
+} from './partitioned-statements.js';
+
+/** How the table is cut: each partition's width, and how many are made ahead of the live one. */
+export interface PartitionLayout {
+  partitionMs: number;
+  partitionsAhead: number;
+}
+
+/**
+ * The purge's statements may wait on locks (a detach waits for the queries that may still
+ * read its partition); past this they are cancelled, and the next purge goes on from there
+ * (a detach left half done is finished first).
+ */
+const MAINTENANCE_STATEMENT_TIMEOUT_MS = 60_000;
+
+/** The session lock that lets one instance at a time drop partitions. */
+const EXPIRY_LOCK = 'idempotency_keys_expiry';
+
+interface PartitionRow {
+  partition: string;
+  from_at: Date | null;
+  to_at: Date | null;
+  detach_pending: boolean;
+}
+
+/**
+ * The claim store on a partitioned `idempotency_keys` (the `PartitionIdempotencyKeys`
+ * migration; `partitionedExpiry` in the module's options). Claims go through
+ * `idempotency_claim()`, which keeps a key unique across partitions; the retention drops whole
+ * partitions instead of deleting rows, so expiry leaves no dead tuples for vacuum. Everything
+ * else (takeover, phases, finish, release) is the plain store's.
+ *
+ * Partitions are made ahead by the purge, and by the claims of a process that has not seen
+ * them yet or sees them running out, so that keys never lack one when no purge runs.
+ *
+ * @example
+ * // The module builds it for 'postgres' with `partitionedExpiry`; by hand, for a test:
+ * new PartitionedPostgresClaimStore(new IdempotencyDatabase(() => dataSource, 5000), {
+ *   partitionMs: 3_600_000,
+ *   partitionsAhead: 2,
+ * });
+ */
+export class PartitionedPostgresClaimStore extends PostgresClaimStore {
+  private readonly logger = new Logger('Idempotency');
+  /** `performance.now()` up to which partitions are known to exist; undefined: not asked. */
+  private coveredUntil?: number;
+  private creating?: Promise<void>;
+
+  constructor(
+    database: IdempotencyDatabase,
+    private readonly layout: PartitionLayout,
+  ) {
+    super(database);
+  }
+
+  override async claim(
+    scope: KeyScope,
+    fingerprint: Buffer,
+    leaseMs: number,
+  ): Promise<ClaimOutcome> {
+    const values = [scope.tenantId, scope.key, fingerprint, leaseMs];
+    try {
+      await this.ensurePartitions();
+      const { rows } = await this.query<ClaimRow>(CLAIM_IN_PARTITIONS, values).catch(
+        async (error: unknown) => {
+          if (!isNoPartitionError(causeOf(error))) throw error;
+          // Partitions ran out sooner than this process reckoned (dropped by hand, a clock
+          // that jumped): made now, and the claim runs once more.
+          this.coveredUntil = undefined;
+          await this.createPartitions();
+          return this.query<ClaimRow>(CLAIM_IN_PARTITIONS, values);
+        },
+      );
+      return claimOutcome(scope, rows[0], leaseMs);
+    } catch (error) {
+      return rethrowExplained(error);
+    }
+  }
+
+  /**
+   * The retention, by partitions: makes the partitions ahead, then drops every partition whose
+   * whole range is past `retentionMs`, once the keys that must outlive it are carried forward
+   * into the live one. Returns no keys: those of a dropped partition are not listed, and none
+   * is still in a replay cache (an entry lives at most half its key's remaining retention).
+   */
+  override async purgeBatch(retentionMs: number): Promise<KeyScope[]> {
+    await this.createPartitions();
+    await this.database.withConnection((client) => this.expire(client, retentionMs));
+    return [];
+  }
+
+  override async purgeAbandonedBatch(horizonMs: number, batchSize: number): Promise<number> {
+    const { rowCount } = await this.query(PURGE_ABANDONED_IN_PARTITIONS, [horizonMs, batchSize]);
+    return rowCount ?? 0;
+  }
+
+  /** Before a claim: the partitions ahead, waited for only when its row would have none. */
+  private async ensurePartitions(): Promise<void> {
+    const covered =
+      this.coveredUntil === undefined ? undefined : this.coveredUntil - performance.now();
+    const action = coverageAction(covered, this.layout.partitionMs);
+    if (action === 'none') return;
+    const creating = this.createPartitions();
+    if (action === 'wait') return creating;
+    creating.catch((error: unknown) =>
+      this.logger.warn(`partitions ahead of idempotency_keys were not made: ${String(error)}`),
+    );
+  }
+
+  /** Makes the partitions ahead, one call at a time per process; notes how far they reach. */
+  private createPartitions(): Promise<void> {
+    this.creating ??= (async () => {
+      const asked = performance.now();
+      const { rows } = await this.query<{ covered_ms: number }>(CREATE_PARTITIONS, [
+        this.layout.partitionMs,
+        this.layout.partitionsAhead,
+      ]);
+      this.coveredUntil = asked + rows[0].covered_ms;
+    })().finally(() => (this.creating = undefined));
+    return this.creating;
+  }
+
+  /** One instance at a time (a session lock; the others skip): the steps of `expirySteps`. */
+  private async expire(client: PoolClient, retentionMs: number): Promise<void> {
+    const { rows } = await client.query<{ locked: boolean }>(
+      'SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS locked',
+      [EXPIRY_LOCK],
+    );
+    if (!rows[0].locked) return;
+    try {
+      await client.query(`SET statement_timeout = ${MAINTENANCE_STATEMENT_TIMEOUT_MS}`);
+      const [{ rows: partitions }, { rows: clock }] = await Promise.all([
+        client.query<PartitionRow>(LIST_PARTITIONS),
+        client.query<{ now: Date }>('SELECT now()'),
+      ]);
+      for (const step of expirySteps(partitions.map(toInfo), clock[0].now, retentionMs)) {
+        if (step.kind === 'finalize') {
+          await client.query(
+            `ALTER TABLE idempotency_keys DETACH PARTITION ${step.partition} FINALIZE`,
+          );
+        } else {
+          const carried = await client.query(CARRY_FORWARD, [step.fromAt, step.toAt, retentionMs]);
+          // CONCURRENTLY: claims go on while it waits for the queries still reading the
+          // partition; a plain DETACH or DROP would lock them all out meanwhile.
+          await client.query(
+            `ALTER TABLE idempotency_keys DETACH PARTITION ${step.partition} CONCURRENTLY`,
+          );
+          this.logger.log(
+            `dropping partition ${step.partition} of idempotency_keys (past the retention); ` +
+              `${carried.rowCount ?? 0} keys carried forward`,
+          );
+        }
+        await client.query(`DROP TABLE ${step.partition}`);
+      }
+    } finally {
+      await client.query('RESET statement_timeout');
+      await client.query('SELECT pg_advisory_unlock(hashtextextended($1, 0))', [EXPIRY_LOCK]);
+    }
+  }
+}
+
+function toInfo(row: PartitionRow): PartitionInfo {
+  return {
+    partition: row.partition,
+    fromAt: row.from_at,
+    toAt: row.to_at,
+    detachPending: row.detach_pending,
+  };
+}
+
+/** The database's own error under the library's 503. */
+function causeOf(error: unknown): unknown {
+  return error instanceof IdempotencyStoreUnavailableError ? error.cause : error;
+}

@@ -1,0 +1,56 @@
+/**
+ * The statements of the partitioned layout (`PartitionIdempotencyKeys`) that differ from the
+ * plain table's. Taking over, finishing, advancing, releasing and extending select the row by
+ * `tenant_id` and `key` and are shared: they find it in whichever partition holds it.
+ */
+
+/** Statements 1 and 2: `idempotency_claim()` returns CLAIM's columns (see the migration). */
+export const CLAIM_IN_PARTITIONS = {
+  name: 'idempotency_claim_partitioned_v1',
+  text: `SELECT * FROM idempotency_claim($1, $2, $3, $4)`,
+};
+
+/**
+ * Makes the partitions from now to `$2` partitions of `$1` ms ahead; returns how many
+ * milliseconds from now are covered.
+ */
+export const CREATE_PARTITIONS = {
+  name: 'idempotency_create_partitions_v1',
+  text: `SELECT idempotency_keys_create_partitions($1, $2) AS covered_ms`,
+};
+
+/** The partitions and their bounds, with the server's time to judge them by. */
+export const LIST_PARTITIONS = `SELECT partition::text AS partition, from_at, to_at,
+  detach_pending, now() AS now FROM idempotency_key_partitions()`;
+
+/**
+ * Moves the keys that must outlive the partition `[$1, $2)` into the live one: every key not
+ * yet finished (it holds the claim id its external calls were keyed with; the abandoned-key
+ * purge decides when it goes, by `created_at`, which this leaves alone) and every key finished
+ * within the retention `$3`, such as one claimed long ago and finished late. The exact
+ * complement of what the plain table's purge deletes.
+ *
+ * An update of `placed_at` moves the row between partitions. A fenced write that waits on the
+ * row meanwhile fails with a serialization failure (40001) rather than missing the row, so its
+ * request answers 503 and the retry finds the row where it went; the moved rows are ones no
+ * live worker holds, as a rule (finished, or left by a crashed one).
+ */
+export const CARRY_FORWARD = `UPDATE idempotency_keys SET placed_at = now()
+WHERE placed_at >= coalesce($1, '-infinity'::timestamptz) AND placed_at < $2
+  AND NOT (state = 'done' AND finished_at < now() - $3 * interval '1 millisecond')`;
+
+/**
+ * The abandoned keys' purge. The plain table's statement matches rows by `ctid`, which on a
+ * partitioned table names a row in every partition (it checks its conditions again, so it
+ * deletes only abandoned keys, but would look in every partition for each). Here a row is its
+ * partition (`tableoid`) and its `ctid`.
+ */
+export const PURGE_ABANDONED_IN_PARTITIONS = {
+  name: 'idempotency_purge_abandoned_partitioned_v1',
+  text: `DELETE FROM idempotency_keys k USING (
+  SELECT tableoid, ctid FROM idempotency_keys
+  WHERE created_at < now() - $1 * interval '1 millisecond' AND state = 'started'
+    AND (locked_until IS NULL OR locked_until < clock_timestamp())
+  LIMIT $2 FOR UPDATE SKIP LOCKED) abandoned
+WHERE k.tableoid = abandoned.tableoid AND k.ctid = abandoned.ctid`,
+};
