@@ -140,17 +140,19 @@ describe('idempotentFetch against a real flaky server', () => {
   });
 
   it('lets the caller cancel: an aborted call is not retried', async () => {
-    flaky.play([{ status: 503, headers: { 'retry-after': '0' } }]);
+    flaky.play([{ status: 503, headers: { 'retry-after': '2' } }]);
     const controller = new AbortController();
+    const began = performance.now();
     const call = idempotentFetch(
       flaky.url(),
       { ...init, signal: controller.signal },
-      { intent: 'cancelled', baseDelayMs: 200 },
+      { intent: 'cancelled' },
     );
-    setTimeout(() => controller.abort(), 50);
-    // The first attempt's 503 came, and the abort lands during the wait or the next attempt.
+    // The first attempt's 503 asks for 2 s; the abort lands during that wait.
+    setTimeout(() => controller.abort(), 300);
     await expect(call).rejects.toBeDefined();
-    expect(flaky.seen.length).toBeLessThanOrEqual(2);
+    expect(performance.now() - began).toBeLessThan(1900);
+    expect(flaky.seen).toHaveLength(1);
   });
 
   it('keeps every key when several file stores on one file write at once', async () => {

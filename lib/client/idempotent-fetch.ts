@@ -75,7 +75,21 @@ async function keyFor(store: PendingOperationStore, intent: string): Promise<str
     pending.delete(intent);
   }
 }
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** Waits `ms`, or less: the caller's abort ends the wait at once, with its reason. */
+function sleep(ms: number, signal?: AbortSignal | null): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason as Error);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason as Error);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
 
 /**
  * `fetch` with the design's client rules: one key per user intent, kept before the first
@@ -140,7 +154,7 @@ export async function idempotentFetch(
     // The body of an answer that is not returned is read, so its connection can be reused.
     await response?.arrayBuffer().catch(() => undefined);
     if (attempt + 1 >= maxAttempts || Date.now() - started + wait > maxElapsedMs) break;
-    await sleep(wait);
+    await sleep(wait, init.signal);
   }
   throw new IdempotentRequestError(options.intent, key, attempts, lastStatus, lastError);
 }
