@@ -40,30 +40,43 @@ export class IdempotencyPurger implements OnApplicationBootstrap, OnApplicationS
   async purgeExpired(): Promise<number> {
     const { retentionMs, abandonedKeyRetentionMs, processedMessagesRetentionMs, purgeBatchSize } =
       this.options;
+    // Each part runs whatever another met: a Redis that is down must not leave the keys
+    // table, the bodies or the consumers' ids growing. The first failure is thrown at the end.
+    const failures: unknown[] = [];
+    const part = async (name: string, run: () => Promise<number>): Promise<number> => {
+      try {
+        return await this.inBatches(run);
+      } catch (error) {
+        this.logger.warn(`retention purge of ${name} failed: ${String(error)}`);
+        failures.push(error);
+        return 0;
+      }
+    };
     let finished = 0;
     let abandoned = 0;
-    for (const store of this.stores.all()) {
-      finished += await this.inBatches(async () => {
+    for (const [name, store] of this.stores.entries()) {
+      finished += await part(`claim store "${name}"`, async () => {
         const deleted = await store.purgeBatch(retentionMs, purgeBatchSize);
         // Entries expire long before a purge could reach them; this is for purges run early.
         for (const { tenantId, key } of deleted) this.cache.delete(tenantId, key);
         return deleted.length;
       });
-      abandoned += await this.inBatches(() =>
+      abandoned += await part(`claim store "${name}" (abandoned keys)`, () =>
         store.purgeAbandonedBatch(abandonedKeyRetentionMs, purgeBatchSize),
       );
     }
     // Bodies by pointer whose key the purge above just removed, or whose finish failed.
     const bodies = this.stores.bodies;
-    if (bodies) await this.inBatches(() => bodies.purgeBatch(retentionMs, purgeBatchSize));
-    const processed = await this.inBatches(() =>
+    if (bodies) await part('response bodies', () => bodies.purgeBatch(retentionMs, purgeBatchSize));
+    const processed = await part('processed messages', () =>
       this.database.purgeProcessedBatch(processedMessagesRetentionMs, purgeBatchSize),
     );
     // Failure counts of messages given up or since processed: kept as long as the ids.
-    await this.inBatches(() =>
+    await part('message failures', () =>
       this.database.purgeMessageFailuresBatch(processedMessagesRetentionMs, purgeBatchSize),
     );
     publish('purged', () => ({ finished, abandoned, processedMessages: processed }));
+    if (failures.length > 0) throw failures[0];
     return finished + abandoned + processed;
   }
 

@@ -1,5 +1,6 @@
 import request from 'supertest';
-import { IdempotencyPurger } from '../lib/index.js';
+import { IdempotencyPurger, type KeyScope } from '../lib/index.js';
+import { MemoryClaimStore } from '../lib/testing/index.js';
 import { type Scenario, startScenario } from './support/scenario.js';
 
 describe('the batched retention purge', () => {
@@ -90,5 +91,54 @@ describe('the batched retention purge', () => {
       'SELECT message_id FROM processed_messages ORDER BY message_id',
     );
     expect(rows.map((r) => r.message_id)).toEqual(['recent']);
+  });
+});
+
+describe('the purge with a claim store that fails', () => {
+  /** A store whose purge cannot reach its server. */
+  class Unreachable extends MemoryClaimStore {
+    override purgeBatch(): Promise<KeyScope[]> {
+      return Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:6379'));
+    }
+  }
+  let s: Scenario;
+  beforeAll(async () => {
+    s = await startScenario('purge_failing', 'express', {
+      retentionMs: 60_000,
+      processedMessagesRetentionMs: 600_000,
+      claimStores: { redis: new Unreachable() },
+    });
+  });
+  afterAll(async () => {
+    await s?.close();
+  });
+
+  it('purges every other store and table, then says what failed', async () => {
+    const old = await request(s.server())
+      .post('/orders')
+      .set('Idempotency-Key', 'purged-anyway')
+      .set('X-Tenant-Id', '1')
+      .send({ amount: 5 });
+    expect(old.status).toBe(201);
+    await s.db.query(
+      `UPDATE idempotency_keys SET created_at = now() - interval '2 minutes',
+       finished_at = now() - interval '2 minutes' WHERE key = 'purged-anyway'`,
+    );
+    // Purged after the claim stores: a failing store must not leave it behind.
+    await s.db.query(
+      `INSERT INTO processed_messages (consumer, message_id, processed_at)
+       VALUES ('psp-webhooks', 'evt_old', now() - interval '1 hour')`,
+    );
+    await expect(s.app.get(IdempotencyPurger).purgeExpired()).rejects.toThrow(
+      'connect ECONNREFUSED 127.0.0.1:6379',
+    );
+    const processed = await s.db.query(
+      `SELECT 1 FROM processed_messages WHERE message_id = 'evt_old'`,
+    );
+    expect(processed.rowCount).toBe(0);
+    const { rowCount } = await s.db.query(
+      `SELECT 1 FROM idempotency_keys WHERE key = 'purged-anyway'`,
+    );
+    expect(rowCount).toBe(0);
   });
 });

@@ -60,4 +60,9 @@ export class ClaimStores {
   all(): ClaimStore[] {
     return [...this.stores.values()];
   }
+
+  /** Every store with its name. */
+  entries(): [string, ClaimStore][] {
+    return [...this.stores.entries()];
+  }
 }
