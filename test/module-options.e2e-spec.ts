@@ -5,6 +5,7 @@ import { getDataSourceToken, InjectDataSource, TypeOrmModule } from '@nestjs/typ
 import { type DataSource } from 'typeorm';
 import request from 'supertest';
 import {
+  ClaimStore,
   IDEMPOTENCY_MIGRATIONS,
   IdempotencyModule,
   type IdempotencyModuleOptions,
@@ -87,6 +88,13 @@ describe('forRootAsync on a named DataSource, with a custom header', () => {
     const again = await count('k1');
     expect(again.headers['idempotent-replayed']).toBe('true');
     expect(again.body).toEqual(first.body);
+  });
+
+  it('gives code that injects ClaimStore the PostgreSQL store of the named DataSource', async () => {
+    const store = app.get<ClaimStore>(ClaimStore, { strict: false });
+    expect(store.transactional).toBe(true);
+    const found = await store.claim({ tenantId: '0', key: 'k1' }, Buffer.alloc(32), 60_000);
+    expect(found.kind).toBe('existing'); // the key the test above stored there
   });
 
   it('names the configured header when it is missing; Idempotency-Key is not it', async () => {
