@@ -1,4 +1,4 @@
-import { decide, type Decision, type ExistingKey } from './decide.js';
+import { decide, type Decision, type ExistingKey, leaseOf } from './decide.js';
 
 const fp = Buffer.alloc(32, 1);
 const other = Buffer.alloc(32, 2);
@@ -53,5 +53,17 @@ describe('decide', () => {
     ],
   ])('%s', (_name, existing, fingerprint, expected) => {
     expect(decide(existing, fingerprint)).toEqual(expected);
+  });
+});
+
+describe('leaseOf', () => {
+  it.each<[string, number, number, boolean, number]>([
+    ['ends in 30 s', 31_000, 1_000, false, 30],
+    ['ends in 1 ms: a whole second to wait', 1_001, 1_000, false, 1],
+    ['ends this very millisecond: not yet expired', 1_000, 1_000, false, 0],
+    ['ended 1 ms ago', 999, 1_000, true, 0],
+    ['ended long ago', 0, 60_000, true, 0],
+  ])('%s', (_what, lockedUntilMs, nowMs, leaseExpired, leaseSecondsLeft) => {
+    expect(leaseOf(lockedUntilMs, nowMs)).toEqual({ leaseExpired, leaseSecondsLeft });
   });
 });

@@ -24,6 +24,21 @@ export type ExistingKey =
       finishedAgeMs?: number;
     };
 
+/**
+ * A lease as `decide` reads it, from its end and the store's clock in milliseconds: expired
+ * once its end is past, and the seconds left rounded up (the 409's `Retry-After`). For the
+ * stores that keep times in milliseconds; PostgreSQL computes the same in its claim.
+ */
+export function leaseOf(
+  lockedUntilMs: number,
+  nowMs: number,
+): { leaseExpired: boolean; leaseSecondsLeft: number } {
+  return {
+    leaseExpired: lockedUntilMs < nowMs,
+    leaseSecondsLeft: Math.max(0, Math.ceil((lockedUntilMs - nowMs) / 1000)),
+  };
+}
+
 /** What to do about it: the design's `Decision`. Only the interceptor maps it to HTTP. */
 export type Decision =
   | { kind: 'mismatch' }

@@ -183,6 +183,12 @@ const CLAIM_STORE_METHODS = [
   'oldestUnfinishedAgeMs',
 ] as const;
 
+/** The methods `object` lacks of `methods`, in their order. */
+function lacking(object: unknown, methods: readonly string[]): string[] {
+  const members = (object ?? {}) as Record<string, unknown>;
+  return methods.filter((method) => typeof members[method] !== 'function');
+}
+
 function resolveClaimStores(stores: Record<string, ClaimStore> | undefined) {
   if (stores === undefined) return {};
   if (typeof stores !== 'object' || stores === null) {
@@ -194,21 +200,14 @@ function resolveClaimStores(stores: Record<string, ClaimStore> | undefined) {
         `claimStores: "${POSTGRES_CLAIM_STORE}" is the app's own database, and cannot be replaced`,
       );
     }
-    const missing = CLAIM_STORE_METHODS.filter(
-      (method) => typeof (store as unknown as Record<string, unknown>)?.[method] !== 'function',
-    );
-    if (missing.length > 0 || typeof store.transactional !== 'boolean') {
-      const lacks = [
-        ...missing,
-        ...(typeof store?.transactional === 'boolean' ? [] : ['transactional']),
-      ];
+    const lacks = lacking(store, CLAIM_STORE_METHODS);
+    if (typeof store?.transactional !== 'boolean') lacks.push('transactional');
+    if (lacks.length > 0) {
       throw new InvalidIdempotencyOptionsError(
         `claimStores: "${name}" is not a claim store (it has no ${lacks.join(', ')})`,
       );
     }
-    const joins = ['finishIn', 'commitPhase'].filter(
-      (method) => typeof (store as unknown as Record<string, unknown>)[method] !== 'function',
-    );
+    const joins = lacking(store, ['finishIn', 'commitPhase']);
     if (store.transactional && joins.length > 0) {
       throw new InvalidIdempotencyOptionsError(
         `claimStores: "${name}" says it is transactional but has no ${joins.join(', ')}`,
@@ -220,12 +219,10 @@ function resolveClaimStores(stores: Record<string, ClaimStore> | undefined) {
 
 function resolveLargeResponses(large: IdempotencyModuleOptions['largeResponses']) {
   if (large === undefined) return undefined;
-  const overBytes = positiveInteger('largeResponses.overBytes', large?.overBytes, 0);
+  const overBytes = positiveInteger('largeResponses.overBytes', large.overBytes, 0);
   const store = large.store;
   if (store !== undefined) {
-    const missing = (['put', 'get', 'purgeBatch'] as const).filter(
-      (method) => typeof store?.[method] !== 'function',
-    );
+    const missing = lacking(store, ['put', 'get', 'purgeBatch']);
     if (missing.length > 0) {
       throw new InvalidIdempotencyOptionsError(
         `largeResponses.store is not a body store (it has no ${missing.join(', ')})`,

@@ -60,6 +60,7 @@ import { type StoredResponse } from './stored-response.js';
 import { normalizeTenantId } from './tenant-id.js';
 import { isTransactionAbortedError } from './storage/connection-errors.js';
 import { handleInTransaction } from './transaction/handle-in-transaction.js';
+import { claimStoreProblem } from './routes/route-problem.js';
 import { type IdempotencyEvent, publish } from './events/idempotency-events.js';
 
 /**
@@ -295,9 +296,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         stopHeartbeat?.();
         context.abandoned = true;
         inner.unsubscribe();
-        givingBack = transaction
-          .rollback()
-          .then(() => this.releaseQuietly(settings.store, claim, true));
+        givingBack = transaction.rollback().then(() => this.releaseQuietly(context, true));
       };
     });
   }
@@ -318,7 +317,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (!this.options.storeIf(answer.status)) {
       // Not to be stored (storeIf): nothing of the request stays either; a retry runs it.
       await transaction.rollback();
-      await this.releaseQuietly(context.claimStore!, claim, false);
+      await this.releaseQuietly(context, false);
       publish('released', () => ({ ...eventOf(context), reason: 'store_if' }));
       return answer;
     }
@@ -343,7 +342,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // Nothing was stored, and nothing of the handler's committed (or, if the commit's answer
       // was lost, all of it did, and a retry replays it): the key is given back to the retry.
       await transaction.rollback();
-      await this.releaseQuietly(context.claimStore!, claim, false);
+      await this.releaseQuietly(context, false);
       this.logger.warn(`the response of key ${claim.key} was not stored: ${String(error)}`);
       const problem = classifyCommitError(error);
       publish('released', () => ({ ...eventOf(context), reason: problem.code }));
@@ -361,13 +360,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
     letThrough: () => void,
     error: unknown,
   ): Promise<unknown> {
-    const claim = context.claim!;
     const transaction = context.transaction!;
     if (!context.handlerStarted) {
       // Failed in a guard, pipe or interceptor: nothing ran, so the key is given back.
       letThrough();
       await transaction.rollback();
-      await this.releaseQuietly(context.claimStore!, claim, true);
+      await this.releaseQuietly(context, true);
       publish('released', () => ({ ...eventOf(context), reason: 'before_handler' }));
       return error instanceof IdempotencyError ? this.toHttp(response, error) : error;
     }
@@ -380,7 +378,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     await transaction.rollback();
     // Nothing final happened: the work resumes when the client retries with the same key.
     if (failure.kind === 'retry') {
-      await this.releaseQuietly(context.claimStore!, claim, false);
+      await this.releaseQuietly(context, false);
       publish('released', () => ({ ...eventOf(context), reason: failure.error.code }));
     } else {
       publish('leaseLost', () => eventOf(context));
@@ -404,7 +402,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     try {
       if ('error' in outcome || settings.responseHandled) {
         await transaction.rollback();
-        await this.releaseQuietly(context.claimStore!, claim, false);
+        await this.releaseQuietly(context, false);
         return;
       }
       const rendered =
@@ -420,7 +418,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const answer = overflow ? tooLarge(settings.route) : rendered;
       if (!this.options.storeIf(answer.status)) {
         await transaction.rollback();
-        await this.releaseQuietly(context.claimStore!, claim, false);
+        await this.releaseQuietly(context, false);
         publish('released', () => ({ ...eventOf(context), reason: 'store_if' }));
         return;
       }
@@ -432,7 +430,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       }
     } catch (error) {
       await transaction.rollback();
-      await this.releaseQuietly(context.claimStore!, claim, false);
+      await this.releaseQuietly(context, false);
       this.logger.warn(`the late answer of key ${claim.key} was not stored: ${String(error)}`);
     }
   }
@@ -507,8 +505,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return store.finish(claim, answer);
   }
 
-  private releaseQuietly(store: ClaimStore, claim: ActiveClaim, forget: boolean): Promise<void> {
-    return store.release(claim, forget).catch((releaseError: unknown) => {
+  private releaseQuietly(context: IdempotencyContext, forget: boolean): Promise<void> {
+    const claim = context.claim!;
+    return context.claimStore!.release(claim, forget).catch((releaseError: unknown) => {
       // The lease then simply runs out, and a retry takes the key over.
       this.logger.warn(`could not release key ${claim.key}: ${String(releaseError)}`);
     });
@@ -562,13 +561,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
       );
       const route = resolveRouteOptions(own ?? {}, this.options.route);
       const name = `${context.getClass().name}.${handler.name}`;
-      const store = this.stores.get(route.claimStore);
-      // The start-up check refuses both; this only guards a route it could not see.
-      if (!store || (route.atomic && !store.transactional)) {
-        throw new InvalidIdempotencyOptionsError(
-          `${name}: claim store "${route.claimStore}" ${store ? 'cannot serve an atomic route' : 'is unknown'}`,
-        );
-      }
+      // The start-up check refuses what this would; it only guards a route the check could not
+      // see, with the check's own rule.
+      const problem = claimStoreProblem(`@Idempotent() on ${name}`, this.stores.forRoute(route));
+      if (problem) throw new InvalidIdempotencyOptionsError(problem);
+      const store = this.stores.get(route.claimStore)!;
       settings = {
         store,
         route,

@@ -1,7 +1,11 @@
 import { Injectable } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { type EntityManager } from 'typeorm';
-import { currentIdempotencyContext, type IdempotencyContext } from './idempotency-context.js';
+import {
+  type ActiveClaim,
+  currentIdempotencyContext,
+  type IdempotencyContext,
+} from './idempotency-context.js';
 import { classifyHandlerError } from './failure.js';
 import { completedPhase, derivedKey } from './phases.js';
 import { PhaseResponse } from './phase-response.js';
@@ -114,11 +118,11 @@ export class PhaseRunner {
     if (done.completed) return done.result as T;
     if (context.transaction?.begun) throw new PhaseOrderError(phase);
     // Refused before the call: a phase's record could not commit with its recovery point.
-    storeOf(context, phase);
+    const store = storeOf(context, phase);
     const result = await outsideTransactions(() =>
       call({ phase, idempotencyKey: derivedKey(claim, phase) }),
     );
-    return this.commit(context, phase, (manager) => recorded(manager, result));
+    return this.commit(store, claim, phase, (manager) => recorded(manager, result));
   }
 
   /**
@@ -139,19 +143,18 @@ export class PhaseRunner {
     const done = completedPhase(claim.phaseResults, phase);
     if (done.completed) return done.result as T;
     if (context.transaction?.begun) throw new PhaseOrderError(phase);
-    return this.commit(context, phase, (manager) =>
+    return this.commit(storeOf(context, phase), claim, phase, (manager) =>
       work(manager, { phase, idempotencyKey: derivedKey(claim, phase) }),
     );
   }
 
   /** Commits a phase's work with its recovery point; returns its result as stored. */
   private async commit<T>(
-    context: IdempotencyContext,
+    store: TransactionalClaimStore,
+    claim: ActiveClaim,
     phase: string,
     work: (manager: EntityManager) => Promise<T>,
   ): Promise<T> {
-    const claim = context.claim!;
-    const store = storeOf(context, phase);
     const value = await this.guard(() => store.commitPhase(claim, phase, work));
     // What was stored, as JSON: this worker sees exactly what a takeover would see (a Date
     // becomes a string here too), so resumed code takes the same branches.

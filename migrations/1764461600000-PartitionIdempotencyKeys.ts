@@ -1,6 +1,28 @@
 import { type MigrationInterface, type QueryRunner } from 'typeorm';
 
 /**
+ * The keys table's columns and checks as the plain migrations leave them: the partitioned
+ * table has them all (and `placed_at`), and `down()` makes the plain table from them again.
+ */
+const KEY_COLUMNS = `tenant_id        text        NOT NULL,
+        key              text        NOT NULL,
+        fingerprint      bytea       NOT NULL,
+        state            text        NOT NULL DEFAULT 'started',
+        recovery_point   text        NOT NULL DEFAULT 'start',
+        locked_until     timestamptz,
+        lock_version     bigint      NOT NULL DEFAULT 0,
+        response_code    int,
+        response_body    bytea,
+        created_at       timestamptz NOT NULL DEFAULT now(),
+        claim_id         uuid        NOT NULL DEFAULT gen_random_uuid(),
+        response_headers jsonb,
+        phase_results    jsonb       NOT NULL DEFAULT '{}',
+        finished_at      timestamptz,`;
+const KEY_CHECKS = `CONSTRAINT idempotency_keys_key_check CHECK (length(key) BETWEEN 1 AND 255),
+        CONSTRAINT idempotency_keys_state_check CHECK (state IN ('started', 'done')),
+        CONSTRAINT idempotency_keys_tenant_id_length CHECK (length(tenant_id) BETWEEN 1 AND 255)`;
+
+/**
  * Opt-in (not in `IDEMPOTENCY_MIGRATIONS`): turns `idempotency_keys` into a table partitioned by
  * time, for `partitionedExpiry`, so that expired keys go by dropping whole partitions instead of
  * a batched DELETE that leaves dead tuples for vacuum.
@@ -59,24 +81,9 @@ export class PartitionIdempotencyKeys1764461600000 implements MigrationInterface
     // Fill factor 70 is set on each partition (a partitioned table has no storage of its own).
     await queryRunner.query(`
       CREATE TABLE idempotency_keys (
-        tenant_id        text        NOT NULL,
-        key              text        NOT NULL,
-        fingerprint      bytea       NOT NULL,
-        state            text        NOT NULL DEFAULT 'started',
-        recovery_point   text        NOT NULL DEFAULT 'start',
-        locked_until     timestamptz,
-        lock_version     bigint      NOT NULL DEFAULT 0,
-        response_code    int,
-        response_body    bytea,
-        created_at       timestamptz NOT NULL DEFAULT now(),
-        claim_id         uuid        NOT NULL DEFAULT gen_random_uuid(),
-        response_headers jsonb,
-        phase_results    jsonb       NOT NULL DEFAULT '{}',
-        finished_at      timestamptz,
+        ${KEY_COLUMNS}
         placed_at        timestamptz NOT NULL DEFAULT now(),
-        CONSTRAINT idempotency_keys_key_check CHECK (length(key) BETWEEN 1 AND 255),
-        CONSTRAINT idempotency_keys_state_check CHECK (state IN ('started', 'done')),
-        CONSTRAINT idempotency_keys_tenant_id_length CHECK (length(tenant_id) BETWEEN 1 AND 255)
+        ${KEY_CHECKS}
       ) PARTITION BY RANGE (placed_at)`);
 
     await queryRunner.query(PARTITIONS_FUNCTION);
@@ -107,24 +114,9 @@ export class PartitionIdempotencyKeys1764461600000 implements MigrationInterface
     // PostgreSQL would pick others for unnamed ones).
     await queryRunner.query(`
       CREATE TABLE idempotency_keys (
-        tenant_id        text        NOT NULL,
-        key              text        NOT NULL,
-        fingerprint      bytea       NOT NULL,
-        state            text        NOT NULL DEFAULT 'started',
-        recovery_point   text        NOT NULL DEFAULT 'start',
-        locked_until     timestamptz,
-        lock_version     bigint      NOT NULL DEFAULT 0,
-        response_code    int,
-        response_body    bytea,
-        created_at       timestamptz NOT NULL DEFAULT now(),
-        claim_id         uuid        NOT NULL DEFAULT gen_random_uuid(),
-        response_headers jsonb,
-        phase_results    jsonb       NOT NULL DEFAULT '{}',
-        finished_at      timestamptz,
+        ${KEY_COLUMNS}
         CONSTRAINT idempotency_keys_pkey PRIMARY KEY (tenant_id, key),
-        CONSTRAINT idempotency_keys_key_check CHECK (length(key) BETWEEN 1 AND 255),
-        CONSTRAINT idempotency_keys_state_check CHECK (state IN ('started', 'done')),
-        CONSTRAINT idempotency_keys_tenant_id_length CHECK (length(tenant_id) BETWEEN 1 AND 255)
+        ${KEY_CHECKS}
       ) WITH (fillfactor = 70)`);
     // Every row, whichever partition holds it; a key is in one partition only, so the primary
     // key takes them all (were one in two, this would fail and roll the whole revert back).

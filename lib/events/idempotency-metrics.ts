@@ -7,8 +7,7 @@ import {
 } from '@nestjs/common';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
-import { ClaimStores } from '../storage/claim-stores.js';
-import { POSTGRES_CLAIM_STORE } from '../idempotency-options.js';
+import { ClaimStore } from '../storage/claim-store.interface.js';
 import { type MetricAttributes, metricPoints, REQUEST_OUTCOMES } from './event-outcomes.js';
 import { ChannelSubscriptions } from './channel-subscriptions.js';
 import { IDEMPOTENCY_CHANNELS } from './idempotency-events.js';
@@ -51,7 +50,7 @@ export class IdempotencyMetrics implements OnModuleInit, OnModuleDestroy {
 
   constructor(
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
-    private readonly stores: ClaimStores,
+    @Inject(ClaimStore) private readonly store: ClaimStore,
   ) {}
 
   async onModuleInit(): Promise<void> {
@@ -81,9 +80,7 @@ export class IdempotencyMetrics implements OnModuleInit, OnModuleDestroy {
     });
     const readOldest = async (result: { observe(value: number): void }) => {
       try {
-        result.observe(
-          ((await this.stores.get(POSTGRES_CLAIM_STORE)!.oldestUnfinishedAgeMs()) ?? 0) / 1000,
-        );
+        result.observe(((await this.store.oldestUnfinishedAgeMs()) ?? 0) / 1000);
       } catch (error) {
         this.logger.warn(`the oldest unfinished key's age was not read: ${String(error)}`);
       }

@@ -1,6 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import { type ExistingKey, type Fence } from '../decide.js';
+import { type ExistingKey, type Fence, leaseOf } from '../decide.js';
 import { START_RECOVERY_POINT } from '../idempotency.constants.js';
 import { type ActiveClaim } from '../idempotency-context.js';
 import { IdempotencyStoreUnavailableError } from '../idempotency.errors.js';
@@ -10,6 +10,7 @@ import {
   type KeyScope,
 } from '../storage/claim-store.interface.js';
 import { type StoredResponse } from '../stored-response.js';
+import { withDeadline } from '../storage/deadline.js';
 import {
   CLAIM_SCRIPT,
   EXTEND_SCRIPT,
@@ -140,8 +141,7 @@ export class RedisClaimStore implements ClaimStore {
       existing = {
         state: 'started',
         fingerprint: fp,
-        leaseExpired: lockedUntil < nowMs,
-        leaseSecondsLeft: Math.max(0, Math.ceil((lockedUntil - nowMs) / 1000)),
+        ...leaseOf(lockedUntil, nowMs),
         fence: { lockVersion: lv.toString(), claimId: cid.toString() },
       };
     }
@@ -227,20 +227,11 @@ export class RedisClaimStore implements ClaimStore {
   /** Every call is bounded: a Redis that does not answer is a 503, never a hung request. */
   private async call(name: string, key: string, ...args: (string | number | Buffer)[]) {
     const script = (this.redis as unknown as Record<string, Script>)[name].bind(this.redis);
-    let timer: NodeJS.Timeout | undefined;
-    const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new Error(`no answer from Redis within ${this.timeoutMs} ms`)),
-        this.timeoutMs,
-      );
-    });
     try {
-      return await Promise.race([script(key, ...args), deadline]);
+      return await withDeadline(script(key, ...args), this.timeoutMs, name, undefined, 'Redis');
     } catch (error) {
       this.logger.error(`idempotency store call ${name} failed: ${String(error)}`);
       throw new IdempotencyStoreUnavailableError(error);
-    } finally {
-      clearTimeout(timer);
     }
   }
 }

@@ -54,13 +54,7 @@ export class IdempotentRoutesCheck implements OnModuleInit {
 
   private claimStoreOf(handler: object) {
     const own = Reflect.getMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler) as IdempotencyRouteOptions;
-    const route = resolveRouteOptions(own ?? {}, this.options.route);
-    return {
-      name: route.claimStore,
-      known: this.stores.names,
-      transactional: this.stores.get(route.claimStore)?.transactional,
-      atomic: route.atomic,
-    };
+    return this.stores.forRoute(resolveRouteOptions(own ?? {}, this.options.route));
   }
 }
 

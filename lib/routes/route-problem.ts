@@ -82,7 +82,8 @@ export function routeProblem(method: DecoratedMethod): string | undefined {
   return method.claimStore && claimStoreProblem(where, method.claimStore);
 }
 
-function claimStoreProblem(where: string, store: RouteClaimStore): string | undefined {
+/** Why a route cannot use its claim store, or undefined when it can. */
+export function claimStoreProblem(where: string, store: RouteClaimStore): string | undefined {
   if (store.transactional === undefined) {
     return (
       `${where}: no claim store is named "${store.name}"; the module has ` +

@@ -1,6 +1,10 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
-import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
+import {
+  type ResolvedIdempotencyOptions,
+  type ResolvedRouteOptions,
+} from '../idempotency-options.interface.js';
+import { type RouteClaimStore } from '../routes/route-problem.js';
 import { POSTGRES_CLAIM_STORE } from '../idempotency-options.js';
 import { type ClaimStore } from './claim-store.interface.js';
 import { IdempotencyDatabase } from './idempotency-database.js';
@@ -52,13 +56,14 @@ export class ClaimStores {
     return this.stores.get(name);
   }
 
-  get names(): string[] {
-    return [...this.stores.keys()];
-  }
-
-  /** Every store, for the purge. */
-  all(): ClaimStore[] {
-    return [...this.stores.values()];
+  /** What the route-placement rule needs to know of a route's store. */
+  forRoute(route: ResolvedRouteOptions): RouteClaimStore {
+    return {
+      name: route.claimStore,
+      known: [...this.stores.keys()],
+      transactional: this.stores.get(route.claimStore)?.transactional,
+      atomic: route.atomic,
+    };
   }
 
   /** Every store with its name. */

@@ -1,9 +1,9 @@
 import pg, { type Pool, type PoolClient } from 'pg';
 
-/** Thrown when PostgreSQL did not answer within the library's `databaseTimeoutMs`. */
+/** Thrown when a store's server (PostgreSQL, Redis) did not answer within its time limit. */
 export class DatabaseDeadlineError extends Error {
-  constructor(what: string, timeoutMs: number) {
-    super(`${what}: no answer from PostgreSQL within ${timeoutMs} ms`);
+  constructor(what: string, timeoutMs: number, server = 'PostgreSQL') {
+    super(`${what}: no answer from ${server} within ${timeoutMs} ms`);
     this.name = 'DatabaseDeadlineError';
   }
 }
@@ -17,12 +17,13 @@ export async function withDeadline<T>(
   timeoutMs: number,
   what: string,
   onLate?: () => void,
+  server?: string,
 ): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       onLate?.();
-      reject(new DatabaseDeadlineError(what, timeoutMs));
+      reject(new DatabaseDeadlineError(what, timeoutMs, server));
     }, timeoutMs);
   });
   try {

@@ -82,17 +82,11 @@ export class IdempotencyDatabase {
     statement: Statement,
     values: unknown[],
   ): Promise<QueryResult<R>> {
+    const config: QueryConfig = { name: statement.name, text: statement.text, values };
     try {
-      const client = await acquire(this.pool, this.timeoutMs);
-      try {
-        const config: QueryConfig = { name: statement.name, text: statement.text, values };
-        const result = await queryWithDeadline<R>(client, config, this.timeoutMs);
-        client.release();
-        return result;
-      } catch (error) {
-        client.release(error instanceof Error ? error : new Error(String(error)));
-        throw error;
-      }
+      return await this.withConnection((client) =>
+        queryWithDeadline<R>(client, config, this.timeoutMs),
+      );
     } catch (error) {
       this.logger.error(`idempotency store call ${statement.name} failed: ${String(error)}`);
       throw new IdempotencyStoreUnavailableError(error);

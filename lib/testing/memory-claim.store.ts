@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type ExistingKey, type Fence } from '../decide.js';
+import { type ExistingKey, type Fence, leaseOf } from '../decide.js';
 import { START_RECOVERY_POINT } from '../idempotency.constants.js';
 import { type ActiveClaim } from '../idempotency-context.js';
 import {
@@ -78,7 +78,8 @@ export class MemoryClaimStore implements ClaimStore {
     if (forget && record.lockVersion === 0 && record.recoveryPoint === START_RECOVERY_POINT) {
       this.records.delete(this.idOf(claim));
     } else {
-      record.lockedUntil = Date.now();
+      // Ended in the past, not now: a retry in the same millisecond finds it expired.
+      record.lockedUntil = Date.now() - 1;
     }
     return Promise.resolve();
   }
@@ -120,7 +121,7 @@ export class MemoryClaimStore implements ClaimStore {
   }
 
   protected leaseExpired(record: MemoryClaimRecord): boolean {
-    return record.lockedUntil <= Date.now();
+    return leaseOf(record.lockedUntil, Date.now()).leaseExpired;
   }
 
   /** The record, if `claim` still owns it: fenced by lock version and claim id. */
@@ -146,8 +147,7 @@ export class MemoryClaimStore implements ClaimStore {
     return {
       state: 'started',
       fingerprint: record.fingerprint,
-      leaseExpired: this.leaseExpired(record),
-      leaseSecondsLeft: Math.max(0, Math.ceil((record.lockedUntil - now) / 1000)),
+      ...leaseOf(record.lockedUntil, now),
       fence: { lockVersion: String(record.lockVersion), claimId: record.claimId },
     };
   }

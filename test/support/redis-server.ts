@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
+import { freePort } from '../../sample-app/database/embedded-postgres.js';
 
 /**
  * A Redis server of the test's own, on a free port, keeping nothing on disk (as this
@@ -19,17 +19,6 @@ export interface TestRedis {
 /** Whether `redis-server` is installed: where it is not, outside CI, the Redis tests skip. */
 export function redisServerInstalled(): boolean {
   return spawnSync('redis-server', ['--version']).status === 0;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-    server.on('error', reject);
-  });
 }
 
 export async function startTestRedis(): Promise<TestRedis> {

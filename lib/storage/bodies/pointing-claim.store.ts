@@ -1,11 +1,10 @@
 import { Logger } from '@nestjs/common';
-import { type ExistingKey } from '../../decide.js';
 import { type ActiveClaim } from '../../idempotency-context.js';
 import { IdempotencyStoredResponseUnreadableError } from '../../idempotency.errors.js';
 import { type StoredResponse } from '../../stored-response.js';
 import { type LazyTransaction } from '../../transaction/lazy-transaction.js';
-import { type ClaimOutcome, type ClaimStore, type KeyScope } from '../claim-store.interface.js';
-import { ForwardingClaimStore } from '../forwarding-claim.store.js';
+import { type ClaimStore, type KeyScope } from '../claim-store.interface.js';
+import { ResponseLayer } from '../response-layer.js';
 import {
   bodyProblem,
   pointerOf,
@@ -14,7 +13,7 @@ import {
   withBody,
   withPointer,
 } from './body-pointer.js';
-import { type BodyPlacement, type ResponseBodyStore } from './response-body-store.interface.js';
+import { type ResponseBodyStore } from './response-body-store.interface.js';
 
 /**
  * Large responses by pointer, on any claim store: a body over `overBytes` goes to the body
@@ -23,7 +22,7 @@ import { type BodyPlacement, type ResponseBodyStore } from './response-body-stor
  * a replay checks what it fetched against the pointer, and answers a 500 naming the reason
  * rather than a wrong body.
  */
-export class PointingClaimStore extends ForwardingClaimStore {
+export class PointingClaimStore extends ResponseLayer {
   private readonly logger = new Logger('Idempotency');
 
   constructor(
@@ -34,41 +33,20 @@ export class PointingClaimStore extends ForwardingClaimStore {
     super(inner);
   }
 
-  override async claim(
-    scope: KeyScope,
-    fingerprint: Buffer,
-    leaseMs: number,
-  ): Promise<ClaimOutcome> {
-    const outcome = await this.inner.claim(scope, fingerprint, leaseMs);
-    if (outcome.kind === 'claimed' || outcome.existing.state !== 'done') return outcome;
-    return { kind: 'existing', existing: await this.resolved(scope, outcome.existing) };
-  }
-
-  override async finish(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
-    return this.inner.finish(claim, await this.pointed(claim, response, {}));
-  }
-
-  override async finishIn(
+  protected async stored(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction: LazyTransaction,
-  ): Promise<boolean> {
-    const shared = this.bodies.transactional ? transaction : undefined;
-    const stored = await this.pointed(claim, response, { transaction: shared });
-    return this.transactionalInner().finishIn(claim, stored, transaction);
-  }
-
-  private async pointed(
-    claim: ActiveClaim,
-    response: StoredResponse,
-    placement: BodyPlacement,
+    transaction?: LazyTransaction,
   ): Promise<StoredResponse> {
     if (!storedByPointer(response, this.overBytes)) return response;
     // A key its store expires on its own (Redis) keeps no row for the body purge to look at:
     // its body is kept as long as the key may live, from a finish within the claim's lease.
     const expiresOnItsOwn = this.inner.expiresKeysAfterMs;
     const keepMs = expiresOnItsOwn === undefined ? undefined : expiresOnItsOwn + claim.leaseMs;
-    const id = await this.bodies.put(claim, response.body, { ...placement, keepMs });
+    const id = await this.bodies.put(claim, response.body, {
+      transaction: this.bodies.transactional ? transaction : undefined,
+      keepMs,
+    });
     return withPointer(response, {
       id,
       length: response.body.length,
@@ -76,18 +54,15 @@ export class PointingClaimStore extends ForwardingClaimStore {
     });
   }
 
-  private async resolved(
-    scope: KeyScope,
-    existing: Extract<ExistingKey, { state: 'done' }>,
-  ): Promise<ExistingKey> {
-    const pointer = pointerOf(existing.response);
-    if (pointer === undefined) return existing;
+  protected async replayed(scope: KeyScope, kept: StoredResponse): Promise<StoredResponse> {
+    const pointer = pointerOf(kept);
+    if (pointer === undefined) return kept;
     let problem = 'its body pointer is malformed';
     if (pointer !== 'malformed') {
       // One copy of the body in memory: fetched once, hashed in place, sent as it is.
       const body = await this.bodies.get(pointer.id);
       const found = bodyProblem(pointer, body);
-      if (found === undefined) return { ...existing, response: withBody(existing.response, body!) };
+      if (found === undefined) return withBody(kept, body!);
       problem = found;
     }
     this.logger.error(`stored response of key ${scope.key}: ${problem}`);
