@@ -1,22 +1,12 @@
 import { type JsonLimits } from './fingerprint/canonical-json.js';
+import { type IdempotencyRequest } from './http/idempotency-request.js';
 import { type IdempotencyKeySource, type KeyReader } from './key-source.js';
-import { type OtelMeterProvider } from './events/idempotency-metrics.js';
+import { type OtelMeterProvider } from './events/otel-meter.js';
 import { type SealingKey } from './storage/response-sealer.js';
 import { type ClaimStore } from './storage/claim-store.interface.js';
 import { type ResponseBodyStore } from './storage/bodies/response-body-store.interface.js';
 
-/**
- * The request as the adapter gives it: Express's `Request` or Fastify's `FastifyRequest`.
- * Typed loosely on purpose so that the library depends on neither adapter.
- */
-export interface IdempotencyRequest {
-  method: string;
-  url: string;
-  originalUrl?: string;
-  headers: Record<string, string | string[] | undefined>;
-  body?: unknown;
-  rawBody?: Buffer;
-}
+export { type IdempotencyRequest } from './http/idempotency-request.js';
 
 /** A tenant id: keys are scoped per tenant, stored as the design's `bigint tenant_id`. */
 export type TenantId = string | number | bigint;

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { type IdempotencyRequest } from '../idempotency-options.interface.js';
+import { type IdempotencyRequest } from '../http/idempotency-request.js';
 import { type ResolvedRouteOptions } from '../idempotency-options.interface.js';
 import {
   canonicalizeJsonText,
