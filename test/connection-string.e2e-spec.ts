@@ -1,8 +1,11 @@
 import { Client } from 'pg';
+import request from 'supertest';
 import { DataSource, type DataSourceOptions } from 'typeorm';
 import { postgresConnection } from '../lib/index.js';
 import { freePort } from '../sample-app/database/embedded-postgres.js';
+import { type FakePsp, startFakePsp } from '../sample-app/psp/fake-psp.js';
 import { adminUrl, createTestDatabase, type TestDatabase } from './support/database.js';
+import { startSampleApp, type WorkerProcess } from './support/sample-app-process.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 import { startTlsPostgres, type TlsPostgres } from './support/tls-postgres.js';
 
@@ -90,7 +93,7 @@ describe('a listed host that accepts and never answers', () => {
       `postgres://postgres@127.0.0.1:${flaky.port},${real.hostname}:${real.port || 5432}/` +
       `${database.name}?application_name=hang_running`;
     const opening = openDataSource(url, { connectTimeoutMS: 2000, poolSize: 3 });
-    // Their server ends the pool's connections (as a failover does): the pool drops them.
+    // The server ends the pool's connections (as a failover does): the pool drops them.
     const endConnections = async () => {
       const admin = new Client({ connectionString: adminUrl() });
       await admin.connect();
@@ -113,8 +116,10 @@ describe('a listed host that accepts and never answers', () => {
       const dataSource = await within(15_000, 'start-up', opening);
       // Three connections in the pool, all through the first host.
       expect(await sixAtOnce(dataSource)).toEqual([0, 1, 2, 3, 4, 5]);
-      flaky.blackhole();
+      // Their server ends them while the first host still forwards (so that the pool sees it),
+      // and then the first host hangs: new connections are accepted and never answered.
       await endConnections();
+      flaky.blackhole();
       // A new connection waits out one timeout on the first host, then takes the second.
       const [row] = (await within(
         15_000,
@@ -133,6 +138,40 @@ describe('a listed host that accepts and never answers', () => {
       await flaky.stop();
     }
   }, 60_000);
+
+  describe.each(['express', 'fastify'] as const)('the sample app on %s', (adapter) => {
+    let psp: FakePsp;
+    let app: WorkerProcess | undefined;
+    beforeAll(async () => {
+      psp = await startFakePsp();
+    });
+    afterAll(async () => {
+      await app?.kill();
+      await psp?.close();
+    });
+
+    it('migrates under its lock and charges, on the second host', async () => {
+      app = await startSampleApp({
+        adapter,
+        databaseUrl: urlOf('?target_session_attrs=read-write&connect_timeout=2'),
+        pspUrl: psp.url,
+      });
+      const charge = { amount: 100, currency: 'eur', customer: `cus_hang_${adapter}` };
+      const created = await request(app.url)
+        .post('/charges')
+        .set('X-Tenant-Id', '1')
+        .set('Idempotency-Key', `hang-${adapter}`)
+        .send(charge);
+      expect(created.status).toBe(201);
+      const admin = new Client({ connectionString: database.url });
+      await admin.connect();
+      const { rows } = await admin.query('SELECT id FROM charges WHERE customer = $1', [
+        charge.customer,
+      ]);
+      await admin.end();
+      expect(rows).toEqual([{ id: created.body.id }]);
+    }, 60_000);
+  });
 });
 
 /**
