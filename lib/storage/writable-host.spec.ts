@@ -1,4 +1,10 @@
-import { connectTimeoutMs, parseMultiHostUrl, probeOrder } from './writable-host.js';
+import { InvalidConnectionStringError } from './connection-string.js';
+import {
+  connectTimeoutMs,
+  parseMultiHostUrl,
+  postgresConnection,
+  probeOrder,
+} from './writable-host.js';
 
 describe('parseMultiHostUrl', () => {
   it.each<[string, string, Omit<NonNullable<ReturnType<typeof parseMultiHostUrl>>, 'clients'>?]>([
@@ -103,5 +109,56 @@ describe('connectTimeoutMs', () => {
     ['0 is unset, as in pg', 0, 0, 10_000],
   ])('%s', (_name, fromUrl, fromPool, expected) => {
     expect(connectTimeoutMs(fromUrl, fromPool)).toBe(expected);
+  });
+});
+
+describe('postgresConnection', () => {
+  it.each<[string, string, Record<string, unknown>]>([
+    [
+      'one host: the string, for node-postgres',
+      'postgres://u:p@h1/db',
+      { url: 'postgres://u:p@h1/db' },
+    ],
+    [
+      "one host's connect_timeout: the pool's too, node-postgres reads none from a string",
+      'postgres://u:p@h1/db?connect_timeout=3',
+      { url: 'postgres://u:p@h1/db?connect_timeout=3', extra: { connectionTimeoutMillis: 3000 } },
+    ],
+    [
+      'one host, read-write: the client that checks it accepts writes',
+      'postgres://u:p@h1:5433/db?target_session_attrs=read-write',
+      {
+        host: 'h1',
+        port: 5433,
+        username: 'u',
+        password: 'p',
+        database: 'db',
+        extra: { Client: expect.any(Function) },
+      },
+    ],
+    [
+      'two hosts: the first for TypeORM, the client that chooses, the timeout for the pool',
+      'postgres://u:p@h1,h2/db?connect_timeout=2',
+      {
+        host: 'h1',
+        port: 5432,
+        username: 'u',
+        password: 'p',
+        database: 'db',
+        extra: { connectionTimeoutMillis: 2000, Client: expect.any(Function) },
+      },
+    ],
+  ])('%s', (_name, url, expected) => {
+    expect(postgresConnection(url)).toEqual(expected);
+  });
+
+  it.each([
+    ['one host', 'postgres://u@h1/db?sslmod=require'],
+    ['two hosts', 'postgres://u@h1,h2/db?sslmod=require'],
+  ])('refuses a parameter node-postgres would ignore, with %s, at start-up', (_name, url) => {
+    expect(() => postgresConnection(url)).toThrow(InvalidConnectionStringError);
+    expect(() => postgresConnection(url)).toThrow(
+      /the parameter "sslmod" is not one node-postgres reads/,
+    );
   });
 });
