@@ -94,7 +94,7 @@ describe('a listed host that accepts and never answers', () => {
       `${database.name}?application_name=hang_running`;
     const opening = openDataSource(url, { connectTimeoutMS: 2000, poolSize: 3 });
     // The server ends the pool's connections (as a failover does): the pool drops them.
-    const endConnections = async () => {
+    const endConnections = async (dataSource: DataSource) => {
       const admin = new Client({ connectionString: adminUrl() });
       await admin.connect();
       await admin.query(
@@ -102,7 +102,15 @@ describe('a listed host that accepts and never answers', () => {
         ['hang_running'],
       );
       await admin.end();
-      await new Promise((resolve) => setTimeout(resolve, 500));
+      // Until the pool has seen every one end (each is an error event on an idle client).
+      const pool = (dataSource.driver as unknown as { master: { totalCount: number } }).master;
+      await within(
+        10_000,
+        'the pool dropping its ended connections',
+        (async () => {
+          while (pool.totalCount > 0) await new Promise((resolve) => setTimeout(resolve, 50));
+        })(),
+      );
     };
     const sixAtOnce = (dataSource: DataSource) =>
       Promise.all(
@@ -118,7 +126,7 @@ describe('a listed host that accepts and never answers', () => {
       expect(await sixAtOnce(dataSource)).toEqual([0, 1, 2, 3, 4, 5]);
       // Their server ends them while the first host still forwards (so that the pool sees it),
       // and then the first host hangs: new connections are accepted and never answered.
-      await endConnections();
+      await endConnections(dataSource);
       flaky.blackhole();
       // A new connection waits out one timeout on the first host, then takes the second.
       const [row] = (await within(
@@ -129,7 +137,7 @@ describe('a listed host that accepts and never answers', () => {
       expect(row.name).toBe(database.name);
       // The ones after go straight to the second, which answered last: six at once on three
       // new connections, none waiting out the first host (the pool gives a waiter 2 s).
-      await endConnections();
+      await endConnections(dataSource);
       expect(await within(15_000, 'six queries', sixAtOnce(dataSource))).toEqual([
         0, 1, 2, 3, 4, 5,
       ]);

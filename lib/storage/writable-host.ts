@@ -110,8 +110,10 @@ export function writableHostClient(
     override connect(): Promise<pg.Client>;
     override connect(callback: ConnectCallback): void;
     override connect(callback?: ConnectCallback): Promise<pg.Client> | void {
-      // If the pool's own timer ended this client's socket while the probes ran, connecting
-      // opens it again: the pool still waits for this callback, and gets a working client.
+      // If the pool's own timer ended this client's socket while the probes ran (one hung host
+      // takes a whole timeout), connecting opens it again (net.Socket#connect reconnects a
+      // socket once 'close' was emitted): the pool still waits for this callback, and gets a
+      // working client, within about two timeouts.
       const connected = this.chooseHost().then(() => super.connect());
       if (!callback) return connected;
       const done = callback as (err: Error | null, client?: pg.Client) => void;
