@@ -21,7 +21,7 @@ import { decide } from './decide.js';
 import { InvalidJsonError } from './fingerprint/canonical-json.js';
 import { computeFingerprint, fingerprintInput } from './fingerprint/fingerprint.js';
 import { classifyCommitError, classifyHandlerError } from './failure.js';
-import { renderResult } from './http/handler-result.js';
+import { onStreamError, renderResult, resultStream } from './http/handler-result.js';
 import { PROBLEM_CONTENT_TYPE, problemResponse, toProblem } from './http/problem.js';
 import { pinContentType } from './http/pin-content-type.js';
 import { holdResponse, send } from './http/response-hold.js';
@@ -37,6 +37,7 @@ import {
   IdempotencyRequestInvalidError,
   IdempotencyResponseTooLargeError,
   IdempotencyTenantInvalidError,
+  RetryLaterError,
 } from './idempotency.errors.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
 import {
@@ -219,6 +220,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     let handlerError = false;
     /** Set when the request is torn down before its handler started: the key is given back. */
     let givingBack: Promise<void> | undefined;
+    /**
+     * Set when the stream the handler returned failed midway: the adapter then ends the
+     * response with the chunks it had plus an error of its own, which is no answer to store.
+     */
+    let streamFailure: { error: unknown } | undefined;
     const letThrough = holdResponse(
       raw,
       async (written) => {
@@ -227,6 +233,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           await givingBack;
           return undefined;
         }
+        if (streamFailure) return this.giveBackBrokenStream(context, streamFailure.error);
         const answer = handlerError ? written : (context.finished ?? written);
         // finish()'s own answer is measured too: it is what would be stored.
         if (answer.body.length > route.maxResponseBytes) {
@@ -242,7 +249,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
         // Too large to store: the handler's effects roll back, and the 500 is its final
         // answer (a retry would only grow the same response again, and on a route that is not
         // atomic repeat its writes).
-        onOverflow: () => this.commit(context, fingerprint, tooLarge(route), true),
+        onOverflow: () =>
+          streamFailure
+            ? this.giveBackBrokenStream(context, streamFailure.error)
+            : this.commit(context, fingerprint, tooLarge(route), true),
       },
       route.storedHeaders,
     );
@@ -259,6 +269,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const inner = runInContext(context, next).subscribe({
         next: (value) => {
           result = value;
+          const stream = resultStream(value);
+          // Watched before the adapter gets it, so the failure is known when it ends the reply.
+          if (stream) onStreamError(stream, (error) => (streamFailure = { error }));
           if (!detached) subscriber.next(value);
         },
         error: (error: unknown) => {
@@ -348,6 +361,24 @@ export class IdempotencyInterceptor implements NestInterceptor {
       publish('released', () => ({ ...eventOf(context), reason: problem.code }));
       return problemResponse(problem);
     }
+  }
+
+  /**
+   * The stream the handler returned failed before it was complete: the handler's effects roll
+   * back and the key is given back, so that a retry runs it again and, if its stream completes
+   * then, gets the whole body. Nothing has left the process (the hold kept it), so the client
+   * gets a clean 503 in place of the broken answer.
+   */
+  private async giveBackBrokenStream(
+    context: IdempotencyContext,
+    error: unknown,
+  ): Promise<StoredResponse> {
+    await context.transaction!.rollback();
+    await this.releaseQuietly(context, false);
+    this.logger.warn(`the response stream of key ${context.claim!.key} failed: ${String(error)}`);
+    const problem = new RetryLaterError(STREAM_FAILED, 1);
+    publish('released', () => ({ ...eventOf(context), reason: problem.code }));
+    return problemResponse(problem);
   }
 
   /**
@@ -637,6 +668,9 @@ function writesOwnResponse(controller: object, method: string): boolean {
 function eventOf(context: IdempotencyContext): IdempotencyEvent {
   return { route: context.route, tenant: context.claim!.tenantId, key: context.claim!.key };
 }
+
+const STREAM_FAILED =
+  'The response stream failed before it was complete; nothing was stored. Retry with the same key.';
 
 /** The final answer of a response too large to store: a 500 that is itself stored. */
 function tooLarge(route: ResolvedRouteOptions): StoredResponse {
