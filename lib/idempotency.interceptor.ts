@@ -9,7 +9,7 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { type ServerResponse } from 'node:http';
-import { catchError, from, mergeMap, Observable, of, throwError } from 'rxjs';
+import { catchError, mergeMap, Observable, of, throwError } from 'rxjs';
 import {
   HEADERS_METADATA,
   HTTP_CODE_METADATA,
@@ -25,6 +25,7 @@ import { onStreamError, renderResult, resultStream } from './http/handler-result
 import { PROBLEM_CONTENT_TYPE, problemResponse, toProblem } from './http/problem.js';
 import { pinContentType } from './http/pin-content-type.js';
 import { holdResponse, send } from './http/response-hold.js';
+import { whileSubscribed } from './http/while-subscribed.js';
 import { IDEMPOTENT_ROUTE_OPTIONS, REPLAYED_HEADER } from './idempotency.constants.js';
 import { type ActiveClaim, IdempotencyContext, idempotencyStorage } from './idempotency-context.js';
 import {
@@ -146,7 +147,19 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return this.fail(response, new IdempotencyKeyMismatchError());
     }
 
-    return from(store.claim(scope, fingerprint, route.leaseMs)).pipe(
+    // A claim or takeover that lands after the request is gone (an outer timeout answered
+    // while it was in flight) is given back at once: nobody will run the handler for it.
+    const orphaned = (claim: ActiveClaim, taken: 'claimed' | 'takenOver') => {
+      publish(taken, event);
+      store.release(claim, true).then(
+        () => publish('released', () => ({ ...event(), reason: 'before_handler' })),
+        (error: unknown) =>
+          this.logger.warn(`could not give back the late claim of ${claim.key}: ${String(error)}`),
+      );
+    };
+    return whileSubscribed(store.claim(scope, fingerprint, route.leaseMs), (outcome) => {
+      if (outcome.kind === 'claimed') orphaned(outcome.claim, 'claimed');
+    }).pipe(
       mergeMap((outcome) => {
         if (outcome.kind === 'claimed') {
           publish('claimed', event);
@@ -172,7 +185,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
             publish('conflict', event);
             throw new IdempotencyKeyInProgressError(decision.retryAfterSeconds);
           case 'take-over':
-            return from(store.takeOver(scope, decision.fence, route.leaseMs)).pipe(
+            return whileSubscribed(
+              store.takeOver(scope, decision.fence, route.leaseMs),
+              (claim) => {
+                if (claim) orphaned(claim, 'takenOver');
+              },
+            ).pipe(
               mergeMap((claim) => {
                 // Another worker won the same expired lease a moment before us.
                 if (!claim) {
