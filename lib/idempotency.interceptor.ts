@@ -449,7 +449,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const claim = context.claim!;
     const transaction = context.transaction!;
     try {
-      if ('error' in outcome || settings.responseHandled) {
+      // A stream (a file) is sent by the adapter, which no longer will: what it would have
+      // carried is not known here, so it is no answer to store, and the retry runs again.
+      const stream = 'value' in outcome ? resultStream(outcome.value) : undefined;
+      stream?.destroy();
+      if ('error' in outcome || settings.responseHandled || stream) {
         await transaction.rollback();
         await this.releaseQuietly(context, false);
         return;

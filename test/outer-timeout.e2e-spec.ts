@@ -1,4 +1,12 @@
-import { Controller, Headers, type INestApplication, Module, Post } from '@nestjs/common';
+import {
+  Controller,
+  Headers,
+  type INestApplication,
+  Module,
+  Post,
+  StreamableFile,
+} from '@nestjs/common';
+import { Readable } from 'node:stream';
 import { APP_INTERCEPTOR } from '@nestjs/core';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { type AddressInfo } from 'node:net';
@@ -29,7 +37,20 @@ class WorkController {
     )) as { id: number }[];
     return { id: rows[0].id };
   }
+
+  /** Slower than the outer timeout on a key's first attempt, then answers a file. */
+  @Post('slow-file')
+  @Idempotent()
+  async slowFile(@Headers('idempotency-key') key: string) {
+    const attempt = (starts.get(key) ?? 0) + 1;
+    starts.set(key, attempt);
+    if (attempt === 1) await new Promise((resolve) => setTimeout(resolve, TIMEOUT_MS * 2));
+    await this.dataSource.query("INSERT INTO side_effects (route) VALUES ('slow-file')");
+    return new StreamableFile(Readable.from([Buffer.from(CSV)]), { type: 'text/csv' });
+  }
 }
+
+const CSV = 'id,name\n1,alpha\n2,beta\n';
 
 function appModule(url: string) {
   @Module({
@@ -80,8 +101,8 @@ describe.each(ADAPTERS)(
       await database?.drop();
     });
 
-    const post = async (key: string) => {
-      const res = await fetch(`${base}/work`, {
+    const post = async (key: string, path = '/work') => {
+      const res = await fetch(`${base}${path}`, {
         method: 'POST',
         headers: { 'idempotency-key': key, 'content-type': 'application/json' },
         body: JSON.stringify({ amount: 1 }),
@@ -89,15 +110,17 @@ describe.each(ADAPTERS)(
       return {
         status: res.status,
         retryAfter: res.headers.get('retry-after'),
+        contentType: res.headers.get('content-type'),
+        replayed: res.headers.get('idempotent-replayed'),
         text: await res.text(),
       };
     };
-    const sideEffects = async () =>
+    const sideEffects = async (route = 'work') =>
       Number(
         (
-          await db.query<{ n: string }>(
-            "SELECT count(*) AS n FROM side_effects WHERE route = 'work'",
-          )
+          await db.query<{ n: string }>('SELECT count(*) AS n FROM side_effects WHERE route = $1', [
+            route,
+          ])
         ).rows[0].n,
       );
 
@@ -120,11 +143,11 @@ describe.each(ADAPTERS)(
      * Retries the key until it is answered (at most `withinMs`); the 409s on the way are the
      * moment between the late claim's commit and its release.
      */
-    async function retryUntilAnswered(key: string, withinMs: number) {
+    async function retryUntilAnswered(key: string, withinMs: number, path = '/work') {
       const began = Date.now();
       const conflicts: (string | null)[] = [];
       for (;;) {
-        const res = await post(key);
+        const res = await post(key, path);
         if (res.status !== 409 || Date.now() - began > withinMs) {
           return { ...res, conflicts, elapsedMs: Date.now() - began };
         }
@@ -204,6 +227,23 @@ describe.each(ADAPTERS)(
       );
       // Taken over twice: by the request that was gone (given back), then by its retry.
       expect(rows).toEqual([{ state: 'done', lock_version: '2' }]);
+    });
+
+    it('a file the handler answers after the outer timeout: not stored unsent; the retry runs and gets the file', async () => {
+      const key = newKey();
+      const first = await post(key, '/slow-file');
+      expect(first.status).toBe(408);
+      // The first handler settles after the 408 with a stream nobody sends: its answer is not
+      // known, so its work is rolled back and the key given back.
+      const retry = await retryUntilAnswered(key, 5000, '/slow-file');
+      expect({ status: retry.status, text: retry.text }).toEqual({ status: 201, text: CSV });
+      expect(retry.contentType).toBe('text/csv');
+      expect(retry.replayed).toBeNull();
+      expect(starts.get(key)).toBe(2);
+      expect(await sideEffects('slow-file')).toBe(1);
+      const replay = await post(key, '/slow-file');
+      expect(replay.replayed).toBe('true');
+      expect(replay.text).toBe(CSV);
     });
   },
 );
