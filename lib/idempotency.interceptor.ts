@@ -267,10 +267,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
         // Too large to store: the handler's effects roll back, and the 500 is its final
         // answer (a retry would only grow the same response again, and on a route that is not
         // atomic repeat its writes).
-        onOverflow: () =>
-          streamFailure
-            ? this.giveBackBrokenStream(context, streamFailure.error)
-            : this.commit(context, fingerprint, tooLarge(route), true),
+        // A stream that failed past the limit changes nothing: whole, it was too large too.
+        onOverflow: () => this.commit(context, fingerprint, tooLarge(route), true),
       },
       route.storedHeaders,
     );

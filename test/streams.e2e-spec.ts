@@ -81,6 +81,14 @@ class StreamsController {
     return new StreamableFile(csv(failsNow(key)), { type: 'text/csv' });
   }
 
+  /** Stores at most 10 bytes: the two rows sent before a failure are more. */
+  @Post('small-file')
+  @Idempotent({ maxResponseBytes: 10 })
+  async smallFile(@Headers('idempotency-key') key: string) {
+    await this.record('small-file');
+    return new StreamableFile(csv(failsNow(key)), { type: 'text/csv' });
+  }
+
   /** Fastify sends a Readable a handler returns as a stream (Express would serialize it). */
   @Post('readable')
   @Idempotent()
@@ -272,6 +280,25 @@ describe.each(ADAPTERS)('response bodies on %s', (adapter: AdapterName) => {
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(replay.body.equals(retry.body)).toBe(true);
     expect(attempts.get(key)).toBe(2);
+  });
+
+  it('a StreamableFile that fails past maxResponseBytes: 500 response_too_large, stored (whole, it was too large too)', async () => {
+    const key = newKey();
+    failFirst.add(key);
+    const first = await call('/small-file', key);
+    expect(first.status).toBe(500);
+    expect(first.headers.get('content-type')).toBe('application/problem+json');
+    expect(JSON.parse(first.body.toString())).toMatchObject({
+      status: 500,
+      code: 'response_too_large',
+    });
+    expect(await sideEffects('small-file')).toBe(0);
+    const [row] = await stored(key);
+    expect(row).toEqual({ state: 'done', response_code: 500, response_body: first.body });
+    const again = await call('/small-file', key);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.body.equals(first.body)).toBe(true);
+    expect(attempts.get(key)).toBe(1);
   });
 
   it('@Res() without passthrough (the handler writes itself): stored and replayed', async () => {
