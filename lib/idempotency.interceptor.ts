@@ -325,7 +325,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
         stopHeartbeat?.();
         context.abandoned = true;
         inner.unsubscribe();
-        givingBack = transaction.rollback().then(() => this.releaseQuietly(context, true));
+        givingBack = transaction
+          .rollback()
+          .then(() => this.releaseQuietly(context, true))
+          .then(() =>
+            publish('released', () => ({ ...eventOf(context), reason: 'before_handler' })),
+          );
       };
     });
   }

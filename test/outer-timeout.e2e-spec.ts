@@ -1,19 +1,29 @@
 import {
   Controller,
+  createParamDecorator,
+  type ExecutionContext,
   Headers,
   type INestApplication,
+  Injectable,
   Module,
+  type PipeTransform,
   Post,
   StreamableFile,
 } from '@nestjs/common';
 import { Readable } from 'node:stream';
 import { APP_INTERCEPTOR } from '@nestjs/core';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { type AddressInfo } from 'node:net';
 import { Client } from 'pg';
 import { type DataSource } from 'typeorm';
 import { RequestTimeoutInterceptor } from '../sample-app/request-timeout.interceptor.js';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
+import {
+  IDEMPOTENCY_CHANNELS,
+  IDEMPOTENCY_MIGRATIONS,
+  IdempotencyModule,
+  Idempotent,
+} from '../lib/index.js';
 import { ADAPTERS, type AdapterName, bootstrapTestApp } from './support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { SIDE_EFFECTS_DDL } from './support/test-app.js';
@@ -21,8 +31,47 @@ import { SIDE_EFFECTS_DDL } from './support/test-app.js';
 /** The outer timeout: short, so that it fires while the claim waits on a lock. */
 const TIMEOUT_MS = 300;
 
+/** The events of each key, in order: `channel` or `channel:reason`. */
+const events = new Map<string, string[]>();
+const listeners = Object.values(IDEMPOTENCY_CHANNELS).map((name) => {
+  const listener = (message: unknown) => {
+    const { key, reason } = message as { key?: string; reason?: string };
+    if (key === undefined) return;
+    events.set(key, [...(events.get(key) ?? []), reason ? `${name}:${reason}` : name]);
+  };
+  return [name, listener] as const;
+});
+beforeAll(() => listeners.forEach(([name, listener]) => subscribe(name, listener)));
+afterAll(() => listeners.forEach(([name, listener]) => unsubscribe(name, listener)));
+
+/** The 409s of the retries that came before the give-back are not what is checked. */
+const withoutConflicts = (seen: string[] = []) =>
+  seen.filter((event) => event !== 'idempotency:conflict');
+
 /** Handler starts, by key: the database counts committed work, this counts every start. */
 const starts = new Map<string, number>();
+
+/** Slower than the outer timeout the first time it sees a key: the handler has not started. */
+@Injectable()
+class SlowFirstPipe implements PipeTransform<string, Promise<string>> {
+  private readonly seen = new Set<string>();
+
+  async transform(key: string) {
+    if (!this.seen.has(key)) {
+      this.seen.add(key);
+      await new Promise((resolve) => setTimeout(resolve, TIMEOUT_MS * 2));
+    }
+    return key;
+  }
+}
+
+/** The request's key, as a parameter that takes pipes (`@Headers()` takes none). */
+const KeyParam = createParamDecorator(
+  (_data: unknown, context: ExecutionContext) =>
+    context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers[
+      'idempotency-key'
+    ],
+);
 
 @Controller()
 class WorkController {
@@ -36,6 +85,13 @@ class WorkController {
       "INSERT INTO side_effects (route) VALUES ('work') RETURNING id",
     )) as { id: number }[];
     return { id: rows[0].id };
+  }
+
+  @Post('slow-pipe')
+  @Idempotent()
+  async slowPipe(@KeyParam(SlowFirstPipe) key: string) {
+    starts.set(key, (starts.get(key) ?? 0) + 1);
+    return { ran: key };
   }
 
   /** Slower than the outer timeout on a key's first attempt, then answers a file. */
@@ -187,6 +243,12 @@ describe.each(ADAPTERS)(
       expect(await sideEffects()).toBe(before + 1);
       const { rows } = await db.query('SELECT state FROM idempotency_keys WHERE key = $1', [key]);
       expect(rows).toEqual([{ state: 'done' }]);
+      expect(withoutConflicts(events.get(key))).toEqual([
+        'idempotency:claimed',
+        'idempotency:released:before_handler',
+        'idempotency:claimed',
+        'idempotency:stored',
+      ]);
     });
 
     it('an expired lease: the late takeover is given back at once, the handler never starts, and the retry runs promptly', async () => {
@@ -227,6 +289,30 @@ describe.each(ADAPTERS)(
       );
       // Taken over twice: by the request that was gone (given back), then by its retry.
       expect(rows).toEqual([{ state: 'done', lock_version: '2' }]);
+      expect(withoutConflicts(events.get(key))).toEqual([
+        'idempotency:taken-over',
+        'idempotency:released:before_handler',
+        'idempotency:taken-over',
+        'idempotency:stored',
+      ]);
+    });
+
+    it('a timeout in a pipe: the key is given back at once, and said so (released before_handler)', async () => {
+      const key = newKey();
+      const first = await post(key, '/slow-pipe');
+      expect(first.status).toBe(408);
+      const retry = await retryUntilAnswered(key, 3000, '/slow-pipe');
+      expect({ status: retry.status, text: retry.text }).toEqual({
+        status: 201,
+        text: JSON.stringify({ ran: key }),
+      });
+      expect(starts.get(key)).toBe(1);
+      expect(withoutConflicts(events.get(key))).toEqual([
+        'idempotency:claimed',
+        'idempotency:released:before_handler',
+        'idempotency:claimed',
+        'idempotency:stored',
+      ]);
     });
 
     it('a file the handler answers after the outer timeout: not stored unsent; the retry runs and gets the file', async () => {
