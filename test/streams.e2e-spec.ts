@@ -21,6 +21,7 @@ import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { SIDE_EFFECTS_DDL } from './support/test-app.js';
 
 const CSV = ['id,name\n', '1,alpha\n', '2,beta\n'];
+const DISPOSITION = 'attachment; filename="rows.csv"';
 
 /**
  * Keys whose first attempt fails: the handler's stream breaks after two rows, as a file or a
@@ -79,6 +80,14 @@ class StreamsController {
   async file(@Headers('idempotency-key') key: string) {
     await this.record('file');
     return new StreamableFile(csv(failsNow(key)), { type: 'text/csv' });
+  }
+
+  /** A download: its `Content-Disposition` kept with the stored response (`replayHeaders`). */
+  @Post('download')
+  @Idempotent({ replayHeaders: ['Content-Disposition'] })
+  async download(@Headers('idempotency-key') key: string) {
+    await this.record('download');
+    return new StreamableFile(csv(failsNow(key)), { type: 'text/csv', disposition: DISPOSITION });
   }
 
   /** Stores at most 10 bytes: the two rows sent before a failure are more. */
@@ -280,6 +289,25 @@ describe.each(ADAPTERS)('response bodies on %s', (adapter: AdapterName) => {
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(replay.body.equals(retry.body)).toBe(true);
     expect(attempts.get(key)).toBe(2);
+  });
+
+  it('a download: its Content-Disposition replayed; when it fails midway, the 503 in its place carries none', async () => {
+    const key = newKey();
+    failFirst.add(key);
+    const first = await call('/download', key);
+    expect(first.status).toBe(503);
+    expect(first.headers.get('content-type')).toBe('application/problem+json');
+    // Not the file's: a browser would save the problem as rows.csv.
+    expect(first.headers.get('content-disposition')).toBeNull();
+    const retry = await call('/download', key);
+    expect(retry.status).toBe(201);
+    expect(retry.headers.get('content-disposition')).toBe(DISPOSITION);
+    expect(retry.body.toString()).toBe(CSV.join(''));
+    const replay = await call('/download', key);
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replay.headers.get('content-disposition')).toBe(DISPOSITION);
+    expect(replay.body.equals(retry.body)).toBe(true);
+    expect(await sideEffects('download')).toBe(1);
   });
 
   it('a StreamableFile that fails past maxResponseBytes: 500 response_too_large, stored (whole, it was too large too)', async () => {
