@@ -9,7 +9,7 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { type ServerResponse } from 'node:http';
-import { catchError, from, mergeMap, Observable, of, throwError } from 'rxjs';
+import { catchError, mergeMap, Observable, of, throwError } from 'rxjs';
 import {
   HEADERS_METADATA,
   HTTP_CODE_METADATA,
@@ -21,10 +21,11 @@ import { decide } from './decide.js';
 import { InvalidJsonError } from './fingerprint/canonical-json.js';
 import { computeFingerprint, fingerprintInput } from './fingerprint/fingerprint.js';
 import { classifyCommitError, classifyHandlerError } from './failure.js';
-import { renderResult } from './http/handler-result.js';
+import { onStreamError, renderResult, resultStream } from './http/handler-result.js';
 import { PROBLEM_CONTENT_TYPE, problemResponse, toProblem } from './http/problem.js';
 import { pinContentType } from './http/pin-content-type.js';
 import { holdResponse, send } from './http/response-hold.js';
+import { whileSubscribed } from './http/while-subscribed.js';
 import { IDEMPOTENT_ROUTE_OPTIONS, REPLAYED_HEADER } from './idempotency.constants.js';
 import { type ActiveClaim, IdempotencyContext, idempotencyStorage } from './idempotency-context.js';
 import {
@@ -37,6 +38,7 @@ import {
   IdempotencyRequestInvalidError,
   IdempotencyResponseTooLargeError,
   IdempotencyTenantInvalidError,
+  RetryLaterError,
 } from './idempotency.errors.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
 import {
@@ -145,7 +147,19 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return this.fail(response, new IdempotencyKeyMismatchError());
     }
 
-    return from(store.claim(scope, fingerprint, route.leaseMs)).pipe(
+    // A claim or takeover that lands after the request is gone (an outer timeout answered
+    // while it was in flight) is given back at once: nobody will run the handler for it.
+    const orphaned = (claim: ActiveClaim, taken: 'claimed' | 'takenOver') => {
+      publish(taken, event);
+      store.release(claim, true).then(
+        () => publish('released', () => ({ ...event(), reason: 'before_handler' })),
+        (error: unknown) =>
+          this.logger.warn(`could not give back the late claim of ${claim.key}: ${String(error)}`),
+      );
+    };
+    return whileSubscribed(store.claim(scope, fingerprint, route.leaseMs), (outcome) => {
+      if (outcome.kind === 'claimed') orphaned(outcome.claim, 'claimed');
+    }).pipe(
       mergeMap((outcome) => {
         if (outcome.kind === 'claimed') {
           publish('claimed', event);
@@ -171,7 +185,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
             publish('conflict', event);
             throw new IdempotencyKeyInProgressError(decision.retryAfterSeconds);
           case 'take-over':
-            return from(store.takeOver(scope, decision.fence, route.leaseMs)).pipe(
+            return whileSubscribed(
+              store.takeOver(scope, decision.fence, route.leaseMs),
+              (claim) => {
+                if (claim) orphaned(claim, 'takenOver');
+              },
+            ).pipe(
               mergeMap((claim) => {
                 // Another worker won the same expired lease a moment before us.
                 if (!claim) {
@@ -219,6 +238,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     let handlerError = false;
     /** Set when the request is torn down before its handler started: the key is given back. */
     let givingBack: Promise<void> | undefined;
+    /**
+     * Set when the stream the handler returned failed midway: the adapter then ends the
+     * response with the chunks it had plus an error of its own, which is no answer to store.
+     */
+    let streamFailure: { error: unknown } | undefined;
     const letThrough = holdResponse(
       raw,
       async (written) => {
@@ -227,6 +251,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           await givingBack;
           return undefined;
         }
+        if (streamFailure) return this.giveBackBrokenStream(context, streamFailure.error);
         const answer = handlerError ? written : (context.finished ?? written);
         // finish()'s own answer is measured too: it is what would be stored.
         if (answer.body.length > route.maxResponseBytes) {
@@ -242,6 +267,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         // Too large to store: the handler's effects roll back, and the 500 is its final
         // answer (a retry would only grow the same response again, and on a route that is not
         // atomic repeat its writes).
+        // A stream that failed past the limit changes nothing: whole, it was too large too.
         onOverflow: () => this.commit(context, fingerprint, tooLarge(route), true),
       },
       route.storedHeaders,
@@ -259,6 +285,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const inner = runInContext(context, next).subscribe({
         next: (value) => {
           result = value;
+          const stream = resultStream(value);
+          // Watched before the adapter gets it, so the failure is known when it ends the reply.
+          if (stream) onStreamError(stream, (error) => (streamFailure = { error }));
           if (!detached) subscriber.next(value);
         },
         error: (error: unknown) => {
@@ -296,7 +325,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
         stopHeartbeat?.();
         context.abandoned = true;
         inner.unsubscribe();
-        givingBack = transaction.rollback().then(() => this.releaseQuietly(context, true));
+        givingBack = transaction
+          .rollback()
+          .then(() => this.releaseQuietly(context, true))
+          .then(() =>
+            publish('released', () => ({ ...eventOf(context), reason: 'before_handler' })),
+          );
       };
     });
   }
@@ -351,6 +385,24 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   /**
+   * The stream the handler returned failed before it was complete: the handler's effects roll
+   * back and the key is given back, so that a retry runs it again and, if its stream completes
+   * then, gets the whole body. Nothing has left the process (the hold kept it), so the client
+   * gets a clean 503 in place of the broken answer.
+   */
+  private async giveBackBrokenStream(
+    context: IdempotencyContext,
+    error: unknown,
+  ): Promise<StoredResponse> {
+    await context.transaction!.rollback();
+    await this.releaseQuietly(context, false);
+    this.logger.warn(`the response stream of key ${context.claim!.key} failed: ${String(error)}`);
+    const problem = new RetryLaterError(STREAM_FAILED, 1);
+    publish('released', () => ({ ...eventOf(context), reason: problem.code }));
+    return problemResponse(problem);
+  }
+
+  /**
    * What a failure of the request means (see `classifyHandlerError`); returns the error that
    * goes on to Nest's exception filters.
    */
@@ -400,7 +452,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const claim = context.claim!;
     const transaction = context.transaction!;
     try {
-      if ('error' in outcome || settings.responseHandled) {
+      // A stream (a file) is sent by the adapter, which no longer will: what it would have
+      // carried is not known here, so it is no answer to store, and the retry runs again.
+      const stream = 'value' in outcome ? resultStream(outcome.value) : undefined;
+      stream?.destroy();
+      if ('error' in outcome || settings.responseHandled || stream) {
         await transaction.rollback();
         await this.releaseQuietly(context, false);
         return;
@@ -637,6 +693,9 @@ function writesOwnResponse(controller: object, method: string): boolean {
 function eventOf(context: IdempotencyContext): IdempotencyEvent {
   return { route: context.route, tenant: context.claim!.tenantId, key: context.claim!.key };
 }
+
+const STREAM_FAILED =
+  'The response stream failed before it was complete; nothing was stored. Retry with the same key.';
 
 /** The final answer of a response too large to store: a 500 that is itself stored. */
 function tooLarge(route: ResolvedRouteOptions): StoredResponse {
