@@ -5,6 +5,7 @@ import { type OtelMeterProvider } from './events/otel-meter.js';
 import { type SealingKey } from './storage/response-sealer.js';
 import { type ClaimStore } from './storage/claim-store.interface.js';
 import { type ResponseBodyStore } from './storage/bodies/response-body-store.interface.js';
+import { type ProblemRenderer } from './http/problem.js';
 
 export { type IdempotencyRequest } from './http/idempotency-request.js';
 
@@ -246,6 +247,23 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    * @default false
    */
   debugEvents?: boolean;
+  /**
+   * Gives the library's answers the app's own error shape. Every answer the library writes
+   * goes through it: its refusals (400 key missing or invalid, 422, 409 in progress), the
+   * failures it meets at commit (409 `lease_lost`, 503 when the store failed, 500
+   * `response_too_large`, which is stored and replayed as shaped), and those of
+   * `IdempotencyErrorFilter`. It receives the RFC 9457 problem (`status`, `headers` with any
+   * `Retry-After`, `body` with `code`, `title`, `detail`) and returns the answer: the body is
+   * sent as JSON, `Content-Type` is `application/json` unless `headers` says otherwise, and
+   * `Retry-After` is kept. If it throws, the problem goes out as it is (and is logged).
+   * @default undefined (answers are `application/problem+json`)
+   * @example
+   * // Stripe-style clients throw on bodies with an `error` member:
+   * renderProblem: (problem) => ({
+   *   body: { error: { type: 'idempotency_error', code: problem.body.code, message: problem.body.detail } },
+   * })
+   */
+  renderProblem?: ProblemRenderer;
 }
 
 /** The options with every default filled in: what the library works with. */
@@ -267,6 +285,8 @@ export interface ResolvedIdempotencyOptions {
   storeIf: (status: number) => boolean;
   metrics: boolean | { meterProvider: OtelMeterProvider };
   debugEvents: boolean;
+  /** The app's shape of the library's answers; undefined for problem+json. */
+  renderProblem?: ProblemRenderer;
   /** The encryption keys, the sealing one first; undefined when responses are stored plain. */
   sealingKeys?: SealingKey[];
   /** The stores given in `claimStores`; `'postgres'` is added by the module. */

@@ -122,6 +122,15 @@ function resolveMetrics(metrics: IdempotencyModuleOptions['metrics']) {
   return metrics;
 }
 
+function resolveRenderProblem(render: IdempotencyModuleOptions['renderProblem']) {
+  if (render !== undefined && typeof render !== 'function') {
+    throw new InvalidIdempotencyOptionsError(
+      'renderProblem must be a function (problem) => ({ status?, headers?, body })',
+    );
+  }
+  return render;
+}
+
 function resolveStoreIf(storeIf: ((status: number) => boolean) | undefined) {
   if (storeIf !== undefined && typeof storeIf !== 'function') {
     throw new InvalidIdempotencyOptionsError('storeIf must be a function (status) => boolean');
@@ -397,6 +406,7 @@ export function resolveIdempotencyOptions(
     storeIf: resolveStoreIf(options.storeIf),
     metrics: resolveMetrics(options.metrics),
     debugEvents: options.debugEvents ?? false,
+    renderProblem: resolveRenderProblem(options.renderProblem),
     replayCache: {
       size: nonNegativeInteger(
         'replayCacheSize',

@@ -22,7 +22,7 @@ import { InvalidJsonError } from './fingerprint/canonical-json.js';
 import { computeFingerprint, fingerprintInput } from './fingerprint/fingerprint.js';
 import { classifyCommitError, classifyHandlerError } from './failure.js';
 import { onStreamError, renderResult, resultStream } from './http/handler-result.js';
-import { PROBLEM_CONTENT_TYPE, problemResponse, toProblem } from './http/problem.js';
+import { answerProblem, PROBLEM_CONTENT_TYPE, problemResponse } from './http/problem.js';
 import { pinContentType } from './http/pin-content-type.js';
 import { holdResponse, send } from './http/response-hold.js';
 import { whileSubscribed } from './http/while-subscribed.js';
@@ -255,20 +255,20 @@ export class IdempotencyInterceptor implements NestInterceptor {
         const answer = handlerError ? written : (context.finished ?? written);
         // finish()'s own answer is measured too: it is what would be stored.
         if (answer.body.length > route.maxResponseBytes) {
-          return this.commit(context, fingerprint, tooLarge(route), true);
+          return this.commit(context, fingerprint, this.tooLarge(route), true);
         }
         const stored = await this.commit(context, fingerprint, answer, handlerError);
         return stored === written ? undefined : stored;
       },
       // Only a bug in the commit path gets here: nothing is stored, the lease runs out.
-      (error) => problemResponse(classifyCommitError(error)),
+      (error) => this.problemResponse(classifyCommitError(error)),
       {
         maxBytes: route.maxResponseBytes,
         // Too large to store: the handler's effects roll back, and the 500 is its final
         // answer (a retry would only grow the same response again, and on a route that is not
         // atomic repeat its writes).
         // A stream that failed past the limit changes nothing: whole, it was too large too.
-        onOverflow: () => this.commit(context, fingerprint, tooLarge(route), true),
+        onOverflow: () => this.commit(context, fingerprint, this.tooLarge(route), true),
       },
       route.storedHeaders,
     );
@@ -361,7 +361,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const stored = await this.finish(context, answer, handlerFailed ? undefined : transaction);
       if (!stored) {
         publish('leaseLost', () => eventOf(context));
-        return problemResponse(new IdempotencyLeaseLostError());
+        return this.problemResponse(new IdempotencyLeaseLostError());
       }
       this.remember(claim, fingerprint, answer, this.options.retentionMs);
       publish('stored', () => ({
@@ -380,7 +380,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       this.logger.warn(`the response of key ${claim.key} was not stored: ${String(error)}`);
       const problem = classifyCommitError(error);
       publish('released', () => ({ ...eventOf(context), reason: problem.code }));
-      return problemResponse(problem);
+      return this.problemResponse(problem);
     }
   }
 
@@ -399,7 +399,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     this.logger.warn(`the response stream of key ${context.claim!.key} failed: ${String(error)}`);
     const problem = new RetryLaterError(STREAM_FAILED, 1);
     publish('released', () => ({ ...eventOf(context), reason: problem.code }));
-    return problemResponse(problem);
+    return this.problemResponse(problem);
   }
 
   /**
@@ -471,7 +471,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         );
       const overflow = rendered.body.length > settings.route.maxResponseBytes;
       if (overflow) await transaction.rollback();
-      const answer = overflow ? tooLarge(settings.route) : rendered;
+      const answer = overflow ? this.tooLarge(settings.route) : rendered;
       if (!this.options.storeIf(answer.status)) {
         await transaction.rollback();
         await this.releaseQuietly(context, false);
@@ -597,14 +597,32 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   /** The library's error as the HttpException the filters render, its headers set. */
   private toHttp(response: object, error: IdempotencyError): HttpException {
-    const problem = toProblem(error);
+    const answer = this.answer(error);
     const adapter = this.adapterHost.httpAdapter;
-    for (const [name, value] of Object.entries(problem.headers)) {
+    for (const [name, value] of Object.entries(answer.headers)) {
       adapter.setHeader(response, name, value);
     }
-    pinContentType(rawResponse(response), problem.headers['content-type'] ?? PROBLEM_CONTENT_TYPE);
-    return new HttpException(problem.body, problem.status, { cause: error });
+    pinContentType(rawResponse(response), answer.headers['content-type'] ?? PROBLEM_CONTENT_TYPE);
+    return new HttpException(answer.body, answer.status, { cause: error });
   }
+
+  /** Every answer of the library's is made here: the problem, in the app's shape if it has one. */
+  private answer(error: IdempotencyError) {
+    return answerProblem(error, this.options.renderProblem, this.renderFailed);
+  }
+
+  /** The answer as bytes, for the paths that write (and store) it themselves. */
+  private problemResponse(error: IdempotencyError): StoredResponse {
+    return problemResponse(error, this.options.renderProblem, this.renderFailed);
+  }
+
+  /** The final answer of a response too large to store: a 500 that is itself stored. */
+  private tooLarge(route: ResolvedRouteOptions): StoredResponse {
+    return this.problemResponse(new IdempotencyResponseTooLargeError(route.maxResponseBytes));
+  }
+
+  private readonly renderFailed = (reason: unknown) =>
+    this.logger.error(`renderProblem failed, the problem went out as it is: ${String(reason)}`);
 
   /** A route's settings, read from its metadata once and kept for the next requests. */
   private routeSettings(context: ExecutionContext): RouteSettings {
@@ -696,11 +714,6 @@ function eventOf(context: IdempotencyContext): IdempotencyEvent {
 
 const STREAM_FAILED =
   'The response stream failed before it was complete; nothing was stored. Retry with the same key.';
-
-/** The final answer of a response too large to store: a 500 that is itself stored. */
-function tooLarge(route: ResolvedRouteOptions): StoredResponse {
-  return problemResponse(new IdempotencyResponseTooLargeError(route.maxResponseBytes));
-}
 
 /** Node's response under either adapter: Express's is one, Fastify's reply wraps it. */
 function rawResponse(response: object): ServerResponse {

@@ -49,7 +49,13 @@ export {
   RetryLaterError,
   TransientDatabaseError,
 } from './idempotency.errors.js';
-export { type Problem, PROBLEM_CONTENT_TYPE, toProblem } from './http/problem.js';
+export {
+  type Problem,
+  PROBLEM_CONTENT_TYPE,
+  type ProblemRenderer,
+  type RenderedProblem,
+  toProblem,
+} from './http/problem.js';
 export { IdempotencyErrorFilter } from './http/idempotency-error.filter.js';
 export { IDEMPOTENCY_CHANNELS, type IdempotencyEvent } from './events/idempotency-events.js';
 export {
