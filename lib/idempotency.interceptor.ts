@@ -20,6 +20,7 @@ import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { decide } from './decide.js';
 import { InvalidJsonError } from './fingerprint/canonical-json.js';
 import { computeFingerprint, fingerprintInput } from './fingerprint/fingerprint.js';
+import { UnreadBodyError } from './fingerprint/unseen-body.js';
 import { classifyCommitError, classifyHandlerError } from './failure.js';
 import { onStreamError, renderResult, resultStream } from './http/handler-result.js';
 import { answerProblem, PROBLEM_CONTENT_TYPE, problemResponse } from './http/problem.js';
@@ -118,8 +119,18 @@ export class IdempotencyInterceptor implements NestInterceptor {
       fingerprint = computeFingerprint(fingerprintInput(request, route));
     } catch (error) {
       // A body the parser took but that is not one JSON value (duplicate keys, say).
-      if (!(error instanceof InvalidJsonError)) throw error;
-      return this.fail(response, new IdempotencyRequestInvalidError(error.message));
+      if (error instanceof InvalidJsonError) {
+        return this.fail(response, new IdempotencyRequestInvalidError(error.message));
+      }
+      // A body no parser read: a type the app does not take, or an upload read too late.
+      if (error instanceof UnreadBodyError) {
+        this.logger.warn(
+          `${settings.name}: refused a request (400), ${error.message}, so the fingerprint ` +
+            `would leave its body out; if the route takes such bodies: ${error.advice}`,
+        );
+        return this.fail(response, new IdempotencyRequestInvalidError(error.message));
+      }
+      throw error;
     }
     const raw = rawResponse(response);
     const execute = (claim: ActiveClaim) =>
