@@ -107,13 +107,13 @@ export function answerProblem(
   const problem = toProblem(error);
   if (!render) return problem;
   try {
-    const rendered = render(problem);
-    const status = rendered?.status ?? problem.status;
+    const rendered = render(problem) as RenderedProblem | undefined;
+    if (typeof rendered?.body !== 'object' || rendered.body === null) {
+      throw new TypeError('renderProblem returned no body object');
+    }
+    const status = rendered.status ?? problem.status;
     if (!Number.isInteger(status) || status < 200 || status > 599) {
       throw new TypeError(`renderProblem returned status ${String(status)}, not 200 to 599`);
-    }
-    if (typeof rendered.body !== 'object' || rendered.body === null) {
-      throw new TypeError('renderProblem returned no body object');
     }
     const headers: Record<string, string> = { 'content-type': RENDERED_CONTENT_TYPE };
     if (problem.headers['retry-after']) headers['retry-after'] = problem.headers['retry-after'];
