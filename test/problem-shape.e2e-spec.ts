@@ -90,16 +90,48 @@ class ShapeController {
   }
 }
 
+/** The problems' titles, which the Nest shape puts in `error`. */
+const TITLES: Record<string, string> = {
+  key_missing: 'Idempotency key missing',
+  key_invalid: 'Idempotency key invalid',
+  key_mismatch: 'Idempotency key reused',
+  key_in_progress: 'Request in progress',
+  lease_lost: 'Idempotency lease lost',
+  store_unavailable: 'Idempotency store unavailable',
+  response_too_large: 'Response too large to store',
+  retry_later: 'Retry later',
+};
+
+/** The messages (the problems' `detail`), which both shapes carry. */
+const MESSAGES: Record<string, string> = {
+  key_missing: 'The Idempotency-Key header is required on this route; send one key per operation.',
+  key_invalid: 'The Idempotency-Key header is invalid: it is longer than 255 characters.',
+  key_mismatch:
+    'This idempotency key was already used with a different request (method, path or body); ' +
+    'use a new key for a new operation.',
+  key_in_progress: 'A request with this idempotency key is still being processed; retry later.',
+  lease_lost:
+    'This request lost its claim on the idempotency key to another worker; ' +
+    'retry to receive the stored result.',
+  store_unavailable:
+    'The idempotency store became unavailable before the response could be stored. ' +
+    'Retry later with the same key: completed atomic phases are not run again.',
+  response_too_large:
+    "The response is larger than this route's maxResponseBytes (64 bytes): it cannot " +
+    'be stored for replays, so nothing of the request was committed.',
+  retry_later: 'The ledger is busy',
+};
+
 /** Nest's own error shape, as `HttpException` answers by default. */
 const nestShape = {
   name: 'Nest default',
   render: (problem: Problem) => ({
     body: { statusCode: problem.status, message: problem.body.detail, error: problem.body.title },
   }),
-  expected: (status: number, code: string) => ({
+  expected: (status: number, code: string, message: string) => ({
     statusCode: status,
-    message: expect.any(String) as unknown,
-    error: expect.any(String) as unknown,
+    message,
+    error: TITLES[code],
     code,
   }),
 };
@@ -116,12 +148,8 @@ const stripeShape = {
       },
     },
   }),
-  expected: (status: number, code: string) => ({
-    error: {
-      type: status >= 500 ? 'api_error' : 'idempotency_error',
-      code,
-      message: expect.any(String) as unknown,
-    },
+  expected: (status: number, code: string, message: string) => ({
+    error: { type: status >= 500 ? 'api_error' : 'idempotency_error', code, message },
   }),
 };
 
@@ -173,7 +201,7 @@ describe.each(ADAPTERS)('the library’s answers in the app’s own shape on %s'
     function expectShaped(res: request.Response, status: number, code: string) {
       expect(res.status).toBe(status);
       expect(res.headers['content-type']).toMatch(/^application\/json/);
-      expect(res.body).toEqual(shape.expected(status, code));
+      expect(res.body).toEqual(shape.expected(status, code, MESSAGES[code]));
       expect(codeOf(res.body as Record<string, unknown>)).toBe(code);
     }
 
