@@ -134,6 +134,55 @@ onRedis.each(ADAPTERS)('the Redis claim store (%s)', (adapter) => {
   });
 });
 
+/**
+ * The replay cache answers retries from memory; its entries must never outlive the store's own
+ * retention of the key. Redis drops a finished key on its own (its TTL), while the module's
+ * retention (24 h by default) says nothing of it: an entry kept by that one replayed, from
+ * memory, a key Redis had long expired.
+ */
+onRedis.each(ADAPTERS)('the replay cache over the Redis store (%s)', (adapter) => {
+  let redis: TestRedis;
+  let s: Scenario;
+  beforeAll(async () => {
+    redis = await startTestRedis();
+    s = await startScenario('redis_cache', adapter, {
+      claimStores: { redis: new RedisClaimStore(redis.client(), { retentionMs: 600 }) },
+      claimStore: 'redis',
+      atomic: false,
+      // The cache is on (its defaults: 60 s, 10,000 entries), and the module's retention is
+      // its default, 24 h: only the store knows its keys go after 600 ms.
+    });
+  });
+  afterAll(async () => {
+    await s?.close();
+    await redis?.stop();
+  });
+  const post = (key: string, amount: number) =>
+    request(s.server())
+      .post('/orders')
+      .set('X-Tenant-Id', '1')
+      .set('Idempotency-Key', key)
+      .send({ amount });
+
+  it('answers a key from memory no longer than Redis keeps it', async () => {
+    const key = `cached-${Date.now()}`;
+    expect((await post(key, 3)).status).toBe(201);
+    const replay = await post(key, 3);
+    expect([replay.status, replay.headers['idempotent-replayed']]).toEqual([201, 'true']);
+    // Past the key's retention in Redis (600 ms), with a margin for a loaded machine.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    expect(await redis.client().keys('idempotency:*')).toEqual([]);
+    // The key is new again: the same request runs (not replayed), another one is not a 422.
+    const again = await post(key, 3);
+    expect([again.status, again.headers['idempotent-replayed']]).toEqual([201, undefined]);
+    expect(await s.sideEffects()).toBe(2);
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const other = await post(key, 4);
+    expect([other.status, other.headers['idempotent-replayed']]).toEqual([201, undefined]);
+    expect(await s.sideEffects()).toBe(3);
+  });
+});
+
 describe('a claim store outside the database', () => {
   it('is refused at start-up on an atomic route, naming the route and the way out', async () => {
     const database = await createTestDatabase('redis_refused');
