@@ -183,6 +183,78 @@ onRedis.each(ADAPTERS)('the replay cache over the Redis store (%s)', (adapter) =
   });
 });
 
+/**
+ * The Redis store's `timeoutMs` as the PostgreSQL store's: once the client was told 503
+ * ("nothing was executed"), no claim of that request lands. A script waiting behind a paused
+ * server, or in ioredis's offline queue while the server is down, would otherwise run when it
+ * wakes, and hold the key for a lease: the retry got 409 for 30 s.
+ */
+onRedis.each(ADAPTERS)('the Redis store past its timeout (%s)', (adapter) => {
+  let redis: TestRedis;
+  let s: Scenario;
+  let storeClient: Redis;
+  const lease = 30_000;
+  beforeAll(async () => {
+    redis = await startTestRedis();
+    // ioredis's own default: a command waits out 20 reconnections in its offline queue.
+    storeClient = redis.client({ maxRetriesPerRequest: 20 });
+    s = await startScenario('redis_timeout', adapter, {
+      claimStores: { redis: new RedisClaimStore(storeClient, { timeoutMs: 2000 }) },
+      claimStore: 'redis',
+      atomic: false,
+      leaseMs: lease,
+      replayCacheSize: 0,
+    });
+  });
+  afterAll(async () => {
+    await s?.close();
+    await redis?.stop();
+  });
+  const post = (key: string) =>
+    request(s.server())
+      .post('/orders')
+      .set('X-Tenant-Id', '1')
+      .set('Idempotency-Key', key)
+      .send({ amount: 7 });
+  const held = (key: string) => redis.client().exists(`idempotency:${JSON.stringify(['1', key])}`);
+  const unavailable = {
+    status: 503,
+    code: 'store_unavailable',
+    detail: 'The idempotency store is unavailable; nothing was executed. Retry later.',
+  };
+  const problem = (response: request.Response) => {
+    const body = JSON.parse(response.text) as { status: number; code: string; detail: string };
+    return { status: response.status, code: body.code, detail: body.detail };
+  };
+
+  it('leaves no claim behind a 503 when Redis was paused longer than the timeout', async () => {
+    const key = `paused-${Date.now()}`;
+    const paused = redis.pause(4000);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const first = await post(key);
+    expect(problem(first)).toEqual(unavailable);
+    await paused; // Redis ran what waited for it
+    expect(await held(key)).toBe(0);
+    const retry = await post(key);
+    expect([retry.status, retry.headers['idempotent-replayed']]).toEqual([201, undefined]);
+    expect(await s.sideEffects()).toBe(1);
+  });
+
+  it('leaves no claim behind a 503 when the claim waited in the offline queue', async () => {
+    const key = `offline-${Date.now()}`;
+    await redis.down();
+    const first = await post(key);
+    expect(problem(first)).toEqual(unavailable);
+    await redis.up();
+    // Queued after the claim: once it is answered, the client reconnected and Redis ran both.
+    expect(await storeClient.ping()).toBe('PONG');
+    expect(await held(key)).toBe(0);
+    const retry = await post(key);
+    expect([retry.status, retry.headers['idempotent-replayed']]).toEqual([201, undefined]);
+    expect(await s.sideEffects()).toBe(2);
+  });
+});
+
 describe('a claim store outside the database', () => {
   it('is refused at start-up on an atomic route, naming the route and the way out', async () => {
     const database = await createTestDatabase('redis_refused');
