@@ -3,6 +3,7 @@ import amqplib from 'amqplib';
 import { randomBytes } from 'node:crypto';
 import { NATS_URL, onNats, onRabbitMq, RABBITMQ_URL, until } from './support/brokers.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
+import { TcpProxy } from './support/tcp-proxy.js';
 import { startWorker, type WorkerProcess } from './support/worker-process.js';
 
 /**
@@ -177,6 +178,62 @@ describe('messages PostgreSQL cannot store as given', () => {
       expect(worker.output()).toContain(
         `a failed delivery of uncountable-${account} was not counted`,
       );
+    });
+  });
+
+  onRabbitMq('on RabbitMQ, with the database down', () => {
+    let connection: amqplib.ChannelModel;
+    let channel: amqplib.Channel;
+    let worker: WorkerProcess;
+    const proxy = new TcpProxy('127.0.0.1', 5432);
+    const queue = `idem-outage-${randomBytes(4).toString('hex')}`;
+
+    beforeAll(async () => {
+      connection = await amqplib.connect(RABBITMQ_URL);
+      channel = await connection.createChannel();
+      await channel.assertQueue(`${queue}.dead`, { durable: false });
+      await proxy.start();
+      const url = new URL(db.url);
+      url.port = String(proxy.port);
+      worker = await startWorker('test/support/message-worker.js', {
+        DATABASE_URL: url.toString(),
+        TRANSPORT: 'rmq',
+        QUEUE: queue,
+        WORKER: 'outage',
+        MAX_ATTEMPTS: '3',
+        SETTLEMENTS: '1',
+      });
+    });
+    afterAll(async () => {
+      await worker?.kill();
+      await proxy.stop();
+      await channel?.deleteQueue(queue);
+      await channel?.deleteQueue(`${queue}.dead`);
+      await connection?.close();
+    });
+
+    it('neither dead-letters a message nor spins on it while the database is unreachable', async () => {
+      const account = `outage-${randomBytes(3).toString('hex')}`;
+      await proxy.refuse();
+      channel.sendToQueue(
+        queue,
+        Buffer.from(
+          JSON.stringify({ pattern: 'settlement.created', data: { account, amount: 1 } }),
+        ),
+        { messageId: `m-${account}` },
+      );
+      await new Promise((resolve) => setTimeout(resolve, 3000));
+      const during = [
+        ...worker.output().matchAll(new RegExp(`^settled ${account} (\\w+)$`, 'gm')),
+      ].map(([, outcome]) => outcome);
+      // Backed off (0.1, 0.2, 0.4, 0.8, 1.6 s...): a handful in 3 s, each put back, none given up.
+      expect(during.length).toBeGreaterThanOrEqual(2);
+      expect(during.length).toBeLessThanOrEqual(12);
+      expect(new Set(during)).toEqual(new Set(['requeue']));
+      await proxy.restore();
+      await until(async () => (await applied(account)) === 1, 'the delivery after the outage');
+      expect((await channel.checkQueue(`${queue}.dead`)).messageCount).toBe(0);
+      expect(await failureOf(`m-${account}`)).toBeUndefined(); // the outage counted nothing
     });
   });
 
