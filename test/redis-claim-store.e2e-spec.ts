@@ -353,6 +353,33 @@ onRedis('the Redis claim store, on its own', () => {
     expect((await store.claim(scope, fp, 700)).kind).toBe('claimed');
   });
 
+  it('lands no takeover after its 503: a retry takes the key over once Redis is back', async () => {
+    const store = new RedisClaimStore(redis.client(), { timeoutMs: 1000 });
+    const scope = { tenantId: '1', key: `late-takeover-${Date.now()}` };
+    const first = await store.claim(scope, fp, 100);
+    if (first.kind !== 'claimed') throw new Error('expected a claim');
+    await sleep(300); // its worker is gone: the lease has run out
+    const expired = await store.claim(scope, fp, 100);
+    if (expired.kind !== 'existing' || expired.existing.state !== 'started') {
+      throw new Error('expected the expired claim');
+    }
+    const paused = redis.pause(2500);
+    await sleep(100);
+    await expect(store.takeOver(scope, expired.existing.fence, 30_000)).rejects.toThrow(
+      'The idempotency store is unavailable; nothing was executed. Retry later.',
+    );
+    await paused;
+    // The late takeover did nothing: the lease is still expired, and the retry wins it.
+    const again = await store.claim(scope, fp, 100);
+    if (again.kind !== 'existing' || again.existing.state !== 'started') {
+      throw new Error('expected the unfinished claim');
+    }
+    expect(again.existing.leaseExpired).toBe(true);
+    expect(await store.takeOver(scope, again.existing.fence, 30_000)).toMatchObject({
+      lockVersion: '1',
+    });
+  });
+
   it('keeps a body stored by pointer as long as its Redis key, whatever the module purges', async () => {
     const db = new IdempotencyDatabase(() => database.dataSource, 5000);
     const bodies = new PostgresBodyStore(db);
