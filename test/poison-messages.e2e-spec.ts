@@ -268,16 +268,23 @@ describe('messages PostgreSQL cannot store as given', () => {
       }
     };
 
-    it('refuses a Nats-Msg-Id with a NUL, saying why, and applies the next message', async () => {
-      const account = `n-nul-${randomBytes(3).toString('hex')}`;
-      await publish(`n-nul-\u0000-${account}`, { account, amount: 1 });
-      await publish(`n-${account}-next`, { account: `${account}-next`, amount: 1 });
-      await until(async () => (await applied(`${account}-next`)) === 1, 'the next message');
-      expect(await applied(account)).toBe(0);
-      expect(worker.output()).toContain(
-        `the message id ${JSON.stringify(`n-nul-\u0000-${account}`).slice(0, 60)}`,
-      );
-    });
+    it.each([
+      ['a NUL', (account: string) => `n-nul-\u0000-${account}`, 'holds a NUL character'],
+      ['10 KB', (account: string) => `${account}-${'n'.repeat(10_240)}`, 'is over 255 characters'],
+    ])(
+      'refuses a Nats-Msg-Id with %s, saying why, and applies the next message',
+      async (_name, idOf, reason) => {
+        const account = `n-id-${randomBytes(3).toString('hex')}`;
+        await publish(idOf(account), { account, amount: 1 });
+        await publish(`n-${account}-next`, { account: `${account}-next`, amount: 1 });
+        await until(async () => (await applied(`${account}-next`)) === 1, 'the next message');
+        expect(await applied(account)).toBe(0);
+        expect(worker.output()).toContain(
+          `the message id ${JSON.stringify(idOf(account)).slice(0, 60)}`,
+        );
+        expect(worker.output()).toContain(`cannot be stored: it ${reason}`);
+      },
+    );
 
     it('counts a handler error with a NUL, storably', async () => {
       const account = `n-err-${randomBytes(3).toString('hex')}`;
