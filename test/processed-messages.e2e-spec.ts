@@ -46,7 +46,7 @@ describe('ProcessedMessages errors', () => {
       'messageId cannot be stored: it holds a lone surrogate (not Unicode)',
     ],
     [
-      'a consumer with a NUL',
+      'a consumer name with a NUL',
       'c\u0000',
       'm-ok',
       'consumer cannot be stored: it holds a NUL character',
