@@ -50,7 +50,7 @@ import {
 } from './idempotency-options.interface.js';
 import { InvalidIdempotencyOptionsError, resolveRouteOptions } from './idempotency-options.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
-import { ReplayCache } from './replay-cache.js';
+import { keyRetentionMs, ReplayCache } from './replay-cache.js';
 import {
   type ClaimStore,
   isTransactional,
@@ -180,8 +180,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
         switch (decision.kind) {
           case 'replay':
             if (outcome.existing.state === 'done') {
-              const left = this.options.retentionMs - (outcome.existing.finishedAgeMs ?? Infinity);
-              this.remember(scope, fingerprint, decision.response, left);
+              this.remember(
+                scope,
+                fingerprint,
+                decision.response,
+                store,
+                outcome.existing.finishedAgeMs ?? Infinity,
+              );
             }
             publish('replayed', () => ({
               ...event(),
@@ -374,7 +379,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         publish('leaseLost', () => eventOf(context));
         return this.problemResponse(new IdempotencyLeaseLostError());
       }
-      this.remember(claim, fingerprint, answer, this.options.retentionMs);
+      this.remember(claim, fingerprint, answer, context.claimStore!, 0);
       publish('stored', () => ({
         ...eventOf(context),
         status: answer.status,
@@ -490,7 +495,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         return;
       }
       if (await this.finish(context, answer, overflow ? undefined : transaction)) {
-        this.remember(claim, fingerprint, answer, this.options.retentionMs);
+        this.remember(claim, fingerprint, answer, context.claimStore!, 0);
         publish('stored', () => ({ ...eventOf(context), status: answer.status }));
       } else {
         this.logger.warn(`key ${claim.key}: lease lost before the late answer was stored`);
@@ -537,19 +542,25 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return () => clearInterval(timer);
   }
 
-  /** Keeps a finished key in this process's memory, for the retries that come back here. */
+  /**
+   * Keeps a finished key in this process's memory, for the retries that come back here, never
+   * longer than `store` keeps it: a store that expires its keys on its own (Redis) may drop
+   * them well before the module's retention.
+   */
   private remember(
     scope: KeyScope,
     fingerprint: Buffer,
     response: StoredResponse,
-    retentionLeftMs: number,
+    store: ClaimStore,
+    finishedAgeMs: number,
   ): void {
+    const retentionMs = keyRetentionMs(this.options.retentionMs, store.expiresKeysAfterMs);
     this.cache.set(
       scope.tenantId,
       scope.key,
       fingerprint,
       response,
-      retentionLeftMs,
+      retentionMs - finishedAgeMs,
       performance.now(),
     );
   }

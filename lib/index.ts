@@ -7,6 +7,7 @@ export { IdempotentMessage } from './messages/idempotent-message.decorator.js';
 export {
   IdempotentMessageInterceptor,
   MessageIdMissingError,
+  MessageIdUnusableError,
 } from './messages/idempotent-message.interceptor.js';
 export { type IdempotentMessageOptions } from './messages/idempotent-message.options.js';
 export {
