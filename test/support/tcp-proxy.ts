@@ -13,8 +13,13 @@ export class TcpProxy {
 
   constructor(
     private readonly targetHost: string,
-    private readonly targetPort: number,
+    private targetPort: number,
   ) {}
+
+  /** New connections go to `port` from now on (a balancer's other instance, say). */
+  forwardTo(port: number): void {
+    this.targetPort = port;
+  }
 
   async start(port = 0): Promise<void> {
     this.server = createServer((client) => {
