@@ -4,6 +4,7 @@ import { type OtelMeterProvider } from './events/idempotency-metrics.js';
 import { type SealingKey } from './storage/response-sealer.js';
 import { type ClaimStore } from './storage/claim-store.interface.js';
 import { type ResponseBodyStore } from './storage/bodies/response-body-store.interface.js';
+import { type IsolationLevel } from './transaction/isolation-level.js';
 
 /**
  * The request as the adapter gives it: Express's `Request` or Fastify's `FastifyRequest`.
@@ -73,6 +74,15 @@ export interface IdempotencyRouteOptions {
    * @default true
    */
   atomic?: boolean;
+  /**
+   * The isolation level the request's transaction begins at (its reads then run in it too,
+   * none before it). Without it, the first nested transaction that asks for a level
+   * (`dataSource.transaction('SERIALIZABLE', …)`, `@Transactional({ isolationLevel })`) sets it,
+   * if it comes before any write; one that asks for a stronger level later is refused, since
+   * PostgreSQL cannot raise a transaction's level once it began.
+   * @default the DataSource's isolationLevel, else PostgreSQL's default (READ COMMITTED)
+   */
+  isolationLevel?: IsolationLevel;
   /**
    * The deepest nesting of arrays and objects a JSON body may have (at most 512); deeper is a
    * 400 `request_invalid`, answered before anything is claimed.
@@ -295,6 +305,7 @@ export interface ResolvedRouteOptions {
   fingerprintQuery: boolean;
   heartbeat: boolean;
   atomic: boolean;
+  isolationLevel?: IsolationLevel;
   json: JsonLimits;
   maxResponseBytes: number;
   /** Lower-cased: the three the library always keeps, then `replayHeaders`. */

@@ -2,6 +2,7 @@ import { type INestApplication } from '@nestjs/common';
 import { Client } from 'pg';
 import request from 'supertest';
 import { ADAPTERS } from './support/bootstrap.js';
+import { startWorker, type WorkerProcess } from './support/worker-process.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import {
   createSeamApp,
@@ -162,6 +163,49 @@ describe.each(ADAPTERS)('the transaction seam on %s', (adapter) => {
       expect(await bookings()).toBe(1);
     });
 
+    it.each([
+      ['a weaker nested transaction', 'tx-repeatable-read', { level: 'serializable' }, 1],
+      ['a nested one at the same level', 'tx-serializable', { level: 'serializable' }, 1],
+      [
+        'a stronger one after a write (the route is already there)',
+        'stronger-after-write',
+        { orders: 2 },
+        2,
+      ],
+    ])(
+      'a route with isolationLevel SERIALIZABLE begins at it; %s joins it',
+      async (_name, cell, answer, orders) => {
+        const body = { tag: tag(`route-${cell}`) };
+        const first = await post(`/serializable-route/${cell}`, body.tag, body);
+        expect(first.status).toBe(201);
+        expect(first.body).toEqual({ cell, ...answer });
+        const again = await post(`/serializable-route/${cell}`, body.tag, body);
+        expect(again.text).toBe(first.text);
+        expect(await count('orders', body.tag)).toBe(orders);
+      },
+    );
+
+    it('a route with isolationLevel SERIALIZABLE: the write-skew race, its read a plain repository read, gives one 201 and one 503', async () => {
+      const slot = tag('slot-route');
+      const bodies = [
+        { tag: tag('route-a'), slot },
+        { tag: tag('route-b'), slot },
+      ];
+      const answers = await Promise.all(
+        bodies.map((body) => post('/serializable-route/book', body.tag, body)),
+      );
+      expect(answers.map((res) => res.status).sort()).toEqual([201, 503]);
+      const loser = answers.findIndex((res) => res.status === 503);
+      expect(answers[loser].body).toMatchObject({ code: 'database_transient', status: 503 });
+      const retry = await post('/serializable-route/book', bodies[loser].tag, bodies[loser]);
+      expect(retry.status).toBe(409);
+      const { rows } = await db.query<{ n: string }>(
+        'SELECT count(*) AS n FROM bookings WHERE slot = $1',
+        [slot],
+      );
+      expect(Number(rows[0].n)).toBe(1);
+    });
+
     it('the same race without an isolation level books the slot twice (the race is real)', async () => {
       const slot = tag('slot-plain');
       const bodies = [
@@ -268,6 +312,95 @@ describe.each(ADAPTERS)('the transaction seam on %s', (adapter) => {
         expect(await count('audit', body.tag)).toBe(effects.audit ?? 0);
       },
     );
+  });
+
+  describe('@nestjs-cls/transactional', () => {
+    let worker: WorkerProcess;
+    beforeAll(async () => {
+      worker = await startWorker('test/support/seam-cls-worker.js', {
+        DATABASE_URL: database.url,
+        ADAPTER: adapter,
+      });
+    });
+    afterAll(() => worker?.kill());
+    const send = (path: string, key: string, body: SeamBody) =>
+      request(worker.url).post(path).set('Idempotency-Key', key).send(body);
+    const INTERNAL = { statusCode: 500, message: 'Internal server error' };
+
+    it.each<[string, 'alone' | 'in-outer', number, number]>([
+      ['required', 'alone', 201, 1],
+      ['requires-new', 'alone', 201, 1],
+      ['nested', 'alone', 201, 1],
+      ['supports', 'alone', 201, 1],
+      ['mandatory', 'alone', 500, 0],
+      ['not-supported', 'alone', 201, 1],
+      ['never', 'alone', 201, 1],
+      ['required', 'in-outer', 201, 2],
+      ['requires-new', 'in-outer', 201, 2],
+      ['nested', 'in-outer', 201, 2],
+      ['supports', 'in-outer', 201, 2],
+      ['mandatory', 'in-outer', 201, 2],
+      ['not-supported', 'in-outer', 201, 2],
+      ['never', 'in-outer', 500, 0],
+    ])(
+      'Propagation %s, %s: %i, %i orders, replayed',
+      async (propagation, where, status, orders) => {
+        const body = { tag: tag(`cls-${propagation}-${where}`) };
+        const path = `/cls/${propagation}/${where}`;
+        const first = await send(path, body.tag, body);
+        expect(first.status).toBe(status);
+        expect(first.body).toEqual(status === 201 ? { propagation, where } : INTERNAL);
+        const again = await send(path, body.tag, body);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.text).toBe(first.text);
+        expect(await count('orders', body.tag)).toBe(orders);
+      },
+    );
+
+    it('@Transactional({ isolationLevel: SERIALIZABLE }) as the first work: the request’s transaction begins at it', async () => {
+      const body = { tag: tag('cls-serializable') };
+      const first = await send('/cls-isolation/first', body.tag, body);
+      expect(first.status).toBe(201);
+      expect(first.body).toEqual({ level: 'serializable' });
+      expect(await count('orders', body.tag)).toBe(1);
+    });
+
+    it('@Transactional(RequiresNew, { isolationLevel: SERIALIZABLE }) after a write is refused, saying to set it on the route', async () => {
+      const body = { tag: tag('cls-after-write') };
+      const first = await send('/cls-isolation/after-write', body.tag, body);
+      expect(first.status).toBe(500);
+      expect(first.body).toEqual({
+        error: 'IsolationLevelRefusedError',
+        message: expect.stringContaining(
+          "already began at READ COMMITTED, and PostgreSQL cannot raise a transaction's " +
+            "isolation level once it began. Set it on the route, @Idempotent({ isolationLevel: 'SERIALIZABLE' })",
+        ),
+      });
+      const again = await send('/cls-isolation/after-write', body.tag, body);
+      expect(again.text).toBe(first.text);
+      expect(await count('orders', body.tag)).toBe(0);
+    });
+
+    it('the write-skew race under @Transactional({ isolationLevel: SERIALIZABLE }): one 201, one 503, whose retry gets 409', async () => {
+      const slot = tag('slot-cls');
+      const bodies = [
+        { tag: tag('cls-a'), slot },
+        { tag: tag('cls-b'), slot },
+      ];
+      const answers = await Promise.all(
+        bodies.map((body) => send('/cls-isolation/book', body.tag, body)),
+      );
+      expect(answers.map((res) => res.status).sort()).toEqual([201, 503]);
+      const loser = answers.findIndex((res) => res.status === 503);
+      expect(answers[loser].body).toMatchObject({ code: 'database_transient', status: 503 });
+      const retry = await send('/cls-isolation/book', bodies[loser].tag, bodies[loser]);
+      expect(retry.status).toBe(409);
+      const { rows } = await db.query<{ n: string }>(
+        'SELECT count(*) AS n FROM bookings WHERE slot = $1',
+        [slot],
+      );
+      expect(Number(rows[0].n)).toBe(1);
+    });
   });
 
   /** Waits until every named left-over write has an outcome; returns them in order. */

@@ -323,6 +323,19 @@ class SeamController {
     // No isolation asked for: both requests book the slot (the control of the race).
     return this.cells.book(this.dataSource.manager, body);
   }
+
+  /** The route sets the level: the request's transaction begins at it, its reads in it. */
+  @Post('serializable-route/book')
+  @Idempotent({ isolationLevel: 'SERIALIZABLE' })
+  bookOnRoute(@Body() body: SeamBody) {
+    return this.cells.book(this.dataSource.manager, body);
+  }
+
+  @Post('serializable-route/:cell')
+  @Idempotent({ isolationLevel: 'SERIALIZABLE' })
+  async onRoute(@Param('cell') cell: string, @Body() body: SeamBody) {
+    return { cell, ...(await this.cells.run(cell, body)) };
+  }
 }
 
 /**
