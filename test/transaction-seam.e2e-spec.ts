@@ -137,6 +137,29 @@ describe.each(ADAPTERS)('the transaction seam on %s', (adapter) => {
       expect(await count('orders', body.tag)).toBe(0);
     });
 
+    it('nested SERIALIZABLE in SERIALIZABLE, then READ COMMITTED in it: savepoints of the SERIALIZABLE transaction', async () => {
+      const body = { tag: tag('nested-levels') };
+      const first = await once('nested-levels', body);
+      expect(first.status).toBe(201);
+      expect(first.body).toEqual({ cell: 'nested-levels', orders: 3 });
+      expect(await count('orders', body.tag)).toBe(3);
+    });
+
+    it('SERIALIZABLE nested in a REPEATABLE READ first transaction is refused: nothing committed, the refusal stored', async () => {
+      const body = { tag: tag('nested-stronger') };
+      const first = await once('nested-stronger', body);
+      expect(first.status).toBe(500);
+      expect(first.body).toEqual({
+        error: 'IsolationLevelRefusedError',
+        message:
+          "isolation level refused: the request's transaction already began at REPEATABLE READ, " +
+          "and PostgreSQL cannot raise a transaction's isolation level once it began. Set it on " +
+          "the route, @Idempotent({ isolationLevel: 'SERIALIZABLE' }), or make this transaction " +
+          "the handler's first database work",
+      });
+      expect(await count('orders', body.tag)).toBe(0);
+    });
+
     it('a write-skew race under SERIALIZABLE (two keys, one slot): one 201, one 503, whose retry is refused by the app’s rule', async () => {
       const slot = tag('slot');
       const bodies = [
@@ -312,6 +335,19 @@ describe.each(ADAPTERS)('the transaction seam on %s', (adapter) => {
         expect(await count('audit', body.tag)).toBe(effects.audit ?? 0);
       },
     );
+  });
+
+  it('a second DataSource is not joined: its write commits apart, and a rolled-back request’s retry writes it again', async () => {
+    const body = { tag: tag('second-rb') };
+    const first = await post('/seam/second-datasource-rolled-back', body.tag, body);
+    expect(first.status).toBe(503);
+    expect(first.body).toMatchObject({ code: 'retry_later' });
+    expect(await count('orders', body.tag)).toBe(0);
+    expect(await count('audit', body.tag)).toBe(1);
+    const retry = await once('second-datasource-rolled-back', body);
+    expect(retry.status).toBe(201);
+    expect(await count('orders', body.tag)).toBe(1);
+    expect(await count('audit', body.tag)).toBe(2);
   });
 
   describe('@nestjs-cls/transactional', () => {

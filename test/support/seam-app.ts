@@ -74,6 +74,9 @@ export function barrier(name: string, count = 2, timeoutMs = 5000): Promise<void
   return entry.open;
 }
 
+/** Tags whose first attempt failed (their retry succeeds). */
+const failedOnce = new Set<string>();
+
 /** What became of each write a handler left running after its answer, by tag. */
 export const laterOutcomes = new Map<string, string>();
 
@@ -175,6 +178,25 @@ export class SeamCells {
           });
         });
         return { orders: 3 };
+      case 'nested-levels':
+        // SERIALIZABLE first (the request's transaction begins at it), then the same inside.
+        await ds.transaction('SERIALIZABLE', async (manager) => {
+          await this.order(manager, tag, 'A');
+          await manager.transaction('SERIALIZABLE', async (inner) => {
+            await this.order(inner, tag, 'B');
+            await inner.transaction('READ COMMITTED', (innermost) =>
+              this.order(innermost, tag, 'C'),
+            );
+          });
+        });
+        return { orders: 3 };
+      case 'nested-stronger':
+        // REPEATABLE READ first, then SERIALIZABLE inside it: cannot be raised, refused.
+        await ds.transaction('REPEATABLE READ', async (manager) => {
+          await this.order(manager, tag, 'A');
+          await manager.transaction('SERIALIZABLE', (inner) => this.order(inner, tag, 'B'));
+        });
+        return { orders: 2 };
       case 'inner-fails':
         // A statement fails inside a nested transaction: it rolls back to its savepoint, and
         // the request goes on.
@@ -249,6 +271,16 @@ export class SeamCells {
         await this.second.dataSource.query(`INSERT INTO audit (tag, what) VALUES ($1, 'second')`, [
           tag,
         ]);
+        return { orders: 1 };
+      case 'second-datasource-rolled-back':
+        await this.order(ds, tag, 'A');
+        await this.second.dataSource.query(`INSERT INTO audit (tag, what) VALUES ($1, 'second')`, [
+          tag,
+        ]);
+        if (!failedOnce.has(tag)) {
+          failedOnce.add(tag);
+          throw new RetryLaterError('the downstream system is down');
+        }
         return { orders: 1 };
       case 'book':
         return ds.transaction('SERIALIZABLE', (manager) => this.book(manager, body));
