@@ -323,6 +323,7 @@ describe.each(ADAPTERS)('the transaction seam on %s', (adapter) => {
       ['inner-fails', 201, { orders: 2 }, { orders: 2 }],
       ['runner-commit', 201, { orders: 2 }, { orders: 2 }],
       ['runner-rollback', 201, { orders: 1 }, { orders: 1 }],
+      ['runner-client-released', 201, { orders: 2 }, { orders: 2 }],
       ['second-datasource', 201, { orders: 1 }, { orders: 1, audit: 1 }],
     ])(
       '%s: %i, effects exactly once, replayed byte for byte',

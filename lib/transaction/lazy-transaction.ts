@@ -442,6 +442,9 @@ export class LazyTransaction implements JoinableTransaction {
     return this.opening.then((client) => {
       const guarded = Object.create(client, {
         query: { value: (...args: unknown[]) => this.send(client, args) },
+        // The connection is the request's: it goes back to the pool when the transaction
+        // ends, never mid-transaction because code in it released what it was handed.
+        release: { value: () => undefined },
       }) as PoolClient;
       runner.databaseConnection = guarded;
       return guarded;

@@ -247,6 +247,16 @@ export class SeamCells {
         }
         return { orders: cell === 'runner-commit' ? 2 : 1 };
       }
+      case 'runner-client-released': {
+        // The pg client a runner hands out, released by hand: the connection is the request's.
+        await this.order(ds, tag, 'A');
+        const runner = ds.createQueryRunner();
+        const client = (await runner.connect()) as { release(): void };
+        client.release();
+        await this.order(runner.manager, tag, 'B');
+        await runner.release();
+        return { orders: 2 };
+      }
       case 'runner-commit-unstarted': {
         // commitTransaction() with no startTransaction(): it would COMMIT the request's.
         const runner = ds.createQueryRunner();
