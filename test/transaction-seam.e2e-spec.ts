@@ -100,6 +100,34 @@ describe.each(ADAPTERS)('the transaction seam on %s', (adapter) => {
       },
     );
 
+    const refusal = (statement: string) => ({
+      error: 'TransactionControlRefusedError',
+      message:
+        `${statement} refused: the idempotent request's transaction commits with its stored ` +
+        'response, and code in it must not end it. Use a nested transaction ' +
+        '(manager.transaction(), or a query runner’s startTransaction() before its commit or ' +
+        'rollback), which is a savepoint, or run the work outside the request with ' +
+        'IdempotentTransaction.outside().',
+    });
+
+    it.each([
+      ['raw COMMIT', 'thrown-raw-commit', 'COMMIT'],
+      [
+        'rollbackTransaction() with no startTransaction()',
+        'runner-rollback-unstarted-thrown',
+        'rollbackTransaction() with no startTransaction()',
+      ],
+    ])(
+      '%s, not caught: the refusal is the handler’s error, stored with its message, nothing committed',
+      async (_name, cell, statement) => {
+        const body = { tag: tag(cell) };
+        const first = await once(cell, body);
+        expect(first.status).toBe(500);
+        expect(first.body).toEqual(refusal(statement));
+        expect(await count('orders', body.tag)).toBe(0);
+      },
+    );
+
     it('a query runner’s commitTransaction() with no startTransaction() is refused the same way', async () => {
       await aborted('runner-commit-unstarted', { tag: tag('unstarted') });
     });

@@ -257,6 +257,17 @@ export class SeamCells {
         await runner.release();
         return { orders: 2 };
       }
+      case 'thrown-raw-commit':
+        // Not caught: the refusal is the handler's error, its answer stored.
+        await this.order(ds, tag, 'A');
+        await ds.query('COMMIT');
+        return { orders: 1 };
+      case 'runner-rollback-unstarted-thrown': {
+        const runner = ds.createQueryRunner();
+        await this.order(runner.manager, tag, 'A');
+        await runner.rollbackTransaction();
+        return { orders: 1 };
+      }
       case 'runner-commit-unstarted': {
         // commitTransaction() with no startTransaction(): it would COMMIT the request's.
         const runner = ds.createQueryRunner();
@@ -391,12 +402,15 @@ class RefusalFilter extends BaseExceptionFilter {
   }
 
   override catch(error: unknown, host: ArgumentsHost): void {
-    const name = (error as Error | undefined)?.name ?? '';
+    // A refusal met by a statement reaches the handler wrapped in TypeORM's QueryFailedError.
+    const refusal = ((error as { driverError?: unknown } | undefined)?.driverError ?? error) as
+      Error | undefined;
+    const name = refusal?.name ?? '';
     if (error instanceof HttpException || !name.endsWith('RefusedError')) {
       return super.catch(error, host);
     }
     const response = host.switchToHttp().getResponse<object>();
-    this.host.httpAdapter.reply(response, { error: name, message: (error as Error).message }, 500);
+    this.host.httpAdapter.reply(response, { error: name, message: refusal!.message }, 500);
   }
 }
 
