@@ -1,10 +1,10 @@
+import { type IsolationLevel } from './transaction/isolation-level.js';
 import { type JsonLimits } from './fingerprint/canonical-json.js';
 import { type IdempotencyKeySource, type KeyReader } from './key-source.js';
 import { type OtelMeterProvider } from './events/idempotency-metrics.js';
 import { type SealingKey } from './storage/response-sealer.js';
 import { type ClaimStore } from './storage/claim-store.interface.js';
 import { type ResponseBodyStore } from './storage/bodies/response-body-store.interface.js';
-import { type IsolationLevel } from './transaction/isolation-level.js';
 
 /**
  * The request as the adapter gives it: Express's `Request` or Fastify's `FastifyRequest`.
