@@ -1,3 +1,4 @@
+import { type IsolationLevel } from './transaction/isolation-level.js';
 import { type JsonLimits } from './fingerprint/canonical-json.js';
 import { type IdempotencyRequest } from './http/idempotency-request.js';
 import { type IdempotencyKeySource, type KeyReader } from './key-source.js';
@@ -64,6 +65,15 @@ export interface IdempotencyRouteOptions {
    * @default true
    */
   atomic?: boolean;
+  /**
+   * The isolation level the request's transaction begins at (its reads then run in it too,
+   * none before it). Without it, the first nested transaction that asks for a level
+   * (`dataSource.transaction('SERIALIZABLE', …)`, `@Transactional({ isolationLevel })`) sets it,
+   * if it comes before any write; one that asks for a stronger level later is refused, since
+   * PostgreSQL cannot raise a transaction's level once it began.
+   * @default the DataSource's isolationLevel, else PostgreSQL's default (READ COMMITTED)
+   */
+  isolationLevel?: IsolationLevel;
   /**
    * The deepest nesting of arrays and objects a JSON body may have (at most 512); deeper is a
    * 400 `request_invalid`, answered before anything is claimed.
@@ -305,6 +315,7 @@ export interface ResolvedRouteOptions {
   fingerprintQuery: boolean;
   heartbeat: boolean;
   atomic: boolean;
+  isolationLevel?: IsolationLevel;
   json: JsonLimits;
   maxResponseBytes: number;
   /** Lower-cased: the three the library always keeps, then `replayHeaders`. */

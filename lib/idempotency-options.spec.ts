@@ -180,6 +180,11 @@ describe('resolveIdempotencyOptions', () => {
       { partitionedExpiry: { partitionsAhead: 101 } },
       'partitionedExpiry.partitionsAhead must be at most 100, got 101',
     ],
+    [
+      'an isolation level PostgreSQL does not have',
+      { isolationLevel: 'SNAPSHOT' as never },
+      'isolationLevel: SNAPSHOT is not one of READ UNCOMMITTED, READ COMMITTED, REPEATABLE READ, SERIALIZABLE',
+    ],
   ])('refuses %s at start-up', (_name, options, message) => {
     expect(() => resolveIdempotencyOptions(options)).toThrow(`IdempotencyModule: ${message}`);
   });
@@ -244,6 +249,7 @@ describe('resolveRouteOptions', () => {
       { storedHeaders: ['content-type', 'content-encoding', 'location', 'x-request-id'] },
     ],
     [{ maxJsonDepth: 8 }, { json: { maxDepth: 8, maxNumberDigits: 1000, maxKeys: 10_000 } }],
+    [{ isolationLevel: 'SERIALIZABLE' as const }, { isolationLevel: 'SERIALIZABLE', atomic: true }],
   ])('overrides the module options with %j', (route, expected) => {
     expect(resolveRouteOptions(route, base)).toMatchObject(expected);
   });

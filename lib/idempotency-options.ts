@@ -20,6 +20,7 @@ import {
   MAX_PARTITIONS_PER_RETENTION,
 } from './idempotency.constants.js';
 import { MAX_JSON_LIMITS } from './fingerprint/canonical-json.js';
+import { ISOLATION_LEVELS, isIsolationLevel } from './transaction/isolation-level.js';
 import {
   type IdempotencyModuleOptions,
   type IdempotencyRouteOptions,
@@ -283,6 +284,13 @@ function resolvePartitionedExpiry(
   };
 }
 
+function isolationLevel(value: unknown): ResolvedRouteOptions['isolationLevel'] {
+  if (value === undefined || isIsolationLevel(value)) return value;
+  throw new InvalidIdempotencyOptionsError(
+    `isolationLevel: ${String(value)} is not one of ${ISOLATION_LEVELS.join(', ')}`,
+  );
+}
+
 /** Fills in a route's options over a base, validating each one. */
 export function resolveRouteOptions(
   options: IdempotencyRouteOptions,
@@ -305,6 +313,7 @@ export function resolveRouteOptions(
     fingerprintQuery: options.fingerprintQuery ?? base?.fingerprintQuery ?? false,
     heartbeat: options.heartbeat ?? base?.heartbeat ?? false,
     atomic: options.atomic ?? base?.atomic ?? true,
+    isolationLevel: isolationLevel(options.isolationLevel ?? base?.isolationLevel),
     storedHeaders: storedHeaders(options.replayHeaders, base?.storedHeaders),
     claimStore: storeName(options.claimStore, base?.claimStore ?? POSTGRES_CLAIM_STORE),
     maxResponseBytes: positiveInteger(

@@ -242,6 +242,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const { route } = settings;
     const raw = rawResponse(response);
     const transaction = this.database.transaction(false);
+    transaction.isolationLevel = route.isolationLevel;
     const context = new IdempotencyContext(
       claim,
       defaultStatus,

@@ -21,6 +21,11 @@ export {
 } from './phase-runner.service.js';
 export { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
 export { TransactionEndedError } from './transaction/lazy-transaction.js';
+export {
+  IsolationLevelRefusedError,
+  TransactionControlRefusedError,
+} from './transaction/seam-errors.js';
+export { type IsolationLevel } from './transaction/isolation-level.js';
 export { PhaseResponse, respond } from './phase-response.js';
 export { derivedKey } from './phases.js';
 export { ProcessedMessages, type DeliveryOutcome } from './processed-messages.service.js';

@@ -166,6 +166,26 @@ describe('LazyTransaction: statements racing the first one and the end', () => {
     expect(await count()).toBe(0);
   });
 
+  it('runs a statement that was waiting for BEGIN apart, once the transaction committed', async () => {
+    const transaction = new LazyTransaction(dataSource, pool(dataSource), 5000, true);
+    const connection = (await transaction.manager.queryRunner!.connect()) as pg.PoolClient;
+    const first = connection.query('INSERT INTO raced (id) SELECT $1::int FROM pg_sleep(0.3)', [1]);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    // Left running: it reaches the connection while the commit is under way.
+    const second = connection.query('INSERT INTO raced (id) VALUES ($1)', [2]);
+    const committed = await transaction.commitWith({
+      name: 'raced_fence',
+      text: 'UPDATE raced SET id = id WHERE id = $1',
+      values: [1],
+    });
+    expect(committed).toBe(true);
+    const [one, two] = await Promise.allSettled([first, second]);
+    expect(one.status).toBe('fulfilled');
+    // It waited for the commit's outcome, then ran on a connection of its own.
+    expect(two.status).toBe('fulfilled');
+    expect(await count()).toBe(2);
+  });
+
   it.each([
     ["SELECT set_config('app.tenant', $1, true)", 'a setting made local to the transaction'],
     ['SELECT pg_advisory_xact_lock(hashtext($1))', 'an advisory lock held for the transaction'],

@@ -1,0 +1,32 @@
+/**
+ * Thrown to code that tries to start or end a transaction on the request's connection by
+ * itself (`COMMIT`, `ROLLBACK`, `BEGIN`… as raw SQL, or a query runner's `commitTransaction()`
+ * or `rollbackTransaction()` with no transaction of its own open). The request's transaction
+ * is not ended: what follows would otherwise commit on its own, outside it. The request is
+ * marked aborted, so that a handler that catches this and goes on answers 500
+ * `transaction_aborted` with nothing committed, as after any failed statement it swallowed.
+ */
+export class TransactionControlRefusedError extends Error {
+  constructor(readonly statement: string) {
+    super(
+      `${statement} refused: the idempotent request's transaction commits with its stored ` +
+        'response, and code in it must not end it. Use a nested transaction ' +
+        '(manager.transaction(), or a query runner’s startTransaction() before its commit or ' +
+        'rollback), which is a savepoint, or run the work outside the request with ' +
+        'IdempotentTransaction.outside().',
+    );
+    this.name = 'TransactionControlRefusedError';
+  }
+}
+
+/**
+ * Thrown when a transaction inside an idempotent request asks for an isolation level stronger
+ * than the one the request's transaction already began at (PostgreSQL cannot raise it), or
+ * for one PostgreSQL does not have. Nothing was sent: the request's transaction is as it was.
+ */
+export class IsolationLevelRefusedError extends Error {
+  constructor(reason: string) {
+    super(`isolation level refused: ${reason}`);
+    this.name = 'IsolationLevelRefusedError';
+  }
+}

@@ -1,0 +1,101 @@
+import { isPlainRead, statementsOf, transactionControlOf } from './sql-text.js';
+
+describe('isPlainRead', () => {
+  it.each<[string, unknown, boolean]>([
+    // What TypeORM sends for reads and counts, and what handlers write by hand.
+    [
+      'a repository findOne',
+      'SELECT "LedgerEntry"."id" AS "LedgerEntry_id" FROM "ledger" "LedgerEntry" WHERE (("LedgerEntry"."tag" = $1)) LIMIT 1',
+      true,
+    ],
+    [
+      'a repository count',
+      'SELECT COUNT(DISTINCT("Order"."id")) AS "cnt" FROM "orders" "Order" WHERE "Order"."tag" = $1',
+      true,
+    ],
+    ['a count with a cast', 'SELECT count(*)::int AS n FROM ledger WHERE tag = $1', true],
+    ['lower case, leading space, a trailing ;', '  select 1;', true],
+    ['a comment first', '/* why */ SELECT 1 -- trailing', true],
+    ['a keyword in a string', "SELECT 'x; DELETE FROM t' AS s", true],
+    ['a keyword in a dollar-quoted string', 'SELECT $q$; DELETE FROM t$q$ AS s', true],
+    ['a subquery with IN and EXISTS', 'SELECT 1 WHERE 1 IN (SELECT 1) AND EXISTS (SELECT 1)', true],
+    ['a name that is only a word', 'SELECT "for", "update" FROM t', true],
+    // What must open the transaction.
+    ['a SELECT then a DELETE', 'SELECT 1; DELETE FROM orders WHERE id = 1', false],
+    ['a SELECT then a DELETE after a comment', 'SELECT 1 /* ; */ ; DELETE FROM t', false],
+    ['WITH … DELETE', 'WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d', false],
+    ['WITH … SELECT (not provably plain)', 'WITH x AS (SELECT 1) SELECT * FROM x', false],
+    ['a function of the app', 'SELECT forget_order($1)', false],
+    ['a schema-qualified function', 'SELECT app.forget_order($1)', false],
+    ['a quoted function name', 'SELECT "forget"($1)', false],
+    ['nextval', "SELECT nextval('s')", false],
+    ['set_config', "SELECT set_config('a.b', '1', true)", false],
+    ['an advisory lock', 'SELECT pg_advisory_xact_lock(1)', false],
+    ['pg_notify', "SELECT pg_notify('c', 'x')", false],
+    ['FOR UPDATE', 'SELECT * FROM t WHERE id = 1 FOR UPDATE', false],
+    ['FOR NO KEY UPDATE', 'SELECT * FROM t FOR NO KEY UPDATE', false],
+    ['FOR SHARE', 'select * from t for share', false],
+    ['FOR KEY SHARE', 'SELECT * FROM t FOR KEY SHARE', false],
+    ['SELECT INTO', 'SELECT * INTO copy FROM t', false],
+    ['an UPDATE', 'UPDATE t SET a = 1', false],
+    ['an empty text', '', false],
+    ['not a string', { text: 'SELECT 1' }, false],
+    ['a parenthesised SELECT', '(SELECT 1)', false],
+  ])('%s: %p', (_name, sql, expected) => {
+    expect(isPlainRead(sql)).toBe(expected);
+  });
+});
+
+describe('transactionControlOf', () => {
+  it.each<[string, unknown, string | undefined]>([
+    ['COMMIT', 'COMMIT', 'COMMIT'],
+    ['commit work', 'commit work', 'COMMIT'],
+    ['COMMIT AND CHAIN', 'COMMIT AND CHAIN', 'COMMIT'],
+    ['END', 'END', 'END'],
+    ['ABORT', 'abort', 'ABORT'],
+    ['ROLLBACK', 'ROLLBACK', 'ROLLBACK'],
+    ['ROLLBACK WORK', 'ROLLBACK WORK', 'ROLLBACK'],
+    ['BEGIN', 'BEGIN ISOLATION LEVEL SERIALIZABLE', 'BEGIN'],
+    ['START TRANSACTION', 'START TRANSACTION', 'START TRANSACTION'],
+    ['PREPARE TRANSACTION', "PREPARE TRANSACTION 'x'", 'PREPARE TRANSACTION'],
+    ['COMMIT PREPARED', "COMMIT PREPARED 'x'", 'COMMIT'],
+    ['ROLLBACK PREPARED', "ROLLBACK PREPARED 'x'", 'ROLLBACK'],
+    [
+      'a COMMIT after an INSERT',
+      'INSERT INTO t VALUES (1); COMMIT; INSERT INTO t VALUES (2)',
+      'COMMIT',
+    ],
+    ['a comment before it', '-- done\nCOMMIT', 'COMMIT'],
+    ['ROLLBACK TO SAVEPOINT', 'ROLLBACK TO SAVEPOINT typeorm_1', undefined],
+    ['ROLLBACK TRANSACTION TO', 'ROLLBACK TRANSACTION TO s', undefined],
+    ['ROLLBACK WORK TO', 'ROLLBACK WORK TO SAVEPOINT s', undefined],
+    ['SAVEPOINT', 'SAVEPOINT typeorm_1', undefined],
+    ['RELEASE SAVEPOINT', 'RELEASE SAVEPOINT typeorm_1', undefined],
+    ['PREPARE a statement', 'PREPARE q AS SELECT 1', undefined],
+    ['a DO block', 'DO $$ BEGIN PERFORM 1; END $$', undefined],
+    ['COMMIT in a string', "INSERT INTO t VALUES ('; COMMIT')", undefined],
+    ['a column named end', 'SELECT "end", begin_at FROM t', undefined],
+    [
+      'a BEGIN ATOMIC function body',
+      'CREATE FUNCTION f() RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT CASE WHEN true THEN 1 END; SELECT 2; END',
+      undefined,
+    ],
+    ['an INSERT', 'INSERT INTO t VALUES ($1)', undefined],
+    ['not a string', 42, undefined],
+  ])('%s: %p', (_name, sql, expected) => {
+    expect(transactionControlOf(sql)).toBe(expected);
+  });
+});
+
+describe('statementsOf', () => {
+  it.each<[string, string, number]>([
+    ['one', 'SELECT 1', 1],
+    ['two', 'SELECT 1; SELECT 2', 2],
+    ['empty ones left out', ';; SELECT 1 ;;', 1],
+    ['a ; in a quoted name', 'SELECT 1 AS "a;b"', 1],
+    ['a ; in an E string with an escaped quote', "SELECT E'a\\';b'", 1],
+    ['a ; in a nested comment', 'SELECT 1 /* a /* ; */ ; */', 1],
+  ])('%s', (_name, sql, count) => {
+    expect(statementsOf(sql)).toHaveLength(count);
+  });
+});

@@ -1,0 +1,199 @@
+/**
+ * What the request's transaction needs to know of a statement's text before it sends it:
+ * whether it is provably one plain read (which may run apart, before the transaction opens),
+ * and whether it would end or start a transaction (which must never reach the request's
+ * connection). Read with a small lexer, not a regular expression over the whole text, so
+ * that a keyword inside a string, a quoted name, a comment or a dollar-quoted body is never
+ * taken for one, and a second statement after a `;` is never missed.
+ */
+
+/** A word (keyword or unquoted name, lower-cased), a quoted name, or one punctuation mark. */
+interface Token {
+  kind: 'word' | 'quoted' | 'punct';
+  text: string;
+}
+
+/**
+ * The statements of `sql`, each as its tokens; empty statements (a trailing `;`) are left
+ * out. Strings (`'…'`, `E'…'`) and dollar-quoted bodies are skipped whole, comments too
+ * (block comments nest, as in PostgreSQL).
+ */
+export function statementsOf(sql: string): Token[][] {
+  const statements: Token[][] = [];
+  let current: Token[] = [];
+  /** Open `BEGIN ATOMIC` bodies (a SQL-standard function body): their `;` do not split. */
+  let atomic = 0;
+  /** Open `CASE` inside such a body: its `END` is not the body's. */
+  let cases = 0;
+  let i = 0;
+  const n = sql.length;
+  while (i < n) {
+    const c = sql[i];
+    if (/\s/.test(c)) {
+      i++;
+    } else if (c === '-' && sql[i + 1] === '-') {
+      while (i < n && sql[i] !== '\n') i++;
+    } else if (c === '/' && sql[i + 1] === '*') {
+      let depth = 1;
+      i += 2;
+      while (i < n && depth > 0) {
+        const pair = sql.slice(i, i + 2);
+        if (pair === '/*' || pair === '*/') {
+          depth += pair === '/*' ? 1 : -1;
+          i += 2;
+        } else {
+          i++;
+        }
+      }
+    } else if (c === "'") {
+      i = skipString(sql, i + 1, /* backslashEscapes */ false);
+      current.push({ kind: 'punct', text: "'" });
+    } else if ((c === 'e' || c === 'E') && sql[i + 1] === "'") {
+      i = skipString(sql, i + 2, true);
+      current.push({ kind: 'punct', text: "'" });
+    } else if (c === '"') {
+      let j = i + 1;
+      let name = '';
+      while (j < n) {
+        if (sql[j] === '"' && sql[j + 1] === '"') {
+          name += '"';
+          j += 2;
+        } else if (sql[j] === '"') {
+          break;
+        } else {
+          name += sql[j++];
+        }
+      }
+      current.push({ kind: 'quoted', text: name });
+      i = j + 1;
+    } else if (c === '$' && /^\$([A-Za-z_][A-Za-z0-9_]*)?\$/.test(sql.slice(i))) {
+      const tag = /^\$([A-Za-z_][A-Za-z0-9_]*)?\$/.exec(sql.slice(i))![0];
+      const end = sql.indexOf(tag, i + tag.length);
+      i = end < 0 ? n : end + tag.length;
+      current.push({ kind: 'punct', text: "'" });
+    } else if (/[A-Za-z_\u0080-\uffff]/.test(c)) {
+      let j = i + 1;
+      while (j < n && /[A-Za-z0-9_$\u0080-\uffff]/.test(sql[j])) j++;
+      const word = sql.slice(i, j).toLowerCase();
+      const previous = current[current.length - 1];
+      if (word === 'atomic' && previous?.kind === 'word' && previous.text === 'begin') atomic++;
+      else if (atomic > 0 && word === 'case') cases++;
+      else if (atomic > 0 && word === 'end') {
+        if (cases > 0) cases--;
+        else atomic--;
+      }
+      current.push({ kind: 'word', text: word });
+      i = j;
+    } else if (c === ';' && atomic === 0) {
+      if (current.length > 0) statements.push(current);
+      current = [];
+      i++;
+    } else {
+      current.push({ kind: 'punct', text: c });
+      i++;
+    }
+  }
+  if (current.length > 0) statements.push(current);
+  return statements;
+}
+
+function skipString(sql: string, from: number, backslashEscapes: boolean): number {
+  let i = from;
+  while (i < sql.length) {
+    if (backslashEscapes && sql[i] === '\\') i += 2;
+    else if (sql[i] === "'" && sql[i + 1] === "'") i += 2;
+    else if (sql[i] === "'") return i + 1;
+    else i++;
+  }
+  return i;
+}
+
+/**
+ * Words that may stand before `(` without calling a function: keywords of the grammar
+ * (`IN (`, `EXISTS (`, `FROM (SELECT …)`) and the aggregates and functions of PostgreSQL that
+ * have no effect beyond their result and take no lock (what TypeORM's reads and counts use).
+ * Anything else followed by `(` may be a function of the app's that writes.
+ */
+// prettier-ignore
+const SAFE_BEFORE_PARENTHESIS = new Set([
+  // keywords
+  'select', 'from', 'where', 'and', 'or', 'not', 'in', 'exists', 'any', 'all', 'some', 'on',
+  'join', 'using', 'as', 'distinct', 'values', 'array', 'row', 'cast', 'over', 'partition',
+  'filter', 'within', 'group', 'by', 'order', 'having', 'limit', 'offset', 'case', 'when',
+  'then', 'else', 'is', 'like', 'ilike', 'between', 'union', 'intersect', 'except', 'lateral',
+  'only', 'with', 'interval', 'varchar', 'numeric', 'decimal', 'char', 'character', 'timestamp',
+  'time', 'bit', 'float', 'extract', 'position', 'substring', 'trim', 'overlay', 'collate',
+  'asc', 'desc', 'nulls', 'first', 'last', 'fetch', 'next', 'rows', 'inner', 'left', 'right',
+  'full', 'outer', 'cross', 'natural', 'escape', 'similar', 'to',
+  // functions without effects
+  'count', 'sum', 'avg', 'min', 'max', 'coalesce', 'nullif', 'greatest', 'least', 'lower',
+  'upper', 'length', 'char_length', 'octet_length', 'concat', 'concat_ws', 'replace', 'abs',
+  'round', 'floor', 'ceil', 'ceiling', 'mod', 'power', 'sqrt', 'array_agg', 'string_agg',
+  'json_agg', 'jsonb_agg', 'json_build_object', 'jsonb_build_object', 'json_build_array',
+  'jsonb_build_array', 'json_object_agg', 'jsonb_object_agg', 'to_json', 'to_jsonb',
+  'row_to_json', 'bool_and', 'bool_or', 'every', 'row_number', 'rank', 'dense_rank', 'lag',
+  'lead', 'date_trunc', 'date_part', 'to_char', 'to_date', 'to_timestamp', 'now',
+  'array_length', 'cardinality', 'unnest', 'left', 'right', 'split_part', 'starts_with',
+  'md5', 'encode', 'decode', 'format', 'jsonb_array_length', 'jsonb_typeof', 'age',
+]);
+
+/** Row-locking clauses: `FOR UPDATE`, `FOR NO KEY UPDATE`, `FOR SHARE`, `FOR KEY SHARE`. */
+const LOCKING = new Set(['update', 'share', 'no', 'key']);
+
+/**
+ * Whether `sql` is provably one plain `SELECT`: one statement, beginning with `SELECT`, with
+ * no row lock, no `INTO`, and no call of a function not known to be free of effects (one of
+ * the app's may write, and PostgreSQL's own `nextval`, `set_config`, `pg_advisory_lock`,
+ * `pg_notify` have effects that last). Only such a read may run before, and apart from, the
+ * request's transaction; anything else opens it, which is always correct, only less lazy.
+ */
+export function isPlainRead(sql: unknown): boolean {
+  if (typeof sql !== 'string') return false;
+  const statements = statementsOf(sql);
+  if (statements.length !== 1) return false;
+  const [tokens] = statements;
+  if (tokens[0].kind !== 'word' || tokens[0].text !== 'select') return false;
+  for (let i = 0; i < tokens.length; i++) {
+    const token = tokens[i];
+    const next = tokens[i + 1];
+    if (token.kind === 'word' && token.text === 'into') return false;
+    if (token.kind === 'word' && token.text === 'for' && next?.kind === 'word') {
+      if (LOCKING.has(next.text)) return false;
+    }
+    if (next?.kind === 'punct' && next.text === '(') {
+      if (token.kind === 'quoted') return false;
+      if (token.kind === 'word' && !SAFE_BEFORE_PARENTHESIS.has(token.text)) return false;
+    }
+  }
+  return true;
+}
+
+/**
+ * The first statement of `sql` that would start or end a transaction block (`BEGIN`,
+ * `START TRANSACTION`, `COMMIT`, `END`, `ROLLBACK`, `ABORT`, and the two-phase commands), as
+ * its leading words in capitals; undefined when there is none. `ROLLBACK TO SAVEPOINT`,
+ * `SAVEPOINT` and `RELEASE` stay inside the transaction and are not counted.
+ */
+export function transactionControlOf(sql: unknown): string | undefined {
+  if (typeof sql !== 'string') return undefined;
+  // The hot path: one statement that begins as a read or a write (TypeORM's every statement).
+  if (!sql.includes(';') && /^\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b/i.test(sql)) return undefined;
+  for (const tokens of statementsOf(sql)) {
+    const words = tokens.map((token) => (token.kind === 'word' ? token.text : ''));
+    const [first, second, third] = words;
+    const ends = ['commit', 'end', 'abort'].includes(first);
+    const starts =
+      first === 'begin' || (first === 'start' && second === 'transaction') || first === 'prepare';
+    const rollsBack =
+      first === 'rollback' &&
+      !(second === 'to' || ((second === 'work' || second === 'transaction') && third === 'to'));
+    if (first === 'prepare' && second !== 'transaction') continue;
+    if (ends || starts || rollsBack) {
+      return words
+        .slice(0, first === 'start' || first === 'prepare' ? 2 : 1)
+        .join(' ')
+        .toUpperCase();
+    }
+  }
+  return undefined;
+}
