@@ -18,6 +18,13 @@ export interface IdempotencyRequest {
   rawBody?: Buffer;
 }
 
+/**
+ * How the app reaches PostgreSQL: directly (`'none'`), or through a pooler in `'session'` or
+ * `'transaction'` mode, where one app connection's transactions may each run on another server
+ * session (see the README's "Behind a connection pooler").
+ */
+export type PoolerMode = 'none' | 'session' | 'transaction';
+
 /** A tenant id: keys are scoped per tenant, stored as the design's `bigint tenant_id`. */
 export type TenantId = string | number | bigint;
 
@@ -256,6 +263,18 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    * @default false
    */
   debugEvents?: boolean;
+  /**
+   * The connection pooler between the app and PostgreSQL, if any. `'transaction'` (PgBouncer
+   * or Supavisor in transaction mode, RDS Proxy) leaves nothing on a server session: the
+   * library's statements are sent unnamed (parsed on each call, rather than prepared once per
+   * session), and the partitioned expiry keeps its lock and settings to one transaction per
+   * partition. `'session'` and `'none'` prepare each statement once per session. Left at
+   * `'none'` behind a transaction pooler, requests fail with a 500 `store_misconfigured` that
+   * logs what to change.
+   * @default 'none'
+   * @example pooler: 'transaction'
+   */
+  pooler?: PoolerMode;
 }
 
 /** The options with every default filled in: what the library works with. */
@@ -277,6 +296,7 @@ export interface ResolvedIdempotencyOptions {
   storeIf: (status: number) => boolean;
   metrics: boolean | { meterProvider: OtelMeterProvider };
   debugEvents: boolean;
+  pooler: PoolerMode;
   /** The encryption keys, the sealing one first; undefined when responses are stored plain. */
   sealingKeys?: SealingKey[];
   /** The stores given in `claimStores`; `'postgres'` is added by the module. */

@@ -19,6 +19,7 @@ describe('resolveIdempotencyOptions', () => {
       databaseTimeoutMs: 5000,
       purgeIntervalMs: undefined,
       purgeBatchSize: 1000,
+      pooler: 'none',
       replayCache: { size: 10_000, bytes: 33_554_432, ttlMs: 60_000 },
       route: {
         required: true,
@@ -44,6 +45,11 @@ describe('resolveIdempotencyOptions', () => {
     ['fractional lease', { leaseMs: 1.5 }, 'leaseMs must be a positive integer, got 1.5'],
     ['negative retention', { retentionMs: -1 }, 'retentionMs must be a positive integer, got -1'],
     ['zero timeout', { databaseTimeoutMs: 0 }, 'databaseTimeoutMs must be a positive integer'],
+    [
+      'a pooler mode that is none',
+      { pooler: 'statement' as 'transaction' },
+      `pooler must be 'none', 'session' or 'transaction' (the pooler's mode), got "statement"`,
+    ],
     ['zero purge interval', { purgeIntervalMs: 0 }, 'purgeIntervalMs must be a positive integer'],
     ['zero batch', { purgeBatchSize: 0 }, 'purgeBatchSize must be a positive integer'],
     ['negative cache size', { replayCacheSize: -1 }, 'replayCacheSize must be an integer >= 0'],

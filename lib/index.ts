@@ -28,6 +28,7 @@ export type {
   IdempotencyModuleOptions,
   IdempotencyRouteOptions,
   IdempotencyRequest,
+  PoolerMode,
   TenantId,
 } from './idempotency-options.interface.js';
 export { type IdempotencyKeySource } from './key-source.js';
@@ -41,6 +42,7 @@ export {
   IdempotencyKeyMissingError,
   IdempotencyLeaseLostError,
   IdempotencyStoreUnavailableError,
+  IdempotencyStoreMisconfiguredError,
   IdempotencyRequestInvalidError,
   IdempotencyTenantInvalidError,
   IdempotencyResponseTooLargeError,

@@ -1,4 +1,4 @@
-import { type INestApplication } from '@nestjs/common';
+import { ConsoleLogger, type INestApplication, Logger } from '@nestjs/common';
 import { Client } from 'pg';
 import request from 'supertest';
 import { type IdempotencyModuleOptions } from '../lib/index.js';
@@ -16,7 +16,7 @@ const PROBLEM = /^application\/problem\+json/;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** The module's options behind a transaction pooler. */
-const BEHIND_POOLER: IdempotencyModuleOptions = { leaseMs: 1500 };
+const BEHIND_POOLER: IdempotencyModuleOptions = { leaseMs: 1500, pooler: 'transaction' };
 
 describe.each(ADAPTERS)('behind PgBouncer in transaction mode, on %s', (adapter) => {
   let database: TestDatabase;
@@ -136,3 +136,71 @@ describe.each(ADAPTERS)('behind PgBouncer in transaction mode, on %s', (adapter)
     expect(replays.map((r) => r.text)).toEqual(takenOver.map((r) => r.text));
   }, 30_000);
 });
+
+describe.each(ADAPTERS)(
+  'behind PgBouncer in transaction mode without the pooler option, on %s',
+  (adapter) => {
+    let database: TestDatabase;
+    let bouncer: TestPgBouncer;
+    let app: INestApplication;
+
+    beforeAll(async () => {
+      database = await createTestDatabase(`pgbouncer_misfit_${adapter}`);
+      const db = new Client({ connectionString: database.url });
+      await db.connect();
+      await db.query(SIDE_EFFECTS_DDL);
+      await db.end();
+      bouncer = await startPgBouncer({ poolMode: 'transaction', poolSize: 2 });
+      app = await createTestApp({ databaseUrl: bouncer.url(database.name), adapter });
+    });
+    afterAll(async () => {
+      await app?.close();
+      await bouncer?.stop();
+      await database?.drop();
+    });
+
+    it('answers 500 store_misconfigured, never a 503 to retry, and logs what to change', async () => {
+      const logged: string[] = [];
+      Logger.overrideLogger({
+        log: () => undefined,
+        warn: () => undefined,
+        error: (message: unknown) => logged.push(String(message)),
+      });
+      try {
+        const answers = await Promise.all(
+          Array.from({ length: 20 }, (_, i) =>
+            request(app.getHttpServer())
+              .post('/orders')
+              .set('Idempotency-Key', `misfit-${adapter}-${i}-${Date.now()}`)
+              .send({ amount: i + 1 }),
+          ),
+        );
+        const statuses = answers.map((r) => r.status);
+        // Those that met no misfit ran (the first of each session); none is a passing outage.
+        expect(statuses.filter((status) => status !== 201 && status !== 500)).toEqual([]);
+        const misfits = answers.filter((r) => r.status === 500);
+        expect(misfits.length).toBeGreaterThan(0);
+        for (const answer of misfits) {
+          expect(answer.headers['content-type']).toMatch(PROBLEM);
+          expect(answer.headers['retry-after']).toBeUndefined();
+          expect(answer.body).toEqual({
+            type: 'urn:idempotency:store_misconfigured',
+            title: 'Idempotency store misconfigured',
+            status: 500,
+            code: 'store_misconfigured',
+            detail:
+              'The idempotency store cannot run on its database connection as configured; ' +
+              'nothing was stored. Retrying will not help until the server is reconfigured.',
+          });
+        }
+        expect(logged).toContainEqual(
+          expect.stringMatching(
+            /^prepared statement "idempotency_\w+" (already exists \(SQLSTATE 42P05\)|does not exist \(SQLSTATE 26000\)): .*Set pooler: 'transaction' in IdempotencyModule\.forRoot\(\)/,
+          ),
+        );
+      } finally {
+        Logger.overrideLogger(process.env.TEST_LOGS ? new ConsoleLogger() : false);
+      }
+    });
+  },
+);
