@@ -138,6 +138,70 @@ describe.each(ADAPTERS)('behind PgBouncer in transaction mode, on %s', (adapter)
 });
 
 describe.each(ADAPTERS)(
+  'a store timeout behind PgBouncer in transaction mode, on %s',
+  (adapter) => {
+    let database: TestDatabase;
+    let bouncer: TestPgBouncer;
+    let db: Client;
+    let app: INestApplication;
+
+    beforeAll(async () => {
+      database = await createTestDatabase(`pgbouncer_cancel_${adapter}`);
+      db = new Client({ connectionString: database.url });
+      await db.connect();
+      await db.query(SIDE_EFFECTS_DDL);
+      bouncer = await startPgBouncer({ poolMode: 'transaction', poolSize: 2 });
+      app = await createTestApp({
+        databaseUrl: bouncer.url(database.name),
+        adapter,
+        idempotency: { pooler: 'transaction', databaseTimeoutMs: 300 },
+      });
+    });
+    afterAll(async () => {
+      await app?.close();
+      await bouncer?.stop();
+      await db?.end();
+      await database?.drop();
+    });
+
+    it('cancels the claim on the server through PgBouncer: it never commits after its 503', async () => {
+      const key = `cancel-${adapter}-${Date.now()}`;
+      const locker = new Client({ connectionString: database.url });
+      await locker.connect();
+      try {
+        await locker.query('BEGIN');
+        await locker.query('LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE');
+        const first = await request(app.getHttpServer())
+          .post('/orders')
+          .set('Idempotency-Key', key)
+          .send({ amount: 9 });
+        expect(first.status).toBe(503);
+        expect(first.body).toMatchObject({ status: 503, code: 'store_unavailable' });
+        await sleep(200);
+        // PgBouncer routes a cancel request by the client connection it names: it must arrive
+        // while that connection is open, or the claim waits on, and commits once unlocked.
+        const { rows: waiting } = await db.query(
+          `SELECT query FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'`,
+          [database.name],
+        );
+        expect(waiting).toEqual([]);
+        await locker.query('ROLLBACK');
+      } finally {
+        await locker.end();
+      }
+      await sleep(200);
+      const { rows } = await db.query('SELECT state FROM idempotency_keys WHERE key = $1', [key]);
+      expect(rows).toEqual([]);
+      const retry = await request(app.getHttpServer())
+        .post('/orders')
+        .set('Idempotency-Key', key)
+        .send({ amount: 9 });
+      expect(retry.status).toBe(201);
+    });
+  },
+);
+
+describe.each(ADAPTERS)(
   'behind PgBouncer in transaction mode without the pooler option, on %s',
   (adapter) => {
     let database: TestDatabase;
