@@ -268,3 +268,43 @@ describe.each(ADAPTERS)(
     });
   },
 );
+
+describe.each(ADAPTERS)('behind PgBouncer in session mode, on %s', (adapter) => {
+  let database: TestDatabase;
+  let bouncer: TestPgBouncer;
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    database = await createTestDatabase(`pgbouncer_session_${adapter}`);
+    const db = new Client({ connectionString: database.url });
+    await db.connect();
+    await db.query(SIDE_EFFECTS_DDL);
+    await db.end();
+    // A server session per app connection, for the connection's life (the app's pool is 10).
+    bouncer = await startPgBouncer({ poolMode: 'session', poolSize: 10 });
+    app = await createTestApp({
+      databaseUrl: bouncer.url(database.name),
+      adapter,
+      idempotency: { pooler: 'session' },
+    });
+  });
+  afterAll(async () => {
+    await app?.close();
+    await bouncer?.stop();
+    await database?.drop();
+  });
+
+  it('runs 30 keys at once with named statements, each once, and replays each', async () => {
+    const keys = Array.from({ length: 30 }, (_, i) => `session-${adapter}-${i}-${Date.now()}`);
+    const send = (key: string, i: number) =>
+      request(app.getHttpServer())
+        .post('/orders')
+        .set('Idempotency-Key', key)
+        .send({ amount: i + 1 });
+    const first = await Promise.all(keys.map(send));
+    const again = await Promise.all(keys.map(send));
+    expect(first.map((r) => r.status)).toEqual(keys.map(() => 201));
+    expect(again.map((r) => r.headers['idempotent-replayed'])).toEqual(keys.map(() => 'true'));
+    expect(again.map((r) => r.text)).toEqual(first.map((r) => r.text));
+  });
+});

@@ -123,7 +123,8 @@ export class IdempotencyDatabase {
 
   /**
    * Runs `work` on one connection of the app's pool, for maintenance that needs a session of
-   * its own: a session-level lock, a statement that cannot run in a transaction block. Only
+   * its own: a session-level lock, a statement that cannot run in a transaction block (behind
+   * a pooler in transaction mode, `pooler` says so, the session lasts one transaction). Only
    * the wait for the connection is bounded here; `work` bounds its statements itself. When
    * `work` fails the connection is closed rather than pooled, so that nothing it set on the
    * session reaches the app's queries.
