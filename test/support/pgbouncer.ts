@@ -119,3 +119,38 @@ async function waitForPort(port: number, child: ChildProcess): Promise<void> {
   }
   throw new Error(`nothing listens on port ${port} after 10 s`);
 }
+
+/**
+ * `TEST_POOLER=pgbouncer` runs the apps of the existing end-to-end suites behind a PgBouncer
+ * in transaction mode (3 server connections, in turn), with the module's `pooler:
+ * 'transaction'` (`TEST_POOLER=pgbouncer npm test -- test/idempotency.e2e-spec.ts`, say). The PgBouncer is the test file's own, started on first
+ * use and stopped after its last test. Only URLs of the test server are rerouted (one through
+ * a test's TCP proxy stays as it is), and only in the test file's process (a worker process
+ * the test spawns connects directly).
+ */
+export const POOLED = process.env.TEST_POOLER === 'pgbouncer' && typeof afterAll === 'function';
+
+let shared: Promise<TestPgBouncer> | undefined;
+
+if (POOLED) {
+  afterAll(async () => {
+    const running = shared;
+    shared = undefined;
+    await (await running)?.stop();
+  });
+}
+
+/** The app's URL: through the file's PgBouncer when `TEST_POOLER=pgbouncer`. */
+export async function appDatabaseUrl(url: string): Promise<string> {
+  if (!POOLED) return url;
+  const target = new URL(url);
+  const server = new URL(adminUrl());
+  if (target.host !== server.host) return url;
+  shared ??= startPgBouncer({ poolMode: 'transaction', poolSize: 3 });
+  return (await shared).url(target.pathname.slice(1));
+}
+
+/** The module's options for the app's connection: `pooler` when it goes through PgBouncer. */
+export function poolerOption(): { pooler?: 'transaction' } {
+  return POOLED ? { pooler: 'transaction' } : {};
+}
