@@ -35,6 +35,10 @@ describe('resolveIdempotencyOptions', () => {
     expect(resolved.tenant({ method: 'POST', url: '/', headers: {} })).toBe(0);
   });
 
+  it.each(['none', 'session', 'transaction'] as const)('takes pooler: %s', (pooler) => {
+    expect(resolveIdempotencyOptions({ pooler }).pooler).toBe(pooler);
+  });
+
   it('lower-cases and sorts fingerprint headers', () => {
     const resolved = resolveIdempotencyOptions({ fingerprintHeaders: ['X-B', 'Accept'] });
     expect(resolved.route.fingerprintHeaders).toEqual(['accept', 'x-b']);
