@@ -3,21 +3,9 @@ import { randomUUID } from 'node:crypto';
 import { type StoredResponse } from './stored-response.js';
 import { type LazyTransaction } from './transaction/lazy-transaction.js';
 import { type ClaimStore } from './storage/claim-store.interface.js';
+import { type ActiveClaim } from './storage/active-claim.js';
 
-/** A key this worker owns: what the claim or the takeover returned. */
-export interface ActiveClaim {
-  tenantId: string;
-  key: string;
-  /** The row's own id: new for every claim of a key, shared by every worker that takes it over. */
-  claimId: string;
-  /** The fencing token: every write of this worker is conditional on it. */
-  lockVersion: string;
-  /** The last completed atomic phase (`start` when none has). */
-  recoveryPoint: string;
-  /** What the completed phases returned, by phase name. */
-  phaseResults: Record<string, unknown>;
-  leaseMs: number;
-}
+export { type ActiveClaim } from './storage/active-claim.js';
 
 /**
  * What the library knows about the request being handled. One instance per idempotent

@@ -1,22 +1,13 @@
 import { type JsonLimits } from './fingerprint/canonical-json.js';
+import { type IdempotencyRequest } from './http/idempotency-request.js';
 import { type IdempotencyKeySource, type KeyReader } from './key-source.js';
-import { type OtelMeterProvider } from './events/idempotency-metrics.js';
+import { type OtelMeterProvider } from './events/otel-meter.js';
 import { type SealingKey } from './storage/response-sealer.js';
 import { type ClaimStore } from './storage/claim-store.interface.js';
 import { type ResponseBodyStore } from './storage/bodies/response-body-store.interface.js';
+import { type ProblemRenderer } from './http/problem.js';
 
-/**
- * The request as the adapter gives it: Express's `Request` or Fastify's `FastifyRequest`.
- * Typed loosely on purpose so that the library depends on neither adapter.
- */
-export interface IdempotencyRequest {
-  method: string;
-  url: string;
-  originalUrl?: string;
-  headers: Record<string, string | string[] | undefined>;
-  body?: unknown;
-  rawBody?: Buffer;
-}
+export { type IdempotencyRequest } from './http/idempotency-request.js';
 
 /**
  * How the app reaches PostgreSQL: directly (`'none'`), or through a pooler in `'session'` or
@@ -275,6 +266,23 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    * @example pooler: 'transaction'
    */
   pooler?: PoolerMode;
+  /**
+   * Gives the library's answers the app's own error shape. Every answer the library writes
+   * goes through it: its refusals (400 key missing or invalid, 422, 409 in progress), the
+   * failures it meets at commit (409 `lease_lost`, 503 when the store failed, 500
+   * `response_too_large`, which is stored and replayed as shaped), and those of
+   * `IdempotencyErrorFilter`. It receives the RFC 9457 problem (`status`, `headers` with any
+   * `Retry-After`, `body` with `code`, `title`, `detail`) and returns the answer: the body is
+   * sent as JSON, `Content-Type` is `application/json` unless `headers` says otherwise, and
+   * `Retry-After` is kept. If it throws, the problem goes out as it is (and is logged).
+   * @default undefined (answers are `application/problem+json`)
+   * @example
+   * // Stripe-style clients throw on bodies with an `error` member:
+   * renderProblem: (problem) => ({
+   *   body: { error: { type: 'idempotency_error', code: problem.body.code, message: problem.body.detail } },
+   * })
+   */
+  renderProblem?: ProblemRenderer;
 }
 
 /** The options with every default filled in: what the library works with. */
@@ -297,6 +305,8 @@ export interface ResolvedIdempotencyOptions {
   metrics: boolean | { meterProvider: OtelMeterProvider };
   debugEvents: boolean;
   pooler: PoolerMode;
+  /** The app's shape of the library's answers; undefined for problem+json. */
+  renderProblem?: ProblemRenderer;
   /** The encryption keys, the sealing one first; undefined when responses are stored plain. */
   sealingKeys?: SealingKey[];
   /** The stores given in `claimStores`; `'postgres'` is added by the module. */

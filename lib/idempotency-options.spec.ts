@@ -77,6 +77,11 @@ describe('resolveIdempotencyOptions', () => {
     ],
     ['storeIf not a function', { storeIf: 5 as never }, 'storeIf must be a function'],
     [
+      'renderProblem not a function',
+      { renderProblem: {} as never },
+      'renderProblem must be a function',
+    ],
+    [
       'no encryption keys',
       { encryption: { keys: [] } },
       'encryption.keys must list at least one key',

@@ -123,6 +123,15 @@ function resolveMetrics(metrics: IdempotencyModuleOptions['metrics']) {
   return metrics;
 }
 
+function resolveRenderProblem(render: IdempotencyModuleOptions['renderProblem']) {
+  if (render !== undefined && typeof render !== 'function') {
+    throw new InvalidIdempotencyOptionsError(
+      'renderProblem must be a function (problem) => ({ status?, headers?, body })',
+    );
+  }
+  return render;
+}
+
 function resolveStoreIf(storeIf: ((status: number) => boolean) | undefined) {
   if (storeIf !== undefined && typeof storeIf !== 'function') {
     throw new InvalidIdempotencyOptionsError('storeIf must be a function (status) => boolean');
@@ -411,6 +420,7 @@ export function resolveIdempotencyOptions(
     metrics: resolveMetrics(options.metrics),
     debugEvents: options.debugEvents ?? false,
     pooler: resolvePooler(options.pooler),
+    renderProblem: resolveRenderProblem(options.renderProblem),
     replayCache: {
       size: nonNegativeInteger(
         'replayCacheSize',

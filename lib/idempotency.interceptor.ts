@@ -9,7 +9,7 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { type ServerResponse } from 'node:http';
-import { catchError, from, mergeMap, Observable, of, throwError } from 'rxjs';
+import { catchError, mergeMap, Observable, of, throwError } from 'rxjs';
 import {
   HEADERS_METADATA,
   HTTP_CODE_METADATA,
@@ -20,11 +20,13 @@ import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { decide } from './decide.js';
 import { InvalidJsonError } from './fingerprint/canonical-json.js';
 import { computeFingerprint, fingerprintInput } from './fingerprint/fingerprint.js';
+import { UnreadBodyError } from './fingerprint/unseen-body.js';
 import { classifyCommitError, classifyHandlerError } from './failure.js';
-import { renderResult } from './http/handler-result.js';
-import { PROBLEM_CONTENT_TYPE, problemResponse, toProblem } from './http/problem.js';
+import { onStreamError, renderResult, resultStream } from './http/handler-result.js';
+import { answerProblem, PROBLEM_CONTENT_TYPE, problemResponse } from './http/problem.js';
 import { pinContentType } from './http/pin-content-type.js';
 import { holdResponse, send } from './http/response-hold.js';
+import { whileSubscribed } from './http/while-subscribed.js';
 import { IDEMPOTENT_ROUTE_OPTIONS, REPLAYED_HEADER } from './idempotency.constants.js';
 import { type ActiveClaim, IdempotencyContext, idempotencyStorage } from './idempotency-context.js';
 import {
@@ -37,6 +39,7 @@ import {
   IdempotencyRequestInvalidError,
   IdempotencyResponseTooLargeError,
   IdempotencyTenantInvalidError,
+  RetryLaterError,
 } from './idempotency.errors.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
 import {
@@ -47,7 +50,7 @@ import {
 } from './idempotency-options.interface.js';
 import { InvalidIdempotencyOptionsError, resolveRouteOptions } from './idempotency-options.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
-import { ReplayCache } from './replay-cache.js';
+import { keyRetentionMs, ReplayCache } from './replay-cache.js';
 import {
   type ClaimStore,
   isTransactional,
@@ -116,8 +119,18 @@ export class IdempotencyInterceptor implements NestInterceptor {
       fingerprint = computeFingerprint(fingerprintInput(request, route));
     } catch (error) {
       // A body the parser took but that is not one JSON value (duplicate keys, say).
-      if (!(error instanceof InvalidJsonError)) throw error;
-      return this.fail(response, new IdempotencyRequestInvalidError(error.message));
+      if (error instanceof InvalidJsonError) {
+        return this.fail(response, new IdempotencyRequestInvalidError(error.message));
+      }
+      // A body no parser read: a type the app does not take, or an upload read too late.
+      if (error instanceof UnreadBodyError) {
+        this.logger.warn(
+          `${settings.name}: refused a request (400), ${error.message}, so the fingerprint ` +
+            `would leave its body out; if the route takes such bodies: ${error.advice}`,
+        );
+        return this.fail(response, new IdempotencyRequestInvalidError(error.message));
+      }
+      throw error;
     }
     const raw = rawResponse(response);
     const execute = (claim: ActiveClaim) =>
@@ -145,7 +158,19 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return this.fail(response, new IdempotencyKeyMismatchError());
     }
 
-    return from(store.claim(scope, fingerprint, route.leaseMs)).pipe(
+    // A claim or takeover that lands after the request is gone (an outer timeout answered
+    // while it was in flight) is given back at once: nobody will run the handler for it.
+    const orphaned = (claim: ActiveClaim, taken: 'claimed' | 'takenOver') => {
+      publish(taken, event);
+      store.release(claim, true).then(
+        () => publish('released', () => ({ ...event(), reason: 'before_handler' })),
+        (error: unknown) =>
+          this.logger.warn(`could not give back the late claim of ${claim.key}: ${String(error)}`),
+      );
+    };
+    return whileSubscribed(store.claim(scope, fingerprint, route.leaseMs), (outcome) => {
+      if (outcome.kind === 'claimed') orphaned(outcome.claim, 'claimed');
+    }).pipe(
       mergeMap((outcome) => {
         if (outcome.kind === 'claimed') {
           publish('claimed', event);
@@ -155,8 +180,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
         switch (decision.kind) {
           case 'replay':
             if (outcome.existing.state === 'done') {
-              const left = this.options.retentionMs - (outcome.existing.finishedAgeMs ?? Infinity);
-              this.remember(scope, fingerprint, decision.response, left);
+              this.remember(
+                scope,
+                fingerprint,
+                decision.response,
+                store,
+                outcome.existing.finishedAgeMs ?? Infinity,
+              );
             }
             publish('replayed', () => ({
               ...event(),
@@ -171,7 +201,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
             publish('conflict', event);
             throw new IdempotencyKeyInProgressError(decision.retryAfterSeconds);
           case 'take-over':
-            return from(store.takeOver(scope, decision.fence, route.leaseMs)).pipe(
+            return whileSubscribed(
+              store.takeOver(scope, decision.fence, route.leaseMs),
+              (claim) => {
+                if (claim) orphaned(claim, 'takenOver');
+              },
+            ).pipe(
               mergeMap((claim) => {
                 // Another worker won the same expired lease a moment before us.
                 if (!claim) {
@@ -219,6 +254,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     let handlerError = false;
     /** Set when the request is torn down before its handler started: the key is given back. */
     let givingBack: Promise<void> | undefined;
+    /**
+     * Set when the stream the handler returned failed midway: the adapter then ends the
+     * response with the chunks it had plus an error of its own, which is no answer to store.
+     */
+    let streamFailure: { error: unknown } | undefined;
     const letThrough = holdResponse(
       raw,
       async (written) => {
@@ -227,22 +267,24 @@ export class IdempotencyInterceptor implements NestInterceptor {
           await givingBack;
           return undefined;
         }
+        if (streamFailure) return this.giveBackBrokenStream(context, streamFailure.error);
         const answer = handlerError ? written : (context.finished ?? written);
         // finish()'s own answer is measured too: it is what would be stored.
         if (answer.body.length > route.maxResponseBytes) {
-          return this.commit(context, fingerprint, tooLarge(route), true);
+          return this.commit(context, fingerprint, this.tooLarge(route), true);
         }
         const stored = await this.commit(context, fingerprint, answer, handlerError);
         return stored === written ? undefined : stored;
       },
       // Only a bug in the commit path gets here: nothing is stored, the lease runs out.
-      (error) => problemResponse(classifyCommitError(error)),
+      (error) => this.problemResponse(classifyCommitError(error)),
       {
         maxBytes: route.maxResponseBytes,
         // Too large to store: the handler's effects roll back, and the 500 is its final
         // answer (a retry would only grow the same response again, and on a route that is not
         // atomic repeat its writes).
-        onOverflow: () => this.commit(context, fingerprint, tooLarge(route), true),
+        // A stream that failed past the limit changes nothing: whole, it was too large too.
+        onOverflow: () => this.commit(context, fingerprint, this.tooLarge(route), true),
       },
       route.storedHeaders,
     );
@@ -259,6 +301,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const inner = runInContext(context, next).subscribe({
         next: (value) => {
           result = value;
+          const stream = resultStream(value);
+          // Watched before the adapter gets it, so the failure is known when it ends the reply.
+          if (stream) onStreamError(stream, (error) => (streamFailure = { error }));
           if (!detached) subscriber.next(value);
         },
         error: (error: unknown) => {
@@ -296,7 +341,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
         stopHeartbeat?.();
         context.abandoned = true;
         inner.unsubscribe();
-        givingBack = transaction.rollback().then(() => this.releaseQuietly(context, true));
+        givingBack = transaction
+          .rollback()
+          .then(() => this.releaseQuietly(context, true))
+          .then(() =>
+            publish('released', () => ({ ...eventOf(context), reason: 'before_handler' })),
+          );
       };
     });
   }
@@ -327,9 +377,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const stored = await this.finish(context, answer, handlerFailed ? undefined : transaction);
       if (!stored) {
         publish('leaseLost', () => eventOf(context));
-        return problemResponse(new IdempotencyLeaseLostError());
+        return this.problemResponse(new IdempotencyLeaseLostError());
       }
-      this.remember(claim, fingerprint, answer, this.options.retentionMs);
+      this.remember(claim, fingerprint, answer, context.claimStore!, 0);
       publish('stored', () => ({
         ...eventOf(context),
         status: answer.status,
@@ -346,8 +396,26 @@ export class IdempotencyInterceptor implements NestInterceptor {
       this.logger.warn(`the response of key ${claim.key} was not stored: ${String(error)}`);
       const problem = classifyCommitError(error);
       publish('released', () => ({ ...eventOf(context), reason: problem.code }));
-      return problemResponse(problem);
+      return this.problemResponse(problem);
     }
+  }
+
+  /**
+   * The stream the handler returned failed before it was complete: the handler's effects roll
+   * back and the key is given back, so that a retry runs it again and, if its stream completes
+   * then, gets the whole body. Nothing has left the process (the hold kept it), so the client
+   * gets a clean 503 in place of the broken answer.
+   */
+  private async giveBackBrokenStream(
+    context: IdempotencyContext,
+    error: unknown,
+  ): Promise<StoredResponse> {
+    await context.transaction!.rollback();
+    await this.releaseQuietly(context, false);
+    this.logger.warn(`the response stream of key ${context.claim!.key} failed: ${String(error)}`);
+    const problem = new RetryLaterError(STREAM_FAILED, 1);
+    publish('released', () => ({ ...eventOf(context), reason: problem.code }));
+    return this.problemResponse(problem);
   }
 
   /**
@@ -400,7 +468,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const claim = context.claim!;
     const transaction = context.transaction!;
     try {
-      if ('error' in outcome || settings.responseHandled) {
+      // A stream (a file) is sent by the adapter, which no longer will: what it would have
+      // carried is not known here, so it is no answer to store, and the retry runs again.
+      const stream = 'value' in outcome ? resultStream(outcome.value) : undefined;
+      stream?.destroy();
+      if ('error' in outcome || settings.responseHandled || stream) {
         await transaction.rollback();
         await this.releaseQuietly(context, false);
         return;
@@ -415,7 +487,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         );
       const overflow = rendered.body.length > settings.route.maxResponseBytes;
       if (overflow) await transaction.rollback();
-      const answer = overflow ? tooLarge(settings.route) : rendered;
+      const answer = overflow ? this.tooLarge(settings.route) : rendered;
       if (!this.options.storeIf(answer.status)) {
         await transaction.rollback();
         await this.releaseQuietly(context, false);
@@ -423,7 +495,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         return;
       }
       if (await this.finish(context, answer, overflow ? undefined : transaction)) {
-        this.remember(claim, fingerprint, answer, this.options.retentionMs);
+        this.remember(claim, fingerprint, answer, context.claimStore!, 0);
         publish('stored', () => ({ ...eventOf(context), status: answer.status }));
       } else {
         this.logger.warn(`key ${claim.key}: lease lost before the late answer was stored`);
@@ -470,19 +542,25 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return () => clearInterval(timer);
   }
 
-  /** Keeps a finished key in this process's memory, for the retries that come back here. */
+  /**
+   * Keeps a finished key in this process's memory, for the retries that come back here, never
+   * longer than `store` keeps it: a store that expires its keys on its own (Redis) may drop
+   * them well before the module's retention.
+   */
   private remember(
     scope: KeyScope,
     fingerprint: Buffer,
     response: StoredResponse,
-    retentionLeftMs: number,
+    store: ClaimStore,
+    finishedAgeMs: number,
   ): void {
+    const retentionMs = keyRetentionMs(this.options.retentionMs, store.expiresKeysAfterMs);
     this.cache.set(
       scope.tenantId,
       scope.key,
       fingerprint,
       response,
-      retentionLeftMs,
+      retentionMs - finishedAgeMs,
       performance.now(),
     );
   }
@@ -541,14 +619,32 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   /** The library's error as the HttpException the filters render, its headers set. */
   private toHttp(response: object, error: IdempotencyError): HttpException {
-    const problem = toProblem(error);
+    const answer = this.answer(error);
     const adapter = this.adapterHost.httpAdapter;
-    for (const [name, value] of Object.entries(problem.headers)) {
+    for (const [name, value] of Object.entries(answer.headers)) {
       adapter.setHeader(response, name, value);
     }
-    pinContentType(rawResponse(response), problem.headers['content-type'] ?? PROBLEM_CONTENT_TYPE);
-    return new HttpException(problem.body, problem.status, { cause: error });
+    pinContentType(rawResponse(response), answer.headers['content-type'] ?? PROBLEM_CONTENT_TYPE);
+    return new HttpException(answer.body, answer.status, { cause: error });
   }
+
+  /** Every answer of the library's is made here: the problem, in the app's shape if it has one. */
+  private answer(error: IdempotencyError) {
+    return answerProblem(error, this.options.renderProblem, this.renderFailed);
+  }
+
+  /** The answer as bytes, for the paths that write (and store) it themselves. */
+  private problemResponse(error: IdempotencyError): StoredResponse {
+    return problemResponse(error, this.options.renderProblem, this.renderFailed);
+  }
+
+  /** The final answer of a response too large to store: a 500 that is itself stored. */
+  private tooLarge(route: ResolvedRouteOptions): StoredResponse {
+    return this.problemResponse(new IdempotencyResponseTooLargeError(route.maxResponseBytes));
+  }
+
+  private readonly renderFailed = (reason: unknown) =>
+    this.logger.error(`renderProblem failed, the problem went out as it is: ${String(reason)}`);
 
   /** A route's settings, read from its metadata once and kept for the next requests. */
   private routeSettings(context: ExecutionContext): RouteSettings {
@@ -638,10 +734,8 @@ function eventOf(context: IdempotencyContext): IdempotencyEvent {
   return { route: context.route, tenant: context.claim!.tenantId, key: context.claim!.key };
 }
 
-/** The final answer of a response too large to store: a 500 that is itself stored. */
-function tooLarge(route: ResolvedRouteOptions): StoredResponse {
-  return problemResponse(new IdempotencyResponseTooLargeError(route.maxResponseBytes));
-}
+const STREAM_FAILED =
+  'The response stream failed before it was complete; nothing was stored. Retry with the same key.';
 
 /** Node's response under either adapter: Express's is one, Fastify's reply wraps it. */
 function rawResponse(response: object): ServerResponse {

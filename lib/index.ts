@@ -7,6 +7,7 @@ export { IdempotentMessage } from './messages/idempotent-message.decorator.js';
 export {
   IdempotentMessageInterceptor,
   MessageIdMissingError,
+  MessageIdUnusableError,
 } from './messages/idempotent-message.interceptor.js';
 export { type IdempotentMessageOptions } from './messages/idempotent-message.options.js';
 export {
@@ -51,16 +52,27 @@ export {
   RetryLaterError,
   TransientDatabaseError,
 } from './idempotency.errors.js';
-export { type Problem, PROBLEM_CONTENT_TYPE, toProblem } from './http/problem.js';
+export {
+  type Problem,
+  PROBLEM_CONTENT_TYPE,
+  type ProblemRenderer,
+  type RenderedProblem,
+  toProblem,
+} from './http/problem.js';
 export { IdempotencyErrorFilter } from './http/idempotency-error.filter.js';
 export { IDEMPOTENCY_CHANNELS, type IdempotencyEvent } from './events/idempotency-events.js';
 export {
-  type HostPort,
   type MultiHostUrl,
   parseMultiHostUrl,
   postgresConnection,
+  type PostgresConnectionOptions,
   writableHostClient,
 } from './storage/writable-host.js';
+export {
+  CONNECTION_STRING_PARAMETERS,
+  type HostPort,
+  InvalidConnectionStringError,
+} from './storage/connection-string.js';
 export { parseIdempotencyKey, type KeyParseResult } from './idempotency-key.js';
 export { computeFingerprint, type FingerprintInput } from './fingerprint/fingerprint.js';
 export {

@@ -1,4 +1,4 @@
-import { type IdempotencyRequest } from './idempotency-options.interface.js';
+import { type IdempotencyRequest } from './http/idempotency-request.js';
 import { type IdempotencyKeySource, keyReader, type RawKey } from './key-source.js';
 
 const request = (headers: IdempotencyRequest['headers'], body?: unknown): IdempotencyRequest => ({

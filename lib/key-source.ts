@@ -1,4 +1,4 @@
-import { type IdempotencyRequest } from './idempotency-options.interface.js';
+import { type IdempotencyRequest } from './http/idempotency-request.js';
 
 /**
  * Where a route's idempotency key is read (`keyFrom`): another header, a field of the JSON

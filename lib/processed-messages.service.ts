@@ -4,6 +4,7 @@ import { type EntityManager, QueryFailedError } from 'typeorm';
 import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
 import { publish } from './events/idempotency-events.js';
 import { classifyHandlerError } from './failure.js';
+import { readMessageId } from './messages/message-id.js';
 
 /** An error of a statement (TypeORM wraps the driver's), as opposed to the effect's own. */
 function isDriverError(error: unknown): boolean {
@@ -50,6 +51,17 @@ export class ProcessedMessages {
     if (!consumer || consumer.length > 255) throw new RangeError('consumer: 1 to 255 characters');
     if (!messageId || messageId.length > 255) {
       throw new RangeError('messageId: 1 to 255 characters');
+    }
+    // Refused rather than sent: PostgreSQL cannot store a NUL, and would store a lone surrogate
+    // as U+FFFD, where two ids become one and the second message is taken for a duplicate.
+    for (const [name, value] of [
+      ['consumer', consumer],
+      ['messageId', messageId],
+    ] as const) {
+      const reading = readMessageId(value);
+      if (reading.kind === 'unusable') {
+        throw new RangeError(`${name} cannot be stored: it ${reading.reason}`);
+      }
     }
     let effectError: unknown;
     try {

@@ -1,4 +1,4 @@
-import { ReplayCache } from './replay-cache.js';
+import { keyRetentionMs, ReplayCache } from './replay-cache.js';
 
 const fp = Buffer.alloc(32, 1);
 const response = (bytes = 10) => ({ status: 201, headers: {}, body: Buffer.alloc(bytes) });
@@ -56,5 +56,22 @@ describe('ReplayCache', () => {
     const off = new ReplayCache(0, 1 << 20, 60_000);
     off.set('1', 'k', fp, response(), 10_000, 0);
     expect(off.size).toBe(0);
+  });
+});
+
+describe('keyRetentionMs', () => {
+  it.each<[string, number, number | undefined, number]>([
+    // [case, module retention, the store's own expiry, what the cache counts from]
+    ['a store that keeps keys for the module (PostgreSQL)', 86_400_000, undefined, 86_400_000],
+    ['a store that drops them sooner (Redis, short TTL)', 86_400_000, 600, 600],
+    [
+      'a store that keeps them longer: the shorter still bounds the cache',
+      1_000,
+      86_400_000,
+      1_000,
+    ],
+    ['the same retention', 5_000, 5_000, 5_000],
+  ])('%s', (_name, moduleRetention, storeExpiry, expected) => {
+    expect(keyRetentionMs(moduleRetention, storeExpiry)).toBe(expected);
   });
 });

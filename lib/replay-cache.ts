@@ -88,6 +88,18 @@ export class ReplayCache {
   }
 }
 
+/**
+ * How long a finished key is kept, as the replay cache must count it: the module's retention,
+ * or the store's own when it expires its keys sooner (a Redis store's TTL). An entry counted
+ * from the longer one would replay, from memory, a key the store had dropped, and answer 422
+ * to its reuse with another request.
+ */
+export function keyRetentionMs(moduleRetentionMs: number, storeExpiresAfterMs?: number): number {
+  return storeExpiresAfterMs === undefined
+    ? moduleRetentionMs
+    : Math.min(moduleRetentionMs, storeExpiresAfterMs);
+}
+
 /** Tenant ids are digits or text without a NUL, so the pair cannot collide. */
 function entryId(tenantId: string, key: string): string {
   return `${tenantId}\u0000${key}`;

@@ -11,6 +11,8 @@ import {
   MemoryOperationStore,
 } from '../lib/client/index.js';
 import { FileOperationStore } from '../lib/client/file-operation-store.js';
+import { type Scenario, startScenario } from './support/scenario.js';
+import { ADAPTERS } from './support/test-app.js';
 import { compiled } from './support/worker-process.js';
 
 /** What the flaky server does with one request: drop the connection, or answer. */
@@ -210,3 +212,62 @@ describe('idempotentFetch against a real flaky server', () => {
     }
   });
 });
+
+/**
+ * The README's outer-timeout row, seen from the client: a global `timeout()` interceptor
+ * answers 408 while the handler goes on in its transaction and commits. That 408 is not the
+ * handler's answer and is not stored, so it must be asked again under the same key (409 until
+ * the handler settles, then the replay), never ended on: a next call for the intent would send
+ * a new key and run the handler a second time.
+ */
+describe.each(ADAPTERS)(
+  'idempotentFetch through a real app with an outer timeout (%s)',
+  (adapter) => {
+    let s: Scenario;
+    let url: string;
+
+    beforeAll(async () => {
+      s = await startScenario('client_timeout', adapter);
+      const server = s.server() as Server;
+      server.listen(0, '127.0.0.1');
+      await once(server, 'listening');
+      url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/timeout`;
+    });
+    afterAll(() => s?.close());
+
+    it('asks again under the same key after a 408, and the handler runs once', async () => {
+      const store = new MemoryOperationStore();
+      const init = {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-tenant-id': '1' },
+        // The outer timeout gives up after 200 ms; the handler takes 800 ms, then commits.
+        body: JSON.stringify({ delayMs: 800 }),
+      };
+      const options = { intent: 'order-under-timeout', store, baseDelayMs: 50, maxDelayMs: 300 };
+      // As an app would: an answer that is not the operation's (a 408) is asked again.
+      const statuses: number[] = [];
+      let response = await idempotentFetch(url, init, options);
+      statuses.push(response.status);
+      for (let call = 1; call < 3 && response.status === 408; call++) {
+        await response.arrayBuffer();
+        response = await idempotentFetch(url, init, options);
+        statuses.push(response.status);
+      }
+      // Every handler started has settled by now (800 ms each, and 2 s more of margin).
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      const executions = await s.db.query<{ id: number }>(
+        "SELECT id FROM side_effects WHERE route = 'timeout'",
+      );
+      const keys = await s.db.query("SELECT state FROM idempotency_keys WHERE tenant_id = '1'");
+      expect({ executions: executions.rowCount, keys: keys.rowCount }).toEqual({
+        executions: 1,
+        keys: 1,
+      });
+      expect(statuses).toEqual([201]);
+      expect(response.headers.get('idempotent-replayed')).toBe('true');
+      expect(await response.json()).toEqual({ id: executions.rows[0].id });
+      expect(keys.rows).toEqual([{ state: 'done' }]);
+      expect(await store.get(options.intent)).toBeUndefined(); // ended: forgotten
+    });
+  },
+);

@@ -1,48 +1,9 @@
 import { connect as connectNats, headers as natsHeaders } from '@nats-io/transport-node';
 import amqplib from 'amqplib';
 import { randomBytes } from 'node:crypto';
+import { NATS_URL, onNats, onRabbitMq, RABBITMQ_URL, until } from './support/brokers.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 import { startWorker, type WorkerProcess } from './support/worker-process.js';
-
-const RABBITMQ_URL = 'amqp://guest:guest@127.0.0.1:5672';
-const NATS_URL = 'nats://127.0.0.1:4222';
-
-/**
- * Whether a broker answers on 127.0.0.1. This machine and CI run both (`.ci/run` starts them
- * if needed, and there a missing broker fails the suite); on a laptop without them the
- * broker's tests are skipped, saying so, rather than failing `npm test`.
- */
-async function answers(port: number): Promise<boolean> {
-  const { createConnection } = await import('node:net');
-  return new Promise((resolve) => {
-    const socket = createConnection({ host: '127.0.0.1', port });
-    const settle = (up: boolean) => {
-      socket.destroy();
-      resolve(up);
-    };
-    socket.once('connect', () => settle(true));
-    socket.once('error', () => settle(false));
-    socket.setTimeout(1000, () => settle(false));
-  });
-}
-const required = process.env.CI === 'true';
-const [rabbitmq, nats] = await Promise.all([answers(5672), answers(4222)]);
-for (const [name, up] of [
-  ['RabbitMQ (127.0.0.1:5672)', rabbitmq],
-  ['NATS (127.0.0.1:4222)', nats],
-] as const) {
-  if (!up && !required) console.warn(`${name} is not answering: its message tests are skipped`);
-}
-const onRabbitMq = rabbitmq || required ? describe : describe.skip;
-const onNats = nats || required ? describe : describe.skip;
-
-async function until(check: () => Promise<boolean>, what: string, timeoutMs = 15_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
 
 /**
  * `@IdempotentMessage()` against the real brokers of this machine: consumer apps in processes

@@ -32,6 +32,37 @@ describe('ProcessedMessages errors', () => {
     expect(await recorded('m-own')).toBe(0);
   });
 
+  it.each([
+    [
+      'an id with a NUL',
+      'consumer',
+      'a\u0000b',
+      'messageId cannot be stored: it holds a NUL character',
+    ],
+    [
+      'an id with a lone surrogate',
+      'consumer',
+      'a\ud800b',
+      'messageId cannot be stored: it holds a lone surrogate (not Unicode)',
+    ],
+    [
+      'a consumer name with a NUL',
+      'c\u0000',
+      'm-ok',
+      'consumer cannot be stored: it holds a NUL character',
+    ],
+  ])('refuses %s before any statement, running nothing', async (_n, consumer, id, message) => {
+    let ran = false;
+    const effect = () => {
+      ran = true;
+      return Promise.resolve();
+    };
+    const error = await messages.processOnce(consumer, id, effect).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(RangeError);
+    expect((error as Error).message).toBe(message);
+    expect(ran).toBe(false);
+  });
+
   it('maps a transient failure of the effect’s statement (a lock timeout) to TransientDatabaseError', async () => {
     await dataSource.query('CREATE TABLE IF NOT EXISTS locked (id int PRIMARY KEY)');
     await dataSource.query('INSERT INTO locked VALUES (1) ON CONFLICT DO NOTHING');

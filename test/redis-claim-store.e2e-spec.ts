@@ -134,6 +134,127 @@ onRedis.each(ADAPTERS)('the Redis claim store (%s)', (adapter) => {
   });
 });
 
+/**
+ * The replay cache answers retries from memory; its entries must never outlive the store's own
+ * retention of the key. Redis drops a finished key on its own (its TTL), while the module's
+ * retention (24 h by default) says nothing of it: an entry kept by that one replayed, from
+ * memory, a key Redis had long expired.
+ */
+onRedis.each(ADAPTERS)('the replay cache over the Redis store (%s)', (adapter) => {
+  let redis: TestRedis;
+  let s: Scenario;
+  beforeAll(async () => {
+    redis = await startTestRedis();
+    s = await startScenario('redis_cache', adapter, {
+      claimStores: { redis: new RedisClaimStore(redis.client(), { retentionMs: 600 }) },
+      claimStore: 'redis',
+      atomic: false,
+      // The cache is on (its defaults: 60 s, 10,000 entries), and the module's retention is
+      // its default, 24 h: only the store knows its keys go after 600 ms.
+    });
+  });
+  afterAll(async () => {
+    await s?.close();
+    await redis?.stop();
+  });
+  const post = (key: string, amount: number) =>
+    request(s.server())
+      .post('/orders')
+      .set('X-Tenant-Id', '1')
+      .set('Idempotency-Key', key)
+      .send({ amount });
+
+  it('answers a key from memory no longer than Redis keeps it', async () => {
+    const key = `cached-${Date.now()}`;
+    expect((await post(key, 3)).status).toBe(201);
+    const replay = await post(key, 3);
+    expect([replay.status, replay.headers['idempotent-replayed']]).toEqual([201, 'true']);
+    // Past the key's retention in Redis (600 ms), with a margin for a loaded machine.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    expect(await redis.client().keys('idempotency:*')).toEqual([]);
+    // The key is new again: the same request runs (not replayed), another one is not a 422.
+    const again = await post(key, 3);
+    expect([again.status, again.headers['idempotent-replayed']]).toEqual([201, undefined]);
+    expect(await s.sideEffects()).toBe(2);
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const other = await post(key, 4);
+    expect([other.status, other.headers['idempotent-replayed']]).toEqual([201, undefined]);
+    expect(await s.sideEffects()).toBe(3);
+  });
+});
+
+/**
+ * The Redis store's `timeoutMs` as the PostgreSQL store's: once the client was told 503
+ * ("nothing was executed"), no claim of that request lands. A script waiting behind a paused
+ * server, or in ioredis's offline queue while the server is down, would otherwise run when it
+ * wakes, and hold the key for a lease: the retry got 409 for 30 s.
+ */
+onRedis.each(ADAPTERS)('the Redis store past its timeout (%s)', (adapter) => {
+  let redis: TestRedis;
+  let s: Scenario;
+  let storeClient: Redis;
+  const lease = 30_000;
+  beforeAll(async () => {
+    redis = await startTestRedis();
+    // ioredis's own default: a command waits out 20 reconnections in its offline queue.
+    storeClient = redis.client({ maxRetriesPerRequest: 20 });
+    s = await startScenario('redis_timeout', adapter, {
+      claimStores: { redis: new RedisClaimStore(storeClient, { timeoutMs: 2000 }) },
+      claimStore: 'redis',
+      atomic: false,
+      leaseMs: lease,
+      replayCacheSize: 0,
+    });
+  });
+  afterAll(async () => {
+    await s?.close();
+    await redis?.stop();
+  });
+  const post = (key: string) =>
+    request(s.server())
+      .post('/orders')
+      .set('X-Tenant-Id', '1')
+      .set('Idempotency-Key', key)
+      .send({ amount: 7 });
+  const held = (key: string) => redis.client().exists(`idempotency:${JSON.stringify(['1', key])}`);
+  const unavailable = {
+    status: 503,
+    code: 'store_unavailable',
+    detail: 'The idempotency store is unavailable; nothing was executed. Retry later.',
+  };
+  const problem = (response: request.Response) => {
+    const body = JSON.parse(response.text) as { status: number; code: string; detail: string };
+    return { status: response.status, code: body.code, detail: body.detail };
+  };
+
+  it('leaves no claim behind a 503 when Redis was paused longer than the timeout', async () => {
+    const key = `paused-${Date.now()}`;
+    const paused = redis.pause(4000);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const first = await post(key);
+    expect(problem(first)).toEqual(unavailable);
+    await paused; // Redis ran what waited for it
+    expect(await held(key)).toBe(0);
+    const retry = await post(key);
+    expect([retry.status, retry.headers['idempotent-replayed']]).toEqual([201, undefined]);
+    expect(await s.sideEffects()).toBe(1);
+  });
+
+  it('leaves no claim behind a 503 when the claim waited in the offline queue', async () => {
+    const key = `offline-${Date.now()}`;
+    await redis.down();
+    const first = await post(key);
+    expect(problem(first)).toEqual(unavailable);
+    await redis.up();
+    // Queued after the claim: once it is answered, the client reconnected and Redis ran both.
+    expect(await storeClient.ping()).toBe('PONG');
+    expect(await held(key)).toBe(0);
+    const retry = await post(key);
+    expect([retry.status, retry.headers['idempotent-replayed']]).toEqual([201, undefined]);
+    expect(await s.sideEffects()).toBe(2);
+  });
+});
+
 describe('a claim store outside the database', () => {
   it('is refused at start-up on an atomic route, naming the route and the way out', async () => {
     const database = await createTestDatabase('redis_refused');
@@ -230,6 +351,33 @@ onRedis('the Redis claim store, on its own', () => {
     ).toBe(true);
     await sleep(400); // past the retention of a finished key: gone on its own
     expect((await store.claim(scope, fp, 700)).kind).toBe('claimed');
+  });
+
+  it('lands no takeover after its 503: a retry takes the key over once Redis is back', async () => {
+    const store = new RedisClaimStore(redis.client(), { timeoutMs: 1000 });
+    const scope = { tenantId: '1', key: `late-takeover-${Date.now()}` };
+    const first = await store.claim(scope, fp, 100);
+    if (first.kind !== 'claimed') throw new Error('expected a claim');
+    await sleep(300); // its worker is gone: the lease has run out
+    const expired = await store.claim(scope, fp, 100);
+    if (expired.kind !== 'existing' || expired.existing.state !== 'started') {
+      throw new Error('expected the expired claim');
+    }
+    const paused = redis.pause(2500);
+    await sleep(100);
+    await expect(store.takeOver(scope, expired.existing.fence, 30_000)).rejects.toThrow(
+      'The idempotency store is unavailable; nothing was executed. Retry later.',
+    );
+    await paused;
+    // The late takeover did nothing: the lease is still expired, and the retry wins it.
+    const again = await store.claim(scope, fp, 100);
+    if (again.kind !== 'existing' || again.existing.state !== 'started') {
+      throw new Error('expected the unfinished claim');
+    }
+    expect(again.existing.leaseExpired).toBe(true);
+    expect(await store.takeOver(scope, again.existing.fence, 30_000)).toMatchObject({
+      lockVersion: '1',
+    });
   });
 
   it('keeps a body stored by pointer as long as its Redis key, whatever the module purges', async () => {

@@ -94,8 +94,9 @@ function sleep(ms: number, signal?: AbortSignal | null): Promise<void> {
 /**
  * `fetch` with the design's client rules: one key per user intent, kept before the first
  * attempt; every retry with that key and the same request; exponential backoff with full
- * jitter, never sooner than `Retry-After`; retried on no answer, 409, 429 and 5xx; ended by a
- * replayed answer, a 2xx or any other 4xx, which is returned as it is. The operation's key is
+ * jitter, never sooner than `Retry-After`; retried on no answer, 408 (an outer timeout: the
+ * handler may go on and commit), 409, 425, 429 and 5xx, none of which the server stores; ended
+ * by a replayed answer, a 2xx or any other 4xx, which is returned as it is. The operation's key is
  * forgotten once it ends. The body must be one that can be sent again (a string, bytes).
  *
  * @example

@@ -8,6 +8,9 @@ describe('outcomeOf', () => {
     [409, true, 'done'],
     [0, false, 'retry'], // no answer at all
     [409, false, 'retry'],
+    [408, false, 'retry'], // an outer timeout: the handler goes on, nothing stored
+    [408, true, 'done'],
+    [425, false, 'retry'], // too early (RFC 8470): asked again, it runs
     [429, false, 'retry'],
     [500, false, 'retry'],
     [502, false, 'retry'],

@@ -11,27 +11,9 @@ import { ClaimStore } from '../storage/claim-store.interface.js';
 import { type MetricAttributes, metricPoints, REQUEST_OUTCOMES } from './event-outcomes.js';
 import { ChannelSubscriptions } from './channel-subscriptions.js';
 import { IDEMPOTENCY_CHANNELS } from './idempotency-events.js';
+import { type OtelMeter } from './otel-meter.js';
 
-/** The part of an OpenTelemetry `MeterProvider` the library uses (`@opentelemetry/api`). */
-export interface OtelMeterProvider {
-  getMeter(name: string, version?: string): OtelMeter;
-}
-
-/** The part of an OpenTelemetry `Meter` the library uses. */
-export interface OtelMeter {
-  createCounter(name: string, options?: object): { add(value: number, attributes?: object): void };
-  createHistogram(
-    name: string,
-    options?: object,
-  ): { record(value: number, attributes?: object): void };
-  createObservableGauge(
-    name: string,
-    options?: object,
-  ): {
-    addCallback(callback: (result: { observe(value: number): void }) => unknown): void;
-    removeCallback(callback: (result: { observe(value: number): void }) => unknown): void;
-  };
-}
+export { type OtelMeter, type OtelMeterProvider } from './otel-meter.js';
 
 const METER_NAME = 'nestjs-idempotency-pg';
 

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { type IdempotencyRequest } from '../idempotency-options.interface.js';
+import { type IdempotencyRequest } from '../http/idempotency-request.js';
 import { type ResolvedRouteOptions } from '../idempotency-options.interface.js';
 import {
   canonicalizeJsonText,
@@ -7,6 +7,9 @@ import {
   type JsonLimits,
   MAX_JSON_LIMITS,
 } from './canonical-json.js';
+import { canonicalForm } from './form-urlencoded.js';
+import { canonicalMultipart, multipartParts } from './multipart.js';
+import { announcesBody, UnreadBodyError } from './unseen-body.js';
 
 /** What a fingerprint is computed over; built from the request by `fingerprintInput`. */
 export interface FingerprintInput {
@@ -39,33 +42,59 @@ export function computeFingerprint(input: FingerprintInput): Buffer {
   return hash.digest();
 }
 
-function isJsonContentType(contentType: string | string[] | undefined): boolean {
-  if (typeof contentType !== 'string') return false;
-  const mediaType = contentType.split(';', 1)[0].trim().toLowerCase();
+/** The media type of a `Content-Type` header, lower-cased, without its parameters. */
+export function mediaTypeOf(contentType: string | string[] | undefined): string {
+  if (typeof contentType !== 'string') return '';
+  return contentType.split(';', 1)[0].trim().toLowerCase();
+}
+
+function isJson(mediaType: string): boolean {
   return mediaType === 'application/json' || mediaType.endsWith('+json');
 }
 
+const FORM = 'application/x-www-form-urlencoded';
+const MULTIPART = 'multipart/form-data';
+
 /**
- * The canonical body: from the raw bytes when the app keeps them (`rawBody: true`), which is
- * exact for any number; otherwise from the parsed body, exact for numbers a JavaScript number
- * holds. JSON is canonicalized (keys sorted, white space dropped, numbers normalized), any
- * other body is taken byte for byte.
+ * The canonical body, by its media type:
+ * - JSON is canonicalized (keys sorted, white space dropped, numbers normalized): from the raw
+ *   bytes when the app keeps them (`rawBody: true`), which is exact for any number; otherwise
+ *   from the parsed body, exact for numbers a JavaScript number holds;
+ * - a form (`application/x-www-form-urlencoded`) by its parameters, sorted by name, a repeated
+ *   name's values in their order (see `canonicalForm`); without the raw bytes, from the parsed
+ *   body as JSON (already sorted by name);
+ * - `multipart/form-data` by its parsed parts: text fields and each file's field, name, media
+ *   type and SHA-256 (see `canonicalMultipart`);
+ * - anything else (`text/plain`, `application/octet-stream`...) byte for byte; no body is ''.
+ *
+ * @throws UnreadBodyError when the request announces a body that no parser read: fingerprinted
+ *   without it, different requests would look the same.
  */
 export function canonicalBody(
   request: IdempotencyRequest,
   limits: JsonLimits = MAX_JSON_LIMITS,
 ): string | Buffer {
+  const mediaType = mediaTypeOf(request.headers['content-type']);
+  if (mediaType === MULTIPART) {
+    const parts = multipartParts(
+      request as IdempotencyRequest & { file?: unknown; files?: unknown },
+    );
+    if (!parts) throw new UnreadBodyError(mediaType);
+    return canonicalMultipart(parts, limits);
+  }
   const raw = request.rawBody;
   if (Buffer.isBuffer(raw)) {
     if (raw.length === 0) return '';
-    return isJsonContentType(request.headers['content-type'])
-      ? canonicalizeJsonText(raw.toString('utf8'), limits)
-      : raw;
+    if (isJson(mediaType)) return canonicalizeJsonText(raw.toString('utf8'), limits);
+    return mediaType === FORM ? canonicalForm(raw) : raw;
   }
   const body = request.body;
-  if (body === undefined || body === null) return '';
+  if (body === undefined || body === null) {
+    if (announcesBody(request.headers)) throw new UnreadBodyError(mediaType);
+    return '';
+  }
   if (Buffer.isBuffer(body)) return body;
-  if (typeof body === 'string') return body;
+  if (typeof body === 'string') return mediaType === FORM ? canonicalForm(body) : body;
   return canonicalizeValue(body, limits);
 }
 

@@ -1,4 +1,6 @@
-import { renderResult } from './handler-result.js';
+import { StreamableFile } from '@nestjs/common';
+import { Readable } from 'node:stream';
+import { onStreamError, renderResult, resultStream } from './handler-result.js';
 
 describe('renderResult', () => {
   it.each<[string, unknown, string, Record<string, string>, string, string | undefined]>([
@@ -38,5 +40,49 @@ describe('renderResult', () => {
       location: '/x/1',
       'content-type': 'application/json; charset=utf-8',
     });
+  });
+});
+
+describe('resultStream', () => {
+  const readable = Readable.from(['a']);
+  const file = new StreamableFile(Readable.from(['b']));
+  it.each<[string, unknown, Readable | undefined]>([
+    ['a StreamableFile: its stream', file, file.getStream()],
+    ['a Readable: itself', readable, readable],
+    ['an object', { id: 1 }, undefined],
+    ['a string', 'text', undefined],
+    ['a Buffer', Buffer.from('x'), undefined],
+    ['undefined', undefined, undefined],
+  ])('%s', (_name, value, stream) => {
+    expect(resultStream(value)).toBe(stream);
+  });
+});
+
+describe('onStreamError', () => {
+  it('reports a failure once, however many errors the stream emits', () => {
+    const stream = new Readable({ read() {} });
+    const seen: unknown[] = [];
+    onStreamError(stream, (error) => seen.push(error));
+    stream.emit('error', new Error('first'));
+    stream.emit('error', new Error('second'));
+    expect(seen).toEqual([new Error('first')]);
+  });
+
+  it('reports a stream that had failed before it was watched', async () => {
+    const stream = new Readable({ read() {} });
+    stream.on('error', () => undefined);
+    stream.destroy(new Error('early'));
+    await new Promise((resolve) => stream.once('close', resolve));
+    const seen: unknown[] = [];
+    onStreamError(stream, (error) => seen.push(error));
+    expect(seen).toEqual([new Error('early')]);
+  });
+
+  it('reports nothing for a stream that completes', async () => {
+    const stream = Readable.from(['a', 'b']);
+    const seen: unknown[] = [];
+    onStreamError(stream, (error) => seen.push(error));
+    for await (const chunk of stream) void chunk;
+    expect(seen).toEqual([]);
   });
 });

@@ -1,3 +1,5 @@
+import { StreamableFile } from '@nestjs/common';
+import { Readable } from 'node:stream';
 import { type StoredResponse } from '../stored-response.js';
 
 const JSON_TYPE = 'application/json; charset=utf-8';
@@ -32,4 +34,33 @@ function serialize(value: unknown, adapter: string): [string, string] {
   return typeof value === 'object'
     ? [JSON.stringify(value), JSON_TYPE]
     : [String(value), 'text/html; charset=utf-8'];
+}
+
+/**
+ * The stream a handler's return value is sent from, if it is one: a `StreamableFile`'s, or a
+ * Node stream (which Fastify pipes as it is). The adapter copies it into the held response
+ * chunk by chunk; when it fails midway, the adapter answers with what it was given so far
+ * plus an error of its own, which is not an answer to store.
+ */
+export function resultStream(value: unknown): Readable | undefined {
+  if (value instanceof StreamableFile) return value.getStream();
+  return value instanceof Readable ? value : undefined;
+}
+
+/**
+ * Calls `onError` once if `stream` fails, now or later. A stream that failed before it was
+ * watched (while an interceptor awaited) has already emitted its `error`, but keeps it.
+ */
+export function onStreamError(stream: Readable, onError: (error: unknown) => void): void {
+  if (stream.errored) {
+    onError(stream.errored);
+    return;
+  }
+  // `on`, not `once`: a second error with no listener left would bring the process down.
+  let called = false;
+  stream.on('error', (error) => {
+    if (called) return;
+    called = true;
+    onError(error);
+  });
 }

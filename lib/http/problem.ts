@@ -63,12 +63,81 @@ export function toProblem(error: IdempotencyError): Problem {
   };
 }
 
-/** The problem as bytes, for the paths that write to the response themselves. */
-export function problemResponse(error: IdempotencyError): StoredResponse {
+/**
+ * An answer of the library's in the app's own shape, as `renderProblem` returns it.
+ *
+ * @example { body: { error: { type: 'idempotency_error', code: problem.body.code } } }
+ */
+export interface RenderedProblem {
+  /** @default the problem's status */
+  status?: number;
+  /**
+   * Headers of the answer, lower-cased or not; they replace the library's of the same name.
+   * The problem's `Retry-After` is kept unless given here.
+   * @default { 'content-type': 'application/json; charset=utf-8' }
+   */
+  headers?: Record<string, string>;
+  /** The body, sent (and stored, when the answer is the key's) as `JSON.stringify(body)`. */
+  body: object;
+}
+
+/** Turns a problem (the library's refusal or failure) into the app's own answer. */
+export type ProblemRenderer = (problem: Problem) => RenderedProblem;
+
+/** An answer of the library's, ready to be written: the problem, or the app's shape of it. */
+export interface ProblemAnswer {
+  status: number;
+  /** Lower-case names. */
+  headers: Record<string, string>;
+  body: object;
+}
+
+const RENDERED_CONTENT_TYPE = 'application/json; charset=utf-8';
+
+/**
+ * The one place every answer of the library's is made: the problem, shaped by the app's
+ * `renderProblem` when it gave one. A renderer that throws, or returns no body or a status that
+ * is not one, must not leave a client without an answer (nor store a broken one): the problem
+ * goes out as it is, and `onRenderError` hears why.
+ */
+export function answerProblem(
+  error: IdempotencyError,
+  render?: ProblemRenderer,
+  onRenderError?: (reason: unknown) => void,
+): ProblemAnswer {
   const problem = toProblem(error);
+  if (!render) return problem;
+  try {
+    const rendered = render(problem) as RenderedProblem | undefined;
+    if (typeof rendered?.body !== 'object' || rendered.body === null) {
+      throw new TypeError('renderProblem returned no body object');
+    }
+    const status = rendered.status ?? problem.status;
+    if (!Number.isInteger(status) || status < 200 || status > 599) {
+      throw new TypeError(`renderProblem returned status ${String(status)}, not 200 to 599`);
+    }
+    const headers: Record<string, string> = { 'content-type': RENDERED_CONTENT_TYPE };
+    if (problem.headers['retry-after']) headers['retry-after'] = problem.headers['retry-after'];
+    for (const [name, value] of Object.entries(rendered.headers ?? {})) {
+      headers[name.toLowerCase()] = String(value);
+    }
+    return { status, headers, body: rendered.body };
+  } catch (reason) {
+    onRenderError?.(reason);
+    return problem;
+  }
+}
+
+/** The answer as bytes, for the paths that write to the response themselves (and store it). */
+export function problemResponse(
+  error: IdempotencyError,
+  render?: ProblemRenderer,
+  onRenderError?: (reason: unknown) => void,
+): StoredResponse {
+  const answer = answerProblem(error, render, onRenderError);
   return {
-    status: problem.status,
-    headers: problem.headers,
-    body: Buffer.from(JSON.stringify(problem.body)),
+    status: answer.status,
+    headers: answer.headers,
+    body: Buffer.from(JSON.stringify(answer.body)),
   };
 }

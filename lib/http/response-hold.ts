@@ -156,8 +156,12 @@ export interface ResponseLimit {
   onOverflow: () => Promise<StoredResponse>;
 }
 
-/** Headers that belong to one answer, not to the exchange: cleared when it is replaced. */
-const ANSWER_HEADERS = [...STORED_RESPONSE_HEADERS, 'etag', 'retry-after'];
+/**
+ * Headers that belong to one answer, not to the exchange: cleared when it is replaced. A
+ * file's `Content-Disposition` among them, or a problem put in its place would be saved as
+ * the file.
+ */
+const ANSWER_HEADERS = [...STORED_RESPONSE_HEADERS, 'etag', 'retry-after', 'content-disposition'];
 
 /** Statuses that never carry a body, nor a `Content-Length` (RFC 9110 §8.6). */
 function bodiless(status: number): boolean {

@@ -14,8 +14,11 @@ import { IdempotencyDatabase } from '../storage/idempotency-database.js';
 import { RECORD_MESSAGE, TOUCH_MESSAGE } from '../storage/postgres-statements.js';
 import { TransactionAbortedError } from '../transaction/lazy-transaction.js';
 import { handleInTransaction } from '../transaction/handle-in-transaction.js';
+import { afterFailure } from './failed-delivery.js';
+import { FailureTally } from './failure-tally.js';
 import { type MessageAck, messageAck } from './message-ack.js';
-import { afterFailure, normalizeMessageId, transportMessageId } from './message-id.js';
+import { previewMessageId, readMessageId, transportMessageId } from './message-id.js';
+import { storableText } from './storable-text.js';
 import {
   type IdempotentMessageOptions,
   type ResolvedMessageOptions,
@@ -35,6 +38,22 @@ export class MessageIdMissingError extends Error {
 }
 
 /**
+ * A message whose id PostgreSQL cannot store as given (a NUL character, a lone surrogate, over
+ * 255 characters): it cannot be recorded, so it is never applied, and never redelivered.
+ */
+export class MessageIdUnusableError extends Error {
+  constructor(consumer: string, id: unknown, reason: string) {
+    super(
+      `@IdempotentMessage() on ${consumer}: the message id ${previewMessageId(id)} cannot be ` +
+        `stored: it ${reason}. The message was rejected (to the queue's dead letters, if it ` +
+        'has them) rather than applied unguarded. Publish ids of 1 to 255 characters without ' +
+        'NUL, or give messageId: (data, context) => id',
+    );
+    this.name = 'MessageIdUnusableError';
+  }
+}
+
+/**
  * The message side of the library: a delivery runs in one transaction that starts by
  * recording its id and ends with the handler's effects, so it is applied once per id. A
  * duplicate is answered with nothing (an `@EventPattern` has no answer; a `@MessagePattern`
@@ -44,6 +63,7 @@ export class MessageIdMissingError extends Error {
 export class IdempotentMessageInterceptor implements NestInterceptor {
   private readonly logger = new Logger('Idempotency');
   private readonly handlers = new WeakMap<object, ResolvedMessageOptions>();
+  private readonly tally = new FailureTally();
 
   constructor(
     private readonly reflector: Reflector,
@@ -55,23 +75,25 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     const rpc = context.switchToRpc();
     const transport = rpc.getContext<unknown>();
     const ack = messageAck(transport, options.ack);
-    let id: string | undefined;
+    let value: unknown;
     try {
-      id = normalizeMessageId(
-        options.messageId
-          ? options.messageId(rpc.getData(), transport)
-          : transportMessageId(transport),
-      );
+      value = options.messageId
+        ? options.messageId(rpc.getData(), transport)
+        : transportMessageId(transport);
     } catch (error) {
       // The app's own reader failed on this message: it is settled, never left unacknowledged.
       ack.reject();
       throw error;
     }
-    if (id === undefined) {
-      // Never applied without an id: it could not be told from its redeliveries.
+    const reading = readMessageId(value);
+    if (reading.kind !== 'id') {
+      // Never applied without an id it can record: it could not be told from its redeliveries.
       ack.reject();
-      throw new MessageIdMissingError(options.consumer);
+      throw reading.kind === 'none'
+        ? new MessageIdMissingError(options.consumer)
+        : new MessageIdUnusableError(options.consumer, value, reading.reason);
     }
+    const id = reading.id;
     return from(this.deliver(options, id, next, ack));
   }
 
@@ -91,6 +113,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
       ])) as unknown[];
       if (recorded.length === 0) {
         await transaction.rollback();
+        this.tally.forget(consumer, messageId);
         ack.ack();
         publish('consumerDuplicate', () => ({ consumer, messageId }));
         return undefined;
@@ -116,6 +139,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
       });
       // Its own row, locked since the insert, cannot be missing; if it were, nothing committed.
       if (!committed) throw new Error(`the record of message ${messageId} was not found at commit`);
+      this.tally.forget(consumer, messageId);
       ack.ack();
       return result;
     } catch (error) {
@@ -137,24 +161,35 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     const cause = error instanceof TransactionAbortedError ? error.cause : error;
     const failure = classifyHandlerError(cause);
     const passing = failure.kind === 'retry';
-    let attempts: number | undefined;
+    let counted: number | undefined;
     if (!passing) {
-      attempts = await this.database
-        .recordMessageFailure(options.consumer, messageId, String(error))
+      counted = await this.database
+        .recordMessageFailure(options.consumer, messageId, storableText(String(error)))
         .catch((countError: unknown) => {
           this.logger.warn(
-            `a failed delivery of ${messageId} was not counted: ${String(countError)}`,
+            `a failed delivery of ${messageId} was not counted (this process counts it): ` +
+              String(countError),
           );
           return undefined;
         });
     }
-    if (afterFailure(attempts, options.maxAttempts) === 'give-up') {
+    const { seen, failures } = this.tally.add(options.consumer, messageId, !passing);
+    const next = afterFailure({ passing, counted, seen, failures }, options.maxAttempts);
+    if (next.action === 'give-up') {
+      this.tally.forget(options.consumer, messageId);
       ack.reject();
       this.logger.error(
-        `${options.consumer} gave up message ${messageId} after ${attempts} failed deliveries: ${String(error)}`,
+        `${options.consumer} gave up message ${messageId} after ${next.attempts} failed deliveries: ${String(error)}`,
       );
-      publish('consumerGaveUp', () => ({ consumer: options.consumer, messageId, attempts }));
+      publish('consumerGaveUp', () => ({
+        consumer: options.consumer,
+        messageId,
+        attempts: next.attempts,
+      }));
     } else {
+      // Held back before it goes back to the broker: redelivered at once, a failure that
+      // could not be counted looped hundreds of times a second.
+      if (next.delayMs > 0 && ack.settles) await sleep(next.delayMs);
       ack.redeliver();
     }
     if (!passing || fromHandler) return error;
@@ -174,4 +209,8 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     }
     return options;
   }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }

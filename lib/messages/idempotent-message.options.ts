@@ -1,3 +1,5 @@
+import { readMessageId } from './message-id.js';
+
 /** Options of `@IdempotentMessage()`. */
 export interface IdempotentMessageOptions {
   /**
@@ -43,6 +45,11 @@ export function resolveMessageOptions(
   const consumer = options.consumer ?? handlerName;
   if (typeof consumer !== 'string' || consumer.length < 1 || consumer.length > 255) {
     throw new Error('@IdempotentMessage(): consumer must be 1 to 255 characters');
+  }
+  // Stored with every message id: a name PostgreSQL cannot store would fail every delivery.
+  const reading = readMessageId(consumer);
+  if (reading.kind === 'unusable') {
+    throw new Error(`@IdempotentMessage(): consumer cannot be stored: it ${reading.reason}`);
   }
   const maxAttempts = options.maxAttempts ?? 5;
   if (!Number.isSafeInteger(maxAttempts) || maxAttempts < 1) {

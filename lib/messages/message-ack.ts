@@ -1,11 +1,14 @@
 /** Settles a delivery with its broker, when the library is the one to acknowledge it. */
 export interface MessageAck {
+  /** Whether the library settles deliveries with the broker here (else the calls do nothing). */
+  readonly settles: boolean;
   ack(): void;
   redeliver(): void;
   reject(): void;
 }
 
 const NOTHING: MessageAck = {
+  settles: false,
   ack: () => undefined,
   redeliver: () => undefined,
   reject: () => undefined,
@@ -32,6 +35,7 @@ export function messageAck(context: unknown, ack: boolean): MessageAck {
   const channel = rmq.getChannelRef();
   const message = rmq.getMessage();
   return {
+    settles: true,
     ack: () => channel.ack(message),
     redeliver: () => channel.nack(message, false, true),
     reject: () => channel.nack(message, false, false),

@@ -20,24 +20,49 @@ export function transportMessageId(context: unknown): string | undefined {
   return undefined;
 }
 
+/** What a message's id is, as the processed table would keep it. */
+export type MessageIdReading =
+  | { kind: 'id'; id: string }
+  /** No id at all (absent, null, empty). */
+  | { kind: 'none' }
+  /** An id PostgreSQL cannot keep as given; `reason` completes "it ...". */
+  | { kind: 'unusable'; reason: string };
+
+/** A UTF-16 surrogate without its other half: no Unicode character, so no UTF-8 either. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
 /**
  * A message id as the processed table keeps it: 1 to 255 characters; a number is taken as
- * written. Anything else is not an id, and undefined is returned.
+ * written. An id that PostgreSQL cannot store as given is unusable rather than altered: a NUL
+ * character fails every statement that carries it (and its failures could not be counted
+ * either, so it was redelivered for ever), and a lone surrogate would be stored as U+FFFD,
+ * where two different ids become one and the second message is taken for a duplicate.
  */
-export function normalizeMessageId(value: unknown): string | undefined {
-  const id = typeof value === 'number' && Number.isSafeInteger(value) ? String(value) : value;
-  return typeof id === 'string' && id.length >= 1 && id.length <= 255 ? id : undefined;
+export function readMessageId(value: unknown): MessageIdReading {
+  if (value === undefined || value === null || value === '') return { kind: 'none' };
+  if (typeof value === 'number') {
+    return Number.isSafeInteger(value)
+      ? { kind: 'id', id: String(value) }
+      : { kind: 'unusable', reason: 'is a number but not a safe integer' };
+  }
+  if (typeof value !== 'string') {
+    return { kind: 'unusable', reason: `is a ${typeof value}, not a string or an integer` };
+  }
+  if (value.length > 255) return { kind: 'unusable', reason: 'is over 255 characters' };
+  if (value.includes('\u0000')) return { kind: 'unusable', reason: 'holds a NUL character' };
+  if (LONE_SURROGATE.test(value)) {
+    return { kind: 'unusable', reason: 'holds a lone surrogate (not Unicode)' };
+  }
+  return { kind: 'id', id: value };
 }
 
-/** What to do with a delivery that failed. */
-export type FailedDelivery = 'redeliver' | 'give-up';
-
-/**
- * After a failure: deliver again, or give the message up once it failed `maxAttempts` times
- * (a poison message: redelivering it for ever would stall its queue). A failure the database
- * caused for a passing reason counts nothing (`attempts` undefined: it could not be counted)
- * and is always delivered again.
- */
-export function afterFailure(attempts: number | undefined, maxAttempts: number): FailedDelivery {
-  return attempts !== undefined && attempts >= maxAttempts ? 'give-up' : 'redeliver';
+/** An id as a log line or an error message may show it: quoted, escaped, at most 60 characters. */
+export function previewMessageId(value: unknown): string {
+  let shown: string;
+  try {
+    shown = JSON.stringify(value) ?? String(value);
+  } catch {
+    shown = String(value);
+  }
+  return shown.length > 60 ? `${shown.slice(0, 60)}…` : shown;
 }

@@ -11,6 +11,7 @@ import {
 } from '../storage/claim-store.interface.js';
 import { type StoredResponse } from '../stored-response.js';
 import { withDeadline } from '../storage/deadline.js';
+import { type ClockOffset, nextOffset, redisDeadlineMs, UNKNOWN_OFFSET } from './redis-clock.js';
 import {
   CLAIM_SCRIPT,
   EXTEND_SCRIPT,
@@ -42,13 +43,15 @@ export interface RedisClaimStoreOptions {
    */
   prefix?: string;
   /**
-   * Upper bound on each call, in milliseconds: past it the client gets 503 and nothing runs.
+   * Upper bound on each call, in milliseconds: past it the client gets 503 and nothing runs. A
+   * claim or takeover still waiting then (behind a paused server, in ioredis's offline queue)
+   * carries this deadline on Redis's clock and does nothing when it runs late.
    * @default 5000
    */
   timeoutMs?: number;
 }
 
-type Script = (key: string, ...args: (string | number | Buffer)[]) => Promise<unknown>;
+type Script = (...args: [string, ...(string | number | Buffer)[]]) => Promise<unknown>;
 
 /** The script names, prefixed so that they never clash with the app's own commands. */
 const SCRIPTS = {
@@ -84,6 +87,8 @@ export class RedisClaimStore implements ClaimStore {
   private readonly abandonedMs: number;
   private readonly prefix: string;
   private readonly timeoutMs: number;
+  /** Redis's clock against ours, learned from the claims' replies: their deadlines use it. */
+  private clock: ClockOffset = UNKNOWN_OFFSET;
 
   constructor(
     private readonly redis: RedisScriptClient,
@@ -101,14 +106,32 @@ export class RedisClaimStore implements ClaimStore {
 
   async claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {
     const claimId = randomUUID();
-    const reply = (await this.call(
-      'idempotencyClaimBuffer',
-      this.keyOf(scope),
-      fingerprint,
-      leaseMs,
-      claimId,
-      this.abandonedMs,
-    )) as Buffer[] | [number, ...Buffer[]];
+    const key = this.keyOf(scope);
+    const began = Date.now();
+    let reply: ClaimReply;
+    // A second try only when Redis refused the first as late while its answer came in time:
+    // then Redis's clock is ahead of what was known of it, and the reply said by how much.
+    for (let attempt = 0; ; attempt++) {
+      const left = this.timeoutMs - (Date.now() - began);
+      reply = (await this.call(
+        'idempotencyClaimBuffer',
+        [key, fingerprint, leaseMs, claimId, this.abandonedMs, this.deadline(left)],
+        left,
+        // Ran, but answered after the 503: a claim that landed is taken back.
+        (late) => {
+          if (Number((late as ClaimReply)[0]) === 1) {
+            void this.call('idempotencyRelease', [key, '0', claimId, '1']).catch(() => undefined);
+          }
+        },
+      )) as ClaimReply;
+      this.learn((reply as Buffer[])[reply.length - 1]);
+      if (Number(reply[0]) !== -1) break;
+      if (attempt === 1 || left <= 0) {
+        throw new IdempotencyStoreUnavailableError(
+          new Error('Redis refused the claim as past its deadline'),
+        );
+      }
+    }
     if (Number(reply[0]) === 1) {
       return {
         kind: 'claimed',
@@ -149,14 +172,25 @@ export class RedisClaimStore implements ClaimStore {
   }
 
   async takeOver(scope: KeyScope, fence: Fence, leaseMs: number) {
+    const key = this.keyOf(scope);
     const lockVersion = await this.call(
       'idempotencyTakeOver',
-      this.keyOf(scope),
-      fence.lockVersion,
-      fence.claimId,
-      leaseMs,
-      this.abandonedMs,
+      [key, fence.lockVersion, fence.claimId, leaseMs, this.abandonedMs, this.deadline()],
+      this.timeoutMs,
+      // Won, but answered after the 503: its lease is ended, for the retry to take over.
+      (late) => {
+        if (typeof late === 'string') {
+          void this.call('idempotencyRelease', [key, late, fence.claimId, '0']).catch(
+            () => undefined,
+          );
+        }
+      },
     );
+    if (lockVersion === -1) {
+      throw new IdempotencyStoreUnavailableError(
+        new Error('Redis refused the takeover as past its deadline'),
+      );
+    }
     if (lockVersion === 0 || lockVersion === null) return undefined;
     return {
       ...scope,
@@ -169,8 +203,7 @@ export class RedisClaimStore implements ClaimStore {
   }
 
   async finish(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
-    const done = await this.call(
-      'idempotencyFinish',
+    const done = await this.call('idempotencyFinish', [
       this.keyOf(claim),
       claim.lockVersion,
       claim.claimId,
@@ -178,29 +211,27 @@ export class RedisClaimStore implements ClaimStore {
       JSON.stringify(response.headers),
       response.body,
       this.retentionMs,
-    );
+    ]);
     return done === 1;
   }
 
   async release(claim: ActiveClaim, forget: boolean): Promise<void> {
-    await this.call(
-      'idempotencyRelease',
+    await this.call('idempotencyRelease', [
       this.keyOf(claim),
       claim.lockVersion,
       claim.claimId,
       forget ? '1' : '0',
-    );
+    ]);
   }
 
   async extendLease(claim: ActiveClaim): Promise<boolean> {
-    const held = await this.call(
-      'idempotencyExtend',
+    const held = await this.call('idempotencyExtend', [
       this.keyOf(claim),
       claim.lockVersion,
       claim.claimId,
       claim.leaseMs,
       this.abandonedMs,
-    );
+    ]);
     return held === 1;
   }
 
@@ -224,14 +255,38 @@ export class RedisClaimStore implements ClaimStore {
     return `${this.prefix}${JSON.stringify([scope.tenantId, scope.key])}`;
   }
 
-  /** Every call is bounded: a Redis that does not answer is a 503, never a hung request. */
-  private async call(name: string, key: string, ...args: (string | number | Buffer)[]) {
+  /** The moment a call made now gives up, `timeoutMs` from now, on Redis's clock. */
+  private deadline(timeoutMs = this.timeoutMs): number {
+    return redisDeadlineMs(this.clock, Date.now(), timeoutMs);
+  }
+
+  /** One more reading of Redis's clock (`now` of a claim's reply), taken as it arrives. */
+  private learn(redisNow: Buffer | number | undefined): void {
+    const ms = Number(redisNow?.toString());
+    if (Number.isFinite(ms)) this.clock = nextOffset(this.clock, ms, Date.now(), performance.now());
+  }
+
+  /**
+   * Every call is bounded: a Redis that does not answer is a 503, never a hung request. A call
+   * answered after that is handed to `late`, to undo what it did.
+   */
+  private async call(
+    name: string,
+    args: [string, ...(string | number | Buffer)[]],
+    timeoutMs = this.timeoutMs,
+    late?: (reply: unknown) => void,
+  ) {
     const script = (this.redis as unknown as Record<string, Script>)[name].bind(this.redis);
+    const reply = script(...args);
+    const onLate = late && (() => void reply.then(late, () => undefined));
     try {
-      return await withDeadline(script(key, ...args), this.timeoutMs, name, undefined, 'Redis');
+      return await withDeadline(reply, Math.max(1, timeoutMs), name, onLate, 'Redis');
     } catch (error) {
       this.logger.error(`idempotency store call ${name} failed: ${String(error)}`);
       throw new IdempotencyStoreUnavailableError(error);
     }
   }
 }
+
+/** A claim's reply: {1, claim id, '0', now}, {0, the record's fields..., now} or {-1, now}. */
+type ClaimReply = (Buffer | number)[];

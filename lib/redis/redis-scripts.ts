@@ -12,10 +12,19 @@
  * a lease holds it, however long a heartbeat keeps one), counted again on takeover and
  * heartbeat; a finished one lives the retention window from its finish, and then Redis drops
  * it: there is no purge to run.
+ *
+ * A claim and a takeover carry a deadline on Redis's clock: the moment the caller gives up and
+ * answers 503 ("nothing was executed"). A script that runs after it (it waited behind a paused
+ * server, or in the client's offline queue while the server was down) does nothing, so that no
+ * claim lands after its 503 and holds the key against the retry.
  */
 
 const NOW = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
+
+/** Refuses a script that runs after its caller gave up: `ARGV[arg]` is the deadline. */
+const inTime = (arg: number, late: string) =>
+  `if now > tonumber(ARGV[${arg}]) then return ${late} end`;
 
 /** The fence of every write after the claim: this claim, unfinished. */
 const FENCED = `if redis.call('HGET', KEYS[1], 'st') ~= 'started'
@@ -24,19 +33,24 @@ const FENCED = `if redis.call('HGET', KEYS[1], 'st') ~= 'started'
   return 0
 end`;
 
-/** ARGV: fingerprint, lease ms, new claim id, abandoned ms. */
+/**
+ * ARGV: fingerprint, lease ms, new claim id, abandoned ms, deadline ms. Replies {1, claim id,
+ * '0', now} (claimed), {0, the record's fields..., now} (there), or {-1, now} (too late).
+ */
 export const CLAIM_SCRIPT = `${NOW}
+${inTime(5, '{-1, tostring(now)}')}
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'cid', ARGV[3], 'lv', '0', 'st', 'started',
     'lu', now + tonumber(ARGV[2]), 'ca', now)
   redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + tonumber(ARGV[4]))
-  return {1, ARGV[3], '0'}
+  return {1, ARGV[3], '0', tostring(now)}
 end
 local r = redis.call('HMGET', KEYS[1], 'cid', 'lv', 'fp', 'st', 'lu', 'rc', 'rh', 'rb', 'fa')
 return {0, r[1], r[2], r[3], r[4], r[5] or '0', r[6] or '0', r[7] or '{}', r[8] or '', r[9] or '0', tostring(now)}`;
 
-/** ARGV: lock version, claim id, lease ms, abandoned ms. */
+/** ARGV: lock version, claim id, lease ms, abandoned ms, deadline ms. -1: too late. */
 export const TAKE_OVER_SCRIPT = `${NOW}
+${inTime(5, '-1')}
 ${FENCED}
 if tonumber(redis.call('HGET', KEYS[1], 'lu')) >= now then return 0 end
 local lv = redis.call('HINCRBY', KEYS[1], 'lv', 1)

@@ -1,6 +1,6 @@
 import { type EntityManager } from 'typeorm';
 import { type ExistingKey, type Fence } from '../decide.js';
-import { type ActiveClaim } from '../idempotency-context.js';
+import { type ActiveClaim } from './active-claim.js';
 import { type StoredResponse } from '../stored-response.js';
 import { type LazyTransaction } from '../transaction/lazy-transaction.js';
 

@@ -13,9 +13,11 @@ const MIGRATION_LOCK = 7_204_611_001;
 export async function migrate(options: DataSourceOptions & { url: string }): Promise<void> {
   // One host or several (the one that accepts writes): the library reads the URL.
   const connection = postgresConnection(options.url);
-  const Lock = connection.extra?.Client ?? pg.Client;
-  const lock = new Lock(
-    connection.url
+  // What the URL says for the pool (`connect_timeout`) holds for the lock's connection too.
+  const { Client: Lock = pg.Client, ...pool } = connection.extra ?? {};
+  const lock = new Lock({
+    ...pool,
+    ...(connection.url
       ? { connectionString: connection.url }
       : {
           host: connection.host,
@@ -23,8 +25,8 @@ export async function migrate(options: DataSourceOptions & { url: string }): Pro
           user: connection.username,
           password: connection.password,
           database: connection.database,
-        },
-  );
+        }),
+  });
   await lock.connect();
   try {
     await lock.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);

@@ -4,8 +4,13 @@
  * `@IdempotentMessage()`. A real process, so that a test can kill it where it needs to.
  *
  * Env: DATABASE_URL, TRANSPORT (rmq | nats), QUEUE, WORKER (its name in the rows it writes),
- * MAX_ATTEMPTS, and KILL_BEFORE_ACK=1 to SIGKILL itself at its first acknowledgement: after
- * the delivery's transaction committed, before the broker hears of it.
+ * MAX_ATTEMPTS, KILL_BEFORE_ACK=1 to SIGKILL itself at its first acknowledgement: after
+ * the delivery's transaction committed, before the broker hears of it, and SETTLEMENTS=1 to
+ * print each delivery's settlement with RabbitMQ (`settled <account> ack|requeue|reject`), so
+ * that a test counts deliveries as the broker saw them.
+ *
+ * Two handlers: `settlement.created` takes the transport's message id, `settlement.keyed` the
+ * payload's `id` (the decorator's `messageId` option).
  */
 import 'reflect-metadata';
 import { Controller, Module } from '@nestjs/common';
@@ -19,13 +24,35 @@ import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, IdempotentMessage } from '..
 const env = process.env;
 const worker = env.WORKER ?? 'worker';
 
-if (env.KILL_BEFORE_ACK === '1') {
+if (env.KILL_BEFORE_ACK === '1' || env.SETTLEMENTS === '1') {
   // amqplib exports no Channel class: reach its prototype through a channel of its own.
   const probe = await amqplib.connect('amqp://guest:guest@127.0.0.1:5672');
   const channel = await probe.createChannel();
-  (Object.getPrototypeOf(channel) as { ack: unknown }).ack = () =>
-    process.kill(process.pid, 'SIGKILL');
+  const prototype = Object.getPrototypeOf(channel) as {
+    ack(message: amqplib.Message): void;
+    nack(message: amqplib.Message, all?: boolean, requeue?: boolean): void;
+  };
   await probe.close();
+  if (env.KILL_BEFORE_ACK === '1') prototype.ack = () => process.kill(process.pid, 'SIGKILL');
+  if (env.SETTLEMENTS === '1') {
+    const { ack, nack } = prototype;
+    const account = (message: amqplib.Message) => {
+      try {
+        const { data } = JSON.parse(message.content.toString()) as { data: { account: string } };
+        return data.account;
+      } catch {
+        return '?';
+      }
+    };
+    prototype.ack = function (message) {
+      console.log(`settled ${account(message)} ack`);
+      return ack.call(this, message);
+    };
+    prototype.nack = function (message, all, requeue) {
+      console.log(`settled ${account(message)} ${requeue === false ? 'reject' : 'requeue'}`);
+      return nack.call(this, message, all, requeue);
+    };
+  }
 }
 
 interface Settlement {
@@ -33,6 +60,10 @@ interface Settlement {
   amount: number;
   /** Makes the handler fail after its write: a poison message. */
   poison?: boolean;
+  /** Makes the handler fail after its write with this error message. */
+  error?: string;
+  /** The message's id, for `settlement.keyed`. */
+  id?: unknown;
   /** Holds the handler after its write, so that deliveries overlap. */
   delayMs?: number;
 }
@@ -54,6 +85,17 @@ class SettlementsController {
     ]);
     if (settlement.delayMs) await new Promise((resolve) => setTimeout(resolve, settlement.delayMs));
     if (settlement.poison) throw new Error(`settlement ${settlement.account} is poison`);
+    if (settlement.error !== undefined) throw new Error(settlement.error);
+  }
+
+  @EventPattern('settlement.keyed')
+  @IdempotentMessage({
+    ack: env.TRANSPORT === 'rmq',
+    maxAttempts: Number(env.MAX_ATTEMPTS ?? 5),
+    messageId: (data) => (data as Settlement).id,
+  })
+  settleKeyed(@Payload() settlement: Settlement) {
+    return this.settle(settlement);
   }
 }
 
@@ -97,7 +139,7 @@ const transport: MicroserviceOptions =
 
 const app = await NestFactory.createMicroservice<MicroserviceOptions>(WorkerModule, {
   ...transport,
-  logger: env.TEST_LOGS ? undefined : ['error'],
+  logger: env.TEST_LOGS ? undefined : ['error', 'warn'],
 });
 await app.listen();
 console.log('listening on 0');

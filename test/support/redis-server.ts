@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { Redis } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
 import { freePort } from '../../sample-app/database/embedded-postgres.js';
 
 /**
@@ -9,8 +9,18 @@ import { freePort } from '../../sample-app/database/embedded-postgres.js';
 export interface TestRedis {
   port: number;
   url: string;
-  /** A client of the test's; closed by `stop()`. */
-  client(): Redis;
+  /** A client of the test's; closed by `stop()`. `options` replace the test's defaults. */
+  client(options?: RedisOptions): Redis;
+  /**
+   * Freezes the server for `ms` (SIGSTOP, then SIGCONT): its connections stay open and what is
+   * sent meanwhile waits in them, and runs when it wakes, as behind a slow command or a pause
+   * of its host. Resolves once it answers again.
+   */
+  pause(ms: number): Promise<void>;
+  /** Kills the server (SIGKILL), leaving the port closed until `up()`. */
+  down(): Promise<void>;
+  /** Starts an empty server on the same port again. */
+  up(): Promise<void>;
   /** Kills the server (SIGKILL: no chance to save) and starts an empty one on the same port. */
   restart(): Promise<void>;
   stop(): Promise<void>;
@@ -56,11 +66,25 @@ export async function startTestRedis(): Promise<TestRedis> {
   return {
     port,
     url: `redis://127.0.0.1:${port}`,
-    client: () => {
-      const client = new Redis({ port, maxRetriesPerRequest: 3 });
+    client: (options?: RedisOptions) => {
+      const client = new Redis({ port, maxRetriesPerRequest: 3, ...options });
       clients.push(client);
       return client;
     },
+    pause: async (ms: number) => {
+      const running = server!;
+      running.kill('SIGSTOP');
+      await new Promise((resolve) => setTimeout(resolve, ms));
+      running.kill('SIGCONT');
+      const probe = new Redis({ port, retryStrategy: () => null });
+      try {
+        await probe.ping();
+      } finally {
+        probe.disconnect();
+      }
+    },
+    down: kill,
+    up: start,
     restart: async () => {
       await kill();
       await start();

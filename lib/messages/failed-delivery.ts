@@ -1,0 +1,45 @@
+/** What is known of a message's failed deliveries, this one included. */
+export interface DeliveryFailures {
+  /**
+   * The database failed for a passing reason (unreachable, a deadline, a deadlock): such a
+   * failure is not the message's, and never counts towards giving it up.
+   */
+  passing: boolean;
+  /** The database's count of the message's failures; undefined when it could not be had. */
+  counted: number | undefined;
+  /** This process's count of the message's failures that count: the floor of the true count. */
+  seen: number;
+  /** This process's count of all of the message's failed deliveries, for the backoff. */
+  failures: number;
+}
+
+/** What to do with a delivery that failed. */
+export type FailedDelivery =
+  { action: 'redeliver'; delayMs: number } | { action: 'give-up'; attempts: number };
+
+/** The backoff's first wait and its ceiling, in milliseconds. */
+export const REDELIVERY_BASE_MS = 100;
+export const REDELIVERY_MAX_MS = 5000;
+
+/**
+ * After a failure: deliver again, or give the message up once it failed `maxAttempts` times
+ * (a poison message: redelivering it for ever would stall its queue).
+ *
+ * The attempts are the database's count, or this process's when that is higher or missing: a
+ * count that cannot be had (the failure's record failed too) must not mean "deliver again"
+ * for ever, so the process's own count is the floor, and the message is given up once it
+ * reaches `maxAttempts` here. Without the database's count, and after the database's passing
+ * failures (never counted: a database outage dead-letters nothing), the message goes back
+ * after a backoff (doubling from 100 ms to 5 s), not at once: redelivered at once, it looped
+ * hundreds of times a second. A counted failure goes back at once, as before.
+ */
+export function afterFailure(failures: DeliveryFailures, maxAttempts: number): FailedDelivery {
+  const backoff = {
+    action: 'redeliver',
+    delayMs: Math.min(REDELIVERY_MAX_MS, REDELIVERY_BASE_MS * 2 ** (failures.failures - 1)),
+  } as const;
+  if (failures.passing) return backoff;
+  const attempts = Math.max(failures.counted ?? 0, failures.seen);
+  if (attempts >= maxAttempts) return { action: 'give-up', attempts };
+  return failures.counted === undefined ? backoff : { action: 'redeliver', delayMs: 0 };
+}

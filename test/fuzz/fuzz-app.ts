@@ -1,0 +1,167 @@
+import {
+  Body,
+  type CallHandler,
+  Controller,
+  type ExecutionContext,
+  Headers,
+  HttpException,
+  Injectable,
+  type INestApplication,
+  Module,
+  type NestInterceptor,
+  Post,
+  RequestTimeoutException,
+} from '@nestjs/common';
+import { APP_INTERCEPTOR } from '@nestjs/core';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { catchError, type Observable, throwError, timeout, TimeoutError } from 'rxjs';
+import { type DataSource, type EntityManager } from 'typeorm';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../lib/index.js';
+import { type AdapterName, bootstrapTestApp } from '../support/bootstrap.js';
+import { type HandlerProgram, type Op } from './handler-program.js';
+
+export const FUZZ_APPLICATION_NAME = 'fuzz-app';
+
+/** The app's tables: effects without a unique key, so that a write applied twice shows. */
+export const FUZZ_DDL = `
+  CREATE TABLE IF NOT EXISTS fuzz_effects (program text NOT NULL, path text NOT NULL);
+  CREATE TABLE IF NOT EXISTS fuzz_later (program text NOT NULL, path text NOT NULL);
+  CREATE TABLE IF NOT EXISTS fuzz_unique (k text PRIMARY KEY);
+  INSERT INTO fuzz_unique (k) VALUES ('taken') ON CONFLICT DO NOTHING;`;
+
+/** Faults the driver asks of one attempt, by header (headers are not fingerprinted). */
+export const OUTER_TIMEOUT_HEADER = 'x-fuzz-timeout-ms';
+export const STATEMENT_TIMEOUT_HEADER = 'x-fuzz-statement-timeout-ms';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A thrown error of the program's own: what its `tx … throw` ops throw. */
+class ProgramError extends Error {}
+
+/**
+ * What the program's `catch` blocks swallow: the failures it causes itself (a unique violation,
+ * the transaction aborted by one, its own thrown error). A timeout or a lost connection goes
+ * through, as in an app that catches what it expects: the model covers such apps.
+ */
+function expected(error: unknown): boolean {
+  if (error instanceof ProgramError) return true;
+  const code = (error as { code?: unknown; driverError?: { code?: unknown } }).code;
+  return code === '23505' || code === '25P02';
+}
+
+/** The outer timeout a global interceptor applies, when the driver asks for one. */
+@Injectable()
+class HeaderTimeoutInterceptor implements NestInterceptor {
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const request = context.switchToHttp().getRequest<{ headers: Record<string, string> }>();
+    const ms = Number(request.headers[OUTER_TIMEOUT_HEADER] ?? 0);
+    if (!ms) return next.handle();
+    return next.handle().pipe(
+      timeout(ms),
+      catchError((error: unknown) =>
+        throwError(() => (error instanceof TimeoutError ? new RequestTimeoutException() : error)),
+      ),
+    );
+  }
+}
+
+@Controller()
+class ProgramController {
+  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+
+  @Post('programs')
+  @Idempotent()
+  async run(@Body() program: HandlerProgram, @Headers() headers: Record<string, string>) {
+    const statementTimeout = Number(headers[STATEMENT_TIMEOUT_HEADER] ?? 0);
+    if (statementTimeout) {
+      await this.dataSource.query(`SET LOCAL statement_timeout = ${statementTimeout}`);
+    }
+    await this.ops(program.ops, '', program.id, this.dataSource.manager, true);
+    return { id: program.id, ops: program.ops.length };
+  }
+
+  private async ops(
+    ops: Op[],
+    prefix: string,
+    id: string,
+    manager: EntityManager,
+    top: boolean,
+  ): Promise<void> {
+    // At the top, the handler's statements go through the DataSource, as a service's do; inside
+    // a transaction, through its manager.
+    const query = (text: string, values?: unknown[]) =>
+      top ? this.dataSource.query(text, values) : manager.query(text, values);
+    for (const [index, op] of ops.entries()) {
+      const path = `${prefix}${index}`;
+      switch (op.op) {
+        case 'write':
+          await query('INSERT INTO fuzz_effects (program, path) VALUES ($1, $2)', [id, path]);
+          break;
+        case 'fail':
+          try {
+            await query(`INSERT INTO fuzz_unique (k) VALUES ('taken')`);
+          } catch (error) {
+            if (op.then === 'throw' || !expected(error)) throw error;
+          }
+          break;
+        case 'tx':
+          try {
+            const open = (work: (inner: EntityManager) => Promise<void>) =>
+              top ? this.dataSource.transaction(work) : manager.transaction(work);
+            await open(async (inner) => {
+              await this.ops(op.body, `${path}.`, id, inner, false);
+              if (op.end === 'throw') throw new ProgramError('the nested work failed');
+            });
+          } catch (error) {
+            if (!op.caught || !expected(error)) throw error;
+          }
+          break;
+        case 'sleep':
+          await sleep(op.ms);
+          break;
+        case 'dbsleep':
+          await query('SELECT pg_sleep($1)', [op.ms / 1000]);
+          break;
+        case 'forget':
+          // Started a moment later and never awaited: it lands around the answer's commit.
+          setTimeout(() => {
+            this.dataSource
+              .query('INSERT INTO fuzz_later (program, path) VALUES ($1, $2)', [id, path])
+              .catch(() => undefined);
+          }, index % 3);
+          break;
+        case 'http':
+          throw new HttpException({ failed: path }, op.status);
+      }
+    }
+  }
+}
+
+export async function createFuzzApp(options: {
+  databaseUrl: string;
+  adapter: AdapterName;
+  leaseMs: number;
+}): Promise<INestApplication> {
+  @Module({
+    imports: [
+      TypeOrmModule.forRoot({
+        type: 'postgres',
+        url: options.databaseUrl,
+        migrations: [...IDEMPOTENCY_MIGRATIONS],
+        migrationsRun: true,
+        connectTimeoutMS: 2000,
+        extra: { max: 8, application_name: FUZZ_APPLICATION_NAME },
+      }),
+      IdempotencyModule.forRoot({
+        tenant: () => 1,
+        leaseMs: options.leaseMs,
+        heartbeat: true,
+        databaseTimeoutMs: 3000,
+      }),
+    ],
+    controllers: [ProgramController],
+    providers: [{ provide: APP_INTERCEPTOR, useClass: HeaderTimeoutInterceptor }],
+  })
+  class FuzzAppModule {}
+  return bootstrapTestApp(FuzzAppModule, options.adapter);
+}

@@ -1,0 +1,17 @@
+/**
+ * The fuzzer's app as a process of its own, so that the fuzzer can kill it with SIGKILL in the
+ * middle of a handler. Started by `fuzz-runner.ts` from the compiled file.
+ */
+import { type AdapterName } from '../support/bootstrap.js';
+import { createFuzzApp } from './fuzz-app.js';
+
+const url = process.env.DATABASE_URL;
+if (!url) throw new Error('DATABASE_URL is required');
+const app = await createFuzzApp({
+  databaseUrl: url,
+  adapter: (process.env.ADAPTER ?? 'express') as AdapterName,
+  leaseMs: Number(process.env.LEASE_MS ?? 1500),
+});
+await app.listen(0, '127.0.0.1');
+const address = app.getHttpServer().address() as { port: number };
+console.log(`listening on ${address.port}`);
