@@ -9,7 +9,13 @@ import {
 import { DatabaseDeadlineError } from './storage/deadline.js';
 import { TransactionAbortedError } from './transaction/lazy-transaction.js';
 
-const pgError = (code: string) => Object.assign(new Error(`pg ${code}`), { code });
+const pgError = (code: string, message = `pg ${code}`) =>
+  Object.assign(new Error(message), { code });
+/** A named statement's server session changed under it: a pooler in transaction mode. */
+const missing = () =>
+  pgError('26000', 'prepared statement "idempotency_complete_v3" does not exist');
+const duplicate = () =>
+  pgError('42P05', 'prepared statement "idempotency_claim_v3" already exists');
 const typeorm = (code: string) => ({ message: 'query failed', driverError: pgError(code) });
 
 describe('classifyHandlerError', () => {
@@ -24,6 +30,13 @@ describe('classifyHandlerError', () => {
     ['connection refused', pgError('ECONNREFUSED'), 'retry', 'store_unavailable'],
     ['admin shutdown 57P01', typeorm('57P01'), 'retry', 'store_unavailable'],
     ['the pool waited too long', new DatabaseDeadlineError('x', 1), 'retry', 'store_unavailable'],
+    ['a pooler misfit 26000', missing(), 'retry', 'store_misconfigured'],
+    [
+      'a pooler misfit 42P05, under TypeORM',
+      { driverError: duplicate() },
+      'retry',
+      'store_misconfigured',
+    ],
     ['unique violation 23505', typeorm('23505'), 'final', undefined],
     ['a 404 the handler threw', new NotFoundException(), 'final', undefined],
     ['an HttpException 503 of the app', new HttpException('x', 503), 'final', undefined],
@@ -51,6 +64,9 @@ describe('classifyCommitError', () => {
       'transaction_aborted',
     ],
     ['a deferred constraint failing at COMMIT', typeorm('23505'), 'transaction_aborted'],
+    ['the fenced statement missing on a pooled session', missing(), 'store_misconfigured'],
+    ['the first statement already on a pooled session', duplicate(), 'store_misconfigured'],
+    ['aborted by a pooler misfit', new TransactionAbortedError(duplicate()), 'store_misconfigured'],
     ['already one of ours', new TransientDatabaseError(null), 'database_transient'],
   ])('%s -> %s', (_name, error, code) => {
     expect(classifyCommitError(error).code).toBe(code);

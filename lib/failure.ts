@@ -1,6 +1,7 @@
 import {
   IdempotencyError,
   IdempotencyLeaseLostError,
+  IdempotencyStoreMisconfiguredError,
   IdempotencyStoreUnavailableError,
   IdempotencyTransactionAbortedError,
   RetryLaterError,
@@ -8,13 +9,15 @@ import {
 } from './idempotency.errors.js';
 import { isConnectionError, isTransientError } from './storage/connection-errors.js';
 import { DatabaseDeadlineError } from './storage/deadline.js';
+import { misconfigured } from './storage/pooler-misfit.js';
 import { TransactionAbortedError } from './transaction/lazy-transaction.js';
 
 /**
  * What a failure after the handler started means for its key. Every failure has one outcome:
  * - `retry`: nothing is final. The request's transaction rolls back, nothing is stored, the
  *   lease is released, and the client gets `error` (a 503 with `Retry-After`): its retry runs
- *   the work again, after the last completed phase.
+ *   the work again, after the last completed phase. A pooler's misfit goes this way too, as
+ *   a 500 `store_misconfigured`: it lasts until the operator changes the configuration.
  * - `lease-lost`: another worker owns the key. Everything rolls back; the client gets a 409
  *   and its retry receives the new owner's stored answer.
  * - `final`: the handler's own answer (a 404 it threw, a bug's 500). Its effects roll back,
@@ -31,6 +34,7 @@ export function classifyHandlerError(error: unknown): Failure {
   if (
     error instanceof RetryLaterError ||
     error instanceof IdempotencyStoreUnavailableError ||
+    error instanceof IdempotencyStoreMisconfiguredError ||
     error instanceof TransientDatabaseError
   ) {
     return { kind: 'retry', error };
@@ -53,8 +57,13 @@ export function classifyCommitError(error: unknown): IdempotencyError {
   return databaseFailure(error) ?? new IdempotencyTransactionAbortedError(error);
 }
 
-/** A database error that a retry may not meet again, as the library's 503. */
+/**
+ * A database error that a retry may not meet again, as the library's 503; or a pooler's
+ * misfit, which a retry meets every time, as its 500 (stored no more than a 503 is).
+ */
 function databaseFailure(error: unknown): IdempotencyError | undefined {
+  const misfit = misconfigured(error);
+  if (misfit) return misfit;
   if (error instanceof DatabaseDeadlineError || isConnectionError(error)) {
     return new IdempotencyStoreUnavailableError(error, 1, true);
   }

@@ -10,6 +10,13 @@ import { type ProblemRenderer } from './http/problem.js';
 
 export { type IdempotencyRequest } from './http/idempotency-request.js';
 
+/**
+ * How the app reaches PostgreSQL: directly (`'none'`), or through a pooler in `'session'` or
+ * `'transaction'` mode, where one app connection's transactions may each run on another server
+ * session (see the README's "Behind a connection pooler").
+ */
+export type PoolerMode = 'none' | 'session' | 'transaction';
+
 /** A tenant id: keys are scoped per tenant, stored as the design's `bigint tenant_id`. */
 export type TenantId = string | number | bigint;
 
@@ -258,6 +265,18 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    */
   debugEvents?: boolean;
   /**
+   * The connection pooler between the app and PostgreSQL, if any. `'transaction'` (PgBouncer
+   * or Supavisor in transaction mode, RDS Proxy) leaves nothing on a server session: the
+   * library's statements are sent unnamed (parsed on each call, rather than prepared once per
+   * session), and the partitioned expiry keeps its lock and settings to one transaction per
+   * partition. `'session'` and `'none'` prepare each statement once per session. Left at
+   * `'none'` behind a transaction pooler, requests fail with a 500 `store_misconfigured` that
+   * logs what to change.
+   * @default 'none'
+   * @example pooler: 'transaction'
+   */
+  pooler?: PoolerMode;
+  /**
    * Gives the library's answers the app's own error shape. Every answer the library writes
    * goes through it: its refusals (400 key missing or invalid, 422, 409 in progress), the
    * failures it meets at commit (409 `lease_lost`, 503 when the store failed, 500
@@ -295,6 +314,7 @@ export interface ResolvedIdempotencyOptions {
   storeIf: (status: number) => boolean;
   metrics: boolean | { meterProvider: OtelMeterProvider };
   debugEvents: boolean;
+  pooler: PoolerMode;
   /** The app's shape of the library's answers; undefined for problem+json. */
   renderProblem?: ProblemRenderer;
   /** The encryption keys, the sealing one first; undefined when responses are stored plain. */

@@ -19,6 +19,7 @@ describe('resolveIdempotencyOptions', () => {
       databaseTimeoutMs: 5000,
       purgeIntervalMs: undefined,
       purgeBatchSize: 1000,
+      pooler: 'none',
       replayCache: { size: 10_000, bytes: 33_554_432, ttlMs: 60_000 },
       route: {
         required: true,
@@ -34,6 +35,10 @@ describe('resolveIdempotencyOptions', () => {
     expect(resolved.tenant({ method: 'POST', url: '/', headers: {} })).toBe(0);
   });
 
+  it.each(['none', 'session', 'transaction'] as const)('takes pooler: %s', (pooler) => {
+    expect(resolveIdempotencyOptions({ pooler }).pooler).toBe(pooler);
+  });
+
   it('lower-cases and sorts fingerprint headers', () => {
     const resolved = resolveIdempotencyOptions({ fingerprintHeaders: ['X-B', 'Accept'] });
     expect(resolved.route.fingerprintHeaders).toEqual(['accept', 'x-b']);
@@ -44,6 +49,11 @@ describe('resolveIdempotencyOptions', () => {
     ['fractional lease', { leaseMs: 1.5 }, 'leaseMs must be a positive integer, got 1.5'],
     ['negative retention', { retentionMs: -1 }, 'retentionMs must be a positive integer, got -1'],
     ['zero timeout', { databaseTimeoutMs: 0 }, 'databaseTimeoutMs must be a positive integer'],
+    [
+      'a pooler mode that is none',
+      { pooler: 'statement' as 'transaction' },
+      `pooler must be 'none', 'session' or 'transaction' (the pooler's mode), got "statement"`,
+    ],
     ['zero purge interval', { purgeIntervalMs: 0 }, 'purgeIntervalMs must be a positive integer'],
     ['zero batch', { purgeBatchSize: 0 }, 'purgeBatchSize must be a positive integer'],
     ['negative cache size', { replayCacheSize: -1 }, 'replayCacheSize must be an integer >= 0'],

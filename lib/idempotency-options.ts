@@ -24,6 +24,7 @@ import { ISOLATION_LEVELS, isIsolationLevel } from './transaction/isolation-leve
 import {
   type IdempotencyModuleOptions,
   type IdempotencyRouteOptions,
+  type PoolerMode,
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
 } from './idempotency-options.interface.js';
@@ -344,6 +345,18 @@ export function resolveRouteOptions(
   };
 }
 
+const POOLER_MODES: readonly PoolerMode[] = ['none', 'session', 'transaction'];
+
+function resolvePooler(pooler: PoolerMode | undefined): PoolerMode {
+  if (pooler === undefined) return 'none';
+  if (!POOLER_MODES.includes(pooler)) {
+    throw new InvalidIdempotencyOptionsError(
+      `pooler must be 'none', 'session' or 'transaction' (the pooler's mode), got ${JSON.stringify(pooler)}`,
+    );
+  }
+  return pooler;
+}
+
 /** Fills in every default in one place and validates once, at start-up. */
 export function resolveIdempotencyOptions(
   options: IdempotencyModuleOptions = {},
@@ -415,6 +428,7 @@ export function resolveIdempotencyOptions(
     storeIf: resolveStoreIf(options.storeIf),
     metrics: resolveMetrics(options.metrics),
     debugEvents: options.debugEvents ?? false,
+    pooler: resolvePooler(options.pooler),
     renderProblem: resolveRenderProblem(options.renderProblem),
     replayCache: {
       size: nonNegativeInteger(

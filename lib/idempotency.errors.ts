@@ -10,6 +10,7 @@ export type IdempotencyErrorCode =
   | 'key_in_progress'
   | 'lease_lost'
   | 'store_unavailable'
+  | 'store_misconfigured'
   | 'request_invalid'
   | 'retry_later'
   | 'database_transient'
@@ -105,6 +106,28 @@ export class IdempotencyStoreUnavailableError extends IdempotencyError {
         : 'The idempotency store is unavailable; nothing was executed. Retry later.',
     );
     this.name = 'IdempotencyStoreUnavailableError';
+  }
+}
+
+/**
+ * The database connection cannot run the library's statements as they are configured (a
+ * pooler in transaction mode shares its server sessions, so a session's prepared statements
+ * are missing, or already there, on the next one): a lasting misfit, not a passing outage, so
+ * a 500 rather than a 503 with `Retry-After`. Nothing is stored for the key, and the log says
+ * what to change (`explanation`).
+ */
+export class IdempotencyStoreMisconfiguredError extends IdempotencyError {
+  readonly code = 'store_misconfigured';
+  constructor(
+    override readonly cause: unknown,
+    /** What is wrong and what to change, for the operator (logged, never sent). */
+    readonly explanation: string,
+  ) {
+    super(
+      'The idempotency store cannot run on its database connection as configured; nothing ' +
+        'was stored. Retrying will not help until the server is reconfigured.',
+    );
+    this.name = 'IdempotencyStoreMisconfiguredError';
   }
 }
 

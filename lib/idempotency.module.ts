@@ -44,7 +44,7 @@ const databaseProvider: Provider = {
   provide: IdempotencyDatabase,
   inject: [IdempotencyDataSource, RESOLVED_IDEMPOTENCY_OPTIONS],
   useFactory: (source: IdempotencyDataSource, options: ResolvedIdempotencyOptions) =>
-    new IdempotencyDatabase(() => source.dataSource, options.databaseTimeoutMs),
+    new IdempotencyDatabase(() => source.dataSource, options.databaseTimeoutMs, options.pooler),
 };
 
 /** The app's own PostgreSQL claim store (with its layers), for code that injects `ClaimStore`. */

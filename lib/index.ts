@@ -34,6 +34,7 @@ export type {
   IdempotencyModuleOptions,
   IdempotencyRouteOptions,
   IdempotencyRequest,
+  PoolerMode,
   TenantId,
 } from './idempotency-options.interface.js';
 export { type IdempotencyKeySource } from './key-source.js';
@@ -47,6 +48,7 @@ export {
   IdempotencyKeyMissingError,
   IdempotencyLeaseLostError,
   IdempotencyStoreUnavailableError,
+  IdempotencyStoreMisconfiguredError,
   IdempotencyRequestInvalidError,
   IdempotencyTenantInvalidError,
   IdempotencyResponseTooLargeError,

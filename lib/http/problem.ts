@@ -25,6 +25,7 @@ const STATUS_BY_CODE: Record<IdempotencyError['code'], [number, string]> = {
   key_in_progress: [HttpStatus.CONFLICT, 'Request in progress'],
   lease_lost: [HttpStatus.CONFLICT, 'Idempotency lease lost'],
   store_unavailable: [HttpStatus.SERVICE_UNAVAILABLE, 'Idempotency store unavailable'],
+  store_misconfigured: [HttpStatus.INTERNAL_SERVER_ERROR, 'Idempotency store misconfigured'],
   request_invalid: [HttpStatus.BAD_REQUEST, 'Request body invalid'],
   database_transient: [HttpStatus.SERVICE_UNAVAILABLE, 'Transient database error'],
   retry_later: [HttpStatus.SERVICE_UNAVAILABLE, 'Retry later'],

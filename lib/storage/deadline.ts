@@ -10,24 +10,38 @@ export class DatabaseDeadlineError extends Error {
 
 /**
  * Waits for `promise` at most `timeoutMs`. Past it, `onLate` is told (so that what was
- * started can be undone when it ends) and the caller gets a `DatabaseDeadlineError`.
+ * started can be undone when it ends) and the caller gets a `DatabaseDeadlineError`, once
+ * `onLate` is done: a cancel request must reach a pooler (PgBouncer) while the client
+ * connection it names is still open, since the pooler routes it by that connection, and the
+ * caller drops the connection as soon as it hears of the deadline. Whatever `promise` does
+ * after the deadline (the cancelled statement's error, say), the caller gets the deadline.
  */
 export async function withDeadline<T>(
   promise: Promise<T>,
   timeoutMs: number,
   what: string,
-  onLate?: () => void,
+  onLate?: () => void | Promise<void>,
   server?: string,
 ): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
+  let late = false;
   const deadline = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
-      onLate?.();
-      reject(new DatabaseDeadlineError(what, timeoutMs, server));
+      late = true;
+      void Promise.resolve()
+        .then(onLate)
+        .catch(() => undefined)
+        .then(() => reject(new DatabaseDeadlineError(what, timeoutMs, server)));
     }, timeoutMs);
   });
   try {
-    return await Promise.race([promise, deadline]);
+    return await Promise.race([
+      promise.then(
+        (value) => (late ? deadline : value),
+        (error: unknown) => (late ? deadline : Promise.reject(error)),
+      ),
+      deadline,
+    ]);
   } finally {
     clearTimeout(timer);
   }
@@ -95,32 +109,46 @@ interface CancellableClient {
  * Sends PostgreSQL's cancel request for the statement running on `client`'s connection, on a
  * connection of its own, as `Client#cancel` of node-postgres does (without its deprecated
  * accessor). The connection is checked out by the library alone and runs one statement at a
- * time, so what runs there is ours. Best effort: a server that cannot be reached cannot run
- * the statement either; the caller drops the connection anyway.
+ * time, so what runs there is ours. Resolves once the server (or the pooler in front of it)
+ * has closed the cancel's connection, which it does when it has acted on it, or after
+ * `CANCEL_WAIT_MS`. Best effort: a server that cannot be reached cannot run the statement
+ * either; the caller drops the connection anyway.
  */
-export function cancelQuery(client: PoolClient): void {
+export function cancelQuery(client: PoolClient): Promise<void> {
   const { host, port, processID, secretKey } = client as unknown as CancellableClient;
-  if (processID === undefined || secretKey === undefined) return;
-  try {
-    const connection = new (
-      pg as unknown as { Connection: new () => CancelConnection }
-    ).Connection();
-    // A server that does not answer must neither crash the process nor keep the socket.
-    connection.on('error', () => undefined);
-    setTimeout(() => connection.stream?.destroy(), CANCEL_SOCKET_MS).unref();
-    connection.on('connect', () => connection.cancel(processID, secretKey));
-    if (host?.startsWith('/')) connection.connect(`${host}/.s.PGSQL.${port}`);
-    else connection.connect(port, host);
-  } catch {
-    // Nothing more can be done.
-  }
+  if (processID === undefined || secretKey === undefined) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    try {
+      const connection = new (
+        pg as unknown as { Connection: new () => CancelConnection }
+      ).Connection();
+      // A server that does not answer must neither crash the process nor keep the socket.
+      connection.on('error', () => resolve());
+      connection.on('end', () => resolve());
+      setTimeout(resolve, CANCEL_WAIT_MS).unref();
+      setTimeout(() => connection.stream?.destroy(), CANCEL_SOCKET_MS).unref();
+      connection.on('connect', () => connection.cancel(processID, secretKey));
+      if (host?.startsWith('/')) connection.connect(`${host}/.s.PGSQL.${port}`);
+      else connection.connect(port, host);
+    } catch {
+      // Nothing more can be done.
+      resolve();
+    }
+  });
 }
 
 /** How long the cancel request's own socket may live: it is answered at once, or never. */
 const CANCEL_SOCKET_MS = 5_000;
 
+/**
+ * How long a caller past its deadline waits for its cancel request to be acted on, before it
+ * hears of the deadline and drops its connection: a round trip on a healthy server, and a
+ * bound on the delay a server that does not answer adds to the 503.
+ */
+const CANCEL_WAIT_MS = 1_000;
+
 interface CancelConnection {
-  on(event: 'error' | 'connect', listener: () => void): void;
+  on(event: 'error' | 'connect' | 'end', listener: () => void): void;
   connect(portOrPath: number | string | undefined, host?: string): void;
   cancel(processID: number, secretKey: number): void;
   stream?: { destroy(): void };

@@ -53,14 +53,15 @@ class FencedCommitQuery extends (pg.Query as unknown as QueryClass) {
  */
 export function fencedCommit(
   client: PoolClient,
-  statement: { name: string; text: string; values: unknown[] },
+  /** `name` undefined: sent unnamed (behind a pooler in transaction mode). */
+  statement: { name?: string; text: string; values: unknown[] },
   timeoutMs: number,
 ): Promise<void> {
   const done = new Promise<void>((resolve, reject) => {
     const query = new FencedCommitQuery(
       {
         // A name of its own: node-postgres keeps one text per prepared statement name.
-        name: `${statement.name}_commit`,
+        name: statement.name === undefined ? undefined : `${statement.name}_commit`,
         text: raiseUnlessOneRow(statement.text),
         values: statement.values,
       },
@@ -69,7 +70,7 @@ export function fencedCommit(
     );
     void client.query(query as unknown as pg.Query);
   });
-  return withDeadline(done, timeoutMs, `statement ${statement.name} with COMMIT`, () =>
+  return withDeadline(done, timeoutMs, `statement ${statement.name ?? ''} with COMMIT`, () =>
     cancelQuery(client),
   );
 }

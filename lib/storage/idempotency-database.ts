@@ -8,8 +8,10 @@ import {
 } from 'pg';
 import { type DataSource, type EntityManager } from 'typeorm';
 import { IdempotencyStoreUnavailableError } from '../idempotency.errors.js';
+import { type PoolerMode } from '../idempotency-options.interface.js';
 import { LazyTransaction } from '../transaction/lazy-transaction.js';
 import { acquire, queryWithDeadline } from './deadline.js';
+import { misconfigured } from './pooler-misfit.js';
 import {
   PURGE_MESSAGE_FAILURES_BATCH,
   PURGE_PROCESSED_BATCH,
@@ -35,14 +37,32 @@ export class IdempotencyDatabase {
   constructor(
     private readonly dataSource: () => DataSource,
     readonly timeoutMs: number,
+    /**
+     * `'transaction'`: the connection's server session may change between transactions (a
+     * pooler in transaction mode), so nothing is left on it: statements are sent unnamed
+     * (parsed each time, rather than prepared once per session), and maintenance keeps its
+     * locks and settings to one transaction.
+     */
+    readonly pooler: PoolerMode = 'none',
   ) {}
+
+  /** Whether statements are prepared once per session under their names. */
+  get namedStatements(): boolean {
+    return this.pooler !== 'transaction';
+  }
 
   /**
    * A request's transaction, opened by its first statement. `joinable`: code in its scope
    * that asks the DataSource for a runner (repositories, `dataSource.query()`) joins it.
    */
   transaction(joinable: boolean): LazyTransaction {
-    return new LazyTransaction(this.dataSource(), () => this.pool, this.timeoutMs, joinable);
+    return new LazyTransaction(
+      this.dataSource(),
+      () => this.pool,
+      this.timeoutMs,
+      joinable,
+      this.namedStatements,
+    );
   }
 
   /** Runs `work` in a plain transaction: phases of a request that has no key. */
@@ -76,18 +96,26 @@ export class IdempotencyDatabase {
    * Every call is bounded, the wait for a connection included: a pool waiting for a database
    * that does not answer would otherwise hold the request forever. A statement still running
    * when the time is up is cancelled on the server, and a connection that arrives after it is
-   * given back unused, so that nothing runs once the client was told 503. Any failure is a 503.
+   * given back unused, so that nothing runs once the client was told 503. Any failure is a 503,
+   * but for a pooler's misfit, which lasts: a 500 (`store_misconfigured`) that logs what to
+   * change.
    */
   async query<R extends QueryResultRow>(
     statement: Statement,
     values: unknown[],
   ): Promise<QueryResult<R>> {
-    const config: QueryConfig = { name: statement.name, text: statement.text, values };
+    const config: QueryConfig = {
+      name: this.namedStatements ? statement.name : undefined,
+      text: statement.text,
+      values,
+    };
     try {
       return await this.withConnection((client) =>
         queryWithDeadline<R>(client, config, this.timeoutMs),
       );
     } catch (error) {
+      const misfit = misconfigured(error);
+      if (misfit) throw misfit;
       this.logger.error(`idempotency store call ${statement.name} failed: ${String(error)}`);
       throw new IdempotencyStoreUnavailableError(error);
     }
@@ -95,7 +123,8 @@ export class IdempotencyDatabase {
 
   /**
    * Runs `work` on one connection of the app's pool, for maintenance that needs a session of
-   * its own: a session-level lock, a statement that cannot run in a transaction block. Only
+   * its own: a session-level lock, a statement that cannot run in a transaction block (behind
+   * a pooler in transaction mode, `pooler` says so, the session lasts one transaction). Only
    * the wait for the connection is bounded here; `work` bounds its statements itself. When
    * `work` fails the connection is closed rather than pooled, so that nothing it set on the
    * session reaches the app's queries.

@@ -103,6 +103,8 @@ export class LazyTransaction implements JoinableTransaction {
     private readonly timeoutMs: number,
     /** Whether code in the scope joins it; explicit use of `manager` always does. */
     public joinable: boolean,
+    /** False behind a pooler in transaction mode: the fenced statement is sent unnamed. */
+    private readonly namedStatements = true,
   ) {}
 
   /** Whether a statement has opened it (it holds a connection). */
@@ -180,11 +182,8 @@ export class LazyTransaction implements JoinableTransaction {
       else this.state = 'ended';
       throw new TransactionAbortedError(this.refused);
     }
-    const config: QueryConfig = {
-      name: statement.name,
-      text: statement.text,
-      values: statement.values,
-    };
+    const name = this.namedStatements ? statement.name : undefined;
+    const config: QueryConfig = { name, text: statement.text, values: statement.values };
     if (!this.opening) {
       this.state = 'ended';
       const client = await acquire(this.pool(), this.timeoutMs);
@@ -225,7 +224,7 @@ export class LazyTransaction implements JoinableTransaction {
     try {
       // The fenced statement and COMMIT in one round trip; a lost fence raises, and the
       // COMMIT after it is skipped.
-      await fencedCommit(client, statement, this.timeoutMs);
+      await fencedCommit(client, { ...statement, name }, this.timeoutMs);
       this.committed = true;
       this.end(client);
       return true;

@@ -22,6 +22,7 @@ import {
 } from '../../lib/index.js';
 import { RequestTimeoutInterceptor } from '../../sample-app/request-timeout.interceptor.js';
 import { type AdapterName, bootstrapTestApp } from './bootstrap.js';
+import { appDatabaseUrl, poolerOption } from './pgbouncer.js';
 
 /** One row per write a handler made, tagged with the way it reached the database. */
 @Entity({ name: 'ledger', synchronize: false })
@@ -239,11 +240,12 @@ export async function createAtomicApp(options: {
   /** More of the app: modules, controllers and providers a test adds (nestjs-cls, say). */
   extra?: { imports?: DynamicModule[]; controllers?: Type[]; providers?: Type[] };
 }): Promise<INestApplication> {
+  const url = await appDatabaseUrl(options.databaseUrl);
   @Module({
     imports: [
       TypeOrmModule.forRoot({
         type: 'postgres',
-        url: options.databaseUrl,
+        url,
         entities: [LedgerEntry],
         migrations: [...IDEMPOTENCY_MIGRATIONS],
         migrationsRun: true,
@@ -253,6 +255,7 @@ export async function createAtomicApp(options: {
       TypeOrmModule.forFeature([LedgerEntry]),
       IdempotencyModule.forRoot({
         tenant: () => 1,
+        ...poolerOption(),
         ...options.idempotency,
       }),
       ...(options.extra?.imports ?? []),

@@ -1,5 +1,6 @@
 import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
 import { bootstrapTestApp } from './bootstrap.js';
+import { appDatabaseUrl, poolerOption } from './pgbouncer.js';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { type EntityManager } from 'typeorm';
 import {
@@ -141,16 +142,21 @@ function createController(settings: PhaseAppSettings) {
 
 /** A Nest app whose handler runs in atomic phases and calls a (fake) PSP in one of them. */
 export async function createPhaseApp(settings: PhaseAppSettings): Promise<INestApplication> {
+  const url = await appDatabaseUrl(settings.databaseUrl);
   @Module({
     imports: [
       TypeOrmModule.forRoot({
         type: 'postgres',
-        url: settings.databaseUrl,
+        url,
         migrations: [...IDEMPOTENCY_MIGRATIONS],
         migrationsRun: true,
         connectTimeoutMS: 2000,
       }),
-      IdempotencyModule.forRoot({ leaseMs: settings.leaseMs, globalKeys: true }),
+      IdempotencyModule.forRoot({
+        leaseMs: settings.leaseMs,
+        globalKeys: true,
+        ...poolerOption(),
+      }),
     ],
     controllers: [createController(settings)],
   })

@@ -16,6 +16,7 @@ import {
 } from '@nestjs/common';
 import { RequestTimeoutInterceptor } from '../../sample-app/request-timeout.interceptor.js';
 import { type AdapterName, bootstrapTestApp } from './bootstrap.js';
+import { appDatabaseUrl, poolerOption } from './pgbouncer.js';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { type DataSource, type MigrationInterface } from 'typeorm';
 import {
@@ -191,7 +192,7 @@ export async function createTestApp(options: {
 }): Promise<INestApplication> {
   const typeorm: DynamicModule = TypeOrmModule.forRoot({
     type: 'postgres',
-    url: options.databaseUrl,
+    url: await appDatabaseUrl(options.databaseUrl),
     migrations: [...IDEMPOTENCY_MIGRATIONS, ...(options.migrations ?? [])],
     migrationsRun: true,
     connectTimeoutMS: options.connectTimeoutMS ?? 2000,
@@ -202,6 +203,7 @@ export async function createTestApp(options: {
       typeorm,
       IdempotencyModule.forRoot({
         tenant: (req) => (req.headers['x-tenant-id'] as string | undefined) ?? '1',
+        ...poolerOption(),
         ...options.idempotency,
       }),
       OrdersModule,

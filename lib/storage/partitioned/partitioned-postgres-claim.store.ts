@@ -28,7 +28,16 @@ export interface PartitionLayout {
  */
 const MAINTENANCE_STATEMENT_TIMEOUT_MS = 60_000;
 
-/** The session lock that lets one instance at a time drop partitions. */
+/**
+ * Behind a pooler in transaction mode the detach is not concurrent: it takes the table's
+ * ACCESS EXCLUSIVE lock, and claims queue behind its request. It waits this long at most for
+ * the statements still running on the table (claims and fenced writes take milliseconds);
+ * past it the partition's transaction rolls back, changing nothing, and the next purge tries
+ * again.
+ */
+const DETACH_LOCK_TIMEOUT_MS = 2_000;
+
+/** The lock that lets one instance at a time drop partitions (session or transaction level). */
 const EXPIRY_LOCK = 'idempotency_keys_expiry';
 
 interface PartitionRow {
@@ -100,7 +109,11 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
    */
   override async purgeBatch(retentionMs: number): Promise<KeyScope[]> {
     await this.createPartitions();
-    await this.database.withConnection((client) => this.expire(client, retentionMs));
+    await this.database.withConnection((client) =>
+      this.database.pooler === 'transaction'
+        ? this.expireInTransactions(client, retentionMs)
+        : this.expire(client, retentionMs),
+    );
     return [];
   }
 
@@ -171,6 +184,60 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
       await client.query('RESET statement_timeout');
       await client.query('SELECT pg_advisory_unlock(hashtextextended($1, 0))', [EXPIRY_LOCK]);
     }
+  }
+
+  /**
+   * The expiry behind a pooler in transaction mode, where each transaction may run on another
+   * server session: a session lock would stay held on the session that took it (the unlock
+   * runs on another), and a session setting would reach other clients' statements. So each
+   * partition goes in one transaction of its own, under a transaction-level lock (the other
+   * instances skip), with its timeouts `SET LOCAL`; its detach cannot be `CONCURRENTLY` (which
+   * runs outside any transaction), and takes the table's lock first, so that no lock it holds
+   * on a carried row is ever upgraded while a claim waits on it.
+   */
+  private async expireInTransactions(client: PoolClient, retentionMs: number): Promise<void> {
+    for (;;) {
+      await client.query('BEGIN');
+      let more: boolean;
+      try {
+        more = await this.expireOne(client, retentionMs);
+        await client.query('COMMIT');
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        throw error;
+      }
+      if (!more) return;
+    }
+  }
+
+  /** In a transaction: the first step of `expirySteps`, if the lock is free; whether it ran. */
+  private async expireOne(client: PoolClient, retentionMs: number): Promise<boolean> {
+    const { rows } = await client.query<{ locked: boolean }>(
+      'SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS locked',
+      [EXPIRY_LOCK],
+    );
+    if (!rows[0].locked) return false;
+    await client.query(`SET LOCAL statement_timeout = ${MAINTENANCE_STATEMENT_TIMEOUT_MS}`);
+    await client.query(`SET LOCAL lock_timeout = ${DETACH_LOCK_TIMEOUT_MS}`);
+    const { rows: partitions } = await client.query<PartitionRow>(LIST_PARTITIONS);
+    const { rows: clock } = await client.query<{ now: Date }>('SELECT now()');
+    const [step] = expirySteps(partitions.map(toInfo), clock[0].now, retentionMs);
+    if (step === undefined) return false;
+    await client.query('LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE');
+    if (step.kind === 'finalize') {
+      await client.query(
+        `ALTER TABLE idempotency_keys DETACH PARTITION ${step.partition} FINALIZE`,
+      );
+    } else {
+      const carried = await client.query(CARRY_FORWARD, [step.fromAt, step.toAt, retentionMs]);
+      await client.query(`ALTER TABLE idempotency_keys DETACH PARTITION ${step.partition}`);
+      this.logger.log(
+        `dropping partition ${step.partition} of idempotency_keys (past the retention); ` +
+          `${carried.rowCount ?? 0} keys carried forward`,
+      );
+    }
+    await client.query(`DROP TABLE ${step.partition}`);
+    return true;
   }
 }
 
