@@ -172,7 +172,7 @@ describe.each(ADAPTERS)('timeouts a handler meets, on %s', (adapter) => {
     ])(
       '%s: 503 store_unavailable; the retry finds it done or not, once',
       async (_n, app, direction, ran) => {
-        const body: WorkBody = { tag: tag(`commit-${direction}`), meet: 'pause', pauseMs: 2000 };
+        const body: WorkBody = { tag: tag(`commit-${direction}`), meet: 'pause', pauseMs: 1000 };
         const answer = post(app, '/work', body).then((res) => res);
         // Written, not committed: its connection is stalled before the handler returns.
         const port = await connectionIn('idle in transaction');

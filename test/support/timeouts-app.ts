@@ -69,7 +69,7 @@ class TimeoutsController {
         break;
       case 'idle_in_transaction':
         await this.dataSource.query('SET LOCAL idle_in_transaction_session_timeout = 200');
-        await sleep(1000);
+        await sleep(700);
         break;
       case 'pause':
         await sleep(body.pauseMs ?? 1000);
