@@ -150,7 +150,9 @@ export async function createPhaseApp(settings: PhaseAppSettings): Promise<INestA
         migrationsRun: true,
         connectTimeoutMS: 2000,
       }),
-      IdempotencyModule.forRoot({ leaseMs: settings.leaseMs, globalKeys: true }),
+      // No heartbeat but on the route that asks for one: the fencing tests need a live worker
+      // whose lease runs out; the heartbeat test contrasts it with one that is renewed.
+      IdempotencyModule.forRoot({ leaseMs: settings.leaseMs, heartbeat: false, globalKeys: true }),
     ],
     controllers: [createController(settings)],
   })
