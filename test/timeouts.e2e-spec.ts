@@ -30,19 +30,27 @@ const CONNECTION_TIMEOUT_MS = 500;
 
 type AppName = 'deadline' | 'driver';
 
+// One database for both adapters' apps: their tags never meet.
+let database: MigratedDatabase;
+let db: Client;
+beforeAll(async () => {
+  database = await createMigratedDatabase('timeouts');
+  await database.dataSource.query(TIMEOUTS_DDL);
+  db = new Client({ connectionString: database.url });
+  await db.connect();
+});
+afterAll(async () => {
+  await db?.end();
+  await database?.drop();
+});
+
 describe.each(ADAPTERS)('timeouts a handler meets, on %s', (adapter) => {
-  let database: MigratedDatabase;
-  let db: Client;
   let proxy: StallingProxy;
   const apps = {} as Record<AppName, INestApplication>;
   let n = 0;
   const tag = (label: string) => `${label}-${adapter}-${++n}-${Date.now()}`;
 
   beforeAll(async () => {
-    database = await createMigratedDatabase(`timeouts_${adapter}`);
-    await database.dataSource.query(TIMEOUTS_DDL);
-    db = new Client({ connectionString: database.url });
-    await db.connect();
     const target = new URL(database.url);
     proxy = new StallingProxy(target.hostname, Number(target.port || 5432));
     await proxy.start();
@@ -64,8 +72,6 @@ describe.each(ADAPTERS)('timeouts a handler meets, on %s', (adapter) => {
     await apps.deadline?.close();
     await apps.driver?.close();
     await proxy?.stop();
-    await db?.end();
-    await database?.drop();
   });
 
   const post = (app: AppName, path: string, body: { tag: string }) =>
