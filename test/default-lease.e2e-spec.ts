@@ -2,6 +2,10 @@ import { type INestApplication } from '@nestjs/common';
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import { Client } from 'pg';
 import request from 'supertest';
+import { DataSource } from 'typeorm';
+import { type ActiveClaim } from '../lib/idempotency-context.js';
+import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
+import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
 import { createAtomicApp, LEDGER_DDL, type LedgerBody } from './support/atomic-app.js';
 import { ADAPTERS } from './support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
@@ -54,16 +58,49 @@ class Downstream {
   }
 }
 
+/**
+ * The PostgreSQL store whose heartbeat reaches the database `delayMs` late, as over a slow
+ * path: a renewal is still on its way when the request ends and gives its key back.
+ */
+class SlowHeartbeatStore extends PostgresClaimStore {
+  constructor(
+    database: IdempotencyDatabase,
+    private readonly delayMs: number,
+  ) {
+    super(database);
+  }
+
+  override async extendLease(claim: ActiveClaim): Promise<boolean> {
+    await sleep(this.delayMs);
+    return super.extendLease(claim);
+  }
+}
+
 interface Attempt {
   status: number;
   /** Since the start of the retries' clock. */
   atMs: number;
 }
 
+// One database and one downstream system for both adapters' instances: their tags never meet.
+let database: TestDatabase;
+let db: Client;
+let downstream: Downstream;
+beforeAll(async () => {
+  database = await createTestDatabase('default_lease');
+  db = new Client({ connectionString: database.url });
+  await db.connect();
+  await db.query(LEDGER_DDL);
+  downstream = new Downstream();
+  await downstream.start();
+});
+afterAll(async () => {
+  await downstream?.stop();
+  await db?.end();
+  await database?.drop();
+});
+
 describe.each(ADAPTERS)('the default lease on %s', (adapter) => {
-  let database: TestDatabase;
-  let db: Client;
-  let downstream: Downstream;
   /** The instance the retries reach, with the module's defaults. */
   let app: INestApplication;
   /** Other instances, in this process: one with the defaults, one without the heartbeat. */
@@ -75,12 +112,6 @@ describe.each(ADAPTERS)('the default lease on %s', (adapter) => {
   const tag = (label: string) => `${label}-${adapter}-${++n}-${Date.now()}`;
 
   beforeAll(async () => {
-    database = await createTestDatabase(`default_lease_${adapter}`);
-    db = new Client({ connectionString: database.url });
-    await db.connect();
-    await db.query(LEDGER_DDL);
-    downstream = new Downstream();
-    await downstream.start();
     const started = startWorker('test/support/atomic-worker.js', {
       DATABASE_URL: database.url,
       ADAPTER: adapter,
@@ -97,9 +128,6 @@ describe.each(ADAPTERS)('the default lease on %s', (adapter) => {
   afterAll(async () => {
     await doomed?.kill();
     await Promise.all([app, live, unbeating].map((instance) => instance?.close()));
-    await downstream?.stop();
-    await db?.end();
-    await database?.drop();
   });
 
   const post = (target: INestApplication | string, body: LedgerBody) =>
@@ -204,5 +232,40 @@ describe.each(ADAPTERS)('the default lease on %s', (adapter) => {
     expect(lost.answer.status).toBe(409);
     expect(lost.answer.body.code).toBe('lease_lost');
     expect(await rows(lost.body.tag)).toBe(1);
+  });
+
+  describe('a renewal still on its way when the key is given back', () => {
+    let slowPath: DataSource;
+    let slow: INestApplication;
+    beforeAll(async () => {
+      slowPath = new DataSource({ type: 'postgres', url: database.url });
+      await slowPath.initialize();
+      const store = new SlowHeartbeatStore(new IdempotencyDatabase(() => slowPath, 5000), 400);
+      // A 600 ms lease is renewed every 200 ms; each renewal lands 400 ms after it started.
+      slow = await createAtomicApp({
+        databaseUrl: database.url,
+        adapter,
+        idempotency: { leaseMs: 600, claimStores: { slow: store }, claimStore: 'slow' },
+      });
+    });
+    afterAll(async () => {
+      await slow?.close();
+      await slowPath?.destroy();
+    });
+
+    it('does not extend the lease it gave back: the retry after the 503 runs at once', async () => {
+      // Fails after 300 ms, while the renewal that started at 200 ms is on its way.
+      const body: LedgerBody = { tag: tag('beat'), delayMs: 300, failFirst: 'retry-later' };
+      const first = await post(slow, body);
+      expect(first.status).toBe(503);
+      expect(first.body.code).toBe('retry_later');
+      await sleep(500); // past that renewal's landing
+      const retry = await post(slow, body);
+      expect({ status: retry.status, code: retry.body.code as unknown }).toEqual({
+        status: 201,
+        code: undefined,
+      });
+      expect(await rows(body.tag)).toBe(1);
+    });
   });
 });
