@@ -1,10 +1,14 @@
 import { type INestApplication } from '@nestjs/common';
 import { createServer, type Server } from 'node:net';
 import { Client } from 'pg';
+import { DataSource } from 'typeorm';
+import { IdempotencyStoreUnavailableError, ProcessedMessages } from '../lib/index.js';
+import { type IdempotencyDataSource } from '../lib/storage/idempotency-data-source.js';
 import request from 'supertest';
 import { ADAPTERS } from './support/bootstrap.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 import { StallingProxy } from './support/stalling-proxy.js';
+import { TcpProxy } from './support/tcp-proxy.js';
 import {
   createTimeoutsApp,
   downstreamCalls,
@@ -237,5 +241,49 @@ describe.each(ADAPTERS)('timeouts a handler meets, on %s', (adapter) => {
       // Its write rolled back with it: a final error keeps none of the handler's effects.
       expect(await rows(body.tag)).toBe(0);
     });
+  });
+});
+
+/**
+ * A connection PostgreSQL refuses, reached through TypeORM's own `connect()` (a consumer's
+ * transaction): TypeORM hands the socket's ECONNREFUSED on as it is, so only the caller knows
+ * it is the database's. It must stay "deliver it again", never the effect's own failure.
+ */
+describe('ECONNREFUSED from the database through TypeORM’s connect', () => {
+  let proxy: TcpProxy;
+  let viaProxy: DataSource;
+  beforeAll(async () => {
+    const target = new URL(database.url);
+    proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
+    await proxy.start();
+    const url = new URL(database.url);
+    url.hostname = '127.0.0.1';
+    url.port = String(proxy.port);
+    viaProxy = new DataSource({ type: 'postgres', url: url.toString(), connectTimeoutMS: 2000 });
+    await viaProxy.initialize();
+  });
+  afterAll(async () => {
+    await viaProxy?.destroy();
+    await proxy?.stop();
+  });
+
+  it('is store_unavailable (deliver it again) for a consumer, not the effect’s failure; once back, it applies', async () => {
+    const messages = new ProcessedMessages({ dataSource: viaProxy } as IdempotencyDataSource);
+    await proxy.refuse();
+    // The pool drops the connections the proxy cut: the next one is a new, refused one.
+    const pool = (viaProxy.driver as unknown as { master: { totalCount: number } }).master;
+    for (let i = 0; i < 200 && pool.totalCount > 0; i++) await sleep(10);
+    expect(pool.totalCount).toBe(0);
+    const down = messages.processOnce('timeouts', 'refused', () => Promise.resolve('applied'));
+    await expect(down).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
+    await expect(down).rejects.toMatchObject({
+      code: 'store_unavailable',
+      cause: { code: 'ECONNREFUSED' },
+    });
+    await proxy.restore();
+    const back = await messages.processOnce('timeouts', 'refused', () =>
+      Promise.resolve('applied'),
+    );
+    expect(back).toEqual({ duplicate: false, result: 'applied' });
   });
 });

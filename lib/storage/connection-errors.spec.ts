@@ -2,6 +2,7 @@ import { DatabaseError } from 'pg';
 import { QueryFailedError } from 'typeorm';
 import {
   asDatabaseFailure,
+  markDatabaseFailure,
   DatabaseConnectionError,
   DatabaseDeadlineError,
   isConnectionError,
@@ -42,6 +43,11 @@ describe('isConnectionError: the database could not be reached (its errors only)
     ],
     ["pg's query_timeout", driver('Query read timeout'), true],
     ["pg's query_timeout under a statement", typeorm(driver('Query read timeout')), true],
+    [
+      'a refused connection marked by who knew it was PostgreSQL’s',
+      markDatabaseFailure(socket('ECONNREFUSED')),
+      true,
+    ],
     ['an HTTP client’s ECONNRESET', socket('ECONNRESET'), false],
     ['an HTTP client’s ECONNREFUSED', socket('ECONNREFUSED'), false],
     ['an HTTP client’s EPIPE', socket('EPIPE'), false],
@@ -106,6 +112,12 @@ describe('isTransactionAbortedError', () => {
   ])('%s -> %s', (_name, error, expected) => {
     expect(isTransactionAbortedError(error)).toBe(expected);
   });
+});
+
+it('markDatabaseFailure hands the error back as it is', () => {
+  const error = socket('ECONNREFUSED');
+  expect(markDatabaseFailure(error)).toBe(error);
+  expect(markDatabaseFailure('not an error')).toBe('not an error');
 });
 
 describe('asDatabaseFailure: what the library passes on from its own calls to PostgreSQL', () => {

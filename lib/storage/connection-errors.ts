@@ -52,6 +52,20 @@ function isError(error: unknown): error is Error {
   );
 }
 
+/** Errors that callers who knew where they came from marked as PostgreSQL's (below). */
+const markedFromDatabase = new WeakSet<object>();
+
+/**
+ * Marks `error` as raised by a connection to PostgreSQL, and returns it as it is (the app that
+ * catches it sees the driver's own error): for a caller that knows where it came from, when
+ * the error cannot say it (a pool's refused connection reached through TypeORM's own
+ * `connect()`, which hands the socket's error on unwrapped).
+ */
+export function markDatabaseFailure<T>(error: T): T {
+  if (isError(error)) markedFromDatabase.add(error);
+  return error;
+}
+
 /**
  * SQLSTATEs that say the database, not the statement, failed: class 08, shutdowns, too many
  * connections, and `25006` (a write on a read-only session: a primary that was demoted in a
@@ -94,7 +108,12 @@ function fromDatabase(error: unknown, underStatement = false): DriverFailure | u
   if (driverError !== undefined && typeof query === 'string') {
     return fromDatabase(driverError, true);
   }
-  if (underStatement || isServerError(error) || DRIVER_CONNECTION_MESSAGES.has(error.message)) {
+  if (
+    underStatement ||
+    markedFromDatabase.has(error) ||
+    isServerError(error) ||
+    DRIVER_CONNECTION_MESSAGES.has(error.message)
+  ) {
     const code = (error as { code?: unknown }).code;
     return {
       kind: 'driver',
