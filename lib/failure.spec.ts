@@ -1,4 +1,6 @@
 import { HttpException, NotFoundException } from '@nestjs/common';
+import { DatabaseError } from 'pg';
+import { QueryFailedError } from 'typeorm';
 import { classifyCommitError, classifyHandlerError } from './failure.js';
 import {
   IdempotencyLeaseLostError,
@@ -6,17 +8,21 @@ import {
   RetryLaterError,
   TransientDatabaseError,
 } from './idempotency.errors.js';
-import { DatabaseDeadlineError } from './storage/deadline.js';
+import { asDatabaseFailure, DatabaseDeadlineError } from './storage/connection-errors.js';
 import { TransactionAbortedError } from './transaction/lazy-transaction.js';
 
+/** PostgreSQL's own answer, as node-postgres' parser builds it. */
 const pgError = (code: string, message = `pg ${code}`) =>
-  Object.assign(new Error(message), { code });
+  Object.assign(new DatabaseError(message, 0, 'error'), { severity: 'ERROR', code });
 /** A named statement's server session changed under it: a pooler in transaction mode. */
 const missing = () =>
   pgError('26000', 'prepared statement "idempotency_complete_v3" does not exist');
 const duplicate = () =>
   pgError('42P05', 'prepared statement "idempotency_claim_v3" already exists');
-const typeorm = (code: string) => ({ message: 'query failed', driverError: pgError(code) });
+const typeorm = (code: string) => new QueryFailedError('SELECT 1', [], pgError(code));
+/** A socket's error: from a database connection, or from the handler's own HTTP call. */
+const socket = (code: string) =>
+  Object.assign(new Error(`read ${code}`), { code, syscall: 'read' });
 
 describe('classifyHandlerError', () => {
   it.each<[string, unknown, string, string | undefined]>([
@@ -27,7 +33,31 @@ describe('classifyHandlerError', () => {
     ['serialization failure 40001', pgError('40001'), 'retry', 'database_transient'],
     ['statement timeout 57014', typeorm('57014'), 'retry', 'database_transient'],
     ['lock timeout 55P03', typeorm('55P03'), 'retry', 'database_transient'],
-    ['connection refused', pgError('ECONNREFUSED'), 'retry', 'store_unavailable'],
+    [
+      'connection refused to the database',
+      asDatabaseFailure(socket('ECONNREFUSED')),
+      'retry',
+      'store_unavailable',
+    ],
+    [
+      'a database connection reset under a statement',
+      new QueryFailedError('SELECT 1', [], socket('ECONNRESET')),
+      'retry',
+      'store_unavailable',
+    ],
+    [
+      "node-postgres' query_timeout",
+      new QueryFailedError('SELECT 1', [], new Error('Query read timeout')),
+      'retry',
+      'store_unavailable',
+    ],
+    ['the handler’s own HTTP call reset (ECONNRESET)', socket('ECONNRESET'), 'final', undefined],
+    [
+      'the handler’s own HTTP call refused (ECONNREFUSED)',
+      socket('ECONNREFUSED'),
+      'final',
+      undefined,
+    ],
     ['admin shutdown 57P01', typeorm('57P01'), 'retry', 'store_unavailable'],
     ['the pool waited too long', new DatabaseDeadlineError('x', 1), 'retry', 'store_unavailable'],
     ['a pooler misfit 26000', missing(), 'retry', 'store_misconfigured'],
@@ -52,6 +82,12 @@ describe('classifyCommitError', () => {
   it.each<[string, unknown, string]>([
     ['no answer in time', new DatabaseDeadlineError('COMMIT', 5), 'store_unavailable'],
     ['connection lost', new Error('Connection terminated unexpectedly'), 'store_unavailable'],
+    [
+      'query_timeout at COMMIT (its outcome unknown)',
+      new Error('Query read timeout'),
+      'store_unavailable',
+    ],
+    ['the socket reset at COMMIT', asDatabaseFailure(socket('ECONNRESET')), 'store_unavailable'],
     ['serialization failure at COMMIT', typeorm('40001'), 'database_transient'],
     [
       'aborted by a deadlock the handler caught',

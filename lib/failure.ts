@@ -8,7 +8,6 @@ import {
   TransientDatabaseError,
 } from './idempotency.errors.js';
 import { isConnectionError, isTransientError } from './storage/connection-errors.js';
-import { DatabaseDeadlineError } from './storage/deadline.js';
 import { misconfigured } from './storage/pooler-misfit.js';
 import { TransactionAbortedError } from './transaction/lazy-transaction.js';
 
@@ -58,13 +57,18 @@ export function classifyCommitError(error: unknown): IdempotencyError {
 }
 
 /**
- * A database error that a retry may not meet again, as the library's 503; or a pooler's
- * misfit, which a retry meets every time, as its 500 (stored no more than a 503 is).
+ * A database error that a retry may not meet again, as the library's 503. Only errors that
+ * came from the database count (see `connection-errors.ts`): the same network code from the
+ * handler's own HTTP call is its final answer. A wait the client gave up on (the module's
+ * deadline, node-postgres' `query_timeout`) is `store_unavailable`, not `database_transient`:
+ * PostgreSQL rolled nothing back, the statement's outcome is unknown, and the connection is
+ * dropped, exactly as when the database cannot be reached. A pooler's misfit, which a retry
+ * meets every time, is its 500 (stored no more than a 503 is).
  */
 function databaseFailure(error: unknown): IdempotencyError | undefined {
   const misfit = misconfigured(error);
   if (misfit) return misfit;
-  if (error instanceof DatabaseDeadlineError || isConnectionError(error)) {
+  if (isConnectionError(error)) {
     return new IdempotencyStoreUnavailableError(error, 1, true);
   }
   if (isTransientError(error)) return new TransientDatabaseError(error);

@@ -38,9 +38,11 @@ export interface IdempotencyRouteOptions {
    */
   required?: boolean;
   /**
-   * How long a claim is held before another worker may take it over, in milliseconds. Must
-   * exceed the worst-case execution time, external calls included.
-   * @default 60000
+   * How long a claim is held before another worker may take it over, in milliseconds: how
+   * long a key of a worker that died stays blocked (409). With `heartbeat` (the default) a
+   * live worker renews it while it runs; without, it must exceed the worst-case execution
+   * time, external calls included.
+   * @default 5000
    */
   leaseMs?: number;
   /**
@@ -56,8 +58,9 @@ export interface IdempotencyRouteOptions {
   fingerprintQuery?: boolean;
   /**
    * Extend the lease every `leaseMs / 3` while the handler runs, so that a short lease gives
-   * a fast takeover after a crash without a slow but live worker being taken over.
-   * @default false
+   * a fast takeover after a crash without a slow but live worker being taken over. Each
+   * renewal is one statement on a pooled connection.
+   * @default true
    */
   heartbeat?: boolean;
   /**

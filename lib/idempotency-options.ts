@@ -2,6 +2,7 @@ import { type ClaimStore } from './storage/claim-store.interface.js';
 import {
   DEFAULT_DATABASE_TIMEOUT_MS,
   DEFAULT_HEADER_NAME,
+  DEFAULT_HEARTBEAT,
   DEFAULT_LEASE_MS,
   DEFAULT_PURGE_BATCH_SIZE,
   DEFAULT_REPLAY_CACHE_BYTES,
@@ -312,7 +313,7 @@ export function resolveRouteOptions(
     leaseMs: positiveInteger('leaseMs', options.leaseMs, base?.leaseMs ?? DEFAULT_LEASE_MS),
     fingerprintHeaders: headers.map((h) => h.toLowerCase()).sort(),
     fingerprintQuery: options.fingerprintQuery ?? base?.fingerprintQuery ?? false,
-    heartbeat: options.heartbeat ?? base?.heartbeat ?? false,
+    heartbeat: options.heartbeat ?? base?.heartbeat ?? DEFAULT_HEARTBEAT,
     atomic: options.atomic ?? base?.atomic ?? true,
     isolationLevel: isolationLevel(options.isolationLevel ?? base?.isolationLevel),
     storedHeaders: storedHeaders(options.replayHeaders, base?.storedHeaders),

@@ -74,6 +74,11 @@ import { type IdempotencyEvent, publish } from './events/idempotency-events.js';
 export class IdempotencyInterceptor implements NestInterceptor {
   private readonly logger = new Logger('Idempotency');
   private readonly routes = new WeakMap<object, RouteSettings>();
+  /**
+   * Each claim's lease renewal on its way: a release waits for it, or a renewal that lands
+   * after the key was given back would hold it again, and the retry would get 409s.
+   */
+  private readonly renewals = new WeakMap<ActiveClaim, Promise<unknown>>();
 
   constructor(
     private readonly reflector: Reflector,
@@ -529,13 +534,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
   private startHeartbeat(store: ClaimStore, claim: ActiveClaim): () => void {
     const timer = setInterval(
       () => {
-        store.extendLease(claim).then(
+        const renewal = store.extendLease(claim).then(
           (held) => {
             if (!held) clearInterval(timer);
           },
           (error: unknown) =>
             this.logger.warn(`heartbeat of key ${claim.key} failed: ${String(error)}`),
         );
+        this.renewals.set(claim, renewal);
       },
       Math.max(50, Math.floor(claim.leaseMs / 3)),
     );
@@ -584,8 +590,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return store.finish(claim, answer);
   }
 
-  private releaseQuietly(context: IdempotencyContext, forget: boolean): Promise<void> {
+  private async releaseQuietly(context: IdempotencyContext, forget: boolean): Promise<void> {
     const claim = context.claim!;
+    await this.renewals.get(claim);
     return context.claimStore!.release(claim, forget).catch((releaseError: unknown) => {
       // The lease then simply runs out, and a retry takes the key over.
       this.logger.warn(`could not release key ${claim.key}: ${String(releaseError)}`);

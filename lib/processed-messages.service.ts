@@ -5,6 +5,7 @@ import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
 import { publish } from './events/idempotency-events.js';
 import { classifyHandlerError } from './failure.js';
 import { readMessageId } from './messages/message-id.js';
+import { markDatabaseFailure } from './storage/connection-errors.js';
 
 /** An error of a statement (TypeORM wraps the driver's), as opposed to the effect's own. */
 function isDriverError(error: unknown): boolean {
@@ -84,7 +85,8 @@ export class ProcessedMessages {
       const fromDatabase = error !== effectError || isDriverError(error);
       // A passing failure of the database (unreachable, a deadline, a deadlock) becomes the
       // error that says "deliver it again", as on the HTTP path: nothing was recorded.
-      const failure = fromDatabase ? classifyHandlerError(error) : undefined;
+      // (TypeORM hands a refused connection on as the socket's error: marked as the database's.)
+      const failure = fromDatabase ? classifyHandlerError(markDatabaseFailure(error)) : undefined;
       throw failure?.kind === 'retry' ? failure.error : error;
     }
   }

@@ -25,6 +25,8 @@ export interface AppSettings {
   pspUrl: string;
   pspTimeoutMs: number;
   leaseMs: number;
+  /** Whether a live instance renews its lease; the library's default (on) when not given. */
+  heartbeat?: boolean;
   retentionMs: number;
   purgeIntervalMs: number;
   /** How long `POST /transfers` waits after its write, before it answers. */
@@ -61,6 +63,7 @@ export class AppModule {
         TypeOrmModule.forFeature([Charge, Transfer]),
         IdempotencyModule.forRoot({
           leaseMs: settings.leaseMs,
+          heartbeat: settings.heartbeat,
           retentionMs: settings.retentionMs,
           purgeIntervalMs: settings.purgeIntervalMs,
           tenant: (request) => tenantOf(request.headers) ?? '',

@@ -7,6 +7,8 @@ export interface SampleAppConfig {
   /** Not in the contract's table: how long a PSP call may take before the answer is 503. */
   pspTimeoutMs: number;
   leaseMs: number;
+  /** Whether a live instance renews its lease (the library's default: on). */
+  heartbeat: boolean;
   retentionMs: number;
   purgeIntervalMs: number;
   transferDelayMs: number;
@@ -28,6 +30,15 @@ function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0
   return value;
 }
 
+function flag(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (raw !== 'true' && raw !== 'false') {
+    throw new ConfigError(`${name} must be "true" or "false", got "${raw}"`);
+  }
+  return raw === 'true';
+}
+
 export function readConfig(env: NodeJS.ProcessEnv): SampleAppConfig {
   const adapter = env.HTTP_ADAPTER || 'express';
   if (adapter !== 'express' && adapter !== 'fastify') {
@@ -40,6 +51,7 @@ export function readConfig(env: NodeJS.ProcessEnv): SampleAppConfig {
     pspDelayMs: integer(env, 'PSP_DELAY_MS', 0),
     pspTimeoutMs: integer(env, 'PSP_TIMEOUT_MS', 30_000, 1),
     leaseMs: integer(env, 'IDEMPOTENCY_LEASE_MS', 60_000, 1),
+    heartbeat: flag(env, 'IDEMPOTENCY_HEARTBEAT', true),
     retentionMs: integer(env, 'IDEMPOTENCY_RETENTION_MS', 86_400_000, 1),
     purgeIntervalMs: integer(env, 'IDEMPOTENCY_PURGE_INTERVAL_MS', 60_000, 1),
     transferDelayMs: integer(env, 'TRANSFER_DELAY_MS', 0),

@@ -33,6 +33,7 @@ async function main(): Promise<void> {
       pspUrl,
       pspTimeoutMs: config.pspTimeoutMs,
       leaseMs: config.leaseMs,
+      heartbeat: config.heartbeat,
       retentionMs: config.retentionMs,
       purgeIntervalMs: config.purgeIntervalMs,
       transferDelayMs: config.transferDelayMs,

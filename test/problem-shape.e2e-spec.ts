@@ -70,7 +70,7 @@ class ShapeController {
 
   /** Outlives its lease: another request takes it over, and its own commit is fenced off. */
   @Post('slow')
-  @Idempotent({ leaseMs: 500 })
+  @Idempotent({ leaseMs: 500, heartbeat: false })
   async slow(@Query('delayMs') delayMs: string) {
     await sleep(Number(delayMs));
     return { ok: true };

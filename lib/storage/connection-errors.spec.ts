@@ -1,28 +1,82 @@
+import { DatabaseError } from 'pg';
+import { QueryFailedError } from 'typeorm';
 import {
+  asDatabaseFailure,
+  markDatabaseFailure,
+  DatabaseConnectionError,
+  DatabaseDeadlineError,
   isConnectionError,
   isTransactionAbortedError,
   isTransientError,
 } from './connection-errors.js';
 
-const withCode = (code: string) => Object.assign(new Error('x'), { code });
-const wrapped = (code: string) => ({ message: 'query failed', driverError: withCode(code) });
+/** PostgreSQL's own answer, as node-postgres' parser builds it. */
+const server = (code: string) =>
+  Object.assign(new DatabaseError(`pg ${code}`, 0, 'error'), { severity: 'ERROR', code });
+/** A socket's error, as node raises it for a database connection and an HTTP call alike. */
+const socket = (code: string) =>
+  Object.assign(new Error(`read ${code}`), { code, errno: -104, syscall: 'read' });
+/** TypeORM's wrapper of whatever the driver raised under a statement. */
+const typeorm = (driverError: Error) => new QueryFailedError('SELECT 1', [], driverError);
+/** node-postgres' and pg-pool's own errors, by their messages. */
+const driver = (message: string) => new Error(message);
 
-describe('isConnectionError', () => {
+describe('isConnectionError: the database could not be reached (its errors only)', () => {
   it.each<[string, unknown, boolean]>([
-    ['connection refused', withCode('ECONNREFUSED'), true],
-    ['connection reset', withCode('ECONNRESET'), true],
-    ['SQLSTATE 08006 connection failure', withCode('08006'), true],
-    ['admin shutdown 57P01', withCode('57P01'), true],
-    ['too many connections 53300', withCode('53300'), true],
-    ['read-only session 25006 (a demoted primary)', wrapped('25006'), true],
-    ['pg pool timeout', new Error('timeout exceeded when trying to connect'), true],
-    ['pg terminated', new Error('Connection terminated unexpectedly'), true],
-    ['wrapped by TypeORM', wrapped('08001'), true],
-    ['unique violation 23505', withCode('23505'), false],
-    ['syntax error 42601', withCode('42601'), false],
-    ['deadlock 40P01 (transient, not a connection error)', withCode('40P01'), false],
+    ['SQLSTATE 08006 connection failure', server('08006'), true],
+    ['admin shutdown 57P01', server('57P01'), true],
+    ['too many connections 53300', server('53300'), true],
+    ['read-only session 25006 (a demoted primary)', typeorm(server('25006')), true],
+    ['wrapped by TypeORM', typeorm(server('08001')), true],
+    ['a socket reset under a statement (TypeORM)', typeorm(socket('ECONNRESET')), true],
+    ['a socket reset under the library’s own call', asDatabaseFailure(socket('ECONNRESET')), true],
+    ['connection refused to the library', asDatabaseFailure(socket('ECONNREFUSED')), true],
+    ['the module’s deadline', new DatabaseDeadlineError('COMMIT', 5), true],
+    ['the deadline under a statement', typeorm(new DatabaseDeadlineError('BEGIN', 5)), true],
+    ['pg pool timeout', driver('timeout exceeded when trying to connect'), true],
+    ['pg new client timeout', driver('Connection terminated due to connection timeout'), true],
+    ['pg terminated', driver('Connection terminated unexpectedly'), true],
+    [
+      'pg not queryable',
+      driver('Client has encountered a connection error and is not queryable'),
+      true,
+    ],
+    ["pg's query_timeout", driver('Query read timeout'), true],
+    ["pg's query_timeout under a statement", typeorm(driver('Query read timeout')), true],
+    [
+      'a refused connection marked by who knew it was PostgreSQL’s',
+      markDatabaseFailure(socket('ECONNREFUSED')),
+      true,
+    ],
+    ['an HTTP client’s ECONNRESET', socket('ECONNRESET'), false],
+    ['an HTTP client’s ECONNREFUSED', socket('ECONNREFUSED'), false],
+    ['an HTTP client’s EPIPE', socket('EPIPE'), false],
+    [
+      'an HTTP client’s ETIMEDOUT',
+      Object.assign(new Error('timeout'), { code: 'ETIMEDOUT' }),
+      false,
+    ],
+    [
+      'an axios-like error with a code',
+      Object.assign(new Error('x'), { code: 'ECONNRESET', isAxiosError: true }),
+      false,
+    ],
+    [
+      'a SQLSTATE-like code not from the server',
+      Object.assign(new Error('x'), { code: '08006' }),
+      false,
+    ],
+    [
+      'a message that merely contains pg’s',
+      driver('upstream: Connection terminated unexpectedly'),
+      false,
+    ],
+    ['unique violation 23505', server('23505'), false],
+    ['syntax error 42601', typeorm(server('42601')), false],
+    ['deadlock 40P01 (transient, not a connection error)', server('40P01'), false],
     ['plain error', new Error('boom'), false],
     ['not an object', 'boom', false],
+    ['a plain object with a code', { code: 'ECONNRESET', message: 'x' }, false],
     ['undefined', undefined, false],
   ])('%s -> %s', (_name, error, expected) => {
     expect(isConnectionError(error)).toBe(expected);
@@ -31,15 +85,17 @@ describe('isConnectionError', () => {
 
 describe('isTransientError', () => {
   it.each<[string, unknown, boolean]>([
-    ['serialization failure 40001', withCode('40001'), true],
-    ['deadlock 40P01', withCode('40P01'), true],
-    ['statement completion unknown 40003', withCode('40003'), true],
-    ['statement timeout 57014', withCode('57014'), true],
-    ['lock timeout 55P03', withCode('55P03'), true],
-    ['deadlock wrapped by TypeORM', wrapped('40P01'), true],
-    ['unique violation 23505', withCode('23505'), false],
-    ['admin shutdown 57P01 (a connection error)', withCode('57P01'), false],
-    ['transaction aborted 25P02', withCode('25P02'), false],
+    ['serialization failure 40001', server('40001'), true],
+    ['deadlock 40P01', server('40P01'), true],
+    ['statement completion unknown 40003', server('40003'), true],
+    ['statement timeout 57014', server('57014'), true],
+    ['lock timeout 55P03', server('55P03'), true],
+    ['deadlock wrapped by TypeORM', typeorm(server('40P01')), true],
+    ['a code 40001 not from the server', Object.assign(new Error('x'), { code: '40001' }), false],
+    ['unique violation 23505', server('23505'), false],
+    ['admin shutdown 57P01 (a connection error)', server('57P01'), false],
+    ["pg's query_timeout (a connection error)", driver('Query read timeout'), false],
+    ['transaction aborted 25P02', server('25P02'), false],
     ['no code', new Error('boom'), false],
     ['undefined', undefined, false],
   ])('%s -> %s', (_name, error, expected) => {
@@ -49,11 +105,31 @@ describe('isTransientError', () => {
 
 describe('isTransactionAbortedError', () => {
   it.each<[string, unknown, boolean]>([
-    ['25P02', withCode('25P02'), true],
-    ['25P02 wrapped by TypeORM', wrapped('25P02'), true],
-    ['23505', withCode('23505'), false],
+    ['25P02', server('25P02'), true],
+    ['25P02 wrapped by TypeORM', typeorm(server('25P02')), true],
+    ['23505', server('23505'), false],
     ['undefined', undefined, false],
   ])('%s -> %s', (_name, error, expected) => {
     expect(isTransactionAbortedError(error)).toBe(expected);
+  });
+});
+
+it('markDatabaseFailure hands the error back as it is', () => {
+  const error = socket('ECONNREFUSED');
+  expect(markDatabaseFailure(error)).toBe(error);
+  expect(markDatabaseFailure('not an error')).toBe('not an error');
+});
+
+describe('asDatabaseFailure: what the library passes on from its own calls to PostgreSQL', () => {
+  it.each<[string, Error, string]>([
+    ['a socket error is marked', socket('ECONNRESET'), 'DatabaseConnectionError'],
+    ['a server error stays itself (the fence reads its SQLSTATE)', server('22012'), 'error'],
+    ["pg's own error stays itself", driver('Query read timeout'), 'Error'],
+    ['the deadline stays itself', new DatabaseDeadlineError('x', 1), 'DatabaseDeadlineError'],
+  ])('%s', (_name, error, name) => {
+    const passed = asDatabaseFailure(error) as Error;
+    expect(passed.name).toBe(name);
+    if (passed instanceof DatabaseConnectionError) expect(passed.cause).toBe(error);
+    else expect(passed).toBe(error);
   });
 });

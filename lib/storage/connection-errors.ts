@@ -1,4 +1,72 @@
 /**
+ * Which failures came from the database, and what they mean. Only an error that came from
+ * PostgreSQL's driver counts: a network code such as `ECONNRESET` also ends a handler's own
+ * HTTP call to another system, and that failure is the handler's answer to store, not a
+ * database outage to retry (a retry would call that system again, which is only safe when
+ * the call carries a derived key). An error is the database's when it is, structurally:
+ * - a server error of node-postgres (`DatabaseError`: a `severity` and a SQLSTATE `code`);
+ * - one of node-postgres' or pg-pool's own errors, by its exact message;
+ * - TypeORM's `QueryFailedError`, which wraps whatever the driver raised under a statement;
+ * - one of the errors below, raised where the library itself waited on PostgreSQL.
+ */
+
+/** Thrown when a store's server (PostgreSQL, Redis) did not answer within its time limit. */
+export class DatabaseDeadlineError extends Error {
+  constructor(what: string, timeoutMs: number, server = 'PostgreSQL') {
+    super(`${what}: no answer from ${server} within ${timeoutMs} ms`);
+    this.name = 'DatabaseDeadlineError';
+  }
+}
+
+/**
+ * The socket of a connection to PostgreSQL failed (`ECONNRESET`, `ECONNREFUSED`, ...) under a
+ * call the library made itself: node-postgres hands such errors on as the socket raised them,
+ * indistinguishable from an HTTP client's, so they are marked where their origin is known.
+ */
+export class DatabaseConnectionError extends Error {
+  constructor(override readonly cause: unknown) {
+    super(`the connection to PostgreSQL failed: ${String(cause)}`);
+    this.name = 'DatabaseConnectionError';
+  }
+}
+
+/**
+ * `error` as the library passes it on from its own call to PostgreSQL: a socket's error
+ * (a `code` but no SQLSTATE severity) marked as the database's, anything else as it is.
+ */
+export function asDatabaseFailure(error: unknown): unknown {
+  if (!isError(error) || isServerError(error)) return error;
+  const code = (error as { code?: unknown }).code;
+  return typeof code === 'string' ? new DatabaseConnectionError(error) : error;
+}
+
+/**
+ * An error, checked by its shape: node's socket errors come from another realm than code run
+ * in a VM context (jest), where `instanceof Error` is false for them.
+ */
+function isError(error: unknown): error is Error {
+  return (
+    typeof error === 'object' &&
+    error !== null &&
+    typeof (error as { message?: unknown }).message === 'string'
+  );
+}
+
+/** Errors that callers who knew where they came from marked as PostgreSQL's (below). */
+const markedFromDatabase = new WeakSet<object>();
+
+/**
+ * Marks `error` as raised by a connection to PostgreSQL, and returns it as it is (the app that
+ * catches it sees the driver's own error): for a caller that knows where it came from, when
+ * the error cannot say it (a pool's refused connection reached through TypeORM's own
+ * `connect()`, which hands the socket's error on unwrapped).
+ */
+export function markDatabaseFailure<T>(error: T): T {
+  if (isError(error)) markedFromDatabase.add(error);
+  return error;
+}
+
+/**
  * SQLSTATEs that say the database, not the statement, failed: class 08, shutdowns, too many
  * connections, and `25006` (a write on a read-only session: a primary that was demoted in a
  * failover).
@@ -6,25 +74,60 @@
 const UNAVAILABLE_STATES = new Set(['57P01', '57P02', '57P03', '53300', '25006']);
 const NETWORK_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH']);
 /**
+ * node-postgres' and pg-pool's own errors that end a connection or a wait for one. `Query read
+ * timeout` is `query_timeout`: the client stopped waiting while the statement may still run
+ * (its outcome is unknown, as at the module's own deadline), so it is one of these.
+ */
+const DRIVER_CONNECTION_MESSAGES = new Set([
+  'Connection terminated unexpectedly',
+  'Connection terminated',
+  'Connection terminated due to connection timeout',
+  'Client has encountered a connection error and is not queryable',
+  'Client was closed and is not queryable',
+  'timeout exceeded when trying to connect',
+  'Query read timeout',
+]);
+/**
  * SQLSTATEs of a statement that failed for a passing reason and may succeed as it is when
  * run again: class 40 (serialization failure, deadlock), `57014` (statement timeout or
  * cancel) and `55P03` (lock timeout, `NOWAIT`).
  */
 const TRANSIENT_STATES = new Set(['57014', '55P03']);
 
-/** The SQLSTATE or network code of an error, or of the driver error TypeORM wrapped. */
-function codesOf(error: unknown): { code?: string; message?: string }[] {
-  const candidates = [error, (error as { driverError?: unknown } | undefined)?.driverError];
-  const out: { code?: string; message?: string }[] = [];
-  for (const candidate of candidates) {
-    if (!candidate || typeof candidate !== 'object') continue;
-    const { code, message } = candidate as { code?: unknown; message?: unknown };
-    out.push({
-      code: typeof code === 'string' ? code : undefined,
-      message: typeof message === 'string' ? message : undefined,
-    });
+/** What the driver reported, when `error` came from the database; undefined otherwise. */
+type DriverFailure =
+  { kind: 'unreachable' } | { kind: 'driver'; code: string | undefined; message: string };
+
+function fromDatabase(error: unknown, underStatement = false): DriverFailure | undefined {
+  if (!isError(error)) return undefined;
+  if (error instanceof DatabaseDeadlineError || error instanceof DatabaseConnectionError) {
+    return { kind: 'unreachable' };
   }
-  return out;
+  const { driverError, query } = error as { driverError?: unknown; query?: unknown };
+  // TypeORM's QueryFailedError: whatever the driver raised under the statement.
+  if (driverError !== undefined && typeof query === 'string') {
+    return fromDatabase(driverError, true);
+  }
+  if (
+    underStatement ||
+    markedFromDatabase.has(error) ||
+    isServerError(error) ||
+    DRIVER_CONNECTION_MESSAGES.has(error.message)
+  ) {
+    const code = (error as { code?: unknown }).code;
+    return {
+      kind: 'driver',
+      code: typeof code === 'string' ? code : undefined,
+      message: error.message,
+    };
+  }
+  return undefined;
+}
+
+/** node-postgres' `DatabaseError`: PostgreSQL's own answer, with a severity and a SQLSTATE. */
+function isServerError(error: Error): boolean {
+  const { severity, code } = error as { severity?: unknown; code?: unknown };
+  return typeof severity === 'string' && typeof code === 'string';
 }
 
 /**
@@ -33,14 +136,14 @@ function codesOf(error: unknown): { code?: string; message?: string }[] {
  * and a retry once the database is back resumes where the work stopped.
  */
 export function isConnectionError(error: unknown): boolean {
-  return codesOf(error).some(
-    ({ code, message }) =>
-      (code !== undefined &&
-        (code.startsWith('08') || UNAVAILABLE_STATES.has(code) || NETWORK_CODES.has(code))) ||
-      (message !== undefined &&
-        /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(
-          message,
-        )),
+  const failure = fromDatabase(error);
+  if (!failure) return false;
+  if (failure.kind === 'unreachable') return true;
+  const { code, message } = failure;
+  return (
+    (code !== undefined &&
+      (code.startsWith('08') || UNAVAILABLE_STATES.has(code) || NETWORK_CODES.has(code))) ||
+    DRIVER_CONNECTION_MESSAGES.has(message)
   );
 }
 
@@ -51,12 +154,16 @@ export function isConnectionError(error: unknown): boolean {
  * retention window.
  */
 export function isTransientError(error: unknown): boolean {
-  return codesOf(error).some(
-    ({ code }) => code !== undefined && (code.startsWith('40') || TRANSIENT_STATES.has(code)),
-  );
+  const code = codeFromDatabase(error);
+  return code !== undefined && (code.startsWith('40') || TRANSIENT_STATES.has(code));
 }
 
 /** SQLSTATE 25P02: a statement of the transaction failed before, so it can only roll back. */
 export function isTransactionAbortedError(error: unknown): boolean {
-  return codesOf(error).some(({ code }) => code === '25P02');
+  return codeFromDatabase(error) === '25P02';
+}
+
+function codeFromDatabase(error: unknown): string | undefined {
+  const failure = fromDatabase(error);
+  return failure?.kind === 'driver' ? failure.code : undefined;
 }

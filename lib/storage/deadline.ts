@@ -1,12 +1,7 @@
 import pg, { type Pool, type PoolClient } from 'pg';
+import { asDatabaseFailure, DatabaseDeadlineError } from './connection-errors.js';
 
-/** Thrown when a store's server (PostgreSQL, Redis) did not answer within its time limit. */
-export class DatabaseDeadlineError extends Error {
-  constructor(what: string, timeoutMs: number, server = 'PostgreSQL') {
-    super(`${what}: no answer from ${server} within ${timeoutMs} ms`);
-    this.name = 'DatabaseDeadlineError';
-  }
-}
+export { DatabaseDeadlineError } from './connection-errors.js';
 
 /**
  * Waits for `promise` at most `timeoutMs`. Past it, `onLate` is told (so that what was
@@ -54,7 +49,10 @@ export async function withDeadline<T>(
  */
 export function acquire(pool: Pool, timeoutMs: number): Promise<PoolClient> {
   let late = false;
-  const connecting = pool.connect();
+  // A refused or reset connection comes as the socket's error: marked as the database's.
+  const connecting = pool.connect().catch((error: unknown) => {
+    throw asDatabaseFailure(error);
+  });
   return withDeadline(connecting, timeoutMs, 'waiting for a connection', () => {
     late = true;
     connecting.then(
@@ -92,7 +90,10 @@ export async function queryWithDeadline<R extends pg.QueryResultRow>(
   config: pg.QueryConfig,
   timeoutMs: number,
 ): Promise<pg.QueryResult<R>> {
-  return withDeadline(client.query<R>(config), timeoutMs, `statement ${config.name ?? ''}`, () =>
+  const running = client.query<R>(config).catch((error: unknown) => {
+    throw asDatabaseFailure(error);
+  });
+  return withDeadline(running, timeoutMs, `statement ${config.name ?? ''}`, () =>
     cancelQuery(client),
   );
 }

@@ -1,4 +1,5 @@
 import pg, { type PoolClient, type QueryConfig } from 'pg';
+import { asDatabaseFailure } from './connection-errors.js';
 import { cancelQuery, withDeadline } from './deadline.js';
 
 /**
@@ -66,7 +67,8 @@ export function fencedCommit(
         values: statement.values,
       },
       undefined,
-      (error) => (error ? reject(error) : resolve()),
+      // A socket's error (ECONNRESET) is marked as the database's: the outcome is unknown.
+      (error) => (error ? reject(asDatabaseFailure(error)) : resolve()),
     );
     void client.query(query as unknown as pg.Query);
   });

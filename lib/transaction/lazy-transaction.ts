@@ -5,7 +5,7 @@ import {
   type QueryRunner,
   type ReplicationMode,
 } from 'typeorm';
-import { isTransactionAbortedError } from '../storage/connection-errors.js';
+import { isTransactionAbortedError, markDatabaseFailure } from '../storage/connection-errors.js';
 import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js';
 import { beginWith, canBeginWith } from '../storage/begin-with.js';
 import { fencedCommit, isFenceLost } from '../storage/fenced-commit.js';
@@ -423,6 +423,9 @@ export class LazyTransaction implements JoinableTransaction {
     const runner = ownQueryRunner(this.dataSource);
     try {
       return await (runner.query as (...a: unknown[]) => Promise<unknown>)(...args);
+    } catch (error) {
+      // TypeORM hands a refused connection on as the socket's error: it is the database's.
+      throw markDatabaseFailure(error);
     } finally {
       await runner.release();
     }

@@ -152,8 +152,11 @@ export async function createPhaseApp(settings: PhaseAppSettings): Promise<INestA
         migrationsRun: true,
         connectTimeoutMS: 2000,
       }),
+      // No heartbeat but on the route that asks for one: the fencing tests need a live worker
+      // whose lease runs out; the heartbeat test contrasts it with one that is renewed.
       IdempotencyModule.forRoot({
         leaseMs: settings.leaseMs,
+        heartbeat: false,
         globalKeys: true,
         ...poolerOption(),
       }),

@@ -12,6 +12,8 @@ export interface SampleAppSettings {
   pspUrl: string;
   /** `IDEMPOTENCY_LEASE_MS`; the contract's default (60 s) when not given. */
   leaseMs?: number;
+  /** `IDEMPOTENCY_HEARTBEAT`; the library's default (on) when not given. */
+  heartbeat?: boolean;
   /** `PSP_TIMEOUT_MS`; the app's default (30 s) when not given. */
   pspTimeoutMs?: number;
   /** `IDEMPOTENCY_RETENTION_MS`; the contract's default (24 h) when not given. */
@@ -38,6 +40,7 @@ export async function startSampleApp(settings: SampleAppSettings): Promise<Worke
     PSP_URL: settings.pspUrl,
     PSP_DELAY_MS: '0',
     IDEMPOTENCY_LEASE_MS: String(settings.leaseMs ?? 60_000),
+    IDEMPOTENCY_HEARTBEAT: String(settings.heartbeat ?? true),
     PSP_TIMEOUT_MS: String(settings.pspTimeoutMs ?? 30_000),
     IDEMPOTENCY_RETENTION_MS: String(settings.retentionMs ?? 86_400_000),
     IDEMPOTENCY_PURGE_INTERVAL_MS: String(settings.purgeIntervalMs ?? 60_000),
@@ -64,6 +67,7 @@ export async function startStandaloneApp(env: Record<string, string> = {}): Prom
       PSP_DELAY_MS: '',
       PSP_TIMEOUT_MS: '',
       IDEMPOTENCY_LEASE_MS: '',
+      IDEMPOTENCY_HEARTBEAT: '',
       IDEMPOTENCY_RETENTION_MS: '',
       IDEMPOTENCY_PURGE_INTERVAL_MS: '',
       TRANSFER_DELAY_MS: '',
