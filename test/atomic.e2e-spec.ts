@@ -388,11 +388,25 @@ describe.each(ADAPTERS)('atomic by default on %s', (adapter) => {
       expect(retry.status).toBe(201);
     });
 
+    const inTransaction = async () =>
+      Number(
+        (
+          await db.query<{ n: string }>(
+            `SELECT count(*) AS n FROM pg_stat_activity
+              WHERE datname = $1 AND state = 'idle in transaction'`,
+            [database.name],
+          )
+        ).rows[0].n,
+      );
+
     it('bounds the wait for a pooled connection: a queued claim never runs after its 503', async () => {
       const busy = [tag('busy'), tag('busy')].map((t) =>
         post(bounded, '/ledger', t, { tag: t, delayMs: 800 }).then((res) => res),
       );
-      await sleep(150); // both pooled connections are now in the two handlers' transactions
+      // Both pooled connections are in the two handlers' transactions (they wait 800 ms after
+      // their writes): seen in the server's own view, not assumed after a fixed sleep.
+      for (let i = 0; i < 100 && (await inTransaction()) < 2; i++) await sleep(5);
+      expect(await inTransaction()).toBe(2);
       const body: LedgerBody = { tag: tag('queued') };
       const queued = await post(bounded, '/ledger', body.tag, body);
       expect(queued.status).toBe(503);

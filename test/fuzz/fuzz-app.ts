@@ -11,7 +11,9 @@ import {
   type NestInterceptor,
   Post,
   RequestTimeoutException,
+  StreamableFile,
 } from '@nestjs/common';
+import { Readable } from 'node:stream';
 import { APP_INTERCEPTOR } from '@nestjs/core';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { catchError, type Observable, throwError, timeout, TimeoutError } from 'rxjs';
@@ -34,6 +36,32 @@ export const OUTER_TIMEOUT_HEADER = 'x-fuzz-timeout-ms';
 export const STATEMENT_TIMEOUT_HEADER = 'x-fuzz-statement-timeout-ms';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** One attempt of a program, as the handler runs it. */
+interface Run {
+  id: string;
+  /** The statement-timeout fault, set before the first `pg_sleep` (then 0). */
+  statementTimeoutMs: number;
+}
+
+/** Programs whose failing stream has failed once in this process: the next attempt completes. */
+const streamsFailed = new Set<string>();
+
+/** The answer as a stream: `stream:` then the id, or an error midway on its first attempt. */
+function streamOf(id: string, fail: boolean): StreamableFile {
+  const failNow = fail && !streamsFailed.has(id);
+  if (failNow) streamsFailed.add(id);
+  return new StreamableFile(
+    Readable.from(
+      (async function* () {
+        yield Buffer.from('stream:');
+        await sleep(5);
+        if (failNow) throw new Error('the stream failed midway');
+        yield Buffer.from(id);
+      })(),
+    ),
+  );
+}
 
 /** A thrown error of the program's own: what its `tx … throw` ops throw. */
 class ProgramError extends Error {}
@@ -72,21 +100,24 @@ class ProgramController {
   @Post('programs')
   @Idempotent()
   async run(@Body() program: HandlerProgram, @Headers() headers: Record<string, string>) {
-    const statementTimeout = Number(headers[STATEMENT_TIMEOUT_HEADER] ?? 0);
-    if (statementTimeout) {
-      await this.dataSource.query(`SET LOCAL statement_timeout = ${statementTimeout}`);
-    }
-    await this.ops(program.ops, '', program.id, this.dataSource.manager, true);
+    const run: Run = {
+      id: program.id,
+      statementTimeoutMs: Number(headers[STATEMENT_TIMEOUT_HEADER] ?? 0),
+    };
+    await this.ops(program.ops, '', run, this.dataSource.manager, true);
+    const last = program.ops.at(-1);
+    if (last?.op === 'stream') return streamOf(program.id, last.fail);
     return { id: program.id, ops: program.ops.length };
   }
 
   private async ops(
     ops: Op[],
     prefix: string,
-    id: string,
+    run: Run,
     manager: EntityManager,
     top: boolean,
   ): Promise<void> {
+    const id = run.id;
     // At the top, the handler's statements go through the DataSource, as a service's do; inside
     // a transaction, through its manager.
     const query = (text: string, values?: unknown[]) =>
@@ -107,9 +138,13 @@ class ProgramController {
         case 'tx':
           try {
             const open = (work: (inner: EntityManager) => Promise<void>) =>
-              top ? this.dataSource.transaction(work) : manager.transaction(work);
+              top
+                ? op.isolation
+                  ? this.dataSource.transaction(op.isolation, work)
+                  : this.dataSource.transaction(work)
+                : manager.transaction(work);
             await open(async (inner) => {
-              await this.ops(op.body, `${path}.`, id, inner, false);
+              await this.ops(op.body, `${path}.`, run, inner, false);
               if (op.end === 'throw') throw new ProgramError('the nested work failed');
             });
           } catch (error) {
@@ -120,7 +155,15 @@ class ProgramController {
           await sleep(op.ms);
           break;
         case 'dbsleep':
+          // The statement-timeout fault is set where it can bite, and nowhere else: set first
+          // thing, it would begin the transaction before an isolation level the program asks.
+          if (run.statementTimeoutMs) {
+            await query(`SET LOCAL statement_timeout = ${run.statementTimeoutMs}`);
+            run.statementTimeoutMs = 0;
+          }
           await query('SELECT pg_sleep($1)', [op.ms / 1000]);
+          break;
+        case 'stream':
           break;
         case 'forget':
           // Started a moment later and never awaited: it lands around the answer's commit.

@@ -236,7 +236,9 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
 function checkAnswer(model: Outcome, program: HandlerProgram, final: Answer): string | undefined {
   switch (model.kind) {
     case 'ok': {
-      const body = JSON.stringify({ id: program.id, ops: program.ops.length });
+      const body = model.stream
+        ? `stream:${program.id}`
+        : JSON.stringify({ id: program.id, ops: program.ops.length });
       return final.status === 201 && final.body === body
         ? undefined
         : `final answer ${show(final)}, the model wants 201 ${body}`;

@@ -12,7 +12,11 @@ const tx = (body: Op[], end: 'commit' | 'throw' = 'commit', caught = false): Op 
 
 describe('the model of a handler program', () => {
   it.each<[string, Op[], ReturnType<typeof expectedOutcome>]>([
-    ['writes', [write, write], { kind: 'ok', writes: ['0', '1'], forgets: [], mayForget: [] }],
+    [
+      'writes',
+      [write, write],
+      { kind: 'ok', writes: ['0', '1'], forgets: [], mayForget: [], stream: false },
+    ],
     [
       'a thrown failed statement',
       [write, { op: 'fail', then: 'throw' }],
@@ -23,22 +27,22 @@ describe('the model of a handler program', () => {
     [
       'a nested transaction that commits',
       [write, tx([write, tx([write])])],
-      { kind: 'ok', writes: ['0', '1.0', '1.1.0'], forgets: [], mayForget: [] },
+      { kind: 'ok', writes: ['0', '1.0', '1.1.0'], forgets: [], mayForget: [], stream: false },
     ],
     [
       'a nested transaction that throws, caught',
       [write, tx([write], 'throw', true), write],
-      { kind: 'ok', writes: ['0', '2'], forgets: [], mayForget: [] },
+      { kind: 'ok', writes: ['0', '2'], forgets: [], mayForget: [], stream: false },
     ],
     [
       'a nested failure swallowed inside its savepoint, caught',
       [tx([swallow], 'commit', true), write],
-      { kind: 'ok', writes: ['1'], forgets: [], mayForget: [] },
+      { kind: 'ok', writes: ['1'], forgets: [], mayForget: [], stream: false },
     ],
     [
       'a nested failure thrown inside its savepoint, caught',
       [tx([write, { op: 'fail', then: 'throw' }], 'commit', true), write],
-      { kind: 'ok', writes: ['1'], forgets: [], mayForget: [] },
+      { kind: 'ok', writes: ['1'], forgets: [], mayForget: [], stream: false },
     ],
     [
       // "Exactly once at every seam", 1: the savepoint is refused, the request stays aborted.
@@ -59,7 +63,7 @@ describe('the model of a handler program', () => {
     [
       'work left running',
       [write, { op: 'forget' }, { op: 'sleep', ms: 5 }],
-      { kind: 'ok', writes: ['0'], forgets: ['1'], mayForget: [] },
+      { kind: 'ok', writes: ['0'], forgets: ['1'], mayForget: [], stream: false },
     ],
     [
       'an HTTP error inside a caught transaction goes through',
@@ -75,6 +79,35 @@ describe('the model of a handler program', () => {
       'a database wait after a swallowed failure',
       [swallow, { op: 'dbsleep', ms: 1 }],
       { kind: 'error', status: 500 },
+    ],
+    [
+      'an isolation level asked for first begins the transaction at it',
+      [{ ...tx([write]), isolation: 'SERIALIZABLE' } as Op, tx([write], 'commit', false)],
+      { kind: 'ok', writes: ['0.0', '1.0'], forgets: [], mayForget: [], stream: false },
+    ],
+    [
+      'a stronger level asked for after a write is refused, caught or not',
+      [write, { ...tx([write], 'commit', true), isolation: 'REPEATABLE READ' } as Op],
+      { kind: 'error', status: 500 },
+    ],
+    [
+      'a level no stronger than the one begun is a savepoint',
+      [
+        { ...tx([]), isolation: 'SERIALIZABLE' } as Op,
+        write,
+        { ...tx([write]), isolation: 'REPEATABLE READ' } as Op,
+      ],
+      { kind: 'ok', writes: ['1', '2.0'], forgets: [], mayForget: [], stream: false },
+    ],
+    [
+      'a stream that fails once is streamed whole by the retry',
+      [write, { op: 'stream', fail: true }],
+      { kind: 'ok', writes: ['0'], forgets: [], mayForget: [], stream: true },
+    ],
+    [
+      'a stream after a swallowed failure',
+      [write, swallow, { op: 'stream', fail: false }],
+      { kind: 'aborted' },
     ],
   ])('%s', (_name, ops, outcome) => {
     expect(run(ops)).toEqual(outcome);

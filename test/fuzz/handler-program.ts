@@ -13,9 +13,11 @@ export type Op =
   /**
    * `dataSource.transaction(cb)`: nested in the request's transaction (a savepoint). `end`
    * 'throw' makes the callback throw after its body; `caught` swallows whatever the
-   * transaction threw, as a best-effort service call does.
+   * transaction threw, as a best-effort service call does. `isolation` (at the top only) asks
+   * for a level: it begins the request's transaction at it when nothing began it yet, and is
+   * refused when it began at a weaker one.
    */
-  | { op: 'tx'; body: Op[]; end: 'commit' | 'throw'; caught: boolean }
+  | { op: 'tx'; body: Op[]; end: 'commit' | 'throw'; caught: boolean; isolation?: Isolation }
   /** A wait in the handler (an HTTP call, say), holding nothing. */
   | { op: 'sleep'; ms: number }
   /** A wait in the database (`pg_sleep`): what a statement timeout cancels. */
@@ -23,7 +25,14 @@ export type Op =
   /** A write the handler starts and does not await (an event listener, say). */
   | { op: 'forget' }
   /** A thrown `HttpException`: the handler's own final answer. */
-  | { op: 'http'; status: 400 | 404 | 409 | 422 | 500 };
+  | { op: 'http'; status: 400 | 404 | 409 | 422 | 500 }
+  /**
+   * The answer as a stream (`StreamableFile`), last at the top; `fail` makes it fail midway on
+   * the first attempt of the program in a process.
+   */
+  | { op: 'stream'; fail: boolean };
+
+export type Isolation = 'REPEATABLE READ' | 'SERIALIZABLE';
 
 export interface HandlerProgram {
   /** Unique per program: the effect rows and the key are tagged with it. */
@@ -39,7 +48,7 @@ export type Outcome =
    * a write started while a later nested transaction of the handler's is open lands in its
    * savepoint, and goes with it if that rolls back (as in the same app without the library).
    */
-  | { kind: 'ok'; writes: string[]; forgets: string[]; mayForget: string[] }
+  | { kind: 'ok'; writes: string[]; forgets: string[]; mayForget: string[]; stream: boolean }
   /** The handler's own error answer, stored and replayed; no effect applied. */
   | { kind: 'error'; status: number }
   /**
@@ -53,7 +62,19 @@ export type Outcome =
  * program's own error (what a `tx … throw` throws), and an `HttpException`. A `caught`
  * transaction swallows the first three, as an app swallows the failures it expects.
  */
-type Thrown = 'statement' | 'aborted' | 'program' | { http: number };
+type Thrown = 'statement' | 'aborted' | 'program' | 'refused' | { http: number };
+
+/** What the request's transaction is: begun (by a statement, or a savepoint) and at what level. */
+interface RequestState {
+  begun: boolean;
+  /** READ COMMITTED 1, REPEATABLE READ 2, SERIALIZABLE 3. */
+  strength: number;
+}
+
+const STRENGTH: Record<Isolation, number> = { 'REPEATABLE READ': 2, SERIALIZABLE: 3 };
+
+/** Errors a `caught` transaction swallows: not a refused isolation level, not an HTTP error. */
+const swallowed = (thrown: Thrown) => thrown !== 'refused' && typeof thrown !== 'object';
 
 interface Level {
   /** PostgreSQL refuses every statement until a savepoint enclosing the failure rolls back. */
@@ -68,7 +89,8 @@ interface Level {
 export function expectedOutcome(program: HandlerProgram): Outcome {
   const top: Level = { aborted: false, writes: [] };
   const forgets: string[] = [];
-  const thrown = runOps(program.ops, '', top, forgets);
+  const request: RequestState = { begun: false, strength: 1 };
+  const thrown = runOps(program.ops, '', top, forgets, request);
   if (thrown !== undefined) {
     // A statement error out of the handler is its final answer, Nest's 500, stored.
     return { kind: 'error', status: typeof thrown === 'object' ? thrown.http : 500 };
@@ -81,12 +103,22 @@ export function expectedOutcome(program: HandlerProgram): Outcome {
     writes: top.writes,
     forgets: forgets.filter((path) => !laterTransaction(path)),
     mayForget: forgets.filter(laterTransaction),
+    stream: program.ops.some((op) => op.op === 'stream'),
   };
 }
 
-function runOps(ops: Op[], prefix: string, level: Level, forgets: string[]): Thrown | undefined {
+function runOps(
+  ops: Op[],
+  prefix: string,
+  level: Level,
+  forgets: string[],
+  request: RequestState,
+): Thrown | undefined {
   for (const [index, op] of ops.entries()) {
     const path = `${prefix}${index}`;
+    // A statement, or a savepoint, begins the request's transaction (at READ COMMITTED).
+    const begins = op.op === 'write' || op.op === 'fail' || op.op === 'dbsleep';
+    if (begins) request.begun = true;
     switch (op.op) {
       case 'write':
         if (level.aborted) return 'aborted';
@@ -97,8 +129,8 @@ function runOps(ops: Op[], prefix: string, level: Level, forgets: string[]): Thr
         level.aborted = true;
         break;
       case 'tx': {
-        const thrown = runTransaction(op, `${path}.`, level, forgets);
-        if (thrown !== undefined && (!op.caught || typeof thrown === 'object')) return thrown;
+        const thrown = runTransaction(op, `${path}.`, level, forgets, request);
+        if (thrown !== undefined && (!op.caught || !swallowed(thrown))) return thrown;
         break;
       }
       case 'dbsleep':
@@ -111,6 +143,9 @@ function runOps(ops: Op[], prefix: string, level: Level, forgets: string[]): Thr
         break;
       case 'http':
         return { http: op.status };
+      case 'stream':
+        // Its first failure midway is answered 503 and not stored: the retry streams it whole.
+        break;
     }
   }
   return undefined;
@@ -122,11 +157,18 @@ function runTransaction(
   prefix: string,
   level: Level,
   forgets: string[],
+  request: RequestState,
 ): Thrown | undefined {
+  if (op.isolation) {
+    // Decided before the SAVEPOINT: the level begins the transaction, or cannot be had.
+    if (!request.begun) request.strength = STRENGTH[op.isolation];
+    else if (STRENGTH[op.isolation] > request.strength) return 'refused';
+  }
+  request.begun = true;
   // SAVEPOINT is itself refused in an aborted transaction.
   if (level.aborted) return 'aborted';
   const inner: Level = { aborted: false, writes: [] };
-  const thrown = runOps(op.body, prefix, inner, forgets);
+  const thrown = runOps(op.body, prefix, inner, forgets, request);
   if (thrown !== undefined) return thrown;
   if (op.end === 'throw') return 'program';
   // RELEASE SAVEPOINT fails in an aborted transaction; TypeORM then rolls back to it.
@@ -176,10 +218,43 @@ export function programArbitrary(): fc.Arbitrary<Op[]> {
   const nested = fc.array(fc.oneof({ weight: 4, arbitrary: leaf(false) }, transaction(innermost)), {
     maxLength: 3,
   });
-  return fc.array(
-    fc.oneof({ weight: 4, arbitrary: leaf(true) }, { weight: 1, arbitrary: transaction(nested) }),
-    { minLength: 1, maxLength: 7 },
+  const isolated = fc
+    .tuple(transaction(nested), fc.constantFrom<Isolation>('REPEATABLE READ', 'SERIALIZABLE'))
+    .map<Op>(([op, isolation]) => ({ ...(op as Extract<Op, { op: 'tx' }>), isolation }));
+  const ending = fc.option(
+    fc.boolean().map<Op>((fail) => ({ op: 'stream', fail })),
+    { freq: 4 },
   );
+  return fc
+    .tuple(
+      fc.array(
+        fc.oneof(
+          { weight: 8, arbitrary: leaf(true) },
+          { weight: 2, arbitrary: transaction(nested) },
+          { weight: 1, arbitrary: isolated },
+        ),
+        { minLength: 1, maxLength: 7 },
+      ),
+      ending,
+    )
+    .map(([ops, last]) => deterministic(last ? [...ops, last] : ops));
+}
+
+/**
+ * Drops an isolation level whose fate depends on timing: work left running (`forget`) before
+ * it, with no statement between, begins the transaction or not depending on when it lands.
+ */
+function deterministic(ops: Op[]): Op[] {
+  let settled = false;
+  let racing = false;
+  return ops.map((op) => {
+    if (op.op === 'forget' && !settled) racing = true;
+    if (op.op === 'write' || op.op === 'fail' || op.op === 'dbsleep') settled = true;
+    if (op.op !== 'tx') return op;
+    const kept = racing && !settled ? { ...op, isolation: undefined } : op;
+    settled = true;
+    return kept;
+  });
 }
 
 /** The program as one line, for a report. */
@@ -198,7 +273,9 @@ export function describeProgram(ops: Op[]): string {
         case 'http':
           return `http:${op.status}`;
         case 'tx':
-          return `tx(${describeProgram(op.body)})${op.end === 'throw' ? '!' : ''}${op.caught ? '?' : ''}`;
+          return `tx${op.isolation ? `[${op.isolation === 'SERIALIZABLE' ? 'S' : 'RR'}]` : ''}(${describeProgram(op.body)})${op.end === 'throw' ? '!' : ''}${op.caught ? '?' : ''}`;
+        case 'stream':
+          return op.fail ? 'stream:fails-once' : 'stream';
       }
     })
     .join(' ');
