@@ -2,6 +2,8 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
+import { IDEMPOTENCY_CHANNELS } from '../lib/events/idempotency-events.js';
+import { codesWithStatus } from '../lib/http/problem.js';
 import { codeBlockProblems, type Markdown } from './support/markdown-snippets.js';
 
 const root = resolve(import.meta.dirname, '..');
@@ -81,4 +83,33 @@ describe('the code in the docs', () => {
       rmSync(work, { recursive: true, force: true });
     }
   }, 180_000);
+});
+
+/** The reference pages against the code: what the code can answer or emit is listed. */
+describe('the reference', () => {
+  const page = (path: string) => pages.find((candidate) => candidate.path === path)!.text;
+
+  it('lists every problem code with its status', () => {
+    const listed = [
+      ...page('docs/reference/problems.md').matchAll(/^\| `([a-z_]+)` \| (\d{3}) \|/gm),
+    ]
+      .map(([, code, status]) => `${code} ${status}`)
+      .sort();
+    const answered = [400, 409, 422, 500, 503]
+      .flatMap((status) => codesWithStatus(status).map((code) => `${code} ${status}`))
+      .sort();
+    expect(listed).toEqual(answered);
+  });
+
+  it('lists every diagnostics channel and every metric instrument', () => {
+    const text = page('docs/reference/events-and-metrics.md');
+    const channels = Object.entries(IDEMPOTENCY_CHANNELS).filter(
+      ([name, id]) => !text.includes(`| \`${id}\` (\`${name}\`) |`),
+    );
+    expect(channels).toEqual([]);
+    const source = readFileSync(join(root, 'lib', 'events', 'idempotency-metrics.ts'), 'utf8');
+    const instruments = [...source.matchAll(/\.create\w+\('([\w.]+)'/g)].map(([, name]) => name);
+    expect(instruments.length).toBeGreaterThan(5);
+    expect(instruments.filter((name) => !text.includes(`| \`${name}\` |`))).toEqual([]);
+  });
 });

@@ -78,6 +78,7 @@ describe('the npm package', () => {
       'package.json',
       'README.md',
       'LICENSE',
+      'docs',
       'tsconfig.json',
       'tsconfig.build.json',
       'lib',
@@ -101,10 +102,13 @@ describe('the npm package', () => {
     if (work) rmSync(work, { recursive: true, force: true });
   });
 
-  it('holds the library, its migrations, the schema, the licence and the README', () => {
+  it('holds the library, its migrations, the schema, the licence, the README and the docs', () => {
     for (const file of [
       'package.json',
       'README.md',
+      'docs/README.md',
+      'docs/guides/getting-started.md',
+      'docs/reference/options.md',
       'LICENSE',
       'migrations/schema.sql',
       'dist/lib/index.js',
@@ -116,8 +120,11 @@ describe('the npm package', () => {
     expect(files.some((file) => file.startsWith('dist/migrations/'))).toBe(true);
   });
 
-  it('holds no tests, no sample app, no benchmark and no TypeScript sources', () => {
-    const unwanted = files.filter((file) =>
+  it('holds no tests, no sample app, no benchmark and no TypeScript sources (no snippets)', () => {
+    // The docs' pages (docs/**/*.md) may name the sample app and the benchmarks.
+    const code = files.filter((file) => !/^docs\/.*\.md$/.test(file));
+    expect(files.filter((file) => file.startsWith('docs/snippets/'))).toEqual([]);
+    const unwanted = code.filter((file) =>
       /(\.spec\.|e2e-spec|^test\/|^dist\/test\/|sample-app|bench|^lib\/|\.ts$)/.test(
         file.replace(/\.d\.ts$/, '.d'),
       ),
@@ -265,6 +272,33 @@ console.log(typeof IdempotencyModule, typeof Idempotent, typeof idempotentFetch,
       const replay = await send();
       expect([replay.status, replay.headers.get('idempotent-replayed')]).toEqual([201, 'true']);
       expect(await replay.text()).toBe(firstBody);
+      // What the README says of the other answers.
+      const problem = async (response: Response) => [
+        response.status,
+        ((await response.json()) as { code: string }).code,
+      ];
+      const other = await fetch(`${started.url}/orders`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'idempotency-key': '8e03978e-40d5',
+          'x-tenant-id': '1',
+        },
+        body: JSON.stringify({ amount: 5 }),
+      });
+      expect(await problem(other)).toEqual([422, 'key_mismatch']);
+      const noKey = await fetch(`${started.url}/orders`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-tenant-id': '1' },
+        body: JSON.stringify({ amount: 100 }),
+      });
+      expect(await problem(noKey)).toEqual([400, 'key_missing']);
+      const noTenant = await fetch(`${started.url}/orders`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'k2' },
+        body: JSON.stringify({ amount: 100 }),
+      });
+      expect(await problem(noTenant)).toEqual([400, 'tenant_invalid']);
       const client = new pg.Client({ connectionString: database.url });
       await client.connect();
       try {
