@@ -1,4 +1,4 @@
-import { execFileSync } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import {
   cpSync,
   mkdirSync,
@@ -11,8 +11,53 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import pg from 'pg';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
 
 const root = resolve(import.meta.dirname, '..');
+
+/** The package from its tarball, and the peers as an app would have them (no network). */
+function installPackage(app: string, tarball: string): void {
+  const modules = join(app, 'node_modules');
+  const installed = join(modules, 'nestjs-idempotency-pg');
+  mkdirSync(installed, { recursive: true });
+  execFileSync('tar', ['-xzf', tarball, '-C', installed, '--strip-components=1']);
+  for (const entry of readdirSync(join(root, 'node_modules'))) {
+    if (entry !== '.bin' && entry !== '.package-lock.json') {
+      symlinkSync(join(root, 'node_modules', entry), join(modules, entry));
+    }
+  }
+}
+
+/** tsc's output over a project: empty when it compiles. */
+function compile(project: string): string {
+  const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+  try {
+    return execFileSync('node', [tsc, '-p', project], { encoding: 'utf8' });
+  } catch (error) {
+    return (error as { stdout: string }).stdout;
+  }
+}
+
+/** Starts the app and resolves with the URL it prints once it listens. */
+function start(app: string, env: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn('node', [join(app, 'dist', 'main.js')], {
+    cwd: app,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  return new Promise((resolvePromise, reject) => {
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      const match = /listening on (\S+)/.exec(output);
+      if (match) resolvePromise({ child, url: match[1] });
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
+    child.on('exit', (code) => reject(new Error(`the app exited (${code}):\n${output}`)));
+  });
+}
 
 /**
  * The package as `npm publish` would make it: built the way `prepack` builds it (in a copy of
@@ -33,6 +78,7 @@ describe('the npm package', () => {
       'package.json',
       'README.md',
       'LICENSE',
+      'docs',
       'tsconfig.json',
       'tsconfig.build.json',
       'lib',
@@ -56,10 +102,13 @@ describe('the npm package', () => {
     if (work) rmSync(work, { recursive: true, force: true });
   });
 
-  it('holds the library, its migrations, the schema, the licence and the README', () => {
+  it('holds the library, its migrations, the schema, the licence, the README and the docs', () => {
     for (const file of [
       'package.json',
       'README.md',
+      'docs/README.md',
+      'docs/guides/getting-started.md',
+      'docs/reference/options.md',
       'LICENSE',
       'migrations/schema.sql',
       'dist/lib/index.js',
@@ -71,8 +120,11 @@ describe('the npm package', () => {
     expect(files.some((file) => file.startsWith('dist/migrations/'))).toBe(true);
   });
 
-  it('holds no tests, no sample app, no benchmark and no TypeScript sources', () => {
-    const unwanted = files.filter((file) =>
+  it('holds no tests, no sample app, no benchmark and no TypeScript sources (no snippets)', () => {
+    // The docs' pages (docs/**/*.md) may name the sample app and the benchmarks.
+    const code = files.filter((file) => !/^docs\/.*\.md$/.test(file));
+    expect(files.filter((file) => file.startsWith('docs/snippets/'))).toEqual([]);
+    const unwanted = code.filter((file) =>
       /(\.spec\.|e2e-spec|^test\/|^dist\/test\/|sample-app|bench|^lib\/|\.ts$)/.test(
         file.replace(/\.d\.ts$/, '.d'),
       ),
@@ -98,16 +150,8 @@ describe('the npm package', () => {
 
   it('type-checks and loads from an ESM consumer and from a CommonJS one', () => {
     const consumer = join(work, 'consumer');
-    const modules = join(consumer, 'node_modules');
-    const installed = join(modules, 'nestjs-idempotency-pg');
-    mkdirSync(installed, { recursive: true });
-    execFileSync('tar', ['-xzf', tarball, '-C', installed, '--strip-components=1']);
     // The peers (Nest, TypeORM, pg) as the consumer's app would have them.
-    for (const entry of readdirSync(join(root, 'node_modules'))) {
-      if (entry !== '.bin' && entry !== '.package-lock.json') {
-        symlinkSync(join(root, 'node_modules', entry), join(modules, entry));
-      }
-    }
+    installPackage(consumer, tarball);
     const code = `
 import { IdempotencyModule, Idempotent, type IdempotencyModuleOptions } from 'nestjs-idempotency-pg';
 import { idempotentFetch, type IdempotentFetchOptions } from 'nestjs-idempotency-pg/client';
@@ -142,18 +186,127 @@ console.log(typeof IdempotencyModule, typeof Idempotent, typeof idempotentFetch,
         files: ['esm.mts', 'cjs.cts'],
       }),
     );
-    const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
-    const compiled = (() => {
-      try {
-        return execFileSync('node', [tsc, '-p', consumer], { encoding: 'utf8' });
-      } catch (error) {
-        return (error as { stdout: string }).stdout;
-      }
-    })();
-    expect(compiled).toBe('');
+    expect(compile(consumer)).toBe('');
     for (const file of ['esm.mjs', 'cjs.cjs']) {
       const out = execFileSync('node', [join(consumer, file)], { encoding: 'utf8' });
       expect([file, out.trim()]).toEqual([file, 'function function function function']);
     }
   }, 120_000);
+  /**
+   * The README's quick start as a new user meets it: its files (docs/snippets/quick-start, which
+   * the README shows byte for byte: test/docs-snippets.e2e-spec.ts) copied into a fresh ESM
+   * app with the packed package, compiled with the app's own tsconfig, started on an empty
+   * database: its migrations run, a first POST answers 201 and its retry the same bytes.
+   */
+  describe("the README's quick start, in a fresh app", () => {
+    let app: string;
+    let database: TestDatabase | undefined;
+    let running: ChildProcess | undefined;
+
+    beforeAll(() => {
+      app = join(work, 'quick-start-app');
+      mkdirSync(join(app, 'src'), { recursive: true });
+      const snippets = join(root, 'docs', 'snippets', 'quick-start');
+      for (const file of readdirSync(snippets))
+        cpSync(join(snippets, file), join(app, 'src', file));
+      writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'shop', type: 'module' }));
+      writeFileSync(
+        join(app, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            module: 'nodenext',
+            moduleResolution: 'nodenext',
+            target: 'es2022',
+            strict: true,
+            experimentalDecorators: true,
+            emitDecoratorMetadata: true,
+            skipLibCheck: true,
+            outDir: 'dist',
+            rootDir: 'src',
+            types: ['node'],
+            typeRoots: [join(root, 'node_modules', '@types')],
+            ignoreDeprecations: '6.0',
+          },
+          include: ['src'],
+        }),
+      );
+      installPackage(app, tarball);
+    });
+    afterAll(async () => {
+      running?.kill('SIGKILL');
+      await database?.drop();
+    });
+
+    it('compiles against the package as published', () => {
+      expect(compile(app)).toBe('');
+    }, 120_000);
+
+    it('says what is missing when DATABASE_URL is not set', () => {
+      const env = { ...process.env };
+      delete env.DATABASE_URL;
+      const result = spawnSync('node', [join(app, 'dist', 'main.js')], { cwd: app, env });
+      expect([result.status, result.stderr.toString().trim()]).toEqual([
+        1,
+        'Set DATABASE_URL, e.g. postgres://user:password@localhost:5432/app',
+      ]);
+    }, 60_000);
+
+    it('answers its first 201, then the same bytes as a replay', async () => {
+      database = await createTestDatabase('quick_start');
+      const started = await start(app, { ...process.env, DATABASE_URL: database.url, PORT: '0' });
+      running = started.child;
+      const send = () =>
+        fetch(`${started.url}/orders`, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'idempotency-key': '8e03978e-40d5',
+            'x-tenant-id': '1',
+          },
+          body: JSON.stringify({ amount: 100 }),
+        });
+      const first = await send();
+      const firstBody = await first.text();
+      expect([first.status, first.headers.get('idempotent-replayed')]).toEqual([201, null]);
+      expect(JSON.parse(firstBody)).toEqual({ id: expect.any(String), amount: 100 });
+      const replay = await send();
+      expect([replay.status, replay.headers.get('idempotent-replayed')]).toEqual([201, 'true']);
+      expect(await replay.text()).toBe(firstBody);
+      // What the README says of the other answers.
+      const problem = async (response: Response) => [
+        response.status,
+        ((await response.json()) as { code: string }).code,
+      ];
+      const other = await fetch(`${started.url}/orders`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'idempotency-key': '8e03978e-40d5',
+          'x-tenant-id': '1',
+        },
+        body: JSON.stringify({ amount: 5 }),
+      });
+      expect(await problem(other)).toEqual([422, 'key_mismatch']);
+      const noKey = await fetch(`${started.url}/orders`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-tenant-id': '1' },
+        body: JSON.stringify({ amount: 100 }),
+      });
+      expect(await problem(noKey)).toEqual([400, 'key_missing']);
+      const noTenant = await fetch(`${started.url}/orders`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'k2' },
+        body: JSON.stringify({ amount: 100 }),
+      });
+      expect(await problem(noTenant)).toEqual([400, 'tenant_invalid']);
+      const client = new pg.Client({ connectionString: database.url });
+      await client.connect();
+      try {
+        const { rows } = await client.query<{ count: string }>('SELECT count(*) FROM orders');
+        expect(rows).toEqual([{ count: '1' }]);
+      } finally {
+        await client.end();
+      }
+    }, 120_000);
+  });
 });
