@@ -53,6 +53,8 @@ export interface FuzzReport {
   attempts: number;
   faults: Record<Fault['kind'], number>;
   outcomes: Record<Outcome['kind'], number>;
+  /** How many ops of each kind the programs held (an isolation level counted as its own). */
+  ops: Record<string, number>;
   violations: Violation[];
   seconds: number;
 }
@@ -135,6 +137,7 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
       sigkill: 0,
     },
     outcomes: { ok: 0, error: 0, aborted: 0 },
+    ops: {},
     violations: [],
     seconds: 0,
   };
@@ -151,6 +154,7 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
       const model = expectedOutcome(program);
       report.programs += 1;
       report.outcomes[model.kind] += 1;
+      countOps(ops, report.ops);
       const violation = (what: string) => {
         const found = { index, program: describeProgram(ops), faults: describePlan(plan), what };
         report.violations.push(found);
@@ -295,6 +299,14 @@ async function post(url: string, headers: Record<string, string>, body: string):
   } catch {
     // The process was killed under the request, or the connection dropped: no answer.
     return { status: 0, body: '' };
+  }
+}
+
+function countOps(ops: Op[], counts: Record<string, number>): void {
+  for (const op of ops) {
+    const kind = op.op === 'tx' && op.isolation ? `tx ${op.isolation}` : op.op;
+    counts[kind] = (counts[kind] ?? 0) + 1;
+    if (op.op === 'tx') countOps(op.body, counts);
   }
 }
 
