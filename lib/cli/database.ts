@@ -146,17 +146,24 @@ export async function readKey(
   return rows[0];
 }
 
-/** The stored response's bytes, read only when the operator asks for them. */
+/** The stored response as the claim store keeps it: what `keys show` may print of it. */
+export interface StoredBody {
+  body: Buffer | null;
+  headers: Record<string, string> | null;
+}
+
+/** The stored response's bytes and headers, read only when the operator asks for them. */
 export async function readResponseBody(
   client: Client,
   tenant: string,
   key: string,
-): Promise<Buffer | null> {
-  const { rows } = await client.query<{ body: Buffer | null }>(
-    'SELECT response_body AS body FROM idempotency_keys WHERE tenant_id = $1 AND key = $2',
+): Promise<StoredBody> {
+  const { rows } = await client.query<StoredBody>(
+    `SELECT response_body AS body, response_headers AS headers FROM idempotency_keys
+     WHERE tenant_id = $1 AND key = $2`,
     [tenant, key],
   );
-  return rows[0]?.body ?? null;
+  return rows[0] ?? { body: null, headers: null };
 }
 
 /**

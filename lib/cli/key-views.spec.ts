@@ -103,11 +103,26 @@ describe('formatKey', () => {
       ].join('\n'),
     );
   });
-  it.each<[Buffer | null, string]>([
-    [Buffer.from('{"id":"ch_1"}'), 'response:       201, 13 bytes stored\n{"id":"ch_1"}\n'],
-    [null, 'response:       201, 13 bytes stored\n(no body stored)\n'],
-  ])('with the body asked for: %s', (body, end) => {
-    expect(formatKey(done, body).endsWith(end)).toBe(true);
+  it.each<[Buffer | null, Record<string, string> | null, string]>([
+    [Buffer.from('{"id":"ch_1"}'), {}, '{"id":"ch_1"}'],
+    [Buffer.from('{"id":"ch_1"}'), null, '{"id":"ch_1"}'],
+    [null, null, '(no body stored)'],
+    [
+      Buffer.alloc(40),
+      { $sealed: '1' },
+      "(sealed with the app's encryption key: 40 bytes the command cannot read)",
+    ],
+    [
+      Buffer.alloc(0),
+      { 'content-type': 'text/csv', $body: '{"id":"b1"}' },
+      '(stored apart in idempotency_response_bodies: {"id":"b1"})',
+    ],
+  ])('with the body asked for: %s %j', (body, headers, shown) => {
+    expect(
+      formatKey(done, { body, headers }).endsWith(
+        `response:       201, 13 bytes stored\n${shown}\n`,
+      ),
+    ).toBe(true);
   });
   it('an unfinished key: its lease, no response line', () => {
     const text = formatKey(key({ lockedUntil: minutes(-120) }));

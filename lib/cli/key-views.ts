@@ -1,4 +1,6 @@
-import { type KeyRow } from './database.js';
+import { BODY_POINTER_MARKER } from '../storage/bodies/body-pointer.js';
+import { SEALED_MARKER } from '../storage/response-sealer.js';
+import { type KeyRow, type StoredBody } from './database.js';
 import { formatDuration } from './duration.js';
 
 /**
@@ -55,7 +57,7 @@ export function formatKeyList(rows: readonly KeyRow[], limit: number): string {
 }
 
 /** `keys show`: one key's state, phases, lease, owner and timings; the body only if asked. */
-export function formatKey(row: KeyRow, body?: Buffer | null): string {
+export function formatKey(row: KeyRow, stored?: StoredBody): string {
   const age = (at: Date) =>
     `${at.toISOString()} (${formatDuration(row.now.getTime() - at.getTime())} ago)`;
   const lines: [string, string][] = [
@@ -77,14 +79,28 @@ export function formatKey(row: KeyRow, body?: Buffer | null): string {
     lines.push([
       'response',
       `${row.responseCode}, ${row.responseBytes ?? 0} bytes stored` +
-        (body === undefined ? ' (--body prints them)' : ''),
+        (stored === undefined ? ' (--body prints them)' : ''),
     ]);
   }
   const width = Math.max(...lines.map(([name]) => name.length)) + 1;
   let text = lines.map(([name, value]) => `${`${name}:`.padEnd(width)} ${value}`).join('\n') + '\n';
-  if (body !== undefined)
-    text += body === null ? '(no body stored)\n' : `${body.toString('utf8')}\n`;
+  if (stored !== undefined) text += `${bodyText(stored)}\n`;
   return text;
+}
+
+/**
+ * The body as stored, or what it is when the command cannot print it: sealed with the app's
+ * encryption key, or kept apart in idempotency_response_bodies (the row holds a pointer).
+ */
+export function bodyText({ body, headers }: StoredBody): string {
+  if (headers !== null && SEALED_MARKER in headers) {
+    const bytes = body?.length ?? 0;
+    return `(sealed with the app's encryption key: ${bytes} bytes the command cannot read)`;
+  }
+  if (headers !== null && BODY_POINTER_MARKER in headers) {
+    return `(stored apart in idempotency_response_bodies: ${headers[BODY_POINTER_MARKER]})`;
+  }
+  return body === null ? '(no body stored)' : body.toString('utf8');
 }
 
 /** Whether `keys release` may release a key, and if not, why. */
