@@ -157,6 +157,7 @@ import { IdempotencyModule, Idempotent, type IdempotencyModuleOptions } from 'ne
 import { idempotentFetch, type IdempotentFetchOptions } from 'nestjs-idempotency-pg/client';
 import { FileOperationStore } from 'nestjs-idempotency-pg/client/file-store';
 import { MemoryClaimStore, type ClaimStoreHarness } from 'nestjs-idempotency-pg/testing';
+import { IdempotencyHealthIndicator } from 'nestjs-idempotency-pg/terminus';
 
 const options: IdempotencyModuleOptions = { globalKeys: true, keyFrom: { body: 'requestId' } };
 export const module = IdempotencyModule.forRoot(options);
@@ -165,7 +166,7 @@ export const decorator: MethodDecorator & ClassDecorator = Idempotent({ leaseMs:
 export const wrong = () => Idempotent({ leaseMs: 'soon' });
 export const client: IdempotentFetchOptions = { intent: 'x', store: new FileOperationStore('p') };
 export const harness: ClaimStoreHarness = { create: () => new MemoryClaimStore() };
-console.log(typeof IdempotencyModule, typeof Idempotent, typeof idempotentFetch, typeof MemoryClaimStore);
+console.log(typeof IdempotencyModule, typeof Idempotent, typeof idempotentFetch, typeof MemoryClaimStore, typeof IdempotencyHealthIndicator);
 `;
     writeFileSync(join(consumer, 'esm.mts'), code);
     writeFileSync(join(consumer, 'cjs.cts'), code);
@@ -189,8 +190,16 @@ console.log(typeof IdempotencyModule, typeof Idempotent, typeof idempotentFetch,
     expect(compile(consumer)).toBe('');
     for (const file of ['esm.mjs', 'cjs.cjs']) {
       const out = execFileSync('node', [join(consumer, file)], { encoding: 'utf8' });
-      expect([file, out.trim()]).toEqual([file, 'function function function function']);
+      expect([file, out.trim()]).toEqual([file, 'function function function function function']);
     }
+    // The operator's command, as `npx nestjs-idempotency-pg` runs the package's bin.
+    const { bin } = JSON.parse(readFileSync(join(installed, 'package.json'), 'utf8')) as {
+      bin: Record<string, string>;
+    };
+    const usage = execFileSync('node', [join(installed, bin['nestjs-idempotency-pg']), '--help'], {
+      encoding: 'utf8',
+    });
+    expect(usage).toMatch(/^Usage: nestjs-idempotency-pg <command>/);
   }, 120_000);
   /**
    * The README's quick start as a new user meets it: its files (docs/snippets/quick-start, which

@@ -1,0 +1,193 @@
+import { type Client } from 'pg';
+import { EXPECTED_SCHEMA } from './expected-schema.js';
+import { type CatalogColumn, type DoctorFacts, type PartitionBounds } from './doctor-checks.js';
+
+/**
+ * Everything the command reads from and writes to the database, on one session of its own
+ * (never the app's pool). The decisions are made elsewhere, from what these return.
+ */
+
+/** The library's tables' columns, and the keys table's layout: one catalog query. */
+const SCHEMA = `SELECT c.relname AS table, a.attname AS column,
+  format_type(a.atttypid, a.atttypmod) AS type, c.relkind = 'p' AS partitioned
+FROM pg_class c
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.relname = ANY($1) AND c.relkind IN ('r', 'p') AND pg_table_is_visible(c.oid)`;
+
+const SETTINGS = `SELECT name, setting FROM pg_settings WHERE name = ANY($1)`;
+
+const STUCK = `SELECT count(*)::int AS stuck,
+  (extract(epoch FROM clock_timestamp() - min(locked_until)) * 1000)::float8 AS oldest_ms
+FROM idempotency_keys
+WHERE state = 'started' AND (locked_until IS NULL
+  OR locked_until < clock_timestamp() - $1 * interval '1 millisecond')`;
+
+export async function readDoctorFacts(
+  client: Client,
+  migrationsTable: string,
+  stuckAfterMs: number,
+): Promise<DoctorFacts> {
+  const { rows: columnRows } = await client.query<CatalogColumn & { partitioned: boolean }>(
+    SCHEMA,
+    [Object.keys(EXPECTED_SCHEMA)],
+  );
+  const columns = columnRows.map(({ table, column, type }) => ({ table, column, type }));
+  const partitioned = columnRows.some((r) => r.table === 'idempotency_keys' && r.partitioned);
+
+  const { rows: settingRows } = await client.query<{ name: string; setting: string }>(SETTINGS, [
+    [
+      'synchronous_commit',
+      'statement_timeout',
+      'lock_timeout',
+      'max_connections',
+      'superuser_reserved_connections',
+      'reserved_connections',
+    ],
+  ]);
+  const setting = (name: string) => settingRows.find((r) => r.name === name)?.setting;
+
+  const { rows: head } = await client.query<{
+    database: string;
+    migrations: string | null;
+    now: Date;
+  }>(
+    `SELECT current_database() AS database, to_regclass($1)::text AS migrations,
+      clock_timestamp() AS now`,
+    [quoteIdent(migrationsTable)],
+  );
+  let migrationsRun: string[] | null = null;
+  if (head[0].migrations !== null) {
+    const { rows } = await client.query<{ name: string }>(
+      `SELECT name FROM ${quoteIdent(migrationsTable)}`,
+    );
+    migrationsRun = rows.map((r) => r.name);
+  }
+
+  let partitions: PartitionBounds[] = [];
+  if (partitioned) {
+    const { rows } = await client.query<PartitionBounds>(
+      `SELECT from_at AS "fromAt", to_at AS "toAt" FROM idempotency_key_partitions()
+       WHERE NOT detach_pending`,
+    );
+    partitions = rows;
+  }
+
+  let stuckKeys = 0;
+  let oldestStuckMs: number | null = null;
+  if (columns.some((c) => c.table === 'idempotency_keys')) {
+    const { rows } = await client.query<{ stuck: number; oldest_ms: number | null }>(STUCK, [
+      stuckAfterMs,
+    ]);
+    stuckKeys = rows[0].stuck;
+    oldestStuckMs = rows[0].oldest_ms;
+  }
+
+  return {
+    database: head[0].database,
+    columns,
+    partitioned,
+    migrationsRun,
+    synchronousCommit: setting('synchronous_commit') ?? 'on',
+    statementTimeoutMs: Number(setting('statement_timeout') ?? 0),
+    lockTimeoutMs: Number(setting('lock_timeout') ?? 0),
+    maxConnections: Number(setting('max_connections') ?? 100),
+    reservedConnections:
+      Number(setting('superuser_reserved_connections') ?? 0) +
+      Number(setting('reserved_connections') ?? 0),
+    partitions,
+    now: head[0].now,
+    stuckKeys,
+    oldestStuckMs,
+  };
+}
+
+/** A key as `keys list` and `keys show` print it; times by the database's clock. */
+export interface KeyRow {
+  tenantId: string;
+  key: string;
+  state: string;
+  recoveryPoint: string;
+  phases: string[];
+  lockVersion: string;
+  claimId: string;
+  createdAt: Date;
+  finishedAt: Date | null;
+  lockedUntil: Date | null;
+  responseCode: number | null;
+  responseBytes: number | null;
+  now: Date;
+}
+
+const KEY_COLUMNS = `tenant_id AS "tenantId", key, state, recovery_point AS "recoveryPoint",
+  ARRAY(SELECT jsonb_object_keys(phase_results)) AS phases, lock_version::text AS "lockVersion",
+  claim_id::text AS "claimId", created_at AS "createdAt", finished_at AS "finishedAt",
+  locked_until AS "lockedUntil", response_code AS "responseCode",
+  octet_length(response_body) AS "responseBytes", clock_timestamp() AS now`;
+
+/** Unfinished keys, the stuck (lease expired longest ago) first. */
+export async function listUnfinishedKeys(client: Client, limit: number): Promise<KeyRow[]> {
+  const { rows } = await client.query<KeyRow>(
+    `SELECT ${KEY_COLUMNS} FROM idempotency_keys WHERE state = 'started'
+     ORDER BY locked_until NULLS FIRST, created_at, tenant_id, key LIMIT $1`,
+    [limit],
+  );
+  return rows;
+}
+
+export async function readKey(
+  client: Client,
+  tenant: string,
+  key: string,
+): Promise<KeyRow | undefined> {
+  const { rows } = await client.query<KeyRow>(
+    `SELECT ${KEY_COLUMNS} FROM idempotency_keys WHERE tenant_id = $1 AND key = $2`,
+    [tenant, key],
+  );
+  return rows[0];
+}
+
+/** The stored response as the claim store keeps it: what `keys show` may print of it. */
+export interface StoredBody {
+  body: Buffer | null;
+  headers: Record<string, string> | null;
+}
+
+/** The stored response's bytes and headers, read only when the operator asks for them. */
+export async function readResponseBody(
+  client: Client,
+  tenant: string,
+  key: string,
+): Promise<StoredBody> {
+  const { rows } = await client.query<StoredBody>(
+    `SELECT response_body AS body, response_headers AS headers FROM idempotency_keys
+     WHERE tenant_id = $1 AND key = $2`,
+    [tenant, key],
+  );
+  return rows[0] ?? { body: null, headers: null };
+}
+
+/**
+ * Ends the lease of an unfinished key, fenced by the (lock_version, claim_id) read before: as
+ * the library's own release does, the row, its claim id and its phases stay, and the next
+ * request with the key takes it over and resumes. A key that moved since it was read (taken
+ * over, finished, released and claimed anew) is not touched. Returns whether it was released.
+ */
+export async function releaseKey(
+  client: Client,
+  tenant: string,
+  key: string,
+  lockVersion: string,
+  claimId: string,
+): Promise<boolean> {
+  const { rowCount } = await client.query(
+    `UPDATE idempotency_keys SET locked_until = clock_timestamp()
+     WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4
+       AND state = 'started'`,
+    [tenant, key, lockVersion, claimId],
+  );
+  return rowCount === 1;
+}
+
+function quoteIdent(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}

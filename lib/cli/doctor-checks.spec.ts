@@ -1,0 +1,222 @@
+import {
+  type CatalogColumn,
+  checkMigrations,
+  checkPartitions,
+  checkPool,
+  checkSchema,
+  checkStuckKeys,
+  checkSynchronousCommit,
+  checkTimeout,
+  type Finding,
+  formatFindings,
+  type PartitionBounds,
+} from './doctor-checks.js';
+import { EXPECTED_SCHEMA } from './expected-schema.js';
+
+const complete: CatalogColumn[] = Object.entries(EXPECTED_SCHEMA).flatMap(([table, columns]) =>
+  Object.entries(columns).map(([column, type]) => ({ table, column, type })),
+);
+const without = (table: string, column?: string) =>
+  complete.filter((c) => c.table !== table || (column !== undefined && c.column !== column));
+const retyped = (table: string, column: string, type: string) =>
+  complete.map((c) => (c.table === table && c.column === column ? { ...c, type } : c));
+
+describe('checkSchema', () => {
+  it.each<[string, CatalogColumn[], boolean, Finding['level'], string]>([
+    ['complete', complete, false, 'ok', '4 tables as the library expects (idempotency_keys plain)'],
+    [
+      'complete, partitioned, with placed_at',
+      [
+        ...complete,
+        { table: 'idempotency_keys', column: 'placed_at', type: 'timestamp with time zone' },
+      ],
+      true,
+      'ok',
+      '4 tables as the library expects (idempotency_keys partitioned)',
+    ],
+    [
+      'a table missing',
+      without('message_failures'),
+      false,
+      'fail',
+      "missing table message_failures: run the library's migrations (IDEMPOTENCY_MIGRATIONS in " +
+        "the DataSource's migrations) or migrations/schema.sql",
+    ],
+    [
+      'a column missing',
+      without('idempotency_keys', 'finished_at'),
+      false,
+      'fail',
+      'idempotency_keys.finished_at (timestamp with time zone) is missing: run the ' +
+        "library's pending migrations",
+    ],
+    [
+      'a column of another type',
+      retyped('idempotency_keys', 'tenant_id', 'bigint'),
+      false,
+      'fail',
+      "idempotency_keys.tenant_id is bigint, not text: run the library's pending migrations",
+    ],
+  ])('%s', (_, columns, partitioned, level, message) => {
+    expect(checkSchema(columns, partitioned)).toEqual({ level, topic: 'schema', message });
+  });
+});
+
+describe('checkMigrations', () => {
+  const expected = ['A1', 'B2', 'C3'];
+  it.each<[string, string[] | null, boolean, Finding['level'], RegExp]>([
+    ['all run', ['A1', 'B2', 'C3'], true, 'ok', /^the library's 3 have run$/],
+    ['all run, with the app’s own', ['X9', 'A1', 'B2', 'C3'], true, 'ok', /have run$/],
+    ['one pending', ['A1', 'C3'], false, 'fail', /^1 of the library's 3 pending: B2 \(/],
+    ['no table, schema incomplete', null, false, 'fail', /^no table "migrations": none of /],
+    ['no table, schema complete (schema.sql)', null, true, 'warn', /^no table "migrations": the /],
+  ])('%s: %s', (_, run, schemaComplete, level, message) => {
+    const finding = checkMigrations(run, expected, 'migrations', schemaComplete);
+    expect(finding.level).toBe(level);
+    expect(finding.message).toMatch(message);
+  });
+});
+
+describe('checkSynchronousCommit', () => {
+  it.each([
+    ['on', 'ok'],
+    ['local', 'ok'],
+    ['remote_apply', 'ok'],
+    ['off', 'fail'],
+  ])('%s is %s', (value, level) => {
+    expect(checkSynchronousCommit(value, 'app').level).toBe(level);
+  });
+  it('says how to turn it back on, in the database named', () => {
+    expect(checkSynchronousCommit('off', 'shop').message).toMatch(
+      /ALTER DATABASE shop RESET synchronous_commit$/,
+    );
+  });
+});
+
+describe('checkTimeout', () => {
+  it.each<[number, number, Finding['level'], string]>([
+    [0, 5_000, 'ok', 'none (the library bounds its own calls)'],
+    [4_000, 5_000, 'ok', '4 s, within the lease (5 s)'],
+    [5_000, 5_000, 'ok', '5 s, within the lease (5 s)'],
+    [5_001, 5_000, 'fail', '5 s, longer than the lease (5 s)'],
+    [30_000, 5_000, 'fail', '30 s, longer than the lease (5 s)'],
+    [30_000, 60_000, 'ok', '30 s, within the lease (1 min)'],
+  ])('%d ms against a %d ms lease: %s', (timeoutMs, leaseMs, level, start) => {
+    const finding = checkTimeout('statement_timeout', timeoutMs, leaseMs);
+    expect(finding.level).toBe(level);
+    expect(finding.topic).toBe('statement_timeout');
+    expect(finding.message.startsWith(start)).toBe(true);
+  });
+});
+
+describe('checkPool', () => {
+  it.each<[string, number, number, number | undefined, Finding['level'], RegExp]>([
+    ['one pool of 10', 10, 1, undefined, 'ok', /^1 × 10 connections within max_connections 100/],
+    [
+      'ten pools of 10 fill the server',
+      10,
+      10,
+      undefined,
+      'fail',
+      /^10 × 10 connections = 100, more/,
+    ],
+    ['nine pools of 10 fit', 10, 9, undefined, 'ok', /^9 × 10 connections within/],
+    [
+      'concurrency beyond the pool',
+      10,
+      1,
+      11,
+      'fail',
+      /^11 requests at once on a pool of 10: .* so 1 wait/,
+    ],
+    ['concurrency within the pool', 10, 1, 10, 'ok', /, 10 requests at once$/],
+  ])('%s', (_, poolSize, instances, concurrency, level, message) => {
+    const finding = checkPool({ poolSize, instances, concurrency }, 100, 3);
+    expect(finding.level).toBe(level);
+    expect(finding.message).toMatch(message);
+  });
+});
+
+describe('checkPartitions', () => {
+  const now = new Date('2026-12-01T12:00:00Z');
+  const at = (iso: string | null) => (iso === null ? null : new Date(iso));
+  const p = (from: string | null, to: string | null): PartitionBounds => ({
+    fromAt: at(from),
+    toAt: at(to),
+  });
+  it.each<[string, boolean, PartitionBounds[], Finding['level'], string]>([
+    ['the plain table', false, [], 'ok', 'plain table (no partitioned expiry)'],
+    [
+      'two ahead of a short live one',
+      true,
+      [
+        p(null, '2026-12-01T08:00:00Z'),
+        p('2026-12-01T08:00:00Z', '2026-12-02T00:00:00Z'),
+        p('2026-12-03T00:00:00Z', '2026-12-04T00:00:00Z'),
+        p('2026-12-02T00:00:00Z', '2026-12-03T00:00:00Z'),
+      ],
+      'ok',
+      '2 ahead of the live one, 1 d wide',
+    ],
+    [
+      'none ahead',
+      true,
+      [p(null, '2026-12-01T08:00:00Z'), p('2026-12-01T08:00:00Z', '2026-12-02T00:00:00Z')],
+      'fail',
+      'none ahead of the live one: when it ends, claims wait while the next is made; ' +
+        "the app's purge makes them ahead (partitionedExpiry): check that it runs",
+    ],
+    [
+      'none covers the present',
+      true,
+      [p(null, '2026-12-01T08:00:00Z')],
+      'fail',
+      'none covers the present: every claim waits while one is made; start the app with ' +
+        'partitionedExpiry, whose purge makes them ahead',
+    ],
+    [
+      'a live one to MAXVALUE',
+      true,
+      [p('2026-12-01T00:00:00Z', null)],
+      'ok',
+      'the live one never ends',
+    ],
+  ])('%s', (_, partitioned, partitions, level, message) => {
+    expect(checkPartitions(partitioned, partitions, now)).toEqual({
+      level,
+      topic: 'partitions',
+      message,
+    });
+  });
+});
+
+describe('checkStuckKeys', () => {
+  it.each<[number, number | null, Finding['level'], string]>([
+    [0, null, 'ok', 'none stuck (lease expired over 1 min ago)'],
+    [
+      3,
+      2.5 * 3_600_000,
+      'warn',
+      '3 stuck: started, lease expired over 1 min ago, the oldest 2 h ago, no retry since ' +
+        '(`keys list` shows them; a retry with the key takes it over and resumes)',
+    ],
+  ])('%d stuck', (stuck, oldest, level, message) => {
+    expect(checkStuckKeys(stuck, oldest, 60_000)).toEqual({ level, topic: 'keys', message });
+  });
+});
+
+describe('formatFindings', () => {
+  const ok: Finding = { level: 'ok', topic: 'a', message: 'fine' };
+  const warn: Finding = { level: 'warn', topic: 'b', message: 'look' };
+  const fail: Finding = { level: 'fail', topic: 'c', message: 'broken' };
+  it.each<[Finding[], string]>([
+    [[ok], 'ok    a: fine\nNo problems found.\n'],
+    [[ok, warn], 'ok    a: fine\nwarn  b: look\n0 problems, 1 warning.\n'],
+    [
+      [fail, fail, warn, warn],
+      'FAIL  c: broken\nFAIL  c: broken\nwarn  b: look\nwarn  b: look\n2 problems, 2 warnings.\n',
+    ],
+  ])('%j', (findings, text) => {
+    expect(formatFindings(findings)).toBe(text);
+  });
+});

@@ -1,0 +1,329 @@
+import { formatDuration } from './duration.js';
+import { EXPECTED_SCHEMA } from './expected-schema.js';
+
+/**
+ * The doctor's checks, each a pure function of what was read from the database and what the
+ * operator said of the app (`DoctorSettings`). `fail` is a problem (exit code 1); `warn` is
+ * worth a look but breaks nothing.
+ */
+export type FindingLevel = 'ok' | 'warn' | 'fail';
+
+export interface Finding {
+  level: FindingLevel;
+  /** What was checked: `schema`, `migrations`, ... */
+  topic: string;
+  message: string;
+}
+
+/** A column of one of the library's tables, as the catalog has it. */
+export interface CatalogColumn {
+  table: string;
+  column: string;
+  type: string;
+}
+
+/** A partition of `idempotency_keys` (null bounds: MINVALUE / MAXVALUE). */
+export interface PartitionBounds {
+  fromAt: Date | null;
+  toAt: Date | null;
+}
+
+/** What `readDoctorFacts()` reads, all in one session, by the database's clock. */
+export interface DoctorFacts {
+  database: string;
+  columns: CatalogColumn[];
+  /** Whether `idempotency_keys` is the partitioned layout. */
+  partitioned: boolean;
+  /** Names recorded in the migrations table; null when there is no such table. */
+  migrationsRun: string[] | null;
+  synchronousCommit: string;
+  statementTimeoutMs: number;
+  lockTimeoutMs: number;
+  maxConnections: number;
+  reservedConnections: number;
+  /** The partitions, when `partitioned`. */
+  partitions: PartitionBounds[];
+  now: Date;
+  /** Keys started whose lease expired more than `stuckAfterMs` ago. */
+  stuckKeys: number;
+  /** How long ago the oldest stuck key's lease expired. */
+  oldestStuckMs: number | null;
+}
+
+/** What the app is configured with, as the operator tells the command. */
+export interface DoctorSettings {
+  /** The app's `leaseMs`. */
+  leaseMs: number;
+  /** The app's pool size per instance (`extra.max`; pg's default is 10). */
+  poolSize: number;
+  instances: number;
+  /** Requests one instance serves at once, when known. */
+  concurrency?: number;
+  /** A key is stuck once its lease expired this long ago with no retry taking it over. */
+  stuckAfterMs: number;
+  migrationsTable: string;
+}
+
+export function checkSchema(columns: readonly CatalogColumn[], partitioned: boolean): Finding {
+  const topic = 'schema';
+  const found = new Map<string, Map<string, string>>();
+  for (const { table, column, type } of columns) {
+    if (!found.has(table)) found.set(table, new Map());
+    found.get(table)!.set(column, type);
+  }
+  const tables = Object.keys(EXPECTED_SCHEMA);
+  const missingTables = tables.filter((table) => !found.has(table));
+  if (missingTables.length > 0) {
+    return {
+      level: 'fail',
+      topic,
+      message:
+        `missing ${missingTables.length === 1 ? 'table' : 'tables'} ${missingTables.join(', ')}: ` +
+        "run the library's migrations (IDEMPOTENCY_MIGRATIONS in the DataSource's migrations) " +
+        'or migrations/schema.sql',
+    };
+  }
+  const misfits: string[] = [];
+  for (const table of tables) {
+    for (const [column, type] of Object.entries(EXPECTED_SCHEMA[table])) {
+      const actual = found.get(table)!.get(column);
+      if (actual === undefined) misfits.push(`${table}.${column} (${type}) is missing`);
+      else if (actual !== type) misfits.push(`${table}.${column} is ${actual}, not ${type}`);
+    }
+  }
+  if (misfits.length > 0) {
+    return {
+      level: 'fail',
+      topic,
+      message: `${misfits.join('; ')}: run the library's pending migrations`,
+    };
+  }
+  const layout = partitioned ? 'partitioned' : 'plain';
+  return {
+    level: 'ok',
+    topic,
+    message: `${tables.length} tables as the library expects (idempotency_keys ${layout})`,
+  };
+}
+
+export function checkMigrations(
+  run: readonly string[] | null,
+  expected: readonly string[],
+  table: string,
+  schemaComplete: boolean,
+): Finding {
+  const topic = 'migrations';
+  if (run === null) {
+    return schemaComplete
+      ? {
+          level: 'warn',
+          topic,
+          message:
+            `no table "${table}": the schema is complete, so it was made some other way ` +
+            '(schema.sql); if TypeORM runs your migrations, say which table with --migrations-table',
+        }
+      : {
+          level: 'fail',
+          topic,
+          message:
+            `no table "${table}": none of the library's ${expected.length} migrations has run ` +
+            "(add IDEMPOTENCY_MIGRATIONS to the DataSource's migrations, with migrationsRun: true " +
+            'or `typeorm migration:run`); another table name: --migrations-table',
+        };
+  }
+  const pending = expected.filter((name) => !run.includes(name));
+  if (pending.length > 0) {
+    return {
+      level: 'fail',
+      topic,
+      message:
+        `${pending.length} of the library's ${expected.length} pending: ${pending.join(', ')} ` +
+        "(run them: IDEMPOTENCY_MIGRATIONS in the DataSource's migrations)",
+    };
+  }
+  return { level: 'ok', topic, message: `the library's ${expected.length} have run` };
+}
+
+export function checkSynchronousCommit(value: string, database: string): Finding {
+  const topic = 'synchronous_commit';
+  if (value === 'off') {
+    return {
+      level: 'fail',
+      topic,
+      message:
+        'off: a claim or a stored response the app was told had committed can vanish in a ' +
+        'crash, and its request then runs again; turn it back on: ' +
+        `ALTER DATABASE ${database} RESET synchronous_commit`,
+    };
+  }
+  return { level: 'ok', topic, message: value };
+}
+
+/** `statement_timeout` or `lock_timeout` against the lease. */
+export function checkTimeout(name: string, timeoutMs: number, leaseMs: number): Finding {
+  if (timeoutMs === 0) {
+    return { level: 'ok', topic: name, message: 'none (the library bounds its own calls)' };
+  }
+  if (timeoutMs > leaseMs) {
+    return {
+      level: 'fail',
+      topic: name,
+      message:
+        `${formatDuration(timeoutMs)}, longer than the lease (${formatDuration(leaseMs)}): a ` +
+        'statement blocked that long outlives the lease unless a heartbeat renews it, another ' +
+        "request takes the key over and the blocked worker's work is thrown away; set it " +
+        "below the lease, or give --lease-ms the app's leaseMs",
+    };
+  }
+  return {
+    level: 'ok',
+    topic: name,
+    message: `${formatDuration(timeoutMs)}, within the lease (${formatDuration(leaseMs)})`,
+  };
+}
+
+export function checkPool(
+  settings: Pick<DoctorSettings, 'poolSize' | 'instances' | 'concurrency'>,
+  maxConnections: number,
+  reservedConnections: number,
+): Finding {
+  const topic = 'pool';
+  const { poolSize, instances, concurrency } = settings;
+  const available = maxConnections - reservedConnections;
+  const wanted = poolSize * instances;
+  const pools = `${instances} × ${poolSize} connections`;
+  if (wanted > available) {
+    return {
+      level: 'fail',
+      topic,
+      message:
+        `${pools} = ${wanted}, more than the server's max_connections (${maxConnections}, ` +
+        `${reservedConnections} reserved): under load some instances cannot connect and ` +
+        'answer 503; lower the pools or raise max_connections',
+    };
+  }
+  if (concurrency !== undefined && concurrency > poolSize) {
+    return {
+      level: 'fail',
+      topic,
+      message:
+        `${concurrency} requests at once on a pool of ${poolSize}: each holds a connection ` +
+        `for its claim and its transaction, so ${concurrency - poolSize} wait for one and answer ` +
+        "503 after the library's databaseTimeoutMs; raise the pool (the DataSource's extra.max) " +
+        'or lower the concurrency',
+    };
+  }
+  const load = concurrency === undefined ? '' : `, ${concurrency} requests at once`;
+  return {
+    level: 'ok',
+    topic,
+    message: `${pools} within max_connections ${maxConnections} (${reservedConnections} reserved)${load}`,
+  };
+}
+
+export function checkPartitions(
+  partitioned: boolean,
+  partitions: readonly PartitionBounds[],
+  now: Date,
+): Finding {
+  const topic = 'partitions';
+  if (!partitioned) return { level: 'ok', topic, message: 'plain table (no partitioned expiry)' };
+  const at = now.getTime();
+  const live = partitions.find(
+    (p) =>
+      (p.fromAt === null || p.fromAt.getTime() <= at) && (p.toAt === null || p.toAt.getTime() > at),
+  );
+  if (live === undefined) {
+    return {
+      level: 'fail',
+      topic,
+      message:
+        'none covers the present: every claim waits while one is made; start the app with ' +
+        'partitionedExpiry, whose purge makes them ahead',
+    };
+  }
+  if (live.toAt === null) return { level: 'ok', topic, message: 'the live one never ends' };
+  const ahead = partitions
+    .filter((p) => p.fromAt !== null && p.fromAt.getTime() > at)
+    .sort((a, b) => a.fromAt!.getTime() - b.fromAt!.getTime());
+  if (ahead.length === 0) {
+    return {
+      level: 'fail',
+      topic,
+      message:
+        'none ahead of the live one: when it ends, claims wait while the next is made; ' +
+        "the app's purge makes them ahead (partitionedExpiry): check that it runs",
+    };
+  }
+  // The live partition may be a short one (the first after the migration): one ahead is whole.
+  const [next] = ahead;
+  const width =
+    next.toAt === null
+      ? ''
+      : `, ${formatDuration(next.toAt.getTime() - next.fromAt!.getTime())} wide`;
+  return { level: 'ok', topic, message: `${ahead.length} ahead of the live one${width}` };
+}
+
+export function checkStuckKeys(
+  stuck: number,
+  oldestStuckMs: number | null,
+  stuckAfterMs: number,
+): Finding {
+  const topic = 'keys';
+  const after = formatDuration(stuckAfterMs);
+  if (stuck === 0) {
+    return { level: 'ok', topic, message: `none stuck (lease expired over ${after} ago)` };
+  }
+  const oldest = oldestStuckMs === null ? '' : `, the oldest ${formatDuration(oldestStuckMs)} ago`;
+  return {
+    level: 'warn',
+    topic,
+    message:
+      `${stuck} stuck: started, lease expired over ${after} ago${oldest}, no retry since ` +
+      '(`keys list` shows them; a retry with the key takes it over and resumes)',
+  };
+}
+
+/** Every check, in the order they print. */
+export function diagnose(
+  facts: DoctorFacts,
+  settings: DoctorSettings,
+  expectedMigrations: readonly string[],
+): Finding[] {
+  const schema = checkSchema(facts.columns, facts.partitioned);
+  const findings = [
+    schema,
+    checkMigrations(
+      facts.migrationsRun,
+      expectedMigrations,
+      settings.migrationsTable,
+      schema.level === 'ok',
+    ),
+    checkSynchronousCommit(facts.synchronousCommit, facts.database),
+    checkTimeout('statement_timeout', facts.statementTimeoutMs, settings.leaseMs),
+    checkTimeout('lock_timeout', facts.lockTimeoutMs, settings.leaseMs),
+    checkPool(settings, facts.maxConnections, facts.reservedConnections),
+  ];
+  // The rest read idempotency_keys: without it they have nothing to say.
+  if (facts.columns.some((c) => c.table === 'idempotency_keys')) {
+    findings.push(checkPartitions(facts.partitioned, facts.partitions, facts.now));
+    findings.push(checkStuckKeys(facts.stuckKeys, facts.oldestStuckMs, settings.stuckAfterMs));
+  }
+  return findings;
+}
+
+const LABELS: Record<FindingLevel, string> = { ok: 'ok', warn: 'warn', fail: 'FAIL' };
+
+/** The report: one line per finding, then the tally. */
+export function formatFindings(findings: readonly Finding[]): string {
+  const lines = findings.map((f) => `${LABELS[f.level].padEnd(4)}  ${f.topic}: ${f.message}`);
+  const problems = findings.filter((f) => f.level === 'fail').length;
+  const warnings = findings.filter((f) => f.level === 'warn').length;
+  const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? '' : 's'}`;
+  lines.push(
+    problems === 0 && warnings === 0
+      ? 'No problems found.'
+      : `${plural(problems, 'problem')}, ${plural(warnings, 'warning')}.`,
+  );
+  return `${lines.join('\n')}\n`;
+}

@@ -1,0 +1,67 @@
+import { Injectable } from '@nestjs/common';
+import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
+import { IdempotencyDatabase } from '../storage/idempotency-database.js';
+import { OLDEST_UNFINISHED } from '../storage/postgres-statements.js';
+import { storeHealth, type StoreReading } from './store-health.js';
+
+/** Whether the keys table is there: a query of it would fail on its absence, not say so. */
+const SCHEMA_PRESENT = {
+  name: 'idempotency_health_schema_v1',
+  text: `SELECT to_regclass('idempotency_keys') IS NOT NULL AS present`,
+};
+
+export interface IdempotencyHealthOptions {
+  /**
+   * How long a key may stay unfinished before the store is reported down: longer than the
+   * slowest request (with its external calls), shorter than the time your clients retry for.
+   */
+  maxUnfinishedAgeMs: number;
+}
+
+/**
+ * A health indicator for `@nestjs/terminus`: the idempotency store is up when PostgreSQL
+ * answers (within the module's `databaseTimeoutMs`), its table is there, and no key has
+ * been left unfinished for longer than `maxUnfinishedAgeMs`. Add it to the app module's
+ * providers, next to `TerminusModule`.
+ *
+ * @example
+ * @Get('health') @HealthCheck()
+ * check() {
+ *   return this.health.check([
+ *     () => this.idempotency.isHealthy('idempotency', { maxUnfinishedAgeMs: 600_000 }),
+ *   ]);
+ * }
+ */
+@Injectable()
+export class IdempotencyHealthIndicator {
+  constructor(
+    private readonly indicators: HealthIndicatorService,
+    private readonly database: IdempotencyDatabase,
+  ) {}
+
+  async isHealthy<const Key extends string>(
+    key: Key,
+    { maxUnfinishedAgeMs }: IdempotencyHealthOptions,
+  ): Promise<HealthIndicatorResult<Key>> {
+    const indicator = this.indicators.check(key);
+    const health = storeHealth(await this.read(), maxUnfinishedAgeMs);
+    return health.up ? indicator.up(health.data) : indicator.down(health.data);
+  }
+
+  private async read(): Promise<StoreReading> {
+    try {
+      const { rows } = await this.database.query<{ present: boolean }>(SCHEMA_PRESENT, []);
+      if (!rows[0].present) {
+        return { kind: 'read', schemaPresent: false, oldestUnfinishedAgeMs: null };
+      }
+      const { rows: ages } = await this.database.query<{ age_ms: number | null }>(
+        OLDEST_UNFINISHED,
+        [],
+      );
+      return { kind: 'read', schemaPresent: true, oldestUnfinishedAgeMs: ages[0].age_ms };
+    } catch (error) {
+      const cause = (error as { cause?: unknown }).cause ?? error;
+      return { kind: 'unreachable', error: String(cause) };
+    }
+  }
+}

@@ -1,0 +1,47 @@
+import { storeHealth, type StoreReading } from './store-health.js';
+
+describe('storeHealth', () => {
+  const read = (oldestUnfinishedAgeMs: number | null, schemaPresent = true): StoreReading => ({
+    kind: 'read',
+    schemaPresent,
+    oldestUnfinishedAgeMs,
+  });
+
+  it.each<[string, StoreReading, boolean, string | undefined]>([
+    ['no unfinished key', read(null), true, undefined],
+    ['an unfinished key within the bound', read(59_999), true, undefined],
+    ['an unfinished key exactly at the bound', read(60_000), true, undefined],
+    [
+      'an unfinished key past the bound',
+      read(60_001),
+      false,
+      'a key has been unfinished for longer than 60000 ms (maxUnfinishedAgeMs): its worker ' +
+        'died and no retry came, or its work hangs',
+    ],
+    [
+      'no table',
+      read(null, false),
+      false,
+      "table idempotency_keys is missing: run the library's migrations (IDEMPOTENCY_MIGRATIONS " +
+        "in the DataSource's migrations)",
+    ],
+    [
+      'the store unreachable',
+      { kind: 'unreachable', error: 'connect ECONNREFUSED' },
+      false,
+      'the idempotency store is unreachable',
+    ],
+  ])('%s: up %s', (_, reading, up, message) => {
+    const health = storeHealth(reading, 60_000);
+    expect(health.up).toBe(up);
+    expect((health.data as { message?: string }).message).toBe(message);
+  });
+
+  it('says how old the oldest unfinished key is, up or down', () => {
+    expect(storeHealth(read(1_000), 60_000).data).toEqual({ oldestUnfinishedAgeMs: 1_000 });
+    expect(storeHealth(read(90_000), 60_000).data).toMatchObject({
+      oldestUnfinishedAgeMs: 90_000,
+      maxUnfinishedAgeMs: 60_000,
+    });
+  });
+});

@@ -1,0 +1,502 @@
+import { Client } from 'pg';
+import { DataSource } from 'typeorm';
+import { decide } from '../lib/decide.js';
+import { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000 } from '../lib/index.js';
+import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
+import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
+import { runCli, startCli, printed } from './support/cli-process.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
+
+/**
+ * The operator's command, compiled and run as a user runs it (`--url`), against real databases
+ * each with one problem: its exact output and exit code for each.
+ */
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+const SCHEMA_OK = 'ok    schema: 4 tables as the library expects (idempotency_keys plain)';
+const MIGRATIONS_OK = "ok    migrations: the library's 6 have run";
+const SYNC_OK = 'ok    synchronous_commit: on';
+const STATEMENT_OK = 'ok    statement_timeout: none (the library bounds its own calls)';
+const LOCK_OK = 'ok    lock_timeout: none (the library bounds its own calls)';
+const PLAIN_OK = 'ok    partitions: plain table (no partitioned expiry)';
+const KEYS_OK = 'ok    keys: none stuck (lease expired over 1 min ago)';
+
+let maxConnections: number;
+const poolOk = () =>
+  `ok    pool: 1 × 10 connections within max_connections ${maxConnections} (3 reserved)`;
+
+beforeAll(async () => {
+  const client = new Client({ connectionString: process.env.TEST_DATABASE_URL });
+  await client.connect();
+  const { rows } = await client.query<{ max_connections: string }>('SHOW max_connections');
+  maxConnections = Number(rows[0].max_connections);
+  await client.end();
+});
+
+describe('doctor', () => {
+  const databases: { drop(): Promise<void> }[] = [];
+  afterAll(async () => {
+    for (const database of databases) await database.drop();
+  });
+  const migrated = async (
+    label: string,
+    extra = [] as (typeof IDEMPOTENCY_MIGRATIONS)[number][],
+  ) => {
+    const database = await createMigratedDatabase(label, extra);
+    databases.push(database);
+    return database;
+  };
+
+  it('a healthy database: every check ok, exit 0', async () => {
+    const { url } = await migrated('doctor_healthy');
+    const run = await runCli(['doctor', '--url', url]);
+    expect(run.stdout).toBe(
+      [SCHEMA_OK, MIGRATIONS_OK, SYNC_OK, STATEMENT_OK, LOCK_OK, poolOk(), PLAIN_OK, KEYS_OK]
+        .concat('No problems found.', '')
+        .join('\n'),
+    );
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+  });
+
+  it('no migrations run: the missing tables and the migrations to run, exit 1', async () => {
+    const database: TestDatabase = await createTestDatabase('doctor_empty');
+    databases.push(database);
+    const run = await runCli(['doctor', '--url', database.url]);
+    expect(run.stdout).toBe(
+      [
+        'FAIL  schema: missing tables idempotency_keys, processed_messages, message_failures, ' +
+          "idempotency_response_bodies: run the library's migrations (IDEMPOTENCY_MIGRATIONS in " +
+          "the DataSource's migrations) or migrations/schema.sql",
+        'FAIL  migrations: no table "migrations": none of the library\'s 6 migrations has run ' +
+          "(add IDEMPOTENCY_MIGRATIONS to the DataSource's migrations, with migrationsRun: true " +
+          'or `typeorm migration:run`); another table name: --migrations-table',
+        SYNC_OK,
+        STATEMENT_OK,
+        LOCK_OK,
+        poolOk(),
+        '2 problems, 0 warnings.',
+        '',
+      ].join('\n'),
+    );
+    expect(run.code).toBe(1);
+  });
+
+  it('migrations pending: the columns they add or change, and their names, exit 1', async () => {
+    const database = await createTestDatabase('doctor_pending');
+    const pending = ['AddFinishedAt1764461200000', 'TextTenantIds1764461300000'];
+    const dataSource = new DataSource({
+      type: 'postgres',
+      url: database.url,
+      migrations: IDEMPOTENCY_MIGRATIONS.filter((m) => !pending.includes(new m().name!)),
+    });
+    await dataSource.initialize();
+    await dataSource.runMigrations();
+    await dataSource.destroy();
+    databases.push(database);
+
+    const run = await runCli(['doctor', '--url', database.url]);
+    expect(run.stdout).toBe(
+      [
+        'FAIL  schema: idempotency_keys.tenant_id is bigint, not text; idempotency_keys.finished_at ' +
+          "(timestamp with time zone) is missing: run the library's pending migrations",
+        "FAIL  migrations: 2 of the library's 6 pending: AddFinishedAt1764461200000, " +
+          "TextTenantIds1764461300000 (run them: IDEMPOTENCY_MIGRATIONS in the DataSource's " +
+          'migrations)',
+        SYNC_OK,
+        STATEMENT_OK,
+        LOCK_OK,
+        poolOk(),
+        PLAIN_OK,
+        KEYS_OK,
+        '2 problems, 0 warnings.',
+        '',
+      ].join('\n'),
+    );
+    expect(run.code).toBe(1);
+  });
+
+  describe('settings of the database', () => {
+    let database: MigratedDatabase;
+    let name: string;
+    beforeAll(async () => {
+      database = await migrated('doctor_settings');
+      name = new URL(database.url).pathname.slice(1);
+    });
+    afterEach(async () => {
+      await database.dataSource.query(`ALTER DATABASE ${name} RESET ALL`);
+    });
+
+    it('synchronous_commit off on the database: how to turn it back on, exit 1', async () => {
+      await database.dataSource.query(`ALTER DATABASE ${name} SET synchronous_commit = off`);
+      const run = await runCli(['doctor', '--url', database.url]);
+      expect(run.stdout).toBe(
+        [
+          SCHEMA_OK,
+          MIGRATIONS_OK,
+          'FAIL  synchronous_commit: off: a claim or a stored response the app was told had ' +
+            'committed can vanish in a crash, and its request then runs again; turn it back on: ' +
+            `ALTER DATABASE ${name} RESET synchronous_commit`,
+          STATEMENT_OK,
+          LOCK_OK,
+          poolOk(),
+          PLAIN_OK,
+          KEYS_OK,
+          '1 problem, 0 warnings.',
+          '',
+        ].join('\n'),
+      );
+      expect(run.code).toBe(1);
+    });
+
+    it('statement_timeout longer than the lease: exit 1; within a longer lease: ok', async () => {
+      await database.dataSource.query(`ALTER DATABASE ${name} SET statement_timeout = '30s'`);
+      const tooLong = await runCli(['doctor', '--url', database.url, '--lease-ms', '5000']);
+      expect(tooLong.stdout).toBe(
+        [
+          SCHEMA_OK,
+          MIGRATIONS_OK,
+          SYNC_OK,
+          'FAIL  statement_timeout: 30 s, longer than the lease (5 s): a statement blocked that ' +
+            'long outlives the lease unless a heartbeat renews it, another request takes the key ' +
+            "over and the blocked worker's work is thrown away; set it below the lease, or give " +
+            "--lease-ms the app's leaseMs",
+          LOCK_OK,
+          poolOk(),
+          PLAIN_OK,
+          KEYS_OK,
+          '1 problem, 0 warnings.',
+          '',
+        ].join('\n'),
+      );
+      expect(tooLong.code).toBe(1);
+
+      const within = await runCli(['doctor', '--url', database.url, '--lease-ms', '60000']);
+      expect(within.stdout).toContain('ok    statement_timeout: 30 s, within the lease (1 min)\n');
+      expect(within.code).toBe(0);
+    });
+
+    it('a pool smaller than the concurrency, or pools beyond max_connections: exit 1', async () => {
+      const small = await runCli(['doctor', '--url', database.url, '--concurrency', '50']);
+      expect(small.stdout).toContain(
+        'FAIL  pool: 50 requests at once on a pool of 10: each holds a connection for its ' +
+          "claim and its transaction, so 40 wait for one and answer 503 after the library's " +
+          "databaseTimeoutMs; raise the pool (the DataSource's extra.max) or lower the " +
+          'concurrency\n',
+      );
+      expect(small.code).toBe(1);
+
+      const instances = String(Math.ceil(maxConnections / 10));
+      const many = await runCli(['doctor', '--url', database.url, '--instances', instances]);
+      expect(many.stdout).toContain(
+        `FAIL  pool: ${instances} × 10 connections = ${Number(instances) * 10}, more than the ` +
+          `server's max_connections (${maxConnections}, 3 reserved): under load some instances ` +
+          'cannot connect and answer 503; lower the pools or raise max_connections\n',
+      );
+      expect(many.code).toBe(1);
+
+      const fits = await runCli(['doctor', '--url', database.url, '--concurrency', '10']);
+      expect(fits.stdout).toContain(
+        `ok    pool: 1 × 10 connections within max_connections ${maxConnections} (3 reserved), ` +
+          '10 requests at once\n',
+      );
+      expect(fits.code).toBe(0);
+    });
+  });
+
+  it('a partitioned table with no partition ahead of the live one: exit 1; two ahead: ok', async () => {
+    const { dataSource, url } = await migrated('doctor_partitions', [
+      PartitionIdempotencyKeys1764461600000,
+    ]);
+    // Day-wide partitions: the live one does not end while the test runs (but at midnight UTC).
+    await dataSource.query('SELECT idempotency_keys_create_partitions(86400000, 0)');
+    const low = await runCli(['doctor', '--url', url]);
+    expect(low.stdout).toBe(
+      [
+        'ok    schema: 4 tables as the library expects (idempotency_keys partitioned)',
+        MIGRATIONS_OK,
+        SYNC_OK,
+        STATEMENT_OK,
+        LOCK_OK,
+        poolOk(),
+        'FAIL  partitions: none ahead of the live one: when it ends, claims wait while the next ' +
+          "is made; the app's purge makes them ahead (partitionedExpiry): check that it runs",
+        KEYS_OK,
+        '1 problem, 0 warnings.',
+        '',
+      ].join('\n'),
+    );
+    expect(low.code).toBe(1);
+
+    await dataSource.query('SELECT idempotency_keys_create_partitions(86400000, 2)');
+    const ahead = await runCli(['doctor', '--url', url]);
+    expect(ahead.stdout).toContain('ok    partitions: 2 ahead of the live one, 1 d wide\n');
+    expect(ahead.stdout).toMatch(/No problems found\.\n$/);
+    expect(ahead.code).toBe(0);
+  });
+
+  it('a database it cannot reach: the URL without its password and the error, exit 1', async () => {
+    const run = await runCli(['doctor', '--url', 'postgres://app:secret@127.0.0.1:1/app']);
+    expect(run.stdout).toBe(
+      'FAIL  connection: postgres://app:***@127.0.0.1:1/app: connect ECONNREFUSED 127.0.0.1:1\n' +
+        '1 problem, 0 warnings.\n',
+    );
+    expect(run.code).toBe(1);
+  });
+
+  it('no URL, or an unknown command: the usage, exit 2', async () => {
+    const noUrl = await runCli(['doctor']);
+    expect(noUrl.stderr).toMatch(/^no database: give --url, or set DATABASE_URL\n\nUsage: /);
+    expect(noUrl.code).toBe(2);
+    const unknown = await runCli(['cure', '--url', 'postgres://x']);
+    expect(unknown.stderr).toMatch(/^unknown command "cure"\n\nUsage: /);
+    expect(unknown.code).toBe(2);
+  });
+});
+
+describe('keys', () => {
+  let database: MigratedDatabase;
+  let store: PostgresClaimStore;
+  const fp = Buffer.alloc(32, 7);
+
+  /** A key seeded at a given state, its times relative to the database's clock. */
+  const seed = (
+    key: string,
+    fields: {
+      state?: string;
+      recoveryPoint?: string;
+      phases?: Record<string, unknown>;
+      lockVersion?: number;
+      createdMinutesAgo: number;
+      leaseMinutes: number | null;
+      response?: { code: number; body: string };
+    },
+  ) =>
+    database.dataSource.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, state, recovery_point,
+         phase_results, lock_version, created_at, locked_until, response_code, response_body,
+         finished_at)
+       VALUES ('t1', $1, $2, $3, $4, $5, $6, clock_timestamp() - $7 * interval '1 minute',
+         clock_timestamp() + $8 * interval '1 minute', $9, $10,
+         CASE WHEN $3 = 'done' THEN clock_timestamp() - interval '30 minutes' END)`,
+      [
+        key,
+        fp,
+        fields.state ?? 'started',
+        fields.recoveryPoint ?? 'start',
+        JSON.stringify(fields.phases ?? {}),
+        fields.lockVersion ?? 0,
+        fields.createdMinutesAgo,
+        fields.leaseMinutes,
+        fields.response?.code ?? null,
+        fields.response ? Buffer.from(fields.response.body) : null,
+      ],
+    );
+  const row = async (key: string) =>
+    (
+      (await database.dataSource.query(
+        `SELECT state, lock_version::int AS "lockVersion", claim_id AS "claimId",
+           locked_until AS "lockedUntil", created_at AS "createdAt", finished_at AS "finishedAt",
+           phase_results AS phases, locked_until > clock_timestamp() AS live
+         FROM idempotency_keys WHERE tenant_id = 't1' AND key = $1`,
+        [key],
+      )) as {
+        state: string;
+        lockVersion: number;
+        claimId: string;
+        lockedUntil: Date | null;
+        createdAt: Date;
+        finishedAt: Date | null;
+        phases: Record<string, unknown>;
+        live: boolean | null;
+      }[]
+    )[0];
+
+  beforeAll(async () => {
+    database = await createMigratedDatabase('doctor_keys');
+    store = new PostgresClaimStore(new IdempotencyDatabase(() => database.dataSource, 5000));
+    await seed('stuck-1', {
+      recoveryPoint: 'charge_created',
+      phases: { charge_created: { id: 'ch_1' } },
+      lockVersion: 1,
+      createdMinutesAgo: 150,
+      leaseMinutes: -90,
+    });
+    await seed('in-flight', { createdMinutesAgo: 90, leaseMinutes: 90 });
+    await seed('done-1', {
+      state: 'done',
+      recoveryPoint: 'finished',
+      createdMinutesAgo: 40,
+      leaseMinutes: null,
+      response: { code: 201, body: '{"id":"ch_1"}' },
+    });
+  });
+  afterAll(() => database?.drop());
+
+  it('doctor: a stuck key (started, lease long expired) is a warning, exit 0', async () => {
+    const run = await runCli(['doctor', '--url', database.url]);
+    expect(run.stdout).toBe(
+      [
+        SCHEMA_OK,
+        MIGRATIONS_OK,
+        SYNC_OK,
+        STATEMENT_OK,
+        LOCK_OK,
+        poolOk(),
+        PLAIN_OK,
+        'warn  keys: 1 stuck: started, lease expired over 1 min ago, the oldest 1 h ago, no ' +
+          'retry since (`keys list` shows them; a retry with the key takes it over and resumes)',
+        '0 problems, 1 warning.',
+        '',
+      ].join('\n'),
+    );
+    expect(run.code).toBe(0);
+  });
+
+  it('list: the unfinished keys, stuck first, never the finished', async () => {
+    const run = await runCli(['keys', 'list', '--url', database.url]);
+    expect(run.stdout).toBe(
+      [
+        'STATUS     TENANT  KEY        PHASE           LOCK  AGE  LEASE',
+        'stuck      t1      stuck-1    charge_created  1     2 h  expired 1 h ago',
+        'in flight  t1      in-flight  start           0     1 h  ends in 1 h',
+        '2 unfinished: 1 in flight, 1 stuck.',
+        '',
+      ].join('\n'),
+    );
+    expect(run.code).toBe(0);
+    const first = await runCli(['keys', 'list', '--url', database.url, '--limit', '1']);
+    expect(first.stdout).toMatch(
+      /\n1 unfinished: 0 in flight, 1 stuck \(the first 1: --limit shows more\)\.\n$/,
+    );
+  });
+
+  it('show: state, phases, lease, owner and timings, not the body unless asked', async () => {
+    const stuck = await row('stuck-1');
+    const shown = await runCli(['keys', 'show', 't1', 'stuck-1', '--url', database.url]);
+    expect(shown.stdout).toBe(
+      [
+        'tenant:         t1',
+        'key:            stuck-1',
+        'status:         stuck',
+        'recovery point: charge_created',
+        'phases:         charge_created',
+        `lease:          ${stuck.lockedUntil!.toISOString()} (expired 1 h ago)`,
+        'lock version:   1',
+        `claim id:       ${stuck.claimId}`,
+        `created:        ${stuck.createdAt.toISOString()} (2 h ago)`,
+        'finished:       no',
+        '',
+      ].join('\n'),
+    );
+    expect(shown.code).toBe(0);
+
+    const done = await row('done-1');
+    const withoutBody = await runCli(['keys', 'show', 't1', 'done-1', '--url', database.url]);
+    expect(withoutBody.stdout).toContain(
+      `finished:       ${done.finishedAt!.toISOString()} (30 min ago)\n` +
+        'response:       201, 13 bytes stored (--body prints them)\n',
+    );
+    expect(withoutBody.stdout).toMatch(/^status: {9}finished\n/m);
+    expect(withoutBody.stdout).not.toContain('ch_1');
+    const withBody = await runCli([
+      'keys',
+      'show',
+      't1',
+      'done-1',
+      '--body',
+      '--url',
+      database.url,
+    ]);
+    expect(withBody.stdout).toMatch(/response: {7}201, 13 bytes stored\n\{"id":"ch_1"\}\n$/);
+
+    const missing = await runCli(['keys', 'show', 't1', 'nope', '--url', database.url]);
+    expect(missing.stdout).toBe('No such key.\n');
+    expect(missing.code).toBe(1);
+  });
+
+  it('release: never a finished key', async () => {
+    const before = await row('done-1');
+    const run = await runCli(['keys', 'release', 't1', 'done-1', '--yes', '--url', database.url]);
+    expect(run.stdout).toBe(
+      'Not released: the key is finished (response 201): a finished key is never released.\n',
+    );
+    expect(run.code).toBe(1);
+    expect(await row('done-1')).toEqual(before);
+  });
+
+  it('release: a key held by a dead worker is taken over by the next request at once', async () => {
+    const scope = { tenantId: 't1', key: 'dead-worker' };
+    const claimed = await store.claim(scope, fp, 600_000);
+    expect(claimed.kind).toBe('claimed');
+    // The worker is gone; its 10-minute lease answers every retry 409.
+    const retry = await store.claim(scope, fp, 600_000);
+    expect(retry.kind === 'existing' && decide(retry.existing, fp).kind).toBe('in-progress');
+
+    const run = await runCli([
+      'keys',
+      'release',
+      't1',
+      'dead-worker',
+      '--yes',
+      '--url',
+      database.url,
+    ]);
+    expect(run.stdout).toMatch(/^tenant: {9}t1\n/);
+    expect(run.stdout).toMatch(
+      /\nReleased t1 dead-worker \(lock version 0; its lease would have run another 9 min\): the next request with this key takes it over and resumes after "start"\.\n$/,
+    );
+    expect(run.code).toBe(0);
+
+    const after = await store.claim(scope, fp, 600_000);
+    if (after.kind !== 'existing') throw new Error('expected the existing row');
+    const decision = decide(after.existing, fp);
+    if (decision.kind !== 'take-over') throw new Error(`expected take-over, got ${decision.kind}`);
+    const taken = await store.takeOver(scope, decision.fence, 600_000);
+    expect(taken?.lockVersion).toBe('1');
+    if (claimed.kind === 'claimed') expect(taken?.claimId).toBe(claimed.claim.claimId);
+  });
+
+  it('release: a key taken over while the operator decided is not released', async () => {
+    const scope = { tenantId: 't1', key: 'moved' };
+    const claimed = await store.claim(scope, fp, 1_000);
+    expect(claimed.kind).toBe('claimed');
+
+    const { child, done } = startCli(['keys', 'release', 't1', 'moved', '--url', database.url]);
+    await printed(child, 'Release this key? [y/N] ');
+    // Meanwhile the lease ends and a retry takes the key over, as the library does.
+    let taken;
+    for (let attempt = 0; attempt < 50 && !taken; attempt++) {
+      await sleep(200);
+      const seen = await store.claim(scope, fp, 600_000);
+      if (seen.kind !== 'existing') throw new Error('expected the existing row');
+      const decision = decide(seen.existing, fp);
+      if (decision.kind === 'take-over')
+        taken = await store.takeOver(scope, decision.fence, 600_000);
+    }
+    expect(taken?.lockVersion).toBe('1');
+    child.stdin!.end('y\n');
+    const run = await done;
+    expect(run.stdout).toMatch(
+      /\nNot released: the key moved since it was read \(it is in flight now, lock version 1\)\.\n$/,
+    );
+    expect(run.code).toBe(1);
+    // The new owner's lease is intact.
+    const after = await row('moved');
+    expect(after.lockVersion).toBe(1);
+    expect(after.live).toBe(true);
+  });
+
+  it('release: answering no releases nothing', async () => {
+    const before = await row('in-flight');
+    const { child, done } = startCli(['keys', 'release', 't1', 'in-flight', '--url', database.url]);
+    await printed(child, 'Release this key? [y/N] ');
+    child.stdin!.end('n\n');
+    const run = await done;
+    expect(run.stdout).toMatch(/\nNot released\.\n$/);
+    expect(run.code).toBe(1);
+    expect(await row('in-flight')).toEqual(before);
+  });
+});

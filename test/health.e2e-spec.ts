@@ -1,0 +1,166 @@
+import { Controller, Get, type INestApplication, Module } from '@nestjs/common';
+import { HealthCheck, HealthCheckService, TerminusModule } from '@nestjs/terminus';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import request from 'supertest';
+import { IdempotencyHealthIndicator } from '../lib/health/index.js';
+import { IdempotencyModule } from '../lib/index.js';
+import { ADAPTERS, bootstrapTestApp } from './support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
+import { TcpProxy } from './support/tcp-proxy.js';
+
+/**
+ * The store's health indicator in a Nest app with `@nestjs/terminus`'s HealthCheckService, on
+ * real PostgreSQL: healthy, the store down (a proxy cut), its table missing, an old unfinished
+ * key. Terminus answers 503 when an indicator is down.
+ */
+
+const MAX_UNFINISHED_AGE_MS = 60_000;
+
+@Controller()
+class HealthController {
+  constructor(
+    private readonly health: HealthCheckService,
+    private readonly idempotency: IdempotencyHealthIndicator,
+  ) {}
+
+  @Get('health')
+  @HealthCheck()
+  check() {
+    return this.health.check([
+      () =>
+        this.idempotency.isHealthy('idempotency', { maxUnfinishedAgeMs: MAX_UNFINISHED_AGE_MS }),
+    ]);
+  }
+}
+
+function healthModule(url: string) {
+  @Module({
+    imports: [
+      TypeOrmModule.forRoot({ type: 'postgres', url, retryAttempts: 0 }),
+      IdempotencyModule.forRoot({ tenant: () => '1', databaseTimeoutMs: 2_000 }),
+      TerminusModule.forRoot({ logger: false }),
+    ],
+    controllers: [HealthController],
+    providers: [IdempotencyHealthIndicator],
+  })
+  class HealthAppModule {}
+  return HealthAppModule;
+}
+
+const up = (oldestUnfinishedAgeMs: number | null) => ({
+  status: 'ok',
+  info: { idempotency: { status: 'up', oldestUnfinishedAgeMs } },
+  error: {},
+  details: { idempotency: { status: 'up', oldestUnfinishedAgeMs } },
+});
+
+const down = (idempotency: Record<string, unknown>) => ({
+  status: 'error',
+  info: {},
+  error: { idempotency: { status: 'down', ...idempotency } },
+  details: { idempotency: { status: 'down', ...idempotency } },
+});
+
+describe.each(ADAPTERS)('IdempotencyHealthIndicator (%s)', (adapter) => {
+  let database: MigratedDatabase;
+  let proxy: TcpProxy;
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    database = await createMigratedDatabase(`health_${adapter}`);
+    const url = new URL(database.url);
+    proxy = new TcpProxy(url.hostname, Number(url.port || 5432));
+    await proxy.start();
+    url.port = String(proxy.port);
+    app = await bootstrapTestApp(healthModule(url.toString()), adapter);
+  });
+  afterAll(async () => {
+    await app?.close();
+    await proxy?.stop();
+    await database?.drop();
+  });
+
+  it('healthy: 200, no key unfinished', async () => {
+    const response = await request(app.getHttpServer()).get('/health');
+    expect(response.status).toBe(200);
+    expect(response.body).toEqual(up(null));
+  });
+
+  it('an unfinished key within the bound is up; one older than it is 503', async () => {
+    await database.dataSource.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, created_at, locked_until)
+       VALUES ('1', 'recent', '\\x00', now() - interval '10 seconds', now())`,
+    );
+    const recent = await request(app.getHttpServer()).get('/health');
+    expect(recent.status).toBe(200);
+    expect(recent.body.info.idempotency.oldestUnfinishedAgeMs).toBeGreaterThanOrEqual(10_000);
+    expect(recent.body.info.idempotency.oldestUnfinishedAgeMs).toBeLessThan(MAX_UNFINISHED_AGE_MS);
+
+    await database.dataSource.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, created_at, locked_until)
+       VALUES ('1', 'old', '\\x00', now() - interval '2 minutes', now() - interval '1 minute')`,
+    );
+    try {
+      const old = await request(app.getHttpServer()).get('/health');
+      expect(old.status).toBe(503);
+      const age = old.body.error.idempotency.oldestUnfinishedAgeMs as number;
+      expect(age).toBeGreaterThanOrEqual(120_000);
+      expect(old.body).toEqual(
+        down({
+          message:
+            'a key has been unfinished for longer than 60000 ms (maxUnfinishedAgeMs): its ' +
+            'worker died and no retry came, or its work hangs',
+          oldestUnfinishedAgeMs: age,
+          maxUnfinishedAgeMs: MAX_UNFINISHED_AGE_MS,
+        }),
+      );
+    } finally {
+      await database.dataSource.query(`DELETE FROM idempotency_keys`);
+    }
+    const after = await request(app.getHttpServer()).get('/health');
+    expect(after.status).toBe(200);
+  });
+
+  it('the store down: 503 saying so, and 200 once it is back', async () => {
+    await proxy.refuse();
+    try {
+      const response = await request(app.getHttpServer()).get('/health');
+      expect(response.status).toBe(503);
+      expect(response.body).toEqual(
+        down({ message: 'the idempotency store is unreachable', error: expect.any(String) }),
+      );
+    } finally {
+      await proxy.restore();
+    }
+    const back = await request(app.getHttpServer()).get('/health');
+    expect(back.status).toBe(200);
+    expect(back.body).toEqual(up(null));
+  });
+});
+
+describe.each(ADAPTERS)('IdempotencyHealthIndicator, no migrations run (%s)', (adapter) => {
+  let database: TestDatabase;
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    database = await createTestDatabase(`health_empty_${adapter}`);
+    app = await bootstrapTestApp(healthModule(database.url), adapter);
+  });
+  afterAll(async () => {
+    await app?.close();
+    await database?.drop();
+  });
+
+  it('the table missing: 503 naming the migrations', async () => {
+    const response = await request(app.getHttpServer()).get('/health');
+    expect(response.status).toBe(503);
+    expect(response.body).toEqual(
+      down({
+        message:
+          "table idempotency_keys is missing: run the library's migrations " +
+          "(IDEMPOTENCY_MIGRATIONS in the DataSource's migrations)",
+      }),
+    );
+  });
+});
