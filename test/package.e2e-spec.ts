@@ -17,7 +17,7 @@ import { createTestDatabase, type TestDatabase } from './support/database.js';
 const root = resolve(import.meta.dirname, '..');
 
 /** The package from its tarball, and the peers as an app would have them (no network). */
-function installPackage(app: string, tarball: string): void {
+function installPackage(app: string, tarball: string): string {
   const modules = join(app, 'node_modules');
   const installed = join(modules, 'nestjs-idempotency-pg');
   mkdirSync(installed, { recursive: true });
@@ -27,6 +27,7 @@ function installPackage(app: string, tarball: string): void {
       symlinkSync(join(root, 'node_modules', entry), join(modules, entry));
     }
   }
+  return installed;
 }
 
 /** tsc's output over a project: empty when it compiles. */
@@ -151,7 +152,7 @@ describe('the npm package', () => {
   it('type-checks and loads from an ESM consumer and from a CommonJS one', () => {
     const consumer = join(work, 'consumer');
     // The peers (Nest, TypeORM, pg) as the consumer's app would have them.
-    installPackage(consumer, tarball);
+    const installed = installPackage(consumer, tarball);
     const code = `
 import { IdempotencyModule, Idempotent, type IdempotencyModuleOptions } from 'nestjs-idempotency-pg';
 import { idempotentFetch, type IdempotentFetchOptions } from 'nestjs-idempotency-pg/client';
