@@ -1,6 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { performance } from 'node:perf_hooks';
-import { type PoolClient } from 'pg';
+import { type PoolClient, type QueryResult } from 'pg';
 import { IdempotencyStoreUnavailableError } from '../../idempotency.errors.js';
 import { type ClaimOutcome, type KeyScope } from '../claim-store.interface.js';
 import { type IdempotencyDatabase } from '../idempotency-database.js';
@@ -148,6 +148,27 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
     return this.creating;
   }
 
+  /**
+   * Moves the keys that must outlive a partition into the live one. The partitions ahead were
+   * made just before, but a purge that stalled past them (a paused process, a loaded machine
+   * and short partitions) finds no partition for "now" (23514): it makes them, on its own
+   * session, and carries once more.
+   */
+  private async carryForward(
+    client: PoolClient,
+    step: { fromAt: Date | null; toAt: Date },
+    retentionMs: number,
+  ): Promise<QueryResult> {
+    const values = [step.fromAt, step.toAt, retentionMs];
+    try {
+      return await client.query(CARRY_FORWARD, values);
+    } catch (error) {
+      if (!isNoPartitionError(error)) throw error;
+      await client.query(CREATE_PARTITIONS, [this.layout.partitionMs, this.layout.partitionsAhead]);
+      return client.query(CARRY_FORWARD, values);
+    }
+  }
+
   /** One instance at a time (a session lock; the others skip): the steps of `expirySteps`. */
   private async expire(client: PoolClient, retentionMs: number): Promise<void> {
     const { rows } = await client.query<{ locked: boolean }>(
@@ -167,7 +188,7 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
             `ALTER TABLE idempotency_keys DETACH PARTITION ${step.partition} FINALIZE`,
           );
         } else {
-          const carried = await client.query(CARRY_FORWARD, [step.fromAt, step.toAt, retentionMs]);
+          const carried = await this.carryForward(client, step, retentionMs);
           // CONCURRENTLY: claims go on while it waits for the queries still reading the
           // partition; a plain DETACH or DROP would lock them all out meanwhile.
           await client.query(
@@ -229,7 +250,7 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
         `ALTER TABLE idempotency_keys DETACH PARTITION ${step.partition} FINALIZE`,
       );
     } else {
-      const carried = await client.query(CARRY_FORWARD, [step.fromAt, step.toAt, retentionMs]);
+      const carried = await this.carryForward(client, step, retentionMs);
       await client.query(`ALTER TABLE idempotency_keys DETACH PARTITION ${step.partition}`);
       this.logger.log(
         `dropping partition ${step.partition} of idempotency_keys (past the retention); ` +
