@@ -23,6 +23,7 @@ import {
   PartitionIdempotencyKeys1764461600000,
 } from '../lib/index.js';
 import { CreateResponseBodies1764461500000 } from '../migrations/1764461500000-CreateResponseBodies.js';
+import { startEmbeddedPostgres } from '../sample-app/database/embedded-postgres.js';
 import { ADAPTERS, type AdapterName, bootstrapTestApp } from './support/bootstrap.js';
 import { RABBITMQ_URL, onRabbitMq, until } from './support/brokers.js';
 import { adminUrl, createTestDatabase, type TestDatabase } from './support/database.js';
@@ -347,6 +348,63 @@ describe.each(ADAPTERS)('permanent database errors on %s', (adapter) => {
       }
     });
   });
+});
+
+/**
+ * A primary made read-only by its server configuration, as pg_auto_failover fences a standby it
+ * promotes (`ALTER SYSTEM SET default_transaction_read_only = on`, lifted once the old primary
+ * is demoted): it becomes writable by itself, so it stays a 503 to retry. On a PostgreSQL of the
+ * test's own, since ALTER SYSTEM reaches every database of a server.
+ */
+describe('a primary fenced read-only by its server configuration (a failover in progress)', () => {
+  let server: Awaited<ReturnType<typeof startEmbeddedPostgres>>;
+  let admin: Client;
+  beforeAll(async () => {
+    server = await startEmbeddedPostgres();
+    await migrate(server.url, IDEMPOTENCY_MIGRATIONS);
+    admin = new Client({ connectionString: server.url });
+    await admin.connect();
+  }, 120_000);
+  afterAll(async () => {
+    await admin?.end();
+    await server?.stop();
+  });
+
+  it.each(ADAPTERS)(
+    'stays 503 with Retry-After on %s, and the key works once it is lifted',
+    async (adapter) => {
+      const app = await startApp(server.url, adapter);
+      const key = `fenced-${adapter}`;
+      try {
+        await admin.query('ALTER SYSTEM SET default_transaction_read_only = on');
+        await admin.query('SELECT pg_reload_conf()');
+        await until(
+          async () => (await pay(app, key)).status === 503,
+          'the reloaded setting to reach the app’s sessions',
+          10_000,
+        );
+        const fenced = await pay(app, key);
+        expect(fenced.status).toBe(503);
+        expect(fenced.headers['retry-after']).toBe('1');
+        expect(fenced.body.code).toBe('store_unavailable');
+
+        await admin.query('ALTER SYSTEM RESET default_transaction_read_only');
+        await admin.query('SELECT pg_reload_conf()');
+        await until(
+          async () => (await pay(app, key)).status === 201,
+          'the lifted setting to reach the app’s sessions',
+          10_000,
+        );
+        const replayed = await pay(app, key);
+        expect(replayed.headers['idempotent-replayed']).toBe('true');
+      } finally {
+        await admin.query('ALTER SYSTEM RESET default_transaction_read_only');
+        await admin.query('SELECT pg_reload_conf()');
+        await app.close();
+      }
+    },
+    60_000,
+  );
 });
 
 onRabbitMq('a RabbitMQ consumer whose tables are missing', () => {
