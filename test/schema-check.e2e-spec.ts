@@ -443,6 +443,34 @@ onRabbitMq('a RabbitMQ consumer whose tables are missing', () => {
     await database?.drop();
   });
 
+  it('refuses to start at all when its migrations were forgotten, saying which', async () => {
+    const empty = await createTestDatabase('schema_consumer_empty');
+    try {
+      const started = await startWorker('test/support/message-worker.js', {
+        DATABASE_URL: empty.url,
+        TRANSPORT: 'rmq',
+        QUEUE: `${queue}-unmigrated`,
+        MIGRATE: '0',
+      }).then(
+        async (running) => {
+          await running.kill();
+          return 'started';
+        },
+        (error: Error) => error.message,
+      );
+      expect(started).toContain(
+        'IdempotencySchemaMissingError: ' +
+          lacking(
+            'table idempotency_keys is missing (migration CreateIdempotencyKeys1764460800000)',
+            'table processed_messages is missing (migration CreateProcessedMessages1764460900000)',
+            'table message_failures is missing (migration CreateMessageFailures1764461400000)',
+          ),
+      );
+    } finally {
+      await empty.drop();
+    }
+  }, 60_000);
+
   it('gives the message up to the dead letters after maxAttempts deliveries', async () => {
     const account = `schema-${randomBytes(3).toString('hex')}`;
     const started = Date.now();
