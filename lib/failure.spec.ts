@@ -1,10 +1,11 @@
 import { HttpException, NotFoundException } from '@nestjs/common';
 import { DatabaseError } from 'pg';
 import { QueryFailedError } from 'typeorm';
-import { classifyCommitError, classifyHandlerError } from './failure.js';
+import { classifyCommitError, classifyHandlerError, isPassing } from './failure.js';
 import {
   IdempotencyLeaseLostError,
   IdempotencyStoreUnavailableError,
+  PermanentDatabaseError,
   RetryLaterError,
   TransientDatabaseError,
 } from './idempotency.errors.js';
@@ -67,6 +68,15 @@ describe('classifyHandlerError', () => {
       'retry',
       'store_misconfigured',
     ],
+    [
+      'the library’s statement refused for good',
+      new PermanentDatabaseError(typeorm('42P01')),
+      'retry',
+      'database_permanent',
+    ],
+    // The handler's own statements keep their meaning: its answer, stored.
+    ['the handler’s own undefined table 42P01', typeorm('42P01'), 'final', undefined],
+    ['the handler’s own missing privilege 42501', typeorm('42501'), 'final', undefined],
     ['unique violation 23505', typeorm('23505'), 'final', undefined],
     ['a 404 the handler threw', new NotFoundException(), 'final', undefined],
     ['an HttpException 503 of the app', new HttpException('x', 503), 'final', undefined],
@@ -106,5 +116,20 @@ describe('classifyCommitError', () => {
     ['already one of ours', new TransientDatabaseError(null), 'database_transient'],
   ])('%s -> %s', (_name, error, code) => {
     expect(classifyCommitError(error).code).toBe(code);
+  });
+});
+
+describe('isPassing: what a consumer never counts against its message', () => {
+  it.each<[string, unknown, boolean]>([
+    ['the database unreachable', asDatabaseFailure(socket('ECONNREFUSED')), true],
+    ['a deadlock', typeorm('40P01'), true],
+    ['a pooler misfit', missing(), true],
+    ['RetryLaterError', new RetryLaterError(), true],
+    ['a table of the library missing', new PermanentDatabaseError(typeorm('42P01')), false],
+    ['a privilege missing', new PermanentDatabaseError(typeorm('42501')), false],
+    ['the handler’s bug', new TypeError('x'), false],
+    ['lease lost', new IdempotencyLeaseLostError(), false],
+  ])('%s -> %s', (_name, error, expected) => {
+    expect(isPassing(classifyHandlerError(error))).toBe(expected);
   });
 });

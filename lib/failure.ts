@@ -4,6 +4,7 @@ import {
   IdempotencyStoreMisconfiguredError,
   IdempotencyStoreUnavailableError,
   IdempotencyTransactionAbortedError,
+  PermanentDatabaseError,
   RetryLaterError,
   TransientDatabaseError,
 } from './idempotency.errors.js';
@@ -16,7 +17,9 @@ import { TransactionAbortedError } from './transaction/lazy-transaction.js';
  * - `retry`: nothing is final. The request's transaction rolls back, nothing is stored, the
  *   lease is released, and the client gets `error` (a 503 with `Retry-After`): its retry runs
  *   the work again, after the last completed phase. A pooler's misfit goes this way too, as
- *   a 500 `store_misconfigured`: it lasts until the operator changes the configuration.
+ *   a 500 `store_misconfigured`: it lasts until the operator changes the configuration; and
+ *   so does a permanent database error of the library's own statements (a missing table, a
+ *   privilege), as a 500 `database_permanent` without `Retry-After`.
  * - `lease-lost`: another worker owns the key. Everything rolls back; the client gets a 409
  *   and its retry receives the new owner's stored answer.
  * - `final`: the handler's own answer (a 404 it threw, a bug's 500). Its effects roll back,
@@ -34,7 +37,8 @@ export function classifyHandlerError(error: unknown): Failure {
     error instanceof RetryLaterError ||
     error instanceof IdempotencyStoreUnavailableError ||
     error instanceof IdempotencyStoreMisconfiguredError ||
-    error instanceof TransientDatabaseError
+    error instanceof TransientDatabaseError ||
+    error instanceof PermanentDatabaseError
   ) {
     return { kind: 'retry', error };
   }
@@ -73,4 +77,15 @@ function databaseFailure(error: unknown): IdempotencyError | undefined {
   }
   if (isTransientError(error)) return new TransientDatabaseError(error);
   return undefined;
+}
+
+/**
+ * Whether a failure is the database's passing trouble, which a consumer never counts against
+ * its message (the message goes back after a backoff, however often): only a `retry` that
+ * another attempt may not meet. A permanent database error (a missing table, a privilege) is
+ * met by every delivery, so it counts: the message is given up after `maxAttempts`, by this
+ * process's own count when the database cannot keep one (its failure table may be missing too).
+ */
+export function isPassing(failure: Failure): boolean {
+  return failure.kind === 'retry' && !(failure.error instanceof PermanentDatabaseError);
 }

@@ -14,6 +14,7 @@ export type IdempotencyErrorCode =
   | 'request_invalid'
   | 'retry_later'
   | 'database_transient'
+  | 'database_permanent'
   | 'transaction_aborted'
   | 'response_too_large'
   | 'stored_response_unreadable';
@@ -175,6 +176,30 @@ export class TransientDatabaseError extends IdempotencyError {
         'failure, a statement or lock timeout); nothing was stored. Retry with the same key.',
     );
     this.name = 'TransientDatabaseError';
+  }
+}
+
+/**
+ * The database refused the library's own statement for a reason that lasts: a table, column or
+ * function of the library's schema is missing (the migrations did not run, or not all of them),
+ * the app's role lacks a privilege on it, or its sessions are read-only by the app's own
+ * database, role or connection settings (not a standby or a failover's fence, which pass). A
+ * retry meets the same refusal until an operator acts, so this is a 500 without `Retry-After`,
+ * never a 503; nothing is stored for the key. `explanation` (logged, never sent) says what to do.
+ */
+export class PermanentDatabaseError extends IdempotencyError {
+  readonly code = 'database_permanent';
+  constructor(
+    override readonly cause: unknown,
+    /** What is wrong and what to change, for the operator. */
+    readonly explanation = String(cause),
+  ) {
+    super(
+      'The database refused the idempotency store for a reason that lasts (a missing table, ' +
+        'column or function, a missing privilege, a read-only session); nothing was stored. ' +
+        'Retrying will not help until the database is fixed.',
+    );
+    this.name = 'PermanentDatabaseError';
   }
 }
 

@@ -22,6 +22,7 @@ import { ClaimStore } from './storage/claim-store.interface.js';
 import { POSTGRES_CLAIM_STORE } from './idempotency-options.js';
 import { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
 import { IdempotentRoutesCheck } from './routes/idempotent-routes.check.js';
+import { IdempotencySchemaCheck } from './storage/idempotency-schema.check.js';
 import { openApiDocumenterProvider } from './openapi/openapi-documenter.js';
 import { IdempotencyMetrics } from './events/idempotency-metrics.js';
 import { IdempotencyDebugLog } from './events/idempotency-debug-log.js';
@@ -77,6 +78,7 @@ const defaultClaimStoreProvider: Provider = {
     replayCacheProvider,
     IdempotencyDataSource,
     databaseProvider,
+    IdempotencySchemaCheck,
     ClaimStores,
     defaultClaimStoreProvider,
     IdempotencyInterceptor,

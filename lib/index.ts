@@ -56,7 +56,9 @@ export {
   IdempotencyTransactionAbortedError,
   RetryLaterError,
   TransientDatabaseError,
+  PermanentDatabaseError,
 } from './idempotency.errors.js';
+export { IdempotencySchemaMissingError } from './storage/schema-missing.error.js';
 export {
   type Problem,
   PROBLEM_CONTENT_TYPE,

@@ -1,9 +1,6 @@
 import { Logger, type LoggerService } from '@nestjs/common';
 import { DataSource } from 'typeorm';
-import {
-  IdempotencyStoreUnavailableError,
-  PartitionIdempotencyKeys1764461600000,
-} from '../lib/index.js';
+import { PartitionIdempotencyKeys1764461600000, PermanentDatabaseError } from '../lib/index.js';
 import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
 import { PartitionedPostgresClaimStore } from '../lib/storage/partitioned/partitioned-postgres-claim.store.js';
 import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
@@ -26,14 +23,14 @@ const capture: LoggerService = {
 beforeAll(() => Logger.overrideLogger(capture));
 afterAll(() => Logger.overrideLogger(false));
 
-/** The store's failure: the library's 503, and the explanation it carries. */
+/** The store's failure: the library's permanent 500, and the explanation it carries. */
 async function failureOf(promise: Promise<unknown>): Promise<string> {
   const error: unknown = await promise.then(
     () => undefined,
     (failure: unknown) => failure,
   );
-  expect(error).toBeInstanceOf(IdempotencyStoreUnavailableError);
-  return String((error as IdempotencyStoreUnavailableError).cause);
+  expect(error).toBeInstanceOf(PermanentDatabaseError);
+  return String((error as PermanentDatabaseError).cause);
 }
 
 describePartitioned('the partitioned layout’s guards', () => {

@@ -28,6 +28,7 @@ const STATUS_BY_CODE: Record<IdempotencyError['code'], [number, string]> = {
   store_misconfigured: [HttpStatus.INTERNAL_SERVER_ERROR, 'Idempotency store misconfigured'],
   request_invalid: [HttpStatus.BAD_REQUEST, 'Request body invalid'],
   database_transient: [HttpStatus.SERVICE_UNAVAILABLE, 'Transient database error'],
+  database_permanent: [HttpStatus.INTERNAL_SERVER_ERROR, 'Permanent database error'],
   retry_later: [HttpStatus.SERVICE_UNAVAILABLE, 'Retry later'],
   transaction_aborted: [HttpStatus.INTERNAL_SERVER_ERROR, 'Transaction aborted'],
   response_too_large: [HttpStatus.INTERNAL_SERVER_ERROR, 'Response too large to store'],

@@ -9,7 +9,7 @@ import { Reflector } from '@nestjs/core';
 import { from, lastValueFrom, Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
 import { IDEMPOTENT_MESSAGE_OPTIONS } from '../idempotency.constants.js';
-import { classifyHandlerError } from '../failure.js';
+import { classifyHandlerError, isPassing } from '../failure.js';
 import { IdempotencyDatabase } from '../storage/idempotency-database.js';
 import { RECORD_MESSAGE, TOUCH_MESSAGE } from '../storage/postgres-statements.js';
 import { TransactionAbortedError } from '../transaction/lazy-transaction.js';
@@ -107,6 +107,9 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     const transaction = this.database.transaction(true);
     let effectError: unknown;
     try {
+      // The schema check, when the database was down at start-up: a missing table is said once
+      // here, as a permanent error that counts towards giving the message up.
+      await this.database.ready();
       const recorded = (await transaction.manager.query(RECORD_MESSAGE.text, [
         consumer,
         messageId,
@@ -160,7 +163,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     // handler caught it and the commit then found the transaction aborted) count nothing.
     const cause = error instanceof TransactionAbortedError ? error.cause : error;
     const failure = classifyHandlerError(cause);
-    const passing = failure.kind === 'retry';
+    const passing = isPassing(failure);
     let counted: number | undefined;
     if (!passing) {
       counted = await this.database

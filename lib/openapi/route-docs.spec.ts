@@ -14,6 +14,7 @@ import {
   IdempotencyTransactionAbortedError,
   RetryLaterError,
   TransientDatabaseError,
+  PermanentDatabaseError,
 } from '../idempotency.errors.js';
 import {
   idempotentRouteDocs,
@@ -240,6 +241,7 @@ describe('idempotentRouteDocs: the problem answers', () => {
       new IdempotencyTransactionAbortedError(null),
       new IdempotencyResponseTooLargeError(10),
       new IdempotencyStoredResponseUnreadableError('no key'),
+      new PermanentDatabaseError(null),
     ]),
   )('%s is a 500, not documented as one of the route’s answers', (_code, error) => {
     expect(toProblem(error).status).toBe(500);

@@ -6,6 +6,8 @@ import {
   DatabaseConnectionError,
   DatabaseDeadlineError,
   isConnectionError,
+  isPermanentError,
+  isReadOnlyError,
   isTransactionAbortedError,
   isTransientError,
 } from './connection-errors.js';
@@ -100,6 +102,30 @@ describe('isTransientError', () => {
     ['undefined', undefined, false],
   ])('%s -> %s', (_name, error, expected) => {
     expect(isTransientError(error)).toBe(expected);
+  });
+});
+
+describe('isPermanentError: refusals no retry passes until the database is fixed', () => {
+  it.each<[string, unknown, boolean]>([
+    ['undefined table 42P01', typeorm(server('42P01')), true],
+    ['undefined column 42703', server('42703'), true],
+    ['undefined function 42883', server('42883'), true],
+    ['insufficient privilege 42501', typeorm(server('42501')), true],
+    ['read-only 25006 (decided by the session, not the code)', server('25006'), false],
+    ['deadlock 40P01', server('40P01'), false],
+    ['unique violation 23505', server('23505'), false],
+    ['an HTTP client’s error with a code', Object.assign(new Error('x'), { code: '42P01' }), false],
+    ['undefined', undefined, false],
+  ])('%s -> %s', (_name, error, expected) => {
+    expect(isPermanentError(error)).toBe(expected);
+  });
+
+  it.each<[string, unknown, boolean]>([
+    ['25006', server('25006'), true],
+    ['25006 wrapped by TypeORM', typeorm(server('25006')), true],
+    ['25P02', server('25P02'), false],
+  ])('isReadOnlyError: %s -> %s', (_name, error, expected) => {
+    expect(isReadOnlyError(error)).toBe(expected);
   });
 });
 

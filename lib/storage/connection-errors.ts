@@ -158,6 +158,26 @@ export function isTransientError(error: unknown): boolean {
   return code !== undefined && (code.startsWith('40') || TRANSIENT_STATES.has(code));
 }
 
+/**
+ * SQLSTATEs of a statement that no retry will make pass until someone changes the database:
+ * `42P01` undefined table, `42703` undefined column, `42883` undefined function (the library's
+ * migrations did not run, or not all of them) and `42501` insufficient privilege (the app's
+ * role was not granted the library's tables). A read-only session (`25006`) is not one of them
+ * by its code alone: see `read-only-session.ts`.
+ */
+const PERMANENT_STATES = new Set(['42P01', '42703', '42883', '42501']);
+
+/** Whether the database refused a statement for a reason that lasts (see above). */
+export function isPermanentError(error: unknown): boolean {
+  const code = codeFromDatabase(error);
+  return code !== undefined && PERMANENT_STATES.has(code);
+}
+
+/** SQLSTATE 25006: a write in a read-only transaction. */
+export function isReadOnlyError(error: unknown): boolean {
+  return codeFromDatabase(error) === '25006';
+}
+
 /** SQLSTATE 25P02: a statement of the transaction failed before, so it can only roll back. */
 export function isTransactionAbortedError(error: unknown): boolean {
   return codeFromDatabase(error) === '25P02';

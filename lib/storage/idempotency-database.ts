@@ -7,11 +7,18 @@ import {
   type QueryResultRow,
 } from 'pg';
 import { type DataSource, type EntityManager } from 'typeorm';
-import { IdempotencyStoreUnavailableError } from '../idempotency.errors.js';
+import { IdempotencyStoreUnavailableError, PermanentDatabaseError } from '../idempotency.errors.js';
 import { type PoolerMode } from '../idempotency-options.interface.js';
 import { LazyTransaction } from '../transaction/lazy-transaction.js';
 import { acquire, queryWithDeadline } from './deadline.js';
 import { misconfigured } from './pooler-misfit.js';
+import { isPermanentError, isReadOnlyError } from './connection-errors.js';
+import {
+  READ_ONLY_PROBE,
+  readOnlyExplanation,
+  readOnlyLasts,
+  type ReadOnlySession,
+} from './read-only-session.js';
 import {
   PURGE_MESSAGE_FAILURES_BATCH,
   PURGE_PROCESSED_BATCH,
@@ -45,6 +52,33 @@ export class IdempotencyDatabase {
      */
     readonly pooler: PoolerMode = 'none',
   ) {}
+
+  /**
+   * The schema check, until it has once found the schema complete: run before the library's
+   * statements (the database was down at start-up, so the check runs on first contact).
+   */
+  private schemaCheck?: () => Promise<void>;
+  private checking?: Promise<void>;
+
+  /**
+   * Runs `check` before the next statements until it resolves once. It rejects (with the
+   * library's 500) while the schema is incomplete, so requests are refused with what to do,
+   * and runs again on the next statement: a schema migrated meanwhile is found without a
+   * restart. A check that could not reach the database resolves without passing, and the
+   * statement meets the outage itself.
+   */
+  checkSchemaFirst(check: () => Promise<boolean>): void {
+    this.schemaCheck = async () => {
+      if (await check()) this.schemaCheck = undefined;
+    };
+  }
+
+  /** Once the schema check (if any is pending) has passed; concurrent callers share one run. */
+  async ready(): Promise<void> {
+    if (!this.schemaCheck) return;
+    this.checking ??= this.schemaCheck().finally(() => (this.checking = undefined));
+    return this.checking;
+  }
 
   /** Whether statements are prepared once per session under their names. */
   get namedStatements(): boolean {
@@ -109,16 +143,49 @@ export class IdempotencyDatabase {
       text: statement.text,
       values,
     };
+    await this.ready();
     try {
       return await this.withConnection((client) =>
-        queryWithDeadline<R>(client, config, this.timeoutMs),
+        queryWithDeadline<R>(client, config, this.timeoutMs).catch(async (error: unknown) => {
+          throw await this.lastingReadOnly(client, error);
+        }),
       );
     } catch (error) {
       const misfit = misconfigured(error);
       if (misfit) throw misfit;
       this.logger.error(`idempotency store call ${statement.name} failed: ${String(error)}`);
+      if (error instanceof PermanentDatabaseError) {
+        this.logger.error(error.explanation);
+        throw error;
+      }
+      // A missing table, column or function, or a privilege: no retry passes until it is fixed.
+      if (isPermanentError(error)) throw new PermanentDatabaseError(error);
       throw new IdempotencyStoreUnavailableError(error);
     }
+  }
+
+  /**
+   * A write refused as read-only (25006), asked of the session that refused it: the library's
+   * 500 when the app's own settings make every session read-only on a primary (see
+   * `readOnlyLasts`), else the error as it is (a 503: a standby or a fenced node in a failover
+   * may become writable). Any failure of the question leaves the error as it is.
+   */
+  private async lastingReadOnly(client: PoolClient, error: unknown): Promise<unknown> {
+    if (!isReadOnlyError(error)) return error;
+    try {
+      const { rows } = await queryWithDeadline<ReadOnlySession>(
+        client,
+        { text: READ_ONLY_PROBE },
+        this.timeoutMs,
+      );
+      const session = rows[0];
+      if (session && readOnlyLasts(session)) {
+        return new PermanentDatabaseError(error, readOnlyExplanation(session));
+      }
+    } catch {
+      // The session failed the question too: nothing is known, so nothing is called lasting.
+    }
+    return error;
   }
 
   /**

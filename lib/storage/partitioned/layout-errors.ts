@@ -1,5 +1,8 @@
 import { Logger } from '@nestjs/common';
-import { IdempotencyStoreUnavailableError } from '../../idempotency.errors.js';
+import {
+  IdempotencyStoreUnavailableError,
+  PermanentDatabaseError,
+} from '../../idempotency.errors.js';
 
 /** PostgreSQL's error, as node-postgres gives it: the fields the explanations read. */
 interface DatabaseError {
@@ -9,6 +12,16 @@ interface DatabaseError {
 }
 
 const MIGRATION = 'PartitionIdempotencyKeys1764461600000';
+
+/** The table is partitioned and the app's options do not say so (also the start-up check's). */
+export const LAYOUT_PARTITIONED_UNEXPECTED =
+  'idempotency_keys is partitioned (the PartitionIdempotencyKeys migration ran), but ' +
+  'partitionedExpiry is off: turn it on in IdempotencyModule.forRoot(), or revert that migration';
+
+/** The app's options say partitioned and the table is not (also the start-up check's). */
+export const LAYOUT_NOT_PARTITIONED =
+  'partitionedExpiry is on, but idempotency_keys is not partitioned: run the ' +
+  `${MIGRATION} migration (see the README's "Partitioned expiry")`;
 
 /**
  * What a store failure means when the table's layout and the app's `partitionedExpiry` do not
@@ -20,17 +33,10 @@ export function explainLayoutError(error: unknown): string | undefined {
   const { code, message, hint } = (error ?? {}) as DatabaseError;
   const text = typeof message === 'string' ? message : '';
   if (code === '42P10') {
-    return (
-      'idempotency_keys is partitioned (the PartitionIdempotencyKeys migration ran), but ' +
-      'partitionedExpiry is off: turn it on in IdempotencyModule.forRoot(), or revert that ' +
-      'migration'
-    );
+    return LAYOUT_PARTITIONED_UNEXPECTED;
   }
   if (code === '42883' && /idempotency_(claim|keys_create_partitions)/.test(text)) {
-    return (
-      'partitionedExpiry is on, but idempotency_keys is not partitioned: run the ' +
-      `${MIGRATION} migration (see the README's "Partitioned expiry")`
-    );
+    return LAYOUT_NOT_PARTITIONED;
   }
   if (code === '55000' && text.startsWith('idempotency_claim needs READ COMMITTED')) {
     return typeof hint === 'string' ? `${text}. ${hint}` : text;
@@ -48,12 +54,16 @@ const logger = new Logger('Idempotency');
 
 /**
  * Rethrows a store failure, explained (and logged, where operators look) when it is a layout
- * mismatch. For `.catch()` on a store call.
+ * mismatch, as the permanent 500 it is. For `.catch()` on a store call.
  */
 export function rethrowExplained(error: unknown): never {
-  const cause = error instanceof IdempotencyStoreUnavailableError ? error.cause : error;
+  const cause =
+    error instanceof IdempotencyStoreUnavailableError || error instanceof PermanentDatabaseError
+      ? error.cause
+      : error;
   const explanation = explainLayoutError(cause);
   if (explanation === undefined) throw error;
   logger.error(explanation);
-  throw new IdempotencyStoreUnavailableError(new Error(explanation, { cause }));
+  // It lasts until the options or the table change: a 500, not a 503 to retry.
+  throw new PermanentDatabaseError(new Error(explanation, { cause }), explanation);
 }

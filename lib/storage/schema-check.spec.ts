@@ -1,0 +1,149 @@
+import { type CatalogEntry, missingSchema, schemaMessage } from './schema-check.js';
+import {
+  LAYOUT_NOT_PARTITIONED,
+  LAYOUT_PARTITIONED_UNEXPECTED,
+} from './partitioned/layout-errors.js';
+
+const TZ = 'timestamp with time zone';
+const columns = (spec: string): { name: string; type: string }[] =>
+  spec.split(',').map((pair) => {
+    const [name, type] = pair.trim().split(':');
+    return { name, type: type === 'tz' ? TZ : type };
+  });
+const KEY_COLUMNS =
+  'tenant_id:text, key:text, fingerprint:bytea, state:text, recovery_point:text, ' +
+  'locked_until:tz, lock_version:bigint, response_code:integer, response_body:bytea, ' +
+  'created_at:tz, claim_id:uuid, response_headers:jsonb, phase_results:jsonb, finished_at:tz';
+const table = (name: string, spec: string, relkind = 'r'): CatalogEntry => ({
+  kind: 'table',
+  name,
+  relkind,
+  columns: columns(spec),
+});
+const keys = table('idempotency_keys', KEY_COLUMNS);
+const processed = table('processed_messages', 'consumer:text, message_id:text, processed_at:tz');
+const failures = table(
+  'message_failures',
+  'consumer:text, message_id:text, attempts:integer, last_error:text, last_failed_at:tz',
+);
+const bodies = table(
+  'idempotency_response_bodies',
+  'id:uuid, tenant_id:text, key:text, claim_id:uuid, body:bytea, created_at:tz, expires_at:tz',
+);
+const partitionedKeys = table('idempotency_keys', `${KEY_COLUMNS}, placed_at:tz`, 'p');
+const fn = (name: string): CatalogEntry => ({ kind: 'function', name });
+const partitionFunctions = [
+  fn('idempotency_claim'),
+  fn('idempotency_keys_create_partitions'),
+  fn('idempotency_key_partitions'),
+];
+const complete = [keys, processed, failures, bodies];
+const plain = { partitioned: false, bodies: false };
+const withBodies = { partitioned: false, bodies: true };
+const partitioned = { partitioned: true, bodies: false };
+
+describe('missingSchema', () => {
+  it.each<[string, { partitioned: boolean; bodies: boolean }, CatalogEntry[], string[]]>([
+    ['every migration ran', plain, complete, []],
+    ['every migration ran, bodies used', withBodies, complete, []],
+    ['no bodies table, bodies not used', plain, [keys, processed, failures], []],
+    [
+      'nothing at all (the migrations never ran)',
+      plain,
+      [],
+      [
+        'table idempotency_keys is missing (migration CreateIdempotencyKeys1764460800000)',
+        'table processed_messages is missing (migration CreateProcessedMessages1764460900000)',
+        'table message_failures is missing (migration CreateMessageFailures1764461400000)',
+      ],
+    ],
+    [
+      'the bodies table missing with largeResponses',
+      withBodies,
+      [keys, processed, failures],
+      [
+        'table idempotency_response_bodies is missing (migration CreateResponseBodies1764461500000)',
+      ],
+    ],
+    [
+      'the failure counts missing (the consumer side)',
+      plain,
+      [keys, processed],
+      ['table message_failures is missing (migration CreateMessageFailures1764461400000)'],
+    ],
+    [
+      'finished_at missing (an outdated schema)',
+      plain,
+      [table('idempotency_keys', KEY_COLUMNS.replace(', finished_at:tz', '')), processed, failures],
+      ['column idempotency_keys.finished_at is missing (migration AddFinishedAt1764461200000)'],
+    ],
+    [
+      'tenant ids still bigint',
+      plain,
+      [
+        table('idempotency_keys', KEY_COLUMNS.replace('tenant_id:text', 'tenant_id:bigint')),
+        processed,
+        failures,
+      ],
+      [
+        'column idempotency_keys.tenant_id is bigint, not text (migration TextTenantIds1764461300000)',
+      ],
+    ],
+    [
+      'a column of a table’s own migration dropped',
+      plain,
+      [keys, table('processed_messages', 'consumer:text, message_id:text'), failures],
+      [
+        'column processed_messages.processed_at is missing (migration CreateProcessedMessages1764460900000)',
+      ],
+    ],
+    [
+      'partitioned, as configured',
+      partitioned,
+      [partitionedKeys, processed, failures, ...partitionFunctions],
+      [],
+    ],
+    [
+      'partitionedExpiry on a plain table',
+      partitioned,
+      complete,
+      [
+        'column idempotency_keys.placed_at is missing (migration PartitionIdempotencyKeys1764461600000)',
+        LAYOUT_NOT_PARTITIONED,
+      ],
+    ],
+    [
+      'a partitioned table without partitionedExpiry',
+      plain,
+      [partitionedKeys, processed, failures],
+      [LAYOUT_PARTITIONED_UNEXPECTED],
+    ],
+    [
+      'partitioned, a function dropped',
+      partitioned,
+      [partitionedKeys, processed, failures, fn('idempotency_key_partitions')],
+      [
+        'function idempotency_claim() is missing (migration PartitionIdempotencyKeys1764461600000)',
+        'function idempotency_keys_create_partitions() is missing (migration PartitionIdempotencyKeys1764461600000)',
+      ],
+    ],
+  ])('%s', (_name, needs, catalog, expected) => {
+    expect(missingSchema(needs, catalog)).toEqual(expected);
+  });
+});
+
+describe('schemaMessage', () => {
+  it('lists what is missing and names the ways to create it', () => {
+    expect(
+      schemaMessage(['table a is missing (migration A1)', 'table b is missing (migration B2)']),
+    ).toBe(
+      "IdempotencyModule: the app's database lacks what the library needs:\n" +
+        '- table a is missing (migration A1)\n' +
+        '- table b is missing (migration B2)\n' +
+        "Run the library's migrations in the app's DataSource (migrations: " +
+        '[...IDEMPOTENCY_MIGRATIONS, ...yours], then migrationsRun: true or `typeorm migration:run`; ' +
+        'with partitionedExpiry, PartitionIdempotencyKeys1764461600000 after them), or apply the ' +
+        "package's migrations/schema.sql with your own migration tool.",
+    );
+  });
+});

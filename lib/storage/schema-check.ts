@@ -1,0 +1,204 @@
+import {
+  LAYOUT_NOT_PARTITIONED,
+  LAYOUT_PARTITIONED_UNEXPECTED,
+} from './partitioned/layout-errors.js';
+
+/** What the configured stores use of the app's database, beyond what every app needs. */
+export interface SchemaNeeds {
+  /** `partitionedExpiry`: `idempotency_keys` partitioned, with its functions. */
+  partitioned: boolean;
+  /** `largeResponses` without a store of its own: bodies in `idempotency_response_bodies`. */
+  bodies: boolean;
+}
+
+/** A table or a function as the catalog has it, in the app's `search_path`. */
+export type CatalogEntry =
+  | {
+      kind: 'table';
+      name: string;
+      /** `r` a plain table, `p` a partitioned one. */
+      relkind: string;
+      columns: { name: string; type: string }[];
+    }
+  | { kind: 'function'; name: string };
+
+const MIGRATIONS = {
+  keys: 'CreateIdempotencyKeys1764460800000',
+  processed: 'CreateProcessedMessages1764460900000',
+  finishedAt: 'AddFinishedAt1764461200000',
+  textTenants: 'TextTenantIds1764461300000',
+  failures: 'CreateMessageFailures1764461400000',
+  bodies: 'CreateResponseBodies1764461500000',
+  partition: 'PartitionIdempotencyKeys1764461600000',
+};
+
+interface ColumnNeed {
+  name: string;
+  /** As `format_type()` prints it. */
+  type: string;
+  /** The migration that gives the column this type (when not the table's own). */
+  migration?: string;
+}
+
+interface TableNeed {
+  table: string;
+  migration: string;
+  columns: ColumnNeed[];
+}
+
+const TIMESTAMPTZ = 'timestamp with time zone';
+
+const KEYS: TableNeed = {
+  table: 'idempotency_keys',
+  migration: MIGRATIONS.keys,
+  columns: [
+    { name: 'tenant_id', type: 'text', migration: MIGRATIONS.textTenants },
+    { name: 'key', type: 'text' },
+    { name: 'fingerprint', type: 'bytea' },
+    { name: 'state', type: 'text' },
+    { name: 'recovery_point', type: 'text' },
+    { name: 'locked_until', type: TIMESTAMPTZ },
+    { name: 'lock_version', type: 'bigint' },
+    { name: 'response_code', type: 'integer' },
+    { name: 'response_body', type: 'bytea' },
+    { name: 'created_at', type: TIMESTAMPTZ },
+    { name: 'claim_id', type: 'uuid' },
+    { name: 'response_headers', type: 'jsonb' },
+    { name: 'phase_results', type: 'jsonb' },
+    { name: 'finished_at', type: TIMESTAMPTZ, migration: MIGRATIONS.finishedAt },
+  ],
+};
+
+const PLACED_AT: ColumnNeed = {
+  name: 'placed_at',
+  type: TIMESTAMPTZ,
+  migration: MIGRATIONS.partition,
+};
+
+/** The consumers' tables: `@IdempotentMessage()` and `ProcessedMessages`, and the purge's. */
+const CONSUMER_TABLES: TableNeed[] = [
+  {
+    table: 'processed_messages',
+    migration: MIGRATIONS.processed,
+    columns: [
+      { name: 'consumer', type: 'text' },
+      { name: 'message_id', type: 'text' },
+      { name: 'processed_at', type: TIMESTAMPTZ },
+    ],
+  },
+  {
+    table: 'message_failures',
+    migration: MIGRATIONS.failures,
+    columns: [
+      { name: 'consumer', type: 'text' },
+      { name: 'message_id', type: 'text' },
+      { name: 'attempts', type: 'integer' },
+      { name: 'last_error', type: 'text' },
+      { name: 'last_failed_at', type: TIMESTAMPTZ },
+    ],
+  },
+];
+
+const BODIES: TableNeed = {
+  table: 'idempotency_response_bodies',
+  migration: MIGRATIONS.bodies,
+  columns: [
+    { name: 'id', type: 'uuid' },
+    { name: 'tenant_id', type: 'text' },
+    { name: 'key', type: 'text' },
+    { name: 'claim_id', type: 'uuid' },
+    { name: 'body', type: 'bytea' },
+    { name: 'created_at', type: TIMESTAMPTZ },
+    { name: 'expires_at', type: TIMESTAMPTZ },
+  ],
+};
+
+const PARTITION_FUNCTIONS = [
+  'idempotency_claim',
+  'idempotency_keys_create_partitions',
+  'idempotency_key_partitions',
+];
+
+/** Every table the check may ask about, and every function: the catalog query's parameters. */
+export const CHECKED_TABLES = [KEYS, ...CONSUMER_TABLES, BODIES].map((need) => need.table);
+export const CHECKED_FUNCTIONS = PARTITION_FUNCTIONS;
+
+/**
+ * The one catalog query of the check: the tables (with their columns' types) and functions of
+ * those names that the app's sessions see (its `search_path`, as the library's unqualified
+ * statements resolve them). `$1` the tables' names, `$2` the functions'.
+ */
+export const SCHEMA_CATALOG_QUERY = `SELECT 'table' AS kind, c.relname AS name, c.relkind::text AS relkind,
+  coalesce((SELECT json_agg(json_build_object('name', a.attname,
+      'type', format_type(a.atttypid, a.atttypmod)) ORDER BY a.attnum)
+    FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+    '[]'::json) AS columns
+FROM pg_class c
+WHERE c.relname = ANY($1::text[]) AND c.relkind IN ('r', 'p') AND pg_table_is_visible(c.oid)
+UNION ALL
+SELECT 'function', p.proname, NULL, '[]'::json
+FROM pg_proc p WHERE p.proname = ANY($2::text[]) AND pg_function_is_visible(p.oid)`;
+
+/**
+ * What the configured stores need and the catalog lacks, each naming the migration that makes
+ * it; empty when the schema is complete. A table is checked for its columns and their types;
+ * the keys table for its layout too (partitioned or not, as `partitionedExpiry` says).
+ */
+export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry[]): string[] {
+  const tables = new Map<string, Extract<CatalogEntry, { kind: 'table' }>>();
+  const functions = new Set<string>();
+  for (const entry of catalog) {
+    if (entry.kind === 'table') tables.set(entry.name, entry);
+    else functions.add(entry.name);
+  }
+  const keys: TableNeed = needs.partitioned
+    ? { ...KEYS, columns: [...KEYS.columns, PLACED_AT] }
+    : KEYS;
+  const wanted = [keys, ...CONSUMER_TABLES, ...(needs.bodies ? [BODIES] : [])];
+  const problems: string[] = [];
+  for (const need of wanted) {
+    const found = tables.get(need.table);
+    if (!found) {
+      problems.push(`table ${need.table} is missing (migration ${need.migration})`);
+      continue;
+    }
+    const types = new Map(found.columns.map((column) => [column.name, column.type]));
+    for (const column of need.columns) {
+      const type = types.get(column.name);
+      const migration = column.migration ?? need.migration;
+      if (type === undefined) {
+        problems.push(`column ${need.table}.${column.name} is missing (migration ${migration})`);
+      } else if (type !== column.type) {
+        problems.push(
+          `column ${need.table}.${column.name} is ${type}, not ${column.type} (migration ${migration})`,
+        );
+      }
+    }
+  }
+  const keysTable = tables.get(KEYS.table);
+  if (keysTable) {
+    const partitioned = keysTable.relkind === 'p';
+    if (needs.partitioned && !partitioned) problems.push(LAYOUT_NOT_PARTITIONED);
+    if (!needs.partitioned && partitioned) problems.push(LAYOUT_PARTITIONED_UNEXPECTED);
+    if (needs.partitioned && partitioned) {
+      for (const name of PARTITION_FUNCTIONS) {
+        if (!functions.has(name)) {
+          problems.push(`function ${name}() is missing (migration ${MIGRATIONS.partition})`);
+        }
+      }
+    }
+  }
+  return problems;
+}
+
+/** The start-up refusal's message: what is missing, and the ways to create it. */
+export function schemaMessage(problems: readonly string[]): string {
+  return (
+    "IdempotencyModule: the app's database lacks what the library needs:\n" +
+    problems.map((problem) => `- ${problem}\n`).join('') +
+    "Run the library's migrations in the app's DataSource (migrations: " +
+    '[...IDEMPOTENCY_MIGRATIONS, ...yours], then migrationsRun: true or `typeorm migration:run`; ' +
+    'with partitionedExpiry, PartitionIdempotencyKeys1764461600000 after them), or apply the ' +
+    "package's migrations/schema.sql with your own migration tool."
+  );
+}
