@@ -1,4 +1,10 @@
-import { decide, type Decision, type ExistingKey, leaseOf } from './decide.js';
+import {
+  conflictRetryAfterSeconds,
+  decide,
+  type Decision,
+  type ExistingKey,
+  leaseOf,
+} from './decide.js';
 
 const fp = Buffer.alloc(32, 1);
 const other = Buffer.alloc(32, 2);
@@ -26,10 +32,10 @@ describe('decide', () => {
     ['done, same request: replay', done, fp, { kind: 'replay', response }],
     ['done, other request: 422', done, other, { kind: 'mismatch' }],
     [
-      'live lease, same request: 409',
+      'live lease, same request: 409, back in 1 s (not the 30 s left)',
       started(false),
       fp,
-      { kind: 'in-progress', retryAfterSeconds: 30 },
+      { kind: 'in-progress', retryAfterSeconds: 1 },
     ],
     ['live lease, other request: 422', started(false), other, { kind: 'mismatch' }],
     [
@@ -53,6 +59,26 @@ describe('decide', () => {
     ],
   ])('%s', (_name, existing, fingerprint, expected) => {
     expect(decide(existing, fingerprint)).toEqual(expected);
+  });
+
+  it("answers a live lease with the route's conflictRetryAfterSeconds", () => {
+    expect(decide(started(false, 30), fp, 5)).toEqual({
+      kind: 'in-progress',
+      retryAfterSeconds: 5,
+    });
+  });
+});
+
+describe('conflictRetryAfterSeconds', () => {
+  it.each<[string, number, number, number]>([
+    ['the default second, with a minute of lease left', 60, 1, 1],
+    ['the default second, with 5 s left', 5, 1, 1],
+    ['a route that says 5, with 60 s left', 60, 5, 5],
+    ['a route that says 10, capped by the 3 s left', 3, 10, 3],
+    ['the lease ending now: still at least 1 s', 0, 1, 1],
+    ['a route that says 10 and the lease ending now: 1 s', 0, 10, 1],
+  ])('%s', (_what, leaseSecondsLeft, configured, expected) => {
+    expect(conflictRetryAfterSeconds(leaseSecondsLeft, configured)).toBe(expected);
   });
 });
 

@@ -46,6 +46,13 @@ export interface IdempotencyRouteOptions {
    */
   leaseMs?: number;
   /**
+   * The `Retry-After` of a 409 `key_in_progress`, in seconds: when a duplicate should come
+   * back, about when the work it waits for is done (a route whose requests take 10 s may say
+   * 5). Never more than the lease has left, never under 1.
+   * @default 1
+   */
+  conflictRetryAfterSeconds?: number;
+  /**
    * Request headers, by name, that join the fingerprint (for instance `Accept` when the
    * response format depends on it). Volatile headers must not be listed.
    * @default []
@@ -334,6 +341,7 @@ export interface ResolvedRouteOptions {
   key: KeyReader;
   required: boolean;
   leaseMs: number;
+  conflictRetryAfterSeconds: number;
   fingerprintHeaders: readonly string[];
   fingerprintQuery: boolean;
   heartbeat: boolean;

@@ -24,6 +24,7 @@ describe('resolveIdempotencyOptions', () => {
       route: {
         required: true,
         leaseMs: 5_000,
+        conflictRetryAfterSeconds: 1,
         fingerprintHeaders: [],
         fingerprintQuery: false,
         heartbeat: true,
@@ -47,6 +48,11 @@ describe('resolveIdempotencyOptions', () => {
   it.each<[string, IdempotencyModuleOptions, string]>([
     ['zero lease', { leaseMs: 0 }, 'leaseMs must be a positive integer, got 0'],
     ['fractional lease', { leaseMs: 1.5 }, 'leaseMs must be a positive integer, got 1.5'],
+    [
+      'a 409 sent back at once',
+      { conflictRetryAfterSeconds: 0 },
+      'conflictRetryAfterSeconds must be a positive integer, got 0',
+    ],
     ['negative retention', { retentionMs: -1 }, 'retentionMs must be a positive integer, got -1'],
     ['zero timeout', { databaseTimeoutMs: 0 }, 'databaseTimeoutMs must be a positive integer'],
     [
@@ -253,6 +259,7 @@ describe('resolveRouteOptions', () => {
       { leaseMs: 120_000, heartbeat: false },
     ],
     [{ fingerprintHeaders: [] }, { fingerprintHeaders: [] }],
+    [{ conflictRetryAfterSeconds: 5 }, { conflictRetryAfterSeconds: 5, leaseMs: 30_000 }],
     [{ atomic: false }, { atomic: false, required: true }],
     [
       { replayHeaders: ['X-Request-Id'] },

@@ -1,5 +1,6 @@
 import { type ClaimStore } from './storage/claim-store.interface.js';
 import {
+  DEFAULT_CONFLICT_RETRY_AFTER_SECONDS,
   DEFAULT_DATABASE_TIMEOUT_MS,
   DEFAULT_HEADER_NAME,
   DEFAULT_HEARTBEAT,
@@ -311,6 +312,11 @@ export function resolveRouteOptions(
     key: resolveKeySource(options.keyFrom, base?.key ?? headerKeyReader(headerName)),
     required: options.required ?? base?.required ?? true,
     leaseMs: positiveInteger('leaseMs', options.leaseMs, base?.leaseMs ?? DEFAULT_LEASE_MS),
+    conflictRetryAfterSeconds: positiveInteger(
+      'conflictRetryAfterSeconds',
+      options.conflictRetryAfterSeconds,
+      base?.conflictRetryAfterSeconds ?? DEFAULT_CONFLICT_RETRY_AFTER_SECONDS,
+    ),
     fingerprintHeaders: headers.map((h) => h.toLowerCase()).sort(),
     fingerprintQuery: options.fingerprintQuery ?? base?.fingerprintQuery ?? false,
     heartbeat: options.heartbeat ?? base?.heartbeat ?? DEFAULT_HEARTBEAT,

@@ -181,7 +181,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           publish('claimed', event);
           return execute(outcome.claim);
         }
-        const decision = decide(outcome.existing, fingerprint);
+        const decision = decide(outcome.existing, fingerprint, route.conflictRetryAfterSeconds);
         switch (decision.kind) {
           case 'replay':
             if (outcome.existing.state === 'done') {
