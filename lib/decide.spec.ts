@@ -14,11 +14,16 @@ const response = {
   body: Buffer.from('{}'),
 };
 
-const started = (leaseExpired: boolean, leaseSecondsLeft = 30): ExistingKey => ({
+const started = (
+  leaseExpired: boolean,
+  leaseSecondsLeft = 30,
+  released?: boolean,
+): ExistingKey => ({
   state: 'started',
   fingerprint: fp,
   leaseExpired,
   leaseSecondsLeft,
+  released,
   fence: { lockVersion: '3', claimId: 'c-1' },
 });
 const done: ExistingKey = { state: 'done', fingerprint: fp, response };
@@ -42,8 +47,21 @@ describe('decide', () => {
       'expired lease, same request: take over',
       started(true),
       fp,
-      { kind: 'take-over', fence: { lockVersion: '3', claimId: 'c-1' } },
+      { kind: 'take-over', fence: { lockVersion: '3', claimId: 'c-1' }, resumes: false },
     ],
+    [
+      'a key given back by its owner, same request: resume it',
+      started(true, 0, true),
+      fp,
+      { kind: 'take-over', fence: { lockVersion: '3', claimId: 'c-1' }, resumes: true },
+    ],
+    [
+      'expired, the store cannot tell a release: take over',
+      started(true, 0, undefined),
+      fp,
+      { kind: 'take-over', fence: { lockVersion: '3', claimId: 'c-1' }, resumes: false },
+    ],
+    ['a key given back, other request: 422', started(true, 0, true), other, { kind: 'mismatch' }],
     ['expired lease, other request: 422', started(true), other, { kind: 'mismatch' }],
     [
       'lease ending now: retry after at least 1 s',

@@ -15,6 +15,12 @@ export type ExistingKey =
       leaseExpired: boolean;
       /** Seconds until the lease expires, rounded up: the most the 409's `Retry-After` says. */
       leaseSecondsLeft: number;
+      /**
+       * Given back by its owner without an answer (`RetryLaterError`, a transient failure),
+       * rather than left to expire: its retry resumes it. Undefined where the store cannot
+       * tell; then an expired lease counts as taken over.
+       */
+      released?: boolean;
       fence: Fence;
     }
   | {
@@ -45,7 +51,12 @@ export type Decision =
   | { kind: 'mismatch' }
   | { kind: 'replay'; response: StoredResponse }
   | { kind: 'in-progress'; retryAfterSeconds: number }
-  | { kind: 'take-over'; fence: Fence };
+  | {
+      kind: 'take-over';
+      fence: Fence;
+      /** The key was given back, not abandoned: the outcome is `resumed`, not `taken_over`. */
+      resumes: boolean;
+    };
 
 /**
  * The 409's `Retry-After`: when the duplicate should come back, which is when the work is
@@ -70,7 +81,9 @@ export function decide(
 ): Decision {
   if (!existing.fingerprint.equals(fingerprint)) return { kind: 'mismatch' };
   if (existing.state === 'done') return { kind: 'replay', response: existing.response };
-  if (existing.leaseExpired) return { kind: 'take-over', fence: existing.fence };
+  if (existing.leaseExpired) {
+    return { kind: 'take-over', fence: existing.fence, resumes: existing.released === true };
+  }
   return {
     kind: 'in-progress',
     retryAfterSeconds: conflictRetryAfterSeconds(existing.leaseSecondsLeft, retryAfterSeconds),
