@@ -46,6 +46,13 @@ export interface IdempotencyRouteOptions {
    */
   leaseMs?: number;
   /**
+   * The `Retry-After` of a 409 `key_in_progress`, in seconds: when a duplicate should come
+   * back, about when the work it waits for is done (a route whose requests take 10 s may say
+   * 5). Never more than the lease has left, never under 1.
+   * @default 1
+   */
+  conflictRetryAfterSeconds?: number;
+  /**
    * Request headers, by name, that join the fingerprint (for instance `Accept` when the
    * response format depends on it). Volatile headers must not be listed.
    * @default []
@@ -128,8 +135,8 @@ export interface IdempotencyRouteOptions {
   claimStore?: string;
 }
 
-/** Options of `IdempotencyModule.forRoot()`. */
-export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
+/** Options of `IdempotencyModule.forRoot()` besides the tenant's (`TenantScope`). */
+export interface IdempotencyModuleBaseOptions extends IdempotencyRouteOptions {
   /**
    * Claim stores besides the app's PostgreSQL, by name, for routes (or the module) to choose
    * with `claimStore`: a `RedisClaimStore`, or a store of your own that passes the contract
@@ -162,22 +169,6 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
    * @default 86400000
    */
   retentionMs?: number;
-  /**
-   * Maps a request to its tenant (an API credential, an account): keys are scoped per tenant,
-   * so two clients that pick the same key never see each other's response. Required, unless
-   * `globalKeys` says that every client of the app shares one key space. An integer, or a
-   * string of 1 to 255 characters (a UUID, a slug); anything else is a 400 `tenant_invalid`.
-   * It may throw an HttpException (for instance 401) to refuse the request.
-   * @example tenant: (req) => req.headers['x-tenant-id'] as string
-   */
-  tenant?: (request: IdempotencyRequest) => TenantId;
-  /**
-   * Declares that the app has one key space for all its clients (a service called by one
-   * trusted client, say), instead of a `tenant` resolver. Two clients that pick the same key
-   * would then get each other's stored response: choose it knowingly.
-   * @default false
-   */
-  globalKeys?: boolean;
   /**
    * How long a key left unfinished (its client gave up, no retry came) is kept, in
    * milliseconds: far longer than `retentionMs`, since the row holds the claim id its external
@@ -298,6 +289,43 @@ export interface IdempotencyModuleOptions extends IdempotencyRouteOptions {
   renderProblem?: ProblemRenderer;
 }
 
+/** `tenant` and `globalKeys` as the module reads them, before its start-up check. */
+export interface TenantScopeFields {
+  /**
+   * Maps a request to its tenant (an API credential, an account): keys are scoped per tenant,
+   * so two clients that pick the same key never see each other's response. Required, unless
+   * `globalKeys` says that every client of the app shares one key space. An integer, or a
+   * string of 1 to 255 characters (a UUID, a slug); anything else is a 400 `tenant_invalid`.
+   * It may throw an HttpException (for instance 401) to refuse the request.
+   * @example tenant: (req) => req.headers['x-tenant-id'] as string
+   */
+  tenant?: (request: IdempotencyRequest) => TenantId;
+  /**
+   * Declares that the app has one key space for all its clients (a service called by one
+   * trusted client, say), instead of a `tenant` resolver. Two clients that pick the same key
+   * would then get each other's stored response: choose it knowingly.
+   * @default false
+   */
+  globalKeys?: boolean;
+}
+
+/**
+ * Keys are scoped per tenant, or declared one key space for every client: exactly one of
+ * the two, so that TypeScript refuses what the start-up check refuses.
+ */
+export type TenantScope =
+  | { tenant: NonNullable<TenantScopeFields['tenant']>; globalKeys?: false }
+  | { globalKeys: true; tenant?: undefined };
+
+/**
+ * Options of `IdempotencyModule.forRoot()`: `tenant` (or `globalKeys: true`) is required.
+ * @example IdempotencyModule.forRoot({ tenant: (req) => req.headers['x-tenant-id'] as string })
+ */
+export type IdempotencyModuleOptions = IdempotencyModuleBaseOptions & TenantScope;
+
+/** Any options object, as JavaScript callers may pass one: what the start-up check reads. */
+export type UncheckedIdempotencyModuleOptions = IdempotencyModuleBaseOptions & TenantScopeFields;
+
 /** The options with every default filled in: what the library works with. */
 export interface ResolvedIdempotencyOptions {
   headerName: string;
@@ -334,6 +362,7 @@ export interface ResolvedRouteOptions {
   key: KeyReader;
   required: boolean;
   leaseMs: number;
+  conflictRetryAfterSeconds: number;
   fingerprintHeaders: readonly string[];
   fingerprintQuery: boolean;
   heartbeat: boolean;

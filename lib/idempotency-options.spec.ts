@@ -2,11 +2,11 @@ import {
   resolveIdempotencyOptions as resolveWithTenant,
   resolveRouteOptions,
 } from './idempotency-options.js';
-import { type IdempotencyModuleOptions } from './idempotency-options.interface.js';
+import { type UncheckedIdempotencyModuleOptions } from './idempotency-options.interface.js';
 import { MemoryClaimStore } from './testing/memory-claim.store.js';
 
 /** The options as an app that declares one key space gives them. */
-const resolveIdempotencyOptions = (options: IdempotencyModuleOptions = {}) =>
+const resolveIdempotencyOptions = (options: UncheckedIdempotencyModuleOptions = {}) =>
   resolveWithTenant({ globalKeys: true, ...options });
 
 describe('resolveIdempotencyOptions', () => {
@@ -24,6 +24,7 @@ describe('resolveIdempotencyOptions', () => {
       route: {
         required: true,
         leaseMs: 5_000,
+        conflictRetryAfterSeconds: 1,
         fingerprintHeaders: [],
         fingerprintQuery: false,
         heartbeat: true,
@@ -44,9 +45,14 @@ describe('resolveIdempotencyOptions', () => {
     expect(resolved.route.fingerprintHeaders).toEqual(['accept', 'x-b']);
   });
 
-  it.each<[string, IdempotencyModuleOptions, string]>([
+  it.each<[string, UncheckedIdempotencyModuleOptions, string]>([
     ['zero lease', { leaseMs: 0 }, 'leaseMs must be a positive integer, got 0'],
     ['fractional lease', { leaseMs: 1.5 }, 'leaseMs must be a positive integer, got 1.5'],
+    [
+      'a 409 sent back at once',
+      { conflictRetryAfterSeconds: 0 },
+      'conflictRetryAfterSeconds must be a positive integer, got 0',
+    ],
     ['negative retention', { retentionMs: -1 }, 'retentionMs must be a positive integer, got -1'],
     ['zero timeout', { databaseTimeoutMs: 0 }, 'databaseTimeoutMs must be a positive integer'],
     [
@@ -199,7 +205,7 @@ describe('resolveIdempotencyOptions', () => {
     expect(() => resolveIdempotencyOptions(options)).toThrow(`IdempotencyModule: ${message}`);
   });
 
-  it.each<[string, IdempotencyModuleOptions, string | undefined]>([
+  it.each<[string, UncheckedIdempotencyModuleOptions, string | undefined]>([
     ['neither tenant nor globalKeys', {}, 'IdempotencyModule: tenant is required'],
     ['globalKeys: false', { globalKeys: false }, 'IdempotencyModule: tenant is required'],
     ['both', { tenant: () => 1, globalKeys: true }, 'give either tenant or globalKeys'],
@@ -213,7 +219,7 @@ describe('resolveIdempotencyOptions', () => {
 });
 
 describe('partitionedExpiry', () => {
-  it.each<[string, IdempotencyModuleOptions, unknown]>([
+  it.each<[string, UncheckedIdempotencyModuleOptions, unknown]>([
     ['off by default', {}, undefined],
     ['off', { partitionedExpiry: false }, undefined],
     ['on: 8 partitions to the retention, 2 ahead', { partitionedExpiry: true }, [10_800_000, 2]],
@@ -253,6 +259,7 @@ describe('resolveRouteOptions', () => {
       { leaseMs: 120_000, heartbeat: false },
     ],
     [{ fingerprintHeaders: [] }, { fingerprintHeaders: [] }],
+    [{ conflictRetryAfterSeconds: 5 }, { conflictRetryAfterSeconds: 5, leaseMs: 30_000 }],
     [{ atomic: false }, { atomic: false, required: true }],
     [
       { replayHeaders: ['X-Request-Id'] },

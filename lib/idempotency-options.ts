@@ -1,5 +1,6 @@
 import { type ClaimStore } from './storage/claim-store.interface.js';
 import {
+  DEFAULT_CONFLICT_RETRY_AFTER_SECONDS,
   DEFAULT_DATABASE_TIMEOUT_MS,
   DEFAULT_HEADER_NAME,
   DEFAULT_HEARTBEAT,
@@ -23,7 +24,7 @@ import {
 import { MAX_JSON_LIMITS } from './fingerprint/canonical-json.js';
 import { ISOLATION_LEVELS, isIsolationLevel } from './transaction/isolation-level.js';
 import {
-  type IdempotencyModuleOptions,
+  type UncheckedIdempotencyModuleOptions,
   type IdempotencyRouteOptions,
   type PoolerMode,
   type ResolvedIdempotencyOptions,
@@ -115,7 +116,7 @@ function resolveKeySource(source: IdempotencyKeySource | undefined, fallback: Ke
   }
 }
 
-function resolveMetrics(metrics: IdempotencyModuleOptions['metrics']) {
+function resolveMetrics(metrics: UncheckedIdempotencyModuleOptions['metrics']) {
   if (metrics === undefined || typeof metrics === 'boolean') return metrics ?? true;
   if (typeof metrics?.meterProvider?.getMeter !== 'function') {
     throw new InvalidIdempotencyOptionsError(
@@ -125,7 +126,7 @@ function resolveMetrics(metrics: IdempotencyModuleOptions['metrics']) {
   return metrics;
 }
 
-function resolveRenderProblem(render: IdempotencyModuleOptions['renderProblem']) {
+function resolveRenderProblem(render: UncheckedIdempotencyModuleOptions['renderProblem']) {
   if (render !== undefined && typeof render !== 'function') {
     throw new InvalidIdempotencyOptionsError(
       'renderProblem must be a function (problem) => ({ status?, headers?, body })',
@@ -229,7 +230,7 @@ function resolveClaimStores(stores: Record<string, ClaimStore> | undefined) {
   return { ...stores };
 }
 
-function resolveLargeResponses(large: IdempotencyModuleOptions['largeResponses']) {
+function resolveLargeResponses(large: UncheckedIdempotencyModuleOptions['largeResponses']) {
   if (large === undefined) return undefined;
   const overBytes = positiveInteger('largeResponses.overBytes', large.overBytes, 0);
   const store = large.store;
@@ -245,7 +246,7 @@ function resolveLargeResponses(large: IdempotencyModuleOptions['largeResponses']
 }
 
 function resolvePartitionedExpiry(
-  option: IdempotencyModuleOptions['partitionedExpiry'],
+  option: UncheckedIdempotencyModuleOptions['partitionedExpiry'],
   retentionMs: number,
 ): ResolvedIdempotencyOptions['partitionedExpiry'] {
   if (option === undefined || option === false) return undefined;
@@ -311,6 +312,11 @@ export function resolveRouteOptions(
     key: resolveKeySource(options.keyFrom, base?.key ?? headerKeyReader(headerName)),
     required: options.required ?? base?.required ?? true,
     leaseMs: positiveInteger('leaseMs', options.leaseMs, base?.leaseMs ?? DEFAULT_LEASE_MS),
+    conflictRetryAfterSeconds: positiveInteger(
+      'conflictRetryAfterSeconds',
+      options.conflictRetryAfterSeconds,
+      base?.conflictRetryAfterSeconds ?? DEFAULT_CONFLICT_RETRY_AFTER_SECONDS,
+    ),
     fingerprintHeaders: headers.map((h) => h.toLowerCase()).sort(),
     fingerprintQuery: options.fingerprintQuery ?? base?.fingerprintQuery ?? false,
     heartbeat: options.heartbeat ?? base?.heartbeat ?? DEFAULT_HEARTBEAT,
@@ -360,7 +366,7 @@ function resolvePooler(pooler: PoolerMode | undefined): PoolerMode {
 
 /** Fills in every default in one place and validates once, at start-up. */
 export function resolveIdempotencyOptions(
-  options: IdempotencyModuleOptions = {},
+  options: UncheckedIdempotencyModuleOptions = {},
 ): ResolvedIdempotencyOptions {
   const headerName = options.headerName ?? DEFAULT_HEADER_NAME;
   if (!HEADER_NAME.test(headerName)) {

@@ -17,6 +17,13 @@ export const DEFAULT_HEADER_NAME = 'Idempotency-Key';
 export const DEFAULT_LEASE_MS = 5_000;
 
 /**
+ * The 409's `Retry-After`, in seconds: a duplicate comes back soon, since most requests end
+ * within a second or two (and its retry then replays the answer); the lease left, the old
+ * rule, sent a duplicate of a 2 s request away for as long as the lease ran.
+ */
+export const DEFAULT_CONFLICT_RETRY_AFTER_SECONDS = 1;
+
+/**
  * On: the short default lease is safe only while a live worker renews it. Turn it off only
  * with a lease longer than the slowest execution, external calls included.
  */

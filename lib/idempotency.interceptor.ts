@@ -165,7 +165,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
     // A claim or takeover that lands after the request is gone (an outer timeout answered
     // while it was in flight) is given back at once: nobody will run the handler for it.
-    const orphaned = (claim: ActiveClaim, taken: 'claimed' | 'takenOver') => {
+    const orphaned = (claim: ActiveClaim, taken: 'claimed' | 'takenOver' | 'resumed') => {
       publish(taken, event);
       store.release(claim, true).then(
         () => publish('released', () => ({ ...event(), reason: 'before_handler' })),
@@ -181,7 +181,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           publish('claimed', event);
           return execute(outcome.claim);
         }
-        const decision = decide(outcome.existing, fingerprint);
+        const decision = decide(outcome.existing, fingerprint, route.conflictRetryAfterSeconds);
         switch (decision.kind) {
           case 'replay':
             if (outcome.existing.state === 'done') {
@@ -209,7 +209,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
             return whileSubscribed(
               store.takeOver(scope, decision.fence, route.leaseMs),
               (claim) => {
-                if (claim) orphaned(claim, 'takenOver');
+                if (claim) orphaned(claim, decision.resumes ? 'resumed' : 'takenOver');
               },
             ).pipe(
               mergeMap((claim) => {
@@ -218,7 +218,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
                   publish('conflict', event);
                   throw new IdempotencyKeyInProgressError(1);
                 }
-                publish('takenOver', event);
+                publish(decision.resumes ? 'resumed' : 'takenOver', event);
                 return execute(claim);
               }),
             );

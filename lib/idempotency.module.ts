@@ -27,6 +27,7 @@ import { openApiDocumenterProvider } from './openapi/openapi-documenter.js';
 import { IdempotencyMetrics } from './events/idempotency-metrics.js';
 import { IdempotencyDebugLog } from './events/idempotency-debug-log.js';
 import { IdempotentMessageInterceptor } from './messages/idempotent-message.interceptor.js';
+import { MessageAckCheck } from './messages/message-ack.check.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_IDEMPOTENCY_OPTIONS,
@@ -71,6 +72,7 @@ const defaultClaimStoreProvider: Provider = {
   imports: [DiscoveryModule],
   providers: [
     IdempotentRoutesCheck,
+    MessageAckCheck,
     openApiDocumenterProvider,
     IdempotencyMetrics,
     IdempotencyDebugLog,

@@ -31,11 +31,13 @@ export { derivedKey } from './phases.js';
 export { ProcessedMessages, type DeliveryOutcome } from './processed-messages.service.js';
 export { IdempotencyPurger } from './idempotency-purger.service.js';
 export type {
+  IdempotencyModuleBaseOptions,
   IdempotencyModuleOptions,
   IdempotencyRouteOptions,
   IdempotencyRequest,
   PoolerMode,
   TenantId,
+  TenantScope,
 } from './idempotency-options.interface.js';
 export { type IdempotencyKeySource } from './key-source.js';
 export { InvalidIdempotencyOptionsError } from './idempotency-options.js';

@@ -1,7 +1,7 @@
 import { ConsoleLogger, type INestApplication, Logger } from '@nestjs/common';
 import { Client } from 'pg';
 import request from 'supertest';
-import { type IdempotencyModuleOptions } from '../lib/index.js';
+import { type IdempotencyModuleBaseOptions } from '../lib/index.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { startPgBouncer, type TestPgBouncer } from './support/pgbouncer.js';
 import { ADAPTERS, createTestApp, SIDE_EFFECTS_DDL } from './support/test-app.js';
@@ -16,7 +16,7 @@ const PROBLEM = /^application\/problem\+json/;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** The module's options behind a transaction pooler. */
-const BEHIND_POOLER: IdempotencyModuleOptions = {
+const BEHIND_POOLER: IdempotencyModuleBaseOptions = {
   leaseMs: 1500,
   // The takeover case needs a live worker whose lease runs out.
   heartbeat: false,

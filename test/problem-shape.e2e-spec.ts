@@ -13,7 +13,7 @@ import {
   IDEMPOTENCY_MIGRATIONS,
   IdempotencyErrorFilter,
   IdempotencyModule,
-  type IdempotencyModuleOptions,
+  type IdempotencyModuleBaseOptions,
   Idempotent,
   type Problem,
   RetryLaterError,
@@ -311,7 +311,7 @@ describe.each(ADAPTERS)('the library’s answers in the app’s own shape on %s'
 async function createShapeApp(
   databaseUrl: string,
   adapter: AdapterName,
-  idempotency: Partial<IdempotencyModuleOptions>,
+  idempotency: IdempotencyModuleBaseOptions,
 ): Promise<INestApplication> {
   @Module({
     imports: [

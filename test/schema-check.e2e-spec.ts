@@ -18,7 +18,7 @@ import { DataSource, type MigrationInterface } from 'typeorm';
 import {
   IDEMPOTENCY_MIGRATIONS,
   IdempotencyModule,
-  type IdempotencyModuleOptions,
+  type IdempotencyModuleBaseOptions,
   Idempotent,
   PartitionIdempotencyKeys1764461600000,
 } from '../lib/index.js';
@@ -86,7 +86,7 @@ const BEFORE_CHECK = 'BEFORE_SCHEMA_CHECK';
 
 function appModule(
   url: string,
-  idempotency: Partial<IdempotencyModuleOptions> = {},
+  idempotency: IdempotencyModuleBaseOptions = {},
   beforeCheck?: () => Promise<void>,
 ): DynamicModule {
   @Injectable()
@@ -110,7 +110,7 @@ function appModule(
 async function startApp(
   url: string,
   adapter: AdapterName,
-  idempotency: Partial<IdempotencyModuleOptions> = {},
+  idempotency: IdempotencyModuleBaseOptions = {},
   beforeCheck?: () => Promise<void>,
 ): Promise<INestApplication> {
   const { module } = appModule(url, idempotency, beforeCheck);
@@ -120,7 +120,7 @@ async function startApp(
 /** The error that stopped the app's start, or undefined when it started (and is closed). */
 async function startFailure(
   url: string,
-  idempotency: Partial<IdempotencyModuleOptions> = {},
+  idempotency: IdempotencyModuleBaseOptions = {},
 ): Promise<unknown> {
   try {
     const app = await startApp(url, 'express', idempotency);

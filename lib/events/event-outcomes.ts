@@ -6,6 +6,7 @@ type ChannelName = keyof typeof IDEMPOTENCY_CHANNELS;
 export const REQUEST_OUTCOMES = {
   claimed: 'claimed',
   takenOver: 'taken_over',
+  resumed: 'resumed',
   stored: 'stored',
   replayed: 'replayed',
   conflict: 'conflict',

@@ -9,8 +9,13 @@ import { channel, type Channel } from 'node:diagnostics_channel';
 export const IDEMPOTENCY_CHANNELS = {
   /** A new key: this request runs the handler. */
   claimed: 'idempotency:claimed',
-  /** An expired lease taken over: this request resumes a crashed one. */
+  /** An expired lease taken over: its worker stopped renewing it (a crash); this request resumes its work. */
   takenOver: 'idempotency:taken-over',
+  /**
+   * A key given back without an answer (the handler threw `RetryLaterError`, a transient
+   * database failure) taken up by its retry, which resumes it: no worker was lost.
+   */
+  resumed: 'idempotency:resumed',
   /** The handler's answer committed with its effects and stored (`status`). */
   stored: 'idempotency:stored',
   /** A stored answer of status 500 or more. */

@@ -23,8 +23,10 @@ export interface IdempotentMessageOptions {
   maxAttempts?: number;
   /**
    * RabbitMQ with `noAck: false`: the library acknowledges each delivery after its transaction
-   * commits, requeues it after a failure, and rejects it once given up. Leave it off when the
-   * consumer acknowledges on its own or runs with `noAck: true`.
+   * commits, requeues it after a failure, and rejects it once given up. A RabbitMQ transport
+   * with `noAck: true` (Nest's default) acknowledges every delivery as it is sent: `ack: true`
+   * there is refused at start-up. On transports without acknowledgements (core NATS, TCP,
+   * Redis) it does nothing. Leave it off when the consumer acknowledges on its own.
    * @default false
    */
   ack?: boolean;

@@ -212,6 +212,8 @@ function toExistingKey(row: ClaimRow): ExistingKey {
     fingerprint,
     leaseExpired: row.lease_expired ?? true,
     leaseSecondsLeft: row.lease_seconds_left ?? 0,
+    // No lease at all: RELEASE ended it (a lease that ran out still has its end).
+    released: row.lease_seconds_left === null,
     fence: { lockVersion: row.lock_version, claimId: row.claim_id },
   };
 }

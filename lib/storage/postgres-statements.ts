@@ -74,17 +74,19 @@ WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND st
  * crashed worker already sent to an external system, and deleting it would give the next
  * claim a new `claim_id`, so the external system would see a new key and run the call twice.
  * Otherwise the row, its claim id and its completed phases stay, and only the lease ends, so
- * the next request takes the key over and resumes. The two statements' conditions exclude
- * each other.
+ * the next request takes the key over and resumes. The lease ends as NULL, not as a time:
+ * every condition reads NULL as expired, and it tells a key its owner gave back (its retry
+ * resumes it) from a lease that ran out (its worker stopped: a takeover). The two
+ * statements' conditions exclude each other.
  */
 export const RELEASE = {
-  name: 'idempotency_release_v4',
+  name: 'idempotency_release_v5',
   text: `WITH deleted AS (
   DELETE FROM idempotency_keys
   WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'
     AND $5::boolean AND recovery_point = 'start' AND lock_version = 0
 )
-UPDATE idempotency_keys SET locked_until = clock_timestamp()
+UPDATE idempotency_keys SET locked_until = NULL
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'
   AND NOT ($5::boolean AND recovery_point = 'start' AND lock_version = 0)`,
 };

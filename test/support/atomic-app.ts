@@ -14,7 +14,7 @@ import { Column, type DataSource, Entity, PrimaryGeneratedColumn, type Repositor
 import {
   IDEMPOTENCY_MIGRATIONS,
   IdempotencyModule,
-  type IdempotencyModuleOptions,
+  type IdempotencyModuleBaseOptions,
   Idempotent,
   IdempotentTransaction,
   PhaseRunner,
@@ -235,7 +235,7 @@ class LedgerController {
 export async function createAtomicApp(options: {
   databaseUrl: string;
   adapter: AdapterName;
-  idempotency?: IdempotencyModuleOptions;
+  idempotency?: IdempotencyModuleBaseOptions;
   poolSize?: number;
   /** More of the app: modules, controllers and providers a test adds (nestjs-cls, say). */
   extra?: { imports?: DynamicModule[]; controllers?: Type[]; providers?: Type[] };

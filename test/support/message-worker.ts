@@ -7,8 +7,11 @@
  * MAX_ATTEMPTS, KILL_BEFORE_ACK=1 to SIGKILL itself at its first acknowledgement: after
  * the delivery's transaction committed, before the broker hears of it, and SETTLEMENTS=1 to
  * print each delivery's settlement with RabbitMQ (`settled <account> ack|requeue|reject`), so
- * that a test counts deliveries as the broker saw them. MIGRATE=0 runs no migrations (a
- * consumer whose migrations were forgotten).
+ * that a test counts deliveries as the broker saw them. ACK=1 or 0 sets `@IdempotentMessage()`'s
+ * `ack` (by default on for RabbitMQ only); RMQ_NO_ACK=true, false or default (the option left
+ * out: Nest's default, true) sets the RabbitMQ transport's `noAck` (by default false); HYBRID=1
+ * starts it as an HTTP app with the transport connected (`connectMicroservice()`). MIGRATE=0
+ * runs no migrations (a consumer whose migrations were forgotten).
  *
  * Two handlers: `settlement.created` takes the transport's message id, `settlement.keyed` the
  * payload's `id` (the decorator's `messageId` option).
@@ -56,6 +59,12 @@ if (env.KILL_BEFORE_ACK === '1' || env.SETTLEMENTS === '1') {
   }
 }
 
+const ack = env.ACK === undefined ? env.TRANSPORT === 'rmq' : env.ACK === '1';
+const noAck =
+  env.RMQ_NO_ACK === 'default'
+    ? {}
+    : { noAck: env.RMQ_NO_ACK === undefined ? false : env.RMQ_NO_ACK === 'true' };
+
 interface Settlement {
   account: string;
   amount: number;
@@ -74,7 +83,7 @@ class SettlementsController {
   constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
 
   @EventPattern('settlement.created')
-  @IdempotentMessage({ ack: env.TRANSPORT === 'rmq', maxAttempts: Number(env.MAX_ATTEMPTS ?? 5) })
+  @IdempotentMessage({ ack, maxAttempts: Number(env.MAX_ATTEMPTS ?? 5) })
   async settle(@Payload() settlement: Settlement) {
     await this.dataSource.query(
       'INSERT INTO settlements (account, amount, worker) VALUES ($1, $2, $3)',
@@ -91,7 +100,7 @@ class SettlementsController {
 
   @EventPattern('settlement.keyed')
   @IdempotentMessage({
-    ack: env.TRANSPORT === 'rmq',
+    ack,
     maxAttempts: Number(env.MAX_ATTEMPTS ?? 5),
     messageId: (data) => (data as Settlement).id,
   })
@@ -126,7 +135,7 @@ const transport: MicroserviceOptions =
         options: {
           urls: ['amqp://guest:guest@127.0.0.1:5672'],
           queue: env.QUEUE,
-          noAck: false,
+          ...noAck,
           prefetchCount: 4,
           queueOptions: {
             durable: false,
@@ -138,10 +147,21 @@ const transport: MicroserviceOptions =
         },
       };
 
-const app = await NestFactory.createMicroservice<MicroserviceOptions>(WorkerModule, {
-  ...transport,
-  logger: env.TEST_LOGS ? undefined : ['error', 'warn'],
-});
-await app.listen();
-console.log('listening on 0');
-process.on('SIGTERM', () => void app.close().then(() => process.exit(0)));
+const logger = env.TEST_LOGS ? undefined : (['error', 'warn'] as const);
+if (env.HYBRID === '1') {
+  // An HTTP app with the transport connected, started as Nest's docs show.
+  const app = await NestFactory.create(WorkerModule, { logger: logger && [...logger] });
+  app.connectMicroservice<MicroserviceOptions>(transport);
+  await app.startAllMicroservices();
+  await app.listen(0, '127.0.0.1');
+  console.log('listening on 0');
+  process.on('SIGTERM', () => void app.close().then(() => process.exit(0)));
+} else {
+  const app = await NestFactory.createMicroservice<MicroserviceOptions>(WorkerModule, {
+    ...transport,
+    logger: logger && [...logger],
+  });
+  await app.listen();
+  console.log('listening on 0');
+  process.on('SIGTERM', () => void app.close().then(() => process.exit(0)));
+}

@@ -2,7 +2,7 @@ import { type INestApplication } from '@nestjs/common';
 import { Client } from 'pg';
 import { type AdapterName, createTestApp, SIDE_EFFECTS_DDL } from './test-app.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
-import { type IdempotencyModuleOptions } from '../../lib/index.js';
+import { type IdempotencyModuleBaseOptions } from '../../lib/index.js';
 
 /** One test file's world: its own database, the test app on it, and a client to count rows. */
 export interface Scenario {
@@ -17,7 +17,7 @@ export interface Scenario {
 export async function startScenario(
   label: string,
   adapter: AdapterName,
-  idempotency?: IdempotencyModuleOptions,
+  idempotency?: IdempotencyModuleBaseOptions,
 ): Promise<Scenario> {
   const database = await createTestDatabase(`${label}_${adapter}`);
   const db = new Client({ connectionString: database.url });

@@ -19,7 +19,7 @@ import { Column, DataSource, Entity, type EntityManager, PrimaryGeneratedColumn 
 import {
   IDEMPOTENCY_MIGRATIONS,
   IdempotencyModule,
-  type IdempotencyModuleOptions,
+  type IdempotencyModuleBaseOptions,
   Idempotent,
   IdempotentTransaction,
   RetryLaterError,
@@ -417,7 +417,7 @@ class RefusalFilter extends BaseExceptionFilter {
 export async function createSeamApp(options: {
   databaseUrl: string;
   adapter: AdapterName;
-  idempotency?: IdempotencyModuleOptions;
+  idempotency?: IdempotencyModuleBaseOptions;
   extra?: { imports?: DynamicModule[]; controllers?: Type[]; providers?: Type[] };
 }): Promise<INestApplication> {
   @Module({

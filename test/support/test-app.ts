@@ -22,7 +22,7 @@ import { type DataSource, type MigrationInterface } from 'typeorm';
 import {
   IDEMPOTENCY_MIGRATIONS,
   IdempotencyModule,
-  type IdempotencyModuleOptions,
+  type IdempotencyModuleBaseOptions,
   Idempotent,
 } from '../../lib/index.js';
 
@@ -185,7 +185,7 @@ class OrdersModule {}
 export async function createTestApp(options: {
   databaseUrl: string;
   adapter: AdapterName;
-  idempotency?: IdempotencyModuleOptions;
+  idempotency?: IdempotencyModuleBaseOptions;
   connectTimeoutMS?: number;
   /** Run after the library's: the opt-in partitioned layout. */
   migrations?: (new () => MigrationInterface)[];

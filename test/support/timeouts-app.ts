@@ -3,7 +3,11 @@ import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { request as httpRequest } from 'node:http';
 import { type Pool, type PoolClient } from 'pg';
 import { type DataSource } from 'typeorm';
-import { IdempotencyModule, type IdempotencyModuleOptions, Idempotent } from '../../lib/index.js';
+import {
+  IdempotencyModule,
+  type IdempotencyModuleBaseOptions,
+  Idempotent,
+} from '../../lib/index.js';
 import { type AdapterName, bootstrapTestApp } from './bootstrap.js';
 
 /** The handler's side effect, and a row a test locks to make the handler wait. */
@@ -129,7 +133,7 @@ export async function createTimeoutsApp(options: {
   databaseUrl: string;
   adapter: AdapterName;
   pool?: { query_timeout?: number; connectionTimeoutMillis?: number; max?: number };
-  idempotency?: IdempotencyModuleOptions;
+  idempotency?: IdempotencyModuleBaseOptions;
 }): Promise<INestApplication> {
   @Module({
     imports: [
