@@ -4,9 +4,9 @@ import { REQUEST_OUTCOMES } from './event-outcomes.js';
 import { IDEMPOTENCY_CHANNELS } from './idempotency-events.js';
 
 /**
- * The outcomes the code emits, the lists that declare them, and the README's tables of events
+ * The outcomes the code emits, the lists that declare them, and the docs' tables of events
  * and metrics are one list: an outcome added to the code and not to the tables (or named in
- * the tables and never emitted) fails here, so that an alert written from the README fires
+ * the tables and never emitted) fails here, so that an alert written from the docs fires
  * on what it says.
  */
 const root = process.cwd();
@@ -31,13 +31,9 @@ function publishedChannels(): string[] {
   return [...names].sort();
 }
 
-/** The README's section on events and metrics. */
+/** The reference page of events and metrics. */
 function readmeSection(): string {
-  const readme = readFileSync(join(root, 'README.md'), 'utf8');
-  const start = readme.indexOf('## Events and metrics');
-  expect(start).toBeGreaterThanOrEqual(0);
-  const end = readme.indexOf('\n## ', start + 1);
-  return readme.slice(start, end < 0 ? undefined : end);
+  return readFileSync(join(root, 'docs', 'reference', 'events-and-metrics.md'), 'utf8');
 }
 
 describe('the outcomes the code emits', () => {
@@ -52,7 +48,7 @@ describe('the outcomes the code emits', () => {
   });
 });
 
-describe("the README's tables", () => {
+describe('the tables of docs/reference/events-and-metrics.md', () => {
   it('list every event channel, by its id and its name, and no other', () => {
     const rows = [...readmeSection().matchAll(/^\| `(idempotency:[\w-]+)` \(`(\w+)`\) \|/gm)];
     const documented = rows.map(([, id, name]) => `${name} ${id}`).sort();
