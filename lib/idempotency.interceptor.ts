@@ -10,13 +10,6 @@ import {
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { type ServerResponse } from 'node:http';
 import { catchError, mergeMap, Observable, of, throwError } from 'rxjs';
-import {
-  HEADERS_METADATA,
-  HTTP_CODE_METADATA,
-  RESPONSE_PASSTHROUGH_METADATA,
-  ROUTE_ARGS_METADATA,
-} from '@nestjs/common/constants.js';
-import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { decide } from './decide.js';
 import { InvalidJsonError } from './fingerprint/canonical-json.js';
 import { computeFingerprint, fingerprintInput } from './fingerprint/fingerprint.js';
@@ -27,7 +20,8 @@ import { answerProblem, PROBLEM_CONTENT_TYPE, problemResponse } from './http/pro
 import { pinContentType } from './http/pin-content-type.js';
 import { holdResponse, send } from './http/response-hold.js';
 import { whileSubscribed } from './http/while-subscribed.js';
-import { IDEMPOTENT_ROUTE_OPTIONS, REPLAYED_HEADER } from './idempotency.constants.js';
+import { defaultStatusOf, readRouteSettings, type RouteSettings } from './http/route-settings.js';
+import { REPLAYED_HEADER } from './idempotency.constants.js';
 import { type ActiveClaim, IdempotencyContext, idempotencyStorage } from './idempotency-context.js';
 import {
   IdempotencyError,
@@ -44,11 +38,9 @@ import {
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
 import {
   type IdempotencyRequest,
-  type IdempotencyRouteOptions,
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
 } from './idempotency-options.interface.js';
-import { InvalidIdempotencyOptionsError, resolveRouteOptions } from './idempotency-options.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
 import { keyRetentionMs, ReplayCache } from './replay-cache.js';
 import {
@@ -63,7 +55,6 @@ import { type StoredResponse } from './stored-response.js';
 import { normalizeTenantId } from './tenant-id.js';
 import { isTransactionAbortedError } from './storage/connection-errors.js';
 import { handleInTransaction } from './transaction/handle-in-transaction.js';
-import { claimStoreProblem } from './routes/route-problem.js';
 import { type IdempotencyEvent, publish } from './events/idempotency-events.js';
 
 /**
@@ -98,7 +89,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const response = http.getResponse<object>();
     const settings = this.routeSettings(context);
     const { route, httpCode, responseHandled, store } = settings;
-    const defaultStatus = httpCode ?? (request.method === 'POST' ? 201 : 200);
+    const defaultStatus = defaultStatusOf(httpCode, request.method);
 
     const given = route.key.read(request);
     const parsed =
@@ -659,31 +650,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const handler = context.getHandler();
     let settings = this.routes.get(handler);
     if (!settings) {
-      const own = this.reflector.get<IdempotencyRouteOptions | undefined>(
-        IDEMPOTENT_ROUTE_OPTIONS,
-        handler,
-      );
-      const route = resolveRouteOptions(own ?? {}, this.options.route);
-      const name = `${context.getClass().name}.${handler.name}`;
-      // The start-up check refuses what this would; it only guards a route the check could not
-      // see, with the check's own rule.
-      const problem = claimStoreProblem(`@Idempotent() on ${name}`, this.stores.forRoute(route));
-      if (problem) throw new InvalidIdempotencyOptionsError(problem);
-      const store = this.stores.get(route.claimStore)!;
-      settings = {
-        store,
-        route,
-        httpCode: this.reflector.get<number | undefined>(HTTP_CODE_METADATA, handler),
-        responseHandled: writesOwnResponse(context.getClass(), handler.name),
-        name,
-        headers: declaredHeaders(
-          route.storedHeaders,
-          this.reflector.get<{ name: string; value: string }[] | undefined>(
-            HEADERS_METADATA,
-            handler,
-          ),
-        ),
-      };
+      settings = readRouteSettings(context, this.reflector, this.options, this.stores);
       this.routes.set(handler, settings);
     }
     return settings;
@@ -700,41 +667,6 @@ function runInContext(context: IdempotencyContext, next: CallHandler): Observabl
       handleInTransaction(context.transaction, next, subscriber),
     ),
   );
-}
-
-interface RouteSettings {
-  route: ResolvedRouteOptions;
-  /** The route's claim store. */
-  store: ClaimStore;
-  httpCode: number | undefined;
-  /** `@Res()` or `@Next()` without passthrough: Nest leaves the response to the handler. */
-  responseHandled: boolean;
-  /** The route's `@Header()`s that a stored response keeps (its type, its `Location`). */
-  headers: Record<string, string>;
-  /** `Controller.handler`, as the events name the route. */
-  name: string;
-}
-
-/** The route's `@Header()`s that its stored response keeps. */
-function declaredHeaders(
-  kept: readonly string[],
-  declared: { name: string; value: string }[] = [],
-): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const { name, value } of declared) {
-    if (kept.includes(name.toLowerCase())) out[name.toLowerCase()] = value;
-  }
-  return out;
-}
-
-/** Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata. */
-function writesOwnResponse(controller: object, method: string): boolean {
-  const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, method) ?? {}) as object;
-  const takesResponse = Object.keys(args).some((key) => {
-    const type = Number(key.split(':')[0]);
-    return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
-  });
-  return takesResponse && !Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, method);
 }
 
 /** The event payload of an owned request: its route, tenant and key. */
