@@ -11,28 +11,22 @@ import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { type ServerResponse } from 'node:http';
 import { catchError, mergeMap, Observable, of, throwError } from 'rxjs';
 import { decide } from './decide.js';
-import { InvalidJsonError } from './fingerprint/canonical-json.js';
-import { computeFingerprint, fingerprintInput } from './fingerprint/fingerprint.js';
-import { UnreadBodyError } from './fingerprint/unseen-body.js';
 import { classifyCommitError, classifyHandlerError } from './failure.js';
 import { onStreamError, renderResult, resultStream } from './http/handler-result.js';
 import { answerProblem, PROBLEM_CONTENT_TYPE, problemResponse } from './http/problem.js';
 import { pinContentType } from './http/pin-content-type.js';
 import { holdResponse, send } from './http/response-hold.js';
 import { whileSubscribed } from './http/while-subscribed.js';
+import { readRequest } from './http/read-request.js';
 import { defaultStatusOf, readRouteSettings, type RouteSettings } from './http/route-settings.js';
 import { REPLAYED_HEADER } from './idempotency.constants.js';
 import { type ActiveClaim, IdempotencyContext, idempotencyStorage } from './idempotency-context.js';
 import {
   IdempotencyError,
   IdempotencyKeyInProgressError,
-  IdempotencyKeyInvalidError,
   IdempotencyKeyMismatchError,
-  IdempotencyKeyMissingError,
   IdempotencyLeaseLostError,
-  IdempotencyRequestInvalidError,
   IdempotencyResponseTooLargeError,
-  IdempotencyTenantInvalidError,
   RetryLaterError,
 } from './idempotency.errors.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
@@ -41,7 +35,6 @@ import {
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
 } from './idempotency-options.interface.js';
-import { parseIdempotencyKey } from './idempotency-key.js';
 import { keyRetentionMs, ReplayCache } from './replay-cache.js';
 import {
   type ClaimStore,
@@ -52,7 +45,6 @@ import { ClaimStores } from './storage/claim-stores.js';
 import { IdempotencyDatabase } from './storage/idempotency-database.js';
 import { type LazyTransaction } from './transaction/lazy-transaction.js';
 import { type StoredResponse } from './stored-response.js';
-import { normalizeTenantId } from './tenant-id.js';
 import { isTransactionAbortedError } from './storage/connection-errors.js';
 import { handleInTransaction } from './transaction/handle-in-transaction.js';
 import { type IdempotencyEvent, publish } from './events/idempotency-events.js';
@@ -91,43 +83,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const { route, httpCode, responseHandled, store } = settings;
     const defaultStatus = defaultStatusOf(httpCode, request.method);
 
-    const given = route.key.read(request);
-    const parsed =
-      typeof given === 'object' && !Array.isArray(given)
-        ? ({ kind: 'invalid', reason: given.invalid } as const)
-        : parseIdempotencyKey(given);
-    if (parsed.kind === 'missing') {
-      return route.required
-        ? this.fail(response, new IdempotencyKeyMissingError(route.key.where))
-        : this.runWithoutKey(defaultStatus, rawResponse(response), next);
+    const reading = readRequest(request, route, this.options.tenant, settings.name);
+    if (reading.kind === 'keyless')
+      return this.runWithoutKey(defaultStatus, rawResponse(response), next);
+    if (reading.kind === 'refused') {
+      if (reading.warning) this.logger.warn(reading.warning);
+      return this.fail(response, reading.error);
     }
-    if (parsed.kind === 'invalid') {
-      return this.fail(response, new IdempotencyKeyInvalidError(route.key.where, parsed.reason));
-    }
-    const resolved = this.options.tenant(request);
-    const tenantId = normalizeTenantId(resolved);
-    if (tenantId === undefined) {
-      return this.fail(response, new IdempotencyTenantInvalidError(resolved));
-    }
-    const scope: KeyScope = { tenantId, key: parsed.key };
-    let fingerprint: Buffer;
-    try {
-      fingerprint = computeFingerprint(fingerprintInput(request, route));
-    } catch (error) {
-      // A body the parser took but that is not one JSON value (duplicate keys, say).
-      if (error instanceof InvalidJsonError) {
-        return this.fail(response, new IdempotencyRequestInvalidError(error.message));
-      }
-      // A body no parser read: a type the app does not take, or an upload read too late.
-      if (error instanceof UnreadBodyError) {
-        this.logger.warn(
-          `${settings.name}: refused a request (400), ${error.message}, so the fingerprint ` +
-            `would leave its body out; if the route takes such bodies: ${error.advice}`,
-        );
-        return this.fail(response, new IdempotencyRequestInvalidError(error.message));
-      }
-      throw error;
-    }
+    const { scope, fingerprint } = reading;
     const raw = rawResponse(response);
     const execute = (claim: ActiveClaim) =>
       this.execute(claim, fingerprint, settings, defaultStatus, response, next);
