@@ -9,21 +9,20 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { type ServerResponse } from 'node:http';
-import { catchError, mergeMap, Observable, of, throwError } from 'rxjs';
-import { decide } from './decide.js';
+import { catchError, mergeMap, Observable, throwError } from 'rxjs';
 import { classifyCommitError, classifyHandlerError } from './failure.js';
 import { onStreamError, renderResult, resultStream } from './http/handler-result.js';
 import { answerProblem, PROBLEM_CONTENT_TYPE, problemResponse } from './http/problem.js';
 import { pinContentType } from './http/pin-content-type.js';
-import { holdResponse, send } from './http/response-hold.js';
-import { whileSubscribed } from './http/while-subscribed.js';
+import { holdResponse } from './http/response-hold.js';
+import { rawResponse } from './http/raw-response.js';
+import { replay } from './http/replay.js';
+import { claimOrDecide, onFoundKey } from './storage/claim-or-decide.js';
 import { readRequest } from './http/read-request.js';
 import { defaultStatusOf, readRouteSettings, type RouteSettings } from './http/route-settings.js';
-import { REPLAYED_HEADER } from './idempotency.constants.js';
 import { type ActiveClaim, IdempotencyContext, idempotencyStorage } from './idempotency-context.js';
 import {
   IdempotencyError,
-  IdempotencyKeyInProgressError,
   IdempotencyKeyMismatchError,
   IdempotencyLeaseLostError,
   IdempotencyResponseTooLargeError,
@@ -95,88 +94,31 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const execute = (claim: ActiveClaim) =>
       this.execute(claim, fingerprint, settings, defaultStatus, response, next);
 
-    // A retry of a key this process saw finish: decided and replayed without a query.
     const event = () => ({
       route: settings.name,
       tenant: scope.tenantId,
       key: scope.key,
       durationMs: performance.now() - began,
     });
+    const answer = (stored: StoredResponse, fromMemory: boolean) => {
+      publish('replayed', () => ({ ...event(), status: stored.status, fromMemory }));
+      return replay(raw, stored, responseHandled);
+    };
+    // A retry of a key this process saw finish: decided and replayed without a query.
     const cached = this.cache.get(scope.tenantId, scope.key, performance.now());
     if (cached) {
-      const decision = decide({ state: 'done', ...cached }, fingerprint);
-      if (decision.kind === 'replay') {
-        publish('replayed', () => ({
-          ...event(),
-          status: decision.response.status,
-          fromMemory: true,
-        }));
-        return this.replay(raw, decision.response, responseHandled);
-      }
+      const found = onFoundKey({ state: 'done', ...cached }, fingerprint);
+      if (found.kind === 'replay') return answer(found.response, true);
       publish('mismatch', event);
       return this.fail(response, new IdempotencyKeyMismatchError());
     }
-
-    // A claim or takeover that lands after the request is gone (an outer timeout answered
-    // while it was in flight) is given back at once: nobody will run the handler for it.
-    const orphaned = (claim: ActiveClaim, taken: 'claimed' | 'takenOver') => {
-      publish(taken, event);
-      store.release(claim, true).then(
-        () => publish('released', () => ({ ...event(), reason: 'before_handler' })),
-        (error: unknown) =>
-          this.logger.warn(`could not give back the late claim of ${claim.key}: ${String(error)}`),
-      );
-    };
-    return whileSubscribed(store.claim(scope, fingerprint, route.leaseMs), (outcome) => {
-      if (outcome.kind === 'claimed') orphaned(outcome.claim, 'claimed');
-    }).pipe(
-      mergeMap((outcome) => {
-        if (outcome.kind === 'claimed') {
-          publish('claimed', event);
-          return execute(outcome.claim);
+    return claimOrDecide(store, scope, fingerprint, route.leaseMs, event, this.logger).pipe(
+      mergeMap((claimed) => {
+        if (claimed.kind === 'owned') return execute(claimed.claim);
+        if (claimed.finishedAgeMs !== undefined) {
+          this.remember(scope, fingerprint, claimed.response, store, claimed.finishedAgeMs);
         }
-        const decision = decide(outcome.existing, fingerprint);
-        switch (decision.kind) {
-          case 'replay':
-            if (outcome.existing.state === 'done') {
-              this.remember(
-                scope,
-                fingerprint,
-                decision.response,
-                store,
-                outcome.existing.finishedAgeMs ?? Infinity,
-              );
-            }
-            publish('replayed', () => ({
-              ...event(),
-              status: decision.response.status,
-              fromMemory: false,
-            }));
-            return this.replay(raw, decision.response, responseHandled);
-          case 'mismatch':
-            publish('mismatch', event);
-            throw new IdempotencyKeyMismatchError();
-          case 'in-progress':
-            publish('conflict', event);
-            throw new IdempotencyKeyInProgressError(decision.retryAfterSeconds);
-          case 'take-over':
-            return whileSubscribed(
-              store.takeOver(scope, decision.fence, route.leaseMs),
-              (claim) => {
-                if (claim) orphaned(claim, 'takenOver');
-              },
-            ).pipe(
-              mergeMap((claim) => {
-                // Another worker won the same expired lease a moment before us.
-                if (!claim) {
-                  publish('conflict', event);
-                  throw new IdempotencyKeyInProgressError(1);
-                }
-                publish('takenOver', event);
-                return execute(claim);
-              }),
-            );
-        }
+        return answer(claimed.response, false);
       }),
       catchError((error: unknown) =>
         error instanceof IdempotencyError ? this.fail(response, error) : throwError(() => error),
@@ -553,28 +495,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
     });
   }
 
-  /**
-   * The adapter sends an empty body; the hold puts the stored response in its place. On a
-   * route that writes its own response (`@Res()`), Nest sends nothing: it is written here.
-   */
-  private replay(raw: ServerResponse, stored: StoredResponse, responseHandled: boolean) {
-    const replayed: StoredResponse = {
-      status: stored.status,
-      headers: { ...stored.headers, [REPLAYED_HEADER.toLowerCase()]: 'true' },
-      body: stored.body,
-    };
-    if (responseHandled) {
-      send(raw, replayed, true);
-    } else {
-      holdResponse(
-        raw,
-        async () => replayed,
-        () => replayed,
-      );
-    }
-    return of(undefined);
-  }
-
   private fail(response: object, error: IdempotencyError): Observable<never> {
     return throwError(() => this.toHttp(response, error));
   }
@@ -639,8 +559,3 @@ function eventOf(context: IdempotencyContext): IdempotencyEvent {
 
 const STREAM_FAILED =
   'The response stream failed before it was complete; nothing was stored. Retry with the same key.';
-
-/** Node's response under either adapter: Express's is one, Fastify's reply wraps it. */
-function rawResponse(response: object): ServerResponse {
-  return ((response as { raw?: ServerResponse }).raw ?? response) as ServerResponse;
-}
