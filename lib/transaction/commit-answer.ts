@@ -11,6 +11,7 @@ import { isTransactional } from '../storage/claim-store.interface.js';
 import { type StoredResponse } from '../stored-response.js';
 import { type LazyTransaction } from './lazy-transaction.js';
 import { eventOf, type OwnerTools, releaseQuietly } from './owner-tools.js';
+import { storePlan } from './store-plan.js';
 
 /**
  * Commits the request's transaction with `answer` as the stored response; returns what goes
@@ -26,7 +27,8 @@ export async function commitAnswer(
 ): Promise<StoredResponse> {
   const claim = context.claim!;
   const transaction = context.transaction!;
-  if (!tools.options.storeIf(answer.status)) {
+  const plan = storePlan(answer.status, handlerFailed, tools.options.storeIf);
+  if (plan === 'not-stored') {
     // Not to be stored (storeIf): nothing of the request stays either; a retry runs it.
     await transaction.rollback();
     await releaseQuietly(tools, context, false);
@@ -35,8 +37,8 @@ export async function commitAnswer(
   }
   const began = performance.now();
   try {
-    if (handlerFailed) await transaction.rollback();
-    const stored = await finish(context, answer, handlerFailed ? undefined : transaction);
+    if (plan === 'alone') await transaction.rollback();
+    const stored = await finish(context, answer, plan === 'alone' ? undefined : transaction);
     if (!stored) {
       publish('leaseLost', () => eventOf(context));
       return tools.problem(new IdempotencyLeaseLostError());

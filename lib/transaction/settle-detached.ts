@@ -4,6 +4,7 @@ import { type RouteSettings } from '../http/route-settings.js';
 import { type IdempotencyContext } from '../idempotency-context.js';
 import { finish, tooLarge } from './commit-answer.js';
 import { eventOf, type OwnerTools, releaseQuietly } from './owner-tools.js';
+import { lateAnswerStorable, storePlan } from './store-plan.js';
 
 /**
  * The handler settled after an outer interceptor had answered for it: its own answer is
@@ -24,7 +25,12 @@ export async function settleDetached(
     // carried is not known here, so it is no answer to store, and the retry runs again.
     const stream = 'value' in outcome ? resultStream(outcome.value) : undefined;
     stream?.destroy();
-    if ('error' in outcome || settings.responseHandled || stream) {
+    const storable = lateAnswerStorable({
+      failed: 'error' in outcome,
+      responseHandled: settings.responseHandled,
+      stream: stream !== undefined,
+    });
+    if (!storable || !('value' in outcome)) {
       await transaction.rollback();
       await releaseQuietly(tools, context, false);
       return;
@@ -35,13 +41,14 @@ export async function settleDetached(
     const overflow = rendered.body.length > settings.route.maxResponseBytes;
     if (overflow) await transaction.rollback();
     const answer = overflow ? tooLarge(tools, settings.route) : rendered;
-    if (!tools.options.storeIf(answer.status)) {
+    const plan = storePlan(answer.status, overflow, tools.options.storeIf);
+    if (plan === 'not-stored') {
       await transaction.rollback();
       await releaseQuietly(tools, context, false);
       publish('released', () => ({ ...eventOf(context), reason: 'store_if' }));
       return;
     }
-    if (await finish(context, answer, overflow ? undefined : transaction)) {
+    if (await finish(context, answer, plan === 'alone' ? undefined : transaction)) {
       tools.remember(claim, fingerprint, answer, context.claimStore!, 0);
       publish('stored', () => ({ ...eventOf(context), status: answer.status }));
     } else {
