@@ -8,11 +8,11 @@ import { commitAnswer, giveBackBrokenStream, tooLarge } from '../transaction/com
 import { onHandlerError } from '../transaction/handler-failure.js';
 import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-tools.js';
 import { runInContext } from '../transaction/run-in-context.js';
-import { settleDetached } from '../transaction/settle-detached.js';
 import { onStreamError, resultStream } from './handler-result.js';
 import { rawResponse } from './raw-response.js';
 import { holdResponse } from './response-hold.js';
 import { type RouteSettings } from './route-settings.js';
+import { settleDetached } from './settle-detached.js';
 
 /**
  * Runs the handler as the key's owner, in the request's transaction (opened by its first

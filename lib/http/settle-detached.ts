@@ -1,10 +1,10 @@
 import { publish } from '../events/idempotency-events.js';
-import { renderResult, resultStream } from '../http/handler-result.js';
-import { type RouteSettings } from '../http/route-settings.js';
 import { type IdempotencyContext } from '../idempotency-context.js';
-import { finish, tooLarge } from './commit-answer.js';
-import { eventOf, type OwnerTools, releaseQuietly } from './owner-tools.js';
-import { lateAnswerStorable, storePlan } from './store-plan.js';
+import { finish, tooLarge } from '../transaction/commit-answer.js';
+import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-tools.js';
+import { lateAnswerStorable, storePlan } from '../transaction/store-plan.js';
+import { renderResult, resultStream } from './handler-result.js';
+import { type RouteSettings } from './route-settings.js';
 
 /**
  * The handler settled after an outer interceptor had answered for it: its own answer is
