@@ -10,7 +10,7 @@ import {
   TransientDatabaseError,
 } from './idempotency.errors.js';
 import { asDatabaseFailure, DatabaseDeadlineError } from './storage/connection-errors.js';
-import { TransactionAbortedError } from './transaction/lazy-transaction.js';
+import { TransactionAbortedError } from './transaction/seam-errors.js';
 
 /** PostgreSQL's own answer, as node-postgres' parser builds it. */
 const pgError = (code: string, message = `pg ${code}`) =>

@@ -10,7 +10,7 @@ import {
 } from './idempotency.errors.js';
 import { isConnectionError, isTransientError } from './storage/connection-errors.js';
 import { misconfigured } from './storage/pooler-misfit.js';
-import { TransactionAbortedError } from './transaction/lazy-transaction.js';
+import { TransactionAbortedError } from './transaction/seam-errors.js';
 
 /**
  * What a failure after the handler started means for its key. Every failure has one outcome:

@@ -1,4 +1,7 @@
 import { RequestMethod } from '@nestjs/common';
+import { type RouteClaimStore } from '../storage/route-claim-store.js';
+
+export { type RouteClaimStore } from '../storage/route-claim-store.js';
 
 /** What the start-up check reads of a method that carries `@Idempotent()`. */
 export interface DecoratedMethod {
@@ -18,18 +21,6 @@ export interface DecoratedMethod {
   resolverHandler: boolean;
   /** Its claim store and whether it can serve the route (left out: not checked). */
   claimStore?: RouteClaimStore;
-}
-
-/** What the check knows of a route's claim store. */
-export interface RouteClaimStore {
-  /** The name the route (or the module) gave. */
-  name: string;
-  /** Every store name the module knows, for the message. */
-  known: readonly string[];
-  /** Whether the store commits in the app's transaction; undefined when it is unknown. */
-  transactional?: boolean;
-  /** The route's resolved `atomic`. */
-  atomic: boolean;
 }
 
 const SAFE_METHODS = new Map<RequestMethod, string>([

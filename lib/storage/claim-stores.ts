@@ -4,7 +4,7 @@ import {
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
 } from '../idempotency-options.interface.js';
-import { type RouteClaimStore } from '../routes/route-problem.js';
+import { type RouteClaimStore } from './route-claim-store.js';
 import { POSTGRES_CLAIM_STORE } from '../idempotency-options.js';
 import { type ClaimStore } from './claim-store.interface.js';
 import { IdempotencyDatabase } from './idempotency-database.js';

@@ -15,9 +15,15 @@ import {
   isIsolationLevel,
   type IsolationLevel,
 } from './isolation-level.js';
-import { IsolationLevelRefusedError, TransactionControlRefusedError } from './seam-errors.js';
+import {
+  IsolationLevelRefusedError,
+  TransactionAbortedError,
+  TransactionControlRefusedError,
+} from './seam-errors.js';
 import { isPlainRead, transactionControlOf } from './sql-text.js';
 import { type JoinableTransaction, ownQueryRunner } from './transaction-scope.js';
+
+export { TransactionAbortedError } from './seam-errors.js';
 
 /** A statement of the library's own, run last in a transaction: it must touch one row. */
 export interface FencedStatement {
@@ -40,18 +46,6 @@ export class TransactionEndedError extends Error {
             'answering, or start work that is not the request’s with IdempotentTransaction.outside().',
     );
     this.name = 'TransactionEndedError';
-  }
-}
-
-/**
- * The transaction could not commit because one of its statements had failed before (SQLSTATE
- * 25P02): the handler caught that error and went on, but PostgreSQL had already aborted
- * everything. `cause` is the statement's own error.
- */
-export class TransactionAbortedError extends Error {
-  constructor(override readonly cause: unknown) {
-    super(`the transaction was aborted by an earlier failed statement: ${String(cause)}`);
-    this.name = 'TransactionAbortedError';
   }
 }
 

@@ -30,3 +30,15 @@ export class IsolationLevelRefusedError extends Error {
     this.name = 'IsolationLevelRefusedError';
   }
 }
+
+/**
+ * The transaction could not commit because one of its statements had failed before (SQLSTATE
+ * 25P02): the handler caught that error and went on, but PostgreSQL had already aborted
+ * everything. `cause` is the statement's own error.
+ */
+export class TransactionAbortedError extends Error {
+  constructor(override readonly cause: unknown) {
+    super(`the transaction was aborted by an earlier failed statement: ${String(cause)}`);
+    this.name = 'TransactionAbortedError';
+  }
+}

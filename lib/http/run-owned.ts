@@ -1,0 +1,144 @@
+import { type CallHandler } from '@nestjs/common';
+import { Observable } from 'rxjs';
+import { publish } from '../events/idempotency-events.js';
+import { classifyCommitError } from '../failure.js';
+import { IdempotencyContext, type ActiveClaim } from '../idempotency-context.js';
+import { type IdempotencyDatabase } from '../storage/idempotency-database.js';
+import { commitAnswer, giveBackBrokenStream, tooLarge } from '../transaction/commit-answer.js';
+import { onHandlerError } from '../transaction/handler-failure.js';
+import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-tools.js';
+import { runInContext } from '../transaction/run-in-context.js';
+import { onStreamError, resultStream } from './handler-result.js';
+import { rawResponse } from './raw-response.js';
+import { holdResponse } from './response-hold.js';
+import { type RouteSettings } from './route-settings.js';
+import { settleDetached } from './settle-detached.js';
+
+/**
+ * Runs the handler as the key's owner, in the request's transaction (opened by its first
+ * write). The response the adapter writes is held until the transaction commits it with the
+ * handler's effects (fenced by the claim), so a client never receives an answer that a retry
+ * could not replay, and a retry after any failure finds either nothing done or all of it.
+ */
+export function runOwned(
+  tools: OwnerTools,
+  database: IdempotencyDatabase,
+  claim: ActiveClaim,
+  fingerprint: Buffer,
+  settings: RouteSettings,
+  defaultStatus: number,
+  response: object,
+  next: CallHandler,
+): Observable<unknown> {
+  const { route } = settings;
+  const raw = rawResponse(response);
+  const transaction = database.transaction(false);
+  transaction.isolationLevel = route.isolationLevel;
+  const context = new IdempotencyContext(
+    claim,
+    defaultStatus,
+    transaction,
+    route.atomic,
+    settings.store,
+  );
+  context.route = settings.name;
+  /** The handler's own error: the filters write its answer, stored without its effects. */
+  let handlerError = false;
+  /** Set when the request is torn down before its handler started: the key is given back. */
+  let givingBack: Promise<void> | undefined;
+  /**
+   * Set when the stream the handler returned failed midway: the adapter then ends the
+   * response with the chunks it had plus an error of its own, which is no answer to store.
+   */
+  let streamFailure: { error: unknown } | undefined;
+  const letThrough = holdResponse(
+    raw,
+    async (written) => {
+      if (givingBack) {
+        // Not the handler's answer: not stored, and sent once the key is free again.
+        await givingBack;
+        return undefined;
+      }
+      if (streamFailure) return giveBackBrokenStream(tools, context, streamFailure.error);
+      const answer = handlerError ? written : (context.finished ?? written);
+      // finish()'s own answer is measured too: it is what would be stored.
+      if (answer.body.length > route.maxResponseBytes) {
+        return commitAnswer(tools, context, fingerprint, tooLarge(tools, route), true);
+      }
+      const stored = await commitAnswer(tools, context, fingerprint, answer, handlerError);
+      return stored === written ? undefined : stored;
+    },
+    // Only a bug in the commit path gets here: nothing is stored, the lease runs out.
+    (error) => tools.problem(classifyCommitError(error)),
+    {
+      maxBytes: route.maxResponseBytes,
+      // Too large to store: the handler's effects roll back, and the 500 is its final
+      // answer (a retry would only grow the same response again, and on a route that is not
+      // atomic repeat its writes).
+      // A stream that failed past the limit changes nothing: whole, it was too large too.
+      onOverflow: () => commitAnswer(tools, context, fingerprint, tooLarge(tools, route), true),
+    },
+    route.storedHeaders,
+  );
+  const stopHeartbeat = route.heartbeat
+    ? tools.renewals.heartbeat(settings.store, claim)
+    : undefined;
+
+  return new Observable<unknown>((subscriber) => {
+    let settled = false;
+    let detached = false;
+    let result: unknown;
+    const settle = () => {
+      settled = true;
+      stopHeartbeat?.();
+    };
+    const inner = runInContext(context, next).subscribe({
+      next: (value) => {
+        result = value;
+        const stream = resultStream(value);
+        // Watched before the adapter gets it, so the failure is known when it ends the reply.
+        if (stream) onStreamError(stream, (error) => (streamFailure = { error }));
+        if (!detached) subscriber.next(value);
+      },
+      error: (error: unknown) => {
+        settle();
+        if (detached) {
+          void settleDetached(tools, context, fingerprint, settings, { error });
+          return;
+        }
+        onHandlerError(tools, context, response, letThrough, error).then(
+          (mapped) => {
+            handlerError = mapped === error && context.handlerStarted;
+            subscriber.error(mapped);
+          },
+          (unexpected: unknown) => subscriber.error(unexpected),
+        );
+      },
+      complete: () => {
+        settle();
+        if (detached) void settleDetached(tools, context, fingerprint, settings, { value: result });
+        else subscriber.complete();
+      },
+    });
+    return () => {
+      if (settled) return;
+      // Unsubscribed before the handler's answer (an outer timeout interceptor, say): what
+      // goes out now is not the handler's answer, so it is not stored.
+      if (context.handlerStarted) {
+        // The handler goes on, in its transaction; it commits with its own answer when it
+        // settles, so that the retries replay that answer and the work is done once.
+        detached = true;
+        letThrough();
+        return;
+      }
+      // Never started: the key is given back, and the handler must not start late.
+      stopHeartbeat?.();
+      context.abandoned = true;
+      inner.unsubscribe();
+      givingBack = transaction
+        .rollback()
+        .then(() => releaseQuietly(tools, context, true))
+        .then(() => publish('released', () => ({ ...eventOf(context), reason: 'before_handler' })));
+    };
+  });
+}

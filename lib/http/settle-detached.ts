@@ -1,0 +1,62 @@
+import { publish } from '../events/idempotency-events.js';
+import { type IdempotencyContext } from '../idempotency-context.js';
+import { finish, tooLarge } from '../transaction/commit-answer.js';
+import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-tools.js';
+import { lateAnswerStorable, storePlan } from '../transaction/store-plan.js';
+import { renderResult, resultStream } from './handler-result.js';
+import { type RouteSettings } from './route-settings.js';
+
+/**
+ * The handler settled after an outer interceptor had answered for it: its own answer is
+ * committed with its effects now, for the retries to replay. One that failed is rolled back
+ * and its key given back, so that a retry runs it again and gets its real answer.
+ */
+export async function settleDetached(
+  tools: OwnerTools,
+  context: IdempotencyContext,
+  fingerprint: Buffer,
+  settings: RouteSettings,
+  outcome: { value: unknown } | { error: unknown },
+): Promise<void> {
+  const claim = context.claim!;
+  const transaction = context.transaction!;
+  try {
+    // A stream (a file) is sent by the adapter, which no longer will: what it would have
+    // carried is not known here, so it is no answer to store, and the retry runs again.
+    const stream = 'value' in outcome ? resultStream(outcome.value) : undefined;
+    stream?.destroy();
+    const storable = lateAnswerStorable({
+      failed: 'error' in outcome,
+      responseHandled: settings.responseHandled,
+      stream: stream !== undefined,
+    });
+    if (!storable || !('value' in outcome)) {
+      await transaction.rollback();
+      await releaseQuietly(tools, context, false);
+      return;
+    }
+    const rendered =
+      context.finished ??
+      renderResult(outcome.value, context.defaultStatus, settings.headers, tools.adapterType());
+    const overflow = rendered.body.length > settings.route.maxResponseBytes;
+    if (overflow) await transaction.rollback();
+    const answer = overflow ? tooLarge(tools, settings.route) : rendered;
+    const plan = storePlan(answer.status, overflow, tools.options.storeIf);
+    if (plan === 'not-stored') {
+      await transaction.rollback();
+      await releaseQuietly(tools, context, false);
+      publish('released', () => ({ ...eventOf(context), reason: 'store_if' }));
+      return;
+    }
+    if (await finish(context, answer, plan === 'alone' ? undefined : transaction)) {
+      tools.remember(claim, fingerprint, answer, context.claimStore!, 0);
+      publish('stored', () => ({ ...eventOf(context), status: answer.status }));
+    } else {
+      tools.logger.warn(`key ${claim.key}: lease lost before the late answer was stored`);
+    }
+  } catch (error) {
+    await transaction.rollback();
+    await releaseQuietly(tools, context, false);
+    tools.logger.warn(`the late answer of key ${claim.key} was not stored: ${String(error)}`);
+  }
+}

@@ -1,0 +1,116 @@
+import { type Logger } from '@nestjs/common';
+import { mergeMap, type Observable } from 'rxjs';
+import { decide, type ExistingKey, type Fence } from '../decide.js';
+import { type IdempotencyEvent, publish } from '../events/idempotency-events.js';
+import { whileSubscribed } from './while-subscribed.js';
+import {
+  type IdempotencyError,
+  IdempotencyKeyInProgressError,
+  IdempotencyKeyMismatchError,
+} from '../idempotency.errors.js';
+import { type StoredResponse } from '../stored-response.js';
+import { type ActiveClaim } from './active-claim.js';
+import { type ClaimStore, type KeyScope } from './claim-store.interface.js';
+
+/** What a key found taken means for the request: `decide()`'s decision, as the edge acts on it. */
+export type FoundKey =
+  /** Its stored answer goes out; `finishedAgeMs` when it is finished (to be remembered). */
+  | { kind: 'replay'; response: StoredResponse; finishedAgeMs?: number }
+  /** Refused, with the event that says why. */
+  | { kind: 'refuse'; event: 'mismatch' | 'conflict'; error: IdempotencyError }
+  /**
+   * Its lease ran out, or it was given back without an answer (`resumes`): the request takes
+   * the key over, fenced by what it found.
+   */
+  | { kind: 'take-over'; fence: Fence; resumes: boolean };
+
+/** The decision on a key that was taken, with the error of each refusal. */
+export function onFoundKey(
+  existing: ExistingKey,
+  fingerprint: Buffer,
+  conflictRetryAfterSeconds?: number,
+): FoundKey {
+  const decision = decide(existing, fingerprint, conflictRetryAfterSeconds);
+  const refuse = (event: 'mismatch' | 'conflict', error: IdempotencyError): FoundKey => ({
+    kind: 'refuse',
+    event,
+    error,
+  });
+  switch (decision.kind) {
+    case 'replay':
+      return {
+        kind: 'replay',
+        response: decision.response,
+        finishedAgeMs: existing.state === 'done' ? (existing.finishedAgeMs ?? Infinity) : undefined,
+      };
+    case 'mismatch':
+      return refuse('mismatch', new IdempotencyKeyMismatchError());
+    case 'in-progress':
+      return refuse('conflict', new IdempotencyKeyInProgressError(decision.retryAfterSeconds));
+    case 'take-over':
+      return { kind: 'take-over', fence: decision.fence, resumes: decision.resumes };
+  }
+}
+
+/** What the claim step ends in: the key is the request's, or its stored answer goes out. */
+export type ClaimResult =
+  | { kind: 'owned'; claim: ActiveClaim }
+  | { kind: 'replay'; response: StoredResponse; finishedAgeMs?: number };
+
+/**
+ * Claims the key, or decides on what holds it and takes an expired lease over; a refusal is
+ * thrown (an `IdempotencyError`). Publishes the claim's events (`claimed`, `takenOver` or
+ * `resumed`, `conflict`, `mismatch`); the caller publishes the replay's.
+ */
+export function claimOrDecide(
+  store: ClaimStore,
+  scope: KeyScope,
+  fingerprint: Buffer,
+  leaseMs: number,
+  event: () => IdempotencyEvent,
+  logger: Logger,
+  conflictRetryAfterSeconds?: number,
+): Observable<ClaimResult> {
+  // A claim or takeover that lands after the request is gone (an outer timeout answered
+  // while it was in flight) is given back at once: nobody will run the handler for it.
+  const orphaned = (claim: ActiveClaim, taken: 'claimed' | 'takenOver' | 'resumed') => {
+    publish(taken, event);
+    store.release(claim, true).then(
+      () => publish('released', () => ({ ...event(), reason: 'before_handler' })),
+      (error: unknown) =>
+        logger.warn(`could not give back the late claim of ${claim.key}: ${String(error)}`),
+    );
+  };
+  return whileSubscribed(store.claim(scope, fingerprint, leaseMs), (outcome) => {
+    if (outcome.kind === 'claimed') orphaned(outcome.claim, 'claimed');
+  }).pipe(
+    mergeMap((outcome): Observable<ClaimResult> | ClaimResult[] => {
+      if (outcome.kind === 'claimed') {
+        publish('claimed', event);
+        return [{ kind: 'owned', claim: outcome.claim }];
+      }
+      const found = onFoundKey(outcome.existing, fingerprint, conflictRetryAfterSeconds);
+      switch (found.kind) {
+        case 'replay':
+          return [found];
+        case 'refuse':
+          publish(found.event, event);
+          throw found.error;
+        case 'take-over':
+          return whileSubscribed(store.takeOver(scope, found.fence, leaseMs), (claim) => {
+            if (claim) orphaned(claim, found.resumes ? 'resumed' : 'takenOver');
+          }).pipe(
+            mergeMap((claim): ClaimResult[] => {
+              // Another worker won the same expired lease a moment before us.
+              if (!claim) {
+                publish('conflict', event);
+                throw new IdempotencyKeyInProgressError(1);
+              }
+              publish(found.resumes ? 'resumed' : 'takenOver', event);
+              return [{ kind: 'owned', claim }];
+            }),
+          );
+      }
+    }),
+  );
+}

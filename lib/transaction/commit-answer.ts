@@ -1,0 +1,110 @@
+import { publish } from '../events/idempotency-events.js';
+import { classifyCommitError } from '../failure.js';
+import {
+  IdempotencyLeaseLostError,
+  IdempotencyResponseTooLargeError,
+  RetryLaterError,
+} from '../idempotency.errors.js';
+import { type IdempotencyContext } from '../idempotency-context.js';
+import { type ResolvedRouteOptions } from '../idempotency-options.interface.js';
+import { isTransactional } from '../storage/claim-store.interface.js';
+import { type StoredResponse } from '../stored-response.js';
+import { type LazyTransaction } from './lazy-transaction.js';
+import { eventOf, type OwnerTools, releaseQuietly } from './owner-tools.js';
+import { storePlan } from './store-plan.js';
+
+/**
+ * Commits the request's transaction with `answer` as the stored response; returns what goes
+ * out: `answer`, or the problem that replaces it when it could not be stored. A handler that
+ * threw has its effects rolled back and its error answer stored on its own.
+ */
+export async function commitAnswer(
+  tools: OwnerTools,
+  context: IdempotencyContext,
+  fingerprint: Buffer,
+  answer: StoredResponse,
+  handlerFailed: boolean,
+): Promise<StoredResponse> {
+  const claim = context.claim!;
+  const transaction = context.transaction!;
+  const plan = storePlan(answer.status, handlerFailed, tools.options.storeIf);
+  if (plan === 'not-stored') {
+    // Not to be stored (storeIf): nothing of the request stays either; a retry runs it.
+    await transaction.rollback();
+    await releaseQuietly(tools, context, false);
+    publish('released', () => ({ ...eventOf(context), reason: 'store_if' }));
+    return answer;
+  }
+  const began = performance.now();
+  try {
+    if (plan === 'alone') await transaction.rollback();
+    const stored = await finish(context, answer, plan === 'alone' ? undefined : transaction);
+    if (!stored) {
+      publish('leaseLost', () => eventOf(context));
+      return tools.problem(new IdempotencyLeaseLostError());
+    }
+    tools.remember(claim, fingerprint, answer, context.claimStore!, 0);
+    publish('stored', () => ({
+      ...eventOf(context),
+      status: answer.status,
+      durationMs: performance.now() - began,
+    }));
+    if (answer.status >= 500)
+      publish('storedError', () => ({ ...eventOf(context), status: answer.status }));
+    return answer;
+  } catch (error) {
+    // Nothing was stored, and nothing of the handler's committed (or, if the commit's answer
+    // was lost, all of it did, and a retry replays it): the key is given back to the retry.
+    await transaction.rollback();
+    await releaseQuietly(tools, context, false);
+    tools.logger.warn(`the response of key ${claim.key} was not stored: ${String(error)}`);
+    const problem = classifyCommitError(error);
+    publish('released', () => ({ ...eventOf(context), reason: problem.code }));
+    return tools.problem(problem);
+  }
+}
+
+/**
+ * Stores the answer: in the request's transaction, with the handler's effects, when it is
+ * given and the store is in the app's database; on its own otherwise. A store outside the
+ * database serves only routes that are not atomic (the start-up check), whose transaction
+ * holds nothing of the handler's.
+ */
+export async function finish(
+  context: IdempotencyContext,
+  answer: StoredResponse,
+  transaction: LazyTransaction | undefined,
+): Promise<boolean> {
+  const store = context.claimStore!;
+  const claim = context.claim!;
+  if (transaction && isTransactional(store)) return store.finishIn(claim, answer, transaction);
+  await transaction?.rollback();
+  return store.finish(claim, answer);
+}
+
+/**
+ * The stream the handler returned failed before it was complete: the handler's effects roll
+ * back and the key is given back, so that a retry runs it again and, if its stream completes
+ * then, gets the whole body. Nothing has left the process (the hold kept it), so the client
+ * gets a clean 503 in place of the broken answer.
+ */
+export async function giveBackBrokenStream(
+  tools: OwnerTools,
+  context: IdempotencyContext,
+  error: unknown,
+): Promise<StoredResponse> {
+  await context.transaction!.rollback();
+  await releaseQuietly(tools, context, false);
+  tools.logger.warn(`the response stream of key ${context.claim!.key} failed: ${String(error)}`);
+  const problem = new RetryLaterError(STREAM_FAILED, 1);
+  publish('released', () => ({ ...eventOf(context), reason: problem.code }));
+  return tools.problem(problem);
+}
+
+/** The final answer of a response too large to store: a 500 that is itself stored. */
+export function tooLarge(tools: OwnerTools, route: ResolvedRouteOptions): StoredResponse {
+  return tools.problem(new IdempotencyResponseTooLargeError(route.maxResponseBytes));
+}
+
+const STREAM_FAILED =
+  'The response stream failed before it was complete; nothing was stored. Retry with the same key.';

@@ -1,0 +1,43 @@
+import { publish } from '../events/idempotency-events.js';
+import { classifyHandlerError } from '../failure.js';
+import { IdempotencyError } from '../idempotency.errors.js';
+import { type IdempotencyContext } from '../idempotency-context.js';
+import { isTransactionAbortedError } from '../storage/connection-errors.js';
+import { eventOf, type OwnerTools, releaseQuietly } from './owner-tools.js';
+
+/**
+ * What a failure of the request means (see `classifyHandlerError`); returns the error that
+ * goes on to Nest's exception filters.
+ */
+export async function onHandlerError(
+  tools: OwnerTools,
+  context: IdempotencyContext,
+  response: object,
+  letThrough: () => void,
+  error: unknown,
+): Promise<unknown> {
+  const transaction = context.transaction!;
+  if (!context.handlerStarted) {
+    // Failed in a guard, pipe or interceptor: nothing ran, so the key is given back.
+    letThrough();
+    await transaction.rollback();
+    await releaseQuietly(tools, context, true);
+    publish('released', () => ({ ...eventOf(context), reason: 'before_handler' }));
+    return error instanceof IdempotencyError ? tools.toHttp(response, error) : error;
+  }
+  // A handler that caught a deadlock and went on fails next with "transaction aborted":
+  // what the request met is the deadlock.
+  const cause = isTransactionAbortedError(error) ? (transaction.lastError ?? error) : error;
+  const failure = classifyHandlerError(cause);
+  if (failure.kind === 'final') return error;
+  letThrough();
+  await transaction.rollback();
+  // Nothing final happened: the work resumes when the client retries with the same key.
+  if (failure.kind === 'retry') {
+    await releaseQuietly(tools, context, false);
+    publish('released', () => ({ ...eventOf(context), reason: failure.error.code }));
+  } else {
+    publish('leaseLost', () => eventOf(context));
+  }
+  return tools.toHttp(response, failure.error);
+}

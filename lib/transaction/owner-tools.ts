@@ -1,0 +1,49 @@
+import { type HttpException, type Logger } from '@nestjs/common';
+import { type IdempotencyError } from '../idempotency.errors.js';
+import { type IdempotencyContext } from '../idempotency-context.js';
+import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
+import { type KeyScope, type ClaimStore } from '../storage/claim-store.interface.js';
+import { type LeaseRenewals } from '../storage/lease-renewals.js';
+import { type StoredResponse } from '../stored-response.js';
+import { type IdempotencyEvent } from '../events/idempotency-events.js';
+
+/**
+ * What the steps of a request that owns its key share: made once by the interceptor from what
+ * Nest injects, so that each step is a function of its inputs.
+ */
+export interface OwnerTools {
+  readonly options: ResolvedIdempotencyOptions;
+  readonly logger: Logger;
+  readonly renewals: LeaseRenewals;
+  /** The library's answer to `error` as bytes, in the app's shape if it has one. */
+  problem(error: IdempotencyError): StoredResponse;
+  /** The library's error as the HttpException the filters render, its headers set. */
+  toHttp(response: object, error: IdempotencyError): HttpException;
+  /**
+   * Keeps a finished key in this process's memory, for the retries that come back here, never
+   * longer than `store` keeps it.
+   */
+  remember(
+    scope: KeyScope,
+    fingerprint: Buffer,
+    response: StoredResponse,
+    store: ClaimStore,
+    finishedAgeMs: number,
+  ): void;
+  /** The HTTP adapter's type (`express`, `fastify`): how a late answer is rendered. */
+  adapterType(): string;
+}
+
+/** Gives the request's key back (see `LeaseRenewals.release`). */
+export function releaseQuietly(
+  tools: OwnerTools,
+  context: IdempotencyContext,
+  forget: boolean,
+): Promise<void> {
+  return tools.renewals.release(context.claimStore!, context.claim!, forget);
+}
+
+/** The event payload of an owned request: its route, tenant and key. */
+export function eventOf(context: IdempotencyContext): IdempotencyEvent {
+  return { route: context.route, tenant: context.claim!.tenantId, key: context.claim!.key };
+}
