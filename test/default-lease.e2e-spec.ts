@@ -7,7 +7,6 @@ import { type ActiveClaim } from '../lib/idempotency-context.js';
 import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
 import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
 import { createAtomicApp, LEDGER_DDL, type LedgerBody } from './support/atomic-app.js';
-import { ADAPTERS } from './support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { startWorker, type WorkerProcess } from './support/worker-process.js';
 
@@ -100,7 +99,10 @@ afterAll(async () => {
   await database?.drop();
 });
 
-describe.each(ADAPTERS)('the default lease on %s', (adapter) => {
+// The lease, its heartbeat and the takeover live below the adapter; both adapters meet a crash
+// under the default lease in test/stripe-client.e2e-spec.ts. Express alone here keeps npm test
+// within its time.
+describe.each(['express'] as const)('the default lease on %s', (adapter) => {
   /** The instance the retries reach, with the module's defaults. */
   let app: INestApplication;
   /** Other instances, in this process: one with the defaults, one without the heartbeat. */

@@ -96,13 +96,17 @@ describe.each(ADAPTERS)('the stripe client against an app on the library (%s)', 
     console.log(`[stripe ${adapter}] charge returned ${Date.now() - began} ms after the call`);
   }, 60_000);
 
-  it('the control: with a 60 s lease the client gives up on 409s and the charge is lost', async () => {
-    const outcome = await crashMidCharge({ LEASE_MS: '60000' });
-    expect(outcome).toMatchObject({
-      error: { statusCode: 409, code: 'key_in_progress' },
-    });
-    expect(await charges()).toBe(0);
-  }, 60_000);
+  // The control shows the case can fail; which adapter serves does not change what the lease
+  // does, so it runs once (its client retries for up to 15 s).
+  if (adapter === 'express') {
+    it('the control: with a 60 s lease the client gives up on 409s and the charge is lost', async () => {
+      const outcome = await crashMidCharge({ LEASE_MS: '60000' });
+      expect(outcome).toMatchObject({
+        error: { statusCode: 409, code: 'key_in_progress' },
+      });
+      expect(await charges()).toBe(0);
+    }, 60_000);
+  }
 
   it('the library’s refusals reach the client as Stripe errors', async () => {
     const worker = await start({ HOLD_MS: '1500' });
