@@ -32,7 +32,7 @@ const MIGRATIONS = {
   partition: 'PartitionIdempotencyKeys1764461600000',
 };
 
-interface ColumnNeed {
+export interface ColumnNeed {
   name: string;
   /** As `format_type()` prints it. */
   type: string;
@@ -40,7 +40,7 @@ interface ColumnNeed {
   migration?: string;
 }
 
-interface TableNeed {
+export interface TableNeed {
   table: string;
   migration: string;
   columns: ColumnNeed[];
@@ -119,8 +119,11 @@ const PARTITION_FUNCTIONS = [
   'idempotency_key_partitions',
 ];
 
+/** Every table the library's migrations leave, with its columns: the check's and the doctor's. */
+export const SCHEMA_TABLES: readonly TableNeed[] = [KEYS, ...CONSUMER_TABLES, BODIES];
+
 /** Every table the check may ask about, and every function: the catalog query's parameters. */
-export const CHECKED_TABLES = [KEYS, ...CONSUMER_TABLES, BODIES].map((need) => need.table);
+export const CHECKED_TABLES = SCHEMA_TABLES.map((need) => need.table);
 export const CHECKED_FUNCTIONS = PARTITION_FUNCTIONS;
 
 /**
