@@ -99,6 +99,8 @@ export abstract class RequestTransaction implements JoinableTransaction {
 
   joinedPool?(pool: object): PoolJoin | undefined;
 
+  otherPool?(pool: object): void;
+
   /** The level a data layer's own settings give the transaction (TypeORM 1's option). */
   protected configuredLevel(): string | undefined {
     return undefined;
