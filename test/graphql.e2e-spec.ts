@@ -241,23 +241,34 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
     expect(await rows(108)).toBe(1);
   });
 
-  it('gives the key back on RetryLaterError: a 503 retry_later, and the retry runs again', async () => {
-    const before = await calls('failTransfer');
-    const query = 'mutation { failTransfer(amount: 109, kind: "retry") { id } }';
-    for (let attempt = 1; attempt <= 2; attempt++) {
-      const res = await answer(query, 'later');
-      expect(res.body.errors).toEqual([
-        {
-          message: 'The bank did not answer in time',
-          locations: [{ line: 1, column: 12 }],
-          path: ['failTransfer'],
-          extensions: { code: 'retry_later', status: 503, retryAfter: 2 },
-        },
-      ]);
-      expect(await calls('failTransfer')).toBe(before + attempt);
-    }
-    expect(await rows(109)).toBe(0);
-  });
+  it.each([
+    [
+      'RetryLaterError',
+      'retry',
+      'The bank did not answer in time',
+      { code: 'retry_later', status: 503, retryAfter: 2 },
+    ],
+    [
+      'a statement timeout',
+      'timeout',
+      'The database rolled this request back for a passing reason (a deadlock, a serialization failure, a statement or lock timeout); nothing was stored. Retry with the same key.',
+      { code: 'database_transient', status: 503, retryAfter: 1 },
+    ],
+  ])(
+    'gives the key back on %s: a 503, and the retry runs again',
+    async (_name, kind, message, extensions) => {
+      const before = await calls('failTransfer');
+      const query = `mutation { failTransfer(amount: 109, kind: "${kind}") { id } }`;
+      for (let attempt = 1; attempt <= 2; attempt++) {
+        const res = await answer(query, `later-${kind}`);
+        expect(res.body.errors).toEqual([
+          { message, locations: [{ line: 1, column: 12 }], path: ['failTransfer'], extensions },
+        ]);
+        expect(await calls('failTransfer')).toBe(before + attempt);
+      }
+      expect(await rows(109)).toBe(0);
+    },
+  );
 
   it('keeps one record per field: two aliased calls under one key are two runs', async () => {
     const query =

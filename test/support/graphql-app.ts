@@ -42,8 +42,11 @@ export class Transfer {
   note!: string;
 }
 
-/** How `failTransfer` fails after its write: each kind of error an app throws. */
-export type FailureKind = 'graphql' | 'http' | 'error' | 'retry';
+/**
+ * How `failTransfer` fails after its write: each kind of error an app throws, and a statement
+ * the database cancels (its `statement_timeout`), a passing failure.
+ */
+export type FailureKind = 'graphql' | 'http' | 'error' | 'retry' | 'timeout';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -108,6 +111,10 @@ export class TransfersResolver {
     @Args('kind') kind: string,
   ): Promise<Transfer> {
     await this.insert('failTransfer', amount);
+    if (kind === 'timeout') {
+      await this.dataSource.query("SET LOCAL statement_timeout = '20ms'");
+      await this.dataSource.query('SELECT pg_sleep(1)');
+    }
     throw failure(kind as FailureKind);
   }
 
@@ -134,6 +141,7 @@ function failure(kind: FailureKind): Error {
     case 'http':
       return new BadRequestException('The amount is over the limit');
     case 'retry':
+    case 'timeout':
       return new RetryLaterError('The bank did not answer in time', 2);
     case 'error':
       return new Error('The ledger is closed');
