@@ -76,37 +76,60 @@ class FieldsResolver {
 describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
   let database: TestDatabase;
   let app: INestApplication;
+  /** A second instance on the same database: it knows a key only from PostgreSQL. */
+  let other: INestApplication;
 
   beforeAll(async () => {
     database = await createTestDatabase(`graphql_${driver}`);
     app = await startGraphqlApp(database.url, driver);
     await createTransfersTable(app);
+    other = await startGraphqlApp(database.url, driver);
   });
   afterAll(async () => {
     await app?.close();
+    await other?.close();
     await database?.drop();
   });
 
   /** POSTs an operation, as a GraphQL client does; `key` goes in the Idempotency-Key header. */
-  const post = (query: string, key?: string, variables?: Record<string, unknown>) => {
-    const req = request(app.getHttpServer()).post('/graphql').send({ query, variables });
+  const post = (
+    query: string,
+    key?: string,
+    variables?: Record<string, unknown>,
+    to: INestApplication = app,
+  ) => {
+    const req = request(to.getHttpServer()).post('/graphql').send({ query, variables });
     return key === undefined ? req : req.set('Idempotency-Key', key);
   };
-  const answer = async (query: string, key?: string, variables?: Record<string, unknown>) => {
-    const res = await post(query, key, variables);
+  const answer = async (
+    query: string,
+    key?: string,
+    variables?: Record<string, unknown>,
+    to: INestApplication = app,
+  ) => {
+    const res = await post(query, key, variables, to);
     expect(res.status).toBe(200);
     return { text: res.text, body: res.body as GraphqlAnswer };
   };
   /** Read over GraphQL too: the rows a mutation left, and the times it ran. */
   const rows = async (amount: number) =>
     (await answer(`{ transfers(amount: ${amount}) }`)).body.data!.transfers as number;
-  const calls = async (name: string) =>
-    (await answer(`{ calls(name: "${name}") }`)).body.data!.calls as number;
+  /** The runs of `name` on both instances. */
+  const calls = async (name: string) => {
+    const query = `{ calls(name: "${name}") }`;
+    const counts = await Promise.all(
+      [app, other].map((to) => answer(query, undefined, undefined, to)),
+    );
+    return counts.reduce((sum, { body }) => sum + (body.data!.calls as number), 0);
+  };
 
   it('runs a mutation once for 8 concurrent operations with one key; the others get 409s', async () => {
     const before = await calls('createTransfer');
     const query = 'mutation { createTransfer(amount: 101, delayMs: 300) { id amount } }';
-    const answers = await Promise.all(Array.from({ length: 8 }, () => answer(query, 'race')));
+    // Half to each instance: they meet in PostgreSQL.
+    const answers = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => answer(query, 'race', undefined, i % 2 ? other : app)),
+    );
 
     expect(await calls('createTransfer')).toBe(before + 1);
     expect(await rows(101)).toBe(1);
@@ -125,8 +148,9 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
         }),
       ]);
     }
-    // Once it is done, a retry gets its answer.
+    // Once it is done, a retry gets its answer, on either instance.
     expect((await answer(query, 'race')).text).toBe(done[0].text);
+    expect((await answer(query, 'race', undefined, other)).text).toBe(done[0].text);
   });
 
   it('control: the same resolver without @Idempotent() runs for each call', async () => {
@@ -154,6 +178,14 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
       { amount: 102 },
     );
     expect(again.text).toBe(first.text);
+    // From the database, on an instance that never saw the key.
+    const elsewhere = await answer(
+      'mutation { createTransfer(amount: 102, note: "rent") { id amount note } }',
+      'replay',
+      undefined,
+      other,
+    );
+    expect(elsewhere.text).toBe(first.text);
     expect(await rows(102)).toBe(1);
   });
 
@@ -224,6 +256,8 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
 
       const again = await answer(query, `fail-${kind}`);
       expect(again.text).toBe(first.text);
+      const elsewhere = await answer(query, `fail-${kind}`, undefined, other);
+      expect(elsewhere.text).toBe(first.text);
       expect(await calls('failTransfer')).toBe(before + 1);
     },
   );
@@ -269,6 +303,25 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
       expect(await rows(109)).toBe(0);
     },
   );
+
+  it('stores response_too_large for a value over maxResponseBytes, its writes rolled back', async () => {
+    const small = await answer('mutation { noteTransfer(amount: 114, size: 10) { id } }', 'size-1');
+    expect(small.body.errors).toBeUndefined();
+    const query = 'mutation { noteTransfer(amount: 115, size: 500) { note } }';
+    const large = await answer(query, 'size-2');
+    expect(large.body.errors).toEqual([
+      {
+        message:
+          "The response is larger than this route's maxResponseBytes (200 bytes): it cannot be stored for replays, so nothing of the request was committed.",
+        locations: [{ line: 1, column: 12 }],
+        path: ['noteTransfer'],
+        extensions: { code: 'response_too_large', status: 500 },
+      },
+    ]);
+    expect((await answer(query, 'size-2', undefined, other)).text).toBe(large.text);
+    expect(await rows(114)).toBe(1);
+    expect(await rows(115)).toBe(0);
+  });
 
   it('keeps one record per field: two aliased calls under one key are two runs', async () => {
     const query =

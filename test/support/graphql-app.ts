@@ -118,6 +118,16 @@ export class TransfersResolver {
     throw failure(kind as FailureKind);
   }
 
+  /** Answers a note of `size` characters, over its `maxResponseBytes` when large. */
+  @Mutation(() => Transfer)
+  @Idempotent({ maxResponseBytes: 200 })
+  noteTransfer(
+    @Args('amount', { type: () => Int }) amount: number,
+    @Args('size', { type: () => Int }) size: number,
+  ): Promise<Transfer> {
+    return this.insert('noteTransfer', amount, 'n'.repeat(size));
+  }
+
   /** The control: the same write without the library. */
   @Mutation(() => Transfer)
   plainTransfer(@Args('amount', { type: () => Int }) amount: number): Promise<Transfer> {
