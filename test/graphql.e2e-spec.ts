@@ -341,6 +341,16 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
     expect(await rows(110)).toBe(3);
   });
 
+  it('covers the mutations of a resolver class with @Idempotent() on it, not its queries', async () => {
+    const open = 'mutation { openAccount(owner: "ada") }';
+    const first = await answer(open, 'account-1');
+    expect((await answer(open, 'account-1')).text).toBe(first.text);
+    const missing = await answer(open);
+    expect(missing.body.errors![0].extensions).toEqual({ code: 'key_missing', status: 400 });
+    const opened = await answer('{ openedAccounts }');
+    expect(opened.body).toEqual({ data: { openedAccounts: first.body.data!.openAccount } });
+  });
+
   it('reads the key from an argument (keyFrom: { arg }), not from the header', async () => {
     const query = (key: string) =>
       `mutation { createTransferByArg(amount: 112, idempotencyKey: "${key}") { id } }`;

@@ -142,6 +142,24 @@ export class TransfersResolver {
   }
 }
 
+/** `@Idempotent()` on the class: its mutations, not its queries. */
+@Resolver()
+@Idempotent()
+export class AccountsResolver {
+  private opened = 0;
+
+  @Mutation(() => Int)
+  openAccount(@Args('owner') _owner: string): number {
+    return ++this.opened;
+  }
+
+  /** A query needs no key, and runs each time. */
+  @Query(() => Int)
+  openedAccounts(): number {
+    return this.opened;
+  }
+}
+
 function failure(kind: FailureKind): Error {
   switch (kind) {
     case 'graphql':
@@ -176,7 +194,7 @@ function graphqlModule(driver: GraphqlDriverName) {
 export async function startGraphqlApp(
   url: string,
   driver: GraphqlDriverName,
-  resolvers: Type<unknown>[] = [TransfersResolver],
+  resolvers: Type<unknown>[] = [TransfersResolver, AccountsResolver],
 ): Promise<INestApplication> {
   @Module({
     imports: [
