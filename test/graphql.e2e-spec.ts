@@ -351,6 +351,22 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
     expect(opened.body).toEqual({ data: { openedAccounts: first.body.data!.openAccount } });
   });
 
+  it('runs atomic phases: a retry after a failed phase resumes after the committed one', async () => {
+    const query = 'mutation { settleTransfer(amount: 116) { id note } }';
+    const failed = await answer(query, 'settle');
+    expect(failed.body.errors![0]).toMatchObject({
+      message: 'The bank is down',
+      extensions: { code: 'retry_later', status: 503, retryAfter: 1 },
+    });
+    const settled = await answer(query, 'settle');
+    expect(settled.body.data!.settleTransfer).toEqual({ id: expect.any(Number), note: 'settled' });
+    expect((await answer(query, 'settle')).text).toBe(settled.text);
+    // The first phase ran once: the retry took its stored result.
+    const runs = await answer('{ recordedRuns(amount: 116) }');
+    expect(runs.body.data!.recordedRuns).toBe(1);
+    expect(await rows(116)).toBe(1);
+  });
+
   it('reads the key from an argument (keyFrom: { arg }), not from the header', async () => {
     const query = (key: string) =>
       `mutation { createTransferByArg(amount: 112, idempotencyKey: "${key}") { id } }`;

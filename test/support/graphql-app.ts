@@ -13,11 +13,12 @@ import {
 import { MercuriusDriver, type MercuriusDriverConfig } from '@nestjs/mercurius';
 import { getDataSourceToken, InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { GraphQLError } from 'graphql';
-import { type DataSource } from 'typeorm';
+import { type DataSource, type EntityManager } from 'typeorm';
 import {
   IDEMPOTENCY_MIGRATIONS,
   IdempotencyModule,
   Idempotent,
+  PhaseRunner,
   RetryLaterError,
 } from '../../lib/index.js';
 import { type AdapterName, bootstrapTestApp } from './bootstrap.js';
@@ -142,6 +143,45 @@ export class TransfersResolver {
   }
 }
 
+/**
+ * A mutation in two atomic phases: the transfer recorded, then settled. Its first call fails
+ * in the second phase (the bank is down), after the first committed with its recovery point.
+ */
+@Resolver()
+export class SettlementsResolver {
+  private readonly recorded = new Map<number, number>();
+  private readonly failed = new Set<number>();
+
+  constructor(private readonly phases: PhaseRunner) {}
+
+  @Mutation(() => Transfer)
+  @Idempotent()
+  async settleTransfer(@Args('amount', { type: () => Int }) amount: number): Promise<Transfer> {
+    const { id } = await this.phases.run('recorded', async (manager: EntityManager) => {
+      this.recorded.set(amount, (this.recorded.get(amount) ?? 0) + 1);
+      const rows = (await manager.query(
+        "INSERT INTO transfers (amount, note) VALUES ($1, 'recorded') RETURNING id",
+        [amount],
+      )) as { id: number }[];
+      return { id: rows[0].id };
+    });
+    return this.phases.finish(async (manager: EntityManager) => {
+      if (!this.failed.has(amount)) {
+        this.failed.add(amount);
+        throw new RetryLaterError('The bank is down', 1);
+      }
+      await manager.query("UPDATE transfers SET note = 'settled' WHERE id = $1", [id]);
+      return { id, amount, note: 'settled' };
+    });
+  }
+
+  /** How many times the first phase ran for `amount`. */
+  @Query(() => Int)
+  recordedRuns(@Args('amount', { type: () => Int }) amount: number): number {
+    return this.recorded.get(amount) ?? 0;
+  }
+}
+
 /** `@Idempotent()` on the class: its mutations, not its queries. */
 @Resolver()
 @Idempotent()
@@ -194,7 +234,7 @@ function graphqlModule(driver: GraphqlDriverName) {
 export async function startGraphqlApp(
   url: string,
   driver: GraphqlDriverName,
-  resolvers: Type<unknown>[] = [TransfersResolver, AccountsResolver],
+  resolvers: Type<unknown>[] = [TransfersResolver, AccountsResolver, SettlementsResolver],
 ): Promise<INestApplication> {
   @Module({
     imports: [
