@@ -1,5 +1,5 @@
 /**
- * Generates the Prisma clients of the repository (examples/prisma-orders) before `tsc` compiles
+ * Generates the Prisma clients of the repository (examples/prisma-orders, the docs' snippets) before `tsc` compiles
  * them: the generated client is code made from a schema by the installed `prisma`, so it is not
  * committed (it would drift from the installed version) and each script that type-checks or
  * compiles the sources runs this first (`npm test`, `npm run lint`, `npm run bench`...).
@@ -17,7 +17,11 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const SCHEMAS = ['examples/prisma-orders/prisma/schema.prisma'];
+const SCHEMAS = [
+  'examples/prisma-orders/prisma/schema.prisma',
+  // The docs' Prisma snippets import a client as an app's would (docs/guides/prisma.md).
+  'docs/snippets/prisma/schema.prisma',
+];
 
 const dir = mkdtempSync(join(tmpdir(), 'prisma-generate-'));
 const stub = join(dir, 'schema-engine');
