@@ -160,7 +160,7 @@ describe.each(ADAPTERS)('the Prisma orders example on %s', (adapter) => {
   const place = (key: string, body: object, headers?: Record<string, string>) =>
     send(base, '/orders', { key, body, headers });
 
-  it('race: 8 requests with one key place one order; the others are 409 key_in_progress, then replays', async () => {
+  it('race: 8 requests with one key place one order; the others are 409 key_in_progress, then replays; 422 key_mismatch', async () => {
     const sku = tag('race');
     const key = `${sku}-key`;
     const body = { sku, quantity: 2 };
@@ -192,7 +192,8 @@ describe.each(ADAPTERS)('the Prisma orders example on %s', (adapter) => {
     }
     const mismatch = await place(key, { sku, quantity: 3 });
     expect(mismatch.status).toBe(422);
-    expect(mismatch.body.code).toBe('fingerprint_mismatch');
+    expect(mismatch.headers.get('content-type')).toMatch(PROBLEM);
+    expect(mismatch.body.code).toBe('key_mismatch');
     expect(await orderRows(sku)).toBe(1);
   });
 
@@ -246,6 +247,30 @@ describe.each(ADAPTERS)('the Prisma orders example on %s', (adapter) => {
     ]);
     expect(answers.map((res) => res.status)).toEqual([201, 201]);
     expect(await orderRows(sku)).toBe(2);
+  });
+
+  it("the handler's connection terminated after its writes (pg_terminate_backend): 503 store_unavailable, rolled back; the retry runs once", async () => {
+    const sku = tag('terminated');
+    const key = `${sku}-key`;
+    const body = { sku, quantity: 1 };
+    const first = place(key, body, { 'x-test-hold-ms': '1000' });
+    await untilWritten();
+    await db.query(
+      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+        WHERE datname = $1 AND pid <> pg_backend_pid() AND state = 'idle in transaction'`,
+      [database.name],
+    );
+    const answer = await first;
+    expect(answer.status).toBe(503);
+    expect(answer.headers.get('content-type')).toMatch(PROBLEM);
+    expect(answer.headers.get('retry-after')).toBe('1');
+    expect(answer.body.code).toBe('store_unavailable');
+    expect(await orderRows(sku)).toBe(0);
+    const retry = await retryUntilSettled(() => place(key, body));
+    expect(retry.status).toBe(201);
+    expect(retry.headers.get('idempotent-replayed')).toBeNull();
+    expect(await orderRows(sku)).toBe(1);
+    expect(await eventRows(sku)).toBe(1);
   });
 
   it('a failed statement the handler swallowed: 500 transaction_aborted, nothing stored or committed', async () => {
