@@ -7,7 +7,7 @@ import { migrate } from '../../examples/prisma-orders/database/migrate.js';
 import { ADAPTERS, type AdapterName } from '../support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { startWorker, type WorkerProcess } from '../support/worker-process.js';
-import { PrismaProbesController } from './support/prisma-probes.controller.js';
+import { caughtBySku, PrismaProbesController } from './support/prisma-probes.controller.js';
 import { WarehouseServer } from './support/warehouse-server.js';
 
 /**
@@ -337,8 +337,18 @@ describe.each(ADAPTERS)('the Prisma orders example on %s', (adapter) => {
       const sku = tag('level-late');
       const key = `${sku}-key`;
       const res = await send(base, '/probes/isolation-after-write', { key, body: { sku } });
+      // Prisma hands the refusal on as it is (its adapter wraps only the driver's errors).
+      expect(caughtBySku.get(sku)).toEqual({
+        name: 'IsolationLevelRefusedError',
+        message:
+          "isolation level refused: the request's transaction already began at READ COMMITTED, " +
+          "and PostgreSQL cannot raise a transaction's isolation level once it began. Set it on " +
+          "the route, @Idempotent({ isolationLevel: 'SERIALIZABLE' }), or make this transaction " +
+          "the handler's first database work",
+      });
+      // The app has no filter for it: Nest's own 500, stored as the handler's answer.
       expect(res.status).toBe(500);
-      expect(JSON.stringify(res.body)).toContain('IsolationLevelRefusedError');
+      expect(res.body).toEqual({ statusCode: 500, message: 'Internal server error' });
       expect(await orderRows(sku)).toBe(0);
       const replay = await send(base, '/probes/isolation-after-write', { key, body: { sku } });
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
@@ -349,11 +359,34 @@ describe.each(ADAPTERS)('the Prisma orders example on %s', (adapter) => {
       const sku = tag('tx-timeout');
       const key = `${sku}-key`;
       const res = await send(base, '/probes/tx-timeout', { key, body: { sku, waitMs: 400 } });
+      // Prisma rolled its transaction (a savepoint) back when its timer fired, and the next
+      // query in it failed with P2028; the handler let it through.
+      expect(caughtBySku.get(sku)).toEqual({
+        name: 'PrismaClientKnownRequestError',
+        message: 'P2028',
+      });
       expect(res.status).toBe(500);
+      expect(res.body).toEqual({ statusCode: 500, message: 'Internal server error' });
       expect(await orderRows(sku)).toBe(0);
       const replay = await send(base, '/probes/tx-timeout', { key, body: { sku, waitMs: 400 } });
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       expect(await orderRows(sku)).toBe(0);
+    });
+
+    it("Prisma's $transaction timeout, caught by the handler: only that savepoint rolled back, the request goes on", async () => {
+      const sku = tag('tx-timeout-caught');
+      const key = `${sku}-key`;
+      const body = { sku, waitMs: 400, goOn: true };
+      const res = await send(base, '/probes/tx-timeout', { key, body });
+      expect(caughtBySku.get(sku)).toEqual({
+        name: 'PrismaClientKnownRequestError',
+        message: 'P2028',
+      });
+      // Prisma's ROLLBACK on the request's connection went back to its savepoint alone.
+      expect(res.status).toBe(201);
+      expect(res.body).toEqual({ orders: 0 });
+      expect(await orderRows(sku)).toBe(0);
+      expect(await keyRow(key)).toEqual({ state: 'done', released: true });
     });
   });
 

@@ -14,6 +14,8 @@ export interface ProbeBody {
   waitMs?: number;
   /** `write-skew`: the isolation level its $transaction asks for. */
   level?: 'Serializable' | 'ReadCommitted';
+  /** `tx-timeout`: catch Prisma's error and answer anyway. */
+  goOn?: boolean;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -22,6 +24,8 @@ type Level = { transaction_isolation: string }[];
 
 /** Skus whose fail-after request already failed once (its retry succeeds). */
 const failedOnce = new Set<string>();
+/** What the handler of each sku caught from Prisma (its name, and its message or code). */
+export const caughtBySku = new Map<string, { name: string; message: string }>();
 
 @Controller('probes')
 export class PrismaProbesController {
@@ -87,9 +91,15 @@ export class PrismaProbesController {
   @Idempotent()
   async isolationAfterWrite(@Body() body: ProbeBody) {
     await this.prisma.order.create(order(body.sku));
-    await this.prisma.$transaction((tx) => tx.order.create(order(body.sku)), {
-      isolationLevel: 'Serializable',
-    });
+    try {
+      await this.prisma.$transaction((tx) => tx.order.create(order(body.sku)), {
+        isolationLevel: 'Serializable',
+      });
+    } catch (error) {
+      const { name, message } = error as Error;
+      caughtBySku.set(body.sku, { name, message });
+      throw error;
+    }
     return { sku: body.sku };
   }
 
@@ -112,14 +122,20 @@ export class PrismaProbesController {
   @Post('tx-timeout')
   @Idempotent()
   async txTimeout(@Body() body: ProbeBody) {
-    await this.prisma.$transaction(
-      async (tx) => {
-        await tx.order.create(order(body.sku));
-        await sleep(body.waitMs ?? 0);
-        await tx.order.create(order(body.sku));
-      },
-      { timeout: 200 },
-    );
-    return { sku: body.sku };
+    try {
+      await this.prisma.$transaction(
+        async (tx) => {
+          await tx.order.create(order(body.sku));
+          await sleep(body.waitMs ?? 0);
+          await tx.order.create(order(body.sku));
+        },
+        { timeout: 200 },
+      );
+    } catch (error) {
+      const { name, code } = error as Error & { code?: string };
+      caughtBySku.set(body.sku, { name, message: String(code) });
+      if (!body.goOn) throw error;
+    }
+    return { orders: await this.prisma.order.count({ where: { sku: body.sku } }) };
   }
 }
