@@ -10,7 +10,7 @@ export interface ProbeBody {
   sku: string;
   /** `fail-after`: which of Prisma's transaction forms writes before the failure. */
   form?: 'interactive' | 'array';
-  /** `write-skew`: how long to wait between the read and the write. */
+  /** `write-skew`: how long to wait, once both requests have read, before the write. */
   waitMs?: number;
   /** `write-skew`: the isolation level its $transaction asks for. */
   level?: 'Serializable' | 'ReadCommitted';
@@ -24,6 +24,21 @@ type Level = { transaction_isolation: string }[];
 
 /** Skus whose fail-after request already failed once (its retry succeeds). */
 const failedOnce = new Set<string>();
+/** The first two requests of a sku meet here; later ones pass at once. */
+const readers = new Map<string, { count: number; met: Promise<void>; meet: () => void }>();
+function bothRead(sku: string): Promise<void> {
+  let entry = readers.get(sku);
+  if (!entry) {
+    let meet = () => {};
+    const met = new Promise<void>((resolve) => (meet = resolve));
+    entry = { count: 0, met, meet };
+    readers.set(sku, entry);
+  }
+  if (++entry.count >= 2) entry.meet();
+  // Bounded, so that a request whose partner never came fails its test rather than hangs.
+  return Promise.race([entry.met, sleep(5000).then(() => undefined)]);
+}
+
 /** What the handler of each sku caught from Prisma (its name, and its message or code). */
 export const caughtBySku = new Map<string, { name: string; message: string }>();
 
@@ -103,19 +118,40 @@ export class PrismaProbesController {
     return { sku: body.sku };
   }
 
-  /** One order per sku, checked by a read: a write skew unless the level is SERIALIZABLE. */
+  /**
+   * One order per sku, checked by a read: a write skew unless the level is SERIALIZABLE. The
+   * first two requests of a sku both read before either writes (a barrier), then each waits
+   * `waitMs` before its write.
+   */
   @Post('write-skew')
   @Idempotent()
   async writeSkew(@Body() body: ProbeBody) {
     return this.prisma.$transaction(
       async (tx) => {
         const existing = await tx.order.count({ where: { sku: body.sku } });
+        await bothRead(body.sku);
         await sleep(body.waitMs ?? 0);
         if (existing === 0) await tx.order.create(order(body.sku));
         return { placed: existing === 0 };
       },
       { isolationLevel: body.level ?? 'Serializable', timeout: 10_000 },
     );
+  }
+
+  /** Writes, waits `waitMs`, writes again: a test ends the connection in between. */
+  @Post('write-wait-write')
+  @Idempotent()
+  async writeWaitWrite(@Body() body: ProbeBody) {
+    const { id } = await this.prisma.order.create(order(body.sku));
+    await sleep(body.waitMs ?? 0);
+    try {
+      await this.prisma.orderEvent.create({ data: { orderId: id, kind: 'placed' } });
+    } catch (error) {
+      const { name, code, message } = error as Error & { code?: string };
+      caughtBySku.set(body.sku, { name, message: code ? `${code}: ${message}` : message });
+      throw error;
+    }
+    return { id: Number(id) };
   }
 
   /** Prisma's own timeout of an interactive transaction (here 200 ms) fires mid-request. */
