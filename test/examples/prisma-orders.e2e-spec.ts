@@ -313,6 +313,29 @@ describe.each(ADAPTERS)('the Prisma orders example on %s', (adapter) => {
     expect(await orderRows(sku)).toBe(1);
   });
 
+  it('the backend terminated under a Prisma statement (P2010, SQLSTATE 57P01): 503 store_unavailable, rolled back', async () => {
+    const sku = tag('terminated-statement');
+    const key = `${sku}-key`;
+    const first = send(base, '/probes/slow-statement', { key, body: { sku } });
+    let terminated = 0;
+    for (let i = 0; i < 500 && terminated === 0; i++) {
+      ({ rowCount: terminated } = (await db.query(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE datname = $1 AND pid <> pg_backend_pid() AND state = 'active'
+            AND query LIKE 'SELECT pg_sleep(3)%'`,
+        [database.name],
+      )) as { rowCount: number });
+      if (terminated === 0) await sleep(10);
+    }
+    expect(terminated).toBe(1);
+    const answer = await first;
+    expect(answer.status).toBe(503);
+    expect(answer.headers.get('retry-after')).toBe('1');
+    expect(answer.body.code).toBe('store_unavailable');
+    expect(await orderRows(sku)).toBe(0);
+    expect(await keyRow(key)).toEqual({ state: 'started', released: true });
+  });
+
   it('a failed statement the handler swallowed: 500 transaction_aborted, nothing stored or committed', async () => {
     const sku = tag('swallow');
     const key = `${sku}-key`;

@@ -154,6 +154,15 @@ export class PrismaProbesController {
     return { id: Number(id) };
   }
 
+  /** Writes, then a statement that runs long: a test terminates its backend while it runs. */
+  @Post('slow-statement')
+  @Idempotent()
+  async slowStatement(@Body() body: ProbeBody) {
+    await this.prisma.order.create(order(body.sku));
+    await this.prisma.$queryRaw`SELECT pg_sleep(3)::text AS slept`;
+    return { sku: body.sku };
+  }
+
   /** Prisma's own timeout of an interactive transaction (here 200 ms) fires mid-request. */
   @Post('tx-timeout')
   @Idempotent()
