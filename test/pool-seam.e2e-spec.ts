@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
-import { Body, Controller, Get, type INestApplication, Module, Post } from '@nestjs/common';
+import { Body, Controller, Get, type INestApplication, Logger, Module, Post } from '@nestjs/common';
+import { jest } from '@jest/globals';
 import pg, { type Pool, type PoolClient } from 'pg';
 import request from 'supertest';
 import { Idempotent, IdempotencyModule, PhaseRunner } from '../lib/index.js';
@@ -13,6 +14,8 @@ import { createTestDatabase, type TestDatabase } from './support/database.js';
  */
 const POOL = Symbol('POOL');
 let pool: Pool;
+/** A second pool on the same database that the library was not given. */
+let otherPool: Pool;
 
 interface Body_ {
   tag: string;
@@ -140,6 +143,14 @@ class LedgerController {
     throw new Error('the handler failed after its write');
   }
 
+  /** The same write and failure as `throws`, on a pool the library was not given. */
+  @Post('other-pool')
+  @Idempotent()
+  async onOtherPool(@Body() body: Body_) {
+    await this.insert(otherPool, body.tag);
+    throw new Error('the handler failed after its write');
+  }
+
   /** Not idempotent: the pool is as it always was. */
   @Post('outside')
   async outside(@Body() body: Body_) {
@@ -193,6 +204,7 @@ describe.each(ADAPTERS)('a data layer on a node-postgres pool (%s)', (adapter) =
   beforeAll(async () => {
     database = await createTestDatabase(`pool_seam_${adapter}`);
     pool = new pg.Pool({ connectionString: database.url, max: 4 });
+    otherPool = new pg.Pool({ connectionString: database.url, max: 2 });
     await pool.query(readFileSync('migrations/schema.sql', 'utf8'));
     await pool.query(
       'CREATE TABLE ledger (id serial PRIMARY KEY, tag text NOT NULL, note text NOT NULL)',
@@ -202,6 +214,7 @@ describe.each(ADAPTERS)('a data layer on a node-postgres pool (%s)', (adapter) =
   afterAll(async () => {
     await app?.close();
     await pool?.end();
+    await otherPool?.end();
     await database?.drop();
   });
 
@@ -290,6 +303,20 @@ describe.each(ADAPTERS)('a data layer on a node-postgres pool (%s)', (adapter) =
     const again = await post('/throws', 'throws-1', { tag: 'throws-1' });
     expect(again.text).toBe(answer.text);
     expect(await notes('throws-1')).toEqual([]);
+  });
+
+  it('says so when a write goes through a pool the library was not given: that write commits apart (the control)', async () => {
+    const warn = jest.spyOn(Logger.prototype, 'warn');
+    try {
+      const answer = await post('/other-pool', 'other-1', { tag: 'other-1' });
+      expect(answer.status).toBe(500);
+      // Not rolled back with the request: this is what the shared pool prevents.
+      expect(await notes('other-1')).toEqual(['main']);
+      const warnings = warn.mock.calls.map(([message]) => String(message));
+      expect(warnings.filter((message) => message.includes('not the one given'))).toHaveLength(1);
+    } finally {
+      warn.mockRestore();
+    }
   });
 
   it('leaves the pool as it was outside an idempotent request', async () => {

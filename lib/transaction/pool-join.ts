@@ -15,6 +15,7 @@ type Callback = (...results: unknown[]) => void;
  */
 export function joinTransactionsOfPool(pool: Pool): void {
   if (!keepOwnConnect(pool)) return;
+  watchOtherPools(Object.getPrototypeOf(pool) as PoolMethods);
   const connect = pool.connect as (...args: unknown[]) => unknown;
   const query = pool.query as (...args: unknown[]) => unknown;
   const joined = (self: unknown) => transactionScope.getStore()?.joinedPool?.(self as object);
@@ -48,5 +49,33 @@ export function joinTransactionsOfPool(pool: Pool): void {
       (error: unknown) => callback(error),
     );
     return undefined;
+  };
+}
+
+interface PoolMethods {
+  connect(...args: unknown[]): unknown;
+  query(...args: unknown[]): unknown;
+}
+
+const watched = new WeakSet<object>();
+
+/**
+ * Tells the transaction of the scope about every other pool of the same class used in it
+ * (`otherPool`): a data layer built on a pool of its own (`new PrismaPg({ connectionString })`
+ * makes one) commits apart from the request, and a retry runs its writes again. That is said at
+ * its first call, never silently. The joined pool's own methods come here too, and are told
+ * apart by the transaction.
+ */
+function watchOtherPools(methods: PoolMethods): void {
+  if (watched.has(methods)) return;
+  watched.add(methods);
+  const { connect, query } = methods;
+  methods.connect = function watchedConnect(this: object, ...args: unknown[]): unknown {
+    transactionScope.getStore()?.otherPool?.(this);
+    return connect.apply(this, args);
+  };
+  methods.query = function watchedQuery(this: object, ...args: unknown[]): unknown {
+    transactionScope.getStore()?.otherPool?.(this);
+    return query.apply(this, args);
   };
 }

@@ -1,3 +1,4 @@
+import { Logger } from '@nestjs/common';
 import { EventEmitter } from 'node:events';
 import { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
@@ -7,6 +8,10 @@ import { isPlainRead, nestedControlOf, transactionControlOf } from './sql-text.j
 
 import { isSubmittable, RequestTransaction, textOf } from './request-transaction.js';
 import { type PoolJoin } from './transaction-scope.js';
+
+const logger = new Logger('Idempotency');
+/** Pools already warned of (see `otherPool`): once each, not once per request. */
+const warnedPools = new WeakSet<object>();
 
 /** A nested transaction of a data layer's, as the savepoint that stands for it. */
 interface Savepoint {
@@ -44,6 +49,18 @@ export class PoolTransaction extends RequestTransaction {
     // so that it waits for the outcome, and is refused if the request rolled back.
     if (this.ended && this.settled && this.committed) return undefined;
     return this.join;
+  }
+
+  override otherPool(pool: object): void {
+    if (!this.joinable || this.ended || pool === this.appPool || warnedPools.has(pool)) return;
+    warnedPools.add(pool);
+    logger.warn(
+      'A statement ran inside an idempotent request on a node-postgres pool that is not the one ' +
+        'given to IdempotencyModule (its pool option): it commits on its own, not with the ' +
+        'stored answer, and a retry runs it again. Build the data layer on the same pool ' +
+        '(new PrismaPg(pool), drizzle({ client: pool }), new PostgresDialect({ pool })); for ' +
+        'work that is not the request’s, run it in IdempotentTransaction.outside().',
+    );
   }
 
   private readonly join: PoolJoin = {

@@ -8,7 +8,7 @@ import {
 
 import { isTransactionAbortedError } from '../storage/connection-errors.js';
 import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js';
-import { beginWith, canBeginWith } from '../storage/begin-with.js';
+import { beginWith, carriedStatement } from '../storage/begin-with.js';
 import { fencedCommit, isFenceLost } from '../storage/fenced-commit.js';
 import { decideIsolation, isIsolationLevel, type IsolationLevel } from './isolation-level.js';
 import {
@@ -98,6 +98,8 @@ export abstract class RequestTransaction implements JoinableTransaction {
   joinedRunner?(dataSource: DataSource, mode: ReplicationMode): QueryRunner | undefined;
 
   joinedPool?(pool: object): PoolJoin | undefined;
+
+  otherPool?(pool: object): void;
 
   /** The level a data layer's own settings give the transaction (TypeORM 1's option). */
   protected configuredLevel(): string | undefined {
@@ -370,8 +372,9 @@ export abstract class RequestTransaction implements JoinableTransaction {
     // outside the transaction when BEGIN failed.
     const after = () => (this.ended ? apart() : query.apply(client, args));
     if (this.beginning) return this.beginning.then(after);
-    if (canBeginWith(args)) {
-      const { result, begun } = beginWith(client, this.beginText(), args[0], args[1]);
+    const carried = carriedStatement(args);
+    if (carried) {
+      const { result, begun } = beginWith(client, this.beginText(), carried);
       this.beginning = begun;
       return result;
     }

@@ -21,6 +21,8 @@ export interface JoinableTransaction {
   joinedRunner?(dataSource: DataSource, mode: ReplicationMode): QueryRunner | undefined;
   /** What `pool.query()` and `pool.connect()` of `pool` do in the scope; undefined: as always. */
   joinedPool?(pool: object): PoolJoin | undefined;
+  /** A pool of the same class as the joined one was used in the scope (see `watchOtherPools`). */
+  otherPool?(pool: object): void;
 }
 
 /**
