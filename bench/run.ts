@@ -7,6 +7,8 @@
  *    store (`atomic: false`, new keys and replays); and the competitor,
  *    `@node-idempotency/nestjs` on Redis (new keys and replays), installed in
  *    `bench/competitor/` on first use.
+ * 1b. The same one insert on Prisma 7 (`BENCH_PARTS=prisma`): the plain route against
+ *    `@Idempotent()`, Prisma built on the pg.Pool the library is handed.
  * 2. The sample app's `POST /charges` (claim, two phases and a PSP call, finish) against the
  *    fake PSP answering in 0 ms (16 connections: new keys and replays) and in 200 ms (64
  *    connections: new keys), for this build and, with `BENCH_BASELINE_REF=<git ref>`, for a
@@ -20,7 +22,8 @@ import autocannon from 'autocannon';
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
-import { Client } from 'pg';
+import { Client, Pool } from 'pg';
+import { migrate } from '../examples/prisma-orders/database/migrate.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/database.js';
 import { startWorker, type WorkerProcess } from '../test/support/worker-process.js';
 import { freePort, startEmbeddedPostgres } from '../sample-app/database/embedded-postgres.js';
@@ -254,6 +257,49 @@ async function oneInsert(out: string[]): Promise<void> {
   }
 }
 
+/**
+ * The one-insert work on Prisma (bench/prisma-bench-app.ts, Express): the plain route against
+ * `@Idempotent()` with new keys and with replays, Prisma and the library on one pg.Pool.
+ */
+async function prismaInsert(out: string[]): Promise<void> {
+  const database = await createTestDatabase('bench_prisma');
+  const pool = new Pool({ connectionString: database.url, max: 1 });
+  await migrate(pool);
+  await pool.end();
+  const app = await startWorker('bench/prisma-bench-app.js', {
+    DATABASE_URL: database.url,
+    HTTP_ADAPTER: 'express',
+    PORT: '0',
+  });
+  const body = JSON.stringify({ sku: 'sku-bench', quantity: 1 });
+  const keys = Array.from({ length: 64 }, (_, i) => `prisma-${i}-${Date.now()}`);
+  await prepare(app, '/idempotent-prisma', keys, {}, body);
+  const base = { app, connections: CONNECTIONS, body };
+  const results = await rounds([
+    { ...base, name: 'plain route', path: '/plain-prisma', headers: () => ({}) },
+    {
+      ...base,
+      name: 'ours, new keys (atomic)',
+      path: '/idempotent-prisma',
+      headers: (i) => ({ 'idempotency-key': `p-${i}-${Math.random()}` }),
+    },
+    {
+      ...base,
+      name: 'ours, replays',
+      path: '/idempotent-prisma',
+      headers: (i) => ({ 'idempotency-key': keys[i % keys.length] }),
+    },
+  ]);
+  const plain = results.get('plain route')!;
+  out.push(
+    `\n**express, Prisma create** (${CONNECTIONS} connections; ÷ the plain route)\n\n${HEADER}`,
+  );
+  for (const [name, sample] of results) out.push(row(name, sample, plain));
+  console.log(out.slice(-5).join('\n'));
+  await app.kill('SIGTERM');
+  await database.drop();
+}
+
 /** A build of `ref` in a worktree of its own, sharing this checkout's node_modules. */
 function baselineBuild(ref: string): string {
   const dir = join('/tmp', `idempotency-bench-${ref.replace(/[^\w.-]/g, '_')}`);
@@ -350,8 +396,9 @@ async function main() {
   adminUrl ??= embedded!.url;
   process.env.TEST_DATABASE_URL = adminUrl;
   const out: string[] = [];
-  const parts = (process.env.BENCH_PARTS ?? 'insert,flow').split(',');
+  const parts = (process.env.BENCH_PARTS ?? 'insert,prisma,flow').split(',');
   if (parts.includes('insert')) await oneInsert(out);
+  if (parts.includes('prisma')) await prismaInsert(out);
   if (parts.includes('flow')) await sampleFlow(out);
   await embedded?.stop();
   console.log(`\n${out.join('\n')}`);
