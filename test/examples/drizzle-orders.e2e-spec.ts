@@ -207,12 +207,16 @@ describe('the Drizzle orders example', () => {
         [key],
       )
     ).rows[0];
-  /** The app's connections in an open transaction (the test's own is idle, outside one). */
+  /**
+   * The app's connections waiting in an open transaction for 200 ms or more: a handler held at
+   * a pause point (the library's own transactions, the claim's, never wait that long).
+   */
   const inTransaction = async () =>
     (
       await db.query<{ pid: number }>(
         `SELECT pid FROM pg_stat_activity
-          WHERE datname = $1 AND pid <> pg_backend_pid() AND state = 'idle in transaction'`,
+          WHERE datname = $1 AND pid <> pg_backend_pid() AND state = 'idle in transaction'
+            AND now() - state_change > interval '200 milliseconds'`,
         [database.name],
       )
     ).rows.map(({ pid }) => pid);
