@@ -16,8 +16,10 @@ import { startWarehouse, type Warehouse } from './support/drizzle-warehouse.js';
  */
 const WORKER = 'test/examples/support/drizzle-orders-worker.js';
 const MAIN = 'examples/drizzle-orders/main.js';
-/** The workers' outer timeout (an app-wide interceptor outside @Idempotent()). */
-const REQUEST_TIMEOUT_MS = 1000;
+/** The outer timeout a cell asks for (an app-wide interceptor outside @Idempotent()). */
+const REQUEST_TIMEOUT_MS = 500;
+/** The doomed worker's lease: it has no heartbeat, so a request held longer loses it. */
+const LEASE_MS = 800;
 const PROBLEM = 'application/problem+json';
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -99,6 +101,7 @@ async function send(
   key: string | undefined,
   body: object,
   pause?: string,
+  timeoutMs?: number,
 ): Promise<Answer> {
   const res = await fetch(`${base}${path}`, {
     method: 'POST',
@@ -106,6 +109,7 @@ async function send(
       'content-type': 'application/json',
       ...(key === undefined ? {} : { 'idempotency-key': key }),
       ...(pause ? { 'x-test-pause': pause } : {}),
+      ...(timeoutMs ? { 'x-test-timeout-ms': String(timeoutMs) } : {}),
     },
     body: JSON.stringify(body),
   });
@@ -160,27 +164,35 @@ describe('the Drizzle orders example', () => {
   let db: Client;
   let warehouse: Warehouse;
   const apps = {} as Record<AdapterName, WorkerProcess>;
-  const extra: WorkerProcess[] = [];
+  /** With @nestjs-cls/transactional and its interceptor mounted (CLS=1). */
+  let clsApp: WorkerProcess;
+  /** A short lease and no heartbeat, for the lost lease; then killed with requests in it. */
+  let doomed: WorkerProcess;
+  /** The example's own main.ts. */
+  let main: WorkerProcess;
   let n = 0;
   const label = (name: string) => `${name}-${++n}-${Date.now()}`;
-
-  const worker = (env: Record<string, string> = {}) =>
-    startWorker(WORKER, { DATABASE_URL: database.url, WAREHOUSE_URL: warehouse.url, ...env });
 
   beforeAll(async () => {
     database = await createTestDatabase('drizzle_orders');
     db = new Client({ connectionString: database.url });
     await db.connect();
     warehouse = await startWarehouse();
-    // The first applies the schema; the other waits on its advisory lock, then finds it there.
-    [apps.express, apps.fastify] = await Promise.all(
-      ADAPTERS.map((adapter) =>
-        worker({ ADAPTER: adapter, REQUEST_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS) }),
-      ),
-    );
+    const env = { DATABASE_URL: database.url, WAREHOUSE_URL: warehouse.url };
+    const worker = (extra: Record<string, string>) =>
+      startWorker(WORKER, { ...env, ...extra }, 60_000);
+    // All at once (the first applies the schema, the others wait on its advisory lock).
+    [apps.express, apps.fastify, clsApp, doomed, main] = await Promise.all([
+      ...ADAPTERS.map((adapter) => worker({ ADAPTER: adapter })),
+      worker({ CLS: '1' }),
+      worker({ LEASE_MS: String(LEASE_MS), HEARTBEAT: 'false' }),
+      startWorker(MAIN, { ...env, PORT: '0' }, 60_000),
+    ]);
   });
   afterAll(async () => {
-    await Promise.all([...Object.values(apps), ...extra].map((process) => process.kill()));
+    await Promise.all(
+      [...Object.values(apps), clsApp, doomed, main].map((process) => process?.kill()),
+    );
     await warehouse?.close();
     await db?.end();
     await database?.drop();
@@ -229,16 +241,6 @@ describe('the Drizzle orders example', () => {
   };
 
   describe('its main.ts, as a user starts it', () => {
-    let main: WorkerProcess;
-    beforeAll(async () => {
-      main = await startWorker(MAIN, {
-        DATABASE_URL: database.url,
-        WAREHOUSE_URL: warehouse.url,
-        PORT: '0',
-      });
-      extra.push(main);
-    });
-
     it('places an order (201, replayed byte for byte), shows it, and refuses bad input with 400 before claiming', async () => {
       const sku = label('main');
       const bad = await send(main.url, '/orders', sku, { sku, quantity: 0 });
@@ -333,7 +335,8 @@ describe('the Drizzle orders example', () => {
         '/orders',
         sku,
         body,
-        `after-writes=${REQUEST_TIMEOUT_MS + 600}`,
+        `after-writes=${REQUEST_TIMEOUT_MS + 400}`,
+        REQUEST_TIMEOUT_MS,
       );
       expect({ status: first.status, body: first.body }).toEqual({
         status: 408,
@@ -350,21 +353,23 @@ describe('the Drizzle orders example', () => {
       expect(await eventsOf(sku)).toEqual(['placed']);
     });
 
-    it('4. a serialization failure between two SERIALIZABLE orders of the last stock: one 201, one 503 database_transient rolled back; its retry runs once', async () => {
+    it('4. a serialization failure between two SERIALIZABLE orders of one sku, met by the later one’s insert: 503 database_transient, rolled back; its retry runs once', async () => {
       const sku = label(`skew-${adapter}`);
-      const bodies = [
-        { key: label('skew-a'), body: { sku, quantity: 1 } },
-        { key: label('skew-b'), body: { sku, quantity: 2 } },
+      const [early, late] = [
+        { key: label('skew-early'), body: { sku, quantity: 1 }, pause: 'after-read=100' },
+        // Reads with the early one, inserts after it committed: PostgreSQL fails the insert
+        // (40001), a statement of Drizzle's, so the error reaches the library inside
+        // Drizzle's DrizzleQueryError.
+        { key: label('skew-late'), body: { sku, quantity: 2 }, pause: 'after-read=700' },
       ];
-      const answers = await Promise.all(
-        bodies.map(({ key, body }) => send(url(), '/orders', key, body, 'after-read=300')),
+      const [first, second] = await Promise.all(
+        [early, late].map(({ key, body, pause }) => send(url(), '/orders', key, body, pause)),
       );
-      expect(answers.map((answer) => answer.status).sort()).toEqual([201, 503]);
-      const loser = answers.findIndex((answer) => answer.status === 503);
-      expectProblem(answers[loser], PROBLEMS.database_transient, '1');
+      expect(first.status).toBe(201);
+      expectProblem(second, PROBLEMS.database_transient, '1');
       expect(await ordersOf(sku)).toBe(1);
-      expect(await keyRow(bodies[loser].key)).toMatchObject({ state: 'started', released: true });
-      const retry = await send(url(), '/orders', bodies[loser].key, bodies[loser].body);
+      expect(await keyRow(late.key)).toMatchObject({ state: 'started', released: true });
+      const retry = await send(url(), '/orders', late.key, late.body);
       expect(retry.status).toBe(201);
       expect(retry.replayed).toBeNull();
       expect(await ordersOf(sku)).toBe(2);
@@ -458,55 +463,63 @@ describe('the Drizzle orders example', () => {
         text: first.text,
       });
     });
+  });
 
-    it('@nestjs-cls/transactional with its Drizzle adapter (@Transactional(), RequiresNew) joins the request: all rolled back on a 503, once on the retry', async () => {
-      const sku = label(`cls-${adapter}`);
+  describe('with @nestjs-cls/transactional (its Drizzle adapter, its interceptor mounted)', () => {
+    it('@Transactional() and Propagation.RequiresNew join the request: all rolled back on a 503, once on the retry', async () => {
+      const sku = label('cls');
       const body = { sku, failFirst: true };
-      expectProblem(await send(url(), '/cells/cls', sku, body), PROBLEMS.retry_later, '1');
+      expectProblem(await send(clsApp.url, '/cells/cls', sku, body), PROBLEMS.retry_later, '1');
       // RequiresNew's own transaction too: a savepoint of the request's.
       expect(await ordersOf(sku)).toBe(0);
-      const retry = await send(url(), '/cells/cls', sku, body);
+      const retry = await send(clsApp.url, '/cells/cls', sku, body);
       expect(retry.status).toBe(201);
       expect(await ordersOf(sku)).toBe(1);
       expect(await eventsOf(sku)).toEqual(['audited']);
     });
+
+    it('3. an outer timeout outside nestjs-cls’s interceptor: the 408 is not stored; the handler’s own 201 is', async () => {
+      // ClsInterceptor subscribes to the route's interceptors without a teardown: the outer
+      // timeout's unsubscribe never reaches @Idempotent(), which must not take the 408 it
+      // then sees written for the handler's answer.
+      const sku = label('cls-timeout');
+      const body = { sku, quantity: 1 };
+      const pause = `after-writes=${REQUEST_TIMEOUT_MS + 400}`;
+      const first = await send(clsApp.url, '/orders', sku, body, pause, REQUEST_TIMEOUT_MS);
+      expect(first.status).toBe(408);
+      const retry = await untilSettled(() => send(clsApp.url, '/orders', sku, body));
+      expect({ status: retry.status, replayed: retry.replayed }).toEqual({
+        status: 201,
+        replayed: 'true',
+      });
+      expect(await ordersOf(sku)).toBe(1);
+    });
   });
 
   describe('crashes and leases (express)', () => {
-    /** A worker of its own for a cell that kills it, or whose lease must run out. */
-    const doomed = async (env: Record<string, string>) => {
-      const started = await worker(env);
-      extra.push(started);
-      return started;
-    };
-
-    it('2. killed past its writes: nothing committed; a second instance takes the retry after the lease: 201, one order, one event', async () => {
-      const first = await doomed({ LEASE_MS: '1000' });
-      const sku = label('crash');
+    it('a SERIALIZABLE order held past a heartbeat (leaseMs / 3): the lease renewals do not fail its commit; 201, one order', async () => {
+      const sku = label('serializable-heartbeat');
       const body = { sku, quantity: 1 };
-      const lost = send(first.url, '/orders', sku, body, 'after-writes=10000').catch(
-        (error: unknown) => error,
-      );
-      await until('the handler is past its writes', async () => (await inTransaction()).length > 0);
-      await first.kill('SIGKILL');
-      await lost;
-      expect(await ordersOf(sku)).toBe(0);
-      const retry = await untilSettled(() => send(apps.express.url, '/orders', sku, body));
-      expect(retry.status).toBe(201);
-      expect(retry.replayed).toBeNull();
+      // The default lease is 5 s, renewed every 1.67 s by a statement of its own that
+      // commits; the request's SERIALIZABLE transaction then stores its answer in that row.
+      const first = await send(apps.express.url, '/orders', sku, body, 'after-writes=2500');
+      expect(first.status).toBe(201);
       expect(await ordersOf(sku)).toBe(1);
-      expect(await eventsOf(sku)).toEqual(['placed']);
-      expect(await keyRow(sku)).toMatchObject({ state: 'done', released: true });
     });
 
     it('6. a lost lease (no heartbeat): the slow first worker ends 409 lease_lost with nothing committed; one order, the owner’s answer replayed', async () => {
-      const short = await doomed({ LEASE_MS: '500', HEARTBEAT: 'false' });
       const sku = label('lease');
       // A READ COMMITTED route: under SERIALIZABLE the owner's commit would doom the stale
       // transaction (40001) before its fence could tell it lost the lease.
-      const stale = send(short.url, '/cells/nested', sku, { sku }, 'after-writes=1000');
-      await sleep(700); // its lease (500 ms) ran out; it still waits
-      const owner = await send(short.url, '/cells/nested', sku, { sku });
+      const stale = send(
+        doomed.url,
+        '/cells/nested',
+        sku,
+        { sku },
+        `after-writes=${LEASE_MS + 700}`,
+      );
+      await sleep(LEASE_MS + 200); // its lease ran out; it still waits
+      const owner = await send(doomed.url, '/cells/nested', sku, { sku });
       expect(owner.status).toBe(201);
       expectProblem(await stale, PROBLEMS.lease_lost, '1');
       expect(await ordersOf(sku)).toBe(1);
@@ -515,63 +528,88 @@ describe('the Drizzle orders example', () => {
       expect(replay.text).toBe(owner.text);
     });
 
-    it('8. killed between the phases reserved and shipped: the retry resumes; the warehouse saw one derived key, one tracking number', async () => {
-      const first = await doomed({ LEASE_MS: '1000' });
-      const sku = label('phase-crash');
-      const placed = await send(apps.express.url, '/orders', sku, { sku, quantity: 1 });
-      const id = placed.body.id as number;
-      const key = label('ship');
-      const lost = send(first.url, `/orders/${id}/ship`, key, {}, 'after-reserved=10000').catch(
-        (error: unknown) => error,
-      );
-      await until('the phase reserved committed', async () => {
-        return (await keyRow(key))?.recovery_point === 'reserved';
+    /**
+     * One process killed with three requests held in it: an order past its writes, a
+     * shipment between its phases, and the control's order (atomic: false) past its writes.
+     * Each cell then retries its own on another instance.
+     */
+    describe('a process killed while requests are held in it', () => {
+      const crash = { sku: label('crash'), quantity: 1 };
+      const phased = { sku: label('phase-crash'), key: label('ship'), id: 0 };
+      const control = { sku: label('control-crash'), quantity: 1 };
+      beforeAll(async () => {
+        const placed = await send(apps.express.url, '/orders', phased.sku, {
+          sku: phased.sku,
+          quantity: 1,
+        });
+        phased.id = placed.body.id as number;
+        const held = 'after-writes=30000,after-reserved=30000';
+        const lost = [
+          send(doomed.url, '/orders', crash.sku, crash, held),
+          send(doomed.url, `/orders/${phased.id}/ship`, phased.key, {}, held),
+          send(doomed.url, '/cells/not-atomic', control.sku, control, held),
+        ].map((answer) => answer.catch((error: unknown) => error));
+        await until('the order is past its writes', async () => (await inTransaction()).length > 0);
+        await until('the phase reserved committed', async () => {
+          return (await keyRow(phased.key))?.recovery_point === 'reserved';
+        });
+        await until(
+          'the control’s order committed',
+          async () => (await ordersOf(control.sku)) === 1,
+        );
+        await doomed.kill('SIGKILL');
+        await Promise.all(lost);
       });
-      await first.kill('SIGKILL');
-      await lost;
-      const { rows } = await db.query('SELECT status FROM orders WHERE id = $1', [id]);
-      expect(rows).toEqual([{ status: 'reserved' }]);
-      const retry = await untilSettled(() => send(apps.express.url, `/orders/${id}/ship`, key, {}));
-      const calls = warehouse.calls.filter((call) => call.orderId === id);
-      expect(calls).toHaveLength(1);
-      expect(retry.status).toBe(200);
-      expect(retry.body).toEqual({
-        id,
-        status: 'shipped',
-        trackingNumber: warehouse.shipments.get(calls[0].key),
-      });
-      const claim = await db.query<{ claim_id: string }>(
-        'SELECT claim_id FROM idempotency_keys WHERE key = $1',
-        [key],
-      );
-      expect(calls[0].key).toBe(`${claim.rows[0].claim_id}:shipped`);
-      expect(await eventsOf(sku)).toEqual(['placed', 'shipped']);
-      const shown = await fetch(`${apps.express.url}/orders/${id}`);
-      expect(await shown.json()).toEqual({
-        id,
-        sku,
-        quantity: 1,
-        status: 'shipped',
-        trackingNumber: retry.body.trackingNumber,
-      });
-    });
 
-    it('9. the control: the same service on a route with atomic: false, killed at the same point, runs its writes twice', async () => {
-      const first = await doomed({ LEASE_MS: '1000' });
-      const sku = label('control-crash');
-      const body = { sku, quantity: 1 };
-      const lost = send(first.url, '/cells/not-atomic', sku, body, 'after-writes=10000').catch(
-        (error: unknown) => error,
-      );
-      await until('the order committed on its own', async () => (await ordersOf(sku)) === 1);
-      await first.kill('SIGKILL');
-      await lost;
-      const retry = await untilSettled(() =>
-        send(apps.express.url, '/cells/not-atomic', sku, body),
-      );
-      expect(retry.status).toBe(201);
-      expect(await ordersOf(sku)).toBe(2);
-      expect(await eventsOf(sku)).toEqual(['placed', 'placed']);
+      it('2. killed past its writes: nothing committed; a second instance takes the retry after the lease: 201, one order, one event', async () => {
+        expect(await ordersOf(crash.sku)).toBe(0);
+        const retry = await untilSettled(() => send(apps.express.url, '/orders', crash.sku, crash));
+        expect(retry.status).toBe(201);
+        expect(retry.replayed).toBeNull();
+        expect(await ordersOf(crash.sku)).toBe(1);
+        expect(await eventsOf(crash.sku)).toEqual(['placed']);
+        expect(await keyRow(crash.sku)).toMatchObject({ state: 'done', released: true });
+      });
+
+      it('8. killed between the phases reserved and shipped: the retry resumes; the warehouse saw one derived key, one tracking number', async () => {
+        const { id, key, sku } = phased;
+        const { rows } = await db.query('SELECT status FROM orders WHERE id = $1', [id]);
+        expect(rows).toEqual([{ status: 'reserved' }]);
+        const retry = await untilSettled(() =>
+          send(apps.express.url, `/orders/${id}/ship`, key, {}),
+        );
+        const calls = warehouse.calls.filter((call) => call.orderId === id);
+        expect(calls).toHaveLength(1);
+        expect(retry.status).toBe(200);
+        expect(retry.body).toEqual({
+          id,
+          status: 'shipped',
+          trackingNumber: warehouse.shipments.get(calls[0].key),
+        });
+        const claim = await db.query<{ claim_id: string }>(
+          'SELECT claim_id FROM idempotency_keys WHERE key = $1',
+          [key],
+        );
+        expect(calls[0].key).toBe(`${claim.rows[0].claim_id}:shipped`);
+        expect(await eventsOf(sku)).toEqual(['placed', 'shipped']);
+        const shown = await fetch(`${apps.express.url}/orders/${id}`);
+        expect(await shown.json()).toEqual({
+          id,
+          sku,
+          quantity: 1,
+          status: 'shipped',
+          trackingNumber: retry.body.trackingNumber,
+        });
+      });
+
+      it('9. the control: the same service on a route with atomic: false, killed at the same point, runs its writes twice', async () => {
+        const retry = await untilSettled(() =>
+          send(apps.express.url, '/cells/not-atomic', control.sku, control),
+        );
+        expect(retry.status).toBe(201);
+        expect(await ordersOf(control.sku)).toBe(2);
+        expect(await eventsOf(control.sku)).toEqual(['placed', 'placed']);
+      });
     });
 
     it('9. the control: Drizzle on a pool that is not the library’s leaves its order after the 503, and the retry writes another', async () => {

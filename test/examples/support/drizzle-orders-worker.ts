@@ -3,12 +3,14 @@
  * unchanged, plus what only the tests need:
  * - `x-test-pause: <point>=<ms>,...` holds a request at the example's pause points, to kill
  *   the process there or let its lease run out;
- * - `REQUEST_TIMEOUT_MS`: an outer timeout, as an app-wide interceptor outside @Idempotent();
+ * - `x-test-timeout-ms: <ms>`: an outer timeout on that request, as an app-wide timeout
+ *   interceptor outside @Idempotent() is (sample-app's RequestTimeoutInterceptor);
  * - routes under /cells for the cells the example's own routes do not show: a swallowed
- *   failed statement, nested transactions, isolation levels, @nestjs-cls/transactional with
- *   its Drizzle adapter (a process of its own: those packages are CommonJS that require Nest's
- *   ES modules, which jest's module runtime does not load), and the controls: the same writes
- *   with `atomic: false`, and on a pool that is not the library's.
+ *   failed statement, nested transactions, isolation levels, and the controls: the same writes
+ *   with `atomic: false`, and on a pool that is not the library's;
+ * - `CLS=1`: @nestjs-cls/transactional with its Drizzle adapter, and its interceptor mounted (a
+ *   process, not jest: those packages are CommonJS that require Nest's ES modules, which
+ *   jest's module runtime does not load).
  * Prints `listening on <port>` when ready (test/support/worker-process.ts).
  */
 import 'reflect-metadata';
@@ -70,6 +72,19 @@ class PauseInterceptor implements NestInterceptor {
   }
 }
 
+/** The app-wide timeout interceptor, on the requests that ask for it. */
+@Injectable()
+class OuterTimeoutInterceptor implements NestInterceptor {
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const ms = context.switchToHttp().getRequest<{ headers: Record<string, unknown> }>().headers[
+      'x-test-timeout-ms'
+    ];
+    return typeof ms === 'string'
+      ? new RequestTimeoutInterceptor(Number(ms)).intercept(context, next)
+      : next.handle();
+  }
+}
+
 /** A second pool, not the library's: Drizzle on it commits apart from the request. */
 export const APART = Symbol('APART');
 
@@ -119,12 +134,25 @@ class ClsOrders {
 }
 
 @Controller('cells')
+class ClsController {
+  constructor(private readonly cls: ClsOrders) {}
+
+  /** @nestjs-cls/transactional's @Transactional() and Propagation.RequiresNew, with Drizzle. */
+  @Post('cls')
+  @Idempotent()
+  async viaCls(@Body() body: CellBody) {
+    const id = await this.cls.place(body.sku);
+    failFirstTime(body);
+    return { id };
+  }
+}
+
+@Controller('cells')
 class CellsController {
   constructor(
     @Inject(DRIZZLE) private readonly db: Database,
     @Inject(APART) private readonly apart: Database,
     private readonly orders: OrdersService,
-    private readonly cls: ClsOrders,
   ) {}
 
   private insertOrder(db: Database, sku: string) {
@@ -220,15 +248,6 @@ class CellsController {
     return { placed: 2 };
   }
 
-  /** @nestjs-cls/transactional's @Transactional() and Propagation.RequiresNew, with Drizzle. */
-  @Post('cls')
-  @Idempotent()
-  async viaCls(@Body() body: CellBody) {
-    const id = await this.cls.place(body.sku);
-    failFirstTime(body);
-    return { id };
-  }
-
   /** The control: the example's own service, on a route whose writes do not join. */
   @Post('not-atomic')
   @Idempotent({ atomic: false })
@@ -250,14 +269,16 @@ class CellsController {
   }
 }
 
-const { DATABASE_URL, WAREHOUSE_URL, ADAPTER, LEASE_MS, HEARTBEAT, REQUEST_TIMEOUT_MS } =
-  process.env;
+const { DATABASE_URL, WAREHOUSE_URL, ADAPTER, LEASE_MS, HEARTBEAT } = process.env;
 if (!DATABASE_URL || !WAREHOUSE_URL) throw new Error('DATABASE_URL and WAREHOUSE_URL are required');
 const pool = new Pool({ connectionString: DATABASE_URL });
 pool.on('error', () => undefined);
 const apartPool = new Pool({ connectionString: DATABASE_URL, max: 2 });
 apartPool.on('error', () => undefined);
 await applySchema(pool);
+
+/** nestjs-cls mounted as its interceptor, as its docs set it up (CLS=1 only). */
+const cls = process.env.CLS === '1';
 
 @Module({
   imports: [
@@ -267,29 +288,28 @@ await applySchema(pool);
       ...(LEASE_MS ? { leaseMs: Number(LEASE_MS) } : {}),
       ...(HEARTBEAT ? { heartbeat: HEARTBEAT === 'true' } : {}),
     }),
-    ClsModule.forRoot({
-      global: true,
-      interceptor: { mount: true },
-      plugins: [
-        new ClsPluginTransactional({
-          adapter: new TransactionalAdapterDrizzleOrm<Database>({ drizzleInstanceToken: DRIZZLE }),
-        }),
-      ],
-    }),
-  ],
-  controllers: [CellsController],
-  providers: [
-    ClsOrders,
-    { provide: APART, useValue: createDatabase(apartPool) },
-    { provide: APP_INTERCEPTOR, useClass: PauseInterceptor },
-    ...(REQUEST_TIMEOUT_MS
+    ...(cls
       ? [
-          {
-            provide: APP_INTERCEPTOR,
-            useValue: new RequestTimeoutInterceptor(Number(REQUEST_TIMEOUT_MS)),
-          },
+          ClsModule.forRoot({
+            global: true,
+            interceptor: { mount: true },
+            plugins: [
+              new ClsPluginTransactional({
+                adapter: new TransactionalAdapterDrizzleOrm<Database>({
+                  drizzleInstanceToken: DRIZZLE,
+                }),
+              }),
+            ],
+          }),
         ]
       : []),
+  ],
+  controllers: [CellsController, ...(cls ? [ClsController] : [])],
+  providers: [
+    ...(cls ? [ClsOrders] : []),
+    { provide: APART, useValue: createDatabase(apartPool) },
+    { provide: APP_INTERCEPTOR, useClass: PauseInterceptor },
+    { provide: APP_INTERCEPTOR, useClass: OuterTimeoutInterceptor },
   ],
 })
 class DrizzleOrdersWorkerModule {}
