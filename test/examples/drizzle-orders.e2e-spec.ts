@@ -15,7 +15,8 @@ import { startWarehouse, type Warehouse } from './support/drizzle-warehouse.js';
  * not join the request.
  */
 const WORKER = 'test/examples/support/drizzle-orders-worker.js';
-const MAIN = 'examples/drizzle-orders/main.js';
+/** The example's main.ts, where `typeorm` and `@nestjs/typeorm` cannot be resolved. */
+const MAIN = 'test/examples/support/drizzle-orders-without-typeorm.js';
 /** The outer timeout a cell asks for (an app-wide interceptor outside @Idempotent()). */
 const REQUEST_TIMEOUT_MS = 500;
 /** The doomed worker's lease: it has no heartbeat, so a request held longer loses it. */
@@ -240,7 +241,7 @@ describe('the Drizzle orders example', () => {
     }
   };
 
-  describe('its main.ts, as a user starts it', () => {
+  describe('its main.ts, as a user starts it, with no TypeORM to load', () => {
     it('places an order (201, replayed byte for byte), shows it, and refuses bad input with 400 before claiming', async () => {
       const sku = label('main');
       const bad = await send(main.url, '/orders', sku, { sku, quantity: 0 });
@@ -404,6 +405,17 @@ describe('the Drizzle orders example', () => {
         );
         expect(await ordersOf(sku)).toBe(0);
         expect(await keyRow(sku)).toMatchObject({ state: 'started', released: true });
+      }
+    });
+
+    it('a COMMIT sent through Drizzle (db.execute) is refused; the handler that catches it and answers gets 500 transaction_aborted, nothing committed', async () => {
+      const sku = label(`raw-commit-${adapter}`);
+      for (let attempt = 0; attempt < 2; attempt++) {
+        expectProblem(
+          await send(url(), '/cells/raw-commit', sku, { sku }),
+          PROBLEMS.transaction_aborted,
+        );
+        expect(await ordersOf(sku)).toBe(0);
       }
     });
 

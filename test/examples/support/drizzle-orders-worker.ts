@@ -178,6 +178,18 @@ class CellsController {
     return { id: order.id };
   }
 
+  /** Sends COMMIT through Drizzle, catches its refusal, and answers as if it had committed. */
+  @Post('raw-commit')
+  @Idempotent()
+  async rawCommit(@Body() body: CellBody) {
+    const order = await this.insertOrder(this.db, body.sku);
+    const refused = await this.db.execute(sql`commit`).then(
+      () => undefined,
+      (error: unknown) => refusal(error),
+    );
+    return { id: order.id, refused };
+  }
+
   /**
    * Nested transactions: `tx.transaction()` that throws and is caught rolls back alone, and so
    * does a `db.transaction()` whose statement fails (a unique violation) and is caught; the rest
