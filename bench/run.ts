@@ -9,6 +9,9 @@
  *    `bench/competitor/` on first use.
  * 1b. The same one insert on Prisma 7 (`BENCH_PARTS=prisma`): the plain route against
  *    `@Idempotent()`, Prisma built on the pg.Pool the library is handed.
+ * 1c. The same one-insert work on Drizzle (`bench/drizzle-bench-app.ts`: the library and Drizzle
+ *    on one pg.Pool, no TypeORM), on each adapter: the plain route, and `@Idempotent()` with
+ *    new keys and replays.
  * 2. The sample app's `POST /charges` (claim, two phases and a PSP call, finish) against the
  *    fake PSP answering in 0 ms (16 connections: new keys and replays) and in 200 ms (64
  *    connections: new keys), for this build and, with `BENCH_BASELINE_REF=<git ref>`, for a
@@ -300,6 +303,52 @@ async function prismaInsert(out: string[]): Promise<void> {
   await database.drop();
 }
 
+/** The one-insert work on Drizzle: the plain route against `@Idempotent()`, per adapter. */
+async function drizzleOneInsert(out: string[]): Promise<void> {
+  const body = JSON.stringify({ amount: 1999, customer: 'cus_bench' });
+  for (const adapter of ['express', 'fastify']) {
+    const database = await createTestDatabase(`bench_drizzle_${adapter}`);
+    const db = new Client({ connectionString: database.url });
+    await db.connect();
+    await db.query(readFileSync(join(ROOT, 'migrations', 'schema.sql'), 'utf8'));
+    await db.query(
+      'CREATE TABLE bench_orders (id bigserial PRIMARY KEY, amount int, customer text, created_at timestamptz DEFAULT now())',
+    );
+    const app = await startWorker('bench/drizzle-bench-app.js', {
+      DATABASE_URL: database.url,
+      HTTP_ADAPTER: adapter,
+      PORT: '0',
+    });
+    const keys = Array.from({ length: 64 }, (_, i) => `drizzle-${adapter}-${i}-${Date.now()}`);
+    await prepare(app, '/idempotent-drizzle', keys, {}, body);
+    const base = { app, connections: CONNECTIONS, body };
+    const results = await rounds([
+      { ...base, name: 'plain route', path: '/plain-drizzle', headers: () => ({}) },
+      {
+        ...base,
+        name: 'ours, new keys (atomic)',
+        path: '/idempotent-drizzle',
+        headers: (i) => ({ 'idempotency-key': `d-${i}-${Math.random()}` }),
+      },
+      {
+        ...base,
+        name: 'ours, replays',
+        path: '/idempotent-drizzle',
+        headers: (i) => ({ 'idempotency-key': keys[i % keys.length] }),
+      },
+    ]);
+    const plain = results.get('plain route')!;
+    out.push(
+      `\n**${adapter}, Drizzle insert** (${CONNECTIONS} connections; ÷ the plain route)\n\n${HEADER}`,
+    );
+    for (const [name, sample] of results) out.push(row(name, sample, plain));
+    console.log(out.slice(-5).join('\n'));
+    await app.kill('SIGTERM');
+    await db.end();
+    await database.drop();
+  }
+}
+
 /** A build of `ref` in a worktree of its own, sharing this checkout's node_modules. */
 function baselineBuild(ref: string): string {
   const dir = join('/tmp', `idempotency-bench-${ref.replace(/[^\w.-]/g, '_')}`);
@@ -396,9 +445,10 @@ async function main() {
   adminUrl ??= embedded!.url;
   process.env.TEST_DATABASE_URL = adminUrl;
   const out: string[] = [];
-  const parts = (process.env.BENCH_PARTS ?? 'insert,prisma,flow').split(',');
+  const parts = (process.env.BENCH_PARTS ?? 'insert,prisma,drizzle,flow').split(',');
   if (parts.includes('insert')) await oneInsert(out);
   if (parts.includes('prisma')) await prismaInsert(out);
+  if (parts.includes('drizzle')) await drizzleOneInsert(out);
   if (parts.includes('flow')) await sampleFlow(out);
   await embedded?.stop();
   console.log(`\n${out.join('\n')}`);
