@@ -73,6 +73,7 @@ export class OrdersService {
         .insertInto('order_events')
         .values({ order_id: order.id, kind: 'reserved' })
         .execute();
+      await holdAt('reserving', hold);
       return { reserved: true };
     });
     await holdAt('reserved', hold);

@@ -6,7 +6,7 @@ import { ADAPTERS, type AdapterName, bootstrapTestApp } from '../support/bootstr
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { type FakeWarehouse, startFakeWarehouse } from '../support/fake-warehouse.js';
 import { probedOrdersModule, refusals } from '../support/kysely-probes.js';
-import { startWorker } from '../support/worker-process.js';
+import { startWorker, type WorkerProcess } from '../support/worker-process.js';
 
 /**
  * examples/kysely-orders: Kysely (PostgresDialect) on the pool the library was given. The
@@ -335,18 +335,21 @@ describe.each(ADAPTERS)('the Kysely orders example on %s', (adapter: AdapterName
       ['the route as it is', '/probes/place', 1],
       ['the same route with atomic: false', '/probes/place-not-atomic', 2],
       ['Kysely on a second pool, not the library’s', '/probes/place-other-pool', 2],
-    ])('%s: a 503 after the writes, then the retry: %i order(s)', async (_name, path, placed) => {
-      const key = tag('control');
-      const body = { sku: key, failFirst: true };
-      const first = await post(app, path, key, body);
-      expectProblem(first, 503, 'retry_later');
-      // Rolled back with the request, or left behind by it.
-      expect(await orders(key)).toBe(placed - 1);
-      const retry = await post(app, path, key, body);
-      expect(retry.status).toBe(201);
-      expect(await orders(key)).toBe(placed);
-      expect(await eventsOfSku(key)).toBe(placed);
-    });
+    ])(
+      '%s (%s): a 503 after the writes, then the retry: %i order(s)',
+      async (_name, path, placed) => {
+        const key = tag('control');
+        const body = { sku: key, failFirst: true };
+        const first = await post(app, path, key, body);
+        expectProblem(first, 503, 'retry_later');
+        // Rolled back with the request, or left behind by it.
+        expect(await orders(key)).toBe(placed - 1);
+        const retry = await post(app, path, key, body);
+        expect(retry.status).toBe(201);
+        expect(await orders(key)).toBe(placed);
+        expect(await eventsOfSku(key)).toBe(placed);
+      },
+    );
   });
 
   describe('an outer timeout (a global timeout() interceptor) while the handler runs', () => {
@@ -414,15 +417,21 @@ describe('the Kysely orders example as processes, killed with SIGKILL', () => {
     app = await bootstrapTestApp(probedOrdersModule(settings()), 'express');
   });
   afterAll(() => app?.close());
+  const workers: WorkerProcess[] = [];
+  // A test that failed before its kill leaves no process behind.
+  afterEach(() => Promise.all(workers.splice(0).map((worker) => worker.kill())));
 
-  const startOrders = () =>
-    startWorker('examples/kysely-orders/main.js', {
+  const startOrders = async () => {
+    const worker = await startWorker('examples/kysely-orders/main.js', {
       DATABASE_URL: database.url,
       WAREHOUSE_URL: warehouse.url,
       LEASE_MS: '1000',
       ORDERS_TEST_HOOKS: 'true',
       PORT: '0',
     });
+    workers.push(worker);
+    return worker;
+  };
 
   it('killed after its writes: nothing committed; another instance takes the retry after the lease, once', async () => {
     const worker = await startOrders();
@@ -440,6 +449,25 @@ describe('the Kysely orders example as processes, killed with SIGKILL', () => {
     expect([retry.status, retry.headers['idempotent-replayed']]).toEqual([201, undefined]);
     expect(await orders(key)).toBe(1);
     expect(await events(retry.body.id)).toEqual(['placed']);
+  });
+
+  it('killed inside the reserved phase, after its writes: none of them committed; the retry runs the phase once', async () => {
+    const placed = await post(app, '/orders', tag('order'), { sku: tag('ship'), quantity: 1 });
+    const id = placed.body.id as number;
+    const worker = await startOrders();
+    const key = tag('reserving-killed');
+    const doomed = post(worker.url, `/orders/${id}/ship`, key, {}, 'reserving=10000').then(
+      (res) => res,
+      (error: unknown) => error,
+    );
+    await uncommittedBackend(); // the phase wrote, and has not committed
+    await worker.kill('SIGKILL');
+    await doomed;
+    expect(await events(id)).toEqual(['placed']);
+    const retry = await retryUntilSettled(() => post(app, `/orders/${id}/ship`, key));
+    expect([retry.status, retry.body.status]).toEqual([200, 'shipped']);
+    // A phase that ran twice would have met order_events' unique key: once.
+    expect(await events(id)).toEqual(['placed', 'reserved', 'shipped']);
   });
 
   it('killed between reserved and shipped, its warehouse call in flight: the retry resumes; one derived key, one tracking number', async () => {
