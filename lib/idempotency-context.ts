@@ -1,7 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { type StoredResponse } from './stored-response.js';
-import { type LazyTransaction } from './transaction/lazy-transaction.js';
+import { type RequestTransaction } from './transaction/request-transaction.js';
 import { type ClaimStore } from './storage/claim-store.interface.js';
 import { type ActiveClaim } from './storage/active-claim.js';
 
@@ -46,7 +46,7 @@ export class IdempotencyContext {
      * The request's transaction, when it owns a key: the handler's effects and its stored
      * response commit in it together.
      */
-    readonly transaction?: LazyTransaction,
+    readonly transaction?: RequestTransaction,
     /** Whether the handler's own database work joins `transaction` (the route's `atomic`). */
     private readonly atomic = false,
     /** The store that holds the claim: phases commit their recovery points in it. */

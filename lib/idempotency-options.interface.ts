@@ -1,3 +1,4 @@
+import { type Pool } from 'pg';
 import { type IsolationLevel } from './transaction/isolation-level.js';
 import { type JsonLimits } from './fingerprint/canonical-json.js';
 import { type IdempotencyRequest } from './http/idempotency-request.js';
@@ -163,6 +164,17 @@ export interface IdempotencyModuleBaseOptions extends IdempotencyRouteOptions {
    * @default the default DataSource
    */
   dataSource?: string;
+  /**
+   * The node-postgres pool the app's data layer runs on, for apps without TypeORM: Prisma
+   * (`new PrismaPg(pool)`), Drizzle (`drizzle({ client: pool })`), Kysely
+   * (`new PostgresDialect({ pool })`) or pg itself. Give the data layer this same pool: inside
+   * an idempotent request (or a phase) its queries join the request's transaction, and its own
+   * transactions nest in it as savepoints, so its writes commit with the stored answer. Outside
+   * one, the pool is as it was. The library never ends it. See docs/guides/data-layers.md.
+   * @default undefined (the TypeORM DataSource)
+   * @example IdempotencyModule.forRoot({ globalKeys: true, pool })
+   */
+  pool?: Pool;
   /**
    * How long a finished key is kept, in milliseconds (the design's 24 h - 7 d). Keys older
    * than this may be purged; it must exceed the clients' retry horizon.
@@ -332,6 +344,7 @@ export interface ResolvedIdempotencyOptions {
   /** `headerName` lower-cased, as Node.js gives header names. */
   headerKey: string;
   dataSource?: string;
+  pool?: Pool;
   retentionMs: number;
   abandonedKeyRetentionMs: number;
   processedMessagesRetentionMs: number;

@@ -390,6 +390,18 @@ export function resolveIdempotencyOptions(
   if (options.tenant !== undefined && options.globalKeys === true) {
     throw new InvalidIdempotencyOptionsError('give either tenant or globalKeys: true, not both');
   }
+  if (options.pool !== undefined && !isPool(options.pool)) {
+    throw new InvalidIdempotencyOptionsError(
+      'pool must be a node-postgres Pool (new Pool({ connectionString }) from pg), the one the ' +
+        "app's data layer runs on",
+    );
+  }
+  if (options.pool !== undefined && options.dataSource !== undefined) {
+    throw new InvalidIdempotencyOptionsError(
+      'give either pool (a node-postgres Pool, for Prisma, Drizzle or Kysely) or dataSource (a ' +
+        'TypeORM DataSource), not both',
+    );
+  }
   const retentionMs = positiveInteger('retentionMs', options.retentionMs, DEFAULT_RETENTION_MS);
   const abandonedKeyRetentionMs = positiveInteger(
     'abandonedKeyRetentionMs',
@@ -406,6 +418,7 @@ export function resolveIdempotencyOptions(
     headerName,
     headerKey: headerName.toLowerCase(),
     dataSource: options.dataSource,
+    pool: options.pool,
     retentionMs,
     abandonedKeyRetentionMs,
     processedMessagesRetentionMs: positiveInteger(
@@ -456,4 +469,14 @@ export function resolveIdempotencyOptions(
     },
     route: resolveRouteOptions(options, undefined, headerName),
   };
+}
+
+/** Whether `value` is a node-postgres pool (duck-typed: the app may load its own copy of pg). */
+function isPool(value: unknown): boolean {
+  const pool = value as { connect?: unknown; query?: unknown; totalCount?: unknown } | null;
+  return (
+    typeof pool?.connect === 'function' &&
+    typeof pool.query === 'function' &&
+    typeof pool.totalCount === 'number'
+  );
 }

@@ -17,6 +17,7 @@ import {
 import { resolveIdempotencyOptions } from './idempotency-options.js';
 import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
 import { IdempotencyDatabase } from './storage/idempotency-database.js';
+import { poolDataLayer } from './storage/data-layer.js';
 import { ClaimStores } from './storage/claim-stores.js';
 import { ClaimStore } from './storage/claim-store.interface.js';
 import { POSTGRES_CLAIM_STORE } from './idempotency-options.js';
@@ -46,7 +47,11 @@ const databaseProvider: Provider = {
   provide: IdempotencyDatabase,
   inject: [IdempotencyDataSource, RESOLVED_IDEMPOTENCY_OPTIONS],
   useFactory: (source: IdempotencyDataSource, options: ResolvedIdempotencyOptions) =>
-    new IdempotencyDatabase(() => source.dataSource, options.databaseTimeoutMs, options.pooler),
+    new IdempotencyDatabase(
+      options.pool ? poolDataLayer(options.pool) : () => source.dataSource,
+      options.databaseTimeoutMs,
+      options.pooler,
+    ),
 };
 
 /** The app's own PostgreSQL claim store (with its layers), for code that injects `ClaimStore`. */

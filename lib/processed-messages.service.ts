@@ -1,15 +1,22 @@
-import { Injectable } from '@nestjs/common';
-import { DatabaseError } from 'pg';
-import { type EntityManager, QueryFailedError } from 'typeorm';
-import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
+import { Inject, Injectable } from '@nestjs/common';
+import { DatabaseError, type QueryResult } from 'pg';
+import { type EntityManager } from 'typeorm';
+import { IdempotencyDatabase } from './storage/idempotency-database.js';
+import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
+import { type ResolvedIdempotencyOptions } from './idempotency-options.interface.js';
 import { publish } from './events/idempotency-events.js';
 import { classifyHandlerError } from './failure.js';
 import { readMessageId } from './messages/message-id.js';
 import { markDatabaseFailure } from './storage/connection-errors.js';
 
-/** An error of a statement (TypeORM wraps the driver's), as opposed to the effect's own. */
+/**
+ * An error of a statement (TypeORM wraps the driver's, by name so that TypeORM need not be
+ * installed), as opposed to the effect's own.
+ */
 function isDriverError(error: unknown): boolean {
-  return error instanceof QueryFailedError || error instanceof DatabaseError;
+  return (
+    (error as Error | undefined)?.name === 'QueryFailedError' || error instanceof DatabaseError
+  );
 }
 
 /** The outcome of delivering a message: it ran now, or it had been processed before. */
@@ -36,7 +43,10 @@ ON CONFLICT (consumer, message_id) DO NOTHING`;
  */
 @Injectable()
 export class ProcessedMessages {
-  constructor(private readonly source: IdempotencyDataSource) {}
+  constructor(
+    private readonly database: IdempotencyDatabase,
+    @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+  ) {}
 
   /**
    * Applies `effect` once per `messageId`. A database that cannot be reached, or that rolls
@@ -66,9 +76,13 @@ export class ProcessedMessages {
     }
     let effectError: unknown;
     try {
-      return await this.source.dataSource.transaction(async (manager) => {
-        const recorded = await manager.queryRunner!.query(RECORD, [consumer, messageId], true);
-        if (recorded.affected !== 1) {
+      return await this.database.runInTransaction(async (manager) => {
+        // On a node-postgres pool, the pool's query joins the transaction (and `manager` is a
+        // stand-in: the effect writes with the app's own client on that pool).
+        const recorded = this.options.pool
+          ? ((await this.options.pool.query(RECORD, [consumer, messageId])) as QueryResult).rowCount
+          : (await manager.queryRunner!.query(RECORD, [consumer, messageId], true)).affected;
+        if (recorded !== 1) {
           publish('consumerDuplicate', () => ({ consumer, messageId }));
           return { duplicate: true };
         }

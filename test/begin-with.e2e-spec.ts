@@ -120,6 +120,9 @@ describe('beginWith: BEGIN and the first statement in one round trip', () => {
     [['SELECT 1'], false],
     [[{ text: 'SELECT 1', submit: () => undefined }], false],
     [['INSERT INTO t VALUES ($1)', [1], () => undefined], false], // a callback
+    [[{ text: 'INSERT INTO t VALUES ($1)', values: [1], rowMode: 'array' }], true], // Prisma, Drizzle
+    [[{ name: 'p1', text: 'INSERT INTO t VALUES ($1)', values: [1] }], false], // a prepared name
+    [[{ text: 'SELECT 1', values: [] }], false],
   ])('carries %j: %s', (args, expected) => {
     expect(canBeginWith(args as unknown[])).toBe(expected);
   });

@@ -1,6 +1,7 @@
 import { type DataSource } from 'typeorm';
 import { ProcessedMessages, TransientDatabaseError } from '../lib/index.js';
-import { type IdempotencyDataSource } from '../lib/storage/idempotency-data-source.js';
+import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
+import { type ResolvedIdempotencyOptions } from '../lib/idempotency-options.interface.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 
 /** What a consumer's delivery throws, on real PostgreSQL: the database's failures mapped, the effect's own not. */
@@ -12,7 +13,10 @@ describe('ProcessedMessages errors', () => {
   beforeAll(async () => {
     database = await createMigratedDatabase('processed');
     dataSource = database.dataSource;
-    messages = new ProcessedMessages({ dataSource } as IdempotencyDataSource);
+    messages = new ProcessedMessages(
+      new IdempotencyDatabase(() => dataSource, 5000),
+      {} as ResolvedIdempotencyOptions,
+    );
   });
   afterAll(async () => {
     await database?.drop();

@@ -3,7 +3,8 @@ import { createServer, type Server } from 'node:net';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { IdempotencyStoreUnavailableError, ProcessedMessages } from '../lib/index.js';
-import { type IdempotencyDataSource } from '../lib/storage/idempotency-data-source.js';
+import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
+import { type ResolvedIdempotencyOptions } from '../lib/idempotency-options.interface.js';
 import request from 'supertest';
 import { ADAPTERS } from './support/bootstrap.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
@@ -268,7 +269,10 @@ describe('ECONNREFUSED from the database through TypeORM’s connect', () => {
   });
 
   it('is store_unavailable (deliver it again) for a consumer, not the effect’s failure; once back, it applies', async () => {
-    const messages = new ProcessedMessages({ dataSource: viaProxy } as IdempotencyDataSource);
+    const messages = new ProcessedMessages(
+      new IdempotencyDatabase(() => viaProxy, 5000),
+      {} as ResolvedIdempotencyOptions,
+    );
     await proxy.refuse();
     // The pool drops the connections the proxy cut: the next one is a new, refused one.
     const pool = (viaProxy.driver as unknown as { master: { totalCount: number } }).master;

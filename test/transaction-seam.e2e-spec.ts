@@ -105,8 +105,9 @@ describe.each(ADAPTERS)('the transaction seam on %s', (adapter) => {
       message:
         `${statement} refused: the idempotent request's transaction commits with its stored ` +
         'response, and code in it must not end it. Use a nested transaction ' +
-        '(manager.transaction(), or a query runner’s startTransaction() before its commit or ' +
-        'rollback), which is a savepoint, or run the work outside the request with ' +
+        '(manager.transaction() or a query runner’s startTransaction() before its commit or ' +
+        'rollback on TypeORM; $transaction() on Prisma; transaction() on Drizzle or Kysely), ' +
+        'which is a savepoint, or run the work outside the request with ' +
         'IdempotentTransaction.outside().',
     });
 

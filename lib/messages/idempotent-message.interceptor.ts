@@ -110,10 +110,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
       // The schema check, when the database was down at start-up: a missing table is said once
       // here, as a permanent error that counts towards giving the message up.
       await this.database.ready();
-      const recorded = (await transaction.manager.query(RECORD_MESSAGE.text, [
-        consumer,
-        messageId,
-      ])) as unknown[];
+      const recorded = await transaction.query(RECORD_MESSAGE.text, [consumer, messageId]);
       if (recorded.length === 0) {
         await transaction.rollback();
         this.tally.forget(consumer, messageId);

@@ -7,8 +7,16 @@ interface ProtocolConnection {
   execute(config: { portal: string }): void;
 }
 
+/** A statement `beginWith` carries: its text and parameters, with how its rows are read. */
+export interface CarriedStatement {
+  text: string;
+  values: unknown[];
+  rowMode?: string;
+  types?: unknown;
+}
+
 type QueryClass = new (
-  config: { text: string; values: unknown[] },
+  config: CarriedStatement,
   values: undefined,
   callback: (error: Error | null, result?: QueryResult) => void,
 ) => object;
@@ -41,7 +49,7 @@ class BeginThenQuery extends Query {
   constructor(
     /** The `BEGIN` sent in front (public: the statement-count test reads it). */
     readonly begin: string,
-    config: { text: string; values: unknown[] },
+    config: CarriedStatement,
     callback: (error: Error | null, result?: QueryResult) => void,
     private readonly onBegun: () => void,
   ) {
@@ -66,14 +74,30 @@ class BeginThenQuery extends Query {
 }
 
 /**
- * Whether `beginWith` can carry this statement: one with parameters (the extended protocol;
- * TypeORM sends every write with parameters) and no name of its own (node-postgres keeps a
- * named statement's parse state per name, and the `BEGIN` in front would confuse it).
+ * The statement `beginWith` can carry, from a query's arguments: one with parameters (the
+ * extended protocol; TypeORM sends every write with parameters, Prisma and Drizzle a config
+ * object with `values`) and no name of its own (node-postgres keeps a named statement's parse
+ * state per name, and the `BEGIN` in front would confuse it), with no callback; else undefined.
  */
-export function canBeginWith(args: unknown[]): args is [string, unknown[]] {
-  return (
-    args.length === 2 && typeof args[0] === 'string' && Array.isArray(args[1]) && args[1].length > 0
-  );
+export function carriedStatement(args: unknown[]): CarriedStatement | undefined {
+  if (args.length === 2 && typeof args[0] === 'string' && isParameters(args[1])) {
+    return { text: args[0], values: args[1] };
+  }
+  if (args.length !== 1 || typeof args[0] !== 'object' || args[0] === null) return undefined;
+  const config = args[0] as Partial<CarriedStatement> & { name?: unknown; submit?: unknown };
+  if (typeof config.text !== 'string' || !isParameters(config.values)) return undefined;
+  if (config.name !== undefined || config.submit !== undefined) return undefined;
+  const { text, values, rowMode, types } = config;
+  return { text, values, ...(rowMode ? { rowMode } : {}), ...(types ? { types } : {}) };
+}
+
+/** Whether `beginWith` can carry this statement (see `carriedStatement`). */
+export function canBeginWith(args: unknown[]): boolean {
+  return carriedStatement(args) !== undefined;
+}
+
+function isParameters(values: unknown): values is unknown[] {
+  return Array.isArray(values) && values.length > 0;
 }
 
 /**
@@ -85,9 +109,10 @@ export function canBeginWith(args: unknown[]): args is [string, unknown[]] {
 export function beginWith(
   client: PoolClient,
   begin: string,
-  text: string,
-  values: unknown[],
+  statement: CarriedStatement | string,
+  values: unknown[] = [],
 ): { result: Promise<QueryResult>; begun: Promise<void> } {
+  const config = typeof statement === 'string' ? { text: statement, values } : statement;
   let begunNow!: () => void;
   let notBegun!: (error: Error) => void;
   const begun = new Promise<void>((resolve, reject) => {
@@ -99,7 +124,7 @@ export function beginWith(
   const result = new Promise<QueryResult>((resolve, reject) => {
     const query: BeginThenQuery = new BeginThenQuery(
       begin,
-      { text, values },
+      config,
       (error, outcome) => {
         if (error) {
           if (!query.beginReported) notBegun(error);

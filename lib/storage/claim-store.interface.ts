@@ -2,7 +2,7 @@ import { type EntityManager } from 'typeorm';
 import { type ExistingKey, type Fence } from '../decide.js';
 import { type ActiveClaim } from './active-claim.js';
 import { type StoredResponse } from '../stored-response.js';
-import { type LazyTransaction } from '../transaction/lazy-transaction.js';
+import { type RequestTransaction } from '../transaction/request-transaction.js';
 
 /** Which key: keys are scoped per tenant (the design's primary key). */
 export interface KeyScope {
@@ -80,7 +80,7 @@ export interface TransactionalClaimStore extends ClaimStore {
   finishIn(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction: LazyTransaction,
+    transaction: RequestTransaction,
   ): Promise<boolean>;
   /**
    * Statement 4: runs `work` in one transaction with the advance of the recovery point to

@@ -1,5 +1,6 @@
 import pg, { type Pool, type PoolClient } from 'pg';
 import { asDatabaseFailure, DatabaseDeadlineError } from './connection-errors.js';
+import { connectOwn } from './own-connection.js';
 
 export { DatabaseDeadlineError } from './connection-errors.js';
 
@@ -50,7 +51,7 @@ export async function withDeadline<T>(
 export function acquire(pool: Pool, timeoutMs: number): Promise<PoolClient> {
   let late = false;
   // A refused or reset connection comes as the socket's error: marked as the database's.
-  const connecting = pool.connect().catch((error: unknown) => {
+  const connecting = connectOwn(pool).catch((error: unknown) => {
     throw asDatabaseFailure(error);
   });
   return withDeadline(connecting, timeoutMs, 'waiting for a connection', () => {

@@ -2,7 +2,7 @@ import { type EntityManager } from 'typeorm';
 import { type Fence } from '../decide.js';
 import { type ActiveClaim } from '../idempotency-context.js';
 import { type StoredResponse } from '../stored-response.js';
-import { type LazyTransaction } from '../transaction/lazy-transaction.js';
+import { type RequestTransaction } from '../transaction/request-transaction.js';
 import {
   type ClaimOutcome,
   type ClaimStore,
@@ -42,7 +42,7 @@ export class ForwardingClaimStore implements TransactionalClaimStore {
   finishIn(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction: LazyTransaction,
+    transaction: RequestTransaction,
   ): Promise<boolean> {
     return this.transactionalInner().finishIn(claim, response, transaction);
   }

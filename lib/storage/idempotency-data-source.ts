@@ -1,11 +1,11 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
-import { getDataSourceToken } from '@nestjs/typeorm';
 import { type DataSource } from 'typeorm';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
 import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
 import { joinTransactionsOf } from '../transaction/transaction-scope.js';
+import { nestTypeOrm } from './typeorm-package.js';
 
 /**
  * The app's own TypeORM DataSource (the default one, or the one named in the options): the
@@ -22,7 +22,8 @@ export class IdempotencyDataSource implements OnModuleInit {
   ) {}
 
   onModuleInit(): void {
-    this.resolve();
+    // On a node-postgres pool (Prisma, Drizzle, Kysely) there is no DataSource to find.
+    if (!this.options.pool) this.resolve();
   }
 
   get dataSource(): DataSource {
@@ -30,10 +31,26 @@ export class IdempotencyDataSource implements OnModuleInit {
   }
 
   private resolve(): DataSource {
+    if (this.options.pool) {
+      throw new Error(
+        'IdempotentTransaction and ProcessedMessages.once() hand out TypeORM managers, and this ' +
+          'app gives the library a node-postgres pool (the pool option), not a DataSource: ' +
+          'write through your data layer on that pool, which joins the request’s transaction',
+      );
+    }
     const name = this.options.dataSource;
+    if (!nestTypeOrm) {
+      throw new InvalidIdempotencyOptionsError(
+        '@nestjs/typeorm is not installed, and the library needs a data layer: give it the ' +
+          'node-postgres Pool your data layer (Prisma, Drizzle, Kysely, pg) runs on with the ' +
+          'pool option, or install typeorm and @nestjs/typeorm and import TypeOrmModule.forRoot()',
+      );
+    }
     let dataSource: DataSource | null | undefined;
     try {
-      dataSource = this.moduleRef.get<DataSource>(getDataSourceToken(name), { strict: false });
+      dataSource = this.moduleRef.get<DataSource>(nestTypeOrm.getDataSourceToken(name), {
+        strict: false,
+      });
     } catch {
       dataSource = undefined;
     }

@@ -9,7 +9,8 @@ import {
 import { type DataSource, type EntityManager } from 'typeorm';
 import { IdempotencyStoreUnavailableError, PermanentDatabaseError } from '../idempotency.errors.js';
 import { type PoolerMode } from '../idempotency-options.interface.js';
-import { LazyTransaction } from '../transaction/lazy-transaction.js';
+import { type RequestTransaction } from '../transaction/request-transaction.js';
+import { type DataLayer, typeOrmDataLayer } from './data-layer.js';
 import { acquire, queryWithDeadline } from './deadline.js';
 import { misconfigured } from './pooler-misfit.js';
 import { isPermanentError, isReadOnlyError } from './connection-errors.js';
@@ -42,7 +43,8 @@ export class IdempotencyDatabase {
   private readonly logger = new Logger('Idempotency');
 
   constructor(
-    private readonly dataSource: () => DataSource,
+    /** The app's data layer; a function giving a TypeORM DataSource stands for TypeORM's. */
+    layer: DataLayer | (() => DataSource),
     readonly timeoutMs: number,
     /**
      * `'transaction'`: the connection's server session may change between transactions (a
@@ -51,7 +53,11 @@ export class IdempotencyDatabase {
      * locks and settings to one transaction.
      */
     readonly pooler: PoolerMode = 'none',
-  ) {}
+  ) {
+    this.layer = typeof layer === 'function' ? typeOrmDataLayer(layer) : layer;
+  }
+
+  private readonly layer: DataLayer;
 
   /**
    * The schema check, until it has once found the schema complete: run before the library's
@@ -89,19 +95,13 @@ export class IdempotencyDatabase {
    * A request's transaction, opened by its first statement. `joinable`: code in its scope
    * that asks the DataSource for a runner (repositories, `dataSource.query()`) joins it.
    */
-  transaction(joinable: boolean): LazyTransaction {
-    return new LazyTransaction(
-      this.dataSource(),
-      () => this.pool,
-      this.timeoutMs,
-      joinable,
-      this.namedStatements,
-    );
+  transaction(joinable: boolean): RequestTransaction {
+    return this.layer.transaction(this.timeoutMs, joinable, this.namedStatements);
   }
 
   /** Runs `work` in a plain transaction: phases of a request that has no key. */
   runInTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    return this.dataSource().transaction(work);
+    return this.layer.runInTransaction(work, this.timeoutMs);
   }
 
   /** Deletes up to `batchSize` consumers' message ids processed before `retentionMs`. */
@@ -208,13 +208,8 @@ export class IdempotencyDatabase {
     }
   }
 
-  /** The pool TypeORM opened for the app; read on each call, as TypeORM may reconnect. */
+  /** The app's pool; read on each call, as TypeORM may reconnect. */
   private get pool(): Pool {
-    const dataSource = this.dataSource();
-    const driver = dataSource.driver as unknown as { master?: Pool };
-    if (!dataSource.isInitialized || !driver.master) {
-      throw new Error('the TypeORM DataSource is not initialized');
-    }
-    return driver.master;
+    return this.layer.pool();
   }
 }

@@ -8,7 +8,7 @@ import {
   IdempotencyStoreUnavailableError,
 } from '../idempotency.errors.js';
 import { type StoredResponse } from '../stored-response.js';
-import { type LazyTransaction } from '../transaction/lazy-transaction.js';
+import { type RequestTransaction } from '../transaction/request-transaction.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { type IdempotencyDatabase, type Statement } from './idempotency-database.js';
 import { rethrowExplained } from './partitioned/layout-errors.js';
@@ -103,7 +103,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
   finishIn(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction: LazyTransaction,
+    transaction: RequestTransaction,
   ): Promise<boolean> {
     return transaction.commitWith({ ...COMPLETE, values: completeValues(claim, response) });
   }

@@ -1,6 +1,6 @@
 import { type ActiveClaim } from '../idempotency-context.js';
 import { type StoredResponse } from '../stored-response.js';
-import { type LazyTransaction } from '../transaction/lazy-transaction.js';
+import { type RequestTransaction } from '../transaction/request-transaction.js';
 import { type ClaimOutcome, type KeyScope } from './claim-store.interface.js';
 import { ForwardingClaimStore } from './forwarding-claim.store.js';
 
@@ -17,7 +17,7 @@ export abstract class ResponseLayer extends ForwardingClaimStore {
   protected abstract stored(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction?: LazyTransaction,
+    transaction?: RequestTransaction,
   ): StoredResponse | Promise<StoredResponse>;
 
   /** The response as it went out, from what the store kept. */
@@ -44,7 +44,7 @@ export abstract class ResponseLayer extends ForwardingClaimStore {
   override async finishIn(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction: LazyTransaction,
+    transaction: RequestTransaction,
   ): Promise<boolean> {
     const kept = await this.stored(claim, response, transaction);
     return this.transactionalInner().finishIn(claim, kept, transaction);

@@ -9,7 +9,7 @@ import { type IdempotencyContext } from '../idempotency-context.js';
 import { type ResolvedRouteOptions } from '../idempotency-options.interface.js';
 import { isTransactional } from '../storage/claim-store.interface.js';
 import { type StoredResponse } from '../stored-response.js';
-import { type LazyTransaction } from './lazy-transaction.js';
+import { type RequestTransaction } from './request-transaction.js';
 import { eventOf, type OwnerTools, releaseQuietly } from './owner-tools.js';
 import { storePlan } from './store-plan.js';
 
@@ -73,7 +73,7 @@ export async function commitAnswer(
 export async function finish(
   context: IdempotencyContext,
   answer: StoredResponse,
-  transaction: LazyTransaction | undefined,
+  transaction: RequestTransaction | undefined,
 ): Promise<boolean> {
   const store = context.claimStore!;
   const claim = context.claim!;

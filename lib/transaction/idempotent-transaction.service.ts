@@ -8,7 +8,7 @@ import {
 import { IdempotencyDataSource } from '../storage/idempotency-data-source.js';
 import { idempotencyStorage } from '../idempotency-context.js';
 import { transactionScope } from './transaction-scope.js';
-import { type LazyTransaction } from './lazy-transaction.js';
+import { type RequestTransaction } from './request-transaction.js';
 
 /**
  * The transaction of the idempotent request (or atomic phase) running now, for services that
@@ -31,7 +31,7 @@ export class IdempotentTransaction {
 
   /** The current transaction's manager, or the DataSource's outside one. */
   get manager(): EntityManager {
-    const current = transactionScope.getStore() as LazyTransaction | undefined;
+    const current = transactionScope.getStore() as RequestTransaction | undefined;
     return current?.joinable && !current.ended ? current.manager : this.source.dataSource.manager;
   }
 
@@ -53,7 +53,7 @@ export class IdempotentTransaction {
 
   /** Whether the code running now is inside an idempotent request's (or phase's) transaction. */
   get isActive(): boolean {
-    const current = transactionScope.getStore() as LazyTransaction | undefined;
+    const current = transactionScope.getStore() as RequestTransaction | undefined;
     return Boolean(current?.joinable && !current.ended);
   }
 }

@@ -11,8 +11,9 @@ export class TransactionControlRefusedError extends Error {
     super(
       `${statement} refused: the idempotent request's transaction commits with its stored ` +
         'response, and code in it must not end it. Use a nested transaction ' +
-        '(manager.transaction(), or a query runner’s startTransaction() before its commit or ' +
-        'rollback), which is a savepoint, or run the work outside the request with ' +
+        '(manager.transaction() or a query runner’s startTransaction() before its commit or ' +
+        'rollback on TypeORM; $transaction() on Prisma; transaction() on Drizzle or Kysely), ' +
+        'which is a savepoint, or run the work outside the request with ' +
         'IdempotentTransaction.outside().',
     );
     this.name = 'TransactionControlRefusedError';
@@ -40,5 +41,22 @@ export class TransactionAbortedError extends Error {
   constructor(override readonly cause: unknown) {
     super(`the transaction was aborted by an earlier failed statement: ${String(cause)}`);
     this.name = 'TransactionAbortedError';
+  }
+}
+
+/** Thrown to code that uses the transaction after it committed or rolled back. */
+export class TransactionEndedError extends Error {
+  constructor(committedMidTransaction = false) {
+    super(
+      committedMidTransaction
+        ? 'The idempotent request’s transaction committed while a nested transaction of work ' +
+            'it left running was open: the rest of that nested transaction cannot run. Await ' +
+            'database work before answering, or start work that is not the request’s with ' +
+            'IdempotentTransaction.outside().'
+        : 'The idempotent request’s transaction was rolled back: work it left running must not ' +
+            'commit on its own, since a retry runs the request again. Await database work before ' +
+            'answering, or start work that is not the request’s with IdempotentTransaction.outside().',
+    );
+    this.name = 'TransactionEndedError';
   }
 }

@@ -1,4 +1,4 @@
-import { isPlainRead, statementsOf, transactionControlOf } from './sql-text.js';
+import { isPlainRead, nestedControlOf, statementsOf, transactionControlOf } from './sql-text.js';
 
 describe('isPlainRead', () => {
   it.each<[string, unknown, boolean]>([
@@ -97,5 +97,59 @@ describe('statementsOf', () => {
     ['a ; in a nested comment', 'SELECT 1 /* a /* ; */ ; */', 1],
   ])('%s', (_name, sql, count) => {
     expect(statementsOf(sql)).toHaveLength(count);
+  });
+});
+
+describe('nestedControlOf', () => {
+  it.each<[string, unknown, ReturnType<typeof nestedControlOf>]>([
+    // What the data layers send on a connection they took from the pool.
+    ['Drizzle', 'begin', { kind: 'begin' }],
+    [
+      'Drizzle with a level',
+      'begin isolation level serializable',
+      { kind: 'begin', level: 'SERIALIZABLE' },
+    ],
+    [
+      'Drizzle with modes',
+      'begin isolation level repeatable read read only deferrable',
+      { kind: 'begin', level: 'REPEATABLE READ' },
+    ],
+    ['Prisma', 'BEGIN', { kind: 'begin' }],
+    [
+      'Prisma’s level',
+      'SET TRANSACTION ISOLATION LEVEL READ COMMITTED',
+      { kind: 'set-isolation', level: 'READ COMMITTED' },
+    ],
+    [
+      'Kysely',
+      'start transaction isolation level read uncommitted',
+      { kind: 'begin', level: 'READ UNCOMMITTED' },
+    ],
+    ['BEGIN WORK', 'BEGIN WORK;', { kind: 'begin' }],
+    [
+      'modes with commas',
+      'START TRANSACTION READ WRITE, ISOLATION LEVEL SERIALIZABLE',
+      { kind: 'begin', level: 'SERIALIZABLE' },
+    ],
+    ['commit', 'commit', { kind: 'commit' }],
+    ['COMMIT TRANSACTION', 'COMMIT TRANSACTION', { kind: 'commit' }],
+    ['END', 'END', { kind: 'commit' }],
+    ['COMMIT AND NO CHAIN', 'COMMIT AND NO CHAIN', { kind: 'commit' }],
+    ['rollback', 'rollback', { kind: 'rollback' }],
+    ['ABORT', 'ABORT', { kind: 'rollback' }],
+    ['ROLLBACK WORK', 'ROLLBACK WORK', { kind: 'rollback' }],
+    // Left to transactionControlOf (refused there) or not control at all.
+    ['COMMIT AND CHAIN', 'COMMIT AND CHAIN', undefined],
+    ['two statements', 'BEGIN; INSERT INTO t VALUES (1)', undefined],
+    ['an unknown level', 'BEGIN ISOLATION LEVEL SNAPSHOT', undefined],
+    ['ROLLBACK TO SAVEPOINT', 'ROLLBACK TO SAVEPOINT a', undefined],
+    ['ROLLBACK PREPARED', "ROLLBACK PREPARED 'x'", undefined],
+    ['SAVEPOINT', 'SAVEPOINT a', undefined],
+    ['SET something else', 'SET search_path TO app', undefined],
+    ['SET TRANSACTION READ ONLY', 'SET TRANSACTION READ ONLY', undefined],
+    ['an insert', 'INSERT INTO t VALUES (1)', undefined],
+    ['not a string', { text: 'BEGIN' }, undefined],
+  ])('%s', (_name, sql, expected) => {
+    expect(nestedControlOf(sql)).toEqual(expected);
   });
 });

@@ -197,3 +197,86 @@ export function transactionControlOf(sql: unknown): string | undefined {
   }
   return undefined;
 }
+
+/** What a nested transaction's own control statement asks of the request's transaction. */
+export type NestedControl =
+  | { kind: 'begin'; level?: string }
+  | { kind: 'commit' }
+  | { kind: 'rollback' }
+  | { kind: 'set-isolation'; level: string };
+
+/**
+ * The transaction control a data layer sends on a connection it believes its own (Prisma,
+ * Drizzle and Kysely open their transactions with `BEGIN` on a pooled connection), as one
+ * statement: `BEGIN`/`START TRANSACTION` with any modes, `COMMIT`/`END`, `ROLLBACK`/`ABORT`,
+ * and `SET TRANSACTION ISOLATION LEVEL`. The level comes in capitals (`REPEATABLE READ`).
+ * Undefined for anything else, a chain (`COMMIT AND CHAIN`) or several statements; those are
+ * left to `transactionControlOf`, which refuses what would end the request's transaction.
+ */
+export function nestedControlOf(sql: unknown): NestedControl | undefined {
+  if (typeof sql !== 'string' || !/^\s*(begin|start|commit|end|rollback|abort|set)\b/i.test(sql)) {
+    return undefined;
+  }
+  const statements = statementsOf(sql);
+  if (statements.length !== 1) return undefined;
+  const words = statements[0].map((token) => (token.kind === 'word' ? token.text : token.text));
+  const [first, second] = words;
+  const rest = (from: number) =>
+    words.slice(['work', 'transaction'].includes(words[from]) ? from + 1 : from);
+  if (first === 'begin' || (first === 'start' && second === 'transaction')) {
+    const modes = rest(first === 'begin' ? 1 : 2);
+    const level = isolationOf(modes);
+    if (level === null) return undefined;
+    return level ? { kind: 'begin', level } : { kind: 'begin' };
+  }
+  if (first === 'set' && second === 'transaction') {
+    const level = isolationOf(words.slice(2));
+    return level ? { kind: 'set-isolation', level } : undefined;
+  }
+  const tail = rest(1);
+  const plain = tail.length === 0 || (tail.join(' ') === 'and no chain' && first !== 'abort');
+  if (!plain) return undefined;
+  if (first === 'commit' || first === 'end') return { kind: 'commit' };
+  if (first === 'rollback' || first === 'abort') return { kind: 'rollback' };
+  return undefined;
+}
+
+/**
+ * The isolation level among a transaction's modes (`ISOLATION LEVEL SERIALIZABLE, READ
+ * WRITE`), in capitals; undefined when none is named; null when the modes are not ones this
+ * reads (left to PostgreSQL's own refusal, through `transactionControlOf`).
+ */
+function isolationOf(modes: string[]): string | undefined | null {
+  let level: string | undefined;
+  let i = 0;
+  while (i < modes.length) {
+    const word = modes[i];
+    if (word === ',') {
+      i++;
+    } else if (word === 'isolation' && modes[i + 1] === 'level') {
+      const one = modes[i + 2];
+      const two = modes[i + 3];
+      if (one === 'serializable') {
+        level = 'SERIALIZABLE';
+        i += 3;
+      } else if (
+        (one === 'repeatable' && two === 'read') ||
+        (one === 'read' && (two === 'committed' || two === 'uncommitted'))
+      ) {
+        level = `${one} ${two}`.toUpperCase();
+        i += 4;
+      } else {
+        return null;
+      }
+    } else if (word === 'read' && (modes[i + 1] === 'write' || modes[i + 1] === 'only')) {
+      i += 2;
+    } else if (word === 'deferrable') {
+      i++;
+    } else if (word === 'not' && modes[i + 1] === 'deferrable') {
+      i += 2;
+    } else {
+      return null;
+    }
+  }
+  return level;
+}

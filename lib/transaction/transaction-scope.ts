@@ -1,13 +1,28 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { type DataSource, type QueryRunner, type ReplicationMode } from 'typeorm';
+import { type PoolClient } from 'pg';
 
-/** A transaction that code running in its scope joins when it asks the DataSource for a runner. */
+/** What a transaction makes of a joined pool's `query()` and `connect()` in its scope. */
+export interface PoolJoin {
+  query(args: unknown[]): Promise<unknown>;
+  connect(): Promise<PoolClient>;
+}
+
+/**
+ * A transaction that code running in its scope joins, through the data layer it writes with:
+ * TypeORM asks the DataSource for a runner; Prisma, Drizzle and Kysely ask their node-postgres
+ * pool for a connection or a query.
+ */
 export interface JoinableTransaction {
   /**
    * The runner to hand out to `dataSource` for `mode`, or undefined to let it make a plain
    * one (another DataSource, or a transaction that is not joinable).
    */
-  joinedRunner(dataSource: DataSource, mode: ReplicationMode): QueryRunner | undefined;
+  joinedRunner?(dataSource: DataSource, mode: ReplicationMode): QueryRunner | undefined;
+  /** What `pool.query()` and `pool.connect()` of `pool` do in the scope; undefined: as always. */
+  joinedPool?(pool: object): PoolJoin | undefined;
+  /** A pool of the same class as the joined one was used in the scope (see `watchOtherPools`). */
+  otherPool?(pool: object): void;
 }
 
 /**
@@ -36,7 +51,7 @@ export function joinTransactionsOf(dataSource: DataSource): void {
     this: DataSource,
     mode: ReplicationMode = 'master',
   ): QueryRunner {
-    return transactionScope.getStore()?.joinedRunner(this, mode) ?? own.call(this, mode);
+    return transactionScope.getStore()?.joinedRunner?.(this, mode) ?? own.call(this, mode);
   };
 }
 

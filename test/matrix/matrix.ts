@@ -2,6 +2,9 @@
  * `npm run test:matrix`: the test suite on each supported combination, one at a time, and a
  * table of the results. Not part of `npm test` (each run is a whole suite).
  *
+ * The data layers and GraphQL drivers (Prisma 7, Drizzle, Kysely, Apollo, Mercurius) run at
+ * their current majors in every combination, GraphQL's Nest packages at the Nest line's major.
+ *
  * Two axes, each against the other's default:
  * - Nest 11 and 12 × TypeORM 0.3 and 1, on this machine's PostgreSQL: each combination is
  *   installed from the npm registry into a folder of its own (a copy of the sources, with
@@ -38,6 +41,10 @@ const NEST: Record<string, Record<string, string>> = {
     '@nestjs/typeorm': '^11.0.0',
     // Nest 11's NATS transport loads the `nats` client; Nest 12's, `@nats-io/transport-node`.
     nats: '^2.29.3',
+    // GraphQL's Nest packages follow Nest's major (14 is Nest 12's, 13 is Nest 11's).
+    '@nestjs/graphql': '^13.4.0',
+    '@nestjs/apollo': '^13.4.0',
+    '@nestjs/mercurius': '^13.4.0',
   },
   '12': {},
 };
@@ -127,8 +134,9 @@ function framework(nest: string, typeorm: string): Outcome {
   if (nest === '12' && typeorm === '1') return suite(name, root, machineDatabase);
   const dir = join(work, `nest${nest}-typeorm${typeorm}`);
   mkdirSync(dir, { recursive: true });
-  for (const entry of ['lib', 'test', 'sample-app', 'migrations', 'bench']) {
+  for (const entry of ['lib', 'test', 'sample-app', 'examples', 'migrations', 'bench', 'docs']) {
     rmSync(join(dir, entry), { recursive: true, force: true });
+    if (!existsSync(join(root, entry))) continue;
     cpSync(join(root, entry), join(dir, entry), {
       recursive: true,
       filter: (source) => !source.includes('node_modules'),

@@ -2,7 +2,7 @@ import { Logger } from '@nestjs/common';
 import { type ActiveClaim } from '../../idempotency-context.js';
 import { IdempotencyStoredResponseUnreadableError } from '../../idempotency.errors.js';
 import { type StoredResponse } from '../../stored-response.js';
-import { type LazyTransaction } from '../../transaction/lazy-transaction.js';
+import { type RequestTransaction } from '../../transaction/request-transaction.js';
 import { type ClaimStore, type KeyScope } from '../claim-store.interface.js';
 import { ResponseLayer } from '../response-layer.js';
 import {
@@ -36,7 +36,7 @@ export class PointingClaimStore extends ResponseLayer {
   protected async stored(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction?: LazyTransaction,
+    transaction?: RequestTransaction,
   ): Promise<StoredResponse> {
     if (!storedByPointer(response, this.overBytes)) return response;
     // A key its store expires on its own (Redis) keeps no row for the body purge to look at:

@@ -45,7 +45,7 @@ export class PostgresBodyStore implements ResponseBodyStore {
     const { transaction, keepMs } = placement;
     const values = [claim.tenantId, claim.key, claim.claimId, body, keepMs ?? null];
     const rows = transaction
-      ? ((await transaction.manager.query(PUT_BODY.text, values)) as { id: string }[])
+      ? await transaction.query<{ id: string }>(PUT_BODY.text, values)
       : (await this.database.query<{ id: string }>(PUT_BODY, values)).rows;
     return rows[0].id;
   }

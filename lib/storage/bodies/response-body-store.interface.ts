@@ -1,10 +1,10 @@
 import { type ActiveClaim } from '../../idempotency-context.js';
-import { type LazyTransaction } from '../../transaction/lazy-transaction.js';
+import { type RequestTransaction } from '../../transaction/request-transaction.js';
 
 /** How a body is written and how long it must be kept. */
 export interface BodyPlacement {
   /** The request's transaction, when the body is to commit with the finish. */
-  transaction?: LazyTransaction;
+  transaction?: RequestTransaction;
   /**
    * Set when the key lives in a claim store that expires keys on its own (Redis): the body
    * must be kept at least this long. Unset, the key is a row of `idempotency_keys`, and the

@@ -1,0 +1,81 @@
+import { type Pool } from 'pg';
+import { keepOwnConnect } from '../storage/own-connection.js';
+import { transactionScope } from './transaction-scope.js';
+
+type Callback = (...results: unknown[]) => void;
+
+/**
+ * Makes `pool.query()` and `pool.connect()` join the transaction of the scope they are called
+ * in (an idempotent request's, or a phase's), so that a data layer built on the pool (Prisma
+ * with `@prisma/adapter-pg`, Drizzle on node-postgres, Kysely's `PostgresDialect`) writes in it
+ * without a client threaded through its calls: a query runs on the request's connection, and a
+ * connection taken from the pool is a view of it, whose `BEGIN` is a savepoint. Outside a scope
+ * the pool behaves as it always did. Installed once per pool, by the library; the pool stays
+ * the same object (data layers check `instanceof Pool`).
+ */
+export function joinTransactionsOfPool(pool: Pool): void {
+  if (!keepOwnConnect(pool)) return;
+  watchOtherPools(Object.getPrototypeOf(pool) as PoolMethods);
+  const connect = pool.connect as (...args: unknown[]) => unknown;
+  const query = pool.query as (...args: unknown[]) => unknown;
+  const joined = (self: unknown) => transactionScope.getStore()?.joinedPool?.(self as object);
+  (pool as unknown as { connect: unknown }).connect = function joiningConnect(
+    this: Pool,
+    ...args: unknown[]
+  ): unknown {
+    const join = joined(this);
+    if (!join) return connect.apply(this, args);
+    const callback = typeof args[0] === 'function' ? (args[0] as Callback) : undefined;
+    const client = join.connect();
+    if (!callback) return client;
+    client.then(
+      (view) => callback(undefined, view, () => view.release()),
+      (error: unknown) => callback(error),
+    );
+    return undefined;
+  };
+  (pool as unknown as { query: unknown }).query = function joiningQuery(
+    this: Pool,
+    ...args: unknown[]
+  ): unknown {
+    const join = joined(this);
+    if (!join) return query.apply(this, args);
+    const last = args[args.length - 1];
+    const callback = typeof last === 'function' ? (last as Callback) : undefined;
+    const result = join.query(callback ? args.slice(0, -1) : args);
+    if (!callback) return result;
+    result.then(
+      (value) => callback(undefined, value),
+      (error: unknown) => callback(error),
+    );
+    return undefined;
+  };
+}
+
+interface PoolMethods {
+  connect(...args: unknown[]): unknown;
+  query(...args: unknown[]): unknown;
+}
+
+const watched = new WeakSet<object>();
+
+/**
+ * Tells the transaction of the scope about every other pool of the same class used in it
+ * (`otherPool`): a data layer built on a pool of its own (`new PrismaPg({ connectionString })`
+ * makes one) commits apart from the request, and a retry runs its writes again. That is said at
+ * its first call, never silently. The joined pool's own methods come here too, and are told
+ * apart by the transaction.
+ */
+function watchOtherPools(methods: PoolMethods): void {
+  if (watched.has(methods)) return;
+  watched.add(methods);
+  const { connect, query } = methods;
+  methods.connect = function watchedConnect(this: object, ...args: unknown[]): unknown {
+    transactionScope.getStore()?.otherPool?.(this);
+    return connect.apply(this, args);
+  };
+  methods.query = function watchedQuery(this: object, ...args: unknown[]): unknown {
+    transactionScope.getStore()?.otherPool?.(this);
+    return query.apply(this, args);
+  };
+}

@@ -1,0 +1,256 @@
+import { Logger } from '@nestjs/common';
+import { EventEmitter } from 'node:events';
+import { type Pool, type PoolClient, type QueryResult } from 'pg';
+import { type EntityManager } from 'typeorm';
+import { isAboveReadCommitted } from './isolation-level.js';
+import { TransactionEndedError } from './seam-errors.js';
+import { isPlainRead, nestedControlOf, transactionControlOf } from './sql-text.js';
+
+import { isSubmittable, RequestTransaction, textOf } from './request-transaction.js';
+import { type PoolJoin } from './transaction-scope.js';
+
+const logger = new Logger('Idempotency');
+/** Pools already warned of (see `otherPool`): once each, not once per request. */
+const warnedPools = new WeakSet<object>();
+
+/** A nested transaction of a data layer's, as the savepoint that stands for it. */
+interface Savepoint {
+  name: string;
+  /** The `SAVEPOINT` on its way, once a statement inside it needed it. */
+  made?: Promise<unknown>;
+}
+
+/**
+ * The request's transaction on a node-postgres pool that the app's data layer runs on
+ * (Prisma with `@prisma/adapter-pg`, Drizzle, Kysely), joined through the pool itself (see
+ * `joinTransactionsOfPool`): `pool.query()` in the scope runs in it, and `pool.connect()`
+ * gives a view of its connection on which the data layer's own transactions nest: `BEGIN` is a
+ * savepoint (made when the first statement inside it needs it, so that a level asked for just
+ * after it still sets the request's), `COMMIT` releases it, `ROLLBACK` rolls back to it.
+ */
+export class PoolTransaction extends RequestTransaction {
+  /** The open savepoints of every view, innermost last: nested transactions end in order. */
+  private readonly savepoints: Savepoint[] = [];
+  private savepointCount = 0;
+
+  constructor(
+    private readonly appPool: Pool,
+    timeoutMs: number,
+    joinable: boolean,
+    namedStatements = true,
+  ) {
+    super(() => appPool, timeoutMs, joinable, namedStatements);
+  }
+
+  override joinedPool(pool: object): PoolJoin | undefined {
+    if (!this.joinable || pool !== this.appPool) return undefined;
+    // After the answer committed, work the handler left running runs on its own, as it would
+    // without the library; while the commit is under way or after a rollback, it is joined
+    // so that it waits for the outcome, and is refused if the request rolled back.
+    if (this.ended && this.settled && this.committed) return undefined;
+    return this.join;
+  }
+
+  override otherPool(pool: object): void {
+    if (!this.joinable || this.ended || pool === this.appPool || warnedPools.has(pool)) return;
+    warnedPools.add(pool);
+    logger.warn(
+      'A statement ran inside an idempotent request on a node-postgres pool that is not the one ' +
+        'given to IdempotencyModule (its pool option): it commits on its own, not with the ' +
+        'stored answer, and a retry runs it again. Build the data layer on the same pool ' +
+        '(new PrismaPg(pool), drizzle({ client: pool }), new PostgresDialect({ pool })); for ' +
+        'work that is not the request’s, run it in IdempotentTransaction.outside().',
+    );
+  }
+
+  private readonly join: PoolJoin = {
+    query: (args) => this.statement(args, () => false),
+    connect: () => Promise.resolve(new JoinedClient(this) as unknown as PoolClient),
+  };
+
+  /** TypeORM's manager is not there on a pool: the data layer's own client joins instead. */
+  get manager(): EntityManager {
+    return managerUnavailable;
+  }
+
+  async query<R = Record<string, unknown>>(text: string, values: unknown[]): Promise<R[]> {
+    const result = (await this.statement([text, values], () => false)) as QueryResult;
+    return result.rows as R[];
+  }
+
+  /**
+   * A statement of the app's: refused if it would end or start the request's transaction; a
+   * plain read before the first write runs apart on a connection of its own (as on TypeORM),
+   * anything else on the request's connection, inside the open savepoints.
+   */
+  async statement(args: unknown[], nested: () => boolean): Promise<unknown> {
+    if (this.ended) return this.apart(nested(), () => this.sendAlone(args));
+    const text = textOf(args[0]);
+    const control = transactionControlOf(text);
+    if (control) throw this.refuse(control);
+    if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
+      return this.sendAlone(args);
+    }
+    const client = await this.connection();
+    await this.makeSavepoints(client);
+    try {
+      return await this.send(client, args, nested);
+    } catch (error) {
+      this.lastError = error;
+      throw error;
+    }
+  }
+
+  /** A cursor (Kysely's `stream()`): handed back at once, submitted once the connection is. */
+  submit(args: unknown[], nested: () => boolean): unknown {
+    const submittable = args[0] as { handleError?: (error: unknown) => void };
+    if (this.ended) {
+      queueMicrotask(() => submittable.handleError?.(new TransactionEndedError(nested())));
+      return submittable;
+    }
+    void this.connection()
+      .then(async (client) => {
+        await this.makeSavepoints(client);
+        return this.send(client, args, nested);
+      })
+      .catch((error: unknown) => submittable.handleError?.(error));
+    return submittable;
+  }
+
+  /** What a view does with a statement: its nested transaction's control, or the statement. */
+  async onView(view: JoinedClient, args: unknown[]): Promise<unknown> {
+    const control = nestedControlOf(textOf(args[0]));
+    const nested = () => view.depth > 0;
+    if (!control) return this.statement(args, nested);
+    if (this.ended) return this.apart(true, () => Promise.reject(new TransactionEndedError()));
+    switch (control.kind) {
+      case 'begin': {
+        await this.askIsolation(control.level);
+        const savepoint = { name: `idempotency_nested_${++this.savepointCount}` };
+        this.savepoints.push(savepoint);
+        view.savepoints.push(savepoint);
+        return emptyResult('BEGIN');
+      }
+      case 'set-isolation':
+        await this.askIsolation(control.level);
+        return emptyResult('SET');
+      case 'commit':
+      case 'rollback': {
+        const savepoint = this.innermost(view, control.kind.toUpperCase());
+        await this.endSavepoint(view, savepoint, control.kind);
+        return emptyResult(control.kind.toUpperCase());
+      }
+    }
+  }
+
+  /** A view given back with its nested transactions open: they roll back. Never throws. */
+  async onRelease(view: JoinedClient): Promise<void> {
+    while (view.depth > 0) {
+      const savepoint = view.savepoints[view.savepoints.length - 1];
+      if (this.savepoints[this.savepoints.length - 1] !== savepoint) {
+        // Another nested transaction, begun after it, is still open: ending this one would end
+        // that one too. The request can then only roll back.
+        this.refuse('a nested transaction given back while one begun after it is open');
+        return;
+      }
+      await this.endSavepoint(view, savepoint, 'rollback').catch(() => undefined);
+    }
+  }
+
+  /** The view's innermost savepoint, which must be the innermost of all: else refused. */
+  private innermost(view: JoinedClient, statement: string): Savepoint {
+    const savepoint = view.savepoints[view.savepoints.length - 1];
+    if (!savepoint) throw this.refuse(statement);
+    if (this.savepoints[this.savepoints.length - 1] !== savepoint) {
+      throw this.refuse(
+        `${statement} of a nested transaction while another, begun after it on another ` +
+          'connection of the pool, is still open',
+      );
+    }
+    return savepoint;
+  }
+
+  private async endSavepoint(
+    view: JoinedClient,
+    savepoint: Savepoint,
+    how: 'commit' | 'rollback',
+  ): Promise<void> {
+    this.savepoints.pop();
+    view.savepoints.pop();
+    if (!savepoint.made) return; // nothing ran inside it
+    await savepoint.made;
+    const text =
+      how === 'commit'
+        ? `RELEASE SAVEPOINT ${savepoint.name}`
+        : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
+    await this.statement([text], () => true);
+  }
+
+  /** Makes the savepoints no statement has needed yet, outermost first. */
+  private async makeSavepoints(client: PoolClient): Promise<void> {
+    for (const savepoint of this.savepoints) {
+      savepoint.made ??= this.send(client, [`SAVEPOINT ${savepoint.name}`], () => true).catch(
+        (error: unknown) => {
+          this.lastError = error;
+          throw error;
+        },
+      );
+      await savepoint.made;
+    }
+  }
+}
+
+/**
+ * A connection of the pool, as a data layer inside the request's scope gets it: a view of the
+ * request's connection. Its `release()` gives nothing back to the pool (the connection is the
+ * request's until it commits); its nested transactions roll back if it is given back with
+ * them open.
+ */
+export class JoinedClient extends EventEmitter {
+  readonly savepoints: Savepoint[] = [];
+
+  constructor(private readonly transaction: PoolTransaction) {
+    super();
+  }
+
+  get depth(): number {
+    return this.savepoints.length;
+  }
+
+  query(...args: unknown[]): unknown {
+    if (isSubmittable(args[0])) return this.transaction.submit(args, () => this.depth > 0);
+    const last = args[args.length - 1];
+    const callback = typeof last === 'function' ? (last as (...r: unknown[]) => void) : undefined;
+    const result = this.transaction.onView(this, callback ? args.slice(0, -1) : args);
+    if (!callback) return result;
+    result.then(
+      (value) => callback(undefined, value),
+      (error: unknown) => callback(error),
+    );
+    return undefined;
+  }
+
+  release(): void {
+    if (this.depth > 0) void this.transaction.onRelease(this);
+  }
+}
+
+function emptyResult(command: string): QueryResult {
+  return { command, rowCount: null, oid: 0, rows: [], fields: [] };
+}
+
+/**
+ * Handed to phase work as its first argument on a pool: TypeORM's EntityManager is not there,
+ * and any use of it says what to do instead.
+ */
+const managerUnavailable = new Proxy({} as EntityManager, {
+  get(_target, property) {
+    if (property === 'then' || typeof property === 'symbol') return undefined;
+    throw new Error(
+      `The first argument of a phase's work (manager.${String(property)}) is TypeORM's ` +
+        'EntityManager, which an app on a node-postgres pool (IdempotencyModule with `pool`) ' +
+        'does not have: write with your own client (Prisma, Drizzle, Kysely, pg) built on that ' +
+        'pool; it joins the phase’s transaction.',
+    );
+  },
+});

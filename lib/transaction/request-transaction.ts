@@ -1,0 +1,429 @@
+import { type Pool, type PoolClient, type QueryConfig } from 'pg';
+import {
+  type DataSource,
+  type EntityManager,
+  type QueryRunner,
+  type ReplicationMode,
+} from 'typeorm';
+
+import { isTransactionAbortedError } from '../storage/connection-errors.js';
+import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js';
+import { beginWith, carriedStatement } from '../storage/begin-with.js';
+import { fencedCommit, isFenceLost } from '../storage/fenced-commit.js';
+import { decideIsolation, isIsolationLevel, type IsolationLevel } from './isolation-level.js';
+import {
+  IsolationLevelRefusedError,
+  TransactionAbortedError,
+  TransactionControlRefusedError,
+  TransactionEndedError,
+} from './seam-errors.js';
+import { transactionControlOf } from './sql-text.js';
+import { type JoinableTransaction, type PoolJoin } from './transaction-scope.js';
+
+/** A statement of the library's own, run last in a transaction: it must touch one row. */
+export interface FencedStatement {
+  name: string;
+  text: string;
+  values: unknown[];
+}
+
+/**
+ * The request's transaction on the app's pool, whatever data layer the handler writes through:
+ * opened by its first statement, not before, so that a handler that waits on something else
+ * (an HTTP call, a queue) before it writes holds no connection while it waits. It ends with a
+ * fenced statement of the library's (the stored response, or a phase's recovery point) and
+ * `COMMIT`, or with `ROLLBACK`; with no statement of its own, the fenced statement alone
+ * commits, so a handler that wrote nothing costs one statement, not three.
+ *
+ * Every wait on PostgreSQL the library makes here is bounded by `timeoutMs`; a commit whose
+ * answer does not come in time drops its connection (PostgreSQL then rolls back whatever had
+ * not committed) and the caller answers 503: a retry finds the work either done or not done.
+ *
+ * What joins it is the data layer's: TypeORM's query runner (`LazyTransaction`), or the
+ * node-postgres pool that Prisma, Drizzle and Kysely run on (`PoolTransaction`).
+ */
+export abstract class RequestTransaction implements JoinableTransaction {
+  protected opening?: Promise<PoolClient>;
+  /** Set once `BEGIN` is on its way (alone, or in front of the first statement). */
+  protected beginning?: Promise<void>;
+  protected state: 'pending' | 'ending' | 'ended' = 'pending';
+  /** The commit or rollback under way: a second end waits for it rather than racing it. */
+  protected ending?: Promise<unknown>;
+  private released = false;
+  /** Whether it committed: work that comes after then runs on its own, as after any answer. */
+  protected committed = false;
+  /** Whether the commit or rollback under way has an outcome (`committed` is then final). */
+  protected settled = false;
+  /** The last statement error its code saw: what aborted the transaction, if it was aborted. */
+  lastError?: unknown;
+  /**
+   * The isolation level the request's transaction begins at: the route's, or the one its first
+   * nested transaction asked for. Unset, the data layer's (a TypeORM 1 DataSource's), else the
+   * server's.
+   */
+  isolationLevel?: IsolationLevel;
+  /** The level its `BEGIN` was sent with, once sent; undefined for the server's default. */
+  protected begunAt?: IsolationLevel;
+  /** A refused attempt of its code to end it: it can then only roll back. */
+  private refused?: TransactionControlRefusedError;
+
+  constructor(
+    protected readonly pool: () => Pool,
+    protected readonly timeoutMs: number,
+    /** Whether code in the scope joins it; explicit use of its handles always does. */
+    public joinable: boolean,
+    /** False behind a pooler in transaction mode: the fenced statement is sent unnamed. */
+    protected readonly namedStatements = true,
+  ) {}
+
+  /** Whether a statement has opened it (it holds a connection). */
+  get begun(): boolean {
+    return this.opening !== undefined;
+  }
+
+  /** Whether it committed or rolled back (or is doing so). */
+  get ended(): boolean {
+    return this.state !== 'pending';
+  }
+
+  /**
+   * Runs one statement of the library's own in the transaction (a body stored by pointer, a
+   * processed message's id): its rows.
+   */
+  abstract query<R = Record<string, unknown>>(text: string, values: unknown[]): Promise<R[]>;
+
+  /** TypeORM's EntityManager of the transaction (a stand-in that says why, on a pool). */
+  abstract get manager(): EntityManager;
+
+  joinedRunner?(dataSource: DataSource, mode: ReplicationMode): QueryRunner | undefined;
+
+  joinedPool?(pool: object): PoolJoin | undefined;
+
+  otherPool?(pool: object): void;
+
+  /** The level a data layer's own settings give the transaction (TypeORM 1's option). */
+  protected configuredLevel(): string | undefined {
+    return undefined;
+  }
+
+  /**
+   * Runs `statement` last and commits; false (everything rolled back) when it touched no row,
+   * which for the library's fenced statements means the lease was lost.
+   */
+  commitWith(statement: FencedStatement): Promise<boolean> {
+    if (this.ended) return Promise.reject(new TransactionEndedError());
+    this.state = 'ending';
+    const committing = this.commitNow(statement);
+    this.track(committing);
+    return committing;
+  }
+
+  /** Commits what its code did, with no statement of the library's (phases without a key). */
+  commitPlain(): Promise<void> {
+    if (this.ended) return Promise.reject(new TransactionEndedError());
+    this.state = 'ending';
+    const committing = this.commitPlainNow();
+    this.track(committing);
+    return committing;
+  }
+
+  private async commitPlainNow(): Promise<void> {
+    if (this.refused) return this.refusedEnd();
+    const client = await this.opening?.catch((error: unknown) => {
+      this.state = 'ended';
+      throw error;
+    });
+    if (!client || !this.beginning) {
+      this.state = 'ended';
+      if (client) this.end(client);
+      this.committed = true;
+      return;
+    }
+    try {
+      await this.beginning;
+    } catch (error) {
+      await this.rollbackOn(client);
+      throw new TransactionAbortedError(this.lastError ?? error);
+    }
+    try {
+      await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs);
+      this.committed = true;
+      this.end(client);
+    } catch (error) {
+      if (isTransactionAbortedError(error)) {
+        await this.rollbackOn(client);
+        throw new TransactionAbortedError(this.lastError ?? error);
+      }
+      this.end(client, error);
+      throw error;
+    }
+  }
+
+  private track(ending: Promise<unknown>): void {
+    this.ending = ending.then(
+      () => (this.settled = true),
+      () => (this.settled = true),
+    );
+  }
+
+  /** Its code tried to end it (and went on): what it did after assumed that ended. */
+  private async refusedEnd(): Promise<never> {
+    const client = await this.opening?.catch(() => undefined);
+    if (client) await this.rollbackOn(client);
+    else this.state = 'ended';
+    throw new TransactionAbortedError(this.refused);
+  }
+
+  private async commitNow(statement: FencedStatement): Promise<boolean> {
+    if (this.refused) return this.refusedEnd();
+    const name = this.namedStatements ? statement.name : undefined;
+    const config: QueryConfig = { name, text: statement.text, values: statement.values };
+    if (!this.opening) {
+      this.state = 'ended';
+      const client = await acquire(this.pool(), this.timeoutMs);
+      try {
+        const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs);
+        client.release();
+        this.committed = rowCount === 1;
+        return this.committed;
+      } catch (error) {
+        client.release(asError(error));
+        throw error;
+      }
+    }
+    const client = await this.opening.catch((error: unknown) => {
+      this.state = 'ended';
+      throw error;
+    });
+    if (!this.beginning) {
+      // A connection was taken but no statement sent on it: the fenced statement commits alone.
+      try {
+        const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs);
+        this.committed = rowCount === 1;
+        this.end(client);
+        return this.committed;
+      } catch (error) {
+        this.end(client, error);
+        throw error;
+      }
+    }
+    try {
+      await this.beginning;
+    } catch (error) {
+      // BEGIN itself failed (its first statement with it): there is no transaction to commit
+      // the stored response with, and the handler's first write never ran.
+      await this.rollbackOn(client);
+      throw new TransactionAbortedError(this.lastError ?? error);
+    }
+    try {
+      // The fenced statement and COMMIT in one round trip; a lost fence raises, and the
+      // COMMIT after it is skipped.
+      await fencedCommit(client, { ...statement, name }, this.timeoutMs);
+      this.committed = true;
+      this.end(client);
+      return true;
+    } catch (error) {
+      if (isFenceLost(error)) {
+        await this.rollbackOn(client);
+        return false;
+      }
+      if (isTransactionAbortedError(error)) {
+        await this.rollbackOn(client);
+        throw new TransactionAbortedError(this.lastError ?? error);
+      }
+      // The commit's outcome is unknown: the connection goes, and PostgreSQL rolls back what
+      // had not committed. The fenced statement's row lock orders any later takeover after it.
+      this.end(client, error);
+      throw error;
+    }
+  }
+
+  /** Rolls back (if a statement opened it) and gives the connection back. Never throws. */
+  async rollback(): Promise<void> {
+    if (this.state !== 'pending') {
+      await this.ending;
+      return;
+    }
+    this.state = 'ending';
+    this.track(
+      (async () => {
+        const client = await this.opening?.catch(() => undefined);
+        if (client) await this.rollbackOn(client);
+        else this.state = 'ended';
+      })(),
+    );
+    await this.ending;
+  }
+
+  private async rollbackOn(client: PoolClient): Promise<void> {
+    try {
+      await queryWithDeadline(client, { text: 'ROLLBACK' }, this.timeoutMs);
+      this.end(client);
+    } catch (error) {
+      this.end(client, error);
+    }
+  }
+
+  private end(client: PoolClient, error?: unknown): void {
+    this.state = 'ended';
+    // The handles stay usable: a statement of theirs after the end runs apart once the
+    // request committed, or is refused.
+    if (this.released) return;
+    this.released = true;
+    client.release(error === undefined ? undefined : asError(error));
+  }
+
+  /** Runs `work` once the transaction's end has an outcome, if it committed; else refuses. */
+  protected async afterEnd<T>(work: () => Promise<T>): Promise<T> {
+    await this.ending;
+    if (!this.committed) throw new TransactionEndedError();
+    return work();
+  }
+
+  /**
+   * A statement that comes after its end (work the handler left running): once the end has an
+   * outcome, it runs apart if the request committed, and is refused if it rolled back. One that
+   * belongs to a nested transaction opened before the end (`nested`) is refused either way: its
+   * savepoint committed with the request, and the rest of it cannot run in a transaction that
+   * is gone.
+   */
+  protected async apart<T>(nested: boolean, work: () => Promise<T>): Promise<T> {
+    if (!nested) return this.afterEnd(work);
+    await this.ending;
+    throw new TransactionEndedError(this.committed);
+  }
+
+  /** Marks the transaction as one that can only roll back; the error for its code. */
+  protected refuse(statement: string): TransactionControlRefusedError {
+    const error = new TransactionControlRefusedError(statement);
+    this.refused ??= error;
+    return error;
+  }
+
+  /** The level the transaction is to begin at, as far as is known before it begins. */
+  protected plannedLevel(): IsolationLevel | undefined {
+    const configured = this.configuredLevel();
+    return this.isolationLevel ?? (isIsolationLevel(configured) ? configured : undefined);
+  }
+
+  /**
+   * A nested transaction asks for `level`: before the `BEGIN` went out, the request's
+   * transaction begins at it (or stronger); after, it must already be at least as strong.
+   * Refused (nothing sent) otherwise, never run weaker than asked.
+   */
+  protected async askIsolation(level: string | undefined): Promise<void> {
+    if (level === undefined) return;
+    const decision = decideIsolation(
+      level,
+      this.beginning
+        ? { begun: true, current: await this.currentLevel() }
+        : { begun: false, planned: this.plannedLevel() },
+    );
+    if (decision.kind === 'refuse') throw new IsolationLevelRefusedError(decision.reason);
+    if (decision.kind === 'begin-at') this.isolationLevel = decision.level;
+  }
+
+  /** The level the transaction runs at: the one sent with `BEGIN`, else the server's. */
+  private async currentLevel(): Promise<IsolationLevel> {
+    if (this.begunAt) return this.begunAt;
+    const client = await this.opening!;
+    await this.beginning;
+    const { rows } = await withDeadline(
+      client.query<{ level: string }>(`SELECT current_setting('transaction_isolation') AS level`),
+      this.timeoutMs,
+      'reading the isolation level',
+    );
+    const level = rows[0].level.toUpperCase();
+    this.begunAt = isIsolationLevel(level) ? level : 'READ COMMITTED';
+    return this.begunAt;
+  }
+
+  /** The connection, on the first statement; bounded like every wait here. */
+  protected connection(): Promise<PoolClient> {
+    if (this.ended) return Promise.reject(new TransactionEndedError());
+    this.opening ??= acquire(this.pool(), this.timeoutMs);
+    return this.opening;
+  }
+
+  /**
+   * Sends a statement of its code on the request's connection. It is refused if it would end
+   * or start the transaction; one sent while the first is on its way waits for its `BEGIN`;
+   * one sent after the end runs apart once the request committed (`nested`: one of a nested
+   * transaction, refused then). The first carries the `BEGIN` in its own round trip when it
+   * can (`beginWith`).
+   */
+  protected send(client: PoolClient, args: unknown[], nested: () => boolean): Promise<unknown> {
+    const control = transactionControlOf(textOf(args[0]));
+    if (control) return Promise.reject(this.refuse(control));
+    const apart = () =>
+      isSubmittable(args[0])
+        ? Promise.reject(new TransactionEndedError())
+        : this.apart(nested(), () => this.sendAlone(args));
+    if (this.ended) return apart();
+    const query = client.query as (...a: unknown[]) => Promise<unknown>;
+    if (isSubmittable(args[0])) {
+      // A stream (a cursor): node-postgres queues it behind the BEGIN, and it must be handed
+      // back as it is, not as a promise.
+      void this.begin(client);
+      return query.apply(client, args);
+    }
+    // A statement sent while the first is on its way waits for its BEGIN, and is refused if
+    // the transaction ended meanwhile: it must never run after the ROLLBACK or COMMIT, nor
+    // outside the transaction when BEGIN failed.
+    const after = () => (this.ended ? apart() : query.apply(client, args));
+    if (this.beginning) return this.beginning.then(after);
+    const carried = carriedStatement(args);
+    if (carried) {
+      const { result, begun } = beginWith(client, this.beginText(), carried);
+      this.beginning = begun;
+      return result;
+    }
+    return this.begin(client).then(after);
+  }
+
+  /** `BEGIN` in a round trip of its own: for a first statement `beginWith` cannot carry. */
+  protected begin(client: PoolClient): Promise<void> {
+    if (this.ended && !this.beginning) return Promise.reject(new TransactionEndedError());
+    this.beginning ??= withDeadline(client.query(this.beginText()), this.timeoutMs, 'BEGIN').then(
+      () => undefined,
+    );
+    return this.beginning;
+  }
+
+  private beginText(): string {
+    // The data layer's option is sent as it is: a level PostgreSQL refuses fails the BEGIN.
+    const isolation = this.isolationLevel ?? this.configuredLevel();
+    this.begunAt = isIsolationLevel(isolation) ? isolation : undefined;
+    return isolation ? `BEGIN ISOLATION LEVEL ${isolation}` : 'BEGIN';
+  }
+
+  /** One statement on a pooled connection of its own, outside any transaction. */
+  protected async sendAlone(args: unknown[]): Promise<unknown> {
+    const client = await acquire(this.pool(), this.timeoutMs);
+    try {
+      const result = await (client.query as (...a: unknown[]) => Promise<unknown>).apply(
+        client,
+        args,
+      );
+      client.release();
+      return result;
+    } catch (error) {
+      client.release(asError(error));
+      throw error;
+    }
+  }
+}
+
+/** The SQL text of a statement as node-postgres takes it: a string, or a config's `text`. */
+export function textOf(statement: unknown): unknown {
+  if (typeof statement === 'string') return statement;
+  return (statement as { text?: unknown } | null)?.text;
+}
+
+export function isSubmittable(value: unknown): boolean {
+  return typeof (value as { submit?: unknown } | null)?.submit === 'function';
+}
+
+export function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
+}
