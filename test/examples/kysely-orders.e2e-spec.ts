@@ -75,13 +75,17 @@ async function retryUntilSettled(send: () => Promise<request.Response>) {
   return res;
 }
 
-/** The backend of a handler that wrote and has not committed: seen in the server's own view. */
-async function uncommittedBackend(): Promise<number> {
+/**
+ * The backend of a handler that wrote and has not committed: seen in the server's own view.
+ * With `lastStatement`, once the last statement it ran begins so (a LIKE pattern).
+ */
+async function uncommittedBackend(lastStatement = '%'): Promise<number> {
   for (let i = 0; i < 200; i++) {
     const { rows } = await db.query<{ pid: number }>(
       `SELECT pid FROM pg_stat_activity
-        WHERE datname = $1 AND state = 'idle in transaction' AND backend_xid IS NOT NULL`,
-      [database.name],
+        WHERE datname = $1 AND state = 'idle in transaction' AND backend_xid IS NOT NULL
+          AND query LIKE $2`,
+      [database.name, lastStatement],
     );
     if (rows.length === 1) return rows[0].pid;
     await sleep(10);
@@ -177,7 +181,8 @@ describe.each(ADAPTERS)('the Kysely orders example on %s', (adapter: AdapterName
       const key = tag('terminated');
       const body = { sku: key, quantity: 1 };
       const pending = post(app, '/orders', key, body, 'placed=1500').then((res) => res);
-      const pid = await uncommittedBackend();
+      // Its nested transaction is over (its savepoint released): the handler holds.
+      const pid = await uncommittedBackend('RELEASE SAVEPOINT %');
       await db.query('SELECT pg_terminate_backend($1)', [pid]);
       const first = await pending;
       expectProblem(first, 503, 'store_unavailable');
@@ -187,6 +192,31 @@ describe.each(ADAPTERS)('the Kysely orders example on %s', (adapter: AdapterName
       expect([retry.status, retry.headers['idempotent-replayed']]).toEqual([201, undefined]);
       expect(await orders(key)).toBe(1);
       expect(await eventsOfSku(key)).toBe(1);
+    });
+
+    it('the connection terminated between a write and a nested transaction: 503 store_unavailable, nothing committed, the retry runs once', async () => {
+      const key = tag('terminated-nested');
+      const body = { sku: key, holdMs: 1500 };
+      const pending = post(app, '/probes/write-wait-nested', key, body).then((res) => res);
+      const pid = await uncommittedBackend();
+      await db.query('SELECT pg_terminate_backend($1)', [pid]);
+      const first = await pending;
+      expectProblem(first, 503, 'store_unavailable');
+      expect(await orders(key)).toBe(0);
+      const retry = await post(app, '/probes/write-wait-nested', key, body);
+      expect(retry.status).toBe(201);
+      expect([await orders(key), await eventsOfSku(key)]).toEqual([1, 1]);
+    });
+
+    it('the connection terminated inside a nested transaction, before its COMMIT: 503 store_unavailable, nothing stored, the retry runs once', async () => {
+      const key = tag('terminated-commit');
+      const body = { sku: key };
+      const first = await post(app, '/probes/terminated-before-nested-commit', key, body);
+      expectProblem(first, 503, 'store_unavailable');
+      expect(await orders(key)).toBe(0);
+      const retry = await post(app, '/probes/terminated-before-nested-commit', key, body);
+      expect([retry.status, retry.headers['idempotent-replayed']]).toEqual([201, undefined]);
+      expect([await orders(key), await eventsOfSku(key)]).toEqual([1, 1]);
     });
 
     it('a unique violation the handler swallowed aborts the transaction: 500 transaction_aborted, nothing stored or committed', async () => {
@@ -413,23 +443,34 @@ describe.each(ADAPTERS)('the Kysely orders example on %s', (adapter: AdapterName
 
 describe('the Kysely orders example as processes, killed with SIGKILL', () => {
   let app: INestApplication;
+  /** One process per test, all started at once (each test kills its own). */
+  let starting: Promise<WorkerProcess>[] = [];
+  const used: WorkerProcess[] = [];
   beforeAll(async () => {
+    starting = Array.from({ length: 3 }, () =>
+      startWorker('examples/kysely-orders/main.js', {
+        DATABASE_URL: database.url,
+        WAREHOUSE_URL: warehouse.url,
+        LEASE_MS: '1000',
+        ORDERS_TEST_HOOKS: 'true',
+        PORT: '0',
+      }),
+    );
+    // Awaited by the tests; marked handled here so that a failed start fails its test only.
+    for (const worker of starting) worker.catch(() => undefined);
     app = await bootstrapTestApp(probedOrdersModule(settings()), 'express');
   });
-  afterAll(() => app?.close());
-  const workers: WorkerProcess[] = [];
   // A test that failed before its kill leaves no process behind.
-  afterEach(() => Promise.all(workers.splice(0).map((worker) => worker.kill())));
+  afterEach(() => Promise.all(used.splice(0).map((worker) => worker.kill())));
+  afterAll(async () => {
+    await app?.close();
+    const left = await Promise.allSettled(starting);
+    for (const worker of left) if (worker.status === 'fulfilled') await worker.value.kill();
+  });
 
   const startOrders = async () => {
-    const worker = await startWorker('examples/kysely-orders/main.js', {
-      DATABASE_URL: database.url,
-      WAREHOUSE_URL: warehouse.url,
-      LEASE_MS: '1000',
-      ORDERS_TEST_HOOKS: 'true',
-      PORT: '0',
-    });
-    workers.push(worker);
+    const worker = await starting.shift()!;
+    used.push(worker);
     return worker;
   };
 

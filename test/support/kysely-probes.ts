@@ -116,6 +116,52 @@ class KyselyProbesController {
     return { id: order.id, duplicate };
   }
 
+  /**
+   * A write, a wait on the key's first attempt (in which a test terminates the connection),
+   * then a nested transaction:
+   * the first statement after the loss is Kysely's BEGIN, a SAVEPOINT on the request's
+   * connection.
+   */
+  @Post('write-wait-nested')
+  @Idempotent()
+  async writeWaitNested(@Headers('idempotency-key') key: string, @Body() body: ProbeBody) {
+    const attempt = (this.attempts.get(key) ?? 0) + 1;
+    this.attempts.set(key, attempt);
+    const { id } = await this.insertOrder(this.db, body.sku);
+    if (attempt === 1) await sleep(body.holdMs ?? 0);
+    await this.db
+      .transaction()
+      .execute((trx) =>
+        trx.insertInto('order_events').values({ order_id: id, kind: 'placed' }).execute(),
+      );
+    return { id: Number(id) };
+  }
+
+  /**
+   * The request's connection terminated inside a nested transaction, after its last statement
+   * (on the key's first attempt): the next thing Kysely sends is its COMMIT, then, when that
+   * fails, its ROLLBACK. The backend is ended through another pool, as an operator or a
+   * failover would end it.
+   */
+  @Post('terminated-before-nested-commit')
+  @Idempotent()
+  async terminatedBeforeNestedCommit(
+    @Headers('idempotency-key') key: string,
+    @Body() body: ProbeBody,
+  ) {
+    const attempt = (this.attempts.get(key) ?? 0) + 1;
+    this.attempts.set(key, attempt);
+    const { id } = await this.insertOrder(this.db, body.sku);
+    await this.db.transaction().execute(async (trx) => {
+      await trx.insertInto('order_events').values({ order_id: id, kind: 'placed' }).execute();
+      if (attempt > 1) return;
+      const { rows } = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(trx);
+      await sql`SELECT pg_terminate_backend(${rows[0].pid})`.execute(this.other);
+      await sleep(50); // the client has seen its socket close
+    });
+    return { id: Number(id) };
+  }
+
   /** A failed statement the handler catches and carries on after, outside a savepoint. */
   @Post('swallow')
   @Idempotent()
