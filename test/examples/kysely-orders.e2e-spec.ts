@@ -244,6 +244,16 @@ describe.each(ADAPTERS)('the Kysely orders example on %s', (adapter: AdapterName
       expect(await events(retry.body.id)).toEqual(['noted', 'placed']);
     });
 
+    it('a statement failed and caught inside a nested transaction (not in a savepoint of its own): 500 transaction_aborted, nothing stored or committed', async () => {
+      const key = tag('caught-inside');
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const res = await post(app, '/probes/caught-inside-nested', key, { sku: key });
+        expectProblem(res, 500, 'transaction_aborted');
+        expect(res.headers['idempotent-replayed']).toBeUndefined();
+        expect([await orders(key), await eventsOfSku(key)]).toEqual([0, 0]);
+      }
+    });
+
     it('controlled transactions: startTransaction(), savepoint(), rollbackToSavepoint(), commit() and rollback() are savepoints of the request’s transaction', async () => {
       const key = tag('controlled');
       const body = { sku: key, failFirst: true };

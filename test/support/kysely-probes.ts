@@ -162,6 +162,32 @@ class KyselyProbesController {
     return { id: Number(id) };
   }
 
+  /**
+   * A statement that fails inside a nested transaction, caught inside it: Kysely then sends its
+   * COMMIT on an aborted transaction (without the library, PostgreSQL answers it with a
+   * ROLLBACK: Kysely's AbortedTransactionError), and the handler catches that and goes on.
+   */
+  @Post('caught-inside-nested')
+  @Idempotent()
+  async caughtInsideNested(@Body() body: ProbeBody) {
+    const { id } = await this.insertOrder(this.db, body.sku);
+    const nested = await this.db
+      .transaction()
+      .execute(async (trx) => {
+        await trx.insertInto('order_events').values({ order_id: id, kind: 'placed' }).execute();
+        await trx
+          .insertInto('order_events')
+          .values({ order_id: id, kind: 'placed' })
+          .execute()
+          .catch(() => undefined);
+      })
+      .then(
+        () => 'committed',
+        () => 'failed',
+      );
+    return { id: Number(id), nested };
+  }
+
   /** A failed statement the handler catches and carries on after, outside a savepoint. */
   @Post('swallow')
   @Idempotent()
