@@ -180,7 +180,7 @@ describe.each(ADAPTERS)('the Kysely orders example on %s', (adapter: AdapterName
     it('the handler’s connection terminated (pg_terminate_backend) after its writes: 503 store_unavailable, nothing committed, the retry runs once', async () => {
       const key = tag('terminated');
       const body = { sku: key, quantity: 1 };
-      const pending = post(app, '/orders', key, body, 'placed=1500').then((res) => res);
+      const pending = post(app, '/orders', key, body, 'placed=800').then((res) => res);
       // Its nested transaction is over (its savepoint released): the handler holds.
       const pid = await uncommittedBackend('RELEASE SAVEPOINT %');
       await db.query('SELECT pg_terminate_backend($1)', [pid]);
@@ -196,7 +196,7 @@ describe.each(ADAPTERS)('the Kysely orders example on %s', (adapter: AdapterName
 
     it('the connection terminated between a write and a nested transaction: 503 store_unavailable, nothing committed, the retry runs once', async () => {
       const key = tag('terminated-nested');
-      const body = { sku: key, holdMs: 1500 };
+      const body = { sku: key, holdMs: 800 };
       const pending = post(app, '/probes/write-wait-nested', key, body).then((res) => res);
       const pid = await uncommittedBackend();
       await db.query('SELECT pg_terminate_backend($1)', [pid]);
