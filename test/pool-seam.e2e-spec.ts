@@ -95,6 +95,18 @@ class LedgerController {
     }
   }
 
+  /**
+   * Above READ COMMITTED, held past several heartbeats (every leaseMs / 3): a renewal that
+   * committed apart after the transaction's snapshot would fail its stored answer.
+   */
+  @Post('isolated-slow')
+  @Idempotent({ isolationLevel: 'SERIALIZABLE', leaseMs: 600 })
+  async isolatedSlow(@Body() body: Body_) {
+    await this.insert(pool, body.tag);
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    return { tag: body.tag };
+  }
+
   /** A stronger level after the first write: refused, never run weaker. */
   @Post('isolation-late')
   @Idempotent()
@@ -302,6 +314,14 @@ describe.each(ADAPTERS)('a data layer on a node-postgres pool (%s)', (adapter) =
     expect(answer.status).toBe(201);
     expect(answer.body).toEqual({ level: 'serializable' });
     expect(await notes('iso-1')).toEqual(['main']);
+  });
+
+  it('keeps a SERIALIZABLE request held past its heartbeats: 201, one row, the lease renewed inside it', async () => {
+    const answer = await post('/isolated-slow', 'iso-slow-1', { tag: 'iso-slow-1' });
+    expect(answer.status).toBe(201);
+    expect(await notes('iso-slow-1')).toEqual(['main']);
+    const again = await post('/isolated-slow', 'iso-slow-1', { tag: 'iso-slow-1' });
+    expect(again.text).toBe(answer.text);
   });
 
   it('refuses a stronger level after the first write, and rolls everything back', async () => {

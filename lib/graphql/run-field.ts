@@ -45,7 +45,7 @@ export function runField(
   const context = new IdempotencyContext(claim, 200, transaction, route.atomic, settings.store);
   context.route = settings.name;
   const stopHeartbeat = route.heartbeat
-    ? tools.renewals.heartbeat(settings.store, claim)
+    ? tools.renewals.heartbeat(settings.store, claim, transaction)
     : undefined;
   const settle = async (outcome: Outcome): Promise<unknown> => {
     stopHeartbeat?.();

@@ -81,7 +81,7 @@ export function runOwned(
     route.storedHeaders,
   );
   const stopHeartbeat = route.heartbeat
-    ? tools.renewals.heartbeat(settings.store, claim)
+    ? tools.renewals.heartbeat(settings.store, claim, transaction)
     : undefined;
 
   return new Observable<unknown>((subscriber) => {

@@ -83,6 +83,12 @@ export interface TransactionalClaimStore extends ClaimStore {
     transaction: RequestTransaction,
   ): Promise<boolean>;
   /**
+   * The heartbeat run inside the request's transaction, once that began above READ COMMITTED
+   * (`RequestTransaction.isolated`): a renewal committed apart after its snapshot would make
+   * its stored answer fail to serialize. False when the lease was lost.
+   */
+  extendLeaseIn?(claim: ActiveClaim, transaction: RequestTransaction): Promise<boolean>;
+  /**
    * Statement 4: runs `work` in one transaction with the advance of the recovery point to
    * `phase` and the record of its result. Throws `IdempotencyLeaseLostError`, rolling
    * everything back, when another worker owns the key.

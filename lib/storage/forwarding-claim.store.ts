@@ -63,6 +63,11 @@ export class ForwardingClaimStore implements TransactionalClaimStore {
     return this.inner.extendLease(claim);
   }
 
+  extendLeaseIn(claim: ActiveClaim, transaction: RequestTransaction): Promise<boolean> {
+    const inner = this.transactionalInner();
+    return inner.extendLeaseIn ? inner.extendLeaseIn(claim, transaction) : inner.extendLease(claim);
+  }
+
   purgeBatch(retentionMs: number, batchSize: number): Promise<KeyScope[]> {
     return this.inner.purgeBatch(retentionMs, batchSize);
   }

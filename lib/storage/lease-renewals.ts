@@ -1,6 +1,7 @@
 import { type Logger } from '@nestjs/common';
 import { type ActiveClaim } from './active-claim.js';
-import { type ClaimStore } from './claim-store.interface.js';
+import { type ClaimStore, isTransactional } from './claim-store.interface.js';
+import { type RequestTransaction } from '../transaction/request-transaction.js';
 
 /**
  * The heartbeats of the claims this process holds, and the release that waits for them. Each
@@ -16,10 +17,17 @@ export class LeaseRenewals {
    * Extends the lease while the handler runs, so that a short lease (a fast takeover after a
    * real crash) does not hand a slow but live worker's key to another one. Returns the stop.
    */
-  heartbeat(store: ClaimStore, claim: ActiveClaim): () => void {
+  heartbeat(store: ClaimStore, claim: ActiveClaim, transaction?: RequestTransaction): () => void {
+    // A transaction above READ COMMITTED begins only once the renewal on its way has landed,
+    // and then takes the renewals in (see `RequestTransaction.beforeIsolatedBegin`).
+    if (transaction) transaction.beforeIsolatedBegin = () => this.landed(claim);
     const timer = setInterval(
       () => {
-        const renewal = store.extendLease(claim).then(
+        const inside =
+          transaction?.isolated && isTransactional(store) && store.extendLeaseIn
+            ? store.extendLeaseIn(claim, transaction)
+            : undefined;
+        const renewal = (inside ?? store.extendLease(claim)).then(
           (held) => {
             if (!held) clearInterval(timer);
           },
@@ -32,6 +40,11 @@ export class LeaseRenewals {
     );
     timer.unref();
     return () => clearInterval(timer);
+  }
+
+  /** Once the claim's renewal on its way (if any) has landed. */
+  landed(claim: ActiveClaim): Promise<unknown> {
+    return this.renewals.get(claim) ?? Promise.resolve();
   }
 
   /** Gives the key back once its renewal on its way has landed; a failure is only logged. */

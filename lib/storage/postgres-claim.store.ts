@@ -135,6 +135,14 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     return rowCount === 1;
   }
 
+  async extendLeaseIn(claim: ActiveClaim, transaction: RequestTransaction): Promise<boolean> {
+    const rows = await transaction.query(`${EXTEND_LEASE.text} RETURNING 1`, [
+      ...fenceOf(claim),
+      claim.leaseMs,
+    ]);
+    return rows.length === 1;
+  }
+
   async commitPhase<T>(
     claim: ActiveClaim,
     phase: string,

@@ -47,7 +47,10 @@ export class LazyTransaction extends RequestTransaction {
   }
 
   async query<R = Record<string, unknown>>(text: string, values: unknown[]): Promise<R[]> {
-    return (await this.manager.query(text, values)) as R[];
+    // The structured result: its rows whatever the command (TypeORM hands an UPDATE's back
+    // as [rows, count] otherwise).
+    const result = await this.ensureRunner().query(text, values, true);
+    return result.records as R[];
   }
 
   override joinedRunner(dataSource: DataSource, _mode: ReplicationMode): QueryRunner | undefined {

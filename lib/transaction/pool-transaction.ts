@@ -170,20 +170,39 @@ export class PoolTransaction extends RequestTransaction {
     return savepoint;
   }
 
+  /**
+   * Ends a nested transaction's savepoint. A `COMMIT` that fails (a lost connection, an
+   * aborted transaction) leaves the savepoint open: the data layer then sends `ROLLBACK`, as
+   * Drizzle, Kysely and Prisma do after a failed commit, and that must find it rather than be
+   * refused (which would hide the real failure). A rollback ends it whatever happens.
+   */
   private async endSavepoint(
     view: JoinedClient,
     savepoint: Savepoint,
     how: 'commit' | 'rollback',
   ): Promise<void> {
-    this.savepoints.pop();
-    view.savepoints.pop();
-    if (!savepoint.made) return; // nothing ran inside it
-    await savepoint.made;
+    const pop = () => {
+      if (this.savepoints[this.savepoints.length - 1] === savepoint) this.savepoints.pop();
+      if (view.savepoints[view.savepoints.length - 1] === savepoint) view.savepoints.pop();
+    };
+    if (!savepoint.made) return pop(); // nothing ran inside it
+    if (how === 'rollback') pop();
+    const failed = await savepoint.made.then(
+      () => undefined,
+      (error: unknown) => ({ error }),
+    );
+    if (failed) {
+      // Its SAVEPOINT never took: there is nothing to end, and the request cannot commit.
+      pop();
+      if (how === 'commit') throw failed.error;
+      return;
+    }
     const text =
       how === 'commit'
         ? `RELEASE SAVEPOINT ${savepoint.name}`
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
     await this.statement([text], () => true);
+    if (how === 'commit') pop();
   }
 
   /** Makes the savepoints no statement has needed yet, outermost first. */

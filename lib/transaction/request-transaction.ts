@@ -10,7 +10,12 @@ import { isTransactionAbortedError } from '../storage/connection-errors.js';
 import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js';
 import { beginWith, carriedStatement } from '../storage/begin-with.js';
 import { fencedCommit, isFenceLost } from '../storage/fenced-commit.js';
-import { decideIsolation, isIsolationLevel, type IsolationLevel } from './isolation-level.js';
+import {
+  decideIsolation,
+  isAboveReadCommitted,
+  isIsolationLevel,
+  type IsolationLevel,
+} from './isolation-level.js';
 import {
   IsolationLevelRefusedError,
   TransactionAbortedError,
@@ -66,6 +71,14 @@ export abstract class RequestTransaction implements JoinableTransaction {
   protected begunAt?: IsolationLevel;
   /** A refused attempt of its code to end it: it can then only roll back. */
   private refused?: TransactionControlRefusedError;
+  /**
+   * Awaited before the `BEGIN` of a transaction above READ COMMITTED: the lease renewal on
+   * its way (see `LeaseRenewals`). Such a transaction must see the key's row as it will stay
+   * until it commits: a renewal committed after its snapshot would make its stored answer's
+   * `UPDATE` fail with a serialization failure, so renewals land before it begins, and run
+   * inside it once it has (`isolated`).
+   */
+  beforeIsolatedBegin?: () => Promise<unknown>;
 
   constructor(
     protected readonly pool: () => Pool,
@@ -84,6 +97,16 @@ export abstract class RequestTransaction implements JoinableTransaction {
   /** Whether it committed or rolled back (or is doing so). */
   get ended(): boolean {
     return this.state !== 'pending';
+  }
+
+  /** Whether it began above READ COMMITTED and has not ended: see `beforeIsolatedBegin`. */
+  get isolated(): boolean {
+    return this.beginning !== undefined && !this.ended && isAboveReadCommitted(this.begunAt);
+  }
+
+  /** Whether its `BEGIN` waits for `beforeIsolatedBegin` (then it is sent alone). */
+  private waitsBeforeBegin(): boolean {
+    return this.beforeIsolatedBegin !== undefined && isAboveReadCommitted(this.plannedLevel());
   }
 
   /**
@@ -372,7 +395,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
     // outside the transaction when BEGIN failed.
     const after = () => (this.ended ? apart() : query.apply(client, args));
     if (this.beginning) return this.beginning.then(after);
-    const carried = carriedStatement(args);
+    const carried = this.waitsBeforeBegin() ? undefined : carriedStatement(args);
     if (carried) {
       const { result, begun } = beginWith(client, this.beginText(), carried);
       this.beginning = begun;
@@ -384,9 +407,16 @@ export abstract class RequestTransaction implements JoinableTransaction {
   /** `BEGIN` in a round trip of its own: for a first statement `beginWith` cannot carry. */
   protected begin(client: PoolClient): Promise<void> {
     if (this.ended && !this.beginning) return Promise.reject(new TransactionEndedError());
-    this.beginning ??= withDeadline(client.query(this.beginText()), this.timeoutMs, 'BEGIN').then(
-      () => undefined,
-    );
+    this.beginning ??= (
+      this.waitsBeforeBegin()
+        ? this.beforeIsolatedBegin!().then(
+            () => undefined,
+            () => undefined,
+          )
+        : Promise.resolve()
+    )
+      .then(() => withDeadline(client.query(this.beginText()), this.timeoutMs, 'BEGIN'))
+      .then(() => undefined);
     return this.beginning;
   }
 
