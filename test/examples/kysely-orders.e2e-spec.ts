@@ -22,6 +22,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 let database: TestDatabase;
 let db: Client;
 let warehouse: FakeWarehouse;
+let starting: Promise<WorkerProcess>[] = [];
 let n = 0;
 const tag = (label: string) => `${label}-${++n}-${Date.now()}`;
 
@@ -33,8 +34,28 @@ beforeAll(async () => {
   db = new Client({ connectionString: database.url });
   await db.connect();
   warehouse = await startFakeWarehouse();
+  // The processes of the last tests, one each (each kills its own), started now: they boot
+  // while the in-process tests run.
+  starting = Array.from({ length: 3 }, () =>
+    startWorker(
+      'examples/kysely-orders/main.js',
+      {
+        DATABASE_URL: database.url,
+        WAREHOUSE_URL: warehouse.url,
+        LEASE_MS: '1000',
+        ORDERS_TEST_HOOKS: 'true',
+        PORT: '0',
+      },
+      60_000,
+    ),
+  );
+  // Awaited by their tests; marked handled here so that a failed start fails its test only.
+  for (const worker of starting) worker.catch(() => undefined);
 });
 afterAll(async () => {
+  for (const worker of await Promise.allSettled(starting)) {
+    if (worker.status === 'fulfilled') await worker.value.kill();
+  }
   await warehouse?.close();
   await db?.end();
   await database?.drop();
@@ -453,30 +474,13 @@ describe.each(ADAPTERS)('the Kysely orders example on %s', (adapter: AdapterName
 
 describe('the Kysely orders example as processes, killed with SIGKILL', () => {
   let app: INestApplication;
-  /** One process per test, all started at once (each test kills its own). */
-  let starting: Promise<WorkerProcess>[] = [];
   const used: WorkerProcess[] = [];
   beforeAll(async () => {
-    starting = Array.from({ length: 3 }, () =>
-      startWorker('examples/kysely-orders/main.js', {
-        DATABASE_URL: database.url,
-        WAREHOUSE_URL: warehouse.url,
-        LEASE_MS: '1000',
-        ORDERS_TEST_HOOKS: 'true',
-        PORT: '0',
-      }),
-    );
-    // Awaited by the tests; marked handled here so that a failed start fails its test only.
-    for (const worker of starting) worker.catch(() => undefined);
     app = await bootstrapTestApp(probedOrdersModule(settings()), 'express');
   });
   // A test that failed before its kill leaves no process behind.
   afterEach(() => Promise.all(used.splice(0).map((worker) => worker.kill())));
-  afterAll(async () => {
-    await app?.close();
-    const left = await Promise.allSettled(starting);
-    for (const worker of left) if (worker.status === 'fulfilled') await worker.value.kill();
-  });
+  afterAll(() => app?.close());
 
   const startOrders = async () => {
     const worker = await starting.shift()!;
