@@ -165,8 +165,8 @@ describe('the Drizzle orders example', () => {
   let db: Client;
   let warehouse: Warehouse;
   const apps = {} as Record<AdapterName, WorkerProcess>;
-  /** With @nestjs-cls/transactional and its interceptor mounted (CLS=1). */
-  let clsApp: WorkerProcess;
+  /** With @nestjs-cls/transactional, nestjs-cls's context mounted each way. */
+  const clsApps = {} as Record<'interceptor' | 'middleware', WorkerProcess>;
   /** A short lease and no heartbeat, for the lost lease; then killed with requests in it. */
   let doomed: WorkerProcess;
   /** The example's own main.ts. */
@@ -183,16 +183,20 @@ describe('the Drizzle orders example', () => {
     const worker = (extra: Record<string, string>) =>
       startWorker(WORKER, { ...env, ...extra }, 60_000);
     // All at once (the first applies the schema, the others wait on its advisory lock).
-    [apps.express, apps.fastify, clsApp, doomed, main] = await Promise.all([
-      ...ADAPTERS.map((adapter) => worker({ ADAPTER: adapter })),
-      worker({ CLS: '1' }),
-      worker({ LEASE_MS: String(LEASE_MS), HEARTBEAT: 'false' }),
-      startWorker(MAIN, { ...env, PORT: '0' }, 60_000),
-    ]);
+    [apps.express, apps.fastify, clsApps.interceptor, clsApps.middleware, doomed, main] =
+      await Promise.all([
+        ...ADAPTERS.map((adapter) => worker({ ADAPTER: adapter })),
+        worker({ CLS: 'interceptor' }),
+        worker({ CLS: 'middleware' }),
+        worker({ LEASE_MS: String(LEASE_MS), HEARTBEAT: 'false' }),
+        startWorker(MAIN, { ...env, PORT: '0' }, 60_000),
+      ]);
   });
   afterAll(async () => {
     await Promise.all(
-      [...Object.values(apps), clsApp, doomed, main].map((process) => process?.kill()),
+      [...Object.values(apps), ...Object.values(clsApps), doomed, main].map((process) =>
+        process?.kill(),
+      ),
     );
     await warehouse?.close();
     await db?.end();
@@ -477,35 +481,40 @@ describe('the Drizzle orders example', () => {
     });
   });
 
-  describe('with @nestjs-cls/transactional (its Drizzle adapter, its interceptor mounted)', () => {
+  describe('with @nestjs-cls/transactional and its Drizzle adapter', () => {
     it('@Transactional() and Propagation.RequiresNew join the request: all rolled back on a 503, once on the retry', async () => {
       const sku = label('cls');
       const body = { sku, failFirst: true };
-      expectProblem(await send(clsApp.url, '/cells/cls', sku, body), PROBLEMS.retry_later, '1');
+      const url = clsApps.interceptor.url;
+      expectProblem(await send(url, '/cells/cls', sku, body), PROBLEMS.retry_later, '1');
       // RequiresNew's own transaction too: a savepoint of the request's.
       expect(await ordersOf(sku)).toBe(0);
-      const retry = await send(clsApp.url, '/cells/cls', sku, body);
+      const retry = await send(url, '/cells/cls', sku, body);
       expect(retry.status).toBe(201);
       expect(await ordersOf(sku)).toBe(1);
       expect(await eventsOf(sku)).toEqual(['audited']);
     });
 
-    it('3. an outer timeout outside nestjs-cls’s interceptor: the 408 is not stored; the handler’s own 201 is', async () => {
-      // ClsInterceptor subscribes to the route's interceptors without a teardown: the outer
-      // timeout's unsubscribe never reaches @Idempotent(), which must not take the 408 it
-      // then sees written for the handler's answer.
-      const sku = label('cls-timeout');
-      const body = { sku, quantity: 1 };
-      const pause = `after-writes=${REQUEST_TIMEOUT_MS + 400}`;
-      const first = await send(clsApp.url, '/orders', sku, body, pause, REQUEST_TIMEOUT_MS);
-      expect(first.status).toBe(408);
-      const retry = await untilSettled(() => send(clsApp.url, '/orders', sku, body));
-      expect({ status: retry.status, replayed: retry.replayed }).toEqual({
-        status: 201,
-        replayed: 'true',
-      });
-      expect(await ordersOf(sku)).toBe(1);
-    });
+    it.each(['middleware', 'interceptor'] as const)(
+      '3. an outer timeout, nestjs-cls mounted as its %s: the 408 is not stored; the handler’s own 201 is, and its order once',
+      async (mount) => {
+        // ClsInterceptor subscribes to the route's interceptors without a teardown: the outer
+        // timeout's unsubscribe never reaches @Idempotent(), which must still not take the
+        // 408 it then sees written for the handler's answer. Its middleware is not in the way.
+        const sku = label(`cls-timeout-${mount}`);
+        const body = { sku, quantity: 1 };
+        const url = clsApps[mount].url;
+        const pause = `after-writes=${REQUEST_TIMEOUT_MS + 400}`;
+        const first = await send(url, '/orders', sku, body, pause, REQUEST_TIMEOUT_MS);
+        expect(first.status).toBe(408);
+        const retry = await untilSettled(() => send(url, '/orders', sku, body));
+        expect({ status: retry.status, replayed: retry.replayed }).toEqual({
+          status: 201,
+          replayed: 'true',
+        });
+        expect(await ordersOf(sku)).toBe(1);
+      },
+    );
   });
 
   describe('crashes and leases (express)', () => {
