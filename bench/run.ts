@@ -7,7 +7,9 @@
  *    store (`atomic: false`, new keys and replays); and the competitor,
  *    `@node-idempotency/nestjs` on Redis (new keys and replays), installed in
  *    `bench/competitor/` on first use.
- * 1b. The same one-insert work on Drizzle (`bench/drizzle-bench-app.ts`: the library and Drizzle
+ * 1b. The same one insert on Prisma 7 (`BENCH_PARTS=prisma`): the plain route against
+ *    `@Idempotent()`, Prisma built on the pg.Pool the library is handed.
+ * 1c. The same one-insert work on Drizzle (`bench/drizzle-bench-app.ts`: the library and Drizzle
  *    on one pg.Pool, no TypeORM), on each adapter: the plain route, and `@Idempotent()` with
  *    new keys and replays.
  * 2. The sample app's `POST /charges` (claim, two phases and a PSP call, finish) against the
@@ -23,7 +25,8 @@ import autocannon from 'autocannon';
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
-import { Client } from 'pg';
+import { Client, Pool } from 'pg';
+import { migrate } from '../examples/prisma-orders/database/migrate.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/database.js';
 import { startWorker, type WorkerProcess } from '../test/support/worker-process.js';
 import { freePort, startEmbeddedPostgres } from '../sample-app/database/embedded-postgres.js';
@@ -257,6 +260,49 @@ async function oneInsert(out: string[]): Promise<void> {
   }
 }
 
+/**
+ * The one-insert work on Prisma (bench/prisma-bench-app.ts, Express): the plain route against
+ * `@Idempotent()` with new keys and with replays, Prisma and the library on one pg.Pool.
+ */
+async function prismaInsert(out: string[]): Promise<void> {
+  const database = await createTestDatabase('bench_prisma');
+  const pool = new Pool({ connectionString: database.url, max: 1 });
+  await migrate(pool);
+  await pool.end();
+  const app = await startWorker('bench/prisma-bench-app.js', {
+    DATABASE_URL: database.url,
+    HTTP_ADAPTER: 'express',
+    PORT: '0',
+  });
+  const body = JSON.stringify({ sku: 'sku-bench', quantity: 1 });
+  const keys = Array.from({ length: 64 }, (_, i) => `prisma-${i}-${Date.now()}`);
+  await prepare(app, '/idempotent-prisma', keys, {}, body);
+  const base = { app, connections: CONNECTIONS, body };
+  const results = await rounds([
+    { ...base, name: 'plain route', path: '/plain-prisma', headers: () => ({}) },
+    {
+      ...base,
+      name: 'ours, new keys (atomic)',
+      path: '/idempotent-prisma',
+      headers: (i) => ({ 'idempotency-key': `p-${i}-${Math.random()}` }),
+    },
+    {
+      ...base,
+      name: 'ours, replays',
+      path: '/idempotent-prisma',
+      headers: (i) => ({ 'idempotency-key': keys[i % keys.length] }),
+    },
+  ]);
+  const plain = results.get('plain route')!;
+  out.push(
+    `\n**express, Prisma create** (${CONNECTIONS} connections; ÷ the plain route)\n\n${HEADER}`,
+  );
+  for (const [name, sample] of results) out.push(row(name, sample, plain));
+  console.log(out.slice(-5).join('\n'));
+  await app.kill('SIGTERM');
+  await database.drop();
+}
+
 /** The one-insert work on Drizzle: the plain route against `@Idempotent()`, per adapter. */
 async function drizzleOneInsert(out: string[]): Promise<void> {
   const body = JSON.stringify({ amount: 1999, customer: 'cus_bench' });
@@ -399,8 +445,9 @@ async function main() {
   adminUrl ??= embedded!.url;
   process.env.TEST_DATABASE_URL = adminUrl;
   const out: string[] = [];
-  const parts = (process.env.BENCH_PARTS ?? 'insert,drizzle,flow').split(',');
+  const parts = (process.env.BENCH_PARTS ?? 'insert,prisma,drizzle,flow').split(',');
   if (parts.includes('insert')) await oneInsert(out);
+  if (parts.includes('prisma')) await prismaInsert(out);
   if (parts.includes('drizzle')) await drizzleOneInsert(out);
   if (parts.includes('flow')) await sampleFlow(out);
   await embedded?.stop();
