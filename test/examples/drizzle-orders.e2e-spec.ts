@@ -549,13 +549,15 @@ describe('the Drizzle orders example', () => {
     });
 
     /**
-     * One process killed with three requests held in it: an order past its writes, a
-     * shipment between its phases, and the control's order (atomic: false) past its writes.
+     * One process killed with four requests held in it: an order past its writes, a shipment
+     * between its phases, another after the warehouse's answer and before its record, and the
+     * control's order (atomic: false) past its writes.
      * Each cell then retries its own on another instance.
      */
     describe('a process killed while requests are held in it', () => {
       const crash = { sku: label('crash'), quantity: 1 };
       const phased = { sku: label('phase-crash'), key: label('ship'), id: 0 };
+      const called = { sku: label('call-crash'), key: label('ship-called'), id: 0 };
       const control = { sku: label('control-crash'), quantity: 1 };
       beforeAll(async () => {
         const placed = await send(apps.express.url, '/orders', phased.sku, {
@@ -563,11 +565,17 @@ describe('the Drizzle orders example', () => {
           quantity: 1,
         });
         phased.id = placed.body.id as number;
+        const other = await send(apps.express.url, '/orders', called.sku, {
+          sku: called.sku,
+          quantity: 1,
+        });
+        called.id = other.body.id as number;
         const held = 'after-writes=30000,after-reserved=30000';
         const lost = [
           send(doomed.url, '/orders', crash.sku, crash, held),
           send(doomed.url, `/orders/${phased.id}/ship`, phased.key, {}, held),
           send(doomed.url, '/cells/not-atomic', control.sku, control, held),
+          send(doomed.url, `/orders/${called.id}/ship`, called.key, {}, 'after-shipment=30000'),
         ].map((answer) => answer.catch((error: unknown) => error));
         await until('the order is past its writes', async () => (await inTransaction()).length > 0);
         await until('the phase reserved committed', async () => {
@@ -576,6 +584,9 @@ describe('the Drizzle orders example', () => {
         await until(
           'the control’s order committed',
           async () => (await ordersOf(control.sku)) === 1,
+        );
+        await until('the warehouse shipped the other order', async () =>
+          warehouse.calls.some((call) => call.orderId === called.id),
         );
         await doomed.kill('SIGKILL');
         await Promise.all(lost);
@@ -620,6 +631,28 @@ describe('the Drizzle orders example', () => {
           status: 'shipped',
           trackingNumber: retry.body.trackingNumber,
         });
+      });
+
+      it('8. killed after the warehouse shipped, before its tracking number was recorded: the retry calls again with the same derived key and gets the same tracking number', async () => {
+        const { id, key, sku } = called;
+        const { rows } = await db.query(
+          'SELECT status, tracking_number FROM orders WHERE id = $1',
+          [id],
+        );
+        expect(rows).toEqual([{ status: 'reserved', tracking_number: null }]);
+        const retry = await untilSettled(() =>
+          send(apps.express.url, `/orders/${id}/ship`, key, {}),
+        );
+        const calls = warehouse.calls.filter((call) => call.orderId === id);
+        // Two calls, one key: the warehouse shipped once, and both got its tracking number.
+        expect(calls.map((call) => call.key)).toEqual([calls[0].key, calls[0].key]);
+        expect(retry.status).toBe(200);
+        expect(retry.body).toEqual({
+          id,
+          status: 'shipped',
+          trackingNumber: warehouse.shipments.get(calls[0].key),
+        });
+        expect(await eventsOf(sku)).toEqual(['placed', 'shipped']);
       });
 
       it('9. the control: the same service on a route with atomic: false, killed at the same point, runs its writes twice', async () => {
