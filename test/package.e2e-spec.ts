@@ -1,6 +1,7 @@
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import {
   cpSync,
+  existsSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -346,4 +347,144 @@ console.log(typeof IdempotencyModule, typeof Idempotent, typeof idempotentFetch,
       }
     }, 120_000);
   });
+
+  /**
+   * An app on Kysely with no TypeORM at all: neither `typeorm` nor `@nestjs/typeorm` in its
+   * node_modules. The module is given the app's `pg.Pool`, the library's tables come from the
+   * package's plain SQL schema, and one idempotent request is served and replayed.
+   */
+  describe('a fresh app on Kysely, without TypeORM installed', () => {
+    let app: string;
+    let database: TestDatabase | undefined;
+    let running: ChildProcess | undefined;
+
+    beforeAll(() => {
+      app = join(work, 'kysely-app');
+      mkdirSync(join(app, 'src'), { recursive: true });
+      writeFileSync(join(app, 'src', 'main.ts'), KYSELY_APP);
+      writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'shop', type: 'module' }));
+      writeFileSync(
+        join(app, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            module: 'nodenext',
+            moduleResolution: 'nodenext',
+            target: 'es2022',
+            strict: true,
+            experimentalDecorators: true,
+            emitDecoratorMetadata: true,
+            skipLibCheck: true,
+            outDir: 'dist',
+            rootDir: 'src',
+            types: ['node'],
+            typeRoots: [join(root, 'node_modules', '@types')],
+            ignoreDeprecations: '6.0',
+          },
+          include: ['src'],
+        }),
+      );
+      installPackage(app, tarball, ['typeorm', '@nestjs/typeorm']);
+    });
+    afterAll(async () => {
+      running?.kill('SIGKILL');
+      await database?.drop();
+    });
+
+    it('has no typeorm and no @nestjs/typeorm to load (the control: this repository has them)', () => {
+      // Which of `names` Node resolves from `from`, as an import there would (none is loaded).
+      const resolvable = (from: string, names: string[]) => {
+        const script = `console.log(JSON.stringify(${JSON.stringify(names)}.map((name) => {
+          try { import.meta.resolve(name); return true; } catch { return false; }
+        })))`;
+        const out = execFileSync('node', ['--input-type=module', '-e', script], {
+          cwd: from,
+          encoding: 'utf8',
+        });
+        return JSON.parse(out) as boolean[];
+      };
+      expect(existsSync(join(app, 'node_modules', 'typeorm'))).toBe(false);
+      expect(resolvable(app, ['typeorm', '@nestjs/typeorm', 'kysely', 'pg'])).toEqual([
+        false,
+        false,
+        true,
+        true,
+      ]);
+      expect(resolvable(root, ['typeorm', '@nestjs/typeorm'])).toEqual([true, true]);
+    });
+
+    it('compiles, starts, answers 201 and replays the same bytes', async () => {
+      expect(compile(app)).toBe('');
+      database = await createTestDatabase('no_typeorm');
+      const client = new pg.Client({ connectionString: database.url });
+      await client.connect();
+      try {
+        await client.query(
+          readFileSync(
+            join(app, 'node_modules', 'nestjs-idempotency-pg', 'migrations', 'schema.sql'),
+            'utf8',
+          ),
+        );
+        await client.query('CREATE TABLE orders (id bigserial PRIMARY KEY, amount int NOT NULL)');
+        const started = await start(app, { ...process.env, DATABASE_URL: database.url });
+        running = started.child;
+        const send = () =>
+          fetch(`${started.url}/orders`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', 'idempotency-key': 'no-typeorm-1' },
+            body: JSON.stringify({ amount: 100 }),
+          });
+        const first = await send();
+        const firstBody = await first.text();
+        expect([first.status, first.headers.get('idempotent-replayed')]).toEqual([201, null]);
+        expect(JSON.parse(firstBody)).toEqual({ id: expect.any(String), amount: 100 });
+        const replay = await send();
+        expect([replay.status, replay.headers.get('idempotent-replayed')]).toEqual([201, 'true']);
+        expect(await replay.text()).toBe(firstBody);
+        const { rows } = await client.query<{ count: string }>('SELECT count(*) FROM orders');
+        expect(rows).toEqual([{ count: '1' }]);
+      } finally {
+        await client.end();
+      }
+    }, 120_000);
+  });
 });
+
+/** The app of the case without TypeORM: Kysely on a pool, the module given the same pool. */
+const KYSELY_APP = `import 'reflect-metadata';
+import { Body, Controller, Module, Post } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { type Generated, Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import { IdempotencyModule, Idempotent } from 'nestjs-idempotency-pg';
+
+interface Database {
+  orders: { id: Generated<string>; amount: number };
+}
+
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+
+@Controller('orders')
+class OrdersController {
+  @Post()
+  @Idempotent()
+  async create(@Body() body: { amount: number }) {
+    const order = await db
+      .insertInto('orders')
+      .values({ amount: body.amount })
+      .returningAll()
+      .executeTakeFirstOrThrow();
+    return { id: order.id, amount: order.amount };
+  }
+}
+
+@Module({
+  imports: [IdempotencyModule.forRoot({ globalKeys: true, pool })],
+  controllers: [OrdersController],
+})
+class AppModule {}
+
+const app = await NestFactory.create(AppModule, { rawBody: true, logger: ['error'] });
+await app.listen(0, '127.0.0.1');
+console.log(\`listening on http://127.0.0.1:\${(app.getHttpServer().address() as { port: number }).port}\`);
+`;
