@@ -38,6 +38,7 @@ export class OrdersController {
       'shipped',
       ({ idempotencyKey }) => requestShipment(this.warehouseUrl, id, idempotencyKey),
       async (_manager, shipment) => {
+        await testPause('after-shipment');
         await this.orders.ship(id, shipment.trackingNumber);
         return shipment;
       },

@@ -8,7 +8,8 @@ import { AsyncLocalStorage } from 'node:async_hooks';
  */
 export const testPauses = new AsyncLocalStorage<ReadonlyMap<string, number>>();
 
-export type PausePoint = 'after-read' | 'after-order' | 'after-writes' | 'after-reserved';
+export type PausePoint =
+  'after-read' | 'after-order' | 'after-writes' | 'after-reserved' | 'after-shipment';
 
 export async function testPause(point: PausePoint): Promise<void> {
   const ms = testPauses.getStore()?.get(point);

@@ -165,8 +165,8 @@ describe('the Drizzle orders example', () => {
   let db: Client;
   let warehouse: Warehouse;
   const apps = {} as Record<AdapterName, WorkerProcess>;
-  /** With @nestjs-cls/transactional and its interceptor mounted (CLS=1). */
-  let clsApp: WorkerProcess;
+  /** With @nestjs-cls/transactional, nestjs-cls's context mounted each way (its middleware: on apps.express). */
+  const clsApps = {} as Record<'interceptor' | 'middleware', WorkerProcess>;
   /** A short lease and no heartbeat, for the lost lease; then killed with requests in it. */
   let doomed: WorkerProcess;
   /** The example's own main.ts. */
@@ -183,16 +183,19 @@ describe('the Drizzle orders example', () => {
     const worker = (extra: Record<string, string>) =>
       startWorker(WORKER, { ...env, ...extra }, 60_000);
     // All at once (the first applies the schema, the others wait on its advisory lock).
-    [apps.express, apps.fastify, clsApp, doomed, main] = await Promise.all([
-      ...ADAPTERS.map((adapter) => worker({ ADAPTER: adapter })),
-      worker({ CLS: '1' }),
+    [apps.express, apps.fastify, clsApps.interceptor, doomed, main] = await Promise.all([
+      // Express with nestjs-cls mounted as its middleware: every cell on it runs with it.
+      worker({ ADAPTER: 'express', CLS: 'middleware' }),
+      worker({ ADAPTER: 'fastify' }),
+      worker({ CLS: 'interceptor' }),
       worker({ LEASE_MS: String(LEASE_MS), HEARTBEAT: 'false' }),
       startWorker(MAIN, { ...env, PORT: '0' }, 60_000),
     ]);
+    clsApps.middleware = apps.express;
   });
   afterAll(async () => {
     await Promise.all(
-      [...Object.values(apps), clsApp, doomed, main].map((process) => process?.kill()),
+      [...Object.values(apps), clsApps.interceptor, doomed, main].map((process) => process?.kill()),
     );
     await warehouse?.close();
     await db?.end();
@@ -477,35 +480,40 @@ describe('the Drizzle orders example', () => {
     });
   });
 
-  describe('with @nestjs-cls/transactional (its Drizzle adapter, its interceptor mounted)', () => {
+  describe('with @nestjs-cls/transactional and its Drizzle adapter', () => {
     it('@Transactional() and Propagation.RequiresNew join the request: all rolled back on a 503, once on the retry', async () => {
       const sku = label('cls');
       const body = { sku, failFirst: true };
-      expectProblem(await send(clsApp.url, '/cells/cls', sku, body), PROBLEMS.retry_later, '1');
+      const url = clsApps.interceptor.url;
+      expectProblem(await send(url, '/cells/cls', sku, body), PROBLEMS.retry_later, '1');
       // RequiresNew's own transaction too: a savepoint of the request's.
       expect(await ordersOf(sku)).toBe(0);
-      const retry = await send(clsApp.url, '/cells/cls', sku, body);
+      const retry = await send(url, '/cells/cls', sku, body);
       expect(retry.status).toBe(201);
       expect(await ordersOf(sku)).toBe(1);
       expect(await eventsOf(sku)).toEqual(['audited']);
     });
 
-    it('3. an outer timeout outside nestjs-cls’s interceptor: the 408 is not stored; the handler’s own 201 is', async () => {
-      // ClsInterceptor subscribes to the route's interceptors without a teardown: the outer
-      // timeout's unsubscribe never reaches @Idempotent(), which must not take the 408 it
-      // then sees written for the handler's answer.
-      const sku = label('cls-timeout');
-      const body = { sku, quantity: 1 };
-      const pause = `after-writes=${REQUEST_TIMEOUT_MS + 400}`;
-      const first = await send(clsApp.url, '/orders', sku, body, pause, REQUEST_TIMEOUT_MS);
-      expect(first.status).toBe(408);
-      const retry = await untilSettled(() => send(clsApp.url, '/orders', sku, body));
-      expect({ status: retry.status, replayed: retry.replayed }).toEqual({
-        status: 201,
-        replayed: 'true',
-      });
-      expect(await ordersOf(sku)).toBe(1);
-    });
+    it.each(['middleware', 'interceptor'] as const)(
+      '3. an outer timeout, nestjs-cls mounted as its %s: the 408 is not stored; the handler’s own 201 is, and its order once',
+      async (mount) => {
+        // ClsInterceptor subscribes to the route's interceptors without a teardown: the outer
+        // timeout's unsubscribe never reaches @Idempotent(), which must still not take the
+        // 408 it then sees written for the handler's answer. Its middleware is not in the way.
+        const sku = label(`cls-timeout-${mount}`);
+        const body = { sku, quantity: 1 };
+        const url = clsApps[mount].url;
+        const pause = `after-writes=${REQUEST_TIMEOUT_MS + 400}`;
+        const first = await send(url, '/orders', sku, body, pause, REQUEST_TIMEOUT_MS);
+        expect(first.status).toBe(408);
+        const retry = await untilSettled(() => send(url, '/orders', sku, body));
+        expect({ status: retry.status, replayed: retry.replayed }).toEqual({
+          status: 201,
+          replayed: 'true',
+        });
+        expect(await ordersOf(sku)).toBe(1);
+      },
+    );
   });
 
   describe('crashes and leases (express)', () => {
@@ -541,13 +549,15 @@ describe('the Drizzle orders example', () => {
     });
 
     /**
-     * One process killed with three requests held in it: an order past its writes, a
-     * shipment between its phases, and the control's order (atomic: false) past its writes.
+     * One process killed with four requests held in it: an order past its writes, a shipment
+     * between its phases, another after the warehouse's answer and before its record, and the
+     * control's order (atomic: false) past its writes.
      * Each cell then retries its own on another instance.
      */
     describe('a process killed while requests are held in it', () => {
       const crash = { sku: label('crash'), quantity: 1 };
       const phased = { sku: label('phase-crash'), key: label('ship'), id: 0 };
+      const called = { sku: label('call-crash'), key: label('ship-called'), id: 0 };
       const control = { sku: label('control-crash'), quantity: 1 };
       beforeAll(async () => {
         const placed = await send(apps.express.url, '/orders', phased.sku, {
@@ -555,11 +565,17 @@ describe('the Drizzle orders example', () => {
           quantity: 1,
         });
         phased.id = placed.body.id as number;
+        const other = await send(apps.express.url, '/orders', called.sku, {
+          sku: called.sku,
+          quantity: 1,
+        });
+        called.id = other.body.id as number;
         const held = 'after-writes=30000,after-reserved=30000';
         const lost = [
           send(doomed.url, '/orders', crash.sku, crash, held),
           send(doomed.url, `/orders/${phased.id}/ship`, phased.key, {}, held),
           send(doomed.url, '/cells/not-atomic', control.sku, control, held),
+          send(doomed.url, `/orders/${called.id}/ship`, called.key, {}, 'after-shipment=30000'),
         ].map((answer) => answer.catch((error: unknown) => error));
         await until('the order is past its writes', async () => (await inTransaction()).length > 0);
         await until('the phase reserved committed', async () => {
@@ -568,6 +584,9 @@ describe('the Drizzle orders example', () => {
         await until(
           'the control’s order committed',
           async () => (await ordersOf(control.sku)) === 1,
+        );
+        await until('the warehouse shipped the other order', async () =>
+          warehouse.calls.some((call) => call.orderId === called.id),
         );
         await doomed.kill('SIGKILL');
         await Promise.all(lost);
@@ -612,6 +631,28 @@ describe('the Drizzle orders example', () => {
           status: 'shipped',
           trackingNumber: retry.body.trackingNumber,
         });
+      });
+
+      it('8. killed after the warehouse shipped, before its tracking number was recorded: the retry calls again with the same derived key and gets the same tracking number', async () => {
+        const { id, key, sku } = called;
+        const { rows } = await db.query(
+          'SELECT status, tracking_number FROM orders WHERE id = $1',
+          [id],
+        );
+        expect(rows).toEqual([{ status: 'reserved', tracking_number: null }]);
+        const retry = await untilSettled(() =>
+          send(apps.express.url, `/orders/${id}/ship`, key, {}),
+        );
+        const calls = warehouse.calls.filter((call) => call.orderId === id);
+        // Two calls, one key: the warehouse shipped once, and both got its tracking number.
+        expect(calls.map((call) => call.key)).toEqual([calls[0].key, calls[0].key]);
+        expect(retry.status).toBe(200);
+        expect(retry.body).toEqual({
+          id,
+          status: 'shipped',
+          trackingNumber: warehouse.shipments.get(calls[0].key),
+        });
+        expect(await eventsOf(sku)).toEqual(['placed', 'shipped']);
       });
 
       it('9. the control: the same service on a route with atomic: false, killed at the same point, runs its writes twice', async () => {

@@ -24,7 +24,9 @@ class DatabaseModule {}
     IdempotencyModule.forRoot({ globalKeys: true, pool }),
     ClsModule.forRoot({
       global: true,
-      interceptor: { mount: true },
+      // Its middleware, not its interceptor: ClsInterceptor does not pass an outer timeout's
+      // unsubscribe on, so @Idempotent() would take that timeout's 408 for the answer.
+      middleware: { mount: true },
       plugins: [
         new ClsPluginTransactional({
           imports: [DatabaseModule],

@@ -8,9 +8,9 @@
  * - routes under /cells for the cells the example's own routes do not show: a swallowed
  *   failed statement, nested transactions, isolation levels, and the controls: the same writes
  *   with `atomic: false`, and on a pool that is not the library's;
- * - `CLS=1`: @nestjs-cls/transactional with its Drizzle adapter, and its interceptor mounted (a
- *   process, not jest: those packages are CommonJS that require Nest's ES modules, which
- *   jest's module runtime does not load).
+ * - `CLS=interceptor` or `CLS=middleware`: @nestjs-cls/transactional with its Drizzle adapter,
+ *   nestjs-cls's context mounted that way (a process, not jest: those packages are CommonJS
+ *   that require Nest's ES modules, which jest's module runtime does not load).
  * Prints `listening on <port>` when ready (test/support/worker-process.ts).
  */
 import 'reflect-metadata';
@@ -289,8 +289,12 @@ const apartPool = new Pool({ connectionString: DATABASE_URL, max: 2 });
 apartPool.on('error', () => undefined);
 await applySchema(pool);
 
-/** nestjs-cls mounted as its interceptor, as its docs set it up (CLS=1 only). */
-const cls = process.env.CLS === '1';
+/**
+ * nestjs-cls, when CLS is set: `interceptor` mounts its context with its interceptor,
+ * `middleware` with its middleware.
+ */
+const clsMount = process.env.CLS;
+const cls = clsMount === 'interceptor' || clsMount === 'middleware';
 
 @Module({
   imports: [
@@ -304,7 +308,9 @@ const cls = process.env.CLS === '1';
       ? [
           ClsModule.forRoot({
             global: true,
-            interceptor: { mount: true },
+            ...(clsMount === 'middleware'
+              ? { middleware: { mount: true } }
+              : { interceptor: { mount: true } }),
             plugins: [
               new ClsPluginTransactional({
                 adapter: new TransactionalAdapterDrizzleOrm<Database>({
