@@ -24,8 +24,6 @@ class DatabaseModule {}
     IdempotencyModule.forRoot({ globalKeys: true, pool }),
     ClsModule.forRoot({
       global: true,
-      // Its middleware, not its interceptor: ClsInterceptor does not pass an outer timeout's
-      // unsubscribe on, so @Idempotent() would take that timeout's 408 for the answer.
       middleware: { mount: true },
       plugins: [
         new ClsPluginTransactional({
