@@ -146,7 +146,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
       throw new TransactionAbortedError(this.lastError ?? error);
     }
     try {
-      await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs);
+      await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs, { commits: true });
       this.committed = true;
       this.end(client);
     } catch (error) {
@@ -182,7 +182,9 @@ export abstract class RequestTransaction implements JoinableTransaction {
       this.state = 'ended';
       const client = await acquire(this.pool(), this.timeoutMs);
       try {
-        const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs);
+        const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs, {
+          commits: true,
+        });
         client.release();
         this.committed = rowCount === 1;
         return this.committed;
@@ -198,7 +200,9 @@ export abstract class RequestTransaction implements JoinableTransaction {
     if (!this.beginning) {
       // A connection was taken but no statement sent on it: the fenced statement commits alone.
       try {
-        const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs);
+        const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs, {
+          commits: true,
+        });
         this.committed = rowCount === 1;
         this.end(client);
         return this.committed;
