@@ -9,10 +9,12 @@ export interface Figures {
   requests: number;
   statuses: Map<string, number>;
   violations: string[];
+  /** Every answer with the time it came (ms since the epoch), for figures by period. */
+  answers: { at: number; status: string }[];
 }
 
 export function newFigures(): Figures {
-  return { requests: 0, statuses: new Map(), violations: [] };
+  return { requests: 0, statuses: new Map(), violations: [], answers: [] };
 }
 
 export class RetryingClient {
@@ -40,16 +42,20 @@ export class RetryingClient {
     }
   }
 
-  /** Retries until `final(status)` or the deadline; undefined when the deadline came first. */
+  /**
+   * Retries until `final(status)` or the deadline; undefined when the deadline came first. A
+   * deadline given as a function is read before each attempt (it may move).
+   */
   async untilAnswered(
     urls: () => string[],
     path: string,
     headers: Record<string, string>,
     body: unknown,
     final: (status: number) => boolean,
-    deadline: number,
+    deadline: number | (() => number),
   ) {
-    for (let attempt = 0; Date.now() < deadline; attempt++) {
+    const until = typeof deadline === 'number' ? () => deadline : deadline;
+    for (let attempt = 0; Date.now() < until(); attempt++) {
       const live = urls();
       const url = live[Math.floor(Math.random() * live.length)];
       const res = await this.post(url, path, headers, body);
@@ -58,7 +64,7 @@ export class RetryingClient {
           `${path} ${headers['idempotency-key'] ?? ''}: ${res.status} ${res.text.slice(0, 200)}`,
         );
       }
-      if (final(res.status)) return { ...res, attempts: attempt + 1 };
+      if (final(res.status)) return { ...res, attempts: attempt + 1, at: Date.now() };
       await sleep(Math.random() * Math.min(1000, 50 * 2 ** attempt));
     }
     return undefined;
@@ -66,5 +72,6 @@ export class RetryingClient {
 
   private count(status: string) {
     this.figures.statuses.set(status, (this.figures.statuses.get(status) ?? 0) + 1);
+    this.figures.answers.push({ at: Date.now(), status });
   }
 }
