@@ -1,7 +1,8 @@
 /**
  * `npm run test:ha`: the sample app across PostgreSQL failures, with its invariants checked
- * at the end. Not part of `npm test`: it brings up a pg_auto_failover cluster (installing the
- * Debian package when it is missing and it may), which takes a minute.
+ * at the end. Not part of `npm test`: it brings up a pg_auto_failover cluster, which takes a
+ * minute, from Debian's `postgresql-15-auto-failover` (which `.ci/run` installs when asked,
+ * `INSTALL_PG_AUTO_FAILOVER=1`); without it, it says so and exits 0.
  *
  * The cluster is a monitor and three data nodes with `number_sync_standbys = 1`. Three
  * sample-app instances (Express and Fastify) connect to every node and follow the writable
@@ -317,22 +318,36 @@ async function main() {
     // Invariants, from the primary and the PSP.
     const db = writableClient(url);
     await db.connect();
+    // The stored answer of each key its clients were given 201 for.
+    const stored = async (key: string) =>
+      (
+        await db.query<{ state: string; response_code: number | null }>(
+          'SELECT state, response_code FROM idempotency_keys WHERE tenant_id = $1 AND key = $2',
+          [TENANT, key],
+        )
+      ).rows[0];
     for (const [i, outcome] of charges) {
       const customer = `cus_ha_${i}`;
-      const { rows } = await db.query<{ id: string }>(
-        'SELECT id FROM charges WHERE tenant_id = $1 AND customer = $2',
+      const { rows } = await db.query<{ id: string; psp_authorization: string | null }>(
+        'SELECT id, psp_authorization FROM charges WHERE tenant_id = $1 AND customer = $2',
         [TENANT, customer],
       );
+      // A second claim of the key would derive a second PSP key: a second authorization.
       const authorizations = (await (
         await fetch(`${psp.url}/v1/authorizations?customer=${customer}`)
-      ).json()) as unknown[];
+      ).json()) as { id: string }[];
       if (rows.length !== 1) figures.violations.push(`charge intent ${i}: ${rows.length} charges`);
       if (authorizations.length !== 1)
         figures.violations.push(`charge intent ${i}: ${authorizations.length} PSP authorizations`);
+      else if (rows[0]?.psp_authorization !== authorizations[0].id)
+        figures.violations.push(`charge intent ${i}: the charge is not the PSP's authorization`);
       if (outcome.status === 201 && rows[0]?.id !== outcome.id)
         figures.violations.push(
           `charge intent ${i}: acknowledged ${outcome.id}, stored ${rows[0]?.id}`,
         );
+      const key = await stored(`ha-${i}`);
+      if (outcome.status === 201 && (key?.state !== 'done' || key.response_code !== 201))
+        figures.violations.push(`charge intent ${i}: 201 given, stored ${JSON.stringify(key)}`);
     }
     for (const [i, outcome] of transfers) {
       const { rows } = await db.query<{ id: string }>(
@@ -342,6 +357,9 @@ async function main() {
       if (rows.length !== 1) figures.violations.push(`transfer ${i}: ${rows.length} transfers`);
       if (outcome.status === 201 && rows[0]?.id !== outcome.id)
         figures.violations.push(`transfer ${i}: acknowledged ${outcome.id}, stored ${rows[0]?.id}`);
+      const key = await stored(`ha-${i}`);
+      if (outcome.status === 201 && (key?.state !== 'done' || key.response_code !== 201))
+        figures.violations.push(`transfer ${i}: 201 given, stored ${JSON.stringify(key)}`);
     }
     const { rows: errors } = await db.query<{ n: string }>(
       'SELECT count(*) AS n FROM idempotency_keys WHERE response_code >= 500',

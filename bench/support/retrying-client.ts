@@ -36,8 +36,10 @@ export class RetryingClient {
       const text = await res.text();
       this.count(String(res.status));
       return { status: res.status, text };
-    } catch {
-      this.count('connection error');
+    } catch (error) {
+      // The client's own limit (15 s) is told apart from a connection refused or reset.
+      const timedOut = (error as Error | undefined)?.name === 'TimeoutError';
+      this.count(timedOut ? 'no answer in 15 s' : 'connection error');
       return { status: 0, text: '' };
     }
   }
