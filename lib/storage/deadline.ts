@@ -92,7 +92,9 @@ function listenForErrors(client: PoolClient): void {
  * gone, and a cancel ends that wait with the transaction committed on the primary alone
  * (PostgreSQL's "canceling wait for synchronous replication"), visible there, and replayed
  * to a retry as an answer no standby holds. Left waiting, it holds its rows until a standby
- * confirms it (then a retry replays it) or the primary is gone (then nobody saw it).
+ * confirms it (then a retry replays it) or the primary is gone (then nobody saw it). One that
+ * had not run yet may still run: the client was told 503, an unknown outcome, and the fence
+ * decides, as for a commit whose answer was lost.
  */
 export async function queryWithDeadline<R extends pg.QueryResultRow>(
   client: PoolClient,
