@@ -22,6 +22,8 @@
  * - `standbys`: both standbys are SIGKILLed and the primary stays up. Every commit waits in
  *   `SyncRep` for a standby that is not there: the requests answer 503, and none may answer
  *   201 (a 201 there would be an answer no standby holds). Then the standbys start again.
+ *   Transfers wait 2 s after their write (`TRANSFER_DELAY_MS`), so that some are in their
+ *   handler when the standbys go.
  *
  * The killed nodes are started again and rejoin as standbys. At the end, from the primary
  * and the PSP: one charge and one PSP authorization per charge intent (no derived key under
@@ -243,6 +245,10 @@ async function main() {
           PSP_URL: psp.url,
           HTTP_ADAPTER: i === 1 ? 'fastify' : 'express',
           IDEMPOTENCY_LEASE_MS: '3000',
+          // With both standbys gone, the answers at stake are those of requests in their
+          // handler when it happens: a transfer that waits 2 s after its write keeps several
+          // there.
+          TRANSFER_DELAY_MS: ROUND === 'standbys' ? '2000' : '0',
           PSP_TIMEOUT_MS: '5000',
           IDEMPOTENCY_PURGE_INTERVAL_MS: '3600000',
         }),
