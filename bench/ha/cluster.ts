@@ -1,7 +1,10 @@
 /**
  * A PostgreSQL HA cluster of pg_auto_failover (Debian's `postgresql-15-auto-failover`) on this
- * machine, for `npm run test:ha`: a monitor, a primary and a synchronous standby, each a
- * cluster of its own on its own port, all in one folder that `stop()` removes.
+ * machine, for `npm run test:ha`: a monitor and three data nodes (a primary and two standbys,
+ * `number_sync_standbys = 1`), each a cluster of its own on its own port, all in one folder
+ * that `stop()` removes. With two standbys of which one must confirm each commit, any one
+ * node may be down while every commit still reaches a second node: a promoted standby never
+ * runs alone (`wait_primary`), and a second failure right after the first loses nothing.
  *
  * `pg_autoctl` refuses to run as root (its initdb does), so every command runs as the
  * `postgres` user, with its XDG folders inside the cluster's folder. The monitor's timeouts
@@ -11,6 +14,7 @@
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import {
   chownSync,
+  copyFileSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -25,6 +29,10 @@ import { freePort } from '../../sample-app/database/embedded-postgres.js';
 
 const BIN = '/usr/lib/postgresql/15/bin';
 const WRITABLE = new Set(['single', 'primary', 'wait_primary']);
+/** The states of a standby the monitor chose for promotion, on its way to primary. */
+const PROMOTING = new Set(['prepare_promotion', 'stop_replication', 'wait_primary']);
+/** How many data nodes the run's cluster has. */
+const DATA_NODES = 3;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Thrown when the cluster cannot be had here: the run is skipped, saying why. */
@@ -37,27 +45,17 @@ export interface NodeState {
   assigned: string;
 }
 
-/** Installs pg_auto_failover from Debian's packages when it is missing (root only). */
+/**
+ * Checks that pg_auto_failover (Debian's `postgresql-15-auto-failover`) is installed, and that
+ * there is a `postgres` user to run it as. It is not installed from here: `.ci/run` installs
+ * it when asked (`INSTALL_PG_AUTO_FAILOVER=1`), or root does it by hand.
+ */
 export function ensureInstalled(): void {
-  if (existsSync('/usr/bin/pg_autoctl') && existsSync(`${BIN}/pg_ctl`)) return;
-  if (process.getuid?.() !== 0 || spawnSync('which', ['apt-get']).status !== 0) {
+  if (!existsSync('/usr/bin/pg_autoctl') || !existsSync(`${BIN}/pg_ctl`)) {
     throw new ClusterUnavailableError(
-      'pg_auto_failover is not installed, and this user cannot install it ' +
-        '(apt-get install postgresql-15-auto-failover, as root)',
+      'pg_auto_failover is not installed (Debian: apt-get install postgresql-15-auto-failover, ' +
+        'as root; or INSTALL_PG_AUTO_FAILOVER=1 .ci/run)',
     );
-  }
-  console.log('installing postgresql-15-auto-failover from Debian’s packages …');
-  for (const args of [
-    ['update', '-qq'],
-    ['install', '-y', '-qq', 'postgresql-15-auto-failover'],
-  ]) {
-    const result = spawnSync('apt-get', args, {
-      stdio: 'ignore',
-      env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
-    });
-    if (result.status !== 0) {
-      throw new ClusterUnavailableError(`apt-get ${args.join(' ')} failed (${result.status})`);
-    }
   }
   if (spawnSync('id', ['postgres']).status !== 0) {
     throw new ClusterUnavailableError('there is no postgres user to run pg_autoctl as');
@@ -71,7 +69,7 @@ export class AutoFailoverCluster {
     readonly nodes: { name: string; port: number }[],
   ) {}
 
-  /** The connection string the apps use: both nodes, the writable one followed. */
+  /** The connection string the apps use: every node, the writable one followed. */
   get url(): string {
     const hosts = this.nodes.map(({ port }) => `127.0.0.1:${port}`).join(',');
     return `postgres://postgres@${hosts}/app?target_session_attrs=read-write`;
@@ -86,11 +84,10 @@ export class AutoFailoverCluster {
       mkdirSync(join(dir, sub), { recursive: true, mode: 0o700 });
       chownSync(join(dir, sub), owner('-u'), owner('-g'));
     }
-    const [monitorPort, port1, port2] = [await freePort(), await freePort(), await freePort()];
-    const cluster = new AutoFailoverCluster(dir, monitorPort, [
-      { name: 'node1', port: port1 },
-      { name: 'node2', port: port2 },
-    ]);
+    const monitorPort = await freePort();
+    const nodes: { name: string; port: number }[] = [];
+    for (let i = 1; i <= DATA_NODES; i++) nodes.push({ name: `node${i}`, port: await freePort() });
+    const cluster = new AutoFailoverCluster(dir, monitorPort, nodes);
     try {
       cluster.autoctl(
         `create monitor --pgdata ${dir}/monitor --pgport ${monitorPort} --hostname 127.0.0.1 --auth trust --no-ssl`,
@@ -113,7 +110,8 @@ export class AutoFailoverCluster {
         );
         cluster.autoctl(`config set timeout.network_partition_timeout 3 --pgdata ${dir}/${name}`);
         cluster.keeper(name);
-        // The first node runs alone ('single') until the second joins as its standby.
+        // The first node runs alone ('single') until the second joins as its standby; each
+        // node joins before the next is made (the monitor registers one at a time).
         await cluster.until(
           async () =>
             (await cluster.state()).some(
@@ -128,9 +126,13 @@ export class AutoFailoverCluster {
       }
       await cluster.until(
         async () => (await cluster.primary()) !== undefined && (await cluster.settled()),
-        'a primary with its standby',
+        'a primary with its standbys',
         120_000,
       );
+      // One of the two standbys confirms each commit (the monitor sets it to 1 by itself
+      // when the second standby joins; set here so that the run does not depend on that).
+      cluster.autoctl(`set formation number-sync-standbys 1 --pgdata ${dir}/node1`);
+      await cluster.until(() => cluster.settled(), 'the cluster to settle', 60_000);
       return cluster;
     } catch (error) {
       await cluster.stop();
@@ -167,57 +169,108 @@ export class AutoFailoverCluster {
       ?.name;
   }
 
-  /** Whether both nodes are settled as primary and secondary. */
+  /** Whether every node is settled: one primary, the others its secondaries. */
   async settled(): Promise<boolean> {
     const states = (await this.state()).map((n) => `${n.reported}/${n.assigned}`).sort();
-    return states.join(',') === 'primary/primary,secondary/secondary';
+    const secondaries = Array.from({ length: this.nodes.length - 1 }, () => 'secondary/secondary');
+    return states.join(',') === ['primary/primary', ...secondaries].join(',');
   }
 
-  /** A node's machine dies: its keeper and its PostgreSQL, SIGKILLed. */
-  kill(name: string): void {
-    this.signalGroup(name, 'SIGKILL');
-    spawnSync('pkill', ['-9', '-f', join(this.dir, name)]);
+  /** The node the monitor chose to promote, while it is on its way (not yet writable). */
+  async promoting(): Promise<string | undefined> {
+    return (await this.state()).find(
+      (n) => PROMOTING.has(n.assigned) && !(n.reported === n.assigned && WRITABLE.has(n.reported)),
+    )?.name;
   }
 
-  /** A killed node's keeper started again: it rejoins, as a standby. */
+  /** `synchronous_standby_names` of a node, as the monitor made its keeper set it. */
+  syncStandbyNames(name: string): string {
+    const { port } = this.nodes.find((n) => n.name === name)!;
+    return this.psql(port, 'postgres', 'SHOW synchronous_standby_names').trim();
+  }
+
+  /**
+   * A node's machine dies: its keeper and its PostgreSQL, SIGKILLed. Repeated until nothing of
+   * the node is left for a while: a keeper caught restarting PostgreSQL (as it does when it
+   * promotes) may have forked a `pg_ctl` that starts the postmaster just after the first
+   * sweep, and a node that comes back by itself is not a node that died.
+   */
+  async kill(name: string): Promise<void> {
+    const sessions = this.sessionsOf(name);
+    for (let quiet = 0; quiet < 3;) {
+      const found = this.signalSessions(sessions, 'SIGKILL') + this.signalPath(name, 'SIGKILL');
+      quiet = found === 0 ? quiet + 1 : 0;
+      await sleep(200);
+    }
+  }
+
+  /**
+   * A killed node's keeper started again, as on a machine that restarted: it rejoins, as a
+   * standby. The killed postmaster may linger as a zombie (its parent killed, and this
+   * machine's init not reaping it), and its `postmaster.pid` would then name a live process:
+   * the file is removed, as a restart of the machine would leave no such process.
+   */
   restart(name: string): void {
+    const pidFile = join(this.dir, name, 'postmaster.pid');
+    if (existsSync(pidFile)) {
+      const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
+      if (!isRunning(pid)) rmSync(pidFile, { force: true });
+    }
     this.keeper(name);
-  }
-
-  /** A planned failover: the standby is promoted, the primary becomes its standby. */
-  failover(): void {
-    this.autoctl(`perform failover --pgdata ${this.dir}/monitor --wait 60`);
   }
 
   async stop(): Promise<void> {
     for (const name of [...this.nodes.map((n) => n.name), 'monitor']) {
-      this.signalGroup(name, 'SIGTERM');
-      spawnSync('pkill', ['-TERM', '-f', join(this.dir, name)]);
+      this.signalSessions(this.sessionsOf(name), 'SIGTERM');
+      this.signalPath(name, 'SIGTERM');
     }
     await sleep(2000);
     this.signalAll('SIGKILL');
     spawnSync('pkill', ['-9', '-f', this.dir]);
+    // HA_LOGS=<folder> keeps the keepers' and the monitor's logs, to read a run afterwards.
+    const keep = process.env.HA_LOGS;
+    if (keep) {
+      mkdirSync(keep, { recursive: true });
+      for (const file of readdirSync(this.dir).filter((f) => f.endsWith('.log'))) {
+        copyFileSync(join(this.dir, file), join(keep, file));
+      }
+    }
     rmSync(this.dir, { recursive: true, force: true });
   }
 
   /**
-   * Signals every process of a node's keeper: `su` starts it in a session of its own, and
+   * The sessions of a node's keeper: `su` starts it in a session of its own, and
    * pg_autoctl's children rename themselves ("pg_autoctl: start/stop postgres"), so neither
    * the spawned pid's group nor a match on the folder's path reaches them all; the session
    * of the process running `--pgdata <node>` does.
    */
-  private signalGroup(name: string, signal: NodeJS.Signals): void {
-    const keeper = spawnSync('pgrep', ['-f', `--pgdata ${join(this.dir, name)}`], {
-      encoding: 'utf8',
-    })
-      .stdout.split('\n')
-      .filter(Boolean);
-    const sessions = new Set(keeper.map((pid) => sessionOf(Number(pid))));
+  private sessionsOf(name: string): Set<number> {
+    const sessions = new Set(
+      pgrep(`--pgdata ${join(this.dir, name)}( |$)`).map((pid) => sessionOf(pid)),
+    );
     // Never this run's own session (were the keeper to share it), nor a process gone.
     for (const excluded of [sessionOf(process.pid), -1, 0]) sessions.delete(excluded);
+    return sessions;
+  }
+
+  /** Signals every process of these sessions; how many there were. */
+  private signalSessions(sessions: Set<number>, signal: NodeJS.Signals): number {
+    let found = 0;
     for (const pid of allPids()) {
-      if (sessions.has(sessionOf(pid))) signalQuietly(pid, signal);
+      if (sessions.has(sessionOf(pid))) {
+        signalQuietly(pid, signal);
+        found++;
+      }
     }
+    return found;
+  }
+
+  /** Signals every process whose command line names the node's folder; how many there were. */
+  private signalPath(name: string, signal: NodeJS.Signals): number {
+    // The folder's name ends the match, so that node1 is not node10.
+    const pids = pgrep(`${join(this.dir, name)}( |$)`);
+    for (const pid of pids) signalQuietly(pid, signal);
+    return pids.length;
   }
 
   /** Every process whose working folder is the cluster's (each command starts there). */
@@ -280,6 +333,25 @@ export class AutoFailoverCluster {
       encoding: 'utf8',
       stdio: ['ignore', 'pipe', 'pipe'],
     });
+  }
+}
+
+/** The processes whose command line matches `pattern` (an extended regular expression). */
+function pgrep(pattern: string): number[] {
+  // `--`: a pattern that starts with `--pgdata` is not one of pgrep's options.
+  return spawnSync('pgrep', ['-f', '--', pattern], { encoding: 'utf8' })
+    .stdout.split('\n')
+    .filter(Boolean)
+    .map(Number);
+}
+
+/** Whether `pid` is a process that runs: neither gone nor a zombie. */
+function isRunning(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    return false;
   }
 }
 

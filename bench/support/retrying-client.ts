@@ -9,10 +9,12 @@ export interface Figures {
   requests: number;
   statuses: Map<string, number>;
   violations: string[];
+  /** Every answer with the time it came (ms since the epoch), for figures by period. */
+  answers: { at: number; status: string }[];
 }
 
 export function newFigures(): Figures {
-  return { requests: 0, statuses: new Map(), violations: [] };
+  return { requests: 0, statuses: new Map(), violations: [], answers: [] };
 }
 
 export class RetryingClient {
@@ -34,22 +36,28 @@ export class RetryingClient {
       const text = await res.text();
       this.count(String(res.status));
       return { status: res.status, text };
-    } catch {
-      this.count('connection error');
+    } catch (error) {
+      // The client's own limit (15 s) is told apart from a connection refused or reset.
+      const timedOut = (error as Error | undefined)?.name === 'TimeoutError';
+      this.count(timedOut ? 'no answer in 15 s' : 'connection error');
       return { status: 0, text: '' };
     }
   }
 
-  /** Retries until `final(status)` or the deadline; undefined when the deadline came first. */
+  /**
+   * Retries until `final(status)` or the deadline; undefined when the deadline came first. A
+   * deadline given as a function is read before each attempt (it may move).
+   */
   async untilAnswered(
     urls: () => string[],
     path: string,
     headers: Record<string, string>,
     body: unknown,
     final: (status: number) => boolean,
-    deadline: number,
+    deadline: number | (() => number),
   ) {
-    for (let attempt = 0; Date.now() < deadline; attempt++) {
+    const until = typeof deadline === 'number' ? () => deadline : deadline;
+    for (let attempt = 0; Date.now() < until(); attempt++) {
       const live = urls();
       const url = live[Math.floor(Math.random() * live.length)];
       const res = await this.post(url, path, headers, body);
@@ -58,7 +66,7 @@ export class RetryingClient {
           `${path} ${headers['idempotency-key'] ?? ''}: ${res.status} ${res.text.slice(0, 200)}`,
         );
       }
-      if (final(res.status)) return { ...res, attempts: attempt + 1 };
+      if (final(res.status)) return { ...res, attempts: attempt + 1, at: Date.now() };
       await sleep(Math.random() * Math.min(1000, 50 * 2 ** attempt));
     }
     return undefined;
@@ -66,5 +74,6 @@ export class RetryingClient {
 
   private count(status: string) {
     this.figures.statuses.set(status, (this.figures.statuses.get(status) ?? 0) + 1);
+    this.figures.answers.push({ at: Date.now(), status });
   }
 }

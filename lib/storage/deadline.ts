@@ -85,17 +85,28 @@ function listenForErrors(client: PoolClient): void {
  * on the server (PostgreSQL's cancel request, on a connection of its own) and the connection
  * is marked broken, so that a statement the server had not run yet never runs afterwards.
  * Returns the pg result; the caller releases `client` normally when this resolves.
+ *
+ * `commits`: the statement commits the request's answer or recovery point (`COMMIT`, or a
+ * fenced statement alone). It is not cancelled, only its connection dropped: a commit late
+ * past its deadline is most often one waiting in `SyncRep` for a synchronous standby that is
+ * gone, and a cancel ends that wait with the transaction committed on the primary alone
+ * (PostgreSQL's "canceling wait for synchronous replication"), visible there, and replayed
+ * to a retry as an answer no standby holds. Left waiting, it holds its rows until a standby
+ * confirms it (then a retry replays it) or the primary is gone (then nobody saw it). One that
+ * had not run yet may still run: the client was told 503, an unknown outcome, and the fence
+ * decides, as for a commit whose answer was lost.
  */
 export async function queryWithDeadline<R extends pg.QueryResultRow>(
   client: PoolClient,
   config: pg.QueryConfig,
   timeoutMs: number,
+  { commits = false }: { commits?: boolean } = {},
 ): Promise<pg.QueryResult<R>> {
   const running = client.query<R>(config).catch((error: unknown) => {
     throw asDatabaseFailure(error);
   });
   return withDeadline(running, timeoutMs, `statement ${config.name ?? ''}`, () =>
-    cancelQuery(client),
+    commits ? undefined : cancelQuery(client),
   );
 }
 

@@ -1,6 +1,6 @@
 import pg, { type PoolClient, type QueryConfig } from 'pg';
 import { asDatabaseFailure } from './connection-errors.js';
-import { cancelQuery, withDeadline } from './deadline.js';
+import { withDeadline } from './deadline.js';
 
 /**
  * The fenced `UPDATE` made to fail when it touches no row (the lease was lost): `1 / count(*)`
@@ -50,7 +50,9 @@ class FencedCommitQuery extends (pg.Query as unknown as QueryClass) {
 /**
  * Runs the fenced statement and `COMMIT` in one round trip, bounded by `timeoutMs`. Resolves
  * when both ran; rejects with SQLSTATE 22012 (`isFenceLost`) when the fence held no row, and
- * the transaction is then aborted: the caller rolls back.
+ * the transaction is then aborted: the caller rolls back. Past the deadline it is not
+ * cancelled, only its connection dropped: a cancel would end a wait in `SyncRep` with the
+ * answer committed on the primary alone (see `queryWithDeadline`'s `commits`).
  */
 export function fencedCommit(
   client: PoolClient,
@@ -72,7 +74,5 @@ export function fencedCommit(
     );
     void client.query(query as unknown as pg.Query);
   });
-  return withDeadline(done, timeoutMs, `statement ${statement.name ?? ''} with COMMIT`, () =>
-    cancelQuery(client),
-  );
+  return withDeadline(done, timeoutMs, `statement ${statement.name ?? ''} with COMMIT`);
 }

@@ -169,7 +169,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
       throw new TransactionAbortedError(this.lastError ?? error);
     }
     try {
-      await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs);
+      await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs, { commits: true });
       this.committed = true;
       this.end(client);
     } catch (error) {
@@ -205,7 +205,9 @@ export abstract class RequestTransaction implements JoinableTransaction {
       this.state = 'ended';
       const client = await acquire(this.pool(), this.timeoutMs);
       try {
-        const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs);
+        const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs, {
+          commits: true,
+        });
         client.release();
         this.committed = rowCount === 1;
         return this.committed;
@@ -221,7 +223,9 @@ export abstract class RequestTransaction implements JoinableTransaction {
     if (!this.beginning) {
       // A connection was taken but no statement sent on it: the fenced statement commits alone.
       try {
-        const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs);
+        const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs, {
+          commits: true,
+        });
         this.committed = rowCount === 1;
         this.end(client);
         return this.committed;
