@@ -7,10 +7,13 @@
  *    store (`atomic: false`, new keys and replays); and the competitor,
  *    `@node-idempotency/nestjs` on Redis (new keys and replays), installed in
  *    `bench/competitor/` on first use.
- * 2. The sample app's `POST /charges` (claim, two phases and a PSP call, finish) against the
+ * 2. The sample app's `POST /charges` (claim, a phase, the PSP call, finish) against the
  *    fake PSP answering in 0 ms (16 connections: new keys and replays) and in 200 ms (64
  *    connections: new keys), for this build and, with `BENCH_BASELINE_REF=<git ref>`, for a
- *    build of that ref side by side.
+ *    build of that ref side by side; and the same route written with the competitor
+ *    (`bench/competitor-charges-app.ts`, 0 ms: new keys and replays).
+ *
+ * `BENCH_WORK=raw` (or `orm`) and `BENCH_ADAPTERS=fastify` (or `express`) narrow part 1.
  *
  * Every variant is run in interleaved rounds (so the noise of a shared machine falls on each
  * alike) and reported as medians: requests per second, p50 and p99 latency, and the app
@@ -148,7 +151,7 @@ function ensureCompetitor(): void {
 async function oneInsert(out: string[]): Promise<void> {
   ensureCompetitor();
   const body = JSON.stringify({ amount: 1999, customer: 'cus_bench' });
-  for (const adapter of ['express', 'fastify']) {
+  for (const adapter of (process.env.BENCH_ADAPTERS ?? 'express,fastify').split(',')) {
     const database = await createTestDatabase(`bench_${adapter}`);
     const db = new Client({ connectionString: database.url });
     await db.connect();
@@ -168,10 +171,11 @@ async function oneInsert(out: string[]): Promise<void> {
       REPLAY_CACHE_SIZE: '0',
       COMPETITOR_REDIS_URL: REDIS_URL,
     });
-    for (const [work, suffix] of [
-      ['raw INSERT', ''],
-      ['TypeORM save', '-orm'],
-    ]) {
+    const works = [
+      ['raw INSERT', '', 'raw'],
+      ['TypeORM save', '-orm', 'orm'],
+    ].filter(([, , short]) => (process.env.BENCH_WORK ?? 'raw,orm').split(',').includes(short));
+    for (const [work, suffix] of works) {
       const ours = Array.from(
         { length: 64 },
         (_, i) => `ours${suffix}-${adapter}-${i}-${Date.now()}`,
@@ -330,16 +334,42 @@ async function sampleFlow(out: string[]): Promise<void> {
       },
     );
   }
+  ensureCompetitor();
+  const theirDatabase = await createTestDatabase('bench_flow_competitor');
+  const competitor = await startWorker('bench/competitor-charges-app.js', {
+    PORT: '0',
+    DATABASE_URL: theirDatabase.url,
+    PSP_URL: psp0.url,
+    COMPETITOR_REDIS_URL: REDIS_URL,
+  });
+  const theirKeys = Array.from({ length: 64 }, (_, i) => `flow-competitor-${i}-${Date.now()}`);
+  const fixed = variants[0].body;
+  await prepare(competitor, '/charges', theirKeys, tenant, fixed);
+  variants.push(
+    {
+      ...variants[0],
+      name: 'competitor on Redis: new keys, PSP 0 ms, 16 conn.',
+      app: competitor,
+    },
+    {
+      ...variants[1],
+      name: 'competitor on Redis: replays, 16 conn.',
+      app: competitor,
+      headers: (i) => ({ ...tenant, 'idempotency-key': theirKeys[i % theirKeys.length] }),
+    },
+  );
   const results = await rounds(variants);
-  const first = [...results.values()];
   out.push(`\n**The sample app's POST /charges** (÷ this build's same variant)\n\n${HEADER}`);
-  let i = 0;
-  for (const [name, sample] of results) out.push(row(name, sample, first[i++ % 3]));
+  for (const [name, sample] of results) {
+    out.push(row(name, sample, results.get(`this build: ${name.split(': ')[1]}`)!));
+  }
   console.log(out.slice(-(results.size + 3)).join('\n'));
   for (const { app, database } of started) {
     await app.kill('SIGTERM');
     await database.drop();
   }
+  await competitor.kill('SIGTERM');
+  await theirDatabase.drop();
   await psp0.kill('SIGTERM');
   await psp200.kill('SIGTERM');
 }
