@@ -13,7 +13,8 @@
  *    build of that ref side by side; and the same route written with the competitor
  *    (`bench/competitor-charges-app.ts`, 0 ms: new keys and replays).
  *
- * `BENCH_WORK=raw` (or `orm`) and `BENCH_ADAPTERS=fastify` (or `express`) narrow part 1.
+ * `BENCH_WORK=raw` (or `orm`) and `BENCH_ADAPTERS=fastify` (or `express`) narrow part 1;
+ * `BENCH_CONNECTIONS=16,64` runs it at each number of connections (32 by default).
  *
  * Every variant is run in interleaved rounds (so the noise of a shared machine falls on each
  * alike) and reported as medians: requests per second, p50 and p99 latency, and the app
@@ -30,7 +31,8 @@ import { freePort, startEmbeddedPostgres } from '../sample-app/database/embedded
 
 const DURATION_S = Number(process.env.BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
+/** The one-insert part's connections: `BENCH_CONNECTIONS=16,64` runs it at each. */
+const CONNECTIONS = (process.env.BENCH_CONNECTIONS ?? '32').split(',').map(Number);
 const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const ROOT = process.cwd();
 /** Clock ticks per second of /proc's CPU times (USER_HZ, 100 on Linux). */
@@ -194,62 +196,64 @@ async function oneInsert(out: string[]): Promise<void> {
       const replay = (keys: string[]) => (i: number) => ({
         'idempotency-key': keys[i % keys.length],
       });
-      const base = { app, connections: CONNECTIONS, body };
-      const results = await rounds([
-        { ...base, name: 'plain route', path: `/plain${suffix}`, headers: () => ({}) },
-        {
-          ...base,
-          name: 'ours, new keys (atomic)',
-          path: `/idempotent${suffix}`,
-          headers: fresh('n'),
-        },
-        { ...base, name: 'ours, replays', path: `/idempotent${suffix}`, headers: replay(ours) },
-        {
-          ...base,
-          app: uncached,
-          name: 'ours, replays from PostgreSQL (no replay cache)',
-          path: `/idempotent${suffix}`,
-          headers: replay(ours),
-        },
-        {
-          ...base,
-          name: 'ours, new keys (atomic: false)',
-          path: `/split${suffix}`,
-          headers: fresh('s'),
-        },
-        {
-          ...base,
-          app: uncached,
-          name: 'ours on Redis (atomic: false), new keys',
-          path: `/redis${suffix}`,
-          headers: fresh('r'),
-        },
-        {
-          ...base,
-          app: uncached,
-          name: 'ours on Redis, replays (no replay cache)',
-          path: `/redis${suffix}`,
-          headers: replay(onRedis),
-        },
-        {
-          ...base,
-          name: 'competitor on Redis, new keys',
-          path: `/competitor${suffix}`,
-          headers: fresh('c'),
-        },
-        {
-          ...base,
-          name: 'competitor on Redis, replays',
-          path: `/competitor${suffix}`,
-          headers: replay(theirs),
-        },
-      ]);
-      const plain = results.get('plain route')!;
-      out.push(
-        `\n**${adapter}, ${work}** (${CONNECTIONS} connections; ÷ the plain route)\n\n${HEADER}`,
-      );
-      for (const [name, sample] of results) out.push(row(name, sample, plain));
-      console.log(out.slice(-8).join('\n'));
+      for (const connections of CONNECTIONS) {
+        const base = { app, connections, body };
+        const results = await rounds([
+          { ...base, name: 'plain route', path: `/plain${suffix}`, headers: () => ({}) },
+          {
+            ...base,
+            name: 'ours, new keys (atomic)',
+            path: `/idempotent${suffix}`,
+            headers: fresh('n'),
+          },
+          { ...base, name: 'ours, replays', path: `/idempotent${suffix}`, headers: replay(ours) },
+          {
+            ...base,
+            app: uncached,
+            name: 'ours, replays from PostgreSQL (no replay cache)',
+            path: `/idempotent${suffix}`,
+            headers: replay(ours),
+          },
+          {
+            ...base,
+            name: 'ours, new keys (atomic: false)',
+            path: `/split${suffix}`,
+            headers: fresh('s'),
+          },
+          {
+            ...base,
+            app: uncached,
+            name: 'ours on Redis (atomic: false), new keys',
+            path: `/redis${suffix}`,
+            headers: fresh('r'),
+          },
+          {
+            ...base,
+            app: uncached,
+            name: 'ours on Redis, replays (no replay cache)',
+            path: `/redis${suffix}`,
+            headers: replay(onRedis),
+          },
+          {
+            ...base,
+            name: 'competitor on Redis, new keys',
+            path: `/competitor${suffix}`,
+            headers: fresh('c'),
+          },
+          {
+            ...base,
+            name: 'competitor on Redis, replays',
+            path: `/competitor${suffix}`,
+            headers: replay(theirs),
+          },
+        ]);
+        const plain = results.get('plain route')!;
+        out.push(
+          `\n**${adapter}, ${work}** (${connections} connections; ÷ the plain route)\n\n${HEADER}`,
+        );
+        for (const [name, sample] of results) out.push(row(name, sample, plain));
+        console.log(out.slice(-(results.size + 1)).join('\n'));
+      }
     }
     await app.kill('SIGTERM');
     await uncached.kill('SIGTERM');
