@@ -25,6 +25,8 @@ interface ProfileNode {
 }
 interface Profile {
   nodes: ProfileNode[];
+  startTime: number;
+  endTime: number;
   samples: number[];
   timeDeltas: number[];
 }
@@ -43,14 +45,20 @@ function groupOf(frame: ProfileNode['callFrame']): string {
   if (/\/node_modules\/(fastify|@fastify|find-my-way|light-my-request|avvio)/.test(url))
     return 'Fastify';
   if (url.includes('/node_modules/typeorm')) return 'TypeORM';
-  if (url.startsWith('node:')) return `node: ${url.slice(5).split('/')[0]}`;
+  if (url.startsWith('node:')) return `node: ${url.slice(5).split('/').slice(0, 2).join('/')}`;
   return url.includes('/node_modules/') ? 'other packages' : 'the bench app';
 }
 
-function account(profile: Profile): string {
+/** The account of the last `seconds` of the profile: the load, not the app's start. */
+function account(profile: Profile, seconds: number): string {
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
   const self = new Map<number, number>();
-  profile.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + profile.timeDeltas[i]));
+  const from = profile.endTime - seconds * 1e6;
+  let at = profile.startTime;
+  profile.samples.forEach((id, i) => {
+    at += profile.timeDeltas[i];
+    if (at >= from) self.set(id, (self.get(id) ?? 0) + profile.timeDeltas[i]);
+  });
   const total = [...self.values()].reduce((a, b) => a + b, 0);
   const idle = [...self.entries()]
     .filter(([id]) => byId.get(id)!.callFrame.functionName === '(idle)')
@@ -138,7 +146,7 @@ async function main(): Promise<void> {
     `${result.requests.total} requests, ${result.requests.average} req/s, ` +
       `${result.non2xx + result.errors} errors; profile in ${OUT}\n`,
   );
-  console.log(account(JSON.parse(readFileSync(OUT, 'utf8')) as Profile));
+  console.log(account(JSON.parse(readFileSync(OUT, 'utf8')) as Profile, SECONDS - 1));
 }
 
 await main();
