@@ -7,6 +7,11 @@
  *    store (`atomic: false`, new keys and replays); and the competitor,
  *    `@node-idempotency/nestjs` on Redis (new keys and replays), installed in
  *    `bench/competitor/` on first use.
+ * 1b. The same one insert on Prisma 7 (`BENCH_PARTS=prisma`): the plain route against
+ *    `@Idempotent()`, Prisma built on the pg.Pool the library is handed.
+ * 1c. The same one-insert work on Drizzle (`bench/drizzle-bench-app.ts`: the library and Drizzle
+ *    on one pg.Pool, no TypeORM), on each adapter: the plain route, and `@Idempotent()` with
+ *    new keys and replays.
  * 2. The sample app's `POST /charges` (claim, a phase, the PSP call, finish) against the
  *    fake PSP answering in 0 ms (16 connections: new keys and replays) and in 200 ms (64
  *    connections: new keys), for this build and, with `BENCH_BASELINE_REF=<git ref>`, for a
@@ -14,7 +19,8 @@
  *    (`bench/competitor-charges-app.ts`, 0 ms: new keys and replays).
  *
  * `BENCH_WORK=raw` (or `orm`) and `BENCH_ADAPTERS=fastify` (or `express`) narrow part 1;
- * `BENCH_CONNECTIONS=16,64` runs it at each number of connections (32 by default).
+ * `BENCH_CONNECTIONS=16,64` runs it at each number of connections (32 by default; parts 1b and
+ * 1c at the first).
  *
  * Every variant is run in interleaved rounds (so the noise of a shared machine falls on each
  * alike) and reported as medians: requests per second, p50 and p99 latency, and the app
@@ -24,7 +30,8 @@ import autocannon from 'autocannon';
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
-import { Client } from 'pg';
+import { Client, Pool } from 'pg';
+import { migrate } from '../examples/prisma-orders/database/migrate.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/database.js';
 import { startWorker, type WorkerProcess } from '../test/support/worker-process.js';
 import { freePort, startEmbeddedPostgres } from '../sample-app/database/embedded-postgres.js';
@@ -262,6 +269,95 @@ async function oneInsert(out: string[]): Promise<void> {
   }
 }
 
+/**
+ * The one-insert work on Prisma (bench/prisma-bench-app.ts, Express): the plain route against
+ * `@Idempotent()` with new keys and with replays, Prisma and the library on one pg.Pool.
+ */
+async function prismaInsert(out: string[]): Promise<void> {
+  const database = await createTestDatabase('bench_prisma');
+  const pool = new Pool({ connectionString: database.url, max: 1 });
+  await migrate(pool);
+  await pool.end();
+  const app = await startWorker('bench/prisma-bench-app.js', {
+    DATABASE_URL: database.url,
+    HTTP_ADAPTER: 'express',
+    PORT: '0',
+  });
+  const body = JSON.stringify({ sku: 'sku-bench', quantity: 1 });
+  const keys = Array.from({ length: 64 }, (_, i) => `prisma-${i}-${Date.now()}`);
+  await prepare(app, '/idempotent-prisma', keys, {}, body);
+  const base = { app, connections: CONNECTIONS[0], body };
+  const results = await rounds([
+    { ...base, name: 'plain route', path: '/plain-prisma', headers: () => ({}) },
+    {
+      ...base,
+      name: 'ours, new keys (atomic)',
+      path: '/idempotent-prisma',
+      headers: (i) => ({ 'idempotency-key': `p-${i}-${Math.random()}` }),
+    },
+    {
+      ...base,
+      name: 'ours, replays',
+      path: '/idempotent-prisma',
+      headers: (i) => ({ 'idempotency-key': keys[i % keys.length] }),
+    },
+  ]);
+  const plain = results.get('plain route')!;
+  out.push(
+    `\n**express, Prisma create** (${CONNECTIONS[0]} connections; ÷ the plain route)\n\n${HEADER}`,
+  );
+  for (const [name, sample] of results) out.push(row(name, sample, plain));
+  console.log(out.slice(-5).join('\n'));
+  await app.kill('SIGTERM');
+  await database.drop();
+}
+
+/** The one-insert work on Drizzle: the plain route against `@Idempotent()`, per adapter. */
+async function drizzleOneInsert(out: string[]): Promise<void> {
+  const body = JSON.stringify({ amount: 1999, customer: 'cus_bench' });
+  for (const adapter of ['express', 'fastify']) {
+    const database = await createTestDatabase(`bench_drizzle_${adapter}`);
+    const db = new Client({ connectionString: database.url });
+    await db.connect();
+    await db.query(readFileSync(join(ROOT, 'migrations', 'schema.sql'), 'utf8'));
+    await db.query(
+      'CREATE TABLE bench_orders (id bigserial PRIMARY KEY, amount int, customer text, created_at timestamptz DEFAULT now())',
+    );
+    const app = await startWorker('bench/drizzle-bench-app.js', {
+      DATABASE_URL: database.url,
+      HTTP_ADAPTER: adapter,
+      PORT: '0',
+    });
+    const keys = Array.from({ length: 64 }, (_, i) => `drizzle-${adapter}-${i}-${Date.now()}`);
+    await prepare(app, '/idempotent-drizzle', keys, {}, body);
+    const base = { app, connections: CONNECTIONS[0], body };
+    const results = await rounds([
+      { ...base, name: 'plain route', path: '/plain-drizzle', headers: () => ({}) },
+      {
+        ...base,
+        name: 'ours, new keys (atomic)',
+        path: '/idempotent-drizzle',
+        headers: (i) => ({ 'idempotency-key': `d-${i}-${Math.random()}` }),
+      },
+      {
+        ...base,
+        name: 'ours, replays',
+        path: '/idempotent-drizzle',
+        headers: (i) => ({ 'idempotency-key': keys[i % keys.length] }),
+      },
+    ]);
+    const plain = results.get('plain route')!;
+    out.push(
+      `\n**${adapter}, Drizzle insert** (${CONNECTIONS[0]} connections; ÷ the plain route)\n\n${HEADER}`,
+    );
+    for (const [name, sample] of results) out.push(row(name, sample, plain));
+    console.log(out.slice(-5).join('\n'));
+    await app.kill('SIGTERM');
+    await db.end();
+    await database.drop();
+  }
+}
+
 /** A build of `ref` in a worktree of its own, sharing this checkout's node_modules. */
 function baselineBuild(ref: string): string {
   const dir = join('/tmp', `idempotency-bench-${ref.replace(/[^\w.-]/g, '_')}`);
@@ -384,8 +480,10 @@ async function main() {
   adminUrl ??= embedded!.url;
   process.env.TEST_DATABASE_URL = adminUrl;
   const out: string[] = [];
-  const parts = (process.env.BENCH_PARTS ?? 'insert,flow').split(',');
+  const parts = (process.env.BENCH_PARTS ?? 'insert,prisma,drizzle,flow').split(',');
   if (parts.includes('insert')) await oneInsert(out);
+  if (parts.includes('prisma')) await prismaInsert(out);
+  if (parts.includes('drizzle')) await drizzleOneInsert(out);
   if (parts.includes('flow')) await sampleFlow(out);
   await embedded?.stop();
   console.log(`\n${out.join('\n')}`);

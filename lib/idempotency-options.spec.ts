@@ -1,3 +1,4 @@
+import pg from 'pg';
 import {
   resolveIdempotencyOptions as resolveWithTenant,
   resolveRouteOptions,
@@ -195,6 +196,18 @@ describe('resolveIdempotencyOptions', () => {
       'too many partitions ahead',
       { partitionedExpiry: { partitionsAhead: 101 } },
       'partitionedExpiry.partitionsAhead must be at most 100, got 101',
+    ],
+    [
+      'a pool that is not a node-postgres Pool',
+      { globalKeys: true, pool: { query: () => undefined } as never },
+      'pool must be a node-postgres Pool (new Pool({ connectionString }) from pg), the one the ' +
+        "app's data layer runs on",
+    ],
+    [
+      'a pool and a TypeORM DataSource',
+      { globalKeys: true, pool: new pg.Pool(), dataSource: 'orders' },
+      'give either pool (a node-postgres Pool, for Prisma, Drizzle or Kysely) or dataSource (a ' +
+        'TypeORM DataSource), not both',
     ],
     [
       'an isolation level PostgreSQL does not have',

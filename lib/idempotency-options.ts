@@ -106,7 +106,7 @@ function resolveKeySource(source: IdempotencyKeySource | undefined, fallback: Ke
   if (source === undefined) return fallback;
   if (typeof source !== 'object' || source === null) {
     throw new InvalidIdempotencyOptionsError(
-      'keyFrom needs { header }, { body } or { name, read }',
+      'keyFrom needs { header }, { body }, { name, read } or { arg }',
     );
   }
   try {

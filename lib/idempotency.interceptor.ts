@@ -9,6 +9,8 @@ import {
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { catchError, mergeMap, type Observable, throwError } from 'rxjs';
 import { publish } from './events/idempotency-events.js';
+import { type FieldSteps, interceptField } from './graphql/intercept-field.js';
+import { problemAnswer } from './graphql/graphql-problem.js';
 import { answerProblem, problemResponse } from './http/problem.js';
 import { rawResponse } from './http/raw-response.js';
 import { readRequest } from './http/read-request.js';
@@ -42,6 +44,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
   private readonly routes = new WeakMap<object, RouteSettings>();
   /** What the steps of a request that owns its key share (see `OwnerTools`). */
   private readonly tools: OwnerTools;
+  /** What the steps of a GraphQL mutation field take (see `interceptField`). */
+  private readonly fields: FieldSteps;
 
   constructor(
     private readonly reflector: Reflector,
@@ -77,9 +81,27 @@ export class IdempotencyInterceptor implements NestInterceptor {
         ),
       adapterType: () => adapterHost.httpAdapter.getType(),
     };
+    this.fields = {
+      options,
+      // A field's problems are stored and answered as GraphQL errors, never as HTTP answers.
+      tools: {
+        ...this.tools,
+        problem: problemAnswer,
+        toHttp: () => {
+          throw new Error('a GraphQL field has no HTTP answer of its own');
+        },
+      },
+      database,
+      cache,
+      logger: this.logger,
+    };
   }
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    // A mutation field of @nestjs/graphql: read by its name, nothing of it is imported.
+    if (context.getType<string>() === 'graphql') {
+      return interceptField(this.fields, this.routeSettings(context), context, next);
+    }
     if (context.getType() !== 'http') return next.handle();
     /** When the library's own work on this request began: the events report its duration. */
     const began = performance.now();

@@ -1,6 +1,7 @@
 import { applyDecorators, RequestMethod, SetMetadata, UseInterceptors } from '@nestjs/common';
 import { METHOD_METADATA } from '@nestjs/common/constants.js';
 import { IDEMPOTENT_ROUTE_OPTIONS } from './idempotency.constants.js';
+import { declaredKind } from './graphql/resolver-placement.js';
 import { currentIdempotencyContext } from './idempotency-context.js';
 import { type IdempotencyRouteOptions } from './idempotency-options.interface.js';
 import { resolveRouteOptions } from './idempotency-options.js';
@@ -43,7 +44,7 @@ const UNSAFE_METHODS: ReadonlySet<RequestMethod> = new Set([
  *
  * On a controller class, it makes every `POST`, `PATCH` and `DELETE` route of the class
  * idempotent (its own methods, not inherited ones); a method's own `@Idempotent()` options
- * then override the class's.
+ * then override the class's. On a GraphQL resolver class, every `@Mutation()` of it.
  *
  * @example
  * @Post('charges')
@@ -68,9 +69,10 @@ export function Idempotent(
       const method = Object.getOwnPropertyDescriptor(prototype, name);
       if (name === 'constructor' || typeof method?.value !== 'function') continue;
       const handler = method.value as object;
-      if (!UNSAFE_METHODS.has(Reflect.getMetadata(METHOD_METADATA, handler) as RequestMethod)) {
-        continue;
-      }
+      const unsafe =
+        UNSAFE_METHODS.has(Reflect.getMetadata(METHOD_METADATA, handler) as RequestMethod) ||
+        declaredKind(handler) === 'mutation';
+      if (!unsafe) continue;
       const own = Reflect.getMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler) as
         IdempotencyRouteOptions | undefined;
       if (own) {

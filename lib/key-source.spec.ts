@@ -124,6 +124,8 @@ describe('keyReader', () => {
     ['a body path with an empty part', { body: 'a..b' }, 'is not a field name'],
     ['a function without a name', { read: () => 'k' }, 'keyFrom needs'],
     ['a name without a function', { name: 'x', read: 'k' }, 'keyFrom needs'],
+    ['an argument name with a dot', { arg: 'input.key' }, 'is not a GraphQL argument name'],
+    ['an argument name starting with a digit', { arg: '1key' }, 'is not a GraphQL argument name'],
   ])('refuses %s', (_name, source, message) => {
     expect(() => keyReader(source as IdempotencyKeySource)).toThrow(message);
   });
@@ -131,5 +133,14 @@ describe('keyReader', () => {
   it('documents the header only when the key is in one', () => {
     expect(keyReader({ header: 'X-Request-Id' }).header).toBe('X-Request-Id');
     expect(keyReader({ body: 'id' }).header).toBeUndefined();
+  });
+
+  it('reads a GraphQL argument from the field, never from the request', () => {
+    const reader = keyReader({ arg: 'idempotencyKey' });
+    expect(reader.arg).toBe('idempotencyKey');
+    expect(reader.where).toBe('the idempotencyKey argument');
+    expect(reader.read(request({ 'idempotency-key': 'k1' }, { idempotencyKey: 'k2' }))).toBe(
+      undefined,
+    );
   });
 });

@@ -2,17 +2,20 @@ import { type IdempotencyRequest } from './http/idempotency-request.js';
 
 /**
  * Where a route's idempotency key is read (`keyFrom`): another header, a field of the JSON
- * body (a dotted path for a nested one), or a function of the request, named for the errors.
+ * body (a dotted path for a nested one), a function of the request, named for the errors, or,
+ * on a GraphQL mutation only, one of the field's arguments.
  *
  * @example
  * @Idempotent({ keyFrom: { header: 'X-Request-Id' } })
  * @Idempotent({ keyFrom: { body: 'meta.requestId' } })
  * @Idempotent({ keyFrom: { name: 'the ?op query parameter', read: (req) => new URL(req.url, 'http://x').searchParams.get('op') ?? undefined } })
+ * @Idempotent({ keyFrom: { arg: 'idempotencyKey' } }) // on a @Mutation()
  */
 export type IdempotencyKeySource =
   | { header: string }
   | { body: string }
-  | { name: string; read: (request: IdempotencyRequest) => unknown };
+  | { name: string; read: (request: IdempotencyRequest) => unknown }
+  | { arg: string };
 
 /** A key source made ready: how to read the raw key, and how errors name where it is. */
 export interface KeyReader {
@@ -20,6 +23,11 @@ export interface KeyReader {
   where: string;
   /** The header name, when the key is in a header (OpenAPI documents it). */
   header?: string;
+  /**
+   * The argument's name, when the key is a GraphQL field's argument: it is read from the
+   * field's arguments, not from the request (whose `read` then finds none).
+   */
+  arg?: string;
   read(request: IdempotencyRequest): RawKey;
 }
 
@@ -28,6 +36,8 @@ export type RawKey = string | string[] | undefined | { invalid: string };
 
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 const FIELD_PATH = /^[^.]+(\.[^.]+)*$/;
+/** A GraphQL name, as the spec spells an argument's. */
+const GRAPHQL_NAME = /^[_A-Za-z][_0-9A-Za-z]*$/;
 
 /**
  * Resolves a key source, or throws a message (the option's validation) when it is malformed.
@@ -57,8 +67,14 @@ export function keyReader(source: IdempotencyKeySource): KeyReader {
       read: (request) => rawKey(at(request.body, path)),
     };
   }
+  if ('arg' in source) {
+    if (typeof source.arg !== 'string' || !GRAPHQL_NAME.test(source.arg)) {
+      throw new Error(`keyFrom.arg ${JSON.stringify(source.arg)} is not a GraphQL argument name`);
+    }
+    return { where: `the ${source.arg} argument`, arg: source.arg, read: () => undefined };
+  }
   if (typeof source.read !== 'function' || typeof source.name !== 'string' || !source.name) {
-    throw new Error('keyFrom needs { header }, { body } or { name, read }');
+    throw new Error('keyFrom needs { header }, { body }, { name, read } or { arg }');
   }
   const { name, read } = source;
   return { where: name, read: (request) => rawKey(read(request)) };

@@ -16,15 +16,26 @@ import { createTestDatabase, type TestDatabase } from './support/database.js';
 
 const root = resolve(import.meta.dirname, '..');
 
-/** The package from its tarball, and the peers as an app would have them (no network). */
-function installPackage(app: string, tarball: string): string {
+/**
+ * The package from its tarball, and the peers as an app would have them (no network), but for
+ * `leftOut` (names of packages, or of whole scopes as `@scope`): an app without them.
+ */
+function installPackage(app: string, tarball: string, leftOut: string[] = []): string {
   const modules = join(app, 'node_modules');
   const installed = join(modules, 'nestjs-idempotency-pg');
   mkdirSync(installed, { recursive: true });
   execFileSync('tar', ['-xzf', tarball, '-C', installed, '--strip-components=1']);
   for (const entry of readdirSync(join(root, 'node_modules'))) {
-    if (entry !== '.bin' && entry !== '.package-lock.json') {
+    if (entry === '.bin' || entry === '.package-lock.json' || leftOut.includes(entry)) continue;
+    if (!entry.startsWith('@') || !leftOut.some((name) => name.startsWith(`${entry}/`))) {
       symlinkSync(join(root, 'node_modules', entry), join(modules, entry));
+      continue;
+    }
+    // A scope some of whose packages are left out: the others, one by one.
+    mkdirSync(join(modules, entry));
+    for (const name of readdirSync(join(root, 'node_modules', entry))) {
+      if (leftOut.includes(`${entry}/${name}`)) continue;
+      symlinkSync(join(root, 'node_modules', entry, name), join(modules, entry, name));
     }
   }
   return installed;
@@ -151,8 +162,23 @@ describe('the npm package', () => {
 
   it('type-checks and loads from an ESM consumer and from a CommonJS one', () => {
     const consumer = join(work, 'consumer');
-    // The peers (Nest, TypeORM, pg) as the consumer's app would have them.
-    const installed = installPackage(consumer, tarball);
+    // The peers (Nest, TypeORM, pg) as the consumer's app would have them, and not the
+    // optional GraphQL ones: the package must load and type-check without them.
+    const installed = installPackage(consumer, tarball, [
+      'graphql',
+      '@nestjs/graphql',
+      '@nestjs/apollo',
+      '@nestjs/mercurius',
+      '@apollo',
+      'mercurius',
+    ]);
+    // The control: the consumer really has no graphql to find.
+    expect(() =>
+      execFileSync('node', ['--input-type=module', '-e', "await import('graphql')"], {
+        cwd: consumer,
+        stdio: 'pipe',
+      }),
+    ).toThrow(/Cannot find package 'graphql'/);
     const code = `
 import { IdempotencyModule, Idempotent, type IdempotencyModuleOptions } from 'nestjs-idempotency-pg';
 import { idempotentFetch, type IdempotentFetchOptions } from 'nestjs-idempotency-pg/client';
@@ -163,6 +189,7 @@ import { IdempotencyHealthIndicator } from 'nestjs-idempotency-pg/terminus';
 const options: IdempotencyModuleOptions = { globalKeys: true, keyFrom: { body: 'requestId' } };
 export const module = IdempotencyModule.forRoot(options);
 export const decorator: MethodDecorator & ClassDecorator = Idempotent({ leaseMs: 5000 });
+export const onMutation = Idempotent({ keyFrom: { arg: 'idempotencyKey' } });
 // @ts-expect-error: the types are real, not any: a lease is a number
 export const wrong = () => Idempotent({ leaseMs: 'soon' });
 export const client: IdempotentFetchOptions = { intent: 'x', store: new FileOperationStore('p') };

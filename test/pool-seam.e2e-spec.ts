@@ -36,6 +36,18 @@ class LedgerController {
     return { tag: body.tag };
   }
 
+  /** Drizzle's and Prisma's way of sending a write: a config object. */
+  @Post('config-object')
+  @Idempotent()
+  async configObject(@Body() body: Body_) {
+    await pool.query({
+      text: 'INSERT INTO ledger (tag, note) VALUES ($1, $2)',
+      values: [body.tag, 'main'],
+      rowMode: 'array',
+    });
+    return { tag: body.tag };
+  }
+
   /** A read before the write runs apart; the write opens the transaction. */
   @Post('read-then-write')
   @Idempotent()
@@ -235,6 +247,35 @@ describe.each(ADAPTERS)('a data layer on a node-postgres pool (%s)', (adapter) =
     expect(again.text).toBe(first.text);
     expect(await notes('plain-1')).toEqual(['main']);
   });
+
+  it.each([
+    ['a write as text and values', '/plain'],
+    ['a write as a config object', '/config-object'],
+  ])(
+    'costs three round trips for %s: the claim, BEGIN with the write, the answer with COMMIT',
+    async (_name, path) => {
+      const sent: string[] = [];
+      const query = pg.Client.prototype.query;
+      pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+        const config = args[0] as string | { text?: string; begin?: string; name?: string };
+        const text = typeof config === 'string' ? config : (config.text ?? '');
+        const begin = typeof config === 'string' ? undefined : config.begin;
+        sent.push(begin ? `${begin}; ${text}` : text);
+        return (query as (...a: unknown[]) => unknown).apply(this, args);
+      } as typeof query;
+      try {
+        const answer = await post(path, `rt-${path}`, { tag: `rt-${path}` });
+        expect(answer.status).toBe(201);
+      } finally {
+        pg.Client.prototype.query = query;
+      }
+      expect(sent).toHaveLength(3);
+      expect(sent[0]).toMatch(/INSERT INTO idempotency_keys/);
+      expect(sent[1]).toMatch(/^BEGIN; INSERT INTO ledger/);
+      expect(sent[2]).toMatch(/UPDATE idempotency_keys/);
+      expect(await notes(`rt-${path}`)).toEqual(['main']);
+    },
+  );
 
   it('runs one of eight concurrent requests with one key', async () => {
     const answers = await Promise.all(

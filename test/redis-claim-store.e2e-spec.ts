@@ -363,6 +363,8 @@ onRedis('the Redis claim store, on its own', () => {
     if (expired.kind !== 'existing' || expired.existing.state !== 'started') {
       throw new Error('expected the expired claim');
     }
+    // Its lease ran out (its worker is gone), rather than being given back.
+    expect(expired.existing.released).toBe(false);
     const paused = redis.pause(2500);
     await sleep(100);
     await expect(store.takeOver(scope, expired.existing.fence, 30_000)).rejects.toThrow(
@@ -375,6 +377,7 @@ onRedis('the Redis claim store, on its own', () => {
       throw new Error('expected the unfinished claim');
     }
     expect(again.existing.leaseExpired).toBe(true);
+    expect(again.existing.released).toBe(false);
     expect(await store.takeOver(scope, again.existing.fence, 30_000)).toMatchObject({
       lockVersion: '1',
     });

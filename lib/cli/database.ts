@@ -17,7 +17,8 @@ WHERE c.relname = ANY($1) AND c.relkind IN ('r', 'p') AND pg_table_is_visible(c.
 const SETTINGS = `SELECT name, setting FROM pg_settings WHERE name = ANY($1)`;
 
 const STUCK = `SELECT count(*)::int AS stuck,
-  (extract(epoch FROM clock_timestamp() - min(locked_until)) * 1000)::float8 AS oldest_ms
+  (extract(epoch FROM clock_timestamp() - min(coalesce(locked_until, created_at))) * 1000)::float8
+    AS oldest_ms
 FROM idempotency_keys
 WHERE state = 'started' AND (locked_until IS NULL
   OR locked_until < clock_timestamp() - $1 * interval '1 millisecond')`;
@@ -168,7 +169,8 @@ export async function readResponseBody(
 
 /**
  * Ends the lease of an unfinished key, fenced by the (lock_version, claim_id) read before: as
- * the library's own release does, the row, its claim id and its phases stay, and the next
+ * the library's own release does (`locked_until` NULL: the retry is counted `resumed`, not a
+ * takeover of a lost worker), the row, its claim id and its phases stay, and the next
  * request with the key takes it over and resumes. A key that moved since it was read (taken
  * over, finished, released and claimed anew) is not touched. Returns whether it was released.
  */
@@ -180,7 +182,7 @@ export async function releaseKey(
   claimId: string,
 ): Promise<boolean> {
   const { rowCount } = await client.query(
-    `UPDATE idempotency_keys SET locked_until = clock_timestamp()
+    `UPDATE idempotency_keys SET locked_until = NULL
      WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4
        AND state = 'started'`,
     [tenant, key, lockVersion, claimId],

@@ -165,6 +165,8 @@ export class RedisClaimStore implements ClaimStore {
         state: 'started',
         fingerprint: fp,
         ...leaseOf(lockedUntil, nowMs),
+        // Given back by its owner (see RELEASE_SCRIPT), not left to expire.
+        released: lockedUntil === 0,
         fence: { lockVersion: lv.toString(), claimId: cid.toString() },
       };
     }

@@ -5,7 +5,7 @@
  * has expired. A record is one hash:
  *
  *   fp  fingerprint        cid  claim id          lv  lock version (fencing token, with cid)
- *   st  started | done     lu   lease end (ms)    ca  claimed at (ms)
+ *   st  started | done     lu   lease end (ms), 0 once given back    ca  claimed at (ms)
  *   rc  status             rh   headers (JSON)    rb  body          fa  finished at (ms)
  *
  * An unfinished record lives `abandonedMs` past the end of its lease (so never expires while
@@ -75,8 +75,9 @@ ${FENCED}
 if ARGV[3] == '1' and ARGV[1] == '0' then
   redis.call('DEL', KEYS[1])
 else
-  -- Ended in the past, not now: a retry in the same millisecond finds it expired.
-  redis.call('HSET', KEYS[1], 'lu', now - 1)
+  -- Ended, and marked as given back (0, before any now): its retry resumes it, rather than
+  -- taking over from a worker that was lost.
+  redis.call('HSET', KEYS[1], 'lu', '0')
 end
 return 1`;
 

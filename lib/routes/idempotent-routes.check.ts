@@ -10,18 +10,20 @@ import {
   type ResolvedIdempotencyOptions,
 } from '../idempotency-options.interface.js';
 import { ClaimStores } from '../storage/claim-stores.js';
+import { declaredKind } from '../graphql/resolver-placement.js';
 import { classMethods } from './class-methods.js';
 import { type DecoratedMethod, messageHandlerProblem, routeProblem } from './route-problem.js';
 
 /** The metadata keys of the packages the app may use; read by name, none of them imported. */
 const MESSAGE_PATTERN = 'microservices:pattern';
 const GATEWAY_MESSAGE = 'websockets:message_mapping';
-const RESOLVER_TYPE = 'graphql:resolver_type';
 
 /**
  * Fails the app's start-up when `@Idempotent()` sits where the interceptor never runs (a
- * message handler, a provider's method, a gateway, a `GET`), rather than letting such a
- * method run with no key and no protection while the code reads as if it had both.
+ * message handler, a provider's method, a gateway, a `GET`) or must not (a GraphQL query or
+ * subscription), rather than letting such a method run with no key and no protection while
+ * the code reads as if it had both. A GraphQL mutation resolver is the one provider's method
+ * it takes.
  */
 @Injectable()
 export class IdempotentRoutesCheck implements OnModuleInit {
@@ -45,16 +47,20 @@ export class IdempotentRoutesCheck implements OnModuleInit {
       const message = Reflect.hasMetadata(IDEMPOTENT_MESSAGE_OPTIONS, handler);
       if (!route && !message) continue;
       const method = describe(type, name, handler, controllers);
-      if (route) method.claimStore = this.claimStoreOf(handler);
+      if (route) {
+        const options = this.routeOptionsOf(handler);
+        method.claimStore = this.stores.forRoute(options);
+        method.keyArg = options.key.arg;
+      }
       const problem = route ? routeProblem(method) : messageHandlerProblem(method);
       if (problem) problems.push(problem);
     }
     if (problems.length > 0) throw new InvalidIdempotencyOptionsError(problems.join('; '));
   }
 
-  private claimStoreOf(handler: object) {
+  private routeOptionsOf(handler: object) {
     const own = Reflect.getMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler) as IdempotencyRouteOptions;
-    return this.stores.forRoute(resolveRouteOptions(own ?? {}, this.options.route));
+    return resolveRouteOptions(own ?? {}, this.options.route);
   }
 }
 
@@ -75,6 +81,6 @@ function describe(
     intercepted: interceptors.includes(IdempotencyInterceptor),
     messageHandler: Reflect.hasMetadata(MESSAGE_PATTERN, handler),
     gatewayHandler: Reflect.hasMetadata(GATEWAY_MESSAGE, handler),
-    resolverHandler: Reflect.hasMetadata(RESOLVER_TYPE, handler),
+    resolver: declaredKind(handler),
   };
 }

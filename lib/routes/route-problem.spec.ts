@@ -8,8 +8,10 @@ const route: DecoratedMethod = {
   intercepted: true,
   messageHandler: false,
   gatewayHandler: false,
-  resolverHandler: false,
 };
+
+/** A resolver is a provider's method, without an HTTP method. */
+const resolver: Partial<DecoratedMethod> = { inController: false, httpMethod: undefined };
 
 describe('routeProblem', () => {
   it.each<[string, Partial<DecoratedMethod>, string | undefined]>([
@@ -28,7 +30,54 @@ describe('routeProblem', () => {
       'use @IdempotentMessage()',
     ],
     ['a gateway handler', { gatewayHandler: true, inController: false }, 'WebSocket'],
-    ['a resolver', { resolverHandler: true, inController: false }, 'GraphQL'],
+    ['a mutation resolver', { resolver: 'mutation', ...resolver }, undefined],
+    [
+      'a mutation resolver with its key in an argument',
+      { resolver: 'mutation', keyArg: 'idempotencyKey', ...resolver },
+      undefined,
+    ],
+    [
+      'a query resolver',
+      { resolver: 'query', ...resolver },
+      "a GraphQL query is safe by GraphQL's definition and must not change state, as a GET; " +
+        'keys are for mutations: put @Idempotent() on a @Mutation() resolver',
+    ],
+    [
+      'a subscription resolver',
+      { resolver: 'subscription', ...resolver },
+      'a GraphQL subscription is a stream of events, not one answer a retry could get again; ' +
+        'put @Idempotent() on the @Mutation() that changes state',
+    ],
+    [
+      'a field resolver',
+      { resolver: 'field', ...resolver },
+      'a @ResolveField() runs once per object of an answer, not once per operation; put ' +
+        '@Idempotent() on the root @Mutation() resolver',
+    ],
+    [
+      'a mutation resolver without the interceptor',
+      { resolver: 'mutation', ...resolver, intercepted: false },
+      'IdempotencyInterceptor is not',
+    ],
+    [
+      'a mutation resolver on a Redis store, atomic',
+      {
+        resolver: 'mutation',
+        ...resolver,
+        claimStore: {
+          name: 'redis',
+          known: ['postgres', 'redis'],
+          transactional: false,
+          atomic: true,
+        },
+      },
+      'claim store "redis" is not in the app\'s database',
+    ],
+    [
+      'a route with its key in a GraphQL argument',
+      { keyArg: 'idempotencyKey' },
+      "keyFrom: { arg: 'idempotencyKey' } reads a GraphQL mutation's argument, and a route has none",
+    ],
     ['a route without the interceptor', { intercepted: false }, 'IdempotencyInterceptor is not'],
     [
       'an atomic route on the PostgreSQL store',

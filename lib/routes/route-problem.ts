@@ -1,4 +1,5 @@
 import { RequestMethod } from '@nestjs/common';
+import { type ResolverKind, resolverProblem } from '../graphql/resolver-placement.js';
 import { type RouteClaimStore } from '../storage/route-claim-store.js';
 
 export { type RouteClaimStore } from '../storage/route-claim-store.js';
@@ -17,8 +18,10 @@ export interface DecoratedMethod {
   messageHandler: boolean;
   /** Whether it is a WebSocket gateway's `@SubscribeMessage()` handler. */
   gatewayHandler: boolean;
-  /** Whether it is a GraphQL resolver's query, mutation or subscription. */
-  resolverHandler: boolean;
+  /** What it is to GraphQL, when it is a resolver's query, mutation, subscription or field. */
+  resolver?: ResolverKind;
+  /** The argument its key is read from (`keyFrom: { arg }`), which only a mutation has. */
+  keyArg?: string;
   /** Its claim store and whether it can serve the route (left out: not checked). */
   claimStore?: RouteClaimStore;
 }
@@ -45,8 +48,17 @@ export function routeProblem(method: DecoratedMethod): string | undefined {
   if (method.gatewayHandler) {
     return `${where}: WebSocket gateway handlers are not supported; use an HTTP route`;
   }
-  if (method.resolverHandler) {
-    return `${where}: GraphQL resolvers are not supported; use an HTTP route`;
+  if (method.resolver) {
+    const misplaced = resolverProblem(where, method.resolver);
+    if (misplaced) return misplaced;
+    if (!method.intercepted) return notIntercepted(where);
+    return method.claimStore && claimStoreProblem(where, method.claimStore);
+  }
+  if (method.keyArg !== undefined) {
+    return (
+      `${where}: keyFrom: { arg: '${method.keyArg}' } reads a GraphQL mutation's argument, ` +
+      'and a route has none; on a route use { body }, { header } or { name, read }'
+    );
   }
   if (!method.inController) {
     return (
@@ -64,13 +76,15 @@ export function routeProblem(method: DecoratedMethod): string | undefined {
       'for POST, PUT, PATCH and DELETE'
     );
   }
-  if (!method.intercepted) {
-    return (
-      `${where}: the IdempotencyInterceptor is not on it (its metadata was set without the ` +
-      'decorator?), so requests would pass through unchecked; use @Idempotent() itself'
-    );
-  }
+  if (!method.intercepted) return notIntercepted(where);
   return method.claimStore && claimStoreProblem(where, method.claimStore);
+}
+
+function notIntercepted(where: string): string {
+  return (
+    `${where}: the IdempotencyInterceptor is not on it (its metadata was set without the ` +
+    'decorator?), so requests would pass through unchecked; use @Idempotent() itself'
+  );
 }
 
 /** Why a route cannot use its claim store, or undefined when it can. */

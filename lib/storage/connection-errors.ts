@@ -1,3 +1,5 @@
+import { dataLayerCause } from './driver-errors/index.js';
+
 /**
  * Which failures came from the database, and what they mean. Only an error that came from
  * PostgreSQL's driver counts: a network code such as `ECONNRESET` also ends a handler's own
@@ -6,7 +8,8 @@
  * the call carries a derived key). An error is the database's when it is, structurally:
  * - a server error of node-postgres (`DatabaseError`: a `severity` and a SQLSTATE `code`);
  * - one of node-postgres' or pg-pool's own errors, by its exact message;
- * - TypeORM's `QueryFailedError`, which wraps whatever the driver raised under a statement;
+ * - TypeORM's `QueryFailedError`, which wraps whatever the driver raised under a statement,
+ *   and Drizzle's, Prisma's and Kysely's wrappers likewise (`driver-errors/`);
  * - one of the errors below, raised where the library itself waited on PostgreSQL.
  */
 
@@ -108,6 +111,9 @@ function fromDatabase(error: unknown, underStatement = false): DriverFailure | u
   if (driverError !== undefined && typeof query === 'string') {
     return fromDatabase(driverError, true);
   }
+  // Drizzle's, Prisma's and Kysely's wrappers: the same, read by their shape.
+  const wrapped = dataLayerCause(error);
+  if (wrapped !== undefined && wrapped !== error) return fromDatabase(wrapped, true);
   if (
     underStatement ||
     markedFromDatabase.has(error) ||

@@ -1,11 +1,10 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
-import { ModuleRef } from '@nestjs/core';
+import { DiscoveryService } from '@nestjs/core';
 import { type DataSource } from 'typeorm';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
 import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
 import { joinTransactionsOf } from '../transaction/transaction-scope.js';
-import { nestTypeOrm } from './typeorm-package.js';
 
 /**
  * The app's own TypeORM DataSource (the default one, or the one named in the options): the
@@ -17,7 +16,7 @@ export class IdempotencyDataSource implements OnModuleInit {
   private resolved?: DataSource;
 
   constructor(
-    private readonly moduleRef: ModuleRef,
+    private readonly discovery: DiscoveryService,
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
   ) {}
 
@@ -39,25 +38,13 @@ export class IdempotencyDataSource implements OnModuleInit {
       );
     }
     const name = this.options.dataSource;
-    if (!nestTypeOrm) {
-      throw new InvalidIdempotencyOptionsError(
-        '@nestjs/typeorm is not installed, and the library needs a data layer: give it the ' +
-          'node-postgres Pool your data layer (Prisma, Drizzle, Kysely, pg) runs on with the ' +
-          'pool option, or install typeorm and @nestjs/typeorm and import TypeOrmModule.forRoot()',
-      );
-    }
-    let dataSource: DataSource | null | undefined;
-    try {
-      dataSource = this.moduleRef.get<DataSource>(nestTypeOrm.getDataSourceToken(name), {
-        strict: false,
-      });
-    } catch {
-      dataSource = undefined;
-    }
+    const dataSource = this.find(name);
     if (!dataSource) {
       throw new InvalidIdempotencyOptionsError(
         `no TypeORM DataSource ${name ? `named "${name}"` : '(the default one)'} was found; ` +
-          'import TypeOrmModule.forRoot() in the app module, or set the dataSource option',
+          'import TypeOrmModule.forRoot() in the app module (or set the dataSource option to ' +
+          'its name), or give the library the node-postgres Pool your data layer (Prisma, ' +
+          'Drizzle, Kysely, pg) runs on with the pool option',
       );
     }
     if (dataSource.options.type !== 'postgres') {
@@ -69,5 +56,23 @@ export class IdempotencyDataSource implements OnModuleInit {
     joinTransactionsOf(dataSource);
     this.resolved = dataSource;
     return dataSource;
+  }
+
+  /**
+   * The provider `TypeOrmModule.forRoot()` registers for the DataSource, found by its token as
+   * `getDataSourceToken()` makes it (TypeORM's `DataSource` class for the default one,
+   * `<name>DataSource` for a named one) without importing `@nestjs/typeorm`: an app on another
+   * data layer has neither it nor TypeORM.
+   */
+  private find(name: string | undefined): DataSource | undefined {
+    const named = name !== undefined && name !== 'default';
+    const wrapper = this.discovery
+      .getProviders()
+      .find(({ token, instance }) =>
+        named
+          ? token === `${name}DataSource`
+          : typeof token === 'function' && token.name === 'DataSource' && instance,
+      );
+    return (wrapper?.instance ?? undefined) as DataSource | undefined;
   }
 }

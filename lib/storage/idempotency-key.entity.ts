@@ -1,10 +1,11 @@
+import { optionalRequire } from './optional-require.js';
+
 /**
  * TypeORM, when the app has it: the entity is declared with its decorators then, and is a plain
- * class otherwise (an app on Prisma, Drizzle or Kysely installs no TypeORM).
+ * class otherwise (an app on Prisma, Drizzle or Kysely installs no TypeORM). TypeORM keeps its
+ * entities' metadata in one global store, so the decorators reach the app's DataSource.
  */
-const typeorm: typeof import('typeorm') | undefined = await import('typeorm').catch(
-  () => undefined,
-);
+const typeorm = optionalRequire<typeof import('typeorm')>('typeorm');
 
 /**
  * The `idempotency_keys` row, for apps that want to inspect keys through TypeORM (an admin

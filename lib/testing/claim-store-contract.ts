@@ -368,6 +368,10 @@ export function claimStoreContract(): ClaimStoreContractCase[] {
         await store.release(claim, false);
         const found = await existing(store, kept);
         check(found.state === 'started' && found.leaseExpired, 'a release must end the lease');
+        check(
+          found.state === 'started' && found.released !== false,
+          'a released key must not be reported as a lease that ran out (released: false)',
+        );
         const resumed = await takeOver(store, kept);
         check(resumed.claimId === claim.claimId, 'a released key must resume with its claim id');
         // Taken over: its derived keys may have reached another system, so it is never forgotten.

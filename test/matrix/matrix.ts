@@ -80,6 +80,11 @@ function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEn
 /** Compiles the sources in `cwd` and runs jest there; reads its JSON results. */
 function suite(name: string, cwd: string, databaseUrl: string): Outcome {
   const started = Date.now();
+  // The Prisma example's client is generated, not committed (scripts/prisma-generate.mjs).
+  const generated = run('node', ['scripts/prisma-generate.mjs'], cwd);
+  if (!generated.ok) {
+    return { name, passed: 0, failed: 1, seconds: 0, note: firstLine(generated.output, 'failed') };
+  }
   const compiled = run('node', ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.json'], cwd);
   if (!compiled.ok) {
     return { name, passed: 0, failed: 1, seconds: 0, note: firstLine(compiled.output, 'error') };
@@ -134,7 +139,17 @@ function framework(nest: string, typeorm: string): Outcome {
   if (nest === '12' && typeorm === '1') return suite(name, root, machineDatabase);
   const dir = join(work, `nest${nest}-typeorm${typeorm}`);
   mkdirSync(dir, { recursive: true });
-  for (const entry of ['lib', 'test', 'sample-app', 'examples', 'migrations', 'bench', 'docs']) {
+  const entries = [
+    'lib',
+    'test',
+    'sample-app',
+    'examples',
+    'migrations',
+    'bench',
+    'docs',
+    'scripts',
+  ];
+  for (const entry of entries) {
     rmSync(join(dir, entry), { recursive: true, force: true });
     if (!existsSync(join(root, entry))) continue;
     cpSync(join(root, entry), join(dir, entry), {

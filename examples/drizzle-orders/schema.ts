@@ -1,0 +1,24 @@
+import { bigint, bigserial, integer, pgTable, text, unique } from 'drizzle-orm/pg-core';
+
+/** The tables of schema.sql, as Drizzle sees them (schema.sql creates them). */
+export const orders = pgTable('orders', {
+  id: bigserial('id', { mode: 'number' }).primaryKey(),
+  sku: text('sku').notNull(),
+  quantity: integer('quantity').notNull(),
+  status: text('status').notNull(),
+  trackingNumber: text('tracking_number'),
+});
+
+export const orderEvents = pgTable(
+  'order_events',
+  {
+    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    orderId: bigint('order_id', { mode: 'number' })
+      .notNull()
+      .references(() => orders.id),
+    kind: text('kind').notNull(),
+  },
+  (table) => [unique().on(table.orderId, table.kind)],
+);
+
+export type Order = typeof orders.$inferSelect;

@@ -1,0 +1,153 @@
+import { BadRequestException, HttpException, NotFoundException } from '@nestjs/common';
+import { GraphQLError } from 'graphql';
+import { type StoredResponse } from '../stored-response.js';
+import {
+  answerStatus,
+  decodeAnswer,
+  encodeAnswer,
+  FIELD_ANSWER_TYPE,
+  type FieldAnswer,
+  type FieldError,
+  fieldError,
+} from './field-answer.js';
+import { thrownError } from './thrown-error.js';
+import * as graphql from 'graphql';
+
+class DeclinedError extends Error {
+  override name = 'DeclinedError';
+}
+
+describe('fieldError', () => {
+  it.each<[string, unknown, FieldError]>([
+    ['an Error', new Error('boom'), { kind: 'error', message: 'boom' }],
+    [
+      'an Error of the app’s own',
+      new DeclinedError('declined'),
+      { kind: 'error', message: 'declined', name: 'DeclinedError' },
+    ],
+    [
+      'a GraphQLError with extensions',
+      new GraphQLError('declined', { extensions: { code: 'DECLINED', at: [1] } }),
+      {
+        kind: 'graphql',
+        message: 'declined',
+        name: 'GraphQLError',
+        extensions: { code: 'DECLINED', at: [1] },
+      },
+    ],
+    [
+      'a GraphQLError without',
+      new GraphQLError('declined'),
+      { kind: 'graphql', message: 'declined', name: 'GraphQLError' },
+    ],
+    [
+      'an HttpException',
+      new BadRequestException('too much'),
+      {
+        kind: 'http',
+        message: 'too much',
+        name: 'BadRequestException',
+        http: {
+          status: 400,
+          response: { message: 'too much', error: 'Bad Request', statusCode: 400 },
+        },
+      },
+    ],
+    [
+      'an HttpException of a string',
+      new HttpException('gone', 410),
+      {
+        kind: 'http',
+        message: 'gone',
+        name: 'HttpException',
+        http: { status: 410, response: 'gone' },
+      },
+    ],
+    [
+      'an Error with extensions (Mercurius’ ErrorWithProps)',
+      Object.assign(new Error('limited'), { extensions: { code: 'LIMIT' } }),
+      { kind: 'error', message: 'limited', extensions: { code: 'LIMIT' } },
+    ],
+    ['a thrown string', 'nope', { kind: 'error', message: 'nope' }],
+  ])('keeps %s', (_name, thrown, expected) => {
+    expect(fieldError(thrown)).toEqual(expected);
+  });
+
+  it.each<[string, Error, new (...args: never[]) => Error]>([
+    [
+      'a GraphQLError',
+      new GraphQLError('declined', { extensions: { code: 'DECLINED' } }),
+      GraphQLError,
+    ],
+    ['an HttpException', new NotFoundException('no such account'), HttpException],
+    ['an Error of the app’s own', new DeclinedError('declined'), Error],
+    [
+      'an Error with extensions',
+      Object.assign(new Error('x'), { extensions: { code: 'X' } }),
+      Error,
+    ],
+  ])('throws %s again as what the drivers read of the first', (_name, thrown, kind) => {
+    const again = thrownError(fieldError(thrown), graphql);
+    expect(again).toBeInstanceOf(kind);
+    expect(fieldError(again)).toEqual(fieldError(thrown));
+  });
+});
+
+describe('encodeAnswer and decodeAnswer', () => {
+  it.each<[string, FieldAnswer, number, string]>([
+    ['a value', { kind: 'data', data: { id: 1, note: 'é' } }, 200, '{"data":{"id":1,"note":"é"}}'],
+    ['no value', { kind: 'data', data: undefined }, 200, '{"data":null}'],
+    [
+      'an error',
+      { kind: 'error', error: { kind: 'error', message: 'boom' } },
+      500,
+      '{"error":{"kind":"error","message":"boom"}}',
+    ],
+    [
+      'an HttpException, by its status',
+      {
+        kind: 'error',
+        error: { kind: 'http', message: 'x', http: { status: 404, response: 'x' } },
+      },
+      404,
+      '{"error":{"kind":"http","message":"x","http":{"status":404,"response":"x"}}}',
+    ],
+  ])('stores %s', (_name, answer, status, body) => {
+    const stored = encodeAnswer(answer);
+    expect(stored).toEqual({
+      status,
+      headers: { 'content-type': FIELD_ANSWER_TYPE },
+      body: Buffer.from(body),
+    });
+    expect(answerStatus(answer)).toBe(status);
+    const decoded = decodeAnswer(stored);
+    expect(decoded).toEqual(
+      answer.kind === 'data' ? { kind: 'data', data: answer.data ?? null } : answer,
+    );
+  });
+
+  it('refuses to store a value that is not JSON', () => {
+    expect(() => encodeAnswer({ kind: 'data', data: { n: 1n } })).toThrow(TypeError);
+  });
+
+  it.each<[string, StoredResponse]>([
+    [
+      'an HTTP route’s answer',
+      { status: 201, headers: { 'content-type': 'application/json' }, body: Buffer.from('{}') },
+    ],
+    [
+      'a body that is not JSON',
+      { status: 200, headers: { 'content-type': FIELD_ANSWER_TYPE }, body: Buffer.from('{') },
+    ],
+    [
+      'an error without a message',
+      {
+        status: 500,
+        headers: { 'content-type': FIELD_ANSWER_TYPE },
+        body: Buffer.from('{"error":{}}'),
+      },
+    ],
+  ])('reads no field answer from %s', (_name, stored) => {
+    expect(decodeAnswer(stored)).toBeUndefined();
+  });
+});

@@ -1,0 +1,99 @@
+import { type StoredResponse } from '../stored-response.js';
+
+/**
+ * A resolver's error as it is stored: what the drivers put in the answer's `errors` entry
+ * (`message`, `extensions`), and what an exception filter or Nest's Apollo driver reads of a
+ * Nest `HttpException` (its status and response), so that the replay renders the same entry.
+ * `path` and `locations` are not stored: GraphQL gives the replay the same ones, as the record
+ * is the same field of the same operation.
+ */
+export interface FieldError {
+  /** What was thrown: a `GraphQLError`, a Nest `HttpException`, or another `Error`. */
+  kind: 'graphql' | 'http' | 'error';
+  message: string;
+  /** The error's `name`, when it is not the plain `Error`'s. */
+  name?: string;
+  extensions?: Record<string, unknown>;
+  /** An `HttpException`'s `getStatus()` and `getResponse()`. */
+  http?: { status: number; response: unknown };
+}
+
+/** What a mutation field answered: its resolver's value, or an error. */
+export type FieldAnswer = { kind: 'data'; data: unknown } | { kind: 'error'; error: FieldError };
+
+/** The media type of a stored field answer: no HTTP route stores one, and none is sent. */
+export const FIELD_ANSWER_TYPE = 'application/vnd.nestjs-idempotency.graphql-field+json';
+
+/** The status a field's answer is stored with (what `storeIf` and the events see). */
+export function answerStatus(answer: FieldAnswer): number {
+  if (answer.kind === 'data') return 200;
+  return answer.error.http?.status ?? 500;
+}
+
+/**
+ * A field's answer as the record the store keeps. The value is kept as JSON, the form a
+ * driver serializes it from: the first answer and every replay return this JSON parsed, so a
+ * retry gets exactly what the first call got.
+ *
+ * @throws TypeError when the value is not JSON (a `BigInt`, a cycle)
+ */
+export function encodeAnswer(answer: FieldAnswer): StoredResponse {
+  const body =
+    answer.kind === 'data'
+      ? JSON.stringify({ data: answer.data ?? null })
+      : JSON.stringify({ error: answer.error });
+  return {
+    status: answerStatus(answer),
+    headers: { 'content-type': FIELD_ANSWER_TYPE },
+    body: Buffer.from(body),
+  };
+}
+
+/** A stored record read back as a field's answer; undefined when it is not one. */
+export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
+  if (stored.headers['content-type'] !== FIELD_ANSWER_TYPE) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(stored.body.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+  if (typeof parsed !== 'object' || parsed === null) return undefined;
+  if ('data' in parsed) return { kind: 'data', data: parsed.data };
+  const error = (parsed as { error?: FieldError }).error;
+  if (typeof error?.message !== 'string') return undefined;
+  return { kind: 'error', error };
+}
+
+/** What a resolver threw, as it is stored (see `FieldError`). */
+export function fieldError(thrown: unknown): FieldError {
+  if (!(thrown instanceof Error)) return { kind: 'error', message: String(thrown) };
+  const error: FieldError = { kind: 'error', message: thrown.message };
+  if (thrown.name !== 'Error') error.name = thrown.name;
+  const extensions = (thrown as { extensions?: unknown }).extensions;
+  if (typeof extensions === 'object' && extensions !== null && !Array.isArray(extensions)) {
+    // Kept as the JSON the drivers write of them.
+    const copy = JSON.parse(JSON.stringify(extensions)) as Record<string, unknown>;
+    if (Object.keys(copy).length > 0) error.extensions = copy;
+  }
+  const http = httpExceptionOf(thrown);
+  if (http) {
+    error.kind = 'http';
+    error.http = http;
+  } else if (thrown.name === 'GraphQLError') {
+    error.kind = 'graphql';
+  }
+  return error;
+}
+
+/** Nest's `HttpException`, recognised by its shape: the library does not tie it to a class. */
+function httpExceptionOf(error: Error): FieldError['http'] {
+  const candidate = error as { getStatus?: unknown; getResponse?: unknown };
+  if (typeof candidate.getStatus !== 'function' || typeof candidate.getResponse !== 'function') {
+    return undefined;
+  }
+  const status = (candidate.getStatus as () => unknown).call(error);
+  if (typeof status !== 'number') return undefined;
+  const response = (candidate.getResponse as () => unknown).call(error);
+  return { status, response: JSON.parse(JSON.stringify(response ?? null)) as unknown };
+}

@@ -1,0 +1,68 @@
+import { type IdempotencyRequest } from '../http/idempotency-request.js';
+
+/**
+ * What the library reads of a resolver call: the four arguments GraphQL gives a resolver
+ * (`root, args, context, info`), typed here as far as it reads them so that the library
+ * imports nothing of `graphql` or `@nestjs/graphql` (both optional peers).
+ */
+export interface GraphqlField {
+  /** The operation the field is part of. */
+  operation: string;
+  /** A field of the operation's root type (`Mutation.createTransfer`), not of a nested object. */
+  root: boolean;
+  /** The field's name in the schema. */
+  fieldName: string;
+  /** Its name in the answer: its alias, or its name when it has none. */
+  responseKey: string;
+  /** Its arguments, as GraphQL coerced them (literals and variables alike), before any pipe. */
+  args: Record<string, unknown>;
+  /** The HTTP request the operation came in, when the driver's context holds it. */
+  request: IdempotencyRequest | undefined;
+}
+
+interface ResolveInfo {
+  fieldName?: unknown;
+  operation?: { operation?: unknown };
+  path?: { key?: unknown; prev?: unknown };
+}
+
+/**
+ * Reads the field from the resolver's arguments (Nest's `context.getArgs()` on a `graphql`
+ * context). The HTTP request is where the drivers put it: `req` (Apollo, and Mercurius with
+ * Nest's default context), else Mercurius' `reply.request`.
+ */
+export function readGraphqlField(resolverArgs: readonly unknown[]): GraphqlField {
+  const [, args, context, info] = resolverArgs as [
+    unknown,
+    Record<string, unknown> | undefined,
+    Record<string, unknown> | undefined,
+    ResolveInfo | undefined,
+  ];
+  const fieldName = typeof info?.fieldName === 'string' ? info.fieldName : '';
+  const key = info?.path?.key;
+  return {
+    operation: String(info?.operation?.operation ?? ''),
+    root: info?.path !== undefined && info.path.prev === undefined,
+    fieldName,
+    responseKey: typeof key === 'string' ? key : fieldName,
+    args: args ?? {},
+    request: requestOf(context),
+  };
+}
+
+function requestOf(context: Record<string, unknown> | undefined): IdempotencyRequest | undefined {
+  const candidates = [
+    context?.req,
+    (context?.reply as { request?: unknown } | undefined)?.request,
+    context?.request,
+  ];
+  return candidates.find(isRequest);
+}
+
+function isRequest(value: unknown): value is IdempotencyRequest {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { headers?: unknown }).headers === 'object'
+  );
+}

@@ -1,0 +1,12 @@
+/** The `graphql` package's exports, loaded on the first GraphQL request. */
+export type GraphqlModule = typeof import('graphql');
+
+let loading: Promise<GraphqlModule> | undefined;
+
+/**
+ * `graphql` is an optional peer: the library loads without it, and imports it only once a
+ * resolver runs, when the app has it (Nest's GraphQL drivers need it).
+ */
+export function loadGraphql(): Promise<GraphqlModule> {
+  return (loading ??= import('graphql'));
+}

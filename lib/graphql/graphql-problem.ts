@@ -1,0 +1,29 @@
+import { toProblem } from '../http/problem.js';
+import { type IdempotencyError } from '../idempotency.errors.js';
+import { encodeAnswer, type FieldError } from './field-answer.js';
+import { type StoredResponse } from '../stored-response.js';
+
+/**
+ * The library's refusal or failure as a GraphQL error: its message is the problem's `detail`,
+ * and its extensions carry the problem's `code`, the HTTP status the same answer has on a
+ * route (`status`), and its `Retry-After` in seconds (`retryAfter`) when it has one. The HTTP
+ * answer of the operation stays the driver's (200): the other fields of the operation may
+ * have answered.
+ *
+ * @example { message: 'A request with this idempotency key is still being processed; retry later.',
+ *   extensions: { code: 'key_in_progress', status: 409, retryAfter: 1 } }
+ */
+export function problemError(error: IdempotencyError): FieldError {
+  const problem = toProblem(error);
+  const extensions: Record<string, unknown> = { code: error.code, status: problem.status };
+  const retryAfter = problem.headers['retry-after'];
+  if (retryAfter !== undefined) extensions.retryAfter = Number(retryAfter);
+  return { kind: 'graphql', message: error.message, extensions };
+}
+
+/** The problem as a field's stored answer (a response too large to store is one). */
+export function problemAnswer(error: IdempotencyError): StoredResponse {
+  const answer = encodeAnswer({ kind: 'error', error: problemError(error) });
+  // Stored with the problem's status, as on a route, for `storeIf` and the events.
+  return { ...answer, status: toProblem(error).status };
+}

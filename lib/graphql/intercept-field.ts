@@ -1,0 +1,112 @@
+import { type CallHandler, type ExecutionContext, type Logger } from '@nestjs/common';
+import { catchError, from, mergeMap, type Observable, throwError } from 'rxjs';
+import { publish } from '../events/idempotency-events.js';
+import { type RouteSettings } from '../http/route-settings.js';
+import { IdempotencyContext } from '../idempotency-context.js';
+import { IdempotencyError, IdempotencyKeyMismatchError } from '../idempotency.errors.js';
+import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
+import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
+import { type ReplayCache } from '../replay-cache.js';
+import { claimOrDecide, onFoundKey } from '../storage/claim-or-decide.js';
+import { type IdempotencyDatabase } from '../storage/idempotency-database.js';
+import { type StoredResponse } from '../stored-response.js';
+import { type OwnerTools } from '../transaction/owner-tools.js';
+import { runInContext } from '../transaction/run-in-context.js';
+import { readGraphqlField } from './graphql-field.js';
+import { type GraphqlModule, loadGraphql } from './graphql-module.js';
+import { readField } from './read-field.js';
+import { calledKind, resolverProblem } from './resolver-placement.js';
+import { answerOf, problemThrown, runField } from './run-field.js';
+
+/** What the GraphQL steps take from the interceptor. */
+export interface FieldSteps {
+  readonly options: ResolvedIdempotencyOptions;
+  /** The owner's tools, their `problem` answering as a field does (`problemAnswer`). */
+  readonly tools: OwnerTools;
+  readonly database: IdempotencyDatabase;
+  readonly cache: ReplayCache;
+  readonly logger: Logger;
+}
+
+/**
+ * The interceptor's steps on a GraphQL mutation field: read the field -> key, tenant and
+ * fingerprint -> claim or decide -> run as owner (or replay, or refuse). The same steps as a
+ * route's, one record per field; refusals are GraphQL errors (see `problemError`).
+ */
+export function interceptField(
+  steps: FieldSteps,
+  settings: RouteSettings,
+  context: ExecutionContext,
+  next: CallHandler,
+): Observable<unknown> {
+  return from(loadGraphql()).pipe(
+    mergeMap((graphql) => fieldSteps(steps, settings, context, next, graphql)),
+  );
+}
+
+function fieldSteps(
+  steps: FieldSteps,
+  settings: RouteSettings,
+  context: ExecutionContext,
+  next: CallHandler,
+  graphql: GraphqlModule,
+): Observable<unknown> {
+  const began = performance.now();
+  const field = readGraphqlField(context.getArgs());
+  // The start-up check refuses what this would; it only guards a resolver it could not see.
+  const misplaced = resolverProblem(
+    `@Idempotent() on ${settings.name}`,
+    calledKind(field.operation, field.root),
+  );
+  if (misplaced) return throwError(() => new InvalidIdempotencyOptionsError(misplaced));
+  const { store, route } = settings;
+  const reading = readField(field, route, steps.options.tenant);
+  if (reading.kind === 'keyless') {
+    return runInContext(new IdempotencyContext(undefined, 200), next);
+  }
+  const fail = (error: IdempotencyError) => throwError(() => problemThrown(error, graphql));
+  if (reading.kind === 'refused') return fail(reading.error);
+  const { scope, fingerprint } = reading;
+  const event = () => ({
+    route: settings.name,
+    tenant: scope.tenantId,
+    key: scope.key,
+    durationMs: performance.now() - began,
+  });
+  const answer = (stored: StoredResponse, fromMemory: boolean) => {
+    publish('replayed', () => ({ ...event(), status: stored.status, fromMemory }));
+    return from(answerOf(stored, graphql));
+  };
+  // A retry of a key this process saw finish: decided and replayed without a query.
+  const cached = steps.cache.get(scope.tenantId, scope.key, performance.now());
+  if (cached) {
+    const found = onFoundKey({ state: 'done', ...cached }, fingerprint);
+    if (found.kind === 'replay') return answer(found.response, true);
+    publish('mismatch', event);
+    return fail(new IdempotencyKeyMismatchError());
+  }
+  return claimOrDecide(
+    store,
+    scope,
+    fingerprint,
+    route.leaseMs,
+    event,
+    steps.logger,
+    route.conflictRetryAfterSeconds,
+  ).pipe(
+    // The claim's refusals and failures; what the resolver throws is the field's own answer.
+    catchError((error: unknown) =>
+      error instanceof IdempotencyError ? fail(error) : throwError(() => error),
+    ),
+    mergeMap((claimed) => {
+      if (claimed.kind === 'owned') {
+        const { claim } = claimed;
+        return runField(steps.tools, steps.database, claim, fingerprint, settings, next, graphql);
+      }
+      if (claimed.finishedAgeMs !== undefined) {
+        steps.tools.remember(scope, fingerprint, claimed.response, store, claimed.finishedAgeMs);
+      }
+      return answer(claimed.response, false);
+    }),
+  );
+}

@@ -1,0 +1,115 @@
+import { canonicalizeValue, InvalidJsonError } from '../fingerprint/canonical-json.js';
+import { computeFingerprint } from '../fingerprint/fingerprint.js';
+import { type IdempotencyRequest } from '../http/idempotency-request.js';
+import { MAX_KEY_LENGTH } from '../idempotency.constants.js';
+import {
+  type IdempotencyError,
+  IdempotencyKeyInvalidError,
+  IdempotencyKeyMissingError,
+  IdempotencyRequestInvalidError,
+  IdempotencyTenantInvalidError,
+} from '../idempotency.errors.js';
+import {
+  type ResolvedIdempotencyOptions,
+  type ResolvedRouteOptions,
+} from '../idempotency-options.interface.js';
+import { parseIdempotencyKey } from '../idempotency-key.js';
+import { rawKey } from '../key-source.js';
+import { type KeyScope } from '../storage/claim-store.interface.js';
+import { normalizeTenantId } from '../tenant-id.js';
+import { type GraphqlField } from './graphql-field.js';
+
+/** What a mutation field is to the library, before any store is asked. */
+export type FieldReading =
+  | { kind: 'keyed'; scope: KeyScope; fingerprint: Buffer }
+  /** No key on a mutation whose key is optional: it runs without one. */
+  | { kind: 'keyless' }
+  | { kind: 'refused'; error: IdempotencyError };
+
+/**
+ * The method that stands in the fingerprint of a GraphQL field: no HTTP method is spelled so,
+ * so a field's fingerprint never equals a route's, even under one key.
+ */
+export const GRAPHQL_FINGERPRINT_METHOD = 'GRAPHQL';
+
+/** A request with nothing in it, for a transport whose context holds none (the key is an argument). */
+const NO_REQUEST: IdempotencyRequest = { method: 'POST', url: '', headers: {} };
+
+/**
+ * Reads a mutation field's key, tenant and fingerprint, in that order, into a value: the first
+ * one that is missing or invalid is the refusal.
+ *
+ * Each field is a record of its own. A key from an argument names its field's operation
+ * itself; a key of the whole operation (a header, a body field, a function of the request) is
+ * stored with the field's name in the answer (`key:alias`), so that two aliased calls of one
+ * mutation under one header are two records, and a retry of the operation finds each again.
+ * The fingerprint is the field's name and its arguments as canonical JSON, never the query
+ * text, whose white space and variables vary between honest retries.
+ */
+export function readField(
+  field: GraphqlField,
+  route: ResolvedRouteOptions,
+  tenant: ResolvedIdempotencyOptions['tenant'],
+): FieldReading {
+  const request = field.request ?? NO_REQUEST;
+  const { arg } = route.key;
+  const given = arg === undefined ? route.key.read(request) : rawKey(field.args[arg]);
+  const parsed =
+    typeof given === 'object' && !Array.isArray(given)
+      ? ({ kind: 'invalid', reason: given.invalid } as const)
+      : parseIdempotencyKey(given);
+  if (parsed.kind === 'missing') {
+    return route.required
+      ? { kind: 'refused', error: new IdempotencyKeyMissingError(route.key.where) }
+      : { kind: 'keyless' };
+  }
+  if (parsed.kind === 'invalid') {
+    return {
+      kind: 'refused',
+      error: new IdempotencyKeyInvalidError(route.key.where, parsed.reason),
+    };
+  }
+  const key = arg === undefined ? `${parsed.key}:${field.responseKey}` : parsed.key;
+  if (key.length > MAX_KEY_LENGTH) {
+    const reason =
+      `with the field's name in the answer ("${field.responseKey}") after it, it is longer ` +
+      `than ${MAX_KEY_LENGTH} characters`;
+    return { kind: 'refused', error: new IdempotencyKeyInvalidError(route.key.where, reason) };
+  }
+  const resolved = tenant(request);
+  const tenantId = normalizeTenantId(resolved);
+  if (tenantId === undefined) {
+    return { kind: 'refused', error: new IdempotencyTenantInvalidError(resolved) };
+  }
+  try {
+    return {
+      kind: 'keyed',
+      scope: { tenantId, key },
+      fingerprint: fieldFingerprint(field, route, request),
+    };
+  } catch (error) {
+    // Arguments deeper, or with more members, than the route's JSON limits allow.
+    if (error instanceof InvalidJsonError) {
+      return { kind: 'refused', error: new IdempotencyRequestInvalidError(error.message) };
+    }
+    throw error;
+  }
+}
+
+/** SHA-256 over the field's name, the route's fingerprinted headers and its canonical arguments. */
+export function fieldFingerprint(
+  field: GraphqlField,
+  route: ResolvedRouteOptions,
+  request: IdempotencyRequest = field.request ?? NO_REQUEST,
+): Buffer {
+  const headers = route.fingerprintHeaders.map((name) => {
+    const value = request.headers[name];
+    return `${name}:${Array.isArray(value) ? value.join(',') : (value ?? '')}`;
+  });
+  return computeFingerprint({
+    method: GRAPHQL_FINGERPRINT_METHOD,
+    path: `${field.operation} ${field.fieldName}`,
+    headers,
+    body: canonicalizeValue(field.args, route.json),
+  });
+}

@@ -1,0 +1,149 @@
+import { type CallHandler } from '@nestjs/common';
+import { Observable } from 'rxjs';
+import { publish } from '../events/idempotency-events.js';
+import { classifyHandlerError } from '../failure.js';
+import { IdempotencyContext, type ActiveClaim } from '../idempotency-context.js';
+import {
+  IdempotencyError,
+  IdempotencyResponseTooLargeError,
+  IdempotencyStoredResponseUnreadableError,
+} from '../idempotency.errors.js';
+import { type RouteSettings } from '../http/route-settings.js';
+import { isTransactionAbortedError } from '../storage/connection-errors.js';
+import { type IdempotencyDatabase } from '../storage/idempotency-database.js';
+import { type StoredResponse } from '../stored-response.js';
+import { commitAnswer } from '../transaction/commit-answer.js';
+import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-tools.js';
+import { runInContext } from '../transaction/run-in-context.js';
+import { decodeAnswer, encodeAnswer, fieldError } from './field-answer.js';
+import { problemError } from './graphql-problem.js';
+import { type GraphqlModule } from './graphql-module.js';
+import { thrownError } from './thrown-error.js';
+
+/** How the resolver ended: its value, or what it threw. */
+type Outcome = { value: unknown } | { error: unknown };
+
+/**
+ * Runs a mutation's resolver as the key's owner, in the field's transaction (opened by its
+ * first write), and commits its answer with its effects, fenced by the claim, before GraphQL
+ * gets it: a client never receives an answer that a retry could not replay, and a retry after
+ * any failure finds either nothing done or all of it. Emits the stored value, or throws the
+ * stored error.
+ */
+export function runField(
+  tools: OwnerTools,
+  database: IdempotencyDatabase,
+  claim: ActiveClaim,
+  fingerprint: Buffer,
+  settings: RouteSettings,
+  next: CallHandler,
+  graphql: GraphqlModule,
+): Observable<unknown> {
+  const { route } = settings;
+  const transaction = database.transaction(false);
+  transaction.isolationLevel = route.isolationLevel;
+  const context = new IdempotencyContext(claim, 200, transaction, route.atomic, settings.store);
+  context.route = settings.name;
+  const stopHeartbeat = route.heartbeat
+    ? tools.renewals.heartbeat(settings.store, claim)
+    : undefined;
+  const settle = async (outcome: Outcome): Promise<unknown> => {
+    stopHeartbeat?.();
+    if ('error' in outcome) return failed(tools, context, fingerprint, outcome.error, graphql);
+    let answer: StoredResponse;
+    try {
+      answer = encodeAnswer({ kind: 'data', data: outcome.value });
+    } catch (error) {
+      // Not JSON (a BigInt, a cycle): it cannot be replayed, so it is the field's error.
+      return failed(tools, context, fingerprint, error, graphql);
+    }
+    const stored =
+      answer.body.length > route.maxResponseBytes
+        ? // Too large to store: the effects roll back, and the error is the field's answer.
+          await commitAnswer(
+            tools,
+            context,
+            fingerprint,
+            tools.problem(new IdempotencyResponseTooLargeError(route.maxResponseBytes)),
+            true,
+          )
+        : await commitAnswer(tools, context, fingerprint, answer, false);
+    return answerOf(stored, graphql);
+  };
+
+  return new Observable<unknown>((subscriber) => {
+    let value: unknown;
+    const end = (outcome: Outcome) =>
+      settle(outcome).then(
+        (result) => {
+          subscriber.next(result);
+          subscriber.complete();
+        },
+        (error: unknown) => subscriber.error(error),
+      );
+    const inner = runInContext(context, next).subscribe({
+      next: (emitted) => (value = emitted),
+      error: (error: unknown) => void end({ error }),
+      complete: () => void end({ value }),
+    });
+    return () => inner.unsubscribe();
+  });
+}
+
+/**
+ * What a failure of the field means (see `classifyHandlerError`): before the resolver started,
+ * or for a passing reason, the key is given back and the error goes out; the resolver's own
+ * error is its final answer, stored without its effects. Always throws.
+ */
+async function failed(
+  tools: OwnerTools,
+  context: IdempotencyContext,
+  fingerprint: Buffer,
+  error: unknown,
+  graphql: GraphqlModule,
+): Promise<never> {
+  const transaction = context.transaction!;
+  if (!context.handlerStarted) {
+    // Failed in a guard, pipe or interceptor: nothing ran, so the key is given back.
+    await transaction.rollback();
+    await releaseQuietly(tools, context, true);
+    publish('released', () => ({ ...eventOf(context), reason: 'before_handler' }));
+    throw error instanceof IdempotencyError ? problemThrown(error, graphql) : error;
+  }
+  // A resolver that caught a deadlock and went on fails next with "transaction aborted":
+  // what the request met is the deadlock.
+  const cause = isTransactionAbortedError(error) ? (transaction.lastError ?? error) : error;
+  const failure = classifyHandlerError(cause);
+  if (failure.kind !== 'final') {
+    await transaction.rollback();
+    if (failure.kind === 'retry') {
+      await releaseQuietly(tools, context, false);
+      publish('released', () => ({ ...eventOf(context), reason: failure.error.code }));
+    } else {
+      publish('leaseLost', () => eventOf(context));
+    }
+    throw problemThrown(failure.error, graphql);
+  }
+  const answer = encodeAnswer({ kind: 'error', error: fieldError(error) });
+  const stored = await commitAnswer(tools, context, fingerprint, answer, true);
+  // Stored: the first answer is the error itself, so the app's filters see its own class.
+  if (stored === answer) throw error;
+  return answerOf(stored, graphql) as Promise<never>;
+}
+
+/** A stored answer as the resolver's result: its value, or its error thrown. */
+export async function answerOf(stored: StoredResponse, graphql: GraphqlModule): Promise<unknown> {
+  const answer = decodeAnswer(stored);
+  if (!answer) {
+    // The key was first used on an HTTP route (its fingerprint cannot match a field's).
+    const reason = 'it is not the answer of a GraphQL field';
+    throw problemThrown(new IdempotencyStoredResponseUnreadableError(reason), graphql);
+  }
+  if (answer.kind === 'data') return answer.data;
+  throw thrownError(answer.error, graphql);
+}
+
+/** The library's error as the GraphQL error the field answers with. */
+export function problemThrown(error: IdempotencyError, graphql: GraphqlModule): Error {
+  return thrownError(problemError(error), graphql);
+}

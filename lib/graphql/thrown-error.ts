@@ -1,0 +1,26 @@
+import { HttpException } from '@nestjs/common';
+import { type FieldError } from './field-answer.js';
+import { type GraphqlModule } from './graphql-module.js';
+
+/**
+ * The error a replay throws for a stored one: of the kind that was thrown first, with its
+ * message, name and extensions, so that the app's exception filters, Nest's Apollo driver
+ * (which renders an `HttpException` by its status and response) and the driver's formatter
+ * write the same `errors` entry as for the first answer.
+ */
+export function thrownError(stored: FieldError, graphql: GraphqlModule): Error {
+  if (stored.kind === 'graphql') {
+    return new graphql.GraphQLError(stored.message, { extensions: stored.extensions });
+  }
+  const error =
+    stored.kind === 'http' && stored.http
+      ? new HttpException(
+          stored.http.response as string | Record<string, unknown>,
+          stored.http.status,
+        )
+      : new Error(stored.message);
+  error.message = stored.message;
+  if (stored.name) error.name = stored.name;
+  if (stored.extensions) Object.assign(error, { extensions: stored.extensions });
+  return error;
+}
