@@ -12,10 +12,15 @@
  * 1c. The same one-insert work on Drizzle (`bench/drizzle-bench-app.ts`: the library and Drizzle
  *    on one pg.Pool, no TypeORM), on each adapter: the plain route, and `@Idempotent()` with
  *    new keys and replays.
- * 2. The sample app's `POST /charges` (claim, two phases and a PSP call, finish) against the
+ * 2. The sample app's `POST /charges` (claim, a phase, the PSP call, finish) against the
  *    fake PSP answering in 0 ms (16 connections: new keys and replays) and in 200 ms (64
  *    connections: new keys), for this build and, with `BENCH_BASELINE_REF=<git ref>`, for a
- *    build of that ref side by side.
+ *    build of that ref side by side; and the same route written with the competitor
+ *    (`bench/competitor-charges-app.ts`, 0 ms: new keys and replays).
+ *
+ * `BENCH_WORK=raw` (or `orm`) and `BENCH_ADAPTERS=fastify` (or `express`) narrow part 1;
+ * `BENCH_CONNECTIONS=16,64` runs it at each number of connections (32 by default; parts 1b and
+ * 1c at the first).
  *
  * Every variant is run in interleaved rounds (so the noise of a shared machine falls on each
  * alike) and reported as medians: requests per second, p50 and p99 latency, and the app
@@ -33,7 +38,8 @@ import { freePort, startEmbeddedPostgres } from '../sample-app/database/embedded
 
 const DURATION_S = Number(process.env.BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
+/** The one-insert part's connections: `BENCH_CONNECTIONS=16,64` runs it at each. */
+const CONNECTIONS = (process.env.BENCH_CONNECTIONS ?? '32').split(',').map(Number);
 const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const ROOT = process.cwd();
 /** Clock ticks per second of /proc's CPU times (USER_HZ, 100 on Linux). */
@@ -154,7 +160,7 @@ function ensureCompetitor(): void {
 async function oneInsert(out: string[]): Promise<void> {
   ensureCompetitor();
   const body = JSON.stringify({ amount: 1999, customer: 'cus_bench' });
-  for (const adapter of ['express', 'fastify']) {
+  for (const adapter of (process.env.BENCH_ADAPTERS ?? 'express,fastify').split(',')) {
     const database = await createTestDatabase(`bench_${adapter}`);
     const db = new Client({ connectionString: database.url });
     await db.connect();
@@ -174,10 +180,11 @@ async function oneInsert(out: string[]): Promise<void> {
       REPLAY_CACHE_SIZE: '0',
       COMPETITOR_REDIS_URL: REDIS_URL,
     });
-    for (const [work, suffix] of [
-      ['raw INSERT', ''],
-      ['TypeORM save', '-orm'],
-    ]) {
+    const works = [
+      ['raw INSERT', '', 'raw'],
+      ['TypeORM save', '-orm', 'orm'],
+    ].filter(([, , short]) => (process.env.BENCH_WORK ?? 'raw,orm').split(',').includes(short));
+    for (const [work, suffix] of works) {
       const ours = Array.from(
         { length: 64 },
         (_, i) => `ours${suffix}-${adapter}-${i}-${Date.now()}`,
@@ -196,62 +203,64 @@ async function oneInsert(out: string[]): Promise<void> {
       const replay = (keys: string[]) => (i: number) => ({
         'idempotency-key': keys[i % keys.length],
       });
-      const base = { app, connections: CONNECTIONS, body };
-      const results = await rounds([
-        { ...base, name: 'plain route', path: `/plain${suffix}`, headers: () => ({}) },
-        {
-          ...base,
-          name: 'ours, new keys (atomic)',
-          path: `/idempotent${suffix}`,
-          headers: fresh('n'),
-        },
-        { ...base, name: 'ours, replays', path: `/idempotent${suffix}`, headers: replay(ours) },
-        {
-          ...base,
-          app: uncached,
-          name: 'ours, replays from PostgreSQL (no replay cache)',
-          path: `/idempotent${suffix}`,
-          headers: replay(ours),
-        },
-        {
-          ...base,
-          name: 'ours, new keys (atomic: false)',
-          path: `/split${suffix}`,
-          headers: fresh('s'),
-        },
-        {
-          ...base,
-          app: uncached,
-          name: 'ours on Redis (atomic: false), new keys',
-          path: `/redis${suffix}`,
-          headers: fresh('r'),
-        },
-        {
-          ...base,
-          app: uncached,
-          name: 'ours on Redis, replays (no replay cache)',
-          path: `/redis${suffix}`,
-          headers: replay(onRedis),
-        },
-        {
-          ...base,
-          name: 'competitor on Redis, new keys',
-          path: `/competitor${suffix}`,
-          headers: fresh('c'),
-        },
-        {
-          ...base,
-          name: 'competitor on Redis, replays',
-          path: `/competitor${suffix}`,
-          headers: replay(theirs),
-        },
-      ]);
-      const plain = results.get('plain route')!;
-      out.push(
-        `\n**${adapter}, ${work}** (${CONNECTIONS} connections; ÷ the plain route)\n\n${HEADER}`,
-      );
-      for (const [name, sample] of results) out.push(row(name, sample, plain));
-      console.log(out.slice(-8).join('\n'));
+      for (const connections of CONNECTIONS) {
+        const base = { app, connections, body };
+        const results = await rounds([
+          { ...base, name: 'plain route', path: `/plain${suffix}`, headers: () => ({}) },
+          {
+            ...base,
+            name: 'ours, new keys (atomic)',
+            path: `/idempotent${suffix}`,
+            headers: fresh('n'),
+          },
+          { ...base, name: 'ours, replays', path: `/idempotent${suffix}`, headers: replay(ours) },
+          {
+            ...base,
+            app: uncached,
+            name: 'ours, replays from PostgreSQL (no replay cache)',
+            path: `/idempotent${suffix}`,
+            headers: replay(ours),
+          },
+          {
+            ...base,
+            name: 'ours, new keys (atomic: false)',
+            path: `/split${suffix}`,
+            headers: fresh('s'),
+          },
+          {
+            ...base,
+            app: uncached,
+            name: 'ours on Redis (atomic: false), new keys',
+            path: `/redis${suffix}`,
+            headers: fresh('r'),
+          },
+          {
+            ...base,
+            app: uncached,
+            name: 'ours on Redis, replays (no replay cache)',
+            path: `/redis${suffix}`,
+            headers: replay(onRedis),
+          },
+          {
+            ...base,
+            name: 'competitor on Redis, new keys',
+            path: `/competitor${suffix}`,
+            headers: fresh('c'),
+          },
+          {
+            ...base,
+            name: 'competitor on Redis, replays',
+            path: `/competitor${suffix}`,
+            headers: replay(theirs),
+          },
+        ]);
+        const plain = results.get('plain route')!;
+        out.push(
+          `\n**${adapter}, ${work}** (${connections} connections; ÷ the plain route)\n\n${HEADER}`,
+        );
+        for (const [name, sample] of results) out.push(row(name, sample, plain));
+        console.log(out.slice(-(results.size + 1)).join('\n'));
+      }
     }
     await app.kill('SIGTERM');
     await uncached.kill('SIGTERM');
@@ -277,7 +286,7 @@ async function prismaInsert(out: string[]): Promise<void> {
   const body = JSON.stringify({ sku: 'sku-bench', quantity: 1 });
   const keys = Array.from({ length: 64 }, (_, i) => `prisma-${i}-${Date.now()}`);
   await prepare(app, '/idempotent-prisma', keys, {}, body);
-  const base = { app, connections: CONNECTIONS, body };
+  const base = { app, connections: CONNECTIONS[0], body };
   const results = await rounds([
     { ...base, name: 'plain route', path: '/plain-prisma', headers: () => ({}) },
     {
@@ -295,7 +304,7 @@ async function prismaInsert(out: string[]): Promise<void> {
   ]);
   const plain = results.get('plain route')!;
   out.push(
-    `\n**express, Prisma create** (${CONNECTIONS} connections; ÷ the plain route)\n\n${HEADER}`,
+    `\n**express, Prisma create** (${CONNECTIONS[0]} connections; ÷ the plain route)\n\n${HEADER}`,
   );
   for (const [name, sample] of results) out.push(row(name, sample, plain));
   console.log(out.slice(-5).join('\n'));
@@ -321,7 +330,7 @@ async function drizzleOneInsert(out: string[]): Promise<void> {
     });
     const keys = Array.from({ length: 64 }, (_, i) => `drizzle-${adapter}-${i}-${Date.now()}`);
     await prepare(app, '/idempotent-drizzle', keys, {}, body);
-    const base = { app, connections: CONNECTIONS, body };
+    const base = { app, connections: CONNECTIONS[0], body };
     const results = await rounds([
       { ...base, name: 'plain route', path: '/plain-drizzle', headers: () => ({}) },
       {
@@ -339,7 +348,7 @@ async function drizzleOneInsert(out: string[]): Promise<void> {
     ]);
     const plain = results.get('plain route')!;
     out.push(
-      `\n**${adapter}, Drizzle insert** (${CONNECTIONS} connections; ÷ the plain route)\n\n${HEADER}`,
+      `\n**${adapter}, Drizzle insert** (${CONNECTIONS[0]} connections; ÷ the plain route)\n\n${HEADER}`,
     );
     for (const [name, sample] of results) out.push(row(name, sample, plain));
     console.log(out.slice(-5).join('\n'));
@@ -425,16 +434,42 @@ async function sampleFlow(out: string[]): Promise<void> {
       },
     );
   }
+  ensureCompetitor();
+  const theirDatabase = await createTestDatabase('bench_flow_competitor');
+  const competitor = await startWorker('bench/competitor-charges-app.js', {
+    PORT: '0',
+    DATABASE_URL: theirDatabase.url,
+    PSP_URL: psp0.url,
+    COMPETITOR_REDIS_URL: REDIS_URL,
+  });
+  const theirKeys = Array.from({ length: 64 }, (_, i) => `flow-competitor-${i}-${Date.now()}`);
+  const fixed = variants[0].body;
+  await prepare(competitor, '/charges', theirKeys, tenant, fixed);
+  variants.push(
+    {
+      ...variants[0],
+      name: 'competitor on Redis: new keys, PSP 0 ms, 16 conn.',
+      app: competitor,
+    },
+    {
+      ...variants[1],
+      name: 'competitor on Redis: replays, 16 conn.',
+      app: competitor,
+      headers: (i) => ({ ...tenant, 'idempotency-key': theirKeys[i % theirKeys.length] }),
+    },
+  );
   const results = await rounds(variants);
-  const first = [...results.values()];
   out.push(`\n**The sample app's POST /charges** (÷ this build's same variant)\n\n${HEADER}`);
-  let i = 0;
-  for (const [name, sample] of results) out.push(row(name, sample, first[i++ % 3]));
+  for (const [name, sample] of results) {
+    out.push(row(name, sample, results.get(`this build: ${name.split(': ')[1]}`)!));
+  }
   console.log(out.slice(-(results.size + 3)).join('\n'));
   for (const { app, database } of started) {
     await app.kill('SIGTERM');
     await database.drop();
   }
+  await competitor.kill('SIGTERM');
+  await theirDatabase.drop();
   await psp0.kill('SIGTERM');
   await psp200.kill('SIGTERM');
 }

@@ -59,6 +59,11 @@ describePartitioned('claims across a partition boundary, on the store', () => {
   let database: MigratedDatabase;
   let db: DataSource;
   let store: PartitionedPostgresClaimStore;
+  /**
+   * A store per claim of a burst, as many processes: one process sends the claims of one key
+   * one batch after another (`ClaimBatcher`), so only claims from several race in PostgreSQL.
+   */
+  let processes: PartitionedPostgresClaimStore[];
   let naive: NaivePartitionedClaims;
 
   beforeAll(async () => {
@@ -71,9 +76,20 @@ describePartitioned('claims across a partition boundary, on the store', () => {
       partitionMs: PARTITION_MS,
       partitionsAhead: 2,
     });
+    processes = Array.from(
+      { length: BURST },
+      () =>
+        new PartitionedPostgresClaimStore(idempotencyDatabase, {
+          partitionMs: PARTITION_MS,
+          partitionsAhead: 2,
+        }),
+    );
     naive = new NaivePartitionedClaims(idempotencyDatabase);
     // Partitions made ahead, as the store does before its first claim.
     await store.claim({ tenantId: 't', key: 'warm-up' }, fingerprint, 1000);
+    for (const [i, each] of processes.entries()) {
+      await each.claim({ tenantId: 't', key: `warm-up-${i}` }, fingerprint, 1000);
+    }
   });
   afterAll(async () => {
     await database?.drop();
@@ -119,7 +135,7 @@ describePartitioned('claims across a partition boundary, on the store', () => {
       const outcomes = await Promise.all(
         Array.from({ length: 2 * BURST }, (_, i) =>
           i % 2 === 0
-            ? store.claim(key, fingerprint, 60_000)
+            ? processes[i / 2].claim(key, fingerprint, 60_000)
             : naive.claim(naiveKey, fingerprint, 60_000),
         ),
       );
@@ -190,15 +206,7 @@ describePartitioned.each(ADAPTERS)(
       await straddleBoundary(db, async (attempt, boundary) => {
         const key = `app-burst-${attempt}`;
         const amount = 1000 + attempt;
-        // Sentinels, the first and the last sent: where their keys land shows whether the
-        // burst's claims started on both sides of the boundary.
-        const sentinels = [`app-sentinel-${attempt}-a`, `app-sentinel-${attempt}-b`];
-        const responses = await Promise.all([
-          order(sentinels[0]),
-          ...Array.from({ length: BURST }, () => order(key, amount)),
-          order(sentinels[1]),
-        ]);
-        const burst = responses.slice(1, -1);
+        const burst = await Promise.all(Array.from({ length: BURST }, () => order(key, amount)));
         expect(burst.every(({ status }) => status === 201 || status === 409)).toBe(true);
         const executed = burst.filter(
           (response) => response.status === 201 && !response.headers['idempotent-replayed'],
@@ -206,11 +214,17 @@ describePartitioned.each(ADAPTERS)(
         expect(executed).toHaveLength(1);
         executions.push(await executionsOf(amount));
 
+        // A sentinel claimed after the burst: with the key's row placed before the boundary
+        // and the sentinel's after it, the burst's claims went on across the boundary (one
+        // process sends a key's claims one batch after another, so they span the burst).
+        const sentinel = `app-sentinel-${attempt}`;
+        await order(sentinel).expect(201);
+
         // A retry, after the boundary, is the stored answer.
         const retry = await order(key, amount).expect(201);
         expect(retry.headers['idempotent-replayed']).toBe('true');
         expect(retry.body).toEqual(executed[0].body);
-        const names = await Promise.all(sentinels.map((sentinel) => partitionOf(db, sentinel)));
+        const names = await Promise.all([partitionOf(db, key), partitionOf(db, sentinel)]);
         return sidesOf(db, boundary, names as string[]);
       });
       expect(executions.every((n) => n === 1)).toBe(true);

@@ -1,6 +1,8 @@
 import pg from 'pg';
 import request from 'supertest';
 import { ReplayCache } from '../lib/replay-cache.js';
+import { ClaimStores } from '../lib/storage/claim-stores.js';
+import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
 import { ADAPTERS } from './support/test-app.js';
 import { type Scenario, startScenario } from './support/scenario.js';
 
@@ -130,4 +132,78 @@ describe.each(ADAPTERS)('statements per request on %s', (adapter) => {
     expect(statements).toHaveLength(1);
     expect(commits).toBe(1);
   });
+
+  /** The app's PostgreSQL store, under its layers (sealing, bodies by pointer). */
+  const postgresStore = (): PostgresClaimStore => {
+    let store: unknown = s.app.get(ClaimStores).get('postgres');
+    while (!(store instanceof PostgresClaimStore)) store = (store as { inner: unknown }).inner;
+    return store;
+  };
+
+  /**
+   * Sends `keys` while a claim is on its way to PostgreSQL (held there by the test's own
+   * uncommitted row of its key), and lets it go once all of them wait behind it.
+   */
+  async function whileOneClaimIsOnItsWay(keys: string[]) {
+    const blocker = `count-blocker-${adapter}-${keys[0]}`;
+    await s.db.query('BEGIN');
+    await s.db.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint) VALUES ('1', $1, '\\x00')`,
+      [blocker],
+    );
+    const first = send(blocker).then((r) => r);
+    const batcher = postgresStore().batcher;
+    // The lone claim is on its way (it waits on the test's row) before the others are sent.
+    await waitFor(async () => {
+      // pg_stat_activity is read once per transaction (the test's is open) unless cleared.
+      await s.db.query('SELECT pg_stat_clear_snapshot()');
+      const { rows } = await s.db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_stat_activity
+         WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO idempotency_keys%'`,
+      );
+      return rows[0].n === 1;
+    });
+    const rest = keys.map((key) => send(key).then((r) => r));
+    await waitFor(() => batcher.waiting === keys.length);
+    await s.db.query('ROLLBACK');
+    return [await first, ...(await Promise.all(rest))];
+  }
+
+  it('costs one claim statement for all the new keys that arrive while a claim is on its way', async () => {
+    const keys = Array.from({ length: 12 }, (_, i) => `count-many-${adapter}-${i}`);
+    reset();
+    const answers = await whileOneClaimIsOnItsWay(keys);
+    expect(answers.map((r) => r.status)).toEqual(Array(13).fill(201));
+    const claims = statements.filter((text) => text.includes('INSERT INTO idempotency_keys'));
+    // The lone claim, then one statement for the 12 that waited for it.
+    expect(claims).toHaveLength(2);
+    expect(claims[1]).toContain('unnest(');
+    // Each request's own finish: 2 + 13 statements for 13 new keys, 15 commits.
+    expect(statements.filter((text) => text.includes("SET state = 'done'"))).toHaveLength(13);
+    expect(statements).toHaveLength(15);
+    expect(commits).toBe(15);
+  });
+
+  it('costs one statement for all the replays that miss the cache while a claim is on its way', async () => {
+    const keys = Array.from({ length: 12 }, (_, i) => `count-replays-${adapter}-${i}`);
+    const firsts = await Promise.all(keys.map((key) => send(key)));
+    for (const key of keys) elsewhere(key);
+    reset();
+    const answers = await whileOneClaimIsOnItsWay(keys);
+    for (const [i, replay] of answers.slice(1).entries()) {
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.text).toBe(firsts[i].text);
+    }
+    // The lone claim and its finish, then one statement for the 12 replays.
+    expect(statements).toHaveLength(3);
+    expect(statements.filter((text) => text.includes('unnest('))).toHaveLength(1);
+  });
 });
+
+async function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs = 10_000) {
+  const until = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > until) throw new Error('the condition was not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}

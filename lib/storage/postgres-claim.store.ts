@@ -12,9 +12,11 @@ import { type RequestTransaction } from '../transaction/request-transaction.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { type IdempotencyDatabase, type Statement } from './idempotency-database.js';
 import { rethrowExplained } from './partitioned/layout-errors.js';
+import { ClaimBatcher, type ClaimRequest } from './claim-batcher.js';
 import {
   ADVANCE,
   CLAIM,
+  CLAIM_BATCH,
   COMPLETE,
   EXTEND_LEASE,
   OLDEST_UNFINISHED,
@@ -62,13 +64,15 @@ const CLAIM_ATTEMPTS = 3;
 export class PostgresClaimStore implements TransactionalClaimStore {
   readonly transactional = true;
 
+  /** Claims (and the reads of replays) that arrive while one is on its way go together. */
+  readonly batcher = new ClaimBatcher<ClaimRow | undefined>((batch) => this.sendClaims(batch));
+
   constructor(protected readonly database: IdempotencyDatabase) {}
 
   async claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {
-    const values = [scope.tenantId, scope.key, fingerprint, leaseMs];
     for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
-      const { rows } = await this.query<ClaimRow>(CLAIM, values).catch(rethrowExplained);
-      if (rows.length > 0) return claimOutcome(scope, rows[0], leaseMs);
+      const row = await this.batcher.claim({ scope, fingerprint, leaseMs }).catch(rethrowExplained);
+      if (row) return claimOutcome(scope, row, leaseMs);
     }
     throw new IdempotencyStoreUnavailableError(
       new Error(`claim of key ${scope.key} found neither a free key nor a row`),
@@ -172,6 +176,41 @@ export class PostgresClaimStore implements TransactionalClaimStore {
 
   protected query<R extends QueryResultRow>(statement: Statement, values: unknown[]) {
     return this.database.query<R>(statement, values);
+  }
+
+  /** One statement for a batch of claims; each claim's row, or undefined where none came. */
+  protected sendClaims(batch: ClaimRequest[]): Promise<(ClaimRow | undefined)[]> {
+    return this.claimRows(batch, CLAIM, CLAIM_BATCH);
+  }
+
+  /**
+   * A lone claim goes as `one`, the statement of a single claim (an idle process sends what it
+   * always sent); a batch as `many`, its claims as arrays, each row back with its place.
+   */
+  protected async claimRows(
+    batch: ClaimRequest[],
+    one: Statement,
+    many: Statement,
+  ): Promise<(ClaimRow | undefined)[]> {
+    if (batch.length === 1) {
+      const [{ scope, fingerprint, leaseMs }] = batch;
+      const { rows } = await this.query<ClaimRow>(one, [
+        scope.tenantId,
+        scope.key,
+        fingerprint,
+        leaseMs,
+      ]);
+      return [rows[0]];
+    }
+    const { rows } = await this.query<ClaimRow & { i: string }>(many, [
+      batch.map((claim) => claim.scope.tenantId),
+      batch.map((claim) => claim.scope.key),
+      batch.map((claim) => claim.fingerprint),
+      batch.map((claim) => claim.leaseMs),
+    ]);
+    const byPlace = new Array<ClaimRow | undefined>(batch.length).fill(undefined);
+    for (const row of rows) byPlace[Number(row.i) - 1] = row;
+    return byPlace;
   }
 }
 

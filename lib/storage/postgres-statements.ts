@@ -43,6 +43,40 @@ FROM idempotency_keys
 WHERE tenant_id = $1 AND key = $2`,
 };
 
+/**
+ * CLAIM for a batch of claims (`ClaimBatcher`): the claims as arrays, one element each, in
+ * the batch's order; each row back carries its claim's place in the batch (`i`, from 1). As in
+ * CLAIM, a claim's own insert is not seen by the read of this statement, so a key comes back
+ * once, claimed or found, or not at all (a conflicting row committed after the snapshot: that
+ * claim runs again). The rows are inserted in the batch's order, so that concurrent batches
+ * wait on each other's keys in one order and never deadlock.
+ */
+export const CLAIM_BATCH = {
+  name: 'idempotency_claim_batch_v1',
+  text: `WITH batch AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::float8[])
+    WITH ORDINALITY AS b(tenant_id, key, fingerprint, lease_ms, i)
+), claimed AS (
+  INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until)
+  SELECT tenant_id, key, fingerprint, clock_timestamp() + lease_ms * interval '1 millisecond'
+  FROM batch ORDER BY i
+  ON CONFLICT (tenant_id, key) DO NOTHING
+  RETURNING tenant_id, key, claim_id, lock_version
+)
+SELECT b.i, true AS claimed, c.claim_id, c.lock_version, NULL::bytea AS fingerprint,
+       NULL::text AS state, NULL::boolean AS lease_expired, NULL::int AS lease_seconds_left,
+       NULL::int AS response_code, NULL::bytea AS response_body, NULL::jsonb AS response_headers,
+       NULL::float8 AS finished_age_ms
+FROM claimed c JOIN batch b ON b.tenant_id = c.tenant_id AND b.key = c.key
+UNION ALL
+SELECT b.i, false, k.claim_id, k.lock_version, k.fingerprint, k.state,
+       k.locked_until IS NULL OR k.locked_until < clock_timestamp(),
+       ceil(extract(epoch FROM k.locked_until - clock_timestamp()))::int,
+       k.response_code, k.response_body, k.response_headers,
+       extract(epoch FROM clock_timestamp() - k.finished_at) * 1000
+FROM batch b JOIN idempotency_keys k ON k.tenant_id = b.tenant_id AND k.key = b.key`,
+};
+
 /** Statement 3: only one worker can move `lock_version` on from the value it read. */
 export const TAKE_OVER = {
   name: 'idempotency_take_over_v3',

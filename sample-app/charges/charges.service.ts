@@ -6,6 +6,12 @@ import { PSP_CLIENT, type PspClient } from '../psp/psp.client.js';
 import { Charge, chargeView } from './charge.entity.js';
 import { type CreateChargeDto } from './create-charge.dto.js';
 
+/**
+ * The PSP call's phase name: its derived key (`<claim id>:psp_authorized`) is the one the PSP
+ * has seen for every charge since the first version of this app.
+ */
+const PSP_PHASE = 'psp_authorized';
+
 @Injectable()
 export class ChargesService {
   constructor(
@@ -15,7 +21,8 @@ export class ChargesService {
   ) {}
 
   /**
-   * The contract's three atomic phases. A worker that takes a crashed request over runs this
+   * The contract's atomic phases: the charge's row, then the PSP's call, whose answer the last
+   * phase commits with the response. A worker that takes a crashed request over runs this
    * again: completed phases return their stored results, the first unfinished one runs.
    */
   async create(tenantId: string, dto: CreateChargeDto) {
@@ -33,28 +40,16 @@ export class ChargesService {
       return { chargeId: identifiers[0].id as string };
     });
 
-    // 2. The PSP, with a key derived from this claim: a takeover repeats the call safely. The
-    //    call holds no database connection; its answer is recorded in a short transaction.
-    const outcome = await this.phases.call(
-      'psp_authorized',
-      ({ idempotencyKey }) =>
-        this.psp.authorize(
-          { amount: dto.amount, currency: dto.currency, customer: dto.customer },
-          idempotencyKey,
-        ),
-      async (manager, result) => {
-        if (result.kind === 'authorized') {
-          await manager.update(
-            Charge,
-            { id: chargeId },
-            { pspAuthorization: result.authorizationId },
-          );
-        }
-        return result;
-      },
+    // 2. The PSP, with a key derived from this claim: a takeover repeats the call, and the PSP
+    //    answers it once. The call holds no database connection. Its answer is recorded by the
+    //    last phase, with the response (the design's step 5): a worker that crashes before that
+    //    commit leaves the key at `charge_created`, and its takeover asks the PSP again.
+    const outcome = await this.psp.authorize(
+      { amount: dto.amount, currency: dto.currency, customer: dto.customer },
+      this.phases.idempotencyKey(PSP_PHASE)!,
     );
 
-    // 3. The charge's final status and the response, in one transaction.
+    // 3. The PSP's answer, the charge's final status and the response, in one transaction.
     return this.phases.finish(async (manager) => {
       const status =
         outcome.kind === 'authorized'
@@ -62,12 +57,13 @@ export class ChargesService {
           : outcome.kind === 'declined'
             ? 'declined'
             : 'failed';
+      const authorization = outcome.kind === 'authorized' ? outcome.authorizationId : null;
       // The update and the read back in one round trip.
       const [[charge]] = (await manager.query(
-        `UPDATE charges SET status = $1 WHERE id = $2
+        `UPDATE charges SET status = $1, psp_authorization = $3 WHERE id = $2
          RETURNING id, amount, currency, customer, status,
                    psp_authorization AS "pspAuthorization", amount_refunded AS "amountRefunded"`,
-        [status, chargeId],
+        [status, chargeId, authorization],
       )) as [Charge[], number];
       if (outcome.kind === 'declined') {
         return respond(402, {

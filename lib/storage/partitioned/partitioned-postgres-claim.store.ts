@@ -2,13 +2,15 @@ import { Logger } from '@nestjs/common';
 import { performance } from 'node:perf_hooks';
 import { type PoolClient, type QueryResult } from 'pg';
 import { IdempotencyStoreUnavailableError } from '../../idempotency.errors.js';
-import { type ClaimOutcome, type KeyScope } from '../claim-store.interface.js';
+import { type ClaimRequest } from '../claim-batcher.js';
+import { type KeyScope } from '../claim-store.interface.js';
 import { type IdempotencyDatabase } from '../idempotency-database.js';
-import { claimOutcome, type ClaimRow, PostgresClaimStore } from '../postgres-claim.store.js';
-import { isNoPartitionError, rethrowExplained } from './layout-errors.js';
+import { type ClaimRow, PostgresClaimStore } from '../postgres-claim.store.js';
+import { isNoPartitionError } from './layout-errors.js';
 import { coverageAction, expirySteps, type PartitionInfo } from './partition-schedule.js';
 import {
   CARRY_FORWARD,
+  CLAIM_BATCH_IN_PARTITIONS,
   CLAIM_IN_PARTITIONS,
   CREATE_PARTITIONS,
   LIST_PARTITIONS,
@@ -77,28 +79,22 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
     super(database);
   }
 
-  override async claim(
-    scope: KeyScope,
-    fingerprint: Buffer,
-    leaseMs: number,
-  ): Promise<ClaimOutcome> {
-    const values = [scope.tenantId, scope.key, fingerprint, leaseMs];
-    try {
-      await this.ensurePartitions();
-      const { rows } = await this.query<ClaimRow>(CLAIM_IN_PARTITIONS, values).catch(
-        async (error: unknown) => {
-          if (!isNoPartitionError(causeOf(error))) throw error;
-          // Partitions ran out sooner than this process reckoned (dropped by hand, a clock
-          // that jumped): made now, and the claim runs once more.
-          this.coveredUntil = undefined;
-          await this.createPartitions();
-          return this.query<ClaimRow>(CLAIM_IN_PARTITIONS, values);
-        },
-      );
-      return claimOutcome(scope, rows[0], leaseMs);
-    } catch (error) {
-      return rethrowExplained(error);
-    }
+  /**
+   * The claims of a batch through `idempotency_claim()`, once the partitions ahead are made
+   * (waited for only when its rows would have none).
+   */
+  protected override async sendClaims(batch: ClaimRequest[]): Promise<(ClaimRow | undefined)[]> {
+    await this.ensurePartitions();
+    return this.claimRows(batch, CLAIM_IN_PARTITIONS, CLAIM_BATCH_IN_PARTITIONS).catch(
+      async (error: unknown) => {
+        if (!isNoPartitionError(causeOf(error))) throw error;
+        // Partitions ran out sooner than this process reckoned (dropped by hand, a clock
+        // that jumped): made now, and the claims run once more.
+        this.coveredUntil = undefined;
+        await this.createPartitions();
+        return this.claimRows(batch, CLAIM_IN_PARTITIONS, CLAIM_BATCH_IN_PARTITIONS);
+      },
+    );
   }
 
   /**

@@ -11,6 +11,20 @@ export const CLAIM_IN_PARTITIONS = {
 };
 
 /**
+ * CLAIM_IN_PARTITIONS for a batch (`ClaimBatcher`): `idempotency_claim()` once per claim, in
+ * the batch's order (so that concurrent batches take their keys' advisory locks in one order),
+ * in one statement and one transaction, each row with its claim's place (`i`, from 1). Each
+ * call reads a fresh snapshot after its lock, as the function requires.
+ */
+export const CLAIM_BATCH_IN_PARTITIONS = {
+  name: 'idempotency_claim_batch_partitioned_v1',
+  text: `SELECT b.i, c.* FROM unnest($1::text[], $2::text[], $3::bytea[], $4::float8[])
+  WITH ORDINALITY AS b(tenant_id, key, fingerprint, lease_ms, i)
+CROSS JOIN LATERAL idempotency_claim(b.tenant_id, b.key, b.fingerprint, b.lease_ms) c
+ORDER BY b.i`,
+};
+
+/**
  * Makes the partitions from now to `$2` partitions of `$1` ms ahead; returns how many
  * milliseconds from now are covered.
  */

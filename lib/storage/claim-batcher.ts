@@ -1,0 +1,137 @@
+import { IdempotencyStoreUnavailableError, PermanentDatabaseError } from '../idempotency.errors.js';
+import { type KeyScope } from './claim-store.interface.js';
+
+/** One request's claim, as the batcher holds it until it goes. */
+export interface ClaimRequest {
+  scope: KeyScope;
+  fingerprint: Buffer;
+  leaseMs: number;
+}
+
+/**
+ * The most claims sent as one statement. A batch is one round trip and one commit (one WAL
+ * flush) for all its claims; past a few dozen the statement's own time (its rows' inserts and
+ * index lookups) outgrows the round trip it saves, and every claim of the batch waits for the
+ * slowest.
+ */
+export const MAX_CLAIM_BATCH = 64;
+
+/**
+ * Claims sent at once. One: while a claim is on its way to PostgreSQL, those that arrive
+ * meanwhile wait for it and then go together, so a busy process pays one round trip (and one
+ * commit) for many claims, and an idle one sends each claim the moment it comes.
+ */
+const CLAIMS_IN_FLIGHT = 1;
+
+interface Waiting<R> {
+  request: ClaimRequest;
+  resolve: (row: R) => void;
+  reject: (error: unknown) => void;
+}
+
+/**
+ * Batches claims under load. `send` runs one statement for a batch and answers each claim's
+ * row in the batch's order. Each claim still gets its own row (its own outcome and fence) and
+ * its own error: a batch that fails for a reason one of its rows may have caused (a value, a
+ * constraint, a deadlock or a serialization failure between batches) is sent again claim by
+ * claim, so that each request is answered as its own claim would have been; a failure of the
+ * connection or the database (an outage, a deadline, a missing table) is every claim's alike,
+ * and each gets it without a second wait.
+ *
+ * Two claims of one key never go in one batch: the second waits for the next, where it finds
+ * the first's committed row (a statement does not see the rows its own insert adds, so both
+ * would come back without a row). A batch goes in a fixed order of its keys (tenant, then
+ * key), so that two processes' batches take their keys' locks in the same order and never
+ * deadlock on each other.
+ */
+export class ClaimBatcher<R> {
+  private readonly queue: Waiting<R>[] = [];
+  private inFlight = 0;
+
+  constructor(
+    private readonly send: (batch: ClaimRequest[]) => Promise<R[]>,
+    private readonly maxBatch = MAX_CLAIM_BATCH,
+  ) {}
+
+  /** Claims waiting for the statement on its way (for tests and metrics). */
+  get waiting(): number {
+    return this.queue.length;
+  }
+
+  claim(request: ClaimRequest): Promise<R> {
+    return new Promise<R>((resolve, reject) => {
+      this.queue.push({ request, resolve, reject });
+      this.drain();
+    });
+  }
+
+  private drain(): void {
+    while (this.inFlight < CLAIMS_IN_FLIGHT && this.queue.length > 0) {
+      const batch = takeBatch(this.queue, this.maxBatch);
+      this.inFlight++;
+      void this.run(batch).finally(() => {
+        this.inFlight--;
+        this.drain();
+      });
+    }
+  }
+
+  private async run(batch: Waiting<R>[]): Promise<void> {
+    try {
+      const rows = await this.send(batch.map((waiting) => waiting.request));
+      batch.forEach((waiting, i) => waiting.resolve(rows[i]));
+    } catch (error) {
+      if (batch.length === 1 || !mayBeOneRows(error)) {
+        for (const waiting of batch) waiting.reject(error);
+        return;
+      }
+      await Promise.all(
+        batch.map((waiting) =>
+          this.send([waiting.request]).then(([row]) => waiting.resolve(row), waiting.reject),
+        ),
+      );
+    }
+  }
+}
+
+/**
+ * Takes the next batch off `queue`: up to `max` claims, in their order of arrival but for a
+ * key already in the batch, which stays in the queue for the next one. Sorted by tenant, then
+ * key, in the order of their UTF-16 code units, the same in every process.
+ */
+export function takeBatch<W extends { request: ClaimRequest }>(queue: W[], max: number): W[] {
+  const batch: W[] = [];
+  const keys = new Set<string>();
+  for (let i = 0; i < queue.length && batch.length < max;) {
+    const { tenantId, key } = queue[i].request.scope;
+    // The tenant's length first, so that tenant 'ab' with key 'c' and 'a' with 'bc' differ.
+    const id = `${tenantId.length}:${tenantId}${key}`;
+    if (keys.has(id)) {
+      i++;
+      continue;
+    }
+    keys.add(id);
+    batch.push(queue.splice(i, 1)[0]);
+  }
+  return batch.sort((a, b) => compareScopes(a.request.scope, b.request.scope));
+}
+
+function compareScopes(a: KeyScope, b: KeyScope): number {
+  if (a.tenantId !== b.tenantId) return a.tenantId < b.tenantId ? -1 : 1;
+  if (a.key !== b.key) return a.key < b.key ? -1 : 1;
+  return 0;
+}
+
+/**
+ * Whether a batch's failure may belong to one of its claims: a data exception (class 22), a
+ * constraint (23), or a transaction rollback (40: a deadlock, a serialization failure), by the
+ * SQLSTATE of the database's error under the library's.
+ */
+export function mayBeOneRows(error: unknown): boolean {
+  const cause =
+    error instanceof IdempotencyStoreUnavailableError || error instanceof PermanentDatabaseError
+      ? error.cause
+      : error;
+  const code = (cause as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' && /^(22|23|40)/.test(code);
+}
