@@ -51,14 +51,31 @@ export function runOwned(
    * response with the chunks it had plus an error of its own, which is no answer to store.
    */
   let streamFailure: { error: unknown } | undefined;
+  /** Whether the handler settled (completed or failed), and what it emitted. */
+  let settled = false;
+  /** Answered from outside while the handler goes on: it commits its own answer later. */
+  let detached = false;
+  let result: unknown;
+  /**
+   * What is done when the answer comes from outside the handler before it settled (see the
+   * teardown below); set once it is subscribed to.
+   */
+  let answeredOutside: (() => void) | undefined;
   const letThrough = holdResponse(
     raw,
     async (written) => {
+      if (!settled && result === undefined && !settings.responseHandled && answeredOutside) {
+        // Written while the handler still runs and has emitted nothing: a layer outside it
+        // answered (an outer timeout whose 408 came through an interceptor that did not pass
+        // the unsubscription on, as nestjs-cls's does). Not the handler's answer: not stored.
+        answeredOutside();
+      }
       if (givingBack) {
         // Not the handler's answer: not stored, and sent once the key is free again.
         await givingBack;
         return undefined;
       }
+      if (detached) return undefined;
       if (streamFailure) return giveBackBrokenStream(tools, context, streamFailure.error);
       const answer = handlerError ? written : (context.finished ?? written);
       // finish()'s own answer is measured too: it is what would be stored.
@@ -85,9 +102,6 @@ export function runOwned(
     : undefined;
 
   return new Observable<unknown>((subscriber) => {
-    let settled = false;
-    let detached = false;
-    let result: unknown;
     const settle = () => {
       settled = true;
       stopHeartbeat?.();
@@ -120,10 +134,10 @@ export function runOwned(
         else subscriber.complete();
       },
     });
-    return () => {
-      if (settled) return;
-      // Unsubscribed before the handler's answer (an outer timeout interceptor, say): what
-      // goes out now is not the handler's answer, so it is not stored.
+    answeredOutside = () => {
+      if (settled || detached || givingBack) return;
+      // Answered before the handler's answer (an outer timeout interceptor, say): what goes
+      // out now is not the handler's answer, so it is not stored.
       if (context.handlerStarted) {
         // The handler goes on, in its transaction; it commits with its own answer when it
         // settles, so that the retries replay that answer and the work is done once.
@@ -140,5 +154,7 @@ export function runOwned(
         .then(() => releaseQuietly(tools, context, true))
         .then(() => publish('released', () => ({ ...eventOf(context), reason: 'before_handler' })));
     };
+    // Unsubscribed before the handler settled: answered from outside.
+    return () => answeredOutside?.();
   });
 }
