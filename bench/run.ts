@@ -18,7 +18,9 @@
  *    build of that ref side by side; and the same route written with the competitor
  *    (`bench/competitor-charges-app.ts`, 0 ms: new keys and replays).
  *
- * `BENCH_WORK=raw` (or `orm`) and `BENCH_ADAPTERS=fastify` (or `express`) narrow part 1;
+ * `BENCH_WORK=raw` (or `orm`) and `BENCH_ADAPTERS=fastify` (or `express`) narrow part 1, and
+ * `BENCH_VARIANTS=new keys (atomic)` its variants (by a part of their names); with
+ * `BENCH_BASELINE_REF` part 1 also measures that ref's plain route and new keys, in the same rounds;
  * `BENCH_CONNECTIONS=16,64` runs it at each number of connections (32 by default; parts 1b and
  * 1c at the first).
  *
@@ -131,6 +133,18 @@ const row = (name: string, s: Sample, base: Sample) =>
 const HEADER =
   '| variant | req/s | ÷ baseline | p50 ms | p99 ms | app CPU ms/req | errors, non-2xx |\n| --- | --- | --- | --- | --- | --- | --- |';
 
+/**
+ * `BENCH_VARIANTS=plain,new keys`: only the variants whose names contain one of these (the
+ * plain route is always kept, as every ratio is taken against it).
+ */
+function selected(variants: Variant[]): Variant[] {
+  const wanted = process.env.BENCH_VARIANTS?.split(',');
+  if (!wanted) return variants;
+  return variants.filter(
+    (v) => v.name === 'plain route' || wanted.some((w) => v.name.includes(w)),
+  );
+}
+
 /** Posts each key once, so that the replay variants find them done. */
 async function prepare(
   app: WorkerProcess,
@@ -180,6 +194,17 @@ async function oneInsert(out: string[]): Promise<void> {
       REPLAY_CACHE_SIZE: '0',
       COMPETITOR_REDIS_URL: REDIS_URL,
     });
+    // BENCH_BASELINE_REF: the same bench app built from that ref, on the same database, for
+    // its plain route and its new keys, measured in the same rounds as this build's.
+    const ref = process.env.BENCH_BASELINE_REF;
+    const baseline = ref
+      ? await startWorker(join(baselineBuild(ref), 'bench', 'bench-app.js'), {
+          DATABASE_URL: database.url,
+          HTTP_ADAPTER: adapter,
+          PORT: '0',
+          COMPETITOR_REDIS_URL: REDIS_URL,
+        })
+      : undefined;
     const works = [
       ['raw INSERT', '', 'raw'],
       ['TypeORM save', '-orm', 'orm'],
@@ -205,7 +230,25 @@ async function oneInsert(out: string[]): Promise<void> {
       });
       for (const connections of CONNECTIONS) {
         const base = { app, connections, body };
-        const results = await rounds([
+        const baselineVariants: Variant[] = baseline
+          ? [
+              {
+                ...base,
+                app: baseline,
+                name: `baseline ${ref}: plain route`,
+                path: `/plain${suffix}`,
+                headers: () => ({}),
+              },
+              {
+                ...base,
+                app: baseline,
+                name: `baseline ${ref}: new keys (atomic)`,
+                path: `/idempotent${suffix}`,
+                headers: fresh('b'),
+              },
+            ]
+          : [];
+        const results = await rounds(selected([
           { ...base, name: 'plain route', path: `/plain${suffix}`, headers: () => ({}) },
           {
             ...base,
@@ -253,7 +296,8 @@ async function oneInsert(out: string[]): Promise<void> {
             path: `/competitor${suffix}`,
             headers: replay(theirs),
           },
-        ]);
+          ...baselineVariants,
+        ]));
         const plain = results.get('plain route')!;
         out.push(
           `\n**${adapter}, ${work}** (${connections} connections; ÷ the plain route)\n\n${HEADER}`,
@@ -264,6 +308,7 @@ async function oneInsert(out: string[]): Promise<void> {
     }
     await app.kill('SIGTERM');
     await uncached.kill('SIGTERM');
+    await baseline?.kill('SIGTERM');
     await db.end();
     await database.drop();
   }
@@ -358,26 +403,34 @@ async function drizzleOneInsert(out: string[]): Promise<void> {
   }
 }
 
-/** A build of `ref` in a worktree of its own, sharing this checkout's node_modules. */
+/**
+ * A build of `ref` in a worktree of its own, sharing this checkout's node_modules: its whole
+ * tsconfig.json (the sample app and the bench apps). Returns the build's dist/ folder.
+ */
 function baselineBuild(ref: string): string {
   const dir = join('/tmp', `idempotency-bench-${ref.replace(/[^\w.-]/g, '_')}`);
-  if (!existsSync(join(dir, 'dist', 'sample-app', 'main.js'))) {
+  if (!existsSync(join(dir, 'dist', 'bench', 'bench-app.js'))) {
     if (!existsSync(dir))
       execFileSync('git', ['worktree', 'add', '--detach', dir, ref], { cwd: ROOT });
     if (!existsSync(join(dir, 'node_modules')))
       symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
-    execFileSync(join(ROOT, 'node_modules', '.bin', 'tsc'), ['-p', 'tsconfig.build.json'], {
+    const competitor = join('bench', 'competitor', 'node_modules');
+    if (existsSync(join(ROOT, competitor)) && !existsSync(join(dir, competitor)))
+      symlinkSync(join(ROOT, competitor), join(dir, competitor));
+    if (existsSync(join(dir, 'scripts', 'prisma-generate.mjs')))
+      execFileSync('node', ['scripts/prisma-generate.mjs'], { cwd: dir, stdio: 'inherit' });
+    execFileSync(join(ROOT, 'node_modules', '.bin', 'tsc'), ['-p', 'tsconfig.json'], {
       cwd: dir,
       stdio: 'inherit',
     });
   }
-  return join(dir, 'dist', 'sample-app', 'main.js');
+  return join(dir, 'dist');
 }
 
 async function sampleFlow(out: string[]): Promise<void> {
   const builds: [string, string][] = [['this build', join(ROOT, 'dist', 'sample-app', 'main.js')]];
   const ref = process.env.BENCH_BASELINE_REF;
-  if (ref) builds.push([`baseline ${ref}`, baselineBuild(ref)]);
+  if (ref) builds.push([`baseline ${ref}`, join(baselineBuild(ref), 'sample-app', 'main.js')]);
   const psp0 = await startWorker('sample-app/psp/main.js', { PSP_PORT: '0', PSP_DELAY_MS: '0' });
   const psp200 = await startWorker('sample-app/psp/main.js', {
     PSP_PORT: '0',
