@@ -140,9 +140,7 @@ const HEADER =
 function selected(variants: Variant[]): Variant[] {
   const wanted = process.env.BENCH_VARIANTS?.split(',');
   if (!wanted) return variants;
-  return variants.filter(
-    (v) => v.name === 'plain route' || wanted.some((w) => v.name.includes(w)),
-  );
+  return variants.filter((v) => v.name === 'plain route' || wanted.some((w) => v.name.includes(w)));
 }
 
 /** Posts each key once, so that the replay variants find them done. */
@@ -248,56 +246,58 @@ async function oneInsert(out: string[]): Promise<void> {
               },
             ]
           : [];
-        const results = await rounds(selected([
-          { ...base, name: 'plain route', path: `/plain${suffix}`, headers: () => ({}) },
-          {
-            ...base,
-            name: 'ours, new keys (atomic)',
-            path: `/idempotent${suffix}`,
-            headers: fresh('n'),
-          },
-          { ...base, name: 'ours, replays', path: `/idempotent${suffix}`, headers: replay(ours) },
-          {
-            ...base,
-            app: uncached,
-            name: 'ours, replays from PostgreSQL (no replay cache)',
-            path: `/idempotent${suffix}`,
-            headers: replay(ours),
-          },
-          {
-            ...base,
-            name: 'ours, new keys (atomic: false)',
-            path: `/split${suffix}`,
-            headers: fresh('s'),
-          },
-          {
-            ...base,
-            app: uncached,
-            name: 'ours on Redis (atomic: false), new keys',
-            path: `/redis${suffix}`,
-            headers: fresh('r'),
-          },
-          {
-            ...base,
-            app: uncached,
-            name: 'ours on Redis, replays (no replay cache)',
-            path: `/redis${suffix}`,
-            headers: replay(onRedis),
-          },
-          {
-            ...base,
-            name: 'competitor on Redis, new keys',
-            path: `/competitor${suffix}`,
-            headers: fresh('c'),
-          },
-          {
-            ...base,
-            name: 'competitor on Redis, replays',
-            path: `/competitor${suffix}`,
-            headers: replay(theirs),
-          },
-          ...baselineVariants,
-        ]));
+        const results = await rounds(
+          selected([
+            { ...base, name: 'plain route', path: `/plain${suffix}`, headers: () => ({}) },
+            {
+              ...base,
+              name: 'ours, new keys (atomic)',
+              path: `/idempotent${suffix}`,
+              headers: fresh('n'),
+            },
+            { ...base, name: 'ours, replays', path: `/idempotent${suffix}`, headers: replay(ours) },
+            {
+              ...base,
+              app: uncached,
+              name: 'ours, replays from PostgreSQL (no replay cache)',
+              path: `/idempotent${suffix}`,
+              headers: replay(ours),
+            },
+            {
+              ...base,
+              name: 'ours, new keys (atomic: false)',
+              path: `/split${suffix}`,
+              headers: fresh('s'),
+            },
+            {
+              ...base,
+              app: uncached,
+              name: 'ours on Redis (atomic: false), new keys',
+              path: `/redis${suffix}`,
+              headers: fresh('r'),
+            },
+            {
+              ...base,
+              app: uncached,
+              name: 'ours on Redis, replays (no replay cache)',
+              path: `/redis${suffix}`,
+              headers: replay(onRedis),
+            },
+            {
+              ...base,
+              name: 'competitor on Redis, new keys',
+              path: `/competitor${suffix}`,
+              headers: fresh('c'),
+            },
+            {
+              ...base,
+              name: 'competitor on Redis, replays',
+              path: `/competitor${suffix}`,
+              headers: replay(theirs),
+            },
+            ...baselineVariants,
+          ]),
+        );
         const plain = results.get('plain route')!;
         out.push(
           `\n**${adapter}, ${work}** (${connections} connections; ÷ the plain route)\n\n${HEADER}`,
