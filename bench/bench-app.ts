@@ -21,6 +21,7 @@ import {
 import { Redis } from 'ioredis';
 import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
 import { RedisClaimStore } from '../lib/redis/index.js';
+import { DesignFloorController } from './design-floor.js';
 
 interface OrderBody {
   amount: number;
@@ -213,7 +214,12 @@ const redis = onRedis();
     }),
     ...theirs.imports,
   ],
-  controllers: [BenchController, ...theirs.controllers, ...redis.controllers],
+  controllers: [
+    BenchController,
+    DesignFloorController,
+    ...theirs.controllers,
+    ...redis.controllers,
+  ],
 })
 class BenchModule {}
 

@@ -256,6 +256,16 @@ async function oneInsert(out: string[]): Promise<void> {
               headers: fresh('n'),
             },
             { ...base, name: 'ours, replays', path: `/idempotent${suffix}`, headers: replay(ours) },
+            ...(suffix
+              ? []
+              : [
+                  {
+                    ...base,
+                    name: 'the design by hand (its floor), new keys',
+                    path: '/floor',
+                    headers: fresh('f'),
+                  },
+                ]),
             {
               ...base,
               app: uncached,

@@ -12,35 +12,36 @@ export { DatabaseDeadlineError } from './connection-errors.js';
  * caller drops the connection as soon as it hears of the deadline. Whatever `promise` does
  * after the deadline (the cancelled statement's error, say), the caller gets the deadline.
  */
-export async function withDeadline<T>(
+export function withDeadline<T>(
   promise: Promise<T>,
   timeoutMs: number,
   what: string,
   onLate?: () => void | Promise<void>,
   server?: string,
 ): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  let late = false;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
+  // One promise and one timer: every statement of every request goes through here.
+  return new Promise<T>((resolve, reject) => {
+    let late = false;
+    const timer = setTimeout(() => {
       late = true;
       void Promise.resolve()
         .then(onLate)
         .catch(() => undefined)
         .then(() => reject(new DatabaseDeadlineError(what, timeoutMs, server)));
     }, timeoutMs);
+    promise.then(
+      (value) => {
+        if (late) return;
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        if (late) return;
+        clearTimeout(timer);
+        reject(error);
+      },
+    );
   });
-  try {
-    return await Promise.race([
-      promise.then(
-        (value) => (late ? deadline : value),
-        (error: unknown) => (late ? deadline : Promise.reject(error)),
-      ),
-      deadline,
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /**

@@ -41,8 +41,23 @@ describe('isPlainRead', () => {
     ['an empty text', '', false],
     ['not a string', { text: 'SELECT 1' }, false],
     ['a parenthesised SELECT', '(SELECT 1)', false],
+    ['an INSERT (the first word decides)', 'INSERT INTO t VALUES (1)', false],
+    ['a word that only begins with select', 'selected_rows()', false],
+    ['SELECT in capitals after a newline', '\n\tSELECT 1', true],
   ])('%s: %p', (_name, sql, expected) => {
     expect(isPlainRead(sql)).toBe(expected);
+    // Asked again, the remembered answer is the same.
+    expect(isPlainRead(sql)).toBe(expected);
+  });
+
+  it('answers past the memory of texts it keeps, and for texts too long to keep', () => {
+    for (let i = 0; i < 1200; i++) {
+      expect(isPlainRead(`SELECT ${i}`)).toBe(true);
+      expect(isPlainRead(`SELECT nextval('s${i}')`)).toBe(false);
+    }
+    const long = `SELECT 1 AS a${' '.repeat(5000)}`;
+    expect(isPlainRead(long)).toBe(true);
+    expect(isPlainRead(`${long}; DELETE FROM t`)).toBe(false);
   });
 });
 

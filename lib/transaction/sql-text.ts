@@ -149,6 +149,15 @@ const LOCKING = new Set(['update', 'share', 'no', 'key']);
  */
 export function isPlainRead(sql: unknown): boolean {
   if (typeof sql !== 'string') return false;
+  // The hot path: every statement a handler sends before its first write comes here. One that
+  // begins with a word other than SELECT is not one, whatever follows; and an ORM sends the
+  // same texts again and again (its values go apart), so a read's answer is remembered.
+  const first = /^\s*([a-z_]+)/i.exec(sql);
+  if (first && first[1].toLowerCase() !== 'select') return false;
+  return remembered(plainReads, sql, readsAsPlain);
+}
+
+function readsAsPlain(sql: string): boolean {
   const statements = statementsOf(sql);
   if (statements.length !== 1) return false;
   const [tokens] = statements;
@@ -166,6 +175,24 @@ export function isPlainRead(sql: unknown): boolean {
     }
   }
   return true;
+}
+
+/** Texts longer than this are read every time: an ORM's statements are far shorter. */
+const REMEMBERED_LENGTH = 4096;
+/** At most this many texts remembered; past it, the memory starts again empty. */
+const REMEMBERED_TEXTS = 512;
+const plainReads = new Map<string, boolean>();
+
+/** `read(sql)`, remembered in `memory` for texts an ORM repeats (bounded in count and length). */
+function remembered(memory: Map<string, boolean>, sql: string, read: (sql: string) => boolean) {
+  if (sql.length > REMEMBERED_LENGTH) return read(sql);
+  let answer = memory.get(sql);
+  if (answer === undefined) {
+    answer = read(sql);
+    if (memory.size >= REMEMBERED_TEXTS) memory.clear();
+    memory.set(sql, answer);
+  }
+  return answer;
 }
 
 /**
