@@ -69,7 +69,7 @@ describe('readKey (the key its source gave: a key, none, or a refusal)', () => {
 
 describe('readTenant (the resolver’s tenant: an id, or a refusal)', () => {
   const request = { method: 'POST', url: '/orders', headers: {} };
-  const refused = {
+  const refused: ReturnType<typeof shape> = {
     kind: 'refused',
     code: 'tenant_invalid',
     message:
