@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { DataSource } from 'typeorm';
-import { beginWith, canBeginWith } from '../lib/storage/begin-with.js';
+import { beginWith, carriedStatement } from '../lib/storage/begin-with.js';
 import {
   LazyTransaction,
   TransactionAbortedError,
@@ -114,17 +114,22 @@ describe('beginWith: BEGIN and the first statement in one round trip', () => {
     }
   });
 
+  const insert = 'INSERT INTO t VALUES ($1)';
   it.each([
-    [['INSERT INTO t VALUES ($1)', [1]], true],
-    [['SELECT 1', []], false], // the simple protocol: no Sync to share
-    [['SELECT 1'], false],
-    [[{ text: 'SELECT 1', submit: () => undefined }], false],
-    [['INSERT INTO t VALUES ($1)', [1], () => undefined], false], // a callback
-    [[{ text: 'INSERT INTO t VALUES ($1)', values: [1], rowMode: 'array' }], true], // Prisma, Drizzle
-    [[{ name: 'p1', text: 'INSERT INTO t VALUES ($1)', values: [1] }], false], // a prepared name
-    [[{ text: 'SELECT 1', values: [] }], false],
-  ])('carries %j: %s', (args, expected) => {
-    expect(canBeginWith(args as unknown[])).toBe(expected);
+    [[insert, [1]], { text: insert, values: [1] }],
+    [['SELECT 1', []], undefined], // the simple protocol: no Sync to share
+    [['SELECT 1'], undefined],
+    [[{ text: 'SELECT 1', submit: () => undefined }], undefined],
+    [[insert, [1], () => undefined], undefined], // a callback
+    // Prisma, Drizzle: how rows are read goes with the statement.
+    [
+      [{ text: insert, values: [1], rowMode: 'array' }],
+      { text: insert, values: [1], rowMode: 'array' },
+    ],
+    [[{ name: 'p1', text: insert, values: [1] }], undefined], // a prepared name
+    [[{ text: 'SELECT 1', values: [] }], undefined],
+  ])('carries %j as %j', (args, expected) => {
+    expect(carriedStatement(args as unknown[])).toEqual(expected);
   });
 });
 

@@ -9,10 +9,10 @@ import {
 import { APP_INTERCEPTOR, APP_PIPE } from '@nestjs/core';
 import { type Kysely } from 'kysely';
 import { IdempotencyModule } from '../../lib/index.js';
+import { RequestTimeoutInterceptor } from '../../sample-app/request-timeout.interceptor.js';
 import { createDatabase, KYSELY, type OrdersDatabase, PG_POOL } from './database.js';
 import { OrdersController, TEST_HOOKS } from './orders.controller.js';
 import { OrdersService } from './orders.service.js';
-import { RequestTimeoutInterceptor } from './request-timeout.interceptor.js';
 import { WAREHOUSE, WarehouseClient } from './warehouse.client.js';
 
 export interface OrdersSettings {
@@ -74,7 +74,11 @@ export class AppModule {
   }
 }
 
-/** A global interceptor, so that it wraps `@Idempotent()`'s, as an app-wide timeout does. */
+/**
+ * A global interceptor, so that it wraps `@Idempotent()`'s, as an app-wide timeout does (the
+ * sample app's, as the Prisma example uses it). Its 408 is not the handler's answer: the
+ * handler goes on in its transaction, and its own answer is the one stored.
+ */
 function requestTimeout(timeoutMs: number | undefined): Provider[] {
   if (!timeoutMs) return [];
   return [{ provide: APP_INTERCEPTOR, useValue: new RequestTimeoutInterceptor(timeoutMs) }];

@@ -5,18 +5,15 @@ import { MAX_KEY_LENGTH } from '../idempotency.constants.js';
 import {
   type IdempotencyError,
   IdempotencyKeyInvalidError,
-  IdempotencyKeyMissingError,
   IdempotencyRequestInvalidError,
-  IdempotencyTenantInvalidError,
 } from '../idempotency.errors.js';
 import {
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
 } from '../idempotency-options.interface.js';
-import { parseIdempotencyKey } from '../idempotency-key.js';
 import { rawKey } from '../key-source.js';
 import { type KeyScope } from '../storage/claim-store.interface.js';
-import { normalizeTenantId } from '../tenant-id.js';
+import { readKey, readTenant } from '../http/read-scope.js';
 import { type GraphqlField } from './graphql-field.js';
 
 /** What a mutation field is to the library, before any store is asked. */
@@ -54,37 +51,22 @@ export function readField(
   const request = field.request ?? NO_REQUEST;
   const { arg } = route.key;
   const given = arg === undefined ? route.key.read(request) : rawKey(field.args[arg]);
-  const parsed =
-    typeof given === 'object' && !Array.isArray(given)
-      ? ({ kind: 'invalid', reason: given.invalid } as const)
-      : parseIdempotencyKey(given);
-  if (parsed.kind === 'missing') {
-    return route.required
-      ? { kind: 'refused', error: new IdempotencyKeyMissingError(route.key.where) }
-      : { kind: 'keyless' };
-  }
-  if (parsed.kind === 'invalid') {
-    return {
-      kind: 'refused',
-      error: new IdempotencyKeyInvalidError(route.key.where, parsed.reason),
-    };
-  }
-  const key = arg === undefined ? `${parsed.key}:${field.responseKey}` : parsed.key;
+  const read = readKey(given, route);
+  if (read.kind !== 'key') return read;
+  // A key of the whole operation is one per field: see above.
+  const key = arg === undefined ? `${read.key}:${field.responseKey}` : read.key;
   if (key.length > MAX_KEY_LENGTH) {
     const reason =
       `with the field's name in the answer ("${field.responseKey}") after it, it is longer ` +
       `than ${MAX_KEY_LENGTH} characters`;
     return { kind: 'refused', error: new IdempotencyKeyInvalidError(route.key.where, reason) };
   }
-  const resolved = tenant(request);
-  const tenantId = normalizeTenantId(resolved);
-  if (tenantId === undefined) {
-    return { kind: 'refused', error: new IdempotencyTenantInvalidError(resolved) };
-  }
+  const tenancy = readTenant(request, tenant);
+  if (tenancy.kind === 'refused') return tenancy;
   try {
     return {
       kind: 'keyed',
-      scope: { tenantId, key },
+      scope: { tenantId: tenancy.tenantId, key },
       fingerprint: fieldFingerprint(field, route, request),
     };
   } catch (error) {

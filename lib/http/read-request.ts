@@ -1,21 +1,14 @@
 import { InvalidJsonError } from '../fingerprint/canonical-json.js';
 import { computeFingerprint, fingerprintInput } from '../fingerprint/fingerprint.js';
 import { UnreadBodyError } from '../fingerprint/unseen-body.js';
-import {
-  type IdempotencyError,
-  IdempotencyKeyInvalidError,
-  IdempotencyKeyMissingError,
-  IdempotencyRequestInvalidError,
-  IdempotencyTenantInvalidError,
-} from '../idempotency.errors.js';
+import { type IdempotencyError, IdempotencyRequestInvalidError } from '../idempotency.errors.js';
 import {
   type IdempotencyRequest,
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
 } from '../idempotency-options.interface.js';
-import { parseIdempotencyKey } from '../idempotency-key.js';
 import { type KeyScope } from '../storage/claim-store.interface.js';
-import { normalizeTenantId } from '../tenant-id.js';
+import { readKey, readTenant } from './read-scope.js';
 
 /** What a request is to the library, before any store is asked. */
 export type RequestReading =
@@ -36,28 +29,11 @@ export function readRequest(
   tenant: ResolvedIdempotencyOptions['tenant'],
   name: string,
 ): RequestReading {
-  const given = route.key.read(request);
-  const parsed =
-    typeof given === 'object' && !Array.isArray(given)
-      ? ({ kind: 'invalid', reason: given.invalid } as const)
-      : parseIdempotencyKey(given);
-  if (parsed.kind === 'missing') {
-    return route.required
-      ? { kind: 'refused', error: new IdempotencyKeyMissingError(route.key.where) }
-      : { kind: 'keyless' };
-  }
-  if (parsed.kind === 'invalid') {
-    return {
-      kind: 'refused',
-      error: new IdempotencyKeyInvalidError(route.key.where, parsed.reason),
-    };
-  }
-  const resolved = tenant(request);
-  const tenantId = normalizeTenantId(resolved);
-  if (tenantId === undefined) {
-    return { kind: 'refused', error: new IdempotencyTenantInvalidError(resolved) };
-  }
-  const scope: KeyScope = { tenantId, key: parsed.key };
+  const key = readKey(route.key.read(request), route);
+  if (key.kind !== 'key') return key;
+  const tenancy = readTenant(request, tenant);
+  if (tenancy.kind === 'refused') return tenancy;
+  const scope: KeyScope = { tenantId: tenancy.tenantId, key: key.key };
   try {
     return {
       kind: 'keyed',

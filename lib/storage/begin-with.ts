@@ -91,11 +91,6 @@ export function carriedStatement(args: unknown[]): CarriedStatement | undefined 
   return { text, values, ...(rowMode ? { rowMode } : {}), ...(types ? { types } : {}) };
 }
 
-/** Whether `beginWith` can carry this statement (see `carriedStatement`). */
-export function canBeginWith(args: unknown[]): boolean {
-  return carriedStatement(args) !== undefined;
-}
-
 function isParameters(values: unknown): values is unknown[] {
   return Array.isArray(values) && values.length > 0;
 }

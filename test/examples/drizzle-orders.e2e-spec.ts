@@ -5,7 +5,7 @@ import { drizzleCause } from '../../lib/storage/driver-errors/drizzle.js';
 import { ADAPTERS, type AdapterName } from '../support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { startWorker, type WorkerProcess } from '../support/worker-process.js';
-import { startWarehouse, type Warehouse } from './support/drizzle-warehouse.js';
+import { startWarehouse, type Warehouse } from './support/warehouse.js';
 
 /**
  * The Drizzle orders example (examples/drizzle-orders) on real PostgreSQL, as real processes:
@@ -293,8 +293,8 @@ describe('the Drizzle orders example', () => {
         replayed: 'true',
         text: first.text,
       });
-      expect(warehouse.calls.filter((call) => call.orderId === id)).toEqual([
-        { key: derived, orderId: id },
+      expect(warehouse.calls.filter((call) => call.orderId === String(id))).toEqual([
+        { key: derived, orderId: String(id) },
       ]);
       expect(await eventsOf(sku)).toEqual(['placed', 'shipped']);
       expect(await keyRow(key)).toMatchObject({ state: 'done', recovery_point: 'finished' });
@@ -586,7 +586,7 @@ describe('the Drizzle orders example', () => {
           async () => (await ordersOf(control.sku)) === 1,
         );
         await until('the warehouse shipped the other order', async () =>
-          warehouse.calls.some((call) => call.orderId === called.id),
+          warehouse.calls.some((call) => call.orderId === String(called.id)),
         );
         await doomed.kill('SIGKILL');
         await Promise.all(lost);
@@ -609,7 +609,7 @@ describe('the Drizzle orders example', () => {
         const retry = await untilSettled(() =>
           send(apps.express.url, `/orders/${id}/ship`, key, {}),
         );
-        const calls = warehouse.calls.filter((call) => call.orderId === id);
+        const calls = warehouse.calls.filter((call) => call.orderId === String(id));
         expect(calls).toHaveLength(1);
         expect(retry.status).toBe(200);
         expect(retry.body).toEqual({
@@ -643,7 +643,7 @@ describe('the Drizzle orders example', () => {
         const retry = await untilSettled(() =>
           send(apps.express.url, `/orders/${id}/ship`, key, {}),
         );
-        const calls = warehouse.calls.filter((call) => call.orderId === id);
+        const calls = warehouse.calls.filter((call) => call.orderId === String(id));
         // Two calls, one key: the warehouse shipped once, and both got its tracking number.
         expect(calls.map((call) => call.key)).toEqual([calls[0].key, calls[0].key]);
         expect(retry.status).toBe(200);

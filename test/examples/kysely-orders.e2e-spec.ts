@@ -4,7 +4,7 @@ import request from 'supertest';
 import { applySchema } from '../../examples/kysely-orders/schema.js';
 import { ADAPTERS, type AdapterName, bootstrapTestApp } from '../support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { type FakeWarehouse, startFakeWarehouse } from '../support/fake-warehouse.js';
+import { startWarehouse, type Warehouse } from './support/warehouse.js';
 import { probedOrdersModule, refusals } from '../support/kysely-probes.js';
 import { startWorker, type WorkerProcess } from '../support/worker-process.js';
 
@@ -21,7 +21,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 let database: TestDatabase;
 let db: Client;
-let warehouse: FakeWarehouse;
+let warehouse: Warehouse;
 let starting: Promise<WorkerProcess>[] = [];
 let n = 0;
 const tag = (label: string) => `${label}-${++n}-${Date.now()}`;
@@ -33,7 +33,7 @@ beforeAll(async () => {
   await pool.end();
   db = new Client({ connectionString: database.url });
   await db.connect();
-  warehouse = await startFakeWarehouse();
+  warehouse = await startWarehouse();
   // The processes of the last tests, one each (each kills its own), started now: they boot
   // while the in-process tests run.
   starting = Array.from({ length: 3 }, () =>
@@ -382,7 +382,7 @@ describe.each(ADAPTERS)('the Kysely orders example on %s', (adapter: AdapterName
       ]);
       const calls = warehouse.calls.filter((call) => call.orderId === String(id));
       expect(calls).toEqual([
-        { orderId: String(id), idempotencyKey: expect.stringMatching(/^[0-9a-f-]{36}:shipped$/) },
+        { orderId: String(id), key: expect.stringMatching(/^[0-9a-f-]{36}:shipped$/) },
       ]);
       expect(await events(id)).toEqual(['placed', 'reserved', 'shipped']);
       const read = await request(app.getHttpServer()).get(`/orders/${id}`);
@@ -535,12 +535,13 @@ describe('the Kysely orders example as processes, killed with SIGKILL', () => {
     const id = placed.body.id as number;
     const worker = await startOrders();
     const key = tag('ship-killed');
-    warehouse.holdNext();
+    const callsBefore = warehouse.calls.length;
+    warehouse.hold();
     const doomed = post(worker.url, `/orders/${id}/ship`, key).then(
       (res) => res,
       (error: unknown) => error,
     );
-    await warehouse.held(); // the warehouse shipped; its answer is held
+    await warehouse.received(callsBefore + 1); // the warehouse shipped; its answer is held
     await worker.kill('SIGKILL');
     await doomed;
     warehouse.release();
@@ -550,8 +551,8 @@ describe('the Kysely orders example as processes, killed with SIGKILL', () => {
     expect(retry.status).toBe(200);
     const calls = warehouse.calls.filter((call) => call.orderId === String(id));
     expect(calls).toHaveLength(2);
-    expect(new Set(calls.map((call) => call.idempotencyKey)).size).toBe(1);
-    const trackingNumber = warehouse.shipments.get(calls[0].idempotencyKey!);
+    expect(new Set(calls.map((call) => call.key)).size).toBe(1);
+    const trackingNumber = warehouse.shipments.get(calls[0].key);
     expect(JSON.parse(retry.text)).toEqual({ id, status: 'shipped', trackingNumber });
     // 'reserved' ran once (a second run would break order_events' unique key).
     expect(await events(id)).toEqual(['placed', 'reserved', 'shipped']);

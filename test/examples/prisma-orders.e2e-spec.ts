@@ -8,7 +8,7 @@ import { ADAPTERS, type AdapterName } from '../support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { startWorker, type WorkerProcess } from '../support/worker-process.js';
 import { caughtBySku, PrismaProbesController } from './support/prisma-probes.controller.js';
-import { WarehouseServer } from './support/warehouse-server.js';
+import { startWarehouse, type Warehouse } from './support/warehouse.js';
 
 /**
  * The orders example on Prisma 7 (examples/prisma-orders): Prisma built on the pg.Pool the
@@ -65,7 +65,7 @@ async function retryUntilSettled(attempt: () => Promise<Answer>): Promise<Answer
 
 let database: TestDatabase;
 let db: Client;
-let warehouse: WarehouseServer;
+let warehouse: Warehouse;
 let n = 0;
 const tag = (label: string) => `${label}-${++n}-${Date.now()}`;
 
@@ -76,11 +76,10 @@ beforeAll(async () => {
   await pool.end();
   db = new Client({ connectionString: database.url });
   await db.connect();
-  warehouse = new WarehouseServer();
-  await warehouse.start();
+  warehouse = await startWarehouse();
 });
 afterAll(async () => {
-  await warehouse?.stop();
+  await warehouse?.close();
   await db?.end();
   await database?.drop();
 });
@@ -561,7 +560,7 @@ describe('the Prisma orders example as processes that are killed', () => {
     }
     const shipped = await retryUntilSettled(() => send(base, path, { key }));
     expect(shipped.status).toBe(200);
-    const calls = warehouse.calls.slice(callsBefore);
+    const calls = warehouse.calls.slice(callsBefore).map((call) => call.key);
     expect(calls).toHaveLength(2); // the killed call, and the resumed one
     expect(new Set(calls).size).toBe(1); // with the same derived key
     const trackingNumber = warehouse.shipments.get(calls[0]);

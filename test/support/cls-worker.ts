@@ -4,16 +4,10 @@
  * (`require(esm)`) but jest's module runtime does not, so they are tested outside jest.
  */
 import { Body, Controller, Injectable, Post } from '@nestjs/common';
-import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
-import {
-  ClsPluginTransactional,
-  Propagation,
-  Transactional,
-  TransactionHost,
-} from '@nestjs-cls/transactional';
+import { Propagation, Transactional, TransactionHost } from '@nestjs-cls/transactional';
 import { TransactionalAdapterTypeOrm } from '@nestjs-cls/transactional-adapter-typeorm';
-import { ClsModule } from 'nestjs-cls';
 import { Idempotent, RetryLaterError } from '../../lib/index.js';
+import { clsTransactionalModule } from './cls-transactional.js';
 import { createAtomicApp, failedOnce, LedgerEntry } from './atomic-app.js';
 
 @Injectable()
@@ -60,18 +54,7 @@ const app = await createAtomicApp({
   databaseUrl: url,
   adapter: 'express',
   extra: {
-    imports: [
-      ClsModule.forRoot({
-        global: true,
-        interceptor: { mount: true },
-        plugins: [
-          new ClsPluginTransactional({
-            imports: [TypeOrmModule],
-            adapter: new TransactionalAdapterTypeOrm({ dataSourceToken: getDataSourceToken() }),
-          }),
-        ],
-      }),
-    ],
+    imports: [clsTransactionalModule()],
     controllers: [ClsLedgerController],
     providers: [ClsLedgerService],
   },

@@ -5,16 +5,10 @@
  * isolation level. `ADAPTER` picks Express or Fastify.
  */
 import { Body, Controller, Injectable, Param, Post } from '@nestjs/common';
-import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
-import {
-  ClsPluginTransactional,
-  Propagation,
-  Transactional,
-  TransactionHost,
-} from '@nestjs-cls/transactional';
+import { Propagation, Transactional, TransactionHost } from '@nestjs-cls/transactional';
 import { TransactionalAdapterTypeOrm } from '@nestjs-cls/transactional-adapter-typeorm';
-import { ClsModule } from 'nestjs-cls';
 import { Idempotent } from '../../lib/index.js';
+import { clsTransactionalModule } from './cls-transactional.js';
 import { type AdapterName } from './bootstrap.js';
 import { createSeamApp, SeamCells, type SeamBody } from './seam-app.js';
 
@@ -153,18 +147,7 @@ const app = await createSeamApp({
   databaseUrl: url,
   adapter: (process.env.ADAPTER ?? 'express') as AdapterName,
   extra: {
-    imports: [
-      ClsModule.forRoot({
-        global: true,
-        interceptor: { mount: true },
-        plugins: [
-          new ClsPluginTransactional({
-            imports: [TypeOrmModule],
-            adapter: new TransactionalAdapterTypeOrm({ dataSourceToken: getDataSourceToken() }),
-          }),
-        ],
-      }),
-    ],
+    imports: [clsTransactionalModule()],
     controllers: [PropagationController],
     providers: [PropagationCells],
   },
