@@ -9,7 +9,7 @@ import {
   IdempotencyModule,
   PhaseRunner,
 } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
+import { ADAPTERS, bootstrapTestApp } from './support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 
 /**
@@ -172,21 +172,21 @@ class TypeOrmAppModule {}
 })
 class PoolAppModule {}
 
-describe('phases above READ COMMITTED held past the heartbeat', () => {
+describe.each(ADAPTERS)('phases above READ COMMITTED held past the heartbeat (%s)', (adapter) => {
   let database: TestDatabase;
   let typeormApp: INestApplication;
   let poolApp: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('phase_isolation');
+    database = await createTestDatabase(`phase_isolation_${adapter}`);
     databaseUrl = database.url;
     outside = new pg.Pool({ connectionString: database.url, max: 2 });
     pool = new pg.Pool({ connectionString: database.url, max: 4 });
-    typeormApp = await bootstrapTestApp(TypeOrmAppModule, 'express');
+    typeormApp = await bootstrapTestApp(TypeOrmAppModule, adapter);
     await outside.query(
       'CREATE TABLE ledger (id serial PRIMARY KEY, tag text NOT NULL, note text NOT NULL)',
     );
-    poolApp = await bootstrapTestApp(PoolAppModule, 'express');
+    poolApp = await bootstrapTestApp(PoolAppModule, adapter);
   });
   afterAll(async () => {
     await typeormApp?.close();

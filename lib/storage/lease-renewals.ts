@@ -1,6 +1,10 @@
 import { type Logger } from '@nestjs/common';
 import { type ActiveClaim } from './active-claim.js';
-import { type ClaimStore, isTransactional } from './claim-store.interface.js';
+import {
+  type ClaimStore,
+  isTransactional,
+  type TransactionalClaimStore,
+} from './claim-store.interface.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
 
 /** A phase's transaction the claim's heartbeat follows while it is open (`followedBy`). */
@@ -44,6 +48,28 @@ export function followedBy(claim: ActiveClaim, transaction: RequestTransaction):
   };
 }
 
+/** Where a heartbeat's renewal goes (see `renewalRoute`). */
+export type RenewalRoute = 'after-phase' | 'inside' | 'apart';
+
+/**
+ * Where a renewal goes: inside the transaction that holds the claim (a phase's, else the
+ * request's) once it began above READ COMMITTED, since one committed apart after its snapshot
+ * would make its fenced update fail to serialize; after a phase whose commit is under way (a
+ * renewal committed apart could still land between its snapshot and its fenced update, and
+ * that update renews the lease itself); else apart, on a connection of its own.
+ */
+export function renewalRoute(state: {
+  /** A phase's transaction is committing or rolling back. */
+  phaseEnding: boolean;
+  /** The holding transaction began above READ COMMITTED and has not ended. */
+  holderIsolated: boolean;
+  /** The store can renew inside a transaction (`extendLeaseIn`). */
+  storeRenewsInside: boolean;
+}): RenewalRoute {
+  if (state.phaseEnding) return 'after-phase';
+  return state.holderIsolated && state.storeRenewsInside ? 'inside' : 'apart';
+}
+
 /**
  * The heartbeats of the claims this process holds, and the release that waits for them. Each
  * claim's lease renewal on its way is kept: a release waits for it, or a renewal that lands
@@ -67,12 +93,15 @@ export class LeaseRenewals {
     if (transaction) transaction.beforeIsolatedBegin = heartbeat.landed;
     const renew = (): Promise<boolean> => {
       const phase = heartbeat.phase;
-      // A phase's commit under way: a renewal committed apart now could still land between
-      // its snapshot and its fenced update.
-      if (phase?.transaction.ended) return phase.over.then(renew);
       const holder = phase?.transaction ?? transaction;
-      return holder?.isolated && isTransactional(store) && store.extendLeaseIn
-        ? store.extendLeaseIn(claim, holder)
+      const route = renewalRoute({
+        phaseEnding: phase?.transaction.ended ?? false,
+        holderIsolated: holder?.isolated ?? false,
+        storeRenewsInside: isTransactional(store) && store.extendLeaseIn !== undefined,
+      });
+      if (route === 'after-phase') return phase!.over.then(renew);
+      return route === 'inside'
+        ? (store as TransactionalClaimStore).extendLeaseIn!(claim, holder!)
         : store.extendLease(claim);
     };
     const timer = setInterval(
