@@ -1,7 +1,74 @@
 import { type Logger } from '@nestjs/common';
 import { type ActiveClaim } from './active-claim.js';
-import { type ClaimStore, isTransactional } from './claim-store.interface.js';
+import {
+  type ClaimStore,
+  isTransactional,
+  type TransactionalClaimStore,
+} from './claim-store.interface.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
+
+/** A phase's transaction the claim's heartbeat follows while it is open (`followedBy`). */
+interface FollowedPhase {
+  transaction: RequestTransaction;
+  /** Settles once the phase's transaction has committed or rolled back. */
+  over: Promise<void>;
+}
+
+/** What a running heartbeat lets a phase of its claim hand it. */
+interface Heartbeat {
+  landed(): Promise<unknown>;
+  phase?: FollowedPhase;
+}
+
+/**
+ * The running heartbeats, by claim: a phase's transaction is opened by the claim store
+ * (`commitPhase`), which knows the claim but not the interceptor's `LeaseRenewals`.
+ */
+const heartbeats = new WeakMap<ActiveClaim, Heartbeat>();
+
+/**
+ * The claim's heartbeat (if it has one) treats `transaction`, a phase's, as it treats the
+ * request's: above READ COMMITTED its `BEGIN` waits for the renewal on its way, and renewals
+ * then run inside it, so the key's row does not change under its snapshot and its fenced
+ * recovery-point update serializes. While it commits, a renewal waits for its end (the
+ * update it commits with renews the lease). Returns the end of it, once the phase is over.
+ */
+export function followedBy(claim: ActiveClaim, transaction: RequestTransaction): () => void {
+  const heartbeat = heartbeats.get(claim);
+  if (!heartbeat) return () => undefined;
+  transaction.beforeIsolatedBegin = heartbeat.landed;
+  let end!: () => void;
+  const phase: FollowedPhase = { transaction, over: new Promise<void>((r) => (end = r)) };
+  // One at a time: phases run one after the other (two at once above READ COMMITTED would
+  // fail each other's recovery-point update anyway); a later one takes the heartbeat over.
+  heartbeat.phase = phase;
+  return () => {
+    if (heartbeat.phase === phase) heartbeat.phase = undefined;
+    end();
+  };
+}
+
+/** Where a heartbeat's renewal goes (see `renewalRoute`). */
+export type RenewalRoute = 'after-phase' | 'inside' | 'apart';
+
+/**
+ * Where a renewal goes: inside the transaction that holds the claim (a phase's, else the
+ * request's) once it began above READ COMMITTED, since one committed apart after its snapshot
+ * would make its fenced update fail to serialize; after a phase whose commit is under way (a
+ * renewal committed apart could still land between its snapshot and its fenced update, and
+ * that update renews the lease itself); else apart, on a connection of its own.
+ */
+export function renewalRoute(state: {
+  /** A phase's transaction is committing or rolling back. */
+  phaseEnding: boolean;
+  /** The holding transaction began above READ COMMITTED and has not ended. */
+  holderIsolated: boolean;
+  /** The store can renew inside a transaction (`extendLeaseIn`). */
+  storeRenewsInside: boolean;
+}): RenewalRoute {
+  if (state.phaseEnding) return 'after-phase';
+  return state.holderIsolated && state.storeRenewsInside ? 'inside' : 'apart';
+}
 
 /**
  * The heartbeats of the claims this process holds, and the release that waits for them. Each
@@ -18,16 +85,28 @@ export class LeaseRenewals {
    * real crash) does not hand a slow but live worker's key to another one. Returns the stop.
    */
   heartbeat(store: ClaimStore, claim: ActiveClaim, transaction?: RequestTransaction): () => void {
+    const heartbeat: Heartbeat = { landed: () => this.landed(claim) };
+    heartbeats.set(claim, heartbeat);
     // A transaction above READ COMMITTED begins only once the renewal on its way has landed,
-    // and then takes the renewals in (see `RequestTransaction.beforeIsolatedBegin`).
-    if (transaction) transaction.beforeIsolatedBegin = () => this.landed(claim);
+    // and then takes the renewals in (see `RequestTransaction.beforeIsolatedBegin`); so does
+    // a phase's (`followedBy`).
+    if (transaction) transaction.beforeIsolatedBegin = heartbeat.landed;
+    const renew = (): Promise<boolean> => {
+      const phase = heartbeat.phase;
+      const holder = phase?.transaction ?? transaction;
+      const route = renewalRoute({
+        phaseEnding: phase?.transaction.ended ?? false,
+        holderIsolated: holder?.isolated ?? false,
+        storeRenewsInside: isTransactional(store) && store.extendLeaseIn !== undefined,
+      });
+      if (route === 'after-phase') return phase!.over.then(renew);
+      return route === 'inside'
+        ? (store as TransactionalClaimStore).extendLeaseIn!(claim, holder!)
+        : store.extendLease(claim);
+    };
     const timer = setInterval(
       () => {
-        const inside =
-          transaction?.isolated && isTransactional(store) && store.extendLeaseIn
-            ? store.extendLeaseIn(claim, transaction)
-            : undefined;
-        const renewal = (inside ?? store.extendLease(claim)).then(
+        const renewal = renew().then(
           (held) => {
             if (!held) clearInterval(timer);
           },
@@ -39,7 +118,10 @@ export class LeaseRenewals {
       Math.max(50, Math.floor(claim.leaseMs / 3)),
     );
     timer.unref();
-    return () => clearInterval(timer);
+    return () => {
+      clearInterval(timer);
+      if (heartbeats.get(claim) === heartbeat) heartbeats.delete(claim);
+    };
   }
 
   /** Once the claim's renewal on its way (if any) has landed. */

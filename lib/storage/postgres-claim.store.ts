@@ -13,6 +13,7 @@ import { transactionScope } from '../transaction/transaction-scope.js';
 import { type IdempotencyDatabase, type Statement } from './idempotency-database.js';
 import { rethrowExplained } from './partitioned/layout-errors.js';
 import { ClaimBatcher, type ClaimRequest } from './claim-batcher.js';
+import { followedBy } from './lease-renewals.js';
 import {
   ADVANCE,
   CLAIM,
@@ -153,6 +154,10 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     work: (manager: EntityManager) => Promise<T>,
   ): Promise<T> {
     const transaction = this.database.transaction(true);
+    // Above READ COMMITTED (the data layer's level, or one its work asks for), the claim's
+    // heartbeat must not commit a renewal apart after the phase's snapshot, or the fenced
+    // update below would fail to serialize on every try: it renews inside the phase instead.
+    const unfollow = followedBy(claim, transaction);
     try {
       // Code of the phase that reaches the DataSource its own way (an injected repository)
       // joins the phase's transaction too.
@@ -171,6 +176,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
       return value;
     } finally {
       await transaction.rollback();
+      unfollow();
     }
   }
 
