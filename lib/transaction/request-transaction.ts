@@ -389,10 +389,19 @@ export abstract class RequestTransaction implements JoinableTransaction {
     if (this.ended) return apart();
     const query = client.query as (...a: unknown[]) => Promise<unknown>;
     if (isSubmittable(args[0])) {
-      // A stream (a cursor): node-postgres queues it behind the BEGIN, and it must be handed
-      // back as it is, not as a promise.
-      void this.begin(client);
-      return query.apply(client, args);
+      // A stream (a cursor, a `pg.Query`): handed back as it is, not as a promise, and
+      // submitted once the BEGIN has succeeded, never before. node-postgres runs a submittable
+      // the moment it is handed one, so given now it would run ahead of a BEGIN still on its
+      // way (in autocommit, surviving the request's rollback), or after a BEGIN that failed.
+      const submittable = args[0] as { handleError?: (error: unknown) => void };
+      this.begin(client).then(
+        () =>
+          this.ended
+            ? submittable.handleError?.(new TransactionEndedError(nested()))
+            : query.apply(client, args),
+        (error: unknown) => submittable.handleError?.(error),
+      );
+      return submittable as unknown as Promise<unknown>;
     }
     // A statement sent while the first is on its way waits for its BEGIN, and is refused if
     // the transaction ended meanwhile: it must never run after the ROLLBACK or COMMIT, nor

@@ -1,0 +1,171 @@
+import { readFileSync } from 'node:fs';
+import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
+import pg, { type Pool, type PoolClient, type QueryResult } from 'pg';
+import request from 'supertest';
+import { Idempotent, IdempotencyModule } from '../lib/index.js';
+import { ADAPTERS, bootstrapTestApp } from './support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+
+/**
+ * The pool seam's other ways in: node-postgres' callback forms (`pool.query(text, values,
+ * callback)`, `pool.connect(callback)`, a view's `client.query(..., callback)`), a
+ * submittable (`new pg.Query()`, as a cursor is) as the request's first statement, and
+ * statements sent in parallel. Each must land in the request's transaction: committed once
+ * with the answer, and rolled back with it when the handler fails after writing (the cells'
+ * `fail: true`), which a write that ran outside the transaction would survive.
+ */
+let pool: Pool;
+
+interface LedgerBody {
+  tag: string;
+  fail?: boolean;
+}
+
+const INSERT = 'INSERT INTO ledger (tag, note) VALUES ($1, $2)';
+
+function failIfAsked(body: LedgerBody): void {
+  if (body.fail) throw new Error('the handler failed after its writes');
+}
+
+@Controller()
+class FormsController {
+  @Post('pool-query-callback')
+  @Idempotent()
+  async poolQueryCallback(@Body() body: LedgerBody) {
+    await new Promise<void>((resolve, reject) => {
+      void pool.query(INSERT, [body.tag, 'callback'], (error: Error | undefined) =>
+        error ? reject(error) : resolve(),
+      );
+    });
+    failIfAsked(body);
+    return { tag: body.tag };
+  }
+
+  @Post('pool-connect-callback')
+  @Idempotent()
+  async poolConnectCallback(@Body() body: LedgerBody) {
+    await new Promise<void>((resolve, reject) => {
+      pool.connect((error, client, done) => {
+        if (error || !client) return reject(error ?? new Error('no client'));
+        // The view's own callback form, inside a nested transaction of the view.
+        client.query('BEGIN', (begun: Error | undefined) => {
+          if (begun) return reject(begun);
+          client.query(INSERT, [body.tag, 'view'], (inserted: Error | undefined) => {
+            if (inserted) return reject(inserted);
+            client.query('COMMIT', (committed: Error | undefined) => {
+              done();
+              return committed ? reject(committed) : resolve();
+            });
+          });
+        });
+      });
+    });
+    failIfAsked(body);
+    return { tag: body.tag };
+  }
+
+  /** A submittable as the first statement: it must wait for the request's BEGIN. */
+  @Post('submittable-first')
+  @Idempotent()
+  async submittableFirst(@Body() body: LedgerBody) {
+    const client: PoolClient = await pool.connect();
+    try {
+      const rows: unknown[] = [];
+      await new Promise<void>((resolve, reject) => {
+        const query = client.query(
+          new pg.Query(`${INSERT} RETURNING id`, [body.tag, 'submittable']),
+        );
+        query.on('row', (row: unknown) => rows.push(row));
+        query.on('end', () => resolve());
+        query.on('error', reject);
+      });
+      failIfAsked(body);
+      return { rows: rows.length };
+    } finally {
+      client.release();
+    }
+  }
+
+  @Post('parallel')
+  @Idempotent()
+  async parallel(@Body() body: LedgerBody) {
+    const written: QueryResult[] = await Promise.all(
+      ['a', 'b', 'c', 'd'].map((note) => pool.query(INSERT, [body.tag, note])),
+    );
+    failIfAsked(body);
+    return { statements: written.length };
+  }
+}
+
+@Module({
+  imports: [IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) })],
+  controllers: [FormsController],
+})
+class FormsAppModule {}
+
+describe.each(ADAPTERS)('the pool seam’s other call forms (%s)', (adapter) => {
+  let database: TestDatabase;
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    database = await createTestDatabase(`pool_forms_${adapter}`);
+    pool = new pg.Pool({ connectionString: database.url, max: 4 });
+    await pool.query(readFileSync('migrations/schema.sql', 'utf8'));
+    await pool.query(
+      'CREATE TABLE ledger (id serial PRIMARY KEY, tag text NOT NULL, note text NOT NULL)',
+    );
+    app = await bootstrapTestApp(FormsAppModule, adapter);
+  });
+  afterAll(async () => {
+    await app?.close();
+    await pool?.end();
+    await database?.drop();
+  });
+
+  const notes = async (tag: string) =>
+    (
+      await pool.query<{ note: string }>('SELECT note FROM ledger WHERE tag = $1 ORDER BY note', [
+        tag,
+      ])
+    ).rows.map((row) => row.note);
+  const post = (path: string, key: string, body: LedgerBody) =>
+    request(app.getHttpServer()).post(path).set('Idempotency-Key', key).send(body);
+  const stored = async (key: string) =>
+    (
+      await pool.query<{ state: string; response_code: number | null }>(
+        'SELECT state, response_code FROM idempotency_keys WHERE key = $1',
+        [key],
+      )
+    ).rows;
+
+  it.each<[string, string, string[]]>([
+    ['pool.query with a callback', '/pool-query-callback', ['callback']],
+    ['pool.connect with a callback, and the view’s callbacks', '/pool-connect-callback', ['view']],
+    ['a submittable as the first statement', '/submittable-first', ['submittable']],
+    ['four statements sent in parallel', '/parallel', ['a', 'b', 'c', 'd']],
+  ])('%s: committed once with the answer, and replayed', async (_name, path, expected) => {
+    const key = `ok-${adapter}-${path}`;
+    const first = await post(path, key, { tag: key });
+    expect(first.status).toBe(201);
+    expect(await notes(key)).toEqual(expected);
+    expect(await stored(key)).toEqual([{ state: 'done', response_code: 201 }]);
+    const again = await post(path, key, { tag: key });
+    expect(again.status).toBe(201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.text).toBe(first.text);
+    expect(await notes(key)).toEqual(expected);
+  });
+
+  it.each([
+    ['pool.query with a callback', '/pool-query-callback'],
+    ['pool.connect with a callback, and the view’s callbacks', '/pool-connect-callback'],
+    ['a submittable as the first statement', '/submittable-first'],
+    ['four statements sent in parallel', '/parallel'],
+  ])('%s: rolled back with the request when the handler fails after it', async (_name, path) => {
+    const key = `fail-${adapter}-${path}`;
+    const answer = await post(path, key, { tag: key, fail: true });
+    expect(answer.status).toBe(500);
+    // Nothing the handler wrote survives its failure: each write was in the transaction.
+    expect(await notes(key)).toEqual([]);
+  });
+});
