@@ -86,6 +86,48 @@ class FormsController {
     }
   }
 
+  /**
+   * Two connections of the pool, each with a nested transaction: ended in the order they
+   * began (`inOrder`), both are kept; ended out of it, the first's COMMIT would end the second's
+   * savepoint too, so it is refused, the handler's catch notwithstanding, and the request can
+   * only roll back.
+   */
+  @Post('interleaved')
+  @Idempotent()
+  async interleaved(@Body() body: LedgerBody & { inOrder: boolean }) {
+    const first = await pool.connect();
+    const second = await pool.connect();
+    try {
+      await first.query('BEGIN');
+      await first.query(INSERT, [body.tag, 'first']);
+      await second.query('BEGIN');
+      await second.query(INSERT, [body.tag, 'second']);
+      if (body.inOrder) {
+        await second.query('COMMIT');
+        await first.query('COMMIT');
+      } else {
+        await first.query('COMMIT').catch(() => undefined);
+        await second.query('COMMIT');
+      }
+      return { tag: body.tag };
+    } finally {
+      first.release();
+      second.release();
+    }
+  }
+
+  /** A connection given back with its nested transaction open: that transaction rolls back. */
+  @Post('released-open')
+  @Idempotent()
+  async releasedOpen(@Body() body: LedgerBody) {
+    const client = await pool.connect();
+    await client.query('BEGIN');
+    await client.query(INSERT, [body.tag, 'inner']);
+    client.release();
+    await pool.query(INSERT, [body.tag, 'outer']);
+    return { tag: body.tag };
+  }
+
   @Post('parallel')
   @Idempotent()
   async parallel(@Body() body: LedgerBody) {
@@ -154,6 +196,30 @@ describe.each(ADAPTERS)('the pool seam’s other call forms (%s)', (adapter) => 
     expect(again.headers['idempotent-replayed']).toBe('true');
     expect(again.text).toBe(first.text);
     expect(await notes(key)).toEqual(expected);
+  });
+
+  it('keeps two nested transactions ended in the order they began', async () => {
+    const key = `in-order-${adapter}`;
+    const answer = await post('/interleaved', key, { tag: key, inOrder: true } as LedgerBody);
+    expect(answer.status).toBe(201);
+    expect(await notes(key)).toEqual(['first', 'second']);
+  });
+
+  it('refuses a nested COMMIT while a transaction begun after it is open, even caught: 500, nothing kept', async () => {
+    const key = `out-of-order-${adapter}`;
+    const answer = await post('/interleaved', key, { tag: key, inOrder: false } as LedgerBody);
+    expect(answer.status).toBe(500);
+    expect(await notes(key)).toEqual([]);
+    const again = await post('/interleaved', key, { tag: key, inOrder: false } as LedgerBody);
+    expect(again.text).toBe(answer.text);
+    expect(await notes(key)).toEqual([]);
+  });
+
+  it('rolls back a nested transaction whose connection is given back open, and keeps the rest', async () => {
+    const key = `released-open-${adapter}`;
+    const answer = await post('/released-open', key, { tag: key });
+    expect(answer.status).toBe(201);
+    expect(await notes(key)).toEqual(['outer']);
   });
 
   it.each([

@@ -32,6 +32,8 @@ export class PoolTransaction extends RequestTransaction {
   /** The open savepoints of every view, innermost last: nested transactions end in order. */
   private readonly savepoints: Savepoint[] = [];
   private savepointCount = 0;
+  /** The request's connection, once a savepoint was made on it (see `onRelease`). */
+  private savepointClient?: PoolClient;
 
   constructor(
     private readonly appPool: Pool,
@@ -143,8 +145,14 @@ export class PoolTransaction extends RequestTransaction {
     }
   }
 
-  /** A view given back with its nested transactions open: they roll back. Never throws. */
-  async onRelease(view: JoinedClient): Promise<void> {
+  /**
+   * A view given back with its nested transactions open: they roll back. Never throws. The
+   * `ROLLBACK TO SAVEPOINT` is handed to the connection at once, behind what is already on its
+   * way and ahead of anything the handler sends after the release: sent later, it would roll
+   * back the statements sent in between too, which are the request's own, and the request
+   * would commit its answer without them.
+   */
+  onRelease(view: JoinedClient): void {
     while (view.depth > 0) {
       const savepoint = view.savepoints[view.savepoints.length - 1];
       if (this.savepoints[this.savepoints.length - 1] !== savepoint) {
@@ -153,7 +161,15 @@ export class PoolTransaction extends RequestTransaction {
         this.refuse('a nested transaction given back while one begun after it is open');
         return;
       }
-      await this.endSavepoint(view, savepoint, 'rollback').catch(() => undefined);
+      this.savepoints.pop();
+      view.savepoints.pop();
+      // Nothing ran inside it, or the request has ended (its savepoint ended with it).
+      if (!savepoint.made || this.ended || !this.savepointClient) continue;
+      const text = `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
+      // A failure aborts the request's transaction, whose commit then fails: never silent.
+      this.savepointClient.query(text).catch((error: unknown) => {
+        this.lastError = error;
+      });
     }
   }
 
@@ -207,6 +223,7 @@ export class PoolTransaction extends RequestTransaction {
 
   /** Makes the savepoints no statement has needed yet, outermost first. */
   private async makeSavepoints(client: PoolClient): Promise<void> {
+    if (this.savepoints.length > 0) this.savepointClient = client;
     for (const savepoint of this.savepoints) {
       savepoint.made ??= this.send(client, [`SAVEPOINT ${savepoint.name}`], () => true).catch(
         (error: unknown) => {
@@ -250,7 +267,7 @@ export class JoinedClient extends EventEmitter {
   }
 
   release(): void {
-    if (this.depth > 0) void this.transaction.onRelease(this);
+    if (this.depth > 0) this.transaction.onRelease(this);
   }
 }
 
