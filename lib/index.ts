@@ -23,6 +23,7 @@ export { IdempotentTransaction } from './transaction/idempotent-transaction.serv
 export { TransactionEndedError } from './transaction/lazy-transaction.js';
 export {
   IsolationLevelRefusedError,
+  StatementBesideNestedTransactionError,
   TransactionControlRefusedError,
 } from './transaction/seam-errors.js';
 export { type IsolationLevel } from './transaction/isolation-level.js';

@@ -128,6 +128,36 @@ class FormsController {
     return { tag: body.tag };
   }
 
+  /**
+   * A nested transaction that rolls back, and a statement sent outside it while it is open
+   * (through the pool, as `db` instead of `trx` inside a transaction's callback, or from work
+   * running beside it). On one connection that statement would land inside the savepoint and
+   * roll back with it, while without the library it commits on its own connection.
+   */
+  @Post('beside-nested')
+  @Idempotent()
+  async besideNested(@Body() body: LedgerBody & { view?: boolean }) {
+    const nested = await pool.connect();
+    try {
+      await nested.query('BEGIN');
+      await nested.query(INSERT, [body.tag, 'nested']);
+      if (body.view) {
+        const other = await pool.connect();
+        try {
+          await other.query(INSERT, [body.tag, 'beside']);
+        } finally {
+          other.release();
+        }
+      } else {
+        await pool.query(INSERT, [body.tag, 'beside']);
+      }
+      await nested.query('ROLLBACK');
+    } finally {
+      nested.release();
+    }
+    return { tag: body.tag };
+  }
+
   @Post('parallel')
   @Idempotent()
   async parallel(@Body() body: LedgerBody) {
@@ -221,6 +251,19 @@ describe.each(ADAPTERS)('the pool seam’s other call forms (%s)', (adapter) => 
     expect(answer.status).toBe(201);
     expect(await notes(key)).toEqual(['outer']);
   });
+
+  it.each([
+    ['through the pool', false],
+    ['on another connection of the pool', true],
+  ])(
+    'refuses a statement sent %s while a nested transaction is open (it would roll back with it): 500, nothing kept',
+    async (_name, view) => {
+      const key = `beside-${adapter}-${String(view)}`;
+      const answer = await post('/beside-nested', key, { tag: key, view } as LedgerBody);
+      expect(answer.status).toBe(500);
+      expect(await notes(key)).toEqual([]);
+    },
+  );
 
   it.each([
     ['pool.query with a callback', '/pool-query-callback'],

@@ -3,7 +3,7 @@ import { EventEmitter } from 'node:events';
 import { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
 import { isAboveReadCommitted } from './isolation-level.js';
-import { TransactionEndedError } from './seam-errors.js';
+import { StatementBesideNestedTransactionError, TransactionEndedError } from './seam-errors.js';
 import { isPlainRead, nestedControlOf, transactionControlOf } from './sql-text.js';
 
 import { isSubmittable, RequestTransaction, textOf } from './request-transaction.js';
@@ -66,7 +66,7 @@ export class PoolTransaction extends RequestTransaction {
   }
 
   private readonly join: PoolJoin = {
-    query: (args) => this.statement(args, () => false),
+    query: (args) => this.statement(args, () => false, null),
     connect: () => Promise.resolve(new JoinedClient(this) as unknown as PoolClient),
   };
 
@@ -76,22 +76,31 @@ export class PoolTransaction extends RequestTransaction {
   }
 
   async query<R = Record<string, unknown>>(text: string, values: unknown[]): Promise<R[]> {
-    const result = (await this.statement([text, values], () => false)) as QueryResult;
+    const result = (await this.statement([text, values], () => false, 'own')) as QueryResult;
     return result.rows as R[];
   }
 
   /**
    * A statement of the app's: refused if it would end or start the request's transaction; a
    * plain read before the first write runs apart on a connection of its own (as on TypeORM),
-   * anything else on the request's connection, inside the open savepoints.
+   * anything else on the request's connection, inside the open savepoints: those of the view
+   * it came from (`from`; null: `pool.query()`; 'own': the library's), else refused (see
+   * `besideNested`).
    */
-  async statement(args: unknown[], nested: () => boolean): Promise<unknown> {
+  async statement(
+    args: unknown[],
+    nested: () => boolean,
+    from: JoinedClient | null | 'own',
+  ): Promise<unknown> {
     if (this.ended) return this.apart(nested(), () => this.sendAlone(args));
     const text = textOf(args[0]);
     const control = transactionControlOf(text);
     if (control) throw this.refuse(control);
     if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
       return this.sendAlone(args);
+    }
+    if (from !== 'own' && this.besideNested(from)) {
+      throw this.refuse('', new StatementBesideNestedTransactionError());
     }
     const client = await this.connection();
     await this.makeSavepoints(client);
@@ -103,11 +112,27 @@ export class PoolTransaction extends RequestTransaction {
     }
   }
 
+  /**
+   * Whether a statement of `view` (null: `pool.query()`) would land inside a nested
+   * transaction that is not its own: the innermost open one is another view's. It would roll
+   * back with that one, while without the library it runs on a connection of its own.
+   */
+  private besideNested(view: JoinedClient | null): boolean {
+    const innermost = this.savepoints[this.savepoints.length - 1];
+    if (!innermost) return false;
+    return view?.savepoints[view.savepoints.length - 1] !== innermost;
+  }
+
   /** A cursor (Kysely's `stream()`): handed back at once, submitted once the connection is. */
-  submit(args: unknown[], nested: () => boolean): unknown {
+  submit(args: unknown[], nested: () => boolean, view: JoinedClient): unknown {
     const submittable = args[0] as { handleError?: (error: unknown) => void };
     if (this.ended) {
       queueMicrotask(() => submittable.handleError?.(new TransactionEndedError(nested())));
+      return submittable;
+    }
+    if (this.besideNested(view)) {
+      const error = this.refuse('', new StatementBesideNestedTransactionError());
+      queueMicrotask(() => submittable.handleError?.(error));
       return submittable;
     }
     void this.connection()
@@ -123,7 +148,7 @@ export class PoolTransaction extends RequestTransaction {
   async onView(view: JoinedClient, args: unknown[]): Promise<unknown> {
     const control = nestedControlOf(textOf(args[0]));
     const nested = () => view.depth > 0;
-    if (!control) return this.statement(args, nested);
+    if (!control) return this.statement(args, nested, view);
     if (this.ended) return this.apart(true, () => Promise.reject(new TransactionEndedError()));
     switch (control.kind) {
       case 'begin': {
@@ -217,7 +242,7 @@ export class PoolTransaction extends RequestTransaction {
       how === 'commit'
         ? `RELEASE SAVEPOINT ${savepoint.name}`
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
-    await this.statement([text], () => true);
+    await this.statement([text], () => true, view);
     if (how === 'commit') pop();
   }
 
@@ -254,7 +279,7 @@ export class JoinedClient extends EventEmitter {
   }
 
   query(...args: unknown[]): unknown {
-    if (isSubmittable(args[0])) return this.transaction.submit(args, () => this.depth > 0);
+    if (isSubmittable(args[0])) return this.transaction.submit(args, () => this.depth > 0, this);
     const last = args[args.length - 1];
     const callback = typeof last === 'function' ? (last as (...r: unknown[]) => void) : undefined;
     const result = this.transaction.onView(this, callback ? args.slice(0, -1) : args);

@@ -321,8 +321,10 @@ export abstract class RequestTransaction implements JoinableTransaction {
   }
 
   /** Marks the transaction as one that can only roll back; the error for its code. */
-  protected refuse(statement: string): TransactionControlRefusedError {
-    const error = new TransactionControlRefusedError(statement);
+  protected refuse(
+    statement: string,
+    error: TransactionControlRefusedError = new TransactionControlRefusedError(statement),
+  ): TransactionControlRefusedError {
     this.refused ??= error;
     return error;
   }

@@ -21,6 +21,26 @@ export class TransactionControlRefusedError extends Error {
 }
 
 /**
+ * Thrown for a statement sent beside a data layer's nested transaction while it is open:
+ * through the pool (`db` instead of `trx` inside a transaction's callback, or work running
+ * beside it), or on another connection of the pool. On the request's one connection it would
+ * run inside that transaction's savepoint and roll back with it, while without the library it
+ * commits on a connection of its own; so it is refused, and the request rolls back.
+ */
+export class StatementBesideNestedTransactionError extends TransactionControlRefusedError {
+  constructor() {
+    super('a statement beside an open nested transaction');
+    this.message =
+      'A statement was sent outside a nested transaction (through the pool, or on another of ' +
+      'its connections) while that nested transaction was open on the idempotent request’s ' +
+      'connection: it would run inside it and roll back with it. Send it through the nested ' +
+      'transaction’s own client (trx, tx), or once that transaction has ended; or run it ' +
+      'outside the request with IdempotentTransaction.outside().';
+    this.name = 'StatementBesideNestedTransactionError';
+  }
+}
+
+/**
  * Thrown when a transaction inside an idempotent request asks for an isolation level stronger
  * than the one the request's transaction already began at (PostgreSQL cannot raise it), or
  * for one PostgreSQL does not have. Nothing was sent: the request's transaction is as it was.
