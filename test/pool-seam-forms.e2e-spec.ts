@@ -136,7 +136,7 @@ class FormsController {
    */
   @Post('beside-nested')
   @Idempotent()
-  async besideNested(@Body() body: LedgerBody & { view?: boolean }) {
+  async besideNested(@Body() body: LedgerBody & { view?: boolean; commit?: boolean }) {
     const nested = await pool.connect();
     try {
       await nested.query('BEGIN');
@@ -151,7 +151,7 @@ class FormsController {
       } else {
         await pool.query(INSERT, [body.tag, 'beside']);
       }
-      await nested.query('ROLLBACK');
+      await nested.query(body.commit ? 'COMMIT' : 'ROLLBACK');
     } finally {
       nested.release();
     }
@@ -256,7 +256,7 @@ describe.each(ADAPTERS)('the pool seam’s other call forms (%s)', (adapter) => 
     ['through the pool', false],
     ['on another connection of the pool', true],
   ])(
-    'refuses a statement sent %s while a nested transaction is open (it would roll back with it): 500, nothing kept',
+    'refuses the rollback of a nested transaction holding a statement sent %s beside it (it took that along): 500, nothing kept',
     async (_name, view) => {
       const key = `beside-${adapter}-${String(view)}`;
       const answer = await post('/beside-nested', key, { tag: key, view } as LedgerBody);
@@ -264,6 +264,13 @@ describe.each(ADAPTERS)('the pool seam’s other call forms (%s)', (adapter) => 
       expect(await notes(key)).toEqual([]);
     },
   );
+
+  it('keeps a statement sent beside a nested transaction that commits, with it', async () => {
+    const key = `beside-commit-${adapter}`;
+    const answer = await post('/beside-nested', key, { tag: key, commit: true } as LedgerBody);
+    expect(answer.status).toBe(201);
+    expect(await notes(key)).toEqual(['beside', 'nested']);
+  });
 
   it.each([
     ['pool.query with a callback', '/pool-query-callback'],

@@ -18,6 +18,8 @@ interface Savepoint {
   name: string;
   /** The `SAVEPOINT` on its way, once a statement inside it needed it. */
   made?: Promise<unknown>;
+  /** A statement not of its nested transaction ran inside it (see `markBeside`). */
+  beside?: boolean;
 }
 
 /**
@@ -99,9 +101,7 @@ export class PoolTransaction extends RequestTransaction {
     if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
       return this.sendAlone(args);
     }
-    if (from !== 'own' && this.besideNested(from)) {
-      throw this.refuse('', new StatementBesideNestedTransactionError());
-    }
+    if (from !== 'own') this.markBeside(from);
     const client = await this.connection();
     await this.makeSavepoints(client);
     try {
@@ -113,14 +113,22 @@ export class PoolTransaction extends RequestTransaction {
   }
 
   /**
-   * Whether a statement of `view` (null: `pool.query()`) would land inside a nested
-   * transaction that is not its own: the innermost open one is another view's. It would roll
-   * back with that one, while without the library it runs on a connection of its own.
+   * A statement of `view` (null: `pool.query()`) runs inside every open nested transaction,
+   * its own or not: on the request's one connection there is no other place. Those that are
+   * not its own are marked: if one of them rolls back, it takes that statement along, while
+   * without the library the statement would have committed on a connection of its own (`db`
+   * instead of `trx` inside a transaction's callback, or work running beside it). That
+   * rollback is then refused (see `rollBack`); a commit keeps both, as the app meant.
    */
-  private besideNested(view: JoinedClient | null): boolean {
-    const innermost = this.savepoints[this.savepoints.length - 1];
-    if (!innermost) return false;
-    return view?.savepoints[view.savepoints.length - 1] !== innermost;
+  private markBeside(view: JoinedClient | null): void {
+    for (const savepoint of this.savepoints) {
+      if (!view?.savepoints.includes(savepoint)) savepoint.beside = true;
+    }
+  }
+
+  /** A nested transaction rolls back: refused (the request with it) if it holds another's. */
+  private rollBack(savepoint: Savepoint): void {
+    if (savepoint.beside) this.refuse('', new StatementBesideNestedTransactionError());
   }
 
   /** A cursor (Kysely's `stream()`): handed back at once, submitted once the connection is. */
@@ -130,11 +138,7 @@ export class PoolTransaction extends RequestTransaction {
       queueMicrotask(() => submittable.handleError?.(new TransactionEndedError(nested())));
       return submittable;
     }
-    if (this.besideNested(view)) {
-      const error = this.refuse('', new StatementBesideNestedTransactionError());
-      queueMicrotask(() => submittable.handleError?.(error));
-      return submittable;
-    }
+    this.markBeside(view);
     void this.connection()
       .then(async (client) => {
         await this.makeSavepoints(client);
@@ -188,6 +192,7 @@ export class PoolTransaction extends RequestTransaction {
       }
       this.savepoints.pop();
       view.savepoints.pop();
+      this.rollBack(savepoint);
       // Nothing ran inside it, or the request has ended (its savepoint ended with it).
       if (!savepoint.made || this.ended || !this.savepointClient) continue;
       const text = `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
@@ -227,7 +232,10 @@ export class PoolTransaction extends RequestTransaction {
       if (view.savepoints[view.savepoints.length - 1] === savepoint) view.savepoints.pop();
     };
     if (!savepoint.made) return pop(); // nothing ran inside it
-    if (how === 'rollback') pop();
+    if (how === 'rollback') {
+      pop();
+      this.rollBack(savepoint);
+    }
     const failed = await savepoint.made.then(
       () => undefined,
       (error: unknown) => ({ error }),

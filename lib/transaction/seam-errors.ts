@@ -21,21 +21,23 @@ export class TransactionControlRefusedError extends Error {
 }
 
 /**
- * Thrown for a statement sent beside a data layer's nested transaction while it is open:
- * through the pool (`db` instead of `trx` inside a transaction's callback, or work running
- * beside it), or on another connection of the pool. On the request's one connection it would
- * run inside that transaction's savepoint and roll back with it, while without the library it
- * commits on a connection of its own; so it is refused, and the request rolls back.
+ * The request's transaction can only roll back: a data layer's nested transaction rolled back
+ * with a statement inside it that was not its own, sent beside it while it was open (through
+ * the pool: `db` instead of `trx` inside a transaction's callback, or work running beside
+ * it; or on another connection of the pool). On the request's one connection that statement
+ * ran inside the nested transaction and rolled back with it, where without the library it
+ * would have committed on a connection of its own; the request must not answer as if it had.
  */
 export class StatementBesideNestedTransactionError extends TransactionControlRefusedError {
   constructor() {
-    super('a statement beside an open nested transaction');
+    super('a rollback of a nested transaction holding a statement not its own');
     this.message =
-      'A statement was sent outside a nested transaction (through the pool, or on another of ' +
-      'its connections) while that nested transaction was open on the idempotent request’s ' +
-      'connection: it would run inside it and roll back with it. Send it through the nested ' +
-      'transaction’s own client (trx, tx), or once that transaction has ended; or run it ' +
-      'outside the request with IdempotentTransaction.outside().';
+      'A nested transaction rolled back with a statement inside it that was sent beside it ' +
+      '(through the pool, or on another of its connections) while it was open: on the ' +
+      'idempotent request’s one connection that statement ran inside it, and rolled back ' +
+      'with it. The request rolls back. Send the statement through the nested transaction’s ' +
+      'own client (trx, tx) if it belongs to it, or once it has ended; or run it outside the ' +
+      'request with IdempotentTransaction.outside().';
     this.name = 'StatementBesideNestedTransactionError';
   }
 }
