@@ -158,6 +158,16 @@ class FormsController {
     return { tag: body.tag };
   }
 
+  /** A named (prepared) statement first, as Drizzle's `.prepare()` and pg users send it. */
+  @Post('named-first')
+  @Idempotent()
+  async namedFirst(@Body() body: LedgerBody) {
+    await pool.query({ name: 'forms_insert', text: INSERT, values: [body.tag, 'named'] });
+    await pool.query({ name: 'forms_insert', text: INSERT, values: [body.tag, 'named-again'] });
+    failIfAsked(body);
+    return { tag: body.tag };
+  }
+
   @Post('parallel')
   @Idempotent()
   async parallel(@Body() body: LedgerBody) {
@@ -215,6 +225,7 @@ describe.each(ADAPTERS)('the pool seam’s other call forms (%s)', (adapter) => 
     ['pool.connect with a callback, and the view’s callbacks', '/pool-connect-callback', ['view']],
     ['a submittable as the first statement', '/submittable-first', ['submittable']],
     ['four statements sent in parallel', '/parallel', ['a', 'b', 'c', 'd']],
+    ['a named statement, first and again', '/named-first', ['named', 'named-again']],
   ])('%s: committed once with the answer, and replayed', async (_name, path, expected) => {
     const key = `ok-${adapter}-${path}`;
     const first = await post(path, key, { tag: key });
@@ -265,6 +276,18 @@ describe.each(ADAPTERS)('the pool seam’s other call forms (%s)', (adapter) => 
     },
   );
 
+  it('runs a named statement first on every request, whichever connection it lands on', async () => {
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        post('/named-first', `named-many-${adapter}-${i}`, { tag: `named-many-${adapter}-${i}` }),
+      ),
+    );
+    for (const answer of answers) expect(answer.status).toBe(201);
+    for (let i = 0; i < 12; i++) {
+      expect(await notes(`named-many-${adapter}-${i}`)).toEqual(['named', 'named-again']);
+    }
+  });
+
   it('keeps a statement sent beside a nested transaction that commits, with it', async () => {
     const key = `beside-commit-${adapter}`;
     const answer = await post('/beside-nested', key, { tag: key, commit: true } as LedgerBody);
@@ -277,6 +300,7 @@ describe.each(ADAPTERS)('the pool seam’s other call forms (%s)', (adapter) => 
     ['pool.connect with a callback, and the view’s callbacks', '/pool-connect-callback'],
     ['a submittable as the first statement', '/submittable-first'],
     ['four statements sent in parallel', '/parallel'],
+    ['a named statement, first and again', '/named-first'],
   ])('%s: rolled back with the request when the handler fails after it', async (_name, path) => {
     const key = `fail-${adapter}-${path}`;
     const answer = await post(path, key, { tag: key, fail: true });
