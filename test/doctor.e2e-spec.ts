@@ -153,7 +153,11 @@ describe('doctor', () => {
 
     it('statement_timeout longer than the lease: exit 1; within a longer lease: ok', async () => {
       await database.dataSource.query(`ALTER DATABASE ${name} SET statement_timeout = '30s'`);
-      const tooLong = await runCli(['doctor', '--url', database.url, '--lease-ms', '5000']);
+      // Two runs that only read the database: at once.
+      const [tooLong, within] = await Promise.all([
+        runCli(['doctor', '--url', database.url, '--lease-ms', '5000']),
+        runCli(['doctor', '--url', database.url, '--lease-ms', '60000']),
+      ]);
       expect(tooLong.stdout).toBe(
         [
           SCHEMA_OK,
@@ -173,13 +177,18 @@ describe('doctor', () => {
       );
       expect(tooLong.code).toBe(1);
 
-      const within = await runCli(['doctor', '--url', database.url, '--lease-ms', '60000']);
       expect(within.stdout).toContain('ok    statement_timeout: 30 s, within the lease (1 min)\n');
       expect(within.code).toBe(0);
     });
 
     it('a pool smaller than the concurrency, or pools beyond max_connections: exit 1', async () => {
-      const small = await runCli(['doctor', '--url', database.url, '--concurrency', '50']);
+      const instances = String(Math.ceil(maxConnections / 10));
+      // Three runs that only read the database: at once.
+      const [small, many, fits] = await Promise.all([
+        runCli(['doctor', '--url', database.url, '--concurrency', '50']),
+        runCli(['doctor', '--url', database.url, '--instances', instances]),
+        runCli(['doctor', '--url', database.url, '--concurrency', '10']),
+      ]);
       expect(small.stdout).toContain(
         'FAIL  pool: 50 requests at once on a pool of 10: each holds a connection for its ' +
           "claim and its transaction, so 40 wait for one and answer 503 after the library's " +
@@ -188,8 +197,6 @@ describe('doctor', () => {
       );
       expect(small.code).toBe(1);
 
-      const instances = String(Math.ceil(maxConnections / 10));
-      const many = await runCli(['doctor', '--url', database.url, '--instances', instances]);
       expect(many.stdout).toContain(
         `FAIL  pool: ${instances} × 10 connections = ${Number(instances) * 10}, more than the ` +
           `server's max_connections (${maxConnections}, 3 reserved): under load some instances ` +
@@ -197,7 +204,6 @@ describe('doctor', () => {
       );
       expect(many.code).toBe(1);
 
-      const fits = await runCli(['doctor', '--url', database.url, '--concurrency', '10']);
       expect(fits.stdout).toContain(
         `ok    pool: 1 × 10 connections within max_connections ${maxConnections} (3 reserved), ` +
           '10 requests at once\n',
@@ -247,10 +253,12 @@ describe('doctor', () => {
   });
 
   it('no URL, or an unknown command: the usage, exit 2', async () => {
-    const noUrl = await runCli(['doctor']);
+    const [noUrl, unknown] = await Promise.all([
+      runCli(['doctor']),
+      runCli(['cure', '--url', 'postgres://x']),
+    ]);
     expect(noUrl.stderr).toMatch(/^no database: give --url, or set DATABASE_URL\n\nUsage: /);
     expect(noUrl.code).toBe(2);
-    const unknown = await runCli(['cure', '--url', 'postgres://x']);
     expect(unknown.stderr).toMatch(/^unknown command "cure"\n\nUsage: /);
     expect(unknown.code).toBe(2);
   });
@@ -356,7 +364,11 @@ describe('keys', () => {
   });
 
   it('list: the unfinished keys, stuck first, never the finished', async () => {
-    const run = await runCli(['keys', 'list', '--url', database.url]);
+    // Two runs that only read the keys: at once.
+    const [run, first] = await Promise.all([
+      runCli(['keys', 'list', '--url', database.url]),
+      runCli(['keys', 'list', '--url', database.url, '--limit', '1']),
+    ]);
     expect(run.stdout).toBe(
       [
         'STATUS     TENANT  KEY        PHASE           LOCK  AGE  LEASE',
@@ -367,15 +379,20 @@ describe('keys', () => {
       ].join('\n'),
     );
     expect(run.code).toBe(0);
-    const first = await runCli(['keys', 'list', '--url', database.url, '--limit', '1']);
     expect(first.stdout).toMatch(
       /\n1 unfinished: 0 in flight, 1 stuck \(the first 1: --limit shows more\)\.\n$/,
     );
   });
 
   it('show: state, phases, lease, owner and timings, not the body unless asked', async () => {
-    const stuck = await row('stuck-1');
-    const shown = await runCli(['keys', 'show', 't1', 'stuck-1', '--url', database.url]);
+    const [stuck, done] = await Promise.all([row('stuck-1'), row('done-1')]);
+    // Four runs that only read the keys: at once.
+    const [shown, withoutBody, withBody, missing] = await Promise.all([
+      runCli(['keys', 'show', 't1', 'stuck-1', '--url', database.url]),
+      runCli(['keys', 'show', 't1', 'done-1', '--url', database.url]),
+      runCli(['keys', 'show', 't1', 'done-1', '--body', '--url', database.url]),
+      runCli(['keys', 'show', 't1', 'nope', '--url', database.url]),
+    ]);
     expect(shown.stdout).toBe(
       [
         'tenant:         t1',
@@ -393,26 +410,14 @@ describe('keys', () => {
     );
     expect(shown.code).toBe(0);
 
-    const done = await row('done-1');
-    const withoutBody = await runCli(['keys', 'show', 't1', 'done-1', '--url', database.url]);
     expect(withoutBody.stdout).toContain(
       `finished:       ${done.finishedAt!.toISOString()} (30 min ago)\n` +
         'response:       201, 13 bytes stored (--body prints them)\n',
     );
     expect(withoutBody.stdout).toMatch(/^status: {9}finished\n/m);
     expect(withoutBody.stdout).not.toContain('ch_1');
-    const withBody = await runCli([
-      'keys',
-      'show',
-      't1',
-      'done-1',
-      '--body',
-      '--url',
-      database.url,
-    ]);
     expect(withBody.stdout).toMatch(/response: {7}201, 13 bytes stored\n\{"id":"ch_1"\}\n$/);
 
-    const missing = await runCli(['keys', 'show', 't1', 'nope', '--url', database.url]);
     expect(missing.stdout).toBe('No such key.\n');
     expect(missing.code).toBe(1);
   });

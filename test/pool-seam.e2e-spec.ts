@@ -6,6 +6,7 @@ import request from 'supertest';
 import { Idempotent, IdempotencyModule, PhaseRunner } from '../lib/index.js';
 import { ADAPTERS, bootstrapTestApp } from './support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { createTestPool, endTestPool } from './support/test-pool.js';
 
 /**
  * The data-layer seam at its lowest: an app with no TypeORM, whose handlers write through the
@@ -227,8 +228,8 @@ describe.each(ADAPTERS)('a data layer on a node-postgres pool (%s)', (adapter) =
 
   beforeAll(async () => {
     database = await createTestDatabase(`pool_seam_${adapter}`);
-    pool = new pg.Pool({ connectionString: database.url, max: 4 });
-    otherPool = new pg.Pool({ connectionString: database.url, max: 2 });
+    pool = createTestPool({ connectionString: database.url, max: 4 });
+    otherPool = createTestPool({ connectionString: database.url, max: 2 });
     await pool.query(readFileSync('migrations/schema.sql', 'utf8'));
     await pool.query(
       'CREATE TABLE ledger (id serial PRIMARY KEY, tag text NOT NULL, note text NOT NULL)',
@@ -236,9 +237,10 @@ describe.each(ADAPTERS)('a data layer on a node-postgres pool (%s)', (adapter) =
     app = await bootstrapTestApp(PoolAppModule, adapter);
   });
   afterAll(async () => {
+    // The app first (it releases the connections it holds), then every socket of both pools
+    // closed (see endTestPool), and only then the drop: it must find no session to kill.
     await app?.close();
-    await pool?.end();
-    await otherPool?.end();
+    await Promise.all([endTestPool(pool), endTestPool(otherPool)]);
     await database?.drop();
   });
 

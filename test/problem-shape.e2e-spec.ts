@@ -50,13 +50,16 @@ class Gate {
 }
 
 const gate = new Gate();
+/** Holds a request (`?hold=1`, which the fingerprint leaves out) while another one comes. */
+const held = new Gate();
 
 @Controller()
 class ShapeController {
   @Post('orders')
   @Idempotent()
-  async order(@Body() body: { delayMs?: number }) {
+  async order(@Body() body: { delayMs?: number }, @Query('hold') hold?: string) {
     if (body.delayMs) await sleep(body.delayMs);
+    if (hold) await held.pass();
     return { ok: true };
   }
 
@@ -71,8 +74,8 @@ class ShapeController {
   /** Outlives its lease: another request takes it over, and its own commit is fenced off. */
   @Post('slow')
   @Idempotent({ leaseMs: 500, heartbeat: false })
-  async slow(@Query('delayMs') delayMs: string) {
-    await sleep(Number(delayMs));
+  async slow(@Query('hold') hold?: string) {
+    if (hold) await held.pass();
     return { ok: true };
   }
 
@@ -185,6 +188,7 @@ describe.each(ADAPTERS)('the library’s answers in the app’s own shape on %s'
     });
     afterAll(async () => {
       gate.release();
+      held.release();
       await app?.close();
       await proxy?.stop();
       await database?.drop();
@@ -221,9 +225,11 @@ describe.each(ADAPTERS)('the library’s answers in the app’s own shape on %s'
 
     it('a key still in progress: 409 key_in_progress, Retry-After kept', async () => {
       const key = label('progress');
-      const first = post('/orders', key, { delayMs: 1500 }).then((res) => res);
-      await sleep(500);
-      const second = await post('/orders', key, { delayMs: 1500 });
+      held.arm();
+      const first = post('/orders?hold=1', key).then((res) => res);
+      await held.entered; // the first holds the key until the second has its answer
+      const second = await post('/orders', key);
+      held.release();
       expectShaped(second, 409, 'key_in_progress');
       expect(Number(second.headers['retry-after'])).toBeGreaterThanOrEqual(1);
       expect((await first).status).toBe(201);
@@ -244,17 +250,21 @@ describe.each(ADAPTERS)('the library’s answers in the app’s own shape on %s'
 
     it('a lease lost before the commit: 409 lease_lost', async () => {
       const key = label('lease');
-      // The delay is in the query, which the fingerprint leaves out: one request, two runs.
-      const stale = post('/slow?delayMs=4000', key).then((res) => res);
-      await sleep(700);
+      // The hold is in the query, which the fingerprint leaves out: one request, two runs.
+      held.arm();
+      const stale = post('/slow?hold=1', key).then((res) => res);
+      await held.entered;
       // Until the lease (500 ms) has run out, the key is in progress; then this one takes it
-      // over while the stale handler still waits.
-      let owner = await post('/slow?delayMs=0', key);
-      for (let tries = 0; owner.status === 409 && tries < 15; tries++) {
-        await sleep(200);
-        owner = await post('/slow?delayMs=0', key);
+      // over while the stale handler is still held, which it is until the owner has answered.
+      const deadline = Date.now() + 10_000;
+      let owner = await post('/slow', key);
+      while (owner.status === 409 && Date.now() < deadline) {
+        expectShaped(owner, 409, 'key_in_progress');
+        await sleep(100);
+        owner = await post('/slow', key);
       }
       expect(owner.status).toBe(201);
+      held.release();
       expectShaped(await stale, 409, 'lease_lost');
     });
 
