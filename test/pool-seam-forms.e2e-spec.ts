@@ -5,6 +5,7 @@ import request from 'supertest';
 import { Idempotent, IdempotencyModule } from '../lib/index.js';
 import { ADAPTERS, bootstrapTestApp } from './support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { createTestPool, endTestPool } from './support/test-pool.js';
 
 /**
  * The pool seam's other ways in: node-postgres' callback forms (`pool.query(text, values,
@@ -191,7 +192,7 @@ describe.each(ADAPTERS)('the pool seam’s other call forms (%s)', (adapter) => 
 
   beforeAll(async () => {
     database = await createTestDatabase(`pool_forms_${adapter}`);
-    pool = new pg.Pool({ connectionString: database.url, max: 4 });
+    pool = createTestPool({ connectionString: database.url, max: 4 });
     await pool.query(readFileSync('migrations/schema.sql', 'utf8'));
     await pool.query(
       'CREATE TABLE ledger (id serial PRIMARY KEY, tag text NOT NULL, note text NOT NULL)',
@@ -200,7 +201,8 @@ describe.each(ADAPTERS)('the pool seam’s other call forms (%s)', (adapter) => 
   });
   afterAll(async () => {
     await app?.close();
-    await pool?.end();
+    // Every connection closed before the forced drop (see endTestPool).
+    await endTestPool(pool);
     await database?.drop();
   });
 
