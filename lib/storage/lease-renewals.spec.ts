@@ -1,4 +1,7 @@
-import { renewalRoute, type RenewalRoute } from './lease-renewals.js';
+import { type ActiveClaim } from './active-claim.js';
+import { type ClaimStore } from './claim-store.interface.js';
+import { LeaseRenewals, renewalRoute, type RenewalRoute } from './lease-renewals.js';
+import { type RequestTransaction } from '../transaction/request-transaction.js';
 
 describe('renewalRoute', () => {
   it.each<[string, Parameters<typeof renewalRoute>[0], RenewalRoute]>([
@@ -29,5 +32,51 @@ describe('renewalRoute', () => {
     ],
   ])('%s', (_name, state, route) => {
     expect(renewalRoute(state)).toBe(route);
+  });
+});
+
+describe('LeaseRenewals.heartbeat inside a transaction above READ COMMITTED', () => {
+  const claim = {
+    tenantId: 't',
+    key: 'k',
+    claimId: 'c',
+    lockVersion: '1',
+    recoveryPoint: 'start',
+    phaseResults: {},
+    leaseMs: 150,
+  } as unknown as ActiveClaim;
+  const isolated = { isolated: true, ended: false } as unknown as RequestTransaction;
+
+  it.each<[string, () => Promise<boolean>, (calls: number) => void, number]>([
+    [
+      'a renewal that fails (the transaction is then aborted): once, said once, then stopped',
+      () => Promise.reject(new Error('40001 could not serialize access')),
+      (calls) => expect(calls).toBe(1),
+      1,
+    ],
+    [
+      'renewals that hold: every heartbeat, nothing said',
+      () => Promise.resolve(true),
+      (calls) => expect(calls).toBeGreaterThanOrEqual(3),
+      0,
+    ],
+  ])('%s', async (_name, renewal, expectCalls, warnings) => {
+    let calls = 0;
+    const warned: string[] = [];
+    const store = {
+      transactional: true,
+      extendLease: () => Promise.resolve(true),
+      extendLeaseIn: () => {
+        calls++;
+        return renewal();
+      },
+      commitPhase: () => undefined,
+    } as unknown as ClaimStore;
+    const renewals = new LeaseRenewals({ warn: (m: string) => warned.push(m) } as never);
+    const stop = renewals.heartbeat(store, claim, isolated);
+    await new Promise((resolve) => setTimeout(resolve, 280)); // an interval of 50 ms
+    stop();
+    expectCalls(calls);
+    expect(warned).toHaveLength(warnings);
   });
 });

@@ -100,9 +100,16 @@ export class LeaseRenewals {
         storeRenewsInside: isTransactional(store) && store.extendLeaseIn !== undefined,
       });
       if (route === 'after-phase') return phase!.over.then(renew);
-      return route === 'inside'
-        ? (store as TransactionalClaimStore).extendLeaseIn!(claim, holder!)
-        : store.extendLease(claim);
+      if (route === 'apart') return store.extendLease(claim);
+      return (store as TransactionalClaimStore).extendLeaseIn!(claim, holder!).catch(
+        (error: unknown) => {
+          // A renewal inside the transaction that fails has aborted it (a serialization
+          // failure: another worker took the key over after its snapshot): it can only roll
+          // back, and every later renewal inside it would fail alike. Said once, then stopped.
+          clearInterval(timer);
+          throw error;
+        },
+      );
     };
     const timer = setInterval(
       () => {
