@@ -128,7 +128,7 @@ export class PoolTransaction extends RequestTransaction {
 
   /** A nested transaction rolls back: refused (the request with it) if it holds another's. */
   private rollBack(savepoint: Savepoint): void {
-    if (savepoint.beside) this.refuse('', new StatementBesideNestedTransactionError());
+    if (savepoint.beside) this.refuse(new StatementBesideNestedTransactionError());
   }
 
   /** A cursor (Kysely's `stream()`): handed back at once, submitted once the connection is. */

@@ -322,9 +322,10 @@ export abstract class RequestTransaction implements JoinableTransaction {
 
   /** Marks the transaction as one that can only roll back; the error for its code. */
   protected refuse(
-    statement: string,
-    error: TransactionControlRefusedError = new TransactionControlRefusedError(statement),
+    refused: string | TransactionControlRefusedError,
   ): TransactionControlRefusedError {
+    const error =
+      typeof refused === 'string' ? new TransactionControlRefusedError(refused) : refused;
     this.refused ??= error;
     return error;
   }
