@@ -73,7 +73,8 @@ export async function strike(
       case 'backend terminated between statements':
         return await caught(layer.transaction(terminateAll));
       case 'backend terminated mid-statement': {
-        const sleeping = caught(layer.sleep(5));
+        // Long enough that the terminate always comes first, however slow the machine; it ends it.
+        const sleeping = caught(layer.sleep(30));
         await waitFor(async () => (await sleepers(adminUrl, databaseName)) > 0);
         await terminateAll();
         return await sleeping;
@@ -141,7 +142,7 @@ async function sleepers(adminUrl: string, databaseName: string): Promise<number>
   }
 }
 
-async function waitFor(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+async function waitFor(check: () => Promise<boolean>, timeoutMs = 25_000): Promise<void> {
   const until = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > until) throw new Error('the fault could not be set up in time');

@@ -100,7 +100,7 @@ function typeOrmProbe(proxy: TcpProxy, databaseUrl: string): DataLayerProbe {
       await new Promise((resolve) => setTimeout(resolve, 100));
     },
     statement: () => run((manager) => manager.query('SELECT 1')),
-    sleep: () => run((manager) => manager.query('SELECT 1 FROM pg_sleep($1)', [5])),
+    sleep: (seconds) => run((manager) => manager.query('SELECT 1 FROM pg_sleep($1)', [seconds])),
     transaction: (between) =>
       run(async (manager) => {
         await manager.query('INSERT INTO outage_probe VALUES (1)');
