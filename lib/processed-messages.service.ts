@@ -1,5 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { DatabaseError, type QueryResult } from 'pg';
+import { type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
 import { IdempotencyDatabase } from './storage/idempotency-database.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
@@ -8,16 +8,6 @@ import { publish } from './events/idempotency-events.js';
 import { classifyHandlerError } from './failure.js';
 import { readMessageId } from './messages/message-id.js';
 import { markDatabaseFailure } from './storage/connection-errors.js';
-
-/**
- * An error of a statement (TypeORM wraps the driver's, by name so that TypeORM need not be
- * installed), as opposed to the effect's own.
- */
-function isDriverError(error: unknown): boolean {
-  return (
-    (error as Error | undefined)?.name === 'QueryFailedError' || error instanceof DatabaseError
-  );
-}
 
 /** The outcome of delivering a message: it ran now, or it had been processed before. */
 export type DeliveryOutcome<T> = { duplicate: false; result: T } | { duplicate: true };
@@ -94,14 +84,16 @@ export class ProcessedMessages {
         }
       });
     } catch (error) {
-      // The effect's own failures (a call to another system) are its own to report; only the
-      // database's are mapped here, the effect's statements included.
-      const fromDatabase = error !== effectError || isDriverError(error);
       // A passing failure of the database (unreachable, a deadline, a deadlock) becomes the
-      // error that says "deliver it again", as on the HTTP path: nothing was recorded.
-      // (TypeORM hands a refused connection on as the socket's error: marked as the database's.)
-      const failure = fromDatabase ? classifyHandlerError(markDatabaseFailure(error)) : undefined;
-      throw failure?.kind === 'retry' ? failure.error : error;
+      // error that says "deliver it again", as on the HTTP path: nothing was recorded. What
+      // failed outside the effect (the connection, BEGIN, the record, COMMIT) is the
+      // database's (TypeORM hands a refused connection on as the socket's error). The effect's
+      // failures are told apart as a handler's are: its statements' errors, however its data
+      // layer wraps them, are the database's; a call to another system failing is its own.
+      const failure = classifyHandlerError(
+        error === effectError ? error : markDatabaseFailure(error),
+      );
+      throw failure.kind === 'retry' ? failure.error : error;
     }
   }
 }

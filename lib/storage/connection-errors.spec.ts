@@ -50,6 +50,22 @@ describe('isConnectionError: the database could not be reached (its errors only)
       markDatabaseFailure(socket('ECONNREFUSED')),
       true,
     ],
+    // Marked by the library's connection as it broke (deadline.ts), then handed on as it is
+    // by a data layer (Prisma's adapter converts only four socket codes; Kysely none).
+    ['EPIPE on the library’s connection', markDatabaseFailure(socket('EPIPE')), true],
+    ['ECONNABORTED on it', markDatabaseFailure(socket('ECONNABORTED')), true],
+    ['ENETUNREACH on it', markDatabaseFailure(socket('ENETUNREACH')), true],
+    ['ENOTCONN on it', markDatabaseFailure(socket('ENOTCONN')), true],
+    ['a name server not answering for it', markDatabaseFailure(socket('EAI_AGAIN')), true],
+    // A call once the app began to stop: the pool or the data layer ended under it.
+    ['pg-pool ended', driver('Cannot use a pool after calling end on the pool'), true],
+    ['Kysely destroyed', driver('driver has already been destroyed'), true],
+    [
+      'TypeORM destroyed',
+      Object.assign(new Error('Driver not Connected'), { name: 'TypeORMError' }),
+      true,
+    ],
+    ['an HTTP client’s ENETUNREACH', socket('ENETUNREACH'), false],
     ['an HTTP client’s ECONNRESET', socket('ECONNRESET'), false],
     ['an HTTP client’s ECONNREFUSED', socket('ECONNREFUSED'), false],
     ['an HTTP client’s EPIPE', socket('EPIPE'), false],

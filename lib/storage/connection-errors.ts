@@ -1,4 +1,5 @@
 import { dataLayerCause } from './driver-errors/index.js';
+import { isEndedDataLayer } from './driver-errors/ended.js';
 
 /**
  * Which failures came from the database, and what they mean. Only an error that came from
@@ -10,7 +11,9 @@ import { dataLayerCause } from './driver-errors/index.js';
  * - one of node-postgres' or pg-pool's own errors, by its exact message;
  * - TypeORM's `QueryFailedError`, which wraps whatever the driver raised under a statement,
  *   and Drizzle's, Prisma's and Kysely's wrappers likewise (`driver-errors/`);
- * - one of the errors below, raised where the library itself waited on PostgreSQL.
+ * - a data layer's own error for a call once its pool or driver was ended (`driver-errors/`);
+ * - an error the library's own connection emitted as it broke (`deadline.ts` marks it), or
+ *   one of the errors below, raised where the library itself waited on PostgreSQL.
  */
 
 /** Thrown when a store's server (PostgreSQL, Redis) did not answer within its time limit. */
@@ -75,7 +78,23 @@ export function markDatabaseFailure<T>(error: T): T {
  * failover).
  */
 const UNAVAILABLE_STATES = new Set(['57P01', '57P02', '57P03', '53300', '25006']);
-const NETWORK_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH']);
+/**
+ * A socket's failures: the connection was refused, reset, cut while writing, timed out, or the
+ * network or the name server did not answer. Only read on errors known to be the database's.
+ */
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTCONN',
+  'EHOSTUNREACH',
+  'EHOSTDOWN',
+  'ENETUNREACH',
+  'ENETDOWN',
+  'EAI_AGAIN',
+]);
 /**
  * node-postgres' and pg-pool's own errors that end a connection or a wait for one. `Query read
  * timeout` is `query_timeout`: the client stopped waiting while the statement may still run
@@ -89,6 +108,9 @@ const DRIVER_CONNECTION_MESSAGES = new Set([
   'Client was closed and is not queryable',
   'timeout exceeded when trying to connect',
   'Query read timeout',
+  // pg-pool's, for a call once the app began to stop (its pool ended under a request still
+  // running): nothing of the request is final, and another instance answers its retry.
+  'Cannot use a pool after calling end on the pool',
 ]);
 /**
  * SQLSTATEs of a statement that failed for a passing reason and may succeed as it is when
@@ -103,7 +125,11 @@ type DriverFailure =
 
 function fromDatabase(error: unknown, underStatement = false): DriverFailure | undefined {
   if (!isError(error)) return undefined;
-  if (error instanceof DatabaseDeadlineError || error instanceof DatabaseConnectionError) {
+  if (
+    error instanceof DatabaseDeadlineError ||
+    error instanceof DatabaseConnectionError ||
+    isEndedDataLayer(error)
+  ) {
     return { kind: 'unreachable' };
   }
   const { driverError, query } = error as { driverError?: unknown; query?: unknown };

@@ -30,12 +30,13 @@ export function typeOrmDataLayer(dataSource: () => DataSource): DataLayer {
     }
     return driver.master;
   };
-  return {
+  const layer: DataLayer = {
     pool,
     transaction: (timeoutMs, joinable, named) =>
       new LazyTransaction(dataSource(), pool, timeoutMs, joinable, named),
-    runInTransaction: (work) => dataSource().transaction(work),
+    runInTransaction: (work, timeoutMs) => runInOwnTransaction(layer, work, timeoutMs),
   };
+  return layer;
 }
 
 /** A node-postgres pool of the app's, made to join the request's transaction in its scope. */
@@ -45,19 +46,32 @@ export function poolDataLayer(pool: Pool): DataLayer {
     pool: () => pool,
     transaction: (timeoutMs, joinable, named) =>
       new PoolTransaction(pool, timeoutMs, joinable, named),
-    runInTransaction: async (work, timeoutMs) => {
-      // The timeout bounds the library's own waits (the connection, BEGIN, COMMIT), as on
-      // every other transaction; the work's statements are the app's.
-      const transaction = layer.transaction(timeoutMs, true, false);
-      try {
-        const result = await transactionScope.run(transaction, () => work(transaction.manager));
-        await transaction.commitPlain();
-        return result;
-      } catch (error) {
-        await transaction.rollback();
-        throw error;
-      }
-    },
+    runInTransaction: (work, timeoutMs) => runInOwnTransaction(layer, work, timeoutMs),
   };
   return layer;
+}
+
+/**
+ * A transaction of the library's own for `work` (a consumer's delivery, a phase of a request
+ * with no key), on either data layer: the same lazy transaction as a request's, so that what
+ * the work's code sends joins it in its scope, and every wait of the library's (the
+ * connection, BEGIN, COMMIT) is bounded by `timeoutMs`; the work's statements are the app's.
+ * Its connection is the library's, so an error it raises as it breaks is known as the
+ * database's (TypeORM's own runner, released by TypeORM when its connection failed, threw
+ * "already released" errors that said nothing of it: a consumer answered 500 in an outage).
+ */
+async function runInOwnTransaction<T>(
+  layer: DataLayer,
+  work: (manager: EntityManager) => Promise<T>,
+  timeoutMs: number,
+): Promise<T> {
+  const transaction = layer.transaction(timeoutMs, true, false);
+  try {
+    const result = await transactionScope.run(transaction, () => work(transaction.manager));
+    await transaction.commitPlain();
+    return result;
+  } catch (error) {
+    await transaction.rollback();
+    throw error;
+  }
 }

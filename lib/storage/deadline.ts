@@ -1,5 +1,9 @@
 import pg, { type Pool, type PoolClient } from 'pg';
-import { asDatabaseFailure, DatabaseDeadlineError } from './connection-errors.js';
+import {
+  asDatabaseFailure,
+  DatabaseDeadlineError,
+  markDatabaseFailure,
+} from './connection-errors.js';
 import { connectOwn } from './own-connection.js';
 
 export { DatabaseDeadlineError } from './connection-errors.js';
@@ -73,12 +77,16 @@ const listening = new WeakSet<PoolClient>();
 /**
  * A connection that breaks while it is checked out emits `error` on its client, and the pool
  * listens only to idle ones: without a listener of its own the process would crash. The
- * statement that was running fails with the same error, which is where it is handled.
+ * statements that were running or queued fail with the same error, which is where it is
+ * handled; node-postgres hands it to them on the next tick, after this event, so it is marked
+ * here as the database's first. A socket's `EPIPE` or `ECONNRESET` carries nothing that says
+ * so, and a data layer (Prisma's adapter, Kysely) hands it on to the handler as it is, where
+ * it must not be taken for the handler's own HTTP call failing: a 503, not a stored 500.
  */
 function listenForErrors(client: PoolClient): void {
   if (listening.has(client)) return;
   listening.add(client);
-  client.on('error', () => undefined);
+  client.on('error', (error: unknown) => void markDatabaseFailure(error));
 }
 
 /**
