@@ -73,20 +73,48 @@ export function runField(
 
   return new Observable<unknown>((subscriber) => {
     let value: unknown;
-    const end = (outcome: Outcome) =>
+    /** Whether the resolver settled (completed or failed). */
+    let settled = false;
+    /** Answered from outside while the resolver goes on: it commits its own answer later. */
+    let detached = false;
+    const end = (outcome: Outcome) => {
+      settled = true;
       settle(outcome).then(
         (result) => {
           subscriber.next(result);
           subscriber.complete();
         },
-        (error: unknown) => subscriber.error(error),
+        (error: unknown) => {
+          // Detached, the resolver's error was stored or its key given back: nobody waits.
+          if (!detached) subscriber.error(error);
+        },
       );
+    };
     const inner = runInContext(context, next).subscribe({
       next: (emitted) => (value = emitted),
-      error: (error: unknown) => void end({ error }),
-      complete: () => void end({ value }),
+      error: (error: unknown) => end({ error }),
+      complete: () => end({ value }),
     });
-    return () => inner.unsubscribe();
+    // Unsubscribed before the resolver settled: an outer layer answered (a global timeout()
+    // interceptor), and its answer is not the resolver's, so it is not stored.
+    return () => {
+      if (settled || detached) return;
+      detached = true;
+      if (context.handlerStarted) {
+        // The resolver goes on in its transaction: it commits with its own answer when it
+        // settles (or rolls back, as on any failure), so the retries replay that answer and
+        // its work is done once. The subscription is kept: its end is the commit.
+        return;
+      }
+      // Never started: the key is given back, and the resolver must not start late.
+      stopHeartbeat?.();
+      context.abandoned = true;
+      inner.unsubscribe();
+      void transaction
+        .rollback()
+        .then(() => releaseQuietly(tools, context, true))
+        .then(() => publish('released', () => ({ ...eventOf(context), reason: 'before_handler' })));
+    };
   });
 }
 
