@@ -27,8 +27,8 @@ interface GraphqlAnswer {
 
 const IN_PROGRESS = 'A request with this idempotency key is still being processed; retry later.';
 const MISMATCH =
-  'This idempotency key was already used with a different request (method, path or body); ' +
-  'use a new key for a new operation.';
+  'This idempotency key was already used with a different operation (another mutation field, ' +
+  'or other arguments); use a new key for a new operation.';
 
 /** `@Idempotent()` where it must not go, for the start-up check. */
 @Resolver(() => Transfer)
@@ -312,7 +312,7 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
     expect(large.body.errors).toEqual([
       {
         message:
-          "The response is larger than this route's maxResponseBytes (200 bytes): it cannot be stored for replays, so nothing of the request was committed.",
+          "The field's answer is larger than this mutation's maxResponseBytes (200 bytes): it cannot be stored for replays, so nothing of the mutation was committed.",
         locations: [{ line: 1, column: 12 }],
         path: ['noteTransfer'],
         extensions: { code: 'response_too_large', status: 500 },
@@ -385,7 +385,7 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
       'mutation { createTransferByArg(amount: 113) { id } }',
       {
         message:
-          'The idempotencyKey argument is required on this route; send one key per operation.',
+          'The idempotencyKey argument is required on this mutation; send one key per operation.',
         extensions: { code: 'key_missing', status: 400 },
       },
     ],

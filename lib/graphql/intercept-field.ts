@@ -60,7 +60,7 @@ function fieldSteps(
   );
   if (misplaced) return throwError(() => new InvalidIdempotencyOptionsError(misplaced));
   const { store, route } = settings;
-  const reading = readField(field, route, steps.options.tenant);
+  const reading = readField(field, route, steps.options.tenant, graphql);
   if (reading.kind === 'keyless') {
     return runInContext(new IdempotencyContext(undefined, 200), next);
   }
@@ -75,7 +75,7 @@ function fieldSteps(
   });
   const answer = (stored: StoredResponse, fromMemory: boolean) => {
     publish('replayed', () => ({ ...event(), status: stored.status, fromMemory }));
-    return from(answerOf(stored, graphql));
+    return from(answerOf(stored, graphql, field.types));
   };
   // A retry of a key this process saw finish: decided and replayed without a query.
   const cached = steps.cache.get(scope.tenantId, scope.key, performance.now());
@@ -101,7 +101,16 @@ function fieldSteps(
     mergeMap((claimed) => {
       if (claimed.kind === 'owned') {
         const { claim } = claimed;
-        return runField(steps.tools, steps.database, claim, fingerprint, settings, next, graphql);
+        return runField(
+          steps.tools,
+          steps.database,
+          claim,
+          fingerprint,
+          settings,
+          next,
+          graphql,
+          field.types,
+        );
       }
       if (claimed.finishedAgeMs !== undefined) {
         steps.tools.remember(scope, fingerprint, claimed.response, store, claimed.finishedAgeMs);

@@ -17,7 +17,9 @@ import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-t
 import { runInContext } from '../transaction/run-in-context.js';
 import { decodeAnswer, encodeAnswer, fieldError } from './field-answer.js';
 import { problemError } from './graphql-problem.js';
+import { type FieldTypes } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
+import { fromWire, outputWire } from './wire-value.js';
 import { thrownError } from './thrown-error.js';
 
 /** How the resolver ended: its value, or what it threw. */
@@ -38,6 +40,7 @@ export function runField(
   settings: RouteSettings,
   next: CallHandler,
   graphql: GraphqlModule,
+  types: FieldTypes | undefined,
 ): Observable<unknown> {
   const { route } = settings;
   const transaction = database.transaction(false);
@@ -52,9 +55,14 @@ export function runField(
     if ('error' in outcome) return failed(tools, context, fingerprint, outcome.error, graphql);
     let answer: StoredResponse;
     try {
-      answer = encodeAnswer({ kind: 'data', data: outcome.value });
+      // Stored as GraphQL writes it (a Date as its scalar's string): see wire-value.ts.
+      const data = types
+        ? outputWire(graphql, types.schema, types.returnType, outcome.value)
+        : outcome.value;
+      answer = encodeAnswer({ kind: 'data', data });
     } catch (error) {
-      // Not JSON (a BigInt, a cycle): it cannot be replayed, so it is the field's error.
+      // No JSON form (a cycle, a value its scalar refuses): it cannot be replayed, so it is
+      // the field's error.
       return failed(tools, context, fingerprint, error, graphql);
     }
     const stored =
@@ -68,7 +76,9 @@ export function runField(
             true,
           )
         : await commitAnswer(tools, context, fingerprint, answer, false);
-    return answerOf(stored, graphql);
+    // Stored: the first answer is the resolver's own value (its Dates, its class instances,
+    // which the fields' resolvers may read); the replays give its stored form back.
+    return stored === answer ? outcome.value : answerOf(stored, graphql, types);
   };
 
   return new Observable<unknown>((subscriber) => {
@@ -156,18 +166,27 @@ async function failed(
   const stored = await commitAnswer(tools, context, fingerprint, answer, true);
   // Stored: the first answer is the error itself, so the app's filters see its own class.
   if (stored === answer) throw error;
-  return answerOf(stored, graphql) as Promise<never>;
+  return answerOf(stored, graphql, undefined) as Promise<never>;
 }
 
-/** A stored answer as the resolver's result: its value, or its error thrown. */
-export async function answerOf(stored: StoredResponse, graphql: GraphqlModule): Promise<unknown> {
+/**
+ * A stored answer as the resolver's result: its value (each scalar through its `parseValue()`,
+ * so that GraphQL writes the bytes of the first answer again), or its error thrown.
+ */
+export async function answerOf(
+  stored: StoredResponse,
+  graphql: GraphqlModule,
+  types: FieldTypes | undefined,
+): Promise<unknown> {
   const answer = decodeAnswer(stored);
   if (!answer) {
     // The key was first used on an HTTP route (its fingerprint cannot match a field's).
     const reason = 'it is not the answer of a GraphQL field';
     throw problemThrown(new IdempotencyStoredResponseUnreadableError(reason), graphql);
   }
-  if (answer.kind === 'data') return answer.data;
+  if (answer.kind === 'data') {
+    return types ? fromWire(graphql, types.schema, types.returnType, answer.data) : answer.data;
+  }
   throw thrownError(answer.error, graphql);
 }
 
