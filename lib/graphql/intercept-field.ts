@@ -15,6 +15,7 @@ import { runInContext } from '../transaction/run-in-context.js';
 import { readGraphqlField } from './graphql-field.js';
 import { type GraphqlModule, loadGraphql } from './graphql-module.js';
 import { readField } from './read-field.js';
+import { markReplayed } from './replay-marker.js';
 import { calledKind, resolverProblem } from './resolver-placement.js';
 import { answerOf, problemThrown, runField } from './run-field.js';
 
@@ -75,6 +76,8 @@ function fieldSteps(
   });
   const answer = (stored: StoredResponse, fromMemory: boolean) => {
     publish('replayed', () => ({ ...event(), status: stored.status, fromMemory }));
+    // Said in the answer's extensions (see replay-marker.ts), as Idempotent-Replayed on a route.
+    markReplayed(context.getArgs()[2], field.responseKey);
     return from(answerOf(stored, graphql, field.types));
   };
   // A retry of a key this process saw finish: decided and replayed without a query.
