@@ -274,7 +274,7 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL values that are not JSON, on %s', (drive
       'mutation Attach($amount: Int!, $file: Upload!) { attach(amount: $amount, file: $file) }',
       'attach',
       (n: number) => ({ file: `contents of file ${n}` }),
-      'the argument file is of the scalar Upload, which has no JSON form, not JSON',
+      'the argument file is a Promise (an upload, say) that the scalar Upload cannot write, not JSON',
     ],
     [
       'a Buffer',

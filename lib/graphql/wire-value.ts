@@ -132,7 +132,10 @@ function inputWire(
       serialized = type.serialize(value);
     } catch {
       // An `Upload` scalar's serialize() throws: it has no wire form.
-      throw new NotJsonArgumentError(path, `of the scalar ${type.name}, which has no JSON form`);
+      throw new NotJsonArgumentError(
+        path,
+        `${describe(value)} that the scalar ${type.name} cannot write`,
+      );
     }
     return strictJson(leafWire(serialized), path);
   }
