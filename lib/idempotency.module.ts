@@ -29,6 +29,7 @@ import { IdempotencyMetrics } from './events/idempotency-metrics.js';
 import { IdempotencyDebugLog } from './events/idempotency-debug-log.js';
 import { IdempotentMessageInterceptor } from './messages/idempotent-message.interceptor.js';
 import { MessageAckCheck } from './messages/message-ack.check.js';
+import { GraphqlReplayMarker } from './graphql/replay-marker.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_IDEMPOTENCY_OPTIONS,
@@ -94,6 +95,7 @@ const defaultClaimStoreProvider: Provider = {
     IdempotentTransaction,
     ProcessedMessages,
     IdempotencyPurger,
+    GraphqlReplayMarker,
   ],
   exports: [
     RESOLVED_IDEMPOTENCY_OPTIONS,

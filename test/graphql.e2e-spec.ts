@@ -6,6 +6,7 @@ import request from 'supertest';
 import { type DataSource } from 'typeorm';
 import { Idempotent } from '../lib/index.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { expectReplayOf, withoutMarker } from './support/graphql-replay.js';
 
 // Mercurius requires @fastify/static (for GraphiQL, which these apps leave off), which requires
 // an ES module: Node 20 can, jest's CommonJS loader cannot. A stand-in lets Mercurius load.
@@ -23,12 +24,13 @@ interface GraphqlError {
 interface GraphqlAnswer {
   data?: Record<string, unknown> | null;
   errors?: GraphqlError[];
+  extensions?: Record<string, unknown>;
 }
 
 const IN_PROGRESS = 'A request with this idempotency key is still being processed; retry later.';
 const MISMATCH =
-  'This idempotency key was already used with a different request (method, path or body); ' +
-  'use a new key for a new operation.';
+  'This idempotency key was already used with a different operation (another mutation field, ' +
+  'or other arguments); use a new key for a new operation.';
 
 /** `@Idempotent()` where it must not go, for the start-up check. */
 @Resolver(() => Transfer)
@@ -137,7 +139,7 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
     const refused = answers.filter((a) => a.body.errors);
     expect(done.length).toBeGreaterThanOrEqual(1);
     expect(done.length + refused.length).toBe(8);
-    expect(new Set(done.map((a) => a.text)).size).toBe(1);
+    expect(new Set(done.map((a) => withoutMarker(a.text))).size).toBe(1);
     for (const { body } of refused) {
       expect(body.data).toBeNull();
       expect(body.errors).toEqual([
@@ -149,8 +151,14 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
       ]);
     }
     // Once it is done, a retry gets its answer, on either instance.
-    expect((await answer(query, 'race')).text).toBe(done[0].text);
-    expect((await answer(query, 'race', undefined, other)).text).toBe(done[0].text);
+    expectReplayOf(await answer(query, 'race'), { text: withoutMarker(done[0].text) }, [
+      'createTransfer',
+    ]);
+    expectReplayOf(
+      await answer(query, 'race', undefined, other),
+      { text: withoutMarker(done[0].text) },
+      ['createTransfer'],
+    );
   });
 
   it('control: the same resolver without @Idempotent() runs for each call', async () => {
@@ -177,7 +185,7 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
       'replay',
       { amount: 102 },
     );
-    expect(again.text).toBe(first.text);
+    expectReplayOf(again, first, ['createTransfer']);
     // From the database, on an instance that never saw the key.
     const elsewhere = await answer(
       'mutation { createTransfer(amount: 102, note: "rent") { id amount note } }',
@@ -185,7 +193,7 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
       undefined,
       other,
     );
-    expect(elsewhere.text).toBe(first.text);
+    expectReplayOf(elsewhere, first, ['createTransfer']);
     expect(await rows(102)).toBe(1);
   });
 
@@ -230,7 +238,7 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
       },
     ]);
     const done = await first;
-    expect((await answer(query, 'slow')).text).toBe(done.text);
+    expectReplayOf(await answer(query, 'slow'), done, ['createTransfer']);
     expect(await rows(105)).toBe(1);
   });
 
@@ -255,9 +263,9 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
       if (extensions) expect(first.body.errors![0].extensions).toEqual(extensions);
 
       const again = await answer(query, `fail-${kind}`);
-      expect(again.text).toBe(first.text);
+      expectReplayOf(again, first, ['failTransfer']);
       const elsewhere = await answer(query, `fail-${kind}`, undefined, other);
-      expect(elsewhere.text).toBe(first.text);
+      expectReplayOf(elsewhere, first, ['failTransfer']);
       expect(await calls('failTransfer')).toBe(before + 1);
     },
   );
@@ -312,13 +320,13 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
     expect(large.body.errors).toEqual([
       {
         message:
-          "The response is larger than this route's maxResponseBytes (200 bytes): it cannot be stored for replays, so nothing of the request was committed.",
+          "The field's answer is larger than this mutation's maxResponseBytes (200 bytes): it cannot be stored for replays, so nothing of the mutation was committed.",
         locations: [{ line: 1, column: 12 }],
         path: ['noteTransfer'],
         extensions: { code: 'response_too_large', status: 500 },
       },
     ]);
-    expect((await answer(query, 'size-2', undefined, other)).text).toBe(large.text);
+    expectReplayOf(await answer(query, 'size-2', undefined, other), large, ['noteTransfer']);
     expect(await rows(114)).toBe(1);
     expect(await rows(115)).toBe(0);
   });
@@ -331,7 +339,7 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
     expect(a.id).not.toBe(b.id);
     expect(await rows(110)).toBe(2);
     const again = await answer(query, 'aliases');
-    expect(again.text).toBe(first.text);
+    expectReplayOf(again, first, ['a', 'b']);
     expect(await rows(110)).toBe(2);
     // Each alias is its own record: b alone, with other arguments, is refused; a new alias runs.
     const other = await answer('mutation { b: createTransfer(amount: 111) { id } }', 'aliases');
@@ -341,10 +349,48 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
     expect(await rows(110)).toBe(3);
   });
 
+  it('marks the replayed fields, by their name in the answer, in extensions.idempotency.replayed', async () => {
+    const first = await answer(
+      'mutation { a: createTransfer(amount: 117) { id } b: createTransfer(amount: 118) { id } }',
+      'marker',
+    );
+    // A first answer carries no marker.
+    expect(first.body).toEqual({
+      data: { a: { id: expect.any(Number) }, b: { id: expect.any(Number) } },
+    });
+    // a again, a new field c under the key, and a field without @Idempotent(): only a is a replay.
+    const mixed = await answer(
+      'mutation { a: createTransfer(amount: 117) { id } c: createTransfer(amount: 119) { id } plainTransfer(amount: 120) { id } }',
+      'marker',
+    );
+    expect(mixed.body).toEqual({
+      data: {
+        a: first.body.data!.a,
+        c: { id: expect.any(Number) },
+        plainTransfer: { id: expect.any(Number) },
+      },
+      extensions: { idempotency: { replayed: ['a'] } },
+    });
+    // Both replayed, on an instance that knows them only from the database, in their order.
+    const both = await answer(
+      'mutation { b: createTransfer(amount: 118) { id } a: createTransfer(amount: 117) { id } }',
+      'marker',
+      undefined,
+      other,
+    );
+    expect(both.body).toEqual({
+      data: { b: first.body.data!.b, a: first.body.data!.a },
+      extensions: { idempotency: { replayed: ['b', 'a'] } },
+    });
+    // A refusal is no replay.
+    const refused = await answer('mutation { a: createTransfer(amount: 121) { id } }', 'marker');
+    expect(refused.body.extensions).toBeUndefined();
+  });
+
   it('covers the mutations of a resolver class with @Idempotent() on it, not its queries', async () => {
     const open = 'mutation { openAccount(owner: "ada") }';
     const first = await answer(open, 'account-1');
-    expect((await answer(open, 'account-1')).text).toBe(first.text);
+    expectReplayOf(await answer(open, 'account-1'), first, ['openAccount']);
     const missing = await answer(open);
     expect(missing.body.errors![0].extensions).toEqual({ code: 'key_missing', status: 400 });
     const opened = await answer('{ openedAccounts }');
@@ -360,7 +406,7 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
     });
     const settled = await answer(query, 'settle');
     expect(settled.body.data!.settleTransfer).toEqual({ id: expect.any(Number), note: 'settled' });
-    expect((await answer(query, 'settle')).text).toBe(settled.text);
+    expectReplayOf(await answer(query, 'settle'), settled, ['settleTransfer']);
     // The first phase ran once: the retry took its stored result.
     const runs = await answer('{ recordedRuns(amount: 116) }');
     expect(runs.body.data!.recordedRuns).toBe(1);
@@ -373,7 +419,7 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
     const first = await answer(query('arg-1'), 'header-1');
     expect(first.body.errors).toBeUndefined();
     const again = await answer(query('arg-1'), 'header-2');
-    expect(again.text).toBe(first.text);
+    expectReplayOf(again, first, ['createTransferByArg']);
     expect(await rows(112)).toBe(1);
     await answer(query('arg-2'), 'header-1');
     expect(await rows(112)).toBe(2);
@@ -385,7 +431,7 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL mutations on %s', (driver) => {
       'mutation { createTransferByArg(amount: 113) { id } }',
       {
         message:
-          'The idempotencyKey argument is required on this route; send one key per operation.',
+          'The idempotencyKey argument is required on this mutation; send one key per operation.',
         extensions: { code: 'key_missing', status: 400 },
       },
     ],

@@ -31,9 +31,8 @@ export function answerStatus(answer: FieldAnswer): number {
 }
 
 /**
- * A field's answer as the record the store keeps. The value is kept as JSON, the form a
- * driver serializes it from: the first answer and every replay return this JSON parsed, so a
- * retry gets exactly what the first call got.
+ * A field's answer as the record the store keeps: the value in its wire form (see
+ * `wire-value.ts`, which the replays turn back), kept as JSON.
  *
  * @throws TypeError when the value is not JSON (a `BigInt`, a cycle)
  */

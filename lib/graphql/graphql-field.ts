@@ -1,3 +1,4 @@
+import { type GraphQLInputType, type GraphQLOutputType, type GraphQLSchema } from 'graphql';
 import { type IdempotencyRequest } from '../http/idempotency-request.js';
 
 /**
@@ -18,12 +19,29 @@ export interface GraphqlField {
   args: Record<string, unknown>;
   /** The HTTP request the operation came in, when the driver's context holds it. */
   request: IdempotencyRequest | undefined;
+  /** The field's type, its arguments' types and the schema: how its values are written. */
+  types?: FieldTypes;
+}
+
+/** What the schema says of a field (see `wire-value.ts`). */
+export interface FieldTypes {
+  schema: GraphQLSchema;
+  returnType: GraphQLOutputType;
+  args: Record<string, GraphQLInputType>;
 }
 
 interface ResolveInfo {
   fieldName?: unknown;
   operation?: { operation?: unknown };
   path?: { key?: unknown; prev?: unknown };
+  schema?: GraphQLSchema;
+  returnType?: GraphQLOutputType;
+  parentType?: {
+    getFields?: () => Record<
+      string,
+      { args?: readonly { name: string; type: GraphQLInputType }[] } | undefined
+    >;
+  };
 }
 
 /**
@@ -47,7 +65,16 @@ export function readGraphqlField(resolverArgs: readonly unknown[]): GraphqlField
     responseKey: typeof key === 'string' ? key : fieldName,
     args: args ?? {},
     request: requestOf(context),
+    types: typesOf(info, fieldName),
   };
+}
+
+function typesOf(info: ResolveInfo | undefined, fieldName: string): FieldTypes | undefined {
+  const definition = info?.parentType?.getFields?.()[fieldName];
+  if (!info?.schema || !info.returnType || !definition) return undefined;
+  const args: Record<string, GraphQLInputType> = {};
+  for (const arg of definition.args ?? []) args[arg.name] = arg.type;
+  return { schema: info.schema, returnType: info.returnType, args };
 }
 
 function requestOf(context: Record<string, unknown> | undefined): IdempotencyRequest | undefined {

@@ -15,6 +15,7 @@ import { runInContext } from '../transaction/run-in-context.js';
 import { readGraphqlField } from './graphql-field.js';
 import { type GraphqlModule, loadGraphql } from './graphql-module.js';
 import { readField } from './read-field.js';
+import { markReplayed } from './replay-marker.js';
 import { calledKind, resolverProblem } from './resolver-placement.js';
 import { answerOf, problemThrown, runField } from './run-field.js';
 
@@ -60,7 +61,7 @@ function fieldSteps(
   );
   if (misplaced) return throwError(() => new InvalidIdempotencyOptionsError(misplaced));
   const { store, route } = settings;
-  const reading = readField(field, route, steps.options.tenant);
+  const reading = readField(field, route, steps.options.tenant, graphql);
   if (reading.kind === 'keyless') {
     return runInContext(new IdempotencyContext(undefined, 200), next);
   }
@@ -75,7 +76,9 @@ function fieldSteps(
   });
   const answer = (stored: StoredResponse, fromMemory: boolean) => {
     publish('replayed', () => ({ ...event(), status: stored.status, fromMemory }));
-    return from(answerOf(stored, graphql));
+    // Said in the answer's extensions (see replay-marker.ts), as Idempotent-Replayed on a route.
+    markReplayed(context.getArgs()[2], field.responseKey);
+    return from(answerOf(stored, graphql, field.types));
   };
   // A retry of a key this process saw finish: decided and replayed without a query.
   const cached = steps.cache.get(scope.tenantId, scope.key, performance.now());
@@ -101,7 +104,16 @@ function fieldSteps(
     mergeMap((claimed) => {
       if (claimed.kind === 'owned') {
         const { claim } = claimed;
-        return runField(steps.tools, steps.database, claim, fingerprint, settings, next, graphql);
+        return runField(
+          steps.tools,
+          steps.database,
+          claim,
+          fingerprint,
+          settings,
+          next,
+          graphql,
+          field.types,
+        );
       }
       if (claimed.finishedAgeMs !== undefined) {
         steps.tools.remember(scope, fingerprint, claimed.response, store, claimed.finishedAgeMs);

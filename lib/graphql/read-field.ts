@@ -15,6 +15,8 @@ import { rawKey } from '../key-source.js';
 import { type KeyScope } from '../storage/claim-store.interface.js';
 import { readKey, readTenant } from '../http/read-scope.js';
 import { type GraphqlField } from './graphql-field.js';
+import { type GraphqlModule } from './graphql-module.js';
+import { argumentsWire, NotJsonArgumentError } from './wire-value.js';
 
 /** What a mutation field is to the library, before any store is asked. */
 export type FieldReading =
@@ -41,12 +43,15 @@ const NO_REQUEST: IdempotencyRequest = { method: 'POST', url: '', headers: {} };
  * stored with the field's name in the answer (`key:alias`), so that two aliased calls of one
  * mutation under one header are two records, and a retry of the operation finds each again.
  * The fingerprint is the field's name and its arguments as canonical JSON, never the query
- * text, whose white space and variables vary between honest retries.
+ * text, whose white space and variables vary between honest retries. The arguments are
+ * taken in the form GraphQL writes them (`graphql` walks their types): a value that has none
+ * (an upload) is refused, never fingerprinted as `{}`.
  */
 export function readField(
   field: GraphqlField,
   route: ResolvedRouteOptions,
   tenant: ResolvedIdempotencyOptions['tenant'],
+  graphql?: GraphqlModule,
 ): FieldReading {
   const request = field.request ?? NO_REQUEST;
   const { arg } = route.key;
@@ -67,22 +72,27 @@ export function readField(
     return {
       kind: 'keyed',
       scope: { tenantId: tenancy.tenantId, key },
-      fingerprint: fieldFingerprint(field, route, request),
+      fingerprint: fieldFingerprint(field, route, request, graphql),
     };
   } catch (error) {
-    // Arguments deeper, or with more members, than the route's JSON limits allow.
-    if (error instanceof InvalidJsonError) {
+    // Arguments deeper, or with more members, than the route's JSON limits allow, or not JSON.
+    if (error instanceof InvalidJsonError || error instanceof NotJsonArgumentError) {
       return { kind: 'refused', error: new IdempotencyRequestInvalidError(error.message) };
     }
     throw error;
   }
 }
 
-/** SHA-256 over the field's name, the route's fingerprinted headers and its canonical arguments. */
+/**
+ * SHA-256 over the field's name, the route's fingerprinted headers and its canonical arguments.
+ *
+ * @throws NotJsonArgumentError for an argument value that is not JSON (see `argumentsWire`)
+ */
 export function fieldFingerprint(
   field: GraphqlField,
   route: ResolvedRouteOptions,
   request: IdempotencyRequest = field.request ?? NO_REQUEST,
+  graphql?: GraphqlModule,
 ): Buffer {
   const headers = route.fingerprintHeaders.map((name) => {
     const value = request.headers[name];
@@ -92,6 +102,6 @@ export function fieldFingerprint(
     method: GRAPHQL_FINGERPRINT_METHOD,
     path: `${field.operation} ${field.fieldName}`,
     headers,
-    body: canonicalizeValue(field.args, route.json),
+    body: canonicalizeValue(argumentsWire(graphql, field.types?.args, field.args), route.json),
   });
 }

@@ -17,7 +17,9 @@ import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-t
 import { runInContext } from '../transaction/run-in-context.js';
 import { decodeAnswer, encodeAnswer, fieldError } from './field-answer.js';
 import { problemError } from './graphql-problem.js';
+import { type FieldTypes } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
+import { fromWire, outputWire } from './wire-value.js';
 import { thrownError } from './thrown-error.js';
 
 /** How the resolver ended: its value, or what it threw. */
@@ -38,6 +40,7 @@ export function runField(
   settings: RouteSettings,
   next: CallHandler,
   graphql: GraphqlModule,
+  types: FieldTypes | undefined,
 ): Observable<unknown> {
   const { route } = settings;
   const transaction = database.transaction(false);
@@ -52,9 +55,14 @@ export function runField(
     if ('error' in outcome) return failed(tools, context, fingerprint, outcome.error, graphql);
     let answer: StoredResponse;
     try {
-      answer = encodeAnswer({ kind: 'data', data: outcome.value });
+      // Stored as GraphQL writes it (a Date as its scalar's string): see wire-value.ts.
+      const data = types
+        ? outputWire(graphql, types.schema, types.returnType, outcome.value)
+        : outcome.value;
+      answer = encodeAnswer({ kind: 'data', data });
     } catch (error) {
-      // Not JSON (a BigInt, a cycle): it cannot be replayed, so it is the field's error.
+      // No JSON form (a cycle, a value its scalar refuses): it cannot be replayed, so it is
+      // the field's error.
       return failed(tools, context, fingerprint, error, graphql);
     }
     const stored =
@@ -68,25 +76,55 @@ export function runField(
             true,
           )
         : await commitAnswer(tools, context, fingerprint, answer, false);
-    return answerOf(stored, graphql);
+    // Stored: the first answer is the resolver's own value (its Dates, its class instances,
+    // which the fields' resolvers may read); the replays give its stored form back.
+    return stored === answer ? outcome.value : answerOf(stored, graphql, types);
   };
 
   return new Observable<unknown>((subscriber) => {
     let value: unknown;
-    const end = (outcome: Outcome) =>
+    /** Whether the resolver settled (completed or failed). */
+    let settled = false;
+    /** Answered from outside while the resolver goes on: it commits its own answer later. */
+    let detached = false;
+    const end = (outcome: Outcome) => {
+      settled = true;
       settle(outcome).then(
         (result) => {
           subscriber.next(result);
           subscriber.complete();
         },
-        (error: unknown) => subscriber.error(error),
+        (error: unknown) => {
+          // Detached, the resolver's error was stored or its key given back: nobody waits.
+          if (!detached) subscriber.error(error);
+        },
       );
+    };
     const inner = runInContext(context, next).subscribe({
       next: (emitted) => (value = emitted),
-      error: (error: unknown) => void end({ error }),
-      complete: () => void end({ value }),
+      error: (error: unknown) => end({ error }),
+      complete: () => end({ value }),
     });
-    return () => inner.unsubscribe();
+    // Unsubscribed before the resolver settled: an outer layer answered (a global timeout()
+    // interceptor), and its answer is not the resolver's, so it is not stored.
+    return () => {
+      if (settled || detached) return;
+      detached = true;
+      if (context.handlerStarted) {
+        // The resolver goes on in its transaction: it commits with its own answer when it
+        // settles (or rolls back, as on any failure), so the retries replay that answer and
+        // its work is done once. The subscription is kept: its end is the commit.
+        return;
+      }
+      // Never started: the key is given back, and the resolver must not start late.
+      stopHeartbeat?.();
+      context.abandoned = true;
+      inner.unsubscribe();
+      void transaction
+        .rollback()
+        .then(() => releaseQuietly(tools, context, true))
+        .then(() => publish('released', () => ({ ...eventOf(context), reason: 'before_handler' })));
+    };
   });
 }
 
@@ -128,18 +166,27 @@ async function failed(
   const stored = await commitAnswer(tools, context, fingerprint, answer, true);
   // Stored: the first answer is the error itself, so the app's filters see its own class.
   if (stored === answer) throw error;
-  return answerOf(stored, graphql) as Promise<never>;
+  return answerOf(stored, graphql, undefined) as Promise<never>;
 }
 
-/** A stored answer as the resolver's result: its value, or its error thrown. */
-export async function answerOf(stored: StoredResponse, graphql: GraphqlModule): Promise<unknown> {
+/**
+ * A stored answer as the resolver's result: its value (each scalar through its `parseValue()`,
+ * so that GraphQL writes the bytes of the first answer again), or its error thrown.
+ */
+export async function answerOf(
+  stored: StoredResponse,
+  graphql: GraphqlModule,
+  types: FieldTypes | undefined,
+): Promise<unknown> {
   const answer = decodeAnswer(stored);
   if (!answer) {
     // The key was first used on an HTTP route (its fingerprint cannot match a field's).
     const reason = 'it is not the answer of a GraphQL field';
     throw problemThrown(new IdempotencyStoredResponseUnreadableError(reason), graphql);
   }
-  if (answer.kind === 'data') return answer.data;
+  if (answer.kind === 'data') {
+    return types ? fromWire(graphql, types.schema, types.returnType, answer.data) : answer.data;
+  }
   throw thrownError(answer.error, graphql);
 }
 

@@ -1,5 +1,11 @@
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
-import { BadRequestException, type INestApplication, Module, type Type } from '@nestjs/common';
+import {
+  BadRequestException,
+  type INestApplication,
+  Module,
+  type Provider,
+  type Type,
+} from '@nestjs/common';
 import {
   Args,
   Field,
@@ -230,11 +236,15 @@ function graphqlModule(driver: GraphqlDriverName) {
       });
 }
 
-/** Starts an app of `resolvers` on `driver`'s adapter, with the library and its tables. */
+/**
+ * Starts an app of `resolvers` on `driver`'s adapter, with the library and its tables;
+ * `providers` adds others (a global interceptor, a pipe).
+ */
 export async function startGraphqlApp(
   url: string,
   driver: GraphqlDriverName,
   resolvers: Type<unknown>[] = [TransfersResolver, AccountsResolver, SettlementsResolver],
+  providers: Provider[] = [],
 ): Promise<INestApplication> {
   @Module({
     imports: [
@@ -248,7 +258,7 @@ export async function startGraphqlApp(
       IdempotencyModule.forRoot({ globalKeys: true }),
       graphqlModule(driver),
     ],
-    providers: resolvers,
+    providers: [...resolvers, ...providers],
   })
   class GraphqlAppModule {}
   return bootstrapTestApp(GraphqlAppModule, ADAPTER_OF[driver]);

@@ -1,0 +1,89 @@
+import { Injectable, type OnApplicationBootstrap, SetMetadata } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+
+/**
+ * Where an operation's replayed fields are noted: on its GraphQL context, the one object
+ * every resolver of the operation is given, and the drivers' hooks see at the end.
+ */
+const REPLAYED = Symbol('idempotency.replayed');
+
+/** What a replay adds to the answer's `extensions`, under `idempotency`. */
+export interface ReplayExtension {
+  /**
+   * The fields of the operation answered from their stored answer, by their name in the
+   * answer (their alias, when they have one), in the order they were answered.
+   */
+  replayed: string[];
+}
+
+/** Notes that the field `responseKey` of the operation whose context is `context` is a replay. */
+export function markReplayed(context: unknown, responseKey: string): void {
+  if (typeof context !== 'object' || context === null) return;
+  const marked = context as { [REPLAYED]?: string[] };
+  (marked[REPLAYED] ??= []).push(responseKey);
+}
+
+/**
+ * The answer's `extensions` with the replay marker added, or undefined when no field of the
+ * operation was replayed: the drivers' hooks below call it.
+ *
+ * @example { idempotency: { replayed: ['createTransfer', 'b'] } }
+ */
+export function withReplayMarker(
+  context: unknown,
+  extensions: Record<string, unknown> | undefined,
+): Record<string, unknown> | undefined {
+  const replayed = (context as { [REPLAYED]?: string[] } | null)?.[REPLAYED];
+  if (!replayed?.length) return undefined;
+  const marker: ReplayExtension = { replayed: [...replayed] };
+  return { ...extensions, idempotency: marker };
+}
+
+/** The metadata key of `@nestjs/apollo`'s `@Plugin()` (read by name: nothing of it is imported). */
+const APOLLO_PLUGIN = 'graphql:plugin';
+
+interface ApolloResponse {
+  contextValue: unknown;
+  response: {
+    body: { kind: string; singleResult?: { extensions?: Record<string, unknown> } };
+  };
+}
+
+/**
+ * Writes the replay marker into the answers of Apollo (`@nestjs/apollo` finds the providers
+ * marked `@Plugin()` and gives them to Apollo Server; a `GraphQLModule` whose `include` leaves
+ * this module out will not find it) and of Mercurius (an `onResolution` hook, added once the
+ * app has started, as `@nestjs/mercurius` registers Mercurius while it starts).
+ */
+@Injectable()
+@SetMetadata(APOLLO_PLUGIN, true)
+export class GraphqlReplayMarker implements OnApplicationBootstrap {
+  constructor(private readonly adapterHost: HttpAdapterHost) {}
+
+  /** Apollo Server's plugin hook. */
+  requestDidStart() {
+    return Promise.resolve({
+      willSendResponse: ({ contextValue, response }: ApolloResponse) => {
+        const result = response.body.kind === 'single' ? response.body.singleResult : undefined;
+        const extensions = result && withReplayMarker(contextValue, result.extensions);
+        if (result && extensions) result.extensions = extensions;
+        return Promise.resolve();
+      },
+    });
+  }
+
+  onApplicationBootstrap(): void {
+    const instance = this.adapterHost?.httpAdapter?.getInstance?.() as
+      { graphql?: { addHook?: (name: string, hook: MercuriusResolutionHook) => void } } | undefined;
+    instance?.graphql?.addHook?.('onResolution', (execution, context) => {
+      const extensions = withReplayMarker(context, execution.extensions);
+      if (extensions) execution.extensions = extensions;
+      return Promise.resolve();
+    });
+  }
+}
+
+type MercuriusResolutionHook = (
+  execution: { extensions?: Record<string, unknown> },
+  context: unknown,
+) => Promise<void>;

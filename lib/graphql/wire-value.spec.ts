@@ -1,0 +1,171 @@
+import * as graphql from 'graphql';
+import {
+  GraphQLEnumType,
+  GraphQLInputObjectType,
+  GraphQLInt,
+  GraphQLList,
+  GraphQLNonNull,
+  GraphQLObjectType,
+  GraphQLScalarType,
+  GraphQLSchema,
+  GraphQLString,
+} from 'graphql';
+import { Readable } from 'node:stream';
+import {
+  argumentsWire,
+  fromWire,
+  NotJsonArgumentError,
+  outputWire,
+  strictJson,
+} from './wire-value.js';
+
+/** A Date scalar that, as Nest's, serializes a Date only. */
+const DateTime = new GraphQLScalarType({
+  name: 'DateTime',
+  serialize: (value) => (value instanceof Date ? value.toISOString() : null),
+  parseValue: (value) => new Date(value as string),
+});
+const Cents = new GraphQLScalarType({
+  name: 'Cents',
+  serialize(value) {
+    if (typeof value !== 'bigint') throw new TypeError('not a bigint');
+    return value;
+  },
+  parseValue: (value) => BigInt(value as string),
+});
+const Upload = new GraphQLScalarType({
+  name: 'Upload',
+  serialize() {
+    throw new Error('Upload serialization unsupported.');
+  },
+});
+const Priority = new GraphQLEnumType({
+  name: 'Priority',
+  values: { Low: { value: 1 }, High: { value: 2 } },
+});
+const Receipt = new GraphQLObjectType({
+  name: 'Receipt',
+  fields: {
+    id: { type: new GraphQLNonNull(GraphQLInt) },
+    at: { type: DateTime },
+    total: { type: Cents },
+    priority: { type: Priority },
+    reminders: { type: new GraphQLList(DateTime) },
+    label: { type: GraphQLString },
+  },
+});
+const Window = new GraphQLInputObjectType({
+  name: 'Window',
+  fields: { from: { type: DateTime }, note: { type: GraphQLString } },
+});
+const schema = new GraphQLSchema({
+  query: new GraphQLObjectType({ name: 'Query', fields: { receipt: { type: Receipt } } }),
+});
+
+class Labelled {
+  id = 1;
+  ownerId = 7;
+  get label() {
+    return 'from a getter';
+  }
+  describe() {
+    return 'a method';
+  }
+}
+
+describe('outputWire and fromWire', () => {
+  const at = new Date('2026-03-01T09:30:00.000Z');
+  it.each([
+    [
+      'a Date, a bigint, an enum and a list of Dates',
+      { id: 1, at, total: 12n, priority: 2, reminders: [at] },
+      { id: 1, at: at.toISOString(), total: '12', priority: 'High', reminders: [at.toISOString()] },
+    ],
+    ['nulls', { id: 1, at: null, reminders: null }, { id: 1, at: null, reminders: null }],
+    [
+      "a class's getter, and its own data that is no field (for a @ResolveField())",
+      new Labelled(),
+      { id: 1, ownerId: 7, label: 'from a getter' },
+    ],
+  ])('stores %s as GraphQL writes it', (_name, value, wire) => {
+    expect(outputWire(graphql, schema, Receipt, value)).toEqual(wire);
+  });
+
+  it('turns a stored answer back into values that serialize to the same wire form', () => {
+    const value = { id: 1, at, total: 12n, priority: 2, reminders: [at], ownerId: 7 };
+    const stored = JSON.parse(
+      JSON.stringify(outputWire(graphql, schema, Receipt, value)),
+    ) as unknown;
+    const replayed = fromWire(graphql, schema, Receipt, stored) as typeof value;
+    expect(replayed).toEqual(value);
+    expect(outputWire(graphql, schema, Receipt, replayed)).toEqual(stored);
+  });
+
+  it('refuses to store a value its scalar refuses', () => {
+    expect(() => outputWire(graphql, schema, Receipt, { id: 1, total: '12' })).toThrow(
+      'not a bigint',
+    );
+  });
+});
+
+describe('argumentsWire', () => {
+  const at = new Date('2026-03-01T09:30:00.000Z');
+  it.each([
+    ['a Date', { at }, { at: DateTime }, { at: at.toISOString() }],
+    ['an enum by its name', { p: 2 }, { p: Priority }, { p: 'High' }],
+    [
+      'an input object with a Date, without a prototype',
+      { w: Object.assign(Object.create(null) as object, { from: at, note: 'x' }) },
+      { w: Window },
+      { w: { from: at.toISOString(), note: 'x' } },
+    ],
+    ['a list', { ids: [1, 2] }, { ids: new GraphQLList(GraphQLInt) }, { ids: [1, 2] }],
+    [
+      'an untyped plain value',
+      { extra: { a: [1, 'b', null] } },
+      {},
+      { extra: { a: [1, 'b', null] } },
+    ],
+  ])('takes %s in its wire form', (_name, args, types, wire) => {
+    expect(argumentsWire(graphql, types, args)).toEqual(wire);
+  });
+
+  it.each([
+    [
+      'an Upload',
+      { file: Promise.resolve({}) },
+      { file: Upload },
+      'a Promise (an upload, say) that the scalar Upload cannot write',
+    ],
+    ['a Promise', { file: Promise.resolve({}) }, {}, 'a Promise'],
+    ['a stream', { file: Readable.from(['x']) }, {}, 'a stream'],
+    ['a Buffer', { bytes: Buffer.from('x') }, {}, 'a Buffer'],
+    ['a class instance', { when: new Labelled() }, {}, 'an instance of Labelled'],
+    ['a bigint', { n: 1n }, {}, 'a BigInt'],
+    [
+      'a Buffer under an input object',
+      { w: { note: Buffer.from('x') } },
+      { w: Window },
+      'w.note is a Buffer',
+    ],
+  ])('refuses %s', (_name, args, types, what) => {
+    expect(() => argumentsWire(graphql, types, args)).toThrow(NotJsonArgumentError);
+    expect(() => argumentsWire(graphql, types, args)).toThrow(what);
+  });
+});
+
+describe('strictJson', () => {
+  it.each([[null], ['a'], [1.5], [true], [[1, { a: 'b' }]], [{ a: { b: [null] } }]])(
+    'keeps %j',
+    (value) => {
+      expect(strictJson(value, 'x')).toEqual(value);
+    },
+  );
+
+  it.each([[Infinity], [NaN], [undefined], [() => 1], [new Date(0)], [new Map()]])(
+    'refuses %p',
+    (value) => {
+      expect(() => strictJson(value, 'x')).toThrow(NotJsonArgumentError);
+    },
+  );
+});

@@ -1,0 +1,235 @@
+import {
+  type GraphQLInputType,
+  type GraphQLLeafType,
+  type GraphQLObjectType,
+  type GraphQLOutputType,
+  type GraphQLSchema,
+} from 'graphql';
+import { type GraphqlModule } from './graphql-module.js';
+
+/**
+ * Values as GraphQL writes them (its "wire" form: what a scalar's `serialize()` makes of
+ * them), walked along their schema type. Used both ways:
+ *
+ * - a resolver's value is stored in its wire form, in which every scalar is already what the
+ *   answer carries (a `Date` as the `DateTime` scalar's string, an enum as its name); a replay
+ *   turns it back with each scalar's `parseValue()`, so that GraphQL, serializing it again,
+ *   writes the same bytes as for the first answer (a scalar whose `serialize()` refuses a
+ *   string, as Nest's `DateTime` does, would otherwise answer null);
+ * - a field's arguments are fingerprinted in their wire form, so that a `Date` or a `BigInt`
+ *   argument counts by its value, and a value with no wire form (an `Upload`, a stream, a
+ *   Promise) is refused rather than fingerprinted as `{}`.
+ */
+
+/** An argument value that has no JSON form, so cannot be fingerprinted. */
+export class NotJsonArgumentError extends Error {
+  constructor(
+    readonly path: string,
+    readonly what: string,
+  ) {
+    super(
+      `the argument ${path} is ${what}, not JSON: no fingerprint can tell one such value from ` +
+        'another. An idempotent mutation takes JSON arguments only: send a file as its digest ' +
+        'or as an id of a file uploaded beforehand, not as an upload',
+    );
+    this.name = 'NotJsonArgumentError';
+  }
+}
+
+/** The resolver's value in its wire form, to be stored (see above). */
+export function outputWire(
+  graphql: GraphqlModule,
+  schema: GraphQLSchema | undefined,
+  type: GraphQLOutputType,
+  value: unknown,
+): unknown {
+  if (value === null || value === undefined) return null;
+  if (graphql.isNonNullType(type)) return outputWire(graphql, schema, type.ofType, value);
+  if (graphql.isListType(type)) {
+    return listOf(value).map((item) => outputWire(graphql, schema, type.ofType, item));
+  }
+  if (graphql.isLeafType(type)) return leafWire(type.serialize(value));
+  const concrete = graphql.isObjectType(type) ? type : typeOf(graphql, schema, value);
+  if (!concrete || typeof value !== 'object') return jsonCopy(value);
+  const fields = concrete.getFields();
+  const source = value as Record<string, unknown>;
+  const wire: Record<string, unknown> = {};
+  // The object's own data that is not a field, for the resolvers of its fields
+  // (@ResolveField() reads the parent), kept as JSON.
+  for (const [name, item] of Object.entries(source)) {
+    if (!(name in fields)) wire[name] = jsonCopy(item);
+  }
+  // Each field of the type in its wire form, read as GraphQL's default resolver reads it
+  // (a class's getters included). A method is left out: GraphQL calls it with the operation's
+  // arguments, which are not known here.
+  for (const name of Object.keys(fields)) {
+    if (!(name in source) || typeof source[name] === 'function') continue;
+    wire[name] = outputWire(graphql, schema, fields[name].type, source[name]);
+  }
+  return wire;
+}
+
+/** A stored wire value as a resolver's value again: each scalar through its `parseValue()`. */
+export function fromWire(
+  graphql: GraphqlModule,
+  schema: GraphQLSchema | undefined,
+  type: GraphQLOutputType,
+  wire: unknown,
+): unknown {
+  if (wire === null || wire === undefined) return null;
+  if (graphql.isNonNullType(type)) return fromWire(graphql, schema, type.ofType, wire);
+  if (graphql.isListType(type)) {
+    return Array.isArray(wire)
+      ? wire.map((item) => fromWire(graphql, schema, type.ofType, item))
+      : wire;
+  }
+  if (graphql.isLeafType(type)) return leafValue(type, wire);
+  const concrete = graphql.isObjectType(type) ? type : typeOf(graphql, schema, wire);
+  if (!concrete || typeof wire !== 'object' || Array.isArray(wire)) return wire;
+  const fields = concrete.getFields();
+  const value: Record<string, unknown> = {};
+  for (const [name, item] of Object.entries(wire)) {
+    value[name] = name in fields ? fromWire(graphql, schema, fields[name].type, item) : item;
+  }
+  return value;
+}
+
+/**
+ * The field's arguments in their wire form, for the fingerprint: each through its type's
+ * `serialize()` (a `Date` as its string, an enum as its name), and every value checked to be
+ * JSON, typed or not.
+ *
+ * @throws NotJsonArgumentError for a value with no JSON form (an upload, a stream, a Promise,
+ *   a Buffer, an instance of a class)
+ */
+export function argumentsWire(
+  graphql: GraphqlModule | undefined,
+  types: Readonly<Record<string, GraphQLInputType>> | undefined,
+  args: Readonly<Record<string, unknown>>,
+): Record<string, unknown> {
+  const wire: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(args)) {
+    const type = types?.[name];
+    wire[name] = graphql && type ? inputWire(graphql, type, value, name) : strictJson(value, name);
+  }
+  return wire;
+}
+
+function inputWire(
+  graphql: GraphqlModule,
+  type: GraphQLInputType,
+  value: unknown,
+  path: string,
+): unknown {
+  if (value === null || value === undefined) return null;
+  if (graphql.isNonNullType(type)) return inputWire(graphql, type.ofType, value, path);
+  if (graphql.isListType(type)) {
+    return listOf(value).map((item, i) => inputWire(graphql, type.ofType, item, `${path}[${i}]`));
+  }
+  if (graphql.isLeafType(type)) {
+    let serialized: unknown;
+    try {
+      serialized = type.serialize(value);
+    } catch {
+      // An `Upload` scalar's serialize() throws: it has no wire form.
+      throw new NotJsonArgumentError(
+        path,
+        `${describe(value)} that the scalar ${type.name} cannot write`,
+      );
+    }
+    return strictJson(leafWire(serialized), path);
+  }
+  if (typeof value !== 'object' || Array.isArray(value)) return strictJson(value, path);
+  const fields = type.getFields();
+  const wire: Record<string, unknown> = {};
+  for (const [name, item] of Object.entries(value)) {
+    wire[name] =
+      name in fields
+        ? inputWire(graphql, fields[name].type, item, `${path}.${name}`)
+        : strictJson(item, `${path}.${name}`);
+  }
+  return wire;
+}
+
+/**
+ * The value when it is JSON (what `JSON.stringify` writes and reads back the same): null,
+ * a string, a boolean, a finite number, an array or a plain object of them.
+ *
+ * @throws NotJsonArgumentError otherwise
+ */
+export function strictJson(value: unknown, path: string): unknown {
+  if (value === null || typeof value === 'string' || typeof value === 'boolean') return value;
+  if (typeof value === 'number') {
+    if (Number.isFinite(value)) return value;
+    throw new NotJsonArgumentError(path, String(value));
+  }
+  if (Array.isArray(value)) return value.map((item, i) => strictJson(item, `${path}[${i}]`));
+  if (typeof value === 'object') {
+    const prototype = Object.getPrototypeOf(value) as unknown;
+    // GraphQL's coerced input objects have no prototype; a parsed JSON value has Object's.
+    if (prototype !== null && prototype !== Object.prototype) {
+      throw new NotJsonArgumentError(path, describe(value));
+    }
+    const copy: Record<string, unknown> = {};
+    for (const [name, item] of Object.entries(value)) {
+      // Left out by JSON too, as an absent member.
+      if (item !== undefined) copy[name] = strictJson(item, `${path}.${name}`);
+    }
+    return copy;
+  }
+  throw new NotJsonArgumentError(path, describe(value));
+}
+
+function describe(value: unknown): string {
+  if (value === undefined) return 'undefined';
+  if (typeof value === 'bigint') return 'a BigInt';
+  if (typeof value === 'function') return 'a function';
+  if (typeof value === 'symbol') return 'a symbol';
+  if (value instanceof Promise) return 'a Promise (an upload, say)';
+  if (typeof (value as { pipe?: unknown }).pipe === 'function') return 'a stream';
+  if (Buffer.isBuffer(value)) return 'a Buffer';
+  const name = (value as { constructor?: { name?: unknown } }).constructor?.name;
+  return typeof name === 'string' && name ? `an instance of ${name}` : 'an object with a prototype';
+}
+
+/** A scalar's wire value; a `BigInt` (what BigInt scalars serialize to) as its digits. */
+function leafWire(serialized: unknown): unknown {
+  return typeof serialized === 'bigint' ? serialized.toString() : serialized;
+}
+
+/**
+ * A stored scalar as the resolver's value again. A scalar whose `parseValue()` refuses its
+ * own wire form is given the wire form, as before.
+ */
+function leafValue(type: GraphQLLeafType, wire: unknown): unknown {
+  try {
+    const value = type.parseValue(wire);
+    return value === undefined ? wire : value;
+  } catch {
+    return wire;
+  }
+}
+
+/** The concrete type of a value of an interface or a union, when it says (`__typename`). */
+function typeOf(
+  graphql: GraphqlModule,
+  schema: GraphQLSchema | undefined,
+  value: unknown,
+): GraphQLObjectType | undefined {
+  const name = (value as { __typename?: unknown } | null)?.__typename;
+  const type = typeof name === 'string' ? schema?.getType(name) : undefined;
+  return type && graphql.isObjectType(type) ? type : undefined;
+}
+
+function listOf(value: unknown): unknown[] {
+  if (Array.isArray(value)) return value;
+  if (typeof value === 'object' && value !== null && Symbol.iterator in value) {
+    return Array.from(value as Iterable<unknown>);
+  }
+  return [value];
+}
+
+/** A value as JSON writes and reads it (its own data; a `toJSON()` used). */
+function jsonCopy(value: unknown): unknown {
+  return JSON.parse(JSON.stringify(value) ?? 'null') as unknown;
+}
