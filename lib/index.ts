@@ -57,6 +57,7 @@ export {
   IdempotencyResponseTooLargeError,
   IdempotencyStoredResponseUnreadableError,
   IdempotencyTransactionAbortedError,
+  IdempotencyCursorOpenError,
   RetryLaterError,
   TransientDatabaseError,
   PermanentDatabaseError,

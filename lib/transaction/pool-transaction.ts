@@ -3,7 +3,11 @@ import { EventEmitter } from 'node:events';
 import { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
 import { isAboveReadCommitted } from './isolation-level.js';
-import { StatementBesideNestedTransactionError, TransactionEndedError } from './seam-errors.js';
+import {
+  CursorOpenRefusedError,
+  StatementBesideNestedTransactionError,
+  TransactionEndedError,
+} from './seam-errors.js';
 import { isPlainRead, nestedControlOf, transactionControlOf } from './sql-text.js';
 
 import { isSubmittable, RequestTransaction, textOf } from './request-transaction.js';
@@ -12,6 +16,12 @@ import { type PoolJoin } from './transaction-scope.js';
 const logger = new Logger('Idempotency');
 /** Pools already warned of (see `otherPool`): once each, not once per request. */
 const warnedPools = new WeakSet<object>();
+
+/** A submittable (a cursor, a `pg.Query`): node-postgres tells it how it ends. */
+interface Submitted {
+  handleReadyForQuery?: (...args: unknown[]) => unknown;
+  handleError?: (...args: unknown[]) => unknown;
+}
 
 /** A nested transaction of a data layer's, as the savepoint that stands for it. */
 interface Savepoint {
@@ -36,6 +46,8 @@ export class PoolTransaction extends RequestTransaction {
   private savepointCount = 0;
   /** The request's connection, once a savepoint was made on it (see `onRelease`). */
   private savepointClient?: PoolClient;
+  /** Cursors handed to the request's connection that have not ended (see `refuseBehindCursor`). */
+  private readonly openCursors = new Set<object>();
 
   constructor(
     private readonly appPool: Pool,
@@ -101,6 +113,7 @@ export class PoolTransaction extends RequestTransaction {
     if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
       return this.sendAlone(args);
     }
+    this.refuseBehindCursor();
     if (from !== 'own') this.markBeside(from);
     const client = await this.connection();
     await this.makeSavepoints(client);
@@ -133,11 +146,18 @@ export class PoolTransaction extends RequestTransaction {
 
   /** A cursor (Kysely's `stream()`): handed back at once, submitted once the connection is. */
   submit(args: unknown[], nested: () => boolean, view: JoinedClient): unknown {
-    const submittable = args[0] as { handleError?: (error: unknown) => void };
+    const submittable = args[0] as Submitted;
     if (this.ended) {
       queueMicrotask(() => submittable.handleError?.(new TransactionEndedError(nested())));
       return submittable;
     }
+    try {
+      this.refuseBehindCursor();
+    } catch (error) {
+      queueMicrotask(() => submittable.handleError?.(error));
+      return submittable;
+    }
+    this.watchCursor(submittable);
     this.markBeside(view);
     void this.connection()
       .then(async (client) => {
@@ -146,6 +166,30 @@ export class PoolTransaction extends RequestTransaction {
       })
       .catch((error: unknown) => submittable.handleError?.(error));
     return submittable;
+  }
+
+  /**
+   * A statement sent while a cursor is open on the request's connection would queue behind it
+   * (node-postgres runs one at a time), and the code that reads the cursor most often awaits
+   * that statement first (a write per streamed row): a hang, with the key held. Refused at
+   * once, and the request with it: there is no other connection to run it on, since its
+   * writes must commit with the answer. Without a cursor open, nothing to do.
+   */
+  private refuseBehindCursor(): void {
+    if (this.openCursors.size > 0) throw this.refuse(new CursorOpenRefusedError());
+  }
+
+  /** Counts `cursor` as open until node-postgres says it ended (or failed). */
+  private watchCursor(cursor: Submitted): void {
+    this.openCursors.add(cursor);
+    for (const method of ['handleReadyForQuery', 'handleError'] as const) {
+      const own = cursor[method];
+      if (typeof own !== 'function') continue;
+      cursor[method] = (...args: unknown[]) => {
+        this.openCursors.delete(cursor);
+        return own.apply(cursor, args);
+      };
+    }
   }
 
   /** What a view does with a statement: its nested transaction's control, or the statement. */
