@@ -1,11 +1,18 @@
 import { readFileSync } from 'node:fs';
 import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { Kysely, PostgresDialect } from 'kysely';
 import { type Pool } from 'pg';
 import Cursor from 'pg-cursor';
 import QueryStream from 'pg-query-stream';
 import request from 'supertest';
-import { Idempotent, IdempotencyModule, IdempotentTransaction } from '../lib/index.js';
+import { DataSource } from 'typeorm';
+import {
+  IDEMPOTENCY_MIGRATIONS,
+  Idempotent,
+  IdempotencyModule,
+  IdempotentTransaction,
+} from '../lib/index.js';
 import { ADAPTERS, bootstrapTestApp } from './support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { createTestPool, endTestPool } from './support/test-pool.js';
@@ -143,6 +150,44 @@ class BlockedController {
 })
 class BlockedAppModule {}
 
+/** The same outside() route on TypeORM: its DataSource's pool of four. */
+@Controller()
+class TypeOrmOutsideController {
+  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+
+  private copy(tag: string, n: number) {
+    return this.dataSource.query('INSERT INTO copies (n, tag) VALUES ($1, $2)', [n, tag]);
+  }
+
+  @Post('outside')
+  @Idempotent()
+  async outside(@Body() body: TagBody) {
+    await this.copy(body.tag, 1);
+    await burst.arrive();
+    await IdempotentTransaction.outside(() => this.copy(body.tag, 2));
+    return { tag: body.tag };
+  }
+}
+
+let typeOrmUrl = '';
+
+@Module({
+  imports: [
+    TypeOrmModule.forRootAsync({
+      useFactory: () => ({
+        type: 'postgres',
+        url: typeOrmUrl,
+        migrations: [...IDEMPOTENCY_MIGRATIONS],
+        migrationsRun: true,
+        extra: { max: 4 },
+      }),
+    }),
+    IdempotencyModule.forRoot({ globalKeys: true, databaseTimeoutMs: 1500 }),
+  ],
+  controllers: [TypeOrmOutsideController],
+})
+class TypeOrmOutsideModule {}
+
 const PROBLEM = /^application\/problem\+json/;
 
 describe.each(ADAPTERS)('the request’s one connection, blocked (%s)', (adapter) => {
@@ -220,35 +265,99 @@ describe.each(ADAPTERS)('the request’s one connection, blocked (%s)', (adapter
     });
   });
 
-  describe('IdempotentTransaction.outside() on a pool that every request holds', () => {
-    it('a burst as large as the pool is answered within bounds, and the pool recovers', async () => {
-      burst = new Gate(4);
-      const keys = Array.from({ length: 6 }, (_, i) => `outside-${adapter}-${i}`);
-      const began = Date.now();
-      const answers = await Promise.all(
-        keys.map((key) => post('/outside', key, { tag: key }, 15_000)),
-      );
-      expect(Date.now() - began).toBeLessThan(12_000);
-      for (const answer of answers) {
-        expect([201, 503]).toContain(answer.status);
-        if (answer.status === 503) {
-          expect(answer.body.code).toBe('store_unavailable');
-          expect(answer.headers['retry-after']).toBe('1');
-        }
-      }
-      expect(answers.some((answer) => answer.status === 503)).toBe(true);
-      // After the burst: a new key, and each key of the burst again, answer 201 with both
-      // writes, once each.
-      const fresh = await post('/outside', `outside-${adapter}-new`, {
-        tag: `outside-${adapter}-new`,
-      });
-      expect(fresh.status).toBe(201);
-      for (const key of keys) {
-        const again = await post('/outside', key, { tag: key });
-        expect(again.status).toBe(201);
-        expect(await copies(key)).toBe(2); // its write and the outside() work, once each
-      }
-      expect(pool.waitingCount).toBe(0);
-    }, 60_000);
+  it(
+    'outside() work awaited by a burst as large as the pool: answered within bounds, the pool recovers',
+    () =>
+      outsideBurst(
+        () => app,
+        () => pool,
+        adapter,
+        copies,
+      ),
+    60_000,
+  );
+});
+
+/**
+ * Six requests on a pool of four, each holding its request's connection and awaiting work in
+ * outside() (the gate lets them on once four hold one): every one answered within bounds, 201
+ * or 503 `store_unavailable`; then the burst's keys and a new one answer 201, each with its
+ * two writes once, and nobody waits on the pool.
+ */
+async function outsideBurst(
+  app: () => INestApplication,
+  pool: () => { waitingCount: number },
+  label: string,
+  copies: (tag: string) => Promise<number>,
+): Promise<void> {
+  const post = (key: string) =>
+    request(app().getHttpServer())
+      .post('/outside')
+      .set('Idempotency-Key', key)
+      .timeout({ response: 15_000 })
+      .send({ tag: key });
+  burst = new Gate(4);
+  const keys = Array.from({ length: 6 }, (_, i) => `outside-${label}-${i}`);
+  const began = Date.now();
+  const answers = await Promise.all(keys.map((key) => post(key)));
+  expect(Date.now() - began).toBeLessThan(12_000);
+  for (const answer of answers) {
+    expect([201, 503]).toContain(answer.status);
+    if (answer.status === 503) {
+      expect(answer.body.code).toBe('store_unavailable');
+      expect(answer.headers['retry-after']).toBe('1');
+    }
+  }
+  expect(answers.some((answer) => answer.status === 503)).toBe(true);
+  // After the burst: a new key, and each key of the burst again, answer 201 with both
+  // writes, once each.
+  const fresh = await post(`outside-${label}-new`);
+  expect(fresh.status).toBe(201);
+  for (const key of keys) {
+    const again = await post(key);
+    expect(again.status).toBe(201);
+    expect(await copies(key)).toBe(2); // its write and the outside() work, once each
+  }
+  expect(pool().waitingCount).toBe(0);
+}
+
+describe.each(ADAPTERS)('outside() on TypeORM’s pool (%s)', (adapter) => {
+  let database: TestDatabase;
+  let app: INestApplication;
+  let dataSource: DataSource;
+
+  beforeAll(async () => {
+    database = await createTestDatabase(`seam_blocked_typeorm_${adapter}`);
+    typeOrmUrl = database.url;
+    app = await bootstrapTestApp(TypeOrmOutsideModule, adapter);
+    dataSource = app.get(DataSource);
+    await dataSource.query(
+      'CREATE TABLE copies (id serial PRIMARY KEY, n int NOT NULL, tag text NOT NULL)',
+    );
   });
+  afterAll(async () => {
+    await app?.close();
+    await database?.drop();
+  });
+
+  const copies = async (tag: string) =>
+    Number(
+      (
+        await dataSource.query<{ n: string }[]>('SELECT count(*) AS n FROM copies WHERE tag = $1', [
+          tag,
+        ])
+      )[0].n,
+    );
+
+  it(
+    'outside() work awaited by a burst as large as the pool: answered within bounds, the pool recovers',
+    () =>
+      outsideBurst(
+        () => app,
+        () => (dataSource.driver as unknown as { master: { waitingCount: number } }).master,
+        `typeorm-${adapter}`,
+        copies,
+      ),
+    60_000,
+  );
 });
