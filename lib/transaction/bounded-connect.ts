@@ -1,6 +1,8 @@
 import { Logger } from '@nestjs/common';
-import { type PoolClient } from 'pg';
+import { type Pool, type PoolClient } from 'pg';
 import { withDeadline } from '../storage/deadline.js';
+import { keepOwnConnect } from '../storage/own-connection.js';
+import { transactionScope } from './transaction-scope.js';
 
 const logger = new Logger('Idempotency');
 /** Pools already warned of: once each, not once per request. */
@@ -35,6 +37,26 @@ export function connectWithin(
     (error: unknown) => callback(error),
   );
   return undefined;
+}
+
+/**
+ * Makes `pool.connect()` (and so `pool.query()`) bounded in an `OutsideScope`, as the pool
+ * seam's joined pools are: for a pool the library does not join, TypeORM's. Installed once per
+ * pool, when work in `outside()` first asks the DataSource for a runner; the library's own
+ * connections keep the pool's `connect` as it was (see `connectOwn`).
+ */
+export function boundOutsideWaits(pool: Pool): void {
+  if (!keepOwnConnect(pool)) return;
+  const connect = pool.connect as (...args: unknown[]) => unknown;
+  (pool as unknown as { connect: unknown }).connect = function boundedConnect(
+    this: Pool,
+    ...args: unknown[]
+  ): unknown {
+    const deadline = transactionScope.getStore()?.connectDeadline?.(this);
+    if (deadline === undefined) return connect.apply(this, args);
+    const callback = typeof args[0] === 'function' ? (args[0] as Callback) : undefined;
+    return connectWithin(this, () => connect.call(this) as Promise<PoolClient>, deadline, callback);
+  };
 }
 
 const WAIT =

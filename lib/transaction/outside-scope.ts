@@ -1,3 +1,6 @@
+import { type Pool } from 'pg';
+import { type DataSource } from 'typeorm';
+import { boundOutsideWaits } from './bounded-connect.js';
 import { type JoinableTransaction } from './transaction-scope.js';
 
 /** What `OutsideScope` asks of the request it was left from (see `RequestTransaction`). */
@@ -22,6 +25,16 @@ export class OutsideScope implements JoinableTransaction {
     return current instanceof OutsideScope
       ? current
       : new OutsideScope(current as HoldsConnections | undefined);
+  }
+
+  /**
+   * A runner TypeORM makes in the scope is its own plain one (nothing joins), whose pool is
+   * first made to bound its waits here (see `boundOutsideWaits`).
+   */
+  joinedRunner(dataSource: DataSource): undefined {
+    const master = (dataSource.driver as unknown as { master?: Pool }).master;
+    if (master) boundOutsideWaits(master);
+    return undefined;
   }
 
   /** How long a connection of `pool` may be waited for; undefined: as long as the pool says. */
