@@ -103,6 +103,18 @@ class BlockedController {
     return { tag: body.tag };
   }
 
+  /** pg-cursor left open when the handler answers: its connection is the commit's. */
+  @Post('cursor-left-open')
+  @Idempotent()
+  async cursorLeftOpen(@Body() body: TagBody) {
+    await db.insertInto('copies').values({ n: 0, tag: body.tag }).execute();
+    const client = await pool.connect();
+    const cursor = client.query(new Cursor<{ n: number }>('SELECT n FROM items ORDER BY n'));
+    const rows = await cursor.read(2);
+    client.release();
+    return { tag: body.tag, rows: rows.length };
+  }
+
   /** The same, with the refusal caught and an answer given anyway. */
   @Post('cursor-write-swallowed')
   @Idempotent()
@@ -230,8 +242,9 @@ describe.each(ADAPTERS)('the request’s one connection, blocked (%s)', (adapter
       ['pg-cursor on a client of the pool, a write through pool.query()', '/cursor-write'],
       ['pg-query-stream on a client of the pool, a write through Kysely', '/query-stream-write'],
       ['pg-cursor, the refusal caught and an answer given anyway', '/cursor-write-swallowed'],
+      ['pg-cursor left open when the handler answers', '/cursor-left-open'],
     ])(
-      '%s: the write is refused at once, the request rolls back, the key is not held',
+      '%s: answered 500 cursor_open at once, rolled back, the key not held',
       async (_name, path) => {
         const tag = `${path.slice(1)}-${adapter}`;
         const began = Date.now();

@@ -10,7 +10,12 @@ import {
 } from './seam-errors.js';
 import { isPlainRead, nestedControlOf, transactionControlOf } from './sql-text.js';
 
-import { isSubmittable, RequestTransaction, textOf } from './request-transaction.js';
+import {
+  type FencedStatement,
+  isSubmittable,
+  RequestTransaction,
+  textOf,
+} from './request-transaction.js';
 import { type PoolJoin } from './transaction-scope.js';
 
 const logger = new Logger('Idempotency');
@@ -83,6 +88,21 @@ export class PoolTransaction extends RequestTransaction {
     query: (args) => this.statement(args, () => false, null),
     connect: () => Promise.resolve(new JoinedClient(this) as unknown as PoolClient),
   };
+
+  /**
+   * A cursor the handler left open holds the connection its commit needs: the request can
+   * then only roll back (its `ROLLBACK` waits at most `timeoutMs` behind the cursor, then the
+   * connection is dropped), and answers `cursor_open`, not a 503 after the commit's deadline.
+   */
+  override commitWith(statement: FencedStatement): Promise<boolean> {
+    if (this.openCursors.size > 0 && !this.ended) this.refuse(new CursorOpenRefusedError());
+    return super.commitWith(statement);
+  }
+
+  override commitPlain(): Promise<void> {
+    if (this.openCursors.size > 0 && !this.ended) this.refuse(new CursorOpenRefusedError());
+    return super.commitPlain();
+  }
 
   /** TypeORM's manager is not there on a pool: the data layer's own client joins instead. */
   get manager(): EntityManager {
