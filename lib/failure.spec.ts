@@ -10,7 +10,7 @@ import {
   TransientDatabaseError,
 } from './idempotency.errors.js';
 import { asDatabaseFailure, DatabaseDeadlineError } from './storage/connection-errors.js';
-import { TransactionAbortedError } from './transaction/seam-errors.js';
+import { CursorOpenRefusedError, TransactionAbortedError } from './transaction/seam-errors.js';
 
 /** PostgreSQL's own answer, as node-postgres' parser builds it. */
 const pgError = (code: string, message = `pg ${code}`) =>
@@ -81,6 +81,18 @@ describe('classifyHandlerError', () => {
     ['a 404 the handler threw', new NotFoundException(), 'final', undefined],
     ['an HttpException 503 of the app', new HttpException('x', 503), 'final', undefined],
     ['a bug', new TypeError('x is undefined'), 'final', undefined],
+    [
+      'a statement refused behind an open cursor',
+      new CursorOpenRefusedError(),
+      'retry',
+      'cursor_open',
+    ],
+    [
+      'outside() work past its wait for a connection',
+      new DatabaseDeadlineError('waiting', 1500),
+      'retry',
+      'store_unavailable',
+    ],
   ])('%s -> %s', (_name, error, kind, code) => {
     const failure = classifyHandlerError(error);
     expect(failure.kind).toBe(kind);
@@ -114,6 +126,11 @@ describe('classifyCommitError', () => {
     ['the first statement already on a pooled session', duplicate(), 'store_misconfigured'],
     ['aborted by a pooler misfit', new TransactionAbortedError(duplicate()), 'store_misconfigured'],
     ['already one of ours', new TransientDatabaseError(null), 'database_transient'],
+    [
+      'a statement refused behind an open cursor, the handler went on',
+      new TransactionAbortedError(new CursorOpenRefusedError()),
+      'cursor_open',
+    ],
   ])('%s -> %s', (_name, error, code) => {
     expect(classifyCommitError(error).code).toBe(code);
   });
@@ -129,6 +146,7 @@ describe('isPassing: what a consumer never counts against its message', () => {
     ['a privilege missing', new PermanentDatabaseError(typeorm('42501')), false],
     ['the handler’s bug', new TypeError('x'), false],
     ['lease lost', new IdempotencyLeaseLostError(), false],
+    ['a statement refused behind an open cursor', new CursorOpenRefusedError(), false],
   ])('%s -> %s', (_name, error, expected) => {
     expect(isPassing(classifyHandlerError(error))).toBe(expected);
   });

@@ -1,4 +1,5 @@
 import {
+  IdempotencyCursorOpenError,
   IdempotencyError,
   IdempotencyLeaseLostError,
   IdempotencyStoreMisconfiguredError,
@@ -10,7 +11,7 @@ import {
 } from './idempotency.errors.js';
 import { isConnectionError, isTransientError } from './storage/connection-errors.js';
 import { misconfigured } from './storage/pooler-misfit.js';
-import { TransactionAbortedError } from './transaction/seam-errors.js';
+import { CursorOpenRefusedError, TransactionAbortedError } from './transaction/seam-errors.js';
 
 /**
  * What a failure after the handler started means for its key. Every failure has one outcome:
@@ -42,6 +43,10 @@ export function classifyHandlerError(error: unknown): Failure {
   ) {
     return { kind: 'retry', error };
   }
+  // A refusal of the seam's: the request rolls back and answers it; nothing is stored.
+  if (error instanceof CursorOpenRefusedError) {
+    return { kind: 'retry', error: new IdempotencyCursorOpenError(error) };
+  }
   const database = databaseFailure(error);
   return database ? { kind: 'retry', error: database } : { kind: 'final' };
 }
@@ -54,6 +59,9 @@ export function classifyHandlerError(error: unknown): Failure {
  */
 export function classifyCommitError(error: unknown): IdempotencyError {
   if (error instanceof TransactionAbortedError) {
+    if (error.cause instanceof CursorOpenRefusedError) {
+      return new IdempotencyCursorOpenError(error.cause);
+    }
     return databaseFailure(error.cause) ?? new IdempotencyTransactionAbortedError(error.cause);
   }
   if (error instanceof IdempotencyError) return error;
@@ -87,5 +95,9 @@ function databaseFailure(error: unknown): IdempotencyError | undefined {
  * process's own count when the database cannot keep one (its failure table may be missing too).
  */
 export function isPassing(failure: Failure): boolean {
-  return failure.kind === 'retry' && !(failure.error instanceof PermanentDatabaseError);
+  return (
+    failure.kind === 'retry' &&
+    !(failure.error instanceof PermanentDatabaseError) &&
+    !(failure.error instanceof IdempotencyCursorOpenError)
+  );
 }

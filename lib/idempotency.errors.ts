@@ -16,6 +16,7 @@ export type IdempotencyErrorCode =
   | 'database_transient'
   | 'database_permanent'
   | 'transaction_aborted'
+  | 'cursor_open'
   | 'response_too_large'
   | 'stored_response_unreadable';
 
@@ -218,6 +219,27 @@ export class IdempotencyTransactionAbortedError extends IdempotencyError {
         'committed or stored. Retrying runs the request again.',
     );
     this.name = 'IdempotencyTransactionAbortedError';
+  }
+}
+
+/**
+ * A statement of the request was sent while a cursor (a stream: Kysely's `stream()`,
+ * pg-cursor, pg-query-stream) was open on the request's connection. On the pool seam every
+ * statement of an idempotent request runs on that one connection, where the statement would
+ * wait for the cursor to end, and the cursor's reader for the statement: forever, with the key
+ * held. It was refused at once instead; the request rolled back and nothing was stored. A
+ * retry meets the same refusal until the code changes, so this is a 500, not a 503.
+ */
+export class IdempotencyCursorOpenError extends IdempotencyError {
+  readonly code = 'cursor_open';
+  constructor(override readonly cause: unknown) {
+    super(
+      "A statement was sent while a cursor (a stream) was open on this request's connection, " +
+        'where it would have waited for the cursor to end; the request rolled back and nothing ' +
+        'was committed or stored. Read the stream to its end before writing, or read its rows ' +
+        'with execute() (in pages if they are many).',
+    );
+    this.name = 'IdempotencyCursorOpenError';
   }
 }
 

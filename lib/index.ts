@@ -22,6 +22,7 @@ export {
 export { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
 export { TransactionEndedError } from './transaction/lazy-transaction.js';
 export {
+  CursorOpenRefusedError,
   IsolationLevelRefusedError,
   StatementBesideNestedTransactionError,
   TransactionControlRefusedError,
@@ -57,6 +58,7 @@ export {
   IdempotencyResponseTooLargeError,
   IdempotencyStoredResponseUnreadableError,
   IdempotencyTransactionAbortedError,
+  IdempotencyCursorOpenError,
   RetryLaterError,
   TransientDatabaseError,
   PermanentDatabaseError,

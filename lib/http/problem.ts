@@ -31,6 +31,7 @@ const STATUS_BY_CODE: Record<IdempotencyError['code'], [number, string]> = {
   database_permanent: [HttpStatus.INTERNAL_SERVER_ERROR, 'Permanent database error'],
   retry_later: [HttpStatus.SERVICE_UNAVAILABLE, 'Retry later'],
   transaction_aborted: [HttpStatus.INTERNAL_SERVER_ERROR, 'Transaction aborted'],
+  cursor_open: [HttpStatus.INTERNAL_SERVER_ERROR, 'Statement behind an open cursor'],
   response_too_large: [HttpStatus.INTERNAL_SERVER_ERROR, 'Response too large to store'],
   stored_response_unreadable: [HttpStatus.INTERNAL_SERVER_ERROR, 'Stored response unreadable'],
 };

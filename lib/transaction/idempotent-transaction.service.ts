@@ -7,6 +7,7 @@ import {
 } from 'typeorm';
 import { IdempotencyDataSource } from '../storage/idempotency-data-source.js';
 import { idempotencyStorage } from '../idempotency-context.js';
+import { OutsideScope } from './outside-scope.js';
 import { transactionScope } from './transaction-scope.js';
 import { type RequestTransaction } from './request-transaction.js';
 
@@ -44,11 +45,15 @@ export class IdempotentTransaction {
    * Runs `work` outside any idempotent request: its database work commits on its own, now or
    * whenever it runs. For work a request starts that is not the request's own (a timer, a
    * background refresh), which must neither commit with the request nor be refused after it.
+   * Work the request awaits takes a second connection of the pool while the request holds
+   * one: that wait is bounded by `databaseTimeoutMs` (a 503 `store_unavailable`, the request
+   * rolled back), so that a burst of such requests as large as the pool cannot hold it forever.
    *
    * @example IdempotentTransaction.outside(() => setInterval(() => this.refresh(), 60_000));
    */
   static outside<T>(work: () => T): T {
-    return transactionScope.exit(() => idempotencyStorage.exit(work));
+    const scope = OutsideScope.of(transactionScope.getStore());
+    return transactionScope.run(scope, () => idempotencyStorage.exit(work));
   }
 
   /** Whether the code running now is inside an idempotent request's (or phase's) transaction. */

@@ -1,5 +1,6 @@
-import { type Pool } from 'pg';
+import { type Pool, type PoolClient } from 'pg';
 import { keepOwnConnect } from '../storage/own-connection.js';
+import { connectWithin } from './bounded-connect.js';
 import { transactionScope } from './transaction-scope.js';
 
 type Callback = (...results: unknown[]) => void;
@@ -24,8 +25,17 @@ export function joinTransactionsOfPool(pool: Pool): void {
     ...args: unknown[]
   ): unknown {
     const join = joined(this);
-    if (!join) return connect.apply(this, args);
     const callback = typeof args[0] === 'function' ? (args[0] as Callback) : undefined;
+    if (!join) {
+      const deadline = transactionScope.getStore()?.connectDeadline?.(this);
+      if (deadline === undefined) return connect.apply(this, args);
+      return connectWithin(
+        this,
+        () => connect.call(this) as Promise<PoolClient>,
+        deadline,
+        callback,
+      );
+    }
     const client = join.connect();
     if (!callback) return client;
     client.then(

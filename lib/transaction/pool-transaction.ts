@@ -3,15 +3,30 @@ import { EventEmitter } from 'node:events';
 import { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
 import { isAboveReadCommitted } from './isolation-level.js';
-import { StatementBesideNestedTransactionError, TransactionEndedError } from './seam-errors.js';
+import {
+  CursorOpenRefusedError,
+  StatementBesideNestedTransactionError,
+  TransactionEndedError,
+} from './seam-errors.js';
 import { isPlainRead, nestedControlOf, transactionControlOf } from './sql-text.js';
 
-import { isSubmittable, RequestTransaction, textOf } from './request-transaction.js';
+import {
+  type FencedStatement,
+  isSubmittable,
+  RequestTransaction,
+  textOf,
+} from './request-transaction.js';
 import { type PoolJoin } from './transaction-scope.js';
 
 const logger = new Logger('Idempotency');
 /** Pools already warned of (see `otherPool`): once each, not once per request. */
 const warnedPools = new WeakSet<object>();
+
+/** A submittable (a cursor, a `pg.Query`): node-postgres tells it how it ends. */
+interface Submitted {
+  handleReadyForQuery?: (...args: unknown[]) => unknown;
+  handleError?: (...args: unknown[]) => unknown;
+}
 
 /** A nested transaction of a data layer's, as the savepoint that stands for it. */
 interface Savepoint {
@@ -36,6 +51,8 @@ export class PoolTransaction extends RequestTransaction {
   private savepointCount = 0;
   /** The request's connection, once a savepoint was made on it (see `onRelease`). */
   private savepointClient?: PoolClient;
+  /** Cursors handed to the request's connection that have not ended (see `refuseBehindCursor`). */
+  private readonly openCursors = new Set<object>();
 
   constructor(
     private readonly appPool: Pool,
@@ -72,6 +89,21 @@ export class PoolTransaction extends RequestTransaction {
     connect: () => Promise.resolve(new JoinedClient(this) as unknown as PoolClient),
   };
 
+  /**
+   * A cursor the handler left open holds the connection its commit needs: the request can
+   * then only roll back (its `ROLLBACK` waits at most `timeoutMs` behind the cursor, then the
+   * connection is dropped), and answers `cursor_open`, not a 503 after the commit's deadline.
+   */
+  override commitWith(statement: FencedStatement): Promise<boolean> {
+    if (this.openCursors.size > 0 && !this.ended) this.refuse(new CursorOpenRefusedError());
+    return super.commitWith(statement);
+  }
+
+  override commitPlain(): Promise<void> {
+    if (this.openCursors.size > 0 && !this.ended) this.refuse(new CursorOpenRefusedError());
+    return super.commitPlain();
+  }
+
   /** TypeORM's manager is not there on a pool: the data layer's own client joins instead. */
   get manager(): EntityManager {
     return managerUnavailable;
@@ -101,6 +133,7 @@ export class PoolTransaction extends RequestTransaction {
     if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
       return this.sendAlone(args);
     }
+    this.refuseBehindCursor();
     if (from !== 'own') this.markBeside(from);
     const client = await this.connection();
     await this.makeSavepoints(client);
@@ -133,11 +166,18 @@ export class PoolTransaction extends RequestTransaction {
 
   /** A cursor (Kysely's `stream()`): handed back at once, submitted once the connection is. */
   submit(args: unknown[], nested: () => boolean, view: JoinedClient): unknown {
-    const submittable = args[0] as { handleError?: (error: unknown) => void };
+    const submittable = args[0] as Submitted;
     if (this.ended) {
       queueMicrotask(() => submittable.handleError?.(new TransactionEndedError(nested())));
       return submittable;
     }
+    try {
+      this.refuseBehindCursor();
+    } catch (error) {
+      queueMicrotask(() => submittable.handleError?.(error));
+      return submittable;
+    }
+    this.watchCursor(submittable);
     this.markBeside(view);
     void this.connection()
       .then(async (client) => {
@@ -146,6 +186,30 @@ export class PoolTransaction extends RequestTransaction {
       })
       .catch((error: unknown) => submittable.handleError?.(error));
     return submittable;
+  }
+
+  /**
+   * A statement sent while a cursor is open on the request's connection would queue behind it
+   * (node-postgres runs one at a time), and the code that reads the cursor most often awaits
+   * that statement first (a write per streamed row): a hang, with the key held. Refused at
+   * once, and the request with it: there is no other connection to run it on, since its
+   * writes must commit with the answer. Without a cursor open, nothing to do.
+   */
+  private refuseBehindCursor(): void {
+    if (this.openCursors.size > 0) throw this.refuse(new CursorOpenRefusedError());
+  }
+
+  /** Counts `cursor` as open until node-postgres says it ended (or failed). */
+  private watchCursor(cursor: Submitted): void {
+    this.openCursors.add(cursor);
+    for (const method of ['handleReadyForQuery', 'handleError'] as const) {
+      const own = cursor[method];
+      if (typeof own !== 'function') continue;
+      cursor[method] = (...args: unknown[]) => {
+        this.openCursors.delete(cursor);
+        return own.apply(cursor, args);
+      };
+    }
   }
 
   /** What a view does with a statement: its nested transaction's control, or the statement. */

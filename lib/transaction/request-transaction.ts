@@ -94,6 +94,20 @@ export abstract class RequestTransaction implements JoinableTransaction {
     return this.opening !== undefined;
   }
 
+  /**
+   * How long work it runs in `IdempotentTransaction.outside()` may wait for a connection of
+   * `pool`: its own deadline while it holds (or awaits) a connection of that pool, since it
+   * gives that one back only once the work is done; undefined otherwise (see `OutsideScope`).
+   */
+  outsideDeadline(pool: object): number | undefined {
+    if (!this.opening || this.ended) return undefined;
+    try {
+      return this.pool() === pool ? this.timeoutMs : undefined;
+    } catch {
+      return undefined; // TypeORM's DataSource destroyed meanwhile: nothing of it is held
+    }
+  }
+
   /** Whether it committed or rolled back (or is doing so). */
   get ended(): boolean {
     return this.state !== 'pending';

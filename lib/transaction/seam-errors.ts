@@ -43,6 +43,29 @@ export class StatementBesideNestedTransactionError extends TransactionControlRef
 }
 
 /**
+ * A statement (or a second cursor) sent while a cursor is open on the request's connection:
+ * Kysely's `stream()` with a write per streamed row, pg-cursor or pg-query-stream on a client
+ * of the pool with a write beside it. Without the library the write takes another connection
+ * of the pool; on the request's one connection it would queue behind the cursor, whose reader
+ * awaits the write: a hang that holds the key, renewed by the heartbeat. Refused at once; the
+ * request can then only roll back (answered 500 `cursor_open`).
+ */
+export class CursorOpenRefusedError extends TransactionControlRefusedError {
+  constructor() {
+    super('a statement sent while a cursor is open on the request’s connection');
+    this.message =
+      'A statement was sent while a cursor (a stream: Kysely’s stream(), pg-cursor, ' +
+      'pg-query-stream) was open on the idempotent request’s connection. Every statement of ' +
+      'the request runs on that one connection, where this one would wait for the cursor to ' +
+      'end, and the cursor’s reader for it: forever. The request rolls back. Read the stream ' +
+      'to its end (or close it) before writing, or read the rows with execute() (in pages if ' +
+      'they are many); a stream that is not the request’s own can run outside it, in ' +
+      'IdempotentTransaction.outside(), on a connection of its own.';
+    this.name = 'CursorOpenRefusedError';
+  }
+}
+
+/**
  * Thrown when a transaction inside an idempotent request asks for an isolation level stronger
  * than the one the request's transaction already began at (PostgreSQL cannot raise it), or
  * for one PostgreSQL does not have. Nothing was sent: the request's transaction is as it was.

@@ -23,6 +23,8 @@ export interface JoinableTransaction {
   joinedPool?(pool: object): PoolJoin | undefined;
   /** A pool of the same class as the joined one was used in the scope (see `watchOtherPools`). */
   otherPool?(pool: object): void;
+  /** How long a connection of `pool` may be waited for in the scope (see `OutsideScope`). */
+  connectDeadline?(pool: object): number | undefined;
 }
 
 /**

@@ -1,0 +1,44 @@
+import { type Pool } from 'pg';
+import { type DataSource } from 'typeorm';
+import { boundOutsideWaits } from './bounded-connect.js';
+import { type JoinableTransaction } from './transaction-scope.js';
+
+/** What `OutsideScope` asks of the request it was left from (see `RequestTransaction`). */
+interface HoldsConnections {
+  outsideDeadline?(pool: object): number | undefined;
+}
+
+/**
+ * The scope of work a request runs in `IdempotentTransaction.outside()`: it joins nothing (its
+ * statements commit on their own), but its waits for a connection of a pool are bounded while
+ * the request it came from holds a connection of the same pool. Such work, awaited by the
+ * request, needs a second connection while holding one: a burst of such requests as large as
+ * the pool would hold every connection and wait for one more, forever (with new keys answered
+ * 503 and the leases renewed). Past the request's `databaseTimeoutMs` the wait fails instead,
+ * the request rolls back and gives its connection back, and the burst drains.
+ */
+export class OutsideScope implements JoinableTransaction {
+  private constructor(private readonly from: HoldsConnections | undefined) {}
+
+  /** The scope for `outside()` called in `current`; nested calls keep the first request's. */
+  static of(current: JoinableTransaction | undefined): OutsideScope {
+    return current instanceof OutsideScope
+      ? current
+      : new OutsideScope(current as HoldsConnections | undefined);
+  }
+
+  /**
+   * A runner TypeORM makes in the scope is its own plain one (nothing joins), whose pool is
+   * first made to bound its waits here (see `boundOutsideWaits`).
+   */
+  joinedRunner(dataSource: DataSource): undefined {
+    const master = (dataSource.driver as unknown as { master?: Pool }).master;
+    if (master) boundOutsideWaits(master);
+    return undefined;
+  }
+
+  /** How long a connection of `pool` may be waited for; undefined: as long as the pool says. */
+  connectDeadline(pool: object): number | undefined {
+    return this.from?.outsideDeadline?.(pool);
+  }
+}
