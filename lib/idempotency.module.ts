@@ -29,6 +29,7 @@ import { IdempotencyMetrics } from './events/idempotency-metrics.js';
 import { IdempotencyDebugLog } from './events/idempotency-debug-log.js';
 import { IdempotentMessageInterceptor } from './messages/idempotent-message.interceptor.js';
 import { MessageAckCheck } from './messages/message-ack.check.js';
+import { PrismaBatchesCheck } from './prisma/prisma-batches.check.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_IDEMPOTENCY_OPTIONS,
@@ -78,6 +79,7 @@ const defaultClaimStoreProvider: Provider = {
   providers: [
     IdempotentRoutesCheck,
     MessageAckCheck,
+    PrismaBatchesCheck,
     openApiDocumenterProvider,
     IdempotencyMetrics,
     IdempotencyDebugLog,

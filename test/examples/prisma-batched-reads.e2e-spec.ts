@@ -1,5 +1,6 @@
 import { type INestApplication } from '@nestjs/common';
 import { Client } from 'pg';
+import { PrismaBatchingUnknownError } from '../../lib/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import {
   type LeaveBody,
@@ -84,8 +85,9 @@ describe('Prisma batched reads on the pool seam', () => {
       const answers = await Promise.all(
         bodies.map((body, i) => post('/on-call/leave', `${shift}-${i}`, body)),
       );
-      expect(answers.map((res) => res.status).sort()).toEqual([201, 503]);
+      // "At least one on call" holds: one left, the other was refused.
       expect(await onCall(shift)).toBe(1);
+      expect(answers.map((res) => res.status).sort()).toEqual([201, 503]);
       const left = answers.findIndex((res) => res.status === 201);
       expect(answers[left].body).toEqual({ left: true });
       const refused = answers[1 - left];
@@ -124,4 +126,22 @@ describe('Prisma batched reads on the pool seam', () => {
       expect(rows).toHaveLength(forms.length);
     },
   );
+});
+
+describe('a Prisma client whose batching the library does not know', () => {
+  it('refuses to start, naming the client (PrismaBatchingUnknownError)', async () => {
+    const fn = () => undefined;
+    // A Prisma client's public methods, and no DataLoader: another major version's internals.
+    const legacy = { $connect: fn, $transaction: fn, $extends: fn };
+    const outcome = await startOnCallApp(database.url, false, [
+      { provide: 'LEGACY_PRISMA', useValue: legacy },
+    ]).then(
+      ({ app: started }) => started.close().then(() => 'started'),
+      (error: unknown) => error,
+    );
+    expect(outcome).toBeInstanceOf(PrismaBatchingUnknownError);
+    expect((outcome as Error).message).toMatch(
+      /^Prisma client LEGACY_PRISMA: its query batching \(findUnique, findUniqueOrThrow, \$transaction\(\[\.\.\.\]\) calls made in one tick, sent as one batch\) is not the one the library knows/,
+    );
+  });
 });

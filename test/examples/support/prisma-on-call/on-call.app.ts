@@ -10,6 +10,7 @@ import {
   type OnApplicationShutdown,
   type OnModuleDestroy,
   Post,
+  type Provider,
 } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { PrismaPg } from '@prisma/adapter-pg';
@@ -122,6 +123,8 @@ class OnCallController {
   async leave(@Body() body: LeaveBody) {
     await together(body.shift, 2);
     const other = await this.read(body.read, body.otherId);
+    // Both have read before either writes: the two transactions overlap, whatever the timing.
+    await together(`${body.shift}/read`, 2);
     if (!other?.onCall) return { left: false };
     await this.prisma.doctor.update({ where: { id: body.doctorId }, data: { onCall: false } });
     return { left: true };
@@ -165,9 +168,10 @@ class OnCallDatabaseModule {
 
 @Module({})
 class OnCallAppModule {
-  static register(databaseUrl: string): DynamicModule {
+  static register(databaseUrl: string, providers: Provider[]): DynamicModule {
     return {
       module: OnCallAppModule,
+      providers,
       imports: [
         OnCallDatabaseModule.register(databaseUrl),
         IdempotencyModule.forRootAsync({
@@ -192,16 +196,22 @@ export async function migrateOnCall(databaseUrl: string): Promise<void> {
   }
 }
 
-/** The roster app on Express, listening on a port of its own. */
+/** The roster app on Express, listening on a port of its own; `providers`: a test's own. */
 export async function startOnCallApp(
   databaseUrl: string,
   logs: boolean,
+  providers: Provider[] = [],
 ): Promise<{ app: INestApplication; base: string }> {
-  const app = await NestFactory.create(OnCallAppModule.register(databaseUrl), {
+  const app = await NestFactory.create(OnCallAppModule.register(databaseUrl, providers), {
     abortOnError: false,
     ...(logs ? {} : { logger: false as const }),
   });
-  await app.listen(0, '127.0.0.1');
+  try {
+    await app.listen(0, '127.0.0.1');
+  } catch (error) {
+    await app.close();
+    throw error;
+  }
   const { port } = app.getHttpServer().address() as AddressInfo;
   return { app, base: `http://127.0.0.1:${port}` };
 }
