@@ -12,6 +12,7 @@ export default tseslint.config(
       'coverage/**',
       'examples/prisma-orders/generated/**',
       'docs/snippets/prisma/generated/**',
+      'test/examples/support/prisma-on-call/generated/**',
     ],
   },
   js.configs.recommended,

@@ -30,6 +30,7 @@ import { IdempotencyDebugLog } from './events/idempotency-debug-log.js';
 import { IdempotentMessageInterceptor } from './messages/idempotent-message.interceptor.js';
 import { MessageAckCheck } from './messages/message-ack.check.js';
 import { GraphqlReplayMarker } from './graphql/replay-marker.js';
+import { PrismaBatchesCheck } from './prisma/prisma-batches.check.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_IDEMPOTENCY_OPTIONS,
@@ -79,6 +80,7 @@ const defaultClaimStoreProvider: Provider = {
   providers: [
     IdempotentRoutesCheck,
     MessageAckCheck,
+    PrismaBatchesCheck,
     openApiDocumenterProvider,
     IdempotencyMetrics,
     IdempotencyDebugLog,

@@ -28,6 +28,8 @@ export {
   TransactionControlRefusedError,
 } from './transaction/seam-errors.js';
 export { type IsolationLevel } from './transaction/isolation-level.js';
+export { keepPrismaBatchesPerRequest } from './prisma/scoped-batches.js';
+export { PrismaBatchingUnknownError } from './prisma/prisma-batching-unknown.error.js';
 export { PhaseResponse, respond } from './phase-response.js';
 export { derivedKey } from './phases.js';
 export { ProcessedMessages, type DeliveryOutcome } from './processed-messages.service.js';

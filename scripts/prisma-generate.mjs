@@ -21,6 +21,8 @@ const SCHEMAS = [
   'examples/prisma-orders/prisma/schema.prisma',
   // The docs' Prisma snippets import a client as an app's would (docs/guides/prisma.md).
   'docs/snippets/prisma/schema.prisma',
+  // The on-call roster of the suite on Prisma's batched reads (prisma-batched-reads.e2e-spec.ts).
+  'test/examples/support/prisma-on-call/schema.prisma',
 ];
 
 const dir = mkdtempSync(join(tmpdir(), 'prisma-generate-'));

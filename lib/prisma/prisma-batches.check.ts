@@ -1,0 +1,34 @@
+import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import { DiscoveryService } from '@nestjs/core';
+import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
+import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
+import { prismaBatchingOf } from './prisma-batching.js';
+import { PrismaBatchingUnknownError } from './prisma-batching-unknown.error.js';
+import { keepBatchesPerScope } from './scoped-batches.js';
+
+/**
+ * On a node-postgres pool (`pool` option), keeps the batched queries of every Prisma client
+ * among the app's providers in the transaction of the request that made them (see
+ * `keepBatchesPerScope`), before any request runs; refuses to start if a Prisma client's
+ * batching is not one the library knows. Nothing to do on TypeORM, whose DataSource Prisma
+ * does not share.
+ */
+@Injectable()
+export class PrismaBatchesCheck implements OnModuleInit {
+  constructor(
+    private readonly discovery: DiscoveryService,
+    @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+  ) {}
+
+  onModuleInit(): void {
+    if (!this.options.pool) return;
+    const unknown: string[] = [];
+    for (const wrapper of this.discovery.getProviders()) {
+      if (!wrapper.isDependencyTreeStatic() || !wrapper.instance) continue;
+      const batching = prismaBatchingOf(wrapper.instance);
+      if (batching.kind === 'loader') keepBatchesPerScope(batching.loader);
+      if (batching.kind === 'unknown') unknown.push(String(wrapper.name));
+    }
+    if (unknown.length > 0) throw new PrismaBatchingUnknownError(unknown);
+  }
+}
