@@ -69,7 +69,7 @@ describe.each(LAYOUTS)('claims batched on the %s table', (layout) => {
     expect(outcomes.map((o) => o.kind)).toEqual(Array(21).fill('claimed'));
     expect(claims()).toEqual(
       layout === 'plain'
-        ? ['idempotency_claim_v3', 'idempotency_claim_batch_v1']
+        ? ['idempotency_claim_v4', 'idempotency_claim_batch_v2']
         : ['idempotency_claim_partitioned_v1', 'idempotency_claim_batch_partitioned_v1'],
     );
     // Each its own row: its own claim id, the one stored for its key.
