@@ -339,12 +339,17 @@ export abstract class RequestTransaction implements JoinableTransaction {
 
   /** The level the transaction is to begin at, as far as is known before it begins. */
   protected plannedLevel(): IsolationLevel | undefined {
+    return this.askedLevel() ?? this.serverLevel;
+  }
+
+  /**
+   * The level the route or the data layer asks for, if any. A level asked by a nested
+   * transaction before the `BEGIN` replaces the server's default, as `BEGIN ISOLATION LEVEL`
+   * does, rather than being weighed against it.
+   */
+  private askedLevel(): IsolationLevel | undefined {
     const configured = this.configuredLevel();
-    return (
-      this.isolationLevel ??
-      (isIsolationLevel(configured) ? configured : undefined) ??
-      this.serverLevel
-    );
+    return this.isolationLevel ?? (isIsolationLevel(configured) ? configured : undefined);
   }
 
   /**
@@ -358,7 +363,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
       level,
       this.beginning
         ? { begun: true, current: await this.currentLevel() }
-        : { begun: false, planned: this.plannedLevel() },
+        : { begun: false, planned: this.askedLevel() },
     );
     if (decision.kind === 'refuse') throw new IsolationLevelRefusedError(decision.reason);
     if (decision.kind === 'begin-at') this.isolationLevel = decision.level;
