@@ -243,8 +243,8 @@ describe.each(ADAPTERS)('phases above READ COMMITTED held past the heartbeat (%s
     const retry = await post(typeormApp, '/slow-phase', 'orm-retry', { tag: 'orm-retry' });
     const answer = await first;
     expect(answer.status).toBe(201);
-    // The retry waited on the key's row, which the renewals inside the phase hold, then found
-    // the key still running (or, late, its answer).
+    // The retry does not wait on the key's row, which the renewals inside the phase hold: it
+    // finds the key still running (or, late, its answer).
     expect([409, 201]).toContain(retry.status);
     if (retry.status === 201) expect(retry.text).toBe(answer.text);
     expect(await notes('orm-retry')).toEqual(['held', 'finish']);

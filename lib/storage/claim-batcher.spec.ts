@@ -1,5 +1,11 @@
 import { IdempotencyStoreUnavailableError } from '../idempotency.errors.js';
-import { mayBeOneRows, takeBatch } from './claim-batcher.js';
+import {
+  ClaimBatcher,
+  type ClaimRequest,
+  MAX_CLAIM_BATCH,
+  mayBeOneRows,
+  takeBatch,
+} from './claim-batcher.js';
 
 const waiting = (tenantId: string, key: string) => ({
   request: { scope: { tenantId, key }, fingerprint: Buffer.alloc(0), leaseMs: 1 },
@@ -51,5 +57,59 @@ describe('mayBeOneRows', () => {
     ['an error without a SQLSTATE', unavailable(), false],
   ])('%s: %s', (_, error, expected) => {
     expect(mayBeOneRows(error)).toBe(expected);
+  });
+});
+
+describe('ClaimBatcher deadlines', () => {
+  const request = (key: string): ClaimRequest => ({
+    scope: { tenantId: '1', key },
+    fingerprint: Buffer.alloc(0),
+    leaseMs: 1,
+  });
+  /** A statement the test answers by hand; each call's claims, in order. */
+  function hanging() {
+    const calls: { keys: string[]; answer: (rows: string[]) => void }[] = [];
+    const send = (batch: ClaimRequest[]) =>
+      new Promise<string[]>((answer) =>
+        calls.push({ keys: batch.map((claim) => claim.scope.key), answer }),
+      );
+    return { calls, send };
+  }
+  const gone = () => new Error('past its deadline');
+
+  it('answers a claim queued behind a batch at its own deadline, and never sends it', async () => {
+    const { calls, send } = hanging();
+    const batcher = new ClaimBatcher<string>(send);
+    const first = batcher.claim(request('a'));
+    const queued = batcher.claim(request('b'), { at: Date.now() + 20, error: gone });
+    await expect(queued).rejects.toThrow('past its deadline');
+    expect(batcher.waiting).toBe(0);
+    calls[0].answer(['row a']);
+    await expect(first).resolves.toBe('row a');
+    expect(calls.map((call) => call.keys)).toEqual([['a']]);
+  });
+
+  it('answers a claim whose statement is on its way at its deadline, and hands its row on', async () => {
+    const { calls, send } = hanging();
+    const late: string[] = [];
+    const batcher = new ClaimBatcher<string>(send, MAX_CLAIM_BATCH, (claim, row) =>
+      late.push(`${claim.scope.key}: ${row}`),
+    );
+    const sent = batcher.claim(request('a'), { at: Date.now() + 20, error: gone });
+    await expect(sent).rejects.toThrow('past its deadline');
+    calls[0].answer(['row a']);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(late).toEqual(['a: row a']);
+  });
+
+  it('answers a claim in time as before, its deadline never met', async () => {
+    const { calls, send } = hanging();
+    const late: string[] = [];
+    const batcher = new ClaimBatcher<string>(send, MAX_CLAIM_BATCH, (_, row) => late.push(row));
+    const claim = batcher.claim(request('a'), { at: Date.now() + 50, error: gone });
+    calls[0].answer(['row a']);
+    await expect(claim).resolves.toBe('row a');
+    await new Promise((resolve) => setTimeout(resolve, 80));
+    expect(late).toEqual([]);
   });
 });

@@ -23,10 +23,19 @@ export const MAX_CLAIM_BATCH = 64;
  */
 const CLAIMS_IN_FLIGHT = 1;
 
+/** When a claim's request stops waiting for it, and what it is then told. */
+export interface ClaimDeadline {
+  /** The time (`Date.now()`) past which the claim is answered with `error()`. */
+  at: number;
+  error: () => unknown;
+}
+
 interface Waiting<R> {
   request: ClaimRequest;
   resolve: (row: R) => void;
   reject: (error: unknown) => void;
+  /** Its deadline passed while its statement was on its way: its row goes to `late`. */
+  gone?: boolean;
 }
 
 /**
@@ -51,6 +60,11 @@ export class ClaimBatcher<R> {
   constructor(
     private readonly send: (batch: ClaimRequest[]) => Promise<R[]>,
     private readonly maxBatch = MAX_CLAIM_BATCH,
+    /**
+     * The row of a claim whose request was answered at its deadline while its statement was
+     * on its way: a key claimed then is nobody's, and must be given back.
+     */
+    private readonly late: (request: ClaimRequest, row: R) => void = () => undefined,
   ) {}
 
   /** Claims waiting for the statement on its way (for tests and metrics). */
@@ -58,11 +72,46 @@ export class ClaimBatcher<R> {
     return this.queue.length;
   }
 
-  claim(request: ClaimRequest): Promise<R> {
+  /**
+   * The claim's row. With a `deadline` (counted from when its request asked), the claim is
+   * answered at it whatever holds it: batches ahead of it in the queue (each bounded by its
+   * own statement's deadline, so together by many), or its own statement. One still queued
+   * then is never sent; one on its way has its row, if any comes, handed to `late`.
+   */
+  claim(request: ClaimRequest, deadline?: ClaimDeadline): Promise<R> {
     return new Promise<R>((resolve, reject) => {
-      this.queue.push({ request, resolve, reject });
+      let timer: NodeJS.Timeout | undefined;
+      const waiting: Waiting<R> = {
+        request,
+        resolve: (row) => {
+          clearTimeout(timer);
+          resolve(row);
+        },
+        reject: (error) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      };
+      if (deadline) {
+        timer = setTimeout(
+          () => {
+            const queued = this.queue.indexOf(waiting);
+            if (queued >= 0) this.queue.splice(queued, 1);
+            else waiting.gone = true;
+            reject(deadline.error());
+          },
+          Math.max(0, deadline.at - Date.now()),
+        );
+      }
+      this.queue.push(waiting);
       this.drain();
     });
+  }
+
+  /** Answers `waiting` with its row, or hands the row on if its request is gone. */
+  private answer(waiting: Waiting<R>, row: R): void {
+    if (waiting.gone) this.late(waiting.request, row);
+    else waiting.resolve(row);
   }
 
   private drain(): void {
@@ -79,16 +128,19 @@ export class ClaimBatcher<R> {
   private async run(batch: Waiting<R>[]): Promise<void> {
     try {
       const rows = await this.send(batch.map((waiting) => waiting.request));
-      batch.forEach((waiting, i) => waiting.resolve(rows[i]));
+      batch.forEach((waiting, i) => this.answer(waiting, rows[i]));
     } catch (error) {
       if (batch.length === 1 || !mayBeOneRows(error)) {
         for (const waiting of batch) waiting.reject(error);
         return;
       }
+      // Claim by claim, but for those whose request is gone: they are never sent again.
       await Promise.all(
-        batch.map((waiting) =>
-          this.send([waiting.request]).then(([row]) => waiting.resolve(row), waiting.reject),
-        ),
+        batch
+          .filter((waiting) => !waiting.gone)
+          .map((waiting) =>
+            this.send([waiting.request]).then(([row]) => this.answer(waiting, row), waiting.reject),
+          ),
       );
     }
   }

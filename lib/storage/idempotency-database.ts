@@ -9,6 +9,7 @@ import {
 import { type DataSource, type EntityManager } from 'typeorm';
 import { IdempotencyStoreUnavailableError, PermanentDatabaseError } from '../idempotency.errors.js';
 import { type PoolerMode } from '../idempotency-options.interface.js';
+import { isIsolationLevel, type IsolationLevel } from '../transaction/isolation-level.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
 import { type DataLayer, typeOrmDataLayer } from './data-layer.js';
 import { acquire, queryWithDeadline } from './deadline.js';
@@ -25,6 +26,9 @@ import {
   PURGE_PROCESSED_BATCH,
   RECORD_MESSAGE_FAILURE,
 } from './postgres-statements.js';
+
+/** The level a transaction begun without one runs at, on this database and role. */
+const SERVER_LEVEL = `SELECT current_setting('default_transaction_isolation') AS level`;
 
 /** A named prepared statement of the library. */
 export interface Statement {
@@ -79,11 +83,38 @@ export class IdempotencyDatabase {
     };
   }
 
-  /** Once the schema check (if any is pending) has passed; concurrent callers share one run. */
+  /**
+   * Once the schema check (if any is pending) has passed, and the server's default isolation
+   * level was read (tried alongside it until it once succeeds); concurrent callers share one
+   * run of each.
+   */
   async ready(): Promise<void> {
-    if (!this.schemaCheck) return;
+    const learning = this.serverLevel === undefined ? this.learnServerLevel() : undefined;
+    if (!this.schemaCheck) return learning;
     this.checking ??= this.schemaCheck().finally(() => (this.checking = undefined));
-    return this.checking;
+    await Promise.all([this.checking, learning]);
+  }
+
+  /**
+   * The level a transaction begun without one runs at (`default_transaction_isolation` of the
+   * database, role or connection), once read; every request's transaction is told (see
+   * `RequestTransaction.serverLevel`).
+   */
+  private serverLevel?: IsolationLevel;
+  private learningLevel?: Promise<void>;
+
+  /** Reads the server's default level; never fails (a database that is down is met later). */
+  private learnServerLevel(): Promise<void> {
+    this.learningLevel ??= this.withConnection((client) =>
+      queryWithDeadline<{ level: string }>(client, { text: SERVER_LEVEL }, this.timeoutMs),
+    )
+      .then(({ rows }) => {
+        const level = rows[0]?.level.toUpperCase();
+        this.serverLevel = isIsolationLevel(level) ? level : 'READ COMMITTED';
+      })
+      .catch(() => undefined)
+      .finally(() => (this.learningLevel = undefined));
+    return this.learningLevel;
   }
 
   /** Whether statements are prepared once per session under their names. */
@@ -96,7 +127,9 @@ export class IdempotencyDatabase {
    * that asks the DataSource for a runner (repositories, `dataSource.query()`) joins it.
    */
   transaction(joinable: boolean): RequestTransaction {
-    return this.layer.transaction(this.timeoutMs, joinable, this.namedStatements);
+    const transaction = this.layer.transaction(this.timeoutMs, joinable, this.namedStatements);
+    transaction.serverLevel = this.serverLevel;
+    return transaction;
   }
 
   /** Runs `work` in a plain transaction: phases of a request that has no key. */

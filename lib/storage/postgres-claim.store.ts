@@ -12,7 +12,13 @@ import { type RequestTransaction } from '../transaction/request-transaction.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { type IdempotencyDatabase, type Statement } from './idempotency-database.js';
 import { rethrowExplained } from './partitioned/layout-errors.js';
-import { ClaimBatcher, type ClaimRequest } from './claim-batcher.js';
+import {
+  type ClaimDeadline,
+  ClaimBatcher,
+  type ClaimRequest,
+  MAX_CLAIM_BATCH,
+} from './claim-batcher.js';
+import { DatabaseDeadlineError } from './connection-errors.js';
 import { followedBy } from './lease-renewals.js';
 import {
   ADVANCE,
@@ -66,18 +72,43 @@ export class PostgresClaimStore implements TransactionalClaimStore {
   readonly transactional = true;
 
   /** Claims (and the reads of replays) that arrive while one is on its way go together. */
-  readonly batcher = new ClaimBatcher<ClaimRow | undefined>((batch) => this.sendClaims(batch));
+  readonly batcher = new ClaimBatcher<ClaimRow | undefined>(
+    (batch) => this.sendClaims(batch),
+    MAX_CLAIM_BATCH,
+    (request, row) => this.giveBackLate(request, row),
+  );
 
   constructor(protected readonly database: IdempotencyDatabase) {}
 
   async claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {
+    // One deadline for the whole claim, from now: not one per batch it waits behind.
+    const { timeoutMs } = this.database;
+    const deadline: ClaimDeadline = {
+      at: Date.now() + timeoutMs,
+      error: () =>
+        new IdempotencyStoreUnavailableError(
+          new DatabaseDeadlineError(`claiming key ${scope.key}`, timeoutMs),
+        ),
+    };
     for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
-      const row = await this.batcher.claim({ scope, fingerprint, leaseMs }).catch(rethrowExplained);
+      const row = await this.batcher
+        .claim({ scope, fingerprint, leaseMs }, deadline)
+        .catch(rethrowExplained);
       if (row) return claimOutcome(scope, row, leaseMs);
     }
     throw new IdempotencyStoreUnavailableError(
       new Error(`claim of key ${scope.key} found neither a free key nor a row`),
     );
+  }
+
+  /**
+   * A claim that landed after its request was answered 503 at its deadline: nobody runs its
+   * handler, so the key is given back at once (its retry claims it anew), not left held until
+   * its lease runs out. A failure leaves the lease to run out.
+   */
+  private giveBackLate({ scope, leaseMs }: ClaimRequest, row: ClaimRow | undefined): void {
+    const outcome = row && claimOutcome(scope, row, leaseMs);
+    if (outcome?.kind === 'claimed') this.release(outcome.claim, true).catch(() => undefined);
   }
 
   async takeOver(scope: KeyScope, fence: Fence, leaseMs: number) {

@@ -19,12 +19,21 @@
  * is re-checked by a write fenced on `lock_version` (takeover, phases, finish), so a lock
  * would add a write to the replay path and buy nothing. A conflicting row committed after
  * this statement's snapshot is not seen: no row comes back, and the caller runs it again.
+ *
+ * The insert is tried only for a key with no row in the snapshot. A conflicting insert waits
+ * for the transaction that last wrote the row it meets, and a row can be held for long: a
+ * transaction above READ COMMITTED renews its lease inside itself (`renewalRoute`), so it
+ * holds its key's row until it commits. The retry would wait for the handler, and every claim
+ * of the process batched with it or behind it. A row in the snapshot is read instead, without
+ * a wait (a live lease: 409 at once); a conflict is left only with a row committed or being
+ * inserted after the snapshot, which a claim (one statement) holds for a moment.
  */
 export const CLAIM = {
-  name: 'idempotency_claim_v3',
+  name: 'idempotency_claim_v4',
   text: `WITH claimed AS (
   INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until)
-  VALUES ($1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond')
+  SELECT $1::text, $2::text, $3::bytea, clock_timestamp() + $4::float8 * interval '1 millisecond'
+  WHERE NOT EXISTS (SELECT FROM idempotency_keys WHERE tenant_id = $1 AND key = $2)
   ON CONFLICT (tenant_id, key) DO NOTHING
   RETURNING claim_id, lock_version
 )
@@ -49,17 +58,21 @@ WHERE tenant_id = $1 AND key = $2`,
  * CLAIM, a claim's own insert is not seen by the read of this statement, so a key comes back
  * once, claimed or found, or not at all (a conflicting row committed after the snapshot: that
  * claim runs again). The rows are inserted in the batch's order, so that concurrent batches
- * wait on each other's keys in one order and never deadlock.
+ * wait on each other's keys in one order and never deadlock. As in CLAIM, a key with a row in
+ * the snapshot is read, not inserted: one held key never holds the batch.
  */
 export const CLAIM_BATCH = {
-  name: 'idempotency_claim_batch_v1',
+  name: 'idempotency_claim_batch_v2',
   text: `WITH batch AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::float8[])
     WITH ORDINALITY AS b(tenant_id, key, fingerprint, lease_ms, i)
 ), claimed AS (
   INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until)
   SELECT tenant_id, key, fingerprint, clock_timestamp() + lease_ms * interval '1 millisecond'
-  FROM batch ORDER BY i
+  FROM batch b
+  WHERE NOT EXISTS (
+    SELECT FROM idempotency_keys k WHERE k.tenant_id = b.tenant_id AND k.key = b.key)
+  ORDER BY i
   ON CONFLICT (tenant_id, key) DO NOTHING
   RETURNING tenant_id, key, claim_id, lock_version
 )
@@ -77,14 +90,24 @@ SELECT b.i, false, k.claim_id, k.lock_version, k.fingerprint, k.state,
 FROM batch b JOIN idempotency_keys k ON k.tenant_id = b.tenant_id AND k.key = b.key`,
 };
 
-/** Statement 3: only one worker can move `lock_version` on from the value it read. */
+/**
+ * Statement 3: only one worker can move `lock_version` on from the value it read. A row that
+ * another transaction holds locked is skipped (no row back: 409), never waited on: a lease
+ * that looks expired from outside may be renewed inside a transaction above READ COMMITTED
+ * that holds the row until it commits (see CLAIM), so its owner is alive; else the holder is
+ * another takeover, or the owner renewing, finishing or giving the key back, all of which
+ * end in a moment (the retry after the 409 finds what they left).
+ */
 export const TAKE_OVER = {
-  name: 'idempotency_take_over_v3',
-  text: `UPDATE idempotency_keys
+  name: 'idempotency_take_over_v4',
+  text: `WITH free AS (
+  SELECT FROM idempotency_keys WHERE tenant_id = $1 AND key = $2 FOR UPDATE SKIP LOCKED
+)
+UPDATE idempotency_keys
 SET locked_until = clock_timestamp() + $5 * interval '1 millisecond', lock_version = lock_version + 1
 WHERE tenant_id = $1 AND key = $2 AND state = 'started'
   AND (locked_until IS NULL OR locked_until < clock_timestamp()) AND lock_version = $3
-  AND claim_id = $4
+  AND claim_id = $4 AND EXISTS (SELECT FROM free)
 RETURNING claim_id, lock_version, recovery_point, phase_results`,
 };
 

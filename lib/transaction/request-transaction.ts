@@ -67,7 +67,14 @@ export abstract class RequestTransaction implements JoinableTransaction {
    * server's.
    */
   isolationLevel?: IsolationLevel;
-  /** The level its `BEGIN` was sent with, once sent; undefined for the server's default. */
+  /**
+   * The level PostgreSQL gives a transaction begun without one: `default_transaction_isolation`
+   * of the database, role or connection (`IdempotencyDatabase` reads it once). A default above
+   * READ COMMITTED is such a transaction as much as a level the route asks for: its reads must
+   * be in it, and the claim's renewals too.
+   */
+  serverLevel?: IsolationLevel;
+  /** The level its `BEGIN` was sent with (else the server's, if known), once sent. */
   protected begunAt?: IsolationLevel;
   /** A refused attempt of its code to end it: it can then only roll back. */
   private refused?: TransactionControlRefusedError;
@@ -346,6 +353,15 @@ export abstract class RequestTransaction implements JoinableTransaction {
 
   /** The level the transaction is to begin at, as far as is known before it begins. */
   protected plannedLevel(): IsolationLevel | undefined {
+    return this.askedLevel() ?? this.serverLevel;
+  }
+
+  /**
+   * The level the route or the data layer asks for, if any. A level asked by a nested
+   * transaction before the `BEGIN` replaces the server's default, as `BEGIN ISOLATION LEVEL`
+   * does, rather than being weighed against it.
+   */
+  private askedLevel(): IsolationLevel | undefined {
     const configured = this.configuredLevel();
     return this.isolationLevel ?? (isIsolationLevel(configured) ? configured : undefined);
   }
@@ -361,7 +377,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
       level,
       this.beginning
         ? { begun: true, current: await this.currentLevel() }
-        : { begun: false, planned: this.plannedLevel() },
+        : { begun: false, planned: this.askedLevel() },
     );
     if (decision.kind === 'refuse') throw new IsolationLevelRefusedError(decision.reason);
     if (decision.kind === 'begin-at') this.isolationLevel = decision.level;
@@ -453,7 +469,12 @@ export abstract class RequestTransaction implements JoinableTransaction {
   private beginText(): string {
     // The data layer's option is sent as it is: a level PostgreSQL refuses fails the BEGIN.
     const isolation = this.isolationLevel ?? this.configuredLevel();
-    this.begunAt = isIsolationLevel(isolation) ? isolation : undefined;
+    this.begunAt =
+      isolation === undefined
+        ? this.serverLevel
+        : isIsolationLevel(isolation)
+          ? isolation
+          : undefined;
     return isolation ? `BEGIN ISOLATION LEVEL ${isolation}` : 'BEGIN';
   }
 
