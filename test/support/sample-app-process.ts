@@ -1,4 +1,5 @@
 import { freePort } from '../../sample-app/database/embedded-postgres.js';
+import { appDatabaseUrl } from './pgbouncer.js';
 import { startWorker, type WorkerProcess } from './worker-process.js';
 
 export type { WorkerProcess } from './worker-process.js';
@@ -24,19 +25,31 @@ export interface SampleAppSettings {
   transferDelayMs?: number;
   /** `REQUEST_TIMEOUT_MS`; the contract's default (0, no timeout) when not given. */
   requestTimeoutMs?: number;
+  /**
+   * `DATABASE_POOLER` as given (any text, to test the refusal); not set when not given, but
+   * `transaction` under `TEST_POOLER=pgbouncer`.
+   */
+  pooler?: string;
 }
 
 /**
  * Starts the compiled sample app (`dist/sample-app/main.js`) as a process of its own on a free
  * port, and resolves once it printed `listening on <port>`. Every setting is passed explicitly,
- * so that nothing leaks in from the environment the tests run in.
+ * so that nothing leaks in from the environment the tests run in. Under `TEST_POOLER=pgbouncer`
+ * an app of the test server goes through the test file's PgBouncer in transaction mode, with
+ * `DATABASE_POOLER=transaction` (`TEST_POOLER=pgbouncer npm test -- test/sample-app`): every
+ * black-box suite of the app then runs behind it.
  */
 export async function startSampleApp(settings: SampleAppSettings): Promise<WorkerProcess> {
   const port = await freePort();
+  const databaseUrl = await appDatabaseUrl(settings.databaseUrl);
+  // Rerouted through the file's PgBouncer: the app is told so.
+  const pooler = settings.pooler ?? (databaseUrl === settings.databaseUrl ? '' : 'transaction');
   return startWorker('sample-app/main.js', {
     PORT: String(port),
     HTTP_ADAPTER: settings.adapter,
-    DATABASE_URL: settings.databaseUrl,
+    DATABASE_URL: databaseUrl,
+    DATABASE_POOLER: pooler,
     PSP_URL: settings.pspUrl,
     PSP_DELAY_MS: '0',
     IDEMPOTENCY_LEASE_MS: String(settings.leaseMs ?? 60_000),
@@ -72,6 +85,7 @@ export async function startStandaloneApp(env: Record<string, string> = {}): Prom
       IDEMPOTENCY_PURGE_INTERVAL_MS: '',
       TRANSFER_DELAY_MS: '',
       REQUEST_TIMEOUT_MS: '',
+      DATABASE_POOLER: '',
       ...env,
     },
     90_000,
