@@ -37,8 +37,10 @@ import { TcpProxy } from './support/tcp-proxy.js';
 
 const ADAPTERS: SampleAppAdapter[] = ['express', 'fastify'];
 const SHORT_LEASE_MS = 1500;
-/** `TRANSFER_DELAY_MS` of the instance that outlives its lease: longer than the lease. */
-const SLOW_TRANSFER_MS = 2500;
+/** `TRANSFER_DELAY_MS` of the instance whose transfer meets a second request. */
+const SLOW_TRANSFER_MS = 1000;
+/** How long an instance may take to start: this machine is shared, and several start at once. */
+const START_MS = 90_000;
 
 const charge = (customer: string, amount = 100) => ({ amount, currency: 'eur', customer });
 const transfer = (from: string, amount = 100) => ({ amount, from, to: 'acct_to' });
@@ -110,11 +112,10 @@ describe('DATABASE_POOLER unset (none) behind PgBouncer in transaction mode', ()
   it.each(ADAPTERS)(
     'on %s: 40 concurrent first requests are each answered 201 and run once; the log says once that it adapted',
     async (adapter) => {
-      const app = await startSampleApp({
-        adapter,
-        databaseUrl: bouncer.url(database.name),
-        pspUrl: psp.url,
-      });
+      const app = await startSampleApp(
+        { adapter, databaseUrl: bouncer.url(database.name), pspUrl: psp.url },
+        START_MS,
+      );
       spawned.push(app);
       const tenant = newTenant();
       const sends = Array.from({ length: 40 }, (_, i) =>
@@ -145,25 +146,33 @@ describe('DATABASE_POOLER unset (none) behind PgBouncer in transaction mode', ()
       expect(said).toHaveLength(1);
       expect(app.output()).not.toMatch(/store_misconfigured|SQLSTATE (26000|42P05)/);
     },
+    START_MS + 30_000,
   );
 
-  it('a DATABASE_POOLER other than transaction or none: the app refuses to start, naming it', async () => {
-    const started = startSampleApp({
-      adapter: 'express',
-      databaseUrl: bouncer.url(database.name),
-      pspUrl: psp.url,
-      pooler: 'session',
-    });
-    await expect(started).rejects.toThrow(
-      /exited with 1:[\s\S]*configuration: DATABASE_POOLER must be "transaction" or "none", got "session"/,
-    );
-  });
+  it(
+    'a DATABASE_POOLER other than transaction or none: the app refuses to start, naming it',
+    async () => {
+      const started = startSampleApp(
+        {
+          adapter: 'express',
+          databaseUrl: bouncer.url(database.name),
+          pspUrl: psp.url,
+          pooler: 'session',
+        },
+        START_MS,
+      );
+      await expect(started).rejects.toThrow(
+        /exited with 1:[\s\S]*configuration: DATABASE_POOLER must be "transaction" or "none", got "session"/,
+      );
+    },
+    START_MS,
+  );
 });
 
 describe.each(ADAPTERS)('DATABASE_POOLER=transaction behind PgBouncer, on %s', (adapter) => {
   /** Reaches the PSP through `pspProxy`, PSP timeout 2.5 s. */
   let main: WorkerProcess;
-  /** Lease 1.5 s, no heartbeat, transfers wait 2.5 s: it outlives its lease, then is killed. */
+  /** Lease 1.5 s, no heartbeat, transfers wait 1 s: it outlives its lease, then is killed. */
   let slow: WorkerProcess;
   /** Reaches PgBouncer through `dbProxy`, lease 1.5 s. */
   let flaky: WorkerProcess;
@@ -177,13 +186,16 @@ describe.each(ADAPTERS)('DATABASE_POOLER=transaction behind PgBouncer, on %s', (
     await dbProxy.start();
     const url = bouncer.url(database.name);
     const start = (settings: Partial<SampleAppSettings>) =>
-      startSampleApp({
-        adapter,
-        databaseUrl: url,
-        pspUrl: psp.url,
-        pooler: 'transaction',
-        ...settings,
-      });
+      startSampleApp(
+        {
+          adapter,
+          databaseUrl: url,
+          pspUrl: psp.url,
+          pooler: 'transaction',
+          ...settings,
+        },
+        START_MS,
+      );
     // All three at once: they migrate once, under the app's lock, through the pooler.
     const all = await Promise.allSettled([
       start({ pspUrl: `http://127.0.0.1:${pspProxy.port}`, pspTimeoutMs: 2500 }),
@@ -197,7 +209,7 @@ describe.each(ADAPTERS)('DATABASE_POOLER=transaction behind PgBouncer, on %s', (
       throw failed.reason;
     }
     [main, slow, flaky] = started;
-  });
+  }, START_MS + 10_000);
 
   afterEach(() => {
     psp.delayMs = 0;
@@ -301,42 +313,58 @@ describe.each(ADAPTERS)('DATABASE_POOLER=transaction behind PgBouncer, on %s', (
     ]);
   });
 
-  it('transfers: 201, replay, GET; a worker past its lease is fenced (409 lease_lost), one row', async () => {
+  it('transfers: 409 while another request holds the key, then 201 once, replayed, listed', async () => {
     const tenant = newTenant();
     const from = next('acct');
     const key = next('key');
-    const late = post(slow.url, '/transfers', tenant, key, transfer(from));
-    await until(() => claimed(tenant, key), 'the slow worker claimed the key');
-    // 409 while its lease holds, then the takeover once it ran out during its 2.5 s wait.
-    const { res: taken, conflicts } = await retryWhileInProgress(() =>
-      post(main.url, '/transfers', tenant, key, transfer(from)),
-    );
-    expect(conflicts.length).toBeGreaterThan(0);
-    expectFresh(taken);
-    expectProblem(await late, 409, 'lease_lost');
-    expect(await transferRows(tenant, from)).toEqual([{ id: taken.body.id }]);
-    expectReplayOf(await post(flaky.url, '/transfers', tenant, key, transfer(from)), taken);
+    const first = post(slow.url, '/transfers', tenant, key, transfer(from));
+    await until(() => claimed(tenant, key), 'the key claimed');
+    expectInProgress(await post(main.url, '/transfers', tenant, key, transfer(from)), 2);
+    const answer = await first;
+    expectFresh(answer);
+    expect(await transferRows(tenant, from)).toEqual([{ id: answer.body.id }]);
+    expectReplayOf(await post(flaky.url, '/transfers', tenant, key, transfer(from)), answer);
     const listed = await getPath(main.url, `/transfers?from=${from}`, tenant);
-    expect(listed.body).toEqual([taken.body]);
+    expect(listed.body).toEqual([answer.body]);
+  });
+
+  it("a worker past its lease is fenced: 409 lease_lost; the new owner's 201 is stored, the PSP charged once", async () => {
+    const tenant = newTenant();
+    const key = next('key');
+    const customer = next('cus');
+    psp.delayMs = 4000;
+    const called = psp.nextRequest();
+    const stalled = post(slow.url, '/charges', tenant, key, charge(customer));
+    await called; // claimed (lease 1.5 s, no heartbeat), waiting ~4 s on the PSP
+    await sleep(SHORT_LEASE_MS + 300);
+    const taker = await post(flaky.url, '/charges', tenant, key, charge(customer));
+    expectFresh(taker);
+    expectProblem(await stalled, 409, 'lease_lost');
+    expectReplayOf(await post(main.url, '/charges', tenant, key, charge(customer)), taker);
+    expect(await authorizations(customer)).toEqual([
+      expect.objectContaining({ id: taker.body.psp_authorization }),
+    ]);
   });
 
   it('a worker killed mid-charge: its key is taken over after its lease, the PSP asked with the same key, charged once', async () => {
     const tenant = newTenant();
     const key = next('key');
     const customer = next('cus');
-    psp.delayMs = 60_000; // the victim waits on the PSP, its first phase committed
-    const before = psp.requestCount();
+    psp.delayMs = 2000; // the victim waits on the PSP, its first phase committed
+    const called = psp.nextRequest();
     void post(slow.url, '/charges', tenant, key, charge(customer)).catch(() => undefined);
-    await until(() => psp.requestCount() > before, 'the PSP called');
+    await called;
     await slow.kill('SIGKILL');
-    psp.delayMs = 0;
-    const { res } = await retryWhileInProgress(() =>
+    const { res, conflicts } = await retryWhileInProgress(() =>
       post(flaky.url, '/charges', tenant, key, charge(customer)),
     );
+    expect(conflicts.length).toBeGreaterThan(0);
     expectFresh(res);
     expect(await authorizations(customer)).toHaveLength(1);
     const listed = await getPath(main.url, `/charges?customer=${customer}`, tenant);
-    expect(listed.body).toHaveLength(1);
+    expect(listed.body).toEqual([
+      expect.objectContaining({ id: res.body.id, status: 'succeeded' }),
+    ]);
   });
 
   it('webhooks: a new event 200 duplicate false, again duplicate true, an unknown charge 404', async () => {

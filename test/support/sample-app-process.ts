@@ -40,26 +40,33 @@ export interface SampleAppSettings {
  * `DATABASE_POOLER=transaction` (`TEST_POOLER=pgbouncer npm test -- test/sample-app`): every
  * black-box suite of the app then runs behind it.
  */
-export async function startSampleApp(settings: SampleAppSettings): Promise<WorkerProcess> {
+export async function startSampleApp(
+  settings: SampleAppSettings,
+  timeoutMs?: number,
+): Promise<WorkerProcess> {
   const port = await freePort();
   const databaseUrl = await appDatabaseUrl(settings.databaseUrl);
   // Rerouted through the file's PgBouncer: the app is told so.
   const pooler = settings.pooler ?? (databaseUrl === settings.databaseUrl ? '' : 'transaction');
-  return startWorker('sample-app/main.js', {
-    PORT: String(port),
-    HTTP_ADAPTER: settings.adapter,
-    DATABASE_URL: databaseUrl,
-    DATABASE_POOLER: pooler,
-    PSP_URL: settings.pspUrl,
-    PSP_DELAY_MS: '0',
-    IDEMPOTENCY_LEASE_MS: String(settings.leaseMs ?? 60_000),
-    IDEMPOTENCY_HEARTBEAT: String(settings.heartbeat ?? true),
-    PSP_TIMEOUT_MS: String(settings.pspTimeoutMs ?? 30_000),
-    IDEMPOTENCY_RETENTION_MS: String(settings.retentionMs ?? 86_400_000),
-    IDEMPOTENCY_PURGE_INTERVAL_MS: String(settings.purgeIntervalMs ?? 60_000),
-    TRANSFER_DELAY_MS: String(settings.transferDelayMs ?? 0),
-    REQUEST_TIMEOUT_MS: String(settings.requestTimeoutMs ?? 0),
-  });
+  return startWorker(
+    'sample-app/main.js',
+    {
+      PORT: String(port),
+      HTTP_ADAPTER: settings.adapter,
+      DATABASE_URL: databaseUrl,
+      DATABASE_POOLER: pooler,
+      PSP_URL: settings.pspUrl,
+      PSP_DELAY_MS: '0',
+      IDEMPOTENCY_LEASE_MS: String(settings.leaseMs ?? 60_000),
+      IDEMPOTENCY_HEARTBEAT: String(settings.heartbeat ?? true),
+      PSP_TIMEOUT_MS: String(settings.pspTimeoutMs ?? 30_000),
+      IDEMPOTENCY_RETENTION_MS: String(settings.retentionMs ?? 86_400_000),
+      IDEMPOTENCY_PURGE_INTERVAL_MS: String(settings.purgeIntervalMs ?? 60_000),
+      TRANSFER_DELAY_MS: String(settings.transferDelayMs ?? 0),
+      REQUEST_TIMEOUT_MS: String(settings.requestTimeoutMs ?? 0),
+    },
+    timeoutMs,
+  );
 }
 
 /**
