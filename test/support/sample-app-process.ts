@@ -65,7 +65,8 @@ export async function startSampleApp(
       TRANSFER_DELAY_MS: String(settings.transferDelayMs ?? 0),
       REQUEST_TIMEOUT_MS: String(settings.requestTimeoutMs ?? 0),
     },
-    timeoutMs,
+    // Behind a PgBouncer several instances queue for its few server connections to migrate.
+    timeoutMs ?? (databaseUrl === settings.databaseUrl ? undefined : 90_000),
   );
 }
 
