@@ -275,10 +275,13 @@ export interface IdempotencyModuleBaseOptions extends IdempotencyRouteOptions {
    * or Supavisor in transaction mode, RDS Proxy) leaves nothing on a server session: the
    * library's statements are sent unnamed (parsed on each call, rather than prepared once per
    * session), and the partitioned expiry keeps its lock and settings to one transaction per
-   * partition. `'session'` and `'none'` prepare each statement once per session. Left at
-   * `'none'` behind a transaction pooler, requests fail with a 500 `store_misconfigured` that
-   * logs what to change.
-   * @default 'none'
+   * partition. `'session'` and `'none'` prepare each statement once per session. Unset, the
+   * library asks the database when the app starts: through a pooler (its connection announced
+   * with a process id that is not the server's, as PgBouncer does in either mode) it runs as
+   * with `'transaction'` and says so once in the log; directly, as with `'none'`. `'none'`
+   * behind a pooler refuses to start. `'session'` behind a transaction pooler fails requests
+   * with a 500 `store_misconfigured` that logs what to change.
+   * @default unset: found at start-up
    * @example pooler: 'transaction'
    */
   pooler?: PoolerMode;
@@ -358,7 +361,8 @@ export interface ResolvedIdempotencyOptions {
   storeIf: (status: number) => boolean;
   metrics: boolean | { meterProvider: OtelMeterProvider };
   debugEvents: boolean;
-  pooler: PoolerMode;
+  /** Undefined: not set, found at start-up. */
+  pooler?: PoolerMode;
   /** The app's shape of the library's answers; undefined for problem+json. */
   renderProblem?: ProblemRenderer;
   /** The encryption keys, the sealing one first; undefined when responses are stored plain. */

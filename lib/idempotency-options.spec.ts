@@ -20,7 +20,6 @@ describe('resolveIdempotencyOptions', () => {
       databaseTimeoutMs: 5000,
       purgeIntervalMs: undefined,
       purgeBatchSize: 1000,
-      pooler: 'none',
       replayCache: { size: 10_000, bytes: 33_554_432, ttlMs: 60_000 },
       route: {
         required: true,

@@ -354,8 +354,9 @@ export function resolveRouteOptions(
 
 const POOLER_MODES: readonly PoolerMode[] = ['none', 'session', 'transaction'];
 
-function resolvePooler(pooler: PoolerMode | undefined): PoolerMode {
-  if (pooler === undefined) return 'none';
+function resolvePooler(pooler: PoolerMode | undefined): PoolerMode | undefined {
+  // Unset: the library asks the database at start-up (see `poolerSignature`).
+  if (pooler === undefined) return undefined;
   if (!POOLER_MODES.includes(pooler)) {
     throw new InvalidIdempotencyOptionsError(
       `pooler must be 'none', 'session' or 'transaction' (the pooler's mode), got ${JSON.stringify(pooler)}`,

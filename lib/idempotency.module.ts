@@ -23,6 +23,7 @@ import { ClaimStore } from './storage/claim-store.interface.js';
 import { POSTGRES_CLAIM_STORE } from './idempotency-options.js';
 import { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
 import { IdempotentRoutesCheck } from './routes/idempotent-routes.check.js';
+import { IdempotencyPoolerCheck } from './storage/pooler-check.js';
 import { IdempotencySchemaCheck } from './storage/idempotency-schema.check.js';
 import { openApiDocumenterProvider } from './openapi/openapi-documenter.js';
 import { IdempotencyMetrics } from './events/idempotency-metrics.js';
@@ -89,6 +90,7 @@ const defaultClaimStoreProvider: Provider = {
     IdempotencyDataSource,
     databaseProvider,
     IdempotencySchemaCheck,
+    IdempotencyPoolerCheck,
     ClaimStores,
     defaultClaimStoreProvider,
     IdempotencyInterceptor,

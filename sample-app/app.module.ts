@@ -33,6 +33,11 @@ export interface AppSettings {
   transferDelayMs: number;
   /** The global timeout (408) of every route; 0 is off. */
   requestTimeoutMs: number;
+  /**
+   * `'transaction'` behind a pooler in transaction mode; otherwise the library's default,
+   * which asks the database at start-up and adapts to a pooler it meets.
+   */
+  pooler?: 'none' | 'transaction';
 }
 
 /** The migrations of the app: the library's, then its own. */
@@ -66,6 +71,9 @@ export class AppModule {
           heartbeat: settings.heartbeat,
           retentionMs: settings.retentionMs,
           purgeIntervalMs: settings.purgeIntervalMs,
+          // `none` is not passed on as the library's 'none' ("no pooler, refuse one"): it leaves
+          // the library to find out, so the app behind a pooler works all the same.
+          ...(settings.pooler === 'transaction' ? { pooler: 'transaction' as const } : {}),
           tenant: (request) => tenantOf(request.headers) ?? '',
         }),
       ],

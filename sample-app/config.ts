@@ -15,6 +15,11 @@ export interface SampleAppConfig {
   /** 0: no global timeout. */
   requestTimeoutMs: number;
   adapter: 'express' | 'fastify';
+  /**
+   * `DATABASE_POOLER`: `transaction` when `DATABASE_URL` is a pooler in transaction mode;
+   * `none` leaves the library to find out at start-up (it adapts to a pooler it meets).
+   */
+  pooler: 'none' | 'transaction';
 }
 
 /** Thrown for a setting that cannot be used; the message names the variable and the fix. */
@@ -44,6 +49,10 @@ export function readConfig(env: NodeJS.ProcessEnv): SampleAppConfig {
   if (adapter !== 'express' && adapter !== 'fastify') {
     throw new ConfigError(`HTTP_ADAPTER must be "express" or "fastify", got "${adapter}"`);
   }
+  const pooler = env.DATABASE_POOLER || 'none';
+  if (pooler !== 'none' && pooler !== 'transaction') {
+    throw new ConfigError(`DATABASE_POOLER must be "transaction" or "none", got "${pooler}"`);
+  }
   return {
     port: integer(env, 'PORT', 3000),
     databaseUrl: env.DATABASE_URL || undefined,
@@ -57,5 +66,6 @@ export function readConfig(env: NodeJS.ProcessEnv): SampleAppConfig {
     transferDelayMs: integer(env, 'TRANSFER_DELAY_MS', 0),
     requestTimeoutMs: integer(env, 'REQUEST_TIMEOUT_MS', 0),
     adapter,
+    pooler,
   };
 }

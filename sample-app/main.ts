@@ -38,6 +38,7 @@ async function main(): Promise<void> {
       purgeIntervalMs: config.purgeIntervalMs,
       transferDelayMs: config.transferDelayMs,
       requestTimeoutMs: config.requestTimeoutMs,
+      pooler: config.pooler,
     },
     config.adapter,
   );

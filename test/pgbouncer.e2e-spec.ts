@@ -1,7 +1,8 @@
+import { jest } from '@jest/globals';
 import { ConsoleLogger, type INestApplication, Logger } from '@nestjs/common';
 import { Client } from 'pg';
 import request from 'supertest';
-import { type IdempotencyModuleBaseOptions } from '../lib/index.js';
+import { IdempotencyDatabase, type IdempotencyModuleBaseOptions } from '../lib/index.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { startPgBouncer, type TestPgBouncer } from './support/pgbouncer.js';
 import { ADAPTERS, createTestApp, SIDE_EFFECTS_DDL } from './support/test-app.js';
@@ -207,7 +208,7 @@ describe.each(ADAPTERS)(
 );
 
 describe.each(ADAPTERS)(
-  'behind PgBouncer in transaction mode without the pooler option, on %s',
+  "behind PgBouncer in transaction mode with pooler: 'session' (a pooler the probe does not question), on %s",
   (adapter) => {
     let database: TestDatabase;
     let bouncer: TestPgBouncer;
@@ -220,7 +221,11 @@ describe.each(ADAPTERS)(
       await db.query(SIDE_EFFECTS_DDL);
       await db.end();
       bouncer = await startPgBouncer({ poolMode: 'transaction', poolSize: 2 });
-      app = await createTestApp({ databaseUrl: bouncer.url(database.name), adapter });
+      app = await createTestApp({
+        databaseUrl: bouncer.url(database.name),
+        adapter,
+        idempotency: { pooler: 'session' },
+      });
     });
     afterAll(async () => {
       await app?.close();
@@ -311,5 +316,94 @@ describe.each(ADAPTERS)('behind PgBouncer in session mode, on %s', (adapter) => 
     expect(first.map((r) => r.status)).toEqual(keys.map(() => 201));
     expect(again.map((r) => r.headers['idempotent-replayed'])).toEqual(keys.map(() => 'true'));
     expect(again.map((r) => r.text)).toEqual(first.map((r) => r.text));
+  });
+});
+
+/**
+ * With no `pooler` set, the library asks the first connection at start-up: the process id a
+ * connection is announced with is PostgreSQL's own pid directly, and a key of PgBouncer's own
+ * through it (in session and transaction modes alike). It must never misfire on PostgreSQL.
+ */
+describe('the pooler probe at start-up (no pooler set)', () => {
+  let database: TestDatabase;
+  const bouncers: TestPgBouncer[] = [];
+  const apps: INestApplication[] = [];
+  let said: jest.SpiedFunction<Logger['log']>;
+
+  beforeAll(async () => {
+    database = await createTestDatabase('pgbouncer_probe');
+    const db = new Client({ connectionString: database.url });
+    await db.connect();
+    await db.query(SIDE_EFFECTS_DDL);
+    await db.end();
+  });
+  beforeEach(() => {
+    // What the library says, whatever logger the app has (the test apps print nothing).
+    said = jest.spyOn(Logger.prototype, 'log');
+  });
+  afterEach(async () => {
+    said.mockRestore();
+    for (const app of apps.splice(0)) await app.close();
+    for (const bouncer of bouncers.splice(0)) await bouncer.stop();
+  });
+  afterAll(async () => {
+    await database?.drop();
+  });
+
+  const bouncer = async (poolMode: 'session' | 'transaction') => {
+    const started = await startPgBouncer({ poolMode, poolSize: poolMode === 'session' ? 10 : 2 });
+    bouncers.push(started);
+    return started.url(database.name);
+  };
+  const start = async (databaseUrl: string, idempotency: IdempotencyModuleBaseOptions = {}) => {
+    const app = await createTestApp({ databaseUrl, adapter: 'express', idempotency });
+    apps.push(app);
+    return app;
+  };
+  const adapted = () =>
+    said.mock.calls
+      .map(([message]) => String(message))
+      .filter((line) => line.includes('through a connection pooler'));
+
+  it('directly on PostgreSQL: no pooler, named statements, nothing said', async () => {
+    const app = await start(database.url);
+    expect(app.get(IdempotencyDatabase).pooler).toBe('none');
+    expect(app.get(IdempotencyDatabase).namedStatements).toBe(true);
+    const res = await request(app.getHttpServer())
+      .post('/orders')
+      .set('Idempotency-Key', `probe-direct-${Date.now()}`)
+      .send({ amount: 1 });
+    expect(res.status).toBe(201);
+    expect(adapted()).toEqual([]);
+  });
+
+  it.each(['transaction', 'session'] as const)(
+    'behind PgBouncer in %s mode: runs as with pooler: transaction, and says so once',
+    async (mode) => {
+      const app = await start(await bouncer(mode));
+      expect(app.get(IdempotencyDatabase).pooler).toBe('transaction');
+      expect(app.get(IdempotencyDatabase).namedStatements).toBe(false);
+      const answers = await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          request(app.getHttpServer())
+            .post('/orders')
+            .set('Idempotency-Key', `probe-${mode}-${i}-${Date.now()}`)
+            .send({ amount: 100 + i }),
+        ),
+      );
+      expect(answers.map((r) => r.status)).toEqual(answers.map(() => 201));
+      expect(adapted()).toEqual([
+        expect.stringMatching(
+          /^the database connection goes through a connection pooler \(it was announced as process -?\d+ and is served by \d+: PgBouncer's signature.*Set pooler: 'transaction'/,
+        ),
+      ]);
+    },
+  );
+
+  it("pooler: 'none' behind PgBouncer: the app refuses to start, saying which setting to use", async () => {
+    const url = await bouncer('transaction');
+    await expect(start(url, { pooler: 'none' })).rejects.toThrow(
+      /^pooler: 'none' says the app connects to PostgreSQL directly, but its connection goes through a connection pooler \(announced as process -?\d+, served by \d+\)\. Set pooler: 'transaction' in IdempotencyModule\.forRoot\(\)/,
+    );
   });
 });

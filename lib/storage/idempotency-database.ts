@@ -14,6 +14,14 @@ import { type RequestTransaction } from '../transaction/request-transaction.js';
 import { type DataLayer, typeOrmDataLayer } from './data-layer.js';
 import { acquire, queryWithDeadline } from './deadline.js';
 import { misconfigured } from './pooler-misfit.js';
+import {
+  adaptedToPooler,
+  effectivePooler,
+  noneBehindPooler,
+  poolerSignature,
+  probesForPooler,
+  type SessionIds,
+} from './pooler-signature.js';
 import { isPermanentError, isReadOnlyError } from './connection-errors.js';
 import {
   READ_ONLY_PROBE,
@@ -54,14 +62,67 @@ export class IdempotencyDatabase {
      * `'transaction'`: the connection's server session may change between transactions (a
      * pooler in transaction mode), so nothing is left on it: statements are sent unnamed
      * (parsed each time, rather than prepared once per session), and maintenance keeps its
-     * locks and settings to one transaction.
+     * locks and settings to one transaction. Undefined: asked of the first connection (see
+     * `probePooler`), and adapted to.
      */
-    readonly pooler: PoolerMode = 'none',
+    readonly configuredPooler?: PoolerMode,
   ) {
     this.layer = typeof layer === 'function' ? typeOrmDataLayer(layer) : layer;
   }
 
   private readonly layer: DataLayer;
+
+  /** What the probe saw, once it could ask: a pooler, or PostgreSQL itself. */
+  private seen?: { verdict: 'direct' | 'pooler'; ids: SessionIds };
+  private probing?: Promise<void>;
+
+  /**
+   * The mode in use: the one set, or the one the probe found (see `effectivePooler`). Read at
+   * each use, as it is known only once the database was reached.
+   */
+  get pooler(): PoolerMode {
+    return effectivePooler(this.configuredPooler, this.seen?.verdict);
+  }
+
+  /**
+   * Asks one connection whether a pooler stands between the app and PostgreSQL (see
+   * `poolerSignature`): one statement, once; again on the next call while the database could
+   * not be reached. Never throws: a failure leaves the question open (the safe mode meanwhile),
+   * and the caller's own statement meets the outage. Says once what it adapted to.
+   */
+  async probePooler(): Promise<void> {
+    if (this.seen || !probesForPooler(this.configuredPooler)) return;
+    this.probing ??= this.askForPooler().finally(() => (this.probing = undefined));
+    return this.probing;
+  }
+
+  /** Why the app must not start: `pooler: 'none'` set, and a pooler seen; else undefined. */
+  poolerRefusal(): string | undefined {
+    if (this.configuredPooler !== 'none' || this.seen?.verdict !== 'pooler') return undefined;
+    return noneBehindPooler(this.seen.ids);
+  }
+
+  private async askForPooler(): Promise<void> {
+    let ids: SessionIds;
+    try {
+      ids = await this.withConnection(async (client) => {
+        const { rows } = await queryWithDeadline<{ pid: number }>(
+          client,
+          { text: 'SELECT pg_backend_pid() AS pid' },
+          this.timeoutMs,
+        );
+        const { processID } = client as PoolClient & { processID?: number | null };
+        return { announced: processID ?? undefined, backend: rows[0].pid };
+      });
+    } catch {
+      return;
+    }
+    const verdict = poolerSignature(ids);
+    this.seen = { verdict, ids };
+    if (verdict === 'direct') return;
+    if (this.configuredPooler === 'none') this.logger.error(noneBehindPooler(ids));
+    else this.logger.log(adaptedToPooler(ids));
+  }
 
   /**
    * The schema check, until it has once found the schema complete: run before the library's
@@ -84,15 +145,19 @@ export class IdempotencyDatabase {
   }
 
   /**
-   * Once the schema check (if any is pending) has passed, and the server's default isolation
-   * level was read (tried alongside it until it once succeeds); concurrent callers share one
-   * run of each.
+   * Once the pooler is known (or could not be asked), the schema check (if any is pending) has
+   * passed, and the server's default isolation level was read (tried alongside them until it
+   * once succeeds); concurrent callers share one run of each.
    */
   async ready(): Promise<void> {
+    // Side by side: each is bounded by the deadline, and a database that does not answer
+    // should delay the statement by one deadline, not three.
+    const probe = this.seen ? undefined : this.probePooler();
     const learning = this.serverLevel === undefined ? this.learnServerLevel() : undefined;
-    if (!this.schemaCheck) return learning;
-    this.checking ??= this.schemaCheck().finally(() => (this.checking = undefined));
-    await Promise.all([this.checking, learning]);
+    if (this.schemaCheck) {
+      this.checking ??= this.schemaCheck().finally(() => (this.checking = undefined));
+    }
+    await Promise.all([probe, this.checking, learning]);
   }
 
   /**

@@ -1,4 +1,5 @@
 import { freePort } from '../../sample-app/database/embedded-postgres.js';
+import { appDatabaseUrl } from './pgbouncer.js';
 import { startWorker, type WorkerProcess } from './worker-process.js';
 
 export type { WorkerProcess } from './worker-process.js';
@@ -24,29 +25,49 @@ export interface SampleAppSettings {
   transferDelayMs?: number;
   /** `REQUEST_TIMEOUT_MS`; the contract's default (0, no timeout) when not given. */
   requestTimeoutMs?: number;
+  /**
+   * `DATABASE_POOLER` as given (any text, to test the refusal); not set when not given, but
+   * `transaction` under `TEST_POOLER=pgbouncer`.
+   */
+  pooler?: string;
 }
 
 /**
  * Starts the compiled sample app (`dist/sample-app/main.js`) as a process of its own on a free
  * port, and resolves once it printed `listening on <port>`. Every setting is passed explicitly,
- * so that nothing leaks in from the environment the tests run in.
+ * so that nothing leaks in from the environment the tests run in. Under `TEST_POOLER=pgbouncer`
+ * an app of the test server goes through the test file's PgBouncer in transaction mode, with
+ * `DATABASE_POOLER=transaction` (`TEST_POOLER=pgbouncer npm test -- test/sample-app`): every
+ * black-box suite of the app then runs behind it.
  */
-export async function startSampleApp(settings: SampleAppSettings): Promise<WorkerProcess> {
+export async function startSampleApp(
+  settings: SampleAppSettings,
+  timeoutMs?: number,
+): Promise<WorkerProcess> {
   const port = await freePort();
-  return startWorker('sample-app/main.js', {
-    PORT: String(port),
-    HTTP_ADAPTER: settings.adapter,
-    DATABASE_URL: settings.databaseUrl,
-    PSP_URL: settings.pspUrl,
-    PSP_DELAY_MS: '0',
-    IDEMPOTENCY_LEASE_MS: String(settings.leaseMs ?? 60_000),
-    IDEMPOTENCY_HEARTBEAT: String(settings.heartbeat ?? true),
-    PSP_TIMEOUT_MS: String(settings.pspTimeoutMs ?? 30_000),
-    IDEMPOTENCY_RETENTION_MS: String(settings.retentionMs ?? 86_400_000),
-    IDEMPOTENCY_PURGE_INTERVAL_MS: String(settings.purgeIntervalMs ?? 60_000),
-    TRANSFER_DELAY_MS: String(settings.transferDelayMs ?? 0),
-    REQUEST_TIMEOUT_MS: String(settings.requestTimeoutMs ?? 0),
-  });
+  const databaseUrl = await appDatabaseUrl(settings.databaseUrl);
+  // Rerouted through the file's PgBouncer: the app is told so.
+  const pooler = settings.pooler ?? (databaseUrl === settings.databaseUrl ? '' : 'transaction');
+  return startWorker(
+    'sample-app/main.js',
+    {
+      PORT: String(port),
+      HTTP_ADAPTER: settings.adapter,
+      DATABASE_URL: databaseUrl,
+      DATABASE_POOLER: pooler,
+      PSP_URL: settings.pspUrl,
+      PSP_DELAY_MS: '0',
+      IDEMPOTENCY_LEASE_MS: String(settings.leaseMs ?? 60_000),
+      IDEMPOTENCY_HEARTBEAT: String(settings.heartbeat ?? true),
+      PSP_TIMEOUT_MS: String(settings.pspTimeoutMs ?? 30_000),
+      IDEMPOTENCY_RETENTION_MS: String(settings.retentionMs ?? 86_400_000),
+      IDEMPOTENCY_PURGE_INTERVAL_MS: String(settings.purgeIntervalMs ?? 60_000),
+      TRANSFER_DELAY_MS: String(settings.transferDelayMs ?? 0),
+      REQUEST_TIMEOUT_MS: String(settings.requestTimeoutMs ?? 0),
+    },
+    // Behind a PgBouncer several instances queue for its few server connections to migrate.
+    timeoutMs ?? (databaseUrl === settings.databaseUrl ? undefined : 90_000),
+  );
 }
 
 /**
@@ -72,6 +93,7 @@ export async function startStandaloneApp(env: Record<string, string> = {}): Prom
       IDEMPOTENCY_PURGE_INTERVAL_MS: '',
       TRANSFER_DELAY_MS: '',
       REQUEST_TIMEOUT_MS: '',
+      DATABASE_POOLER: '',
       ...env,
     },
     90_000,
