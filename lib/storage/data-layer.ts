@@ -16,8 +16,6 @@ export interface DataLayer {
   pool(): Pool;
   /** A request's (or phase's) transaction, opened by its first statement. */
   transaction(timeoutMs: number, joinable: boolean, namedStatements: boolean): RequestTransaction;
-  /** Runs `work` in a plain transaction of the app's: phases of a request that has no key. */
-  runInTransaction<T>(work: (manager: EntityManager) => Promise<T>, timeoutMs: number): Promise<T>;
 }
 
 /** The app's TypeORM DataSource: its runners join the request's transaction. */
@@ -30,42 +28,37 @@ export function typeOrmDataLayer(dataSource: () => DataSource): DataLayer {
     }
     return driver.master;
   };
-  const layer: DataLayer = {
+  return {
     pool,
     transaction: (timeoutMs, joinable, named) =>
       new LazyTransaction(dataSource(), pool, timeoutMs, joinable, named),
-    runInTransaction: (work, timeoutMs) => runInOwnTransaction(layer, work, timeoutMs),
   };
-  return layer;
 }
 
 /** A node-postgres pool of the app's, made to join the request's transaction in its scope. */
 export function poolDataLayer(pool: Pool): DataLayer {
   joinTransactionsOfPool(pool);
-  const layer: DataLayer = {
+  return {
     pool: () => pool,
     transaction: (timeoutMs, joinable, named) =>
       new PoolTransaction(pool, timeoutMs, joinable, named),
-    runInTransaction: (work, timeoutMs) => runInOwnTransaction(layer, work, timeoutMs),
   };
-  return layer;
 }
 
 /**
- * A transaction of the library's own for `work` (a consumer's delivery, a phase of a request
- * with no key), on either data layer: the same lazy transaction as a request's, so that what
- * the work's code sends joins it in its scope, and every wait of the library's (the
- * connection, BEGIN, COMMIT) is bounded by `timeoutMs`; the work's statements are the app's.
- * Its connection is the library's, so an error it raises as it breaks is known as the
- * database's (TypeORM's own runner, released by TypeORM when its connection failed, threw
- * "already released" errors that said nothing of it: a consumer answered 500 in an outage).
+ * Runs `work` in `transaction` (one of the data layer's, not yet opened) and commits it with
+ * nothing of the library's: a consumer's delivery, a phase of a request with no key. It is the
+ * same lazy transaction as a request's, on either data layer, so what the work's code sends
+ * joins it in its scope, and every wait of the library's (the connection, BEGIN, COMMIT) is
+ * bounded; the work's statements are the app's. Its connection is the library's, so an error
+ * it raises as it breaks is known as the database's (TypeORM's own runner, which TypeORM
+ * released when its connection failed, threw "already released" errors that said nothing of
+ * it: a consumer answered 500 in an outage).
  */
-async function runInOwnTransaction<T>(
-  layer: DataLayer,
+export async function runInOwnTransaction<T>(
+  transaction: RequestTransaction,
   work: (manager: EntityManager) => Promise<T>,
-  timeoutMs: number,
 ): Promise<T> {
-  const transaction = layer.transaction(timeoutMs, true, false);
   try {
     const result = await transactionScope.run(transaction, () => work(transaction.manager));
     await transaction.commitPlain();

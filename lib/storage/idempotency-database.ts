@@ -11,7 +11,7 @@ import { IdempotencyStoreUnavailableError, PermanentDatabaseError } from '../ide
 import { type PoolerMode } from '../idempotency-options.interface.js';
 import { isIsolationLevel, type IsolationLevel } from '../transaction/isolation-level.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
-import { type DataLayer, typeOrmDataLayer } from './data-layer.js';
+import { type DataLayer, runInOwnTransaction, typeOrmDataLayer } from './data-layer.js';
 import { acquire, queryWithDeadline } from './deadline.js';
 import { misconfigured } from './pooler-misfit.js';
 import {
@@ -197,9 +197,15 @@ export class IdempotencyDatabase {
     return transaction;
   }
 
-  /** Runs `work` in a plain transaction: phases of a request that has no key. */
+  /**
+   * Runs `work` in a plain transaction: a consumer's delivery, phases of a request that has no
+   * key. It begins at the server's default level as a request's does (reads before the first
+   * write join it above READ COMMITTED).
+   */
   runInTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    return this.layer.runInTransaction(work, this.timeoutMs);
+    const transaction = this.layer.transaction(this.timeoutMs, true, false);
+    transaction.serverLevel = this.serverLevel;
+    return runInOwnTransaction(transaction, work);
   }
 
   /** Deletes up to `batchSize` consumers' message ids processed before `retentionMs`. */

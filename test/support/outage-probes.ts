@@ -5,7 +5,12 @@ import { Kysely, PostgresDialect, sql as kyselySql } from 'kysely';
 import { type Pool } from 'pg';
 import { DataSource, type EntityManager } from 'typeorm';
 import { PrismaClient } from '../../examples/prisma-orders/generated/client.js';
-import { type DataLayer, poolDataLayer, typeOrmDataLayer } from '../../lib/storage/data-layer.js';
+import {
+  type DataLayer,
+  poolDataLayer,
+  runInOwnTransaction,
+  typeOrmDataLayer,
+} from '../../lib/storage/data-layer.js';
 import { type DataLayerProbe, proxiedPool } from './outage-faults.js';
 import { type TcpProxy } from './tcp-proxy.js';
 
@@ -21,7 +26,7 @@ const TIMEOUT_MS = 1500;
 
 /**
  * A data layer's calls as a handler's run inside the library: each call is the work of a
- * transaction of the library's data layer (`runInTransaction`, as `ProcessedMessages` and
+ * transaction of the library's data layer (`runInOwnTransaction`, as `ProcessedMessages` and
  * phases of a request with no key run theirs), so that the data layer meets the library's
  * connections exactly as it does under `@Idempotent()`.
  */
@@ -39,7 +44,8 @@ export function probeOf(layer: LayerName, proxy: TcpProxy, databaseUrl: string):
 }
 
 function throughLibrary(probe: DataLayerProbe, library: DataLayer): DataLayerProbe {
-  const run = <T>(work: () => Promise<T>) => library.runInTransaction(work, TIMEOUT_MS);
+  const run = <T>(work: () => Promise<T>) =>
+    runInOwnTransaction(library.transaction(TIMEOUT_MS, true, false), work);
   return {
     statement: () => run(() => probe.statement()),
     sleep: (seconds) => run(() => probe.sleep(seconds)),
@@ -92,7 +98,7 @@ function typeOrmProbe(proxy: TcpProxy, databaseUrl: string): DataLayerProbe {
   const library = typeOrmDataLayer(() => dataSource);
   const run = async <T>(work: (manager: EntityManager) => Promise<T>) => {
     await ready;
-    return library.runInTransaction(work, TIMEOUT_MS);
+    return runInOwnTransaction(library.transaction(TIMEOUT_MS, true, false), work);
   };
   return {
     ready: async () => {
