@@ -1,0 +1,451 @@
+import { readFileSync } from 'node:fs';
+import {
+  type ArgumentsHost,
+  Body,
+  Catch,
+  ConflictException,
+  Controller,
+  HttpException,
+  type INestApplication,
+  Module,
+  Post,
+} from '@nestjs/common';
+import { APP_FILTER, BaseExceptionFilter, HttpAdapterHost } from '@nestjs/core';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { sql as drizzleSql } from 'drizzle-orm';
+import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
+import { Kysely, PostgresDialect, sql as kyselySql } from 'kysely';
+import { Client, type Pool } from 'pg';
+import request from 'supertest';
+import { DataSource } from 'typeorm';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
+import { bootstrapTestApp } from './support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { createTestPool, endTestPool } from './support/test-pool.js';
+
+/**
+ * Session state a handler sets on the request's connection that outlives what the handler
+ * thinks it scoped (issue 27, items 4 and 6): a session-level advisory lock, whose unlock runs
+ * before the request's COMMIT; and `SET LOCAL ROLE` / `search_path`, which PostgreSQL keeps
+ * across `RELEASE SAVEPOINT`, so that the library's own statements would run under them. On a
+ * node-postgres pool (pg, Drizzle, Kysely) and on TypeORM, with real concurrent requests.
+ */
+const PROBLEM = /^application\/problem\+json/;
+/** The slot-booking recipes' answer when the slot is taken: final, stored. */
+const TAKEN = 'slot taken';
+
+interface Booking {
+  slot: string;
+  /** The advisory function to try (the refusal cells). */
+  fn?: string;
+  /** Milliseconds between the check and the insert: the race's window. */
+  holdMs?: number;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const lockKey = (slot: string) => [...slot].reduce((hash, c) => (hash * 31 + c.charCodeAt(0)) | 0, 7);
+
+/** Names the refusal that a handler did not catch, so the test reads what the developer reads. */
+@Catch()
+class RefusalFilter extends BaseExceptionFilter {
+  constructor(private readonly host: HttpAdapterHost) {
+    super();
+  }
+
+  override catch(error: unknown, host: ArgumentsHost): void {
+    const refusal = ((error as { driverError?: unknown } | undefined)?.driverError ?? error) as
+      | Error
+      | undefined;
+    const name = refusal?.name ?? '';
+    if (error instanceof HttpException || !name.endsWith('RefusedError')) {
+      return super.catch(error, host);
+    }
+    const response = host.switchToHttp().getResponse<object>();
+    this.host.httpAdapter.reply(response, { error: name, message: refusal!.message }, 500);
+  }
+}
+
+let pool: Pool;
+let drizzleDb: NodePgDatabase;
+let kyselyDb: Kysely<unknown>;
+/** The restricted role the RLS recipes switch to (cluster-wide: named per run). */
+let appRole: string;
+
+@Controller()
+class PoolController {
+  /** The mutex recipe on a connection of the pool (pg): lock, check, insert, unlock. */
+  @Post('pg/session-lock')
+  @Idempotent()
+  async pgSessionLock(@Body() body: Booking) {
+    const client = await pool.connect();
+    try {
+      await client.query('SELECT pg_advisory_lock($1)', [lockKey(body.slot)]);
+      try {
+        const { rows } = await client.query('SELECT 1 FROM slots WHERE slot = $1', [body.slot]);
+        if (rows.length > 0) throw new ConflictException(TAKEN);
+        await sleep(body.holdMs ?? 0);
+        await client.query('INSERT INTO slots (slot, who) VALUES ($1, $2)', [body.slot, 'pg']);
+      } finally {
+        await client.query('SELECT pg_advisory_unlock($1)', [lockKey(body.slot)]);
+      }
+      return { booked: body.slot };
+    } finally {
+      client.release();
+    }
+  }
+
+  /** The same with a transaction-level lock: released by the request's own COMMIT. */
+  @Post('pg/xact-lock')
+  @Idempotent()
+  async pgXactLock(@Body() body: Booking) {
+    await pool.query('SELECT pg_advisory_xact_lock($1)', [lockKey(body.slot)]);
+    const { rows } = await pool.query('SELECT 1 FROM slots WHERE slot = $1', [body.slot]);
+    if (rows.length > 0) throw new ConflictException(TAKEN);
+    await sleep(body.holdMs ?? 0);
+    await pool.query('INSERT INTO slots (slot, who) VALUES ($1, $2)', [body.slot, 'xact']);
+    return { booked: body.slot };
+  }
+
+  /** One advisory function, through each way a data layer on the pool sends SQL. */
+  @Post('pg/advisory')
+  @Idempotent()
+  async pgAdvisory(@Body() body: Booking) {
+    await pool.query('INSERT INTO slots (slot, who) VALUES ($1, $2)', [body.slot, 'pg']);
+    await pool.query(`SELECT ${body.fn}`);
+    return { ran: body.fn };
+  }
+
+  @Post('drizzle/advisory')
+  @Idempotent()
+  async drizzleAdvisory(@Body() body: Booking) {
+    await drizzleDb.execute(drizzleSql`INSERT INTO slots (slot, who) VALUES (${body.slot}, 'd')`);
+    await drizzleDb.execute(drizzleSql`select pg_advisory_lock(${lockKey(body.slot)})`);
+    return { ran: 'drizzle' };
+  }
+
+  @Post('kysely/advisory')
+  @Idempotent()
+  async kyselyAdvisory(@Body() body: Booking) {
+    await kyselySql`INSERT INTO slots (slot, who) VALUES (${body.slot}, 'k')`.execute(kyselyDb);
+    await kyselyDb.transaction().execute(async (trx) => {
+      await kyselySql`select pg_try_advisory_lock(${lockKey(body.slot)})`.execute(trx);
+    });
+    return { ran: 'kysely' };
+  }
+
+  /** The Supabase/Drizzle RLS recipe: a role (or search path) set for a nested transaction. */
+  @Post('drizzle/rls')
+  @Idempotent()
+  async drizzleRls(@Body() body: Booking & { how: string }) {
+    const set = {
+      'set-local-role': drizzleSql.raw(`set local role ${appRole}`),
+      'set-config-role': drizzleSql`select set_config('role', ${appRole}, true)`,
+      'set-local-search-path': drizzleSql.raw('set local search_path to app_schema'),
+    }[body.how]!;
+    const who = await drizzleDb.transaction(async (tx) => {
+      await tx.execute(set);
+      await tx.execute(drizzleSql`INSERT INTO slots (slot, who) VALUES (${body.slot}, 'rls')`);
+      const { rows } = await tx.execute<{ who: string }>(drizzleSql`SELECT current_user AS who`);
+      return rows[0].who;
+    });
+    return { who };
+  }
+
+  /** The same at the top level of the handler: no nested transaction. */
+  @Post('pg/rls-top')
+  @Idempotent()
+  async pgRlsTop(@Body() body: Booking) {
+    await pool.query(`SET LOCAL ROLE ${appRole}`);
+    await pool.query('INSERT INTO slots (slot, who) VALUES ($1, $2)', [body.slot, 'top']);
+    await pool.query('SET LOCAL search_path TO app_schema');
+    return { slot: body.slot };
+  }
+}
+
+@Module({
+  imports: [IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) })],
+  controllers: [PoolController],
+  providers: [{ provide: APP_FILTER, useClass: RefusalFilter }],
+})
+class PoolAppModule {}
+
+@Controller()
+class TypeOrmController {
+  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+
+  /** The mutex recipe on a query runner of the DataSource's. */
+  @Post('typeorm/session-lock')
+  @Idempotent()
+  async sessionLock(@Body() body: Booking) {
+    const runner = this.dataSource.createQueryRunner();
+    await runner.connect();
+    try {
+      await runner.query('SELECT pg_advisory_lock($1)', [lockKey(body.slot)]);
+      try {
+        const rows = (await runner.query('SELECT 1 FROM slots WHERE slot = $1', [
+          body.slot,
+        ])) as unknown[];
+        if (rows.length > 0) throw new ConflictException(TAKEN);
+        await sleep(body.holdMs ?? 0);
+        await runner.query('INSERT INTO slots (slot, who) VALUES ($1, $2)', [body.slot, 'orm']);
+      } finally {
+        await runner.query('SELECT pg_advisory_unlock($1)', [lockKey(body.slot)]);
+      }
+      return { booked: body.slot };
+    } finally {
+      await runner.release();
+    }
+  }
+
+  @Post('typeorm/advisory')
+  @Idempotent()
+  async advisory(@Body() body: Booking) {
+    await this.dataSource.query('INSERT INTO slots (slot, who) VALUES ($1, $2)', [body.slot, 'o']);
+    await this.dataSource.query(`SELECT ${body.fn}`);
+    return { ran: body.fn };
+  }
+
+  @Post('typeorm/rls')
+  @Idempotent()
+  async rls(@Body() body: Booking & { nested: boolean }) {
+    const work = async (manager: { query: DataSource['query'] }) => {
+      await manager.query(`SET LOCAL ROLE ${appRole}`);
+      await manager.query('SET LOCAL search_path TO app_schema');
+      await manager.query('INSERT INTO public.slots (slot, who) VALUES ($1, $2)', [body.slot, 'o']);
+    };
+    if (body.nested) await this.dataSource.transaction(work);
+    else await work(this.dataSource);
+    return { slot: body.slot };
+  }
+}
+
+describe('session state a handler sets on the request’s connection', () => {
+  let database: TestDatabase;
+  let db: Client;
+  let poolApp: INestApplication;
+  let ormApp: INestApplication;
+  let admin: Client;
+
+  beforeAll(async () => {
+    database = await createTestDatabase('seam_session_state');
+    appRole = `seam_app_${database.name.slice(-8)}`;
+    db = new Client({ connectionString: database.url });
+    await db.connect();
+    await db.query(readFileSync('migrations/schema.sql', 'utf8'));
+    await db.query(`
+      CREATE TABLE slots (id serial PRIMARY KEY, slot text NOT NULL, who text NOT NULL);
+      CREATE SCHEMA app_schema;
+      CREATE ROLE ${appRole} NOLOGIN;
+      GRANT SELECT, INSERT ON slots TO ${appRole};
+      GRANT USAGE ON SEQUENCE slots_id_seq TO ${appRole};
+      GRANT USAGE ON SCHEMA app_schema TO ${appRole};`);
+    pool = createTestPool({ connectionString: database.url, max: 8 });
+    drizzleDb = drizzle({ client: pool });
+    kyselyDb = new Kysely({ dialect: new PostgresDialect({ pool }) });
+    poolApp = await bootstrapTestApp(PoolAppModule, 'express');
+
+    @Module({
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: database.url,
+          migrations: [...IDEMPOTENCY_MIGRATIONS],
+          migrationsRun: false,
+          extra: { max: 8 },
+        }),
+        IdempotencyModule.forRoot({ globalKeys: true }),
+      ],
+      controllers: [TypeOrmController],
+      providers: [{ provide: APP_FILTER, useClass: RefusalFilter }],
+    })
+    class TypeOrmAppModule {}
+    ormApp = await bootstrapTestApp(TypeOrmAppModule, 'express');
+  });
+  afterAll(async () => {
+    await poolApp?.close();
+    await ormApp?.close();
+    await endTestPool(pool);
+    await db?.end();
+    await database?.drop();
+    admin = new Client({ connectionString: process.env.TEST_DATABASE_URL });
+    await admin.connect();
+    await admin.query(`DROP ROLE IF EXISTS ${appRole}`);
+    await admin.end();
+  });
+
+  const rows = async (slot: string) =>
+    (await db.query<{ who: string }>('SELECT who FROM slots WHERE slot = $1', [slot])).rows;
+  const stored = async (key: string) =>
+    (
+      await db.query<{ code: number | null }>(
+        'SELECT response_code AS code FROM idempotency_keys WHERE key = $1',
+        [key],
+      )
+    ).rows.map((row) => row.code);
+  const post = (app: INestApplication, path: string, key: string, body: object) =>
+    request(app.getHttpServer()).post(path).set('Idempotency-Key', key).send(body);
+  /** Session-level advisory locks held by any session of the test's database. */
+  const heldLocks = async () =>
+    Number(
+      (
+        await db.query<{ n: string }>(
+          `SELECT count(*) AS n FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+           WHERE l.locktype = 'advisory' AND d.datname = current_database()`,
+        )
+      ).rows[0].n,
+    );
+
+  describe('a session-level advisory lock (item 4)', () => {
+    const refusedBody = (fn: string) => ({
+      error: 'SessionAdvisoryLockRefusedError',
+      message: expect.stringContaining(`${fn} refused`) as unknown,
+    });
+
+    it.each([
+      ['pg (a connection of the pool)', () => poolApp, '/pg/session-lock'],
+      ['TypeORM (a query runner)', () => ormApp, '/typeorm/session-lock'],
+    ])(
+      'refuses the mutex recipe at its lock on %s: five concurrent bookings of one slot leave no row and no lock, each a final 500 naming pg_advisory_xact_lock',
+      async (_name, app, path) => {
+        const slot = `mutex-${path}`;
+        const answers = await Promise.all(
+          Array.from({ length: 5 }, (_, i) =>
+            post(app(), path, `${slot}-${i}`, { slot, holdMs: 150 }),
+          ),
+        );
+        expect(answers.map((answer) => answer.status)).toEqual([500, 500, 500, 500, 500]);
+        for (const answer of answers) {
+          expect(answer.body).toEqual(refusedBody('pg_advisory_lock'));
+          expect(answer.body.message).toContain('pg_advisory_xact_lock');
+        }
+        expect(await rows(slot)).toEqual([]);
+        expect(await heldLocks()).toBe(0);
+        // Final: the answer is stored, and a retry replays it without running the handler.
+        expect(await stored(`${slot}-0`)).toEqual([500]);
+        const again = await post(app(), path, `${slot}-0`, { slot, holdMs: 150 });
+        expect(again.status).toBe(500);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.text).toBe(answers[0].text);
+      },
+    );
+
+    it('books one slot once with pg_advisory_xact_lock: one 201, four 409, one row (the control)', async () => {
+      const slot = 'xact-lock';
+      const answers = await Promise.all(
+        Array.from({ length: 5 }, (_, i) =>
+          post(poolApp, '/pg/xact-lock', `${slot}-${i}`, { slot, holdMs: 150 }),
+        ),
+      );
+      const statuses = answers.map((answer) => answer.status).sort();
+      expect(statuses).toEqual([201, 409, 409, 409, 409]);
+      expect(await rows(slot)).toEqual([{ who: 'xact' }]);
+      expect(await heldLocks()).toBe(0);
+    });
+
+    it.each([
+      ['pg_advisory_lock(1)', 'pg_advisory_lock'],
+      ['pg_advisory_lock_shared(1)', 'pg_advisory_lock_shared'],
+      ['pg_try_advisory_lock(1)', 'pg_try_advisory_lock'],
+      ['pg_try_advisory_lock_shared(1)', 'pg_try_advisory_lock_shared'],
+      ['pg_advisory_unlock(1)', 'pg_advisory_unlock'],
+      ['pg_advisory_unlock_shared(1)', 'pg_advisory_unlock_shared'],
+      ['pg_advisory_unlock_all()', 'pg_advisory_unlock_all'],
+      ['pg_catalog.pg_advisory_lock(1, 2)', 'pg_advisory_lock'],
+    ])(
+      'refuses %s through pool.query and TypeORM’s dataSource.query, rolling back the write before it',
+      async (fn, name) => {
+        for (const [app, path] of [
+          [poolApp, '/pg/advisory'],
+          [ormApp, '/typeorm/advisory'],
+        ] as const) {
+          const slot = `fn-${path}-${fn}`;
+          const answer = await post(app, path, slot, { slot, fn });
+          expect(answer.status).toBe(500);
+          expect(answer.body).toEqual(refusedBody(name));
+          expect(await rows(slot)).toEqual([]);
+        }
+        expect(await heldLocks()).toBe(0);
+      },
+    );
+
+    it.each([
+      ['Drizzle’s sql template (db.execute)', '/drizzle/advisory', 'pg_advisory_lock'],
+      ['Kysely’s sql in a transaction', '/kysely/advisory', 'pg_try_advisory_lock'],
+    ])('refuses a session lock sent with %s', async (_name, path, fn) => {
+      const slot = `layer-${path}`;
+      const answer = await post(poolApp, path, slot, { slot });
+      expect(answer.status).toBe(500);
+      expect(answer.body).toEqual(refusedBody(fn));
+      expect(await rows(slot)).toEqual([]);
+      expect(await heldLocks()).toBe(0);
+    });
+
+    it('runs pg_advisory_xact_lock and the try_ variant, which end with the request', async () => {
+      for (const fn of ['pg_advisory_xact_lock(7)', 'pg_try_advisory_xact_lock_shared(7)']) {
+        const slot = `xact-${fn}`;
+        const answer = await post(poolApp, '/pg/advisory', slot, { slot, fn });
+        expect(answer.status).toBe(201);
+        const orm = await post(ormApp, '/typeorm/advisory', `orm-${slot}`, {
+          slot: `orm-${slot}`,
+          fn,
+        });
+        expect(orm.status).toBe(201);
+      }
+      expect(await heldLocks()).toBe(0);
+    });
+  });
+
+  describe('SET LOCAL ROLE and search_path (item 6)', () => {
+    it.each([['set-local-role'], ['set-config-role'], ['set-local-search-path']])(
+      'stores the answer with the library’s own role and search path after %s in a Drizzle transaction: 201, one row, replayed',
+      async (how) => {
+        const slot = `rls-${how}`;
+        const first = await post(poolApp, '/drizzle/rls', slot, { slot, how });
+        expect(first.status).toBe(201);
+        expect(first.body).toEqual({
+          who: how === 'set-local-search-path' ? 'postgres' : appRole,
+        });
+        const again = await post(poolApp, '/drizzle/rls', slot, { slot, how });
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.text).toBe(first.text);
+        expect(await rows(slot)).toEqual([{ who: 'rls' }]);
+      },
+    );
+
+    it('does the same for SET LOCAL at the top level of the handler', async () => {
+      const slot = 'rls-top';
+      const first = await post(poolApp, '/pg/rls-top', slot, { slot });
+      expect(first.status).toBe(201);
+      const again = await post(poolApp, '/pg/rls-top', slot, { slot });
+      expect(again.text).toBe(first.text);
+      expect(await rows(slot)).toEqual([{ who: 'top' }]);
+    });
+
+    it.each([[true], [false]])(
+      'does the same on TypeORM (nested: %s)',
+      async (nested) => {
+        const slot = `rls-orm-${nested}`;
+        const first = await post(ormApp, '/typeorm/rls', slot, { slot, nested });
+        expect(first.status).toBe(201);
+        const again = await post(ormApp, '/typeorm/rls', slot, { slot, nested });
+        expect(again.text).toBe(first.text);
+        expect(await rows(slot)).toEqual([{ who: 'o' }]);
+      },
+    );
+
+    it('runs five concurrent RLS requests, each once', async () => {
+      const answers = await Promise.all(
+        Array.from({ length: 5 }, (_, i) =>
+          post(poolApp, '/drizzle/rls', `rls-many-${i}`, {
+            slot: `rls-many-${i}`,
+            how: 'set-local-role',
+          }),
+        ),
+      );
+      expect(answers.map((answer) => answer.status)).toEqual([201, 201, 201, 201, 201]);
+      for (let i = 0; i < 5; i++) expect(await rows(`rls-many-${i}`)).toEqual([{ who: 'rls' }]);
+    });
+  });
+
+  void PROBLEM;
+});
