@@ -23,6 +23,7 @@ export { IdempotentTransaction } from './transaction/idempotent-transaction.serv
 export { TransactionEndedError } from './transaction/lazy-transaction.js';
 export {
   IsolationLevelRefusedError,
+  SessionAdvisoryLockRefusedError,
   StatementBesideNestedTransactionError,
   TransactionControlRefusedError,
 } from './transaction/seam-errors.js';

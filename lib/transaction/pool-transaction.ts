@@ -4,7 +4,7 @@ import { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { StatementBesideNestedTransactionError, TransactionEndedError } from './seam-errors.js';
-import { isPlainRead, nestedControlOf, transactionControlOf } from './sql-text.js';
+import { isPlainRead, nestedControlOf } from './sql-text.js';
 
 import { isSubmittable, RequestTransaction, textOf } from './request-transaction.js';
 import { type PoolJoin } from './transaction-scope.js';
@@ -96,8 +96,8 @@ export class PoolTransaction extends RequestTransaction {
   ): Promise<unknown> {
     if (this.ended) return this.apart(nested(), () => this.sendAlone(args));
     const text = textOf(args[0]);
-    const control = transactionControlOf(text);
-    if (control) throw this.refuse(control);
+    const refused = this.refusalOf(text);
+    if (refused) throw refused;
     if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
       return this.sendAlone(args);
     }

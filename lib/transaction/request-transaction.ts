@@ -18,11 +18,12 @@ import {
 } from './isolation-level.js';
 import {
   IsolationLevelRefusedError,
+  SessionAdvisoryLockRefusedError,
   TransactionAbortedError,
   TransactionControlRefusedError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { transactionControlOf } from './sql-text.js';
+import { sessionAdvisoryLockOf, transactionControlOf } from './sql-text.js';
 import { type JoinableTransaction, type PoolJoin } from './transaction-scope.js';
 
 /** A statement of the library's own, run last in a transaction: it must touch one row. */
@@ -330,6 +331,19 @@ export abstract class RequestTransaction implements JoinableTransaction {
     return error;
   }
 
+  /**
+   * What refuses a statement of its code before it is sent, if anything (the request can then
+   * only roll back): one that would end or start the transaction, or one that takes or
+   * releases a session-level advisory lock, which does not end with the request's transaction.
+   */
+  protected refusalOf(text: unknown): TransactionControlRefusedError | undefined {
+    const control = transactionControlOf(text);
+    if (control) return this.refuse(control);
+    const lock = sessionAdvisoryLockOf(text);
+    if (lock) return this.refuse(new SessionAdvisoryLockRefusedError(lock));
+    return undefined;
+  }
+
   /** The level the transaction is to begin at, as far as is known before it begins. */
   protected plannedLevel(): IsolationLevel | undefined {
     const configured = this.configuredLevel();
@@ -383,8 +397,8 @@ export abstract class RequestTransaction implements JoinableTransaction {
    * can (`beginWith`).
    */
   protected send(client: PoolClient, args: unknown[], nested: () => boolean): Promise<unknown> {
-    const control = transactionControlOf(textOf(args[0]));
-    if (control) return Promise.reject(this.refuse(control));
+    const refused = this.refusalOf(textOf(args[0]));
+    if (refused) return Promise.reject(refused);
     const apart = () =>
       isSubmittable(args[0])
         ? Promise.reject(new TransactionEndedError())
