@@ -146,7 +146,9 @@ class PoolController {
     }[body.how]!;
     const who = await drizzleDb.transaction(async (tx) => {
       await tx.execute(set);
-      await tx.execute(drizzleSql`INSERT INTO slots (slot, who) VALUES (${body.slot}, 'rls')`);
+      await tx.execute(
+        drizzleSql`INSERT INTO public.slots (slot, who) VALUES (${body.slot}, 'rls')`,
+      );
       const { rows } = await tx.execute<{ who: string }>(drizzleSql`SELECT current_user AS who`);
       return rows[0].who;
     });

@@ -10,6 +10,7 @@ import { isTransactionAbortedError } from '../storage/connection-errors.js';
 import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js';
 import { beginWith, carriedStatement } from '../storage/begin-with.js';
 import { fencedCommit, isFenceLost } from '../storage/fenced-commit.js';
+import { CAPTURE_SESSION_STATE } from '../storage/session-state.js';
 import {
   decideIsolation,
   isAboveReadCommitted,
@@ -445,7 +446,14 @@ export abstract class RequestTransaction implements JoinableTransaction {
           )
         : Promise.resolve()
     )
-      .then(() => withDeadline(client.query(this.beginText()), this.timeoutMs, 'BEGIN'))
+      .then(() =>
+        withDeadline(
+          // The session's state kept with it, as `beginWith` does (see `session-state.ts`).
+          client.query(`${this.beginText()}; ${CAPTURE_SESSION_STATE}`),
+          this.timeoutMs,
+          'BEGIN',
+        ),
+      )
       .then(() => undefined);
     return this.beginning;
   }
