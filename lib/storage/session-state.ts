@@ -130,13 +130,13 @@ class SurroundedQuery extends Query {
 }
 
 /**
- * Runs `statement` with `before` and `after` in one round trip, bounded by `timeoutMs`: its
- * result. A socket's error is marked as the database's (the outcome is unknown).
+ * Runs `statement` with `before` and `after` in one round trip, bounded by `timeoutMs` if
+ * given: its result. A socket's error is marked as the database's (the outcome is unknown).
  */
 export function runSurrounded(
   client: PoolClient,
   statement: QueryConfig,
-  timeoutMs: number,
+  timeoutMs: number | undefined,
   surround: { before?: string[]; after?: string[] },
 ): Promise<QueryResult> {
   const done = new Promise<QueryResult>((resolve, reject) => {
@@ -148,5 +148,6 @@ export function runSurrounded(
     );
     void client.query(query as unknown as pg.Query);
   });
+  if (timeoutMs === undefined) return done;
   return withDeadline(done, timeoutMs, `statement ${statement.name ?? ''}`);
 }

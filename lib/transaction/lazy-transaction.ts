@@ -47,6 +47,9 @@ export class LazyTransaction extends RequestTransaction {
   }
 
   async query<R = Record<string, unknown>>(text: string, values: unknown[]): Promise<R[]> {
+    // Once its code ran in it, beside the code's session state (see `ownStatement`).
+    const own = await this.ownStatement(text, values);
+    if (own) return own.rows as R[];
     // The structured result: its rows whatever the command (TypeORM hands an UPDATE's back
     // as [rows, count] otherwise).
     const result = await this.ensureRunner().query(text, values, true);

@@ -78,7 +78,9 @@ export class PoolTransaction extends RequestTransaction {
   }
 
   async query<R = Record<string, unknown>>(text: string, values: unknown[]): Promise<R[]> {
-    const result = (await this.statement([text, values], () => false, 'own')) as QueryResult;
+    const result =
+      (await this.ownStatement(text, values)) ??
+      ((await this.statement([text, values], () => false, 'own')) as QueryResult);
     return result.rows as R[];
   }
 

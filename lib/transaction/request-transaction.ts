@@ -1,4 +1,4 @@
-import { type Pool, type PoolClient, type QueryConfig } from 'pg';
+import { type Pool, type PoolClient, type QueryConfig, type QueryResult } from 'pg';
 import {
   type DataSource,
   type EntityManager,
@@ -10,7 +10,12 @@ import { isTransactionAbortedError } from '../storage/connection-errors.js';
 import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js';
 import { beginWith, carriedStatement } from '../storage/begin-with.js';
 import { fencedCommit, isFenceLost } from '../storage/fenced-commit.js';
-import { CAPTURE_SESSION_STATE } from '../storage/session-state.js';
+import {
+  CAPTURE_SESSION_STATE,
+  runSurrounded,
+  SWAP_IN_SESSION_STATE,
+  SWAP_OUT_SESSION_STATE,
+} from '../storage/session-state.js';
 import {
   decideIsolation,
   isAboveReadCommitted,
@@ -25,6 +30,7 @@ import {
   TransactionEndedError,
 } from './seam-errors.js';
 import { sessionAdvisoryLockOf, transactionControlOf } from './sql-text.js';
+import { ownStatementFailure } from './own-statement-failure.js';
 import { type JoinableTransaction, type PoolJoin } from './transaction-scope.js';
 
 /** A statement of the library's own, run last in a transaction: it must touch one row. */
@@ -215,7 +221,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
         return this.committed;
       } catch (error) {
         client.release(asError(error));
-        throw error;
+        throw ownStatementFailure(error) ?? error;
       }
     }
     const client = await this.opening.catch((error: unknown) => {
@@ -233,7 +239,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
         return this.committed;
       } catch (error) {
         this.end(client, error);
-        throw error;
+        throw ownStatementFailure(error) ?? error;
       }
     }
     try {
@@ -259,6 +265,13 @@ export abstract class RequestTransaction implements JoinableTransaction {
       if (isTransactionAbortedError(error)) {
         await this.rollbackOn(client);
         throw new TransactionAbortedError(this.lastError ?? error);
+      }
+      // Refused for a reason that lasts (a privilege of the role the transaction began with):
+      // nothing committed, and a retry meets the same refusal.
+      const permanent = ownStatementFailure(error);
+      if (permanent) {
+        await this.rollbackOn(client);
+        throw permanent;
       }
       // The commit's outcome is unknown: the connection goes, and PostgreSQL rolls back what
       // had not committed. The fenced statement's row lock orders any later takeover after it.
@@ -320,6 +333,30 @@ export abstract class RequestTransaction implements JoinableTransaction {
     if (!nested) return this.afterEnd(work);
     await this.ending;
     throw new TransactionEndedError(this.committed);
+  }
+
+  /**
+   * Runs a statement of the library's own while its code may still run (a lease renewal, a
+   * body stored by pointer, a message's id), with the role and search path the transaction
+   * began with, and the code's own put back after it, in one round trip: nothing of the code's
+   * runs between them, and a `SET LOCAL ROLE` of its own neither blocks the library's
+   * statement nor is lifted for its next one. Undefined when nothing has begun the transaction
+   * yet (nothing of the code's ran in it) or it ended: the caller's own path then applies.
+   */
+  protected async ownStatement(text: string, values: unknown[]): Promise<QueryResult | undefined> {
+    if (!this.opening || !this.beginning || this.ended) return undefined;
+    const client = await this.opening;
+    await this.beginning;
+    if (this.ended) return undefined;
+    try {
+      return await runSurrounded(client, { text, values }, undefined, {
+        before: [SWAP_IN_SESSION_STATE],
+        after: [SWAP_OUT_SESSION_STATE],
+      });
+    } catch (error) {
+      this.lastError = error;
+      throw error;
+    }
   }
 
   /** Marks the transaction as one that can only roll back; the error for its code. */
