@@ -155,6 +155,24 @@ class PoolController {
     return { who };
   }
 
+  /**
+   * Above READ COMMITTED, held past its heartbeats (every leaseMs / 3): the lease is renewed
+   * inside the transaction, with the handler's role set. Its next statement still runs as
+   * that role.
+   */
+  @Post('pg/rls-slow')
+  @Idempotent({ isolationLevel: 'SERIALIZABLE', leaseMs: 600 })
+  async pgRlsSlow(@Body() body: Booking) {
+    await pool.query(`SET LOCAL ROLE ${appRole}`);
+    await pool.query('SET LOCAL search_path TO app_schema');
+    await pool.query('INSERT INTO public.slots (slot, who) VALUES ($1, $2)', [body.slot, 'slow']);
+    await sleep(1000);
+    const { rows } = await pool.query<{ who: string; path: string }>(
+      "SELECT current_user AS who, current_setting('search_path') AS path",
+    );
+    return rows[0];
+  }
+
   /** The same at the top level of the handler: no nested transaction. */
   @Post('pg/rls-top')
   @Idempotent()
@@ -207,6 +225,16 @@ class TypeOrmController {
     await this.dataSource.query('INSERT INTO slots (slot, who) VALUES ($1, $2)', [body.slot, 'o']);
     await this.dataSource.query(`SELECT ${body.fn}`);
     return { ran: body.fn };
+  }
+
+  @Post('typeorm/rls-slow')
+  @Idempotent({ isolationLevel: 'SERIALIZABLE', leaseMs: 600 })
+  async rlsSlow(@Body() body: Booking) {
+    await this.dataSource.query(`SET LOCAL ROLE ${appRole}`);
+    await this.dataSource.query('INSERT INTO slots (slot, who) VALUES ($1, $2)', [body.slot, 's']);
+    await sleep(1000);
+    const [row] = (await this.dataSource.query('SELECT current_user AS who')) as object[];
+    return row;
   }
 
   @Post('typeorm/rls')
@@ -432,6 +460,18 @@ describe('session state a handler sets on the request’s connection', () => {
       const again = await post(ormApp, '/typeorm/rls', slot, { slot, nested });
       expect(again.text).toBe(first.text);
       expect(await rows(slot)).toEqual([{ who: 'o' }]);
+    });
+
+    it('renews the lease of a SERIALIZABLE request held past its heartbeats as the request began, and gives the handler its role back', async () => {
+      const slot = 'rls-slow';
+      const first = await post(poolApp, '/pg/rls-slow', slot, { slot });
+      expect(first.status).toBe(201);
+      expect(first.body).toEqual({ who: appRole, path: 'app_schema' });
+      expect(await rows(slot)).toEqual([{ who: 'slow' }]);
+      const orm = await post(ormApp, '/typeorm/rls-slow', `orm-${slot}`, { slot: `orm-${slot}` });
+      expect(orm.status).toBe(201);
+      expect(orm.body).toEqual({ who: appRole });
+      expect(await rows(`orm-${slot}`)).toEqual([{ who: 's' }]);
     });
 
     it('runs five concurrent RLS requests, each once', async () => {
