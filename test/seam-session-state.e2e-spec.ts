@@ -191,6 +191,32 @@ class PoolController {
 })
 class PoolAppModule {}
 
+/** A pool whose sessions run as a role that may not update the library's table. */
+let limitedPool: Pool;
+let limitedRole: string;
+
+@Controller()
+class LimitedController {
+  @Post('limited')
+  @Idempotent()
+  async limited(@Body() body: Booking & { raise: boolean }) {
+    await limitedPool.query('INSERT INTO slots (slot, who) VALUES ($1, $2)', [body.slot, 'l']);
+    // The handler's own role for its own statements; not the library's.
+    if (body.raise) await limitedPool.query('SET LOCAL ROLE postgres');
+    return { slot: body.slot };
+  }
+}
+
+@Module({
+  imports: [
+    IdempotencyModule.forRootAsync({
+      useFactory: () => ({ globalKeys: true, pool: limitedPool }),
+    }),
+  ],
+  controllers: [LimitedController],
+})
+class LimitedAppModule {}
+
 @Controller()
 class TypeOrmController {
   constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
@@ -427,6 +453,58 @@ describe('session state a handler sets on the request’s connection', () => {
     });
   });
 
+  describe('a lasting refusal of the library’s own statement (item 6)', () => {
+    let limitedApp: INestApplication;
+
+    beforeAll(async () => {
+      limitedRole = `seam_limited_${database.name.slice(-8)}`;
+      await db.query(`
+        CREATE ROLE ${limitedRole} NOLOGIN;
+        GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA public TO ${limitedRole};
+        GRANT USAGE ON SEQUENCE slots_id_seq TO ${limitedRole};
+        -- Its keys can be released (a retry runs the request again), never completed.
+        GRANT DELETE, UPDATE (locked_until) ON idempotency_keys TO ${limitedRole};`);
+      limitedPool = createTestPool({ connectionString: database.url, max: 4 });
+      // The app's sessions run as the limited role from their start (a session-level SET).
+      limitedPool.on('connect', (client) => {
+        client.query(`SET ROLE ${limitedRole}`).catch(() => undefined);
+      });
+      limitedApp = await bootstrapTestApp(LimitedAppModule, 'express');
+    });
+    afterAll(async () => {
+      await limitedApp?.close();
+      await endTestPool(limitedPool);
+      await db.query(`DROP OWNED BY ${limitedRole}; DROP ROLE ${limitedRole}`);
+    });
+
+    it.each([
+      ['the handler sets no role', false],
+      ['the handler raised its own role (SET LOCAL ROLE postgres)', true],
+    ])(
+      'answers 500 database_permanent, without Retry-After, when the role the request began with may not update the keys (%s); nothing commits or is stored',
+      async (_name, raise) => {
+        const slot = `limited-${raise}`;
+        for (let attempt = 0; attempt < 2; attempt++) {
+          const answer = await post(limitedApp, '/limited', slot, { slot, raise });
+          expect(answer.status).toBe(500);
+          expect(answer.headers['content-type']).toMatch(PROBLEM);
+          expect(answer.headers['retry-after']).toBeUndefined();
+          expect(answer.body).toEqual({
+            type: 'urn:idempotency:database_permanent',
+            title: 'Permanent database error',
+            status: 500,
+            detail:
+              'The database refused the idempotency store for a reason that lasts (a missing ' +
+              'table, column or function, a missing privilege, a read-only session); nothing ' +
+              'was stored. Retrying will not help until the database is fixed.',
+            code: 'database_permanent',
+          });
+          expect(await rows(slot)).toEqual([]);
+        }
+      },
+    );
+  });
+
   describe('SET LOCAL ROLE and search_path (item 6)', () => {
     it.each([['set-local-role'], ['set-config-role'], ['set-local-search-path']])(
       'stores the answer with the library’s own role and search path after %s in a Drizzle transaction: 201, one row, replayed',
@@ -487,6 +565,4 @@ describe('session state a handler sets on the request’s connection', () => {
       for (let i = 0; i < 5; i++) expect(await rows(`rls-many-${i}`)).toEqual([{ who: 'rls' }]);
     });
   });
-
-  void PROBLEM;
 });
