@@ -117,6 +117,17 @@ class PoolController {
     return { ran: body.fn };
   }
 
+  /** A handler that catches the refusal and answers anyway. */
+  @Post('pg/advisory-caught')
+  @Idempotent()
+  async pgAdvisoryCaught(@Body() body: Booking) {
+    await pool.query('INSERT INTO slots (slot, who) VALUES ($1, $2)', [body.slot, 'caught']);
+    const locked = await pool
+      .query('SELECT pg_try_advisory_lock($1)', [lockKey(body.slot)])
+      .catch(() => undefined);
+    return { locked: locked !== undefined };
+  }
+
   @Post('drizzle/advisory')
   @Idempotent()
   async drizzleAdvisory(@Body() body: Booking) {
@@ -425,6 +436,19 @@ describe('session state a handler sets on the request’s connection', () => {
         expect(await heldLocks()).toBe(0);
       },
     );
+
+    it('answers 500 transaction_aborted, committing nothing, when the handler catches the refusal and answers anyway', async () => {
+      const slot = 'caught';
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const answer = await post(poolApp, '/pg/advisory-caught', slot, { slot });
+        expect(answer.status).toBe(500);
+        expect(answer.headers['content-type']).toMatch(PROBLEM);
+        expect(answer.body).toMatchObject({ code: 'transaction_aborted', status: 500 });
+        expect(answer.headers['retry-after']).toBeUndefined();
+      }
+      expect(await rows(slot)).toEqual([]);
+      expect(await heldLocks()).toBe(0);
+    });
 
     it.each([
       ['Drizzle’s sql template (db.execute)', '/drizzle/advisory', 'pg_advisory_lock'],
