@@ -19,6 +19,7 @@ import { Client, type Pool } from 'pg';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
 import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
+import { RESTORE_SESSION_STATE, runSurrounded } from '../lib/storage/session-state.js';
 import { bootstrapTestApp } from './support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { createTestPool, endTestPool } from './support/test-pool.js';
@@ -527,6 +528,28 @@ describe('session state a handler sets on the request’s connection', () => {
         }
       },
     );
+  });
+
+  it('runs a named statement again after the statement put before it failed (node-postgres had marked it parsed)', async () => {
+    const client = new Client({ connectionString: database.url });
+    await client.connect();
+    try {
+      const statement = { name: 'seam_surrounded_1', text: 'SELECT $1::int + 1 AS n', values: [1] };
+      await client.query('BEGIN');
+      // A role kept at BEGIN that is gone by the commit: the restore fails after its Parse.
+      await client.query(
+        "SELECT set_config('idempotency.role', 'seam_no_such_role', true), " +
+          "set_config('idempotency.search_path', '=public', true)",
+      );
+      await expect(
+        runSurrounded(client, statement, 5000, { before: [RESTORE_SESSION_STATE] }),
+      ).rejects.toMatchObject({ code: '22023' });
+      await client.query('ROLLBACK');
+      const { rows } = await runSurrounded(client, { ...statement, values: [5] }, 5000, {});
+      expect(rows).toEqual([{ n: 6 }]);
+    } finally {
+      await client.end();
+    }
   });
 
   describe('SET LOCAL ROLE and search_path (item 6)', () => {

@@ -54,6 +54,11 @@ interface ProtocolConnection {
   sync(): void;
 }
 
+/** node-postgres' record of the named statements a connection has parsed. */
+interface ParsedStatements {
+  parsedStatements: Record<string, string>;
+}
+
 type QueryClass = new (
   config: QueryConfig,
   values: undefined,
@@ -61,10 +66,11 @@ type QueryClass = new (
 ) => object;
 
 const Query = pg.Query as unknown as QueryClass;
-const { prepare, handleDataRow, handleCommandComplete } = (
+const { prepare, handleDataRow, handleCommandComplete, handleError } = (
   pg.Query as unknown as {
     prototype: {
       prepare(connection: ProtocolConnection): void;
+      handleError(error: unknown, connection: unknown): void;
       handleDataRow(message: unknown): void;
       handleCommandComplete(message: unknown, connection: unknown): void;
     };
@@ -79,10 +85,15 @@ const { prepare, handleDataRow, handleCommandComplete } = (
  * every message up to the Sync after an error, so nothing after a failed statement runs.
  */
 class SurroundedQuery extends Query {
+  declare readonly name?: string;
+  declare hasBeenParsed: (connection: ProtocolConnection) => boolean;
+
   /** Completions still to come from the statements before it. */
   private before: number;
   /** Whether the statement itself completed: what completes after it is not reported. */
   private done = false;
+  /** Whether the connection had parsed the (named) statement before this round trip. */
+  private parsedBefore = false;
 
   constructor(
     config: QueryConfig,
@@ -95,6 +106,7 @@ class SurroundedQuery extends Query {
   }
 
   prepare(connection: ProtocolConnection): void {
+    this.parsedBefore = this.hasBeenParsed(connection);
     for (const text of this.leading) {
       connection.parse({ text });
       connection.bind({});
@@ -111,6 +123,18 @@ class SurroundedQuery extends Query {
       connection.execute({ portal: '' });
     }
     connection.sync();
+  }
+
+  /**
+   * node-postgres marks a named statement parsed at the round trip's first ParseComplete,
+   * which is a leading statement's: if that statement then failed, PostgreSQL skipped the
+   * named one's Parse, and the mark would make the next use skip it too (26000).
+   */
+  handleError(error: unknown, connection: ProtocolConnection & ParsedStatements): void {
+    if (this.before > 0 && !this.parsedBefore && this.name) {
+      delete connection.parsedStatements[this.name];
+    }
+    handleError.call(this, error, connection);
   }
 
   handleDataRow(message: unknown): void {
