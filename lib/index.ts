@@ -24,6 +24,7 @@ export { TransactionEndedError } from './transaction/lazy-transaction.js';
 export {
   CursorOpenRefusedError,
   IsolationLevelRefusedError,
+  SessionAdvisoryLockRefusedError,
   StatementBesideNestedTransactionError,
   TransactionControlRefusedError,
 } from './transaction/seam-errors.js';

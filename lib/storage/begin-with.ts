@@ -1,4 +1,5 @@
 import pg, { type PoolClient, type QueryResult } from 'pg';
+import { CAPTURE_SESSION_STATE } from './session-state.js';
 
 /** The part of node-postgres' protocol connection that a query writes to. */
 interface ProtocolConnection {
@@ -22,10 +23,11 @@ type QueryClass = new (
 ) => object;
 
 const Query = pg.Query as unknown as QueryClass;
-const { prepare, handleCommandComplete } = (
+const { prepare, handleDataRow, handleCommandComplete } = (
   pg.Query as unknown as {
     prototype: {
       prepare(connection: ProtocolConnection): void;
+      handleDataRow(message: unknown): void;
       handleCommandComplete(message: unknown, connection: unknown): void;
     };
   }
@@ -40,11 +42,15 @@ const { prepare, handleCommandComplete } = (
  * after an error, so a `BEGIN` that fails never lets the statement behind it run (and commit
  * on its own); and a `BEGIN` inside the implicit block of a Sync turns it into an ordinary
  * transaction block that the Sync leaves open. `BEGIN`'s own completion is not reported, so
- * the caller (TypeORM) sees the statement's result alone, exactly as without it.
+ * the caller (TypeORM) sees the statement's result alone, exactly as without it. Behind the
+ * `BEGIN`, the role and search path the transaction begins with are kept on the server
+ * (`CAPTURE_SESSION_STATE`), unreported too: the library's own statements run with them.
  */
 class BeginThenQuery extends Query {
   /** Whether `BEGIN` completed: a failure after it leaves an open (aborted) transaction. */
   beginReported = false;
+  /** Whether the capture of the session's state behind it completed (its row is not ours). */
+  private captured = false;
 
   constructor(
     /** The `BEGIN` sent in front (public: the statement-count test reads it). */
@@ -60,13 +66,24 @@ class BeginThenQuery extends Query {
     connection.parse({ text: this.begin });
     connection.bind({});
     connection.execute({ portal: '' });
+    connection.parse({ text: CAPTURE_SESSION_STATE });
+    connection.bind({});
+    connection.execute({ portal: '' });
     prepare.call(this, connection);
+  }
+
+  handleDataRow(message: unknown): void {
+    if (this.captured) handleDataRow.call(this, message);
   }
 
   handleCommandComplete(message: unknown, connection: unknown): void {
     if (!this.beginReported) {
       this.beginReported = true;
       this.onBegun();
+      return;
+    }
+    if (!this.captured) {
+      this.captured = true;
       return;
     }
     handleCommandComplete.call(this, message, connection);

@@ -3,6 +3,7 @@ import { classifyCommitError } from '../failure.js';
 import {
   IdempotencyLeaseLostError,
   IdempotencyResponseTooLargeError,
+  PermanentDatabaseError,
   RetryLaterError,
 } from '../idempotency.errors.js';
 import { type IdempotencyContext } from '../idempotency-context.js';
@@ -57,7 +58,9 @@ export async function commitAnswer(
     // was lost, all of it did, and a retry replays it): the key is given back to the retry.
     await transaction.rollback();
     await releaseQuietly(tools, context, false);
-    tools.logger.warn(`the response of key ${claim.key} was not stored: ${String(error)}`);
+    // A lasting refusal says what to change (its answer does not: it goes to the client).
+    const why = error instanceof PermanentDatabaseError ? error.explanation : String(error);
+    tools.logger.warn(`the response of key ${claim.key} was not stored: ${why}`);
     const problem = classifyCommitError(error);
     publish('released', () => ({ ...eventOf(context), reason: problem.code }));
     return tools.problem(problem);

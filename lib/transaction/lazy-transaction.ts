@@ -8,7 +8,7 @@ import {
 import { markDatabaseFailure } from '../storage/connection-errors.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { TransactionEndedError } from './seam-errors.js';
-import { isPlainRead, transactionControlOf } from './sql-text.js';
+import { isPlainRead } from './sql-text.js';
 import { ownQueryRunner } from './transaction-scope.js';
 import { RequestTransaction } from './request-transaction.js';
 
@@ -47,6 +47,9 @@ export class LazyTransaction extends RequestTransaction {
   }
 
   async query<R = Record<string, unknown>>(text: string, values: unknown[]): Promise<R[]> {
+    // Once its code ran in it, beside the code's session state (see `ownStatement`).
+    const own = await this.ownStatement(text, values);
+    if (own) return own.rows as R[];
     // The structured result: its rows whatever the command (TypeORM hands an UPDATE's back
     // as [rows, count] otherwise).
     const result = await this.ensureRunner().query(text, values, true);
@@ -135,8 +138,8 @@ export class LazyTransaction extends RequestTransaction {
       if (this.ended) {
         return this.apart(internals.transactionDepth > 1, () => this.readAlone(args));
       }
-      const control = transactionControlOf(args[0]);
-      if (control) throw this.refuse(control);
+      const refused = this.refusalOf(args[0]);
+      if (refused) throw refused;
       // A read before the first write needs no transaction: it borrows a connection for
       // itself alone, so a handler that reads, then waits on something else, holds none while
       // it waits. A locking read (`FOR UPDATE`) opens the transaction, as its lock must last,

@@ -8,7 +8,7 @@ import {
   StatementBesideNestedTransactionError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { isPlainRead, nestedControlOf, transactionControlOf } from './sql-text.js';
+import { isPlainRead, nestedControlOf } from './sql-text.js';
 
 import {
   type FencedStatement,
@@ -110,7 +110,9 @@ export class PoolTransaction extends RequestTransaction {
   }
 
   async query<R = Record<string, unknown>>(text: string, values: unknown[]): Promise<R[]> {
-    const result = (await this.statement([text, values], () => false, 'own')) as QueryResult;
+    const result =
+      (await this.ownStatement(text, values)) ??
+      ((await this.statement([text, values], () => false, 'own')) as QueryResult);
     return result.rows as R[];
   }
 
@@ -128,8 +130,8 @@ export class PoolTransaction extends RequestTransaction {
   ): Promise<unknown> {
     if (this.ended) return this.apart(nested(), () => this.sendAlone(args));
     const text = textOf(args[0]);
-    const control = transactionControlOf(text);
-    if (control) throw this.refuse(control);
+    const refused = this.refusalOf(text);
+    if (refused) throw refused;
     if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
       return this.sendAlone(args);
     }

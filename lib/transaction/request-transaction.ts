@@ -1,4 +1,4 @@
-import { type Pool, type PoolClient, type QueryConfig } from 'pg';
+import { type Pool, type PoolClient, type QueryConfig, type QueryResult } from 'pg';
 import {
   type DataSource,
   type EntityManager,
@@ -11,6 +11,12 @@ import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js
 import { beginWith, carriedStatement } from '../storage/begin-with.js';
 import { fencedCommit, isFenceLost } from '../storage/fenced-commit.js';
 import {
+  CAPTURE_SESSION_STATE,
+  runSurrounded,
+  SWAP_IN_SESSION_STATE,
+  SWAP_OUT_SESSION_STATE,
+} from '../storage/session-state.js';
+import {
   decideIsolation,
   isAboveReadCommitted,
   isIsolationLevel,
@@ -18,11 +24,13 @@ import {
 } from './isolation-level.js';
 import {
   IsolationLevelRefusedError,
+  SessionAdvisoryLockRefusedError,
   TransactionAbortedError,
   TransactionControlRefusedError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { transactionControlOf } from './sql-text.js';
+import { sessionAdvisoryLockOf, transactionControlOf } from './sql-text.js';
+import { ownStatementFailure } from './own-statement-failure.js';
 import { type JoinableTransaction, type PoolJoin } from './transaction-scope.js';
 
 /** A statement of the library's own, run last in a transaction: it must touch one row. */
@@ -234,7 +242,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
         return this.committed;
       } catch (error) {
         client.release(asError(error));
-        throw error;
+        throw ownStatementFailure(error) ?? error;
       }
     }
     const client = await this.opening.catch((error: unknown) => {
@@ -252,7 +260,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
         return this.committed;
       } catch (error) {
         this.end(client, error);
-        throw error;
+        throw ownStatementFailure(error) ?? error;
       }
     }
     try {
@@ -278,6 +286,13 @@ export abstract class RequestTransaction implements JoinableTransaction {
       if (isTransactionAbortedError(error)) {
         await this.rollbackOn(client);
         throw new TransactionAbortedError(this.lastError ?? error);
+      }
+      // Refused for a reason that lasts (a privilege of the role the transaction began with):
+      // nothing committed, and a retry meets the same refusal.
+      const permanent = ownStatementFailure(error);
+      if (permanent) {
+        await this.rollbackOn(client);
+        throw permanent;
       }
       // The commit's outcome is unknown: the connection goes, and PostgreSQL rolls back what
       // had not committed. The fenced statement's row lock orders any later takeover after it.
@@ -341,6 +356,30 @@ export abstract class RequestTransaction implements JoinableTransaction {
     throw new TransactionEndedError(this.committed);
   }
 
+  /**
+   * Runs a statement of the library's own while its code may still run (a lease renewal, a
+   * body stored by pointer, a message's id), with the role and search path the transaction
+   * began with, and the code's own put back after it, in one round trip: nothing of the code's
+   * runs between them, and a `SET LOCAL ROLE` of its own neither blocks the library's
+   * statement nor is lifted for its next one. Undefined when nothing has begun the transaction
+   * yet (nothing of the code's ran in it) or it ended: the caller's own path then applies.
+   */
+  protected async ownStatement(text: string, values: unknown[]): Promise<QueryResult | undefined> {
+    if (!this.opening || !this.beginning || this.ended) return undefined;
+    const client = await this.opening;
+    await this.beginning;
+    if (this.ended) return undefined;
+    try {
+      return await runSurrounded(client, { text, values }, undefined, {
+        before: [SWAP_IN_SESSION_STATE],
+        after: [SWAP_OUT_SESSION_STATE],
+      });
+    } catch (error) {
+      this.lastError = error;
+      throw error;
+    }
+  }
+
   /** Marks the transaction as one that can only roll back; the error for its code. */
   protected refuse(
     refused: string | TransactionControlRefusedError,
@@ -349,6 +388,19 @@ export abstract class RequestTransaction implements JoinableTransaction {
       typeof refused === 'string' ? new TransactionControlRefusedError(refused) : refused;
     this.refused ??= error;
     return error;
+  }
+
+  /**
+   * What refuses a statement of its code before it is sent, if anything (the request can then
+   * only roll back): one that would end or start the transaction, or one that takes or
+   * releases a session-level advisory lock, which does not end with the request's transaction.
+   */
+  protected refusalOf(text: unknown): TransactionControlRefusedError | undefined {
+    const control = transactionControlOf(text);
+    if (control) return this.refuse(control);
+    const lock = sessionAdvisoryLockOf(text);
+    if (lock) return this.refuse(new SessionAdvisoryLockRefusedError(lock));
+    return undefined;
   }
 
   /** The level the transaction is to begin at, as far as is known before it begins. */
@@ -413,8 +465,8 @@ export abstract class RequestTransaction implements JoinableTransaction {
    * can (`beginWith`).
    */
   protected send(client: PoolClient, args: unknown[], nested: () => boolean): Promise<unknown> {
-    const control = transactionControlOf(textOf(args[0]));
-    if (control) return Promise.reject(this.refuse(control));
+    const refused = this.refusalOf(textOf(args[0]));
+    if (refused) return Promise.reject(refused);
     const apart = () =>
       isSubmittable(args[0])
         ? Promise.reject(new TransactionEndedError())
@@ -461,7 +513,14 @@ export abstract class RequestTransaction implements JoinableTransaction {
           )
         : Promise.resolve()
     )
-      .then(() => withDeadline(client.query(this.beginText()), this.timeoutMs, 'BEGIN'))
+      .then(() =>
+        withDeadline(
+          // The session's state kept with it, as `beginWith` does (see `session-state.ts`).
+          client.query(`${this.beginText()}; ${CAPTURE_SESSION_STATE}`),
+          this.timeoutMs,
+          'BEGIN',
+        ),
+      )
       .then(() => undefined);
     return this.beginning;
   }

@@ -66,6 +66,30 @@ export class CursorOpenRefusedError extends TransactionControlRefusedError {
 }
 
 /**
+ * A session-level advisory lock function (`pg_advisory_lock`, `pg_advisory_unlock`, their
+ * `_shared` and `try_` variants, `pg_advisory_unlock_all`) sent in the request's transaction,
+ * refused before it is sent. In the request, the handler's statements run in a transaction
+ * that commits only after the handler returned: the unlock would release the lock before the
+ * COMMIT, and a second request would take it and read the slot the first is still writing
+ * (five concurrent bookings of one slot left two rows). A lock taken and not released would
+ * stay with the pooled connection after the request. A transaction-level lock does what the
+ * recipe means, released by the request's own COMMIT or ROLLBACK. The request rolls back.
+ */
+export class SessionAdvisoryLockRefusedError extends TransactionControlRefusedError {
+  constructor(readonly lockFunction: string) {
+    super(lockFunction);
+    this.message =
+      `${lockFunction} refused: a session-level advisory lock in an idempotent request is ` +
+      'released by its unlock before the request’s COMMIT (another request then takes it ' +
+      'while this one’s writes are not yet visible), or is kept by the pooled connection after ' +
+      'the request. Use pg_advisory_xact_lock (or pg_try_advisory_xact_lock, and their ' +
+      '_shared variants): the request’s COMMIT or ROLLBACK releases it, and no unlock is ' +
+      'needed. The request rolls back.';
+    this.name = 'SessionAdvisoryLockRefusedError';
+  }
+}
+
+/**
  * Thrown when a transaction inside an idempotent request asks for an isolation level stronger
  * than the one the request's transaction already began at (PostgreSQL cannot raise it), or
  * for one PostgreSQL does not have. Nothing was sent: the request's transaction is as it was.

@@ -1,4 +1,10 @@
-import { isPlainRead, nestedControlOf, statementsOf, transactionControlOf } from './sql-text.js';
+import {
+  isPlainRead,
+  nestedControlOf,
+  sessionAdvisoryLockOf,
+  statementsOf,
+  transactionControlOf,
+} from './sql-text.js';
 
 describe('isPlainRead', () => {
   it.each<[string, unknown, boolean]>([
@@ -166,5 +172,42 @@ describe('nestedControlOf', () => {
     ['not a string', { text: 'BEGIN' }, undefined],
   ])('%s', (_name, sql, expected) => {
     expect(nestedControlOf(sql)).toEqual(expected);
+  });
+});
+
+describe('sessionAdvisoryLockOf', () => {
+  it.each<[string, unknown, string | undefined]>([
+    ['the lock', 'SELECT pg_advisory_lock($1)', 'pg_advisory_lock'],
+    ['in capitals, two keys', 'SELECT PG_ADVISORY_LOCK(1, 2)', 'pg_advisory_lock'],
+    ['shared', 'select pg_advisory_lock_shared(1)', 'pg_advisory_lock_shared'],
+    ['try', 'select pg_try_advisory_lock($1) as ok', 'pg_try_advisory_lock'],
+    ['try shared', 'select pg_try_advisory_lock_shared(1)', 'pg_try_advisory_lock_shared'],
+    ['the unlock', 'SELECT pg_advisory_unlock($1)', 'pg_advisory_unlock'],
+    ['the shared unlock', 'SELECT pg_advisory_unlock_shared(1)', 'pg_advisory_unlock_shared'],
+    ['unlock all', 'SELECT pg_advisory_unlock_all()', 'pg_advisory_unlock_all'],
+    ['schema-qualified', 'SELECT pg_catalog.pg_advisory_lock(1)', 'pg_advisory_lock'],
+    ['a quoted name', 'SELECT "pg_advisory_lock"(1)', 'pg_advisory_lock'],
+    ['with a space before (', 'SELECT pg_advisory_unlock (1)', 'pg_advisory_unlock'],
+    ['inside a WHERE', 'SELECT * FROM t WHERE pg_try_advisory_lock(t.id)', 'pg_try_advisory_lock'],
+    [
+      'in a second statement',
+      'INSERT INTO t VALUES (1); SELECT pg_advisory_lock(1)',
+      'pg_advisory_lock',
+    ],
+    // What ends with the transaction, or is no call.
+    ['the transaction-level lock', 'SELECT pg_advisory_xact_lock($1)', undefined],
+    ['its shared variant', 'SELECT pg_advisory_xact_lock_shared(1)', undefined],
+    ['its try variant', 'SELECT pg_try_advisory_xact_lock(1)', undefined],
+    ['its try shared variant', 'SELECT pg_try_advisory_xact_lock_shared(1)', undefined],
+    ['a name in a string', "SELECT 'pg_advisory_lock(1)'", undefined],
+    ['a name in a comment', 'SELECT 1 /* pg_advisory_unlock(1) */', undefined],
+    ['a name in a dollar-quoted body', 'SELECT $$pg_advisory_lock(1)$$', undefined],
+    ['a quoted name in other case', 'SELECT "PG_ADVISORY_LOCK"(1)', undefined],
+    ['a column of that name', 'SELECT pg_advisory_lock FROM t', undefined],
+    ['a function whose name only contains it', 'SELECT my_pg_advisory_lock(1)', undefined],
+    ['pg_locks', "SELECT * FROM pg_locks WHERE locktype = 'advisory'", undefined],
+    ['not a string', { text: 'SELECT pg_advisory_lock(1)' }, undefined],
+  ])('%s: %p', (_name, sql, expected) => {
+    expect(sessionAdvisoryLockOf(sql)).toBe(expected);
   });
 });

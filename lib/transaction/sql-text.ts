@@ -307,3 +307,38 @@ function isolationOf(modes: string[]): string | undefined | null {
   }
   return level;
 }
+
+/**
+ * PostgreSQL's session-level advisory lock functions: a lock taken with one of them outlives
+ * the transaction it was taken in, and its unlock takes effect at once, not at COMMIT. Their
+ * `_xact_` variants (`pg_advisory_xact_lock`, `pg_try_advisory_xact_lock_shared`…) are not
+ * here: those end with the transaction, as a handler's work in the request's must.
+ */
+// prettier-ignore
+const SESSION_ADVISORY = new Set([
+  'pg_advisory_lock', 'pg_advisory_lock_shared', 'pg_try_advisory_lock',
+  'pg_try_advisory_lock_shared', 'pg_advisory_unlock', 'pg_advisory_unlock_shared',
+  'pg_advisory_unlock_all',
+]);
+
+/**
+ * The first session-level advisory lock function `sql` calls (`pg_advisory_lock`,
+ * `pg_advisory_unlock`, their `_shared` and `try_` variants, `pg_advisory_unlock_all`),
+ * lower-cased; undefined when it calls none. A name inside a string, a comment or a quoted
+ * identifier that is not a call is not counted; a call made from inside a function body (a
+ * `DO` block, a function of the app's) cannot be seen here.
+ */
+export function sessionAdvisoryLockOf(sql: unknown): string | undefined {
+  // The hot path: almost no statement mentions an advisory lock at all.
+  if (typeof sql !== 'string' || !/advisory/i.test(sql)) return undefined;
+  for (const tokens of statementsOf(sql)) {
+    for (let i = 0; i + 1 < tokens.length; i++) {
+      const token = tokens[i];
+      const next = tokens[i + 1];
+      if (token.kind === 'punct' || next.kind !== 'punct' || next.text !== '(') continue;
+      // A word is lower-cased already; a quoted name is exact, as PostgreSQL reads it.
+      if (SESSION_ADVISORY.has(token.text)) return token.text;
+    }
+  }
+  return undefined;
+}

@@ -1,0 +1,177 @@
+import pg, { type PoolClient, type QueryConfig, type QueryResult } from 'pg';
+import { asDatabaseFailure } from './connection-errors.js';
+import { withDeadline } from './deadline.js';
+
+/**
+ * The role and search path the library's own statements run with inside the request's
+ * transaction: those the transaction began with, whatever the handler set since. A handler
+ * that narrows its own statements (`SET LOCAL ROLE app_user`, `set_config('role', …, true)`,
+ * `SET LOCAL search_path`: the Supabase/Drizzle RLS recipe) keeps that setting until COMMIT
+ * (PostgreSQL keeps `SET LOCAL` across `RELEASE SAVEPOINT`), so that the library's fenced
+ * update would run as a role that may not write its table (42501), or find another table.
+ *
+ * Kept on the server, in two settings of the transaction's own (`SET LOCAL` semantics: gone
+ * at its end, rolled back with a savepoint), so that nothing travels back to the process: taken
+ * in the round trip of the `BEGIN`, put back in the round trip of the library's statement.
+ * The search path is kept with a leading `=`, so that an empty one is told from none kept.
+ */
+export const CAPTURE_SESSION_STATE =
+  "SELECT set_config('idempotency.role', current_setting('role'), true), " +
+  "set_config('idempotency.search_path', '=' || current_setting('search_path'), true)";
+
+/** Nothing is set when nothing was kept (a transaction begun by other means). */
+const KEPT = "WHERE current_setting('idempotency.role', true) <> ''";
+
+const START_ROLE = "current_setting('idempotency.role')";
+const START_PATH = "substr(current_setting('idempotency.search_path'), 2)";
+
+/** Before the library's last statement (followed by COMMIT): the state kept at `BEGIN`. */
+export const RESTORE_SESSION_STATE =
+  `SELECT set_config('role', ${START_ROLE}, true), ` +
+  `set_config('search_path', ${START_PATH}, true) ${KEPT}`;
+
+/**
+ * Before a statement of the library's while the handler goes on (a lease renewal, a body
+ * stored by pointer): the handler's state is kept aside, and the state kept at `BEGIN` set.
+ */
+export const SWAP_IN_SESSION_STATE =
+  "SELECT set_config('idempotency.handler_role', current_setting('role'), true), " +
+  "set_config('idempotency.handler_search_path', '=' || current_setting('search_path'), true), " +
+  `set_config('role', ${START_ROLE}, true), ` +
+  `set_config('search_path', ${START_PATH}, true) ${KEPT}`;
+
+/** After it: the handler's state back, for the handler's next statement. */
+export const SWAP_OUT_SESSION_STATE =
+  "SELECT set_config('role', current_setting('idempotency.handler_role'), true), " +
+  "set_config('search_path', substr(current_setting('idempotency.handler_search_path'), 2), " +
+  `true) ${KEPT}`;
+
+/** The part of node-postgres' protocol connection that a query writes to. */
+interface ProtocolConnection {
+  execute(config: { portal: string; rows?: number }): void;
+  parse(config: { text: string; name?: string; types?: unknown[] }): void;
+  bind(config: { portal?: string; statement?: string; values?: unknown[] }): void;
+  sync(): void;
+}
+
+/** node-postgres' record of the named statements a connection has parsed. */
+interface ParsedStatements {
+  parsedStatements: Record<string, string>;
+}
+
+type QueryClass = new (
+  config: QueryConfig,
+  values: undefined,
+  callback: (error: Error | null, result?: QueryResult) => void,
+) => object;
+
+const Query = pg.Query as unknown as QueryClass;
+const { prepare, handleDataRow, handleCommandComplete, handleError } = (
+  pg.Query as unknown as {
+    prototype: {
+      prepare(connection: ProtocolConnection): void;
+      handleError(error: unknown, connection: unknown): void;
+      handleDataRow(message: unknown): void;
+      handleCommandComplete(message: unknown, connection: unknown): void;
+    };
+  }
+).prototype;
+
+/**
+ * node-postgres' own prepared query (its parameters sent in binary, never written into a
+ * text), with statements of the library's without parameters parsed, bound and executed
+ * before it and after it, before the Sync that ends the round trip. Their rows and
+ * completions are not reported: the caller sees the statement's result alone. PostgreSQL skips
+ * every message up to the Sync after an error, so nothing after a failed statement runs.
+ */
+class SurroundedQuery extends Query {
+  declare readonly name?: string;
+  declare hasBeenParsed: (connection: ProtocolConnection) => boolean;
+
+  /** Completions still to come from the statements before it. */
+  private before: number;
+  /** Whether the statement itself completed: what completes after it is not reported. */
+  private done = false;
+  /** Whether the connection had parsed the (named) statement before this round trip. */
+  private parsedBefore = false;
+
+  constructor(
+    config: QueryConfig,
+    private readonly leading: string[],
+    private readonly trailing: string[],
+    callback: (error: Error | null, result?: QueryResult) => void,
+  ) {
+    super(config, undefined, callback);
+    this.before = leading.length;
+  }
+
+  prepare(connection: ProtocolConnection): void {
+    this.parsedBefore = this.hasBeenParsed(connection);
+    for (const text of this.leading) {
+      connection.parse({ text });
+      connection.bind({});
+      connection.execute({ portal: '' });
+    }
+    prepare.call(this, connection);
+  }
+
+  _getRows(connection: ProtocolConnection, rows?: number): void {
+    connection.execute({ portal: '', rows });
+    for (const text of this.trailing) {
+      connection.parse({ text });
+      connection.bind({});
+      connection.execute({ portal: '' });
+    }
+    connection.sync();
+  }
+
+  /**
+   * node-postgres marks a named statement parsed at the round trip's first ParseComplete,
+   * which is a leading statement's: if that statement then failed, PostgreSQL skipped the
+   * named one's Parse, and the mark would make the next use skip it too (26000).
+   */
+  handleError(error: unknown, connection: ProtocolConnection & ParsedStatements): void {
+    if (this.before > 0 && !this.parsedBefore && this.name) {
+      delete connection.parsedStatements[this.name];
+    }
+    handleError.call(this, error, connection);
+  }
+
+  handleDataRow(message: unknown): void {
+    if (this.before > 0 || this.done) return;
+    handleDataRow.call(this, message);
+  }
+
+  handleCommandComplete(message: unknown, connection: unknown): void {
+    if (this.before > 0) {
+      this.before--;
+      return;
+    }
+    if (this.done) return;
+    this.done = true;
+    handleCommandComplete.call(this, message, connection);
+  }
+}
+
+/**
+ * Runs `statement` with `before` and `after` in one round trip, bounded by `timeoutMs` if
+ * given: its result. A socket's error is marked as the database's (the outcome is unknown).
+ */
+export function runSurrounded(
+  client: PoolClient,
+  statement: QueryConfig,
+  timeoutMs: number | undefined,
+  surround: { before?: string[]; after?: string[] },
+): Promise<QueryResult> {
+  const done = new Promise<QueryResult>((resolve, reject) => {
+    const query = new SurroundedQuery(
+      statement,
+      surround.before ?? [],
+      surround.after ?? [],
+      (error, result) => (error ? reject(asDatabaseFailure(error)) : resolve(result!)),
+    );
+    void client.query(query as unknown as pg.Query);
+  });
+  if (timeoutMs === undefined) return done;
+  return withDeadline(done, timeoutMs, `statement ${statement.name ?? ''}`);
+}
