@@ -21,6 +21,8 @@ const SCHEMAS = [
   'examples/prisma-orders/prisma/schema.prisma',
   // The docs' Prisma snippets import a client as an app's would (docs/guides/prisma.md).
   'docs/snippets/prisma/schema.prisma',
+  // The fuzzer's Prisma layer (test/fuzz/data-layers.ts).
+  'test/fuzz/prisma/schema.prisma',
 ];
 
 const dir = mkdtempSync(join(tmpdir(), 'prisma-generate-'));
