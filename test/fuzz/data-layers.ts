@@ -1,6 +1,6 @@
 import { PrismaPg } from '@prisma/adapter-pg';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
-import { eq, type SQL, sql as dsql } from 'drizzle-orm';
+import { eq, type SQL, sql as dsql, TransactionRollbackError } from 'drizzle-orm';
 import { integer, pgTable, text } from 'drizzle-orm/pg-core';
 import { Kysely, PostgresDialect, type Transaction, sql as ksql } from 'kysely';
 import pg, { type Pool, type PoolClient } from 'pg';
@@ -48,7 +48,7 @@ export class ProgramError extends Error {}
 export function isProgramError(error: unknown): boolean {
   return (
     error instanceof ProgramError ||
-    (error instanceof Error && error.name === 'TransactionRollbackError') ||
+    error instanceof TransactionRollbackError ||
     (error instanceof Error && error.message === 'the nested work failed')
   );
 }
@@ -349,17 +349,15 @@ export function kyselyDb(
           isolation === 'SERIALIZABLE' ? 'serializable' : 'repeatable read',
         );
       const controlled = await builder.execute();
+      // Kysely's own recipe: commit in the try, rollback() in the catch.
       try {
         await work(kyselyDb(root, controlled, depth + 1));
+        if (end === 'throw') throw new ProgramError('the nested work failed');
+        await controlled.commit().execute();
       } catch (error) {
         await controlled.rollback().execute();
         throw error;
       }
-      if (end === 'throw') {
-        await controlled.rollback().execute();
-        throw new ProgramError('the nested work failed');
-      }
-      await controlled.commit().execute();
     },
     batch: (program, paths) =>
       db.transaction(async (inner) => {

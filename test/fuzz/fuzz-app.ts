@@ -119,14 +119,16 @@ function sqlState(error: unknown): string | undefined {
     message?: unknown;
   };
   for (const code of [
-    e.code,
+    e.meta?.driverAdapterError?.cause?.originalCode,
+    e.cause?.originalCode,
     e.driverError?.code,
     e.cause?.code,
-    e.cause?.originalCode,
-    e.meta?.code,
-    e.meta?.driverAdapterError?.cause?.originalCode,
+    e.code,
   ]) {
-    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
+    // Prisma's own codes (P2010) are not SQLSTATEs.
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !/^P\d{4}$/.test(code)) {
+      return code;
+    }
   }
   const match = typeof e.message === 'string' ? /\b(23505|25P02)\b/.exec(e.message) : null;
   return match?.[1];
@@ -233,7 +235,8 @@ class Interpreter {
             await db.rows(`SET LOCAL statement_timeout = ${run.statementTimeoutMs}`);
             run.statementTimeoutMs = 0;
           }
-          await db.rows('SELECT pg_sleep($1)', [op.ms / 1000]);
+          // Cast: Prisma's raw queries cannot read a void column.
+          await db.rows('SELECT pg_sleep($1)::text AS slept', [op.ms / 1000]);
           break;
         case 'stream':
           break;
@@ -292,10 +295,10 @@ class Interpreter {
       }
     };
     if (scope === 'xact') {
-      await db.rows('SELECT pg_advisory_xact_lock($1)', [LOCK_KEY]);
+      await db.rows('SELECT pg_advisory_xact_lock($1)::text AS locked', [LOCK_KEY]);
       return bookIfFree();
     }
-    await db.rows('SELECT pg_advisory_lock($1)', [LOCK_KEY]);
+    await db.rows('SELECT pg_advisory_lock($1)::text AS locked', [LOCK_KEY]);
     try {
       await bookIfFree();
     } finally {

@@ -416,6 +416,13 @@ function checkAnswer(
         : `final answer ${show(final)}, the model wants 201 ${body}`;
     }
     case 'error':
+      // Apollo renders an HttpException with an object body as INTERNAL_SERVER_ERROR, without
+      // its status: on GraphQL the check is that the answer is the handler's error, final.
+      if (transport === 'graphql') {
+        return final.status >= 400 && final.code !== 'transaction_aborted'
+          ? undefined
+          : `final answer ${show(final)}, the model wants the handler's error`;
+      }
       return final.status === model.status
         ? undefined
         : `final answer ${show(final)}, the model wants the handler's ${model.status}`;
