@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { Client } from 'pg';
+import pg, { type Pool } from 'pg';
 import { startWorker, type WorkerProcess } from '../support/worker-process.js';
 import { type LayerName } from './data-layers.js';
 import {
@@ -164,12 +164,15 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
   const layer = options.layer ?? 'typeorm';
   const transport = options.transport ?? 'http';
   const budgetMs = options.budgetMs ?? 40_000;
-  const admin = new Client({ connectionString: options.databaseUrl });
-  await admin.connect();
+  // A pool, not a client: a connection the server terminates (a test of another suite on the
+  // same server may) is replaced, and never crashes the run.
+  const admin = new pg.Pool({ connectionString: options.databaseUrl, max: 2 });
+  admin.on('error', () => undefined);
   await admin.query(FUZZ_DDL);
   if (options.defaultSerializable) {
+    const name = decodeURIComponent(new URL(options.databaseUrl).pathname.slice(1));
     await admin.query(
-      `ALTER DATABASE "${admin.database}" SET default_transaction_isolation = 'serializable'`,
+      `ALTER DATABASE "${name}" SET default_transaction_isolation = 'serializable'`,
     );
   }
   const cases = fc.sample(
@@ -297,7 +300,7 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
 
 interface Settle {
   transport: TransportName;
-  admin: Client;
+  admin: Pool;
   report: FuzzReport;
   budgetMs: number;
   violation: (program: HandlerProgram, what: string) => void;
@@ -492,7 +495,7 @@ async function attemptWith(
   fault: Fault,
   program: HandlerProgram,
   worker: WorkerProcess,
-  admin: Client,
+  admin: Pool,
   transport: TransportName,
   crowd: HandlerProgram[] = [],
   crowdAnswers?: Map<string, Answer>,
