@@ -202,13 +202,18 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
   };
   let adapter: 'express' | 'fastify' = 'express';
   const start = () =>
-    startWorker('test/fuzz/fuzz-worker.js', {
-      DATABASE_URL: options.databaseUrl,
-      ADAPTER: adapter,
-      LAYER: layer,
-      TRANSPORT: transport,
-      DEFAULT_SERIALIZABLE: options.defaultSerializable ? '1' : '0',
-    });
+    startWorker(
+      'test/fuzz/fuzz-worker.js',
+      {
+        DATABASE_URL: options.databaseUrl,
+        ADAPTER: adapter,
+        LAYER: layer,
+        TRANSPORT: transport,
+        DEFAULT_SERIALIZABLE: options.defaultSerializable ? '1' : '0',
+      },
+      // A start (a GraphQL schema, Prisma's engine) takes long on a loaded machine.
+      90_000,
+    );
   let worker: WorkerProcess = await start();
   const reproduce = (index: number) =>
     `FUZZ_LAYER=${layer} FUZZ_TRANSPORT=${transport} FUZZ_SEED=${options.seed} FUZZ_RUNS=${options.runs} FUZZ_ONLY=${index}` +
