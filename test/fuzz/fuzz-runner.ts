@@ -59,6 +59,8 @@ export interface FuzzOptions {
   defaultSerializable?: boolean;
   /** Only the program of this index (a violation's reproduction). */
   only?: number;
+  /** One program written by hand instead of generated ones, with its faults (a minimal reproduction). */
+  program?: { program: Omit<HandlerProgram, 'id'>; faults: Fault[] };
   /** How long one program may take to reach its final answer (40 s when not given). */
   budgetMs?: number;
   log?: (line: string) => void;
@@ -175,10 +177,15 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
       `ALTER DATABASE "${name}" SET default_transaction_isolation = 'serializable'`,
     );
   }
-  const cases = fc.sample(
-    fc.tuple(programCaseArbitrary(), fc.array(faultArbitrary(options.sigkills), { maxLength: 3 })),
-    { seed: options.seed, numRuns: options.runs },
-  );
+  const cases: [Omit<HandlerProgram, 'id'>, Fault[]][] = options.program
+    ? [[options.program.program, options.program.faults]]
+    : fc.sample(
+        fc.tuple(
+          programCaseArbitrary(),
+          fc.array(faultArbitrary(options.sigkills), { maxLength: 3 }),
+        ),
+        { seed: options.seed, numRuns: options.runs },
+      );
   const report: FuzzReport = {
     seed: options.seed,
     layer,

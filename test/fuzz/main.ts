@@ -18,7 +18,8 @@ import { startEmbeddedPostgres } from '../../sample-app/database/embedded-postgr
 import { createTestDatabase } from '../support/database.js';
 import { LAYERS, type LayerName } from './data-layers.js';
 import { TRANSPORTS, type TransportName } from './fuzz-app.js';
-import { fuzz, type FuzzReport } from './fuzz-runner.js';
+import { type Fault, fuzz, type FuzzReport } from './fuzz-runner.js';
+import { type HandlerProgram } from './handler-program.js';
 
 const args = new Map(
   process.argv
@@ -40,6 +41,14 @@ const runs = Number(setting('runs', 'FUZZ_RUNS') ?? 100);
 const firstSeed = Number(setting('seed', 'FUZZ_SEED') ?? Date.now() % 1_000_000);
 const seconds = Number(setting('seconds', 'FUZZ_SECONDS') ?? 0);
 const only = setting('only', 'FUZZ_ONLY');
+/** FUZZ_PROGRAM='{"ops":[...]}' FUZZ_FAULTS='[{"kind":"crowd"}]': one program written by hand. */
+const handWrittenJson = setting('program', 'FUZZ_PROGRAM');
+const handWritten = handWrittenJson
+  ? {
+      program: JSON.parse(handWrittenJson) as Omit<HandlerProgram, 'id'>,
+      faults: JSON.parse(setting('faults', 'FUZZ_FAULTS') ?? '[]') as Fault[],
+    }
+  : undefined;
 const share = (seconds * 1000) / (layers.length * transports.length);
 
 const given = process.env.TEST_DATABASE_URL ?? process.env.DATABASE_URL;
@@ -68,6 +77,7 @@ try {
             defaultSerializable:
               setting('default-serializable', 'FUZZ_DEFAULT_SERIALIZABLE') === '1',
             only: only === undefined ? undefined : Number(only),
+            program: handWritten,
             budgetMs: Number(setting('budget-ms', 'FUZZ_BUDGET_MS') ?? 40_000),
             log: (line) => console.log(`[${layer}/${transport} seed ${seed}] ${line}`),
           });
@@ -77,7 +87,7 @@ try {
           await database.drop();
         }
         seed += 1;
-      } while (Date.now() < until && only === undefined);
+      } while (Date.now() < until && only === undefined && !handWritten);
     }
   }
 } finally {
