@@ -13,6 +13,7 @@ export default tseslint.config(
       'examples/prisma-orders/generated/**',
       'docs/snippets/prisma/generated/**',
       'test/examples/support/prisma-on-call/generated/**',
+      'test/fuzz/generated/**',
     ],
   },
   js.configs.recommended,

@@ -23,6 +23,8 @@ const SCHEMAS = [
   'docs/snippets/prisma/schema.prisma',
   // The on-call roster of the suite on Prisma's batched reads (prisma-batched-reads.e2e-spec.ts).
   'test/examples/support/prisma-on-call/schema.prisma',
+  // The fuzzer's Prisma layer (test/fuzz/data-layers.ts).
+  'test/fuzz/prisma/schema.prisma',
 ];
 
 const dir = mkdtempSync(join(tmpdir(), 'prisma-generate-'));

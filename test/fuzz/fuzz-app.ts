@@ -1,3 +1,6 @@
+import { readFileSync } from 'node:fs';
+import { Readable } from 'node:stream';
+import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import {
   Body,
   type CallHandler,
@@ -13,36 +16,79 @@ import {
   RequestTimeoutException,
   StreamableFile,
 } from '@nestjs/common';
-import { Readable } from 'node:stream';
 import { APP_INTERCEPTOR } from '@nestjs/core';
+import {
+  Args,
+  Context,
+  Field,
+  GqlExecutionContext,
+  GraphQLModule,
+  Int,
+  Mutation,
+  ObjectType,
+  Query,
+  Resolver,
+} from '@nestjs/graphql';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { GraphQLScalarType } from 'graphql';
+import pg, { type Pool } from 'pg';
 import { catchError, type Observable, throwError, timeout, TimeoutError } from 'rxjs';
-import { type DataSource, type EntityManager } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../lib/index.js';
+import { type DataSource } from 'typeorm';
+import {
+  IDEMPOTENCY_MIGRATIONS,
+  IdempotencyModule,
+  Idempotent,
+  IdempotentTransaction,
+} from '../../lib/index.js';
 import { type AdapterName, bootstrapTestApp } from '../support/bootstrap.js';
+import {
+  createDrizzle,
+  createKysely,
+  createPrisma,
+  type Db,
+  drizzleDb,
+  isProgramError,
+  kyselyDb,
+  type LayerName,
+  pgDb,
+  prismaDb,
+  typeormDb,
+} from './data-layers.js';
 import { type HandlerProgram, type Op } from './handler-program.js';
 
 export const FUZZ_APPLICATION_NAME = 'fuzz-app';
+/** The role the `setlocal:role` op switches to: it may use the app's tables, not the library's. */
+export const FUZZ_ROLE = 'fuzz_rls';
 
-/** The app's tables: effects without a unique key, so that a write applied twice shows. */
+/**
+ * The app's tables: effects without a unique key, so that a write applied twice shows (the id
+ * is Prisma's, the backend pid each write ran on is the `read` op's check).
+ */
 export const FUZZ_DDL = `
-  CREATE TABLE IF NOT EXISTS fuzz_effects (program text NOT NULL, path text NOT NULL);
+  CREATE TABLE IF NOT EXISTS fuzz_effects (
+    id bigserial PRIMARY KEY, program text NOT NULL, path text NOT NULL,
+    pid integer DEFAULT pg_backend_pid());
   CREATE TABLE IF NOT EXISTS fuzz_later (program text NOT NULL, path text NOT NULL);
+  CREATE TABLE IF NOT EXISTS fuzz_outside (program text NOT NULL, path text NOT NULL);
+  CREATE TABLE IF NOT EXISTS fuzz_bookings (slot text NOT NULL, program text NOT NULL);
   CREATE TABLE IF NOT EXISTS fuzz_unique (k text PRIMARY KEY);
-  INSERT INTO fuzz_unique (k) VALUES ('taken') ON CONFLICT DO NOTHING;`;
+  INSERT INTO fuzz_unique (k) VALUES ('taken') ON CONFLICT DO NOTHING;
+  CREATE TABLE IF NOT EXISTS fuzz_two (n integer PRIMARY KEY);
+  INSERT INTO fuzz_two (n) VALUES (1), (2) ON CONFLICT DO NOTHING;
+  CREATE OR REPLACE VIEW fuzz_whoami AS SELECT 1 AS id, pg_backend_pid() AS pid;
+  DO $$ BEGIN CREATE ROLE ${FUZZ_ROLE} NOLOGIN;
+  EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$;
+  GRANT SELECT, INSERT ON fuzz_effects, fuzz_later, fuzz_outside, fuzz_bookings, fuzz_unique,
+    fuzz_two, fuzz_whoami TO ${FUZZ_ROLE};
+  GRANT USAGE ON SEQUENCE fuzz_effects_id_seq TO ${FUZZ_ROLE};`;
 
 /** Faults the driver asks of one attempt, by header (headers are not fingerprinted). */
 export const OUTER_TIMEOUT_HEADER = 'x-fuzz-timeout-ms';
 export const STATEMENT_TIMEOUT_HEADER = 'x-fuzz-statement-timeout-ms';
+/** The advisory lock every `lock` op takes: programs of one crowd contend for it. */
+const LOCK_KEY = 727_027;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** One attempt of a program, as the handler runs it. */
-interface Run {
-  id: string;
-  /** The statement-timeout fault, set before the first `pg_sleep` (then 0). */
-  statementTimeoutMs: number;
-}
 
 /** Programs whose failing stream has failed once in this process: the next attempt completes. */
 const streamsFailed = new Set<string>();
@@ -63,90 +109,118 @@ function streamOf(id: string, fail: boolean): StreamableFile {
   );
 }
 
-/** A thrown error of the program's own: what its `tx … throw` ops throw. */
-class ProgramError extends Error {}
+/** The SQLSTATE of an error as each layer wraps it (Prisma's P2010 message, Drizzle's cause). */
+function sqlState(error: unknown): string | undefined {
+  const e = error as {
+    code?: unknown;
+    driverError?: { code?: unknown };
+    cause?: { code?: unknown; originalCode?: unknown };
+    meta?: { code?: unknown; driverAdapterError?: { cause?: { originalCode?: unknown } } };
+    message?: unknown;
+  };
+  for (const code of [
+    e.meta?.driverAdapterError?.cause?.originalCode,
+    e.cause?.originalCode,
+    e.driverError?.code,
+    e.cause?.code,
+    e.code,
+  ]) {
+    // Prisma's own codes (P2010) are not SQLSTATEs.
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !/^P\d{4}$/.test(code)) {
+      return code;
+    }
+  }
+  const match = typeof e.message === 'string' ? /\b(23505|25P02)\b/.exec(e.message) : null;
+  return match?.[1];
+}
 
 /**
  * What the program's `catch` blocks swallow: the failures it causes itself (a unique violation,
- * the transaction aborted by one, its own thrown error). A timeout or a lost connection goes
- * through, as in an app that catches what it expects: the model covers such apps.
+ * the transaction aborted by one, its own thrown error or rollback). A timeout or a lost
+ * connection goes through, as in an app that catches what it expects: the model covers such apps.
  */
 function expected(error: unknown): boolean {
-  if (error instanceof ProgramError) return true;
-  const code = (error as { code?: unknown; driverError?: { code?: unknown } }).code;
+  if (isProgramError(error)) return true;
+  const code = sqlState(error);
   return code === '23505' || code === '25P02';
 }
 
-/** The outer timeout a global interceptor applies, when the driver asks for one. */
-@Injectable()
-class HeaderTimeoutInterceptor implements NestInterceptor {
-  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    const request = context.switchToHttp().getRequest<{ headers: Record<string, string> }>();
-    const ms = Number(request.headers[OUTER_TIMEOUT_HEADER] ?? 0);
-    if (!ms) return next.handle();
-    return next.handle().pipe(
-      timeout(ms),
-      catchError((error: unknown) =>
-        throwError(() => (error instanceof TimeoutError ? new RequestTimeoutException() : error)),
-      ),
-    );
-  }
+/** One attempt of a program, as the handler runs it. */
+interface Run {
+  program: HandlerProgram;
+  /** The statement-timeout fault, set before the first `pg_sleep` (then 0). */
+  statementTimeoutMs: number;
+  /** The backends the request's writes ran on, and its reads with whether they must match. */
+  writes: number[];
+  reads: { pid: number; pinned: boolean }[];
+  /** Every statement runs in the request's transaction (a SERIALIZABLE route or database). */
+  serializable: boolean;
 }
 
-@Controller()
-class ProgramController {
-  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+/** The tenant the app's resolver reads: the program's, in the body (a JSON body, or GraphQL's variables). */
+export function tenantOf(request: { body?: unknown }): string {
+  const body = request.body as { tenant?: unknown; variables?: { program?: unknown } } | undefined;
+  if (typeof body?.tenant === 'string') return body.tenant;
+  const program = body?.variables?.program;
+  if (typeof program === 'string') {
+    const tenant = (JSON.parse(program) as HandlerProgram).tenant;
+    if (typeof tenant === 'string') return tenant;
+  }
+  return '1';
+}
 
-  @Post('programs')
-  @Idempotent()
-  async run(@Body() program: HandlerProgram, @Headers() headers: Record<string, string>) {
+/** Runs programs on one data layer: the interpreter the controller and the resolver share. */
+class Interpreter {
+  constructor(
+    private readonly root: Db,
+    private readonly defaultSerializable: boolean,
+  ) {}
+
+  async run(program: HandlerProgram, statementTimeoutMs: number): Promise<void> {
     const run: Run = {
-      id: program.id,
-      statementTimeoutMs: Number(headers[STATEMENT_TIMEOUT_HEADER] ?? 0),
+      program,
+      statementTimeoutMs,
+      writes: [],
+      reads: [],
+      serializable: Boolean(program.serializable) || this.defaultSerializable,
     };
-    await this.ops(program.ops, '', run, this.dataSource.manager, true);
-    const last = program.ops.at(-1);
-    if (last?.op === 'stream') return streamOf(program.id, last.fail);
-    return { id: program.id, ops: program.ops.length };
+    await this.ops(program.ops, '', run, this.root);
+    // Every statement of the request that must be in its transaction ran on its connection.
+    const pids = new Set([...run.writes, ...run.reads.filter((r) => r.pinned).map((r) => r.pid)]);
+    if (pids.size > 1) {
+      throw new Error(
+        `the request's statements ran on ${pids.size} backends: ${[...pids].join(', ')}`,
+      );
+    }
   }
 
-  private async ops(
-    ops: Op[],
-    prefix: string,
-    run: Run,
-    manager: EntityManager,
-    top: boolean,
-  ): Promise<void> {
-    const id = run.id;
-    // At the top, the handler's statements go through the DataSource, as a service's do; inside
-    // a transaction, through its manager.
-    const query = (text: string, values?: unknown[]) =>
-      top ? this.dataSource.query(text, values) : manager.query(text, values);
+  private async ops(ops: Op[], prefix: string, run: Run, db: Db): Promise<void> {
+    const id = run.program.id;
     for (const [index, op] of ops.entries()) {
       const path = `${prefix}${index}`;
       switch (op.op) {
         case 'write':
-          await query('INSERT INTO fuzz_effects (program, path) VALUES ($1, $2)', [id, path]);
+          run.writes.push(await db.insertEffect(id, path));
           break;
+        case 'read': {
+          const pid = await db.whoami();
+          run.reads.push({ pid, pinned: run.serializable || run.writes.length > 0 });
+          break;
+        }
         case 'fail':
           try {
-            await query(`INSERT INTO fuzz_unique (k) VALUES ('taken')`);
+            await db.rows(`INSERT INTO fuzz_unique (k) VALUES ('taken')`);
           } catch (error) {
             if (op.then === 'throw' || !expected(error)) throw error;
           }
           break;
         case 'tx':
           try {
-            const open = (work: (inner: EntityManager) => Promise<void>) =>
-              top
-                ? op.isolation
-                  ? this.dataSource.transaction(op.isolation, work)
-                  : this.dataSource.transaction(work)
-                : manager.transaction(work);
-            await open(async (inner) => {
-              await this.ops(op.body, `${path}.`, run, inner, false);
-              if (op.end === 'throw') throw new ProgramError('the nested work failed');
-            });
+            await db.transaction(
+              (inner) => this.ops(op.body, `${path}.`, run, inner),
+              op.end,
+              op.isolation,
+            );
           } catch (error) {
             if (!op.caught || !expected(error)) throw error;
           }
@@ -158,53 +232,318 @@ class ProgramController {
           // The statement-timeout fault is set where it can bite, and nowhere else: set first
           // thing, it would begin the transaction before an isolation level the program asks.
           if (run.statementTimeoutMs) {
-            await query(`SET LOCAL statement_timeout = ${run.statementTimeoutMs}`);
+            await db.rows(`SET LOCAL statement_timeout = ${run.statementTimeoutMs}`);
             run.statementTimeoutMs = 0;
           }
-          await query('SELECT pg_sleep($1)', [op.ms / 1000]);
+          // Cast: Prisma's raw queries cannot read a void column.
+          await db.rows('SELECT pg_sleep($1)::text AS slept', [op.ms / 1000]);
           break;
         case 'stream':
           break;
         case 'forget':
           // Started a moment later and never awaited: it lands around the answer's commit.
           setTimeout(() => {
-            this.dataSource
-              .query('INSERT INTO fuzz_later (program, path) VALUES ($1, $2)', [id, path])
+            this.root
+              .rows('INSERT INTO fuzz_later (program, path) VALUES ($1, $2)', [id, path])
               .catch(() => undefined);
           }, index % 3);
           break;
         case 'http':
           throw new HttpException({ failed: path }, op.status);
+        case 'lock':
+          await this.book(db, run, op.scope);
+          break;
+        case 'setlocal':
+          if (op.what === 'role') await db.rows(`SET LOCAL ROLE ${FUZZ_ROLE}`);
+          else if (op.what === 'config')
+            await db.rows(`SELECT set_config('fuzz.tenant', $1, true)`, [id]);
+          else await db.rows(`SET LOCAL statement_timeout = '3s'`);
+          break;
+        case 'outside':
+          await IdempotentTransaction.outside(() =>
+            this.root.rows('INSERT INTO fuzz_outside (program, path) VALUES ($1, $2)', [id, path]),
+          );
+          break;
+        case 'cursor':
+          await db.cursor(async (n) => {
+            run.writes.push(await db.insertEffect(id, `${path}.${n - 1}`));
+          });
+          break;
+        case 'batch':
+          await db.batch(
+            id,
+            Array.from({ length: op.n }, (_, i) => `${path}.${i}`),
+          );
+          break;
       }
+    }
+  }
+
+  /** The mutex recipe: lock, count the slot's bookings, book it if free, unlock. */
+  private async book(db: Db, run: Run, scope: 'session' | 'xact'): Promise<void> {
+    const slot = run.program.key ?? run.program.id;
+    const bookIfFree = async () => {
+      const [{ n }] = await db.rows<{ n: number }>(
+        'SELECT count(*)::int AS n FROM fuzz_bookings WHERE slot = $1',
+        [slot],
+      );
+      if (n === 0) {
+        await db.rows('INSERT INTO fuzz_bookings (slot, program) VALUES ($1, $2)', [
+          slot,
+          run.program.id,
+        ]);
+      }
+    };
+    if (scope === 'xact') {
+      await db.rows('SELECT pg_advisory_xact_lock($1)::text AS locked', [LOCK_KEY]);
+      return bookIfFree();
+    }
+    await db.rows('SELECT pg_advisory_lock($1)::text AS locked', [LOCK_KEY]);
+    try {
+      await bookIfFree();
+    } finally {
+      await db.rows('SELECT pg_advisory_unlock($1)', [LOCK_KEY]).catch(() => undefined);
     }
   }
 }
 
-export async function createFuzzApp(options: {
+/** The outer timeout a global interceptor applies, when the driver asks for one. */
+@Injectable()
+class HeaderTimeoutInterceptor implements NestInterceptor {
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const request =
+      context.getType<string>() === 'graphql'
+        ? GqlExecutionContext.create(context).getContext<{
+            req: { headers: Record<string, string> };
+          }>().req
+        : context.switchToHttp().getRequest<{ headers: Record<string, string> }>();
+    const ms = Number(request?.headers?.[OUTER_TIMEOUT_HEADER] ?? 0);
+    if (!ms) return next.handle();
+    return next.handle().pipe(
+      timeout(ms),
+      catchError((error: unknown) =>
+        throwError(() => (error instanceof TimeoutError ? new RequestTimeoutException() : error)),
+      ),
+    );
+  }
+}
+
+const INTERPRETER = Symbol('INTERPRETER');
+
+function controllerOf(interpreter: Interpreter) {
+  @Controller()
+  class ProgramController {
+    private async answer(program: HandlerProgram, headers: Record<string, string>) {
+      await interpreter.run(program, Number(headers[STATEMENT_TIMEOUT_HEADER] ?? 0));
+      const last = program.ops.at(-1);
+      if (last?.op === 'stream') return streamOf(program.id, last.fail);
+      return { id: program.id, ops: program.ops.length };
+    }
+
+    @Post('programs')
+    @Idempotent()
+    run(@Body() program: HandlerProgram, @Headers() headers: Record<string, string>) {
+      return this.answer(program, headers);
+    }
+
+    @Post('programs-serializable')
+    @Idempotent({ isolationLevel: 'SERIALIZABLE' })
+    runSerializable(@Body() program: HandlerProgram, @Headers() headers: Record<string, string>) {
+      return this.answer(program, headers);
+    }
+  }
+  return ProgramController;
+}
+
+/** A `BigInt` in a GraphQL answer, as a string (the library documents such an answer as refused). */
+const BigIntScalar = new GraphQLScalarType({
+  name: 'BigInt',
+  serialize: (value) => String(value as bigint),
+});
+
+@ObjectType()
+class ProgramAnswer {
+  @Field()
+  id!: string;
+
+  @Field(() => Int)
+  ops!: number;
+
+  @Field(() => Date, { nullable: true })
+  at?: Date;
+
+  @Field(() => BigIntScalar, { nullable: true })
+  big?: bigint;
+}
+
+/** The day every `date` answer carries, plus its ops in seconds. */
+export const ANSWER_EPOCH = Date.UTC(2024, 0, 1);
+
+function resolverOf(interpreter: Interpreter) {
+  @Resolver()
+  class ProgramResolver {
+    private async answer(source: string, req: { headers: Record<string, string> }) {
+      const program = JSON.parse(source) as HandlerProgram;
+      await interpreter.run(program, Number(req.headers[STATEMENT_TIMEOUT_HEADER] ?? 0));
+      const answer: ProgramAnswer = { id: program.id, ops: program.ops.length };
+      if (program.shape === 'date') answer.at = new Date(ANSWER_EPOCH + program.ops.length * 1000);
+      if (program.shape === 'bigint') answer.big = BigInt(program.ops.length);
+      return answer;
+    }
+
+    @Query(() => Int)
+    ping() {
+      return 0;
+    }
+
+    @Mutation(() => ProgramAnswer)
+    @Idempotent()
+    run(
+      @Args('program') program: string,
+      @Context('req') req: { headers: Record<string, string> },
+    ) {
+      return this.answer(program, req);
+    }
+
+    @Mutation(() => ProgramAnswer)
+    @Idempotent({ isolationLevel: 'SERIALIZABLE' })
+    runSerializable(
+      @Args('program') program: string,
+      @Context('req') req: { headers: Record<string, string> },
+    ) {
+      return this.answer(program, req);
+    }
+
+    /** A field beside the program's that fails: a partial answer, not idempotent. */
+    @Mutation(() => Int, { nullable: true })
+    broken(): number {
+      throw new Error('a field that fails');
+    }
+  }
+  return ProgramResolver;
+}
+
+export type TransportName = 'http' | 'graphql';
+export const TRANSPORTS: TransportName[] = ['http', 'graphql'];
+
+export interface FuzzAppOptions {
   databaseUrl: string;
   adapter: AdapterName;
+  layer: LayerName;
+  transport: TransportName;
   leaseMs: number;
-}): Promise<INestApplication> {
+  /** The database's `default_transaction_isolation` is serializable (set by the runner). */
+  defaultSerializable: boolean;
+}
+
+const idempotencyOptions = (options: FuzzAppOptions) => ({
+  tenant: (request: { body?: unknown }) => tenantOf(request),
+  leaseMs: options.leaseMs,
+  heartbeat: true,
+  databaseTimeoutMs: 3000,
+});
+
+export async function createFuzzApp(options: FuzzAppOptions): Promise<INestApplication> {
+  const graphql =
+    options.transport === 'graphql'
+      ? [
+          GraphQLModule.forRoot<ApolloDriverConfig>({
+            driver: ApolloDriver,
+            autoSchemaFile: true,
+            graphiql: false,
+            includeStacktraceInErrorResponses: false,
+          }),
+        ]
+      : [];
+  const adapter: AdapterName = options.transport === 'graphql' ? 'express' : options.adapter;
+  const interceptor = { provide: APP_INTERCEPTOR, useClass: HeaderTimeoutInterceptor };
+
+  if (options.layer === 'typeorm') {
+    @Injectable()
+    class TypeormInterpreter extends Interpreter {
+      constructor(@InjectDataSource() dataSource: DataSource) {
+        super(typeormDb(dataSource), options.defaultSerializable);
+      }
+    }
+    // The controller and resolver take the interpreter as a provider, built on the DataSource.
+    const holder: { interpreter?: Interpreter } = {};
+    const lazy = new Proxy({} as Interpreter, {
+      get: (_target, name) => {
+        const target = holder.interpreter!;
+        const value = target[name as keyof Interpreter] as unknown;
+        return typeof value === 'function' ? (value as () => unknown).bind(target) : value;
+      },
+    });
+    @Module({
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: options.databaseUrl,
+          migrations: [...IDEMPOTENCY_MIGRATIONS],
+          migrationsRun: true,
+          connectTimeoutMS: 2000,
+          extra: { max: 8, application_name: FUZZ_APPLICATION_NAME },
+        }),
+        IdempotencyModule.forRoot(idempotencyOptions(options)),
+        ...graphql,
+      ],
+      controllers: options.transport === 'http' ? [controllerOf(lazy)] : [],
+      providers: [
+        interceptor,
+        { provide: INTERPRETER, useClass: TypeormInterpreter },
+        ...(options.transport === 'graphql' ? [resolverOf(lazy)] : []),
+      ],
+    })
+    class FuzzAppModule {}
+    const app = await bootstrapTestApp(FuzzAppModule, adapter);
+    holder.interpreter = app.get<Interpreter>(INTERPRETER);
+    return app;
+  }
+
+  // A data layer on the library's pool seam: one pg.Pool, the library's and the layer's.
+  const pool: Pool = new pg.Pool({
+    connectionString: options.databaseUrl,
+    max: 4,
+    connectionTimeoutMillis: 5000,
+    application_name: FUZZ_APPLICATION_NAME,
+  });
+  pool.on('error', () => undefined);
+  await applySchema(pool);
+  const root = rootDb(options.layer, pool);
+  const interpreter = new Interpreter(root, options.defaultSerializable);
   @Module({
-    imports: [
-      TypeOrmModule.forRoot({
-        type: 'postgres',
-        url: options.databaseUrl,
-        migrations: [...IDEMPOTENCY_MIGRATIONS],
-        migrationsRun: true,
-        connectTimeoutMS: 2000,
-        extra: { max: 8, application_name: FUZZ_APPLICATION_NAME },
-      }),
-      IdempotencyModule.forRoot({
-        tenant: () => 1,
-        leaseMs: options.leaseMs,
-        heartbeat: true,
-        databaseTimeoutMs: 3000,
-      }),
-    ],
-    controllers: [ProgramController],
-    providers: [{ provide: APP_INTERCEPTOR, useClass: HeaderTimeoutInterceptor }],
+    imports: [IdempotencyModule.forRoot({ ...idempotencyOptions(options), pool }), ...graphql],
+    controllers: options.transport === 'http' ? [controllerOf(interpreter)] : [],
+    providers: [interceptor, ...(options.transport === 'graphql' ? [resolverOf(interpreter)] : [])],
   })
-  class FuzzAppModule {}
-  return bootstrapTestApp(FuzzAppModule, options.adapter);
+  class FuzzPoolAppModule {}
+  return bootstrapTestApp(FuzzPoolAppModule, adapter);
+}
+
+function rootDb(layer: Exclude<LayerName, 'typeorm'>, pool: Pool): Db {
+  switch (layer) {
+    case 'pg':
+      return pgDb(pool);
+    case 'prisma':
+      return prismaDb(createPrisma(pool));
+    case 'drizzle':
+      return drizzleDb(createDrizzle(pool));
+    case 'kysely':
+      return kyselyDb(createKysely(pool));
+  }
+}
+
+/** The library's tables from its plain SQL schema, once (the runner's DDL made the app's). */
+async function applySchema(pool: Pool): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('SELECT pg_advisory_lock(727026)');
+    const { rows } = await client.query<{ present: boolean }>(
+      "SELECT to_regclass('idempotency_keys') IS NOT NULL AS present",
+    );
+    if (!rows[0].present) await client.query(readFileSync('migrations/schema.sql', 'utf8'));
+  } finally {
+    await client.query('SELECT pg_advisory_unlock(727026)').catch(() => undefined);
+    client.release();
+  }
 }

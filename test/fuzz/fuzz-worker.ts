@@ -3,14 +3,18 @@
  * middle of a handler. Started by `fuzz-runner.ts` from the compiled file.
  */
 import { type AdapterName } from '../support/bootstrap.js';
-import { createFuzzApp } from './fuzz-app.js';
+import { type LayerName } from './data-layers.js';
+import { createFuzzApp, type TransportName } from './fuzz-app.js';
 
 const url = process.env.DATABASE_URL;
 if (!url) throw new Error('DATABASE_URL is required');
 const app = await createFuzzApp({
   databaseUrl: url,
   adapter: (process.env.ADAPTER ?? 'express') as AdapterName,
+  layer: (process.env.LAYER ?? 'typeorm') as LayerName,
+  transport: (process.env.TRANSPORT ?? 'http') as TransportName,
   leaseMs: Number(process.env.LEASE_MS ?? 1500),
+  defaultSerializable: process.env.DEFAULT_SERIALIZABLE === '1',
 });
 await app.listen(0, '127.0.0.1');
 const address = app.getHttpServer().address() as { port: number };

@@ -11,11 +11,24 @@ const tx = (body: Op[], end: 'commit' | 'throw' = 'commit', caught = false): Op 
 });
 
 describe('the model of a handler program', () => {
+  it('refuses a BigInt in a GraphQL answer, as the library documents', () => {
+    expect(expectedOutcome({ id: 'p', ops: [write], shape: 'bigint' })).toEqual({
+      kind: 'refused',
+    });
+  });
+
   it.each<[string, Op[], ReturnType<typeof expectedOutcome>]>([
     [
       'writes',
       [write, write],
-      { kind: 'ok', writes: ['0', '1'], forgets: [], mayForget: [], stream: false },
+      {
+        kind: 'ok',
+        writes: ['0', '1'],
+        forgets: [],
+        mayForget: [],
+        stream: false,
+        refusable: false,
+      },
     ],
     [
       'a thrown failed statement',
@@ -27,22 +40,36 @@ describe('the model of a handler program', () => {
     [
       'a nested transaction that commits',
       [write, tx([write, tx([write])])],
-      { kind: 'ok', writes: ['0', '1.0', '1.1.0'], forgets: [], mayForget: [], stream: false },
+      {
+        kind: 'ok',
+        writes: ['0', '1.0', '1.1.0'],
+        forgets: [],
+        mayForget: [],
+        stream: false,
+        refusable: false,
+      },
     ],
     [
       'a nested transaction that throws, caught',
       [write, tx([write], 'throw', true), write],
-      { kind: 'ok', writes: ['0', '2'], forgets: [], mayForget: [], stream: false },
+      {
+        kind: 'ok',
+        writes: ['0', '2'],
+        forgets: [],
+        mayForget: [],
+        stream: false,
+        refusable: false,
+      },
     ],
     [
       'a nested failure swallowed inside its savepoint, caught',
       [tx([swallow], 'commit', true), write],
-      { kind: 'ok', writes: ['1'], forgets: [], mayForget: [], stream: false },
+      { kind: 'ok', writes: ['1'], forgets: [], mayForget: [], stream: false, refusable: false },
     ],
     [
       'a nested failure thrown inside its savepoint, caught',
       [tx([write, { op: 'fail', then: 'throw' }], 'commit', true), write],
-      { kind: 'ok', writes: ['1'], forgets: [], mayForget: [], stream: false },
+      { kind: 'ok', writes: ['1'], forgets: [], mayForget: [], stream: false, refusable: false },
     ],
     [
       // "Exactly once at every seam", 1: the savepoint is refused, the request stays aborted.
@@ -63,7 +90,7 @@ describe('the model of a handler program', () => {
     [
       'work left running',
       [write, { op: 'forget' }, { op: 'sleep', ms: 5 }],
-      { kind: 'ok', writes: ['0'], forgets: ['1'], mayForget: [], stream: false },
+      { kind: 'ok', writes: ['0'], forgets: ['1'], mayForget: [], stream: false, refusable: false },
     ],
     [
       'an HTTP error inside a caught transaction goes through',
@@ -83,7 +110,14 @@ describe('the model of a handler program', () => {
     [
       'an isolation level asked for first begins the transaction at it',
       [{ ...tx([write]), isolation: 'SERIALIZABLE' } as Op, tx([write], 'commit', false)],
-      { kind: 'ok', writes: ['0.0', '1.0'], forgets: [], mayForget: [], stream: false },
+      {
+        kind: 'ok',
+        writes: ['0.0', '1.0'],
+        forgets: [],
+        mayForget: [],
+        stream: false,
+        refusable: false,
+      },
     ],
     [
       'a stronger level asked for after a write is refused, caught or not',
@@ -97,16 +131,80 @@ describe('the model of a handler program', () => {
         write,
         { ...tx([write]), isolation: 'REPEATABLE READ' } as Op,
       ],
-      { kind: 'ok', writes: ['1', '2.0'], forgets: [], mayForget: [], stream: false },
+      {
+        kind: 'ok',
+        writes: ['1', '2.0'],
+        forgets: [],
+        mayForget: [],
+        stream: false,
+        refusable: false,
+      },
     ],
     [
       'a stream that fails once is streamed whole by the retry',
       [write, { op: 'stream', fail: true }],
-      { kind: 'ok', writes: ['0'], forgets: [], mayForget: [], stream: true },
+      { kind: 'ok', writes: ['0'], forgets: [], mayForget: [], stream: true, refusable: false },
     ],
     [
       'a stream after a swallowed failure',
       [write, swallow, { op: 'stream', fail: false }],
+      { kind: 'aborted' },
+    ],
+    [
+      'a read of the request’s own transaction, after a write',
+      [write, { op: 'read' }],
+      { kind: 'ok', writes: ['0'], forgets: [], mayForget: [], stream: false, refusable: false },
+    ],
+    ['a read after a swallowed failure', [swallow, { op: 'read' }], { kind: 'error', status: 500 }],
+    [
+      'a booking under a session lock may be refused',
+      [write, { op: 'lock', scope: 'session' }],
+      { kind: 'ok', writes: ['0'], forgets: [], mayForget: [], stream: false, refusable: true },
+    ],
+    [
+      'a booking under a transaction lock may not',
+      [{ op: 'lock', scope: 'xact' }, write],
+      { kind: 'ok', writes: ['1'], forgets: [], mayForget: [], stream: false, refusable: false },
+    ],
+    [
+      'a cursor writes a row per row read, and may be refused',
+      [{ op: 'cursor' }],
+      {
+        kind: 'ok',
+        writes: ['0.0', '0.1'],
+        forgets: [],
+        mayForget: [],
+        stream: false,
+        refusable: true,
+      },
+    ],
+    [
+      'an array transaction writes each of its writes',
+      [{ op: 'batch', n: 2 }],
+      {
+        kind: 'ok',
+        writes: ['0.0', '0.1'],
+        forgets: [],
+        mayForget: [],
+        stream: false,
+        refusable: false,
+      },
+    ],
+    [
+      'SET LOCAL ROLE in a nested transaction ends with it',
+      [tx([{ op: 'setlocal', what: 'role' }, write]), write],
+      {
+        kind: 'ok',
+        writes: ['0.1', '1'],
+        forgets: [],
+        mayForget: [],
+        stream: false,
+        refusable: false,
+      },
+    ],
+    [
+      'work outside the request is no effect of it, even after a swallowed failure',
+      [write, swallow, { op: 'outside' }],
       { kind: 'aborted' },
     ],
   ])('%s', (_name, ops, outcome) => {

@@ -30,14 +30,50 @@ export type Op =
    * The answer as a stream (`StreamableFile`), last at the top; `fail` makes it fail midway on
    * the first attempt of the program in a process.
    */
-  | { op: 'stream'; fail: boolean };
+  | { op: 'stream'; fail: boolean }
+  /**
+   * A read through the data layer's own read API (Prisma's `findUnique`, which Prisma batches
+   * across callers of one tick) of the backend it ran on: once the request's transaction has
+   * begun (or at once on a SERIALIZABLE route), it must run on the request's connection.
+   */
+  | { op: 'read' }
+  /**
+   * A mutex around a booking, the common recipe: `pg_advisory_lock` (session) or
+   * `pg_advisory_xact_lock`, count the bookings of the program's key, insert one if there is
+   * none, `pg_advisory_unlock`. Concurrent copies of a program (the crowd fault) must leave one
+   * booking. A session lock may be refused by the library (the outcome says `refusable`).
+   */
+  | { op: 'lock'; scope: 'session' | 'xact' }
+  /**
+   * In a nested transaction: `SET LOCAL ROLE` to a role that may write the app's tables only
+   * (the RLS recipe), `set_config(…, true)`, or `SET LOCAL statement_timeout`. Without the
+   * library each ends with the nested transaction; the library's statements must not run
+   * under them.
+   */
+  | { op: 'setlocal'; what: 'role' | 'config' | 'timeout' }
+  /** An awaited write in `IdempotentTransaction.outside()`: its own commit, once per attempt. */
+  | { op: 'outside' }
+  /** A cursor over two rows (Kysely's `stream()`, pg-cursor), a write per row; refusable. */
+  | { op: 'cursor' }
+  /** An array transaction (Prisma's `$transaction([...])`) of `n` writes, all or none. */
+  | { op: 'batch'; n: number };
 
 export type Isolation = 'REPEATABLE READ' | 'SERIALIZABLE';
 
 export interface HandlerProgram {
-  /** Unique per program: the effect rows and the key are tagged with it. */
+  /** Unique per program: the effect rows are tagged with it (and the key, unless `key`). */
   id: string;
   ops: Op[];
+  /** The idempotency key, when not the id: the crowd's copies share one, each of a tenant. */
+  key?: string;
+  /** The tenant the app's resolver reads from the body; odd ones included. */
+  tenant?: string;
+  /** Run on a route with `@Idempotent({ isolationLevel: 'SERIALIZABLE' })`. */
+  serializable?: boolean;
+  /** GraphQL only: a `Date` or a `BigInt` field in the answer; under an alias; beside a field that fails. */
+  shape?: 'plain' | 'date' | 'bigint';
+  alias?: string;
+  partial?: boolean;
 }
 
 /** What a run of a program must end with, whatever failed on the way. */
@@ -48,7 +84,20 @@ export type Outcome =
    * a write started while a later nested transaction of the handler's is open lands in its
    * savepoint, and goes with it if that rolls back (as in the same app without the library).
    */
-  | { kind: 'ok'; writes: string[]; forgets: string[]; mayForget: string[]; stream: boolean }
+  | {
+      kind: 'ok';
+      writes: string[];
+      forgets: string[];
+      mayForget: string[];
+      stream: boolean;
+      /**
+       * The program uses what the library may refuse (a session advisory lock, a cursor): a
+       * final error with nothing applied is then right too, never a hang or half its effects.
+       */
+      refusable: boolean;
+    }
+  /** What the library documents as refused (a `BigInt` in a GraphQL answer): a final error, nothing applied. */
+  | { kind: 'refused' }
   /** The handler's own error answer, stored and replayed; no effect applied. */
   | { kind: 'error'; status: number }
   /**
@@ -96,6 +145,7 @@ export function expectedOutcome(program: HandlerProgram): Outcome {
     return { kind: 'error', status: typeof thrown === 'object' ? thrown.http : 500 };
   }
   if (top.aborted) return { kind: 'aborted' };
+  if (program.shape === 'bigint') return { kind: 'refused' };
   const laterTransaction = (path: string) =>
     program.ops.slice(Number(path) + 1).some((op) => op.op === 'tx');
   return {
@@ -104,7 +154,18 @@ export function expectedOutcome(program: HandlerProgram): Outcome {
     forgets: forgets.filter((path) => !laterTransaction(path)),
     mayForget: forgets.filter(laterTransaction),
     stream: program.ops.some((op) => op.op === 'stream'),
+    refusable: refusable(program.ops),
   };
+}
+
+/** Whether `ops` use what the library may refuse: a session advisory lock, a cursor. */
+function refusable(ops: Op[]): boolean {
+  return ops.some(
+    (op) =>
+      (op.op === 'lock' && op.scope === 'session') ||
+      op.op === 'cursor' ||
+      (op.op === 'tx' && refusable(op.body)),
+  );
 }
 
 function runOps(
@@ -117,12 +178,26 @@ function runOps(
   for (const [index, op] of ops.entries()) {
     const path = `${prefix}${index}`;
     // A statement, or a savepoint, begins the request's transaction (at READ COMMITTED).
-    const begins = op.op === 'write' || op.op === 'fail' || op.op === 'dbsleep';
-    if (begins) request.begun = true;
+    if (begins(op)) request.begun = true;
     switch (op.op) {
       case 'write':
         if (level.aborted) return 'aborted';
         level.writes.push(path);
+        break;
+      case 'read':
+      case 'lock':
+      case 'setlocal':
+        if (level.aborted) return 'aborted';
+        break;
+      case 'cursor':
+        if (level.aborted) return 'aborted';
+        level.writes.push(`${path}.0`, `${path}.1`);
+        break;
+      case 'batch':
+        if (level.aborted) return 'aborted';
+        level.writes.push(...Array.from({ length: op.n }, (_, i) => `${path}.${i}`));
+        break;
+      case 'outside':
         break;
       case 'fail':
         if (op.then === 'throw') return level.aborted ? 'aborted' : 'statement';
@@ -149,6 +224,11 @@ function runOps(
     }
   }
   return undefined;
+}
+
+/** Whether `op` begins the request's transaction (at READ COMMITTED: a statement not a plain read). */
+function begins(op: Op): boolean {
+  return ['write', 'fail', 'dbsleep', 'lock', 'setlocal', 'cursor', 'batch'].includes(op.op);
 }
 
 /** A savepoint: its writes join the level above only if its callback and release succeed. */
@@ -179,7 +259,7 @@ function runTransaction(
 
 /** Programs as fast-check generates them: small, nested at most twice, `forget` at the top. */
 export function programArbitrary(): fc.Arbitrary<Op[]> {
-  const leaf = (withForget: boolean): fc.Arbitrary<Op> =>
+  const leaf = (withForget: boolean, nested: boolean): fc.Arbitrary<Op> =>
     fc.oneof(
       { weight: 6, arbitrary: fc.constant<Op>({ op: 'write' }) },
       {
@@ -191,7 +271,10 @@ export function programArbitrary(): fc.Arbitrary<Op[]> {
       },
       {
         weight: 1,
-        arbitrary: fc.integer({ min: 0, max: 40 }).map<Op>((ms) => ({ op: 'sleep', ms })),
+        // Now and then past a heartbeat (a third of the fuzz app's 1.5 s lease).
+        arbitrary: fc
+          .oneof({ weight: 12, arbitrary: fc.integer({ min: 0, max: 40 }) }, fc.constant(700))
+          .map<Op>((ms) => ({ op: 'sleep', ms })),
       },
       {
         weight: 1,
@@ -205,6 +288,25 @@ export function programArbitrary(): fc.Arbitrary<Op[]> {
           status: status as 400,
         })),
       },
+      { weight: 2, arbitrary: fc.constant<Op>({ op: 'read' }) },
+      {
+        weight: 1,
+        arbitrary: fc.constantFrom<Op>(
+          { op: 'lock', scope: 'session' },
+          { op: 'lock', scope: 'xact' },
+        ),
+      },
+      { weight: 1, arbitrary: fc.constant<Op>({ op: 'outside' }) },
+      { weight: 1, arbitrary: fc.constant<Op>({ op: 'cursor' }) },
+      { weight: 1, arbitrary: fc.integer({ min: 1, max: 3 }).map<Op>((n) => ({ op: 'batch', n })) },
+      {
+        weight: nested ? 2 : 0,
+        arbitrary: fc.constantFrom<Op>(
+          { op: 'setlocal', what: 'role' },
+          { op: 'setlocal', what: 'config' },
+          { op: 'setlocal', what: 'timeout' },
+        ),
+      },
     );
   const transaction = (body: fc.Arbitrary<Op[]>): fc.Arbitrary<Op> =>
     fc.record({
@@ -214,10 +316,11 @@ export function programArbitrary(): fc.Arbitrary<Op[]> {
       // Mostly caught: a best-effort call, the shape of "Exactly once at every seam", item 1.
       caught: fc.constantFrom(true, true, false),
     });
-  const innermost = fc.array(leaf(false), { minLength: 0, maxLength: 3 });
-  const nested = fc.array(fc.oneof({ weight: 4, arbitrary: leaf(false) }, transaction(innermost)), {
-    maxLength: 3,
-  });
+  const innermost = fc.array(leaf(false, true), { minLength: 0, maxLength: 3 });
+  const nested = fc.array(
+    fc.oneof({ weight: 4, arbitrary: leaf(false, true) }, transaction(innermost)),
+    { maxLength: 3 },
+  );
   const isolated = fc
     .tuple(transaction(nested), fc.constantFrom<Isolation>('REPEATABLE READ', 'SERIALIZABLE'))
     .map<Op>(([op, isolation]) => ({ ...(op as Extract<Op, { op: 'tx' }>), isolation }));
@@ -229,7 +332,7 @@ export function programArbitrary(): fc.Arbitrary<Op[]> {
     .tuple(
       fc.array(
         fc.oneof(
-          { weight: 8, arbitrary: leaf(true) },
+          { weight: 8, arbitrary: leaf(true, false) },
           { weight: 2, arbitrary: transaction(nested) },
           { weight: 1, arbitrary: isolated },
         ),
@@ -238,6 +341,36 @@ export function programArbitrary(): fc.Arbitrary<Op[]> {
       ending,
     )
     .map(([ops, last]) => deterministic(last ? [...ops, last] : ops));
+}
+
+/** Tenant ids as apps meet them, odd ones included: two differ only in a lone surrogate. */
+export const TENANTS = ['1', 'acme', 'Ünïcödé', '🏦 bank', ' spaced ', 'acme\ud800', 'acme\udbff'];
+
+/** A whole program but its id: the ops, and what the route and (on GraphQL) the operation are. */
+export function programCaseArbitrary(): fc.Arbitrary<Omit<HandlerProgram, 'id'>> {
+  return fc
+    .record({
+      ops: programArbitrary(),
+      tenant: fc.constantFrom(...TENANTS),
+      serializable: fc.oneof({ weight: 4, arbitrary: fc.constant(false) }, fc.constant(true)),
+      shape: fc.constantFrom<'plain' | 'date' | 'bigint'>('plain', 'plain', 'date', 'bigint'),
+      alias: fc.constantFrom('', '', 'first', 'again'),
+      partial: fc.boolean(),
+    })
+    .map((program) =>
+      program.serializable ? { ...program, ops: withoutIsolation(program.ops) } : program,
+    );
+}
+
+/**
+ * The ops without the isolation levels their nested transactions ask for: on a route (or a
+ * database) that begins every transaction SERIALIZABLE, whether a first read began it decides
+ * a weaker level's fate, which the model does not follow.
+ */
+export function withoutIsolation(ops: Op[]): Op[] {
+  return ops.map((op) =>
+    op.op === 'tx' ? { ...op, isolation: undefined, body: withoutIsolation(op.body) } : op,
+  );
 }
 
 /**
@@ -249,7 +382,7 @@ function deterministic(ops: Op[]): Op[] {
   let racing = false;
   return ops.map((op) => {
     if (op.op === 'forget' && !settled) racing = true;
-    if (op.op === 'write' || op.op === 'fail' || op.op === 'dbsleep') settled = true;
+    if (begins(op)) settled = true;
     if (op.op !== 'tx') return op;
     const kept = racing && !settled ? { ...op, isolation: undefined } : op;
     settled = true;
@@ -276,6 +409,16 @@ export function describeProgram(ops: Op[]): string {
           return `tx${op.isolation ? `[${op.isolation === 'SERIALIZABLE' ? 'S' : 'RR'}]` : ''}(${describeProgram(op.body)})${op.end === 'throw' ? '!' : ''}${op.caught ? '?' : ''}`;
         case 'stream':
           return op.fail ? 'stream:fails-once' : 'stream';
+        case 'read':
+        case 'outside':
+        case 'cursor':
+          return op.op;
+        case 'lock':
+          return `lock:${op.scope}`;
+        case 'setlocal':
+          return `setlocal:${op.what}`;
+        case 'batch':
+          return `batch:${op.n}`;
       }
     })
     .join(' ');
