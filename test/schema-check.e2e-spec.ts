@@ -270,6 +270,45 @@ describe('the start-up check of the schema', () => {
     );
   });
 
+  it('refuses to start as a role that may only read the tables, naming the GRANT to run', async () => {
+    await migrate(database.url, IDEMPOTENCY_MIGRATIONS);
+    const role = `idem_reader_${randomBytes(3).toString('hex')}`;
+    const db = new Client({ connectionString: database.url });
+    await db.connect();
+    try {
+      await db.query(`CREATE ROLE ${role} LOGIN PASSWORD 'reader'`);
+      await db.query(`GRANT CONNECT ON DATABASE ${database.name} TO ${role}`);
+      await db.query(`GRANT USAGE ON SCHEMA public TO ${role}`);
+      await db.query(`GRANT SELECT ON ALL TABLES IN SCHEMA public TO ${role}`);
+      const url = new URL(database.url);
+      url.username = role;
+      url.password = 'reader';
+      const error = await startFailure(url.toString());
+      expect((error as Error).message).toBe(
+        "IdempotencyModule: the app's database lacks what the library needs:\n" +
+          ['idempotency_keys', 'processed_messages', 'message_failures']
+            .map(
+              (table) =>
+                `- the role ${role} may not INSERT, UPDATE, DELETE on ${table}: ` +
+                `GRANT SELECT, INSERT, UPDATE, DELETE ON ${table} TO ${role}\n`,
+            )
+            .join(''),
+      );
+      // Granted: it starts.
+      await db.query(
+        `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${role}`,
+      );
+      expect(await startFailure(url.toString())).toBeUndefined();
+    } finally {
+      await db.query(`DROP OWNED BY ${role}`);
+      await db.end();
+      const admin = new Client({ connectionString: adminUrl() });
+      await admin.connect();
+      await admin.query(`DROP ROLE IF EXISTS ${role}`);
+      await admin.end();
+    }
+  });
+
   it('starts on a database with every migration', async () => {
     await migrate(database.url, IDEMPOTENCY_MIGRATIONS);
     expect(await startFailure(database.url, { largeResponses: { overBytes: 1024 } })).toBe(
@@ -400,20 +439,22 @@ describe.each(ADAPTERS)('permanent database errors on %s', (adapter) => {
       },
     );
 
-    it('answers 500 database_permanent to a role without rights on the keys table', async () => {
-      await db.query(`CREATE ROLE ${role} LOGIN`);
+    it('answers 500 database_permanent to a role whose rights on the tables were revoked after start-up', async () => {
+      // Without them at start-up the app does not start (see the start-up check's tests).
+      await db.query(`CREATE ROLE ${role} LOGIN PASSWORD 'limited'`);
       await db.query(`GRANT CONNECT ON DATABASE ${database.name} TO ${role}`);
       await db.query(`GRANT USAGE ON SCHEMA public TO ${role}`);
+      const grant = `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${role}`;
+      await db.query(grant);
       const url = new URL(database.url);
       url.username = role;
-      url.password = '';
+      url.password = 'limited';
       const app = await startApp(url.toString(), adapter);
       try {
+        await db.query(`REVOKE ALL ON ALL TABLES IN SCHEMA public FROM ${role}`);
         expectPermanent(await pay(app, 'no-rights'));
         // Granted: the same key works, nothing was stored for it.
-        await db.query(
-          `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${role}`,
-        );
+        await db.query(grant);
         expect((await pay(app, 'no-rights')).status).toBe(201);
       } finally {
         await app.close();

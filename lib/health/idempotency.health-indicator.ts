@@ -4,10 +4,16 @@ import { IdempotencyDatabase } from '../storage/idempotency-database.js';
 import { OLDEST_UNFINISHED } from '../storage/postgres-statements.js';
 import { storeHealth, type StoreReading } from './store-health.js';
 
-/** Whether the keys table is there: a query of it would fail on its absence, not say so. */
+/**
+ * Whether the keys table is there (a query of it would fail on its absence, not say so), and
+ * which of the privileges the library's statements use the app's role lacks on it.
+ */
 const SCHEMA_PRESENT = {
-  name: 'idempotency_health_schema_v1',
-  text: `SELECT to_regclass('idempotency_keys') IS NOT NULL AS present`,
+  name: 'idempotency_health_schema_v2',
+  text: `SELECT t IS NOT NULL AS present, current_user::text AS role,
+  ARRAY(SELECT p FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) p
+    WHERE t IS NOT NULL AND NOT has_table_privilege(t, p)) AS missing
+FROM to_regclass('idempotency_keys') t`,
 };
 
 export interface IdempotencyHealthOptions {
@@ -20,7 +26,8 @@ export interface IdempotencyHealthOptions {
 
 /**
  * A health indicator for `@nestjs/terminus`: the idempotency store is up when PostgreSQL
- * answers (within the module's `databaseTimeoutMs`), its table is there, and no key has
+ * answers (within the module's `databaseTimeoutMs`), its table is there and the app's role may
+ * write it (INSERT, UPDATE, DELETE), and no key has
  * been left unfinished for longer than `maxUnfinishedAgeMs`. Add it to the app module's
  * providers, next to `TerminusModule`.
  *
@@ -50,9 +57,20 @@ export class IdempotencyHealthIndicator {
 
   private async read(): Promise<StoreReading> {
     try {
-      const { rows } = await this.database.query<{ present: boolean }>(SCHEMA_PRESENT, []);
-      if (!rows[0].present) {
-        return { kind: 'read', schemaPresent: false, oldestUnfinishedAgeMs: null };
+      const { rows } = await this.database.query<{
+        present: boolean;
+        role: string;
+        missing: string[];
+      }>(SCHEMA_PRESENT, []);
+      const { present, role, missing } = rows[0];
+      if (!present || missing.length > 0) {
+        return {
+          kind: 'read',
+          schemaPresent: present,
+          oldestUnfinishedAgeMs: null,
+          missingPrivileges: missing,
+          role,
+        };
       }
       const { rows: ages } = await this.database.query<{ age_ms: number | null }>(
         OLDEST_UNFINISHED,

@@ -1,7 +1,10 @@
 import { storeHealth, type StoreReading } from './store-health.js';
 
 describe('storeHealth', () => {
-  const read = (oldestUnfinishedAgeMs: number | null, schemaPresent = true): StoreReading => ({
+  const read = (
+    oldestUnfinishedAgeMs: number | null,
+    schemaPresent = true,
+  ): Extract<StoreReading, { kind: 'read' }> => ({
     kind: 'read',
     schemaPresent,
     oldestUnfinishedAgeMs,
@@ -24,6 +27,19 @@ describe('storeHealth', () => {
       false,
       "table idempotency_keys is missing: run the library's migrations (IDEMPOTENCY_MIGRATIONS " +
         "in the DataSource's migrations)",
+    ],
+    [
+      'a role that may only read the keys table',
+      { ...read(null), missingPrivileges: ['INSERT', 'UPDATE', 'DELETE'], role: 'app' },
+      false,
+      'the role app may not INSERT, UPDATE, DELETE on idempotency_keys: ' +
+        'GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO app',
+    ],
+    [
+      'every privilege held',
+      { ...read(null), missingPrivileges: [], role: 'app' },
+      true,
+      undefined,
     ],
     [
       'the store unreachable',

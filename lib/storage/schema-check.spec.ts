@@ -28,7 +28,16 @@ const table = (
   spec: string,
   relkind = 'r',
   uniques = relkind === 'p' ? [] : UNIQUES[name],
-): CatalogEntry => ({ kind: 'table', name, relkind, columns: columns(spec), uniques });
+  missingPrivileges: string[] = [],
+): CatalogEntry => ({
+  kind: 'table',
+  name,
+  relkind,
+  columns: columns(spec),
+  uniques,
+  missingPrivileges,
+  role: 'app',
+});
 const keys = table('idempotency_keys', KEY_COLUMNS);
 const processed = table('processed_messages', 'consumer:text, message_id:text, processed_at:tz');
 const failures = table(
@@ -213,6 +222,27 @@ describe('missingSchema', () => {
       ],
     ],
     [
+      'a role that may only read',
+      plain,
+      [
+        table('idempotency_keys', KEY_COLUMNS, 'r', undefined, ['INSERT', 'UPDATE', 'DELETE']),
+        processed,
+        table(
+          'message_failures',
+          'consumer:text, message_id:text, attempts:integer, last_error:text, last_failed_at:tz',
+          'r',
+          undefined,
+          ['DELETE'],
+        ),
+      ],
+      [
+        'the role app may not INSERT, UPDATE, DELETE on idempotency_keys: ' +
+          'GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO app',
+        'the role app may not DELETE on message_failures: ' +
+          'GRANT SELECT, INSERT, UPDATE, DELETE ON message_failures TO app',
+      ],
+    ],
+    [
       'partitioned, as configured',
       partitioned,
       [partitionedKeys, processed, failures, ...partitionFunctions],
@@ -248,6 +278,17 @@ describe('missingSchema', () => {
 });
 
 describe('schemaMessage', () => {
+  it('names only the GRANTs when only privileges are missing', () => {
+    expect(
+      schemaMessage([
+        'the role app may not INSERT on t: GRANT SELECT, INSERT, UPDATE, DELETE ON t TO app',
+      ]),
+    ).toBe(
+      "IdempotencyModule: the app's database lacks what the library needs:\n" +
+        '- the role app may not INSERT on t: GRANT SELECT, INSERT, UPDATE, DELETE ON t TO app\n',
+    );
+  });
+
   it('lists what is missing and names the ways to create it', () => {
     expect(
       schemaMessage(['table a is missing (migration A1)', 'table b is missing (migration B2)']),

@@ -21,6 +21,9 @@ export type CatalogEntry =
       columns: { name: string; type: string; hasDefault: boolean }[];
       /** The column sets of its primary key and unique indexes (valid ones, not partial). */
       uniques: string[][];
+      /** Of SELECT, INSERT, UPDATE, DELETE, those the app's role (`role`) lacks on it. */
+      missingPrivileges: string[];
+      role: string;
     }
   | { kind: 'function'; name: string };
 
@@ -150,11 +153,14 @@ export const SCHEMA_CATALOG_QUERY = `SELECT 'table' AS kind, c.relname AS name, 
       FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum = ANY(i.indkey::int2[])))
     FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid
       AND i.indpred IS NULL AND i.indexprs IS NULL),
-    '[]'::json) AS uniques
+    '[]'::json) AS uniques,
+  ARRAY(SELECT p FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) p
+    WHERE NOT has_table_privilege(c.oid, p)) AS "missingPrivileges",
+  current_user::text AS role
 FROM pg_class c
 WHERE c.relname = ANY($1::text[]) AND c.relkind IN ('r', 'p') AND pg_table_is_visible(c.oid)
 UNION ALL
-SELECT 'function', p.proname, NULL, '[]'::json, '[]'::json
+SELECT 'function', p.proname, NULL, '[]'::json, '[]'::json, ARRAY[]::text[], NULL
 FROM pg_proc p WHERE p.proname = ANY($2::text[]) AND pg_function_is_visible(p.oid)`;
 
 /**
@@ -198,6 +204,9 @@ export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry
         );
       }
     }
+    // Read alone passes every check and fails every keyed request: said at start-up instead.
+    const lacking = found.missingPrivileges ?? [];
+    if (lacking.length > 0) problems.push(privilegeProblem(found.role, need.table, lacking));
     // A partitioned keys table has none (each partition has its own, see the migration).
     const partitionedKeys = need.table === KEYS.table && found.relkind === 'p';
     if (need.conflictKey && !partitionedKeys && !hasUnique(found.uniques, need.conflictKey)) {
@@ -223,6 +232,16 @@ export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry
   return problems;
 }
 
+const GRANT_PREFIX = 'the role ';
+
+/** What a role lacks on a table, with the GRANT that gives it (the start-up check's, health's). */
+export function privilegeProblem(role: string, table: string, lacking: readonly string[]): string {
+  return (
+    `${GRANT_PREFIX}${role} may not ${lacking.join(', ')} on ${table}: ` +
+    `GRANT SELECT, INSERT, UPDATE, DELETE ON ${table} TO ${role}`
+  );
+}
+
 /** Whether one of the unique column sets is exactly `columns` (ON CONFLICT's inference). */
 function hasUnique(uniques: readonly string[][], columns: readonly string[]): boolean {
   const wanted = [...columns].sort().join(',');
@@ -231,9 +250,13 @@ function hasUnique(uniques: readonly string[][], columns: readonly string[]): bo
 
 /** The start-up refusal's message: what is missing, and the ways to create it. */
 export function schemaMessage(problems: readonly string[]): string {
-  return (
+  const head =
     "IdempotencyModule: the app's database lacks what the library needs:\n" +
-    problems.map((problem) => `- ${problem}\n`).join('') +
+    problems.map((problem) => `- ${problem}\n`).join('');
+  // Only grants missing: each line says the GRANT; the migrations would not help.
+  if (problems.every((problem) => problem.startsWith(GRANT_PREFIX))) return head;
+  return (
+    head +
     "Run the library's migrations in the app's DataSource (migrations: " +
     '[...IDEMPOTENCY_MIGRATIONS, ...yours], then migrationsRun: true or `typeorm migration:run`; ' +
     'with partitionedExpiry, PartitionIdempotencyKeys1764461600000 after them), or apply the ' +
