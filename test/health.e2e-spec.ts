@@ -111,7 +111,7 @@ describe.each(ADAPTERS)('IdempotencyHealthIndicator (%s)', (adapter) => {
         down({
           message:
             'a key has been unfinished for longer than 60000 ms (maxUnfinishedAgeMs): its ' +
-            'worker died and no retry came, or its work hangs',
+            'lease ran out and no retry took it over: its worker died',
           oldestUnfinishedAgeMs: age,
           maxUnfinishedAgeMs: MAX_UNFINISHED_AGE_MS,
         }),
@@ -121,6 +121,39 @@ describe.each(ADAPTERS)('IdempotencyHealthIndicator (%s)', (adapter) => {
     }
     const after = await request(app.getHttpServer()).get('/health');
     expect(after.status).toBe(200);
+  });
+
+  it('a key given back on purpose (a 503 to retry, never retried) is no dead worker: up', async () => {
+    // As RELEASE leaves a key it keeps (a phase done, or its claim id handed out): no lease.
+    await database.dataSource.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, created_at, locked_until,
+         recovery_point, lock_version)
+       VALUES ('1', 'given-back', '\\x00', now() - interval '2 minutes', NULL, 'charged', 1)`,
+    );
+    try {
+      const response = await request(app.getHttpServer()).get('/health');
+      expect(response.status).toBe(200);
+      expect(response.body).toEqual(up(null));
+    } finally {
+      await database.dataSource.query(`DELETE FROM idempotency_keys`);
+    }
+  });
+
+  it('a key held past the bound under a lease still renewed: 503, its work hangs', async () => {
+    await database.dataSource.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, created_at, locked_until)
+       VALUES ('1', 'hangs', '\\x00', now() - interval '2 minutes', now() + interval '30 seconds')`,
+    );
+    try {
+      const response = await request(app.getHttpServer()).get('/health');
+      expect(response.status).toBe(503);
+      expect(response.body.error.idempotency.message).toBe(
+        'a key has been unfinished for longer than 60000 ms (maxUnfinishedAgeMs): its lease is ' +
+          'still renewed: its work hangs',
+      );
+    } finally {
+      await database.dataSource.query(`DELETE FROM idempotency_keys`);
+    }
   });
 
   it('the store down: 503 saying so, and 200 once it is back', async () => {

@@ -1,7 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { IdempotencyDatabase } from '../storage/idempotency-database.js';
-import { OLDEST_UNFINISHED } from '../storage/postgres-statements.js';
 import { storeHealth, type StoreReading } from './store-health.js';
 
 /**
@@ -14,6 +13,21 @@ const SCHEMA_PRESENT = {
   ARRAY(SELECT p FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) p
     WHERE t IS NOT NULL AND NOT has_table_privilege(t, p)) AS missing
 FROM to_regclass('idempotency_keys') t`,
+};
+
+/**
+ * The oldest unfinished keys by what holds them: a lease still running (the worker is alive,
+ * its work may hang) or one that ran out (the worker died, no retry took the key over). A key
+ * given back on purpose (`locked_until` NULL: a 503 to retry, see RELEASE) is neither.
+ */
+const UNFINISHED_BY_LEASE = {
+  name: 'idempotency_health_unfinished_v1',
+  text: `SELECT
+  (extract(epoch FROM clock_timestamp() - min(created_at)
+    FILTER (WHERE locked_until >= clock_timestamp())) * 1000)::float8 AS held_ms,
+  (extract(epoch FROM clock_timestamp() - min(created_at)
+    FILTER (WHERE locked_until < clock_timestamp())) * 1000)::float8 AS expired_ms
+FROM idempotency_keys WHERE state = 'started' AND locked_until IS NOT NULL`,
 };
 
 export interface IdempotencyHealthOptions {
@@ -72,11 +86,16 @@ export class IdempotencyHealthIndicator {
           role,
         };
       }
-      const { rows: ages } = await this.database.query<{ age_ms: number | null }>(
-        OLDEST_UNFINISHED,
-        [],
-      );
-      return { kind: 'read', schemaPresent: true, oldestUnfinishedAgeMs: ages[0].age_ms };
+      const { rows: ages } = await this.database.query<{
+        held_ms: number | null;
+        expired_ms: number | null;
+      }>(UNFINISHED_BY_LEASE, []);
+      return {
+        kind: 'read',
+        schemaPresent: true,
+        oldestUnfinishedAgeMs: ages[0].held_ms,
+        oldestExpiredAgeMs: ages[0].expired_ms,
+      };
     } catch (error) {
       const cause = (error as { cause?: unknown }).cause ?? error;
       return { kind: 'unreachable', error: String(cause) };

@@ -12,7 +12,14 @@ export type StoreReading =
   | {
       kind: 'read';
       schemaPresent: boolean;
+      /** The oldest key held under a lease still running (its worker alive, renewing it). */
       oldestUnfinishedAgeMs: number | null;
+      /**
+       * The oldest key whose lease ran out and that nobody took over: its worker died. A key
+       * given back on purpose (a 503 to retry: `locked_until` NULL) is neither: it waits for
+       * its client's retry, and the purge takes it if none comes.
+       */
+      oldestExpiredAgeMs?: number | null;
       /** Of SELECT, INSERT, UPDATE, DELETE on the keys table, those the app's role lacks. */
       missingPrivileges?: readonly string[];
       role?: string;
@@ -52,14 +59,20 @@ export function storeHealth(reading: StoreReading, maxUnfinishedAgeMs: number): 
       },
     };
   }
-  const age = reading.oldestUnfinishedAgeMs;
-  if (age !== null && age > maxUnfinishedAgeMs) {
+  const held = reading.oldestUnfinishedAgeMs;
+  const expired = reading.oldestExpiredAgeMs ?? null;
+  const age = held === null ? expired : expired === null ? held : Math.max(held, expired);
+  const past = (ms: number | null) => ms !== null && ms > maxUnfinishedAgeMs;
+  if (past(expired) || past(held)) {
+    const cause = past(expired)
+      ? 'its lease ran out and no retry took it over: its worker died'
+      : 'its lease is still renewed: its work hangs';
     return {
       up: false,
       data: {
         message:
           `a key has been unfinished for longer than ${maxUnfinishedAgeMs} ms ` +
-          '(maxUnfinishedAgeMs): its worker died and no retry came, or its work hangs',
+          `(maxUnfinishedAgeMs): ${cause}`,
         oldestUnfinishedAgeMs: age,
         maxUnfinishedAgeMs,
       },
