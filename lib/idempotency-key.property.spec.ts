@@ -32,10 +32,19 @@ describe('keys and tenants accept exactly their alphabet', () => {
     );
   });
 
-  it('a tenant id string is taken exactly as it is iff 1 to 255 characters, not all white space, without control ones', () => {
+  it('a tenant id string is taken exactly as it is iff 1 to 255 characters, not all white space, without control ones, well-formed', () => {
+    // Any UTF-16 code unit, so lone surrogates too (PostgreSQL would store them as U+FFFD).
+    const codeUnit = fc.oneof(
+      fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }),
+      fc.integer({ min: 0xd800, max: 0xdfff }).map((c) => String.fromCharCode(c)),
+    );
     fc.assert(
-      fc.property(fc.string({ unit: 'binary', maxLength: 300 }), (raw) => {
-        const valid = raw.trim().length >= 1 && raw.length <= 255 && !CONTROL.test(raw);
+      fc.property(fc.string({ unit: codeUnit, maxLength: 300 }), (raw) => {
+        const valid =
+          raw.trim().length >= 1 &&
+          raw.length <= 255 &&
+          !CONTROL.test(raw) &&
+          !/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(raw);
         expect(normalizeTenantId(raw)).toBe(valid ? raw : undefined);
       }),
     );

@@ -36,6 +36,12 @@ describe('parseIdempotencyKey', () => {
     ['"a\\b"', 'it is not a valid quoted string'],
     ['"a\\"', 'it is not a valid quoted string'],
     [['k1', 'k2'], 'it was sent more than once'],
+    // A key from a JSON body may hold what no header can: "k\ud800" parses to a lone surrogate.
+    ['k\ud800', 'it holds a lone surrogate (not Unicode)'],
+    ['k\udbff', 'it holds a lone surrogate (not Unicode)'],
+    ['\udc00k', 'it holds a lone surrogate (not Unicode)'],
+    ['"k\ud800"', 'it holds a lone surrogate (not Unicode)'],
+    ['k\ud83d\ude00', 'it must be visible ASCII characters only (no spaces)'],
   ])('rejects %j: %s', (header, reason) => {
     expect(parseIdempotencyKey(header)).toEqual({ kind: 'invalid', reason });
   });

@@ -1,4 +1,5 @@
 import { MAX_KEY_LENGTH } from './idempotency.constants.js';
+import { isWellFormedText } from './well-formed.js';
 
 /** The outcome of reading the key header: expected outcomes are values, not exceptions. */
 export type KeyParseResult =
@@ -58,6 +59,10 @@ export function parseIdempotencyKey(header: string | string[] | undefined): KeyP
   if (key.length === 0) return { kind: 'invalid', reason: 'it is empty' };
   if (key.length > MAX_KEY_LENGTH) {
     return { kind: 'invalid', reason: `it is longer than ${MAX_KEY_LENGTH} characters` };
+  }
+  // Refused by the ASCII rule too; said apart because a JSON body's "\ud800" reaches here.
+  if (!isWellFormedText(key)) {
+    return { kind: 'invalid', reason: 'it holds a lone surrogate (not Unicode)' };
   }
   if (!isVisibleAscii(key)) {
     return { kind: 'invalid', reason: 'it must be visible ASCII characters only (no spaces)' };

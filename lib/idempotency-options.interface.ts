@@ -310,7 +310,8 @@ export interface TenantScopeFields {
    * Maps a request to its tenant (an API credential, an account): keys are scoped per tenant,
    * so two clients that pick the same key never see each other's response. Required, unless
    * `globalKeys` says that every client of the app shares one key space. An integer, or a
-   * string of 1 to 255 characters (a UUID, a slug); anything else is a 400 `tenant_invalid`.
+   * string of 1 to 255 characters, well-formed Unicode (a UUID, a slug); anything else is a 400
+   * `tenant_invalid`.
    * It may throw an HttpException (for instance 401) to refuse the request.
    * @example tenant: (req) => req.headers['x-tenant-id'] as string
    */

@@ -22,6 +22,7 @@ describe('normalizeTenantId', () => {
     ['Ünïcode tenant', 'Ünïcode tenant'],
     ['1e3', '1e3'],
     ['x'.repeat(255), 'x'.repeat(255)],
+    ['acme\ud83d\ude00', 'acme\ud83d\ude00'],
     // Refused.
     ['x'.repeat(256), undefined],
     ['', undefined],
@@ -29,6 +30,12 @@ describe('normalizeTenantId', () => {
     ['a\u0000b', undefined],
     ['a\nb', undefined],
     ['a\u007fb', undefined],
+    // Lone surrogates: PostgreSQL would store each of these as 'acme\uFFFD', one tenant.
+    ['acme\ud800', undefined],
+    ['acme\udbff', undefined],
+    ['acme\udc00', undefined],
+    ['\ude00acme\ud83d', undefined],
+    ['acme\ufffd', 'acme\ufffd'],
     [2 ** 60, undefined],
     [2n ** 64n, undefined],
     [1.5, undefined],

@@ -1,4 +1,5 @@
 import { type TenantId } from './idempotency-options.interface.js';
+import { isWellFormedText } from './well-formed.js';
 
 const MAX_INT64 = 9223372036854775807n;
 const MIN_INT64 = -9223372036854775808n;
@@ -15,8 +16,9 @@ export const MAX_TENANT_ID_LENGTH = 255;
  * when it is not a usable id. A number or a bigint is written in decimal, so `42` and `'42'`
  * are one tenant (as when tenant ids were a `bigint` column); a string is taken exactly as it
  * is, so that two different ids never share a key space (`'0042'` is not `'42'`): 1 to 255
- * characters, not all white space, without control characters (a UUID, a slug, an account
- * number with its leading zeros).
+ * characters, not all white space, without control characters, well-formed Unicode (a UUID, a
+ * slug, an account number with its leading zeros). A lone surrogate is refused rather than
+ * compared: PostgreSQL would store it as U+FFFD, one tenant where the app has two.
  */
 export function normalizeTenantId(value: TenantId | undefined | null): string | undefined {
   let text: string;
@@ -31,7 +33,12 @@ export function normalizeTenantId(value: TenantId | undefined | null): string | 
   } else {
     return undefined;
   }
-  if (text.trim().length === 0 || text.length > MAX_TENANT_ID_LENGTH || CONTROL.test(text)) {
+  if (
+    text.trim().length === 0 ||
+    text.length > MAX_TENANT_ID_LENGTH ||
+    CONTROL.test(text) ||
+    !isWellFormedText(text)
+  ) {
     return undefined;
   }
   return text;

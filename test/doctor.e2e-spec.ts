@@ -252,6 +252,37 @@ describe('doctor', () => {
     expect(run.code).toBe(1);
   });
 
+  it.each([
+    [
+      '?password=',
+      'postgres://app@127.0.0.1:1/app?password=secret',
+      'postgres://app@127.0.0.1:1/app?password=***',
+    ],
+    [
+      '&password=, percent-encoded',
+      'postgres://app@127.0.0.1:1/app?sslmode=disable&password=s%65cret',
+      'postgres://app@127.0.0.1:1/app?sslmode=disable&password=***',
+    ],
+    [
+      'user:pass@ and ?password= at once',
+      'postgres://app:secret@127.0.0.1:1/app?password=secret',
+      'postgres://app:***@127.0.0.1:1/app?password=***',
+    ],
+  ])('never prints a password given as %s (doctor and keys list)', async (_form, url, shown) => {
+    const [doctor, list] = await Promise.all([
+      runCli(['doctor', '--url', url]),
+      runCli(['keys', 'list', '--url', url]),
+    ]);
+    expect(doctor.stdout).toBe(
+      `FAIL  connection: ${shown}: connect ECONNREFUSED 127.0.0.1:1\n1 problem, 0 warnings.\n`,
+    );
+    expect(doctor.code).toBe(1);
+    expect(list.stderr).toBe(`${shown}: connect ECONNREFUSED 127.0.0.1:1\n`);
+    expect(list.code).toBe(1);
+    for (const run of [doctor, list])
+      expect(run.stdout + run.stderr).not.toMatch(/secret|s%65cret/);
+  });
+
   it('no URL, or an unknown command: the usage, exit 2', async () => {
     const [noUrl, unknown] = await Promise.all([
       runCli(['doctor']),

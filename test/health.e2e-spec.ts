@@ -7,6 +7,7 @@ import { IdempotencyHealthIndicator } from '../lib/health/index.js';
 import { IdempotencyModule } from '../lib/index.js';
 import { ADAPTERS, bootstrapTestApp } from './support/bootstrap.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
+import { adminUrl } from './support/database.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 
 /**
@@ -110,7 +111,7 @@ describe.each(ADAPTERS)('IdempotencyHealthIndicator (%s)', (adapter) => {
         down({
           message:
             'a key has been unfinished for longer than 60000 ms (maxUnfinishedAgeMs): its ' +
-            'worker died and no retry came, or its work hangs',
+            'lease ran out and no retry took it over: its worker died',
           oldestUnfinishedAgeMs: age,
           maxUnfinishedAgeMs: MAX_UNFINISHED_AGE_MS,
         }),
@@ -120,6 +121,39 @@ describe.each(ADAPTERS)('IdempotencyHealthIndicator (%s)', (adapter) => {
     }
     const after = await request(app.getHttpServer()).get('/health');
     expect(after.status).toBe(200);
+  });
+
+  it('a key given back on purpose (a 503 to retry, never retried) is no dead worker: up', async () => {
+    // As RELEASE leaves a key it keeps (a phase done, or its claim id handed out): no lease.
+    await database.dataSource.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, created_at, locked_until,
+         recovery_point, lock_version)
+       VALUES ('1', 'given-back', '\\x00', now() - interval '2 minutes', NULL, 'charged', 1)`,
+    );
+    try {
+      const response = await request(app.getHttpServer()).get('/health');
+      expect(response.status).toBe(200);
+      expect(response.body).toEqual(up(null));
+    } finally {
+      await database.dataSource.query(`DELETE FROM idempotency_keys`);
+    }
+  });
+
+  it('a key held past the bound under a lease still renewed: 503, its work hangs', async () => {
+    await database.dataSource.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, created_at, locked_until)
+       VALUES ('1', 'hangs', '\\x00', now() - interval '2 minutes', now() + interval '30 seconds')`,
+    );
+    try {
+      const response = await request(app.getHttpServer()).get('/health');
+      expect(response.status).toBe(503);
+      expect(response.body.error.idempotency.message).toBe(
+        'a key has been unfinished for longer than 60000 ms (maxUnfinishedAgeMs): its lease is ' +
+          'still renewed: its work hangs',
+      );
+    } finally {
+      await database.dataSource.query(`DELETE FROM idempotency_keys`);
+    }
   });
 
   it('the store down: 503 saying so, and 200 once it is back', async () => {
@@ -177,3 +211,54 @@ describe.each(ADAPTERS)(
     });
   },
 );
+
+/** A role that may read the keys table and no longer write it: every keyed request would fail. */
+describe.each(ADAPTERS)('IdempotencyHealthIndicator, write privileges revoked (%s)', (adapter) => {
+  let database: MigratedDatabase;
+  let app: INestApplication;
+  let admin: Client;
+  const role = `idem_health_${adapter}_${Date.now() % 100000}`;
+
+  beforeAll(async () => {
+    database = await createMigratedDatabase(`health_grants_${adapter}`);
+    admin = new Client({ connectionString: database.url });
+    await admin.connect();
+    const name = new URL(database.url).pathname.slice(1);
+    await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD 'health'`);
+    await admin.query(`GRANT CONNECT ON DATABASE ${name} TO ${role}`);
+    await admin.query(`GRANT USAGE ON SCHEMA public TO ${role}`);
+    await admin.query(
+      `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${role}`,
+    );
+    const url = new URL(database.url);
+    url.username = role;
+    url.password = 'health';
+    app = await bootstrapTestApp(healthModule(url.toString()), adapter);
+  });
+  afterAll(async () => {
+    await app?.close();
+    await admin?.query(`DROP OWNED BY ${role}`);
+    await admin?.end();
+    await database?.drop();
+    const server = new Client({ connectionString: adminUrl() });
+    await server.connect();
+    await server.query(`DROP ROLE IF EXISTS ${role}`);
+    await server.end();
+  });
+
+  it('503 naming the GRANT to run, and 200 once granted again', async () => {
+    expect((await request(app.getHttpServer()).get('/health')).status).toBe(200);
+    await admin.query(`REVOKE INSERT, UPDATE, DELETE ON idempotency_keys FROM ${role}`);
+    const response = await request(app.getHttpServer()).get('/health');
+    expect(response.status).toBe(503);
+    expect(response.body).toEqual(
+      down({
+        message:
+          `the role ${role} may not INSERT, UPDATE, DELETE on idempotency_keys: ` +
+          `GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO ${role}`,
+      }),
+    );
+    await admin.query(`GRANT INSERT, UPDATE, DELETE ON idempotency_keys TO ${role}`);
+    expect((await request(app.getHttpServer()).get('/health')).status).toBe(200);
+  });
+});

@@ -208,9 +208,13 @@ describePartitioned('the partitioned layout’s guards', () => {
 
   it('says so when the table is partitioned but partitionedExpiry is off', async () => {
     const plain = new PostgresClaimStore(new IdempotencyDatabase(() => db, 5000));
+    // 42P10 alone cannot tell this from a plain table whose primary key was dropped: both are
+    // named (the start-up check, which reads the catalog, says which).
     const message =
-      'idempotency_keys is partitioned (the PartitionIdempotencyKeys migration ran), but ' +
-      'partitionedExpiry is off: turn it on in IdempotencyModule.forRoot(), or revert that migration';
+      "idempotency_keys has no primary key or unique index on (tenant_id, key), which the claim's " +
+      'ON CONFLICT needs: if the PartitionIdempotencyKeys migration ran, turn partitionedExpiry ' +
+      'on in IdempotencyModule.forRoot() (or revert that migration); otherwise restore the ' +
+      'primary key (ALTER TABLE idempotency_keys ADD PRIMARY KEY (tenant_id, key))';
     errors.length = 0;
     expect(await failureOf(plain.claim({ tenantId: 'g', key: 'plain' }, fingerprint, 1000))).toBe(
       `Error: ${message}`,

@@ -8,6 +8,7 @@ import {
   UseFilters,
 } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
+import { Client } from 'pg';
 import request from 'supertest';
 import {
   IDEMPOTENCY_MIGRATIONS,
@@ -282,6 +283,151 @@ describe.each(ADAPTERS)('the library’s answers in the app’s own shape on %s'
     it('an error answered by IdempotencyErrorFilter: 503 retry_later, Retry-After kept', async () => {
       const res = await post('/webhook', undefined);
       expectShaped(res, 503, 'retry_later');
+      expect(res.headers['retry-after']).toBe('3');
+    });
+  });
+
+  /**
+   * A renderer whose body JSON.stringify cannot write (a BigInt: it throws; a cycle too). The
+   * client still gets the library's own problem, and the request's transaction is ended, on
+   * every path that renders a problem.
+   */
+  describe.each([
+    ['a BigInt', (code: string) => ({ code, amount: 1n })],
+    [
+      'a cycle',
+      (code: string) => {
+        const body: Record<string, unknown> = { code };
+        body.self = body;
+        return body;
+      },
+    ],
+  ])('a renderProblem whose body JSON cannot write (%s)', (_what, unwritable) => {
+    let database: TestDatabase;
+    let proxy: TcpProxy;
+    let app: INestApplication;
+    let db: Client;
+
+    beforeAll(async () => {
+      database = await createTestDatabase(`shape_unwritable_${adapter}`);
+      const target = new URL(database.url);
+      proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
+      await proxy.start();
+      const viaProxy = new URL(database.url);
+      viaProxy.hostname = '127.0.0.1';
+      viaProxy.port = String(proxy.port);
+      app = await createShapeApp(viaProxy.toString(), adapter, {
+        renderProblem: (problem) => ({ body: unwritable(problem.body.code) }),
+      });
+      db = new Client({ connectionString: database.url });
+      await db.connect();
+    });
+    afterAll(async () => {
+      gate.release();
+      held.release();
+      await app?.close();
+      await db?.end();
+      await proxy?.stop();
+      await database?.drop();
+    });
+
+    let n = 0;
+    const label = (name: string) => `unwritable-${adapter}-${name}-${++n}`;
+    const post = (path: string, key: string | undefined, body: object = {}) => {
+      const req = request(app.getHttpServer()).post(path).timeout(15_000);
+      if (key !== undefined) req.set('Idempotency-Key', key);
+      return req.send(body);
+    };
+    /** The library's own problem: what the client gets when the app's shape cannot be written. */
+    function expectProblem(res: request.Response, status: number, code: string) {
+      expect(res.status).toBe(status);
+      expect(res.headers['content-type']).toMatch('application/problem+json');
+      expect(res.body).toMatchObject({ type: `urn:idempotency:${code}`, status, code });
+    }
+    /** No session of the app's is left inside a transaction. */
+    async function expectNoOpenTransaction() {
+      const deadline = Date.now() + 5000;
+      let open = 1;
+      while (Date.now() < deadline) {
+        const { rows } = await db.query<{ n: string }>(
+          `SELECT count(*) AS n FROM pg_stat_activity
+            WHERE datname = current_database() AND pid <> pg_backend_pid()
+              AND state LIKE 'idle in transaction%'`,
+        );
+        open = Number(rows[0].n);
+        if (open === 0) break;
+        await sleep(50);
+      }
+      expect(open).toBe(0);
+    }
+
+    it('a response too large to store: 500 response_too_large, stored, the transaction ended, the retry replayed', async () => {
+      const key = label('large');
+      const first = await post('/sized', key);
+      expectProblem(first, 500, 'response_too_large');
+      await expectNoOpenTransaction();
+      const replay = await post('/sized', key);
+      expect(replay.status).toBe(500);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.text).toBe(first.text);
+    });
+
+    it('a missing key: 400 key_missing', async () => {
+      expectProblem(await post('/orders', undefined), 400, 'key_missing');
+    });
+
+    it('a key reused with another body: 422 key_mismatch', async () => {
+      const key = label('mismatch');
+      expect((await post('/orders', key, { a: 1 })).status).toBe(201);
+      expectProblem(await post('/orders', key, { a: 2 }), 422, 'key_mismatch');
+      await expectNoOpenTransaction();
+    });
+
+    it('a key still in progress: 409 key_in_progress', async () => {
+      const key = label('progress');
+      held.arm();
+      const first = post('/orders?hold=1', key).then((res) => res);
+      await held.entered;
+      const second = await post('/orders', key);
+      held.release();
+      expectProblem(second, 409, 'key_in_progress');
+      expect((await first).status).toBe(201);
+      await expectNoOpenTransaction();
+    });
+
+    it('the store failed at commit: 503 store_unavailable', async () => {
+      const key = label('commit');
+      gate.arm();
+      const answer = post('/gated', key).then((res) => res);
+      await gate.entered;
+      await proxy.refuse();
+      gate.release();
+      const res = await answer;
+      await proxy.restore();
+      expectProblem(res, 503, 'store_unavailable');
+      expect(res.headers['retry-after']).toBe('1');
+    });
+
+    it('a lease lost before the commit: 409 lease_lost', async () => {
+      const key = label('lease');
+      held.arm();
+      const stale = post('/slow?hold=1', key).then((res) => res);
+      await held.entered;
+      const deadline = Date.now() + 10_000;
+      let owner = await post('/slow', key);
+      while (owner.status === 409 && Date.now() < deadline) {
+        await sleep(100);
+        owner = await post('/slow', key);
+      }
+      expect(owner.status).toBe(201);
+      held.release();
+      expectProblem(await stale, 409, 'lease_lost');
+      await expectNoOpenTransaction();
+    });
+
+    it('an error answered by IdempotencyErrorFilter: 503 retry_later', async () => {
+      const res = await post('/webhook', undefined);
+      expectProblem(res, 503, 'retry_later');
       expect(res.headers['retry-after']).toBe('3');
     });
   });

@@ -217,6 +217,98 @@ describe('the start-up check of the schema', () => {
     );
   });
 
+  it.each<[string, string, string[]]>([
+    [
+      'a keys table without its (tenant_id, key) primary key',
+      'ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_pkey',
+      [
+        'idempotency_keys has no primary key or unique index on (tenant_id, key), which the ' +
+          "library's ON CONFLICT needs (migration CreateIdempotencyKeys1764460800000)",
+      ],
+    ],
+    [
+      'claim_id without its DEFAULT',
+      'ALTER TABLE idempotency_keys ALTER COLUMN claim_id DROP DEFAULT',
+      [
+        'column idempotency_keys.claim_id has no DEFAULT, which the insert needs ' +
+          '(migration CreateIdempotencyKeys1764460800000)',
+      ],
+    ],
+    [
+      'processed_messages without its primary key, and a default dropped',
+      'ALTER TABLE processed_messages DROP CONSTRAINT processed_messages_pkey; ' +
+        'ALTER TABLE message_failures ALTER COLUMN last_failed_at DROP DEFAULT',
+      [
+        'processed_messages has no primary key or unique index on (consumer, message_id), ' +
+          "which the library's ON CONFLICT needs (migration CreateProcessedMessages1764460900000)",
+        'column message_failures.last_failed_at has no DEFAULT, which the insert needs ' +
+          '(migration CreateMessageFailures1764461400000)',
+      ],
+    ],
+  ])('refuses to start on %s, naming what is missing', async (_name, ddl, problems) => {
+    await migrate(database.url, IDEMPOTENCY_MIGRATIONS);
+    const db = new Client({ connectionString: database.url });
+    await db.connect();
+    await db.query(ddl);
+    await db.end();
+    const error = await startFailure(database.url);
+    expect((error as Error).message).toBe(lacking(...problems));
+  });
+
+  it('refuses to start on a partitioned keys table whose claim_id lost its DEFAULT', async () => {
+    await migrate(database.url, [...IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000]);
+    const db = new Client({ connectionString: database.url });
+    await db.connect();
+    await db.query('ALTER TABLE idempotency_keys ALTER COLUMN claim_id DROP DEFAULT');
+    await db.end();
+    const error = await startFailure(database.url, { partitionedExpiry: true });
+    expect((error as Error).message).toBe(
+      lacking(
+        'column idempotency_keys.claim_id has no DEFAULT, which the insert needs ' +
+          '(migration CreateIdempotencyKeys1764460800000)',
+      ),
+    );
+  });
+
+  it('refuses to start as a role that may only read the tables, naming the GRANT to run', async () => {
+    await migrate(database.url, IDEMPOTENCY_MIGRATIONS);
+    const role = `idem_reader_${randomBytes(3).toString('hex')}`;
+    const db = new Client({ connectionString: database.url });
+    await db.connect();
+    try {
+      await db.query(`CREATE ROLE ${role} LOGIN PASSWORD 'reader'`);
+      await db.query(`GRANT CONNECT ON DATABASE ${database.name} TO ${role}`);
+      await db.query(`GRANT USAGE ON SCHEMA public TO ${role}`);
+      await db.query(`GRANT SELECT ON ALL TABLES IN SCHEMA public TO ${role}`);
+      const url = new URL(database.url);
+      url.username = role;
+      url.password = 'reader';
+      const error = await startFailure(url.toString());
+      expect((error as Error).message).toBe(
+        "IdempotencyModule: the app's database lacks what the library needs:\n" +
+          ['idempotency_keys', 'processed_messages', 'message_failures']
+            .map(
+              (table) =>
+                `- the role ${role} may not INSERT, UPDATE, DELETE on ${table}: ` +
+                `GRANT SELECT, INSERT, UPDATE, DELETE ON ${table} TO ${role}\n`,
+            )
+            .join(''),
+      );
+      // Granted: it starts.
+      await db.query(
+        `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${role}`,
+      );
+      expect(await startFailure(url.toString())).toBeUndefined();
+    } finally {
+      await db.query(`DROP OWNED BY ${role}`);
+      await db.end();
+      const admin = new Client({ connectionString: adminUrl() });
+      await admin.connect();
+      await admin.query(`DROP ROLE IF EXISTS ${role}`);
+      await admin.end();
+    }
+  });
+
   it('starts on a database with every migration', async () => {
     await migrate(database.url, IDEMPOTENCY_MIGRATIONS);
     expect(await startFailure(database.url, { largeResponses: { overBytes: 1024 } })).toBe(
@@ -313,20 +405,56 @@ describe.each(ADAPTERS)('permanent database errors on %s', (adapter) => {
       }
     });
 
-    it('answers 500 database_permanent to a role without rights on the keys table', async () => {
-      await db.query(`CREATE ROLE ${role} LOGIN`);
+    it.each([
+      [
+        'claim_id loses its DEFAULT (23502)',
+        'ALTER TABLE idempotency_keys ALTER COLUMN claim_id DROP DEFAULT',
+        'ALTER TABLE idempotency_keys ALTER COLUMN claim_id SET DEFAULT gen_random_uuid()',
+        /claim_id.*not-null|null value in column "claim_id"/,
+      ],
+      [
+        'the keys table loses its primary key (42P10)',
+        'ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_pkey',
+        'ALTER TABLE idempotency_keys ADD PRIMARY KEY (tenant_id, key)',
+        /no primary key or unique index on \(tenant_id, key\)/,
+      ],
+    ])(
+      'answers 500 database_permanent, not a 503 to retry, once %s after start-up',
+      async (name, breakIt, repair, logged) => {
+        const key = `${adapter}-${name.replace(/\W+/g, '-')}`;
+        const app = await startApp(database.url, adapter);
+        Logger.overrideLogger(capture);
+        errors.length = 0;
+        try {
+          await db.query(breakIt);
+          expectPermanent(await pay(app, key));
+          expectPermanent(await pay(app, key));
+          expect(errors.some((line) => logged.test(line))).toBe(true);
+          expect(errors.filter((line) => line.includes('is partitioned'))).toEqual([]);
+        } finally {
+          Logger.overrideLogger(false);
+          await db.query(repair);
+          await app.close();
+        }
+      },
+    );
+
+    it('answers 500 database_permanent to a role whose rights on the tables were revoked after start-up', async () => {
+      // Without them at start-up the app does not start (see the start-up check's tests).
+      await db.query(`CREATE ROLE ${role} LOGIN PASSWORD 'limited'`);
       await db.query(`GRANT CONNECT ON DATABASE ${database.name} TO ${role}`);
       await db.query(`GRANT USAGE ON SCHEMA public TO ${role}`);
+      const grant = `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${role}`;
+      await db.query(grant);
       const url = new URL(database.url);
       url.username = role;
-      url.password = '';
+      url.password = 'limited';
       const app = await startApp(url.toString(), adapter);
       try {
+        await db.query(`REVOKE ALL ON ALL TABLES IN SCHEMA public FROM ${role}`);
         expectPermanent(await pay(app, 'no-rights'));
         // Granted: the same key works, nothing was stored for it.
-        await db.query(
-          `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${role}`,
-        );
+        await db.query(grant);
         expect((await pay(app, 'no-rights')).status).toBe(201);
       } finally {
         await app.close();

@@ -19,20 +19,14 @@ import {
   releaseVerdict,
 } from './key-views.js';
 
+import { redactConnectionString } from './redact-url.js';
+
 /** `npx nestjs-idempotency-pg`: the operator's command (see USAGE). */
 
 const EXPECTED_MIGRATIONS = IDEMPOTENCY_MIGRATIONS.map((migration) => new migration().name!);
 
-/** The URL without its password, to print. */
-function redact(url: string): string {
-  try {
-    const parsed = new URL(url);
-    if (parsed.password) parsed.password = '***';
-    return parsed.toString();
-  } catch {
-    return '(the URL given)';
-  }
-}
+/** The URL without its password, in any of its forms, to print. */
+const redact = redactConnectionString;
 
 async function connect(url: string): Promise<pg.Client> {
   const client = new pg.Client({

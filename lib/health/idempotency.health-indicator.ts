@@ -1,13 +1,33 @@
 import { Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { IdempotencyDatabase } from '../storage/idempotency-database.js';
-import { OLDEST_UNFINISHED } from '../storage/postgres-statements.js';
 import { storeHealth, type StoreReading } from './store-health.js';
 
-/** Whether the keys table is there: a query of it would fail on its absence, not say so. */
+/**
+ * Whether the keys table is there (a query of it would fail on its absence, not say so), and
+ * which of the privileges the library's statements use the app's role lacks on it.
+ */
 const SCHEMA_PRESENT = {
-  name: 'idempotency_health_schema_v1',
-  text: `SELECT to_regclass('idempotency_keys') IS NOT NULL AS present`,
+  name: 'idempotency_health_schema_v2',
+  text: `SELECT t IS NOT NULL AS present, current_user::text AS role,
+  ARRAY(SELECT p FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) p
+    WHERE t IS NOT NULL AND NOT has_table_privilege(t, p)) AS missing
+FROM to_regclass('idempotency_keys') t`,
+};
+
+/**
+ * The oldest unfinished keys by what holds them: a lease still running (the worker is alive,
+ * its work may hang) or one that ran out (the worker died, no retry took the key over). A key
+ * given back on purpose (`locked_until` NULL: a 503 to retry, see RELEASE) is neither.
+ */
+const UNFINISHED_BY_LEASE = {
+  name: 'idempotency_health_unfinished_v1',
+  text: `SELECT
+  (extract(epoch FROM clock_timestamp() - min(created_at)
+    FILTER (WHERE locked_until >= clock_timestamp())) * 1000)::float8 AS held_ms,
+  (extract(epoch FROM clock_timestamp() - min(created_at)
+    FILTER (WHERE locked_until < clock_timestamp())) * 1000)::float8 AS expired_ms
+FROM idempotency_keys WHERE state = 'started' AND locked_until IS NOT NULL`,
 };
 
 export interface IdempotencyHealthOptions {
@@ -20,7 +40,8 @@ export interface IdempotencyHealthOptions {
 
 /**
  * A health indicator for `@nestjs/terminus`: the idempotency store is up when PostgreSQL
- * answers (within the module's `databaseTimeoutMs`), its table is there, and no key has
+ * answers (within the module's `databaseTimeoutMs`), its table is there and the app's role may
+ * write it (INSERT, UPDATE, DELETE), and no key has
  * been left unfinished for longer than `maxUnfinishedAgeMs`. Add it to the app module's
  * providers, next to `TerminusModule`.
  *
@@ -50,15 +71,31 @@ export class IdempotencyHealthIndicator {
 
   private async read(): Promise<StoreReading> {
     try {
-      const { rows } = await this.database.query<{ present: boolean }>(SCHEMA_PRESENT, []);
-      if (!rows[0].present) {
-        return { kind: 'read', schemaPresent: false, oldestUnfinishedAgeMs: null };
+      const { rows } = await this.database.query<{
+        present: boolean;
+        role: string;
+        missing: string[];
+      }>(SCHEMA_PRESENT, []);
+      const { present, role, missing } = rows[0];
+      if (!present || missing.length > 0) {
+        return {
+          kind: 'read',
+          schemaPresent: present,
+          oldestUnfinishedAgeMs: null,
+          missingPrivileges: missing,
+          role,
+        };
       }
-      const { rows: ages } = await this.database.query<{ age_ms: number | null }>(
-        OLDEST_UNFINISHED,
-        [],
-      );
-      return { kind: 'read', schemaPresent: true, oldestUnfinishedAgeMs: ages[0].age_ms };
+      const { rows: ages } = await this.database.query<{
+        held_ms: number | null;
+        expired_ms: number | null;
+      }>(UNFINISHED_BY_LEASE, []);
+      return {
+        kind: 'read',
+        schemaPresent: true,
+        oldestUnfinishedAgeMs: ages[0].held_ms,
+        oldestExpiredAgeMs: ages[0].expired_ms,
+      };
     } catch (error) {
       const cause = (error as { cause?: unknown }).cause ?? error;
       return { kind: 'unreachable', error: String(cause) };

@@ -1,7 +1,10 @@
 import { storeHealth, type StoreReading } from './store-health.js';
 
 describe('storeHealth', () => {
-  const read = (oldestUnfinishedAgeMs: number | null, schemaPresent = true): StoreReading => ({
+  const read = (
+    oldestUnfinishedAgeMs: number | null,
+    schemaPresent = true,
+  ): Extract<StoreReading, { kind: 'read' }> => ({
     kind: 'read',
     schemaPresent,
     oldestUnfinishedAgeMs,
@@ -12,11 +15,31 @@ describe('storeHealth', () => {
     ['an unfinished key within the bound', read(59_999), true, undefined],
     ['an unfinished key exactly at the bound', read(60_000), true, undefined],
     [
-      'an unfinished key past the bound',
+      'a key held past the bound, its lease still renewed',
       read(60_001),
       false,
-      'a key has been unfinished for longer than 60000 ms (maxUnfinishedAgeMs): its worker ' +
-        'died and no retry came, or its work hangs',
+      'a key has been unfinished for longer than 60000 ms (maxUnfinishedAgeMs): its lease is ' +
+        'still renewed: its work hangs',
+    ],
+    [
+      'a key past the bound whose lease ran out',
+      { ...read(null), oldestExpiredAgeMs: 60_001 },
+      false,
+      'a key has been unfinished for longer than 60000 ms (maxUnfinishedAgeMs): its lease ran ' +
+        'out and no retry took it over: its worker died',
+    ],
+    [
+      'both: the dead worker is said',
+      { ...read(90_000), oldestExpiredAgeMs: 70_000 },
+      false,
+      'a key has been unfinished for longer than 60000 ms (maxUnfinishedAgeMs): its lease ran ' +
+        'out and no retry took it over: its worker died',
+    ],
+    [
+      'a lease run out within the bound',
+      { ...read(null), oldestExpiredAgeMs: 59_000 },
+      true,
+      undefined,
     ],
     [
       'no table',
@@ -24,6 +47,19 @@ describe('storeHealth', () => {
       false,
       "table idempotency_keys is missing: run the library's migrations (IDEMPOTENCY_MIGRATIONS " +
         "in the DataSource's migrations)",
+    ],
+    [
+      'a role that may only read the keys table',
+      { ...read(null), missingPrivileges: ['INSERT', 'UPDATE', 'DELETE'], role: 'app' },
+      false,
+      'the role app may not INSERT, UPDATE, DELETE on idempotency_keys: ' +
+        'GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO app',
+    ],
+    [
+      'every privilege held',
+      { ...read(null), missingPrivileges: [], role: 'app' },
+      true,
+      undefined,
     ],
     [
       'the store unreachable',

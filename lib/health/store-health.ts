@@ -1,12 +1,29 @@
+import { privilegeProblem } from '../storage/schema-check.js';
+
 /**
  * The health indicator's verdict, a pure function of what it read: the store unreachable, its
- * table missing, or a key left unfinished for longer than the bound are each `down`.
+ * table missing or not writable by the app's role, or a key left unfinished for longer than the
+ * bound are each `down`.
  */
 
 /** What one look at the store found; `unreachable` when it did not answer. */
 export type StoreReading =
   | { kind: 'unreachable'; error: string }
-  | { kind: 'read'; schemaPresent: boolean; oldestUnfinishedAgeMs: number | null };
+  | {
+      kind: 'read';
+      schemaPresent: boolean;
+      /** The oldest key held under a lease still running (its worker alive, renewing it). */
+      oldestUnfinishedAgeMs: number | null;
+      /**
+       * The oldest key whose lease ran out and that nobody took over: its worker died. A key
+       * given back on purpose (a 503 to retry: `locked_until` NULL) is neither: it waits for
+       * its client's retry, and the purge takes it if none comes.
+       */
+      oldestExpiredAgeMs?: number | null;
+      /** Of SELECT, INSERT, UPDATE, DELETE on the keys table, those the app's role lacks. */
+      missingPrivileges?: readonly string[];
+      role?: string;
+    };
 
 export type StoreHealth =
   | { up: true; data: { oldestUnfinishedAgeMs: number | null } }
@@ -29,14 +46,33 @@ export function storeHealth(reading: StoreReading, maxUnfinishedAgeMs: number): 
       },
     };
   }
-  const age = reading.oldestUnfinishedAgeMs;
-  if (age !== null && age > maxUnfinishedAgeMs) {
+  // A role that may only read answers every keyed request 500: as down as a missing table.
+  if (reading.missingPrivileges && reading.missingPrivileges.length > 0) {
+    return {
+      up: false,
+      data: {
+        message: privilegeProblem(
+          reading.role ?? 'current_user',
+          'idempotency_keys',
+          reading.missingPrivileges,
+        ),
+      },
+    };
+  }
+  const held = reading.oldestUnfinishedAgeMs;
+  const expired = reading.oldestExpiredAgeMs ?? null;
+  const age = held === null ? expired : expired === null ? held : Math.max(held, expired);
+  const past = (ms: number | null) => ms !== null && ms > maxUnfinishedAgeMs;
+  if (past(expired) || past(held)) {
+    const cause = past(expired)
+      ? 'its lease ran out and no retry took it over: its worker died'
+      : 'its lease is still renewed: its work hangs';
     return {
       up: false,
       data: {
         message:
           `a key has been unfinished for longer than ${maxUnfinishedAgeMs} ms ` +
-          '(maxUnfinishedAgeMs): its worker died and no retry came, or its work hangs',
+          `(maxUnfinishedAgeMs): ${cause}`,
         oldestUnfinishedAgeMs: age,
         maxUnfinishedAgeMs,
       },

@@ -65,6 +65,32 @@ describe('answerProblem', () => {
     ],
     ['no body', () => ({ body: null as never }), 'renderProblem returned no body object'],
     ['nothing', () => undefined as never, 'renderProblem returned no body object'],
+    ['a BigInt in the body', () => ({ body: { amount: 1n } }), 'BigInt'],
+    [
+      'a cycle in the body',
+      () => {
+        const body: Record<string, unknown> = {};
+        body.self = body;
+        return { body };
+      },
+      'circular',
+    ],
+    [
+      'a body whose toJSON throws',
+      () => ({
+        body: {
+          toJSON: () => {
+            throw new Error('toJSON failed');
+          },
+        },
+      }),
+      'toJSON failed',
+    ],
+    [
+      'a body JSON writes as nothing',
+      () => ({ body: { toJSON: () => undefined } }),
+      'JSON.stringify writes as nothing',
+    ],
   ])('the problem as it is when the renderer fails: %s', (_name, render, reason) => {
     const heard: unknown[] = [];
     expect(answerProblem(inProgress, render, (error) => heard.push(error))).toEqual(

@@ -98,9 +98,10 @@ const RENDERED_CONTENT_TYPE = 'application/json; charset=utf-8';
 
 /**
  * The one place every answer of the library's is made: the problem, shaped by the app's
- * `renderProblem` when it gave one. A renderer that throws, or returns no body or a status that
- * is not one, must not leave a client without an answer (nor store a broken one): the problem
- * goes out as it is, and `onRenderError` hears why.
+ * `renderProblem` when it gave one. A renderer that throws, or returns no body, a body that
+ * `JSON.stringify` cannot write (a BigInt, a cycle) or a status that is not one, must not leave
+ * a client without an answer (nor store a broken one, nor a transaction open): the problem goes
+ * out as it is, and `onRenderError` hears why.
  */
 export function answerProblem(
   error: IdempotencyError,
@@ -123,6 +124,11 @@ export function answerProblem(
     for (const [name, value] of Object.entries(rendered.headers ?? {})) {
       headers[name.toLowerCase()] = String(value);
     }
+    // Every path writes the body as JSON.stringify does (a BigInt or a cycle throws there):
+    // found here, where the problem can still go out, not after the claim's answer was built.
+    if (JSON.stringify(rendered.body) === undefined) {
+      throw new TypeError('renderProblem returned a body that JSON.stringify writes as nothing');
+    }
     return { status, headers, body: rendered.body };
   } catch (reason) {
     onRenderError?.(reason);
@@ -137,9 +143,14 @@ export function problemResponse(
   onRenderError?: (reason: unknown) => void,
 ): StoredResponse {
   const answer = answerProblem(error, render, onRenderError);
-  return {
-    status: answer.status,
-    headers: answer.headers,
-    body: Buffer.from(JSON.stringify(answer.body)),
-  };
+  try {
+    const body = Buffer.from(JSON.stringify(answer.body));
+    return { status: answer.status, headers: answer.headers, body };
+  } catch (reason) {
+    // A body that wrote once and not twice (a toJSON with a state): the problem as it is.
+    onRenderError?.(reason);
+    const problem = toProblem(error);
+    const body = Buffer.from(JSON.stringify(problem.body));
+    return { status: problem.status, headers: problem.headers, body };
+  }
 }

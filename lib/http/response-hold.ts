@@ -44,7 +44,9 @@ function applyHeaders(raw: ServerResponse, headers: unknown): void {
 export function holdResponse(
   raw: ServerResponse,
   finalize: Finalizer,
-  onFinalizeError: (error: unknown) => StoredResponse | undefined,
+  onFinalizeError: (
+    error: unknown,
+  ) => StoredResponse | undefined | Promise<StoredResponse | undefined>,
   limit?: ResponseLimit,
   /** The response headers kept with the stored response, lower-cased. */
   storedHeaders: readonly string[] = STORED_RESPONSE_HEADERS,
@@ -105,7 +107,11 @@ export function holdResponse(
     const encoding = typeof args[1] === 'string' ? (args[1] as BufferEncoding) : undefined;
     if (chunk !== undefined && chunk !== null) keep(toBuffer(chunk, encoding));
     const written = overflowed ? undefined : readWritten(raw, chunks, storedHeaders);
-    const finalized = written ? finalize(written) : limit!.onOverflow();
+    // Started in a promise, so that a finalizer that throws at once reaches onFinalizeError
+    // like one that rejects, rather than the adapter's end() (which would send nothing).
+    const finalized = Promise.resolve().then(() =>
+      written ? finalize(written) : limit!.onOverflow(),
+    );
     finalized
       .catch(onFinalizeError)
       .then((replacement) => {

@@ -85,8 +85,14 @@ export function runOwned(
       const stored = await commitAnswer(tools, context, fingerprint, answer, handlerError);
       return stored === written ? undefined : stored;
     },
-    // Only a bug in the commit path gets here: nothing is stored, the lease runs out.
-    (error) => tools.problem(classifyCommitError(error)),
+    // Only a bug in the commit path gets here: nothing is stored, the lease runs out. The
+    // transaction is ended all the same, or its session stays idle in transaction holding
+    // whatever the handler locked, and the retry waits on it.
+    async (error) => {
+      tools.logger.error(`the answer of key ${claim.key} failed: ${String(error)}`);
+      await transaction.rollback().catch(() => undefined);
+      return tools.problem(classifyCommitError(error));
+    },
     {
       maxBytes: route.maxResponseBytes,
       // Too large to store: the handler's effects roll back, and the 500 is its final

@@ -1,3 +1,5 @@
+import { isWellFormedText } from '../well-formed.js';
+
 /**
  * The id a transport gives a message, read from the context Nest hands a message handler,
  * without importing `@nestjs/microservices` (an optional peer): RabbitMQ's AMQP `message-id`
@@ -28,9 +30,6 @@ export type MessageIdReading =
   /** An id PostgreSQL cannot keep as given; `reason` completes "it ...". */
   | { kind: 'unusable'; reason: string };
 
-/** A UTF-16 surrogate without its other half: no Unicode character, so no UTF-8 either. */
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
 /**
  * A message id as the processed table keeps it: 1 to 255 characters; a number is taken as
  * written. An id that PostgreSQL cannot store as given is unusable rather than altered: a NUL
@@ -50,7 +49,7 @@ export function readMessageId(value: unknown): MessageIdReading {
   }
   if (value.length > 255) return { kind: 'unusable', reason: 'is over 255 characters' };
   if (value.includes('\u0000')) return { kind: 'unusable', reason: 'holds a NUL character' };
-  if (LONE_SURROGATE.test(value)) {
+  if (!isWellFormedText(value)) {
     return { kind: 'unusable', reason: 'holds a lone surrogate (not Unicode)' };
   }
   return { kind: 'id', id: value };

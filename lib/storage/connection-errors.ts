@@ -194,10 +194,12 @@ export function isTransientError(error: unknown): boolean {
  * SQLSTATEs of a statement that no retry will make pass until someone changes the database:
  * `42P01` undefined table, `42703` undefined column, `42883` undefined function (the library's
  * migrations did not run, or not all of them) and `42501` insufficient privilege (the app's
- * role was not granted the library's tables). A read-only session (`25006`) is not one of them
+ * role was not granted the library's tables); and, the statements being the library's own,
+ * `23502` not-null violation (a DEFAULT its inserts rely on was dropped) and `42P10` (the
+ * primary key its ON CONFLICT names was dropped). A read-only session (`25006`) is not one of them
  * by its code alone: see `read-only-session.ts`.
  */
-const PERMANENT_STATES = new Set(['42P01', '42703', '42883', '42501']);
+const PERMANENT_STATES = new Set(['42P01', '42703', '42883', '42501', '23502', '42P10']);
 
 /** Whether the database refused a statement for a reason that lasts (see above). */
 export function isPermanentError(error: unknown): boolean {

@@ -23,6 +23,7 @@ import {
   type SessionIds,
 } from './pooler-signature.js';
 import { isPermanentError, isReadOnlyError } from './connection-errors.js';
+import { permanentRemedy } from './permanent-remedy.js';
 import {
   READ_ONLY_PROBE,
   readOnlyExplanation,
@@ -263,7 +264,11 @@ export class IdempotencyDatabase {
         throw error;
       }
       // A missing table, column or function, or a privilege: no retry passes until it is fixed.
-      if (isPermanentError(error)) throw new PermanentDatabaseError(error);
+      if (isPermanentError(error)) {
+        const explained = new PermanentDatabaseError(error, permanentRemedy(error));
+        this.logger.error(explained.explanation);
+        throw explained;
+      }
       throw new IdempotencyStoreUnavailableError(error);
     }
   }

@@ -5,20 +5,38 @@ import {
 } from './partitioned/layout-errors.js';
 
 const TZ = 'timestamp with time zone';
-const columns = (spec: string): { name: string; type: string }[] =>
+/** `name:type`, with `!` after the type for a column without a DEFAULT it needs. */
+const columns = (spec: string): { name: string; type: string; hasDefault: boolean }[] =>
   spec.split(',').map((pair) => {
-    const [name, type] = pair.trim().split(':');
-    return { name, type: type === 'tz' ? TZ : type };
+    const [name, written] = pair.trim().split(':');
+    const type = written.replace('!', '');
+    return { name, type: type === 'tz' ? TZ : type, hasDefault: !written.endsWith('!') };
   });
+/** The primary keys the migrations make, by table. */
+const UNIQUES: Record<string, string[][]> = {
+  idempotency_keys: [['key', 'tenant_id']],
+  processed_messages: [['consumer', 'message_id']],
+  message_failures: [['consumer', 'message_id']],
+  idempotency_response_bodies: [['id']],
+};
 const KEY_COLUMNS =
   'tenant_id:text, key:text, fingerprint:bytea, state:text, recovery_point:text, ' +
   'locked_until:tz, lock_version:bigint, response_code:integer, response_body:bytea, ' +
   'created_at:tz, claim_id:uuid, response_headers:jsonb, phase_results:jsonb, finished_at:tz';
-const table = (name: string, spec: string, relkind = 'r'): CatalogEntry => ({
+const table = (
+  name: string,
+  spec: string,
+  relkind = 'r',
+  uniques = relkind === 'p' ? [] : UNIQUES[name],
+  missingPrivileges: string[] = [],
+): CatalogEntry => ({
   kind: 'table',
   name,
   relkind,
   columns: columns(spec),
+  uniques,
+  missingPrivileges,
+  role: 'app',
 });
 const keys = table('idempotency_keys', KEY_COLUMNS);
 const processed = table('processed_messages', 'consumer:text, message_id:text, processed_at:tz');
@@ -98,6 +116,133 @@ describe('missingSchema', () => {
       ],
     ],
     [
+      'the keys table without its primary key',
+      plain,
+      [table('idempotency_keys', KEY_COLUMNS, 'r', []), processed, failures],
+      [
+        'idempotency_keys has no primary key or unique index on (tenant_id, key), which the ' +
+          "library's ON CONFLICT needs (migration CreateIdempotencyKeys1764460800000)",
+      ],
+    ],
+    [
+      'the keys table with a unique index on more columns only',
+      plain,
+      [
+        table('idempotency_keys', KEY_COLUMNS, 'r', [['key', 'tenant_id', 'fingerprint']]),
+        processed,
+        failures,
+      ],
+      [
+        'idempotency_keys has no primary key or unique index on (tenant_id, key), which the ' +
+          "library's ON CONFLICT needs (migration CreateIdempotencyKeys1764460800000)",
+      ],
+    ],
+    [
+      'the keys table with a unique index in the other column order',
+      plain,
+      [table('idempotency_keys', KEY_COLUMNS, 'r', [['tenant_id', 'key']]), processed, failures],
+      [],
+    ],
+    [
+      'message_failures without its primary key',
+      plain,
+      [
+        keys,
+        processed,
+        table(
+          'message_failures',
+          'consumer:text, message_id:text, attempts:integer, last_error:text, last_failed_at:tz',
+          'r',
+          [],
+        ),
+      ],
+      [
+        'message_failures has no primary key or unique index on (consumer, message_id), which ' +
+          "the library's ON CONFLICT needs (migration CreateMessageFailures1764461400000)",
+      ],
+    ],
+    [
+      'claim_id without its DEFAULT',
+      plain,
+      [
+        table('idempotency_keys', KEY_COLUMNS.replace('claim_id:uuid', 'claim_id:uuid!')),
+        processed,
+        failures,
+      ],
+      [
+        'column idempotency_keys.claim_id has no DEFAULT, which the insert needs ' +
+          '(migration CreateIdempotencyKeys1764460800000)',
+      ],
+    ],
+    [
+      'a column the inserts write needs no DEFAULT (fingerprint)',
+      plain,
+      [
+        table('idempotency_keys', KEY_COLUMNS.replace('fingerprint:bytea', 'fingerprint:bytea!')),
+        processed,
+        failures,
+      ],
+      [],
+    ],
+    [
+      'partitioned, claim_id and placed_at without their DEFAULTs',
+      partitioned,
+      [
+        table(
+          'idempotency_keys',
+          `${KEY_COLUMNS.replace('claim_id:uuid', 'claim_id:uuid!')}, placed_at:tz!`,
+          'p',
+        ),
+        processed,
+        failures,
+        ...partitionFunctions,
+      ],
+      [
+        'column idempotency_keys.claim_id has no DEFAULT, which the insert needs ' +
+          '(migration CreateIdempotencyKeys1764460800000)',
+        'column idempotency_keys.placed_at has no DEFAULT, which the insert needs ' +
+          '(migration PartitionIdempotencyKeys1764461600000)',
+      ],
+    ],
+    [
+      'bodies without the id DEFAULT',
+      withBodies,
+      [
+        keys,
+        processed,
+        failures,
+        table(
+          'idempotency_response_bodies',
+          'id:uuid!, tenant_id:text, key:text, claim_id:uuid, body:bytea, created_at:tz, expires_at:tz',
+        ),
+      ],
+      [
+        'column idempotency_response_bodies.id has no DEFAULT, which the insert needs ' +
+          '(migration CreateResponseBodies1764461500000)',
+      ],
+    ],
+    [
+      'a role that may only read',
+      plain,
+      [
+        table('idempotency_keys', KEY_COLUMNS, 'r', undefined, ['INSERT', 'UPDATE', 'DELETE']),
+        processed,
+        table(
+          'message_failures',
+          'consumer:text, message_id:text, attempts:integer, last_error:text, last_failed_at:tz',
+          'r',
+          undefined,
+          ['DELETE'],
+        ),
+      ],
+      [
+        'the role app may not INSERT, UPDATE, DELETE on idempotency_keys: ' +
+          'GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO app',
+        'the role app may not DELETE on message_failures: ' +
+          'GRANT SELECT, INSERT, UPDATE, DELETE ON message_failures TO app',
+      ],
+    ],
+    [
       'partitioned, as configured',
       partitioned,
       [partitionedKeys, processed, failures, ...partitionFunctions],
@@ -133,6 +278,17 @@ describe('missingSchema', () => {
 });
 
 describe('schemaMessage', () => {
+  it('names only the GRANTs when only privileges are missing', () => {
+    expect(
+      schemaMessage([
+        'the role app may not INSERT on t: GRANT SELECT, INSERT, UPDATE, DELETE ON t TO app',
+      ]),
+    ).toBe(
+      "IdempotencyModule: the app's database lacks what the library needs:\n" +
+        '- the role app may not INSERT on t: GRANT SELECT, INSERT, UPDATE, DELETE ON t TO app\n',
+    );
+  });
+
   it('lists what is missing and names the ways to create it', () => {
     expect(
       schemaMessage(['table a is missing (migration A1)', 'table b is missing (migration B2)']),

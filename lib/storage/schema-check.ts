@@ -18,7 +18,12 @@ export type CatalogEntry =
       name: string;
       /** `r` a plain table, `p` a partitioned one. */
       relkind: string;
-      columns: { name: string; type: string }[];
+      columns: { name: string; type: string; hasDefault: boolean }[];
+      /** The column sets of its primary key and unique indexes (valid ones, not partial). */
+      uniques: string[][];
+      /** Of SELECT, INSERT, UPDATE, DELETE, those the app's role (`role`) lacks on it. */
+      missingPrivileges: string[];
+      role: string;
     }
   | { kind: 'function'; name: string };
 
@@ -38,12 +43,16 @@ export interface ColumnNeed {
   type: string;
   /** The migration that gives the column this type (when not the table's own). */
   migration?: string;
+  /** An insert of the library's leaves it out: NOT NULL, it needs its DEFAULT. */
+  defaulted?: boolean;
 }
 
 export interface TableNeed {
   table: string;
   migration: string;
   columns: ColumnNeed[];
+  /** The columns an `ON CONFLICT` of the library's names: a primary key or unique index on them. */
+  conflictKey?: string[];
 }
 
 const TIMESTAMPTZ = 'timestamp with time zone';
@@ -55,24 +64,26 @@ const KEYS: TableNeed = {
     { name: 'tenant_id', type: 'text', migration: MIGRATIONS.textTenants },
     { name: 'key', type: 'text' },
     { name: 'fingerprint', type: 'bytea' },
-    { name: 'state', type: 'text' },
-    { name: 'recovery_point', type: 'text' },
+    { name: 'state', type: 'text', defaulted: true },
+    { name: 'recovery_point', type: 'text', defaulted: true },
     { name: 'locked_until', type: TIMESTAMPTZ },
-    { name: 'lock_version', type: 'bigint' },
+    { name: 'lock_version', type: 'bigint', defaulted: true },
     { name: 'response_code', type: 'integer' },
     { name: 'response_body', type: 'bytea' },
-    { name: 'created_at', type: TIMESTAMPTZ },
-    { name: 'claim_id', type: 'uuid' },
+    { name: 'created_at', type: TIMESTAMPTZ, defaulted: true },
+    { name: 'claim_id', type: 'uuid', defaulted: true },
     { name: 'response_headers', type: 'jsonb' },
-    { name: 'phase_results', type: 'jsonb' },
+    { name: 'phase_results', type: 'jsonb', defaulted: true },
     { name: 'finished_at', type: TIMESTAMPTZ, migration: MIGRATIONS.finishedAt },
   ],
+  conflictKey: ['tenant_id', 'key'],
 };
 
 const PLACED_AT: ColumnNeed = {
   name: 'placed_at',
   type: TIMESTAMPTZ,
   migration: MIGRATIONS.partition,
+  defaulted: true,
 };
 
 /** The consumers' tables: `@IdempotentMessage()` and `ProcessedMessages`, and the purge's. */
@@ -83,8 +94,9 @@ const CONSUMER_TABLES: TableNeed[] = [
     columns: [
       { name: 'consumer', type: 'text' },
       { name: 'message_id', type: 'text' },
-      { name: 'processed_at', type: TIMESTAMPTZ },
+      { name: 'processed_at', type: TIMESTAMPTZ, defaulted: true },
     ],
+    conflictKey: ['consumer', 'message_id'],
   },
   {
     table: 'message_failures',
@@ -92,10 +104,11 @@ const CONSUMER_TABLES: TableNeed[] = [
     columns: [
       { name: 'consumer', type: 'text' },
       { name: 'message_id', type: 'text' },
-      { name: 'attempts', type: 'integer' },
+      { name: 'attempts', type: 'integer', defaulted: true },
       { name: 'last_error', type: 'text' },
-      { name: 'last_failed_at', type: TIMESTAMPTZ },
+      { name: 'last_failed_at', type: TIMESTAMPTZ, defaulted: true },
     ],
+    conflictKey: ['consumer', 'message_id'],
   },
 ];
 
@@ -103,12 +116,12 @@ const BODIES: TableNeed = {
   table: 'idempotency_response_bodies',
   migration: MIGRATIONS.bodies,
   columns: [
-    { name: 'id', type: 'uuid' },
+    { name: 'id', type: 'uuid', defaulted: true },
     { name: 'tenant_id', type: 'text' },
     { name: 'key', type: 'text' },
     { name: 'claim_id', type: 'uuid' },
     { name: 'body', type: 'bytea' },
-    { name: 'created_at', type: TIMESTAMPTZ },
+    { name: 'created_at', type: TIMESTAMPTZ, defaulted: true },
     { name: 'expires_at', type: TIMESTAMPTZ },
   ],
 };
@@ -133,13 +146,21 @@ export const CHECKED_FUNCTIONS = PARTITION_FUNCTIONS;
  */
 export const SCHEMA_CATALOG_QUERY = `SELECT 'table' AS kind, c.relname AS name, c.relkind::text AS relkind,
   coalesce((SELECT json_agg(json_build_object('name', a.attname,
-      'type', format_type(a.atttypid, a.atttypmod)) ORDER BY a.attnum)
+      'type', format_type(a.atttypid, a.atttypmod), 'hasDefault', a.atthasdef) ORDER BY a.attnum)
     FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
-    '[]'::json) AS columns
+    '[]'::json) AS columns,
+  coalesce((SELECT json_agg((SELECT json_agg(a.attname ORDER BY a.attname)
+      FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum = ANY(i.indkey::int2[])))
+    FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid
+      AND i.indpred IS NULL AND i.indexprs IS NULL),
+    '[]'::json) AS uniques,
+  ARRAY(SELECT p FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) p
+    WHERE NOT has_table_privilege(c.oid, p)) AS "missingPrivileges",
+  current_user::text AS role
 FROM pg_class c
 WHERE c.relname = ANY($1::text[]) AND c.relkind IN ('r', 'p') AND pg_table_is_visible(c.oid)
 UNION ALL
-SELECT 'function', p.proname, NULL, '[]'::json
+SELECT 'function', p.proname, NULL, '[]'::json, '[]'::json, ARRAY[]::text[], NULL
 FROM pg_proc p WHERE p.proname = ANY($2::text[]) AND pg_function_is_visible(p.oid)`;
 
 /**
@@ -165,17 +186,34 @@ export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry
       problems.push(`table ${need.table} is missing (migration ${need.migration})`);
       continue;
     }
-    const types = new Map(found.columns.map((column) => [column.name, column.type]));
+    const columns = new Map(found.columns.map((column) => [column.name, column]));
     for (const column of need.columns) {
-      const type = types.get(column.name);
+      const have = columns.get(column.name);
       const migration = column.migration ?? need.migration;
-      if (type === undefined) {
+      if (have === undefined) {
         problems.push(`column ${need.table}.${column.name} is missing (migration ${migration})`);
-      } else if (type !== column.type) {
+      } else if (have.type !== column.type) {
         problems.push(
-          `column ${need.table}.${column.name} is ${type}, not ${column.type} (migration ${migration})`,
+          `column ${need.table}.${column.name} is ${have.type}, not ${column.type} (migration ${migration})`,
+        );
+      } else if (column.defaulted && !have.hasDefault) {
+        // Without it every insert fails with 23502, a 500 on every claim.
+        problems.push(
+          `column ${need.table}.${column.name} has no DEFAULT, which the insert needs ` +
+            `(migration ${migration})`,
         );
       }
+    }
+    // Read alone passes every check and fails every keyed request: said at start-up instead.
+    const lacking = found.missingPrivileges ?? [];
+    if (lacking.length > 0) problems.push(privilegeProblem(found.role, need.table, lacking));
+    // A partitioned keys table has none (each partition has its own, see the migration).
+    const partitionedKeys = need.table === KEYS.table && found.relkind === 'p';
+    if (need.conflictKey && !partitionedKeys && !hasUnique(found.uniques, need.conflictKey)) {
+      problems.push(
+        `${need.table} has no primary key or unique index on (${need.conflictKey.join(', ')}), ` +
+          `which the library's ON CONFLICT needs (migration ${need.migration})`,
+      );
     }
   }
   const keysTable = tables.get(KEYS.table);
@@ -194,11 +232,31 @@ export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry
   return problems;
 }
 
+const GRANT_PREFIX = 'the role ';
+
+/** What a role lacks on a table, with the GRANT that gives it (the start-up check's, health's). */
+export function privilegeProblem(role: string, table: string, lacking: readonly string[]): string {
+  return (
+    `${GRANT_PREFIX}${role} may not ${lacking.join(', ')} on ${table}: ` +
+    `GRANT SELECT, INSERT, UPDATE, DELETE ON ${table} TO ${role}`
+  );
+}
+
+/** Whether one of the unique column sets is exactly `columns` (ON CONFLICT's inference). */
+function hasUnique(uniques: readonly string[][], columns: readonly string[]): boolean {
+  const wanted = [...columns].sort().join(',');
+  return uniques.some((unique) => [...unique].sort().join(',') === wanted);
+}
+
 /** The start-up refusal's message: what is missing, and the ways to create it. */
 export function schemaMessage(problems: readonly string[]): string {
-  return (
+  const head =
     "IdempotencyModule: the app's database lacks what the library needs:\n" +
-    problems.map((problem) => `- ${problem}\n`).join('') +
+    problems.map((problem) => `- ${problem}\n`).join('');
+  // Only grants missing: each line says the GRANT; the migrations would not help.
+  if (problems.every((problem) => problem.startsWith(GRANT_PREFIX))) return head;
+  return (
+    head +
     "Run the library's migrations in the app's DataSource (migrations: " +
     '[...IDEMPOTENCY_MIGRATIONS, ...yours], then migrationsRun: true or `typeorm migration:run`; ' +
     'with partitionedExpiry, PartitionIdempotencyKeys1764461600000 after them), or apply the ' +

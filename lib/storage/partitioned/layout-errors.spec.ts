@@ -3,15 +3,16 @@ import { explainLayoutError, isNoPartitionError } from './layout-errors.js';
 describe('explainLayoutError', () => {
   it.each<[string, unknown, string | undefined]>([
     [
-      'the plain CLAIM on a partitioned table',
+      'the plain CLAIM on a partitioned table, or on a table without its primary key',
       {
         code: '42P10',
         message:
           'there is no unique or exclusion constraint matching the ON CONFLICT specification',
       },
-      'idempotency_keys is partitioned (the PartitionIdempotencyKeys migration ran), but ' +
-        'partitionedExpiry is off: turn it on in IdempotencyModule.forRoot(), or revert that ' +
-        'migration',
+      "idempotency_keys has no primary key or unique index on (tenant_id, key), which the claim's " +
+        'ON CONFLICT needs: if the PartitionIdempotencyKeys migration ran, turn partitionedExpiry ' +
+        'on in IdempotencyModule.forRoot() (or revert that migration); otherwise restore the ' +
+        'primary key (ALTER TABLE idempotency_keys ADD PRIMARY KEY (tenant_id, key))',
     ],
     [
       'the partitioned claim before the migration',

@@ -18,6 +18,13 @@ export const LAYOUT_PARTITIONED_UNEXPECTED =
   'idempotency_keys is partitioned (the PartitionIdempotencyKeys migration ran), but ' +
   'partitionedExpiry is off: turn it on in IdempotencyModule.forRoot(), or revert that migration';
 
+/** The plain CLAIM's ON CONFLICT found no unique index on (tenant_id, key) to infer. */
+export const KEYS_WITHOUT_CONFLICT_KEY =
+  "idempotency_keys has no primary key or unique index on (tenant_id, key), which the claim's " +
+  'ON CONFLICT needs: if the PartitionIdempotencyKeys migration ran, turn partitionedExpiry on ' +
+  'in IdempotencyModule.forRoot() (or revert that migration); otherwise restore the primary key ' +
+  '(ALTER TABLE idempotency_keys ADD PRIMARY KEY (tenant_id, key))';
+
 /** The app's options say partitioned and the table is not (also the start-up check's). */
 export const LAYOUT_NOT_PARTITIONED =
   'partitionedExpiry is on, but idempotency_keys is not partitioned: run the ' +
@@ -33,7 +40,8 @@ export function explainLayoutError(error: unknown): string | undefined {
   const { code, message, hint } = (error ?? {}) as DatabaseError;
   const text = typeof message === 'string' ? message : '';
   if (code === '42P10') {
-    return LAYOUT_PARTITIONED_UNEXPECTED;
+    // Not necessarily partitioned: a plain table whose primary key was dropped says the same.
+    return KEYS_WITHOUT_CONFLICT_KEY;
   }
   if (code === '42883' && /idempotency_(claim|keys_create_partitions)/.test(text)) {
     return LAYOUT_NOT_PARTITIONED;

@@ -1,0 +1,42 @@
+/** PostgreSQL's error, as node-postgres gives it: the fields the remedy reads. */
+interface DatabaseError {
+  code?: unknown;
+  message?: unknown;
+}
+
+const MIGRATIONS_OR_SCHEMA =
+  "the library's migrations (IDEMPOTENCY_MIGRATIONS) or the package's migrations/schema.sql";
+
+/**
+ * What an operator does about a refusal of the library's own statement that no retry passes
+ * (see `PERMANENT_STATES`), in words, for the log: the statement's SQL is the library's, so its
+ * failure says the schema or the role differs from what the migrations leave. The start-up
+ * check finds these before the first request; this is for a change made after it ran.
+ */
+export function permanentRemedy(error: unknown): string {
+  const { code, message } = (error ?? {}) as DatabaseError;
+  const said = typeof message === 'string' ? message : String(error);
+  switch (code) {
+    case '23502':
+      return (
+        `${said}: a column the library's inserts leave to its DEFAULT has lost it; restore it ` +
+        `as ${MIGRATIONS_OR_SCHEMA} define it (the CLI's doctor lists the differences)`
+      );
+    case '42P10':
+      return (
+        `${said}: the table has no primary key or unique index on the columns the library's ` +
+        `ON CONFLICT names; restore it as ${MIGRATIONS_OR_SCHEMA} define it`
+      );
+    case '42P01':
+    case '42703':
+    case '42883':
+      return `${said}: run ${MIGRATIONS_OR_SCHEMA}`;
+    case '42501':
+      return (
+        `${said}: grant the app's role SELECT, INSERT, UPDATE, DELETE on the library's tables ` +
+        '(idempotency_keys, processed_messages, message_failures, idempotency_response_bodies)'
+      );
+    default:
+      return said;
+  }
+}
