@@ -452,6 +452,13 @@ function checkAnswer(
         ? undefined
         : `final answer ${show(final)}, the model wants 500 transaction_aborted`;
     case 'refused':
+      if (model.code !== undefined) {
+        const status =
+          transport === 'graphql' ? final.status >= 400 : final.status === model.status;
+        return status && (final.code === model.code || final.body.includes(model.code))
+          ? undefined
+          : `final answer ${show(final)}, the model wants ${model.status} ${model.code}`;
+      }
       return final.status >= 400
         ? undefined
         : `final answer ${show(final)}, the model wants it refused`;

@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+import { isWellFormedText } from '../../lib/well-formed.js';
 
 /**
  * A small language of handler programs, each the kind of thing a Nest handler does with its
@@ -96,8 +97,12 @@ export type Outcome =
        */
       refusable: boolean;
     }
-  /** What the library documents as refused (a `BigInt` in a GraphQL answer): a final error, nothing applied. */
-  | { kind: 'refused' }
+  /**
+   * What the library documents as refused (a `BigInt` in a GraphQL answer; a tenant id with a
+   * lone surrogate, refused before anything runs: 400 `tenant_invalid`): a final error,
+   * nothing applied; `code`, where the refusal has one the answer must carry.
+   */
+  | { kind: 'refused'; status?: number; code?: string }
   /** The handler's own error answer, stored and replayed; no effect applied. */
   | { kind: 'error'; status: number }
   /**
@@ -136,6 +141,10 @@ interface Level {
  * library must make of it however many attempts, crashes and timeouts it takes.
  */
 export function expectedOutcome(program: HandlerProgram): Outcome {
+  // PostgreSQL would store "acme\ud800" and "acme\udbff" as one text: such a tenant is refused.
+  if (program.tenant !== undefined && !isWellFormedText(program.tenant)) {
+    return { kind: 'refused', status: 400, code: 'tenant_invalid' };
+  }
   const top: Level = { aborted: false, writes: [] };
   const forgets: string[] = [];
   const request: RequestState = { begun: false, strength: 1 };
