@@ -483,18 +483,22 @@ describe('session state a handler sets on the request’s connection', () => {
 
     beforeAll(async () => {
       limitedRole = `seam_limited_${database.name.slice(-8)}`;
+      // The role has every right the start-up check asks for (it refuses to start otherwise,
+      // naming the GRANT); the right to complete a key is taken away once the app is up.
       await db.query(`
         CREATE ROLE ${limitedRole} NOLOGIN;
-        GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA public TO ${limitedRole};
-        GRANT USAGE ON SEQUENCE slots_id_seq TO ${limitedRole};
-        -- Its keys can be released (a retry runs the request again), never completed.
-        GRANT DELETE, UPDATE (locked_until) ON idempotency_keys TO ${limitedRole};`);
+        GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${limitedRole};
+        GRANT USAGE ON SEQUENCE slots_id_seq TO ${limitedRole};`);
       limitedPool = createTestPool({ connectionString: database.url, max: 4 });
       // The app's sessions run as the limited role from their start (a session-level SET).
       limitedPool.on('connect', (client) => {
         client.query(`SET ROLE ${limitedRole}`).catch(() => undefined);
       });
       limitedApp = await bootstrapTestApp(LimitedAppModule, 'express');
+      // Its keys can be released (a retry runs the request again), never completed.
+      await db.query(`
+        REVOKE UPDATE ON idempotency_keys FROM ${limitedRole};
+        GRANT UPDATE (locked_until) ON idempotency_keys TO ${limitedRole};`);
     });
     afterAll(async () => {
       await limitedApp?.close();
