@@ -57,6 +57,16 @@ describe('isConnectionError: the database could not be reached (its errors only)
     ['ENETUNREACH on it', markDatabaseFailure(socket('ENETUNREACH')), true],
     ['ENOTCONN on it', markDatabaseFailure(socket('ENOTCONN')), true],
     ['a name server not answering for it', markDatabaseFailure(socket('EAI_AGAIN')), true],
+    ['its host name not found', markDatabaseFailure(socket('ENOTFOUND')), true],
+    ['its Unix socket gone', markDatabaseFailure(socket('ENOENT')), true],
+    ['an HTTP client’s ENOTFOUND', socket('ENOTFOUND'), false],
+    // 08P01 ERROR: one message refused on a live connection (over 65,535 parameters).
+    ['a protocol violation of one statement', typeorm(server('08P01')), false],
+    [
+      'a protocol violation that ended the connection',
+      Object.assign(server('08P01'), { severity: 'FATAL' }),
+      true,
+    ],
     // A call once the app began to stop: the pool or the data layer ended under it.
     ['pg-pool ended', driver('Cannot use a pool after calling end on the pool'), true],
     ['Kysely destroyed', driver('driver has already been destroyed'), true],

@@ -94,6 +94,10 @@ const NETWORK_CODES = new Set([
   'ENETUNREACH',
   'ENETDOWN',
   'EAI_AGAIN',
+  // The host's name not found (a DNS record gone during a failover), or a Unix socket's file
+  // gone while the server restarts: on a connection known to be the database's, an outage.
+  'ENOTFOUND',
+  'ENOENT',
 ]);
 /**
  * node-postgres' and pg-pool's own errors that end a connection or a wait for one. `Query read
@@ -121,7 +125,8 @@ const TRANSIENT_STATES = new Set(['57014', '55P03']);
 
 /** What the driver reported, when `error` came from the database; undefined otherwise. */
 type DriverFailure =
-  { kind: 'unreachable' } | { kind: 'driver'; code: string | undefined; message: string };
+  | { kind: 'unreachable' }
+  | { kind: 'driver'; code: string | undefined; message: string; severity?: string };
 
 function fromDatabase(error: unknown, underStatement = false): DriverFailure | undefined {
   if (!isError(error)) return undefined;
@@ -146,11 +151,12 @@ function fromDatabase(error: unknown, underStatement = false): DriverFailure | u
     isServerError(error) ||
     DRIVER_CONNECTION_MESSAGES.has(error.message)
   ) {
-    const code = (error as { code?: unknown }).code;
+    const { code, severity } = error as { code?: unknown; severity?: unknown };
     return {
       kind: 'driver',
       code: typeof code === 'string' ? code : undefined,
       message: error.message,
+      severity: typeof severity === 'string' ? severity : undefined,
     };
   }
   return undefined;
@@ -171,12 +177,25 @@ export function isConnectionError(error: unknown): boolean {
   const failure = fromDatabase(error);
   if (!failure) return false;
   if (failure.kind === 'unreachable') return true;
-  const { code, message } = failure;
+  const { code, message, severity } = failure;
   return (
     (code !== undefined &&
-      (code.startsWith('08') || UNAVAILABLE_STATES.has(code) || NETWORK_CODES.has(code))) ||
+      ((code.startsWith('08') && !isStatementsProtocolViolation(code, severity)) ||
+        UNAVAILABLE_STATES.has(code) ||
+        NETWORK_CODES.has(code))) ||
     DRIVER_CONNECTION_MESSAGES.has(message)
   );
+}
+
+/**
+ * `08P01` (protocol violation) with severity ERROR is PostgreSQL refusing one message on a
+ * connection that stays open: a statement with more than 65,535 parameters, which node-postgres'
+ * Bind cannot count. Every retry meets it again, so it is the handler's final answer, not an
+ * outage (a 503 would run the handler's other effects again on every retry, and a consumer
+ * would redeliver the message for ever). Sent FATAL, the connection ended: an outage.
+ */
+function isStatementsProtocolViolation(code: string, severity: string | undefined): boolean {
+  return code === '08P01' && severity !== undefined && severity !== 'FATAL';
 }
 
 /**

@@ -6,11 +6,12 @@ import {
   type ReplicationMode,
 } from 'typeorm';
 import { markDatabaseFailure } from '../storage/connection-errors.js';
+import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { TransactionEndedError } from './seam-errors.js';
 import { isPlainRead } from './sql-text.js';
 import { ownQueryRunner } from './transaction-scope.js';
-import { RequestTransaction } from './request-transaction.js';
+import { asError, RequestTransaction } from './request-transaction.js';
 
 export { TransactionAbortedError, TransactionEndedError } from './seam-errors.js';
 export { type FencedStatement } from './request-transaction.js';
@@ -168,12 +169,26 @@ export class LazyTransaction extends RequestTransaction {
 
   private async readAlone(args: unknown[]): Promise<unknown> {
     const runner = ownQueryRunner(this.dataSource);
+    const internals = runner as unknown as RunnerInternals;
+    // Its connection is waited for at most the module's deadline, as every wait of the
+    // library's is: TypeORM's own connect has no bound, and a database that stopped answering
+    // held the request (and its key) with no answer at all.
+    let client: PoolClient | undefined;
+    internals.connect = async () => {
+      client ??= await acquire(this.pool(), this.timeoutMs);
+      internals.databaseConnection = client;
+      return client;
+    };
+    let failure: unknown;
     try {
       return await (runner.query as (...a: unknown[]) => Promise<unknown>)(...args);
     } catch (error) {
+      failure = error;
       // TypeORM hands a refused connection on as the socket's error: it is the database's.
       throw markDatabaseFailure(error);
     } finally {
+      // A connection whose statement failed is not given to another caller: it may be broken.
+      client?.release(failure === undefined ? undefined : asError(failure));
       await runner.release();
     }
   }
