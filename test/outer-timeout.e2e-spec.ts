@@ -31,6 +31,19 @@ import { SIDE_EFFECTS_DDL } from './support/test-app.js';
 /** The outer timeout: short, so that it fires while the claim waits on a lock. */
 const TIMEOUT_MS = 300;
 
+/** A trigger that makes the first update of a listed key sleep past the outer timeout. */
+const SLOW_TAKEOVER_DDL = `
+  CREATE TABLE IF NOT EXISTS slow_takeovers (key text PRIMARY KEY);
+  CREATE OR REPLACE FUNCTION slow_takeover() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      DELETE FROM slow_takeovers WHERE key = NEW.key;
+      IF FOUND THEN PERFORM pg_sleep(1); END IF;
+      RETURN NEW;
+    END $$;
+  DROP TRIGGER IF EXISTS slow_takeover ON idempotency_keys;
+  CREATE TRIGGER slow_takeover BEFORE UPDATE ON idempotency_keys
+    FOR EACH ROW EXECUTE FUNCTION slow_takeover();`;
+
 /** The events of each key, in order: `channel` or `channel:reason`. */
 const events = new Map<string, string[]>();
 const listeners = Object.values(IDEMPOTENCY_CHANNELS).map((name) => {
@@ -195,6 +208,20 @@ describe.each(ADAPTERS)(
       }
     }
 
+    /** Waits until a statement of the app sleeps in the slow takeover's trigger. */
+    async function untilSleeping() {
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const { rows } = await db.query(
+          `SELECT 1 FROM pg_stat_activity
+         WHERE datname = current_database() AND wait_event = 'PgSleep'`,
+        );
+        if (rows.length > 0) return;
+        if (Date.now() > deadline) throw new Error('no statement of the app sleeps');
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    }
+
     /**
      * Retries the key until it is answered (at most `withinMs`); the 409s on the way are the
      * moment between the late claim's commit and its release.
@@ -265,14 +292,15 @@ describe.each(ADAPTERS)(
         [seed, key],
       );
       const before = await sideEffects();
-      // A lock on the key's row: the takeover's update waits on it.
-      await blocker.query('BEGIN');
-      await blocker.query('SELECT 1 FROM idempotency_keys WHERE key = $1 FOR UPDATE', [key]);
+      // The takeover's update is slowed on the server (a trigger sleeps, once, for this key):
+      // it lands after the outer timeout answered. (A lock on the row no longer delays it: a
+      // takeover skips a locked row, held by a live owner, and answers 409 at once.)
+      await db.query(SLOW_TAKEOVER_DDL);
+      await db.query('INSERT INTO slow_takeovers (key) VALUES ($1)', [key]);
       const pending = post(key);
-      await untilBlocked();
+      await untilSleeping();
       const first = await pending;
       expect(first.status).toBe(408);
-      await blocker.query('COMMIT');
 
       const retry = await retryUntilAnswered(key, 3000);
       // Shown whole when it fails: a 409 past the deadline tells its Retry-After.
