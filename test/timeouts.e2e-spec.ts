@@ -280,9 +280,10 @@ describe('ECONNREFUSED from the database through TypeORM’s connect', () => {
     expect(pool.totalCount).toBe(0);
     const down = messages.processOnce('timeouts', 'refused', () => Promise.resolve('applied'));
     await expect(down).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
+    // The socket's error, marked as the database's where the library connected.
     await expect(down).rejects.toMatchObject({
       code: 'store_unavailable',
-      cause: { code: 'ECONNREFUSED' },
+      cause: { name: 'DatabaseConnectionError', cause: { code: 'ECONNREFUSED' } },
     });
     await proxy.restore();
     const back = await messages.processOnce('timeouts', 'refused', () =>
