@@ -132,6 +132,14 @@ export class PoolTransaction extends RequestTransaction {
     const text = textOf(args[0]);
     const refused = this.refusalOf(text);
     if (refused) throw refused;
+    const level = from === null ? this.leadingIsolationOf(text) : undefined;
+    if (level) {
+      // Sent as it is, it would meet the session's state captured in the BEGIN's round trip
+      // (a query: 25001, "must be called before any query"). It is what it is without the
+      // library: the level of the transaction the statements after it run in.
+      await this.askIsolation(level);
+      return emptyResult('SET');
+    }
     if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
       return this.sendAlone(args);
     }
@@ -145,6 +153,18 @@ export class PoolTransaction extends RequestTransaction {
       this.lastError = error;
       throw error;
     }
+  }
+
+  /**
+   * The level of a `SET TRANSACTION ISOLATION LEVEL` sent through `pool.query()` before the
+   * transaction began (Drizzle's `db.execute`, Prisma's `$executeRaw`): taken as the level to
+   * begin at, as the same statement on a view of the connection is (see `onView`). Once begun,
+   * undefined: it is sent as it is, and PostgreSQL decides.
+   */
+  private leadingIsolationOf(text: unknown): string | undefined {
+    if (this.beginning) return undefined;
+    const control = nestedControlOf(text);
+    return control?.kind === 'set-isolation' ? control.level : undefined;
   }
 
   /**
