@@ -481,9 +481,11 @@ export abstract class RequestTransaction implements JoinableTransaction {
       const submittable = args[0] as { handleError?: (error: unknown) => void };
       this.begin(client).then(
         () =>
-          this.ended
-            ? submittable.handleError?.(new TransactionEndedError(nested()))
-            : query.apply(client, args),
+          this.withdrawn(submittable)
+            ? undefined
+            : this.ended
+              ? submittable.handleError?.(new TransactionEndedError(nested()))
+              : query.apply(client, args),
         (error: unknown) => submittable.handleError?.(error),
       );
       return submittable as unknown as Promise<unknown>;
@@ -500,6 +502,15 @@ export abstract class RequestTransaction implements JoinableTransaction {
       return result;
     }
     return this.begin(client).then(after);
+  }
+
+  /**
+   * Whether a submittable its code handed over was withdrawn before it could be submitted (a
+   * cursor closed before it was): it is then never handed to the connection. Else it is about
+   * to be.
+   */
+  protected withdrawn(_submittable: object): boolean {
+    return false;
   }
 
   /** `BEGIN` in a round trip of its own: for a first statement `beginWith` cannot carry. */
