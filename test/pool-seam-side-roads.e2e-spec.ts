@@ -14,29 +14,20 @@ import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { createTestPool, endTestPool } from './support/test-pool.js';
 
 /**
- * Adversary (advpool): the node-postgres pool seam's side roads.
+ * The node-postgres pool seam's side roads (found by an adversarial review):
  *
- * 1. Session-level role / search_path (SET ROLE, not LOCAL; set_config(..., false); SET
- *    search_path) set by one request's handler outlives its transaction on the pooled
- *    connection, and becomes "the role/search path the transaction began with" for every later
- *    request on that connection: unrelated keys then fail 500 database_permanent, with a
- *    message blaming the grants. (The library refuses session-level advisory locks for exactly
- *    this reason, but not these.)
- * 2. SET TRANSACTION ISOLATION LEVEL sent through pool.query (Drizzle's db.execute, Kysely's
- *    sql.execute(db)) as the handler's first statement makes the request's transaction
- *    SERIALIZABLE without the library knowing (it is seen only on a pool.connect() view): the
- *    lease renewals commit apart, and the fenced update then fails 40001 every time: a 503
- *    database_transient for a permanent condition. Found instead: it fails at once with 25001
- *    ("must be called before any query"): the library's CAPTURE_SESSION_STATE SELECT, sent in
- *    the BEGIN's round trip, is that query. The 500 is stored and replayed (pg, Drizzle, Prisma
- *    $executeRaw; Kysely and a pool.connect() view are seen as nested control and pass).
- * 3. SET LOCAL SESSION AUTHORIZATION in a handler: the library puts back only `role`, so its
- *    fenced update runs as the handler's user (42501, 500 database_permanent, every retry), and
- *    its log says it ran as the role the transaction began with.
- * 4. A pg-cursor closed before its first read: PoolTransaction.submit() submits it later, so
- *    pg-cursor's close() finds no connection and does nothing; the cursor stays counted open
- *    (and then really opens): the next write is refused 500 cursor_open, whose message says to
- *    close it (it was), after the ROLLBACK waited databaseTimeoutMs behind it.
+ * - A session-level role, session authorization or search path (SET ROLE, not LOCAL;
+ *   set_config(…, false); SET search_path) would outlive the request on its pooled connection
+ *   and become "the role the transaction began with" of every later request there (500
+ *   database_permanent blaming the grants): refused before it is sent, as session-level
+ *   advisory locks are, naming SET LOCAL.
+ * - A pg-cursor closed before its first read: submitted only once the BEGIN succeeded, its
+ *   close() found no connection, so it stayed counted open (cursor_open, the ROLLBACK waiting
+ *   behind it): now withdrawn, never submitted.
+ * - SET TRANSACTION ISOLATION LEVEL through pool.query as the first statement (Drizzle's
+ *   db.execute, pg, Prisma's $executeRaw) met the session-state capture sent with the BEGIN
+ *   (25001): now the level the request's transaction begins at, as on a pool.connect() view,
+ *   so that its lease renewals run inside it.
  */
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -50,7 +41,7 @@ let widePool: Pool | undefined;
 let narrowPool: Pool | undefined;
 
 @Controller()
-class AdvController {
+class SideRoadsController {
   /** A handler that narrows its role for its own work, but with SET ROLE (session-level). */
   @Post('leak')
   @Idempotent()
@@ -60,28 +51,14 @@ class AdvController {
       'set-config-role': drizzleSql`select set_config('role', ${appRole}, false)`,
       'set-search-path': drizzleSql.raw('set search_path to app_schema'),
     }[body.how]!;
-    await drizzleDb.execute(set);
+    await drizzleDb.execute(set).catch((error: { cause?: Error }) => {
+      lastError = error.cause ?? (error as Error);
+      throw error;
+    });
     await drizzleDb.execute(
       drizzleSql`INSERT INTO public.slots (slot, who) VALUES (${body.slot}, 'leak')`,
     );
     return { slot: body.slot };
-  }
-
-  /**
-   * The handler narrows its own statements with SET LOCAL SESSION AUTHORIZATION (a pool that
-   * logs in as the database owner): LOCAL, so nothing outlives the transaction.
-   */
-  @Post('local-authorization')
-  @Idempotent()
-  async localAuthorization(@Body() body: { slot: string }) {
-    await drizzleDb.execute(drizzleSql.raw(`set local session authorization ${appRole}`));
-    await drizzleDb.execute(
-      drizzleSql`INSERT INTO slots (slot, who) VALUES (${body.slot}, 'auth')`,
-    );
-    const { rows } = await drizzleDb.execute<{ who: string }>(
-      drizzleSql`SELECT current_user AS who`,
-    );
-    return { who: rows[0].who };
   }
 
   /**
@@ -162,20 +139,20 @@ function appModule(of: () => Pool) {
     imports: [
       IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool: of() }) }),
     ],
-    controllers: [AdvController],
+    controllers: [SideRoadsController],
   })
   class AdvModule {}
   return AdvModule;
 }
 
-describe('adversary advpool: the pool seam', () => {
+describe('the pool seam keeps its promises on the side roads', () => {
   let database: TestDatabase;
   let db: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv_pool');
-    appRole = `adv_app_${database.name.slice(-8)}`;
+    database = await createTestDatabase('side_roads');
+    appRole = `side_app_${database.name.slice(-8)}`;
     db = new Client({ connectionString: database.url });
     await db.connect();
     await db.query(readFileSync('migrations/schema.sql', 'utf8'));
@@ -213,16 +190,28 @@ describe('adversary advpool: the pool seam', () => {
   const post = (path: string, key: string, body: object) =>
     request(app.getHttpServer()).post(path).set('Idempotency-Key', key).send(body);
 
-  describe('session-level state a handler leaves on the pooled connection', () => {
-    it.each([['set-role'], ['set-config-role'], ['set-search-path']])(
-      'a handler that runs %s (not LOCAL) leaves later requests of other keys able to commit',
-      async (how) => {
+  describe('a session-level role or search path is refused, so the pooled connection stays clean', () => {
+    it.each([
+      ['set-role', 'SET ROLE'],
+      ['set-config-role', "set_config('role', …, false)"],
+      ['set-search-path', 'SET search_path'],
+    ])(
+      'refuses %s (not LOCAL) before it is sent, naming SET LOCAL: 500, nothing written, and later requests of other keys on that connection commit',
+      async (how, named) => {
         const slot = `leak-${how}`;
         const first = await post('/leak', slot, { slot, how });
-        // Either refused up front (as session-level advisory locks are), or it commits.
-        if (first.status === 201) {
-          expect(await rows(slot)).toEqual([{ who: 'leak' }]);
-        }
+        const met = lastError;
+        lastError = undefined;
+        // Refused up front, as session-level advisory locks are: the request rolls back.
+        expect(first.status).toBe(500);
+        expect(met?.name).toBe('SessionSettingRefusedError');
+        expect(met?.message).toContain(`${named} refused`);
+        expect(met?.message).toContain('SET LOCAL');
+        expect(met?.message).toContain('set_config(');
+        expect(await rows(slot)).toEqual([]);
+        const again = await post('/leak', slot, { slot, how });
+        expect(again.status).toBe(500);
+        lastError = undefined;
         // An unrelated request, a fresh key, a handler that sets nothing.
         for (let i = 0; i < 3; i++) {
           const other = `after-${how}-${i}`;
@@ -237,20 +226,6 @@ describe('adversary advpool: the pool seam', () => {
         await pool.query('RESET ROLE; RESET search_path');
       },
     );
-  });
-
-  it('stores the answer after SET LOCAL SESSION AUTHORIZATION in the handler (the library runs as the transaction began): 201, one row, replayed', async () => {
-    const slot = 'local-authorization';
-    const answers = [];
-    for (let attempt = 0; attempt < 2; attempt++) {
-      const answer = await post('/local-authorization', slot, { slot });
-      answers.push({ status: answer.status, body: answer.body as unknown });
-    }
-    expect(answers).toEqual([
-      { status: 201, body: { who: appRole } },
-      { status: 201, body: { who: appRole } },
-    ]);
-    expect(await rows(slot)).toEqual([{ who: 'auth' }]);
   });
 
   it.each([[true], [false]])(
@@ -271,7 +246,7 @@ describe('adversary advpool: the pool seam', () => {
     30_000,
   );
 
-  describe('SET TRANSACTION ISOLATION LEVEL through pool.query', () => {
+  describe('SET TRANSACTION ISOLATION LEVEL through pool.query sets the level the request begins at', () => {
     beforeAll(async () => {
       // Room for the lease renewals beside the request's connection.
       await app.close();

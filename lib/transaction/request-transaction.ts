@@ -25,11 +25,12 @@ import {
 import {
   IsolationLevelRefusedError,
   SessionAdvisoryLockRefusedError,
+  SessionSettingRefusedError,
   TransactionAbortedError,
   TransactionControlRefusedError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { sessionAdvisoryLockOf, transactionControlOf } from './sql-text.js';
+import { sessionAdvisoryLockOf, sessionSettingOf, transactionControlOf } from './sql-text.js';
 import { ownStatementFailure } from './own-statement-failure.js';
 import { type JoinableTransaction, type PoolJoin } from './transaction-scope.js';
 
@@ -393,13 +394,16 @@ export abstract class RequestTransaction implements JoinableTransaction {
   /**
    * What refuses a statement of its code before it is sent, if anything (the request can then
    * only roll back): one that would end or start the transaction, or one that takes or
-   * releases a session-level advisory lock, which does not end with the request's transaction.
+   * releases a session-level advisory lock, or sets the role or search path for the session:
+   * neither ends with the request's transaction.
    */
   protected refusalOf(text: unknown): TransactionControlRefusedError | undefined {
     const control = transactionControlOf(text);
     if (control) return this.refuse(control);
     const lock = sessionAdvisoryLockOf(text);
     if (lock) return this.refuse(new SessionAdvisoryLockRefusedError(lock));
+    const setting = sessionSettingOf(text);
+    if (setting) return this.refuse(new SessionSettingRefusedError(setting));
     return undefined;
   }
 
