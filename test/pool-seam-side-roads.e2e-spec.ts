@@ -37,6 +37,8 @@ let kyselyDb: Kysely<unknown>;
 let appRole: string;
 let prisma: PrismaClient | undefined;
 let lastError: Error | undefined;
+/** What the late SET TRANSACTION met (see `lateIsolation`). */
+let lateMet: string | undefined;
 let widePool: Pool | undefined;
 let narrowPool: Pool | undefined;
 
@@ -89,6 +91,21 @@ class SideRoadsController {
   async plain(@Body() body: { slot: string }) {
     await drizzleDb.execute(drizzleSql`INSERT INTO slots (slot, who) VALUES (${body.slot}, 'p')`);
     return { slot: body.slot };
+  }
+
+  /**
+   * The same statement after a write: the transaction has begun, so it goes to PostgreSQL as
+   * it is, which refuses it (the library does not pretend to raise the level).
+   */
+  @Post('late-isolation')
+  @Idempotent()
+  async lateIsolation(@Body() body: { slot: string }) {
+    await pool.query('INSERT INTO slots (slot, who) VALUES ($1, $2)', [body.slot, 'late']);
+    lateMet = await pool.query('SET TRANSACTION ISOLATION LEVEL SERIALIZABLE').then(
+      () => 'sent',
+      (error: { code?: string }) => error.code,
+    );
+    return { met: lateMet };
   }
 
   /** The request's transaction made SERIALIZABLE by its first statement, held past heartbeats. */
@@ -260,6 +277,15 @@ describe('the pool seam keeps its promises on the side roads', () => {
         'express',
       );
     });
+    it('after a write, sends it as it is: PostgreSQL refuses it (25001), the request rolls back (500 transaction_aborted), nothing written', async () => {
+      const slot = 'late-isolation';
+      const answer = await post('/late-isolation', slot, { slot });
+      expect(lateMet).toBe('25001');
+      expect(answer.status).toBe(500);
+      expect((answer.body as { code?: string }).code).toBe('transaction_aborted');
+      expect(await rows(slot)).toEqual([]);
+    });
+
     it.each([['view'], ['kysely'], ['drizzle'], ['pg'], ['prisma']])(
       'a handler held past its heartbeats after making its transaction SERIALIZABLE (%s) commits once: 201, one row',
       async (via) => {
