@@ -25,6 +25,7 @@ export {
   CursorOpenRefusedError,
   IsolationLevelRefusedError,
   SessionAdvisoryLockRefusedError,
+  SessionSettingRefusedError,
   StatementBesideNestedTransactionError,
   TransactionControlRefusedError,
 } from './transaction/seam-errors.js';

@@ -11,6 +11,7 @@ import {
 import { isPlainRead, nestedControlOf } from './sql-text.js';
 
 import {
+  asError,
   type FencedStatement,
   isSubmittable,
   RequestTransaction,
@@ -26,7 +27,18 @@ const warnedPools = new WeakSet<object>();
 interface Submitted {
   handleReadyForQuery?: (...args: unknown[]) => unknown;
   handleError?: (...args: unknown[]) => unknown;
+  /** node-postgres calls it once the connection runs it. */
+  submit?: (...args: unknown[]) => unknown;
+  /** pg-cursor's: a callback, or a promise when there is none. */
+  close?: (...args: unknown[]) => unknown;
 }
+
+/**
+ * Where a cursor stands between the handler and the connection: `held` until the BEGIN
+ * succeeded (see `send`), `queued` once handed to node-postgres, `submitted` once it runs;
+ * `withdrawn` when closed while held (never handed over).
+ */
+type CursorStage = 'held' | 'queued' | 'submitted' | 'withdrawn';
 
 /** A nested transaction of a data layer's, as the savepoint that stands for it. */
 interface Savepoint {
@@ -53,6 +65,8 @@ export class PoolTransaction extends RequestTransaction {
   private savepointClient?: PoolClient;
   /** Cursors handed to the request's connection that have not ended (see `refuseBehindCursor`). */
   private readonly openCursors = new Set<object>();
+  /** Where each cursor handed over stands (see `watchCursor`). */
+  private readonly cursorStages = new WeakMap<object, CursorStage>();
 
   constructor(
     private readonly appPool: Pool,
@@ -132,6 +146,14 @@ export class PoolTransaction extends RequestTransaction {
     const text = textOf(args[0]);
     const refused = this.refusalOf(text);
     if (refused) throw refused;
+    const level = from === null ? this.leadingIsolationOf(text) : undefined;
+    if (level) {
+      // Sent as it is, it would meet the session's state captured in the BEGIN's round trip
+      // (a query: 25001, "must be called before any query"). It is what it is without the
+      // library: the level of the transaction the statements after it run in.
+      await this.askIsolation(level);
+      return emptyResult('SET');
+    }
     if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
       return this.sendAlone(args);
     }
@@ -145,6 +167,18 @@ export class PoolTransaction extends RequestTransaction {
       this.lastError = error;
       throw error;
     }
+  }
+
+  /**
+   * The level of a `SET TRANSACTION ISOLATION LEVEL` sent through `pool.query()` before the
+   * transaction began (Drizzle's `db.execute`, Prisma's `$executeRaw`): taken as the level to
+   * begin at, as the same statement on a view of the connection is (see `onView`). Once begun,
+   * undefined: it is sent as it is, and PostgreSQL decides.
+   */
+  private leadingIsolationOf(text: unknown): string | undefined {
+    if (this.beginning) return undefined;
+    const control = nestedControlOf(text);
+    return control?.kind === 'set-isolation' ? control.level : undefined;
   }
 
   /**
@@ -201,17 +235,66 @@ export class PoolTransaction extends RequestTransaction {
     if (this.openCursors.size > 0) throw this.refuse(new CursorOpenRefusedError());
   }
 
-  /** Counts `cursor` as open until node-postgres says it ended (or failed). */
+  /**
+   * Counts `cursor` as open until node-postgres says it ended (or failed), or until it is
+   * closed before it was handed over. The handler holds it at once, but it is submitted only
+   * once the BEGIN succeeded: pg-cursor's `close()` before that finds no connection and does
+   * nothing, and the cursor would open afterwards and hold the connection. Closed while held,
+   * it is withdrawn (never submitted); closed once handed to node-postgres but not yet run,
+   * its close waits until it runs, so that it ends as soon as it opens.
+   */
   private watchCursor(cursor: Submitted): void {
     this.openCursors.add(cursor);
+    this.cursorStages.set(cursor, 'held');
     for (const method of ['handleReadyForQuery', 'handleError'] as const) {
       const own = cursor[method];
       if (typeof own !== 'function') continue;
       cursor[method] = (...args: unknown[]) => {
         this.openCursors.delete(cursor);
+        // Closed before it ran: the handler is done with it, and an error event nobody
+        // listens for would throw.
+        if (this.cursorStages.get(cursor) === 'withdrawn') return undefined;
         return own.apply(cursor, args);
       };
     }
+    const close = cursor.close;
+    const submit = cursor.submit;
+    if (typeof close !== 'function' || typeof submit !== 'function') return;
+    let closeOnSubmit: (() => void) | undefined;
+    cursor.submit = (...args: unknown[]) => {
+      this.cursorStages.set(cursor, 'submitted');
+      const result = submit.apply(cursor, args);
+      closeOnSubmit?.();
+      return result;
+    };
+    cursor.close = (...args: unknown[]) => {
+      const stage = this.cursorStages.get(cursor);
+      if (stage === 'held') {
+        this.cursorStages.set(cursor, 'withdrawn');
+        this.openCursors.delete(cursor);
+      }
+      if (stage !== 'queued') return close.apply(cursor, args);
+      const callback = typeof args[0] === 'function' ? args[0] : undefined;
+      const closed = new Promise<void>((resolve, reject) => {
+        closeOnSubmit = () => {
+          void (close.call(cursor, (error?: unknown) =>
+            error ? reject(asError(error)) : resolve(),
+          ) as unknown);
+        };
+      });
+      if (!callback) return closed;
+      closed.then(
+        () => (callback as (error?: unknown) => void)(),
+        (error: unknown) => (callback as (error?: unknown) => void)(error),
+      );
+      return undefined;
+    };
+  }
+
+  protected override withdrawn(submittable: object): boolean {
+    if (this.cursorStages.get(submittable) === 'withdrawn') return true;
+    if (this.cursorStages.has(submittable)) this.cursorStages.set(submittable, 'queued');
+    return false;
   }
 
   /** What a view does with a statement: its nested transaction's control, or the statement. */

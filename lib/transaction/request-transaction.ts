@@ -25,11 +25,12 @@ import {
 import {
   IsolationLevelRefusedError,
   SessionAdvisoryLockRefusedError,
+  SessionSettingRefusedError,
   TransactionAbortedError,
   TransactionControlRefusedError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { sessionAdvisoryLockOf, transactionControlOf } from './sql-text.js';
+import { sessionAdvisoryLockOf, sessionSettingOf, transactionControlOf } from './sql-text.js';
 import { ownStatementFailure } from './own-statement-failure.js';
 import { type JoinableTransaction, type PoolJoin } from './transaction-scope.js';
 
@@ -393,13 +394,16 @@ export abstract class RequestTransaction implements JoinableTransaction {
   /**
    * What refuses a statement of its code before it is sent, if anything (the request can then
    * only roll back): one that would end or start the transaction, or one that takes or
-   * releases a session-level advisory lock, which does not end with the request's transaction.
+   * releases a session-level advisory lock, or sets the role or search path for the session:
+   * neither ends with the request's transaction.
    */
   protected refusalOf(text: unknown): TransactionControlRefusedError | undefined {
     const control = transactionControlOf(text);
     if (control) return this.refuse(control);
     const lock = sessionAdvisoryLockOf(text);
     if (lock) return this.refuse(new SessionAdvisoryLockRefusedError(lock));
+    const setting = sessionSettingOf(text);
+    if (setting) return this.refuse(new SessionSettingRefusedError(setting));
     return undefined;
   }
 
@@ -481,9 +485,11 @@ export abstract class RequestTransaction implements JoinableTransaction {
       const submittable = args[0] as { handleError?: (error: unknown) => void };
       this.begin(client).then(
         () =>
-          this.ended
-            ? submittable.handleError?.(new TransactionEndedError(nested()))
-            : query.apply(client, args),
+          this.withdrawn(submittable)
+            ? undefined
+            : this.ended
+              ? submittable.handleError?.(new TransactionEndedError(nested()))
+              : query.apply(client, args),
         (error: unknown) => submittable.handleError?.(error),
       );
       return submittable as unknown as Promise<unknown>;
@@ -500,6 +506,15 @@ export abstract class RequestTransaction implements JoinableTransaction {
       return result;
     }
     return this.begin(client).then(after);
+  }
+
+  /**
+   * Whether a submittable its code handed over was withdrawn before it could be submitted (a
+   * cursor closed before it was): it is then never handed to the connection. Else it is about
+   * to be.
+   */
+  protected withdrawn(_submittable: object): boolean {
+    return false;
   }
 
   /** `BEGIN` in a round trip of its own: for a first statement `beginWith` cannot carry. */

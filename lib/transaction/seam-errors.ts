@@ -90,6 +90,29 @@ export class SessionAdvisoryLockRefusedError extends TransactionControlRefusedEr
 }
 
 /**
+ * A session-level setting of the role, the session authorization or the search path (`SET
+ * ROLE`, `SET SESSION AUTHORIZATION`, `SET search_path`, not `SET LOCAL`; `set_config('role'
+ * | 'search_path', …, false)`) sent in the request's transaction, refused before it is sent.
+ * Committed with the request, it would stay with the pooled connection after it: every later
+ * request on that connection would run as it, and the library's own statements there (run
+ * with the role and search path its transaction began with) would fail as if the grants were
+ * missing. `SET LOCAL` and `set_config(…, true)` end with the request's COMMIT or ROLLBACK.
+ * The request rolls back.
+ */
+export class SessionSettingRefusedError extends TransactionControlRefusedError {
+  constructor(readonly setting: string) {
+    super(setting);
+    this.message =
+      `${setting} refused: a session-level role, session authorization or search path set in ` +
+      'an idempotent request stays with the pooled connection after it, and every later ' +
+      'request on that connection runs with it. Use SET LOCAL (SET LOCAL ROLE, SET LOCAL ' +
+      "search_path) or set_config('role' | 'search_path', …, true): the request's COMMIT or " +
+      'ROLLBACK ends it. The request rolls back.';
+    this.name = 'SessionSettingRefusedError';
+  }
+}
+
+/**
  * Thrown when a transaction inside an idempotent request asks for an isolation level stronger
  * than the one the request's transaction already began at (PostgreSQL cannot raise it), or
  * for one PostgreSQL does not have. Nothing was sent: the request's transaction is as it was.

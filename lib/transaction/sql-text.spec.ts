@@ -2,6 +2,7 @@ import {
   isPlainRead,
   nestedControlOf,
   sessionAdvisoryLockOf,
+  sessionSettingOf,
   statementsOf,
   transactionControlOf,
 } from './sql-text.js';
@@ -209,5 +210,75 @@ describe('sessionAdvisoryLockOf', () => {
     ['not a string', { text: 'SELECT pg_advisory_lock(1)' }, undefined],
   ])('%s: %p', (_name, sql, expected) => {
     expect(sessionAdvisoryLockOf(sql)).toBe(expected);
+  });
+});
+
+describe('sessionSettingOf', () => {
+  it.each<[string, unknown, string | undefined]>([
+    ['SET ROLE', 'SET ROLE app', 'SET ROLE'],
+    ['in lower case', 'set role app', 'SET ROLE'],
+    ['SET SESSION ROLE', 'SET SESSION ROLE app', 'SET ROLE'],
+    ['SET ROLE NONE', 'SET ROLE NONE', 'SET ROLE'],
+    ['SET SESSION AUTHORIZATION', 'SET SESSION AUTHORIZATION app', 'SET SESSION AUTHORIZATION'],
+    [
+      'SET SESSION SESSION AUTHORIZATION',
+      'SET SESSION SESSION AUTHORIZATION app',
+      'SET SESSION AUTHORIZATION',
+    ],
+    ['SET search_path TO', 'SET search_path TO app, public', 'SET search_path'],
+    ['SET search_path =', 'set search_path = app', 'SET search_path'],
+    ['SET SESSION search_path', 'SET SESSION search_path TO app', 'SET search_path'],
+    ['SET SCHEMA', "SET SCHEMA 'app'", 'SET search_path'],
+    ['a quoted name', 'SET "search_path" TO app', 'SET search_path'],
+    ['in a second statement', 'INSERT INTO t VALUES (1); SET ROLE app', 'SET ROLE'],
+    [
+      'set_config role, false',
+      "SELECT set_config('role', $1, false)",
+      "set_config('role', …, false)",
+    ],
+    [
+      'set_config search_path, false',
+      "select set_config('search_path', 'app', false)",
+      "set_config('search_path', …, false)",
+    ],
+    [
+      'set_config, a name in capitals',
+      "SELECT set_config('ROLE', 'app', FALSE)",
+      "set_config('role', …, false)",
+    ],
+    [
+      'set_config, false as a string',
+      "SELECT set_config('role', 'app', 'f')",
+      "set_config('role', …, false)",
+    ],
+    [
+      'set_config, a call in its value',
+      "SELECT pg_catalog.set_config('search_path', concat('a', ',b'), false)",
+      "set_config('search_path', …, false)",
+    ],
+    // What ends with the transaction, puts the default back, or cannot be read.
+    ['SET LOCAL ROLE', 'SET LOCAL ROLE app', undefined],
+    ['SET LOCAL search_path', 'SET LOCAL search_path TO app', undefined],
+    ['SET LOCAL SESSION AUTHORIZATION', 'SET LOCAL SESSION AUTHORIZATION app', undefined],
+    ['RESET ROLE', 'RESET ROLE', undefined],
+    ['another setting', "SET statement_timeout = '1s'", undefined],
+    [
+      'SET SESSION CHARACTERISTICS',
+      'SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY',
+      undefined,
+    ],
+    ['SET TRANSACTION', 'SET TRANSACTION ISOLATION LEVEL SERIALIZABLE', undefined],
+    ['set_config role, true', "SELECT set_config('role', $1, true)", undefined],
+    ['set_config another setting', "SELECT set_config('app.user', $1, false)", undefined],
+    ['set_config, is_local a parameter', "SELECT set_config('role', $1, $2)", undefined],
+    ['set_config, the name a parameter', 'SELECT set_config($1, $2, false)', undefined],
+    ['a name in a string', "SELECT 'SET ROLE app'", undefined],
+    ['a name in a comment', 'SELECT 1 /* SET ROLE app */', undefined],
+    ['a column named role', 'UPDATE users SET role = $1 WHERE id = $2', undefined],
+    ['CREATE SCHEMA', 'CREATE SCHEMA app', undefined],
+    ['GRANT a role', 'GRANT app TO someone', undefined],
+    ['not a string', { text: 'SET ROLE app' }, undefined],
+  ])('%s: %p', (_name, sql, expected) => {
+    expect(sessionSettingOf(sql)).toBe(expected);
   });
 });

@@ -11,6 +11,8 @@
 interface Token {
   kind: 'word' | 'quoted' | 'punct';
   text: string;
+  /** A string's (or dollar-quoted body's) content; its `text` is a lone `'`. */
+  value?: string;
 }
 
 /**
@@ -46,11 +48,13 @@ export function statementsOf(sql: string): Token[][] {
         }
       }
     } else if (c === "'") {
-      i = skipString(sql, i + 1, /* backslashEscapes */ false);
-      current.push({ kind: 'punct', text: "'" });
+      const end = skipString(sql, i + 1, /* backslashEscapes */ false);
+      current.push({ kind: 'punct', text: "'", value: unquote(sql.slice(i + 1, end - 1)) });
+      i = end;
     } else if ((c === 'e' || c === 'E') && sql[i + 1] === "'") {
-      i = skipString(sql, i + 2, true);
-      current.push({ kind: 'punct', text: "'" });
+      const end = skipString(sql, i + 2, true);
+      current.push({ kind: 'punct', text: "'", value: unquote(sql.slice(i + 2, end - 1)) });
+      i = end;
     } else if (c === '"') {
       let j = i + 1;
       let name = '';
@@ -69,8 +73,9 @@ export function statementsOf(sql: string): Token[][] {
     } else if (c === '$' && /^\$([A-Za-z_][A-Za-z0-9_]*)?\$/.test(sql.slice(i))) {
       const tag = /^\$([A-Za-z_][A-Za-z0-9_]*)?\$/.exec(sql.slice(i))![0];
       const end = sql.indexOf(tag, i + tag.length);
+      const value = sql.slice(i + tag.length, end < 0 ? n : end);
       i = end < 0 ? n : end + tag.length;
-      current.push({ kind: 'punct', text: "'" });
+      current.push({ kind: 'punct', text: "'", value });
     } else if (/[A-Za-z_\u0080-\uffff]/.test(c)) {
       let j = i + 1;
       while (j < n && /[A-Za-z0-9_$\u0080-\uffff]/.test(sql[j])) j++;
@@ -95,6 +100,11 @@ export function statementsOf(sql: string): Token[][] {
   }
   if (current.length > 0) statements.push(current);
   return statements;
+}
+
+/** A string's content as PostgreSQL reads it, for the plain strings a setting's name is. */
+function unquote(body: string): string {
+  return body.replace(/''/g, "'");
 }
 
 function skipString(sql: string, from: number, backslashEscapes: boolean): number {
@@ -341,4 +351,89 @@ export function sessionAdvisoryLockOf(sql: unknown): string | undefined {
     }
   }
   return undefined;
+}
+
+/** Settings whose session-level value outlives the request on its pooled connection. */
+const SESSION_SETTINGS = new Set(['role', 'search_path']);
+/** How PostgreSQL may read a boolean `false` given as a string (`set_config`'s `is_local`). */
+const FALSE_STRINGS = new Set(['false', 'f', 'off', 'no', 'n', '0']);
+
+/**
+ * The first statement of `sql` that sets the role, the session authorization or the search
+ * path for the session rather than for the transaction: `SET ROLE`, `SET SESSION ROLE`,
+ * `SET SESSION AUTHORIZATION`, `SET search_path` (or `SET SCHEMA`), not `SET LOCAL`; and
+ * `set_config('role' | 'search_path', …, false)`. As its leading words (`SET ROLE`) or the
+ * call (`set_config('role', …, false)`); undefined when there is none. Committed with the
+ * request's transaction, such a value stays with the pooled connection after the request.
+ * `RESET` is not counted (it puts the session's default back); nor a `set_config` whose name
+ * or `is_local` is a parameter, which cannot be read here.
+ */
+export function sessionSettingOf(sql: unknown): string | undefined {
+  // The hot path: almost no statement names any of these.
+  if (typeof sql !== 'string' || !/role|search_path|schema|authorization|set_config/i.test(sql)) {
+    return undefined;
+  }
+  for (const tokens of statementsOf(sql)) {
+    const set = setStatementOf(tokens);
+    if (set) return set;
+    const call = sessionSetConfigOf(tokens);
+    if (call) return call;
+  }
+  return undefined;
+}
+
+/** `SET [SESSION] ROLE | SESSION AUTHORIZATION | search_path | SCHEMA` (not LOCAL). */
+function setStatementOf(tokens: Token[]): string | undefined {
+  const words = tokens.map((token) => (token.kind === 'punct' ? '' : token.text.toLowerCase()));
+  if (words[0] !== 'set' || tokens[0].kind !== 'word') return undefined;
+  let i = 1;
+  if (words[i] === 'local') return undefined;
+  if (words[i] === 'session' && !['authorization', 'characteristics'].includes(words[i + 1])) {
+    i++;
+  }
+  if (words[i] === 'role') return 'SET ROLE';
+  if (words[i] === 'session' && words[i + 1] === 'authorization') {
+    return 'SET SESSION AUTHORIZATION';
+  }
+  if (words[i] === 'search_path' || words[i] === 'schema') return 'SET search_path';
+  return undefined;
+}
+
+/** A call `set_config('role' | 'search_path', …, false)`, as it reads in the message. */
+function sessionSetConfigOf(tokens: Token[]): string | undefined {
+  for (let i = 0; i + 1 < tokens.length; i++) {
+    const token = tokens[i];
+    if (token.kind === 'punct' || token.text !== 'set_config') continue;
+    if (tokens[i + 1].text !== '(') continue;
+    const args = argumentsFrom(tokens, i + 2);
+    if (args.length !== 3) continue;
+    const [name, , isLocal] = args;
+    const setting = name.length === 1 ? name[0].value?.toLowerCase() : undefined;
+    if (setting === undefined || !SESSION_SETTINGS.has(setting)) continue;
+    if (isLocal.length !== 1) continue;
+    const [local] = isLocal;
+    const isFalse =
+      (local.kind === 'word' && local.text === 'false') ||
+      (local.value !== undefined && FALSE_STRINGS.has(local.value.trim().toLowerCase()));
+    if (isFalse) return `set_config('${setting}', …, false)`;
+  }
+  return undefined;
+}
+
+/** A call's arguments, from the token after its `(`: each as its tokens, up to its `)`. */
+function argumentsFrom(tokens: Token[], from: number): Token[][] {
+  const args: Token[][] = [[]];
+  let depth = 0;
+  for (let i = from; i < tokens.length; i++) {
+    const token = tokens[i];
+    const punct = token.kind === 'punct' && token.value === undefined;
+    if (punct && token.text === '(') depth++;
+    if (punct && token.text === ')') {
+      if (depth === 0) return args;
+      depth--;
+    }
+    if (punct && token.text === ',' && depth === 0) args.push([]);
+    else args[args.length - 1].push(token);
+  }
+  return [];
 }
