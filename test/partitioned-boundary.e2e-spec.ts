@@ -43,7 +43,11 @@ class NaivePartitionedClaims extends PostgresClaimStore {
       const { rows } = await this.query<ClaimRow>(
         {
           name: 'naive_partitioned_claim',
-          text: CLAIM.text.replace('ON CONFLICT (tenant_id, key)', 'ON CONFLICT'),
+          // The insert guarded by nothing but the conflict: not the library's read of the
+          // key across every partition first (CLAIM's NOT EXISTS), which is what saves it.
+          text: CLAIM.text
+            .replace('ON CONFLICT (tenant_id, key)', 'ON CONFLICT')
+            .replace(/\n\s*WHERE NOT EXISTS \(SELECT FROM idempotency_keys[^)]*\)/, ''),
         },
         [scope.tenantId, scope.key, fp, leaseMs],
       );
