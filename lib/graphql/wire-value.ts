@@ -36,17 +36,22 @@ export class NotJsonArgumentError extends Error {
   }
 }
 
-/** The resolver's value in its wire form, to be stored (see above). */
-export function outputWire(
+/**
+ * The resolver's value in its wire form, to be stored (see above). A value that is a Promise
+ * (a TypeORM lazy relation, a field's value computed later) is awaited, as GraphQL awaits it
+ * for the answer: walked as an object, it would be stored as `{}`.
+ */
+export async function outputWire(
   graphql: GraphqlModule,
   schema: GraphQLSchema | undefined,
   type: GraphQLOutputType,
-  value: unknown,
-): unknown {
+  promised: unknown,
+): Promise<unknown> {
+  const value = isThenable(promised) ? await promised : promised;
   if (value === null || value === undefined) return null;
   if (graphql.isNonNullType(type)) return outputWire(graphql, schema, type.ofType, value);
   if (graphql.isListType(type)) {
-    return listOf(value).map((item) => outputWire(graphql, schema, type.ofType, item));
+    return Promise.all(listOf(value).map((item) => outputWire(graphql, schema, type.ofType, item)));
   }
   if (graphql.isLeafType(type)) return leafWire(type.serialize(value));
   const concrete = graphql.isObjectType(type) ? type : typeOf(graphql, schema, value);
@@ -64,9 +69,18 @@ export function outputWire(
   // arguments, which are not known here.
   for (const name of Object.keys(fields)) {
     if (!(name in source) || typeof source[name] === 'function') continue;
-    wire[name] = outputWire(graphql, schema, fields[name].type, source[name]);
+    wire[name] = await outputWire(graphql, schema, fields[name].type, source[name]);
   }
   return wire;
+}
+
+/** A Promise, or any value GraphQL awaits as one (it has a `then()`). */
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { then?: unknown }).then === 'function'
+  );
 }
 
 /** A stored wire value as a resolver's value again: each scalar through its `parseValue()`. */
