@@ -36,6 +36,19 @@ describe('fieldError', () => {
       },
     ],
     [
+      'a GraphQLError with extensions.http headers (a Map, as Apollo Server reads them)',
+      new GraphQLError('slow down', {
+        extensions: { http: { status: 429, headers: new Map([['retry-after', '7']]) } },
+      }),
+      {
+        kind: 'graphql',
+        message: 'slow down',
+        name: 'GraphQLError',
+        extensions: { http: { status: 429 } },
+        httpHeaders: [['retry-after', '7']],
+      },
+    ],
+    [
       'a GraphQLError without',
       new GraphQLError('declined'),
       { kind: 'graphql', message: 'declined', name: 'GraphQLError' },
@@ -77,6 +90,13 @@ describe('fieldError', () => {
     [
       'a GraphQLError',
       new GraphQLError('declined', { extensions: { code: 'DECLINED' } }),
+      GraphQLError,
+    ],
+    [
+      'a GraphQLError with extensions.http headers',
+      new GraphQLError('slow down', {
+        extensions: { http: { status: 429, headers: new Map([['retry-after', '7']]) } },
+      }),
       GraphQLError,
     ],
     ['an HttpException', new NotFoundException('no such account'), HttpException],

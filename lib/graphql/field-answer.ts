@@ -16,6 +16,12 @@ export interface FieldError {
   extensions?: Record<string, unknown>;
   /** An `HttpException`'s `getStatus()` and `getResponse()`. */
   http?: { status: number; response: unknown };
+  /**
+   * The entries of `extensions.http.headers`, a `Map` (Apollo Server's way to answer an error
+   * with headers, a `Retry-After` say), which JSON would write as `{}`: the replay gets a `Map`
+   * of them back.
+   */
+  httpHeaders?: [string, string][];
 }
 
 /** What a mutation field answered: its resolver's value, or an error. */
@@ -73,6 +79,11 @@ export function fieldError(thrown: unknown): FieldError {
   if (typeof extensions === 'object' && extensions !== null && !Array.isArray(extensions)) {
     // Kept as the JSON the drivers write of them.
     const copy = JSON.parse(JSON.stringify(extensions)) as Record<string, unknown>;
+    const headers = httpHeadersOf(extensions);
+    if (headers) {
+      error.httpHeaders = headers;
+      delete (copy.http as Record<string, unknown>).headers;
+    }
     if (Object.keys(copy).length > 0) error.extensions = copy;
   }
   const http = httpExceptionOf(thrown);
@@ -83,6 +94,17 @@ export function fieldError(thrown: unknown): FieldError {
     error.kind = 'graphql';
   }
   return error;
+}
+
+/** The entries of `extensions.http.headers` when it is a `Map` (see `FieldError`). */
+function httpHeadersOf(extensions: object): [string, string][] | undefined {
+  const http = (extensions as { http?: unknown }).http;
+  const headers = (http as { headers?: unknown } | null | undefined)?.headers;
+  if (!(headers instanceof Map)) return undefined;
+  return [...(headers as Map<unknown, unknown>)].map(([name, value]) => [
+    String(name),
+    String(value),
+  ]);
 }
 
 /** Nest's `HttpException`, recognised by its shape: the library does not tie it to a class. */
