@@ -81,6 +81,11 @@ describe('fieldError', () => {
       Object.assign(new Error('limited'), { extensions: { code: 'LIMIT' } }),
       { kind: 'error', message: 'limited', extensions: { code: 'LIMIT' } },
     ],
+    [
+      'an Error with a statusCode (Mercurius’ ErrorWithProps)',
+      Object.assign(new Error('pay'), { extensions: { code: 'PAY' }, statusCode: 402 }),
+      { kind: 'error', message: 'pay', extensions: { code: 'PAY' }, statusCode: 402 },
+    ],
     ['a thrown string', 'nope', { kind: 'error', message: 'nope' }],
   ])('keeps %s', (_name, thrown, expected) => {
     expect(fieldError(thrown)).toEqual(expected);
@@ -104,6 +109,11 @@ describe('fieldError', () => {
     [
       'an Error with extensions',
       Object.assign(new Error('x'), { extensions: { code: 'X' } }),
+      Error,
+    ],
+    [
+      'an Error with a statusCode',
+      Object.assign(new Error('pay'), { extensions: { code: 'PAY' }, statusCode: 402 }),
       Error,
     ],
   ])('throws %s again as what the drivers read of the first', (_name, thrown, kind) => {

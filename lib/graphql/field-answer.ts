@@ -22,6 +22,8 @@ export interface FieldError {
    * of them back.
    */
   httpHeaders?: [string, string][];
+  /** The error's own `statusCode` (Mercurius' `ErrorWithProps`), the answer's HTTP status. */
+  statusCode?: number;
 }
 
 /** What a mutation field answered: its resolver's value, or an error. */
@@ -86,6 +88,8 @@ export function fieldError(thrown: unknown): FieldError {
     }
     if (Object.keys(copy).length > 0) error.extensions = copy;
   }
+  const statusCode = (thrown as { statusCode?: unknown }).statusCode;
+  if (typeof statusCode === 'number') error.statusCode = statusCode;
   const http = httpExceptionOf(thrown);
   if (http) {
     error.kind = 'http';

@@ -23,6 +23,8 @@ export function thrownError(stored: FieldError, graphql: GraphqlModule): Error {
   error.message = stored.message;
   if (stored.name) error.name = stored.name;
   if (extensions) Object.assign(error, { extensions });
+  // Mercurius answers with the first error's statusCode.
+  if (stored.statusCode !== undefined) Object.assign(error, { statusCode: stored.statusCode });
   return error;
 }
 
