@@ -334,12 +334,19 @@ describe.each(GRAPHQL_DRIVERS)(
       expect(await rows(tag)).toBe(1);
     });
 
-    it('refuses a mistyped DateTime argument with a message about the date, not about uploads', async () => {
+    it('refuses a mistyped DateTime argument, naming the argument and its scalar, not uploads', async () => {
       const tag = `${driver}-baddate`;
       const query = `mutation { schedule(tag: "${tag}", at: "2026-02-30 soon") }`;
       const res = await send(query, tag);
-      const body = JSON.parse(res.text) as { errors: { message: string }[] };
+      const body = JSON.parse(res.text) as {
+        errors: { message: string; extensions: { code: string; status: number } }[];
+      };
+      expect(body.errors[0].extensions).toEqual({ code: 'request_invalid', status: 400 });
+      expect(body.errors[0].message).toContain(
+        'the argument at is not a valid value of its type DateTime',
+      );
       expect(body.errors[0].message).not.toMatch(/upload|a file/i);
+      expect(await rows(tag)).toBe(0);
     });
 
     it('answers and commits a row whose unexposed column is a BigInt (a Prisma model)', async () => {

@@ -14,6 +14,7 @@ import { Readable } from 'node:stream';
 import {
   argumentsWire,
   fromWire,
+  ArgumentValueInvalidError,
   NotJsonArgumentError,
   outputWire,
   strictJson,
@@ -156,6 +157,24 @@ describe('argumentsWire', () => {
   ])('refuses %s', (_name, args, types, what) => {
     expect(() => argumentsWire(graphql, types, args)).toThrow(NotJsonArgumentError);
     expect(() => argumentsWire(graphql, types, args)).toThrow(what);
+  });
+
+  it.each([
+    [
+      'an Invalid Date (a mistyped date the scalar parsed)',
+      { at: new Date('2026-02-30 soon') },
+      { at: DateTime },
+      'the argument at is not a valid value of its type DateTime (Invalid time value)',
+    ],
+    [
+      'a string its scalar refuses, under an input object',
+      { w: { cents: '12' } },
+      { w: new GraphQLInputObjectType({ name: 'Paid', fields: { cents: { type: Cents } } }) },
+      'the argument w.cents is not a valid value of its type Cents (not a bigint)',
+    ],
+  ])('refuses %s as not valid for its type', (_name, args, types, message) => {
+    expect(() => argumentsWire(graphql, types, args)).toThrow(ArgumentValueInvalidError);
+    expect(() => argumentsWire(graphql, types, args)).toThrow(message);
   });
 });
 

@@ -37,6 +37,21 @@ export class NotJsonArgumentError extends Error {
 }
 
 /**
+ * An argument value of JSON's kind (a date, a string, a number) that its scalar refuses to
+ * write: a value the client mistyped (`"2026-02-30 soon"` for a `DateTime`), not an upload.
+ */
+export class ArgumentValueInvalidError extends Error {
+  constructor(
+    readonly path: string,
+    readonly scalar: string,
+    readonly why: string,
+  ) {
+    super(`the argument ${path} is not a valid value of its type ${scalar} (${why})`);
+    this.name = 'ArgumentValueInvalidError';
+  }
+}
+
+/**
  * The resolver's value in its wire form, to be stored (see above). A value that is a Promise
  * (a TypeORM lazy relation, a field's value computed later) is awaited, as GraphQL awaits it
  * for the answer: walked as an object, it would be stored as `{}`.
@@ -115,6 +130,7 @@ export function fromWire(
  *
  * @throws NotJsonArgumentError for a value with no JSON form (an upload, a stream, a Promise,
  *   a Buffer, an instance of a class)
+ * @throws ArgumentValueInvalidError for a value its scalar refuses (an Invalid Date)
  */
 export function argumentsWire(
   graphql: GraphqlModule | undefined,
@@ -144,7 +160,13 @@ function inputWire(
     let serialized: unknown;
     try {
       serialized = type.serialize(value);
-    } catch {
+    } catch (error) {
+      // A date, a string, a number the scalar refuses: the client's value is wrong for the
+      // type (an Invalid Date that the scalar's parseValue() let through, say).
+      if (isOfJsonKind(value)) {
+        const why = error instanceof Error ? error.message : String(error);
+        throw new ArgumentValueInvalidError(path, type.name, why);
+      }
       // An `Upload` scalar's serialize() throws: it has no wire form.
       throw new NotJsonArgumentError(
         path,
@@ -192,6 +214,16 @@ export function strictJson(value: unknown, path: string): unknown {
     return copy;
   }
   throw new NotJsonArgumentError(path, describe(value));
+}
+
+/** A value a client can send: a `Date` (what a date scalar parses into) or JSON's own kinds. */
+function isOfJsonKind(value: unknown): boolean {
+  if (value instanceof Date || Array.isArray(value)) return true;
+  if (typeof value !== 'object' || value === null) {
+    return typeof value !== 'function' && typeof value !== 'symbol' && typeof value !== 'bigint';
+  }
+  const prototype = Object.getPrototypeOf(value) as unknown;
+  return prototype === null || prototype === Object.prototype;
 }
 
 function describe(value: unknown): string {
