@@ -441,9 +441,9 @@ describe('a tenant id read from the operation is refused with the rule it breaks
   });
 
   it.each([
-    ['a lone surrogate', 'acme\ud800', /surrogate|unicode|well-formed/i],
-    ['only white space', '   ', /white space|blank/i],
-  ])('refuses a tenant id with %s with a message that says why', async (_what, tenant, why) => {
+    ['a lone surrogate', 'acme\ud800', 'no valid tenant id: it holds a lone surrogate'],
+    ['only white space', '   ', 'no valid tenant id: it is only white space'],
+  ])('refuses a tenant id with %s, naming the rule it breaks', async (_what, tenant, why) => {
     const res = await request(app.getHttpServer())
       .post('/graphql')
       .set('Idempotency-Key', `tenant-${tenant.length}`)
@@ -455,7 +455,7 @@ describe('a tenant id read from the operation is refused with the rule it breaks
       errors: { message: string; extensions: { code: string } }[];
     };
     expect(body.errors[0].extensions.code).toBe('tenant_invalid');
-    expect(body.errors[0].message).toMatch(why);
+    expect(body.errors[0].message).toContain(why);
   });
 });
 
