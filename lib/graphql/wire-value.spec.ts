@@ -9,6 +9,7 @@ import {
   GraphQLScalarType,
   GraphQLSchema,
   GraphQLString,
+  GraphQLUnionType,
 } from 'graphql';
 import { Readable } from 'node:stream';
 import {
@@ -59,9 +60,24 @@ const Window = new GraphQLInputObjectType({
   name: 'Window',
   fields: { from: { type: DateTime }, note: { type: GraphQLString } },
 });
-const schema = new GraphQLSchema({
-  query: new GraphQLObjectType({ name: 'Query', fields: { receipt: { type: Receipt } } }),
+const Refusal = new GraphQLObjectType({
+  name: 'Refusal',
+  fields: { id: { type: GraphQLInt }, reason: { type: GraphQLString } },
 });
+/** Told apart by a field, as the guide says a union must be: no `__typename` in the value. */
+const Outcome = new GraphQLUnionType({
+  name: 'Outcome',
+  types: [Receipt, Refusal],
+  resolveType: (value: { reason?: unknown }) => ('reason' in value ? 'Refusal' : 'Receipt'),
+});
+const schema = new GraphQLSchema({
+  query: new GraphQLObjectType({
+    name: 'Query',
+    fields: { receipt: { type: Receipt }, outcome: { type: Outcome } },
+  }),
+});
+/** What the field's resolver was given: only its context and info reach a resolveType(). */
+const call = { context: {}, info: {} as graphql.GraphQLResolveInfo };
 
 class Labelled {
   id = 1;
@@ -105,6 +121,20 @@ describe('outputWire and fromWire', () => {
     const replayed = fromWire(graphql, schema, Receipt, stored) as typeof value;
     expect(replayed).toEqual(value);
     expect(await outputWire(graphql, schema, Receipt, replayed)).toEqual(stored);
+  });
+
+  it("stores a union's member by the union's resolveType(), and replays it by that", async () => {
+    const value = { id: 1, at, reminders: [at] };
+    const stored = JSON.parse(
+      JSON.stringify(await outputWire(graphql, schema, Outcome, value, call)),
+    ) as unknown;
+    expect(stored).toEqual({
+      id: 1,
+      at: at.toISOString(),
+      reminders: [at.toISOString()],
+      __typename: 'Receipt',
+    });
+    expect(fromWire(graphql, schema, Outcome, stored)).toEqual({ ...value, __typename: 'Receipt' });
   });
 
   it('refuses to store a value its scalar refuses', async () => {

@@ -1,10 +1,12 @@
 import {
+  type GraphQLAbstractType,
   type GraphQLInputType,
   type GraphQLLeafType,
   type GraphQLObjectType,
   type GraphQLOutputType,
   type GraphQLSchema,
 } from 'graphql';
+import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 
 /**
@@ -61,15 +63,20 @@ export async function outputWire(
   schema: GraphQLSchema | undefined,
   type: GraphQLOutputType,
   promised: unknown,
+  call?: ResolverCall,
 ): Promise<unknown> {
   const value = isThenable(promised) ? await promised : promised;
   if (value === null || value === undefined) return null;
-  if (graphql.isNonNullType(type)) return outputWire(graphql, schema, type.ofType, value);
+  if (graphql.isNonNullType(type)) return outputWire(graphql, schema, type.ofType, value, call);
   if (graphql.isListType(type)) {
-    return Promise.all(listOf(value).map((item) => outputWire(graphql, schema, type.ofType, item)));
+    return Promise.all(
+      listOf(value).map((item) => outputWire(graphql, schema, type.ofType, item, call)),
+    );
   }
   if (graphql.isLeafType(type)) return leafWire(type.serialize(value));
-  const concrete = graphql.isObjectType(type) ? type : typeOf(graphql, schema, value);
+  const concrete = graphql.isObjectType(type)
+    ? type
+    : (typeOf(graphql, schema, value) ?? (await memberType(graphql, schema, type, value, call)));
   if (!concrete || typeof value !== 'object') return jsonCopy(value);
   const fields = concrete.getFields();
   const source = value as Record<string, unknown>;
@@ -84,9 +91,40 @@ export async function outputWire(
   // arguments, which are not known here.
   for (const name of Object.keys(fields)) {
     if (!(name in source) || typeof source[name] === 'function') continue;
-    wire[name] = await outputWire(graphql, schema, fields[name].type, source[name]);
+    wire[name] = await outputWire(graphql, schema, fields[name].type, source[name], call);
   }
+  // A member of a union or an interface says which, for the replay to read it back by.
+  if (!graphql.isObjectType(type)) wire.__typename = concrete.name;
   return wire;
+}
+
+/**
+ * The member type of a union's or an interface's value that does not say (no `__typename`),
+ * as GraphQL finds it: by the abstract type's `resolveType()`, called as GraphQL calls it for
+ * the answer, or else by its members' `isTypeOf()`. Undefined when neither tells (the value
+ * is then kept as JSON).
+ */
+async function memberType(
+  graphql: GraphqlModule,
+  schema: GraphQLSchema | undefined,
+  type: GraphQLAbstractType,
+  value: unknown,
+  call: ResolverCall | undefined,
+): Promise<GraphQLObjectType | undefined> {
+  if (!schema || !call) return undefined;
+  try {
+    if (type.resolveType) {
+      const name = await type.resolveType(value, call.context, call.info, type);
+      const resolved = typeof name === 'string' ? schema.getType(name) : undefined;
+      return resolved && graphql.isObjectType(resolved) ? resolved : undefined;
+    }
+    for (const member of schema.getPossibleTypes(type)) {
+      if (await member.isTypeOf?.(value, call.context, call.info)) return member;
+    }
+  } catch {
+    // A resolveType() that cannot tell outside the answer: kept as JSON, as before.
+  }
+  return undefined;
 }
 
 /** A Promise, or any value GraphQL awaits as one (it has a `then()`). */
