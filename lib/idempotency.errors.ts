@@ -2,6 +2,8 @@
  * Domain errors: each carries a stable `code` and no HTTP. `toProblem()` in
  * `http/problem.ts` is the one place that maps them to status codes.
  */
+import { readTenantId } from './tenant-id.js';
+
 export type IdempotencyErrorCode =
   | 'key_missing'
   | 'key_invalid'
@@ -47,13 +49,19 @@ export class IdempotencyKeyInvalidError extends IdempotencyError {
   }
 }
 
-/** The tenant resolver gave no usable tenant id for this request. */
+/**
+ * The tenant resolver gave no usable tenant id for this request; the message names the rule
+ * the value breaks (see `readTenantId`).
+ */
 export class IdempotencyTenantInvalidError extends IdempotencyError {
   readonly code = 'tenant_invalid';
   constructor(readonly value: unknown) {
+    const reading = readTenantId(value);
     super(
-      'The request carries no valid tenant id (an integer, or 1 to 255 characters without ' +
-        'control characters); idempotency keys are scoped per tenant.',
+      'The request carries no valid tenant id' +
+        (reading.kind === 'invalid' ? `: ${reading.rule}` : '') +
+        '. A tenant id is an integer, or 1 to 255 characters, not all white space, without ' +
+        'control characters or lone surrogates; idempotency keys are scoped per tenant.',
     );
     this.name = 'IdempotencyTenantInvalidError';
   }

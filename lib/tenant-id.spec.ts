@@ -1,4 +1,4 @@
-import { normalizeTenantId } from './tenant-id.js';
+import { normalizeTenantId, readTenantId } from './tenant-id.js';
 
 describe('normalizeTenantId', () => {
   it.each<[unknown, string | undefined]>([
@@ -45,5 +45,30 @@ describe('normalizeTenantId', () => {
     [{}, undefined],
   ])('%p -> %p', (input, expected) => {
     expect(normalizeTenantId(input as string)).toBe(expected);
+  });
+});
+
+describe('readTenantId (the rule a refused value breaks)', () => {
+  it.each<[string, unknown, string]>([
+    ['nothing', undefined, 'the app found none for it'],
+    ['null', null, 'the app found none for it'],
+    ['an object', {}, 'it is an object, not a string or an integer'],
+    ['a boolean', true, 'it is a boolean, not a string or an integer'],
+    ['a fraction', 1.5, 'it is a number that is not a safe integer'],
+    ['NaN', Number.NaN, 'it is a number that is not a safe integer'],
+    ['a bigint past 64 bits', 2n ** 64n, 'it is an integer outside the 64-bit range'],
+    ['an empty string', '', 'it is empty'],
+    ['only white space', ' \t ', 'it is only white space'],
+    ['256 characters', 'x'.repeat(256), 'it is longer than 255 characters'],
+    ['a NUL', 'a\u0000b', 'it holds a control character'],
+    ['a lone surrogate', 'acme\ud800', 'it holds a lone surrogate'],
+  ])('refuses %s: %p', (_name, value, rule) => {
+    const reading = readTenantId(value);
+    expect(reading.kind).toBe('invalid');
+    expect(reading.kind === 'invalid' && reading.rule).toContain(rule);
+  });
+
+  it('reads an id as normalizeTenantId does', () => {
+    expect(readTenantId(42)).toEqual({ kind: 'id', text: '42' });
   });
 });

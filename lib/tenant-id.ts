@@ -21,27 +21,58 @@ export const MAX_TENANT_ID_LENGTH = 255;
  * compared: PostgreSQL would store it as U+FFFD, one tenant where the app has two.
  */
 export function normalizeTenantId(value: TenantId | undefined | null): string | undefined {
+  const reading = readTenantId(value);
+  return reading.kind === 'id' ? reading.text : undefined;
+}
+
+/** A tenant id as the key is scoped by, or the rule the resolver's value breaks. */
+export type TenantIdReading = { kind: 'id'; text: string } | { kind: 'invalid'; rule: string };
+
+/**
+ * What `normalizeTenantId` decides, with the rule a refused value breaks, in words for the
+ * client's `tenant_invalid` message (the value itself is not repeated: it may be a secret's).
+ */
+export function readTenantId(value: unknown): TenantIdReading {
   let text: string;
   if (typeof value === 'number') {
-    if (!Number.isSafeInteger(value)) return undefined;
+    if (!Number.isSafeInteger(value)) {
+      return { kind: 'invalid', rule: 'it is a number that is not a safe integer' };
+    }
     text = String(value);
   } else if (typeof value === 'bigint') {
-    if (value < MIN_INT64 || value > MAX_INT64) return undefined;
+    if (value < MIN_INT64 || value > MAX_INT64) {
+      return { kind: 'invalid', rule: 'it is an integer outside the 64-bit range' };
+    }
     text = value.toString();
   } else if (typeof value === 'string') {
     text = value;
+  } else if (value === undefined || value === null) {
+    return { kind: 'invalid', rule: 'the app found none for it' };
   } else {
-    return undefined;
+    return { kind: 'invalid', rule: `it is ${article(typeof value)}, not a string or an integer` };
   }
-  if (
-    text.trim().length === 0 ||
-    text.length > MAX_TENANT_ID_LENGTH ||
-    CONTROL.test(text) ||
-    !isWellFormedText(text)
-  ) {
-    return undefined;
+  if (text.length === 0) return { kind: 'invalid', rule: 'it is empty' };
+  if (text.trim().length === 0) return { kind: 'invalid', rule: 'it is only white space' };
+  if (text.length > MAX_TENANT_ID_LENGTH) {
+    return {
+      kind: 'invalid',
+      rule: `it is longer than ${MAX_TENANT_ID_LENGTH} characters`,
+    };
   }
-  return text;
+  if (CONTROL.test(text)) return { kind: 'invalid', rule: 'it holds a control character' };
+  if (!isWellFormedText(text)) {
+    return {
+      kind: 'invalid',
+      rule:
+        'it holds a lone surrogate (it is not well-formed Unicode), which would be stored ' +
+        'as U+FFFD, the same id as another tenant',
+    };
+  }
+  return { kind: 'id', text };
+}
+
+function article(type: string): string {
+  return /^[aeiou]/.test(type) ? `an ${type}` : `a ${type}`;
 }
 
 /** Whether a tenant id is an integer as the `bigint` column wrote it (for the migration back). */

@@ -36,6 +36,19 @@ describe('fieldError', () => {
       },
     ],
     [
+      'a GraphQLError with extensions.http headers (a Map, as Apollo Server reads them)',
+      new GraphQLError('slow down', {
+        extensions: { http: { status: 429, headers: new Map([['retry-after', '7']]) } },
+      }),
+      {
+        kind: 'graphql',
+        message: 'slow down',
+        name: 'GraphQLError',
+        extensions: { http: { status: 429 } },
+        httpHeaders: [['retry-after', '7']],
+      },
+    ],
+    [
       'a GraphQLError without',
       new GraphQLError('declined'),
       { kind: 'graphql', message: 'declined', name: 'GraphQLError' },
@@ -68,6 +81,11 @@ describe('fieldError', () => {
       Object.assign(new Error('limited'), { extensions: { code: 'LIMIT' } }),
       { kind: 'error', message: 'limited', extensions: { code: 'LIMIT' } },
     ],
+    [
+      'an Error with a statusCode (Mercurius’ ErrorWithProps)',
+      Object.assign(new Error('pay'), { extensions: { code: 'PAY' }, statusCode: 402 }),
+      { kind: 'error', message: 'pay', extensions: { code: 'PAY' }, statusCode: 402 },
+    ],
     ['a thrown string', 'nope', { kind: 'error', message: 'nope' }],
   ])('keeps %s', (_name, thrown, expected) => {
     expect(fieldError(thrown)).toEqual(expected);
@@ -79,11 +97,23 @@ describe('fieldError', () => {
       new GraphQLError('declined', { extensions: { code: 'DECLINED' } }),
       GraphQLError,
     ],
+    [
+      'a GraphQLError with extensions.http headers',
+      new GraphQLError('slow down', {
+        extensions: { http: { status: 429, headers: new Map([['retry-after', '7']]) } },
+      }),
+      GraphQLError,
+    ],
     ['an HttpException', new NotFoundException('no such account'), HttpException],
     ['an Error of the app’s own', new DeclinedError('declined'), Error],
     [
       'an Error with extensions',
       Object.assign(new Error('x'), { extensions: { code: 'X' } }),
+      Error,
+    ],
+    [
+      'an Error with a statusCode',
+      Object.assign(new Error('pay'), { extensions: { code: 'PAY' }, statusCode: 402 }),
       Error,
     ],
   ])('throws %s again as what the drivers read of the first', (_name, thrown, kind) => {

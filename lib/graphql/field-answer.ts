@@ -16,6 +16,14 @@ export interface FieldError {
   extensions?: Record<string, unknown>;
   /** An `HttpException`'s `getStatus()` and `getResponse()`. */
   http?: { status: number; response: unknown };
+  /**
+   * The entries of `extensions.http.headers`, a `Map` (Apollo Server's way to answer an error
+   * with headers, a `Retry-After` say), which JSON would write as `{}`: the replay gets a `Map`
+   * of them back.
+   */
+  httpHeaders?: [string, string][];
+  /** The error's own `statusCode` (Mercurius' `ErrorWithProps`), the answer's HTTP status. */
+  statusCode?: number;
 }
 
 /** What a mutation field answered: its resolver's value, or an error. */
@@ -73,8 +81,15 @@ export function fieldError(thrown: unknown): FieldError {
   if (typeof extensions === 'object' && extensions !== null && !Array.isArray(extensions)) {
     // Kept as the JSON the drivers write of them.
     const copy = JSON.parse(JSON.stringify(extensions)) as Record<string, unknown>;
+    const headers = httpHeadersOf(extensions);
+    if (headers) {
+      error.httpHeaders = headers;
+      delete (copy.http as Record<string, unknown>).headers;
+    }
     if (Object.keys(copy).length > 0) error.extensions = copy;
   }
+  const statusCode = (thrown as { statusCode?: unknown }).statusCode;
+  if (typeof statusCode === 'number') error.statusCode = statusCode;
   const http = httpExceptionOf(thrown);
   if (http) {
     error.kind = 'http';
@@ -83,6 +98,17 @@ export function fieldError(thrown: unknown): FieldError {
     error.kind = 'graphql';
   }
   return error;
+}
+
+/** The entries of `extensions.http.headers` when it is a `Map` (see `FieldError`). */
+function httpHeadersOf(extensions: object): [string, string][] | undefined {
+  const http = (extensions as { http?: unknown }).http;
+  const headers = (http as { headers?: unknown } | null | undefined)?.headers;
+  if (!(headers instanceof Map)) return undefined;
+  return [...(headers as Map<unknown, unknown>)].map(([name, value]) => [
+    String(name),
+    String(value),
+  ]);
 }
 
 /** Nest's `HttpException`, recognised by its shape: the library does not tie it to a class. */

@@ -1,4 +1,9 @@
-import { type GraphQLInputType, type GraphQLOutputType, type GraphQLSchema } from 'graphql';
+import {
+  type GraphQLInputType,
+  type GraphQLOutputType,
+  type GraphQLResolveInfo,
+  type GraphQLSchema,
+} from 'graphql';
 import { type IdempotencyRequest } from '../http/idempotency-request.js';
 
 /**
@@ -28,6 +33,14 @@ export interface FieldTypes {
   schema: GraphQLSchema;
   returnType: GraphQLOutputType;
   args: Record<string, GraphQLInputType>;
+  /** The field's call, for a union's or an interface's `resolveType()` (see `wire-value.ts`). */
+  call: ResolverCall;
+}
+
+/** The context and the info GraphQL gave the field's resolver. */
+export interface ResolverCall {
+  context: unknown;
+  info: GraphQLResolveInfo;
 }
 
 interface ResolveInfo {
@@ -65,16 +78,22 @@ export function readGraphqlField(resolverArgs: readonly unknown[]): GraphqlField
     responseKey: typeof key === 'string' ? key : fieldName,
     args: args ?? {},
     request: requestOf(context),
-    types: typesOf(info, fieldName),
+    types: typesOf(info, fieldName, context),
   };
 }
 
-function typesOf(info: ResolveInfo | undefined, fieldName: string): FieldTypes | undefined {
+function typesOf(
+  info: ResolveInfo | undefined,
+  fieldName: string,
+  context: unknown,
+): FieldTypes | undefined {
   const definition = info?.parentType?.getFields?.()[fieldName];
   if (!info?.schema || !info.returnType || !definition) return undefined;
   const args: Record<string, GraphQLInputType> = {};
   for (const arg of definition.args ?? []) args[arg.name] = arg.type;
-  return { schema: info.schema, returnType: info.returnType, args };
+  // GraphQL's own info (its schema and return type say so), read above as far as needed.
+  const call = { context, info: info as GraphQLResolveInfo };
+  return { schema: info.schema, returnType: info.returnType, args, call };
 }
 
 function requestOf(context: Record<string, unknown> | undefined): IdempotencyRequest | undefined {

@@ -16,7 +16,7 @@ import { type KeyScope } from '../storage/claim-store.interface.js';
 import { readKey, readTenant } from '../http/read-scope.js';
 import { type GraphqlField } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
-import { argumentsWire, NotJsonArgumentError } from './wire-value.js';
+import { ArgumentValueInvalidError, argumentsWire, NotJsonArgumentError } from './wire-value.js';
 
 /** What a mutation field is to the library, before any store is asked. */
 export type FieldReading =
@@ -75,8 +75,13 @@ export function readField(
       fingerprint: fieldFingerprint(field, route, request, graphql),
     };
   } catch (error) {
-    // Arguments deeper, or with more members, than the route's JSON limits allow, or not JSON.
-    if (error instanceof InvalidJsonError || error instanceof NotJsonArgumentError) {
+    // Arguments deeper, or with more members, than the route's JSON limits allow, not JSON, or
+    // not valid for their type.
+    if (
+      error instanceof InvalidJsonError ||
+      error instanceof NotJsonArgumentError ||
+      error instanceof ArgumentValueInvalidError
+    ) {
       return { kind: 'refused', error: new IdempotencyRequestInvalidError(error.message) };
     }
     throw error;
@@ -87,6 +92,7 @@ export function readField(
  * SHA-256 over the field's name, the route's fingerprinted headers and its canonical arguments.
  *
  * @throws NotJsonArgumentError for an argument value that is not JSON (see `argumentsWire`)
+ * @throws ArgumentValueInvalidError for an argument value its scalar refuses
  */
 export function fieldFingerprint(
   field: GraphqlField,

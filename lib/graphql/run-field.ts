@@ -57,7 +57,7 @@ export function runField(
     try {
       // Stored as GraphQL writes it (a Date as its scalar's string): see wire-value.ts.
       const data = types
-        ? outputWire(graphql, types.schema, types.returnType, outcome.value)
+        ? await outputWire(graphql, types.schema, types.returnType, outcome.value, types.call)
         : outcome.value;
       answer = encodeAnswer({ kind: 'data', data });
     } catch (error) {

@@ -9,8 +9,9 @@ import { type GraphqlModule } from './graphql-module.js';
  * write the same `errors` entry as for the first answer.
  */
 export function thrownError(stored: FieldError, graphql: GraphqlModule): Error {
+  const extensions = withHttpHeaders(stored);
   if (stored.kind === 'graphql') {
-    return new graphql.GraphQLError(stored.message, { extensions: stored.extensions });
+    return new graphql.GraphQLError(stored.message, { extensions });
   }
   const error =
     stored.kind === 'http' && stored.http
@@ -21,6 +22,18 @@ export function thrownError(stored: FieldError, graphql: GraphqlModule): Error {
       : new Error(stored.message);
   error.message = stored.message;
   if (stored.name) error.name = stored.name;
-  if (stored.extensions) Object.assign(error, { extensions: stored.extensions });
+  if (extensions) Object.assign(error, { extensions });
+  // Mercurius answers with the first error's statusCode.
+  if (stored.statusCode !== undefined) Object.assign(error, { statusCode: stored.statusCode });
   return error;
+}
+
+/** The stored extensions, with their `http.headers` a `Map` again, as Apollo Server reads it. */
+function withHttpHeaders(stored: FieldError): Record<string, unknown> | undefined {
+  if (!stored.httpHeaders) return stored.extensions;
+  const extensions = { ...stored.extensions };
+  const http =
+    typeof extensions.http === 'object' && extensions.http !== null ? extensions.http : {};
+  extensions.http = { ...http, headers: new Map(stored.httpHeaders) };
+  return extensions;
 }

@@ -9,11 +9,13 @@ import {
   GraphQLScalarType,
   GraphQLSchema,
   GraphQLString,
+  GraphQLUnionType,
 } from 'graphql';
 import { Readable } from 'node:stream';
 import {
   argumentsWire,
   fromWire,
+  ArgumentValueInvalidError,
   NotJsonArgumentError,
   outputWire,
   strictJson,
@@ -58,9 +60,24 @@ const Window = new GraphQLInputObjectType({
   name: 'Window',
   fields: { from: { type: DateTime }, note: { type: GraphQLString } },
 });
-const schema = new GraphQLSchema({
-  query: new GraphQLObjectType({ name: 'Query', fields: { receipt: { type: Receipt } } }),
+const Refusal = new GraphQLObjectType({
+  name: 'Refusal',
+  fields: { id: { type: GraphQLInt }, reason: { type: GraphQLString } },
 });
+/** Told apart by a field, as the guide says a union must be: no `__typename` in the value. */
+const Outcome = new GraphQLUnionType({
+  name: 'Outcome',
+  types: [Receipt, Refusal],
+  resolveType: (value: { reason?: unknown }) => ('reason' in value ? 'Refusal' : 'Receipt'),
+});
+const schema = new GraphQLSchema({
+  query: new GraphQLObjectType({
+    name: 'Query',
+    fields: { receipt: { type: Receipt }, outcome: { type: Outcome } },
+  }),
+});
+/** What the field's resolver was given: only its context and info reach a resolveType(). */
+const call = { context: {}, info: {} as graphql.GraphQLResolveInfo };
 
 class Labelled {
   id = 1;
@@ -87,22 +104,41 @@ describe('outputWire and fromWire', () => {
       new Labelled(),
       { id: 1, ownerId: 7, label: 'from a getter' },
     ],
-  ])('stores %s as GraphQL writes it', (_name, value, wire) => {
-    expect(outputWire(graphql, schema, Receipt, value)).toEqual(wire);
+    [
+      'a field whose value is a Promise (a lazy relation), awaited',
+      { id: 1, at: Promise.resolve(at), reminders: Promise.resolve([Promise.resolve(at)]) },
+      { id: 1, at: at.toISOString(), reminders: [at.toISOString()] },
+    ],
+  ])('stores %s as GraphQL writes it', async (_name, value, wire) => {
+    expect(await outputWire(graphql, schema, Receipt, value)).toEqual(wire);
   });
 
-  it('turns a stored answer back into values that serialize to the same wire form', () => {
+  it('turns a stored answer back into values that serialize to the same wire form', async () => {
     const value = { id: 1, at, total: 12n, priority: 2, reminders: [at], ownerId: 7 };
     const stored = JSON.parse(
-      JSON.stringify(outputWire(graphql, schema, Receipt, value)),
+      JSON.stringify(await outputWire(graphql, schema, Receipt, value)),
     ) as unknown;
     const replayed = fromWire(graphql, schema, Receipt, stored) as typeof value;
     expect(replayed).toEqual(value);
-    expect(outputWire(graphql, schema, Receipt, replayed)).toEqual(stored);
+    expect(await outputWire(graphql, schema, Receipt, replayed)).toEqual(stored);
   });
 
-  it('refuses to store a value its scalar refuses', () => {
-    expect(() => outputWire(graphql, schema, Receipt, { id: 1, total: '12' })).toThrow(
+  it("stores a union's member by the union's resolveType(), and replays it by that", async () => {
+    const value = { id: 1, at, reminders: [at] };
+    const stored = JSON.parse(
+      JSON.stringify(await outputWire(graphql, schema, Outcome, value, call)),
+    ) as unknown;
+    expect(stored).toEqual({
+      id: 1,
+      at: at.toISOString(),
+      reminders: [at.toISOString()],
+      __typename: 'Receipt',
+    });
+    expect(fromWire(graphql, schema, Outcome, stored)).toEqual({ ...value, __typename: 'Receipt' });
+  });
+
+  it('refuses to store a value its scalar refuses', async () => {
+    await expect(outputWire(graphql, schema, Receipt, { id: 1, total: '12' })).rejects.toThrow(
       'not a bigint',
     );
   });
@@ -151,6 +187,24 @@ describe('argumentsWire', () => {
   ])('refuses %s', (_name, args, types, what) => {
     expect(() => argumentsWire(graphql, types, args)).toThrow(NotJsonArgumentError);
     expect(() => argumentsWire(graphql, types, args)).toThrow(what);
+  });
+
+  it.each([
+    [
+      'an Invalid Date (a mistyped date the scalar parsed)',
+      { at: new Date('2026-02-30 soon') },
+      { at: DateTime },
+      'the argument at is not a valid value of its type DateTime (Invalid time value)',
+    ],
+    [
+      'a string its scalar refuses, under an input object',
+      { w: { cents: '12' } },
+      { w: new GraphQLInputObjectType({ name: 'Paid', fields: { cents: { type: Cents } } }) },
+      'the argument w.cents is not a valid value of its type Cents (not a bigint)',
+    ],
+  ])('refuses %s as not valid for its type', (_name, args, types, message) => {
+    expect(() => argumentsWire(graphql, types, args)).toThrow(ArgumentValueInvalidError);
+    expect(() => argumentsWire(graphql, types, args)).toThrow(message);
   });
 });
 

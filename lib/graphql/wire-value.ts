@@ -1,10 +1,12 @@
 import {
+  type GraphQLAbstractType,
   type GraphQLInputType,
   type GraphQLLeafType,
   type GraphQLObjectType,
   type GraphQLOutputType,
   type GraphQLSchema,
 } from 'graphql';
+import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 
 /**
@@ -36,20 +38,45 @@ export class NotJsonArgumentError extends Error {
   }
 }
 
-/** The resolver's value in its wire form, to be stored (see above). */
-export function outputWire(
+/**
+ * An argument value of JSON's kind (a date, a string, a number) that its scalar refuses to
+ * write: a value the client mistyped (`"2026-02-30 soon"` for a `DateTime`), not an upload.
+ */
+export class ArgumentValueInvalidError extends Error {
+  constructor(
+    readonly path: string,
+    readonly scalar: string,
+    readonly why: string,
+  ) {
+    super(`the argument ${path} is not a valid value of its type ${scalar} (${why})`);
+    this.name = 'ArgumentValueInvalidError';
+  }
+}
+
+/**
+ * The resolver's value in its wire form, to be stored (see above). A value that is a Promise
+ * (a TypeORM lazy relation, a field's value computed later) is awaited, as GraphQL awaits it
+ * for the answer: walked as an object, it would be stored as `{}`.
+ */
+export async function outputWire(
   graphql: GraphqlModule,
   schema: GraphQLSchema | undefined,
   type: GraphQLOutputType,
-  value: unknown,
-): unknown {
+  promised: unknown,
+  call?: ResolverCall,
+): Promise<unknown> {
+  const value = isThenable(promised) ? await promised : promised;
   if (value === null || value === undefined) return null;
-  if (graphql.isNonNullType(type)) return outputWire(graphql, schema, type.ofType, value);
+  if (graphql.isNonNullType(type)) return outputWire(graphql, schema, type.ofType, value, call);
   if (graphql.isListType(type)) {
-    return listOf(value).map((item) => outputWire(graphql, schema, type.ofType, item));
+    return Promise.all(
+      listOf(value).map((item) => outputWire(graphql, schema, type.ofType, item, call)),
+    );
   }
   if (graphql.isLeafType(type)) return leafWire(type.serialize(value));
-  const concrete = graphql.isObjectType(type) ? type : typeOf(graphql, schema, value);
+  const concrete = graphql.isObjectType(type)
+    ? type
+    : (typeOf(graphql, schema, value) ?? (await memberType(graphql, schema, type, value, call)));
   if (!concrete || typeof value !== 'object') return jsonCopy(value);
   const fields = concrete.getFields();
   const source = value as Record<string, unknown>;
@@ -64,9 +91,49 @@ export function outputWire(
   // arguments, which are not known here.
   for (const name of Object.keys(fields)) {
     if (!(name in source) || typeof source[name] === 'function') continue;
-    wire[name] = outputWire(graphql, schema, fields[name].type, source[name]);
+    wire[name] = await outputWire(graphql, schema, fields[name].type, source[name], call);
   }
+  // A member of a union or an interface says which, for the replay to read it back by.
+  if (!graphql.isObjectType(type)) wire.__typename = concrete.name;
   return wire;
+}
+
+/**
+ * The member type of a union's or an interface's value that does not say (no `__typename`),
+ * as GraphQL finds it: by the abstract type's `resolveType()`, called as GraphQL calls it for
+ * the answer, or else by its members' `isTypeOf()`. Undefined when neither tells (the value
+ * is then kept as JSON).
+ */
+async function memberType(
+  graphql: GraphqlModule,
+  schema: GraphQLSchema | undefined,
+  type: GraphQLAbstractType,
+  value: unknown,
+  call: ResolverCall | undefined,
+): Promise<GraphQLObjectType | undefined> {
+  if (!schema || !call) return undefined;
+  try {
+    if (type.resolveType) {
+      const name = await type.resolveType(value, call.context, call.info, type);
+      const resolved = typeof name === 'string' ? schema.getType(name) : undefined;
+      return resolved && graphql.isObjectType(resolved) ? resolved : undefined;
+    }
+    for (const member of schema.getPossibleTypes(type)) {
+      if (await member.isTypeOf?.(value, call.context, call.info)) return member;
+    }
+  } catch {
+    // A resolveType() that cannot tell outside the answer: kept as JSON, as before.
+  }
+  return undefined;
+}
+
+/** A Promise, or any value GraphQL awaits as one (it has a `then()`). */
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { then?: unknown }).then === 'function'
+  );
 }
 
 /** A stored wire value as a resolver's value again: each scalar through its `parseValue()`. */
@@ -101,6 +168,7 @@ export function fromWire(
  *
  * @throws NotJsonArgumentError for a value with no JSON form (an upload, a stream, a Promise,
  *   a Buffer, an instance of a class)
+ * @throws ArgumentValueInvalidError for a value its scalar refuses (an Invalid Date)
  */
 export function argumentsWire(
   graphql: GraphqlModule | undefined,
@@ -130,7 +198,13 @@ function inputWire(
     let serialized: unknown;
     try {
       serialized = type.serialize(value);
-    } catch {
+    } catch (error) {
+      // A date, a string, a number the scalar refuses: the client's value is wrong for the
+      // type (an Invalid Date that the scalar's parseValue() let through, say).
+      if (isOfJsonKind(value)) {
+        const why = error instanceof Error ? error.message : String(error);
+        throw new ArgumentValueInvalidError(path, type.name, why);
+      }
       // An `Upload` scalar's serialize() throws: it has no wire form.
       throw new NotJsonArgumentError(
         path,
@@ -178,6 +252,16 @@ export function strictJson(value: unknown, path: string): unknown {
     return copy;
   }
   throw new NotJsonArgumentError(path, describe(value));
+}
+
+/** A value a client can send: a `Date` (what a date scalar parses into) or JSON's own kinds. */
+function isOfJsonKind(value: unknown): boolean {
+  if (value instanceof Date || Array.isArray(value)) return true;
+  if (typeof value !== 'object' || value === null) {
+    return typeof value !== 'function' && typeof value !== 'symbol' && typeof value !== 'bigint';
+  }
+  const prototype = Object.getPrototypeOf(value) as unknown;
+  return prototype === null || prototype === Object.prototype;
 }
 
 function describe(value: unknown): string {

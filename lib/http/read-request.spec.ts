@@ -90,8 +90,9 @@ describe('readRequest (key, tenant, fingerprint: a value or a refusal)', () => {
         kind: 'refused',
         code: 'tenant_invalid',
         message:
-          'The request carries no valid tenant id (an integer, or 1 to 255 characters without ' +
-          'control characters); idempotency keys are scoped per tenant.',
+          'The request carries no valid tenant id: it is empty. A tenant id is an integer, or 1 ' +
+          'to 255 characters, not all white space, without control characters or lone ' +
+          'surrogates; idempotency keys are scoped per tenant.',
         warned: false,
       },
     ],

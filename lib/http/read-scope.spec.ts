@@ -69,19 +69,33 @@ describe('readKey (the key its source gave: a key, none, or a refusal)', () => {
 
 describe('readTenant (the resolver’s tenant: an id, or a refusal)', () => {
   const request = { method: 'POST', url: '/orders', headers: {} };
-  const refused: ReturnType<typeof shape> = {
+  const refused = (rule: string): ReturnType<typeof shape> => ({
     kind: 'refused',
     code: 'tenant_invalid',
     message:
-      'The request carries no valid tenant id (an integer, or 1 to 255 characters without ' +
-      'control characters); idempotency keys are scoped per tenant.',
-  };
+      `The request carries no valid tenant id: ${rule}. A tenant id is an integer, or 1 to ` +
+      '255 characters, not all white space, without control characters or lone surrogates; ' +
+      'idempotency keys are scoped per tenant.',
+  });
 
   it.each<[string, TenantId, ReturnType<typeof shape>]>([
     ['a string', 'acme', { kind: 'tenant', tenantId: 'acme' }],
     ['an integer, as its digits', 42, { kind: 'tenant', tenantId: '42' }],
-    ['an empty string', '', refused],
-    ['a number that is not a safe integer', 1.5, refused],
+    ['an empty string', '', refused('it is empty')],
+    [
+      'a number that is not a safe integer',
+      1.5,
+      refused('it is a number that is not a safe integer'),
+    ],
+    ['only white space', '  ', refused('it is only white space')],
+    [
+      'a lone surrogate',
+      'acme\ud800',
+      refused(
+        'it holds a lone surrogate (it is not well-formed Unicode), which would be stored as ' +
+          'U+FFFD, the same id as another tenant',
+      ),
+    ],
   ])('%s', (_name, resolved, expected) => {
     expect(shape(readTenant(request, () => resolved))).toEqual(expected);
   });
