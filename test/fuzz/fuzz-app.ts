@@ -355,7 +355,7 @@ function controllerOf(interpreter: Interpreter) {
   return ProgramController;
 }
 
-/** A `BigInt` in a GraphQL answer, as a string (the library documents such an answer as refused). */
+/** A `BigInt` in a GraphQL answer, as a string (stored as the scalar writes it, and replayed). */
 const BigIntScalar = new GraphQLScalarType({
   name: 'BigInt',
   serialize: (value) => String(value as bigint),

@@ -430,6 +430,10 @@ function checkAnswer(
             ...(transport === 'graphql' && program.shape === 'date'
               ? { at: new Date(ANSWER_EPOCH + program.ops.length * 1000).toISOString() }
               : {}),
+            // The BigInt scalar writes it as a string; stored as written, replayed the same.
+            ...(transport === 'graphql' && program.shape === 'bigint'
+              ? { big: String(program.ops.length) }
+              : {}),
           });
       return final.status === 201 && final.body === body
         ? undefined

@@ -11,11 +11,23 @@ const tx = (body: Op[], end: 'commit' | 'throw' = 'commit', caught = false): Op 
 });
 
 describe('the model of a handler program', () => {
-  it('refuses a BigInt in a GraphQL answer, as the library documents', () => {
-    expect(expectedOutcome({ id: 'p', ops: [write], shape: 'bigint' })).toEqual({
-      kind: 'refused',
+  it('answers a BigInt in a GraphQL answer as its scalar writes it (no longer refused)', () => {
+    expect(expectedOutcome({ id: 'p', ops: [write], shape: 'bigint' })).toMatchObject({
+      kind: 'ok',
+      writes: ['0'],
     });
   });
+
+  it.each(['acme\ud800', 'acme\udbff'])(
+    'refuses a tenant id with a lone surrogate (%j): 400 tenant_invalid, nothing applied',
+    (tenant) => {
+      expect(expectedOutcome({ id: 'p', ops: [write], tenant })).toEqual({
+        kind: 'refused',
+        status: 400,
+        code: 'tenant_invalid',
+      });
+    },
+  );
 
   it.each<[string, Op[], ReturnType<typeof expectedOutcome>]>([
     [

@@ -98,9 +98,10 @@ export type Outcome =
       refusable: boolean;
     }
   /**
-   * What the library documents as refused (a `BigInt` in a GraphQL answer; a tenant id with a
-   * lone surrogate, refused before anything runs: 400 `tenant_invalid`): a final error,
-   * nothing applied; `code`, where the refusal has one the answer must carry.
+   * What the library documents as refused (a tenant id with a lone surrogate, refused before
+   * anything runs: 400 `tenant_invalid`): a final error, nothing applied; `code`, where the
+   * refusal has one the answer must carry. (A `BigInt` in a GraphQL answer is no longer one:
+   * the answer is stored as its scalar writes it.)
    */
   | { kind: 'refused'; status?: number; code?: string }
   /** The handler's own error answer, stored and replayed; no effect applied. */
@@ -154,7 +155,6 @@ export function expectedOutcome(program: HandlerProgram): Outcome {
     return { kind: 'error', status: typeof thrown === 'object' ? thrown.http : 500 };
   }
   if (top.aborted) return { kind: 'aborted' };
-  if (program.shape === 'bigint') return { kind: 'refused' };
   const laterTransaction = (path: string) =>
     program.ops.slice(Number(path) + 1).some((op) => op.op === 'tx');
   return {
