@@ -70,7 +70,9 @@ export type Side = 'before' | 'after' | 'both';
 export async function straddleBoundary(
   db: Queryable,
   fire: (attempt: number, boundary: Date) => Promise<Side>,
-  attempts = 10,
+  // Each attempt waits for the next boundary (a second apart) and moves the burst 2 ms: 30 of
+  // them sweep 60 ms either way, which a loaded machine's scheduling needs (10 fell short).
+  attempts = 30,
 ): Promise<number> {
   let leadMs = 4;
   for (let attempt = 0; attempt < attempts; attempt++) {
