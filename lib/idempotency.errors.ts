@@ -2,7 +2,6 @@
  * Domain errors: each carries a stable `code` and no HTTP. `toProblem()` in
  * `http/problem.ts` is the one place that maps them to status codes.
  */
-import { readTenantId } from './tenant-id.js';
 
 export type IdempotencyErrorCode =
   | 'key_missing'
@@ -50,16 +49,19 @@ export class IdempotencyKeyInvalidError extends IdempotencyError {
 }
 
 /**
- * The tenant resolver gave no usable tenant id for this request; the message names the rule
- * the value breaks (see `readTenantId`).
+ * The tenant resolver gave no usable tenant id for this request; the message names `rule`, the
+ * rule the value breaks, when the caller read it (`readTenantId`: the errors import nothing of
+ * the decisions, which import them).
  */
 export class IdempotencyTenantInvalidError extends IdempotencyError {
   readonly code = 'tenant_invalid';
-  constructor(readonly value: unknown) {
-    const reading = readTenantId(value);
+  constructor(
+    readonly value: unknown,
+    rule?: string,
+  ) {
     super(
       'The request carries no valid tenant id' +
-        (reading.kind === 'invalid' ? `: ${reading.rule}` : '') +
+        (rule === undefined ? '' : `: ${rule}`) +
         '. A tenant id is an integer, or 1 to 255 characters, not all white space, without ' +
         'control characters or lone surrogates; idempotency keys are scoped per tenant.',
     );

@@ -11,7 +11,7 @@ import {
 } from '../idempotency-options.interface.js';
 import { parseIdempotencyKey } from '../idempotency-key.js';
 import { type RawKey } from '../key-source.js';
-import { normalizeTenantId } from '../tenant-id.js';
+import { normalizeTenantId, readTenantId } from '../tenant-id.js';
 
 /**
  * The two halves of a key's scope, read alike by every transport (an HTTP route, a GraphQL
@@ -62,7 +62,8 @@ export function readTenant(
 ): TenantReading {
   const resolved = tenant(request);
   const tenantId = normalizeTenantId(resolved);
-  return tenantId === undefined
-    ? { kind: 'refused', error: new IdempotencyTenantInvalidError(resolved) }
-    : { kind: 'tenant', tenantId };
+  if (tenantId !== undefined) return { kind: 'tenant', tenantId };
+  const reading = readTenantId(resolved);
+  const rule = reading.kind === 'invalid' ? reading.rule : undefined;
+  return { kind: 'refused', error: new IdempotencyTenantInvalidError(resolved, rule) };
 }
