@@ -4,6 +4,7 @@ import { LazyTransaction } from '../transaction/lazy-transaction.js';
 import { PoolTransaction } from '../transaction/pool-transaction.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
+import { DataLayerEndedError } from './driver-errors/ended.js';
 import { joinTransactionsOfPool } from '../transaction/pool-join.js';
 
 /**
@@ -24,7 +25,7 @@ export function typeOrmDataLayer(dataSource: () => DataSource): DataLayer {
     const source = dataSource();
     const driver = source.driver as unknown as { master?: Pool };
     if (!source.isInitialized || !driver.master) {
-      throw new Error('the TypeORM DataSource is not initialized');
+      throw new DataLayerEndedError('the TypeORM DataSource is not initialized');
     }
     return driver.master;
   };

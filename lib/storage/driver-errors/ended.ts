@@ -15,8 +15,21 @@ const ENDED: ReadonlyArray<{ name: string; message: string }> = [
   { name: 'TypeORMError', message: 'Driver not Connected' },
 ];
 
+/**
+ * The library's own "the app's data layer is gone": TypeORM's DataSource no longer initialized
+ * when a request asks for its pool (it is destroyed as the app stops; Nest initializes it
+ * before any request is served).
+ */
+export class DataLayerEndedError extends Error {
+  constructor(what: string) {
+    super(`${what}: it was ended (the app is stopping)`);
+    this.name = 'DataLayerEndedError';
+  }
+}
+
 /** Whether `error` is a data layer's "I was ended" (see above). */
 export function isEndedDataLayer(error: unknown): boolean {
+  if (error instanceof DataLayerEndedError) return true;
   if (typeof error !== 'object' || error === null) return false;
   const { name, message } = error as { name?: unknown; message?: unknown };
   return ENDED.some((ended) => ended.name === name && ended.message === message);
