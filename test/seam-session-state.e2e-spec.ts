@@ -155,6 +155,9 @@ class PoolController {
       'set-local-role': drizzleSql.raw(`set local role ${appRole}`),
       'set-config-role': drizzleSql`select set_config('role', ${appRole}, true)`,
       'set-local-search-path': drizzleSql.raw('set local search_path to app_schema'),
+      'set-local-session-authorization': drizzleSql.raw(
+        `set local session authorization ${appRole}`,
+      ),
     }[body.how]!;
     const who = await drizzleDb.transaction(async (tx) => {
       await tx.execute(set);
@@ -174,8 +177,12 @@ class PoolController {
    */
   @Post('pg/rls-slow')
   @Idempotent({ isolationLevel: 'SERIALIZABLE', leaseMs: 600 })
-  async pgRlsSlow(@Body() body: Booking) {
-    await pool.query(`SET LOCAL ROLE ${appRole}`);
+  async pgRlsSlow(@Body() body: Booking & { authorization?: boolean }) {
+    await pool.query(
+      body.authorization
+        ? `SET LOCAL SESSION AUTHORIZATION ${appRole}`
+        : `SET LOCAL ROLE ${appRole}`,
+    );
     await pool.query('SET LOCAL search_path TO app_schema');
     await pool.query('INSERT INTO public.slots (slot, who) VALUES ($1, $2)', [body.slot, 'slow']);
     await sleep(1000);
@@ -543,6 +550,8 @@ describe('session state a handler sets on the request’s connection', () => {
       // A role kept at BEGIN that is gone by the commit: the restore fails after its Parse.
       await client.query(
         "SELECT set_config('idempotency.role', 'seam_no_such_role', true), " +
+          "set_config('idempotency.authorization', current_setting('session_authorization'), " +
+          'true), ' +
           "set_config('idempotency.search_path', '=public', true)",
       );
       await expect(
@@ -558,7 +567,12 @@ describe('session state a handler sets on the request’s connection', () => {
   });
 
   describe('SET LOCAL ROLE and search_path (item 6)', () => {
-    it.each([['set-local-role'], ['set-config-role'], ['set-local-search-path']])(
+    it.each([
+      ['set-local-role'],
+      ['set-config-role'],
+      ['set-local-search-path'],
+      ['set-local-session-authorization'],
+    ])(
       'stores the answer with the library’s own role and search path after %s in a Drizzle transaction: 201, one row, replayed',
       async (how) => {
         const slot = `rls-${how}`;
@@ -602,6 +616,17 @@ describe('session state a handler sets on the request’s connection', () => {
       expect(orm.status).toBe(201);
       expect(orm.body).toEqual({ who: appRole });
       expect(await rows(`orm-${slot}`)).toEqual([{ who: 's' }]);
+    });
+
+    it('does the same after SET LOCAL SESSION AUTHORIZATION: renewals and the answer as the request began, the handler’s own back', async () => {
+      const slot = 'rls-slow-authorization';
+      const first = await post(poolApp, '/pg/rls-slow', slot, { slot, authorization: true });
+      expect(first.status).toBe(201);
+      expect(first.body).toEqual({ who: appRole, path: 'app_schema' });
+      const again = await post(poolApp, '/pg/rls-slow', slot, { slot, authorization: true });
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.text).toBe(first.text);
+      expect(await rows(slot)).toEqual([{ who: 'slow' }]);
     });
 
     it('runs five concurrent RLS requests, each once', async () => {

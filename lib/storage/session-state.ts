@@ -3,12 +3,15 @@ import { asDatabaseFailure } from './connection-errors.js';
 import { withDeadline } from './deadline.js';
 
 /**
- * The role and search path the library's own statements run with inside the request's
- * transaction: those the transaction began with, whatever the handler set since. A handler
- * that narrows its own statements (`SET LOCAL ROLE app_user`, `set_config('role', …, true)`,
+ * The role, session authorization and search path the library's own statements run with
+ * inside the request's transaction: those the transaction began with, whatever the handler set
+ * since. A handler that narrows its own statements (`SET LOCAL ROLE app_user`,
+ * `set_config('role', …, true)`, `SET LOCAL SESSION AUTHORIZATION app_user`,
  * `SET LOCAL search_path`: the Supabase/Drizzle RLS recipe) keeps that setting until COMMIT
  * (PostgreSQL keeps `SET LOCAL` across `RELEASE SAVEPOINT`), so that the library's fenced
  * update would run as a role that may not write its table (42501), or find another table.
+ * The session authorization is put back first (setting it resets the role), and only when it
+ * changed: it is looked up in the catalog, and most requests never touch it.
  *
  * Kept on the server, in two settings of the transaction's own (`SET LOCAL` semantics: gone
  * at its end, rolled back with a savepoint), so that nothing travels back to the process: taken
@@ -17,6 +20,7 @@ import { withDeadline } from './deadline.js';
  */
 export const CAPTURE_SESSION_STATE =
   "SELECT set_config('idempotency.role', current_setting('role'), true), " +
+  "set_config('idempotency.authorization', current_setting('session_authorization'), true), " +
   "set_config('idempotency.search_path', '=' || current_setting('search_path'), true)";
 
 /** Nothing is set when nothing was kept (a transaction begun by other means). */
@@ -25,9 +29,20 @@ const KEPT = "WHERE current_setting('idempotency.role', true) <> ''";
 const START_ROLE = "current_setting('idempotency.role')";
 const START_PATH = "substr(current_setting('idempotency.search_path'), 2)";
 
+/** Sets the session authorization to `value` (an SQL expression) if it is not that already. */
+function authorizationTo(value: string): string {
+  return (
+    `CASE WHEN current_setting('session_authorization') <> ${value} ` +
+    `THEN set_config('session_authorization', ${value}, true) END`
+  );
+}
+
+const START_AUTHORIZATION = authorizationTo("current_setting('idempotency.authorization')");
+
 /** Before the library's last statement (followed by COMMIT): the state kept at `BEGIN`. */
 export const RESTORE_SESSION_STATE =
-  `SELECT set_config('role', ${START_ROLE}, true), ` +
+  `SELECT ${START_AUTHORIZATION}, ` +
+  `set_config('role', ${START_ROLE}, true), ` +
   `set_config('search_path', ${START_PATH}, true) ${KEPT}`;
 
 /**
@@ -36,13 +51,17 @@ export const RESTORE_SESSION_STATE =
  */
 export const SWAP_IN_SESSION_STATE =
   "SELECT set_config('idempotency.handler_role', current_setting('role'), true), " +
+  "set_config('idempotency.handler_authorization', current_setting('session_authorization'), " +
+  'true), ' +
   "set_config('idempotency.handler_search_path', '=' || current_setting('search_path'), true), " +
+  `${START_AUTHORIZATION}, ` +
   `set_config('role', ${START_ROLE}, true), ` +
   `set_config('search_path', ${START_PATH}, true) ${KEPT}`;
 
 /** After it: the handler's state back, for the handler's next statement. */
 export const SWAP_OUT_SESSION_STATE =
-  "SELECT set_config('role', current_setting('idempotency.handler_role'), true), " +
+  `SELECT ${authorizationTo("current_setting('idempotency.handler_authorization')")}, ` +
+  "set_config('role', current_setting('idempotency.handler_role'), true), " +
   "set_config('search_path', substr(current_setting('idempotency.handler_search_path'), 2), " +
   `true) ${KEPT}`;
 

@@ -364,9 +364,18 @@ export function kyselyDb(
         for (const path of paths) await inner.insertEffect(program, path);
       }, 'commit'),
     cursor: async (each) => {
-      for await (const row of client.selectFrom('fuzz_two').select('n').orderBy('n').stream(1)) {
-        await each(row.n);
+      const stream = client.selectFrom('fuzz_two').select('n').orderBy('n').stream(1);
+      if (!trx) {
+        for await (const row of stream) await each(row.n);
+        return;
       }
+      // Inside a Kysely transaction, a query on it waits until its open stream ends (Kysely
+      // runs one at a time on a transaction's connection): a write per streamed row hangs
+      // forever, with or without the library (docs/guides/kysely.md). The rows first, as
+      // Kysely wants them read there.
+      const rows: number[] = [];
+      for await (const row of stream) rows.push(row.n);
+      for (const n of rows) await each(n);
     },
   };
   return db;
