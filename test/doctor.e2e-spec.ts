@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { decide } from '../lib/decide.js';
@@ -5,7 +6,7 @@ import { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000 } from '.
 import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
 import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
 import { runCli, startCli, printed } from './support/cli-process.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { adminUrl, createTestDatabase, type TestDatabase } from './support/database.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 
 /**
@@ -116,6 +117,72 @@ describe('doctor', () => {
       ].join('\n'),
     );
     expect(run.code).toBe(1);
+  });
+
+  it('a role without USAGE on the schema of the tables: the GRANT, not the migrations, exit 1', async () => {
+    // The tables and the migrations table in schema idem, which the role's search_path names:
+    // PostgreSQL leaves a schema the role may not use out of the path, so they look missing.
+    const database = await createTestDatabase('doctor_usage');
+    const admin = new Client({ connectionString: database.url });
+    await admin.connect();
+    const role = `idem_doctor_${randomBytes(3).toString('hex')}`;
+    try {
+      await admin.query('CREATE SCHEMA idem');
+      const inIdem = new URL(database.url);
+      inIdem.searchParams.set('options', '-c search_path=idem');
+      const dataSource = new DataSource({
+        type: 'postgres',
+        url: inIdem.toString(),
+        migrations: IDEMPOTENCY_MIGRATIONS,
+      });
+      await dataSource.initialize();
+      await dataSource.runMigrations();
+      await dataSource.destroy();
+      await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD 'doctor'`);
+      await admin.query(`GRANT CONNECT ON DATABASE ${database.name} TO ${role}`);
+      await admin.query(
+        `ALTER ROLE ${role} IN DATABASE ${database.name} SET search_path = idem, public`,
+      );
+      await admin.query(
+        `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA idem TO ${role}`,
+      );
+      const url = new URL(database.url);
+      url.username = role;
+      url.password = 'doctor';
+      const run = await runCli(['doctor', '--url', url.toString()]);
+      expect(run.stdout).toBe(
+        [
+          `FAIL  schema: the role ${role} may not use schema idem, which holds idempotency_keys, ` +
+            'processed_messages, message_failures, idempotency_response_bodies: ' +
+            `GRANT USAGE ON SCHEMA idem TO ${role}`,
+          `FAIL  migrations: the role ${role} may not use schema idem, which holds migrations: ` +
+            `GRANT USAGE ON SCHEMA idem TO ${role}`,
+          SYNC_OK,
+          STATEMENT_OK,
+          LOCK_OK,
+          poolOk(),
+          '2 problems, 0 warnings.',
+          '',
+        ].join('\n'),
+      );
+      expect(run.code).toBe(1);
+
+      await admin.query(`GRANT USAGE ON SCHEMA idem TO ${role}`);
+      const granted = await runCli(['doctor', '--url', url.toString()]);
+      expect(granted.stdout).toBe(
+        [SCHEMA_OK, MIGRATIONS_OK, SYNC_OK, STATEMENT_OK, LOCK_OK, poolOk(), PLAIN_OK, KEYS_OK]
+          .concat('No problems found.', '')
+          .join('\n'),
+      );
+    } finally {
+      await admin.query(`DROP OWNED BY ${role}`);
+      await admin.end();
+      await database.drop();
+      const server = new Client({ connectionString: adminUrl() });
+      await server.connect();
+      await server.query(`DROP ROLE IF EXISTS ${role}`);
+      await server.end();
+    }
   });
 
   describe('settings of the database', () => {

@@ -3,17 +3,18 @@ import { HealthCheck, HealthCheckService, TerminusModule } from '@nestjs/terminu
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
+import { DataSource } from 'typeorm';
 import { IdempotencyHealthIndicator } from '../lib/health/index.js';
-import { IdempotencyModule } from '../lib/index.js';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule } from '../lib/index.js';
 import { ADAPTERS, bootstrapTestApp } from './support/bootstrap.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
-import { adminUrl } from './support/database.js';
+import { adminUrl, createTestDatabase, type TestDatabase } from './support/database.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 
 /**
  * The store's health indicator in a Nest app with `@nestjs/terminus`'s HealthCheckService, on
  * real PostgreSQL: healthy, the store down (a proxy cut), its table missing, an old unfinished
- * key. Terminus answers 503 when an indicator is down.
+ * key, write privileges or the schema's USAGE revoked. Terminus answers 503 when an indicator is down.
  */
 
 const MAX_UNFINISHED_AGE_MS = 60_000;
@@ -259,6 +260,72 @@ describe.each(ADAPTERS)('IdempotencyHealthIndicator, write privileges revoked (%
       }),
     );
     await admin.query(`GRANT INSERT, UPDATE, DELETE ON idempotency_keys TO ${role}`);
+    expect((await request(app.getHttpServer()).get('/health')).status).toBe(200);
+  });
+});
+
+/**
+ * The tables in a schema of the role's search_path that the role may no longer use: PostgreSQL
+ * leaves the schema out of the path, the table looks missing, but the migrations ran: the
+ * GRANT USAGE is what to run.
+ */
+describe.each(ADAPTERS)('IdempotencyHealthIndicator, schema USAGE revoked (%s)', (adapter) => {
+  let database: TestDatabase;
+  let app: INestApplication;
+  let admin: Client;
+  const role = `idem_usage_${adapter}_${Date.now() % 100000}`;
+
+  beforeAll(async () => {
+    database = await createTestDatabase(`health_usage_${adapter}`);
+    admin = new Client({ connectionString: database.url });
+    await admin.connect();
+    await admin.query('CREATE SCHEMA idem');
+    const inIdem = new URL(database.url);
+    inIdem.searchParams.set('options', '-c search_path=idem');
+    const migrator = new DataSource({
+      type: 'postgres',
+      url: inIdem.toString(),
+      migrations: IDEMPOTENCY_MIGRATIONS,
+    });
+    await migrator.initialize();
+    await migrator.runMigrations();
+    await migrator.destroy();
+    await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD 'health'`);
+    await admin.query(`GRANT CONNECT ON DATABASE ${database.name} TO ${role}`);
+    await admin.query(`ALTER ROLE ${role} IN DATABASE ${database.name} SET search_path = idem`);
+    await admin.query(`GRANT USAGE ON SCHEMA idem TO ${role}`);
+    await admin.query(
+      `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA idem TO ${role}`,
+    );
+    const url = new URL(database.url);
+    url.username = role;
+    url.password = 'health';
+    app = await bootstrapTestApp(healthModule(url.toString()), adapter);
+  });
+  afterAll(async () => {
+    await app?.close();
+    await admin?.query(`DROP OWNED BY ${role}`);
+    await admin?.end();
+    await database?.drop();
+    const server = new Client({ connectionString: adminUrl() });
+    await server.connect();
+    await server.query(`DROP ROLE IF EXISTS ${role}`);
+    await server.end();
+  });
+
+  it('503 naming the GRANT USAGE to run, not the migrations, and 200 once granted again', async () => {
+    expect((await request(app.getHttpServer()).get('/health')).status).toBe(200);
+    await admin.query(`REVOKE USAGE ON SCHEMA idem FROM ${role}`);
+    const response = await request(app.getHttpServer()).get('/health');
+    expect(response.status).toBe(503);
+    expect(response.body).toEqual(
+      down({
+        message:
+          `the role ${role} may not use schema idem, which holds idempotency_keys: ` +
+          `GRANT USAGE ON SCHEMA idem TO ${role}`,
+      }),
+    );
+    await admin.query(`GRANT USAGE ON SCHEMA idem TO ${role}`);
     expect((await request(app.getHttpServer()).get('/health')).status).toBe(200);
   });
 });

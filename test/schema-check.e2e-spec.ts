@@ -309,6 +309,90 @@ describe('the start-up check of the schema', () => {
     }
   });
 
+  // The tables in a schema the role's search_path names: PostgreSQL leaves a schema the role
+  // may not use out of the path, so the tables look missing to it, but the migrations ran.
+  it.each<{
+    path: string;
+    /** The schema as SQL writes it, given the role's name. */
+    schema: (role: string) => string;
+    /** The role's search_path setting as SQL writes it; or the connection's `options`. */
+    setting: { role: string } | { options: string };
+    /** The schema as the message names it. */
+    shown: (role: string) => string;
+  }>([
+    {
+      path: 'idem, public',
+      schema: () => 'idem',
+      setting: { role: 'idem, public' },
+      shown: () => 'idem',
+    },
+    {
+      path: '"$user", public (a schema named as the role)',
+      schema: (role) => role,
+      setting: { role: '"$user", public' },
+      shown: (role) => role,
+    },
+    {
+      path: 'public, "Idem Keys" (quoted)',
+      schema: () => '"Idem Keys"',
+      setting: { role: 'public, "Idem Keys"' },
+      shown: () => 'Idem Keys',
+    },
+    {
+      path: 'IDEM,public (unquoted capitals, in the connection options)',
+      schema: () => 'idem',
+      setting: { options: '-c search_path=IDEM,public' },
+      shown: () => 'idem',
+    },
+  ])(
+    'refuses to start as a role without USAGE on the schema of the tables (search_path $path), naming the GRANT, not the migrations',
+    async ({ schema: schemaOf, setting, shown }) => {
+      const role = `idem_nousage_${randomBytes(3).toString('hex')}`;
+      const schema = schemaOf(role);
+      const db = new Client({ connectionString: database.url });
+      await db.connect();
+      await db.query('CREATE SCHEMA idem_migrated');
+      const migrated = new URL(database.url);
+      migrated.searchParams.set('options', '-c search_path=idem_migrated');
+      await migrate(migrated.toString(), IDEMPOTENCY_MIGRATIONS);
+      await db.query(`ALTER SCHEMA idem_migrated RENAME TO ${schema}`);
+      try {
+        await db.query(`CREATE ROLE ${role} LOGIN PASSWORD 'nousage'`);
+        await db.query(`GRANT CONNECT ON DATABASE ${database.name} TO ${role}`);
+        if ('role' in setting) {
+          await db.query(
+            `ALTER ROLE ${role} IN DATABASE ${database.name} SET search_path = ${setting.role}`,
+          );
+        }
+        await db.query(
+          `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ${schema} TO ${role}`,
+        );
+        const url = new URL(database.url);
+        url.username = role;
+        url.password = 'nousage';
+        if ('options' in setting) url.searchParams.set('options', setting.options);
+        const error = await startFailure(url.toString());
+        const grant = `GRANT USAGE ON SCHEMA ${schema} TO ${role}`;
+        expect((error as Error).name).toBe('IdempotencySchemaMissingError');
+        expect((error as Error).message).toBe(
+          "IdempotencyModule: the app's database lacks what the library needs:\n" +
+            `- the role ${role} may not use schema ${shown(role)}, which holds idempotency_keys, ` +
+            `processed_messages, message_failures: ${grant}\n`,
+        );
+        // The GRANT it names: it starts.
+        await db.query(grant);
+        expect(await startFailure(url.toString())).toBeUndefined();
+      } finally {
+        await db.query(`DROP OWNED BY ${role}`);
+        await db.end();
+        const admin = new Client({ connectionString: adminUrl() });
+        await admin.connect();
+        await admin.query(`DROP ROLE IF EXISTS ${role}`);
+        await admin.end();
+      }
+    },
+  );
+
   it('starts on a database with every migration', async () => {
     await migrate(database.url, IDEMPOTENCY_MIGRATIONS);
     expect(await startFailure(database.url, { largeResponses: { overBytes: 1024 } })).toBe(

@@ -1,18 +1,49 @@
 import { type Client } from 'pg';
+import {
+  PATH_POSITION,
+  SEARCH_PATH_SCHEMAS,
+  UNUSABLE_IN_PATH,
+} from '../storage/search-path-schemas.js';
 import { EXPECTED_SCHEMA } from './expected-schema.js';
-import { type CatalogColumn, type DoctorFacts, type PartitionBounds } from './doctor-checks.js';
+import {
+  type CatalogColumn,
+  type DoctorFacts,
+  type PartitionBounds,
+  type UnusableTable,
+} from './doctor-checks.js';
 
 /**
  * Everything the command reads from and writes to the database, on one session of its own
  * (never the app's pool). The decisions are made elsewhere, from what these return.
  */
 
-/** The library's tables' columns, and the keys table's layout: one catalog query. */
-const SCHEMA = `SELECT c.relname AS table, a.attname AS column,
-  format_type(a.atttypid, a.atttypmod) AS type, c.relkind = 'p' AS partitioned
-FROM pg_class c
-JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-WHERE c.relname = ANY($1) AND c.relkind IN ('r', 'p') AND pg_table_is_visible(c.oid)`;
+/**
+ * The library's tables' columns, and the keys table's layout: one catalog query. A table that
+ * does not resolve, in a schema of the role's `search_path` that the role may not use, is read
+ * too, with that schema (`unusableSchema`): the start-up check's reading (schema-check.ts).
+ */
+const SCHEMA = `WITH ${SEARCH_PATH_SCHEMAS},
+found AS (SELECT DISTINCT ON (c.relname) c.oid, c.relname, c.relkind,
+    CASE WHEN pg_table_is_visible(c.oid) THEN NULL ELSE n.nspname::text END AS unusable_schema
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE c.relname = ANY($1) AND c.relkind IN ('r', 'p')
+    AND (pg_table_is_visible(c.oid) OR ${UNUSABLE_IN_PATH})
+  ORDER BY c.relname, pg_table_is_visible(c.oid) DESC, ${PATH_POSITION})
+SELECT c.relname AS table, a.attname AS column,
+  format_type(a.atttypid, a.atttypmod) AS type, c.relkind = 'p' AS partitioned,
+  c.unusable_schema AS "unusableSchema"
+FROM found c
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped`;
+
+/** The migrations table, or (when it does not resolve) the unusable schema that holds it. */
+const HEAD = `WITH ${SEARCH_PATH_SCHEMAS}
+SELECT current_database() AS database, current_user::text AS role,
+  to_regclass($1)::text AS migrations,
+  (SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE to_regclass($1) IS NULL AND c.relname = $2 AND c.relkind IN ('r', 'p')
+      AND ${UNUSABLE_IN_PATH}
+    ORDER BY ${PATH_POSITION} LIMIT 1) AS "migrationsSchema",
+  clock_timestamp() AS now`;
 
 const SETTINGS = `SELECT name, setting FROM pg_settings WHERE name = ANY($1)`;
 
@@ -28,12 +59,18 @@ export async function readDoctorFacts(
   migrationsTable: string,
   stuckAfterMs: number,
 ): Promise<DoctorFacts> {
-  const { rows: columnRows } = await client.query<CatalogColumn & { partitioned: boolean }>(
-    SCHEMA,
-    [Object.keys(EXPECTED_SCHEMA)],
-  );
+  const { rows: columnRows } = await client.query<
+    CatalogColumn & { partitioned: boolean; unusableSchema: string | null }
+  >(SCHEMA, [Object.keys(EXPECTED_SCHEMA)]);
   const columns = columnRows.map(({ table, column, type }) => ({ table, column, type }));
   const partitioned = columnRows.some((r) => r.table === 'idempotency_keys' && r.partitioned);
+  const unusable = new Map<string, UnusableTable>();
+  for (const { table, unusableSchema } of columnRows) {
+    if (unusableSchema !== null) unusable.set(table, { table, schema: unusableSchema });
+  }
+  // Out of reach, the keys table cannot be read: the partitions and stuck keys are not looked at.
+  const keysReached =
+    columns.some((c) => c.table === 'idempotency_keys') && !unusable.has('idempotency_keys');
 
   const { rows: settingRows } = await client.query<{ name: string; setting: string }>(SETTINGS, [
     [
@@ -49,13 +86,11 @@ export async function readDoctorFacts(
 
   const { rows: head } = await client.query<{
     database: string;
+    role: string;
     migrations: string | null;
+    migrationsSchema: string | null;
     now: Date;
-  }>(
-    `SELECT current_database() AS database, to_regclass($1)::text AS migrations,
-      clock_timestamp() AS now`,
-    [quoteIdent(migrationsTable)],
-  );
+  }>(HEAD, [quoteIdent(migrationsTable), migrationsTable]);
   let migrationsRun: string[] | null = null;
   if (head[0].migrations !== null) {
     const { rows } = await client.query<{ name: string }>(
@@ -65,7 +100,7 @@ export async function readDoctorFacts(
   }
 
   let partitions: PartitionBounds[] = [];
-  if (partitioned) {
+  if (partitioned && keysReached) {
     const { rows } = await client.query<PartitionBounds>(
       `SELECT from_at AS "fromAt", to_at AS "toAt" FROM idempotency_key_partitions()
        WHERE NOT detach_pending`,
@@ -75,7 +110,7 @@ export async function readDoctorFacts(
 
   let stuckKeys = 0;
   let oldestStuckMs: number | null = null;
-  if (columns.some((c) => c.table === 'idempotency_keys')) {
+  if (keysReached) {
     const { rows } = await client.query<{ stuck: number; oldest_ms: number | null }>(STUCK, [
       stuckAfterMs,
     ]);
@@ -85,9 +120,12 @@ export async function readDoctorFacts(
 
   return {
     database: head[0].database,
+    role: head[0].role,
     columns,
+    unusable: [...unusable.values()],
     partitioned,
     migrationsRun,
+    migrationsSchema: head[0].migrationsSchema,
     synchronousCommit: setting('synchronous_commit') ?? 'on',
     statementTimeoutMs: Number(setting('statement_timeout') ?? 0),
     lockTimeoutMs: Number(setting('lock_timeout') ?? 0),

@@ -10,6 +10,7 @@ import {
   type Finding,
   formatFindings,
   type PartitionBounds,
+  type UnusableTable,
 } from './doctor-checks.js';
 import { EXPECTED_SCHEMA } from './expected-schema.js';
 
@@ -62,6 +63,54 @@ describe('checkSchema', () => {
   });
 });
 
+describe('checkSchema, tables in a schema the role may not use', () => {
+  const TABLES = Object.keys(EXPECTED_SCHEMA);
+  const inIdem = TABLES.map((table) => ({ table, schema: 'idem' }));
+  const usage = (schema: string, tables: string) =>
+    `the role app may not use schema ${schema}, which holds ${tables}: ` +
+    `GRANT USAGE ON SCHEMA ${schema} TO app`;
+  it.each<[string, CatalogColumn[], UnusableTable[], string]>([
+    [
+      'every table in idem: the GRANT USAGE, not the migrations (in the library’s order)',
+      complete,
+      [...inIdem].reverse(),
+      usage('idem', TABLES.join(', ')),
+    ],
+    [
+      'two schemas: a GRANT each',
+      complete,
+      [
+        { table: 'idempotency_keys', schema: 'idem' },
+        { table: 'processed_messages', schema: 'consumers' },
+        { table: 'message_failures', schema: 'idem' },
+      ],
+      `${usage('idem', 'idempotency_keys, message_failures')}; ` +
+        usage('consumers', 'processed_messages'),
+    ],
+    [
+      'out of reach and outdated: the GRANT, then the columns',
+      without('idempotency_keys', 'finished_at'),
+      inIdem,
+      `${usage('idem', TABLES.join(', '))}; idempotency_keys.finished_at (timestamp with time ` +
+        "zone) is missing: run the library's pending migrations",
+    ],
+    [
+      'one out of reach, another missing altogether',
+      without('message_failures'),
+      [{ table: 'idempotency_keys', schema: 'idem' }],
+      `${usage('idem', 'idempotency_keys')}; missing table message_failures: run the ` +
+        "library's migrations (IDEMPOTENCY_MIGRATIONS in the DataSource's migrations) or " +
+        'migrations/schema.sql',
+    ],
+  ])('%s', (_, columns, unusable, message) => {
+    expect(checkSchema(columns, false, unusable, 'app')).toEqual({
+      level: 'fail',
+      topic: 'schema',
+      message,
+    });
+  });
+});
+
 describe('checkMigrations', () => {
   const expected = ['A1', 'B2', 'C3'];
   it.each<[string, string[] | null, boolean, Finding['level'], RegExp]>([
@@ -74,6 +123,18 @@ describe('checkMigrations', () => {
     const finding = checkMigrations(run, expected, 'migrations', schemaComplete);
     expect(finding.level).toBe(level);
     expect(finding.message).toMatch(message);
+  });
+
+  it('no table reached, but one in a schema the role may not use: the GRANT USAGE', () => {
+    expect(
+      checkMigrations(null, expected, 'migrations', false, { role: 'app', schema: 'idem' }),
+    ).toEqual({
+      level: 'fail',
+      topic: 'migrations',
+      message:
+        'the role app may not use schema idem, which holds migrations: ' +
+        'GRANT USAGE ON SCHEMA idem TO app',
+    });
   });
 });
 

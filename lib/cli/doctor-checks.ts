@@ -1,3 +1,4 @@
+import { usageProblem } from '../storage/schema-check.js';
 import { formatDuration } from './duration.js';
 import { EXPECTED_SCHEMA } from './expected-schema.js';
 
@@ -22,6 +23,15 @@ export interface CatalogColumn {
   type: string;
 }
 
+/**
+ * One of the library's tables that the session's names do not reach: it sits in a schema of
+ * the role's `search_path` that the role may not use (PostgreSQL leaves it out of the path).
+ */
+export interface UnusableTable {
+  table: string;
+  schema: string;
+}
+
 /** A partition of `idempotency_keys` (null bounds: MINVALUE / MAXVALUE). */
 export interface PartitionBounds {
   fromAt: Date | null;
@@ -31,11 +41,18 @@ export interface PartitionBounds {
 /** What `readDoctorFacts()` reads, all in one session, by the database's clock. */
 export interface DoctorFacts {
   database: string;
+  /** The session's role: the app's, when given the app's URL. */
+  role: string;
+  /** The columns of the library's tables, those out of reach (`unusable`) included. */
   columns: CatalogColumn[];
+  /** The tables of `columns` that sit in a schema the role may not use. */
+  unusable: UnusableTable[];
   /** Whether `idempotency_keys` is the partitioned layout. */
   partitioned: boolean;
   /** Names recorded in the migrations table; null when there is no such table. */
   migrationsRun: string[] | null;
+  /** When it is not reached: the schema of the `search_path` that holds it, out of reach. */
+  migrationsSchema: string | null;
   synchronousCommit: string;
   statementTimeoutMs: number;
   lockTimeoutMs: number;
@@ -64,7 +81,33 @@ export interface DoctorSettings {
   migrationsTable: string;
 }
 
-export function checkSchema(columns: readonly CatalogColumn[], partitioned: boolean): Finding {
+/**
+ * The schema's finding. A table out of reach (`unusable`) is there, not missing: the GRANT
+ * USAGE that reaches it comes first, one a schema, then what else its columns say.
+ */
+export function checkSchema(
+  columns: readonly CatalogColumn[],
+  partitioned: boolean,
+  unusable: readonly UnusableTable[] = [],
+  role = 'current_user',
+): Finding {
+  const found = checkColumns(columns, partitioned);
+  if (unusable.length === 0) return found;
+  const bySchema = new Map<string, string[]>();
+  // In the library's order of its tables, whatever order the catalog read them in.
+  for (const table of Object.keys(EXPECTED_SCHEMA)) {
+    const schema = unusable.find((u) => u.table === table)?.schema;
+    if (schema !== undefined) bySchema.set(schema, [...(bySchema.get(schema) ?? []), table]);
+  }
+  const usage = [...bySchema].map(([schema, tables]) => usageProblem(role, schema, tables));
+  return {
+    level: 'fail',
+    topic: found.topic,
+    message: [...usage, ...(found.level === 'ok' ? [] : [found.message])].join('; '),
+  };
+}
+
+function checkColumns(columns: readonly CatalogColumn[], partitioned: boolean): Finding {
   const topic = 'schema';
   const found = new Map<string, Map<string, string>>();
   for (const { table, column, type } of columns) {
@@ -106,13 +149,22 @@ export function checkSchema(columns: readonly CatalogColumn[], partitioned: bool
   };
 }
 
+/** `outOfReach`: the migrations table sits in a schema of the search_path the role may not use. */
 export function checkMigrations(
   run: readonly string[] | null,
   expected: readonly string[],
   table: string,
   schemaComplete: boolean,
+  outOfReach?: { role: string; schema: string },
 ): Finding {
   const topic = 'migrations';
+  if (run === null && outOfReach) {
+    return {
+      level: 'fail',
+      topic,
+      message: usageProblem(outOfReach.role, outOfReach.schema, [table]),
+    };
+  }
   if (run === null) {
     return schemaComplete
       ? {
@@ -290,7 +342,7 @@ export function diagnose(
   settings: DoctorSettings,
   expectedMigrations: readonly string[],
 ): Finding[] {
-  const schema = checkSchema(facts.columns, facts.partitioned);
+  const schema = checkSchema(facts.columns, facts.partitioned, facts.unusable, facts.role);
   const findings = [
     schema,
     checkMigrations(
@@ -298,14 +350,18 @@ export function diagnose(
       expectedMigrations,
       settings.migrationsTable,
       schema.level === 'ok',
+      facts.migrationsSchema === null
+        ? undefined
+        : { role: facts.role, schema: facts.migrationsSchema },
     ),
     checkSynchronousCommit(facts.synchronousCommit, facts.database),
     checkTimeout('statement_timeout', facts.statementTimeoutMs, settings.leaseMs),
     checkTimeout('lock_timeout', facts.lockTimeoutMs, settings.leaseMs),
     checkPool(settings, facts.maxConnections, facts.reservedConnections),
   ];
-  // The rest read idempotency_keys: without it they have nothing to say.
-  if (facts.columns.some((c) => c.table === 'idempotency_keys')) {
+  // The rest read idempotency_keys: without it (or out of reach) they have nothing to say.
+  const keysOutOfReach = facts.unusable.some((u) => u.table === 'idempotency_keys');
+  if (facts.columns.some((c) => c.table === 'idempotency_keys') && !keysOutOfReach) {
     findings.push(checkPartitions(facts.partitioned, facts.partitions, facts.now));
     findings.push(checkStuckKeys(facts.stuckKeys, facts.oldestStuckMs, settings.stuckAfterMs));
   }

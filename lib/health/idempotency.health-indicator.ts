@@ -1,17 +1,28 @@
 import { Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { IdempotencyDatabase } from '../storage/idempotency-database.js';
+import {
+  PATH_POSITION,
+  SEARCH_PATH_SCHEMAS,
+  UNUSABLE_IN_PATH,
+} from '../storage/search-path-schemas.js';
 import { storeHealth, type StoreReading } from './store-health.js';
 
 /**
  * Whether the keys table is there (a query of it would fail on its absence, not say so), and
- * which of the privileges the library's statements use the app's role lacks on it.
+ * which of the privileges the library's statements use the app's role lacks on it; when it is
+ * not, the schema of the role's `search_path` that holds it and the role may not use.
  */
 const SCHEMA_PRESENT = {
-  name: 'idempotency_health_schema_v2',
-  text: `SELECT t IS NOT NULL AS present, current_user::text AS role,
+  name: 'idempotency_health_schema_v3',
+  text: `WITH ${SEARCH_PATH_SCHEMAS}
+SELECT t IS NOT NULL AS present, current_user::text AS role,
   ARRAY(SELECT p FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) p
-    WHERE t IS NOT NULL AND NOT has_table_privilege(t, p)) AS missing
+    WHERE t IS NOT NULL AND NOT has_table_privilege(t, p)) AS missing,
+  (SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE t IS NULL AND c.relname = 'idempotency_keys' AND c.relkind IN ('r', 'p')
+      AND ${UNUSABLE_IN_PATH}
+    ORDER BY ${PATH_POSITION} LIMIT 1) AS unusable_schema
 FROM to_regclass('idempotency_keys') t`,
 };
 
@@ -41,7 +52,7 @@ export interface IdempotencyHealthOptions {
 /**
  * A health indicator for `@nestjs/terminus`: the idempotency store is up when PostgreSQL
  * answers (within the module's `databaseTimeoutMs`), its table is there and the app's role may
- * write it (INSERT, UPDATE, DELETE), and no key has
+ * use its schema and write it (INSERT, UPDATE, DELETE), and no key has
  * been left unfinished for longer than `maxUnfinishedAgeMs`. Add it to the app module's
  * providers, next to `TerminusModule`.
  *
@@ -75,14 +86,16 @@ export class IdempotencyHealthIndicator {
         present: boolean;
         role: string;
         missing: string[];
+        unusable_schema: string | null;
       }>(SCHEMA_PRESENT, []);
-      const { present, role, missing } = rows[0];
+      const { present, role, missing, unusable_schema: unusableSchema } = rows[0];
       if (!present || missing.length > 0) {
         return {
           kind: 'read',
           schemaPresent: present,
           oldestUnfinishedAgeMs: null,
           missingPrivileges: missing,
+          unusableSchema,
           role,
         };
       }

@@ -49,6 +49,20 @@ describe('storeHealth', () => {
         "in the DataSource's migrations)",
     ],
     [
+      'no table, and none out of reach (unusableSchema null)',
+      { ...read(null, false), unusableSchema: null, role: 'app' },
+      false,
+      "table idempotency_keys is missing: run the library's migrations (IDEMPOTENCY_MIGRATIONS " +
+        "in the DataSource's migrations)",
+    ],
+    [
+      'the table in a schema of the search_path the role may not use',
+      { ...read(null, false), unusableSchema: 'idem', role: 'app' },
+      false,
+      'the role app may not use schema idem, which holds idempotency_keys: ' +
+        'GRANT USAGE ON SCHEMA idem TO app',
+    ],
+    [
       'a role that may only read the keys table',
       { ...read(null), missingPrivileges: ['INSERT', 'UPDATE', 'DELETE'], role: 'app' },
       false,

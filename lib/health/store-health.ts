@@ -1,8 +1,8 @@
-import { privilegeProblem } from '../storage/schema-check.js';
+import { privilegeProblem, usageProblem } from '../storage/schema-check.js';
 
 /**
  * The health indicator's verdict, a pure function of what it read: the store unreachable, its
- * table missing or not writable by the app's role, or a key left unfinished for longer than the
+ * table missing, out of the role's reach (its schema) or not writable by the app's role, or a key left unfinished for longer than the
  * bound are each `down`.
  */
 
@@ -22,6 +22,11 @@ export type StoreReading =
       oldestExpiredAgeMs?: number | null;
       /** Of SELECT, INSERT, UPDATE, DELETE on the keys table, those the app's role lacks. */
       missingPrivileges?: readonly string[];
+      /**
+       * Not present: the schema of the role's `search_path` that holds the keys table and that
+       * the role may not use (PostgreSQL leaves it out of the path), when there is one.
+       */
+      unusableSchema?: string | null;
       role?: string;
     };
 
@@ -34,6 +39,17 @@ export function storeHealth(reading: StoreReading, maxUnfinishedAgeMs: number): 
     return {
       up: false,
       data: { message: 'the idempotency store is unreachable', error: reading.error },
+    };
+  }
+  // There, but out of reach: the migrations ran, the GRANT USAGE is what is missing.
+  if (!reading.schemaPresent && reading.unusableSchema) {
+    return {
+      up: false,
+      data: {
+        message: usageProblem(reading.role ?? 'current_user', reading.unusableSchema, [
+          'idempotency_keys',
+        ]),
+      },
     };
   }
   if (!reading.schemaPresent) {

@@ -56,6 +56,15 @@ const partitionFunctions = [
   fn('idempotency_key_partitions'),
 ];
 const complete = [keys, processed, failures, bodies];
+/** The entry as the catalog query gives it from a schema the role may not use. */
+const inUnusable = (schema: string, entry: CatalogEntry, role = 'app'): CatalogEntry => ({
+  ...entry,
+  role,
+  unusableSchema: schema,
+});
+const usage = (schema: string, holds: string) =>
+  `the role app may not use schema ${schema}, which holds ${holds}: ` +
+  `GRANT USAGE ON SCHEMA ${schema} TO app`;
 const plain = { partitioned: false, bodies: false };
 const withBodies = { partitioned: false, bodies: true };
 const partitioned = { partitioned: true, bodies: false };
@@ -243,6 +252,119 @@ describe('missingSchema', () => {
       ],
     ],
     [
+      'every table in a schema of the search_path the role may not use',
+      plain,
+      [processed, failures, keys].map((entry) => inUnusable('idem', entry)),
+      [usage('idem', 'idempotency_keys, processed_messages, message_failures')],
+    ],
+    [
+      'a table resolved is checked as is: no USAGE problem (unusableSchema null)',
+      plain,
+      [{ ...keys, unusableSchema: null }, processed, failures],
+      [],
+    ],
+    [
+      'the keys table alone in the unusable schema, bodies used',
+      withBodies,
+      [inUnusable('idem', keys), processed, failures, bodies],
+      [usage('idem', 'idempotency_keys')],
+    ],
+    [
+      'two unusable schemas: one GRANT each, in the order of the tables',
+      plain,
+      [inUnusable('consumers', processed), inUnusable('idem', keys), inUnusable('idem', failures)],
+      [
+        usage('idem', 'idempotency_keys, message_failures'),
+        usage('consumers', 'processed_messages'),
+      ],
+    ],
+    [
+      'no USAGE and no write privileges: both GRANTs at once',
+      plain,
+      [
+        inUnusable(
+          'idem',
+          table('idempotency_keys', KEY_COLUMNS, 'r', undefined, ['INSERT', 'UPDATE', 'DELETE']),
+        ),
+        processed,
+        failures,
+      ],
+      [
+        usage('idem', 'idempotency_keys'),
+        'the role app may not INSERT, UPDATE, DELETE on idempotency_keys: ' +
+          'GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO app',
+      ],
+    ],
+    [
+      'no USAGE, and a table of the unusable schema outdated: the column too',
+      plain,
+      [
+        inUnusable('idem', table('idempotency_keys', KEY_COLUMNS.replace(', finished_at:tz', ''))),
+        processed,
+        failures,
+      ],
+      [
+        usage('idem', 'idempotency_keys'),
+        'column idempotency_keys.finished_at is missing (migration AddFinishedAt1764461200000)',
+      ],
+    ],
+    [
+      'no USAGE on one schema, another table missing altogether',
+      plain,
+      [inUnusable('idem', keys), processed],
+      [
+        usage('idem', 'idempotency_keys'),
+        'table message_failures is missing (migration CreateMessageFailures1764461400000)',
+      ],
+    ],
+    [
+      'partitioned, the table and its functions in the unusable schema',
+      partitioned,
+      [partitionedKeys, processed, failures, ...partitionFunctions].map((entry) =>
+        inUnusable('idem', entry),
+      ),
+      [
+        usage(
+          'idem',
+          'idempotency_keys, processed_messages, message_failures, idempotency_claim(), ' +
+            'idempotency_keys_create_partitions(), idempotency_key_partitions()',
+        ),
+      ],
+    ],
+    [
+      'partitioned, only a function in the unusable schema',
+      partitioned,
+      [
+        partitionedKeys,
+        processed,
+        failures,
+        fn('idempotency_claim'),
+        inUnusable('idem', fn('idempotency_keys_create_partitions')),
+        fn('idempotency_key_partitions'),
+      ],
+      [usage('idem', 'idempotency_keys_create_partitions()')],
+    ],
+    [
+      'a schema and a role that a GRANT must quote',
+      plain,
+      [inUnusable('Idem Keys', keys, 'App-User'), processed, failures],
+      [
+        'the role App-User may not use schema Idem Keys, which holds idempotency_keys: ' +
+          'GRANT USAGE ON SCHEMA "Idem Keys" TO "App-User"',
+      ],
+    ],
+    [
+      'a role a GRANT must quote that may only read',
+      plain,
+      [{ ...table('idempotency_keys', KEY_COLUMNS, 'r', undefined, ['DELETE']), role: 'Ops' }],
+      [
+        'the role Ops may not DELETE on idempotency_keys: ' +
+          'GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO "Ops"',
+        'table processed_messages is missing (migration CreateProcessedMessages1764460900000)',
+        'table message_failures is missing (migration CreateMessageFailures1764461400000)',
+      ],
+    ],
+    [
       'partitioned, as configured',
       partitioned,
       [partitionedKeys, processed, failures, ...partitionFunctions],
@@ -286,6 +408,17 @@ describe('schemaMessage', () => {
     ).toBe(
       "IdempotencyModule: the app's database lacks what the library needs:\n" +
         '- the role app may not INSERT on t: GRANT SELECT, INSERT, UPDATE, DELETE ON t TO app\n',
+    );
+  });
+
+  it('names only the GRANT USAGE when only a schema is out of reach', () => {
+    expect(
+      schemaMessage([
+        'the role app may not use schema idem, which holds t: GRANT USAGE ON SCHEMA idem TO app',
+      ]),
+    ).toBe(
+      "IdempotencyModule: the app's database lacks what the library needs:\n" +
+        '- the role app may not use schema idem, which holds t: GRANT USAGE ON SCHEMA idem TO app\n',
     );
   });
 

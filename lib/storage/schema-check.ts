@@ -2,6 +2,7 @@ import {
   LAYOUT_NOT_PARTITIONED,
   LAYOUT_PARTITIONED_UNEXPECTED,
 } from './partitioned/layout-errors.js';
+import { PATH_POSITION, SEARCH_PATH_SCHEMAS, UNUSABLE_IN_PATH } from './search-path-schemas.js';
 
 /** What the configured stores use of the app's database, beyond what every app needs. */
 export interface SchemaNeeds {
@@ -11,7 +12,11 @@ export interface SchemaNeeds {
   bodies: boolean;
 }
 
-/** A table or a function as the catalog has it, in the app's `search_path`. */
+/**
+ * A table or a function as the catalog has it, in the app's `search_path`: the one the
+ * library's unqualified statements resolve to or, when there is none, one in a schema that the
+ * role's `search_path` names but the role may not use (`unusableSchema`).
+ */
 export type CatalogEntry =
   | {
       kind: 'table';
@@ -24,8 +29,10 @@ export type CatalogEntry =
       /** Of SELECT, INSERT, UPDATE, DELETE, those the app's role (`role`) lacks on it. */
       missingPrivileges: string[];
       role: string;
+      /** The schema that holds it, when the role lacks USAGE on it (null: the table resolves). */
+      unusableSchema?: string | null;
     }
-  | { kind: 'function'; name: string };
+  | { kind: 'function'; name: string; role?: string; unusableSchema?: string | null };
 
 const MIGRATIONS = {
   keys: 'CreateIdempotencyKeys1764460800000',
@@ -142,9 +149,12 @@ export const CHECKED_FUNCTIONS = PARTITION_FUNCTIONS;
 /**
  * The one catalog query of the check: the tables (with their columns' types) and functions of
  * those names that the app's sessions see (its `search_path`, as the library's unqualified
- * statements resolve them). `$1` the tables' names, `$2` the functions'.
+ * statements resolve them). `$1` the tables' names, `$2` the functions'. For a name that does
+ * not resolve, the one in the first schema of the role's `search_path` setting that the role
+ * may not use, with that schema (`unusableSchema`): one row a name.
  */
-export const SCHEMA_CATALOG_QUERY = `SELECT 'table' AS kind, c.relname AS name, c.relkind::text AS relkind,
+export const SCHEMA_CATALOG_QUERY = `WITH ${SEARCH_PATH_SCHEMAS}
+(SELECT DISTINCT ON (c.relname) 'table' AS kind, c.relname AS name, c.relkind::text AS relkind,
   coalesce((SELECT json_agg(json_build_object('name', a.attname,
       'type', format_type(a.atttypid, a.atttypmod), 'hasDefault', a.atthasdef) ORDER BY a.attnum)
     FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
@@ -156,24 +166,41 @@ export const SCHEMA_CATALOG_QUERY = `SELECT 'table' AS kind, c.relname AS name, 
     '[]'::json) AS uniques,
   ARRAY(SELECT p FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) p
     WHERE NOT has_table_privilege(c.oid, p)) AS "missingPrivileges",
-  current_user::text AS role
-FROM pg_class c
-WHERE c.relname = ANY($1::text[]) AND c.relkind IN ('r', 'p') AND pg_table_is_visible(c.oid)
+  current_user::text AS role,
+  CASE WHEN pg_table_is_visible(c.oid) THEN NULL ELSE n.nspname::text END AS "unusableSchema"
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relname = ANY($1::text[]) AND c.relkind IN ('r', 'p')
+  AND (pg_table_is_visible(c.oid) OR ${UNUSABLE_IN_PATH})
+ORDER BY c.relname, pg_table_is_visible(c.oid) DESC, ${PATH_POSITION})
 UNION ALL
-SELECT 'function', p.proname, NULL, '[]'::json, '[]'::json, ARRAY[]::text[], NULL
-FROM pg_proc p WHERE p.proname = ANY($2::text[]) AND pg_function_is_visible(p.oid)`;
+(SELECT DISTINCT ON (p.proname) 'function', p.proname, NULL, '[]'::json, '[]'::json,
+  ARRAY[]::text[], current_user::text,
+  CASE WHEN pg_function_is_visible(p.oid) THEN NULL ELSE n.nspname::text END
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE p.proname = ANY($2::text[]) AND (pg_function_is_visible(p.oid) OR ${UNUSABLE_IN_PATH})
+ORDER BY p.proname, pg_function_is_visible(p.oid) DESC, ${PATH_POSITION})`;
 
 /**
  * What the configured stores need and the catalog lacks, each naming the migration that makes
  * it; empty when the schema is complete. A table is checked for its columns and their types;
- * the keys table for its layout too (partitioned or not, as `partitionedExpiry` says).
+ * the keys table for its layout too (partitioned or not, as `partitionedExpiry` says). What
+ * sits in a schema the role may not use is there, not missing: the GRANT USAGE that reaches it
+ * comes first, one line a schema, and the table is checked as if reached.
  */
 export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry[]): string[] {
   const tables = new Map<string, Extract<CatalogEntry, { kind: 'table' }>>();
-  const functions = new Set<string>();
+  const functions = new Map<string, CatalogEntry>();
+  /** By schema the role may not use: the role, and what of ours the schema holds. */
+  const unusable = new Map<string, { role: string; holds: string[] }>();
+  const reach = (entry: CatalogEntry, shown: string) => {
+    if (!entry.unusableSchema) return;
+    const schema = unusable.get(entry.unusableSchema);
+    if (schema) schema.holds.push(shown);
+    else unusable.set(entry.unusableSchema, { role: entry.role ?? 'current_user', holds: [shown] });
+  };
   for (const entry of catalog) {
     if (entry.kind === 'table') tables.set(entry.name, entry);
-    else functions.add(entry.name);
+    else functions.set(entry.name, entry);
   }
   const keys: TableNeed = needs.partitioned
     ? { ...KEYS, columns: [...KEYS.columns, PLACED_AT] }
@@ -186,6 +213,7 @@ export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry
       problems.push(`table ${need.table} is missing (migration ${need.migration})`);
       continue;
     }
+    reach(found, need.table);
     const columns = new Map(found.columns.map((column) => [column.name, column]));
     for (const column of need.columns) {
       const have = columns.get(column.name);
@@ -223,13 +251,14 @@ export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry
     if (!needs.partitioned && partitioned) problems.push(LAYOUT_PARTITIONED_UNEXPECTED);
     if (needs.partitioned && partitioned) {
       for (const name of PARTITION_FUNCTIONS) {
-        if (!functions.has(name)) {
-          problems.push(`function ${name}() is missing (migration ${MIGRATIONS.partition})`);
-        }
+        const found = functions.get(name);
+        if (found) reach(found, `${name}()`);
+        else problems.push(`function ${name}() is missing (migration ${MIGRATIONS.partition})`);
       }
     }
   }
-  return problems;
+  const usage = [...unusable].map(([schema, { role, holds }]) => usageProblem(role, schema, holds));
+  return [...usage, ...problems];
 }
 
 const GRANT_PREFIX = 'the role ';
@@ -238,8 +267,25 @@ const GRANT_PREFIX = 'the role ';
 export function privilegeProblem(role: string, table: string, lacking: readonly string[]): string {
   return (
     `${GRANT_PREFIX}${role} may not ${lacking.join(', ')} on ${table}: ` +
-    `GRANT SELECT, INSERT, UPDATE, DELETE ON ${table} TO ${role}`
+    `GRANT SELECT, INSERT, UPDATE, DELETE ON ${table} TO ${sqlName(role)}`
   );
+}
+
+/**
+ * A schema of the role's `search_path` that holds the library's tables (or functions) and
+ * that the role may not use, with the GRANT that reaches them: without it PostgreSQL leaves
+ * the schema out of the path, and they look missing (the start-up check's, health's).
+ */
+export function usageProblem(role: string, schema: string, holds: readonly string[]): string {
+  return (
+    `${GRANT_PREFIX}${role} may not use schema ${schema}, which holds ${holds.join(', ')}: ` +
+    `GRANT USAGE ON SCHEMA ${sqlName(schema)} TO ${sqlName(role)}`
+  );
+}
+
+/** A name as a GRANT takes it: quoted unless PostgreSQL would read it as written. */
+function sqlName(name: string): string {
+  return /^[a-z_][a-z0-9_$]*$/.test(name) ? name : `"${name.replace(/"/g, '""')}"`;
 }
 
 /** Whether one of the unique column sets is exactly `columns` (ON CONFLICT's inference). */
