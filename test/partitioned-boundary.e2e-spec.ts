@@ -33,6 +33,11 @@ if (!process.env.TEST_LOGS) Logger.overrideLogger(false);
 
 const fingerprint = Buffer.alloc(32, 7);
 const PARTITION_MS = 1000;
+/**
+ * Partitions made ahead: the naive claim makes none of its own, so on a loaded machine (two
+ * suites at a time) 2 s ahead could run out between two makings and fail its insert (23514).
+ */
+const PARTITIONS_AHEAD = 6;
 /** Requests of one key sent at once, right at a boundary. */
 const BURST = 20;
 
@@ -78,14 +83,14 @@ describePartitioned('claims across a partition boundary, on the store', () => {
     const idempotencyDatabase = new IdempotencyDatabase(() => db, 5000);
     store = new PartitionedPostgresClaimStore(idempotencyDatabase, {
       partitionMs: PARTITION_MS,
-      partitionsAhead: 2,
+      partitionsAhead: PARTITIONS_AHEAD,
     });
     processes = Array.from(
       { length: BURST },
       () =>
         new PartitionedPostgresClaimStore(idempotencyDatabase, {
           partitionMs: PARTITION_MS,
-          partitionsAhead: 2,
+          partitionsAhead: PARTITIONS_AHEAD,
         }),
     );
     naive = new NaivePartitionedClaims(idempotencyDatabase);

@@ -232,8 +232,9 @@ describe.each(['express', 'fastify'] as const)('the hostile sweep on %s', (adapt
     const first = await send(c);
     const res = first.res;
     let blockedMs = first.blockedMs;
-    // A request that really blocks does so every time; a machine that is merely busy does not.
-    for (let retry = 0; retry < 2 && blockedMs > LOOP_BUDGET_MS; retry++) {
+    // A request that really blocks does so every time; a machine that is merely busy does not
+    // (the suites run two at a time on two cores: a busy moment can take 100 ms from a try).
+    for (let retry = 0; retry < 5 && blockedMs > LOOP_BUDGET_MS; retry++) {
       blockedMs = Math.min(blockedMs, (await send(c)).blockedMs);
     }
     if (c.expected === '4xx') {

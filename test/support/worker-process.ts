@@ -26,7 +26,7 @@ export function compiled(path: string): string {
 export async function startWorker(
   script: string,
   env: Record<string, string>,
-  timeoutMs = 30_000,
+  timeoutMs = 60_000,
 ): Promise<WorkerProcess> {
   const child = spawn(process.execPath, [compiled(script)], {
     env: { ...process.env, ...env, NODE_OPTIONS: '' },
