@@ -3,12 +3,12 @@ import { createServer, type Server, type ServerResponse } from 'node:http';
 import { Client } from 'pg';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { type ActiveClaim } from '../lib/idempotency-context.js';
-import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
-import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
-import { createAtomicApp, LEDGER_DDL, type LedgerBody } from './support/atomic-app.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { startWorker, type WorkerProcess } from './support/worker-process.js';
+import { type ActiveClaim } from '../../lib/idempotency-context.js';
+import { IdempotencyDatabase } from '../../lib/storage/idempotency-database.js';
+import { PostgresClaimStore } from '../../lib/storage/postgres-claim.store.js';
+import { createAtomicApp, LEDGER_DDL, type LedgerBody } from '../support/atomic-app.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { startWorker, type WorkerProcess } from '../support/worker-process.js';
 
 /**
  * The default lease against an ordinary client's retries. Stripe's client retries a dropped
@@ -100,7 +100,7 @@ afterAll(async () => {
 });
 
 // The lease, its heartbeat and the takeover live below the adapter; both adapters meet a crash
-// under the default lease in test/stripe-client.e2e-spec.ts. Express alone here keeps npm test
+// under the default lease in test/long/stripe-client.e2e-spec.ts. Express alone here keeps npm test
 // within its time.
 describe.each(['express'] as const)('the default lease on %s', (adapter) => {
   /** The instance the retries reach, with the module's defaults. */

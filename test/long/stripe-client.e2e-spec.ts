@@ -1,10 +1,10 @@
 import { Client } from 'pg';
 import Stripe from 'stripe';
-import { ADAPTERS } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { TcpProxy } from './support/tcp-proxy.js';
-import { startWorker, type WorkerProcess } from './support/worker-process.js';
-import { STRIPE_DDL } from './stripe/stripe-app.js';
+import { ADAPTERS } from '../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { startWorker, type WorkerProcess } from '../support/worker-process.js';
+import { STRIPE_DDL } from '../stripe/stripe-app.js';
 
 /**
  * The official `stripe` client (v23) driving a Stripe-shaped app on the library: it sends a key

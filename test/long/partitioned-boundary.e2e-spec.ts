@@ -1,27 +1,27 @@
 import { type INestApplication, Logger } from '@nestjs/common';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { PartitionIdempotencyKeys1764461600000 } from '../lib/index.js';
-import { type KeyScope } from '../lib/storage/claim-store.interface.js';
-import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
-import { PartitionedPostgresClaimStore } from '../lib/storage/partitioned/partitioned-postgres-claim.store.js';
+import { PartitionIdempotencyKeys1764461600000 } from '../../lib/index.js';
+import { type KeyScope } from '../../lib/storage/claim-store.interface.js';
+import { IdempotencyDatabase } from '../../lib/storage/idempotency-database.js';
+import { PartitionedPostgresClaimStore } from '../../lib/storage/partitioned/partitioned-postgres-claim.store.js';
 import {
   claimOutcome,
   type ClaimRow,
   PostgresClaimStore,
-} from '../lib/storage/postgres-claim.store.js';
-import { CLAIM } from '../lib/storage/postgres-statements.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
+} from '../../lib/storage/postgres-claim.store.js';
+import { CLAIM } from '../../lib/storage/postgres-statements.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { createMigratedDatabase, type MigratedDatabase } from '../support/migrated-database.js';
 import {
   nextBoundary,
   partitionOf,
   sidesOf,
   straddleBoundary,
   untilDatabaseTime,
-} from './support/partitions.js';
-import { ADAPTERS, createTestApp, SIDE_EFFECTS_DDL } from './support/test-app.js';
-import { describePartitioned } from './support/postgres-version.js';
+} from '../support/partitions.js';
+import { ADAPTERS, createTestApp, SIDE_EFFECTS_DDL } from '../support/test-app.js';
+import { describePartitioned } from '../support/postgres-version.js';
 
 /**
  * Retries that land in the next partition. PostgreSQL cannot make `(tenant_id, key)` unique

@@ -1,9 +1,9 @@
 import { Client } from 'pg';
 import request from 'supertest';
-import { startFakePsp, type FakePsp } from '../sample-app/psp/fake-psp.js';
-import { expectProblem, type Res } from './support/sample-app-http.js';
-import { startSampleApp, type WorkerProcess } from './support/sample-app-process.js';
-import { startSyncStandbyPair, type SyncStandbyPair } from './support/sync-standby.js';
+import { startFakePsp, type FakePsp } from '../../sample-app/psp/fake-psp.js';
+import { expectProblem, type Res } from '../support/sample-app-http.js';
+import { startSampleApp, type WorkerProcess } from '../support/sample-app-process.js';
+import { startSyncStandbyPair, type SyncStandbyPair } from '../support/sync-standby.js';
 
 /**
  * The sample app on a primary whose synchronous standby stops (as when the standbys of a

@@ -1,7 +1,7 @@
-import { type LayerName } from './fuzz/data-layers.js';
-import { type TransportName } from './fuzz/fuzz-app.js';
-import { fuzz } from './fuzz/fuzz-runner.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { type LayerName } from '../fuzz/data-layers.js';
+import { type TransportName } from '../fuzz/fuzz-app.js';
+import { fuzz } from '../fuzz/fuzz-runner.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 
 /**
  * The handler fuzzer, seeded and bounded: generated handler programs (writes, failed
