@@ -431,6 +431,9 @@ describe('keys', () => {
       leaseMinutes: -90,
     });
     await seed('in-flight', { createdMinutesAgo: 90, leaseMinutes: 90 });
+    // Given back on purpose (a 503 to retry): no lease, waiting for its client's retry. Not
+    // stuck, however old (the purge takes it if no retry comes).
+    await seed('given-back', { createdMinutesAgo: 180, leaseMinutes: null });
     await seed('done-1', {
       state: 'done',
       recoveryPoint: 'finished',
@@ -461,7 +464,7 @@ describe('keys', () => {
     expect(run.code).toBe(0);
   });
 
-  it('list: the unfinished keys, stuck first, never the finished', async () => {
+  it('list: the unfinished keys, stuck first, those given back last, never the finished', async () => {
     // Two runs that only read the keys: at once.
     const [run, first] = await Promise.all([
       runCli(['keys', 'list', '--url', database.url]),
@@ -469,10 +472,11 @@ describe('keys', () => {
     ]);
     expect(run.stdout).toBe(
       [
-        'STATUS     TENANT  KEY        PHASE           LOCK  AGE  LEASE',
-        'stuck      t1      stuck-1    charge_created  1     2 h  expired 1 h ago',
-        'in flight  t1      in-flight  start           0     1 h  ends in 1 h',
-        '2 unfinished: 1 in flight, 1 stuck.',
+        'STATUS      TENANT  KEY         PHASE           LOCK  AGE  LEASE',
+        'stuck       t1      stuck-1     charge_created  1     2 h  expired 1 h ago',
+        'in flight   t1      in-flight   start           0     1 h  ends in 1 h',
+        'given back  t1      given-back  start           0     3 h  none',
+        '3 unfinished: 1 in flight, 1 stuck, 1 given back (waiting for their retry).',
         '',
       ].join('\n'),
     );

@@ -48,11 +48,10 @@ SELECT current_database() AS database, current_user::text AS role,
 const SETTINGS = `SELECT name, setting FROM pg_settings WHERE name = ANY($1)`;
 
 const STUCK = `SELECT count(*)::int AS stuck,
-  (extract(epoch FROM clock_timestamp() - min(coalesce(locked_until, created_at))) * 1000)::float8
+  (extract(epoch FROM clock_timestamp() - min(locked_until)) * 1000)::float8
     AS oldest_ms
 FROM idempotency_keys
-WHERE state = 'started' AND (locked_until IS NULL
-  OR locked_until < clock_timestamp() - $1 * interval '1 millisecond')`;
+WHERE state = 'started' AND locked_until < clock_timestamp() - $1 * interval '1 millisecond'`;
 
 export async function readDoctorFacts(
   client: Client,
@@ -163,11 +162,11 @@ const KEY_COLUMNS = `tenant_id AS "tenantId", key, state, recovery_point AS "rec
   locked_until AS "lockedUntil", response_code AS "responseCode",
   octet_length(response_body) AS "responseBytes", clock_timestamp() AS now`;
 
-/** Unfinished keys, the stuck (lease expired longest ago) first. */
+/** Unfinished keys, the stuck (lease expired longest ago) first, those given back last. */
 export async function listUnfinishedKeys(client: Client, limit: number): Promise<KeyRow[]> {
   const { rows } = await client.query<KeyRow>(
     `SELECT ${KEY_COLUMNS} FROM idempotency_keys WHERE state = 'started'
-     ORDER BY locked_until NULLS FIRST, created_at, tenant_id, key LIMIT $1`,
+     ORDER BY locked_until NULLS LAST, created_at, tenant_id, key LIMIT $1`,
     [limit],
   );
   return rows;

@@ -32,7 +32,7 @@ describe('keyStatus', () => {
     ['lease ahead', { lockedUntil: minutes(1) }, 'in flight'],
     ['lease ending now', { lockedUntil: now }, 'stuck'],
     ['lease expired', { lockedUntil: minutes(-1) }, 'stuck'],
-    ['no lease', { lockedUntil: null }, 'stuck'],
+    ['no lease: given back, waiting for its retry', { lockedUntil: null }, 'given back'],
     ['done', { state: 'done', lockedUntil: null }, 'finished'],
   ])('%s: %s', (_, fields, status) => {
     expect(keyStatus(key(fields))).toBe(status);
@@ -70,6 +70,11 @@ describe('formatKeyList', () => {
   it.each<[KeyRow[], number, string]>([
     [[], 50, 'No unfinished keys.\n'],
     [[key({})], 1, '1 unfinished: 1 in flight, 0 stuck (the first 1: --limit shows more).\n'],
+    [
+      [key({}), key({ lockedUntil: null }), key({ lockedUntil: minutes(-1) })],
+      50,
+      '3 unfinished: 1 in flight, 1 stuck, 1 given back (waiting for their retry).\n',
+    ],
   ])('%#: the tally', (rows, limit, last) => {
     expect(formatKeyList(rows, limit).endsWith(last)).toBe(true);
   });

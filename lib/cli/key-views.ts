@@ -8,14 +8,18 @@ import { formatDuration } from './duration.js';
  * clock, carried in each row's `now`).
  */
 
-/** `in flight`: a worker holds the lease; `stuck`: unfinished with its lease expired. */
-export type KeyStatus = 'in flight' | 'stuck' | 'finished';
+/**
+ * `in flight`: a worker holds the lease; `stuck`: unfinished with its lease expired (its
+ * worker died, nobody retried since); `given back`: unfinished with no lease at all, released
+ * on purpose (a 503 to retry, or `keys release`): it waits for its client's retry, which
+ * resumes it, and the purge takes it if none comes. Not an operator's problem, so not stuck.
+ */
+export type KeyStatus = 'in flight' | 'stuck' | 'given back' | 'finished';
 
 export function keyStatus(row: Pick<KeyRow, 'state' | 'lockedUntil' | 'now'>): KeyStatus {
   if (row.state === 'done') return 'finished';
-  return row.lockedUntil !== null && row.lockedUntil.getTime() > row.now.getTime()
-    ? 'in flight'
-    : 'stuck';
+  if (row.lockedUntil === null) return 'given back';
+  return row.lockedUntil.getTime() > row.now.getTime() ? 'in flight' : 'stuck';
 }
 
 /** A tenant or key as typed on a command line: JSON-quoted when it has blanks or controls. */
@@ -48,11 +52,13 @@ export function formatKeyList(rows: readonly KeyRow[], limit: number): string {
       .map((c, i) => (i === cols.length - 1 ? c : c.padEnd(widths[i])))
       .join('  ')
       .trimEnd();
-  const inFlight = rows.filter((r) => keyStatus(r) === 'in flight').length;
+  const count = (status: KeyStatus) => rows.filter((r) => keyStatus(r) === status).length;
+  const givenBack = count('given back');
   const more = rows.length === limit ? ` (the first ${limit}: --limit shows more)` : '';
   return (
     [line(header), ...cells.map(line)].join('\n') +
-    `\n${rows.length} unfinished: ${inFlight} in flight, ${rows.length - inFlight} stuck${more}.\n`
+    `\n${rows.length} unfinished: ${count('in flight')} in flight, ${count('stuck')} stuck` +
+    `${givenBack > 0 ? `, ${givenBack} given back (waiting for their retry)` : ''}${more}.\n`
   );
 }
 
