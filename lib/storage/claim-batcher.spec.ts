@@ -102,6 +102,35 @@ describe('ClaimBatcher deadlines', () => {
     expect(late).toEqual(['a: row a']);
   });
 
+  it('hands every row of a statement that answers after its own deadline to late, in its claim’s place', async () => {
+    // The statement failed with its deadline (its claims with it), and its rows came after:
+    // its claims were committed, and nobody will run them.
+    const late: string[] = [];
+    const statementDeadline = new Error('statement past its deadline');
+    const calls: ((rows: (string | undefined)[]) => void)[] = [];
+    const send = (_batch: ClaimRequest[], lateRows: (rows: (string | undefined)[]) => void) => {
+      calls.push(lateRows);
+      return calls.length === 1
+        ? Promise.resolve(['row first'])
+        : Promise.reject(statementDeadline);
+    };
+    const batcher = new ClaimBatcher<string | undefined>(send, MAX_CLAIM_BATCH, (claim, row) =>
+      late.push(`${claim.scope.key}: ${row}`),
+    );
+    const first = batcher.claim(request('first'));
+    const batch = [request('b'), request('a'), request('c')].map((claim) =>
+      batcher.claim(claim).catch((error: unknown) => error),
+    );
+    await expect(first).resolves.toBe('row first');
+    expect(await Promise.all(batch)).toEqual([
+      statementDeadline,
+      statementDeadline,
+      statementDeadline,
+    ]);
+    calls[1](['row a', undefined, 'row c']); // the batch went sorted: a, b, c
+    expect(late).toEqual(['a: row a', 'b: undefined', 'c: row c']);
+  });
+
   it('answers a claim in time as before, its deadline never met', async () => {
     const { calls, send } = hanging();
     const late: string[] = [];

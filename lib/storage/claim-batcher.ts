@@ -58,11 +58,17 @@ export class ClaimBatcher<R> {
   private inFlight = 0;
 
   constructor(
-    private readonly send: (batch: ClaimRequest[]) => Promise<R[]>,
+    /**
+     * Runs one statement for `batch`; its rows in the batch's order. A statement that answers
+     * after its own deadline (it failed with it, and so did its claims) hands its rows to
+     * `late` instead: a claim's statement that lands as its cancel is on its way commits.
+     */
+    private readonly send: (batch: ClaimRequest[], late: (rows: R[]) => void) => Promise<R[]>,
     private readonly maxBatch = MAX_CLAIM_BATCH,
     /**
-     * The row of a claim whose request was answered at its deadline while its statement was
-     * on its way: a key claimed then is nobody's, and must be given back.
+     * The row of a claim whose request was answered without it (at the claim's deadline while
+     * its statement was on its way, or with its statement's deadline): a key claimed then is
+     * nobody's, and must be given back.
      */
     private readonly late: (request: ClaimRequest, row: R) => void = () => undefined,
   ) {}
@@ -126,8 +132,11 @@ export class ClaimBatcher<R> {
   }
 
   private async run(batch: Waiting<R>[]): Promise<void> {
+    const requests = batch.map((waiting) => waiting.request);
+    // Rows after the statement's deadline: every claim of the batch was answered with it.
+    const late = (rows: R[]) => requests.forEach((request, i) => this.late(request, rows[i]));
     try {
-      const rows = await this.send(batch.map((waiting) => waiting.request));
+      const rows = await this.send(requests, late);
       batch.forEach((waiting, i) => this.answer(waiting, rows[i]));
     } catch (error) {
       if (batch.length === 1 || !mayBeOneRows(error)) {
@@ -139,7 +148,10 @@ export class ClaimBatcher<R> {
         batch
           .filter((waiting) => !waiting.gone)
           .map((waiting) =>
-            this.send([waiting.request]).then(([row]) => this.answer(waiting, row), waiting.reject),
+            this.send([waiting.request], ([row]) => this.late(waiting.request, row)).then(
+              ([row]) => this.answer(waiting, row),
+              waiting.reject,
+            ),
           ),
       );
     }

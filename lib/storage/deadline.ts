@@ -89,11 +89,32 @@ function listenForErrors(client: PoolClient): void {
   client.on('error', (error: unknown) => void markDatabaseFailure(error));
 }
 
+/** How `queryWithDeadline` treats its statement past the deadline. */
+export interface StatementDeadline<R extends pg.QueryResultRow> {
+  /**
+   * The statement commits the request's answer or recovery point (`COMMIT`, or a fenced
+   * statement alone): it is not cancelled, only its connection dropped (see below).
+   */
+  commits?: boolean;
+  /**
+   * The statement's answer, when it comes after the deadline: the caller was told of the
+   * deadline (a 503, "nothing was executed"), so what the statement did (a key it claimed) is
+   * the caller's to undo. An autocommit statement that answers has committed.
+   */
+  late?: (result: pg.QueryResult<R>) => void;
+}
+
 /**
  * Runs one statement on `client` for at most `timeoutMs`. Past it, the statement is cancelled
  * on the server (PostgreSQL's cancel request, on a connection of its own) and the connection
  * is marked broken, so that a statement the server had not run yet never runs afterwards.
  * Returns the pg result; the caller releases `client` normally when this resolves.
+ *
+ * The caller hears of the deadline once the statement has ended, not merely once the cancel
+ * was sent (see `cancelled`): a statement that was about to end when its deadline came (the
+ * lock it waited on was just given up) commits before the cancel reaches it, and its answer
+ * is on its way. That answer goes to `late`, where the caller undoes what it did; dropped
+ * with the connection, it would leave a claimed key held to its lease, by nobody.
  *
  * `commits`: the statement commits the request's answer or recovery point (`COMMIT`, or a
  * fenced statement alone). It is not cancelled, only its connection dropped: a commit late
@@ -109,13 +130,33 @@ export async function queryWithDeadline<R extends pg.QueryResultRow>(
   client: PoolClient,
   config: pg.QueryConfig,
   timeoutMs: number,
-  { commits = false }: { commits?: boolean } = {},
+  { commits = false, late }: StatementDeadline<R> = {},
 ): Promise<pg.QueryResult<R>> {
   const running = client.query<R>(config).catch((error: unknown) => {
     throw asDatabaseFailure(error);
   });
-  return withDeadline(running, timeoutMs, `statement ${config.name ?? ''}`, () =>
-    commits ? undefined : cancelQuery(client),
+  return withDeadline(running, timeoutMs, `statement ${config.name ?? ''}`, () => {
+    if (late) void running.then(late, () => undefined);
+    return commits ? undefined : cancelled(client, running);
+  });
+}
+
+/**
+ * Cancels the statement `running` on `client` and waits until the cancel was acted on and the
+ * statement has ended (its error: the cancel took; or its answer: it ended first), at most
+ * `CANCEL_WAIT_MS` in all. Until then the connection stays open: its answer is read, and a
+ * cancel still on its way never meets the connection's next statement. A statement that has
+ * not ended by then (the server or the network stalled) is left to the dropped connection.
+ */
+function cancelled(client: PoolClient, running: Promise<unknown>): Promise<void> {
+  const ended = running.then(
+    () => undefined,
+    () => undefined,
+  );
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<void>((resolve) => (timer = setTimeout(resolve, CANCEL_WAIT_MS)));
+  return Promise.race([Promise.all([cancelQuery(client), ended]), bound]).then(() =>
+    clearTimeout(timer),
   );
 }
 
@@ -163,9 +204,10 @@ export function cancelQuery(client: PoolClient): Promise<void> {
 const CANCEL_SOCKET_MS = 5_000;
 
 /**
- * How long a caller past its deadline waits for its cancel request to be acted on, before it
- * hears of the deadline and drops its connection: a round trip on a healthy server, and a
- * bound on the delay a server that does not answer adds to the 503.
+ * How long a caller past its deadline waits for its cancel request to be acted on and its
+ * statement to end, before it hears of the deadline and drops its connection: a round trip or
+ * two on a healthy server, and a bound on the delay a server that does not answer adds to the
+ * 503.
  */
 const CANCEL_WAIT_MS = 1_000;
 

@@ -238,10 +238,14 @@ export class IdempotencyDatabase {
    * given back unused, so that nothing runs once the client was told 503. Any failure is a 503,
    * but for a pooler's misfit, which lasts: a 500 (`store_misconfigured`) that logs what to
    * change.
+   *
+   * `late`: the statement's answer when it comes after its deadline, once its caller was told
+   * 503 (see `queryWithDeadline`), for the caller to undo what it did.
    */
   async query<R extends QueryResultRow>(
     statement: Statement,
     values: unknown[],
+    late?: (result: QueryResult<R>) => void,
   ): Promise<QueryResult<R>> {
     const config: QueryConfig = {
       name: this.namedStatements ? statement.name : undefined,
@@ -251,9 +255,11 @@ export class IdempotencyDatabase {
     await this.ready();
     try {
       return await this.withConnection((client) =>
-        queryWithDeadline<R>(client, config, this.timeoutMs).catch(async (error: unknown) => {
-          throw await this.lastingReadOnly(client, error);
-        }),
+        queryWithDeadline<R>(client, config, this.timeoutMs, { late }).catch(
+          async (error: unknown) => {
+            throw await this.lastingReadOnly(client, error);
+          },
+        ),
       );
     } catch (error) {
       const misfit = misconfigured(error);

@@ -1,4 +1,4 @@
-import { type QueryResultRow } from 'pg';
+import { type QueryResult, type QueryResultRow } from 'pg';
 import { type EntityManager } from 'typeorm';
 import { type ExistingKey, type Fence } from '../decide.js';
 import { START_RECOVERY_POINT } from '../idempotency.constants.js';
@@ -73,7 +73,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
 
   /** Claims (and the reads of replays) that arrive while one is on its way go together. */
   readonly batcher = new ClaimBatcher<ClaimRow | undefined>(
-    (batch) => this.sendClaims(batch),
+    (batch, late) => this.sendClaims(batch, late),
     MAX_CLAIM_BATCH,
     (request, row) => this.giveBackLate(request, row),
   );
@@ -102,13 +102,13 @@ export class PostgresClaimStore implements TransactionalClaimStore {
   }
 
   /**
-   * A claim that landed after its request was answered 503 at its deadline: nobody runs its
-   * handler, so the key is given back at once (its retry claims it anew), not left held until
-   * its lease runs out. A failure leaves the lease to run out.
+   * A claim that landed after its request was answered 503 (at its deadline, or its
+   * statement's): nobody runs its handler, so the key is given back at once (its retry claims
+   * it anew), not left held until its lease runs out. A failure leaves the lease to run out.
    */
-  private giveBackLate({ scope, leaseMs }: ClaimRequest, row: ClaimRow | undefined): void {
-    const outcome = row && claimOutcome(scope, row, leaseMs);
-    if (outcome?.kind === 'claimed') this.release(outcome.claim, true).catch(() => undefined);
+  private giveBackLate(request: ClaimRequest, row: ClaimRow | undefined): void {
+    const claim = lateClaim(request, row);
+    if (claim) this.release(claim, true).catch(() => undefined);
   }
 
   async takeOver(scope: KeyScope, fence: Fence, leaseMs: number) {
@@ -211,43 +211,58 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     }
   }
 
-  protected query<R extends QueryResultRow>(statement: Statement, values: unknown[]) {
-    return this.database.query<R>(statement, values);
+  protected query<R extends QueryResultRow>(
+    statement: Statement,
+    values: unknown[],
+    late?: (result: QueryResult<R>) => void,
+  ) {
+    return this.database.query<R>(statement, values, late);
   }
 
-  /** One statement for a batch of claims; each claim's row, or undefined where none came. */
-  protected sendClaims(batch: ClaimRequest[]): Promise<(ClaimRow | undefined)[]> {
-    return this.claimRows(batch, CLAIM, CLAIM_BATCH);
+  /**
+   * One statement for a batch of claims; each claim's row, or undefined where none came. Rows
+   * that come after the statement's deadline go to `late` (see `ClaimBatcher`).
+   */
+  protected sendClaims(batch: ClaimRequest[], late: LateRows): Promise<(ClaimRow | undefined)[]> {
+    return this.claimRows(batch, CLAIM, CLAIM_BATCH, late);
   }
 
   /**
    * A lone claim goes as `one`, the statement of a single claim (an idle process sends what it
-   * always sent); a batch as `many`, its claims as arrays, each row back with its place.
+   * always sent); a batch as `many`, its claims as arrays, each row back with its place. Its
+   * answer after its deadline goes to `late`, in the same places.
    */
   protected async claimRows(
     batch: ClaimRequest[],
     one: Statement,
     many: Statement,
+    late: LateRows,
   ): Promise<(ClaimRow | undefined)[]> {
     if (batch.length === 1) {
       const [{ scope, fingerprint, leaseMs }] = batch;
-      const { rows } = await this.query<ClaimRow>(one, [
-        scope.tenantId,
-        scope.key,
-        fingerprint,
-        leaseMs,
-      ]);
+      const { rows } = await this.query<ClaimRow>(
+        one,
+        [scope.tenantId, scope.key, fingerprint, leaseMs],
+        (result) => late([result.rows[0]]),
+      );
       return [rows[0]];
     }
-    const { rows } = await this.query<ClaimRow & { i: string }>(many, [
-      batch.map((claim) => claim.scope.tenantId),
-      batch.map((claim) => claim.scope.key),
-      batch.map((claim) => claim.fingerprint),
-      batch.map((claim) => claim.leaseMs),
-    ]);
-    const byPlace = new Array<ClaimRow | undefined>(batch.length).fill(undefined);
-    for (const row of rows) byPlace[Number(row.i) - 1] = row;
-    return byPlace;
+    const byPlace = ({ rows }: QueryResult<ClaimRow & { i: string }>) => {
+      const placed = new Array<ClaimRow | undefined>(batch.length).fill(undefined);
+      for (const row of rows) placed[Number(row.i) - 1] = row;
+      return placed;
+    };
+    const result = await this.query<ClaimRow & { i: string }>(
+      many,
+      [
+        batch.map((claim) => claim.scope.tenantId),
+        batch.map((claim) => claim.scope.key),
+        batch.map((claim) => claim.fingerprint),
+        batch.map((claim) => claim.leaseMs),
+      ],
+      (answer) => late(byPlace(answer)),
+    );
+    return byPlace(result);
   }
 }
 
@@ -260,6 +275,23 @@ function completeValues(claim: ActiveClaim, response: StoredResponse): unknown[]
 function fenceOf(claim: ActiveClaim): [string, string, string, string] {
   return [claim.tenantId, claim.key, claim.lockVersion, claim.claimId];
 }
+
+/**
+ * The claim to give back for a row that came after its request was answered 503: the key this
+ * very claim inserted, fenced by the row's own (`lock_version`, `claim_id`), so that a give-back
+ * can never touch a claim made since by another request (a retry). A row it found instead (a
+ * key held or finished by another request) and a claim with no row are left alone.
+ */
+export function lateClaim(
+  { scope, leaseMs }: ClaimRequest,
+  row: ClaimRow | undefined,
+): ActiveClaim | undefined {
+  const outcome = row && claimOutcome(scope, row, leaseMs);
+  return outcome?.kind === 'claimed' ? outcome.claim : undefined;
+}
+
+/** Rows of a claim statement that answered after its deadline, in its batch's places. */
+export type LateRows = (rows: (ClaimRow | undefined)[]) => void;
 
 /** A claim's row as its outcome: this worker owns the key, or the record that is there. */
 export function claimOutcome(scope: KeyScope, row: ClaimRow, leaseMs: number): ClaimOutcome {

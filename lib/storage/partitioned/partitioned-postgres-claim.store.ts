@@ -5,7 +5,7 @@ import { IdempotencyStoreUnavailableError } from '../../idempotency.errors.js';
 import { type ClaimRequest } from '../claim-batcher.js';
 import { type KeyScope } from '../claim-store.interface.js';
 import { type IdempotencyDatabase } from '../idempotency-database.js';
-import { type ClaimRow, PostgresClaimStore } from '../postgres-claim.store.js';
+import { type ClaimRow, type LateRows, PostgresClaimStore } from '../postgres-claim.store.js';
 import { isNoPartitionError } from './layout-errors.js';
 import { coverageAction, expirySteps, type PartitionInfo } from './partition-schedule.js';
 import {
@@ -83,16 +83,19 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
    * The claims of a batch through `idempotency_claim()`, once the partitions ahead are made
    * (waited for only when its rows would have none).
    */
-  protected override async sendClaims(batch: ClaimRequest[]): Promise<(ClaimRow | undefined)[]> {
+  protected override async sendClaims(
+    batch: ClaimRequest[],
+    late: LateRows,
+  ): Promise<(ClaimRow | undefined)[]> {
     await this.ensurePartitions();
-    return this.claimRows(batch, CLAIM_IN_PARTITIONS, CLAIM_BATCH_IN_PARTITIONS).catch(
+    return this.claimRows(batch, CLAIM_IN_PARTITIONS, CLAIM_BATCH_IN_PARTITIONS, late).catch(
       async (error: unknown) => {
         if (!isNoPartitionError(causeOf(error))) throw error;
         // Partitions ran out sooner than this process reckoned (dropped by hand, a clock
         // that jumped): made now, and the claims run once more.
         this.coveredUntil = undefined;
         await this.createPartitions();
-        return this.claimRows(batch, CLAIM_IN_PARTITIONS, CLAIM_BATCH_IN_PARTITIONS);
+        return this.claimRows(batch, CLAIM_IN_PARTITIONS, CLAIM_BATCH_IN_PARTITIONS, late);
       },
     );
   }
