@@ -4,6 +4,7 @@ import {
   type ExecutionContext,
   type INestApplication,
   Injectable,
+  Logger,
   Module,
   type NestInterceptor,
 } from '@nestjs/common';
@@ -108,6 +109,22 @@ class Basket {
   id!: number;
 }
 
+/**
+ * A type whose class has a method that is not a field: a replay, a plain object, has not got
+ * it. `code` is its own data that is not a field.
+ */
+@ObjectType()
+class Voucher {
+  @Field(() => Int)
+  id!: number;
+
+  code = 'V';
+
+  describe(): string {
+    return `voucher ${this.id}`;
+  }
+}
+
 /** The lines of the baskets, by basket id (what a DataLoader or a repository holds). */
 const LINES: { basketId: number; text: string }[] = [];
 
@@ -129,6 +146,16 @@ class BasketResolver {
   @ResolveField(() => [String])
   lines(@Parent() basket: Basket): string[] {
     return LINES.filter((line) => line.basketId === basket.id).map((line) => line.text);
+  }
+}
+
+/** Reads what Prisma gives for a BigInt column that the type does not expose. */
+@Resolver(() => Account)
+class AccountFieldsResolver {
+  @ResolveField(() => String)
+  nextSeq(@Parent() account: Account & { ledgerSeq?: unknown }): string {
+    const seq = account.ledgerSeq;
+    return typeof seq === 'bigint' ? String(seq + 1n) : `not a bigint: ${typeof seq}`;
   }
 }
 
@@ -221,6 +248,14 @@ class AdversaryResolver {
     return { id, owner: 'ann', ledgerSeq: 9007199254740993n } as Account;
   }
 
+  @Mutation(() => Voucher)
+  @Idempotent()
+  async issueVoucher(@Args('tag') tag: string): Promise<Voucher> {
+    const voucher = new Voucher();
+    voucher.id = await this.insert(tag, 10);
+    return voucher;
+  }
+
   @Mutation(() => Int)
   @Idempotent()
   async ship(@Args('tag') tag: string, @Args('input') _input: ShipInput): Promise<number> {
@@ -268,7 +303,11 @@ describe.each(GRAPHQL_DRIVERS)(
     beforeAll(async () => {
       LINES.length = 0;
       database = await createTestDatabase(`side_roads_${driver}`);
-      app = await startGraphqlApp(database.url, driver, [AdversaryResolver, BasketResolver]);
+      app = await startGraphqlApp(database.url, driver, [
+        AdversaryResolver,
+        BasketResolver,
+        AccountFieldsResolver,
+      ]);
       await createTransfersTable(app);
     });
     afterAll(async () => {
@@ -314,37 +353,25 @@ describe.each(GRAPHQL_DRIVERS)(
       expect(await rows(tag)).toBe(1);
     });
 
-    // Known defect (issue 27, left open): a resolver's data that is not a GraphQL field (a
-    // parent's Date or BigInt) is kept as JSON, and an ID replays as a string. \`it.failing\`
-    // holds it in view: it turns red when the defect is fixed, to become a plain \`it\`.
-    it.failing(
-      'replays a @ResolveField() that reads a Date of its parent as first answered',
-      async () => {
-        const tag = `${driver}-resolvefield`;
-        const query = `mutation { openTicket(tag: "${tag}", amount: 3) { id createdDay } }`;
-        const first = await send(query, tag);
-        expect(first.text).toContain('"createdDay":1');
-        const again = await send(query, tag);
-        expect(withoutMarker(again.text)).toBe(first.text);
-        expect(await rows(tag)).toBe(1);
-      },
-    );
+    it('replays a @ResolveField() that reads a Date of its parent as first answered', async () => {
+      const tag = `${driver}-resolvefield`;
+      const query = `mutation { openTicket(tag: "${tag}", amount: 3) { id createdDay } }`;
+      const first = await send(query, tag);
+      expect(first.text).toContain('"createdDay":1');
+      const again = await send(query, tag);
+      expect(withoutMarker(again.text)).toBe(first.text);
+      expect(await rows(tag)).toBe(1);
+    });
 
-    // Known defect (issue 27, left open): a resolver's data that is not a GraphQL field (a
-    // parent's Date or BigInt) is kept as JSON, and an ID replays as a string. \`it.failing\`
-    // holds it in view: it turns red when the defect is fixed, to become a plain \`it\`.
-    it.failing(
-      "replays a @ResolveField() that finds rows by its parent's ID as first answered",
-      async () => {
-        const tag = `${driver}-id`;
-        const query = `mutation { fillBasket(tag: "${tag}") { id lines } }`;
-        const first = await send(query, tag);
-        expect(first.text).toContain(`"lines":["line of ${tag}"]`);
-        const again = await send(query, tag);
-        expect(withoutMarker(again.text)).toBe(first.text);
-        expect(await rows(tag)).toBe(1);
-      },
-    );
+    it("replays a @ResolveField() that finds rows by its parent's ID as first answered", async () => {
+      const tag = `${driver}-id`;
+      const query = `mutation { fillBasket(tag: "${tag}") { id lines } }`;
+      const first = await send(query, tag);
+      expect(first.text).toContain(`"lines":["line of ${tag}"]`);
+      const again = await send(query, tag);
+      expect(withoutMarker(again.text)).toBe(first.text);
+      expect(await rows(tag)).toBe(1);
+    });
 
     it('refuses a mistyped DateTime argument, naming the argument and its scalar, not uploads', async () => {
       const tag = `${driver}-baddate`;
@@ -361,19 +388,69 @@ describe.each(GRAPHQL_DRIVERS)(
       expect(await rows(tag)).toBe(0);
     });
 
-    // Known defect (issue 27, left open): a resolver's data that is not a GraphQL field (a
-    // parent's Date or BigInt) is kept as JSON, and an ID replays as a string. \`it.failing\`
-    // holds it in view: it turns red when the defect is fixed, to become a plain \`it\`.
-    it.failing(
-      'answers and commits a row whose unexposed column is a BigInt (a Prisma model)',
-      async () => {
-        const tag = `${driver}-bigint`;
-        const query = `mutation { openAccount(tag: "${tag}") { id owner } }`;
-        const first = await send(query, tag);
-        expect(first.text).toContain('"owner":"ann"');
-        expect(await rows(tag)).toBe(1);
-      },
-    );
+    it('answers, commits and replays a row whose unexposed column is a BigInt (a Prisma model)', async () => {
+      const tag = `${driver}-bigint`;
+      const query = `mutation { openAccount(tag: "${tag}") { id owner nextSeq } }`;
+      const first = await send(query, tag);
+      expect(first.text).toContain('"owner":"ann","nextSeq":"9007199254740994"');
+      const again = await send(query, tag);
+      expect(withoutMarker(again.text)).toBe(first.text);
+      expect(await rows(tag)).toBe(1);
+    });
+
+    it('replays a key stored before the typed form (no format: its data as JSON) as first answered', async () => {
+      const tag = `${driver}-oldformat`;
+      const query =
+        `mutation { pay(tag: "${tag}", amount: 2) { ... on Payment { id amount paidAt } ` +
+        '... on Refusal { id reason } } }';
+      const first = await send(query, tag);
+      const id = Number(/"id":(\d+)/.exec(first.text)![1]);
+      // The same finished key under another name, which this process has not replayed from
+      // memory, its answer in the bytes the library wrote before `format` 2.
+      const old = {
+        data: { id, amount: 2, paidAt: '2026-03-01T09:30:00.000Z', __typename: 'Payment' },
+      };
+      await app.get<DataSource>(getDataSourceToken()).query(
+        `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, state, recovery_point,
+           response_code, response_body, response_headers, finished_at)
+         SELECT tenant_id, $2, fingerprint, state, recovery_point, response_code, $3,
+           response_headers, finished_at
+         FROM idempotency_keys WHERE key = $1`,
+        [`${tag}:pay`, `${tag}-old:pay`, Buffer.from(JSON.stringify(old))],
+      );
+      const again = await send(query, `${tag}-old`);
+      expect(again.text).toContain('"replayed":["pay"]');
+      expect(withoutMarker(again.text)).toBe(first.text);
+      expect(await rows(tag)).toBe(1);
+    });
+
+    it('stores a class instance with a method that is not a field, and says once what a replay has not', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn');
+      try {
+        const answers = [];
+        for (const tag of [`${driver}-voucher-1`, `${driver}-voucher-2`]) {
+          const query = `mutation { issueVoucher(tag: "${tag}") { id } }`;
+          const first = await send(query, tag);
+          expect(first.text).toMatch(/"issueVoucher":\{"id":\d+\}/);
+          answers.push([first, await send(query, tag)]);
+          expect(await rows(tag)).toBe(1);
+        }
+        for (const [first, again] of answers) expect(withoutMarker(again.text)).toBe(first.text);
+        const said = warn.mock.calls.filter(([message]) => String(message).includes('Voucher'));
+        expect(said).toEqual([
+          [
+            "an idempotent mutation's value of type Voucher cannot be replayed as it was: a " +
+              'replay has it as a plain object, not as an instance of Voucher, without describe ' +
+              "of its class. The first answer has the resolver's own value; a replay gives the " +
+              'resolvers under the mutation (a @ResolveField() reading its parent) the stored ' +
+              'form. Keep what they read to plain data, Dates, BigInts, Maps and Sets, or ' +
+              'compute it in a @ResolveField()',
+          ],
+        ]);
+      } finally {
+        warn.mockRestore();
+      }
+    });
 
     it('takes inline arguments and variables of the same values as one call (held)', async () => {
       const tag = `${driver}-inline`;

@@ -2,6 +2,7 @@ import { BadRequestException, HttpException, NotFoundException } from '@nestjs/c
 import { GraphQLError } from 'graphql';
 import { type StoredResponse } from '../stored-response.js';
 import {
+  ANSWER_FORMAT,
   answerStatus,
   decodeAnswer,
   encodeAnswer,
@@ -125,8 +126,13 @@ describe('fieldError', () => {
 
 describe('encodeAnswer and decodeAnswer', () => {
   it.each<[string, FieldAnswer, number, string]>([
-    ['a value', { kind: 'data', data: { id: 1, note: 'é' } }, 200, '{"data":{"id":1,"note":"é"}}'],
-    ['no value', { kind: 'data', data: undefined }, 200, '{"data":null}'],
+    [
+      'a value, in the form it is stored in',
+      { kind: 'data', data: { id: 1, note: 'é' } },
+      200,
+      `{"data":{"id":1,"note":"é"},"format":${ANSWER_FORMAT}}`,
+    ],
+    ['no value', { kind: 'data', data: undefined }, 200, '{"data":null,"format":2}'],
     [
       'an error',
       { kind: 'error', error: { kind: 'error', message: 'boom' } },
@@ -152,8 +158,23 @@ describe('encodeAnswer and decodeAnswer', () => {
     expect(answerStatus(answer)).toBe(status);
     const decoded = decodeAnswer(stored);
     expect(decoded).toEqual(
-      answer.kind === 'data' ? { kind: 'data', data: answer.data ?? null } : answer,
+      answer.kind === 'data'
+        ? { kind: 'data', data: answer.data ?? null, format: ANSWER_FORMAT }
+        : answer,
     );
+  });
+
+  it('reads a value stored before the stored form said its format as format 1', () => {
+    const stored = {
+      status: 200,
+      headers: { 'content-type': FIELD_ANSWER_TYPE },
+      body: Buffer.from('{"data":{"id":1,"createdAt":"2026-03-01T00:00:00.000Z"}}'),
+    };
+    expect(decodeAnswer(stored)).toEqual({
+      kind: 'data',
+      data: { id: 1, createdAt: '2026-03-01T00:00:00.000Z' },
+      format: 1,
+    });
   });
 
   it('refuses to store a value that is not JSON', () => {

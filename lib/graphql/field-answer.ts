@@ -26,8 +26,20 @@ export interface FieldError {
   statusCode?: number;
 }
 
-/** What a mutation field answered: its resolver's value, or an error. */
-export type FieldAnswer = { kind: 'data'; data: unknown } | { kind: 'error'; error: FieldError };
+/**
+ * What a mutation field answered: its resolver's value, or an error. A stored value says the
+ * form it was stored in (`ANSWER_FORMAT`); one stored before that said none (form 1).
+ */
+export type FieldAnswer =
+  { kind: 'data'; data: unknown; format?: number } | { kind: 'error'; error: FieldError };
+
+/**
+ * The form a value is stored in, read back by `fromWire` (wire-value.ts). 2: each object keeps
+ * its data that is not a field, and the fields its scalars do not give back, as typed JSON
+ * (a `Date` a `Date` again, a `BigInt` a `BigInt`). 1, before it: that data as JSON beside the
+ * fields, which a replay of a key stored then still reads so.
+ */
+export const ANSWER_FORMAT = 2;
 
 /** The media type of a stored field answer: no HTTP route stores one, and none is sent. */
 export const FIELD_ANSWER_TYPE = 'application/vnd.nestjs-idempotency.graphql-field+json';
@@ -47,7 +59,7 @@ export function answerStatus(answer: FieldAnswer): number {
 export function encodeAnswer(answer: FieldAnswer): StoredResponse {
   const body =
     answer.kind === 'data'
-      ? JSON.stringify({ data: answer.data ?? null })
+      ? JSON.stringify({ data: answer.data ?? null, format: answer.format ?? ANSWER_FORMAT })
       : JSON.stringify({ error: answer.error });
   return {
     status: answerStatus(answer),
@@ -66,7 +78,10 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
     return undefined;
   }
   if (typeof parsed !== 'object' || parsed === null) return undefined;
-  if ('data' in parsed) return { kind: 'data', data: parsed.data };
+  if ('data' in parsed) {
+    const format = (parsed as { format?: unknown }).format;
+    return { kind: 'data', data: parsed.data, format: typeof format === 'number' ? format : 1 };
+  }
   const error = (parsed as { error?: FieldError }).error;
   if (typeof error?.message !== 'string') return undefined;
   return { kind: 'error', error };

@@ -19,6 +19,7 @@ import { decodeAnswer, encodeAnswer, fieldError } from './field-answer.js';
 import { problemError } from './graphql-problem.js';
 import { type FieldTypes } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
+import { type ReplayLoss, warnLosses } from './replay-loss.js';
 import { fromWire, outputWire } from './wire-value.js';
 import { thrownError } from './thrown-error.js';
 
@@ -56,9 +57,19 @@ export function runField(
     let answer: StoredResponse;
     try {
       // Stored as GraphQL writes it (a Date as its scalar's string): see wire-value.ts.
+      const losses: ReplayLoss[] = [];
       const data = types
-        ? await outputWire(graphql, types.schema, types.returnType, outcome.value, types.call)
+        ? await outputWire(
+            graphql,
+            types.schema,
+            types.returnType,
+            outcome.value,
+            types.call,
+            losses,
+          )
         : outcome.value;
+      // What a replay cannot give back as it was, said once per type (see replay-loss.ts).
+      warnLosses(tools.logger, losses);
       answer = encodeAnswer({ kind: 'data', data });
     } catch (error) {
       // No JSON form (a cycle, a value its scalar refuses): it cannot be replayed, so it is
@@ -185,7 +196,9 @@ export async function answerOf(
     throw problemThrown(new IdempotencyStoredResponseUnreadableError(reason), graphql);
   }
   if (answer.kind === 'data') {
-    return types ? fromWire(graphql, types.schema, types.returnType, answer.data) : answer.data;
+    return types
+      ? fromWire(graphql, types.schema, types.returnType, answer.data, answer.format)
+      : answer.data;
   }
   throw thrownError(answer.error, graphql);
 }

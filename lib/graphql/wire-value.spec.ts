@@ -1,6 +1,7 @@
 import * as graphql from 'graphql';
 import {
   GraphQLEnumType,
+  GraphQLID,
   GraphQLInputObjectType,
   GraphQLInt,
   GraphQLList,
@@ -12,10 +13,12 @@ import {
   GraphQLUnionType,
 } from 'graphql';
 import { Readable } from 'node:stream';
+import { type ReplayLoss } from './replay-loss.js';
 import {
   argumentsWire,
   fromWire,
   ArgumentValueInvalidError,
+  KEPT,
   NotJsonArgumentError,
   outputWire,
   strictJson,
@@ -35,6 +38,21 @@ const Cents = new GraphQLScalarType({
   },
   parseValue: (value) => BigInt(value as string),
 });
+/** A money class, as a Decimal is: its scalar writes it as digits and reads them as a number. */
+class Money {
+  constructor(readonly cents: number) {}
+  format(): string {
+    return `$${this.cents / 100}`;
+  }
+}
+const Amount = new GraphQLScalarType({
+  name: 'Amount',
+  serialize(value) {
+    if (!(value instanceof Money)) throw new TypeError('not Money');
+    return (value.cents / 100).toFixed(2);
+  },
+  parseValue: (value) => Number(value),
+});
 const Upload = new GraphQLScalarType({
   name: 'Upload',
   serialize() {
@@ -45,6 +63,10 @@ const Priority = new GraphQLEnumType({
   name: 'Priority',
   values: { Low: { value: 1 }, High: { value: 2 } },
 });
+const Line = new GraphQLObjectType({
+  name: 'Line',
+  fields: { id: { type: GraphQLID }, text: { type: GraphQLString } },
+});
 const Receipt = new GraphQLObjectType({
   name: 'Receipt',
   fields: {
@@ -54,6 +76,10 @@ const Receipt = new GraphQLObjectType({
     priority: { type: Priority },
     reminders: { type: new GraphQLList(DateTime) },
     label: { type: GraphQLString },
+    ref: { type: GraphQLID },
+    refs: { type: new GraphQLList(GraphQLID) },
+    lines: { type: new GraphQLList(Line) },
+    price: { type: Amount },
   },
 });
 const Window = new GraphQLInputObjectType({
@@ -70,10 +96,22 @@ const Outcome = new GraphQLUnionType({
   types: [Receipt, Refusal],
   resolveType: (value: { reason?: unknown }) => ('reason' in value ? 'Refusal' : 'Receipt'),
 });
+/** A union whose resolveType() cannot tell outside the answer (it reads what only it has). */
+const Unknowable = new GraphQLUnionType({
+  name: 'Unknowable',
+  types: [Receipt, Refusal],
+  resolveType: () => {
+    throw new Error('only inside the answer');
+  },
+});
 const schema = new GraphQLSchema({
   query: new GraphQLObjectType({
     name: 'Query',
-    fields: { receipt: { type: Receipt }, outcome: { type: Outcome } },
+    fields: {
+      receipt: { type: Receipt },
+      outcome: { type: Outcome },
+      unknowable: { type: Unknowable },
+    },
   }),
 });
 /** What the field's resolver was given: only its context and info reach a resolveType(). */
@@ -100,9 +138,25 @@ describe('outputWire and fromWire', () => {
     ],
     ['nulls', { id: 1, at: null, reminders: null }, { id: 1, at: null, reminders: null }],
     [
-      "a class's getter, and its own data that is no field (for a @ResolveField())",
+      "a class's getter, and its own data that is no field (for a @ResolveField()) beside",
       new Labelled(),
-      { id: 1, ownerId: 7, label: 'from a getter' },
+      { id: 1, label: 'from a getter', [KEPT]: { json: { ownerId: 7 } } },
+    ],
+    [
+      'an ID that was a number, the numbers beside (its parseValue() gives back strings)',
+      { id: 1, ref: 5, refs: [1, 2] },
+      { id: 1, ref: '5', refs: ['1', '2'], [KEPT]: { json: { ref: 5, refs: [1, 2] } } },
+    ],
+    [
+      'a Date and a BigInt that are no field, with their types',
+      { id: 1, createdAt: at, ledgerSeq: 9007199254740993n },
+      {
+        id: 1,
+        [KEPT]: {
+          json: { createdAt: at.toISOString(), ledgerSeq: '9007199254740993' },
+          meta: { values: { createdAt: ['Date'], ledgerSeq: ['bigint'] }, v: 1 },
+        },
+      },
     ],
     [
       'a field whose value is a Promise (a lazy relation), awaited',
@@ -121,6 +175,124 @@ describe('outputWire and fromWire', () => {
     const replayed = fromWire(graphql, schema, Receipt, stored) as typeof value;
     expect(replayed).toEqual(value);
     expect(await outputWire(graphql, schema, Receipt, replayed)).toEqual(stored);
+  });
+
+  /** Stored as the store keeps it (JSON text), and read back as a replay reads it. */
+  const replayOf = async (type: graphql.GraphQLOutputType, value: unknown) => {
+    const stored = JSON.parse(
+      JSON.stringify(await outputWire(graphql, schema, type, value, call)),
+    ) as unknown;
+    return fromWire(graphql, schema, type, stored);
+  };
+
+  it.each<[string, unknown]>([
+    ["an object's Date and BigInt that are no field", { id: 1, createdAt: at, seq: 2n ** 64n }],
+    ['an ID that was a number, and a list of them', { id: 1, ref: 5, refs: [1, 2] }],
+    ['a String field that was a number', { id: 1, label: 5 }],
+    ['a field that is there, undefined', { id: 1, at: undefined, lines: undefined }],
+    [
+      'undefined, a Set and a Map that are no field',
+      { id: 1, note: undefined, tags: new Set(['a']) },
+    ],
+    [
+      'an object under it, with its own Date and a numeric ID',
+      { id: 1, lines: [{ id: 7, text: 'a', addedAt: at }, null] },
+    ],
+    ['no data to keep', { id: 1, at, total: 12n, priority: 2, ref: '5' }],
+  ])('gives the resolvers under it %s as the resolver returned it', async (_name, value) => {
+    expect(await replayOf(Receipt, value)).toStrictEqual(value);
+  });
+
+  it("gives the resolvers under a union's member its data that is no field", async () => {
+    const value = { id: 1, at, openedAt: at };
+    expect(await replayOf(Outcome, value)).toStrictEqual({ ...value, __typename: 'Receipt' });
+  });
+
+  it.each<[string, graphql.GraphQLOutputType, unknown, string[]]>([
+    ['nothing for plain data', Receipt, { id: 1, at, createdAt: at, ref: 5 }, []],
+    [
+      'the methods of its class',
+      Receipt,
+      new Labelled(),
+      [
+        'a replay has it as a plain object, not as an instance of Labelled, without describe of ' +
+          'its class',
+      ],
+    ],
+    [
+      'a function that is no field',
+      Receipt,
+      { id: 1, onPaid: () => 1 },
+      ['its data onPaid (a function) does not come back as it was'],
+    ],
+    [
+      'a stream that is no field',
+      Receipt,
+      { id: 1, body: Readable.from(['x']) },
+      ['its data body (a stream) does not come back as it was'],
+    ],
+    [
+      'a field that is a method',
+      Receipt,
+      { id: 1, label: () => 'x' },
+      [
+        "its field label is a method of the value, which GraphQL calls with the field's " +
+          'arguments: a replay has no value for it',
+      ],
+    ],
+    [
+      "a field's value that neither its scalar nor typed JSON gives back",
+      Receipt,
+      { id: 1, price: new Money(1250) },
+      [
+        "its field price (an instance of Money) comes back as its scalar Amount's parseValue() " +
+          'reads it (a number)',
+      ],
+    ],
+    [
+      'a member of a union that its resolveType() cannot tell outside the answer',
+      Unknowable,
+      { id: 1 },
+      [
+        "neither its resolveType() nor its members' isTypeOf() told its member outside the " +
+          'answer, so a replay has its data as JSON, and no __typename to tell the member by',
+      ],
+    ],
+  ])('says what a replay cannot give back: %s', async (_name, type, value, what) => {
+    const losses: ReplayLoss[] = [];
+    await outputWire(graphql, schema, type, value, call, losses);
+    expect(losses.map((loss) => loss.what)).toEqual(what);
+    const named = graphql.getNamedType(type).name;
+    expect(losses.every((loss) => loss.type === named)).toBe(true);
+  });
+
+  it('still answers a replay of what it cannot give back, as before (through the scalar)', async () => {
+    expect(await replayOf(Receipt, { id: 1, price: new Money(1250) })).toEqual({
+      id: 1,
+      price: 12.5,
+    });
+  });
+
+  it.each<[string, number, unknown]>([
+    [
+      'before the typed form (format 1): the data beside the fields, as JSON',
+      1,
+      { id: 1, at, ownerId: 7, createdAt: at.toISOString(), [KEPT]: { json: { x: 1 } } },
+    ],
+    [
+      'in the typed form (format 2)',
+      2,
+      { id: 1, at, ownerId: 7, createdAt: at.toISOString(), x: 1 },
+    ],
+  ])('reads a value stored %s', (_name, format, value) => {
+    const stored = {
+      id: 1,
+      at: at.toISOString(),
+      ownerId: 7,
+      createdAt: at.toISOString(),
+      [KEPT]: { json: { x: 1 } },
+    };
+    expect(fromWire(graphql, schema, Receipt, stored, format)).toStrictEqual(value);
   });
 
   it("stores a union's member by the union's resolveType(), and replays it by that", async () => {

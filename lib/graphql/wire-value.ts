@@ -6,8 +6,12 @@ import {
   type GraphQLOutputType,
   type GraphQLSchema,
 } from 'graphql';
+import { isDeepStrictEqual } from 'node:util';
+import { ANSWER_FORMAT } from './field-answer.js';
 import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
+import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
+import { type ReplayLoss } from './replay-loss.js';
 
 /**
  * Values as GraphQL writes them (its "wire" form: what a scalar's `serialize()` makes of
@@ -17,7 +21,9 @@ import { type GraphqlModule } from './graphql-module.js';
  *   answer carries (a `Date` as the `DateTime` scalar's string, an enum as its name); a replay
  *   turns it back with each scalar's `parseValue()`, so that GraphQL, serializing it again,
  *   writes the same bytes as for the first answer (a scalar whose `serialize()` refuses a
- *   string, as Nest's `DateTime` does, would otherwise answer null);
+ *   string, as Nest's `DateTime` does, would otherwise answer null); what the resolvers under
+ *   it read that the wire form would change (an object's data that is no field, an `ID` that
+ *   was a number) is kept beside it with its types (`KEPT`);
  * - a field's arguments are fingerprinted in their wire form, so that a `Date` or a `BigInt`
  *   argument counts by its value, and a value with no wire form (an `Upload`, a stream, a
  *   Promise) is refused rather than fingerprinted as `{}`.
@@ -54,9 +60,24 @@ export class ArgumentValueInvalidError extends Error {
 }
 
 /**
+ * The member of a stored object that holds, as typed JSON (see `kept-data.ts`), the object's
+ * own data that is not a field and the fields whose wire form does not give them back. No
+ * field can be so named: names that begin with `__` are GraphQL's own.
+ */
+export const KEPT = '__kept';
+
+/**
  * The resolver's value in its wire form, to be stored (see above). A value that is a Promise
  * (a TypeORM lazy relation, a field's value computed later) is awaited, as GraphQL awaits it
  * for the answer: walked as an object, it would be stored as `{}`.
+ *
+ * An object keeps, beside its fields, what the resolvers under it read of it that the wire
+ * form would change (a `@ResolveField()` reads its parent): its own data that is not a field
+ * (a `Date`, a Prisma model's `BigInt` column), and each field whose scalar's `parseValue()`
+ * does not give its value back (an `ID` that was a number comes back a string), as the
+ * resolver returned them (`KEPT`). What a replay cannot give back as it was (a method of the
+ * value's class, a function or a stream in its data) is stored as it can be, and put in
+ * `losses` for the app's log.
  */
 export async function outputWire(
   graphql: GraphqlModule,
@@ -64,38 +85,118 @@ export async function outputWire(
   type: GraphQLOutputType,
   promised: unknown,
   call?: ResolverCall,
+  losses: ReplayLoss[] = [],
 ): Promise<unknown> {
   const value = isThenable(promised) ? await promised : promised;
   if (value === null || value === undefined) return null;
-  if (graphql.isNonNullType(type)) return outputWire(graphql, schema, type.ofType, value, call);
+  if (graphql.isNonNullType(type)) {
+    return outputWire(graphql, schema, type.ofType, value, call, losses);
+  }
   if (graphql.isListType(type)) {
     return Promise.all(
-      listOf(value).map((item) => outputWire(graphql, schema, type.ofType, item, call)),
+      listOf(value).map((item) => outputWire(graphql, schema, type.ofType, item, call, losses)),
     );
   }
   if (graphql.isLeafType(type)) return leafWire(type.serialize(value));
   const concrete = graphql.isObjectType(type)
     ? type
     : (typeOf(graphql, schema, value) ?? (await memberType(graphql, schema, type, value, call)));
-  if (!concrete || typeof value !== 'object') return jsonCopy(value);
+  if (!concrete || typeof value !== 'object') {
+    if (typeof value === 'object') {
+      losses.push({
+        type: type.name,
+        what:
+          "neither its resolveType() nor its members' isTypeOf() told its member outside the " +
+          'answer, so a replay has its data as JSON, and no __typename to tell the member by',
+      });
+    }
+    return jsonCopy(value);
+  }
   const fields = concrete.getFields();
   const source = value as Record<string, unknown>;
   const wire: Record<string, unknown> = {};
-  // The object's own data that is not a field, for the resolvers of its fields
-  // (@ResolveField() reads the parent), kept as JSON.
+  // What the resolvers of its fields read of it that the wire form would change (see above).
+  const kept: Record<string, unknown> = {};
   for (const [name, item] of Object.entries(source)) {
-    if (!(name in fields)) wire[name] = jsonCopy(item);
+    if (!(name in fields)) kept[name] = item;
   }
+  const methods: string[] = [];
   // Each field of the type in its wire form, read as GraphQL's default resolver reads it
   // (a class's getters included). A method is left out: GraphQL calls it with the operation's
   // arguments, which are not known here.
   for (const name of Object.keys(fields)) {
-    if (!(name in source) || typeof source[name] === 'function') continue;
-    wire[name] = await outputWire(graphql, schema, fields[name].type, source[name], call);
+    if (!(name in source)) continue;
+    const promisedItem = source[name];
+    if (typeof promisedItem === 'function') {
+      methods.push(name);
+      continue;
+    }
+    const item = isThenable(promisedItem) ? await promisedItem : promisedItem;
+    const fieldType = fields[name].type;
+    wire[name] = await outputWire(graphql, schema, fieldType, item, call, losses);
+    const back = fromWireAgain(graphql, schema, fieldType, wire[name], item);
+    if (back.same) continue;
+    if (keepsExactly(item)) {
+      kept[name] = item;
+    } else {
+      losses.push({
+        type: concrete.name,
+        what:
+          `its field ${name} (${describeValue(item)}) comes back as its scalar ` +
+          `${graphql.getNamedType(fieldType).name}'s parseValue() reads it ` +
+          `(${describeValue(back.value)})`,
+      });
+    }
   }
   // A member of a union or an interface says which, for the replay to read it back by.
   if (!graphql.isObjectType(type)) wire.__typename = concrete.name;
+  if (Object.keys(kept).length > 0) {
+    const typed = keepData(kept);
+    wire[KEPT] = typed.kept;
+    if (typed.unfaithful.length > 0) {
+      const what = typed.unfaithful.map((member) => `${member.name} (${member.what})`);
+      losses.push({
+        type: concrete.name,
+        what: `its data ${what.join(', ')} does not come back as it was`,
+      });
+    }
+  }
+  const members = classMembers(source, fields);
+  if (members.length > 0) {
+    losses.push({
+      type: concrete.name,
+      what:
+        `a replay has it as a plain object, not as ${describeValue(source)}, without ` +
+        `${members.join(', ')} of its class`,
+    });
+  }
+  if (methods.length > 0) {
+    losses.push({
+      type: concrete.name,
+      what:
+        `its field ${methods.join(', ')} is a method of the value, which GraphQL calls with ` +
+        "the field's arguments: a replay has no value for it",
+    });
+  }
   return wire;
+}
+
+/**
+ * A field's stored wire form read back as a replay reads it, and whether that is the value the
+ * resolver gave. Only a leaf's (or a list of leaves') can differ: an object keeps its own. A
+ * field that is there with `undefined` comes back `null` unless it is kept.
+ */
+function fromWireAgain(
+  graphql: GraphqlModule,
+  schema: GraphQLSchema | undefined,
+  type: GraphQLOutputType,
+  wire: unknown,
+  value: unknown,
+): { same: boolean; value?: unknown } {
+  if (value === undefined) return { same: false, value: null };
+  if (!graphql.isLeafType(graphql.getNamedType(type))) return { same: true };
+  const back = fromWire(graphql, schema, type, jsonCopy(wire));
+  return { same: isDeepStrictEqual(back, value), value: back };
 }
 
 /**
@@ -136,29 +237,37 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
   );
 }
 
-/** A stored wire value as a resolver's value again: each scalar through its `parseValue()`. */
+/**
+ * A stored wire value as a resolver's value again: each scalar through its `parseValue()`, and
+ * each object's `KEPT` data as the resolver returned it. A value stored before `KEPT` was
+ * (`format` 1) has its data that is no field as JSON beside its fields, and is read so.
+ */
 export function fromWire(
   graphql: GraphqlModule,
   schema: GraphQLSchema | undefined,
   type: GraphQLOutputType,
   wire: unknown,
+  format: number = ANSWER_FORMAT,
 ): unknown {
   if (wire === null || wire === undefined) return null;
-  if (graphql.isNonNullType(type)) return fromWire(graphql, schema, type.ofType, wire);
+  if (graphql.isNonNullType(type)) return fromWire(graphql, schema, type.ofType, wire, format);
   if (graphql.isListType(type)) {
     return Array.isArray(wire)
-      ? wire.map((item) => fromWire(graphql, schema, type.ofType, item))
+      ? wire.map((item) => fromWire(graphql, schema, type.ofType, item, format))
       : wire;
   }
   if (graphql.isLeafType(type)) return leafValue(type, wire);
   const concrete = graphql.isObjectType(type) ? type : typeOf(graphql, schema, wire);
   if (!concrete || typeof wire !== 'object' || Array.isArray(wire)) return wire;
   const fields = concrete.getFields();
+  const typed = format >= 2;
   const value: Record<string, unknown> = {};
   for (const [name, item] of Object.entries(wire)) {
-    value[name] = name in fields ? fromWire(graphql, schema, fields[name].type, item) : item;
+    if (typed && name === KEPT) continue;
+    value[name] =
+      name in fields ? fromWire(graphql, schema, fields[name].type, item, format) : item;
   }
-  return value;
+  return typed ? Object.assign(value, restoreData((wire as Record<string, unknown>)[KEPT])) : value;
 }
 
 /**

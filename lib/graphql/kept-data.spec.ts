@@ -1,0 +1,141 @@
+import { Readable } from 'node:stream';
+import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
+
+class Row {
+  id = 1;
+  at = new Date('2026-03-01T00:00:00.000Z');
+}
+
+class Entity {
+  id = 1;
+  seq = 5n;
+  label(): string {
+    return `entity ${this.id}`;
+  }
+}
+
+class Money {
+  constructor(readonly cents: number) {}
+  toJSON(): string {
+    return `${this.cents / 100}`;
+  }
+}
+
+/** Stored as JSON text and read back, as the store does. */
+const throughStore = (data: Record<string, unknown>) =>
+  restoreData(JSON.parse(JSON.stringify(keepData(data).kept)));
+
+describe('keepData', () => {
+  const at = new Date('2026-03-01T09:30:00.000Z');
+  const cycle: Record<string, unknown> = { id: 1 };
+  cycle.self = cycle;
+  it.each<[string, Record<string, unknown>]>([
+    ['a Date', { createdAt: at }],
+    ['a BigInt beyond 2^53', { ledgerSeq: 9007199254740993n }],
+    ['undefined, NaN and -0', { note: undefined, ratio: NaN, zero: -0 }],
+    ['a Map, a Set and a RegExp', { byId: new Map([[1, at]]), tags: new Set(['a']), re: /x/gi }],
+    ['nested Dates in arrays', { lines: [{ at }, { at: null }] }],
+    ['a cycle', { order: cycle }],
+  ])('gives %s back as it was', (_name, data) => {
+    expect(keepData(data).unfaithful).toEqual([]);
+    expect(throughStore(data)).toStrictEqual(data);
+  });
+
+  it('keeps an object without a prototype (as GraphQL coerces inputs) as a plain object', () => {
+    const data = { bag: Object.assign(Object.create(null) as object, { a: 1 }) };
+    expect(keepData(data).unfaithful).toEqual([]);
+    expect(throughStore(data)).toStrictEqual({ bag: { a: 1 } });
+  });
+
+  it("keeps an instance of a class without methods as its own data, each member's type kept", () => {
+    const data = { row: new Row() };
+    expect(keepData(data).unfaithful).toEqual([]);
+    expect(throughStore(data)).toStrictEqual({ row: { id: 1, at: new Date(data.row.at) } });
+  });
+
+  it.each<[string, Record<string, unknown>, { name: string; what: string }[], unknown]>([
+    [
+      "an instance of a class with a method (its BigInt kept, as the class's data)",
+      { owner: new Entity() },
+      [{ name: 'owner', what: 'an instance of Entity' }],
+      { owner: { id: 1, seq: 5n } },
+    ],
+    [
+      'a value JSON writes by its toJSON()',
+      { price: new Money(1250) },
+      [{ name: 'price', what: 'an instance of Money' }],
+      { price: '12.5' },
+    ],
+    ['a function', { onPaid: () => 1, id: 2 }, [{ name: 'onPaid', what: 'a function' }], { id: 2 }],
+    [
+      'a Buffer (as JSON writes it)',
+      { bytes: Buffer.from('x'), view: new Uint8Array([1]) },
+      [{ name: 'bytes', what: 'an instance of Buffer' }],
+      { bytes: { type: 'Buffer', data: [120] }, view: new Uint8Array([1]) },
+    ],
+    [
+      'a Promise',
+      { later: Promise.resolve(1) },
+      [{ name: 'later', what: 'a Promise' }],
+      { later: {} },
+    ],
+  ])('names %s as not given back, and keeps what it can', (_name, data, unfaithful, back) => {
+    expect(keepData(data).unfaithful).toEqual(unfaithful);
+    expect(throughStore(data)).toStrictEqual(back);
+  });
+
+  it('keeps the stored form JSON: a Date as its string, its type beside it', () => {
+    expect(keepData({ at: new Date(0), n: 1 }).kept).toEqual({
+      json: { at: '1970-01-01T00:00:00.000Z', n: 1 },
+      meta: { values: { at: ['Date'] }, v: 1 },
+    });
+    expect(keepData({ n: 1 }).kept).toEqual({ json: { n: 1 } });
+  });
+});
+
+describe('keepsExactly', () => {
+  it.each([[5], ['5'], [undefined], [null], [12n], [new Date(0)], [[1, 2]], [new Set([1])]])(
+    'keeps %p',
+    (value) => {
+      expect(keepsExactly(value)).toBe(true);
+    },
+  );
+
+  it.each([[new Row()], [new Money(1)], [() => 1], [Buffer.from('x')], [Readable.from(['x'])]])(
+    'does not keep %p exactly',
+    (value) => {
+      expect(keepsExactly(value)).toBe(false);
+    },
+  );
+});
+
+describe('restoreData', () => {
+  it.each([[null], ['x'], [{}], [{ meta: {} }]])('reads %p, not typed JSON, as no data', (kept) => {
+    expect(restoreData(kept)).toEqual({});
+  });
+});
+
+describe('classMembers and describeValue', () => {
+  it.each<[object, Record<string, unknown>, string[]]>([
+    [new Row(), {}, []],
+    [new Entity(), {}, ['label']],
+    [new Entity(), { label: {} }, []],
+    [new Money(1), {}, ['toJSON']],
+    [{ a: 1 }, {}, []],
+  ])('finds in %p, but for %p, the members %p', (value, except, members) => {
+    expect(classMembers(value, except)).toEqual(members);
+  });
+
+  it.each<[unknown, string]>([
+    [null, 'null'],
+    [[], 'an array'],
+    [() => 1, 'a function'],
+    [1n, 'a bigint'],
+    [Promise.resolve(), 'a Promise'],
+    [Readable.from(['x']), 'a stream'],
+    [{}, 'an object'],
+    [new Entity(), 'an instance of Entity'],
+  ])('describes %p as %s', (value, what) => {
+    expect(describeValue(value)).toBe(what);
+  });
+});

@@ -1,0 +1,194 @@
+import { isDeepStrictEqual } from 'node:util';
+import { SuperJSON, type SuperJSONResult } from 'superjson';
+
+/**
+ * JS values kept with their types, for what a replay hands back to the resolvers under a
+ * mutation (a `@ResolveField()` reads its parent) that JSON would change: a `Date` stays a
+ * `Date`, a `BigInt` a `BigInt` (JSON refuses it), `undefined` stays there, and so do `Map`,
+ * `Set`, `RegExp`, `NaN` and shared references (a cycle too). Written by superjson, as its
+ * JSON and the types it read (`{ json, meta }`), which is JSON itself.
+ *
+ * The library's own instance: classes an app registers on superjson's default one do not
+ * change what a stored answer holds.
+ */
+const typed = new SuperJSON();
+
+/** A stored `{ json, meta }` of superjson. */
+export type KeptData = SuperJSONResult;
+
+/** A member of the data that does not come back as it was, and what it was. */
+export interface Unfaithful {
+  name: string;
+  what: string;
+}
+
+/** The data kept, and the members it does not give back as they were. */
+export interface Kept {
+  kept: KeptData;
+  unfaithful: Unfaithful[];
+}
+
+/**
+ * The members of `data` as typed JSON. An instance of a class is kept as its own data (each
+ * member typed in turn: an entity's `Date` stays a `Date`) and comes back a plain object, as
+ * the object GraphQL resolves from does; what it had more (the methods and getters of its
+ * class, a `toJSON()` that JSON would write instead) is not there on a replay, nor is a
+ * function, and a `Buffer` comes back a `Uint8Array`. Such members are kept as they can be,
+ * and named in `unfaithful`, for the caller to say so.
+ */
+export function keepData(data: Readonly<Record<string, unknown>>): Kept {
+  const plain: Record<string, unknown> = {};
+  const lost = new Set<string>();
+  for (const [name, value] of Object.entries(data)) {
+    const copying = { lost: false };
+    plain[name] = plainCopy(value, new Map(), copying);
+    if (copying.lost) lost.add(name);
+  }
+  const kept = write(plain);
+  const back = restoreData(kept);
+  const unfaithful = Object.entries(data)
+    .filter(
+      ([name]) => lost.has(name) || !(name in back) || !isDeepStrictEqual(back[name], plain[name]),
+    )
+    .map(([name, value]) => ({ name, what: describeValue(value) }));
+  return { kept, unfaithful };
+}
+
+/**
+ * Whether typed JSON gives `value` back exactly (`isDeepStrictEqual`, the classes of its
+ * objects included): what a scalar's `serialize()` is given again on a replay must be, as a
+ * scalar may tell its values by their class.
+ */
+export function keepsExactly(value: unknown): boolean {
+  try {
+    return isDeepStrictEqual(restoreData(write({ value })).value, value);
+  } catch {
+    // No JSON form (a cycle under an instance of a class): not kept.
+    return false;
+  }
+}
+
+/** Stored typed JSON read back into its values; an empty object when it is not one. */
+export function restoreData(kept: unknown): Record<string, unknown> {
+  if (typeof kept !== 'object' || kept === null || !('json' in kept)) return {};
+  const data = typed.deserialize(kept as KeptData);
+  return typeof data === 'object' && data !== null ? (data as Record<string, unknown>) : {};
+}
+
+/**
+ * The methods and getters of the value's class (and of its parents) but those named in
+ * `except`: an object made of its own data has none of them.
+ */
+export function classMembers(value: object, except: Readonly<Record<string, unknown>> = {}) {
+  const members = new Set<string>();
+  let prototype = Object.getPrototypeOf(value) as object | null;
+  while (prototype && prototype !== Object.prototype) {
+    for (const name of Object.getOwnPropertyNames(prototype)) {
+      if (name !== 'constructor' && !(name in except)) members.add(name);
+    }
+    prototype = Object.getPrototypeOf(prototype) as object | null;
+  }
+  return [...members];
+}
+
+/** What a value is, for a message: its kind, never its content (which may be private). */
+export function describeValue(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'function') return 'a function';
+  if (typeof value !== 'object') return `a ${typeof value}`;
+  if (value instanceof Promise) return 'a Promise';
+  if (typeof (value as { pipe?: unknown }).pipe === 'function') return 'a stream';
+  const prototype = Object.getPrototypeOf(value) as unknown;
+  if (prototype === null || prototype === Object.prototype) return 'an object';
+  const name = (value as { constructor?: { name?: unknown } }).constructor?.name;
+  return typeof name === 'string' && name ? `an instance of ${name}` : 'an object with a prototype';
+}
+
+/** `data` as superjson writes it, as JSON (a BigInt a `toJSON()` gave, as its digits). */
+function write(data: Record<string, unknown>): KeptData {
+  const written = typed.serialize(data);
+  const kept = { json: asJson(written.json) } as KeptData;
+  if (written.meta) kept.meta = asJson(written.meta) as KeptData['meta'];
+  return kept;
+}
+
+/** The typed arrays superjson reads back (a `Buffer` it writes, but cannot read). */
+const TYPED_ARRAYS: readonly unknown[] = [
+  Int8Array,
+  Uint8Array,
+  Uint8ClampedArray,
+  Int16Array,
+  Uint16Array,
+  Int32Array,
+  Uint32Array,
+  Float32Array,
+  Float64Array,
+];
+
+/** Kept by superjson as what they are (a Map's and a Set's members are copied in turn). */
+function isTypedValue(value: object): boolean {
+  return (
+    value instanceof Date ||
+    value instanceof RegExp ||
+    value instanceof Error ||
+    value instanceof URL ||
+    TYPED_ARRAYS.includes(Object.getPrototypeOf(value)?.constructor)
+  );
+}
+
+/**
+ * `value` with each instance of a class as a plain object of its own data (what superjson
+ * walks: it writes an instance it does not know as JSON would, its Dates as strings), shared
+ * references and cycles kept. An instance that has more than its own data sets `lost`.
+ */
+function plainCopy(
+  value: unknown,
+  copies: Map<object, unknown>,
+  copying: { lost: boolean },
+): unknown {
+  if (typeof value !== 'object' || value === null) return value;
+  if (copies.has(value)) return copies.get(value);
+  if (isTypedValue(value)) return value;
+  if (value instanceof Map) {
+    const copy = new Map<unknown, unknown>();
+    copies.set(value, copy);
+    for (const [key, item] of value) {
+      copy.set(plainCopy(key, copies, copying), plainCopy(item, copies, copying));
+    }
+    return copy;
+  }
+  if (value instanceof Set) {
+    const copy = new Set<unknown>();
+    copies.set(value, copy);
+    for (const item of value) copy.add(plainCopy(item, copies, copying));
+    return copy;
+  }
+  if (Array.isArray(value)) {
+    const copy: unknown[] = [];
+    copies.set(value, copy);
+    for (const item of value) copy.push(plainCopy(item, copies, copying));
+    return copy;
+  }
+  if (classMembers(value).length > 0) copying.lost = true;
+  const toJSON = (value as { toJSON?: unknown }).toJSON;
+  if (typeof toJSON === 'function') {
+    // As JSON writes it (a Decimal as its digits, a Luxon DateTime as its string).
+    copying.lost = true;
+    const json = plainCopy((toJSON as () => unknown).call(value), copies, copying);
+    copies.set(value, json);
+    return json;
+  }
+  const copy: Record<string, unknown> = {};
+  copies.set(value, copy);
+  for (const [name, item] of Object.entries(value)) copy[name] = plainCopy(item, copies, copying);
+  return copy;
+}
+
+/** JSON's own copy of `value`. */
+function asJson(value: unknown): unknown {
+  const text = JSON.stringify(value, (_key, item: unknown) =>
+    typeof item === 'bigint' ? item.toString() : item,
+  );
+  return text === undefined ? null : (JSON.parse(text) as unknown);
+}
