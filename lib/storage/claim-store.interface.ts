@@ -89,6 +89,14 @@ export interface TransactionalClaimStore extends ClaimStore {
    */
   extendLeaseIn?(claim: ActiveClaim, transaction: RequestTransaction): Promise<boolean>;
   /**
+   * The renewal a `BEGIN` above READ COMMITTED carries in its round trip, as SQL text with its
+   * values quoted by `literal`: the key's row is then locked by the transaction itself, for
+   * its whole life. A renewal sent later may run inside a savepoint of the handler's, and a
+   * rolled-back savepoint undoes it and releases its row lock: a retry would take a live
+   * worker's key over.
+   */
+  holdLeaseText?(claim: ActiveClaim, literal: (value: string) => string): string;
+  /**
    * Statement 4: runs `work` in one transaction with the advance of the recovery point to
    * `phase` and the record of its result. Throws `IdempotencyLeaseLostError`, rolling
    * everything back, when another worker owns the key.

@@ -68,6 +68,11 @@ export class ForwardingClaimStore implements TransactionalClaimStore {
     return inner.extendLeaseIn ? inner.extendLeaseIn(claim, transaction) : inner.extendLease(claim);
   }
 
+  /** The inner store's, or nothing to carry (an empty statement is left out of the BEGIN). */
+  holdLeaseText(claim: ActiveClaim, literal: (value: string) => string): string {
+    return this.transactionalInner().holdLeaseText?.(claim, literal) ?? '';
+  }
+
   purgeBatch(retentionMs: number, batchSize: number): Promise<KeyScope[]> {
     return this.inner.purgeBatch(retentionMs, batchSize);
   }

@@ -17,6 +17,8 @@ interface FollowedPhase {
 /** What a running heartbeat lets a phase of its claim hand it. */
 interface Heartbeat {
   landed(): Promise<unknown>;
+  /** The renewal a `BEGIN` above READ COMMITTED carries (see `holdAtBegin`), if the store has one. */
+  hold?: (literal: (value: string) => string) => string;
   phase?: FollowedPhase;
 }
 
@@ -37,6 +39,7 @@ export function followedBy(claim: ActiveClaim, transaction: RequestTransaction):
   const heartbeat = heartbeats.get(claim);
   if (!heartbeat) return () => undefined;
   transaction.beforeIsolatedBegin = heartbeat.landed;
+  transaction.holdAtBegin = heartbeat.hold;
   let end!: () => void;
   const phase: FollowedPhase = { transaction, over: new Promise<void>((r) => (end = r)) };
   // One at a time: phases run one after the other (two at once above READ COMMITTED would
@@ -85,12 +88,20 @@ export class LeaseRenewals {
    * real crash) does not hand a slow but live worker's key to another one. Returns the stop.
    */
   heartbeat(store: ClaimStore, claim: ActiveClaim, transaction?: RequestTransaction): () => void {
-    const heartbeat: Heartbeat = { landed: () => this.landed(claim) };
+    const hold =
+      isTransactional(store) && store.holdLeaseText
+        ? (literal: (value: string) => string) => store.holdLeaseText!(claim, literal)
+        : undefined;
+    const heartbeat: Heartbeat = { landed: () => this.landed(claim), hold };
     heartbeats.set(claim, heartbeat);
     // A transaction above READ COMMITTED begins only once the renewal on its way has landed,
-    // and then takes the renewals in (see `RequestTransaction.beforeIsolatedBegin`); so does
-    // a phase's (`followedBy`).
-    if (transaction) transaction.beforeIsolatedBegin = heartbeat.landed;
+    // renews the lease in its BEGIN's round trip (the key's row locked by the transaction
+    // itself, whatever its savepoints do), and then takes the renewals in (see
+    // `RequestTransaction.beforeIsolatedBegin`); so does a phase's (`followedBy`).
+    if (transaction) {
+      transaction.beforeIsolatedBegin = heartbeat.landed;
+      transaction.holdAtBegin = hold;
+    }
     const renew = (): Promise<boolean> => {
       const phase = heartbeat.phase;
       const holder = phase?.transaction ?? transaction;

@@ -171,6 +171,18 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     return rowCount === 1;
   }
 
+  holdLeaseText(claim: ActiveClaim, literal: (value: string) => string): string {
+    const values = [
+      literal(claim.tenantId),
+      literal(claim.key),
+      // Numbers from the database, checked as such before they become text of a statement.
+      BigInt(claim.lockVersion).toString(),
+      literal(claim.claimId),
+      Math.trunc(claim.leaseMs).toString(),
+    ];
+    return EXTEND_LEASE.text.replace(/\$(\d)/g, (_, n: string) => values[Number(n) - 1]);
+  }
+
   async extendLeaseIn(claim: ActiveClaim, transaction: RequestTransaction): Promise<boolean> {
     const rows = await transaction.query(`${EXTEND_LEASE.text} RETURNING 1`, [
       ...fenceOf(claim),

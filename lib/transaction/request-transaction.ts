@@ -95,6 +95,14 @@ export abstract class RequestTransaction implements JoinableTransaction {
    * inside it once it has (`isolated`).
    */
   beforeIsolatedBegin?: () => Promise<unknown>;
+  /**
+   * A statement (given a quoting function for its values) that the `BEGIN` above READ
+   * COMMITTED carries in its round trip: the claim's lease renewed there, so that the key's
+   * row is locked by the transaction itself, not by a renewal the handler's savepoint may roll
+   * back (a rolled-back savepoint releases the row locks taken inside it, and a retry would
+   * take a live worker's key over). Set with `beforeIsolatedBegin`.
+   */
+  holdAtBegin?: (literal: (value: string) => string) => string;
 
   constructor(
     protected readonly pool: () => Pool,
@@ -530,14 +538,24 @@ export abstract class RequestTransaction implements JoinableTransaction {
     )
       .then(() =>
         withDeadline(
-          // The session's state kept with it, as `beginWith` does (see `session-state.ts`).
-          client.query(`${this.beginText()}; ${CAPTURE_SESSION_STATE}`),
+          // The session's state kept with it, as `beginWith` does (see `session-state.ts`);
+          // above READ COMMITTED, the claim's row held by the transaction (`holdAtBegin`).
+          client.query(
+            [this.beginText(), CAPTURE_SESSION_STATE, this.heldAtBegin(client)]
+              .filter(Boolean)
+              .join('; '),
+          ),
           this.timeoutMs,
           'BEGIN',
         ),
       )
       .then(() => undefined);
     return this.beginning;
+  }
+
+  private heldAtBegin(client: PoolClient): string | undefined {
+    if (!this.holdAtBegin || !this.waitsBeforeBegin()) return undefined;
+    return this.holdAtBegin((value) => client.escapeLiteral(value));
   }
 
   private beginText(): string {
