@@ -1,81 +1,35 @@
-import { readFileSync } from 'node:fs';
 import { type INestApplication } from '@nestjs/common';
-import { Client } from 'pg';
 import request from 'supertest';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import {
-  createOutageApp,
-  openGate,
-  OUTAGE_DDL,
-  type OutageLayer,
-  reachedGate,
-} from './support/outage-app.js';
-import { TcpProxy } from './support/tcp-proxy.js';
+import { createOutageApp, openGate, type OutageLayer, reachedGate } from './support/outage-app.js';
+import { createOutageDatabase, type OutageDatabase } from './support/outage-database.js';
+import { MID_WORK_FAULTS as FAULTS } from './support/outage-faults.js';
 
 /**
  * The database fails while a handler's work is under way, on every data layer the library
  * joins and every path (a request, a phase, a consumer's delivery): the answer is a 503 with
  * Retry-After, nothing of the work is kept, nothing is stored, and the retry runs it once.
+ * (A consumer under `@IdempotentMessage()`, on its brokers: test/outage-messages.e2e-spec.ts.)
  */
-const FAULTS = {
-  'its backends are terminated': async (database: TestDatabase) => {
-    const admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(
-      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-       WHERE datname = $1 AND pid <> pg_backend_pid()`,
-      [database.name],
-    );
-    await admin.end();
-  },
-  'its sockets are cut': async (_database: TestDatabase, proxy: TcpProxy) => proxy.restore(),
-};
-
 const PATHS = ['requests', 'phases', 'messages', 'graphql'] as const;
 
 describe.each([
   ['TypeORM', true, ['typeorm']],
   ['a pg.Pool', false, ['pg', 'prisma', 'drizzle', 'kysely']],
 ] as const)('the database failing mid-work, on %s', (_name, typeorm, layers) => {
-  let database: TestDatabase;
-  let proxy: TcpProxy;
+  let db: OutageDatabase;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase(`outage_${typeorm ? 'typeorm' : 'pool'}`);
-    const db = new Client({ connectionString: database.url });
-    await db.connect();
-    if (!typeorm) await db.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await db.query(OUTAGE_DDL);
-    await db.end();
-    const target = new URL(database.url);
-    proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
-    await proxy.start();
-    const viaProxy = new URL(database.url);
-    viaProxy.host = `127.0.0.1:${proxy.port}`;
-    app = await createOutageApp(viaProxy.toString(), typeorm);
+    db = await createOutageDatabase(`outage_${typeorm ? 'typeorm' : 'pool'}`, typeorm);
+    app = await createOutageApp(db.viaProxy, typeorm);
   });
 
   afterAll(async () => {
     await app?.close();
-    await proxy?.stop();
-    await database?.drop();
+    await db?.drop();
   });
 
-  /** Read on a connection of its own: the faults terminate every other one. */
-  const rows = async (tag: string) => {
-    const reader = new Client({ connectionString: database.url });
-    await reader.connect();
-    try {
-      const result = await reader.query<{ n: number }>(
-        'SELECT n FROM outage_rows WHERE tag = $1 ORDER BY n',
-        [tag],
-      );
-      return result.rows.map((row) => row.n);
-    } finally {
-      await reader.end();
-    }
-  };
+  const rows = (tag: string) => db.rows(tag);
 
   const cells = layers.flatMap((layer) =>
     PATHS.flatMap((path) =>
@@ -102,7 +56,7 @@ describe.each([
 
       const first = send().then((response) => response);
       await reachedGate(tag);
-      await FAULTS[fault](database, proxy);
+      await FAULTS[fault](db.database, db.proxy);
       openGate(tag);
       const failed = await first;
       if (path === 'graphql') {

@@ -1,4 +1,17 @@
-import { afterFailure, type DeliveryFailures, type FailedDelivery } from './failed-delivery.js';
+import { DatabaseError } from 'pg';
+import { QueryFailedError } from 'typeorm';
+import { classifyHandlerError } from '../failure.js';
+import {
+  IdempotencyError,
+  IdempotencyStoreUnavailableError,
+  PermanentDatabaseError,
+} from '../idempotency.errors.js';
+import {
+  afterFailure,
+  type DeliveryFailures,
+  type FailedDelivery,
+  raisedError,
+} from './failed-delivery.js';
 
 describe('afterFailure (maxAttempts 3)', () => {
   const redeliver = (delayMs: number): FailedDelivery => ({ action: 'redeliver', delayMs });
@@ -52,5 +65,45 @@ describe('afterFailure (maxAttempts 3)', () => {
     ],
   ])('%s', (_name, failures, expected) => {
     expect(afterFailure(failures, 3)).toEqual(expected);
+  });
+});
+
+describe('raisedError: what a failed delivery raises, as the interceptor classifies it', () => {
+  const pgError = (code: string) =>
+    Object.assign(new DatabaseError(`pg ${code}`, 0, 'error'), { severity: 'ERROR', code });
+  const typeorm = (code: string) => new QueryFailedError('INSERT', [], pgError(code));
+  const unavailable = new IdempotencyStoreUnavailableError(new Error('ECONNREFUSED'));
+  const permanent = new PermanentDatabaseError(typeorm('42P01'));
+  it.each<[string, unknown, string | undefined]>([
+    // The database failing under the handler's own statements: the library's error, with the
+    // data layer's as its cause (before: the data layer's as it was, read as the handler's).
+    [
+      'the handler’s statement, its backend terminated (TypeORM)',
+      typeorm('57P01'),
+      'store_unavailable',
+    ],
+    [
+      'the handler’s statement, its socket cut (pg)',
+      new Error('Connection terminated unexpectedly'),
+      'store_unavailable',
+    ],
+    ['a deadlock of the handler’s', typeorm('40P01'), 'database_transient'],
+    // The library's own statements: their error is already the library's.
+    ['the record, the database unreachable', unavailable, 'store_unavailable'],
+    ['the record, refused for good', permanent, 'database_permanent'],
+    // The handler's own answer stays its own, as it was thrown.
+    ['the handler’s own unique violation', typeorm('23505'), undefined],
+    ['a bug of the handler’s', new TypeError('x is undefined'), undefined],
+  ])('%s', (_name, thrown, code) => {
+    const raised = raisedError(classifyHandlerError(thrown), thrown);
+    if (code === undefined) {
+      expect(raised).toBe(thrown);
+    } else {
+      expect(raised).toBeInstanceOf(IdempotencyError);
+      expect((raised as IdempotencyError).code).toBe(code);
+      // The library's own error as it was thrown, or the library's with the thrown one as cause.
+      if (!(thrown instanceof IdempotencyError)) expect((raised as Error).cause).toBe(thrown);
+      else expect(raised).toBe(thrown);
+    }
   });
 });

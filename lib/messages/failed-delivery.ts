@@ -1,3 +1,5 @@
+import { type Failure } from '../failure.js';
+
 /** What is known of a message's failed deliveries, this one included. */
 export interface DeliveryFailures {
   /**
@@ -42,4 +44,18 @@ export function afterFailure(failures: DeliveryFailures, maxAttempts: number): F
   const attempts = Math.max(failures.counted ?? 0, failures.seen);
   if (attempts >= maxAttempts) return { action: 'give-up', attempts };
   return failures.counted === undefined ? backoff : { action: 'redeliver', delayMs: 0 };
+}
+
+/**
+ * The error a failed delivery raises to the app's exception filters (and through them to a
+ * `@MessagePattern` requester): for a failure of the database (unreachable, a deadline, a
+ * deadlock; a pooler's misfit or a permanent error of the library's statements), the library's
+ * own error (`store_unavailable`, `database_transient`...), with the data layer's as its
+ * `cause`, whichever statement met it, the handler's own included, as an HTTP request answers
+ * 503 for it; else what was thrown, the handler's own answer. The data layer's error as it is
+ * (a `QueryFailedError`, pg's "Connection terminated unexpectedly") would read as the handler's
+ * own failure, and an outage as a reason not to retry.
+ */
+export function raisedError(failure: Failure, thrown: unknown): unknown {
+  return failure.kind === 'final' ? thrown : failure.error;
 }

@@ -14,7 +14,7 @@ import { IdempotencyDatabase } from '../storage/idempotency-database.js';
 import { RECORD_MESSAGE, TOUCH_MESSAGE } from '../storage/postgres-statements.js';
 import { TransactionAbortedError } from '../transaction/lazy-transaction.js';
 import { handleInTransaction } from '../transaction/handle-in-transaction.js';
-import { afterFailure } from './failed-delivery.js';
+import { afterFailure, raisedError } from './failed-delivery.js';
 import { FailureTally } from './failure-tally.js';
 import { type MessageAck, messageAck } from './message-ack.js';
 import { previewMessageId, readMessageId, transportMessageId } from './message-id.js';
@@ -105,7 +105,6 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
   ): Promise<unknown> {
     const { consumer } = options;
     const transaction = this.database.transaction(true);
-    let effectError: unknown;
     try {
       // The schema check, when the database was down at start-up: a missing table is said once
       // here, as a permanent error that counts towards giving the message up.
@@ -118,20 +117,10 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
         publish('consumerDuplicate', () => ({ consumer, messageId }));
         return undefined;
       }
-      let result: unknown;
-      try {
-        result = await lastValueFrom(
-          new Observable<unknown>((subscriber) =>
-            handleInTransaction(transaction, next, subscriber),
-          ),
-          {
-            defaultValue: undefined,
-          },
-        );
-      } catch (error) {
-        effectError = error;
-        throw error;
-      }
+      const result = await lastValueFrom(
+        new Observable<unknown>((subscriber) => handleInTransaction(transaction, next, subscriber)),
+        { defaultValue: undefined },
+      );
       const committed = await transaction.commitWith({
         name: TOUCH_MESSAGE.name,
         text: TOUCH_MESSAGE.text,
@@ -144,7 +133,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
       return result;
     } catch (error) {
       await transaction.rollback();
-      throw await this.failed(options, messageId, ack, error, error === effectError);
+      throw await this.failed(options, messageId, ack, error);
     }
   }
 
@@ -154,7 +143,6 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
     messageId: string,
     ack: MessageAck,
     error: unknown,
-    fromHandler: boolean,
   ): Promise<unknown> {
     // The database's passing failures (unreachable, a deadline, a deadlock, also when the
     // handler caught it and the commit then found the transaction aborted) count nothing.
@@ -192,8 +180,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
       if (next.delayMs > 0 && ack.settles) await sleep(next.delayMs);
       ack.redeliver();
     }
-    if (!passing || fromHandler) return error;
-    return failure.kind === 'retry' ? failure.error : error;
+    return raisedError(failure, error);
   }
 
   private optionsOf(context: ExecutionContext): ResolvedMessageOptions {

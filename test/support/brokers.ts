@@ -28,8 +28,10 @@ for (const [name, up] of [
 ] as const) {
   if (!up && !required) console.warn(`${name} is not answering: its message tests are skipped`);
 }
-export const onRabbitMq = rabbitmq || required ? describe : describe.skip;
-export const onNats = nats || required ? describe : describe.skip;
+/** Whether each broker's tests run (it answers, or CI requires it): for set-ups outside them. */
+export const BROKERS = { rabbitmq: rabbitmq || required, nats: nats || required };
+export const onRabbitMq = BROKERS.rabbitmq ? describe : describe.skip;
+export const onNats = BROKERS.nats ? describe : describe.skip;
 
 export async function until(check: () => Promise<boolean>, what: string, timeoutMs = 15_000) {
   const deadline = Date.now() + timeoutMs;

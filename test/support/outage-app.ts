@@ -1,5 +1,7 @@
 import {
+  type ArgumentsHost,
   Body,
+  Catch,
   Controller,
   type DynamicModule,
   HttpCode,
@@ -8,31 +10,26 @@ import {
   Module,
   Param,
   Post,
+  type RpcExceptionFilter,
+  type Type,
+  UseFilters,
 } from '@nestjs/common';
-import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { APP_FILTER } from '@nestjs/core';
-import {
-  Args,
-  Field,
-  GraphQLModule,
-  Int,
-  Mutation,
-  ObjectType,
-  Query,
-  Resolver,
-} from '@nestjs/graphql';
+import { EventPattern, Payload } from '@nestjs/microservices';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { Kysely, PostgresDialect, sql as kyselySql } from 'kysely';
 import { Pool } from 'pg';
+import { type Observable, throwError } from 'rxjs';
 import { DataSource, type EntityManager } from 'typeorm';
 import {
   IDEMPOTENCY_MIGRATIONS,
   IdempotencyErrorFilter,
   IdempotencyModule,
   Idempotent,
+  IdempotentMessage,
   PhaseRunner,
   ProcessedMessages,
 } from '../../lib/index.js';
@@ -42,8 +39,9 @@ import { type AdapterName, bootstrapTestApp } from './bootstrap.js';
 /**
  * The app of the outage table's end-to-end cells: one route per data layer the library joins,
  * each writing a row, waiting at a gate the test holds (where it breaks the database), then
- * writing a second row; and the same work as a consumer's delivery (`ProcessedMessages`) and
- * as a phase of `PhaseRunner`. Rows are tagged with the request's tag, so a test counts them.
+ * writing a second row; and the same work as a consumer's delivery (`ProcessedMessages`, and an
+ * `@IdempotentMessage()` handler for the brokers a test connects), as a phase of `PhaseRunner`
+ * and as a GraphQL mutation. Rows are tagged with the request's tag, so a test counts them.
  */
 export const OUTAGE_DDL = `
   CREATE TABLE IF NOT EXISTS outage_rows (id serial PRIMARY KEY, tag text NOT NULL, n int NOT NULL,
@@ -83,8 +81,11 @@ export type OutageLayer = 'typeorm' | 'pg' | 'prisma' | 'drizzle' | 'kysely';
 
 const POOL = Symbol('POOL');
 
+/** The `consumer` of the app's `@IdempotentMessage()` handler. */
+export const OUTAGE_CONSUMER = 'outage-consumer';
+
 /** Each data layer's write of one row, on the app's pool (or TypeORM's DataSource). */
-class Writers {
+export class Writers {
   readonly prisma?: PrismaClient;
   readonly drizzle?: ReturnType<typeof drizzle>;
   readonly kysely?: Kysely<Record<string, never>>;
@@ -122,10 +123,15 @@ class Writers {
     }
   }
 
-  /** Two rows, the gate between them. */
-  async work(layer: OutageLayer, tag: string, manager?: EntityManager): Promise<{ rows: number }> {
+  /** Two rows, the gate (`tag`'s, unless another is named) between them. */
+  async work(
+    layer: OutageLayer,
+    tag: string,
+    manager?: EntityManager,
+    gateName = tag,
+  ): Promise<{ rows: number }> {
     await this.write(layer, tag, 1, manager);
-    await atGate(tag);
+    await atGate(gateName);
     await this.write(layer, tag, 2, manager);
     return { rows: 2 };
   }
@@ -163,38 +169,77 @@ class OutageController {
   }
 }
 
-@ObjectType()
-class Written {
-  @Field(() => Int)
-  rows!: number;
+/** The gate of a message's deliveries after its first: the test holds the redelivery too. */
+export const redeliveryGate = (tag: string) => `${tag} again`;
+
+/** A consumer's message: the data layer to write through and the tag of its rows. */
+export interface OutageMessage {
+  layer: OutageLayer;
+  tag: string;
 }
 
-/** The same work as a GraphQL mutation (Apollo on Express). */
-@Resolver(() => Written)
-class OutageResolver {
+/** An error a consumer's delivery raised: its class, and its code (the library's, a driver's). */
+export interface RaisedError {
+  name: string;
+  code?: unknown;
+}
+
+/** The errors the consumer's deliveries raised, by tag, in order. */
+export const consumerErrors = new Map<string, RaisedError[]>();
+
+/**
+ * Writes down what a delivery raised, as an app's own RPC exception filter meets it (the one
+ * that tells a `@MessagePattern` requester to retry later, or not), then lets it go on.
+ */
+@Catch()
+class RecordConsumerErrors implements RpcExceptionFilter {
+  catch(error: unknown, host: ArgumentsHost): Observable<never> {
+    const { tag } = host.switchToRpc().getData<OutageMessage>();
+    const { name, code } = error as { name?: string; code?: unknown };
+    consumerErrors.set(tag, [...(consumerErrors.get(tag) ?? []), { name: String(name), code }]);
+    return throwError(() => error);
+  }
+}
+
+/**
+ * The same work as a consumer's delivery under `@IdempotentMessage()`, for the brokers a test
+ * connects (`app.connectMicroservice()`): acknowledged by the library on RabbitMQ (noAck:
+ * false), given up after two failed deliveries, so that an outage counted against the message
+ * shows at once. Its first delivery waits at `tag`'s gate, the later ones at `redeliveryGate`:
+ * a redelivery at its gate has recorded the id, so the first one's record did not commit.
+ */
+@Controller()
+@UseFilters(RecordConsumerErrors)
+class OutageConsumer {
+  private readonly deliveries = new Map<string, number>();
+
   constructor(@Inject(Writers) private readonly writers: Writers) {}
 
-  @Query(() => Int)
-  ready() {
-    return 1;
-  }
-
-  @Mutation(() => Written)
-  @Idempotent()
-  write(@Args('layer') layer: string, @Args('tag') tag: string) {
-    return this.writers.work(layer as OutageLayer, tag);
+  @EventPattern('outage.write')
+  @IdempotentMessage({ consumer: OUTAGE_CONSUMER, ack: true, maxAttempts: 2 })
+  write(@Payload() message: OutageMessage) {
+    const delivery = (this.deliveries.get(message.tag) ?? 0) + 1;
+    this.deliveries.set(message.tag, delivery);
+    const gateName = delivery === 1 ? message.tag : redeliveryGate(message.tag);
+    return this.writers.work(message.layer, message.tag, undefined, gateName);
   }
 }
 
-const GRAPHQL = GraphQLModule.forRoot<ApolloDriverConfig>({
-  driver: ApolloDriver,
-  autoSchemaFile: true,
-  graphiql: false,
-});
+/** What GraphQL adds to the app: Apollo's module, and the resolver (test/support/outage-graphql.ts). */
+export interface OutageGraphql {
+  module: DynamicModule;
+  resolver: Type<unknown>;
+}
 
 @Module({})
 class OutageModule {
-  static register(databaseUrl: string, typeorm: boolean): DynamicModule {
+  static register(
+    databaseUrl: string,
+    typeorm: boolean,
+    graphql: OutageGraphql | undefined,
+  ): DynamicModule {
+    const graphqlImports = graphql ? [graphql.module] : [];
+    const resolvers = graphql ? [graphql.resolver] : [];
     if (typeorm) {
       return {
         module: OutageModule,
@@ -210,11 +255,11 @@ class OutageModule {
             tenant: () => '1',
             databaseTimeoutMs: 2000,
           }),
-          GRAPHQL,
+          ...graphqlImports,
         ],
-        controllers: [OutageController],
+        controllers: [OutageController, OutageConsumer],
         providers: [
-          OutageResolver,
+          ...resolvers,
           {
             provide: Writers,
             inject: [DataSource],
@@ -232,11 +277,11 @@ class OutageModule {
         IdempotencyModule.forRootAsync({
           useFactory: () => ({ pool, tenant: () => '1', databaseTimeoutMs: 2000 }),
         }),
-        GRAPHQL,
+        ...graphqlImports,
       ],
-      controllers: [OutageController],
+      controllers: [OutageController, OutageConsumer],
       providers: [
-        OutageResolver,
+        ...resolvers,
         { provide: POOL, useValue: pool },
         { provide: Writers, useFactory: () => new Writers(pool, undefined) },
         { provide: APP_FILTER, useClass: IdempotencyErrorFilter },
@@ -245,12 +290,17 @@ class OutageModule {
   }
 }
 
-export function createOutageApp(
+/**
+ * The app, on TypeORM or on a pg.Pool; `graphql: false` leaves Apollo out (and unloaded: it is
+ * the slowest of the app's imports), for a test that sends no GraphQL.
+ */
+export async function createOutageApp(
   databaseUrl: string,
   typeorm: boolean,
-  adapter: AdapterName = 'express',
+  { adapter = 'express', graphql = true }: { adapter?: AdapterName; graphql?: boolean } = {},
 ): Promise<INestApplication> {
-  @Module({ imports: [OutageModule.register(databaseUrl, typeorm)] })
+  const withGraphql = graphql ? (await import('./outage-graphql.js')).OUTAGE_GRAPHQL : undefined;
+  @Module({ imports: [OutageModule.register(databaseUrl, typeorm, withGraphql)] })
   class OutageRoot {}
   return bootstrapTestApp(OutageRoot, adapter);
 }

@@ -53,19 +53,7 @@ export async function strike(
   databaseName: string,
   probe: () => DataLayerProbe,
 ): Promise<unknown> {
-  const terminateAll = async () => {
-    const admin = new Client({ connectionString: adminUrl });
-    await admin.connect();
-    try {
-      await admin.query(
-        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-         WHERE datname = $1 AND pid <> pg_backend_pid()`,
-        [databaseName],
-      );
-    } finally {
-      await admin.end();
-    }
-  };
+  const terminateAll = () => terminateBackends(adminUrl, databaseName);
   const layer = probe();
   await layer.ready?.();
   try {
@@ -117,6 +105,35 @@ export async function strike(
     await layer.end().catch(() => undefined);
   }
 }
+
+/** Terminates every session on `databaseName` but the one asking (as an administrator would). */
+export async function terminateBackends(adminUrl: string, databaseName: string): Promise<void> {
+  const admin = new Client({ connectionString: adminUrl });
+  await admin.connect();
+  try {
+    await admin.query(
+      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+       WHERE datname = $1 AND pid <> pg_backend_pid()`,
+      [databaseName],
+    );
+  } finally {
+    await admin.end();
+  }
+}
+
+/**
+ * The faults that strike a handler held mid-work (the end-to-end cells of
+ * test/outage-requests.e2e-spec.ts and test/outage-messages.e2e-spec.ts): its connection is
+ * gone under its open transaction, by the server's hand or the network's.
+ */
+export const MID_WORK_FAULTS = {
+  'its backends are terminated': (database: { url: string; name: string }) =>
+    terminateBackends(database.url, database.name),
+  'its sockets are cut': (_database: { url: string; name: string }, proxy: TcpProxy) =>
+    proxy.restore(),
+};
+
+export type MidWorkFault = keyof typeof MID_WORK_FAULTS;
 
 async function caught(call: Promise<unknown>): Promise<unknown> {
   try {
