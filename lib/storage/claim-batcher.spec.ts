@@ -102,6 +102,28 @@ describe('ClaimBatcher deadlines', () => {
     expect(late).toEqual(['a: row a']);
   });
 
+  it('keeps a key settling from a claim answered at its deadline until its statement ends, and its row was handed on', async () => {
+    const { calls, send } = hanging();
+    const late: string[] = [];
+    const batcher = new ClaimBatcher<string>(send, MAX_CLAIM_BATCH, (claim, row) =>
+      late.push(`${claim.scope.key}: ${row}`),
+    );
+    expect(batcher.settling(request('a').scope)).toBeUndefined();
+    const sent = batcher.claim(request('a'), { at: Date.now() + 20, error: gone });
+    await expect(sent).rejects.toThrow('past its deadline');
+    const settling = batcher.settling(request('a').scope);
+    expect(settling).toBeDefined();
+    expect(batcher.settling(request('b').scope)).toBeUndefined();
+    let settled = false;
+    void settling!.then(() => (settled = true));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(settled).toBe(false);
+    calls[0].answer(['row a']);
+    await settling;
+    expect(late).toEqual(['a: row a']);
+    expect(batcher.settling(request('a').scope)).toBeUndefined();
+  });
+
   it('hands every row of a statement that answers after its own deadline to late, in its claim’s place', async () => {
     // The statement failed with its deadline (its claims with it), and its rows came after:
     // its claims were committed, and nobody will run them.

@@ -36,6 +36,8 @@ interface Waiting<R> {
   reject: (error: unknown) => void;
   /** Its deadline passed while its statement was on its way: its row goes to `late`. */
   gone?: boolean;
+  /** Once gone: tells those waiting in `settling` that its statement has ended. */
+  settle?: () => void;
 }
 
 /**
@@ -56,6 +58,8 @@ interface Waiting<R> {
 export class ClaimBatcher<R> {
   private readonly queue: Waiting<R>[] = [];
   private inFlight = 0;
+  /** Keys whose claim was answered at its deadline while its statement is still on its way. */
+  private readonly gone = new Map<string, Promise<void>>();
 
   constructor(
     /**
@@ -103,7 +107,7 @@ export class ClaimBatcher<R> {
           () => {
             const queued = this.queue.indexOf(waiting);
             if (queued >= 0) this.queue.splice(queued, 1);
-            else waiting.gone = true;
+            else this.markGone(waiting);
             reject(deadline.error());
           },
           Math.max(0, deadline.at - Date.now()),
@@ -112,6 +116,26 @@ export class ClaimBatcher<R> {
       this.queue.push(waiting);
       this.drain();
     });
+  }
+
+  /**
+   * Ends once no claim of `scope` answered at its deadline is still on its way (undefined:
+   * none is): its row, if it lands, has then been handed to `late`. The client's retry, sent
+   * at once after its 503, waits for it rather than meeting that row held, for nothing.
+   */
+  settling(scope: KeyScope): Promise<void> | undefined {
+    return this.gone.get(idOf(scope));
+  }
+
+  private markGone(waiting: Waiting<R>): void {
+    waiting.gone = true;
+    const id = idOf(waiting.request.scope);
+    const settled: Promise<void> = new Promise<void>((resolve) => (waiting.settle = resolve)).then(
+      () => {
+        if (this.gone.get(id) === settled) this.gone.delete(id);
+      },
+    );
+    this.gone.set(id, settled);
   }
 
   /** Answers `waiting` with its row, or hands the row on if its request is gone. */
@@ -132,6 +156,14 @@ export class ClaimBatcher<R> {
   }
 
   private async run(batch: Waiting<R>[]): Promise<void> {
+    try {
+      await this.sendBatch(batch);
+    } finally {
+      for (const waiting of batch) waiting.settle?.();
+    }
+  }
+
+  private async sendBatch(batch: Waiting<R>[]): Promise<void> {
     const requests = batch.map((waiting) => waiting.request);
     // Rows after the statement's deadline: every claim of the batch was answered with it.
     const late = (rows: R[]) => requests.forEach((request, i) => this.late(request, rows[i]));
@@ -167,9 +199,7 @@ export function takeBatch<W extends { request: ClaimRequest }>(queue: W[], max: 
   const batch: W[] = [];
   const keys = new Set<string>();
   for (let i = 0; i < queue.length && batch.length < max;) {
-    const { tenantId, key } = queue[i].request.scope;
-    // The tenant's length first, so that tenant 'ab' with key 'c' and 'a' with 'bc' differ.
-    const id = `${tenantId.length}:${tenantId}${key}`;
+    const id = idOf(queue[i].request.scope);
     if (keys.has(id)) {
       i++;
       continue;
@@ -198,4 +228,9 @@ export function mayBeOneRows(error: unknown): boolean {
       : error;
   const code = (cause as { code?: unknown } | undefined)?.code;
   return typeof code === 'string' && /^(22|23|40)/.test(code);
+}
+
+/** A key's identity across tenants: the tenant's length first ('ab' + 'c' is not 'a' + 'bc'). */
+export function idOf({ tenantId, key }: KeyScope): string {
+  return `${tenantId.length}:${tenantId}${key}`;
 }

@@ -17,6 +17,7 @@ import {
   ClaimBatcher,
   type ClaimRequest,
   MAX_CLAIM_BATCH,
+  idOf,
 } from './claim-batcher.js';
 import { DatabaseDeadlineError } from './connection-errors.js';
 import { followedBy } from './lease-renewals.js';
@@ -78,9 +79,22 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     (request, row) => this.giveBackLate(request, row),
   );
 
+  /**
+   * Keys this process is giving back after a late claim or takeover (see `giveBack`): a claim
+   * of one waits for it, or the client's retry, sent at once after its 503, would meet the
+   * late row still held and be told 409 for nothing running.
+   */
+  private readonly givingBack = new Map<string, Promise<void>>();
+
   constructor(protected readonly database: IdempotencyDatabase) {}
 
   async claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {
+    // The same key's claim answered 503 at its deadline, its statement still on its way, then
+    // its give-back if it landed: the client's retry, sent at once, waits for both.
+    const settling = this.batcher.settling(scope);
+    if (settling) await settling;
+    const givenBack = this.givingBack.get(idOf(scope));
+    if (givenBack) await givenBack;
     // One deadline for the whole claim, from now: not one per batch it waits behind.
     const { timeoutMs } = this.database;
     const deadline: ClaimDeadline = {
@@ -108,27 +122,42 @@ export class PostgresClaimStore implements TransactionalClaimStore {
    */
   private giveBackLate(request: ClaimRequest, row: ClaimRow | undefined): void {
     const claim = lateClaim(request, row);
-    if (claim) this.release(claim, true).catch(() => undefined);
+    if (claim) this.giveBack(claim, true);
+  }
+
+  /** Releases a claim nobody runs; a failure leaves its lease to run out. */
+  private giveBack(claim: ActiveClaim, forget: boolean): void {
+    const id = idOf(claim);
+    const released: Promise<void> = this.release(claim, forget)
+      .catch(() => undefined)
+      .finally(() => {
+        if (this.givingBack.get(id) === released) this.givingBack.delete(id);
+      });
+    this.givingBack.set(id, released);
   }
 
   async takeOver(scope: KeyScope, fence: Fence, leaseMs: number) {
-    const { rows } = await this.query<TakeOverRow>(TAKE_OVER, [
-      scope.tenantId,
-      scope.key,
-      fence.lockVersion,
-      fence.claimId,
-      leaseMs,
-    ]);
-    if (rows.length === 0) return undefined;
-    const row = rows[0];
-    return {
+    const claimOf = (row: TakeOverRow): ActiveClaim => ({
       ...scope,
       claimId: row.claim_id,
       lockVersion: row.lock_version,
       recoveryPoint: row.recovery_point,
       phaseResults: row.phase_results,
       leaseMs,
-    } satisfies ActiveClaim;
+    });
+    const { rows } = await this.query<TakeOverRow>(
+      TAKE_OVER,
+      [scope.tenantId, scope.key, fence.lockVersion, fence.claimId, leaseMs],
+      // Taken over as its caller was answered 503 at the statement's deadline: nobody runs
+      // it. Its lease is ended at once (fenced by the row's new lock version; its claim id
+      // and phases kept, as a taken-over key is never forgotten), so that the retry resumes
+      // it instead of meeting 409s until the lease runs out.
+      (late) => {
+        const row = late.rows[0];
+        if (row) this.giveBack(claimOf(row), false);
+      },
+    );
+    return rows.length === 0 ? undefined : claimOf(rows[0]);
   }
 
   async finish(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
