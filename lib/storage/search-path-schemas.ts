@@ -7,17 +7,21 @@
 
 /**
  * A `WITH` item `search_path_schemas (schema, position)`: the setting's entries in order, read
- * as PostgreSQL reads them: a quoted name as written (`""` a quote), an unquoted one in lower
- * case, `"$user"` the current user.
+ * as PostgreSQL reads them: split on the commas outside quotes; a quoted name as written (`""`
+ * a quote), an unquoted one with its ASCII letters in lower case (as PostgreSQL folds it:
+ * `ÉCOLE` is `École`), `"$user"` the current user, each cut to a name's 63 bytes (`::name`).
  */
 export const SEARCH_PATH_SCHEMAS = `search_path_schemas AS (
-  SELECT CASE WHEN item = '$user' THEN current_user::text ELSE item END AS schema, position
+  SELECT (CASE WHEN item = '$user' THEN current_user::text ELSE item END)::name::text AS schema,
+    position
   FROM (SELECT CASE WHEN entry LIKE '"%"'
-      THEN replace(substr(entry, 2, length(entry) - 2), '""', '"') ELSE lower(entry) END AS item,
+      THEN replace(substr(entry, 2, length(entry) - 2), '""', '"')
+      ELSE translate(entry, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+      END AS item,
       position
-    FROM unnest(string_to_array(current_setting('search_path'), ','))
-      WITH ORDINALITY AS setting(raw, position),
-      LATERAL btrim(raw) AS entry) named
+    FROM regexp_matches(current_setting('search_path'), '\\s*("(?:[^"]|"")*"|[^,]+)', 'g')
+      WITH ORDINALITY AS setting(found, position),
+      LATERAL btrim(found[1]) AS entry) named
 )`;
 
 /** Whether the schema `n` (a `pg_namespace` row) is named in the path and the role lacks USAGE. */
