@@ -95,10 +95,12 @@ class TypeOrmController {
   @Idempotent({ leaseMs: 3000 })
   async stolen(@Body() body: Tagged & { key: string }) {
     await this.phases.run('held', async (manager) => {
-      // A write opens the phase's transaction (a read before it would run apart): the key's
-      // row is taken away after its snapshot.
-      await this.insert(manager, body.tag, 'held');
+      // The key taken away just before the phase's transaction begins (at its first write: a
+      // read before it would run apart). Once begun, the transaction holds the key's row (its
+      // BEGIN renews the lease, see `holdAtBegin`): a takeover then skips the row and answers
+      // 409, so a lease is lost between phases, not inside one.
       await steal(body.key);
+      await this.insert(manager, body.tag, 'held');
       await sleep(1500);
     });
     return this.phases.finish(async (manager) => {
@@ -255,8 +257,8 @@ describe.each(ADAPTERS)('phases above READ COMMITTED held past the heartbeat (%s
       tag: 'orm-stolen',
       key: 'orm-stolen',
     });
-    // 409 lease_lost when a renewal ran inside the phase first (it fails to serialize, and
-    // the phase cannot commit), else 503 from the fenced update's own serialization failure.
+    // 409 lease_lost: the phase's fenced recovery-point update finds the key moved on (or 503
+    // when a renewal inside it, or the update, fails to serialize first).
     expect([409, 503]).toContain(answer.status);
     expect(await notes('orm-stolen')).toEqual([]);
     const row = await keyRow('orm-stolen');
