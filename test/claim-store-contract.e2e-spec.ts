@@ -1,6 +1,9 @@
 import { type DataSource } from 'typeorm';
 import {
   claimStoreContract,
+  ClaimStoreContractTimingError,
+  type ClaimStoreHarness,
+  CONTRACT_RETENTION_MS,
   describeClaimStoreContract,
   MemoryClaimStore,
 } from '../lib/testing/index.js';
@@ -181,6 +184,13 @@ class RetentionFromClaim extends MemoryClaimStore {
   }
 }
 
+/** Answers a heartbeat as if it renewed the lease, and leaves it as it was. */
+class HeartbeatIgnored extends MemoryClaimStore {
+  override extendLease(claim: ActiveClaim): Promise<boolean> {
+    return Promise.resolve(this.owned(claim) !== undefined);
+  }
+}
+
 /** Lets a release forget a finished key. */
 class ReleaseIgnoresState extends MemoryClaimStore {
   override release(claim: ActiveClaim, forget: boolean): Promise<void> {
@@ -227,6 +237,7 @@ describe('the contract catches broken stores', () => {
       [rule('only the owner')],
     ],
     ['a purge of unfinished keys', () => new PurgesUnfinished(), [rule('a finished key expires')]],
+    ['a heartbeat that renews nothing', () => new HeartbeatIgnored(), [rule('a heartbeat keeps')]],
     [
       'a new claim id on takeover',
       () => new NewClaimIdOnTakeOver(),
@@ -263,4 +274,96 @@ describe('the contract catches broken stores', () => {
     },
     30_000,
   );
+});
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * A correct store on a machine that pauses its heartbeats past the lease (the first `slow` of
+ * them), which refuses to renew a lease that ran out, as a store may.
+ */
+class PausedHeartbeat extends MemoryClaimStore {
+  constructor(private slow: number) {
+    super();
+  }
+  override async extendLease(claim: ActiveClaim): Promise<boolean> {
+    if (this.slow-- > 0) await sleep(claim.leaseMs);
+    const record = this.owned(claim);
+    if (!record || record.lockedUntil <= Date.now()) return false;
+    return super.extendLease(claim);
+  }
+}
+
+/** A correct store whose purge takes longer than the contract's retention. */
+class SlowPurge extends MemoryClaimStore {
+  override async purgeBatch(retentionMs: number, batchSize: number): Promise<KeyScope[]> {
+    await sleep(CONTRACT_RETENTION_MS + 100);
+    return super.purgeBatch(retentionMs, batchSize);
+  }
+}
+
+describe('the contract tells a machine too slow for its timing from a broken store', () => {
+  // Each waits out a lease or a retention, so they run at once.
+  const run = (start: string, harness: ClaimStoreHarness) =>
+    claimStoreContract()
+      .find((candidate) => candidate.name.startsWith(start))!
+      .run(harness);
+  const failureOf = (running: Promise<void>) =>
+    running.then(
+      () => undefined,
+      (thrown: unknown) => thrown as Error,
+    );
+
+  it.concurrent.each<[string, () => MemoryClaimStore, string, RegExp]>([
+    [
+      'a heartbeat paused past the lease',
+      () => new PausedHeartbeat(Infinity),
+      'a heartbeat keeps',
+      /^the heartbeat ended \d+ ms after the claim began, past its 1000 ms lease: the machine was too loaded for the case to prove anything \(not a broken rule\)$/,
+    ],
+    [
+      'a purge slower than the retention',
+      () => new SlowPurge(),
+      'a finished key expires',
+      /^the purge ended \d+ ms after the finish began, past the 1000 ms retention: the key may have expired in its own time: the machine was too loaded for the case to prove anything \(not a broken rule\)$/,
+    ],
+  ])('%s: a timing error, not a broken rule', async (_what, make, start, message) => {
+    const error = await failureOf(run(start, { create: make, attempts: 1 }));
+    expect(error).toBeInstanceOf(ClaimStoreContractTimingError);
+    expect(error?.name).toBe('ClaimStoreContractTimingError');
+    expect(error?.message).toMatch(message);
+  });
+
+  it.concurrent('says how many runs proved nothing', async () => {
+    const error = await failureOf(
+      run('a heartbeat keeps', { create: () => new PausedHeartbeat(Infinity), attempts: 2 }),
+    );
+    expect(error).toBeInstanceOf(ClaimStoreContractTimingError);
+    expect(error?.message).toMatch(
+      /^2 runs proved nothing; the last: the heartbeat ended \d+ ms after the claim began, past its 2000 ms lease: /,
+    );
+  });
+
+  it.concurrent('runs a case again when a pause spoiled one run', async () => {
+    const stores: PausedHeartbeat[] = [];
+    let slow = 1;
+    await run('a heartbeat keeps', {
+      create: () => {
+        // The pause strikes the first store's heartbeat only.
+        const store = new PausedHeartbeat(slow);
+        slow = 0;
+        stores.push(store);
+        return store;
+      },
+    });
+    expect(stores).toHaveLength(2);
+  });
+
+  it.each([0, 1.5, Number.NaN])('refuses attempts: %s', async (attempts) => {
+    await expect(
+      run('a heartbeat keeps', { create: () => new MemoryClaimStore(), attempts }),
+    ).rejects.toThrow(
+      `the contract's harness: attempts must be a whole number of at least 1 (got ${attempts})`,
+    );
+  });
 });

@@ -1,6 +1,7 @@
 export {
   claimStoreContract,
   ClaimStoreContractError,
+  ClaimStoreContractTimingError,
   type ClaimStoreContractCase,
   type ClaimStoreHarness,
   CONTRACT_RETENTION_MS,
