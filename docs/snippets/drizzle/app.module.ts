@@ -1,14 +1,12 @@
 // app.module.ts: one pg.Pool, shared by the library and Drizzle
 import { Module, type OnApplicationShutdown } from '@nestjs/common';
-import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
+import { drizzle } from 'drizzle-orm/node-postgres';
 import { IdempotencyModule } from 'nestjs-idempotency-pg';
 import { Pool } from 'pg';
+import { DRIZZLE } from './database.js';
 import { OrdersController } from './orders.controller.js';
 import { OrdersService } from './orders.service.js';
 import * as schema from './schema.js';
-
-export const DRIZZLE = Symbol('DRIZZLE');
-export type Database = NodePgDatabase<typeof schema>;
 
 const pool = new Pool({ connectionString: process.env.DATABASE_URL });
 

@@ -6,7 +6,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import { IdempotencyModule } from 'nestjs-idempotency-pg';
 import { ClsModule } from 'nestjs-cls';
 import { Pool } from 'pg';
-import { type Database, DRIZZLE } from './app.module.js';
+import { type Database, DRIZZLE } from './database.js';
 import * as schema from './schema.js';
 
 const pool = new Pool({ connectionString: process.env.DATABASE_URL });

@@ -1,5 +1,5 @@
 import { eq, sql } from 'drizzle-orm';
-import { type Database } from './app.module.js';
+import { type Database } from './database.js';
 import { orders } from './schema.js';
 
 // As the handler's first database work, this begins the request's transaction at

@@ -1,4 +1,4 @@
-import { type Database } from './app.module.js';
+import { type Database } from './database.js';
 import { orderEvents } from './schema.js';
 
 // A unique violation caught around a plain insert aborts the request's transaction (500

@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { Transactional, TransactionHost } from '@nestjs-cls/transactional';
 import { type TransactionalAdapterDrizzleOrm } from '@nestjs-cls/transactional-adapter-drizzle-orm';
-import { type Database } from './app.module.js';
+import { type Database } from './database.js';
 import { orderEvents, orders } from './schema.js';
 
 @Injectable()

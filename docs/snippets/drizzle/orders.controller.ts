@@ -1,7 +1,7 @@
 import { Body, Controller, HttpCode, Inject, Param, ParseIntPipe, Post } from '@nestjs/common';
 import { eq } from 'drizzle-orm';
 import { Idempotent, PhaseRunner } from 'nestjs-idempotency-pg';
-import { type Database, DRIZZLE } from './app.module.js';
+import { type Database, DRIZZLE } from './database.js';
 import { OrdersService } from './orders.service.js';
 import { orders } from './schema.js';
 import { requestShipment } from './warehouse.js';

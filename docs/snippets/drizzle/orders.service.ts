@@ -1,5 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { type Database, DRIZZLE } from './app.module.js';
+import { type Database, DRIZZLE } from './database.js';
 import { orderEvents, orders } from './schema.js';
 
 @Injectable()

@@ -5,6 +5,7 @@ import { Pool } from 'pg';
 import { OrdersController } from './orders.controller.js';
 import { OrdersService } from './orders.service.js';
 import { PG_POOL, PrismaService } from './prisma.service.js';
+import { ShippingService } from './shipping.service.js';
 
 @Global()
 @Module({
@@ -28,6 +29,6 @@ export class DatabaseModule {}
     }),
   ],
   controllers: [OrdersController],
-  providers: [OrdersService],
+  providers: [OrdersService, ShippingService],
 })
 export class AppModule {}
