@@ -33,7 +33,7 @@ describe('resolveIdempotencyOptions', () => {
         maxResponseBytes: 1_048_576,
       },
     });
-    expect(resolved.tenant({ method: 'POST', url: '/', headers: {} })).toBe(0);
+    expect(resolved.tenant({ method: 'POST', url: '/', headers: {} })).toBe('0');
   });
 
   it.each(['none', 'session', 'transaction'] as const)('takes pooler: %s', (pooler) => {

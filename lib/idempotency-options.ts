@@ -20,6 +20,7 @@ import {
   DEFAULT_PARTITIONS_AHEAD,
   DEFAULT_PARTITIONS_PER_RETENTION,
   MAX_PARTITIONS_PER_RETENTION,
+  GLOBAL_KEYS_TENANT,
 } from './idempotency.constants.js';
 import { MAX_JSON_LIMITS } from './fingerprint/canonical-json.js';
 import { ISOLATION_LEVELS, isIsolationLevel } from './transaction/isolation-level.js';
@@ -427,7 +428,7 @@ export function resolveIdempotencyOptions(
       options.processedMessagesRetentionMs,
       DEFAULT_PROCESSED_MESSAGES_RETENTION_MS,
     ),
-    tenant: options.tenant ?? (() => 0),
+    tenant: options.tenant ?? (() => GLOBAL_KEYS_TENANT),
     databaseTimeoutMs: positiveInteger(
       'databaseTimeoutMs',
       options.databaseTimeoutMs,

@@ -124,3 +124,9 @@ export const IDEMPOTENT_MESSAGE_OPTIONS = 'idempotency:message-options';
 
 /** The recovery point of a claim no phase has completed yet (the design's default). */
 export const START_RECOVERY_POINT = 'start';
+
+/**
+ * The tenant every key of an app with `globalKeys: true` is kept under (one key space): the
+ * CLI's `keys show "" <key>` names it too, since no tenant id is empty.
+ */
+export const GLOBAL_KEYS_TENANT = '0';

@@ -524,6 +524,33 @@ describe('keys', () => {
     expect(missing.code).toBe(1);
   });
 
+  it('show under globalKeys: "" names tenant 0, and a key under another tenant says where it is', async () => {
+    // What an app with globalKeys: true stores: every key under tenant 0.
+    await database.dataSource.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until)
+       VALUES ('0', 'global-1', $1, clock_timestamp() + interval '1 hour')`,
+      [fp],
+    );
+    const [global, elsewhere, release] = await Promise.all([
+      runCli(['keys', 'show', '', 'global-1', '--url', database.url]),
+      runCli(['keys', 'show', 't1', 'global-1', '--url', database.url]),
+      runCli(['keys', 'release', 't1', 'global-1', '--yes', '--url', database.url]),
+    ]);
+    expect(global.stdout).toMatch(/^tenant: {9}0\nkey: {12}global-1\nstatus: {9}in flight\n/);
+    expect(global.code).toBe(0);
+    expect(elsewhere.stdout).toBe(
+      'No such key under tenant t1; the key global-1 is kept under tenant 0 (an app with ' +
+        'globalKeys: true keeps its keys under tenant 0, which "" names too).\n',
+    );
+    expect(elsewhere.code).toBe(1);
+    expect(release.stdout).toBe(
+      'Not released: no such key under tenant t1; the key global-1 is kept under tenant 0 (an ' +
+        'app with globalKeys: true keeps its keys under tenant 0, which "" names too).\n',
+    );
+    expect(release.code).toBe(1);
+    await database.dataSource.query(`DELETE FROM idempotency_keys WHERE key = 'global-1'`);
+  });
+
   it('release: never a finished key', async () => {
     const before = await row('done-1');
     const run = await runCli(['keys', 'release', 't1', 'done-1', '--yes', '--url', database.url]);

@@ -46,6 +46,17 @@ describe('parseCommand', () => {
       {},
       { kind: 'keys show', url: URL, tenant: 't1', key: 'k-1', body: true },
     ],
+    // "" names the global key space (globalKeys: true keeps every key under tenant 0).
+    [
+      ['keys', 'show', '', 'k-1', '--url', URL],
+      {},
+      { kind: 'keys show', url: URL, tenant: '0', key: 'k-1', body: false },
+    ],
+    [
+      ['keys', 'release', '', 'k-1', '--url', URL],
+      {},
+      { kind: 'keys release', url: URL, tenant: '0', key: 'k-1', yes: false },
+    ],
     [
       ['keys', 'release', 't1', 'k-1', '-y', '--url', URL],
       {},

@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { DEFAULT_LEASE_MS } from '../idempotency.constants.js';
+import { DEFAULT_LEASE_MS, GLOBAL_KEYS_TENANT } from '../idempotency.constants.js';
 import { type DoctorSettings } from './doctor-checks.js';
 
 /** The command line, read into what to do. A `UsageError` prints the usage and exits 2. */
@@ -29,6 +29,8 @@ Commands:
                              ends the lease of an unfinished key, so that the next request
                              with it takes it over; asks first, unless --yes
 
+<tenant> is the id the app's tenant function returned; "" names the one key space of an app
+with globalKeys: true (kept as tenant ${GLOBAL_KEYS_TENANT}).
 --url defaults to the DATABASE_URL environment variable.
 Exit codes: 0 healthy / done, 1 problems found / not done, 2 usage.
 `;
@@ -92,7 +94,9 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv): C
       return { kind: 'keys list', url: needUrl(), limit: count('limit', values.limit, 50) };
     }
     if ((sub === 'show' || sub === 'release') && rest.length === 2) {
-      const [tenant, key] = rest;
+      // No tenant id is empty (the library refuses one), so "" can name the global key space.
+      const tenant = rest[0] === '' ? GLOBAL_KEYS_TENANT : rest[0];
+      const key = rest[1];
       return sub === 'show'
         ? { kind: 'keys show', url: needUrl(), tenant, key, body: values.body ?? false }
         : { kind: 'keys release', url: needUrl(), tenant, key, yes: values.yes ?? false };

@@ -184,6 +184,16 @@ export async function readKey(
   return rows[0];
 }
 
+/** The tenants a key is kept under (a few): what `keys show` names when the tenant given has none. */
+export async function tenantsOfKey(client: Client, key: string, limit: number): Promise<string[]> {
+  const { rows } = await client.query<{ tenantId: string }>(
+    `SELECT tenant_id AS "tenantId" FROM idempotency_keys WHERE key = $1
+     ORDER BY tenant_id LIMIT $2`,
+    [key, limit],
+  );
+  return rows.map(({ tenantId }) => tenantId);
+}
+
 /** The stored response as the claim store keeps it: what `keys show` may print of it. */
 export interface StoredBody {
   body: Buffer | null;

@@ -3,6 +3,7 @@ import {
   formatKey,
   formatKeyList,
   keyStatus,
+  noSuchKey,
   printable,
   releasedMessage,
   releaseVerdict,
@@ -134,6 +135,27 @@ describe('formatKey', () => {
     expect(text).toContain('lease:          2026-12-01T10:00:00.000Z (expired 2 h ago)\n');
     expect(text).toContain('finished:       no\n');
     expect(text).not.toContain('response:');
+  });
+});
+
+describe('noSuchKey', () => {
+  it.each<[string, string, string[], string]>([
+    ['t1', 'k', [], 'no such key'],
+    [
+      't1',
+      'k',
+      ['0'],
+      'no such key under tenant t1; the key k is kept under tenant 0 (an app with globalKeys: ' +
+        'true keeps its keys under tenant 0, which "" names too)',
+    ],
+    [
+      'acme',
+      'order 1',
+      ['a b', 'beta'],
+      'no such key under tenant acme; the key "order 1" is kept under tenants "a b", beta',
+    ],
+  ])('tenant %j, key %j, kept under %j', (tenant, key, elsewhere, message) => {
+    expect(noSuchKey(tenant, key, elsewhere)).toBe(message);
   });
 });
 

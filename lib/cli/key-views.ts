@@ -1,3 +1,4 @@
+import { GLOBAL_KEYS_TENANT } from '../idempotency.constants.js';
 import { BODY_POINTER_MARKER } from '../storage/bodies/body-pointer.js';
 import { SEALED_MARKER } from '../storage/response-sealer.js';
 import { type KeyRow, type StoredBody } from './database.js';
@@ -107,6 +108,23 @@ export function bodyText({ body, headers }: StoredBody): string {
     return `(stored apart in idempotency_response_bodies: ${headers[BODY_POINTER_MARKER]})`;
   }
   return body === null ? '(no body stored)' : body.toString('utf8');
+}
+
+/**
+ * `keys show` or `keys release` of a key the tenant given does not have: where the key is, if
+ * it is kept under other tenants (the usual cause: an app with `globalKeys: true`, whose keys
+ * are all under tenant ${GLOBAL_KEYS_TENANT}, looked up under another).
+ */
+export function noSuchKey(tenant: string, key: string, elsewhere: readonly string[]): string {
+  if (elsewhere.length === 0) return 'no such key';
+  const under = elsewhere.map(printable).join(', ');
+  const global = elsewhere.includes(GLOBAL_KEYS_TENANT)
+    ? ` (an app with globalKeys: true keeps its keys under tenant ${GLOBAL_KEYS_TENANT}, which "" names too)`
+    : '';
+  return (
+    `no such key under tenant ${printable(tenant)}; the key ${printable(key)} is kept under ` +
+    `tenant${elsewhere.length > 1 ? 's' : ''} ${under}${global}`
+  );
 }
 
 /** Whether `keys release` may release a key, and if not, why. */

@@ -9,12 +9,14 @@ import {
   readKey,
   readResponseBody,
   releaseKey,
+  tenantsOfKey,
 } from './database.js';
 import { diagnose, formatFindings } from './doctor-checks.js';
 import {
   formatKey,
   formatKeyList,
   keyStatus,
+  noSuchKey,
   releasedMessage,
   releaseVerdict,
 } from './key-views.js';
@@ -100,7 +102,8 @@ async function run(command: Exclude<Command, { kind: 'help' }>): Promise<number>
       return withClient(command.url, async (client) => {
         const row = await readKey(client, tenant, key);
         if (row === undefined) {
-          out('No such key.\n');
+          const missing = noSuchKey(tenant, key, await tenantsOfKey(client, key, 5));
+          out(`${missing[0].toUpperCase()}${missing.slice(1)}.\n`);
           return 1;
         }
         const body = command.body ? await readResponseBody(client, tenant, key) : undefined;
@@ -110,10 +113,20 @@ async function run(command: Exclude<Command, { kind: 'help' }>): Promise<number>
     }
     case 'keys release': {
       const { tenant, key } = command;
-      const row = await withClient(command.url, (client) => readKey(client, tenant, key));
+      const { row, elsewhere } = await withClient(command.url, async (client) => {
+        const found = await readKey(client, tenant, key);
+        return {
+          row: found,
+          elsewhere: found === undefined ? await tenantsOfKey(client, key, 5) : [],
+        };
+      });
       const verdict = releaseVerdict(row);
-      if (!verdict.release || row === undefined) {
-        out(`Not released: ${verdict.release ? 'no such key' : verdict.reason}.\n`);
+      if (row === undefined) {
+        out(`Not released: ${noSuchKey(tenant, key, elsewhere)}.\n`);
+        return 1;
+      }
+      if (!verdict.release) {
+        out(`Not released: ${verdict.reason}.\n`);
         return 1;
       }
       out(formatKey(row));
