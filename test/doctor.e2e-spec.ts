@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { decide } from '../lib/decide.js';
@@ -62,6 +63,32 @@ describe('doctor', () => {
     expect(run.code).toBe(0);
   });
 
+  it('a database made with schema.sql (the pg.Pool set-up): every check ok, no warning, exit 0', async () => {
+    const database: TestDatabase = await createTestDatabase('doctor_schema_sql');
+    databases.push(database);
+    const client = new Client({ connectionString: database.url });
+    await client.connect();
+    await client.query(readFileSync('migrations/schema.sql', 'utf8')).finally(() => client.end());
+    const run = await runCli(['doctor', '--url', database.url]);
+    expect(run.stdout).toBe(
+      [
+        SCHEMA_OK,
+        'ok    migrations: no table "migrations", and none needed: the schema is complete (made ' +
+          'with schema.sql or by hand); a TypeORM app whose migrations table has another ' +
+          'name: --migrations-table',
+        SYNC_OK,
+        STATEMENT_OK,
+        LOCK_OK,
+        poolOk(),
+        PLAIN_OK,
+        KEYS_OK,
+        'No problems found.',
+        '',
+      ].join('\n'),
+    );
+    expect(run.code).toBe(0);
+  });
+
   it('no migrations run: the missing tables and the migrations to run, exit 1', async () => {
     const database: TestDatabase = await createTestDatabase('doctor_empty');
     databases.push(database);
@@ -69,11 +96,13 @@ describe('doctor', () => {
     expect(run.stdout).toBe(
       [
         'FAIL  schema: missing tables idempotency_keys, processed_messages, message_failures, ' +
-          "idempotency_response_bodies: run the library's migrations (IDEMPOTENCY_MIGRATIONS in " +
-          "the DataSource's migrations) or migrations/schema.sql",
+          "idempotency_response_bodies: run the library's migrations (on a pg.Pool: " +
+          "migrations/schema.sql; on TypeORM: IDEMPOTENCY_MIGRATIONS in the DataSource's " +
+          'migrations)',
         'FAIL  migrations: no table "migrations": none of the library\'s 6 migrations has run ' +
-          "(add IDEMPOTENCY_MIGRATIONS to the DataSource's migrations, with migrationsRun: true " +
-          'or `typeorm migration:run`); another table name: --migrations-table',
+          '(on a pg.Pool: apply migrations/schema.sql; on TypeORM: add IDEMPOTENCY_MIGRATIONS ' +
+          "to the DataSource's migrations, with migrationsRun: true or `typeorm " +
+          'migration:run`); another table name: --migrations-table',
         SYNC_OK,
         STATEMENT_OK,
         LOCK_OK,
@@ -259,8 +288,8 @@ describe('doctor', () => {
       expect(small.stdout).toContain(
         'FAIL  pool: 50 requests at once on a pool of 10: each holds a connection for its ' +
           "claim and its transaction, so 40 wait for one and answer 503 after the library's " +
-          "databaseTimeoutMs; raise the pool (the DataSource's extra.max) or lower the " +
-          'concurrency\n',
+          "databaseTimeoutMs; raise the pool (max of the app's pg.Pool, or extra.max of a " +
+          'TypeORM DataSource) or lower the concurrency\n',
       );
       expect(small.code).toBe(1);
 

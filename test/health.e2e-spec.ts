@@ -205,8 +205,9 @@ describe.each(ADAPTERS)(
       expect(response.body).toEqual(
         down({
           message:
-            "table idempotency_keys is missing: run the library's migrations " +
-            "(IDEMPOTENCY_MIGRATIONS in the DataSource's migrations)",
+            "table idempotency_keys is missing: run the library's migrations (on a pg.Pool: " +
+            "migrations/schema.sql; on TypeORM: IDEMPOTENCY_MIGRATIONS in the DataSource's " +
+            'migrations)',
         }),
       );
     });

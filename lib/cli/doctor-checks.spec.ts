@@ -40,8 +40,9 @@ describe('checkSchema', () => {
       without('message_failures'),
       false,
       'fail',
-      "missing table message_failures: run the library's migrations (IDEMPOTENCY_MIGRATIONS in " +
-        "the DataSource's migrations) or migrations/schema.sql",
+      "missing table message_failures: run the library's migrations (on a pg.Pool: " +
+        "migrations/schema.sql; on TypeORM: IDEMPOTENCY_MIGRATIONS in the DataSource's " +
+        'migrations)',
     ],
     [
       'a column missing',
@@ -99,8 +100,8 @@ describe('checkSchema, tables in a schema the role may not use', () => {
       without('message_failures'),
       [{ table: 'idempotency_keys', schema: 'idem' }],
       `${usage('idem', 'idempotency_keys')}; missing table message_failures: run the ` +
-        "library's migrations (IDEMPOTENCY_MIGRATIONS in the DataSource's migrations) or " +
-        'migrations/schema.sql',
+        "library's migrations (on a pg.Pool: migrations/schema.sql; on TypeORM: " +
+        "IDEMPOTENCY_MIGRATIONS in the DataSource's migrations)",
     ],
   ])('%s', (_, columns, unusable, message) => {
     expect(checkSchema(columns, false, unusable, 'app')).toEqual({
@@ -118,7 +119,13 @@ describe('checkMigrations', () => {
     ['all run, with the app’s own', ['X9', 'A1', 'B2', 'C3'], true, 'ok', /have run$/],
     ['one pending', ['A1', 'C3'], false, 'fail', /^1 of the library's 3 pending: B2 \(/],
     ['no table, schema incomplete', null, false, 'fail', /^no table "migrations": none of /],
-    ['no table, schema complete (schema.sql)', null, true, 'warn', /^no table "migrations": the /],
+    [
+      'no table, schema complete (schema.sql)',
+      null,
+      true,
+      'ok',
+      /^no table "migrations", and none needed: the schema is complete/,
+    ],
   ])('%s: %s', (_, run, schemaComplete, level, message) => {
     const finding = checkMigrations(run, expected, 'migrations', schemaComplete);
     expect(finding.level).toBe(level);

@@ -71,7 +71,7 @@ export interface DoctorFacts {
 export interface DoctorSettings {
   /** The app's `leaseMs`. */
   leaseMs: number;
-  /** The app's pool size per instance (`extra.max`; pg's default is 10). */
+  /** The app's pool size per instance (a pg.Pool's `max`, TypeORM's `extra.max`; pg's default is 10). */
   poolSize: number;
   instances: number;
   /** Requests one instance serves at once, when known. */
@@ -122,8 +122,8 @@ function checkColumns(columns: readonly CatalogColumn[], partitioned: boolean): 
       topic,
       message:
         `missing ${missingTables.length === 1 ? 'table' : 'tables'} ${missingTables.join(', ')}: ` +
-        "run the library's migrations (IDEMPOTENCY_MIGRATIONS in the DataSource's migrations) " +
-        'or migrations/schema.sql',
+        "run the library's migrations (on a pg.Pool: migrations/schema.sql; on TypeORM: " +
+        "IDEMPOTENCY_MIGRATIONS in the DataSource's migrations)",
     };
   }
   const misfits: string[] = [];
@@ -166,21 +166,26 @@ export function checkMigrations(
     };
   }
   if (run === null) {
+    // A complete schema without the table is what the set-up for Prisma, Drizzle, Kysely and
+    // pg makes (schema.sql): nothing to look at, and the schema check still finds any column
+    // a later version adds.
     return schemaComplete
       ? {
-          level: 'warn',
+          level: 'ok',
           topic,
           message:
-            `no table "${table}": the schema is complete, so it was made some other way ` +
-            '(schema.sql); if TypeORM runs your migrations, say which table with --migrations-table',
+            `no table "${table}", and none needed: the schema is complete (made with ` +
+            'schema.sql or by hand); a TypeORM app whose migrations table has another name: ' +
+            '--migrations-table',
         }
       : {
           level: 'fail',
           topic,
           message:
             `no table "${table}": none of the library's ${expected.length} migrations has run ` +
-            "(add IDEMPOTENCY_MIGRATIONS to the DataSource's migrations, with migrationsRun: true " +
-            'or `typeorm migration:run`); another table name: --migrations-table',
+            '(on a pg.Pool: apply migrations/schema.sql; on TypeORM: add IDEMPOTENCY_MIGRATIONS ' +
+            "to the DataSource's migrations, with migrationsRun: true or `typeorm " +
+            'migration:run`); another table name: --migrations-table',
         };
   }
   const pending = expected.filter((name) => !run.includes(name));
@@ -261,8 +266,8 @@ export function checkPool(
       message:
         `${concurrency} requests at once on a pool of ${poolSize}: each holds a connection ` +
         `for its claim and its transaction, so ${concurrency - poolSize} wait for one and answer ` +
-        "503 after the library's databaseTimeoutMs; raise the pool (the DataSource's extra.max) " +
-        'or lower the concurrency',
+        "503 after the library's databaseTimeoutMs; raise the pool (max of the app's pg.Pool, " +
+        'or extra.max of a TypeORM DataSource) or lower the concurrency',
     };
   }
   const load = concurrency === undefined ? '' : `, ${concurrency} requests at once`;

@@ -45,15 +45,17 @@ describe('storeHealth', () => {
       'no table',
       read(null, false),
       false,
-      "table idempotency_keys is missing: run the library's migrations (IDEMPOTENCY_MIGRATIONS " +
-        "in the DataSource's migrations)",
+      "table idempotency_keys is missing: run the library's migrations (on a pg.Pool: " +
+        "migrations/schema.sql; on TypeORM: IDEMPOTENCY_MIGRATIONS in the DataSource's " +
+        'migrations)',
     ],
     [
       'no table, and none out of reach (unusableSchema null)',
       { ...read(null, false), unusableSchema: null, role: 'app' },
       false,
-      "table idempotency_keys is missing: run the library's migrations (IDEMPOTENCY_MIGRATIONS " +
-        "in the DataSource's migrations)",
+      "table idempotency_keys is missing: run the library's migrations (on a pg.Pool: " +
+        "migrations/schema.sql; on TypeORM: IDEMPOTENCY_MIGRATIONS in the DataSource's " +
+        'migrations)',
     ],
     [
       'the table in a schema of the search_path the role may not use',

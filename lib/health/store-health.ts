@@ -57,8 +57,9 @@ export function storeHealth(reading: StoreReading, maxUnfinishedAgeMs: number): 
       up: false,
       data: {
         message:
-          "table idempotency_keys is missing: run the library's migrations " +
-          "(IDEMPOTENCY_MIGRATIONS in the DataSource's migrations)",
+          "table idempotency_keys is missing: run the library's migrations (on a pg.Pool: " +
+          "migrations/schema.sql; on TypeORM: IDEMPOTENCY_MIGRATIONS in the DataSource's " +
+          'migrations)',
       },
     };
   }
