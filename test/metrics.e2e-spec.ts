@@ -102,10 +102,16 @@ describe('OpenTelemetry metrics, on a real SDK reader', () => {
       `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until, created_at)
        VALUES ('4', 'm-crashed', '\\x00', now() - interval '9 minutes', now() - interval '10 minutes')`,
     );
+    // And one given back on purpose (a 503 to retry) a day ago, whose client never retried:
+    // not held by anyone, so not what the gauge is watched for.
+    await s.db.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until, created_at)
+       VALUES ('4', 'm-given-back', '\\x00', NULL, now() - interval '1 day')`,
+    );
     const seconds = await age();
     expect(seconds).toBeGreaterThanOrEqual(600);
     expect(seconds).toBeLessThan(660);
-    await s.db.query(`DELETE FROM idempotency_keys WHERE key = 'm-crashed'`);
+    await s.db.query(`DELETE FROM idempotency_keys WHERE key IN ('m-crashed', 'm-given-back')`);
   });
 
   it('counts the rows the purge deleted, by kind', async () => {

@@ -57,7 +57,7 @@ export class IdempotencyMetrics implements OnModuleInit, OnModuleDestroy {
       unit: '{message}',
     });
     const oldest = meter.createObservableGauge('idempotency.oldest_unfinished_key.age', {
-      description: 'Age of the oldest key claimed and never finished (0 when none)',
+      description: 'Age of the oldest key claimed and never finished, held or stuck (0 when none)',
       unit: 's',
     });
     const readOldest = async (result: { observe(value: number): void }) => {

@@ -63,7 +63,10 @@ export interface ClaimStore {
   purgeBatch(retentionMs: number, batchSize: number): Promise<KeyScope[]>;
   /** Deletes up to `batchSize` keys left unfinished since before `horizonMs`, lease expired. */
   purgeAbandonedBatch(horizonMs: number, batchSize: number): Promise<number>;
-  /** How long ago the oldest unfinished key was claimed; undefined when none is (or unknown). */
+  /**
+   * How long ago the oldest unfinished key was claimed, of those a worker holds or held (not
+   * those given back on purpose, which wait for their retry); undefined when none is (or unknown).
+   */
   oldestUnfinishedAgeMs(): Promise<number | undefined>;
 }
 

@@ -234,10 +234,15 @@ RETURNING tenant_id, key`,
  * collects (once a minute by default), and an index on `state` would make every stored
  * response a non-HOT update.
  */
+/**
+ * The oldest unfinished key that a worker holds or held (its lease running or run out). A key
+ * given back on purpose (`locked_until` NULL: a 503 to retry, see RELEASE) waits for a retry
+ * its client may never send, until the purge: counted, it would hold the gauge at weeks.
+ */
 export const OLDEST_UNFINISHED = {
-  name: 'idempotency_oldest_unfinished_v1',
+  name: 'idempotency_oldest_unfinished_v2',
   text: `SELECT (extract(epoch FROM clock_timestamp() - min(created_at)) * 1000)::float8 AS age_ms
-FROM idempotency_keys WHERE state = 'started'`,
+FROM idempotency_keys WHERE state = 'started' AND locked_until IS NOT NULL`,
 };
 
 /**
