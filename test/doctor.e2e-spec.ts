@@ -214,6 +214,52 @@ describe('doctor', () => {
     }
   });
 
+  it('a DEFAULT dropped and a role that may not UPDATE: what the app would refuse to start for, exit 1', async () => {
+    // The tables and columns all there, with their types: before, "ok schema", and the app
+    // then refused to start (or every claim failed 23502).
+    const database = await migrated('doctor_beyond_columns');
+    const name = new URL(database.url).pathname.slice(1);
+    const role = `idem_doctor_${randomBytes(3).toString('hex')}`;
+    try {
+      await database.dataSource.query(
+        'ALTER TABLE idempotency_keys ALTER COLUMN claim_id DROP DEFAULT',
+      );
+      await database.dataSource.query(`CREATE ROLE ${role} LOGIN PASSWORD 'doctor'`);
+      await database.dataSource.query(`GRANT CONNECT ON DATABASE ${name} TO ${role}`);
+      await database.dataSource.query(`GRANT ALL ON ALL TABLES IN SCHEMA public TO ${role}`);
+      await database.dataSource.query(`REVOKE UPDATE ON idempotency_keys FROM ${role}`);
+      const url = new URL(database.url);
+      url.username = role;
+      url.password = 'doctor';
+      const run = await runCli(['doctor', '--url', url.toString()]);
+      expect(run.stdout).toBe(
+        [
+          'FAIL  schema: column idempotency_keys.claim_id has no DEFAULT, which the insert ' +
+            `needs (migration CreateIdempotencyKeys1764460800000); the role ${role} may not ` +
+            `UPDATE on idempotency_keys: GRANT SELECT, INSERT, UPDATE, DELETE ON ` +
+            `idempotency_keys TO ${role}`,
+          MIGRATIONS_OK,
+          SYNC_OK,
+          STATEMENT_OK,
+          LOCK_OK,
+          poolOk(),
+          PLAIN_OK,
+          KEYS_OK,
+          '1 problem, 0 warnings.',
+          '',
+        ].join('\n'),
+      );
+      expect(run.code).toBe(1);
+    } finally {
+      await database.dataSource.query(`DROP OWNED BY ${role}`);
+      await database.drop();
+      const server = new Client({ connectionString: adminUrl() });
+      await server.connect();
+      await server.query(`DROP ROLE IF EXISTS ${role}`);
+      await server.end();
+    }
+  });
+
   describe('settings of the database', () => {
     let database: MigratedDatabase;
     let name: string;

@@ -1,39 +1,21 @@
 import { type Client } from 'pg';
 import {
+  type CatalogEntry,
+  CHECKED_FUNCTIONS,
+  CHECKED_TABLES,
+  SCHEMA_CATALOG_QUERY,
+} from '../storage/schema-check.js';
+import {
   PATH_POSITION,
   SEARCH_PATH_SCHEMAS,
   UNUSABLE_IN_PATH,
 } from '../storage/search-path-schemas.js';
-import { EXPECTED_SCHEMA } from './expected-schema.js';
-import {
-  type CatalogColumn,
-  type DoctorFacts,
-  type PartitionBounds,
-  type UnusableTable,
-} from './doctor-checks.js';
+import { type DoctorFacts, type PartitionBounds, type UnusableTable } from './doctor-checks.js';
 
 /**
  * Everything the command reads from and writes to the database, on one session of its own
  * (never the app's pool). The decisions are made elsewhere, from what these return.
  */
-
-/**
- * The library's tables' columns, and the keys table's layout: one catalog query. A table that
- * does not resolve, in a schema of the role's `search_path` that the role may not use, is read
- * too, with that schema (`unusableSchema`): the start-up check's reading (schema-check.ts).
- */
-const SCHEMA = `WITH ${SEARCH_PATH_SCHEMAS},
-found AS (SELECT DISTINCT ON (c.relname) c.oid, c.relname, c.relkind,
-    CASE WHEN pg_table_is_visible(c.oid) THEN NULL ELSE n.nspname::text END AS unusable_schema
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE c.relname = ANY($1) AND c.relkind IN ('r', 'p')
-    AND (pg_table_is_visible(c.oid) OR ${UNUSABLE_IN_PATH})
-  ORDER BY c.relname, pg_table_is_visible(c.oid) DESC, ${PATH_POSITION})
-SELECT c.relname AS table, a.attname AS column,
-  format_type(a.atttypid, a.atttypmod) AS type, c.relkind = 'p' AS partitioned,
-  c.unusable_schema AS "unusableSchema"
-FROM found c
-JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped`;
 
 /** The migrations table, or (when it does not resolve) the unusable schema that holds it. */
 const HEAD = `WITH ${SEARCH_PATH_SCHEMAS}
@@ -58,14 +40,20 @@ export async function readDoctorFacts(
   migrationsTable: string,
   stuckAfterMs: number,
 ): Promise<DoctorFacts> {
-  const { rows: columnRows } = await client.query<
-    CatalogColumn & { partitioned: boolean; unusableSchema: string | null }
-  >(SCHEMA, [Object.keys(EXPECTED_SCHEMA)]);
-  const columns = columnRows.map(({ table, column, type }) => ({ table, column, type }));
-  const partitioned = columnRows.some((r) => r.table === 'idempotency_keys' && r.partitioned);
+  // The start-up check's own catalog query (schema-check.ts): the doctor and the check read
+  // one catalog the same way, columns with their defaults, unique keys and grants.
+  const { rows: catalog } = await client.query<CatalogEntry>(SCHEMA_CATALOG_QUERY, [
+    CHECKED_TABLES,
+    CHECKED_FUNCTIONS,
+  ]);
+  const tables = catalog.filter((entry) => entry.kind === 'table');
+  const columns = tables.flatMap(({ name, columns }) =>
+    columns.map(({ name: column, type }) => ({ table: name, column, type })),
+  );
+  const partitioned = tables.some((t) => t.name === 'idempotency_keys' && t.relkind === 'p');
   const unusable = new Map<string, UnusableTable>();
-  for (const { table, unusableSchema } of columnRows) {
-    if (unusableSchema !== null) unusable.set(table, { table, schema: unusableSchema });
+  for (const { name, unusableSchema } of tables) {
+    if (unusableSchema) unusable.set(name, { table: name, schema: unusableSchema });
   }
   // Out of reach, the keys table cannot be read: the partitions and stuck keys are not looked at.
   const keysReached =
@@ -121,6 +109,7 @@ export async function readDoctorFacts(
     database: head[0].database,
     role: head[0].role,
     columns,
+    catalog,
     unusable: [...unusable.values()],
     partitioned,
     migrationsRun,

@@ -1,4 +1,4 @@
-import { usageProblem } from '../storage/schema-check.js';
+import { type CatalogEntry, missingSchema, usageProblem } from '../storage/schema-check.js';
 import { formatDuration } from './duration.js';
 import { EXPECTED_SCHEMA } from './expected-schema.js';
 
@@ -45,6 +45,8 @@ export interface DoctorFacts {
   role: string;
   /** The columns of the library's tables, those out of reach (`unusable`) included. */
   columns: CatalogColumn[];
+  /** The start-up check's reading of the catalog: defaults, unique keys and grants too. */
+  catalog: CatalogEntry[];
   /** The tables of `columns` that sit in a schema the role may not use. */
   unusable: UnusableTable[];
   /** Whether `idempotency_keys` is the partitioned layout. */
@@ -90,9 +92,11 @@ export function checkSchema(
   partitioned: boolean,
   unusable: readonly UnusableTable[] = [],
   role = 'current_user',
+  catalog?: readonly CatalogEntry[],
 ): Finding {
   const found = checkColumns(columns, partitioned);
-  if (unusable.length === 0) return found;
+  if (unusable.length === 0)
+    return found.level === 'ok' && catalog ? beyondColumns(found, catalog, partitioned) : found;
   const bySchema = new Map<string, string[]>();
   // In the library's order of its tables, whatever order the catalog read them in.
   for (const table of Object.keys(EXPECTED_SCHEMA)) {
@@ -105,6 +109,23 @@ export function checkSchema(
     topic: found.topic,
     message: [...usage, ...(found.level === 'ok' ? [] : [found.message])].join('; '),
   };
+}
+
+/**
+ * With every table and column as expected: what else the start-up check would refuse (a
+ * DEFAULT an insert needs, the unique key an ON CONFLICT needs, a grant the role lacks, a
+ * partition function), each with its migration or GRANT. Before, the doctor passed these and
+ * the app refused to start.
+ */
+function beyondColumns(
+  found: Finding,
+  catalog: readonly CatalogEntry[],
+  partitioned: boolean,
+): Finding {
+  const problems = missingSchema({ partitioned, bodies: true }, catalog);
+  if (problems.length === 0) return found;
+  // Each names its migration, or the GRANT.
+  return { level: 'fail', topic: found.topic, message: problems.join('; ') };
 }
 
 function checkColumns(columns: readonly CatalogColumn[], partitioned: boolean): Finding {
@@ -347,7 +368,13 @@ export function diagnose(
   settings: DoctorSettings,
   expectedMigrations: readonly string[],
 ): Finding[] {
-  const schema = checkSchema(facts.columns, facts.partitioned, facts.unusable, facts.role);
+  const schema = checkSchema(
+    facts.columns,
+    facts.partitioned,
+    facts.unusable,
+    facts.role,
+    facts.catalog,
+  );
   const findings = [
     schema,
     checkMigrations(
