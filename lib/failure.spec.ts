@@ -93,6 +93,26 @@ describe('classifyHandlerError', () => {
       'retry',
       'store_unavailable',
     ],
+    // A phase's commit (or its work's next statement) after a failure its code caught: what
+    // aborted the transaction decides.
+    [
+      'aborted by a caught lock timeout',
+      new TransactionAbortedError(typeorm('55P03')),
+      'retry',
+      'database_transient',
+    ],
+    [
+      'aborted by a caught unique violation',
+      new TransactionAbortedError(typeorm('23505')),
+      'final',
+      undefined,
+    ],
+    [
+      'aborted by a statement refused behind a cursor',
+      new TransactionAbortedError(new CursorOpenRefusedError()),
+      'retry',
+      'cursor_open',
+    ],
   ])('%s -> %s', (_name, error, kind, code) => {
     const failure = classifyHandlerError(error);
     expect(failure.kind).toBe(kind);

@@ -33,6 +33,9 @@ export type Failure =
 
 /** Classifies what a handler (or a phase) threw. */
 export function classifyHandlerError(error: unknown): Failure {
+  // A transaction its code went on with after a statement failed (and caught it) could not
+  // commit: what it met is that statement's failure (a deadlock: 503; a constraint: final).
+  if (error instanceof TransactionAbortedError) return classifyHandlerError(error.cause);
   if (error instanceof IdempotencyLeaseLostError) return { kind: 'lease-lost', error };
   if (
     error instanceof RetryLaterError ||

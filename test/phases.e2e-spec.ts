@@ -113,6 +113,42 @@ describe('atomic phases, takeover and fencing', () => {
     });
   });
 
+  // A phase whose work caught a passing failure (a lock wait timed out) and went on: the
+  // database had aborted its transaction. What the request met is the lock timeout: a 503
+  // database_transient with nothing stored, and the retry, once the lock is free, runs.
+  // Before, the phase's "transaction aborted" was answered (and stored) as the handler's 500.
+  it.each(['return', 'query'] as const)(
+    'a phase that caught a lock timeout and went on (then %s): 503, nothing stored, the retry runs',
+    async (then) => {
+      const key = nextKey();
+      const customer = `cus_caught_${then}`;
+      const send = () =>
+        request(appA.getHttpServer())
+          .post('/payments-caught-lock-timeout')
+          .set('Idempotency-Key', key)
+          .send({ customer, then });
+      const holder = new Client({ connectionString: database.url });
+      await holder.connect();
+      try {
+        await holder.query('BEGIN');
+        await holder.query('SELECT id FROM phase_locks WHERE id = 1 FOR UPDATE');
+        const first = await send();
+        expect({ status: first.status, code: first.body.code }).toEqual({
+          status: 503,
+          code: 'database_transient',
+        });
+        expect(first.headers['retry-after']).toBeDefined();
+        expect(await keyRow(key)).toMatchObject({ state: 'started', response_code: null });
+        await holder.query('COMMIT');
+      } finally {
+        await holder.end();
+      }
+      const retry = await send();
+      expect(retry.status).toBe(201);
+      expect(await payments(customer)).toHaveLength(then === 'query' ? 2 : 1);
+    },
+  );
+
   it('stores a non-default status given by respond() with the last phase, and replays it', async () => {
     const key = nextKey();
     const first = await pay(appA, key, 'cus_decline');

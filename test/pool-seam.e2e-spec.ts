@@ -135,6 +135,22 @@ class LedgerController {
     return { tag: body.tag };
   }
 
+  /**
+   * A passing failure the handler catches (its lock wait on the row tagged `locked` timed out)
+   * before it writes again: that write fails with 25P02, which the handler throws.
+   */
+  @Post('caught-lock-timeout')
+  @Idempotent()
+  async caughtLockTimeout(@Body() body: Body_) {
+    await this.insert(pool, body.tag);
+    await pool.query(`SET LOCAL lock_timeout = '50ms'`);
+    await pool
+      .query(`SELECT id FROM ledger WHERE tag = 'locked' FOR UPDATE`)
+      .catch(() => undefined);
+    await this.insert(pool, body.tag, 'after');
+    return { tag: body.tag };
+  }
+
   /** A failed statement inside a nested transaction that rolls back: the rest commits. */
   @Post('nested-failure')
   @Idempotent()
@@ -330,6 +346,31 @@ describe.each(ADAPTERS)('a data layer on a node-postgres pool (%s)', (adapter) =
     const answer = await post('/isolation-late', 'iso-late-1', { tag: 'iso-late-1' });
     expect(answer.status).toBe(500);
     expect(await notes('iso-late-1')).toEqual([]);
+  });
+
+  // What the request met is the lock timeout, not the "transaction is aborted" of the write
+  // after it: a 503 database_transient, nothing stored, and the retry runs once the row is
+  // free. Before, the 25P02 was taken for the handler's own error: a stored 500.
+  it('answers 503 for a lock timeout the handler caught before writing again, and the retry runs', async () => {
+    await pool.query(`INSERT INTO ledger (tag, note) VALUES ('locked', 'held')`);
+    const holder = await otherPool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT id FROM ledger WHERE tag = 'locked' FOR UPDATE`);
+      const answer = await post('/caught-lock-timeout', 'caught-1', { tag: 'caught-1' });
+      expect({ status: answer.status, code: answer.body.code }).toEqual({
+        status: 503,
+        code: 'database_transient',
+      });
+      expect(answer.headers['retry-after']).toBeDefined();
+      expect(await notes('caught-1')).toEqual([]);
+      await holder.query('COMMIT');
+    } finally {
+      holder.release();
+    }
+    const retry = await post('/caught-lock-timeout', 'caught-1', { tag: 'caught-1' });
+    expect(retry.status).toBe(201);
+    expect(await notes('caught-1')).toEqual(['main', 'after']);
   });
 
   it('answers 500 transaction_aborted for a failed statement the handler swallowed, storing nothing', async () => {

@@ -18,6 +18,7 @@ import {
   type ClaimRequest,
   MAX_CLAIM_BATCH,
   idOf,
+  isRolledBack,
 } from './claim-batcher.js';
 import { DatabaseDeadlineError } from './connection-errors.js';
 import { followedBy } from './lease-renewals.js';
@@ -105,9 +106,18 @@ export class PostgresClaimStore implements TransactionalClaimStore {
         ),
     };
     for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
-      const row = await this.batcher
-        .claim({ scope, fingerprint, leaseMs }, deadline)
-        .catch(rethrowExplained);
+      let row: ClaimRow | undefined;
+      try {
+        row = await this.batcher
+          .claim({ scope, fingerprint, leaseMs }, deadline)
+          .catch(rethrowExplained);
+      } catch (error) {
+        // Rolled back (a database whose default isolation is SERIALIZABLE runs the claim so:
+        // a row committed after its snapshot fails it with 40001, where READ COMMITTED finds
+        // the row): run again, and it reads the row that won.
+        if (attempt + 1 < CLAIM_ATTEMPTS && isRolledBack(error)) continue;
+        throw error;
+      }
       if (row) return claimOutcome(scope, row, leaseMs);
     }
     throw new IdempotencyStoreUnavailableError(
@@ -233,7 +243,11 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     try {
       // Code of the phase that reaches the DataSource its own way (an injected repository)
       // joins the phase's transaction too.
-      const value = await transactionScope.run(transaction, () => work(transaction.manager));
+      const value = await transactionScope
+        .run(transaction, () => work(transaction.manager))
+        .catch((error: unknown) => {
+          throw transaction.failureOf(error);
+        });
       // Fenced last: the row lock it takes is held only for the commit, not the phase's work.
       const advanced = await transaction.commitWith({
         ...ADVANCE,

@@ -151,7 +151,7 @@ export class LazyTransaction extends RequestTransaction {
       try {
         return await query(...args);
       } catch (error) {
-        this.lastError = error;
+        this.noteFailure(error);
         throw error;
       }
     };

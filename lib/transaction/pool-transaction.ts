@@ -164,7 +164,7 @@ export class PoolTransaction extends RequestTransaction {
     try {
       return await this.send(client, args, nested);
     } catch (error) {
-      this.lastError = error;
+      this.noteFailure(error);
       throw error;
     }
   }
@@ -347,7 +347,7 @@ export class PoolTransaction extends RequestTransaction {
       const text = `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
       // A failure aborts the request's transaction, whose commit then fails: never silent.
       this.savepointClient.query(text).catch((error: unknown) => {
-        this.lastError = error;
+        this.noteFailure(error);
       });
     }
   }
@@ -409,7 +409,7 @@ export class PoolTransaction extends RequestTransaction {
     for (const savepoint of this.savepoints) {
       savepoint.made ??= this.send(client, [`SAVEPOINT ${savepoint.name}`], () => true).catch(
         (error: unknown) => {
-          this.lastError = error;
+          this.noteFailure(error);
           throw error;
         },
       );

@@ -68,8 +68,29 @@ export abstract class RequestTransaction implements JoinableTransaction {
   protected committed = false;
   /** Whether the commit or rollback under way has an outcome (`committed` is then final). */
   protected settled = false;
-  /** The last statement error its code saw: what aborted the transaction, if it was aborted. */
+  /**
+   * The last statement error its code saw: what aborted the transaction, if it was aborted.
+   * Set through `noteFailure`, so that the "transaction is aborted" (25P02) of a statement
+   * sent after a caught failure never hides the failure itself (a deadlock, a lock timeout),
+   * which is what the request met and how it is answered.
+   */
   lastError?: unknown;
+  /**
+   * What an error thrown by code that ran in this transaction means: a "transaction is
+   * aborted" (25P02) after an earlier failure that code caught is that failure's, as when the
+   * commit meets it (`TransactionAbortedError`); any other error is itself.
+   */
+  failureOf(error: unknown): unknown {
+    if (!isTransactionAbortedError(error) || this.lastError === undefined) return error;
+    return this.lastError === error ? error : new TransactionAbortedError(this.lastError);
+  }
+
+  /** Notes a statement's failure (see `lastError`). */
+  protected noteFailure(error: unknown): void {
+    if (this.lastError !== undefined && isTransactionAbortedError(error)) return;
+    this.lastError = error;
+  }
+
   /**
    * The isolation level the request's transaction begins at: the route's, or the one its first
    * nested transaction asked for. Unset, the data layer's (a TypeORM 1 DataSource's), else the
@@ -384,7 +405,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
         after: [SWAP_OUT_SESSION_STATE],
       });
     } catch (error) {
-      this.lastError = error;
+      this.noteFailure(error);
       throw error;
     }
   }

@@ -18,7 +18,9 @@ CREATE TABLE IF NOT EXISTS payments (
   id serial PRIMARY KEY, customer text NOT NULL, amount int NOT NULL,
   status text NOT NULL, authorization_id text, worker text);
 CREATE TABLE IF NOT EXISTS phase_runs (
-  id serial PRIMARY KEY, payment_key text NOT NULL, phase text NOT NULL, worker text NOT NULL);`;
+  id serial PRIMARY KEY, payment_key text NOT NULL, phase text NOT NULL, worker text NOT NULL);
+CREATE TABLE IF NOT EXISTS phase_locks (id int PRIMARY KEY);
+INSERT INTO phase_locks VALUES (1) ON CONFLICT DO NOTHING;`;
 
 export interface PhaseAppSettings {
   databaseUrl: string;
@@ -129,6 +131,39 @@ function createController(settings: PhaseAppSettings) {
     @Idempotent({ required: false })
     createKeyOptional(@Body() body: PaymentBody & { key: string }) {
       return this.pay(body, body.key);
+    }
+
+    /**
+     * A phase whose work meets a passing failure (its lock wait timed out: 55P03) and catches
+     * it, as code that "carries on without the lock" does: PostgreSQL has aborted the phase's
+     * transaction. `then: 'return'` returns (the phase's commit finds it aborted); `then:
+     * 'query'` sends one more statement (it fails with 25P02, which the work throws).
+     */
+    @Post('payments-caught-lock-timeout')
+    @Idempotent()
+    async caughtLockTimeout(@Body() body: { customer: string; then: 'return' | 'query' }) {
+      await this.phases.run('order_created', async (manager) => {
+        await manager.query(`SET LOCAL lock_timeout = '50ms'`);
+        try {
+          await manager.query('SELECT id FROM phase_locks WHERE id = 1 FOR UPDATE');
+        } catch {
+          // Busy: carry on without it (the catch that leaves the transaction aborted).
+        }
+        if (body.then === 'query') {
+          await manager.query(
+            `INSERT INTO payments (customer, amount, status, worker) VALUES ($1, 1, 'pending', $2)`,
+            [body.customer, settings.worker],
+          );
+        }
+        return null;
+      });
+      return this.phases.finish(async (manager) => {
+        await manager.query(
+          `INSERT INTO payments (customer, amount, status, worker) VALUES ($1, 1, 'done', $2)`,
+          [body.customer, settings.worker],
+        );
+        return { customer: body.customer };
+      });
     }
 
     @Post('payments-with-heartbeat')
