@@ -3,6 +3,7 @@ import {
   ClaimBatcher,
   type ClaimRequest,
   MAX_CLAIM_BATCH,
+  isRolledBack,
   mayBeOneRows,
   takeBatch,
 } from './claim-batcher.js';
@@ -57,6 +58,21 @@ describe('mayBeOneRows', () => {
     ['an error without a SQLSTATE', unavailable(), false],
   ])('%s: %s', (_, error, expected) => {
     expect(mayBeOneRows(error)).toBe(expected);
+  });
+});
+
+describe('isRolledBack: a claim run again', () => {
+  const unavailable = (code?: string) => new IdempotencyStoreUnavailableError({ code });
+  it.each([
+    ['a serialization failure (a SERIALIZABLE default)', unavailable('40001'), true],
+    ['a deadlock', unavailable('40P01'), true],
+    ['the bare error', { code: '40001' }, true],
+    ['a check violation', unavailable('23514'), false],
+    ['a cancelled statement (the deadline)', unavailable('57014'), false],
+    ['a lost connection', unavailable('08006'), false],
+    ['an error without a SQLSTATE', unavailable(), false],
+  ])('%s: %s', (_, error, expected) => {
+    expect(isRolledBack(error)).toBe(expected);
   });
 });
 

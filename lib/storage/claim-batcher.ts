@@ -222,12 +222,25 @@ function compareScopes(a: KeyScope, b: KeyScope): number {
  * SQLSTATE of the database's error under the library's.
  */
 export function mayBeOneRows(error: unknown): boolean {
+  return /^(22|23|40)/.test(stateUnder(error) ?? '');
+}
+
+/**
+ * Whether a claim's statement was rolled back (class 40: a serialization failure, a
+ * deadlock): nothing of it happened, and running it again reads what made it fail.
+ */
+export function isRolledBack(error: unknown): boolean {
+  return /^40/.test(stateUnder(error) ?? '');
+}
+
+/** The SQLSTATE of the database's error under the library's, if any. */
+function stateUnder(error: unknown): string | undefined {
   const cause =
     error instanceof IdempotencyStoreUnavailableError || error instanceof PermanentDatabaseError
       ? error.cause
       : error;
   const code = (cause as { code?: unknown } | undefined)?.code;
-  return typeof code === 'string' && /^(22|23|40)/.test(code);
+  return typeof code === 'string' ? code : undefined;
 }
 
 /** A key's identity across tenants: the tenant's length first ('ab' + 'c' is not 'a' + 'bc'). */
