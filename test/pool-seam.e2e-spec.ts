@@ -301,7 +301,7 @@ describe.each(ADAPTERS)('a data layer on a node-postgres pool (%s)', (adapter) =
       }
       expect(sent).toHaveLength(3);
       expect(sent[0]).toMatch(/INSERT INTO idempotency_keys/);
-      expect(sent[1]).toMatch(/^BEGIN; INSERT INTO ledger/);
+      expect(sent[1]).toMatch(/^BEGIN ISOLATION LEVEL READ COMMITTED; INSERT INTO ledger/);
       expect(sent[2]).toMatch(/UPDATE idempotency_keys/);
       expect(await notes(`rt-${path}`)).toEqual(['main']);
     },

@@ -581,13 +581,12 @@ export abstract class RequestTransaction implements JoinableTransaction {
 
   private beginText(): string {
     // The data layer's option is sent as it is: a level PostgreSQL refuses fails the BEGIN.
-    const isolation = this.isolationLevel ?? this.configuredLevel();
-    this.begunAt =
-      isolation === undefined
-        ? this.serverLevel
-        : isIsolationLevel(isolation)
-          ? isolation
-          : undefined;
+    // Else the server's default as read at start-up, named: the level the library plans for
+    // (renewals inside the transaction above READ COMMITTED, or apart below) is then the one
+    // the transaction has, even on a connection whose default changed since (an ALTER
+    // DATABASE while the app runs takes effect at its restart).
+    const isolation = this.isolationLevel ?? this.configuredLevel() ?? this.serverLevel;
+    this.begunAt = isIsolationLevel(isolation) ? isolation : undefined;
     return isolation ? `BEGIN ISOLATION LEVEL ${isolation}` : 'BEGIN';
   }
 

@@ -102,14 +102,35 @@ export class SessionAdvisoryLockRefusedError extends TransactionControlRefusedEr
 export class SessionSettingRefusedError extends TransactionControlRefusedError {
   constructor(readonly setting: string) {
     super(setting);
-    this.message =
-      `${setting} refused: a session-level role, session authorization or search path set in ` +
-      'an idempotent request stays with the pooled connection after it, and every later ' +
-      'request on that connection runs with it. Use SET LOCAL (SET LOCAL ROLE, SET LOCAL ' +
-      "search_path) or set_config('role' | 'search_path', …, true): the request's COMMIT or " +
-      'ROLLBACK ends it. The request rolls back.';
+    this.message = `${setting} refused: ${sessionRefusalReason(setting)} The request rolls back.`;
     this.name = 'SessionSettingRefusedError';
   }
+}
+
+/** Why a session-level change is refused, and what to do instead, by what it changes. */
+function sessionRefusalReason(setting: string): string {
+  if (setting.startsWith('DEALLOCATE')) {
+    return (
+      "it drops named statements of the pooled connection, the library's among them, which " +
+      'node-postgres still believes prepared there: every later request on that connection ' +
+      'would fail. Deallocate only the statements the app itself prepared, by their names.'
+    );
+  }
+  if (/default_transaction|CHARACTERISTICS/.test(setting)) {
+    return (
+      "a session's default for transactions stays with the pooled connection after the " +
+      "request: the library's own statements and every later request on that connection would " +
+      "run with it. Ask for a request's level with @Idempotent({ isolationLevel }) or the data " +
+      "layer's transaction options, or SET TRANSACTION (or SET LOCAL) in the request's " +
+      'transaction.'
+    );
+  }
+  return (
+    'a session-level role, session authorization or search path set in an idempotent request ' +
+    'stays with the pooled connection after it, and every later request on that connection ' +
+    'runs with it. Use SET LOCAL (SET LOCAL ROLE, SET LOCAL search_path) or ' +
+    "set_config('role' | 'search_path', …, true): the request's COMMIT or ROLLBACK ends it."
+  );
 }
 
 /**

@@ -256,17 +256,59 @@ describe('sessionSettingOf', () => {
       "SELECT pg_catalog.set_config('search_path', concat('a', ',b'), false)",
       "set_config('search_path', …, false)",
     ],
+    // A transaction's defaults for the session: the library's statements would run so.
+    [
+      'SET default_transaction_isolation',
+      "set default_transaction_isolation = 'serializable'",
+      'SET default_transaction_isolation',
+    ],
+    [
+      'SET SESSION default_transaction_read_only',
+      'SET SESSION default_transaction_read_only TO on',
+      'SET default_transaction_read_only',
+    ],
+    [
+      'SET SESSION CHARACTERISTICS',
+      'set session characteristics as transaction isolation level serializable',
+      'SET SESSION CHARACTERISTICS',
+    ],
+    [
+      'SET SESSION CHARACTERISTICS … READ ONLY',
+      'SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY',
+      'SET SESSION CHARACTERISTICS',
+    ],
+    [
+      'set_config default_transaction_isolation, false',
+      "SELECT set_config('default_transaction_isolation', 'serializable', false)",
+      "set_config('default_transaction_isolation', …, false)",
+    ],
+    // The library's named statements, dropped under node-postgres.
+    ['DEALLOCATE ALL', 'DEALLOCATE ALL', 'DEALLOCATE ALL'],
+    ['DEALLOCATE PREPARE ALL', 'deallocate prepare all', 'DEALLOCATE ALL'],
+    [
+      'DEALLOCATE of a library statement',
+      'DEALLOCATE idempotency_claim_v4',
+      'DEALLOCATE idempotency_claim_v4',
+    ],
     // What ends with the transaction, puts the default back, or cannot be read.
+    ['DEALLOCATE of the app’s own statement', 'DEALLOCATE my_report', undefined],
+    ['DEALLOCATE of a statement named "ALL"', 'DEALLOCATE "ALL"', undefined],
+    [
+      'SET LOCAL default_transaction_isolation',
+      "SET LOCAL default_transaction_isolation = 'serializable'",
+      undefined,
+    ],
+    [
+      'set_config default_transaction_isolation, true',
+      "SELECT set_config('default_transaction_isolation', 'serializable', true)",
+      undefined,
+    ],
     ['SET LOCAL ROLE', 'SET LOCAL ROLE app', undefined],
     ['SET LOCAL search_path', 'SET LOCAL search_path TO app', undefined],
     ['SET LOCAL SESSION AUTHORIZATION', 'SET LOCAL SESSION AUTHORIZATION app', undefined],
     ['RESET ROLE', 'RESET ROLE', undefined],
     ['another setting', "SET statement_timeout = '1s'", undefined],
-    [
-      'SET SESSION CHARACTERISTICS',
-      'SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY',
-      undefined,
-    ],
+
     ['SET TRANSACTION', 'SET TRANSACTION ISOLATION LEVEL SERIALIZABLE', undefined],
     ['set_config role, true', "SELECT set_config('role', $1, true)", undefined],
     ['set_config another setting', "SELECT set_config('app.user', $1, false)", undefined],

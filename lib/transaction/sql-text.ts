@@ -353,28 +353,46 @@ export function sessionAdvisoryLockOf(sql: unknown): string | undefined {
   return undefined;
 }
 
-/** Settings whose session-level value outlives the request on its pooled connection. */
-const SESSION_SETTINGS = new Set(['role', 'search_path']);
+/**
+ * Settings whose session-level value outlives the request on its pooled connection: the role
+ * and search path (every later request runs with them), and the defaults a transaction begun
+ * without a level takes (the library's own statements and later requests would run so).
+ */
+const SESSION_SETTINGS = new Set([
+  'role',
+  'search_path',
+  'default_transaction_isolation',
+  'default_transaction_read_only',
+]);
 /** How PostgreSQL may read a boolean `false` given as a string (`set_config`'s `is_local`). */
 const FALSE_STRINGS = new Set(['false', 'f', 'off', 'no', 'n', '0']);
 
 /**
- * The first statement of `sql` that sets the role, the session authorization or the search
- * path for the session rather than for the transaction: `SET ROLE`, `SET SESSION ROLE`,
- * `SET SESSION AUTHORIZATION`, `SET search_path` (or `SET SCHEMA`), not `SET LOCAL`; and
- * `set_config('role' | 'search_path', …, false)`. As its leading words (`SET ROLE`) or the
- * call (`set_config('role', …, false)`); undefined when there is none. Committed with the
- * request's transaction, such a value stays with the pooled connection after the request.
- * `RESET` is not counted (it puts the session's default back); nor a `set_config` whose name
- * or `is_local` is a parameter, which cannot be read here.
+ * The first statement of `sql` that changes, for the session rather than for the transaction,
+ * what the library relies on: the role, the session authorization or the search path (`SET
+ * ROLE`, `SET SESSION ROLE`, `SET SESSION AUTHORIZATION`, `SET search_path` or `SET SCHEMA`,
+ * not `SET LOCAL`, and `set_config('role' | 'search_path', …, false)`); the defaults of a
+ * transaction (`SET default_transaction_isolation`, `SET default_transaction_read_only`, `SET
+ * SESSION CHARACTERISTICS AS TRANSACTION …` and their `set_config`); the named statements the
+ * library has prepared on the connection (`DEALLOCATE ALL`, or one of its own names). As its
+ * leading words (`SET ROLE`) or the call (`set_config('role', …, false)`); undefined when there
+ * is none. Committed with the request's transaction, such a change stays with the pooled
+ * connection after the request (a `DEALLOCATE` is not even transactional). `RESET` is not
+ * counted (it puts the session's default back); nor a `set_config` whose name or `is_local`
+ * is a parameter, which cannot be read here.
  */
 export function sessionSettingOf(sql: unknown): string | undefined {
   // The hot path: almost no statement names any of these.
-  if (typeof sql !== 'string' || !/role|search_path|schema|authorization|set_config/i.test(sql)) {
+  if (
+    typeof sql !== 'string' ||
+    !/role|search_path|schema|authorization|set_config|default_transaction|characteristics|deallocate/i.test(
+      sql,
+    )
+  ) {
     return undefined;
   }
   for (const tokens of statementsOf(sql)) {
-    const set = setStatementOf(tokens);
+    const set = setStatementOf(tokens) ?? deallocateOf(tokens);
     if (set) return set;
     const call = sessionSetConfigOf(tokens);
     if (call) return call;
@@ -396,6 +414,30 @@ function setStatementOf(tokens: Token[]): string | undefined {
     return 'SET SESSION AUTHORIZATION';
   }
   if (words[i] === 'search_path' || words[i] === 'schema') return 'SET search_path';
+  if (
+    words[i] === 'default_transaction_isolation' ||
+    words[i] === 'default_transaction_read_only'
+  ) {
+    return `SET ${words[i]}`;
+  }
+  if (words[i] === 'session' && words[i + 1] === 'characteristics') {
+    return 'SET SESSION CHARACTERISTICS';
+  }
+  return undefined;
+}
+
+/** The prefix of the library's own statements' names (postgres-statements.ts). */
+const OWN_STATEMENT_PREFIX = 'idempotency_';
+
+/** `DEALLOCATE [PREPARE] ALL`, or of a statement the library named. */
+function deallocateOf(tokens: Token[]): string | undefined {
+  const words = tokens.map((token) => (token.kind === 'punct' ? '' : token.text.toLowerCase()));
+  if (words[0] !== 'deallocate' || tokens[0].kind !== 'word') return undefined;
+  const name = words[1] === 'prepare' ? words[2] : words[1];
+  if (name === 'all' && tokens[words[1] === 'prepare' ? 2 : 1].kind === 'word') {
+    return 'DEALLOCATE ALL';
+  }
+  if (name?.startsWith(OWN_STATEMENT_PREFIX)) return `DEALLOCATE ${name}`;
   return undefined;
 }
 
