@@ -34,6 +34,12 @@ export const GRAPHQL_FINGERPRINT_METHOD = 'GRAPHQL';
 /** A request with nothing in it, for a transport whose context holds none (the key is an argument). */
 const NO_REQUEST: IdempotencyRequest = { method: 'POST', url: '', headers: {} };
 
+/** Why a key of the whole request is refused in a batched request. */
+const BATCH_SHARED =
+  'it is shared by every operation of a batched request (several operations in one HTTP ' +
+  "request), so it cannot name each one's mutation: give each call its key in an argument " +
+  "(keyFrom: { arg }), or send the operations one per request";
+
 /**
  * Reads a mutation field's key, tenant and fingerprint, in that order, into a value: the first
  * one that is missing or invalid is the refusal.
@@ -55,6 +61,15 @@ export function readField(
 ): FieldReading {
   const request = field.request ?? NO_REQUEST;
   const { arg } = route.key;
+  // A batch (several operations in one HTTP request, Apollo's and Mercurius' JSON array)
+  // shares the request's headers and body: a key of the whole request would name two
+  // operations of one field, and the second would be answered with the first's payment.
+  if (arg === undefined && Array.isArray(request.body)) {
+    return {
+      kind: 'refused',
+      error: new IdempotencyKeyInvalidError(route.key.where, BATCH_SHARED),
+    };
+  }
   const given = arg === undefined ? route.key.read(request) : rawKey(field.args[arg]);
   const read = readKey(given, route);
   if (read.kind !== 'key') return read;
