@@ -65,6 +65,35 @@ export const SWAP_OUT_SESSION_STATE =
   "set_config('search_path', substr(current_setting('idempotency.handler_search_path'), 2), " +
   `true) ${KEPT}`;
 
+/**
+ * A data layer's outermost transaction, nested in the request's as a savepoint: without the
+ * library its `COMMIT` would end what it set with `SET LOCAL`, but a `RELEASE SAVEPOINT` keeps
+ * it (the Supabase/Drizzle RLS recipe's `SET LOCAL ROLE` inside `db.transaction()` would then
+ * run the handler's later statements as that role, where row-level security hides rows in
+ * silence). Its role, session authorization and search path are kept after its `SAVEPOINT`
+ * (settings named after it, rolled back with it) and put back after its `RELEASE`, in those
+ * statements' round trips.
+ */
+export function keepNestedState(savepoint: string): string {
+  return (
+    `SELECT set_config('idempotency.${savepoint}_role', current_setting('role'), true), ` +
+    `set_config('idempotency.${savepoint}_authorization', ` +
+    "current_setting('session_authorization'), true), " +
+    `set_config('idempotency.${savepoint}_search_path', '=' || current_setting('search_path'), ` +
+    'true)'
+  );
+}
+
+/** After the savepoint's `RELEASE`: what `keepNestedState` kept (authorization first). */
+export function restoreNestedState(savepoint: string): string {
+  return (
+    `SELECT ${authorizationTo(`current_setting('idempotency.${savepoint}_authorization')`)}, ` +
+    `set_config('role', current_setting('idempotency.${savepoint}_role'), true), ` +
+    `set_config('search_path', substr(current_setting('idempotency.${savepoint}_search_path'), ` +
+    '2), true)'
+  );
+}
+
 /** The part of node-postgres' protocol connection that a query writes to. */
 interface ProtocolConnection {
   execute(config: { portal: string; rows?: number }): void;

@@ -9,6 +9,7 @@ import {
   TransactionEndedError,
 } from './seam-errors.js';
 import { isPlainRead, nestedControlOf } from './sql-text.js';
+import { keepNestedState, restoreNestedState } from '../storage/session-state.js';
 
 import {
   asError,
@@ -47,6 +48,12 @@ interface Savepoint {
   made?: Promise<unknown>;
   /** A statement not of its nested transaction ran inside it (see `markBeside`). */
   beside?: boolean;
+  /**
+   * Its data layer's outermost transaction (a transaction of its own without the library):
+   * the role, session authorization and search path are put back at its `COMMIT`, as its
+   * real `COMMIT` would end a `SET LOCAL` (see `nestedStateKept`).
+   */
+  outermost?: boolean;
 }
 
 /**
@@ -306,7 +313,10 @@ export class PoolTransaction extends RequestTransaction {
     switch (control.kind) {
       case 'begin': {
         await this.askIsolation(control.level);
-        const savepoint = { name: `idempotency_nested_${++this.savepointCount}` };
+        const savepoint = {
+          name: `idempotency_nested_${++this.savepointCount}`,
+          outermost: view.savepoints.length === 0,
+        };
         this.savepoints.push(savepoint);
         view.savepoints.push(savepoint);
         return emptyResult('BEGIN');
@@ -395,9 +405,12 @@ export class PoolTransaction extends RequestTransaction {
       if (how === 'commit') throw failed.error;
       return;
     }
+    // A rollback puts a SET LOCAL back by itself; a release keeps it, so the outermost's
+    // release puts back what its SAVEPOINT kept.
     const text =
       how === 'commit'
-        ? `RELEASE SAVEPOINT ${savepoint.name}`
+        ? `RELEASE SAVEPOINT ${savepoint.name}` +
+          (savepoint.outermost ? `; ${restoreNestedState(savepoint.name)}` : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
     await this.statement([text], () => true, view);
     if (how === 'commit') pop();
@@ -407,12 +420,13 @@ export class PoolTransaction extends RequestTransaction {
   private async makeSavepoints(client: PoolClient): Promise<void> {
     if (this.savepoints.length > 0) this.savepointClient = client;
     for (const savepoint of this.savepoints) {
-      savepoint.made ??= this.send(client, [`SAVEPOINT ${savepoint.name}`], () => true).catch(
-        (error: unknown) => {
-          this.noteFailure(error);
-          throw error;
-        },
-      );
+      const text = savepoint.outermost
+        ? `SAVEPOINT ${savepoint.name}; ${keepNestedState(savepoint.name)}`
+        : `SAVEPOINT ${savepoint.name}`;
+      savepoint.made ??= this.send(client, [text], () => true).catch((error: unknown) => {
+        this.noteFailure(error);
+        throw error;
+      });
       await savepoint.made;
     }
   }
