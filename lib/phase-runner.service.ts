@@ -245,8 +245,10 @@ export class PhasesNeedTransactionalStoreError extends Error {
 export class PhaseOrderError extends Error {
   constructor(phase: string) {
     super(
-      `phase "${phase}" started after the handler wrote outside a phase; run atomic phases ` +
-        'first, and write outside them only after the last one (or in finish())',
+      `phase "${phase}" started after the request's transaction began (a write outside a ` +
+        'phase begins it, and so does a read on a route above READ COMMITTED, whose reads ' +
+        'count): run atomic phases first, read what they need inside them, and write outside ' +
+        'them only after the last one (or in finish())',
     );
     this.name = 'PhaseOrderError';
   }
