@@ -82,7 +82,9 @@ describe('a new charge’s round trips to PostgreSQL', () => {
     expect(statements[0]).toContain('INSERT INTO idempotency_keys');
     expect(statements[1]).toMatch(/^BEGIN ISOLATION LEVEL READ COMMITTED; INSERT INTO "charges"/);
     expect(statements[2]).toContain('SET recovery_point');
-    expect(statements[3]).toMatch(/^BEGIN ISOLATION LEVEL READ COMMITTED; UPDATE charges SET status = \$1, psp_authorization/);
+    expect(statements[3]).toMatch(
+      /^BEGIN ISOLATION LEVEL READ COMMITTED; UPDATE charges SET status = \$1, psp_authorization/,
+    );
     expect(statements[4]).toContain("SET state = 'done'");
     expect(commits).toBe(2); // and the claim's, on its own: three in all
     expect(psp.authorizations()).toHaveLength(2);

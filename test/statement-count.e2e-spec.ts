@@ -100,7 +100,9 @@ describe.each(ADAPTERS)('statements per request on %s', (adapter) => {
     // sent with the COMMIT.
     expect(statements).toHaveLength(3);
     expect(statements[0]).toContain('INSERT INTO idempotency_keys');
-    expect(statements[1]).toMatch(/^BEGIN ISOLATION LEVEL READ COMMITTED; INSERT INTO "?side_effects/);
+    expect(statements[1]).toMatch(
+      /^BEGIN ISOLATION LEVEL READ COMMITTED; INSERT INTO "?side_effects/,
+    );
     expect(statements[2]).toContain("SET state = 'done'");
     expect(committedWith).toEqual(['idempotency_complete_v3_commit']);
     expect(commits).toBe(2);

@@ -38,7 +38,7 @@ const NO_REQUEST: IdempotencyRequest = { method: 'POST', url: '', headers: {} };
 const BATCH_SHARED =
   'it is shared by every operation of a batched request (several operations in one HTTP ' +
   "request), so it cannot name each one's mutation: give each call its key in an argument " +
-  "(keyFrom: { arg }), or send the operations one per request";
+  '(keyFrom: { arg }), or send the operations one per request';
 
 /**
  * Reads a mutation field's key, tenant and fingerprint, in that order, into a value: the first
