@@ -6,6 +6,7 @@ import {
   mkdtempSync,
   readFileSync,
   rmSync,
+  symlinkSync,
   writeFileSync,
 } from 'node:fs';
 import { createServer, request as httpRequest, type Server } from 'node:http';
@@ -258,9 +259,17 @@ describe('every guide, as copied, in a fresh app on the packed package', () => {
       }),
     );
     const output = compile(work);
+    // Each app's compiled files find the app's own node_modules, as in its dist/.
+    for (const guide of GUIDES) {
+      mkdirSync(join(work, 'dist', guide.name), { recursive: true });
+      symlinkSync(
+        join(work, 'apps', guide.name, 'node_modules'),
+        join(work, 'dist', guide.name, 'node_modules'),
+      );
+    }
     for (const guide of GUIDES) errors.set(guide.name, []);
     for (const line of output.split('\n').filter((line) => /error TS\d+/.test(line))) {
-      const name = /^apps\/([^/]+)\//.exec(line)?.[1];
+      const name = /(?:^|\/)apps\/([^/]+)\//.exec(line)?.[1];
       errors.get(name ?? GUIDES[0].name)?.push(line);
     }
   }, 300_000);
