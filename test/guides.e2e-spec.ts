@@ -317,6 +317,7 @@ describe('every guide, as copied, in a fresh app on the packed package', () => {
         ...env,
         DATABASE_URL: database.url,
         PORT: '0',
+        NO_COLOR: '1',
         NODE_OPTIONS: '--preserve-symlinks',
       },
       ready,
@@ -494,7 +495,8 @@ describe('every guide, as copied, in a fresh app on the packed package', () => {
       200,
       { ...JSON.parse(first.body), extensions: { idempotency: { replayed: ['createTransfer'] } } },
     ]);
-    expect(replay.body.startsWith(first.body.slice(0, -1))).toBe(true);
+    // The data's bytes as first sent; the replay adds its marker after them.
+    expect(replay.body.startsWith(first.body.trimEnd().slice(0, -1))).toBe(true);
     expect(await count(name, 'SELECT count(*) FROM transfers')).toBe(1);
   }
 
