@@ -1,4 +1,4 @@
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import {
   cpSync,
   existsSync,
@@ -11,6 +11,7 @@ import {
 } from 'node:fs';
 import { createServer, request as httpRequest, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
+import { promisify } from 'node:util';
 import { dirname, join } from 'node:path';
 import amqplib from 'amqplib';
 import pg from 'pg';
@@ -35,6 +36,8 @@ import {
  * database of its own, and sent the page's own request twice: the page's answer, then the
  * same bytes as a replay.
  */
+
+const execFileAsync = promisify(execFile);
 
 /** What `nest new` gives an app before any guide: the packages every guide takes as there. */
 const NEST_APP = [
@@ -607,15 +610,20 @@ describe('every guide, as copied, in a fresh app on the packed package', () => {
     servers.push(proxy);
     await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
     const client = join(work, 'apps', 'client');
-    const out = execFileSync('node', [join(work, 'dist', 'client', 'src', 'main.js')], {
-      cwd: client,
-      env: {
-        ...process.env,
-        API_URL: `http://127.0.0.1:${(proxy.address() as { port: number }).port}`,
-        NODE_OPTIONS: '--preserve-symlinks',
+    // Not execFileSync: the proxy runs in this process, whose loop must go on.
+    const { stdout: out } = await execFileAsync(
+      'node',
+      [join(work, 'dist', 'client', 'src', 'main.js')],
+      {
+        cwd: client,
+        env: {
+          ...process.env,
+          API_URL: `http://127.0.0.1:${(proxy.address() as { port: number }).port}`,
+          NODE_OPTIONS: '--preserve-symlinks',
+        },
+        encoding: 'utf8',
       },
-      encoding: 'utf8',
-    });
+    );
     expect(seen.map(({ status }) => status)).toEqual([201, 201]);
     expect(seen[1].key).toBe(seen[0].key);
     expect(JSON.parse(out)).toEqual({ status: 201, replayed: 'true', body: seen[0].body });
