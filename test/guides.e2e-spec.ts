@@ -68,7 +68,7 @@ const QUICK_START: Record<string, string> = {
   'src/app.module.ts': 'docs/snippets/quick-start/app.module.ts',
   'src/main.ts': 'docs/snippets/quick-start/main.ts',
 };
-const FASTIFY_MAIN = 'docs/snippets/getting-started/fastify.main.ts';
+const FASTIFY_MAIN = 'docs/snippets/quick-start/fastify.main.ts';
 /** The library's tables as plain SQL, from the installed package (the pages' `psql -f`). */
 const SCHEMA_SQL = 'node_modules/nestjs-idempotency-pg/migrations/schema.sql';
 
