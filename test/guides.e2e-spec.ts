@@ -399,18 +399,34 @@ describe('every guide, as copied, in a fresh app on the packed package', () => {
     expect([first.status, first.replayed]).toEqual([201, null]);
     expect(JSON.parse(first.body)).toEqual({ id: expect.any(String), amount: 100 });
     expect(replay).toEqual({ ...first, replayed: 'true' });
-    const other = await fetch(
-      `${app.url}/orders`,
-      json('8e03978e-40d5', { amount: 5 }, { 'x-tenant-id': '1' }),
-    );
-    expect([other.status, ((await other.json()) as { code: string }).code]).toEqual([
+    // What the README says of the other answers.
+    const problem = async (init: RequestInit) => {
+      const response = await fetch(`${app.url}/orders`, init);
+      return [response.status, ((await response.json()) as { code: string }).code];
+    };
+    const body = JSON.stringify({ amount: 100 });
+    expect(await problem(json('8e03978e-40d5', { amount: 5 }, { 'x-tenant-id': '1' }))).toEqual([
       422,
       'key_mismatch',
     ]);
+    expect(
+      await problem({
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-tenant-id': '1' },
+        body,
+      }),
+    ).toEqual([400, 'key_missing']);
+    expect(
+      await problem({
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'k2' },
+        body,
+      }),
+    ).toEqual([400, 'tenant_invalid']);
     expect(await count(name, 'SELECT count(*) FROM orders')).toBe(1);
   }
 
-  it("the README's quick start: 201, then the same bytes replayed; 422 for another body", async () => {
+  it("the README's quick start: 201, the same bytes replayed; 422, 400 key_missing, 400 tenant_invalid", async () => {
     await quickStart('quick-start');
   }, 60_000);
 
@@ -558,11 +574,14 @@ describe('every guide, as copied, in a fresh app on the packed package', () => {
     }
   }, 60_000);
 
-  /** The phases guide's app: a charge through a fake PSP. */
-  async function phasesApp() {
-    const psp = await fake((_body, key) => ({ id: `auth_${key.length}` }));
-    const app = await started('phases', { PSP_URL: psp.url });
-    return { app, psp };
+  /** The phases guide's app, a charge through a fake PSP: started once, for both cases. */
+  let phases: Promise<{ app: StartedApp; psp: { url: string; calls: string[] } }> | undefined;
+  function phasesApp() {
+    phases ??= (async () => {
+      const psp = await fake((_body, key) => ({ id: `auth_${key.length}` }));
+      return { app: await started('phases', { PSP_URL: psp.url }), psp };
+    })();
+    return phases;
   }
 
   it('phases.md: 201 after the three phases, the PSP called once with the derived key; replay', async () => {
