@@ -22,7 +22,7 @@ import {
   compile,
   installAsNamed,
   namedInstalls,
-  packPackage,
+  packedPackage,
   root,
   startApp,
   type StartedApp,
@@ -208,9 +208,9 @@ describe('every guide, as copied, in a fresh app on the packed package', () => {
   const running: StartedApp[] = [];
   const servers: Server[] = [];
 
-  beforeAll(() => {
+  beforeAll(async () => {
     work = mkdtempSync(join(tmpdir(), 'idem-guides-'));
-    const { tarball } = packPackage(work);
+    const { tarball } = await packedPackage(work);
     for (const guide of GUIDES) {
       const app = join(work, 'apps', guide.name);
       const problems: string[] = [];
@@ -565,8 +565,12 @@ describe('every guide, as copied, in a fresh app on the packed package', () => {
       const exited = new Promise((resolve) => app.child.once('exit', resolve));
       app.child.kill('SIGKILL');
       await exited;
-      const { messageCount, consumerCount } = await channel.checkQueue('settlements');
-      expect({ messageCount, consumerCount }).toEqual({ messageCount: 0, consumerCount: 0 });
+      // The broker takes back an unacknowledged delivery once it sees the connection gone.
+      await until(
+        async () => (await channel.checkQueue('settlements')).consumerCount === 0,
+        'the broker to see the consumer gone',
+      );
+      expect((await channel.checkQueue('settlements')).messageCount).toBe(0);
       expect(await count('consumers', 'SELECT count(*) FROM settlements')).toBe(1);
       await channel.deleteQueue('settlements');
     } finally {

@@ -8,7 +8,7 @@ import {
   APP_COMPILER_OPTIONS,
   compile,
   installPackage,
-  packPackage,
+  packedPackage,
   root,
   startApp,
 } from './support/packed-app.js';
@@ -24,9 +24,9 @@ describe('the npm package', () => {
   let files: string[];
   let tarball: string;
 
-  beforeAll(() => {
+  beforeAll(async () => {
     work = mkdtempSync(join(tmpdir(), 'idem-pack-'));
-    ({ tarball, files } = packPackage(work));
+    ({ tarball, files } = await packedPackage(work));
   }, 120_000);
   afterAll(() => {
     if (work) rmSync(work, { recursive: true, force: true });

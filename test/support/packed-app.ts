@@ -1,5 +1,14 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { cpSync, mkdirSync, readdirSync, readFileSync, symlinkSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 
 /**
@@ -42,6 +51,43 @@ export function packPackage(work: string): { tarball: string; files: string[] } 
     tarball: join(work, packed[0].filename),
     files: packed[0].files.map(({ path }) => path),
   };
+}
+
+/**
+ * The packed package, packed once per jest run: the first suite to ask packs it into the run's
+ * shared folder (IDEM_PACK_DIR, made by test/support/global-setup.mjs, removed by its
+ * teardown), the others wait for it. Outside jest, or without the folder, packs under `work`.
+ */
+export async function packedPackage(work: string): Promise<{ tarball: string; files: string[] }> {
+  const shared = process.env.IDEM_PACK_DIR;
+  if (!shared || !existsSync(shared)) return packPackage(work);
+  const result = join(shared, 'packed.json');
+  try {
+    mkdirSync(join(shared, 'lock'));
+  } catch {
+    // Another suite packs: wait for its result (or its failure) rather than pack again.
+    const deadline = Date.now() + 240_000;
+    while (!existsSync(result)) {
+      if (Date.now() > deadline) throw new Error(`no pack in ${shared} after 240 s`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    const packed = JSON.parse(readFileSync(result, 'utf8')) as
+      { tarball: string; files: string[] } | { error: string };
+    if ('error' in packed) throw new Error(`the shared pack failed: ${packed.error}`);
+    return packed;
+  }
+  let packed: { tarball: string; files: string[] } | { error: string };
+  try {
+    mkdirSync(join(shared, 'work'));
+    packed = packPackage(join(shared, 'work'));
+  } catch (error) {
+    packed = { error: String(error) };
+  }
+  // Written whole, then renamed: a waiting suite never reads half of it.
+  writeFileSync(`${result}.tmp`, JSON.stringify(packed));
+  renameSync(`${result}.tmp`, result);
+  if ('error' in packed) throw new Error(packed.error);
+  return packed;
 }
 
 /**
