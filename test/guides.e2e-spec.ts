@@ -122,7 +122,7 @@ const GUIDES: GuideApp[] = [
   },
   {
     name: 'graphql-apollo',
-    pages: ['README.md', 'docs/guides/graphql.md'],
+    pages: ['README.md', 'docs/guides/graphql.md#set up'],
     files: {
       'src/app.module.ts': 'docs/snippets/graphql/app.module.ts',
       'src/transfer.entity.ts': 'docs/snippets/graphql/transfer.entity.ts',
@@ -179,23 +179,23 @@ const GUIDES: GuideApp[] = [
   },
 ];
 
-/** The packages a page (or one section of it, `page.md#heading-word`) installs. */
+/**
+ * The packages a page installs, or one section of it (`page.md#word`: the `npm install` lines
+ * under the headings whose text has that word, up to the next heading; a `#` line inside a
+ * code block is no heading).
+ */
 function installs(reference: string): string[] {
-  const [path, section] = reference.split('#');
-  let text = page(path);
-  if (section) {
-    // The `npm install` lines under the headings that name the section.
-    text = text
-      .split(/^(?=#+ )/m)
-      .filter((part) => part.split('\n')[0].toLowerCase().includes(section))
-      .join('\n');
-  } else if (path.endsWith('graphql.md')) {
-    text = text
-      .split(/^(?=#+ )/m)
-      .filter((part) => !part.split('\n')[0].toLowerCase().includes('mercurius'))
-      .join('\n');
+  const [path, word] = reference.split('#');
+  if (!word) return namedInstalls(page(path));
+  let inBlock = false;
+  let inSection = false;
+  const kept: string[] = [];
+  for (const line of page(path).split('\n')) {
+    if (line.startsWith('```')) inBlock = !inBlock;
+    else if (!inBlock && /^#+ /.test(line)) inSection = line.toLowerCase().includes(word);
+    if (inSection) kept.push(line);
   }
-  return namedInstalls(text);
+  return namedInstalls(kept.join('\n'));
 }
 
 describe('every guide, as copied, in a fresh app on the packed package', () => {
