@@ -11,7 +11,7 @@ export default tseslint.config(
       'node_modules/**',
       'coverage/**',
       'examples/prisma-orders/generated/**',
-      'docs/snippets/prisma/generated/**',
+      'docs/snippets/prisma/src/generated/**',
       'test/examples/support/prisma-on-call/generated/**',
       'test/fuzz/generated/**',
     ],

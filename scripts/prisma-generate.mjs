@@ -20,7 +20,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SCHEMAS = [
   'examples/prisma-orders/prisma/schema.prisma',
   // The docs' Prisma snippets import a client as an app's would (docs/guides/prisma.md).
-  'docs/snippets/prisma/schema.prisma',
+  'docs/snippets/prisma/prisma/schema.prisma',
   // The on-call roster of the suite on Prisma's batched reads (prisma-batched-reads.e2e-spec.ts).
   'test/examples/support/prisma-on-call/schema.prisma',
   // The fuzzer's Prisma layer (test/fuzz/data-layers.ts).

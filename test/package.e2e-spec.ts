@@ -1,76 +1,17 @@
-import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
-import {
-  cpSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  symlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { type ChildProcess, execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
-
-const root = resolve(import.meta.dirname, '..');
-
-/**
- * The package from its tarball, and the peers as an app would have them (no network), but for
- * `leftOut` (names of packages, or of whole scopes as `@scope`): an app without them.
- */
-function installPackage(app: string, tarball: string, leftOut: string[] = []): string {
-  const modules = join(app, 'node_modules');
-  const installed = join(modules, 'nestjs-idempotency-pg');
-  mkdirSync(installed, { recursive: true });
-  execFileSync('tar', ['-xzf', tarball, '-C', installed, '--strip-components=1']);
-  for (const entry of readdirSync(join(root, 'node_modules'))) {
-    if (entry === '.bin' || entry === '.package-lock.json' || leftOut.includes(entry)) continue;
-    if (!entry.startsWith('@') || !leftOut.some((name) => name.startsWith(`${entry}/`))) {
-      symlinkSync(join(root, 'node_modules', entry), join(modules, entry));
-      continue;
-    }
-    // A scope some of whose packages are left out: the others, one by one.
-    mkdirSync(join(modules, entry));
-    for (const name of readdirSync(join(root, 'node_modules', entry))) {
-      if (leftOut.includes(`${entry}/${name}`)) continue;
-      symlinkSync(join(root, 'node_modules', entry, name), join(modules, entry, name));
-    }
-  }
-  return installed;
-}
-
-/** tsc's output over a project: empty when it compiles. */
-function compile(project: string): string {
-  const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
-  try {
-    return execFileSync('node', [tsc, '-p', project], { encoding: 'utf8' });
-  } catch (error) {
-    return (error as { stdout: string }).stdout;
-  }
-}
-
-/** Starts the app and resolves with the URL it prints once it listens. */
-function start(app: string, env: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn('node', [join(app, 'dist', 'main.js')], {
-    cwd: app,
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  return new Promise((resolvePromise, reject) => {
-    const onData = (chunk: Buffer) => {
-      output += chunk.toString();
-      const match = /listening on (\S+)/.exec(output);
-      if (match) resolvePromise({ child, url: match[1] });
-    };
-    child.stdout!.on('data', onData);
-    child.stderr!.on('data', onData);
-    child.on('exit', (code) => reject(new Error(`the app exited (${code}):\n${output}`)));
-  });
-}
+import {
+  APP_COMPILER_OPTIONS,
+  compile,
+  installPackage,
+  packedPackage,
+  root,
+  startApp,
+} from './support/packed-app.js';
 
 /**
  * The package as `npm publish` would make it: built the way `prepack` builds it (in a copy of
@@ -83,33 +24,9 @@ describe('the npm package', () => {
   let files: string[];
   let tarball: string;
 
-  beforeAll(() => {
+  beforeAll(async () => {
     work = mkdtempSync(join(tmpdir(), 'idem-pack-'));
-    const source = join(work, 'source');
-    mkdirSync(source);
-    for (const entry of [
-      'package.json',
-      'README.md',
-      'LICENSE',
-      'docs',
-      'tsconfig.json',
-      'tsconfig.build.json',
-      'lib',
-      'migrations',
-      'sample-app',
-    ]) {
-      cpSync(join(root, entry), join(source, entry), { recursive: true });
-    }
-    symlinkSync(join(root, 'node_modules'), join(source, 'node_modules'));
-    const packed = JSON.parse(
-      execFileSync('npm', ['pack', '--json', '--pack-destination', work], {
-        cwd: source,
-        encoding: 'utf8',
-        stdio: ['ignore', 'pipe', 'pipe'],
-      }),
-    ) as { filename: string; files: { path: string }[] }[];
-    files = packed[0].files.map(({ path }) => path);
-    tarball = join(work, packed[0].filename);
+    ({ tarball, files } = await packedPackage(work));
   }, 120_000);
   afterAll(() => {
     if (work) rmSync(work, { recursive: true, force: true });
@@ -231,124 +148,6 @@ console.log(typeof IdempotencyModule, typeof Idempotent, typeof idempotentFetch,
     expect(usage).toMatch(/^Usage: nestjs-idempotency-pg <command>/);
   }, 120_000);
   /**
-   * The README's quick start as a new user meets it: its files (docs/snippets/quick-start, which
-   * the README shows byte for byte: test/docs-snippets.e2e-spec.ts) copied into a fresh ESM
-   * app with the packed package, compiled with the app's own tsconfig, started on an empty
-   * database: its migrations run, a first POST answers 201 and its retry the same bytes.
-   */
-  describe("the README's quick start, in a fresh app", () => {
-    let app: string;
-    let database: TestDatabase | undefined;
-    let running: ChildProcess | undefined;
-
-    beforeAll(() => {
-      app = join(work, 'quick-start-app');
-      mkdirSync(join(app, 'src'), { recursive: true });
-      const snippets = join(root, 'docs', 'snippets', 'quick-start');
-      for (const file of readdirSync(snippets))
-        cpSync(join(snippets, file), join(app, 'src', file));
-      writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'shop', type: 'module' }));
-      writeFileSync(
-        join(app, 'tsconfig.json'),
-        JSON.stringify({
-          compilerOptions: {
-            module: 'nodenext',
-            moduleResolution: 'nodenext',
-            target: 'es2022',
-            strict: true,
-            experimentalDecorators: true,
-            emitDecoratorMetadata: true,
-            skipLibCheck: true,
-            outDir: 'dist',
-            rootDir: 'src',
-            types: ['node'],
-            typeRoots: [join(root, 'node_modules', '@types')],
-            ignoreDeprecations: '6.0',
-          },
-          include: ['src'],
-        }),
-      );
-      installPackage(app, tarball);
-    });
-    afterAll(async () => {
-      running?.kill('SIGKILL');
-      await database?.drop();
-    });
-
-    it('compiles against the package as published', () => {
-      expect(compile(app)).toBe('');
-    }, 120_000);
-
-    it('says what is missing when DATABASE_URL is not set', () => {
-      const env = { ...process.env };
-      delete env.DATABASE_URL;
-      const result = spawnSync('node', [join(app, 'dist', 'main.js')], { cwd: app, env });
-      expect([result.status, result.stderr.toString().trim()]).toEqual([
-        1,
-        'Set DATABASE_URL, e.g. postgres://user:password@localhost:5432/app',
-      ]);
-    }, 60_000);
-
-    it('answers its first 201, then the same bytes as a replay', async () => {
-      database = await createTestDatabase('quick_start');
-      const started = await start(app, { ...process.env, DATABASE_URL: database.url, PORT: '0' });
-      running = started.child;
-      const send = () =>
-        fetch(`${started.url}/orders`, {
-          method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            'idempotency-key': '8e03978e-40d5',
-            'x-tenant-id': '1',
-          },
-          body: JSON.stringify({ amount: 100 }),
-        });
-      const first = await send();
-      const firstBody = await first.text();
-      expect([first.status, first.headers.get('idempotent-replayed')]).toEqual([201, null]);
-      expect(JSON.parse(firstBody)).toEqual({ id: expect.any(String), amount: 100 });
-      const replay = await send();
-      expect([replay.status, replay.headers.get('idempotent-replayed')]).toEqual([201, 'true']);
-      expect(await replay.text()).toBe(firstBody);
-      // What the README says of the other answers.
-      const problem = async (response: Response) => [
-        response.status,
-        ((await response.json()) as { code: string }).code,
-      ];
-      const other = await fetch(`${started.url}/orders`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          'idempotency-key': '8e03978e-40d5',
-          'x-tenant-id': '1',
-        },
-        body: JSON.stringify({ amount: 5 }),
-      });
-      expect(await problem(other)).toEqual([422, 'key_mismatch']);
-      const noKey = await fetch(`${started.url}/orders`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-tenant-id': '1' },
-        body: JSON.stringify({ amount: 100 }),
-      });
-      expect(await problem(noKey)).toEqual([400, 'key_missing']);
-      const noTenant = await fetch(`${started.url}/orders`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'idempotency-key': 'k2' },
-        body: JSON.stringify({ amount: 100 }),
-      });
-      expect(await problem(noTenant)).toEqual([400, 'tenant_invalid']);
-      const client = new pg.Client({ connectionString: database.url });
-      await client.connect();
-      try {
-        const { rows } = await client.query<{ count: string }>('SELECT count(*) FROM orders');
-        expect(rows).toEqual([{ count: '1' }]);
-      } finally {
-        await client.end();
-      }
-    }, 120_000);
-  });
-
-  /**
    * An app on Kysely with no TypeORM at all: neither `typeorm` nor `@nestjs/typeorm` in its
    * node_modules. The module is given the app's `pg.Pool`, the library's tables come from the
    * package's plain SQL schema, and one idempotent request is served and replayed.
@@ -366,20 +165,7 @@ console.log(typeof IdempotencyModule, typeof Idempotent, typeof idempotentFetch,
       writeFileSync(
         join(app, 'tsconfig.json'),
         JSON.stringify({
-          compilerOptions: {
-            module: 'nodenext',
-            moduleResolution: 'nodenext',
-            target: 'es2022',
-            strict: true,
-            experimentalDecorators: true,
-            emitDecoratorMetadata: true,
-            skipLibCheck: true,
-            outDir: 'dist',
-            rootDir: 'src',
-            types: ['node'],
-            typeRoots: [join(root, 'node_modules', '@types')],
-            ignoreDeprecations: '6.0',
-          },
+          compilerOptions: { ...APP_COMPILER_OPTIONS, outDir: 'dist', rootDir: 'src' },
           include: ['src'],
         }),
       );
@@ -425,7 +211,10 @@ console.log(typeof IdempotencyModule, typeof Idempotent, typeof idempotentFetch,
           ),
         );
         await client.query('CREATE TABLE orders (id bigserial PRIMARY KEY, amount int NOT NULL)');
-        const started = await start(app, { ...process.env, DATABASE_URL: database.url });
+        const started = await startApp(join(app, 'dist', 'main.js'), app, {
+          ...process.env,
+          DATABASE_URL: database.url,
+        });
         running = started.child;
         const send = () =>
           fetch(`${started.url}/orders`, {

@@ -3,7 +3,7 @@ import { FileOperationStore } from 'nestjs-idempotency-pg/client/file-store'; //
 
 export async function checkout(cart: { id: string }, order: { amount: number }) {
   const response = await idempotentFetch(
-    'https://api.example.com/charges',
+    `${process.env.API_URL}/charges`, // e.g. the phases guide's app
     {
       method: 'POST',
       headers: { 'content-type': 'application/json' },

@@ -4,6 +4,7 @@ import { Module } from '@nestjs/common';
 import { GraphQLModule } from '@nestjs/graphql';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule } from 'nestjs-idempotency-pg';
+import { CreateTransfers1767225600000 } from './create-transfers.migration.js';
 import { Transfer } from './transfer.entity.js';
 import { TransfersResolver } from './transfers.resolver.js';
 
@@ -13,7 +14,7 @@ import { TransfersResolver } from './transfers.resolver.js';
       type: 'postgres',
       url: process.env.DATABASE_URL,
       entities: [Transfer],
-      migrations: [...IDEMPOTENCY_MIGRATIONS],
+      migrations: [...IDEMPOTENCY_MIGRATIONS, CreateTransfers1767225600000],
       migrationsRun: true,
     }),
     TypeOrmModule.forFeature([Transfer]),

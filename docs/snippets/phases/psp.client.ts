@@ -4,7 +4,7 @@ import { Injectable } from '@nestjs/common';
 @Injectable()
 export class PspClient {
   async authorize(charge: { amount: number }, idempotencyKey: string): Promise<{ id: string }> {
-    const response = await fetch('https://psp.example.com/authorizations', {
+    const response = await fetch(`${process.env.PSP_URL}/authorizations`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
       body: JSON.stringify(charge),

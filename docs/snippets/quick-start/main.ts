@@ -4,7 +4,7 @@ import { NestFactory } from '@nestjs/core';
 import { AppModule } from './app.module.js';
 
 if (!process.env.DATABASE_URL) {
-  // Without it TypeORM would try localhost:5432 as the OS user: say what is missing instead.
+  // Without it, pg would try localhost:5432 as the OS user: say what is missing instead.
   console.error('Set DATABASE_URL, e.g. postgres://user:password@localhost:5432/app');
   process.exit(1);
 }

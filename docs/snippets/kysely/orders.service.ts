@@ -1,6 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { type Kysely } from 'kysely';
-import { type Database, KYSELY } from './kysely-database.js';
+import { type Database, KYSELY } from './database.js';
 
 export interface CreateOrderDto {
   sku: string;

@@ -1,6 +1,6 @@
 import { Body, Controller, Post } from '@nestjs/common';
 import { Idempotent } from 'nestjs-idempotency-pg';
-import { type CreateOrderDto, OrdersService } from './kysely-orders.service.js';
+import { type CreateOrderDto, OrdersService } from './orders.service.js';
 
 @Controller('orders')
 export class OrdersController {

@@ -1,5 +1,5 @@
 import { type Kysely } from 'kysely';
-import { type Database } from './kysely-database.js';
+import { type Database } from './database.js';
 
 // Inside an @Idempotent() handler, each of these is a savepoint of the request's transaction.
 export async function nested(db: Kysely<Database>, orderId: string) {

@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { type Kysely } from 'kysely';
 import { PhaseRunner } from 'nestjs-idempotency-pg';
-import { type Database, KYSELY } from './kysely-database.js';
+import { type Database, KYSELY } from './database.js';
 
 @Injectable()
 export class ShippingService {
