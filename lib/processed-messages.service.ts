@@ -5,7 +5,8 @@ import { IdempotencyDatabase } from './storage/idempotency-database.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from './idempotency-options.interface.js';
 import { publish } from './events/idempotency-events.js';
-import { classifyHandlerError } from './failure.js';
+import { classifyCommitError, classifyHandlerError } from './failure.js';
+import { TransactionAbortedError } from './transaction/seam-errors.js';
 import { readMessageId } from './messages/message-id.js';
 import { markDatabaseFailure } from './storage/connection-errors.js';
 
@@ -93,7 +94,11 @@ export class ProcessedMessages {
       const failure = classifyHandlerError(
         error === effectError ? error : markDatabaseFailure(error),
       );
-      throw failure.kind === 'retry' ? failure.error : error;
+      if (failure.kind === 'retry') throw failure.error;
+      // Its COMMIT found the transaction aborted by a statement the effect caught: nothing
+      // committed, the id not recorded; said as a route says it (500 transaction_aborted).
+      if (error instanceof TransactionAbortedError) throw classifyCommitError(error);
+      throw error;
     }
   }
 }

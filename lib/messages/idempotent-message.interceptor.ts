@@ -133,7 +133,7 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
       return result;
     } catch (error) {
       await transaction.rollback();
-      throw await this.failed(options, messageId, ack, error);
+      throw await this.failed(options, messageId, ack, transaction.failureOf(error));
     }
   }
 

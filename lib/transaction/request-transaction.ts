@@ -228,10 +228,21 @@ export abstract class RequestTransaction implements JoinableTransaction {
       throw new TransactionAbortedError(this.lastError ?? error);
     }
     try {
-      await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs, { commits: true });
+      const { command } = await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs, {
+        commits: true,
+      });
+      // A COMMIT of a transaction that a failed statement aborted is answered ROLLBACK, not
+      // an error (its code caught the failure and went on): nothing of it committed.
+      if (command === 'ROLLBACK') {
+        this.end(client);
+        throw new TransactionAbortedError(
+          this.lastError ?? new Error('COMMIT was answered ROLLBACK: the transaction was aborted'),
+        );
+      }
       this.committed = true;
       this.end(client);
     } catch (error) {
+      if (error instanceof TransactionAbortedError) throw error;
       if (isTransactionAbortedError(error)) {
         await this.rollbackOn(client);
         throw new TransactionAbortedError(this.lastError ?? error);
