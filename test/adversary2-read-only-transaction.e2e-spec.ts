@@ -1,8 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { DataSource } from 'typeorm';
 import { Client, type Pool } from 'pg';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent } from '../lib/index.js';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
 import { bootstrapTestApp } from './support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { createTestPool, endTestPool } from './support/test-pool.js';
@@ -10,7 +12,7 @@ import { createTestPool, endTestPool } from './support/test-pool.js';
 /**
  * Adversary, round 2 (issue 27): a handler that only reads and says so first, through the pool
  * (`pool.query`, Drizzle's `db.execute`, Prisma's `$executeRaw`): `SET TRANSACTION READ ONLY`
- * (or `SET transaction_read_only = on`). Without the library it is a no-op outside a
+ * (or `SET transaction_read_only = on`; on TypeORM `dataSource.query()` alike). Without the library it is a no-op outside a
  * transaction block: 201. The library sends it into the request's transaction (only a
  * `SET TRANSACTION ISOLATION LEVEL …` first statement is taken apart: `leadingIsolationOf`,
  * pool-transaction.ts, whose READ ONLY the docs say is not carried over), which becomes read
@@ -50,10 +52,37 @@ class ReportController {
 })
 class ReportModule {}
 
+/** The same on TypeORM: `dataSource.query()`. */
+@Controller()
+class OrmReportController {
+  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+
+  private async handle(body: { statement: string }) {
+    runs++;
+    await this.dataSource.query(body.statement);
+    const [row] = (await this.dataSource.query('SELECT count(*)::int AS n FROM slots')) as {
+      n: number;
+    }[];
+    return { n: row.n };
+  }
+
+  @Post('report')
+  @Idempotent()
+  report(@Body() body: { statement: string }) {
+    return this.handle(body);
+  }
+
+  @Post('plain-report')
+  plain(@Body() body: { statement: string }) {
+    return this.handle(body);
+  }
+}
+
 describe('adversary 2: a read-only first statement through the pool', () => {
   let database: TestDatabase;
   let admin: Client;
   let app: INestApplication;
+  let ormApp: INestApplication;
 
   beforeAll(async () => {
     database = await createTestDatabase('adv2_read_only');
@@ -64,26 +93,48 @@ describe('adversary 2: a read-only first statement through the pool', () => {
     pool = createTestPool({ connectionString: database.url, max: 2 });
     pool.on('error', () => undefined);
     app = await bootstrapTestApp(ReportModule, 'express');
+
+    @Module({
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: database.url,
+          migrations: [...IDEMPOTENCY_MIGRATIONS],
+          migrationsRun: false,
+          extra: { max: 2 },
+        }),
+        IdempotencyModule.forRoot({ globalKeys: true }),
+      ],
+      controllers: [OrmReportController],
+    })
+    class OrmReportModule {}
+    ormApp = await bootstrapTestApp(OrmReportModule, 'express');
   });
 
   afterAll(async () => {
     await app?.close();
+    await ormApp?.close();
     await endTestPool(pool);
     await admin?.end();
     await database?.drop();
   });
 
-  it.each(['SET TRANSACTION READ ONLY', 'SET transaction_read_only = on'])(
-    '%s: 201 as without the library, run once, the retry replays it',
-    async (statement) => {
+  it.each([
+    ['pool', 'SET TRANSACTION READ ONLY'],
+    ['pool', 'SET transaction_read_only = on'],
+    ['typeorm', 'SET TRANSACTION READ ONLY'],
+  ])(
+    '%s, %s: 201 as without the library, run once, the retry replays it',
+    async (seam, statement) => {
+      const server = (seam === 'pool' ? app : ormApp).getHttpServer();
       // The control: without @Idempotent() the statement is a no-op.
-      const plain = await request(app.getHttpServer()).post('/plain-report').send({ statement });
+      const plain = await request(server).post('/plain-report').send({ statement });
       expect({ status: plain.status, body: plain.body as unknown }).toEqual({
         status: 201,
         body: { n: 0 },
       });
       runs = 0;
-      const key = statement.replace(/\W+/g, '-');
+      const key = `${seam}-${statement.replace(/\W+/g, '-')}`;
       const send = () =>
         request(app.getHttpServer())
           .post('/report')
