@@ -15,7 +15,7 @@ import { createTestPool, endTestPool } from './support/test-pool.js';
  * rather than `tx`), which data-layers.md lets through ("if that nested transaction commits,
  * both are kept"). On the request's one connection the beside UPDATE runs inside the nested
  * transaction's savepoint, after its SET LOCAL ROLE: as the restricted role, which row-level
- * security lets touch no row, in silence. 201 stored and replayed, the counter 0; without
+ * security lets touch no row, in silence (the order fixed by promises, not timing). 201 stored and replayed, the counter 0; without
  * `@Idempotent()` the UPDATE runs on a connection of its own as the pool's role: 1. The
  * outermost restore (pool-transaction.ts endSavepoint) comes only at the nested COMMIT, after.
  * Expected: the beside statement runs as the request's role (or is refused, as a beside
@@ -24,23 +24,25 @@ import { createTestPool, endTestPool } from './support/test-pool.js';
 let pool: Pool;
 let db: NodePgDatabase;
 let role: string;
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function handle(body: { note: string }) {
   let counted: number | null = null;
-  await Promise.all([
-    db.transaction(async (tx) => {
-      await tx.execute(sql.raw(`set local role ${role}`));
-      await tx.execute(sql`select set_config('request.user', 'alice', true)`);
-      await sleep(100); // an await inside the transaction (a call elsewhere)
-      await tx.execute(sql`INSERT INTO notes (owner, body) VALUES ('alice', ${body.note})`);
-    }),
-    (async () => {
-      await sleep(40);
-      // The service's own work, as the pool's role (which bypasses row-level security).
-      counted = (await db.execute(sql`UPDATE stats SET notes = notes + 1 WHERE id = 1`)).rowCount;
-    })(),
-  ]);
+  // The order is fixed (no timing): the service work starts once the transaction has set its
+  // role, and the transaction awaits it before its insert (work of the request in parallel).
+  let roleSet!: () => void;
+  const ready = new Promise<void>((resolve) => (roleSet = resolve));
+  const service = (async () => {
+    await ready;
+    // The service's own work, as the pool's role (which bypasses row-level security).
+    counted = (await db.execute(sql`UPDATE stats SET notes = notes + 1 WHERE id = 1`)).rowCount;
+  })();
+  await db.transaction(async (tx) => {
+    await tx.execute(sql.raw(`set local role ${role}`));
+    await tx.execute(sql`select set_config('request.user', 'alice', true)`);
+    roleSet();
+    await service;
+    await tx.execute(sql`INSERT INTO notes (owner, body) VALUES ('alice', ${body.note})`);
+  });
   return { note: body.note, counted };
 }
 
