@@ -21,7 +21,8 @@ import { createTestPool, endTestPool } from './support/test-pool.js';
  * On PostgreSQL 15 and older each new one re-sorts the whole settings array: measured here
  * with psql on 15.20, 3000 new settings in one session take 3.8 s of server time, the next
  * 3000 6.3 s (the same 3000 again: 11 ms): quadratic, on the request's connection, while it
- * holds its key. Expected: a bounded number (by nesting depth, not by count); here at most 3
+ * holds its key. Through this app, 1500 nested transactions in one request took 14.4 s on a
+ * fresh connection and 1.2 s the second time on the same one. Expected: a bounded number (by nesting depth, not by count); here at most 3
  * after 300 nested transactions. Read on the same connection (a pool of one) by
  * `current_setting(name, true)`, which is NULL only for a setting never defined.
  */
