@@ -1,0 +1,140 @@
+import { readFileSync } from 'node:fs';
+import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
+import { sql } from 'drizzle-orm';
+import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
+import { Client, type Pool } from 'pg';
+import request from 'supertest';
+import { IdempotencyModule, Idempotent } from '../lib/index.js';
+import { bootstrapTestApp } from './support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { createTestPool, endTestPool } from './support/test-pool.js';
+
+/**
+ * Adversary, round 2 (issue 27): the Drizzle RLS recipe (`SET LOCAL ROLE` in
+ * `db.transaction()`), with the service's own work running beside it (`Promise.all`, `db`
+ * rather than `tx`), which data-layers.md lets through ("if that nested transaction commits,
+ * both are kept"). On the request's one connection the beside UPDATE runs inside the nested
+ * transaction's savepoint, after its SET LOCAL ROLE: as the restricted role, which row-level
+ * security lets touch no row, in silence (the order fixed by promises, not timing). 201 stored and replayed, the counter 0; without
+ * `@Idempotent()` the UPDATE runs on a connection of its own as the pool's role: 1. The
+ * outermost restore (pool-transaction.ts endSavepoint) comes only at the nested COMMIT, after.
+ * Expected: the beside statement runs as the request's role (or is refused, as a beside
+ * statement is refused when the nested transaction rolls back); never a silent no-op.
+ */
+let pool: Pool;
+let db: NodePgDatabase;
+let role: string;
+
+async function handle(body: { note: string }) {
+  let counted: number | null = null;
+  // The order is fixed (no timing): the service work starts once the transaction has set its
+  // role, and the transaction awaits it before its insert (work of the request in parallel).
+  let roleSet!: () => void;
+  const ready = new Promise<void>((resolve) => (roleSet = resolve));
+  const service = (async () => {
+    await ready;
+    // The service's own work, as the pool's role (which bypasses row-level security).
+    counted = (await db.execute(sql`UPDATE stats SET notes = notes + 1 WHERE id = 1`)).rowCount;
+  })();
+  await db.transaction(async (tx) => {
+    await tx.execute(sql.raw(`set local role ${role}`));
+    await tx.execute(sql`select set_config('request.user', 'alice', true)`);
+    roleSet();
+    await service;
+    await tx.execute(sql`INSERT INTO notes (owner, body) VALUES ('alice', ${body.note})`);
+  });
+  return { note: body.note, counted };
+}
+
+@Controller()
+class NotesController {
+  @Post('notes')
+  @Idempotent()
+  idempotent(@Body() body: { note: string }) {
+    return handle(body);
+  }
+
+  @Post('plain-notes')
+  plain(@Body() body: { note: string }) {
+    return handle(body);
+  }
+}
+
+@Module({
+  imports: [IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) })],
+  controllers: [NotesController],
+})
+class NotesModule {}
+
+describe('adversary 2: a statement beside a nested transaction that set a LOCAL role', () => {
+  let database: TestDatabase;
+  let admin: Client;
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    database = await createTestDatabase('adv2_beside_role');
+    role = `adv2_beside_${database.name.slice(-8)}`;
+    admin = new Client({ connectionString: database.url });
+    await admin.connect();
+    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
+    await admin.query(`
+      CREATE ROLE ${role} NOLOGIN;
+      CREATE TABLE notes (id serial PRIMARY KEY, owner text NOT NULL, body text NOT NULL);
+      CREATE TABLE stats (id int PRIMARY KEY, notes int NOT NULL);
+      INSERT INTO stats VALUES (1, 0);
+      GRANT SELECT, INSERT, UPDATE ON notes, stats TO ${role};
+      GRANT USAGE ON SEQUENCE notes_id_seq TO ${role};
+      ALTER TABLE notes ENABLE ROW LEVEL SECURITY;
+      ALTER TABLE stats ENABLE ROW LEVEL SECURITY;
+      CREATE POLICY own_notes ON notes TO ${role}
+        USING (owner = current_setting('request.user', true))
+        WITH CHECK (owner = current_setting('request.user', true));`);
+    pool = createTestPool({ connectionString: database.url, max: 4 });
+    db = drizzle({ client: pool });
+    app = await bootstrapTestApp(NotesModule, 'express');
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await endTestPool(pool);
+    await admin?.end();
+    await database?.drop();
+    const cluster = new Client({ connectionString: process.env.TEST_DATABASE_URL });
+    await cluster.connect();
+    await cluster.query(`DROP ROLE IF EXISTS ${role}`).catch(() => undefined);
+    await cluster.end();
+  });
+
+  const counter = async () =>
+    (await admin.query<{ notes: number }>('SELECT notes FROM stats')).rows[0].notes;
+
+  it('runs the beside UPDATE as the pool’s role, as without the library: 201, the counter moved once', async () => {
+    // The control: without @Idempotent() the counter moves.
+    const plainBefore = await counter();
+    const plain = await request(app.getHttpServer()).post('/plain-notes').send({ note: 'plain' });
+    expect({ status: plain.status, counted: (await counter()) - plainBefore }).toEqual({
+      status: 201,
+      counted: 1,
+    });
+
+    const before = await counter();
+    const send = () =>
+      request(app.getHttpServer())
+        .post('/notes')
+        .set('Idempotency-Key', 'beside-1')
+        .send({ note: 'hello' });
+    const answer = await send();
+    const replay = await send();
+    expect({
+      status: answer.status,
+      body: answer.body as unknown,
+      replayed: replay.text === answer.text,
+      counted: (await counter()) - before,
+    }).toEqual({
+      status: 201,
+      body: { note: 'hello', counted: 1 },
+      replayed: true,
+      counted: 1,
+    });
+  });
+});
