@@ -18,6 +18,16 @@ describe('the model of a handler program', () => {
     });
   });
 
+  it('refuses any level asked for first on a consumer, whose transaction began with its record', () => {
+    const first: Op[] = [{ ...tx([write]), isolation: 'SERIALIZABLE' } as Op, write];
+    expect(expectedOutcome({ id: 'p', ops: first }, { begun: true })).toEqual({
+      kind: 'error',
+      status: 500,
+    });
+    // The same program on a route begins its transaction at the level.
+    expect(expectedOutcome({ id: 'p', ops: first })).toMatchObject({ kind: 'ok' });
+  });
+
   it.each(['acme\ud800', 'acme\udbff'])(
     'refuses a tenant id with a lone surrogate (%j): 400 tenant_invalid, nothing applied',
     (tenant) => {

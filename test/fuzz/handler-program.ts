@@ -139,16 +139,21 @@ interface Level {
 
 /**
  * The model: what PostgreSQL and Nest do with a program when nothing fails, which is what the
- * library must make of it however many attempts, crashes and timeouts it takes.
+ * library must make of it however many attempts, crashes and timeouts it takes. `begun`: the
+ * transaction has begun before the handler (at READ COMMITTED), as a consumer's does with the
+ * record of its message id: a nested transaction's stronger level is then refused.
  */
-export function expectedOutcome(program: HandlerProgram): Outcome {
+export function expectedOutcome(
+  program: HandlerProgram,
+  { begun = false }: { begun?: boolean } = {},
+): Outcome {
   // PostgreSQL would store "acme\ud800" and "acme\udbff" as one text: such a tenant is refused.
   if (program.tenant !== undefined && !isWellFormedText(program.tenant)) {
     return { kind: 'refused', status: 400, code: 'tenant_invalid' };
   }
   const top: Level = { aborted: false, writes: [] };
   const forgets: string[] = [];
-  const request: RequestState = { begun: false, strength: 1 };
+  const request: RequestState = { begun, strength: 1 };
   const thrown = runOps(program.ops, '', top, forgets, request);
   if (thrown !== undefined) {
     // A statement error out of the handler is its final answer, Nest's 500, stored.
