@@ -79,6 +79,15 @@ class Heard {
     return found;
   }
 
+  /** The consumer's own log lines (its errors, with TEST_LOGS its Nest log), the last `n`. */
+  log(n: number): string[] {
+    const output = this.retired + (this.current?.output() ?? '');
+    return output
+      .split('\n')
+      .filter((line) => line && !line.startsWith('settled ') && !line.startsWith('listening on'))
+      .slice(-n);
+  }
+
   /** Copies of `id` settled for good (acknowledged or rejected). */
   settled(id: string): number {
     return this.of(id).filter((s) => s !== 'requeue').length;
@@ -260,7 +269,11 @@ export async function fuzzConsumer(options: FuzzOptions): Promise<FuzzReport> {
           };
           report.violations.push(violation);
           options.log?.(
-            `VIOLATION #${index} [${violation.program}] faults [${violation.faults}]: ${what}`,
+            `VIOLATION #${index} [${violation.program}] faults [${violation.faults}]: ${what}` +
+              heard
+                .log(8)
+                .map((line) => `\n    | ${line.slice(0, 300)}`)
+                .join(''),
           );
         }
       }
@@ -323,7 +336,9 @@ function checkLeftRunning(
     landed.some((path) => path.includes('×') || !mayLand.includes(path)) ||
     (!mayLose && lost.length)
   ) {
-    return [`work left running landed [${landed.join(',')}], the model wants [${forgets.join(',')}]`];
+    return [
+      `work left running landed [${landed.join(',')}], the model wants [${forgets.join(',')}]`,
+    ];
   }
   return [];
 }

@@ -63,7 +63,10 @@ describe('the check of a message id’s deliveries', () => {
     [
       'settled both ways',
       { ...applied, settlements: ['ack', 'reject'] },
-      ['acknowledged and rejected (the broker heard: ack,reject)', 'given up (the broker heard: ack,reject)'],
+      [
+        'acknowledged and rejected (the broker heard: ack,reject)',
+        'given up (the broker heard: ack,reject)',
+      ],
     ],
     [
       'what the library may refuse, given up with nothing applied',
@@ -71,6 +74,11 @@ describe('the check of a message id’s deliveries', () => {
         ...givenUp,
         model: { ...ok, refusable: true },
       },
+      [],
+    ],
+    [
+      'what the library may refuse, refused on one copy and done on the other',
+      { ...applied, model: { ...ok, refusable: true }, settlements: ['reject', 'ack'], counted: 3 },
       [],
     ],
     [
@@ -87,11 +95,7 @@ describe('the check of a message id’s deliveries', () => {
         'its id recorded, the model wants it given up',
       ],
     ],
-    [
-      'a swallowed failure (aborted) given up',
-      { ...givenUp, model: { kind: 'aborted' } },
-      [],
-    ],
+    ['a swallowed failure (aborted) given up', { ...givenUp, model: { kind: 'aborted' } }, []],
   ])('%s', (_name, record, violations) => {
     expect(checkDelivery(record)).toEqual(violations);
   });

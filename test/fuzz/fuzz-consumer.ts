@@ -71,10 +71,8 @@ export function consumerOf(interpreter: ProgramRunner) {
       const channel = context.getChannelRef() as amqplib.Channel;
       const message = context.getMessage() as amqplib.Message;
       try {
-        await this.messages.processOnce(
-          CONSUMERS.once,
-          String(message.properties.messageId),
-          () => interpreter.run(delivery.program, statementTimeout(delivery, context)),
+        await this.messages.processOnce(CONSUMERS.once, String(message.properties.messageId), () =>
+          interpreter.run(delivery.program, statementTimeout(delivery, context)),
         );
         channel.ack(message);
       } catch (error) {
