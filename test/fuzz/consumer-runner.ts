@@ -4,7 +4,7 @@ import fc from 'fast-check';
 import pg from 'pg';
 import { startWorker, type WorkerProcess } from '../support/worker-process.js';
 import { checkDelivery, type Settlement } from './delivery-check.js';
-import { FUZZ_APPLICATION_NAME, FUZZ_DDL } from './fuzz-app.js';
+import { FUZZ_DDL } from './fuzz-app.js';
 import { CONSUMERS, type Delivery, PATTERNS, RABBITMQ_URL, type Via } from './fuzz-consumer.js';
 import { type Fault, type FuzzOptions, type FuzzReport } from './fuzz-runner.js';
 import {
@@ -22,7 +22,8 @@ import {
  * own, `fuzz-consumer.ts`) through `@IdempotentMessage({ ack: true })` or, one program in
  * three, `ProcessedMessages.processOnce()`, and redelivered by the broker until it is settled
  * for good (acknowledged, or rejected once given up). The faults a consumer meets, on its
- * first deliveries: the app's connections terminated this long into the delivery, a statement
+ * first deliveries: the app's connections terminated this long after the handler began (on
+ * the first delivery, then the redelivery, in the plan's order), a statement
  * timeout on the first delivery of a copy, a duplicate published at once (or, later in the
  * plan, while it is being redelivered), SIGKILL of the consumer's process (the broker
  * redelivers what it had not acknowledged to the restarted one), and a crowd of other messages
@@ -38,9 +39,11 @@ export function deliveryFaultArbitrary(sigkills: boolean): fc.Arbitrary<Fault> {
   return fc.oneof(
     { weight: 3, arbitrary: fc.constant<Fault>({ kind: 'none' }) },
     {
+      // Timed from the handler's start (by the consumer: see `Delivery`), on the deliveries
+      // in the plan's order; most handlers run for a few milliseconds.
       weight: 3,
       arbitrary: fc
-        .integer({ min: 0, max: 60 })
+        .oneof(fc.constant(0), fc.integer({ min: 1, max: 8 }), fc.integer({ min: 0, max: 60 }))
         .map<Fault>((afterMs) => ({ kind: 'drop-connections', afterMs })),
     },
     {
@@ -189,8 +192,12 @@ export async function fuzzConsumer(options: FuzzOptions): Promise<FuzzReport> {
         : [];
       const subjects = [program, ...crowd];
       const published = new Map<string, number>();
-      const publish = (subject: HandlerProgram, statementTimeoutMs?: number) => {
-        const delivery: Delivery = { program: subject, statementTimeoutMs };
+      // The drops of the plan, in order: the first delivery's, the redelivery's...
+      const drops = plan.flatMap((fault) =>
+        fault.kind === 'drop-connections' ? [fault.afterMs] : [],
+      );
+      const publish = (subject: HandlerProgram, faults: Omit<Delivery, 'program'> = {}) => {
+        const delivery: Delivery = { program: subject, ...faults };
         channel.sendToQueue(
           queue,
           Buffer.from(JSON.stringify({ pattern: PATTERNS[via], data: delivery })),
@@ -208,21 +215,18 @@ export async function fuzzConsumer(options: FuzzOptions): Promise<FuzzReport> {
         report.faults[fault.kind] = (report.faults[fault.kind] ?? 0) + 1;
         report.attempts += 1;
         const before = heard.of(program.id).length;
-        if (attempt === 0 || fault.kind === 'statement-timeout') {
-          publish(program, fault.kind === 'statement-timeout' ? fault.ms : undefined);
+        if (attempt === 0) {
+          publish(program, {
+            dropAfterMs: drops,
+            statementTimeoutMs: fault.kind === 'statement-timeout' ? fault.ms : undefined,
+          });
+        } else if (fault.kind === 'statement-timeout') {
+          publish(program, { statementTimeoutMs: fault.ms });
         }
         if (fault.kind === 'race') publish(program);
         if (fault.kind === 'crowd' && !crowdSent) {
           crowdSent = true;
           for (const member of crowd) publish(member);
-        }
-        if (fault.kind === 'drop-connections') {
-          await sleep(fault.afterMs);
-          await admin.query(
-            `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-              WHERE application_name = $1 AND datname = current_database()`,
-            [FUZZ_APPLICATION_NAME],
-          );
         }
         if (fault.kind === 'sigkill') {
           await sleep(fault.afterMs);

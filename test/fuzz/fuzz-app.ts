@@ -527,7 +527,9 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
 /** The routes over HTTP, or the consumer's handlers (a GraphQL app has its resolver instead). */
 function controllersOf(options: FuzzAppOptions, interpreter: Interpreter) {
   if (options.transport === 'http') return [controllerOf(interpreter)];
-  if (options.transport === 'rabbitmq') return [consumerOf(interpreter)];
+  if (options.transport === 'rabbitmq') {
+    return [consumerOf(interpreter, options.databaseUrl, FUZZ_APPLICATION_NAME)];
+  }
   return [];
 }
 

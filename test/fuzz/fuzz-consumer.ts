@@ -8,6 +8,7 @@ import {
   Transport,
 } from '@nestjs/microservices';
 import amqplib from 'amqplib';
+import pg from 'pg';
 import {
   IdempotencyStoreUnavailableError,
   IdempotentMessage,
@@ -33,10 +34,16 @@ export const CONSUMERS: Record<Via, string> = { message: 'fuzz', once: 'fuzz-onc
 /** Counted failures before the decorator gives a message up (a program that throws). */
 export const MAX_ATTEMPTS = 3;
 
-/** A message's data: the program, and the statement-timeout fault of its first delivery. */
+/**
+ * A message's data: the program, and its faults: a statement timeout on its first delivery,
+ * and the app's connections terminated this long after the handler began, on the first,
+ * second... delivery this process gets of it (the handler runs for milliseconds: timed from
+ * the publisher's side, nearly every drop would land between deliveries).
+ */
 export interface Delivery {
   program: HandlerProgram;
   statementTimeoutMs?: number;
+  dropAfterMs?: number[];
 }
 
 /** What a program needs of the fuzz app's interpreter. */
@@ -50,7 +57,45 @@ function statementTimeout(delivery: Delivery, context: RmqContext): number {
   return message.fields.redelivered ? 0 : (delivery.statementTimeoutMs ?? 0);
 }
 
-export function consumerOf(interpreter: ProgramRunner) {
+/** Terminates the app's connections (by their application name) from a connection of its own. */
+function dropperOf(databaseUrl: string, applicationName: string) {
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });
+  pool.on('error', () => undefined);
+  const deliveries = new Map<string, number>();
+  return (delivery: Delivery, message: amqplib.Message) => {
+    const id = String(message.properties.messageId);
+    const n = deliveries.get(id) ?? 0;
+    deliveries.set(id, n + 1);
+    const afterMs = delivery.dropAfterMs?.[n];
+    if (afterMs === undefined) return Promise.resolve();
+    const terminate = () =>
+      pool
+        .query(
+          `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+            WHERE application_name = $1 AND datname = current_database()`,
+          [applicationName],
+        )
+        .then(() => undefined)
+        .catch(() => undefined);
+    // At 0, before the program: its first statement meets the delivery's connection gone.
+    if (afterMs === 0) return terminate();
+    setTimeout(() => void terminate(), afterMs);
+    return Promise.resolve();
+  };
+}
+
+export function consumerOf(
+  interpreter: ProgramRunner,
+  databaseUrl: string,
+  applicationName: string,
+) {
+  const drop = dropperOf(databaseUrl, applicationName);
+  /** One delivery of a program: its faults set off, then the program. */
+  const run = async (delivery: Delivery, context: RmqContext) => {
+    await drop(delivery, context.getMessage() as amqplib.Message);
+    return interpreter.run(delivery.program, statementTimeout(delivery, context));
+  };
+
   @Controller()
   class ProgramConsumer {
     constructor(readonly messages: ProcessedMessages) {}
@@ -58,7 +103,7 @@ export function consumerOf(interpreter: ProgramRunner) {
     @EventPattern<string>('program')
     @IdempotentMessage({ consumer: CONSUMERS.message, ack: true, maxAttempts: MAX_ATTEMPTS })
     async run(@Payload() delivery: Delivery, @Ctx() context: RmqContext) {
-      await interpreter.run(delivery.program, statementTimeout(delivery, context));
+      await run(delivery, context);
     }
 
     /**
@@ -72,7 +117,7 @@ export function consumerOf(interpreter: ProgramRunner) {
       const message = context.getMessage() as amqplib.Message;
       try {
         await this.messages.processOnce(CONSUMERS.once, String(message.properties.messageId), () =>
-          interpreter.run(delivery.program, statementTimeout(delivery, context)),
+          run(delivery, context),
         );
         channel.ack(message);
       } catch (error) {
