@@ -176,13 +176,14 @@ export async function fuzzConsumer(options: FuzzOptions): Promise<FuzzReport> {
     `${options.via ? ` FUZZ_VIA=${options.via}` : ''} npm run fuzz`;
 
   try {
-    for (const [index, [generated, plan]] of cases.entries()) {
+    for (const [index, [generated, drawn]] of cases.entries()) {
       if (options.only !== undefined && index !== options.only) continue;
       const via: Via = options.via ?? (index % 3 === 2 ? 'once' : 'message');
       const program = asMessage(
         { id: `s${options.seed}-p${index}`, ...generated },
         Boolean(options.defaultSerializable),
       );
+      const plan = kyselyCursorSafe(layer, program, drawn);
       const crowd: HandlerProgram[] = plan.some((fault) => fault.kind === 'crowd')
         ? Array.from({ length: CROWD }, (_, i) => ({
             ...program,
@@ -303,6 +304,19 @@ export async function fuzzConsumer(options: FuzzOptions): Promise<FuzzReport> {
   }
   report.seconds = Math.round((Date.now() - began) / 100) / 10;
   return report;
+}
+
+/**
+ * Kysely's `stream()` closes its pg-cursor in a `finally`, and pg-cursor's close() after the
+ * connection died waits for ever (see the pg layer's cursor in `data-layers.ts`): a drop under
+ * a Kysely cursor hangs the delivery, with or without the library (reproduced on Kysely alone).
+ * Its drops are left out of such programs, so that a run finds the library's faults.
+ */
+function kyselyCursorSafe(layer: string, program: HandlerProgram, plan: Fault[]): Fault[] {
+  const holdsCursor = (ops: Op[]): boolean =>
+    ops.some((op) => op.op === 'cursor' || (op.op === 'tx' && holdsCursor(op.body)));
+  if (layer !== 'kysely' || !holdsCursor(program.ops)) return plan;
+  return plan.map((fault) => (fault.kind === 'drop-connections' ? { kind: 'none' } : fault));
 }
 
 /** What the database kept of one message id. */

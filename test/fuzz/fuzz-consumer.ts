@@ -10,6 +10,7 @@ import {
 import amqplib from 'amqplib';
 import pg from 'pg';
 import {
+  IdempotentTransaction,
   IdempotencyStoreUnavailableError,
   IdempotentMessage,
   ProcessedMessages,
@@ -68,15 +69,19 @@ function dropperOf(databaseUrl: string, applicationName: string) {
     deliveries.set(id, n + 1);
     const afterMs = delivery.dropAfterMs?.[n];
     if (afterMs === undefined) return Promise.resolve();
+    // Outside the delivery's transaction (the handler's context would take it for a
+    // statement of the delivery's on another pool).
     const terminate = () =>
-      pool
-        .query(
+      IdempotentTransaction.outside(() =>
+        pool.query(
           `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
             WHERE application_name = $1 AND datname = current_database()`,
           [applicationName],
-        )
-        .then(() => undefined)
-        .catch(() => undefined);
+        ),
+      ).then(
+        () => undefined,
+        () => undefined,
+      );
     // At 0, before the program: its first statement meets the delivery's connection gone.
     if (afterMs === 0) return terminate();
     setTimeout(() => void terminate(), afterMs);
