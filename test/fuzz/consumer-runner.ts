@@ -3,7 +3,12 @@ import amqplib from 'amqplib';
 import fc from 'fast-check';
 import pg from 'pg';
 import { startWorker, type WorkerProcess } from '../support/worker-process.js';
-import { checkDelivery, type Settlement } from './delivery-check.js';
+import {
+  checkDelivery,
+  checkDuplicate,
+  type DeliveryRecord,
+  type Settlement,
+} from './delivery-check.js';
 import { FUZZ_DDL } from './fuzz-app.js';
 import { CONSUMERS, type Delivery, PATTERNS, RABBITMQ_URL, type Via } from './fuzz-consumer.js';
 import { type Fault, type FuzzOptions, type FuzzReport } from './fuzz-runner.js';
@@ -242,12 +247,24 @@ export async function fuzzConsumer(options: FuzzOptions): Promise<FuzzReport> {
         await waitFor(() => heard.of(program.id).length > before || allSettled(), 5000);
       }
       await waitFor(allSettled, Math.max(0, deadline - Date.now()));
-      // Work left running lands a moment after the commit; then a duplicate of each.
+      // Work left running lands a moment after the commit; then what each message left, as
+      // its first settlements did (a duplicate delivered later must not hide an ack that
+      // came with an effect missing), and a duplicate of each.
       await sleep(150);
+      const model = expectedOutcome(program, { begun: true });
+      const settled = new Map<string, DeliveryRecord>();
+      for (const subject of subjects) {
+        const { landed: _landed, ...found } = await inspect(admin, subject.id, CONSUMERS[via]);
+        settled.set(subject.id, {
+          model,
+          published: published.get(subject.id) ?? 0,
+          settlements: heard.of(subject.id),
+          ...found,
+        });
+      }
       for (const subject of subjects) publish(subject);
       await waitFor(allSettled, 10_000);
 
-      const model = expectedOutcome(program, { begun: true });
       for (const subject of subjects) {
         if (subject.id.includes('~')) report.crowdPrograms += 1;
         else report.programs += 1;
@@ -256,13 +273,19 @@ export async function fuzzConsumer(options: FuzzOptions): Promise<FuzzReport> {
         const mayLose = plan.some(
           (fault) => fault.kind === 'sigkill' || fault.kind === 'drop-connections',
         );
+        const after: DeliveryRecord = {
+          model,
+          published: published.get(subject.id) ?? 0,
+          settlements: heard.of(subject.id),
+          ...found,
+        };
+        const before = settled.get(subject.id)!;
         const violations = [
-          ...checkDelivery({
-            model,
-            published: published.get(subject.id) ?? 0,
-            settlements: heard.of(subject.id),
-            ...found,
-          }),
+          ...new Set([
+            ...checkDelivery(before),
+            ...checkDelivery(after),
+            ...checkDuplicate(before, after),
+          ]),
           ...checkLeftRunning(model, found.landed, mayLose),
         ];
         for (const what of violations) {

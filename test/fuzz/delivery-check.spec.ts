@@ -1,4 +1,4 @@
-import { checkDelivery, type DeliveryRecord } from './delivery-check.js';
+import { checkDelivery, checkDuplicate, type DeliveryRecord } from './delivery-check.js';
 import { type Outcome } from './handler-program.js';
 
 const ok: Extract<Outcome, { kind: 'ok' }> = {
@@ -98,5 +98,34 @@ describe('the check of a message id’s deliveries', () => {
     ['a swallowed failure (aborted) given up', { ...givenUp, model: { kind: 'aborted' } }, []],
   ])('%s', (_name, record, violations) => {
     expect(checkDelivery(record)).toEqual(violations);
+  });
+});
+
+describe('the check of a duplicate delivered after its message was settled', () => {
+  const first: DeliveryRecord = { ...applied, published: 1, settlements: ['requeue', 'ack'] };
+  it.each<[string, DeliveryRecord, DeliveryRecord, string[]]>([
+    ['acknowledged, nothing changed', first, applied, []],
+    [
+      'applied again',
+      first,
+      { ...applied, applied: ['0×2', '1×2'] },
+      ['a duplicate changed its effects: [0,1], then [0×2,1×2]'],
+    ],
+    [
+      // An ack that came with an effect missing, which the duplicate then applied.
+      'applying what the first ack left missing',
+      { ...first, applied: [], recorded: false },
+      applied,
+      ['a duplicate changed its effects: [], then [0,1]'],
+    ],
+    [
+      'requeued',
+      first,
+      { ...applied, settlements: ['requeue', 'ack', 'requeue', 'ack'] },
+      ['a duplicate was settled requeue,ack, not acknowledged'],
+    ],
+    ['a message given up: its duplicate may apply it', givenUp, applied, []],
+  ])('%s', (_name, before, after, violations) => {
+    expect(checkDuplicate(before, after)).toEqual(violations);
   });
 });

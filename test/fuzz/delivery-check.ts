@@ -71,3 +71,21 @@ export function checkDelivery(record: DeliveryRecord): string[] {
   if (record.recorded) violations.push('its id recorded, the model wants it given up');
   return violations;
 }
+
+/**
+ * A duplicate of a message once acknowledged (delivered after it was settled): it changes
+ * nothing, and is acknowledged. `before` is what the message left when its copies were
+ * settled, `after` the same once the duplicate was.
+ */
+export function checkDuplicate(before: DeliveryRecord, after: DeliveryRecord): string[] {
+  if (!before.settlements.includes('ack')) return [];
+  const violations: string[] = [];
+  const was = before.applied.join(',');
+  const is = after.applied.join(',');
+  if (was !== is) violations.push(`a duplicate changed its effects: [${was}], then [${is}]`);
+  const answered = after.settlements.slice(before.settlements.length);
+  if (answered.some((s) => s !== 'ack')) {
+    violations.push(`a duplicate was settled ${answered.join(',')}, not acknowledged`);
+  }
+  return violations;
+}
