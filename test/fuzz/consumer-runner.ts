@@ -6,6 +6,7 @@ import { startWorker, type WorkerProcess } from '../support/worker-process.js';
 import {
   checkDelivery,
   checkDuplicate,
+  checkLeftRunning,
   type DeliveryRecord,
   type Settlement,
 } from './delivery-check.js';
@@ -286,7 +287,10 @@ export async function fuzzConsumer(options: FuzzOptions): Promise<FuzzReport> {
             ...checkDelivery(after),
             ...checkDuplicate(before, after),
           ]),
-          ...checkLeftRunning(model, found.landed, mayLose),
+          ...checkLeftRunning(model, found.landed, {
+            mayLose,
+            acknowledged: before.settlements.includes('ack'),
+          }),
         ];
         for (const what of violations) {
           const violation = {
@@ -364,26 +368,6 @@ async function inspect(admin: pg.Pool, id: string, consumer: string) {
     [id, consumer],
   );
   return rows[0];
-}
-
-/** Work the handler left running: each write lands once, where the run it belongs to commits. */
-function checkLeftRunning(
-  model: ReturnType<typeof expectedOutcome>,
-  landed: string[],
-  mayLose: boolean,
-): string[] {
-  const forgets = model.kind === 'ok' ? [...model.forgets].sort() : [];
-  const mayLand = model.kind === 'ok' ? [...forgets, ...model.mayForget] : [];
-  const lost = forgets.filter((path) => !landed.includes(path));
-  if (
-    landed.some((path) => path.includes('×') || !mayLand.includes(path)) ||
-    (!mayLose && lost.length)
-  ) {
-    return [
-      `work left running landed [${landed.join(',')}], the model wants [${forgets.join(',')}]`,
-    ];
-  }
-  return [];
 }
 
 function describePlan(plan: Fault[]): string {

@@ -1,4 +1,9 @@
-import { checkDelivery, checkDuplicate, type DeliveryRecord } from './delivery-check.js';
+import {
+  checkDelivery,
+  checkDuplicate,
+  checkLeftRunning,
+  type DeliveryRecord,
+} from './delivery-check.js';
 import { type Outcome } from './handler-program.js';
 
 const ok: Extract<Outcome, { kind: 'ok' }> = {
@@ -127,5 +132,25 @@ describe('the check of a duplicate delivered after its message was settled', () 
     ['a message given up: its duplicate may apply it', givenUp, applied, []],
   ])('%s', (_name, before, after, violations) => {
     expect(checkDuplicate(before, after)).toEqual(violations);
+  });
+});
+
+describe('the check of the work a handler left running', () => {
+  const leaves = { ...ok, forgets: ['0'], mayForget: ['2'] };
+  const clean = { mayLose: false, acknowledged: true };
+  it.each<[string, string[], { mayLose: boolean; acknowledged: boolean }, string[]]>([
+    ['landed once', ['0'], clean, []],
+    ['landed once, and the one a later savepoint may take', ['0', '2'], clean, []],
+    ['lost', [], clean, ['work left running landed [], the model wants [0]']],
+    ['lost with a drop', [], { mayLose: true, acknowledged: true }, []],
+    ['lost with the message given up', [], { mayLose: false, acknowledged: false }, []],
+    [
+      'landed twice (a failed delivery’s write kept)',
+      ['0×2'],
+      { mayLose: true, acknowledged: false },
+      ['work left running landed [0×2], the model wants [0]'],
+    ],
+  ])('%s', (_name, landed, how, violations) => {
+    expect(checkLeftRunning(leaves, landed, how)).toEqual(violations);
   });
 });

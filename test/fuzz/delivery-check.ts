@@ -89,3 +89,28 @@ export function checkDuplicate(before: DeliveryRecord, after: DeliveryRecord): s
   }
   return violations;
 }
+
+/**
+ * Work the handler left running (`fuzz_later`, by path): each write lands at most once, and
+ * only one the model lets land; once the message is acknowledged, each write of the run that
+ * committed lands, unless a crash or a drop (`mayLose`) took it. A message given up (what the
+ * library may refuse) committed no run: its writes rolled back with its deliveries.
+ */
+export function checkLeftRunning(
+  model: Outcome,
+  landed: string[],
+  { mayLose, acknowledged }: { mayLose: boolean; acknowledged: boolean },
+): string[] {
+  const forgets = model.kind === 'ok' ? [...model.forgets].sort() : [];
+  const mayLand = model.kind === 'ok' ? [...forgets, ...model.mayForget] : [];
+  const lost = forgets.filter((path) => !landed.includes(path));
+  if (
+    landed.some((path) => path.includes('×') || !mayLand.includes(path)) ||
+    (acknowledged && !mayLose && lost.length)
+  ) {
+    return [
+      `work left running landed [${landed.join(',')}], the model wants [${forgets.join(',')}]`,
+    ];
+  }
+  return [];
+}
