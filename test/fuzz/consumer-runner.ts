@@ -264,7 +264,10 @@ export async function fuzzConsumer(options: FuzzOptions): Promise<FuzzReport> {
         });
       }
       for (const subject of subjects) publish(subject);
-      await waitFor(allSettled, 10_000);
+      // As long as the first copies had: a crowd's duplicates arriving together may starve a
+      // small pool (each delivery holds a connection and its outside() wants another), and
+      // go back after a growing backoff until they spread out.
+      await waitFor(allSettled, budgetMs);
 
       for (const subject of subjects) {
         if (subject.id.includes('~')) report.crowdPrograms += 1;
