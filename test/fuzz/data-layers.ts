@@ -136,7 +136,15 @@ export function pgDb(pool: Pool, client?: PoolClient, depth = 0): Db {
           await each(batch[0].n);
         }
       } finally {
-        await cursor.close();
+        // pg-cursor (2.22) closes an errored cursor by waiting for the connection's next
+        // readyForQuery: when the error was the connection's death, it never comes, and
+        // close() hangs for ever (with or without the library; Kysely's stream() awaits it
+        // the same way). An errored cursor is let go, as an app must.
+        if ((cursor as unknown as { state?: string }).state === 'error') {
+          void cursor.close().catch(() => undefined);
+        } else {
+          await cursor.close();
+        }
         if (!client) own.release();
       }
     },

@@ -54,6 +54,7 @@ import {
   prismaDb,
   typeormDb,
 } from './data-layers.js';
+import { consumerOf, startConsumer } from './fuzz-consumer.js';
 import { type HandlerProgram, type Op } from './handler-program.js';
 
 export const FUZZ_APPLICATION_NAME = 'fuzz-app';
@@ -169,7 +170,7 @@ export function tenantOf(request: { body?: unknown }): string {
   return '1';
 }
 
-/** Runs programs on one data layer: the interpreter the controller and the resolver share. */
+/** Runs programs on one data layer: the interpreter the controller, the resolver and the consumer share. */
 class Interpreter {
   constructor(
     private readonly root: Db,
@@ -423,8 +424,9 @@ function resolverOf(interpreter: Interpreter) {
   return ProgramResolver;
 }
 
-export type TransportName = 'http' | 'graphql';
-export const TRANSPORTS: TransportName[] = ['http', 'graphql'];
+/** Routes over HTTP, mutations on Apollo, or messages to a RabbitMQ consumer (`fuzz-consumer.ts`). */
+export type TransportName = 'http' | 'graphql' | 'rabbitmq';
+export const TRANSPORTS: TransportName[] = ['http', 'graphql', 'rabbitmq'];
 
 export interface FuzzAppOptions {
   databaseUrl: string;
@@ -434,6 +436,8 @@ export interface FuzzAppOptions {
   leaseMs: number;
   /** The database's `default_transaction_isolation` is serializable (set by the runner). */
   defaultSerializable: boolean;
+  /** The RabbitMQ queue the consumer takes its messages from (transport `rabbitmq`). */
+  queue?: string;
 }
 
 const idempotencyOptions = (options: FuzzAppOptions) => ({
@@ -487,7 +491,7 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
         IdempotencyModule.forRoot(idempotencyOptions(options)),
         ...graphql,
       ],
-      controllers: options.transport === 'http' ? [controllerOf(lazy)] : [],
+      controllers: controllersOf(options, lazy),
       providers: [
         interceptor,
         { provide: INTERPRETER, useClass: TypeormInterpreter },
@@ -497,7 +501,7 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
     class FuzzAppModule {}
     const app = await bootstrapTestApp(FuzzAppModule, adapter);
     holder.interpreter = app.get<Interpreter>(INTERPRETER);
-    return app;
+    return withConsumer(app, options);
   }
 
   // A data layer on the library's pool seam: one pg.Pool, the library's and the layer's.
@@ -513,11 +517,31 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
   const interpreter = new Interpreter(root, options.defaultSerializable);
   @Module({
     imports: [IdempotencyModule.forRoot({ ...idempotencyOptions(options), pool }), ...graphql],
-    controllers: options.transport === 'http' ? [controllerOf(interpreter)] : [],
+    controllers: controllersOf(options, interpreter),
     providers: [interceptor, ...(options.transport === 'graphql' ? [resolverOf(interpreter)] : [])],
   })
   class FuzzPoolAppModule {}
-  return bootstrapTestApp(FuzzPoolAppModule, adapter);
+  return withConsumer(await bootstrapTestApp(FuzzPoolAppModule, adapter), options);
+}
+
+/** The routes over HTTP, or the consumer's handlers (a GraphQL app has its resolver instead). */
+function controllersOf(options: FuzzAppOptions, interpreter: Interpreter) {
+  if (options.transport === 'http') return [controllerOf(interpreter)];
+  if (options.transport === 'rabbitmq') {
+    return [consumerOf(interpreter, options.databaseUrl, FUZZ_APPLICATION_NAME)];
+  }
+  return [];
+}
+
+/** The consumer's transport connected and started, on the `rabbitmq` transport. */
+async function withConsumer(
+  app: INestApplication,
+  options: FuzzAppOptions,
+): Promise<INestApplication> {
+  if (options.transport !== 'rabbitmq') return app;
+  if (!options.queue) throw new Error('the rabbitmq transport needs a queue');
+  await startConsumer(app, options.queue);
+  return app;
 }
 
 function rootDb(layer: Exclude<LayerName, 'typeorm'>, pool: Pool): Db {

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import pg, { type Pool } from 'pg';
 import { startWorker, type WorkerProcess } from '../support/worker-process.js';
+import { fuzzConsumer } from './consumer-runner.js';
 import { type LayerName } from './data-layers.js';
 import {
   ANSWER_EPOCH,
@@ -10,6 +11,7 @@ import {
   STATEMENT_TIMEOUT_HEADER,
   type TransportName,
 } from './fuzz-app.js';
+import { type Via } from './fuzz-consumer.js';
 import {
   describeProgram,
   expectedOutcome,
@@ -53,8 +55,13 @@ export interface FuzzOptions {
   sigkills: boolean;
   /** The data layer the app's handlers write through; TypeORM when not given. */
   layer?: LayerName;
-  /** How programs reach the app: routes (HTTP), or mutations on Apollo (GraphQL). */
+  /**
+   * How programs reach the app: routes (HTTP), mutations on Apollo (GraphQL), or messages to
+   * a RabbitMQ consumer (`consumer-runner.ts`).
+   */
   transport?: TransportName;
+  /** RabbitMQ only: every program through `@IdempotentMessage` or `processOnce()` (else one in three the latter). */
+  via?: Via;
   /** Set the database's `default_transaction_isolation` to serializable. */
   defaultSerializable?: boolean;
   /** Only the program of this index (a violation's reproduction). */
@@ -83,7 +90,8 @@ export interface FuzzReport {
   programs: number;
   crowdPrograms: number;
   attempts: number;
-  faults: Record<Fault['kind'], number>;
+  /** Attempts per fault kind. */
+  faults: Partial<Record<Fault['kind'], number>>;
   outcomes: Record<Outcome['kind'], number>;
   /** How many ops of each kind the programs held (an isolation level counted as its own). */
   ops: Record<string, number>;
@@ -162,6 +170,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * every answer after the first final one identical to it.
  */
 export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
+  if (options.transport === 'rabbitmq') return fuzzConsumer(options);
   const began = Date.now();
   const layer = options.layer ?? 'typeorm';
   const transport = options.transport ?? 'http';
@@ -340,7 +349,7 @@ async function settle(
   let last: Answer | undefined;
   for (let attempt = 0; !final && Date.now() < deadline; attempt++) {
     const fault = plan[attempt] ?? { kind: 'none' };
-    report.faults[fault.kind] += 1;
+    report.faults[fault.kind] = (report.faults[fault.kind] ?? 0) + 1;
     report.attempts += 1;
     const began = Date.now();
     const got = await send.attempt(fault);

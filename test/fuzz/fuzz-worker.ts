@@ -15,6 +15,7 @@ const app = await createFuzzApp({
   transport: (process.env.TRANSPORT ?? 'http') as TransportName,
   leaseMs: Number(process.env.LEASE_MS ?? 1500),
   defaultSerializable: process.env.DEFAULT_SERIALIZABLE === '1',
+  queue: process.env.QUEUE,
 });
 await app.listen(0, '127.0.0.1');
 const address = app.getHttpServer().address() as { port: number };

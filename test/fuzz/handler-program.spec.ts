@@ -18,6 +18,28 @@ describe('the model of a handler program', () => {
     });
   });
 
+  it.each<[string, Op[], boolean]>([
+    [
+      'a nested transaction that gives up after work left running',
+      [{ op: 'forget' }, tx([write], 'throw', true), write],
+      true,
+    ],
+    ['one that commits after it', [{ op: 'forget' }, tx([write]), write], false],
+    ['one that gives up before it', [tx([write], 'throw', true), { op: 'forget' }, write], false],
+  ])('may refuse %s (its write may land in the savepoint): %s', (_name, ops, refusable) => {
+    expect(run(ops)).toMatchObject({ kind: 'ok', refusable });
+  });
+
+  it('refuses any level asked for first on a consumer, whose transaction began with its record', () => {
+    const first: Op[] = [{ ...tx([write]), isolation: 'SERIALIZABLE' } as Op, write];
+    expect(expectedOutcome({ id: 'p', ops: first }, { begun: true })).toEqual({
+      kind: 'error',
+      status: 500,
+    });
+    // The same program on a route begins its transaction at the level.
+    expect(expectedOutcome({ id: 'p', ops: first })).toMatchObject({ kind: 'ok' });
+  });
+
   it.each(['acme\ud800', 'acme\udbff'])(
     'refuses a tenant id with a lone surrogate (%j): 400 tenant_invalid, nothing applied',
     (tenant) => {

@@ -92,8 +92,9 @@ export type Outcome =
       mayForget: string[];
       stream: boolean;
       /**
-       * The program uses what the library may refuse (a session advisory lock, a cursor): a
-       * final error with nothing applied is then right too, never a hang or half its effects.
+       * The program uses what the library may refuse (a session advisory lock, a cursor, work
+       * left running while a nested transaction rolls back): a final error with nothing
+       * applied is then right too, never a hang or half its effects.
        */
       refusable: boolean;
     }
@@ -124,6 +125,13 @@ interface RequestState {
   begun: boolean;
   /** READ COMMITTED 1, REPEATABLE READ 2, SERIALIZABLE 3. */
   strength: number;
+  /**
+   * A nested transaction rolled back after work was left running: that work's write may have
+   * landed in its savepoint (on the request's one connection), and the library's pool seam
+   * then refuses the request (`StatementBesideNestedTransactionError`: 500
+   * `transaction_aborted`, a consumer's failed delivery) rather than lose the write in silence.
+   */
+  besideRollback: boolean;
 }
 
 const STRENGTH: Record<Isolation, number> = { 'REPEATABLE READ': 2, SERIALIZABLE: 3 };
@@ -139,16 +147,21 @@ interface Level {
 
 /**
  * The model: what PostgreSQL and Nest do with a program when nothing fails, which is what the
- * library must make of it however many attempts, crashes and timeouts it takes.
+ * library must make of it however many attempts, crashes and timeouts it takes. `begun`: the
+ * transaction has begun before the handler (at READ COMMITTED), as a consumer's does with the
+ * record of its message id: a nested transaction's stronger level is then refused.
  */
-export function expectedOutcome(program: HandlerProgram): Outcome {
+export function expectedOutcome(
+  program: HandlerProgram,
+  { begun = false }: { begun?: boolean } = {},
+): Outcome {
   // PostgreSQL would store "acme\ud800" and "acme\udbff" as one text: such a tenant is refused.
   if (program.tenant !== undefined && !isWellFormedText(program.tenant)) {
     return { kind: 'refused', status: 400, code: 'tenant_invalid' };
   }
   const top: Level = { aborted: false, writes: [] };
   const forgets: string[] = [];
-  const request: RequestState = { begun: false, strength: 1 };
+  const request: RequestState = { begun, strength: 1, besideRollback: false };
   const thrown = runOps(program.ops, '', top, forgets, request);
   if (thrown !== undefined) {
     // A statement error out of the handler is its final answer, Nest's 500, stored.
@@ -163,7 +176,7 @@ export function expectedOutcome(program: HandlerProgram): Outcome {
     forgets: forgets.filter((path) => !laterTransaction(path)),
     mayForget: forgets.filter(laterTransaction),
     stream: program.ops.some((op) => op.op === 'stream'),
-    refusable: refusable(program.ops),
+    refusable: refusable(program.ops) || request.besideRollback,
   };
 }
 
@@ -214,6 +227,10 @@ function runOps(
         break;
       case 'tx': {
         const thrown = runTransaction(op, `${path}.`, level, forgets, request);
+        // Its savepoint rolled back (a refused level never opened one).
+        if (thrown !== undefined && thrown !== 'refused' && forgets.length) {
+          request.besideRollback = true;
+        }
         if (thrown !== undefined && (!op.caught || !swallowed(thrown))) return thrown;
         break;
       }

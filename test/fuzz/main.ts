@@ -2,10 +2,13 @@
  * `npm run fuzz`: the handler fuzzer run long, per data layer and transport. Settings from
  * arguments (`--layer=prisma,drizzle --transport=graphql --runs=100 --seed=7 --seconds=300`) or
  * the environment (FUZZ_LAYER, FUZZ_TRANSPORT, FUZZ_RUNS, FUZZ_SEED, FUZZ_SECONDS, FUZZ_ONLY,
- * FUZZ_SIGKILL=0, FUZZ_DEFAULT_SERIALIZABLE=1, FUZZ_BUDGET_MS):
+ * FUZZ_SIGKILL=0, FUZZ_DEFAULT_SERIALIZABLE=1, FUZZ_BUDGET_MS, FUZZ_VIA):
  *
  * - layer: typeorm, pg, prisma, drizzle, kysely, or all (the default);
- * - transport: http, graphql, or all (the default);
+ * - transport: http, graphql, rabbitmq (a consumer, on the RabbitMQ of 127.0.0.1:5672), or all
+ *   (the default);
+ * - via (rabbitmq only): message (`@IdempotentMessage`) or once (`processOnce()`); by default
+ *   one program in three the latter;
  * - runs: programs per seed (default 100); seed: the first seed (default: the clock);
  * - seconds: when given, each layer and transport runs seed after seed until its share of it
  *   is spent; else one seed each.
@@ -18,6 +21,7 @@ import { startEmbeddedPostgres } from '../../sample-app/database/embedded-postgr
 import { createTestDatabase } from '../support/database.js';
 import { LAYERS, type LayerName } from './data-layers.js';
 import { TRANSPORTS, type TransportName } from './fuzz-app.js';
+import { type Via } from './fuzz-consumer.js';
 import { type Fault, fuzz, type FuzzReport } from './fuzz-runner.js';
 import { type HandlerProgram } from './handler-program.js';
 
@@ -41,6 +45,8 @@ const runs = Number(setting('runs', 'FUZZ_RUNS') ?? 100);
 const firstSeed = Number(setting('seed', 'FUZZ_SEED') ?? Date.now() % 1_000_000);
 const seconds = Number(setting('seconds', 'FUZZ_SECONDS') ?? 0);
 const only = setting('only', 'FUZZ_ONLY');
+const via = setting('via', 'FUZZ_VIA') as Via | undefined;
+if (via !== undefined && via !== 'message' && via !== 'once') throw new Error(`unknown: ${via}`);
 /** FUZZ_PROGRAM='{"ops":[...]}' FUZZ_FAULTS='[{"kind":"crowd"}]': one program written by hand. */
 const handWrittenJson = setting('program', 'FUZZ_PROGRAM');
 const handWritten = handWrittenJson
@@ -77,6 +83,7 @@ try {
             defaultSerializable:
               setting('default-serializable', 'FUZZ_DEFAULT_SERIALIZABLE') === '1',
             only: only === undefined ? undefined : Number(only),
+            via,
             program: handWritten,
             budgetMs: Number(setting('budget-ms', 'FUZZ_BUDGET_MS') ?? 40_000),
             log: (line) => console.log(`[${layer}/${transport} seed ${seed}] ${line}`),

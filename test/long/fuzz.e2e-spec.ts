@@ -1,6 +1,7 @@
 import { type LayerName } from '../fuzz/data-layers.js';
 import { type TransportName } from '../fuzz/fuzz-app.js';
 import { fuzz } from '../fuzz/fuzz-runner.js';
+import { onRabbitMq } from '../support/brokers.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 
 /**
@@ -56,6 +57,56 @@ describe('handler programs under faults (seeded fuzz)', () => {
       // The run covered what it is for: every program, retried past its faults.
       expect(report.programs).toBe(runs);
       expect(report.attempts).toBeGreaterThan(runs);
+    },
+    240_000,
+  );
+});
+
+/**
+ * The same programs on a consumer (`fuzz/consumer-runner.ts`): published to RabbitMQ, run by an
+ * `@IdempotentMessage({ ack: true })` handler (and, one program in three, `processOnce()`),
+ * redelivered until settled, under the faults a consumer meets (the app's connections
+ * terminated mid-handler, a statement timeout, duplicates at once, a crowd of other messages,
+ * SIGKILLs), each message id checked: its effects exactly once and acknowledged, or given up
+ * with nothing applied when the program fails on its own; never acknowledged with an effect
+ * missing, never a failure counted for an outage. One short seed per data layer.
+ */
+onRabbitMq('handler programs on a RabbitMQ consumer (seeded fuzz)', () => {
+  let database: TestDatabase | undefined;
+
+  afterEach(async () => {
+    await database?.drop();
+    database = undefined;
+  });
+
+  it.each<{ layer: LayerName; seed: number }>([
+    // Seeds picked for what their four programs hold: a SIGKILL, a crowd, a connection drop
+    // before the program, a duplicate at once, a swallowed failure (typeorm 38); drops on the
+    // first delivery and the redelivery, a duplicate, processOnce() (pg 21); a crowd beside a
+    // duplicate and drops (prisma 45); a statement timeout over a database wait (drizzle 36);
+    // a crowd beside a statement timeout, a swallowed failure after a drop (kysely 58).
+    { layer: 'typeorm', seed: 38 },
+    { layer: 'pg', seed: 21 },
+    { layer: 'prisma', seed: 45 },
+    { layer: 'drizzle', seed: 36 },
+    { layer: 'kysely', seed: 58 },
+  ])(
+    '$layer, seed $seed: 4 messages, each applied once and acknowledged, or given up with nothing applied',
+    async ({ layer, seed }) => {
+      database = await createTestDatabase(`fuzz_${layer}_rabbitmq`);
+      const report = await fuzz({
+        databaseUrl: database.url,
+        seed,
+        runs: 4,
+        sigkills: true,
+        layer,
+        transport: 'rabbitmq',
+        budgetMs: 15_000,
+      });
+      expect(report.violations).toEqual([]);
+      expect(report.programs).toBe(4);
+      // Its faults were drawn: a drop (of the first delivery or a redelivery) in every seed.
+      expect(report.faults['drop-connections']).toBeGreaterThan(0);
     },
     240_000,
   );
