@@ -71,25 +71,26 @@ export const SWAP_OUT_SESSION_STATE =
  * it (the Supabase/Drizzle RLS recipe's `SET LOCAL ROLE` inside `db.transaction()` would then
  * run the handler's later statements as that role, where row-level security hides rows in
  * silence). Its role, session authorization and search path are kept after its `SAVEPOINT`
- * (settings named after it, rolled back with it) and put back after its `RELEASE`, in those
- * statements' round trips.
+ * (in settings under `name`, rolled back with it) and put back after its `RELEASE`, in those
+ * statements' round trips. A custom setting stays defined on the connection once made, so
+ * `name` must come from a small set (the nesting depth), never a counter.
  */
-export function keepNestedState(savepoint: string): string {
+export function keepNestedState(name: string): string {
   return (
-    `SELECT set_config('idempotency.${savepoint}_role', current_setting('role'), true), ` +
-    `set_config('idempotency.${savepoint}_authorization', ` +
+    `SELECT set_config('idempotency.${name}_role', current_setting('role'), true), ` +
+    `set_config('idempotency.${name}_authorization', ` +
     "current_setting('session_authorization'), true), " +
-    `set_config('idempotency.${savepoint}_search_path', '=' || current_setting('search_path'), ` +
+    `set_config('idempotency.${name}_search_path', '=' || current_setting('search_path'), ` +
     'true)'
   );
 }
 
 /** After the savepoint's `RELEASE`: what `keepNestedState` kept (authorization first). */
-export function restoreNestedState(savepoint: string): string {
+export function restoreNestedState(name: string): string {
   return (
-    `SELECT ${authorizationTo(`current_setting('idempotency.${savepoint}_authorization')`)}, ` +
-    `set_config('role', current_setting('idempotency.${savepoint}_role'), true), ` +
-    `set_config('search_path', substr(current_setting('idempotency.${savepoint}_search_path'), ` +
+    `SELECT ${authorizationTo(`current_setting('idempotency.${name}_authorization')`)}, ` +
+    `set_config('role', current_setting('idempotency.${name}_role'), true), ` +
+    `set_config('search_path', substr(current_setting('idempotency.${name}_search_path'), ` +
     '2), true)'
   );
 }

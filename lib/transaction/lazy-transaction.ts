@@ -130,9 +130,13 @@ export class LazyTransaction extends RequestTransaction {
         this.failedStartAt = undefined;
         return Promise.resolve();
       }
-      return internals.transactionDepth > 1
-        ? rollback()
-        : Promise.reject(this.refuse('rollbackTransaction() with no startTransaction()'));
+      if (internals.transactionDepth <= 1) {
+        return Promise.reject(this.refuse('rollbackTransaction() with no startTransaction()'));
+      }
+      // Rolled back to its savepoint: a failure inside it no longer aborts the transaction.
+      return rollback().then(() => {
+        this.lastError = undefined;
+      });
     };
     const query = runner.query.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     internals.query = async (...args: unknown[]) => {

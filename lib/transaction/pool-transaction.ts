@@ -49,11 +49,14 @@ interface Savepoint {
   /** A statement not of its nested transaction ran inside it (see `markBeside`). */
   beside?: boolean;
   /**
-   * Its data layer's outermost transaction (a transaction of its own without the library):
-   * the role, session authorization and search path are put back at its `COMMIT`, as its
-   * real `COMMIT` would end a `SET LOCAL` (see `nestedStateKept`).
+   * For its data layer's outermost transaction (a transaction of its own without the
+   * library): the name its role, session authorization and search path are kept under, put
+   * back at its `COMMIT` as its real `COMMIT` would end a `SET LOCAL` (see `keepNestedState`).
+   * Named by its depth among the open savepoints: those of one depth are never open at once,
+   * so the settings a connection ends up with are bounded by the deepest nesting, not by how
+   * many nested transactions it ever ran.
    */
-  outermost?: boolean;
+  keptAs?: string;
 }
 
 /**
@@ -222,6 +225,14 @@ export class PoolTransaction extends RequestTransaction {
     }
     this.watchCursor(submittable);
     this.markBeside(view);
+    // A cursor's failure (raised while it is read) aborts the transaction as a statement's does.
+    const handleError = submittable.handleError?.bind(submittable);
+    if (handleError) {
+      submittable.handleError = (error: unknown) => {
+        this.noteFailure(error);
+        handleError(error);
+      };
+    }
     void this.connection()
       .then(async (client) => {
         await this.makeSavepoints(client);
@@ -315,7 +326,7 @@ export class PoolTransaction extends RequestTransaction {
         await this.askIsolation(control.level);
         const savepoint = {
           name: `idempotency_nested_${++this.savepointCount}`,
-          outermost: view.savepoints.length === 0,
+          keptAs: view.savepoints.length === 0 ? `nested_${this.savepoints.length + 1}` : undefined,
         };
         this.savepoints.push(savepoint);
         view.savepoints.push(savepoint);
@@ -410,18 +421,21 @@ export class PoolTransaction extends RequestTransaction {
     const text =
       how === 'commit'
         ? `RELEASE SAVEPOINT ${savepoint.name}` +
-          (savepoint.outermost ? `; ${restoreNestedState(savepoint.name)}` : '')
+          (savepoint.keptAs ? `; ${restoreNestedState(savepoint.keptAs)}` : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
     await this.statement([text], () => true, view);
     if (how === 'commit') pop();
+    // Rolled back to its savepoint: a failure inside it no longer aborts the transaction, and
+    // a later "transaction is aborted" is another failure's, not that one's.
+    else this.lastError = undefined;
   }
 
   /** Makes the savepoints no statement has needed yet, outermost first. */
   private async makeSavepoints(client: PoolClient): Promise<void> {
     if (this.savepoints.length > 0) this.savepointClient = client;
     for (const savepoint of this.savepoints) {
-      const text = savepoint.outermost
-        ? `SAVEPOINT ${savepoint.name}; ${keepNestedState(savepoint.name)}`
+      const text = savepoint.keptAs
+        ? `SAVEPOINT ${savepoint.name}; ${keepNestedState(savepoint.keptAs)}`
         : `SAVEPOINT ${savepoint.name}`;
       savepoint.made ??= this.send(client, [text], () => true).catch((error: unknown) => {
         this.noteFailure(error);
