@@ -9,7 +9,7 @@ import { markDatabaseFailure } from '../storage/connection-errors.js';
 import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { TransactionEndedError } from './seam-errors.js';
-import { isPlainRead } from './sql-text.js';
+import { isPlainRead, isTransactionModeOnly } from './sql-text.js';
 import { ownQueryRunner } from './transaction-scope.js';
 import { asError, RequestTransaction } from './request-transaction.js';
 
@@ -150,6 +150,12 @@ export class LazyTransaction extends RequestTransaction {
       // it waits. A locking read (`FOR UPDATE`) opens the transaction, as its lock must last,
       // and so does any read of a transaction above READ COMMITTED, whose reads count.
       if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(args[0])) {
+        return this.readAlone(args);
+      }
+      // A transaction's read-only mode sent outside any transaction of its code: alone, as
+      // without the library, where it does nothing (in the request's it would make the
+      // transaction that stores the answer read only).
+      if (internals.transactionDepth <= 1 && isTransactionModeOnly(args[0])) {
         return this.readAlone(args);
       }
       try {

@@ -8,7 +8,7 @@ import {
   StatementBesideNestedTransactionError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { isPlainRead, nestedControlOf } from './sql-text.js';
+import { isPlainRead, isTransactionModeOnly, nestedControlOf } from './sql-text.js';
 import { keepNestedState, restoreNestedState } from '../storage/session-state.js';
 
 import {
@@ -167,6 +167,8 @@ export class PoolTransaction extends RequestTransaction {
     if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
       return this.sendAlone(args);
     }
+    // Outside any transaction of its own, as without the library: there it does nothing.
+    if (from === null && isTransactionModeOnly(text)) return this.sendAlone(args);
     this.refuseBehindCursor();
     if (from !== 'own') this.markBeside(from);
     const client = await this.connection();

@@ -1,5 +1,6 @@
 import {
   isPlainRead,
+  isTransactionModeOnly,
   nestedControlOf,
   sessionAdvisoryLockOf,
   sessionSettingOf,
@@ -322,5 +323,24 @@ describe('sessionSettingOf', () => {
     ['not a string', { text: 'SET ROLE app' }, undefined],
   ])('%s: %p', (_name, sql, expected) => {
     expect(sessionSettingOf(sql)).toBe(expected);
+  });
+});
+
+describe('isTransactionModeOnly', () => {
+  it.each<[string, unknown, boolean]>([
+    ['SET TRANSACTION READ ONLY', 'SET TRANSACTION READ ONLY', true],
+    ['lower case, read write', 'set transaction read write', true],
+    ['DEFERRABLE', 'SET TRANSACTION READ ONLY, DEFERRABLE', true],
+    ['SET transaction_read_only', 'SET transaction_read_only = on', true],
+    ['SET LOCAL transaction_read_only', 'SET LOCAL transaction_read_only TO true', true],
+    // A level is the request's to take (see nestedControlOf); anything else is sent.
+    ['with a level', 'SET TRANSACTION ISOLATION LEVEL SERIALIZABLE READ ONLY', false],
+    ['SET SESSION CHARACTERISTICS', 'SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY', false],
+    ['two statements', 'SET TRANSACTION READ ONLY; SELECT 1', false],
+    ['another setting', "SET LOCAL statement_timeout = '1s'", false],
+    ['a string', "SELECT 'SET TRANSACTION READ ONLY'", false],
+    ['not a string', { text: 'SET TRANSACTION READ ONLY' }, false],
+  ])('%s', (_name, sql, expected) => {
+    expect(isTransactionModeOnly(sql)).toBe(expected);
   });
 });

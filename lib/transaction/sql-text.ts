@@ -426,6 +426,26 @@ function setStatementOf(tokens: Token[]): string | undefined {
   return undefined;
 }
 
+/**
+ * Whether `sql` is one statement that makes the current transaction read only, or read-write,
+ * without naming a level: `SET TRANSACTION READ ONLY` (its other modes too) or `SET [LOCAL]
+ * transaction_read_only`. Sent through the pool (or a DataSource's `query()`) outside any
+ * transaction, it does nothing; sent into the request's, it would make the transaction that
+ * stores the answer read only.
+ */
+export function isTransactionModeOnly(sql: unknown): boolean {
+  if (typeof sql !== 'string' || !/transaction/i.test(sql)) return false;
+  const statements = statementsOf(sql);
+  if (statements.length !== 1) return false;
+  const words = statements[0].map((token) =>
+    token.kind === 'punct' ? token.text : token.text.toLowerCase(),
+  );
+  if (words[0] !== 'set') return false;
+  const i = words[1] === 'local' || words[1] === 'session' ? 2 : 1;
+  if (words[i] === 'transaction_read_only') return true;
+  return i === 1 && words[1] === 'transaction' && !words.includes('isolation');
+}
+
 /** The prefix of the library's own statements' names (postgres-statements.ts). */
 const OWN_STATEMENT_PREFIX = 'idempotency_';
 
