@@ -10,8 +10,12 @@ import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { TransactionEndedError } from './seam-errors.js';
 import { isPlainRead, isTransactionModeOnly } from './sql-text.js';
+import { keepNestedState, restoreNestedState } from '../storage/session-state.js';
 import { ownQueryRunner } from './transaction-scope.js';
 import { asError, RequestTransaction } from './request-transaction.js';
+
+/** The name the outermost nested transaction's session state is kept under (one: depth 1). */
+const OUTERMOST_KEPT_AS = 'typeorm_1';
 
 export { TransactionAbortedError, TransactionEndedError } from './seam-errors.js';
 export { type FencedStatement } from './request-transaction.js';
@@ -112,16 +116,24 @@ export class LazyTransaction extends RequestTransaction {
       try {
         await this.askIsolation(level);
         await start(level as Parameters<QueryRunner['startTransaction']>[0]);
+        // Its code's outermost transaction, a transaction of its own without the library: its
+        // role, session authorization and search path are kept, to be put back at its COMMIT
+        // (a savepoint's RELEASE keeps a SET LOCAL; see keepNestedState).
+        if (depth === 1) await internals.query(keepNestedState(OUTERMOST_KEPT_AS));
       } catch (error) {
         if (internals.transactionDepth === depth) this.failedStartAt = depth;
         throw error;
       }
     };
     const commit = runner.commitTransaction.bind(runner);
-    internals.commitTransaction = () =>
-      internals.transactionDepth > 1
-        ? commit()
-        : Promise.reject(this.refuse('commitTransaction() with no startTransaction()'));
+    internals.commitTransaction = async () => {
+      if (internals.transactionDepth <= 1) {
+        throw this.refuse('commitTransaction() with no startTransaction()');
+      }
+      const outermost = internals.transactionDepth === 2;
+      await commit();
+      if (outermost) await internals.query(restoreNestedState(OUTERMOST_KEPT_AS));
+    };
     const rollback = runner.rollbackTransaction.bind(runner);
     internals.rollbackTransaction = () => {
       if (this.failedStartAt === internals.transactionDepth) {
