@@ -210,6 +210,14 @@ export function isTransientError(error: unknown): boolean {
 }
 
 /**
+ * Whether the database rolled a statement back (class 40: a serialization failure, a
+ * deadlock): in autocommit nothing of it happened, so a fenced statement may run again.
+ */
+export function isRolledBackError(error: unknown): boolean {
+  return codeFromDatabase(error)?.startsWith('40') ?? false;
+}
+
+/**
  * SQLSTATEs of a statement that no retry will make pass until someone changes the database:
  * `42P01` undefined table, `42703` undefined column, `42883` undefined function (the library's
  * migrations did not run, or not all of them) and `42501` insufficient privilege (the app's

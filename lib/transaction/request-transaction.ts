@@ -6,7 +6,7 @@ import {
   type ReplicationMode,
 } from 'typeorm';
 
-import { isTransactionAbortedError } from '../storage/connection-errors.js';
+import { isRolledBackError, isTransactionAbortedError } from '../storage/connection-errors.js';
 import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js';
 import { beginWith, carriedStatement } from '../storage/begin-with.js';
 import { fencedCommit, isFenceLost } from '../storage/fenced-commit.js';
@@ -267,6 +267,23 @@ export abstract class RequestTransaction implements JoinableTransaction {
     throw new TransactionAbortedError(this.refused);
   }
 
+  /**
+   * The fenced statement sent alone, in autocommit, run again (twice at most) when the
+   * database rolled it back: at SERIALIZABLE (the server's default), a lease renewal that
+   * committed after its snapshot fails it with 40001, though nothing moved the fence. Nothing
+   * of it happened, and the fence makes a second run safe.
+   */
+  private async alone(client: PoolClient, config: QueryConfig): Promise<QueryResult> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await queryWithDeadline(client, config, this.timeoutMs, { commits: true });
+      } catch (error) {
+        if (attempt < 3 && isRolledBackError(error)) continue;
+        throw error;
+      }
+    }
+  }
+
   private async commitNow(statement: FencedStatement): Promise<boolean> {
     if (this.refused) return this.refusedEnd();
     const name = this.namedStatements ? statement.name : undefined;
@@ -275,9 +292,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
       this.state = 'ended';
       const client = await acquire(this.pool(), this.timeoutMs);
       try {
-        const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs, {
-          commits: true,
-        });
+        const { rowCount } = await this.alone(client, config);
         client.release();
         this.committed = rowCount === 1;
         return this.committed;
@@ -293,9 +308,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
     if (!this.beginning) {
       // A connection was taken but no statement sent on it: the fenced statement commits alone.
       try {
-        const { rowCount } = await queryWithDeadline(client, config, this.timeoutMs, {
-          commits: true,
-        });
+        const { rowCount } = await this.alone(client, config);
         this.committed = rowCount === 1;
         this.end(client);
         return this.committed;
