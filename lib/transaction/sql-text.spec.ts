@@ -283,6 +283,23 @@ describe('sessionSettingOf', () => {
       "SELECT set_config('default_transaction_isolation', 'serializable', false)",
       "set_config('default_transaction_isolation', …, false)",
     ],
+    // Other spellings PostgreSQL reads as the same SET.
+    [
+      'UPDATE pg_settings',
+      "UPDATE pg_settings SET setting = 'on' WHERE name = 'default_transaction_read_only'",
+      'UPDATE pg_settings (default_transaction_read_only)',
+    ],
+    [
+      'UPDATE pg_catalog.pg_settings of the role',
+      "update pg_catalog.pg_settings set setting = 'app' where name = 'role'",
+      'UPDATE pg_settings (role)',
+    ],
+    [
+      'a U& name',
+      'SET U&"default_transaction_read_only" = on',
+      'SET default_transaction_read_only',
+    ],
+    ['a U& name with escapes', 'SET U&"r\\006Fle" TO app', 'SET ROLE'],
     // The library's named statements, dropped under node-postgres.
     ['DEALLOCATE ALL', 'DEALLOCATE ALL', 'DEALLOCATE ALL'],
     ['DEALLOCATE PREPARE ALL', 'deallocate prepare all', 'DEALLOCATE ALL'],
@@ -293,6 +310,11 @@ describe('sessionSettingOf', () => {
     ],
     // What ends with the transaction, puts the default back, or cannot be read.
     ['DEALLOCATE of the app’s own statement', 'DEALLOCATE my_report', undefined],
+    [
+      'UPDATE pg_settings of another setting',
+      "UPDATE pg_settings SET setting = '1s' WHERE name = 'statement_timeout'",
+      undefined,
+    ],
     ['DEALLOCATE of a statement named "ALL"', 'DEALLOCATE "ALL"', undefined],
     [
       'SET LOCAL default_transaction_isolation',

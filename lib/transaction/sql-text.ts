@@ -55,6 +55,16 @@ export function statementsOf(sql: string): Token[][] {
       const end = skipString(sql, i + 2, true);
       current.push({ kind: 'punct', text: "'", value: unquote(sql.slice(i + 2, end - 1)) });
       i = end;
+    } else if ((c === 'u' || c === 'U') && sql[i + 1] === '&' && sql[i + 2] === '"') {
+      // A quoted name with Unicode escapes (U&"d\0061ta"): the name PostgreSQL reads.
+      let j = i + 3;
+      let name = '';
+      while (j < n && !(sql[j] === '"' && sql[j + 1] !== '"')) {
+        name += sql[j] === '"' ? '"' : sql[j];
+        j += sql[j] === '"' ? 2 : 1;
+      }
+      current.push({ kind: 'quoted', text: unicodeEscaped(name) });
+      i = j + 1;
     } else if (c === '"') {
       let j = i + 1;
       let name = '';
@@ -385,14 +395,14 @@ export function sessionSettingOf(sql: unknown): string | undefined {
   // The hot path: almost no statement names any of these.
   if (
     typeof sql !== 'string' ||
-    !/role|search_path|schema|authorization|set_config|default_transaction|characteristics|deallocate/i.test(
+    !/role|search_path|schema|authorization|set_config|default_transaction|characteristics|deallocate|pg_settings|u&"/i.test(
       sql,
     )
   ) {
     return undefined;
   }
   for (const tokens of statementsOf(sql)) {
-    const set = setStatementOf(tokens) ?? deallocateOf(tokens);
+    const set = setStatementOf(tokens) ?? deallocateOf(tokens) ?? settingsUpdateOf(tokens);
     if (set) return set;
     const call = sessionSetConfigOf(tokens);
     if (call) return call;
@@ -426,6 +436,13 @@ function setStatementOf(tokens: Token[]): string | undefined {
   return undefined;
 }
 
+/** A `U&` name's escapes (a backslash, then 4 or +6 hex digits, or a second backslash). */
+function unicodeEscaped(name: string): string {
+  return name.replace(/\\(\\|\+[0-9A-Fa-f]{6}|[0-9A-Fa-f]{4})/g, (_, escape: string) =>
+    escape === '\\' ? '\\' : String.fromCodePoint(parseInt(escape.replace('+', ''), 16)),
+  );
+}
+
 /**
  * Whether `sql` is one statement that makes the current transaction read only, or read-write,
  * without naming a level: `SET TRANSACTION READ ONLY` (its other modes too) or `SET [LOCAL]
@@ -444,6 +461,24 @@ export function isTransactionModeOnly(sql: unknown): boolean {
   const i = words[1] === 'local' || words[1] === 'session' ? 2 : 1;
   if (words[i] === 'transaction_read_only') return true;
   return i === 1 && words[1] === 'transaction' && !words.includes('isolation');
+}
+
+/**
+ * `UPDATE pg_settings … WHERE name = 'role'` (or another of `SESSION_SETTINGS`): PostgreSQL
+ * reads it as the `SET` of that setting, for the session.
+ */
+function settingsUpdateOf(tokens: Token[]): string | undefined {
+  const words = tokens.map((token) =>
+    token.kind === 'punct' ? token.text : token.text.toLowerCase(),
+  );
+  if (words[0] !== 'update') return undefined;
+  let i = words[1] === 'only' ? 2 : 1;
+  if (words[i] === 'pg_catalog' && words[i + 1] === '.') i += 2;
+  if (words[i] !== 'pg_settings') return undefined;
+  const named = tokens.find(
+    (token) => token.value !== undefined && SESSION_SETTINGS.has(token.value.toLowerCase()),
+  );
+  return named ? `UPDATE pg_settings (${named.value!.toLowerCase()})` : undefined;
 }
 
 /** The prefix of the library's own statements' names (postgres-statements.ts). */
