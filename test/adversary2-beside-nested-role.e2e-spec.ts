@@ -19,11 +19,14 @@ import { createTestPool, endTestPool } from './support/test-pool.js';
  * `@Idempotent()` the UPDATE runs on a connection of its own as the pool's role: 1. The
  * outermost restore (pool-transaction.ts endSavepoint) comes only at the nested COMMIT, after.
  * Expected: the beside statement runs as the request's role (or is refused, as a beside
- * statement is refused when the nested transaction rolls back); never a silent no-op.
+ * statement is refused when the nested transaction rolls back); never a silent no-op. Now
+ * refused as it is sent (StatementBesideNestedTransactionError), the request rolled back.
  */
 let pool: Pool;
 let db: NodePgDatabase;
 let role: string;
+/** The errors the service statement met. */
+const refusals: string[] = [];
 
 async function handle(body: { note: string }) {
   let counted: number | null = null;
@@ -34,7 +37,12 @@ async function handle(body: { note: string }) {
   const service = (async () => {
     await ready;
     // The service's own work, as the pool's role (which bypasses row-level security).
-    counted = (await db.execute(sql`UPDATE stats SET notes = notes + 1 WHERE id = 1`)).rowCount;
+    try {
+      counted = (await db.execute(sql`UPDATE stats SET notes = notes + 1 WHERE id = 1`)).rowCount;
+    } catch (error) {
+      refusals.push(((error as { cause?: Error }).cause ?? (error as Error)).name);
+      throw error;
+    }
   })();
   await db.transaction(async (tx) => {
     await tx.execute(sql.raw(`set local role ${role}`));
@@ -108,7 +116,7 @@ describe('adversary 2: a statement beside a nested transaction that set a LOCAL 
   const counter = async () =>
     (await admin.query<{ notes: number }>('SELECT notes FROM stats')).rows[0].notes;
 
-  it('runs the beside UPDATE as the pool’s role, as without the library: 201, the counter moved once', async () => {
+  it('refuses the beside UPDATE rather than run it as the nested transaction’s role: 500, nothing kept, replayed', async () => {
     // The control: without @Idempotent() the counter moves.
     const plainBefore = await counter();
     const plain = await request(app.getHttpServer()).post('/plain-notes').send({ note: 'plain' });
@@ -117,6 +125,7 @@ describe('adversary 2: a statement beside a nested transaction that set a LOCAL 
       counted: 1,
     });
 
+    refusals.length = 0;
     const before = await counter();
     const send = () =>
       request(app.getHttpServer())
@@ -125,16 +134,19 @@ describe('adversary 2: a statement beside a nested transaction that set a LOCAL 
         .send({ note: 'hello' });
     const answer = await send();
     const replay = await send();
+    const { rows } = await admin.query("SELECT 1 FROM notes WHERE body = 'hello'");
     expect({
       status: answer.status,
-      body: answer.body as unknown,
+      refusals,
       replayed: replay.text === answer.text,
       counted: (await counter()) - before,
+      notes: rows.length,
     }).toEqual({
-      status: 201,
-      body: { note: 'hello', counted: 1 },
+      status: 500,
+      refusals: ['StatementBesideNestedTransactionError'],
       replayed: true,
-      counted: 1,
+      counted: 0,
+      notes: 0,
     });
   });
 });

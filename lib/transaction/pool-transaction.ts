@@ -8,7 +8,7 @@ import {
   StatementBesideNestedTransactionError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { isPlainRead, isTransactionModeOnly, nestedControlOf } from './sql-text.js';
+import { isPlainRead, isTransactionModeOnly, nestedControlOf, setsIdentity } from './sql-text.js';
 import { keepNestedState, restoreNestedState } from '../storage/session-state.js';
 
 import {
@@ -57,6 +57,12 @@ interface Savepoint {
    * many nested transactions it ever ran.
    */
   keptAs?: string;
+  /**
+   * Its code set the role, session authorization or search path in it (`SET LOCAL ROLE`):
+   * a statement beside it, which runs inside it on the request's one connection, would run
+   * as that role, where without the library it runs on a connection of its own.
+   */
+  setIdentity?: boolean;
 }
 
 /**
@@ -171,6 +177,10 @@ export class PoolTransaction extends RequestTransaction {
     if (from === null && isTransactionModeOnly(text)) return this.sendAlone(args);
     this.refuseBehindCursor();
     if (from !== 'own') this.markBeside(from);
+    if (from !== 'own') this.refuseBesideIdentity(from);
+    if (from && from !== 'own' && from.savepoints.length > 0 && setsIdentity(text)) {
+      from.savepoints[0].setIdentity = true;
+    }
     const client = await this.connection();
     await this.makeSavepoints(client);
     try {
@@ -205,6 +215,18 @@ export class PoolTransaction extends RequestTransaction {
     for (const savepoint of this.savepoints) {
       if (!view?.savepoints.includes(savepoint)) savepoint.beside = true;
     }
+  }
+
+  /**
+   * A statement beside a nested transaction that set its role (or search path) would run
+   * inside it, as that role: refused, the request with it, rather than run as another role in
+   * silence (row-level security would hide rows from it).
+   */
+  private refuseBesideIdentity(view: JoinedClient | null): void {
+    const beside = this.savepoints.find(
+      (savepoint) => savepoint.setIdentity && !view?.savepoints.includes(savepoint),
+    );
+    if (beside) throw this.refuse(new StatementBesideNestedTransactionError(true));
   }
 
   /** A nested transaction rolls back: refused (the request with it) if it holds another's. */

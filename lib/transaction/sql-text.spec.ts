@@ -2,6 +2,7 @@ import {
   isPlainRead,
   isTransactionModeOnly,
   nestedControlOf,
+  setsIdentity,
   sessionAdvisoryLockOf,
   sessionSettingOf,
   statementsOf,
@@ -364,5 +365,20 @@ describe('isTransactionModeOnly', () => {
     ['not a string', { text: 'SET TRANSACTION READ ONLY' }, false],
   ])('%s', (_name, sql, expected) => {
     expect(isTransactionModeOnly(sql)).toBe(expected);
+  });
+});
+
+describe('setsIdentity', () => {
+  it.each<[string, unknown, boolean]>([
+    ['SET LOCAL ROLE', 'set local role authenticated', true],
+    ['SET LOCAL search_path', 'SET LOCAL search_path TO app', true],
+    ['SET LOCAL SESSION AUTHORIZATION', 'SET LOCAL SESSION AUTHORIZATION app', true],
+    ['set_config role, local', "select set_config('role', 'authenticated', true)", true],
+    ['after a write', 'INSERT INTO t VALUES (1); SET LOCAL ROLE app', true],
+    ['another setting', "select set_config('request.user', 'alice', true)", false],
+    ['SET LOCAL statement_timeout', "SET LOCAL statement_timeout = '1s'", false],
+    ['a name in a string', "SELECT 'SET LOCAL ROLE app'", false],
+  ])('%s', (_name, sql, expected) => {
+    expect(setsIdentity(sql)).toBe(expected);
   });
 });

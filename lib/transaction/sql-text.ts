@@ -496,6 +496,36 @@ function deallocateOf(tokens: Token[]): string | undefined {
   return undefined;
 }
 
+/** The settings that say who a statement runs as, and what its names find. */
+const IDENTITY_SETTINGS = new Set(['role', 'search_path', 'session_authorization']);
+
+/**
+ * Whether `sql` sets, for its transaction, the role, the session authorization or the search
+ * path: `SET LOCAL ROLE | SESSION AUTHORIZATION | search_path | SCHEMA`, or a `set_config` of
+ * one of them (the RLS recipe's first statements).
+ */
+export function setsIdentity(sql: unknown): boolean {
+  if (typeof sql !== 'string' || !/role|search_path|schema|authorization/i.test(sql)) {
+    return false;
+  }
+  return statementsOf(sql).some((tokens) => {
+    const words = tokens.map((token) => (token.kind === 'punct' ? '' : token.text.toLowerCase()));
+    if (words[0] === 'set' && words[1] === 'local') {
+      return (
+        ['role', 'search_path', 'schema'].includes(words[2]) ||
+        (words[2] === 'session' && words[3] === 'authorization')
+      );
+    }
+    return tokens.some((token, i) => {
+      if (token.kind === 'punct' || token.text !== 'set_config') return false;
+      if (tokens[i + 1]?.text !== '(') return false;
+      const [name] = argumentsFrom(tokens, i + 2);
+      const setting = name?.length === 1 ? name[0].value?.toLowerCase() : undefined;
+      return setting !== undefined && IDENTITY_SETTINGS.has(setting);
+    });
+  });
+}
+
 /** A call `set_config('role' | 'search_path', …, false)`, as it reads in the message. */
 function sessionSetConfigOf(tokens: Token[]): string | undefined {
   for (let i = 0; i + 1 < tokens.length; i++) {
