@@ -136,10 +136,7 @@ describe('adversary 2: a read-only first statement through the pool', () => {
       runs = 0;
       const key = `${seam}-${statement.replace(/\W+/g, '-')}`;
       const send = () =>
-        request(server)
-          .post('/report')
-          .set('Idempotency-Key', key)
-          .send({ statement });
+        request(server).post('/report').set('Idempotency-Key', key).send({ statement });
       const first = await send();
       const retry = await send();
       expect({

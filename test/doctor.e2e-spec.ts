@@ -251,8 +251,8 @@ describe('doctor', () => {
       );
       expect(run.code).toBe(1);
     } finally {
+      // The database itself is dropped with the others (afterAll).
       await database.dataSource.query(`DROP OWNED BY ${role}`);
-      await database.drop();
       const server = new Client({ connectionString: adminUrl() });
       await server.connect();
       await server.query(`DROP ROLE IF EXISTS ${role}`);

@@ -14,7 +14,7 @@ import { dirname, join, resolve } from 'node:path';
 /**
  * The package as a user gets it (packed, installed), and apps built on it: shared by the
  * package's own suite (test/package.e2e-spec.ts) and the one that starts every guide
- * (test/guides.e2e-spec.ts).
+ * (test/long/guides.e2e-spec.ts).
  */
 export const root = resolve(import.meta.dirname, '..', '..');
 

@@ -15,8 +15,8 @@ import { promisify } from 'node:util';
 import { dirname, join } from 'node:path';
 import amqplib from 'amqplib';
 import pg from 'pg';
-import { RABBITMQ_URL, until } from './support/brokers.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { RABBITMQ_URL, until } from '../support/brokers.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import {
   APP_COMPILER_OPTIONS,
   compile,
@@ -26,7 +26,7 @@ import {
   root,
   startApp,
   type StartedApp,
-} from './support/packed-app.js';
+} from '../support/packed-app.js';
 
 /**
  * Every guide that shows an app, as a reader copies it: its files (docs/snippets, which the
