@@ -127,6 +127,13 @@ function sessionRefusalReason(setting: string): string {
       'would fail. Deallocate only the statements the app itself prepared, by their names.'
     );
   }
+  if (setting.includes('standard_conforming_strings')) {
+    return (
+      'it changes how strings are read in SQL text, which the library reads to keep the ' +
+      "request's statements in its transaction. Write a string with backslash escapes as " +
+      "E'…' instead."
+    );
+  }
   if (/default_transaction|CHARACTERISTICS/.test(setting)) {
     return (
       "a session's default for transactions stays with the pooled connection after the " +

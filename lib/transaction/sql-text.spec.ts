@@ -73,6 +73,11 @@ describe('isPlainRead', () => {
 describe('transactionControlOf', () => {
   it.each<[string, unknown, string | undefined]>([
     ['COMMIT', 'COMMIT', 'COMMIT'],
+    [
+      'after "begin atomic" that is a column and its alias, not a body',
+      'SELECT begin atomic FROM (SELECT 1 AS begin) s; COMMIT',
+      'COMMIT',
+    ],
     ['commit work', 'commit work', 'COMMIT'],
     ['COMMIT AND CHAIN', 'COMMIT AND CHAIN', 'COMMIT'],
     ['END', 'END', 'END'],
@@ -301,6 +306,37 @@ describe('sessionSettingOf', () => {
       'SET default_transaction_read_only',
     ],
     ['a U& name with escapes', 'SET U&"r\\006Fle" TO app', 'SET ROLE'],
+    [
+      'set_config, false cast',
+      "SELECT set_config('default_transaction_read_only', 'on', false::boolean)",
+      "set_config('default_transaction_read_only', …, false)",
+    ],
+    [
+      'set_config, false in parentheses',
+      "SELECT set_config('role', 'app', (false))",
+      "set_config('role', …, false)",
+    ],
+    [
+      "set_config, an E'' name with escapes",
+      "SELECT set_config(E'r\\x6fle', 'app', false)",
+      "set_config('role', …, false)",
+    ],
+    [
+      "set_config, a U&'' name with escapes",
+      "SELECT set_config(U&'r\\006Fle', 'app', false)",
+      "set_config('role', …, false)",
+    ],
+    // How strings are read: refused for the transaction too.
+    [
+      'SET LOCAL standard_conforming_strings',
+      'SET LOCAL standard_conforming_strings = off',
+      'SET standard_conforming_strings',
+    ],
+    [
+      'set_config standard_conforming_strings',
+      "SELECT set_config('standard_conforming_strings', 'off', true)",
+      "set_config('standard_conforming_strings', …)",
+    ],
     // The library's named statements, dropped under node-postgres.
     ['DEALLOCATE ALL', 'DEALLOCATE ALL', 'DEALLOCATE ALL'],
     ['DEALLOCATE PREPARE ALL', 'deallocate prepare all', 'DEALLOCATE ALL'],
@@ -375,6 +411,7 @@ describe('setsIdentity', () => {
     ['SET LOCAL SESSION AUTHORIZATION', 'SET LOCAL SESSION AUTHORIZATION app', true],
     ['set_config role, local', "select set_config('role', 'authenticated', true)", true],
     ['after a write', 'INSERT INTO t VALUES (1); SET LOCAL ROLE app', true],
+    ['an escaped name', "select set_config(E'r\\x6fle', 'app', true)", true],
     ['another setting', "select set_config('request.user', 'alice', true)", false],
     ['SET LOCAL statement_timeout', "SET LOCAL statement_timeout = '1s'", false],
     ['a name in a string', "SELECT 'SET LOCAL ROLE app'", false],

@@ -53,7 +53,12 @@ export function statementsOf(sql: string): Token[][] {
       i = end;
     } else if ((c === 'e' || c === 'E') && sql[i + 1] === "'") {
       const end = skipString(sql, i + 2, true);
-      current.push({ kind: 'punct', text: "'", value: unquote(sql.slice(i + 2, end - 1)) });
+      current.push({ kind: 'punct', text: "'", value: unescapeString(sql.slice(i + 2, end - 1)) });
+      i = end;
+    } else if ((c === 'u' || c === 'U') && sql[i + 1] === '&' && sql[i + 2] === "'") {
+      const end = skipString(sql, i + 3, false);
+      const value = unicodeEscaped(unquote(sql.slice(i + 3, end - 1)));
+      current.push({ kind: 'punct', text: "'", value });
       i = end;
     } else if ((c === 'u' || c === 'U') && sql[i + 1] === '&' && sql[i + 2] === '"') {
       // A quoted name with Unicode escapes (U&"d\0061ta"): the name PostgreSQL reads.
@@ -91,8 +96,12 @@ export function statementsOf(sql: string): Token[][] {
       while (j < n && /[A-Za-z0-9_$\u0080-\uffff]/.test(sql[j])) j++;
       const word = sql.slice(i, j).toLowerCase();
       const previous = current[current.length - 1];
-      if (word === 'atomic' && previous?.kind === 'word' && previous.text === 'begin') atomic++;
-      else if (atomic > 0 && word === 'case') cases++;
+      // A body of SQL-standard statements, whose `;` do not end the statement: only in a
+      // CREATE FUNCTION or PROCEDURE (elsewhere `begin atomic` may be a column and its alias).
+      const creating = current[0]?.kind === 'word' && current[0].text === 'create';
+      if (word === 'atomic' && creating && previous?.kind === 'word' && previous.text === 'begin') {
+        atomic++;
+      } else if (atomic > 0 && word === 'case') cases++;
       else if (atomic > 0 && word === 'end') {
         if (cases > 0) cases--;
         else atomic--;
@@ -115,6 +124,24 @@ export function statementsOf(sql: string): Token[][] {
 /** A string's content as PostgreSQL reads it, for the plain strings a setting's name is. */
 function unquote(body: string): string {
   return body.replace(/''/g, "'");
+}
+
+const C_ESCAPES: Record<string, string> = { b: '\b', f: '\f', n: '\n', r: '\r', t: '\t' };
+
+/** An `E'…'` string's content: its backslash escapes as PostgreSQL reads them. */
+function unescapeString(body: string): string {
+  return body.replace(
+    /''|\\(x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)/gs,
+    (match: string, escape?: string) => {
+      if (escape === undefined) return "'";
+      if (/^x/.test(escape)) return String.fromCharCode(parseInt(escape.slice(1), 16));
+      if (/^[0-7]/.test(escape)) return String.fromCharCode(parseInt(escape, 8));
+      if (/^[uU][0-9A-Fa-f]/.test(escape) && escape.length > 1) {
+        return String.fromCodePoint(parseInt(escape.slice(1), 16));
+      }
+      return C_ESCAPES[escape] ?? escape;
+    },
+  );
 }
 
 function skipString(sql: string, from: number, backslashEscapes: boolean): number {
@@ -395,7 +422,7 @@ export function sessionSettingOf(sql: unknown): string | undefined {
   // The hot path: almost no statement names any of these.
   if (
     typeof sql !== 'string' ||
-    !/role|search_path|schema|authorization|set_config|default_transaction|characteristics|deallocate|pg_settings|u&"/i.test(
+    !/role|search_path|schema|authorization|set_config|default_transaction|characteristics|deallocate|pg_settings|u&|standard_conforming/i.test(
       sql,
     )
   ) {
@@ -415,6 +442,14 @@ function setStatementOf(tokens: Token[]): string | undefined {
   const words = tokens.map((token) => (token.kind === 'punct' ? '' : token.text.toLowerCase()));
   if (words[0] !== 'set' || tokens[0].kind !== 'word') return undefined;
   let i = 1;
+  // How strings are read in SQL text, which the library reads (a COMMIT could hide in one):
+  // refused for the transaction too.
+  if (
+    words[i + (words[i] === 'local' || words[i] === 'session' ? 1 : 0)] ===
+    'standard_conforming_strings'
+  ) {
+    return 'SET standard_conforming_strings';
+  }
   if (words[i] === 'local') return undefined;
   if (words[i] === 'session' && !['authorization', 'characteristics'].includes(words[i + 1])) {
     i++;
@@ -505,7 +540,8 @@ const IDENTITY_SETTINGS = new Set(['role', 'search_path', 'session_authorization
  * one of them (the RLS recipe's first statements).
  */
 export function setsIdentity(sql: unknown): boolean {
-  if (typeof sql !== 'string' || !/role|search_path|schema|authorization/i.test(sql)) {
+  // An escaped name (E'r\\x6fle', U&'r\\006Fle') does not show its letters.
+  if (typeof sql !== 'string' || !/role|search_path|schema|authorization|\\|u&/i.test(sql)) {
     return false;
   }
   return statementsOf(sql).some((tokens) => {
@@ -536,15 +572,27 @@ function sessionSetConfigOf(tokens: Token[]): string | undefined {
     if (args.length !== 3) continue;
     const [name, , isLocal] = args;
     const setting = name.length === 1 ? name[0].value?.toLowerCase() : undefined;
+    if (setting === 'standard_conforming_strings') return `set_config('${setting}', …)`;
     if (setting === undefined || !SESSION_SETTINGS.has(setting)) continue;
-    if (isLocal.length !== 1) continue;
-    const [local] = isLocal;
+    const local = literalOf(isLocal);
+    if (local === undefined) continue;
     const isFalse =
       (local.kind === 'word' && local.text === 'false') ||
       (local.value !== undefined && FALSE_STRINGS.has(local.value.trim().toLowerCase()));
     if (isFalse) return `set_config('${setting}', …, false)`;
   }
   return undefined;
+}
+
+/** An argument that is one value: in parentheses, with a cast (`(false)`, `false::boolean`). */
+function literalOf(tokens: Token[]): Token | undefined {
+  let rest = tokens;
+  while (rest.length > 2 && rest[0].text === '(' && rest[rest.length - 1].text === ')') {
+    rest = rest.slice(1, -1);
+  }
+  // `value :: type`: the lexer gives `::` as two `:`.
+  if (rest.length === 4 && rest[1].text === ':' && rest[2].text === ':') rest = rest.slice(0, 1);
+  return rest.length === 1 ? rest[0] : undefined;
 }
 
 /** A call's arguments, from the token after its `(`: each as its tokens, up to its `)`. */
