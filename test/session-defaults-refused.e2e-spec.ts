@@ -109,11 +109,54 @@ describe('session state a handler may not change, and a default changed under th
       'SET LOCAL',
     ],
     ['DEALLOCATE ALL', 'DEALLOCATE ALL', 'by their names'],
+    // Other spellings PostgreSQL reads as the same setting (adversary rounds 2 and 3).
+    [
+      "UPDATE pg_settings SET setting = 'on' WHERE name = 'default_transaction_read_only'",
+      'UPDATE pg_settings (default_transaction_read_only)',
+      'SET LOCAL',
+    ],
+    [
+      'SET U&"default_transaction_read_only" = on',
+      'SET default_transaction_read_only',
+      'SET LOCAL',
+    ],
+    [
+      "SELECT set_config('default_transaction_read_only', 'on', false::boolean)",
+      "set_config('default_transaction_read_only', …, false)",
+      'SET LOCAL',
+    ],
+    [
+      "SELECT set_config('default_transaction_read_only', 'on', (false))",
+      "set_config('default_transaction_read_only', …, false)",
+      'SET LOCAL',
+    ],
+    [
+      "SELECT set_config(E'default_transaction_read_\\x6fnly', 'on', false)",
+      "set_config('default_transaction_read_only', …, false)",
+      'SET LOCAL',
+    ],
+    [
+      "SELECT set_config(U&'default_transaction_read_\\006Fnly', 'on', false)",
+      "set_config('default_transaction_read_only', …, false)",
+      'SET LOCAL',
+    ],
+    [
+      "UPDATE pg_settings SET setting = 'on' WHERE name = E'default_transaction_read_\\x6fnly'",
+      'UPDATE pg_settings (default_transaction_read_only)',
+      'SET LOCAL',
+    ],
   ])(
     'refuses %s before it is sent: a final 500, nothing written; the connection serves the next requests as before',
     async (statement, refused, remedy) => {
       refusals.length = 0;
-      const slot = `change-${statement.replace(/\W+/g, '_')}`;
+      // Each case on a fresh connection: what one case left there must not judge the next.
+      await admin.query(
+        'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+        [database.name],
+      );
+      await sleep(300);
+      // Two statements that differ only in punctuation must not share a key.
+      const slot = `change-${Buffer.from(statement).toString('base64url')}`;
       const first = await post('/change', slot, { slot, statement });
       expect(first.status).toBe(500);
       expect(refusals).toHaveLength(1);

@@ -21,6 +21,8 @@ import { createTestPool, endTestPool } from './support/test-pool.js';
  * Expected: the beside statement runs as the request's role (or is refused, as a beside
  * statement is refused when the nested transaction rolls back); never a silent no-op. Now
  * refused as it is sent (StatementBesideNestedTransactionError), the request rolled back.
+ * Round 3 set the role as `set_config(E'r\\x6fle', …, true)` (PostgreSQL reads the name
+ * 'role'), which the reader did not see: refused the same now.
  */
 let pool: Pool;
 let db: NodePgDatabase;
@@ -28,7 +30,10 @@ let role: string;
 /** The errors the service statement met. */
 const refusals: string[] = [];
 
-async function handle(body: { note: string }) {
+/** How the nested transaction sets its role: `SET LOCAL ROLE`, or an escaped set_config. */
+type How = 'local' | 'escaped';
+
+async function handle(body: { note: string; how: How }) {
   let counted: number | null = null;
   // The order is fixed (no timing): the service work starts once the transaction has set its
   // role, and the transaction awaits it before its insert (work of the request in parallel).
@@ -45,7 +50,13 @@ async function handle(body: { note: string }) {
     }
   })();
   await db.transaction(async (tx) => {
-    await tx.execute(sql.raw(`set local role ${role}`));
+    await tx.execute(
+      sql.raw(
+        body.how === 'local'
+          ? `set local role ${role}`
+          : `select set_config(E'r\\x6fle', '${role}', true)`,
+      ),
+    );
     await tx.execute(sql`select set_config('request.user', 'alice', true)`);
     roleSet();
     await service;
@@ -58,12 +69,12 @@ async function handle(body: { note: string }) {
 class NotesController {
   @Post('notes')
   @Idempotent()
-  idempotent(@Body() body: { note: string }) {
+  idempotent(@Body() body: { note: string; how: How }) {
     return handle(body);
   }
 
   @Post('plain-notes')
-  plain(@Body() body: { note: string }) {
+  plain(@Body() body: { note: string; how: How }) {
     return handle(body);
   }
 }
@@ -74,13 +85,13 @@ class NotesController {
 })
 class NotesModule {}
 
-describe('adversary 2: a statement beside a nested transaction that set a LOCAL role', () => {
+describe('a statement beside a nested transaction that set its role', () => {
   let database: TestDatabase;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv2_beside_role');
+    database = await createTestDatabase('beside_nested_role');
     role = `adv2_beside_${database.name.slice(-8)}`;
     admin = new Client({ connectionString: database.url });
     await admin.connect();
@@ -116,37 +127,42 @@ describe('adversary 2: a statement beside a nested transaction that set a LOCAL 
   const counter = async () =>
     (await admin.query<{ notes: number }>('SELECT notes FROM stats')).rows[0].notes;
 
-  it('refuses the beside UPDATE rather than run it as the nested transaction’s role: 500, nothing kept, replayed', async () => {
-    // The control: without @Idempotent() the counter moves.
-    const plainBefore = await counter();
-    const plain = await request(app.getHttpServer()).post('/plain-notes').send({ note: 'plain' });
-    expect({ status: plain.status, counted: (await counter()) - plainBefore }).toEqual({
-      status: 201,
-      counted: 1,
-    });
+  it.each<How>(['local', 'escaped'])(
+    'refuses the beside UPDATE rather than run it as the nested transaction’s role (%s): 500, nothing kept, replayed',
+    async (how) => {
+      // The control: without @Idempotent() the counter moves.
+      const plainBefore = await counter();
+      const plain = await request(app.getHttpServer())
+        .post('/plain-notes')
+        .send({ note: `plain ${how}`, how });
+      expect({ status: plain.status, counted: (await counter()) - plainBefore }).toEqual({
+        status: 201,
+        counted: 1,
+      });
 
-    refusals.length = 0;
-    const before = await counter();
-    const send = () =>
-      request(app.getHttpServer())
-        .post('/notes')
-        .set('Idempotency-Key', 'beside-1')
-        .send({ note: 'hello' });
-    const answer = await send();
-    const replay = await send();
-    const { rows } = await admin.query("SELECT 1 FROM notes WHERE body = 'hello'");
-    expect({
-      status: answer.status,
-      refusals,
-      replayed: replay.text === answer.text,
-      counted: (await counter()) - before,
-      notes: rows.length,
-    }).toEqual({
-      status: 500,
-      refusals: ['StatementBesideNestedTransactionError'],
-      replayed: true,
-      counted: 0,
-      notes: 0,
-    });
-  });
+      refusals.length = 0;
+      const before = await counter();
+      const send = () =>
+        request(app.getHttpServer())
+          .post('/notes')
+          .set('Idempotency-Key', `beside-${how}`)
+          .send({ note: `hello ${how}`, how });
+      const answer = await send();
+      const replay = await send();
+      const { rows } = await admin.query('SELECT 1 FROM notes WHERE body = $1', [`hello ${how}`]);
+      expect({
+        status: answer.status,
+        refusals,
+        replayed: replay.text === answer.text,
+        counted: (await counter()) - before,
+        notes: rows.length,
+      }).toEqual({
+        status: 500,
+        refusals: ['StatementBesideNestedTransactionError'],
+        replayed: true,
+        counted: 0,
+        notes: 0,
+      });
+    },
+  );
 });
