@@ -1,3 +1,4 @@
+import { SqlReaderLoader } from './transaction/sql-reader.loader.js';
 import { Module, type Provider } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
@@ -79,6 +80,7 @@ const defaultClaimStoreProvider: Provider = {
 @Module({
   imports: [DiscoveryModule],
   providers: [
+    SqlReaderLoader,
     IdempotentRoutesCheck,
     MessageAckCheck,
     PrismaBatchesCheck,

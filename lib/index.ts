@@ -24,6 +24,7 @@ export { TransactionEndedError } from './transaction/lazy-transaction.js';
 export {
   CursorOpenRefusedError,
   IsolationLevelRefusedError,
+  ReadOnlyTransactionRefusedError,
   SessionAdvisoryLockRefusedError,
   SessionSettingRefusedError,
   StatementBesideNestedTransactionError,

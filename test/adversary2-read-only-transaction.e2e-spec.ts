@@ -24,10 +24,18 @@ import { createTestPool, endTestPool } from './support/test-pool.js';
  */
 let pool: Pool;
 let runs = 0;
+/** The messages of what the handler's statements were refused with. */
+const refusals: string[] = [];
 
-async function handle(body: { statement: string }) {
+async function handle(body: { statement: string; slot?: string }) {
   runs++;
-  await pool.query(body.statement);
+  if (body.slot) await pool.query('INSERT INTO slots (slot) VALUES ($1)', [body.slot]);
+  try {
+    await pool.query(body.statement);
+  } catch (error) {
+    refusals.push((error as Error).message);
+    throw error;
+  }
   const { rows } = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM slots');
   return { n: rows[0].n };
 }
@@ -36,12 +44,12 @@ async function handle(body: { statement: string }) {
 class ReportController {
   @Post('report')
   @Idempotent()
-  report(@Body() body: { statement: string }) {
+  report(@Body() body: { statement: string; slot?: string }) {
     return handle(body);
   }
 
   @Post('plain-report')
-  plain(@Body() body: { statement: string }) {
+  plain(@Body() body: { statement: string; slot?: string }) {
     return handle(body);
   }
 }
@@ -57,9 +65,15 @@ class ReportModule {}
 class OrmReportController {
   constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
 
-  private async handle(body: { statement: string }) {
+  private async handle(body: { statement: string; slot?: string }) {
     runs++;
-    await this.dataSource.query(body.statement);
+    if (body.slot) await this.dataSource.query('INSERT INTO slots (slot) VALUES ($1)', [body.slot]);
+    try {
+      await this.dataSource.query(body.statement);
+    } catch (error) {
+      refusals.push((error as Error).message);
+      throw error;
+    }
     const [row] = (await this.dataSource.query('SELECT count(*)::int AS n FROM slots')) as {
       n: number;
     }[];
@@ -68,12 +82,12 @@ class OrmReportController {
 
   @Post('report')
   @Idempotent()
-  report(@Body() body: { statement: string }) {
+  report(@Body() body: { statement: string; slot?: string }) {
     return this.handle(body);
   }
 
   @Post('plain-report')
-  plain(@Body() body: { statement: string }) {
+  plain(@Body() body: { statement: string; slot?: string }) {
     return this.handle(body);
   }
 }
@@ -90,6 +104,9 @@ describe('adversary 2: a read-only first statement through the pool', () => {
     await admin.connect();
     await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
     await admin.query('CREATE TABLE slots (id serial PRIMARY KEY, slot text)');
+    // Read-only mode set where no reader of SQL text can see it: inside a function.
+    await admin.query(`CREATE FUNCTION go_read_only() RETURNS void LANGUAGE plpgsql AS $$
+      BEGIN PERFORM set_config('transaction_read_only', 'on', true); END $$`);
     pool = createTestPool({ connectionString: database.url, max: 2 });
     pool.on('error', () => undefined);
     app = await bootstrapTestApp(ReportModule, 'express');
@@ -123,6 +140,10 @@ describe('adversary 2: a read-only first statement through the pool', () => {
     ['pool', 'SET TRANSACTION READ ONLY'],
     ['pool', 'SET transaction_read_only = on'],
     ['typeorm', 'SET TRANSACTION READ ONLY'],
+    // Adversary round 3: other spellings of the same mode, each alone in its text.
+    ['pool', "SELECT set_config('transaction_read_only', 'on', false)"],
+    ['typeorm', "SELECT set_config('transaction_read_only', 'on', false)"],
+    ['typeorm', 'SET LOCAL transaction_read_only = on'],
   ])(
     '%s, %s: 201 as without the library, run once, the retry replays it',
     async (seam, statement) => {
@@ -134,7 +155,7 @@ describe('adversary 2: a read-only first statement through the pool', () => {
         body: { n: 0 },
       });
       runs = 0;
-      const key = `${seam}-${statement.replace(/\W+/g, '-')}`;
+      const key = `${seam}-${Buffer.from(statement).toString('base64url')}`;
       const send = () =>
         request(server).post('/report').set('Idempotency-Key', key).send({ statement });
       const first = await send();
@@ -145,6 +166,67 @@ describe('adversary 2: a read-only first statement through the pool', () => {
         replayed: retry.text === first.text && retry.headers['idempotent-replayed'] === 'true',
         runs,
       }).toEqual({ status: 201, body: { n: 0 }, replayed: true, runs: 1 });
+    },
+  );
+
+  const server = (seam: string) => (seam === 'pool' ? app : ormApp).getHttpServer();
+  const rows = async (slot: string) =>
+    (await admin.query('SELECT 1 FROM slots WHERE slot = $1', [slot])).rows.length;
+
+  it.each([
+    ['pool', 'SET TRANSACTION READ ONLY; SELECT 1'],
+    ['typeorm', 'SET TRANSACTION READ ONLY; SELECT 1'],
+    ['pool', "SELECT 1; SELECT set_config('transaction_read_only', 'on', false)"],
+  ])(
+    '%s, %s (adversary round 3: 503 on every try): refused as sent, a final 500, nothing kept',
+    async (seam, statement) => {
+      refusals.length = 0;
+      runs = 0;
+      const slot = `${seam}-${Buffer.from(statement).toString('base64url')}`;
+      const send = () =>
+        request(server(seam))
+          .post('/report')
+          .set('Idempotency-Key', slot)
+          .send({ statement, slot });
+      const first = await send();
+      expect(first.status).toBe(500);
+      expect(refusals).toEqual([
+        expect.stringMatching(
+          /^A text that makes the transaction read only .* Open a transaction for the read-only work/,
+        ),
+      ]);
+      expect(await rows(slot)).toBe(0);
+      // Final: the retry replays the 500 without running the handler.
+      const retry = await send();
+      expect({ status: retry.status, text: retry.text, runs }).toEqual({
+        status: 500,
+        text: first.text,
+        runs: 1,
+      });
+    },
+  );
+
+  it.each(['pool', 'typeorm'])(
+    '%s: read-only mode set inside a function of the app: 500 database_permanent with the cause, never a 503, nothing kept',
+    async (seam) => {
+      runs = 0;
+      const slot = `${seam}-function`;
+      const send = () =>
+        request(server(seam))
+          .post('/report')
+          .set('Idempotency-Key', slot)
+          .send({ statement: 'SELECT go_read_only()', slot });
+      const first = await send();
+      expect({
+        status: first.status,
+        code: (first.body as { code?: string }).code,
+        retryAfter: first.headers['retry-after'],
+      }).toEqual({ status: 500, code: 'database_permanent', retryAfter: undefined });
+      expect(await rows(slot)).toBe(0);
+      // Nothing stored: the retry runs again, and meets the same answer.
+      const retry = await send();
+      expect({ status: retry.status, runs }).toEqual({ status: 500, runs: 2 });
+      expect(await rows(slot)).toBe(0);
     },
   );
 });

@@ -8,8 +8,8 @@ import {
 import { markDatabaseFailure } from '../storage/connection-errors.js';
 import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
-import { TransactionEndedError } from './seam-errors.js';
-import { isPlainRead, isTransactionModeOnly } from './sql-text.js';
+import { ReadOnlyTransactionRefusedError, TransactionEndedError } from './seam-errors.js';
+import { isPlainRead, isTransactionModeOnly, setsReadOnly } from './sql-text.js';
 import { keepNestedState, restoreNestedState } from '../storage/session-state.js';
 import { ownQueryRunner } from './transaction-scope.js';
 import { asError, RequestTransaction } from './request-transaction.js';
@@ -169,6 +169,10 @@ export class LazyTransaction extends RequestTransaction {
       // transaction that stores the answer read only).
       if (internals.transactionDepth <= 1 && isTransactionModeOnly(args[0])) {
         return this.readAlone(args);
+      }
+      // With other statements, it would last to the request's COMMIT: refused.
+      if (internals.transactionDepth <= 1 && setsReadOnly(args[0])) {
+        throw this.refuse(new ReadOnlyTransactionRefusedError());
       }
       try {
         return await query(...args);

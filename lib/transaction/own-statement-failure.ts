@@ -22,3 +22,31 @@ export function ownStatementFailure(error: unknown): PermanentDatabaseError | un
       'and run the migrations on the schema its search path finds.',
   );
 }
+
+/**
+ * Whether a transaction of this session's own would be read-write: on a primary, with no
+ * read-only default. Asked on the session whose request's transaction refused the stored
+ * answer as a write (25006), after its ROLLBACK.
+ */
+export const READ_ONLY_BY_DEFAULT =
+  "SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off' " +
+  'AS writable';
+
+/**
+ * The answer when the request's transaction refused the stored answer as a write, on a
+ * session whose transactions are otherwise read-write: the handler made it read only (`SET
+ * TRANSACTION READ ONLY`, `transaction_read_only`), where the library could not see it (in a
+ * function of the app's; what it can see is refused, or sent apart, before it is sent). No
+ * retry passes: a 500 `database_permanent`, nothing stored, the handler's effects rolled back.
+ */
+export function readOnlyByHandlerFailure(error: unknown): PermanentDatabaseError {
+  return new PermanentDatabaseError(
+    error,
+    "The request's transaction was read only when the library stored the answer, on a " +
+      'session whose transactions are read-write: the handler made it read only (SET ' +
+      'TRANSACTION READ ONLY, or transaction_read_only set, perhaps inside a function of the ' +
+      "app's). Nothing was stored and the handler's effects rolled back. Make read-only work " +
+      'a nested transaction of its own, where the mode ends with it, or run it in ' +
+      'IdempotentTransaction.outside().',
+  );
+}

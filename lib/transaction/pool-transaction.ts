@@ -5,10 +5,17 @@ import { type EntityManager } from 'typeorm';
 import { isAboveReadCommitted } from './isolation-level.js';
 import {
   CursorOpenRefusedError,
+  ReadOnlyTransactionRefusedError,
   StatementBesideNestedTransactionError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { isPlainRead, isTransactionModeOnly, nestedControlOf, setsIdentity } from './sql-text.js';
+import {
+  isPlainRead,
+  isTransactionModeOnly,
+  nestedControlOf,
+  setsIdentity,
+  setsReadOnly,
+} from './sql-text.js';
 import { keepNestedState, restoreNestedState } from '../storage/session-state.js';
 
 import {
@@ -173,8 +180,12 @@ export class PoolTransaction extends RequestTransaction {
     if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
       return this.sendAlone(args);
     }
-    // Outside any transaction of its own, as without the library: there it does nothing.
-    if (from === null && isTransactionModeOnly(text)) return this.sendAlone(args);
+    // Outside any transaction of its own (the pool, or a client of it with none open), as
+    // without the library: there it does nothing. With other statements it would last in the
+    // request's transaction, which could then not store the answer: refused.
+    const outside = from === null || (from !== 'own' && from.savepoints.length === 0);
+    if (outside && isTransactionModeOnly(text)) return this.sendAlone(args);
+    if (outside && setsReadOnly(text)) throw this.refuse(new ReadOnlyTransactionRefusedError());
     this.refuseBehindCursor();
     if (from !== 'own') this.markBeside(from);
     if (from !== 'own') this.refuseBesideIdentity(from);

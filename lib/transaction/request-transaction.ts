@@ -6,7 +6,11 @@ import {
   type ReplicationMode,
 } from 'typeorm';
 
-import { isRolledBackError, isTransactionAbortedError } from '../storage/connection-errors.js';
+import {
+  isReadOnlyError,
+  isRolledBackError,
+  isTransactionAbortedError,
+} from '../storage/connection-errors.js';
 import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js';
 import { beginWith, carriedStatement } from '../storage/begin-with.js';
 import { fencedCommit, isFenceLost } from '../storage/fenced-commit.js';
@@ -31,7 +35,11 @@ import {
   TransactionEndedError,
 } from './seam-errors.js';
 import { sessionAdvisoryLockOf, sessionSettingOf, transactionControlOf } from './sql-text.js';
-import { ownStatementFailure } from './own-statement-failure.js';
+import {
+  ownStatementFailure,
+  READ_ONLY_BY_DEFAULT,
+  readOnlyByHandlerFailure,
+} from './own-statement-failure.js';
 import { type JoinableTransaction, type PoolJoin } from './transaction-scope.js';
 
 /** A statement of the library's own, run last in a transaction: it must touch one row. */
@@ -341,6 +349,11 @@ export abstract class RequestTransaction implements JoinableTransaction {
         await this.rollbackOn(client);
         throw new TransactionAbortedError(this.lastError ?? error);
       }
+      // Made read only by the handler, where the reader could not see it (a function of the
+      // app's): every try would fail the same way, so never a 503.
+      if (isReadOnlyError(error) && (await this.readOnlyByHandler(client))) {
+        throw readOnlyByHandlerFailure(error);
+      }
       // Refused for a reason that lasts (a privilege of the role the transaction began with):
       // nothing committed, and a retry meets the same refusal.
       const permanent = ownStatementFailure(error);
@@ -352,6 +365,30 @@ export abstract class RequestTransaction implements JoinableTransaction {
       // had not committed. The fenced statement's row lock orders any later takeover after it.
       this.end(client, error);
       throw error;
+    }
+  }
+
+  /**
+   * After the stored answer's statement was refused as a write in a read-only transaction:
+   * rolls back, then asks the same session whether a transaction of its own would be read
+   * only. A writable primary whose sessions begin read-write says the handler made the
+   * request's transaction read only; a standby, or a session read only by default, is left to
+   * the outage path (a failover may make it writable). Gives the connection back; never throws.
+   */
+  private async readOnlyByHandler(client: PoolClient): Promise<boolean> {
+    try {
+      await queryWithDeadline(client, { text: 'ROLLBACK' }, this.timeoutMs);
+      const { rows } = await queryWithDeadline(
+        client,
+        { text: READ_ONLY_BY_DEFAULT },
+        this.timeoutMs,
+      );
+      this.end(client);
+      const [session] = rows as { writable?: boolean }[];
+      return session?.writable === true;
+    } catch (error) {
+      this.end(client, error);
+      return false;
     }
   }
 

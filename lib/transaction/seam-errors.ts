@@ -77,6 +77,30 @@ export class CursorOpenRefusedError extends TransactionControlRefusedError {
 }
 
 /**
+ * A text that makes the current transaction read only (`SET TRANSACTION READ ONLY`,
+ * `transaction_read_only` set or `set_config`'d) together with other statements, sent outside
+ * any transaction of the handler's own. Without the library that text runs in a transaction of
+ * its own, which ends with it; in the request's, the mode would last to its end, and the
+ * library could not store the answer (every try would fail). Such a statement sent alone is
+ * sent apart, as without the library, where it does nothing; inside a nested transaction it
+ * ends with the savepoint. The request rolls back.
+ */
+export class ReadOnlyTransactionRefusedError extends TransactionControlRefusedError {
+  constructor() {
+    super('a read-only transaction mode with other statements');
+    this.message =
+      'A text that makes the transaction read only (SET TRANSACTION READ ONLY, ' +
+      'transaction_read_only) with other statements in it was sent outside any transaction ' +
+      'of the handler’s own: in the idempotent request’s transaction, the mode would last ' +
+      'until its COMMIT, and the answer could not be stored. The request rolls back. Open a ' +
+      'transaction for the read-only work (manager.transaction(), db.transaction(), ' +
+      '$transaction()), where the mode ends with it, or run it outside the request with ' +
+      'IdempotentTransaction.outside().';
+    this.name = 'ReadOnlyTransactionRefusedError';
+  }
+}
+
+/**
  * A session-level advisory lock function (`pg_advisory_lock`, `pg_advisory_unlock`, their
  * `_shared` and `try_` variants, `pg_advisory_unlock_all`) sent in the request's transaction,
  * refused before it is sent. In the request, the handler's statements run in a transaction

@@ -3,11 +3,15 @@ import {
   isTransactionModeOnly,
   nestedControlOf,
   setsIdentity,
+  setsReadOnly,
   sessionAdvisoryLockOf,
   sessionSettingOf,
   statementsOf,
   transactionControlOf,
 } from './sql-text.js';
+import { sqlReaderReady } from './sql-parse.js';
+
+beforeAll(() => sqlReaderReady());
 
 describe('isPlainRead', () => {
   it.each<[string, unknown, boolean]>([
@@ -49,7 +53,22 @@ describe('isPlainRead', () => {
     ['an UPDATE', 'UPDATE t SET a = 1', false],
     ['an empty text', '', false],
     ['not a string', { text: 'SELECT 1' }, false],
-    ['a parenthesised SELECT', '(SELECT 1)', false],
+    ['a parenthesised SELECT (the parser reads it as one)', '(SELECT 1)', true],
+    [
+      'a write in a subquery’s CTE',
+      'SELECT * FROM (WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d) s',
+      false,
+    ],
+    ['a lock in a subquery', 'SELECT * FROM (SELECT * FROM t FOR UPDATE) s', false],
+    ['a function in FROM', 'SELECT * FROM forget_order(1)', false],
+    ['an escaped function name', 'SELECT U&"nextv\\0061l"(\'s\')', false],
+    [
+      'SQL syntax for built-ins',
+      "SELECT extract(year FROM now()), trim(a), substring(a FROM 2), position('x' IN a) FROM t",
+      true,
+    ],
+    ['pg_catalog’s count', 'SELECT pg_catalog.count(*) FROM t', true],
+    ['not SQL PostgreSQL parses', 'SELECT FROM WHERE', false],
     ['an INSERT (the first word decides)', 'INSERT INTO t VALUES (1)', false],
     ['a word that only begins with select', 'selected_rows()', false],
     ['SELECT in capitals after a newline', '\n\tSELECT 1', true],
@@ -95,6 +114,9 @@ describe('transactionControlOf', () => {
       'COMMIT',
     ],
     ['a comment before it', '-- done\nCOMMIT', 'COMMIT'],
+    ['after a statement with a multi-byte name', 'SELECT 1 AS "é€"; commit', 'COMMIT'],
+    ['after an E string hiding a quote', "SELECT E'\\''; COMMIT", 'COMMIT'],
+    ['a text PostgreSQL refuses runs nothing', 'SELECT FROM WHERE; COMMIT', undefined],
     ['ROLLBACK TO SAVEPOINT', 'ROLLBACK TO SAVEPOINT typeorm_1', undefined],
     ['ROLLBACK TRANSACTION TO', 'ROLLBACK TRANSACTION TO s', undefined],
     ['ROLLBACK WORK TO', 'ROLLBACK WORK TO SAVEPOINT s', undefined],
@@ -211,6 +233,9 @@ describe('sessionAdvisoryLockOf', () => {
     ['a name in a comment', 'SELECT 1 /* pg_advisory_unlock(1) */', undefined],
     ['a name in a dollar-quoted body', 'SELECT $$pg_advisory_lock(1)$$', undefined],
     ['a quoted name in other case', 'SELECT "PG_ADVISORY_LOCK"(1)', undefined],
+    ['a U& name with escapes', 'SELECT U&"pg_\\0061dvisory_lock"(1)', 'pg_advisory_lock'],
+    ['in FROM', 'SELECT * FROM pg_advisory_lock(1)', 'pg_advisory_lock'],
+    ['of another schema', 'SELECT app.pg_advisory_lock(1)', undefined],
     ['a column of that name', 'SELECT pg_advisory_lock FROM t', undefined],
     ['a function whose name only contains it', 'SELECT my_pg_advisory_lock(1)', undefined],
     ['pg_locks', "SELECT * FROM pg_locks WHERE locktype = 'advisory'", undefined],
@@ -367,12 +392,40 @@ describe('sessionSettingOf', () => {
     ['SET LOCAL search_path', 'SET LOCAL search_path TO app', undefined],
     ['SET LOCAL SESSION AUTHORIZATION', 'SET LOCAL SESSION AUTHORIZATION app', undefined],
     ['RESET ROLE', 'RESET ROLE', undefined],
+    ['SET ROLE TO DEFAULT', 'SET ROLE TO DEFAULT', undefined],
+    [
+      'set_config in FROM',
+      "SELECT * FROM set_config('role', 'app', false)",
+      "set_config('role', …, false)",
+    ],
+    [
+      'set_config, NOT true',
+      "SELECT set_config('role', 'app', NOT true)",
+      "set_config('role', …, false)",
+    ],
+    [
+      'set_config, an expression',
+      "SELECT set_config('role', 'app', 1 = 0)",
+      "set_config('role', …)",
+    ],
+    [
+      'set_config, session authorization',
+      "SELECT set_config('session_authorization', 'app', false)",
+      "set_config('session_authorization', …, false)",
+    ],
+    ['set_config of another schema', "SELECT app.set_config('role', 'x', false)", undefined],
+    ['set_config, NOT false', "SELECT set_config('role', 'app', NOT false)", undefined],
     ['another setting', "SET statement_timeout = '1s'", undefined],
 
     ['SET TRANSACTION', 'SET TRANSACTION ISOLATION LEVEL SERIALIZABLE', undefined],
     ['set_config role, true', "SELECT set_config('role', $1, true)", undefined],
     ['set_config another setting', "SELECT set_config('app.user', $1, false)", undefined],
-    ['set_config, is_local a parameter', "SELECT set_config('role', $1, $2)", undefined],
+    // An is_local that cannot be read may be false: refused, with the remedy (write true).
+    [
+      'set_config, is_local a parameter',
+      "SELECT set_config('role', $1, $2)",
+      "set_config('role', …)",
+    ],
     ['set_config, the name a parameter', 'SELECT set_config($1, $2, false)', undefined],
     ['a name in a string', "SELECT 'SET ROLE app'", undefined],
     ['a name in a comment', 'SELECT 1 /* SET ROLE app */', undefined],
@@ -396,11 +449,41 @@ describe('isTransactionModeOnly', () => {
     ['with a level', 'SET TRANSACTION ISOLATION LEVEL SERIALIZABLE READ ONLY', false],
     ['SET SESSION CHARACTERISTICS', 'SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY', false],
     ['two statements', 'SET TRANSACTION READ ONLY; SELECT 1', false],
+    ['set_config', "SELECT set_config('transaction_read_only', 'on', false)", true],
+    ['set_config, true', "select pg_catalog.set_config('transaction_read_only', $1, true)", true],
+    ['set_config and another', "SELECT set_config('transaction_read_only', 'on', false), 1", false],
+    [
+      'set_config with a FROM',
+      "SELECT set_config('transaction_read_only', 'on', false) FROM t",
+      false,
+    ],
+    ['set_config of another setting', "SELECT set_config('statement_timeout', '1s', true)", false],
     ['another setting', "SET LOCAL statement_timeout = '1s'", false],
     ['a string', "SELECT 'SET TRANSACTION READ ONLY'", false],
     ['not a string', { text: 'SET TRANSACTION READ ONLY' }, false],
   ])('%s', (_name, sql, expected) => {
     expect(isTransactionModeOnly(sql)).toBe(expected);
+  });
+});
+
+describe('setsReadOnly', () => {
+  it.each<[string, unknown, boolean]>([
+    ['SET TRANSACTION READ ONLY', 'SET TRANSACTION READ ONLY', true],
+    ['with a level', 'SET TRANSACTION ISOLATION LEVEL SERIALIZABLE, READ ONLY', true],
+    ['after a write', 'INSERT INTO t VALUES (1); SET TRANSACTION READ ONLY', true],
+    ['before a read', 'SET TRANSACTION READ ONLY; SELECT 1', true],
+    ['SET transaction_read_only', 'SET transaction_read_only = on', true],
+    ['SET LOCAL, a parameter cannot be read', 'SET LOCAL transaction_read_only TO yes', true],
+    ['set_config', "SELECT 1, set_config('transaction_read_only', 'on', false)", true],
+    ['set_config, a parameter', "SELECT set_config('transaction_read_only', $1, true)", true],
+    ['READ WRITE', 'SET TRANSACTION READ WRITE', false],
+    ['off', 'SET transaction_read_only = off', false],
+    ['set_config off', "SELECT set_config('transaction_read_only', 'off', true)", false],
+    ['a level only', 'SET TRANSACTION ISOLATION LEVEL SERIALIZABLE', false],
+    ['in a string', "SELECT 'SET TRANSACTION READ ONLY'", false],
+    ['not a string', 42, false],
+  ])('%s', (_name, sql, expected) => {
+    expect(setsReadOnly(sql)).toBe(expected);
   });
 });
 
@@ -415,6 +498,8 @@ describe('setsIdentity', () => {
     ['another setting', "select set_config('request.user', 'alice', true)", false],
     ['SET LOCAL statement_timeout', "SET LOCAL statement_timeout = '1s'", false],
     ['a name in a string', "SELECT 'SET LOCAL ROLE app'", false],
+    ['a name that cannot be read', 'select set_config($1, $2, true)', true],
+    ['in FROM', "SELECT * FROM set_config('search_path', 'app', true)", true],
   ])('%s', (_name, sql, expected) => {
     expect(setsIdentity(sql)).toBe(expected);
   });

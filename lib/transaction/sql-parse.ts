@@ -1,0 +1,158 @@
+import { loadModule, parseSync } from 'libpg-query';
+
+/**
+ * The statements of a text as PostgreSQL's own parser reads them (libpg-query: the server's
+ * grammar and lexer compiled to WebAssembly). The library reads what a handler sends to keep
+ * it inside the request's transaction; a reader of its own missed spellings PostgreSQL accepts
+ * (escapes in `E''` and `U&''` strings, `U&""` names, `begin atomic` as a column and its
+ * alias), and each one let a `COMMIT` or a session setting through. The parser reads every
+ * spelling as the server does, with `standard_conforming_strings` on (a handler's change of it
+ * is refused: see `sessionSettingOf`).
+ */
+
+/** A node of the parse tree: `{ SelectStmt: { … } }`, as libpg-query gives it. */
+export type SqlNode = Record<string, unknown>;
+
+/** One statement of a text: its node, and where it stands in the text. */
+export interface ParsedStatement {
+  node: SqlNode;
+  /** The statement's own text (from its first token), for a message. */
+  text: string;
+}
+
+// Loaded as soon as the library is imported; IdempotencyModule's start-up awaits it, so that
+// no request is read before it is (see `SqlReaderLoader`).
+let loaded = false;
+const loading = loadModule().then(() => {
+  loaded = true;
+});
+
+/** Resolves once the parser can read: awaited at start-up, and by tests that read SQL. */
+export function sqlReaderReady(): Promise<void> {
+  return loading;
+}
+
+/** Texts longer than this are parsed every time: an ORM's statements are far shorter. */
+const REMEMBERED_LENGTH = 4096;
+/** At most this many texts remembered; past it, the memory starts again empty. */
+const REMEMBERED_TEXTS = 512;
+const remembered = new Map<string, ParsedStatement[] | null>();
+
+/**
+ * The statements of `sql` (empty ones left out), or null when PostgreSQL would refuse the
+ * text as a whole: it parses a text before running any of it, so none of its statements runs.
+ * An ORM sends the same texts again and again (its values apart): their parse is remembered.
+ */
+export function parsedStatements(sql: string): ParsedStatement[] | null {
+  if (sql.length > REMEMBERED_LENGTH) return parse(sql);
+  let statements = remembered.get(sql);
+  if (statements === undefined) {
+    statements = parse(sql);
+    if (remembered.size >= REMEMBERED_TEXTS) remembered.clear();
+    remembered.set(sql, statements);
+  }
+  return statements;
+}
+
+function parse(sql: string): ParsedStatement[] | null {
+  if (!loaded) {
+    throw new Error(
+      "The SQL reader is not loaded yet: IdempotencyModule's start-up loads it (await " +
+        'sqlReaderReady() before reading SQL outside a Nest application).',
+    );
+  }
+  let stmts: { stmt?: SqlNode; stmt_location?: number; stmt_len?: number }[];
+  try {
+    stmts = (parseSync(sql) as { stmts?: typeof stmts }).stmts ?? [];
+  } catch {
+    return null;
+  }
+  const bytes = Buffer.from(sql, 'utf8');
+  return stmts
+    .filter((entry) => entry.stmt !== undefined)
+    .map((entry) => {
+      // Locations are byte offsets into the UTF-8 text.
+      const from = entry.stmt_location ?? 0;
+      const to = entry.stmt_len ? from + entry.stmt_len : bytes.length;
+      return { node: entry.stmt!, text: bytes.subarray(from, to).toString('utf8').trim() };
+    });
+}
+
+/** The type of a node (`SelectStmt`) and its fields; undefined for anything that is not one. */
+export function nodeOf(value: unknown): [string, SqlNode] | undefined {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return undefined;
+  const keys = Object.keys(value);
+  if (keys.length !== 1) return undefined;
+  const body = (value as SqlNode)[keys[0]];
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) return undefined;
+  return [keys[0], body as SqlNode];
+}
+
+/**
+ * Every node under `root` (itself included), depth first: `visit` is called with each node's
+ * type and fields. Function bodies held as strings (`DO $$…$$`, `CREATE FUNCTION … AS '…'`)
+ * are strings here, not statements: what runs inside them cannot be seen.
+ */
+export function walk(root: unknown, visit: (type: string, body: SqlNode) => void): void {
+  const stack: unknown[] = [root];
+  while (stack.length > 0) {
+    const value = stack.pop();
+    if (value === null || typeof value !== 'object') continue;
+    if (Array.isArray(value)) {
+      for (const item of value) stack.push(item);
+      continue;
+    }
+    const node = nodeOf(value);
+    if (node) visit(node[0], node[1]);
+    for (const child of Object.values(value)) {
+      if (child !== null && typeof child === 'object') stack.push(child);
+    }
+  }
+}
+
+/** A function call's name as PostgreSQL resolves it: its last part, and its schema if any. */
+export function functionName(call: SqlNode): { name: string; schema?: string } {
+  const parts = ((call.funcname as unknown[]) ?? []).map(
+    (part) => ((nodeOf(part)?.[1].sval as string | undefined) ?? '') as string,
+  );
+  const name = parts[parts.length - 1] ?? '';
+  return parts.length > 1 ? { name, schema: parts[parts.length - 2] } : { name };
+}
+
+/** A constant as the parser gives it: a string, a boolean, a number; undefined for others. */
+export type Literal = string | boolean | number;
+
+/**
+ * The value of an argument that is one constant, through casts (`false::boolean`) and `NOT`
+ * (parentheses are gone in the tree); undefined for a parameter, a column, any other
+ * expression.
+ */
+export function literalOf(value: unknown): Literal | undefined {
+  const node = nodeOf(value);
+  if (!node) return undefined;
+  const [type, body] = node;
+  if (type === 'TypeCast') return literalOf(body.arg);
+  if (type === 'BoolExpr' && body.boolop === 'NOT_EXPR') {
+    const inner = literalOf((body.args as unknown[])?.[0]);
+    const truth = typeof inner === 'boolean' ? inner : booleanOf(inner);
+    return truth === undefined ? undefined : !truth;
+  }
+  if (type !== 'A_Const') return undefined;
+  if (body.isnull) return undefined;
+  if (body.sval) return ((body.sval as SqlNode).sval as string | undefined) ?? '';
+  if (body.boolval) return (body.boolval as SqlNode).boolval === true;
+  if (body.ival) return ((body.ival as SqlNode).ival as number | undefined) ?? 0;
+  if (body.fval) return Number((body.fval as SqlNode).fval);
+  return undefined;
+}
+
+/** How PostgreSQL reads a string or number as a boolean (`'f'`, `'off'`, `0`…). */
+export function booleanOf(value: Literal | undefined): boolean | undefined {
+  if (typeof value === 'boolean') return value;
+  if (typeof value === 'number') return value !== 0;
+  if (typeof value !== 'string') return undefined;
+  const text = value.trim().toLowerCase();
+  if (['t', 'tr', 'tru', 'true', 'y', 'ye', 'yes', 'on', '1'].includes(text)) return true;
+  if (['f', 'fa', 'fal', 'fals', 'false', 'n', 'no', 'off', '0'].includes(text)) return false;
+  return undefined;
+}
