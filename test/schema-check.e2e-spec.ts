@@ -270,6 +270,24 @@ describe('the start-up check of the schema', () => {
     );
   });
 
+  it('refuses to start when the database reads strings with standard_conforming_strings off, saying how to turn it on', async () => {
+    await migrate(database.url, IDEMPOTENCY_MIGRATIONS);
+    const db = new Client({ connectionString: database.url });
+    await db.connect();
+    await db.query(`ALTER DATABASE ${database.name} SET standard_conforming_strings = off`);
+    await db.end();
+    const error = await startFailure(database.url);
+    expect((error as Error).name).toBe('StandardConformingStringsOffError');
+    expect((error as Error).message).toMatch(
+      /^IdempotencyModule: standard_conforming_strings is off .* ALTER DATABASE <name> RESET standard_conforming_strings/,
+    );
+    const reset = new Client({ connectionString: database.url });
+    await reset.connect();
+    await reset.query(`ALTER DATABASE ${database.name} RESET standard_conforming_strings`);
+    await reset.end();
+    expect(await startFailure(database.url)).toBeUndefined();
+  });
+
   it('refuses to start as a role that may only read the tables, naming the GRANT to run', async () => {
     await migrate(database.url, IDEMPOTENCY_MIGRATIONS);
     const role = `idem_reader_${randomBytes(3).toString('hex')}`;

@@ -13,6 +13,10 @@ import {
   type SchemaNeeds,
 } from './schema-check.js';
 import { IdempotencySchemaMissingError } from './schema-missing.error.js';
+import { StandardConformingStringsOffError } from './string-syntax.error.js';
+
+/** How the app's sessions read strings (see `StandardConformingStringsOffError`). */
+const STRING_SYNTAX_QUERY = "SELECT current_setting('standard_conforming_strings') AS strings";
 
 /**
  * Reads the schema the configured stores need once the app starts (one catalog query), and
@@ -53,6 +57,7 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
    */
   private async check(): Promise<boolean> {
     let catalog: CatalogEntry[];
+    let strings: string | undefined;
     try {
       catalog = await this.database.withConnection(async (client) => {
         const { rows } = await queryWithDeadline<CatalogEntry>(
@@ -60,6 +65,12 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
           { text: SCHEMA_CATALOG_QUERY, values: [CHECKED_TABLES, CHECKED_FUNCTIONS] },
           this.database.timeoutMs,
         );
+        const syntax = await queryWithDeadline<{ strings: string }>(
+          client,
+          { text: STRING_SYNTAX_QUERY },
+          this.database.timeoutMs,
+        );
+        strings = syntax.rows[0]?.strings;
         return rows;
       });
     } catch (error) {
@@ -68,6 +79,11 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
           'before the next statement',
       );
       return false;
+    }
+    if (strings === 'off') {
+      const off = new StandardConformingStringsOffError();
+      this.logger.error(off.message);
+      throw new PermanentDatabaseError(off, off.message);
     }
     const problems = missingSchema(this.needs, catalog);
     if (problems.length === 0) return true;
