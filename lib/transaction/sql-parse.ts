@@ -37,6 +37,8 @@ const REMEMBERED_LENGTH = 4096;
 /** At most this many texts remembered; past it, the memory starts again empty. */
 const REMEMBERED_TEXTS = 512;
 const remembered = new Map<string, ParsedStatement[] | null>();
+/** The last text too long to remember among the others. */
+let lastLong: { sql: string; statements: ParsedStatement[] | null } | undefined;
 
 /**
  * The statements of `sql` (empty ones left out), or null when PostgreSQL would refuse the
@@ -44,7 +46,11 @@ const remembered = new Map<string, ParsedStatement[] | null>();
  * An ORM sends the same texts again and again (its values apart): their parse is remembered.
  */
 export function parsedStatements(sql: string): ParsedStatement[] | null {
-  if (sql.length > REMEMBERED_LENGTH) return parse(sql);
+  if (sql.length > REMEMBERED_LENGTH) {
+    // A long text (a bulk INSERT) is read by several checks as it is sent: parsed once.
+    if (lastLong?.sql !== sql) lastLong = { sql, statements: parse(condensed(sql)) };
+    return lastLong.statements;
+  }
   let statements = remembered.get(sql);
   if (statements === undefined) {
     statements = parse(sql);
@@ -52,6 +58,29 @@ export function parsedStatements(sql: string): ParsedStatement[] | null {
     remembered.set(sql, statements);
   }
   return statements;
+}
+
+/** One value of a bulk statement's row: a parameter (with a plain cast), DEFAULT or NULL. */
+const VALUE = String.raw`(?:\$\d+(?:::[a-z_][a-z0-9_]*(?:\[\])?)?|default|null)`;
+const ROW = String.raw`\(\s*${VALUE}(?:\s*,\s*${VALUE})*\s*\)`;
+/** Rows after the first in `VALUES (…), (…), …`, each of nothing but values. */
+const MORE_ROWS = new RegExp(String.raw`(${ROW})(?:\s*,\s*${ROW})+`, 'gi');
+/** `IN ($1, $2, …)`, a list of parameters. */
+const PARAMETER_LIST = new RegExp(String.raw`\bin\s*\(\s*\$\d+(?:\s*,\s*\$\d+)+\s*\)`, 'gi');
+
+/**
+ * A long text with its repeated rows of parameters cut to one: an ORM's bulk `INSERT` of ten
+ * thousand rows (`VALUES ($1, $2), ($3, $4), …`) or an `IN ($1, …, $30000)` took the parser
+ * most of a second, on the event loop. What is cut holds no call, name, string, comment or
+ * `;` (only parameters, DEFAULT and NULL, with commas and parentheses), so every statement,
+ * call and setting the checks look for is where it was: wherever the cut falls (inside a
+ * string or a comment too), the text around it reads the same. A call's own arguments are
+ * kept whole (the first row is always kept).
+ */
+export function condensed(sql: string): string {
+  return sql
+    .replace(MORE_ROWS, (_rows, first: string) => first)
+    .replace(PARAMETER_LIST, () => 'IN ($1)');
 }
 
 function parse(sql: string): ParsedStatement[] | null {
