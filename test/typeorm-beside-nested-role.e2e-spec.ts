@@ -306,13 +306,16 @@ describe('TypeORM: a statement beside a nested transaction that set its role', (
       const replay = await keyed.post();
       expect({
         status: answer.status,
+        body: answer.body as unknown,
         refusals,
-        replayed: replay.text === answer.text,
+        // The handler's failure, stored with the key and replayed (as on the pool seam).
+        replayed: [replay.headers['idempotent-replayed'], replay.text === answer.text],
         moved: moved(before, await state(keyed.note)),
       }).toEqual({
         status: 500,
+        body: { statusCode: 500, message: 'Internal server error' },
         refusals: ['StatementBesideNestedTransactionError'],
-        replayed: true,
+        replayed: ['true', true],
         moved: { beside: 0, after: 0, notes: 0, audits: [] },
       });
     },
