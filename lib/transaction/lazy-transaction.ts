@@ -8,7 +8,13 @@ import {
 import { markDatabaseFailure } from '../storage/connection-errors.js';
 import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
-import { ReadOnlyTransactionRefusedError, TransactionEndedError } from './seam-errors.js';
+import { NestedIdentity } from './nested-identity.js';
+import { runnerView } from './runner-view.js';
+import {
+  ReadOnlyTransactionRefusedError,
+  StatementBesideNestedTransactionError,
+  TransactionEndedError,
+} from './seam-errors.js';
 import { isPlainRead, isTransactionModeOnly, setsReadOnly } from './sql-text.js';
 import { keepNestedState, restoreNestedState } from '../storage/session-state.js';
 import { ownQueryRunner } from './transaction-scope.js';
@@ -22,10 +28,10 @@ export { type FencedStatement } from './request-transaction.js';
 
 /**
  * The request's transaction as TypeORM's code meets it: one query runner of the DataSource's
- * that every runner asked for in the request's scope is (see `joinTransactionsOf`), set up to
- * look like an open transaction from the start, so that what code in the scope does with it
- * nests as savepoints. The connection, the `BEGIN`, the commit with the stored response and
- * the refusals are `RequestTransaction`'s.
+ * that every runner asked for in the request's scope is a view of (see `joinTransactionsOf`,
+ * `runnerView`), set up to look like an open transaction from the start, so that what code in
+ * the scope does with it nests as savepoints. The connection, the `BEGIN`, the commit with the
+ * stored response and the refusals are `RequestTransaction`'s.
  */
 export class LazyTransaction extends RequestTransaction {
   private runner?: QueryRunner;
@@ -35,6 +41,8 @@ export class LazyTransaction extends RequestTransaction {
    * of its own to roll back, and must not reach the request's transaction.
    */
   private failedStartAt?: number;
+  /** Its code's nested transactions, by the view that started each (see `besideIdentity`). */
+  private readonly nested = new NestedIdentity();
 
   constructor(
     private readonly dataSource: DataSource,
@@ -46,9 +54,13 @@ export class LazyTransaction extends RequestTransaction {
     super(pool, timeoutMs, joinable, namedStatements);
   }
 
-  /** Its EntityManager; nothing is sent until the first statement. */
+  /**
+   * An EntityManager of its own view of the runner (a fresh one each time, as the DataSource's
+   * manager asks for a runner of its own for each call); nothing is sent until the first
+   * statement.
+   */
   get manager(): EntityManager {
-    return this.ensureRunner().manager;
+    return this.viewOf(this.ensureRunner()).manager;
   }
 
   async query<R = Record<string, unknown>>(text: string, values: unknown[]): Promise<R[]> {
@@ -72,7 +84,16 @@ export class LazyTransaction extends RequestTransaction {
       if (this.committed) return undefined;
       throw new TransactionEndedError();
     }
-    return this.ensureRunner();
+    return this.viewOf(this.ensureRunner());
+  }
+
+  /**
+   * What one `createQueryRunner()` gets: a view of the one runner, so that the runner tells a
+   * nested transaction's statements (through the view that started it) from those beside it.
+   * The library's own statements go through the runner itself.
+   */
+  private viewOf(runner: QueryRunner): QueryRunner {
+    return runnerView(runner, (view) => this.dataSource.createEntityManager(view));
   }
 
   /** TypeORM 1's option; 0.3 has none, and the server's default applies. */
@@ -110,12 +131,14 @@ export class LazyTransaction extends RequestTransaction {
     internals.connect = () => this.open(internals);
     internals.release = () => Promise.resolve();
     const start = runner.startTransaction.bind(runner);
-    internals.startTransaction = async (level?: string) => {
+    // Called on a view (see `viewOf`): `this` is the view its code goes through.
+    const startFrom = async (owner: unknown, level?: string) => {
       this.failedStartAt = undefined;
       const depth = internals.transactionDepth;
       try {
         await this.askIsolation(level);
         await start(level as Parameters<QueryRunner['startTransaction']>[0]);
+        this.nested.started(owner as object);
         // Its code's outermost transaction, a transaction of its own without the library: its
         // role, session authorization and search path are kept, to be put back at its COMMIT
         // (a savepoint's RELEASE keeps a SET LOCAL; see keepNestedState).
@@ -125,33 +148,44 @@ export class LazyTransaction extends RequestTransaction {
         throw error;
       }
     };
+    internals.startTransaction = function (this: unknown, level?: string) {
+      return startFrom(this, level);
+    };
     const commit = runner.commitTransaction.bind(runner);
     internals.commitTransaction = async () => {
       if (internals.transactionDepth <= 1) {
         throw this.refuse('commitTransaction() with no startTransaction()');
       }
       const outermost = internals.transactionDepth === 2;
-      await commit();
-      if (outermost) await internals.query(restoreNestedState(OUTERMOST_KEPT_AS));
+      try {
+        await commit();
+        if (outermost) await internals.query(restoreNestedState(OUTERMOST_KEPT_AS));
+      } finally {
+        this.nested.endedAt(internals.transactionDepth);
+      }
     };
     const rollback = runner.rollbackTransaction.bind(runner);
-    internals.rollbackTransaction = () => {
+    internals.rollbackTransaction = async () => {
       if (this.failedStartAt === internals.transactionDepth) {
         // Its savepoint was never made: there is nothing of its own to roll back. (When the
         // SAVEPOINT failed because the transaction was aborted, the commit fails anyway.)
         this.failedStartAt = undefined;
-        return Promise.resolve();
+        return;
       }
       if (internals.transactionDepth <= 1) {
-        return Promise.reject(this.refuse('rollbackTransaction() with no startTransaction()'));
+        throw this.refuse('rollbackTransaction() with no startTransaction()');
+      }
+      try {
+        await rollback();
+      } finally {
+        this.nested.endedAt(internals.transactionDepth);
       }
       // Rolled back to its savepoint: a failure inside it no longer aborts the transaction.
-      return rollback().then(() => {
-        this.lastError = undefined;
-      });
+      this.lastError = undefined;
     };
     const query = runner.query.bind(runner) as (...args: unknown[]) => Promise<unknown>;
-    internals.query = async (...args: unknown[]) => {
+    // `from`: the view it came through (see `viewOf`), or the runner for the library's own.
+    const queryFrom = async (from: unknown, args: unknown[]) => {
       if (this.ended) {
         return this.apart(internals.transactionDepth > 1, () => this.readAlone(args));
       }
@@ -174,6 +208,7 @@ export class LazyTransaction extends RequestTransaction {
       if (internals.transactionDepth <= 1 && setsReadOnly(args[0])) {
         throw this.refuse(new ReadOnlyTransactionRefusedError());
       }
+      if (from !== runner) this.refuseBesideIdentity(from, args[0]);
       try {
         return await query(...args);
       } catch (error) {
@@ -181,16 +216,36 @@ export class LazyTransaction extends RequestTransaction {
         throw error;
       }
     };
+    internals.query = function (this: unknown, ...args: unknown[]) {
+      return queryFrom(this, args);
+    };
     const stream = runner.stream.bind(runner) as (...args: unknown[]) => Promise<unknown>;
-    internals.stream = async (...args: unknown[]) => {
+    const streamFrom = async (from: unknown, args: unknown[]) => {
+      if (from !== runner) this.refuseBesideIdentity(from, args[0]);
       // A stream is handed to node-postgres as an object, which `beginWith` cannot carry: its
       // BEGIN goes first, alone, so that a failed BEGIN never leaves it running outside.
       await this.open(internals);
       await this.begin(await this.opening!);
       return stream(...args);
     };
+    internals.stream = function (this: unknown, ...args: unknown[]) {
+      return streamFrom(this, args);
+    };
     this.runner = runner;
     return runner;
+  }
+
+  /**
+   * A statement beside a nested transaction of its code that set its role (or search path)
+   * would run inside it, as that role (on the request's one connection there is no other
+   * place), where without the library it runs on a connection of its own: refused, the request
+   * with it, rather than run as another role in silence (row-level security would hide rows
+   * from it). As on the pool seam (`PoolTransaction.refuseBesideIdentity`).
+   */
+  private refuseBesideIdentity(from: unknown, text: unknown): void {
+    if (this.nested.besideIdentity(from as object, text)) {
+      throw this.refuse(new StatementBesideNestedTransactionError(true));
+    }
   }
 
   private async readAlone(args: unknown[]): Promise<unknown> {

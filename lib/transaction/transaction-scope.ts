@@ -38,7 +38,7 @@ const ownRunners = new WeakMap<DataSource, DataSource['createQueryRunner']>();
 
 /**
  * Makes every query runner the DataSource creates inside a transaction's scope that
- * transaction's runner. TypeORM makes one for each repository call, `dataSource.query()`,
+ * transaction's runner (a view of it: see `runnerView`). TypeORM makes one for each repository call, `dataSource.query()`,
  * `dataSource.transaction()` and query builder without a runner of its own, so a handler's
  * ordinary code (a repository injected with `@InjectRepository`, a service using
  * `@nestjs-cls/transactional`, a `dataSource.transaction()` that then nests as a savepoint)

@@ -1,0 +1,90 @@
+import { NestedIdentity } from './nested-identity.js';
+
+const inside = { name: 'inside' };
+const beside = { name: 'beside' };
+const other = { name: 'other' };
+
+/** One step: a view starts a nested transaction, one ends (the depth after), or a statement. */
+type Step = ['start', object] | ['end', number] | ['send', object, string, boolean /* refused */];
+
+describe('NestedIdentity', () => {
+  it.each<[string, Step[]]>([
+    ['nothing nested: nothing refused', [['send', beside, 'UPDATE t SET n = n + 1', false]]],
+    [
+      'beside a nested transaction that set no role',
+      [
+        ['start', inside],
+        ['send', inside, "SELECT set_config('request.user', 'alice', true)", false],
+        ['send', beside, 'UPDATE t SET n = n + 1', false],
+      ],
+    ],
+    [
+      'beside one that set its role: refused, reads too; inside: sent',
+      [
+        ['start', inside],
+        ['send', inside, 'SET LOCAL ROLE app_user', false],
+        ['send', inside, 'INSERT INTO notes VALUES (1)', false],
+        ['send', beside, 'UPDATE t SET n = n + 1', true],
+        ['send', beside, 'SELECT 1', true],
+      ],
+    ],
+    [
+      'the role set as set_config(…, true), or the search path',
+      [
+        ['start', inside],
+        ['send', inside, "SELECT set_config('search_path', 'tenant', true)", false],
+        ['send', beside, 'UPDATE t SET n = n + 1', true],
+      ],
+    ],
+    [
+      'set in a savepoint of its own: its outermost is marked, and stays so once the inner ends',
+      [
+        ['start', inside],
+        ['start', inside],
+        ['send', inside, 'SET LOCAL ROLE app_user', false],
+        ['end', 2],
+        ['send', inside, 'SELECT 1', false],
+        ['send', beside, 'SELECT 1', true],
+      ],
+    ],
+    [
+      'its own transaction nested in one that set its role, by a view beside it: refused',
+      [
+        ['start', inside],
+        ['send', inside, 'SET LOCAL ROLE app_user', false],
+        ['start', beside],
+        ['send', beside, 'INSERT INTO t VALUES (1)', true],
+      ],
+    ],
+    [
+      'once the outermost ended (committed or rolled back): sent',
+      [
+        ['start', inside],
+        ['send', inside, 'SET LOCAL ROLE app_user', false],
+        ['end', 1],
+        ['send', beside, 'UPDATE t SET n = n + 1', false],
+      ],
+    ],
+    [
+      'set beside any nested transaction of its own: marks none (the pool seam does the same)',
+      [
+        ['start', inside],
+        ['send', beside, 'SET LOCAL ROLE app_user', false],
+        ['send', other, 'UPDATE t SET n = n + 1', false],
+      ],
+    ],
+  ])('%s', (_label, steps) => {
+    const nested = new NestedIdentity();
+    const refused: boolean[] = [];
+    const expected: boolean[] = [];
+    for (const step of steps) {
+      if (step[0] === 'start') nested.started(step[1]);
+      else if (step[0] === 'end') nested.endedAt(step[1]);
+      else {
+        refused.push(nested.besideIdentity(step[1], step[2]));
+        expected.push(step[3]);
+      }
+    }
+    expect(refused).toEqual(expected);
+  });
+});

@@ -1,0 +1,54 @@
+import { setsIdentity } from './sql-text.js';
+
+/** A nested transaction of the app's code on the request's TypeORM runner. */
+interface NestedTransaction {
+  /** The view of the runner that started it: its code's statements come through it. */
+  owner: object;
+  /**
+   * Its code set the role, session authorization or search path in it (`SET LOCAL ROLE`): a
+   * statement beside it, which runs inside it on the request's one connection, would run as
+   * that role, where without the library it runs on a connection of its own.
+   */
+  setIdentity: boolean;
+}
+
+/**
+ * The nested transactions open on the request's TypeORM runner, outermost first, by the view
+ * of the runner that started each (see `runnerView`): TypeORM's `dataSource.transaction()`
+ * asks for a runner, starts a transaction on it and hands its code the runner's manager, so
+ * its code's statements come through that view, and a statement beside it (`dataSource.query`,
+ * a repository, while it is open) through another. The pool seam's `Savepoint.setIdentity`,
+ * for TypeORM.
+ */
+export class NestedIdentity {
+  private readonly open: NestedTransaction[] = [];
+
+  /** `owner` started a nested transaction. */
+  started(owner: object): void {
+    this.open.push({ owner, setIdentity: false });
+  }
+
+  /**
+   * The runner's transaction depth after a nested transaction ended (committed, rolled back,
+   * or failed to): those deeper are no longer open (depth 1 is the request's own).
+   */
+  endedAt(depth: number): void {
+    if (this.open.length > depth - 1) this.open.length = Math.max(0, depth - 1);
+  }
+
+  /**
+   * Whether `text`, sent through `from`, is beside an open nested transaction that set its
+   * identity (and is to be refused). When it is not, and it sets the identity inside a nested
+   * transaction of `from`'s, that transaction is marked, as its outermost: a `SET LOCAL` made
+   * in a savepoint lasts until the outermost one ends.
+   */
+  besideIdentity(from: object, text: unknown): boolean {
+    if (this.open.length === 0) return false;
+    if (this.open.some((nested) => nested.setIdentity && nested.owner !== from)) return true;
+    if (setsIdentity(text)) {
+      const own = this.open.find((nested) => nested.owner === from);
+      if (own) own.setIdentity = true;
+    }
+    return false;
+  }
+}
