@@ -29,6 +29,7 @@ export {
   SessionSettingRefusedError,
   StatementBesideNestedTransactionError,
   TransactionControlRefusedError,
+  UnreadableStatementRefusedError,
 } from './transaction/seam-errors.js';
 export { type IsolationLevel } from './transaction/isolation-level.js';
 export { keepPrismaBatchesPerRequest } from './prisma/scoped-batches.js';

@@ -30,10 +30,12 @@ import {
   IsolationLevelRefusedError,
   SessionAdvisoryLockRefusedError,
   SessionSettingRefusedError,
+  UnreadableStatementRefusedError,
   TransactionAbortedError,
   TransactionControlRefusedError,
   TransactionEndedError,
 } from './seam-errors.js';
+import { unreadableOf } from './sql-parse.js';
 import { sessionAdvisoryLockOf, sessionSettingOf, transactionControlOf } from './sql-text.js';
 import {
   ownStatementFailure,
@@ -488,6 +490,8 @@ export abstract class RequestTransaction implements JoinableTransaction {
    * neither ends with the request's transaction.
    */
   protected refusalOf(text: unknown): TransactionControlRefusedError | undefined {
+    const unreadable = unreadableOf(text);
+    if (unreadable) return this.refuse(new UnreadableStatementRefusedError(unreadable));
     const control = transactionControlOf(text);
     if (control) return this.refuse(control);
     const lock = sessionAdvisoryLockOf(text);

@@ -101,6 +101,27 @@ export class ReadOnlyTransactionRefusedError extends TransactionControlRefusedEr
 }
 
 /**
+ * A text the library's SQL reader (PostgreSQL 18's parser) refuses, that may hide what it must
+ * see before sending: several statements, or one that starts or ends a transaction, sets a
+ * setting, or calls `set_config` or an advisory lock. An older server may run it (a name
+ * PostgreSQL 16 and later reserve, such as `system_user`), and a `COMMIT` in it would end the
+ * request's transaction. The request rolls back.
+ */
+export class UnreadableStatementRefusedError extends TransactionControlRefusedError {
+  constructor(readonly parserMessage: string) {
+    super('a statement the library cannot read');
+    this.message =
+      `A statement the library could not read was refused (PostgreSQL’s parser: ` +
+      `${parserMessage}). It holds several statements, or a transaction command, a SET, ` +
+      'set_config or an advisory lock, which the library must see before an idempotent ' +
+      'request’s statement is sent. The request rolls back. If the server runs it, send its ' +
+      'statements one at a time, or quote the name the parser stops at (one that newer ' +
+      'PostgreSQL reserves, such as "system_user").';
+    this.name = 'UnreadableStatementRefusedError';
+  }
+}
+
+/**
  * A session-level advisory lock function (`pg_advisory_lock`, `pg_advisory_unlock`, their
  * `_shared` and `try_` variants, `pg_advisory_unlock_all`) sent in the request's transaction,
  * refused before it is sent. In the request, the handler's statements run in a transaction

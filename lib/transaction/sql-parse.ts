@@ -1,4 +1,4 @@
-import { loadModule, parseSync } from 'libpg-query';
+import { loadModule, parseSync, scanSync } from 'libpg-query';
 
 /**
  * The statements of a text as PostgreSQL's own parser reads them (libpg-query: the server's
@@ -36,46 +36,119 @@ export function sqlReaderReady(): Promise<void> {
 const REMEMBERED_LENGTH = 4096;
 /** At most this many texts remembered; past it, the memory starts again empty. */
 const REMEMBERED_TEXTS = 512;
-const remembered = new Map<string, ParsedStatement[] | null>();
+/** A text the parser refused, with its words. */
+export interface ParseRefusal {
+  refused: string;
+}
+type Parse = ParsedStatement[] | ParseRefusal;
+const remembered = new Map<string, Parse>();
 /** The last text too long to remember among the others. */
-let lastLong: { sql: string; statements: ParsedStatement[] | null } | undefined;
+let lastLong: { sql: string; parse: Parse } | undefined;
 
 /**
- * The statements of `sql` (empty ones left out), or null when PostgreSQL would refuse the
- * text as a whole: it parses a text before running any of it, so none of its statements runs.
- * An ORM sends the same texts again and again (its values apart): their parse is remembered.
+ * The statements of `sql` (empty ones left out), or null when the parser refuses the text as a
+ * whole (see `unreadableOf` for what that may hide).
  */
 export function parsedStatements(sql: string): ParsedStatement[] | null {
+  const result = parseOf(sql);
+  return Array.isArray(result) ? result : null;
+}
+
+/**
+ * The text's parse, remembered: an ORM sends the same texts again and again (its values
+ * apart). A long text (a bulk INSERT) is read by several checks as it is sent: parsed once.
+ */
+function parseOf(sql: string): Parse {
   if (sql.length > REMEMBERED_LENGTH) {
-    // A long text (a bulk INSERT) is read by several checks as it is sent: parsed once.
-    if (lastLong?.sql !== sql) lastLong = { sql, statements: parse(condensed(sql)) };
-    return lastLong.statements;
+    if (lastLong?.sql !== sql) lastLong = { sql, parse: parse(condensed(sql)) };
+    return lastLong.parse;
   }
-  let statements = remembered.get(sql);
-  if (statements === undefined) {
-    statements = parse(sql);
+  let result = remembered.get(sql);
+  if (result === undefined) {
+    result = parse(sql);
     if (remembered.size >= REMEMBERED_TEXTS) remembered.clear();
-    remembered.set(sql, statements);
+    remembered.set(sql, result);
   }
-  return statements;
+  return result;
+}
+
+/** The first words of a statement that starts or ends a transaction, or sets what outlives it. */
+const RISKY_FIRST_WORDS = new Set([
+  'begin',
+  'start',
+  'commit',
+  'end',
+  'rollback',
+  'abort',
+  'prepare',
+  'set',
+  'deallocate',
+]);
+/** Words whose call or table changes the session wherever they stand. */
+const RISKY_WORDS = /^(set_config|pg_settings|pg_(try_)?advisory_(lock|unlock)\w*)$/;
+
+/**
+ * Why a text the parser refuses must not be sent, or undefined. The parser is PostgreSQL 18's
+ * grammar; an older server may run what it refuses (a name that PostgreSQL 16 and later
+ * reserve, such as `system_user` in a column list), and then no check could see a `COMMIT` or
+ * a `SET ROLE` in it. Such a text is let through only when PostgreSQL's lexer (the same in
+ * every version) shows one statement that starts no transaction command or `SET`, and names
+ * no `set_config`, `pg_settings` or advisory lock: at worst it runs as the handler meant.
+ * Undefined too when the lexer refuses it (an unterminated string): the server refuses it as
+ * well, before running any of it.
+ */
+export function unreadableOf(sql: unknown): string | undefined {
+  if (typeof sql !== 'string') return undefined;
+  // The hot path: one statement (no `;` at all) that begins with a word not among the risky
+  // ones and names none of the risky calls cannot be risky, whether it parses or not.
+  const first = /^\s*([a-z]+)/i.exec(sql)?.[1].toLowerCase();
+  if (
+    first !== undefined &&
+    !RISKY_FIRST_WORDS.has(first) &&
+    !/;|set_config|pg_settings|advisory|u&/i.test(sql)
+  ) {
+    return undefined;
+  }
+  const result = parseOf(sql);
+  if (Array.isArray(result)) return undefined;
+  let tokens: { text: string; tokenName: string }[];
+  try {
+    tokens = scanSync(sql).tokens;
+  } catch {
+    return undefined;
+  }
+  const statements: string[][] = [[]];
+  for (const token of tokens) {
+    if (token.tokenName === 'SQL_COMMENT' || token.tokenName === 'C_COMMENT') continue;
+    if (token.tokenName === 'ASCII_59') statements.push([]);
+    else statements[statements.length - 1].push(token.text.replace(/^"|"$/g, '').toLowerCase());
+  }
+  const nonEmpty = statements.filter((words) => words.length > 0);
+  const risky =
+    nonEmpty.length > 1 ||
+    RISKY_FIRST_WORDS.has(nonEmpty[0]?.[0] ?? '') ||
+    nonEmpty.some((words) => words.some((word) => RISKY_WORDS.test(word) || word.startsWith('u&')));
+  return risky ? result.refused : undefined;
 }
 
 /** One value of a bulk statement's row: a parameter (with a plain cast), DEFAULT or NULL. */
 const VALUE = String.raw`(?:\$\d+(?:::[a-z_][a-z0-9_]*(?:\[\])?)?|default|null)`;
 const ROW = String.raw`\(\s*${VALUE}(?:\s*,\s*${VALUE})*\s*\)`;
-/** Rows after the first in `VALUES (…), (…), …`, each of nothing but values. */
-const MORE_ROWS = new RegExp(String.raw`(${ROW})(?:\s*,\s*${ROW})+`, 'gi');
+/** `VALUES (…), (…), …`: the rows after the first, each of nothing but values. */
+const MORE_ROWS = new RegExp(String.raw`(\bvalues\s*${ROW})(?:\s*,\s*${ROW})+`, 'gi');
 /** `IN ($1, $2, …)`, a list of parameters. */
 const PARAMETER_LIST = new RegExp(String.raw`\bin\s*\(\s*\$\d+(?:\s*,\s*\$\d+)+\s*\)`, 'gi');
 
 /**
  * A long text with its repeated rows of parameters cut to one: an ORM's bulk `INSERT` of ten
  * thousand rows (`VALUES ($1, $2), ($3, $4), …`) or an `IN ($1, …, $30000)` took the parser
- * most of a second, on the event loop. What is cut holds no call, name, string, comment or
- * `;` (only parameters, DEFAULT and NULL, with commas and parentheses), so every statement,
- * call and setting the checks look for is where it was: wherever the cut falls (inside a
- * string or a comment too), the text around it reads the same. A call's own arguments are
- * kept whole (the first row is always kept).
+ * most of a second, on the event loop. Only after `VALUES` or `IN`: elsewhere rows of
+ * parameters may be a call's arguments (`set_config(($1), ($2), ($3))`), whose count a check
+ * reads. What is cut holds no quote, comment mark, `$` tag, name or `;` (only parameters,
+ * DEFAULT and NULL, with commas and parentheses), so wherever the cut falls (inside a string
+ * or a comment too) the text around it reads the same, and every statement, call and setting
+ * the checks look for is where it was. Rows of literal strings are not cut: a string's quotes
+ * could pair otherwise than they seem, and what they hold could be a statement.
  */
 export function condensed(sql: string): string {
   return sql
@@ -83,7 +156,7 @@ export function condensed(sql: string): string {
     .replace(PARAMETER_LIST, () => 'IN ($1)');
 }
 
-function parse(sql: string): ParsedStatement[] | null {
+function parse(sql: string): Parse {
   if (!loaded) {
     throw new Error(
       "The SQL reader is not loaded yet: IdempotencyModule's start-up loads it (await " +
@@ -93,8 +166,8 @@ function parse(sql: string): ParsedStatement[] | null {
   let stmts: { stmt?: SqlNode; stmt_location?: number; stmt_len?: number }[];
   try {
     stmts = (parseSync(sql) as { stmts?: typeof stmts }).stmts ?? [];
-  } catch {
-    return null;
+  } catch (error) {
+    return { refused: error instanceof Error ? error.message : String(error) };
   }
   const bytes = Buffer.from(sql, 'utf8');
   return stmts
