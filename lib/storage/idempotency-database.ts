@@ -1,3 +1,9 @@
+import {
+  EFFECT_FREE_FUNCTIONS,
+  noteShadowedBuiltIns,
+  PLAIN_OPERATORS,
+  SHADOWED_BUILT_INS_QUERY,
+} from '../transaction/shadowed-built-ins.js';
 import { Logger } from '@nestjs/common';
 import {
   type Pool,
@@ -37,7 +43,12 @@ import {
 } from './postgres-statements.js';
 
 /** The level a transaction begun without one runs at, on this database and role. */
-const SERVER_LEVEL = `SELECT current_setting('default_transaction_isolation') AS level`;
+/**
+ * The server's default level, and what the app's database shadows of the built-ins a plain
+ * read may call (see `shadowed-built-ins.ts`), in one statement.
+ */
+const SERVER_LEVEL = `SELECT current_setting('default_transaction_isolation') AS level, s.*
+FROM (${SHADOWED_BUILT_INS_QUERY}) s`;
 
 /** A named prepared statement of the library. */
 export interface Statement {
@@ -172,9 +183,14 @@ export class IdempotencyDatabase {
   /** Reads the server's default level; never fails (a database that is down is met later). */
   private learnServerLevel(): Promise<void> {
     this.learningLevel ??= this.withConnection((client) =>
-      queryWithDeadline<{ level: string }>(client, { text: SERVER_LEVEL }, this.timeoutMs),
+      queryWithDeadline<{ level: string; functions: string[]; operators: string[] }>(
+        client,
+        { text: SERVER_LEVEL, values: [EFFECT_FREE_FUNCTIONS, PLAIN_OPERATORS] },
+        this.timeoutMs,
+      ),
     )
       .then(({ rows }) => {
+        if (rows[0]) noteShadowedBuiltIns(rows[0]);
         const level = rows[0]?.level.toUpperCase();
         this.serverLevel = isIsolationLevel(level) ? level : 'READ COMMITTED';
       })

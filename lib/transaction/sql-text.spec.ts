@@ -10,6 +10,7 @@ import {
   transactionControlOf,
 } from './sql-text.js';
 import { sqlReaderReady } from './sql-parse.js';
+import { noteShadowedBuiltIns } from './shadowed-built-ins.js';
 
 beforeAll(() => sqlReaderReady());
 
@@ -69,6 +70,24 @@ describe('isPlainRead', () => {
     ],
     ['pg_catalog’s count', 'SELECT pg_catalog.count(*) FROM t', true],
     ['not SQL PostgreSQL parses', 'SELECT FROM WHERE', false],
+    // What TypeORM's finds are made of: joins, ranges, patterns, lists, pages.
+    [
+      'a find with a join, a range, a pattern, a list and a page',
+      'SELECT DISTINCT "distinctAlias"."o_id" AS "ids_o_id" FROM (SELECT "o"."id" AS "o_id" FROM "orders" "o" LEFT JOIN "lines" "l" ON "l"."orderId"="o"."id" WHERE "o"."at" BETWEEN $1 AND $2 AND "o"."name" ILIKE $3 AND "o"."tag" IN ($4, $5) AND "o"."deletedAt" IS NULL AND "o"."id" = ANY($6) AND NOT ("o"."x" <> $7)) "distinctAlias" ORDER BY "distinctAlias"."o_id" ASC LIMIT 10 OFFSET 20',
+      true,
+    ],
+    [
+      'a CASE, COALESCE, a cast and a collation',
+      'SELECT CASE WHEN a > 1 THEN coalesce(b, \'x\') END, c::int, d COLLATE "C" FROM t',
+      true,
+    ],
+    // PostgreSQL 16 and later's JSON syntax: on 15, a call of the app's function of that name.
+    ['json_value (PostgreSQL 17 syntax)', "SELECT json_value('{}'::jsonb, '$.a')", false],
+    ['IS JSON (PostgreSQL 16)', "SELECT '{}' IS JSON", false],
+    ['an operator of the app', 'SELECT 7 ### 1', false],
+    ['an operator of another schema', 'SELECT 7 OPERATOR(app.+) 1', false],
+    ['an operator of pg_catalog', 'SELECT 7 OPERATOR(pg_catalog.+) 1', true],
+    ['SIMILAR TO (an escape function)', "SELECT 1 FROM t WHERE a SIMILAR TO 'x%'", false],
     ['an INSERT (the first word decides)', 'INSERT INTO t VALUES (1)', false],
     ['a word that only begins with select', 'selected_rows()', false],
     ['SELECT in capitals after a newline', '\n\tSELECT 1', true],
@@ -76,6 +95,18 @@ describe('isPlainRead', () => {
     expect(isPlainRead(sql)).toBe(expected);
     // Asked again, the remembered answer is the same.
     expect(isPlainRead(sql)).toBe(expected);
+  });
+
+  it('answers false for a name the app shadows with a function or operator that may write', () => {
+    // Before: PostgreSQL's own.
+    expect(isPlainRead('SELECT md5(a) FROM t WHERE b % 2 = 0')).toBe(true);
+    noteShadowedBuiltIns({ functions: ['md5'] });
+    expect(isPlainRead('SELECT md5(a) FROM t')).toBe(false);
+    expect(isPlainRead('SELECT pg_catalog.md5(a) FROM t')).toBe(false);
+    expect(isPlainRead('SELECT a FROM t WHERE b % 2 = 0')).toBe(true);
+    noteShadowedBuiltIns({ operators: ['%'] });
+    expect(isPlainRead('SELECT a FROM t WHERE b % 2 = 0')).toBe(false);
+    expect(isPlainRead('SELECT a FROM t WHERE b = 2')).toBe(true);
   });
 
   it('answers past the memory of texts it keeps, and for texts too long to keep', () => {

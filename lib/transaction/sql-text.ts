@@ -9,6 +9,12 @@ import {
   type SqlNode,
   walk,
 } from './sql-parse.js';
+import {
+  EFFECT_FREE_FUNCTIONS,
+  isShadowedFunction,
+  isShadowedOperator,
+  PLAIN_OPERATORS,
+} from './shadowed-built-ins.js';
 
 /**
  * What the request's transaction needs to know of a statement's text before it sends it:
@@ -27,26 +33,14 @@ export function statementsOf(sql: string): ParsedStatement[] {
   return parsedStatements(sql) ?? [];
 }
 
-/**
- * PostgreSQL's functions that have no effect beyond their result and take no lock (what
- * TypeORM's reads and counts use, and what the SQL syntax of `EXTRACT`, `TRIM`, `SUBSTRING`
- * and `POSITION` calls), by their name in `pg_catalog`. Any other function may be the app's,
- * and may write; PostgreSQL's own `nextval`, `set_config`, `pg_advisory_lock`, `pg_notify`
- * have effects that last.
- */
-// prettier-ignore
-const EFFECT_FREE_FUNCTIONS = new Set([
-  'count', 'sum', 'avg', 'min', 'max', 'lower', 'upper', 'length', 'char_length',
-  'octet_length', 'concat', 'concat_ws', 'replace', 'abs', 'round', 'floor', 'ceil', 'ceiling',
-  'mod', 'power', 'sqrt', 'array_agg', 'string_agg', 'json_agg', 'jsonb_agg',
-  'json_build_object', 'jsonb_build_object', 'json_build_array', 'jsonb_build_array',
-  'json_object_agg', 'jsonb_object_agg', 'to_json', 'to_jsonb', 'row_to_json', 'bool_and',
-  'bool_or', 'every', 'row_number', 'rank', 'dense_rank', 'lag', 'lead', 'date_trunc',
-  'date_part', 'to_char', 'to_date', 'to_timestamp', 'now', 'array_length', 'cardinality',
-  'unnest', 'left', 'right', 'split_part', 'starts_with', 'md5', 'encode', 'decode', 'format',
-  'jsonb_array_length', 'jsonb_typeof', 'age', 'extract', 'substring', 'position', 'btrim',
-  'ltrim', 'rtrim', 'overlay', 'timezone',
-]);
+const EFFECT_FREE = new Set(EFFECT_FREE_FUNCTIONS);
+const OPERATORS = new Set(PLAIN_OPERATORS);
+
+/** A call of one of PostgreSQL's effect-free functions, which the app does not shadow. */
+function callsEffectFree(call: SqlNode): boolean {
+  const name = callsBuiltIn(call, EFFECT_FREE);
+  return name !== undefined && !isShadowedFunction(name);
+}
 
 /** A call of `call` is one of PostgreSQL's own `names` (unqualified, or in `pg_catalog`). */
 function callsBuiltIn(call: SqlNode, names: ReadonlySet<string>): string | undefined {
@@ -55,8 +49,33 @@ function callsBuiltIn(call: SqlNode, names: ReadonlySet<string>): string | undef
   return names.has(name) ? name : undefined;
 }
 
-/** The nodes that write, wherever they stand (a `WITH d AS (DELETE …) SELECT …`). */
-const WRITES = new Set(['InsertStmt', 'UpdateStmt', 'DeleteStmt', 'MergeStmt']);
+/**
+ * The nodes a plain read may hold: PostgreSQL 15's grammar of a `SELECT` without effects. Any
+ * other (a write in a `WITH`, a JSON function of PostgreSQL 16 and later, which PostgreSQL 15
+ * would take for a call of the app's function of that name, anything unknown) makes the text
+ * not provably plain. `INTO` and row locks are nodes of their own, not among these.
+ */
+// prettier-ignore
+const PLAIN_NODES = new Set([
+  'SelectStmt', 'ResTarget', 'ColumnRef', 'A_Star', 'A_Const', 'ParamRef', 'TypeCast',
+  'TypeName', 'String', 'Integer', 'Float', 'Boolean', 'BitString', 'A_Expr', 'BoolExpr',
+  'NullTest', 'BooleanTest', 'SubLink', 'RangeVar', 'JoinExpr', 'Alias', 'SortBy', 'WindowDef',
+  'FuncCall', 'CoalesceExpr', 'MinMaxExpr', 'CaseExpr', 'CaseWhen', 'SQLValueFunction',
+  'RangeSubselect', 'RangeFunction', 'A_Indirection', 'A_Indices', 'A_ArrayExpr', 'RowExpr',
+  'CollateClause', 'List', 'NamedArgExpr', 'GroupingSet',
+]);
+
+/** An operator's name (`{ String }` parts, perhaps `OPERATOR(pg_catalog.=)`), if plain. */
+function isPlainOperator(expression: SqlNode): boolean {
+  const parts = ((expression.name as unknown[]) ?? []).map(
+    (part) => (nodeOf(part)?.[1].sval as string | undefined) ?? '',
+  );
+  const name = parts[parts.length - 1] ?? '';
+  if (parts.length > 1 && parts[parts.length - 2] !== 'pg_catalog') return false;
+  // BETWEEN compares with >= and <=; its node names the construct.
+  const used = /^(NOT )?BETWEEN/i.test(name) ? ['>=', '<='] : [name];
+  return used.every((operator) => OPERATORS.has(operator) && !isShadowedOperator(operator));
+}
 
 /**
  * Whether `sql` is provably one plain `SELECT`: one statement, beginning with `SELECT`, with
@@ -77,9 +96,10 @@ export function isPlainRead(sql: unknown): boolean {
   if (type !== 'SelectStmt') return false;
   let plain = true;
   walk(statements[0].node, (kind, body) => {
-    if (WRITES.has(kind)) plain = false;
+    if (!PLAIN_NODES.has(kind)) plain = false;
     else if (kind === 'SelectStmt' && (body.intoClause || body.lockingClause)) plain = false;
-    else if (kind === 'FuncCall' && !callsBuiltIn(body, EFFECT_FREE_FUNCTIONS)) plain = false;
+    else if (kind === 'FuncCall' && !callsEffectFree(body)) plain = false;
+    else if (kind === 'A_Expr' && !isPlainOperator(body)) plain = false;
   });
   return plain;
 }
