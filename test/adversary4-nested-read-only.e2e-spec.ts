@@ -58,8 +58,33 @@ async function writeInReadOnly(slot: string) {
   }
 }
 
+/** The same mistake, not caught: the handler's own error. */
+async function writeInReadOnlyUncaught(slot: string) {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN READ ONLY');
+    await client.query('INSERT INTO slots (slot) VALUES ($1)', [slot]);
+    await client.query('COMMIT');
+    return { slot };
+  } finally {
+    await client.query('ROLLBACK').catch(() => undefined);
+    client.release();
+  }
+}
+
 @Controller()
 class ReportController {
+  @Post('write-in-read-only-uncaught')
+  @Idempotent()
+  writeUncaught(@Body() body: { slot: string }) {
+    return writeInReadOnlyUncaught(body.slot);
+  }
+
+  @Post('plain/write-in-read-only-uncaught')
+  plainWriteUncaught(@Body() body: { slot: string }) {
+    return writeInReadOnlyUncaught(body.slot);
+  }
+
   @Post('report-then-write')
   @Idempotent()
   report(@Body() body: { slot: string }) {
@@ -160,5 +185,21 @@ describe('adversary 4: a read-only transaction of the handler own, on the pool',
       kept: 0,
     });
     // Observed: { written: true }, the row kept: the READ ONLY of the BEGIN was dropped.
+  }, 30_000);
+
+  it('BEGIN READ ONLY, a write inside it not caught: the handler’s 500 as without the library, stored, never a 503', async () => {
+    const plain = await post('/plain/write-in-read-only-uncaught', 'p3', { slot: 'plain-u' });
+    expect({ status: plain.status, kept: await kept('plain-u') }).toEqual({
+      status: 500,
+      kept: 0,
+    });
+    const first = await post('/write-in-read-only-uncaught', 'uncaught', { slot: 'u' });
+    const retry = await post('/write-in-read-only-uncaught', 'uncaught', { slot: 'u' });
+    expect({
+      status: first.status,
+      retryAfter: first.headers['retry-after'],
+      replayed: retry.status === first.status && retry.headers['idempotent-replayed'],
+      kept: await kept('u'),
+    }).toEqual({ status: 500, retryAfter: undefined, replayed: 'true', kept: 0 });
   }, 30_000);
 });

@@ -72,6 +72,18 @@ export function markDatabaseFailure<T>(error: T): T {
   return error;
 }
 
+const markedReadOnlyByHandler = new WeakSet<object>();
+
+/**
+ * Marks a 25006 as met inside a transaction the handler itself made read only (a nested
+ * `BEGIN READ ONLY`), and returns it as it is: its own write refused, as without the library,
+ * never the sign of a demoted primary (see `UNAVAILABLE_STATES`).
+ */
+export function markReadOnlyByHandler<T>(error: T): T {
+  if (isError(error)) markedReadOnlyByHandler.add(error);
+  return error;
+}
+
 /**
  * SQLSTATEs that say the database, not the statement, failed: class 08, shutdowns, too many
  * connections, and `25006` (a write on a read-only session: a primary that was demoted in a
@@ -178,6 +190,7 @@ export function isConnectionError(error: unknown): boolean {
   if (!failure) return false;
   if (failure.kind === 'unreachable') return true;
   const { code, message, severity } = failure;
+  if (code === '25006' && isError(error) && markedReadOnlyByHandler.has(error)) return false;
   return (
     (code !== undefined &&
       ((code.startsWith('08') && !isStatementsProtocolViolation(code, severity)) ||

@@ -1,3 +1,4 @@
+import { isReadOnlyError, markReadOnlyByHandler } from '../storage/connection-errors.js';
 import { Logger } from '@nestjs/common';
 import { EventEmitter } from 'node:events';
 import { type Pool, type PoolClient, type QueryResult } from 'pg';
@@ -70,6 +71,11 @@ interface Savepoint {
    * as that role, where without the library it runs on a connection of its own.
    */
   setIdentity?: boolean;
+  /**
+   * Begun `READ ONLY` (Drizzle's `accessMode`, Kysely's `setAccessMode`): its savepoint makes
+   * the transaction read only, and PostgreSQL ends that mode with the savepoint.
+   */
+  readOnly?: boolean;
 }
 
 /**
@@ -197,6 +203,10 @@ export class PoolTransaction extends RequestTransaction {
     try {
       return await this.send(client, args, nested);
     } catch (error) {
+      // A write refused in a nested transaction its code began READ ONLY: its own mistake.
+      if (isReadOnlyError(error) && this.savepoints.some((savepoint) => savepoint.readOnly)) {
+        markReadOnlyByHandler(error);
+      }
       this.noteFailure(error);
       throw error;
     }
@@ -362,6 +372,7 @@ export class PoolTransaction extends RequestTransaction {
         const savepoint = {
           name: `idempotency_nested_${++this.savepointCount}`,
           keptAs: view.savepoints.length === 0 ? `nested_${this.savepoints.length + 1}` : undefined,
+          readOnly: control.readOnly,
         };
         this.savepoints.push(savepoint);
         view.savepoints.push(savepoint);
@@ -469,9 +480,11 @@ export class PoolTransaction extends RequestTransaction {
   private async makeSavepoints(client: PoolClient): Promise<void> {
     if (this.savepoints.length > 0) this.savepointClient = client;
     for (const savepoint of this.savepoints) {
-      const text = savepoint.keptAs
-        ? `SAVEPOINT ${savepoint.name}; ${keepNestedState(savepoint.keptAs)}`
-        : `SAVEPOINT ${savepoint.name}`;
+      const text =
+        (savepoint.keptAs
+          ? `SAVEPOINT ${savepoint.name}; ${keepNestedState(savepoint.keptAs)}`
+          : `SAVEPOINT ${savepoint.name}`) +
+        (savepoint.readOnly ? '; SET TRANSACTION READ ONLY' : '');
       savepoint.made ??= this.send(client, [text], () => true).catch((error: unknown) => {
         this.noteFailure(error);
         throw error;

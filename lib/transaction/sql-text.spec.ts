@@ -194,8 +194,10 @@ describe('nestedControlOf', () => {
     [
       'Drizzle with modes',
       'begin isolation level repeatable read read only deferrable',
-      { kind: 'begin', level: 'REPEATABLE READ' },
+      { kind: 'begin', level: 'REPEATABLE READ', readOnly: true },
     ],
+    ['Kysely’s access mode', 'start transaction read only', { kind: 'begin', readOnly: true }],
+    ['read write', 'start transaction read write', { kind: 'begin' }],
     ['Prisma', 'BEGIN', { kind: 'begin' }],
     [
       'Prisma’s level',

@@ -136,7 +136,7 @@ export function transactionControlOf(sql: unknown): string | undefined {
 
 /** What a nested transaction's own control statement asks of the request's transaction. */
 export type NestedControl =
-  | { kind: 'begin'; level?: string }
+  | { kind: 'begin'; level?: string; readOnly?: true }
   | { kind: 'commit' }
   | { kind: 'rollback' }
   | { kind: 'set-isolation'; level: string };
@@ -166,7 +166,12 @@ export function nestedControlOf(sql: unknown): NestedControl | undefined {
     case 'TRANS_STMT_BEGIN':
     case 'TRANS_STMT_START': {
       const level = isolationOf(body!.options);
-      return level ? { kind: 'begin', level } : { kind: 'begin' };
+      const readOnly = booleanOf(modeOf(body!.options, 'transaction_read_only') as Literal);
+      return {
+        kind: 'begin',
+        ...(level ? { level } : {}),
+        ...(readOnly ? { readOnly: true as const } : {}),
+      };
     }
     case 'TRANS_STMT_COMMIT':
       return body!.chain ? undefined : { kind: 'commit' };
