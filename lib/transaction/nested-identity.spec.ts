@@ -1,4 +1,7 @@
 import { NestedIdentity } from './nested-identity.js';
+import { sqlReaderReady } from './sql-parse.js';
+
+beforeAll(() => sqlReaderReady());
 
 const inside = { name: 'inside' };
 const beside = { name: 'beside' };
