@@ -1,4 +1,4 @@
-import { condensed, parsedStatements, sqlReaderReady, unreadableOf } from './sql-parse.js';
+import { parsedStatements, sqlReaderReady, unreadableOf } from './sql-parse.js';
 import { sessionSettingOf, setsIdentity, transactionControlOf } from './sql-text.js';
 
 beforeAll(() => sqlReaderReady());
@@ -10,40 +10,7 @@ const rows = (count: number, width: number, value = (i: number) => `$${i}`) =>
       `(${Array.from({ length: width }, (_, column) => value(row * width + column + 1)).join(', ')})`,
   ).join(', ');
 
-describe('condensed', () => {
-  it.each<[string, string, string]>([
-    [
-      'bulk rows',
-      `INSERT INTO t (a, b) VALUES ${rows(3, 2)}`,
-      'INSERT INTO t (a, b) VALUES ($1, $2)',
-    ],
-    [
-      'DEFAULT, NULL and casts',
-      'INSERT INTO t VALUES ($1::jsonb, DEFAULT), ($2, NULL), ($3::text[], default)',
-      'INSERT INTO t VALUES ($1::jsonb, DEFAULT)',
-    ],
-    ['an IN list', 'SELECT 1 FROM t WHERE id IN ($1, $2, $3)', 'SELECT 1 FROM t WHERE id IN ($1)'],
-    // Kept whole: a call's arguments, rows with anything but values in them.
-    [
-      "a call's arguments",
-      "SELECT set_config('role', $1, $2)",
-      "SELECT set_config('role', $1, $2)",
-    ],
-    [
-      "a call's arguments, each in parentheses",
-      'SELECT set_config(($1), ($2), ($3))',
-      'SELECT set_config(($1), ($2), ($3))',
-    ],
-    [
-      'rows with a call',
-      'INSERT INTO t VALUES ($1, now()), ($2, now())',
-      'INSERT INTO t VALUES ($1, now()), ($2, now())',
-    ],
-    ['one row', 'INSERT INTO t VALUES ($1, $2)', 'INSERT INTO t VALUES ($1, $2)'],
-  ])('%s', (_name, sql, expected) => {
-    expect(condensed(sql)).toBe(expected);
-  });
-
+describe('condensed, then parsed', () => {
   it('reads a long text as its uncut self for every check', () => {
     const head = 'INSERT INTO "users" ("name", "role") VALUES ';
     const bulk = `${head}${rows(3000, 2)}`;

@@ -1,4 +1,5 @@
 import { loadModule, parseSync, scanSync } from 'libpg-query';
+import { condensed } from './sql-condense.js';
 
 /**
  * The statements of a text as PostgreSQL's own parser reads them (libpg-query: the server's
@@ -129,31 +130,6 @@ export function unreadableOf(sql: unknown): string | undefined {
     RISKY_FIRST_WORDS.has(nonEmpty[0]?.[0] ?? '') ||
     nonEmpty.some((words) => words.some((word) => RISKY_WORDS.test(word) || word.startsWith('u&')));
   return risky ? result.refused : undefined;
-}
-
-/** One value of a bulk statement's row: a parameter (with a plain cast), DEFAULT or NULL. */
-const VALUE = String.raw`(?:\$\d+(?:::[a-z_][a-z0-9_]*(?:\[\])?)?|default|null)`;
-const ROW = String.raw`\(\s*${VALUE}(?:\s*,\s*${VALUE})*\s*\)`;
-/** `VALUES (…), (…), …`: the rows after the first, each of nothing but values. */
-const MORE_ROWS = new RegExp(String.raw`(\bvalues\s*${ROW})(?:\s*,\s*${ROW})+`, 'gi');
-/** `IN ($1, $2, …)`, a list of parameters. */
-const PARAMETER_LIST = new RegExp(String.raw`\bin\s*\(\s*\$\d+(?:\s*,\s*\$\d+)+\s*\)`, 'gi');
-
-/**
- * A long text with its repeated rows of parameters cut to one: an ORM's bulk `INSERT` of ten
- * thousand rows (`VALUES ($1, $2), ($3, $4), …`) or an `IN ($1, …, $30000)` took the parser
- * most of a second, on the event loop. Only after `VALUES` or `IN`: elsewhere rows of
- * parameters may be a call's arguments (`set_config(($1), ($2), ($3))`), whose count a check
- * reads. What is cut holds no quote, comment mark, `$` tag, name or `;` (only parameters,
- * DEFAULT and NULL, with commas and parentheses), so wherever the cut falls (inside a string
- * or a comment too) the text around it reads the same, and every statement, call and setting
- * the checks look for is where it was. Rows of literal strings are not cut: a string's quotes
- * could pair otherwise than they seem, and what they hold could be a statement.
- */
-export function condensed(sql: string): string {
-  return sql
-    .replace(MORE_ROWS, (_rows, first: string) => first)
-    .replace(PARAMETER_LIST, () => 'IN ($1)');
 }
 
 function parse(sql: string): Parse {
