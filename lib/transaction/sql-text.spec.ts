@@ -210,6 +210,8 @@ describe('nestedControlOf', () => {
       { kind: 'begin', level: 'READ UNCOMMITTED' },
     ],
     ['BEGIN WORK', 'BEGIN WORK;', { kind: 'begin' }],
+    ['a tracing comment first', "/* traceparent='00-ab' */ BEGIN", { kind: 'begin' }],
+    ['a line comment first', '-- tx\nCOMMIT', { kind: 'commit' }],
     [
       'modes with commas',
       'START TRANSACTION READ WRITE, ISOLATION LEVEL SERIALIZABLE',

@@ -150,7 +150,11 @@ export type NestedControl =
  * left to `transactionControlOf`, which refuses what would end the request's transaction.
  */
 export function nestedControlOf(sql: unknown): NestedControl | undefined {
-  if (typeof sql !== 'string' || !/^\s*(begin|start|commit|end|rollback|abort|set)\b/i.test(sql)) {
+  // A comment may come first (a tracing tool's, sqlcommenter's).
+  if (
+    typeof sql !== 'string' ||
+    !/^\s*((begin|start|commit|end|rollback|abort|set)\b|\/\*|--)/i.test(sql)
+  ) {
     return undefined;
   }
   const statements = parsedStatements(sql);
