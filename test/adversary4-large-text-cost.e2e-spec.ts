@@ -1,11 +1,8 @@
-import { readFileSync } from 'node:fs';
 import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
-import { Client, type Pool } from 'pg';
+import { type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+import { type PoolApp, startPoolApp } from './support/pool-app.js';
 
 /**
  * Adversary, round 4: what reading the handler's SQL with PostgreSQL's parser costs on a large
@@ -72,27 +69,22 @@ class ImportController {
 class ImportModule {}
 
 describe('adversary 4: the cost of reading a large text', () => {
-  let database: TestDatabase;
-  let admin: Client;
+  let fixture: PoolApp;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv4_large_text');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE lines (batch text NOT NULL, n int NOT NULL, note text)');
-    pool = createTestPool({ connectionString: database.url, max: 2 });
-    pool.on('error', () => undefined);
-    app = await bootstrapTestApp(ImportModule, 'express');
+    fixture = await startPoolApp('adv4_large_text', {
+      module: ImportModule,
+      max: 2,
+      usePool: (started) => (pool = started),
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE lines (batch text NOT NULL, n int NOT NULL, note text)');
+      },
+    });
+    ({ app } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await endTestPool(pool);
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   it('a 100 000-row import in one text: the process is never stalled for seconds', async () => {
     const rows = 100_000;

@@ -1,11 +1,8 @@
-import { readFileSync } from 'node:fs';
 import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
 import { Client, type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+import { type PoolApp, startPoolApp } from './support/pool-app.js';
 
 /**
  * Adversary, round 4: read-only work in a transaction of the handler's own, as
@@ -115,27 +112,23 @@ class ReportController {
 class ReportModule {}
 
 describe('adversary 4: a read-only transaction of the handler own, on the pool', () => {
-  let database: TestDatabase;
+  let fixture: PoolApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv4_nested_read_only');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE slots (id serial PRIMARY KEY, slot text NOT NULL)');
-    pool = createTestPool({ connectionString: database.url, max: 2 });
-    pool.on('error', () => undefined);
-    app = await bootstrapTestApp(ReportModule, 'express');
+    fixture = await startPoolApp('adv4_nested_read_only', {
+      module: ReportModule,
+      max: 2,
+      usePool: (started) => (pool = started),
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE slots (id serial PRIMARY KEY, slot text NOT NULL)');
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await endTestPool(pool);
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   const post = (path: string, key: string, body: object) =>
     request(app.getHttpServer()).post(path).set('Idempotency-Key', key).send(body);

@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import {
   Body,
   ConflictException,
@@ -10,9 +9,8 @@ import {
 import { Client, type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+import { type PoolApp, startPoolApp } from './support/pool-app.js';
+import { type TestDatabase } from './support/database.js';
 
 /**
  * Adversary, round 4: the handler's SQL is read with libpg-query v18 (PostgreSQL 18's grammar),
@@ -82,34 +80,31 @@ class NamesController {
 class NamesModule {}
 
 describe('adversary 4: a text PostgreSQL 15 runs that the v18 parser refuses (system_user)', () => {
-  let database: TestDatabase;
+  let fixture: PoolApp;
   let admin: Client;
   let app: INestApplication;
+  let database: TestDatabase;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv4_parser_version');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE slots (id serial PRIMARY KEY, slot text NOT NULL)');
-    // Two tables alike but for their names: PostgreSQL 15 takes both.
-    for (const table of ['system_user', 'app_user']) {
-      await admin.query(`CREATE TABLE ${table} (id int PRIMARY KEY, seen int NOT NULL)`);
-      await admin.query(`INSERT INTO ${table} VALUES (1, 0)`);
-    }
-    await admin.query('CREATE SCHEMA elsewhere');
-    // One connection: every request meets the connection the one before gave back.
-    pool = createTestPool({ connectionString: database.url, max: 1 });
-    pool.on('error', () => undefined);
-    app = await bootstrapTestApp(NamesModule, 'express');
+    fixture = await startPoolApp('adv4_parser_version', {
+      module: NamesModule,
+      // One connection: every request meets the connection the one before gave back.
+      max: 1,
+      usePool: (started) => (pool = started),
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE slots (id serial PRIMARY KEY, slot text NOT NULL)');
+        // Two tables alike but for their names: PostgreSQL 15 takes both.
+        for (const table of ['system_user', 'app_user']) {
+          await admin.query(`CREATE TABLE ${table} (id int PRIMARY KEY, seen int NOT NULL)`);
+          await admin.query(`INSERT INTO ${table} VALUES (1, 0)`);
+        }
+        await admin.query('CREATE SCHEMA elsewhere');
+      },
+    });
+    ({ admin, app, database } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await endTestPool(pool);
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   const post = (path: string, key: string, body: object) =>
     request(app.getHttpServer()).post(path).set('Idempotency-Key', key).send(body);

@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import {
   Body,
   ConflictException,
@@ -10,9 +9,7 @@ import {
 import { Client, type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+import { type PoolApp, startPoolApp } from './support/pool-app.js';
 
 /**
  * Adversary, round 4: "Only a provable plain read runs before the transaction … no function
@@ -54,40 +51,36 @@ class ReadController {
 class ReadModule {}
 
 describe('adversary 4: a "plain read" that calls a function of the app', () => {
-  let database: TestDatabase;
+  let fixture: PoolApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv4_plain_read_fns');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE slots (id serial PRIMARY KEY, slot text NOT NULL)');
-    // The app's audit of what was read: a write, made by functions a SELECT calls.
-    await admin.query('CREATE TABLE audit (tag text NOT NULL)');
-    await admin.query(`CREATE FUNCTION audit_view(tag text) RETURNS text LANGUAGE sql AS
-      $$ INSERT INTO audit VALUES (tag) RETURNING tag $$`);
-    await admin.query(`CREATE FUNCTION lower(tag integer) RETURNS text LANGUAGE sql AS
-      $$ SELECT audit_view('lower-' || tag) $$`);
-    await admin.query(`CREATE FUNCTION json_value(doc jsonb, path text) RETURNS text
-      LANGUAGE sql AS $$ SELECT audit_view('json_value-' || (doc ->> path)) $$`);
-    await admin.query(`CREATE FUNCTION audited_sum(a integer, b integer) RETURNS integer
-      LANGUAGE sql AS $$ SELECT length(audit_view('op-' || a)) + b $$`);
-    await admin.query(
-      'CREATE OPERATOR ### (LEFTARG = integer, RIGHTARG = integer, FUNCTION = audited_sum)',
-    );
-    pool = createTestPool({ connectionString: database.url, max: 2 });
-    pool.on('error', () => undefined);
-    app = await bootstrapTestApp(ReadModule, 'express');
+    fixture = await startPoolApp('adv4_plain_read_fns', {
+      module: ReadModule,
+      max: 2,
+      usePool: (started) => (pool = started),
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE slots (id serial PRIMARY KEY, slot text NOT NULL)');
+        // The app's audit of what was read: a write, made by functions a SELECT calls.
+        await admin.query('CREATE TABLE audit (tag text NOT NULL)');
+        await admin.query(`CREATE FUNCTION audit_view(tag text) RETURNS text LANGUAGE sql AS
+          $$ INSERT INTO audit VALUES (tag) RETURNING tag $$`);
+        await admin.query(`CREATE FUNCTION lower(tag integer) RETURNS text LANGUAGE sql AS
+          $$ SELECT audit_view('lower-' || tag) $$`);
+        await admin.query(`CREATE FUNCTION json_value(doc jsonb, path text) RETURNS text
+          LANGUAGE sql AS $$ SELECT audit_view('json_value-' || (doc ->> path)) $$`);
+        await admin.query(`CREATE FUNCTION audited_sum(a integer, b integer) RETURNS integer
+          LANGUAGE sql AS $$ SELECT length(audit_view('op-' || a)) + b $$`);
+        await admin.query(
+          'CREATE OPERATOR ### (LEFTARG = integer, RIGHTARG = integer, FUNCTION = audited_sum)',
+        );
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await endTestPool(pool);
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   const audited = async (tag: string) =>
     (await admin.query('SELECT 1 FROM audit WHERE tag = $1', [tag])).rows.length;
