@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import {
   Body,
   Controller,
@@ -10,9 +9,7 @@ import {
 import { Client, type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+import { type PoolApp, startPoolApp } from './support/pool-app.js';
 
 /**
  * adversary3 (issue 27): sql-text.ts statementsOf counts `BEGIN ATOMIC` bodies by the two words
@@ -75,28 +72,24 @@ class SessionController {
 class SessionModule {}
 
 describe('adversary3: a COMMIT hidden from sql-text.ts statementsOf', () => {
-  let database: TestDatabase;
+  let fixture: PoolApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv3_atomic');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE slots (id serial PRIMARY KEY, slot text NOT NULL)');
-    // One connection: every request meets the connection the one before gave back.
-    pool = createTestPool({ connectionString: database.url, max: 1 });
-    pool.on('error', () => undefined);
-    app = await bootstrapTestApp(SessionModule, 'express');
+    fixture = await startPoolApp('adv3_atomic', {
+      module: SessionModule,
+      // One connection: every request meets the connection the one before gave back.
+      max: 1,
+      usePool: (started) => (pool = started),
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE slots (id serial PRIMARY KEY, slot text NOT NULL)');
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await endTestPool(pool);
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   const post = (path: string, key: string, body: object) =>
     request(app.getHttpServer()).post(path).set('Idempotency-Key', key).send(body);

@@ -1,11 +1,9 @@
-import { readFileSync } from 'node:fs';
 import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
 import { Client, type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+import { type PoolApp, startPoolApp } from './support/pool-app.js';
+import { type TestDatabase } from './support/database.js';
 
 /**
  * What a handler may change of its pooled connection beyond its request, and the library
@@ -64,28 +62,25 @@ class SessionController {
 class SessionModule {}
 
 describe('session state a handler may not change, and a default changed under the app', () => {
-  let database: TestDatabase;
+  let fixture: PoolApp;
   let admin: Client;
   let app: INestApplication;
+  let database: TestDatabase;
 
   beforeAll(async () => {
-    database = await createTestDatabase('session_defaults');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE slots (id serial PRIMARY KEY, slot text NOT NULL)');
-    // One connection: every request meets the connection the one before gave back.
-    pool = createTestPool({ connectionString: database.url, max: 1 });
-    pool.on('error', () => undefined);
-    app = await bootstrapTestApp(SessionModule, 'express');
+    fixture = await startPoolApp('session_defaults', {
+      module: SessionModule,
+      // One connection: every request meets the connection the one before gave back.
+      max: 1,
+      usePool: (started) => (pool = started),
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE slots (id serial PRIMARY KEY, slot text NOT NULL)');
+      },
+    });
+    ({ admin, app, database } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await endTestPool(pool);
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   const post = (path: string, key: string, body: object) =>
     request(app.getHttpServer()).post(path).set('Idempotency-Key', key).send(body);
