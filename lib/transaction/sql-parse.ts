@@ -36,7 +36,7 @@ export function sqlReaderReady(): Promise<void> {
 /** Texts longer than this are parsed every time: an ORM's statements are far shorter. */
 const REMEMBERED_LENGTH = 4096;
 /** At most this many texts remembered; past it, the memory starts again empty. */
-const REMEMBERED_TEXTS = 512;
+const REMEMBERED_TEXTS = 2048;
 /** A text the parser refused, with its words. */
 export interface ParseRefusal {
   refused: string;
