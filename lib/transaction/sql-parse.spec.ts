@@ -60,3 +60,31 @@ describe('unreadableOf', () => {
     expect(unreadableOf('SET ROLE system_user')).toBe('syntax error at or near "system_user"');
   });
 });
+
+describe('condensed, then parsed: a name that ends in VALUES (adversary 5)', () => {
+  // PostgreSQL reads any non-ASCII character as a letter of a name (the lexer's ident_start and
+  // ident_cont hold every byte from \200 up), and never a no-break space as a space: the cut's
+  // scanner takes `[A-Za-z_]` for the letters of a word, and `\s` (U+00A0 among them) for
+  // space, so in `évalues('app')` (a function of the app's) and `values\u00a0('app')` it
+  // finds the keyword VALUES, and cuts what follows that call, `, (false)`: here the third
+  // argument of the set_config around it. The long text then reads as a call with two
+  // arguments, which sessionSettingOf passes over; PostgreSQL runs the three-argument call,
+  // and the role stays with the pooled connection after the request.
+  const padding = (length: number) => `, '${'x'.repeat(length)}' AS padding`;
+  it.each([
+    [
+      'a name with a non-ASCII letter before VALUES',
+      "SELECT set_config('role', évalues('app'), (false))",
+    ],
+    [
+      'a name that ends with a no-break space',
+      "SELECT set_config('role', values\u00a0('app'), (false))",
+    ],
+  ])('%s: the long text reads as its short self', (_name, call) => {
+    const short = call + padding(10);
+    const long = call + padding(5000);
+    expect(long.length).toBeGreaterThan(4096);
+    expect(sessionSettingOf(short)).toBe("set_config('role', …, false)");
+    expect(sessionSettingOf(long)).toBe(sessionSettingOf(short));
+  });
+});
