@@ -1,0 +1,155 @@
+import { readFileSync } from 'node:fs';
+import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { Client } from 'pg';
+import request from 'supertest';
+import { DataSource } from 'typeorm';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
+import { bootstrapTestApp } from './support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+
+/**
+ * Adversary, round 5: two nested transactions of the handler's at once on TypeORM
+ * (`Promise.allSettled` of two `dataSource.transaction()` calls: items processed in parallel,
+ * each in a transaction of its own). Each `createQueryRunner()` is now a view of the one
+ * runner, but the savepoints are still TypeORM's, named by the one runner's depth: A opens
+ * `typeorm_1`, B opens `typeorm_2`; when A fails, TypeORM's `rollbackTransaction()` rolls
+ * back to `typeorm_2`, B's savepoint, undoing B's first insert and keeping A's; when B then
+ * commits, it releases `typeorm_1`, A's, and A's rolled-back insert commits with the answer.
+ * Without the library: A's insert rolled back, both of B's kept. The promise: as without the
+ * library, or a clear refusal (the pool seam refuses a rollback of a nested transaction that
+ * holds another's statement: `StatementBesideNestedTransactionError`). The order is fixed by
+ * promises, not timing. Observed: 201 stored, the marks a and b2 committed (A rolled back, kept;
+ * B committed, its b1 lost).
+ */
+const errors: string[] = [];
+
+@Controller()
+class ItemsController {
+  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+
+  @Post('items')
+  @Idempotent()
+  idempotent(@Body() body: { tag: string }) {
+    return this.both(body.tag);
+  }
+
+  @Post('plain/items')
+  plain(@Body() body: { tag: string }) {
+    return this.both(body.tag);
+  }
+
+  private async both(tag: string) {
+    const insert = 'INSERT INTO marks (tag) VALUES ($1)';
+    let aInserted!: () => void;
+    const aIn = new Promise<void>((resolve) => (aInserted = resolve));
+    let bInserted!: () => void;
+    const bIn = new Promise<void>((resolve) => (bInserted = resolve));
+    // A: inserts, waits for B's insert, then fails (its transaction rolls back).
+    const a = this.dataSource.transaction(async (em) => {
+      await em.query(insert, [`${tag}-a`]);
+      aInserted();
+      await bIn;
+      throw new Error('item a fails');
+    });
+    const aSettled = a.then(
+      () => undefined,
+      () => undefined,
+    );
+    // B: opens once A has inserted, inserts, waits for A's rollback, inserts again, commits.
+    const b = (async () => {
+      await aIn;
+      await this.dataSource.transaction(async (em) => {
+        await em.query(insert, [`${tag}-b1`]);
+        bInserted();
+        await aSettled;
+        await em.query(insert, [`${tag}-b2`]);
+      });
+    })();
+    const [first, second] = await Promise.allSettled([a, b]);
+    for (const result of [first, second]) {
+      if (result.status === 'rejected') errors.push((result.reason as Error).name);
+    }
+    return { tag, a: first.status, b: second.status };
+  }
+}
+
+describe('adversary 5: two nested TypeORM transactions at once', () => {
+  let database: TestDatabase;
+  let admin: Client;
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    database = await createTestDatabase('adv5_typeorm_parallel');
+    admin = new Client({ connectionString: database.url });
+    await admin.connect();
+    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
+    await admin.query('CREATE TABLE marks (tag text NOT NULL)');
+
+    @Module({
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: database.url,
+          migrations: [...IDEMPOTENCY_MIGRATIONS],
+          migrationsRun: false,
+          extra: { max: 4 },
+        }),
+        IdempotencyModule.forRoot({ globalKeys: true }),
+      ],
+      controllers: [ItemsController],
+    })
+    class ItemsModule {}
+    app = await bootstrapTestApp(ItemsModule, 'express');
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await admin?.end();
+    await database?.drop();
+  });
+
+  const marks = async (tag: string) =>
+    (
+      await admin.query<{ tag: string }>('SELECT tag FROM marks WHERE tag LIKE $1 ORDER BY tag', [
+        `${tag}-%`,
+      ])
+    ).rows.map((row) => row.tag.slice(tag.length + 1));
+
+  it('without the library: A rolled back, B kept whole (the control)', async () => {
+    const response = await request(app.getHttpServer()).post('/plain/items').send({ tag: 'p' });
+    expect({
+      status: response.status,
+      body: response.body as unknown,
+      marks: await marks('p'),
+    }).toEqual({
+      status: 201,
+      body: { tag: 'p', a: 'rejected', b: 'fulfilled' },
+      marks: ['b1', 'b2'],
+    });
+  });
+
+  it('with it: as without, or a clear refusal with nothing kept', async () => {
+    errors.length = 0;
+    const response = await request(app.getHttpServer())
+      .post('/items')
+      .set('Idempotency-Key', 'items-1')
+      .send({ tag: 'i' });
+    const outcome = {
+      status: response.status,
+      body: response.body as unknown,
+      marks: await marks('i'),
+      errors: [...errors],
+    };
+    console.log(`observed: ${JSON.stringify(outcome)}`);
+    const asWithout =
+      outcome.status === 201 && JSON.stringify(outcome.marks) === JSON.stringify(['b1', 'b2']);
+    const refused =
+      outcome.marks.length === 0 &&
+      errors.some((name) => name.endsWith('RefusedError') || name.startsWith('StatementBeside'));
+    expect({ ...outcome, acceptable: asWithout || refused }).toEqual({
+      ...outcome,
+      acceptable: true,
+    });
+  }, 30_000);
+});
