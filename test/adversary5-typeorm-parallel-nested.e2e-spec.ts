@@ -21,6 +21,11 @@ import { createTestDatabase, type TestDatabase } from './support/database.js';
  * holds another's statement: `StatementBesideNestedTransactionError`). The order is fixed by
  * promises, not timing. Observed: 201 stored, the marks a and b2 committed (A rolled back, kept;
  * B committed, its b1 lost).
+ *
+ * The simpler form: one nested transaction that fails, and a write beside it through
+ * `dataSource.query()` while it is open. The write runs inside its savepoint and rolls back
+ * with it: 201 stored, the write lost in silence (without the library: kept). The TypeORM
+ * beside-refusal covers only a nested transaction that set its role.
  */
 const errors: string[] = [];
 
@@ -37,6 +42,44 @@ class ItemsController {
   @Post('plain/items')
   plain(@Body() body: { tag: string }) {
     return this.both(body.tag);
+  }
+
+  @Post('beside')
+  @Idempotent()
+  besideIdempotent(@Body() body: { tag: string }) {
+    return this.beside(body.tag);
+  }
+
+  @Post('plain/beside')
+  besidePlain(@Body() body: { tag: string }) {
+    return this.beside(body.tag);
+  }
+
+  /**
+   * One nested transaction that fails, and a write beside it (`dataSource.query`, not `em`)
+   * while it is open: without the library the write commits on a connection of its own.
+   */
+  private async beside(tag: string) {
+    let nestedInserted!: () => void;
+    const inserted = new Promise<void>((resolve) => (nestedInserted = resolve));
+    let besideWritten!: () => void;
+    const written = new Promise<void>((resolve) => (besideWritten = resolve));
+    const nested = this.dataSource.transaction(async (em) => {
+      await em.query('INSERT INTO marks (tag) VALUES ($1)', [`${tag}-nested`]);
+      nestedInserted();
+      await written;
+      throw new Error('the nested work fails');
+    });
+    const beside = (async () => {
+      await inserted;
+      await this.dataSource.query('INSERT INTO marks (tag) VALUES ($1)', [`${tag}-beside`]);
+      besideWritten();
+    })();
+    const [first, second] = await Promise.allSettled([nested, beside]);
+    for (const result of [first, second]) {
+      if (result.status === 'rejected') errors.push((result.reason as Error).name);
+    }
+    return { tag, nested: first.status, beside: second.status };
   }
 
   private async both(tag: string) {
@@ -144,6 +187,34 @@ describe('adversary 5: two nested TypeORM transactions at once', () => {
     console.log(`observed: ${JSON.stringify(outcome)}`);
     const asWithout =
       outcome.status === 201 && JSON.stringify(outcome.marks) === JSON.stringify(['b1', 'b2']);
+    const refused =
+      outcome.marks.length === 0 &&
+      errors.some((name) => name.endsWith('RefusedError') || name.startsWith('StatementBeside'));
+    expect({ ...outcome, acceptable: asWithout || refused }).toEqual({
+      ...outcome,
+      acceptable: true,
+    });
+  }, 30_000);
+
+  it('one nested transaction that fails, a write beside it: as without (the write kept), or refused', async () => {
+    const plain = await request(app.getHttpServer()).post('/plain/beside').send({ tag: 'pb' });
+    expect({ status: plain.status, marks: await marks('pb') }).toEqual({
+      status: 201,
+      marks: ['beside'],
+    });
+    errors.length = 0;
+    const response = await request(app.getHttpServer())
+      .post('/beside')
+      .set('Idempotency-Key', 'beside-1')
+      .send({ tag: 'ib' });
+    const outcome = {
+      status: response.status,
+      body: response.body as unknown,
+      marks: await marks('ib'),
+      errors: [...errors],
+    };
+    console.log(`observed: ${JSON.stringify(outcome)}`);
+    const asWithout = outcome.status === 201 && JSON.stringify(outcome.marks) === '["beside"]';
     const refused =
       outcome.marks.length === 0 &&
       errors.some((name) => name.endsWith('RefusedError') || name.startsWith('StatementBeside'));
