@@ -26,6 +26,12 @@ import { createTestDatabase, type TestDatabase } from './support/database.js';
  * `dataSource.query()` while it is open. The write runs inside its savepoint and rolls back
  * with it: 201 stored, the write lost in silence (without the library: kept). The TypeORM
  * beside-refusal covers only a nested transaction that set its role.
+ *
+ * Both are written down in transactions.md ("One request, one connection": concurrent nested
+ * transactions "are not supported", a repository call beside one is "rolled back with it"),
+ * but the brief's rule is "as without the library, else a clear refusal", which the pool seam
+ * keeps: with a view per `createQueryRunner()`, the runner now knows which view opened each
+ * savepoint and which sent each statement, so TypeORM can refuse as the pool seam does.
  */
 const errors: string[] = [];
 
