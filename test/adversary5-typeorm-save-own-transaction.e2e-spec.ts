@@ -1,0 +1,136 @@
+import { readFileSync } from 'node:fs';
+import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { Client } from 'pg';
+import request from 'supertest';
+import { AfterInsert, Column, DataSource, Entity, PrimaryGeneratedColumn } from 'typeorm';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
+import { bootstrapTestApp } from './support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+
+/**
+ * Adversary, round 5: TypeORM's `save()` is all or nothing on its own: EntityPersistExecutor
+ * opens a transaction of its own when its runner has none (`!queryRunner.isTransactionActive`)
+ * and rolls it back when anything in it throws, an entity listener or subscriber included
+ * (`@AfterInsert` syncing a search index, an audit that fails). The request's runner, and now
+ * each view of it, says `isTransactionActive = true` from the start, so `save()` opens no
+ * savepoint: when its listener throws after the INSERTs, nothing rolls them back. No statement
+ * failed, so the request's transaction is not aborted: a handler that catches the save's
+ * error and answers (a 201 `{ saved: false }`) commits the rows the save said it did not
+ * write. Without the library the save's own transaction rolled them back.
+ */
+@Entity({ name: 'orders', synchronize: false })
+class Order {
+  @PrimaryGeneratedColumn()
+  id!: number;
+
+  @Column({ type: 'text' })
+  tag!: string;
+
+  /** The search index's sync: fails for this order. */
+  @AfterInsert()
+  index() {
+    if (this.tag.endsWith('-unindexable')) throw new Error('the search index refused the order');
+  }
+}
+
+@Controller()
+class OrdersController {
+  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+
+  @Post('orders')
+  @Idempotent()
+  idempotent(@Body() body: { tag: string }) {
+    return this.place(body.tag);
+  }
+
+  @Post('plain/orders')
+  plain(@Body() body: { tag: string }) {
+    return this.place(body.tag);
+  }
+
+  /** Two orders saved at once; if the save fails, the client is told nothing was placed. */
+  private async place(tag: string) {
+    try {
+      const repository = this.dataSource.getRepository(Order);
+      await repository.save(
+        repository.create([{ tag: `${tag}-first` }, { tag: `${tag}-unindexable` }]),
+      );
+      return { tag, saved: true };
+    } catch {
+      return { tag, saved: false };
+    }
+  }
+}
+
+describe('adversary 5: TypeORM save() whose listener throws', () => {
+  let database: TestDatabase;
+  let admin: Client;
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    database = await createTestDatabase('adv5_typeorm_save');
+    admin = new Client({ connectionString: database.url });
+    await admin.connect();
+    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
+    await admin.query('CREATE TABLE orders (id serial PRIMARY KEY, tag text NOT NULL)');
+
+    @Module({
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: database.url,
+          entities: [Order],
+          migrations: [...IDEMPOTENCY_MIGRATIONS],
+          migrationsRun: false,
+          extra: { max: 4 },
+        }),
+        IdempotencyModule.forRoot({ globalKeys: true }),
+      ],
+      controllers: [OrdersController],
+    })
+    class OrdersModule {}
+    app = await bootstrapTestApp(OrdersModule, 'express');
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await admin?.end();
+    await database?.drop();
+  });
+
+  const orders = async (tag: string) =>
+    Number(
+      (await admin.query('SELECT count(*) FROM orders WHERE tag LIKE $1', [`${tag}-%`])).rows[0]
+        .count,
+    );
+
+  it('without the library: { saved: false }, no order kept (the control)', async () => {
+    const response = await request(app.getHttpServer()).post('/plain/orders').send({ tag: 'p' });
+    expect({
+      status: response.status,
+      body: response.body as unknown,
+      kept: await orders('p'),
+    }).toEqual({
+      status: 201,
+      body: { tag: 'p', saved: false },
+      kept: 0,
+    });
+  });
+
+  it('with it: { saved: false } stored, and no order kept', async () => {
+    const response = await request(app.getHttpServer())
+      .post('/orders')
+      .set('Idempotency-Key', 'orders-1')
+      .send({ tag: 'i' });
+    expect({
+      status: response.status,
+      body: response.body as unknown,
+      kept: await orders('i'),
+    }).toEqual({
+      status: 201,
+      body: { tag: 'i', saved: false },
+      kept: 0,
+    });
+  });
+});
