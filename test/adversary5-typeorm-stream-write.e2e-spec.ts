@@ -3,7 +3,7 @@ import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/c
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
-import { Column, DataSource, Entity, PrimaryColumn } from 'typeorm';
+import { DataSource, Entity, PrimaryColumn } from 'typeorm';
 import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
 import { bootstrapTestApp } from './support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
