@@ -21,12 +21,12 @@ export function condensed(sql: string): string {
     const c = sql[i];
     if (c === "'" || c === '"') {
       i = quotedEnd(sql, i);
-    } else if (/[A-Za-z_]/.test(c)) {
+    } else if (isLetter(c)) {
       const start = i;
-      while (i < sql.length && /[A-Za-z0-9_$]/.test(sql[i])) i++;
+      while (i < sql.length && (isLetter(sql[i]) || /[0-9$]/.test(sql[i]))) i++;
       const word = sql.slice(start, i).toLowerCase();
       // A keyword, not a name after a dot (`t.values`).
-      if ((word !== 'values' && word !== 'in') || /\.\s*$/.test(sql.slice(0, start))) continue;
+      if ((word !== 'values' && word !== 'in') || sql[spaceBefore(sql, start)] === '.') continue;
       const cut = word === 'values' ? moreRows(sql, i) : moreValues(sql, i);
       if (cut) {
         out += sql.slice(copied, cut.from);
@@ -52,9 +52,29 @@ function quotedEnd(sql: string, at: number): number {
   return i;
 }
 
+/**
+ * A letter of a name as PostgreSQL's lexer reads one: ASCII letters, `_`, and any character
+ * past ASCII (`évalues` is one name, and so is `values` with a no-break space after it).
+ */
+function isLetter(c: string): boolean {
+  return /[A-Za-z_]/.test(c) || c.charCodeAt(0) >= 0x80;
+}
+
+/** PostgreSQL's white space: space, tab, newline, carriage return, form feed, vertical tab. */
+function isSpace(c: string | undefined): boolean {
+  return c === ' ' || c === '\t' || c === '\n' || c === '\r' || c === '\f' || c === '\v';
+}
+
 function skipSpace(sql: string, at: number): number {
   let i = at;
-  while (i < sql.length && /\s/.test(sql[i])) i++;
+  while (i < sql.length && isSpace(sql[i])) i++;
+  return i;
+}
+
+/** The index of the last character before `at` that is not space (-1 at the start). */
+function spaceBefore(sql: string, at: number): number {
+  let i = at - 1;
+  while (i >= 0 && isSpace(sql[i])) i--;
   return i;
 }
 
@@ -83,7 +103,8 @@ function valueEnd(sql: string, at: number): number {
   // A plain cast: `::jsonb`, `::text[]`.
   const cast = /^::[a-z_][a-z0-9_]*(\[\])?/i.exec(sql.slice(i, i + 72));
   if (cast) i += cast[0].length;
-  if (/[A-Za-z0-9_$'"(.]/.test(sql[i] ?? '')) return -1;
+  const after = sql[i] ?? '';
+  if (isLetter(after) || /[0-9$'"(.]/.test(after)) return -1;
   return i;
 }
 
