@@ -675,7 +675,9 @@ export abstract class RequestTransaction implements JoinableTransaction {
 /** The SQL text of a statement as node-postgres takes it: a string, or a config's `text`. */
 export function textOf(statement: unknown): unknown {
   if (typeof statement === 'string') return statement;
-  return (statement as { text?: unknown } | null)?.text;
+  const config = statement as { text?: unknown; cursor?: { text?: unknown } } | null;
+  // pg-query-stream keeps its text on the cursor it wraps (TypeORM's runner.stream() uses it).
+  return config?.text ?? config?.cursor?.text;
 }
 
 export function isSubmittable(value: unknown): boolean {
