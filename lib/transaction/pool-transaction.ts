@@ -198,13 +198,19 @@ export class PoolTransaction extends RequestTransaction {
     if (from && from !== 'own' && from.savepoints.length > 0 && setsIdentity(text)) {
       from.savepoints[0].setIdentity = true;
     }
+    // `SET TRANSACTION READ ONLY` inside its nested transaction: as a `BEGIN READ ONLY`, until
+    // its savepoint ends (PostgreSQL ends the mode there).
+    if (from && from !== 'own' && from.savepoints.length > 0 && setsReadOnly(text)) {
+      from.savepoints[from.savepoints.length - 1].readOnly = true;
+    }
     const client = await this.connection();
     await this.makeSavepoints(client);
     try {
       return await this.send(client, args, nested);
     } catch (error) {
       // A write refused in a nested transaction its code began READ ONLY: its own mistake.
-      if (isReadOnlyError(error) && this.savepoints.some((savepoint) => savepoint.readOnly)) {
+      const own = from === 'own' || from === null ? [] : from.savepoints;
+      if (isReadOnlyError(error) && own.some((savepoint) => savepoint.readOnly)) {
         markReadOnlyByHandler(error);
       }
       this.noteFailure(error);
@@ -244,10 +250,14 @@ export class PoolTransaction extends RequestTransaction {
    * silence (row-level security would hide rows from it).
    */
   private refuseBesideIdentity(view: JoinedClient | null): void {
-    const beside = this.savepoints.find(
-      (savepoint) => savepoint.setIdentity && !view?.savepoints.includes(savepoint),
-    );
-    if (beside) throw this.refuse(new StatementBesideNestedTransactionError(true));
+    const beside = this.savepoints.filter((savepoint) => !view?.savepoints.includes(savepoint));
+    if (beside.some((savepoint) => savepoint.setIdentity)) {
+      throw this.refuse(new StatementBesideNestedTransactionError(true));
+    }
+    // Likewise beside one begun READ ONLY: its write would be refused there (25006).
+    if (beside.some((savepoint) => savepoint.readOnly)) {
+      throw this.refuse(new StatementBesideNestedTransactionError('read-only'));
+    }
   }
 
   /** A nested transaction rolls back: refused (the request with it) if it holds another's. */
