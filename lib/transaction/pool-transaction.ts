@@ -1,8 +1,10 @@
-import { isReadOnlyError, markReadOnlyByHandler } from '../storage/connection-errors.js';
 import { Logger } from '@nestjs/common';
 import { EventEmitter } from 'node:events';
 import { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
+import { isReadOnlyError, markReadOnlyByHandler } from '../storage/connection-errors.js';
+import { acquire } from '../storage/deadline.js';
+import { readOnly, readStatement } from '../storage/read-only-query.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import {
   CursorOpenRefusedError,
@@ -184,7 +186,8 @@ export class PoolTransaction extends RequestTransaction {
       return emptyResult('SET');
     }
     if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
-      return this.sendAlone(args);
+      const apart = await this.readApart(args);
+      if (apart) return apart.result;
     }
     // Outside any transaction of its own (the pool, or a client of it with none open), as
     // without the library: there it does nothing. With other statements it would last in the
@@ -214,6 +217,31 @@ export class PoolTransaction extends RequestTransaction {
         markReadOnlyByHandler(error);
       }
       this.noteFailure(error);
+      throw error;
+    }
+  }
+
+  /**
+   * A plain read, run apart before the transaction opens, in a read-only transaction of its
+   * round trip: whatever it calls that the text does not show (a view's function, a cast's, a
+   * domain's check, an aggregate of the app's) cannot write there. One that would (25006) is
+   * undefined: it runs in the request's transaction, as a write does. A read whose arguments
+   * cannot be carried so (a named statement, a callback) is undefined too.
+   */
+  private async readApart(args: unknown[]): Promise<{ result: QueryResult } | undefined> {
+    const statement = readStatement(args);
+    if (!statement) return undefined;
+    const client = await acquire(this.pool(), this.timeoutMs);
+    try {
+      const result = await readOnly(client, statement);
+      client.release();
+      return { result };
+    } catch (error) {
+      if (isReadOnlyError(error)) {
+        client.release();
+        return undefined;
+      }
+      client.release(asError(error));
       throw error;
     }
   }
