@@ -112,3 +112,24 @@ export function readOnly(client: PoolClient, statement: ReadStatement): Promise<
     (client.query as unknown as (query: object) => void)(query);
   });
 }
+
+/**
+ * `client` as a data layer that sends its reads with `client.query(text, values)` (TypeORM)
+ * meets it: every statement it can carry runs in a read-only transaction of its round trip.
+ */
+export function readingOnly(client: PoolClient): PoolClient {
+  return new Proxy(client, {
+    get(target, key) {
+      const value: unknown = Reflect.get(target, key, target);
+      if (key !== 'query') return typeof value === 'function' ? value.bind(target) : value;
+      return (...args: unknown[]) => {
+        // TypeORM passes `undefined` for a statement without parameters.
+        const given = args.length === 2 && args[1] === undefined ? [args[0]] : args;
+        const statement = readStatement(given);
+        return statement
+          ? readOnly(target, statement)
+          : (target.query as (...a: unknown[]) => unknown)(...args);
+      };
+    },
+  });
+}
