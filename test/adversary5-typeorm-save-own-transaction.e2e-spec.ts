@@ -49,6 +49,22 @@ class OrdersController {
     return this.place(body.tag);
   }
 
+  /**
+   * Two saves at once (`Promise.all`), neither failing: the first opens its own transaction
+   * (a savepoint), the second, asking while that one is being started, opens none (as inside
+   * a transaction); both kept, as before saves opened their own.
+   */
+  @Post('orders/parallel')
+  @Idempotent()
+  async parallel(@Body() body: { tag: string }) {
+    const repository = this.dataSource.getRepository(Order);
+    await Promise.all([
+      repository.save(repository.create({ tag: `${body.tag}-first` })),
+      repository.save(repository.create({ tag: `${body.tag}-second` })),
+    ]);
+    return { tag: body.tag, saved: true };
+  }
+
   /** Two orders saved at once; if the save fails, the client is told nothing was placed. */
   private async place(tag: string) {
     try {
@@ -131,6 +147,17 @@ describe('adversary 5: TypeORM save() whose listener throws', () => {
       status: 201,
       body: { tag: 'i', saved: false },
       kept: 0,
+    });
+  });
+
+  it('two saves at once, neither failing: both kept (their savepoints never collide)', async () => {
+    const response = await request(app.getHttpServer())
+      .post('/orders/parallel')
+      .set('Idempotency-Key', 'orders-parallel')
+      .send({ tag: 'par' });
+    expect({ status: response.status, kept: await orders('par') }).toEqual({
+      status: 201,
+      kept: 2,
     });
   });
 });

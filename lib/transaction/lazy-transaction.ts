@@ -9,8 +9,11 @@ import { markDatabaseFailure } from '../storage/connection-errors.js';
 import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
+import { OpenStreams } from './open-streams.js';
+import { isPersisting, markPersisting } from './own-persist.js';
 import { runnerView } from './runner-view.js';
 import {
+  CursorOpenRefusedError,
   ReadOnlyTransactionRefusedError,
   StatementBesideNestedTransactionError,
   TransactionEndedError,
@@ -18,7 +21,12 @@ import {
 import { isPlainRead, isTransactionModeOnly, setsReadOnly } from './sql-text.js';
 import { keepNestedState, restoreNestedState } from '../storage/session-state.js';
 import { ownQueryRunner } from './transaction-scope.js';
-import { asError, RequestTransaction } from './request-transaction.js';
+import {
+  asError,
+  type FencedStatement,
+  isSubmittable,
+  RequestTransaction,
+} from './request-transaction.js';
 
 /** The name the outermost nested transaction's session state is kept under (one: depth 1). */
 const OUTERMOST_KEPT_AS = 'typeorm_1';
@@ -43,6 +51,14 @@ export class LazyTransaction extends RequestTransaction {
   private failedStartAt?: number;
   /** Its code's nested transactions, by the view that started each (see `besideIdentity`). */
   private readonly nested = new NestedIdentity();
+  /** Its code's streams open on the connection (see `OpenStreams`). */
+  private readonly streams = new OpenStreams();
+  /**
+   * The nested transactions being started, one after the other (see `startFrom`), and how
+   * many: a save asks whether one is open before it starts its own (see `viewOf`).
+   */
+  private starts: Promise<unknown> = Promise.resolve();
+  private startsUnderWay = 0;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -60,7 +76,21 @@ export class LazyTransaction extends RequestTransaction {
    * statement.
    */
   get manager(): EntityManager {
-    return this.viewOf(this.ensureRunner()).manager;
+    return this.viewOf(this.ensureRunner(), false).manager;
+  }
+
+  /**
+   * A stream its code left open holds the connection the commit needs: the request can then
+   * only roll back, and answers `cursor_open` (as on the pool seam).
+   */
+  override commitWith(statement: FencedStatement): Promise<boolean> {
+    if (this.streams.any && !this.ended) this.refuse(new CursorOpenRefusedError());
+    return super.commitWith(statement);
+  }
+
+  override commitPlain(): Promise<void> {
+    if (this.streams.any && !this.ended) this.refuse(new CursorOpenRefusedError());
+    return super.commitPlain();
   }
 
   async query<R = Record<string, unknown>>(text: string, values: unknown[]): Promise<R[]> {
@@ -90,10 +120,23 @@ export class LazyTransaction extends RequestTransaction {
   /**
    * What one `createQueryRunner()` gets: a view of the one runner, so that the runner tells a
    * nested transaction's statements (through the view that started it) from those beside it.
-   * The library's own statements go through the runner itself.
+   * The library's own statements go through the runner itself. To a save (`markPersisting`)
+   * outside any nested transaction, the view says no transaction is open, so that the save
+   * opens its own (a savepoint) and rolls it back if anything in it throws, as without the
+   * library; a save inside one (or while one is being started) opens none, as in a
+   * transaction of its own. Its manager's saves are marked, unless it is the manager the
+   * library hands a phase's work (`persisting: false`): that is a transaction's manager.
    */
-  private viewOf(runner: QueryRunner): QueryRunner {
-    return runnerView(runner, (view) => this.dataSource.createEntityManager(view));
+  private viewOf(runner: QueryRunner, persisting = true): QueryRunner {
+    const internals = runner as unknown as RunnerInternals;
+    return runnerView(
+      runner,
+      (view) => {
+        const manager = this.dataSource.createEntityManager(view);
+        return persisting ? markPersisting(manager) : manager;
+      },
+      () => !isPersisting() || internals.transactionDepth > 1 || this.startsUnderWay > 0,
+    );
   }
 
   /** TypeORM 1's option; 0.3 has none, and the server's default applies. */
@@ -131,8 +174,19 @@ export class LazyTransaction extends RequestTransaction {
     internals.connect = () => this.open(internals);
     internals.release = () => Promise.resolve();
     const start = runner.startTransaction.bind(runner);
-    // Called on a view (see `viewOf`): `this` is the view its code goes through.
-    const startFrom = async (owner: unknown, level?: string) => {
+    // Called on a view (see `viewOf`): `this` is the view its code goes through. One after
+    // the other: TypeORM names a savepoint by the depth it starts at, and two started at once
+    // would both read the same depth (and take the same name).
+    const startFrom = (owner: unknown, level?: string) => {
+      this.startsUnderWay++;
+      const started = this.starts.then(() => startNow(owner, level));
+      this.starts = started.then(
+        () => this.startsUnderWay--,
+        () => this.startsUnderWay--,
+      );
+      return started;
+    };
+    const startNow = async (owner: unknown, level?: string) => {
       this.failedStartAt = undefined;
       const depth = internals.transactionDepth;
       try {
@@ -152,10 +206,11 @@ export class LazyTransaction extends RequestTransaction {
       return startFrom(this, level);
     };
     const commit = runner.commitTransaction.bind(runner);
-    internals.commitTransaction = async () => {
+    const commitFrom = async (from: unknown) => {
       if (internals.transactionDepth <= 1) {
         throw this.refuse('commitTransaction() with no startTransaction()');
       }
+      this.refuseOutOfOrder(from, 'commit');
       const outermost = internals.transactionDepth === 2;
       try {
         await commit();
@@ -164,8 +219,11 @@ export class LazyTransaction extends RequestTransaction {
         this.nested.endedAt(internals.transactionDepth);
       }
     };
+    internals.commitTransaction = function (this: unknown) {
+      return commitFrom(this);
+    };
     const rollback = runner.rollbackTransaction.bind(runner);
-    internals.rollbackTransaction = async () => {
+    const rollbackFrom = async (from: unknown) => {
       if (this.failedStartAt === internals.transactionDepth) {
         // Its savepoint was never made: there is nothing of its own to roll back. (When the
         // SAVEPOINT failed because the transaction was aborted, the commit fails anyway.)
@@ -175,6 +233,7 @@ export class LazyTransaction extends RequestTransaction {
       if (internals.transactionDepth <= 1) {
         throw this.refuse('rollbackTransaction() with no startTransaction()');
       }
+      this.refuseOutOfOrder(from, 'rollback');
       try {
         await rollback();
       } finally {
@@ -182,6 +241,9 @@ export class LazyTransaction extends RequestTransaction {
       }
       // Rolled back to its savepoint: a failure inside it no longer aborts the transaction.
       this.lastError = undefined;
+    };
+    internals.rollbackTransaction = function (this: unknown) {
+      return rollbackFrom(this);
     };
     const query = runner.query.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     // `from`: the view it came through (see `viewOf`), or the runner for the library's own.
@@ -208,7 +270,9 @@ export class LazyTransaction extends RequestTransaction {
       if (internals.transactionDepth <= 1 && setsReadOnly(args[0])) {
         throw this.refuse(new ReadOnlyTransactionRefusedError());
       }
+      this.refuseBehindStream();
       if (from !== runner) this.refuseBesideIdentity(from, args[0]);
+      if (from !== runner) this.nested.markBeside(from as object, args[0]);
       try {
         return await query(...args);
       } catch (error) {
@@ -221,7 +285,10 @@ export class LazyTransaction extends RequestTransaction {
     };
     const stream = runner.stream.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     const streamFrom = async (from: unknown, args: unknown[]) => {
+      if (this.ended) throw new TransactionEndedError();
+      this.refuseBehindStream();
       if (from !== runner) this.refuseBesideIdentity(from, args[0]);
+      if (from !== runner) this.nested.markBeside(from as object, args[0]);
       // A stream is handed to node-postgres as an object, which `beginWith` cannot carry: its
       // BEGIN goes first, alone, so that a failed BEGIN never leaves it running outside.
       await this.open(internals);
@@ -246,6 +313,35 @@ export class LazyTransaction extends RequestTransaction {
     if (this.nested.besideIdentity(from as object, text)) {
       throw this.refuse(new StatementBesideNestedTransactionError(true));
     }
+  }
+
+  /**
+   * A view ends its nested transaction (`from`, through TypeORM's commit or rollback). Refused
+   * (the request with it) when another view's, begun after it, is still open: the savepoints
+   * are one stack, and TypeORM names them by depth, so it would end that one instead (two
+   * `dataSource.transaction()` at once: the first to fail rolled back the other's work and
+   * kept its own). A rollback of one holding a statement sent beside it goes on, but the
+   * request can then only roll back: without the library that statement would have committed
+   * on a connection of its own (as on the pool seam, `PoolTransaction.rollBack`).
+   */
+  private refuseOutOfOrder(from: unknown, how: 'commit' | 'rollback'): void {
+    const ending = this.nested.ending(from as object, how);
+    if (ending === 'not-innermost') {
+      throw this.refuse(
+        `${how === 'commit' ? 'commitTransaction()' : 'rollbackTransaction()'} of a nested ` +
+          'transaction while another, begun after it through another query runner, is still open',
+      );
+    }
+    if (ending === 'beside') this.refuse(new StatementBesideNestedTransactionError());
+  }
+
+  /**
+   * A statement (or a second stream) sent while a stream of its code is open on the
+   * request's connection would wait behind it, and the stream's reader most often awaits it:
+   * a hang that holds the key. Refused at once, the request with it (see `OpenStreams`).
+   */
+  private refuseBehindStream(): void {
+    if (this.streams.any) throw this.refuse(new CursorOpenRefusedError());
   }
 
   private async readAlone(args: unknown[]): Promise<unknown> {
@@ -285,7 +381,11 @@ export class LazyTransaction extends RequestTransaction {
     return this.connection().then((client) => {
       const guarded = Object.create(client, {
         query: {
-          value: (...args: unknown[]) => this.send(client, args, () => runner.transactionDepth > 1),
+          value: (...args: unknown[]) => {
+            // A stream (TypeORM's `stream()`): open from now until it ends.
+            if (isSubmittable(args[0])) this.streams.watch(args[0] as object);
+            return this.send(client, args, () => runner.transactionDepth > 1);
+          },
         },
         // The connection is the request's: it goes back to the pool when the transaction
         // ends, never mid-transaction because code in it released what it was handed.

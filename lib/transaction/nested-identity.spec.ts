@@ -1,4 +1,4 @@
-import { NestedIdentity } from './nested-identity.js';
+import { NestedIdentity, type NestedEnding } from './nested-identity.js';
 import { sqlReaderReady } from './sql-parse.js';
 
 beforeAll(() => sqlReaderReady());
@@ -89,5 +89,104 @@ describe('NestedIdentity', () => {
       }
     }
     expect(refused).toEqual(expected);
+  });
+});
+
+/** One step: a view starts a nested transaction, one ends, a statement, or an ending asked. */
+type EndStep =
+  | ['start', object]
+  | ['end', number]
+  | ['send', object, string]
+  | ['ending', object, 'commit' | 'rollback', NestedEnding];
+
+describe('NestedIdentity.ending', () => {
+  it.each<[string, EndStep[]]>([
+    [
+      'its own, nothing beside: ends',
+      [
+        ['start', inside],
+        ['send', inside, 'INSERT INTO t VALUES (1)'],
+        ['ending', inside, 'rollback', 'ok'],
+        ['ending', inside, 'commit', 'ok'],
+      ],
+    ],
+    [
+      'a write beside it: its rollback took that along; its commit keeps both',
+      [
+        ['start', inside],
+        ['send', beside, 'INSERT INTO t VALUES (1)'],
+        ['ending', inside, 'rollback', 'beside'],
+        ['ending', inside, 'commit', 'ok'],
+      ],
+    ],
+    [
+      'a plain read beside it: rolled back, it loses nothing',
+      [
+        ['start', inside],
+        ['send', beside, 'SELECT n FROM t'],
+        ['ending', inside, 'rollback', 'ok'],
+      ],
+    ],
+    [
+      'a locking read beside it: its lock would go with the rollback',
+      [
+        ['start', inside],
+        ['send', beside, 'SELECT n FROM t FOR UPDATE'],
+        ['ending', inside, 'rollback', 'beside'],
+      ],
+    ],
+    [
+      'another view’s begun after it and open: neither its commit nor its rollback',
+      [
+        ['start', inside],
+        ['start', other],
+        ['ending', inside, 'commit', 'not-innermost'],
+        ['ending', inside, 'rollback', 'not-innermost'],
+        ['ending', other, 'commit', 'ok'],
+      ],
+    ],
+    [
+      'the other’s statement ran inside it: once the other ended, its rollback is refused',
+      [
+        ['start', inside],
+        ['start', other],
+        ['send', other, 'INSERT INTO t VALUES (2)'],
+        ['end', 2],
+        ['ending', inside, 'rollback', 'beside'],
+      ],
+    ],
+    [
+      'written before it began: not beside it',
+      [
+        ['send', beside, 'INSERT INTO t VALUES (1)'],
+        ['start', inside],
+        ['ending', inside, 'rollback', 'ok'],
+      ],
+    ],
+    [
+      'an inner one of its own begun after the write beside: not beside it',
+      [
+        ['start', inside],
+        ['send', beside, 'INSERT INTO t VALUES (1)'],
+        ['start', inside],
+        ['ending', inside, 'rollback', 'ok'],
+        ['end', 2],
+        ['ending', inside, 'rollback', 'beside'],
+      ],
+    ],
+  ])('%s', (_label, steps) => {
+    const nested = new NestedIdentity();
+    const met: NestedEnding[] = [];
+    const expected: NestedEnding[] = [];
+    for (const step of steps) {
+      if (step[0] === 'start') nested.started(step[1]);
+      else if (step[0] === 'end') nested.endedAt(step[1]);
+      else if (step[0] === 'send') nested.markBeside(step[1], step[2]);
+      else {
+        met.push(nested.ending(step[1], step[2]));
+        expected.push(step[3]);
+      }
+    }
+    expect(met).toEqual(expected);
   });
 });

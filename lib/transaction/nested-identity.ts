@@ -1,4 +1,4 @@
-import { setsIdentity } from './sql-text.js';
+import { isPlainRead, setsIdentity } from './sql-text.js';
 
 /** A nested transaction of the app's code on the request's TypeORM runner. */
 interface NestedTransaction {
@@ -10,7 +10,21 @@ interface NestedTransaction {
    * that role, where without the library it runs on a connection of its own.
    */
   setIdentity: boolean;
+  /**
+   * A statement not of its code (sent through another view while it was open) ran inside it,
+   * on the request's one connection: if it rolls back, it takes that statement along, where
+   * without the library the statement would have committed on a connection of its own.
+   */
+  beside: boolean;
 }
+
+/**
+ * What a view's commit or rollback of its nested transaction meets: `ok`; `not-innermost`
+ * when the innermost open one is another view's (savepoints end in order: ending its own
+ * would end, or roll back, the other's too); `beside` for a rollback of one holding a
+ * statement not its own.
+ */
+export type NestedEnding = 'ok' | 'not-innermost' | 'beside';
 
 /**
  * The nested transactions open on the request's TypeORM runner, outermost first, by the view
@@ -25,7 +39,7 @@ export class NestedIdentity {
 
   /** `owner` started a nested transaction. */
   started(owner: object): void {
-    this.open.push({ owner, setIdentity: false });
+    this.open.push({ owner, setIdentity: false, beside: false });
   }
 
   /**
@@ -34,6 +48,25 @@ export class NestedIdentity {
    */
   endedAt(depth: number): void {
     if (this.open.length > depth - 1) this.open.length = Math.max(0, depth - 1);
+  }
+
+  /**
+   * `text`, sent through `from`, runs inside every open nested transaction: those not of
+   * `from` are marked (see `beside`). A plain read is not: rolled back, it loses nothing.
+   * The pool seam's `markBeside`, for TypeORM.
+   */
+  markBeside(from: object, text: unknown): void {
+    const others = this.open.filter((nested) => nested.owner !== from && !nested.beside);
+    if (others.length === 0 || isPlainRead(text)) return;
+    for (const nested of others) nested.beside = true;
+  }
+
+  /** What `from` ending its innermost nested transaction (`how`) meets: see `NestedEnding`. */
+  ending(from: object, how: 'commit' | 'rollback'): NestedEnding {
+    const innermost = this.open[this.open.length - 1];
+    if (!innermost) return 'ok';
+    if (innermost.owner !== from) return 'not-innermost';
+    return how === 'rollback' && innermost.beside ? 'beside' : 'ok';
   }
 
   /**

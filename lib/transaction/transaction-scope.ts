@@ -1,6 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { type DataSource, type QueryRunner, type ReplicationMode } from 'typeorm';
 import { type PoolClient } from 'pg';
+import { markPersisting } from './own-persist.js';
 
 /** What a transaction makes of a joined pool's `query()` and `connect()` in its scope. */
 export interface PoolJoin {
@@ -49,6 +50,8 @@ export function joinTransactionsOf(dataSource: DataSource): void {
   if (ownRunners.has(dataSource)) return;
   const own = dataSource.createQueryRunner;
   ownRunners.set(dataSource, own);
+  // Its repositories' saves: one outside a nested transaction opens its own (a savepoint).
+  markPersisting(dataSource.manager);
   dataSource.createQueryRunner = function joiningCreateQueryRunner(
     this: DataSource,
     mode: ReplicationMode = 'master',
