@@ -7,7 +7,9 @@ import {
   Module,
   Post,
 } from '@nestjs/common';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { Client, type Pool } from 'pg';
+import { DataSource } from 'typeorm';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../lib/index.js';
 import { bootstrapTestApp } from './support/bootstrap.js';
@@ -55,10 +57,37 @@ class ReadController {
 })
 class ReadModule {}
 
+/** The same on TypeORM: `dataSource.query()`, whose reads before a write run apart too. */
+@Controller()
+class OrmReadController {
+  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+
+  @Post('read-then-fail')
+  @Idempotent()
+  async readThenFail(@Body() body: { slot: string; read: string }) {
+    await this.dataSource.query(body.read);
+    await this.dataSource.query('INSERT INTO slots (slot) VALUES ($1)', [body.slot]);
+    throw new ConflictException('the order was already shipped');
+  }
+}
+
+function ormModule(url: string) {
+  @Module({
+    imports: [
+      TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: 2 } }),
+      IdempotencyModule.forRoot({ globalKeys: true }),
+    ],
+    controllers: [OrmReadController],
+  })
+  class OrmReadModule {}
+  return OrmReadModule;
+}
+
 describe('adversary 5: a "plain read" that runs the app code through a view, a type, an aggregate', () => {
   let database: TestDatabase;
   let admin: Client;
   let app: INestApplication;
+  let ormApp: INestApplication;
 
   beforeAll(async () => {
     database = await createTestDatabase('adv5_plain_read_beyond');
@@ -86,10 +115,12 @@ describe('adversary 5: a "plain read" that runs the app code through a view, a t
     pool = createTestPool({ connectionString: database.url, max: 2 });
     pool.on('error', () => undefined);
     app = await bootstrapTestApp(ReadModule, 'express');
+    ormApp = await bootstrapTestApp(ormModule(database.url), 'express');
   });
 
   afterAll(async () => {
     await app?.close();
+    await ormApp?.close();
     await endTestPool(pool);
     await admin?.end();
     await database?.drop();
@@ -100,7 +131,7 @@ describe('adversary 5: a "plain read" that runs the app code through a view, a t
   const kept = async (slot: string) =>
     (await admin.query('SELECT 1 FROM slots WHERE slot = $1', [slot])).rows.length;
 
-  it.each([
+  const cases = [
     // The control: the app's function by a name of its own.
     ['audit_view', "SELECT audit_view('own-name')", 'own-name'],
     ['a view', 'SELECT tag FROM audited_view', 'view'],
@@ -108,15 +139,18 @@ describe('adversary 5: a "plain read" that runs the app code through a view, a t
     ['an aggregate named sum', "SELECT sum(x) FROM (SELECT 'a'::text AS x) s", 'aggregate-a'],
     ['a cast of the app', 'SELECT 5::money2', 'cast-5'],
     ['a domain with a CHECK', 'SELECT 7::checked_int', 'domain-7'],
-  ])(
-    '%s: the read runs in the request, and rolls back with it when the handler fails',
-    async (_name, read, tag) => {
-      const slot = `read-${tag}`;
+  ];
+  it.each(
+    ['pool', 'typeorm'].flatMap((seam) =>
+      cases.map(([name, read, tag]) => [seam, name, read, tag] as const),
+    ),
+  )(
+    '%s, %s: the read runs in the request, and rolls back with it when the handler fails',
+    async (seam, _name, read, tag) => {
+      const slot = `read-${seam}-${tag}`;
+      const server = (seam === 'pool' ? app : ormApp).getHttpServer();
       const send = () =>
-        request(app.getHttpServer())
-          .post('/read-then-fail')
-          .set('Idempotency-Key', slot)
-          .send({ slot, read });
+        request(server).post('/read-then-fail').set('Idempotency-Key', slot).send({ slot, read });
       const first = await send();
       const retry = await send();
       expect({

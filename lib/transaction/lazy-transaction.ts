@@ -1,3 +1,4 @@
+import { readingOnly } from '../storage/read-only-query.js';
 import { type Pool, type PoolClient } from 'pg';
 import {
   type DataSource,
@@ -5,7 +6,7 @@ import {
   type QueryRunner,
   type ReplicationMode,
 } from 'typeorm';
-import { markDatabaseFailure } from '../storage/connection-errors.js';
+import { isReadOnlyError, markDatabaseFailure } from '../storage/connection-errors.js';
 import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
@@ -49,6 +50,8 @@ export class LazyTransaction extends RequestTransaction {
    * of its own to roll back, and must not reach the request's transaction.
    */
   private failedStartAt?: number;
+  /** Whether the open outermost nested transaction kept the session's state (not a save's). */
+  private outermostKept = false;
   /** Its code's nested transactions, by the view that started each (see `besideIdentity`). */
   private readonly nested = new NestedIdentity();
   /** Its code's streams open on the connection (see `OpenStreams`). */
@@ -195,8 +198,13 @@ export class LazyTransaction extends RequestTransaction {
         this.nested.started(owner as object);
         // Its code's outermost transaction, a transaction of its own without the library: its
         // role, session authorization and search path are kept, to be put back at its COMMIT
-        // (a savepoint's RELEASE keeps a SET LOCAL; see keepNestedState).
-        if (depth === 1) await internals.query(keepNestedState(OUTERMOST_KEPT_AS));
+        // (a savepoint's RELEASE keeps a SET LOCAL; see keepNestedState). Not a save's own
+        // (TypeORM's statements and listeners set no role): two round trips each, as without
+        // the library (START TRANSACTION, COMMIT), not four.
+        if (depth === 1) {
+          this.outermostKept = !isPersisting();
+          if (this.outermostKept) await internals.query(keepNestedState(OUTERMOST_KEPT_AS));
+        }
       } catch (error) {
         if (internals.transactionDepth === depth) this.failedStartAt = depth;
         throw error;
@@ -214,7 +222,9 @@ export class LazyTransaction extends RequestTransaction {
       const outermost = internals.transactionDepth === 2;
       try {
         await commit();
-        if (outermost) await internals.query(restoreNestedState(OUTERMOST_KEPT_AS));
+        if (outermost && this.outermostKept) {
+          await internals.query(restoreNestedState(OUTERMOST_KEPT_AS));
+        }
       } finally {
         this.nested.endedAt(internals.transactionDepth);
       }
@@ -258,7 +268,16 @@ export class LazyTransaction extends RequestTransaction {
       // it waits. A locking read (`FOR UPDATE`) opens the transaction, as its lock must last,
       // and so does any read of a transaction above READ COMMITTED, whose reads count.
       if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(args[0])) {
-        return this.readAlone(args);
+        // In a read-only transaction of its round trip: one that would write (a view's
+        // function, a cast's) runs in the request's transaction instead, as a write does.
+        const apart = await this.readAlone(args, true).then(
+          (result) => ({ result }),
+          (error: unknown) => {
+            if (isReadOnlyError(error)) return undefined;
+            throw error;
+          },
+        );
+        if (apart) return apart.result;
       }
       // A transaction's read-only mode sent outside any transaction of its code: alone, as
       // without the library, where it does nothing (in the request's it would make the
@@ -344,7 +363,8 @@ export class LazyTransaction extends RequestTransaction {
     if (this.streams.any) throw this.refuse(new CursorOpenRefusedError());
   }
 
-  private async readAlone(args: unknown[]): Promise<unknown> {
+  /** `readOnly`: its statement in a read-only transaction of its round trip (`readingOnly`). */
+  private async readAlone(args: unknown[], readOnly = false): Promise<unknown> {
     const runner = ownQueryRunner(this.dataSource);
     const internals = runner as unknown as RunnerInternals;
     // Its connection is waited for at most the module's deadline, as every wait of the
@@ -353,8 +373,8 @@ export class LazyTransaction extends RequestTransaction {
     let client: PoolClient | undefined;
     internals.connect = async () => {
       client ??= await acquire(this.pool(), this.timeoutMs);
-      internals.databaseConnection = client;
-      return client;
+      internals.databaseConnection = readOnly ? readingOnly(client) : client;
+      return internals.databaseConnection;
     };
     let failure: unknown;
     try {
@@ -364,8 +384,10 @@ export class LazyTransaction extends RequestTransaction {
       // TypeORM hands a refused connection on as the socket's error: it is the database's.
       throw markDatabaseFailure(error);
     } finally {
-      // A connection whose statement failed is not given to another caller: it may be broken.
-      client?.release(failure === undefined ? undefined : asError(failure));
+      // A connection whose statement failed is not given to another caller: it may be broken
+      // (a write refused in the read-only transaction leaves it as it was).
+      const broken = failure !== undefined && !isReadOnlyError(failure);
+      client?.release(broken ? asError(failure) : undefined);
       await runner.release();
     }
   }
