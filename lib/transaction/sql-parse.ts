@@ -110,6 +110,15 @@ export function unreadableOf(sql: unknown): string | undefined {
   ) {
     return undefined;
   }
+  // Nor can a text in which none of those words stands anywhere: none of its statements
+  // begins with one (a keyword is never escaped or quoted), however many there are.
+  if (
+    !/\b(begin|start|commit|end|rollback|abort|prepare|set|deallocate)\b|set_config|pg_settings|advisory|u&/i.test(
+      sql,
+    )
+  ) {
+    return undefined;
+  }
   const result = parseOf(sql);
   if (Array.isArray(result)) return undefined;
   let tokens: { text: string; tokenName: string }[];

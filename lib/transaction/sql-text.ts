@@ -125,6 +125,9 @@ export function transactionControlOf(sql: unknown): string | undefined {
   if (typeof sql !== 'string') return undefined;
   // The hot path: one statement that begins as a read or a write (TypeORM's every statement).
   if (!sql.includes(';') && /^\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b/i.test(sql)) return undefined;
+  // Every such statement begins with one of these words; a text without any has none (a
+  // keyword is never escaped or quoted). A long text of many INSERTs is then not parsed here.
+  if (!/\b(begin|start|commit|end|rollback|abort|prepare)\b/i.test(sql)) return undefined;
   for (const statement of statementsOf(sql)) {
     const [type, body] = nodeOf(statement.node) ?? [];
     if (type !== 'TransactionStmt' || !STARTS_OR_ENDS.has(body!.kind as string)) continue;
