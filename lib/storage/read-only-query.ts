@@ -75,12 +75,14 @@ class ReadOnlyQuery extends Query {
  * callback or a `submit` (a cursor); else undefined.
  */
 export function readStatement(args: unknown[]): ReadStatement | undefined {
-  if (typeof args[0] === 'string') {
-    if (args.length === 1) return { text: args[0] };
-    if (args.length === 2 && Array.isArray(args[1])) return { text: args[0], values: args[1] };
+  // `(text)`, `(text, values)`, `(config)`, `(config, values)` (Drizzle's), where `values` may
+  // be undefined (TypeORM's, without parameters); a callback last is not carried.
+  if (args.length > 2 || (args.length === 2 && args[1] !== undefined && !Array.isArray(args[1]))) {
     return undefined;
   }
-  if (args.length !== 1 || typeof args[0] !== 'object' || args[0] === null) return undefined;
+  const values = args[1] as unknown[] | undefined;
+  if (typeof args[0] === 'string') return { text: args[0], ...(values ? { values } : {}) };
+  if (typeof args[0] !== 'object' || args[0] === null) return undefined;
   const config = args[0] as ReadStatement & {
     name?: unknown;
     submit?: unknown;
@@ -91,10 +93,11 @@ export function readStatement(args: unknown[]): ReadStatement | undefined {
     return undefined;
   }
   if (config.values !== undefined && !Array.isArray(config.values)) return undefined;
-  const { text, values, rowMode, types } = config;
+  const { text, rowMode, types } = config;
+  const given = values ?? config.values;
   return {
     text,
-    ...(values ? { values } : {}),
+    ...(given ? { values: given } : {}),
     ...(rowMode ? { rowMode } : {}),
     ...(types ? { types } : {}),
   };
@@ -123,9 +126,7 @@ export function readingOnly(client: PoolClient): PoolClient {
       const value: unknown = Reflect.get(target, key, target);
       if (key !== 'query') return typeof value === 'function' ? value.bind(target) : value;
       return (...args: unknown[]) => {
-        // TypeORM passes `undefined` for a statement without parameters.
-        const given = args.length === 2 && args[1] === undefined ? [args[0]] : args;
-        const statement = readStatement(given);
+        const statement = readStatement(args);
         return statement
           ? readOnly(target, statement)
           : (target.query as (...a: unknown[]) => unknown)(...args);

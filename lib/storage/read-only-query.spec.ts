@@ -1,0 +1,28 @@
+import { readStatement } from './read-only-query.js';
+
+describe('readStatement', () => {
+  it.each<[string, unknown[], ReturnType<typeof readStatement>]>([
+    ['a text', ['SELECT 1'], { text: 'SELECT 1' }],
+    ['a text and values', ['SELECT $1', [1]], { text: 'SELECT $1', values: [1] }],
+    ["a text and TypeORM's undefined", ['SELECT 1', undefined], { text: 'SELECT 1' }],
+    ['a config', [{ text: 'SELECT $1', values: [1] }], { text: 'SELECT $1', values: [1] }],
+    [
+      "Drizzle's config and values",
+      [{ text: 'SELECT $1', rowMode: 'array' }, [1]],
+      { text: 'SELECT $1', values: [1], rowMode: 'array' },
+    ],
+    [
+      "Prisma's config with types",
+      [{ text: 'SELECT 1', types: {} }],
+      { text: 'SELECT 1', types: {} },
+    ],
+    // Not carried: what the read-only round trip cannot send as node-postgres would.
+    ['a callback', ['SELECT 1', () => undefined], undefined],
+    ['values and a callback', ['SELECT $1', [1], () => undefined], undefined],
+    ['a named statement', [{ name: 'q', text: 'SELECT 1' }], undefined],
+    ['a cursor', [{ text: 'SELECT 1', submit: () => undefined }], undefined],
+    ['no text', [{ values: [1] }], undefined],
+  ])('%s', (_name, args, expected) => {
+    expect(readStatement(args)).toEqual(expected);
+  });
+});
