@@ -6,7 +6,11 @@ import {
   type QueryRunner,
   type ReplicationMode,
 } from 'typeorm';
-import { isReadOnlyError, markDatabaseFailure } from '../storage/connection-errors.js';
+import {
+  isReadOnlyError,
+  markDatabaseFailure,
+  markReadOnlyByHandler,
+} from '../storage/connection-errors.js';
 import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
@@ -50,6 +54,8 @@ export class LazyTransaction extends RequestTransaction {
    * of its own to roll back, and must not reach the request's transaction.
    */
   private failedStartAt?: number;
+  /** The depth of the nested transaction its code made read only, while it is open. */
+  private readOnlyFrom?: number;
   /** Whether the open outermost nested transaction kept the session's state (not a save's). */
   private outermostKept = false;
   /** Its code's nested transactions, by the view that started each (see `besideIdentity`). */
@@ -227,6 +233,9 @@ export class LazyTransaction extends RequestTransaction {
         }
       } finally {
         this.nested.endedAt(internals.transactionDepth);
+        if (this.readOnlyFrom !== undefined && internals.transactionDepth < this.readOnlyFrom) {
+          this.readOnlyFrom = undefined;
+        }
       }
     };
     internals.commitTransaction = function (this: unknown) {
@@ -248,6 +257,9 @@ export class LazyTransaction extends RequestTransaction {
         await rollback();
       } finally {
         this.nested.endedAt(internals.transactionDepth);
+        if (this.readOnlyFrom !== undefined && internals.transactionDepth < this.readOnlyFrom) {
+          this.readOnlyFrom = undefined;
+        }
       }
       // Rolled back to its savepoint: a failure inside it no longer aborts the transaction.
       this.lastError = undefined;
@@ -292,9 +304,22 @@ export class LazyTransaction extends RequestTransaction {
       this.refuseBehindStream();
       if (from !== runner) this.refuseBesideIdentity(from, args[0]);
       if (from !== runner) this.nested.markBeside(from as object, args[0]);
+      // `SET TRANSACTION READ ONLY` inside a nested transaction: read only until it ends.
+      const depth = internals.transactionDepth;
+      if (depth > 1 && this.readOnlyFrom === undefined && setsReadOnly(args[0])) {
+        this.readOnlyFrom = depth;
+      }
       try {
         return await query(...args);
       } catch (error) {
+        // A write refused there is its code's own mistake, never a demoted primary's 503.
+        if (
+          isReadOnlyError(error) &&
+          this.readOnlyFrom !== undefined &&
+          depth >= this.readOnlyFrom
+        ) {
+          markReadOnlyByHandler(error);
+        }
         this.noteFailure(error);
         throw error;
       }
