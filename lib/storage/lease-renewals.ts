@@ -112,6 +112,10 @@ export class LeaseRenewals {
       });
       if (route === 'after-phase') return phase!.over.then(renew);
       if (route === 'apart') return store.extendLease(claim);
+      // Inside a read-only part of its code's (a nested READ ONLY report), an UPDATE would be
+      // refused and abort the transaction: this tick is skipped. The transaction has held the
+      // key's row since its BEGIN, so no takeover passes meanwhile; the next tick renews.
+      if (holder!.readOnlyNow) return Promise.resolve(true);
       return (store as TransactionalClaimStore).extendLeaseIn!(claim, holder!).catch(
         (error: unknown) => {
           // A renewal inside the transaction that fails has aborted it (a serialization

@@ -102,6 +102,10 @@ export class LazyTransaction extends RequestTransaction {
     return super.commitPlain();
   }
 
+  override get readOnlyNow(): boolean {
+    return this.readOnlyFrom !== undefined;
+  }
+
   async query<R = Record<string, unknown>>(text: string, values: unknown[]): Promise<R[]> {
     // Once its code ran in it, beside the code's session state (see `ownStatement`).
     const own = await this.ownStatement(text, values);

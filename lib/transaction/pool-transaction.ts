@@ -154,6 +154,10 @@ export class PoolTransaction extends RequestTransaction {
     return managerUnavailable;
   }
 
+  override get readOnlyNow(): boolean {
+    return this.savepoints.some((savepoint) => savepoint.readOnly);
+  }
+
   async query<R = Record<string, unknown>>(text: string, values: unknown[]): Promise<R[]> {
     const result =
       (await this.ownStatement(text, values)) ??

@@ -168,6 +168,15 @@ export abstract class RequestTransaction implements JoinableTransaction {
     return this.state !== 'pending';
   }
 
+  /**
+   * Whether its code has a nested transaction open that it made read only (`BEGIN READ ONLY`,
+   * `SET TRANSACTION READ ONLY` in it): a lease renewal inside the transaction would be
+   * refused there (25006) and abort it. The seams say.
+   */
+  get readOnlyNow(): boolean {
+    return false;
+  }
+
   /** Whether it began above READ COMMITTED and has not ended: see `beforeIsolatedBegin`. */
   get isolated(): boolean {
     return this.beginning !== undefined && !this.ended && isAboveReadCommitted(this.begunAt);
