@@ -183,7 +183,13 @@ export class IdempotencyDatabase {
   /** Reads the server's default level; never fails (a database that is down is met later). */
   private learnServerLevel(): Promise<void> {
     this.learningLevel ??= this.withConnection((client) =>
-      queryWithDeadline<{ level: string; functions: string[]; operators: string[] }>(
+      queryWithDeadline<{
+        level: string;
+        functions: string[];
+        operators: string[];
+        relations: string[];
+        types: string[];
+      }>(
         client,
         { text: SERVER_LEVEL, values: [EFFECT_FREE_FUNCTIONS, PLAIN_OPERATORS] },
         this.timeoutMs,

@@ -1,7 +1,7 @@
 /**
- * PostgreSQL's own functions and operators a plain read may call (see `isPlainRead`), and the
- * names among them that the app's database also defines, outside `pg_catalog`, as something
- * that may write. A name is resolved by its arguments too: with the app's `lower(integer)`,
+ * PostgreSQL's own functions and operators a plain read may call (see `isPlainRead`), and what
+ * of the app's a read may reach without its text naming it: those names defined again outside
+ * `pg_catalog`, views, and types whose casts or checks may run the app's code. A name is resolved by its arguments too: with the app's `lower(integer)`,
  * `SELECT lower(5)` calls the app's, not PostgreSQL's `lower(text)`; an operator is a function
  * by another name. Read once with the start-up's first statement (`IdempotencyDatabase`):
  * only a VOLATILE definition may write (PostgreSQL refuses a write in a STABLE or IMMUTABLE
@@ -36,25 +36,71 @@ export const PLAIN_OPERATORS: readonly string[] = [
   '&&',
 ];
 
-/** One statement: the shadowing definitions among those names, VOLATILE, outside pg_catalog. */
+/** The app's own schemas: all but PostgreSQL's. */
+const APP_SCHEMA = (column: string) =>
+  `${column} NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)`;
+/** Not a member of an extension (citext, PostGIS: their own C code, trusted) unless VOLATILE. */
+const APP_FUNCTION = (oid: string, volatility: string) =>
+  `(${volatility} = 'v' OR NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = ` +
+  `'pg_proc'::regclass AND d.objid = ${oid} AND d.deptype = 'e'))`;
+
+/**
+ * One statement: what of the app's a plain read may reach without its text naming it.
+ * - `functions`: names of the list the app also defines (any volatility: a STABLE function
+ *   may call a VOLATILE one; any kind: an aggregate's state function may write);
+ * - `operators`: operators of the list whose function is the app's;
+ * - `relations`: views, materialized views and foreign tables (a view's query may call the
+ *   app's function; a foreign table reaches another server);
+ * - `types`: the app's domains (a CHECK may call its function), base and composite types (a
+ *   cast to one may be its function: CREATE CAST … WITH FUNCTION), and the targets of its
+ *   casts; not enums (their input is PostgreSQL's) nor an extension's types.
+ */
 export const SHADOWED_BUILT_INS_QUERY =
   'SELECT ARRAY(SELECT DISTINCT p.proname::text FROM pg_proc p ' +
-  "WHERE p.pronamespace <> 'pg_catalog'::regnamespace AND p.provolatile = 'v' " +
+  `WHERE ${APP_SCHEMA('p.pronamespace')} AND ${APP_FUNCTION('p.oid', 'p.provolatile')} ` +
   'AND p.proname = ANY($1::text[])) AS functions, ' +
   'ARRAY(SELECT DISTINCT o.oprname::text FROM pg_operator o JOIN pg_proc p ON p.oid = o.oprcode ' +
-  "WHERE o.oprnamespace <> 'pg_catalog'::regnamespace AND p.provolatile = 'v' " +
-  'AND o.oprname = ANY($2::text[])) AS operators';
+  `WHERE ${APP_SCHEMA('p.pronamespace')} AND ${APP_FUNCTION('p.oid', 'p.provolatile')} ` +
+  'AND o.oprname = ANY($2::text[])) AS operators, ' +
+  'ARRAY(SELECT DISTINCT c.relname::text FROM pg_class c ' +
+  `WHERE ${APP_SCHEMA('c.relnamespace')} AND c.relkind IN ('v', 'm', 'f')) AS relations, ` +
+  'ARRAY(SELECT DISTINCT t.typname::text FROM pg_type t ' +
+  `WHERE ${APP_SCHEMA('t.typnamespace')} AND t.typtype IN ('b', 'c', 'd', 'r', 'm') ` +
+  "AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_type'::regclass " +
+  "AND d.objid = t.oid AND d.deptype = 'e') " +
+  'UNION SELECT t.typname::text FROM pg_cast k JOIN pg_proc p ON p.oid = k.castfunc ' +
+  `JOIN pg_type t ON t.oid = k.casttarget WHERE ${APP_SCHEMA('p.pronamespace')} ` +
+  `AND ${APP_FUNCTION('p.oid', 'p.provolatile')}) AS types`;
 
 const shadowedFunctions = new Set<string>();
 const shadowedOperators = new Set<string>();
+const appRelations = new Set<string>();
+const appTypes = new Set<string>();
 
 /**
  * Names the app's database shadows (the query's answer). Kept for the process: several apps
  * in one process add theirs, which only makes fewer reads run apart.
  */
-export function noteShadowedBuiltIns(shadowed: { functions?: string[]; operators?: string[] }) {
+export function noteShadowedBuiltIns(shadowed: {
+  functions?: string[];
+  operators?: string[];
+  relations?: string[];
+  types?: string[];
+}) {
   for (const name of shadowed.functions ?? []) shadowedFunctions.add(name);
   for (const name of shadowed.operators ?? []) shadowedOperators.add(name);
+  for (const name of shadowed.relations ?? []) appRelations.add(name);
+  for (const name of shadowed.types ?? []) appTypes.add(name);
+}
+
+/** A view, materialized view or foreign table of the app's, by name (any schema). */
+export function isAppRelation(name: string): boolean {
+  return appRelations.has(name);
+}
+
+/** A type of the app's a cast to may run its code, by name (any schema). */
+export function isAppType(name: string): boolean {
+  return appTypes.has(name);
 }
 
 export function isShadowedFunction(name: string): boolean {

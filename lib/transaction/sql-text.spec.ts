@@ -107,6 +107,13 @@ describe('isPlainRead', () => {
     noteShadowedBuiltIns({ operators: ['%'] });
     expect(isPlainRead('SELECT a FROM t WHERE b % 2 = 0')).toBe(false);
     expect(isPlainRead('SELECT a FROM t WHERE b = 2')).toBe(true);
+    // What a read may reach without naming it: a view's query, a cast's or a domain's code.
+    noteShadowedBuiltIns({ relations: ['audited_view'], types: ['money2', 'checked_int'] });
+    expect(isPlainRead('SELECT tag FROM audited_view')).toBe(false);
+    expect(isPlainRead('SELECT tag FROM app.audited_view v JOIN t ON true')).toBe(false);
+    expect(isPlainRead('SELECT 5::money2')).toBe(false);
+    expect(isPlainRead('SELECT CAST(7 AS public.checked_int)')).toBe(false);
+    expect(isPlainRead('SELECT 5::int, a::text FROM audited')).toBe(true);
   });
 
   it('answers past the memory of texts it keeps, and for texts too long to keep', () => {

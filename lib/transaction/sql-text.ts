@@ -11,6 +11,8 @@ import {
 } from './sql-parse.js';
 import {
   EFFECT_FREE_FUNCTIONS,
+  isAppRelation,
+  isAppType,
   isShadowedFunction,
   isShadowedOperator,
   PLAIN_OPERATORS,
@@ -65,6 +67,14 @@ const PLAIN_NODES = new Set([
   'CollateClause', 'List', 'NamedArgExpr', 'GroupingSet',
 ]);
 
+/** A cast (`::money2`, `CAST(… AS checked_int)`) to a type whose cast or check may be the app's. */
+function castsToAppType(cast: SqlNode): boolean {
+  const names = ((cast.typeName as SqlNode | undefined)?.names as unknown[]) ?? [];
+  const parts = names.map((part) => (nodeOf(part)?.[1].sval as string | undefined) ?? '');
+  if (parts.length > 1 && parts[parts.length - 2] === 'pg_catalog') return false;
+  return isAppType(parts[parts.length - 1] ?? '');
+}
+
 /** An operator's name (`{ String }` parts, perhaps `OPERATOR(pg_catalog.=)`), if plain. */
 function isPlainOperator(expression: SqlNode): boolean {
   const parts = ((expression.name as unknown[]) ?? []).map(
@@ -100,6 +110,8 @@ export function isPlainRead(sql: unknown): boolean {
     else if (kind === 'SelectStmt' && (body.intoClause || body.lockingClause)) plain = false;
     else if (kind === 'FuncCall' && !callsEffectFree(body)) plain = false;
     else if (kind === 'A_Expr' && !isPlainOperator(body)) plain = false;
+    else if (kind === 'RangeVar' && isAppRelation(body.relname as string)) plain = false;
+    else if (kind === 'TypeCast' && castsToAppType(body)) plain = false;
   });
   return plain;
 }
