@@ -58,6 +58,8 @@ class BeginThenQuery extends Query {
     config: CarriedStatement,
     callback: (error: Error | null, result?: QueryResult) => void,
     private readonly onBegun: () => void,
+    /** With whether the transaction began read only (the capture's last column). */
+    private readonly onCaptured?: (readOnly: boolean) => void,
   ) {
     super(config, undefined, callback);
   }
@@ -73,7 +75,12 @@ class BeginThenQuery extends Query {
   }
 
   handleDataRow(message: unknown): void {
-    if (this.captured) handleDataRow.call(this, message);
+    if (this.captured) {
+      handleDataRow.call(this, message);
+      return;
+    }
+    const fields = (message as { fields?: unknown[] }).fields ?? [];
+    this.onCaptured?.(String(fields[fields.length - 1]) === 'on');
   }
 
   handleCommandComplete(message: unknown, connection: unknown): void {
@@ -123,6 +130,7 @@ export function beginWith(
   begin: string,
   statement: CarriedStatement | string,
   values: unknown[] = [],
+  onCaptured?: (readOnly: boolean) => void,
 ): { result: Promise<QueryResult>; begun: Promise<void> } {
   const config = typeof statement === 'string' ? { text: statement, values } : statement;
   let begunNow!: () => void;
@@ -146,6 +154,7 @@ export function beginWith(
         }
       },
       () => begunNow(),
+      onCaptured,
     );
     void client.query(query as unknown as pg.Query);
   });

@@ -21,7 +21,10 @@ import { withDeadline } from './deadline.js';
 export const CAPTURE_SESSION_STATE =
   "SELECT set_config('idempotency.role', current_setting('role'), true), " +
   "set_config('idempotency.authorization', current_setting('session_authorization'), true), " +
-  "set_config('idempotency.search_path', '=' || current_setting('search_path'), true)";
+  "set_config('idempotency.search_path', '=' || current_setting('search_path'), true), " +
+  // Not kept: read by the process, to tell a write the handler made impossible (its own
+  // read-only mode) from one refused by a read-only server (see `beganReadOnly`).
+  "current_setting('transaction_read_only') AS read_only";
 
 /** Nothing is set when nothing was kept (a transaction begun by other means). */
 const KEPT = "WHERE current_setting('idempotency.role', true) <> ''";

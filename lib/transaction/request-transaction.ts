@@ -10,6 +10,7 @@ import {
   isReadOnlyError,
   isRolledBackError,
   isTransactionAbortedError,
+  markReadOnlyByHandler,
 } from '../storage/connection-errors.js';
 import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js';
 import { beginWith, carriedStatement } from '../storage/begin-with.js';
@@ -95,8 +96,17 @@ export abstract class RequestTransaction implements JoinableTransaction {
     return this.lastError === error ? error : new TransactionAbortedError(this.lastError);
   }
 
+  /**
+   * Whether the transaction was read only when it began (read in the `BEGIN`'s round trip): a
+   * standby, or a server fenced read only. Then a write refused (25006) is an outage to retry;
+   * in a transaction that began read-write it is the handler's own doing (a function of the
+   * app's set `transaction_read_only`), which no retry passes.
+   */
+  protected beganReadOnly?: boolean;
+
   /** Notes a statement's failure (see `lastError`). */
   protected noteFailure(error: unknown): void {
+    if (isReadOnlyError(error) && this.beganReadOnly === false) markReadOnlyByHandler(error);
     if (this.lastError !== undefined && isTransactionAbortedError(error)) return;
     this.lastError = error;
   }
@@ -604,7 +614,9 @@ export abstract class RequestTransaction implements JoinableTransaction {
     if (this.beginning) return this.beginning.then(after);
     const carried = this.waitsBeforeBegin() ? undefined : carriedStatement(args);
     if (carried) {
-      const { result, begun } = beginWith(client, this.beginText(), carried);
+      const { result, begun } = beginWith(client, this.beginText(), carried, [], (readOnly) => {
+        this.beganReadOnly = readOnly;
+      });
       this.beginning = begun;
       return result;
     }
@@ -644,7 +656,10 @@ export abstract class RequestTransaction implements JoinableTransaction {
           'BEGIN',
         ),
       )
-      .then(() => undefined);
+      .then((results: unknown) => {
+        const captured = (results as { rows?: { read_only?: string }[] }[])[1]?.rows?.[0];
+        this.beganReadOnly = captured?.read_only === 'on';
+      });
     return this.beginning;
   }
 
