@@ -25,7 +25,7 @@ import {
 } from './seam-errors.js';
 import { isPlainRead, isTransactionModeOnly, setsReadOnly } from './sql-text.js';
 import { keepNestedState, restoreNestedState } from '../storage/session-state.js';
-import { ownQueryRunner } from './transaction-scope.js';
+import { ownQueryRunner, transactionScope } from './transaction-scope.js';
 import {
   asError,
   type FencedStatement,
@@ -146,7 +146,7 @@ export class LazyTransaction extends RequestTransaction {
       runner,
       (view) => {
         const manager = this.dataSource.createEntityManager(view);
-        return persisting ? markPersisting(manager) : manager;
+        return persisting ? markPersisting(manager, () => transactionScope.getStore()) : manager;
       },
       () => !isPersisting() || internals.transactionDepth > 1 || this.startsUnderWay > 0,
     );

@@ -9,6 +9,9 @@ const PERSISTS = ['save', 'remove', 'softRemove', 'recover'] as const;
 
 const marked = new WeakSet<EntityManager>();
 
+/** Each request's saves, one after the other (see `markPersisting`). */
+const queues = new WeakMap<object, Promise<void>>();
+
 /**
  * Marks what `manager`'s persisting methods run as persisting (see `isPersisting`). TypeORM's
  * EntityPersistExecutor makes a save all or nothing with a transaction of its own, opened
@@ -18,7 +21,11 @@ const marked = new WeakSet<EntityManager>();
  * in one), but to a save outside any nested transaction of its code it says none, so that the
  * save opens its own, a savepoint, as it would without the library.
  */
-export function markPersisting(manager: EntityManager): EntityManager {
+export function markPersisting(
+  manager: EntityManager,
+  /** The request the code running now is in (its transaction scope), if any. */
+  requestOf: () => object | undefined,
+): EntityManager {
   if (marked.has(manager)) return manager;
   marked.add(manager);
   const methods = manager as unknown as Record<string, (...args: unknown[]) => unknown>;
@@ -26,7 +33,21 @@ export function markPersisting(manager: EntityManager): EntityManager {
     const own = methods[name];
     if (typeof own !== 'function') continue;
     methods[name] = function (this: unknown, ...args: unknown[]) {
-      return persisting.run(true, () => own.apply(this, args));
+      const save = () => persisting.run(true, () => own.apply(this, args));
+      // One after the other in a request: two at once on its one connection would share the
+      // first's savepoint (the second, asking while it is open, opens none), and a failure of
+      // the second would be kept with the first. A save inside a save runs at once.
+      const request = requestOf();
+      if (!request || isPersisting()) return save();
+      const run = (queues.get(request) ?? Promise.resolve()).then(save);
+      queues.set(
+        request,
+        run.then(
+          () => undefined,
+          () => undefined,
+        ),
+      );
+      return run;
     };
   }
   return manager;

@@ -51,7 +51,7 @@ export function joinTransactionsOf(dataSource: DataSource): void {
   const own = dataSource.createQueryRunner;
   ownRunners.set(dataSource, own);
   // Its repositories' saves: one outside a nested transaction opens its own (a savepoint).
-  markPersisting(dataSource.manager);
+  markPersisting(dataSource.manager, () => transactionScope.getStore());
   dataSource.createQueryRunner = function joiningCreateQueryRunner(
     this: DataSource,
     mode: ReplicationMode = 'master',
