@@ -100,20 +100,24 @@ describe('adversary 7: the start-up catalog statement refused (pg_proc not reada
   it.each([
     ['the function by its own name (the control)', "SELECT snapshot('lo-name')", 'lo-name'],
     ['a view storing a large object', 'SELECT id FROM snapshots_view', 'lo-view'],
-  ])('%s: a 503 then its retry leave the effect once', async (_name, read, tag) => {
-    const slot = `slot-${tag}`;
-    const send = () =>
-      request(app.getHttpServer())
-        .post('/read-then-write')
-        .set('Idempotency-Key', slot)
-        .send({ slot, read });
-    const first = await send();
-    const retry = await send();
-    // Observed for the view: { first: 503, retry: 201, effects: 2 }.
-    expect({ first: first.status, retry: retry.status, effects: await snapshots(tag) }).toEqual({
-      first: 503,
-      retry: 201,
-      effects: 1,
-    });
-  }, 30_000);
+  ])(
+    '%s: a 503 then its retry leave the effect once',
+    async (_name, read, tag) => {
+      const slot = `slot-${tag}`;
+      const send = () =>
+        request(app.getHttpServer())
+          .post('/read-then-write')
+          .set('Idempotency-Key', slot)
+          .send({ slot, read });
+      const first = await send();
+      const retry = await send();
+      // Observed for the view: { first: 503, retry: 201, effects: 2 }.
+      expect({ first: first.status, retry: retry.status, effects: await snapshots(tag) }).toEqual({
+        first: 503,
+        retry: 201,
+        effects: 1,
+      });
+    },
+    30_000,
+  );
 });
