@@ -1,5 +1,6 @@
 import {
   EFFECT_FREE_FUNCTIONS,
+  noteCatalogUnread,
   noteShadowedBuiltIns,
   PLAIN_OPERATORS,
   SHADOWED_BUILT_INS_QUERY,
@@ -47,8 +48,7 @@ import {
  * The server's default level, and what the app's database shadows of the built-ins a plain
  * read may call (see `shadowed-built-ins.ts`), in one statement.
  */
-const SERVER_LEVEL = `SELECT current_setting('default_transaction_isolation') AS level, s.*
-FROM (${SHADOWED_BUILT_INS_QUERY}) s`;
+const SERVER_LEVEL = `SELECT current_setting('default_transaction_isolation') AS level`;
 
 /** A named prepared statement of the library. */
 export interface Statement {
@@ -182,21 +182,40 @@ export class IdempotencyDatabase {
 
   /** Reads the server's default level; never fails (a database that is down is met later). */
   private learnServerLevel(): Promise<void> {
-    this.learningLevel ??= this.withConnection((client) =>
-      queryWithDeadline<{
-        level: string;
-        functions: string[];
-        operators: string[];
-        relations: string[];
-        types: string[];
-      }>(
+    this.learningLevel ??= this.withConnection(async (client) => {
+      const { rows } = await queryWithDeadline<{ level: string }>(
         client,
-        { text: SERVER_LEVEL, values: [EFFECT_FREE_FUNCTIONS, PLAIN_OPERATORS] },
+        { text: SERVER_LEVEL },
         this.timeoutMs,
-      ),
-    )
-      .then(({ rows }) => {
-        if (rows[0]) noteShadowedBuiltIns(rows[0]);
+      );
+      // What of the app's a plain read may reach unnamed: a statement of its own, so that a
+      // catalog the app's role may not read (pg_proc revoked) fails it alone.
+      try {
+        const shadowed = await queryWithDeadline<{
+          functions: string[];
+          operators: string[];
+          relations: string[];
+          types: string[];
+        }>(
+          client,
+          { text: SHADOWED_BUILT_INS_QUERY, values: [EFFECT_FREE_FUNCTIONS, PLAIN_OPERATORS] },
+          this.timeoutMs,
+        );
+        if (shadowed.rows[0]) noteShadowedBuiltIns(shadowed.rows[0]);
+      } catch (error) {
+        if (!isPermanentError(error)) throw error;
+        // Not to be read: no read runs apart, each opens the request's transaction (correct,
+        // only less lazy), and the operator is told once why.
+        noteCatalogUnread();
+        this.logger.warn(
+          "the catalog of the app's functions, views and types could not be read " +
+            `(${String(error)}): every read in an idempotent request runs in its transaction. ` +
+            'GRANT SELECT ON pg_catalog.pg_proc TO the app’s role to let plain reads run apart.',
+        );
+      }
+      return rows;
+    })
+      .then((rows) => {
         const level = rows[0]?.level.toUpperCase();
         this.serverLevel = isIsolationLevel(level) ? level : 'READ COMMITTED';
       })

@@ -72,6 +72,8 @@ export const SHADOWED_BUILT_INS_QUERY =
   `JOIN pg_type t ON t.oid = k.casttarget WHERE ${APP_SCHEMA('p.pronamespace')} ` +
   `AND ${APP_FUNCTION('p.oid', 'p.provolatile')}) AS types`;
 
+/** The catalog could not be read: nothing is known plain (see `noteCatalogUnread`). */
+let catalogUnread = false;
 const shadowedFunctions = new Set<string>();
 const shadowedOperators = new Set<string>();
 const appRelations = new Set<string>();
@@ -91,6 +93,16 @@ export function noteShadowedBuiltIns(shadowed: {
   for (const name of shadowed.operators ?? []) shadowedOperators.add(name);
   for (const name of shadowed.relations ?? []) appRelations.add(name);
   for (const name of shadowed.types ?? []) appTypes.add(name);
+}
+
+/** The app's role may not read the catalog: no read can be proven plain. */
+export function noteCatalogUnread(): void {
+  catalogUnread = true;
+}
+
+/** Whether the catalog could not be read, so that no read is taken for plain. */
+export function isCatalogUnread(): boolean {
+  return catalogUnread;
 }
 
 /** A view, materialized view or foreign table of the app's, by name (any schema). */

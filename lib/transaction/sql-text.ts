@@ -13,6 +13,7 @@ import {
   EFFECT_FREE_FUNCTIONS,
   isAppRelation,
   isAppType,
+  isCatalogUnread,
   isShadowedFunction,
   isShadowedOperator,
   PLAIN_OPERATORS,
@@ -100,6 +101,7 @@ export function isPlainRead(sql: unknown): boolean {
   // it may hide a write, and what reads through it opens the transaction, which is correct).
   const first = /^\s*([a-z_]+)/i.exec(sql);
   if (first && first[1].toLowerCase() !== 'select') return false;
+  if (isCatalogUnread()) return false;
   const statements = parsedStatements(sql);
   if (statements?.length !== 1) return false;
   const [type] = nodeOf(statements[0].node) ?? [];
