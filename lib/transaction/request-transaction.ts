@@ -106,7 +106,9 @@ export abstract class RequestTransaction implements JoinableTransaction {
 
   /** Notes a statement's failure (see `lastError`). */
   protected noteFailure(error: unknown): void {
-    if (isReadOnlyError(error) && this.beganReadOnly === false) markReadOnlyByHandler(error);
+    if (isReadOnlyError(error) && this.beganReadOnly === false && !isRemote(error)) {
+      markReadOnlyByHandler(error);
+    }
     if (this.lastError !== undefined && isTransactionAbortedError(error)) return;
     this.lastError = error;
   }
@@ -710,4 +712,17 @@ export function isSubmittable(value: unknown): boolean {
 
 export function asError(error: unknown): Error {
   return error instanceof Error ? error : new Error(String(error));
+}
+
+/**
+ * Whether a database error was passed on from another server (dblink, postgres_fdw), by the
+ * context PostgreSQL gives it: a remote read only for a while (a standby in a failover) is an
+ * outage to retry, whatever this transaction's own mode.
+ */
+function isRemote(error: unknown): boolean {
+  const where = (error as { where?: unknown; driverError?: { where?: unknown } } | null)?.where;
+  const wrapped = (error as { driverError?: { where?: unknown } } | null)?.driverError?.where;
+  return /dblink|remote SQL command|foreign/i.test(
+    `${String(where ?? '')} ${String(wrapped ?? '')}`,
+  );
 }
