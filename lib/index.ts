@@ -22,6 +22,7 @@ export {
 export { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
 export { TransactionEndedError } from './transaction/lazy-transaction.js';
 export {
+  ConcurrentSaveFailedError,
   CursorOpenRefusedError,
   IsolationLevelRefusedError,
   ReadOnlyTransactionRefusedError,

@@ -15,9 +15,10 @@ import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
 import { OpenStreams } from './open-streams.js';
-import { isPersisting, markPersisting } from './own-persist.js';
+import { isPersisting, markPersisting, markUnprotected } from './own-persist.js';
 import { runnerView } from './runner-view.js';
 import {
+  ConcurrentSaveFailedError,
   CursorOpenRefusedError,
   ReadOnlyTransactionRefusedError,
   StatementBesideNestedTransactionError,
@@ -102,6 +103,11 @@ export class LazyTransaction extends RequestTransaction {
     return super.commitPlain();
   }
 
+  /** A save that ran inside another's transaction failed: the request can only roll back. */
+  unprotectedSaveFailed(): void {
+    this.refuse(new ConcurrentSaveFailedError());
+  }
+
   override get readOnlyNow(): boolean {
     return this.readOnlyFrom !== undefined;
   }
@@ -148,7 +154,13 @@ export class LazyTransaction extends RequestTransaction {
         const manager = this.dataSource.createEntityManager(view);
         return persisting ? markPersisting(manager, () => transactionScope.getStore()) : manager;
       },
-      () => !isPersisting() || internals.transactionDepth > 1 || this.startsUnderWay > 0,
+      () => {
+        if (!isPersisting()) return true;
+        // Another save's own transaction open (or one starting): this save runs inside it.
+        const besideSave = internals.transactionDepth > 1 && !this.outermostKept;
+        if (besideSave || this.startsUnderWay > 0) markUnprotected();
+        return internals.transactionDepth > 1 || this.startsUnderWay > 0;
+      },
     );
   }
 

@@ -2,15 +2,22 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { type EntityManager } from 'typeorm';
 
 /** Set while an EntityManager's `save()`, `remove()`, `softRemove()` or `recover()` runs. */
-const persisting = new AsyncLocalStorage<true>();
+const persisting = new AsyncLocalStorage<Persist>();
+
+/** A save under way: whether it had to run without a transaction of its own. */
+interface Persist {
+  unprotected: boolean;
+}
+
+/** What a request does with a save that failed without a transaction of its own. */
+export interface PersistingRequest {
+  unprotectedSaveFailed?(error: unknown): void;
+}
 
 /** The EntityManager methods that run TypeORM's EntityPersistExecutor. */
 const PERSISTS = ['save', 'remove', 'softRemove', 'recover'] as const;
 
 const marked = new WeakSet<EntityManager>();
-
-/** Each request's saves, one after the other (see `markPersisting`). */
-const queues = new WeakMap<object, Promise<void>>();
 
 /**
  * Marks what `manager`'s persisting methods run as persisting (see `isPersisting`). TypeORM's
@@ -33,21 +40,18 @@ export function markPersisting(
     const own = methods[name];
     if (typeof own !== 'function') continue;
     methods[name] = function (this: unknown, ...args: unknown[]) {
-      const save = () => persisting.run(true, () => own.apply(this, args));
-      // One after the other in a request: two at once on its one connection would share the
-      // first's savepoint (the second, asking while it is open, opens none), and a failure of
-      // the second would be kept with the first. A save inside a save runs at once.
-      const request = requestOf();
-      if (!request || isPersisting()) return save();
-      const run = (queues.get(request) ?? Promise.resolve()).then(save);
-      queues.set(
-        request,
-        run.then(
-          () => undefined,
-          () => undefined,
-        ),
-      );
-      return run;
+      if (persisting.getStore()) return own.apply(this, args);
+      const state: Persist = { unprotected: false };
+      const run = persisting.run(state, () => own.apply(this, args)) as Promise<unknown>;
+      // A save that ran while another save's transaction was open ran inside that one, which
+      // cannot undo it alone: failed, it leaves the request only a rollback (a clear 500),
+      // never its rows kept with an answer that says it failed. (Not queued: a save whose
+      // listener awaits another save of the request would wait for ever.)
+      return run.catch((error: unknown) => {
+        if (state.unprotected)
+          (requestOf() as PersistingRequest | undefined)?.unprotectedSaveFailed?.(error);
+        throw error;
+      });
     };
   }
   return manager;
@@ -55,5 +59,11 @@ export function markPersisting(
 
 /** Whether the code running now is a save (or remove…) of a marked manager. */
 export function isPersisting(): boolean {
-  return persisting.getStore() === true;
+  return persisting.getStore() !== undefined;
+}
+
+/** Notes that the save running now had to run without a transaction of its own. */
+export function markUnprotected(): void {
+  const state = persisting.getStore();
+  if (state) state.unprotected = true;
 }

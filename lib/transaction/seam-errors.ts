@@ -131,6 +131,25 @@ export class UnreadableStatementRefusedError extends TransactionControlRefusedEr
 }
 
 /**
+ * A TypeORM save (or remove) failed while another save of the request had its own transaction
+ * open: on the request's one connection it ran inside that one (without the library it would
+ * have had a transaction of its own), and nothing can roll back its rows alone. The request
+ * rolls back (500 `transaction_aborted`), rather than keep the rows of a save its code was
+ * told had failed.
+ */
+export class ConcurrentSaveFailedError extends TransactionControlRefusedError {
+  constructor() {
+    super('a save that failed beside another save');
+    this.message =
+      'A save failed while another save of the idempotent request had its own transaction ' +
+      'open (Promise.all of saves): on the request’s one connection it ran inside that one, ' +
+      'which cannot roll it back alone. The request rolls back. Await each save before the ' +
+      'next where one may fail (for…of instead of Promise.all).';
+    this.name = 'ConcurrentSaveFailedError';
+  }
+}
+
+/**
  * A session-level advisory lock function (`pg_advisory_lock`, `pg_advisory_unlock`, their
  * `_shared` and `try_` variants, `pg_advisory_unlock_all`) sent in the request's transaction,
  * refused before it is sent. In the request, the handler's statements run in a transaction
