@@ -3,10 +3,10 @@ import { readFileSync } from 'node:fs';
 import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
 import { Client, type Pool } from 'pg';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent, RetryLaterError } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { adminUrl, createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+import { IdempotencyModule, Idempotent, RetryLaterError } from '../../../lib/index.js';
+import { bootstrapTestApp } from '../../support/bootstrap.js';
+import { adminUrl, createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { createTestPool, endTestPool } from '../../support/test-pool.js';
 
 /**
  * Adversary, round 7: f170a59 keeps a read of the app's view out of the read-only "apart"

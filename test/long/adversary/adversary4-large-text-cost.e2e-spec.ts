@@ -1,8 +1,8 @@
 import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
 import { type Pool } from 'pg';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { type PoolApp, startPoolApp } from './support/pool-app.js';
+import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
  * Adversary, round 4: what reading the handler's SQL with PostgreSQL's parser costs on a large

@@ -4,9 +4,9 @@ import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
 import { AfterInsert, Column, DataSource, Entity, PrimaryGeneratedColumn } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { bootstrapTestApp } from '../../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../../support/database.js';
 
 /**
  * Adversary, round 5: TypeORM's `save()` is all or nothing on its own: EntityPersistExecutor

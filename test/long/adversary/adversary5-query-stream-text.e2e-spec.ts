@@ -12,10 +12,10 @@ import { Client, type Pool } from 'pg';
 import QueryStream from 'pg-query-stream';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { bootstrapTestApp } from '../../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { createTestPool, endTestPool } from '../../support/test-pool.js';
 
 /**
  * Adversary, round 5: the text of a pg-query-stream is never read. The library reads a

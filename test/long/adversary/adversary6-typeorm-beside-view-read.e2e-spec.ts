@@ -4,9 +4,9 @@ import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { bootstrapTestApp } from '../../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../../support/database.js';
 
 /**
  * Adversary, round 6: on TypeORM, a statement sent beside an open `dataSource.transaction()`

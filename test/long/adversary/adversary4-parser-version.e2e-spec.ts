@@ -8,9 +8,9 @@ import {
 } from '@nestjs/common';
 import { Client, type Pool } from 'pg';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { type PoolApp, startPoolApp } from './support/pool-app.js';
-import { type TestDatabase } from './support/database.js';
+import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
+import { type TestDatabase } from '../../support/database.js';
 
 /**
  * Adversary, round 4: the handler's SQL is read with libpg-query v18 (PostgreSQL 18's grammar),

@@ -3,8 +3,8 @@ import { sql } from 'drizzle-orm';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
 import { type Pool } from 'pg';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { type PoolApp, startPoolApp } from './support/pool-app.js';
+import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
  * Adversary, round 6: "a plain `SELECT` before [the first write] runs apart, on a connection

@@ -4,9 +4,9 @@ import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
 import { AfterInsert, Column, DataSource, Entity, PrimaryGeneratedColumn } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { bootstrapTestApp } from '../../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../../support/database.js';
 
 /**
  * Adversary, round 7: 3a0fb9f runs the saves of one request one after another (a queue per

@@ -4,10 +4,10 @@ import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { Client, type Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { bootstrapTestApp } from '../../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { createTestPool, endTestPool } from '../../support/test-pool.js';
 
 /**
  * Adversary, round 6: round 5's fix runs a plain read apart in a read-only transaction, and

@@ -1,8 +1,8 @@
 import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
 import { Client, type Pool } from 'pg';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { type PoolApp, startPoolApp } from './support/pool-app.js';
+import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
  * Adversary, round 4: read-only work in a transaction of the handler's own, as
