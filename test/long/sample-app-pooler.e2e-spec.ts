@@ -1,8 +1,8 @@
 import { Client } from 'pg';
 import request from 'supertest';
-import { type Authorization, startFakePsp, type FakePsp } from '../sample-app/psp/fake-psp.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { startPgBouncer, type TestPgBouncer } from './support/pgbouncer.js';
+import { type Authorization, startFakePsp, type FakePsp } from '../../sample-app/psp/fake-psp.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { startPgBouncer, type TestPgBouncer } from '../support/pgbouncer.js';
 import {
   expectFresh,
   expectInProgress,
@@ -15,15 +15,15 @@ import {
   type Res,
   retryWhileInProgress,
   sleep,
-} from './support/sample-app-http.js';
+} from '../support/sample-app-http.js';
 import {
   type SampleAppAdapter,
   type SampleAppSettings,
   startSampleApp,
   viaPort,
   type WorkerProcess,
-} from './support/sample-app-process.js';
-import { TcpProxy } from './support/tcp-proxy.js';
+} from '../support/sample-app-process.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
 
 /**
  * The sample app behind a real PgBouncer (1.18 here) in transaction mode, as a black box: with

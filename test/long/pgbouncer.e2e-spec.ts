@@ -2,10 +2,10 @@ import { jest } from '@jest/globals';
 import { ConsoleLogger, type INestApplication, Logger } from '@nestjs/common';
 import { Client } from 'pg';
 import request from 'supertest';
-import { IdempotencyDatabase, type IdempotencyModuleBaseOptions } from '../lib/index.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { startPgBouncer, type TestPgBouncer } from './support/pgbouncer.js';
-import { ADAPTERS, createTestApp, SIDE_EFFECTS_DDL } from './support/test-app.js';
+import { IdempotencyDatabase, type IdempotencyModuleBaseOptions } from '../../lib/index.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { startPgBouncer, type TestPgBouncer } from '../support/pgbouncer.js';
+import { ADAPTERS, createTestApp, SIDE_EFFECTS_DDL } from '../support/test-app.js';
 
 /**
  * The app behind a real PgBouncer in transaction pooling mode, as most production PostgreSQL

@@ -4,10 +4,10 @@ import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
 import { Client, type Pool } from 'pg';
 import request from 'supertest';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { bootstrapTestApp } from '../../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { createTestPool, endTestPool } from '../../support/test-pool.js';
 
 /**
  * Adversary, round 2 (issue 27): a handler that only reads and says so first, through the pool

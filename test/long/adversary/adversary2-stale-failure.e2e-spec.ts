@@ -4,10 +4,10 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import { type Pool } from 'pg';
 import Cursor from 'pg-cursor';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { bootstrapTestApp } from '../../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { createTestPool, endTestPool } from '../../support/test-pool.js';
 
 /**
  * Adversary, round 2 (issue 27), on fix 5 (a 25P02 is classified by the failure before it:

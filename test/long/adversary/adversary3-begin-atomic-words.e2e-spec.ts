@@ -8,8 +8,8 @@ import {
 } from '@nestjs/common';
 import { Client, type Pool } from 'pg';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { type PoolApp, startPoolApp } from './support/pool-app.js';
+import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
  * adversary3 (issue 27): sql-text.ts statementsOf counts `BEGIN ATOMIC` bodies by the two words

@@ -4,9 +4,9 @@ import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
 import { DataSource, type EntityManager } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { bootstrapTestApp } from '../../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../../support/database.js';
 
 /**
  * Adversary, round 2 (issue 27): the fix for a data layer's nested `SET LOCAL ROLE` (its role,
