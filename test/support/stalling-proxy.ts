@@ -76,6 +76,12 @@ export class StallingProxy {
     await new Promise<void>((resolve) => this.server?.close(() => resolve()) ?? resolve());
   }
 
+  /** Whether a connection through the proxy comes to PostgreSQL from `clientPort`. */
+  carries(clientPort: number): boolean {
+    for (const pair of this.pairs) if (pair.database.localPort === clientPort) return true;
+    return false;
+  }
+
   private pair(clientPort: number): Pair {
     for (const pair of this.pairs) if (pair.database.localPort === clientPort) return pair;
     throw new Error(`no connection through the proxy from port ${clientPort}`);
