@@ -1,13 +1,13 @@
 import { Client } from 'pg';
 import request from 'supertest';
 import { DataSource, type DataSourceOptions } from 'typeorm';
-import { postgresConnection } from '../lib/index.js';
-import { freePort } from '../sample-app/database/embedded-postgres.js';
-import { type FakePsp, startFakePsp } from '../sample-app/psp/fake-psp.js';
-import { adminUrl, createTestDatabase, type TestDatabase } from './support/database.js';
-import { startSampleApp, type WorkerProcess } from './support/sample-app-process.js';
-import { TcpProxy } from './support/tcp-proxy.js';
-import { startTlsPostgres, type TlsPostgres } from './support/tls-postgres.js';
+import { postgresConnection } from '../../lib/index.js';
+import { freePort } from '../../sample-app/database/embedded-postgres.js';
+import { type FakePsp, startFakePsp } from '../../sample-app/psp/fake-psp.js';
+import { adminUrl, createTestDatabase, type TestDatabase } from '../support/database.js';
+import { startSampleApp, type WorkerProcess } from '../support/sample-app-process.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { startTlsPostgres, type TlsPostgres } from '../support/tls-postgres.js';
 
 /** Fails with `what` once `ms` have passed, instead of letting a hang reach jest's timeout. */
 async function within<T>(ms: number, what: string, work: Promise<T>): Promise<T> {

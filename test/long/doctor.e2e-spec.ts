@@ -2,13 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
-import { decide } from '../lib/decide.js';
-import { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000 } from '../lib/index.js';
-import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
-import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
-import { runCli, startCli, printed } from './support/cli-process.js';
-import { adminUrl, createTestDatabase, type TestDatabase } from './support/database.js';
-import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
+import { decide } from '../../lib/decide.js';
+import { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000 } from '../../lib/index.js';
+import { IdempotencyDatabase } from '../../lib/storage/idempotency-database.js';
+import { PostgresClaimStore } from '../../lib/storage/postgres-claim.store.js';
+import { runCli, startCli, printed } from '../support/cli-process.js';
+import { adminUrl, createTestDatabase, type TestDatabase } from '../support/database.js';
+import { createMigratedDatabase, type MigratedDatabase } from '../support/migrated-database.js';
 
 /**
  * The operator's command, compiled and run as a user runs it (`--url`), against real databases
