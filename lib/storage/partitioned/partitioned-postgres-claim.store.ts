@@ -42,6 +42,9 @@ const DETACH_LOCK_TIMEOUT_MS = 2_000;
 /** The lock that lets one instance at a time drop partitions (session or transaction level). */
 const EXPIRY_LOCK = 'idempotency_keys_expiry';
 
+/** Tries of `carryForward`'s make-the-partitions-and-carry when "now" has no partition. */
+const CARRY_ATTEMPTS = 3;
+
 interface PartitionRow {
   partition: string;
   from_at: Date | null;
@@ -151,7 +154,9 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
    * Moves the keys that must outlive a partition into the live one. The partitions ahead were
    * made just before, but a purge that stalled past them (a paused process, a loaded machine
    * and short partitions) finds no partition for "now" (23514): it makes them, on its own
-   * session, and carries once more.
+   * session, and carries again. The stall may come back between the two (a CI machine paused
+   * the process past four 100 ms partitions ahead once), so it tries a few times before the
+   * purge fails (to run again at its next interval).
    */
   private async carryForward(
     client: PoolClient,
@@ -159,12 +164,16 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
     retentionMs: number,
   ): Promise<QueryResult> {
     const values = [step.fromAt, step.toAt, retentionMs];
-    try {
-      return await client.query(CARRY_FORWARD, values);
-    } catch (error) {
-      if (!isNoPartitionError(error)) throw error;
-      await client.query(CREATE_PARTITIONS, [this.layout.partitionMs, this.layout.partitionsAhead]);
-      return client.query(CARRY_FORWARD, values);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await client.query(CARRY_FORWARD, values);
+      } catch (error) {
+        if (!isNoPartitionError(error) || attempt === CARRY_ATTEMPTS) throw error;
+        await client.query(CREATE_PARTITIONS, [
+          this.layout.partitionMs,
+          this.layout.partitionsAhead,
+        ]);
+      }
     }
   }
 

@@ -48,8 +48,12 @@ export const LIST_PARTITIONS = `SELECT partition::text AS partition, from_at, to
  * row meanwhile fails with a serialization failure (40001) rather than missing the row, so its
  * request answers 503 and the retry finds the row where it went; the moved rows are ones no
  * live worker holds, as a rule (finished, or left by a crashed one).
+ *
+ * `clock_timestamp()`, not `now()`: the partitions for "now" may have been made after the
+ * statement's transaction began (the expiry behind a pooler runs in one), and a row must land
+ * in one of them; a later `placed_at` only keeps a key longer.
  */
-export const CARRY_FORWARD = `UPDATE idempotency_keys SET placed_at = now()
+export const CARRY_FORWARD = `UPDATE idempotency_keys SET placed_at = clock_timestamp()
 WHERE placed_at >= coalesce($1, '-infinity'::timestamptz) AND placed_at < $2
   AND NOT (state = 'done' AND finished_at < now() - $3 * interval '1 millisecond')`;
 
