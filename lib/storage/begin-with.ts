@@ -1,122 +1,39 @@
-import pg, { type PoolClient, type QueryResult } from 'pg';
+import { type PoolClient, type QueryResult } from 'pg';
+import { PrefixedQuery, queryStatement, type QueryStatement, send } from './prefixed-query.js';
 import { CAPTURE_SESSION_STATE } from './session-state.js';
 
-/** The part of node-postgres' protocol connection that a query writes to. */
-interface ProtocolConnection {
-  parse(config: { text: string }): void;
-  bind(config: object): void;
-  execute(config: { portal: string }): void;
-}
-
 /** A statement `beginWith` carries: its text and parameters, with how its rows are read. */
-export interface CarriedStatement {
-  text: string;
-  values: unknown[];
-  rowMode?: string;
-  types?: unknown;
-}
-
-type QueryClass = new (
-  config: CarriedStatement,
-  values: undefined,
-  callback: (error: Error | null, result?: QueryResult) => void,
-) => object;
-
-const Query = pg.Query as unknown as QueryClass;
-const { prepare, handleDataRow, handleCommandComplete } = (
-  pg.Query as unknown as {
-    prototype: {
-      prepare(connection: ProtocolConnection): void;
-      handleDataRow(message: unknown): void;
-      handleCommandComplete(message: unknown, connection: unknown): void;
-    };
-  }
-).prototype;
+export type CarriedStatement = QueryStatement & { values: unknown[] };
 
 /**
- * node-postgres' own prepared query, with the transaction's `BEGIN` parsed, bound and executed
- * in front of it, before the Sync that ends the round trip: a transaction opens with its first
- * statement in one round trip, not two.
- *
- * Why this is safe: in the extended protocol PostgreSQL skips every message up to the Sync
- * after an error, so a `BEGIN` that fails never lets the statement behind it run (and commit
- * on its own); and a `BEGIN` inside the implicit block of a Sync turns it into an ordinary
- * transaction block that the Sync leaves open. `BEGIN`'s own completion is not reported, so
- * the caller (TypeORM) sees the statement's result alone, exactly as without it. Behind the
- * `BEGIN`, the role and search path the transaction begins with are kept on the server
- * (`CAPTURE_SESSION_STATE`), unreported too: the library's own statements run with them.
- */
-class BeginThenQuery extends Query {
-  /** Whether `BEGIN` completed: a failure after it leaves an open (aborted) transaction. */
-  beginReported = false;
-  /** Whether the capture of the session's state behind it completed (its row is not ours). */
-  private captured = false;
-
-  constructor(
-    /** The `BEGIN` sent in front (public: the statement-count test reads it). */
-    readonly begin: string,
-    config: CarriedStatement,
-    callback: (error: Error | null, result?: QueryResult) => void,
-    private readonly onBegun: () => void,
-    /** With whether the transaction began read only (the capture's last column). */
-    private readonly onCaptured?: (readOnly: boolean) => void,
-  ) {
-    super(config, undefined, callback);
-  }
-
-  prepare(connection: ProtocolConnection): void {
-    connection.parse({ text: this.begin });
-    connection.bind({});
-    connection.execute({ portal: '' });
-    connection.parse({ text: CAPTURE_SESSION_STATE });
-    connection.bind({});
-    connection.execute({ portal: '' });
-    prepare.call(this, connection);
-  }
-
-  handleDataRow(message: unknown): void {
-    if (this.captured) {
-      handleDataRow.call(this, message);
-      return;
-    }
-    const fields = (message as { fields?: unknown[] }).fields ?? [];
-    this.onCaptured?.(String(fields[fields.length - 1]) === 'on');
-  }
-
-  handleCommandComplete(message: unknown, connection: unknown): void {
-    if (!this.beginReported) {
-      this.beginReported = true;
-      this.onBegun();
-      return;
-    }
-    if (!this.captured) {
-      this.captured = true;
-      return;
-    }
-    handleCommandComplete.call(this, message, connection);
-  }
-}
-
-/**
- * The statement `beginWith` can carry, from a query's arguments: one with parameters (the
- * extended protocol; TypeORM sends every write with parameters, Prisma and Drizzle a config
- * object with `values`) and no name of its own (node-postgres keeps a named statement's parse
- * state per name, and the `BEGIN` in front would confuse it), with no callback; else undefined.
+ * The statement `beginWith` can carry, from a query's arguments: one node-postgres would send
+ * as it is (`queryStatement`) with parameters (the extended protocol; TypeORM sends every write
+ * with parameters, Prisma and Drizzle a config object with `values`); else undefined.
  */
 export function carriedStatement(args: unknown[]): CarriedStatement | undefined {
-  if (args.length === 2 && typeof args[0] === 'string' && isParameters(args[1])) {
-    return { text: args[0], values: args[1] };
-  }
-  if (args.length !== 1 || typeof args[0] !== 'object' || args[0] === null) return undefined;
-  const config = args[0] as Partial<CarriedStatement> & { name?: unknown; submit?: unknown };
-  if (typeof config.text !== 'string' || !isParameters(config.values)) return undefined;
-  if (config.name !== undefined || config.submit !== undefined) return undefined;
-  const { text, values, rowMode, types } = config;
-  return { text, values, ...(rowMode ? { rowMode } : {}), ...(types ? { types } : {}) };
+  const statement = queryStatement(args);
+  return statement?.values !== undefined && statement.values.length > 0
+    ? (statement as CarriedStatement)
+    : undefined;
 }
 
-function isParameters(values: unknown): values is unknown[] {
-  return Array.isArray(values) && values.length > 0;
+/**
+ * node-postgres' own prepared query, with the transaction's `BEGIN` in front of it, before the
+ * Sync that ends the round trip (`PrefixedQuery`): a transaction opens with its first
+ * statement in one round trip, not two. A `BEGIN` that fails never lets the statement behind
+ * it run (and commit on its own); a `BEGIN` inside the implicit block of a Sync turns it into
+ * an ordinary transaction block that the Sync leaves open. Behind the `BEGIN`, the role and
+ * search path the transaction begins with are kept on the server (`CAPTURE_SESSION_STATE`),
+ * unreported: the library's own statements run with them.
+ */
+class BeginThenQuery extends PrefixedQuery {
+  constructor(
+    /** The `BEGIN` sent in front (public: the statement-count tests read it). */
+    readonly begin: string,
+    ...rest: ConstructorParameters<typeof PrefixedQuery>
+  ) {
+    super(...rest);
+  }
 }
 
 /**
@@ -144,19 +61,25 @@ export function beginWith(
   const result = new Promise<QueryResult>((resolve, reject) => {
     const query: BeginThenQuery = new BeginThenQuery(
       begin,
+      [
+        { text: begin, onComplete: () => begunNow() },
+        // Its one row: the last column says whether the transaction began read only.
+        {
+          text: CAPTURE_SESSION_STATE,
+          onRow: (fields) => onCaptured?.(String(fields[fields.length - 1]) === 'on'),
+        },
+      ],
       config,
       (error, outcome) => {
         if (error) {
-          if (!query.beginReported) notBegun(error);
+          if (query.completed === 0) notBegun(error);
           reject(error);
         } else {
           resolve(outcome!);
         }
       },
-      () => begunNow(),
-      onCaptured,
     );
-    void client.query(query as unknown as pg.Query);
+    send(client, query);
   });
   return { result, begun };
 }

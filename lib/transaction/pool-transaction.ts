@@ -4,7 +4,8 @@ import { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
 import { isReadOnlyError, markReadOnlyByHandler } from '../storage/connection-errors.js';
 import { acquire } from '../storage/deadline.js';
-import { readOnly, readStatement } from '../storage/read-only-query.js';
+import { readOnly } from '../storage/read-only-query.js';
+import { queryStatement } from '../storage/prefixed-query.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import {
   CursorOpenRefusedError,
@@ -233,7 +234,7 @@ export class PoolTransaction extends RequestTransaction {
    * cannot be carried so (a named statement, a callback) is undefined too.
    */
   private async readApart(args: unknown[]): Promise<{ result: QueryResult } | undefined> {
-    const statement = readStatement(args);
+    const statement = queryStatement(args);
     if (!statement) return undefined;
     const client = await acquire(this.pool(), this.timeoutMs);
     try {

@@ -1,7 +1,7 @@
-import { readStatement } from './read-only-query.js';
+import { queryStatement } from './prefixed-query.js';
 
-describe('readStatement', () => {
-  it.each<[string, unknown[], ReturnType<typeof readStatement>]>([
+describe('queryStatement', () => {
+  it.each<[string, unknown[], ReturnType<typeof queryStatement>]>([
     ['a text', ['SELECT 1'], { text: 'SELECT 1' }],
     ['a text and values', ['SELECT $1', [1]], { text: 'SELECT $1', values: [1] }],
     ["a text and TypeORM's undefined", ['SELECT 1', undefined], { text: 'SELECT 1' }],
@@ -23,6 +23,6 @@ describe('readStatement', () => {
     ['a cursor', [{ text: 'SELECT 1', submit: () => undefined }], undefined],
     ['no text', [{ values: [1] }], undefined],
   ])('%s', (_name, args, expected) => {
-    expect(readStatement(args)).toEqual(expected);
+    expect(queryStatement(args)).toEqual(expected);
   });
 });

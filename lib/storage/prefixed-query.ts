@@ -1,0 +1,147 @@
+import pg, { type PoolClient, type QueryResult } from 'pg';
+
+/** The part of node-postgres' protocol connection that a query writes to. */
+interface ProtocolConnection {
+  parse(config: { text: string }): void;
+  bind(config: object): void;
+  execute(config: { portal: string }): void;
+}
+
+/** A statement as node-postgres' `Query` takes it: its text and parameters, how rows are read. */
+export interface QueryStatement {
+  text: string;
+  values?: unknown[];
+  rowMode?: string;
+  types?: unknown;
+}
+
+/**
+ * A statement sent in front of the caller's in the same round trip, unreported: its rows go to
+ * `onRow`, its completion to `onComplete`, never to the caller.
+ */
+export interface Prefix {
+  text: string;
+  onRow?: (fields: unknown[]) => void;
+  onComplete?: () => void;
+}
+
+type QueryClass = new (
+  config: QueryStatement & { queryMode: 'extended' },
+  values: undefined,
+  callback: (error: Error | null, result?: QueryResult) => void,
+) => object;
+
+const Query = pg.Query as unknown as QueryClass;
+const { prepare, handleDataRow, handleCommandComplete } = (
+  pg.Query as unknown as {
+    prototype: {
+      prepare(connection: ProtocolConnection): void;
+      handleDataRow(message: unknown): void;
+      handleCommandComplete(message: unknown, connection: unknown): void;
+    };
+  }
+).prototype;
+
+/**
+ * node-postgres' own query, with `prefixes` parsed, bound and executed in front of it before
+ * the Sync that ends the round trip. Why this is safe: in the extended protocol the messages
+ * up to a Sync run in one implicit transaction (a mode set in front holds for the statement),
+ * and PostgreSQL skips every message up to the Sync after an error, so a prefix that fails
+ * never lets the statement behind it run. The caller sees the statement's result alone.
+ */
+export class PrefixedQuery extends Query {
+  /** How many prefixes completed: a failure after one may leave what it began. */
+  completed = 0;
+
+  constructor(
+    private readonly prefixes: readonly Prefix[],
+    statement: QueryStatement,
+    callback: (error: Error | null, result?: QueryResult) => void,
+  ) {
+    // The extended protocol always: a text without parameters would go as a simple query,
+    // and the prefixes not at all.
+    super({ ...statement, queryMode: 'extended' }, undefined, callback);
+  }
+
+  prepare(connection: ProtocolConnection): void {
+    for (const { text } of this.prefixes) {
+      connection.parse({ text });
+      connection.bind({});
+      connection.execute({ portal: '' });
+    }
+    prepare.call(this, connection);
+  }
+
+  handleDataRow(message: unknown): void {
+    const prefix = this.prefixes[this.completed];
+    if (prefix === undefined) handleDataRow.call(this, message);
+    else prefix.onRow?.((message as { fields?: unknown[] }).fields ?? []);
+  }
+
+  handleCommandComplete(message: unknown, connection: unknown): void {
+    const prefix = this.prefixes[this.completed];
+    if (prefix === undefined) {
+      handleCommandComplete.call(this, message, connection);
+      return;
+    }
+    this.completed++;
+    prefix.onComplete?.();
+  }
+}
+
+/** Sends `query` on `client`, as node-postgres queues any query. */
+export function send(client: PoolClient, query: PrefixedQuery): void {
+  (client.query as unknown as (query: object) => void)(query);
+}
+
+/** Sends `prefixes` and `statement` on `client` in one round trip: the statement's result. */
+export function sendPrefixed(
+  client: PoolClient,
+  prefixes: readonly Prefix[],
+  statement: QueryStatement,
+): Promise<QueryResult> {
+  return new Promise<QueryResult>((resolve, reject) => {
+    send(
+      client,
+      new PrefixedQuery(prefixes, statement, (error, result) =>
+        error ? reject(error) : resolve(result!),
+      ),
+    );
+  });
+}
+
+/**
+ * The statement of a query's arguments that can go behind prefixes as node-postgres would
+ * send it: a text with its parameters, or a config object without a name (node-postgres keeps
+ * a named statement's parse state per name), a callback or a `submit` (a cursor); else
+ * undefined.
+ */
+export function queryStatement(args: unknown[]): QueryStatement | undefined {
+  // `(text)`, `(text, values)`, `(config)`, `(config, values)` (Drizzle's), where `values` may
+  // be undefined (TypeORM's, without parameters); a callback last is not carried.
+  if (args.length > 2 || (args.length === 2 && args[1] !== undefined && !Array.isArray(args[1]))) {
+    return undefined;
+  }
+  const values = args[1] as unknown[] | undefined;
+  if (typeof args[0] === 'string') return { text: args[0], ...(values ? { values } : {}) };
+  if (typeof args[0] !== 'object' || args[0] === null) return undefined;
+  const config = args[0] as QueryStatement & {
+    name?: unknown;
+    submit?: unknown;
+    callback?: unknown;
+  };
+  if (typeof config.text !== 'string') return undefined;
+  if (config.name !== undefined || config.submit !== undefined || config.callback !== undefined) {
+    return undefined;
+  }
+  if (config.values !== undefined && !Array.isArray(config.values)) return undefined;
+  const { text, rowMode, types } = config;
+  // node-postgres takes the values argument over the config's.
+  const given = values ?? config.values;
+  return {
+    text,
+    ...(given ? { values: given } : {}),
+    ...(rowMode ? { rowMode } : {}),
+    ...(types ? { types } : {}),
+  };
+}
