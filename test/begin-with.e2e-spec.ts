@@ -121,6 +121,7 @@ describe('beginWith: BEGIN and the first statement in one round trip', () => {
     [['SELECT 1'], undefined],
     [[{ text: 'SELECT 1', submit: () => undefined }], undefined],
     [[insert, [1], () => undefined], undefined], // a callback
+    [[{ text: insert, values: [1], callback: () => undefined }], undefined], // one in the config
     // Prisma, Drizzle: how rows are read goes with the statement.
     [
       [{ text: insert, values: [1], rowMode: 'array' }],
