@@ -197,13 +197,21 @@ export function walk(root: unknown, visit: (type: string, body: SqlNode) => void
   }
 }
 
+/**
+ * A name as the tree spells it, a list of `String` nodes (`pg_catalog.lower`, `money2`,
+ * `OPERATOR(pg_catalog.=)`): its last part, and the schema before it if one is written.
+ */
+export function qualifiedName(parts: unknown): { name: string; schema?: string } {
+  const strings = ((parts as unknown[] | undefined) ?? []).map(
+    (part) => (nodeOf(part)?.[1].sval as string | undefined) ?? '',
+  );
+  const name = strings[strings.length - 1] ?? '';
+  return strings.length > 1 ? { name, schema: strings[strings.length - 2] } : { name };
+}
+
 /** A function call's name as PostgreSQL resolves it: its last part, and its schema if any. */
 export function functionName(call: SqlNode): { name: string; schema?: string } {
-  const parts = ((call.funcname as unknown[]) ?? []).map(
-    (part) => ((nodeOf(part)?.[1].sval as string | undefined) ?? '') as string,
-  );
-  const name = parts[parts.length - 1] ?? '';
-  return parts.length > 1 ? { name, schema: parts[parts.length - 2] } : { name };
+  return qualifiedName(call.funcname);
 }
 
 /** A constant as the parser gives it: a string, a boolean, a number; undefined for others. */

@@ -6,6 +6,7 @@ import {
   nodeOf,
   parsedStatements,
   type ParsedStatement,
+  qualifiedName,
   type SqlNode,
   walk,
 } from './sql-parse.js';
@@ -70,19 +71,14 @@ const PLAIN_NODES = new Set([
 
 /** A cast (`::money2`, `CAST(… AS checked_int)`) to a type whose cast or check may be the app's. */
 function castsToAppType(cast: SqlNode): boolean {
-  const names = ((cast.typeName as SqlNode | undefined)?.names as unknown[]) ?? [];
-  const parts = names.map((part) => (nodeOf(part)?.[1].sval as string | undefined) ?? '');
-  if (parts.length > 1 && parts[parts.length - 2] === 'pg_catalog') return false;
-  return isAppType(parts[parts.length - 1] ?? '');
+  const { name, schema } = qualifiedName((cast.typeName as SqlNode | undefined)?.names);
+  return schema !== 'pg_catalog' && isAppType(name);
 }
 
 /** An operator's name (`{ String }` parts, perhaps `OPERATOR(pg_catalog.=)`), if plain. */
 function isPlainOperator(expression: SqlNode): boolean {
-  const parts = ((expression.name as unknown[]) ?? []).map(
-    (part) => (nodeOf(part)?.[1].sval as string | undefined) ?? '',
-  );
-  const name = parts[parts.length - 1] ?? '';
-  if (parts.length > 1 && parts[parts.length - 2] !== 'pg_catalog') return false;
+  const { name, schema } = qualifiedName(expression.name);
+  if (schema !== undefined && schema !== 'pg_catalog') return false;
   // BETWEEN compares with >= and <=; its node names the construct.
   const used = /^(NOT )?BETWEEN/i.test(name) ? ['>=', '<='] : [name];
   return used.every((operator) => OPERATORS.has(operator) && !isShadowedOperator(operator));
