@@ -511,6 +511,9 @@ export abstract class RequestTransaction implements JoinableTransaction {
    * neither ends with the request's transaction.
    */
   protected refusalOf(text: unknown): TransactionControlRefusedError | undefined {
+    // A statement is checked where its code sends it and again where it reaches the
+    // connection (the data layer's own `query`): once is enough for the same text.
+    if (text === this.lastAllowed && text !== undefined) return undefined;
     const unreadable = unreadableOf(text);
     if (unreadable) return this.refuse(new UnreadableStatementRefusedError(unreadable));
     const control = transactionControlOf(text);
@@ -519,8 +522,12 @@ export abstract class RequestTransaction implements JoinableTransaction {
     if (lock) return this.refuse(new SessionAdvisoryLockRefusedError(lock));
     const setting = sessionSettingOf(text);
     if (setting) return this.refuse(new SessionSettingRefusedError(setting));
+    this.lastAllowed = text;
     return undefined;
   }
+
+  /** The text `refusalOf` last let through. */
+  private lastAllowed: unknown;
 
   /** The level the transaction is to begin at, as far as is known before it begins. */
   protected plannedLevel(): IsolationLevel | undefined {
