@@ -6,11 +6,7 @@ import {
   type QueryRunner,
   type ReplicationMode,
 } from 'typeorm';
-import {
-  isReadOnlyError,
-  markDatabaseFailure,
-  markReadOnlyByHandler,
-} from '../storage/connection-errors.js';
+import { isReadOnlyError, markDatabaseFailure } from '../storage/connection-errors.js';
 import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
@@ -328,14 +324,8 @@ export class LazyTransaction extends RequestTransaction {
       try {
         return await query(...args);
       } catch (error) {
-        // A write refused there is its code's own mistake, never a demoted primary's 503.
-        if (
-          isReadOnlyError(error) &&
-          this.readOnlyFrom !== undefined &&
-          depth >= this.readOnlyFrom
-        ) {
-          markReadOnlyByHandler(error);
-        }
+        // A write refused in a transaction that began read-write is its code's own mistake
+        // (`noteFailure`, by `beganReadOnly`), a nested READ ONLY's as any other.
         this.noteFailure(error);
         throw error;
       }

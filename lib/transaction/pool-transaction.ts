@@ -2,7 +2,7 @@ import { Logger } from '@nestjs/common';
 import { EventEmitter } from 'node:events';
 import { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
-import { isReadOnlyError, markReadOnlyByHandler } from '../storage/connection-errors.js';
+import { isReadOnlyError } from '../storage/connection-errors.js';
 import { acquire } from '../storage/deadline.js';
 import { readOnly } from '../storage/read-only-query.js';
 import { queryStatement } from '../storage/prefixed-query.js';
@@ -216,11 +216,8 @@ export class PoolTransaction extends RequestTransaction {
     try {
       return await this.send(client, args, nested);
     } catch (error) {
-      // A write refused in a nested transaction its code began READ ONLY: its own mistake.
-      const own = from === 'own' || from === null ? [] : from.savepoints;
-      if (isReadOnlyError(error) && own.some((savepoint) => savepoint.readOnly)) {
-        markReadOnlyByHandler(error);
-      }
+      // A write refused in a transaction that began read-write (a nested READ ONLY's too) is
+      // its code's own mistake: `noteFailure` marks it, by `beganReadOnly`.
       this.noteFailure(error);
       throw error;
     }
