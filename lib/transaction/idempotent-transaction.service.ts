@@ -33,7 +33,9 @@ export class IdempotentTransaction {
   /** The current transaction's manager, or the DataSource's outside one. */
   get manager(): EntityManager {
     const current = transactionScope.getStore() as RequestTransaction | undefined;
-    return current?.joinable && !current.ended ? current.manager : this.source.dataSource.manager;
+    return current?.joinable && !current.ended
+      ? current.sharedManager
+      : this.source.dataSource.manager;
   }
 
   /** A repository bound to `manager`. */

@@ -11,7 +11,7 @@ import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
 import { OpenStreams } from './open-streams.js';
-import { isPersisting, markPersisting, markUnprotected } from './own-persist.js';
+import { asTransactionManager, isPersisting, markUnprotected } from './own-persist.js';
 import { runnerView } from './runner-view.js';
 import {
   ConcurrentSaveFailedError,
@@ -22,7 +22,7 @@ import {
 } from './seam-errors.js';
 import { isPlainRead, isTransactionModeOnly, setsReadOnly } from './sql-text.js';
 import { keepNestedState, restoreNestedState } from '../storage/session-state.js';
-import { ownQueryRunner, transactionScope } from './transaction-scope.js';
+import { ownQueryRunner } from './transaction-scope.js';
 import {
   asError,
   type FencedStatement,
@@ -82,7 +82,12 @@ export class LazyTransaction extends RequestTransaction {
    * statement.
    */
   get manager(): EntityManager {
-    return this.viewOf(this.ensureRunner(), false).manager;
+    return this.viewOf(this.ensureRunner(), true).manager;
+  }
+
+  /** A manager for services (`IdempotentTransaction`): its saves open their own savepoint. */
+  override get sharedManager(): EntityManager {
+    return this.viewOf(this.ensureRunner()).manager;
   }
 
   /**
@@ -135,27 +140,34 @@ export class LazyTransaction extends RequestTransaction {
   /**
    * What one `createQueryRunner()` gets: a view of the one runner, so that the runner tells a
    * nested transaction's statements (through the view that started it) from those beside it.
-   * The library's own statements go through the runner itself. To a save (`markPersisting`)
+   * The library's own statements go through the runner itself. To a save (`protectSaves`)
    * outside any nested transaction, the view says no transaction is open, so that the save
    * opens its own (a savepoint) and rolls it back if anything in it throws, as without the
-   * library; a save inside one (or while one is being started) opens none, as in a
-   * transaction of its own. Its manager's saves are marked, unless it is the manager the
-   * library hands a phase's work (`persisting: false`): that is a transaction's manager.
+   * library. A save inside one opens none, as in a transaction of its own; when that one is not
+   * its own view's (another save's, one being started, or a nested transaction of other code
+   * that it runs beside or within through another manager, which without the library would
+   * have given it a connection and transaction of its own), it cannot undo itself alone, and
+   * its failure leaves the request only a rollback (`ConcurrentSaveFailedError`). The view's
+   * manager is a transaction's when `transactionManager` (the one a phase's work is handed):
+   * its saves open none.
    */
-  private viewOf(runner: QueryRunner, persisting = true): QueryRunner {
+  private viewOf(runner: QueryRunner, transactionManager = false): QueryRunner {
     const internals = runner as unknown as RunnerInternals;
     return runnerView(
       runner,
       (view) => {
         const manager = this.dataSource.createEntityManager(view);
-        return persisting ? markPersisting(manager, () => transactionScope.getStore()) : manager;
+        return transactionManager ? asTransactionManager(manager) : manager;
       },
-      () => {
+      (view) => {
         if (!isPersisting()) return true;
-        // Another save's own transaction open (or one starting): this save runs inside it.
+        const open = internals.transactionDepth > 1 || this.startsUnderWay > 0;
+        // Another save's own transaction open (or one starting), or other code's.
         const besideSave = internals.transactionDepth > 1 && !this.outermostKept;
-        if (besideSave || this.startsUnderWay > 0) markUnprotected();
-        return internals.transactionDepth > 1 || this.startsUnderWay > 0;
+        if (open && (besideSave || this.startsUnderWay > 0 || !this.nested.ownsInnermost(view))) {
+          markUnprotected();
+        }
+        return open;
       },
     );
   }

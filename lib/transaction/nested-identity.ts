@@ -61,6 +61,11 @@ export class NestedIdentity {
     for (const nested of others) nested.beside = true;
   }
 
+  /** Whether the innermost open nested transaction is `from`'s (started through it). */
+  ownsInnermost(from: object): boolean {
+    return this.open[this.open.length - 1]?.owner === from;
+  }
+
   /** What `from` ending its innermost nested transaction (`how`) meets: see `NestedEnding`. */
   ending(from: object, how: 'commit' | 'rollback'): NestedEnding {
     const innermost = this.open[this.open.length - 1];

@@ -1,7 +1,10 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { type EntityManager } from 'typeorm';
 
-/** Set while an EntityManager's `save()`, `remove()`, `softRemove()` or `recover()` runs. */
+/**
+ * Set while a save runs: an EntityManager's `save()`, `remove()`, `softRemove()` or
+ * `recover()`, or a query builder's write with `useTransaction(true)`.
+ */
 const persisting = new AsyncLocalStorage<Persist>();
 
 /** A save under way: whether it had to run without a transaction of its own. */
@@ -17,47 +20,106 @@ export interface PersistingRequest {
 /** The EntityManager methods that run TypeORM's EntityPersistExecutor. */
 const PERSISTS = ['save', 'remove', 'softRemove', 'recover'] as const;
 
-const marked = new WeakSet<EntityManager>();
+/**
+ * The query builders whose `execute()` opens a transaction of its own on `useTransaction(true)`
+ * (TypeORM exports not all of their classes: they are read from builders the manager makes).
+ */
+function writeBuildersOf(manager: EntityManager): object[] {
+  const select = manager.createQueryBuilder();
+  return [select.insert(), select.update(), select.delete(), select.softDelete()];
+}
+
+/** Managers handed to code as a transaction's (a phase's work): their saves open none. */
+const transactionManagers = new WeakSet<EntityManager>();
+
+type Method = (this: unknown, ...args: unknown[]) => unknown;
+
+const wrapped = new WeakSet<Method>();
 
 /**
- * Marks what `manager`'s persisting methods run as persisting (see `isPersisting`). TypeORM's
- * EntityPersistExecutor makes a save all or nothing with a transaction of its own, opened
- * only when its runner has none (`!queryRunner.isTransactionActive`), and rolled back when
- * anything in it throws (an `@AfterInsert` listener, a subscriber). The request's runner is
- * an open transaction to everything else (a locking read must find one, as the handler runs
- * in one), but to a save outside any nested transaction of its code it says none, so that the
- * save opens its own, a savepoint, as it would without the library.
+ * Makes every save that TypeORM would make all or nothing with a transaction of its own run as
+ * a save (see `isPersisting`), whatever manager or repository it comes through: the
+ * DataSource's, `createEntityManager()`'s, a custom repository's, `IdempotentTransaction`'s, a
+ * query builder's `useTransaction(true)`. TypeORM opens that transaction only when its runner
+ * has none (`!queryRunner.isTransactionActive`), and rolls it back when anything in it throws
+ * (an `@AfterInsert` listener, a subscriber). The request's runner is an open transaction to
+ * everything else (a locking read must find one, as the handler runs in one), but to a save
+ * outside any nested transaction of its code it says none, so that the save opens its own, a
+ * savepoint, as it would without the library. Patched on the classes `manager` is made of, once.
  */
-export function markPersisting(
+export function protectSaves(
   manager: EntityManager,
   /** The request the code running now is in (its transaction scope), if any. */
   requestOf: () => object | undefined,
-): EntityManager {
-  if (marked.has(manager)) return manager;
-  marked.add(manager);
-  const methods = manager as unknown as Record<string, (...args: unknown[]) => unknown>;
-  for (const name of PERSISTS) {
-    const own = methods[name];
-    if (typeof own !== 'function') continue;
-    methods[name] = function (this: unknown, ...args: unknown[]) {
-      if (persisting.getStore()) return own.apply(this, args);
+): void {
+  const managerClass = ownerOf(manager, 'save');
+  if (managerClass) {
+    wrap(
+      managerClass,
+      PERSISTS,
+      (self) => !transactionManagers.has(self as EntityManager),
+      requestOf,
+    );
+  }
+  for (const builder of writeBuildersOf(manager)) {
+    const builderClass = ownerOf(builder, 'execute');
+    if (!builderClass) continue;
+    wrap(
+      builderClass,
+      ['execute'],
+      (self) =>
+        (self as { expressionMap?: { useTransaction?: boolean } }).expressionMap?.useTransaction ===
+        true,
+      requestOf,
+    );
+  }
+}
+
+/** The prototype in `object`'s chain that holds `method` itself. */
+function ownerOf(object: object, method: string): Record<string, unknown> | undefined {
+  for (let proto: object | null = object; proto; proto = Object.getPrototypeOf(proto) as object) {
+    if (Object.prototype.hasOwnProperty.call(proto, method))
+      return proto as Record<string, unknown>;
+  }
+  return undefined;
+}
+
+function wrap(
+  target: Record<string, unknown>,
+  methods: readonly string[],
+  isSave: (self: unknown) => boolean,
+  requestOf: () => object | undefined,
+): void {
+  for (const name of methods) {
+    const own = target[name];
+    if (typeof own !== 'function' || wrapped.has(own as Method)) continue;
+    const save: Method = function (this: unknown, ...args: unknown[]) {
+      if (persisting.getStore() || !isSave(this)) return (own as Method).apply(this, args);
       const state: Persist = { unprotected: false };
-      const run = persisting.run(state, () => own.apply(this, args)) as Promise<unknown>;
-      // A save that ran while another save's transaction was open ran inside that one, which
-      // cannot undo it alone: failed, it leaves the request only a rollback (a clear 500),
-      // never its rows kept with an answer that says it failed. (Not queued: a save whose
-      // listener awaits another save of the request would wait for ever.)
-      return run.catch((error: unknown) => {
-        if (state.unprotected)
+      const run = persisting.run(state, () => (own as Method).apply(this, args) as unknown);
+      // A save that ran inside a transaction it cannot undo alone (another save's, or a
+      // nested one of other code's) leaves the request only a rollback when it fails (a clear
+      // 500), never its rows kept with an answer that says it failed. (Not queued: a save
+      // whose listener awaits another save of the request would wait for ever.)
+      return Promise.resolve(run).catch((error: unknown) => {
+        if (state.unprotected) {
           (requestOf() as PersistingRequest | undefined)?.unprotectedSaveFailed?.(error);
+        }
         throw error;
       });
     };
+    wrapped.add(save);
+    target[name] = save;
   }
+}
+
+/** `manager` is a transaction's (handed to a phase's work): its saves open no transaction. */
+export function asTransactionManager(manager: EntityManager): EntityManager {
+  transactionManagers.add(manager);
   return manager;
 }
 
-/** Whether the code running now is a save (or remove…) of a marked manager. */
+/** Whether the code running now is a save (or remove…, or a write with `useTransaction`). */
 export function isPersisting(): boolean {
   return persisting.getStore() !== undefined;
 }

@@ -208,6 +208,15 @@ export abstract class RequestTransaction implements JoinableTransaction {
   /** TypeORM's EntityManager of the transaction (a stand-in that says why, on a pool). */
   abstract get manager(): EntityManager;
 
+  /**
+   * The manager services ask for by name (`IdempotentTransaction`): as the DataSource's,
+   * whose saves each open a transaction of their own, so that a service does the same on
+   * every route. `manager` is a transaction's, handed to a phase's work.
+   */
+  get sharedManager(): EntityManager {
+    return this.manager;
+  }
+
   joinedRunner?(dataSource: DataSource, mode: ReplicationMode): QueryRunner | undefined;
 
   joinedPool?(pool: object): PoolJoin | undefined;

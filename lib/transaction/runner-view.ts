@@ -7,18 +7,18 @@ import { type EntityManager, type QueryRunner } from 'typeorm';
  * which view a statement came through (see `NestedIdentity`), and its `manager` is its own
  * (TypeORM writes a save through `runner.manager`, and a transaction's code gets it).
  * The manager is made only if asked for. `transactionActive`, if given, is what the view says
- * of `isTransactionActive` (see `markPersisting`).
+ * of `isTransactionActive` (see `protectSaves`).
  */
 export function runnerView(
   runner: QueryRunner,
   managerOf: (view: QueryRunner) => EntityManager,
-  transactionActive?: () => boolean,
+  transactionActive?: (view: QueryRunner) => boolean,
 ): QueryRunner {
   let manager: EntityManager | undefined;
   const view: QueryRunner = new Proxy(runner, {
     get(target, property) {
       if (property === 'manager') return (manager ??= managerOf(view));
-      if (property === 'isTransactionActive' && transactionActive) return transactionActive();
+      if (property === 'isTransactionActive' && transactionActive) return transactionActive(view);
       return Reflect.get(target, property) as unknown;
     },
     set(target, property, value) {

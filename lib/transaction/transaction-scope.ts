@@ -1,7 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { type DataSource, type QueryRunner, type ReplicationMode } from 'typeorm';
 import { type PoolClient } from 'pg';
-import { markPersisting } from './own-persist.js';
+import { protectSaves } from './own-persist.js';
 
 /** What a transaction makes of a joined pool's `query()` and `connect()` in its scope. */
 export interface PoolJoin {
@@ -50,8 +50,8 @@ export function joinTransactionsOf(dataSource: DataSource): void {
   if (ownRunners.has(dataSource)) return;
   const own = dataSource.createQueryRunner;
   ownRunners.set(dataSource, own);
-  // Its repositories' saves: one outside a nested transaction opens its own (a savepoint).
-  markPersisting(dataSource.manager, () => transactionScope.getStore());
+  // Its saves: one outside a nested transaction opens its own (a savepoint).
+  protectSaves(dataSource.manager, () => transactionScope.getStore());
   dataSource.createQueryRunner = function joiningCreateQueryRunner(
     this: DataSource,
     mode: ReplicationMode = 'master',
