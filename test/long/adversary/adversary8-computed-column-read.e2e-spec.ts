@@ -19,6 +19,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * back, nothing stored", the retry "runs it once").
  * What happens: the read's effect committed apart, and the retry's read makes it again: two
  * large objects (two notifications) for one 201.
+ * What also happens: a computed column whose function writes through dblink (an audit row, the
+ * usual "autonomous" recipe) and then locally: its local write meets 25006 apart, and the read
+ * runs again in the request's transaction: two audit rows for one request that succeeded at once.
  * What should happen: once, as with the same function called by name (`receipt(s)`, the
  * control), which opens the request's transaction and rolls back with the first attempt.
  */
@@ -66,6 +69,18 @@ describe('adversary 8: a computed column (s.fn) of the app runs apart', () => {
         // A receipt snapshot kept as a large object, and a "viewed" event for the app's listeners.
         await owner.query(`CREATE FUNCTION receipt(t tags) RETURNS oid LANGUAGE sql AS
           $$ SELECT lo_from_bytea(0, convert_to(t.tag, 'UTF8')) $$`);
+        // An audit row written through dblink (an autonomous write: kept whatever the caller's
+        // transaction does, the usual recipe), then the tag's read count bumped.
+        await owner.query('CREATE EXTENSION dblink');
+        await owner.query('CREATE TABLE audit (id serial PRIMARY KEY, what text NOT NULL)');
+        await owner.query('ALTER TABLE tags ADD COLUMN reads int NOT NULL DEFAULT 0');
+        await owner.query(`CREATE FUNCTION audited(t tags) RETURNS text LANGUAGE plpgsql AS $$
+          BEGIN
+            PERFORM dblink_exec('dbname=' || current_database() || ' host=127.0.0.1 user=postgres',
+              'INSERT INTO audit (what) VALUES (''read'')');
+            UPDATE tags SET reads = reads + 1 WHERE id = t.id;
+            RETURN t.tag;
+          END $$`);
         await owner.query(`CREATE FUNCTION viewed(t tags) RETURNS text LANGUAGE sql AS
           $$ SELECT pg_notify('app_events', 'viewed'); SELECT t.tag $$`);
       },
@@ -109,6 +124,25 @@ describe('adversary 8: a computed column (s.fn) of the app runs apart', () => {
       made: 1,
     });
   });
+
+  it.each([
+    ['audited(t), by name (the control)', 'SELECT audited(t) FROM tags t'],
+    ['t.audited, a computed column', 'SELECT t.audited FROM tags t'],
+  ])(
+    'an audited read by %s, in a request that succeeds at once: one audit row',
+    async (name, read) => {
+      const slot = `audit-${name.slice(0, 7)}`;
+      failedOnce.add(slot); // no failure: one attempt
+      await admin.query('DELETE FROM audit');
+      const answer = await post(slot, read);
+      // Observed (computed column): 2 audit rows: the read ran apart, its dblink write committed,
+      // its UPDATE met 25006, and it ran again in the request's transaction. By name: 1.
+      expect({
+        status: answer.status,
+        audit: (await admin.query('SELECT 1 FROM audit')).rows.length,
+      }).toEqual({ status: 201, audit: 1 });
+    },
+  );
 
   it.each([
     ['viewed(t), by name (the control)', 'n-by-name', 'SELECT viewed(t) FROM tags t'],
