@@ -9,7 +9,6 @@ import {
   IdempotencyStoredResponseUnreadableError,
 } from '../idempotency.errors.js';
 import { type RouteSettings } from '../http/route-settings.js';
-import { isTransactionAbortedError } from '../storage/connection-errors.js';
 import { type IdempotencyDatabase } from '../storage/idempotency-database.js';
 import { type StoredResponse } from '../stored-response.js';
 import { commitAnswer } from '../transaction/commit-answer.js';
@@ -161,7 +160,7 @@ async function failed(
   }
   // A resolver that caught a deadlock and went on fails next with "transaction aborted":
   // what the request met is the deadlock.
-  const cause = isTransactionAbortedError(error) ? (transaction.lastError ?? error) : error;
+  const cause = transaction.causeOf(error);
   const failure = classifyHandlerError(cause);
   if (failure.kind !== 'final') {
     await transaction.rollback();

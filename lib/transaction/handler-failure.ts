@@ -2,7 +2,6 @@ import { publish } from '../events/idempotency-events.js';
 import { classifyHandlerError } from '../failure.js';
 import { IdempotencyError } from '../idempotency.errors.js';
 import { type IdempotencyContext } from '../idempotency-context.js';
-import { isTransactionAbortedError } from '../storage/connection-errors.js';
 import { eventOf, type OwnerTools, releaseQuietly } from './owner-tools.js';
 
 /**
@@ -27,7 +26,7 @@ export async function onHandlerError(
   }
   // A handler that caught a deadlock and went on fails next with "transaction aborted":
   // what the request met is the deadlock.
-  const cause = isTransactionAbortedError(error) ? (transaction.lastError ?? error) : error;
+  const cause = transaction.causeOf(error);
   const failure = classifyHandlerError(cause);
   if (failure.kind === 'final') return error;
   letThrough();

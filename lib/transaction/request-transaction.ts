@@ -92,9 +92,32 @@ export abstract class RequestTransaction implements JoinableTransaction {
    * commit meets it (`TransactionAbortedError`); any other error is itself.
    */
   failureOf(error: unknown): unknown {
+    this.markOwnReadOnly(error);
     if (!isTransactionAbortedError(error) || this.lastError === undefined) return error;
     return this.lastError === error ? error : new TransactionAbortedError(this.lastError);
   }
+
+  /**
+   * What a failure its code threw is to be classified as: a "transaction is aborted" after a
+   * failure its code caught is that failure (a deadlock, a lock timeout).
+   */
+  causeOf(error: unknown): unknown {
+    const cause = isTransactionAbortedError(error) ? (this.lastError ?? error) : error;
+    this.markOwnReadOnly(cause);
+    return cause;
+  }
+
+  /**
+   * A 25006 its code throws after one of its statements met a 25006 of its own making (see
+   * `beganReadOnly`) is that one, as a data layer hands it on: Drizzle wraps node-postgres'
+   * error, Prisma rebuilds it, so the mark on the driver's error is not on what reaches us.
+   */
+  private markOwnReadOnly(error: unknown): void {
+    if (this.ownReadOnlyMet && isReadOnlyError(error)) markReadOnlyByHandler(error);
+  }
+
+  /** Whether a statement of its code met a 25006 of its own making. */
+  private ownReadOnlyMet = false;
 
   /**
    * Whether the transaction was read only when it began (read in the `BEGIN`'s round trip): a
@@ -108,6 +131,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
   protected noteFailure(error: unknown): void {
     if (isReadOnlyError(error) && this.beganReadOnly === false && !isRemote(error)) {
       markReadOnlyByHandler(error);
+      this.ownReadOnlyMet = true;
     }
     if (this.lastError !== undefined && isTransactionAbortedError(error)) return;
     this.lastError = error;
@@ -735,10 +759,15 @@ export function asError(error: unknown): Error {
  * context PostgreSQL gives it: a remote read only for a while (a standby in a failover) is an
  * outage to retry, whatever this transaction's own mode.
  */
+/** dblink's context line (`while executing command on unnamed dblink connection`), postgres_fdw's. */
+const REMOTE_CONTEXT = /^(while .* on (unnamed )?dblink connection|remote SQL command: )/;
+
 function isRemote(error: unknown): boolean {
   const where = (error as { where?: unknown; driverError?: { where?: unknown } } | null)?.where;
   const wrapped = (error as { driverError?: { where?: unknown } } | null)?.driverError?.where;
-  return /dblink|remote SQL command|foreign/i.test(
-    `${String(where ?? '')} ${String(wrapped ?? '')}`,
-  );
+  // A line of the context of its own, as dblink and postgres_fdw write it (never a line
+  // quoting a local function's name or statement, which begin otherwise).
+  return `${String(where ?? '')}\n${String(wrapped ?? '')}`
+    .split('\n')
+    .some((line) => REMOTE_CONTEXT.test(line));
 }

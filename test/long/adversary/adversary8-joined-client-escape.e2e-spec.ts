@@ -59,8 +59,11 @@ describe('adversary 8: a client of the pool in a request has no escapeIdentifier
       module: SlotsModule,
       max: 2,
       usePool: (started) => (pool = started),
-      setup: (owner) =>
-        owner.query('CREATE TABLE "tenant slots" (id serial PRIMARY KEY, slot text NOT NULL)'),
+      setup: async (owner) => {
+        await owner.query(
+          'CREATE TABLE "tenant slots" (id serial PRIMARY KEY, slot text NOT NULL)',
+        );
+      },
     });
     ({ admin, app } = fixture);
   });
