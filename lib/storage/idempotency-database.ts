@@ -196,6 +196,7 @@ export class IdempotencyDatabase {
           operators: string[];
           relations: string[];
           types: string[];
+          columns: string[];
         }>(
           client,
           { text: SHADOWED_BUILT_INS_QUERY, values: [EFFECT_FREE_FUNCTIONS, PLAIN_OPERATORS] },

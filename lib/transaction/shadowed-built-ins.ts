@@ -53,7 +53,10 @@ const APP_FUNCTION = (oid: string, volatility: string) =>
  *   app's function; a foreign table reaches another server);
  * - `types`: the app's domains (a CHECK may call its function), base and composite types (a
  *   cast to one may be its function: CREATE CAST … WITH FUNCTION), and the targets of its
- *   casts; not enums (their input is PostgreSQL's) nor an extension's types.
+ *   casts; not enums (their input is PostgreSQL's) nor an extension's types;
+ * - `columns`: functions of a row (a composite, `record` or polymorphic first argument), which
+ *   a read calls by writing them as a column: `t.receipt` is `receipt(t)` when `t` has no
+ *   column of that name.
  */
 export const SHADOWED_BUILT_INS_QUERY =
   'SELECT ARRAY(SELECT DISTINCT p.proname::text FROM pg_proc p ' +
@@ -70,7 +73,11 @@ export const SHADOWED_BUILT_INS_QUERY =
   "AND d.objid = t.oid AND d.deptype = 'e') " +
   'UNION SELECT t.typname::text FROM pg_cast k JOIN pg_proc p ON p.oid = k.castfunc ' +
   `JOIN pg_type t ON t.oid = k.casttarget WHERE ${APP_SCHEMA('p.pronamespace')} ` +
-  `AND ${APP_FUNCTION('p.oid', 'p.provolatile')}) AS types`;
+  `AND ${APP_FUNCTION('p.oid', 'p.provolatile')}) AS types, ` +
+  'ARRAY(SELECT DISTINCT p.proname::text FROM pg_proc p JOIN pg_type t ' +
+  `ON t.oid = p.proargtypes[0] WHERE ${APP_SCHEMA('p.pronamespace')} ` +
+  `AND ${APP_FUNCTION('p.oid', 'p.provolatile')} AND p.pronargs >= 1 ` +
+  "AND t.typtype IN ('c', 'p')) AS columns";
 
 /** The catalog could not be read: nothing is known plain (see `noteCatalogUnread`). */
 let catalogUnread = false;
@@ -78,6 +85,7 @@ const shadowedFunctions = new Set<string>();
 const shadowedOperators = new Set<string>();
 const appRelations = new Set<string>();
 const appTypes = new Set<string>();
+const columnFunctions = new Set<string>();
 
 /**
  * Names the app's database shadows (the query's answer). Kept for the process: several apps
@@ -88,11 +96,13 @@ export function noteShadowedBuiltIns(shadowed: {
   operators?: string[];
   relations?: string[];
   types?: string[];
+  columns?: string[];
 }) {
   for (const name of shadowed.functions ?? []) shadowedFunctions.add(name);
   for (const name of shadowed.operators ?? []) shadowedOperators.add(name);
   for (const name of shadowed.relations ?? []) appRelations.add(name);
   for (const name of shadowed.types ?? []) appTypes.add(name);
+  for (const name of shadowed.columns ?? []) columnFunctions.add(name);
 }
 
 /** The app's role may not read the catalog: no read can be proven plain. */
@@ -113,6 +123,11 @@ export function isAppRelation(name: string): boolean {
 /** A type of the app's a cast to may run its code, by name (any schema). */
 export function isAppType(name: string): boolean {
   return appTypes.has(name);
+}
+
+/** A function of the app's that a read may call written as a column (`t.receipt`). */
+export function isColumnFunction(name: string): boolean {
+  return columnFunctions.has(name);
 }
 
 export function isShadowedFunction(name: string): boolean {

@@ -114,6 +114,27 @@ describe('isPlainRead', () => {
     expect(isPlainRead('SELECT 5::money2')).toBe(false);
     expect(isPlainRead('SELECT CAST(7 AS public.checked_int)')).toBe(false);
     expect(isPlainRead('SELECT 5::int, a::text FROM audited')).toBe(true);
+    // A function of a row, written as a column: `t.receipt` is `receipt(t)`.
+    expect(isPlainRead('SELECT t.receipt FROM tags t')).toBe(true);
+    noteShadowedBuiltIns({ columns: ['receipt'] });
+    expect(isPlainRead('SELECT t.receipt FROM tags t')).toBe(false);
+    expect(isPlainRead('SELECT (t).receipt FROM tags t')).toBe(false);
+    expect(isPlainRead('SELECT tags.receipt FROM tags')).toBe(false);
+    expect(isPlainRead('SELECT t.tag FROM tags t')).toBe(true);
+  });
+
+  it.each([
+    [
+      "an app's operator against a subquery",
+      "SELECT 1 FROM t WHERE tag ~~~ ANY (SELECT 'X')",
+      false,
+    ],
+    ["PostgreSQL's against a subquery", "SELECT 1 FROM t WHERE tag = ANY (SELECT 'X')", true],
+    ['EXISTS (no operator)', 'SELECT 1 FROM t WHERE EXISTS (SELECT 1)', true],
+    ["an app's operator in ORDER BY USING", 'SELECT a FROM t ORDER BY a USING ~<~', false],
+    ["PostgreSQL's in ORDER BY USING", 'SELECT a FROM t ORDER BY a USING <', true],
+  ])('reads the operator of %s', (_name, sql, expected) => {
+    expect(isPlainRead(sql)).toBe(expected);
   });
 
   it('answers past the memory of texts it keeps, and for texts too long to keep', () => {

@@ -15,6 +15,7 @@ import {
   isAppRelation,
   isAppType,
   isCatalogUnread,
+  isColumnFunction,
   isShadowedFunction,
   isShadowedOperator,
   PLAIN_OPERATORS,
@@ -75,9 +76,22 @@ function castsToAppType(cast: SqlNode): boolean {
   return schema !== 'pg_catalog' && isAppType(name);
 }
 
-/** An operator's name (`{ String }` parts, perhaps `OPERATOR(pg_catalog.=)`), if plain. */
-function isPlainOperator(expression: SqlNode): boolean {
-  const { name, schema } = qualifiedName(expression.name);
+/**
+ * Whether a column reference may be a call of the app's function written as a column: its
+ * last name (`t.receipt`, `(t).receipt`) is a function of a row of the app's.
+ */
+function mayCallAsColumn(names: unknown): boolean {
+  const parts = (names as unknown[] | undefined) ?? [];
+  return parts.length > 0 && isColumnFunction(qualifiedName([parts[parts.length - 1]]).name);
+}
+
+/**
+ * An operator's name (`{ String }` parts, perhaps `OPERATOR(pg_catalog.=)`), if plain: of an
+ * expression (`A_Expr`), a comparison with a subquery (`x op ANY (SELECT …)`, a `SubLink`'s),
+ * an `ORDER BY … USING op`.
+ */
+function isPlainOperator(names: unknown): boolean {
+  const { name, schema } = qualifiedName(names);
   if (schema !== undefined && schema !== 'pg_catalog') return false;
   // BETWEEN compares with >= and <=; its node names the construct.
   const used = /^(NOT )?BETWEEN/i.test(name) ? ['>=', '<='] : [name];
@@ -107,7 +121,11 @@ export function isPlainRead(sql: unknown): boolean {
     if (!PLAIN_NODES.has(kind)) plain = false;
     else if (kind === 'SelectStmt' && (body.intoClause || body.lockingClause)) plain = false;
     else if (kind === 'FuncCall' && !callsEffectFree(body)) plain = false;
-    else if (kind === 'A_Expr' && !isPlainOperator(body)) plain = false;
+    else if (kind === 'A_Expr' && !isPlainOperator(body.name)) plain = false;
+    else if (kind === 'SubLink' && body.operName && !isPlainOperator(body.operName)) plain = false;
+    else if (kind === 'SortBy' && body.useOp && !isPlainOperator(body.useOp)) plain = false;
+    else if (kind === 'ColumnRef' && mayCallAsColumn(body.fields)) plain = false;
+    else if (kind === 'A_Indirection' && mayCallAsColumn(body.indirection)) plain = false;
     else if (kind === 'RangeVar' && isAppRelation(body.relname as string)) plain = false;
     else if (kind === 'TypeCast' && castsToAppType(body)) plain = false;
   });
