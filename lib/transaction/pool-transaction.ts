@@ -1,6 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { EventEmitter } from 'node:events';
-import { type Pool, type PoolClient, type QueryResult } from 'pg';
+import pg, { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
 import { isReadOnlyError } from '../storage/connection-errors.js';
 import { acquire } from '../storage/deadline.js';
@@ -566,6 +566,16 @@ export class JoinedClient extends EventEmitter {
 
   release(): void {
     if (this.depth > 0) this.transaction.onRelease(this);
+  }
+
+  /** node-postgres' own quoting of a name (a client's method too: code quotes with it). */
+  escapeIdentifier(name: string): string {
+    return pg.escapeIdentifier(name);
+  }
+
+  /** node-postgres' own quoting of a string constant. */
+  escapeLiteral(value: string): string {
+    return pg.escapeLiteral(value);
   }
 }
 
