@@ -2,6 +2,7 @@ import { Int, Mutation, Query, ResolveField, Resolver, Subscription } from '@nes
 import {
   calledKind,
   declaredKind,
+  resolvedField,
   type ResolverKind,
   resolverProblem,
 } from './resolver-placement.js';
@@ -59,6 +60,28 @@ describe('declaredKind', () => {
     ['plain', undefined],
   ])('%s', (name, kind) => {
     expect(declaredKind(Methods.prototype[name])).toBe(kind);
+  });
+});
+
+@Resolver('Transfer')
+class TransferFields {
+  @ResolveField(() => Int)
+  receipt() {}
+
+  @ResolveField('fees', () => Int)
+  feesOf() {}
+
+  @Mutation(() => Int)
+  mutation() {}
+}
+
+describe('resolvedField', () => {
+  it.each<[keyof TransferFields, string | undefined]>([
+    ['receipt', 'Transfer.receipt'],
+    ['feesOf', 'Transfer.fees'], // named in the decorator
+    ['mutation', undefined],
+  ])('%s', (name, expected) => {
+    expect(resolvedField(TransferFields, name, TransferFields.prototype[name])).toBe(expected);
   });
 });
 

@@ -5,6 +5,8 @@ export type ResolverKind = 'query' | 'mutation' | 'subscription' | 'field';
 const RESOLVER_TYPE = 'graphql:resolver_type';
 /** Set by `@ResolveField()`. */
 const RESOLVE_PROPERTY = 'graphql:resolve_property';
+/** A `@ResolveField()`'s field name, when given (else its method's name). */
+const RESOLVER_NAME = 'graphql:resolver_name';
 
 /**
  * Why `@Idempotent()` cannot work on a resolver of `kind`, or undefined when it can (a root
@@ -54,4 +56,16 @@ export function declaredKind(handler: object): ResolverKind | undefined {
     default:
       return undefined;
   }
+}
+
+/**
+ * The field a `@ResolveField()` method resolves, as `Type.field` (its class's `@Resolver()`
+ * type, by its GraphQL name), or undefined for any other method or a resolver of no type.
+ */
+export function resolvedField(type: object, name: string, handler: object): string | undefined {
+  if (!Reflect.getMetadata(RESOLVE_PROPERTY, handler)) return undefined;
+  const parent = Reflect.getMetadata(RESOLVER_TYPE, type) as unknown;
+  if (typeof parent !== 'string') return undefined;
+  const field = Reflect.getMetadata(RESOLVER_NAME, handler) as unknown;
+  return `${parent}.${typeof field === 'string' ? field : name}`;
 }

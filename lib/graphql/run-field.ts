@@ -19,6 +19,7 @@ import { problemError } from './graphql-problem.js';
 import { type FieldTypes } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { type ReplayLoss, warnLosses } from './replay-loss.js';
+import { resolvedFieldsUnder, warnResolvedFields } from './resolved-fields.js';
 import { fromWire, outputWire } from './wire-value.js';
 import { thrownError } from './thrown-error.js';
 
@@ -69,6 +70,12 @@ export function runField(
         : outcome.value;
       // What a replay cannot give back as it was, said once per type (see replay-loss.ts).
       warnLosses(tools.logger, losses);
+      // The fields resolved under it run again on a replay, outside its transaction.
+      if (types) {
+        warnResolvedFields(tools.logger, settings.name, () =>
+          resolvedFieldsUnder(graphql, types.schema, types.returnType),
+        );
+      }
       answer = encodeAnswer({ kind: 'data', data });
     } catch (error) {
       // No JSON form (a cycle, a value its scalar refuses): it cannot be replayed, so it is

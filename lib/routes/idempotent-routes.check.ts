@@ -10,7 +10,8 @@ import {
   type ResolvedIdempotencyOptions,
 } from '../idempotency-options.interface.js';
 import { ClaimStores } from '../storage/claim-stores.js';
-import { declaredKind } from '../graphql/resolver-placement.js';
+import { declaredKind, resolvedField } from '../graphql/resolver-placement.js';
+import { noteResolvedField } from '../graphql/resolved-fields.js';
 import { classMethods } from './class-methods.js';
 import { type DecoratedMethod, messageHandlerProblem, routeProblem } from './route-problem.js';
 
@@ -43,6 +44,9 @@ export class IdempotentRoutesCheck implements OnModuleInit {
     const problems: string[] = [];
     const names = (prototype: object) => this.scanner.getAllMethodNames(prototype);
     for (const { type, name, handler } of classMethods(classes, names)) {
+      // A field the app resolves itself: named when it is under an idempotent mutation.
+      const field = resolvedField(type, name, handler);
+      if (field) noteResolvedField(field);
       const route = Reflect.hasMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler);
       const message = Reflect.hasMetadata(IDEMPOTENT_MESSAGE_OPTIONS, handler);
       if (!route && !message) continue;

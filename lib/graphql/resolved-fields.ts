@@ -1,0 +1,89 @@
+import { type Logger } from '@nestjs/common';
+import { type GraphQLOutputType, type GraphQLSchema } from 'graphql';
+import { type GraphqlModule } from './graphql-module.js';
+
+/** The fields the app resolves with a `@ResolveField()`, as `Type.field` (see `noteResolvedField`). */
+const resolvedByApp = new Set<string>();
+
+/**
+ * Notes a field the app resolves with a method of its own (the start-up scan of resolvers):
+ * in the schema every field has a resolver (Nest's and Apollo's wrappers read the parent's
+ * property), so only Nest's metadata tells a `@ResolveField()`.
+ */
+export function noteResolvedField(field: string): void {
+  resolvedByApp.add(field);
+}
+
+/** How many fields a warning names at most (a large schema would make it unreadable). */
+const NAMED_AT_MOST = 10;
+
+/**
+ * The fields at any depth under a mutation's return type that the app resolves with a
+ * resolver of their own (a `@ResolveField()` of the type or of an interface it implements), as
+ * `Type.field`, in the schema's order; a field read from its parent's property has none.
+ * Members of unions and interfaces count.
+ */
+export function resolvedFieldsUnder(
+  graphql: GraphqlModule,
+  schema: GraphQLSchema,
+  type: GraphQLOutputType,
+): string[] {
+  const found: string[] = [];
+  const seen = new Set<string>();
+  const visit = (outputType: GraphQLOutputType): void => {
+    const named = graphql.getNamedType(outputType);
+    if (seen.has(named.name)) return;
+    seen.add(named.name);
+    if (graphql.isAbstractType(named)) {
+      for (const member of schema.getPossibleTypes(named)) visit(member);
+      return;
+    }
+    if (!graphql.isObjectType(named)) return;
+    const owners = [named.name, ...named.getInterfaces().map((face) => face.name)];
+    for (const field of Object.values(named.getFields())) {
+      if (owners.some((owner) => resolvedByApp.has(`${owner}.${field.name}`))) {
+        found.push(`${named.name}.${field.name}`);
+      }
+      visit(field.type);
+    }
+  };
+  visit(type);
+  return found;
+}
+
+/** What each logger has said, so that a mutation's fields are named once, not on every call. */
+const said = new WeakMap<Logger, Set<string>>();
+
+/**
+ * Says once per mutation field, at its first answer, which fields under it have resolvers of
+ * their own: GraphQL runs them after the mutation's transaction committed, outside it, on the
+ * first call and again on every replay, so what they write is not the mutation's and what
+ * they read is read anew. Not refused: a field resolver that reads a relation is the rule, and
+ * most read what does not change.
+ */
+export function warnResolvedFields(
+  logger: Logger,
+  mutation: string,
+  /** The fields (`resolvedFieldsUnder`), read only the first time. */
+  fieldsOf: () => readonly string[],
+): void {
+  let seen = said.get(logger);
+  if (!seen) said.set(logger, (seen = new Set()));
+  if (seen.has(mutation)) return;
+  seen.add(mutation);
+  const fields = fieldsOf();
+  if (fields.length > 0) logger.warn(resolvedFieldsMessage(mutation, fields));
+}
+
+/** The warning: which fields, what happens to them, what to do. */
+export function resolvedFieldsMessage(mutation: string, fields: readonly string[]): string {
+  const named = fields.slice(0, NAMED_AT_MOST).join(', ');
+  const more = fields.length > NAMED_AT_MOST ? ` and ${fields.length - NAMED_AT_MOST} more` : '';
+  return (
+    `the idempotent mutation ${mutation} answers fields that have resolvers of their own ` +
+    `(${named}${more}): GraphQL runs them after the mutation's transaction committed, outside ` +
+    'it, at the first call and again at every replay. What they write is not the mutation’s ' +
+    '(it commits on its own, once per call), and what they read is read anew. Write in the ' +
+    'mutation’s resolver (its value is stored and replayed); keep field resolvers to reads'
+  );
+}
