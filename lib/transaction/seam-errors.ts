@@ -131,20 +131,23 @@ export class UnreadableStatementRefusedError extends TransactionControlRefusedEr
 }
 
 /**
- * A TypeORM save (or remove) failed while another save of the request had its own transaction
- * open: on the request's one connection it ran inside that one (without the library it would
- * have had a transaction of its own), and nothing can roll back its rows alone. The request
- * rolls back (500 `transaction_aborted`), rather than keep the rows of a save its code was
- * told had failed.
+ * A TypeORM save (or remove) failed inside a transaction it did not open: another save's own,
+ * or a nested transaction of other code that it ran beside or within through another manager
+ * (an injected repository inside `dataSource.transaction()`). On the request's one connection
+ * it ran inside that one (without the library it would have had a connection and transaction
+ * of its own), and nothing can roll back its rows alone. The request rolls back (500
+ * `transaction_aborted`), rather than keep the rows of a save its code was told had failed.
  */
 export class ConcurrentSaveFailedError extends TransactionControlRefusedError {
   constructor() {
-    super('a save that failed beside another save');
+    super('a save that failed inside a transaction it did not open');
     this.message =
-      'A save failed while another save of the idempotent request had its own transaction ' +
-      'open (Promise.all of saves): on the request’s one connection it ran inside that one, ' +
-      'which cannot roll it back alone. The request rolls back. Await each save before the ' +
-      'next where one may fail (for…of instead of Promise.all).';
+      'A save failed inside a transaction it did not open: another save’s (Promise.all of ' +
+      'saves), or a nested transaction it ran beside or within through another manager. On ' +
+      'the idempotent request’s one connection it ran inside that one, which cannot roll it ' +
+      'back alone. The request rolls back. Await each save before the next where one may ' +
+      'fail (for…of instead of Promise.all), and inside dataSource.transaction() save ' +
+      'through the manager it hands you.';
     this.name = 'ConcurrentSaveFailedError';
   }
 }
