@@ -16,6 +16,7 @@ import { runnerView } from './runner-view.js';
 import {
   ConcurrentSaveFailedError,
   CursorOpenRefusedError,
+  NestedTransactionOpenAtCommitError,
   ReadOnlyTransactionRefusedError,
   StatementBesideNestedTransactionError,
   TransactionEndedError,
@@ -95,13 +96,21 @@ export class LazyTransaction extends RequestTransaction {
    * only roll back, and answers `cursor_open` (as on the pool seam).
    */
   override commitWith(statement: FencedStatement): Promise<boolean> {
-    if (this.streams.any && !this.ended) this.refuse(new CursorOpenRefusedError());
+    this.refuseLeftOpen();
     return super.commitWith(statement);
   }
 
   override commitPlain(): Promise<void> {
-    if (this.streams.any && !this.ended) this.refuse(new CursorOpenRefusedError());
+    this.refuseLeftOpen();
     return super.commitPlain();
+  }
+
+  /** What its code left open at the commit: the request can then only roll back. */
+  private refuseLeftOpen(): void {
+    if (this.ended) return;
+    if (this.streams.any) this.refuse(new CursorOpenRefusedError());
+    const depth = (this.runner as unknown as RunnerInternals | undefined)?.transactionDepth ?? 1;
+    if (depth > 1 || this.startsUnderWay > 0) this.refuse(new NestedTransactionOpenAtCommitError());
   }
 
   /** A save that ran inside another's transaction failed: the request can only roll back. */
@@ -361,6 +370,9 @@ export class LazyTransaction extends RequestTransaction {
       return streamFrom(this, args);
     };
     this.runner = runner;
+    // Its code's own when they reach it (a subscriber's `event.manager` for the library's own
+    // statements and its transaction events): a view's, as what comes through any view.
+    internals.manager = this.viewOf(runner).manager;
     return runner;
   }
 
@@ -467,6 +479,7 @@ interface RunnerInternals {
   isTransactionActive: boolean;
   transactionDepth: number;
   databaseConnection: unknown;
+  manager: EntityManager;
   connect(): Promise<unknown>;
   release(): Promise<void>;
   startTransaction(level?: string): Promise<void>;

@@ -9,6 +9,7 @@ import { queryStatement } from '../storage/prefixed-query.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import {
   CursorOpenRefusedError,
+  NestedTransactionOpenAtCommitError,
   ReadOnlyTransactionRefusedError,
   StatementBesideNestedTransactionError,
   TransactionEndedError,
@@ -141,13 +142,20 @@ export class PoolTransaction extends RequestTransaction {
    * connection is dropped), and answers `cursor_open`, not a 503 after the commit's deadline.
    */
   override commitWith(statement: FencedStatement): Promise<boolean> {
-    if (this.openCursors.size > 0 && !this.ended) this.refuse(new CursorOpenRefusedError());
+    this.refuseLeftOpen();
     return super.commitWith(statement);
   }
 
   override commitPlain(): Promise<void> {
-    if (this.openCursors.size > 0 && !this.ended) this.refuse(new CursorOpenRefusedError());
+    this.refuseLeftOpen();
     return super.commitPlain();
+  }
+
+  /** What its code left open at the commit: the request can then only roll back. */
+  private refuseLeftOpen(): void {
+    if (this.ended) return;
+    if (this.openCursors.size > 0) this.refuse(new CursorOpenRefusedError());
+    if (this.savepoints.length > 0) this.refuse(new NestedTransactionOpenAtCommitError());
   }
 
   /** TypeORM's manager is not there on a pool: the data layer's own client joins instead. */

@@ -15,9 +15,14 @@ export function runnerView(
   transactionActive?: (view: QueryRunner) => boolean,
 ): QueryRunner {
   let manager: EntityManager | undefined;
+  let broadcaster: unknown;
   const view: QueryRunner = new Proxy(runner, {
     get(target, property) {
       if (property === 'manager') return (manager ??= managerOf(view));
+      // Its own: an entity's subscribers and listeners get `event.manager` from the
+      // broadcaster's runner, which must be this view, as TypeORM hands a subscriber the
+      // runner the save ran on.
+      if (property === 'broadcaster') return (broadcaster ??= broadcasterOf(target, view));
       if (property === 'isTransactionActive' && transactionActive) return transactionActive(view);
       return Reflect.get(target, property) as unknown;
     },
@@ -28,4 +33,12 @@ export function runnerView(
     },
   });
   return view;
+}
+
+/** A broadcaster of TypeORM's own class (not exported) for `view`, as each runner has one. */
+function broadcasterOf(runner: QueryRunner, view: QueryRunner): unknown {
+  const own = (
+    runner as unknown as { broadcaster?: { constructor: new (r: QueryRunner) => object } }
+  ).broadcaster;
+  return own ? new own.constructor(view) : undefined;
 }

@@ -63,6 +63,26 @@ export class StatementBesideNestedTransactionError extends TransactionControlRef
 }
 
 /**
+ * The request's transaction was to commit while a nested transaction its code began was still
+ * open: work the handler did not await (`dataSource.transaction()`, `db.transaction()`, a
+ * save) before it answered. Committed then, the nested transaction's statements so far would
+ * commit with the answer and the rest of it fail after: half of what its code meant to be all
+ * or nothing. Without the library it would have finished on a connection of its own. The
+ * request rolls back instead (500 `transaction_aborted`).
+ */
+export class NestedTransactionOpenAtCommitError extends TransactionControlRefusedError {
+  constructor() {
+    super('the answer while a nested transaction was still open');
+    this.message =
+      'The handler answered while a nested transaction its code began (dataSource.transaction(), ' +
+      'db.transaction(), a save) was still open: committed now, it would keep half of its ' +
+      'work. The idempotent request rolls back. Await database work before answering, or run ' +
+      'work that is not the request’s in IdempotentTransaction.outside().';
+    this.name = 'NestedTransactionOpenAtCommitError';
+  }
+}
+
+/**
  * A statement (or a second cursor) sent while a cursor is open on the request's connection:
  * Kysely's `stream()` with a write per streamed row, pg-cursor or pg-query-stream on a client
  * of the pool with a write beside it. Without the library the write takes another connection
