@@ -66,6 +66,9 @@ export async function runInOwnTransaction<T>(
     return result;
   } catch (error) {
     await transaction.rollback();
-    throw error;
+    // What its code met, as a request's failure is read (`failureOf`): a "transaction is
+    // aborted" after a failure it caught is that failure; a read-only refusal of its own
+    // making stays its own through a data layer's wrapper.
+    throw transaction.failureOf(error);
   }
 }
