@@ -98,6 +98,28 @@ export function restoreNestedState(name: string): string {
   );
 }
 
+/**
+ * The values settings had before a nested transaction's code set them for the transaction
+ * (`SET LOCAL statement_timeout`, `set_config('app.tenant', …, true)`: `localSettingsOf`), read
+ * just before that statement; `$1` the names. Unset custom settings read as null.
+ */
+export const READ_SETTINGS =
+  'SELECT name, current_setting(name, true) AS value FROM unnest($1::text[]) AS name';
+
+/**
+ * Puts back, after a nested transaction's `RELEASE SAVEPOINT` (which keeps a `SET LOCAL`), the
+ * values its code's settings had before it (`READ_SETTINGS`), as the nested transaction's
+ * own `COMMIT` would have ended them without the library. A custom setting that was unset
+ * stays defined, empty: PostgreSQL cannot undefine it within the transaction.
+ */
+export function restoreSettings(before: ReadonlyMap<string, string | null>): string {
+  const calls = [...before].map(
+    ([name, value]) =>
+      `set_config(${pg.escapeLiteral(name)}, ${pg.escapeLiteral(value ?? '')}, true)`,
+  );
+  return `SELECT ${calls.join(', ')}`;
+}
+
 /** The part of node-postgres' protocol connection that a query writes to. */
 interface ProtocolConnection {
   execute(config: { portal: string; rows?: number }): void;

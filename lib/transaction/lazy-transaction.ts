@@ -21,8 +21,13 @@ import {
   StatementBesideNestedTransactionError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { isPlainRead, isTransactionModeOnly, setsReadOnly } from './sql-text.js';
-import { keepNestedState, restoreNestedState } from '../storage/session-state.js';
+import { isPlainRead, isTransactionModeOnly, localSettingsOf, setsReadOnly } from './sql-text.js';
+import {
+  keepNestedState,
+  READ_SETTINGS,
+  restoreNestedState,
+  restoreSettings,
+} from '../storage/session-state.js';
 import { ownQueryRunner } from './transaction-scope.js';
 import {
   asError,
@@ -56,6 +61,8 @@ export class LazyTransaction extends RequestTransaction {
   private readOnlyFrom?: number;
   /** Whether the open outermost nested transaction kept the session's state (not a save's). */
   private outermostKept = false;
+  /** What the settings its code set for the transaction in it were before (see `keepSettings`). */
+  private readonly settingsBefore = new Map<string, string | null>();
   /** Its code's nested transactions, by the view that started each (see `besideIdentity`). */
   private readonly nested = new NestedIdentity();
   /** Its code's streams open on the connection (see `OpenStreams`). */
@@ -241,6 +248,7 @@ export class LazyTransaction extends RequestTransaction {
         // (TypeORM's statements and listeners set no role): two round trips each, as without
         // the library (START TRANSACTION, COMMIT), not four.
         if (depth === 1) {
+          this.settingsBefore.clear();
           this.outermostKept = !isPersisting();
           if (this.outermostKept) await internals.query(keepNestedState(OUTERMOST_KEPT_AS));
         }
@@ -263,6 +271,9 @@ export class LazyTransaction extends RequestTransaction {
         await commit();
         if (outermost && this.outermostKept) {
           await internals.query(restoreNestedState(OUTERMOST_KEPT_AS));
+          if (this.settingsBefore.size > 0) {
+            await internals.query(restoreSettings(this.settingsBefore));
+          }
         }
       } finally {
         this.nested.endedAt(internals.transactionDepth);
@@ -301,6 +312,18 @@ export class LazyTransaction extends RequestTransaction {
       return rollbackFrom(this);
     };
     const query = runner.query.bind(runner) as (...args: unknown[]) => Promise<unknown>;
+    // Before a statement of its code's outermost nested transaction that sets a setting for
+    // the transaction: its value until then, put back at that transaction's COMMIT (a
+    // RELEASE SAVEPOINT keeps a SET LOCAL). A round trip, only for such statements.
+    const keepSettings = async (text: unknown) => {
+      const names = localSettingsOf(text).filter((name) => !this.settingsBefore.has(name));
+      if (names.length === 0) return;
+      const rows = (await query(READ_SETTINGS, [names])) as {
+        name: string;
+        value: string | null;
+      }[];
+      for (const { name, value } of rows) this.settingsBefore.set(name, value);
+    };
     // `from`: the view it came through (see `viewOf`), or the runner for the library's own.
     const queryFrom = async (from: unknown, args: unknown[]) => {
       if (this.ended) {
@@ -342,6 +365,7 @@ export class LazyTransaction extends RequestTransaction {
       if (depth > 1 && this.readOnlyFrom === undefined && setsReadOnly(args[0])) {
         this.readOnlyFrom = depth;
       }
+      if (depth > 1 && this.outermostKept && from !== runner) await keepSettings(args[0]);
       try {
         return await query(...args);
       } catch (error) {

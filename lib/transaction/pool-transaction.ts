@@ -17,11 +17,17 @@ import {
 import {
   isPlainRead,
   isTransactionModeOnly,
+  localSettingsOf,
   nestedControlOf,
   setsIdentity,
   setsReadOnly,
 } from './sql-text.js';
-import { keepNestedState, restoreNestedState } from '../storage/session-state.js';
+import {
+  keepNestedState,
+  READ_SETTINGS,
+  restoreNestedState,
+  restoreSettings,
+} from '../storage/session-state.js';
 
 import {
   asError,
@@ -80,6 +86,12 @@ interface Savepoint {
    * the transaction read only, and PostgreSQL ends that mode with the savepoint.
    */
   readOnly?: boolean;
+  /**
+   * For its data layer's outermost transaction: the values of the settings its code set for
+   * the transaction (`SET LOCAL statement_timeout`), as they were before, put back at its
+   * `COMMIT` (see `restoreSettings`).
+   */
+  settingsBefore?: Map<string, string | null>;
 }
 
 /**
@@ -221,6 +233,9 @@ export class PoolTransaction extends RequestTransaction {
     }
     const client = await this.connection();
     await this.makeSavepoints(client);
+    if (from && from !== 'own' && from.savepoints[0]?.keptAs) {
+      await this.keepSettings(client, from.savepoints[0], text);
+    }
     try {
       return await this.send(client, args, nested);
     } catch (error) {
@@ -515,13 +530,30 @@ export class PoolTransaction extends RequestTransaction {
     const text =
       how === 'commit'
         ? `RELEASE SAVEPOINT ${savepoint.name}` +
-          (savepoint.keptAs ? `; ${restoreNestedState(savepoint.keptAs)}` : '')
+          (savepoint.keptAs ? `; ${restoreNestedState(savepoint.keptAs)}` : '') +
+          (savepoint.settingsBefore ? `; ${restoreSettings(savepoint.settingsBefore)}` : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
     await this.statement([text], () => true, view);
     if (how === 'commit') pop();
     // Rolled back to its savepoint: a failure inside it no longer aborts the transaction, and
     // a later "transaction is aborted" is another failure's, not that one's.
     else this.lastError = undefined;
+  }
+
+  /**
+   * Before a statement of a data layer's nested transaction that sets a setting for the
+   * transaction: the setting's value until then, kept on its outermost savepoint, to be put
+   * back at its `COMMIT` (a `RELEASE SAVEPOINT` keeps a `SET LOCAL`). A round trip, only for
+   * such statements, once per setting.
+   */
+  private async keepSettings(client: PoolClient, outermost: Savepoint, text: unknown) {
+    const names = localSettingsOf(text).filter((name) => !outermost.settingsBefore?.has(name));
+    if (names.length === 0) return;
+    const { rows } = await this.send(client, [READ_SETTINGS, [names]], () => true).then(
+      (result) => result as QueryResult<{ name: string; value: string | null }>,
+    );
+    outermost.settingsBefore ??= new Map();
+    for (const { name, value } of rows) outermost.settingsBefore.set(name, value);
   }
 
   /** Makes the savepoints no statement has needed yet, outermost first. */

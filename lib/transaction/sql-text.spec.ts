@@ -1,6 +1,7 @@
 import {
   isPlainRead,
   isTransactionModeOnly,
+  localSettingsOf,
   nestedControlOf,
   setsIdentity,
   setsReadOnly,
@@ -565,5 +566,33 @@ describe('setsIdentity', () => {
     ['in FROM', "SELECT * FROM set_config('search_path', 'app', true)", true],
   ])('%s', (_name, sql, expected) => {
     expect(setsIdentity(sql)).toBe(expected);
+  });
+});
+
+describe('localSettingsOf', () => {
+  beforeAll(() => sqlReaderReady());
+
+  it.each<[string, string, string[]]>([
+    ['SET LOCAL', "SET LOCAL statement_timeout = '300ms'", ['statement_timeout']],
+    ['SET LOCAL … TO DEFAULT', 'SET LOCAL lock_timeout TO DEFAULT', ['lock_timeout']],
+    [
+      'a set_config for the transaction',
+      "SELECT set_config('app.Tenant', $1, true)",
+      ['app.tenant'],
+    ],
+    [
+      'several, once each',
+      "SET LOCAL work_mem = '64MB'; SELECT set_config('app.tenant', 'a', true), set_config('work_mem', '1MB', true)",
+      ['work_mem', 'app.tenant'],
+    ],
+    ['a session SET (not the transaction’s)', "SET statement_timeout = '1s'", []],
+    ['a set_config for the session', "SELECT set_config('app.tenant', 'a', false)", []],
+    ['a set_config of a name not written', 'SELECT set_config($1, $2, true)', []],
+    ['its modes (ended by a RELEASE)', 'SET LOCAL transaction_read_only = on', []],
+    ['the role (kept and put back apart)', 'SET LOCAL ROLE app_user', []],
+    ['the search path', "SELECT set_config('search_path', 'app', true)", []],
+    ['a write', 'INSERT INTO t VALUES (1)', []],
+  ])('%s', (_name, sql, expected) => {
+    expect(localSettingsOf(sql)).toEqual(expected);
   });
 });

@@ -489,3 +489,53 @@ export function setsIdentity(sql: unknown): boolean {
     });
   });
 }
+
+/**
+ * Settings a transaction's own and ended with it whatever a savepoint does: its modes (ended
+ * at the savepoint's RELEASE too, by PostgreSQL), and those the library keeps and puts back
+ * itself (`keepNestedState`).
+ */
+const NOT_KEPT_LOCALLY = new Set([
+  'transaction_isolation',
+  'transaction_read_only',
+  'transaction_deferrable',
+  'TRANSACTION',
+  ...IDENTITY_SETTINGS,
+]);
+
+/**
+ * The settings the statements of `sql` set for the current transaction (`SET LOCAL name`,
+ * `SET LOCAL name TO DEFAULT`, `set_config('name', …, true)`), lower-cased, in the text's
+ * order; a nested transaction's `RELEASE SAVEPOINT` keeps them, where its `COMMIT` without the
+ * library would have ended them. Not its modes nor the role, the session authorization or the
+ * search path (see `NOT_KEPT_LOCALLY`); a `set_config` whose name is not a constant, or whose
+ * `is_local` is not a constant true, is not counted (it cannot be read).
+ */
+export function localSettingsOf(sql: unknown): string[] {
+  if (typeof sql !== 'string' || !/local|set_config|u&/i.test(sql)) return [];
+  const names: string[] = [];
+  const add = (name: string) => {
+    const lower = name.toLowerCase();
+    if (!NOT_KEPT_LOCALLY.has(lower) && !NOT_KEPT_LOCALLY.has(name) && !names.includes(lower)) {
+      names.push(lower);
+    }
+  };
+  for (const statement of statementsOf(sql)) {
+    const [type, body] = nodeOf(statement.node) ?? [];
+    if (type === 'VariableSetStmt') {
+      const {
+        kind,
+        name,
+        is_local: local,
+      } = body as { kind: string; name: string; is_local?: true };
+      if (local && (kind === 'VAR_SET_VALUE' || kind === 'VAR_SET_DEFAULT')) add(name);
+      continue;
+    }
+    for (const { call } of callsIn(statement.node, SET_CONFIG)) {
+      const [name, , local] = (call.args as unknown[] | undefined) ?? [];
+      const setting = literalOf(name);
+      if (typeof setting === 'string' && booleanOf(literalOf(local)) === true) add(setting);
+    }
+  }
+  return names;
+}
