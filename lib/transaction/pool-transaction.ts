@@ -604,7 +604,9 @@ export class JoinedClient extends EventEmitter {
     return undefined;
   }
 
-  release(): void {
+  release(destroy?: boolean | Error): void {
+    // To be destroyed, as node-postgres would: it stood for the request's connection.
+    if (destroy) this.transaction.destroyAtEnd = true;
     if (this.depth > 0) this.transaction.onRelease(this);
   }
 

@@ -480,8 +480,20 @@ export abstract class RequestTransaction implements JoinableTransaction {
     // request committed, or is refused.
     if (this.released) return;
     this.released = true;
+    if (error === undefined && this.destroyAtEnd) {
+      client.release(new Error('its code gave a client of the pool back to be destroyed'));
+      return;
+    }
     client.release(error === undefined ? undefined : asError(error));
   }
+
+  /**
+   * Its code gave a client of the pool back to be destroyed (`client.release(true)`, or with
+   * an error): node-postgres' way to keep a session it changed (`SET statement_timeout` for a
+   * bulk job) from later users of the pool. The request's connection stood for that client,
+   * so it is destroyed at the end, not given back.
+   */
+  destroyAtEnd = false;
 
   /** Runs `work` once the transaction's end has an outcome, if it committed; else refuses. */
   protected async afterEnd<T>(work: () => Promise<T>): Promise<T> {
