@@ -113,7 +113,9 @@ export abstract class RequestTransaction implements JoinableTransaction {
    * error, Prisma rebuilds it, so the mark on the driver's error is not on what reaches us.
    */
   private markOwnReadOnly(error: unknown): void {
-    if (this.ownReadOnlyMet && isReadOnlyError(error)) markReadOnlyByHandler(error);
+    if (this.ownReadOnlyMet && isReadOnlyError(error) && !isRemote(error)) {
+      markReadOnlyByHandler(error);
+    }
   }
 
   /** Whether a statement of its code met a 25006 of its own making. */
@@ -766,20 +768,27 @@ export function asError(error: unknown): Error {
   return error instanceof Error ? error : new Error(String(error));
 }
 
+/** dblink's context line (`while executing command on unnamed dblink connection`), postgres_fdw's. */
+const REMOTE_CONTEXT = /^(while .* on (unnamed )?dblink connection|remote SQL command: )/;
+
 /**
  * Whether a database error was passed on from another server (dblink, postgres_fdw), by the
  * context PostgreSQL gives it: a remote read only for a while (a standby in a failover) is an
  * outage to retry, whatever this transaction's own mode.
  */
-/** dblink's context line (`while executing command on unnamed dblink connection`), postgres_fdw's. */
-const REMOTE_CONTEXT = /^(while .* on (unnamed )?dblink connection|remote SQL command: )/;
-
 function isRemote(error: unknown): boolean {
-  const where = (error as { where?: unknown; driverError?: { where?: unknown } } | null)?.where;
-  const wrapped = (error as { driverError?: { where?: unknown } } | null)?.driverError?.where;
-  // A line of the context of its own, as dblink and postgres_fdw write it (never a line
-  // quoting a local function's name or statement, which begin otherwise).
-  return `${String(where ?? '')}\n${String(wrapped ?? '')}`
+  // Its own context, or that of the driver's error a data layer wraps (TypeORM's
+  // `driverError`, Drizzle's `cause`): a line of its own as dblink and postgres_fdw write it
+  // (never a line quoting a local function's name or statement, which begin otherwise).
+  return [error, fieldOf(error, 'driverError'), fieldOf(error, 'cause')]
+    .map((candidate) => String(fieldOf(candidate, 'where') ?? ''))
+    .join('\n')
     .split('\n')
     .some((line) => REMOTE_CONTEXT.test(line));
+}
+
+function fieldOf(value: unknown, key: string): unknown {
+  return typeof value === 'object' && value !== null
+    ? (value as Record<string, unknown>)[key]
+    : undefined;
 }

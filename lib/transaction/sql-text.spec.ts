@@ -122,6 +122,12 @@ describe('isPlainRead', () => {
     expect(isPlainRead('SELECT (t).receipt FROM tags t')).toBe(false);
     expect(isPlainRead('SELECT tags.receipt FROM tags')).toBe(false);
     expect(isPlainRead('SELECT t.tag FROM tags t')).toBe(true);
+    // A cast of the app's to json: what writes a value as JSON may call its function.
+    expect(isPlainRead('SELECT to_json(t.mood), json_agg(t) FROM tags t')).toBe(true);
+    noteShadowedBuiltIns({ types: ['json'] });
+    expect(isPlainRead('SELECT to_json(t.mood) FROM tags t')).toBe(false);
+    expect(isPlainRead('SELECT jsonb_agg(t) FROM tags t')).toBe(false);
+    expect(isPlainRead('SELECT lower(t.tag) FROM tags t')).toBe(true);
   });
 
   it.each([

@@ -41,10 +41,30 @@ export function statementsOf(sql: string): ParsedStatement[] {
 const EFFECT_FREE = new Set(EFFECT_FREE_FUNCTIONS);
 const OPERATORS = new Set(PLAIN_OPERATORS);
 
+/**
+ * The functions that write a value as JSON: of a type with a cast to `json` (or `jsonb`) of the
+ * app's, they call that cast's function.
+ */
+const JSON_WRITERS = new Set([
+  'to_json',
+  'to_jsonb',
+  'json_agg',
+  'jsonb_agg',
+  'json_build_object',
+  'jsonb_build_object',
+  'json_build_array',
+  'jsonb_build_array',
+  'json_object_agg',
+  'jsonb_object_agg',
+  'row_to_json',
+  'array_to_json',
+]);
+
 /** A call of one of PostgreSQL's effect-free functions, which the app does not shadow. */
 function callsEffectFree(call: SqlNode): boolean {
   const name = callsBuiltIn(call, EFFECT_FREE);
-  return name !== undefined && !isShadowedFunction(name);
+  if (name === undefined || isShadowedFunction(name)) return false;
+  return !(JSON_WRITERS.has(name) && (isAppType('json') || isAppType('jsonb')));
 }
 
 /** A call of `call` is one of PostgreSQL's own `names` (unqualified, or in `pg_catalog`). */
