@@ -10,6 +10,11 @@ const persisting = new AsyncLocalStorage<Persist>();
 /** A save under way: whether it had to run without a transaction of its own. */
 interface Persist {
   unprotected: boolean;
+  /**
+   * The save settled: work its listeners started and did not await, which keeps the async
+   * context, is no longer part of it.
+   */
+  settled?: boolean;
 }
 
 /** What a request does with a save that failed without a transaction of its own. */
@@ -94,19 +99,26 @@ function wrap(
     const own = target[name];
     if (typeof own !== 'function' || wrapped.has(own as Method)) continue;
     const save: Method = function (this: unknown, ...args: unknown[]) {
-      if (persisting.getStore() || !isSave(this)) return (own as Method).apply(this, args);
+      if (isPersisting() || !isSave(this)) return (own as Method).apply(this, args);
       const state: Persist = { unprotected: false };
       const run = persisting.run(state, () => (own as Method).apply(this, args) as unknown);
       // A save that ran inside a transaction it cannot undo alone (another save's, or a
       // nested one of other code's) leaves the request only a rollback when it fails (a clear
       // 500), never its rows kept with an answer that says it failed. (Not queued: a save
       // whose listener awaits another save of the request would wait for ever.)
-      return Promise.resolve(run).catch((error: unknown) => {
-        if (state.unprotected) {
-          (requestOf() as PersistingRequest | undefined)?.unprotectedSaveFailed?.(error);
-        }
-        throw error;
-      });
+      return Promise.resolve(run).then(
+        (value) => {
+          state.settled = true;
+          return value;
+        },
+        (error: unknown) => {
+          state.settled = true;
+          if (state.unprotected) {
+            (requestOf() as PersistingRequest | undefined)?.unprotectedSaveFailed?.(error);
+          }
+          throw error;
+        },
+      );
     };
     wrapped.add(save);
     target[name] = save;
@@ -121,11 +133,12 @@ export function asTransactionManager(manager: EntityManager): EntityManager {
 
 /** Whether the code running now is a save (or remove…, or a write with `useTransaction`). */
 export function isPersisting(): boolean {
-  return persisting.getStore() !== undefined;
+  const state = persisting.getStore();
+  return state !== undefined && !state.settled;
 }
 
 /** Notes that the save running now had to run without a transaction of its own. */
 export function markUnprotected(): void {
   const state = persisting.getStore();
-  if (state) state.unprotected = true;
+  if (state && !state.settled) state.unprotected = true;
 }
