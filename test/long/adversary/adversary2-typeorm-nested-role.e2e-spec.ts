@@ -1,12 +1,10 @@
-import { readFileSync } from 'node:fs';
-import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
 import { DataSource, type EntityManager } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
-import { bootstrapTestApp } from '../../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { Idempotent } from '../../../lib/index.js';
+import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
 /**
  * Adversary, round 2 (issue 27): the fix for a data layer's nested `SET LOCAL ROLE` (its role,
@@ -65,50 +63,34 @@ class NotesController {
 }
 
 describe('adversary 2: SET LOCAL ROLE in a TypeORM transaction nested in the request’s', () => {
-  let database: TestDatabase;
+  let fixture: TypeormApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv2_typeorm_role');
-    role = `adv2_authenticated_${database.name.slice(-8)}`;
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query(`
-      CREATE ROLE ${role} NOLOGIN;
-      CREATE TABLE notes (id serial PRIMARY KEY, owner text NOT NULL, body text NOT NULL);
-      CREATE TABLE stats (id int PRIMARY KEY, notes int NOT NULL);
-      INSERT INTO stats VALUES (1, 0);
-      GRANT SELECT, INSERT, UPDATE ON notes, stats TO ${role};
-      GRANT USAGE ON SEQUENCE notes_id_seq TO ${role};
-      ALTER TABLE notes ENABLE ROW LEVEL SECURITY;
-      ALTER TABLE stats ENABLE ROW LEVEL SECURITY;
-      CREATE POLICY own_notes ON notes TO ${role}
-        USING (owner = current_setting('request.user', true))
-        WITH CHECK (owner = current_setting('request.user', true));`);
-
-    @Module({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: database.url,
-          migrations: [...IDEMPOTENCY_MIGRATIONS],
-          migrationsRun: false,
-          extra: { max: 4 },
-        }),
-        IdempotencyModule.forRoot({ globalKeys: true }),
-      ],
+    fixture = await startTypeormApp('adv2_typeorm_role', {
       controllers: [NotesController],
-    })
-    class NotesModule {}
-    app = await bootstrapTestApp(NotesModule, 'express');
+      setup: async (admin, database) => {
+        role = `adv2_authenticated_${database.name.slice(-8)}`;
+        await admin.query(`
+          CREATE ROLE ${role} NOLOGIN;
+          CREATE TABLE notes (id serial PRIMARY KEY, owner text NOT NULL, body text NOT NULL);
+          CREATE TABLE stats (id int PRIMARY KEY, notes int NOT NULL);
+          INSERT INTO stats VALUES (1, 0);
+          GRANT SELECT, INSERT, UPDATE ON notes, stats TO ${role};
+          GRANT USAGE ON SEQUENCE notes_id_seq TO ${role};
+          ALTER TABLE notes ENABLE ROW LEVEL SECURITY;
+          ALTER TABLE stats ENABLE ROW LEVEL SECURITY;
+          CREATE POLICY own_notes ON notes TO ${role}
+            USING (owner = current_setting('request.user', true))
+            WITH CHECK (owner = current_setting('request.user', true));`);
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
   afterAll(async () => {
-    await app?.close();
-    await admin?.end();
-    await database?.drop();
+    await fixture?.close();
     const cluster = new Client({ connectionString: process.env.TEST_DATABASE_URL });
     await cluster.connect();
     await cluster.query(`DROP ROLE IF EXISTS ${role}`).catch(() => undefined);

@@ -1,12 +1,10 @@
-import { readFileSync } from 'node:fs';
-import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
-import { bootstrapTestApp } from '../../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { Idempotent } from '../../../lib/index.js';
+import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
 /**
  * Adversary, round 5: two nested transactions of the handler's at once on TypeORM
@@ -142,39 +140,21 @@ class ItemsController {
 }
 
 describe('adversary 5: two nested TypeORM transactions at once', () => {
-  let database: TestDatabase;
+  let fixture: TypeormApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv5_typeorm_parallel');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE marks (tag text NOT NULL)');
-
-    @Module({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: database.url,
-          migrations: [...IDEMPOTENCY_MIGRATIONS],
-          migrationsRun: false,
-          extra: { max: 4 },
-        }),
-        IdempotencyModule.forRoot({ globalKeys: true }),
-      ],
+    fixture = await startTypeormApp('adv5_typeorm_parallel', {
       controllers: [ItemsController],
-    })
-    class ItemsModule {}
-    app = await bootstrapTestApp(ItemsModule, 'express');
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE marks (tag text NOT NULL)');
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   const marks = async (tag: string) =>
     (

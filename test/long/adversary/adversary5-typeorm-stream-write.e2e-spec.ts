@@ -1,12 +1,10 @@
-import { readFileSync } from 'node:fs';
-import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
 import { DataSource, Entity, PrimaryColumn } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
-import { bootstrapTestApp } from '../../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { Idempotent } from '../../../lib/index.js';
+import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
 /**
  * Adversary, round 5: a cursor open while the request writes, on TypeORM. The pool seam
@@ -67,43 +65,29 @@ class CopyController {
 }
 
 describe('adversary 5: TypeORM stream() with a write per row', () => {
-  let database: TestDatabase;
+  let fixture: TypeormApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv5_typeorm_stream');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query(`
-      CREATE TABLE items (n int PRIMARY KEY);
-      INSERT INTO items SELECT generate_series(1, 500);
-      CREATE TABLE copies (tag text NOT NULL, n int NOT NULL, PRIMARY KEY (tag, n));`);
-
-    @Module({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: database.url,
-          entities: [Item, Copy],
-          migrations: [...IDEMPOTENCY_MIGRATIONS],
-          migrationsRun: false,
-          extra: { max: 4 },
-        }),
-        IdempotencyModule.forRoot({ globalKeys: true }),
-      ],
+    fixture = await startTypeormApp('adv5_typeorm_stream', {
       controllers: [CopyController],
-    })
-    class CopyModule {}
-    app = await bootstrapTestApp(CopyModule, 'express');
+      entities: [Item, Copy],
+      setup: async (admin) => {
+        await admin.query(`
+          CREATE TABLE items (n int PRIMARY KEY);
+          INSERT INTO items SELECT generate_series(1, 500);
+          CREATE TABLE copies (tag text NOT NULL, n int NOT NULL, PRIMARY KEY (tag, n));`);
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
   afterAll(async () => {
     await admin?.end();
     // The database first: its drop ends the connection a hung request holds, which app.close()
     // would wait for.
-    await database?.drop();
+    await fixture?.database.drop();
     await app?.close();
   });
 

@@ -1,12 +1,10 @@
-import { readFileSync } from 'node:fs';
-import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
-import { bootstrapTestApp } from '../../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { Idempotent } from '../../../lib/index.js';
+import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
 /**
  * Adversary, round 6: on TypeORM, a statement sent beside an open `dataSource.transaction()`
@@ -51,43 +49,29 @@ class NestedController {
   }
 }
 
-function ormModule(url: string) {
-  @Module({
-    imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: 3 } }),
-      IdempotencyModule.forRoot({ globalKeys: true }),
-    ],
-    controllers: [NestedController],
-  })
-  class NestedModule {}
-  return NestedModule;
-}
-
 describe('adversary 6: TypeORM, a writing "plain read" beside a nested transaction that rolls back', () => {
-  let database: TestDatabase;
+  let fixture: TypeormApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv6_typeorm_beside_view');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE slots (id serial PRIMARY KEY, slot text NOT NULL)');
-    await admin.query('CREATE TABLE audit (tag text NOT NULL)');
-    await admin.query(`CREATE FUNCTION audit_view(tag text) RETURNS text LANGUAGE sql AS
-      $$ INSERT INTO audit VALUES (tag) RETURNING tag $$`);
-    for (const slot of ['plain', 'idempotent']) {
-      await admin.query(`CREATE VIEW audited_${slot} AS SELECT audit_view('${slot}') AS tag`);
-    }
-    app = await bootstrapTestApp(ormModule(database.url), 'express');
+    fixture = await startTypeormApp('adv6_typeorm_beside_view', {
+      controllers: [NestedController],
+      max: 3,
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE slots (id serial PRIMARY KEY, slot text NOT NULL)');
+        await admin.query('CREATE TABLE audit (tag text NOT NULL)');
+        await admin.query(`CREATE FUNCTION audit_view(tag text) RETURNS text LANGUAGE sql AS
+          $$ INSERT INTO audit VALUES (tag) RETURNING tag $$`);
+        for (const slot of ['plain', 'idempotent']) {
+          await admin.query(`CREATE VIEW audited_${slot} AS SELECT audit_view('${slot}') AS tag`);
+        }
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   const count = async (table: string, column: string, value: string) =>
     (await admin.query(`SELECT 1 FROM ${table} WHERE ${column} = $1`, [value])).rows.length;

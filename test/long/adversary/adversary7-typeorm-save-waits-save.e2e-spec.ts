@@ -1,12 +1,10 @@
-import { readFileSync } from 'node:fs';
-import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
 import { AfterInsert, Column, DataSource, Entity, PrimaryGeneratedColumn } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
-import { bootstrapTestApp } from '../../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { Idempotent } from '../../../lib/index.js';
+import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
 /**
  * Adversary, round 7: 3a0fb9f runs the saves of one request one after another (a queue per
@@ -77,41 +75,25 @@ class OrdersController {
 }
 
 describe('adversary 7: TypeORM, a save whose listener awaits another save of the request', () => {
-  let database: TestDatabase;
+  let fixture: TypeormApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv7_typeorm_save_waits_save');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE orders (id serial PRIMARY KEY, tag text NOT NULL)');
-
-    @Module({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: database.url,
-          entities: [Order],
-          migrations: [...IDEMPOTENCY_MIGRATIONS],
-          migrationsRun: false,
-          extra: { max: 4 },
-        }),
-        IdempotencyModule.forRoot({ globalKeys: true }),
-      ],
+    fixture = await startTypeormApp('adv7_typeorm_save_waits_save', {
       controllers: [OrdersController],
-    })
-    class OrdersModule {}
-    app = await bootstrapTestApp(OrdersModule, 'express');
+      entities: [Order],
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE orders (id serial PRIMARY KEY, tag text NOT NULL)');
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
   afterAll(async () => {
     // Let a hung handler's listener give up, so that the app closes.
     for (const gate of gates.values()) gate.open();
-    await app?.close();
-    await admin?.end();
-    await database?.drop();
+    await fixture?.close();
   });
 
   const kept = async (tag: string) =>

@@ -1,7 +1,6 @@
 import { jest } from '@jest/globals';
-import { readFileSync } from 'node:fs';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
-import { type INestApplication, Logger, Module } from '@nestjs/common';
+import { type INestApplication, Logger } from '@nestjs/common';
 import {
   Args,
   Field,
@@ -14,13 +13,12 @@ import {
   ResolveField,
   Resolver,
 } from '@nestjs/graphql';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { InjectDataSource } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
-import { bootstrapTestApp } from '../../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { Idempotent } from '../../../lib/index.js';
+import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
 /**
  * Adversary, round 8: a `@ResolveField()` under an idempotent mutation that writes (the
@@ -77,45 +75,31 @@ class TransfersResolver {
 }
 
 describe('adversary 8: GraphQL, a field resolver under an idempotent mutation that writes', () => {
-  let database: TestDatabase;
+  let fixture: TypeormApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv8_graphql_field_writes');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE transfers (id serial PRIMARY KEY, amount int NOT NULL)');
-    await admin.query('CREATE TABLE receipts (id serial PRIMARY KEY, transfer_id int NOT NULL)');
-
-    @Module({
+    fixture = await startTypeormApp('adv8_graphql_field_writes', {
+      providers: [TransfersResolver],
       imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: database.url,
-          migrations: [...IDEMPOTENCY_MIGRATIONS],
-          migrationsRun: false,
-          extra: { max: 4 },
-        }),
-        IdempotencyModule.forRoot({ globalKeys: true }),
         GraphQLModule.forRoot<ApolloDriverConfig>({
           driver: ApolloDriver,
           autoSchemaFile: true,
           graphiql: false,
         }),
       ],
-      providers: [TransfersResolver],
-    })
-    class TransfersModule {}
-    app = await bootstrapTestApp(TransfersModule, 'express');
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE transfers (id serial PRIMARY KEY, amount int NOT NULL)');
+        await admin.query(
+          'CREATE TABLE receipts (id serial PRIMARY KEY, transfer_id int NOT NULL)',
+        );
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   it('three calls with one key: one transfer; the first answer names the field resolved on every call', async () => {
     const warn = jest.spyOn(Logger.prototype, 'warn');

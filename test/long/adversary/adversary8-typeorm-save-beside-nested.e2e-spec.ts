@@ -1,12 +1,10 @@
-import { readFileSync } from 'node:fs';
-import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
 import { AfterInsert, Column, DataSource, Entity, PrimaryGeneratedColumn } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
-import { bootstrapTestApp } from '../../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { Idempotent } from '../../../lib/index.js';
+import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
 /**
  * Adversary, round 8: a `save()` beside an open `dataSource.transaction()` (two branches of a
@@ -81,40 +79,22 @@ class OrdersController {
 }
 
 describe('adversary 8: TypeORM, a save that fails beside an open nested transaction', () => {
-  let database: TestDatabase;
+  let fixture: TypeormApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv8_save_beside_nested');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE orders (id serial PRIMARY KEY, tag text NOT NULL)');
-
-    @Module({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: database.url,
-          entities: [Order],
-          migrations: [...IDEMPOTENCY_MIGRATIONS],
-          migrationsRun: false,
-          extra: { max: 4 },
-        }),
-        IdempotencyModule.forRoot({ globalKeys: true }),
-      ],
+    fixture = await startTypeormApp('adv8_save_beside_nested', {
       controllers: [OrdersController],
-    })
-    class OrdersModule {}
-    app = await bootstrapTestApp(OrdersModule, 'express');
+      entities: [Order],
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE orders (id serial PRIMARY KEY, tag text NOT NULL)');
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   const kept = async (tag: string) =>
     (

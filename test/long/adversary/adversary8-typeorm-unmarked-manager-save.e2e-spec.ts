@@ -1,25 +1,10 @@
-import { readFileSync } from 'node:fs';
-import {
-  Body,
-  Controller,
-  type INestApplication,
-  Injectable,
-  Module,
-  Param,
-  Post,
-} from '@nestjs/common';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { Body, Controller, type INestApplication, Injectable, Param, Post } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
 import { AfterInsert, Column, DataSource, Entity, PrimaryGeneratedColumn } from 'typeorm';
-import {
-  IDEMPOTENCY_MIGRATIONS,
-  IdempotencyModule,
-  Idempotent,
-  IdempotentTransaction,
-} from '../../../lib/index.js';
-import { bootstrapTestApp } from '../../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { Idempotent, IdempotentTransaction } from '../../../lib/index.js';
+import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
 /**
  * Adversary, round 8: a `save()` through a manager the library did not mark as persisting
@@ -100,41 +85,23 @@ class OrdersController {
 }
 
 describe('adversary 8: TypeORM, a save through IdempotentTransaction (or a manager of its own) whose listener fails', () => {
-  let database: TestDatabase;
+  let fixture: TypeormApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv8_unmarked_manager_save');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE orders (id serial PRIMARY KEY, tag text NOT NULL)');
-
-    @Module({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: database.url,
-          entities: [Order],
-          migrations: [...IDEMPOTENCY_MIGRATIONS],
-          migrationsRun: false,
-          extra: { max: 4 },
-        }),
-        IdempotencyModule.forRoot({ globalKeys: true }),
-      ],
+    fixture = await startTypeormApp('adv8_unmarked_manager_save', {
       controllers: [OrdersController],
       providers: [OrdersService],
-    })
-    class OrdersModule {}
-    app = await bootstrapTestApp(OrdersModule, 'express');
+      entities: [Order],
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE orders (id serial PRIMARY KEY, tag text NOT NULL)');
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   const kept = async (tag: string) =>
     (

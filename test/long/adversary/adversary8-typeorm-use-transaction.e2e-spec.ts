@@ -1,6 +1,5 @@
-import { readFileSync } from 'node:fs';
-import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
 import {
@@ -12,9 +11,8 @@ import {
   type InsertEvent,
   PrimaryGeneratedColumn,
 } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
-import { bootstrapTestApp } from '../../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { Idempotent } from '../../../lib/index.js';
+import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
 /**
  * Adversary, round 8: a query builder's insert with `.useTransaction(true)` asks TypeORM for a
@@ -81,41 +79,23 @@ class OrdersController {
 }
 
 describe('adversary 8: TypeORM, a query builder insert with useTransaction(true) whose subscriber fails', () => {
-  let database: TestDatabase;
+  let fixture: TypeormApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv8_use_transaction');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE orders (id serial PRIMARY KEY, tag text NOT NULL)');
-
-    @Module({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: database.url,
-          entities: [Order],
-          subscribers: [OrderIndexer],
-          migrations: [...IDEMPOTENCY_MIGRATIONS],
-          migrationsRun: false,
-          extra: { max: 4 },
-        }),
-        IdempotencyModule.forRoot({ globalKeys: true }),
-      ],
+    fixture = await startTypeormApp('adv8_use_transaction', {
       controllers: [OrdersController],
-    })
-    class OrdersModule {}
-    app = await bootstrapTestApp(OrdersModule, 'express');
+      entities: [Order],
+      subscribers: [OrderIndexer],
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE orders (id serial PRIMARY KEY, tag text NOT NULL)');
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   const kept = async (tag: string) =>
     (

@@ -1,12 +1,10 @@
-import { readFileSync } from 'node:fs';
-import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
-import { bootstrapTestApp } from '../../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { Idempotent } from '../../../lib/index.js';
+import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
 /**
  * Adversary, round 9: a `dataSource.transaction()` the handler starts and does not await (an
@@ -71,42 +69,24 @@ class TransfersController {
 }
 
 describe('adversary 9: TypeORM, a nested transaction left running across the commit', () => {
-  let database: TestDatabase;
+  let fixture: TypeormApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv9_nested_straddles_commit');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE transfers (id serial PRIMARY KEY, tag text NOT NULL)');
-    await admin.query(
-      'CREATE TABLE ledger (id serial PRIMARY KEY, tag text NOT NULL, leg text NOT NULL)',
-    );
-
-    @Module({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: database.url,
-          migrations: [...IDEMPOTENCY_MIGRATIONS],
-          migrationsRun: false,
-          extra: { max: 4 },
-        }),
-        IdempotencyModule.forRoot({ globalKeys: true }),
-      ],
+    fixture = await startTypeormApp('adv9_nested_straddles_commit', {
       controllers: [TransfersController],
-    })
-    class TransfersModule {}
-    app = await bootstrapTestApp(TransfersModule, 'express');
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE transfers (id serial PRIMARY KEY, tag text NOT NULL)');
+        await admin.query(
+          'CREATE TABLE ledger (id serial PRIMARY KEY, tag text NOT NULL, leg text NOT NULL)',
+        );
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   const legs = async (tag: string) =>
     (

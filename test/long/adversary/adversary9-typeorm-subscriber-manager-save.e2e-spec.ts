@@ -1,5 +1,4 @@
-import { readFileSync } from 'node:fs';
-import { Body, Controller, type INestApplication, Injectable, Module, Post } from '@nestjs/common';
+import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
@@ -13,9 +12,8 @@ import {
   PrimaryGeneratedColumn,
   Repository,
 } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../../lib/index.js';
-import { bootstrapTestApp } from '../../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { Idempotent } from '../../../lib/index.js';
+import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
 /**
  * Adversary, round 9: a save through a subscriber's `event.manager` opens no transaction of its
@@ -102,44 +100,26 @@ class OrdersController {
 }
 
 describe("adversary 9: TypeORM, a save through a subscriber's event.manager whose listener fails", () => {
-  let database: TestDatabase;
+  let fixture: TypeormApp;
   let admin: Client;
   let app: INestApplication;
 
   beforeAll(async () => {
-    database = await createTestDatabase('adv9_subscriber_manager_save');
-    admin = new Client({ connectionString: database.url });
-    await admin.connect();
-    await admin.query(readFileSync('migrations/schema.sql', 'utf8'));
-    await admin.query('CREATE TABLE orders (id serial PRIMARY KEY, tag text NOT NULL)');
-    await admin.query('CREATE TABLE shipments (id serial PRIMARY KEY, tag text NOT NULL)');
-
-    @Module({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: database.url,
-          entities: [Order, Shipment],
-          subscribers: [ShipOrders],
-          migrations: [...IDEMPOTENCY_MIGRATIONS],
-          migrationsRun: false,
-          extra: { max: 4 },
-        }),
-        TypeOrmModule.forFeature([Order]),
-        IdempotencyModule.forRoot({ globalKeys: true }),
-      ],
+    fixture = await startTypeormApp('adv9_subscriber_manager_save', {
       controllers: [OrdersController],
       providers: [OrdersService],
-    })
-    class OrdersModule {}
-    app = await bootstrapTestApp(OrdersModule, 'express');
+      entities: [Order, Shipment],
+      subscribers: [ShipOrders],
+      imports: [TypeOrmModule.forFeature([Order])],
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE orders (id serial PRIMARY KEY, tag text NOT NULL)');
+        await admin.query('CREATE TABLE shipments (id serial PRIMARY KEY, tag text NOT NULL)');
+      },
+    });
+    ({ admin, app } = fixture);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await admin?.end();
-    await database?.drop();
-  });
+  afterAll(() => fixture?.close());
 
   const rows = async (table: string, tag: string) =>
     Number(
