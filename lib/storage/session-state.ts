@@ -109,13 +109,15 @@ export const READ_SETTINGS =
 /**
  * Puts back, after a nested transaction's `RELEASE SAVEPOINT` (which keeps a `SET LOCAL`), the
  * values its code's settings had before it (`READ_SETTINGS`), as the nested transaction's
- * own `COMMIT` would have ended them without the library. A custom setting that was unset
- * stays defined, empty: PostgreSQL cannot undefine it within the transaction.
+ * own `COMMIT` would have ended them without the library. One that was unset (a custom
+ * setting, or an extension's not loaded yet: pg_trgm's threshold before the first `%`) is
+ * reset to its default (`set_config` of null): its value may not be empty once the extension
+ * has loaded meanwhile, and PostgreSQL cannot undefine it within the transaction.
  */
 export function restoreSettings(before: ReadonlyMap<string, string | null>): string {
   const calls = [...before].map(
     ([name, value]) =>
-      `set_config(${pg.escapeLiteral(name)}, ${pg.escapeLiteral(value ?? '')}, true)`,
+      `set_config(${pg.escapeLiteral(name)}, ${value === null ? 'NULL' : pg.escapeLiteral(value)}, true)`,
   );
   return `SELECT ${calls.join(', ')}`;
 }

@@ -559,3 +559,53 @@ export function localSettingsOf(sql: unknown): string[] {
   }
   return names;
 }
+
+/** What a transaction's COMMIT ends that a savepoint's RELEASE keeps (see `commitEndsOf`). */
+export interface CommitEnds {
+  /** Temporary tables made `ON COMMIT DROP` or `ON COMMIT DELETE ROWS`, by name. */
+  tempTables: { name: string; action: 'drop' | 'delete' }[];
+  /** Cursors declared without `WITH HOLD`, by name. */
+  cursors: string[];
+}
+
+/** `DECLARE … CURSOR WITH HOLD` (PostgreSQL's CURSOR_OPT_HOLD). */
+const CURSOR_OPT_HOLD = 0x20;
+
+/**
+ * What the statements of `sql` make that a transaction's COMMIT ends and a savepoint's RELEASE
+ * keeps: a temporary table `ON COMMIT DROP | DELETE ROWS` (`CREATE TEMP TABLE`, `CREATE TEMP
+ * TABLE … AS`), a cursor declared without `WITH HOLD`. In a data layer's nested transaction,
+ * its own COMMIT would have ended them without the library.
+ */
+export function commitEndsOf(sql: unknown): CommitEnds {
+  const ends: CommitEnds = { tempTables: [], cursors: [] };
+  if (typeof sql !== 'string' || !/temp|declare|u&/i.test(sql)) return ends;
+  for (const statement of statementsOf(sql)) {
+    const [type, body] = nodeOf(statement.node) ?? [];
+    const created =
+      type === 'CreateStmt'
+        ? { relation: body!.relation, onCommit: body!.oncommit }
+        : type === 'CreateTableAsStmt'
+          ? {
+              relation: (body!.into as SqlNode | undefined)?.rel,
+              onCommit: (body!.into as SqlNode | undefined)?.onCommit,
+            }
+          : undefined;
+    if (created) {
+      const relation = created.relation as { relname?: string; relpersistence?: string };
+      const action =
+        created.onCommit === 'ONCOMMIT_DROP'
+          ? 'drop'
+          : created.onCommit === 'ONCOMMIT_DELETE_ROWS'
+            ? 'delete'
+            : undefined;
+      if (action && relation?.relpersistence === 't' && relation.relname) {
+        ends.tempTables.push({ name: relation.relname, action });
+      }
+    } else if (type === 'DeclareCursorStmt') {
+      const options = (body!.options as number | undefined) ?? 0;
+      if ((options & CURSOR_OPT_HOLD) === 0) ends.cursors.push(body!.portalname as string);
+    }
+  }
+  return ends;
+}
