@@ -10,6 +10,7 @@ import { isReadOnlyError, markDatabaseFailure } from '../storage/connection-erro
 import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
+import { NestedCommit } from './nested-commit.js';
 import { OpenStreams } from './open-streams.js';
 import { asTransactionManager, isPersisting, markUnprotected } from './own-persist.js';
 import { runnerView } from './runner-view.js';
@@ -21,13 +22,8 @@ import {
   StatementBesideNestedTransactionError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { isPlainRead, isTransactionModeOnly, localSettingsOf, setsReadOnly } from './sql-text.js';
-import {
-  keepNestedState,
-  READ_SETTINGS,
-  restoreNestedState,
-  restoreSettings,
-} from '../storage/session-state.js';
+import { isPlainRead, isTransactionModeOnly, setsReadOnly } from './sql-text.js';
+import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../storage/session-state.js';
 import { ownQueryRunner } from './transaction-scope.js';
 import {
   asError,
@@ -61,8 +57,8 @@ export class LazyTransaction extends RequestTransaction {
   private readOnlyFrom?: number;
   /** Whether the open outermost nested transaction kept the session's state (not a save's). */
   private outermostKept = false;
-  /** What the settings its code set for the transaction in it were before (see `keepSettings`). */
-  private readonly settingsBefore = new Map<string, string | null>();
+  /** What the open outermost nested transaction's code left that its COMMIT would end. */
+  private nestedCommit = new NestedCommit();
   /** Its code's nested transactions, by the view that started each (see `besideIdentity`). */
   private readonly nested = new NestedIdentity();
   /** Its code's streams open on the connection (see `OpenStreams`). */
@@ -188,6 +184,27 @@ export class LazyTransaction extends RequestTransaction {
     );
   }
 
+  /**
+   * Runs TypeORM's own start, commit or rollback of a nested transaction with the runner's
+   * broadcaster the view's that asked for it: its subscribers' transaction events
+   * (`afterTransactionStart`, `beforeTransactionCommit`…) get that view as `event.queryRunner`
+   * and its manager as `event.manager`, as TypeORM hands them the runner the transaction is
+   * on, so their statements are that transaction's code's. One at a time: starts are queued,
+   * and only the innermost transaction may end.
+   */
+  private async asOwner<T>(owner: unknown, work: () => Promise<T>): Promise<T> {
+    const internals = this.runner as unknown as RunnerInternals;
+    const own = internals.broadcaster;
+    const viewed = (owner as { broadcaster?: unknown } | undefined)?.broadcaster;
+    if (owner === this.runner || viewed === undefined) return work();
+    internals.broadcaster = viewed;
+    try {
+      return await work();
+    } finally {
+      internals.broadcaster = own;
+    }
+  }
+
   /** TypeORM 1's option; 0.3 has none, and the server's default applies. */
   protected override configuredLevel(): string | undefined {
     return (this.dataSource.options as { isolationLevel?: string }).isolationLevel;
@@ -240,18 +257,21 @@ export class LazyTransaction extends RequestTransaction {
       const depth = internals.transactionDepth;
       try {
         await this.askIsolation(level);
-        await start(level as Parameters<QueryRunner['startTransaction']>[0]);
-        this.nested.started(owner as object);
         // Its code's outermost transaction, a transaction of its own without the library: its
         // role, session authorization and search path are kept, to be put back at its COMMIT
-        // (a savepoint's RELEASE keeps a SET LOCAL; see keepNestedState). Not a save's own
-        // (TypeORM's statements and listeners set no role): two round trips each, as without
-        // the library (START TRANSACTION, COMMIT), not four.
+        // (a savepoint's RELEASE keeps a SET LOCAL; see keepNestedState), before it starts, so
+        // that a subscriber's `afterTransactionStart` is inside what is put back. Not a save's
+        // own (TypeORM's statements and listeners set no role): two round trips each, as
+        // without the library (START TRANSACTION, COMMIT), not four.
         if (depth === 1) {
-          this.settingsBefore.clear();
+          this.nestedCommit = new NestedCommit();
           this.outermostKept = !isPersisting();
           if (this.outermostKept) await internals.query(keepNestedState(OUTERMOST_KEPT_AS));
         }
+        await this.asOwner(owner, () =>
+          start(level as Parameters<QueryRunner['startTransaction']>[0]),
+        );
+        this.nested.started(owner as object);
       } catch (error) {
         if (internals.transactionDepth === depth) this.failedStartAt = depth;
         throw error;
@@ -268,12 +288,13 @@ export class LazyTransaction extends RequestTransaction {
       this.refuseOutOfOrder(from, 'commit');
       const outermost = internals.transactionDepth === 2;
       try {
-        await commit();
-        if (outermost && this.outermostKept) {
-          await internals.query(restoreNestedState(OUTERMOST_KEPT_AS));
-          if (this.settingsBefore.size > 0) {
-            await internals.query(restoreSettings(this.settingsBefore));
-          }
+        await this.asOwner(from, commit);
+        if (outermost) {
+          const ending = [
+            this.outermostKept ? restoreNestedState(OUTERMOST_KEPT_AS) : undefined,
+            this.nestedCommit.endingText(),
+          ].filter((text) => text !== undefined);
+          if (ending.length > 0) await internals.query(ending.join('; '));
         }
       } finally {
         this.nested.endedAt(internals.transactionDepth);
@@ -298,7 +319,7 @@ export class LazyTransaction extends RequestTransaction {
       }
       this.refuseOutOfOrder(from, 'rollback');
       try {
-        await rollback();
+        await this.asOwner(from, rollback);
       } finally {
         this.nested.endedAt(internals.transactionDepth);
         if (this.readOnlyFrom !== undefined && internals.transactionDepth < this.readOnlyFrom) {
@@ -316,13 +337,13 @@ export class LazyTransaction extends RequestTransaction {
     // the transaction: its value until then, put back at that transaction's COMMIT (a
     // RELEASE SAVEPOINT keeps a SET LOCAL). A round trip, only for such statements.
     const keepSettings = async (text: unknown) => {
-      const names = localSettingsOf(text).filter((name) => !this.settingsBefore.has(name));
+      const names = this.nestedCommit.note(text);
       if (names.length === 0) return;
       const rows = (await query(READ_SETTINGS, [names])) as {
         name: string;
         value: string | null;
       }[];
-      for (const { name, value } of rows) this.settingsBefore.set(name, value);
+      this.nestedCommit.keep(rows);
     };
     // `from`: the view it came through (see `viewOf`), or the runner for the library's own.
     const queryFrom = async (from: unknown, args: unknown[]) => {
@@ -365,7 +386,7 @@ export class LazyTransaction extends RequestTransaction {
       if (depth > 1 && this.readOnlyFrom === undefined && setsReadOnly(args[0])) {
         this.readOnlyFrom = depth;
       }
-      if (depth > 1 && this.outermostKept && from !== runner) await keepSettings(args[0]);
+      if (depth > 1 && from !== runner) await keepSettings(args[0]);
       try {
         return await query(...args);
       } catch (error) {
@@ -504,6 +525,7 @@ interface RunnerInternals {
   transactionDepth: number;
   databaseConnection: unknown;
   manager: EntityManager;
+  broadcaster: unknown;
   connect(): Promise<unknown>;
   release(): Promise<void>;
   startTransaction(level?: string): Promise<void>;

@@ -17,17 +17,11 @@ import {
 import {
   isPlainRead,
   isTransactionModeOnly,
-  localSettingsOf,
   nestedControlOf,
   setsIdentity,
   setsReadOnly,
 } from './sql-text.js';
-import {
-  keepNestedState,
-  READ_SETTINGS,
-  restoreNestedState,
-  restoreSettings,
-} from '../storage/session-state.js';
+import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../storage/session-state.js';
 
 import {
   asError,
@@ -37,6 +31,7 @@ import {
   textOf,
 } from './request-transaction.js';
 import { type PoolJoin } from './transaction-scope.js';
+import { NestedCommit } from './nested-commit.js';
 
 const logger = new Logger('Idempotency');
 /** Pools already warned of (see `otherPool`): once each, not once per request. */
@@ -87,11 +82,11 @@ interface Savepoint {
    */
   readOnly?: boolean;
   /**
-   * For its data layer's outermost transaction: the values of the settings its code set for
-   * the transaction (`SET LOCAL statement_timeout`), as they were before, put back at its
-   * `COMMIT` (see `restoreSettings`).
+   * For its data layer's outermost transaction: what its code left that its own `COMMIT` would
+   * have ended (settings set for the transaction, temporary tables `ON COMMIT`, cursors),
+   * ended after its `RELEASE` (see `NestedCommit`).
    */
-  settingsBefore?: Map<string, string | null>;
+  commit?: NestedCommit;
 }
 
 /**
@@ -531,7 +526,7 @@ export class PoolTransaction extends RequestTransaction {
       how === 'commit'
         ? `RELEASE SAVEPOINT ${savepoint.name}` +
           (savepoint.keptAs ? `; ${restoreNestedState(savepoint.keptAs)}` : '') +
-          (savepoint.settingsBefore ? `; ${restoreSettings(savepoint.settingsBefore)}` : '')
+          (savepoint.commit?.endingText() ? `; ${savepoint.commit.endingText()}` : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
     await this.statement([text], () => true, view);
     if (how === 'commit') pop();
@@ -547,13 +542,13 @@ export class PoolTransaction extends RequestTransaction {
    * such statements, once per setting.
    */
   private async keepSettings(client: PoolClient, outermost: Savepoint, text: unknown) {
-    const names = localSettingsOf(text).filter((name) => !outermost.settingsBefore?.has(name));
+    outermost.commit ??= new NestedCommit();
+    const names = outermost.commit.note(text);
     if (names.length === 0) return;
     const { rows } = await this.send(client, [READ_SETTINGS, [names]], () => true).then(
       (result) => result as QueryResult<{ name: string; value: string | null }>,
     );
-    outermost.settingsBefore ??= new Map();
-    for (const { name, value } of rows) outermost.settingsBefore.set(name, value);
+    outermost.commit.keep(rows);
   }
 
   /** Makes the savepoints no statement has needed yet, outermost first. */
