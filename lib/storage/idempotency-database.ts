@@ -197,6 +197,7 @@ export class IdempotencyDatabase {
           relations: string[];
           types: string[];
           columns: string[];
+          deferrable: boolean;
         }>(
           client,
           { text: SHADOWED_BUILT_INS_QUERY, values: [EFFECT_FREE_FUNCTIONS, PLAIN_OPERATORS] },

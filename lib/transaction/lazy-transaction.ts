@@ -10,7 +10,7 @@ import { isReadOnlyError, markDatabaseFailure } from '../storage/connection-erro
 import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
-import { NestedCommit } from './nested-commit.js';
+import { deferredCheck, NestedCommit } from './nested-commit.js';
 import { OpenStreams } from './open-streams.js';
 import { asTransactionManager, isPersisting, markUnprotected } from './own-persist.js';
 import { runnerView } from './runner-view.js';
@@ -288,6 +288,10 @@ export class LazyTransaction extends RequestTransaction {
       this.refuseOutOfOrder(from, 'commit');
       const outermost = internals.transactionDepth === 2;
       try {
+        // Its deferred checks, as its own COMMIT would (a round trip, only where the
+        // database has deferrable constraints).
+        const check = outermost ? deferredCheck() : undefined;
+        if (check) await internals.query(check);
         await this.asOwner(from, commit);
         if (outermost) {
           const ending = [

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { restoreSettings } from '../storage/session-state.js';
+import { mayDefer } from './shadowed-built-ins.js';
 import { commitEndsOf, localSettingsOf } from './sql-text.js';
 
 /**
@@ -61,4 +62,23 @@ export class NestedCommit {
     if (body.length > 0) parts.push(`DO $idempotency$ BEGIN ${body.join(' ')} END $idempotency$`);
     return parts.length > 0 ? parts.join('; ') : undefined;
   }
+}
+
+/**
+ * Checks, before the `RELEASE` standing for a nested transaction's COMMIT, the constraints
+ * deferred to the commit (`DEFERRABLE INITIALLY DEFERRED`, `SET CONSTRAINTS … DEFERRED`), as
+ * that COMMIT would: a violation fails the nested commit, where its code can catch it (and its
+ * data layer then rolls back to the savepoint), rather than the request's COMMIT, where
+ * nothing of the handler's could. Checked in a savepoint rolled back at once: the checks are
+ * pending again and their mode as it was, so the request's COMMIT checks what comes after. It
+ * checks what the request's own statements before the nested transaction deferred too (which
+ * without the library their own commits would have checked). Undefined when the database has
+ * nothing deferrable (`mayDefer`).
+ */
+export function deferredCheck(): string | undefined {
+  return mayDefer()
+    ? 'SAVEPOINT idempotency_deferred_check; SET CONSTRAINTS ALL IMMEDIATE; ' +
+        'ROLLBACK TO SAVEPOINT idempotency_deferred_check; ' +
+        'RELEASE SAVEPOINT idempotency_deferred_check'
+    : undefined;
 }

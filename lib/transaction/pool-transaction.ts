@@ -31,7 +31,7 @@ import {
   textOf,
 } from './request-transaction.js';
 import { type PoolJoin } from './transaction-scope.js';
-import { NestedCommit } from './nested-commit.js';
+import { deferredCheck, NestedCommit } from './nested-commit.js';
 
 const logger = new Logger('Idempotency');
 /** Pools already warned of (see `otherPool`): once each, not once per request. */
@@ -522,9 +522,11 @@ export class PoolTransaction extends RequestTransaction {
     }
     // A rollback puts a SET LOCAL back by itself; a release keeps it, so the outermost's
     // release puts back what its SAVEPOINT kept.
+    const check = savepoint.keptAs ? deferredCheck() : undefined;
     const text =
       how === 'commit'
-        ? `RELEASE SAVEPOINT ${savepoint.name}` +
+        ? (check ? `${check}; ` : '') +
+          `RELEASE SAVEPOINT ${savepoint.name}` +
           (savepoint.keptAs ? `; ${restoreNestedState(savepoint.keptAs)}` : '') +
           (savepoint.commit?.endingText() ? `; ${savepoint.commit.endingText()}` : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;

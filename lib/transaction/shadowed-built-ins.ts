@@ -56,7 +56,9 @@ const APP_FUNCTION = (oid: string, volatility: string) =>
  *   casts; not enums (their input is PostgreSQL's) nor an extension's types;
  * - `columns`: functions of a row (a composite, `record` or polymorphic first argument), which
  *   a read calls by writing them as a column: `t.receipt` is `receipt(t)` when `t` has no
- *   column of that name.
+ *   column of that name;
+ * - `deferrable`: whether any constraint or constraint trigger may be deferred (a nested
+ *   transaction's commit checks them then: see `NestedCommit`).
  */
 export const SHADOWED_BUILT_INS_QUERY =
   'SELECT ARRAY(SELECT DISTINCT p.proname::text FROM pg_proc p ' +
@@ -77,7 +79,9 @@ export const SHADOWED_BUILT_INS_QUERY =
   'ARRAY(SELECT DISTINCT p.proname::text FROM pg_proc p JOIN pg_type t ' +
   `ON t.oid = p.proargtypes[0] WHERE ${APP_SCHEMA('p.pronamespace')} ` +
   `AND ${APP_FUNCTION('p.oid', 'p.provolatile')} AND p.pronargs >= 1 ` +
-  "AND t.typtype IN ('c', 'p')) AS columns";
+  "AND t.typtype IN ('c', 'p')) AS columns, " +
+  'EXISTS (SELECT 1 FROM pg_constraint WHERE condeferrable) ' +
+  'OR EXISTS (SELECT 1 FROM pg_trigger WHERE tgdeferrable) AS deferrable';
 
 /** The catalog could not be read: nothing is known plain (see `noteCatalogUnread`). */
 let catalogUnread = false;
@@ -86,6 +90,7 @@ const shadowedOperators = new Set<string>();
 const appRelations = new Set<string>();
 const appTypes = new Set<string>();
 const columnFunctions = new Set<string>();
+let deferrable = false;
 
 /**
  * Names the app's database shadows (the query's answer). Kept for the process: several apps
@@ -97,7 +102,9 @@ export function noteShadowedBuiltIns(shadowed: {
   relations?: string[];
   types?: string[];
   columns?: string[];
+  deferrable?: boolean;
 }) {
+  if (shadowed.deferrable) deferrable = true;
   for (const name of shadowed.functions ?? []) shadowedFunctions.add(name);
   for (const name of shadowed.operators ?? []) shadowedOperators.add(name);
   for (const name of shadowed.relations ?? []) appRelations.add(name);
@@ -123,6 +130,14 @@ export function isAppRelation(name: string): boolean {
 /** A type of the app's a cast to may run its code, by name (any schema). */
 export function isAppType(name: string): boolean {
   return appTypes.has(name);
+}
+
+/**
+ * Whether the app's database may hold deferred checks (a constraint or constraint trigger
+ * `DEFERRABLE`), or could not be read to tell.
+ */
+export function mayDefer(): boolean {
+  return deferrable || catalogUnread;
 }
 
 /** A function of the app's that a read may call written as a column (`t.receipt`). */
