@@ -384,7 +384,11 @@ async function settle(
   );
   const applied = effects.rows.map((row) => (row.n === 1 ? row.path : `${row.path}×${row.n}`));
   // What the library may refuse, refused: a final error with nothing applied is right too.
-  const refused = model.kind === 'ok' && model.refusable && final.status >= 400 && !applied.length;
+  const refused =
+    (model.kind === 'ok' || model.kind === 'error') &&
+    model.refusable === true &&
+    final.status >= 400 &&
+    !applied.length;
   if (refused) return;
   const mismatch = checkAnswer(model, program, final, context.transport);
   if (mismatch) violation(mismatch);

@@ -196,6 +196,22 @@ describe('the model of a handler program', () => {
       { kind: 'ok', writes: ['0'], forgets: [], mayForget: [], stream: false, refusable: true },
     ],
     [
+      'an HTTP error after a session lock: the lock’s refusal may stand for it',
+      [
+        { op: 'lock', scope: 'session' },
+        { op: 'http', status: 422 },
+      ],
+      { kind: 'error', status: 422, refusable: true },
+    ],
+    [
+      'an HTTP error before it: the handler’s own, nothing to refuse',
+      [
+        { op: 'http', status: 422 },
+        { op: 'lock', scope: 'session' },
+      ],
+      { kind: 'error', status: 422 },
+    ],
+    [
       'a booking under a transaction lock may not',
       [{ op: 'lock', scope: 'xact' }, write],
       { kind: 'ok', writes: ['1'], forgets: [], mayForget: [], stream: false, refusable: false },

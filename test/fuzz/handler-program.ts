@@ -105,8 +105,12 @@ export type Outcome =
    * the answer is stored as its scalar writes it.)
    */
   | { kind: 'refused'; status?: number; code?: string }
-  /** The handler's own error answer, stored and replayed; no effect applied. */
-  | { kind: 'error'; status: number }
+  /**
+   * The handler's own error answer, stored and replayed; no effect applied. `refusable`: it
+   * ran what the library may refuse before it threw, so the refusal's final error (nothing
+   * applied) is right too.
+   */
+  | { kind: 'error'; status: number; refusable?: true }
   /**
    * The handler swallowed a failed statement of the request's transaction and answered as
    * if nothing happened: 500 `transaction_aborted`, nothing applied, nothing stored.
@@ -132,6 +136,11 @@ interface RequestState {
    * `transaction_aborted`, a consumer's failed delivery) rather than lose the write in silence.
    */
   besideRollback: boolean;
+  /**
+   * It ran what the library may refuse (a session advisory lock, a cursor) before it threw:
+   * the refusal's final error, nothing applied, may then stand for its own error answer.
+   */
+  ranRefusable?: boolean;
 }
 
 const STRENGTH: Record<Isolation, number> = { 'REPEATABLE READ': 2, SERIALIZABLE: 3 };
@@ -165,7 +174,11 @@ export function expectedOutcome(
   const thrown = runOps(program.ops, '', top, forgets, request);
   if (thrown !== undefined) {
     // A statement error out of the handler is its final answer, Nest's 500, stored.
-    return { kind: 'error', status: typeof thrown === 'object' ? thrown.http : 500 };
+    return {
+      kind: 'error',
+      status: typeof thrown === 'object' ? thrown.http : 500,
+      ...(request.ranRefusable ? { refusable: true as const } : {}),
+    };
   }
   if (top.aborted) return { kind: 'aborted' };
   const laterTransaction = (path: string) =>
@@ -210,9 +223,11 @@ function runOps(
       case 'lock':
       case 'setlocal':
         if (level.aborted) return 'aborted';
+        if (op.op === 'lock' && op.scope === 'session') request.ranRefusable = true;
         break;
       case 'cursor':
         if (level.aborted) return 'aborted';
+        request.ranRefusable = true;
         level.writes.push(`${path}.0`, `${path}.1`);
         break;
       case 'batch':
