@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import {
   APP_COMPILER_OPTIONS,
   compile,
@@ -11,7 +11,7 @@ import {
   packedPackage,
   root,
   startApp,
-} from './support/packed-app.js';
+} from '../support/packed-app.js';
 
 /**
  * The package as `npm publish` would make it: built the way `prepack` builds it (in a copy of
