@@ -25,6 +25,7 @@ export {
   ConcurrentSaveFailedError,
   CursorOpenRefusedError,
   IsolationLevelRefusedError,
+  NestedTransactionOpenAtCommitError,
   ReadOnlyTransactionRefusedError,
   SessionAdvisoryLockRefusedError,
   SessionSettingRefusedError,
