@@ -192,12 +192,29 @@ export class LazyTransaction extends RequestTransaction {
    * on, so their statements are that transaction's code's. One at a time: starts are queued,
    * and only the innermost transaction may end.
    */
-  private async asOwner<T>(owner: unknown, work: () => Promise<T>): Promise<T> {
+  private async asOwner<T>(
+    owner: unknown,
+    work: () => Promise<T>,
+    around: CommitSteps = {},
+  ): Promise<T> {
     const internals = this.runner as unknown as RunnerInternals;
-    const own = internals.broadcaster;
-    const viewed = (owner as { broadcaster?: unknown } | undefined)?.broadcaster;
-    if (owner === this.runner || viewed === undefined) return work();
-    internals.broadcaster = viewed;
+    const own = internals.broadcaster as Broadcasting;
+    const viewed = (owner as { broadcaster?: Broadcasting } | undefined)?.broadcaster;
+    const base = owner !== this.runner && viewed !== undefined ? viewed : own;
+    if (base === own && !around.beforeRelease && !around.afterRelease) return work();
+    // TypeORM's own commit broadcasts `beforeTransactionCommit`, releases the savepoint, then
+    // broadcasts `afterTransactionCommit`: what its own COMMIT would check and end goes
+    // between, after the subscribers' last writes and before what they do after it.
+    const broadcaster: Broadcasting = Object.create(base as object, {
+      broadcast: {
+        value: async (event: string, ...args: unknown[]) => {
+          if (event === 'AfterTransactionCommit') await around.afterRelease?.();
+          await base.broadcast(event, ...args);
+          if (event === 'BeforeTransactionCommit') await around.beforeRelease?.();
+        },
+      },
+    }) as Broadcasting;
+    internals.broadcaster = broadcaster;
     try {
       return await work();
     } finally {
@@ -288,18 +305,28 @@ export class LazyTransaction extends RequestTransaction {
       this.refuseOutOfOrder(from, 'commit');
       const outermost = internals.transactionDepth === 2;
       try {
-        // Its deferred checks, as its own COMMIT would (a round trip, only where the
-        // database has deferrable constraints).
-        const check = outermost ? deferredCheck() : undefined;
-        if (check) await internals.query(check);
-        await this.asOwner(from, commit);
-        if (outermost) {
-          const ending = [
-            this.outermostKept ? restoreNestedState(OUTERMOST_KEPT_AS) : undefined,
-            this.nestedCommit.endingText(),
-          ].filter((text) => text !== undefined);
-          if (ending.length > 0) await internals.query(ending.join('; '));
-        }
+        await this.asOwner(
+          from,
+          commit,
+          outermost
+            ? {
+                // Its deferred checks, as its own COMMIT would (a round trip, only where the
+                // database has deferrable constraints), after `beforeTransactionCommit`.
+                beforeRelease: async () => {
+                  const check = deferredCheck();
+                  if (check) await internals.query(check);
+                },
+                // What its own COMMIT would end, before `afterTransactionCommit`.
+                afterRelease: async () => {
+                  const ending = [
+                    this.outermostKept ? restoreNestedState(OUTERMOST_KEPT_AS) : undefined,
+                    this.nestedCommit.endingText(),
+                  ].filter((text) => text !== undefined);
+                  if (ending.length > 0) await internals.query(ending.join('; '));
+                },
+              }
+            : {},
+        );
       } finally {
         this.nested.endedAt(internals.transactionDepth);
         if (this.readOnlyFrom !== undefined && internals.transactionDepth < this.readOnlyFrom) {
@@ -524,6 +551,17 @@ export class LazyTransaction extends RequestTransaction {
 }
 
 /** The members of TypeORM's PostgresQueryRunner that are set here (public, but readonly). */
+/** TypeORM's broadcaster, as far as the library calls it. */
+interface Broadcasting {
+  broadcast(event: string, ...args: unknown[]): Promise<void>;
+}
+
+/** What a nested transaction's commit does around its `RELEASE` (see `asOwner`). */
+interface CommitSteps {
+  beforeRelease?: () => Promise<void>;
+  afterRelease?: () => Promise<void>;
+}
+
 interface RunnerInternals {
   isTransactionActive: boolean;
   transactionDepth: number;
