@@ -320,7 +320,7 @@ export class LazyTransaction extends RequestTransaction {
                 afterRelease: async () => {
                   const ending = [
                     this.outermostKept ? restoreNestedState(OUTERMOST_KEPT_AS) : undefined,
-                    this.nestedCommit.endingText(),
+                    this.nestedCommit.endingText(this.outermostKept),
                   ].filter((text) => text !== undefined);
                   if (ending.length > 0) await internals.query(ending.join('; '));
                 },

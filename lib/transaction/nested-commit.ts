@@ -35,32 +35,45 @@ export class NestedCommit {
   }
 
   /**
-   * What ends them, sent after the `RELEASE` (statements joined by `;`), or undefined when
-   * there is nothing. A table or cursor its code already dropped or closed is left alone.
+   * What ends them, sent after the `RELEASE` (statements joined by `;`). The temporary tables
+   * go together, as PostgreSQL's COMMIT ends them (one `DROP … CASCADE`, one `TRUNCATE`: two
+   * linked by a foreign key end without error); one its code already dropped is left alone.
+   * Every cursor not `WITH HOLD` is closed, as a COMMIT closes them, whoever opened it (a
+   * `DECLARE`, a PL/pgSQL function's refcursor): the request's own top level cannot declare
+   * one without the library (outside a transaction block PostgreSQL refuses it), and a
+   * stream of its code's own is refused before the commit.
    */
-  endingText(): string | undefined {
+  endingText(sweep: boolean): string | undefined {
     const parts: string[] = [];
     if (this.settingsBefore.size > 0) parts.push(restoreSettings(this.settingsBefore));
-    for (const [name, action] of this.tempTables) {
-      if (action === 'drop')
-        parts.push(`DROP TABLE IF EXISTS pg_temp.${pg.escapeIdentifier(name)}`);
+    // The sweep where it rides in a round trip sent anyway (`sweep`), or where its code made
+    // something it ends: a TypeORM save's own savepoint (no statement after its RELEASE
+    // otherwise) pays no round trip for it.
+    if (!sweep && this.tempTables.size === 0 && this.cursors.size === 0) {
+      return parts.length > 0 ? parts.join('; ') : undefined;
     }
-    const body = [
-      ...[...this.tempTables]
-        .filter(([, action]) => action === 'delete')
-        .map(
-          ([name]) =>
-            `IF to_regclass(${pg.escapeLiteral(`pg_temp.${pg.escapeIdentifier(name)}`)}) IS NOT NULL ` +
-            `THEN EXECUTE ${pg.escapeLiteral(`TRUNCATE pg_temp.${pg.escapeIdentifier(name)}`)}; END IF;`,
-        ),
-      ...[...this.cursors].map(
-        (name) =>
-          `IF EXISTS (SELECT 1 FROM pg_cursors WHERE name = ${pg.escapeLiteral(name)}) ` +
-          `THEN EXECUTE ${pg.escapeLiteral(`CLOSE ${pg.escapeIdentifier(name)}`)}; END IF;`,
-      ),
-    ];
-    if (body.length > 0) parts.push(`DO $idempotency$ BEGIN ${body.join(' ')} END $idempotency$`);
-    return parts.length > 0 ? parts.join('; ') : undefined;
+    const named = (action: 'drop' | 'delete') =>
+      `ARRAY[${[...this.tempTables]
+        .filter(([, what]) => what === action)
+        .map(([name]) => pg.escapeLiteral(name))
+        .join(', ')}]::text[]`;
+    const existing = (action: 'drop' | 'delete') =>
+      `(SELECT string_agg(format('pg_temp.%I', n), ', ') FROM unnest(${named(action)}) AS n ` +
+      `WHERE to_regclass(format('pg_temp.%I', n)) IS NOT NULL)`;
+    parts.push(
+      'DO $idempotency$ DECLARE tables text; cursor_names text[]; cursor_name text; BEGIN ' +
+        `tables := ${existing('drop')}; ` +
+        "IF tables IS NOT NULL THEN EXECUTE 'DROP TABLE ' || tables || ' CASCADE'; END IF; " +
+        `tables := ${existing('delete')}; ` +
+        "IF tables IS NOT NULL THEN EXECUTE 'TRUNCATE ' || tables; END IF; " +
+        // The names first: a FOR loop over the view would be a portal of its own in it.
+        'SELECT array_agg(name) INTO cursor_names FROM pg_cursors WHERE NOT is_holdable ' +
+        "AND name <> '' AND name NOT LIKE '<unnamed portal%'; " +
+        'FOREACH cursor_name IN ARRAY coalesce(cursor_names, ARRAY[]::text[]) ' +
+        "LOOP EXECUTE format('CLOSE %I', cursor_name); END LOOP; " +
+        'END $idempotency$',
+    );
+    return parts.join('; ');
   }
 }
 
@@ -72,11 +85,12 @@ export class NestedCommit {
  * nothing of the handler's could. Checked in a savepoint rolled back at once: the checks are
  * pending again and their mode as it was, so the request's COMMIT checks what comes after. It
  * checks what the request's own statements before the nested transaction deferred too (which
- * without the library their own commits would have checked). Undefined when the database has
- * nothing deferrable (`mayDefer`).
+ * without the library their own commits would have checked). Undefined when the database had
+ * nothing deferrable at start-up (`mayDefer`), unless `always` (the pool seam, where it rides
+ * in the RELEASE's round trip at no cost of its own).
  */
-export function deferredCheck(): string | undefined {
-  return mayDefer()
+export function deferredCheck(always = false): string | undefined {
+  return always || mayDefer()
     ? 'SAVEPOINT idempotency_deferred_check; SET CONSTRAINTS ALL IMMEDIATE; ' +
         'ROLLBACK TO SAVEPOINT idempotency_deferred_check; ' +
         'RELEASE SAVEPOINT idempotency_deferred_check'

@@ -522,13 +522,13 @@ export class PoolTransaction extends RequestTransaction {
     }
     // A rollback puts a SET LOCAL back by itself; a release keeps it, so the outermost's
     // release puts back what its SAVEPOINT kept.
-    const check = savepoint.keptAs ? deferredCheck() : undefined;
+    const check = savepoint.keptAs ? deferredCheck(true) : undefined;
     const text =
       how === 'commit'
         ? (check ? `${check}; ` : '') +
           `RELEASE SAVEPOINT ${savepoint.name}` +
           (savepoint.keptAs ? `; ${restoreNestedState(savepoint.keptAs)}` : '') +
-          (savepoint.commit?.endingText() ? `; ${savepoint.commit.endingText()}` : '')
+          (savepoint.keptAs ? `; ${(savepoint.commit ?? new NestedCommit()).endingText(true)}` : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
     await this.statement([text], () => true, view);
     if (how === 'commit') pop();

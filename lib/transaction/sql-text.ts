@@ -580,6 +580,7 @@ const CURSOR_OPT_HOLD = 0x20;
 export function commitEndsOf(sql: unknown): CommitEnds {
   const ends: CommitEnds = { tempTables: [], cursors: [] };
   if (typeof sql !== 'string' || !/temp|declare|u&/i.test(sql)) return ends;
+  // (`pg_temp` holds `temp`.)
   for (const statement of statementsOf(sql)) {
     const [type, body] = nodeOf(statement.node) ?? [];
     const created =
@@ -599,7 +600,11 @@ export function commitEndsOf(sql: unknown): CommitEnds {
           : created.onCommit === 'ONCOMMIT_DELETE_ROWS'
             ? 'delete'
             : undefined;
-      if (action && relation?.relpersistence === 't' && relation.relname) {
+      // `CREATE TABLE pg_temp.t` is temporary too, without the word.
+      const temporary =
+        relation?.relpersistence === 't' ||
+        (relation as { schemaname?: string } | undefined)?.schemaname === 'pg_temp';
+      if (action && temporary && relation.relname) {
         ends.tempTables.push({ name: relation.relname, action });
       }
     } else if (type === 'DeclareCursorStmt') {

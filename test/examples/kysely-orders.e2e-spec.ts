@@ -202,8 +202,9 @@ describe.each(ADAPTERS)('the Kysely orders example on %s', (adapter: AdapterName
       const key = tag('terminated');
       const body = { sku: key, quantity: 1 };
       const pending = post(app, '/orders', key, body, 'placed=800').then((res) => res);
-      // Its nested transaction is over (its savepoint released): the handler holds.
-      const pid = await uncommittedBackend('RELEASE SAVEPOINT %');
+      // Its nested transaction is over (its savepoint released, in a round trip that checks
+      // and ends what its COMMIT would): the handler holds.
+      const pid = await uncommittedBackend('%RELEASE SAVEPOINT idempotency_nested_%');
       await db.query('SELECT pg_terminate_backend($1)', [pid]);
       const first = await pending;
       expectProblem(first, 503, 'store_unavailable');

@@ -108,7 +108,7 @@ const keyRow = async (key: string) =>
   ).rows[0];
 /**
  * Waits until a connection of the app sits in an open transaction (the handler has written)
- * whose last statement matches `last` (a LIKE pattern): `RELEASE SAVEPOINT%` is the end of
+ * whose last statement matches `last` (a LIKE pattern): `%RELEASE SAVEPOINT%` is the end of
  * POST /orders' writes, its nested $transaction's COMMIT.
  */
 async function untilWritten(last = '%'): Promise<void> {
@@ -266,7 +266,7 @@ describe.each(ADAPTERS)('the Prisma orders example on %s', (adapter) => {
     const key = `${sku}-key`;
     const body = { sku, quantity: 1 };
     const first = place(key, body, { 'x-test-hold-ms': '1000' });
-    await untilWritten('RELEASE SAVEPOINT%');
+    await untilWritten('%RELEASE SAVEPOINT%');
     await db.query(
       `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
         WHERE datname = $1 AND pid <> pg_backend_pid() AND state = 'idle in transaction'`,
@@ -524,7 +524,7 @@ describe('the Prisma orders example as processes that are killed', () => {
       body,
       headers: { 'x-test-hold-ms': '5000' },
     }).catch((error: unknown) => error);
-    await untilWritten('RELEASE SAVEPOINT%');
+    await untilWritten('%RELEASE SAVEPOINT%');
     await worker.kill('SIGKILL');
     await doomed;
     expect(await orderRows(sku)).toBe(0);
