@@ -364,18 +364,14 @@ export class LazyTransaction extends RequestTransaction {
       return rollbackFrom(this);
     };
     const query = runner.query.bind(runner) as (...args: unknown[]) => Promise<unknown>;
-    // Before a statement of its code's outermost nested transaction that sets a setting for
-    // the transaction: its value until then, put back at that transaction's COMMIT (a
-    // RELEASE SAVEPOINT keeps a SET LOCAL). A round trip, only for such statements.
-    const keepSettings = async (text: unknown) => {
-      const names = this.nestedCommit.note(text);
-      if (names.length === 0) return;
-      const rows = (await query(READ_SETTINGS, [names])) as {
-        name: string;
-        value: string | null;
-      }[];
-      this.nestedCommit.keep(rows);
-    };
+    // Before a statement of its code's nested transactions: what it leaves that the
+    // outermost one's COMMIT would end (see `NestedCommit`).
+    const keepSettings = (text: unknown) =>
+      this.nestedCommit.before(
+        text,
+        async (names) =>
+          (await query(READ_SETTINGS, [names])) as { name: string; value: string | null }[],
+      );
     // `from`: the view it came through (see `viewOf`), or the runner for the library's own.
     const queryFrom = async (from: unknown, args: unknown[]) => {
       if (this.ended) {

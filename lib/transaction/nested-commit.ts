@@ -8,7 +8,7 @@ import { commitEndsOf, localSettingsOf } from './sql-text.js';
  * without the library, and that the savepoint's `RELEASE` standing for that COMMIT keeps: the
  * settings its code set for the transaction (`SET LOCAL`, `set_config(…, true)`), the
  * temporary tables it made `ON COMMIT DROP | DELETE ROWS`, the cursors it declared without
- * `WITH HOLD`. Noted statement by statement (`note`), ended after the `RELEASE` (`endingText`).
+ * `WITH HOLD`. Noted statement by statement (`before`), ended after the `RELEASE` (`endingText`).
  * What it cannot end (its locks, a `SET CONSTRAINTS`) lasts to the request's COMMIT, as the
  * docs say.
  */
@@ -18,20 +18,26 @@ export class NestedCommit {
   private readonly tempTables = new Map<string, 'drop' | 'delete'>();
   private readonly cursors = new Set<string>();
 
-  /**
-   * Notes what `text`, a statement of its code, leaves; returns the settings it sets whose
-   * values before must be read first (`keep`), once each.
-   */
-  note(text: unknown): string[] {
+  /** Notes what `text` leaves; the settings it sets whose values are not read yet. */
+  private note(text: unknown): string[] {
     const ends = commitEndsOf(text);
     for (const { name, action } of ends.tempTables) this.tempTables.set(name, action);
     for (const cursor of ends.cursors) this.cursors.add(cursor);
     return localSettingsOf(text).filter((name) => !this.settingsBefore.has(name));
   }
 
-  /** The values `READ_SETTINGS` read for the names `note` returned. */
-  keep(rows: readonly { name: string; value: string | null }[]): void {
-    for (const { name, value } of rows) this.settingsBefore.set(name, value);
+  /**
+   * Before `text`, a statement of its code: notes what it leaves (`note`), and reads the
+   * values of the settings it sets, once each, with `read` (`READ_SETTINGS` on the request's
+   * connection: a round trip, only for such statements).
+   */
+  async before(
+    text: unknown,
+    read: (names: string[]) => Promise<readonly { name: string; value: string | null }[]>,
+  ): Promise<void> {
+    const names = this.note(text);
+    if (names.length === 0) return;
+    for (const { name, value } of await read(names)) this.settingsBefore.set(name, value);
   }
 
   /**

@@ -538,19 +538,15 @@ export class PoolTransaction extends RequestTransaction {
   }
 
   /**
-   * Before a statement of a data layer's nested transaction that sets a setting for the
-   * transaction: the setting's value until then, kept on its outermost savepoint, to be put
-   * back at its `COMMIT` (a `RELEASE SAVEPOINT` keeps a `SET LOCAL`). A round trip, only for
-   * such statements, once per setting.
+   * Before a statement of a data layer's nested transaction: what it leaves that the
+   * outermost one's `COMMIT` would end, noted on that savepoint (see `NestedCommit`).
    */
   private async keepSettings(client: PoolClient, outermost: Savepoint, text: unknown) {
     outermost.commit ??= new NestedCommit();
-    const names = outermost.commit.note(text);
-    if (names.length === 0) return;
-    const { rows } = await this.send(client, [READ_SETTINGS, [names]], () => true).then(
-      (result) => result as QueryResult<{ name: string; value: string | null }>,
-    );
-    outermost.commit.keep(rows);
+    await outermost.commit.before(text, async (names) => {
+      const result = await this.send(client, [READ_SETTINGS, [names]], () => true);
+      return (result as QueryResult<{ name: string; value: string | null }>).rows;
+    });
   }
 
   /** Makes the savepoints no statement has needed yet, outermost first. */
