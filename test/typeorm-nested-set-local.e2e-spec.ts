@@ -29,6 +29,8 @@ class StepsController {
       .transaction(async (manager) => {
         await manager.query(`SET LOCAL statement_timeout = '300ms'`);
         await manager.query(`SELECT set_config('app.tenant', $1, true)`, [tag]);
+        // Its name and is_local parameters, as a template of Prisma's or Drizzle's sends them.
+        await manager.query(`SELECT set_config($2, $1, $3)`, [tag, 'app.region', true]);
         await manager.query('INSERT INTO steps (tag) VALUES ($1)', [tag]);
         if (end === 'rollback') throw new Error('rolled back on purpose');
       })
@@ -37,8 +39,9 @@ class StepsController {
     await this.dataSource.query('SELECT pg_sleep(0.6)');
     const [after] = (await this.dataSource.query(
       `SELECT current_setting('statement_timeout') AS timeout,
-              coalesce(current_setting('app.tenant', true), '') AS tenant`,
-    )) as { timeout: string; tenant: string }[];
+              coalesce(current_setting('app.tenant', true), '') AS tenant,
+              coalesce(current_setting('app.region', true), '') AS region`,
+    )) as { timeout: string; tenant: string; region: string }[];
     await this.dataSource.query('INSERT INTO steps (tag) VALUES ($1)', [`${tag}-after`]);
     return { before: before[0].timeout, ...after };
   }
@@ -113,7 +116,7 @@ describe('TypeORM: a SET LOCAL in a nested transaction ends with it', () => {
     expect(keyed.status).toBe(201);
     // As without the library: the request's own timeout back, no tenant left set.
     expect(keyed.body).toEqual(plain.body);
-    expect(keyed.body).toMatchObject({ timeout: keyed.body.before, tenant: '' });
+    expect(keyed.body).toMatchObject({ timeout: keyed.body.before, tenant: '', region: '' });
     expect(await tags(tag)).toEqual(kept);
   });
 });

@@ -366,9 +366,10 @@ export class LazyTransaction extends RequestTransaction {
     const query = runner.query.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     // Before a statement of its code's nested transactions: what it leaves that the
     // outermost one's COMMIT would end (see `NestedCommit`).
-    const keepSettings = (text: unknown) =>
+    const keepSettings = (args: unknown[]) =>
       this.nestedCommit.before(
-        text,
+        args[0],
+        Array.isArray(args[1]) ? (args[1] as unknown[]) : undefined,
         async (names) =>
           (await query(READ_SETTINGS, [names])) as { name: string; value: string | null }[],
       );
@@ -413,7 +414,7 @@ export class LazyTransaction extends RequestTransaction {
       if (depth > 1 && this.readOnlyFrom === undefined && setsReadOnly(args[0])) {
         this.readOnlyFrom = depth;
       }
-      if (depth > 1 && from !== runner) await keepSettings(args[0]);
+      if (depth > 1 && from !== runner) await keepSettings(args);
       try {
         return await query(...args);
       } catch (error) {

@@ -19,23 +19,25 @@ export class NestedCommit {
   private readonly cursors = new Set<string>();
 
   /** Notes what `text` leaves; the settings it sets whose values are not read yet. */
-  private note(text: unknown): string[] {
+  private note(text: unknown, values?: readonly unknown[]): string[] {
     const ends = commitEndsOf(text);
     for (const { name, action } of ends.tempTables) this.tempTables.set(name, action);
     for (const cursor of ends.cursors) this.cursors.add(cursor);
-    return localSettingsOf(text).filter((name) => !this.settingsBefore.has(name));
+    return localSettingsOf(text, values).filter((name) => !this.settingsBefore.has(name));
   }
 
   /**
-   * Before `text`, a statement of its code: notes what it leaves (`note`), and reads the
+   * Before `text`, a statement of its code (sent with `values`): notes what it leaves
+   * (`note`), and reads the
    * values of the settings it sets, once each, with `read` (`READ_SETTINGS` on the request's
    * connection: a round trip, only for such statements).
    */
   async before(
     text: unknown,
+    values: readonly unknown[] | undefined,
     read: (names: string[]) => Promise<readonly { name: string; value: string | null }[]>,
   ): Promise<void> {
-    const names = this.note(text);
+    const names = this.note(text, values);
     if (names.length === 0) return;
     for (const { name, value } of await read(names)) this.settingsBefore.set(name, value);
   }
@@ -84,21 +86,38 @@ export class NestedCommit {
 }
 
 /**
- * Checks, before the `RELEASE` standing for a nested transaction's COMMIT, the constraints
- * deferred to the commit (`DEFERRABLE INITIALLY DEFERRED`, `SET CONSTRAINTS … DEFERRED`), as
- * that COMMIT would: a violation fails the nested commit, where its code can catch it (and its
- * data layer then rolls back to the savepoint), rather than the request's COMMIT, where
- * nothing of the handler's could. Checked in a savepoint rolled back at once: the checks are
- * pending again and their mode as it was, so the request's COMMIT checks what comes after. It
- * checks what the request's own statements before the nested transaction deferred too (which
- * without the library their own commits would have checked). Undefined when the database had
- * nothing deferrable at start-up (`mayDefer`), unless `always` (the pool seam, where it rides
- * in the RELEASE's round trip at no cost of its own).
+ * Runs, before the `RELEASE` standing for a nested transaction's COMMIT, what was deferred to
+ * that COMMIT (`DEFERRABLE INITIALLY DEFERRED` constraints and constraint triggers, and what
+ * `SET CONSTRAINTS … DEFERRED` deferred), as that COMMIT would: a violation fails the nested
+ * commit, where its code can catch it (and its data layer then rolls back to the savepoint),
+ * rather than the request's COMMIT, where nothing of the handler's could; a deferred
+ * trigger's effects (an audit row) are there for the code after it. What the request's own
+ * statements before the nested transaction deferred runs too, as their own commits would have
+ * run it without the library.
+ *
+ * Then each constraint is put back to its initial mode, as the next transaction would begin
+ * without the library: the initially deferred ones, read from the catalog, named in one
+ * `SET CONSTRAINTS … DEFERRED` (not other sessions' temporary tables', nor a name shared with
+ * a constraint not deferrable, which could not be named). That costs the server a catalog
+ * read (about 0.2 ms), paid only where the database had something deferrable at start-up
+ * (`mayDefer`); elsewhere nothing is checked (TypeORM: a round trip of its own), or, on the
+ * pool seam (`always`, where the check rides in the RELEASE's round trip), one added later is
+ * checked and stays immediate to the request's COMMIT.
  */
 export function deferredCheck(always = false): string | undefined {
-  return always || mayDefer()
-    ? 'SAVEPOINT idempotency_deferred_check; SET CONSTRAINTS ALL IMMEDIATE; ' +
-        'ROLLBACK TO SAVEPOINT idempotency_deferred_check; ' +
-        'RELEASE SAVEPOINT idempotency_deferred_check'
-    : undefined;
+  if (mayDefer()) return `${RUN_DEFERRED}; ${DEFERRED_AGAIN}`;
+  return always ? RUN_DEFERRED : undefined;
 }
+
+const RUN_DEFERRED = 'SET CONSTRAINTS ALL IMMEDIATE';
+
+const DEFERRED_AGAIN =
+  'DO $idempotency$ DECLARE deferred text; BEGIN ' +
+  "SELECT string_agg(format('%s.%I', c.connamespace::regnamespace, c.conname), ', ') " +
+  'INTO deferred FROM pg_constraint c WHERE c.condeferred ' +
+  'AND (c.connamespace = pg_my_temp_schema() ' +
+  "OR c.connamespace::regnamespace::text !~ '^pg_(toast_)?temp_') " +
+  'AND NOT EXISTS (SELECT FROM pg_constraint o WHERE o.connamespace = c.connamespace ' +
+  'AND o.conname = c.conname AND NOT o.condeferrable); ' +
+  "IF deferred IS NOT NULL THEN EXECUTE 'SET CONSTRAINTS ' || deferred || ' DEFERRED'; END IF; " +
+  'END $idempotency$';

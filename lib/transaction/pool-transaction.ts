@@ -29,6 +29,7 @@ import {
   isSubmittable,
   RequestTransaction,
   textOf,
+  valuesOf,
 } from './request-transaction.js';
 import { type PoolJoin } from './transaction-scope.js';
 import { deferredCheck, NestedCommit } from './nested-commit.js';
@@ -229,7 +230,7 @@ export class PoolTransaction extends RequestTransaction {
     const client = await this.connection();
     await this.makeSavepoints(client);
     if (from && from !== 'own' && from.savepoints[0]?.keptAs) {
-      await this.keepSettings(client, from.savepoints[0], text);
+      await this.keepSettings(client, from.savepoints[0], text, valuesOf(args));
     }
     try {
       return await this.send(client, args, nested);
@@ -541,9 +542,14 @@ export class PoolTransaction extends RequestTransaction {
    * Before a statement of a data layer's nested transaction: what it leaves that the
    * outermost one's `COMMIT` would end, noted on that savepoint (see `NestedCommit`).
    */
-  private async keepSettings(client: PoolClient, outermost: Savepoint, text: unknown) {
+  private async keepSettings(
+    client: PoolClient,
+    outermost: Savepoint,
+    text: unknown,
+    values: readonly unknown[] | undefined,
+  ) {
     outermost.commit ??= new NestedCommit();
-    await outermost.commit.before(text, async (names) => {
+    await outermost.commit.before(text, values, async (names) => {
       const result = await this.send(client, [READ_SETTINGS, [names]], () => true);
       return (result as QueryResult<{ name: string; value: string | null }>).rows;
     });

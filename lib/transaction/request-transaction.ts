@@ -760,6 +760,13 @@ export function textOf(statement: unknown): unknown {
   return config?.text ?? config?.cursor?.text;
 }
 
+/** The parameters sent with a statement: `(text, values)`, or a config's `values`. */
+export function valuesOf(args: readonly unknown[]): readonly unknown[] | undefined {
+  if (Array.isArray(args[1])) return args[1] as unknown[];
+  const values = (args[0] as { values?: unknown } | null | undefined)?.values;
+  return Array.isArray(values) ? (values as unknown[]) : undefined;
+}
+
 export function isSubmittable(value: unknown): boolean {
   return typeof (value as { submit?: unknown } | null)?.submit === 'function';
 }

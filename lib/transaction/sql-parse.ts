@@ -241,6 +241,25 @@ export function literalOf(value: unknown): Literal | undefined {
   return undefined;
 }
 
+/**
+ * The value of an argument that is one constant (`literalOf`) or one parameter (`$2`, through
+ * casts: `$2::boolean`), the parameter's read from the statement's `values` as node-postgres
+ * sends them (a boolean, a number or a string; anything else, or a missing value: undefined).
+ */
+export function boundOf(value: unknown, values?: readonly unknown[]): Literal | undefined {
+  const literal = literalOf(value);
+  if (literal !== undefined || !values) return literal;
+  const node = nodeOf(value);
+  if (!node) return undefined;
+  const [type, body] = node;
+  if (type === 'TypeCast') return boundOf(body.arg, values);
+  if (type !== 'ParamRef') return undefined;
+  const bound = values[((body.number as number | undefined) ?? 0) - 1];
+  return typeof bound === 'string' || typeof bound === 'boolean' || typeof bound === 'number'
+    ? bound
+    : undefined;
+}
+
 /** How PostgreSQL reads a string or number as a boolean (`'f'`, `'off'`, `0`…). */
 export function booleanOf(value: Literal | undefined): boolean | undefined {
   if (typeof value === 'boolean') return value;

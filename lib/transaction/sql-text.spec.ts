@@ -578,7 +578,7 @@ describe('setsIdentity', () => {
 describe('localSettingsOf', () => {
   beforeAll(() => sqlReaderReady());
 
-  it.each<[string, string, string[]]>([
+  it.each<[string, string, string[], unknown[]?]>([
     ['SET LOCAL', "SET LOCAL statement_timeout = '300ms'", ['statement_timeout']],
     ['SET LOCAL … TO DEFAULT', 'SET LOCAL lock_timeout TO DEFAULT', ['lock_timeout']],
     [
@@ -594,11 +594,26 @@ describe('localSettingsOf', () => {
     ['a session SET (not the transaction’s)', "SET statement_timeout = '1s'", []],
     ['a set_config for the session', "SELECT set_config('app.tenant', 'a', false)", []],
     ['a set_config of a name not written', 'SELECT set_config($1, $2, true)', []],
+    [
+      'its name and is_local parameters (Prisma’s, Drizzle’s templates)',
+      'SELECT set_config($1, $2, $3)',
+      ['app.tenant'],
+      ['app.tenant', 'acme', true],
+    ],
+    [
+      'is_local a parameter, as text and cast',
+      "SELECT set_config('app.a', $1, $2::boolean), set_config('app.b', $1, $3)",
+      ['app.a'],
+      ['x', 'on', 'false'],
+    ],
+    ['is_local a parameter not sent', "SELECT set_config('app.a', 'x', $1)", [], []],
+    ['a parameter that is no name', 'SELECT set_config($1, $2, true)', [], [{}, 'x']],
     ['its modes (ended by a RELEASE)', 'SET LOCAL transaction_read_only = on', []],
     ['the role (kept and put back apart)', 'SET LOCAL ROLE app_user', []],
     ['the search path', "SELECT set_config('search_path', 'app', true)", []],
     ['a write', 'INSERT INTO t VALUES (1)', []],
-  ])('%s', (_name, sql, expected) => {
-    expect(localSettingsOf(sql)).toEqual(expected);
+    // (A rest parameter: jest takes a parameter past a row's length for a `done` callback.)
+  ])('%s', (...[, sql, expected, values]) => {
+    expect(localSettingsOf(sql, values)).toEqual(expected);
   });
 });

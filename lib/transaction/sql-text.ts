@@ -1,5 +1,6 @@
 import {
   booleanOf,
+  boundOf,
   functionName,
   type Literal,
   literalOf,
@@ -528,10 +529,12 @@ const NOT_KEPT_LOCALLY = new Set([
  * `SET LOCAL name TO DEFAULT`, `set_config('name', …, true)`), lower-cased, in the text's
  * order; a nested transaction's `RELEASE SAVEPOINT` keeps them, where its `COMMIT` without the
  * library would have ended them. Not its modes nor the role, the session authorization or the
- * search path (see `NOT_KEPT_LOCALLY`); a `set_config` whose name is not a constant, or whose
- * `is_local` is not a constant true, is not counted (it cannot be read).
+ * search path (see `NOT_KEPT_LOCALLY`). A `set_config`'s name and `is_local` are read from
+ * its `values` where they are parameters (`set_config('app.tenant', $1, $2)`, as Prisma's
+ * and Drizzle's templates send them); one whose name or `is_local` is neither a constant nor
+ * a parameter is not counted (it cannot be read).
  */
-export function localSettingsOf(sql: unknown): string[] {
+export function localSettingsOf(sql: unknown, values?: readonly unknown[]): string[] {
   if (typeof sql !== 'string' || !/local|set_config|u&/i.test(sql)) return [];
   const names: string[] = [];
   const add = (name: string) => {
@@ -553,8 +556,8 @@ export function localSettingsOf(sql: unknown): string[] {
     }
     for (const { call } of callsIn(statement.node, SET_CONFIG)) {
       const [name, , local] = (call.args as unknown[] | undefined) ?? [];
-      const setting = literalOf(name);
-      if (typeof setting === 'string' && booleanOf(literalOf(local)) === true) add(setting);
+      const setting = boundOf(name, values);
+      if (typeof setting === 'string' && booleanOf(boundOf(local, values)) === true) add(setting);
     }
   }
   return names;
