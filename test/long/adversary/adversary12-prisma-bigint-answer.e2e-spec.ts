@@ -45,9 +45,7 @@ class OrdersController {
 }
 
 @Module({
-  imports: [
-    IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) }),
-  ],
+  imports: [IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) })],
   controllers: [OrdersController],
 })
 class OrdersModule {}

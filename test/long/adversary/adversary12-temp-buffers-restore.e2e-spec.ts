@@ -40,9 +40,7 @@ async function importItems({ batch, items }: Import) {
       await tx.execute(sql`SET LOCAL temp_buffers = '32MB'`);
       await tx.execute(sql`CREATE TEMP TABLE item_stage (item text NOT NULL) ON COMMIT DROP`);
       for (const item of items) await tx.execute(sql`INSERT INTO item_stage VALUES (${item})`);
-      await tx.execute(
-        sql`INSERT INTO items (batch, item) SELECT ${batch}, item FROM item_stage`,
-      );
+      await tx.execute(sql`INSERT INTO items (batch, item) SELECT ${batch}, item FROM item_stage`);
     })
     .catch((error: unknown) => {
       if (process.env.ADV_DEBUG) console.log((error as { cause?: unknown }).cause ?? error);
