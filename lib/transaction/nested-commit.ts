@@ -43,8 +43,8 @@ export class NestedCommit {
   }
 
   /**
-   * What ends them, sent after the `RELEASE` (statements joined by `;`). The temporary tables
-   * go together, as PostgreSQL's COMMIT ends them (one `DROP … CASCADE`, one `TRUNCATE`: two
+   * What ends them, sent after the `RELEASE` (statements joined by `;`), before the role is
+   * put back. The temporary tables go together, as PostgreSQL's COMMIT ends them (one `DROP … CASCADE`, one `TRUNCATE`: two
    * linked by a foreign key end without error); one its code already dropped is left alone.
    * Every cursor not `WITH HOLD` is closed, as a COMMIT closes them, whoever opened it (a
    * `DECLARE`, a PL/pgSQL function's refcursor): the request's own top level cannot declare
@@ -53,35 +53,39 @@ export class NestedCommit {
    */
   endingText(sweep: boolean): string | undefined {
     const parts: string[] = [];
-    if (this.settingsBefore.size > 0) parts.push(restoreSettings(this.settingsBefore));
     // The sweep where it rides in a round trip sent anyway (`sweep`), or where its code made
     // something it ends: a TypeORM save's own savepoint (no statement after its RELEASE
     // otherwise) pays no round trip for it.
-    if (!sweep && this.tempTables.size === 0 && this.cursors.size === 0) {
-      return parts.length > 0 ? parts.join('; ') : undefined;
+    if (sweep || this.tempTables.size > 0 || this.cursors.size > 0) {
+      const named = (action: 'drop' | 'delete') =>
+        `ARRAY[${[...this.tempTables]
+          .filter(([, what]) => what === action)
+          .map(([name]) => pg.escapeLiteral(name))
+          .join(', ')}]::text[]`;
+      const existing = (action: 'drop' | 'delete') =>
+        `(SELECT string_agg(format('pg_temp.%I', n), ', ') FROM unnest(${named(action)}) AS n ` +
+        `WHERE to_regclass(format('pg_temp.%I', n)) IS NOT NULL)`;
+      // The cursors first, as PostgreSQL's COMMIT closes them before it ends the tables: one
+      // left open over a temporary table would keep it "in use" (55006).
+      parts.push(
+        'DO $idempotency$ DECLARE tables text; cursor_names text[]; cursor_name text; BEGIN ' +
+          // The names first: a FOR loop over the view would be a portal of its own in it.
+          'SELECT array_agg(name) INTO cursor_names FROM pg_cursors WHERE NOT is_holdable ' +
+          "AND name <> '' AND name NOT LIKE '<unnamed portal%'; " +
+          'FOREACH cursor_name IN ARRAY coalesce(cursor_names, ARRAY[]::text[]) ' +
+          "LOOP EXECUTE format('CLOSE %I', cursor_name); END LOOP; " +
+          `tables := ${existing('drop')}; ` +
+          "IF tables IS NOT NULL THEN EXECUTE 'DROP TABLE ' || tables || ' CASCADE'; END IF; " +
+          `tables := ${existing('delete')}; ` +
+          "IF tables IS NOT NULL THEN EXECUTE 'TRUNCATE ' || tables; END IF; " +
+          'END $idempotency$',
+      );
     }
-    const named = (action: 'drop' | 'delete') =>
-      `ARRAY[${[...this.tempTables]
-        .filter(([, what]) => what === action)
-        .map(([name]) => pg.escapeLiteral(name))
-        .join(', ')}]::text[]`;
-    const existing = (action: 'drop' | 'delete') =>
-      `(SELECT string_agg(format('pg_temp.%I', n), ', ') FROM unnest(${named(action)}) AS n ` +
-      `WHERE to_regclass(format('pg_temp.%I', n)) IS NOT NULL)`;
-    parts.push(
-      'DO $idempotency$ DECLARE tables text; cursor_names text[]; cursor_name text; BEGIN ' +
-        `tables := ${existing('drop')}; ` +
-        "IF tables IS NOT NULL THEN EXECUTE 'DROP TABLE ' || tables || ' CASCADE'; END IF; " +
-        `tables := ${existing('delete')}; ` +
-        "IF tables IS NOT NULL THEN EXECUTE 'TRUNCATE ' || tables; END IF; " +
-        // The names first: a FOR loop over the view would be a portal of its own in it.
-        'SELECT array_agg(name) INTO cursor_names FROM pg_cursors WHERE NOT is_holdable ' +
-        "AND name <> '' AND name NOT LIKE '<unnamed portal%'; " +
-        'FOREACH cursor_name IN ARRAY coalesce(cursor_names, ARRAY[]::text[]) ' +
-        "LOOP EXECUTE format('CLOSE %I', cursor_name); END LOOP; " +
-        'END $idempotency$',
-    );
-    return parts.join('; ');
+    // The settings after the tables: ended under the role its code set (the tables' owner),
+    // as its COMMIT ends them before anything is put back. (The role, session authorization
+    // and search path are put back after this text, by the seam: `restoreNestedState`.)
+    if (this.settingsBefore.size > 0) parts.push(restoreSettings(this.settingsBefore));
+    return parts.length > 0 ? parts.join('; ') : undefined;
   }
 }
 

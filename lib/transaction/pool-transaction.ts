@@ -523,13 +523,17 @@ export class PoolTransaction extends RequestTransaction {
     }
     // A rollback puts a SET LOCAL back by itself; a release keeps it, so the outermost's
     // release puts back what its SAVEPOINT kept.
-    const check = savepoint.keptAs ? deferredCheck(true) : undefined;
+    // Not in a read-only one: what was deferred before it (a foreign key's check locks rows
+    // FOR KEY SHARE) would be refused there (25006); the request's COMMIT runs it.
+    const check = savepoint.keptAs && !savepoint.readOnly ? deferredCheck(true) : undefined;
     const text =
       how === 'commit'
         ? (check ? `${check}; ` : '') +
           `RELEASE SAVEPOINT ${savepoint.name}` +
-          (savepoint.keptAs ? `; ${restoreNestedState(savepoint.keptAs)}` : '') +
-          (savepoint.keptAs ? `; ${(savepoint.commit ?? new NestedCommit()).endingText(true)}` : '')
+          (savepoint.keptAs
+            ? `; ${(savepoint.commit ?? new NestedCommit()).endingText(true)}` +
+              `; ${restoreNestedState(savepoint.keptAs)}`
+            : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
     await this.statement([text], () => true, view);
     if (how === 'commit') pop();

@@ -522,6 +522,12 @@ const NOT_KEPT_LOCALLY = new Set([
   'transaction_deferrable',
   'TRANSACTION',
   ...IDENTITY_SETTINGS,
+  // Not to be put back by a statement: PostgreSQL refuses to change `temp_buffers` once the
+  // session has used a temporary table (22023), which its COMMIT's own put-back is not held
+  // to (it lasts to the request's COMMIT: a size, no effect on what is written); `seed`
+  // reads `unavailable`, and what it set (the random generator's state) no COMMIT puts back.
+  'temp_buffers',
+  'seed',
 ]);
 
 /**
