@@ -55,6 +55,11 @@ export class LazyTransaction extends RequestTransaction {
   private failedStartAt?: number;
   /** The depth of the nested transaction its code made read only, while it is open. */
   private readOnlyFrom?: number;
+  /**
+   * The view whose nested commit failed after its RELEASE (an `afterTransactionCommit`
+   * subscriber threw), until its next commit: TypeORM's rollback that follows is its own.
+   */
+  private releasedFor?: unknown;
   /** Whether the open outermost nested transaction kept the session's state (not a save's). */
   private outermostKept = false;
   /** What the open outermost nested transaction's code left that its COMMIT would end. */
@@ -303,7 +308,9 @@ export class LazyTransaction extends RequestTransaction {
         throw this.refuse('commitTransaction() with no startTransaction()');
       }
       this.refuseOutOfOrder(from, 'commit');
-      const outermost = internals.transactionDepth === 2;
+      const depth = internals.transactionDepth;
+      const outermost = depth === 2;
+      this.releasedFor = undefined;
       try {
         await this.asOwner(
           from,
@@ -312,21 +319,28 @@ export class LazyTransaction extends RequestTransaction {
             ? {
                 // Its deferred checks, as its own COMMIT would (a round trip, only where the
                 // database has deferrable constraints), after `beforeTransactionCommit`.
+                // Not in a read-only one (`SET TRANSACTION READ ONLY` in it): what was
+                // deferred before it would be refused there (25006).
                 beforeRelease: async () => {
-                  const check = deferredCheck();
+                  const check = this.readOnlyFrom === 2 ? undefined : deferredCheck();
                   if (check) await internals.query(check);
                 },
-                // What its own COMMIT would end, before `afterTransactionCommit`.
+                // What its own COMMIT would end, before `afterTransactionCommit`; the role
+                // last (its temporary tables are ended under its code's role, their owner).
                 afterRelease: async () => {
                   const ending = [
-                    this.outermostKept ? restoreNestedState(OUTERMOST_KEPT_AS) : undefined,
                     this.nestedCommit.endingText(this.outermostKept),
+                    this.outermostKept ? restoreNestedState(OUTERMOST_KEPT_AS) : undefined,
                   ].filter((text) => text !== undefined);
                   if (ending.length > 0) await internals.query(ending.join('; '));
                 },
               }
             : {},
         );
+      } catch (error) {
+        // Failed after its RELEASE (an `afterTransactionCommit` subscriber threw): committed.
+        if (internals.transactionDepth < depth) this.releasedFor = from;
+        throw error;
       } finally {
         this.nested.endedAt(internals.transactionDepth);
         if (this.readOnlyFrom !== undefined && internals.transactionDepth < this.readOnlyFrom) {
@@ -346,6 +360,13 @@ export class LazyTransaction extends RequestTransaction {
         return;
       }
       if (internals.transactionDepth <= 1) {
+        // TypeORM's own rollback after a commit that failed once committed (its
+        // `transaction()` and a save's, which swallow its error): without the library the
+        // runner has no transaction then, and the rollback fails with this error alone.
+        if (this.releasedFor === from) {
+          this.releasedFor = undefined;
+          throw transactionNotStarted();
+        }
         throw this.refuse('rollbackTransaction() with no startTransaction()');
       }
       this.refuseOutOfOrder(from, 'rollback');
@@ -572,4 +593,16 @@ interface RunnerInternals {
   rollbackTransaction(): Promise<void>;
   query(...args: unknown[]): Promise<unknown>;
   stream(...args: unknown[]): Promise<unknown>;
+}
+
+/**
+ * TypeORM's own error for a commit or rollback with no transaction (its class is not imported:
+ * TypeORM is an optional peer of the library), as its runner throws it.
+ */
+function transactionNotStarted(): Error {
+  const error = new Error(
+    'Transaction is not started yet, start transaction before committing or rolling it back.',
+  );
+  error.name = 'TransactionNotStartedError';
+  return error;
 }
