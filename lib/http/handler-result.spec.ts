@@ -1,6 +1,12 @@
 import { StreamableFile } from '@nestjs/common';
 import { Readable } from 'node:stream';
-import { onStreamError, renderResult, resultStream } from './handler-result.js';
+import {
+  isUnwrittenValue,
+  onStreamError,
+  renderResult,
+  resultStream,
+  type WrittenAnswer,
+} from './handler-result.js';
 
 describe('renderResult', () => {
   it.each<[string, unknown, string, Record<string, string>, string, string | undefined]>([
@@ -84,5 +90,31 @@ describe('onStreamError', () => {
     onStreamError(stream, (error) => seen.push(error));
     for await (const chunk of stream) void chunk;
     expect(seen).toEqual([]);
+  });
+});
+
+describe('isUnwrittenValue', () => {
+  it.each<[string, WrittenAnswer, boolean]>([
+    ['a value written', { status: 201, returned: true, statusWhenReturned: 200 }, false],
+    [
+      'a value Nest could not write (500 after it returned)',
+      { status: 500, returned: true, statusWhenReturned: 200 },
+      true,
+    ],
+    ['no value returned (undefined): nothing to write', { status: 500, returned: false }, false],
+    ['its @HttpCode(503)', { status: 503, returned: true, httpCode: 503 }, false],
+    [
+      'a 502 it set on @Res({ passthrough: true })',
+      { status: 502, returned: true, statusWhenReturned: 502 },
+      false,
+    ],
+    [
+      'a 500 after its @HttpCode(202) value',
+      { status: 500, returned: true, httpCode: 202, statusWhenReturned: 200 },
+      true,
+    ],
+    ['a 4xx is never this', { status: 400, returned: true, statusWhenReturned: 200 }, false],
+  ])('%s', (_name, answer, expected) => {
+    expect(isUnwrittenValue(answer)).toBe(expected);
   });
 });

@@ -64,3 +64,28 @@ export function onStreamError(stream: Readable, onError: (error: unknown) => voi
     onError(error);
   });
 }
+
+/** What is known of a handler's answer when the adapter has written it. */
+export interface WrittenAnswer {
+  /** The status written. */
+  status: number;
+  /** Whether the handler returned (emitted) a value other than undefined. */
+  returned: boolean;
+  /** The route's `@HttpCode()`, if any. */
+  httpCode?: number;
+  /** The raw response's status when the handler returned (one it set with `@Res()`). */
+  statusWhenReturned?: number;
+}
+
+/**
+ * Whether a 5xx was written in place of the value the handler returned: the adapter could not
+ * write it (a Prisma row's `BigInt` id, a cycle, which `JSON.stringify` throws on), and Nest's
+ * exception handler answered 500 after the handler had succeeded. That answer is a bug's, as
+ * if the handler had thrown: its effects roll back, rather than commit with a stored 500 that
+ * tells every retry the request failed. A 5xx the handler chose (`@HttpCode(503)`, or a status
+ * it set on `@Res({ passthrough: true })`) is its answer.
+ */
+export function isUnwrittenValue(answer: WrittenAnswer): boolean {
+  if (!answer.returned || answer.status < 500) return false;
+  return (answer.httpCode ?? 0) < 500 && (answer.statusWhenReturned ?? 0) < 500;
+}

@@ -8,7 +8,7 @@ import { commitAnswer, giveBackBrokenStream, tooLarge } from '../transaction/com
 import { onHandlerError } from '../transaction/handler-failure.js';
 import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-tools.js';
 import { runInContext } from '../transaction/run-in-context.js';
-import { onStreamError, resultStream } from './handler-result.js';
+import { isUnwrittenValue, onStreamError, resultStream } from './handler-result.js';
 import { rawResponse } from './raw-response.js';
 import { holdResponse } from './response-hold.js';
 import { type RouteSettings } from './route-settings.js';
@@ -53,6 +53,8 @@ export function runOwned(
   let streamFailure: { error: unknown } | undefined;
   /** Whether the handler settled (completed or failed), and what it emitted. */
   let settled = false;
+  /** The raw response's status when the handler returned a value (one it set itself). */
+  let statusWhenReturned: number | undefined;
   /** Answered from outside while the handler goes on: it commits its own answer later. */
   let detached = false;
   let result: unknown;
@@ -77,12 +79,28 @@ export function runOwned(
       }
       if (detached) return undefined;
       if (streamFailure) return giveBackBrokenStream(tools, context, streamFailure.error);
-      const answer = handlerError ? written : (context.finished ?? written);
+      const unwritten =
+        !handlerError &&
+        !context.finished &&
+        isUnwrittenValue({
+          status: written.status,
+          returned: result !== undefined,
+          httpCode: settings.httpCode,
+          statusWhenReturned,
+        });
+      if (unwritten) {
+        tools.logger.error(
+          `the value ${settings.name} returned for key ${claim.key} could not be written ` +
+            `(answered ${written.status}): its effects are rolled back, the answer stored`,
+        );
+      }
+      const failed = handlerError || unwritten;
+      const answer = failed ? written : (context.finished ?? written);
       // finish()'s own answer is measured too: it is what would be stored.
       if (answer.body.length > route.maxResponseBytes) {
         return commitAnswer(tools, context, fingerprint, tooLarge(tools, route), true);
       }
-      const stored = await commitAnswer(tools, context, fingerprint, answer, handlerError);
+      const stored = await commitAnswer(tools, context, fingerprint, answer, failed);
       return stored === written ? undefined : stored;
     },
     // Only a bug in the commit path gets here: nothing is stored, the lease runs out. The
@@ -115,6 +133,7 @@ export function runOwned(
     const inner = runInContext(context, next).subscribe({
       next: (value) => {
         result = value;
+        statusWhenReturned = raw.statusCode;
         const stream = resultStream(value);
         // Watched before the adapter gets it, so the failure is known when it ends the reply.
         if (stream) onStreamError(stream, (error) => (streamFailure = { error }));
