@@ -90,6 +90,15 @@ class StreamsController {
     return new StreamableFile(csv(failsNow(key)), { type: 'text/csv', disposition: DISPOSITION });
   }
 
+  /** A statement it lets fail (and goes on), then a stream that fails midway. */
+  @Post('aborted-file')
+  @Idempotent()
+  async abortedFile(@Headers('idempotency-key') key: string) {
+    await this.record('aborted-file');
+    await this.dataSource.query('SELECT 1/0').catch(() => undefined);
+    return new StreamableFile(csv(failsNow(key)), { type: 'text/csv' });
+  }
+
   /** Stores at most 10 bytes: the two rows sent before a failure are more. */
   @Post('small-file')
   @Idempotent({ maxResponseBytes: 10 })
@@ -289,6 +298,25 @@ describe.each(ADAPTERS)('response bodies on %s', (adapter: AdapterName) => {
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(replay.body.equals(retry.body)).toBe(true);
     expect(attempts.get(key)).toBe(2);
+  });
+
+  it('a stream that fails over a transaction its code aborted: 500 transaction_aborted (what every retry meets), not 503', async () => {
+    const key = newKey();
+    failFirst.add(key);
+    const answers = [];
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const answer = await call('/aborted-file', key);
+      answers.push({
+        status: answer.status,
+        retryAfter: answer.headers.get('retry-after'),
+        code: (JSON.parse(answer.body.toString()) as { code: string }).code,
+      });
+    }
+    expect(answers).toEqual([
+      { status: 500, retryAfter: null, code: 'transaction_aborted' },
+      { status: 500, retryAfter: null, code: 'transaction_aborted' },
+    ]);
+    expect(await sideEffects('aborted-file')).toBe(0);
   });
 
   it('a download: its Content-Disposition replayed; when it fails midway, the 503 in its place carries none', async () => {

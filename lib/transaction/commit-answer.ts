@@ -11,6 +11,7 @@ import { type ResolvedRouteOptions } from '../idempotency-options.interface.js';
 import { isTransactional } from '../storage/claim-store.interface.js';
 import { type StoredResponse } from '../stored-response.js';
 import { type RequestTransaction } from './request-transaction.js';
+import { TransactionAbortedError } from './seam-errors.js';
 import { eventOf, type OwnerTools, releaseQuietly } from './owner-tools.js';
 import { storePlan } from './store-plan.js';
 
@@ -96,10 +97,18 @@ export async function giveBackBrokenStream(
   context: IdempotencyContext,
   error: unknown,
 ): Promise<StoredResponse> {
-  await context.transaction!.rollback();
+  const transaction = context.transaction!;
+  // A statement its code had let fail (and went on) aborted the transaction already: that is
+  // what the commit would have met, and every retry meets again, so it is the answer (500
+  // transaction_aborted, as `commitAnswer` gives it), not "retry later".
+  const aborted =
+    transaction.lastError === undefined
+      ? undefined
+      : classifyCommitError(new TransactionAbortedError(transaction.lastError));
+  await transaction.rollback();
   await releaseQuietly(tools, context, false);
   tools.logger.warn(`the response stream of key ${context.claim!.key} failed: ${String(error)}`);
-  const problem = new RetryLaterError(STREAM_FAILED, 1);
+  const problem = aborted ?? new RetryLaterError(STREAM_FAILED, 1);
   publish('released', () => ({ ...eventOf(context), reason: problem.code }));
   return tools.problem(problem);
 }
