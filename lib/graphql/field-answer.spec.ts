@@ -132,7 +132,7 @@ describe('encodeAnswer and decodeAnswer', () => {
       200,
       `{"data":{"id":1,"note":"é"},"format":${ANSWER_FORMAT}}`,
     ],
-    ['no value', { kind: 'data', data: undefined }, 200, '{"data":null,"format":2}'],
+    ['no value', { kind: 'data', data: undefined }, 200, '{"data":null,"format":3}'],
     [
       'an error',
       { kind: 'error', error: { kind: 'error', message: 'boom' } },

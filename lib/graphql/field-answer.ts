@@ -34,12 +34,15 @@ export type FieldAnswer =
   { kind: 'data'; data: unknown; format?: number } | { kind: 'error'; error: FieldError };
 
 /**
- * The form a value is stored in, read back by `fromWire` (wire-value.ts). 2: each object keeps
+ * The form a value is stored in, read back by `fromWire` (wire-value.ts). 3: the value as far
+ * as the first call selected it, each object with the fields it selected (a retry that selects
+ * another is refused on that field); the forms before it hold every field of the type. 2: each
+ * object keeps
  * its data that is not a field, and the fields its scalars do not give back, as typed JSON
  * (a `Date` a `Date` again, a `BigInt` a `BigInt`). 1, before it: that data as JSON beside the
  * fields, which a replay of a key stored then still reads so.
  */
-export const ANSWER_FORMAT = 2;
+export const ANSWER_FORMAT = 3;
 
 /** The media type of a stored field answer: no HTTP route stores one, and none is sent. */
 export const FIELD_ANSWER_TYPE = 'application/vnd.nestjs-idempotency.graphql-field+json';

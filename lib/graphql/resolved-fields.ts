@@ -1,5 +1,5 @@
 import { type Logger } from '@nestjs/common';
-import { type GraphQLOutputType, type GraphQLSchema } from 'graphql';
+import { type GraphQLObjectType, type GraphQLOutputType, type GraphQLSchema } from 'graphql';
 import { type GraphqlModule } from './graphql-module.js';
 
 /** The fields the app resolves with a `@ResolveField()`, as `Type.field` (see `noteResolvedField`). */
@@ -12,6 +12,16 @@ const resolvedByApp = new Set<string>();
  */
 export function noteResolvedField(field: string): void {
   resolvedByApp.add(field);
+}
+
+/**
+ * Whether the app resolves the field of `type` with a method of its own (a `@ResolveField()`
+ * of the type or of an interface it implements): it runs again on a replay, reading its parent.
+ */
+export function isResolvedByApp(type: GraphQLObjectType, field: string): boolean {
+  if (resolvedByApp.size === 0) return false;
+  const owners = [type.name, ...type.getInterfaces().map((face) => face.name)];
+  return owners.some((owner) => resolvedByApp.has(`${owner}.${field}`));
 }
 
 /** How many fields a warning names at most (a large schema would make it unreadable). */

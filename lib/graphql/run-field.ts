@@ -20,6 +20,7 @@ import { type FieldTypes } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { type ReplayLoss, warnLosses } from './replay-loss.js';
 import { resolvedFieldsUnder, warnResolvedFields } from './resolved-fields.js';
+import { selectionOf } from './selection.js';
 import { fromWire, outputWire } from './wire-value.js';
 import { thrownError } from './thrown-error.js';
 
@@ -55,19 +56,25 @@ export function runField(
     stopHeartbeat?.();
     if ('error' in outcome) return failed(tools, context, fingerprint, outcome.error, graphql);
     let answer: StoredResponse;
+    /** What the first answer is given: the resolver's value, its lists as they were read. */
+    let first: unknown;
     try {
       // Stored as GraphQL writes it (a Date as its scalar's string): see wire-value.ts.
       const losses: ReplayLoss[] = [];
-      const data = types
+      // As far as the operation selects it (see selection.ts), its lists read once: the first
+      // answer is given what was stored of them (a one-shot iterator is then spent).
+      const walked = types
         ? await outputWire(
             graphql,
             types.schema,
             types.returnType,
             outcome.value,
+            selectionOf(types.call.info),
             types.call,
             losses,
           )
-        : outcome.value;
+        : { wire: outcome.value, value: outcome.value };
+      first = walked.value;
       // What a replay cannot give back as it was, said once per type (see replay-loss.ts).
       warnLosses(tools.logger, losses);
       // The fields resolved under it run again on a replay, outside its transaction.
@@ -76,7 +83,7 @@ export function runField(
           resolvedFieldsUnder(graphql, types.schema, types.returnType),
         );
       }
-      answer = encodeAnswer({ kind: 'data', data });
+      answer = encodeAnswer({ kind: 'data', data: walked.wire });
     } catch (error) {
       // No JSON form (a cycle, a value its scalar refuses): it cannot be replayed, so it is
       // the field's error.
@@ -95,7 +102,7 @@ export function runField(
         : await commitAnswer(tools, context, fingerprint, answer, false);
     // Stored: the first answer is the resolver's own value (its Dates, its class instances,
     // which the fields' resolvers may read); the replays give its stored form back.
-    return stored === answer ? outcome.value : answerOf(stored, graphql, types);
+    return stored === answer ? first : answerOf(stored, graphql, types);
   };
 
   return new Observable<unknown>((subscriber) => {

@@ -1,4 +1,5 @@
 import {
+  type FieldNode,
   type GraphQLAbstractType,
   type GraphQLInputType,
   type GraphQLLeafType,
@@ -12,6 +13,9 @@ import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
 import { type ReplayLoss } from './replay-loss.js';
+import { isResolvedByApp } from './resolved-fields.js';
+import { type Selection, selectedFields } from './selection.js';
+import { notStoredField } from './not-stored-field.js';
 
 /**
  * Values as GraphQL writes them (its "wire" form: what a scalar's `serialize()` makes of
@@ -67,40 +71,85 @@ export class ArgumentValueInvalidError extends Error {
 export const KEPT = '__kept';
 
 /**
- * The resolver's value in its wire form, to be stored (see above). A value that is a Promise
- * (a TypeORM lazy relation, a field's value computed later) is awaited, as GraphQL awaits it
- * for the answer: walked as an object, it would be stored as `{}`.
+ * A resolver's value stored (`wire`), and the value its first answer is given (`value`): the
+ * resolver's own, but for a list that was a one-shot iterator (a generator, a `Map`'s
+ * `values()`), which storing reads once, so the answer gets the list that was read (see
+ * `materialized`).
+ */
+export interface StoredValue {
+  wire: unknown;
+  value: unknown;
+}
+
+/** What one walk of a value shares. */
+interface Walk {
+  graphql: GraphqlModule;
+  schema: GraphQLSchema | undefined;
+  selection: Selection;
+  call: ResolverCall | undefined;
+  losses: ReplayLoss[];
+  /** Each iterable read, by itself: read once even where the value reaches it twice. */
+  lists: WeakMap<object, unknown[]>;
+}
+
+/**
+ * The resolver's value in its wire form, to be stored (see above), as far as the operation
+ * selects it (`selection`, see `selection.ts`): a type's fields that are not selected are
+ * neither read nor stored, as GraphQL reads only the selection (they may link back to the
+ * value, load a lazy relation, or be large). A selected field's value that is a Promise (a
+ * TypeORM lazy relation) is awaited, as GraphQL awaits it for the answer: walked as an object,
+ * it would be stored as `{}`. A field selected under several aliases is stored once, by its
+ * name (what a replay's default resolver reads), with all their sub-selections.
  *
  * An object keeps, beside its fields, what the resolvers under it read of it that the wire
  * form would change (a `@ResolveField()` reads its parent): its own data that is not a field
- * (a `Date`, a Prisma model's `BigInt` column), and each field whose scalar's `parseValue()`
- * does not give its value back (an `ID` that was a number comes back a string), as the
- * resolver returned them (`KEPT`). What a replay cannot give back as it was (a method of the
- * value's class, a function or a stream in its data) is stored as it can be, and put in
- * `losses` for the app's log.
+ * (a `Date`, a Prisma model's `BigInt` column), each field whose scalar's `parseValue()` does
+ * not give its value back (an `ID` that was a number comes back a string), and, when one of
+ * its selected fields is the app's `@ResolveField()`, its unselected fields' own data (never a
+ * getter, a Promise or a method), as the resolver returned them (`KEPT`). What a replay cannot
+ * give back as it was (a method of the value's class, a function or a stream in its data) is
+ * stored as it can be, and put in `losses` for the app's log.
  */
 export async function outputWire(
   graphql: GraphqlModule,
   schema: GraphQLSchema | undefined,
   type: GraphQLOutputType,
   promised: unknown,
+  selection: Selection,
   call?: ResolverCall,
   losses: ReplayLoss[] = [],
-): Promise<unknown> {
+): Promise<StoredValue> {
+  const walk: Walk = { graphql, schema, selection, call, losses, lists: new WeakMap() };
+  return walkValue(walk, type, promised, selection.nodes);
+}
+
+async function walkValue(
+  walk: Walk,
+  type: GraphQLOutputType,
+  promised: unknown,
+  nodes: readonly FieldNode[],
+): Promise<StoredValue> {
+  const { graphql, schema, losses } = walk;
   const value = isThenable(promised) ? await promised : promised;
-  if (value === null || value === undefined) return null;
+  if (value === null || value === undefined) return { wire: null, value: promised };
   if (graphql.isNonNullType(type)) {
-    return outputWire(graphql, schema, type.ofType, value, call, losses);
+    const inner = await walkValue(walk, type.ofType, value, nodes);
+    return { wire: inner.wire, value: inner.value === value ? promised : inner.value };
   }
   if (graphql.isListType(type)) {
-    return Promise.all(
-      listOf(value).map((item) => outputWire(graphql, schema, type.ofType, item, call, losses)),
-    );
+    const list = materialized(walk, value);
+    const items = await Promise.all(list.map((item) => walkValue(walk, type.ofType, item, nodes)));
+    const same = list === value && items.every((item, i) => item.value === list[i]);
+    return {
+      wire: items.map((item) => item.wire),
+      value: same ? promised : items.map((item) => item.value),
+    };
   }
-  if (graphql.isLeafType(type)) return leafWire(type.serialize(value));
+  if (graphql.isLeafType(type)) return { wire: leafWire(type.serialize(value)), value: promised };
   const concrete = graphql.isObjectType(type)
     ? type
-    : (typeOf(graphql, schema, value) ?? (await memberType(graphql, schema, type, value, call)));
+    : (typeOf(graphql, schema, value) ??
+      (await memberType(graphql, schema, type, value, walk.call)));
   if (!concrete || typeof value !== 'object') {
     if (typeof value === 'object') {
       losses.push({
@@ -110,9 +159,10 @@ export async function outputWire(
           'answer, so a replay has its data as JSON, and no __typename to tell the member by',
       });
     }
-    return jsonCopy(value);
+    return { wire: jsonCopy(value), value: promised };
   }
   const fields = concrete.getFields();
+  const selected = selectedFields(graphql, schema, concrete, { ...walk.selection, nodes });
   const source = value as Record<string, unknown>;
   const wire: Record<string, unknown> = {};
   // What the resolvers of its fields read of it that the wire form would change (see above).
@@ -120,21 +170,35 @@ export async function outputWire(
   for (const [name, item] of Object.entries(source)) {
     if (!(name in fields)) kept[name] = item;
   }
+  if ([...selected.keys()].some((name) => isResolvedByApp(concrete, name))) {
+    Object.assign(kept, ownData(source, fields, selected));
+  }
   const methods: string[] = [];
-  // Each field of the type in its wire form, read as GraphQL's default resolver reads it
-  // (a class's getters included). A method is left out: GraphQL calls it with the operation's
-  // arguments, which are not known here.
-  for (const name of Object.keys(fields)) {
-    if (!(name in source)) continue;
+  /** Selected fields whose first answer is not the resolver's own value (a list read). */
+  const replaced: Record<string, unknown> = {};
+  // Each selected field in its wire form, read as GraphQL's default resolver reads it (a
+  // class's getters included). A method is stored as null: GraphQL calls it with the
+  // operation's arguments, which are not known here.
+  for (const [name, fieldNodes] of selected) {
+    const field = fields[name];
+    if (!field) continue;
+    if (!(name in source)) {
+      // Selected and absent: the first answer is null (or the app's resolver's), and so is
+      // a replay's, rather than the refusal of a field the first answer did not select.
+      wire[name] = null;
+      continue;
+    }
     const promisedItem = source[name];
     if (typeof promisedItem === 'function') {
       methods.push(name);
+      wire[name] = null;
       continue;
     }
     const item = isThenable(promisedItem) ? await promisedItem : promisedItem;
-    const fieldType = fields[name].type;
-    wire[name] = await outputWire(graphql, schema, fieldType, item, call, losses);
-    const back = fromWireAgain(graphql, schema, fieldType, wire[name], item);
+    const stored = await walkValue(walk, field.type, item, fieldNodes);
+    wire[name] = stored.wire;
+    if (stored.value !== item) replaced[name] = stored.value;
+    const back = fromWireAgain(graphql, schema, field.type, wire[name], item);
     if (back.same) continue;
     if (keepsExactly(item)) {
       kept[name] = item;
@@ -143,7 +207,7 @@ export async function outputWire(
         type: concrete.name,
         what:
           `its field ${name} (${describeValue(item)}) comes back as its scalar ` +
-          `${graphql.getNamedType(fieldType).name}'s parseValue() reads it ` +
+          `${graphql.getNamedType(field.type).name}'s parseValue() reads it ` +
           `(${describeValue(back.value)})`,
       });
     }
@@ -178,7 +242,49 @@ export async function outputWire(
         "the field's arguments: a replay has no value for it",
     });
   }
-  return wire;
+  return { wire, value: Object.keys(replaced).length > 0 ? over(source, replaced) : promised };
+}
+
+/**
+ * The own data of the object's unselected fields, for a `@ResolveField()` of it that reads
+ * its parent: only plain data properties, so that nothing unselected is called or loaded (a
+ * TypeORM lazy relation is a getter, its loaded value a Promise).
+ */
+function ownData(
+  source: object,
+  fields: Readonly<Record<string, unknown>>,
+  selected: ReadonlyMap<string, unknown>,
+): Record<string, unknown> {
+  const data: Record<string, unknown> = {};
+  for (const name of Object.keys(fields)) {
+    if (selected.has(name)) continue;
+    const own = Object.getOwnPropertyDescriptor(source, name);
+    if (!own || !('value' in own)) continue;
+    const item: unknown = own.value;
+    if (typeof item === 'function' || isThenable(item)) continue;
+    data[name] = item;
+  }
+  return data;
+}
+
+/**
+ * The value as its first answer reads it when a list under it was read by storing it: the
+ * resolver's value itself underneath (its class, its getters and methods, what its
+ * `resolveType()` reads), with the lists that were read over it. The resolver's value is not
+ * changed.
+ */
+function over(source: object, replaced: Record<string, unknown>): object {
+  const value = Object.create(source) as object;
+  for (const [name, item] of Object.entries(replaced)) {
+    // Defined, not assigned: a TypeORM lazy relation's setter on the prototype would catch it.
+    Object.defineProperty(value, name, {
+      value: item,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  }
+  return value;
 }
 
 /**
@@ -267,7 +373,22 @@ export function fromWire(
     value[name] =
       name in fields ? fromWire(graphql, schema, fields[name].type, item, format) : item;
   }
-  return typed ? Object.assign(value, restoreData((wire as Record<string, unknown>)[KEPT])) : value;
+  if (typed) Object.assign(value, restoreData((wire as Record<string, unknown>)[KEPT]));
+  // Stored by its selection (format 3): a field the first answer did not select has no value,
+  // and a retry that selects it is told so rather than given a null (see not-stored-field.ts).
+  // A field the app resolves runs again, and reads none of it.
+  if (format >= 3) {
+    for (const name of Object.keys(fields)) {
+      if (name in value || isResolvedByApp(concrete, name)) continue;
+      Object.defineProperty(value, name, {
+        get: () => {
+          throw notStoredField(graphql, concrete.name, name);
+        },
+        configurable: true,
+      });
+    }
+  }
+  return value;
 }
 
 /**
@@ -412,6 +533,18 @@ function typeOf(
   const name = (value as { __typename?: unknown } | null)?.__typename;
   const type = typeof name === 'string' ? schema?.getType(name) : undefined;
   return type && graphql.isObjectType(type) ? type : undefined;
+}
+
+/**
+ * A list's items, its iterable read once (GraphQL takes any iterable for a list; a generator
+ * or a `Map`'s `values()` is read to its end), and read once only where the value reaches it
+ * twice.
+ */
+function materialized(walk: Walk, value: unknown): unknown[] {
+  if (Array.isArray(value) || typeof value !== 'object' || value === null) return listOf(value);
+  let items = walk.lists.get(value);
+  if (!items) walk.lists.set(value, (items = listOf(value)));
+  return items;
 }
 
 function listOf(value: unknown): unknown[] {

@@ -1,0 +1,101 @@
+import {
+  type FieldNode,
+  type FragmentDefinitionNode,
+  type GraphQLObjectType,
+  type GraphQLResolveInfo,
+  type GraphQLSchema,
+  type NamedTypeNode,
+  type SelectionSetNode,
+} from 'graphql';
+import { type GraphqlModule } from './graphql-module.js';
+
+/**
+ * What the operation selects of a field's value: the field's nodes (one per alias and
+ * repetition, as GraphQL hands them to its resolver), and what reading their selection sets
+ * needs (the operation's fragments and variables, for `@include`/`@skip`).
+ *
+ * A stored answer holds what its selection reads, not its whole type: GraphQL itself reads
+ * no more, and a type's other fields may link back (a cycle), load (a lazy relation) or be
+ * large.
+ */
+export interface Selection {
+  nodes: readonly FieldNode[];
+  fragments: Readonly<Record<string, FragmentDefinitionNode>>;
+  variables: Readonly<Record<string, unknown>>;
+}
+
+/** The selection of the field GraphQL is resolving (its `info`). */
+export function selectionOf(info: GraphQLResolveInfo): Selection {
+  return { nodes: info.fieldNodes, fragments: info.fragments, variables: info.variableValues };
+}
+
+/**
+ * The fields of an object of `type` that the selection sets of `nodes` select, by field name
+ * (not by alias: a replay's default resolver reads the value by name), each with all the nodes
+ * that select it under any alias, so that their sub-selections are read as one. Collected as
+ * graphql-js's `collectFields` does: fragments and inline fragments whose type condition the
+ * type meets (itself, or an interface or union it is in), each named fragment once, and
+ * `@skip`/`@include` read with the operation's variables. GraphQL's own fields (`__typename`)
+ * need no value.
+ */
+export function selectedFields(
+  graphql: GraphqlModule,
+  schema: GraphQLSchema | undefined,
+  type: GraphQLObjectType,
+  selection: Selection,
+): Map<string, FieldNode[]> {
+  const fields = new Map<string, FieldNode[]>();
+  const visited = new Set<string>();
+  const collect = (set: SelectionSetNode): void => {
+    for (const node of set.selections) {
+      if (!included(graphql, node, selection.variables)) continue;
+      if (node.kind === graphql.Kind.FIELD) {
+        const name = node.name.value;
+        if (name.startsWith('__')) continue;
+        const nodes = fields.get(name);
+        if (nodes) nodes.push(node);
+        else fields.set(name, [node]);
+      } else if (node.kind === graphql.Kind.INLINE_FRAGMENT) {
+        if (meets(graphql, schema, type, node.typeCondition)) collect(node.selectionSet);
+      } else {
+        const name = node.name.value;
+        if (visited.has(name)) continue;
+        visited.add(name);
+        const fragment = selection.fragments[name];
+        if (fragment && meets(graphql, schema, type, fragment.typeCondition)) {
+          collect(fragment.selectionSet);
+        }
+      }
+    }
+  };
+  for (const node of selection.nodes) if (node.selectionSet) collect(node.selectionSet);
+  return fields;
+}
+
+/** Whether `@skip`/`@include` leave the node in, with the operation's variables. */
+function included(
+  graphql: GraphqlModule,
+  node: Parameters<GraphqlModule['getDirectiveValues']>[1],
+  variables: Readonly<Record<string, unknown>>,
+): boolean {
+  const values = { ...variables };
+  if (graphql.getDirectiveValues(graphql.GraphQLSkipDirective, node, values)?.if === true) {
+    return false;
+  }
+  return graphql.getDirectiveValues(graphql.GraphQLIncludeDirective, node, values)?.if !== false;
+}
+
+/** Whether an object of `type` meets a fragment's type condition (none: always). */
+function meets(
+  graphql: GraphqlModule,
+  schema: GraphQLSchema | undefined,
+  type: GraphQLObjectType,
+  condition: NamedTypeNode | undefined,
+): boolean {
+  if (!condition) return true;
+  // Without the schema (a value stored outside an operation), by the type's own name.
+  if (!schema) return condition.name.value === type.name;
+  const conditional = graphql.typeFromAST(schema, condition);
+  if (conditional === type) return true;
+  return graphql.isAbstractType(conditional) && schema.isSubType(conditional, type);
+}
