@@ -78,11 +78,10 @@ function included(
   node: Parameters<GraphqlModule['getDirectiveValues']>[1],
   variables: Readonly<Record<string, unknown>>,
 ): boolean {
-  const values = { ...variables };
-  if (graphql.getDirectiveValues(graphql.GraphQLSkipDirective, node, values)?.if === true) {
+  if (graphql.getDirectiveValues(graphql.GraphQLSkipDirective, node, variables)?.if === true) {
     return false;
   }
-  return graphql.getDirectiveValues(graphql.GraphQLIncludeDirective, node, values)?.if !== false;
+  return graphql.getDirectiveValues(graphql.GraphQLIncludeDirective, node, variables)?.if !== false;
 }
 
 /** Whether an object of `type` meets a fragment's type condition (none: always). */

@@ -13,7 +13,9 @@ import {
   GraphQLUnionType,
 } from 'graphql';
 import { Readable } from 'node:stream';
+import { FIELD_NOT_STORED, notStoredFieldMessage } from './not-stored-field.js';
 import { type ReplayLoss } from './replay-loss.js';
+import { noteResolvedField } from './resolved-fields.js';
 import { type Selection } from './selection.js';
 import {
   argumentsWire,
@@ -431,4 +433,147 @@ describe('strictJson', () => {
       expect(() => strictJson(value, 'x')).toThrow(NotJsonArgumentError);
     },
   );
+});
+
+describe('outputWire, as far as the selection reads', () => {
+  const Author: graphql.GraphQLObjectType = new GraphQLObjectType({
+    name: 'Author',
+    fields: () => ({ name: { type: GraphQLString }, books: { type: new GraphQLList(Book) } }),
+  });
+  const Book: graphql.GraphQLObjectType = new GraphQLObjectType({
+    name: 'Book',
+    fields: () => ({
+      id: { type: GraphQLInt },
+      title: { type: GraphQLString },
+      body: { type: GraphQLString },
+      author: { type: Author },
+      tags: { type: new GraphQLList(GraphQLString) },
+      blurb: { type: GraphQLString },
+    }),
+  });
+  /** A book whose author lists it (a back-reference), with what must not be read unselected. */
+  const cyclic = () => {
+    const author = { name: 'Ursula', books: [] as unknown[] };
+    const book = {
+      id: 1,
+      title: 'Earthsea',
+      body: 'x'.repeat(1_000_000),
+      author,
+      get blurb(): string {
+        throw new Error('an unselected getter was called');
+      },
+      tags: {
+        then() {
+          throw new Error('an unselected Promise was awaited');
+        },
+      },
+    };
+    author.books.push(book);
+    return book;
+  };
+  const books = new GraphQLSchema({
+    query: new GraphQLObjectType({ name: 'Query', fields: { book: { type: Book } } }),
+  });
+  const walk = async (value: unknown, set: string, type: graphql.GraphQLOutputType = Book) =>
+    outputWire(graphql, books, type, value, selecting(set), call);
+
+  it.each<[string, string, unknown]>([
+    ['the selected fields only', '{ id title }', { id: 1, title: 'Earthsea' }],
+    [
+      'a value that links back, as deep as the selection',
+      '{ id author { name books { id author { name } } } }',
+      { id: 1, author: { name: 'Ursula', books: [{ id: 1, author: { name: 'Ursula' } }] } },
+    ],
+    [
+      'a field selected under two aliases once, by its name, with both sub-selections',
+      '{ a: author { name } b: author { books { title } } }',
+      { author: { name: 'Ursula', books: [{ title: 'Earthsea' }] } },
+    ],
+    [
+      'a fragment and @skip as GraphQL reads them',
+      '{ ...on Book { id } title @skip(if: true) }',
+      { id: 1 },
+    ],
+  ])('stores %s', async (_name, set, wire) => {
+    expect((await walk(cyclic(), set)).wire).toEqual(wire);
+  });
+
+  it('stores a selected field that the value has not as null, not as not selected', async () => {
+    expect((await walk({ id: 1 }, '{ id title }')).wire).toEqual({ id: 1, title: null });
+  });
+
+  it('reads a one-shot list once, and gives the first answer the list it read', async () => {
+    const rows = [{ id: 1 }, { id: 2 }];
+    const tags = ['a', 'b'].values();
+    const value = { id: 3, tags, author: { name: 'U', books: rows.values() } };
+    const stored = await walk(value, '{ tags author { books { id } } }');
+    expect(stored.wire).toEqual({ tags: ['a', 'b'], author: { books: [{ id: 1 }, { id: 2 }] } });
+    const first = stored.value as typeof value & { tags: string[] };
+    expect(first).toMatchObject({ id: 3, tags: ['a', 'b'], author: { books: rows } });
+    // The resolver's value itself is not changed: the answer's is laid over it.
+    expect(Object.getPrototypeOf(first)).toBe(value);
+    expect(value.tags).toBe(tags);
+    const list = await walk(rows.values(), '{ id }', new GraphQLList(Book));
+    expect(list.value).toEqual(rows);
+  });
+
+  it("gives the first answer the resolver's own value when no list was read", async () => {
+    const value = cyclic();
+    expect((await walk(value, '{ id author { books { id } } }')).value).toBe(value);
+  });
+
+  it('keeps the unselected data of an object whose @ResolveField() is selected', async () => {
+    const Invoice = new GraphQLObjectType({
+      name: 'WireInvoice',
+      fields: {
+        id: { type: GraphQLInt },
+        total: { type: GraphQLInt },
+        due: { type: GraphQLInt },
+        memo: { type: GraphQLString },
+      },
+    });
+    noteResolvedField('WireInvoice.due');
+    const value = {
+      id: 1,
+      total: 5,
+      get memo(): string {
+        throw new Error('a getter is not data');
+      },
+    };
+    const stored = await outputWire(graphql, schema, Invoice, value, selecting('{ id due }'), call);
+    const replayed = fromWire(graphql, schema, Invoice, JSON.parse(JSON.stringify(stored.wire)));
+    expect(replayed).toEqual({ id: 1, due: null, total: 5 });
+  });
+
+  it('refuses, on a replay, a field the first call did not select', async () => {
+    const stored = JSON.parse(JSON.stringify((await walk(cyclic(), '{ id }')).wire)) as unknown;
+    const replayed = fromWire(graphql, schema, Book, stored) as Record<string, unknown>;
+    expect(replayed.id).toBe(1);
+    expect(() => replayed.title).toThrow(notStoredFieldMessage('Book', 'title'));
+    expect(() => replayed.title).toThrow(
+      expect.objectContaining({ extensions: { code: FIELD_NOT_STORED } }) as Error,
+    );
+    // Stored before answers were stored by their selection: the type's every field was.
+    expect((fromWire(graphql, schema, Book, stored, 2) as { title?: unknown }).title).toBe(
+      undefined,
+    );
+  });
+
+  it("answers the refusal in GraphQL as the field's error, the field null", async () => {
+    const stored = JSON.parse(JSON.stringify((await walk(cyclic(), '{ id }')).wire)) as unknown;
+    const replaySchema = new GraphQLSchema({
+      query: new GraphQLObjectType({
+        name: 'Query',
+        fields: { book: { type: Book, resolve: () => fromWire(graphql, schema, Book, stored) } },
+      }),
+    });
+    const result = await graphql.graphql({
+      schema: replaySchema,
+      source: '{ book { id title } }',
+    });
+    expect(result.data).toEqual({ book: { id: 1, title: null } });
+    expect(result.errors?.map((error) => [error.path, error.extensions.code])).toEqual([
+      [['book', 'title'], FIELD_NOT_STORED],
+    ]);
+  });
 });

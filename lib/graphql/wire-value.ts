@@ -167,8 +167,9 @@ async function walkValue(
   const wire: Record<string, unknown> = {};
   // What the resolvers of its fields read of it that the wire form would change (see above).
   const kept: Record<string, unknown> = {};
-  for (const [name, item] of Object.entries(source)) {
-    if (!(name in fields)) kept[name] = item;
+  // Its fields are not read here: an unselected one may be a getter that loads or throws.
+  for (const name of Object.keys(source)) {
+    if (!(name in fields)) kept[name] = source[name];
   }
   if ([...selected.keys()].some((name) => isResolvedByApp(concrete, name))) {
     Object.assign(kept, ownData(source, fields, selected));
