@@ -235,6 +235,43 @@ describe.each(GRAPHQL_DRIVERS)('GraphQL values that are not JSON, on %s', (drive
     expect(await notes(amount)).toEqual([at]);
   });
 
+  it('replays what the first call selected, and refuses on its own field what it did not', async () => {
+    const amount = base + 6;
+    const at = '2026-03-01T09:30:00.000Z';
+    const select = (set: string) =>
+      `mutation Issue($amount: Int!, $at: DateTime!) { issueReceipt(amount: $amount, at: $at) ${set} }`;
+    const key = `${driver}-selection`;
+    const first = await answer(select('{ id total }'), key, { amount, at });
+    expect(first.body).toEqual({
+      data: { issueReceipt: { id: expect.any(Number), total: `${amount}0000000000` } },
+    });
+    // The same fields under an alias and in a fragment: the stored values.
+    const aliased = await answer(select('{ sum: total ... on Receipt { id } }'), key, {
+      amount,
+      at,
+    });
+    expect(aliased.body.data).toEqual({
+      issueReceipt: {
+        sum: `${amount}0000000000`,
+        id: (first.body.data!.issueReceipt as { id: number }).id,
+      },
+    });
+    // A field the first call did not select has no stored value: an error on that field
+    // (non-null, so its parent is null too), never a made-up value.
+    const more = await answer(select('{ id total priority }'), key, { amount, at });
+    expect(more.body.data).toBeNull();
+    expect(more.body.errors).toEqual([
+      expect.objectContaining({
+        message: expect.stringContaining(
+          'The field Receipt.priority was not selected by the first call with this idempotency key',
+        ) as string,
+        path: ['issueReceipt', 'priority'],
+        extensions: expect.objectContaining({ code: 'field_not_stored' }) as object,
+      }),
+    ]);
+    expect(runs.get(amount)).toBe(1);
+  });
+
   const STAMP =
     'mutation Stamp($amount: Int!, $at: DateTime!) { stamp(amount: $amount, at: $at) { id at } }';
 
