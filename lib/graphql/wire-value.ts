@@ -21,7 +21,8 @@ import { notStoredField } from './not-stored-field.js';
  * Values as GraphQL writes them (its "wire" form: what a scalar's `serialize()` makes of
  * them), walked along their schema type. Used both ways:
  *
- * - a resolver's value is stored in its wire form, in which every scalar is already what the
+ * - a resolver's value is stored in its wire form as far as the operation selects it (the
+ *   field's selection set, not its whole type: see `selection.ts`), in which every scalar is already what the
  *   answer carries (a `Date` as the `DateTime` scalar's string, an enum as its name); a replay
  *   turns it back with each scalar's `parseValue()`, so that GraphQL, serializing it again,
  *   writes the same bytes as for the first answer (a scalar whose `serialize()` refuses a
