@@ -91,6 +91,11 @@ interface Walk {
   losses: ReplayLoss[];
   /** Each iterable read, by itself: read once even where the value reaches it twice. */
   lists: WeakMap<object, unknown[]>;
+  /**
+   * The fields each selection selects of each type, collected once for all the items of a
+   * list (as GraphQL collects a list's sub-fields once).
+   */
+  collected: WeakMap<readonly FieldNode[], Map<GraphQLObjectType, Map<string, FieldNode[]>>>;
 }
 
 /**
@@ -120,7 +125,15 @@ export async function outputWire(
   call?: ResolverCall,
   losses: ReplayLoss[] = [],
 ): Promise<StoredValue> {
-  const walk: Walk = { graphql, schema, selection, call, losses, lists: new WeakMap() };
+  const walk: Walk = {
+    graphql,
+    schema,
+    selection,
+    call,
+    losses,
+    lists: new WeakMap(),
+    collected: new WeakMap(),
+  };
   return walkValue(walk, type, promised, selection.nodes);
 }
 
@@ -163,7 +176,7 @@ async function walkValue(
     return { wire: jsonCopy(value), value: promised };
   }
   const fields = concrete.getFields();
-  const selected = selectedFields(graphql, schema, concrete, { ...walk.selection, nodes });
+  const selected = fieldsOf(walk, concrete, nodes);
   const source = value as Record<string, unknown>;
   const wire: Record<string, unknown> = {};
   // What the resolvers of its fields read of it that the wire form would change (see above).
@@ -245,6 +258,22 @@ async function walkValue(
     });
   }
   return { wire, value: Object.keys(replaced).length > 0 ? over(source, replaced) : promised };
+}
+
+/** The fields `nodes` select of an object of `type` (see `selectedFields`), collected once. */
+function fieldsOf(
+  walk: Walk,
+  type: GraphQLObjectType,
+  nodes: readonly FieldNode[],
+): Map<string, FieldNode[]> {
+  let byType = walk.collected.get(nodes);
+  if (!byType) walk.collected.set(nodes, (byType = new Map()));
+  let fields = byType.get(type);
+  if (!fields) {
+    fields = selectedFields(walk.graphql, walk.schema, type, { ...walk.selection, nodes });
+    byType.set(type, fields);
+  }
+  return fields;
 }
 
 /**
