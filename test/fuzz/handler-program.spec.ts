@@ -70,6 +70,12 @@ describe('the model of a handler program', () => {
       { kind: 'error', status: 500 },
     ],
     ['a swallowed failed statement', [write, swallow], { kind: 'aborted' }],
+    [
+      // The cursor's write per row may be refused first (500 cursor_open, nothing applied).
+      'a swallowed failed statement after a cursor',
+      [{ op: 'cursor' }, swallow],
+      { kind: 'aborted', refusable: true },
+    ],
     ['a write after a swallowed failure', [swallow, write], { kind: 'error', status: 500 }],
     [
       'a nested transaction that commits',

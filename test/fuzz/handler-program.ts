@@ -114,8 +114,10 @@ export type Outcome =
   /**
    * The handler swallowed a failed statement of the request's transaction and answered as
    * if nothing happened: 500 `transaction_aborted`, nothing applied, nothing stored.
+   * `refusable`: it ran what the library may refuse before, whose refusal (500 `cursor_open`,
+   * nothing applied) is right too.
    */
-  | { kind: 'aborted' };
+  | { kind: 'aborted'; refusable?: true };
 
 /**
  * The thrown errors the model tells apart: a failed statement's, "transaction aborted", the
@@ -180,7 +182,9 @@ export function expectedOutcome(
       ...(request.ranRefusable ? { refusable: true as const } : {}),
     };
   }
-  if (top.aborted) return { kind: 'aborted' };
+  if (top.aborted) {
+    return { kind: 'aborted', ...(request.ranRefusable ? { refusable: true as const } : {}) };
+  }
   const laterTransaction = (path: string) =>
     program.ops.slice(Number(path) + 1).some((op) => op.op === 'tx');
   return {
