@@ -9,7 +9,6 @@ import {
   Post,
 } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
-import { type Response } from 'express';
 import { type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
@@ -37,12 +36,19 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  */
 let pool: Pool;
 
+/** Express's response, as much of it as the filter uses. */
+type ExpressResponse = { status(code: number): { json(body: unknown): void } };
+
 @Catch()
 class EnvelopeFilter implements ExceptionFilter {
   catch(error: unknown, host: ArgumentsHost) {
     const message =
       error instanceof HttpException ? error.message : 'something went wrong, please contact us';
-    host.switchToHttp().getResponse<Response>().status(200).json({ success: false, message });
+    host
+      .switchToHttp()
+      .getResponse<ExpressResponse>()
+      .status(200)
+      .json({ success: false, message });
   }
 }
 
