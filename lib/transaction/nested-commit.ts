@@ -99,29 +99,39 @@ export class NestedCommit {
  * statements before the nested transaction deferred runs too, as their own commits would have
  * run it without the library.
  *
- * Then each constraint is put back to its initial mode, as the next transaction would begin
- * without the library: the initially deferred ones, read from the catalog, named in one
- * `SET CONSTRAINTS … DEFERRED` (not other sessions' temporary tables', nor a name shared with
- * a constraint not deferrable, which could not be named). That costs the server a catalog
- * read (about 0.2 ms), paid only where the database had something deferrable at start-up
+ * Then each constraint must be back in its initial mode, as the next transaction would begin
+ * without the library, and PostgreSQL has no statement for that: the initially deferred ones
+ * are named in one `SET CONSTRAINTS … DEFERRED`, read from the catalog, each name once (a
+ * partitioned table's copies share it). A name also held by a constraint that is not
+ * initially deferred cannot be named without changing that one too: then the run is a trial,
+ * in a subtransaction rolled back (`RAISE` caught), which leaves every mode as it was and the
+ * deferred work to the request's COMMIT, with its effects (the limit the docs state). A
+ * schema the role may not use is left out (naming it is refused, 42501; its constraints stay
+ * immediate to the request's COMMIT). That costs the server a catalog read (well under a
+ * millisecond), paid only where the database had something deferrable at start-up
  * (`mayDefer`); elsewhere nothing is checked (TypeORM: a round trip of its own), or, on the
  * pool seam (`always`, where the check rides in the RELEASE's round trip), one added later is
  * checked and stays immediate to the request's COMMIT.
  */
 export function deferredCheck(always = false): string | undefined {
-  if (mayDefer()) return `${RUN_DEFERRED}; ${DEFERRED_AGAIN}`;
+  if (mayDefer()) return RUN_DEFERRED_AS_COMMIT;
   return always ? RUN_DEFERRED : undefined;
 }
 
 const RUN_DEFERRED = 'SET CONSTRAINTS ALL IMMEDIATE';
 
-const DEFERRED_AGAIN =
-  'DO $idempotency$ DECLARE deferred text; BEGIN ' +
-  "SELECT string_agg(format('%s.%I', c.connamespace::regnamespace, c.conname), ', ') " +
-  'INTO deferred FROM pg_constraint c WHERE c.condeferred ' +
-  'AND (c.connamespace = pg_my_temp_schema() ' +
-  "OR c.connamespace::regnamespace::text !~ '^pg_(toast_)?temp_') " +
-  'AND NOT EXISTS (SELECT FROM pg_constraint o WHERE o.connamespace = c.connamespace ' +
-  'AND o.conname = c.conname AND NOT o.condeferrable); ' +
+const RUN_DEFERRED_AS_COMMIT =
+  'DO $idempotency$ DECLARE deferred text; exact boolean; BEGIN ' +
+  "SELECT string_agg(DISTINCT format('%I.%I', n.nspname, c.conname), ', '), " +
+  'coalesce(bool_and(NOT EXISTS (SELECT FROM pg_constraint o ' +
+  'WHERE o.connamespace = c.connamespace AND o.conname = c.conname AND NOT o.condeferred)), ' +
+  'true) INTO deferred, exact ' +
+  'FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace WHERE c.condeferred ' +
+  "AND (c.connamespace = pg_my_temp_schema() OR n.nspname !~ '^pg_(toast_)?temp_') " +
+  "AND has_schema_privilege(c.connamespace, 'USAGE'); " +
+  'IF exact THEN SET CONSTRAINTS ALL IMMEDIATE; ' +
   "IF deferred IS NOT NULL THEN EXECUTE 'SET CONSTRAINTS ' || deferred || ' DEFERRED'; END IF; " +
+  // The trial: a violation is raised as it is; its own end is caught, and rolls back.
+  "ELSE BEGIN SET CONSTRAINTS ALL IMMEDIATE; RAISE SQLSTATE 'IDMP1'; " +
+  "EXCEPTION WHEN SQLSTATE 'IDMP1' THEN NULL; END; END IF; " +
   'END $idempotency$';
