@@ -326,11 +326,11 @@ export class LazyTransaction extends RequestTransaction {
                   if (check) await internals.query(check);
                 },
                 // What its own COMMIT would end, before `afterTransactionCommit`; the role
-                // last (its temporary tables are ended under its code's role, their owner).
+                // first (see `endingText`).
                 afterRelease: async () => {
                   const ending = [
-                    this.nestedCommit.endingText(this.outermostKept),
                     this.outermostKept ? restoreNestedState(OUTERMOST_KEPT_AS) : undefined,
+                    this.nestedCommit.endingText(this.outermostKept),
                   ].filter((text) => text !== undefined);
                   if (ending.length > 0) await internals.query(ending.join('; '));
                 },

@@ -43,48 +43,59 @@ export class NestedCommit {
   }
 
   /**
-   * What ends them, sent after the `RELEASE` (statements joined by `;`), before the role is
-   * put back. The temporary tables go together, as PostgreSQL's COMMIT ends them (one `DROP … CASCADE`, one `TRUNCATE`: two
-   * linked by a foreign key end without error); one its code already dropped is left alone.
-   * Every cursor not `WITH HOLD` is closed, as a COMMIT closes them, whoever opened it (a
-   * `DECLARE`, a PL/pgSQL function's refcursor): the request's own top level cannot declare
-   * one without the library (outside a transaction block PostgreSQL refuses it), and a
-   * stream of its code's own is refused before the commit.
+   * What ends them, sent after the `RELEASE` and after the role, session authorization and
+   * search path are put back (`restoreNestedState`, by the seam), statements joined by `;`:
+   * the settings first (put back by the role the nested transaction began with, which may set
+   * what a role its code narrowed to may not), then every cursor not `WITH HOLD` closed, as a
+   * COMMIT closes them before it ends the tables (one left open over a temporary table would
+   * keep it "in use": 55006), whoever opened it (a `DECLARE`, a PL/pgSQL function's
+   * refcursor): the request's own top level cannot declare one without the library (outside a
+   * transaction block PostgreSQL refuses it), and a stream of its code's own is refused
+   * before the commit. Then the temporary tables, together, as PostgreSQL's COMMIT ends them
+   * (one `DROP … CASCADE`, one `TRUNCATE`: two linked by a foreign key end without error),
+   * one its code already dropped left alone. A COMMIT ends them whatever the role; here each is
+   * ended by a role that may: the one put back, or the table's owner where that one may not
+   * act as it (a table made under `SET LOCAL ROLE` by a `NOINHERIT` login), set for the
+   * statement and put back after it.
    */
   endingText(sweep: boolean): string | undefined {
     const parts: string[] = [];
+    if (this.settingsBefore.size > 0) parts.push(restoreSettings(this.settingsBefore));
     // The sweep where it rides in a round trip sent anyway (`sweep`), or where its code made
     // something it ends: a TypeORM save's own savepoint (no statement after its RELEASE
     // otherwise) pays no round trip for it.
     if (sweep || this.tempTables.size > 0 || this.cursors.size > 0) {
-      const named = (action: 'drop' | 'delete') =>
-        `ARRAY[${[...this.tempTables]
+      const end = (action: 'drop' | 'delete', command: (tables: string) => string) => {
+        const names = [...this.tempTables]
           .filter(([, what]) => what === action)
-          .map(([name]) => pg.escapeLiteral(name))
-          .join(', ')}]::text[]`;
-      const existing = (action: 'drop' | 'delete') =>
-        `(SELECT string_agg(format('pg_temp.%I', n), ', ') FROM unnest(${named(action)}) AS n ` +
-        `WHERE to_regclass(format('pg_temp.%I', n)) IS NOT NULL)`;
-      // The cursors first, as PostgreSQL's COMMIT closes them before it ends the tables: one
-      // left open over a temporary table would keep it "in use" (55006).
+          .map(([name]) => pg.escapeLiteral(name));
+        if (names.length === 0) return '';
+        return (
+          'FOR owner_name, tables IN SELECT r.rolname, ' +
+          "string_agg(format('pg_temp.%I', n), ', ') " +
+          `FROM unnest(ARRAY[${names.join(', ')}]::text[]) AS n ` +
+          "JOIN pg_class c ON c.oid = to_regclass(format('pg_temp.%I', n)) " +
+          'JOIN pg_roles r ON r.oid = c.relowner GROUP BY r.rolname LOOP ' +
+          "IF pg_has_role(owner_name, 'USAGE') THEN EXECUTE " +
+          command('tables') +
+          "; ELSE PERFORM set_config('role', owner_name, true); EXECUTE " +
+          command('tables') +
+          "; PERFORM set_config('role', kept_role, true); END IF; END LOOP; "
+        );
+      };
       parts.push(
-        'DO $idempotency$ DECLARE tables text; cursor_names text[]; cursor_name text; BEGIN ' +
+        'DO $idempotency$ DECLARE cursor_names text[]; cursor_name text; owner_name text; ' +
+          "tables text; kept_role text := current_setting('role'); BEGIN " +
           // The names first: a FOR loop over the view would be a portal of its own in it.
           'SELECT array_agg(name) INTO cursor_names FROM pg_cursors WHERE NOT is_holdable ' +
           "AND name <> '' AND name NOT LIKE '<unnamed portal%'; " +
           'FOREACH cursor_name IN ARRAY coalesce(cursor_names, ARRAY[]::text[]) ' +
           "LOOP EXECUTE format('CLOSE %I', cursor_name); END LOOP; " +
-          `tables := ${existing('drop')}; ` +
-          "IF tables IS NOT NULL THEN EXECUTE 'DROP TABLE ' || tables || ' CASCADE'; END IF; " +
-          `tables := ${existing('delete')}; ` +
-          "IF tables IS NOT NULL THEN EXECUTE 'TRUNCATE ' || tables; END IF; " +
+          end('drop', (tables) => `'DROP TABLE ' || ${tables} || ' CASCADE'`) +
+          end('delete', (tables) => `'TRUNCATE ' || ${tables}`) +
           'END $idempotency$',
       );
     }
-    // The settings after the tables: ended under the role its code set (the tables' owner),
-    // as its COMMIT ends them before anything is put back. (The role, session authorization
-    // and search path are put back after this text, by the seam: `restoreNestedState`.)
-    if (this.settingsBefore.size > 0) parts.push(restoreSettings(this.settingsBefore));
     return parts.length > 0 ? parts.join('; ') : undefined;
   }
 }

@@ -531,8 +531,8 @@ export class PoolTransaction extends RequestTransaction {
         ? (check ? `${check}; ` : '') +
           `RELEASE SAVEPOINT ${savepoint.name}` +
           (savepoint.keptAs
-            ? `; ${(savepoint.commit ?? new NestedCommit()).endingText(true)}` +
-              `; ${restoreNestedState(savepoint.keptAs)}`
+            ? `; ${restoreNestedState(savepoint.keptAs)}` +
+              `; ${(savepoint.commit ?? new NestedCommit()).endingText(true)}`
             : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
     await this.statement([text], () => true, view);
