@@ -113,7 +113,16 @@ describe('isUnwrittenValue', () => {
       { status: 500, returned: true, httpCode: 202, statusWhenReturned: 200 },
       true,
     ],
-    ['a 4xx is never this', { status: 400, returned: true, statusWhenReturned: 200 }, false],
+    [
+      'a 4xx is not this by itself',
+      { status: 400, returned: true, statusWhenReturned: 200 },
+      false,
+    ],
+    [
+      'writing it threw: whatever an app filter then answered',
+      { status: 200, returned: true, statusWhenReturned: 200, writeThrew: true },
+      true,
+    ],
   ])('%s', (_name, answer, expected) => {
     expect(isUnwrittenValue(answer)).toBe(expected);
   });

@@ -75,6 +75,8 @@ export interface WrittenAnswer {
   httpCode?: number;
   /** The raw response's status when the handler returned (one it set with `@Res()`). */
   statusWhenReturned?: number;
+  /** Whether writing the value threw (Express's `res.json()`: `JSON.stringify` refused it). */
+  writeThrew?: boolean;
 }
 
 /**
@@ -83,9 +85,34 @@ export interface WrittenAnswer {
  * exception handler answered 500 after the handler had succeeded. That answer is a bug's, as
  * if the handler had thrown: its effects roll back, rather than commit with a stored 500 that
  * tells every retry the request failed. A 5xx the handler chose (`@HttpCode(503)`, or a status
- * it set on `@Res({ passthrough: true })`) is its answer.
+ * it set on `@Res({ passthrough: true })`) is its answer. Where writing it is seen to throw
+ * (Express's `res.json()`: `watchJsonWrite`), whatever status an exception filter of the app's
+ * then wrote is no answer to the value either.
  */
 export function isUnwrittenValue(answer: WrittenAnswer): boolean {
-  if (!answer.returned || answer.status < 500) return false;
+  if (!answer.returned) return false;
+  // Whatever an exception filter of the app's then answered (`200 { success: false }`).
+  if (answer.writeThrew) return true;
+  if (answer.status < 500) return false;
   return (answer.httpCode ?? 0) < 500 && (answer.statusWhenReturned ?? 0) < 500;
+}
+
+/**
+ * Watches Express's `res.json()` for the request (Nest's Express adapter writes an object
+ * with it): `onThrow` is called when it throws (`JSON.stringify` refusing a
+ * `BigInt` or a cycle), before the error goes on to Nest's exception filters. Fastify
+ * serializes after Nest's filters have run, so its own 500 is what is written there.
+ */
+export function watchJsonWrite(response: object, onThrow: () => void): void {
+  const express = response as { json?: (body: unknown) => unknown };
+  const json = express.json;
+  if (typeof json !== 'function') return;
+  express.json = function (this: unknown, body: unknown) {
+    try {
+      return json.call(this, body);
+    } catch (error) {
+      onThrow();
+      throw error;
+    }
+  };
 }

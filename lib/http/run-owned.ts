@@ -8,7 +8,7 @@ import { commitAnswer, giveBackBrokenStream, tooLarge } from '../transaction/com
 import { onHandlerError } from '../transaction/handler-failure.js';
 import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-tools.js';
 import { runInContext } from '../transaction/run-in-context.js';
-import { isUnwrittenValue, onStreamError, resultStream } from './handler-result.js';
+import { isUnwrittenValue, onStreamError, resultStream, watchJsonWrite } from './handler-result.js';
 import { rawResponse } from './raw-response.js';
 import { holdResponse } from './response-hold.js';
 import { type RouteSettings } from './route-settings.js';
@@ -55,6 +55,12 @@ export function runOwned(
   let settled = false;
   /** The raw response's status when the handler returned a value (one it set itself). */
   let statusWhenReturned: number | undefined;
+  /** Whether writing the value it returned threw (see `watchJsonWrite`). */
+  let writeThrew = false;
+  // Not only its own value: an interceptor outside the library's may have mapped it.
+  watchJsonWrite(response, () => {
+    if (result !== undefined) writeThrew = true;
+  });
   /** Answered from outside while the handler goes on: it commits its own answer later. */
   let detached = false;
   let result: unknown;
@@ -87,6 +93,7 @@ export function runOwned(
           returned: result !== undefined,
           httpCode: settings.httpCode,
           statusWhenReturned,
+          writeThrew,
         });
       if (unwritten) {
         tools.logger.error(
