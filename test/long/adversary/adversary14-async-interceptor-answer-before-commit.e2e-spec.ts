@@ -62,7 +62,11 @@ class OrdersController {
 }
 
 @Module({
-  imports: [IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool, maxResponseBytes: 200 }) })],
+  imports: [
+    IdempotencyModule.forRootAsync({
+      useFactory: () => ({ globalKeys: true, pool, maxResponseBytes: 200 }),
+    }),
+  ],
   controllers: [OrdersController],
   providers: [{ provide: APP_INTERCEPTOR, useClass: EnvelopeInterceptor }],
 })

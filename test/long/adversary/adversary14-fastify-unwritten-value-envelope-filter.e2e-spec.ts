@@ -44,11 +44,7 @@ class EnvelopeFilter implements ExceptionFilter {
   catch(error: unknown, host: ArgumentsHost) {
     const message =
       error instanceof HttpException ? error.message : 'something went wrong, please contact us';
-    host
-      .switchToHttp()
-      .getResponse<FastifyReply>()
-      .status(200)
-      .send({ success: false, message });
+    host.switchToHttp().getResponse<FastifyReply>().status(200).send({ success: false, message });
   }
 }
 

@@ -35,7 +35,9 @@ async function report({ name }: { name: string }) {
       sql`CREATE TEMP TABLE report_rows ON COMMIT DROP AS SELECT g AS n FROM generate_series(1, 3) g`,
     );
     await tx.execute(sql`INSERT INTO report_runs (name) VALUES (${name})`);
-    await tx.execute(sql`DECLARE report_cursor CURSOR WITH HOLD FOR SELECT n FROM report_rows ORDER BY n`);
+    await tx.execute(
+      sql`DECLARE report_cursor CURSOR WITH HOLD FOR SELECT n FROM report_rows ORDER BY n`,
+    );
   });
   const { rows } = await db.execute<{ n: number }>(sql`FETCH ALL FROM report_cursor`);
   await db.execute(sql`CLOSE report_cursor`);
@@ -109,6 +111,12 @@ describe('adversary 14: a WITH HOLD cursor over a temporary table ON COMMIT DROP
       retry: retry.status,
       same: retry.text === first.text,
       runs: await runs('b'),
-    }).toEqual({ first: 201, body: { name: 'b', rows: [1, 2, 3] }, retry: 201, same: true, runs: 1 });
+    }).toEqual({
+      first: 201,
+      body: { name: 'b', rows: [1, 2, 3] },
+      retry: 201,
+      same: true,
+      runs: 1,
+    });
   }, 20_000);
 });

@@ -80,9 +80,7 @@ class OrdersController {
 @Module({
   imports: [IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) })],
   controllers: [OrdersController],
-  providers: [
-    { provide: APP_INTERCEPTOR, useClass: ResponseInterceptor },
-  ],
+  providers: [{ provide: APP_INTERCEPTOR, useClass: ResponseInterceptor }],
 })
 class OrdersModule {}
 

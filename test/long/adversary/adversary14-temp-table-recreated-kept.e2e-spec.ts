@@ -113,6 +113,12 @@ describe('adversary 14: a temporary table dropped and made again without ON COMM
       retry: retry.status,
       same: retry.text === first.text,
       orders: await orders('b'),
-    }).toEqual({ first: 201, body: { order: 'b', bins: [1, 2] }, retry: 201, same: true, orders: 1 });
+    }).toEqual({
+      first: 201,
+      body: { order: 'b', bins: [1, 2] },
+      retry: 201,
+      same: true,
+      orders: 1,
+    });
   }, 20_000);
 });
