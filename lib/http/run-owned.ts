@@ -64,6 +64,8 @@ export function runOwned(
   /** Answered from outside while the handler goes on: it commits its own answer later. */
   let detached = false;
   let result: unknown;
+  /** Whether the handler emitted its value (`result` may be undefined). */
+  let emitted = false;
   /**
    * What is done when the answer comes from outside the handler before it settled (see the
    * teardown below); set once it is subscribed to.
@@ -140,6 +142,7 @@ export function runOwned(
     const inner = runInContext(context, next).subscribe({
       next: (value) => {
         result = value;
+        emitted = true;
         statusWhenReturned = raw.statusCode;
         const stream = resultStream(value);
         // Watched before the adapter gets it, so the failure is known when it ends the reply.
@@ -168,6 +171,13 @@ export function runOwned(
     });
     answeredOutside = () => {
       if (settled || detached || givingBack) return;
+      // Unsubscribed after its value (an interceptor's `firstValueFrom`, `take(1)`): that
+      // value is its answer, on its way to the adapter through that interceptor, which may
+      // map it (an envelope) or refuse it (a 500): what the adapter writes is stored.
+      if (emitted) {
+        settle();
+        return;
+      }
       // Answered before the handler's answer (an outer timeout interceptor, say): what goes
       // out now is not the handler's answer, so it is not stored.
       if (context.handlerStarted) {
