@@ -11,6 +11,7 @@ import { catchError, mergeMap, type Observable, throwError } from 'rxjs';
 import { publish } from './events/idempotency-events.js';
 import { type FieldSteps, interceptField } from './graphql/intercept-field.js';
 import { problemAnswer } from './graphql/graphql-problem.js';
+import { watchFastifySerialization } from './http/handler-result.js';
 import { answerProblem, problemResponse } from './http/problem.js';
 import { rawResponse } from './http/raw-response.js';
 import { readRequest } from './http/read-request.js';
@@ -55,6 +56,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     private readonly database: IdempotencyDatabase,
     private readonly cache: ReplayCache,
   ) {
+    // Fastify serializes after Nest's filters could see a failure: noted by a hook.
+    watchFastifySerialization(adapterHost.httpAdapter?.getInstance?.());
     const renderFailed = (reason: unknown) =>
       this.logger.error(`renderProblem failed, the problem went out as it is: ${String(reason)}`);
     const { renderProblem } = options;

@@ -75,7 +75,7 @@ export interface WrittenAnswer {
   httpCode?: number;
   /** The raw response's status when the handler returned (one it set with `@Res()`). */
   statusWhenReturned?: number;
-  /** Whether writing the value threw (Express's `res.json()`: `JSON.stringify` refused it). */
+  /** Whether writing the value threw (`res.json()`, `reply.send()`: `JSON.stringify` refused it). */
   writeThrew?: boolean;
 }
 
@@ -86,7 +86,7 @@ export interface WrittenAnswer {
  * if the handler had thrown: its effects roll back, rather than commit with a stored 500 that
  * tells every retry the request failed. A 5xx the handler chose (`@HttpCode(503)`, or a status
  * it set on `@Res({ passthrough: true })`) is its answer. Where writing it is seen to throw
- * (Express's `res.json()`: `watchJsonWrite`), whatever status an exception filter of the app's
+ * (Express's `res.json()`, Fastify's `reply.send()`: `watchJsonWrite`), whatever status an exception filter of the app's
  * then wrote is no answer to the value either.
  */
 export function isUnwrittenValue(answer: WrittenAnswer): boolean {
@@ -98,21 +98,62 @@ export function isUnwrittenValue(answer: WrittenAnswer): boolean {
 }
 
 /**
- * Watches Express's `res.json()` for the request (Nest's Express adapter writes an object
- * with it): `onThrow` is called when it throws (`JSON.stringify` refusing a
- * `BigInt` or a cycle), before the error goes on to Nest's exception filters. Fastify
- * serializes after Nest's filters have run, so its own 500 is what is written there.
+ * Watches the adapter's write of a value for the request (Nest's Express adapter writes an
+ * object with `res.json()`, its Fastify adapter with `reply.send()`, which serializes it
+ * there): `onThrow` is called when it throws (`JSON.stringify` refusing a `BigInt` or a
+ * cycle), before the error goes on to Nest's exception filters, which may answer anything.
  */
 export function watchJsonWrite(response: object, onThrow: () => void): void {
-  const express = response as { json?: (body: unknown) => unknown };
-  const json = express.json;
-  if (typeof json !== 'function') return;
-  express.json = function (this: unknown, body: unknown) {
-    try {
-      return json.call(this, body);
-    } catch (error) {
-      onThrow();
-      throw error;
-    }
-  };
+  const writer = response as Record<'json' | 'send', ((body: unknown) => unknown) | undefined>;
+  for (const name of ['json', 'send'] as const) {
+    const write = writer[name];
+    if (typeof write !== 'function') continue;
+    writer[name] = function (this: unknown, body: unknown) {
+      try {
+        return write.call(this, body);
+      } catch (error) {
+        onThrow();
+        throw error;
+      }
+    };
+  }
+}
+
+/** Responses whose value Fastify could not serialize (see `watchFastifySerialization`). */
+const unserialized = new WeakSet<object>();
+
+/**
+ * Fastify serializes a value after `reply.send()` has returned, and hands a failure
+ * (`error.serialization` set) to its `onError` hooks, then to the error handler Nest's
+ * filters answer from (which may answer anything, `200 { success: false }`): an `onError` hook
+ * of the app's instance notes the response, once per instance. Where the hook cannot be added
+ * (the instance has booted), the status rule of `isUnwrittenValue` is what is left.
+ */
+export function watchFastifySerialization(instance: unknown): void {
+  const fastify = instance as {
+    addHook?: (
+      name: 'onError',
+      hook: (request: unknown, reply: { raw: object }, error: unknown, done: () => void) => void,
+    ) => unknown;
+    [WATCHED]?: true;
+  } | null;
+  if (typeof fastify?.addHook !== 'function' || fastify[WATCHED]) return;
+  try {
+    fastify.addHook('onError', (_request, reply, error, done) => {
+      if ((error as { serialization?: unknown } | null)?.serialization !== undefined) {
+        unserialized.add(reply.raw);
+      }
+      done();
+    });
+    fastify[WATCHED] = true;
+  } catch {
+    // Booted already: hooks are closed.
+  }
+}
+
+const WATCHED = Symbol('idempotency.watchFastifySerialization');
+
+/** Whether Fastify failed to serialize the value written to `raw` (`watchFastifySerialization`). */
+export function serializationFailed(raw: object): boolean {
+  return unserialized.has(raw);
 }

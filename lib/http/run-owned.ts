@@ -8,7 +8,13 @@ import { commitAnswer, giveBackBrokenStream, tooLarge } from '../transaction/com
 import { onHandlerError } from '../transaction/handler-failure.js';
 import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-tools.js';
 import { runInContext } from '../transaction/run-in-context.js';
-import { isUnwrittenValue, onStreamError, resultStream, watchJsonWrite } from './handler-result.js';
+import {
+  isUnwrittenValue,
+  onStreamError,
+  resultStream,
+  serializationFailed,
+  watchJsonWrite,
+} from './handler-result.js';
 import { rawResponse } from './raw-response.js';
 import { holdResponse } from './response-hold.js';
 import { type RouteSettings } from './route-settings.js';
@@ -95,7 +101,7 @@ export function runOwned(
           returned: result !== undefined,
           httpCode: settings.httpCode,
           statusWhenReturned,
-          writeThrew,
+          writeThrew: writeThrew || serializationFailed(raw),
         });
       if (unwritten) {
         tools.logger.error(
