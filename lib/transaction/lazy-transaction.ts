@@ -10,7 +10,7 @@ import { isReadOnlyError, markDatabaseFailure } from '../storage/connection-erro
 import { acquire } from '../storage/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
-import { deferredCheck, NestedCommit } from './nested-commit.js';
+import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
 import { OpenStreams } from './open-streams.js';
 import { asTransactionManager, isPersisting, markUnprotected } from './own-persist.js';
 import { runnerView } from './runner-view.js';
@@ -310,6 +310,8 @@ export class LazyTransaction extends RequestTransaction {
       this.refuseOutOfOrder(from, 'commit');
       const depth = internals.transactionDepth;
       const outermost = depth === 2;
+      /** Whether its deferred work ran (`deferredCheck`): the modes are then put back. */
+      let checked = false;
       this.releasedFor = undefined;
       try {
         await this.asOwner(
@@ -324,12 +326,14 @@ export class LazyTransaction extends RequestTransaction {
                 beforeRelease: async () => {
                   const check = this.readOnlyFrom === 2 ? undefined : deferredCheck();
                   if (check) await internals.query(check);
+                  checked = check !== undefined;
                 },
                 // What its own COMMIT would end, before `afterTransactionCommit`; the role
                 // first (see `endingText`).
                 afterRelease: async () => {
                   const ending = [
                     this.outermostKept ? restoreNestedState(OUTERMOST_KEPT_AS) : undefined,
+                    checked ? deferredAgain() : undefined,
                     this.nestedCommit.endingText(this.outermostKept),
                   ].filter((text) => text !== undefined);
                   if (ending.length > 0) await internals.query(ending.join('; '));

@@ -112,8 +112,8 @@ export class NestedCommit {
  *
  * Then each constraint must be back in its initial mode, as the next transaction would begin
  * without the library, and PostgreSQL has no statement for that: the initially deferred ones
- * are named in one `SET CONSTRAINTS … DEFERRED`, read from the catalog, each name once (a
- * partitioned table's copies share it). A name also held by a constraint that is not
+ * are named in one `SET CONSTRAINTS … DEFERRED` (`deferredAgain`, after the role is put
+ * back), read from the catalog, each name once (a partitioned table's copies share it). A name also held by a constraint that is not
  * initially deferred cannot be named without changing that one too: then the run is a trial,
  * in a subtransaction rolled back (`RAISE` caught), which leaves every mode as it was and the
  * deferred work to the request's COMMIT, with its effects (the limit the docs state). A
@@ -129,20 +129,39 @@ export function deferredCheck(always = false): string | undefined {
   return always ? RUN_DEFERRED : undefined;
 }
 
+/**
+ * After the `RELEASE` and after the role the nested transaction began with is put back
+ * (naming a schema is checked against the role: its code's `SET LOCAL ROLE` may not use one
+ * the login may): the initially deferred constraints named `DEFERRED` again, where
+ * `deferredCheck` ran them for real. Undefined where it names nothing (`mayDefer`).
+ */
+export function deferredAgain(): string | undefined {
+  return mayDefer() ? DEFERRED_AGAIN : undefined;
+}
+
 const RUN_DEFERRED = 'SET CONSTRAINTS ALL IMMEDIATE';
 
+/** Set (transaction-local) when the deferred work ran for real: `DEFERRED_AGAIN` then names. */
+const AGAIN = 'idempotency.deferred_again';
+
 const RUN_DEFERRED_AS_COMMIT =
-  'DO $idempotency$ DECLARE deferred text; exact boolean; BEGIN ' +
-  "SELECT string_agg(DISTINCT format('%I.%I', n.nspname, c.conname), ', '), " +
-  'coalesce(bool_and(NOT EXISTS (SELECT FROM pg_constraint o ' +
-  'WHERE o.connamespace = c.connamespace AND o.conname = c.conname AND NOT o.condeferred)), ' +
-  'true) INTO deferred, exact ' +
-  'FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace WHERE c.condeferred ' +
-  "AND (c.connamespace = pg_my_temp_schema() OR n.nspname !~ '^pg_(toast_)?temp_') " +
-  "AND has_schema_privilege(c.connamespace, 'USAGE'); " +
-  'IF exact THEN SET CONSTRAINTS ALL IMMEDIATE; ' +
-  "IF deferred IS NOT NULL THEN EXECUTE 'SET CONSTRAINTS ' || deferred || ' DEFERRED'; END IF; " +
+  'DO $idempotency$ BEGIN ' +
+  'IF NOT EXISTS (SELECT FROM pg_constraint c JOIN pg_constraint o ' +
+  'ON o.connamespace = c.connamespace AND o.conname = c.conname ' +
+  'WHERE c.condeferred AND NOT o.condeferred) ' +
+  `THEN SET CONSTRAINTS ALL IMMEDIATE; PERFORM set_config('${AGAIN}', 'on', true); ` +
   // The trial: a violation is raised as it is; its own end is caught, and rolls back.
   "ELSE BEGIN SET CONSTRAINTS ALL IMMEDIATE; RAISE SQLSTATE 'IDMP1'; " +
   "EXCEPTION WHEN SQLSTATE 'IDMP1' THEN NULL; END; END IF; " +
   'END $idempotency$';
+
+const DEFERRED_AGAIN =
+  'DO $idempotency$ DECLARE deferred text; BEGIN ' +
+  `IF current_setting('${AGAIN}', true) = 'on' THEN ` +
+  `PERFORM set_config('${AGAIN}', '', true); ` +
+  "SELECT string_agg(DISTINCT format('%I.%I', n.nspname, c.conname), ', ') INTO deferred " +
+  'FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace WHERE c.condeferred ' +
+  "AND (c.connamespace = pg_my_temp_schema() OR n.nspname !~ '^pg_(toast_)?temp_') " +
+  "AND has_schema_privilege(c.connamespace, 'USAGE'); " +
+  "IF deferred IS NOT NULL THEN EXECUTE 'SET CONSTRAINTS ' || deferred || ' DEFERRED'; END IF; " +
+  'END IF; END $idempotency$';

@@ -32,7 +32,7 @@ import {
   valuesOf,
 } from './request-transaction.js';
 import { type PoolJoin } from './transaction-scope.js';
-import { deferredCheck, NestedCommit } from './nested-commit.js';
+import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
 
 const logger = new Logger('Idempotency');
 /** Pools already warned of (see `otherPool`): once each, not once per request. */
@@ -532,6 +532,7 @@ export class PoolTransaction extends RequestTransaction {
           `RELEASE SAVEPOINT ${savepoint.name}` +
           (savepoint.keptAs
             ? `; ${restoreNestedState(savepoint.keptAs)}` +
+              (check && deferredAgain() ? `; ${deferredAgain()}` : '') +
               `; ${(savepoint.commit ?? new NestedCommit()).endingText(true)}`
             : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
