@@ -21,7 +21,11 @@ export class NestedCommit {
   /** Notes what `text` leaves; the settings it sets whose values are not read yet. */
   private note(text: unknown, values?: readonly unknown[]): string[] {
     const ends = commitEndsOf(text);
-    for (const { name, action } of ends.tempTables) this.tempTables.set(name, action);
+    for (const { name, action } of ends.tempTables) {
+      // Made again without an ON COMMIT action (after a DROP): its COMMIT leaves it alone.
+      if (action === 'keep') this.tempTables.delete(name);
+      else this.tempTables.set(name, action);
+    }
     for (const cursor of ends.cursors) this.cursors.add(cursor);
     return localSettingsOf(text, values).filter((name) => !this.settingsBefore.has(name));
   }

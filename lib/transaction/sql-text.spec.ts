@@ -1,6 +1,7 @@
 import {
   isPlainRead,
   isTransactionModeOnly,
+  commitEndsOf,
   localSettingsOf,
   nestedControlOf,
   setsIdentity,
@@ -615,5 +616,45 @@ describe('localSettingsOf', () => {
     // (A rest parameter: jest takes a parameter past a row's length for a `done` callback.)
   ])('%s', (...[, sql, expected, values]) => {
     expect(localSettingsOf(sql, values)).toEqual(expected);
+  });
+});
+
+describe('commitEndsOf', () => {
+  beforeAll(() => sqlReaderReady());
+
+  it.each<[string, string, ReturnType<typeof commitEndsOf>]>([
+    [
+      'a temporary table ON COMMIT DROP',
+      'CREATE TEMP TABLE t (a int) ON COMMIT DROP',
+      { tempTables: [{ name: 't', action: 'drop' }], cursors: [] },
+    ],
+    [
+      'pg_temp.name ON COMMIT DELETE ROWS',
+      'CREATE TABLE pg_temp.t (a int) ON COMMIT DELETE ROWS',
+      { tempTables: [{ name: 't', action: 'delete' }], cursors: [] },
+    ],
+    [
+      'made again without an action: kept',
+      'DROP TABLE t; CREATE TEMP TABLE t (a int)',
+      { tempTables: [{ name: 't', action: 'keep' }], cursors: [] },
+    ],
+    [
+      'IF NOT EXISTS without an action: the existing one’s stands',
+      'CREATE TEMP TABLE IF NOT EXISTS t (a int)',
+      { tempTables: [], cursors: [] },
+    ],
+    [
+      'AS … ON COMMIT DROP',
+      'CREATE TEMP TABLE t ON COMMIT DROP AS SELECT 1',
+      { tempTables: [{ name: 't', action: 'drop' }], cursors: [] },
+    ],
+    ['a plain table', 'CREATE TABLE t (a int)', { tempTables: [], cursors: [] }],
+    [
+      'a cursor, and one WITH HOLD (not ended)',
+      'DECLARE c CURSOR FOR SELECT 1; DECLARE h CURSOR WITH HOLD FOR SELECT 1',
+      { tempTables: [], cursors: ['c'] },
+    ],
+  ])('%s', (_name, sql, expected) => {
+    expect(commitEndsOf(sql)).toEqual(expected);
   });
 });

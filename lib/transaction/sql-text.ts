@@ -571,8 +571,11 @@ export function localSettingsOf(sql: unknown, values?: readonly unknown[]): stri
 
 /** What a transaction's COMMIT ends that a savepoint's RELEASE keeps (see `commitEndsOf`). */
 export interface CommitEnds {
-  /** Temporary tables made `ON COMMIT DROP` or `ON COMMIT DELETE ROWS`, by name. */
-  tempTables: { name: string; action: 'drop' | 'delete' }[];
+  /**
+   * Temporary tables made `ON COMMIT DROP` or `ON COMMIT DELETE ROWS`, by name; `keep`: one
+   * made again without either (`PRESERVE ROWS`), which a COMMIT leaves alone.
+   */
+  tempTables: { name: string; action: 'drop' | 'delete' | 'keep' }[];
   /** Cursors declared without `WITH HOLD`, by name. */
   cursors: string[];
 }
@@ -603,12 +606,15 @@ export function commitEndsOf(sql: unknown): CommitEnds {
           : undefined;
     if (created) {
       const relation = created.relation as { relname?: string; relpersistence?: string };
+      // `IF NOT EXISTS` over a table of that name makes nothing: its action stands.
       const action =
         created.onCommit === 'ONCOMMIT_DROP'
           ? 'drop'
           : created.onCommit === 'ONCOMMIT_DELETE_ROWS'
             ? 'delete'
-            : undefined;
+            : body!.if_not_exists
+              ? undefined
+              : 'keep';
       // `CREATE TABLE pg_temp.t` is temporary too, without the word.
       const temporary =
         relation?.relpersistence === 't' ||
