@@ -14,6 +14,7 @@ import { type Pool } from 'pg';
 import {
   catchError,
   firstValueFrom,
+  mergeMap,
   type Observable,
   of,
   throwError,
@@ -38,6 +39,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * writes its 408: that 408 is committed with the order as the key's final answer, and every
  * retry is replayed `408` (`idempotent-replayed: true`). A client (client.md: 408 is retried)
  * retries forever and never learns that its order exists.
+ *
+ * The same with the RxJS form (`next.handle().pipe(mergeMap(async (data) => { await audit();
+ * return { success: true, data } }))`, route /operators): the handler completed, settled, and
+ * the outer 408 written during the audit is stored the same way.
  *
  * What should happen (transactions.md, "an outer timeout fires while the handler runs": "the
  * outer 408, not stored"; the handler's effects commit with its own answer): the retry, once
@@ -67,7 +72,16 @@ const audit = () => new Promise((resolve) => setTimeout(resolve, 400));
 
 @Injectable()
 class EnvelopeInterceptor implements NestInterceptor {
-  async intercept(_context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
+  async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
+    if (context.switchToHttp().getRequest<{ url: string }>().url === '/operators') {
+      // The RxJS way: the handler completes, the envelope is mapped after an await.
+      return next.handle().pipe(
+        mergeMap(async (data: unknown) => {
+          await audit();
+          return { success: true, data };
+        }),
+      );
+    }
     const data = await firstValueFrom(next.handle());
     await audit();
     return of({ success: true, data });
@@ -84,6 +98,12 @@ class OrdersController {
       [body.item],
     );
     return rows[0];
+  }
+
+  @Post('operators')
+  @Idempotent()
+  async createToo(@Body() body: { item: string }) {
+    return this.create(body);
   }
 }
 
@@ -112,9 +132,9 @@ describe('adversary 15: an outer timeout firing after the handler emitted, durin
 
   afterAll(() => fixture?.close());
 
-  const send = (item: string) =>
+  const send = (item: string, path = '/orders') =>
     request(fixture.app.getHttpServer())
-      .post('/orders')
+      .post(path)
       .set('Idempotency-Key', `key-${item}`)
       .send({ item });
 
@@ -130,6 +150,17 @@ describe('adversary 15: an outer timeout firing after the handler emitted, durin
       first: first.status,
       retry: [retry.status, retry.headers['idempotent-replayed']],
       kept: await kept('widget'),
+    }).toEqual({ first: 408, retry: [201, 'true'], kept: 1 });
+  }, 20_000);
+
+  it('the same with a mergeMap envelope after the handler completed', async () => {
+    const first = await send('gadget', '/operators');
+    await new Promise((resolve) => setTimeout(resolve, 800));
+    const retry = await send('gadget', '/operators');
+    expect({
+      first: first.status,
+      retry: [retry.status, retry.headers['idempotent-replayed']],
+      kept: await kept('gadget'),
     }).toEqual({ first: 408, retry: [201, 'true'], kept: 1 });
   }, 20_000);
 });
