@@ -21,6 +21,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * says drop, the nested COMMIT's ending drops the table made to be kept, and the read after it
  * fails 42P01: 500, nothing kept, on every retry.
  *
+ * The same with `SELECT bin INTO TEMP picks FROM kept_picks` (PostgreSQL's other way to make
+ * a table from a query, no ON COMMIT either): commitEndsOf notes nothing for it, same 500.
+ *
  * What should happen: 201 once, replayed, the pick order written once (a real COMMIT ends only
  * the table that exists with ON COMMIT DROP at that moment, and this one has none).
  *
@@ -31,7 +34,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 let pool: Pool;
 let db: NodePgDatabase;
 
-async function pick({ order }: { order: string }) {
+async function pick({ order }: { order: string }, selectInto = false) {
   await db.transaction(async (tx) => {
     await tx.execute(
       sql`CREATE TEMP TABLE picks ON COMMIT DROP AS SELECT g AS bin FROM generate_series(1, 2) g`,
@@ -40,7 +43,11 @@ async function pick({ order }: { order: string }) {
     // Kept for the request: made again without ON COMMIT.
     await tx.execute(sql`CREATE TEMP TABLE kept_picks AS SELECT bin FROM picks`);
     await tx.execute(sql`DROP TABLE IF EXISTS picks`);
-    await tx.execute(sql`CREATE TEMP TABLE IF NOT EXISTS picks AS SELECT bin FROM kept_picks`);
+    await tx.execute(
+      selectInto
+        ? sql`SELECT bin INTO TEMP picks FROM kept_picks`
+        : sql`CREATE TEMP TABLE IF NOT EXISTS picks AS SELECT bin FROM kept_picks`,
+    );
     await tx.execute(sql`DROP TABLE kept_picks`);
   });
   const { rows } = await db.execute<{ bin: number }>(sql`SELECT bin FROM picks ORDER BY bin`);
@@ -59,6 +66,12 @@ class PicksController {
   @Idempotent()
   idempotent(@Body() body: { order: string }) {
     return pick(body);
+  }
+
+  @Post('select-into')
+  @Idempotent()
+  selectInto(@Body() body: { order: string }) {
+    return pick(body, true);
   }
 }
 
@@ -118,6 +131,24 @@ describe('adversary 15: a temporary table dropped and made again IF NOT EXISTS w
     }).toEqual({
       first: 201,
       body: { order: 'b', bins: [1, 2] },
+      retry: 201,
+      same: true,
+      orders: 1,
+    });
+  }, 20_000);
+
+  it('SELECT … INTO TEMP: 201 once, replayed, the order written once', async () => {
+    const first = await post('/select-into', 'c', 'key-2');
+    const retry = await post('/select-into', 'c', 'key-2');
+    expect({
+      first: first.status,
+      body: first.body,
+      retry: retry.status,
+      same: retry.text === first.text,
+      orders: await orders('c'),
+    }).toEqual({
+      first: 201,
+      body: { order: 'c', bins: [1, 2] },
       retry: 201,
       same: true,
       orders: 1,
