@@ -92,6 +92,19 @@ export function runOwned(
         return undefined;
       }
       if (detached) return undefined;
+      const outerTimeout =
+        written.status === 408 && settings.httpCode !== 408 && statusWhenReturned !== 408;
+      if (emitted && !handlerError && outerTimeout) {
+        // An outer timeout fired after the handler's value, while an interceptor of the app's
+        // still worked on it (an audit call before its envelope, after `firstValueFrom` or in
+        // a `mergeMap`): not the handler's answer,
+        // and none of it was written. As for an outer timeout while the handler runs: the
+        // 408 goes out, not stored, and the handler's effects commit with its own answer
+        // (rendered as the adapter would), which the retries replay.
+        detached = true;
+        void settleDetached(tools, context, fingerprint, settings, { value: result });
+        return undefined;
+      }
       if (streamFailure) return giveBackBrokenStream(tools, context, streamFailure.error);
       const unwritten =
         !handlerError &&
@@ -182,6 +195,9 @@ export function runOwned(
       // map it (an envelope) or refuse it (a 500): what the adapter writes is stored.
       if (emitted) {
         settle();
+        // Passed on, as without the library: an Observable handler's work after its first
+        // value is cancelled (it would run after the answer, outside the transaction).
+        inner.unsubscribe();
         return;
       }
       // Answered before the handler's answer (an outer timeout interceptor, say): what goes
