@@ -636,7 +636,13 @@ describe('commitEndsOf', () => {
     [
       'made again without an action: kept',
       'DROP TABLE t; CREATE TEMP TABLE t (a int)',
-      { tempTables: [{ name: 't', action: 'keep' }], cursors: [] },
+      {
+        tempTables: [
+          { name: 't', action: 'keep' },
+          { name: 't', action: 'keep' },
+        ],
+        cursors: [],
+      },
     ],
     [
       'IF NOT EXISTS without an action: the existing one’s stands',
@@ -649,6 +655,22 @@ describe('commitEndsOf', () => {
       { tempTables: [{ name: 't', action: 'drop' }], cursors: [] },
     ],
     ['a plain table', 'CREATE TABLE t (a int)', { tempTables: [], cursors: [] }],
+    [
+      'dropped (IF EXISTS, pg_temp.name): no longer ended',
+      'DROP TABLE IF EXISTS t, pg_temp.u, app.v',
+      {
+        tempTables: [
+          { name: 't', action: 'keep' },
+          { name: 'u', action: 'keep' },
+        ],
+        cursors: [],
+      },
+    ],
+    [
+      'SELECT … INTO TEMP (no action)',
+      'SELECT 1 AS a INTO TEMP t',
+      { tempTables: [{ name: 't', action: 'keep' }], cursors: [] },
+    ],
     [
       'a cursor, and one WITH HOLD (not ended)',
       'DECLARE c CURSOR FOR SELECT 1; DECLARE h CURSOR WITH HOLD FOR SELECT 1',

@@ -586,24 +586,37 @@ const CURSOR_OPT_HOLD = 0x20;
 /**
  * What the statements of `sql` make that a transaction's COMMIT ends and a savepoint's RELEASE
  * keeps: a temporary table `ON COMMIT DROP | DELETE ROWS` (`CREATE TEMP TABLE`, `CREATE TEMP
- * TABLE … AS`), a cursor declared without `WITH HOLD`. In a data layer's nested transaction,
+ * TABLE … AS`, `SELECT … INTO TEMP`), a cursor declared without `WITH HOLD`; and the tables
+ * that end no longer so (`keep`: dropped, or made again without an action). In a data layer's nested transaction,
  * its own COMMIT would have ended them without the library.
  */
 export function commitEndsOf(sql: unknown): CommitEnds {
   const ends: CommitEnds = { tempTables: [], cursors: [] };
-  if (typeof sql !== 'string' || !/temp|declare|u&/i.test(sql)) return ends;
+  if (typeof sql !== 'string' || !/temp|declare|drop|into|u&/i.test(sql)) return ends;
   // (`pg_temp` holds `temp`.)
   for (const statement of statementsOf(sql)) {
     const [type, body] = nodeOf(statement.node) ?? [];
     const created =
       type === 'CreateStmt'
         ? { relation: body!.relation, onCommit: body!.oncommit }
-        : type === 'CreateTableAsStmt'
+        : type === 'CreateTableAsStmt' || (type === 'SelectStmt' && body!.intoClause)
           ? {
-              relation: (body!.into as SqlNode | undefined)?.rel,
-              onCommit: (body!.into as SqlNode | undefined)?.onCommit,
+              relation: ((body!.into ?? body!.intoClause) as SqlNode | undefined)?.rel,
+              onCommit: ((body!.into ?? body!.intoClause) as SqlNode | undefined)?.onCommit,
             }
           : undefined;
+    if (type === 'DropStmt' && body!.removeType === 'OBJECT_TABLE') {
+      // Dropped: a table made again after it starts with no action noted (`keep`).
+      for (const object of (body!.objects as SqlNode[] | undefined) ?? []) {
+        const parts = ((object.List as SqlNode | undefined)?.items as SqlNode[] | undefined) ?? [];
+        const names = parts.map((part) => (part.String as { sval?: string } | undefined)?.sval);
+        const name = names.at(-1);
+        if (name && (names.length === 1 || names[0] === 'pg_temp')) {
+          ends.tempTables.push({ name, action: 'keep' });
+        }
+      }
+      continue;
+    }
     if (created) {
       const relation = created.relation as { relname?: string; relpersistence?: string };
       // `IF NOT EXISTS` over a table of that name makes nothing: its action stands.
