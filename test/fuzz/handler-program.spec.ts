@@ -40,6 +40,16 @@ describe('the model of a handler program', () => {
     expect(expectedOutcome({ id: 'p', ops: first })).toMatchObject({ kind: 'ok' });
   });
 
+  it('an empty nested transaction begins nothing on the pool seam, as without the library; TypeORM sends its SAVEPOINT', () => {
+    // Fuzzer seed 916 program 8 (drizzle, kysely): `tx()!? tx[S]()?`.
+    const ops: Op[] = [tx([], 'throw', true), { ...tx([write]), isolation: 'SERIALIZABLE' } as Op];
+    expect(expectedOutcome({ id: 'p', ops }, { lazySavepoints: true })).toMatchObject({
+      kind: 'ok',
+      writes: ['1.0'],
+    });
+    expect(expectedOutcome({ id: 'p', ops })).toEqual({ kind: 'error', status: 500 });
+  });
+
   it.each(['acme\ud800', 'acme\udbff'])(
     'refuses a tenant id with a lone surrogate (%j): 400 tenant_invalid, nothing applied',
     (tenant) => {

@@ -143,6 +143,12 @@ interface RequestState {
    * the refusal's final error, nothing applied, may then stand for its own error answer.
    */
   ranRefusable?: boolean;
+  /**
+   * The pool seam makes a nested transaction's savepoint with its first statement: one that
+   * ran none (empty, or only waits) begins nothing, as without the library its data layer's
+   * BEGIN … ROLLBACK left nothing. TypeORM sends its SAVEPOINT at once.
+   */
+  lazySavepoints?: boolean;
 }
 
 const STRENGTH: Record<Isolation, number> = { 'REPEATABLE READ': 2, SERIALIZABLE: 3 };
@@ -164,7 +170,7 @@ interface Level {
  */
 export function expectedOutcome(
   program: HandlerProgram,
-  { begun = false }: { begun?: boolean } = {},
+  { begun = false, lazySavepoints = false }: { begun?: boolean; lazySavepoints?: boolean } = {},
 ): Outcome {
   // PostgreSQL would store "acme\ud800" and "acme\udbff" as one text: such a tenant is refused.
   if (program.tenant !== undefined && !isWellFormedText(program.tenant)) {
@@ -172,7 +178,7 @@ export function expectedOutcome(
   }
   const top: Level = { aborted: false, writes: [] };
   const forgets: string[] = [];
-  const request: RequestState = { begun, strength: 1, besideRollback: false };
+  const request: RequestState = { begun, strength: 1, besideRollback: false, lazySavepoints };
   const thrown = runOps(program.ops, '', top, forgets, request);
   if (thrown !== undefined) {
     // A statement error out of the handler is its final answer, Nest's 500, stored.
@@ -271,6 +277,13 @@ function runOps(
   return undefined;
 }
 
+/** Whether `ops` send a statement (their nested transactions' included). */
+function runsStatements(ops: Op[]): boolean {
+  return ops.some(
+    (op) => begins(op) || op.op === 'read' || (op.op === 'tx' && runsStatements(op.body)),
+  );
+}
+
 /** Whether `op` begins the request's transaction (at READ COMMITTED: a statement not a plain read). */
 function begins(op: Op): boolean {
   return ['write', 'fail', 'dbsleep', 'lock', 'setlocal', 'cursor', 'batch'].includes(op.op);
@@ -289,7 +302,7 @@ function runTransaction(
     if (!request.begun) request.strength = STRENGTH[op.isolation];
     else if (STRENGTH[op.isolation] > request.strength) return 'refused';
   }
-  request.begun = true;
+  if (!request.lazySavepoints || op.isolation || runsStatements(op.body)) request.begun = true;
   // SAVEPOINT is itself refused in an aborted transaction.
   if (level.aborted) return 'aborted';
   const inner: Level = { aborted: false, writes: [] };
