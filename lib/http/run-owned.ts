@@ -92,8 +92,12 @@ export function runOwned(
         return undefined;
       }
       if (detached) return undefined;
+      stopHeartbeat?.();
+      // A timeout's status (408, or 504 as a gateway's) that the handler did not choose.
       const outerTimeout =
-        written.status === 408 && settings.httpCode !== 408 && statusWhenReturned !== 408;
+        (written.status === 408 || written.status === 504) &&
+        settings.httpCode !== written.status &&
+        statusWhenReturned !== written.status;
       if (emitted && !handlerError && outerTimeout) {
         // An outer timeout fired after the handler's value, while an interceptor of the app's
         // still worked on it (an audit call before its envelope, after `firstValueFrom` or in
@@ -154,9 +158,14 @@ export function runOwned(
     : undefined;
 
   return new Observable<unknown>((subscriber) => {
-    const settle = () => {
+    /**
+     * `withValue`: it settled with a value whose answer is still to be written, by an app
+     * interceptor that may still work on it (an audit call before its envelope): its lease is
+     * renewed until the answer is written. Otherwise (an error, detached) it stops now.
+     */
+    const settle = (withValue = false) => {
       settled = true;
-      stopHeartbeat?.();
+      if (!withValue || detached) stopHeartbeat?.();
     };
     const inner = runInContext(context, next).subscribe({
       next: (value) => {
@@ -183,7 +192,7 @@ export function runOwned(
         );
       },
       complete: () => {
-        settle();
+        settle(emitted);
         if (detached) void settleDetached(tools, context, fingerprint, settings, { value: result });
         else subscriber.complete();
       },
@@ -194,7 +203,7 @@ export function runOwned(
       // value is its answer, on its way to the adapter through that interceptor, which may
       // map it (an envelope) or refuse it (a 500): what the adapter writes is stored.
       if (emitted) {
-        settle();
+        settle(true);
         // Passed on, as without the library: an Observable handler's work after its first
         // value is cancelled (it would run after the answer, outside the transaction).
         inner.unsubscribe();
