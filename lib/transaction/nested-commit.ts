@@ -26,6 +26,12 @@ export class NestedCommit {
       if (action === 'keep') this.tempTables.delete(name);
       else this.tempTables.set(name, action);
     }
+    for (const { from, to } of ends.renames ?? []) {
+      const action = this.tempTables.get(from);
+      if (action === undefined) continue;
+      this.tempTables.delete(from);
+      this.tempTables.set(to, action);
+    }
     for (const cursor of ends.cursors) this.cursors.add(cursor);
     return localSettingsOf(text, values).filter((name) => !this.settingsBefore.has(name));
   }

@@ -656,6 +656,11 @@ describe('commitEndsOf', () => {
     ],
     ['a plain table', 'CREATE TABLE t (a int)', { tempTables: [], cursors: [] }],
     [
+      'renamed (its action goes with it)',
+      'ALTER TABLE t_staging RENAME TO t',
+      { tempTables: [], cursors: [], renames: [{ from: 't_staging', to: 't' }] },
+    ],
+    [
       'dropped (IF EXISTS, pg_temp.name): no longer ended',
       'DROP TABLE IF EXISTS t, pg_temp.u, app.v',
       {

@@ -578,6 +578,8 @@ export interface CommitEnds {
   tempTables: { name: string; action: 'drop' | 'delete' | 'keep' }[];
   /** Cursors declared without `WITH HOLD`, by name. */
   cursors: string[];
+  /** Tables renamed (`ALTER TABLE a RENAME TO b`): a temporary one's action goes with it. */
+  renames?: { from: string; to: string }[];
 }
 
 /** `DECLARE … CURSOR WITH HOLD` (PostgreSQL's CURSOR_OPT_HOLD). */
@@ -592,7 +594,7 @@ const CURSOR_OPT_HOLD = 0x20;
  */
 export function commitEndsOf(sql: unknown): CommitEnds {
   const ends: CommitEnds = { tempTables: [], cursors: [] };
-  if (typeof sql !== 'string' || !/temp|declare|drop|into|u&/i.test(sql)) return ends;
+  if (typeof sql !== 'string' || !/temp|declare|drop|into|rename|u&/i.test(sql)) return ends;
   // (`pg_temp` holds `temp`.)
   for (const statement of statementsOf(sql)) {
     const [type, body] = nodeOf(statement.node) ?? [];
@@ -605,6 +607,13 @@ export function commitEndsOf(sql: unknown): CommitEnds {
               onCommit: ((body!.into ?? body!.intoClause) as SqlNode | undefined)?.onCommit,
             }
           : undefined;
+    if (type === 'RenameStmt' && body!.renameType === 'OBJECT_TABLE') {
+      const relation = body!.relation as { relname?: string; schemaname?: string } | undefined;
+      if (relation?.relname && (!relation.schemaname || relation.schemaname === 'pg_temp')) {
+        (ends.renames ??= []).push({ from: relation.relname, to: body!.newname as string });
+      }
+      continue;
+    }
     if (type === 'DropStmt' && body!.removeType === 'OBJECT_TABLE') {
       // Dropped: a table made again after it starts with no action noted (`keep`).
       for (const object of (body!.objects as SqlNode[] | undefined) ?? []) {
