@@ -158,14 +158,9 @@ export function runOwned(
     : undefined;
 
   return new Observable<unknown>((subscriber) => {
-    /**
-     * `withValue`: it settled with a value whose answer is still to be written, by an app
-     * interceptor that may still work on it (an audit call before its envelope): its lease is
-     * renewed until the answer is written. Otherwise (an error, detached) it stops now.
-     */
-    const settle = (withValue = false) => {
+    const settle = () => {
       settled = true;
-      if (!withValue || detached) stopHeartbeat?.();
+      stopHeartbeat?.();
     };
     const inner = runInContext(context, next).subscribe({
       next: (value) => {
@@ -192,7 +187,7 @@ export function runOwned(
         );
       },
       complete: () => {
-        settle(emitted);
+        settle();
         if (detached) void settleDetached(tools, context, fingerprint, settings, { value: result });
         else subscriber.complete();
       },
@@ -203,7 +198,7 @@ export function runOwned(
       // value is its answer, on its way to the adapter through that interceptor, which may
       // map it (an envelope) or refuse it (a 500): what the adapter writes is stored.
       if (emitted) {
-        settle(true);
+        settle();
         // Passed on, as without the library: an Observable handler's work after its first
         // value is cancelled (it would run after the answer, outside the transaction).
         inner.unsubscribe();
