@@ -1,6 +1,7 @@
 import { StreamableFile } from '@nestjs/common';
 import { Readable } from 'node:stream';
 import {
+  isOuterTimeout,
   isUnwrittenValue,
   onStreamError,
   renderResult,
@@ -125,5 +126,19 @@ describe('isUnwrittenValue', () => {
     ],
   ])('%s', (_name, answer, expected) => {
     expect(isUnwrittenValue(answer)).toBe(expected);
+  });
+});
+
+describe('isOuterTimeout', () => {
+  it.each<[string, Omit<WrittenAnswer, 'writeThrew'>, boolean]>([
+    ['a 408 after its value', { status: 408, returned: true, statusWhenReturned: 200 }, true],
+    ['a 504 after its value', { status: 504, returned: true, statusWhenReturned: 200 }, true],
+    ['no value yet (the usual outer timeout)', { status: 408, returned: false }, false],
+    ['its own @HttpCode(408)', { status: 408, returned: true, httpCode: 408 }, false],
+    ['a 504 it set on @Res', { status: 504, returned: true, statusWhenReturned: 504 }, false],
+    ['its answer', { status: 201, returned: true, statusWhenReturned: 200 }, false],
+    ['a bug’s 500', { status: 500, returned: true, statusWhenReturned: 200 }, false],
+  ])('%s', (_name, answer, expected) => {
+    expect(isOuterTimeout(answer)).toBe(expected);
   });
 });

@@ -98,6 +98,16 @@ export function isUnwrittenValue(answer: WrittenAnswer): boolean {
 }
 
 /**
+ * Whether a timeout's status (408, or 504 as a gateway's) was written after the handler
+ * returned its value, which it did not choose (`@HttpCode`, a status set on `@Res()`): an
+ * outer timeout fired while an interceptor of the app's still worked on the value.
+ */
+export function isOuterTimeout(answer: Omit<WrittenAnswer, 'writeThrew'>): boolean {
+  if (!answer.returned || (answer.status !== 408 && answer.status !== 504)) return false;
+  return answer.httpCode !== answer.status && answer.statusWhenReturned !== answer.status;
+}
+
+/**
  * Watches the adapter's write of a value for the request (Nest's Express adapter writes an
  * object with `res.json()`, its Fastify adapter with `reply.send()`, which serializes it
  * there): `onThrow` is called when it throws (`JSON.stringify` refusing a `BigInt` or a

@@ -9,6 +9,7 @@ import { onHandlerError } from '../transaction/handler-failure.js';
 import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-tools.js';
 import { runInContext } from '../transaction/run-in-context.js';
 import {
+  isOuterTimeout,
   isUnwrittenValue,
   onStreamError,
   resultStream,
@@ -92,19 +93,18 @@ export function runOwned(
         return undefined;
       }
       if (detached) return undefined;
-      stopHeartbeat?.();
-      // A timeout's status (408, or 504 as a gateway's) that the handler did not choose.
-      const outerTimeout =
-        (written.status === 408 || written.status === 504) &&
-        settings.httpCode !== written.status &&
-        statusWhenReturned !== written.status;
-      if (emitted && !handlerError && outerTimeout) {
+      const outerTimeout = isOuterTimeout({
+        status: written.status,
+        returned: emitted,
+        httpCode: settings.httpCode,
+        statusWhenReturned,
+      });
+      if (!handlerError && outerTimeout) {
         // An outer timeout fired after the handler's value, while an interceptor of the app's
         // still worked on it (an audit call before its envelope, after `firstValueFrom` or in
-        // a `mergeMap`): not the handler's answer,
-        // and none of it was written. As for an outer timeout while the handler runs: the
-        // 408 goes out, not stored, and the handler's effects commit with its own answer
-        // (rendered as the adapter would), which the retries replay.
+        // a `mergeMap`): none of its answer was written. As for an outer timeout while the
+        // handler runs: the timeout's answer goes out, not stored, and the handler's effects
+        // commit with its own answer (rendered as the adapter would), which retries replay.
         detached = true;
         void settleDetached(tools, context, fingerprint, settings, { value: result });
         return undefined;
