@@ -6,7 +6,7 @@ import {
   type TransactionalClaimStore,
 } from './claim-store.interface.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
-import { isConnectionError } from './connection-errors.js';
+import { releaseRetryDelay } from './release-retry.js';
 
 /** A phase's transaction the claim's heartbeat follows while it is open (`followedBy`). */
 interface FollowedPhase {
@@ -152,23 +152,25 @@ export class LeaseRenewals {
     return this.renewals.get(claim) ?? Promise.resolve();
   }
 
-  /** Gives the key back once its renewal on its way has landed; a failure is only logged. */
+  /**
+   * Gives the key back once its renewal on its way has landed; a connection found dead is
+   * tried again (see `releaseRetryDelay`), and a failure is only logged.
+   */
   async release(store: ClaimStore, claim: ActiveClaim, forget: boolean): Promise<void> {
     await this.renewals.get(claim);
-    return (
-      store
-        .release(claim, forget)
-        // Once more on a connection's failure: after its backends were terminated, the pool may
-        // hand out an idle connection it has not yet seen die; the next one is fresh. Else the
-        // key stays leased, and every retry gets 409 until the lease runs out.
-        .catch((error: unknown) => {
-          if (!isConnectionError(error)) throw error;
-          return store.release(claim, forget);
-        })
-        .catch((releaseError: unknown) => {
+    for (let attempt = 1; ; attempt += 1) {
+      const started = Date.now();
+      try {
+        return await store.release(claim, forget);
+      } catch (error) {
+        const delay = releaseRetryDelay({ attempt, tookMs: Date.now() - started, error });
+        if (delay === undefined) {
           // The lease then simply runs out, and a retry takes the key over.
-          this.logger.warn(`could not release key ${claim.key}: ${String(releaseError)}`);
-        })
-    );
+          this.logger.warn(`could not release key ${claim.key}: ${String(error)}`);
+          return;
+        }
+        await new Promise((resolve) => setTimeout(resolve, delay));
+      }
+    }
   }
 }
