@@ -70,6 +70,8 @@ export function runOwned(
   });
   /** Answered from outside while the handler goes on: it commits its own answer later. */
   let detached = false;
+  /** Whether the adapter began writing the answer (held until the commit stores it). */
+  let answerWriting = false;
   let result: unknown;
   /** Whether the handler emitted its value (`result` may be undefined). */
   let emitted = false;
@@ -93,6 +95,10 @@ export function runOwned(
         return undefined;
       }
       if (detached) return undefined;
+      answerWriting = true;
+      // Settled with a value an app interceptor worked on until now: its lease is no longer
+      // needed past the commit below (a @Res handler that wrote first stops at its settle).
+      if (settled) stopHeartbeat?.();
       const outerTimeout = isOuterTimeout({
         status: written.status,
         returned: emitted,
@@ -158,9 +164,16 @@ export function runOwned(
     : undefined;
 
   return new Observable<unknown>((subscriber) => {
-    const settle = () => {
+    /**
+     * `withValue`: it settled with a value whose answer may still be on its way through an
+     * app interceptor's slow step (an audit call before its envelope, in a `mergeMap` or after
+     * `firstValueFrom`): the request still holds its key and its open transaction, so its lease
+     * is renewed until the adapter writes that answer. Otherwise (an error, detached, the
+     * answer written already) it stops now.
+     */
+    const settle = (withValue = false) => {
       settled = true;
-      stopHeartbeat?.();
+      if (!withValue || detached || answerWriting) stopHeartbeat?.();
     };
     const inner = runInContext(context, next).subscribe({
       next: (value) => {
@@ -187,7 +200,7 @@ export function runOwned(
         );
       },
       complete: () => {
-        settle();
+        settle(emitted);
         if (detached) void settleDetached(tools, context, fingerprint, settings, { value: result });
         else subscriber.complete();
       },
@@ -198,7 +211,7 @@ export function runOwned(
       // value is its answer, on its way to the adapter through that interceptor, which may
       // map it (an envelope) or refuse it (a 500): what the adapter writes is stored.
       if (emitted) {
-        settle();
+        settle(true);
         // Passed on, as without the library: an Observable handler's work after its first
         // value is cancelled (it would run after the answer, outside the transaction).
         inner.unsubscribe();
