@@ -65,8 +65,9 @@ export interface IdempotencyRouteOptions {
    */
   fingerprintQuery?: boolean;
   /**
-   * Extend the lease every `leaseMs / 3` while the handler runs, so that a short lease gives
-   * a fast takeover after a crash without a slow but live worker being taken over. Each
+   * Extend the lease every `leaseMs / 3` while the handler runs and until its answer is
+   * written (an app interceptor may still work on its value), so that a short lease gives a
+   * fast takeover after a crash without a slow but live worker being taken over. Each
    * renewal is one statement on a pooled connection.
    * @default true
    */
