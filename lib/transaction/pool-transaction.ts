@@ -90,6 +90,11 @@ interface Savepoint {
   commit?: NestedCommit;
 }
 
+/** What ends a nested transaction after its `RELEASE`, if anything, as the statement's tail. */
+function ending(text: string | undefined): string {
+  return text === undefined ? '' : `; ${text}`;
+}
+
 /**
  * The request's transaction on a node-postgres pool that the app's data layer runs on
  * (Prisma with `@prisma/adapter-pg`, Drizzle, Kysely), joined through the pool itself (see
@@ -525,7 +530,15 @@ export class PoolTransaction extends RequestTransaction {
     // release puts back what its SAVEPOINT kept.
     // Not in a read-only one: what was deferred before it (a foreign key's check locks rows
     // FOR KEY SHARE) would be refused there (25006); the request's COMMIT runs it.
-    const check = savepoint.keptAs && !savepoint.readOnly ? deferredCheck(true) : undefined;
+    // Begun beside another of its data layer's transactions that is still open (a
+    // `db.transaction` on `db` inside another's callback), it is a savepoint inside that one
+    // on the request's one connection: what its COMMIT ends must be its own only. The deferred
+    // checks would run the other's too (its lines before their order: 23503), and every
+    // cursor would close the other's; so its deferred work is left to the request's COMMIT,
+    // and only the cursors it declared are closed.
+    const inside = this.savepoints.some((other) => other !== savepoint && other.keptAs);
+    const check =
+      savepoint.keptAs && !savepoint.readOnly && !inside ? deferredCheck(true) : undefined;
     const text =
       how === 'commit'
         ? (check ? `${check}; ` : '') +
@@ -533,7 +546,7 @@ export class PoolTransaction extends RequestTransaction {
           (savepoint.keptAs
             ? `; ${restoreNestedState(savepoint.keptAs)}` +
               (check && deferredAgain() ? `; ${deferredAgain()}` : '') +
-              `; ${(savepoint.commit ?? new NestedCommit()).endingText(true)}`
+              ending((savepoint.commit ?? new NestedCommit()).endingText(true, inside))
             : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
     await this.statement([text], () => true, view);
