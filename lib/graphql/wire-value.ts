@@ -8,7 +8,7 @@ import {
   type GraphQLSchema,
 } from 'graphql';
 import { isDeepStrictEqual } from 'node:util';
-import { ANSWER_FORMAT } from './field-answer.js';
+import { ANSWER_FORMAT, type FieldError, fieldError } from './field-answer.js';
 import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
@@ -16,6 +16,7 @@ import { type ReplayLoss } from './replay-loss.js';
 import { isResolvedByApp } from './resolved-fields.js';
 import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
+import { thrownError } from './thrown-error.js';
 
 /**
  * Values as GraphQL writes them (its "wire" form: what a scalar's `serialize()` makes of
@@ -70,6 +71,13 @@ export class ArgumentValueInvalidError extends Error {
  * field can be so named: names that begin with `__` are GraphQL's own.
  */
 export const KEPT = '__kept';
+
+/**
+ * The member of a stored object that holds the errors of its selected fields whose reading
+ * failed (a Promise that rejected, a getter that threw), by field: a replay throws each again
+ * when GraphQL reads that field, so it answers the same null and error at the same path.
+ */
+export const FAILED = '__failed';
 
 /**
  * A resolver's value stored (`wire`), and the value its first answer is given (`value`): the
@@ -189,6 +197,8 @@ async function walkValue(
     Object.assign(kept, ownData(source, fields, selected));
   }
   const methods: string[] = [];
+  /** Selected fields whose reading failed, with their errors (see `FAILED`). */
+  const failed: Record<string, FieldError> = {};
   /** Selected fields whose first answer is not the resolver's own value (a list read). */
   const replaced: Record<string, unknown> = {};
   // Each selected field in its wire form, read as GraphQL's default resolver reads it (a
@@ -197,19 +207,37 @@ async function walkValue(
   for (const [name, fieldNodes] of selected) {
     const field = fields[name];
     if (!field) continue;
+    if (isResolvedByApp(concrete, name)) {
+      // The app's `@ResolveField()` answers it, at the first call and again on a replay,
+      // from its parent: the parent's own data of that name is its input (a raw column the
+      // resolver maps: lowercase text to an enum, a BigInt to an ID), kept as it is, never
+      // written with the field's type, which it need not fit.
+      const own = ownValue(source, name);
+      if (own) kept[name] = own.value;
+      continue;
+    }
     if (!(name in source)) {
       // Selected and absent: the first answer is null (or the app's resolver's), and so is
       // a replay's, rather than the refusal of a field the first answer did not select.
       wire[name] = null;
       continue;
     }
-    const promisedItem = source[name];
-    if (typeof promisedItem === 'function') {
-      methods.push(name);
-      wire[name] = null;
+    let item: unknown;
+    try {
+      const promisedItem = source[name];
+      if (typeof promisedItem === 'function') {
+        methods.push(name);
+        wire[name] = null;
+        continue;
+      }
+      item = isThenable(promisedItem) ? await promisedItem : promisedItem;
+    } catch (error) {
+      // A getter that threw, a Promise that rejected (a signing service down): GraphQL answers
+      // the field null with its error at its path (its nearest nullable parent when it is
+      // non-null), and the mutation's work stands. Stored so, and thrown again by a replay.
+      failed[name] = fieldError(error);
       continue;
     }
-    const item = isThenable(promisedItem) ? await promisedItem : promisedItem;
     const stored = await walkValue(walk, field.type, item, fieldNodes);
     wire[name] = stored.wire;
     if (stored.value !== item) replaced[name] = stored.value;
@@ -229,6 +257,7 @@ async function walkValue(
   }
   // A member of a union or an interface says which, for the replay to read it back by.
   if (!graphql.isObjectType(type)) wire.__typename = concrete.name;
+  if (Object.keys(failed).length > 0) wire[FAILED] = failed;
   if (Object.keys(kept).length > 0) {
     const typed = keepData(kept);
     wire[KEPT] = typed.kept;
@@ -276,6 +305,15 @@ function fieldsOf(
   return fields;
 }
 
+/** The object's own data property of that name (never a getter, a Promise or a method). */
+function ownValue(source: object, name: string): { value: unknown } | undefined {
+  const own = Object.getOwnPropertyDescriptor(source, name);
+  if (!own || !('value' in own)) return undefined;
+  const item: unknown = own.value;
+  if (typeof item === 'function' || isThenable(item)) return undefined;
+  return { value: item };
+}
+
 /**
  * The own data of the object's unselected fields, for a `@ResolveField()` of it that reads
  * its parent: only plain data properties, so that nothing unselected is called or loaded (a
@@ -289,11 +327,8 @@ function ownData(
   const data: Record<string, unknown> = {};
   for (const name of Object.keys(fields)) {
     if (selected.has(name)) continue;
-    const own = Object.getOwnPropertyDescriptor(source, name);
-    if (!own || !('value' in own)) continue;
-    const item: unknown = own.value;
-    if (typeof item === 'function' || isThenable(item)) continue;
-    data[name] = item;
+    const own = ownValue(source, name);
+    if (own) data[name] = own.value;
   }
   return data;
 }
@@ -400,11 +435,23 @@ export function fromWire(
   const typed = format >= 2;
   const value: Record<string, unknown> = {};
   for (const [name, item] of Object.entries(wire)) {
-    if (typed && name === KEPT) continue;
+    if (typed && (name === KEPT || name === FAILED)) continue;
     value[name] =
       name in fields ? fromWire(graphql, schema, fields[name].type, item, format) : item;
   }
   if (typed) Object.assign(value, restoreData((wire as Record<string, unknown>)[KEPT]));
+  const failures = (wire as Record<string, unknown>)[FAILED];
+  if (typed && typeof failures === 'object' && failures !== null) {
+    for (const [name, stored] of Object.entries(failures as Record<string, FieldError>)) {
+      Object.defineProperty(value, name, {
+        get: () => {
+          throw thrownError(stored, graphql);
+        },
+        enumerable: true,
+        configurable: true,
+      });
+    }
+  }
   // Stored by its selection (format 3): a field the first answer did not select has no value,
   // and a retry that selects it is told so rather than given a null (see not-stored-field.ts).
   // A field the app resolves runs again, and reads none of it.
