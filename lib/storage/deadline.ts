@@ -53,12 +53,20 @@ export function withDeadline<T>(
  * the caller gave up goes straight back to the pool unused: a claim queued behind an outage
  * must never run once its client was told 503 ("nothing was executed").
  */
-export function acquire(pool: Pool, timeoutMs: number): Promise<PoolClient> {
+export function acquire(pool: Pool, timeoutMs: number | 'as-the-pool'): Promise<PoolClient> {
   let late = false;
   // A refused or reset connection comes as the socket's error: marked as the database's.
   const connecting = connectOwn(pool).catch((error: unknown) => {
     throw asDatabaseFailure(error);
   });
+  // Waited for as the app's pool waits (its `connectionTimeoutMillis`): for the app's own
+  // statements, which without the library would wait in its queue.
+  if (timeoutMs === 'as-the-pool') {
+    return connecting.then((client) => {
+      listenForErrors(client);
+      return client;
+    });
+  }
   return withDeadline(connecting, timeoutMs, 'waiting for a connection', () => {
     late = true;
     connecting.then(

@@ -199,7 +199,7 @@ export class PoolTransaction extends RequestTransaction {
     nested: () => boolean,
     from: JoinedClient | null | 'own',
   ): Promise<unknown> {
-    if (this.ended) return this.apart(nested(), () => this.sendAlone(args));
+    if (this.ended) return this.apart(nested(), () => this.sendAlone(args, true));
     const text = textOf(args[0]);
     const refused = this.refusalOf(text);
     if (refused) throw refused;

@@ -643,7 +643,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
     const apart = () =>
       isSubmittable(args[0])
         ? Promise.reject(new TransactionEndedError())
-        : this.apart(nested(), () => this.sendAlone(args));
+        : this.apart(nested(), () => this.sendAlone(args, true));
     if (this.ended) return apart();
     const query = client.query as (...a: unknown[]) => Promise<unknown>;
     if (isSubmittable(args[0])) {
@@ -735,9 +735,15 @@ export abstract class RequestTransaction implements JoinableTransaction {
     return isolation ? `BEGIN ISOLATION LEVEL ${isolation}` : 'BEGIN';
   }
 
-  /** One statement on a pooled connection of its own, outside any transaction. */
-  protected async sendAlone(args: unknown[]): Promise<unknown> {
-    const client = await acquire(this.pool(), this.timeoutMs);
+  /**
+   * One statement on a pooled connection of its own, outside any transaction. `apart`: the
+   * app's own, sent after the request ended (work its handler left running), which waits for a
+   * connection as it would without the library, in the pool's queue: under the library's
+   * deadline it was lost when the pool was busy (a crowd of deliveries), where the app's pool
+   * would have run it a moment later.
+   */
+  protected async sendAlone(args: unknown[], apart = false): Promise<unknown> {
+    const client = await acquire(this.pool(), apart ? 'as-the-pool' : this.timeoutMs);
     try {
       const result = await (client.query as (...a: unknown[]) => Promise<unknown>).apply(
         client,
