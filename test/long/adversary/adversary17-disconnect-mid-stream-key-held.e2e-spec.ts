@@ -1,4 +1,5 @@
-import { Body, Controller, Module, Post, StreamableFile } from '@nestjs/common';
+import { Body, Controller, Module, Post, Res, StreamableFile } from '@nestjs/common';
+import { type Response } from 'express';
 import { request as httpRequest } from 'node:http';
 import { type AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
@@ -34,6 +35,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Why it matters: any idempotent download route leaks one pool connection held idle in
  * transaction (with the row locks of its write) and one key per client disconnect, for ever;
  * a handful of disconnects exhaust the pool. Likely: clients drop downloads all the time.
+ * The same with an `@Res()` handler that pipes the report into the response (`pipe()`
+ * unpipes when the response closes, and never ends it).
+ *
  * Before the round-17 change (heartbeat stopped at settle) the key was at least taken over
  * once the lease ran out. (On Fastify the same disconnect stores a 500 for ever instead: see
  * adversary17-fastify-disconnect-mid-stream-500-stored.)
@@ -64,6 +68,15 @@ class ExportsController {
     await pool.query('INSERT INTO exports (item) VALUES ($1)', [body.item]);
     return new StreamableFile(slowReport(body.item), { type: 'text/csv' });
   }
+
+  /** The same report piped by hand on the response (`@Res()`), as many apps still do. */
+  @Post('exports-piped')
+  @Idempotent()
+  async piped(@Body() body: { item: string }, @Res() res: Response) {
+    await pool.query('INSERT INTO exports (item) VALUES ($1)', [body.item]);
+    res.status(201).type('text/csv');
+    slowReport(body.item).pipe(res);
+  }
 }
 
 @Module({
@@ -77,14 +90,14 @@ class ExportsController {
 class ExportsModule {}
 
 /** Sends the request and drops the connection `afterMs` later, before the answer. */
-function sendAndDrop(fixture: PoolApp, key: string, item: string, afterMs: number) {
+function sendAndDrop(fixture: PoolApp, key: string, item: string, afterMs: number, path = '/exports') {
   const server = fixture.app.getHttpServer() as { address(): AddressInfo };
   return new Promise<void>((resolve) => {
     const req = httpRequest({
       host: '127.0.0.1',
       port: server.address().port,
       method: 'POST',
-      path: '/exports',
+      path,
       headers: { 'content-type': 'application/json', 'idempotency-key': key },
     });
     req.on('error', () => undefined);
@@ -175,6 +188,17 @@ describe.each<AdapterName>(['express'])(
       // Observed: retry 409 (key_in_progress, the heartbeat renews the dead request's lease),
       // one session idle in transaction.
       expect({ retry: retry.status, lingering }).toEqual({ retry: 201, lingering: 0 });
+    }, 20_000);
+
+    it('the same with @Res() and pipe(): the retry later is not refused with 409 for ever', async () => {
+      await sendAndDrop(fixture, 'key-piped', 'piped', 300, '/exports-piped');
+      await sleep(3000);
+      const retry = await request(fixture.app.getHttpServer())
+        .post('/exports-piped')
+        .set('Idempotency-Key', 'key-piped')
+        .send({ item: 'piped' });
+      // Observed: 409 key_in_progress.
+      expect(retry.status).toBe(201);
     }, 20_000);
   },
 );
