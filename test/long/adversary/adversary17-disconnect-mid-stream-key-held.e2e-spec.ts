@@ -90,7 +90,13 @@ class ExportsController {
 class ExportsModule {}
 
 /** Sends the request and drops the connection `afterMs` later, before the answer. */
-function sendAndDrop(fixture: PoolApp, key: string, item: string, afterMs: number, path = '/exports') {
+function sendAndDrop(
+  fixture: PoolApp,
+  key: string,
+  item: string,
+  afterMs: number,
+  path = '/exports',
+) {
   const server = fixture.app.getHttpServer() as { address(): AddressInfo };
   return new Promise<void>((resolve) => {
     const req = httpRequest({

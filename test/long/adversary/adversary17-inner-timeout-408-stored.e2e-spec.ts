@@ -114,8 +114,9 @@ describe('adversary 17: a timeout interceptor inside @Idempotent() stores its 40
       .send({ item });
 
   const steps = async (item: string) =>
-    (await fixture.admin.query('SELECT step FROM orders WHERE item = $1 ORDER BY step', [item]))
-      .rows.map((row: { step: number }) => row.step);
+    (
+      await fixture.admin.query('SELECT step FROM orders WHERE item = $1 ORDER BY step', [item])
+    ).rows.map((row: { step: number }) => row.step);
 
   it('the timeout outside @Idempotent(): 408, then the handler answer replayed (control)', async () => {
     runs = 0;
