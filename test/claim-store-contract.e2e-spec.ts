@@ -185,6 +185,15 @@ class RetentionFromClaim extends MemoryClaimStore {
 }
 
 /** Answers a heartbeat as if it renewed the lease, and leaves it as it was. */
+/** Leases again a key its owner gave back (GREATEST over a NULL). */
+class HeartbeatRenewsReleased extends MemoryClaimStore {
+  override extendLease(claim: ActiveClaim): Promise<boolean> {
+    const record = this.owned(claim);
+    if (record) record.lockedUntil = Math.max(record.lockedUntil, Date.now() + claim.leaseMs);
+    return Promise.resolve(record !== undefined);
+  }
+}
+
 class HeartbeatIgnored extends MemoryClaimStore {
   override extendLease(claim: ActiveClaim): Promise<boolean> {
     return Promise.resolve(this.owned(claim) !== undefined);
@@ -238,6 +247,11 @@ describe('the contract catches broken stores', () => {
     ],
     ['a purge of unfinished keys', () => new PurgesUnfinished(), [rule('a finished key expires')]],
     ['a heartbeat that renews nothing', () => new HeartbeatIgnored(), [rule('a heartbeat keeps')]],
+    [
+      'a heartbeat that leases a released key again',
+      () => new HeartbeatRenewsReleased(),
+      [rule('a released first')],
+    ],
     [
       'a new claim id on takeover',
       () => new NewClaimIdOnTakeOver(),

@@ -81,10 +81,15 @@ else
 end
 return 1`;
 
-/** ARGV: lock version, claim id, lease ms, abandoned ms. Never shortens a lease. */
+/**
+ * ARGV: lock version, claim id, lease ms, abandoned ms. Never shortens a lease, and never
+ * leases again a key given back (0: see RELEASE_SCRIPT).
+ */
 export const EXTEND_SCRIPT = `${NOW}
 ${FENCED}
-local lu = math.max(tonumber(redis.call('HGET', KEYS[1], 'lu')), now + tonumber(ARGV[3]))
+local held = tonumber(redis.call('HGET', KEYS[1], 'lu'))
+if held == 0 then return 0 end
+local lu = math.max(held, now + tonumber(ARGV[3]))
 redis.call('HSET', KEYS[1], 'lu', lu)
 redis.call('PEXPIRE', KEYS[1], lu - now + tonumber(ARGV[4]))
 return 1`;

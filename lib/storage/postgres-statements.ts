@@ -163,12 +163,18 @@ SET recovery_point = $5, phase_results = phase_results || jsonb_build_object($5:
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
 };
 
-/** The heartbeat: extends a live worker's lease, fenced like every other write. */
+/**
+ * The heartbeat: extends a live worker's lease, fenced like every other write. A key its
+ * worker gave back (`locked_until` NULL) is not leased again by a tick still on its way, or by
+ * the heartbeat of an `@Res()` handler still running after its answer released it: the retries
+ * that answer invites would meet 409 (`GREATEST` ignores the NULL).
+ */
 export const EXTEND_LEASE = {
-  name: 'idempotency_extend_lease_v2',
+  name: 'idempotency_extend_lease_v3',
   text: `UPDATE idempotency_keys
 SET locked_until = GREATEST(locked_until, clock_timestamp() + $5 * interval '1 millisecond')
-WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
+WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'
+  AND locked_until IS NOT NULL`,
 };
 
 /**

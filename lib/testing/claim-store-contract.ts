@@ -416,8 +416,13 @@ export function claimStoreContract(): ClaimStoreContractCase[] {
         const kept = scopeOf('keep');
         const claim = await claimed(store, kept);
         await store.release(claim, false);
+        // A heartbeat tick still on its way after the release must not lease it again.
+        await store.extendLease(claim);
         const found = await existing(store, kept);
-        check(found.state === 'started' && found.leaseExpired, 'a release must end the lease');
+        check(
+          found.state === 'started' && found.leaseExpired,
+          'a release must end the lease, and a heartbeat after it must not lease it again',
+        );
         check(
           found.state === 'started' && found.released !== false,
           'a released key must not be reported as a lease that ran out (released: false)',

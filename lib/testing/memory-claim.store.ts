@@ -17,6 +17,8 @@ export interface MemoryClaimRecord {
   lockVersion: number;
   recoveryPoint: string;
   lockedUntil: number;
+  /** Given back by its owner: its heartbeat no longer renews it (a takeover leases it anew). */
+  released?: boolean;
   createdAt: number;
   finishedAt?: number;
   response?: StoredResponse;
@@ -56,6 +58,7 @@ export class MemoryClaimStore implements ClaimStore {
     }
     record.lockVersion += 1;
     record.lockedUntil = Date.now() + leaseMs;
+    record.released = false;
     return Promise.resolve(this.active(record, leaseMs));
   }
 
@@ -80,14 +83,16 @@ export class MemoryClaimStore implements ClaimStore {
     } else {
       // Ended in the past, not now: a retry in the same millisecond finds it expired.
       record.lockedUntil = Date.now() - 1;
+      record.released = true;
     }
     return Promise.resolve();
   }
 
   extendLease(claim: ActiveClaim): Promise<boolean> {
     const record = this.owned(claim);
-    if (record) record.lockedUntil = Math.max(record.lockedUntil, Date.now() + claim.leaseMs);
-    return Promise.resolve(record !== undefined);
+    if (!record || record.released) return Promise.resolve(false);
+    record.lockedUntil = Math.max(record.lockedUntil, Date.now() + claim.leaseMs);
+    return Promise.resolve(true);
   }
 
   purgeBatch(retentionMs: number, batchSize: number): Promise<KeyScope[]> {

@@ -1,5 +1,4 @@
 import { Body, Controller, Module, Post, Res, StreamableFile } from '@nestjs/common';
-import { type Response } from 'express';
 import { request as httpRequest } from 'node:http';
 import { type AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
@@ -8,6 +7,14 @@ import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type AdapterName } from '../../support/bootstrap.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
+
+import { type ServerResponse } from 'node:http';
+
+/** Express' response, as far as this app uses it (no @types/express here). */
+type Response = ServerResponse & {
+  status(code: number): Response;
+  type(type: string): Response;
+};
 
 /**
  * What the app does (the pool seam, Express, `leaseMs: 600`, the heartbeat on as by default): an

@@ -1,9 +1,13 @@
 import { Body, Controller, Module, Post, Res } from '@nestjs/common';
-import { type Response } from 'express';
 import { type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
+
+/** Express' response, as far as this app uses it (no @types/express here). */
+interface Response {
+  status(code: number): { json(body: unknown): void };
+}
 
 /**
  * What the app does (the pool seam, Express, `leaseMs: 600`, the heartbeat on by default,

@@ -10,11 +10,15 @@ import {
   UnprocessableEntityException,
 } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
-import { type Response } from 'express';
 import { type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
+
+/** Express' response, as far as this filter uses it (no @types/express here). */
+interface Response {
+  status(code: number): { json(body: unknown): void };
+}
 
 /**
  * What the app does (the pool seam, Express, `leaseMs: 600`, the heartbeat on as by default):
