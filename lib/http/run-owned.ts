@@ -165,15 +165,15 @@ export function runOwned(
 
   return new Observable<unknown>((subscriber) => {
     /**
-     * `withValue`: it settled with a value whose answer may still be on its way through an
-     * app interceptor's slow step (an audit call before its envelope, in a `mergeMap` or after
-     * `firstValueFrom`): the request still holds its key and its open transaction, so its lease
-     * is renewed until the adapter writes that answer. Otherwise (an error, detached, the
+     * `untilWritten`: it settled with an answer still on its way, through an app interceptor's
+     * slow step (an audit call before its envelope, in a `mergeMap` or after `firstValueFrom`)
+     * or an exception filter's: the request still holds its key and its open transaction, so
+     * its lease is renewed until the adapter writes that answer. Otherwise (detached, the
      * answer written already) it stops now.
      */
-    const settle = (withValue = false) => {
+    const settle = (untilWritten = false) => {
       settled = true;
-      if (!withValue || detached || answerWriting) stopHeartbeat?.();
+      if (!untilWritten || detached || answerWriting) stopHeartbeat?.();
     };
     const inner = runInContext(context, next).subscribe({
       next: (value) => {
@@ -186,12 +186,22 @@ export function runOwned(
         if (!detached) subscriber.next(value);
       },
       error: (error: unknown) => {
-        settle();
         if (detached) {
+          settle();
           void settleDetached(tools, context, fingerprint, settings, { error });
           return;
         }
-        onHandlerError(tools, context, response, letThrough, error).then(
+        // The handler's own error is its answer once the app's exception filters write it, and
+        // a filter may be slow (an error tracker awaited): its lease is renewed until then, as
+        // for a value. Any other (rolled back, the key given back) stops it now.
+        settle(true);
+        // Let through unstored (not its answer: rolled back, the key given back) only after
+        // the heartbeat stopped, so that no renewal follows the release.
+        const unstored = () => {
+          stopHeartbeat?.();
+          letThrough();
+        };
+        onHandlerError(tools, context, response, unstored, error).then(
           (mapped) => {
             handlerError = mapped === error && context.handlerStarted;
             subscriber.error(mapped);
