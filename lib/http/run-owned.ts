@@ -21,6 +21,8 @@ import { holdResponse } from './response-hold.js';
 import { type RouteSettings } from './route-settings.js';
 import { settleDetached } from './settle-detached.js';
 
+const CLIENT_GONE = new Error('the client closed its connection before the response ended');
+
 /**
  * Runs the handler as the key's owner, in the request's transaction (opened by its first
  * write). The response the adapter writes is held until the transaction commits it with the
@@ -75,6 +77,10 @@ export function runOwned(
   let result: unknown;
   /** Whether the handler emitted its value (`result` may be undefined). */
   let emitted = false;
+  /** Whether that value is a stream, whose bytes the adapter sends as they come. */
+  let streamed = false;
+  /** The client closed its connection before the answer was all written. */
+  let clientGone = false;
   /**
    * What is done when the answer comes from outside the handler before it settled (see the
    * teardown below); set once it is subscribed to.
@@ -116,6 +122,11 @@ export function runOwned(
         return undefined;
       }
       if (streamFailure) return giveBackBrokenStream(tools, context, streamFailure.error);
+      // The client left mid-stream and the adapter answered its own failure to send (Fastify's
+      // 500 after a premature close): no answer of the handler's, nothing to store.
+      if (clientGone && written.status >= 500 && (streamed || settings.responseHandled)) {
+        return giveBackBrokenStream(tools, context, CLIENT_GONE);
+      }
       const unwritten =
         !handlerError &&
         !context.finished &&
@@ -162,6 +173,26 @@ export function runOwned(
   const stopHeartbeat = route.heartbeat
     ? tools.renewals.heartbeat(settings.store, claim, transaction)
     : undefined;
+  // A client that leaves mid-stream: the adapter destroys the stream (or `pipe()` unpipes) and
+  // never ends the response, so the answer is never written. Once the handler settled with a
+  // stream (or answered through `@Res()`), nothing more will come: as for a stream that fails
+  // midway, its work is rolled back and its key given back, and the retry runs it again.
+  // Otherwise (a handler still working) its answer is still stored when it comes.
+  const leftMidStream = () => {
+    if (!clientGone || !settled || answerWriting || detached || givingBack) return;
+    if (!streamed && !settings.responseHandled) return;
+    answerWriting = true;
+    stopHeartbeat?.();
+    letThrough();
+    void giveBackBrokenStream(tools, context, CLIENT_GONE).catch((error: unknown) =>
+      tools.logger.error(`giving back key ${claim.key} failed: ${String(error)}`),
+    );
+  };
+  raw.once('close', () => {
+    if (raw.writableFinished) return;
+    clientGone = true;
+    leftMidStream();
+  });
 
   return new Observable<unknown>((subscriber) => {
     /**
@@ -181,6 +212,7 @@ export function runOwned(
         emitted = true;
         statusWhenReturned = raw.statusCode;
         const stream = resultStream(value);
+        streamed = stream !== undefined;
         // Watched before the adapter gets it, so the failure is known when it ends the reply.
         if (stream) onStreamError(stream, (error) => (streamFailure = { error }));
         if (!detached) subscriber.next(value);
@@ -213,6 +245,8 @@ export function runOwned(
         settle(emitted);
         if (detached) void settleDetached(tools, context, fingerprint, settings, { value: result });
         else subscriber.complete();
+        // Gone before its stream was handed over: the adapter may never end it either.
+        leftMidStream();
       },
     });
     answeredOutside = () => {
