@@ -11,6 +11,7 @@ import { IdempotencyError } from '../idempotency.errors.js';
 import { type ServerResponse } from 'node:http';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
 import { pinContentType } from './pin-content-type.js';
+import { noteWrittenLibraryError } from './written-library-error.js';
 import { answerProblem, PROBLEM_CONTENT_TYPE, type ProblemRenderer } from './problem.js';
 
 /**
@@ -49,6 +50,7 @@ export class IdempotencyErrorFilter implements ExceptionFilter<IdempotencyError>
     }
     const raw = (response as { raw?: ServerResponse }).raw ?? (response as ServerResponse);
     pinContentType(raw, answer.headers['content-type'] ?? PROBLEM_CONTENT_TYPE);
+    noteWrittenLibraryError(raw, error);
     adapter.reply(response, answer.body, answer.status);
   }
 }

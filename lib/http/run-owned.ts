@@ -1,7 +1,7 @@
 import { type CallHandler } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
-import { classifyCommitError } from '../failure.js';
+import { classifyCommitError, classifyHandlerError } from '../failure.js';
 import { IdempotencyContext, type ActiveClaim } from '../idempotency-context.js';
 import { type IdempotencyDatabase } from '../storage/idempotency-database.js';
 import { commitAnswer, giveBackBrokenStream, tooLarge } from '../transaction/commit-answer.js';
@@ -20,6 +20,7 @@ import { rawResponse } from './raw-response.js';
 import { holdResponse } from './response-hold.js';
 import { type RouteSettings } from './route-settings.js';
 import { settleDetached } from './settle-detached.js';
+import { writtenLibraryError } from './written-library-error.js';
 
 const CLIENT_GONE = new Error('the client closed its connection before the response ended');
 
@@ -122,6 +123,16 @@ export function runOwned(
         return undefined;
       }
       if (streamFailure) return giveBackBrokenStream(tools, context, streamFailure.error);
+      // The library's own passing error, thrown by an app interceptor after the handler's value
+      // (a `RetryLaterError` from its audit step) and answered by `IdempotencyErrorFilter`:
+      // "nothing stored, retry with the same key", as from the handler itself. Not stored.
+      const thrownAfter = handlerError ? undefined : writtenLibraryError(raw);
+      if (thrownAfter && classifyHandlerError(thrownAfter).kind === 'retry') {
+        await transaction.rollback();
+        await releaseQuietly(tools, context, false);
+        publish('released', () => ({ ...eventOf(context), reason: thrownAfter.code }));
+        return undefined;
+      }
       // The client left mid-stream and the adapter answered its own failure to send (Fastify's
       // 500 after a premature close): no answer of the handler's, nothing to store.
       if (clientGone && written.status >= 500 && (streamed || settings.responseHandled)) {
