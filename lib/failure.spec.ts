@@ -1,7 +1,13 @@
-import { HttpException, NotFoundException } from '@nestjs/common';
+import {
+  GatewayTimeoutException,
+  HttpException,
+  NotFoundException,
+  RequestTimeoutException,
+} from '@nestjs/common';
+import { TimeoutError } from 'rxjs';
 import { DatabaseError } from 'pg';
 import { QueryFailedError } from 'typeorm';
-import { classifyCommitError, classifyHandlerError, isPassing } from './failure.js';
+import { classifyCommitError, classifyHandlerError, isPassing, isTimeoutError } from './failure.js';
 import {
   IdempotencyLeaseLostError,
   IdempotencyStoreUnavailableError,
@@ -169,5 +175,20 @@ describe('isPassing: what a consumer never counts against its message', () => {
     ['a statement refused behind an open cursor', new CursorOpenRefusedError(), false],
   ])('%s -> %s', (_name, error, expected) => {
     expect(isPassing(classifyHandlerError(error))).toBe(expected);
+  });
+});
+
+describe('isTimeoutError: not done in time, never a stored answer', () => {
+  it.each([
+    ["Nest's RequestTimeoutException (408)", new RequestTimeoutException(), true],
+    ["Nest's GatewayTimeoutException (504)", new GatewayTimeoutException(), true],
+    ['an HttpException of status 408', new HttpException('slow', 408), true],
+    ["RxJS' TimeoutError, unmapped", new TimeoutError(), true],
+    ['a 404 the handler threw', new NotFoundException(), false],
+    ['a 503 of its own', new HttpException('down', 503), false],
+    ['a plain error', new Error('boom'), false],
+    ['not an object', 'timeout', false],
+  ])('%s: %s', (_case, error, expected) => {
+    expect(isTimeoutError(error)).toBe(expected);
   });
 });

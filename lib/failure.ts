@@ -31,6 +31,23 @@ export type Failure =
   | { kind: 'lease-lost'; error: IdempotencyLeaseLostError }
   | { kind: 'final' };
 
+/**
+ * Whether a handler's error says it was not done in time rather than what it did: a 408 or a
+ * 504 (`RequestTimeoutException`, `GatewayTimeoutException`, any error whose `getStatus()`
+ * says so), or RxJS' `TimeoutError` (a `timeout()` operator of an interceptor inside
+ * `@Idempotent()`, not mapped). Its work may still be under way (a timeout does not stop a
+ * handler), so it is no answer to store for ever: the work is rolled back and the key given
+ * back, and the error goes to the exception filters as it is (the client gets the app's 408).
+ */
+export function isTimeoutError(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  if ((error as { name?: unknown }).name === 'TimeoutError') return true;
+  const getStatus = (error as { getStatus?: unknown }).getStatus;
+  if (typeof getStatus !== 'function') return false;
+  const status: unknown = getStatus.call(error);
+  return status === 408 || status === 504;
+}
+
 /** Classifies what a handler (or a phase) threw. */
 export function classifyHandlerError(error: unknown): Failure {
   // A transaction its code went on with after a statement failed (and caught it) could not

@@ -15,6 +15,12 @@ export { type ActiveClaim } from './storage/active-claim.js';
 export class IdempotencyContext {
   /** Set by the handler wrapper of `@Idempotent()`: pipes and guards have passed. */
   handlerStarted = false;
+  /**
+   * What the handler itself returned (its Promise, its Observable, its value), kept by the
+   * same wrapper: an interceptor inside `@Idempotent()` (a `timeout()`) may give up on it
+   * while it goes on, and the library then waits for it itself.
+   */
+  handlerResult?: unknown;
   /** `Controller.handler`, as the events name the route. */
   route = '';
   /**

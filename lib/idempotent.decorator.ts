@@ -19,8 +19,11 @@ import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
   const handler = descriptor.value as unknown as (...args: unknown[]) => unknown;
   const wrapped = function (this: unknown, ...args: unknown[]) {
-    currentIdempotencyContext()?.startHandler();
-    return handler.apply(this, args);
+    const context = currentIdempotencyContext();
+    context?.startHandler();
+    const result = handler.apply(this, args);
+    if (context) context.handlerResult = result;
+    return result;
   };
   Object.defineProperty(wrapped, 'name', { value: handler.name });
   for (const key of Reflect.getOwnMetadataKeys(handler)) {

@@ -1,6 +1,8 @@
 import { StreamableFile } from '@nestjs/common';
 import { Readable } from 'node:stream';
+import { of } from 'rxjs';
 import {
+  handlerOutcome,
   isOuterTimeout,
   isUnwrittenValue,
   onStreamError,
@@ -140,5 +142,22 @@ describe('isOuterTimeout', () => {
     ['a bug’s 500', { status: 500, returned: true, statusWhenReturned: 200 }, false],
   ])('%s', (_name, answer, expected) => {
     expect(isOuterTimeout(answer)).toBe(expected);
+  });
+});
+
+describe('handlerOutcome: what a handler an inner timeout gave up on settles with', () => {
+  it.each([
+    ['a Promise that resolves', () => Promise.resolve(201), { value: 201 }],
+    ['a Promise that rejects', () => Promise.reject(new Error('psp down')), { error: 'psp down' }],
+    ['a plain value', () => ({ id: 1 }), { value: { id: 1 } }],
+  ])('%s', async (_case, make, expected) => {
+    const outcome = await handlerOutcome(make());
+    const shown =
+      outcome && 'error' in outcome ? { error: (outcome.error as Error).message } : outcome;
+    expect(shown).toEqual(expected);
+  });
+
+  it('an Observable: none (unsubscribed, its work is cancelled)', () => {
+    expect(handlerOutcome(of(1))).toBeUndefined();
   });
 });

@@ -1,3 +1,4 @@
+import { isObservable } from 'rxjs';
 import { StreamableFile } from '@nestjs/common';
 import { Readable } from 'node:stream';
 import { type StoredResponse } from '../stored-response.js';
@@ -166,4 +167,19 @@ const WATCHED = Symbol('idempotency.watchFastifySerialization');
 /** Whether Fastify failed to serialize the value written to `raw` (`watchFastifySerialization`). */
 export function serializationFailed(raw: object): boolean {
   return unserialized.has(raw);
+}
+
+/**
+ * What the handler itself will settle with, given what it returned (`handlerResult`): its
+ * Promise's outcome, or its value at once; undefined for an Observable, which an interceptor
+ * that gave up on it unsubscribed (its work is cancelled, not going on).
+ */
+export function handlerOutcome(
+  result: unknown,
+): Promise<{ value: unknown } | { error: unknown }> | undefined {
+  if (isObservable(result)) return undefined;
+  return Promise.resolve(result).then(
+    (value: unknown) => ({ value }),
+    (error: unknown) => ({ error }),
+  );
 }

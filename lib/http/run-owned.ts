@@ -1,7 +1,7 @@
 import { type CallHandler } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
-import { classifyCommitError, classifyHandlerError } from '../failure.js';
+import { classifyCommitError, classifyHandlerError, isTimeoutError } from '../failure.js';
 import { IdempotencyContext, type ActiveClaim } from '../idempotency-context.js';
 import { type IdempotencyDatabase } from '../storage/idempotency-database.js';
 import { commitAnswer, giveBackBrokenStream, tooLarge } from '../transaction/commit-answer.js';
@@ -9,6 +9,7 @@ import { onHandlerError } from '../transaction/handler-failure.js';
 import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-tools.js';
 import { runInContext } from '../transaction/run-in-context.js';
 import {
+  handlerOutcome,
   isOuterTimeout,
   isUnwrittenValue,
   onStreamError,
@@ -232,6 +233,24 @@ export function runOwned(
         if (detached) {
           settle();
           void settleDetached(tools, context, fingerprint, settings, { error });
+          return;
+        }
+        // A timeout of an interceptor inside `@Idempotent()` (a `timeout()` written above it)
+        // while the handler's Promise goes on: as under an outer timeout, the timeout's answer
+        // goes out unstored, and the handler's effects commit with its own answer when it
+        // settles (its retries get 409 until then, then that answer).
+        const goingOn =
+          isTimeoutError(error) && context.handlerStarted
+            ? handlerOutcome(context.handlerResult)
+            : undefined;
+        if (goingOn) {
+          detached = true;
+          letThrough();
+          subscriber.error(error);
+          void goingOn.then((outcome) => {
+            settle();
+            return settleDetached(tools, context, fingerprint, settings, outcome);
+          });
           return;
         }
         // The handler's own error is its answer once the app's exception filters write it, and

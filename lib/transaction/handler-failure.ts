@@ -1,5 +1,5 @@
 import { publish } from '../events/idempotency-events.js';
-import { classifyHandlerError } from '../failure.js';
+import { classifyHandlerError, isTimeoutError } from '../failure.js';
 import { IdempotencyError } from '../idempotency.errors.js';
 import { type IdempotencyContext } from '../idempotency-context.js';
 import { eventOf, type OwnerTools, releaseQuietly } from './owner-tools.js';
@@ -23,6 +23,14 @@ export async function onHandlerError(
     await releaseQuietly(tools, context, true);
     publish('released', () => ({ ...eventOf(context), reason: 'before_handler' }));
     return error instanceof IdempotencyError ? tools.toHttp(response, error) : error;
+  }
+  if (isTimeoutError(error)) {
+    // Not done in time (see `isTimeoutError`): not stored, the key given back at once.
+    letThrough();
+    await transaction.rollback();
+    await releaseQuietly(tools, context, false);
+    publish('released', () => ({ ...eventOf(context), reason: 'timeout' }));
+    return error;
   }
   // A handler that caught a deadlock and went on fails next with "transaction aborted":
   // what the request met is the deadlock.
