@@ -16,11 +16,11 @@ export class IdempotencyContext {
   /** Set by the handler wrapper of `@Idempotent()`: pipes and guards have passed. */
   handlerStarted = false;
   /**
-   * What the handler itself returned (its Promise, its Observable, its value), kept by the
-   * same wrapper: an interceptor inside `@Idempotent()` (a `timeout()`) may give up on it
-   * while it goes on, and the library then waits for it itself.
+   * What the route's handler itself returned (its Promise, its Observable, its value), kept by
+   * the same wrapper; unset when it threw at once. An interceptor inside `@Idempotent()` (a
+   * `timeout()`) may give up on it while it goes on, and the library then waits for it itself.
    */
-  handlerResult?: unknown;
+  handlerReturned?: { value: unknown };
   /** `Controller.handler`, as the events name the route. */
   route = '';
   /**

@@ -20,9 +20,13 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
   const handler = descriptor.value as unknown as (...args: unknown[]) => unknown;
   const wrapped = function (this: unknown, ...args: unknown[]) {
     const context = currentIdempotencyContext();
+    // The route's own handler only: one that calls a sibling route method of its controller
+    // (`this.create()`, wrapped too) is still the one whose outcome the request waits for.
+    const own = context !== undefined && !context.handlerStarted;
     context?.startHandler();
     const result = handler.apply(this, args);
-    if (context) context.handlerResult = result;
+    // Only what it returned: one that threw at once has no outcome still to come.
+    if (own) context.handlerReturned = { value: result };
     return result;
   };
   Object.defineProperty(wrapped, 'name', { value: handler.name });

@@ -151,13 +151,17 @@ describe('handlerOutcome: what a handler an inner timeout gave up on settles wit
     ['a Promise that rejects', () => Promise.reject(new Error('psp down')), { error: 'psp down' }],
     ['a plain value', () => ({ id: 1 }), { value: { id: 1 } }],
   ])('%s', async (_case, make, expected) => {
-    const outcome = await handlerOutcome(make());
+    const outcome = await handlerOutcome({ value: make() });
     const shown =
       outcome && 'error' in outcome ? { error: (outcome.error as Error).message } : outcome;
     expect(shown).toEqual(expected);
   });
 
   it('an Observable: none (unsubscribed, its work is cancelled)', () => {
-    expect(handlerOutcome(of(1))).toBeUndefined();
+    expect(handlerOutcome({ value: of(1) })).toBeUndefined();
+  });
+
+  it('a handler that threw at once, returning nothing: none', () => {
+    expect(handlerOutcome(undefined)).toBeUndefined();
   });
 });

@@ -170,15 +170,17 @@ export function serializationFailed(raw: object): boolean {
 }
 
 /**
- * What the handler itself will settle with, given what it returned (`handlerResult`): its
+ * What the handler itself will settle with, given what it returned (`handlerReturned`): its
  * Promise's outcome, or its value at once; undefined for an Observable, which an interceptor
- * that gave up on it unsubscribed (its work is cancelled, not going on).
+ * that gave up on it unsubscribed (its work is cancelled, not going on), or for a handler that
+ * threw at once (nothing returned).
  */
 export function handlerOutcome(
-  result: unknown,
+  returned: { value: unknown } | undefined,
 ): Promise<{ value: unknown } | { error: unknown }> | undefined {
-  if (isObservable(result)) return undefined;
-  return Promise.resolve(result).then(
+  // Threw at once (nothing returned): nothing goes on.
+  if (!returned || isObservable(returned.value)) return undefined;
+  return Promise.resolve(returned.value).then(
     (value: unknown) => ({ value }),
     (error: unknown) => ({ error }),
   );

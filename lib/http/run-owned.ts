@@ -1,3 +1,4 @@
+import { type ServerResponse } from 'node:http';
 import { type CallHandler } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
@@ -83,6 +84,12 @@ export function runOwned(
   let streamed = false;
   /** The client closed its connection before the answer was all written. */
   let clientGone = false;
+  /** An `@Res()` handler had begun to send its answer before that (see below). */
+  let sentBeforeGone = false;
+  /** The handler settled with its own error, which the app's exception filters answer. */
+  let erred = false;
+  /** Given back as an answer that will not come (see `leftMidStream`). */
+  let gaveBack = false;
   /**
    * What is done when the answer comes from outside the handler before it settled (see the
    * teardown below); set once it is subscribed to.
@@ -102,7 +109,7 @@ export function runOwned(
         await givingBack;
         return undefined;
       }
-      if (detached) return undefined;
+      if (detached || gaveBack) return undefined;
       answerWriting = true;
       // Settled with a value an app interceptor worked on until now: its lease is no longer
       // needed past the commit below (a @Res handler that wrote first stops at its settle).
@@ -136,7 +143,7 @@ export function runOwned(
       }
       // The client left mid-stream and the adapter answered its own failure to send (Fastify's
       // 500 after a premature close): no answer of the handler's, nothing to store.
-      if (clientGone && written.status >= 500 && (streamed || settings.responseHandled)) {
+      if (clientGone && written.status >= 500 && (streamed || sentBeforeGone)) {
         return giveBackBrokenStream(tools, context, CLIENT_GONE);
       }
       const unwritten =
@@ -192,8 +199,13 @@ export function runOwned(
   // Otherwise (a handler still working) its answer is still stored when it comes.
   const leftMidStream = () => {
     if (!clientGone || !settled || answerWriting || detached || givingBack) return;
-    if (!streamed && !settings.responseHandled) return;
+    // An answer that will not come: a stream the adapter gave up, an `@Res()` answer cut
+    // midway, or the handler's error whose filter writes nothing to a client that is gone
+    // (the "499" idiom; an error's work is rolled back anyway). A handler's value still on its
+    // way through an app interceptor is still written, and stored.
+    if (!streamed && !sentBeforeGone && !erred) return;
     answerWriting = true;
+    gaveBack = true;
     stopHeartbeat?.();
     letThrough();
     void giveBackBrokenStream(tools, context, CLIENT_GONE).catch((error: unknown) =>
@@ -205,6 +217,16 @@ export function runOwned(
     clientGone = true;
     leftMidStream();
   });
+  // Whether an `@Res()` handler had begun sending its answer when its client left: then what
+  // comes after (Fastify's 500 after a premature close) is the adapter's, not its own; a 5xx it
+  // writes whole after its client left is its answer. (Put back with the held write.)
+  if (settings.responseHandled) {
+    const heldWrite = raw.write;
+    raw.write = function noteSent(this: ServerResponse, ...args: unknown[]) {
+      if (!clientGone) sentBeforeGone = true;
+      return (heldWrite as (...a: unknown[]) => boolean).apply(this, args);
+    } as ServerResponse['write'];
+  }
 
   return new Observable<unknown>((subscriber) => {
     /**
@@ -241,7 +263,7 @@ export function runOwned(
         // settles (its retries get 409 until then, then that answer).
         const goingOn =
           isTimeoutError(error) && context.handlerStarted
-            ? handlerOutcome(context.handlerResult)
+            ? handlerOutcome(context.handlerReturned)
             : undefined;
         if (goingOn) {
           detached = true;
@@ -266,7 +288,11 @@ export function runOwned(
         onHandlerError(tools, context, response, unstored, error).then(
           (mapped) => {
             handlerError = mapped === error && context.handlerStarted;
+            erred = handlerError;
             subscriber.error(mapped);
+            // Gone before its filters answered: they may write nothing. Checked once what they
+            // wrote at once has reached the commit (its finalizer starts in a microtask).
+            setImmediate(leftMidStream);
           },
           (unexpected: unknown) => subscriber.error(unexpected),
         );
@@ -276,7 +302,8 @@ export function runOwned(
         if (detached) void settleDetached(tools, context, fingerprint, settings, { value: result });
         else subscriber.complete();
         // Gone before its stream was handed over: the adapter may never end it either.
-        leftMidStream();
+        // Checked once what it wrote at once has reached the commit, as above.
+        setImmediate(leftMidStream);
       },
     });
     answeredOutside = () => {

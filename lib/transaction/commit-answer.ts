@@ -107,7 +107,9 @@ export async function giveBackBrokenStream(
       : classifyCommitError(new TransactionAbortedError(transaction.lastError));
   await transaction.rollback();
   await releaseQuietly(tools, context, false);
-  tools.logger.warn(`the response stream of key ${context.claim!.key} failed: ${String(error)}`);
+  tools.logger.warn(
+    `the response of key ${context.claim!.key} could not be sent whole: ${String(error)}`,
+  );
   const problem = aborted ?? new RetryLaterError(STREAM_FAILED, 1);
   publish('released', () => ({ ...eventOf(context), reason: problem.code }));
   return tools.problem(problem);
