@@ -84,7 +84,10 @@ export function keepNestedState(name: string): string {
     `set_config('idempotency.${name}_authorization', ` +
     "current_setting('session_authorization'), true), " +
     `set_config('idempotency.${name}_search_path', '=' || current_setting('search_path'), ` +
-    'true)'
+    'true), ' +
+    // When it began: the cursors opened in it, however (a DECLARE, a function's own), are those
+    // made since (see `NestedCommit.endingText`).
+    `set_config('idempotency.${name}_began', clock_timestamp()::text, true)`
   );
 }
 

@@ -68,15 +68,17 @@ export class NestedCommit {
    * act as it (a table made under `SET LOCAL ROLE` by a `NOINHERIT` login), set for the
    * statement and put back after it.
    */
-  endingText(sweep: boolean, ownCursorsOnly = false): string | undefined {
+  endingText(sweep: boolean, insideOf?: string): string | undefined {
+    const ownCursorsOnly = insideOf !== undefined;
     const parts: string[] = [];
     if (this.settingsBefore.size > 0) parts.push(restoreSettings(this.settingsBefore));
     // The sweep where it rides in a round trip sent anyway (`sweep`), or where its code made
     // something it ends: a TypeORM save's own savepoint (no statement after its RELEASE
     // otherwise) pays no round trip for it. Inside another nested transaction still open
-    // (`ownCursorsOnly`, begun beside it), only the cursors its code declared are closed: the
-    // others may be that one's, which its own COMMIT would not close.
-    const sweeping = sweep && !ownCursorsOnly;
+    // (begun beside it; `insideOf`, its savepoint's kept-state name), only the cursors opened
+    // since it began are closed (a DECLARE, or a function's own): the others may be that one's,
+    // which its own COMMIT would not close.
+    const sweeping = sweep;
     if (sweeping || this.tempTables.size > 0 || this.cursors.size > 0) {
       const end = (action: 'drop' | 'delete', command: (tables: string) => string) => {
         const names = [...this.tempTables]
@@ -101,9 +103,10 @@ export class NestedCommit {
           "tables text; kept_role text := current_setting('role'); BEGIN " +
           // The names first: a FOR loop over the view would be a portal of its own in it.
           'SELECT array_agg(name) INTO cursor_names FROM pg_cursors WHERE NOT is_holdable ' +
+          "AND name <> '' AND name NOT LIKE '<unnamed portal%' " +
           (ownCursorsOnly
-            ? `AND name = ANY(ARRAY[${[...this.cursors].map(pg.escapeLiteral).join(', ')}]::text[]); `
-            : "AND name <> '' AND name NOT LIKE '<unnamed portal%'; ") +
+            ? `AND creation_time >= current_setting('idempotency.${insideOf}_began')::timestamptz; `
+            : '; ') +
           'FOREACH cursor_name IN ARRAY coalesce(cursor_names, ARRAY[]::text[]) ' +
           "LOOP EXECUTE format('CLOSE %I', cursor_name); END LOOP; " +
           end('drop', (tables) => `'DROP TABLE ' || ${tables} || ' CASCADE'`) +

@@ -546,7 +546,12 @@ export class PoolTransaction extends RequestTransaction {
           (savepoint.keptAs
             ? `; ${restoreNestedState(savepoint.keptAs)}` +
               (check && deferredAgain() ? `; ${deferredAgain()}` : '') +
-              ending((savepoint.commit ?? new NestedCommit()).endingText(true, inside))
+              ending(
+                (savepoint.commit ?? new NestedCommit()).endingText(
+                  true,
+                  inside ? savepoint.keptAs : undefined,
+                ),
+              )
             : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
     await this.statement([text], () => true, view);
