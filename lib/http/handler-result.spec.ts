@@ -150,6 +150,11 @@ describe('handlerOutcome: what a handler an inner timeout gave up on settles wit
     ['a Promise that resolves', () => Promise.resolve(201), { value: 201 }],
     ['a Promise that rejects', () => Promise.reject(new Error('psp down')), { error: 'psp down' }],
     ['a plain value', () => ({ id: 1 }), { value: { id: 1 } }],
+    [
+      'a Promise of an Observable (cancelled with it)',
+      () => Promise.resolve(of(1)),
+      { error: 'the Observable the handler resolved to was cancelled by a timeout' },
+    ],
   ])('%s', async (_case, make, expected) => {
     const outcome = await handlerOutcome({ value: make() });
     const shown =

@@ -169,6 +169,8 @@ export function serializationFailed(raw: object): boolean {
   return unserialized.has(raw);
 }
 
+const CANCELLED = new Error('the Observable the handler resolved to was cancelled by a timeout');
+
 /**
  * What the handler itself will settle with, given what it returned (`handlerReturned`): its
  * Promise's outcome, or its value at once; undefined for an Observable, which an interceptor
@@ -181,7 +183,9 @@ export function handlerOutcome(
   // Threw at once (nothing returned): nothing goes on.
   if (!returned || isObservable(returned.value)) return undefined;
   return Promise.resolve(returned.value).then(
-    (value: unknown) => ({ value }),
+    // An async handler that resolves to an Observable (an `HttpService` call after a write):
+    // the timeout unsubscribed from that too, its work cancelled: no value to store.
+    (value: unknown) => (isObservable(value) ? { error: CANCELLED } : { value }),
     (error: unknown) => ({ error }),
   );
 }
