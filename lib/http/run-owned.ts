@@ -197,13 +197,20 @@ export function runOwned(
   // stream (or answered through `@Res()`), nothing more will come: as for a stream that fails
   // midway, its work is rolled back and its key given back, and the retry runs it again.
   // Otherwise (a handler still working) its answer is still stored when it comes.
-  const leftMidStream = () => {
-    if (!clientGone || !settled || answerWriting || detached || givingBack) return;
-    // An answer that will not come: a stream the adapter gave up, an `@Res()` answer cut
-    // midway, or the handler's error whose filter writes nothing to a client that is gone
-    // (the "499" idiom; an error's work is rolled back anyway). A handler's value still on its
-    // way through an app interceptor is still written, and stored.
+  const leftMidStream = (graceOver = false) => {
+    if (!clientGone || !settled || answerWriting || detached || givingBack || gaveBack) return;
+    // An answer that will not come: a stream the adapter gave up, or an `@Res()` answer cut
+    // midway. A handler's value still on its way through an app interceptor is still written,
+    // and stored.
     if (!streamed && !sentBeforeGone && !erred) return;
+    if (erred && !streamed && !sentBeforeGone && !graceOver) {
+      // The handler's error, whose filter may be slow (an error tracker awaited) and still
+      // write it, to be stored; or may write nothing to a client that is gone (the "499"
+      // idiom). It is given its lease's length (the heartbeat renewing meanwhile): then, still
+      // unwritten, given back (an error's work is rolled back anyway).
+      setTimeout(() => leftMidStream(true), claim.leaseMs).unref();
+      return;
+    }
     answerWriting = true;
     gaveBack = true;
     stopHeartbeat?.();
@@ -292,7 +299,7 @@ export function runOwned(
             subscriber.error(mapped);
             // Gone before its filters answered: they may write nothing. Checked once what they
             // wrote at once has reached the commit (its finalizer starts in a microtask).
-            setImmediate(leftMidStream);
+            setImmediate(() => leftMidStream());
           },
           (unexpected: unknown) => subscriber.error(unexpected),
         );
@@ -303,7 +310,7 @@ export function runOwned(
         else subscriber.complete();
         // Gone before its stream was handed over: the adapter may never end it either.
         // Checked once what it wrote at once has reached the commit, as above.
-        setImmediate(leftMidStream);
+        setImmediate(() => leftMidStream());
       },
     });
     answeredOutside = () => {
