@@ -1,7 +1,8 @@
 import { type CallHandler } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
-import { classifyHandlerError } from '../failure.js';
+import { classifyHandlerError, isTimeoutError } from '../failure.js';
+import { handlerOutcome } from '../http/handler-result.js';
 import { IdempotencyContext, type ActiveClaim } from '../idempotency-context.js';
 import {
   IdempotencyError,
@@ -126,7 +127,22 @@ export function runField(
     };
     const inner = runInContext(context, next).subscribe({
       next: (emitted) => (value = emitted),
-      error: (error: unknown) => end({ error }),
+      error: (error: unknown) => {
+        // A timeout of an interceptor inside `@Idempotent()` while the resolver's Promise goes
+        // on: as under an outer timeout, the timeout is the field's error, not stored, and the
+        // resolver commits with its own answer when it settles (see `isTimeoutError`).
+        const goingOn =
+          isTimeoutError(error) && context.handlerStarted
+            ? handlerOutcome(context.handlerReturned)
+            : undefined;
+        if (!goingOn) return end({ error });
+        detached = true;
+        subscriber.error(error);
+        void goingOn.then((outcome) => {
+          settled = true;
+          return settle(outcome).catch(() => undefined);
+        });
+      },
       complete: () => end({ value }),
     });
     // Unsubscribed before the resolver settled: an outer layer answered (a global timeout()
@@ -171,6 +187,14 @@ async function failed(
     await releaseQuietly(tools, context, true);
     publish('released', () => ({ ...eventOf(context), reason: 'before_handler' }));
     throw error instanceof IdempotencyError ? problemThrown(error, graphql) : error;
+  }
+  if (isTimeoutError(error)) {
+    // Not done in time, and nothing going on to wait for (an Observable the timeout cancelled,
+    // or the timeout the resolver threw itself): never a stored answer; the key given back.
+    await transaction.rollback();
+    await releaseQuietly(tools, context, false);
+    publish('released', () => ({ ...eventOf(context), reason: 'timeout' }));
+    throw error;
   }
   // A resolver that caught a deadlock and went on fails next with "transaction aborted":
   // what the request met is the deadlock.
