@@ -32,6 +32,11 @@ import {
   RequestTransaction,
 } from './request-transaction.js';
 
+/** The name a nested transaction begun beside others notes its start under, by its depth. */
+function besideName(depth: number): string {
+  return `beside_${depth}`;
+}
+
 /** The name the outermost nested transaction's session state is kept under (one: depth 1). */
 const OUTERMOST_KEPT_AS = 'typeorm_1';
 
@@ -66,6 +71,12 @@ export class LazyTransaction extends RequestTransaction {
   private nestedCommit = new NestedCommit();
   /** Its code's nested transactions, by the view that started each (see `besideIdentity`). */
   private readonly nested = new NestedIdentity();
+  /**
+   * The depths of the open nested transactions begun beside others (see `besideAll`): each
+   * noted when it began, so that its COMMIT closes the cursors opened in it, as its own COMMIT
+   * would, and not the others' (see `NestedCommit.endingText`).
+   */
+  private readonly besideDepths = new Set<number>();
   /** Its code's streams open on the connection (see `OpenStreams`). */
   private readonly streams = new OpenStreams();
   /**
@@ -290,9 +301,18 @@ export class LazyTransaction extends RequestTransaction {
           this.outermostKept = !isPersisting();
           if (this.outermostKept) await internals.query(keepNestedState(OUTERMOST_KEPT_AS));
         }
+        const beside = depth > 1 && !isPersisting() && this.nested.besideAll(owner as object);
         await this.asOwner(owner, () =>
           start(level as Parameters<QueryRunner['startTransaction']>[0]),
         );
+        if (beside) {
+          // When it began, inside its savepoint (a round trip, only for such a transaction).
+          await internals.query(
+            `SELECT set_config('idempotency.${besideName(depth + 1)}_began', ` +
+              'clock_timestamp()::text, true)',
+          );
+          this.besideDepths.add(depth + 1);
+        }
         this.nested.started(owner as object);
       } catch (error) {
         if (internals.transactionDepth === depth) this.failedStartAt = depth;
@@ -339,7 +359,15 @@ export class LazyTransaction extends RequestTransaction {
                   if (ending.length > 0) await internals.query(ending.join('; '));
                 },
               }
-            : {},
+            : this.besideDepths.has(depth)
+              ? {
+                  // Begun beside another (see `besideDepths`): the cursors opened in it.
+                  afterRelease: async () => {
+                    const ending = new NestedCommit().endingText(true, besideName(depth));
+                    if (ending) await internals.query(ending);
+                  },
+                }
+              : {},
         );
       } catch (error) {
         // Failed after its RELEASE (an `afterTransactionCommit` subscriber threw): committed.
@@ -347,6 +375,9 @@ export class LazyTransaction extends RequestTransaction {
         throw error;
       } finally {
         this.nested.endedAt(internals.transactionDepth);
+        for (const open of this.besideDepths) {
+          if (open > internals.transactionDepth) this.besideDepths.delete(open);
+        }
         if (this.readOnlyFrom !== undefined && internals.transactionDepth < this.readOnlyFrom) {
           this.readOnlyFrom = undefined;
         }
@@ -378,6 +409,9 @@ export class LazyTransaction extends RequestTransaction {
         await this.asOwner(from, rollback);
       } finally {
         this.nested.endedAt(internals.transactionDepth);
+        for (const open of this.besideDepths) {
+          if (open > internals.transactionDepth) this.besideDepths.delete(open);
+        }
         if (this.readOnlyFrom !== undefined && internals.transactionDepth < this.readOnlyFrom) {
           this.readOnlyFrom = undefined;
         }

@@ -190,3 +190,17 @@ describe('NestedIdentity.ending', () => {
     expect(met).toEqual(expected);
   });
 });
+
+describe('NestedIdentity.besideAll: a transaction of its own begun beside the open ones', () => {
+  it.each<[string, object[], object, boolean]>([
+    ['nothing open: not beside anything', [], beside, false],
+    ['its own view nests (manager.transaction in its callback)', [inside], inside, false],
+    ['another view begins one (dataSource.transaction in the callback)', [inside], beside, true],
+    ['a view that began one further out', [beside, inside], beside, false],
+    ['a third view', [inside, beside], other, true],
+  ])('%s', (_case, started, owner, expected) => {
+    const identity = new NestedIdentity();
+    for (const view of started) identity.started(view);
+    expect(identity.besideAll(owner)).toBe(expected);
+  });
+});

@@ -37,6 +37,15 @@ export type NestedEnding = 'ok' | 'not-innermost' | 'beside';
 export class NestedIdentity {
   private readonly open: NestedTransaction[] = [];
 
+  /**
+   * Whether `owner` began none of the open nested transactions: one it starts now is a
+   * transaction of its own begun beside them (a `dataSource.transaction()` inside another's
+   * callback), which without the library would run on a connection of its own.
+   */
+  besideAll(owner: object): boolean {
+    return this.open.length > 0 && !this.open.some((nested) => nested.owner === owner);
+  }
+
   /** `owner` started a nested transaction. */
   started(owner: object): void {
     this.open.push({ owner, setIdentity: false, beside: false });

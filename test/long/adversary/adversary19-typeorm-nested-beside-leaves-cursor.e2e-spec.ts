@@ -132,10 +132,7 @@ describe('adversary 19: TypeORM, a nested COMMIT beside another leaves its curso
     20_000,
   );
 
-  // Open (issue 27's note): TypeORM's seam has no counterpart yet of the pool seam's rule for a
-  // transaction begun beside another (its COMMIT closes the cursors opened since it began);
-  // transactions.md states it as a limit until it does.
-  it.skip.each(['declare', 'function'] as const)(
+  it.each(['declare', 'function'] as const)(
     'under @Idempotent(), %s: 201 once, replayed, each line booked once',
     async (how) => {
       const first = await post('/idempotent', how, how, `import-${how}`);
