@@ -13,7 +13,12 @@ import { type RouteSettings } from '../http/route-settings.js';
 import { type IdempotencyDatabase } from '../storage/idempotency-database.js';
 import { type StoredResponse } from '../stored-response.js';
 import { commitAnswer } from '../transaction/commit-answer.js';
-import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-tools.js';
+import {
+  eventOf,
+  type OwnerTools,
+  releaseQuietly,
+  rollBackAndRelease,
+} from '../transaction/owner-tools.js';
 import { runInContext } from '../transaction/run-in-context.js';
 import { decodeAnswer, encodeAnswer, fieldError } from './field-answer.js';
 import { problemError } from './graphql-problem.js';
@@ -160,10 +165,7 @@ export function runField(
       stopHeartbeat?.();
       context.abandoned = true;
       inner.unsubscribe();
-      void transaction
-        .rollback()
-        .then(() => releaseQuietly(tools, context, true))
-        .then(() => publish('released', () => ({ ...eventOf(context), reason: 'before_handler' })));
+      void rollBackAndRelease(tools, context, 'before_handler', true);
     };
   });
 }
@@ -183,17 +185,13 @@ async function failed(
   const transaction = context.transaction!;
   if (!context.handlerStarted) {
     // Failed in a guard, pipe or interceptor: nothing ran, so the key is given back.
-    await transaction.rollback();
-    await releaseQuietly(tools, context, true);
-    publish('released', () => ({ ...eventOf(context), reason: 'before_handler' }));
+    await rollBackAndRelease(tools, context, 'before_handler', true);
     throw error instanceof IdempotencyError ? problemThrown(error, graphql) : error;
   }
   if (isTimeoutError(error)) {
     // Not done in time, and nothing going on to wait for (an Observable the timeout cancelled,
     // or the timeout the resolver threw itself): never a stored answer; the key given back.
-    await transaction.rollback();
-    await releaseQuietly(tools, context, false);
-    publish('released', () => ({ ...eventOf(context), reason: 'timeout' }));
+    await rollBackAndRelease(tools, context, 'timeout');
     throw error;
   }
   // A resolver that caught a deadlock and went on fails next with "transaction aborted":

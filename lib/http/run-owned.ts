@@ -1,13 +1,12 @@
 import { type ServerResponse } from 'node:http';
 import { type CallHandler } from '@nestjs/common';
 import { Observable } from 'rxjs';
-import { publish } from '../events/idempotency-events.js';
 import { classifyCommitError, classifyHandlerError, isTimeoutError } from '../failure.js';
 import { IdempotencyContext, type ActiveClaim } from '../idempotency-context.js';
 import { type IdempotencyDatabase } from '../storage/idempotency-database.js';
 import { commitAnswer, giveBackBrokenStream, tooLarge } from '../transaction/commit-answer.js';
 import { onHandlerError } from '../transaction/handler-failure.js';
-import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-tools.js';
+import { type OwnerTools, rollBackAndRelease } from '../transaction/owner-tools.js';
 import { runInContext } from '../transaction/run-in-context.js';
 import {
   handlerOutcome,
@@ -86,8 +85,6 @@ export function runOwned(
   let clientGone = false;
   /** An `@Res()` handler had begun to send its answer before that (see below). */
   let sentBeforeGone = false;
-  /** The handler settled with its own error, which the app's exception filters answer. */
-  let erred = false;
   /** Given back as an answer that will not come (see `leftMidStream`). */
   let gaveBack = false;
   /**
@@ -136,9 +133,7 @@ export function runOwned(
       // "nothing stored, retry with the same key", as from the handler itself. Not stored.
       const thrownAfter = handlerError ? undefined : writtenLibraryError(raw);
       if (thrownAfter && classifyHandlerError(thrownAfter).kind === 'retry') {
-        await transaction.rollback();
-        await releaseQuietly(tools, context, false);
-        publish('released', () => ({ ...eventOf(context), reason: thrownAfter.code }));
+        await rollBackAndRelease(tools, context, thrownAfter.code);
         return undefined;
       }
       // The client left mid-stream and the adapter answered its own failure to send (Fastify's
@@ -202,8 +197,8 @@ export function runOwned(
     // An answer that will not come: a stream the adapter gave up, or an `@Res()` answer cut
     // midway. A handler's value still on its way through an app interceptor is still written,
     // and stored.
-    if (!streamed && !sentBeforeGone && !erred) return;
-    if (erred && !streamed && !sentBeforeGone && !graceOver) {
+    if (!streamed && !sentBeforeGone && !handlerError) return;
+    if (handlerError && !streamed && !sentBeforeGone && !graceOver) {
       // The handler's error, whose filter may be slow (an error tracker awaited) and still
       // write it, to be stored; or may write nothing to a client that is gone (the "499"
       // idiom). It is given its lease's length (the heartbeat renewing meanwhile): then, still
@@ -295,7 +290,6 @@ export function runOwned(
         onHandlerError(tools, context, response, unstored, error).then(
           (mapped) => {
             handlerError = mapped === error && context.handlerStarted;
-            erred = handlerError;
             subscriber.error(mapped);
             // Gone before its filters answered: they may write nothing. Checked once what they
             // wrote at once has reached the commit (its finalizer starts in a microtask).
@@ -338,10 +332,7 @@ export function runOwned(
       stopHeartbeat?.();
       context.abandoned = true;
       inner.unsubscribe();
-      givingBack = transaction
-        .rollback()
-        .then(() => releaseQuietly(tools, context, true))
-        .then(() => publish('released', () => ({ ...eventOf(context), reason: 'before_handler' })));
+      givingBack = rollBackAndRelease(tools, context, 'before_handler', true);
     };
     // Unsubscribed before the handler settled: answered from outside.
     return () => answeredOutside?.();

@@ -1,7 +1,12 @@
 import { publish } from '../events/idempotency-events.js';
 import { type IdempotencyContext } from '../idempotency-context.js';
 import { finish, tooLarge } from '../transaction/commit-answer.js';
-import { eventOf, type OwnerTools, releaseQuietly } from '../transaction/owner-tools.js';
+import {
+  eventOf,
+  type OwnerTools,
+  releaseQuietly,
+  rollBackAndRelease,
+} from '../transaction/owner-tools.js';
 import { lateAnswerStorable, storePlan } from '../transaction/store-plan.js';
 import { renderResult, resultStream } from './handler-result.js';
 import { type RouteSettings } from './route-settings.js';
@@ -43,9 +48,7 @@ export async function settleDetached(
     const answer = overflow ? tooLarge(tools, settings.route) : rendered;
     const plan = storePlan(answer.status, overflow, tools.options.storeIf);
     if (plan === 'not-stored') {
-      await transaction.rollback();
-      await releaseQuietly(tools, context, false);
-      publish('released', () => ({ ...eventOf(context), reason: 'store_if' }));
+      await rollBackAndRelease(tools, context, 'store_if');
       return;
     }
     if (await finish(context, answer, plan === 'alone' ? undefined : transaction)) {

@@ -2,7 +2,7 @@ import { publish } from '../events/idempotency-events.js';
 import { classifyHandlerError, isTimeoutError } from '../failure.js';
 import { IdempotencyError } from '../idempotency.errors.js';
 import { type IdempotencyContext } from '../idempotency-context.js';
-import { eventOf, type OwnerTools, releaseQuietly } from './owner-tools.js';
+import { eventOf, type OwnerTools, releaseQuietly, rollBackAndRelease } from './owner-tools.js';
 
 /**
  * What a failure of the request means (see `classifyHandlerError`); returns the error that
@@ -19,17 +19,13 @@ export async function onHandlerError(
   if (!context.handlerStarted) {
     // Failed in a guard, pipe or interceptor: nothing ran, so the key is given back.
     letThrough();
-    await transaction.rollback();
-    await releaseQuietly(tools, context, true);
-    publish('released', () => ({ ...eventOf(context), reason: 'before_handler' }));
+    await rollBackAndRelease(tools, context, 'before_handler', true);
     return error instanceof IdempotencyError ? tools.toHttp(response, error) : error;
   }
   if (isTimeoutError(error)) {
     // Not done in time (see `isTimeoutError`): not stored, the key given back at once.
     letThrough();
-    await transaction.rollback();
-    await releaseQuietly(tools, context, false);
-    publish('released', () => ({ ...eventOf(context), reason: 'timeout' }));
+    await rollBackAndRelease(tools, context, 'timeout');
     return error;
   }
   // A handler that caught a deadlock and went on fails next with "transaction aborted":

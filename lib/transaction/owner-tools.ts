@@ -5,7 +5,7 @@ import { type ResolvedIdempotencyOptions } from '../idempotency-options.interfac
 import { type KeyScope, type ClaimStore } from '../storage/claim-store.interface.js';
 import { type LeaseRenewals } from '../storage/lease-renewals.js';
 import { type StoredResponse } from '../stored-response.js';
-import { type IdempotencyEvent } from '../events/idempotency-events.js';
+import { type IdempotencyEvent, publish } from '../events/idempotency-events.js';
 
 /**
  * What the steps of a request that owns its key share: made once by the interceptor from what
@@ -46,4 +46,20 @@ export function releaseQuietly(
 /** The event payload of an owned request: its route, tenant and key. */
 export function eventOf(context: IdempotencyContext): IdempotencyEvent {
   return { route: context.route, tenant: context.claim!.tenantId, key: context.claim!.key };
+}
+
+/**
+ * Gives the key back with nothing stored: the request's work rolled back, the key released
+ * (`forget`: forgotten, as nothing of its handler ran), and `released` published with
+ * `reason`. A release that fails only leaves the lease to run out (see `releaseQuietly`).
+ */
+export async function rollBackAndRelease(
+  tools: OwnerTools,
+  context: IdempotencyContext,
+  reason: string,
+  forget = false,
+): Promise<void> {
+  await context.transaction!.rollback();
+  await releaseQuietly(tools, context, forget);
+  publish('released', () => ({ ...eventOf(context), reason }));
 }
