@@ -85,6 +85,27 @@ export interface IdempotencyRouteOptions {
    */
   atomic?: boolean;
   /**
+   * Commit the claim with the handler's work and its stored answer, in one transaction: one
+   * commit per new key instead of two (the claim alone first), for a route whose work is
+   * local (its writes go to this PostgreSQL). A request with the same key waits on a claim
+   * that is not committed yet for at most `claimWaitMs`, then gets the stored answer, or 409
+   * with `Retry-After`; a process killed before the commit leaves no trace, and the retry runs
+   * at once. The claim's transaction holds a connection from the claim to the answer: the
+   * first `PhaseRunner.run()` or `call()` commits the claim alone first (then as without it),
+   * and `PhaseRunner.idempotencyKey()` is refused while the claim is uncommitted. Do not call
+   * another system from such a route without `PhaseRunner.call()`. HTTP routes on the
+   * PostgreSQL claim store, atomic (a GraphQL mutation is refused at start-up).
+   * @default false
+   */
+  oneCommit?: boolean;
+  /**
+   * On a `oneCommit` route: how long a request waits on a claim of its key that another
+   * request has not committed yet, before it is answered 409 with `Retry-After`. It holds a
+   * connection while it waits: keep it short.
+   * @default 1000
+   */
+  claimWaitMs?: number;
+  /**
    * The isolation level the request's transaction begins at (its reads then run in it too,
    * none before it). Without it, the first nested transaction that asks for a level
    * (`dataSource.transaction('SERIALIZABLE', …)`, `@Transactional({ isolationLevel })`) sets it,
@@ -386,6 +407,8 @@ export interface ResolvedRouteOptions {
   fingerprintQuery: boolean;
   heartbeat: boolean;
   atomic: boolean;
+  oneCommit: boolean;
+  claimWaitMs: number;
   isolationLevel?: IsolationLevel;
   json: JsonLimits;
   maxResponseBytes: number;

@@ -1,5 +1,6 @@
 import { type ClaimStore } from './storage/claim-store.interface.js';
 import {
+  DEFAULT_CLAIM_WAIT_MS,
   DEFAULT_CONFLICT_RETRY_AFTER_SECONDS,
   DEFAULT_DATABASE_TIMEOUT_MS,
   DEFAULT_HEADER_NAME,
@@ -322,6 +323,12 @@ export function resolveRouteOptions(
     fingerprintQuery: options.fingerprintQuery ?? base?.fingerprintQuery ?? false,
     heartbeat: options.heartbeat ?? base?.heartbeat ?? DEFAULT_HEARTBEAT,
     atomic: options.atomic ?? base?.atomic ?? true,
+    oneCommit: options.oneCommit ?? base?.oneCommit ?? false,
+    claimWaitMs: positiveInteger(
+      'claimWaitMs',
+      options.claimWaitMs,
+      base?.claimWaitMs ?? DEFAULT_CLAIM_WAIT_MS,
+    ),
     isolationLevel: isolationLevel(options.isolationLevel ?? base?.isolationLevel),
     storedHeaders: storedHeaders(options.replayHeaders, base?.storedHeaders),
     claimStore: storeName(options.claimStore, base?.claimStore ?? POSTGRES_CLAIM_STORE),

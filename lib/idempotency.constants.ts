@@ -29,6 +29,13 @@ export const DEFAULT_CONFLICT_RETRY_AFTER_SECONDS = 1;
  */
 export const DEFAULT_HEARTBEAT = true;
 
+/**
+ * 1 s: a duplicate of a request whose claim commits with its work (`oneCommit`) waits that
+ * long for it, holding a connection: long enough for local work to commit and be replayed,
+ * short beside the lease and the database's own deadline.
+ */
+export const DEFAULT_CLAIM_WAIT_MS = 1_000;
+
 /** 24 h: the low end of the design's 24 h - 7 d window; raise it for offline clients. */
 export const DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000;
 

@@ -17,6 +17,7 @@ import { rawResponse } from './http/raw-response.js';
 import { readRequest } from './http/read-request.js';
 import { replay } from './http/replay.js';
 import { defaultStatusOf, readRouteSettings, type RouteSettings } from './http/route-settings.js';
+import { claimWithWork } from './http/claim-with-work.js';
 import { runOwned } from './http/run-owned.js';
 import { runWithoutKey } from './http/run-without-key.js';
 import { toHttpException } from './http/to-http.js';
@@ -29,11 +30,13 @@ import {
 } from './idempotency-options.interface.js';
 import { keyRetentionMs, ReplayCache } from './replay-cache.js';
 import { claimOrDecide, onFoundKey } from './storage/claim-or-decide.js';
+import { isTransactional } from './storage/claim-store.interface.js';
 import { ClaimStores } from './storage/claim-stores.js';
 import { IdempotencyDatabase } from './storage/idempotency-database.js';
 import { LeaseRenewals } from './storage/lease-renewals.js';
 import { type StoredResponse } from './stored-response.js';
 import { type OwnerTools } from './transaction/owner-tools.js';
+import { type RequestTransaction } from './transaction/request-transaction.js';
 
 /**
  * The edge of the library: key -> fingerprint -> claim -> decide -> run or reply. It is kept
@@ -124,7 +127,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     const { scope, fingerprint } = reading;
     const raw = rawResponse(response);
-    const execute = (claim: ActiveClaim) =>
+    const execute = (claim: ActiveClaim, transaction?: RequestTransaction) =>
       runOwned(
         this.tools,
         this.database,
@@ -134,6 +137,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         defaultStatus,
         response,
         next,
+        transaction,
       );
 
     const event = () => ({
@@ -154,17 +158,30 @@ export class IdempotencyInterceptor implements NestInterceptor {
       publish('mismatch', event);
       return this.fail(response, new IdempotencyKeyMismatchError());
     }
-    return claimOrDecide(
-      store,
-      scope,
-      fingerprint,
-      route.leaseMs,
-      event,
-      this.logger,
-      route.conflictRetryAfterSeconds,
-    ).pipe(
+    // One commit for a new key (`oneCommit`): claimed in the request's own transaction.
+    const claiming =
+      route.oneCommit && isTransactional(store) && store.claimIn
+        ? claimWithWork(
+            store,
+            this.database.transaction(false),
+            scope,
+            fingerprint,
+            route,
+            event,
+            this.logger,
+          )
+        : claimOrDecide(
+            store,
+            scope,
+            fingerprint,
+            route.leaseMs,
+            event,
+            this.logger,
+            route.conflictRetryAfterSeconds,
+          );
+    return claiming.pipe(
       mergeMap((claimed) => {
-        if (claimed.kind === 'owned') return execute(claimed.claim);
+        if (claimed.kind === 'owned') return execute(claimed.claim, claimed.transaction);
         if (claimed.finishedAgeMs !== undefined) {
           this.tools.remember(scope, fingerprint, claimed.response, store, claimed.finishedAgeMs);
         }

@@ -119,6 +119,9 @@ export class PhaseRunner {
     if (context.transaction?.begun) throw new PhaseOrderError(phase);
     // Refused before the call: a phase's record could not commit with its recovery point.
     const store = storeOf(context, phase);
+    // The call carries a key derived from the claim: committed first, so that a retry after
+    // a crash derives the same one (see `commitClaimAlone`).
+    await this.guard(() => context.transaction!.commitClaimAlone());
     const result = await outsideTransactions(() =>
       call({ phase, idempotencyKey: derivedKey(claim, phase) }),
     );
@@ -143,7 +146,10 @@ export class PhaseRunner {
     const done = completedPhase(claim.phaseResults, phase);
     if (done.completed) return done.result as T;
     if (context.transaction?.begun) throw new PhaseOrderError(phase);
-    return this.commit(storeOf(context, phase), claim, phase, (manager) =>
+    const store = storeOf(context, phase);
+    // A phase commits its recovery point on the claim's row: the claim commits first.
+    await this.guard(() => context.transaction!.commitClaimAlone());
+    return this.commit(store, claim, phase, (manager) =>
       work(manager, { phase, idempotencyKey: derivedKey(claim, phase) }),
     );
   }
@@ -194,6 +200,7 @@ export class PhaseRunner {
   idempotencyKey(phase: string): string | undefined {
     const context = currentIdempotencyContext();
     if (!context) return undefined;
+    if (context.transaction?.holdsClaim) throw new DerivedKeyBeforeClaimCommittedError(phase);
     return context.claim ? derivedKey(context.claim, phase) : `${context.keylessId}:${phase}`;
   }
 
@@ -251,6 +258,22 @@ export class PhaseOrderError extends Error {
         'them only after the last one (or in finish())',
     );
     this.name = 'PhaseOrderError';
+  }
+}
+
+/**
+ * A derived key asked for while the claim is not committed (`oneCommit`): a crash before the
+ * commit leaves no trace of the claim, and its retry would derive another key, so the system
+ * called with this one would run the call twice.
+ */
+export class DerivedKeyBeforeClaimCommittedError extends Error {
+  constructor(phase: string) {
+    super(
+      `idempotencyKey("${phase}") on a oneCommit route, whose claim commits only with the ` +
+        "handler's work: the key would not survive a crash before that commit. Make the call " +
+        'in phases.call(), which commits the claim first, or set oneCommit: false on the route',
+    );
+    this.name = 'DerivedKeyBeforeClaimCommittedError';
   }
 }
 

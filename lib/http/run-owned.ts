@@ -7,6 +7,7 @@ import { type IdempotencyDatabase } from '../storage/idempotency-database.js';
 import { commitAnswer, giveBackBrokenStream, tooLarge } from '../transaction/commit-answer.js';
 import { onHandlerError } from '../transaction/handler-failure.js';
 import { type OwnerTools, rollBackAndRelease } from '../transaction/owner-tools.js';
+import { type RequestTransaction } from '../transaction/request-transaction.js';
 import { runInContext } from '../transaction/run-in-context.js';
 import {
   handlerOutcome,
@@ -40,10 +41,12 @@ export function runOwned(
   defaultStatus: number,
   response: object,
   next: CallHandler,
+  /** The request's transaction when it holds the claim already (`oneCommit`). */
+  claimedIn?: RequestTransaction,
 ): Observable<unknown> {
   const { route } = settings;
   const raw = rawResponse(response);
-  const transaction = database.transaction(false);
+  const transaction = claimedIn ?? database.transaction(false);
   transaction.isolationLevel = route.isolationLevel;
   const context = new IdempotencyContext(
     claim,
@@ -184,9 +187,24 @@ export function runOwned(
     },
     route.storedHeaders,
   );
+  // A claim not committed yet has no lease to keep (nobody else can see it): the heartbeat
+  // starts if it commits alone (the handler's first phase), and never once stopped.
+  let heartbeatStopped = false;
+  let stopRenewals: (() => void) | undefined;
+  const startHeartbeat = () => {
+    if (!heartbeatStopped)
+      stopRenewals = tools.renewals.heartbeat(settings.store, claim, transaction);
+  };
   const stopHeartbeat = route.heartbeat
-    ? tools.renewals.heartbeat(settings.store, claim, transaction)
+    ? () => {
+        heartbeatStopped = true;
+        stopRenewals?.();
+      }
     : undefined;
+  if (route.heartbeat) {
+    if (transaction.holdsClaim) transaction.onClaimCommitted = startHeartbeat;
+    else startHeartbeat();
+  }
   // A client that leaves mid-stream: the adapter destroys the stream (or `pipe()` unpipes) and
   // never ends the response, so the answer is never written. Once the handler settled with a
   // stream (or answered through `@Res()`), nothing more will come: as for a stream that fails

@@ -1,6 +1,6 @@
 import { publish } from '../events/idempotency-events.js';
 import { type IdempotencyContext } from '../idempotency-context.js';
-import { finish, tooLarge } from '../transaction/commit-answer.js';
+import { finish, withoutEffects, tooLarge } from '../transaction/commit-answer.js';
 import {
   eventOf,
   type OwnerTools,
@@ -44,14 +44,14 @@ export async function settleDetached(
       context.finished ??
       renderResult(outcome.value, context.defaultStatus, settings.headers, tools.adapterType());
     const overflow = rendered.body.length > settings.route.maxResponseBytes;
-    if (overflow) await transaction.rollback();
     const answer = overflow ? tooLarge(tools, settings.route) : rendered;
     const plan = storePlan(answer.status, overflow, tools.options.storeIf);
     if (plan === 'not-stored') {
       await rollBackAndRelease(tools, context, 'store_if');
       return;
     }
-    if (await finish(context, answer, plan === 'alone' ? undefined : transaction)) {
+    const storeIn = plan === 'alone' ? await withoutEffects(transaction) : transaction;
+    if (await finish(context, answer, storeIn)) {
       tools.remember(claim, fingerprint, answer, context.claimStore!, 0);
       publish('stored', () => ({ ...eventOf(context), status: answer.status }));
     } else {

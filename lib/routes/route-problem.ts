@@ -52,6 +52,12 @@ export function routeProblem(method: DecoratedMethod): string | undefined {
     const misplaced = resolverProblem(where, method.resolver);
     if (misplaced) return misplaced;
     if (!method.intercepted) return notIntercepted(where);
+    if (method.claimStore?.oneCommit) {
+      return (
+        `${where}: oneCommit is for HTTP routes so far, and a GraphQL mutation's claim ` +
+        'commits alone first; set oneCommit: false on it'
+      );
+    }
     return method.claimStore && claimStoreProblem(where, method.claimStore);
   }
   if (method.keyArg !== undefined) {
@@ -93,6 +99,19 @@ export function claimStoreProblem(where: string, store: RouteClaimStore): string
     return (
       `${where}: no claim store is named "${store.name}"; the module has ` +
       `${store.known.map((name) => `"${name}"`).join(', ')} (add it to claimStores)`
+    );
+  }
+  if (store.oneCommit && !store.transactional) {
+    return (
+      `${where}: oneCommit commits the claim with the handler's work in the app's ` +
+      `PostgreSQL, and claim store "${store.name}" is not there; use claimStore: "postgres" ` +
+      'or set oneCommit: false'
+    );
+  }
+  if (store.oneCommit && !store.atomic) {
+    return (
+      `${where}: oneCommit commits the claim with the handler's work, and a route that is ` +
+      'not atomic commits its work apart; set oneCommit: false, or make the route atomic'
     );
   }
   if (store.atomic && !store.transactional) {

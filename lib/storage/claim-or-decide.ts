@@ -11,6 +11,7 @@ import {
 import { type StoredResponse } from '../stored-response.js';
 import { type ActiveClaim } from './active-claim.js';
 import { type ClaimStore, type KeyScope } from './claim-store.interface.js';
+import { type RequestTransaction } from '../transaction/request-transaction.js';
 
 /** What a key found taken means for the request: `decide()`'s decision, as the edge acts on it. */
 export type FoundKey =
@@ -54,7 +55,8 @@ export function onFoundKey(
 
 /** What the claim step ends in: the key is the request's, or its stored answer goes out. */
 export type ClaimResult =
-  | { kind: 'owned'; claim: ActiveClaim }
+  /** `transaction`: the request's, which holds the claim uncommitted (`oneCommit`). */
+  | { kind: 'owned'; claim: ActiveClaim; transaction?: RequestTransaction }
   | { kind: 'replay'; response: StoredResponse; finishedAgeMs?: number };
 
 /**
@@ -71,46 +73,83 @@ export function claimOrDecide(
   logger: Logger,
   conflictRetryAfterSeconds?: number,
 ): Observable<ClaimResult> {
-  // A claim or takeover that lands after the request is gone (an outer timeout answered
-  // while it was in flight) is given back at once: nobody will run the handler for it.
-  const orphaned = (claim: ActiveClaim, taken: 'claimed' | 'takenOver' | 'resumed') => {
-    publish(taken, event);
-    store.release(claim, true).then(
-      () => publish('released', () => ({ ...event(), reason: 'before_handler' })),
-      (error: unknown) =>
-        logger.warn(`could not give back the late claim of ${claim.key}: ${String(error)}`),
-    );
-  };
   return whileSubscribed(store.claim(scope, fingerprint, leaseMs), (outcome) => {
-    if (outcome.kind === 'claimed') orphaned(outcome.claim, 'claimed');
+    if (outcome.kind === 'claimed')
+      giveBackOrphaned(store, outcome.claim, 'claimed', event, logger);
   }).pipe(
     mergeMap((outcome): Observable<ClaimResult> | ClaimResult[] => {
       if (outcome.kind === 'claimed') {
         publish('claimed', event);
         return [{ kind: 'owned', claim: outcome.claim }];
       }
-      const found = onFoundKey(outcome.existing, fingerprint, conflictRetryAfterSeconds);
-      switch (found.kind) {
-        case 'replay':
-          return [found];
-        case 'refuse':
-          publish(found.event, event);
-          throw found.error;
-        case 'take-over':
-          return whileSubscribed(store.takeOver(scope, found.fence, leaseMs), (claim) => {
-            if (claim) orphaned(claim, found.resumes ? 'resumed' : 'takenOver');
-          }).pipe(
-            mergeMap((claim): ClaimResult[] => {
-              // Another worker won the same expired lease a moment before us.
-              if (!claim) {
-                publish('conflict', event);
-                throw new IdempotencyKeyInProgressError(1);
-              }
-              publish(found.resumes ? 'resumed' : 'takenOver', event);
-              return [{ kind: 'owned', claim }];
-            }),
-          );
-      }
+      return onExisting(
+        store,
+        scope,
+        fingerprint,
+        outcome.existing,
+        leaseMs,
+        event,
+        logger,
+        conflictRetryAfterSeconds,
+      );
     }),
+  );
+}
+
+/**
+ * What a claim that found the key taken ends in: its stored answer, a refusal (thrown), or
+ * the key taken over (an expired lease, or one given back). Publishes as `claimOrDecide`.
+ */
+export function onExisting(
+  store: ClaimStore,
+  scope: KeyScope,
+  fingerprint: Buffer,
+  existing: ExistingKey,
+  leaseMs: number,
+  event: () => IdempotencyEvent,
+  logger: Logger,
+  conflictRetryAfterSeconds?: number,
+): Observable<ClaimResult> | ClaimResult[] {
+  const found = onFoundKey(existing, fingerprint, conflictRetryAfterSeconds);
+  switch (found.kind) {
+    case 'replay':
+      return [found];
+    case 'refuse':
+      publish(found.event, event);
+      throw found.error;
+    case 'take-over':
+      return whileSubscribed(store.takeOver(scope, found.fence, leaseMs), (claim) => {
+        if (claim)
+          giveBackOrphaned(store, claim, found.resumes ? 'resumed' : 'takenOver', event, logger);
+      }).pipe(
+        mergeMap((claim): ClaimResult[] => {
+          // Another worker won the same expired lease a moment before us.
+          if (!claim) {
+            publish('conflict', event);
+            throw new IdempotencyKeyInProgressError(1);
+          }
+          publish(found.resumes ? 'resumed' : 'takenOver', event);
+          return [{ kind: 'owned', claim }];
+        }),
+      );
+  }
+}
+
+/**
+ * A claim or takeover that lands after the request is gone (an outer timeout answered while
+ * it was in flight) is given back at once: nobody will run the handler for it.
+ */
+function giveBackOrphaned(
+  store: ClaimStore,
+  claim: ActiveClaim,
+  taken: 'claimed' | 'takenOver' | 'resumed',
+  event: () => IdempotencyEvent,
+  logger: Logger,
+): void {
+  publish(taken, event);
+  store.release(claim, true).then(
+    () => publish('released', () => ({ ...event(), reason: 'before_handler' })),
+    (error: unknown) =>
+      logger.warn(`could not give back the late claim of ${claim.key}: ${String(error)}`),
   );
 }

@@ -15,6 +15,13 @@ export type ClaimOutcome =
   { kind: 'claimed'; claim: ActiveClaim } | { kind: 'existing'; existing: ExistingKey };
 
 /**
+ * A claim made as the first statement of the request's transaction (`claimIn`): its outcome,
+ * or `held` (a claim of the same key not committed yet outlasted the wait), or `raced` (it
+ * found neither a free key nor a row: one committed after its snapshot; claim apart).
+ */
+export type ClaimInOutcome = ClaimOutcome | { kind: 'held' } | { kind: 'raced' };
+
+/**
  * The claim store: what the claim/replay path needs, and nothing of the app's own database.
  * Each store (PostgreSQL, Redis, one of the app's) is held to the same contract, which the
  * package ships as a suite (`nestjs-idempotency-pg/testing`):
@@ -99,6 +106,19 @@ export interface TransactionalClaimStore extends ClaimStore {
    * worker's key over.
    */
   holdLeaseText?(claim: ActiveClaim, literal: (value: string) => string): string;
+  /**
+   * The claim as the first statement of the request's transaction (`oneCommit`), in its
+   * `BEGIN`'s round trip: it commits with the handler's effects and its stored answer, or
+   * vanishes with a rollback. It waits at most `waitMs` on a claim of the same key that is not
+   * committed yet. The transaction is rolled back unless the key is claimed.
+   */
+  claimIn?(
+    scope: KeyScope,
+    fingerprint: Buffer,
+    leaseMs: number,
+    transaction: RequestTransaction,
+    waitMs: number,
+  ): Promise<ClaimInOutcome>;
   /**
    * Statement 4: runs `work` in one transaction with the advance of the recovery point to
    * `phase` and the record of its result. Throws `IdempotencyLeaseLostError`, rolling

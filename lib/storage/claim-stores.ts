@@ -63,6 +63,7 @@ export class ClaimStores {
       known: [...this.stores.keys()],
       transactional: this.stores.get(route.claimStore)?.transactional,
       atomic: route.atomic,
+      oneCommit: route.oneCommit,
     };
   }
 

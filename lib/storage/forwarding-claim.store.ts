@@ -4,6 +4,7 @@ import { type ActiveClaim } from '../idempotency-context.js';
 import { type StoredResponse } from '../stored-response.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
 import {
+  type ClaimInOutcome,
   type ClaimOutcome,
   type ClaimStore,
   isTransactional,
@@ -25,6 +26,20 @@ export class ForwardingClaimStore implements TransactionalClaimStore {
 
   get expiresKeysAfterMs(): number | undefined {
     return this.inner.expiresKeysAfterMs;
+  }
+
+  /** The inner store's, or `raced` from a store that has none: the caller claims apart. */
+  claimIn(
+    scope: KeyScope,
+    fingerprint: Buffer,
+    leaseMs: number,
+    transaction: RequestTransaction,
+    waitMs: number,
+  ): Promise<ClaimInOutcome> {
+    const inner = this.transactionalInner();
+    return inner.claimIn
+      ? inner.claimIn(scope, fingerprint, leaseMs, transaction, waitMs)
+      : Promise.resolve({ kind: 'raced' });
   }
 
   claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {

@@ -305,21 +305,29 @@ export class IdempotencyDatabase {
         ),
       );
     } catch (error) {
-      const misfit = misconfigured(error);
-      if (misfit) throw misfit;
-      this.logger.error(`idempotency store call ${statement.name} failed: ${String(error)}`);
-      if (error instanceof PermanentDatabaseError) {
-        this.logger.error(error.explanation);
-        throw error;
-      }
-      // A missing table, column or function, or a privilege: no retry passes until it is fixed.
-      if (isPermanentError(error)) {
-        const explained = new PermanentDatabaseError(error, permanentRemedy(error));
-        this.logger.error(explained.explanation);
-        throw explained;
-      }
-      throw new IdempotencyStoreUnavailableError(error);
+      throw this.failureOf(error, statement.name);
     }
+  }
+
+  /**
+   * What a store statement's failure is to its caller (logged here): a pooler misfit, a
+   * lasting refusal that says what to fix, or the store unavailable (a 503).
+   */
+  failureOf(error: unknown, what: string): Error {
+    const misfit = misconfigured(error);
+    if (misfit) return misfit;
+    this.logger.error(`idempotency store call ${what} failed: ${String(error)}`);
+    if (error instanceof PermanentDatabaseError) {
+      this.logger.error(error.explanation);
+      return error;
+    }
+    // A missing table, column or function, or a privilege: no retry passes until it is fixed.
+    if (isPermanentError(error)) {
+      const explained = new PermanentDatabaseError(error, permanentRemedy(error));
+      this.logger.error(explained.explanation);
+      return explained;
+    }
+    return new IdempotencyStoreUnavailableError(error);
   }
 
   /**

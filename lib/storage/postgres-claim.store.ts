@@ -35,6 +35,7 @@ import {
   TAKE_OVER,
 } from './postgres-statements.js';
 import {
+  type ClaimInOutcome,
   type ClaimOutcome,
   type KeyScope,
   type TransactionalClaimStore,
@@ -123,6 +124,46 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     throw new IdempotencyStoreUnavailableError(
       new Error(`claim of key ${scope.key} found neither a free key nor a row`),
     );
+  }
+
+  async claimIn(
+    scope: KeyScope,
+    fingerprint: Buffer,
+    leaseMs: number,
+    transaction: RequestTransaction,
+    waitMs: number,
+  ): Promise<ClaimInOutcome> {
+    await this.database.ready();
+    const statement = this.claimStatement();
+    let rows: Record<string, unknown>[];
+    try {
+      rows = await transaction.beginWithClaim(
+        (literal) => claimText(statement.text, scope, fingerprint, leaseMs, literal),
+        waitMs,
+      );
+    } catch (error) {
+      // The claim of a request whose work is not committed yet outlasted the wait.
+      if (isLockTimeout(error)) return { kind: 'held' };
+      // Above READ COMMITTED, a row committed after its snapshot: claimed apart, it is read.
+      if (isRolledBack(error)) return { kind: 'raced' };
+      let explained = error;
+      try {
+        rethrowExplained(error);
+      } catch (layout) {
+        explained = layout;
+      }
+      throw this.database.failureOf(explained, 'claim');
+    }
+    const row = rows[0] as unknown as ClaimRow | undefined;
+    if (row?.claimed) return claimOutcome(scope, row, leaseMs);
+    // Not waited for: a replay costs the one round trip of its claim.
+    void transaction.rollback();
+    return row ? claimOutcome(scope, row, leaseMs) : { kind: 'raced' };
+  }
+
+  /** The statement of one claim (statements 1 and 2), as `claimIn` sends it. */
+  protected claimStatement(): Statement {
+    return CLAIM;
   }
 
   /**
@@ -319,6 +360,32 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     );
     return byPlace(result);
   }
+}
+
+/**
+ * A claim statement as SQL text, its parameters quoted by `literal` (sent in a round trip of
+ * several statements, which takes no parameters): tenant and key as text, the fingerprint as
+ * bytea, the lease as a number checked to be one.
+ */
+export function claimText(
+  text: string,
+  scope: KeyScope,
+  fingerprint: Buffer,
+  leaseMs: number,
+  literal: (value: string) => string,
+): string {
+  const values = [
+    `${literal(scope.tenantId)}::text`,
+    `${literal(scope.key)}::text`,
+    `${literal(`\\x${fingerprint.toString('hex')}`)}::bytea`,
+    `${Number(Math.trunc(leaseMs)).toString()}::float8`,
+  ];
+  return text.replace(/\$(\d)/g, (_, n: string) => values[Number(n) - 1]);
+}
+
+/** A lock wait that ran past `lock_timeout` (55P03). */
+function isLockTimeout(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === '55P03';
 }
 
 /** The parameters of statement 5, for the plain finish and the last phase alike. */

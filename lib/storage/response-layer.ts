@@ -1,7 +1,7 @@
 import { type ActiveClaim } from '../idempotency-context.js';
 import { type StoredResponse } from '../stored-response.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
-import { type ClaimOutcome, type KeyScope } from './claim-store.interface.js';
+import { type ClaimInOutcome, type ClaimOutcome, type KeyScope } from './claim-store.interface.js';
 import { ForwardingClaimStore } from './forwarding-claim.store.js';
 
 /**
@@ -34,6 +34,15 @@ export abstract class ResponseLayer extends ForwardingClaimStore {
     const outcome = await this.inner.claim(scope, fingerprint, leaseMs);
     if (outcome.kind === 'claimed' || outcome.existing.state !== 'done') return outcome;
     const response = await this.replayed(scope, outcome.existing.response);
+    return { kind: 'existing', existing: { ...outcome.existing, response } };
+  }
+
+  override async claimIn(
+    ...args: Parameters<ForwardingClaimStore['claimIn']>
+  ): Promise<ClaimInOutcome> {
+    const outcome = await super.claimIn(...args);
+    if (outcome.kind !== 'existing' || outcome.existing.state !== 'done') return outcome;
+    const response = await this.replayed(args[0], outcome.existing.response);
     return { kind: 'existing', existing: { ...outcome.existing, response } };
   }
 

@@ -11,4 +11,6 @@ export interface RouteClaimStore {
   transactional?: boolean;
   /** The route's resolved `atomic`. */
   atomic: boolean;
+  /** The route's resolved `oneCommit`. */
+  oneCommit?: boolean;
 }

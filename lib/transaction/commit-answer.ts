@@ -39,8 +39,11 @@ export async function commitAnswer(
   }
   const began = performance.now();
   try {
-    if (plan === 'alone') await transaction.rollback();
-    const stored = await finish(context, answer, plan === 'alone' ? undefined : transaction);
+    const stored = await finish(
+      context,
+      answer,
+      plan === 'alone' ? await withoutEffects(transaction) : transaction,
+    );
     if (!stored) {
       publish('leaseLost', () => eventOf(context));
       return tools.problem(new IdempotencyLeaseLostError());
@@ -66,6 +69,19 @@ export async function commitAnswer(
     publish('released', () => ({ ...eventOf(context), reason: problem.code }));
     return tools.problem(problem);
   }
+}
+
+/**
+ * Undoes the handler's effects, for an answer stored without them: back to the claim when the
+ * transaction holds it (`oneCommit`; the answer then commits with the claim, in it), else all
+ * rolled back. The transaction the answer is to be stored in, if any.
+ */
+export async function withoutEffects(
+  transaction: RequestTransaction,
+): Promise<RequestTransaction | undefined> {
+  if (await transaction.undoEffects()) return transaction;
+  await transaction.rollback();
+  return undefined;
 }
 
 /**

@@ -40,6 +40,9 @@ export function releaseQuietly(
   context: IdempotencyContext,
   forget: boolean,
 ): Promise<void> {
+  // A claim that was to commit with the work (`oneCommit`) was rolled back with it: the key
+  // is free already.
+  if (context.transaction?.claimErased) return Promise.resolve();
   return tools.renewals.release(context.claimStore!, context.claim!, forget);
 }
 

@@ -36,6 +36,7 @@ import {
   TransactionControlRefusedError,
   TransactionEndedError,
 } from './seam-errors.js';
+import { CLAIM_RESULT, CLAIMED_SAVEPOINT, claimWaitBounded } from './claim-at-begin.js';
 import { unreadableOf } from './sql-parse.js';
 import { sessionAdvisoryLockOf, sessionSettingOf, transactionControlOf } from './sql-text.js';
 import {
@@ -182,10 +183,138 @@ export abstract class RequestTransaction implements JoinableTransaction {
     protected readonly namedStatements = true,
   ) {}
 
-  /** Whether a statement has opened it (it holds a connection). */
+  /**
+   * Whether its code has opened it (a statement of the code's, or its wait for the
+   * connection): a claim it began with (`beginWithClaim`) does not count.
+   */
   get begun(): boolean {
-    return this.opening !== undefined;
+    return this.codeTouched;
   }
+
+  /** Set once its code asked for the connection (see `connection()`). */
+  private codeTouched = false;
+
+  /**
+   * Whether the key's claim is in its uncommitted work (`beginWithClaim`): it then commits
+   * with the handler's effects and the stored answer, or vanishes with a rollback.
+   */
+  get holdsClaim(): boolean {
+    return this.claimState === 'held';
+  }
+
+  /**
+   * Whether the claim it held was rolled back with it: nothing of the key is left to give
+   * back (a request waiting on it has claimed it, or will).
+   */
+  get claimErased(): boolean {
+    return this.claimState === 'erased';
+  }
+
+  private claimState: 'apart' | 'held' | 'erased' | 'committed' = 'apart';
+
+  /** Called once a claim it held has committed alone (`commitClaimAlone`). */
+  onClaimCommitted?: () => void;
+
+  /** The commit of the claim alone under way, for a second caller to wait on. */
+  private claimCommitting?: Promise<void>;
+
+  /**
+   * Opens the transaction with the key's claim, in one round trip: `BEGIN`, the session's
+   * state kept (as for any first statement), `claim` (the store's statement, its values
+   * quoted by `literal`) waiting at most `waitMs` on a row another request has not committed
+   * yet (then 55P03), and a savepoint that the stored answer of a handler's error rolls back
+   * to, keeping the claim. Its rows; the connection stays the transaction's.
+   */
+  async beginWithClaim(
+    claim: (literal: (value: string) => string) => string,
+    waitMs: number,
+  ): Promise<Record<string, unknown>[]> {
+    if (this.opening) throw new Error("the claim must be the transaction's first statement");
+    this.claimState = 'held';
+    const opening = acquire(this.pool(), this.timeoutMs);
+    this.opening = opening;
+    const client = await opening;
+    const text = [
+      this.beginText(),
+      CAPTURE_SESSION_STATE,
+      ...claimWaitBounded(
+        claim((value) => client.escapeLiteral(value)),
+        waitMs,
+      ),
+      `SAVEPOINT ${CLAIMED_SAVEPOINT}`,
+    ].join('; ');
+    // A simple query of several statements: node-postgres hands back one result for each.
+    const sent = queryWithDeadline(client, { text }, this.timeoutMs + waitMs).then(
+      (results) => results as unknown as QueryResult[],
+    );
+    this.beginning = sent.then((results) => {
+      this.beganReadOnly = (results[1]?.rows?.[0] as { read_only?: string })?.read_only === 'on';
+    });
+    // Its own failure is the caller's: those who wait on the BEGIN see it as theirs.
+    this.beginning.catch(() => undefined);
+    try {
+      const results = await sent;
+      return results[CLAIM_RESULT].rows as Record<string, unknown>[];
+    } catch (error) {
+      await this.rollback();
+      throw error;
+    }
+  }
+
+  /**
+   * Commits the claim it holds alone, before its code sent anything: the design's first
+   * commit, for a request that is about to leave the database (a phase, a call with a derived
+   * key) or needs a transaction of another level. The transaction is then as new, opened by its
+   * code's first statement. Nothing when it holds no claim; refused once its code began it.
+   */
+  commitClaimAlone(): Promise<void> {
+    if (this.claimState !== 'held') return this.claimCommitting ?? Promise.resolve();
+    if (this.codeTouched || this.ended) {
+      return Promise.reject(new Error('the claim can commit alone only before any statement'));
+    }
+    this.claimCommitting ??= (async () => {
+      const client = await this.opening!;
+      try {
+        await this.beginning;
+        await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs, { commits: true });
+      } catch (error) {
+        // Its outcome unknown: the connection goes (PostgreSQL rolls back what had not
+        // committed), and so does the request, which could not tell whether it owns the key.
+        this.end(client, error);
+        this.claimState = 'apart';
+        throw error;
+      }
+      client.release();
+      this.opening = undefined;
+      this.beginning = undefined;
+      this.begunAt = undefined;
+      this.beganReadOnly = undefined;
+      this.claimState = 'apart';
+      this.onClaimCommitted?.();
+    })();
+    return this.claimCommitting;
+  }
+
+  /**
+   * Undoes its code's effects and keeps the claim it holds (rolled back to the savepoint of
+   * `beginWithClaim`): for a handler's error, stored without its effects. Its code is refused
+   * from now on, as after a rollback. False when it holds no claim.
+   */
+  async undoEffects(): Promise<boolean> {
+    if (this.claimState !== 'held' || this.state !== 'pending') return false;
+    this.effectsUndone = true;
+    const client = await this.opening!;
+    await this.beginning;
+    await queryWithDeadline(
+      client,
+      { text: `ROLLBACK TO SAVEPOINT ${CLAIMED_SAVEPOINT}` },
+      this.timeoutMs,
+    );
+    return true;
+  }
+
+  /** Its code's effects were undone (`undoEffects`): what it sends after is refused. */
+  protected effectsUndone = false;
 
   /**
    * How long work it runs in `IdempotentTransaction.outside()` may wait for a connection of
@@ -201,9 +330,13 @@ export abstract class RequestTransaction implements JoinableTransaction {
     }
   }
 
-  /** Whether it committed or rolled back (or is doing so). */
+  /**
+   * Whether it committed or rolled back (or is doing so), as its code sees it: after its
+   * effects were undone (`undoEffects`) too, though the library's own statements and commit
+   * still run in it.
+   */
   get ended(): boolean {
-    return this.state !== 'pending';
+    return this.state !== 'pending' || this.effectsUndone;
   }
 
   /**
@@ -259,7 +392,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
    * which for the library's fenced statements means the lease was lost.
    */
   commitWith(statement: FencedStatement): Promise<boolean> {
-    if (this.ended) return Promise.reject(new TransactionEndedError());
+    if (this.state !== 'pending') return Promise.reject(new TransactionEndedError());
     this.state = 'ending';
     const committing = this.commitNow(statement);
     this.track(committing);
@@ -351,7 +484,8 @@ export abstract class RequestTransaction implements JoinableTransaction {
   }
 
   private async commitNow(statement: FencedStatement): Promise<boolean> {
-    if (this.refused) return this.refusedEnd();
+    // Its code's effects undone, what it tried to end went with them.
+    if (this.refused && !this.effectsUndone) return this.refusedEnd();
     const name = this.namedStatements ? statement.name : undefined;
     const config: QueryConfig = { name, text: statement.text, values: statement.values };
     if (!this.opening) {
@@ -395,7 +529,10 @@ export abstract class RequestTransaction implements JoinableTransaction {
       // The fenced statement and COMMIT in one round trip; a lost fence raises, and the
       // COMMIT after it is skipped.
       await fencedCommit(client, { ...statement, name }, this.timeoutMs);
-      this.committed = true;
+      // Its code's effects undone (a handler's error stored with its claim): to its code,
+      // which must not go on apart, it rolled back.
+      this.committed = !this.effectsUndone;
+      if (this.claimState === 'held') this.claimState = 'committed';
       this.end(client);
       return true;
     } catch (error) {
@@ -468,6 +605,8 @@ export abstract class RequestTransaction implements JoinableTransaction {
   }
 
   private async rollbackOn(client: PoolClient): Promise<void> {
+    // Rolled back or dropped, its uncommitted claim is gone with it.
+    if (this.claimState === 'held') this.claimState = 'erased';
     try {
       await queryWithDeadline(client, { text: 'ROLLBACK' }, this.timeoutMs);
       this.end(client);
@@ -526,10 +665,10 @@ export abstract class RequestTransaction implements JoinableTransaction {
    * yet (nothing of the code's ran in it) or it ended: the caller's own path then applies.
    */
   protected async ownStatement(text: string, values: unknown[]): Promise<QueryResult | undefined> {
-    if (!this.opening || !this.beginning || this.ended) return undefined;
+    if (!this.opening || !this.beginning || this.state !== 'pending') return undefined;
     const client = await this.opening;
     await this.beginning;
-    if (this.ended) return undefined;
+    if (this.state !== 'pending') return undefined;
     try {
       return await runSurrounded(client, { text, values }, undefined, {
         before: [SWAP_IN_SESSION_STATE],
@@ -598,12 +737,19 @@ export abstract class RequestTransaction implements JoinableTransaction {
    */
   protected async askIsolation(level: string | undefined): Promise<void> {
     if (level === undefined) return;
-    const decision = decideIsolation(
-      level,
-      this.beginning
-        ? { begun: true, current: await this.currentLevel() }
-        : { begun: false, planned: this.askedLevel() },
-    );
+    const decide = async () =>
+      decideIsolation(
+        level,
+        this.beginning
+          ? { begun: true, current: await this.currentLevel() }
+          : { begun: false, planned: this.askedLevel() },
+      );
+    let decision = await decide();
+    if (decision.kind === 'refuse' && this.claimState === 'held' && !this.codeTouched) {
+      // Only the claim ran in it: committed alone, the transaction begins anew at that level.
+      await this.commitClaimAlone();
+      decision = await decide();
+    }
     if (decision.kind === 'refuse') throw new IsolationLevelRefusedError(decision.reason);
     if (decision.kind === 'begin-at') this.isolationLevel = decision.level;
   }
@@ -626,6 +772,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
   /** The connection, on the first statement; bounded like every wait here. */
   protected connection(): Promise<PoolClient> {
     if (this.ended) return Promise.reject(new TransactionEndedError());
+    this.codeTouched = true;
     this.opening ??= acquire(this.pool(), this.timeoutMs);
     return this.opening;
   }

@@ -4,7 +4,7 @@ import { type PoolClient, type QueryResult } from 'pg';
 import { IdempotencyStoreUnavailableError } from '../../idempotency.errors.js';
 import { type ClaimRequest } from '../claim-batcher.js';
 import { type KeyScope } from '../claim-store.interface.js';
-import { type IdempotencyDatabase } from '../idempotency-database.js';
+import { type IdempotencyDatabase, type Statement } from '../idempotency-database.js';
 import { type ClaimRow, type LateRows, PostgresClaimStore } from '../postgres-claim.store.js';
 import { isNoPartitionError } from './layout-errors.js';
 import { coverageAction, expirySteps, type PartitionInfo } from './partition-schedule.js';
@@ -80,6 +80,18 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
     private readonly layout: PartitionLayout,
   ) {
     super(database);
+  }
+
+  /** The claim of `claimIn`, once the partitions ahead are made (see `sendClaims`). */
+  override async claimIn(
+    ...args: Parameters<PostgresClaimStore['claimIn']>
+  ): ReturnType<PostgresClaimStore['claimIn']> {
+    await this.ensurePartitions();
+    return super.claimIn(...args);
+  }
+
+  protected override claimStatement(): Statement {
+    return CLAIM_IN_PARTITIONS;
   }
 
   /**

@@ -1,0 +1,26 @@
+/**
+ * The statements a transaction that opens with the key's claim sends in its first round trip
+ * (`RequestTransaction.beginWithClaim`), around the store's claim.
+ */
+
+/** The savepoint the claim is kept under: a handler's error rolls back to it (see `undoEffects`). */
+export const CLAIMED_SAVEPOINT = 'idempotency_claimed';
+
+/**
+ * The claim bounded by `waitMs` on a row another request inserted and has not committed (a
+ * duplicate of a request whose claim commits with its work): `lock_timeout` for the claim
+ * alone, the session's own put back after it, so the handler's statements run with the
+ * timeout they would have without the library. A claim that waits longer fails with 55P03
+ * and the transaction is rolled back.
+ */
+export function claimWaitBounded(claim: string, waitMs: number): string[] {
+  return [
+    "SELECT set_config('idempotency.lock_timeout', current_setting('lock_timeout'), true)",
+    `SET LOCAL lock_timeout = ${Math.max(1, Math.floor(waitMs))}`,
+    claim,
+    "SELECT set_config('lock_timeout', current_setting('idempotency.lock_timeout'), true)",
+  ];
+}
+
+/** Where the claim's result is among the round trip's (BEGIN and the session's state first). */
+export const CLAIM_RESULT = 4;

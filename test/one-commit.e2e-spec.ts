@@ -1,0 +1,239 @@
+import {
+  BadRequestException,
+  Body,
+  Controller,
+  HttpException,
+  Module,
+  type PipeTransform,
+  Post,
+} from '@nestjs/common';
+import pg, { type Pool } from 'pg';
+import request from 'supertest';
+import { IdempotencyModule, Idempotent, PhaseRunner } from '../lib/index.js';
+import { type PoolApp, startPoolApp } from './support/pool-app.js';
+
+/**
+ * `oneCommit`: a new key's claim commits with the handler's work and its stored answer, in one
+ * transaction. Counted at the pg client (each call is one round trip): one commit per new key;
+ * a duplicate that arrives while the work runs waits on the uncommitted claim and gets the
+ * replay, or 409 once `claimWaitMs` is over; a handler's error is stored with its claim and
+ * without its effects; a phase commits the claim alone first.
+ */
+let pool: Pool;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+let providerCalls: string[] = [];
+
+/** A pipe that refuses a body without `text`: the handler never starts. */
+class RequireText implements PipeTransform {
+  transform(value: { text?: unknown }) {
+    if (typeof value.text !== 'string') throw new BadRequestException('text is required');
+    return value;
+  }
+}
+
+class NoteBody {
+  text!: string;
+  delayMs?: number;
+  fail?: number;
+}
+
+@Controller()
+class NotesController {
+  constructor(private readonly phases: PhaseRunner) {}
+
+  @Post('notes')
+  @Idempotent()
+  async create(@Body() body: NoteBody) {
+    const { rows } = await pool.query<{ id: number }>(
+      'INSERT INTO notes (text) VALUES ($1) RETURNING id',
+      [body.text],
+    );
+    if (body.delayMs) await sleep(body.delayMs);
+    if (body.fail) throw new HttpException({ error: 'refused', text: body.text }, body.fail);
+    return { id: rows[0].id, text: body.text };
+  }
+
+  @Post('strict')
+  @Idempotent()
+  async strict(@Body(RequireText) body: { text: string }) {
+    await pool.query('INSERT INTO notes (text) VALUES ($1)', [body.text]);
+    return { text: body.text };
+  }
+
+  @Post('phased')
+  @Idempotent()
+  async phased(@Body() body: NoteBody) {
+    const paid = await this.phases.call('psp', async ({ idempotencyKey }) => {
+      providerCalls.push(idempotencyKey);
+      return { paid: true };
+    });
+    await pool.query('INSERT INTO notes (text) VALUES ($1)', [body.text]);
+    return { ...paid, text: body.text };
+  }
+
+  @Post('derived')
+  @Idempotent()
+  async derived(@Body() body: NoteBody) {
+    await pool.query('INSERT INTO notes (text) VALUES ($1)', [body.text]);
+    return { key: this.phases.idempotencyKey('psp') };
+  }
+}
+
+@Module({
+  imports: [
+    IdempotencyModule.forRootAsync({
+      useFactory: () => ({
+        globalKeys: true,
+        pool,
+        oneCommit: true,
+        claimWaitMs: 400,
+      }),
+    }),
+  ],
+  controllers: [NotesController],
+})
+class NotesModule {}
+
+describe('oneCommit: the claim commits with the work', () => {
+  let fixture: PoolApp;
+  let statements: string[] = [];
+  let commits = 0;
+  const inTransaction = new WeakSet<pg.Client>();
+  const originalQuery = pg.Client.prototype.query;
+
+  beforeAll(async () => {
+    fixture = await startPoolApp('one_commit', {
+      module: NotesModule,
+      max: 4,
+      usePool: (started) => (pool = started),
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE notes (id serial PRIMARY KEY, text text NOT NULL)');
+      },
+    });
+    const admin = fixture.admin;
+    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+      if (this !== (admin as unknown as pg.Client)) {
+        const config = args[0] as string | { text?: string; name?: string; begin?: string };
+        const text = typeof config === 'string' ? config : (config.text ?? '');
+        const name = typeof config === 'string' ? '' : (config.name ?? '');
+        const begin = typeof config === 'string' ? undefined : config.begin;
+        statements.push(begin ? `${begin}; ${text}` : text);
+        if (begin) inTransaction.add(this);
+        const withCommit = name.endsWith('_commit');
+        if (/^(BEGIN|START TRANSACTION)/i.test(text)) inTransaction.add(this);
+        else if (withCommit || /^(COMMIT|ROLLBACK)/i.test(text)) {
+          inTransaction.delete(this);
+          if (withCommit || /^COMMIT/i.test(text)) commits++;
+        } else if (!inTransaction.has(this)) commits++;
+      }
+      return (originalQuery as (...a: unknown[]) => unknown).apply(this, args);
+    } as typeof pg.Client.prototype.query;
+  }, 60_000);
+
+  afterAll(async () => {
+    pg.Client.prototype.query = originalQuery;
+    await fixture?.close();
+  });
+
+  beforeEach(() => {
+    statements = [];
+    commits = 0;
+    providerCalls = [];
+  });
+
+  const server = () => fixture.app.getHttpServer();
+  const post = (path: string, key: string, body: object) =>
+    request(server()).post(path).set('Idempotency-Key', key).send(body);
+  const rows = async (text: string) =>
+    Number(
+      (await fixture.admin.query('SELECT count(*) FROM notes WHERE text = $1', [text])).rows[0]
+        .count,
+    );
+  const keyRow = async (key: string) =>
+    (
+      await fixture.admin.query(
+        'SELECT state, response_code FROM idempotency_keys WHERE key = $1',
+        [key],
+      )
+    ).rows[0] as { state: string; response_code: number } | undefined;
+
+  it('a new key costs one commit and three round trips', async () => {
+    const first = await post('/notes', 'one-1', { text: 'one-1' });
+    expect(first.status).toBe(201);
+    expect(commits).toBe(1);
+    expect(statements).toHaveLength(3);
+    expect(statements[0]).toMatch(/^BEGIN.*idempotency_keys.*SAVEPOINT/s);
+    const again = await post('/notes', 'one-1', { text: 'one-1' });
+    expect(again.status).toBe(201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.body).toEqual(first.body);
+    expect(await rows('one-1')).toBe(1);
+    expect(await keyRow('one-1')).toEqual({ state: 'done', response_code: 201 });
+  });
+
+  it('a duplicate during the work waits for its commit and gets the replay', async () => {
+    const first = post('/notes', 'one-2', { text: 'one-2', delayMs: 150 }).then((r) => r);
+    await sleep(60);
+    const duplicate = await post('/notes', 'one-2', { text: 'one-2', delayMs: 150 });
+    const answered = await first;
+    expect(answered.status).toBe(201);
+    expect(duplicate.status).toBe(201);
+    expect(duplicate.headers['idempotent-replayed']).toBe('true');
+    expect(duplicate.body).toEqual(answered.body);
+    expect(await rows('one-2')).toBe(1);
+  });
+
+  it('a duplicate waits at most claimWaitMs, then 409 with Retry-After', async () => {
+    const first = post('/notes', 'one-3', { text: 'one-3', delayMs: 1200 }).then((r) => r);
+    await sleep(100);
+    const began = Date.now();
+    const duplicate = await post('/notes', 'one-3', { text: 'one-3', delayMs: 1200 });
+    const waited = Date.now() - began;
+    expect(duplicate.status).toBe(409);
+    expect(duplicate.headers['retry-after']).toMatch(/^\d+$/);
+    expect(waited).toBeGreaterThanOrEqual(350);
+    expect((await first).status).toBe(201);
+    const retry = await post('/notes', 'one-3', { text: 'one-3', delayMs: 1200 });
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(await rows('one-3')).toBe(1);
+  });
+
+  it("a handler's error is stored with its claim, without its effects, in one commit", async () => {
+    const failed = await post('/notes', 'one-4', { text: 'one-4', fail: 422 });
+    expect(failed.status).toBe(422);
+    expect(commits).toBe(1);
+    expect(await rows('one-4')).toBe(0);
+    expect(await keyRow('one-4')).toEqual({ state: 'done', response_code: 422 });
+    const again = await post('/notes', 'one-4', { text: 'one-4', fail: 422 });
+    expect(again.status).toBe(422);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(await rows('one-4')).toBe(0);
+  });
+
+  it('a request refused before its handler leaves no key: the corrected one runs', async () => {
+    const refused = await post('/strict', 'one-5', { note: 'no text' });
+    expect(refused.status).toBe(400);
+    expect(await keyRow('one-5')).toBeUndefined();
+    const fixed = await post('/strict', 'one-5', { text: 'one-5' });
+    expect(fixed.status).toBe(201);
+    expect(await rows('one-5')).toBe(1);
+  });
+
+  it('a phase commits the claim alone first, so its derived key lasts', async () => {
+    const first = await post('/phased', 'one-6', { text: 'one-6' });
+    expect(first.status).toBe(201);
+    expect(first.body).toEqual({ paid: true, text: 'one-6' });
+    expect(providerCalls).toHaveLength(1);
+    const claimId = (
+      await fixture.admin.query('SELECT claim_id FROM idempotency_keys WHERE key = $1', ['one-6'])
+    ).rows[0].claim_id as string;
+    expect(providerCalls[0]).toContain(claimId);
+    expect(await rows('one-6')).toBe(1);
+  });
+
+  it('idempotencyKey() is refused while the claim is uncommitted, and nothing stays', async () => {
+    const refused = await post('/derived', 'one-7', { text: 'one-7' });
+    expect(refused.status).toBe(500);
+    expect(await rows('one-7')).toBe(0);
+  });
+});
