@@ -113,9 +113,7 @@ class OrdersResolver {
   @UseInterceptors(TimeoutInterceptor)
   @Idempotent()
   placeObservable(@Args('item') item: string): Observable<Order> {
-    return defer(() =>
-      this.dataSource.query('INSERT INTO orders (item) VALUES ($1)', [item]),
-    ).pipe(
+    return defer(() => this.dataSource.query('INSERT INTO orders (item) VALUES ($1)', [item])).pipe(
       switchMap(() => provider(item)),
       map((receipt) => ({ item, receipt })),
     );
