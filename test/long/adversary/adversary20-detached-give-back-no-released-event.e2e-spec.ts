@@ -43,7 +43,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * What happens: both are rolled back and their keys given back (the retry runs them again),
  * as transactions.md's failure table says. The plain Observable is given back by
- * `onHandlerError` through `rollBackAndRelease` (lib/transaction/owner-tools.ts:396-405),
+ * `onHandlerError` through `rollBackAndRelease` (lib/transaction/owner-tools.ts:56-65),
  * which publishes `released` (reason `timeout`). The async one goes through run-owned.ts:270-277
  * to `settleDetached` with `handlerOutcome`'s CANCELLED error, and settle-detached.ts:38-41
  * rolls back and releases by hand, without the event (as its catch at 60-63 does, and as

@@ -41,7 +41,7 @@ import { createTestDatabase, type TestDatabase } from '../../support/database.js
  * (800 ms), fast on the retry.
  *
  * What happens: the timeout unsubscribes from the provider's Observable (cancelled).
- * `handlerOutcome` (lib/http/handler-result.ts:432) maps the resolved Observable to
+ * `handlerOutcome` (lib/http/handler-result.ts:188) maps the resolved Observable to
  * `{ error: CANCELLED }`, a plain Error. On HTTP, `settleDetached` rolls any error back and
  * gives the key back; on GraphQL, run-field.ts:146-148 hands it to `settle()`, which sends it
  * to `failed()` (run-field.ts:178): the resolver had started, `isTimeoutError(CANCELLED)` is

@@ -33,7 +33,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * charges). The client gets the 408, and retries with its key 100 ms later, as clients do.
  *
  * What happens: the 408 reaches run-owned.ts:266-277 with `handlerOutcome(context.handlerReturned)`:
- * the first attempt's rejected Promise (lib/http/handler-result.ts:424-434), which settles at
+ * the first attempt's rejected Promise (lib/http/handler-result.ts:180-190), which settles at
  * once; `settleDetached` rolls back and gives the key back (settle-detached.ts:38-41). The
  * client's retry (100 ms later) claims the key and calls the provider: a second charge, while the first
  * request's second attempt (its charge done) meets `TransactionEndedError` at its write.

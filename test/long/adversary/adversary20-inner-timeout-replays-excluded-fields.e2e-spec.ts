@@ -35,7 +35,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * `@Idempotent()` (inside the library). The client gets the 408, waits, retries with its key.
  *
  * What happens: run-owned.ts:266-277 takes the handler's own Promise (`handlerOutcome`,
- * lib/http/handler-result.ts:424) and `settleDetached` (lib/http/settle-detached.ts:43-45)
+ * lib/http/handler-result.ts:180) and `settleDetached` (lib/http/settle-detached.ts:43-45)
  * renders its value with `renderResult` (`JSON.stringify` of the entity instance): the global
  * `ClassSerializerInterceptor`, outside `@Idempotent()`, never sees it. The retry replays
  * 201 `{"id":...,"email":...,"password":"$hash..."}` for ever.
