@@ -1,14 +1,11 @@
 import { publish } from '../events/idempotency-events.js';
 import { type IdempotencyContext } from '../idempotency-context.js';
 import { finish, withoutEffects, tooLarge } from '../transaction/commit-answer.js';
-import {
-  eventOf,
-  type OwnerTools,
-  releaseQuietly,
-  rollBackAndRelease,
-} from '../transaction/owner-tools.js';
+import { eventOf, type OwnerTools, rollBackAndRelease } from '../transaction/owner-tools.js';
 import { lateAnswerStorable, storePlan } from '../transaction/store-plan.js';
+import { classifyCommitError } from '../failure.js';
 import { renderResult, resultStream } from './handler-result.js';
+import { isPlainData } from './plain-data.js';
 import { type RouteSettings } from './route-settings.js';
 
 /**
@@ -35,9 +32,11 @@ export async function settleDetached(
       responseHandled: settings.responseHandled,
       stream: stream !== undefined,
     });
-    if (!storable || !('value' in outcome)) {
-      await transaction.rollback();
-      await releaseQuietly(tools, context, false);
+    // A value that is not plain data would be rendered past the app's own serializing (see
+    // `isPlainData`): given back, the retry runs it again and gets the app's real answer.
+    const renderable = 'value' in outcome && (context.finished || isPlainData(outcome.value));
+    if (!storable || !renderable) {
+      await rollBackAndRelease(tools, context, 'timeout');
       return;
     }
     const rendered =
@@ -58,8 +57,7 @@ export async function settleDetached(
       tools.logger.warn(`key ${claim.key}: lease lost before the late answer was stored`);
     }
   } catch (error) {
-    await transaction.rollback();
-    await releaseQuietly(tools, context, false);
     tools.logger.warn(`the late answer of key ${claim.key} was not stored: ${String(error)}`);
+    await rollBackAndRelease(tools, context, classifyCommitError(error).code);
   }
 }
