@@ -4,7 +4,12 @@ import { Observable } from 'rxjs';
 import { classifyCommitError, classifyHandlerError, isTimeoutError } from '../failure.js';
 import { IdempotencyContext, type ActiveClaim } from '../idempotency-context.js';
 import { type IdempotencyDatabase } from '../storage/idempotency-database.js';
-import { commitAnswer, giveBackBrokenStream, tooLarge } from '../transaction/commit-answer.js';
+import {
+  commitAnswer,
+  giveBackBrokenStream,
+  tooLarge,
+  withoutEffects,
+} from '../transaction/commit-answer.js';
 import { onHandlerError } from '../transaction/handler-failure.js';
 import { type OwnerTools, rollBackAndRelease } from '../transaction/owner-tools.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
@@ -220,7 +225,9 @@ export function runOwned(
       // The handler's error, whose filter may be slow (an error tracker awaited) and still
       // write it, to be stored; or may write nothing to a client that is gone (the "499"
       // idiom). It is given its lease's length (the heartbeat renewing meanwhile): then, still
-      // unwritten, given back (an error's work is rolled back anyway).
+      // unwritten, given back. Its effects are undone now, as an error's answer is stored
+      // without them anyway: the locks its handler took are not held, idle, for that time.
+      void withoutEffects(transaction).catch(() => undefined);
       setTimeout(() => leftMidStream(true), claim.leaseMs).unref();
       return;
     }
