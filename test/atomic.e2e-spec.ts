@@ -458,5 +458,27 @@ describe.each(ADAPTERS)('atomic by default on %s', (adapter) => {
       expect(retry.status).toBe(201);
       expect(await rows(body.tag)).toBe(1);
     });
+
+    it('oneCommit: a process killed before its commit leaves no trace, the retry runs at once', async () => {
+      const worker = await startWorker('test/support/atomic-worker.js', {
+        DATABASE_URL: database.url,
+        LEASE_MS: '60000',
+        ONE_COMMIT: 'true',
+      });
+      const body: LedgerBody = { tag: tag('killed-one-commit'), delayMs: 3000 };
+      const doomed = post(worker.url, '/ledger', body.tag, body).then(
+        (res) => res,
+        (error: unknown) => error,
+      );
+      await sleep(500); // claimed and written, nothing committed
+      await worker.kill('SIGKILL');
+      await doomed;
+      expect(await rows(body.tag)).toBe(0);
+      // No lease to wait out (a minute here): the claim went with the killed connection.
+      const retry = await post(app, '/ledger', body.tag, body);
+      expect(retry.status).toBe(201);
+      expect(await rows(body.tag)).toBe(1);
+      expect(await keyRow(body.tag)).toMatchObject({ state: 'done' });
+    });
   }
 });
