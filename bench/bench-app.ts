@@ -83,6 +83,13 @@ class BenchController extends BenchWork {
     return this.ormWork(body);
   }
 
+  /** The claim committed with the handler's write and its stored response: one commit. */
+  @Post('one-commit-orm')
+  @Idempotent({ oneCommit: true })
+  oneCommitOrm(@Body() body: OrderBody) {
+    return this.ormWork(body);
+  }
+
   /** The handler's write and its stored response in two commits (the pre-atomic path). */
   @Post('split-orm')
   @Idempotent({ atomic: false })
@@ -98,6 +105,13 @@ class BenchController extends BenchWork {
   @Post('idempotent')
   @Idempotent()
   idempotent(@Body() body: OrderBody) {
+    return this.work(body);
+  }
+
+  /** The claim committed with the handler's write and its stored response: one commit. */
+  @Post('one-commit')
+  @Idempotent({ oneCommit: true })
+  oneCommit(@Body() body: OrderBody) {
     return this.work(body);
   }
 

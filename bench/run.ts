@@ -265,6 +265,18 @@ async function oneInsert(out: string[]): Promise<void> {
                     path: '/floor',
                     headers: fresh('f'),
                   },
+                  {
+                    ...base,
+                    name: 'ours, new keys (oneCommit)',
+                    path: '/one-commit',
+                    headers: fresh('o'),
+                  },
+                  {
+                    ...base,
+                    name: 'the one-commit design by hand (its floor), new keys',
+                    path: '/floor-one',
+                    headers: fresh('g'),
+                  },
                 ]),
             {
               ...base,

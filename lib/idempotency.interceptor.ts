@@ -17,6 +17,7 @@ import { rawResponse } from './http/raw-response.js';
 import { readRequest } from './http/read-request.js';
 import { replay } from './http/replay.js';
 import { defaultStatusOf, readRouteSettings, type RouteSettings } from './http/route-settings.js';
+import { warnOnCallOut } from './http/call-out-warning.js';
 import { claimWithWork } from './http/claim-with-work.js';
 import { runOwned } from './http/run-owned.js';
 import { runWithoutKey } from './http/run-without-key.js';
@@ -204,6 +205,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (!settings) {
       settings = readRouteSettings(context, this.reflector, this.options, this.stores);
       this.routes.set(handler, settings);
+      // A route whose claim commits with its work should not call out before it commits.
+      if (settings.route.oneCommit) warnOnCallOut(this.logger);
     }
     return settings;
   }

@@ -3,10 +3,14 @@ import {
   Body,
   Controller,
   HttpException,
+  Logger,
   Module,
   type PipeTransform,
   Post,
 } from '@nestjs/common';
+import { jest } from '@jest/globals';
+import { createServer } from 'node:http';
+import { type AddressInfo } from 'node:net';
 import pg, { type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent, PhaseRunner } from '../lib/index.js';
@@ -22,6 +26,7 @@ import { type PoolApp, startPoolApp } from './support/pool-app.js';
 let pool: Pool;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 let providerCalls: string[] = [];
+let externalUrl = '';
 
 /** A pipe that refuses a body without `text`: the handler never starts. */
 class RequireText implements PipeTransform {
@@ -69,6 +74,15 @@ class NotesController {
     });
     await pool.query('INSERT INTO notes (text) VALUES ($1)', [body.text]);
     return { ...paid, text: body.text };
+  }
+
+  @Post('calls-out')
+  @Idempotent()
+  async callsOut(@Body() body: NoteBody) {
+    await pool.query('INSERT INTO notes (text) VALUES ($1)', [body.text]);
+    // Another system called without telling the library: the claim is not committed yet.
+    const answer = await fetch(`${externalUrl}/risk`);
+    return { text: body.text, risk: await answer.text() };
   }
 
   @Post('derived')
@@ -229,6 +243,28 @@ describe('oneCommit: the claim commits with the work', () => {
     ).rows[0].claim_id as string;
     expect(providerCalls[0]).toContain(claimId);
     expect(await rows('one-6')).toBe(1);
+  });
+
+  it('a call out of a handler whose claim is uncommitted is warned about, once per route', async () => {
+    const external = createServer((_req, res) => res.end('low'));
+    await new Promise<void>((resolve) => external.listen(0, '127.0.0.1', resolve));
+    externalUrl = `http://127.0.0.1:${(external.address() as AddressInfo).port}`;
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    try {
+      const first = await post('/calls-out', 'one-8', { text: 'one-8' });
+      const second = await post('/calls-out', 'one-9', { text: 'one-9' });
+      expect([first.status, second.status]).toEqual([201, 201]);
+      const warnings = warn.mock.calls.map(([message]) => String(message));
+      expect(warnings.filter((message) => message.includes('called another system'))).toEqual([
+        expect.stringContaining(
+          'NotesController.callsOut called another system (http://127.0.0.1:',
+        ),
+      ]);
+    } finally {
+      warn.mockRestore();
+      external.closeAllConnections();
+      external.close();
+    }
   });
 
   it('idempotencyKey() is refused while the claim is uncommitted, and nothing stays', async () => {
