@@ -2,7 +2,7 @@ import { type CallHandler } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
 import { classifyHandlerError, isTimeoutError } from '../failure.js';
-import { handlerOutcome } from '../http/handler-result.js';
+import { handlerOutcome, isCancelled } from '../http/handler-result.js';
 import { IdempotencyContext, type ActiveClaim } from '../idempotency-context.js';
 import {
   IdempotencyError,
@@ -188,7 +188,9 @@ async function failed(
     await rollBackAndRelease(tools, context, 'before_handler', true);
     throw error instanceof IdempotencyError ? problemThrown(error, graphql) : error;
   }
-  if (isTimeoutError(error)) {
+  // `isCancelled`: an async resolver's Observable the timeout cancelled, waited for detached
+  // (`handlerOutcome`); its marker is no error of the resolver's, to be stored as final.
+  if (isTimeoutError(error) || isCancelled(error)) {
     // Not done in time, and nothing going on to wait for (an Observable the timeout cancelled,
     // or the timeout the resolver threw itself): never a stored answer; the key given back.
     await rollBackAndRelease(tools, context, 'timeout');

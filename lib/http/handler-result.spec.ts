@@ -3,6 +3,7 @@ import { Readable } from 'node:stream';
 import { of } from 'rxjs';
 import {
   handlerOutcome,
+  isCancelled,
   isOuterTimeout,
   isUnwrittenValue,
   onStreamError,
@@ -146,20 +147,39 @@ describe('isOuterTimeout', () => {
 });
 
 describe('handlerOutcome: what a handler an inner timeout gave up on settles with', () => {
-  it.each([
-    ['a Promise that resolves', () => Promise.resolve(201), { value: 201 }],
-    ['a Promise that rejects', () => Promise.reject(new Error('psp down')), { error: 'psp down' }],
-    ['a plain value', () => ({ id: 1 }), { value: { id: 1 } }],
+  it.each<[string, () => unknown, object, boolean]>([
+    ['a Promise that resolves', () => Promise.resolve(201), { value: 201 }, false],
+    [
+      'a Promise that rejects',
+      () => Promise.reject(new Error('psp down')),
+      { error: 'psp down' },
+      false,
+    ],
+    ['a plain value', () => ({ id: 1 }), { value: { id: 1 } }, false],
     [
       'a Promise of an Observable (cancelled with it)',
       () => Promise.resolve(of(1)),
       { error: 'the Observable the handler resolved to was cancelled by a timeout' },
+      true,
     ],
-  ])('%s', async (_case, make, expected) => {
+    [
+      // Its own error with the same message is still its own: stored as final on GraphQL.
+      'a Promise that rejects with the same message',
+      () =>
+        Promise.reject(
+          new Error('the Observable the handler resolved to was cancelled by a timeout'),
+        ),
+      { error: 'the Observable the handler resolved to was cancelled by a timeout' },
+      false,
+    ],
+  ])('%s', async (_case, make, expected, cancelled) => {
     const outcome = await handlerOutcome({ value: make() });
     const shown =
       outcome && 'error' in outcome ? { error: (outcome.error as Error).message } : outcome;
     expect(shown).toEqual(expected);
+    expect(outcome !== undefined && 'error' in outcome && isCancelled(outcome.error)).toBe(
+      cancelled,
+    );
   });
 
   it('an Observable: none (unsubscribed, its work is cancelled)', () => {

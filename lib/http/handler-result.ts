@@ -172,6 +172,15 @@ export function serializationFailed(raw: object): boolean {
 const CANCELLED = new Error('the Observable the handler resolved to was cancelled by a timeout');
 
 /**
+ * Whether `error` is the outcome `handlerOutcome` gives a handler whose Observable a timeout
+ * cancelled: not the handler's own error (nothing of it is an answer to store), so the edge
+ * rolls its work back and gives its key back, as for the timeout itself.
+ */
+export function isCancelled(error: unknown): boolean {
+  return error === CANCELLED;
+}
+
+/**
  * What the handler itself will settle with, given what it returned (`handlerReturned`): its
  * Promise's outcome, or its value at once; undefined for an Observable, which an interceptor
  * that gave up on it unsubscribed (its work is cancelled, not going on), or for a handler that
