@@ -21,6 +21,12 @@ export class IdempotencyContext {
    * `timeout()`) may give up on it while it goes on, and the library then waits for it itself.
    */
   handlerReturned?: { value: unknown };
+  /**
+   * Whether that handler answered with an Observable (returned one, or a Promise that resolved
+   * to one): the wrapped methods called while Nest subscribes to it are its siblings (see
+   * `isOwnCall`).
+   */
+  handlerAnsweredWithObservable = false;
   /** `Controller.handler`, as the events name the route. */
   route = '';
   /**

@@ -1,11 +1,44 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { applyDecorators, RequestMethod, SetMetadata, UseInterceptors } from '@nestjs/common';
+import { isObservable } from 'rxjs';
 import { METHOD_METADATA } from '@nestjs/common/constants.js';
 import { IDEMPOTENT_ROUTE_OPTIONS } from './idempotency.constants.js';
 import { declaredKind } from './graphql/resolver-placement.js';
-import { currentIdempotencyContext } from './idempotency-context.js';
+import { currentIdempotencyContext, type IdempotencyContext } from './idempotency-context.js';
 import { type IdempotencyRouteOptions } from './idempotency-options.interface.js';
 import { resolveRouteOptions } from './idempotency-options.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import { isOwnCall } from './own-handler-call.js';
+
+/**
+ * Set while a wrapped handler runs, through its awaits: a wrapped method called from within
+ * it (a sibling route method, `this.create()`) is not the route's own handler. Nest calls the
+ * handler from the interceptors' chain (bound to the async context its `handle()` was called
+ * in), never from within a handler, so a retrying interceptor's second call is the route's own.
+ */
+const insideHandler = new AsyncLocalStorage<true>();
+
+/**
+ * Notes on `context` that the route's handler answered with an Observable, at once or once
+ * its Promise resolves: before Nest subscribes to it (its reaction, registered first, runs
+ * before the one Nest's chain registers later on the same Promise).
+ */
+function noteObservableAnswer(context: IdempotencyContext, result: unknown): void {
+  if (isObservable(result)) {
+    context.handlerAnsweredWithObservable = true;
+    return;
+  }
+  // A native Promise only: another thenable's `then()` may do the work (a query builder's
+  // runs its query), which Nest's own await then does again.
+  if (!(result instanceof Promise)) return;
+  result.then(
+    (value) => {
+      if (isObservable(value)) context.handlerAnsweredWithObservable = true;
+    },
+    // Its rejection is Nest's to handle (and a retry's): nothing to note.
+    () => undefined,
+  );
+}
 
 /**
  * Marks the moment the handler itself starts, after guards, interceptors and pipes. Nest runs
@@ -22,11 +55,21 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
     const context = currentIdempotencyContext();
     // The route's own handler only: one that calls a sibling route method of its controller
     // (`this.create()`, wrapped too) is still the one whose outcome the request waits for.
-    const own = context !== undefined && !context.handlerStarted;
+    // Each call of its own replaces the last: an interceptor inside `@Idempotent()` that
+    // retries it (`retry()`, then `timeout()`) calls it again, and the attempt that runs is
+    // the one a timeout leaves going on, not the first, which has failed already.
+    const own = isOwnCall({
+      inRequest: context !== undefined,
+      insideHandler: insideHandler.getStore() === true,
+      answeredWithObservable: context?.handlerAnsweredWithObservable === true,
+    });
     context?.startHandler();
-    const result = handler.apply(this, args);
+    const result = insideHandler.run(true, () => handler.apply(this, args));
     // Only what it returned: one that threw at once has no outcome still to come.
-    if (own) context.handlerReturned = { value: result };
+    if (own && context) {
+      context.handlerReturned = { value: result };
+      noteObservableAnswer(context, result);
+    }
     return result;
   };
   Object.defineProperty(wrapped, 'name', { value: handler.name });

@@ -11,6 +11,8 @@ import {
   RequestTimeoutException,
   UseInterceptors,
 } from '@nestjs/common';
+import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
+import { Args, Field, GraphQLModule, Mutation, ObjectType, Query, Resolver } from '@nestjs/graphql';
 import { type Pool } from 'pg';
 import { catchError, type Observable, retry, throwError, timeout, TimeoutError } from 'rxjs';
 import request from 'supertest';
@@ -48,6 +50,12 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Why it matters: a double charge, the one thing the key is for, from a stock rxjs
  * retry-then-timeout interceptor. Severity: medium (needs a retrying interceptor inside
  * `@Idempotent()` and a timeout during its second attempt).
+ *
+ * GraphQL (added with the fix): the same interceptor above `@Idempotent()` on a mutation
+ * (Apollo on Express, the same pool). run-field.ts waited for the same first attempt: its
+ * 502 was stored as the field's final error for ever, while the second attempt charged and
+ * had its write refused. graphql.md "Under an outer timeout": a resolver whose Promise goes on
+ * commits with its own answer when it settles; retries get `key_in_progress` until then.
  */
 let pool: Pool;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -161,6 +169,128 @@ describe('adversary 20: retry-then-timeout inside @Idempotent(): the first attem
         early: 409,
         late: 201,
         lateReplayed: 'true',
+        charges: 1,
+        rows: 1,
+      });
+    },
+    20_000,
+  );
+});
+
+@ObjectType()
+class Charge {
+  @Field()
+  id!: string;
+
+  @Field()
+  charge!: string;
+}
+
+@Resolver(() => Charge)
+class ChargesResolver {
+  private async charge(id: string, blip: boolean) {
+    const charge = await provider(id, blip);
+    await pool.query('INSERT INTO charges (id, charge) VALUES ($1, $2)', [id, charge]);
+    return { id, charge };
+  }
+
+  @Query(() => Number)
+  ping(): number {
+    return 1;
+  }
+
+  @Mutation(() => Charge)
+  @UseInterceptors(ResilienceInterceptor)
+  @Idempotent()
+  steadyCharge(@Args('id') id: string) {
+    return this.charge(id, false);
+  }
+
+  @Mutation(() => Charge)
+  @UseInterceptors(ResilienceInterceptor)
+  @Idempotent()
+  blipCharge(@Args('id') id: string) {
+    return this.charge(id, true);
+  }
+}
+
+@Module({
+  imports: [
+    IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) }),
+    GraphQLModule.forRoot<ApolloDriverConfig>({
+      driver: ApolloDriver,
+      autoSchemaFile: true,
+      graphiql: false,
+    }),
+  ],
+  providers: [ChargesResolver, ResilienceInterceptor],
+})
+class ChargesGraphqlModule {}
+
+describe('adversary 20: GraphQL, retry-then-timeout inside @Idempotent(): the first attempt is waited for', () => {
+  let fixture: PoolApp;
+
+  beforeAll(async () => {
+    fixture = await startPoolApp('adv20_inner_retry_timeout_gql', {
+      module: ChargesGraphqlModule,
+      max: 6,
+      usePool: (started) => {
+        pool = started;
+        pool.on('connect', (client) => client.on('error', () => undefined));
+      },
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE charges (id text NOT NULL, charge text NOT NULL)');
+      },
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    await fixture?.close();
+  });
+
+  const mutate = (field: string, id: string) =>
+    request(fixture.app.getHttpServer())
+      .post('/graphql')
+      .set('Idempotency-Key', `charge-${id}`)
+      .timeout(10_000)
+      .send({ query: `mutation { ${field}(id: "${id}") { id charge } }` });
+
+  /** The field's data, or its first error: the library's code, else its message. */
+  const shape = (body: unknown, field: string) => {
+    const { data, errors } = body as {
+      data: Record<string, unknown> | null;
+      errors?: { message?: string; extensions?: { code?: unknown } }[];
+    };
+    const error = errors?.[0];
+    const code = error?.extensions?.code;
+    return data?.[field] ?? (code === 'key_in_progress' ? code : error?.message);
+  };
+
+  it.each([
+    ['steadyCharge', 'no blip, the first attempt is the slow one: control'],
+    ['blipCharge', 'a 502 blip, then the slow second attempt'],
+  ])(
+    '%s (%s): the retry waits for the going-on attempt; charged once',
+    async (field) => {
+      const id = `gql-${field}`;
+      const first = await mutate(field, id);
+      await sleep(100);
+      const early = await mutate(field, id);
+      await sleep(2_000); // every attempt has settled
+      const late = await mutate(field, id);
+      const rows = await fixture.admin.query('SELECT charge FROM charges WHERE id = $1', [id]);
+      // Observed for blipCharge before the fix: early and late 'provider blip' (the first
+      // attempt's 502, stored), charges 1, no row (the second attempt's write refused).
+      expect({
+        first: shape(first.body, field),
+        early: shape(early.body, field),
+        late: shape(late.body, field),
+        charges: charges[id],
+        rows: rows.rowCount,
+      }).toEqual({
+        first: 'Request Timeout',
+        early: 'key_in_progress',
+        late: { id, charge: `ch_${id}_${calls[id]}` },
         charges: 1,
         rows: 1,
       });
