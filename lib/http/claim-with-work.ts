@@ -51,7 +51,7 @@ export function claimWithWork(
         case 'held':
           publish('conflict', event);
           throw new IdempotencyKeyInProgressError(conflictRetryAfterSeconds);
-        case 'raced':
+        case 'apart':
           return claimOrDecide(
             store,
             scope,

@@ -3,6 +3,7 @@ import { type CallHandler } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { classifyCommitError, classifyHandlerError, isTimeoutError } from '../failure.js';
 import { IdempotencyContext, type ActiveClaim } from '../idempotency-context.js';
+import { isTransactional } from '../storage/claim-store.interface.js';
 import { type IdempotencyDatabase } from '../storage/idempotency-database.js';
 import {
   commitAnswer,
@@ -206,10 +207,14 @@ export function runOwned(
         stopRenewals?.();
       }
     : undefined;
-  if (route.heartbeat) {
-    if (transaction.holdsClaim) transaction.onClaimCommitted = startHeartbeat;
-    else startHeartbeat();
-  }
+  if (transaction.holdsClaim) {
+    // Committed alone (a phase), the claim's lease starts then, not when it was made.
+    const { store } = settings;
+    if (isTransactional(store) && store.holdLeaseText) {
+      transaction.renewAtClaimCommit = (literal) => store.holdLeaseText!(claim, literal);
+    }
+    if (route.heartbeat) transaction.onClaimCommitted = startHeartbeat;
+  } else if (route.heartbeat) startHeartbeat();
   // A client that leaves mid-stream: the adapter destroys the stream (or `pipe()` unpipes) and
   // never ends the response, so the answer is never written. Once the handler settled with a
   // stream (or answered through `@Res()`), nothing more will come: as for a stream that fails

@@ -16,10 +16,12 @@ export type ClaimOutcome =
 
 /**
  * A claim made as the first statement of the request's transaction (`claimIn`): its outcome,
- * or `held` (a claim of the same key not committed yet outlasted the wait), or `raced` (it
- * found neither a free key nor a row: one committed after its snapshot; claim apart).
+ * or `held` (a claim of the same key not committed yet outlasted the wait), or `apart` (to be
+ * claimed apart, committed alone: it found neither a free key nor a row, one committed after
+ * its snapshot; or the transaction is to run above READ COMMITTED, where the claim's reads of
+ * the keys' table would make unrelated requests fail to serialize).
  */
-export type ClaimInOutcome = ClaimOutcome | { kind: 'held' } | { kind: 'raced' };
+export type ClaimInOutcome = ClaimOutcome | { kind: 'held' } | { kind: 'apart' };
 
 /**
  * The claim store: what the claim/replay path needs, and nothing of the app's own database.

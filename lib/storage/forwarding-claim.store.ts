@@ -28,7 +28,7 @@ export class ForwardingClaimStore implements TransactionalClaimStore {
     return this.inner.expiresKeysAfterMs;
   }
 
-  /** The inner store's, or `raced` from a store that has none: the caller claims apart. */
+  /** The inner store's, or `apart` from a store that has none: the caller claims apart. */
   claimIn(
     scope: KeyScope,
     fingerprint: Buffer,
@@ -39,7 +39,7 @@ export class ForwardingClaimStore implements TransactionalClaimStore {
     const inner = this.transactionalInner();
     return inner.claimIn
       ? inner.claimIn(scope, fingerprint, leaseMs, transaction, waitMs)
-      : Promise.resolve({ kind: 'raced' });
+      : Promise.resolve({ kind: 'apart' });
   }
 
   claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {

@@ -134,6 +134,10 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     waitMs: number,
   ): Promise<ClaimInOutcome> {
     await this.database.ready();
+    // Above READ COMMITTED, the claim's and the stored answer's reads of the keys' table in
+    // the request's transaction would make requests of unrelated keys fail to serialize (and
+    // the partitioned table's claim refuses to run there): claimed apart, as by default.
+    if (transaction.plannedAboveReadCommitted) return { kind: 'apart' };
     const statement = this.claimStatement();
     let rows: Record<string, unknown>[];
     try {
@@ -145,7 +149,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
       // The claim of a request whose work is not committed yet outlasted the wait.
       if (isLockTimeout(error)) return { kind: 'held' };
       // Above READ COMMITTED, a row committed after its snapshot: claimed apart, it is read.
-      if (isRolledBack(error)) return { kind: 'raced' };
+      if (isRolledBack(error)) return { kind: 'apart' };
       let explained = error;
       try {
         rethrowExplained(error);
@@ -158,7 +162,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     if (row?.claimed) return claimOutcome(scope, row, leaseMs);
     // Not waited for: a replay costs the one round trip of its claim.
     void transaction.rollback();
-    return row ? claimOutcome(scope, row, leaseMs) : { kind: 'raced' };
+    return row ? claimOutcome(scope, row, leaseMs) : { kind: 'apart' };
   }
 
   /** The statement of one claim (statements 1 and 2), as `claimIn` sends it. */

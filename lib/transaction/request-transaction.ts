@@ -215,6 +215,13 @@ export abstract class RequestTransaction implements JoinableTransaction {
   /** Called once a claim it held has committed alone (`commitClaimAlone`). */
   onClaimCommitted?: () => void;
 
+  /**
+   * The lease renewal the claim's commit alone carries (its values quoted by `literal`): the
+   * lease was set when the claim was made, and the handler may have worked past it before its
+   * first phase; committed as it was, the claim would be free to take over from a live worker.
+   */
+  renewAtClaimCommit?: (literal: (value: string) => string) => string;
+
   /** The commit of the claim alone under way, for a second caller to wait on. */
   private claimCommitting?: Promise<void>;
 
@@ -276,7 +283,13 @@ export abstract class RequestTransaction implements JoinableTransaction {
       const client = await this.opening!;
       try {
         await this.beginning;
-        await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs, { commits: true });
+        const renewal = this.renewAtClaimCommit?.((value) => client.escapeLiteral(value));
+        await queryWithDeadline(
+          client,
+          { text: renewal ? `${renewal}; COMMIT` : 'COMMIT' },
+          this.timeoutMs,
+          { commits: true },
+        );
       } catch (error) {
         // Its outcome unknown: the connection goes (PostgreSQL rolls back what had not
         // committed), and so does the request, which could not tell whether it owns the key.
@@ -346,6 +359,11 @@ export abstract class RequestTransaction implements JoinableTransaction {
    */
   get readOnlyNow(): boolean {
     return false;
+  }
+
+  /** Whether it is to begin above READ COMMITTED, as far as is known before it begins. */
+  get plannedAboveReadCommitted(): boolean {
+    return isAboveReadCommitted(this.plannedLevel());
   }
 
   /** Whether it began above READ COMMITTED and has not ended: see `beforeIsolatedBegin`. */
