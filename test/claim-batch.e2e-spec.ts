@@ -90,8 +90,8 @@ describe.each(LAYOUTS)('claims batched on the %s table', (layout) => {
     expect(outcomes.map((o) => o.kind)).toEqual(Array(21).fill('claimed'));
     expect(claims()).toEqual(
       layout === 'plain'
-        ? ['idempotency_claim_v4', 'idempotency_claim_batch_v2']
-        : ['idempotency_claim_partitioned_v1', 'idempotency_claim_batch_partitioned_v1'],
+        ? ['idempotency_claim_v5', 'idempotency_claim_batch_v3']
+        : ['idempotency_claim_partitioned_v2', 'idempotency_claim_batch_partitioned_v2'],
     );
     // Each its own row: its own claim id, the one stored for its key.
     const rows = (await dataSource.query(

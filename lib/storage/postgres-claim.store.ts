@@ -28,6 +28,7 @@ import {
   CLAIM_BATCH,
   COMPLETE,
   EXTEND_LEASE,
+  keyLock,
   OLDEST_UNFINISHED,
   PURGE_ABANDONED_BATCH,
   PURGE_BATCH,
@@ -141,8 +142,11 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     const statement = this.claimStatement();
     let rows: Record<string, unknown>[];
     try {
+      // The key's lock first, waited for (bounded): the claims made apart only try it.
       rows = await transaction.beginWithClaim(
-        (literal) => claimText(statement.text, scope, fingerprint, leaseMs, literal),
+        (literal) =>
+          `SELECT pg_advisory_xact_lock(${keyLock(`${literal(scope.tenantId)}::text`, `${literal(scope.key)}::text`)}); ` +
+          claimText(statement.text, scope, fingerprint, leaseMs, literal),
         waitMs,
       );
     } catch (error) {

@@ -13,6 +13,29 @@
  */
 
 /**
+ * The transaction-level advisory lock of a key (the partitioned table's `idempotency_claim()`
+ * takes the same one): held by a claim that commits with its work (`oneCommit`) until its
+ * commit, and tried (never waited for) by the claims that commit alone, which answer such a
+ * key as held rather than wait on its uncommitted row, with every claim behind them in the
+ * batcher. Length first, so that tenant 'ab' with key 'c' and tenant 'a' with key 'bc' differ.
+ */
+export function keyLock(tenant: string, key: string): string {
+  return `hashtextextended(length(${tenant}) || ':' || ${tenant} || ${key}, 1764461600000)`;
+}
+
+/**
+ * The row a claim answers for a key whose lock another transaction holds and that has no row
+ * it can see (a claim not committed yet): in progress, for a second (its fingerprint is the
+ * request's own, which is not known to differ yet: the retry after the 409 finds the row).
+ */
+export function heldRow(fingerprint: string): string {
+  return (
+    `SELECT false, NULL::uuid, NULL::bigint, ${fingerprint}, 'started'::text, false, 1, ` +
+    'NULL::int, NULL::bytea, NULL::jsonb, NULL::float8'
+  );
+}
+
+/**
  * Statements 1 and 2 in one round trip. The CTE inserts (a row back: we own the key); on a
  * conflict it inserts nothing and the second branch reads the row that is there. The read is
  * a plain snapshot read, not `FOR UPDATE` as the design writes it: every decision it feeds
@@ -29,11 +52,14 @@
  * inserted after the snapshot, which a claim (one statement) holds for a moment.
  */
 export const CLAIM = {
-  name: 'idempotency_claim_v4',
-  text: `WITH claimed AS (
+  name: 'idempotency_claim_v5',
+  text: `WITH lock AS (
+  SELECT pg_try_advisory_xact_lock(${keyLock('$1::text', '$2::text')}) AS free
+), claimed AS (
   INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until)
   SELECT $1::text, $2::text, $3::bytea, clock_timestamp() + $4::float8 * interval '1 millisecond'
-  WHERE NOT EXISTS (SELECT FROM idempotency_keys WHERE tenant_id = $1 AND key = $2)
+  FROM lock
+  WHERE lock.free AND NOT EXISTS (SELECT FROM idempotency_keys WHERE tenant_id = $1 AND key = $2)
   ON CONFLICT (tenant_id, key) DO NOTHING
   RETURNING claim_id, lock_version
 )
@@ -49,7 +75,11 @@ SELECT false, claim_id, lock_version, fingerprint, state,
        response_code, response_body, response_headers,
        extract(epoch FROM clock_timestamp() - finished_at) * 1000
 FROM idempotency_keys
-WHERE tenant_id = $1 AND key = $2`,
+WHERE tenant_id = $1 AND key = $2
+UNION ALL
+${heldRow('$3::bytea')}
+FROM lock
+WHERE NOT lock.free AND NOT EXISTS (SELECT FROM idempotency_keys WHERE tenant_id = $1 AND key = $2)`,
 };
 
 /**
@@ -62,15 +92,18 @@ WHERE tenant_id = $1 AND key = $2`,
  * the snapshot is read, not inserted: one held key never holds the batch.
  */
 export const CLAIM_BATCH = {
-  name: 'idempotency_claim_batch_v2',
+  name: 'idempotency_claim_batch_v3',
   text: `WITH batch AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::float8[])
     WITH ORDINALITY AS b(tenant_id, key, fingerprint, lease_ms, i)
+), locks AS MATERIALIZED (
+  SELECT b.*, pg_try_advisory_xact_lock(${keyLock('b.tenant_id', 'b.key')}) AS free
+  FROM batch b ORDER BY i
 ), claimed AS (
   INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until)
   SELECT tenant_id, key, fingerprint, clock_timestamp() + lease_ms * interval '1 millisecond'
-  FROM batch b
-  WHERE NOT EXISTS (
+  FROM locks b
+  WHERE b.free AND NOT EXISTS (
     SELECT FROM idempotency_keys k WHERE k.tenant_id = b.tenant_id AND k.key = b.key)
   ORDER BY i
   ON CONFLICT (tenant_id, key) DO NOTHING
@@ -87,7 +120,12 @@ SELECT b.i, false, k.claim_id, k.lock_version, k.fingerprint, k.state,
        ceil(extract(epoch FROM k.locked_until - clock_timestamp()))::int,
        k.response_code, k.response_body, k.response_headers,
        extract(epoch FROM clock_timestamp() - k.finished_at) * 1000
-FROM batch b JOIN idempotency_keys k ON k.tenant_id = b.tenant_id AND k.key = b.key`,
+FROM batch b JOIN idempotency_keys k ON k.tenant_id = b.tenant_id AND k.key = b.key
+UNION ALL
+SELECT b.i, ${heldRow('b.fingerprint').replace('SELECT ', '')}
+FROM locks b
+WHERE NOT b.free AND NOT EXISTS (
+  SELECT FROM idempotency_keys k WHERE k.tenant_id = b.tenant_id AND k.key = b.key)`,
 };
 
 /**

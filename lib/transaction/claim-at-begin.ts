@@ -14,6 +14,7 @@ export const CLAIMED_SAVEPOINT = 'idempotency_claimed';
  * and the transaction is rolled back.
  */
 export function claimWaitBounded(claim: string, waitMs: number): string[] {
+  // `claim` may be several statements (a lock, then the claim): the last one answers.
   return [
     "SELECT set_config('idempotency.lock_timeout', current_setting('lock_timeout'), true)",
     `SET LOCAL lock_timeout = ${Math.max(1, Math.floor(waitMs))}`,
@@ -22,5 +23,10 @@ export function claimWaitBounded(claim: string, waitMs: number): string[] {
   ];
 }
 
-/** Where the claim's result is among the round trip's (BEGIN and the session's state first). */
-export const CLAIM_RESULT = 4;
+/**
+ * Where the claim's result is among the round trip's: before the lock timeout put back and
+ * the savepoint (the claim may be several statements, its last one answering).
+ */
+export function claimResult<T>(results: T[]): T {
+  return results[results.length - 3];
+}

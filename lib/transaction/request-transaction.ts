@@ -36,7 +36,7 @@ import {
   TransactionControlRefusedError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { CLAIM_RESULT, CLAIMED_SAVEPOINT, claimWaitBounded } from './claim-at-begin.js';
+import { CLAIMED_SAVEPOINT, claimResult, claimWaitBounded } from './claim-at-begin.js';
 import { unreadableOf } from './sql-parse.js';
 import { sessionAdvisoryLockOf, sessionSettingOf, transactionControlOf } from './sql-text.js';
 import {
@@ -261,7 +261,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
     this.beginning.catch(() => undefined);
     try {
       const results = await sent;
-      return results[CLAIM_RESULT].rows as Record<string, unknown>[];
+      return claimResult(results).rows as Record<string, unknown>[];
     } catch (error) {
       await this.rollback();
       throw error;

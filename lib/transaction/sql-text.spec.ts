@@ -438,8 +438,8 @@ describe('sessionSettingOf', () => {
     ['DEALLOCATE PREPARE ALL', 'deallocate prepare all', 'DEALLOCATE ALL'],
     [
       'DEALLOCATE of a library statement',
-      'DEALLOCATE idempotency_claim_v4',
-      'DEALLOCATE idempotency_claim_v4',
+      'DEALLOCATE idempotency_claim_v5',
+      'DEALLOCATE idempotency_claim_v5',
     ],
     // What ends with the transaction, puts the default back, or cannot be read.
     ['DEALLOCATE of the app’s own statement', 'DEALLOCATE my_report', undefined],

@@ -1,27 +1,53 @@
+import { heldRow, keyLock } from '../postgres-statements.js';
+
 /**
  * The statements of the partitioned layout (`PartitionIdempotencyKeys`) that differ from the
  * plain table's. Taking over, finishing, advancing, releasing and extending select the row by
  * `tenant_id` and `key` and are shared: they find it in whichever partition holds it.
  */
 
-/** Statements 1 and 2: `idempotency_claim()` returns CLAIM's columns (see the migration). */
+/**
+ * Statements 1 and 2: `idempotency_claim()` returns CLAIM's columns (see the migration). Its
+ * key's advisory lock is tried first (see `keyLock`): held by a claim not committed yet, the
+ * key is answered as held (`heldRow`), where the function would wait for that commit.
+ */
 export const CLAIM_IN_PARTITIONS = {
-  name: 'idempotency_claim_partitioned_v1',
-  text: `SELECT * FROM idempotency_claim($1, $2, $3, $4)`,
+  name: 'idempotency_claim_partitioned_v2',
+  text: `WITH lock AS MATERIALIZED (
+  SELECT pg_try_advisory_xact_lock(${keyLock('$1::text', '$2::text')}) AS free
+)
+SELECT c.* FROM (SELECT FROM lock WHERE free) l
+CROSS JOIN LATERAL idempotency_claim($1, $2, $3, $4) c
+UNION ALL
+${heldRow('$3::bytea')}
+FROM lock
+WHERE NOT lock.free AND NOT EXISTS (SELECT FROM idempotency_keys WHERE tenant_id = $1 AND key = $2)`,
 };
 
 /**
- * CLAIM_IN_PARTITIONS for a batch (`ClaimBatcher`): `idempotency_claim()` once per claim, in
- * the batch's order (so that concurrent batches take their keys' advisory locks in one order),
- * in one statement and one transaction, each row with its claim's place (`i`, from 1). Each
- * call reads a fresh snapshot after its lock, as the function requires.
+ * CLAIM_IN_PARTITIONS for a batch (`ClaimBatcher`): `idempotency_claim()` once per claim whose
+ * key's lock it got, in the batch's order, in one statement and one transaction, each row with
+ * its claim's place (`i`, from 1). Each call reads a fresh snapshot after its lock, as the
+ * function requires.
  */
 export const CLAIM_BATCH_IN_PARTITIONS = {
-  name: 'idempotency_claim_batch_partitioned_v1',
-  text: `SELECT b.i, c.* FROM unnest($1::text[], $2::text[], $3::bytea[], $4::float8[])
-  WITH ORDINALITY AS b(tenant_id, key, fingerprint, lease_ms, i)
-CROSS JOIN LATERAL idempotency_claim(b.tenant_id, b.key, b.fingerprint, b.lease_ms) c
-ORDER BY b.i`,
+  name: 'idempotency_claim_batch_partitioned_v2',
+  text: `WITH locks AS MATERIALIZED (
+  SELECT b.*, pg_try_advisory_xact_lock(${keyLock('b.tenant_id', 'b.key')}) AS free
+  FROM unnest($1::text[], $2::text[], $3::bytea[], $4::float8[])
+    WITH ORDINALITY AS b(tenant_id, key, fingerprint, lease_ms, i)
+  ORDER BY b.i
+)
+SELECT * FROM (
+  SELECT b.i, c.* FROM (SELECT * FROM locks WHERE free) b
+  CROSS JOIN LATERAL idempotency_claim(b.tenant_id, b.key, b.fingerprint, b.lease_ms) c
+  UNION ALL
+  SELECT b.i, ${heldRow('b.fingerprint').replace('SELECT ', '')}
+  FROM locks b
+  WHERE NOT b.free AND NOT EXISTS (
+    SELECT FROM idempotency_keys k WHERE k.tenant_id = b.tenant_id AND k.key = b.key)
+) claims
+ORDER BY i`,
 };
 
 /**
