@@ -347,6 +347,12 @@ function controllerOf(interpreter: Interpreter) {
       return this.answer(program, headers);
     }
 
+    @Post('programs-one-commit')
+    @Idempotent({ oneCommit: true })
+    runOneCommit(@Body() program: HandlerProgram, @Headers() headers: Record<string, string>) {
+      return this.answer(program, headers);
+    }
+
     @Post('programs-serializable')
     @Idempotent({ isolationLevel: 'SERIALIZABLE' })
     runSerializable(@Body() program: HandlerProgram, @Headers() headers: Record<string, string>) {

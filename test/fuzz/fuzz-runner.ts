@@ -64,6 +64,11 @@ export interface FuzzOptions {
   via?: Via;
   /** Set the database's `default_transaction_isolation` to serializable. */
   defaultSerializable?: boolean;
+  /**
+   * HTTP only: every other program (by its index) runs on a route with `oneCommit: true`, its
+   * claim committed with its work (the others on the default route, beside them).
+   */
+  oneCommit?: boolean;
   /** Only the program of this index (a violation's reproduction). */
   only?: number;
   /** One program written by hand instead of generated ones, with its faults (a minimal reproduction). */
@@ -243,7 +248,8 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
   let worker: WorkerProcess = await start();
   const reproduce = (index: number) =>
     `FUZZ_LAYER=${layer} FUZZ_TRANSPORT=${transport} FUZZ_SEED=${options.seed} FUZZ_RUNS=${options.runs} FUZZ_ONLY=${index}` +
-    `${options.sigkills ? '' : ' FUZZ_SIGKILL=0'}${options.defaultSerializable ? ' FUZZ_DEFAULT_SERIALIZABLE=1' : ''} npm run fuzz`;
+    `${options.sigkills ? '' : ' FUZZ_SIGKILL=0'}${options.defaultSerializable ? ' FUZZ_DEFAULT_SERIALIZABLE=1' : ''}` +
+    `${options.oneCommit ? ' FUZZ_ONE_COMMIT=1' : ''} npm run fuzz`;
   const shaped = (program: HandlerProgram): HandlerProgram => {
     let ops = program.ops;
     if (options.defaultSerializable) ops = withoutIsolation(ops);
@@ -256,6 +262,7 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
     for (const [index, [generated, plan]] of cases.entries()) {
       if (options.only !== undefined && index !== options.only) continue;
       const program = shaped({ id: `s${options.seed}-p${index}`, ...generated });
+      if (options.oneCommit && transport === 'http' && index % 2 === 0) program.oneCommit = true;
       const crowd: HandlerProgram[] = plan.some((fault) => fault.kind === 'crowd')
         ? Array.from({ length: CROWD }, (_, i) => ({
             ...program,
@@ -449,6 +456,7 @@ function describeShape(program: HandlerProgram): string {
   const parts = [
     program.tenant && program.tenant !== '1' ? `tenant=${JSON.stringify(program.tenant)}` : '',
     program.serializable ? 'route=SERIALIZABLE' : '',
+    program.oneCommit ? 'route=oneCommit' : '',
     program.shape && program.shape !== 'plain' ? `shape=${program.shape}` : '',
     program.alias ? `alias=${program.alias}` : '',
     program.partial ? 'partial' : '',
@@ -577,7 +585,11 @@ async function attemptWith(
   const send = (subject: HandlerProgram) => {
     const keyed = { ...headers, 'idempotency-key': subject.key ?? subject.id };
     if (transport === 'http') {
-      const path = subject.serializable ? 'programs-serializable' : 'programs';
+      const path = subject.serializable
+        ? 'programs-serializable'
+        : subject.oneCommit
+          ? 'programs-one-commit'
+          : 'programs';
       return post(`${worker.url}/${path}`, keyed, JSON.stringify(subject));
     }
     const operation = {

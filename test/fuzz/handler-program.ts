@@ -71,6 +71,8 @@ export interface HandlerProgram {
   tenant?: string;
   /** Run on a route with `@Idempotent({ isolationLevel: 'SERIALIZABLE' })`. */
   serializable?: boolean;
+  /** HTTP only: run on a route with `@Idempotent({ oneCommit: true })` (set by the runner). */
+  oneCommit?: boolean;
   /** GraphQL only: a `Date` or a `BigInt` field in the answer; under an alias; beside a field that fails. */
   shape?: 'plain' | 'date' | 'bigint';
   alias?: string;

@@ -82,6 +82,7 @@ try {
             sigkills: setting('sigkill', 'FUZZ_SIGKILL') !== '0',
             defaultSerializable:
               setting('default-serializable', 'FUZZ_DEFAULT_SERIALIZABLE') === '1',
+            oneCommit: setting('one-commit', 'FUZZ_ONE_COMMIT') === '1',
             only: only === undefined ? undefined : Number(only),
             via,
             program: handWritten,
