@@ -30,6 +30,7 @@ describe('handler programs under faults (seeded fuzz)', () => {
     seed: number;
     runs: number;
     sigkills: boolean;
+    oneCommit?: boolean;
   }>([
     { layer: 'typeorm', transport: 'http', seed: 1, runs: 6, sigkills: true },
     // Seeds picked for what their five programs hold: a cursor, SET LOCAL ROLE, a crowd, an
@@ -39,9 +40,13 @@ describe('handler programs under faults (seeded fuzz)', () => {
     { layer: 'prisma', transport: 'http', seed: 36, runs: 5, sigkills: false },
     { layer: 'drizzle', transport: 'graphql', seed: 8, runs: 5, sigkills: false },
     { layer: 'kysely', transport: 'http', seed: 43, runs: 5, sigkills: false },
+    // Every other program on a oneCommit route (its claim committed with its work), beside
+    // the default route's: a crowd and SIGKILLs on TypeORM (3013), a crowd on the pool (3003).
+    { layer: 'typeorm', transport: 'http', seed: 3013, runs: 6, sigkills: true, oneCommit: true },
+    { layer: 'pg', transport: 'http', seed: 3003, runs: 6, sigkills: false, oneCommit: true },
   ])(
-    '$layer over $transport, seed $seed: $runs programs, each exactly once or not at all (SIGKILLs: $sigkills)',
-    async ({ layer, transport, seed, runs, sigkills }) => {
+    '$layer over $transport, seed $seed: $runs programs, each exactly once or not at all (SIGKILLs: $sigkills, oneCommit: $oneCommit)',
+    async ({ layer, transport, seed, runs, sigkills, oneCommit }) => {
       database = await createTestDatabase(`fuzz_${layer}`);
       const report = await fuzz({
         databaseUrl: database.url,
@@ -50,6 +55,7 @@ describe('handler programs under faults (seeded fuzz)', () => {
         sigkills,
         layer,
         transport,
+        oneCommit,
         // A hang is found in 15 s, not 40: the seeds stay short when something is wrong.
         budgetMs: 15_000,
       });
