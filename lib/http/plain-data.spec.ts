@@ -9,7 +9,16 @@ class UserEntity {
 
 describe('isPlainData', () => {
   const deep = (levels: number): unknown => (levels === 0 ? 1 : { next: deep(levels - 1) });
-  const wide = Array.from({ length: 10_001 }, (_, i) => i);
+  const wide = Array.from({ length: 1_000 }, (_, i) => ({
+    id: i,
+    a: 1,
+    b: 'x',
+    c: [1, 2],
+    d: null,
+  }));
+  const cyclic: Record<string, unknown> = { id: 1 };
+  cyclic.self = cyclic;
+  const shared = { id: 7 };
   it.each<[string, unknown, boolean]>([
     ['a string', 'ok', true],
     ['a number', 42, true],
@@ -27,7 +36,9 @@ describe('isPlainData', () => {
     ['a Map', new Map([[1, 2]]), false],
     ['a Buffer', Buffer.from('x'), false],
     ['a deep plain chain', deep(200), true],
-    ['too many values to look through', wide, false],
+    ['a large answer (1,000 items, 7,000 values)', wide, true],
+    ['a value that holds itself', cyclic, false],
+    ['a value shared by two fields', { a: shared, b: shared }, true],
   ])('%s: %s', (_name, value, plain) => {
     expect(isPlainData(value)).toBe(plain);
   });

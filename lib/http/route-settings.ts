@@ -30,7 +30,16 @@ export interface RouteSettings {
   headers: Record<string, string>;
   /** `Controller.handler`, as the events name the route. */
   name: string;
+  /**
+   * `@SerializeOptions()` on the route or its controller: Nest's `ClassSerializerInterceptor`
+   * reshapes its answers, plain objects too (`type` turns a row into a class whose `@Exclude()`d
+   * fields it drops), so an answer the library renders itself (a late one) would not be the app's.
+   */
+  serialized: boolean;
 }
+
+/** Nest's `CLASS_SERIALIZER_OPTIONS` (read by its name: not exported from the package's index). */
+const CLASS_SERIALIZER_OPTIONS = 'class_serializer:options';
 
 /** A route's settings from its metadata; the interceptor keeps them for the next requests. */
 export function readRouteSettings(
@@ -53,6 +62,11 @@ export function readRouteSettings(
     httpCode: reflector.get<number | undefined>(HTTP_CODE_METADATA, handler),
     responseHandled: writesOwnResponse(context.getClass(), handler.name),
     name,
+    serialized:
+      reflector.getAllAndOverride<unknown>(CLASS_SERIALIZER_OPTIONS, [
+        handler,
+        context.getClass(),
+      ]) !== undefined,
     headers: declaredHeaders(
       route.storedHeaders,
       reflector.get<{ name: string; value: string }[] | undefined>(HEADERS_METADATA, handler),

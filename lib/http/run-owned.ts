@@ -9,7 +9,7 @@ import {
   commitAnswer,
   giveBackBrokenStream,
   tooLarge,
-  withoutEffects,
+  undoEffectsNow,
 } from '../transaction/commit-answer.js';
 import { onHandlerError } from '../transaction/handler-failure.js';
 import { type OwnerTools, rollBackAndRelease } from '../transaction/owner-tools.js';
@@ -232,7 +232,7 @@ export function runOwned(
       // idiom). It is given its lease's length (the heartbeat renewing meanwhile): then, still
       // unwritten, given back. Its effects are undone now, as an error's answer is stored
       // without them anyway: the locks its handler took are not held, idle, for that time.
-      void withoutEffects(transaction).catch(() => undefined);
+      void undoEffectsNow(transaction);
       setTimeout(() => leftMidStream(true), claim.leaseMs).unref();
       return;
     }

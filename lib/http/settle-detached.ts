@@ -32,9 +32,12 @@ export async function settleDetached(
       responseHandled: settings.responseHandled,
       stream: stream !== undefined,
     });
-    // A value that is not plain data would be rendered past the app's own serializing (see
-    // `isPlainData`): given back, the retry runs it again and gets the app's real answer.
-    const renderable = 'value' in outcome && (context.finished || isPlainData(outcome.value));
+    // A value that is not plain data, or one the route's `@SerializeOptions()` reshapes, would
+    // be rendered past the app's own serializing (see `isPlainData`, `serialized`): given back,
+    // the retry runs it again and gets the app's real answer.
+    const renderable =
+      'value' in outcome &&
+      (context.finished || (!settings.serialized && isPlainData(outcome.value)));
     if (!storable || !renderable) {
       await rollBackAndRelease(tools, context, 'timeout');
       return;
@@ -49,12 +52,22 @@ export async function settleDetached(
       await rollBackAndRelease(tools, context, 'store_if');
       return;
     }
+    const began = performance.now();
     const storeIn = plan === 'alone' ? await withoutEffects(transaction) : transaction;
     if (await finish(context, answer, storeIn)) {
       tools.remember(claim, fingerprint, answer, context.claimStore!, 0);
-      publish('stored', () => ({ ...eventOf(context), status: answer.status }));
+      // The events of an answer stored in time (`commitAnswer`): a 5xx stored is alerted on.
+      publish('stored', () => ({
+        ...eventOf(context),
+        status: answer.status,
+        durationMs: performance.now() - began,
+      }));
+      if (answer.status >= 500) {
+        publish('storedError', () => ({ ...eventOf(context), status: answer.status }));
+      }
     } else {
       tools.logger.warn(`key ${claim.key}: lease lost before the late answer was stored`);
+      publish('leaseLost', () => eventOf(context));
     }
   } catch (error) {
     tools.logger.warn(`the late answer of key ${claim.key} was not stored: ${String(error)}`);

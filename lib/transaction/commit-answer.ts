@@ -85,6 +85,21 @@ export async function withoutEffects(
 }
 
 /**
+ * Undoes the handler's effects now, for an answer that may come later (a slow exception
+ * filter) and is stored without them: rolled back, or, when the transaction holds the claim,
+ * undone to it and the claim committed alone, so that neither the handler's locks nor a
+ * connection are held meanwhile; the key stays held by its lease. Never throws.
+ */
+export async function undoEffectsNow(transaction: RequestTransaction): Promise<void> {
+  try {
+    if (await transaction.undoEffects()) await transaction.commitUndoneClaim();
+    else await transaction.rollback();
+  } catch {
+    await transaction.rollback();
+  }
+}
+
+/**
  * Stores the answer: in the request's transaction, with the handler's effects, when it is
  * given and the store is in the app's database; on its own otherwise. A store outside the
  * database serves only routes that are not atomic (the start-up check), whose transaction

@@ -330,6 +330,38 @@ export abstract class RequestTransaction implements JoinableTransaction {
   protected effectsUndone = false;
 
   /**
+   * Commits the claim it holds alone, its code's effects undone (`undoEffects`), with a fresh
+   * lease (`renewAtClaimCommit`): the key stays held, by its lease and heartbeat, without the
+   * connection (a handler's error waiting on a slow filter). It ends: to its code, as a
+   * rollback. Nothing when it holds no claim or its effects were not undone.
+   */
+  async commitUndoneClaim(): Promise<void> {
+    if (this.claimState !== 'held' || !this.effectsUndone || this.state !== 'pending') return;
+    this.state = 'ending';
+    const committing = (async () => {
+      const client = await this.opening!;
+      const renewal = this.renewAtClaimCommit?.((value) => client.escapeLiteral(value));
+      try {
+        await queryWithDeadline(
+          client,
+          { text: renewal ? `${renewal}; COMMIT` : 'COMMIT' },
+          this.timeoutMs,
+          { commits: true },
+        );
+      } catch (error) {
+        // Its outcome unknown: the connection goes; a release after is fenced either way.
+        this.end(client, error);
+        throw error;
+      }
+      this.claimState = 'apart';
+      this.end(client);
+      this.onClaimCommitted?.();
+    })();
+    this.track(committing);
+    await committing;
+  }
+
+  /**
    * How long work it runs in `IdempotentTransaction.outside()` may wait for a connection of
    * `pool`: its own deadline while it holds (or awaits) a connection of that pool, since it
    * gives that one back only once the work is done; undefined otherwise (see `OutsideScope`).
