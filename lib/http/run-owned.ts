@@ -193,28 +193,18 @@ export function runOwned(
     },
     route.storedHeaders,
   );
-  // A claim not committed yet has no lease to keep (nobody else can see it): the heartbeat
-  // starts if it commits alone (the handler's first phase), and never once stopped.
-  let heartbeatStopped = false;
-  let stopRenewals: (() => void) | undefined;
-  const startHeartbeat = () => {
-    if (!heartbeatStopped)
-      stopRenewals = tools.renewals.heartbeat(settings.store, claim, transaction);
-  };
-  const stopHeartbeat = route.heartbeat
-    ? () => {
-        heartbeatStopped = true;
-        stopRenewals?.();
-      }
-    : undefined;
   if (transaction.holdsClaim) {
     // Committed alone (a phase), the claim's lease starts then, not when it was made.
     const { store } = settings;
     if (isTransactional(store) && store.holdLeaseText) {
       transaction.renewAtClaimCommit = (literal) => store.holdLeaseText!(claim, literal);
     }
-    if (route.heartbeat) transaction.onClaimCommitted = startHeartbeat;
-  } else if (route.heartbeat) startHeartbeat();
+  }
+  // Uncommitted (`oneCommit`), the claim is renewed inside its transaction (`renewsInside`):
+  // no one else sees it, but the renewals keep the session from the idle bound that frees it.
+  const stopHeartbeat = route.heartbeat
+    ? tools.renewals.heartbeat(settings.store, claim, transaction)
+    : undefined;
   // A client that leaves mid-stream: the adapter destroys the stream (or `pipe()` unpipes) and
   // never ends the response, so the answer is never written. Once the handler settled with a
   // stream (or answered through `@Res()`), nothing more will come: as for a stream that fails

@@ -45,7 +45,11 @@ describe('LeaseRenewals.heartbeat inside a transaction above READ COMMITTED', ()
     phaseResults: {},
     leaseMs: 150,
   } as unknown as ActiveClaim;
-  const isolated = { isolated: true, ended: false } as unknown as RequestTransaction;
+  const isolated = {
+    isolated: true,
+    renewsInside: true,
+    ended: false,
+  } as unknown as RequestTransaction;
 
   it.each<[string, () => Promise<boolean>, (calls: number) => void, number]>([
     [

@@ -65,7 +65,10 @@ export type RenewalRoute = 'after-phase' | 'inside' | 'apart';
 export function renewalRoute(state: {
   /** A phase's transaction is committing or rolling back. */
   phaseEnding: boolean;
-  /** The holding transaction began above READ COMMITTED and has not ended. */
+  /**
+   * The holding transaction began above READ COMMITTED, or holds the claim uncommitted
+   * (`RequestTransaction.renewsInside`), and has not ended.
+   */
   holderIsolated: boolean;
   /** The store can renew inside a transaction (`extendLeaseIn`). */
   storeRenewsInside: boolean;
@@ -108,7 +111,7 @@ export class LeaseRenewals {
       const holder = phase?.transaction ?? transaction;
       const route = renewalRoute({
         phaseEnding: phase?.transaction.ended ?? false,
-        holderIsolated: holder?.isolated ?? false,
+        holderIsolated: holder?.renewsInside ?? false,
         storeRenewsInside: isTransactional(store) && store.extendLeaseIn !== undefined,
       });
       if (route === 'after-phase') return phase!.over.then(renew);

@@ -148,6 +148,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
           `SELECT pg_advisory_xact_lock(${keyLock(`${literal(scope.tenantId)}::text`, `${literal(scope.key)}::text`)}); ` +
           claimText(statement.text, scope, fingerprint, leaseMs, literal),
         waitMs,
+        leaseMs,
       );
     } catch (error) {
       // The claim of a request whose work is not committed yet outlasted the wait.

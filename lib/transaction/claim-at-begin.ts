@@ -24,9 +24,21 @@ export function claimWaitBounded(claim: string, waitMs: number): string[] {
 }
 
 /**
- * Where the claim's result is among the round trip's: before the lock timeout put back and
- * the savepoint (the claim may be several statements, its last one answering).
+ * The transaction's own `idle_in_transaction_session_timeout`: its claim is seen by no one and
+ * has no lease anyone can take over, so a worker gone without a word (its host lost, no FIN)
+ * would hold the key until TCP noticed, hours later. Idle this long (the lease), PostgreSQL
+ * ends the session and the claim goes with it; a live worker's heartbeat renews inside the
+ * transaction every third of it. It also stands for the database's own timeout, were that
+ * shorter: the claim's transaction idles while the handler works before its first statement.
+ */
+export function idleBound(idleMs: number): string {
+  return `SET LOCAL idle_in_transaction_session_timeout = ${Math.max(1, Math.floor(idleMs))}`;
+}
+
+/**
+ * Where the claim's result is among the round trip's: before the lock timeout put back, the
+ * idle bound and the savepoint (the claim may be several statements, its last one answering).
  */
 export function claimResult<T>(results: T[]): T {
-  return results[results.length - 3];
+  return results[results.length - 4];
 }

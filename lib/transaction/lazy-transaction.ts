@@ -443,7 +443,11 @@ export class LazyTransaction extends RequestTransaction {
       // itself alone, so a handler that reads, then waits on something else, holds none while
       // it waits. A locking read (`FOR UPDATE`) opens the transaction, as its lock must last,
       // and so does any read of a transaction above READ COMMITTED, whose reads count.
-      if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(args[0])) {
+      if (
+        !this.openedByCode &&
+        !isAboveReadCommitted(this.plannedLevel()) &&
+        isPlainRead(args[0])
+      ) {
         // In a read-only transaction of its round trip: one that would write (a view's
         // function, a cast's) runs in the request's transaction instead, as a write does.
         const apart = await this.readAlone(args, true).then(

@@ -211,7 +211,7 @@ export class PoolTransaction extends RequestTransaction {
       await this.askIsolation(level);
       return emptyResult('SET');
     }
-    if (!this.opening && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
+    if (!this.openedByCode && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
       const apart = await this.readApart(args);
       if (apart) return apart.result;
     }
@@ -279,7 +279,8 @@ export class PoolTransaction extends RequestTransaction {
    * undefined: it is sent as it is, and PostgreSQL decides.
    */
   private leadingIsolationOf(text: unknown): string | undefined {
-    if (this.beginning) return undefined;
+    // Begun by its code (a claim it began with, `oneCommit`, does not count: see `askIsolation`).
+    if (this.codeBegan) return undefined;
     const control = nestedControlOf(text);
     return control?.kind === 'set-isolation' ? control.level : undefined;
   }

@@ -36,7 +36,7 @@ import {
   TransactionControlRefusedError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { CLAIMED_SAVEPOINT, claimResult, claimWaitBounded } from './claim-at-begin.js';
+import { CLAIMED_SAVEPOINT, claimResult, claimWaitBounded, idleBound } from './claim-at-begin.js';
 import { unreadableOf } from './sql-parse.js';
 import { sessionAdvisoryLockOf, sessionSettingOf, transactionControlOf } from './sql-text.js';
 import {
@@ -212,9 +212,6 @@ export abstract class RequestTransaction implements JoinableTransaction {
 
   private claimState: 'apart' | 'held' | 'erased' | 'committed' = 'apart';
 
-  /** Called once a claim it held has committed alone (`commitClaimAlone`). */
-  onClaimCommitted?: () => void;
-
   /**
    * The lease renewal the claim's commit alone carries (its values quoted by `literal`): the
    * lease was set when the claim was made, and the handler may have worked past it before its
@@ -235,6 +232,8 @@ export abstract class RequestTransaction implements JoinableTransaction {
   async beginWithClaim(
     claim: (literal: (value: string) => string) => string,
     waitMs: number,
+    /** How long the transaction may sit idle before PostgreSQL ends it (see `idleBound`). */
+    idleMs: number,
   ): Promise<Record<string, unknown>[]> {
     if (this.opening) throw new Error("the claim must be the transaction's first statement");
     this.claimState = 'held';
@@ -248,6 +247,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
         claim((value) => client.escapeLiteral(value)),
         waitMs,
       ),
+      idleBound(idleMs),
       `SAVEPOINT ${CLAIMED_SAVEPOINT}`,
     ].join('; ');
     // A simple query of several statements: node-postgres hands back one result for each.
@@ -303,7 +303,6 @@ export abstract class RequestTransaction implements JoinableTransaction {
       this.begunAt = undefined;
       this.beganReadOnly = undefined;
       this.claimState = 'apart';
-      this.onClaimCommitted?.();
     })();
     return this.claimCommitting;
   }
@@ -355,7 +354,6 @@ export abstract class RequestTransaction implements JoinableTransaction {
       }
       this.claimState = 'apart';
       this.end(client);
-      this.onClaimCommitted?.();
     })();
     this.track(committing);
     await committing;
@@ -396,6 +394,29 @@ export abstract class RequestTransaction implements JoinableTransaction {
   /** Whether it is to begin above READ COMMITTED, as far as is known before it begins. */
   get plannedAboveReadCommitted(): boolean {
     return isAboveReadCommitted(this.plannedLevel());
+  }
+
+  /**
+   * Whether the claim's lease is renewed inside it: it began above READ COMMITTED (see
+   * `beforeIsolatedBegin`), or it holds the claim uncommitted (`beginWithClaim`), where a
+   * renewal apart would not see the row and where its statements keep the session from the
+   * idle timeout that frees the claim of a worker gone without a word.
+   */
+  get renewsInside(): boolean {
+    return this.isolated || (this.claimState === 'held' && this.state === 'pending');
+  }
+
+  /**
+   * Whether its code has opened it (asked for its connection): a claim it began with
+   * (`oneCommit`) does not count, so that a plain read before the first write still runs apart.
+   */
+  protected get openedByCode(): boolean {
+    return this.opening !== undefined && (this.claimState !== 'held' || this.codeTouched);
+  }
+
+  /** Whether a statement of its code has begun it (a claim it began with does not count). */
+  protected get codeBegan(): boolean {
+    return this.beginning !== undefined && (this.claimState !== 'held' || this.codeTouched);
   }
 
   /** Whether it began above READ COMMITTED and has not ended: see `beforeIsolatedBegin`. */

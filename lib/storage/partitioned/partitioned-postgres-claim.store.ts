@@ -87,7 +87,16 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
     ...args: Parameters<PostgresClaimStore['claimIn']>
   ): ReturnType<PostgresClaimStore['claimIn']> {
     await this.ensurePartitions();
-    return super.claimIn(...args);
+    try {
+      return await super.claimIn(...args);
+    } catch (error) {
+      if (!isNoPartitionError(causeOf(error))) throw error;
+      // Partitions ran out sooner than this process reckoned (see `sendClaims`): made now, and
+      // the key claimed apart, whose claim runs once more (its transaction was rolled back).
+      this.coveredUntil = undefined;
+      await this.createPartitions();
+      return { kind: 'apart' };
+    }
   }
 
   protected override claimStatement(): Statement {
