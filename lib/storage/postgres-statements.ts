@@ -24,6 +24,16 @@ export function keyLock(tenant: string, key: string): string {
 }
 
 /**
+ * The columns of CLAIM's second branch, read from the row `k` that holds the key: what a
+ * claim that did not insert answers.
+ */
+export const FOUND_ROW = `false, k.claim_id, k.lock_version, k.fingerprint, k.state,
+       k.locked_until IS NULL OR k.locked_until < clock_timestamp(),
+       ceil(extract(epoch FROM k.locked_until - clock_timestamp()))::int,
+       k.response_code, k.response_body, k.response_headers,
+       extract(epoch FROM clock_timestamp() - k.finished_at) * 1000`;
+
+/**
  * The row a claim answers for a key whose lock another transaction holds and that has no row
  * it can see (a claim not committed yet): in progress, for a second (its fingerprint is the
  * request's own, which is not known to differ yet: the retry after the 409 finds the row).

@@ -283,13 +283,7 @@ export abstract class RequestTransaction implements JoinableTransaction {
       const client = await this.opening!;
       try {
         await this.beginning;
-        const renewal = this.renewAtClaimCommit?.((value) => client.escapeLiteral(value));
-        await queryWithDeadline(
-          client,
-          { text: renewal ? `${renewal}; COMMIT` : 'COMMIT' },
-          this.timeoutMs,
-          { commits: true },
-        );
+        await this.commitClaimOn(client);
       } catch (error) {
         // Its outcome unknown: the connection goes (PostgreSQL rolls back what had not
         // committed), and so does the request, which could not tell whether it owns the key.
@@ -339,14 +333,8 @@ export abstract class RequestTransaction implements JoinableTransaction {
     this.state = 'ending';
     const committing = (async () => {
       const client = await this.opening!;
-      const renewal = this.renewAtClaimCommit?.((value) => client.escapeLiteral(value));
       try {
-        await queryWithDeadline(
-          client,
-          { text: renewal ? `${renewal}; COMMIT` : 'COMMIT' },
-          this.timeoutMs,
-          { commits: true },
-        );
+        await this.commitClaimOn(client);
       } catch (error) {
         // Its outcome unknown: the connection goes; a release after is fenced either way.
         this.end(client, error);
@@ -357,6 +345,17 @@ export abstract class RequestTransaction implements JoinableTransaction {
     })();
     this.track(committing);
     await committing;
+  }
+
+  /** `COMMIT` of the claim alone, with its lease renewed in the same round trip. */
+  private async commitClaimOn(client: PoolClient): Promise<void> {
+    const renewal = this.renewAtClaimCommit?.((value) => client.escapeLiteral(value));
+    await queryWithDeadline(
+      client,
+      { text: renewal ? `${renewal}; COMMIT` : 'COMMIT' },
+      this.timeoutMs,
+      { commits: true },
+    );
   }
 
   /**

@@ -52,7 +52,7 @@ class NaivePartitionedClaims extends PostgresClaimStore {
           // key across every partition first (CLAIM's NOT EXISTS), which is what saves it.
           text: CLAIM.text
             .replace('ON CONFLICT (tenant_id, key)', 'ON CONFLICT')
-            .replace(/\n\s*WHERE NOT EXISTS \(SELECT FROM idempotency_keys[^)]*\)/, ''),
+            .replace(/ AND NOT EXISTS \(SELECT FROM idempotency_keys[^)]*\)/, ''),
         },
         [scope.tenantId, scope.key, fp, leaseMs],
       );

@@ -1,4 +1,4 @@
-import { heldRow, keyLock } from '../postgres-statements.js';
+import { FOUND_ROW, heldRow, keyLock } from '../postgres-statements.js';
 
 /**
  * The statements of the partitioned layout (`PartitionIdempotencyKeys`) that differ from the
@@ -9,7 +9,8 @@ import { heldRow, keyLock } from '../postgres-statements.js';
 /**
  * Statements 1 and 2: `idempotency_claim()` returns CLAIM's columns (see the migration). Its
  * key's advisory lock is tried first (see `keyLock`): held by a claim not committed yet, the
- * key is answered as held (`heldRow`), where the function would wait for that commit.
+ * key is answered by its row if one can be seen, else as held (`heldRow`), where the function
+ * would wait for that commit.
  */
 export const CLAIM_IN_PARTITIONS = {
   name: 'idempotency_claim_partitioned_v2',
@@ -18,6 +19,10 @@ export const CLAIM_IN_PARTITIONS = {
 )
 SELECT c.* FROM (SELECT FROM lock WHERE free) l
 CROSS JOIN LATERAL idempotency_claim($1, $2, $3, $4) c
+UNION ALL
+SELECT ${FOUND_ROW}
+FROM lock, idempotency_keys k
+WHERE NOT lock.free AND k.tenant_id = $1 AND k.key = $2
 UNION ALL
 ${heldRow('$3::bytea')}
 FROM lock
@@ -41,6 +46,10 @@ export const CLAIM_BATCH_IN_PARTITIONS = {
 SELECT * FROM (
   SELECT b.i, c.* FROM (SELECT * FROM locks WHERE free) b
   CROSS JOIN LATERAL idempotency_claim(b.tenant_id, b.key, b.fingerprint, b.lease_ms) c
+  UNION ALL
+  SELECT b.i, ${FOUND_ROW}
+  FROM locks b JOIN idempotency_keys k ON k.tenant_id = b.tenant_id AND k.key = b.key
+  WHERE NOT b.free
   UNION ALL
   SELECT b.i, ${heldRow('b.fingerprint').replace('SELECT ', '')}
   FROM locks b
