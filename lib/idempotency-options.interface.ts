@@ -101,7 +101,7 @@ export interface IdempotencyRouteOptions {
   /**
    * On a `oneCommit` route: how long a request waits on a claim of its key that another
    * request has not committed yet, before it is answered 409 with `Retry-After`. It holds a
-   * connection while it waits: keep it short.
+   * connection while it waits: keep it short (at most 60000).
    * @default 1000
    */
   claimWaitMs?: number;

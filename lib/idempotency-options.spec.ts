@@ -65,6 +65,8 @@ describe('resolveIdempotencyOptions', () => {
     ['negative cache size', { replayCacheSize: -1 }, 'replayCacheSize must be an integer >= 0'],
     ['zero cache TTL', { replayCacheTtlMs: 0 }, 'replayCacheTtlMs must be a positive integer'],
     ['nesting over the parser’s bound', { maxJsonDepth: 513 }, 'maxJsonDepth must be at most 512'],
+    ['a claim wait past a minute', { claimWaitMs: 60_001 }, 'claimWaitMs must be at most 60000'],
+    ['no claim wait', { claimWaitMs: 0 }, 'claimWaitMs must be a positive integer'],
     ['no digits', { maxJsonNumberDigits: 0 }, 'maxJsonNumberDigits must be a positive integer'],
     [
       'Set-Cookie replayed',

@@ -96,6 +96,9 @@ function storedHeaders(extra: string[] | undefined, base?: readonly string[]): r
   return [...names];
 }
 
+/** The longest `claimWaitMs`: past it a duplicate would hold its connection for nothing. */
+const MAX_CLAIM_WAIT_MS = 60_000;
+
 function boundedInteger(name: string, value: number | undefined, fallback: number, max: number) {
   const resolved = positiveInteger(name, value, fallback);
   if (resolved > max) {
@@ -324,10 +327,12 @@ export function resolveRouteOptions(
     heartbeat: options.heartbeat ?? base?.heartbeat ?? DEFAULT_HEARTBEAT,
     atomic: options.atomic ?? base?.atomic ?? true,
     oneCommit: options.oneCommit ?? base?.oneCommit ?? false,
-    claimWaitMs: positiveInteger(
+    // A duplicate holds a connection while it waits: a minute is already far past "short".
+    claimWaitMs: boundedInteger(
       'claimWaitMs',
       options.claimWaitMs,
       base?.claimWaitMs ?? DEFAULT_CLAIM_WAIT_MS,
+      MAX_CLAIM_WAIT_MS,
     ),
     isolationLevel: isolationLevel(options.isolationLevel ?? base?.isolationLevel),
     storedHeaders: storedHeaders(options.replayHeaders, base?.storedHeaders),

@@ -109,6 +109,60 @@ describe('routeProblem', () => {
       'claim store "redis" is not in the app\'s database, so the handler\'s effects cannot commit with its stored response (atomic, the default); set atomic: false',
     ],
     [
+      'a oneCommit route on the PostgreSQL store, atomic',
+      {
+        claimStore: {
+          name: 'postgres',
+          known: ['postgres'],
+          transactional: true,
+          atomic: true,
+          oneCommit: true,
+        },
+      },
+      undefined,
+    ],
+    [
+      'a oneCommit route on a Redis store',
+      {
+        claimStore: {
+          name: 'redis',
+          known: ['postgres', 'redis'],
+          transactional: false,
+          atomic: false,
+          oneCommit: true,
+        },
+      },
+      'oneCommit commits the claim with the handler\'s work in the app\'s PostgreSQL, and claim store "redis" is not there',
+    ],
+    [
+      'a oneCommit route that is not atomic',
+      {
+        claimStore: {
+          name: 'postgres',
+          known: ['postgres'],
+          transactional: true,
+          atomic: false,
+          oneCommit: true,
+        },
+      },
+      'a route that is not atomic commits its work apart; set oneCommit: false',
+    ],
+    [
+      'a oneCommit mutation resolver',
+      {
+        resolver: 'mutation',
+        ...resolver,
+        claimStore: {
+          name: 'postgres',
+          known: ['postgres'],
+          transactional: true,
+          atomic: true,
+          oneCommit: true,
+        },
+      },
+      'oneCommit is for HTTP routes so far',
+    ],
+    [
       'a store the module does not have',
       { claimStore: { name: 'redsi', known: ['postgres', 'redis'], atomic: false } },
       'no claim store is named "redsi"; the module has "postgres", "redis" (add it to claimStores)',
