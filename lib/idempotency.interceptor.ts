@@ -7,7 +7,7 @@ import {
   type NestInterceptor,
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
-import { catchError, mergeMap, type Observable, throwError } from 'rxjs';
+import { catchError, from, mergeMap, type Observable, throwError } from 'rxjs';
 import { publish } from './events/idempotency-events.js';
 import { type FieldSteps, interceptField } from './graphql/intercept-field.js';
 import { problemAnswer } from './graphql/graphql-problem.js';
@@ -19,6 +19,7 @@ import { replay } from './http/replay.js';
 import { defaultStatusOf, readRouteSettings, type RouteSettings } from './http/route-settings.js';
 import { warnOnCallOut } from './http/call-out-warning.js';
 import { claimWithWork } from './http/claim-with-work.js';
+import { earlierRunStepsAside } from './http/earlier-run.js';
 import { runOwned } from './http/run-owned.js';
 import { runWithoutKey } from './http/run-without-key.js';
 import { toHttpException } from './http/to-http.js';
@@ -160,7 +161,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return this.fail(response, new IdempotencyKeyMismatchError());
     }
     // One commit for a new key (`oneCommit`): claimed in the request's own transaction.
-    const claiming =
+    const claim = () =>
       route.oneCommit && isTransactional(store) && store.claimIn
         ? claimWithWork(
             store,
@@ -180,6 +181,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
             this.logger,
             route.conflictRetryAfterSeconds,
           );
+    // A second run of this very request (an app's retry outside `@Idempotent()`): the first
+    // steps aside before the key is claimed again.
+    const earlier = earlierRunStepsAside(raw);
+    const claiming = earlier ? from(earlier).pipe(mergeMap(claim)) : claim();
     return claiming.pipe(
       mergeMap((claimed) => {
         if (claimed.kind === 'owned') return execute(claimed.claim, claimed.transaction);

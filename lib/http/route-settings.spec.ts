@@ -1,5 +1,10 @@
 import { Body, Next, Req, Res } from '@nestjs/common';
-import { declaredHeaders, defaultStatusOf, writesOwnResponse } from './route-settings.js';
+import {
+  declaredHeaders,
+  defaultStatusOf,
+  takesResponse,
+  writesOwnResponse,
+} from './route-settings.js';
 
 class Routes {
   plain(@Body() _body: unknown) {}
@@ -20,6 +25,19 @@ describe('writesOwnResponse (Nest leaves the response to the handler)', () => {
     ['nothing', false],
   ])('%s: %s', (method, expected) => {
     expect(writesOwnResponse(Routes, method)).toBe(expected);
+  });
+});
+
+describe('takesResponse (the handler may set the status and headers itself)', () => {
+  it.each<[keyof Routes, boolean]>([
+    ['plain', false],
+    ['ownResponse', true],
+    ['passthrough', true],
+    ['next', true],
+    ['request', false],
+    ['nothing', false],
+  ])('%s: %s', (method, expected) => {
+    expect(takesResponse(Routes, method)).toBe(expected);
   });
 });
 

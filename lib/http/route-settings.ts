@@ -26,6 +26,8 @@ export interface RouteSettings {
   httpCode: number | undefined;
   /** `@Res()` or `@Next()` without passthrough: Nest leaves the response to the handler. */
   responseHandled: boolean;
+  /** `@Res()` or `@Next()`, passthrough or not: the handler may set the status and headers. */
+  takesResponse: boolean;
   /** The route's `@Header()`s that a stored response keeps (its type, its `Location`). */
   headers: Record<string, string>;
   /** `Controller.handler`, as the events name the route. */
@@ -61,6 +63,7 @@ export function readRouteSettings(
     route,
     httpCode: reflector.get<number | undefined>(HTTP_CODE_METADATA, handler),
     responseHandled: writesOwnResponse(context.getClass(), handler.name),
+    takesResponse: takesResponse(context.getClass(), handler.name),
     name,
     serialized:
       reflector.getAllAndOverride<unknown>(CLASS_SERIALIZER_OPTIONS, [
@@ -91,12 +94,19 @@ export function declaredHeaders(
   return out;
 }
 
-/** Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata. */
-export function writesOwnResponse(controller: object, method: string): boolean {
+/** Whether the handler takes the response (`@Res()`, `@Response()`, `@Next()`). */
+export function takesResponse(controller: object, method: string): boolean {
   const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, method) ?? {}) as object;
-  const takesResponse = Object.keys(args).some((key) => {
+  return Object.keys(args).some((key) => {
     const type = Number(key.split(':')[0]);
     return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
   });
-  return takesResponse && !Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, method);
+}
+
+/** Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata. */
+export function writesOwnResponse(controller: object, method: string): boolean {
+  return (
+    takesResponse(controller, method) &&
+    !Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, method)
+  );
 }

@@ -25,6 +25,7 @@ import {
   watchJsonWrite,
 } from './handler-result.js';
 import { rawResponse } from './raw-response.js';
+import { holdRun } from './earlier-run.js';
 import { holdResponse } from './response-hold.js';
 import { type RouteSettings } from './route-settings.js';
 import { settleDetached } from './settle-detached.js';
@@ -238,6 +239,15 @@ export function runOwned(
     if (raw.writableFinished) return;
     clientGone = true;
     leftMidStream();
+  });
+  // The app's own retry outside `@Idempotent()` runs the request again: once the handler
+  // settled, before its answer is on its way, this run steps aside for it (see earlier-run.ts).
+  holdRun(raw, () => {
+    if (!settled || detached || answerWriting || givingBack || gaveBack) return undefined;
+    gaveBack = true;
+    stopHeartbeat?.();
+    letThrough();
+    return rollBackAndRelease(tools, context, 'retried');
   });
   // Whether an `@Res()` handler had begun sending its answer when its client left: then what
   // comes after (Fastify's 500 after a premature close) is the adapter's, not its own; a 5xx it

@@ -29,7 +29,7 @@ export async function settleDetached(
     stream?.destroy();
     const storable = lateAnswerStorable({
       failed: 'error' in outcome,
-      responseHandled: settings.responseHandled,
+      takesResponse: settings.takesResponse,
       stream: stream !== undefined,
     });
     // A value that is not plain data, or one the route's `@SerializeOptions()` reshapes, would

@@ -22,14 +22,15 @@ export function storePlan(
 
 /**
  * Whether an answer that settled after an outer interceptor answered for it can be stored:
- * not a failure (rolled back, for the retry to run again and get its real answer), not a
- * response the handler wrote itself, and not a stream, which the adapter no longer sends, so
- * what it would have carried is not known.
+ * not a failure (rolled back, for the retry to run again and get its real answer), not the
+ * answer of a handler that takes the response (`@Res()`, passthrough or not: it wrote its
+ * answer itself, or set a status and headers that the timeout's answer overwrote), and not a
+ * stream, which the adapter no longer sends, so what it would have carried is not known.
  */
 export function lateAnswerStorable(late: {
   failed: boolean;
-  responseHandled: boolean;
+  takesResponse: boolean;
   stream: boolean;
 }): boolean {
-  return !late.failed && !late.responseHandled && !late.stream;
+  return !late.failed && !late.takesResponse && !late.stream;
 }
