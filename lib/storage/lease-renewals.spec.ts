@@ -59,6 +59,20 @@ describe('LeaseRenewals.heartbeat inside a transaction above READ COMMITTED', ()
       1,
     ],
     [
+      // Queued behind its code's statement that failed in a savepoint of its own (a try with a
+      // fallback): the code rolls back to it and goes on, and so do the renewals.
+      'renewals that meet "transaction is aborted" (25P02): every heartbeat, nothing said',
+      () =>
+        Promise.reject(
+          Object.assign(new Error('current transaction is aborted'), {
+            code: '25P02',
+            severity: 'ERROR',
+          }),
+        ),
+      (calls) => expect(calls).toBeGreaterThanOrEqual(3),
+      0,
+    ],
+    [
       'renewals that hold: every heartbeat, nothing said',
       () => Promise.resolve(true),
       (calls) => expect(calls).toBeGreaterThanOrEqual(3),
@@ -82,5 +96,34 @@ describe('LeaseRenewals.heartbeat inside a transaction above READ COMMITTED', ()
     stop();
     expectCalls(calls);
     expect(warned).toHaveLength(warnings);
+  });
+
+  // A claim not committed yet (`oneCommit`) in a read-only part of its code's: an UPDATE would
+  // be refused, but its transaction's idle bound (the lease) would end the session: kept alive.
+  it.each<[string, boolean, string[]]>([
+    ['holding a claim not committed yet: kept alive with a read', true, ['SELECT 1']],
+    ['its claim committed apart: nothing sent', false, []],
+  ])('inside a read-only nested transaction, %s', async (_name, holdsClaim, expected) => {
+    const sent = new Set<string>();
+    const readOnly = {
+      ...isolated,
+      readOnlyNow: true,
+      holdsClaim,
+      query: (text: string) => {
+        sent.add(text);
+        return Promise.resolve([]);
+      },
+    } as unknown as RequestTransaction;
+    const store = {
+      transactional: true,
+      extendLease: () => Promise.resolve(true),
+      extendLeaseIn: () => Promise.reject(new Error('no renewal in a read-only transaction')),
+      commitPhase: () => undefined,
+    } as unknown as ClaimStore;
+    const renewals = new LeaseRenewals({ warn: () => undefined } as never);
+    const stop = renewals.heartbeat(store, claim, readOnly);
+    await new Promise((resolve) => setTimeout(resolve, 180)); // an interval of 50 ms
+    stop();
+    expect([...sent]).toEqual(expected);
   });
 });

@@ -6,6 +6,7 @@ import {
   type TransactionalClaimStore,
 } from './claim-store.interface.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
+import { isTransactionAbortedError } from './connection-errors.js';
 import { releaseRetryDelay } from './release-retry.js';
 
 /** A phase's transaction the claim's heartbeat follows while it is open (`followedBy`). */
@@ -117,11 +118,25 @@ export class LeaseRenewals {
       if (route === 'after-phase') return phase!.over.then(renew);
       if (route === 'apart') return store.extendLease(claim);
       // Inside a read-only part of its code's (a nested READ ONLY report), an UPDATE would be
-      // refused and abort the transaction: this tick is skipped. The transaction has held the
-      // key's row since its BEGIN, so no takeover passes meanwhile; the next tick renews.
-      if (holder!.readOnlyNow) return Promise.resolve(true);
+      // refused and abort the transaction: this tick renews nothing. The transaction has held
+      // the key's row since its BEGIN, so no takeover passes meanwhile; the next tick renews.
+      // A claim not committed yet is kept alive all the same: its transaction's idle bound
+      // (`idleBound`, the lease) would end a live worker's session.
+      if (holder!.readOnlyNow) {
+        if (!holder!.holdsClaim) return Promise.resolve(true);
+        return holder!.query('SELECT 1', []).then(
+          () => true,
+          (error: unknown) => {
+            if (isTransactionAbortedError(error)) return true;
+            throw error;
+          },
+        );
+      }
       return (store as TransactionalClaimStore).extendLeaseIn!(claim, holder!).catch(
         (error: unknown) => {
+          // Queued behind a statement of its code's that failed in a savepoint of its own (a
+          // try with a fallback): the code rolls back to it and goes on, and so do the ticks.
+          if (isTransactionAbortedError(error)) return true;
           // A renewal inside the transaction that fails has aborted it (a serialization
           // failure: another worker took the key over after its snapshot): it can only roll
           // back, and every later renewal inside it would fail alike. Said once, then stopped.

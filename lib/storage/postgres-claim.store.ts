@@ -151,8 +151,9 @@ export class PostgresClaimStore implements TransactionalClaimStore {
         leaseMs,
       );
     } catch (error) {
-      // The claim of a request whose work is not committed yet outlasted the wait.
-      if (isLockTimeout(error)) return { kind: 'held' };
+      // The claim of a request whose work is not committed yet outlasted the wait: its own
+      // bound, or the session's `statement_timeout` where that is shorter.
+      if (isLockOrStatementTimeout(error)) return { kind: 'held' };
       // Above READ COMMITTED, a row committed after its snapshot: claimed apart, it is read.
       if (isRolledBack(error)) return { kind: 'apart' };
       let explained = error;
@@ -392,9 +393,10 @@ export function claimText(
   return text.replace(/\$(\d)/g, (_, n: string) => values[Number(n) - 1]);
 }
 
-/** A lock wait that ran past `lock_timeout` (55P03). */
-function isLockTimeout(error: unknown): boolean {
-  return (error as { code?: unknown } | null)?.code === '55P03';
+/** A wait that ran past `lock_timeout` (55P03) or `statement_timeout` (57014). */
+function isLockOrStatementTimeout(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === '55P03' || code === '57014';
 }
 
 /** The parameters of statement 5, for the plain finish and the last phase alike. */
