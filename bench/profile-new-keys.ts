@@ -16,7 +16,16 @@ import { createTestDatabase } from '../test/support/database.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 16);
-const OUT = join(process.cwd(), 'bench', 'profiles', 'new-key-raw-insert.cpuprofile');
+/** PROFILE_ROUTE=one-commit profiles the oneCommit route; plain, the route without the library. */
+const ROUTE = process.env.PROFILE_ROUTE ?? 'idempotent';
+const OUT = join(
+  process.cwd(),
+  'bench',
+  'profiles',
+  ROUTE === 'idempotent'
+    ? 'new-key-raw-insert.cpuprofile'
+    : `new-key-raw-insert-${ROUTE}.cpuprofile`,
+);
 
 interface ProfileNode {
   id: number;
@@ -122,7 +131,7 @@ async function main(): Promise<void> {
     requests: [
       {
         method: 'POST',
-        path: '/idempotent',
+        path: `/${ROUTE}`,
         setupRequest: (request) => ({
           ...request,
           headers: {

@@ -14,6 +14,7 @@ import { type AddressInfo } from 'node:net';
 import pg, { type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent, PhaseRunner } from '../lib/index.js';
+import { CLAIM } from '../lib/storage/postgres-statements.js';
 import { type PoolApp, startPoolApp } from './support/pool-app.js';
 
 /**
@@ -183,6 +184,60 @@ describe('oneCommit: the claim commits with the work', () => {
     expect(again.body).toEqual(first.body);
     expect(await rows('one-1')).toBe(1);
     expect(await keyRow('one-1')).toEqual({ state: 'done', response_code: 201 });
+  });
+
+  // The claim runs from a statement the session prepared (`EXECUTE`), its plan kept: a session
+  // that lost it (`DEALLOCATE`, a reset) or has it though the process does not know (another
+  // copy of the library on the pool) is set right in the same request, which answers as any.
+  const PREPARED = 'idempotency_claim_v5_in_text';
+  const hasPrepared = async (client: pg.PoolClient) =>
+    (await client.query('SELECT FROM pg_prepared_statements WHERE name = $1', [PREPARED]))
+      .rowCount === 1;
+
+  it('a session that lost its prepared claim: prepared again, and the request answers', async () => {
+    expect((await post('/notes', 'lost-warm', { text: 'lost warm' })).status).toBe(201);
+    const clients = await Promise.all([1, 2, 3, 4].map(() => fixture.pool.connect()));
+    const lost: pg.PoolClient[] = [];
+    try {
+      for (const client of clients) {
+        if (!(await hasPrepared(client))) continue;
+        await client.query(`DEALLOCATE ${PREPARED}`);
+        lost.push(client);
+      }
+    } finally {
+      // The pool hands out the client given back last first: one whose statement is gone.
+      for (const client of clients.filter((c) => !lost.includes(c))) client.release();
+      for (const client of lost) client.release();
+    }
+    expect(lost.length).toBeGreaterThan(0);
+    statements = [];
+    const answer = await post('/notes', 'lost-after', { text: 'lost after' });
+    expect(answer.status).toBe(201);
+    expect(await rows('lost after')).toBe(1);
+    // It met the missing statement, rolled back and was sent again: the case was reached.
+    expect(statements.filter((text) => text === 'ROLLBACK')).toHaveLength(1);
+    expect((await post('/notes', 'lost-after', { text: 'lost after' })).body).toEqual(answer.body);
+  });
+
+  it('a session that has it, unknown to the process: executed, and the request answers', async () => {
+    const prepare = (client: pg.PoolClient) => {
+      void client.query(`PREPARE ${PREPARED} AS ${CLAIM.text}`);
+    };
+    fixture.pool.on('connect', prepare);
+    try {
+      // Every connection replaced: the new ones have it prepared before the library sees them.
+      const clients = await Promise.all([1, 2, 3, 4].map(() => fixture.pool.connect()));
+      for (const client of clients) client.release(true);
+      statements = [];
+      const answers = await Promise.all(
+        [1, 2].map((i) => post('/notes', `known-${i}`, { text: `known ${i}` })),
+      );
+      expect(answers.map((r) => r.status)).toEqual([201, 201]);
+      for (const i of [1, 2]) expect(await rows(`known ${i}`)).toBe(1);
+      expect(statements.filter((text) => text === 'ROLLBACK')).toHaveLength(2);
+    } finally {
+      fixture.pool.off('connect', prepare);
+    }
   });
 
   it('a duplicate during the work waits for its commit and gets the replay', async () => {

@@ -314,6 +314,8 @@ export function runOwned(
         // Let through unstored (not its answer: rolled back, the key given back) only after
         // the heartbeat stopped, so that no renewal follows the release.
         const unstored = () => {
+          // Given back already: an app's retry of the request claims anew (see `holdRun`).
+          gaveBack = true;
           stopHeartbeat?.();
           letThrough();
         };

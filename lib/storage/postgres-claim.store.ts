@@ -145,8 +145,8 @@ export class PostgresClaimStore implements TransactionalClaimStore {
       // The key's lock first, waited for (bounded): the claims made apart only try it.
       rows = await transaction.beginWithClaim(
         (literal) =>
-          `SELECT pg_advisory_xact_lock(${keyLock(`${literal(scope.tenantId)}::text`, `${literal(scope.key)}::text`)}); ` +
-          claimText(statement.text, scope, fingerprint, leaseMs, literal),
+          `SELECT pg_advisory_xact_lock(${keyLock(`${literal(scope.tenantId)}::text`, `${literal(scope.key)}::text`)})`,
+        (literal) => ({ ...statement, args: claimArguments(scope, fingerprint, leaseMs, literal) }),
         waitMs,
         leaseMs,
       );
@@ -373,24 +373,22 @@ export class PostgresClaimStore implements TransactionalClaimStore {
 }
 
 /**
- * A claim statement as SQL text, its parameters quoted by `literal` (sent in a round trip of
- * several statements, which takes no parameters): tenant and key as text, the fingerprint as
- * bytea, the lease as a number checked to be one.
+ * A claim's parameters as SQL literals (for a round trip of several statements, which takes
+ * no parameters), quoted by `literal`: tenant and key as text, the fingerprint as bytea, the
+ * lease as a number checked to be one.
  */
-export function claimText(
-  text: string,
+export function claimArguments(
   scope: KeyScope,
   fingerprint: Buffer,
   leaseMs: number,
   literal: (value: string) => string,
-): string {
-  const values = [
+): string[] {
+  return [
     `${literal(scope.tenantId)}::text`,
     `${literal(scope.key)}::text`,
     `${literal(`\\x${fingerprint.toString('hex')}`)}::bytea`,
     `${Number(Math.trunc(leaseMs)).toString()}::float8`,
   ];
-  return text.replace(/\$(\d)/g, (_, n: string) => values[Number(n) - 1]);
 }
 
 /** A wait that ran past `lock_timeout` (55P03) or `statement_timeout` (57014). */

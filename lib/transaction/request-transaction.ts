@@ -36,7 +36,14 @@ import {
   TransactionControlRefusedError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { CLAIMED_SAVEPOINT, claimResult, claimWaitBounded, idleBound } from './claim-at-begin.js';
+import {
+  type ClaimInText,
+  CLAIMED_SAVEPOINT,
+  claimStatements,
+  claimWaitBounded,
+  idleBound,
+  notePrepared,
+} from './claim-at-begin.js';
 import { unreadableOf } from './sql-parse.js';
 import { sessionAdvisoryLockOf, sessionSettingOf, transactionControlOf } from './sql-text.js';
 import {
@@ -224,13 +231,15 @@ export abstract class RequestTransaction implements JoinableTransaction {
 
   /**
    * Opens the transaction with the key's claim, in one round trip: `BEGIN`, the session's
-   * state kept (as for any first statement), `claim` (the store's statement, its values
-   * quoted by `literal`) waiting at most `waitMs` on a row another request has not committed
+   * state kept (as for any first statement), the key's lock (`lock`, its values quoted by
+   * `literal`) and `claim` (the store's statement, run from the session's prepared one: see
+   * `claimStatements`) waiting at most `waitMs` on a claim another request has not committed
    * yet (then 55P03), and a savepoint that the stored answer of a handler's error rolls back
    * to, keeping the claim. Its rows; the connection stays the transaction's.
    */
   async beginWithClaim(
-    claim: (literal: (value: string) => string) => string,
+    lock: (literal: (value: string) => string) => string,
+    claim: (literal: (value: string) => string) => ClaimInText,
     waitMs: number,
     /** How long the transaction may sit idle before PostgreSQL ends it (see `idleBound`). */
     idleMs: number,
@@ -240,28 +249,43 @@ export abstract class RequestTransaction implements JoinableTransaction {
     const opening = acquire(this.pool(), this.timeoutMs);
     this.opening = opening;
     const client = await opening;
-    const text = [
-      this.beginText(),
-      CAPTURE_SESSION_STATE,
-      ...claimWaitBounded(
-        claim((value) => client.escapeLiteral(value)),
-        waitMs,
-      ),
-      idleBound(idleMs),
-      `SAVEPOINT ${CLAIMED_SAVEPOINT}`,
-    ].join('; ');
-    // A simple query of several statements: node-postgres hands back one result for each.
-    const sent = queryWithDeadline(client, { text }, this.timeoutMs + waitMs).then(
-      (results) => results as unknown as QueryResult[],
-    );
-    this.beginning = sent.then((results) => {
-      this.beganReadOnly = (results[1]?.rows?.[0] as { read_only?: string })?.read_only === 'on';
+    const literal = (value: string) => client.escapeLiteral(value);
+    const statement = claim(literal);
+    const [bounded, restored] = claimWaitBounded(waitMs);
+    const send = async (): Promise<QueryResult[]> => {
+      const claiming = claimStatements(client, statement, this.namedStatements);
+      const before = [this.beginText(), CAPTURE_SESSION_STATE, ...bounded, lock(literal)];
+      const text = [
+        ...before,
+        ...claiming,
+        restored,
+        idleBound(idleMs),
+        `SAVEPOINT ${CLAIMED_SAVEPOINT}`,
+      ].join('; ');
+      // A simple query of several statements: node-postgres hands back one result for each.
+      const results = (await queryWithDeadline(
+        client,
+        { text },
+        this.timeoutMs + waitMs,
+      )) as unknown as QueryResult[];
+      notePrepared(client, statement);
+      return [results[1], results[before.length + claiming.length - 1]];
+    };
+    const sent = send().catch(async (error: unknown) => {
+      // The session's prepared claim was not as known here (reset, or prepared by another
+      // copy of the library on the same pool): known now, sent again, once.
+      if (!this.namedStatements || !notePrepared(client, statement, error)) throw error;
+      await queryWithDeadline(client, { text: 'ROLLBACK' }, this.timeoutMs);
+      return send();
+    });
+    this.beginning = sent.then(([captured]) => {
+      this.beganReadOnly = (captured?.rows?.[0] as { read_only?: string })?.read_only === 'on';
     });
     // Its own failure is the caller's: those who wait on the BEGIN see it as theirs.
     this.beginning.catch(() => undefined);
     try {
-      const results = await sent;
-      return claimResult(results).rows as Record<string, unknown>[];
+      const [, claimed] = await sent;
+      return claimed.rows as Record<string, unknown>[];
     } catch (error) {
       await this.rollback();
       throw error;
