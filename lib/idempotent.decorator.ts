@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { isForeignThenable, startedHere } from './transaction/foreign-thenable.js';
 import { applyDecorators, RequestMethod, SetMetadata, UseInterceptors } from '@nestjs/common';
 import { isObservable } from 'rxjs';
 import { METHOD_METADATA } from '@nestjs/common/constants.js';
@@ -40,14 +41,6 @@ function noteObservableAnswer(context: IdempotencyContext, result: unknown): voi
   );
 }
 
-/** A thenable that is not a native Promise (whose `then()` may do the work each time). */
-function isForeignThenable(value: unknown): value is PromiseLike<unknown> {
-  return (
-    !(value instanceof Promise) &&
-    typeof (value as { then?: unknown } | null | undefined)?.then === 'function'
-  );
-}
-
 /**
  * Marks the moment the handler itself starts, after guards, interceptors and pipes. Nest runs
  * interceptors before pipes, so without this mark a `ValidationPipe` 400 would look like the
@@ -76,7 +69,7 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
     // Another thenable than a native Promise (a query builder returned unawaited: Drizzle's,
     // Kysely's) runs its work in each `then()`: made a Promise here, once, so that Nest's await
     // and the library's wait for the outcome (an inner timeout) share one run of it.
-    if (own && context && isForeignThenable(result)) result = Promise.resolve(result);
+    if (own && context && isForeignThenable(result)) result = startedHere(result);
     // Only what it returned: one that threw at once has no outcome still to come.
     if (own && context) {
       context.handlerReturned = { value: result };

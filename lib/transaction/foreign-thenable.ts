@@ -1,0 +1,22 @@
+/**
+ * Thenables that are not native Promises: Prisma's queries, Drizzle's and Kysely's builders.
+ * They do their work in `then()`, when they are awaited, and in each `then()` for a builder.
+ */
+
+/** A thenable that is not a native Promise (whose `then()` may do the work each time). */
+export function isForeignThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    !(value instanceof Promise) &&
+    typeof (value as { then?: unknown } | null | undefined)?.then === 'function'
+  );
+}
+
+/**
+ * `thenable` as a Promise whose work starts now, in the async context of the caller: its
+ * `then()` called here, once, not by whoever awaits it later (elsewhere, or twice).
+ */
+export function startedHere<T>(thenable: PromiseLike<T>): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    thenable.then(resolve, reject);
+  });
+}
