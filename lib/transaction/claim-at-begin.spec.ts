@@ -1,4 +1,4 @@
-import { claimStatements, notePrepared, type ClaimInText } from './claim-at-begin.js';
+import { claimStatements, notePrepared, recoveryOf, type ClaimInText } from './claim-at-begin.js';
 
 const claim: ClaimInText = {
   name: 'idempotency_claim_v5',
@@ -36,23 +36,42 @@ describe('claimStatements (the claim in the round trip of the BEGIN)', () => {
   });
 });
 
-describe('notePrepared (what a round trip says of the session)', () => {
+describe('recoveryOf (what a failed round trip says of the session, and what is sent before again)', () => {
   const failed = (code: string) => Object.assign(new Error(code), { code });
-  it.each<[string, boolean, unknown, boolean, boolean]>([
-    ['sent: prepared now', false, undefined, false, true],
+  it.each<[string, boolean, unknown, string | undefined, boolean]>([
     [
-      '26000 (the session was reset): to prepare again, sent again',
+      '26000 (the session was reset): rolled back, prepared again',
       true,
       failed('26000'),
-      true,
+      'ROLLBACK',
       false,
     ],
-    ['42P05 (prepared, not known here): known, sent again', false, failed('42P05'), true, true],
-    ['any other failure: nothing learnt, not sent again', true, failed('40001'), false, true],
-  ])('%s', (_name, preparedBefore, error, again, preparedAfter) => {
+    [
+      '42P05 (prepared, not known here): rolled back, executed',
+      false,
+      failed('42P05'),
+      'ROLLBACK',
+      true,
+    ],
+    [
+      '0A000 (its plan no longer fits the table): rolled back, dropped, prepared anew',
+      true,
+      failed('0A000'),
+      'ROLLBACK; DEALLOCATE idempotency_claim_v5_in_text',
+      false,
+    ],
+    [
+      '0A000 where it was not prepared: the failure is the claim own',
+      false,
+      failed('0A000'),
+      undefined,
+      false,
+    ],
+    ['any other failure: nothing learnt, not sent again', true, failed('40001'), undefined, true],
+  ])('%s', (_name, preparedBefore, error, recovery, preparedAfter) => {
     const connection = {};
     if (preparedBefore) notePrepared(connection, claim);
-    expect(notePrepared(connection, claim, error)).toBe(again);
+    expect(recoveryOf(connection, claim, error)).toBe(recovery);
     expect(claimStatements(connection, claim, true)).toHaveLength(preparedAfter ? 1 : 2);
   });
 });

@@ -36,18 +36,43 @@ export function claimStatements(connection: object, claim: ClaimInText, named: b
   return [`PREPARE ${sqlName(claim)} AS ${claim.text}`, execute];
 }
 
+/** Notes that the session of `connection` has the claim prepared (its round trip went through). */
+export function notePrepared(connection: object, claim: ClaimInText): void {
+  const names = preparedIn.get(connection) ?? new Set<string>();
+  preparedIn.set(connection, names);
+  names.add(sqlName(claim));
+}
+
 /**
- * What a round trip that failed says of the session's prepared claim: 26000 (it is not there:
- * the session was reset, `DISCARD ALL`) or 42P05 (it is, though not known here): known now,
- * and the round trip may be sent again. Otherwise nothing (false); on success, it is prepared.
+ * What a round trip that failed says of the session's prepared claim, and what to send before
+ * it is sent again (once), after its transaction: 26000, it is not there (the session was
+ * reset): rolled back, to be prepared again; 42P05, it is there though not known here (another
+ * copy of the library on the pool): rolled back, to be executed; 0A000, its plan no longer
+ * fits the table (a migration changed a column it returns: "cached plan must not change result
+ * type"): rolled back and dropped, to be prepared anew, or every request on the connection
+ * would fail alike for as long as it lives. Otherwise `undefined`: the failure is the claim's.
  */
-export function notePrepared(connection: object, claim: ClaimInText, error?: unknown): boolean {
+export function recoveryOf(
+  connection: object,
+  claim: ClaimInText,
+  error: unknown,
+): string | undefined {
   const code = (error as { code?: unknown } | undefined)?.code;
   const names = preparedIn.get(connection) ?? new Set<string>();
   preparedIn.set(connection, names);
-  if (error === undefined || code === '42P05') names.add(sqlName(claim));
-  else if (code === '26000') names.delete(sqlName(claim));
-  return code === '42P05' || code === '26000';
+  if (code === '42P05') {
+    names.add(sqlName(claim));
+    return 'ROLLBACK';
+  }
+  if (code === '26000') {
+    names.delete(sqlName(claim));
+    return 'ROLLBACK';
+  }
+  if (code === '0A000' && names.has(sqlName(claim))) {
+    names.delete(sqlName(claim));
+    return `ROLLBACK; DEALLOCATE ${sqlName(claim)}`;
+  }
+  return undefined;
 }
 
 /** The savepoint the claim is kept under: a handler's error rolls back to it (see `undoEffects`). */

@@ -43,6 +43,7 @@ import {
   claimWaitBounded,
   idleBound,
   notePrepared,
+  recoveryOf,
 } from './claim-at-begin.js';
 import { unreadableOf } from './sql-parse.js';
 import { sessionAdvisoryLockOf, sessionSettingOf, transactionControlOf } from './sql-text.js';
@@ -272,10 +273,11 @@ export abstract class RequestTransaction implements JoinableTransaction {
       return [results[1], results[before.length + claiming.length - 1]];
     };
     const sent = send().catch(async (error: unknown) => {
-      // The session's prepared claim was not as known here (reset, or prepared by another
-      // copy of the library on the same pool): known now, sent again, once.
-      if (!this.namedStatements || !notePrepared(client, statement, error)) throw error;
-      await queryWithDeadline(client, { text: 'ROLLBACK' }, this.timeoutMs);
+      // The session's prepared claim was not as known here (reset, prepared by another copy
+      // of the library, or planned for a table since changed): set right, sent again, once.
+      const recovery = this.namedStatements ? recoveryOf(client, statement, error) : undefined;
+      if (recovery === undefined) throw error;
+      await queryWithDeadline(client, { text: recovery }, this.timeoutMs);
       return send();
     });
     this.beginning = sent.then(([captured]) => {
