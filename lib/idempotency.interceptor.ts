@@ -7,7 +7,7 @@ import {
   type NestInterceptor,
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
-import { catchError, from, mergeMap, type Observable, throwError } from 'rxjs';
+import { catchError, finalize, from, mergeMap, type Observable, of, tap, throwError } from 'rxjs';
 import { publish } from './events/idempotency-events.js';
 import { type FieldSteps, interceptField } from './graphql/intercept-field.js';
 import { problemAnswer } from './graphql/graphql-problem.js';
@@ -19,7 +19,7 @@ import { replay } from './http/replay.js';
 import { defaultStatusOf, readRouteSettings, type RouteSettings } from './http/route-settings.js';
 import { warnOnCallOut } from './http/call-out-warning.js';
 import { claimWithWork } from './http/claim-with-work.js';
-import { earlierRunStepsAside } from './http/earlier-run.js';
+import { RequestRun, startRun } from './http/earlier-run.js';
 import { runOwned } from './http/run-owned.js';
 import { runWithoutKey } from './http/run-without-key.js';
 import { toHttpException } from './http/to-http.js';
@@ -140,6 +140,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         response,
         next,
         transaction,
+        run,
       );
 
     const event = () => ({
@@ -181,21 +182,38 @@ export class IdempotencyInterceptor implements NestInterceptor {
             this.logger,
             route.conflictRetryAfterSeconds,
           );
-    // A second run of this very request (an app's retry outside `@Idempotent()`): the first
-    // steps aside before the key is claimed again.
-    const earlier = earlierRunStepsAside(raw);
-    const claiming = earlier ? from(earlier).pipe(mergeMap(claim)) : claim();
-    return claiming.pipe(
-      mergeMap((claimed) => {
-        if (claimed.kind === 'owned') return execute(claimed.claim, claimed.transaction);
-        if (claimed.finishedAgeMs !== undefined) {
-          this.tools.remember(scope, fingerprint, claimed.response, store, claimed.finishedAgeMs);
-        }
-        return answer(claimed.response, false);
+    const claimAndRun = () =>
+      claim().pipe(
+        tap({ next: () => run.claimDecided(), error: () => run.claimDecided() }),
+        finalize(() => run.claimDecided()),
+        mergeMap((claimed) => {
+          if (claimed.kind === 'owned') return execute(claimed.claim, claimed.transaction);
+          if (claimed.finishedAgeMs !== undefined) {
+            this.tools.remember(scope, fingerprint, claimed.response, store, claimed.finishedAgeMs);
+          }
+          return answer(claimed.response, false);
+        }),
+        catchError((error: unknown) =>
+          error instanceof IdempotencyError ? this.fail(response, error) : throwError(() => error),
+        ),
+      );
+    // A run of this very request before this one (see earlier-run.ts), once its claim is
+    // decided: settled (the app retries it), it steps aside and the key is claimed again; its
+    // handler still working (a second subscription), this run answers with what it comes to.
+    const run = new RequestRun();
+    const earlier = startRun(raw, run);
+    if (!earlier) return claimAndRun();
+    return from(earlier.claimed).pipe(
+      mergeMap(() => {
+        const steppingAside = earlier.stepAside?.();
+        if (steppingAside) return from(steppingAside).pipe(mergeMap(claimAndRun));
+        const outcome = earlier.outcome?.();
+        if (!outcome) return claimAndRun();
+        run.claimDecided();
+        return from(outcome).pipe(
+          mergeMap((came) => ('error' in came ? throwError(() => came.error) : of(came.value))),
+        );
       }),
-      catchError((error: unknown) =>
-        error instanceof IdempotencyError ? this.fail(response, error) : throwError(() => error),
-      ),
     );
   }
 

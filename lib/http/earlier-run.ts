@@ -1,31 +1,46 @@
 import { type ServerResponse } from 'node:http';
 
-/**
- * The run that holds a response's key, for the request's next run to find. An app's own retry
- * outside `@Idempotent()` (rxjs `retry()` in a global interceptor) subscribes to the handler
- * again, and the library's interceptor with it, on the same request: its first run still holds
- * the key, waiting for its error to be written. Seen as another request, the retry met that
- * hold (409 `key_in_progress`), and the first run then stored the 409 as the handler's answer.
- */
-const runs = new WeakMap<ServerResponse, () => Promise<void> | undefined>();
+/** What a run's handler came to: its last value, or its error as the app's filters get it. */
+export type RunOutcome = { value: unknown } | { error: unknown };
 
 /**
- * Registers how a run gives its key back for a later run of the same request: what it returns
- * is `undefined` when the run cannot step aside (its handler still works, or its answer is
- * being written or detached), and the later run is then another claimant, as any request.
+ * One run of a request through the library. An app may run a request's handler chain more
+ * than once: its own retry outside `@Idempotent()` (rxjs `retry()` in a global interceptor)
+ * subscribes again once the first run failed, and an interceptor that subscribes to
+ * `next.handle()` twice (an audit "on the side" beside the returned one) runs both at once.
+ * Seen as another request, the later run met the first one's hold of the key (409
+ * `key_in_progress`), and the first run then stored that 409, written on the response they
+ * share, as its answer.
  */
-export function holdRun(raw: ServerResponse, stepAside: () => Promise<void> | undefined): void {
-  runs.set(raw, stepAside);
+export class RequestRun {
+  /** Settles once its claim is decided (owned, replayed or refused): a later run waits for it. */
+  readonly claimed: Promise<void>;
+  private decide!: () => void;
+  /**
+   * Set by the run that owns the key: once its handler settled, before its answer is on its way,
+   * it gives the key back for the later run to claim again (`undefined` when it cannot).
+   */
+  stepAside?: () => Promise<void> | undefined;
+  /**
+   * Set by the run that owns the key: while its handler works, what it comes to, for the later
+   * run to answer with (`undefined` when it cannot share it: detached, given back).
+   */
+  outcome?: () => Promise<RunOutcome> | undefined;
+
+  constructor() {
+    this.claimed = new Promise<void>((resolve) => (this.decide = resolve));
+  }
+
+  claimDecided(): void {
+    this.decide();
+  }
 }
 
-/**
- * For a run beginning on `raw`: the earlier run of the same request steps aside (its work
- * rolled back, its key given back), as without the library a retry runs the handler anew.
- * The promise settles once the key is free; `undefined` when there is no such run.
- */
-export function earlierRunStepsAside(raw: ServerResponse): Promise<void> | undefined {
-  const stepAside = runs.get(raw);
-  if (!stepAside) return undefined;
-  runs.delete(raw);
-  return stepAside();
+const runs = new WeakMap<ServerResponse, RequestRun>();
+
+/** Registers `run` as the latest of the request answered on `raw`; the one before it, if any. */
+export function startRun(raw: ServerResponse, run: RequestRun): RequestRun | undefined {
+  const earlier = runs.get(raw);
+  runs.set(raw, run);
+  return earlier;
 }

@@ -25,7 +25,7 @@ import {
   watchJsonWrite,
 } from './handler-result.js';
 import { rawResponse } from './raw-response.js';
-import { holdRun } from './earlier-run.js';
+import { type RequestRun, type RunOutcome } from './earlier-run.js';
 import { holdResponse } from './response-hold.js';
 import { type RouteSettings } from './route-settings.js';
 import { settleDetached } from './settle-detached.js';
@@ -50,6 +50,8 @@ export function runOwned(
   next: CallHandler,
   /** The request's transaction when it holds the claim already (`oneCommit`). */
   claimedIn?: RequestTransaction,
+  /** This run of the request, for a later run of it to find (see earlier-run.ts). */
+  run?: RequestRun,
 ): Observable<unknown> {
   const { route } = settings;
   const raw = rawResponse(response);
@@ -97,6 +99,8 @@ export function runOwned(
   let sentBeforeGone = false;
   /** Given back as an answer that will not come (see `leftMidStream`). */
   let gaveBack = false;
+  /** What the handler came to, for a run of the request beside this one (see `run.outcome`). */
+  let shared: { promise: Promise<RunOutcome>; resolve: (outcome: RunOutcome) => void } | undefined;
   /**
    * What is done when the answer comes from outside the handler before it settled (see the
    * teardown below); set once it is subscribed to.
@@ -242,13 +246,26 @@ export function runOwned(
   });
   // The app's own retry outside `@Idempotent()` runs the request again: once the handler
   // settled, before its answer is on its way, this run steps aside for it (see earlier-run.ts).
-  holdRun(raw, () => {
-    if (!settled || detached || answerWriting || givingBack || gaveBack) return undefined;
-    gaveBack = true;
-    stopHeartbeat?.();
-    letThrough();
-    return rollBackAndRelease(tools, context, 'retried');
-  });
+  if (run) {
+    run.stepAside = () => {
+      if (!settled || detached || answerWriting || givingBack || gaveBack) return undefined;
+      gaveBack = true;
+      stopHeartbeat?.();
+      letThrough();
+      return rollBackAndRelease(tools, context, 'retried');
+    };
+    // A run beside this one while its handler works (a second subscription): it answers with
+    // what this handler comes to, which its adapter writes and this run stores.
+    run.outcome = () => {
+      if (settled || detached || givingBack || gaveBack) return undefined;
+      if (!shared) {
+        let resolve!: (outcome: RunOutcome) => void;
+        const promise = new Promise<RunOutcome>((settle) => (resolve = settle));
+        shared = { promise, resolve };
+      }
+      return shared.promise;
+    };
+  }
   // Whether an `@Res()` handler had begun sending its answer when its client left: then what
   // comes after (Fastify's 500 after a premature close) is the adapter's, not its own; a 5xx it
   // writes whole after its client left is its answer. (Put back with the held write.)
@@ -301,6 +318,7 @@ export function runOwned(
           detached = true;
           letThrough();
           subscriber.error(error);
+          shared?.resolve({ error });
           void goingOn.then((outcome) => {
             settle();
             return settleDetached(tools, context, fingerprint, settings, outcome);
@@ -323,17 +341,22 @@ export function runOwned(
           (mapped) => {
             handlerError = mapped === error && context.handlerStarted;
             subscriber.error(mapped);
+            shared?.resolve({ error: mapped });
             // Gone before its filters answered: they may write nothing. Checked once what they
             // wrote at once has reached the commit (its finalizer starts in a microtask).
             setImmediate(() => leftMidStream());
           },
-          (unexpected: unknown) => subscriber.error(unexpected),
+          (unexpected: unknown) => {
+            subscriber.error(unexpected);
+            shared?.resolve({ error: unexpected });
+          },
         );
       },
       complete: () => {
         settle(emitted);
         if (detached) void settleDetached(tools, context, fingerprint, settings, { value: result });
         else subscriber.complete();
+        shared?.resolve({ value: result });
         // Gone before its stream was handed over: the adapter may never end it either.
         // Checked once what it wrote at once has reached the commit, as above.
         setImmediate(() => leftMidStream());

@@ -20,3 +20,16 @@ export function startedHere<T>(thenable: PromiseLike<T>): Promise<T> {
     thenable.then(resolve, reject);
   });
 }
+
+/**
+ * `result` with the foreign thenables it holds started here, in the caller's async context:
+ * itself, or the elements of an array of them (`lines.map((line) => prisma.event.create(…))`,
+ * for the caller's `Promise.all`). Anything else is as it was.
+ */
+export function startedInside<T>(result: T): T {
+  if (isForeignThenable(result)) return startedHere(result) as T;
+  if (Array.isArray(result) && result.some(isForeignThenable)) {
+    return result.map((item: unknown) => (isForeignThenable(item) ? startedHere(item) : item)) as T;
+  }
+  return result;
+}

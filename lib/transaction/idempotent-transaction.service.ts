@@ -7,7 +7,7 @@ import {
 } from 'typeorm';
 import { IdempotencyDataSource } from '../storage/idempotency-data-source.js';
 import { idempotencyStorage } from '../idempotency-context.js';
-import { isForeignThenable, startedHere } from './foreign-thenable.js';
+import { startedInside } from './foreign-thenable.js';
 import { OutsideScope } from './outside-scope.js';
 import { transactionScope } from './transaction-scope.js';
 import { type RequestTransaction } from './request-transaction.js';
@@ -58,11 +58,10 @@ export class IdempotentTransaction {
     const scope = OutsideScope.of(transactionScope.getStore());
     return transactionScope.run(scope, () =>
       idempotencyStorage.exit(() => {
-        const result = work();
         // A query that runs when it is awaited (Prisma's, a Drizzle or Kysely builder returned
-        // unawaited) would run where its caller awaits it: in the request's transaction.
-        // Started here, in this scope.
-        return (isForeignThenable(result) ? startedHere(result) : result) as T;
+        // unawaited, alone or in an array for `Promise.all`) would run where its caller awaits
+        // it: in the request's transaction. Started here, in this scope.
+        return startedInside(work());
       }),
     );
   }
