@@ -2,15 +2,11 @@ import { isForeignThenable, startedInside } from './foreign-thenable.js';
 
 /** A builder that runs its work in each `then()`, as Drizzle's and Kysely's do. */
 function builder(runs: string[], name: string): PromiseLike<string> {
-  return {
-    then<A, B>(
-      onFulfilled?: ((value: string) => A) | null,
-      onRejected?: ((e: unknown) => B) | null,
-    ) {
-      runs.push(name);
-      return Promise.resolve(name).then(onFulfilled, onRejected);
-    },
+  const then: PromiseLike<string>['then'] = (onFulfilled, onRejected) => {
+    runs.push(name);
+    return Promise.resolve(name).then(onFulfilled, onRejected);
   };
+  return { then };
 }
 
 describe('startedInside (what outside() hands back)', () => {
