@@ -50,7 +50,6 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * inside `@Idempotent()` is the documented shape.
  */
 let pool: Pool;
-let priced = 0;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 @Injectable()
@@ -69,7 +68,6 @@ class TimeoutInterceptor implements NestInterceptor {
 function priceOf(item: string): Observable<{ item: string; price: number }> {
   return timer(800).pipe(
     map(() => {
-      priced += 1;
       return { item, price: 42 };
     }),
   );

@@ -136,11 +136,7 @@ describe('adversary 23: an inner timeout runs a handler thenable (Drizzle builde
   });
 
   const send = (path: string, key: string, body: ChargeBody) =>
-    request(app.getHttpServer())
-      .post(path)
-      .set('Idempotency-Key', key)
-      .timeout(10_000)
-      .send(body);
+    request(app.getHttpServer()).post(path).set('Idempotency-Key', key).timeout(10_000).send(body);
 
   it.each([
     ['awaited (native Promise): control', '/charges-awaited'],

@@ -129,9 +129,11 @@ describe('adversary 25: a retry interceptor outside @Idempotent() stores 409 key
       .send({ amount });
   const charges = async (amount: number) =>
     (
-      (await fixture.admin.query('SELECT count(*)::int AS n FROM charges WHERE amount = $1', [
-        amount,
-      ])).rows[0] as { n: number }
+      (
+        await fixture.admin.query('SELECT count(*)::int AS n FROM charges WHERE amount = $1', [
+          amount,
+        ])
+      ).rows[0] as { n: number }
     ).n;
 
   it('control: without the library, the retry interceptor recovers the transient failure', async () => {

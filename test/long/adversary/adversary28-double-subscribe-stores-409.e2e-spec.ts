@@ -57,7 +57,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  */
 let pool: Pool;
 let sideSubscription = true;
-let handlerMs = Number(process.env.ADV_MS ?? 0);
+const handlerMs = Number(process.env.ADV_MS ?? 0);
 
 @Injectable()
 class AuditInterceptor implements NestInterceptor {
@@ -118,10 +118,7 @@ describe('adversary 28: an interceptor subscribing twice stores the 409 of its s
   afterAll(() => fixture?.close());
 
   const pay = (ref: string, path = '/payments') =>
-    request(fixture.app.getHttpServer())
-      .post(path)
-      .set('Idempotency-Key', ref)
-      .send({ ref });
+    request(fixture.app.getHttpServer()).post(path).set('Idempotency-Key', ref).send({ ref });
   const rows = async (ref: string) =>
     Number(
       (await fixture.admin.query('SELECT count(*) FROM payments WHERE ref = $1', [ref])).rows[0]
@@ -140,7 +137,7 @@ describe('adversary 28: an interceptor subscribing twice stores the 409 of its s
       // Everything settled: the handler and its commit.
       await new Promise((resolve) => setTimeout(resolve, 1_000));
       const retry = await pay(ref, path);
-            const stored = (
+      const stored = (
         await fixture.admin.query(
           'SELECT state, response_code FROM idempotency_keys WHERE key = $1',
           [ref],

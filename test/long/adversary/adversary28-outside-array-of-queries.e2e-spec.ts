@@ -59,7 +59,9 @@ class OrdersController {
           await Promise.all(audits);
         } else {
           await IdempotentTransaction.outside(() =>
-            Promise.all(body.lines.map((line) => prisma.orderEvent.create({ data: { kind: line } }))),
+            Promise.all(
+              body.lines.map((line) => prisma.orderEvent.create({ data: { kind: line } })),
+            ),
           );
         }
         throw new Error('the order was refused');
@@ -114,17 +116,21 @@ describe('adversary 28: outside() with an array of Prisma queries', () => {
   it.each<[string, boolean]>([
     ['control: Promise.all inside the callback', false],
     ['the queries handed back in an array, awaited by the caller', true],
-  ])('%s: the audit events commit apart, the request answers', async (_name, listed) => {
-    const sku = `adv28-${listed ? 'listed' : 'inside'}`;
-    const answer = await request(fixture.app.getHttpServer())
-      .post('/orders')
-      .set('Idempotency-Key', sku)
-      .send({ sku, lines: [`${sku}:a`, `${sku}:b`], listed });
-    // Received with the array: 500 {"code":"transaction_aborted",...} and 0 events.
-    expect({ status: answer.status, body: answer.body as unknown }).toEqual({
-      status: 201,
-      body: { sku, placed: false },
-    });
-    expect(await events(sku)).toBe(2);
-  }, 20_000);
+  ])(
+    '%s: the audit events commit apart, the request answers',
+    async (_name, listed) => {
+      const sku = `adv28-${listed ? 'listed' : 'inside'}`;
+      const answer = await request(fixture.app.getHttpServer())
+        .post('/orders')
+        .set('Idempotency-Key', sku)
+        .send({ sku, lines: [`${sku}:a`, `${sku}:b`], listed });
+      // Received with the array: 500 {"code":"transaction_aborted",...} and 0 events.
+      expect({ status: answer.status, body: answer.body as unknown }).toEqual({
+        status: 201,
+        body: { sku, placed: false },
+      });
+      expect(await events(sku)).toBe(2);
+    },
+    20_000,
+  );
 });
