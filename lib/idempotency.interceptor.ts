@@ -211,7 +211,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
         if (!outcome) return claimAndRun();
         run.claimDecided();
         return from(outcome).pipe(
-          mergeMap((came) => ('error' in came ? throwError(() => came.error) : of(came.value))),
+          mergeMap((came) => {
+            if ('claimAgain' in came) return claimAndRun();
+            return 'error' in came ? throwError(() => came.error) : of(came.value);
+          }),
         );
       }),
     );

@@ -372,6 +372,7 @@ export function runOwned(
         // Passed on, as without the library: an Observable handler's work after its first
         // value is cancelled (it would run after the answer, outside the transaction).
         inner.unsubscribe();
+        shared?.resolve({ value: result });
         return;
       }
       // Answered before the handler's answer (an outer timeout interceptor, say): what goes
@@ -381,6 +382,7 @@ export function runOwned(
         // settles, so that the retries replay that answer and the work is done once.
         detached = true;
         letThrough();
+        shared?.resolve({ claimAgain: true });
         return;
       }
       // Never started: the key is given back, and the handler must not start late.
@@ -388,6 +390,7 @@ export function runOwned(
       context.abandoned = true;
       inner.unsubscribe();
       givingBack = rollBackAndRelease(tools, context, 'before_handler', true);
+      void givingBack.then(() => shared?.resolve({ claimAgain: true }));
     };
     // Unsubscribed before the handler settled: answered from outside.
     return () => answeredOutside?.();
