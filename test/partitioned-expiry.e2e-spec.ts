@@ -158,6 +158,33 @@ describePartitioned('the partitioned store’s retention', () => {
     expect(await rowOf('late')).toBeUndefined();
   });
 
+  it('carries a key into the newest partition when the purge has outrun every partition ahead', async () => {
+    // A purge that stalls past the partitions ahead (here: the partitions made, then the clock
+    // let run past them all before the drop) must still carry the key that outlives its
+    // partition, not fail with "no partition of relation idempotency_keys found for row".
+    const database = new IdempotencyDatabase(() => db, 5000);
+    const outrun = new PartitionedPostgresClaimStore(database, {
+      partitionMs: PARTITION_MS,
+      partitionsAhead: 2,
+    });
+    await claimed('outrun', 200);
+    const { partition, placed_at: before } = await rowOf('outrun');
+    await outrun.purgeBatch(RETENTION_MS); // the partitions ahead, as any purge makes them
+    await untilExpired(partition);
+    const newest = (await partitions(db)).reduce((a, b) => (a.toAt! > b.toAt! ? a : b));
+    await untilDatabaseTime(db, new Date(newest.toAt!.getTime() + 50));
+
+    const expire = (outrun as unknown as { expire(c: unknown, r: number): Promise<void> }).expire;
+    await database.withConnection((client) => expire.call(outrun, client, RETENTION_MS));
+
+    expect(await names()).not.toContain(partition);
+    const after = await rowOf('outrun');
+    expect(after.partition).toBe(newest.name);
+    expect(after.placed_at.getTime()).toBeGreaterThan(before.getTime());
+    const found = await store.claim({ tenantId: 'r', key: 'outrun' }, fingerprint, 60_000);
+    expect(found).toMatchObject({ kind: 'existing', existing: { state: 'started' } });
+  });
+
   it('lets several instances purge at once: each partition is dropped by one of them', async () => {
     await claimed('concurrent-purge');
     const { partition } = await rowOf('concurrent-purge');

@@ -42,9 +42,6 @@ const DETACH_LOCK_TIMEOUT_MS = 2_000;
 /** The lock that lets one instance at a time drop partitions (session or transaction level). */
 const EXPIRY_LOCK = 'idempotency_keys_expiry';
 
-/** Tries of `carryForward`'s make-the-partitions-and-carry when "now" has no partition. */
-const CARRY_ATTEMPTS = 3;
-
 interface PartitionRow {
   partition: string;
   from_at: Date | null;
@@ -171,31 +168,13 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
     return this.creating;
   }
 
-  /**
-   * Moves the keys that must outlive a partition into the live one. The partitions ahead were
-   * made just before, but a purge that stalled past them (a paused process, a loaded machine
-   * and short partitions) finds no partition for "now" (23514): it makes them, on its own
-   * session, and carries again. The stall may come back between the two (a CI machine paused
-   * the process past four 100 ms partitions ahead once), so it tries a few times before the
-   * purge fails (to run again at its next interval).
-   */
-  private async carryForward(
+  /** Moves the keys that must outlive a partition into the live one (`CARRY_FORWARD`). */
+  private carryForward(
     client: PoolClient,
     step: { fromAt: Date | null; toAt: Date },
     retentionMs: number,
   ): Promise<QueryResult> {
-    const values = [step.fromAt, step.toAt, retentionMs];
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await client.query(CARRY_FORWARD, values);
-      } catch (error) {
-        if (!isNoPartitionError(error) || attempt === CARRY_ATTEMPTS) throw error;
-        await client.query(CREATE_PARTITIONS, [
-          this.layout.partitionMs,
-          this.layout.partitionsAhead,
-        ]);
-      }
-    }
+    return client.query(CARRY_FORWARD, [step.fromAt, step.toAt, retentionMs]);
   }
 
   /** One instance at a time (a session lock; the others skip): the steps of `expirySteps`. */

@@ -84,11 +84,19 @@ export const LIST_PARTITIONS = `SELECT partition::text AS partition, from_at, to
  * request answers 503 and the retry finds the row where it went; the moved rows are ones no
  * live worker holds, as a rule (finished, or left by a crashed one).
  *
- * `clock_timestamp()`, not `now()`: the partitions for "now" may have been made after the
- * statement's transaction began (the expiry behind a pooler runs in one), and a row must land
- * in one of them; a later `placed_at` only keeps a key longer.
+ * Where a row lands: `clock_timestamp()`, not `now()` (the partitions for "now" may have been
+ * made after the statement's transaction began: the expiry behind a pooler runs in one), but
+ * never past the newest partition. A purge that stalls past the partitions ahead (a paused
+ * process, a lock wait on a carried row, a long run of drops on short partitions) would
+ * otherwise find no partition for its clock and fail (23514); the newest partition was made
+ * by this purge, after the one being dropped ended, so the row lands in it or later, and a
+ * later `placed_at` only keeps a key longer. `greatest(... $2)` keeps the row out of the
+ * partition being dropped whatever the catalog says.
  */
-export const CARRY_FORWARD = `UPDATE idempotency_keys SET placed_at = clock_timestamp()
+export const CARRY_FORWARD = `UPDATE idempotency_keys SET placed_at = greatest($2, least(
+  clock_timestamp(),
+  (SELECT max(coalesce(p.to_at, 'infinity')) FROM idempotency_key_partitions() p
+   WHERE NOT p.detach_pending) - interval '1 microsecond'))
 WHERE placed_at >= coalesce($1, '-infinity'::timestamptz) AND placed_at < $2
   AND NOT (state = 'done' AND finished_at < now() - $3 * interval '1 millisecond')`;
 
