@@ -184,7 +184,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
           );
     const claimAndRun = () =>
       claim().pipe(
-        tap({ next: () => run.claimDecided(), error: () => run.claimDecided() }),
+        // Decided on its outcome, or when it ends without one (an error, an unsubscribe).
+        tap(() => run.claimDecided()),
         finalize(() => run.claimDecided()),
         mergeMap((claimed) => {
           if (claimed.kind === 'owned') return execute(claimed.claim, claimed.transaction);
@@ -209,6 +210,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
         if (steppingAside) return from(steppingAside).pipe(mergeMap(claimAndRun));
         const outcome = earlier.outcome?.();
         if (!outcome) return claimAndRun();
+        // Joined, this run owns nothing: a run after it meets the one it joined (a third
+        // subscription would claim again, and its 409 be stored with the first run's work).
+        run.stepAside = () => earlier.stepAside?.();
+        run.outcome = () => earlier.outcome?.();
         run.claimDecided();
         return from(outcome).pipe(
           mergeMap((came) => {
