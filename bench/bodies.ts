@@ -8,11 +8,11 @@
  */
 import { randomBytes } from 'node:crypto';
 import { type DataSource } from 'typeorm';
-import { type ClaimStore } from '../lib/storage/claim-store.interface.js';
-import { PointingClaimStore } from '../lib/storage/bodies/pointing-claim.store.js';
-import { PostgresBodyStore } from '../lib/storage/bodies/postgres-body.store.js';
-import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
-import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
+import { type ClaimStore } from '../lib/shapes/claim-store.interface.js';
+import { PointingClaimStore } from '../lib/answer/bodies/pointing-claim.store.js';
+import { PostgresBodyStore } from '../lib/answer/bodies/postgres-body.store.js';
+import { IdempotencyDatabase } from '../lib/connection/idempotency-database.js';
+import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
 import {
   createMigratedDatabase,
   type MigratedDatabase,

@@ -3,7 +3,7 @@
  * and a new key (sealing it), per response size, in one process, best of 5 rounds.
  */
 import { randomBytes } from 'node:crypto';
-import { ResponseSealer } from '../lib/storage/response-sealer.js';
+import { ResponseSealer } from '../lib/answer/response-sealer.js';
 
 const sealer = new ResponseSealer([{ id: 'bench', key: randomBytes(32) }]);
 const scope = { tenantId: '1', key: 'bench-key' };

@@ -3,7 +3,7 @@ import {
   resolveIdempotencyOptions as resolveWithTenant,
   resolveRouteOptions,
 } from './idempotency-options.js';
-import { type UncheckedIdempotencyModuleOptions } from './idempotency-options.interface.js';
+import { type UncheckedIdempotencyModuleOptions } from './shapes/idempotency-options.interface.js';
 import { MemoryClaimStore } from './testing/memory-claim.store.js';
 
 /** The options as an app that declares one key space gives them. */

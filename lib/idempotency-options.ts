@@ -1,4 +1,4 @@
-import { type ClaimStore } from './storage/claim-store.interface.js';
+import { type ClaimStore } from './shapes/claim-store.interface.js';
 import {
   DEFAULT_CLAIM_WAIT_MS,
   DEFAULT_CONFLICT_RETRY_AFTER_SECONDS,
@@ -22,7 +22,7 @@ import {
   DEFAULT_PARTITIONS_PER_RETENTION,
   MAX_PARTITIONS_PER_RETENTION,
   GLOBAL_KEYS_TENANT,
-} from './idempotency.constants.js';
+} from './shapes/idempotency.constants.js';
 import { MAX_JSON_LIMITS } from './fingerprint/canonical-json.js';
 import { ISOLATION_LEVELS, isIsolationLevel } from './transaction/isolation-level.js';
 import {
@@ -31,14 +31,14 @@ import {
   type PoolerMode,
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
-} from './idempotency-options.interface.js';
+} from './shapes/idempotency-options.interface.js';
 
 import {
   headerKeyReader,
   type IdempotencyKeySource,
   keyReader,
   type KeyReader,
-} from './key-source.js';
+} from './decisions/key-source.js';
 
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 

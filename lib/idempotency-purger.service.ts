@@ -6,11 +6,11 @@ import {
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
-import { type ResolvedIdempotencyOptions } from './idempotency-options.interface.js';
-import { ReplayCache } from './replay-cache.js';
+import { type ResolvedIdempotencyOptions } from './shapes/idempotency-options.interface.js';
+import { ReplayCache } from './answer/replay-cache.js';
 import { publish } from './events/idempotency-events.js';
-import { ClaimStores } from './storage/claim-stores.js';
-import { IdempotencyDatabase } from './storage/idempotency-database.js';
+import { ClaimStores } from './claim-stores.js';
+import { IdempotencyDatabase } from './connection/idempotency-database.js';
 
 /**
  * Deletes finished keys older than the retention window, in small batches (the design's

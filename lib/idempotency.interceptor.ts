@@ -23,20 +23,20 @@ import { RequestRun, startRun } from './http/earlier-run.js';
 import { runOwned } from './http/run-owned.js';
 import { runWithoutKey } from './http/run-without-key.js';
 import { toHttpException } from './http/to-http.js';
-import { type ActiveClaim } from './idempotency-context.js';
-import { IdempotencyError, IdempotencyKeyMismatchError } from './idempotency.errors.js';
+import { type ActiveClaim } from './shapes/idempotency-context.js';
+import { IdempotencyError, IdempotencyKeyMismatchError } from './shapes/idempotency.errors.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
 import {
   type IdempotencyRequest,
   type ResolvedIdempotencyOptions,
-} from './idempotency-options.interface.js';
-import { keyRetentionMs, ReplayCache } from './replay-cache.js';
-import { claimOrDecide, onFoundKey } from './storage/claim-or-decide.js';
-import { isTransactional } from './storage/claim-store.interface.js';
-import { ClaimStores } from './storage/claim-stores.js';
-import { IdempotencyDatabase } from './storage/idempotency-database.js';
-import { LeaseRenewals } from './storage/lease-renewals.js';
-import { type StoredResponse } from './stored-response.js';
+} from './shapes/idempotency-options.interface.js';
+import { keyRetentionMs, ReplayCache } from './answer/replay-cache.js';
+import { claimOrDecide, onFoundKey } from './claim/claim-or-decide.js';
+import { isTransactional } from './shapes/claim-store.interface.js';
+import { ClaimStores } from './claim-stores.js';
+import { IdempotencyDatabase } from './connection/idempotency-database.js';
+import { LeaseRenewals } from './claim/lease-renewals.js';
+import { type StoredResponse } from './shapes/stored-response.js';
 import { type OwnerTools } from './transaction/owner-tools.js';
 import { type RequestTransaction } from './transaction/request-transaction.js';
 

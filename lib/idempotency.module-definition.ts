@@ -1,5 +1,5 @@
 import { ConfigurableModuleBuilder } from '@nestjs/common';
-import { type IdempotencyModuleOptions } from './idempotency-options.interface.js';
+import { type IdempotencyModuleOptions } from './shapes/idempotency-options.interface.js';
 
 /**
  * `IdempotencyModule.forRoot()` / `forRootAsync()`, built by Nest's own builder. The module is

@@ -2,8 +2,8 @@ import { SqlReaderLoader } from './transaction/sql-reader.loader.js';
 import { Module, type Provider } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
-import { PhaseRunner } from './phase-runner.service.js';
-import { ReplayCache } from './replay-cache.js';
+import { PhaseRunner } from './phases/phase-runner.service.js';
+import { ReplayCache } from './answer/replay-cache.js';
 import { ProcessedMessages } from './processed-messages.service.js';
 import { IdempotencyPurger } from './idempotency-purger.service.js';
 import {
@@ -14,18 +14,18 @@ import {
 import {
   type IdempotencyModuleOptions,
   type ResolvedIdempotencyOptions,
-} from './idempotency-options.interface.js';
+} from './shapes/idempotency-options.interface.js';
 import { resolveIdempotencyOptions } from './idempotency-options.js';
-import { IdempotencyDataSource } from './storage/idempotency-data-source.js';
-import { IdempotencyDatabase } from './storage/idempotency-database.js';
-import { poolDataLayer } from './storage/data-layer.js';
-import { ClaimStores } from './storage/claim-stores.js';
-import { ClaimStore } from './storage/claim-store.interface.js';
+import { IdempotencyDataSource } from './connection/idempotency-data-source.js';
+import { IdempotencyDatabase } from './connection/idempotency-database.js';
+import { poolDataLayer } from './connection/data-layer.js';
+import { ClaimStores } from './claim-stores.js';
+import { ClaimStore } from './shapes/claim-store.interface.js';
 import { POSTGRES_CLAIM_STORE } from './idempotency-options.js';
 import { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
 import { IdempotentRoutesCheck } from './routes/idempotent-routes.check.js';
-import { IdempotencyPoolerCheck } from './storage/pooler-check.js';
-import { IdempotencySchemaCheck } from './storage/idempotency-schema.check.js';
+import { IdempotencyPoolerCheck } from './connection/pooler-check.js';
+import { IdempotencySchemaCheck } from './schema/idempotency-schema.check.js';
 import { openApiDocumenterProvider } from './openapi/openapi-documenter.js';
 import { IdempotencyMetrics } from './events/idempotency-metrics.js';
 import { IdempotencyDebugLog } from './events/idempotency-debug-log.js';

@@ -3,10 +3,13 @@ import { isForeignThenable, startedHere } from './transaction/foreign-thenable.j
 import { applyDecorators, RequestMethod, SetMetadata, UseInterceptors } from '@nestjs/common';
 import { isObservable } from 'rxjs';
 import { METHOD_METADATA } from '@nestjs/common/constants.js';
-import { IDEMPOTENT_ROUTE_OPTIONS } from './idempotency.constants.js';
+import { IDEMPOTENT_ROUTE_OPTIONS } from './shapes/idempotency.constants.js';
 import { declaredKind } from './graphql/resolver-placement.js';
-import { currentIdempotencyContext, type IdempotencyContext } from './idempotency-context.js';
-import { type IdempotencyRouteOptions } from './idempotency-options.interface.js';
+import {
+  currentIdempotencyContext,
+  type IdempotencyContext,
+} from './shapes/idempotency-context.js';
+import { type IdempotencyRouteOptions } from './shapes/idempotency-options.interface.js';
 import { resolveRouteOptions } from './idempotency-options.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { isOwnCall } from './own-handler-call.js';

@@ -18,7 +18,7 @@ export {
   PhasesNeedTransactionalStoreError,
   type PhaseContext,
   type PhaseWork,
-} from './phase-runner.service.js';
+} from './phases/phase-runner.service.js';
 export { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
 export { TransactionEndedError } from './transaction/lazy-transaction.js';
 export {
@@ -36,8 +36,8 @@ export {
 export { type IsolationLevel } from './transaction/isolation-level.js';
 export { keepPrismaBatchesPerRequest } from './prisma/scoped-batches.js';
 export { PrismaBatchingUnknownError } from './prisma/prisma-batching-unknown.error.js';
-export { PhaseResponse, respond } from './phase-response.js';
-export { derivedKey } from './phases.js';
+export { PhaseResponse, respond } from './phases/phase-response.js';
+export { derivedKey } from './phases/phases.js';
 export { ProcessedMessages, type DeliveryOutcome } from './processed-messages.service.js';
 export { IdempotencyPurger } from './idempotency-purger.service.js';
 export type {
@@ -48,8 +48,8 @@ export type {
   PoolerMode,
   TenantId,
   TenantScope,
-} from './idempotency-options.interface.js';
-export { type IdempotencyKeySource } from './key-source.js';
+} from './shapes/idempotency-options.interface.js';
+export { type IdempotencyKeySource } from './decisions/key-source.js';
 export { InvalidIdempotencyOptionsError } from './idempotency-options.js';
 export {
   IdempotencyError,
@@ -70,8 +70,8 @@ export {
   RetryLaterError,
   TransientDatabaseError,
   PermanentDatabaseError,
-} from './idempotency.errors.js';
-export { IdempotencySchemaMissingError } from './storage/schema-missing.error.js';
+} from './shapes/idempotency.errors.js';
+export { IdempotencySchemaMissingError } from './schema/schema-missing.error.js';
 export {
   type Problem,
   PROBLEM_CONTENT_TYPE,
@@ -87,37 +87,37 @@ export {
   postgresConnection,
   type PostgresConnectionOptions,
   writableHostClient,
-} from './storage/writable-host.js';
+} from './connection/writable-host.js';
 export {
   CONNECTION_STRING_PARAMETERS,
   type HostPort,
   InvalidConnectionStringError,
-} from './storage/connection-string.js';
-export { parseIdempotencyKey, type KeyParseResult } from './idempotency-key.js';
+} from './connection/connection-string.js';
+export { parseIdempotencyKey, type KeyParseResult } from './decisions/idempotency-key.js';
 export { computeFingerprint, type FingerprintInput } from './fingerprint/fingerprint.js';
 export {
   canonicalizeJsonText,
   canonicalizeValue,
   InvalidJsonError,
 } from './fingerprint/canonical-json.js';
-export { decide, type Decision, type ExistingKey, type Fence } from './decide.js';
-export { type StoredResponse } from './stored-response.js';
+export { decide, type Decision, type ExistingKey, type Fence } from './decisions/decide.js';
+export { type StoredResponse } from './shapes/stored-response.js';
 export {
   ClaimStore,
   type ClaimOutcome,
   type KeyScope,
   type TransactionalClaimStore,
-} from './storage/claim-store.interface.js';
-export { ClaimStores } from './storage/claim-stores.js';
-export { ForwardingClaimStore } from './storage/forwarding-claim.store.js';
-export { type ResponseBodyStore } from './storage/bodies/response-body-store.interface.js';
-export { PostgresBodyStore } from './storage/bodies/postgres-body.store.js';
-export { type BodyPointer } from './storage/bodies/body-pointer.js';
-export { IdempotencyDatabase } from './storage/idempotency-database.js';
-export { IdempotencyKeyEntity } from './storage/idempotency-key.entity.js';
+} from './shapes/claim-store.interface.js';
+export { ClaimStores } from './claim-stores.js';
+export { ForwardingClaimStore } from './claim/forwarding-claim.store.js';
+export { type ResponseBodyStore } from './shapes/response-body-store.interface.js';
+export { PostgresBodyStore } from './answer/bodies/postgres-body.store.js';
+export { type BodyPointer } from './answer/bodies/body-pointer.js';
+export { IdempotencyDatabase } from './connection/idempotency-database.js';
+export { IdempotencyKeyEntity } from './schema/idempotency-key.entity.js';
 export { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000 } from './migrations.js';
 export {
   PartitionedPostgresClaimStore,
   type PartitionLayout,
-} from './storage/partitioned/partitioned-postgres-claim.store.js';
-export * as constants from './idempotency.constants.js';
+} from './claim/partitioned/partitioned-postgres-claim.store.js';
+export * as constants from './shapes/idempotency.constants.js';

@@ -1,14 +1,14 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
-import { IdempotencyDatabase } from './storage/idempotency-database.js';
+import { IdempotencyDatabase } from './connection/idempotency-database.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
-import { type ResolvedIdempotencyOptions } from './idempotency-options.interface.js';
+import { type ResolvedIdempotencyOptions } from './shapes/idempotency-options.interface.js';
 import { publish } from './events/idempotency-events.js';
-import { classifyCommitError, classifyHandlerError } from './failure.js';
+import { classifyCommitError, classifyHandlerError } from './transaction/failure.js';
 import { TransactionAbortedError } from './transaction/seam-errors.js';
 import { readMessageId } from './messages/message-id.js';
-import { markDatabaseFailure } from './storage/connection-errors.js';
+import { markDatabaseFailure } from './connection/connection-errors.js';
 
 /** The outcome of delivering a message: it ran now, or it had been processed before. */
 export type DeliveryOutcome<T> = { duplicate: false; result: T } | { duplicate: true };

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { DataSource } from 'typeorm';
-import { beginWith, carriedStatement } from '../lib/storage/begin-with.js';
+import { beginWith, carriedStatement } from '../lib/connection/begin-with.js';
 import {
   LazyTransaction,
   TransactionAbortedError,

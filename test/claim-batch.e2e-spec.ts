@@ -1,13 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { type DataSource } from 'typeorm';
-import { type ClaimOutcome } from '../lib/storage/claim-store.interface.js';
+import { type ClaimOutcome } from '../lib/shapes/claim-store.interface.js';
 import { PartitionIdempotencyKeys1764461600000 } from '../lib/index.js';
-import { IdempotencyStoreUnavailableError } from '../lib/idempotency.errors.js';
-import { type ActiveClaim } from '../lib/storage/active-claim.js';
-import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
-import { PartitionedPostgresClaimStore } from '../lib/storage/partitioned/partitioned-postgres-claim.store.js';
-import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
-import { CLAIM_BATCH } from '../lib/storage/postgres-statements.js';
+import { IdempotencyStoreUnavailableError } from '../lib/shapes/idempotency.errors.js';
+import { type ActiveClaim } from '../lib/shapes/active-claim.js';
+import { IdempotencyDatabase } from '../lib/connection/idempotency-database.js';
+import { PartitionedPostgresClaimStore } from '../lib/claim/partitioned/partitioned-postgres-claim.store.js';
+import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
+import { CLAIM_BATCH } from '../lib/claim/postgres-statements.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 import { PARTITIONS_SUPPORTED } from './support/postgres-version.js';
 

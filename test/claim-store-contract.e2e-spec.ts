@@ -8,11 +8,11 @@ import {
   MemoryClaimStore,
 } from '../lib/testing/index.js';
 import { type MemoryClaimRecord } from '../lib/testing/memory-claim.store.js';
-import { type ActiveClaim } from '../lib/idempotency-context.js';
-import { type ClaimOutcome, type KeyScope } from '../lib/storage/claim-store.interface.js';
-import { type Fence } from '../lib/decide.js';
-import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
-import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
+import { type ActiveClaim } from '../lib/shapes/idempotency-context.js';
+import { type ClaimOutcome, type KeyScope } from '../lib/shapes/claim-store.interface.js';
+import { type Fence } from '../lib/decisions/decide.js';
+import { IdempotencyDatabase } from '../lib/connection/idempotency-database.js';
+import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
 import { RedisClaimStore } from '../lib/redis/index.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 import { redisServerInstalled, startTestRedis, type TestRedis } from './support/redis-server.js';

@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import request from 'supertest';
 import { type DataSource } from 'typeorm';
-import { decide } from '../lib/decide.js';
+import { decide } from '../lib/decisions/decide.js';
 import { describeClaimStoreContract } from '../lib/testing/index.js';
-import { PointingClaimStore } from '../lib/storage/bodies/pointing-claim.store.js';
-import { PostgresBodyStore } from '../lib/storage/bodies/postgres-body.store.js';
-import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
-import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
+import { PointingClaimStore } from '../lib/answer/bodies/pointing-claim.store.js';
+import { PostgresBodyStore } from '../lib/answer/bodies/postgres-body.store.js';
+import { IdempotencyDatabase } from '../lib/connection/idempotency-database.js';
+import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 import { type Scenario, startScenario } from './support/scenario.js';
 import { ADAPTERS } from './support/test-app.js';

@@ -14,7 +14,7 @@ import { type AddressInfo } from 'node:net';
 import pg, { type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent, PhaseRunner } from '../lib/index.js';
-import { CLAIM } from '../lib/storage/postgres-statements.js';
+import { CLAIM } from '../lib/claim/postgres-statements.js';
 import { type PoolApp, startPoolApp } from './support/pool-app.js';
 
 /**

@@ -1,5 +1,5 @@
 import { Client } from 'pg';
-import { classifyHandlerError } from '../lib/failure.js';
+import { classifyHandlerError } from '../lib/transaction/failure.js';
 import { createTestDatabase, adminUrl, type TestDatabase } from './support/database.js';
 import { FAULTS, strike } from './support/outage-faults.js';
 import { LAYERS, probeOf } from './support/outage-probes.js';

@@ -1,7 +1,7 @@
 import { type DataSource } from 'typeorm';
 import { PartitionIdempotencyKeys1764461600000 } from '../lib/index.js';
-import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
-import { PartitionedPostgresClaimStore } from '../lib/storage/partitioned/partitioned-postgres-claim.store.js';
+import { IdempotencyDatabase } from '../lib/connection/idempotency-database.js';
+import { PartitionedPostgresClaimStore } from '../lib/claim/partitioned/partitioned-postgres-claim.store.js';
 import { CONTRACT_RETENTION_MS, describeClaimStoreContract } from '../lib/testing/index.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 import { describePartitioned } from './support/postgres-version.js';

@@ -1,9 +1,9 @@
 import { Logger } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000 } from '../lib/index.js';
-import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
-import { PartitionedPostgresClaimStore } from '../lib/storage/partitioned/partitioned-postgres-claim.store.js';
-import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
+import { IdempotencyDatabase } from '../lib/connection/idempotency-database.js';
+import { PartitionedPostgresClaimStore } from '../lib/claim/partitioned/partitioned-postgres-claim.store.js';
+import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { describeSchema } from './support/describe-schema.js';
 import { partitionOf, partitions, untilDatabaseTime } from './support/partitions.js';

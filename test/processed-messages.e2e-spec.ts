@@ -1,7 +1,7 @@
 import { type DataSource } from 'typeorm';
 import { ProcessedMessages, TransientDatabaseError } from '../lib/index.js';
-import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
-import { type ResolvedIdempotencyOptions } from '../lib/idempotency-options.interface.js';
+import { IdempotencyDatabase } from '../lib/connection/idempotency-database.js';
+import { type ResolvedIdempotencyOptions } from '../lib/shapes/idempotency-options.interface.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 
 /** What a consumer's delivery throws, on real PostgreSQL: the database's failures mapped, the effect's own not. */

@@ -1,14 +1,14 @@
 import request from 'supertest';
 import { type Redis } from 'ioredis';
-import { IdempotencyContext, idempotencyStorage } from '../lib/idempotency-context.js';
+import { IdempotencyContext, idempotencyStorage } from '../lib/shapes/idempotency-context.js';
 import { PhaseRunner, PhasesNeedTransactionalStoreError } from '../lib/index.js';
 import { RedisClaimStore } from '../lib/redis/index.js';
-import { IdempotencyDatabase } from '../lib/storage/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/connection/idempotency-database.js';
 import { MemoryClaimStore } from '../lib/testing/index.js';
 import { createTestDatabase } from './support/database.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
-import { PointingClaimStore } from '../lib/storage/bodies/pointing-claim.store.js';
-import { PostgresBodyStore } from '../lib/storage/bodies/postgres-body.store.js';
+import { PointingClaimStore } from '../lib/answer/bodies/pointing-claim.store.js';
+import { PostgresBodyStore } from '../lib/answer/bodies/postgres-body.store.js';
 import { redisServerInstalled, startTestRedis, type TestRedis } from './support/redis-server.js';
 import { type Scenario, startScenario } from './support/scenario.js';
 import { ADAPTERS, createTestApp } from './support/test-app.js';

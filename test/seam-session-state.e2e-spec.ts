@@ -19,7 +19,7 @@ import { Client, Pool } from 'pg';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
 import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
-import { RESTORE_SESSION_STATE, runSurrounded } from '../lib/storage/session-state.js';
+import { RESTORE_SESSION_STATE, runSurrounded } from '../lib/connection/session-state.js';
 import { bootstrapTestApp } from './support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { createTestPool, endTestPool } from './support/test-pool.js';

@@ -9,7 +9,7 @@ import { adminUrl, createTestDatabase, type TestDatabase } from './support/datab
 
 /**
  * Found by an adversarial review (issue 27): the start-up check's reading of the role's search_path
- * (lib/storage/search-path-schemas.ts). PostgreSQL splits the setting as a list of
+ * (lib/schema/search-path-schemas.ts). PostgreSQL splits the setting as a list of
  * identifiers (a quoted name may hold a comma), downcases only ASCII letters of an unquoted
  * name, and truncates names to 63 bytes; the check splits on every comma and lower()s with
  * the database's locale, so for such a schema it misses the unusable one and sends the user

@@ -1,8 +1,8 @@
 import pg from 'pg';
 import request from 'supertest';
-import { ReplayCache } from '../lib/replay-cache.js';
-import { ClaimStores } from '../lib/storage/claim-stores.js';
-import { PostgresClaimStore } from '../lib/storage/postgres-claim.store.js';
+import { ReplayCache } from '../lib/answer/replay-cache.js';
+import { ClaimStores } from '../lib/claim-stores.js';
+import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
 import { ADAPTERS } from './support/test-app.js';
 import { type Scenario, startScenario } from './support/scenario.js';
 

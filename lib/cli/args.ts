@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { DEFAULT_LEASE_MS, GLOBAL_KEYS_TENANT } from '../idempotency.constants.js';
+import { DEFAULT_LEASE_MS, GLOBAL_KEYS_TENANT } from '../shapes/idempotency.constants.js';
 import { type DoctorSettings } from './doctor-checks.js';
 
 /** The command line, read into what to do. A `UsageError` prints the usage and exits 2. */

@@ -4,12 +4,12 @@ import {
   CHECKED_FUNCTIONS,
   CHECKED_TABLES,
   SCHEMA_CATALOG_QUERY,
-} from '../storage/schema-check.js';
+} from '../schema/schema-check.js';
 import {
   PATH_POSITION,
   SEARCH_PATH_SCHEMAS,
   UNUSABLE_IN_PATH,
-} from '../storage/search-path-schemas.js';
+} from '../schema/search-path-schemas.js';
 import { type DoctorFacts, type PartitionBounds, type UnusableTable } from './doctor-checks.js';
 
 /**

@@ -1,4 +1,4 @@
-import { type CatalogEntry, missingSchema, usageProblem } from '../storage/schema-check.js';
+import { type CatalogEntry, missingSchema, usageProblem } from '../schema/schema-check.js';
 import { formatDuration } from './duration.js';
 import { EXPECTED_SCHEMA } from './expected-schema.js';
 

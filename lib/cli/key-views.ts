@@ -1,6 +1,6 @@
-import { GLOBAL_KEYS_TENANT } from '../idempotency.constants.js';
-import { BODY_POINTER_MARKER } from '../storage/bodies/body-pointer.js';
-import { SEALED_MARKER } from '../storage/response-sealer.js';
+import { GLOBAL_KEYS_TENANT } from '../shapes/idempotency.constants.js';
+import { BODY_POINTER_MARKER } from '../answer/bodies/body-pointer.js';
+import { SEALED_MARKER } from '../answer/response-sealer.js';
 import { type KeyRow, type StoredBody } from './database.js';
 import { formatDuration } from './duration.js';
 

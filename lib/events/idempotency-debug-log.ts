@@ -6,7 +6,7 @@ import {
   type OnModuleInit,
 } from '@nestjs/common';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
-import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
+import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
 import { debugLine } from './event-outcomes.js';
 import { ChannelSubscriptions } from './channel-subscriptions.js';
 import { IDEMPOTENCY_CHANNELS } from './idempotency-events.js';

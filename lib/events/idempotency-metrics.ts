@@ -6,8 +6,8 @@ import {
   type OnModuleInit,
 } from '@nestjs/common';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
-import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
-import { ClaimStore } from '../storage/claim-store.interface.js';
+import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
+import { ClaimStore } from '../shapes/claim-store.interface.js';
 import { type MetricAttributes, metricPoints, REQUEST_OUTCOMES } from './event-outcomes.js';
 import { ChannelSubscriptions } from './channel-subscriptions.js';
 import { IDEMPOTENCY_CHANNELS } from './idempotency-events.js';

@@ -1,4 +1,4 @@
-import { type IdempotencyRequest } from '../idempotency-options.interface.js';
+import { type IdempotencyRequest } from '../shapes/idempotency-options.interface.js';
 import { canonicalBody, mediaTypeOf } from './fingerprint.js';
 import { canonicalForm } from './form-urlencoded.js';
 import { announcesBody, UnreadBodyError } from './unseen-body.js';

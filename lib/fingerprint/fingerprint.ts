@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import { type IdempotencyRequest } from '../http/idempotency-request.js';
-import { type ResolvedRouteOptions } from '../idempotency-options.interface.js';
+import { type IdempotencyRequest } from '../shapes/idempotency-request.js';
+import { type ResolvedRouteOptions } from '../shapes/idempotency-options.interface.js';
 import {
   canonicalizeJsonText,
   canonicalizeValue,

@@ -1,6 +1,6 @@
 import { BadRequestException, HttpException, NotFoundException } from '@nestjs/common';
 import { GraphQLError } from 'graphql';
-import { type StoredResponse } from '../stored-response.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 import {
   ANSWER_FORMAT,
   answerStatus,

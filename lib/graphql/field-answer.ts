@@ -1,4 +1,4 @@
-import { type StoredResponse } from '../stored-response.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 
 /**
  * A resolver's error as it is stored: what the drivers put in the answer's `errors` entry

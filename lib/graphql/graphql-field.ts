@@ -4,7 +4,7 @@ import {
   type GraphQLResolveInfo,
   type GraphQLSchema,
 } from 'graphql';
-import { type IdempotencyRequest } from '../http/idempotency-request.js';
+import { type IdempotencyRequest } from '../shapes/idempotency-request.js';
 
 /**
  * What the library reads of a resolver call: the four arguments GraphQL gives a resolver

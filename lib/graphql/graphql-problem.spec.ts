@@ -7,7 +7,7 @@ import {
   IdempotencyStoreUnavailableError,
   RetryLaterError,
   TransientDatabaseError,
-} from '../idempotency.errors.js';
+} from '../shapes/idempotency.errors.js';
 import { decodeAnswer } from './field-answer.js';
 import { fieldMessage, problemAnswer, problemError } from './graphql-problem.js';
 

@@ -5,9 +5,9 @@ import {
   IdempotencyKeyMissingError,
   IdempotencyRequestInvalidError,
   IdempotencyResponseTooLargeError,
-} from '../idempotency.errors.js';
+} from '../shapes/idempotency.errors.js';
 import { encodeAnswer, type FieldError } from './field-answer.js';
-import { type StoredResponse } from '../stored-response.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 
 /**
  * The library's refusal or failure as a GraphQL error: its message is the problem's `detail`

@@ -1,18 +1,18 @@
 import { canonicalizeValue, InvalidJsonError } from '../fingerprint/canonical-json.js';
 import { computeFingerprint } from '../fingerprint/fingerprint.js';
-import { type IdempotencyRequest } from '../http/idempotency-request.js';
-import { MAX_KEY_LENGTH } from '../idempotency.constants.js';
+import { type IdempotencyRequest } from '../shapes/idempotency-request.js';
+import { MAX_KEY_LENGTH } from '../shapes/idempotency.constants.js';
 import {
   type IdempotencyError,
   IdempotencyKeyInvalidError,
   IdempotencyRequestInvalidError,
-} from '../idempotency.errors.js';
+} from '../shapes/idempotency.errors.js';
 import {
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
-} from '../idempotency-options.interface.js';
-import { rawKey } from '../key-source.js';
-import { type KeyScope } from '../storage/claim-store.interface.js';
+} from '../shapes/idempotency-options.interface.js';
+import { rawKey } from '../decisions/key-source.js';
+import { type KeyScope } from '../shapes/claim-store.interface.js';
 import { readKey, readTenant } from '../http/read-scope.js';
 import { type GraphqlField } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';

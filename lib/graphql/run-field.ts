@@ -1,17 +1,17 @@
 import { type CallHandler } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
-import { classifyHandlerError, isTimeoutError } from '../failure.js';
+import { classifyHandlerError, isTimeoutError } from '../transaction/failure.js';
 import { handlerOutcome, isCancelled } from '../http/handler-result.js';
-import { IdempotencyContext, type ActiveClaim } from '../idempotency-context.js';
+import { IdempotencyContext, type ActiveClaim } from '../shapes/idempotency-context.js';
 import {
   IdempotencyError,
   IdempotencyResponseTooLargeError,
   IdempotencyStoredResponseUnreadableError,
-} from '../idempotency.errors.js';
+} from '../shapes/idempotency.errors.js';
 import { type RouteSettings } from '../http/route-settings.js';
-import { type IdempotencyDatabase } from '../storage/idempotency-database.js';
-import { type StoredResponse } from '../stored-response.js';
+import { type IdempotencyDatabase } from '../connection/idempotency-database.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 import { commitAnswer } from '../transaction/commit-answer.js';
 import {
   eventOf,

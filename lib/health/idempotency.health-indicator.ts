@@ -1,11 +1,11 @@
 import { Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
-import { IdempotencyDatabase } from '../storage/idempotency-database.js';
+import { IdempotencyDatabase } from '../connection/idempotency-database.js';
 import {
   PATH_POSITION,
   SEARCH_PATH_SCHEMAS,
   UNUSABLE_IN_PATH,
-} from '../storage/search-path-schemas.js';
+} from '../schema/search-path-schemas.js';
 import { storeHealth, type StoreReading } from './store-health.js';
 
 /**

@@ -1,4 +1,4 @@
-import { privilegeProblem, usageProblem } from '../storage/schema-check.js';
+import { privilegeProblem, usageProblem } from '../schema/schema-check.js';
 
 /**
  * The health indicator's verdict, a pure function of what it read: the store unreachable, its

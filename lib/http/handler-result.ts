@@ -1,7 +1,7 @@
 import { isObservable } from 'rxjs';
 import { StreamableFile } from '@nestjs/common';
 import { Readable } from 'node:stream';
-import { type StoredResponse } from '../stored-response.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 
 const JSON_TYPE = 'application/json; charset=utf-8';
 

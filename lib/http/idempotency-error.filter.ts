@@ -7,7 +7,7 @@ import {
   Optional,
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { IdempotencyError } from '../idempotency.errors.js';
+import { IdempotencyError } from '../shapes/idempotency.errors.js';
 import { type ServerResponse } from 'node:http';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
 import { pinContentType } from './pin-content-type.js';

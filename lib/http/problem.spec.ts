@@ -2,7 +2,7 @@ import {
   IdempotencyKeyInProgressError,
   IdempotencyKeyMissingError,
   IdempotencyResponseTooLargeError,
-} from '../idempotency.errors.js';
+} from '../shapes/idempotency.errors.js';
 import {
   answerProblem,
   type ProblemAnswer,

@@ -1,6 +1,6 @@
 import { HttpStatus } from '@nestjs/common';
-import { type IdempotencyError } from '../idempotency.errors.js';
-import { type StoredResponse } from '../stored-response.js';
+import { type IdempotencyError } from '../shapes/idempotency.errors.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 
 /** An RFC 9457 problem, as the IETF idempotency draft suggests for its error answers. */
 export interface Problem {

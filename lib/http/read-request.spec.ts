@@ -1,4 +1,4 @@
-import { type IdempotencyRequest } from '../idempotency-options.interface.js';
+import { type IdempotencyRequest } from '../shapes/idempotency-options.interface.js';
 import { resolveIdempotencyOptions, resolveRouteOptions } from '../idempotency-options.js';
 import { readRequest, type RequestReading } from './read-request.js';
 

@@ -1,13 +1,16 @@
 import { InvalidJsonError } from '../fingerprint/canonical-json.js';
 import { computeFingerprint, fingerprintInput } from '../fingerprint/fingerprint.js';
 import { UnreadBodyError } from '../fingerprint/unseen-body.js';
-import { type IdempotencyError, IdempotencyRequestInvalidError } from '../idempotency.errors.js';
+import {
+  type IdempotencyError,
+  IdempotencyRequestInvalidError,
+} from '../shapes/idempotency.errors.js';
 import {
   type IdempotencyRequest,
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
-} from '../idempotency-options.interface.js';
-import { type KeyScope } from '../storage/claim-store.interface.js';
+} from '../shapes/idempotency-options.interface.js';
+import { type KeyScope } from '../shapes/claim-store.interface.js';
 import { readKey, readTenant } from './read-scope.js';
 
 /** What a request is to the library, before any store is asked. */

@@ -1,6 +1,6 @@
-import { type TenantId } from '../idempotency-options.interface.js';
+import { type TenantId } from '../shapes/idempotency-options.interface.js';
 import { resolveIdempotencyOptions, resolveRouteOptions } from '../idempotency-options.js';
-import { type RawKey } from '../key-source.js';
+import { type RawKey } from '../decisions/key-source.js';
 import { type KeyReading, readKey, readTenant, type TenantReading } from './read-scope.js';
 
 const base = resolveIdempotencyOptions({ globalKeys: true }).route;

@@ -3,15 +3,15 @@ import {
   IdempotencyKeyInvalidError,
   IdempotencyKeyMissingError,
   IdempotencyTenantInvalidError,
-} from '../idempotency.errors.js';
+} from '../shapes/idempotency.errors.js';
 import {
   type IdempotencyRequest,
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
-} from '../idempotency-options.interface.js';
-import { parseIdempotencyKey } from '../idempotency-key.js';
-import { type RawKey } from '../key-source.js';
-import { normalizeTenantId, readTenantId } from '../tenant-id.js';
+} from '../shapes/idempotency-options.interface.js';
+import { parseIdempotencyKey } from '../decisions/idempotency-key.js';
+import { type RawKey } from '../decisions/key-source.js';
+import { normalizeTenantId, readTenantId } from '../decisions/tenant-id.js';
 
 /**
  * The two halves of a key's scope, read alike by every transport (an HTTP route, a GraphQL

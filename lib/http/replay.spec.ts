@@ -1,4 +1,4 @@
-import { type StoredResponse } from '../stored-response.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 import { replayed } from './replay.js';
 
 describe('replayed (a stored response as it goes out again)', () => {

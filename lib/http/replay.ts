@@ -1,7 +1,7 @@
 import { type ServerResponse } from 'node:http';
 import { type Observable, of } from 'rxjs';
-import { REPLAYED_HEADER } from '../idempotency.constants.js';
-import { type StoredResponse } from '../stored-response.js';
+import { REPLAYED_HEADER } from '../shapes/idempotency.constants.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 import { holdResponse, send } from './response-hold.js';
 
 /** A stored response as it is replayed: the same status and bytes, marked as a replay. */

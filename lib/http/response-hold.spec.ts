@@ -1,6 +1,6 @@
 import { IncomingMessage, ServerResponse } from 'node:http';
 import { Socket } from 'node:net';
-import { type StoredResponse } from '../stored-response.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 import { holdResponse } from './response-hold.js';
 
 /** A real ServerResponse whose end() records what would have gone out. */

@@ -1,6 +1,6 @@
 import { type ServerResponse } from 'node:http';
-import { STORED_RESPONSE_HEADERS } from '../idempotency.constants.js';
-import { type StoredResponse } from '../stored-response.js';
+import { STORED_RESPONSE_HEADERS } from '../shapes/idempotency.constants.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 
 type Callback = (error?: Error | null) => void;
 type Chunk = string | Buffer | Uint8Array;

@@ -7,15 +7,15 @@ import {
   ROUTE_ARGS_METADATA,
 } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
-import { IDEMPOTENT_ROUTE_OPTIONS } from '../idempotency.constants.js';
+import { IDEMPOTENT_ROUTE_OPTIONS } from '../shapes/idempotency.constants.js';
 import {
   type IdempotencyRouteOptions,
   type ResolvedIdempotencyOptions,
   type ResolvedRouteOptions,
-} from '../idempotency-options.interface.js';
+} from '../shapes/idempotency-options.interface.js';
 import { InvalidIdempotencyOptionsError, resolveRouteOptions } from '../idempotency-options.js';
-import { type ClaimStore } from '../storage/claim-store.interface.js';
-import { type ClaimStores } from '../storage/claim-stores.js';
+import { type ClaimStore } from '../shapes/claim-store.interface.js';
+import { type ClaimStores } from '../claim-stores.js';
 import { claimStoreProblem } from '../routes/route-problem.js';
 
 /** What the interceptor needs of a route, read from its metadata once. */

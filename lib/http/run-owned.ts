@@ -1,10 +1,14 @@
 import { type ServerResponse } from 'node:http';
 import { type CallHandler } from '@nestjs/common';
 import { Observable } from 'rxjs';
-import { classifyCommitError, classifyHandlerError, isTimeoutError } from '../failure.js';
-import { IdempotencyContext, type ActiveClaim } from '../idempotency-context.js';
-import { isTransactional } from '../storage/claim-store.interface.js';
-import { type IdempotencyDatabase } from '../storage/idempotency-database.js';
+import {
+  classifyCommitError,
+  classifyHandlerError,
+  isTimeoutError,
+} from '../transaction/failure.js';
+import { IdempotencyContext, type ActiveClaim } from '../shapes/idempotency-context.js';
+import { isTransactional } from '../shapes/claim-store.interface.js';
+import { type IdempotencyDatabase } from '../connection/idempotency-database.js';
 import {
   commitAnswer,
   giveBackBrokenStream,

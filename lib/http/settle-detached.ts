@@ -1,9 +1,9 @@
 import { publish } from '../events/idempotency-events.js';
-import { type IdempotencyContext } from '../idempotency-context.js';
+import { type IdempotencyContext } from '../shapes/idempotency-context.js';
 import { finish, withoutEffects, tooLarge } from '../transaction/commit-answer.js';
 import { eventOf, type OwnerTools, rollBackAndRelease } from '../transaction/owner-tools.js';
 import { lateAnswerStorable, storePlan } from '../transaction/store-plan.js';
-import { classifyCommitError } from '../failure.js';
+import { classifyCommitError } from '../transaction/failure.js';
 import { renderResult, resultStream } from './handler-result.js';
 import { isPlainData } from './plain-data.js';
 import { type RouteSettings } from './route-settings.js';

@@ -1,6 +1,6 @@
 import { HttpException } from '@nestjs/common';
 import { type AbstractHttpAdapter } from '@nestjs/core';
-import { type IdempotencyError } from '../idempotency.errors.js';
+import { type IdempotencyError } from '../shapes/idempotency.errors.js';
 import { pinContentType } from './pin-content-type.js';
 import { PROBLEM_CONTENT_TYPE, type ProblemAnswer } from './problem.js';
 import { rawResponse } from './raw-response.js';

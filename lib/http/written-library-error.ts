@@ -1,5 +1,5 @@
 import { type ServerResponse } from 'node:http';
-import { type IdempotencyError } from '../idempotency.errors.js';
+import { type IdempotencyError } from '../shapes/idempotency.errors.js';
 
 /**
  * The library's own error that `IdempotencyErrorFilter` answered on a response, for the

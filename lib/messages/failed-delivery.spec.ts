@@ -1,11 +1,11 @@
 import { DatabaseError } from 'pg';
 import { QueryFailedError } from 'typeorm';
-import { classifyHandlerError } from '../failure.js';
+import { classifyHandlerError } from '../transaction/failure.js';
 import {
   IdempotencyError,
   IdempotencyStoreUnavailableError,
   PermanentDatabaseError,
-} from '../idempotency.errors.js';
+} from '../shapes/idempotency.errors.js';
 import {
   afterFailure,
   type DeliveryFailures,

@@ -1,4 +1,4 @@
-import { type Failure } from '../failure.js';
+import { type Failure } from '../transaction/failure.js';
 
 /** What is known of a message's failed deliveries, this one included. */
 export interface DeliveryFailures {

@@ -1,5 +1,5 @@
 import { applyDecorators, SetMetadata, UseInterceptors } from '@nestjs/common';
-import { IDEMPOTENT_MESSAGE_OPTIONS } from '../idempotency.constants.js';
+import { IDEMPOTENT_MESSAGE_OPTIONS } from '../shapes/idempotency.constants.js';
 import { IdempotentMessageInterceptor } from './idempotent-message.interceptor.js';
 import {
   type IdempotentMessageOptions,

@@ -6,7 +6,7 @@ import {
 } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, ModulesContainer } from '@nestjs/core';
 import { type Subscription } from 'rxjs';
-import { IDEMPOTENT_MESSAGE_OPTIONS } from '../idempotency.constants.js';
+import { IDEMPOTENT_MESSAGE_OPTIONS } from '../shapes/idempotency.constants.js';
 import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
 import { classMethods } from '../routes/class-methods.js';
 import { type IdempotentMessageOptions } from './idempotent-message.options.js';

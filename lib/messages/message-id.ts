@@ -1,4 +1,4 @@
-import { isWellFormedText } from '../well-formed.js';
+import { isWellFormedText } from '../decisions/well-formed.js';
 
 /**
  * The id a transport gives a message, read from the context Nest hands a message handler,

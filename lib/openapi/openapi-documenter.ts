@@ -1,12 +1,12 @@
 import { HttpStatus, type Provider, RequestMethod } from '@nestjs/common';
 import { HTTP_CODE_METADATA, METHOD_METADATA } from '@nestjs/common/constants.js';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
-import { IDEMPOTENT_ROUTE_OPTIONS } from '../idempotency.constants.js';
+import { IDEMPOTENT_ROUTE_OPTIONS } from '../shapes/idempotency.constants.js';
 import { classMethods } from '../routes/class-methods.js';
 import {
   type IdempotencyRouteOptions,
   type ResolvedIdempotencyOptions,
-} from '../idempotency-options.interface.js';
+} from '../shapes/idempotency-options.interface.js';
 import { resolveRouteOptions } from '../idempotency-options.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
 import {

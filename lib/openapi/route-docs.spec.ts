@@ -15,7 +15,7 @@ import {
   RetryLaterError,
   TransientDatabaseError,
   PermanentDatabaseError,
-} from '../idempotency.errors.js';
+} from '../shapes/idempotency.errors.js';
 import {
   idempotentRouteDocs,
   mergeResponseEntry,

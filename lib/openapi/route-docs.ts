@@ -1,5 +1,5 @@
-import { MAX_KEY_LENGTH, REPLAYED_HEADER } from '../idempotency.constants.js';
-import { type IdempotencyErrorCode } from '../idempotency.errors.js';
+import { MAX_KEY_LENGTH, REPLAYED_HEADER } from '../shapes/idempotency.constants.js';
+import { type IdempotencyErrorCode } from '../shapes/idempotency.errors.js';
 import { codesWithStatus, PROBLEM_CONTENT_TYPE } from '../http/problem.js';
 
 /**

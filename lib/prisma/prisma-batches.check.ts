@@ -1,7 +1,7 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService } from '@nestjs/core';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
-import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
+import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
 import { prismaBatchingOf } from './prisma-batching.js';
 import { PrismaBatchingUnknownError } from './prisma-batching-unknown.error.js';
 import { keepBatchesPerScope } from './scoped-batches.js';

@@ -1,16 +1,16 @@
 import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import { type ExistingKey, type Fence, leaseOf } from '../decide.js';
-import { START_RECOVERY_POINT } from '../idempotency.constants.js';
-import { type ActiveClaim } from '../idempotency-context.js';
-import { IdempotencyStoreUnavailableError } from '../idempotency.errors.js';
+import { type ExistingKey, type Fence, leaseOf } from '../decisions/decide.js';
+import { START_RECOVERY_POINT } from '../shapes/idempotency.constants.js';
+import { type ActiveClaim } from '../shapes/idempotency-context.js';
+import { IdempotencyStoreUnavailableError } from '../shapes/idempotency.errors.js';
 import {
   type ClaimOutcome,
   type ClaimStore,
   type KeyScope,
-} from '../storage/claim-store.interface.js';
-import { type StoredResponse } from '../stored-response.js';
-import { withDeadline } from '../storage/deadline.js';
+} from '../shapes/claim-store.interface.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
+import { withDeadline } from '../connection/deadline.js';
 import { type ClockOffset, nextOffset, redisDeadlineMs, UNKNOWN_OFFSET } from './redis-clock.js';
 import {
   CLAIM_SCRIPT,

@@ -1,15 +1,18 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { INTERCEPTORS_METADATA, METHOD_METADATA } from '@nestjs/common/constants.js';
-import { IDEMPOTENT_MESSAGE_OPTIONS, IDEMPOTENT_ROUTE_OPTIONS } from '../idempotency.constants.js';
+import {
+  IDEMPOTENT_MESSAGE_OPTIONS,
+  IDEMPOTENT_ROUTE_OPTIONS,
+} from '../shapes/idempotency.constants.js';
 import { IdempotencyInterceptor } from '../idempotency.interceptor.js';
 import { InvalidIdempotencyOptionsError, resolveRouteOptions } from '../idempotency-options.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
 import {
   type IdempotencyRouteOptions,
   type ResolvedIdempotencyOptions,
-} from '../idempotency-options.interface.js';
-import { ClaimStores } from '../storage/claim-stores.js';
+} from '../shapes/idempotency-options.interface.js';
+import { ClaimStores } from '../claim-stores.js';
 import { declaredKind, resolvedField } from '../graphql/resolver-placement.js';
 import { noteResolvedField } from '../graphql/resolved-fields.js';
 import { classMethods } from './class-methods.js';

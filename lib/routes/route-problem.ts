@@ -1,8 +1,8 @@
 import { RequestMethod } from '@nestjs/common';
 import { type ResolverKind, resolverProblem } from '../graphql/resolver-placement.js';
-import { type RouteClaimStore } from '../storage/route-claim-store.js';
+import { type RouteClaimStore } from '../claim/route-claim-store.js';
 
-export { type RouteClaimStore } from '../storage/route-claim-store.js';
+export { type RouteClaimStore } from '../claim/route-claim-store.js';
 
 /** What the start-up check reads of a method that carries `@Idempotent()`. */
 export interface DecoratedMethod {

@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import { decide, type ExistingKey } from '../decide.js';
-import { type ActiveClaim } from '../idempotency-context.js';
-import { type ClaimStore, type KeyScope } from '../storage/claim-store.interface.js';
-import { type StoredResponse } from '../stored-response.js';
+import { decide, type ExistingKey } from '../decisions/decide.js';
+import { type ActiveClaim } from '../shapes/idempotency-context.js';
+import { type ClaimStore, type KeyScope } from '../shapes/claim-store.interface.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 
 /** What the contract needs to make a store to test. */
 export interface ClaimStoreHarness {

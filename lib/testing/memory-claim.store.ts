@@ -1,13 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import { type ExistingKey, type Fence, leaseOf } from '../decide.js';
-import { START_RECOVERY_POINT } from '../idempotency.constants.js';
-import { type ActiveClaim } from '../idempotency-context.js';
+import { type ExistingKey, type Fence, leaseOf } from '../decisions/decide.js';
+import { START_RECOVERY_POINT } from '../shapes/idempotency.constants.js';
+import { type ActiveClaim } from '../shapes/idempotency-context.js';
 import {
   type ClaimOutcome,
   type ClaimStore,
   type KeyScope,
-} from '../storage/claim-store.interface.js';
-import { type StoredResponse } from '../stored-response.js';
+} from '../shapes/claim-store.interface.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 
 /** A key's record, as the PostgreSQL row holds it. */
 export interface MemoryClaimRecord {

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { type Pool, type PoolClient } from 'pg';
-import { withDeadline } from '../storage/deadline.js';
-import { keepOwnConnect } from '../storage/own-connection.js';
+import { withDeadline } from '../connection/deadline.js';
+import { keepOwnConnect } from '../connection/own-connection.js';
 import { transactionScope } from './transaction-scope.js';
 
 const logger = new Logger('Idempotency');

@@ -1,15 +1,15 @@
 import { publish } from '../events/idempotency-events.js';
-import { classifyCommitError } from '../failure.js';
+import { classifyCommitError } from './failure.js';
 import {
   IdempotencyLeaseLostError,
   IdempotencyResponseTooLargeError,
   PermanentDatabaseError,
   RetryLaterError,
-} from '../idempotency.errors.js';
-import { type IdempotencyContext } from '../idempotency-context.js';
-import { type ResolvedRouteOptions } from '../idempotency-options.interface.js';
-import { isTransactional } from '../storage/claim-store.interface.js';
-import { type StoredResponse } from '../stored-response.js';
+} from '../shapes/idempotency.errors.js';
+import { type IdempotencyContext } from '../shapes/idempotency-context.js';
+import { type ResolvedRouteOptions } from '../shapes/idempotency-options.interface.js';
+import { isTransactional } from '../shapes/claim-store.interface.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 import { type RequestTransaction } from './request-transaction.js';
 import { TransactionAbortedError } from './seam-errors.js';
 import { eventOf, type OwnerTools, releaseQuietly } from './owner-tools.js';

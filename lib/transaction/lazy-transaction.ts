@@ -1,4 +1,4 @@
-import { readingOnly } from '../storage/read-only-query.js';
+import { readingOnly } from '../connection/read-only-query.js';
 import { type Pool, type PoolClient } from 'pg';
 import {
   type DataSource,
@@ -6,8 +6,8 @@ import {
   type QueryRunner,
   type ReplicationMode,
 } from 'typeorm';
-import { isReadOnlyError, markDatabaseFailure } from '../storage/connection-errors.js';
-import { acquire } from '../storage/deadline.js';
+import { isReadOnlyError, markDatabaseFailure } from '../connection/connection-errors.js';
+import { acquire } from '../connection/deadline.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
@@ -23,7 +23,7 @@ import {
   TransactionEndedError,
 } from './seam-errors.js';
 import { isPlainRead, isTransactionModeOnly, setsReadOnly } from './sql-text.js';
-import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../storage/session-state.js';
+import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../connection/session-state.js';
 import { ownQueryRunner } from './transaction-scope.js';
 import {
   asError,

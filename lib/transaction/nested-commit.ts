@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { restoreSettings } from '../storage/session-state.js';
+import { restoreSettings } from '../connection/session-state.js';
 import { mayDefer } from './shadowed-built-ins.js';
 import { commitEndsOf, localSettingsOf } from './sql-text.js';
 

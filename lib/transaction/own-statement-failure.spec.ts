@@ -1,5 +1,5 @@
 import { DatabaseError } from 'pg';
-import { PermanentDatabaseError } from '../idempotency.errors.js';
+import { PermanentDatabaseError } from '../shapes/idempotency.errors.js';
 import { ownStatementFailure } from './own-statement-failure.js';
 
 function databaseError(code: string, message: string): DatabaseError {

@@ -1,5 +1,5 @@
-import { PermanentDatabaseError } from '../idempotency.errors.js';
-import { isPermanentError } from '../storage/connection-errors.js';
+import { PermanentDatabaseError } from '../shapes/idempotency.errors.js';
+import { isPermanentError } from '../connection/connection-errors.js';
 
 /**
  * The answer to a failure of the library's own statement in the request's transaction (the

@@ -1,10 +1,10 @@
 import { type HttpException, type Logger } from '@nestjs/common';
-import { type IdempotencyError } from '../idempotency.errors.js';
-import { type IdempotencyContext } from '../idempotency-context.js';
-import { type ResolvedIdempotencyOptions } from '../idempotency-options.interface.js';
-import { type KeyScope, type ClaimStore } from '../storage/claim-store.interface.js';
-import { type LeaseRenewals } from '../storage/lease-renewals.js';
-import { type StoredResponse } from '../stored-response.js';
+import { type IdempotencyError } from '../shapes/idempotency.errors.js';
+import { type IdempotencyContext } from '../shapes/idempotency-context.js';
+import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
+import { type KeyScope, type ClaimStore } from '../shapes/claim-store.interface.js';
+import { type LeaseRenewals } from '../claim/lease-renewals.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
 import { type IdempotencyEvent, publish } from '../events/idempotency-events.js';
 
 /**

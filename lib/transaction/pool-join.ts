@@ -1,5 +1,5 @@
 import { type Pool, type PoolClient } from 'pg';
-import { keepOwnConnect } from '../storage/own-connection.js';
+import { keepOwnConnect } from '../connection/own-connection.js';
 import { connectWithin } from './bounded-connect.js';
 import { transactionScope } from './transaction-scope.js';
 

@@ -2,10 +2,10 @@ import { Logger } from '@nestjs/common';
 import { EventEmitter } from 'node:events';
 import pg, { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
-import { isReadOnlyError } from '../storage/connection-errors.js';
-import { acquire } from '../storage/deadline.js';
-import { readOnly } from '../storage/read-only-query.js';
-import { queryStatement } from '../storage/prefixed-query.js';
+import { isReadOnlyError } from '../connection/connection-errors.js';
+import { acquire } from '../connection/deadline.js';
+import { readOnly } from '../connection/read-only-query.js';
+import { queryStatement } from '../connection/prefixed-query.js';
 import { isAboveReadCommitted } from './isolation-level.js';
 import {
   CursorOpenRefusedError,
@@ -21,7 +21,7 @@ import {
   setsIdentity,
   setsReadOnly,
 } from './sql-text.js';
-import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../storage/session-state.js';
+import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../connection/session-state.js';
 
 import {
   asError,

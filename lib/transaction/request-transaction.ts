@@ -11,16 +11,16 @@ import {
   isRolledBackError,
   isTransactionAbortedError,
   markReadOnlyByHandler,
-} from '../storage/connection-errors.js';
-import { acquire, queryWithDeadline, withDeadline } from '../storage/deadline.js';
-import { beginWith, carriedStatement } from '../storage/begin-with.js';
-import { fencedCommit, isFenceLost } from '../storage/fenced-commit.js';
+} from '../connection/connection-errors.js';
+import { acquire, queryWithDeadline, withDeadline } from '../connection/deadline.js';
+import { beginWith, carriedStatement } from '../connection/begin-with.js';
+import { fencedCommit, isFenceLost } from '../claim/fenced-commit.js';
 import {
   CAPTURE_SESSION_STATE,
   runSurrounded,
   SWAP_IN_SESSION_STATE,
   SWAP_OUT_SESSION_STATE,
-} from '../storage/session-state.js';
+} from '../connection/session-state.js';
 import {
   decideIsolation,
   isAboveReadCommitted,

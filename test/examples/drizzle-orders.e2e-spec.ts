@@ -1,7 +1,7 @@
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { Client } from 'pg';
 import { orderEvents, orders } from '../../examples/drizzle-orders/schema.js';
-import { drizzleCause } from '../../lib/storage/driver-errors/drizzle.js';
+import { drizzleCause } from '../../lib/connection/driver-errors/drizzle.js';
 import { ADAPTERS, type AdapterName } from '../support/bootstrap.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { startWorker, type WorkerProcess } from '../support/worker-process.js';

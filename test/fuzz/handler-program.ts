@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { isWellFormedText } from '../../lib/well-formed.js';
+import { isWellFormedText } from '../../lib/decisions/well-formed.js';
 
 /**
  * A small language of handler programs, each the kind of thing a Nest handler does with its

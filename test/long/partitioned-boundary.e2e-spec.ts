@@ -2,15 +2,15 @@ import { type INestApplication, Logger } from '@nestjs/common';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
 import { PartitionIdempotencyKeys1764461600000 } from '../../lib/index.js';
-import { type KeyScope } from '../../lib/storage/claim-store.interface.js';
-import { IdempotencyDatabase } from '../../lib/storage/idempotency-database.js';
-import { PartitionedPostgresClaimStore } from '../../lib/storage/partitioned/partitioned-postgres-claim.store.js';
+import { type KeyScope } from '../../lib/shapes/claim-store.interface.js';
+import { IdempotencyDatabase } from '../../lib/connection/idempotency-database.js';
+import { PartitionedPostgresClaimStore } from '../../lib/claim/partitioned/partitioned-postgres-claim.store.js';
 import {
   claimOutcome,
   type ClaimRow,
   PostgresClaimStore,
-} from '../../lib/storage/postgres-claim.store.js';
-import { CLAIM } from '../../lib/storage/postgres-statements.js';
+} from '../../lib/claim/postgres-claim.store.js';
+import { CLAIM } from '../../lib/claim/postgres-statements.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/migrated-database.js';
 import {

@@ -11,7 +11,7 @@ import { createTestPool, endTestPool } from '../../support/test-pool.js';
 
 /**
  * Adversary, round 2 (issue 27), on fix 5 (a 25P02 is classified by the failure before it:
- * RequestTransaction.noteFailure / failureOf, lib/failure.ts). `lastError` keeps the last
+ * RequestTransaction.noteFailure / failureOf, lib/transaction/failure.ts). `lastError` keeps the last
  * failure that was noted, even one that a nested transaction's rollback already recovered
  * from, and a cursor's failure (PoolTransaction.submit, Kysely's `stream()`) is never noted.
  * So: a nested transaction whose statement timed out (57014, caught, its savepoint rolled

@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { type DataSource } from 'typeorm';
 import { PartitionIdempotencyKeys1764461600000 } from '../../../lib/index.js';
-import { IdempotencyDatabase } from '../../../lib/storage/idempotency-database.js';
-import { PartitionedPostgresClaimStore } from '../../../lib/storage/partitioned/partitioned-postgres-claim.store.js';
+import { IdempotencyDatabase } from '../../../lib/connection/idempotency-database.js';
+import { PartitionedPostgresClaimStore } from '../../../lib/claim/partitioned/partitioned-postgres-claim.store.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../../support/migrated-database.js';
 import { PARTITIONS_SUPPORTED } from '../../support/postgres-version.js';
 

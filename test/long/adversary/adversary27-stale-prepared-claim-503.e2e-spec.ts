@@ -24,11 +24,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * claim-at-begin.ts:44-51, learns nothing from 0A000 and keeps the name as prepared); the
  * claim's failure rolls the transaction back (request-transaction.ts:289-291) and
  * rollbackOn/end (request-transaction.ts:699-723) give the connection back to the pool as
- * healthy, its stale prepared statement still there. lib/storage/postgres-claim.store.ts:165
+ * healthy, its stale prepared statement still there. lib/claim/postgres-claim.store.ts:165
  * turns the error into 503 store_unavailable ("Retry later"), and every retry meets the same
  * connection's same statement: 503 again, forever. The default route's claim, on a statement
  * of its own that fails the same way once, runs through IdempotencyDatabase.withConnection
- * (lib/storage/idempotency-database.ts:365-374), which closes a connection whose work failed:
+ * (lib/connection/idempotency-database.ts:365-374), which closes a connection whose work failed:
  * one 503, then the next connection prepares afresh.
  *
  * What is expected: as on the default route (the control below), the claim recovers: at most

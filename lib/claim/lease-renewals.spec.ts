@@ -1,0 +1,129 @@
+import { type ActiveClaim } from '../shapes/active-claim.js';
+import { type ClaimStore } from '../shapes/claim-store.interface.js';
+import { LeaseRenewals, renewalRoute, type RenewalRoute } from './lease-renewals.js';
+import { type RequestTransaction } from '../transaction/request-transaction.js';
+
+describe('renewalRoute', () => {
+  it.each<[string, Parameters<typeof renewalRoute>[0], RenewalRoute]>([
+    [
+      'no transaction above READ COMMITTED: apart',
+      { phaseEnding: false, holderIsolated: false, storeRenewsInside: true },
+      'apart',
+    ],
+    [
+      'a transaction (the request’s or a phase’s) above READ COMMITTED: inside it',
+      { phaseEnding: false, holderIsolated: true, storeRenewsInside: true },
+      'inside',
+    ],
+    [
+      'a store that cannot renew inside a transaction: apart',
+      { phaseEnding: false, holderIsolated: true, storeRenewsInside: false },
+      'apart',
+    ],
+    [
+      'a phase committing above READ COMMITTED: after its end',
+      { phaseEnding: true, holderIsolated: false, storeRenewsInside: true },
+      'after-phase',
+    ],
+    [
+      'a phase committing at READ COMMITTED: after its end too (its update renews the lease)',
+      { phaseEnding: true, holderIsolated: false, storeRenewsInside: false },
+      'after-phase',
+    ],
+  ])('%s', (_name, state, route) => {
+    expect(renewalRoute(state)).toBe(route);
+  });
+});
+
+describe('LeaseRenewals.heartbeat inside a transaction above READ COMMITTED', () => {
+  const claim = {
+    tenantId: 't',
+    key: 'k',
+    claimId: 'c',
+    lockVersion: '1',
+    recoveryPoint: 'start',
+    phaseResults: {},
+    leaseMs: 150,
+  } as unknown as ActiveClaim;
+  const isolated = {
+    isolated: true,
+    renewsInside: true,
+    ended: false,
+  } as unknown as RequestTransaction;
+
+  it.each<[string, () => Promise<boolean>, (calls: number) => void, number]>([
+    [
+      'a renewal that fails (the transaction is then aborted): once, said once, then stopped',
+      () => Promise.reject(new Error('40001 could not serialize access')),
+      (calls) => expect(calls).toBe(1),
+      1,
+    ],
+    [
+      // Queued behind its code's statement that failed in a savepoint of its own (a try with a
+      // fallback): the code rolls back to it and goes on, and so do the renewals.
+      'renewals that meet "transaction is aborted" (25P02): every heartbeat, nothing said',
+      () =>
+        Promise.reject(
+          Object.assign(new Error('current transaction is aborted'), {
+            code: '25P02',
+            severity: 'ERROR',
+          }),
+        ),
+      (calls) => expect(calls).toBeGreaterThanOrEqual(3),
+      0,
+    ],
+    [
+      'renewals that hold: every heartbeat, nothing said',
+      () => Promise.resolve(true),
+      (calls) => expect(calls).toBeGreaterThanOrEqual(3),
+      0,
+    ],
+  ])('%s', async (_name, renewal, expectCalls, warnings) => {
+    let calls = 0;
+    const warned: string[] = [];
+    const store = {
+      transactional: true,
+      extendLease: () => Promise.resolve(true),
+      extendLeaseIn: () => {
+        calls++;
+        return renewal();
+      },
+      commitPhase: () => undefined,
+    } as unknown as ClaimStore;
+    const renewals = new LeaseRenewals({ warn: (m: string) => warned.push(m) } as never);
+    const stop = renewals.heartbeat(store, claim, isolated);
+    await new Promise((resolve) => setTimeout(resolve, 280)); // an interval of 50 ms
+    stop();
+    expectCalls(calls);
+    expect(warned).toHaveLength(warnings);
+  });
+
+  // A claim not committed yet (`oneCommit`) in a read-only part of its code's: an UPDATE would
+  // be refused, but its transaction's idle bound (the lease) would end the session: kept alive.
+  it.each<[string, boolean, string[]]>([
+    ['holding a claim not committed yet: kept alive with a read', true, ['SELECT 1']],
+    ['its claim committed apart: nothing sent', false, []],
+  ])('inside a read-only nested transaction, %s', async (_name, holdsClaim, expected) => {
+    const sent = new Set<string>();
+    const readOnly = {
+      ...isolated,
+      readOnlyNow: true,
+      holdsClaim,
+      query: (text: string) => {
+        sent.add(text);
+        return Promise.resolve([]);
+      },
+    } as unknown as RequestTransaction;
+    const store = {
+      transactional: true,
+      extendLease: () => Promise.resolve(true),
+      extendLeaseIn: () => Promise.reject(new Error('no renewal in a read-only transaction')),
+      commitPhase: () => undefined,
+    } as unknown as ClaimStore;
+    const renewals = new LeaseRenewals({ warn: () => undefined } as never);
+    const stop = renewals.heartbeat(store, claim, readOnly);
+    await new Promise((resolve) => setTimeout(resolve, 180)); // an interval of 50 ms
+    stop();
+    expect([...sent]).toEqual(expected);
+  });
+});

@@ -1,0 +1,285 @@
+import { Logger } from '@nestjs/common';
+import { performance } from 'node:perf_hooks';
+import { type PoolClient, type QueryResult } from 'pg';
+import { IdempotencyStoreUnavailableError } from '../../shapes/idempotency.errors.js';
+import { type ClaimRequest } from '../claim-batcher.js';
+import { type KeyScope } from '../../shapes/claim-store.interface.js';
+import { type IdempotencyDatabase, type Statement } from '../../connection/idempotency-database.js';
+import { type ClaimRow, type LateRows, PostgresClaimStore } from '../postgres-claim.store.js';
+import { isNoPartitionError } from './layout-errors.js';
+import { coverageAction, expirySteps, type PartitionInfo } from './partition-schedule.js';
+import {
+  CARRY_FORWARD,
+  CLAIM_BATCH_IN_PARTITIONS,
+  CLAIM_IN_PARTITIONS,
+  CREATE_PARTITIONS,
+  LIST_PARTITIONS,
+  PURGE_ABANDONED_IN_PARTITIONS,
+} from './partitioned-statements.js';
+
+/** How the table is cut: each partition's width, and how many are made ahead of the live one. */
+export interface PartitionLayout {
+  partitionMs: number;
+  partitionsAhead: number;
+}
+
+/**
+ * The purge's statements may wait on locks (a detach waits for the queries that may still
+ * read its partition); past this they are cancelled, and the next purge goes on from there
+ * (a detach left half done is finished first).
+ */
+const MAINTENANCE_STATEMENT_TIMEOUT_MS = 60_000;
+
+/**
+ * Behind a pooler in transaction mode the detach is not concurrent: it takes the table's
+ * ACCESS EXCLUSIVE lock, and claims queue behind its request. It waits this long at most for
+ * the statements still running on the table (claims and fenced writes take milliseconds);
+ * past it the partition's transaction rolls back, changing nothing, and the next purge tries
+ * again.
+ */
+const DETACH_LOCK_TIMEOUT_MS = 2_000;
+
+/** The lock that lets one instance at a time drop partitions (session or transaction level). */
+const EXPIRY_LOCK = 'idempotency_keys_expiry';
+
+interface PartitionRow {
+  partition: string;
+  from_at: Date | null;
+  to_at: Date | null;
+  detach_pending: boolean;
+}
+
+/**
+ * The claim store on a partitioned `idempotency_keys` (the `PartitionIdempotencyKeys`
+ * migration; `partitionedExpiry` in the module's options). Claims go through
+ * `idempotency_claim()`, which keeps a key unique across partitions; the retention drops whole
+ * partitions instead of deleting rows, so expiry leaves no dead tuples for vacuum. Everything
+ * else (takeover, phases, finish, release) is the plain store's.
+ *
+ * Partitions are made ahead by the purge, and by the claims of a process that has not seen
+ * them yet or sees them running out, so that keys never lack one when no purge runs.
+ *
+ * @example
+ * // The module builds it for 'postgres' with `partitionedExpiry`; by hand, for a test:
+ * new PartitionedPostgresClaimStore(new IdempotencyDatabase(() => dataSource, 5000), {
+ *   partitionMs: 3_600_000,
+ *   partitionsAhead: 2,
+ * });
+ */
+export class PartitionedPostgresClaimStore extends PostgresClaimStore {
+  private readonly logger = new Logger('Idempotency');
+  /** `performance.now()` up to which partitions are known to exist; undefined: not asked. */
+  private coveredUntil?: number;
+  private creating?: Promise<void>;
+
+  constructor(
+    database: IdempotencyDatabase,
+    private readonly layout: PartitionLayout,
+  ) {
+    super(database);
+  }
+
+  /** The claim of `claimIn`, once the partitions ahead are made (see `sendClaims`). */
+  override async claimIn(
+    ...args: Parameters<PostgresClaimStore['claimIn']>
+  ): ReturnType<PostgresClaimStore['claimIn']> {
+    await this.ensurePartitions();
+    try {
+      return await super.claimIn(...args);
+    } catch (error) {
+      if (!isNoPartitionError(causeOf(error))) throw error;
+      // Partitions ran out sooner than this process reckoned (see `sendClaims`): made now, and
+      // the key claimed apart, whose claim runs once more (its transaction was rolled back).
+      this.coveredUntil = undefined;
+      await this.createPartitions();
+      return { kind: 'apart' };
+    }
+  }
+
+  protected override claimStatement(): Statement {
+    return CLAIM_IN_PARTITIONS;
+  }
+
+  /**
+   * The claims of a batch through `idempotency_claim()`, once the partitions ahead are made
+   * (waited for only when its rows would have none).
+   */
+  protected override async sendClaims(
+    batch: ClaimRequest[],
+    late: LateRows,
+  ): Promise<(ClaimRow | undefined)[]> {
+    await this.ensurePartitions();
+    return this.claimRows(batch, CLAIM_IN_PARTITIONS, CLAIM_BATCH_IN_PARTITIONS, late).catch(
+      async (error: unknown) => {
+        if (!isNoPartitionError(causeOf(error))) throw error;
+        // Partitions ran out sooner than this process reckoned (dropped by hand, a clock
+        // that jumped): made now, and the claims run once more.
+        this.coveredUntil = undefined;
+        await this.createPartitions();
+        return this.claimRows(batch, CLAIM_IN_PARTITIONS, CLAIM_BATCH_IN_PARTITIONS, late);
+      },
+    );
+  }
+
+  /**
+   * The retention, by partitions: makes the partitions ahead, then drops every partition whose
+   * whole range is past `retentionMs`, once the keys that must outlive it are carried forward
+   * into the live one. Returns no keys: those of a dropped partition are not listed, and none
+   * is still in a replay cache (an entry lives at most half its key's remaining retention).
+   */
+  override async purgeBatch(retentionMs: number): Promise<KeyScope[]> {
+    await this.createPartitions();
+    await this.database.withConnection((client) =>
+      this.database.pooler === 'transaction'
+        ? this.expireInTransactions(client, retentionMs)
+        : this.expire(client, retentionMs),
+    );
+    return [];
+  }
+
+  override async purgeAbandonedBatch(horizonMs: number, batchSize: number): Promise<number> {
+    const { rowCount } = await this.query(PURGE_ABANDONED_IN_PARTITIONS, [horizonMs, batchSize]);
+    return rowCount ?? 0;
+  }
+
+  /** Before a claim: the partitions ahead, waited for only when its row would have none. */
+  private async ensurePartitions(): Promise<void> {
+    const covered =
+      this.coveredUntil === undefined ? undefined : this.coveredUntil - performance.now();
+    const action = coverageAction(covered, this.layout.partitionMs);
+    if (action === 'none') return;
+    const creating = this.createPartitions();
+    if (action === 'wait') return creating;
+    creating.catch((error: unknown) =>
+      this.logger.warn(`partitions ahead of idempotency_keys were not made: ${String(error)}`),
+    );
+  }
+
+  /** Makes the partitions ahead, one call at a time per process; notes how far they reach. */
+  private createPartitions(): Promise<void> {
+    this.creating ??= (async () => {
+      const asked = performance.now();
+      const { rows } = await this.query<{ covered_ms: number }>(CREATE_PARTITIONS, [
+        this.layout.partitionMs,
+        this.layout.partitionsAhead,
+      ]);
+      this.coveredUntil = asked + rows[0].covered_ms;
+    })().finally(() => (this.creating = undefined));
+    return this.creating;
+  }
+
+  /** Moves the keys that must outlive a partition into the live one (`CARRY_FORWARD`). */
+  private carryForward(
+    client: PoolClient,
+    step: { fromAt: Date | null; toAt: Date },
+    retentionMs: number,
+  ): Promise<QueryResult> {
+    return client.query(CARRY_FORWARD, [step.fromAt, step.toAt, retentionMs]);
+  }
+
+  /** One instance at a time (a session lock; the others skip): the steps of `expirySteps`. */
+  private async expire(client: PoolClient, retentionMs: number): Promise<void> {
+    const { rows } = await client.query<{ locked: boolean }>(
+      'SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS locked',
+      [EXPIRY_LOCK],
+    );
+    if (!rows[0].locked) return;
+    try {
+      await client.query(`SET statement_timeout = ${MAINTENANCE_STATEMENT_TIMEOUT_MS}`);
+      const [{ rows: partitions }, { rows: clock }] = await Promise.all([
+        client.query<PartitionRow>(LIST_PARTITIONS),
+        client.query<{ now: Date }>('SELECT now()'),
+      ]);
+      for (const step of expirySteps(partitions.map(toInfo), clock[0].now, retentionMs)) {
+        if (step.kind === 'finalize') {
+          await client.query(
+            `ALTER TABLE idempotency_keys DETACH PARTITION ${step.partition} FINALIZE`,
+          );
+        } else {
+          const carried = await this.carryForward(client, step, retentionMs);
+          // CONCURRENTLY: claims go on while it waits for the queries still reading the
+          // partition; a plain DETACH or DROP would lock them all out meanwhile.
+          await client.query(
+            `ALTER TABLE idempotency_keys DETACH PARTITION ${step.partition} CONCURRENTLY`,
+          );
+          this.logger.log(
+            `dropping partition ${step.partition} of idempotency_keys (past the retention); ` +
+              `${carried.rowCount ?? 0} keys carried forward`,
+          );
+        }
+        await client.query(`DROP TABLE ${step.partition}`);
+      }
+    } finally {
+      await client.query('RESET statement_timeout');
+      await client.query('SELECT pg_advisory_unlock(hashtextextended($1, 0))', [EXPIRY_LOCK]);
+    }
+  }
+
+  /**
+   * The expiry behind a pooler in transaction mode, where each transaction may run on another
+   * server session: a session lock would stay held on the session that took it (the unlock
+   * runs on another), and a session setting would reach other clients' statements. So each
+   * partition goes in one transaction of its own, under a transaction-level lock (the other
+   * instances skip), with its timeouts `SET LOCAL`; its detach cannot be `CONCURRENTLY` (which
+   * runs outside any transaction), and takes the table's lock first, so that no lock it holds
+   * on a carried row is ever upgraded while a claim waits on it.
+   */
+  private async expireInTransactions(client: PoolClient, retentionMs: number): Promise<void> {
+    for (;;) {
+      await client.query('BEGIN');
+      let more: boolean;
+      try {
+        more = await this.expireOne(client, retentionMs);
+        await client.query('COMMIT');
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        throw error;
+      }
+      if (!more) return;
+    }
+  }
+
+  /** In a transaction: the first step of `expirySteps`, if the lock is free; whether it ran. */
+  private async expireOne(client: PoolClient, retentionMs: number): Promise<boolean> {
+    const { rows } = await client.query<{ locked: boolean }>(
+      'SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS locked',
+      [EXPIRY_LOCK],
+    );
+    if (!rows[0].locked) return false;
+    await client.query(`SET LOCAL statement_timeout = ${MAINTENANCE_STATEMENT_TIMEOUT_MS}`);
+    await client.query(`SET LOCAL lock_timeout = ${DETACH_LOCK_TIMEOUT_MS}`);
+    const { rows: partitions } = await client.query<PartitionRow>(LIST_PARTITIONS);
+    const { rows: clock } = await client.query<{ now: Date }>('SELECT now()');
+    const [step] = expirySteps(partitions.map(toInfo), clock[0].now, retentionMs);
+    if (step === undefined) return false;
+    await client.query('LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE');
+    if (step.kind === 'finalize') {
+      await client.query(
+        `ALTER TABLE idempotency_keys DETACH PARTITION ${step.partition} FINALIZE`,
+      );
+    } else {
+      const carried = await this.carryForward(client, step, retentionMs);
+      await client.query(`ALTER TABLE idempotency_keys DETACH PARTITION ${step.partition}`);
+      this.logger.log(
+        `dropping partition ${step.partition} of idempotency_keys (past the retention); ` +
+          `${carried.rowCount ?? 0} keys carried forward`,
+      );
+    }
+    await client.query(`DROP TABLE ${step.partition}`);
+    return true;
+  }
+}
+
+function toInfo(row: PartitionRow): PartitionInfo {
+  return {
+    partition: row.partition,
+    fromAt: row.from_at,
+    toAt: row.to_at,
+    detachPending: row.detach_pending,
+  };
+}
+
+/** The database's own error under the library's 503. */
+function causeOf(error: unknown): unknown {
+  return error instanceof IdempotencyStoreUnavailableError ? error.cause : error;
+}

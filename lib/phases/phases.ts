@@ -1,0 +1,24 @@
+import { type ActiveClaim } from '../shapes/idempotency-context.js';
+
+/** Whether a phase completed in an earlier run of this claim, and what it returned. */
+export type CompletedPhase = { completed: true; result: unknown } | { completed: false };
+
+/**
+ * The phase bookkeeping: a phase is complete when its result was recorded with the recovery
+ * point. Results are kept by name rather than inferred from the recovery point's position,
+ * so a handler whose phases depend on data (a phase that only sometimes runs) resumes right.
+ */
+export function completedPhase(results: Record<string, unknown>, phase: string): CompletedPhase {
+  return Object.prototype.hasOwnProperty.call(results, phase)
+    ? { completed: true, result: results[phase] }
+    : { completed: false };
+}
+
+/**
+ * The key for an external call made in `phase`: the claim's own id (new for every claim of a
+ * key, shared by every worker that takes the claim over, and unique across tenants) joined
+ * with the phase's name.
+ */
+export function derivedKey(claim: Pick<ActiveClaim, 'claimId'>, phase: string): string {
+  return `${claim.claimId}:${phase}`;
+}

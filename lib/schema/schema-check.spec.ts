@@ -1,0 +1,438 @@
+import { type CatalogEntry, missingSchema, schemaMessage } from './schema-check.js';
+import {
+  LAYOUT_NOT_PARTITIONED,
+  LAYOUT_PARTITIONED_UNEXPECTED,
+} from '../claim/partitioned/layout-errors.js';
+
+const TZ = 'timestamp with time zone';
+/** `name:type`, with `!` after the type for a column without a DEFAULT it needs. */
+const columns = (spec: string): { name: string; type: string; hasDefault: boolean }[] =>
+  spec.split(',').map((pair) => {
+    const [name, written] = pair.trim().split(':');
+    const type = written.replace('!', '');
+    return { name, type: type === 'tz' ? TZ : type, hasDefault: !written.endsWith('!') };
+  });
+/** The primary keys the migrations make, by table. */
+const UNIQUES: Record<string, string[][]> = {
+  idempotency_keys: [['key', 'tenant_id']],
+  processed_messages: [['consumer', 'message_id']],
+  message_failures: [['consumer', 'message_id']],
+  idempotency_response_bodies: [['id']],
+};
+const KEY_COLUMNS =
+  'tenant_id:text, key:text, fingerprint:bytea, state:text, recovery_point:text, ' +
+  'locked_until:tz, lock_version:bigint, response_code:integer, response_body:bytea, ' +
+  'created_at:tz, claim_id:uuid, response_headers:jsonb, phase_results:jsonb, finished_at:tz';
+const table = (
+  name: string,
+  spec: string,
+  relkind = 'r',
+  uniques = relkind === 'p' ? [] : UNIQUES[name],
+  missingPrivileges: string[] = [],
+): CatalogEntry => ({
+  kind: 'table',
+  name,
+  relkind,
+  columns: columns(spec),
+  uniques,
+  missingPrivileges,
+  role: 'app',
+});
+const keys = table('idempotency_keys', KEY_COLUMNS);
+const processed = table('processed_messages', 'consumer:text, message_id:text, processed_at:tz');
+const failures = table(
+  'message_failures',
+  'consumer:text, message_id:text, attempts:integer, last_error:text, last_failed_at:tz',
+);
+const bodies = table(
+  'idempotency_response_bodies',
+  'id:uuid, tenant_id:text, key:text, claim_id:uuid, body:bytea, created_at:tz, expires_at:tz',
+);
+const partitionedKeys = table('idempotency_keys', `${KEY_COLUMNS}, placed_at:tz`, 'p');
+const fn = (name: string): CatalogEntry => ({ kind: 'function', name });
+const partitionFunctions = [
+  fn('idempotency_claim'),
+  fn('idempotency_keys_create_partitions'),
+  fn('idempotency_key_partitions'),
+];
+const complete = [keys, processed, failures, bodies];
+/** The entry as the catalog query gives it from a schema the role may not use. */
+const inUnusable = (schema: string, entry: CatalogEntry, role = 'app'): CatalogEntry => ({
+  ...entry,
+  role,
+  unusableSchema: schema,
+});
+const usage = (schema: string, holds: string) =>
+  `the role app may not use schema ${schema}, which holds ${holds}: ` +
+  `GRANT USAGE ON SCHEMA ${schema} TO app`;
+const plain = { partitioned: false, bodies: false };
+const withBodies = { partitioned: false, bodies: true };
+const partitioned = { partitioned: true, bodies: false };
+
+describe('missingSchema', () => {
+  it.each<[string, { partitioned: boolean; bodies: boolean }, CatalogEntry[], string[]]>([
+    ['every migration ran', plain, complete, []],
+    ['every migration ran, bodies used', withBodies, complete, []],
+    ['no bodies table, bodies not used', plain, [keys, processed, failures], []],
+    [
+      'nothing at all (the migrations never ran)',
+      plain,
+      [],
+      [
+        'table idempotency_keys is missing (migration CreateIdempotencyKeys1764460800000)',
+        'table processed_messages is missing (migration CreateProcessedMessages1764460900000)',
+        'table message_failures is missing (migration CreateMessageFailures1764461400000)',
+      ],
+    ],
+    [
+      'the bodies table missing with largeResponses',
+      withBodies,
+      [keys, processed, failures],
+      [
+        'table idempotency_response_bodies is missing (migration CreateResponseBodies1764461500000)',
+      ],
+    ],
+    [
+      'the failure counts missing (the consumer side)',
+      plain,
+      [keys, processed],
+      ['table message_failures is missing (migration CreateMessageFailures1764461400000)'],
+    ],
+    [
+      'finished_at missing (an outdated schema)',
+      plain,
+      [table('idempotency_keys', KEY_COLUMNS.replace(', finished_at:tz', '')), processed, failures],
+      ['column idempotency_keys.finished_at is missing (migration AddFinishedAt1764461200000)'],
+    ],
+    [
+      'tenant ids still bigint',
+      plain,
+      [
+        table('idempotency_keys', KEY_COLUMNS.replace('tenant_id:text', 'tenant_id:bigint')),
+        processed,
+        failures,
+      ],
+      [
+        'column idempotency_keys.tenant_id is bigint, not text (migration TextTenantIds1764461300000)',
+      ],
+    ],
+    [
+      'a column of a table’s own migration dropped',
+      plain,
+      [keys, table('processed_messages', 'consumer:text, message_id:text'), failures],
+      [
+        'column processed_messages.processed_at is missing (migration CreateProcessedMessages1764460900000)',
+      ],
+    ],
+    [
+      'the keys table without its primary key',
+      plain,
+      [table('idempotency_keys', KEY_COLUMNS, 'r', []), processed, failures],
+      [
+        'idempotency_keys has no primary key or unique index on (tenant_id, key), which the ' +
+          "library's ON CONFLICT needs (migration CreateIdempotencyKeys1764460800000)",
+      ],
+    ],
+    [
+      'the keys table with a unique index on more columns only',
+      plain,
+      [
+        table('idempotency_keys', KEY_COLUMNS, 'r', [['key', 'tenant_id', 'fingerprint']]),
+        processed,
+        failures,
+      ],
+      [
+        'idempotency_keys has no primary key or unique index on (tenant_id, key), which the ' +
+          "library's ON CONFLICT needs (migration CreateIdempotencyKeys1764460800000)",
+      ],
+    ],
+    [
+      'the keys table with a unique index in the other column order',
+      plain,
+      [table('idempotency_keys', KEY_COLUMNS, 'r', [['tenant_id', 'key']]), processed, failures],
+      [],
+    ],
+    [
+      'message_failures without its primary key',
+      plain,
+      [
+        keys,
+        processed,
+        table(
+          'message_failures',
+          'consumer:text, message_id:text, attempts:integer, last_error:text, last_failed_at:tz',
+          'r',
+          [],
+        ),
+      ],
+      [
+        'message_failures has no primary key or unique index on (consumer, message_id), which ' +
+          "the library's ON CONFLICT needs (migration CreateMessageFailures1764461400000)",
+      ],
+    ],
+    [
+      'claim_id without its DEFAULT',
+      plain,
+      [
+        table('idempotency_keys', KEY_COLUMNS.replace('claim_id:uuid', 'claim_id:uuid!')),
+        processed,
+        failures,
+      ],
+      [
+        'column idempotency_keys.claim_id has no DEFAULT, which the insert needs ' +
+          '(migration CreateIdempotencyKeys1764460800000)',
+      ],
+    ],
+    [
+      'a column the inserts write needs no DEFAULT (fingerprint)',
+      plain,
+      [
+        table('idempotency_keys', KEY_COLUMNS.replace('fingerprint:bytea', 'fingerprint:bytea!')),
+        processed,
+        failures,
+      ],
+      [],
+    ],
+    [
+      'partitioned, claim_id and placed_at without their DEFAULTs',
+      partitioned,
+      [
+        table(
+          'idempotency_keys',
+          `${KEY_COLUMNS.replace('claim_id:uuid', 'claim_id:uuid!')}, placed_at:tz!`,
+          'p',
+        ),
+        processed,
+        failures,
+        ...partitionFunctions,
+      ],
+      [
+        'column idempotency_keys.claim_id has no DEFAULT, which the insert needs ' +
+          '(migration CreateIdempotencyKeys1764460800000)',
+        'column idempotency_keys.placed_at has no DEFAULT, which the insert needs ' +
+          '(migration PartitionIdempotencyKeys1764461600000)',
+      ],
+    ],
+    [
+      'bodies without the id DEFAULT',
+      withBodies,
+      [
+        keys,
+        processed,
+        failures,
+        table(
+          'idempotency_response_bodies',
+          'id:uuid!, tenant_id:text, key:text, claim_id:uuid, body:bytea, created_at:tz, expires_at:tz',
+        ),
+      ],
+      [
+        'column idempotency_response_bodies.id has no DEFAULT, which the insert needs ' +
+          '(migration CreateResponseBodies1764461500000)',
+      ],
+    ],
+    [
+      'a role that may only read',
+      plain,
+      [
+        table('idempotency_keys', KEY_COLUMNS, 'r', undefined, ['INSERT', 'UPDATE', 'DELETE']),
+        processed,
+        table(
+          'message_failures',
+          'consumer:text, message_id:text, attempts:integer, last_error:text, last_failed_at:tz',
+          'r',
+          undefined,
+          ['DELETE'],
+        ),
+      ],
+      [
+        'the role app may not INSERT, UPDATE, DELETE on idempotency_keys: ' +
+          'GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO app',
+        'the role app may not DELETE on message_failures: ' +
+          'GRANT SELECT, INSERT, UPDATE, DELETE ON message_failures TO app',
+      ],
+    ],
+    [
+      'every table in a schema of the search_path the role may not use',
+      plain,
+      [processed, failures, keys].map((entry) => inUnusable('idem', entry)),
+      [usage('idem', 'idempotency_keys, processed_messages, message_failures')],
+    ],
+    [
+      'a table resolved is checked as is: no USAGE problem (unusableSchema null)',
+      plain,
+      [{ ...keys, unusableSchema: null }, processed, failures],
+      [],
+    ],
+    [
+      'the keys table alone in the unusable schema, bodies used',
+      withBodies,
+      [inUnusable('idem', keys), processed, failures, bodies],
+      [usage('idem', 'idempotency_keys')],
+    ],
+    [
+      'two unusable schemas: one GRANT each, in the order of the tables',
+      plain,
+      [inUnusable('consumers', processed), inUnusable('idem', keys), inUnusable('idem', failures)],
+      [
+        usage('idem', 'idempotency_keys, message_failures'),
+        usage('consumers', 'processed_messages'),
+      ],
+    ],
+    [
+      'no USAGE and no write privileges: both GRANTs at once',
+      plain,
+      [
+        inUnusable(
+          'idem',
+          table('idempotency_keys', KEY_COLUMNS, 'r', undefined, ['INSERT', 'UPDATE', 'DELETE']),
+        ),
+        processed,
+        failures,
+      ],
+      [
+        usage('idem', 'idempotency_keys'),
+        'the role app may not INSERT, UPDATE, DELETE on idempotency_keys: ' +
+          'GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO app',
+      ],
+    ],
+    [
+      'no USAGE, and a table of the unusable schema outdated: the column too',
+      plain,
+      [
+        inUnusable('idem', table('idempotency_keys', KEY_COLUMNS.replace(', finished_at:tz', ''))),
+        processed,
+        failures,
+      ],
+      [
+        usage('idem', 'idempotency_keys'),
+        'column idempotency_keys.finished_at is missing (migration AddFinishedAt1764461200000)',
+      ],
+    ],
+    [
+      'no USAGE on one schema, another table missing altogether',
+      plain,
+      [inUnusable('idem', keys), processed],
+      [
+        usage('idem', 'idempotency_keys'),
+        'table message_failures is missing (migration CreateMessageFailures1764461400000)',
+      ],
+    ],
+    [
+      'partitioned, the table and its functions in the unusable schema',
+      partitioned,
+      [partitionedKeys, processed, failures, ...partitionFunctions].map((entry) =>
+        inUnusable('idem', entry),
+      ),
+      [
+        usage(
+          'idem',
+          'idempotency_keys, processed_messages, message_failures, idempotency_claim(), ' +
+            'idempotency_keys_create_partitions(), idempotency_key_partitions()',
+        ),
+      ],
+    ],
+    [
+      'partitioned, only a function in the unusable schema',
+      partitioned,
+      [
+        partitionedKeys,
+        processed,
+        failures,
+        fn('idempotency_claim'),
+        inUnusable('idem', fn('idempotency_keys_create_partitions')),
+        fn('idempotency_key_partitions'),
+      ],
+      [usage('idem', 'idempotency_keys_create_partitions()')],
+    ],
+    [
+      'a schema and a role that a GRANT must quote',
+      plain,
+      [inUnusable('Idem Keys', keys, 'App-User'), processed, failures],
+      [
+        'the role App-User may not use schema Idem Keys, which holds idempotency_keys: ' +
+          'GRANT USAGE ON SCHEMA "Idem Keys" TO "App-User"',
+      ],
+    ],
+    [
+      'a role a GRANT must quote that may only read',
+      plain,
+      [{ ...table('idempotency_keys', KEY_COLUMNS, 'r', undefined, ['DELETE']), role: 'Ops' }],
+      [
+        'the role Ops may not DELETE on idempotency_keys: ' +
+          'GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO "Ops"',
+        'table processed_messages is missing (migration CreateProcessedMessages1764460900000)',
+        'table message_failures is missing (migration CreateMessageFailures1764461400000)',
+      ],
+    ],
+    [
+      'partitioned, as configured',
+      partitioned,
+      [partitionedKeys, processed, failures, ...partitionFunctions],
+      [],
+    ],
+    [
+      'partitionedExpiry on a plain table',
+      partitioned,
+      complete,
+      [
+        'column idempotency_keys.placed_at is missing (migration PartitionIdempotencyKeys1764461600000)',
+        LAYOUT_NOT_PARTITIONED,
+      ],
+    ],
+    [
+      'a partitioned table without partitionedExpiry',
+      plain,
+      [partitionedKeys, processed, failures],
+      [LAYOUT_PARTITIONED_UNEXPECTED],
+    ],
+    [
+      'partitioned, a function dropped',
+      partitioned,
+      [partitionedKeys, processed, failures, fn('idempotency_key_partitions')],
+      [
+        'function idempotency_claim() is missing (migration PartitionIdempotencyKeys1764461600000)',
+        'function idempotency_keys_create_partitions() is missing (migration PartitionIdempotencyKeys1764461600000)',
+      ],
+    ],
+  ])('%s', (_name, needs, catalog, expected) => {
+    expect(missingSchema(needs, catalog)).toEqual(expected);
+  });
+});
+
+describe('schemaMessage', () => {
+  it('names only the GRANTs when only privileges are missing', () => {
+    expect(
+      schemaMessage([
+        'the role app may not INSERT on t: GRANT SELECT, INSERT, UPDATE, DELETE ON t TO app',
+      ]),
+    ).toBe(
+      "IdempotencyModule: the app's database lacks what the library needs:\n" +
+        '- the role app may not INSERT on t: GRANT SELECT, INSERT, UPDATE, DELETE ON t TO app\n',
+    );
+  });
+
+  it('names only the GRANT USAGE when only a schema is out of reach', () => {
+    expect(
+      schemaMessage([
+        'the role app may not use schema idem, which holds t: GRANT USAGE ON SCHEMA idem TO app',
+      ]),
+    ).toBe(
+      "IdempotencyModule: the app's database lacks what the library needs:\n" +
+        '- the role app may not use schema idem, which holds t: GRANT USAGE ON SCHEMA idem TO app\n',
+    );
+  });
+
+  it('lists what is missing and names the ways to create it', () => {
+    expect(
+      schemaMessage(['table a is missing (migration A1)', 'table b is missing (migration B2)']),
+    ).toBe(
+      "IdempotencyModule: the app's database lacks what the library needs:\n" +
+        '- table a is missing (migration A1)\n' +
+        '- table b is missing (migration B2)\n' +
+        "Run the library's migrations in the app's DataSource (migrations: " +
+        '[...IDEMPOTENCY_MIGRATIONS, ...yours], then migrationsRun: true or `typeorm migration:run`; ' +
+        'with partitionedExpiry, PartitionIdempotencyKeys1764461600000 after them), or apply the ' +
+        "package's migrations/schema.sql with your own migration tool.",
+    );
+  });
+});

@@ -1,0 +1,311 @@
+import {
+  LAYOUT_NOT_PARTITIONED,
+  LAYOUT_PARTITIONED_UNEXPECTED,
+} from '../claim/partitioned/layout-errors.js';
+import { PATH_POSITION, SEARCH_PATH_SCHEMAS, UNUSABLE_IN_PATH } from './search-path-schemas.js';
+
+/** What the configured stores use of the app's database, beyond what every app needs. */
+export interface SchemaNeeds {
+  /** `partitionedExpiry`: `idempotency_keys` partitioned, with its functions. */
+  partitioned: boolean;
+  /** `largeResponses` without a store of its own: bodies in `idempotency_response_bodies`. */
+  bodies: boolean;
+}
+
+/**
+ * A table or a function as the catalog has it, in the app's `search_path`: the one the
+ * library's unqualified statements resolve to or, when there is none, one in a schema that the
+ * role's `search_path` names but the role may not use (`unusableSchema`).
+ */
+export type CatalogEntry =
+  | {
+      kind: 'table';
+      name: string;
+      /** `r` a plain table, `p` a partitioned one. */
+      relkind: string;
+      columns: { name: string; type: string; hasDefault: boolean }[];
+      /** The column sets of its primary key and unique indexes (valid ones, not partial). */
+      uniques: string[][];
+      /** Of SELECT, INSERT, UPDATE, DELETE, those the app's role (`role`) lacks on it. */
+      missingPrivileges: string[];
+      role: string;
+      /** The schema that holds it, when the role lacks USAGE on it (null: the table resolves). */
+      unusableSchema?: string | null;
+    }
+  | { kind: 'function'; name: string; role?: string; unusableSchema?: string | null };
+
+const MIGRATIONS = {
+  keys: 'CreateIdempotencyKeys1764460800000',
+  processed: 'CreateProcessedMessages1764460900000',
+  finishedAt: 'AddFinishedAt1764461200000',
+  textTenants: 'TextTenantIds1764461300000',
+  failures: 'CreateMessageFailures1764461400000',
+  bodies: 'CreateResponseBodies1764461500000',
+  partition: 'PartitionIdempotencyKeys1764461600000',
+};
+
+export interface ColumnNeed {
+  name: string;
+  /** As `format_type()` prints it. */
+  type: string;
+  /** The migration that gives the column this type (when not the table's own). */
+  migration?: string;
+  /** An insert of the library's leaves it out: NOT NULL, it needs its DEFAULT. */
+  defaulted?: boolean;
+}
+
+export interface TableNeed {
+  table: string;
+  migration: string;
+  columns: ColumnNeed[];
+  /** The columns an `ON CONFLICT` of the library's names: a primary key or unique index on them. */
+  conflictKey?: string[];
+}
+
+const TIMESTAMPTZ = 'timestamp with time zone';
+
+const KEYS: TableNeed = {
+  table: 'idempotency_keys',
+  migration: MIGRATIONS.keys,
+  columns: [
+    { name: 'tenant_id', type: 'text', migration: MIGRATIONS.textTenants },
+    { name: 'key', type: 'text' },
+    { name: 'fingerprint', type: 'bytea' },
+    { name: 'state', type: 'text', defaulted: true },
+    { name: 'recovery_point', type: 'text', defaulted: true },
+    { name: 'locked_until', type: TIMESTAMPTZ },
+    { name: 'lock_version', type: 'bigint', defaulted: true },
+    { name: 'response_code', type: 'integer' },
+    { name: 'response_body', type: 'bytea' },
+    { name: 'created_at', type: TIMESTAMPTZ, defaulted: true },
+    { name: 'claim_id', type: 'uuid', defaulted: true },
+    { name: 'response_headers', type: 'jsonb' },
+    { name: 'phase_results', type: 'jsonb', defaulted: true },
+    { name: 'finished_at', type: TIMESTAMPTZ, migration: MIGRATIONS.finishedAt },
+  ],
+  conflictKey: ['tenant_id', 'key'],
+};
+
+const PLACED_AT: ColumnNeed = {
+  name: 'placed_at',
+  type: TIMESTAMPTZ,
+  migration: MIGRATIONS.partition,
+  defaulted: true,
+};
+
+/** The consumers' tables: `@IdempotentMessage()` and `ProcessedMessages`, and the purge's. */
+const CONSUMER_TABLES: TableNeed[] = [
+  {
+    table: 'processed_messages',
+    migration: MIGRATIONS.processed,
+    columns: [
+      { name: 'consumer', type: 'text' },
+      { name: 'message_id', type: 'text' },
+      { name: 'processed_at', type: TIMESTAMPTZ, defaulted: true },
+    ],
+    conflictKey: ['consumer', 'message_id'],
+  },
+  {
+    table: 'message_failures',
+    migration: MIGRATIONS.failures,
+    columns: [
+      { name: 'consumer', type: 'text' },
+      { name: 'message_id', type: 'text' },
+      { name: 'attempts', type: 'integer', defaulted: true },
+      { name: 'last_error', type: 'text' },
+      { name: 'last_failed_at', type: TIMESTAMPTZ, defaulted: true },
+    ],
+    conflictKey: ['consumer', 'message_id'],
+  },
+];
+
+const BODIES: TableNeed = {
+  table: 'idempotency_response_bodies',
+  migration: MIGRATIONS.bodies,
+  columns: [
+    { name: 'id', type: 'uuid', defaulted: true },
+    { name: 'tenant_id', type: 'text' },
+    { name: 'key', type: 'text' },
+    { name: 'claim_id', type: 'uuid' },
+    { name: 'body', type: 'bytea' },
+    { name: 'created_at', type: TIMESTAMPTZ, defaulted: true },
+    { name: 'expires_at', type: TIMESTAMPTZ },
+  ],
+};
+
+const PARTITION_FUNCTIONS = [
+  'idempotency_claim',
+  'idempotency_keys_create_partitions',
+  'idempotency_key_partitions',
+];
+
+/** Every table the library's migrations leave, with its columns: the check's and the doctor's. */
+export const SCHEMA_TABLES: readonly TableNeed[] = [KEYS, ...CONSUMER_TABLES, BODIES];
+
+/** Every table the check may ask about, and every function: the catalog query's parameters. */
+export const CHECKED_TABLES = SCHEMA_TABLES.map((need) => need.table);
+export const CHECKED_FUNCTIONS = PARTITION_FUNCTIONS;
+
+/**
+ * The one catalog query of the check: the tables (with their columns' types) and functions of
+ * those names that the app's sessions see (its `search_path`, as the library's unqualified
+ * statements resolve them). `$1` the tables' names, `$2` the functions'. For a name that does
+ * not resolve, the one in the first schema of the role's `search_path` setting that the role
+ * may not use, with that schema (`unusableSchema`): one row a name.
+ */
+export const SCHEMA_CATALOG_QUERY = `WITH ${SEARCH_PATH_SCHEMAS}
+(SELECT DISTINCT ON (c.relname) 'table' AS kind, c.relname AS name, c.relkind::text AS relkind,
+  coalesce((SELECT json_agg(json_build_object('name', a.attname,
+      'type', format_type(a.atttypid, a.atttypmod), 'hasDefault', a.atthasdef) ORDER BY a.attnum)
+    FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+    '[]'::json) AS columns,
+  coalesce((SELECT json_agg((SELECT json_agg(a.attname ORDER BY a.attname)
+      FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum = ANY(i.indkey::int2[])))
+    FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid
+      AND i.indpred IS NULL AND i.indexprs IS NULL),
+    '[]'::json) AS uniques,
+  ARRAY(SELECT p FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) p
+    WHERE NOT has_table_privilege(c.oid, p)) AS "missingPrivileges",
+  current_user::text AS role,
+  CASE WHEN pg_table_is_visible(c.oid) THEN NULL ELSE n.nspname::text END AS "unusableSchema"
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relname = ANY($1::text[]) AND c.relkind IN ('r', 'p')
+  AND (pg_table_is_visible(c.oid) OR ${UNUSABLE_IN_PATH})
+ORDER BY c.relname, pg_table_is_visible(c.oid) DESC, ${PATH_POSITION})
+UNION ALL
+(SELECT DISTINCT ON (p.proname) 'function', p.proname, NULL, '[]'::json, '[]'::json,
+  ARRAY[]::text[], current_user::text,
+  CASE WHEN pg_function_is_visible(p.oid) THEN NULL ELSE n.nspname::text END
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE p.proname = ANY($2::text[]) AND (pg_function_is_visible(p.oid) OR ${UNUSABLE_IN_PATH})
+ORDER BY p.proname, pg_function_is_visible(p.oid) DESC, ${PATH_POSITION})`;
+
+/**
+ * What the configured stores need and the catalog lacks, each naming the migration that makes
+ * it; empty when the schema is complete. A table is checked for its columns and their types;
+ * the keys table for its layout too (partitioned or not, as `partitionedExpiry` says). What
+ * sits in a schema the role may not use is there, not missing: the GRANT USAGE that reaches it
+ * comes first, one line a schema, and the table is checked as if reached.
+ */
+export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry[]): string[] {
+  const tables = new Map<string, Extract<CatalogEntry, { kind: 'table' }>>();
+  const functions = new Map<string, CatalogEntry>();
+  /** By schema the role may not use: the role, and what of ours the schema holds. */
+  const unusable = new Map<string, { role: string; holds: string[] }>();
+  const reach = (entry: CatalogEntry, shown: string) => {
+    if (!entry.unusableSchema) return;
+    const schema = unusable.get(entry.unusableSchema);
+    if (schema) schema.holds.push(shown);
+    else unusable.set(entry.unusableSchema, { role: entry.role ?? 'current_user', holds: [shown] });
+  };
+  for (const entry of catalog) {
+    if (entry.kind === 'table') tables.set(entry.name, entry);
+    else functions.set(entry.name, entry);
+  }
+  const keys: TableNeed = needs.partitioned
+    ? { ...KEYS, columns: [...KEYS.columns, PLACED_AT] }
+    : KEYS;
+  const wanted = [keys, ...CONSUMER_TABLES, ...(needs.bodies ? [BODIES] : [])];
+  const problems: string[] = [];
+  for (const need of wanted) {
+    const found = tables.get(need.table);
+    if (!found) {
+      problems.push(`table ${need.table} is missing (migration ${need.migration})`);
+      continue;
+    }
+    reach(found, need.table);
+    const columns = new Map(found.columns.map((column) => [column.name, column]));
+    for (const column of need.columns) {
+      const have = columns.get(column.name);
+      const migration = column.migration ?? need.migration;
+      if (have === undefined) {
+        problems.push(`column ${need.table}.${column.name} is missing (migration ${migration})`);
+      } else if (have.type !== column.type) {
+        problems.push(
+          `column ${need.table}.${column.name} is ${have.type}, not ${column.type} (migration ${migration})`,
+        );
+      } else if (column.defaulted && !have.hasDefault) {
+        // Without it every insert fails with 23502, a 500 on every claim.
+        problems.push(
+          `column ${need.table}.${column.name} has no DEFAULT, which the insert needs ` +
+            `(migration ${migration})`,
+        );
+      }
+    }
+    // Read alone passes every check and fails every keyed request: said at start-up instead.
+    const lacking = found.missingPrivileges ?? [];
+    if (lacking.length > 0) problems.push(privilegeProblem(found.role, need.table, lacking));
+    // A partitioned keys table has none (each partition has its own, see the migration).
+    const partitionedKeys = need.table === KEYS.table && found.relkind === 'p';
+    if (need.conflictKey && !partitionedKeys && !hasUnique(found.uniques, need.conflictKey)) {
+      problems.push(
+        `${need.table} has no primary key or unique index on (${need.conflictKey.join(', ')}), ` +
+          `which the library's ON CONFLICT needs (migration ${need.migration})`,
+      );
+    }
+  }
+  const keysTable = tables.get(KEYS.table);
+  if (keysTable) {
+    const partitioned = keysTable.relkind === 'p';
+    if (needs.partitioned && !partitioned) problems.push(LAYOUT_NOT_PARTITIONED);
+    if (!needs.partitioned && partitioned) problems.push(LAYOUT_PARTITIONED_UNEXPECTED);
+    if (needs.partitioned && partitioned) {
+      for (const name of PARTITION_FUNCTIONS) {
+        const found = functions.get(name);
+        if (found) reach(found, `${name}()`);
+        else problems.push(`function ${name}() is missing (migration ${MIGRATIONS.partition})`);
+      }
+    }
+  }
+  const usage = [...unusable].map(([schema, { role, holds }]) => usageProblem(role, schema, holds));
+  return [...usage, ...problems];
+}
+
+const GRANT_PREFIX = 'the role ';
+
+/** What a role lacks on a table, with the GRANT that gives it (the start-up check's, health's). */
+export function privilegeProblem(role: string, table: string, lacking: readonly string[]): string {
+  return (
+    `${GRANT_PREFIX}${role} may not ${lacking.join(', ')} on ${table}: ` +
+    `GRANT SELECT, INSERT, UPDATE, DELETE ON ${table} TO ${sqlName(role)}`
+  );
+}
+
+/**
+ * A schema of the role's `search_path` that holds the library's tables (or functions) and
+ * that the role may not use, with the GRANT that reaches them: without it PostgreSQL leaves
+ * the schema out of the path, and they look missing (the start-up check's, health's).
+ */
+export function usageProblem(role: string, schema: string, holds: readonly string[]): string {
+  return (
+    `${GRANT_PREFIX}${role} may not use schema ${schema}, which holds ${holds.join(', ')}: ` +
+    `GRANT USAGE ON SCHEMA ${sqlName(schema)} TO ${sqlName(role)}`
+  );
+}
+
+/** A name as a GRANT takes it: quoted unless PostgreSQL would read it as written. */
+function sqlName(name: string): string {
+  return /^[a-z_][a-z0-9_$]*$/.test(name) ? name : `"${name.replace(/"/g, '""')}"`;
+}
+
+/** Whether one of the unique column sets is exactly `columns` (ON CONFLICT's inference). */
+function hasUnique(uniques: readonly string[][], columns: readonly string[]): boolean {
+  const wanted = [...columns].sort().join(',');
+  return uniques.some((unique) => [...unique].sort().join(',') === wanted);
+}
+
+/** The start-up refusal's message: what is missing, and the ways to create it. */
+export function schemaMessage(problems: readonly string[]): string {
+  const head =
+    "IdempotencyModule: the app's database lacks what the library needs:\n" +
+    problems.map((problem) => `- ${problem}\n`).join('');
+  // Only grants missing: each line says the GRANT; the migrations would not help.
+  if (problems.every((problem) => problem.startsWith(GRANT_PREFIX))) return head;
+  return (
+    head +
+    "Run the library's migrations in the app's DataSource (migrations: " +
+    '[...IDEMPOTENCY_MIGRATIONS, ...yours], then migrationsRun: true or `typeorm migration:run`; ' +
+    'with partitionedExpiry, PartitionIdempotencyKeys1764461600000 after them), or apply the ' +
+    "package's migrations/schema.sql with your own migration tool."
+  );
+}

@@ -1,0 +1,194 @@
+import {
+  GatewayTimeoutException,
+  HttpException,
+  NotFoundException,
+  RequestTimeoutException,
+} from '@nestjs/common';
+import { TimeoutError } from 'rxjs';
+import { DatabaseError } from 'pg';
+import { QueryFailedError } from 'typeorm';
+import { classifyCommitError, classifyHandlerError, isPassing, isTimeoutError } from './failure.js';
+import {
+  IdempotencyLeaseLostError,
+  IdempotencyStoreUnavailableError,
+  PermanentDatabaseError,
+  RetryLaterError,
+  TransientDatabaseError,
+} from '../shapes/idempotency.errors.js';
+import { asDatabaseFailure, DatabaseDeadlineError } from '../connection/connection-errors.js';
+import { CursorOpenRefusedError, TransactionAbortedError } from './seam-errors.js';
+
+/** PostgreSQL's own answer, as node-postgres' parser builds it. */
+const pgError = (code: string, message = `pg ${code}`) =>
+  Object.assign(new DatabaseError(message, 0, 'error'), { severity: 'ERROR', code });
+/** A named statement's server session changed under it: a pooler in transaction mode. */
+const missing = () =>
+  pgError('26000', 'prepared statement "idempotency_complete_v3" does not exist');
+const duplicate = () =>
+  pgError('42P05', 'prepared statement "idempotency_claim_v3" already exists');
+const typeorm = (code: string) => new QueryFailedError('SELECT 1', [], pgError(code));
+/** A socket's error: from a database connection, or from the handler's own HTTP call. */
+const socket = (code: string) =>
+  Object.assign(new Error(`read ${code}`), { code, syscall: 'read' });
+
+describe('classifyHandlerError', () => {
+  it.each<[string, unknown, string, string | undefined]>([
+    ['RetryLaterError', new RetryLaterError(), 'retry', 'retry_later'],
+    ['store unavailable', new IdempotencyStoreUnavailableError(null), 'retry', 'store_unavailable'],
+    ['lease lost', new IdempotencyLeaseLostError(), 'lease-lost', 'lease_lost'],
+    ['deadlock 40P01', typeorm('40P01'), 'retry', 'database_transient'],
+    ['serialization failure 40001', pgError('40001'), 'retry', 'database_transient'],
+    ['statement timeout 57014', typeorm('57014'), 'retry', 'database_transient'],
+    ['lock timeout 55P03', typeorm('55P03'), 'retry', 'database_transient'],
+    [
+      'connection refused to the database',
+      asDatabaseFailure(socket('ECONNREFUSED')),
+      'retry',
+      'store_unavailable',
+    ],
+    [
+      'a database connection reset under a statement',
+      new QueryFailedError('SELECT 1', [], socket('ECONNRESET')),
+      'retry',
+      'store_unavailable',
+    ],
+    [
+      "node-postgres' query_timeout",
+      new QueryFailedError('SELECT 1', [], new Error('Query read timeout')),
+      'retry',
+      'store_unavailable',
+    ],
+    ['the handler’s own HTTP call reset (ECONNRESET)', socket('ECONNRESET'), 'final', undefined],
+    [
+      'the handler’s own HTTP call refused (ECONNREFUSED)',
+      socket('ECONNREFUSED'),
+      'final',
+      undefined,
+    ],
+    ['admin shutdown 57P01', typeorm('57P01'), 'retry', 'store_unavailable'],
+    ['the pool waited too long', new DatabaseDeadlineError('x', 1), 'retry', 'store_unavailable'],
+    ['a pooler misfit 26000', missing(), 'retry', 'store_misconfigured'],
+    [
+      'a pooler misfit 42P05, under TypeORM',
+      { driverError: duplicate() },
+      'retry',
+      'store_misconfigured',
+    ],
+    [
+      'the library’s statement refused for good',
+      new PermanentDatabaseError(typeorm('42P01')),
+      'retry',
+      'database_permanent',
+    ],
+    // The handler's own statements keep their meaning: its answer, stored.
+    ['the handler’s own undefined table 42P01', typeorm('42P01'), 'final', undefined],
+    ['the handler’s own missing privilege 42501', typeorm('42501'), 'final', undefined],
+    ['unique violation 23505', typeorm('23505'), 'final', undefined],
+    ['a 404 the handler threw', new NotFoundException(), 'final', undefined],
+    ['an HttpException 503 of the app', new HttpException('x', 503), 'final', undefined],
+    ['a bug', new TypeError('x is undefined'), 'final', undefined],
+    [
+      'a statement refused behind an open cursor',
+      new CursorOpenRefusedError(),
+      'retry',
+      'cursor_open',
+    ],
+    [
+      'outside() work past its wait for a connection',
+      new DatabaseDeadlineError('waiting', 1500),
+      'retry',
+      'store_unavailable',
+    ],
+    // A phase's commit (or its work's next statement) after a failure its code caught: what
+    // aborted the transaction decides.
+    [
+      'aborted by a caught lock timeout',
+      new TransactionAbortedError(typeorm('55P03')),
+      'retry',
+      'database_transient',
+    ],
+    [
+      'aborted by a caught unique violation',
+      new TransactionAbortedError(typeorm('23505')),
+      'final',
+      undefined,
+    ],
+    [
+      'aborted by a statement refused behind a cursor',
+      new TransactionAbortedError(new CursorOpenRefusedError()),
+      'retry',
+      'cursor_open',
+    ],
+  ])('%s -> %s', (_name, error, kind, code) => {
+    const failure = classifyHandlerError(error);
+    expect(failure.kind).toBe(kind);
+    expect(failure.kind === 'final' ? undefined : failure.error.code).toBe(code);
+  });
+});
+
+describe('classifyCommitError', () => {
+  it.each<[string, unknown, string]>([
+    ['no answer in time', new DatabaseDeadlineError('COMMIT', 5), 'store_unavailable'],
+    ['connection lost', new Error('Connection terminated unexpectedly'), 'store_unavailable'],
+    [
+      'query_timeout at COMMIT (its outcome unknown)',
+      new Error('Query read timeout'),
+      'store_unavailable',
+    ],
+    ['the socket reset at COMMIT', asDatabaseFailure(socket('ECONNRESET')), 'store_unavailable'],
+    ['serialization failure at COMMIT', typeorm('40001'), 'database_transient'],
+    [
+      'aborted by a deadlock the handler caught',
+      new TransactionAbortedError(typeorm('40P01')),
+      'database_transient',
+    ],
+    [
+      'aborted by a unique violation the handler caught',
+      new TransactionAbortedError(typeorm('23505')),
+      'transaction_aborted',
+    ],
+    ['a deferred constraint failing at COMMIT', typeorm('23505'), 'transaction_aborted'],
+    ['the fenced statement missing on a pooled session', missing(), 'store_misconfigured'],
+    ['the first statement already on a pooled session', duplicate(), 'store_misconfigured'],
+    ['aborted by a pooler misfit', new TransactionAbortedError(duplicate()), 'store_misconfigured'],
+    ['already one of ours', new TransientDatabaseError(null), 'database_transient'],
+    [
+      'a statement refused behind an open cursor, the handler went on',
+      new TransactionAbortedError(new CursorOpenRefusedError()),
+      'cursor_open',
+    ],
+  ])('%s -> %s', (_name, error, code) => {
+    expect(classifyCommitError(error).code).toBe(code);
+  });
+});
+
+describe('isPassing: what a consumer never counts against its message', () => {
+  it.each<[string, unknown, boolean]>([
+    ['the database unreachable', asDatabaseFailure(socket('ECONNREFUSED')), true],
+    ['a deadlock', typeorm('40P01'), true],
+    ['a pooler misfit', missing(), true],
+    ['RetryLaterError', new RetryLaterError(), true],
+    ['a table of the library missing', new PermanentDatabaseError(typeorm('42P01')), false],
+    ['a privilege missing', new PermanentDatabaseError(typeorm('42501')), false],
+    ['the handler’s bug', new TypeError('x'), false],
+    ['lease lost', new IdempotencyLeaseLostError(), false],
+    ['a statement refused behind an open cursor', new CursorOpenRefusedError(), false],
+  ])('%s -> %s', (_name, error, expected) => {
+    expect(isPassing(classifyHandlerError(error))).toBe(expected);
+  });
+});
+
+describe('isTimeoutError: not done in time, never a stored answer', () => {
+  it.each([
+    ["Nest's RequestTimeoutException (408)", new RequestTimeoutException(), true],
+    ["Nest's GatewayTimeoutException (504)", new GatewayTimeoutException(), true],
+    ['an HttpException of status 408', new HttpException('slow', 408), true],
+    ["RxJS' TimeoutError, unmapped", new TimeoutError(), true],
+    ['a 404 the handler threw', new NotFoundException(), false],
+    ['a 503 of its own', new HttpException('down', 503), false],
+    ['a plain error', new Error('boom'), false],
+    ['not an object', 'timeout', false],
+  ])('%s: %s', (_case, error, expected) => {
+    expect(isTimeoutError(error)).toBe(expected);
+  });
+});

@@ -1,0 +1,123 @@
+import {
+  IdempotencyCursorOpenError,
+  IdempotencyError,
+  IdempotencyLeaseLostError,
+  IdempotencyStoreMisconfiguredError,
+  IdempotencyStoreUnavailableError,
+  IdempotencyTransactionAbortedError,
+  PermanentDatabaseError,
+  RetryLaterError,
+  TransientDatabaseError,
+} from '../shapes/idempotency.errors.js';
+import { isConnectionError, isTransientError } from '../connection/connection-errors.js';
+import { misconfigured } from '../connection/pooler-misfit.js';
+import { CursorOpenRefusedError, TransactionAbortedError } from './seam-errors.js';
+
+/**
+ * What a failure after the handler started means for its key. Every failure has one outcome:
+ * - `retry`: nothing is final. The request's transaction rolls back, nothing is stored, the
+ *   lease is released, and the client gets `error` (a 503 with `Retry-After`): its retry runs
+ *   the work again, after the last completed phase. A pooler's misfit goes this way too, as
+ *   a 500 `store_misconfigured`: it lasts until the operator changes the configuration; and
+ *   so does a permanent database error of the library's own statements (a missing table, a
+ *   privilege), as a 500 `database_permanent` without `Retry-After`.
+ * - `lease-lost`: another worker owns the key. Everything rolls back; the client gets a 409
+ *   and its retry receives the new owner's stored answer.
+ * - `final`: the handler's own answer (a 404 it threw, a bug's 500). Its effects roll back,
+ *   and the response the exception filters write is stored and replayed.
+ */
+export type Failure =
+  | { kind: 'retry'; error: IdempotencyError }
+  | { kind: 'lease-lost'; error: IdempotencyLeaseLostError }
+  | { kind: 'final' };
+
+/**
+ * Whether a handler's error says it was not done in time rather than what it did: a 408 or a
+ * 504 (`RequestTimeoutException`, `GatewayTimeoutException`, any error whose `getStatus()`
+ * says so), or RxJS' `TimeoutError` (a `timeout()` operator of an interceptor inside
+ * `@Idempotent()`, not mapped). Its work may still be under way (a timeout does not stop a
+ * handler), so it is no answer to store for ever: the work is rolled back and the key given
+ * back, and the error goes to the exception filters as it is (the client gets the app's 408).
+ */
+export function isTimeoutError(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  if ((error as { name?: unknown }).name === 'TimeoutError') return true;
+  const getStatus = (error as { getStatus?: unknown }).getStatus;
+  if (typeof getStatus !== 'function') return false;
+  const status: unknown = getStatus.call(error);
+  return status === 408 || status === 504;
+}
+
+/** Classifies what a handler (or a phase) threw. */
+export function classifyHandlerError(error: unknown): Failure {
+  // A transaction its code went on with after a statement failed (and caught it) could not
+  // commit: what it met is that statement's failure (a deadlock: 503; a constraint: final).
+  if (error instanceof TransactionAbortedError) return classifyHandlerError(error.cause);
+  if (error instanceof IdempotencyLeaseLostError) return { kind: 'lease-lost', error };
+  if (
+    error instanceof RetryLaterError ||
+    error instanceof IdempotencyStoreUnavailableError ||
+    error instanceof IdempotencyStoreMisconfiguredError ||
+    error instanceof TransientDatabaseError ||
+    error instanceof PermanentDatabaseError
+  ) {
+    return { kind: 'retry', error };
+  }
+  // A refusal of the seam's: the request rolls back and answers it; nothing is stored.
+  if (error instanceof CursorOpenRefusedError) {
+    return { kind: 'retry', error: new IdempotencyCursorOpenError(error) };
+  }
+  const database = databaseFailure(error);
+  return database ? { kind: 'retry', error: database } : { kind: 'final' };
+}
+
+/**
+ * The error to answer when the request's transaction could not commit: a 503 when nothing
+ * about it is final (the database was unreachable, slow, or rolled back for a passing
+ * reason), a 500 when a statement had failed and aborted the transaction. Nothing is stored
+ * in either case; the caller releases the lease.
+ */
+export function classifyCommitError(error: unknown): IdempotencyError {
+  if (error instanceof TransactionAbortedError) {
+    if (error.cause instanceof CursorOpenRefusedError) {
+      return new IdempotencyCursorOpenError(error.cause);
+    }
+    return databaseFailure(error.cause) ?? new IdempotencyTransactionAbortedError(error.cause);
+  }
+  if (error instanceof IdempotencyError) return error;
+  return databaseFailure(error) ?? new IdempotencyTransactionAbortedError(error);
+}
+
+/**
+ * A database error that a retry may not meet again, as the library's 503. Only errors that
+ * came from the database count (see `connection-errors.ts`): the same network code from the
+ * handler's own HTTP call is its final answer. A wait the client gave up on (the module's
+ * deadline, node-postgres' `query_timeout`) is `store_unavailable`, not `database_transient`:
+ * PostgreSQL rolled nothing back, the statement's outcome is unknown, and the connection is
+ * dropped, exactly as when the database cannot be reached. A pooler's misfit, which a retry
+ * meets every time, is its 500 (stored no more than a 503 is).
+ */
+function databaseFailure(error: unknown): IdempotencyError | undefined {
+  const misfit = misconfigured(error);
+  if (misfit) return misfit;
+  if (isConnectionError(error)) {
+    return new IdempotencyStoreUnavailableError(error, 1, true);
+  }
+  if (isTransientError(error)) return new TransientDatabaseError(error);
+  return undefined;
+}
+
+/**
+ * Whether a failure is the database's passing trouble, which a consumer never counts against
+ * its message (the message goes back after a backoff, however often): only a `retry` that
+ * another attempt may not meet. A permanent database error (a missing table, a privilege) is
+ * met by every delivery, so it counts: the message is given up after `maxAttempts`, by this
+ * process's own count when the database cannot keep one (its failure table may be missing too).
+ */
+export function isPassing(failure: Failure): boolean {
+  return (
+    failure.kind === 'retry' &&
+    !(failure.error instanceof PermanentDatabaseError) &&
+    !(failure.error instanceof IdempotencyCursorOpenError)
+  );
+}
