@@ -23,7 +23,7 @@ import { RequestRun, startRun } from './http/earlier-run.js';
 import { runOwned } from './http/run-owned.js';
 import { runWithoutKey } from './http/run-without-key.js';
 import { toHttpException } from './http/to-http.js';
-import { type ActiveClaim } from './shapes/idempotency-context.js';
+import { type ActiveClaim } from './shapes/active-claim.js';
 import { IdempotencyError, IdempotencyKeyMismatchError } from './shapes/idempotency.errors.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
 import {

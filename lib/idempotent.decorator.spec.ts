@@ -1,5 +1,5 @@
 import { defer, from, lastValueFrom, type Observable } from 'rxjs';
-import { IdempotencyContext, idempotencyStorage } from './shapes/idempotency-context.js';
+import { IdempotencyContext, idempotencyStorage } from './transaction/idempotency-context.js';
 import { Idempotent } from './idempotent.decorator.js';
 
 /** A controller's route methods; each notes what it returned, under a label. */

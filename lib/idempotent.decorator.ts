@@ -8,7 +8,7 @@ import { declaredKind } from './graphql/resolver-placement.js';
 import {
   currentIdempotencyContext,
   type IdempotencyContext,
-} from './shapes/idempotency-context.js';
+} from './transaction/idempotency-context.js';
 import { type IdempotencyRouteOptions } from './shapes/idempotency-options.interface.js';
 import { resolveRouteOptions } from './idempotency-options.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';

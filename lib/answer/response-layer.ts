@@ -1,6 +1,6 @@
-import { type ActiveClaim } from '../shapes/idempotency-context.js';
+import { type ActiveClaim } from '../shapes/active-claim.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
-import { type RequestTransaction } from '../transaction/request-transaction.js';
+import { type StoreTransaction } from '../shapes/store-transaction.js';
 import {
   type ClaimInOutcome,
   type ClaimOutcome,
@@ -21,7 +21,7 @@ export abstract class ResponseLayer extends ForwardingClaimStore {
   protected abstract stored(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction?: RequestTransaction,
+    transaction?: StoreTransaction,
   ): StoredResponse | Promise<StoredResponse>;
 
   /** The response as it went out, from what the store kept. */
@@ -57,7 +57,7 @@ export abstract class ResponseLayer extends ForwardingClaimStore {
   override async finishIn(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction: RequestTransaction,
+    transaction: StoreTransaction,
   ): Promise<boolean> {
     const kept = await this.stored(claim, response, transaction);
     return this.transactionalInner().finishIn(claim, kept, transaction);

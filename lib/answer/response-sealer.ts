@@ -1,12 +1,8 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { type KeyScope } from '../shapes/claim-store.interface.js';
-
-/** A key for the stored responses: an id (kept with each sealed row) and 32 bytes. */
-export interface SealingKey {
-  id: string;
-  key: Buffer;
-}
+import { type SealingKey } from '../shapes/sealing-key.js';
+export { type SealingKey } from '../shapes/sealing-key.js';
 
 /**
  * Why a stored response could not be opened. Never a wrong body: the replay is a 500 that

@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { type ActiveClaim } from '../shapes/idempotency-context.js';
+import { type ActiveClaim } from '../shapes/active-claim.js';
 import { IdempotencyStoredResponseUnreadableError } from '../shapes/idempotency.errors.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { type ClaimStore, type KeyScope } from '../shapes/claim-store.interface.js';

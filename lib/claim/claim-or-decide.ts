@@ -11,7 +11,6 @@ import {
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { type ActiveClaim } from '../shapes/active-claim.js';
 import { type ClaimStore, type KeyScope } from '../shapes/claim-store.interface.js';
-import { type RequestTransaction } from '../transaction/request-transaction.js';
 
 /** What a key found taken means for the request: `decide()`'s decision, as the edge acts on it. */
 export type FoundKey =
@@ -54,9 +53,9 @@ export function onFoundKey(
 }
 
 /** What the claim step ends in: the key is the request's, or its stored answer goes out. */
-export type ClaimResult =
+export type ClaimResult<Transaction = never> =
   /** `transaction`: the request's, which holds the claim uncommitted (`oneCommit`). */
-  | { kind: 'owned'; claim: ActiveClaim; transaction?: RequestTransaction }
+  | { kind: 'owned'; claim: ActiveClaim; transaction?: Transaction }
   | { kind: 'replay'; response: StoredResponse; finishedAgeMs?: number };
 
 /**

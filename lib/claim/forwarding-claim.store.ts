@@ -1,8 +1,8 @@
 import { type EntityManager } from 'typeorm';
 import { type Fence } from '../decisions/decide.js';
-import { type ActiveClaim } from '../shapes/idempotency-context.js';
+import { type ActiveClaim } from '../shapes/active-claim.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
-import { type RequestTransaction } from '../transaction/request-transaction.js';
+import { type StoreTransaction } from '../shapes/store-transaction.js';
 import {
   type ClaimInOutcome,
   type ClaimOutcome,
@@ -33,7 +33,7 @@ export class ForwardingClaimStore implements TransactionalClaimStore {
     scope: KeyScope,
     fingerprint: Buffer,
     leaseMs: number,
-    transaction: RequestTransaction,
+    transaction: StoreTransaction,
     waitMs: number,
   ): Promise<ClaimInOutcome> {
     const inner = this.transactionalInner();
@@ -57,7 +57,7 @@ export class ForwardingClaimStore implements TransactionalClaimStore {
   finishIn(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction: RequestTransaction,
+    transaction: StoreTransaction,
   ): Promise<boolean> {
     return this.transactionalInner().finishIn(claim, response, transaction);
   }
@@ -78,7 +78,7 @@ export class ForwardingClaimStore implements TransactionalClaimStore {
     return this.inner.extendLease(claim);
   }
 
-  extendLeaseIn(claim: ActiveClaim, transaction: RequestTransaction): Promise<boolean> {
+  extendLeaseIn(claim: ActiveClaim, transaction: StoreTransaction): Promise<boolean> {
     const inner = this.transactionalInner();
     return inner.extendLeaseIn ? inner.extendLeaseIn(claim, transaction) : inner.extendLease(claim);
   }

@@ -5,13 +5,13 @@ import {
   isTransactional,
   type TransactionalClaimStore,
 } from '../shapes/claim-store.interface.js';
-import { type RequestTransaction } from '../transaction/request-transaction.js';
+import { type StoreTransaction } from '../shapes/store-transaction.js';
 import { isTransactionAbortedError } from '../connection/connection-errors.js';
 import { releaseRetryDelay } from './release-retry.js';
 
 /** A phase's transaction the claim's heartbeat follows while it is open (`followedBy`). */
 interface FollowedPhase {
-  transaction: RequestTransaction;
+  transaction: StoreTransaction;
   /** Settles once the phase's transaction has committed or rolled back. */
   over: Promise<void>;
 }
@@ -37,7 +37,7 @@ const heartbeats = new WeakMap<ActiveClaim, Heartbeat>();
  * recovery-point update serializes. While it commits, a renewal waits for its end (the
  * update it commits with renews the lease). Returns the end of it, once the phase is over.
  */
-export function followedBy(claim: ActiveClaim, transaction: RequestTransaction): () => void {
+export function followedBy(claim: ActiveClaim, transaction: StoreTransaction): () => void {
   const heartbeat = heartbeats.get(claim);
   if (!heartbeat) return () => undefined;
   transaction.beforeIsolatedBegin = heartbeat.landed;
@@ -92,7 +92,7 @@ export class LeaseRenewals {
    * Extends the lease while the handler runs, so that a short lease (a fast takeover after a
    * real crash) does not hand a slow but live worker's key to another one. Returns the stop.
    */
-  heartbeat(store: ClaimStore, claim: ActiveClaim, transaction?: RequestTransaction): () => void {
+  heartbeat(store: ClaimStore, claim: ActiveClaim, transaction?: StoreTransaction): () => void {
     const hold =
       isTransactional(store) && store.holdLeaseText
         ? (literal: (value: string) => string) => store.holdLeaseText!(claim, literal)

@@ -2,13 +2,13 @@ import { type QueryResult, type QueryResultRow } from 'pg';
 import { type EntityManager } from 'typeorm';
 import { type ExistingKey, type Fence } from '../decisions/decide.js';
 import { START_RECOVERY_POINT } from '../shapes/idempotency.constants.js';
-import { type ActiveClaim } from '../shapes/idempotency-context.js';
+import { type ActiveClaim } from '../shapes/active-claim.js';
 import {
   IdempotencyLeaseLostError,
   IdempotencyStoreUnavailableError,
 } from '../shapes/idempotency.errors.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
-import { type RequestTransaction } from '../transaction/request-transaction.js';
+import { type StoreTransaction } from '../shapes/store-transaction.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { type IdempotencyDatabase, type Statement } from '../connection/idempotency-database.js';
 import { rethrowExplained } from './partitioned/layout-errors.js';
@@ -131,7 +131,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     scope: KeyScope,
     fingerprint: Buffer,
     leaseMs: number,
-    transaction: RequestTransaction,
+    transaction: StoreTransaction,
     waitMs: number,
   ): Promise<ClaimInOutcome> {
     await this.database.ready();
@@ -229,7 +229,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
   finishIn(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction: RequestTransaction,
+    transaction: StoreTransaction,
   ): Promise<boolean> {
     return transaction.commitWith({ ...COMPLETE, values: completeValues(claim, response) });
   }
@@ -273,7 +273,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     return EXTEND_LEASE.text.replace(/\$(\d)/g, (_, n: string) => values[Number(n) - 1]);
   }
 
-  async extendLeaseIn(claim: ActiveClaim, transaction: RequestTransaction): Promise<boolean> {
+  async extendLeaseIn(claim: ActiveClaim, transaction: StoreTransaction): Promise<boolean> {
     const rows = await transaction.query(`${EXTEND_LEASE.text} RETURNING 1`, [
       ...fenceOf(claim),
       claim.leaseMs,

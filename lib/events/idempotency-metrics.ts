@@ -11,9 +11,9 @@ import { ClaimStore } from '../shapes/claim-store.interface.js';
 import { type MetricAttributes, metricPoints, REQUEST_OUTCOMES } from './event-outcomes.js';
 import { ChannelSubscriptions } from './channel-subscriptions.js';
 import { IDEMPOTENCY_CHANNELS } from './idempotency-events.js';
-import { type OtelMeter } from './otel-meter.js';
+import { type OtelMeter } from '../shapes/otel-meter.js';
 
-export { type OtelMeter, type OtelMeterProvider } from './otel-meter.js';
+export { type OtelMeter, type OtelMeterProvider } from '../shapes/otel-meter.js';
 
 const METER_NAME = 'nestjs-idempotency-pg';
 

@@ -2,7 +2,7 @@ import { type CallHandler, type ExecutionContext, type Logger } from '@nestjs/co
 import { catchError, from, mergeMap, type Observable, throwError } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
 import { type RouteSettings } from '../http/route-settings.js';
-import { IdempotencyContext } from '../shapes/idempotency-context.js';
+import { IdempotencyContext } from '../transaction/idempotency-context.js';
 import { IdempotencyError, IdempotencyKeyMismatchError } from '../shapes/idempotency.errors.js';
 import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
 import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';

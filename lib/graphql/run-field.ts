@@ -3,7 +3,7 @@ import { Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
 import { classifyHandlerError, isTimeoutError } from '../transaction/failure.js';
 import { handlerOutcome, isCancelled } from '../http/handler-result.js';
-import { IdempotencyContext, type ActiveClaim } from '../shapes/idempotency-context.js';
+import { IdempotencyContext, type ActiveClaim } from '../transaction/idempotency-context.js';
 import {
   IdempotencyError,
   IdempotencyResponseTooLargeError,

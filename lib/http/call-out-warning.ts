@@ -1,6 +1,6 @@
 import { type Logger } from '@nestjs/common';
 import { subscribe } from 'node:diagnostics_channel';
-import { currentIdempotencyContext } from '../shapes/idempotency-context.js';
+import { currentIdempotencyContext } from '../transaction/idempotency-context.js';
 
 /** Node's own channels for an HTTP request leaving the process: `http`'s and `fetch`'s. */
 const CHANNELS = ['http.client.request.start', 'undici:request:create'] as const;

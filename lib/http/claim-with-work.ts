@@ -24,7 +24,7 @@ export function claimWithWork(
   route: ResolvedRouteOptions,
   event: () => IdempotencyEvent,
   logger: Logger,
-): Observable<ClaimResult> {
+): Observable<ClaimResult<RequestTransaction>> {
   const { leaseMs, conflictRetryAfterSeconds } = route;
   // Its BEGIN goes with the claim: at the route's level (else the data layer's or server's).
   transaction.isolationLevel = route.isolationLevel;
@@ -32,36 +32,40 @@ export function claimWithWork(
   // Landed after the request was gone (an outer timeout answered while it was on its way):
   // rolled back, it leaves nothing, and a request waiting on it goes on.
   return whileSubscribed(claiming, () => void transaction.rollback()).pipe(
-    mergeMap((outcome): Observable<ClaimResult> | ClaimResult[] => {
-      switch (outcome.kind) {
-        case 'claimed':
-          publish('claimed', event);
-          return [{ kind: 'owned', claim: outcome.claim, transaction }];
-        case 'existing':
-          return onExisting(
-            store,
-            scope,
-            fingerprint,
-            outcome.existing,
-            leaseMs,
-            event,
-            logger,
-            conflictRetryAfterSeconds,
-          );
-        case 'held':
-          publish('conflict', event);
-          throw new IdempotencyKeyInProgressError(conflictRetryAfterSeconds);
-        case 'apart':
-          return claimOrDecide(
-            store,
-            scope,
-            fingerprint,
-            leaseMs,
-            event,
-            logger,
-            conflictRetryAfterSeconds,
-          );
-      }
-    }),
+    mergeMap(
+      (
+        outcome,
+      ): Observable<ClaimResult<RequestTransaction>> | ClaimResult<RequestTransaction>[] => {
+        switch (outcome.kind) {
+          case 'claimed':
+            publish('claimed', event);
+            return [{ kind: 'owned', claim: outcome.claim, transaction }];
+          case 'existing':
+            return onExisting(
+              store,
+              scope,
+              fingerprint,
+              outcome.existing,
+              leaseMs,
+              event,
+              logger,
+              conflictRetryAfterSeconds,
+            );
+          case 'held':
+            publish('conflict', event);
+            throw new IdempotencyKeyInProgressError(conflictRetryAfterSeconds);
+          case 'apart':
+            return claimOrDecide(
+              store,
+              scope,
+              fingerprint,
+              leaseMs,
+              event,
+              logger,
+              conflictRetryAfterSeconds,
+            );
+        }
+      },
+    ),
   );
 }

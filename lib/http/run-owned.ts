@@ -6,7 +6,7 @@ import {
   classifyHandlerError,
   isTimeoutError,
 } from '../transaction/failure.js';
-import { IdempotencyContext, type ActiveClaim } from '../shapes/idempotency-context.js';
+import { IdempotencyContext, type ActiveClaim } from '../transaction/idempotency-context.js';
 import { isTransactional } from '../shapes/claim-store.interface.js';
 import { type IdempotencyDatabase } from '../connection/idempotency-database.js';
 import {

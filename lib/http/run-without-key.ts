@@ -1,7 +1,7 @@
 import { type CallHandler } from '@nestjs/common';
 import { type ServerResponse } from 'node:http';
 import { type Observable } from 'rxjs';
-import { IdempotencyContext } from '../shapes/idempotency-context.js';
+import { IdempotencyContext } from '../transaction/idempotency-context.js';
 import { runInContext } from '../transaction/run-in-context.js';
 import { holdResponse } from './response-hold.js';
 

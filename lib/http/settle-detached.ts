@@ -1,5 +1,5 @@
 import { publish } from '../events/idempotency-events.js';
-import { type IdempotencyContext } from '../shapes/idempotency-context.js';
+import { type IdempotencyContext } from '../transaction/idempotency-context.js';
 import { finish, withoutEffects, tooLarge } from '../transaction/commit-answer.js';
 import { eventOf, type OwnerTools, rollBackAndRelease } from '../transaction/owner-tools.js';
 import { lateAnswerStorable, storePlan } from '../transaction/store-plan.js';

@@ -5,7 +5,7 @@ import {
   type ActiveClaim,
   currentIdempotencyContext,
   type IdempotencyContext,
-} from '../shapes/idempotency-context.js';
+} from '../transaction/idempotency-context.js';
 import { classifyHandlerError } from '../transaction/failure.js';
 import { completedPhase, derivedKey } from './phases.js';
 import { PhaseResponse } from './phase-response.js';

@@ -1,4 +1,4 @@
-import { type ActiveClaim } from '../shapes/idempotency-context.js';
+import { type ActiveClaim } from '../shapes/active-claim.js';
 
 /** Whether a phase completed in an earlier run of this claim, and what it returned. */
 export type CompletedPhase = { completed: true; result: unknown } | { completed: false };

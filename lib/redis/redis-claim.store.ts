@@ -2,7 +2,7 @@ import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { type ExistingKey, type Fence, leaseOf } from '../decisions/decide.js';
 import { START_RECOVERY_POINT } from '../shapes/idempotency.constants.js';
-import { type ActiveClaim } from '../shapes/idempotency-context.js';
+import { type ActiveClaim } from '../shapes/active-claim.js';
 import { IdempotencyStoreUnavailableError } from '../shapes/idempotency.errors.js';
 import {
   type ClaimOutcome,

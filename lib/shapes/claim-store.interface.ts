@@ -1,8 +1,8 @@
 import { type EntityManager } from 'typeorm';
-import { type ExistingKey, type Fence } from '../decisions/decide.js';
+import { type ExistingKey, type Fence } from './existing-key.js';
 import { type ActiveClaim } from './active-claim.js';
 import { type StoredResponse } from './stored-response.js';
-import { type RequestTransaction } from '../transaction/request-transaction.js';
+import { type StoreTransaction } from './store-transaction.js';
 
 /** Which key: keys are scoped per tenant (the design's primary key). */
 export interface KeyScope {
@@ -92,14 +92,14 @@ export interface TransactionalClaimStore extends ClaimStore {
   finishIn(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction: RequestTransaction,
+    transaction: StoreTransaction,
   ): Promise<boolean>;
   /**
    * The heartbeat run inside the request's transaction, once that began above READ COMMITTED
    * (`RequestTransaction.isolated`): a renewal committed apart after its snapshot would make
    * its stored answer fail to serialize. False when the lease was lost.
    */
-  extendLeaseIn?(claim: ActiveClaim, transaction: RequestTransaction): Promise<boolean>;
+  extendLeaseIn?(claim: ActiveClaim, transaction: StoreTransaction): Promise<boolean>;
   /**
    * The renewal a `BEGIN` above READ COMMITTED carries in its round trip, as SQL text with its
    * values quoted by `literal`: the key's row is then locked by the transaction itself, for
@@ -118,7 +118,7 @@ export interface TransactionalClaimStore extends ClaimStore {
     scope: KeyScope,
     fingerprint: Buffer,
     leaseMs: number,
-    transaction: RequestTransaction,
+    transaction: StoreTransaction,
     waitMs: number,
   ): Promise<ClaimInOutcome>;
   /**

@@ -1,13 +1,13 @@
 import { type Pool } from 'pg';
-import { type IsolationLevel } from '../transaction/isolation-level.js';
-import { type JsonLimits } from '../fingerprint/canonical-json.js';
+import { type IsolationLevel } from './isolation-level.js';
+import { type JsonLimits } from './json-limits.js';
 import { type IdempotencyRequest } from './idempotency-request.js';
-import { type IdempotencyKeySource, type KeyReader } from '../decisions/key-source.js';
-import { type OtelMeterProvider } from '../events/otel-meter.js';
-import { type SealingKey } from '../answer/response-sealer.js';
+import { type IdempotencyKeySource, type KeyReader } from './key-source.js';
+import { type OtelMeterProvider } from './otel-meter.js';
+import { type SealingKey } from './sealing-key.js';
 import { type ClaimStore } from './claim-store.interface.js';
 import { type ResponseBodyStore } from './response-body-store.interface.js';
-import { type ProblemRenderer } from '../http/problem.js';
+import { type ProblemRenderer } from './problem.js';
 
 export { type IdempotencyRequest } from './idempotency-request.js';
 

@@ -1,10 +1,10 @@
-import { type ActiveClaim } from './idempotency-context.js';
-import { type RequestTransaction } from '../transaction/request-transaction.js';
+import { type ActiveClaim } from './active-claim.js';
+import { type StoreTransaction } from './store-transaction.js';
 
 /** How a body is written and how long it must be kept. */
 export interface BodyPlacement {
   /** The request's transaction, when the body is to commit with the finish. */
-  transaction?: RequestTransaction;
+  transaction?: StoreTransaction;
   /**
    * Set when the key lives in a claim store that expires keys on its own (Redis): the body
    * must be kept at least this long. Unset, the key is a row of `idempotency_keys`, and the

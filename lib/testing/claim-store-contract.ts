@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { decide, type ExistingKey } from '../decisions/decide.js';
-import { type ActiveClaim } from '../shapes/idempotency-context.js';
+import { type ActiveClaim } from '../shapes/active-claim.js';
 import { type ClaimStore, type KeyScope } from '../shapes/claim-store.interface.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { type ExistingKey, type Fence, leaseOf } from '../decisions/decide.js';
 import { START_RECOVERY_POINT } from '../shapes/idempotency.constants.js';
-import { type ActiveClaim } from '../shapes/idempotency-context.js';
+import { type ActiveClaim } from '../shapes/active-claim.js';
 import {
   type ClaimOutcome,
   type ClaimStore,

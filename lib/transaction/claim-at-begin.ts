@@ -1,14 +1,9 @@
+import { type ClaimInText } from '../shapes/store-transaction.js';
+export { type ClaimInText } from '../shapes/store-transaction.js';
 /**
  * The statements a transaction that opens with the key's claim sends in its first round trip
  * (`RequestTransaction.beginWithClaim`), around the store's claim.
  */
-
-/** A store's claim statement: its parameters `$1`…`$n`, given as SQL literals (`args`). */
-export interface ClaimInText {
-  name: string;
-  text: string;
-  args: string[];
-}
 
 /**
  * The connections whose session has prepared a claim statement by its SQL name (`PREPARE`):

@@ -6,7 +6,7 @@ import {
   PermanentDatabaseError,
   RetryLaterError,
 } from '../shapes/idempotency.errors.js';
-import { type IdempotencyContext } from '../shapes/idempotency-context.js';
+import { type IdempotencyContext } from './idempotency-context.js';
 import { type ResolvedRouteOptions } from '../shapes/idempotency-options.interface.js';
 import { isTransactional } from '../shapes/claim-store.interface.js';
 import { type StoredResponse } from '../shapes/stored-response.js';

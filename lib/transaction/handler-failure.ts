@@ -1,7 +1,7 @@
 import { publish } from '../events/idempotency-events.js';
 import { classifyHandlerError, isTimeoutError } from './failure.js';
 import { IdempotencyError } from '../shapes/idempotency.errors.js';
-import { type IdempotencyContext } from '../shapes/idempotency-context.js';
+import { type IdempotencyContext } from './idempotency-context.js';
 import { eventOf, type OwnerTools, releaseQuietly, rollBackAndRelease } from './owner-tools.js';
 
 /**

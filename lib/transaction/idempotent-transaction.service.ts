@@ -6,7 +6,7 @@ import {
   type Repository,
 } from 'typeorm';
 import { IdempotencyDataSource } from '../connection/idempotency-data-source.js';
-import { idempotencyStorage } from '../shapes/idempotency-context.js';
+import { idempotencyStorage } from './idempotency-context.js';
 import { startedInside } from './foreign-thenable.js';
 import { OutsideScope } from './outside-scope.js';
 import { transactionScope } from './transaction-scope.js';

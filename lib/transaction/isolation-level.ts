@@ -1,11 +1,5 @@
-/** PostgreSQL's isolation levels, as `BEGIN ISOLATION LEVEL` and TypeORM spell them. */
-export const ISOLATION_LEVELS = [
-  'READ UNCOMMITTED',
-  'READ COMMITTED',
-  'REPEATABLE READ',
-  'SERIALIZABLE',
-] as const;
-export type IsolationLevel = (typeof ISOLATION_LEVELS)[number];
+import { type IsolationLevel, ISOLATION_LEVELS } from '../shapes/isolation-level.js';
+export { type IsolationLevel, ISOLATION_LEVELS } from '../shapes/isolation-level.js';
 
 /** Whether `value` is one of PostgreSQL's isolation levels, spelled as TypeORM does. */
 export function isIsolationLevel(value: unknown): value is IsolationLevel {

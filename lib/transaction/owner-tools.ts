@@ -1,6 +1,6 @@
 import { type HttpException, type Logger } from '@nestjs/common';
 import { type IdempotencyError } from '../shapes/idempotency.errors.js';
-import { type IdempotencyContext } from '../shapes/idempotency-context.js';
+import { type IdempotencyContext } from './idempotency-context.js';
 import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
 import { type KeyScope, type ClaimStore } from '../shapes/claim-store.interface.js';
 import { type LeaseRenewals } from '../claim/lease-renewals.js';

@@ -53,13 +53,8 @@ import {
   readOnlyByHandlerFailure,
 } from './own-statement-failure.js';
 import { type JoinableTransaction, type PoolJoin } from './transaction-scope.js';
-
-/** A statement of the library's own, run last in a transaction: it must touch one row. */
-export interface FencedStatement {
-  name: string;
-  text: string;
-  values: unknown[];
-}
+import { type FencedStatement, type StoreTransaction } from '../shapes/store-transaction.js';
+export { type FencedStatement } from '../shapes/store-transaction.js';
 
 /**
  * The request's transaction on the app's pool, whatever data layer the handler writes through:
@@ -76,7 +71,7 @@ export interface FencedStatement {
  * What joins it is the data layer's: TypeORM's query runner (`LazyTransaction`), or the
  * node-postgres pool that Prisma, Drizzle and Kysely run on (`PoolTransaction`).
  */
-export abstract class RequestTransaction implements JoinableTransaction {
+export abstract class RequestTransaction implements JoinableTransaction, StoreTransaction {
   protected opening?: Promise<PoolClient>;
   /** Set once `BEGIN` is on its way (alone, or in front of the first statement). */
   protected beginning?: Promise<void>;

@@ -1,6 +1,6 @@
 import { type CallHandler } from '@nestjs/common';
 import { Observable } from 'rxjs';
-import { type IdempotencyContext, idempotencyStorage } from '../shapes/idempotency-context.js';
+import { type IdempotencyContext, idempotencyStorage } from './idempotency-context.js';
 import { handleInTransaction } from './handle-in-transaction.js';
 
 /**

@@ -1,8 +1,8 @@
 import { Logger } from '@nestjs/common';
-import { type ActiveClaim } from '../../shapes/idempotency-context.js';
+import { type ActiveClaim } from '../../shapes/active-claim.js';
 import { IdempotencyStoredResponseUnreadableError } from '../../shapes/idempotency.errors.js';
 import { type StoredResponse } from '../../shapes/stored-response.js';
-import { type RequestTransaction } from '../../transaction/request-transaction.js';
+import { type StoreTransaction } from '../../shapes/store-transaction.js';
 import { type ClaimStore, type KeyScope } from '../../shapes/claim-store.interface.js';
 import { ResponseLayer } from '../response-layer.js';
 import {
@@ -36,7 +36,7 @@ export class PointingClaimStore extends ResponseLayer {
   protected async stored(
     claim: ActiveClaim,
     response: StoredResponse,
-    transaction?: RequestTransaction,
+    transaction?: StoreTransaction,
   ): Promise<StoredResponse> {
     if (!storedByPointer(response, this.overBytes)) return response;
     // A key its store expires on its own (Redis) keeps no row for the body purge to look at:

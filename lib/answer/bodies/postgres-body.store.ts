@@ -1,4 +1,4 @@
-import { type ActiveClaim } from '../../shapes/idempotency-context.js';
+import { type ActiveClaim } from '../../shapes/active-claim.js';
 import { type IdempotencyDatabase } from '../../connection/idempotency-database.js';
 import {
   type BodyPlacement,

@@ -1,11 +1,11 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
-import { type StoredResponse } from './stored-response.js';
-import { type RequestTransaction } from '../transaction/request-transaction.js';
-import { type ClaimStore } from './claim-store.interface.js';
-import { type ActiveClaim } from './active-claim.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
+import { type RequestTransaction } from './request-transaction.js';
+import { type ClaimStore } from '../shapes/claim-store.interface.js';
+import { type ActiveClaim } from '../shapes/active-claim.js';
 
-export { type ActiveClaim } from './active-claim.js';
+export { type ActiveClaim } from '../shapes/active-claim.js';
 
 /**
  * What the library knows about the request being handled. One instance per idempotent
