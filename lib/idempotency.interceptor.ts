@@ -31,10 +31,10 @@ import {
   type ResolvedIdempotencyOptions,
 } from './shapes/idempotency-options.interface.js';
 import { keyRetentionMs, ReplayCache } from './answer/replay-cache.js';
-import { claimOrDecide, onFoundKey } from './claim/claim-or-decide.js';
+import { claimOrDecide, onFoundKey } from './http/claim-or-decide.js';
 import { isTransactional } from './shapes/claim-store.interface.js';
 import { ClaimStores } from './claim-stores.js';
-import { IdempotencyDatabase } from './connection/idempotency-database.js';
+import { IdempotencyDatabase } from './transaction/idempotency-database.js';
 import { LeaseRenewals } from './claim/lease-renewals.js';
 import { type StoredResponse } from './shapes/stored-response.js';
 import { type OwnerTools } from './transaction/owner-tools.js';

@@ -16,16 +16,16 @@ import {
   type ResolvedIdempotencyOptions,
 } from './shapes/idempotency-options.interface.js';
 import { resolveIdempotencyOptions } from './idempotency-options.js';
-import { IdempotencyDataSource } from './connection/idempotency-data-source.js';
-import { IdempotencyDatabase } from './connection/idempotency-database.js';
-import { poolDataLayer } from './connection/data-layer.js';
+import { IdempotencyDataSource } from './idempotency-data-source.js';
+import { IdempotencyDatabase } from './transaction/idempotency-database.js';
+import { poolDataLayer } from './transaction/data-layer.js';
 import { ClaimStores } from './claim-stores.js';
 import { ClaimStore } from './shapes/claim-store.interface.js';
 import { POSTGRES_CLAIM_STORE } from './idempotency-options.js';
-import { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
+import { IdempotentTransaction } from './idempotent-transaction.service.js';
 import { IdempotentRoutesCheck } from './routes/idempotent-routes.check.js';
-import { IdempotencyPoolerCheck } from './connection/pooler-check.js';
-import { IdempotencySchemaCheck } from './schema/idempotency-schema.check.js';
+import { IdempotencyPoolerCheck } from './pooler-check.js';
+import { IdempotencySchemaCheck } from './idempotency-schema.check.js';
 import { openApiDocumenterProvider } from './openapi/openapi-documenter.js';
 import { IdempotencyMetrics } from './events/idempotency-metrics.js';
 import { IdempotencyDebugLog } from './events/idempotency-debug-log.js';

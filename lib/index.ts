@@ -19,7 +19,7 @@ export {
   type PhaseContext,
   type PhaseWork,
 } from './phases/phase-runner.service.js';
-export { IdempotentTransaction } from './transaction/idempotent-transaction.service.js';
+export { IdempotentTransaction } from './idempotent-transaction.service.js';
 export { TransactionEndedError } from './transaction/lazy-transaction.js';
 export {
   ConcurrentSaveFailedError,
@@ -113,7 +113,7 @@ export { ForwardingClaimStore } from './claim/forwarding-claim.store.js';
 export { type ResponseBodyStore } from './shapes/response-body-store.interface.js';
 export { PostgresBodyStore } from './answer/bodies/postgres-body.store.js';
 export { type BodyPointer } from './answer/bodies/body-pointer.js';
-export { IdempotencyDatabase } from './connection/idempotency-database.js';
+export { IdempotencyDatabase } from './transaction/idempotency-database.js';
 export { IdempotencyKeyEntity } from './schema/idempotency-key.entity.js';
 export { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000 } from './migrations.js';
 export {

@@ -8,10 +8,10 @@ import {
   MemoryClaimStore,
 } from '../lib/testing/index.js';
 import { type MemoryClaimRecord } from '../lib/testing/memory-claim.store.js';
-import { type ActiveClaim } from '../lib/shapes/idempotency-context.js';
+import { type ActiveClaim } from '../lib/shapes/active-claim.js';
 import { type ClaimOutcome, type KeyScope } from '../lib/shapes/claim-store.interface.js';
 import { type Fence } from '../lib/decisions/decide.js';
-import { IdempotencyDatabase } from '../lib/connection/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
 import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
 import { RedisClaimStore } from '../lib/redis/index.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';

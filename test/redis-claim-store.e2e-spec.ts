@@ -1,9 +1,9 @@
 import request from 'supertest';
 import { type Redis } from 'ioredis';
-import { IdempotencyContext, idempotencyStorage } from '../lib/shapes/idempotency-context.js';
+import { IdempotencyContext, idempotencyStorage } from '../lib/transaction/idempotency-context.js';
 import { PhaseRunner, PhasesNeedTransactionalStoreError } from '../lib/index.js';
 import { RedisClaimStore } from '../lib/redis/index.js';
-import { IdempotencyDatabase } from '../lib/connection/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
 import { MemoryClaimStore } from '../lib/testing/index.js';
 import { createTestDatabase } from './support/database.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';

@@ -1,9 +1,9 @@
 import { type DataSource } from 'typeorm';
 import { IdempotencyLeaseLostError } from '../lib/index.js';
-import { type ActiveClaim } from '../lib/shapes/idempotency-context.js';
+import { type ActiveClaim } from '../lib/shapes/active-claim.js';
 import { decide } from '../lib/decisions/decide.js';
 import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
-import { IdempotencyDatabase } from '../lib/connection/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 
 /**

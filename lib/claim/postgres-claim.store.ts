@@ -9,8 +9,7 @@ import {
 } from '../shapes/idempotency.errors.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { type StoreTransaction } from '../shapes/store-transaction.js';
-import { transactionScope } from '../transaction/transaction-scope.js';
-import { type IdempotencyDatabase, type Statement } from '../connection/idempotency-database.js';
+import { type StoreDatabase, type Statement } from '../shapes/store-database.js';
 import { rethrowExplained } from './partitioned/layout-errors.js';
 import {
   type ClaimDeadline,
@@ -89,7 +88,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
    */
   private readonly givingBack = new Map<string, Promise<void>>();
 
-  constructor(protected readonly database: IdempotencyDatabase) {}
+  constructor(protected readonly database: StoreDatabase) {}
 
   async claim(scope: KeyScope, fingerprint: Buffer, leaseMs: number): Promise<ClaimOutcome> {
     // The same key's claim answered 503 at its deadline, its statement still on its way, then
@@ -294,8 +293,8 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     try {
       // Code of the phase that reaches the DataSource its own way (an injected repository)
       // joins the phase's transaction too.
-      const value = await transactionScope
-        .run(transaction, () => work(transaction.manager))
+      const value = await transaction
+        .inScope(() => work(transaction.manager))
         .catch((error: unknown) => {
           throw transaction.failureOf(error);
         });

@@ -1,4 +1,3 @@
-import { type IdempotencyRequest } from '../shapes/idempotency-request.js';
 import { type IdempotencyKeySource, type KeyReader, type RawKey } from '../shapes/key-source.js';
 export { type IdempotencyKeySource, type KeyReader, type RawKey } from '../shapes/key-source.js';
 

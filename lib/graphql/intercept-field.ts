@@ -7,8 +7,8 @@ import { IdempotencyError, IdempotencyKeyMismatchError } from '../shapes/idempot
 import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
 import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
 import { type ReplayCache } from '../answer/replay-cache.js';
-import { claimOrDecide, onFoundKey } from '../claim/claim-or-decide.js';
-import { type IdempotencyDatabase } from '../connection/idempotency-database.js';
+import { claimOrDecide, onFoundKey } from '../http/claim-or-decide.js';
+import { type IdempotencyDatabase } from '../transaction/idempotency-database.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { type OwnerTools } from '../transaction/owner-tools.js';
 import { runInContext } from '../transaction/run-in-context.js';

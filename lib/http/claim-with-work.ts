@@ -3,7 +3,7 @@ import { mergeMap, type Observable } from 'rxjs';
 import { type IdempotencyEvent, publish } from '../events/idempotency-events.js';
 import { IdempotencyKeyInProgressError } from '../shapes/idempotency.errors.js';
 import { type ResolvedRouteOptions } from '../shapes/idempotency-options.interface.js';
-import { type ClaimResult, claimOrDecide, onExisting } from '../claim/claim-or-decide.js';
+import { type ClaimResult, claimOrDecide, onExisting } from './claim-or-decide.js';
 import { type KeyScope, type TransactionalClaimStore } from '../shapes/claim-store.interface.js';
 import { whileSubscribed } from '../claim/while-subscribed.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';

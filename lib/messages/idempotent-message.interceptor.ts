@@ -10,7 +10,7 @@ import { from, lastValueFrom, Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
 import { IDEMPOTENT_MESSAGE_OPTIONS } from '../shapes/idempotency.constants.js';
 import { classifyHandlerError, isPassing } from '../transaction/failure.js';
-import { IdempotencyDatabase } from '../connection/idempotency-database.js';
+import { IdempotencyDatabase } from '../transaction/idempotency-database.js';
 import { RECORD_MESSAGE, TOUCH_MESSAGE } from '../claim/postgres-statements.js';
 import { TransactionAbortedError } from '../transaction/lazy-transaction.js';
 import { handleInTransaction } from '../transaction/handle-in-transaction.js';

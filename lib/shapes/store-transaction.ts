@@ -53,4 +53,6 @@ export interface StoreTransaction {
   commitWith(statement: FencedStatement): Promise<boolean>;
   /** Rolls back (if a statement opened it) and gives the connection back. Never throws. */
   rollback(): Promise<void>;
+  /** Runs `work` in its scope: the data layer's statements made there join it. */
+  inScope<R>(work: () => Promise<R>): Promise<R>;
 }

@@ -52,7 +52,7 @@ import {
   READ_ONLY_BY_DEFAULT,
   readOnlyByHandlerFailure,
 } from './own-statement-failure.js';
-import { type JoinableTransaction, type PoolJoin } from './transaction-scope.js';
+import { type JoinableTransaction, type PoolJoin, transactionScope } from './transaction-scope.js';
 import { type FencedStatement, type StoreTransaction } from '../shapes/store-transaction.js';
 export { type FencedStatement } from '../shapes/store-transaction.js';
 
@@ -676,6 +676,11 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
       this.end(client, error);
       return false;
     }
+  }
+
+  /** Runs `work` in its scope: the data layer's statements made there join it. */
+  inScope<R>(work: () => Promise<R>): Promise<R> {
+    return transactionScope.run(this, work);
   }
 
   /** Rolls back (if a statement opened it) and gives the connection back. Never throws. */

@@ -1,5 +1,5 @@
 import { type ActiveClaim } from '../../shapes/active-claim.js';
-import { type IdempotencyDatabase } from '../../connection/idempotency-database.js';
+import { type StoreDatabase } from '../../shapes/store-database.js';
 import {
   type BodyPlacement,
   type ResponseBodyStore,
@@ -42,7 +42,7 @@ const PURGE_BODIES_BATCH = {
 export class PostgresBodyStore implements ResponseBodyStore {
   readonly transactional = true;
 
-  constructor(private readonly database: IdempotencyDatabase) {}
+  constructor(private readonly database: StoreDatabase) {}
 
   async put(claim: ActiveClaim, body: Buffer, placement: BodyPlacement = {}): Promise<string> {
     const { transaction, keepMs } = placement;

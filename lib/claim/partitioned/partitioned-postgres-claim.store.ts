@@ -4,7 +4,7 @@ import { type PoolClient, type QueryResult } from 'pg';
 import { IdempotencyStoreUnavailableError } from '../../shapes/idempotency.errors.js';
 import { type ClaimRequest } from '../claim-batcher.js';
 import { type KeyScope } from '../../shapes/claim-store.interface.js';
-import { type IdempotencyDatabase, type Statement } from '../../connection/idempotency-database.js';
+import { type StoreDatabase, type Statement } from '../../shapes/store-database.js';
 import { type ClaimRow, type LateRows, PostgresClaimStore } from '../postgres-claim.store.js';
 import { isNoPartitionError } from './layout-errors.js';
 import { coverageAction, expirySteps, type PartitionInfo } from './partition-schedule.js';
@@ -61,7 +61,7 @@ interface PartitionRow {
  *
  * @example
  * // The module builds it for 'postgres' with `partitionedExpiry`; by hand, for a test:
- * new PartitionedPostgresClaimStore(new IdempotencyDatabase(() => dataSource, 5000), {
+ * new PartitionedPostgresClaimStore(new StoreDatabase(() => dataSource, 5000), {
  *   partitionMs: 3_600_000,
  *   partitionsAhead: 2,
  * });
@@ -73,7 +73,7 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
   private creating?: Promise<void>;
 
   constructor(
-    database: IdempotencyDatabase,
+    database: StoreDatabase,
     private readonly layout: PartitionLayout,
   ) {
     super(database);

@@ -21,7 +21,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * is then refused by a business rule; the handler catches the refusal and answers
  * `{ placed: false }`.
  *
- * What happens: lib/transaction/idempotent-transaction.service.ts:57-66 (`outside`) starts a
+ * What happens: lib/idempotent-transaction.service.ts:57-66 (`outside`) starts a
  * foreign thenable only when `work` returns one itself (`isForeignThenable(result)`,
  * lib/transaction/foreign-thenable.ts:7-12); an array of Prisma queries is not one, so it is
  * handed back unstarted, and the queries run where `Promise.all` calls their `then()`: in the

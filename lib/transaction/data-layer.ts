@@ -1,11 +1,11 @@
 import { type Pool } from 'pg';
 import { type DataSource, type EntityManager } from 'typeorm';
-import { LazyTransaction } from '../transaction/lazy-transaction.js';
-import { PoolTransaction } from '../transaction/pool-transaction.js';
-import { type RequestTransaction } from '../transaction/request-transaction.js';
-import { transactionScope } from '../transaction/transaction-scope.js';
-import { DataLayerEndedError } from './driver-errors/ended.js';
-import { joinTransactionsOfPool } from '../transaction/pool-join.js';
+import { LazyTransaction } from './lazy-transaction.js';
+import { PoolTransaction } from './pool-transaction.js';
+import { type RequestTransaction } from './request-transaction.js';
+import { transactionScope } from './transaction-scope.js';
+import { DataLayerEndedError } from '../connection/driver-errors/ended.js';
+import { joinTransactionsOfPool } from './pool-join.js';
 
 /**
  * The app's data layer as the library meets it: the pool its own statements run on, and the

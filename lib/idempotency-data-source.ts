@@ -1,10 +1,10 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService } from '@nestjs/core';
 import { type DataSource } from 'typeorm';
-import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
-import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
-import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
-import { joinTransactionsOf } from '../transaction/transaction-scope.js';
+import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
+import { type ResolvedIdempotencyOptions } from './shapes/idempotency-options.interface.js';
+import { InvalidIdempotencyOptionsError } from './idempotency-options.js';
+import { joinTransactionsOf } from './transaction/transaction-scope.js';
 
 /**
  * The app's own TypeORM DataSource (the default one, or the one named in the options): the

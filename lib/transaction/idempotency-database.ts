@@ -4,7 +4,7 @@ import {
   noteShadowedBuiltIns,
   PLAIN_OPERATORS,
   SHADOWED_BUILT_INS_QUERY,
-} from '../transaction/shadowed-built-ins.js';
+} from './shadowed-built-ins.js';
 import { Logger } from '@nestjs/common';
 import {
   type Pool,
@@ -19,11 +19,11 @@ import {
   PermanentDatabaseError,
 } from '../shapes/idempotency.errors.js';
 import { type PoolerMode } from '../shapes/idempotency-options.interface.js';
-import { isIsolationLevel, type IsolationLevel } from '../transaction/isolation-level.js';
-import { type RequestTransaction } from '../transaction/request-transaction.js';
+import { isIsolationLevel, type IsolationLevel } from './isolation-level.js';
+import { type RequestTransaction } from './request-transaction.js';
 import { type DataLayer, runInOwnTransaction, typeOrmDataLayer } from './data-layer.js';
-import { acquire, queryWithDeadline } from './deadline.js';
-import { misconfigured } from './pooler-misfit.js';
+import { acquire, queryWithDeadline } from '../connection/deadline.js';
+import { misconfigured } from '../connection/pooler-misfit.js';
 import {
   adaptedToPooler,
   effectivePooler,
@@ -31,20 +31,22 @@ import {
   poolerSignature,
   probesForPooler,
   type SessionIds,
-} from './pooler-signature.js';
-import { isPermanentError, isReadOnlyError } from './connection-errors.js';
-import { permanentRemedy } from './permanent-remedy.js';
+} from '../connection/pooler-signature.js';
+import { isPermanentError, isReadOnlyError } from '../connection/connection-errors.js';
+import { permanentRemedy } from '../connection/permanent-remedy.js';
 import {
   READ_ONLY_PROBE,
   readOnlyExplanation,
   readOnlyLasts,
   type ReadOnlySession,
-} from './read-only-session.js';
+} from '../connection/read-only-session.js';
 import {
   PURGE_MESSAGE_FAILURES_BATCH,
   PURGE_PROCESSED_BATCH,
   RECORD_MESSAGE_FAILURE,
 } from '../claim/postgres-statements.js';
+import { type Statement, type StoreDatabase } from '../shapes/store-database.js';
+export { type Statement } from '../shapes/store-database.js';
 
 /** The level a transaction begun without one runs at, on this database and role. */
 /**
@@ -53,12 +55,6 @@ import {
  */
 const SERVER_LEVEL = `SELECT current_setting('default_transaction_isolation') AS level`;
 
-/** A named prepared statement of the library. */
-export interface Statement {
-  name: string;
-  text: string;
-}
-
 /**
  * The app's own PostgreSQL, as the library uses it whatever its claim store: the request's
  * transaction that the handler's effects join, plain transactions for phases of keyless
@@ -66,7 +62,7 @@ export interface Statement {
  * TypeORM's query runner: one prepared statement per step and no ORM hydration, which is where
  * a request's CPU went.
  */
-export class IdempotencyDatabase {
+export class IdempotencyDatabase implements StoreDatabase {
   private readonly logger = new Logger('Idempotency');
 
   constructor(

@@ -5,12 +5,12 @@ import {
   type ObjectLiteral,
   type Repository,
 } from 'typeorm';
-import { IdempotencyDataSource } from '../connection/idempotency-data-source.js';
-import { idempotencyStorage } from './idempotency-context.js';
-import { startedInside } from './foreign-thenable.js';
-import { OutsideScope } from './outside-scope.js';
-import { transactionScope } from './transaction-scope.js';
-import { type RequestTransaction } from './request-transaction.js';
+import { IdempotencyDataSource } from './idempotency-data-source.js';
+import { idempotencyStorage } from './transaction/idempotency-context.js';
+import { startedInside } from './transaction/foreign-thenable.js';
+import { OutsideScope } from './transaction/outside-scope.js';
+import { transactionScope } from './transaction/transaction-scope.js';
+import { type RequestTransaction } from './transaction/request-transaction.js';
 
 /**
  * The transaction of the idempotent request (or atomic phase) running now, for services that

@@ -1,9 +1,9 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
-import { PermanentDatabaseError } from '../shapes/idempotency.errors.js';
-import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
-import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
-import { queryWithDeadline } from '../connection/deadline.js';
-import { IdempotencyDatabase } from '../connection/idempotency-database.js';
+import { PermanentDatabaseError } from './shapes/idempotency.errors.js';
+import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
+import { type ResolvedIdempotencyOptions } from './shapes/idempotency-options.interface.js';
+import { queryWithDeadline } from './connection/deadline.js';
+import { IdempotencyDatabase } from './transaction/idempotency-database.js';
 import {
   type CatalogEntry,
   CHECKED_FUNCTIONS,
@@ -11,9 +11,9 @@ import {
   missingSchema,
   SCHEMA_CATALOG_QUERY,
   type SchemaNeeds,
-} from './schema-check.js';
-import { IdempotencySchemaMissingError } from './schema-missing.error.js';
-import { StandardConformingStringsOffError } from './string-syntax.error.js';
+} from './schema/schema-check.js';
+import { IdempotencySchemaMissingError } from './schema/schema-missing.error.js';
+import { StandardConformingStringsOffError } from './schema/string-syntax.error.js';
 
 /** How the app's sessions read strings (see `StandardConformingStringsOffError`). */
 const STRING_SYNTAX_QUERY = "SELECT current_setting('standard_conforming_strings') AS strings";

@@ -2,7 +2,7 @@ import { type Logger } from '@nestjs/common';
 import { mergeMap, type Observable } from 'rxjs';
 import { decide, type ExistingKey, type Fence } from '../decisions/decide.js';
 import { type IdempotencyEvent, publish } from '../events/idempotency-events.js';
-import { whileSubscribed } from './while-subscribed.js';
+import { whileSubscribed } from '../claim/while-subscribed.js';
 import {
   type IdempotencyError,
   IdempotencyKeyInProgressError,
