@@ -172,6 +172,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
             route,
             event,
             this.logger,
+            (landed) => (landing = landed),
           )
         : claimOrDecide(
             store,
@@ -181,12 +182,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
             event,
             this.logger,
             route.conflictRetryAfterSeconds,
+            (landed) => (landing = landed),
           );
+    /** A claim of this run still on its way when the run was unsubscribed (see `left`). */
+    let landing: Promise<unknown> | undefined;
     const claimAndRun = () =>
       claim().pipe(
-        // Decided on its outcome, or when it ends without one (an error, an unsubscribe).
+        // Decided on its outcome, or when it ends without one (an error, an unsubscribe: then
+        // once a claim still in flight has landed and been given back; the teardowns that
+        // note it run together, so it is read a microtask later).
         tap(() => run.claimDecided()),
-        finalize(() => run.claimDecided()),
+        finalize(() => queueMicrotask(() => run.claimDecided(landing))),
         mergeMap((claimed) => {
           if (claimed.kind === 'owned') return execute(claimed.claim, claimed.transaction);
           if (claimed.finishedAgeMs !== undefined) {
@@ -204,23 +210,38 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const run = new RequestRun();
     const earlier = startRun(raw, run);
     if (!earlier) return claimAndRun();
+    // Until it claims (its own run then says), a later run after this one meets the earlier:
+    // this one may be unsubscribed while it waits, having done nothing of its own; it is then
+    // decided once what it waited for is (the earlier's claim, or its stepping aside).
+    run.stepAside = () => earlier.stepAside?.();
+    run.outcome = () => earlier.outcome?.();
+    let waitedFor: Promise<unknown> = earlier.claimed;
+    let claiming = false;
+    const claimAfter = () => {
+      claiming = true;
+      return claimAndRun();
+    };
     return from(earlier.claimed).pipe(
       mergeMap(() => {
         const steppingAside = earlier.stepAside?.();
-        if (steppingAside) return from(steppingAside).pipe(mergeMap(claimAndRun));
+        if (steppingAside) {
+          waitedFor = steppingAside;
+          return from(steppingAside).pipe(mergeMap(claimAfter));
+        }
         const outcome = earlier.outcome?.();
-        if (!outcome) return claimAndRun();
+        if (!outcome) return claimAfter();
         // Joined, this run owns nothing: a run after it meets the one it joined (a third
         // subscription would claim again, and its 409 be stored with the first run's work).
-        run.stepAside = () => earlier.stepAside?.();
-        run.outcome = () => earlier.outcome?.();
         run.claimDecided();
         return from(outcome).pipe(
           mergeMap((came) => {
-            if ('claimAgain' in came) return claimAndRun();
+            if ('claimAgain' in came) return claimAfter();
             return 'error' in came ? throwError(() => came.error) : of(came.value);
           }),
         );
+      }),
+      finalize(() => {
+        if (!claiming) run.claimDecided(waitedFor);
       }),
     );
   }

@@ -50,4 +50,29 @@ describe('whileSubscribed', () => {
     await settled();
     expect(orphaned).toEqual([]);
   });
+
+  it.each<[string, boolean, boolean]>([
+    // name, left before the value, whether `left` hears of it
+    ['left before the value: told, with the give-back to wait for', true, true],
+    ['left after the value: not told (nothing in flight)', false, false],
+  ])('%s', async (_name, early, told) => {
+    const pending = deferred<string>();
+    const givenBack = deferred<void>();
+    const order: string[] = [];
+    let landed: Promise<unknown> | undefined;
+    const subscription = whileSubscribed(
+      pending.promise,
+      () => givenBack.promise.then(() => order.push('given back')),
+      (promise) => (landed = promise),
+    ).subscribe();
+    if (early) subscription.unsubscribe();
+    pending.resolve('claim');
+    await settled();
+    if (!early) subscription.unsubscribe();
+    expect(landed !== undefined).toBe(told);
+    void landed?.then(() => order.push('landed'));
+    givenBack.resolve();
+    await settled();
+    expect(order).toEqual(told ? ['given back', 'landed'] : []);
+  });
 });

@@ -71,11 +71,16 @@ export function claimOrDecide(
   event: () => IdempotencyEvent,
   logger: Logger,
   conflictRetryAfterSeconds?: number,
+  left?: (landed: Promise<unknown>) => void,
 ): Observable<ClaimResult> {
-  return whileSubscribed(store.claim(scope, fingerprint, leaseMs), (outcome) => {
-    if (outcome.kind === 'claimed')
-      giveBackOrphaned(store, outcome.claim, 'claimed', event, logger);
-  }).pipe(
+  return whileSubscribed(
+    store.claim(scope, fingerprint, leaseMs),
+    (outcome) =>
+      outcome.kind === 'claimed'
+        ? giveBackOrphaned(store, outcome.claim, 'claimed', event, logger)
+        : undefined,
+    left,
+  ).pipe(
     mergeMap((outcome): Observable<ClaimResult> | ClaimResult[] => {
       if (outcome.kind === 'claimed') {
         publish('claimed', event);
@@ -90,6 +95,7 @@ export function claimOrDecide(
         event,
         logger,
         conflictRetryAfterSeconds,
+        left,
       );
     }),
   );
@@ -108,6 +114,7 @@ export function onExisting(
   event: () => IdempotencyEvent,
   logger: Logger,
   conflictRetryAfterSeconds?: number,
+  left?: (landed: Promise<unknown>) => void,
 ): Observable<ClaimResult> | ClaimResult[] {
   const found = onFoundKey(existing, fingerprint, conflictRetryAfterSeconds);
   switch (found.kind) {
@@ -117,10 +124,14 @@ export function onExisting(
       publish(found.event, event);
       throw found.error;
     case 'take-over':
-      return whileSubscribed(store.takeOver(scope, found.fence, leaseMs), (claim) => {
-        if (claim)
-          giveBackOrphaned(store, claim, found.resumes ? 'resumed' : 'takenOver', event, logger);
-      }).pipe(
+      return whileSubscribed(
+        store.takeOver(scope, found.fence, leaseMs),
+        (claim) =>
+          claim
+            ? giveBackOrphaned(store, claim, found.resumes ? 'resumed' : 'takenOver', event, logger)
+            : undefined,
+        left,
+      ).pipe(
         mergeMap((claim): ClaimResult[] => {
           // Another worker won the same expired lease a moment before us.
           if (!claim) {
@@ -144,9 +155,9 @@ function giveBackOrphaned(
   taken: 'claimed' | 'takenOver' | 'resumed',
   event: () => IdempotencyEvent,
   logger: Logger,
-): void {
+): Promise<void> {
   publish(taken, event);
-  store.release(claim, true).then(
+  return store.release(claim, true).then(
     () => publish('released', () => ({ ...event(), reason: 'before_handler' })),
     (error: unknown) =>
       logger.warn(`could not give back the late claim of ${claim.key}: ${String(error)}`),

@@ -24,6 +24,7 @@ export function claimWithWork(
   route: ResolvedRouteOptions,
   event: () => IdempotencyEvent,
   logger: Logger,
+  left?: (landed: Promise<unknown>) => void,
 ): Observable<ClaimResult<RequestTransaction>> {
   const { leaseMs, conflictRetryAfterSeconds } = route;
   // Its BEGIN goes with the claim: at the route's level (else the data layer's or server's).
@@ -31,7 +32,7 @@ export function claimWithWork(
   const claiming = store.claimIn!(scope, fingerprint, leaseMs, transaction, route.claimWaitMs);
   // Landed after the request was gone (an outer timeout answered while it was on its way):
   // rolled back, it leaves nothing, and a request waiting on it goes on.
-  return whileSubscribed(claiming, () => void transaction.rollback()).pipe(
+  return whileSubscribed(claiming, () => transaction.rollback(), left).pipe(
     mergeMap(
       (
         outcome,
@@ -50,6 +51,7 @@ export function claimWithWork(
               event,
               logger,
               conflictRetryAfterSeconds,
+              left,
             );
           case 'held':
             publish('conflict', event);
@@ -63,6 +65,7 @@ export function claimWithWork(
               event,
               logger,
               conflictRetryAfterSeconds,
+              left,
             );
         }
       },

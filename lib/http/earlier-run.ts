@@ -35,8 +35,13 @@ export class RequestRun {
     this.claimed = new Promise<void>((resolve) => (this.decide = resolve));
   }
 
-  claimDecided(): void {
-    this.decide();
+  /**
+   * Its claim is decided; `after`: not before that settles (a claim still in flight when this
+   * run was unsubscribed, given back once it lands), so that the next run does not meet it.
+   */
+  claimDecided(after?: Promise<unknown>): void {
+    if (after) void after.then(this.decide, this.decide);
+    else this.decide();
   }
 }
 

@@ -105,6 +105,13 @@ export function runOwned(
   let gaveBack = false;
   /** What the handler came to, for a run of the request beside this one (see `run.outcome`). */
   let shared: { promise: Promise<RunOutcome>; resolve: (outcome: RunOutcome) => void } | undefined;
+  /** Once a detached handler settled: its answer stored with its effects, or rolled back. */
+  let detachedSettled: Promise<unknown> | undefined;
+  /** Detached: a run beside this one claims again once the handler's work is settled. */
+  const settleDetachedWith = (outcome: { value: unknown } | { error: unknown }) => {
+    detachedSettled = settleDetached(tools, context, fingerprint, settings, outcome);
+    void detachedSettled.then(() => shared?.resolve({ claimAgain: true }));
+  };
   /**
    * What is done when the answer comes from outside the handler before it settled (see the
    * teardown below); set once it is subscribed to.
@@ -142,7 +149,7 @@ export function runOwned(
         // handler runs: the timeout's answer goes out, not stored, and the handler's effects
         // commit with its own answer (rendered as the adapter would), which retries replay.
         detached = true;
-        void settleDetached(tools, context, fingerprint, settings, { value: result });
+        settleDetachedWith({ value: result });
         return undefined;
       }
       if (streamFailure) return giveBackBrokenStream(tools, context, streamFailure.error);
@@ -261,7 +268,13 @@ export function runOwned(
     // A run beside this one while its handler works (a second subscription): it answers with
     // what this handler comes to, which its adapter writes and this run stores.
     run.outcome = () => {
-      if (settled || detached || givingBack || gaveBack) return undefined;
+      if (gaveBack) return undefined;
+      // Giving the key back (answered before the handler started), or detached (answered
+      // from outside while it goes on): the other run claims again once that is done, and
+      // then claims the key, or replays what the detached handler stored, never meets it.
+      if (givingBack) return givingBack.then(() => ({ claimAgain: true }));
+      if (detachedSettled) return detachedSettled.then(() => ({ claimAgain: true }));
+      if (settled && !detached) return undefined;
       if (!shared) {
         let resolve!: (outcome: RunOutcome) => void;
         const promise = new Promise<RunOutcome>((settle) => (resolve = settle));
@@ -307,7 +320,7 @@ export function runOwned(
       error: (error: unknown) => {
         if (detached) {
           settle();
-          void settleDetached(tools, context, fingerprint, settings, { error });
+          settleDetachedWith({ error });
           return;
         }
         // A timeout of an interceptor inside `@Idempotent()` (a `timeout()` written above it)
@@ -325,7 +338,7 @@ export function runOwned(
           shared?.resolve({ error });
           void goingOn.then((outcome) => {
             settle();
-            return settleDetached(tools, context, fingerprint, settings, outcome);
+            settleDetachedWith(outcome);
           });
           return;
         }
@@ -358,9 +371,12 @@ export function runOwned(
       },
       complete: () => {
         settle(emitted);
-        if (detached) void settleDetached(tools, context, fingerprint, settings, { value: result });
-        else subscriber.complete();
-        shared?.resolve({ value: result });
+        if (detached) {
+          settleDetachedWith({ value: result });
+        } else {
+          subscriber.complete();
+          shared?.resolve({ value: result });
+        }
         // Gone before its stream was handed over: the adapter may never end it either.
         // Checked once what it wrote at once has reached the commit, as above.
         setImmediate(() => leftMidStream());
@@ -386,7 +402,6 @@ export function runOwned(
         // settles, so that the retries replay that answer and the work is done once.
         detached = true;
         letThrough();
-        shared?.resolve({ claimAgain: true });
         return;
       }
       // Never started: the key is given back, and the handler must not start late.
