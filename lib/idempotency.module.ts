@@ -1,4 +1,4 @@
-import { SqlReaderLoader } from './transaction/sql-reader.loader.js';
+import { SqlReaderLoader } from './transaction/sql/sql-reader.loader.js';
 import { Module, type Provider } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';

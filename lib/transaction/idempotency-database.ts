@@ -4,7 +4,7 @@ import {
   noteShadowedBuiltIns,
   PLAIN_OPERATORS,
   SHADOWED_BUILT_INS_QUERY,
-} from './shadowed-built-ins.js';
+} from './sql/shadowed-built-ins.js';
 import { Logger } from '@nestjs/common';
 import {
   type Pool,

@@ -22,7 +22,7 @@ import {
   StatementBesideNestedTransactionError,
   TransactionEndedError,
 } from './seam-errors.js';
-import { isPlainRead, isTransactionModeOnly, setsReadOnly } from './sql-text.js';
+import { isPlainRead, isTransactionModeOnly, setsReadOnly } from './sql/sql-text.js';
 import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../connection/session-state.js';
 import { ownQueryRunner } from './transaction-scope.js';
 import {

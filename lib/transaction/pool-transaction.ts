@@ -20,7 +20,7 @@ import {
   nestedControlOf,
   setsIdentity,
   setsReadOnly,
-} from './sql-text.js';
+} from './sql/sql-text.js';
 import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../connection/session-state.js';
 
 import {

@@ -45,8 +45,8 @@ import {
   notePrepared,
   recoveryOf,
 } from './claim-at-begin.js';
-import { unreadableOf } from './sql-parse.js';
-import { sessionAdvisoryLockOf, sessionSettingOf, transactionControlOf } from './sql-text.js';
+import { unreadableOf } from './sql/sql-parse.js';
+import { sessionAdvisoryLockOf, sessionSettingOf, transactionControlOf } from './sql/sql-text.js';
 import {
   ownStatementFailure,
   READ_ONLY_BY_DEFAULT,
