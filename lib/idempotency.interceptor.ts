@@ -19,7 +19,7 @@ import { replay } from './http/replay.js';
 import { defaultStatusOf, readRouteSettings, type RouteSettings } from './http/route-settings.js';
 import { warnOnCallOut } from './http/call-out-warning.js';
 import { claimWithWork } from './http/claim-with-work.js';
-import { RequestRun, startRun } from './http/earlier-run.js';
+import { claimAgainAfter, RequestRun, startRun } from './http/earlier-run.js';
 import { runOwned } from './http/run-owned.js';
 import { runWithoutKey } from './http/run-without-key.js';
 import { toHttpException } from './http/to-http.js';
@@ -221,25 +221,33 @@ export class IdempotencyInterceptor implements NestInterceptor {
       claiming = true;
       return claimAndRun();
     };
-    return from(earlier.claimed).pipe(
-      mergeMap(() => {
-        const steppingAside = earlier.stepAside?.();
-        if (steppingAside) {
-          waitedFor = steppingAside;
-          return from(steppingAside).pipe(mergeMap(claimAfter));
-        }
-        const outcome = earlier.outcome?.();
-        if (!outcome) return claimAfter();
-        // Joined, this run owns nothing: a run after it meets the one it joined (a third
-        // subscription would claim again, and its 409 be stored with the first run's work).
-        run.claimDecided();
-        return from(outcome).pipe(
-          mergeMap((came) => {
-            if ('claimAgain' in came) return claimAfter();
-            return 'error' in came ? throwError(() => came.error) : of(came.value);
-          }),
-        );
-      }),
+    const follow = (before: RequestRun): Observable<unknown> =>
+      from(before.claimed).pipe(
+        mergeMap(() => {
+          const steppingAside = before.stepAside?.();
+          if (steppingAside) {
+            waitedFor = steppingAside;
+            return from(steppingAside).pipe(mergeMap(claimAfter));
+          }
+          const outcome = before.outcome?.();
+          if (!outcome) return claimAfter();
+          // Joined, this run owns nothing: a run after it meets the one it joined (a third
+          // subscription would claim again, and its 409 be stored with the first run's work).
+          run.claimDecided();
+          return from(outcome).pipe(
+            mergeMap((came) => {
+              if ('error' in came) return throwError(() => came.error);
+              if ('value' in came) return of(came.value);
+              // Told to claim again, with every run that joined the same one: undecided until
+              // it has, and after the one told before it (its claim, or what it joins then).
+              run.claimAnew();
+              const first = claimAgainAfter(raw, run);
+              return first ? follow(first) : claimAfter();
+            }),
+          );
+        }),
+      );
+    return follow(earlier).pipe(
       finalize(() => {
         if (!claiming) run.claimDecided(waitedFor);
       }),

@@ -17,8 +17,11 @@ export type RunOutcome = { value: unknown } | { error: unknown } | { claimAgain:
  * share, as its answer.
  */
 export class RequestRun {
-  /** Settles once its claim is decided (owned, replayed or refused): a later run waits for it. */
-  readonly claimed: Promise<void>;
+  /**
+   * Settles once its claim is decided (owned, replayed or refused): a later run waits for it.
+   * A run told to claim again claims anew: undecided again until then (`claimAnew`).
+   */
+  claimed!: Promise<void>;
   private decide!: () => void;
   /**
    * Set by the run that owns the key: once its handler settled, before its answer is on its way,
@@ -32,6 +35,10 @@ export class RequestRun {
   outcome?: () => Promise<RunOutcome> | undefined;
 
   constructor() {
+    this.claimAnew();
+  }
+
+  claimAnew(): void {
     this.claimed = new Promise<void>((resolve) => (this.decide = resolve));
   }
 
@@ -40,8 +47,9 @@ export class RequestRun {
    * run was unsubscribed, given back once it lands), so that the next run does not meet it.
    */
   claimDecided(after?: Promise<unknown>): void {
-    if (after) void after.then(this.decide, this.decide);
-    else this.decide();
+    const decide = this.decide;
+    if (after) void after.then(decide, decide);
+    else decide();
   }
 }
 
@@ -52,4 +60,17 @@ export function startRun(raw: ServerResponse, run: RequestRun): RequestRun | und
   const earlier = runs.get(raw);
   runs.set(raw, run);
   return earlier;
+}
+
+const reclaiming = new WeakMap<ServerResponse, RequestRun>();
+
+/**
+ * Registers `run` as the run of the request on `raw` that claims again (told so by the run it
+ * joined); the one that did before it, if any. Runs told together claim one after another:
+ * the second meets the first as any later run does, rather than race it for the key.
+ */
+export function claimAgainAfter(raw: ServerResponse, run: RequestRun): RequestRun | undefined {
+  const before = reclaiming.get(raw);
+  reclaiming.set(raw, run);
+  return before === run ? undefined : before;
 }

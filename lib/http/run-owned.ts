@@ -33,7 +33,8 @@ import { type RequestRun, type RunOutcome } from './earlier-run.js';
 import { holdResponse } from './response-hold.js';
 import { type RouteSettings } from './route-settings.js';
 import { settleDetached } from './settle-detached.js';
-import { writtenLibraryError } from './written-library-error.js';
+import { forgetWrittenLibraryError, writtenLibraryError } from './written-library-error.js';
+import { IdempotencyKeyInProgressError } from '../shapes/idempotency.errors.js';
 
 const CLIENT_GONE = new Error('the client closed its connection before the response ended');
 
@@ -59,6 +60,8 @@ export function runOwned(
 ): Observable<unknown> {
   const { route } = settings;
   const raw = rawResponse(response);
+  // What an earlier run of this request wrote is not this run's to read (see below).
+  forgetWrittenLibraryError(raw);
   const transaction = claimedIn ?? database.transaction(false);
   transaction.isolationLevel = route.isolationLevel;
   const context = new IdempotencyContext(
@@ -107,6 +110,8 @@ export function runOwned(
   let shared: { promise: Promise<RunOutcome>; resolve: (outcome: RunOutcome) => void } | undefined;
   /** Once a detached handler settled: its answer stored with its effects, or rolled back. */
   let detachedSettled: Promise<unknown> | undefined;
+  /** The timeout that detached it (inside `@Idempotent()`): this request's answer meanwhile. */
+  let timedOut: { error: unknown } | undefined;
   /** Detached: a run beside this one claims again once the handler's work is settled. */
   const settleDetachedWith = (outcome: { value: unknown } | { error: unknown }) => {
     detachedSettled = settleDetached(tools, context, fingerprint, settings, outcome);
@@ -116,7 +121,7 @@ export function runOwned(
    * What is done when the answer comes from outside the handler before it settled (see the
    * teardown below); set once it is subscribed to.
    */
-  let answeredOutside: (() => void) | undefined;
+  let answeredOutside: ((written: boolean) => void) | undefined;
   const letThrough = holdResponse(
     raw,
     async (written) => {
@@ -124,7 +129,7 @@ export function runOwned(
         // Written while the handler still runs and has emitted nothing: a layer outside it
         // answered (an outer timeout whose 408 came through an interceptor that did not pass
         // the unsubscription on, as nestjs-cls's does). Not the handler's answer: not stored.
-        answeredOutside();
+        answeredOutside(true);
       }
       if (givingBack) {
         // Not the handler's answer: not stored, and sent once the key is free again.
@@ -156,8 +161,14 @@ export function runOwned(
       // The library's own passing error, thrown by an app interceptor after the handler's value
       // (a `RetryLaterError` from its audit step) and answered by `IdempotencyErrorFilter`:
       // "nothing stored, retry with the same key", as from the handler itself. Not stored.
+      // So is the library's 409 `key_in_progress` answered by another run of this request on
+      // the response they share (two runs told to claim again together): never an answer.
       const thrownAfter = handlerError ? undefined : writtenLibraryError(raw);
-      if (thrownAfter && classifyHandlerError(thrownAfter).kind === 'retry') {
+      if (
+        thrownAfter &&
+        (classifyHandlerError(thrownAfter).kind === 'retry' ||
+          thrownAfter instanceof IdempotencyKeyInProgressError)
+      ) {
         await rollBackAndRelease(tools, context, thrownAfter.code);
         return undefined;
       }
@@ -274,6 +285,9 @@ export function runOwned(
       // then claims the key, or replays what the detached handler stored, never meets it.
       if (givingBack) return givingBack.then(() => ({ claimAgain: true }));
       if (detachedSettled) return detachedSettled.then(() => ({ claimAgain: true }));
+      // Timed out while its handler goes on: an app's retry of the request times out too (it
+      // would, running the handler again), rather than wait without a bound for that handler.
+      if (timedOut) return Promise.resolve(timedOut);
       if (settled && !detached) return undefined;
       if (!shared) {
         let resolve!: (outcome: RunOutcome) => void;
@@ -333,6 +347,7 @@ export function runOwned(
             : undefined;
         if (goingOn) {
           detached = true;
+          timedOut = { error };
           letThrough();
           subscriber.error(error);
           shared?.resolve({ error });
@@ -382,7 +397,7 @@ export function runOwned(
         setImmediate(() => leftMidStream());
       },
     });
-    answeredOutside = () => {
+    answeredOutside = (written) => {
       if (settled || detached || givingBack) return;
       // Unsubscribed after its value (an interceptor's `firstValueFrom`, `take(1)`): that
       // value is its answer, on its way to the adapter through that interceptor, which may
@@ -395,6 +410,12 @@ export function runOwned(
         shared?.resolve({ value: result });
         return;
       }
+      // Unsubscribed with nothing written while a run of this request beside this one waits
+      // for what the handler comes to (a side subscription that stopped watching, the returned
+      // one going on): the handler's answer is still the request's, written through that run
+      // and stored here, as if this one still watched. Detached, a late answer that cannot be
+      // stored (an entity, an error) would be rolled back and the handler run a second time.
+      if (!written && shared && context.handlerStarted) return;
       // Answered before the handler's answer (an outer timeout interceptor, say): what goes
       // out now is not the handler's answer, so it is not stored.
       if (context.handlerStarted) {
@@ -412,6 +433,6 @@ export function runOwned(
       void givingBack.then(() => shared?.resolve({ claimAgain: true }));
     };
     // Unsubscribed before the handler settled: answered from outside.
-    return () => answeredOutside?.();
+    return () => answeredOutside?.(false);
   });
 }

@@ -17,3 +17,8 @@ export function noteWrittenLibraryError(raw: ServerResponse, error: IdempotencyE
 export function writtenLibraryError(raw: ServerResponse): IdempotencyError | undefined {
   return written.get(raw);
 }
+
+/** Forgets what an earlier run of the request wrote: the owner reads only what came after it. */
+export function forgetWrittenLibraryError(raw: ServerResponse): void {
+  written.delete(raw);
+}
