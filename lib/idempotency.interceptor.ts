@@ -210,23 +210,31 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const run = new RequestRun();
     const earlier = startRun(raw, run);
     if (!earlier) return claimAndRun();
-    // Until it claims (its own run then says), a later run after this one meets the earlier:
-    // this one may be unsubscribed while it waits, having done nothing of its own; it is then
-    // decided once what it waited for is (the earlier's claim, or its stepping aside).
-    run.stepAside = () => earlier.stepAside?.();
-    run.outcome = () => earlier.outcome?.();
-    let waitedFor: Promise<unknown> = earlier.claimed;
+    // Until it claims (its own run then says), a later run after this one meets the run this
+    // one follows now: this one may be unsubscribed while it waits, having done nothing of its
+    // own; it is then decided once what it waited for is (that run's claim as it is then, a
+    // claim made anew included, or its stepping aside).
+    let following = earlier;
+    run.stepAside = () => following.stepAside?.();
+    run.outcome = () => following.outcome?.();
+    let steppedAside: Promise<unknown> | undefined;
     let claiming = false;
-    const claimAfter = () => {
+    // Later runs claim one after another (several told to claim again by one give-back, or
+    // one told so while another found the key free): a run that finds another claiming meets
+    // it as any later run does, rather than race it for the key.
+    const claimAfter = (): Observable<unknown> => {
+      const other = claimAgainAfter(raw, run);
+      if (other) return follow(other);
       claiming = true;
       return claimAndRun();
     };
-    const follow = (before: RequestRun): Observable<unknown> =>
-      from(before.claimed).pipe(
+    const follow = (before: RequestRun): Observable<unknown> => {
+      following = before;
+      return from(before.claimed).pipe(
         mergeMap(() => {
           const steppingAside = before.stepAside?.();
           if (steppingAside) {
-            waitedFor = steppingAside;
+            steppedAside = steppingAside;
             return from(steppingAside).pipe(mergeMap(claimAfter));
           }
           const outcome = before.outcome?.();
@@ -239,17 +247,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
               if ('error' in came) return throwError(() => came.error);
               if ('value' in came) return of(came.value);
               // Told to claim again, with every run that joined the same one: undecided until
-              // it has, and after the one told before it (its claim, or what it joins then).
+              // it has claimed (or joined the one that claims first).
               run.claimAnew();
-              const first = claimAgainAfter(raw, run);
-              return first ? follow(first) : claimAfter();
+              return claimAfter();
             }),
           );
         }),
       );
+    };
     return follow(earlier).pipe(
       finalize(() => {
-        if (!claiming) run.claimDecided(waitedFor);
+        if (!claiming) run.claimDecided(steppedAside ?? following.claimed);
       }),
     );
   }

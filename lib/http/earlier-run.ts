@@ -65,9 +65,8 @@ export function startRun(raw: ServerResponse, run: RequestRun): RequestRun | und
 const reclaiming = new WeakMap<ServerResponse, RequestRun>();
 
 /**
- * Registers `run` as the run of the request on `raw` that claims again (told so by the run it
- * joined); the one that did before it, if any. Runs told together claim one after another:
- * the second meets the first as any later run does, rather than race it for the key.
+ * Registers `run` as the later run of the request on `raw` that claims now; the one that did
+ * before it, if any (`run` meets it first, as any later run meets an earlier one).
  */
 export function claimAgainAfter(raw: ServerResponse, run: RequestRun): RequestRun | undefined {
   const before = reclaiming.get(raw);
