@@ -175,7 +175,8 @@ function fromDatabase(error: unknown, underStatement = false): DriverFailure | u
 }
 
 /** node-postgres' `DatabaseError`: PostgreSQL's own answer, with a severity and a SQLSTATE. */
-function isServerError(error: Error): boolean {
+/** An error the server answered (an `ErrorResponse`, with its severity and SQLSTATE). */
+export function isServerError(error: Error): boolean {
   const { severity, code } = error as { severity?: unknown; code?: unknown };
   return typeof severity === 'string' && typeof code === 'string';
 }

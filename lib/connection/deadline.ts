@@ -2,6 +2,7 @@ import pg, { type Pool, type PoolClient } from 'pg';
 import {
   asDatabaseFailure,
   DatabaseDeadlineError,
+  isServerError,
   markDatabaseFailure,
 } from './connection-errors.js';
 import { connectOwn } from './own-connection.js';
@@ -140,13 +141,31 @@ export async function queryWithDeadline<R extends pg.QueryResultRow>(
   timeoutMs: number,
   { commits = false, late }: StatementDeadline<R> = {},
 ): Promise<pg.QueryResult<R>> {
-  const running = client.query<R>(config).catch((error: unknown) => {
+  const running = client.query<R>(config).catch(async (error: unknown) => {
+    if (error instanceof Error && isServerError(error)) await sessionPast(client);
     throw asDatabaseFailure(error);
   });
   return withDeadline(running, timeoutMs, `statement ${config.name ?? ''}`, () => {
     if (late) void running.then(late, () => undefined);
     return commits ? undefined : cancelled(client, running);
   });
+}
+
+/**
+ * Ends once `client`'s session is past the statement that just failed. PostgreSQL sends a
+ * statement's error before it aborts the statement's transaction, so the locks it took (a
+ * key's advisory lock) are still held when node-postgres hands the error on. A caller that
+ * runs again at once on another connection (a batch of claims sent again claim by claim, a
+ * claim rolled back by a serialization failure) would meet its own lock and answer a key
+ * "held" that nobody holds. The empty statement is sent once the session is ready for the
+ * next (node-postgres queues it until then), which the server says after the abort. Bounded
+ * by the caller's deadline; a session that fails it has nothing left to wait for.
+ */
+function sessionPast(client: PoolClient): Promise<void> {
+  return client.query('').then(
+    () => undefined,
+    () => undefined,
+  );
 }
 
 /**
