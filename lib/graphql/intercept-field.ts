@@ -1,5 +1,5 @@
 import { type CallHandler, type ExecutionContext, type Logger } from '@nestjs/common';
-import { catchError, from, mergeMap, type Observable, throwError } from 'rxjs';
+import { catchError, from, mergeMap, Observable, of, throwError } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
 import { type RouteSettings } from '../http/route-settings.js';
 import { IdempotencyContext } from '../transaction/idempotency-context.js';
@@ -18,6 +18,9 @@ import { readField } from './read-field.js';
 import { markReplayed } from './replay-marker.js';
 import { calledKind, resolverProblem } from './resolver-placement.js';
 import { answerOf, problemThrown, runField } from './run-field.js';
+import { type ActiveClaim } from '../shapes/active-claim.js';
+import { FieldRun, laterRunStep, startFieldRun } from './field-runs.js';
+import { pathOf } from './stored-at-answer.js';
 
 /** What the GraphQL steps take from the interceptor. */
 export interface FieldSteps {
@@ -40,9 +43,59 @@ export function interceptField(
   context: ExecutionContext,
   next: CallHandler,
 ): Observable<unknown> {
-  return from(loadGraphql()).pipe(
-    mergeMap((graphql) => fieldSteps(steps, settings, context, next, graphql)),
-  );
+  const run = new FieldRun();
+  const earlier = startFieldRun(context.getArgs()[3], run);
+  const claimed = (taken?: ActiveClaim) =>
+    from(loadGraphql()).pipe(
+      mergeMap((graphql) => fieldSteps(steps, settings, context, next, graphql, run, taken)),
+    );
+  return tracked(run, () => {
+    switch (laterRunStep(earlier)) {
+      case 'join':
+        // Both runs at once (one on the side): the resolver runs once, for both.
+        return from(earlier!.result).pipe(
+          mergeMap((result) => {
+            run.takeClaim = earlier!.takeClaim;
+            if ('value' in result) return of(result.value);
+            if ('error' in result) return throwError(() => result.error);
+            return claimed();
+          }),
+        );
+      case 'take-claim':
+        // The app's retry of a failed try: its error is never stored, and this run owns the key.
+        return claimed(earlier!.takeClaim!());
+      default:
+        return claimed();
+    }
+  });
+}
+
+/**
+ * `source()` subscribed, what it gives told to `run` before the subscriber hears it: a later
+ * run started from the subscriber (a retry, as its error is delivered) finds it ended.
+ */
+function tracked(run: FieldRun, source: () => Observable<unknown>): Observable<unknown> {
+  return new Observable<unknown>((subscriber) => {
+    let value: unknown;
+    const subscription = source().subscribe({
+      next: (emitted) => {
+        value = emitted;
+        subscriber.next(emitted);
+      },
+      error: (error: unknown) => {
+        run.end({ error });
+        subscriber.error(error);
+      },
+      complete: () => {
+        run.end({ value });
+        subscriber.complete();
+      },
+    });
+    return () => {
+      subscription.unsubscribe();
+      run.end({ claimAgain: true });
+    };
+  });
 }
 
 function fieldSteps(
@@ -51,6 +104,8 @@ function fieldSteps(
   context: ExecutionContext,
   next: CallHandler,
   graphql: GraphqlModule,
+  run: FieldRun,
+  taken: ActiveClaim | undefined,
 ): Observable<unknown> {
   const began = performance.now();
   const field = readGraphqlField(context.getArgs());
@@ -68,6 +123,14 @@ function fieldSteps(
   const fail = (error: IdempotencyError) => throwError(() => problemThrown(error, graphql));
   if (reading.kind === 'refused') return fail(reading.error);
   const { scope, fingerprint } = reading;
+  const place = { context: context.getArgs()[2], path: pathOf(context.getArgs()[3]), run };
+  // The key's owner already: the claim of the app's earlier try, handed over.
+  if (taken) {
+    return runField(steps.tools, steps.database, taken, fingerprint, settings, next, graphql, {
+      types: field.types,
+      place,
+    });
+  }
   const event = () => ({
     route: settings.name,
     tenant: scope.tenantId,
@@ -104,16 +167,10 @@ function fieldSteps(
     mergeMap((claimed) => {
       if (claimed.kind === 'owned') {
         const { claim } = claimed;
-        return runField(
-          steps.tools,
-          steps.database,
-          claim,
-          fingerprint,
-          settings,
-          next,
-          graphql,
-          field.types,
-        );
+        return runField(steps.tools, steps.database, claim, fingerprint, settings, next, graphql, {
+          types: field.types,
+          place,
+        });
       }
       if (claimed.finishedAgeMs !== undefined) {
         steps.tools.remember(scope, fingerprint, claimed.response, store, claimed.finishedAgeMs);

@@ -1,5 +1,6 @@
 import { Injectable, type OnApplicationBootstrap, SetMetadata } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
+import { answerHookOn, storeAnswersOf, withStoreFailures } from './stored-at-answer.js';
 
 /**
  * Where an operation's replayed fields are noted: on its GraphQL context, the one object
@@ -45,7 +46,13 @@ const APOLLO_PLUGIN = 'graphql:plugin';
 interface ApolloResponse {
   contextValue: unknown;
   response: {
-    body: { kind: string; singleResult?: { extensions?: Record<string, unknown> } };
+    body: {
+      kind: string;
+      singleResult?: {
+        extensions?: Record<string, unknown>;
+        errors?: readonly { message: string; path?: readonly (string | number)[] }[];
+      };
+    };
   };
 }
 
@@ -60,30 +67,61 @@ interface ApolloResponse {
 export class GraphqlReplayMarker implements OnApplicationBootstrap {
   constructor(private readonly adapterHost: HttpAdapterHost) {}
 
-  /** Apollo Server's plugin hook. */
-  requestDidStart() {
+  /**
+   * Apollo Server's plugin hooks. The answer also waits for its fields' errors to be stored
+   * (see stored-at-answer.ts): Apollo's own retry of a field is then possible.
+   */
+  requestDidStart({ contextValue }: { contextValue?: unknown } = {}) {
+    answerHookOn(contextValue);
     return Promise.resolve({
-      willSendResponse: ({ contextValue, response }: ApolloResponse) => {
+      willSendResponse: async ({ contextValue: context, response }: ApolloResponse) => {
+        const failures = await storeAnswersOf(context);
         const result = response.body.kind === 'single' ? response.body.singleResult : undefined;
-        const extensions = result && withReplayMarker(contextValue, result.extensions);
+        if (result && failures.length > 0) {
+          // Apollo has formatted its errors by now: the entry is the error's JSON.
+          result.errors = withStoreFailures(result.errors, failures, (json) => json);
+        }
+        const extensions = result && withReplayMarker(context, result.extensions);
         if (result && extensions) result.extensions = extensions;
-        return Promise.resolve();
       },
     });
   }
 
   onApplicationBootstrap(): void {
     const instance = this.adapterHost?.httpAdapter?.getInstance?.() as
-      { graphql?: { addHook?: (name: string, hook: MercuriusResolutionHook) => void } } | undefined;
-    instance?.graphql?.addHook?.('onResolution', (execution, context) => {
+      { graphql?: { addHook?: MercuriusAddHook } } | undefined;
+    instance?.graphql?.addHook?.('preExecution', (_schema, _document, context) => {
+      answerHookOn(context);
+      return Promise.resolve();
+    });
+    instance?.graphql?.addHook?.('onResolution', async (execution, context) => {
+      const failures = await storeAnswersOf(context);
+      if (failures.length > 0) {
+        // Mercurius formats its errors next, each by its `toJSON()`.
+        execution.errors = withStoreFailures(execution.errors, failures, (json) => ({
+          ...json,
+          toJSON: () => json,
+        }));
+      }
       const extensions = withReplayMarker(context, execution.extensions);
       if (extensions) execution.extensions = extensions;
-      return Promise.resolve();
     });
   }
 }
 
-type MercuriusResolutionHook = (
-  execution: { extensions?: Record<string, unknown> },
-  context: unknown,
-) => Promise<void>;
+interface MercuriusExecution {
+  extensions?: Record<string, unknown>;
+  errors?: readonly { message: string; path?: readonly (string | number)[]; toJSON(): unknown }[];
+}
+
+/** Mercurius' `addHook`, for its `preExecution` and `onResolution` hooks. */
+interface MercuriusAddHook {
+  (
+    name: 'preExecution',
+    hook: (schema: unknown, document: unknown, context: unknown) => Promise<void>,
+  ): void;
+  (
+    name: 'onResolution',
+    hook: (execution: MercuriusExecution, context: unknown) => Promise<void>,
+  ): void;
+}

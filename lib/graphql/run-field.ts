@@ -29,6 +29,24 @@ import { resolvedFieldsUnder, warnResolvedFields } from './resolved-fields.js';
 import { selectionOf } from './selection.js';
 import { fromWire, outputWire } from './wire-value.js';
 import { thrownError } from './thrown-error.js';
+import { type FieldRun } from './field-runs.js';
+import { storeAtAnswer } from './stored-at-answer.js';
+
+/** Where a field's run answers: its operation's GraphQL context, its path, its run. */
+export interface FieldPlace {
+  context: unknown;
+  path: readonly (string | number)[];
+  run: FieldRun;
+}
+
+/**
+ * How long a field's error waits for its operation's answer before it is stored anyway (a
+ * client that left: no answer goes out): well within the key's lease, which nothing renews
+ * meanwhile.
+ */
+export function storeWaitMs(leaseMs: number): number {
+  return Math.min(10_000, Math.max(1, Math.floor(leaseMs / 3)));
+}
 
 /** How the resolver ended: its value, or what it threw. */
 type Outcome = { value: unknown } | { error: unknown };
@@ -48,7 +66,7 @@ export function runField(
   settings: RouteSettings,
   next: CallHandler,
   graphql: GraphqlModule,
-  types: FieldTypes | undefined,
+  { types, place }: { types: FieldTypes | undefined; place?: FieldPlace },
 ): Observable<unknown> {
   const { route } = settings;
   const transaction = database.transaction(false);
@@ -60,7 +78,9 @@ export function runField(
     : undefined;
   const settle = async (outcome: Outcome): Promise<unknown> => {
     stopHeartbeat?.();
-    if ('error' in outcome) return failed(tools, context, fingerprint, outcome.error, graphql);
+    if ('error' in outcome) {
+      return failed(tools, context, fingerprint, outcome.error, graphql, place);
+    }
     let answer: StoredResponse;
     /** What the first answer is given: the resolver's value, its lists as they were read. */
     let first: unknown;
@@ -93,7 +113,7 @@ export function runField(
     } catch (error) {
       // No JSON form (a cycle, a value its scalar refuses): it cannot be replayed, so it is
       // the field's error.
-      return failed(tools, context, fingerprint, error, graphql);
+      return failed(tools, context, fingerprint, error, graphql, place);
     }
     const stored =
       answer.body.length > route.maxResponseBytes
@@ -181,6 +201,7 @@ async function failed(
   fingerprint: Buffer,
   error: unknown,
   graphql: GraphqlModule,
+  place: FieldPlace | undefined,
 ): Promise<never> {
   const transaction = context.transaction!;
   if (!context.handlerStarted) {
@@ -211,6 +232,27 @@ async function failed(
     throw problemThrown(failure.error, graphql);
   }
   const answer = encodeAnswer({ kind: 'error', error: fieldError(error) });
+  const store = async (): Promise<Error | undefined> => {
+    const stored = await commitAnswer(tools, context, fingerprint, answer, true);
+    if (stored === answer) return undefined;
+    return answerOf(stored, graphql, undefined).then(
+      () => new Error('the error was not stored'),
+      (replaced: unknown) => replaced as Error,
+    );
+  };
+  // Stored as the operation's answer goes out (see stored-at-answer.ts), its effects rolled
+  // back now (the connection is free for the operation's next fields): until then, an app's
+  // retry of the field takes the key over, and the error is never stored.
+  const waiting =
+    place && storeAtAnswer(place.context, place.path, store, storeWaitMs(context.claim!.leaseMs));
+  if (waiting && place) {
+    place.run.takeClaim = () => {
+      place.run.takeClaim = undefined;
+      return waiting.cancel() ? context.claim : undefined;
+    };
+    await transaction.rollback();
+    throw error;
+  }
   const stored = await commitAnswer(tools, context, fingerprint, answer, true);
   // Stored: the first answer is the error itself, so the app's filters see its own class.
   if (stored === answer) throw error;

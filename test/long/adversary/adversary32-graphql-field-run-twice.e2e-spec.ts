@@ -49,10 +49,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Severity: medium (audit: the library's 409 is the first answer to a mutation that is done
  * once; retry: a transient 502 stored as the key's final answer, defeating the app's retry).
  *
- * NOT FIXED YET (said in issue 27's note): a GraphQL field has no run registry of its own (the
- * route's is keyed by the HTTP response, which a field's runs share with every other field of
- * the operation), and a field commits its answer when it settles, before an app's retry could
- * make it step aside. The two breaking rows are skipped; the control runs.
+ * Fixed: a field's runs are registered by its GraphQL `info` (one per resolution,
+ * lib/graphql/field-runs.ts): a run beside one not answered yet joins it, and a resolver's
+ * error is stored as the operation's answer goes out (lib/graphql/stored-at-answer.ts), so
+ * the app's retry takes the failed try's claim over and the error is never stored.
  */
 let pool: Pool;
 let mode: 'once' | 'audit' | 'retry' = 'once';
@@ -160,9 +160,7 @@ describe('adversary 32: a GraphQL mutation field run twice by a global intercept
     ['an audit subscribes on the side and returns the chain', 'audit'],
     ['a retry(1) after a 502 blip', 'retry'],
   ] as const;
-  // The breaking rows wait for a field's run registry (see the header).
-  it.skip.each(cases.slice(1))('%s (not fixed yet)', () => undefined);
-  it.each(cases.slice(0, 1))(
+  it.each(cases)(
     '%s: the payment, one row, the retry replays it',
     async (name, as) => {
       mode = as;

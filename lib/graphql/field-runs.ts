@@ -1,0 +1,68 @@
+import { type ActiveClaim } from '../shapes/active-claim.js';
+
+/** What a run of a field came to, as its subscriber was given it. */
+export type FieldRunResult = { value: unknown } | { error: unknown } | { claimAgain: true };
+
+/**
+ * One run of a field's resolution through the library. An app may run a field's chain more
+ * than once, as it may a route's (see `RequestRun`): an interceptor that subscribes to
+ * `next.handle()` on the side beside the one it returns runs both at once, and its retry
+ * (rxjs `retry()`) runs the chain again once the first run failed. Seen as another request,
+ * the later run met the first one's hold of the key (`key_in_progress`), or replayed the
+ * first try's error as the key's answer, so that the app's retry never ran.
+ */
+export class FieldRun {
+  /** What this run's subscriber is given; `claimAgain` when it left before any answer. */
+  readonly result: Promise<FieldRunResult>;
+  private settle!: (result: FieldRunResult) => void;
+  /** Whether `result` has settled. */
+  ended = false;
+  /**
+   * Set while the run's resolver failed and its error waits to be stored until the
+   * operation's answer goes out (see `stored-at-answer.ts`): hands the run's claim to a later
+   * run of the same field (the app's retry), the error then never stored; `undefined` once
+   * the error is being stored.
+   */
+  takeClaim?: () => ActiveClaim | undefined;
+
+  constructor() {
+    this.result = new Promise((resolve) => (this.settle = resolve));
+  }
+
+  end(result: FieldRunResult): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.settle(result);
+  }
+}
+
+/** The runs of a field's resolution, by its `info` (GraphQL makes one per resolution). */
+const runs = new WeakMap<object, FieldRun>();
+
+/**
+ * Registers `run` as the latest run of the field resolution whose GraphQL `info` is `info`;
+ * the one before it, if any. Without an `info` object, every run stands alone.
+ */
+export function startFieldRun(info: unknown, run: FieldRun): FieldRun | undefined {
+  if (typeof info !== 'object' || info === null) return undefined;
+  const earlier = runs.get(info);
+  runs.set(info, run);
+  return earlier;
+}
+
+/**
+ * How a later run of a field goes on from the run before it (a pure decision):
+ *  - `join`: the earlier run has not answered yet (both subscribed at once): the later one
+ *    answers what the earlier one comes to, and the resolver runs once;
+ *  - `take-claim`: the earlier run's resolver failed and its error is not stored yet (the
+ *    app retries): the later run owns the key with the earlier run's claim and runs again;
+ *  - `claim`: the earlier run answered (a stored answer) or left: the later run claims the
+ *    key as any request would (and replays what was stored).
+ */
+export function laterRunStep(
+  earlier: Pick<FieldRun, 'ended' | 'takeClaim'> | undefined,
+): 'join' | 'take-claim' | 'claim' {
+  if (!earlier) return 'claim';
+  if (!earlier.ended) return 'join';
+  return earlier.takeClaim ? 'take-claim' : 'claim';
+}

@@ -1,0 +1,155 @@
+/**
+ * A field's error stored when the operation's answer goes out, not when its resolver failed.
+ * A route's answer is stored as it is written, after every interceptor around the handler
+ * had its say: one that retries the handler (rxjs `retry()`) runs it again, and the failed
+ * try is never the key's answer. A field's answer goes to GraphQL, not to the client: what
+ * reaches the client is the operation's answer, which the drivers' hooks see before it is
+ * sent (Apollo's `willSendResponse`). A resolver's error waits there, its effects rolled back
+ * and its key held, so that an app's retry of the field takes the key over instead of
+ * replaying the error; the answer waits until the error is stored.
+ *
+ * Only where the hook runs for the operation (`answerHookOn`, from the driver's first hook):
+ * elsewhere the error is stored before GraphQL gets it, as it always was.
+ */
+
+/** Marks a GraphQL context whose operation's answer waits for `storeAnswersOf`. */
+const HOOKED = Symbol('idempotency.answerHook');
+/** The errors of an operation's fields waiting to be stored, on its context. */
+const PENDING = Symbol('idempotency.pendingAnswers');
+
+interface Hooked {
+  [HOOKED]?: true;
+  [PENDING]?: Set<PendingAnswer>;
+}
+
+/** A field error to store: its store, started once. */
+export class PendingAnswer {
+  private storing?: Promise<Error | undefined>;
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    /** The field's path in the answer (`['pay']`), where a failed store says so. */
+    readonly path: readonly (string | number)[],
+    /** Stores the error; the field's error to answer instead when that failed. */
+    private readonly store: () => Promise<Error | undefined>,
+    private readonly pending: Set<PendingAnswer>,
+    /** Stored by then whatever happens: an answer the hook never saw (its client left). */
+    fallbackMs: number,
+  ) {
+    this.timer = setTimeout(() => void this.start(), fallbackMs);
+    this.timer.unref();
+  }
+
+  private cancelled = false;
+
+  /** Stores the error, once; what the field answers in its place if that failed. */
+  start(): Promise<Error | undefined> {
+    if (this.cancelled) return Promise.resolve(undefined);
+    clearTimeout(this.timer);
+    this.pending.delete(this);
+    this.storing ??= this.store().catch((error: unknown) =>
+      error instanceof Error ? error : new Error(String(error)),
+    );
+    return this.storing;
+  }
+
+  /** Never stored (a later run of the field took its claim over): false once storing began. */
+  cancel(): boolean {
+    if (this.storing || this.cancelled) return false;
+    this.cancelled = true;
+    clearTimeout(this.timer);
+    this.pending.delete(this);
+    return true;
+  }
+}
+
+/** Called by a driver's hook as an operation starts: its answer will wait for its errors. */
+export function answerHookOn(context: unknown): void {
+  if (typeof context === 'object' && context !== null) (context as Hooked)[HOOKED] = true;
+}
+
+/**
+ * The field error's store, waiting for the operation's answer; undefined where no hook waits
+ * for it (the caller stores it now).
+ */
+export function storeAtAnswer(
+  context: unknown,
+  path: readonly (string | number)[],
+  store: () => Promise<Error | undefined>,
+  fallbackMs: number,
+): PendingAnswer | undefined {
+  if (typeof context !== 'object' || context === null) return undefined;
+  const hooked = context as Hooked;
+  if (!hooked[HOOKED]) return undefined;
+  const pending = (hooked[PENDING] ??= new Set());
+  const answer = new PendingAnswer(path, store, pending, fallbackMs);
+  pending.add(answer);
+  return answer;
+}
+
+/**
+ * Stores the waiting errors of the operation whose context is `context`; for each that could
+ * not be stored, its field's path and the error to answer in place of the resolver's.
+ */
+export async function storeAnswersOf(
+  context: unknown,
+): Promise<{ path: readonly (string | number)[]; error: Error }[]> {
+  const pending = (context as Hooked | null)?.[PENDING];
+  if (!pending?.size) return [];
+  const stores = [...pending].map(async (answer) => ({
+    path: answer.path,
+    error: await answer.start(),
+  }));
+  const done = await Promise.all(stores);
+  return done.filter((entry): entry is { path: typeof entry.path; error: Error } => !!entry.error);
+}
+
+/** The path of a field in the answer, from its GraphQL `info.path`. */
+export function pathOf(info: unknown): (string | number)[] {
+  const path: (string | number)[] = [];
+  let at = (info as { path?: { key?: unknown; prev?: unknown } } | undefined)?.path;
+  while (at) {
+    if (typeof at.key === 'string' || typeof at.key === 'number') path.unshift(at.key);
+    at = at.prev as typeof at;
+  }
+  return path;
+}
+
+/** A GraphQL error as an answer's `errors` hold it (GraphQL's own `toJSON()` where it has one). */
+export interface AnswerError {
+  message: string;
+  path?: readonly (string | number)[];
+  [field: string]: unknown;
+}
+
+/**
+ * The answer's errors with each field whose error could not be stored answering `error` in
+ * place of the resolver's (the client must not be given an answer its retry would not get):
+ * the entry of the field's path replaced, or added.
+ */
+export function withStoreFailures<E extends { path?: readonly (string | number)[] }>(
+  errors: readonly E[] | undefined,
+  failures: readonly { path: readonly (string | number)[]; error: Error }[],
+  /** The entry as the driver holds its errors (Apollo: formatted; Mercurius: with `toJSON`). */
+  entryOf: (json: AnswerError) => E,
+): E[] | undefined {
+  if (failures.length === 0) return errors ? [...errors] : undefined;
+  const answer = [...(errors ?? [])];
+  for (const { path, error } of failures) {
+    const json = (error as { toJSON?: () => AnswerError }).toJSON?.() ?? {
+      message: error.message,
+    };
+    const entry = entryOf({ ...json, path: [...path] });
+    const at = answer.findIndex((existing) => samePath(existing.path, path));
+    if (at >= 0) answer[at] = entry;
+    else answer.push(entry);
+  }
+  return answer;
+}
+
+function samePath(
+  a: readonly (string | number)[] | undefined,
+  b: readonly (string | number)[],
+): boolean {
+  return a !== undefined && a.length === b.length && a.every((key, i) => key === b[i]);
+}
