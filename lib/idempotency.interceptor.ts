@@ -21,6 +21,7 @@ import { warnOnCallOut } from './http/call-out-warning.js';
 import { claimWithWork } from './http/claim-with-work.js';
 import { claimAgainAfter, RequestRun, startRun } from './http/earlier-run.js';
 import { runOwned } from './http/run-owned.js';
+import { forgetLibraryAnswers } from './http/to-http.js';
 import { runWithoutKey } from './http/run-without-key.js';
 import { toHttpException } from './http/to-http.js';
 import { type ActiveClaim } from './shapes/active-claim.js';
@@ -129,6 +130,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     const { scope, fingerprint } = reading;
     const raw = rawResponse(response);
+    // An answer of the library's made for a run of this request before this one, and not
+    // written (the app's retry took it), is not this run's: its headers go.
+    forgetLibraryAnswers(response);
     const execute = (claim: ActiveClaim, transaction?: RequestTransaction) =>
       runOwned(
         this.tools,
@@ -205,8 +209,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
         ),
       );
     // A run of this very request before this one (see earlier-run.ts), once its claim is
-    // decided: settled (the app retries it), it steps aside and the key is claimed again; its
-    // handler still working (a second subscription), this run answers with what it comes to.
+    // decided: failed (the app retries it), it steps aside and the key is claimed again; its
+    // handler still working or its value on its way (a second subscription, a late one), this
+    // run answers with what it comes to.
     const run = new RequestRun();
     const earlier = startRun(raw, run);
     if (!earlier) return claimAndRun();
@@ -245,7 +250,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           return from(outcome).pipe(
             mergeMap((came) => {
               if ('error' in came) return throwError(() => came.error);
-              if ('value' in came) return of(came.value);
+              if ('value' in came) return came.values ? from(came.values) : of(came.value);
               // Told to claim again, with every run that joined the same one: undecided until
               // it has claimed (or joined the one that claims first).
               run.claimAnew();

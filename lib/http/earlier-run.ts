@@ -1,11 +1,13 @@
 import { type ServerResponse } from 'node:http';
 
 /**
- * What a run's handler came to: its last value, or its error as the app's filters get it; or
+ * What a run's handler came to: its last value (and every value, in order, where the run
+ * saw them all), or its error as the app's filters get it; or
  * nothing to share (`claimAgain`: it was answered from outside and goes on detached, or never
  * started and gave its key back), and the later run claims the key as any request would.
  */
-export type RunOutcome = { value: unknown } | { error: unknown } | { claimAgain: true };
+export type RunOutcome =
+  { value: unknown; values?: readonly unknown[] } | { error: unknown } | { claimAgain: true };
 
 /**
  * One run of a request through the library. An app may run a request's handler chain more

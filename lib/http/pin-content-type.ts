@@ -7,12 +7,18 @@ import { type ServerResponse } from 'node:http';
  * type, which the API promises, is kept. On Fastify, which writes its headers at once, this
  * changes nothing.
  */
-export function pinContentType(response: ServerResponse, contentType: string): void {
-  const setHeader = response.setHeader.bind(response);
-  response.setHeader = function pinnedSetHeader(name, value) {
+export function pinContentType(response: ServerResponse, contentType: string): () => void {
+  const previous = response.setHeader;
+  const setHeader = previous.bind(response);
+  const pinned = function pinnedSetHeader(name: string, value: number | string | string[]) {
     if (name.toLowerCase() === 'content-type' && String(value).startsWith('application/json')) {
       return setHeader(name, contentType);
     }
     return setHeader(name, value);
   } as ServerResponse['setHeader'];
+  response.setHeader = pinned;
+  // Unpinned (an app's retry answers in its place): put back, if nothing wrapped it since.
+  return () => {
+    if (response.setHeader === pinned) response.setHeader = previous;
+  };
 }

@@ -33,7 +33,8 @@ import { type RequestRun, type RunOutcome } from './earlier-run.js';
 import { holdResponse } from './response-hold.js';
 import { type RouteSettings } from './route-settings.js';
 import { settleDetached } from './settle-detached.js';
-import { forgetWrittenLibraryError, writtenLibraryError } from './written-library-error.js';
+import { writtenLibraryError } from './written-library-error.js';
+import { forgetLibraryAnswers } from './to-http.js';
 import { IdempotencyKeyInProgressError } from '../shapes/idempotency.errors.js';
 
 const CLIENT_GONE = new Error('the client closed its connection before the response ended');
@@ -60,8 +61,9 @@ export function runOwned(
 ): Observable<unknown> {
   const { route } = settings;
   const raw = rawResponse(response);
-  // What an earlier run of this request wrote is not this run's to read (see below).
-  forgetWrittenLibraryError(raw);
+  // What an earlier run of this request wrote is not this run's to read (see below), nor are
+  // the headers of the library's answer it made, not written (the app retried it).
+  forgetLibraryAnswers(response);
   const transaction = claimedIn ?? database.transaction(false);
   transaction.isolationLevel = route.isolationLevel;
   const context = new IdempotencyContext(
@@ -98,6 +100,10 @@ export function runOwned(
   let result: unknown;
   /** Whether the handler emitted its value (`result` may be undefined). */
   let emitted = false;
+  /** Every value it emitted, in order: a run that joins this one answers all of them. */
+  const values: unknown[] = [];
+  /** Whether the handler (or a layer inside `@Idempotent()`) failed: only then may it be retried. */
+  let failed = false;
   /** Whether that value is a stream, whose bytes the adapter sends as they come. */
   let streamed = false;
   /** The client closed its connection before the answer was all written. */
@@ -270,7 +276,12 @@ export function runOwned(
   // settled, before its answer is on its way, this run steps aside for it (see earlier-run.ts).
   if (run) {
     run.stepAside = () => {
-      if (!settled || detached || answerWriting || givingBack || gaveBack) return undefined;
+      // Only a failed try is the app's to retry. A later run after a value still on its way
+      // (a side subscription made late, `repeat()`, a retry after an app interceptor's error
+      // after that value) answers with that value: the handler's work is done once.
+      if (!settled || !failed || detached || answerWriting || givingBack || gaveBack) {
+        return undefined;
+      }
       gaveBack = true;
       stopHeartbeat?.();
       letThrough();
@@ -288,7 +299,9 @@ export function runOwned(
       // Timed out while its handler goes on: an app's retry of the request times out too (it
       // would, running the handler again), rather than wait without a bound for that handler.
       if (timedOut) return Promise.resolve(timedOut);
-      if (settled && !detached) return undefined;
+      if (settled && !detached) {
+        return failed ? undefined : Promise.resolve({ value: result, values });
+      }
       if (!shared) {
         let resolve!: (outcome: RunOutcome) => void;
         const promise = new Promise<RunOutcome>((settle) => (resolve = settle));
@@ -324,6 +337,7 @@ export function runOwned(
       next: (value) => {
         result = value;
         emitted = true;
+        values.push(value);
         statusWhenReturned = raw.statusCode;
         const stream = resultStream(value);
         streamed = stream !== undefined;
@@ -357,6 +371,7 @@ export function runOwned(
           });
           return;
         }
+        failed = true;
         // The handler's own error is its answer once the app's exception filters write it, and
         // a filter may be slow (an error tracker awaited): its lease is renewed until then, as
         // for a value. Any other (rolled back, the key given back) stops it now.
@@ -390,7 +405,7 @@ export function runOwned(
           settleDetachedWith({ value: result });
         } else {
           subscriber.complete();
-          shared?.resolve({ value: result });
+          shared?.resolve({ value: result, values });
         }
         // Gone before its stream was handed over: the adapter may never end it either.
         // Checked once what it wrote at once has reached the commit, as above.
@@ -399,6 +414,14 @@ export function runOwned(
     });
     answeredOutside = (written) => {
       if (settled || detached || givingBack) return;
+      // Unsubscribed with nothing written while a run of this request beside this one waits
+      // for what the handler comes to (a side subscription that stopped watching, at its first
+      // value with `take(1)` or before any, the returned one going on): the handler's answer
+      // is still the request's, all of it, written through that run and stored here, as if
+      // this one still watched. Cut, the client's run would get the first value alone;
+      // detached, a late answer that cannot be stored (an entity, an error) would be rolled
+      // back and the handler run a second time.
+      if (!written && shared && context.handlerStarted) return;
       // Unsubscribed after its value (an interceptor's `firstValueFrom`, `take(1)`): that
       // value is its answer, on its way to the adapter through that interceptor, which may
       // map it (an envelope) or refuse it (a 500): what the adapter writes is stored.
@@ -407,15 +430,9 @@ export function runOwned(
         // Passed on, as without the library: an Observable handler's work after its first
         // value is cancelled (it would run after the answer, outside the transaction).
         inner.unsubscribe();
-        shared?.resolve({ value: result });
+        shared?.resolve({ value: result, values });
         return;
       }
-      // Unsubscribed with nothing written while a run of this request beside this one waits
-      // for what the handler comes to (a side subscription that stopped watching, the returned
-      // one going on): the handler's answer is still the request's, written through that run
-      // and stored here, as if this one still watched. Detached, a late answer that cannot be
-      // stored (an entity, an error) would be rolled back and the handler run a second time.
-      if (!written && shared && context.handlerStarted) return;
       // Answered before the handler's answer (an outer timeout interceptor, say): what goes
       // out now is not the handler's answer, so it is not stored.
       if (context.handlerStarted) {
