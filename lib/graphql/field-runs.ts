@@ -24,6 +24,17 @@ export class FieldRun {
    * the error is being stored.
    */
   takeClaim?: () => ActiveClaim | undefined;
+  /**
+   * Set when its subscriber left while its resolver goes on (an audit that stopped watching,
+   * an outer timeout): settles once that resolver's answer is stored (or its work rolled
+   * back). A run that joined this one claims then, and replays it, never meets it held.
+   */
+  detachedSettled?: Promise<void>;
+  /**
+   * Whether its error was handed to its subscriber in this turn of the event loop (until its
+   * timers): a run started then is the app's retry.
+   */
+  delivering = false;
 
   constructor() {
     this.result = new Promise((resolve) => (this.settle = resolve));
@@ -54,15 +65,22 @@ export function startFieldRun(info: unknown, run: FieldRun): FieldRun | undefine
  * How a later run of a field goes on from the run before it (a pure decision):
  *  - `join`: the earlier run has not answered yet (both subscribed at once): the later one
  *    answers what the earlier one comes to, and the resolver runs once;
- *  - `take-claim`: the earlier run's resolver failed and its error is not stored yet (the
- *    app retries): the later run owns the key with the earlier run's claim and runs again;
+ *  - `take-claim`: the earlier run's resolver failed, its error is not stored yet, and the
+ *    later run started as that error was handed on (the app's `retry()`): the later run owns
+ *    the key with the earlier run's claim and runs again; started after, it joins (a delayed
+ *    retry is told the same error, as an audit that subscribed late must be);
  *  - `claim`: the earlier run answered (a stored answer) or left: the later run claims the
  *    key as any request would (and replays what was stored).
  */
 export function laterRunStep(
-  earlier: Pick<FieldRun, 'ended' | 'takeClaim'> | undefined,
+  earlier: Pick<FieldRun, 'ended' | 'takeClaim' | 'delivering'> | undefined,
 ): 'join' | 'take-claim' | 'claim' {
   if (!earlier) return 'claim';
   if (!earlier.ended) return 'join';
-  return earlier.takeClaim ? 'take-claim' : 'claim';
+  if (!earlier.takeClaim) return 'claim';
+  // Started as the failed try's error was handed on (in the same turn, before any timer):
+  // the app's retry (rxjs `retry()` subscribes again as it is told of the error). Started
+  // later, it may be an audit that subscribed late, after the error went to GraphQL: it is
+  // told the same error.
+  return earlier.delivering ? 'take-claim' : 'join';
 }

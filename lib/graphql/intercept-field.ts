@@ -52,7 +52,7 @@ export function interceptField(
   return tracked(run, () => {
     switch (laterRunStep(earlier)) {
       case 'join':
-        // Both runs at once (one on the side): the resolver runs once, for both.
+        // Both runs at once (one on the side, or one late): the resolver runs once, for both.
         return from(earlier!.result).pipe(
           mergeMap((result) => {
             run.takeClaim = earlier!.takeClaim;
@@ -84,6 +84,11 @@ function tracked(run: FieldRun, source: () => Observable<unknown>): Observable<u
       },
       error: (error: unknown) => {
         run.end({ error });
+        // The app's `retry()` subscribes again as it is told of the error: through Nest's
+        // interceptor chain (a Promise of the inner handler), a few microtasks later, never a
+        // timer later (see `laterRunStep`).
+        run.delivering = true;
+        setImmediate(() => (run.delivering = false));
         subscriber.error(error);
       },
       complete: () => {
@@ -93,7 +98,11 @@ function tracked(run: FieldRun, source: () => Observable<unknown>): Observable<u
     });
     return () => {
       subscription.unsubscribe();
-      run.end({ claimAgain: true });
+      // Left before any answer: a run that joined this one claims the key, once a resolver
+      // still going on here has stored its answer (then replayed), not while it holds it.
+      const settling = run.detachedSettled;
+      if (settling) void settling.then(() => run.end({ claimAgain: true }));
+      else run.end({ claimAgain: true });
     };
   });
 }

@@ -21,7 +21,9 @@ export interface ReplayExtension {
 export function markReplayed(context: unknown, responseKey: string): void {
   if (typeof context !== 'object' || context === null) return;
   const marked = context as { [REPLAYED]?: string[] };
-  (marked[REPLAYED] ??= []).push(responseKey);
+  const replayed = (marked[REPLAYED] ??= []);
+  // Once per field: an app's retry of a replayed field replays it again, for the same answer.
+  if (!replayed.includes(responseKey)) replayed.push(responseKey);
 }
 
 /**

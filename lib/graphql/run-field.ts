@@ -39,6 +39,11 @@ export interface FieldPlace {
   run: FieldRun;
 }
 
+/** An error's message as GraphQL answers it. */
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
 /**
  * How long a field's error waits for its operation's answer before it is stored anyway (a
  * client that left: no answer goes out): well within the key's lease, which nothing renews
@@ -137,9 +142,20 @@ export function runField(
     let settled = false;
     /** Answered from outside while the resolver goes on: it commits its own answer later. */
     let detached = false;
+    /** Detached: tells a run beside this one that the resolver's work is settled. */
+    let detachedDone: (() => void) | undefined;
+    const detach = () => {
+      detached = true;
+      if (place) place.run.detachedSettled = new Promise<void>((done) => (detachedDone = done));
+    };
     const end = (outcome: Outcome) => {
       settled = true;
-      settle(outcome).then(
+      const settling = settle(outcome);
+      void settling.then(
+        () => detachedDone?.(),
+        () => detachedDone?.(),
+      );
+      settling.then(
         (result) => {
           subscriber.next(result);
           subscriber.complete();
@@ -161,11 +177,13 @@ export function runField(
             ? handlerOutcome(context.handlerReturned)
             : undefined;
         if (!goingOn) return end({ error });
-        detached = true;
+        detach();
         subscriber.error(error);
         void goingOn.then((outcome) => {
           settled = true;
-          return settle(outcome).catch(() => undefined);
+          return settle(outcome)
+            .catch(() => undefined)
+            .then(() => detachedDone?.());
         });
       },
       complete: () => end({ value }),
@@ -174,14 +192,15 @@ export function runField(
     // interceptor), and its answer is not the resolver's, so it is not stored.
     return () => {
       if (settled || detached) return;
-      detached = true;
       if (context.handlerStarted) {
+        detach();
         // The resolver goes on in its transaction: it commits with its own answer when it
         // settles (or rolls back, as on any failure), so the retries replay that answer and
         // its work is done once. The subscription is kept: its end is the commit.
         return;
       }
       // Never started: the key is given back, and the resolver must not start late.
+      detached = true;
       stopHeartbeat?.();
       context.abandoned = true;
       inner.unsubscribe();
@@ -244,7 +263,13 @@ async function failed(
   // back now (the connection is free for the operation's next fields): until then, an app's
   // retry of the field takes the key over, and the error is never stored.
   const waiting =
-    place && storeAtAnswer(place.context, place.path, store, storeWaitMs(context.claim!.leaseMs));
+    place &&
+    storeAtAnswer(
+      place.context,
+      { path: place.path, message: messageOf(error) },
+      store,
+      storeWaitMs(context.claim!.leaseMs),
+    );
   if (waiting && place) {
     place.run.takeClaim = () => {
       place.run.takeClaim = undefined;

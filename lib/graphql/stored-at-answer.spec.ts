@@ -39,8 +39,15 @@ describe('withStoreFailures', () => {
       [failure],
       [{ message: 'store unavailable', path: ['pay'] }],
     ],
+    [
+      'paths dropped by the app’s formatter: found by the resolver’s message',
+      [{ message: 'other' }, { message: 'declined' }],
+      [{ ...failure, message: 'declined' }],
+      [{ message: 'other' }, { message: 'store unavailable', path: ['pay'] }],
+    ],
   ] as const)('%s', (_name, errors, failures, expected) => {
-    expect(withStoreFailures(errors, failures, json)).toEqual(expected);
+    const entries = errors as readonly AnswerError[] | undefined;
+    expect(withStoreFailures(entries, failures, json)).toEqual(expected);
   });
 
   it('takes the error’s own JSON where it has one (a GraphQLError: its extensions)', () => {
@@ -58,10 +65,22 @@ describe('storeAtAnswer', () => {
 
   it('waits only where the driver’s hook is on: elsewhere the caller stores at once', () => {
     const context = {};
-    expect(storeAtAnswer(context, ['pay'], () => Promise.resolve(undefined), 1000)).toBe(undefined);
-    expect(storeAtAnswer(undefined, ['pay'], () => Promise.resolve(undefined), 1000)).toBe(
-      undefined,
-    );
+    expect(
+      storeAtAnswer(
+        context,
+        { path: ['pay'], message: 'm' },
+        () => Promise.resolve(undefined),
+        1000,
+      ),
+    ).toBe(undefined);
+    expect(
+      storeAtAnswer(
+        undefined,
+        { path: ['pay'], message: 'm' },
+        () => Promise.resolve(undefined),
+        1000,
+      ),
+    ).toBe(undefined);
   });
 
   it('stores once, as the answer goes out, and says which field could not be stored', async () => {
@@ -71,7 +90,7 @@ describe('storeAtAnswer', () => {
     const failed = new Error('not stored');
     const waiting = storeAtAnswer(
       context,
-      ['pay'],
+      { path: ['pay'], message: 'declined' },
       () => {
         stores++;
         return Promise.resolve(failed);
@@ -80,7 +99,9 @@ describe('storeAtAnswer', () => {
     );
     expect(waiting).toBeDefined();
     expect(stores).toBe(0);
-    expect(await storeAnswersOf(context)).toEqual([{ path: ['pay'], error: failed }]);
+    expect(await storeAnswersOf(context)).toEqual([
+      { path: ['pay'], message: 'declined', error: failed },
+    ]);
     expect(await storeAnswersOf(context)).toEqual([]);
     expect(waiting!.cancel()).toBe(false);
     expect(stores).toBe(1);
@@ -90,7 +111,12 @@ describe('storeAtAnswer', () => {
     const context = {};
     answerHookOn(context);
     let stores = 0;
-    const waiting = storeAtAnswer(context, ['pay'], () => Promise.resolve(void stores++), 20);
+    const waiting = storeAtAnswer(
+      context,
+      { path: ['pay'], message: 'm' },
+      () => Promise.resolve(void stores++),
+      20,
+    );
     expect(waiting!.cancel()).toBe(true);
     expect(waiting!.cancel()).toBe(false);
     await sleep(40);
@@ -102,7 +128,12 @@ describe('storeAtAnswer', () => {
     const context = {};
     answerHookOn(context);
     let stores = 0;
-    storeAtAnswer(context, ['pay'], () => Promise.resolve(void stores++), 20);
+    storeAtAnswer(
+      context,
+      { path: ['pay'], message: 'm' },
+      () => Promise.resolve(void stores++),
+      20,
+    );
     await sleep(60);
     expect(stores).toBe(1);
     expect(await storeAnswersOf(context)).toEqual([]);

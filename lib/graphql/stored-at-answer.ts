@@ -30,6 +30,8 @@ export class PendingAnswer {
   constructor(
     /** The field's path in the answer (`['pay']`), where a failed store says so. */
     readonly path: readonly (string | number)[],
+    /** The resolver's error's message: its entry where the app's formatter drops the path. */
+    readonly message: string,
     /** Stores the error; the field's error to answer instead when that failed. */
     private readonly store: () => Promise<Error | undefined>,
     private readonly pending: Set<PendingAnswer>,
@@ -42,11 +44,14 @@ export class PendingAnswer {
 
   private cancelled = false;
 
-  /** Stores the error, once; what the field answers in its place if that failed. */
+  /**
+   * Stores the error, once; what the field answers in its place if that failed. Started by
+   * its fallback, it stays pending: an answer that goes out later still waits for it, and
+   * says so if it failed.
+   */
   start(): Promise<Error | undefined> {
     if (this.cancelled) return Promise.resolve(undefined);
     clearTimeout(this.timer);
-    this.pending.delete(this);
     this.storing ??= this.store().catch((error: unknown) =>
       error instanceof Error ? error : new Error(String(error)),
     );
@@ -74,7 +79,7 @@ export function answerHookOn(context: unknown): void {
  */
 export function storeAtAnswer(
   context: unknown,
-  path: readonly (string | number)[],
+  { path, message }: { path: readonly (string | number)[]; message: string },
   store: () => Promise<Error | undefined>,
   fallbackMs: number,
 ): PendingAnswer | undefined {
@@ -82,7 +87,7 @@ export function storeAtAnswer(
   const hooked = context as Hooked;
   if (!hooked[HOOKED]) return undefined;
   const pending = (hooked[PENDING] ??= new Set());
-  const answer = new PendingAnswer(path, store, pending, fallbackMs);
+  const answer = new PendingAnswer(path, message, store, pending, fallbackMs);
   pending.add(answer);
   return answer;
 }
@@ -91,17 +96,27 @@ export function storeAtAnswer(
  * Stores the waiting errors of the operation whose context is `context`; for each that could
  * not be stored, its field's path and the error to answer in place of the resolver's.
  */
-export async function storeAnswersOf(
-  context: unknown,
-): Promise<{ path: readonly (string | number)[]; error: Error }[]> {
+export async function storeAnswersOf(context: unknown): Promise<StoreFailure[]> {
   const pending = (context as Hooked | null)?.[PENDING];
   if (!pending?.size) return [];
-  const stores = [...pending].map(async (answer) => ({
-    path: answer.path,
-    error: await answer.start(),
-  }));
-  const done = await Promise.all(stores);
-  return done.filter((entry): entry is { path: typeof entry.path; error: Error } => !!entry.error);
+  const answers = [...pending];
+  pending.clear();
+  const done = await Promise.all(
+    answers.map(async (answer) => ({
+      path: answer.path,
+      message: answer.message,
+      error: await answer.start(),
+    })),
+  );
+  return done.filter((entry): entry is StoreFailure => !!entry.error);
+}
+
+/** A field whose error could not be stored, and the error it answers in its place. */
+export interface StoreFailure {
+  path: readonly (string | number)[];
+  /** The resolver's error's message, as the answer holds it. */
+  message: string;
+  error: Error;
 }
 
 /** The path of a field in the answer, from its GraphQL `info.path`. */
@@ -125,22 +140,29 @@ export interface AnswerError {
 /**
  * The answer's errors with each field whose error could not be stored answering `error` in
  * place of the resolver's (the client must not be given an answer its retry would not get):
- * the entry of the field's path replaced, or added.
+ * the entry of the field's path (or, without paths, of the resolver's message) replaced, or
+ * added.
  */
-export function withStoreFailures<E extends { path?: readonly (string | number)[] }>(
+export function withStoreFailures<
+  E extends { message?: unknown; path?: readonly (string | number)[] },
+>(
   errors: readonly E[] | undefined,
-  failures: readonly { path: readonly (string | number)[]; error: Error }[],
+  failures: readonly { path: readonly (string | number)[]; message?: string; error: Error }[],
   /** The entry as the driver holds its errors (Apollo: formatted; Mercurius: with `toJSON`). */
   entryOf: (json: AnswerError) => E,
 ): E[] | undefined {
   if (failures.length === 0) return errors ? [...errors] : undefined;
   const answer = [...(errors ?? [])];
-  for (const { path, error } of failures) {
+  for (const { path, message, error } of failures) {
     const json = (error as { toJSON?: () => AnswerError }).toJSON?.() ?? {
       message: error.message,
     };
     const entry = entryOf({ ...json, path: [...path] });
-    const at = answer.findIndex((existing) => samePath(existing.path, path));
+    // By its path; where the app's formatter dropped paths, by the resolver's message.
+    let at = answer.findIndex((existing) => samePath(existing.path, path));
+    if (at < 0 && message !== undefined) {
+      at = answer.findIndex((existing) => !existing.path && existing.message === message);
+    }
     if (at >= 0) answer[at] = entry;
     else answer.push(entry);
   }
