@@ -19,7 +19,7 @@ import { replay } from './http/replay.js';
 import { defaultStatusOf, readRouteSettings, type RouteSettings } from './http/route-settings.js';
 import { warnOnCallOut } from './http/call-out-warning.js';
 import { claimWithWork } from './http/claim-with-work.js';
-import { claimAgainAfter, RequestRun, startRun } from './http/earlier-run.js';
+import { claimingNow, RequestRun, startRun } from './http/earlier-run.js';
 import { runOwned } from './http/run-owned.js';
 import { forgetLibraryAnswers } from './http/to-http.js';
 import { runWithoutKey } from './http/run-without-key.js';
@@ -228,7 +228,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     // one told so while another found the key free): a run that finds another claiming meets
     // it as any later run does, rather than race it for the key.
     const claimAfter = (): Observable<unknown> => {
-      const other = claimAgainAfter(raw, run);
+      const other = claimingNow(raw, run);
       if (other) return follow(other);
       claiming = true;
       return claimAndRun();

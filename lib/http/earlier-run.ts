@@ -70,7 +70,7 @@ const reclaiming = new WeakMap<ServerResponse, RequestRun>();
  * Registers `run` as the later run of the request on `raw` that claims now; the one that did
  * before it, if any (`run` meets it first, as any later run meets an earlier one).
  */
-export function claimAgainAfter(raw: ServerResponse, run: RequestRun): RequestRun | undefined {
+export function claimingNow(raw: ServerResponse, run: RequestRun): RequestRun | undefined {
   const before = reclaiming.get(raw);
   reclaiming.set(raw, run);
   return before === run ? undefined : before;
