@@ -17,6 +17,13 @@ export class FieldRun {
   private settle!: (result: FieldRunResult) => void;
   /** Whether `result` has settled. */
   ended = false;
+  /** Its subscriber left before any answer (`claimAgain`). */
+  left = false;
+  /**
+   * The run it joined, when it joined one: a run after it that left goes on from there (a
+   * timeout's fallback beside an audit meets the audit's run, not the run that left).
+   */
+  joined?: FieldRun;
   /**
    * Set while the run's resolver failed and its error waits to be stored until the
    * operation's answer goes out (see `stored-at-answer.ts`): hands the run's claim to a later
@@ -45,6 +52,16 @@ export class FieldRun {
     this.ended = true;
     this.settle(result);
   }
+}
+
+/**
+ * The run a later run goes on from: `earlier`, or, where `earlier` left after joining another
+ * run, the run it joined (and so on).
+ */
+export function goesOnFrom(earlier: FieldRun | undefined): FieldRun | undefined {
+  let run = earlier;
+  while (run?.left && run.joined) run = run.joined;
+  return run;
 }
 
 /** The runs of a field's resolution, by its `info` (GraphQL makes one per resolution). */

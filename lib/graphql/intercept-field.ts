@@ -7,7 +7,10 @@ import { IdempotencyError, IdempotencyKeyMismatchError } from '../shapes/idempot
 import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
 import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
 import { type ReplayCache } from '../answer/replay-cache.js';
-import { claimOrDecide, onFoundKey } from '../http/claim-or-decide.js';
+import { type ClaimResult, claimOrDecide, onFoundKey } from '../http/claim-or-decide.js';
+import { idOf } from '../claim/claim-batcher.js';
+import { type IdempotencyEvent } from '../events/idempotency-events.js';
+import { type KeyScope } from '../shapes/claim-store.interface.js';
 import { type IdempotencyDatabase } from '../transaction/idempotency-database.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { type OwnerTools } from '../transaction/owner-tools.js';
@@ -19,8 +22,8 @@ import { markReplayed } from './replay-marker.js';
 import { calledKind, resolverProblem } from './resolver-placement.js';
 import { answerOf, problemThrown, runField } from './run-field.js';
 import { type ActiveClaim } from '../shapes/active-claim.js';
-import { FieldRun, laterRunStep, startFieldRun } from './field-runs.js';
-import { pathOf } from './stored-at-answer.js';
+import { FieldRun, goesOnFrom, laterRunStep, startFieldRun } from './field-runs.js';
+import { pathOf, waitingFor } from './stored-at-answer.js';
 
 /** What the GraphQL steps take from the interceptor. */
 export interface FieldSteps {
@@ -44,23 +47,30 @@ export function interceptField(
   next: CallHandler,
 ): Observable<unknown> {
   const run = new FieldRun();
-  const earlier = startFieldRun(context.getArgs()[3], run);
+  const earlier = goesOnFrom(startFieldRun(context.getArgs()[3], run));
   const claimed = (taken?: ActiveClaim) =>
     from(loadGraphql()).pipe(
       mergeMap((graphql) => fieldSteps(steps, settings, context, next, graphql, run, taken)),
     );
   return tracked(run, () => {
     switch (laterRunStep(earlier)) {
-      case 'join':
+      case 'join': {
         // Both runs at once (one on the side, or one late): the resolver runs once, for both.
+        run.joined = earlier;
+        // Joined while the earlier run works (an audit beside the returned run): this run's
+        // retry is the app's retry of the try, and may take its claim over. Joined after it
+        // failed (an audit that subscribed late), this run was told the error: its own
+        // retry is told it again, never pays for an answer the client did not get.
+        const atOnce = !earlier!.ended;
         return from(earlier!.result).pipe(
           mergeMap((result) => {
-            run.takeClaim = earlier!.takeClaim;
+            if (atOnce) run.takeClaim = earlier!.takeClaim;
             if ('value' in result) return of(result.value);
             if ('error' in result) return throwError(() => result.error);
             return claimed();
           }),
         );
+      }
       case 'take-claim':
         // The app's retry of a failed try: its error is never stored, and this run owns the key.
         return claimed(earlier!.takeClaim!());
@@ -98,6 +108,7 @@ function tracked(run: FieldRun, source: () => Observable<unknown>): Observable<u
     });
     return () => {
       subscription.unsubscribe();
+      if (!run.ended) run.left = true;
       // Left before any answer: a run that joined this one claims the key, once a resolver
       // still going on here has stored its answer (then replayed), not while it holds it.
       const settling = run.detachedSettled;
@@ -160,15 +171,11 @@ function fieldSteps(
     publish('mismatch', event);
     return fail(new IdempotencyKeyMismatchError());
   }
-  return claimOrDecide(
-    store,
-    scope,
-    fingerprint,
-    route.leaseMs,
-    event,
-    steps.logger,
-    route.conflictRetryAfterSeconds,
-  ).pipe(
+  // The same key's error waiting in this process for its operation's answer (the key twice
+  // in one operation, an audit's own retry): stored first, then met as stored.
+  const waiting = waitingFor(idOf(scope));
+  return (waiting ? from(waiting.start()) : of(undefined)).pipe(
+    mergeMap(() => claimFor(steps, settings, scope, fingerprint, event)),
     // The claim's refusals and failures; what the resolver throws is the field's own answer.
     catchError((error: unknown) =>
       error instanceof IdempotencyError ? fail(error) : throwError(() => error),
@@ -186,5 +193,24 @@ function fieldSteps(
       }
       return answer(claimed.response, false);
     }),
+  );
+}
+
+/** The field's claim (see `claimOrDecide`). */
+function claimFor(
+  steps: FieldSteps,
+  { store, route }: RouteSettings,
+  scope: KeyScope,
+  fingerprint: Buffer,
+  event: () => IdempotencyEvent,
+): Observable<ClaimResult> {
+  return claimOrDecide(
+    store,
+    scope,
+    fingerprint,
+    route.leaseMs,
+    event,
+    steps.logger,
+    route.conflictRetryAfterSeconds,
   );
 }

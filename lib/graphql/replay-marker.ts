@@ -48,6 +48,7 @@ const APOLLO_PLUGIN = 'graphql:plugin';
 interface ApolloResponse {
   contextValue: unknown;
   response: {
+    http?: { status?: number; headers?: Map<string, string> };
     body: {
       kind: string;
       singleResult?: {
@@ -82,6 +83,14 @@ export class GraphqlReplayMarker implements OnApplicationBootstrap {
         if (result && failures.length > 0) {
           // Apollo has formatted its errors by now: the entry is the error's JSON.
           result.errors = withStoreFailures(result.errors, failures, (json) => json);
+          // And merged each error's `extensions.http` into the answer: an error not stored
+          // takes back its status and headers (a `Retry-After` it never meant).
+          for (const { http } of failures) {
+            for (const name of http?.headers?.keys() ?? []) response.http?.headers?.delete(name);
+            if (http?.status !== undefined && response.http?.status === http.status) {
+              response.http.status = undefined;
+            }
+          }
         }
         const extensions = result && withReplayMarker(context, result.extensions);
         if (result && extensions) result.extensions = extensions;

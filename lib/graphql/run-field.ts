@@ -30,7 +30,8 @@ import { selectionOf } from './selection.js';
 import { fromWire, outputWire } from './wire-value.js';
 import { thrownError } from './thrown-error.js';
 import { type FieldRun } from './field-runs.js';
-import { storeAtAnswer } from './stored-at-answer.js';
+import { errorHttp, storeAtAnswer } from './stored-at-answer.js';
+import { idOf } from '../claim/claim-batcher.js';
 
 /** Where a field's run answers: its operation's GraphQL context, its path, its run. */
 export interface FieldPlace {
@@ -81,10 +82,16 @@ export function runField(
   const stopHeartbeat = route.heartbeat
     ? tools.renewals.heartbeat(settings.store, claim, transaction)
     : undefined;
+  /**
+   * Where its error waits for the operation's answer; none once detached (its answer went out
+   * from outside, and no retry of the app's can take a try over that nobody watches): its
+   * error is then stored when it comes, and `app.close()` waits for that.
+   */
+  let answerPlace = place;
   const settle = async (outcome: Outcome): Promise<unknown> => {
     stopHeartbeat?.();
     if ('error' in outcome) {
-      return failed(tools, context, fingerprint, outcome.error, graphql, place);
+      return failed(tools, context, fingerprint, outcome.error, graphql, answerPlace);
     }
     let answer: StoredResponse;
     /** What the first answer is given: the resolver's value, its lists as they were read. */
@@ -118,7 +125,7 @@ export function runField(
     } catch (error) {
       // No JSON form (a cycle, a value its scalar refuses): it cannot be replayed, so it is
       // the field's error.
-      return failed(tools, context, fingerprint, error, graphql, place);
+      return failed(tools, context, fingerprint, error, graphql, answerPlace);
     }
     const stored =
       answer.body.length > route.maxResponseBytes
@@ -146,6 +153,7 @@ export function runField(
     let detachedDone: (() => void) | undefined;
     const detach = () => {
       detached = true;
+      answerPlace = undefined;
       if (place) place.run.detachedSettled = new Promise<void>((done) => (detachedDone = done));
     };
     const end = (outcome: Outcome) => {
@@ -204,7 +212,9 @@ export function runField(
       stopHeartbeat?.();
       context.abandoned = true;
       inner.unsubscribe();
-      void rollBackAndRelease(tools, context, 'before_handler', true);
+      const givenBack = rollBackAndRelease(tools, context, 'before_handler', true);
+      // A run beside this one claims once the key is given back, not while it is still held.
+      if (place) place.run.detachedSettled = givenBack.catch(() => undefined);
     };
   });
 }
@@ -266,7 +276,12 @@ async function failed(
     place &&
     storeAtAnswer(
       place.context,
-      { path: place.path, message: messageOf(error) },
+      {
+        path: place.path,
+        message: messageOf(error),
+        id: idOf(context.claim!),
+        http: errorHttp(error),
+      },
       store,
       storeWaitMs(context.claim!.leaseMs),
     );

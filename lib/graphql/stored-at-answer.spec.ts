@@ -4,6 +4,7 @@ import {
   pathOf,
   storeAnswersOf,
   storeAtAnswer,
+  waitingFor,
   withStoreFailures,
 } from './stored-at-answer.js';
 
@@ -68,7 +69,7 @@ describe('storeAtAnswer', () => {
     expect(
       storeAtAnswer(
         context,
-        { path: ['pay'], message: 'm' },
+        { path: ['pay'], message: 'm', id: 'k' },
         () => Promise.resolve(undefined),
         1000,
       ),
@@ -76,7 +77,7 @@ describe('storeAtAnswer', () => {
     expect(
       storeAtAnswer(
         undefined,
-        { path: ['pay'], message: 'm' },
+        { path: ['pay'], message: 'm', id: 'k' },
         () => Promise.resolve(undefined),
         1000,
       ),
@@ -90,7 +91,7 @@ describe('storeAtAnswer', () => {
     const failed = new Error('not stored');
     const waiting = storeAtAnswer(
       context,
-      { path: ['pay'], message: 'declined' },
+      { path: ['pay'], message: 'declined', id: 'k' },
       () => {
         stores++;
         return Promise.resolve(failed);
@@ -107,13 +108,27 @@ describe('storeAtAnswer', () => {
     expect(stores).toBe(1);
   });
 
+  it('is found by its key while it waits, and forgotten once stored', async () => {
+    const context = {};
+    answerHookOn(context);
+    const waiting = storeAtAnswer(
+      context,
+      { path: ['pay'], message: 'm', id: 'k-found' },
+      () => Promise.resolve(undefined),
+      1000,
+    );
+    expect(waitingFor('k-found')).toBe(waiting);
+    await waiting!.start();
+    expect(waitingFor('k-found')).toBeUndefined();
+  });
+
   it('never stores one cancelled (a retry took the key over)', async () => {
     const context = {};
     answerHookOn(context);
     let stores = 0;
     const waiting = storeAtAnswer(
       context,
-      { path: ['pay'], message: 'm' },
+      { path: ['pay'], message: 'm', id: 'k' },
       () => Promise.resolve(void stores++),
       20,
     );
@@ -130,7 +145,7 @@ describe('storeAtAnswer', () => {
     let stores = 0;
     storeAtAnswer(
       context,
-      { path: ['pay'], message: 'm' },
+      { path: ['pay'], message: 'm', id: 'k' },
       () => Promise.resolve(void stores++),
       20,
     );

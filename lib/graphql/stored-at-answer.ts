@@ -22,6 +22,18 @@ interface Hooked {
   [PENDING]?: Set<PendingAnswer>;
 }
 
+/**
+ * The errors waiting in this process, by their key (`idOf`): a claim of the same key made
+ * meanwhile (the same key twice in one operation, an audit's own retry) stores the error
+ * first, then replays it, rather than meet the key held by an answer that waits.
+ */
+const waitingByKey = new Map<string, PendingAnswer>();
+
+/** The error of key `id` waiting to be stored in this process, if any. */
+export function waitingFor(id: string): PendingAnswer | undefined {
+  return waitingByKey.get(id);
+}
+
 /** A field error to store: its store, started once. */
 export class PendingAnswer {
   private storing?: Promise<Error | undefined>;
@@ -32,6 +44,10 @@ export class PendingAnswer {
     readonly path: readonly (string | number)[],
     /** The resolver's error's message: its entry where the app's formatter drops the path. */
     readonly message: string,
+    /** Its key (`idOf`). */
+    private readonly id: string,
+    /** The resolver's error's `extensions.http` (Apollo's status and headers), if any. */
+    readonly http: ErrorHttp | undefined,
     /** Stores the error; the field's error to answer instead when that failed. */
     private readonly store: () => Promise<Error | undefined>,
     private readonly pending: Set<PendingAnswer>,
@@ -40,6 +56,11 @@ export class PendingAnswer {
   ) {
     this.timer = setTimeout(() => void this.start(), fallbackMs);
     this.timer.unref();
+    waitingByKey.set(id, this);
+  }
+
+  private forget(): void {
+    if (waitingByKey.get(this.id) === this) waitingByKey.delete(this.id);
   }
 
   private cancelled = false;
@@ -52,9 +73,9 @@ export class PendingAnswer {
   start(): Promise<Error | undefined> {
     if (this.cancelled) return Promise.resolve(undefined);
     clearTimeout(this.timer);
-    this.storing ??= this.store().catch((error: unknown) =>
-      error instanceof Error ? error : new Error(String(error)),
-    );
+    this.storing ??= this.store()
+      .catch((error: unknown) => (error instanceof Error ? error : new Error(String(error))))
+      .finally(() => this.forget());
     return this.storing;
   }
 
@@ -64,6 +85,7 @@ export class PendingAnswer {
     this.cancelled = true;
     clearTimeout(this.timer);
     this.pending.delete(this);
+    this.forget();
     return true;
   }
 }
@@ -79,7 +101,12 @@ export function answerHookOn(context: unknown): void {
  */
 export function storeAtAnswer(
   context: unknown,
-  { path, message }: { path: readonly (string | number)[]; message: string },
+  {
+    path,
+    message,
+    id,
+    http,
+  }: { path: readonly (string | number)[]; message: string; id: string; http?: ErrorHttp },
   store: () => Promise<Error | undefined>,
   fallbackMs: number,
 ): PendingAnswer | undefined {
@@ -87,7 +114,7 @@ export function storeAtAnswer(
   const hooked = context as Hooked;
   if (!hooked[HOOKED]) return undefined;
   const pending = (hooked[PENDING] ??= new Set());
-  const answer = new PendingAnswer(path, message, store, pending, fallbackMs);
+  const answer = new PendingAnswer(path, message, id, http, store, pending, fallbackMs);
   pending.add(answer);
   return answer;
 }
@@ -105,6 +132,7 @@ export async function storeAnswersOf(context: unknown): Promise<StoreFailure[]> 
     answers.map(async (answer) => ({
       path: answer.path,
       message: answer.message,
+      http: answer.http,
       error: await answer.start(),
     })),
   );
@@ -116,7 +144,26 @@ export interface StoreFailure {
   path: readonly (string | number)[];
   /** The resolver's error's message, as the answer holds it. */
   message: string;
+  /** What the resolver's error set on the HTTP answer (Apollo), to take back. */
+  http: ErrorHttp | undefined;
   error: Error;
+}
+
+/** A GraphQL error's `extensions.http`: the status and headers Apollo gives the answer. */
+export interface ErrorHttp {
+  status?: number;
+  headers?: Map<string, string>;
+}
+
+/** An error's `extensions.http`, when it has one Apollo would read. */
+export function errorHttp(error: unknown): ErrorHttp | undefined {
+  const http = (error as { extensions?: { http?: unknown } } | null)?.extensions?.http;
+  if (typeof http !== 'object' || http === null) return undefined;
+  const { status, headers } = http as { status?: unknown; headers?: unknown };
+  return {
+    status: typeof status === 'number' ? status : undefined,
+    headers: headers instanceof Map ? (headers as Map<string, string>) : undefined,
+  };
 }
 
 /** The path of a field in the answer, from its GraphQL `info.path`. */
