@@ -7,7 +7,17 @@ import {
   type NestInterceptor,
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
-import { catchError, finalize, from, mergeMap, type Observable, of, tap, throwError } from 'rxjs';
+import {
+  catchError,
+  EMPTY,
+  finalize,
+  from,
+  mergeMap,
+  type Observable,
+  of,
+  tap,
+  throwError,
+} from 'rxjs';
 import { publish } from './events/idempotency-events.js';
 import { type FieldSteps, interceptField } from './graphql/intercept-field.js';
 import { problemAnswer } from './graphql/graphql-problem.js';
@@ -228,6 +238,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     // one told so while another found the key free): a run that finds another claiming meets
     // it as any later run does, rather than race it for the key.
     const claimAfter = (): Observable<unknown> => {
+      // The request is answered already (an audit that subscribed after its answer went out):
+      // nobody would get what this run does, so it runs nothing and claims nothing. (An app's
+      // retry runs before the answer is written: the answer is what the retry comes to.)
+      if (raw.writableEnded) return EMPTY;
       const other = claimingNow(raw, run);
       if (other) return follow(other);
       claiming = true;
