@@ -80,24 +80,29 @@ export function startFieldRun(info: unknown, run: FieldRun): FieldRun | undefine
 
 /**
  * How a later run of a field goes on from the run before it (a pure decision):
- *  - `join`: the earlier run has not answered yet (both subscribed at once): the later one
- *    answers what the earlier one comes to, and the resolver runs once;
+ *  - `join`: the earlier run has not answered yet (both subscribed at once), or it answered
+ *    and this run started after (an audit that subscribed late): the later one answers what
+ *    the earlier one came to, and the resolver runs once: never again for nobody (a key given
+ *    back by a passing failure, claimed by a late audit, would run it and store an answer
+ *    the client never got);
  *  - `take-claim`: the earlier run's resolver failed, its error is not stored yet, and the
  *    later run started as that error was handed on (the app's `retry()`): the later run owns
- *    the key with the earlier run's claim and runs again; started after, it joins (a delayed
- *    retry is told the same error, as an audit that subscribed late must be);
- *  - `claim`: the earlier run answered (a stored answer) or left: the later run claims the
- *    key as any request would (and replays what was stored).
+ *    the key with the earlier run's claim and runs again;
+ *  - `claim`: no earlier run; or the earlier one answered and this one started as that answer
+ *    was handed on (the app's retry after a passing failure, whose key was given back); or
+ *    the earlier one left before any answer (answered from outside): the later run claims
+ *    the key as any request would (and replays what was stored).
  */
 export function laterRunStep(
-  earlier: Pick<FieldRun, 'ended' | 'takeClaim' | 'delivering'> | undefined,
+  earlier: Pick<FieldRun, 'ended' | 'left' | 'takeClaim' | 'delivering'> | undefined,
 ): 'join' | 'take-claim' | 'claim' {
   if (!earlier) return 'claim';
   if (!earlier.ended) return 'join';
-  if (!earlier.takeClaim) return 'claim';
-  // Started as the failed try's error was handed on (in the same turn, before any timer):
-  // the app's retry (rxjs `retry()` subscribes again as it is told of the error). Started
-  // later, it may be an audit that subscribed late, after the error went to GraphQL: it is
-  // told the same error.
-  return earlier.delivering ? 'take-claim' : 'join';
+  if (earlier.left) return 'claim';
+  // Started as the earlier answer was handed on (in the same turn, before any timer): the
+  // app's retry (rxjs `retry()` subscribes again as it is told of the error). Started later,
+  // it may be an audit that subscribed late, after the answer went to GraphQL: it is told
+  // the same answer.
+  if (!earlier.delivering) return 'join';
+  return earlier.takeClaim ? 'take-claim' : 'claim';
 }

@@ -110,10 +110,14 @@ function tracked(run: FieldRun, source: () => Observable<unknown>): Observable<u
       subscription.unsubscribe();
       if (!run.ended) run.left = true;
       // Left before any answer: a run that joined this one claims the key, once a resolver
-      // still going on here has stored its answer (then replayed), not while it holds it.
-      const settling = run.detachedSettled;
-      if (settling) void settling.then(() => run.end({ claimAgain: true }));
-      else run.end({ claimAgain: true });
+      // still going on here has stored its answer (then replayed), or a claim in flight has
+      // been given back, not while either holds it. The teardowns that note them run
+      // together, so it is read a microtask later.
+      queueMicrotask(() => {
+        const settling = run.detachedSettled;
+        if (settling) void settling.then(() => run.end({ claimAgain: true }));
+        else run.end({ claimAgain: true });
+      });
     };
   });
 }
@@ -175,7 +179,16 @@ function fieldSteps(
   // in one operation, an audit's own retry): stored first, then met as stored.
   const waiting = waitingFor(idOf(scope));
   return (waiting ? from(waiting.start()) : of(undefined)).pipe(
-    mergeMap(() => claimFor(steps, settings, scope, fingerprint, event)),
+    mergeMap(() =>
+      claimFor(steps, settings, scope, fingerprint, event, (landed) => {
+        // Left while its claim was in flight: a run beside this one claims once that claim
+        // has landed and been given back, not while it holds the key.
+        run.detachedSettled = landed.then(
+          () => undefined,
+          () => undefined,
+        );
+      }),
+    ),
     // The claim's refusals and failures; what the resolver throws is the field's own answer.
     catchError((error: unknown) =>
       error instanceof IdempotencyError ? fail(error) : throwError(() => error),
@@ -203,6 +216,7 @@ function claimFor(
   scope: KeyScope,
   fingerprint: Buffer,
   event: () => IdempotencyEvent,
+  left: (landed: Promise<unknown>) => void,
 ): Observable<ClaimResult> {
   return claimOrDecide(
     store,
@@ -212,5 +226,6 @@ function claimFor(
     event,
     steps.logger,
     route.conflictRetryAfterSeconds,
+    left,
   );
 }

@@ -42,6 +42,9 @@ export function withReplayMarker(
   return { ...extensions, idempotency: marker };
 }
 
+/** How many operations share an HTTP head (more than one in a batch). */
+const operationsOf = new WeakMap<object, number>();
+
 /** The metadata key of `@nestjs/apollo`'s `@Plugin()` (read by name: nothing of it is imported). */
 const APOLLO_PLUGIN = 'graphql:plugin';
 
@@ -74,8 +77,14 @@ export class GraphqlReplayMarker implements OnApplicationBootstrap {
    * Apollo Server's plugin hooks. The answer also waits for its fields' errors to be stored
    * (see stored-at-answer.ts): Apollo's own retry of a field is then possible.
    */
-  requestDidStart({ contextValue }: { contextValue?: unknown } = {}) {
+  requestDidStart({
+    contextValue,
+    response,
+  }: { contextValue?: unknown; response?: { http?: object } } = {}) {
     answerHookOn(contextValue);
+    // The operations of a batch share one HTTP head: counted, so that one operation's
+    // unstored error never takes back a header another operation's stored error set.
+    if (response?.http) operationsOf.set(response.http, (operationsOf.get(response.http) ?? 0) + 1);
     return Promise.resolve({
       willSendResponse: async ({ contextValue: context, response }: ApolloResponse) => {
         const failures = await storeAnswersOf(context);
@@ -85,7 +94,8 @@ export class GraphqlReplayMarker implements OnApplicationBootstrap {
           result.errors = withStoreFailures(result.errors, failures, (json) => json);
           // And merged each error's `extensions.http` into the answer: an error not stored
           // takes back its status and headers (a `Retry-After` it never meant).
-          for (const { http } of failures) {
+          const alone = response.http !== undefined && operationsOf.get(response.http) === 1;
+          for (const { http } of alone ? failures : []) {
             for (const name of http?.headers?.keys() ?? []) response.http?.headers?.delete(name);
             if (http?.status !== undefined && response.http?.status === http.status) {
               response.http.status = undefined;
