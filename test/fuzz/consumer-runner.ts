@@ -156,6 +156,7 @@ export async function fuzzConsumer(options: FuzzOptions): Promise<FuzzReport> {
     crowdPrograms: 0,
     attempts: 0,
     faults: {},
+    chains: {},
     outcomes: { ok: 0, error: 0, aborted: 0, refused: 0 },
     ops: {},
     violations: [],

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { type ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import {
@@ -32,7 +33,7 @@ import {
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { GraphQLScalarType } from 'graphql';
 import pg, { type Pool } from 'pg';
-import { catchError, type Observable, throwError, timeout, TimeoutError } from 'rxjs';
+import { catchError, type Observable, retry, throwError, timeout, TimeoutError } from 'rxjs';
 import { type DataSource } from 'typeorm';
 import {
   IDEMPOTENCY_MIGRATIONS,
@@ -55,7 +56,7 @@ import {
   typeormDb,
 } from './data-layers.js';
 import { consumerOf, startConsumer } from './fuzz-consumer.js';
-import { type HandlerProgram, type Op } from './handler-program.js';
+import { type AppChain, type HandlerProgram, type Op } from './handler-program.js';
 
 export const FUZZ_APPLICATION_NAME = 'fuzz-app';
 /** The role the `setlocal:role` op switches to: it may use the app's tables, not the library's. */
@@ -86,6 +87,8 @@ export const FUZZ_DDL = `
 /** Faults the driver asks of one attempt, by header (headers are not fingerprinted). */
 export const OUTER_TIMEOUT_HEADER = 'x-fuzz-timeout-ms';
 export const STATEMENT_TIMEOUT_HEADER = 'x-fuzz-statement-timeout-ms';
+/** The app chain a program runs under (`AppChain`), by header on every attempt of it. */
+export const CHAIN_HEADER = 'x-fuzz-chain';
 /** The advisory lock every `lock` op takes: programs of one crowd contend for it. */
 const LOCK_KEY = 727_027;
 
@@ -308,17 +311,22 @@ class Interpreter {
   }
 }
 
+/** The headers of the request a route or a field runs for. */
+function headersOf(context: ExecutionContext): Record<string, string> | undefined {
+  const request =
+    context.getType<string>() === 'graphql'
+      ? GqlExecutionContext.create(context).getContext<{
+          req: { headers: Record<string, string> };
+        }>().req
+      : context.switchToHttp().getRequest<{ headers: Record<string, string> }>();
+  return request?.headers;
+}
+
 /** The outer timeout a global interceptor applies, when the driver asks for one. */
 @Injectable()
 class HeaderTimeoutInterceptor implements NestInterceptor {
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    const request =
-      context.getType<string>() === 'graphql'
-        ? GqlExecutionContext.create(context).getContext<{
-            req: { headers: Record<string, string> };
-          }>().req
-        : context.switchToHttp().getRequest<{ headers: Record<string, string> }>();
-    const ms = Number(request?.headers?.[OUTER_TIMEOUT_HEADER] ?? 0);
+    const ms = Number(headersOf(context)?.[OUTER_TIMEOUT_HEADER] ?? 0);
     if (!ms) return next.handle();
     return next.handle().pipe(
       timeout(ms),
@@ -326,6 +334,50 @@ class HeaderTimeoutInterceptor implements NestInterceptor {
         throwError(() => (error instanceof TimeoutError ? new RequestTimeoutException() : error)),
       ),
     );
+  }
+}
+
+/**
+ * The response a route or a field answers on (Express' `res`, Fastify's `reply.raw`; a GraphQL
+ * field's through its context's request), for an audit that watches once it went out.
+ */
+function responseOf(context: ExecutionContext): ServerResponse | undefined {
+  if (context.getType<string>() === 'graphql') {
+    return GqlExecutionContext.create(context).getContext<{ req?: { res?: ServerResponse } }>().req
+      ?.res;
+  }
+  const response = context.switchToHttp().getResponse<{ raw?: ServerResponse } & ServerResponse>();
+  return response.raw ?? response;
+}
+
+/**
+ * The app's own chain around every route and field (`AppChain`), inside the outer timeout: as
+ * an app registers its retry or audit interceptor, with no knowledge of `@Idempotent()`.
+ */
+@Injectable()
+class AppChainInterceptor implements NestInterceptor {
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const chain = headersOf(context)?.[CHAIN_HEADER] as AppChain | undefined;
+    const result$ = next.handle();
+    // An audit records what came; what failed is the returned run's to answer.
+    const watch = () => void result$.subscribe({ error: () => undefined });
+    switch (chain) {
+      case 'retry':
+        return result$.pipe(retry(1));
+      case 'audit':
+        watch();
+        return result$;
+      case 'late-audit': {
+        // Once the answer went out (its audit entry written by then): the latest an audit
+        // watches, and the hardest, since nobody is left to get what a run does then.
+        const response = responseOf(context);
+        if (response) response.once('close', watch);
+        else setTimeout(watch, 25);
+        return result$;
+      }
+      default:
+        return result$;
+    }
   }
 }
 
@@ -466,7 +518,11 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
         ]
       : [];
   const adapter: AdapterName = options.transport === 'graphql' ? 'express' : options.adapter;
-  const interceptor = { provide: APP_INTERCEPTOR, useClass: HeaderTimeoutInterceptor };
+  // The outer timeout first: it wraps the app's chain, which wraps `@Idempotent()`.
+  const interceptors = [
+    { provide: APP_INTERCEPTOR, useClass: HeaderTimeoutInterceptor },
+    { provide: APP_INTERCEPTOR, useClass: AppChainInterceptor },
+  ];
 
   if (options.layer === 'typeorm') {
     @Injectable()
@@ -499,7 +555,7 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
       ],
       controllers: controllersOf(options, lazy),
       providers: [
-        interceptor,
+        ...interceptors,
         { provide: INTERPRETER, useClass: TypeormInterpreter },
         ...(options.transport === 'graphql' ? [resolverOf(lazy)] : []),
       ],
@@ -524,7 +580,10 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
   @Module({
     imports: [IdempotencyModule.forRoot({ ...idempotencyOptions(options), pool }), ...graphql],
     controllers: controllersOf(options, interpreter),
-    providers: [interceptor, ...(options.transport === 'graphql' ? [resolverOf(interpreter)] : [])],
+    providers: [
+      ...interceptors,
+      ...(options.transport === 'graphql' ? [resolverOf(interpreter)] : []),
+    ],
   })
   class FuzzPoolAppModule {}
   return withConsumer(await bootstrapTestApp(FuzzPoolAppModule, adapter), options);

@@ -5,6 +5,7 @@ import { fuzzConsumer } from './consumer-runner.js';
 import { type LayerName } from './data-layers.js';
 import {
   ANSWER_EPOCH,
+  CHAIN_HEADER,
   FUZZ_APPLICATION_NAME,
   FUZZ_DDL,
   OUTER_TIMEOUT_HEADER,
@@ -13,6 +14,8 @@ import {
 } from './fuzz-app.js';
 import { type Via } from './fuzz-consumer.js';
 import {
+  APP_CHAINS,
+  type AppChain,
   describeProgram,
   expectedOutcome,
   type HandlerProgram,
@@ -97,6 +100,8 @@ export interface FuzzReport {
   attempts: number;
   /** Attempts per fault kind. */
   faults: Partial<Record<Fault['kind'], number>>;
+  /** Programs per app chain (`AppChain`) they ran under; the rest under none. */
+  chains: Partial<Record<AppChain, number>>;
   outcomes: Record<Outcome['kind'], number>;
   /** How many ops of each kind the programs held (an isolation level counted as its own). */
   ops: Record<string, number>;
@@ -201,12 +206,14 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
       `ALTER DATABASE "${name}" SET default_transaction_isolation = 'serializable'`,
     );
   }
-  const cases: [Omit<HandlerProgram, 'id'>, Fault[]][] = options.program
-    ? [[options.program.program, options.program.faults]]
+  // The app chain is drawn last: a seed's programs and faults stay what they were before it.
+  const cases: [Omit<HandlerProgram, 'id'>, Fault[], AppChain | undefined][] = options.program
+    ? [[options.program.program, options.program.faults, options.program.program.chain]]
     : fc.sample(
         fc.tuple(
           programCaseArbitrary(),
           fc.array(faultArbitrary(options.sigkills), { maxLength: 3 }),
+          fc.constantFrom(...APP_CHAINS),
         ),
         { seed: options.seed, numRuns: options.runs },
       );
@@ -226,6 +233,7 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
       sigkill: 0,
       crowd: 0,
     },
+    chains: {},
     outcomes: { ok: 0, error: 0, aborted: 0, refused: 0 },
     ops: {},
     violations: [],
@@ -259,9 +267,10 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
       : { ...program, ops, shape: undefined, alias: undefined, partial: undefined };
   };
   try {
-    for (const [index, [generated, plan]] of cases.entries()) {
+    for (const [index, [generated, plan, chain]] of cases.entries()) {
       if (options.only !== undefined && index !== options.only) continue;
-      const program = shaped({ id: `s${options.seed}-p${index}`, ...generated });
+      const program = shaped({ id: `s${options.seed}-p${index}`, ...generated, chain });
+      if (program.chain) report.chains[program.chain] = (report.chains[program.chain] ?? 0) + 1;
       if (options.oneCommit && transport === 'http' && index % 2 === 0) program.oneCommit = true;
       const crowd: HandlerProgram[] = plan.some((fault) => fault.kind === 'crowd')
         ? Array.from({ length: CROWD }, (_, i) => ({
@@ -457,6 +466,7 @@ function describeShape(program: HandlerProgram): string {
     program.tenant && program.tenant !== '1' ? `tenant=${JSON.stringify(program.tenant)}` : '',
     program.serializable ? 'route=SERIALIZABLE' : '',
     program.oneCommit ? 'route=oneCommit' : '',
+    program.chain ? `chain=${program.chain}` : '',
     program.shape && program.shape !== 'plain' ? `shape=${program.shape}` : '',
     program.alias ? `alias=${program.alias}` : '',
     program.partial ? 'partial' : '',
@@ -583,7 +593,11 @@ async function attemptWith(
   if (fault.kind === 'outer-timeout') headers[OUTER_TIMEOUT_HEADER] = String(fault.ms);
   if (fault.kind === 'statement-timeout') headers[STATEMENT_TIMEOUT_HEADER] = String(fault.ms);
   const send = (subject: HandlerProgram) => {
-    const keyed = { ...headers, 'idempotency-key': subject.key ?? subject.id };
+    const keyed: Record<string, string> = {
+      ...headers,
+      'idempotency-key': subject.key ?? subject.id,
+    };
+    if (subject.chain) keyed[CHAIN_HEADER] = subject.chain;
     if (transport === 'http') {
       const path = subject.serializable
         ? 'programs-serializable'

@@ -61,6 +61,24 @@ export type Op =
 
 export type Isolation = 'REPEATABLE READ' | 'SERIALIZABLE';
 
+/**
+ * What an app's global interceptor does with the chain under `@Idempotent()`, each an idiom of
+ * Nest apps: `retry` resubscribes once after an error (rxjs `retry(1)`); `audit` subscribes a
+ * second time at once, on the side, and returns the first (a logger that watches the result);
+ * `late-audit` does so once the answer went out (after its own audit entry was written). The request's handler must still run its effects once, and every client
+ * answer and replay be the stored one: none changes the program's expected outcome.
+ */
+export type AppChain = 'retry' | 'audit' | 'late-audit';
+
+/** The app chains the runner draws: none in two programs of five. */
+export const APP_CHAINS: readonly (AppChain | undefined)[] = [
+  undefined,
+  undefined,
+  'retry',
+  'audit',
+  'late-audit',
+];
+
 export interface HandlerProgram {
   /** Unique per program: the effect rows are tagged with it (and the key, unless `key`). */
   id: string;
@@ -73,6 +91,11 @@ export interface HandlerProgram {
   serializable?: boolean;
   /** HTTP only: run on a route with `@Idempotent({ oneCommit: true })` (set by the runner). */
   oneCommit?: boolean;
+  /**
+   * The app's own global interceptor around the route or field (set by the runner): it runs the
+   * handler's chain more than once, as apps do. None when not given.
+   */
+  chain?: AppChain;
   /** GraphQL only: a `Date` or a `BigInt` field in the answer; under an alias; beside a field that fails. */
   shape?: 'plain' | 'date' | 'bigint';
   alias?: string;

@@ -105,13 +105,17 @@ console.log('\nper data layer:');
 for (const layer of layers) {
   const of = reports.filter((report) => report.layer === layer);
   const faults: Record<string, number> = {};
+  const chains: Record<string, number> = {};
   for (const report of of) {
     for (const [kind, n] of Object.entries(report.faults)) faults[kind] = (faults[kind] ?? 0) + n;
+    for (const [kind, n] of Object.entries(report.chains)) chains[kind] = (chains[kind] ?? 0) + n;
   }
   const violations = of.flatMap((report) => report.violations);
   console.log(
     `${layer}: ${sum(of, 'programs')} programs (+${sum(of, 'crowdPrograms')} crowd copies), ` +
       `${sum(of, 'attempts')} attempts (${Object.entries(faults)
+        .map(([kind, n]) => `${kind} ${n}`)
+        .join(', ')}; app chains: ${Object.entries(chains)
         .map(([kind, n]) => `${kind} ${n}`)
         .join(', ')}), ${violations.length} violations`,
   );
