@@ -1,4 +1,19 @@
+import { configure } from 'safe-stable-stringify';
 import { type StoredResponse } from '../shapes/stored-response.js';
+
+/**
+ * JSON of what an error carries, whatever it holds: a cycle (an HTTP client's error kept as
+ * the cause, its request and response pointing at each other) left out, a `BigInt` as its
+ * digits, keys in their own order. `JSON.stringify` throws on both, and an error that cannot
+ * be written must still be stored, or its transaction and key would be left held.
+ */
+const errorJson = configure({ circularValue: undefined, bigint: true, deterministic: false });
+
+/** `value` as the JSON written of it reads back (see `errorJson`). */
+function jsonCopy(value: unknown): unknown {
+  const written = errorJson(value);
+  return written === undefined ? null : (JSON.parse(written) as unknown);
+}
 
 /**
  * A resolver's error as it is stored: what the drivers put in the answer's `errors` entry
@@ -98,11 +113,11 @@ export function fieldError(thrown: unknown): FieldError {
   const extensions = (thrown as { extensions?: unknown }).extensions;
   if (typeof extensions === 'object' && extensions !== null && !Array.isArray(extensions)) {
     // Kept as the JSON the drivers write of them.
-    const copy = JSON.parse(JSON.stringify(extensions)) as Record<string, unknown>;
+    const copy = (jsonCopy(extensions) ?? {}) as Record<string, unknown>;
     const headers = httpHeadersOf(extensions);
     if (headers) {
       error.httpHeaders = headers;
-      delete (copy.http as Record<string, unknown>).headers;
+      delete (copy.http as Record<string, unknown> | undefined)?.headers;
     }
     if (Object.keys(copy).length > 0) error.extensions = copy;
   }
@@ -138,5 +153,5 @@ function httpExceptionOf(error: Error): FieldError['http'] {
   const status = (candidate.getStatus as () => unknown).call(error);
   if (typeof status !== 'number') return undefined;
   const response = (candidate.getResponse as () => unknown).call(error);
-  return { status, response: JSON.parse(JSON.stringify(response ?? null)) as unknown };
+  return { status, response: jsonCopy(response ?? null) };
 }

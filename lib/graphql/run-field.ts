@@ -260,7 +260,15 @@ async function failed(
     }
     throw problemThrown(failure.error, graphql);
   }
-  const answer = encodeAnswer({ kind: 'error', error: fieldError(error) });
+  let answer: StoredResponse;
+  try {
+    answer = encodeAnswer({ kind: 'error', error: fieldError(error) });
+  } catch (unwritable) {
+    // An error of the resolver's that cannot be written (a getter of its extensions that
+    // throws): never stored, nor left holding its transaction and key; its retry runs again.
+    await rollBackAndRelease(tools, context, 'answer_unwritable');
+    throw error;
+  }
   const store = async (): Promise<Error | undefined> => {
     const stored = await commitAnswer(tools, context, fingerprint, answer, true);
     if (stored === answer) return undefined;

@@ -75,8 +75,9 @@ describe.each(ADAPTERS)('oneCommit claim behind a lock on the keys table (%s)', 
       module: TransfersModule,
       adapter,
       max: 4,
-      setup: (admin) =>
-        admin.query('CREATE TABLE transfers (id serial PRIMARY KEY, ref text NOT NULL)'),
+      setup: async (admin) => {
+        await admin.query('CREATE TABLE transfers (id serial PRIMARY KEY, ref text NOT NULL)');
+      },
       usePool: (started) => (pool = started),
     });
   });
