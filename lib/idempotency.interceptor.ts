@@ -7,17 +7,7 @@ import {
   type NestInterceptor,
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
-import {
-  catchError,
-  EMPTY,
-  finalize,
-  from,
-  mergeMap,
-  type Observable,
-  of,
-  tap,
-  throwError,
-} from 'rxjs';
+import { catchError, EMPTY, finalize, from, mergeMap, Observable, of, tap, throwError } from 'rxjs';
 import { publish } from './events/idempotency-events.js';
 import { type FieldSteps, interceptField } from './graphql/intercept-field.js';
 import { problemAnswer } from './graphql/graphql-problem.js';
@@ -29,7 +19,7 @@ import { replay } from './http/replay.js';
 import { defaultStatusOf, readRouteSettings, type RouteSettings } from './http/route-settings.js';
 import { warnOnCallOut } from './http/call-out-warning.js';
 import { claimWithWork } from './http/claim-with-work.js';
-import { claimingNow, RequestRun, startRun } from './http/earlier-run.js';
+import { claimingNow, latestRun, RequestRun, startRun } from './http/earlier-run.js';
 import { runOwned } from './http/run-owned.js';
 import { forgetLibraryAnswers } from './http/to-http.js';
 import { runWithoutKey } from './http/run-without-key.js';
@@ -141,8 +131,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const { scope, fingerprint } = reading;
     const raw = rawResponse(response);
     // An answer of the library's made for a run of this request before this one, and not
-    // written (the app's retry took it), is not this run's: its headers go.
-    forgetLibraryAnswers(response);
+    // written (the app's retry took it), is not this run's: its headers go. Not when that
+    // run's error went on to the app's filters: this run is told it, as it is written.
+    if (!latestRun(raw)?.errorEscaped) forgetLibraryAnswers(response);
     const execute = (claim: ActiveClaim, transaction?: RequestTransaction) =>
       runOwned(
         this.tools,
@@ -225,13 +216,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const run = new RequestRun();
     const earlier = startRun(raw, run);
     if (!earlier) return claimAndRun();
+    // The app's retry of the earlier run (its error held in the chain), or not (see errorHeld).
+    const retryOf = earlier.errorHeld ? earlier : undefined;
     // Until it claims (its own run then says), a later run after this one meets the run this
     // one follows now: this one may be unsubscribed while it waits, having done nothing of its
     // own; it is then decided once what it waited for is (that run's claim as it is then, a
     // claim made anew included, or its stepping aside).
     let following = earlier;
-    run.stepAside = () => following.stepAside?.();
-    run.outcome = () => following.outcome?.();
+    // A retry of this run, which took its outcome from the one it follows, retries that one.
+    run.stepAside = (of) => following.stepAside?.(of === run ? following : of);
+    run.outcome = (of) => following.outcome?.(of === run ? following : of);
     let steppedAside: Promise<unknown> | undefined;
     let claiming = false;
     // Later runs claim one after another (several told to claim again by one give-back, or
@@ -251,19 +245,22 @@ export class IdempotencyInterceptor implements NestInterceptor {
       following = before;
       return from(before.claimed).pipe(
         mergeMap(() => {
-          const steppingAside = before.stepAside?.();
+          const steppingAside = before.stepAside?.(retryOf);
           if (steppingAside) {
             steppedAside = steppingAside;
             return from(steppingAside).pipe(mergeMap(claimAfter));
           }
-          const outcome = before.outcome?.();
+          const outcome = before.outcome?.(retryOf);
           if (!outcome) return claimAfter();
           // Joined, this run owns nothing: a run after it meets the one it joined (a third
           // subscription would claim again, and its 409 be stored with the first run's work).
           run.claimDecided();
           return from(outcome).pipe(
             mergeMap((came) => {
-              if ('error' in came) return throwError(() => came.error);
+              if ('error' in came) {
+                // Handed on as this run's: the app's retry of it retries the run it joined.
+                return new Observable<never>((subscriber) => run.handOn(subscriber, came.error));
+              }
               if ('value' in came) return came.values ? from(came.values) : of(came.value);
               // Told to claim again, with every run that joined the same one: undecided until
               // it has claimed (or joined the one that claims first).

@@ -1,4 +1,5 @@
 import { type ServerResponse } from 'node:http';
+import { type Subscriber } from 'rxjs';
 
 /**
  * What a run's handler came to: its last value (and every value, in order, where the run
@@ -26,18 +27,40 @@ export class RequestRun {
   claimed!: Promise<void>;
   private decide!: () => void;
   /**
-   * Set by the run that owns the key: once its handler settled, before its answer is on its way,
-   * it gives the key back for the later run to claim again (`undefined` when it cannot).
+   * Set by the run that owns the key: once its handler failed, before its answer is on its way,
+   * it gives the key back for the later run to claim again, if that run is the app's retry of
+   * it (`retryOf`, see `errorHeld`); `undefined` when it cannot.
    */
-  stepAside?: () => Promise<void> | undefined;
+  stepAside?: (retryOf: RequestRun | undefined) => Promise<void> | undefined;
   /**
    * Set by the run that owns the key: while its handler works, what it comes to, for the later
-   * run to answer with (`undefined` when it cannot share it: detached, given back).
+   * run to answer with (`undefined` when it cannot share it: detached, given back, or a failure
+   * the later run retries: `retryOf`).
    */
-  outcome?: () => Promise<RunOutcome> | undefined;
+  outcome?: (retryOf: RequestRun | undefined) => Promise<RunOutcome> | undefined;
+
+  /**
+   * Its error was handed on and stayed in the app's chain: an operator of the app's took it and
+   * may subscribe again (`retry()`, at once or after a delay; `catchError(() =>
+   * next.handle())`). A later run is then that retry; otherwise (the error went on to Nest and
+   * its exception filters) a later run is an audit that subscribed late, and is told the error.
+   */
+  errorHeld = false;
+  /** Its error was handed on and went on to Nest: its exception filters are writing it. */
+  errorEscaped = false;
 
   constructor() {
     this.claimAnew();
+  }
+
+  /** Hands `error` on to `subscriber`, noting whether the app's chain held it (`errorHeld`). */
+  handOn(subscriber: Subscriber<unknown>, error: unknown): void {
+    const end = endOfChain(subscriber);
+    // A retry that subscribes again at once does so inside this call.
+    this.errorHeld = true;
+    subscriber.error(error);
+    this.errorHeld = end !== undefined && !end.closed;
+    this.errorEscaped = !this.errorHeld;
   }
 
   claimAnew(): void {
@@ -64,6 +87,11 @@ export function startRun(raw: ServerResponse, run: RequestRun): RequestRun | und
   return earlier;
 }
 
+/** The latest run of the request answered on `raw`, if any. */
+export function latestRun(raw: ServerResponse): RequestRun | undefined {
+  return runs.get(raw);
+}
+
 const reclaiming = new WeakMap<ServerResponse, RequestRun>();
 
 /**
@@ -74,4 +102,34 @@ export function claimingNow(raw: ServerResponse, run: RequestRun): RequestRun | 
   const before = reclaiming.get(raw);
   reclaiming.set(raw, run);
   return before === run ? undefined : before;
+}
+
+/** What an rxjs subscriber is to the walk below: linked to the next by `destination`. */
+interface LinkedSubscriber {
+  closed: boolean;
+  destination?: unknown;
+}
+
+function isLinked(value: unknown): value is LinkedSubscriber {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { closed?: unknown }).closed === 'boolean' &&
+    'destination' in value
+  );
+}
+
+/**
+ * The subscriber at the end of `subscriber`'s chain. rxjs links each operator's subscriber to
+ * the next one's by `destination`, down to the one that subscribed first (Nest's, awaiting the
+ * request's answer). An error closes each subscriber it passes through (and unlinks it), and an
+ * operator that takes it (`retry`, `catchError`) closes its own alone, leaving the ones after
+ * it open: so the end stays open when the error was held.
+ */
+export function endOfChain(subscriber: object): { readonly closed: boolean } | undefined {
+  let last: unknown = subscriber;
+  for (let next = (last as LinkedSubscriber).destination; isLinked(next); next = next.destination) {
+    last = next;
+  }
+  return isLinked(last) ? last : undefined;
 }

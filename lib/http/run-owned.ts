@@ -118,6 +118,18 @@ export function runOwned(
   let detachedSettled: Promise<unknown> | undefined;
   /** The timeout that detached it (inside `@Idempotent()`): this request's answer meanwhile. */
   let timedOut: { error: unknown } | undefined;
+  /** The error the handler's failure was handed on as, once the app's filters may get it. */
+  let failedWith: RunOutcome | undefined;
+  const sharedOutcome = (): Promise<RunOutcome> => {
+    if (!shared) {
+      let resolve!: (outcome: RunOutcome) => void;
+      const promise = new Promise<RunOutcome>((settle) => (resolve = settle));
+      shared = { promise, resolve };
+    }
+    return shared.promise;
+  };
+  const failure = (): Promise<RunOutcome> =>
+    failedWith ? Promise.resolve(failedWith) : sharedOutcome();
   /** Detached: a run beside this one claims again once the handler's work is settled. */
   const settleDetachedWith = (outcome: { value: unknown } | { error: unknown }) => {
     detachedSettled = settleDetached(tools, context, fingerprint, settings, outcome);
@@ -267,21 +279,27 @@ export function runOwned(
       tools.logger.error(`giving back key ${claim.key} failed: ${String(error)}`),
     );
   };
-  raw.once('close', () => {
+  const noteGone = () => {
     if (raw.writableFinished) return;
     clientGone = true;
     leftMidStream();
-  });
+  };
+  // Gone already (during a slow guard or pipe, before this run began): its 'close' is past.
+  if (raw.closed) noteGone();
+  else raw.once('close', noteGone);
   // The app's own retry outside `@Idempotent()` runs the request again: once the handler
   // settled, before its answer is on its way, this run steps aside for it (see earlier-run.ts).
   if (run) {
-    run.stepAside = () => {
+    run.stepAside = (retryOf) => {
       // Only a failed try is the app's to retry. A later run after a value still on its way
       // (a side subscription made late, `repeat()`, a retry after an app interceptor's error
-      // after that value) answers with that value: the handler's work is done once.
+      // after that value) answers with that value: the handler's work is done once. A later
+      // run after the failure that its error did not set off (an audit that subscribes late,
+      // while a slow filter writes the error) is told the error (`outcome`), never runs again.
       if (!settled || !failed || detached || answerWriting || givingBack || gaveBack) {
         return undefined;
       }
+      if (retryOf !== run) return undefined;
       gaveBack = true;
       stopHeartbeat?.();
       letThrough();
@@ -289,7 +307,10 @@ export function runOwned(
     };
     // A run beside this one while its handler works (a second subscription): it answers with
     // what this handler comes to, which its adapter writes and this run stores.
-    run.outcome = () => {
+    run.outcome = (retryOf) => {
+      // Failed: the app's retry of this try claims again (given back already: a passing
+      // failure, or by `stepAside`); any other later run is told the same error.
+      if (failed) return retryOf === run ? undefined : failure();
       if (gaveBack) return undefined;
       // Giving the key back (answered before the handler started), or detached (answered
       // from outside while it goes on): the other run claims again once that is done, and
@@ -299,15 +320,8 @@ export function runOwned(
       // Timed out while its handler goes on: an app's retry of the request times out too (it
       // would, running the handler again), rather than wait without a bound for that handler.
       if (timedOut) return Promise.resolve(timedOut);
-      if (settled && !detached) {
-        return failed ? undefined : Promise.resolve({ value: result, values });
-      }
-      if (!shared) {
-        let resolve!: (outcome: RunOutcome) => void;
-        const promise = new Promise<RunOutcome>((settle) => (resolve = settle));
-        shared = { promise, resolve };
-      }
-      return shared.promise;
+      if (settled && !detached) return Promise.resolve({ value: result, values });
+      return sharedOutcome();
     };
   }
   // Whether an `@Res()` handler had begun sending its answer when its client left: then what
@@ -333,6 +347,15 @@ export function runOwned(
       settled = true;
       if (!untilWritten || detached || answerWriting) stopHeartbeat?.();
     };
+    // Answered before this run began (an interceptor that answers at once, 202, and runs the
+    // handler on the side, in the background): nothing will write the handler's answer, so it
+    // goes on detached, as under an outer timeout, and commits with its own answer when it
+    // settles; the retries replay that. (A later run of an answered request runs nothing:
+    // `claimAfter`.)
+    if (raw.writableEnded && !settings.responseHandled) {
+      detached = true;
+      letThrough();
+    }
     const inner = runInContext(context, next).subscribe({
       next: (value) => {
         result = value;
@@ -387,15 +410,20 @@ export function runOwned(
         onHandlerError(tools, context, response, unstored, error).then(
           (mapped) => {
             handlerError = mapped === error && context.handlerStarted;
-            subscriber.error(mapped);
-            shared?.resolve({ error: mapped });
+            failedWith = { error: mapped };
+            // Held by the app's chain (its retry), a later run is that retry (`errorHeld`).
+            if (run) run.handOn(subscriber, mapped);
+            else subscriber.error(mapped);
+            shared?.resolve(failedWith);
             // Gone before its filters answered: they may write nothing. Checked once what they
             // wrote at once has reached the commit (its finalizer starts in a microtask).
             setImmediate(() => leftMidStream());
           },
           (unexpected: unknown) => {
-            subscriber.error(unexpected);
-            shared?.resolve({ error: unexpected });
+            failedWith = { error: unexpected };
+            if (run) run.handOn(subscriber, unexpected);
+            else subscriber.error(unexpected);
+            shared?.resolve(failedWith);
           },
         );
       },
