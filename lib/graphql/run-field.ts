@@ -263,7 +263,7 @@ async function failed(
   let answer: StoredResponse;
   try {
     answer = encodeAnswer({ kind: 'error', error: fieldError(error) });
-  } catch (unwritable) {
+  } catch {
     // An error of the resolver's that cannot be written (a getter of its extensions that
     // throws): never stored, nor left holding its transaction and key; its retry runs again.
     await rollBackAndRelease(tools, context, 'answer_unwritable');

@@ -19,7 +19,7 @@ import {
   PermanentDatabaseError,
 } from '../shapes/idempotency.errors.js';
 import { type PoolerMode } from '../shapes/idempotency-options.interface.js';
-import { isIsolationLevel, type IsolationLevel } from './isolation-level.js';
+import { isAboveReadCommitted, isIsolationLevel, type IsolationLevel } from './isolation-level.js';
 import { type RequestTransaction } from './request-transaction.js';
 import { type DataLayer, runInOwnTransaction, typeOrmDataLayer } from './data-layer.js';
 import { acquire, queryWithDeadline } from '../connection/deadline.js';
@@ -54,6 +54,8 @@ export { type Statement } from '../shapes/store-database.js';
  * read may call (see `shadowed-built-ins.ts`), in one statement.
  */
 const SERVER_LEVEL = `SELECT current_setting('default_transaction_isolation') AS level`;
+/** The library's own statement's transaction, on a database whose default is above it. */
+const BEGIN_READ_COMMITTED = 'BEGIN ISOLATION LEVEL READ COMMITTED';
 
 /**
  * The app's own PostgreSQL, as the library uses it whatever its claim store: the request's
@@ -295,14 +297,26 @@ export class IdempotencyDatabase implements StoreDatabase {
       values,
     };
     await this.ready();
+    // Above READ COMMITTED by default (the database's or role's `default_transaction_isolation`),
+    // the library's own statement would run at that level in autocommit: claims and give-backs
+    // of unrelated keys, which share the pages of the keys' index, then fail to serialize
+    // against each other (503s under a burst of new keys). Its bookkeeping needs no more than
+    // READ COMMITTED, which a transaction of its own names, for two more round trips on such a
+    // database only.
+    const named = isAboveReadCommitted(this.serverLevel);
     try {
-      return await this.withConnection((client) =>
-        queryWithDeadline<R>(client, config, this.timeoutMs, { late }).catch(
-          async (error: unknown) => {
-            throw await this.lastingReadOnly(client, error);
-          },
-        ),
-      );
+      return await this.withConnection(async (client) => {
+        if (named) await queryWithDeadline(client, { text: BEGIN_READ_COMMITTED }, this.timeoutMs);
+        const result = await queryWithDeadline<R>(client, config, this.timeoutMs, {
+          late: named ? undefined : late,
+        }).catch(async (error: unknown) => {
+          throw await this.lastingReadOnly(client, error);
+        });
+        if (named) {
+          await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs, { commits: true });
+        }
+        return result;
+      });
     } catch (error) {
       throw this.failureOf(error, statement.name);
     }
