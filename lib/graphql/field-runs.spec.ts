@@ -4,35 +4,35 @@ describe('laterRunStep', () => {
   const takeClaim = () => undefined;
   it.each([
     ['no earlier run', undefined, 'claim'],
-    ['an earlier run not answered yet', { ended: false, left: false, delivering: false }, 'join'],
+    ['an earlier run not answered yet', { ended: false, left: false, errorHeld: false }, 'join'],
     [
       'an earlier run not answered yet, its error waiting',
-      { ended: false, left: false, takeClaim, delivering: false },
+      { ended: false, left: false, takeClaim, errorHeld: false },
       'join',
     ],
     [
-      'an earlier run whose error waits, started as it was handed on (a retry)',
-      { ended: true, left: false, takeClaim, delivering: true },
+      "an earlier run whose error waits, taken by the app's chain (its retry, at once or delayed)",
+      { ended: true, left: false, takeClaim, errorHeld: true },
       'take-claim',
     ],
     [
-      'an earlier run whose error waits, started after (an audit made late, a delayed retry)',
-      { ended: true, left: false, takeClaim, delivering: false },
+      'an earlier run whose error waits, gone on to GraphQL (an audit made late)',
+      { ended: true, left: false, takeClaim, errorHeld: false },
       'join',
     ],
     [
-      'an earlier run that answered (a passing failure), started as it was handed on (a retry)',
-      { ended: true, left: false, delivering: true },
+      "an earlier run that answered (a passing failure), its error taken by the app's retry",
+      { ended: true, left: false, errorHeld: true },
       'claim',
     ],
     [
-      'an earlier run that answered, started after (an audit made late)',
-      { ended: true, left: false, delivering: false },
+      'an earlier run that answered, its answer gone on to GraphQL (an audit made late)',
+      { ended: true, left: false, errorHeld: false },
       'join',
     ],
     [
       'an earlier run that left before any answer (answered from outside)',
-      { ended: true, left: true, delivering: false },
+      { ended: true, left: true, errorHeld: false },
       'claim',
     ],
   ] as const)('%s: %s', (_name, earlier, step) => {

@@ -38,10 +38,10 @@ export class FieldRun {
    */
   detachedSettled?: Promise<void>;
   /**
-   * Whether its error was handed to its subscriber in this turn of the event loop (until its
-   * timers): a run started then is the app's retry.
+   * Whether its error was taken by an operator of the app's chain (its `retry()`), which may
+   * subscribe again, rather than going on to GraphQL: a run started after it is that retry.
    */
-  delivering = false;
+  errorHeld = false;
 
   constructor() {
     this.result = new Promise((resolve) => (this.settle = resolve));
@@ -86,23 +86,22 @@ export function startFieldRun(info: unknown, run: FieldRun): FieldRun | undefine
  *    back by a passing failure, claimed by a late audit, would run it and store an answer
  *    the client never got);
  *  - `take-claim`: the earlier run's resolver failed, its error is not stored yet, and the
- *    later run started as that error was handed on (the app's `retry()`): the later run owns
- *    the key with the earlier run's claim and runs again;
- *  - `claim`: no earlier run; or the earlier one answered and this one started as that answer
- *    was handed on (the app's retry after a passing failure, whose key was given back); or
+ *    app's chain took that error (its `retry()`, whose run this is): the later run owns the
+ *    key with the earlier run's claim and runs again;
+ *  - `claim`: no earlier run; or the earlier one failed and the app's chain took its error
+ *    (the app's retry after a passing failure, whose key was given back); or
  *    the earlier one left before any answer (answered from outside): the later run claims
  *    the key as any request would (and replays what was stored).
  */
 export function laterRunStep(
-  earlier: Pick<FieldRun, 'ended' | 'left' | 'takeClaim' | 'delivering'> | undefined,
+  earlier: Pick<FieldRun, 'ended' | 'left' | 'takeClaim' | 'errorHeld'> | undefined,
 ): 'join' | 'take-claim' | 'claim' {
   if (!earlier) return 'claim';
   if (!earlier.ended) return 'join';
   if (earlier.left) return 'claim';
-  // Started as the earlier answer was handed on (in the same turn, before any timer): the
-  // app's retry (rxjs `retry()` subscribes again as it is told of the error). Started later,
-  // it may be an audit that subscribed late, after the answer went to GraphQL: it is told
-  // the same answer.
-  if (!earlier.delivering) return 'join';
+  // The earlier error was taken by the app's chain: this run is its retry (rxjs `retry()`,
+  // at once or delayed). Where the answer went on to GraphQL, this run is an audit that
+  // subscribed late: it is told the same answer.
+  if (!earlier.errorHeld) return 'join';
   return earlier.takeClaim ? 'take-claim' : 'claim';
 }

@@ -7,6 +7,7 @@ import { IdempotencyError, IdempotencyKeyMismatchError } from '../shapes/idempot
 import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
 import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
 import { type ReplayCache } from '../answer/replay-cache.js';
+import { endOfChain } from '../http/end-of-chain.js';
 import { type ClaimResult, claimOrDecide, onFoundKey } from '../http/claim-or-decide.js';
 import { idOf } from '../claim/claim-batcher.js';
 import { type IdempotencyEvent } from '../events/idempotency-events.js';
@@ -94,12 +95,13 @@ function tracked(run: FieldRun, source: () => Observable<unknown>): Observable<u
       },
       error: (error: unknown) => {
         run.end({ error });
-        // The app's `retry()` subscribes again as it is told of the error: through Nest's
-        // interceptor chain (a Promise of the inner handler), a few microtasks later, never a
-        // timer later (see `laterRunStep`).
-        run.delivering = true;
-        setImmediate(() => (run.delivering = false));
+        // The app's `retry()` takes the error and subscribes again (at once, after a delay,
+        // or through an interceptor that awaits before it hands on): the error stays in the
+        // app's chain, whose end (GraphQL's) is still open (see `laterRunStep`, `endOfChain`).
+        const end = endOfChain(subscriber);
+        run.errorHeld = true;
         subscriber.error(error);
+        run.errorHeld = end !== undefined && !end.closed;
       },
       complete: () => {
         run.end({ value });

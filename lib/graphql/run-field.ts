@@ -156,9 +156,11 @@ export function runField(
       answerPlace = undefined;
       if (place) place.run.detachedSettled = new Promise<void>((done) => (detachedDone = done));
     };
+    /** The resolver's answer being stored (or its work rolled back), once it settled. */
+    let settling: Promise<unknown> | undefined;
     const end = (outcome: Outcome) => {
       settled = true;
-      const settling = settle(outcome);
+      settling = settle(outcome);
       void settling.then(
         () => detachedDone?.(),
         () => detachedDone?.(),
@@ -199,6 +201,14 @@ export function runField(
     // Unsubscribed before the resolver settled: an outer layer answered (a global timeout()
     // interceptor), and its answer is not the resolver's, so it is not stored.
     return () => {
+      // Settled, its answer still being stored (a lazy relation loaded, then the commit): a
+      // run beside this one claims once it is stored, and replays it, never meets it held.
+      if (settled && !detached && settling && place) {
+        place.run.detachedSettled = settling.then(
+          () => undefined,
+          () => undefined,
+        );
+      }
       if (settled || detached) return;
       if (context.handlerStarted) {
         detach();
@@ -262,7 +272,13 @@ async function failed(
   }
   let answer: StoredResponse;
   try {
-    answer = encodeAnswer({ kind: 'error', error: fieldError(error) });
+    // A thrown value that is no Error (a provider's JSON body, a string) as GraphQL writes it
+    // (`Unexpected error value: …`), so that its replay is the first answer.
+    const thrown =
+      error instanceof Error
+        ? error
+        : (graphql.locatedError(error, undefined).originalError ?? error);
+    answer = encodeAnswer({ kind: 'error', error: fieldError(thrown) });
   } catch {
     // An error of the resolver's that cannot be written (a getter of its extensions that
     // throws): never stored, nor left holding its transaction and key; its retry runs again.
