@@ -70,7 +70,7 @@ export type Isolation = 'REPEATABLE READ' | 'SERIALIZABLE';
  */
 export type AppChain = 'retry' | 'audit' | 'late-audit';
 
-/** The app chains the runner draws: none in two programs of five. */
+/** The app chains the runner takes in turn: none in two programs of five. */
 export const APP_CHAINS: readonly (AppChain | undefined)[] = [
   undefined,
   undefined,
