@@ -21,7 +21,16 @@ import {
   Resolver,
 } from '@nestjs/graphql';
 import { type Client, type Pool } from 'pg';
-import { catchError, from, mergeMap, type Observable, switchMap, throwError, timer } from 'rxjs';
+import {
+  catchError,
+  from,
+  mergeMap,
+  type Observable,
+  retry,
+  switchMap,
+  throwError,
+  timer,
+} from 'rxjs';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type GraphqlDriverName } from '../../support/graphql-app.js';
@@ -59,6 +68,10 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * Expected: the error went on to GraphQL (after an await); a run that is not the app's retry
  * answers what the field came to (the error, stored), the resolver runs once, the client's
  * answer is what its retry replays (as adversary 34's fix promises).
+ * The same with the outer interceptor a retry whose `delay` asks first (a query: is the error
+ * transient?) and then gives up (`retry({ count: 1, delay: e => from(ask(e)).pipe(mergeMap(()
+ * => throwError(() => e))) })`): the error is held while it asks, `errorHeld` is true, no
+ * retry comes, and the late audit takes the claim over the same way.
  * Control: the same app whose reporter records the error synchronously before it rethrows:
  * the resolver runs once, the error is stored and replayed.
  * Severity: high (the resolver runs twice in one operation; the client is told the payment
@@ -67,7 +80,8 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
 let pool: Pool;
 /** The error log's own connection (not the library's pool). */
 let logPool: Client;
-let reportsAsync = false;
+/** The outer interceptor on an error: records it at once, after I/O, or a retry that gives up. */
+let outer: 'sync' | 'report' | 'retry-gives-up' = 'sync';
 const calls: Record<string, number> = {};
 const reported: string[] = [];
 
@@ -75,9 +89,21 @@ const reported: string[] = [];
 @Injectable()
 class ErrorReportInterceptor implements NestInterceptor {
   intercept(_context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    if (outer === 'retry-gives-up') {
+      // Asks the log's database whether the error is worth a retry (here: it is not).
+      return next.handle().pipe(
+        retry({
+          count: 1,
+          delay: (error: Error) =>
+            from(logPool.query('SELECT false AS transient')).pipe(
+              mergeMap(() => throwError(() => error)),
+            ),
+        }),
+      );
+    }
     return next.handle().pipe(
       catchError((error: Error) => {
-        if (!reportsAsync) {
+        if (outer === 'sync') {
           reported.push(error.message);
           return throwError(() => error);
         }
@@ -197,10 +223,10 @@ describe.each(GRAPHQL_DRIVERS)(
       return body.data?.pay ?? body.errors?.[0]?.message;
     };
 
-    async function run(ref: string, async: boolean) {
-      reportsAsync = async;
+    async function run(ref: string, using: typeof outer) {
+      outer = using;
       const first = await send(ref);
-      reportsAsync = false;
+      outer = 'sync';
       await new Promise((resolve) => setTimeout(resolve, 200));
       const retried = await send(ref);
       const rows = await fixture.admin.query(
@@ -213,11 +239,15 @@ describe.each(GRAPHQL_DRIVERS)(
     const declined = { first: 'provider blip', retried: 'provider blip', ran: 1, kept: 0 };
 
     it('control: the reporter records the error at once: the resolver once, its error replayed', async () => {
-      expect(await run(`${driver}-sync`, false)).toEqual(declined);
+      expect(await run(`${driver}-sync`, 'sync')).toEqual(declined);
     });
 
     it('the reporter writes the error to the database first: the audit must not run the resolver again', async () => {
-      expect(await run(`${driver}-async`, true)).toEqual(declined);
+      expect(await run(`${driver}-async`, 'report')).toEqual(declined);
+    });
+
+    it('a retry whose delay asks first, then gives up: the audit must not run the resolver again', async () => {
+      expect(await run(`${driver}-gives-up`, 'retry-gives-up')).toEqual(declined);
     });
   },
 );
