@@ -20,6 +20,7 @@ import { defaultStatusOf, readRouteSettings, type RouteSettings } from './http/r
 import { warnOnCallOut } from './http/call-out-warning.js';
 import { claimWithWork } from './http/claim-with-work.js';
 import { claimingNow, latestRun, RequestRun, startRun } from './http/earlier-run.js';
+import { chainOf } from './http/end-of-chain.js';
 import { runOwned } from './http/run-owned.js';
 import { forgetLibraryAnswers } from './http/to-http.js';
 import { runWithoutKey } from './http/run-without-key.js';
@@ -131,9 +132,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const { scope, fingerprint } = reading;
     const raw = rawResponse(response);
     // An answer of the library's made for a run of this request before this one, and not
-    // written (the app's retry took it), is not this run's: its headers go. Not when that
-    // run's error went on to the app's filters: this run is told it, as it is written.
-    if (!latestRun(raw)?.errorEscaped) forgetLibraryAnswers(response);
+    // written (the app's retry took it), is not this run's: its headers go. After a handler's
+    // error, only once this run is known to be the app's retry of it (`retryOf` below): an
+    // audit told that error leaves its answer as it is written.
+    if (!latestRun(raw)?.handedOn) forgetLibraryAnswers(response);
     const execute = (claim: ActiveClaim, transaction?: RequestTransaction) =>
       runOwned(
         this.tools,
@@ -216,8 +218,15 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const run = new RequestRun();
     const earlier = startRun(raw, run);
     if (!earlier) return claimAndRun();
-    // The app's retry of the earlier run (its error held in the chain), or not (see errorHeld).
-    const retryOf = earlier.errorHeld ? earlier : undefined;
+    // This run's own chain, as it subscribes: the app's retry of the earlier run's error runs
+    // into that run's chain (see `RequestRun.retriedBy`); an audit's does not.
+    let chain: readonly object[] | undefined;
+    const retryOf = () => {
+      if (!earlier.retriedBy(chain)) return undefined;
+      // The library's answers made for the run it retries are not its own (see above).
+      forgetLibraryAnswers(response);
+      return earlier;
+    };
     // Until it claims (its own run then says), a later run after this one meets the run this
     // one follows now: this one may be unsubscribed while it waits, having done nothing of its
     // own; it is then decided once what it waited for is (that run's claim as it is then, a
@@ -245,12 +254,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
       following = before;
       return from(before.claimed).pipe(
         mergeMap(() => {
-          const steppingAside = before.stepAside?.(retryOf);
+          const retrying = retryOf();
+          const steppingAside = before.stepAside?.(retrying);
           if (steppingAside) {
             steppedAside = steppingAside;
             return from(steppingAside).pipe(mergeMap(claimAfter));
           }
-          const outcome = before.outcome?.(retryOf);
+          const outcome = before.outcome?.(retrying);
           if (!outcome) return claimAfter();
           // Joined, this run owns nothing: a run after it meets the one it joined (a third
           // subscription would claim again, and its 409 be stored with the first run's work).
@@ -271,11 +281,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
         }),
       );
     };
-    return follow(earlier).pipe(
-      finalize(() => {
-        if (!claiming) run.claimDecided(steppedAside ?? following.claimed);
-      }),
-    );
+    return new Observable<unknown>((subscriber) => {
+      chain = chainOf(subscriber);
+      return follow(earlier)
+        .pipe(
+          finalize(() => {
+            if (!claiming) run.claimDecided(steppedAside ?? following.claimed);
+          }),
+        )
+        .subscribe(subscriber);
+    });
   }
 
   private fail(response: object, error: IdempotencyError): Observable<never> {

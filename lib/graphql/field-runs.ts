@@ -1,4 +1,5 @@
 import { type ActiveClaim } from '../shapes/active-claim.js';
+import { resubscribedFrom } from '../http/end-of-chain.js';
 
 /** What a run of a field came to, as its subscriber was given it. */
 export type FieldRunResult = { value: unknown } | { error: unknown } | { claimAgain: true };
@@ -38,10 +39,16 @@ export class FieldRun {
    */
   detachedSettled?: Promise<void>;
   /**
-   * Whether its error was taken by an operator of the app's chain (its `retry()`), which may
-   * subscribe again, rather than going on to GraphQL: a run started after it is that retry.
+   * The subscribers of the chain its error was handed on through (see `chainOf`): a later run
+   * whose own chain runs into one of them still open is the app's retry (`retriedBy`, as for a
+   * route's run: `RequestRun.retriedBy`).
    */
-  errorHeld = false;
+  errorChain?: readonly object[];
+
+  /** Whether a run whose chain is `chain` is the app's retry of this run's error. */
+  retriedBy(chain: readonly object[]): boolean {
+    return this.errorChain !== undefined && resubscribedFrom(this.errorChain, chain);
+  }
 
   constructor() {
     this.result = new Promise((resolve) => (this.settle = resolve));
@@ -78,6 +85,15 @@ export function startFieldRun(info: unknown, run: FieldRun): FieldRun | undefine
   return earlier;
 }
 
+/** The earlier run as a later one sees it, as it starts (see `laterRunStep`). */
+export interface EarlierRun {
+  readonly ended: boolean;
+  readonly left: boolean;
+  readonly takeClaim?: () => ActiveClaim | undefined;
+  /** The later run is the app's retry of the earlier one's error (`FieldRun.retriedBy`). */
+  readonly errorHeld: boolean;
+}
+
 /**
  * How a later run of a field goes on from the run before it (a pure decision):
  *  - `join`: the earlier run has not answered yet (both subscribed at once), or it answered
@@ -93,9 +109,7 @@ export function startFieldRun(info: unknown, run: FieldRun): FieldRun | undefine
  *    the earlier one left before any answer (answered from outside): the later run claims
  *    the key as any request would (and replays what was stored).
  */
-export function laterRunStep(
-  earlier: Pick<FieldRun, 'ended' | 'left' | 'takeClaim' | 'errorHeld'> | undefined,
-): 'join' | 'take-claim' | 'claim' {
+export function laterRunStep(earlier: EarlierRun | undefined): 'join' | 'take-claim' | 'claim' {
   if (!earlier) return 'claim';
   if (!earlier.ended) return 'join';
   if (earlier.left) return 'claim';

@@ -7,7 +7,7 @@ import { IdempotencyError, IdempotencyKeyMismatchError } from '../shapes/idempot
 import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
 import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
 import { type ReplayCache } from '../answer/replay-cache.js';
-import { endOfChain } from '../http/end-of-chain.js';
+import { chainOf } from '../http/end-of-chain.js';
 import { type ClaimResult, claimOrDecide, onFoundKey } from '../http/claim-or-decide.js';
 import { idOf } from '../claim/claim-batcher.js';
 import { type IdempotencyEvent } from '../events/idempotency-events.js';
@@ -53,8 +53,14 @@ export function interceptField(
     from(loadGraphql()).pipe(
       mergeMap((graphql) => fieldSteps(steps, settings, context, next, graphql, run, taken)),
     );
-  return tracked(run, () => {
-    switch (laterRunStep(earlier)) {
+  return tracked(run, (chain) => {
+    const seen = earlier && {
+      ended: earlier.ended,
+      left: earlier.left,
+      takeClaim: earlier.takeClaim,
+      errorHeld: earlier.retriedBy(chain),
+    };
+    switch (laterRunStep(seen)) {
       case 'join': {
         // Both runs at once (one on the side, or one late): the resolver runs once, for both.
         run.joined = earlier;
@@ -85,10 +91,14 @@ export function interceptField(
  * `source()` subscribed, what it gives told to `run` before the subscriber hears it: a later
  * run started from the subscriber (a retry, as its error is delivered) finds it ended.
  */
-function tracked(run: FieldRun, source: () => Observable<unknown>): Observable<unknown> {
+function tracked(
+  run: FieldRun,
+  source: (chain: readonly object[]) => Observable<unknown>,
+): Observable<unknown> {
   return new Observable<unknown>((subscriber) => {
     let value: unknown;
-    const subscription = source().subscribe({
+    // Its own chain, as it subscribes: the app's retry of an earlier run runs into that run's.
+    const subscription = source(chainOf(subscriber)).subscribe({
       next: (emitted) => {
         value = emitted;
         subscriber.next(emitted);
@@ -98,10 +108,8 @@ function tracked(run: FieldRun, source: () => Observable<unknown>): Observable<u
         // The app's `retry()` takes the error and subscribes again (at once, after a delay,
         // or through an interceptor that awaits before it hands on): the error stays in the
         // app's chain, whose end (GraphQL's) is still open (see `laterRunStep`, `endOfChain`).
-        const end = endOfChain(subscriber);
-        run.errorHeld = true;
+        run.errorChain = chainOf(subscriber);
         subscriber.error(error);
-        run.errorHeld = end !== undefined && !end.closed;
       },
       complete: () => {
         run.end({ value });

@@ -1,6 +1,6 @@
 import { type ServerResponse } from 'node:http';
 import { type Subscriber } from 'rxjs';
-import { endOfChain } from './end-of-chain.js';
+import { chainOf, resubscribedFrom } from './end-of-chain.js';
 
 /**
  * What a run's handler came to: its last value (and every value, in order, where the run
@@ -30,7 +30,7 @@ export class RequestRun {
   /**
    * Set by the run that owns the key: once its handler failed, before its answer is on its way,
    * it gives the key back for the later run to claim again, if that run is the app's retry of
-   * it (`retryOf`, see `errorHeld`); `undefined` when it cannot.
+   * it (`retryOf`, see `retriedBy`); `undefined` when it cannot.
    */
   stepAside?: (retryOf: RequestRun | undefined) => Promise<void> | undefined;
   /**
@@ -41,27 +41,39 @@ export class RequestRun {
   outcome?: (retryOf: RequestRun | undefined) => Promise<RunOutcome> | undefined;
 
   /**
-   * Its error was handed on and stayed in the app's chain: an operator of the app's took it and
-   * may subscribe again (`retry()`, at once or after a delay; `catchError(() =>
-   * next.handle())`). A later run is then that retry; otherwise (the error went on to Nest and
-   * its exception filters) a later run is an audit that subscribed late, and is told the error.
+   * The subscribers of the chain its error was handed on through (see `chainOf`): a later run
+   * whose own chain runs into one of them still open was made by an operator that took the
+   * error (the app's `retry()`, at once or after a delay; `catchError(() => next.handle())`),
+   * and is that retry (`retriedBy`). Any other later run (an audit that subscribes apart, even
+   * while an error reporter awaits before it rethrows) is told the same error. A retry the
+   * chain cannot show (one through a Promise, `await lastValueFrom(next.handle())`, or across
+   * a `share()`) is told the error too: never the handler run twice.
    */
-  errorHeld = false;
-  /** Its error was handed on and went on to Nest: its exception filters are writing it. */
-  errorEscaped = false;
+  private errorChain?: readonly object[];
+
+  /** Whether a run whose chain is `chain` is the app's retry of this run's error. */
+  retriedBy(chain: readonly object[] | undefined): boolean {
+    return (
+      this.errorChain !== undefined &&
+      chain !== undefined &&
+      resubscribedFrom(this.errorChain, chain)
+    );
+  }
+
+  /** Its error was handed on: a later run is its retry only if `retriedBy` says so. */
+  get handedOn(): boolean {
+    return this.errorChain !== undefined;
+  }
 
   constructor() {
     this.claimAnew();
   }
 
-  /** Hands `error` on to `subscriber`, noting whether the app's chain held it (`errorHeld`). */
+  /** Hands `error` on to `subscriber`, noting the chain it goes through (see `retriedBy`). */
   handOn(subscriber: Subscriber<unknown>, error: unknown): void {
-    const end = endOfChain(subscriber);
-    // A retry that subscribes again at once does so inside this call.
-    this.errorHeld = true;
+    // Read before: the error unlinks each subscriber it closes.
+    this.errorChain = chainOf(subscriber);
     subscriber.error(error);
-    this.errorHeld = end !== undefined && !end.closed;
-    this.errorEscaped = !this.errorHeld;
   }
 
   claimAnew(): void {

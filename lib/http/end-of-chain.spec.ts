@@ -1,58 +1,89 @@
 import {
   catchError,
   defer,
+  from,
   lastValueFrom,
   mergeAll,
+  mergeMap,
   Observable,
   type OperatorFunction,
   retry,
   type Subscriber,
   tap,
+  throwError,
+  timer,
 } from 'rxjs';
-import { endOfChain } from './end-of-chain.js';
+import { chainOf, resubscribedFrom } from './end-of-chain.js';
 
 /**
- * Whether an error handed to the library's subscriber stays in the app's chain (an operator
- * takes it) or goes on to its end, through the layers Nest puts between interceptors (a
- * deferred Promise of the next handler, merged).
+ * Whether a later subscription to the library's Observable is the app's retry of the first
+ * one's error (it runs into the first one's chain, still open) or a subscription apart (an
+ * audit that subscribes late), through the layers Nest puts between interceptors (a deferred
+ * Promise of the next handler, merged).
  */
-describe('endOfChain', () => {
+describe('chainOf and resubscribedFrom', () => {
   /** Nest's link between two interceptors: `defer(async () => next).pipe(mergeAll())`. */
   const nestLayer = (inner: () => Observable<unknown>) =>
     defer(async () => inner()).pipe(mergeAll());
 
-  const handOn = async (appOperator: OperatorFunction<unknown, unknown>): Promise<boolean> => {
-    let library!: Subscriber<unknown>;
-    const source = new Observable<unknown>((subscriber) => {
-      library ??= subscriber;
+  /**
+   * The app's operator around the library, the first subscription failed, and then an audit
+   * that subscribes apart 30 ms later: whether each later subscription is a retry.
+   */
+  const later = async (
+    appOperator: OperatorFunction<unknown, unknown>,
+  ): Promise<{ retry: boolean[]; audit: boolean }> => {
+    const subscribers: Subscriber<unknown>[] = [];
+    const library = new Observable<unknown>((subscriber) => {
+      subscribers.push(subscriber);
     });
-    const chain = nestLayer(() => nestLayer(() => source).pipe(appOperator));
-    const answered = lastValueFrom(chain).catch(() => undefined);
+    const handle = () => nestLayer(() => library);
+    const answered = lastValueFrom(nestLayer(() => handle().pipe(appOperator))).catch(
+      () => undefined,
+    );
     await new Promise((resolve) => setImmediate(resolve));
-    const end = endOfChain(library);
-    library.error(new Error('declined'));
-    const held = end !== undefined && !end.closed;
+    const first = chainOf(subscribers[0]);
+    subscribers[0].error(new Error('declined'));
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    const retry = subscribers.slice(1).map((s) => resubscribedFrom(first, chainOf(s)));
+    const count = subscribers.length;
+    handle().subscribe({ error: () => undefined });
+    await new Promise((resolve) => setImmediate(resolve));
+    const audit = resubscribedFrom(first, chainOf(subscribers[count]));
+    for (const subscriber of subscribers.slice(1)) subscriber.error(new Error('again'));
     await Promise.race([answered, new Promise((resolve) => setTimeout(resolve, 20))]);
-    return held;
+    return { retry, audit };
   };
 
-  it.each<[string, OperatorFunction<unknown, unknown>, boolean]>([
-    ['no operator of the app’s: the error goes on to Nest', tap(), false],
-    ['an audit’s tap: it watches, the error goes on', tap({ error: () => undefined }), false],
-    ['retry(1): taken, subscribed again at once', retry(1), true],
+  it.each<[string, OperatorFunction<unknown, unknown>, boolean[]]>([
+    ['no operator of the app’s: the error goes on to Nest', tap(), []],
+    ['retry(1): subscribed again at once', retry(1), [true]],
     [
-      'retry({ count: 1, delay: 50 }): taken, subscribed again later',
-      retry({ count: 1, delay: 50 }),
-      true,
+      'retry({ count: 1, delay: 10 }): subscribed again later',
+      retry({ count: 1, delay: 10 }),
+      [true],
     ],
     [
-      'catchError that rethrows: the error goes on',
-      catchError((error: unknown) => {
-        throw error;
+      'an error reporter that awaits, then rethrows: no retry',
+      catchError((error: unknown) =>
+        from(new Promise((resolve) => setTimeout(resolve, 50))).pipe(
+          mergeMap(() => throwError(() => error)),
+        ),
+      ),
+      [],
+    ],
+    [
+      'a retry whose delay gives up after a wait: no retry',
+      retry({
+        count: 1,
+        delay: (error: unknown) => timer(5).pipe(mergeMap(() => throwError(() => error))),
       }),
-      false,
+      [],
     ],
-  ])('%s', async (_name, appOperator, held) => {
-    expect(await handOn(appOperator)).toBe(held);
+  ])('%s', async (_name, appOperator, retried) => {
+    const seen = await later(appOperator);
+    expect(seen.retry).toEqual(retried);
+    // An audit that subscribes apart never runs into the failed chain.
+    expect(seen.audit).toBe(false);
   });
 });

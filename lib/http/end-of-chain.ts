@@ -14,16 +14,34 @@ function isLinked(value: unknown): value is LinkedSubscriber {
 }
 
 /**
- * The subscriber at the end of `subscriber`'s chain. rxjs links each operator's subscriber to
- * the next one's by `destination`, down to the one that subscribed first (Nest's, awaiting the
- * request's answer). An error closes each subscriber it passes through (and unlinks it), and an
- * operator that takes it (`retry`, `catchError`) closes its own alone, leaving the ones after
- * it open: so the end stays open when the error was held.
+ * The subscribers of `subscriber`'s chain, from it to its end. rxjs links each operator's
+ * subscriber to the next one's by `destination`, down to the one that subscribed first (Nest's,
+ * awaiting the request's answer). An error closes each subscriber it passes through (and
+ * unlinks it); an operator that takes it and subscribes again (`retry`, `catchError(() =>
+ * next.handle())`) closes its own alone and links the new subscription to the same subscriber
+ * after it, still open. Read before the error is handed on.
  */
-export function endOfChain(subscriber: object): { readonly closed: boolean } | undefined {
-  let last: unknown = subscriber;
-  for (let next = (last as LinkedSubscriber).destination; isLinked(next); next = next.destination) {
-    last = next;
+export function chainOf(subscriber: object): object[] {
+  const chain: object[] = [subscriber];
+  for (
+    let next = (subscriber as LinkedSubscriber).destination;
+    isLinked(next);
+    next = next.destination
+  ) {
+    chain.push(next);
   }
-  return isLinked(last) ? last : undefined;
+  return chain;
+}
+
+/**
+ * Whether the chain of a later subscription (`later`, read as it subscribes) runs into a
+ * subscriber of `earlier` that is still open: the later one was made by an operator of that
+ * chain which took its error (the app's retry), not by an audit that subscribes apart (whose
+ * chain shares nothing with it), nor after the error went on to the end of it (all closed).
+ */
+export function resubscribedFrom(earlier: readonly object[], later: readonly object[]): boolean {
+  const before = new Set(earlier);
+  return later.some(
+    (subscriber) => before.has(subscriber) && isLinked(subscriber) && !subscriber.closed,
+  );
 }
