@@ -1,5 +1,5 @@
 import { type ActiveClaim } from '../shapes/active-claim.js';
-import { resubscribedFrom } from '../http/end-of-chain.js';
+import { ErrorHandOff } from '../http/end-of-chain.js';
 
 /** What a run of a field came to, as its subscriber was given it. */
 export type FieldRunResult = { value: unknown } | { error: unknown } | { claimAgain: true };
@@ -12,7 +12,7 @@ export type FieldRunResult = { value: unknown } | { error: unknown } | { claimAg
  * the later run met the first one's hold of the key (`key_in_progress`), or replayed the
  * first try's error as the key's answer, so that the app's retry never ran.
  */
-export class FieldRun {
+export class FieldRun extends ErrorHandOff {
   /** What this run's subscriber is given; `claimAgain` when it left before any answer. */
   readonly result: Promise<FieldRunResult>;
   private settle!: (result: FieldRunResult) => void;
@@ -38,19 +38,8 @@ export class FieldRun {
    * back). A run that joined this one claims then, and replays it, never meets it held.
    */
   detachedSettled?: Promise<void>;
-  /**
-   * The subscribers of the chain its error was handed on through (see `chainOf`): a later run
-   * whose own chain runs into one of them still open is the app's retry (`retriedBy`, as for a
-   * route's run: `RequestRun.retriedBy`).
-   */
-  errorChain?: readonly object[];
-
-  /** Whether a run whose chain is `chain` is the app's retry of this run's error. */
-  retriedBy(chain: readonly object[]): boolean {
-    return this.errorChain !== undefined && resubscribedFrom(this.errorChain, chain);
-  }
-
   constructor() {
+    super();
     this.result = new Promise((resolve) => (this.settle = resolve));
   }
 

@@ -108,8 +108,7 @@ function tracked(
         // The app's `retry()` takes the error and subscribes again (at once, after a delay,
         // or through an interceptor that awaits before it hands on): the error stays in the
         // app's chain, whose end (GraphQL's) is still open (see `laterRunStep`, `endOfChain`).
-        run.errorChain = chainOf(subscriber);
-        subscriber.error(error);
+        run.handOn(subscriber, error);
       },
       complete: () => {
         run.end({ value });

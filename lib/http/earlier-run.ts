@@ -1,6 +1,5 @@
 import { type ServerResponse } from 'node:http';
-import { type Subscriber } from 'rxjs';
-import { chainOf, resubscribedFrom } from './end-of-chain.js';
+import { ErrorHandOff } from './end-of-chain.js';
 
 /**
  * What a run's handler came to: its last value (and every value, in order, where the run
@@ -18,9 +17,10 @@ export type RunOutcome =
  * `next.handle()` twice (an audit "on the side" beside the returned one) runs both at once.
  * Seen as another request, the later run met the first one's hold of the key (409
  * `key_in_progress`), and the first run then stored that 409, written on the response they
- * share, as its answer.
+ * share, as its answer. Its error handed on, a later run is its retry only where the chain
+ * shows it (`ErrorHandOff`).
  */
-export class RequestRun {
+export class RequestRun extends ErrorHandOff {
   /**
    * Settles once its claim is decided (owned, replayed or refused): a later run waits for it.
    * A run told to claim again claims anew: undecided again until then (`claimAnew`).
@@ -40,40 +40,9 @@ export class RequestRun {
    */
   outcome?: (retryOf: RequestRun | undefined) => Promise<RunOutcome> | undefined;
 
-  /**
-   * The subscribers of the chain its error was handed on through (see `chainOf`): a later run
-   * whose own chain runs into one of them still open was made by an operator that took the
-   * error (the app's `retry()`, at once or after a delay; `catchError(() => next.handle())`),
-   * and is that retry (`retriedBy`). Any other later run (an audit that subscribes apart, even
-   * while an error reporter awaits before it rethrows) is told the same error. A retry the
-   * chain cannot show (one through a Promise, `await lastValueFrom(next.handle())`, or across
-   * a `share()`) is told the error too: never the handler run twice.
-   */
-  private errorChain?: readonly object[];
-
-  /** Whether a run whose chain is `chain` is the app's retry of this run's error. */
-  retriedBy(chain: readonly object[] | undefined): boolean {
-    return (
-      this.errorChain !== undefined &&
-      chain !== undefined &&
-      resubscribedFrom(this.errorChain, chain)
-    );
-  }
-
-  /** Its error was handed on: a later run is its retry only if `retriedBy` says so. */
-  get handedOn(): boolean {
-    return this.errorChain !== undefined;
-  }
-
   constructor() {
+    super();
     this.claimAnew();
-  }
-
-  /** Hands `error` on to `subscriber`, noting the chain it goes through (see `retriedBy`). */
-  handOn(subscriber: Subscriber<unknown>, error: unknown): void {
-    // Read before: the error unlinks each subscriber it closes.
-    this.errorChain = chainOf(subscriber);
-    subscriber.error(error);
   }
 
   claimAnew(): void {

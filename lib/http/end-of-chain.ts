@@ -1,3 +1,5 @@
+import { type Subscriber } from 'rxjs';
+
 /** What an rxjs subscriber is to the walk below: linked to the next by `destination`. */
 interface LinkedSubscriber {
   closed: boolean;
@@ -44,4 +46,39 @@ export function resubscribedFrom(earlier: readonly object[], later: readonly obj
   return later.some(
     (subscriber) => before.has(subscriber) && isLinked(subscriber) && !subscriber.closed,
   );
+}
+
+/**
+ * A run that may hand its error on down its chain, and then tell the app's retry of it (a
+ * later run made by an operator that took the error: `retry()`, at once or after a delay;
+ * `catchError(() => next.handle())`) from any other later run (an audit that subscribes apart,
+ * even while an error reporter awaits before it rethrows). A retry the chain cannot show (one
+ * through a Promise, `await lastValueFrom(next.handle())`, or across a `share()`) is taken for
+ * another run: told the error, never the handler run twice. Routes' runs and fields' runs
+ * share it.
+ */
+export class ErrorHandOff {
+  /** The subscribers of the chain its error was handed on through (see `chainOf`). */
+  private errorChain?: readonly object[];
+
+  /** Whether a run whose chain is `chain` (read as it subscribed) is the app's retry of it. */
+  retriedBy(chain: readonly object[] | undefined): boolean {
+    return (
+      this.errorChain !== undefined &&
+      chain !== undefined &&
+      resubscribedFrom(this.errorChain, chain)
+    );
+  }
+
+  /** Its error was handed on: a later run is its retry only if `retriedBy` says so. */
+  get handedOn(): boolean {
+    return this.errorChain !== undefined;
+  }
+
+  /** Hands `error` on to `subscriber`, noting the chain it goes through (see `retriedBy`). */
+  handOn(subscriber: Subscriber<unknown>, error: unknown): void {
+    // Read before: the error unlinks each subscriber it closes.
+    this.errorChain = chainOf(subscriber);
+    subscriber.error(error);
+  }
 }
