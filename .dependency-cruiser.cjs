@@ -1,7 +1,8 @@
 /**
  * The library's layers, from the bottom: `shapes/` (the shared types, errors and constants),
  * `decisions/` (pure functions over them), the storage concepts (`connection/` to PostgreSQL,
- * `claim/`, `answer/`, `schema/`), `transaction/` and `events/`, then the edges (`http/`,
+ * `claim/`, `answer/`, `schema/`), `transaction/`, the `data-layers/` that join it, and
+ * `events/`, then the edges (`http/`,
  * `graphql/`, `messages/`, `phases/`, the module's face at the root). Layers point down: a type
  * two files share sits below both. `npm run lint` runs this file (`depcruise lib`), and so does
  * `lib/layers.spec.ts` within `npm test`; docs/internals/layout.md draws the tree.
@@ -65,7 +66,7 @@ module.exports = {
         'other way: a store sees the transaction through the shape it needs (shapes/).',
       severity: 'error',
       from: { path: STORAGE },
-      to: { path: '^lib/transaction/' },
+      to: { path: '^lib/(transaction|data-layers)/' },
     },
     {
       name: 'connection-is-the-bottom-of-storage',
@@ -88,11 +89,21 @@ module.exports = {
     {
       name: 'transaction-knows-no-edge',
       comment:
-        "The request's transaction is the same under HTTP, GraphQL and messages: it imports none " +
-        'of them.',
+        "The request's transaction, and the data layers that join it, are the same under HTTP, " +
+        'GraphQL and messages: they import none of them.',
+      severity: 'error',
+      from: { path: '^lib/(transaction|data-layers)/' },
+      to: { path: [EDGES, FACE] },
+    },
+    {
+      name: 'transaction-knows-no-data-layer',
+      comment:
+        "The request's transaction is one whatever the app's data layer: TypeORM's query " +
+        'runner, a node-postgres pool and Prisma join it from above (data-layers/), through ' +
+        'its scope; it never asks which one did.',
       severity: 'error',
       from: { path: '^lib/transaction/' },
-      to: { path: [EDGES, FACE] },
+      to: { path: '^lib/data-layers/' },
     },
     {
       name: 'testing-and-cli-are-leaves',

@@ -11,7 +11,7 @@ import { type DataSource } from 'typeorm';
 import { type ClaimStore } from '../lib/shapes/claim-store.interface.js';
 import { PointingClaimStore } from '../lib/answer/bodies/pointing-claim.store.js';
 import { PostgresBodyStore } from '../lib/answer/bodies/postgres-body.store.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
 import {
   createMigratedDatabase,

@@ -22,7 +22,7 @@ import { performance } from 'node:perf_hooks';
 import { DataSource } from 'typeorm';
 import { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000 } from '../lib/index.js';
 import { type ClaimStore } from '../lib/shapes/claim-store.interface.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { PartitionedPostgresClaimStore } from '../lib/claim/partitioned/partitioned-postgres-claim.store.js';
 import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/database.js';

@@ -7,7 +7,7 @@ import {
 import { type RouteClaimStore } from './claim/route-claim-store.js';
 import { POSTGRES_CLAIM_STORE } from './idempotency-options.js';
 import { type ClaimStore } from './shapes/claim-store.interface.js';
-import { IdempotencyDatabase } from './transaction/idempotency-database.js';
+import { IdempotencyDatabase } from './data-layers/idempotency-database.js';
 import { PostgresClaimStore } from './claim/postgres-claim.store.js';
 import { PartitionedPostgresClaimStore } from './claim/partitioned/partitioned-postgres-claim.store.js';
 import { ResponseSealer } from './answer/response-sealer.js';

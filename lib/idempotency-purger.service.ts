@@ -10,7 +10,7 @@ import { type ResolvedIdempotencyOptions } from './shapes/idempotency-options.in
 import { ReplayCache } from './answer/replay-cache.js';
 import { publish } from './events/idempotency-events.js';
 import { ClaimStores } from './claim-stores.js';
-import { IdempotencyDatabase } from './transaction/idempotency-database.js';
+import { IdempotencyDatabase } from './data-layers/idempotency-database.js';
 
 /**
  * Deletes finished keys older than the retention window, in small batches (the design's

@@ -3,7 +3,7 @@ import { PermanentDatabaseError } from './shapes/idempotency.errors.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from './shapes/idempotency-options.interface.js';
 import { queryWithDeadline } from './connection/deadline.js';
-import { IdempotencyDatabase } from './transaction/idempotency-database.js';
+import { IdempotencyDatabase } from './data-layers/idempotency-database.js';
 import {
   type CatalogEntry,
   CHECKED_FUNCTIONS,

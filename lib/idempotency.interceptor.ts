@@ -36,7 +36,7 @@ import { keyRetentionMs, ReplayCache } from './answer/replay-cache.js';
 import { claimOrDecide, onFoundKey } from './http/claim-or-decide.js';
 import { isTransactional } from './shapes/claim-store.interface.js';
 import { ClaimStores } from './claim-stores.js';
-import { IdempotencyDatabase } from './transaction/idempotency-database.js';
+import { IdempotencyDatabase } from './data-layers/idempotency-database.js';
 import { LeaseRenewals } from './claim/lease-renewals.js';
 import { type StoredResponse } from './shapes/stored-response.js';
 import { type OwnerTools } from './transaction/owner-tools.js';

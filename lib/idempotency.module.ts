@@ -17,8 +17,8 @@ import {
 } from './shapes/idempotency-options.interface.js';
 import { resolveIdempotencyOptions } from './idempotency-options.js';
 import { IdempotencyDataSource } from './idempotency-data-source.js';
-import { IdempotencyDatabase } from './transaction/idempotency-database.js';
-import { poolDataLayer } from './transaction/data-layer.js';
+import { IdempotencyDatabase } from './data-layers/idempotency-database.js';
+import { poolDataLayer } from './data-layers/data-layer.js';
 import { ClaimStores } from './claim-stores.js';
 import { ClaimStore } from './shapes/claim-store.interface.js';
 import { POSTGRES_CLAIM_STORE } from './idempotency-options.js';
@@ -32,7 +32,7 @@ import { IdempotencyDebugLog } from './events/idempotency-debug-log.js';
 import { IdempotentMessageInterceptor } from './messages/idempotent-message.interceptor.js';
 import { MessageAckCheck } from './messages/message-ack.check.js';
 import { GraphqlReplayMarker } from './graphql/replay-marker.js';
-import { PrismaBatchesCheck } from './prisma/prisma-batches.check.js';
+import { PrismaBatchesCheck } from './prisma-batches.check.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_IDEMPOTENCY_OPTIONS,

@@ -8,7 +8,7 @@ import {
 import { IdempotencyDataSource } from './idempotency-data-source.js';
 import { idempotencyStorage } from './transaction/idempotency-context.js';
 import { startedInside } from './transaction/foreign-thenable.js';
-import { OutsideScope } from './transaction/outside-scope.js';
+import { OutsideScope } from './data-layers/outside-scope.js';
 import { transactionScope } from './transaction/transaction-scope.js';
 import { type RequestTransaction } from './transaction/request-transaction.js';
 

@@ -20,7 +20,7 @@ export {
   type PhaseWork,
 } from './phases/phase-runner.service.js';
 export { IdempotentTransaction } from './idempotent-transaction.service.js';
-export { TransactionEndedError } from './transaction/lazy-transaction.js';
+export { TransactionEndedError } from './data-layers/lazy-transaction.js';
 export {
   ConcurrentSaveFailedError,
   CursorOpenRefusedError,
@@ -34,8 +34,8 @@ export {
   UnreadableStatementRefusedError,
 } from './transaction/seam-errors.js';
 export { type IsolationLevel } from './transaction/isolation-level.js';
-export { keepPrismaBatchesPerRequest } from './prisma/scoped-batches.js';
-export { PrismaBatchingUnknownError } from './prisma/prisma-batching-unknown.error.js';
+export { keepPrismaBatchesPerRequest } from './data-layers/prisma/scoped-batches.js';
+export { PrismaBatchingUnknownError } from './data-layers/prisma/prisma-batching-unknown.error.js';
 export { PhaseResponse, respond } from './phases/phase-response.js';
 export { derivedKey } from './phases/phases.js';
 export { ProcessedMessages, type DeliveryOutcome } from './processed-messages.service.js';
@@ -113,7 +113,7 @@ export { ForwardingClaimStore } from './claim/forwarding-claim.store.js';
 export { type ResponseBodyStore } from './shapes/response-body-store.interface.js';
 export { PostgresBodyStore } from './answer/bodies/postgres-body.store.js';
 export { type BodyPointer } from './answer/bodies/body-pointer.js';
-export { IdempotencyDatabase } from './transaction/idempotency-database.js';
+export { IdempotencyDatabase } from './data-layers/idempotency-database.js';
 export { IdempotencyKeyEntity } from './schema/idempotency-key.entity.js';
 export { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000 } from './migrations.js';
 export {

@@ -1,5 +1,5 @@
 import { Injectable, type OnApplicationBootstrap } from '@nestjs/common';
-import { IdempotencyDatabase } from './transaction/idempotency-database.js';
+import { IdempotencyDatabase } from './data-layers/idempotency-database.js';
 
 /** The start-up refusal of `pooler: 'none'` behind a pooler (see `poolerSignature`). */
 export class PoolerMisconfiguredError extends Error {

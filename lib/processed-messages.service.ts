@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
-import { IdempotencyDatabase } from './transaction/idempotency-database.js';
+import { IdempotencyDatabase } from './data-layers/idempotency-database.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from './shapes/idempotency-options.interface.js';
 import { publish } from './events/idempotency-events.js';

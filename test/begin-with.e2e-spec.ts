@@ -5,7 +5,7 @@ import {
   LazyTransaction,
   TransactionAbortedError,
   TransactionEndedError,
-} from '../lib/transaction/lazy-transaction.js';
+} from '../lib/data-layers/lazy-transaction.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 
 /**

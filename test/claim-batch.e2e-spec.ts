@@ -4,7 +4,7 @@ import { type ClaimOutcome } from '../lib/shapes/claim-store.interface.js';
 import { PartitionIdempotencyKeys1764461600000 } from '../lib/index.js';
 import { IdempotencyStoreUnavailableError } from '../lib/shapes/idempotency.errors.js';
 import { type ActiveClaim } from '../lib/shapes/active-claim.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { PartitionedPostgresClaimStore } from '../lib/claim/partitioned/partitioned-postgres-claim.store.js';
 import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
 import { CLAIM_BATCH } from '../lib/claim/postgres-statements.js';

@@ -11,7 +11,7 @@ import { type MemoryClaimRecord } from '../lib/testing/memory-claim.store.js';
 import { type ActiveClaim } from '../lib/shapes/active-claim.js';
 import { type ClaimOutcome, type KeyScope } from '../lib/shapes/claim-store.interface.js';
 import { type Fence } from '../lib/decisions/decide.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
 import { RedisClaimStore } from '../lib/redis/index.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';

@@ -5,7 +5,7 @@ import { decide } from '../lib/decisions/decide.js';
 import { describeClaimStoreContract } from '../lib/testing/index.js';
 import { PointingClaimStore } from '../lib/answer/bodies/pointing-claim.store.js';
 import { PostgresBodyStore } from '../lib/answer/bodies/postgres-body.store.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 import { type Scenario, startScenario } from './support/scenario.js';

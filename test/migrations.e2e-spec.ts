@@ -1,7 +1,7 @@
 import { DataSource } from 'typeorm';
 import { IDEMPOTENCY_MIGRATIONS } from '../lib/index.js';
 import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 
 /**

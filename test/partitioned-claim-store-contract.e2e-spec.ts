@@ -1,6 +1,6 @@
 import { type DataSource } from 'typeorm';
 import { PartitionIdempotencyKeys1764461600000 } from '../lib/index.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { PartitionedPostgresClaimStore } from '../lib/claim/partitioned/partitioned-postgres-claim.store.js';
 import { CONTRACT_RETENTION_MS, describeClaimStoreContract } from '../lib/testing/index.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';

@@ -3,7 +3,7 @@ import request from 'supertest';
 import { DataSource } from 'typeorm';
 import { IdempotencyPurger, PartitionIdempotencyKeys1764461600000 } from '../lib/index.js';
 import { type ActiveClaim } from '../lib/shapes/active-claim.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { PartitionedPostgresClaimStore } from '../lib/claim/partitioned/partitioned-postgres-claim.store.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';

@@ -1,7 +1,7 @@
 import { Logger, type LoggerService } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { PartitionIdempotencyKeys1764461600000, PermanentDatabaseError } from '../lib/index.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { PartitionedPostgresClaimStore } from '../lib/claim/partitioned/partitioned-postgres-claim.store.js';
 import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';

@@ -2,7 +2,7 @@ import { Logger } from '@nestjs/common';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { PartitionIdempotencyKeys1764461600000 } from '../lib/index.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { PartitionedPostgresClaimStore } from '../lib/claim/partitioned/partitioned-postgres-claim.store.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 import { partitionOf, partitions, untilDatabaseTime } from './support/partitions.js';

@@ -1,7 +1,7 @@
 import { type DataSource, type EntityManager } from 'typeorm';
 import { ProcessedMessages } from '../lib/index.js';
 import { type ResolvedIdempotencyOptions } from '../lib/shapes/idempotency-options.interface.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 
 /**

@@ -1,6 +1,6 @@
 import { type DataSource } from 'typeorm';
 import { ProcessedMessages, TransientDatabaseError } from '../lib/index.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { type ResolvedIdempotencyOptions } from '../lib/shapes/idempotency-options.interface.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 

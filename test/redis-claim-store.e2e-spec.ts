@@ -3,7 +3,7 @@ import { type Redis } from 'ioredis';
 import { IdempotencyContext, idempotencyStorage } from '../lib/transaction/idempotency-context.js';
 import { PhaseRunner, PhasesNeedTransactionalStoreError } from '../lib/index.js';
 import { RedisClaimStore } from '../lib/redis/index.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { MemoryClaimStore } from '../lib/testing/index.js';
 import { createTestDatabase } from './support/database.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';

@@ -3,7 +3,7 @@ import { IdempotencyLeaseLostError } from '../lib/index.js';
 import { type ActiveClaim } from '../lib/shapes/active-claim.js';
 import { decide } from '../lib/decisions/decide.js';
 import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 
 /**

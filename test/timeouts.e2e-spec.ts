@@ -3,7 +3,7 @@ import { createServer, type Server } from 'node:net';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { IdempotencyStoreUnavailableError, ProcessedMessages } from '../lib/index.js';
-import { IdempotencyDatabase } from '../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { type ResolvedIdempotencyOptions } from '../lib/shapes/idempotency-options.interface.js';
 import request from 'supertest';
 import { ADAPTERS } from './support/bootstrap.js';

@@ -12,7 +12,7 @@ import { type ClaimResult, claimOrDecide, onFoundKey } from '../http/claim-or-de
 import { idOf } from '../claim/claim-batcher.js';
 import { type IdempotencyEvent } from '../events/idempotency-events.js';
 import { type KeyScope } from '../shapes/claim-store.interface.js';
-import { type IdempotencyDatabase } from '../transaction/idempotency-database.js';
+import { type IdempotencyDatabase } from '../data-layers/idempotency-database.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { type OwnerTools } from '../transaction/owner-tools.js';
 import { runInContext } from '../transaction/run-in-context.js';

@@ -10,7 +10,7 @@ import {
   IdempotencyStoredResponseUnreadableError,
 } from '../shapes/idempotency.errors.js';
 import { type RouteSettings } from '../http/route-settings.js';
-import { type IdempotencyDatabase } from '../transaction/idempotency-database.js';
+import { type IdempotencyDatabase } from '../data-layers/idempotency-database.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { commitAnswer } from '../transaction/commit-answer.js';
 import {

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
-import { IdempotencyDatabase } from '../transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../data-layers/idempotency-database.js';
 import {
   PATH_POSITION,
   SEARCH_PATH_SCHEMAS,

@@ -8,7 +8,7 @@ import {
 } from '../transaction/failure.js';
 import { IdempotencyContext, type ActiveClaim } from '../transaction/idempotency-context.js';
 import { isTransactional } from '../shapes/claim-store.interface.js';
-import { type IdempotencyDatabase } from '../transaction/idempotency-database.js';
+import { type IdempotencyDatabase } from '../data-layers/idempotency-database.js';
 import {
   commitAnswer,
   giveBackBrokenStream,

@@ -10,7 +10,7 @@ import { classifyHandlerError } from '../transaction/failure.js';
 import { completedPhase, derivedKey } from './phases.js';
 import { PhaseResponse } from './phase-response.js';
 import { isTransactional, type TransactionalClaimStore } from '../shapes/claim-store.interface.js';
-import { IdempotencyDatabase } from '../transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../data-layers/idempotency-database.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { SEALED_MARKER } from '../answer/response-sealer.js';
 import { transactionScope } from '../transaction/transaction-scope.js';

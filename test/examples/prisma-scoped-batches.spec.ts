@@ -1,6 +1,6 @@
 import { PrismaPg } from '@prisma/adapter-pg';
 import { keepPrismaBatchesPerRequest } from '../../lib/index.js';
-import { prismaBatchingOf } from '../../lib/prisma/prisma-batching.js';
+import { prismaBatchingOf } from '../../lib/data-layers/prisma/prisma-batching.js';
 import { transactionScope } from '../../lib/transaction/transaction-scope.js';
 import { PrismaClient } from './support/prisma-on-call/generated/client.js';
 

@@ -4,7 +4,7 @@ import { Client } from 'pg';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
 import { type ActiveClaim } from '../../lib/shapes/active-claim.js';
-import { IdempotencyDatabase } from '../../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../../lib/data-layers/idempotency-database.js';
 import { PostgresClaimStore } from '../../lib/claim/postgres-claim.store.js';
 import { createAtomicApp, LEDGER_DDL, type LedgerBody } from '../support/atomic-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';

@@ -4,7 +4,7 @@ import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { decide } from '../../lib/decisions/decide.js';
 import { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000 } from '../../lib/index.js';
-import { IdempotencyDatabase } from '../../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../../lib/data-layers/idempotency-database.js';
 import { PostgresClaimStore } from '../../lib/claim/postgres-claim.store.js';
 import { runCli, startCli, printed } from '../support/cli-process.js';
 import { adminUrl, createTestDatabase, type TestDatabase } from '../support/database.js';

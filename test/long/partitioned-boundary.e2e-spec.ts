@@ -3,7 +3,7 @@ import request from 'supertest';
 import { DataSource } from 'typeorm';
 import { PartitionIdempotencyKeys1764461600000 } from '../../lib/index.js';
 import { type KeyScope } from '../../lib/shapes/claim-store.interface.js';
-import { IdempotencyDatabase } from '../../lib/transaction/idempotency-database.js';
+import { IdempotencyDatabase } from '../../lib/data-layers/idempotency-database.js';
 import { PartitionedPostgresClaimStore } from '../../lib/claim/partitioned/partitioned-postgres-claim.store.js';
 import {
   claimOutcome,

@@ -10,7 +10,7 @@ import {
   poolDataLayer,
   runInOwnTransaction,
   typeOrmDataLayer,
-} from '../../lib/transaction/data-layer.js';
+} from '../../lib/data-layers/data-layer.js';
 import { type DataLayerProbe, proxiedPool } from './outage-faults.js';
 import { type TcpProxy } from './tcp-proxy.js';
 

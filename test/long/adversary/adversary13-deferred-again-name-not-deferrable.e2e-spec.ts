@@ -15,7 +15,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * the deferred foreign key allows. Without the library: 201, every order imported.
  *
  * What happens: the first nested COMMIT runs `SET CONSTRAINTS ALL IMMEDIATE`, then puts the
- * initially deferred constraints back "by name" (lib/transaction/nested-commit.ts
+ * initially deferred constraints back "by name" (lib/data-layers/nested-commit.ts
  * DEFERRED_AGAIN), but leaves out any name also borne by a constraint not deferrable (it
  * "could not be named"). `order_lines.order_fk` stays IMMEDIATE for the rest of the request:
  * the second transaction's line, written before its order, fails at once (23503) and the

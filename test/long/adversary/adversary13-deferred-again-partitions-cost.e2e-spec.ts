@@ -14,7 +14,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * the same name. The handler records a reading in a Drizzle transaction. Without the library
  * the request takes a few milliseconds.
  *
- * What happens: each nested COMMIT's "deferred again" block (lib/transaction/nested-commit.ts
+ * What happens: each nested COMMIT's "deferred again" block (lib/data-layers/nested-commit.ts
  * DEFERRED_AGAIN) aggregates every initially deferred constraint of the database, one entry
  * per partition, all bearing the same name, into `SET CONSTRAINTS public.readings_device_fkey,
  * public.readings_device_fkey, … (500 times) DEFERRED`. PostgreSQL resolves each entry to all

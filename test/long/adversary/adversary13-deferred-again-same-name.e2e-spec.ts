@@ -17,7 +17,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * the handler turns into a 422. Without the library: 422 "no such order".
  *
  * What happens: the nested transaction's COMMIT puts the initially deferred constraints back
- * to DEFERRED "by name" (lib/transaction/nested-commit.ts DEFERRED_AGAIN:
+ * to DEFERRED "by name" (lib/data-layers/nested-commit.ts DEFERRED_AGAIN:
  * `SET CONSTRAINTS public.order_fk DEFERRED`). A name names every constraint of the schema
  * that bears it, so `payments.order_fk` is deferred too, for the rest of the request. The
  * payment's insert now succeeds, the handler answers 201 "paid", and the violation only

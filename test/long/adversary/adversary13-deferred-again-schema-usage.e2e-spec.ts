@@ -18,7 +18,7 @@ import { createTestPool, endTestPool } from '../../support/test-pool.js';
  * in a Drizzle transaction (`db.transaction`) and answers it. Without the library: 201.
  *
  * What happens: the nested transaction's COMMIT ends with the library's "deferred again" DO
- * block (lib/transaction/nested-commit.ts DEFERRED_AGAIN), which reads every initially
+ * block (lib/data-layers/nested-commit.ts DEFERRED_AGAIN), which reads every initially
  * deferred constraint of the whole database from pg_constraint (readable by all) and names
  * them all, schema-qualified, in one `SET CONSTRAINTS billing.…, … DEFERRED`. PostgreSQL looks
  * each qualified name's schema up with a USAGE check: 42501 "permission denied for schema

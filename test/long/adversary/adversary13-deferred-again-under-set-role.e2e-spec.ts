@@ -16,7 +16,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * transaction under the tenant's role (`SET LOCAL ROLE web_user`), which is granted the
  * `public` tables it writes and, rightly, nothing in `internal`. Without the library: 201.
  *
- * What happens: the nested COMMIT's "deferred again" DO block (lib/transaction/nested-commit.ts
+ * What happens: the nested COMMIT's "deferred again" DO block (lib/data-layers/nested-commit.ts
  * DEFERRED_AGAIN) runs before the RELEASE, still under `web_user`, and names every initially
  * deferred constraint of the database, `internal`'s too: `SET CONSTRAINTS internal.… DEFERRED`
  * is refused, 42501 "permission denied for schema internal". Every tenant transaction fails

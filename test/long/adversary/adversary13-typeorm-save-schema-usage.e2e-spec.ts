@@ -17,7 +17,7 @@ import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
  *
  * What happens: a save opens its own transaction, nested in the request's; before its RELEASE
  * the library runs the deferred check and the "deferred again" DO block
- * (lib/transaction/nested-commit.ts), which names every initially deferred constraint of the
+ * (lib/data-layers/nested-commit.ts), which names every initially deferred constraint of the
  * database, schema-qualified: `SET CONSTRAINTS billing.…, … DEFERRED` fails with 42501
  * "permission denied for schema billing". Every save of every request fails (500), for ever.
  *

@@ -21,7 +21,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * What happens: on the request's one connection the event's transaction is a savepoint beside
  * the order's, an "outermost" nested transaction of its own view of the pool. Its COMMIT runs
- * "what was deferred to the commit" (lib/transaction/nested-commit.ts, `SET CONSTRAINTS ALL
+ * "what was deferred to the commit" (lib/data-layers/nested-commit.ts, `SET CONSTRAINTS ALL
  * IMMEDIATE`), which is the order's lines' pending foreign-key checks: 23503 at the event's
  * COMMIT, whose transaction the library then rolls back. The order's transaction fails with it:
  * 500 stored and replayed for ever, nothing kept.

@@ -20,7 +20,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * What happens: on the request's one connection each booking is a savepoint beside the
  * walk's, an "outermost" nested transaction of its own (its own view of the pool). At its
- * COMMIT the library ends what that COMMIT would have ended (lib/transaction/nested-commit.ts,
+ * COMMIT the library ends what that COMMIT would have ended (lib/data-layers/nested-commit.ts,
  * `endingText`): it closes "every cursor not WITH HOLD … whoever opened it" (a sweep over
  * `pg_cursors`), which here is the walk's `lines`, still open in the transaction that declared
  * it. The walk's next `FETCH` fails (34000, cursor "lines" does not exist): 500, nothing kept,

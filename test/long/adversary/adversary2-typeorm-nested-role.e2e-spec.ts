@@ -9,8 +9,8 @@ import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 /**
  * Adversary, round 2 (issue 27): the fix for a data layer's nested `SET LOCAL ROLE` (its role,
  * session authorization and search path put back at the outermost nested COMMIT) is on the
- * pool seam only (lib/transaction/pool-transaction.ts). On TypeORM the request's transaction is
- * a query runner (lib/transaction/lazy-transaction.ts) whose `startTransaction()` is a
+ * pool seam only (lib/data-layers/pool-transaction.ts). On TypeORM the request's transaction is
+ * a query runner (lib/data-layers/lazy-transaction.ts) whose `startTransaction()` is a
  * SAVEPOINT and whose `commitTransaction()` a RELEASE, with nothing put back: the RLS recipe
  * `dataSource.transaction(m => { SET LOCAL ROLE …; insert })` leaks its role into the
  * handler's later statements, which run as the restricted role. Row-level security then hides

@@ -18,10 +18,10 @@ import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
  * `DECLARE export_rows ...`, `FETCH 2`, awaits the audit, `FETCH 2`, `CLOSE`.
  *
  * What happens: the audit's transaction is begun beside the export's (NestedIdentity.besideAll,
- * lib/transaction/nested-identity.ts:45), so lazy-transaction.ts:304-314 notes when it began,
+ * lib/data-layers/nested-identity.ts:45), so lazy-transaction.ts:304-314 notes when it began,
  * and its COMMIT (lazy-transaction.ts:362-367) sends `NestedCommit.endingText(true, name)`,
  * which closes every non-holdable cursor with `creation_time >= began`
- * (lib/transaction/nested-commit.ts:105-111). The export's `export_rows`, declared through the
+ * (lib/data-layers/nested-commit.ts:105-111). The export's `export_rows`, declared through the
  * export's own `tx` after the audit began, is one of them: closed. The export's second FETCH
  * fails (34000 cursor "export_rows" does not exist), the request answers 500, stored as the
  * key's answer; every retry replays it, and every new key does the same.

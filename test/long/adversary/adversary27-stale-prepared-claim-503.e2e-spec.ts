@@ -28,7 +28,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * turns the error into 503 store_unavailable ("Retry later"), and every retry meets the same
  * connection's same statement: 503 again, forever. The default route's claim, on a statement
  * of its own that fails the same way once, runs through IdempotencyDatabase.withConnection
- * (lib/transaction/idempotency-database.ts:365-374), which closes a connection whose work failed:
+ * (lib/data-layers/idempotency-database.ts:365-374), which closes a connection whose work failed:
  * one 503, then the next connection prepares afresh.
  *
  * What is expected: as on the default route (the control below), the claim recovers: at most

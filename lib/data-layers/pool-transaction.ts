@@ -6,21 +6,21 @@ import { isReadOnlyError } from '../connection/connection-errors.js';
 import { acquire } from '../connection/deadline.js';
 import { readOnly } from '../connection/read-only-query.js';
 import { queryStatement } from '../connection/prefixed-query.js';
-import { isAboveReadCommitted } from './isolation-level.js';
+import { isAboveReadCommitted } from '../transaction/isolation-level.js';
 import {
   CursorOpenRefusedError,
   NestedTransactionOpenAtCommitError,
   ReadOnlyTransactionRefusedError,
   StatementBesideNestedTransactionError,
   TransactionEndedError,
-} from './seam-errors.js';
+} from '../transaction/seam-errors.js';
 import {
   isPlainRead,
   isTransactionModeOnly,
   nestedControlOf,
   setsIdentity,
   setsReadOnly,
-} from './sql/sql-text.js';
+} from '../transaction/sql/sql-text.js';
 import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../connection/session-state.js';
 
 import {
@@ -30,8 +30,8 @@ import {
   RequestTransaction,
   textOf,
   valuesOf,
-} from './request-transaction.js';
-import { type PoolJoin } from './transaction-scope.js';
+} from '../transaction/request-transaction.js';
+import { type PoolJoin } from '../transaction/transaction-scope.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
 
 const logger = new Logger('Idempotency');

@@ -1,7 +1,7 @@
 import { type Pool } from 'pg';
 import { type DataSource } from 'typeorm';
-import { boundOutsideWaits } from './bounded-connect.js';
-import { type JoinableTransaction } from './transaction-scope.js';
+import { boundOutsideWaits } from '../transaction/bounded-connect.js';
+import { type JoinableTransaction } from '../transaction/transaction-scope.js';
 
 /** What `OutsideScope` asks of the request it was left from (see `RequestTransaction`). */
 interface HoldsConnections {

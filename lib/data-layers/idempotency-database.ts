@@ -4,7 +4,7 @@ import {
   noteShadowedBuiltIns,
   PLAIN_OPERATORS,
   SHADOWED_BUILT_INS_QUERY,
-} from './sql/shadowed-built-ins.js';
+} from '../transaction/sql/shadowed-built-ins.js';
 import { Logger } from '@nestjs/common';
 import {
   type Pool,
@@ -19,8 +19,12 @@ import {
   PermanentDatabaseError,
 } from '../shapes/idempotency.errors.js';
 import { type PoolerMode } from '../shapes/idempotency-options.interface.js';
-import { isAboveReadCommitted, isIsolationLevel, type IsolationLevel } from './isolation-level.js';
-import { type RequestTransaction } from './request-transaction.js';
+import {
+  isAboveReadCommitted,
+  isIsolationLevel,
+  type IsolationLevel,
+} from '../transaction/isolation-level.js';
+import { type RequestTransaction } from '../transaction/request-transaction.js';
 import { type DataLayer, runInOwnTransaction, typeOrmDataLayer } from './data-layer.js';
 import { acquire, queryWithDeadline } from '../connection/deadline.js';
 import { misconfigured } from '../connection/pooler-misfit.js';

@@ -1,10 +1,10 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService } from '@nestjs/core';
-import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
-import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
-import { prismaBatchingOf } from './prisma-batching.js';
-import { PrismaBatchingUnknownError } from './prisma-batching-unknown.error.js';
-import { keepBatchesPerScope } from './scoped-batches.js';
+import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
+import { type ResolvedIdempotencyOptions } from './shapes/idempotency-options.interface.js';
+import { prismaBatchingOf } from './data-layers/prisma/prisma-batching.js';
+import { PrismaBatchingUnknownError } from './data-layers/prisma/prisma-batching-unknown.error.js';
+import { keepBatchesPerScope } from './data-layers/prisma/scoped-batches.js';
 
 /**
  * On a node-postgres pool (`pool` option), keeps the batched queries of every Prisma client

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { restoreSettings } from '../connection/session-state.js';
-import { mayDefer } from './sql/shadowed-built-ins.js';
-import { commitEndsOf, localSettingsOf } from './sql/sql-text.js';
+import { mayDefer } from '../transaction/sql/shadowed-built-ins.js';
+import { commitEndsOf, localSettingsOf } from '../transaction/sql/sql-text.js';
 
 /**
  * What a data layer's outermost nested transaction leaves that its own COMMIT would have ended

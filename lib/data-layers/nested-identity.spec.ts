@@ -1,5 +1,5 @@
 import { NestedIdentity, type NestedEnding } from './nested-identity.js';
-import { sqlReaderReady } from './sql/sql-parse.js';
+import { sqlReaderReady } from '../transaction/sql/sql-parse.js';
 
 beforeAll(() => sqlReaderReady());
 

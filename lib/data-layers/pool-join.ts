@@ -1,7 +1,7 @@
 import { type Pool, type PoolClient } from 'pg';
 import { keepOwnConnect } from '../connection/own-connection.js';
-import { connectWithin } from './bounded-connect.js';
-import { transactionScope } from './transaction-scope.js';
+import { connectWithin } from '../transaction/bounded-connect.js';
+import { transactionScope } from '../transaction/transaction-scope.js';
 
 type Callback = (...results: unknown[]) => void;
 

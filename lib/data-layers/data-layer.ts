@@ -2,8 +2,8 @@ import { type Pool } from 'pg';
 import { type DataSource, type EntityManager } from 'typeorm';
 import { LazyTransaction } from './lazy-transaction.js';
 import { PoolTransaction } from './pool-transaction.js';
-import { type RequestTransaction } from './request-transaction.js';
-import { transactionScope } from './transaction-scope.js';
+import { type RequestTransaction } from '../transaction/request-transaction.js';
+import { transactionScope } from '../transaction/transaction-scope.js';
 import { DataLayerEndedError } from '../connection/driver-errors/ended.js';
 import { joinTransactionsOfPool } from './pool-join.js';
 

@@ -8,11 +8,11 @@ import {
 } from 'typeorm';
 import { isReadOnlyError, markDatabaseFailure } from '../connection/connection-errors.js';
 import { acquire } from '../connection/deadline.js';
-import { isAboveReadCommitted } from './isolation-level.js';
+import { isAboveReadCommitted } from '../transaction/isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
 import { OpenStreams } from './open-streams.js';
-import { asTransactionManager, isPersisting, markUnprotected } from './own-persist.js';
+import { asTransactionManager, isPersisting, markUnprotected } from '../transaction/own-persist.js';
 import { runnerView } from './runner-view.js';
 import {
   ConcurrentSaveFailedError,
@@ -21,16 +21,16 @@ import {
   ReadOnlyTransactionRefusedError,
   StatementBesideNestedTransactionError,
   TransactionEndedError,
-} from './seam-errors.js';
-import { isPlainRead, isTransactionModeOnly, setsReadOnly } from './sql/sql-text.js';
+} from '../transaction/seam-errors.js';
+import { isPlainRead, isTransactionModeOnly, setsReadOnly } from '../transaction/sql/sql-text.js';
 import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../connection/session-state.js';
-import { ownQueryRunner } from './transaction-scope.js';
+import { ownQueryRunner } from '../transaction/transaction-scope.js';
 import {
   asError,
   type FencedStatement,
   isSubmittable,
   RequestTransaction,
-} from './request-transaction.js';
+} from '../transaction/request-transaction.js';
 
 /** The name a nested transaction begun beside others notes its start under, by its depth. */
 function besideName(depth: number): string {
@@ -40,8 +40,8 @@ function besideName(depth: number): string {
 /** The name the outermost nested transaction's session state is kept under (one: depth 1). */
 const OUTERMOST_KEPT_AS = 'typeorm_1';
 
-export { TransactionAbortedError, TransactionEndedError } from './seam-errors.js';
-export { type FencedStatement } from './request-transaction.js';
+export { TransactionAbortedError, TransactionEndedError } from '../transaction/seam-errors.js';
+export { type FencedStatement } from '../transaction/request-transaction.js';
 
 /**
  * The request's transaction as TypeORM's code meets it: one query runner of the DataSource's

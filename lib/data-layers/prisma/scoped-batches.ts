@@ -1,4 +1,4 @@
-import { transactionScope } from '../transaction/transaction-scope.js';
+import { transactionScope } from '../../transaction/transaction-scope.js';
 import { type PrismaDataLoader, prismaBatchingOf } from './prisma-batching.js';
 import { PrismaBatchingUnknownError } from './prisma-batching-unknown.error.js';
 

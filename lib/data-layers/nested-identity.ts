@@ -1,4 +1,4 @@
-import { isPlainRead, setsIdentity } from './sql/sql-text.js';
+import { isPlainRead, setsIdentity } from '../transaction/sql/sql-text.js';
 
 /** A nested transaction of the app's code on the request's TypeORM runner. */
 interface NestedTransaction {
