@@ -25,12 +25,7 @@ import {
 import { isPlainRead, isTransactionModeOnly, setsReadOnly } from '../transaction/sql/sql-text.js';
 import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../connection/session-state.js';
 import { ownQueryRunner } from '../transaction/transaction-scope.js';
-import {
-  asError,
-  type FencedStatement,
-  isSubmittable,
-  RequestTransaction,
-} from '../transaction/request-transaction.js';
+import { asError, isSubmittable, RequestTransaction } from '../transaction/request-transaction.js';
 
 /** The name a nested transaction begun beside others notes its start under, by its depth. */
 function besideName(depth: number): string {
@@ -114,22 +109,20 @@ export class LazyTransaction extends RequestTransaction {
    * A stream its code left open holds the connection the commit needs: the request can then
    * only roll back, and answers `cursor_open` (as on the pool seam).
    */
-  override commitWith(statement: FencedStatement): Promise<boolean> {
-    this.refuseLeftOpen();
-    return super.commitWith(statement);
-  }
-
-  override commitPlain(): Promise<void> {
-    this.refuseLeftOpen();
-    return super.commitPlain();
-  }
-
-  /** What its code left open at the commit: the request can then only roll back. */
-  private refuseLeftOpen(): void {
+  protected override refuseLeftOpen(): void {
     if (this.ended) return;
     if (this.streams.any) this.refuse(new CursorOpenRefusedError());
     const depth = (this.runner as unknown as RunnerInternals | undefined)?.transactionDepth ?? 1;
     if (depth > 1 || this.startsUnderWay > 0) this.refuse(new NestedTransactionOpenAtCommitError());
+  }
+
+  /** A nested transaction ended (committed or rolled back), the runner now at `depth`. */
+  private nestedEnded(depth: number): void {
+    this.nested.endedAt(depth);
+    for (const open of this.besideDepths) {
+      if (open > depth) this.besideDepths.delete(open);
+    }
+    if (this.readOnlyFrom !== undefined && depth < this.readOnlyFrom) this.readOnlyFrom = undefined;
   }
 
   /** A save that ran inside another's transaction failed: the request can only roll back. */
@@ -374,13 +367,7 @@ export class LazyTransaction extends RequestTransaction {
         if (internals.transactionDepth < depth) this.releasedFor = from;
         throw error;
       } finally {
-        this.nested.endedAt(internals.transactionDepth);
-        for (const open of this.besideDepths) {
-          if (open > internals.transactionDepth) this.besideDepths.delete(open);
-        }
-        if (this.readOnlyFrom !== undefined && internals.transactionDepth < this.readOnlyFrom) {
-          this.readOnlyFrom = undefined;
-        }
+        this.nestedEnded(internals.transactionDepth);
       }
     };
     internals.commitTransaction = function (this: unknown) {
@@ -408,13 +395,7 @@ export class LazyTransaction extends RequestTransaction {
       try {
         await this.asOwner(from, rollback);
       } finally {
-        this.nested.endedAt(internals.transactionDepth);
-        for (const open of this.besideDepths) {
-          if (open > internals.transactionDepth) this.besideDepths.delete(open);
-        }
-        if (this.readOnlyFrom !== undefined && internals.transactionDepth < this.readOnlyFrom) {
-          this.readOnlyFrom = undefined;
-        }
+        this.nestedEnded(internals.transactionDepth);
       }
       // Rolled back to its savepoint: a failure inside it no longer aborts the transaction.
       this.lastError = undefined;

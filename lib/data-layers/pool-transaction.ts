@@ -25,7 +25,6 @@ import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../connectio
 
 import {
   asError,
-  type FencedStatement,
   isSubmittable,
   RequestTransaction,
   textOf,
@@ -154,18 +153,7 @@ export class PoolTransaction extends RequestTransaction {
    * then only roll back (its `ROLLBACK` waits at most `timeoutMs` behind the cursor, then the
    * connection is dropped), and answers `cursor_open`, not a 503 after the commit's deadline.
    */
-  override commitWith(statement: FencedStatement): Promise<boolean> {
-    this.refuseLeftOpen();
-    return super.commitWith(statement);
-  }
-
-  override commitPlain(): Promise<void> {
-    this.refuseLeftOpen();
-    return super.commitPlain();
-  }
-
-  /** What its code left open at the commit: the request can then only roll back. */
-  private refuseLeftOpen(): void {
+  protected override refuseLeftOpen(): void {
     if (this.ended) return;
     if (this.openCursors.size > 0) this.refuse(new CursorOpenRefusedError());
     if (this.savepoints.length > 0) this.refuse(new NestedTransactionOpenAtCommitError());

@@ -473,6 +473,12 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
 
   otherPool?(pool: object): void;
 
+  /**
+   * What its data layer's code left open at the commit (a cursor, a nested transaction), as a
+   * refusal: the request can then only roll back. Nothing, unless a data layer says.
+   */
+  protected refuseLeftOpen(): void {}
+
   /** The level a data layer's own settings give the transaction (TypeORM 1's option). */
   protected configuredLevel(): string | undefined {
     return undefined;
@@ -483,6 +489,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    * which for the library's fenced statements means the lease was lost.
    */
   commitWith(statement: FencedStatement): Promise<boolean> {
+    this.refuseLeftOpen();
     if (this.state !== 'pending') return Promise.reject(new TransactionEndedError());
     this.state = 'ending';
     const committing = this.commitNow(statement);
@@ -492,6 +499,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
 
   /** Commits what its code did, with no statement of the library's (phases without a key). */
   commitPlain(): Promise<void> {
+    this.refuseLeftOpen();
     if (this.ended) return Promise.reject(new TransactionEndedError());
     this.state = 'ending';
     const committing = this.commitPlainNow();
