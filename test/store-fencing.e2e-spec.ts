@@ -90,6 +90,17 @@ describe('the fencing token', () => {
     expect(await store.finish(c, response)).toBe(true);
   });
 
+  it('a takeover gets back a phase result jsonb could not hold as JSON (a NUL, half an emoji)', async () => {
+    // Adversary 39c: such a result, after the call it records was made, was a stored 500.
+    const key = 'unstorable-result';
+    const a = await claimed(key);
+    const result = { description: 'coffee and \ud83c', note: 'a\u0000b', 'k\u0000': ['\udf70'] };
+    expect(await store.commitPhase(a, 'psp', () => Promise.resolve(result))).toEqual(result);
+    const b = await takeOver(key);
+    expect(b.phaseResults).toEqual({ psp: result });
+    expect(await store.finish(b, response)).toBe(true);
+  });
+
   it('giving back a fresh first claim deletes it: the key is free for a corrected request', async () => {
     const key = 'fresh';
     const a = await claimed(key);

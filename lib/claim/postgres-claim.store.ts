@@ -40,6 +40,7 @@ import {
   type KeyScope,
   type TransactionalClaimStore,
 } from '../shapes/claim-store.interface.js';
+import { phaseResultsRead, phaseResultText } from './phase-result-json.js';
 
 /** A row of CLAIM (and of the partitioned table's `idempotency_claim()`, which has its columns). */
 export interface ClaimRow {
@@ -202,7 +203,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
       claimId: row.claim_id,
       lockVersion: row.lock_version,
       recoveryPoint: row.recovery_point,
-      phaseResults: row.phase_results,
+      phaseResults: phaseResultsRead(row.phase_results),
       leaseMs,
     });
     const { rows } = await this.query<TakeOverRow>(
@@ -301,12 +302,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
       // Fenced last: the row lock it takes is held only for the commit, not the phase's work.
       const advanced = await transaction.commitWith({
         ...ADVANCE,
-        values: [
-          ...fenceOf(claim),
-          phase,
-          JSON.stringify(value === undefined ? null : value),
-          claim.leaseMs,
-        ],
+        values: [...fenceOf(claim), phase, phaseResultText(value), claim.leaseMs],
       });
       if (!advanced) throw new IdempotencyLeaseLostError();
       return value;
