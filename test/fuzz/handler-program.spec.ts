@@ -50,6 +50,26 @@ describe('the model of a handler program', () => {
     expect(expectedOutcome({ id: 'p', ops })).toEqual({ kind: 'error', status: 500 });
   });
 
+  it('an empty nested transaction after a swallowed failure is refused with TypeORM only: the pool seam sends no SAVEPOINT', () => {
+    // Fuzzer seed 4502 program 0 (drizzle, kysely, prisma over GraphQL): `fail:swallow tx()`.
+    const ops: Op[] = [swallow, tx([])];
+    expect(expectedOutcome({ id: 'p', ops }, { lazySavepoints: true })).toEqual({
+      kind: 'aborted',
+    });
+    expect(expectedOutcome({ id: 'p', ops })).toEqual({ kind: 'error', status: 500 });
+    // A body that sends a statement is refused at it on both: its SAVEPOINT's error.
+    expect(
+      expectedOutcome({ id: 'p', ops: [swallow, tx([write])] }, { lazySavepoints: true }),
+    ).toEqual({ kind: 'error', status: 500 });
+    // What runs before that statement still runs: the handler's own HTTP error is its answer.
+    const http: Op[] = [swallow, tx([{ op: 'http', status: 404 }, write], 'commit', true)];
+    expect(expectedOutcome({ id: 'p', ops: http }, { lazySavepoints: true })).toEqual({
+      kind: 'error',
+      status: 404,
+    });
+    expect(expectedOutcome({ id: 'p', ops: http })).toEqual({ kind: 'aborted' });
+  });
+
   it.each(['acme\ud800', 'acme\udbff'])(
     'refuses a tenant id with a lone surrogate (%j): 400 tenant_invalid, nothing applied',
     (tenant) => {

@@ -332,15 +332,21 @@ function runTransaction(
     if (!request.begun) request.strength = STRENGTH[op.isolation];
     else if (STRENGTH[op.isolation] > request.strength) return 'refused';
   }
-  if (!request.lazySavepoints || op.isolation || runsStatements(op.body)) request.begun = true;
-  // SAVEPOINT is itself refused in an aborted transaction.
-  if (level.aborted) return 'aborted';
-  const inner: Level = { aborted: false, writes: [] };
+  const sendsStatements = runsStatements(op.body);
+  if (!request.lazySavepoints || op.isolation || sendsStatements) request.begun = true;
+  // SAVEPOINT is itself refused in an aborted transaction. TypeORM sends it at once; the pool
+  // seam with the body's first statement, so a body that sends none (empty, or only waits)
+  // meets nothing refused and commits as nothing, and one that does is refused at that
+  // statement (its SAVEPOINT's error), after what ran before it.
+  if (level.aborted && !request.lazySavepoints) return 'aborted';
+  const inherited = level.aborted;
+  const inner: Level = { aborted: inherited, writes: [] };
   const thrown = runOps(op.body, prefix, inner, forgets, request);
   if (thrown !== undefined) return thrown;
   if (op.end === 'throw') return 'program';
-  // RELEASE SAVEPOINT fails in an aborted transaction; TypeORM then rolls back to it.
-  if (inner.aborted) return 'aborted';
+  // RELEASE SAVEPOINT fails in an aborted transaction; TypeORM then rolls back to it. On the
+  // pool seam a SAVEPOINT that failed fails the COMMIT; one never sent ends nothing.
+  if (inner.aborted && (!inherited || sendsStatements)) return 'aborted';
   level.writes.push(...inner.writes);
   return undefined;
 }
