@@ -19,7 +19,14 @@ import { replay } from './http/replay.js';
 import { defaultStatusOf, readRouteSettings, type RouteSettings } from './http/route-settings.js';
 import { warnOnCallOut } from './http/call-out-warning.js';
 import { claimWithWork } from './http/claim-with-work.js';
-import { claimingNow, latestRun, RequestRun, startRun } from './http/earlier-run.js';
+import {
+  claimingNow,
+  latestRun,
+  RequestRun,
+  retryTarget,
+  runsOf,
+  startRun,
+} from './http/earlier-run.js';
 import { chainOf } from './http/end-of-chain.js';
 import { runOwned } from './http/run-owned.js';
 import { forgetLibraryAnswers } from './http/to-http.js';
@@ -218,14 +225,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const run = new RequestRun();
     const earlier = startRun(raw, run);
     if (!earlier) return claimAndRun();
-    // This run's own chain, as it subscribes: the app's retry of the earlier run's error runs
-    // into that run's chain (see `RequestRun.retriedBy`); an audit's does not.
-    let chain: readonly object[] | undefined;
+    // The failed run this one is the app's retry of, read from its chain as it subscribes
+    // (see `retryTarget`); an audit's chain runs into none.
+    let retried: RequestRun | undefined;
     const retryOf = () => {
-      if (!earlier.retriedBy(chain)) return undefined;
+      if (!retried) return undefined;
       // The library's answers made for the run it retries are not its own (see above).
       forgetLibraryAnswers(response);
-      return earlier;
+      return retried;
     };
     // Until it claims (its own run then says), a later run after this one meets the run this
     // one follows now: this one may be unsubscribed while it waits, having done nothing of its
@@ -243,8 +250,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const claimAfter = (): Observable<unknown> => {
       // The request is answered already (an audit that subscribed after its answer went out):
       // nobody would get what this run does, so it runs nothing and claims nothing. (An app's
-      // retry runs before the answer is written: the answer is what the retry comes to.)
-      if (raw.writableEnded) return EMPTY;
+      // retry runs before the answer is written: the answer is what the retry comes to; or,
+      // of a run in the background after an answer given at once, 202, it runs in the
+      // background too, and commits with its own answer.)
+      if (raw.writableEnded && !retried) return EMPTY;
       const other = claimingNow(raw, run);
       if (other) return follow(other);
       claiming = true;
@@ -264,6 +273,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           if (!outcome) return claimAfter();
           // Joined, this run owns nothing: a run after it meets the one it joined (a third
           // subscription would claim again, and its 409 be stored with the first run's work).
+          run.joined = before.joined ?? before;
           run.claimDecided();
           return from(outcome).pipe(
             mergeMap((came) => {
@@ -282,8 +292,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       );
     };
     return new Observable<unknown>((subscriber) => {
-      chain = chainOf(subscriber);
-      return follow(earlier)
+      // The run this one retries, where it may run the handler again (see `retryTarget`):
+      // followed directly, it steps aside for this one.
+      retried = retryTarget(runsOf(raw), run, chainOf(subscriber));
+      return follow(retried ?? earlier)
         .pipe(
           finalize(() => {
             if (!claiming) run.claimDecided(steppedAside ?? following.claimed);

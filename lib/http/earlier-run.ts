@@ -40,6 +40,11 @@ export class RequestRun extends ErrorHandOff {
    */
   outcome?: (retryOf: RequestRun | undefined) => Promise<RunOutcome> | undefined;
 
+  /** The run whose outcome it was told, having joined it (its own handler never ran). */
+  joined?: RequestRun;
+  /** A later run was made by the operator of the app's that took this run's error. */
+  retried = false;
+
   constructor() {
     super();
     this.claimAnew();
@@ -60,18 +65,55 @@ export class RequestRun extends ErrorHandOff {
   }
 }
 
-const runs = new WeakMap<ServerResponse, RequestRun>();
+const runs = new WeakMap<ServerResponse, RequestRun[]>();
 
 /** Registers `run` as the latest of the request answered on `raw`; the one before it, if any. */
 export function startRun(raw: ServerResponse, run: RequestRun): RequestRun | undefined {
-  const earlier = runs.get(raw);
-  runs.set(raw, run);
-  return earlier;
+  const all = runs.get(raw);
+  if (!all) {
+    runs.set(raw, [run]);
+    return undefined;
+  }
+  all.push(run);
+  return all[all.length - 2];
 }
 
 /** The latest run of the request answered on `raw`, if any. */
 export function latestRun(raw: ServerResponse): RequestRun | undefined {
-  return runs.get(raw);
+  return runs.get(raw)?.at(-1);
+}
+
+/** Every run of the request answered on `raw`, in the order they started. */
+export function runsOf(raw: ServerResponse): readonly RequestRun[] {
+  return runs.get(raw) ?? [];
+}
+
+/**
+ * The failed run whose handler a run starting now (`later`, its chain read as it subscribes)
+ * may run again, as the app's retry of it; undefined when it is not a retry, or when it may
+ * not run the handler again (a pure decision on the runs, apart from noting what it retried).
+ *
+ * It is a retry of the run whose chain it runs into (see `resubscribedFrom`): the run that
+ * owned the key, or a run that joined it and was told its error. The owner's error may have
+ * gone down several chains: its own, and each joined run's. It gives the key back for the
+ * retry only once every one of them was retried. A chain that carried the error on (to Nest's
+ * exception filter, which writes it, or to an audit's subscriber: the library cannot tell
+ * which) may put that error on the response, which must then be the key's answer: the retry is
+ * told the same error. So a retry of an audit's chain never gives the key back while the
+ * request's own try is answering its error, nor a retry of the request's chain while an audit
+ * that ran the handler carried it on.
+ */
+export function retryTarget(
+  all: readonly RequestRun[],
+  later: RequestRun,
+  chain: readonly object[],
+): RequestRun | undefined {
+  const retried = [...all].reverse().find((run) => run !== later && run.retriedBy(chain));
+  if (!retried) return undefined;
+  retried.retried = true;
+  const owner = retried.joined ?? retried;
+  const carriers = all.filter((run) => run === owner || (run.joined === owner && run.handedOn));
+  return carriers.every((run) => run.handedOn && run.retried) ? owner : undefined;
 }
 
 const reclaiming = new WeakMap<ServerResponse, RequestRun>();

@@ -1,13 +1,17 @@
 import {
   catchError,
   defer,
+  EMPTY,
   from,
+  ignoreElements,
   lastValueFrom,
   mergeAll,
+  merge,
   mergeMap,
   Observable,
   type OperatorFunction,
   retry,
+  switchMap,
   type Subscriber,
   tap,
   throwError,
@@ -85,5 +89,37 @@ describe('chainOf and resubscribedFrom', () => {
     expect(seen.retry).toEqual(retried);
     // An audit that subscribes apart never runs into the failed chain.
     expect(seen.audit).toBe(false);
+  });
+
+  it('a subscription merged into the same end while a reporter inside holds the error: no retry', async () => {
+    // Adversary 39a: `merge(result$, from(open()).pipe(switchMap(() => result$), ...))`, an
+    // error reporter that awaits before it rethrows inside it: the audit's subscription runs
+    // into the failed chain's open end after merge, but the error never passed into merge.
+    const subscribers: Subscriber<unknown>[] = [];
+    const library = new Observable<unknown>((subscriber) => {
+      subscribers.push(subscriber);
+    });
+    const handle = () => nestLayer(() => library);
+    const reporter = catchError((error: unknown) =>
+      from(new Promise((resolve) => setTimeout(resolve, 60))).pipe(
+        mergeMap(() => throwError(() => error)),
+      ),
+    );
+    const audit = from(new Promise((resolve) => setTimeout(resolve, 20))).pipe(
+      switchMap(() => handle()),
+      ignoreElements(),
+      catchError(() => EMPTY),
+    );
+    const answered = lastValueFrom(nestLayer(() => merge(handle().pipe(reporter), audit))).catch(
+      () => undefined,
+    );
+    await new Promise((resolve) => setImmediate(resolve));
+    const first = chainOf(subscribers[0]);
+    subscribers[0].error(new Error('declined'));
+    await new Promise((resolve) => setTimeout(resolve, 40));
+    expect(subscribers).toHaveLength(2);
+    expect(resubscribedFrom(first, chainOf(subscribers[1]))).toBe(false);
+    subscribers[1].error(new Error('again'));
+    await answered;
   });
 });

@@ -36,16 +36,22 @@ export function chainOf(subscriber: object): object[] {
 }
 
 /**
- * Whether the chain of a later subscription (`later`, read as it subscribes) runs into a
- * subscriber of `earlier` that is still open: the later one was made by an operator of that
- * chain which took its error (the app's retry), not by an audit that subscribes apart (whose
- * chain shares nothing with it), nor after the error went on to the end of it (all closed).
+ * Whether the chain of a later subscription (`later`, read as it subscribes) was made by an
+ * operator of `earlier` that took its error (the app's retry): it runs into `earlier` at a
+ * subscriber still open, and the subscriber of `earlier` just before that one is closed, as
+ * the error passed it into the operator that subscribed again (`retry`, `catchError(() =>
+ * next.handle())`). Not an audit that subscribes apart (its chain shares nothing with
+ * `earlier`), nor after the error went on to the end of it (all closed), nor a subscription
+ * merged into the same end while the error is still held before it (an awaiting reporter
+ * inside a `merge`: the subscriber before the junction is open).
  */
 export function resubscribedFrom(earlier: readonly object[], later: readonly object[]): boolean {
-  const before = new Set(earlier);
-  return later.some(
-    (subscriber) => before.has(subscriber) && isLinked(subscriber) && !subscriber.closed,
-  );
+  const before = new Map(earlier.map((subscriber, index) => [subscriber, index]));
+  const junction = later.find((subscriber) => before.has(subscriber));
+  if (junction === undefined || !isLinked(junction) || junction.closed) return false;
+  const index = before.get(junction)!;
+  const passed = index > 0 ? earlier[index - 1] : undefined;
+  return isLinked(passed) && passed.closed;
 }
 
 /**

@@ -65,8 +65,7 @@ let audit: 'none' | 'at-once' | 'late' = 'none';
 let calls = 0;
 let outages = 1;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-const is503 = (error: unknown) =>
-  (error as { getStatus?: () => number })?.getStatus?.() === 503;
+const is503 = (error: unknown) => (error as { getStatus?: () => number })?.getStatus?.() === 503;
 
 /** Retries a passing outage (503) once, after a back-off. */
 @Injectable()
@@ -202,11 +201,31 @@ describe.each([
     expect(await check(`none-${name}`)).toEqual({ first: 201, calls: 2, rows: 1, again: 201 });
   });
 
-  it.each(['at-once', 'late'] as const)(
+  // Stated limit (docs/guides/transactions.md, "The app's retry and an audit"): an audit that
+  // joined the failed try was told its error too, and carried it on to its own subscriber; the
+  // library cannot tell that subscriber from Nest's, which writes the error as the answer (round
+  // 39a's critical break: a retry given the key while the client's error was still on its way).
+  // So the key is given back for a retry only once every subscription told the error retried
+  // it; here the audit's did not, and the retry is told the first try's error: never the
+  // handler run twice, the error stored as without the retry.
+  it.skip.each(['at-once', 'late'] as const)(
     'an audit on the side (%s): the retry still runs the handler again',
     async (mode) => {
       audit = mode;
       expect(await check(`${mode}-${name}`)).toEqual({ first: 201, calls: 2, rows: 1, again: 201 });
+    },
+  );
+
+  it.each(['at-once', 'late'] as const)(
+    'an audit on the side (%s): the retry is told the first error, the handler ran once',
+    async (mode) => {
+      audit = mode;
+      expect(await check(`told-${mode}-${name}`)).toEqual({
+        first: 503,
+        calls: 1,
+        rows: 0,
+        again: 503,
+      });
     },
   );
 });
