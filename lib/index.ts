@@ -72,6 +72,7 @@ export {
   PermanentDatabaseError,
 } from './shapes/idempotency.errors.js';
 export { IdempotencySchemaMissingError } from './schema/schema-missing.error.js';
+export { DetachedWorkRolledBackError } from './http/settle-detached.js';
 export {
   type Problem,
   PROBLEM_CONTENT_TYPE,

@@ -32,7 +32,7 @@ import { rawResponse } from './raw-response.js';
 import { type RequestRun, type RunOutcome } from './earlier-run.js';
 import { holdResponse } from './response-hold.js';
 import { type RouteSettings } from './route-settings.js';
-import { settleDetached } from './settle-detached.js';
+import { DetachedWorkRolledBackError, settleDetached } from './settle-detached.js';
 import { writtenLibraryError } from './written-library-error.js';
 import { forgetLibraryAnswers } from './to-http.js';
 import { IdempotencyKeyInProgressError } from '../shapes/idempotency.errors.js';
@@ -132,8 +132,10 @@ export function runOwned(
     failedWith ? Promise.resolve(failedWith) : sharedOutcome();
   /** Detached: a run beside this one claims again once the handler's work is settled. */
   const settleDetachedWith = (outcome: { value: unknown } | { error: unknown }) => {
-    detachedSettled = settleDetached(tools, context, fingerprint, settings, outcome);
-    void detachedSettled.then(() => shared?.resolve({ claimAgain: true }));
+    const stored = settleDetached(tools, context, fingerprint, settings, outcome);
+    detachedSettled = stored;
+    void stored.then(() => shared?.resolve({ claimAgain: true }));
+    return stored;
   };
   /**
    * What is done when the answer comes from outside the handler before it settled (see the
@@ -356,6 +358,23 @@ export function runOwned(
       detached = true;
       letThrough();
     }
+    /**
+     * Detached, its subscriber told what the handler came to once that is settled, if it is
+     * still listening: an app that answered at once (202) and runs the handler in the
+     * background sends its webhook with the value of work committed, and its `retry()` gets
+     * the error (the key given back: the retry claims anew). An outer timeout's subscriber
+     * left: nothing to tell.
+     */
+    const tellDetached = (came: { values: unknown[] } | { error: unknown }) => {
+      if (subscriber.closed) return;
+      if ('error' in came) {
+        if (run) run.handOn(subscriber, came.error);
+        else subscriber.error(came.error);
+        return;
+      }
+      for (const value of came.values) subscriber.next(value);
+      subscriber.complete();
+    };
     const inner = runInContext(context, next).subscribe({
       next: (value) => {
         result = value;
@@ -371,7 +390,7 @@ export function runOwned(
       error: (error: unknown) => {
         if (detached) {
           settle();
-          settleDetachedWith({ error });
+          void settleDetachedWith({ error }).then(() => tellDetached({ error }));
           return;
         }
         // A timeout of an interceptor inside `@Idempotent()` (a `timeout()` written above it)
@@ -430,7 +449,9 @@ export function runOwned(
       complete: () => {
         settle(emitted);
         if (detached) {
-          settleDetachedWith({ value: result });
+          void settleDetachedWith({ value: result }).then((stored) =>
+            tellDetached(stored ? { values } : { error: new DetachedWorkRolledBackError() }),
+          );
         } else {
           subscriber.complete();
           shared?.resolve({ value: result, values });

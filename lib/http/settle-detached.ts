@@ -11,7 +11,8 @@ import { type RouteSettings } from './route-settings.js';
 /**
  * The handler settled after an outer interceptor had answered for it: its own answer is
  * committed with its effects now, for the retries to replay. One that failed is rolled back
- * and its key given back, so that a retry runs it again and gets its real answer.
+ * and its key given back, so that a retry runs it again and gets its real answer. Whether its
+ * effects committed, with its answer.
  */
 export async function settleDetached(
   tools: OwnerTools,
@@ -19,7 +20,7 @@ export async function settleDetached(
   fingerprint: Buffer,
   settings: RouteSettings,
   outcome: { value: unknown } | { error: unknown },
-): Promise<void> {
+): Promise<boolean> {
   const claim = context.claim!;
   const transaction = context.transaction!;
   try {
@@ -40,7 +41,7 @@ export async function settleDetached(
       (context.finished || (!settings.serialized && isPlainData(outcome.value)));
     if (!storable || !renderable) {
       await rollBackAndRelease(tools, context, 'timeout');
-      return;
+      return false;
     }
     const rendered =
       context.finished ??
@@ -50,7 +51,7 @@ export async function settleDetached(
     const plan = storePlan(answer.status, overflow, tools.options.storeIf);
     if (plan === 'not-stored') {
       await rollBackAndRelease(tools, context, 'store_if');
-      return;
+      return false;
     }
     const began = performance.now();
     const storeIn = plan === 'alone' ? await withoutEffects(transaction) : transaction;
@@ -65,12 +66,31 @@ export async function settleDetached(
       if (answer.status >= 500) {
         publish('storedError', () => ({ ...eventOf(context), status: answer.status }));
       }
-    } else {
-      tools.logger.warn(`key ${claim.key}: lease lost before the late answer was stored`);
-      publish('leaseLost', () => eventOf(context));
+      return true;
     }
+    tools.logger.warn(`key ${claim.key}: lease lost before the late answer was stored`);
+    publish('leaseLost', () => eventOf(context));
+    return false;
   } catch (error) {
     tools.logger.warn(`the late answer of key ${claim.key} was not stored: ${String(error)}`);
     await rollBackAndRelease(tools, context, classifyCommitError(error).code);
+    return false;
+  }
+}
+
+/**
+ * What a subscriber still listening to a detached run (an app that answered at once and runs
+ * the handler in the background) is told when the handler's value could not be stored with
+ * its work (a stream, a value that is not plain data, `storeIf`, the lease lost): the work was
+ * rolled back and the key given back, so the app's retry, or the client's, runs it again.
+ */
+export class DetachedWorkRolledBackError extends Error {
+  constructor() {
+    super(
+      "the handler's work, run after its request was answered, was rolled back: its value " +
+        'could not be stored as the key’s answer with it (a stream, a value that is not plain ' +
+        'data, storeIf, or the lease lost); the key is free and a retry runs it again',
+    );
+    this.name = 'DetachedWorkRolledBackError';
   }
 }
