@@ -205,7 +205,7 @@ describe.each<AdapterName>(['express', 'fastify'])(
       });
     });
 
-    it('the filter awaits its tracker: the audit chain\'s retry leaves the request\'s 402 stored', async () => {
+    it("the filter awaits its tracker: the audit chain's retry leaves the request's 402 stored", async () => {
       trackerMs = 300;
       expect(await check(`slow-${adapter}`)).toEqual({
         first: { status: 402, code: 'card_declined' },

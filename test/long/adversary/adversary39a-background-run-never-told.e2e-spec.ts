@@ -66,8 +66,7 @@ const delivered: unknown[] = [];
 const failed: unknown[] = [];
 let completed = 0;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-const is503 = (error: unknown) =>
-  (error as { getStatus?: () => number })?.getStatus?.() === 503;
+const is503 = (error: unknown) => (error as { getStatus?: () => number })?.getStatus?.() === 503;
 
 /** Accepts the request at once, does its work in the background, then sends a webhook. */
 @Injectable()
@@ -196,19 +195,22 @@ describe.each<AdapterName>(['express', 'fastify'])(
       });
     });
 
-    it.each([false, true])('@Idempotent(): the background subscriber is told (outage first: %s)', async (outage) => {
-      const ref = `keyed-${String(outage)}-${adapter}`;
-      expect(await check('/jobs', ref, outage)).toEqual({
-        first: 202,
-        // The handler's own answer, committed with its effects (the guide's row 198).
-        stored: ['done 202'],
-        calls: outage ? 2 : 1,
-        // The failed try rolled back under the library.
-        rows: 1,
-        delivered: [{ ref, done: true }],
-        failed: 0,
-        completed: 1,
-      });
-    });
+    it.each([false, true])(
+      '@Idempotent(): the background subscriber is told (outage first: %s)',
+      async (outage) => {
+        const ref = `keyed-${String(outage)}-${adapter}`;
+        expect(await check('/jobs', ref, outage)).toEqual({
+          first: 202,
+          // The handler's own answer, committed with its effects (the guide's row 198).
+          stored: ['done 202'],
+          calls: outage ? 2 : 1,
+          // The failed try rolled back under the library.
+          rows: 1,
+          delivered: [{ ref, done: true }],
+          failed: 0,
+          completed: 1,
+        });
+      },
+    );
   },
 );
