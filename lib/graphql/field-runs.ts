@@ -61,7 +61,7 @@ export function goesOnFrom(earlier: FieldRun | undefined): FieldRun | undefined 
 }
 
 /** The runs of a field's resolution, by its `info` (GraphQL makes one per resolution). */
-const runs = new WeakMap<object, FieldRun>();
+const runs = new WeakMap<object, FieldRun[]>();
 
 /**
  * Registers `run` as the latest run of the field resolution whose GraphQL `info` is `info`;
@@ -69,9 +69,28 @@ const runs = new WeakMap<object, FieldRun>();
  */
 export function startFieldRun(info: unknown, run: FieldRun): FieldRun | undefined {
   if (typeof info !== 'object' || info === null) return undefined;
-  const earlier = runs.get(info);
-  runs.set(info, run);
-  return earlier;
+  const all = runs.get(info);
+  if (!all) {
+    runs.set(info, [run]);
+    return undefined;
+  }
+  all.push(run);
+  return all[all.length - 2];
+}
+
+/**
+ * The run before `later` whose error `later` is the app's retry of (its chain, read as it
+ * subscribes, runs into that run's: `retriedBy`), if any: not always the latest, as an audit
+ * inside the app's retry subscribes again before the retry's own run does.
+ */
+export function retriedRun(
+  info: unknown,
+  later: FieldRun,
+  chain: readonly object[],
+): FieldRun | undefined {
+  if (typeof info !== 'object' || info === null) return undefined;
+  const all = runs.get(info) ?? [];
+  return [...all].reverse().find((run) => run !== later && run.retriedBy(chain));
 }
 
 /** The earlier run as a later one sees it, as it starts (see `laterRunStep`). */

@@ -23,7 +23,7 @@ import { markReplayed } from './replay-marker.js';
 import { calledKind, resolverProblem } from './resolver-placement.js';
 import { answerOf, problemThrown, runField } from './run-field.js';
 import { type ActiveClaim } from '../shapes/active-claim.js';
-import { FieldRun, goesOnFrom, laterRunStep, startFieldRun } from './field-runs.js';
+import { FieldRun, goesOnFrom, laterRunStep, retriedRun, startFieldRun } from './field-runs.js';
 import { pathOf, waitingFor } from './stored-at-answer.js';
 
 /** What the GraphQL steps take from the interceptor. */
@@ -48,12 +48,15 @@ export function interceptField(
   next: CallHandler,
 ): Observable<unknown> {
   const run = new FieldRun();
-  const earlier = goesOnFrom(startFieldRun(context.getArgs()[3], run));
+  const info = context.getArgs()[3];
+  const latest = goesOnFrom(startFieldRun(info, run));
   const claimed = (taken?: ActiveClaim) =>
     from(loadGraphql()).pipe(
       mergeMap((graphql) => fieldSteps(steps, settings, context, next, graphql, run, taken)),
     );
   return tracked(run, (chain) => {
+    // The run whose error this one retries, else the latest: a run goes on from it.
+    const earlier = retriedRun(info, run, chain) ?? latest;
     const seen = earlier && {
       ended: earlier.ended,
       left: earlier.left,
