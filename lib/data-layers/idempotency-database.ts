@@ -242,7 +242,7 @@ export class IdempotencyDatabase implements StoreDatabase {
    */
   transaction(joinable: boolean): RequestTransaction {
     const transaction = this.layer.transaction(this.timeoutMs, joinable, this.namedStatements);
-    transaction.serverLevel = this.serverLevel;
+    transaction.serverLevelNow = () => this.serverLevel;
     return transaction;
   }
 
@@ -253,7 +253,7 @@ export class IdempotencyDatabase implements StoreDatabase {
    */
   runInTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
     const transaction = this.layer.transaction(this.timeoutMs, true, false);
-    transaction.serverLevel = this.serverLevel;
+    transaction.serverLevelNow = () => this.serverLevel;
     return runInOwnTransaction(transaction, work);
   }
 
@@ -316,8 +316,14 @@ export class IdempotencyDatabase implements StoreDatabase {
         }).catch(async (error: unknown) => {
           throw await this.lastingReadOnly(client, error);
         });
+        // Its COMMIT answered past the deadline has committed what the statement did (a key
+        // claimed, after its caller was told 503): handed to `late` as the statement's own
+        // answer would be in autocommit, for the caller to undo; cancelled meanwhile, as a
+        // bookkeeping statement is (a claim is no answer a standby must hold).
         if (named) {
-          await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs, { commits: true });
+          await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs, {
+            late: late && (() => late(result)),
+          });
         }
         return result;
       });

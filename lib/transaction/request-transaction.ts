@@ -153,9 +153,15 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    * The level PostgreSQL gives a transaction begun without one: `default_transaction_isolation`
    * of the database, role or connection (`IdempotencyDatabase` reads it once). A default above
    * READ COMMITTED is such a transaction as much as a level the route asks for: its reads must
-   * be in it, and the claim's renewals too.
+   * be in it, and the claim's renewals too. Read when asked, not when it was made: a
+   * transaction made before the database was first reached (down at start-up) learns it with
+   * its claim (adversary 39c: a oneCommit claim in a plain BEGIN at SERIALIZABLE).
    */
-  serverLevel?: IsolationLevel;
+  get serverLevel(): IsolationLevel | undefined {
+    return this.serverLevelNow?.();
+  }
+  /** Where `serverLevel` is read from (the app's database, once it has asked). */
+  serverLevelNow?: () => IsolationLevel | undefined;
   /** The level its `BEGIN` was sent with (else the server's, if known), once sent. */
   protected begunAt?: IsolationLevel;
   /** A refused attempt of its code to end it: it can then only roll back. */
