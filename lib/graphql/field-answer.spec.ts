@@ -88,6 +88,20 @@ describe('fieldError', () => {
       { kind: 'error', message: 'pay', extensions: { code: 'PAY' }, statusCode: 402 },
     ],
     ['a thrown string', 'nope', { kind: 'error', message: 'nope' }],
+    [
+      'a driver error’s own code and constraint',
+      Object.assign(new Error('duplicate key value'), {
+        code: '23505',
+        constraint: 'transfers_ref_key',
+        detail: undefined,
+        cause: new Error('inner'),
+      }),
+      {
+        kind: 'error',
+        message: 'duplicate key value',
+        props: { code: '23505', constraint: 'transfers_ref_key' },
+      },
+    ],
   ])('keeps %s', (_name, thrown, expected) => {
     expect(fieldError(thrown)).toEqual(expected);
   });

@@ -39,6 +39,11 @@ export interface FieldError {
   httpHeaders?: [string, string][];
   /** The error's own `statusCode` (Mercurius' `ErrorWithProps`), the answer's HTTP status. */
   statusCode?: number;
+  /**
+   * Its other own properties of plain values (a driver's `code`, `constraint`, `detail`): an
+   * app's `formatError` that maps a unique violation by `code === '23505'` maps the replay too.
+   */
+  props?: Record<string, string | number | boolean>;
 }
 
 /**
@@ -124,6 +129,9 @@ export function fieldError(thrown: unknown): FieldError {
   const statusCode = (thrown as { statusCode?: unknown }).statusCode;
   if (typeof statusCode === 'number') error.statusCode = statusCode;
   const http = httpExceptionOf(thrown);
+  // An `HttpException` is made again of its response and status alone.
+  const props = http ? undefined : plainPropsOf(thrown);
+  if (props) error.props = props;
   if (http) {
     error.kind = 'http';
     error.http = http;
@@ -154,4 +162,21 @@ function httpExceptionOf(error: Error): FieldError['http'] {
   if (typeof status !== 'number') return undefined;
   const response = (candidate.getResponse as () => unknown).call(error);
   return { status, response: jsonCopy(response ?? null) };
+}
+
+/** What `FieldError.props` keeps: the error's own properties, other than those stored apart. */
+const STORED_APART = new Set(['message', 'name', 'stack', 'extensions', 'statusCode']);
+
+/** An error's own enumerable properties of plain values (strings, finite numbers, booleans). */
+function plainPropsOf(thrown: Error): Record<string, string | number | boolean> | undefined {
+  let props: Record<string, string | number | boolean> | undefined;
+  for (const [name, value] of Object.entries(thrown)) {
+    if (STORED_APART.has(name)) continue;
+    const plain =
+      typeof value === 'string' ||
+      typeof value === 'boolean' ||
+      (typeof value === 'number' && Number.isFinite(value));
+    if (plain) (props ??= {})[name] = value;
+  }
+  return props;
 }

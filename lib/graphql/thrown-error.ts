@@ -1,3 +1,4 @@
+import * as nestCommon from '@nestjs/common';
 import { HttpException } from '@nestjs/common';
 import { type FieldError } from './field-answer.js';
 import { type GraphqlModule } from './graphql-module.js';
@@ -20,8 +21,21 @@ export function thrownError(stored: FieldError, graphql: GraphqlModule): Error {
           stored.http.status,
         )
       : new Error(stored.message);
+  // Thrown first as one of Nest's own exceptions (`ConflictException`): of that class again,
+  // so that a filter that catches it (`@Catch(ConflictException)`) catches the replay too. An
+  // app's own subclass cannot be made again: its filter is told as `HttpException`'s.
+  if (error instanceof HttpException && stored.name) {
+    const nestClass = nestExceptionClass(stored.name);
+    if (nestClass) Object.setPrototypeOf(error, nestClass.prototype);
+  }
   error.message = stored.message;
   if (stored.name) error.name = stored.name;
+  if (stored.props) {
+    // Never over what an `HttpException` is made of (its response and status).
+    for (const [name, value] of Object.entries(stored.props)) {
+      if (!(name in error)) Object.assign(error, { [name]: value });
+    }
+  }
   if (extensions) Object.assign(error, { extensions });
   // Mercurius answers with the first error's statusCode.
   if (stored.statusCode !== undefined) Object.assign(error, { statusCode: stored.statusCode });
@@ -36,4 +50,14 @@ function withHttpHeaders(stored: FieldError): Record<string, unknown> | undefine
     typeof extensions.http === 'object' && extensions.http !== null ? extensions.http : {};
   extensions.http = { ...http, headers: new Map(stored.httpHeaders) };
   return extensions;
+}
+
+/** One of `@nestjs/common`'s `HttpException` classes, by its name, if it is one. */
+function nestExceptionClass(name: string): (new (...args: never[]) => HttpException) | undefined {
+  const exported = (nestCommon as Record<string, unknown>)[name];
+  return typeof exported === 'function' &&
+    exported !== HttpException &&
+    (exported as { prototype?: unknown }).prototype instanceof HttpException
+    ? (exported as new (...args: never[]) => HttpException)
+    : undefined;
 }
