@@ -4,6 +4,7 @@ import { applyDecorators, RequestMethod, SetMetadata, UseInterceptors } from '@n
 import { isObservable } from 'rxjs';
 import { METHOD_METADATA } from '@nestjs/common/constants.js';
 import { IDEMPOTENT_ROUTE_OPTIONS } from './shapes/idempotency.constants.js';
+import { IdempotencyHandlerRetriedInsideError } from './shapes/idempotency.errors.js';
 import { declaredKind } from './graphql/resolver-placement.js';
 import {
   currentIdempotencyContext,
@@ -67,6 +68,11 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
       insideHandler: insideHandler.getStore() === true,
       answeredWithObservable: context?.handlerAnsweredWithObservable === true,
     });
+    // Called again by an interceptor inside `@Idempotent()` (a `retry()` written above it)
+    // after the failed try wrote: its writes would commit with the next try's answer.
+    if (own && context?.handlerStarted && context.transaction?.begun) {
+      throw new IdempotencyHandlerRetriedInsideError(context.route);
+    }
     context?.startHandler();
     let result = insideHandler.run(true, () => handler.apply(this, args));
     // Another thenable than a native Promise (a query builder returned unawaited: Drizzle's,

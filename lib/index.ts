@@ -67,6 +67,7 @@ export {
   IdempotencyStoredResponseUnreadableError,
   IdempotencyTransactionAbortedError,
   IdempotencyCursorOpenError,
+  IdempotencyHandlerRetriedInsideError,
   RetryLaterError,
   TransientDatabaseError,
   PermanentDatabaseError,

@@ -21,6 +21,10 @@ const STATUS_BY_CODE: Record<IdempotencyError['code'], [number, string]> = {
   retry_later: [HttpStatus.SERVICE_UNAVAILABLE, 'Retry later'],
   transaction_aborted: [HttpStatus.INTERNAL_SERVER_ERROR, 'Transaction aborted'],
   cursor_open: [HttpStatus.INTERNAL_SERVER_ERROR, 'Statement behind an open cursor'],
+  handler_retried_inside: [
+    HttpStatus.INTERNAL_SERVER_ERROR,
+    'Handler called again inside @Idempotent()',
+  ],
   response_too_large: [HttpStatus.INTERNAL_SERVER_ERROR, 'Response too large to store'],
   stored_response_unreadable: [HttpStatus.INTERNAL_SERVER_ERROR, 'Stored response unreadable'],
 };

@@ -18,6 +18,7 @@ export type IdempotencyErrorCode =
   | 'database_permanent'
   | 'transaction_aborted'
   | 'cursor_open'
+  | 'handler_retried_inside'
   | 'response_too_large'
   | 'stored_response_unreadable';
 
@@ -229,6 +230,28 @@ export class IdempotencyTransactionAbortedError extends IdempotencyError {
         'committed or stored. Retrying runs the request again.',
     );
     this.name = 'IdempotencyTransactionAbortedError';
+  }
+}
+
+/**
+ * An interceptor inside `@Idempotent()` (one written above it on the method: a `retry()`)
+ * called the route's handler again after its first call had written in the request's
+ * transaction. Those writes cannot be undone apart from the rest of the request, so the try
+ * that failed would commit its effects with the next try's answer (a double effect): the
+ * request rolled back instead, and nothing was stored. A retry meets the same refusal until the
+ * decorators change, so this is a 500, not a 503.
+ */
+export class IdempotencyHandlerRetriedInsideError extends IdempotencyError {
+  readonly code = 'handler_retried_inside';
+  constructor(readonly route: string | undefined) {
+    super(
+      `An interceptor inside @Idempotent()${route ? ` on ${route}` : ''} called the handler ` +
+        "again after it had written in the request's transaction, where the failed try's " +
+        'writes cannot be undone apart; the request rolled back and nothing was committed or ' +
+        'stored. Write @Idempotent() above your retry interceptor (outside it), so that each ' +
+        'try runs in a transaction of its own.',
+    );
+    this.name = 'IdempotencyHandlerRetriedInsideError';
   }
 }
 

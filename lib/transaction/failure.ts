@@ -1,5 +1,6 @@
 import {
   IdempotencyCursorOpenError,
+  IdempotencyHandlerRetriedInsideError,
   IdempotencyError,
   IdempotencyLeaseLostError,
   IdempotencyStoreMisconfiguredError,
@@ -63,6 +64,8 @@ export function classifyHandlerError(error: unknown): Failure {
   ) {
     return { kind: 'retry', error };
   }
+  // The handler called again inside `@Idempotent()` after it wrote: rolled back, not stored.
+  if (error instanceof IdempotencyHandlerRetriedInsideError) return { kind: 'retry', error };
   // A refusal of the seam's: the request rolls back and answers it; nothing is stored.
   if (error instanceof CursorOpenRefusedError) {
     return { kind: 'retry', error: new IdempotencyCursorOpenError(error) };
@@ -118,6 +121,7 @@ export function isPassing(failure: Failure): boolean {
   return (
     failure.kind === 'retry' &&
     !(failure.error instanceof PermanentDatabaseError) &&
-    !(failure.error instanceof IdempotencyCursorOpenError)
+    !(failure.error instanceof IdempotencyCursorOpenError) &&
+    !(failure.error instanceof IdempotencyHandlerRetriedInsideError)
   );
 }

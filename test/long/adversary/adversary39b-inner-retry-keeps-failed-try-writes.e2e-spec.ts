@@ -152,7 +152,8 @@ describe.each(GRAPHQL_DRIVERS)('adversary 39b: a retry inside @Idempotent(), on 
       ref,
     ]);
     return {
-      answer: (answer.body as { data: Record<string, unknown> }).data[field],
+      errors: (answer.body as { errors?: unknown }).errors,
+      answer: (answer.body as { data?: Record<string, unknown> | null }).data?.[field],
       ran: calls[ref],
       kept: (rows.rows[0] as { n: number }).n,
     };
@@ -160,17 +161,23 @@ describe.each(GRAPHQL_DRIVERS)('adversary 39b: a retry inside @Idempotent(), on 
 
   it('control: the retry written below @Idempotent() (outside): the failed try rolled back, one ledger row', async () => {
     expect(await run('payOutside')).toEqual({
+      errors: undefined,
       answer: { ref: `${driver}-payOutside` },
       ran: 2,
       kept: 1,
     });
   });
 
-  it('the retry written above @Idempotent() (inside): the failed try must leave no ledger row', async () => {
-    expect(await run('payInside')).toEqual({
-      answer: { ref: `${driver}-payInside` },
-      ran: 2,
-      kept: 1,
+  // The header's second outcome: the failed try's writes cannot be undone apart from the
+  // request's transaction, so the library refuses the second call (handler_retried_inside, a
+  // 500 that says to write @Idempotent() above the retry): rolled back, nothing stored.
+  it('the retry written above @Idempotent() (inside): refused, the failed try leaves no ledger row', async () => {
+    const seen = await run('payInside');
+    expect({ answer: seen.answer ?? null, ran: seen.ran, kept: seen.kept }).toEqual({
+      answer: null,
+      ran: 1,
+      kept: 0,
     });
+    expect(JSON.stringify(seen.errors)).toContain('handler_retried_inside');
   });
 });
