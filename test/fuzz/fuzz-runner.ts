@@ -517,7 +517,10 @@ function checkAnswer(
           ? undefined
           : `final answer ${show(final)}, the model wants the handler's error`;
       }
-      return final.status === model.status
+      // A handler's 500 is not the library's 500 transaction_aborted (same status).
+      return final.status === model.status &&
+        final.code !== 'transaction_aborted' &&
+        !final.body.includes('transaction_aborted')
         ? undefined
         : `final answer ${show(final)}, the model wants the handler's ${model.status}`;
     case 'aborted':
