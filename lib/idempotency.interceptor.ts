@@ -298,6 +298,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return follow(retried ?? earlier)
         .pipe(
           finalize(() => {
+            run.gone = true;
             if (!claiming) run.claimDecided(steppedAside ?? following.claimed);
           }),
         )

@@ -46,6 +46,21 @@ function noteObservableAnswer(context: IdempotencyContext, result: unknown): voi
 }
 
 /**
+ * Notes when a try's outcome settles: a native Promise once it does; anything else at once (an
+ * Observable's work is cancelled with the subscription a retry replaces).
+ */
+function noteSettled(thisTry: { settled: boolean }, result: unknown): void {
+  if (!(result instanceof Promise)) {
+    thisTry.settled = true;
+    return;
+  }
+  const settle = () => {
+    thisTry.settled = true;
+  };
+  result.then(settle, settle);
+}
+
+/**
  * Marks the moment the handler itself starts, after guards, interceptors and pipes. Nest runs
  * interceptors before pipes, so without this mark a `ValidationPipe` 400 would look like the
  * handler's answer and be stored; with it, a request that fails before its handler runs gives
@@ -68,13 +83,27 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
       insideHandler: insideHandler.getStore() === true,
       answeredWithObservable: context?.handlerAnsweredWithObservable === true,
     });
-    // Called again by an interceptor inside `@Idempotent()` (a `retry()` written above it)
-    // after the failed try wrote: its writes would commit with the next try's answer.
-    if (own && context?.handlerStarted && context.transaction?.begun) {
+    // Called again, from outside itself, by an interceptor inside `@Idempotent()` (a
+    // `retry()` written above it; an Observable answer's retry calls it again too): refused
+    // while the try before it may still run (a `timeout()` gave up on it) or once the
+    // request's transaction holds its statements, which would commit with the next try's
+    // answer. A try that failed before it sent any runs again.
+    const lastTry = context?.lastTry;
+    const again = lastTry?.method === handler && insideHandler.getStore() !== true;
+    if (context && again && (!lastTry.settled || context.transaction?.begun)) {
       throw new IdempotencyHandlerRetriedInsideError(context.route);
     }
     context?.startHandler();
-    let result = insideHandler.run(true, () => handler.apply(this, args));
+    const thisTry = own || again ? { method: handler, settled: false } : undefined;
+    if (context && thisTry) context.lastTry = thisTry;
+    let result: unknown;
+    try {
+      result = insideHandler.run(true, () => handler.apply(this, args));
+    } catch (error) {
+      if (thisTry) thisTry.settled = true;
+      throw error;
+    }
+    if (thisTry) noteSettled(thisTry, result);
     // Another thenable than a native Promise (a query builder returned unawaited: Drizzle's,
     // Kysely's) runs its work in each `then()`: made a Promise here, once, so that Nest's await
     // and the library's wait for the outcome (an inner timeout) share one run of it.

@@ -8,6 +8,8 @@ interface RunShape {
   handedOn?: boolean;
   /** A later run already retried it. */
   retried?: boolean;
+  /** Its subscriber is gone. */
+  gone?: boolean;
   /** The later run's chain runs into this run's error chain. */
   retriedNow?: boolean;
 }
@@ -18,6 +20,7 @@ function runsOf(shapes: RunShape[]): { all: RequestRun[]; later: RequestRun } {
     const run = all[index];
     if (shape.joined !== undefined) run.joined = all[shape.joined];
     run.retried = shape.retried ?? false;
+    run.gone = shape.gone ?? false;
     Object.defineProperty(run, 'handedOn', { get: () => shape.handedOn ?? false });
     run.retriedBy = () => shape.retriedNow ?? false;
   });
@@ -39,7 +42,10 @@ describe('retryTarget: the failed run a later run may run the handler again for'
     ],
     [
       'the owner retried, an audit joined but left before the error: the owner',
-      [{ handedOn: true, retriedNow: true }, { joined: 0 }],
+      [
+        { handedOn: true, retriedNow: true },
+        { joined: 0, gone: true },
+      ],
       0,
     ],
     [
@@ -54,6 +60,15 @@ describe('retryTarget: the failed run a later run may run the handler again for'
         { joined: 0, handedOn: true, retriedNow: true },
       ],
       0,
+    ],
+    [
+      'an audit’s retry while a run that joined the owner still waits to be told: told',
+      [
+        { handedOn: true, retried: true },
+        { joined: 0 },
+        { joined: 0, handedOn: true, retriedNow: true },
+      ],
+      undefined,
     ],
     ['the owner’s error not handed on yet: told', [{ retriedNow: true }], undefined],
   ])('%s', (_name, shapes, expected) => {

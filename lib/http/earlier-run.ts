@@ -44,6 +44,8 @@ export class RequestRun extends ErrorHandOff {
   joined?: RequestRun;
   /** A later run was made by the operator of the app's that took this run's error. */
   retried = false;
+  /** Its subscriber is gone (answered, failed or unsubscribed). */
+  gone = false;
 
   constructor() {
     super();
@@ -112,7 +114,11 @@ export function retryTarget(
   if (!retried) return undefined;
   retried.retried = true;
   const owner = retried.joined ?? retried;
-  const carriers = all.filter((run) => run === owner || (run.joined === owner && run.handedOn));
+  // A run that joined the owner and still listens will be told the error (a sync retry of
+  // another subscription may come first): it carries it too.
+  const carriers = all.filter(
+    (run) => run === owner || (run.joined === owner && (run.handedOn || !run.gone)),
+  );
   return carriers.every((run) => run.handedOn && run.retried) ? owner : undefined;
 }
 

@@ -114,8 +114,11 @@ export function runOwned(
   let gaveBack = false;
   /** What the handler came to, for a run of the request beside this one (see `run.outcome`). */
   let shared: { promise: Promise<RunOutcome>; resolve: (outcome: RunOutcome) => void } | undefined;
-  /** Once a detached handler settled: its answer stored with its effects, or rolled back. */
-  let detachedSettled: Promise<unknown> | undefined;
+  /**
+   * Once a detached handler settled: its value, stored with its effects as the key's answer;
+   * or, rolled back, the key to claim again.
+   */
+  let detachedSettled: Promise<RunOutcome> | undefined;
   /** The timeout that detached it (inside `@Idempotent()`): this request's answer meanwhile. */
   let timedOut: { error: unknown } | undefined;
   /** The error the handler's failure was handed on as, once the app's filters may get it. */
@@ -133,8 +136,13 @@ export function runOwned(
   /** Detached: a run beside this one claims again once the handler's work is settled. */
   const settleDetachedWith = (outcome: { value: unknown } | { error: unknown }) => {
     const stored = settleDetached(tools, context, fingerprint, settings, outcome);
-    detachedSettled = stored;
-    void stored.then(() => shared?.resolve({ claimAgain: true }));
+    detachedSettled = stored.then((committed) => {
+      // Its value committed as the key's answer: a run beside this one (a background retry
+      // after a timeout of its own) answers it, as a replay would. Else it claims again.
+      if (committed && 'value' in outcome) return { value: outcome.value, values };
+      return { claimAgain: true } as const;
+    });
+    void detachedSettled.then((came) => shared?.resolve(came));
     return stored;
   };
   /**
@@ -318,7 +326,7 @@ export function runOwned(
       // from outside while it goes on): the other run claims again once that is done, and
       // then claims the key, or replays what the detached handler stored, never meets it.
       if (givingBack) return givingBack.then(() => ({ claimAgain: true }));
-      if (detachedSettled) return detachedSettled.then(() => ({ claimAgain: true }));
+      if (detachedSettled) return detachedSettled;
       // Timed out while its handler goes on: an app's retry of the request times out too (it
       // would, running the handler again), rather than wait without a bound for that handler.
       if (timedOut) return Promise.resolve(timedOut);

@@ -235,9 +235,10 @@ export class IdempotencyTransactionAbortedError extends IdempotencyError {
 
 /**
  * An interceptor inside `@Idempotent()` (one written above it on the method: a `retry()`)
- * called the route's handler again after its first call had written in the request's
- * transaction. Those writes cannot be undone apart from the rest of the request, so the try
- * that failed would commit its effects with the next try's answer (a double effect): the
+ * called the route's handler again while its try before still ran (a `timeout()` gave up on
+ * it) or after that try had sent statements in the request's transaction. Its work cannot be
+ * undone apart from the rest of the request, so it would commit with the next try's answer
+ * (a double effect): the
  * request rolled back instead, and nothing was stored. A retry meets the same refusal until the
  * decorators change, so this is a 500, not a 503.
  */
@@ -246,10 +247,10 @@ export class IdempotencyHandlerRetriedInsideError extends IdempotencyError {
   constructor(readonly route: string | undefined) {
     super(
       `An interceptor inside @Idempotent()${route ? ` on ${route}` : ''} called the handler ` +
-        "again after it had written in the request's transaction, where the failed try's " +
-        'writes cannot be undone apart; the request rolled back and nothing was committed or ' +
-        'stored. Write @Idempotent() above your retry interceptor (outside it), so that each ' +
-        'try runs in a transaction of its own.',
+        "again while its try before was still running or had sent statements in the request's " +
+        "transaction, where that try's work cannot be undone apart; the request rolled back " +
+        'and nothing was committed or stored. Write @Idempotent() above your retry interceptor ' +
+        '(outside it), so that each try runs in a transaction of its own.',
     );
     this.name = 'IdempotencyHandlerRetriedInsideError';
   }

@@ -27,6 +27,12 @@ export class IdempotencyContext {
    * `isOwnCall`).
    */
   handlerAnsweredWithObservable = false;
+  /**
+   * The latest try of the route's handler: the method called (a call of it again, from
+   * outside it, is a retry of an interceptor inside `@Idempotent()`), and whether its outcome
+   * has settled (a try timed out by such an interceptor may still be running).
+   */
+  lastTry?: { method: unknown; settled: boolean };
   /** `Controller.handler`, as the events name the route. */
   route = '';
   /**

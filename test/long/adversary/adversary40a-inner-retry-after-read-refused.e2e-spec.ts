@@ -91,66 +91,86 @@ class ChargesController {
   }
 }
 
-describe.each(ADAPTERS)('adversary 40a: a retry inside @Idempotent() after a read, on %s', (adapter) => {
-  let fixture: PoolApp;
+describe.each(ADAPTERS)(
+  'adversary 40a: a retry inside @Idempotent() after a read, on %s',
+  (adapter) => {
+    let fixture: PoolApp;
 
-  beforeAll(async () => {
-    @Module({
-      imports: [IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) })],
-      controllers: [ChargesController],
-    })
-    class ChargesModule {}
-    fixture = await startPoolApp(`adv40a_readretry_${adapter}`, {
-      module: ChargesModule,
-      adapter,
-      max: 4,
-      usePool: (started) => (pool = started),
-      setup: async (owner) => {
-        await owner.query('CREATE TABLE ledger (id serial PRIMARY KEY, ref text NOT NULL)');
-        await owner.query('CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL)');
-        await owner.query('INSERT INTO accounts VALUES (1, 100)');
-      },
+    beforeAll(async () => {
+      @Module({
+        imports: [
+          IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) }),
+        ],
+        controllers: [ChargesController],
+      })
+      class ChargesModule {}
+      fixture = await startPoolApp(`adv40a_readretry_${adapter}`, {
+        module: ChargesModule,
+        adapter,
+        max: 4,
+        usePool: (started) => (pool = started),
+        setup: async (owner) => {
+          await owner.query('CREATE TABLE ledger (id serial PRIMARY KEY, ref text NOT NULL)');
+          await owner.query('CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL)');
+          await owner.query('INSERT INTO accounts VALUES (1, 100)');
+        },
+      });
+    }, 60_000);
+
+    afterAll(async () => {
+      await fixture?.close();
     });
-  }, 60_000);
 
-  afterAll(async () => {
-    await fixture?.close();
-  });
+    async function run(way: 'read-first' | 'provider-first') {
+      const ref = `${adapter}-${way}`;
+      const answer = await request(fixture.app.getHttpServer())
+        .post(`/charges/${way}/${ref}`)
+        .set('Idempotency-Key', ref)
+        .send({});
+      const rows = await fixture.admin.query(
+        'SELECT count(*)::int AS n FROM ledger WHERE ref = $1',
+        [ref],
+      );
+      return {
+        status: answer.status,
+        body: answer.body as unknown,
+        ran: calls[ref],
+        kept: (rows.rows[0] as { n: number }).n,
+      };
+    }
 
-  async function run(way: 'read-first' | 'provider-first') {
-    const ref = `${adapter}-${way}`;
-    const answer = await request(fixture.app.getHttpServer())
-      .post(`/charges/${way}/${ref}`)
-      .set('Idempotency-Key', ref)
-      .send({});
-    const rows = await fixture.admin.query('SELECT count(*)::int AS n FROM ledger WHERE ref = $1', [
-      ref,
-    ]);
-    return {
-      status: answer.status,
-      body: answer.body as unknown,
-      ran: calls[ref],
-      kept: (rows.rows[0] as { n: number }).n,
-    };
-  }
-
-  it('control: the first try failed before touching the database: the retry pays, once', async () => {
-    const ref = `${adapter}-provider-first`;
-    expect(await run('provider-first')).toEqual({
-      status: 201,
-      body: { ref, balance: 100 },
-      ran: 2,
-      kept: 1,
+    it('control: the first try failed before touching the database: the retry pays, once', async () => {
+      const ref = `${adapter}-provider-first`;
+      expect(await run('provider-first')).toEqual({
+        status: 201,
+        body: { ref, balance: 100 },
+        ran: 2,
+        kept: 1,
+      });
     });
-  });
 
-  it('the first try only read, then failed: the retry pays, once (it wrote nothing)', async () => {
-    const ref = `${adapter}-read-first`;
-    expect(await run('read-first')).toEqual({
-      status: 201,
-      body: { ref, balance: 100 },
-      ran: 2,
-      kept: 1,
+    // Stated (docs/guides/transactions.md, problems.md): a try that sent any statement in the
+    // request's transaction (a locking read opens it: its locks are held there) is not retried
+    // inside @Idempotent(); the guide and the error say "sent statements", not "wrote". Refused
+    // with the remedy, nothing stored, the handler not run again.
+    it.skip('the first try only read, then failed: the retry pays, once (it wrote nothing)', async () => {
+      const ref = `${adapter}-read-first`;
+      expect(await run('read-first')).toEqual({
+        status: 201,
+        body: { ref, balance: 100 },
+        ran: 2,
+        kept: 1,
+      });
     });
-  });
-});
+
+    it('the first try only read (FOR UPDATE), then failed: refused with the remedy, nothing kept', async () => {
+      const seen = await run('read-first');
+      expect({
+        status: seen.status,
+        code: (seen.body as { code?: string }).code,
+        ran: seen.ran,
+        kept: seen.kept,
+      }).toEqual({ status: 500, code: 'handler_retried_inside', ran: 1, kept: 0 });
+    });
+  },
+);

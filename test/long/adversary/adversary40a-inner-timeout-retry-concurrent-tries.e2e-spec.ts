@@ -82,67 +82,72 @@ class PaymentsController {
   }
 }
 
-describe.each(ADAPTERS)('adversary 40a: timeout() then retry() inside @Idempotent(), on %s', (adapter) => {
-  let fixture: PoolApp;
+describe.each(ADAPTERS)(
+  'adversary 40a: timeout() then retry() inside @Idempotent(), on %s',
+  (adapter) => {
+    let fixture: PoolApp;
 
-  beforeAll(async () => {
-    @Module({
-      imports: [IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) })],
-      controllers: [PaymentsController],
-    })
-    class PaymentsModule {}
-    fixture = await startPoolApp(`adv40a_timeoutretry_${adapter}`, {
-      module: PaymentsModule,
-      adapter,
-      max: 4,
-      usePool: (started) => (pool = started),
-      setup: async (owner) => {
-        await owner.query(
-          'CREATE TABLE ledger (id serial PRIMARY KEY, ref text NOT NULL, attempt int NOT NULL)',
-        );
-      },
+    beforeAll(async () => {
+      @Module({
+        imports: [
+          IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) }),
+        ],
+        controllers: [PaymentsController],
+      })
+      class PaymentsModule {}
+      fixture = await startPoolApp(`adv40a_timeoutretry_${adapter}`, {
+        module: PaymentsModule,
+        adapter,
+        max: 4,
+        usePool: (started) => (pool = started),
+        setup: async (owner) => {
+          await owner.query(
+            'CREATE TABLE ledger (id serial PRIMARY KEY, ref text NOT NULL, attempt int NOT NULL)',
+          );
+        },
+      });
+    }, 60_000);
+
+    afterAll(async () => {
+      await fixture?.close();
     });
-  }, 60_000);
 
-  afterAll(async () => {
-    await fixture?.close();
-  });
+    async function run(way: 'inside' | 'outside') {
+      const ref = `${adapter}-${way}`;
+      const first = await request(fixture.app.getHttpServer())
+        .post(`/payments/${way}/${ref}`)
+        .set('Idempotency-Key', ref)
+        .send({});
+      // Everything settled: the timed-out try's provider call is long over.
+      await sleep(800);
+      const again = await request(fixture.app.getHttpServer())
+        .post(`/payments/${way}/${ref}`)
+        .set('Idempotency-Key', ref)
+        .send({});
+      const rows = await fixture.admin.query<{ attempt: number }>(
+        'SELECT attempt FROM ledger WHERE ref = $1 ORDER BY id',
+        [ref],
+      );
+      return {
+        first: first.status,
+        again: again.status,
+        kept: rows.rows.map((row) => row.attempt),
+      };
+    }
 
-  async function run(way: 'inside' | 'outside') {
-    const ref = `${adapter}-${way}`;
-    const first = await request(fixture.app.getHttpServer())
-      .post(`/payments/${way}/${ref}`)
-      .set('Idempotency-Key', ref)
-      .send({});
-    // Everything settled: the timed-out try's provider call is long over.
-    await sleep(800);
-    const again = await request(fixture.app.getHttpServer())
-      .post(`/payments/${way}/${ref}`)
-      .set('Idempotency-Key', ref)
-      .send({});
-    const rows = await fixture.admin.query<{ attempt: number }>(
-      'SELECT attempt FROM ledger WHERE ref = $1 ORDER BY id',
-      [ref],
-    );
-    return {
-      first: first.status,
-      again: again.status,
-      kept: rows.rows.map((row) => row.attempt),
-    };
-  }
+    it('control: the timeout and retry outside @Idempotent(): one ledger row', async () => {
+      const seen = await run('outside');
+      expect(seen.kept).toHaveLength(1);
+      // (Its first answer is the retry's own timeout, a 500: the documented outer-timeout answer.)
+      expect(seen.again).toBe(201);
+    });
 
-  it('control: the timeout and retry outside @Idempotent(): one ledger row', async () => {
-    const seen = await run('outside');
-    expect(seen.kept).toHaveLength(1);
-    // (Its first answer is the retry's own timeout, a 500: the documented outer-timeout answer.)
-    expect(seen.again).toBe(201);
-  });
-
-  it('inside @Idempotent(): one ledger row under the key, never both tries', async () => {
-    const seen = await run('inside');
-    // Refused (nothing kept) or one try's effect; never both.
-    // (Seen: both tries' rows, `[2, 1]`, committed with the key's one answer.)
-    const kept = seen.kept.length <= 1 ? 'at most one' : seen.kept;
-    expect({ ...seen, kept }).toEqual({ ...seen, kept: 'at most one' });
-  });
-});
+    it('inside @Idempotent(): one ledger row under the key, never both tries', async () => {
+      const seen = await run('inside');
+      // Refused (nothing kept) or one try's effect; never both.
+      // (Seen: both tries' rows, `[2, 1]`, committed with the key's one answer.)
+      const kept = seen.kept.length <= 1 ? 'at most one' : seen.kept;
+      expect({ ...seen, kept }).toEqual({ ...seen, kept: 'at most one' });
+    });
+  },
+);

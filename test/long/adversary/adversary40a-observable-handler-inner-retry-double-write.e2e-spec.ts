@@ -87,61 +87,67 @@ class PaymentsController {
   }
 }
 
-describe.each(ADAPTERS)('adversary 40a: an Observable handler retried inside @Idempotent(), on %s', (adapter) => {
-  let fixture: PoolApp;
+describe.each(ADAPTERS)(
+  'adversary 40a: an Observable handler retried inside @Idempotent(), on %s',
+  (adapter) => {
+    let fixture: PoolApp;
 
-  beforeAll(async () => {
-    @Module({
-      imports: [IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) })],
-      controllers: [PaymentsController],
-    })
-    class PaymentsModule {}
-    fixture = await startPoolApp(`adv40a_obsretry_${adapter}`, {
-      module: PaymentsModule,
-      adapter,
-      max: 4,
-      usePool: (started) => (pool = started),
-      setup: async (owner) => {
-        await owner.query('CREATE TABLE ledger (id serial PRIMARY KEY, ref text NOT NULL)');
-      },
+    beforeAll(async () => {
+      @Module({
+        imports: [
+          IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) }),
+        ],
+        controllers: [PaymentsController],
+      })
+      class PaymentsModule {}
+      fixture = await startPoolApp(`adv40a_obsretry_${adapter}`, {
+        module: PaymentsModule,
+        adapter,
+        max: 4,
+        usePool: (started) => (pool = started),
+        setup: async (owner) => {
+          await owner.query('CREATE TABLE ledger (id serial PRIMARY KEY, ref text NOT NULL)');
+        },
+      });
+    }, 60_000);
+
+    afterAll(async () => {
+      await fixture?.close();
     });
-  }, 60_000);
 
-  afterAll(async () => {
-    await fixture?.close();
-  });
+    async function run(way: 'observable' | 'promise') {
+      const ref = `${adapter}-${way}`;
+      const answer = await request(fixture.app.getHttpServer())
+        .post(`/payments/${way}/${ref}`)
+        .set('Idempotency-Key', ref)
+        .send({});
+      const rows = await fixture.admin.query(
+        'SELECT count(*)::int AS n FROM ledger WHERE ref = $1',
+        [ref],
+      );
+      return {
+        status: answer.status,
+        code: (answer.body as { code?: string }).code,
+        ran: calls[ref],
+        kept: (rows.rows[0] as { n: number }).n,
+      };
+    }
 
-  async function run(way: 'observable' | 'promise') {
-    const ref = `${adapter}-${way}`;
-    const answer = await request(fixture.app.getHttpServer())
-      .post(`/payments/${way}/${ref}`)
-      .set('Idempotency-Key', ref)
-      .send({});
-    const rows = await fixture.admin.query('SELECT count(*)::int AS n FROM ledger WHERE ref = $1', [
-      ref,
-    ]);
-    return {
-      status: answer.status,
-      code: (answer.body as { code?: string }).code,
-      ran: calls[ref],
-      kept: (rows.rows[0] as { n: number }).n,
-    };
-  }
-
-  it('control: a Promise answer retried inside is refused after the first try wrote, nothing kept', async () => {
-    const seen = await run('promise');
-    expect({ status: seen.status, ran: seen.ran, kept: seen.kept }).toEqual({
-      status: 500,
-      ran: 1,
-      kept: 0,
+    it('control: a Promise answer retried inside is refused after the first try wrote, nothing kept', async () => {
+      const seen = await run('promise');
+      expect({ status: seen.status, ran: seen.ran, kept: seen.kept }).toEqual({
+        status: 500,
+        ran: 1,
+        kept: 0,
+      });
     });
-  });
 
-  it('an Observable answer retried inside: at most one ledger row per answered payment', async () => {
-    const seen = await run('observable');
-    // Refused (500, nothing kept) or one effect for the one payment answered; never two.
-    expect({ status: seen.status, kept: seen.kept }).toEqual(
-      seen.status === 500 ? { status: 500, kept: 0 } : { status: seen.status, kept: 1 },
-    );
-  });
-});
+    it('an Observable answer retried inside: at most one ledger row per answered payment', async () => {
+      const seen = await run('observable');
+      // Refused (500, nothing kept) or one effect for the one payment answered; never two.
+      expect({ status: seen.status, kept: seen.kept }).toEqual(
+        seen.status === 500 ? { status: 500, kept: 0 } : { status: seen.status, kept: 1 },
+      );
+    });
+  },
+);
