@@ -68,6 +68,7 @@ export {
   IdempotencyTransactionAbortedError,
   IdempotencyCursorOpenError,
   IdempotencyHandlerRetriedInsideError,
+  IdempotencyPhaseNameInvalidError,
   RetryLaterError,
   TransientDatabaseError,
   PermanentDatabaseError,

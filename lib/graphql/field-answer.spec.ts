@@ -61,10 +61,42 @@ describe('fieldError', () => {
         kind: 'http',
         message: 'too much',
         name: 'BadRequestException',
+        nestClass: true,
         http: {
           status: 400,
           response: { message: 'too much', error: 'Bad Request', statusCode: 400 },
         },
+      },
+    ],
+    [
+      'an app exception of its own, named like a Nest one, with a field of its own',
+      (() => {
+        class ConflictException extends HttpException {
+          readonly declineCode = 'insufficient_funds';
+          constructor() {
+            super('declined', 409);
+          }
+        }
+        return new ConflictException();
+      })(),
+      {
+        kind: 'http',
+        message: 'declined',
+        name: 'ConflictException',
+        props: { declineCode: 'insufficient_funds' },
+        http: { status: 409, response: 'declined' },
+      },
+    ],
+    [
+      'a Prisma-like error’s code and meta',
+      Object.assign(new Error('Unique constraint failed'), {
+        code: 'P2002',
+        meta: { modelName: 'Transfer', target: ['ref'] },
+      }),
+      {
+        kind: 'error',
+        message: 'Unique constraint failed',
+        props: { code: 'P2002', meta: { modelName: 'Transfer', target: ['ref'] } },
       },
     ],
     [

@@ -1,3 +1,4 @@
+import * as nestCommon from '@nestjs/common';
 import { configure } from 'safe-stable-stringify';
 import { type StoredResponse } from '../shapes/stored-response.js';
 
@@ -40,10 +41,13 @@ export interface FieldError {
   /** The error's own `statusCode` (Mercurius' `ErrorWithProps`), the answer's HTTP status. */
   statusCode?: number;
   /**
-   * Its other own properties of plain values (a driver's `code`, `constraint`, `detail`): an
-   * app's `formatError` that maps a unique violation by `code === '23505'` maps the replay too.
+   * Its other own properties, as JSON (a driver's `code`, `constraint`, Prisma's `meta`, an
+   * app exception's `declineCode`): an app's `formatError` that maps a unique violation by
+   * `code === '23505'`, or reads `meta.modelName`, maps the replay too.
    */
-  props?: Record<string, string | number | boolean>;
+  props?: Record<string, unknown>;
+  /** It was one of `@nestjs/common`'s own exception classes (`ConflictException`), by name. */
+  nestClass?: true;
 }
 
 /**
@@ -129,9 +133,9 @@ export function fieldError(thrown: unknown): FieldError {
   const statusCode = (thrown as { statusCode?: unknown }).statusCode;
   if (typeof statusCode === 'number') error.statusCode = statusCode;
   const http = httpExceptionOf(thrown);
-  // An `HttpException` is made again of its response and status alone.
-  const props = http ? undefined : plainPropsOf(thrown);
+  const props = propsOf(thrown, http !== undefined);
   if (props) error.props = props;
+  if (http && isNestException(thrown)) error.nestClass = true;
   if (http) {
     error.kind = 'http';
     error.http = http;
@@ -166,17 +170,32 @@ function httpExceptionOf(error: Error): FieldError['http'] {
 
 /** What `FieldError.props` keeps: the error's own properties, other than those stored apart. */
 const STORED_APART = new Set(['message', 'name', 'stack', 'extensions', 'statusCode']);
+/** What an `HttpException` is made of again: its response and status (and their options). */
+const HTTP_EXCEPTION_OWN = new Set(['response', 'status', 'options', 'cause']);
 
-/** An error's own enumerable properties of plain values (strings, finite numbers, booleans). */
-function plainPropsOf(thrown: Error): Record<string, string | number | boolean> | undefined {
-  let props: Record<string, string | number | boolean> | undefined;
+/**
+ * An error's own enumerable properties, each as its JSON (one JSON cannot write, a function
+ * or a cycle, is left out), apart from what is stored otherwise.
+ */
+function propsOf(thrown: Error, httpException: boolean): Record<string, unknown> | undefined {
+  let props: Record<string, unknown> | undefined;
   for (const [name, value] of Object.entries(thrown)) {
-    if (STORED_APART.has(name)) continue;
-    const plain =
-      typeof value === 'string' ||
-      typeof value === 'boolean' ||
-      (typeof value === 'number' && Number.isFinite(value));
-    if (plain) (props ??= {})[name] = value;
+    if (STORED_APART.has(name) || (httpException && HTTP_EXCEPTION_OWN.has(name))) continue;
+    // An inner error (`cause`) writes as `{}`: nothing a formatter could read.
+    if (value === undefined || typeof value === 'function' || value instanceof Error) continue;
+    const written = errorJson(value);
+    if (written === undefined) continue;
+    (props ??= {})[name] = JSON.parse(written) as unknown;
   }
   return props;
+}
+
+/** Whether `thrown` is made by the `@nestjs/common` subclass of `HttpException` its name names. */
+function isNestException(thrown: Error): boolean {
+  const exported = (nestCommon as Record<string, unknown>)[thrown.name];
+  return (
+    typeof exported === 'function' &&
+    exported !== nestCommon.HttpException &&
+    thrown.constructor === exported
+  );
 }

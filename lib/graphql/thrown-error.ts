@@ -24,7 +24,7 @@ export function thrownError(stored: FieldError, graphql: GraphqlModule): Error {
   // Thrown first as one of Nest's own exceptions (`ConflictException`): of that class again,
   // so that a filter that catches it (`@Catch(ConflictException)`) catches the replay too. An
   // app's own subclass cannot be made again: its filter is told as `HttpException`'s.
-  if (error instanceof HttpException && stored.name) {
+  if (error instanceof HttpException && stored.name && stored.nestClass) {
     const nestClass = nestExceptionClass(stored.name);
     if (nestClass) Object.setPrototypeOf(error, nestClass.prototype);
   }

@@ -7,7 +7,8 @@ import {
   type IdempotencyContext,
 } from '../transaction/idempotency-context.js';
 import { classifyHandlerError } from '../transaction/failure.js';
-import { completedPhase, derivedKey } from './phases.js';
+import { completedPhase, derivedKey, recordablePhaseName } from './phases.js';
+import { IdempotencyPhaseNameInvalidError } from '../shapes/idempotency.errors.js';
 import { PhaseResponse } from './phase-response.js';
 import { isTransactional, type TransactionalClaimStore } from '../shapes/claim-store.interface.js';
 import { IdempotencyDatabase } from '../data-layers/idempotency-database.js';
@@ -101,6 +102,7 @@ export class PhaseRunner {
     call: ExternalCall<R>,
     record?: CallRecord<R, T>,
   ): Promise<T> {
+    refuseUnrecordable(phase);
     const context = currentIdempotencyContext();
     const claim = context?.claim;
     const recorded = (manager: EntityManager, result: R) =>
@@ -135,6 +137,7 @@ export class PhaseRunner {
    * that calls another system, use `call()`, which never holds the transaction across it.
    */
   async run<T>(phase: string, work: PhaseWork<T>): Promise<T> {
+    refuseUnrecordable(phase);
     const context = currentIdempotencyContext();
     const claim = context?.claim;
     if (!claim) {
@@ -198,6 +201,7 @@ export class PhaseRunner {
 
   /** The derived key of a phase, for an external call made outside `run()`. */
   idempotencyKey(phase: string): string | undefined {
+    refuseUnrecordable(phase);
     const context = currentIdempotencyContext();
     if (!context) return undefined;
     if (context.transaction?.holdsClaim) throw new DerivedKeyBeforeClaimCommittedError(phase);
@@ -216,6 +220,11 @@ export class PhaseRunner {
       throw failure.kind === 'retry' ? failure.error : error;
     }
   }
+}
+
+/** Refuses a phase name PostgreSQL cannot record as it is, before anything of it runs. */
+function refuseUnrecordable(phase: string): void {
+  if (!recordablePhaseName(phase)) throw new IdempotencyPhaseNameInvalidError(phase);
 }
 
 /** The request's claim store, if its phases can commit with their recovery points there. */

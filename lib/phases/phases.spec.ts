@@ -1,4 +1,4 @@
-import { completedPhase, derivedKey } from './phases.js';
+import { completedPhase, derivedKey, recordablePhaseName } from './phases.js';
 
 describe('completedPhase', () => {
   const results = { order_created: { paymentId: 7 }, psp_authorized: null };
@@ -21,5 +21,18 @@ describe('derivedKey', () => {
     ['another-claim', 'psp_authorized', 'another-claim:psp_authorized'],
   ])('claim %s, phase %s -> %s', (claimId, phase, expected) => {
     expect(derivedKey({ claimId }, phase)).toBe(expected);
+  });
+});
+
+describe('recordablePhaseName', () => {
+  it.each<[string, string, boolean]>([
+    ['a plain name', 'reserve:mug-c', true],
+    ['a whole emoji', 'reserve:mug-🍰', true],
+    ['a label cut inside an emoji', `reserve:${'mug-🍰'.slice(0, 5)}`, false],
+    ['a lone low surrogate', 'reserve:\udf70', false],
+    ['a NUL', 'reserve:mug\u0000c', false],
+    ['empty', '', true],
+  ])('%s: %s', (_name, phase, recordable) => {
+    expect(recordablePhaseName(phase)).toBe(recordable);
   });
 });

@@ -1,3 +1,4 @@
+import { isWellFormedText } from '../decisions/well-formed.js';
 import { type ActiveClaim } from '../shapes/active-claim.js';
 
 /** Whether a phase completed in an earlier run of this claim, and what it returned. */
@@ -21,4 +22,13 @@ export function completedPhase(results: Record<string, unknown>, phase: string):
  */
 export function derivedKey(claim: Pick<ActiveClaim, 'claimId'>, phase: string): string {
   return `${claim.claimId}:${phase}`;
+}
+
+/**
+ * Whether PostgreSQL can record `phase` as it is, as a key of the phases' results: whole text
+ * without NUL. node-postgres writes a lone surrogate as U+FFFD, so a name cut inside an emoji
+ * would be recorded under another name (two such names under one).
+ */
+export function recordablePhaseName(phase: string): boolean {
+  return isWellFormedText(phase) && !phase.includes('\u0000');
 }

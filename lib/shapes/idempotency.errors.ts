@@ -19,6 +19,7 @@ export type IdempotencyErrorCode =
   | 'transaction_aborted'
   | 'cursor_open'
   | 'handler_retried_inside'
+  | 'phase_name_invalid'
   | 'response_too_large'
   | 'stored_response_unreadable';
 
@@ -253,6 +254,25 @@ export class IdempotencyHandlerRetriedInsideError extends IdempotencyError {
         '(outside it), so that each try runs in a transaction of its own.',
     );
     this.name = 'IdempotencyHandlerRetriedInsideError';
+  }
+}
+
+/**
+ * A phase's name that PostgreSQL cannot hold as it is (a NUL, or a lone surrogate: a label
+ * cut inside an emoji): its recovery point would fail after its work or call was made, or be
+ * recorded under another name, which the retry then does not find and runs the phase again.
+ * Refused before anything of the phase runs; the request rolled back, nothing stored.
+ */
+export class IdempotencyPhaseNameInvalidError extends IdempotencyError {
+  readonly code = 'phase_name_invalid';
+  constructor(readonly phase: string) {
+    super(
+      `The phase name ${JSON.stringify(phase)} holds a NUL or half of a character (a lone ` +
+        'surrogate), which PostgreSQL cannot record as it is: refused before the phase ran; ' +
+        'nothing was committed or stored. Name phases with whole text (cut labels with ' +
+        'Array.from(text).slice(), not text.slice(), or name them by an id).',
+    );
+    this.name = 'IdempotencyPhaseNameInvalidError';
   }
 }
 

@@ -1,6 +1,7 @@
 import {
   IdempotencyCursorOpenError,
   IdempotencyHandlerRetriedInsideError,
+  IdempotencyPhaseNameInvalidError,
   IdempotencyError,
   IdempotencyLeaseLostError,
   IdempotencyStoreMisconfiguredError,
@@ -65,7 +66,12 @@ export function classifyHandlerError(error: unknown): Failure {
     return { kind: 'retry', error };
   }
   // The handler called again inside `@Idempotent()` after it wrote: rolled back, not stored.
-  if (error instanceof IdempotencyHandlerRetriedInsideError) return { kind: 'retry', error };
+  if (
+    error instanceof IdempotencyHandlerRetriedInsideError ||
+    error instanceof IdempotencyPhaseNameInvalidError
+  ) {
+    return { kind: 'retry', error };
+  }
   // A refusal of the seam's: the request rolls back and answers it; nothing is stored.
   if (error instanceof CursorOpenRefusedError) {
     return { kind: 'retry', error: new IdempotencyCursorOpenError(error) };
@@ -122,6 +128,7 @@ export function isPassing(failure: Failure): boolean {
     failure.kind === 'retry' &&
     !(failure.error instanceof PermanentDatabaseError) &&
     !(failure.error instanceof IdempotencyCursorOpenError) &&
-    !(failure.error instanceof IdempotencyHandlerRetriedInsideError)
+    !(failure.error instanceof IdempotencyHandlerRetriedInsideError) &&
+    !(failure.error instanceof IdempotencyPhaseNameInvalidError)
   );
 }

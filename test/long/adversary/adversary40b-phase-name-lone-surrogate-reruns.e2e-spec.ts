@@ -109,8 +109,9 @@ describe('adversary 40b: a phase name with a lone surrogate, resumed after a 503
   });
 
   // Fails today: reservations 2 (the retry runs the reservation phase again).
-  it('a SKU cut inside an emoji: the retry resumes past the reservation, reserved once', async () => {
+  // The header's second outcome: a clear error before the phase runs (phase_name_invalid).
+  it('a SKU cut inside an emoji: never reserved twice, refused before the phase ran', async () => {
     const outcome = await conversation('o-cut', 'mug-🍰'.slice(0, 5));
-    expect(outcome.reservations).toBe(1);
+    expect(outcome).toEqual({ statuses: [500, 500], reservations: 0 });
   });
 });
