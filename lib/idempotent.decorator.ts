@@ -1,13 +1,14 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { isForeignThenable, startedHere } from './transaction/foreign-thenable.js';
 import { applyDecorators, RequestMethod, SetMetadata, UseInterceptors } from '@nestjs/common';
-import { isObservable } from 'rxjs';
+import { isObservable, Observable } from 'rxjs';
 import { METHOD_METADATA } from '@nestjs/common/constants.js';
 import { IDEMPOTENT_ROUTE_OPTIONS } from './shapes/idempotency.constants.js';
 import { IdempotencyHandlerRetriedInsideError } from './shapes/idempotency.errors.js';
 import { declaredKind } from './graphql/resolver-placement.js';
 import {
   currentIdempotencyContext,
+  type HandlerTry,
   type IdempotencyContext,
 } from './transaction/idempotency-context.js';
 import { type IdempotencyRouteOptions } from './shapes/idempotency-options.interface.js';
@@ -46,18 +47,31 @@ function noteObservableAnswer(context: IdempotencyContext, result: unknown): voi
 }
 
 /**
- * Notes when a try's outcome settles: a native Promise once it does; anything else at once (an
- * Observable's work is cancelled with the subscription a retry replaces).
+ * Notes when a try's outcome settles: a native Promise once it does; a plain value at once. An
+ * Observable answer never counts as settled (the work behind it, a Promise inside `from()`,
+ * may outlive its subscription), and while it is subscribed the try still answers; returned
+ * wrapped to tell. Another thenable is not known to settle either.
  */
-function noteSettled(thisTry: { settled: boolean }, result: unknown): void {
-  if (!(result instanceof Promise)) {
-    thisTry.settled = true;
-    return;
+function noteSettled(thisTry: HandlerTry, result: unknown): unknown {
+  if (isObservable(result)) {
+    return new Observable<unknown>((subscriber) => {
+      thisTry.answering += 1;
+      const subscription = result.subscribe(subscriber);
+      return () => {
+        thisTry.answering -= 1;
+        subscription.unsubscribe();
+      };
+    });
   }
-  const settle = () => {
-    thisTry.settled = true;
-  };
-  result.then(settle, settle);
+  if (result instanceof Promise) {
+    const settle = () => {
+      thisTry.settled = true;
+    };
+    result.then(settle, settle);
+    return result;
+  }
+  if (!isForeignThenable(result)) thisTry.settled = true;
+  return result;
 }
 
 /**
@@ -85,16 +99,20 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
     });
     // Called again, from outside itself, by an interceptor inside `@Idempotent()` (a
     // `retry()` written above it; an Observable answer's retry calls it again too): refused
-    // while the try before it may still run (a `timeout()` gave up on it) or once the
-    // request's transaction holds its statements, which would commit with the next try's
-    // answer. A try that failed before it sent any runs again.
+    // while the try before it may still run (a `timeout()` gave up on it; an Observable
+    // answer's work, a Promise inside `from()`, may outlive it) or once the request's
+    // transaction holds its statements, which would commit with the next try's answer. A try
+    // that failed before it sent any runs again. A call made while the try before still
+    // answers (its Observable calls the method again, a paged import) is its own, not a retry.
     const lastTry = context?.lastTry;
-    const again = lastTry?.method === handler && insideHandler.getStore() !== true;
+    const again =
+      lastTry?.method === handler && insideHandler.getStore() !== true && lastTry.answering === 0;
     if (context && again && (!lastTry.settled || context.transaction?.begun)) {
       throw new IdempotencyHandlerRetriedInsideError(context.route);
     }
     context?.startHandler();
-    const thisTry = own || again ? { method: handler, settled: false } : undefined;
+    const thisTry: HandlerTry | undefined =
+      own || again ? { method: handler, settled: false, answering: 0 } : undefined;
     if (context && thisTry) context.lastTry = thisTry;
     let result: unknown;
     try {
@@ -103,7 +121,7 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
       if (thisTry) thisTry.settled = true;
       throw error;
     }
-    if (thisTry) noteSettled(thisTry, result);
+    if (thisTry) result = noteSettled(thisTry, result);
     // Another thenable than a native Promise (a query builder returned unawaited: Drizzle's,
     // Kysely's) runs its work in each `then()`: made a Promise here, once, so that Nest's await
     // and the library's wait for the outcome (an inner timeout) share one run of it.

@@ -25,6 +25,14 @@ describe('phaseResultText and phaseResultsRead', () => {
     expect(phaseResultText(value)).not.toMatch(/(?:^|[^\\])(?:\\\\)*\\u(?:0000|d[89a-f])/i);
   });
 
+  it('reads back a phase named __proto__ as its own result', () => {
+    const stored = JSON.parse('{"__proto__": {"id": 1}, "psp": null}') as Record<string, unknown>;
+    const read = phaseResultsRead(stored);
+    expect(Object.prototype.hasOwnProperty.call(read, '__proto__')).toBe(true);
+    expect(Object.getPrototypeOf(read)).toBe(Object.prototype);
+    expect(Object.keys(read)).toEqual(['__proto__', 'psp']);
+  });
+
   it('stores a result jsonb holds as its own JSON, unwrapped', () => {
     expect(phaseResultText({ id: 'ch_1' })).toBe('{"id":"ch_1"}');
     expect(phaseResultText(undefined)).toBe('null');

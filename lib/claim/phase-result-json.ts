@@ -30,10 +30,30 @@ export function phaseResultText(value: unknown): string {
 export function phaseResultsRead(stored: Record<string, unknown>): Record<string, unknown> {
   const results: Record<string, unknown> = {};
   for (const [phase, value] of Object.entries(stored)) {
-    results[phase] =
+    const read =
       looksWrapped(value) && typeof value[WRAPPER] === 'string'
-        ? JSON.parse(value[WRAPPER])
+        ? (JSON.parse(value[WRAPPER]) as unknown)
         : value;
+    // Defined, not assigned: a phase named `__proto__` is a result like any other.
+    recordPhaseResult(results, phase, read);
   }
   return results;
+}
+
+/**
+ * Records `value` as `phase`'s result in `results`: defined as an own property, as JSON.parse
+ * makes it, so that a phase named `__proto__` (a client's SKU) is found by `completedPhase`,
+ * where an assignment would set the object's prototype instead.
+ */
+export function recordPhaseResult(
+  results: Record<string, unknown>,
+  phase: string,
+  value: unknown,
+): void {
+  Object.defineProperty(results, phase, {
+    value,
+    enumerable: true,
+    writable: true,
+    configurable: true,
+  });
 }

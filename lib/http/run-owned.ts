@@ -139,7 +139,11 @@ export function runOwned(
     detachedSettled = stored.then((committed) => {
       // Its value committed as the key's answer: a run beside this one (a background retry
       // after a timeout of its own) answers it, as a replay would. Else it claims again.
-      if (committed && 'value' in outcome) return { value: outcome.value, values };
+      // Only a value stored as the adapter writes it: an answer made by `phases.finish()`'s
+      // `respond()` carries a status of its own, which the replay says (claimed again).
+      if (committed && 'value' in outcome && !context.finished) {
+        return { value: outcome.value, values };
+      }
       return { claimAgain: true } as const;
     });
     void detachedSettled.then((came) => shared?.resolve(came));

@@ -9,6 +9,7 @@ import {
 import { classifyHandlerError } from '../transaction/failure.js';
 import { completedPhase, derivedKey, recordablePhaseName } from './phases.js';
 import { IdempotencyPhaseNameInvalidError } from '../shapes/idempotency.errors.js';
+import { recordPhaseResult } from '../claim/phase-result-json.js';
 import { PhaseResponse } from './phase-response.js';
 import { isTransactional, type TransactionalClaimStore } from '../shapes/claim-store.interface.js';
 import { IdempotencyDatabase } from '../data-layers/idempotency-database.js';
@@ -168,7 +169,7 @@ export class PhaseRunner {
     // What was stored, as JSON: this worker sees exactly what a takeover would see (a Date
     // becomes a string here too), so resumed code takes the same branches.
     const stored = asStored(value);
-    claim.phaseResults[phase] = stored;
+    recordPhaseResult(claim.phaseResults, phase, stored);
     return stored;
   }
 

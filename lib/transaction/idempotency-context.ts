@@ -32,7 +32,7 @@ export class IdempotencyContext {
    * outside it, is a retry of an interceptor inside `@Idempotent()`), and whether its outcome
    * has settled (a try timed out by such an interceptor may still be running).
    */
-  lastTry?: { method: unknown; settled: boolean };
+  lastTry?: HandlerTry;
   /** `Controller.handler`, as the events name the route. */
   route = '';
   /**
@@ -82,6 +82,16 @@ export class IdempotencyContext {
     this.handlerStarted = true;
     if (this.atomic && this.transaction) this.transaction.joinable = true;
   }
+}
+
+/** A try of the route's handler (see `IdempotencyContext.lastTry`). */
+export interface HandlerTry {
+  /** The method called. */
+  method: unknown;
+  /** Its outcome settled: nothing of it runs any more. */
+  settled: boolean;
+  /** Subscriptions to its Observable answer still open: it still answers. */
+  answering: number;
 }
 
 /** The single AsyncLocalStorage of the library. */
