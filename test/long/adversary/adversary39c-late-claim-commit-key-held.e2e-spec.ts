@@ -56,6 +56,7 @@ class PaymentsModule {}
 
 const CLAIM = /idempotency_claim_v|INSERT INTO idempotency_keys/;
 // The simple-query message COMMIT alone (not BEGIN ISOLATION LEVEL READ COMMITTED).
+// eslint-disable-next-line no-control-regex -- the wire bytes of that message, length included
 const COMMIT = /Q\u0000\u0000\u0000\u000bCOMMIT\u0000/;
 const NEVER = /(?!)/;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
