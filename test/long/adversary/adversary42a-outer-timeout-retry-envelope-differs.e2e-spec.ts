@@ -31,9 +31,8 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * resilience one `timeout(400), retry(1)` and the API's envelope `{ data }`; `POST /payments`
  * `@Idempotent()`, async: calls the PSP (50 ms, or 600 ms when slow), inserts a row, returns
  * `{ charged: true, ref }`.
- * What happens: the slow PSP: the timeout fires at 400 ms, the library detaches the run
- * , retry() re-runs the chain; the run beside waits for the detached one
- * and, its value committed, gets `{ value }` (run-owned.ts:144-146) — the envelope wraps it:
+ * What happens: the slow PSP: the timeout fires at 400 ms, the library detaches the run,
+ * retry() re-runs the chain; the run beside waits for the detached one and, its value committed, gets `{ value }` (run-owned.ts:144-146) — the envelope wraps it:
  * 201 `{"data":{"charged":true,...}}`. The replay: 201 `{"charged":true,...}`.
  * Expected: the replay equals the client's answer byte for byte (or the run claims again and
  * replays the stored answer, as round 41 made it for `respond()`).
