@@ -1,7 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { isForeignThenable, startedHere } from './transaction/foreign-thenable.js';
 import { applyDecorators, RequestMethod, SetMetadata, UseInterceptors } from '@nestjs/common';
-import { isObservable, Observable } from 'rxjs';
+import { isObservable } from 'rxjs';
 import { METHOD_METADATA } from '@nestjs/common/constants.js';
 import { IDEMPOTENT_ROUTE_OPTIONS } from './shapes/idempotency.constants.js';
 import { IdempotencyHandlerRetriedInsideError } from './shapes/idempotency.errors.js';
@@ -47,31 +47,22 @@ function noteObservableAnswer(context: IdempotencyContext, result: unknown): voi
 }
 
 /**
- * Notes when a try's outcome settles: a native Promise once it does; a plain value at once. An
- * Observable answer never counts as settled (the work behind it, a Promise inside `from()`,
- * may outlive its subscription), and while it is subscribed the try still answers; returned
- * wrapped to tell. Another thenable is not known to settle either.
+ * Notes when a try's outcome settles: a native Promise once it does, unless it resolves to an
+ * Observable; a plain value at once. An Observable answer never counts as settled: the work
+ * behind it (a Promise inside `from()`) may outlive its subscription. Another thenable is not
+ * known to settle either.
  */
-function noteSettled(thisTry: HandlerTry, result: unknown): unknown {
-  if (isObservable(result)) {
-    return new Observable<unknown>((subscriber) => {
-      thisTry.answering += 1;
-      const subscription = result.subscribe(subscriber);
-      return () => {
-        thisTry.answering -= 1;
-        subscription.unsubscribe();
-      };
-    });
-  }
+function noteSettled(thisTry: HandlerTry, result: unknown): void {
+  const settle = () => {
+    thisTry.settled = true;
+  };
   if (result instanceof Promise) {
-    const settle = () => {
-      thisTry.settled = true;
-    };
-    result.then(settle, settle);
-    return result;
+    result.then((value) => {
+      if (!isObservable(value)) settle();
+    }, settle);
+  } else if (!isObservable(result) && !isForeignThenable(result)) {
+    settle();
   }
-  if (!isForeignThenable(result)) thisTry.settled = true;
-  return result;
 }
 
 /**
@@ -98,21 +89,19 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
       answeredWithObservable: context?.handlerAnsweredWithObservable === true,
     });
     // Called again, from outside itself, by an interceptor inside `@Idempotent()` (a
-    // `retry()` written above it; an Observable answer's retry calls it again too): refused
-    // while the try before it may still run (a `timeout()` gave up on it; an Observable
-    // answer's work, a Promise inside `from()`, may outlive it) or once the request's
-    // transaction holds its statements, which would commit with the next try's answer. A try
-    // that failed before it sent any runs again. A call made while the try before still
-    // answers (its Observable calls the method again, a paged import) is its own, not a retry.
+    // `retry()` written above it; an Observable answer's retry, or a hedging `race()`, calls
+    // it again too): refused while the try before it may still run (a `timeout()` gave up on
+    // it; an Observable answer's work, a Promise inside `from()`, may outlive it) or once the
+    // request's transaction holds its statements, which would commit with the next try's
+    // answer. A try that failed before it sent any runs again.
     const lastTry = context?.lastTry;
-    const again =
-      lastTry?.method === handler && insideHandler.getStore() !== true && lastTry.answering === 0;
+    const again = lastTry?.method === handler && insideHandler.getStore() !== true;
     if (context && again && (!lastTry.settled || context.transaction?.begun)) {
       throw new IdempotencyHandlerRetriedInsideError(context.route);
     }
     context?.startHandler();
     const thisTry: HandlerTry | undefined =
-      own || again ? { method: handler, settled: false, answering: 0 } : undefined;
+      own || again ? { method: handler, settled: false } : undefined;
     if (context && thisTry) context.lastTry = thisTry;
     let result: unknown;
     try {
@@ -121,7 +110,6 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
       if (thisTry) thisTry.settled = true;
       throw error;
     }
-    if (thisTry) result = noteSettled(thisTry, result);
     // Another thenable than a native Promise (a query builder returned unawaited: Drizzle's,
     // Kysely's) runs its work in each `then()`: made a Promise here, once, so that Nest's await
     // and the library's wait for the outcome (an inner timeout) share one run of it.
@@ -131,6 +119,7 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
       context.handlerReturned = { value: result };
       noteObservableAnswer(context, result);
     }
+    if (thisTry) noteSettled(thisTry, result);
     return result;
   };
   Object.defineProperty(wrapped, 'name', { value: handler.name });

@@ -139,9 +139,12 @@ export function runOwned(
     detachedSettled = stored.then((committed) => {
       // Its value committed as the key's answer: a run beside this one (a background retry
       // after a timeout of its own) answers it, as a replay would. Else it claims again.
-      // Only a value stored as the adapter writes it: an answer made by `phases.finish()`'s
-      // `respond()` carries a status of its own, which the replay says (claimed again).
-      if (committed && 'value' in outcome && !context.finished) {
+      // Only where the request was answered from outside already (202 at once), so that the
+      // value reaches a background subscriber and never the client; and only a value stored
+      // as the adapter writes it (`respond()` carries a status of its own). Elsewhere the run
+      // claims again and replays the stored answer, as every retry of the key gets it (an
+      // envelope interceptor outside would wrap a shared value, not the replay).
+      if (committed && 'value' in outcome && !context.finished && raw.writableEnded) {
         return { value: outcome.value, values };
       }
       return { claimAgain: true } as const;

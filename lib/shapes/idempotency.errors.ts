@@ -247,11 +247,13 @@ export class IdempotencyHandlerRetriedInsideError extends IdempotencyError {
   readonly code = 'handler_retried_inside';
   constructor(readonly route: string | undefined) {
     super(
-      `An interceptor inside @Idempotent()${route ? ` on ${route}` : ''} called the handler ` +
-        "again while its try before was still running or had sent statements in the request's " +
+      `The handler${route ? ` of ${route}` : ''} was called again from outside itself (an ` +
+        'interceptor inside @Idempotent(), a retry or a hedge; or the handler from its own ' +
+        "Observable answer) while its try before was still running or had sent statements in the request's " +
         "transaction, where that try's work cannot be undone apart; the request rolled back " +
         'and nothing was committed or stored. Write @Idempotent() above your retry interceptor ' +
-        '(outside it), so that each try runs in a transaction of its own.',
+        '(outside it), so that each try runs in a transaction of its own; a handler that goes ' +
+        'on from its own answer calls a method without @Idempotent().',
     );
     this.name = 'IdempotencyHandlerRetriedInsideError';
   }

@@ -90,8 +90,6 @@ export interface HandlerTry {
   method: unknown;
   /** Its outcome settled: nothing of it runs any more. */
   settled: boolean;
-  /** Subscriptions to its Observable answer still open: it still answers. */
-  answering: number;
 }
 
 /** The single AsyncLocalStorage of the library. */
