@@ -93,10 +93,10 @@ describe('adversary 21: SERIALIZABLE oneCommit claims of different keys', () => 
   it('ten new keys at once all succeed (oneCommit)', async () => {
     const answers = await scenario(true);
     expect(answers.map((a) => a.status)).toEqual(Array(10).fill(201));
-  }, 30_000);
+  }, 60_000);
 
   it('control: without oneCommit', async () => {
     const answers = await scenario(false);
     expect(answers.map((a) => a.status)).toEqual(Array(10).fill(201));
-  }, 30_000);
+  }, 60_000);
 });
