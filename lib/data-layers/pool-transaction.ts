@@ -413,6 +413,16 @@ export class PoolTransaction extends RequestTransaction {
     return false;
   }
 
+  /**
+   * A connection of its own for a view that outlives the request (work the handler left
+   * running, an event listener that opens a transaction as the request commits): once the end
+   * has an outcome, if it committed, as that work would have had without the library; refused
+   * if it rolled back.
+   */
+  connectionApart(): Promise<PoolClient> {
+    return this.afterEnd(() => acquire(this.appPool, 'as-the-pool'));
+  }
+
   /** What a view does with a statement: its nested transaction's control, or the statement. */
   async onView(view: JoinedClient, args: unknown[]): Promise<unknown> {
     const control = nestedControlOf(textOf(args[0]));
@@ -598,11 +608,25 @@ export class JoinedClient extends EventEmitter {
     super();
   }
 
+  /**
+   * Its connection of its own, once it was used past the request's end with no nested
+   * transaction of its open (see `connectionApart`): from then on it is a client of the pool
+   * like any, and its own transactions are real ones. A statement alone would run apart
+   * anyway; a `BEGIN` could not (its transaction would straddle connections).
+   */
+  private apart?: Promise<PoolClient>;
+
   get depth(): number {
     return this.savepoints.length;
   }
 
   query(...args: unknown[]): unknown {
+    if (!this.apart && this.depth === 0 && this.transaction.ended) {
+      this.apart = this.transaction.connectionApart();
+      // Refused (the request rolled back): said to each statement, as below.
+      this.apart.catch(() => undefined);
+    }
+    if (this.apart) return this.queryApart(args);
     if (isSubmittable(args[0])) return this.transaction.submit(args, () => this.depth > 0, this);
     const last = args[args.length - 1];
     const callback = typeof last === 'function' ? (last as (...r: unknown[]) => void) : undefined;
@@ -615,7 +639,41 @@ export class JoinedClient extends EventEmitter {
     return undefined;
   }
 
+  /** A statement on its connection of its own, in whichever form node-postgres took it. */
+  private queryApart(args: unknown[]): unknown {
+    const apart = this.apart!;
+    if (isSubmittable(args[0])) {
+      const submittable = args[0] as { handleError?: (error: unknown) => void };
+      apart.then(
+        (client) => client.query(...(args as [never])),
+        (error: unknown) => submittable.handleError?.(error),
+      );
+      return submittable;
+    }
+    const last = args[args.length - 1];
+    const callback = typeof last === 'function' ? (last as (...r: unknown[]) => void) : undefined;
+    const result = apart.then((client) =>
+      (client.query as (...a: unknown[]) => Promise<unknown>)(
+        ...(callback ? args.slice(0, -1) : args),
+      ),
+    );
+    if (!callback) return result;
+    result.then(
+      (value) => callback(undefined, value),
+      (error: unknown) => callback(error),
+    );
+    return undefined;
+  }
+
   release(destroy?: boolean | Error): void {
+    if (this.apart) {
+      // Given back to the pool as node-postgres would: its own connection, not the request's.
+      this.apart.then(
+        (client) => client.release(destroy),
+        () => undefined,
+      );
+      return;
+    }
     // To be destroyed, as node-postgres would: it stood for the request's connection.
     if (destroy) this.transaction.destroyAtEnd = true;
     if (this.depth > 0) this.transaction.onRelease(this);
