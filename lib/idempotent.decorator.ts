@@ -1,4 +1,3 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { isForeignThenable, startedHere } from './transaction/foreign-thenable.js';
 import { applyDecorators, RequestMethod, SetMetadata, UseInterceptors } from '@nestjs/common';
 import { isObservable } from 'rxjs';
@@ -8,21 +7,16 @@ import { IdempotencyHandlerRetriedInsideError } from './shapes/idempotency.error
 import { declaredKind } from './graphql/resolver-placement.js';
 import {
   currentIdempotencyContext,
-  type HandlerTry,
   type IdempotencyContext,
 } from './transaction/idempotency-context.js';
+import { handlerTries, type HandlerTry } from './transaction/handler-try.js';
 import { type IdempotencyRouteOptions } from './shapes/idempotency-options.interface.js';
 import { resolveRouteOptions } from './idempotency-options.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { isOwnCall } from './own-handler-call.js';
 
-/**
- * Set while a wrapped handler runs, through its awaits: a wrapped method called from within
- * it (a sibling route method, `this.create()`) is not the route's own handler. Nest calls the
- * handler from the interceptors' chain (bound to the async context its `handle()` was called
- * in), never from within a handler, so a retrying interceptor's second call is the route's own.
- */
-const insideHandler = new AsyncLocalStorage<true>();
+/** The try of a wrapped method called where no request owns a key: nothing to track. */
+const NO_TRY: HandlerTry = Object.freeze({ method: undefined, settled: true });
 
 /**
  * Notes on `context` that the route's handler answered with an Observable, at once or once
@@ -57,9 +51,17 @@ function noteSettled(thisTry: HandlerTry, result: unknown): void {
     thisTry.settled = true;
   };
   if (result instanceof Promise) {
-    result.then((value) => {
-      if (!isObservable(value)) settle();
-    }, settle);
+    thisTry.pending = true;
+    result.then(
+      (value) => {
+        thisTry.pending = false;
+        if (!isObservable(value)) settle();
+      },
+      () => {
+        thisTry.pending = false;
+        settle();
+      },
+    );
   } else if (!isObservable(result) && !isForeignThenable(result)) {
     settle();
   }
@@ -83,9 +85,10 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
     // Each call of its own replaces the last: an interceptor inside `@Idempotent()` that
     // retries it (`retry()`, then `timeout()`) calls it again, and the attempt that runs is
     // the one a timeout leaves going on, not the first, which has failed already.
+    const within = handlerTries.getStore();
     const own = isOwnCall({
       inRequest: context !== undefined,
-      insideHandler: insideHandler.getStore() === true,
+      insideHandler: within !== undefined,
       answeredWithObservable: context?.handlerAnsweredWithObservable === true,
     });
     // Called again, from outside itself, by an interceptor inside `@Idempotent()` (a
@@ -93,19 +96,22 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
     // it again too): refused while the try before it may still run (a `timeout()` gave up on
     // it; an Observable answer's work, a Promise inside `from()`, may outlive it) or once the
     // request's transaction holds its statements, which would commit with the next try's
-    // answer. A try that failed before it sent any runs again.
+    // answer. A try that failed before it sent any runs again; work of it still running (a
+    // step its Promise did not wait for) is refused the request's transaction from now on.
     const lastTry = context?.lastTry;
-    const again = lastTry?.method === handler && insideHandler.getStore() !== true;
+    const again = lastTry?.method === handler && within === undefined;
     if (context && again && (!lastTry.settled || context.transaction?.begun)) {
       throw new IdempotencyHandlerRetriedInsideError(context.route);
     }
     context?.startHandler();
     const thisTry: HandlerTry | undefined =
       own || again ? { method: handler, settled: false } : undefined;
+    if (again) lastTry.superseded = true;
     if (context && thisTry) context.lastTry = thisTry;
     let result: unknown;
     try {
-      result = insideHandler.run(true, () => handler.apply(this, args));
+      const tryOf = thisTry ?? within ?? NO_TRY;
+      result = handlerTries.run(tryOf, () => handler.apply(this, args));
     } catch (error) {
       if (thisTry) thisTry.settled = true;
       throw error;

@@ -27,6 +27,7 @@ export {
   IsolationLevelRefusedError,
   NestedTransactionOpenAtCommitError,
   ReadOnlyTransactionRefusedError,
+  RetriedTryStatementError,
   SessionAdvisoryLockRefusedError,
   SessionSettingRefusedError,
   StatementBesideNestedTransactionError,

@@ -121,6 +121,12 @@ export function runOwned(
   let detachedSettled: Promise<RunOutcome> | undefined;
   /** The timeout that detached it (inside `@Idempotent()`): this request's answer meanwhile. */
   let timedOut: { error: unknown } | undefined;
+  /**
+   * The value an interceptor inside `@Idempotent()` gave in the handler's place while the
+   * handler's Promise went on (`timeout({ with: () => of(…) })`): this request's answer
+   * meanwhile, passed on as it comes, never stored.
+   */
+  let substitute: { value: unknown; values: unknown[] } | undefined;
   /** The error the handler's failure was handed on as, once the app's filters may get it. */
   let failedWith: RunOutcome | undefined;
   const sharedOutcome = (): Promise<RunOutcome> => {
@@ -337,6 +343,7 @@ export function runOwned(
       // Timed out while its handler goes on: an app's retry of the request times out too (it
       // would, running the handler again), rather than wait without a bound for that handler.
       if (timedOut) return Promise.resolve(timedOut);
+      if (substitute) return Promise.resolve(substitute);
       if (settled && !detached) return Promise.resolve({ value: result, values });
       return sharedOutcome();
     };
@@ -392,6 +399,31 @@ export function runOwned(
     };
     const inner = runInContext(context, next).subscribe({
       next: (value) => {
+        if (substitute) {
+          substitute.values.push(value);
+          subscriber.next(value);
+          return;
+        }
+        // A value while the handler's own Promise has not resolved is not its answer: an
+        // interceptor inside `@Idempotent()` put it in its place (a `timeout()` with a
+        // fallback, a `race()` with a cached value). As for a timeout there: it goes out,
+        // unstored, and the handler goes on in its transaction and commits with its own answer
+        // when it settles (its retries get 409 until then, then that answer).
+        const goingOn =
+          !detached && context.lastTry?.pending === true
+            ? handlerOutcome(context.handlerReturned)
+            : undefined;
+        if (goingOn) {
+          detached = true;
+          substitute = { value, values: [value] };
+          letThrough();
+          subscriber.next(value);
+          void goingOn.then((outcome) => {
+            settle();
+            settleDetachedWith(outcome);
+          });
+          return;
+        }
         result = value;
         emitted = true;
         values.push(value);
@@ -403,6 +435,10 @@ export function runOwned(
         if (!detached) subscriber.next(value);
       },
       error: (error: unknown) => {
+        if (substitute) {
+          subscriber.error(error);
+          return;
+        }
         if (detached) {
           settle();
           void settleDetachedWith({ error }).then(() => tellDetached({ error }));
@@ -462,6 +498,10 @@ export function runOwned(
         );
       },
       complete: () => {
+        if (substitute) {
+          subscriber.complete();
+          return;
+        }
         settle(emitted);
         if (detached) {
           void settleDetachedWith({ value: result }).then((stored) =>

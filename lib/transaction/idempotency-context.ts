@@ -4,6 +4,7 @@ import { type StoredResponse } from '../shapes/stored-response.js';
 import { type RequestTransaction } from './request-transaction.js';
 import { type ClaimStore } from '../shapes/claim-store.interface.js';
 import { type ActiveClaim } from '../shapes/active-claim.js';
+import { type HandlerTry } from './handler-try.js';
 
 export { type ActiveClaim } from '../shapes/active-claim.js';
 
@@ -84,15 +85,7 @@ export class IdempotencyContext {
   }
 }
 
-/** A try of the route's handler (see `IdempotencyContext.lastTry`). */
-export interface HandlerTry {
-  /** The method called. */
-  method: unknown;
-  /** Its outcome settled: nothing of it runs any more. */
-  settled: boolean;
-}
-
-/** The single AsyncLocalStorage of the library. */
+/** The request's context: the library's AsyncLocalStorage for it. */
 export const idempotencyStorage = new AsyncLocalStorage<IdempotencyContext>();
 
 /** The current request's context, if it is an idempotent request that owns its key. */

@@ -35,7 +35,9 @@ import {
   TransactionAbortedError,
   TransactionControlRefusedError,
   TransactionEndedError,
+  RetriedTryStatementError,
 } from './seam-errors.js';
+import { inRetriedTry } from './handler-try.js';
 import {
   type ClaimInText,
   CLAIMED_SAVEPOINT,
@@ -882,6 +884,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   /** The connection, on the first statement; bounded like every wait here. */
   protected connection(): Promise<PoolClient> {
     if (this.ended) return Promise.reject(new TransactionEndedError());
+    if (inRetriedTry()) return Promise.reject(new RetriedTryStatementError());
     this.codeTouched = true;
     this.opening ??= acquire(this.pool(), this.timeoutMs);
     return this.opening;

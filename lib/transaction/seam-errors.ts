@@ -287,3 +287,22 @@ export class TransactionEndedError extends Error {
     this.name = 'TransactionEndedError';
   }
 }
+
+/**
+ * A statement of a try of the route's handler that an interceptor inside `@Idempotent()` has
+ * retried since (its Promise settled while work of it still ran: a sibling step of a
+ * `Promise.all` that rejected): that try failed, and its work would commit with the next try's
+ * answer in the request's one transaction. Refused; the request goes on with the retry.
+ */
+export class RetriedTryStatementError extends Error {
+  constructor() {
+    super(
+      'A statement of a try of the handler that was retried since (work of it still running ' +
+        'after its Promise settled, such as a step of a Promise.all that rejected) was refused: ' +
+        'that try failed, and its work would have committed with the retry’s answer. Await ' +
+        'every step of a try (Promise.allSettled), or write @Idempotent() above the retry ' +
+        'interceptor, so that each try runs in a transaction of its own.',
+    );
+    this.name = 'RetriedTryStatementError';
+  }
+}

@@ -1,0 +1,32 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+
+/** A try of the route's handler (see `IdempotencyContext.lastTry`). */
+export interface HandlerTry {
+  /** The method called. */
+  method: unknown;
+  /** Its outcome settled: nothing of it runs any more. */
+  settled: boolean;
+  /**
+   * It returned a native Promise that has not resolved or rejected yet: a value the chain
+   * gives meanwhile is not its answer (see `run-owned.ts`).
+   */
+  pending?: boolean;
+  /**
+   * An interceptor inside `@Idempotent()` called the handler again after it: work of this try
+   * still running (a step its Promise did not wait for) is refused the request's transaction.
+   */
+  superseded?: boolean;
+}
+
+/**
+ * The try whose code runs, through its awaits (set by the wrapper `@Idempotent()` puts on the
+ * handler): a wrapped method called from within it (a sibling route method) runs in the same
+ * try. Nest calls the handler from the interceptors' chain, never from within a handler, so a
+ * retrying interceptor's second call is outside any try.
+ */
+export const handlerTries = new AsyncLocalStorage<HandlerTry>();
+
+/** Whether the code running is work of a try that was retried since (see `superseded`). */
+export function inRetriedTry(): boolean {
+  return handlerTries.getStore()?.superseded === true;
+}
