@@ -176,9 +176,35 @@ export function runField(
         },
       );
     };
+    /** A value put in the resolver's place while its Promise goes on (see `next`). */
+    let substituted = false;
     const inner = runInContext(context, next).subscribe({
-      next: (emitted) => (value = emitted),
+      next: (emitted) => {
+        if (substituted) return subscriber.next(emitted);
+        // A value while the resolver's own Promise has not resolved is not its answer: an
+        // interceptor inside `@Idempotent()` put it in its place (a `timeout()` with a
+        // fallback). As for a timeout there: it is the field's answer, not stored, and the
+        // resolver commits with its own answer when it settles.
+        const goingOn =
+          !detached && context.lastTry?.pending === true
+            ? handlerOutcome(context.handlerReturned)
+            : undefined;
+        if (!goingOn) {
+          value = emitted;
+          return;
+        }
+        substituted = true;
+        detach();
+        subscriber.next(emitted);
+        void goingOn.then((outcome) => {
+          settled = true;
+          return settle(outcome)
+            .catch(() => undefined)
+            .then(() => detachedDone?.());
+        });
+      },
       error: (error: unknown) => {
+        if (substituted) return subscriber.error(error);
         // A timeout of an interceptor inside `@Idempotent()` while the resolver's Promise goes
         // on: as under an outer timeout, the timeout is the field's error, not stored, and the
         // resolver commits with its own answer when it settles (see `isTimeoutError`).
@@ -196,7 +222,7 @@ export function runField(
             .then(() => detachedDone?.());
         });
       },
-      complete: () => end({ value }),
+      complete: () => (substituted ? subscriber.complete() : end({ value })),
     });
     // Unsubscribed before the resolver settled: an outer layer answered (a global timeout()
     // interceptor), and its answer is not the resolver's, so it is not stored.
