@@ -1,3 +1,5 @@
+import { loadNestFields } from './nest-fields.js';
+
 /** The `graphql` package's exports, loaded on the first GraphQL request. */
 export type GraphqlModule = typeof import('graphql');
 
@@ -8,5 +10,8 @@ let loading: Promise<GraphqlModule> | undefined;
  * resolver runs, when the app has it (Nest's GraphQL drivers need it).
  */
 export function loadGraphql(): Promise<GraphqlModule> {
-  return (loading ??= import('graphql'));
+  // With Nest's metadata of the app's object types: how its fields are read (nest-fields.ts).
+  return (loading ??= Promise.all([import('graphql'), loadNestFields()]).then(
+    ([graphql]) => graphql,
+  ));
 }

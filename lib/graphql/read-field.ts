@@ -59,17 +59,25 @@ export function readField(
   tenant: ResolvedIdempotencyOptions['tenant'],
   graphql?: GraphqlModule,
 ): FieldReading {
-  const request = field.request ?? NO_REQUEST;
+  const sent = field.request ?? NO_REQUEST;
   const { arg } = route.key;
+  const batch =
+    arg === undefined && Array.isArray(sent.body) ? (sent.body as unknown[]) : undefined;
   // A batch (several operations in one HTTP request, Apollo's and Mercurius' JSON array)
   // shares the request's headers and body: a key of the whole request would name two
   // operations of one field, and the second would be answered with the first's payment.
-  if (arg === undefined && Array.isArray(request.body)) {
+  if (batch && batch.length !== 1) {
     return {
       kind: 'refused',
       error: new IdempotencyKeyInvalidError(route.key.where, BATCH_SHARED),
     };
   }
+  // A batch of one operation (Apollo Client's BatchHttpLink sends each operation whose
+  // headers differ as an array of its own): the request is that operation's alone, read as
+  // if sent by itself (a key or tenant in the body is that operation's).
+  const request: IdempotencyRequest = batch
+    ? (Object.create(sent, { body: { value: batch[0], enumerable: true } }) as IdempotencyRequest)
+    : sent;
   const given = arg === undefined ? route.key.read(request) : rawKey(field.args[arg]);
   const read = readKey(given, route);
   if (read.kind !== 'key') return read;

@@ -14,6 +14,7 @@ import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
 import { type ReplayLoss } from './replay-loss.js';
 import { isResolvedByApp } from './resolved-fields.js';
+import { nestField } from './nest-fields.js';
 import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
 import { thrownError } from './thrown-error.js';
@@ -216,7 +217,11 @@ async function walkValue(
       if (own) kept[name] = own.value;
       continue;
     }
-    if (!(name in source)) {
+    // Read as Nest reads it, where Nest built the type: its class property (a field renamed
+    // with `@Field({ name })`), its `defaultValue` where that is undefined.
+    const reading = nestField(concrete.name, name);
+    const property = reading?.property ?? name;
+    if (!(property in source) && !reading?.fallback) {
       // Selected and absent: the first answer is null (or the app's resolver's), and so is
       // a replay's, rather than the refusal of a field the first answer did not select.
       wire[name] = null;
@@ -224,7 +229,8 @@ async function walkValue(
     }
     let item: unknown;
     try {
-      const promisedItem = source[name];
+      const own = property in source ? source[property] : undefined;
+      const promisedItem = own === undefined && reading?.fallback ? reading.fallback.value : own;
       if (typeof promisedItem === 'function') {
         methods.push(name);
         wire[name] = null;
@@ -434,22 +440,35 @@ export function fromWire(
   const fields = concrete.getFields();
   const typed = format >= 2;
   const value: Record<string, unknown> = {};
+  /** Where Nest reads the field (its class property), beside its schema name. */
+  const renamed = (name: string) => {
+    const property = nestField(concrete.name, name)?.property;
+    return property !== undefined && property !== name ? property : undefined;
+  };
   for (const [name, item] of Object.entries(wire)) {
     if (typed && (name === KEPT || name === FAILED)) continue;
-    value[name] =
-      name in fields ? fromWire(graphql, schema, fields[name].type, item, format) : item;
+    if (!(name in fields)) {
+      value[name] = item;
+      continue;
+    }
+    value[name] = fromWire(graphql, schema, fields[name].type, item, format);
+    const property = renamed(name);
+    if (property !== undefined && !(property in wire)) value[property] = value[name];
   }
   if (typed) Object.assign(value, restoreData((wire as Record<string, unknown>)[KEPT]));
   const failures = (wire as Record<string, unknown>)[FAILED];
   if (typed && typeof failures === 'object' && failures !== null) {
     for (const [name, stored] of Object.entries(failures as Record<string, FieldError>)) {
-      Object.defineProperty(value, name, {
-        get: () => {
-          throw thrownError(stored, graphql);
-        },
-        enumerable: true,
-        configurable: true,
-      });
+      for (const place of [name, renamed(name)]) {
+        if (place === undefined) continue;
+        Object.defineProperty(value, place, {
+          get: () => {
+            throw thrownError(stored, graphql);
+          },
+          enumerable: true,
+          configurable: true,
+        });
+      }
     }
   }
   // Stored by its selection (format 3): a field the first answer did not select has no value,
@@ -458,12 +477,15 @@ export function fromWire(
   if (format >= 3) {
     for (const name of Object.keys(fields)) {
       if (name in value || isResolvedByApp(concrete, name)) continue;
-      Object.defineProperty(value, name, {
-        get: () => {
-          throw notStoredField(graphql, concrete.name, name);
-        },
-        configurable: true,
-      });
+      for (const place of [name, renamed(name)]) {
+        if (place === undefined || place in value) continue;
+        Object.defineProperty(value, place, {
+          get: () => {
+            throw notStoredField(graphql, concrete.name, name);
+          },
+          configurable: true,
+        });
+      }
     }
   }
   return value;

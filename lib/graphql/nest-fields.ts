@@ -1,0 +1,114 @@
+/**
+ * How Nest's code-first schema reads an object type's fields from a resolver's value: by the
+ * class property each `@Field()` decorates (`@Field({ name: 'label' }) get display()` is read
+ * as `display`), with its `defaultValue` where that property is `undefined`. GraphQL's own
+ * default resolver reads the field's schema name, with no default: a schema of its own
+ * (schema first) is read so.
+ */
+export interface NestField {
+  /** The class property Nest reads. */
+  readonly property: string;
+  /** Its `@Field({ defaultValue })`, answered where the property is `undefined`. */
+  readonly fallback?: { readonly value: unknown };
+}
+
+/** A class, as Nest's metadata holds it. */
+type AnyClass = abstract new (...args: never[]) => unknown;
+
+/** The parts of Nest's `TypeMetadataStorage` read here (a public export of `@nestjs/graphql`). */
+export interface TypeMetadata {
+  getObjectTypesMetadata(): ClassMetadata[];
+  getObjectTypeMetadataByTarget(target: AnyClass): ClassMetadata | undefined;
+  getInterfaceMetadataByTarget(target: AnyClass): ClassMetadata | undefined;
+}
+
+export interface ClassMetadata {
+  target: AnyClass;
+  name: string;
+  isAbstract?: boolean;
+  interfaces?: AnyClass | AnyClass[] | (() => AnyClass | AnyClass[]);
+  properties?: {
+    name: string;
+    schemaName: string;
+    options?: { defaultValue?: unknown };
+  }[];
+}
+
+/** Each object type's fields, by schema name, once Nest's metadata was read. */
+export type NestFields = ReadonlyMap<string, ReadonlyMap<string, NestField>>;
+
+let loading: Promise<NestFields | undefined> | undefined;
+let loaded: NestFields | undefined;
+
+/**
+ * Reads Nest's metadata of the app's object types, once, on the first GraphQL answer (the
+ * schema is built by then). Undefined without `@nestjs/graphql`.
+ */
+export function loadNestFields(): Promise<NestFields | undefined> {
+  loading ??= import('@nestjs/graphql').then(
+    (nest) => {
+      const storage = (nest as unknown as { TypeMetadataStorage?: TypeMetadata })
+        .TypeMetadataStorage;
+      loaded = storage ? fieldsOfTypes(storage) : undefined;
+      return loaded;
+    },
+    () => undefined,
+  );
+  return loading;
+}
+
+/** How Nest reads the field `name` of the object type `type`; undefined where it does not. */
+export function nestField(type: string, name: string): NestField | undefined {
+  return loaded?.get(type)?.get(name);
+}
+
+/** Each concrete object type's fields, with its interfaces' and its parent classes'. */
+export function fieldsOfTypes(storage: TypeMetadata): NestFields {
+  const types = new Map<string, ReadonlyMap<string, NestField>>();
+  for (const metadata of storage.getObjectTypesMetadata()) {
+    if (metadata.isAbstract) continue;
+    const fields = new Map<string, NestField>();
+    // As Nest builds the type: its parents' fields, then its interfaces', then its own.
+    for (const owner of ownersOf(storage, metadata)) {
+      for (const property of owner.properties ?? []) {
+        const options = property.options ?? {};
+        fields.set(property.schemaName, {
+          property: property.name,
+          ...('defaultValue' in options && options.defaultValue !== undefined
+            ? { fallback: { value: options.defaultValue } }
+            : {}),
+        });
+      }
+    }
+    types.set(metadata.name, fields);
+  }
+  return types;
+}
+
+/** The classes whose fields a type has, the furthest first: parents, interfaces, itself. */
+function ownersOf(storage: TypeMetadata, metadata: ClassMetadata): ClassMetadata[] {
+  const owners: ClassMetadata[] = [];
+  let parent = Object.getPrototypeOf(metadata.target) as AnyClass | null;
+  while (parent && parent !== Function.prototype) {
+    const found =
+      storage.getObjectTypeMetadataByTarget(parent) ?? storage.getInterfaceMetadataByTarget(parent);
+    if (found) owners.unshift(found);
+    parent = Object.getPrototypeOf(parent) as AnyClass | null;
+  }
+  const declared = metadata.interfaces;
+  const faces =
+    typeof declared === 'function' && !isClass(declared)
+      ? (declared as () => AnyClass | AnyClass[])()
+      : (declared as AnyClass | AnyClass[] | undefined);
+  for (const face of [faces ?? []].flat()) {
+    const found = storage.getInterfaceMetadataByTarget(face);
+    if (found) owners.push(found);
+  }
+  owners.push(metadata);
+  return owners;
+}
+
+/** A class (an interface's), not a thunk returning classes. */
+function isClass(value: object): boolean {
+  return /^class[\s{]/.test(Function.prototype.toString.call(value as () => unknown));
+}
