@@ -44,7 +44,7 @@ describe('fieldsOfTypes: how Nest reads each field of a code-first type', () => 
     ['Voucher', 'created', { property: 'createdOn' }],
     ['Base', 'created', { property: 'createdOn' }],
   ])('%s.%s is read as %j', (type, field, expected) => {
-    expect(types.get(type)?.get(field)).toEqual(expected);
+    expect(types.get(type)?.fields.get(field)).toEqual(expected);
   });
 
   it('leaves abstract classes out (no type of the schema has their name)', () => {

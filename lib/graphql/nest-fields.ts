@@ -34,8 +34,14 @@ export interface ClassMetadata {
   }[];
 }
 
-/** Each object type's fields, by schema name, once Nest's metadata was read. */
-export type NestFields = ReadonlyMap<string, ReadonlyMap<string, NestField>>;
+/** An object type as Nest built it: its class, and its fields by schema name. */
+export interface NestType {
+  readonly target: AnyClass;
+  readonly fields: ReadonlyMap<string, NestField>;
+}
+
+/** Each object type, by its name, once Nest's metadata was read. */
+export type NestFields = ReadonlyMap<string, NestType>;
 
 let loading: Promise<NestFields | undefined> | undefined;
 let loaded: NestFields | undefined;
@@ -59,12 +65,30 @@ export function loadNestFields(): Promise<NestFields | undefined> {
 
 /** How Nest reads the field `name` of the object type `type`; undefined where it does not. */
 export function nestField(type: string, name: string): NestField | undefined {
-  return loaded?.get(type)?.get(name);
+  return loaded?.get(type)?.fields.get(name);
+}
+
+/**
+ * Whether `value` is an instance of the class Nest built the object type `type` from (not of
+ * a subclass): a replay makes one of its stored data again, for the layers outside the library
+ * that read its class (`ClassSerializerInterceptor`: its `@Expose()`, `@Exclude()` and
+ * `@Transform()`).
+ */
+export function isOfNestType(type: string, value: object): boolean {
+  const target = loaded?.get(type)?.target;
+  return target !== undefined && Object.getPrototypeOf(value) === target.prototype;
+}
+
+/** An object of the class Nest built `type` from, with nothing of its own; undefined if none. */
+export function emptyOfNestType(type: string): object | undefined {
+  const target = loaded?.get(type)?.target;
+  // Its constructor is not run: the stored data is all it has, as it had when answered.
+  return target ? (Object.create(target.prototype as object) as object) : undefined;
 }
 
 /** Each concrete object type's fields, with its interfaces' and its parent classes'. */
 export function fieldsOfTypes(storage: TypeMetadata): NestFields {
-  const types = new Map<string, ReadonlyMap<string, NestField>>();
+  const types = new Map<string, NestType>();
   for (const metadata of storage.getObjectTypesMetadata()) {
     if (metadata.isAbstract) continue;
     const fields = new Map<string, NestField>();
@@ -80,7 +104,7 @@ export function fieldsOfTypes(storage: TypeMetadata): NestFields {
         });
       }
     }
-    types.set(metadata.name, fields);
+    types.set(metadata.name, { target: metadata.target, fields });
   }
   return types;
 }

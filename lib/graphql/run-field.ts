@@ -366,7 +366,15 @@ export async function answerOf(
   }
   if (answer.kind === 'data') {
     return types
-      ? fromWire(graphql, types.schema, types.returnType, answer.data, answer.format)
+      ? fromWire(
+          graphql,
+          types.schema,
+          types.returnType,
+          answer.data,
+          answer.format,
+          // The retry's own selection: what it reads of the stored answer.
+          selectionOf(types.call.info),
+        )
       : answer.data;
   }
   throw thrownError(answer.error, graphql);

@@ -14,7 +14,7 @@ import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
 import { type ReplayLoss } from './replay-loss.js';
 import { isResolvedByApp } from './resolved-fields.js';
-import { nestField } from './nest-fields.js';
+import { emptyOfNestType, isOfNestType, nestField } from './nest-fields.js';
 import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
 import { thrownError } from './thrown-error.js';
@@ -79,6 +79,12 @@ export const KEPT = '__kept';
  * when GraphQL reads that field, so it answers the same null and error at the same path.
  */
 export const FAILED = '__failed';
+
+/**
+ * The member of a stored object that says it was an instance of the class Nest built its type
+ * from (see `isOfNestType`): a replay makes it one again.
+ */
+export const INSTANCE = '__instance';
 
 /**
  * A resolver's value stored (`wire`), and the value its first answer is given (`value`): the
@@ -275,7 +281,9 @@ async function walkValue(
       });
     }
   }
-  const members = classMembers(source, fields);
+  const rebuilt = isOfNestType(concrete.name, source);
+  if (rebuilt) wire[INSTANCE] = true;
+  const members = rebuilt ? [] : classMembers(source, fields);
   if (members.length > 0) {
     losses.push({
       type: concrete.name,
@@ -419,6 +427,12 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
  * A stored wire value as a resolver's value again: each scalar through its `parseValue()`, and
  * each object's `KEPT` data as the resolver returned it. A value stored before `KEPT` was
  * (`format` 1) has its data that is no field as JSON beside its fields, and is read so.
+ *
+ * An object that was an instance of the class Nest built its type from is made one again, its
+ * data its own (the layers outside the library that read its class see it as they saw the
+ * first answer). A field the retry selects (`selection`, the retry's own) that the first call
+ * did not is refused when read (see not-stored-field.ts); without a selection, every field
+ * not stored is.
  */
 export function fromWire(
   graphql: GraphqlModule,
@@ -426,44 +440,62 @@ export function fromWire(
   type: GraphQLOutputType,
   wire: unknown,
   format: number = ANSWER_FORMAT,
+  selection?: Selection,
 ): unknown {
   if (wire === null || wire === undefined) return null;
-  if (graphql.isNonNullType(type)) return fromWire(graphql, schema, type.ofType, wire, format);
+  if (graphql.isNonNullType(type)) {
+    return fromWire(graphql, schema, type.ofType, wire, format, selection);
+  }
   if (graphql.isListType(type)) {
     return Array.isArray(wire)
-      ? wire.map((item) => fromWire(graphql, schema, type.ofType, item, format))
+      ? wire.map((item) => fromWire(graphql, schema, type.ofType, item, format, selection))
       : wire;
   }
   if (graphql.isLeafType(type)) return leafValue(type, wire);
   const concrete = graphql.isObjectType(type) ? type : typeOf(graphql, schema, wire);
   if (!concrete || typeof wire !== 'object' || Array.isArray(wire)) return wire;
+  const stored = wire as Record<string, unknown>;
   const fields = concrete.getFields();
   const typed = format >= 2;
-  const value: Record<string, unknown> = {};
+  const value: Record<string, unknown> =
+    ((typed && stored[INSTANCE] === true ? emptyOfNestType(concrete.name) : undefined) as
+      Record<string, unknown> | undefined) ?? {};
+  const selected = selection ? selectedFields(graphql, schema, concrete, selection) : undefined;
   /** Where Nest reads the field (its class property), beside its schema name. */
   const renamed = (name: string) => {
     const property = nestField(concrete.name, name)?.property;
     return property !== undefined && property !== name ? property : undefined;
   };
-  for (const [name, item] of Object.entries(wire)) {
-    if (typed && (name === KEPT || name === FAILED)) continue;
+  for (const [name, item] of Object.entries(stored)) {
+    if (typed && (name === KEPT || name === FAILED || name === INSTANCE)) continue;
     if (!(name in fields)) {
-      value[name] = item;
+      own(value, name, item);
       continue;
     }
-    value[name] = fromWire(graphql, schema, fields[name].type, item, format);
+    const nodes = selected?.get(name);
+    const field = fromWire(
+      graphql,
+      schema,
+      fields[name].type,
+      item,
+      format,
+      selection && { ...selection, nodes: nodes ?? [] },
+    );
+    own(value, name, field);
     const property = renamed(name);
-    if (property !== undefined && !(property in wire)) value[property] = value[name];
+    if (property !== undefined && !(property in stored)) own(value, property, field);
   }
-  if (typed) Object.assign(value, restoreData((wire as Record<string, unknown>)[KEPT]));
-  const failures = (wire as Record<string, unknown>)[FAILED];
+  if (typed) {
+    for (const [name, item] of Object.entries(restoreData(stored[KEPT]))) own(value, name, item);
+  }
+  const failures = stored[FAILED];
   if (typed && typeof failures === 'object' && failures !== null) {
-    for (const [name, stored] of Object.entries(failures as Record<string, FieldError>)) {
+    for (const [name, failure] of Object.entries(failures as Record<string, FieldError>)) {
       for (const place of [name, renamed(name)]) {
         if (place === undefined) continue;
         Object.defineProperty(value, place, {
           get: () => {
-            throw thrownError(stored, graphql);
+            throw thrownError(failure, graphql);
           },
           enumerable: true,
           configurable: true,
@@ -473,12 +505,14 @@ export function fromWire(
   }
   // Stored by its selection (format 3): a field the first answer did not select has no value,
   // and a retry that selects it is told so rather than given a null (see not-stored-field.ts).
-  // A field the app resolves runs again, and reads none of it.
+  // A field the app resolves runs again, and reads none of it. Only where the retry selects
+  // it, when its selection is known: a layer outside the library that reads every field its
+  // class exposes (`ClassSerializerInterceptor`) reads the others too, and finds nothing.
   if (format >= 3) {
-    for (const name of Object.keys(fields)) {
-      if (name in value || isResolvedByApp(concrete, name)) continue;
+    for (const name of selected ? selected.keys() : Object.keys(fields)) {
+      if (!(name in fields) || hasOwn(value, name) || isResolvedByApp(concrete, name)) continue;
       for (const place of [name, renamed(name)]) {
-        if (place === undefined || place in value) continue;
+        if (place === undefined || hasOwn(value, place)) continue;
         Object.defineProperty(value, place, {
           get: () => {
             throw notStoredField(graphql, concrete.name, name);
@@ -489,6 +523,20 @@ export function fromWire(
     }
   }
   return value;
+}
+
+/** Sets the object's own data property, past any setter or getter of its class. */
+function own(value: object, name: string, item: unknown): void {
+  Object.defineProperty(value, name, {
+    value: item,
+    enumerable: true,
+    writable: true,
+    configurable: true,
+  });
+}
+
+function hasOwn(value: object, name: string): boolean {
+  return Object.prototype.hasOwnProperty.call(value, name);
 }
 
 /**
