@@ -2,6 +2,7 @@ import { type Pool, type PoolClient } from 'pg';
 import { keepOwnConnect } from '../connection/own-connection.js';
 import { connectWithin } from '../transaction/bounded-connect.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
+import { retriedTryRefusal } from '../transaction/handler-try.js';
 
 type Callback = (...results: unknown[]) => void;
 
@@ -24,8 +25,10 @@ export function joinTransactionsOfPool(pool: Pool): void {
     this: Pool,
     ...args: unknown[]
   ): unknown {
-    const join = joined(this);
     const callback = typeof args[0] === 'function' ? (args[0] as Callback) : undefined;
+    const refused = retriedTryRefusal();
+    if (refused) return callback ? void callback(refused) : Promise.reject(refused);
+    const join = joined(this);
     if (!join) {
       const deadline = transactionScope.getStore()?.connectDeadline?.(this);
       if (deadline === undefined) return connect.apply(this, args);
@@ -48,10 +51,12 @@ export function joinTransactionsOfPool(pool: Pool): void {
     this: Pool,
     ...args: unknown[]
   ): unknown {
-    const join = joined(this);
-    if (!join) return query.apply(this, args);
     const last = args[args.length - 1];
     const callback = typeof last === 'function' ? (last as Callback) : undefined;
+    const refused = retriedTryRefusal();
+    if (refused) return callback ? void callback(refused) : Promise.reject(refused);
+    const join = joined(this);
+    if (!join) return query.apply(this, args);
     const result = join.query(callback ? args.slice(0, -1) : args);
     if (!callback) return result;
     result.then(

@@ -4,6 +4,7 @@ import pg, { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
 import { isReadOnlyError } from '../connection/connection-errors.js';
 import { acquire } from '../connection/deadline.js';
+import { retriedTryRefusal } from '../transaction/handler-try.js';
 import { readOnly } from '../connection/read-only-query.js';
 import { queryStatement } from '../connection/prefixed-query.js';
 import { isAboveReadCommitted } from '../transaction/isolation-level.js';
@@ -621,6 +622,9 @@ export class JoinedClient extends EventEmitter {
   }
 
   query(...args: unknown[]): unknown {
+    // Work of a try retried since, on a view it took before (see `refuseRetriedTry`).
+    const refused = retriedTryRefusal();
+    if (refused) return refusedQuery(args, refused);
     if (!this.apart && this.depth === 0 && this.transaction.ended) {
       this.apart = this.transaction.connectionApart();
       // Refused (the request rolled back): said to each statement, as below.
@@ -688,6 +692,21 @@ export class JoinedClient extends EventEmitter {
   escapeLiteral(value: string): string {
     return pg.escapeLiteral(value);
   }
+}
+
+/** A statement refused before it went anywhere, answered in the form it was sent in. */
+function refusedQuery(args: unknown[], error: Error): unknown {
+  if (isSubmittable(args[0])) {
+    const submittable = args[0] as { handleError?: (error: unknown) => void };
+    queueMicrotask(() => submittable.handleError?.(error));
+    return submittable;
+  }
+  const last = args[args.length - 1];
+  if (typeof last === 'function') {
+    queueMicrotask(() => (last as (error: unknown) => void)(error));
+    return undefined;
+  }
+  return Promise.reject(error);
 }
 
 function emptyResult(command: string): QueryResult {

@@ -13,7 +13,11 @@ import {
 } from '../shapes/idempotency.errors.js';
 import { isConnectionError, isTransientError } from '../connection/connection-errors.js';
 import { misconfigured } from '../connection/pooler-misfit.js';
-import { CursorOpenRefusedError, TransactionAbortedError } from './seam-errors.js';
+import {
+  CursorOpenRefusedError,
+  RetriedTryStatementError,
+  TransactionAbortedError,
+} from './seam-errors.js';
 
 /**
  * What a failure after the handler started means for its key. Every failure has one outcome:
@@ -71,6 +75,12 @@ export function classifyHandlerError(error: unknown): Failure {
     error instanceof IdempotencyPhaseNameInvalidError
   ) {
     return { kind: 'retry', error };
+  }
+  // Work of a try retried since that this try awaited (a single-flight Promise the first try
+  // started): the two tries' work cannot be told apart in one transaction. Not stored; a
+  // request of its own runs it afresh.
+  if (error instanceof RetriedTryStatementError) {
+    return { kind: 'retry', error: new IdempotencyHandlerRetriedInsideError(undefined) };
   }
   // A refusal of the seam's: the request rolls back and answers it; nothing is stored.
   if (error instanceof CursorOpenRefusedError) {

@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { RetriedTryStatementError } from './seam-errors.js';
 
 /** A try of the route's handler (see `IdempotencyContext.lastTry`). */
 export interface HandlerTry {
@@ -29,4 +30,20 @@ export const handlerTries = new AsyncLocalStorage<HandlerTry>();
 /** Whether the code running is work of a try that was retried since (see `superseded`). */
 export function inRetriedTry(): boolean {
   return handlerTries.getStore()?.superseded === true;
+}
+
+/**
+ * Refuses work of a try that was retried since, wherever it reaches the database through the
+ * data layers the library joins: the request's transaction, while it runs or after it ended
+ * (a late write would otherwise run apart, on a connection of its own, once the retry's
+ * answer committed), and the pool or DataSource itself once the request is over.
+ */
+export function refuseRetriedTry(): void {
+  const refused = retriedTryRefusal();
+  if (refused) throw refused;
+}
+
+/** The refusal `refuseRetriedTry` throws, for a caller that answers errors its own way. */
+export function retriedTryRefusal(): RetriedTryStatementError | undefined {
+  return inRetriedTry() ? new RetriedTryStatementError() : undefined;
 }

@@ -37,7 +37,7 @@ import {
   TransactionEndedError,
   RetriedTryStatementError,
 } from './seam-errors.js';
-import { inRetriedTry } from './handler-try.js';
+import { inRetriedTry, refuseRetriedTry } from './handler-try.js';
 import {
   type ClaimInText,
   CLAIMED_SAVEPOINT,
@@ -750,6 +750,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
 
   /** Runs `work` once the transaction's end has an outcome, if it committed; else refuses. */
   protected async afterEnd<T>(work: () => Promise<T>): Promise<T> {
+    refuseRetriedTry();
     await this.ending;
     if (!this.committed) throw new TransactionEndedError();
     return work();

@@ -2,6 +2,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { type DataSource, type QueryRunner, type ReplicationMode } from 'typeorm';
 import { type PoolClient } from 'pg';
 import { protectSaves } from './own-persist.js';
+import { refuseRetriedTry } from './handler-try.js';
 
 /** What a transaction makes of a joined pool's `query()` and `connect()` in its scope. */
 export interface PoolJoin {
@@ -56,6 +57,7 @@ export function joinTransactionsOf(dataSource: DataSource): void {
     this: DataSource,
     mode: ReplicationMode = 'master',
   ): QueryRunner {
+    refuseRetriedTry();
     return transactionScope.getStore()?.joinedRunner?.(this, mode) ?? own.call(this, mode);
   };
 }
