@@ -38,6 +38,12 @@ export interface FieldError {
    * of them back.
    */
   httpHeaders?: [string, string][];
+  /**
+   * Set on a field's failure (`FAILED`) that was a Promise's rejection, not a getter's throw:
+   * a replay gives a Promise that rejects, which an outer layer copying the value (Nest's
+   * `ClassSerializerInterceptor`) passes on for GraphQL to await, as at the first answer.
+   */
+  rejected?: true;
   /** The error's own `statusCode` (Mercurius' `ErrorWithProps`), the answer's HTTP status. */
   statusCode?: number;
   /**

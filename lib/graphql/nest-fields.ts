@@ -70,20 +70,31 @@ export function nestField(type: string, name: string): NestField | undefined {
 
 /**
  * Whether `value` is an instance of the class Nest built the object type `type` from (not of
- * a subclass): a replay makes one of its stored data again, for the layers outside the library
- * that read its class (`ClassSerializerInterceptor`: its `@Expose()`, `@Exclude()` and
- * `@Transform()`).
+ * a subclass): a replay's object names that class again, for the layers outside the library
+ * that look its metadata up by it (`ClassSerializerInterceptor`: its `@Expose()`,
+ * `@Exclude()` and `@Transform()`).
  */
 export function isOfNestType(type: string, value: object): boolean {
   const target = loaded?.get(type)?.target;
   return target !== undefined && Object.getPrototypeOf(value) === target.prototype;
 }
 
-/** An object of the class Nest built `type` from, with nothing of its own; undefined if none. */
-export function emptyOfNestType(type: string): object | undefined {
+/**
+ * An empty plain object that names the class Nest built `type` from as its `constructor` (not
+ * enumerable), where class-transformer looks a value's class up; undefined if none. Not an
+ * instance: none of the class's getters or methods runs on a replay's partial data (a getter
+ * reading a field the operation did not select, or an ES `#private` field, would throw).
+ */
+export function plainOfNestType(type: string): object | undefined {
   const target = loaded?.get(type)?.target;
-  // Its constructor is not run: the stored data is all it has, as it had when answered.
-  return target ? (Object.create(target.prototype as object) as object) : undefined;
+  if (!target) return undefined;
+  const value = {};
+  Object.defineProperty(value, 'constructor', {
+    value: target,
+    writable: true,
+    configurable: true,
+  });
+  return value;
 }
 
 /** Each concrete object type's fields, with its interfaces' and its parent classes'. */

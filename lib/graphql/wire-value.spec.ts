@@ -584,7 +584,7 @@ describe('outputWire, as far as the selection reads', () => {
     ],
   ])(
     "stores a selected field's failed read (%s) as its error, thrown again",
-    async (...[, make]) => {
+    async (...[label, make]) => {
       const Profile = new GraphQLObjectType({
         name: 'WireProfile',
         fields: { id: { type: GraphQLInt }, memo: { type: GraphQLString } },
@@ -607,7 +607,15 @@ describe('outputWire, as far as the selection reads', () => {
         memo: unknown;
       };
       expect(replayed.id).toBe(1);
-      expect(() => replayed.memo).toThrow('signer down');
+      // As it failed: a Promise that rejects (an own key a serializer copies), or a getter
+      // that throws (not an own key one copies).
+      if (label === 'a Promise that rejects') {
+        await expect(replayed.memo).rejects.toThrow('signer down');
+        expect(Object.keys(replayed)).toContain('memo');
+      } else {
+        expect(() => replayed.memo).toThrow('signer down');
+        expect(Object.keys(replayed)).not.toContain('memo');
+      }
     },
   );
 

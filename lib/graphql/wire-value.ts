@@ -14,7 +14,7 @@ import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
 import { type ReplayLoss } from './replay-loss.js';
 import { isResolvedByApp } from './resolved-fields.js';
-import { emptyOfNestType, isOfNestType, nestField } from './nest-fields.js';
+import { isOfNestType, nestField, plainOfNestType } from './nest-fields.js';
 import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
 import { thrownError } from './thrown-error.js';
@@ -200,7 +200,13 @@ async function walkValue(
   for (const name of Object.keys(source)) {
     if (!(name in fields)) kept[name] = source[name];
   }
-  if ([...selected.keys()].some((name) => isResolvedByApp(concrete, name))) {
+  // What a resolver reading its parent may read beyond the selection: a `@ResolveField()` of
+  // it, or the `resolveType()` of the union or interface it is a member of, which GraphQL
+  // calls again on a replay (Nest's recipe tells a `Book` by its `title`).
+  if (
+    !graphql.isObjectType(type) ||
+    [...selected.keys()].some((name) => isResolvedByApp(concrete, name))
+  ) {
     Object.assign(kept, ownData(source, fields, selected));
   }
   const methods: string[] = [];
@@ -234,9 +240,10 @@ async function walkValue(
       continue;
     }
     let item: unknown;
+    let promisedItem: unknown;
     try {
       const own = property in source ? source[property] : undefined;
-      const promisedItem = own === undefined && reading?.fallback ? reading.fallback.value : own;
+      promisedItem = own === undefined && reading?.fallback ? reading.fallback.value : own;
       if (typeof promisedItem === 'function') {
         methods.push(name);
         wire[name] = null;
@@ -247,7 +254,9 @@ async function walkValue(
       // A getter that threw, a Promise that rejected (a signing service down): GraphQL answers
       // the field null with its error at its path (its nearest nullable parent when it is
       // non-null), and the mutation's work stands. Stored so, and thrown again by a replay.
-      failed[name] = fieldError(error);
+      failed[name] = isThenable(promisedItem)
+        ? { ...fieldError(error), rejected: true }
+        : fieldError(error);
       continue;
     }
     const stored = await walkValue(walk, field.type, item, fieldNodes);
@@ -281,9 +290,8 @@ async function walkValue(
       });
     }
   }
-  const rebuilt = isOfNestType(concrete.name, source);
-  if (rebuilt) wire[INSTANCE] = true;
-  const members = rebuilt ? [] : classMembers(source, fields);
+  if (isOfNestType(concrete.name, source)) wire[INSTANCE] = true;
+  const members = classMembers(source, fields);
   if (members.length > 0) {
     losses.push({
       type: concrete.name,
@@ -458,7 +466,7 @@ export function fromWire(
   const fields = concrete.getFields();
   const typed = format >= 2;
   const value: Record<string, unknown> =
-    ((typed && stored[INSTANCE] === true ? emptyOfNestType(concrete.name) : undefined) as
+    ((typed && stored[INSTANCE] === true ? plainOfNestType(concrete.name) : undefined) as
       Record<string, unknown> | undefined) ?? {};
   const selected = selection ? selectedFields(graphql, schema, concrete, selection) : undefined;
   /** Where Nest reads the field (its class property), beside its schema name. */
@@ -493,13 +501,7 @@ export function fromWire(
     for (const [name, failure] of Object.entries(failures as Record<string, FieldError>)) {
       for (const place of [name, renamed(name)]) {
         if (place === undefined) continue;
-        Object.defineProperty(value, place, {
-          get: () => {
-            throw thrownError(failure, graphql);
-          },
-          enumerable: true,
-          configurable: true,
-        });
+        Object.defineProperty(value, place, failedField(failure, graphql));
       }
     }
   }
@@ -523,6 +525,36 @@ export function fromWire(
     }
   }
   return value;
+}
+
+/**
+ * A field whose reading failed at the first answer, as it failed: a Promise that rejects with
+ * its error (made when read), an own enumerable property as the
+ * resolver's was, which an outer layer copying the value passes on for GraphQL to await; or a
+ * getter that throws, not enumerable, as a class's getter is not an own key (a serializer
+ * that copies own keys does not read it; GraphQL does).
+ */
+function failedField(failure: FieldError, graphql: GraphqlModule): PropertyDescriptor {
+  if (failure.rejected) {
+    let promise: Promise<never> | undefined;
+    const rejecting = () => {
+      const made = Promise.reject(thrownError(failure, graphql));
+      // Its awaiters get the error; one that only reads it (a logger) leaves nothing unhandled.
+      made.catch(() => undefined);
+      return made;
+    };
+    return {
+      get: () => (promise ??= rejecting()),
+      enumerable: true,
+      configurable: true,
+    };
+  }
+  return {
+    get: () => {
+      throw thrownError(failure, graphql);
+    },
+    configurable: true,
+  };
 }
 
 /** Sets the object's own data property, past any setter or getter of its class. */
