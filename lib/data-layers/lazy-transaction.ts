@@ -174,6 +174,11 @@ export class LazyTransaction extends RequestTransaction {
    */
   private viewOf(runner: QueryRunner, transactionManager = false): QueryRunner {
     const internals = runner as unknown as RunnerInternals;
+    // Used past the request's end with no nested transaction open (a `save()` in an event
+    // listener whose load straddled the commit, then its own transaction): a runner of its own
+    // from then on, which waits for the end's outcome, as one made after it would.
+    const apart = () =>
+      this.ended && internals.transactionDepth <= 1 ? this.runnerAfterEnd() : undefined;
     return runnerView(
       runner,
       (view) => {
@@ -190,6 +195,7 @@ export class LazyTransaction extends RequestTransaction {
         }
         return open;
       },
+      apart,
     );
   }
 

@@ -13,12 +13,27 @@ export function runnerView(
   runner: QueryRunner,
   managerOf: (view: QueryRunner) => EntityManager,
   transactionActive?: (view: QueryRunner) => boolean,
+  /**
+   * A runner of its own for the view from now on, or undefined: asked at each use until one
+   * is given (a view used past the request's end, see `LazyTransaction.viewOf`).
+   */
+  apart?: () => QueryRunner | undefined,
 ): QueryRunner {
   let manager: EntityManager | undefined;
   let broadcaster: unknown;
+  let own: QueryRunner | undefined;
   const view: QueryRunner = new Proxy(runner, {
     get(target, property) {
       if (property === 'manager') return (manager ??= managerOf(view));
+      own ??= apart?.();
+      // Moved to a runner of its own: everything is that runner's, its methods called on it
+      // (TypeORM keeps its connected runners in a list, by the object `connect()` and
+      // `release()` are called on: one of each would never leave it). The view's manager,
+      // made for the view, still reaches it.
+      if (own) {
+        const value = Reflect.get(own, property) as unknown;
+        return typeof value === 'function' ? (value as () => unknown).bind(own) : value;
+      }
       // Its own: an entity's subscribers and listeners get `event.manager` from the
       // broadcaster's runner, which must be this view, as TypeORM hands a subscriber the
       // runner the save ran on.
@@ -27,7 +42,7 @@ export function runnerView(
       return Reflect.get(target, property) as unknown;
     },
     set(target, property, value) {
-      if (property !== 'manager') return Reflect.set(target, property, value);
+      if (property !== 'manager') return Reflect.set(own ?? target, property, value);
       manager = value as EntityManager;
       return true;
     },
