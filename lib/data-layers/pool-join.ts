@@ -42,7 +42,7 @@ export function joinTransactionsOfPool(pool: Pool): void {
     const client = join.connect();
     if (!callback) return client;
     client.then(
-      (view) => callback(undefined, view, () => view.release()),
+      (view) => callback(undefined, view, (error?: Error | boolean) => view.release(error)),
       (error: unknown) => callback(error),
     );
     return undefined;
