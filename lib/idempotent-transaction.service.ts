@@ -8,6 +8,7 @@ import {
 import { IdempotencyDataSource } from './idempotency-data-source.js';
 import { idempotencyStorage } from './transaction/idempotency-context.js';
 import { startedInside } from './transaction/foreign-thenable.js';
+import { handlerTries } from './transaction/handler-try.js';
 import { OutsideScope } from './data-layers/outside-scope.js';
 import { transactionScope } from './transaction/transaction-scope.js';
 import { type RequestTransaction } from './transaction/request-transaction.js';
@@ -57,12 +58,16 @@ export class IdempotentTransaction {
   static outside<T>(work: () => T): T {
     const scope = OutsideScope.of(transactionScope.getStore());
     return transactionScope.run(scope, () =>
-      idempotencyStorage.exit(() => {
-        // A query that runs when it is awaited (Prisma's, a Drizzle or Kysely builder returned
-        // unawaited, alone or in an array for `Promise.all`) would run where its caller awaits
-        // it: in the request's transaction. Started here, in this scope.
-        return startedInside(work());
-      }),
+      idempotencyStorage.exit(() =>
+        // Out of the handler's try too: work of a try retried since is refused (see
+        // `refuseRetriedTry`), and this is no try's work (a cache's timer outlives it).
+        handlerTries.exit(() => {
+          // A query that runs when it is awaited (Prisma's, a Drizzle or Kysely builder
+          // returned unawaited, alone or in an array for `Promise.all`) would run where its
+          // caller awaits it: in the request's transaction. Started here, in this scope.
+          return startedInside(work());
+        }),
+      ),
     );
   }
 
