@@ -98,7 +98,11 @@ class RatesCache {
     next.catch((error: unknown) => this.errors.push(String(error)));
     // The first load is what callers wait for; each refresh replaces it once it succeeded.
     if (!this.latest) this.latest = next;
-    else next.then(() => (this.latest = next), () => undefined);
+    else
+      next.then(
+        () => (this.latest = next),
+        () => undefined,
+      );
   }
 
   stop(): void {
