@@ -551,6 +551,9 @@ export function fromWire(
   const failures = stored[FAILED];
   if (typed && typeof failures === 'object' && failures !== null) {
     for (const [name, failure] of Object.entries(failures as Record<string, FieldError>)) {
+      // Only where the retry reads it: a rejected Promise nobody awaits (an outer serializer
+      // wraps every own one) would be an unhandled rejection.
+      if (selected && !selected.has(name)) continue;
       for (const place of [name, renamed(name)]) {
         if (place === undefined) continue;
         Object.defineProperty(value, place, failedField(failure, graphql));
