@@ -1,3 +1,4 @@
+import { loadClassTransforms } from './class-transforms.js';
 import { loadNestFields } from './nest-fields.js';
 
 /** The `graphql` package's exports, loaded on the first GraphQL request. */
@@ -10,8 +11,11 @@ let loading: Promise<GraphqlModule> | undefined;
  * resolver runs, when the app has it (Nest's GraphQL drivers need it).
  */
 export function loadGraphql(): Promise<GraphqlModule> {
-  // With Nest's metadata of the app's object types: how its fields are read (nest-fields.ts).
-  return (loading ??= Promise.all([import('graphql'), loadNestFields()]).then(
-    ([graphql]) => graphql,
-  ));
+  // With Nest's metadata of the app's object types (how its fields are read: nest-fields.ts)
+  // and class-transformer's (class-transforms.ts).
+  return (loading ??= Promise.all([
+    import('graphql'),
+    loadNestFields(),
+    loadClassTransforms(),
+  ]).then(([graphql]) => graphql));
 }

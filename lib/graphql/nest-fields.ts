@@ -79,6 +79,11 @@ export function isOfNestType(type: string, value: object): boolean {
   return target !== undefined && Object.getPrototypeOf(value) === target.prototype;
 }
 
+/** The class Nest built the object type `type` from, if it did. */
+export function nestTarget(type: string): object | undefined {
+  return loaded?.get(type)?.target;
+}
+
 /**
  * An empty plain object that names the class Nest built `type` from as its `constructor` (not
  * enumerable), where class-transformer looks a value's class up; undefined if none. Not an

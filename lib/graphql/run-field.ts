@@ -110,7 +110,6 @@ export function runField(
             selectionOf(types.call.info),
             types.call,
             losses,
-            route.maxResponseBytes,
           )
         : { wire: outcome.value, value: outcome.value };
       first = walked.value;

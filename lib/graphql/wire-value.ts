@@ -14,7 +14,8 @@ import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
 import { type ReplayLoss } from './replay-loss.js';
 import { isResolvedByApp } from './resolved-fields.js';
-import { isOfNestType, nestField, plainOfNestType } from './nest-fields.js';
+import { isOfNestType, nestField, nestTarget, plainOfNestType } from './nest-fields.js';
+import { hasClassTransforms } from './class-transforms.js';
 import { answerAsMember } from './replayed-member.js';
 import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
@@ -100,11 +101,6 @@ export interface StoredValue {
 
 /** What one walk of a value shares. */
 interface Walk {
-  /**
-   * How many bytes (as JSON) of unselected own data the instances of the walk may still keep
-   * (see `keepUnselected`).
-   */
-  unselectedBudget: number;
   graphql: GraphqlModule;
   schema: GraphQLSchema | undefined;
   selection: Selection;
@@ -145,11 +141,8 @@ export async function outputWire(
   selection: Selection,
   call?: ResolverCall,
   losses: ReplayLoss[] = [],
-  /** The route's `maxResponseBytes`: unselected data keeps within a quarter of it. */
-  maxResponseBytes = 1_048_576,
 ): Promise<StoredValue> {
   const walk: Walk = {
-    unselectedBudget: Math.floor(maxResponseBytes / 4),
     graphql,
     schema,
     selection,
@@ -210,14 +203,16 @@ async function walkValue(
     if (!(name in fields)) kept[name] = source[name];
   }
   // What a resolver reading its parent may read beyond the selection: a `@ResolveField()` of
-  // it, or, on an instance of the class Nest built its type from, an outer serializer's
-  // `@Transform()` that reads its siblings (`obj.visibility`), which runs again on a replay;
-  // the latter within a budget (see `keepUnselected`).
+  // it, or, on an instance of the class Nest built its type from that has a `@Transform()`
+  // of class-transformer's, an outer serializer's transform reading its siblings
+  // (`obj.visibility` masking `email`), which runs again on a replay. All of it, or a
+  // transform that reads what was left out would answer otherwise (a masked field shown).
   const instance = isOfNestType(concrete.name, source);
-  if ([...selected.keys()].some((name) => isResolvedByApp(concrete, name))) {
+  if (
+    [...selected.keys()].some((name) => isResolvedByApp(concrete, name)) ||
+    (instance && hasClassTransforms(nestTarget(concrete.name)!))
+  ) {
     Object.assign(kept, ownData(source, fields, selected));
-  } else if (instance) {
-    Object.assign(kept, keepUnselected(walk, concrete.name, ownData(source, fields, selected)));
   }
   const methods: string[] = [];
   /** Selected fields whose reading failed, with their errors (see `FAILED`). */
@@ -363,44 +358,6 @@ function ownData(
     if (own) data[name] = own.value;
   }
   return data;
-}
-
-/**
- * The unselected own data of an instance of a Nest type, kept for an outer serializer's
- * `@Transform()` that reads its siblings, as far as the walk's budget goes: a field that does
- * not fit (a large text column the client did not ask for) is left out and said once, so that
- * what the client did not select never makes its answer too large to store.
- */
-function keepUnselected(
-  walk: Walk,
-  type: string,
-  data: Readonly<Record<string, unknown>>,
-): Record<string, unknown> {
-  const fitting: Record<string, unknown> = {};
-  const left: string[] = [];
-  for (const [name, value] of Object.entries(data)) {
-    let size: number;
-    try {
-      size = Buffer.byteLength(JSON.stringify(value) ?? '');
-    } catch {
-      size = Infinity; // a cycle, a BigInt: not measured, not kept
-    }
-    if (size > walk.unselectedBudget) {
-      left.push(name);
-      continue;
-    }
-    walk.unselectedBudget -= size;
-    fitting[name] = value;
-  }
-  if (left.length > 0) {
-    walk.losses.push({
-      type,
-      what:
-        `its unselected ${left.join(', ')} (over a quarter of maxResponseBytes) is not kept: ` +
-        "an outer serializer's @Transform() that reads it sees none on a replay",
-    });
-  }
-  return fitting;
 }
 
 /**
