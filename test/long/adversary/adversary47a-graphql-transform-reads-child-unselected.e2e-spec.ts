@@ -1,7 +1,16 @@
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { ClassSerializerInterceptor, Module } from '@nestjs/common';
 import { APP_INTERCEPTOR, Reflector } from '@nestjs/core';
-import { Args, Field, GraphQLModule, Int, Mutation, ObjectType, Query, Resolver } from '@nestjs/graphql';
+import {
+  Args,
+  Field,
+  GraphQLModule,
+  Int,
+  Mutation,
+  ObjectType,
+  Query,
+  Resolver,
+} from '@nestjs/graphql';
 import { Transform } from 'class-transformer';
 import { type Pool } from 'pg';
 import request from 'supertest';

@@ -1,7 +1,16 @@
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { ClassSerializerInterceptor, Module } from '@nestjs/common';
 import { APP_INTERCEPTOR, Reflector } from '@nestjs/core';
-import { Args, Field, GraphQLModule, Int, Mutation, ObjectType, Query, Resolver } from '@nestjs/graphql';
+import {
+  Args,
+  Field,
+  GraphQLModule,
+  Int,
+  Mutation,
+  ObjectType,
+  Query,
+  Resolver,
+} from '@nestjs/graphql';
 import { Transform, Type } from 'class-transformer';
 import { type Pool } from 'pg';
 import request from 'supertest';
@@ -98,7 +107,7 @@ class ProfilesResolver {
 })
 class ProfilesModule {}
 
-describe("adversary 47a: a plain nested object typed by @Type() keeps no unselected data", () => {
+describe('adversary 47a: a plain nested object typed by @Type() keeps no unselected data', () => {
   let fixture: PoolApp;
 
   beforeAll(async () => {
@@ -107,7 +116,9 @@ describe("adversary 47a: a plain nested object typed by @Type() keeps no unselec
       max: 4,
       usePool: (started) => (pool = started),
       setup: async (admin) => {
-        await admin.query('CREATE TABLE effects (id serial PRIMARY KEY, ref text NOT NULL, settings jsonb)');
+        await admin.query(
+          'CREATE TABLE effects (id serial PRIMARY KEY, ref text NOT NULL, settings jsonb)',
+        );
       },
     });
   }, 60_000);
