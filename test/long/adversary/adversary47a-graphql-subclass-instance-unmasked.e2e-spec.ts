@@ -22,11 +22,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * class (`class StaffMember extends Member`, returned for the `Member` type). class-transformer
  * reads a class's decorators with its parents', so `ClassSerializerInterceptor` applies
  * `Member`'s `@Transform()` to the first answer. But a replay names a class only for an object
- * that is exactly an instance of the Nest class (`isOfNestType`, nest-fields.ts:110-113,
- * wire-value.ts:215 and 279; `INSTANCE` unset): the replay is a bare plain object, the
+ * that is exactly an instance of the Nest class (`isOfNestType`, nest-fields.ts:77-80,
+ * wire-value.ts:210 and 298; `INSTANCE` unset): the replay is a bare plain object, the
  * serializer finds no class and no transform, and the email the transform masked is answered
  * IN CLEAR, even with every field selected. The only trace is a log line saying the replay is
- * a plain object (wire-value.ts:280-287), and only if the subclass has members of its own.
+ * a plain object (wire-value.ts:299-306), and only if the subclass has members of its own.
  *
  * The app (Apollo on Express, the pool seam, `ClassSerializerInterceptor` global):
  * `@ObjectType() class Member { id; visibility; @Transform(({ value, obj }) => obj.visibility

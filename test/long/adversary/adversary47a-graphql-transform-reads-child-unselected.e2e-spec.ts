@@ -21,7 +21,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Adversary, round 47a: round 46's fix keeps ALL the unselected own data of an instance whose
  * class has a `@Transform()` (lib/graphql/wire-value.ts:211-216, class-transforms.ts), but a
  * transform reads whatever `obj` reaches, not only its siblings: `obj.owner.hidden`. The
- * nested `Owner` is selected (walked on its own, wire-value.ts:249-253), and its class has no
+ * nested `Owner` is selected (walked on its own, wire-value.ts:267-268), and its class has no
  * transform, so its unselected `hidden` is not kept. On a replay the parent's transform reads
  * `obj.owner.hidden` undefined and answers the masked `contact` IN CLEAR.
  *

@@ -24,7 +24,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * it (class-transformer takes the nested class from the parent's `@Type()`), at the first
  * answer and, since the replay's parent names `Profile` as its constructor, at a replay too.
  * But round 46's fix keeps the unselected own data only of an object that is exactly an
- * instance of its Nest class (wire-value.ts:211-216, `isOfNestType`, nest-fields.ts:110-113):
+ * instance of its Nest class (wire-value.ts:211-216, `isOfNestType`, nest-fields.ts:77-80):
  * the plain `settings` keeps nothing unselected, so its transform reads `obj.visibility`
  * undefined on the replay and answers the masked email IN CLEAR.
  *
