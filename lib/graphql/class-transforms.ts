@@ -1,12 +1,16 @@
 /**
- * Whether class-transformer holds a `@Transform()` for a class (or one it extends): a
- * serializer outside `@Idempotent()` (Nest's `ClassSerializerInterceptor`) runs it on every
- * answer, and it may read the value's other members (`obj.visibility` masking `email`), which
- * a replay must then have, selected or not. Read from class-transformer's own metadata, the
- * one the app's decorators wrote to; nothing without class-transformer.
+ * Whether class-transformer holds metadata for a class (or one it extends): its `@Transform()`,
+ * `@Expose()`, `@Exclude()` or `@Type()`. A serializer outside `@Idempotent()` (Nest's
+ * `ClassSerializerInterceptor`) applies them on every answer, and a transform may read any of
+ * the value (`obj.visibility` masking `email`, `obj.owner.hidden`, a `@Type()`d member's
+ * siblings), which a replay must then have, selected or not. Read from class-transformer's own
+ * metadata, the one the app's decorators wrote to; nothing without class-transformer.
  */
 interface TransformStorage {
+  _typeMetadatas?: Map<unknown, Map<string, unknown>>;
   _transformMetadatas?: Map<unknown, Map<string, unknown[]>>;
+  _exposeMetadatas?: Map<unknown, Map<string, unknown>>;
+  _excludeMetadatas?: Map<unknown, Map<string, unknown>>;
 }
 
 let storage: TransformStorage | undefined;
@@ -23,12 +27,18 @@ export function loadClassTransforms(): Promise<void> {
   return loading;
 }
 
-/** Whether `target` or a class it extends has a `@Transform()` of class-transformer's. */
-export function hasClassTransforms(target: object): boolean {
-  const transforms = storage?._transformMetadatas;
-  if (!(transforms instanceof Map)) return false;
+/** Whether `target` or a class it extends has metadata of class-transformer's (see above). */
+export function hasClassMetadata(target: object): boolean {
+  if (!storage) return false;
+  const kinds = [
+    storage._transformMetadatas,
+    storage._exposeMetadatas,
+    storage._excludeMetadatas,
+    storage._typeMetadatas,
+  ].filter((kind): kind is Map<unknown, Map<string, unknown>> => kind instanceof Map);
   for (let type: unknown = target; typeof type === 'function';) {
-    if ((transforms.get(type)?.size ?? 0) > 0) return true;
+    // A class-level @Exclude() or @Expose() is kept under the class with no property name.
+    if (kinds.some((kind) => kind.has(type))) return true;
     type = Object.getPrototypeOf(type);
   }
   return false;

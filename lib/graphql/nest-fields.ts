@@ -69,14 +69,15 @@ export function nestField(type: string, name: string): NestField | undefined {
 }
 
 /**
- * Whether `value` is an instance of the class Nest built the object type `type` from (not of
- * a subclass): a replay's object names that class again, for the layers outside the library
+ * Whether `value` is an instance of the class Nest built the object type `type` from (or of
+ * a subclass: class-transformer applies the parent's decorators to it): a replay's object
+ * names that class again, for the layers outside the library
  * that look its metadata up by it (`ClassSerializerInterceptor`: its `@Expose()`,
  * `@Exclude()` and `@Transform()`).
  */
 export function isOfNestType(type: string, value: object): boolean {
   const target = loaded?.get(type)?.target;
-  return target !== undefined && Object.getPrototypeOf(value) === target.prototype;
+  return target !== undefined && value instanceof target;
 }
 
 /** The class Nest built the object type `type` from, if it did. */

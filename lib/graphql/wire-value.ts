@@ -15,7 +15,7 @@ import { classMembers, describeValue, keepData, keepsExactly, restoreData } from
 import { type ReplayLoss } from './replay-loss.js';
 import { isResolvedByApp } from './resolved-fields.js';
 import { isOfNestType, nestField, nestTarget, plainOfNestType } from './nest-fields.js';
-import { hasClassTransforms } from './class-transforms.js';
+import { hasClassMetadata } from './class-transforms.js';
 import { answerAsMember } from './replayed-member.js';
 import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
@@ -159,17 +159,24 @@ async function walkValue(
   type: GraphQLOutputType,
   promised: unknown,
   nodes: readonly FieldNode[],
+  /**
+   * Under an object whose class class-transformer serializes (see `hasClassMetadata`): all of
+   * its own data is kept, as a serializer outside reads it all again on a replay.
+   */
+  whole = false,
 ): Promise<StoredValue> {
   const { graphql, schema, losses } = walk;
   const value = isThenable(promised) ? await promised : promised;
   if (value === null || value === undefined) return { wire: null, value: promised };
   if (graphql.isNonNullType(type)) {
-    const inner = await walkValue(walk, type.ofType, value, nodes);
+    const inner = await walkValue(walk, type.ofType, value, nodes, whole);
     return { wire: inner.wire, value: inner.value === value ? promised : inner.value };
   }
   if (graphql.isListType(type)) {
     const list = materialized(walk, value);
-    const items = await Promise.all(list.map((item) => walkValue(walk, type.ofType, item, nodes)));
+    const items = await Promise.all(
+      list.map((item) => walkValue(walk, type.ofType, item, nodes, whole)),
+    );
     const same = list === value && items.every((item, i) => item.value === list[i]);
     return {
       wire: items.map((item) => item.wire),
@@ -203,15 +210,15 @@ async function walkValue(
     if (!(name in fields)) kept[name] = source[name];
   }
   // What a resolver reading its parent may read beyond the selection: a `@ResolveField()` of
-  // it, or, on an instance of the class Nest built its type from that has a `@Transform()`
-  // of class-transformer's, an outer serializer's transform reading its siblings
-  // (`obj.visibility` masking `email`), which runs again on a replay. All of it, or a
-  // transform that reads what was left out would answer otherwise (a masked field shown).
+  // it; or, under an instance of the class Nest built its type from (or of a subclass) that
+  // class-transformer serializes (its `@Transform()`, `@Expose()`, `@Exclude()`, `@Type()`),
+  // what an outer serializer reads again on a replay: a transform may read any of it
+  // (`obj.visibility`, `obj.owner.hidden`, a `@Type()`d JSON column's members). All of it,
+  // in the whole subtree, or a transform that reads what was left out would answer otherwise
+  // (a masked field shown).
   const instance = isOfNestType(concrete.name, source);
-  if (
-    [...selected.keys()].some((name) => isResolvedByApp(concrete, name)) ||
-    (instance && hasClassTransforms(nestTarget(concrete.name)!))
-  ) {
+  const keepsWhole = whole || (instance && hasClassMetadata(nestTarget(concrete.name)!));
+  if (keepsWhole || [...selected.keys()].some((name) => isResolvedByApp(concrete, name))) {
     Object.assign(kept, ownData(source, fields, selected));
   }
   const methods: string[] = [];
@@ -264,7 +271,7 @@ async function walkValue(
         : fieldError(error);
       continue;
     }
-    const stored = await walkValue(walk, field.type, item, fieldNodes);
+    const stored = await walkValue(walk, field.type, item, fieldNodes, keepsWhole);
     wire[name] = stored.wire;
     if (stored.value !== item) replaced[name] = stored.value;
     const back = fromWireAgain(graphql, schema, field.type, wire[name], item);
