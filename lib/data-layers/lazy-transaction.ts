@@ -174,9 +174,11 @@ export class LazyTransaction extends RequestTransaction {
    */
   private viewOf(runner: QueryRunner, transactionManager = false): QueryRunner {
     const internals = runner as unknown as RunnerInternals;
-    // Used past the request's end with no nested transaction open (a `save()` in an event
-    // listener whose load straddled the commit, then its own transaction): a runner of its own
-    // from then on, which waits for the end's outcome, as one made after it would.
+    // A transaction it starts past the request's end with no nested transaction open (a
+    // `save()` in an event listener whose load straddled the commit): on a runner of its own,
+    // which waits for the end's outcome, as one made after it would, and gives its connection
+    // back when that transaction ends. Its statements outside a transaction run apart, each
+    // on a connection it gives back (`queryFrom`).
     const apart = () =>
       this.ended && internals.transactionDepth <= 1 ? this.runnerAfterEnd() : undefined;
     return runnerView(

@@ -14,25 +14,49 @@ export function runnerView(
   managerOf: (view: QueryRunner) => EntityManager,
   transactionActive?: (view: QueryRunner) => boolean,
   /**
-   * A runner of its own for the view from now on, or undefined: asked at each use until one
-   * is given (a view used past the request's end, see `LazyTransaction.viewOf`).
+   * A runner of its own for a transaction the view starts, or undefined (see
+   * `LazyTransaction.viewOf`: one started past the request's end). Asked at each
+   * `startTransaction()` while the view has none.
    */
   apart?: () => QueryRunner | undefined,
 ): QueryRunner {
   let manager: EntityManager | undefined;
   let broadcaster: unknown;
+  /** The runner of its own its transaction runs on, until that transaction ends. */
   let own: QueryRunner | undefined;
+  /** Its transaction on its own runner ended: the connection goes back, and the view is as before. */
+  const ended = async (runnerOfIts: QueryRunner) => {
+    if (own !== runnerOfIts || runnerOfIts.isTransactionActive) return;
+    own = undefined;
+    await runnerOfIts.release();
+  };
   const view: QueryRunner = new Proxy(runner, {
     get(target, property) {
       if (property === 'manager') return (manager ??= managerOf(view));
-      own ??= apart?.();
-      // Moved to a runner of its own: everything is that runner's, its methods called on it
-      // (TypeORM keeps its connected runners in a list, by the object `connect()` and
-      // `release()` are called on: one of each would never leave it). The view's manager,
-      // made for the view, still reaches it.
+      if (!own && property === 'startTransaction') own = apart?.();
+      // Its transaction on a runner of its own: everything is that runner's, its methods
+      // called on it (TypeORM keeps its connected runners in a list, by the object `connect()`
+      // and `release()` are called on: one of each would never leave it). The view's manager,
+      // made for the view, still reaches it. Its end gives the connection back.
       if (own) {
-        const value = Reflect.get(own, property) as unknown;
-        return typeof value === 'function' ? (value as () => unknown).bind(own) : value;
+        const runnerOfIts = own;
+        const value = Reflect.get(runnerOfIts, property) as unknown;
+        if (typeof value !== 'function') return value;
+        const method = (value as (...args: unknown[]) => unknown).bind(runnerOfIts);
+        if (property === 'release') {
+          return () => {
+            own = undefined;
+            return method();
+          };
+        }
+        if (property !== 'commitTransaction' && property !== 'rollbackTransaction') return method;
+        return async (...args: unknown[]) => {
+          try {
+            return await method(...args);
+          } finally {
+            await ended(runnerOfIts);
+          }
+        };
       }
       // Its own: an entity's subscribers and listeners get `event.manager` from the
       // broadcaster's runner, which must be this view, as TypeORM hands a subscriber the
