@@ -2,7 +2,7 @@ import { type CallHandler } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
 import { classifyHandlerError, isTimeoutError } from '../transaction/failure.js';
-import { handlerOutcome, isCancelled } from '../http/handler-result.js';
+import { isCancelled, outcomeStillToCome } from '../http/handler-result.js';
 import { IdempotencyContext, type ActiveClaim } from '../transaction/idempotency-context.js';
 import {
   IdempotencyError,
@@ -185,10 +185,7 @@ export function runField(
         // interceptor inside `@Idempotent()` put it in its place (a `timeout()` with a
         // fallback). As for a timeout there: it is the field's answer, not stored, and the
         // resolver commits with its own answer when it settles.
-        const goingOn =
-          !detached && context.lastTry?.pending === true
-            ? handlerOutcome(context.handlerReturned)
-            : undefined;
+        const goingOn = detached ? undefined : outcomeStillToCome(context, { value: emitted });
         if (!goingOn) {
           value = emitted;
           return;
@@ -208,10 +205,7 @@ export function runField(
         // A timeout of an interceptor inside `@Idempotent()` while the resolver's Promise goes
         // on: as under an outer timeout, the timeout is the field's error, not stored, and the
         // resolver commits with its own answer when it settles (see `isTimeoutError`).
-        const goingOn =
-          isTimeoutError(error) && context.handlerStarted
-            ? handlerOutcome(context.handlerReturned)
-            : undefined;
+        const goingOn = outcomeStillToCome(context, { error });
         if (!goingOn) return end({ error });
         detach();
         subscriber.error(error);

@@ -2,6 +2,8 @@ import { isObservable } from 'rxjs';
 import { StreamableFile } from '@nestjs/common';
 import { Readable } from 'node:stream';
 import { type StoredResponse } from '../shapes/stored-response.js';
+import { isTimeoutError } from '../transaction/failure.js';
+import { type IdempotencyContext } from '../transaction/idempotency-context.js';
 
 const JSON_TYPE = 'application/json; charset=utf-8';
 
@@ -197,4 +199,22 @@ export function handlerOutcome(
     (value: unknown) => (isObservable(value) ? { error: CANCELLED } : { value }),
     (error: unknown) => ({ error }),
   );
+}
+
+/**
+ * The handler's own outcome still to come when what the chain gives now is not its answer, or
+ * undefined when it is: a timeout's error of an interceptor inside `@Idempotent()` after the
+ * handler started, or a value given while the handler's own Promise has not resolved (a
+ * `timeout()` with a fallback, a `race()` with a cached value). Either goes out unstored, and
+ * the handler commits with its own answer when it settles. Routes and fields alike.
+ */
+export function outcomeStillToCome(
+  context: IdempotencyContext,
+  given: { error: unknown } | { value: unknown },
+): Promise<{ value: unknown } | { error: unknown }> | undefined {
+  const notItsAnswer =
+    'error' in given
+      ? isTimeoutError(given.error) && context.handlerStarted
+      : context.lastTry?.pending === true;
+  return notItsAnswer ? handlerOutcome(context.handlerReturned) : undefined;
 }

@@ -1,11 +1,7 @@
 import { type ServerResponse } from 'node:http';
 import { type CallHandler } from '@nestjs/common';
 import { Observable } from 'rxjs';
-import {
-  classifyCommitError,
-  classifyHandlerError,
-  isTimeoutError,
-} from '../transaction/failure.js';
+import { classifyCommitError, classifyHandlerError } from '../transaction/failure.js';
 import { IdempotencyContext, type ActiveClaim } from '../transaction/idempotency-context.js';
 import { isTransactional } from '../shapes/claim-store.interface.js';
 import { type IdempotencyDatabase } from '../data-layers/idempotency-database.js';
@@ -20,7 +16,7 @@ import { type OwnerTools, rollBackAndRelease } from '../transaction/owner-tools.
 import { type RequestTransaction } from '../transaction/request-transaction.js';
 import { runInContext } from '../transaction/run-in-context.js';
 import {
-  handlerOutcome,
+  outcomeStillToCome,
   isOuterTimeout,
   isUnwrittenValue,
   onStreamError,
@@ -409,10 +405,7 @@ export function runOwned(
         // fallback, a `race()` with a cached value). As for a timeout there: it goes out,
         // unstored, and the handler goes on in its transaction and commits with its own answer
         // when it settles (its retries get 409 until then, then that answer).
-        const goingOn =
-          !detached && context.lastTry?.pending === true
-            ? handlerOutcome(context.handlerReturned)
-            : undefined;
+        const goingOn = detached ? undefined : outcomeStillToCome(context, { value });
         if (goingOn) {
           detached = true;
           substitute = { value, values: [value] };
@@ -448,10 +441,7 @@ export function runOwned(
         // while the handler's Promise goes on: as under an outer timeout, the timeout's answer
         // goes out unstored, and the handler's effects commit with its own answer when it
         // settles (its retries get 409 until then, then that answer).
-        const goingOn =
-          isTimeoutError(error) && context.handlerStarted
-            ? handlerOutcome(context.handlerReturned)
-            : undefined;
+        const goingOn = outcomeStillToCome(context, { error });
         if (goingOn) {
           detached = true;
           timedOut = { error };
