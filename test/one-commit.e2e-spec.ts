@@ -13,7 +13,7 @@ import { createServer } from 'node:http';
 import { type AddressInfo } from 'node:net';
 import pg, { type Pool } from 'pg';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent, PhaseRunner } from '../lib/index.js';
+import { IdempotencyModule, Idempotent, type PhaseContext, PhaseRunner } from '../lib/index.js';
 import { CLAIM } from '../lib/claim/postgres-statements.js';
 import { type PoolApp, startPoolApp } from './support/pool-app.js';
 
@@ -22,7 +22,8 @@ import { type PoolApp, startPoolApp } from './support/pool-app.js';
  * transaction. Counted at the pg client (each call is one round trip): one commit per new key;
  * a duplicate that arrives while the work runs waits on the uncommitted claim and gets the
  * replay, or 409 once `claimWaitMs` is over; a handler's error is stored with its claim and
- * without its effects; a phase commits the claim alone first.
+ * without its effects; a call out commits the claim alone first; the first local phase commits
+ * with the claim.
  */
 let pool: Pool;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -41,6 +42,13 @@ class NoteBody {
   text!: string;
   delayMs?: number;
   fail?: number;
+}
+
+class PhaseBody {
+  text!: string;
+  phaseDelayMs?: number;
+  failPhase?: number;
+  fallback?: boolean;
 }
 
 @Controller()
@@ -84,6 +92,57 @@ class NotesController {
     // Another system called without telling the library: the claim is not committed yet.
     const answer = await fetch(`${externalUrl}/risk`);
     return { text: body.text, risk: await answer.text() };
+  }
+
+  /** A local first phase, a call out with its derived key, and the last phase. */
+  @Post('first-phase')
+  @Idempotent()
+  async firstPhase(@Body() body: PhaseBody) {
+    const noted = async (text: string) => {
+      const { rows } = await pool.query<{ id: number }>(
+        'INSERT INTO notes (text) VALUES ($1) RETURNING id',
+        [text],
+      );
+      if (body.phaseDelayMs) await sleep(body.phaseDelayMs);
+      if (body.failPhase) throw new HttpException({ error: 'refused' }, body.failPhase);
+      return { id: rows[0].id };
+    };
+    let made: { id: number };
+    try {
+      made = await this.phases.run('note_made', () => noted(body.text));
+    } catch (error) {
+      if (!body.fallback) throw error;
+      // Caught: the failed phase left nothing, and the claim is the request's again.
+      body.failPhase = undefined;
+      made = await this.phases.run('fallback_made', () => noted(`${body.text}-fallback`));
+    }
+    providerCalls.push(this.phases.idempotencyKey('psp')!);
+    return this.phases.finish(async () => {
+      await pool.query(`UPDATE notes SET text = text || '!' WHERE id = $1`, [made.id]);
+      return { id: made.id, text: body.text };
+    });
+  }
+
+  /** A first phase whose work takes its context (its derived key): the claim commits first. */
+  @Post('phase-with-key')
+  @Idempotent()
+  async phaseWithKey(@Body() body: NoteBody) {
+    return this.phases.run('note_made', async (_manager, { idempotencyKey }) => {
+      providerCalls.push(idempotencyKey);
+      await pool.query('INSERT INTO notes (text) VALUES ($1)', [body.text]);
+      return { text: body.text };
+    });
+  }
+
+  /** The same through a rest parameter: its derived key is refused while the claim is not committed. */
+  @Post('phase-rest-key')
+  @Idempotent()
+  async phaseRestKey(@Body() body: NoteBody) {
+    return this.phases.run('note_made', async (...args: [unknown, PhaseContext?]) => {
+      await pool.query('INSERT INTO notes (text) VALUES ($1)', [body.text]);
+      providerCalls.push(args[1]!.idempotencyKey);
+      return { text: body.text };
+    });
   }
 
   @Post('derived')
@@ -134,9 +193,11 @@ describe('oneCommit: the claim commits with the work', () => {
         const begin = typeof config === 'string' ? undefined : config.begin;
         statements.push(begin ? `${begin}; ${text}` : text);
         if (begin) inTransaction.add(this);
-        const withCommit = name.endsWith('_commit');
+        // A statement named for its COMMIT, or a text that ends with one (the claim's commit
+        // alone: its lease renewal; COMMIT); a ROLLBACK TO SAVEPOINT ends nothing.
+        const withCommit = name.endsWith('_commit') || /;\s*COMMIT\s*$/i.test(text);
         if (/^(BEGIN|START TRANSACTION)/i.test(text)) inTransaction.add(this);
-        else if (withCommit || /^(COMMIT|ROLLBACK)/i.test(text)) {
+        else if (withCommit || /^(COMMIT|ROLLBACK(?!\s+TO\b))/i.test(text)) {
           inTransaction.delete(this);
           if (withCommit || /^COMMIT/i.test(text)) commits++;
         } else if (!inTransaction.has(this)) commits++;
@@ -320,6 +381,82 @@ describe('oneCommit: the claim commits with the work', () => {
       external.closeAllConnections();
       external.close();
     }
+  });
+
+  const claimIdOf = async (key: string) =>
+    (await fixture.admin.query('SELECT claim_id FROM idempotency_keys WHERE key = $1', [key]))
+      .rows[0]?.claim_id as string | undefined;
+
+  it('the first local phase commits with the claim: two commits for claim, phase, call and answer', async () => {
+    const first = await post('/first-phase', 'phase-1', { text: 'phase-1' });
+    expect(first.status).toBe(201);
+    expect(commits).toBe(2);
+    // The claim (with BEGIN), the phase's INSERT, its recovery point with COMMIT, the last
+    // phase's UPDATE (with BEGIN), the stored answer with COMMIT.
+    expect(statements).toHaveLength(5);
+    expect(statements[0]).toMatch(/^BEGIN.*idempotency_claim.*SAVEPOINT/s);
+    expect(statements[1]).toMatch(/^INSERT INTO notes/);
+    // The derived key is the committed claim's.
+    expect(providerCalls).toEqual([expect.stringContaining((await claimIdOf('phase-1'))!)]);
+    const again = await post('/first-phase', 'phase-1', { text: 'phase-1' });
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.body).toEqual(first.body);
+    expect(await rows('phase-1!')).toBe(1);
+    expect(await rows('phase-1')).toBe(0);
+  });
+
+  it('a first phase that fails leaves its claim: the error is stored without the effects', async () => {
+    const first = await post('/first-phase', 'phase-2', { text: 'phase-2', failPhase: 422 });
+    expect(first.status).toBe(422);
+    expect(commits).toBe(1);
+    expect(await keyRow('phase-2')).toEqual({ state: 'done', response_code: 422 });
+    expect(await rows('phase-2')).toBe(0);
+    const again = await post('/first-phase', 'phase-2', { text: 'phase-2', failPhase: 422 });
+    expect(again.status).toBe(422);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(providerCalls).toEqual([]);
+  });
+
+  it('a first phase that fails and is caught: the next phase commits with the claim', async () => {
+    const first = await post('/first-phase', 'phase-3', {
+      text: 'phase-3',
+      failPhase: 409,
+      fallback: true,
+    });
+    expect(first.status).toBe(201);
+    expect(commits).toBe(2);
+    expect(await rows('phase-3')).toBe(0);
+    expect(await rows('phase-3-fallback!')).toBe(1);
+    expect(providerCalls).toEqual([expect.stringContaining((await claimIdOf('phase-3'))!)]);
+  });
+
+  it('a duplicate during the first phase waits on the claim, then 409; one row', async () => {
+    // Sent now (a supertest request goes when it is awaited or then'd).
+    const body = { text: 'phase-4', phaseDelayMs: 1500 };
+    const first = post('/first-phase', 'phase-4', body).then((answer) => answer);
+    await sleep(300);
+    const duplicate = await post('/first-phase', 'phase-4', body);
+    expect(duplicate.status).toBe(409);
+    expect(duplicate.headers['retry-after']).toEqual(expect.any(String));
+    expect((await first).status).toBe(201);
+    const after = await post('/first-phase', 'phase-4', body);
+    expect(after.headers['idempotent-replayed']).toBe('true');
+    expect(await rows('phase-4!')).toBe(1);
+  });
+
+  it('a phase whose work takes its derived key commits the claim first', async () => {
+    const first = await post('/phase-with-key', 'phase-5', { text: 'phase-5' });
+    expect(first.status).toBe(201);
+    expect(commits).toBe(3);
+    expect(providerCalls).toEqual([expect.stringContaining((await claimIdOf('phase-5'))!)]);
+    expect(await rows('phase-5')).toBe(1);
+  });
+
+  it('a derived key read through a rest parameter before the claim commits is refused', async () => {
+    const refused = await post('/phase-rest-key', 'phase-6', { text: 'phase-6' });
+    expect(refused.status).toBe(500);
+    expect(providerCalls).toEqual([]);
+    expect(await rows('phase-6')).toBe(0);
   });
 
   it('idempotencyKey() is refused while the claim is uncommitted, and nothing stays', async () => {

@@ -66,8 +66,9 @@ export class ForwardingClaimStore implements TransactionalClaimStore {
     claim: ActiveClaim,
     phase: string,
     work: (manager: EntityManager) => Promise<T>,
+    holder?: StoreTransaction,
   ): Promise<T> {
-    return this.transactionalInner().commitPhase(claim, phase, work);
+    return this.transactionalInner().commitPhase(claim, phase, work, holder);
   }
 
   release(claim: ActiveClaim, forget: boolean): Promise<void> {

@@ -285,13 +285,19 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     claim: ActiveClaim,
     phase: string,
     work: (manager: EntityManager) => Promise<T>,
+    holder?: StoreTransaction,
   ): Promise<T> {
     const transaction = this.database.transaction(true);
     // Above READ COMMITTED (the data layer's level, or one its work asks for), the claim's
     // heartbeat must not commit a renewal apart after the phase's snapshot, or the fenced
     // update below would fail to serialize on every try: it renews inside the phase instead.
     const unfollow = followedBy(claim, transaction);
+    // The claim not committed yet (`oneCommit`): the phase's work runs after it, in its
+    // transaction, and commits with it; the heartbeat renews inside it (`renewsInside`).
+    const handed = holder?.handClaimTo?.(transaction) ?? true;
     try {
+      // Its recovery point could not be written on a row the phase cannot see.
+      if (!handed) throw new Error(`phase "${phase}": the uncommitted claim could not join it`);
       // Code of the phase that reaches the DataSource its own way (an injected repository)
       // joins the phase's transaction too.
       const value = await transaction

@@ -23,7 +23,7 @@ export function warnOnCallOut(logger: Logger): void {
   for (const channel of CHANNELS) {
     subscribe(channel, (message) => {
       const context = currentIdempotencyContext();
-      if (!context?.transaction?.holdsClaim || warned.has(context.route)) return;
+      if (!context?.transaction?.claimUncommitted || warned.has(context.route)) return;
       warned.add(context.route);
       watching?.warn(callOutWarning(context.route, target(message)));
     });

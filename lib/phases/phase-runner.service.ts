@@ -14,6 +14,7 @@ import { PhaseResponse } from './phase-response.js';
 import { isTransactional, type TransactionalClaimStore } from '../shapes/claim-store.interface.js';
 import { IdempotencyDatabase } from '../data-layers/idempotency-database.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
+import { type StoreTransaction } from '../shapes/store-transaction.js';
 import { SEALED_MARKER } from '../answer/response-sealer.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 
@@ -149,12 +150,22 @@ export class PhaseRunner {
     }
     const done = completedPhase(claim.phaseResults, phase);
     if (done.completed) return done.result as T;
-    if (context.transaction?.begun) throw new PhaseOrderError(phase);
+    const transaction = context.transaction!;
+    if (transaction.begun) throw new PhaseOrderError(phase);
     const store = storeOf(context, phase);
-    // A phase commits its recovery point on the claim's row: the claim commits first.
-    await this.guard(() => context.transaction!.commitClaimAlone());
-    return this.commit(store, claim, phase, (manager) =>
-      work(manager, { phase, idempotencyKey: derivedKey(claim, phase) }),
+    // A phase commits its recovery point on the claim's row. A claim not committed yet
+    // (`oneCommit`) commits with the phase's work, in one transaction; unless the work takes
+    // the phase's context, whose derived key must outlast a crash before that commit (a call
+    // out with it): the claim then commits alone first, as on any route.
+    const withClaim = transaction.holdsClaim && work.length < 2;
+    if (!withClaim) await this.guard(() => transaction.commitClaimAlone());
+    const phaseWith = phaseContext(claim, phase, transaction);
+    return this.commit(
+      store,
+      claim,
+      phase,
+      (manager) => work(manager, phaseWith),
+      withClaim ? transaction : undefined,
     );
   }
 
@@ -164,8 +175,9 @@ export class PhaseRunner {
     claim: ActiveClaim,
     phase: string,
     work: (manager: EntityManager) => Promise<T>,
+    holder?: StoreTransaction,
   ): Promise<T> {
-    const value = await this.guard(() => store.commitPhase(claim, phase, work));
+    const value = await this.guard(() => store.commitPhase(claim, phase, work, holder));
     // What was stored, as JSON: this worker sees exactly what a takeover would see (a Date
     // becomes a string here too), so resumed code takes the same branches.
     const stored = asStored(value);
@@ -205,7 +217,7 @@ export class PhaseRunner {
     refuseUnrecordable(phase);
     const context = currentIdempotencyContext();
     if (!context) return undefined;
-    if (context.transaction?.holdsClaim) throw new DerivedKeyBeforeClaimCommittedError(phase);
+    if (context.transaction?.claimUncommitted) throw new DerivedKeyBeforeClaimCommittedError(phase);
     return context.claim ? derivedKey(context.claim, phase) : `${context.keylessId}:${phase}`;
   }
 
@@ -221,6 +233,25 @@ export class PhaseRunner {
       throw failure.kind === 'retry' ? failure.error : error;
     }
   }
+}
+
+/**
+ * What a phase's work gets besides its manager. Its derived key is refused while the claim is
+ * not committed (work that reads it through a rest parameter, on a `oneCommit` route): a crash
+ * before that commit would leave a retry deriving another key for the same call.
+ */
+function phaseContext(
+  claim: ActiveClaim,
+  phase: string,
+  transaction: { readonly claimUncommitted: boolean },
+): PhaseContext {
+  return {
+    phase,
+    get idempotencyKey() {
+      if (transaction.claimUncommitted) throw new DerivedKeyBeforeClaimCommittedError(phase);
+      return derivedKey(claim, phase);
+    },
+  };
 }
 
 /** Refuses a phase name PostgreSQL cannot record as it is, before anything of it runs. */

@@ -124,12 +124,15 @@ export interface TransactionalClaimStore extends ClaimStore {
   /**
    * Statement 4: runs `work` in one transaction with the advance of the recovery point to
    * `phase` and the record of its result. Throws `IdempotencyLeaseLostError`, rolling
-   * everything back, when another worker owns the key.
+   * everything back, when another worker owns the key. `holder`: the request's transaction
+   * while it holds the claim uncommitted (`oneCommit`): the phase takes the claim over
+   * (`handClaimTo`) and commits it with its work, or hands it back without its work.
    */
   commitPhase<T>(
     claim: ActiveClaim,
     phase: string,
     work: (manager: EntityManager) => Promise<T>,
+    holder?: StoreTransaction,
   ): Promise<T>;
 }
 

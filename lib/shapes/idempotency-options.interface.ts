@@ -91,8 +91,11 @@ export interface IdempotencyRouteOptions {
    * that is not committed yet for at most `claimWaitMs`, then gets the stored answer, or 409
    * with `Retry-After`; a process killed before the commit leaves no trace, and the retry runs
    * at once. The claim's transaction holds a connection from the claim to the answer: the
-   * first `PhaseRunner.run()` or `call()` commits the claim alone first (then as without it),
-   * and `PhaseRunner.idempotencyKey()` is refused while the claim is uncommitted. Do not call
+   * first `PhaseRunner.run()` commits the claim with its work and recovery point (one commit
+   * for both; a phase that fails gives the claim back without its work), unless its work takes
+   * the phase's context (its derived key): that one, and the first `call()`, commit the claim
+   * alone first (then as without it). `PhaseRunner.idempotencyKey()` is refused while the
+   * claim is uncommitted. Do not call
    * another system from such a route without `PhaseRunner.call()`. HTTP routes on the
    * PostgreSQL claim store, atomic (a GraphQL mutation is refused at start-up).
    * @default false

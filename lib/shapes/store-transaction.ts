@@ -45,6 +45,12 @@ export interface StoreTransaction {
     waitMs: number,
     idleMs: number,
   ): Promise<Record<string, unknown>[]>;
+  /**
+   * Hands the claim it holds uncommitted (nothing of its code's in it yet) to `phase`, a
+   * phase's transaction, which commits the claim with its work or hands it back: false when it
+   * cannot (`oneCommit`: the claim with its first phase).
+   */
+  handClaimTo?(phase: StoreTransaction): boolean;
   /** One statement of the library's own in it: its rows. */
   query<R = Record<string, unknown>>(text: string, values: unknown[]): Promise<R[]>;
   /** TypeORM's EntityManager of it (a stand-in that says why, on a pool). */

@@ -214,6 +214,14 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   }
 
   /**
+   * Whether the key's claim is not committed yet, in its transaction or in a phase's it handed
+   * it to (`handClaimTo`): a key derived from it would not survive a crash before that commit.
+   */
+  get claimUncommitted(): boolean {
+    return this.claimState === 'held' || this.claimState === 'handed';
+  }
+
+  /**
    * Whether the claim it held was rolled back with it: nothing of the key is left to give
    * back (a request waiting on it has claimed it, or will).
    */
@@ -221,7 +229,92 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     return this.claimState === 'erased';
   }
 
-  private claimState: 'apart' | 'held' | 'erased' | 'committed' = 'apart';
+  /**
+   * `handed`: its claim's open transaction is a phase's now (`handClaimTo`), which commits the
+   * claim with its work, or hands it back; until then it holds nothing, and waits (`handing`).
+   */
+  private claimState: 'apart' | 'held' | 'handed' | 'erased' | 'committed' = 'apart';
+
+  /** The transaction it handed its claim to (`handClaimTo`) settles its state: see `settleHanded`. */
+  private handing?: { settled: Promise<void>; settle: () => void };
+
+  /** The request's transaction whose claim it took over (`handClaimTo`), until it settles. */
+  private handedBy?: RequestTransaction;
+
+  /**
+   * Hands the claim it holds, in its open transaction with nothing of its code's in it, to
+   * `phase`: a phase's transaction, whose work then runs after the claim and commits with it
+   * (the claim with its first phase: one commit, not two). It holds nothing meanwhile; `phase`
+   * commits the claim (then it is as after `commitClaimAlone`), or rolls its own work back to the
+   * claim's savepoint and hands the claim back (`takeBack`), or loses it with its connection.
+   * False, and nothing changed, when it cannot: no claim held, its code began it, or `phase` is
+   * not a transaction of this kind.
+   */
+  handClaimTo(phase: StoreTransaction): boolean {
+    if (!(phase instanceof RequestTransaction) || phase.opening || phase.state !== 'pending') {
+      return false;
+    }
+    if (this.claimState !== 'held' || this.codeTouched || this.state !== 'pending') return false;
+    if (!this.opening || !this.beginning) return false;
+    phase.opening = this.opening;
+    phase.beginning = this.beginning;
+    phase.begunAt = this.begunAt;
+    phase.beganReadOnly = this.beganReadOnly;
+    phase.claimState = 'held';
+    phase.handedBy = this;
+    this.opening = undefined;
+    this.beginning = undefined;
+    this.begunAt = undefined;
+    this.beganReadOnly = undefined;
+    this.claimState = 'handed';
+    let settle!: () => void;
+    this.handing = { settled: new Promise<void>((resolve) => (settle = resolve)), settle };
+    return true;
+  }
+
+  /**
+   * The phase it handed its claim to has ended with it: committed (or its outcome unknown: the
+   * request then fails, as when the claim's commit alone fails), or rolled back with it.
+   */
+  private settleHanded(outcome: 'apart' | 'erased'): void {
+    this.claimState = outcome;
+    this.handing?.settle();
+  }
+
+  /** Tells the request's transaction it took the claim from how the claim ended. */
+  private settleHandedBy(): void {
+    const by = this.handedBy;
+    if (!by) return;
+    this.handedBy = undefined;
+    by.settleHanded(this.claimState === 'erased' ? 'erased' : 'apart');
+  }
+
+  /**
+   * The phase it handed its claim to rolled its work back to the claim's savepoint: the claim
+   * is its again, on that connection, as before the phase. If it opened a connection of its own
+   * meanwhile (a statement of its code's beside the phase), the claim commits alone there; if
+   * it ended meanwhile, the claim goes with a rollback.
+   */
+  private async takeBack(client: PoolClient): Promise<void> {
+    if (this.state === 'pending' && !this.opening) {
+      this.opening = Promise.resolve(client);
+      this.beginning = Promise.resolve();
+      this.claimState = 'held';
+      this.handing?.settle();
+      return;
+    }
+    try {
+      if (this.state !== 'pending') throw new TransactionEndedError();
+      await this.commitClaimOn(client);
+      client.release();
+      this.settleHanded('apart');
+    } catch (error) {
+      // Its outcome unknown, or nothing to commit it with: the connection goes, and with it
+      // whatever had not committed.
+      client.release(asError(error));
+      this.settleHanded(this.state === 'pending' ? 'apart' : 'erased');
+    }
+  }
 
   /**
    * The lease renewal the claim's commit alone carries (its values quoted by `literal`): the
@@ -304,6 +397,9 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    * code's first statement. Nothing when it holds no claim; refused once its code began it.
    */
   commitClaimAlone(): Promise<void> {
+    if (this.claimState === 'handed') {
+      return this.handing!.settled.then(() => this.commitClaimAlone());
+    }
     if (this.claimState !== 'held') return this.claimCommitting ?? Promise.resolve();
     if (this.codeTouched || this.ended) {
       return Promise.reject(new Error('the claim can commit alone only before any statement'));
@@ -326,6 +422,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
       this.begunAt = undefined;
       this.beganReadOnly = undefined;
       this.claimState = 'apart';
+      this.settleHandedBy();
     })();
     return this.claimCommitting;
   }
@@ -591,6 +688,8 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   }
 
   private async commitNow(statement: FencedStatement): Promise<boolean> {
+    // Its claim with a phase (`handClaimTo`): the key's row is that phase's until it ends.
+    await this.handing?.settled;
     // Its code's effects undone, what it tried to end went with them.
     if (this.refused && !this.effectsUndone) return this.refusedEnd();
     const name = this.namedStatements ? statement.name : undefined;
@@ -678,6 +777,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    * the outage path (a failover may make it writable). Gives the connection back; never throws.
    */
   private async readOnlyByHandler(client: PoolClient): Promise<boolean> {
+    if (this.claimState === 'held') this.claimState = 'erased';
     try {
       await queryWithDeadline(client, { text: 'ROLLBACK' }, this.timeoutMs);
       const { rows } = await queryWithDeadline(
@@ -717,6 +817,8 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   }
 
   private async rollbackOn(client: PoolClient): Promise<void> {
+    // A claim handed to it (`handClaimTo`) goes back to the request, without its work.
+    if (this.handedBy && this.claimState === 'held') return this.handBack(client);
     // Rolled back or dropped, its uncommitted claim is gone with it.
     if (this.claimState === 'held') this.claimState = 'erased';
     try {
@@ -727,8 +829,36 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     }
   }
 
+  /**
+   * Rolls its work back to the savepoint after the claim it was handed (`handClaimTo`) and
+   * hands the claim back on its connection: to the request, as if no phase had run.
+   */
+  private async handBack(client: PoolClient): Promise<void> {
+    const by = this.handedBy!;
+    this.handedBy = undefined;
+    this.state = 'ended';
+    try {
+      await queryWithDeadline(
+        client,
+        { text: `ROLLBACK TO SAVEPOINT ${CLAIMED_SAVEPOINT}` },
+        this.timeoutMs,
+      );
+    } catch (error) {
+      // The connection goes, and the uncommitted claim with it.
+      this.claimState = 'erased';
+      by.settleHanded('erased');
+      this.end(client, error);
+      return;
+    }
+    // The connection is the request's again: it is not given back here.
+    this.released = true;
+    this.claimState = 'apart';
+    await by.takeBack(client);
+  }
+
   private end(client: PoolClient, error?: unknown): void {
     this.state = 'ended';
+    this.settleHandedBy();
     // The handles stay usable: a statement of theirs after the end runs apart once the
     // request committed, or is refused.
     if (this.released) return;

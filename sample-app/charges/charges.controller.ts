@@ -20,7 +20,8 @@ export class ChargesController {
   constructor(private readonly charges: ChargesService) {}
 
   @Post()
-  @Idempotent()
+  // The claim commits with the charge's first phase (its row): one commit less per charge.
+  @Idempotent({ oneCommit: true })
   create(@Tenant() tenantId: string, @Body() dto: CreateChargeDto) {
     return this.charges.create(tenantId, dto);
   }
