@@ -480,5 +480,48 @@ describe.each(ADAPTERS)('atomic by default on %s', (adapter) => {
       expect(await rows(body.tag)).toBe(1);
       expect(await keyRow(body.tag)).toMatchObject({ state: 'done' });
     });
+
+    // The claim commits with the first phase (`oneCommit`): killed while that phase runs, the
+    // process leaves neither the claim nor the phase's row, and the retry runs at once.
+    it('oneCommit: a process killed in its first phase leaves no trace, the retry runs at once', async () => {
+      const worker = await startWorker('test/support/atomic-worker.js', {
+        DATABASE_URL: database.url,
+        LEASE_MS: '60000',
+        ONE_COMMIT: 'true',
+      });
+      const body = { tag: tag('killed-first-phase'), phaseDelayMs: 3000 };
+      const doomed = post(worker.url, '/phased', body.tag, body).then(
+        (res) => res,
+        (error: unknown) => error,
+      );
+      await sleep(500); // claimed, the phase's row written, nothing committed
+      await worker.kill('SIGKILL');
+      await doomed;
+      expect(await rows(body.tag)).toBe(0);
+      expect(await keyRow(body.tag)).toBeUndefined();
+      const retry = await post(app, '/phased', body.tag, body);
+      expect(retry.status).toBe(201);
+      expect(await rows(body.tag)).toBe(2); // the phase's row and finish()'s
+    });
+
+    it('oneCommit: a first phase that fails for a passing reason leaves no trace: 503, then once', async () => {
+      const worker = await startWorker('test/support/atomic-worker.js', {
+        DATABASE_URL: database.url,
+        LEASE_MS: '60000',
+        ONE_COMMIT: 'true',
+      });
+      try {
+        const body = { tag: tag('first-phase-timeout'), failFirst: true };
+        const first = await post(worker.url, '/phased', body.tag, body);
+        expect(first.status).toBe(503);
+        expect(await rows(body.tag)).toBe(0);
+        // Given back with the rollback: no lease to wait out.
+        const retry = await post(worker.url, '/phased', body.tag, body);
+        expect(retry.status).toBe(201);
+        expect(await rows(body.tag)).toBe(2);
+      } finally {
+        await worker.kill('SIGKILL');
+      }
+    });
   }
 });

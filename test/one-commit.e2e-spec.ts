@@ -123,6 +123,13 @@ class NotesController {
     });
   }
 
+  /** The same on a short lease: the phase outlasts it, its heartbeat renewing inside. */
+  @Post('first-phase-short-lease')
+  @Idempotent({ leaseMs: 600 })
+  firstPhaseShortLease(@Body() body: PhaseBody) {
+    return this.firstPhase(body);
+  }
+
   /** A first phase whose work takes its context (its derived key): the claim commits first. */
   @Post('phase-with-key')
   @Idempotent()
@@ -442,6 +449,21 @@ describe('oneCommit: the claim commits with the work', () => {
     const after = await post('/first-phase', 'phase-4', body);
     expect(after.headers['idempotent-replayed']).toBe('true');
     expect(await rows('phase-4!')).toBe(1);
+  });
+
+  it('a first phase longer than the lease keeps its claim: renewed inside, then committed', async () => {
+    const body = { text: 'phase-7', phaseDelayMs: 1800 };
+    const first = post('/first-phase-short-lease', 'phase-7', body).then((answer) => answer);
+    await sleep(1200);
+    // Past two leases: still held (uncommitted, its session not ended by the idle bound).
+    const duplicate = await post('/first-phase-short-lease', 'phase-7', body);
+    expect(duplicate.status).toBe(409);
+    const answer = await first;
+    expect(answer.status).toBe(201);
+    expect(await rows('phase-7!')).toBe(1);
+    const again = await post('/first-phase-short-lease', 'phase-7', body);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.body).toEqual(answer.body);
   });
 
   it('a phase whose work takes its derived key commits the claim first', async () => {

@@ -160,9 +160,20 @@ class LedgerController {
 
   @Post('phased')
   @Idempotent()
-  async phased(@Body() body: { tag: string; failFirst?: boolean; finishDelayMs?: number }) {
+  async phased(
+    @Body()
+    body: {
+      tag: string;
+      failFirst?: boolean;
+      finishDelayMs?: number;
+      phaseDelayMs?: number;
+    },
+  ) {
     await this.phases.run('one', async (manager) => {
       await manager.insert(LedgerEntry, { tag: body.tag, via: 'phase-one' });
+      // Idle in its transaction meanwhile (a statement running would outlive a killed
+      // process until it ends: PostgreSQL notices a closed socket when it next reads it).
+      if (body.phaseDelayMs) await new Promise((resolve) => setTimeout(resolve, body.phaseDelayMs));
       if (body.failFirst && !failedOnce.has(body.tag)) {
         failedOnce.add(body.tag);
         await this.failAs('statement-timeout');
