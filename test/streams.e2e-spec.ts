@@ -90,6 +90,20 @@ class StreamsController {
     return new StreamableFile(csv(failsNow(key)), { type: 'text/csv', disposition: DISPOSITION });
   }
 
+  /**
+   * A statement that fails inside a savepoint of its own (raw SQL), rolled back to it, then a
+   * stream that fails midway: the transaction was no longer aborted.
+   */
+  @Post('recovered-file')
+  @Idempotent()
+  async recoveredFile(@Headers('idempotency-key') key: string) {
+    await this.record('recovered-file');
+    await this.dataSource.query('SAVEPOINT mine');
+    await this.dataSource.query('SELECT 1/0').catch(() => undefined);
+    await this.dataSource.query('ROLLBACK TO SAVEPOINT mine');
+    return new StreamableFile(csv(failsNow(key)), { type: 'text/csv' });
+  }
+
   /** A statement it lets fail (and goes on), then a stream that fails midway. */
   @Post('aborted-file')
   @Idempotent()
@@ -317,6 +331,18 @@ describe.each(ADAPTERS)('response bodies on %s', (adapter: AdapterName) => {
       { status: 500, retryAfter: null, code: 'transaction_aborted' },
     ]);
     expect(await sideEffects('aborted-file')).toBe(0);
+  });
+
+  it('a stream that fails after a failure its code rolled back to its own savepoint: 503, and the retry gets the file', async () => {
+    // Fuzzer (pool seam): `tx(tx(fail:throw)?)? stream:fails-once` answered 500 transaction_aborted.
+    const key = newKey();
+    failFirst.add(key);
+    const first = await call('/recovered-file', key);
+    expect(first.status).toBe(503);
+    expect(first.headers.get('retry-after')).toBe('1');
+    const retry = await call('/recovered-file', key);
+    expect(retry.status).toBe(201);
+    expect(await sideEffects('recovered-file')).toBe(1);
   });
 
   it('a download: its Content-Disposition replayed; when it fails midway, the 503 in its place carries none', async () => {

@@ -468,7 +468,9 @@ export class LazyTransaction extends RequestTransaction {
       }
       if (depth > 1 && from !== runner) await keepSettings(args);
       try {
-        return await query(...args);
+        const result = await query(...args);
+        this.noteSuccess(args[0]);
+        return result;
       } catch (error) {
         // A write refused in a transaction that began read-write is its code's own mistake
         // (`noteFailure`, by `beganReadOnly`), a nested READ ONLY's as any other.

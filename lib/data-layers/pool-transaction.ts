@@ -227,7 +227,9 @@ export class PoolTransaction extends RequestTransaction {
       await this.keepSettings(client, from.savepoints[0], text, valuesOf(args));
     }
     try {
-      return await this.send(client, args, nested);
+      const result = await this.send(client, args, nested);
+      this.noteSuccess(text);
+      return result;
     } catch (error) {
       // A write refused in a transaction that began read-write (a nested READ ONLY's too) is
       // its code's own mistake: `noteFailure` marks it, by `beganReadOnly`.

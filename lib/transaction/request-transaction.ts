@@ -48,7 +48,12 @@ import {
   recoveryOf,
 } from './claim-at-begin.js';
 import { unreadableOf } from './sql/sql-parse.js';
-import { sessionAdvisoryLockOf, sessionSettingOf, transactionControlOf } from './sql/sql-text.js';
+import {
+  rollsBackToSavepoint,
+  sessionAdvisoryLockOf,
+  sessionSettingOf,
+  transactionControlOf,
+} from './sql/sql-text.js';
 import {
   ownStatementFailure,
   READ_ONLY_BY_DEFAULT,
@@ -134,6 +139,16 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    * app's set `transaction_read_only`), which no retry passes.
    */
   protected beganReadOnly?: boolean;
+
+  /**
+   * Notes a statement of its code's that succeeded: a `ROLLBACK TO SAVEPOINT` of the app's own
+   * (a savepoint it made with raw SQL) ends the abort of a failure inside it, which then no
+   * longer decides the request's answer (a stream that fails later is "retry later", not the
+   * 500 of an aborted transaction).
+   */
+  protected noteSuccess(text: unknown): void {
+    if (this.lastError !== undefined && rollsBackToSavepoint(text)) this.lastError = undefined;
+  }
 
   /** Notes a statement's failure (see `lastError`). */
   protected noteFailure(error: unknown): void {

@@ -4,6 +4,7 @@ import {
   commitEndsOf,
   localSettingsOf,
   nestedControlOf,
+  rollsBackToSavepoint,
   setsIdentity,
   setsReadOnly,
   sessionAdvisoryLockOf,
@@ -683,5 +684,21 @@ describe('commitEndsOf', () => {
     ],
   ])('%s', (_name, sql, expected) => {
     expect(commitEndsOf(sql)).toEqual(expected);
+  });
+});
+
+describe('rollsBackToSavepoint', () => {
+  it.each<[string, unknown, boolean]>([
+    ['ROLLBACK TO SAVEPOINT', 'ROLLBACK TO SAVEPOINT fuzz_1', true],
+    ['without SAVEPOINT', 'rollback to s1', true],
+    ['ROLLBACK WORK TO', 'ROLLBACK WORK TO SAVEPOINT s1', true],
+    ['then RELEASE', 'ROLLBACK TO SAVEPOINT s; RELEASE SAVEPOINT s', true],
+    ['after a statement', 'SELECT 1; ROLLBACK TO SAVEPOINT s', true],
+    ['ROLLBACK', 'ROLLBACK', false],
+    ['RELEASE', 'RELEASE SAVEPOINT s', false],
+    ['in a string', "SELECT 'rollback to savepoint s'", false],
+    ['not text', { text: 'ROLLBACK TO SAVEPOINT s' }, false],
+  ])('%s', (_name, sql, expected) => {
+    expect(rollsBackToSavepoint(sql)).toBe(expected);
   });
 });

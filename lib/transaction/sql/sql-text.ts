@@ -186,6 +186,19 @@ export function transactionControlOf(sql: unknown): string | undefined {
   return undefined;
 }
 
+/**
+ * Whether `sql` has a `ROLLBACK TO SAVEPOINT` (an app's own savepoint, as `pg` users write
+ * them): once the text succeeds whole, the transaction is no longer aborted by a failure
+ * before it, which happened inside that savepoint (none can be made after a failure).
+ */
+export function rollsBackToSavepoint(sql: unknown): boolean {
+  if (typeof sql !== 'string' || !/\brollback\b/i.test(sql)) return false;
+  return statementsOf(sql).some((statement) => {
+    const [type, body] = nodeOf(statement.node) ?? [];
+    return type === 'TransactionStmt' && body!.kind === 'TRANS_STMT_ROLLBACK_TO';
+  });
+}
+
 /** What a nested transaction's own control statement asks of the request's transaction. */
 export type NestedControl =
   | { kind: 'begin'; level?: string; readOnly?: true }
