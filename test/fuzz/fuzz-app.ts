@@ -40,6 +40,7 @@ import {
   IdempotencyModule,
   Idempotent,
   IdempotentTransaction,
+  PhaseRunner,
 } from '../../lib/index.js';
 import { type AdapterName, bootstrapTestApp } from '../support/bootstrap.js';
 import {
@@ -53,6 +54,7 @@ import {
   type LayerName,
   pgDb,
   prismaDb,
+  ProgramError,
   typeormDb,
 } from './data-layers.js';
 import { consumerOf, startConsumer } from './fuzz-consumer.js';
@@ -175,6 +177,9 @@ export function tenantOf(request: { body?: unknown }): string {
 
 /** Runs programs on one data layer: the interpreter the controller, the resolver and the consumer share. */
 class Interpreter {
+  /** The app's `PhaseRunner`, set once the app is up (`phase` ops). */
+  phases?: PhaseRunner;
+
   constructor(
     private readonly root: Db,
     private readonly defaultSerializable: boolean,
@@ -279,6 +284,31 @@ class Interpreter {
             Array.from({ length: op.n }, (_, i) => `${path}.${i}`),
           );
           break;
+        case 'phase': {
+          // Its statements run in the phase's own transaction (the scope joins the layer's
+          // code to it), on a connection of their own: checked apart from the request's.
+          const inPhase: Run = { ...run, writes: [], reads: [], serializable: false };
+          try {
+            // A work that takes only the manager: on a oneCommit route, it commits with the claim.
+            await this.phases!.run(`p${path}`, async () => {
+              await this.ops(op.body, `${path}.`, inPhase, this.root);
+              if (op.end === 'throw') throw new ProgramError('the phase gave up');
+              return {};
+            });
+          } catch (error) {
+            if (!op.caught || !expected(error)) throw error;
+          } finally {
+            run.statementTimeoutMs = inPhase.statementTimeoutMs;
+          }
+          const pids = new Set([
+            ...inPhase.writes,
+            ...inPhase.reads.filter((r) => r.pinned).map((r) => r.pid),
+          ]);
+          if (pids.size > 1) {
+            throw new Error(`phase ${path}'s statements ran on ${pids.size} backends`);
+          }
+          break;
+        }
       }
     }
   }
@@ -563,6 +593,7 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
     class FuzzAppModule {}
     const app = await bootstrapTestApp(FuzzAppModule, adapter);
     holder.interpreter = app.get<Interpreter>(INTERPRETER);
+    holder.interpreter.phases = app.get(PhaseRunner);
     return withConsumer(app, options);
   }
 
@@ -586,7 +617,9 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
     ],
   })
   class FuzzPoolAppModule {}
-  return withConsumer(await bootstrapTestApp(FuzzPoolAppModule, adapter), options);
+  const app = await bootstrapTestApp(FuzzPoolAppModule, adapter);
+  interpreter.phases = app.get(PhaseRunner);
+  return withConsumer(app, options);
 }
 
 /** The routes over HTTP, or the consumer's handlers (a GraphQL app has its resolver instead). */

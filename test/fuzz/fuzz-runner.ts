@@ -210,7 +210,7 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
     ? [[options.program.program, options.program.faults]]
     : fc.sample(
         fc.tuple(
-          programCaseArbitrary(),
+          programCaseArbitrary({ phases: true }),
           fc.array(faultArbitrary(options.sigkills), { maxLength: 3 }),
         ),
         { seed: options.seed, numRuns: options.runs },
@@ -439,15 +439,17 @@ async function settle(
   );
   const applied = effects.rows.map((row) => (row.n === 1 ? row.path : `${row.path}×${row.n}`));
   // What the library may refuse, refused: a final error with nothing applied is right too.
+  // What phases committed before the handler failed stays (`durable`), and nothing else.
+  const durable = (model.kind === 'refused' ? [] : (model.durable ?? [])).slice().sort();
   const refused =
     (model.kind === 'ok' || model.kind === 'error' || model.kind === 'aborted') &&
     model.refusable === true &&
     first.status >= 400 &&
-    !applied.length;
+    applied.every((path) => durable.includes(path));
   if (refused) return;
   const mismatch = checkAnswer(model, program, first, context.transport);
   if (mismatch) violation(mismatch);
-  const wanted = model.kind === 'ok' ? [...model.writes].sort() : [];
+  const wanted = model.kind === 'ok' ? [...model.writes].sort() : durable;
   if (applied.join(',') !== wanted.join(',')) {
     violation(`effects [${applied.join(',')}], the model wants [${wanted.join(',')}]`);
   }

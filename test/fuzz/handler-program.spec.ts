@@ -10,7 +10,50 @@ const tx = (body: Op[], end: 'commit' | 'throw' = 'commit', caught = false): Op 
   caught,
 });
 
+const phase = (body: Op[], end: 'commit' | 'throw' = 'commit', caught = false): Op => ({
+  op: 'phase',
+  body,
+  end,
+  caught,
+});
+
 describe('the model of a handler program', () => {
+  it.each<[string, Op[], object]>([
+    [
+      'a phase, then a write',
+      [phase([write]), write],
+      { kind: 'ok', writes: ['0.0', '1'], durable: ['0.0'] },
+    ],
+    [
+      'a phase that commits, then an error: the phase stays',
+      [phase([write, write]), { op: 'http', status: 409 }],
+      { kind: 'error', status: 409, durable: ['0.0', '0.1'] },
+    ],
+    [
+      'a phase that gives up, caught: nothing of it',
+      [phase([write], 'throw', true), write],
+      { kind: 'ok', writes: ['1'] },
+    ],
+    [
+      'a phase whose statement fails, caught: the next phase commits',
+      [phase([write, { op: 'fail', then: 'throw' }], 'commit', true), phase([write])],
+      { kind: 'ok', writes: ['1.0'], durable: ['1.0'] },
+    ],
+    [
+      'a phase that gives up, not caught: the error, nothing applied',
+      [phase([write], 'throw'), write],
+      { kind: 'error', status: 500 },
+    ],
+    [
+      'a phase, then a swallowed failure: aborted, the phase stays',
+      [phase([write]), swallow],
+      { kind: 'aborted', durable: ['0.0'] },
+    ],
+  ])('%s', (_name, ops, outcome) => {
+    expect(run(ops)).toEqual(expect.objectContaining(outcome));
+    if (!('durable' in outcome)) expect(run(ops)).not.toHaveProperty('durable');
+  });
+
   it('answers a BigInt in a GraphQL answer as its scalar writes it (no longer refused)', () => {
     expect(expectedOutcome({ id: 'p', ops: [write], shape: 'bigint' })).toMatchObject({
       kind: 'ok',
@@ -28,6 +71,15 @@ describe('the model of a handler program', () => {
     ['one that gives up before it', [tx([write], 'throw', true), { op: 'forget' }, write], false],
   ])('may refuse %s (its write may land in the savepoint): %s', (_name, ops, refusable) => {
     expect(run(ops)).toMatchObject({ kind: 'ok', refusable });
+  });
+
+  it('a session lock after a swallowed failure is refusable: refused from its text before it is sent', () => {
+    // Fuzzer seed 932409 program 90 (pg): `… fail:swallow tx(lock:session)?`.
+    const ops: Op[] = [swallow, tx([{ op: 'lock', scope: 'session' }], 'commit', true)];
+    expect(expectedOutcome({ id: 'p', ops }, { lazySavepoints: true })).toEqual({
+      kind: 'aborted',
+      refusable: true,
+    });
   });
 
   it('refuses any level asked for first on a consumer, whose transaction began with its record', () => {

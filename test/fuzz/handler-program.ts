@@ -57,7 +57,14 @@ export type Op =
   /** A cursor over two rows (Kysely's `stream()`, pg-cursor), a write per row; refusable. */
   | { op: 'cursor' }
   /** An array transaction (Prisma's `$transaction([...])`) of `n` writes, all or none. */
-  | { op: 'batch'; n: number };
+  | { op: 'batch'; n: number }
+  /**
+   * `phases.run()`, first in the handler (before anything begins the request's transaction):
+   * its body commits with its recovery point, apart from the answer, and a retry or takeover
+   * skips it once committed. On a `oneCommit` route the first one commits with the claim.
+   * `end` 'throw' makes its work throw after its body; `caught` swallows what it threw.
+   */
+  | { op: 'phase'; body: Op[]; end: 'commit' | 'throw'; caught: boolean };
 
 export type Isolation = 'REPEATABLE READ' | 'SERIALIZABLE';
 
@@ -122,6 +129,8 @@ export type Outcome =
        * applied is then right too, never a hang or half its effects.
        */
       refusable: boolean;
+      /** The writes of the phases it committed first: what a refusal after them leaves. */
+      durable?: string[];
     }
   /**
    * What the library documents as refused (a tenant id with a lone surrogate, refused before
@@ -131,18 +140,18 @@ export type Outcome =
    */
   | { kind: 'refused'; status?: number; code?: string }
   /**
-   * The handler's own error answer, stored and replayed; no effect applied. `refusable`: it
-   * ran what the library may refuse before it threw, so the refusal's final error (nothing
-   * applied) is right too.
+   * The handler's own error answer, stored and replayed; no effect applied but the `durable`
+   * writes of the phases it committed before. `refusable`: it ran what the library may refuse
+   * before it threw, so the refusal's final error (nothing more applied) is right too.
    */
-  | { kind: 'error'; status: number; refusable?: true }
+  | { kind: 'error'; status: number; refusable?: true; durable?: string[] }
   /**
    * The handler swallowed a failed statement of the request's transaction and answered as
    * if nothing happened: 500 `transaction_aborted`, nothing applied, nothing stored.
    * `refusable`: it ran what the library may refuse before, whose refusal (500 `cursor_open`,
    * nothing applied) is right too.
    */
-  | { kind: 'aborted'; refusable?: true };
+  | { kind: 'aborted'; refusable?: true; durable?: string[] };
 
 /**
  * The thrown errors the model tells apart: a failed statement's, "transaction aborted", the
@@ -174,6 +183,8 @@ interface RequestState {
    * BEGIN … ROLLBACK left nothing. TypeORM sends its SAVEPOINT at once.
    */
   lazySavepoints?: boolean;
+  /** The writes of the phases that committed (`phase`): they stay if the handler fails after. */
+  durable?: string[];
 }
 
 const STRENGTH: Record<Isolation, number> = { 'REPEATABLE READ': 2, SERIALIZABLE: 3 };
@@ -205,16 +216,23 @@ export function expectedOutcome(
   const forgets: string[] = [];
   const request: RequestState = { begun, strength: 1, besideRollback: false, lazySavepoints };
   const thrown = runOps(program.ops, '', top, forgets, request);
+  // What the phases committed stays, whatever the handler does after them.
+  const durable = request.durable?.length ? { durable: request.durable } : {};
   if (thrown !== undefined) {
     // A statement error out of the handler is its final answer, Nest's 500, stored.
     return {
       kind: 'error',
       status: typeof thrown === 'object' ? thrown.http : 500,
       ...(request.ranRefusable ? { refusable: true as const } : {}),
+      ...durable,
     };
   }
   if (top.aborted) {
-    return { kind: 'aborted', ...(request.ranRefusable ? { refusable: true as const } : {}) };
+    return {
+      kind: 'aborted',
+      ...(request.ranRefusable ? { refusable: true as const } : {}),
+      ...durable,
+    };
   }
   const laterTransaction = (path: string) =>
     program.ops.slice(Number(path) + 1).some((op) => op.op === 'tx');
@@ -225,6 +243,7 @@ export function expectedOutcome(
     mayForget: forgets.filter(laterTransaction),
     stream: program.ops.some((op) => op.op === 'stream'),
     refusable: refusable(program.ops) || request.besideRollback,
+    ...durable,
   };
 }
 
@@ -257,8 +276,9 @@ function runOps(
       case 'read':
       case 'lock':
       case 'setlocal':
-        if (level.aborted) return 'aborted';
+        // A session lock is refused from its text, before it is sent: an aborted transaction too.
         if (op.op === 'lock' && op.scope === 'session') request.ranRefusable = true;
+        if (level.aborted) return 'aborted';
         break;
       case 'cursor':
         if (level.aborted) return 'aborted';
@@ -297,6 +317,19 @@ function runOps(
       case 'stream':
         // Its first failure midway is answered 503 and not stored: the retry streams it whole.
         break;
+      case 'phase': {
+        // Its own transaction, at READ COMMITTED, before the request's began.
+        const inner: Level = { aborted: false, writes: [] };
+        const state: RequestState = { begun: false, strength: 1, besideRollback: false };
+        const failed =
+          runOps(op.body, `${path}.`, inner, forgets, state) ??
+          (op.end === 'throw' ? 'program' : undefined);
+        if (failed === undefined) {
+          level.writes.push(...inner.writes);
+          request.durable = [...(request.durable ?? []), ...inner.writes];
+        } else if (!op.caught || !swallowed(failed)) return failed;
+        break;
+      }
     }
   }
   return undefined;
@@ -351,8 +384,53 @@ function runTransaction(
   return undefined;
 }
 
-/** Programs as fast-check generates them: small, nested at most twice, `forget` at the top. */
-export function programArbitrary(): fc.Arbitrary<Op[]> {
+/**
+ * A phase's body: what a phase does with its manager (no nested transactions, no work left
+ * running, no swallowed failure: its commit would then fail as the request's does, which the
+ * `tx` op covers).
+ */
+function phaseArbitrary(): fc.Arbitrary<Op> {
+  const leaf = fc.oneof(
+    { weight: 6, arbitrary: fc.constant<Op>({ op: 'write' }) },
+    { weight: 1, arbitrary: fc.constant<Op>({ op: 'fail', then: 'throw' }) },
+    {
+      weight: 1,
+      arbitrary: fc
+        .oneof({ weight: 8, arbitrary: fc.integer({ min: 0, max: 40 }) }, fc.constant(700))
+        .map<Op>((ms) => ({ op: 'sleep', ms })),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.integer({ min: 0, max: 40 }).map<Op>((ms) => ({ op: 'dbsleep', ms })),
+    },
+    { weight: 1, arbitrary: fc.constant<Op>({ op: 'read' }) },
+  );
+  return fc.record({
+    op: fc.constant('phase' as const),
+    body: fc.array(leaf, { minLength: 0, maxLength: 3 }),
+    end: fc.constantFrom('commit' as const, 'commit' as const, 'throw' as const),
+    caught: fc.constantFrom(true, false),
+  });
+}
+
+/**
+ * Programs as fast-check generates them: small, nested at most twice, `forget` at the top;
+ * with `phases`, up to two `phase` ops first (a handler's atomic phases come before its other
+ * work).
+ */
+export function programArbitrary({ phases = false }: { phases?: boolean } = {}): fc.Arbitrary<
+  Op[]
+> {
+  const first = phases
+    ? fc.oneof(
+        { weight: 3, arbitrary: fc.constant<Op[]>([]) },
+        { weight: 2, arbitrary: fc.array(phaseArbitrary(), { minLength: 1, maxLength: 2 }) },
+      )
+    : fc.constant<Op[]>([]);
+  return fc.tuple(first, rest()).map(([leading, ops]) => [...leading, ...ops]);
+}
+
+function rest(): fc.Arbitrary<Op[]> {
   const leaf = (withForget: boolean, nested: boolean): fc.Arbitrary<Op> =>
     fc.oneof(
       { weight: 6, arbitrary: fc.constant<Op>({ op: 'write' }) },
@@ -441,10 +519,12 @@ export function programArbitrary(): fc.Arbitrary<Op[]> {
 export const TENANTS = ['1', 'acme', 'Ünïcödé', '🏦 bank', ' spaced ', 'acme\ud800', 'acme\udbff'];
 
 /** A whole program but its id: the ops, and what the route and (on GraphQL) the operation are. */
-export function programCaseArbitrary(): fc.Arbitrary<Omit<HandlerProgram, 'id'>> {
+export function programCaseArbitrary({ phases = false }: { phases?: boolean } = {}): fc.Arbitrary<
+  Omit<HandlerProgram, 'id'>
+> {
   return fc
     .record({
-      ops: programArbitrary(),
+      ops: programArbitrary({ phases }),
       tenant: fc.constantFrom(...TENANTS),
       serializable: fc.oneof({ weight: 4, arbitrary: fc.constant(false) }, fc.constant(true)),
       shape: fc.constantFrom<'plain' | 'date' | 'bigint'>('plain', 'plain', 'date', 'bigint'),
@@ -513,6 +593,8 @@ export function describeProgram(ops: Op[]): string {
           return `setlocal:${op.what}`;
         case 'batch':
           return `batch:${op.n}`;
+        case 'phase':
+          return `phase(${describeProgram(op.body)})${op.end === 'throw' ? '!' : ''}${op.caught ? '?' : ''}`;
       }
     })
     .join(' ');
