@@ -27,19 +27,58 @@ export function loadClassTransforms(): Promise<void> {
   return loading;
 }
 
-/** Whether `target` or a class it extends has metadata of class-transformer's (see above). */
-export function hasClassMetadata(target: object): boolean {
-  if (!storage) return false;
-  const kinds = [
+/** A class, as class-transformer keys its metadata by. */
+type ClassOf = abstract new (...args: never[]) => unknown;
+
+/** The maps of class-transformer's metadata, by class (empty without class-transformer). */
+function kinds(): Map<unknown, Map<string, unknown>>[] {
+  if (!storage) return [];
+  return [
     storage._transformMetadatas,
     storage._exposeMetadatas,
     storage._excludeMetadatas,
     storage._typeMetadatas,
   ].filter((kind): kind is Map<unknown, Map<string, unknown>> => kind instanceof Map);
+}
+
+/**
+ * The nearest class of `target`'s chain (itself, then the classes it extends) that has
+ * metadata of its own: a class-level `@Exclude()` or `@Expose()` is kept under the class with
+ * no property name.
+ */
+function decoratedIn(target: unknown): ClassOf | undefined {
+  const maps = kinds();
   for (let type: unknown = target; typeof type === 'function';) {
-    // A class-level @Exclude() or @Expose() is kept under the class with no property name.
-    if (kinds.some((kind) => kind.has(type))) return true;
+    if (maps.some((kind) => kind.has(type))) return type as ClassOf;
     type = Object.getPrototypeOf(type);
   }
-  return false;
+  return undefined;
+}
+
+/** Whether `target` or a class it extends has metadata of class-transformer's (see above). */
+export function hasClassMetadata(target: object): boolean {
+  return decoratedIn(target) !== undefined;
+}
+
+/**
+ * The class a serializer reads `value` as, if class-transformer knows it: the nearest class of
+ * its own chain with metadata (an entity class returned for a GraphQL type built from another
+ * class, the common split of entity and model), which a replay must name again.
+ */
+export function transformedClassOf(value: object): ClassOf | undefined {
+  return decoratedIn((value as { constructor?: unknown }).constructor);
+}
+
+/**
+ * The class class-transformer knows by `name`, when exactly one has it (what a replay names);
+ * undefined when none or several do.
+ */
+export function transformedClassNamed(name: string): ClassOf | undefined {
+  const found = new Set<ClassOf>();
+  for (const kind of kinds()) {
+    for (const type of kind.keys()) {
+      if (typeof type === 'function' && type.name === name) found.add(type as ClassOf);
+    }
+  }
+  return found.size === 1 ? [...found][0] : undefined;
 }

@@ -93,7 +93,11 @@ export function nestTarget(type: string): object | undefined {
  */
 export function plainOfNestType(type: string): object | undefined {
   const target = loaded?.get(type)?.target;
-  if (!target) return undefined;
+  return target ? plainNaming(target) : undefined;
+}
+
+/** An empty plain object naming `target` as its (non-enumerable) `constructor`: see above. */
+export function plainNaming(target: object): object {
   const value = {};
   Object.defineProperty(value, 'constructor', {
     value: target,

@@ -14,8 +14,14 @@ import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
 import { type ReplayLoss } from './replay-loss.js';
 import { isResolvedByApp } from './resolved-fields.js';
-import { isOfNestType, nestField, nestTarget, plainOfNestType } from './nest-fields.js';
-import { hasClassMetadata } from './class-transforms.js';
+import {
+  isOfNestType,
+  nestField,
+  nestTarget,
+  plainNaming,
+  plainOfNestType,
+} from './nest-fields.js';
+import { hasClassMetadata, transformedClassNamed, transformedClassOf } from './class-transforms.js';
 import { answerAsMember } from './replayed-member.js';
 import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
@@ -217,7 +223,18 @@ async function walkValue(
   // in the whole subtree, or a transform that reads what was left out would answer otherwise
   // (a masked field shown).
   const instance = isOfNestType(concrete.name, source);
-  const keepsWhole = whole || (instance && hasClassMetadata(nestTarget(concrete.name)!));
+  // A class class-transformer knows that is not the Nest type's (nor one it extends): an entity
+  // class returned for a model type, or a subclass with decorators of its own. A replay names
+  // it, or the serializer would not find its transforms (adversary 48a: a masked email shown).
+  const decorated = transformedClassOf(source);
+  const nest = nestTarget(concrete.name);
+  const ownClass =
+    decorated &&
+    !(instance && (decorated === nest || Object.prototype.isPrototypeOf.call(decorated, nest!)))
+      ? decorated
+      : undefined;
+  const keepsWhole =
+    whole || ownClass !== undefined || (instance && hasClassMetadata(nestTarget(concrete.name)!));
   if (keepsWhole || [...selected.keys()].some((name) => isResolvedByApp(concrete, name))) {
     Object.assign(kept, ownData(source, fields, selected));
   }
@@ -302,7 +319,17 @@ async function walkValue(
       });
     }
   }
-  if (instance) wire[INSTANCE] = true;
+  if (ownClass) {
+    wire[INSTANCE] = ownClass.name;
+    if (transformedClassNamed(ownClass.name) !== ownClass) {
+      losses.push({
+        type: concrete.name,
+        what:
+          `its class ${ownClass.name} is not the only class of that name class-transformer ` +
+          'knows: a replay cannot tell which to serialize it as, and answers an error there',
+      });
+    }
+  } else if (instance) wire[INSTANCE] = true;
   const members = classMembers(source, fields);
   if (members.length > 0) {
     losses.push({
@@ -321,6 +348,26 @@ async function walkValue(
     });
   }
   return { wire, value: Object.keys(replaced).length > 0 ? over(source, replaced) : promised };
+}
+
+/**
+ * The empty replay object naming the class a stored object was an instance of (`INSTANCE`):
+ * `true` for the class Nest built its type from, a name for another class class-transformer
+ * knows. A name it does not know as one class is refused, never answered as a bare object: a
+ * serializer would then skip the class's transforms (a masked field shown).
+ */
+function namedPlain(type: string, named: unknown): object | undefined {
+  if (named === true) return plainOfNestType(type);
+  if (typeof named !== 'string') return undefined;
+  const target = transformedClassNamed(named);
+  if (!target) {
+    throw new Error(
+      `the stored answer's ${type} was an instance of ${named}, which class-transformer does ` +
+        'not know as one class in this process: replayed without it, its transforms would ' +
+        'not apply',
+    );
+  }
+  return plainNaming(target);
 }
 
 /** The fields `nodes` select of an object of `type` (see `selectedFields`), collected once. */
@@ -481,9 +528,10 @@ export function fromWire(
   };
   const fields = concrete.getFields();
   const typed = format >= 2;
-  const value: Record<string, unknown> =
-    ((typed && stored[INSTANCE] === true ? plainOfNestType(concrete.name) : undefined) as
-      Record<string, unknown> | undefined) ?? {};
+  const value = ((typed ? namedPlain(concrete.name, stored[INSTANCE]) : undefined) ?? {}) as Record<
+    string,
+    unknown
+  >;
   const selected = selection ? selectedFields(graphql, schema, concrete, selection) : undefined;
   /** Where Nest reads the field (its class property), beside its schema name. */
   const renamed = (name: string) => {

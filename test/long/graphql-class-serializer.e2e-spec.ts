@@ -71,8 +71,77 @@ class Voucher {
   }
 }
 
+/** Masks `email` when `visibility` is private (read from the object, selected or not). */
+const masked = () =>
+  Transform(
+    ({ value, obj }: { value: string; obj: { visibility: string } }) =>
+      obj.visibility === 'private' ? null : value,
+    { toPlainOnly: true },
+  );
+
+/** The entity/model split: the app's own class (class-transformer's) for a model type. */
+class OwnerEntity {
+  id!: number;
+  visibility!: string;
+  @masked()
+  email!: string | null;
+
+  constructor(data: Partial<OwnerEntity>) {
+    Object.assign(this, data);
+  }
+}
+
+/** Two entity classes of one name (the same name in two modules): a replay cannot tell them. */
+function twinClass() {
+  class Twin {
+    id!: number;
+    visibility!: string;
+    @masked()
+    email!: string | null;
+  }
+  return Twin;
+}
+const Twin = twinClass();
+twinClass(); // the other one
+
+@ObjectType()
+class Owner {
+  @Field(() => Int)
+  id!: number;
+
+  @Field()
+  visibility!: string;
+
+  @Field(() => String, { nullable: true })
+  email!: string | null;
+}
+
+@ObjectType()
+class Account {
+  @Field(() => Int)
+  id!: number;
+
+  @Field(() => Owner)
+  owner!: Owner;
+}
+
 @Resolver(() => Card)
 class CardsResolver {
+  @Mutation(() => Account)
+  @Idempotent()
+  async openAccount(
+    @Args('holder') holder: string,
+    @Args('twin', { nullable: true }) twin?: boolean,
+  ): Promise<Account> {
+    const { rows } = await pool.query<{ id: number }>(
+      `INSERT INTO cards (holder, last4, pin_hash) VALUES ($1, '0000', '-') RETURNING id`,
+      [holder],
+    );
+    const data = { id: 7, visibility: 'private', email: 'owner@example.com' };
+    const owner = twin ? Object.assign(new Twin(), data) : new OwnerEntity(data);
+    return { id: rows[0].id, owner };
+  }
+
   @Query(() => Int)
   ping(): number {
     return 1;
@@ -177,6 +246,34 @@ describe.each([
     // without such metadata is refused with field_not_stored: test/graphql-side-roads).
     const body = retry.body as { data: { issueCard: { id: number; last4: string } } };
     expect(body.data.issueCard).toEqual({ id: expect.any(Number), last4: '4242' });
+    expect(await rows(holder)).toBe(1);
+  });
+
+  it('a child of an entity class (not the Nest type): its transform applies on a replay too', async () => {
+    if (label === 'excludeAll') return; // the entity exposes nothing under excludeAll
+    const holder = `entity-${label.length}`;
+    // `visibility` not selected: the transform reads it from the kept data (adversary 48a).
+    const query = `mutation { openAccount(holder: "${holder}") { id owner { id email } } }`;
+    const first = await send(holder, query);
+    const replay = await send(holder, query);
+    expect(first.body).toEqual({
+      data: { openAccount: { id: expect.any(Number), owner: { id: 7, email: null } } },
+    });
+    expect(replay.body).toEqual(replayedAs(first, 'openAccount'));
+    expect(await rows(holder)).toBe(1);
+  });
+
+  it('an entity class whose name two classes share: the replay is refused, never unmasked', async () => {
+    if (label === 'excludeAll') return;
+    const holder = `twin-${label.length}`;
+    const query = `mutation { openAccount(holder: "${holder}", twin: true) { id owner { email } } }`;
+    const first = await send(holder, query);
+    const replay = await send(holder, query);
+    expect(first.body).toEqual({
+      data: { openAccount: { id: expect.any(Number), owner: { email: null } } },
+    });
+    expect(JSON.stringify(replay.body)).not.toContain('owner@example.com');
+    expect((replay.body as { errors?: unknown[] }).errors).toEqual(expect.any(Array));
     expect(await rows(holder)).toBe(1);
   });
 
