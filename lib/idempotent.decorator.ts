@@ -1,6 +1,6 @@
 import { isForeignThenable, startedHere } from './transaction/foreign-thenable.js';
 import { applyDecorators, RequestMethod, SetMetadata, UseInterceptors } from '@nestjs/common';
-import { isObservable } from 'rxjs';
+import { isObservable, type Observable, tap } from 'rxjs';
 import { METHOD_METADATA } from '@nestjs/common/constants.js';
 import { IDEMPOTENT_ROUTE_OPTIONS } from './shapes/idempotency.constants.js';
 import { IdempotencyHandlerRetriedInsideError } from './shapes/idempotency.errors.js';
@@ -38,6 +38,23 @@ function noteObservableAnswer(context: IdempotencyContext, result: unknown): voi
     // Its rejection is Nest's to handle (and a retry's): nothing to note.
     () => undefined,
   );
+}
+
+/**
+ * What Nest gets of the handler's answer: an Observable (at once, or from its Promise) that
+ * notes on `context` when it gives its first value or ends (`handlerObservableAnswered`), so that a
+ * value an interceptor inside `@Idempotent()` gives in its place before it does is told apart
+ * (adversary 48b: `timeout({ with })` over `HttpService` after a write). Anything else as it is.
+ */
+function watchedAnswer(context: IdempotencyContext, result: unknown): unknown {
+  const answered = () => {
+    context.handlerObservableAnswered = true;
+  };
+  const watched = (answer: Observable<unknown>) =>
+    answer.pipe(tap({ next: answered, complete: answered, error: answered }));
+  if (isObservable(result)) return watched(result);
+  if (!(result instanceof Promise)) return result;
+  return result.then((value: unknown) => (isObservable(value) ? watched(value) : value));
 }
 
 /**
@@ -126,7 +143,7 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
       noteObservableAnswer(context, result);
     }
     if (thisTry) noteSettled(thisTry, result);
-    return result;
+    return own && context ? watchedAnswer(context, result) : result;
   };
   Object.defineProperty(wrapped, 'name', { value: handler.name });
   for (const key of Reflect.getOwnMetadataKeys(handler)) {

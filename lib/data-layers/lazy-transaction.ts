@@ -271,7 +271,12 @@ export class LazyTransaction extends RequestTransaction {
     const internals = runner as unknown as RunnerInternals;
     internals.isTransactionActive = true;
     internals.transactionDepth = 1;
-    internals.connect = () => this.open(internals);
+    // Past the end (a runner an event listener made while the request was open, then
+    // connected after it committed, as TypeORM's manual-transaction recipe does): nothing to
+    // connect; its transaction moves to a runner of its own at `startTransaction()`, its
+    // statements outside one run apart (`viewOf`), and after a rollback it is refused.
+    internals.connect = () =>
+      this.ended ? this.afterEnd(() => Promise.resolve(undefined)) : this.open(internals);
     internals.release = () => Promise.resolve();
     const start = runner.startTransaction.bind(runner);
     // Called on a view (see `viewOf`): `this` is the view its code goes through. One after

@@ -203,18 +203,27 @@ export function handlerOutcome(
 
 /**
  * The handler's own outcome still to come when what the chain gives now is not its answer, or
- * undefined when it is: a timeout's error of an interceptor inside `@Idempotent()` after the
- * handler started, or a value given while the handler's own Promise has not resolved (a
- * `timeout()` with a fallback, a `race()` with a cached value). Either goes out unstored, and
+ * undefined when it is: a timeout's error of an interceptor inside `@Idempotent()` while the
+ * handler's Promise goes on, or a value given while that Promise has not resolved or the
+ * Observable it answered with has given nothing (a `timeout()` with a fallback, a `race()`
+ * with a cached value). Either goes out unstored, and
  * the handler commits with its own answer when it settles. Routes and fields alike.
  */
 export function outcomeStillToCome(
   context: IdempotencyContext,
   given: { error: unknown } | { value: unknown },
 ): Promise<{ value: unknown } | { error: unknown }> | undefined {
+  // While the handler's own Promise has not resolved, or its Observable has neither given a
+  // value nor ended.
+  // A timeout after it resolved (an interceptor of the app's still working on its value, an
+  // envelope awaiting a slow service) is not one its answer is still to come from: the route's
+  // answer was never made, and the request is given back (adversary 48b).
+  const stillComing =
+    context.lastTry?.pending === true ||
+    (context.handlerAnsweredWithObservable && !context.handlerObservableAnswered);
   const notItsAnswer =
     'error' in given
-      ? isTimeoutError(given.error) && context.handlerStarted
-      : context.lastTry?.pending === true;
+      ? isTimeoutError(given.error) && context.handlerStarted && context.lastTry?.pending === true
+      : stillComing;
   return notItsAnswer ? handlerOutcome(context.handlerReturned) : undefined;
 }

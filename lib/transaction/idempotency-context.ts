@@ -29,6 +29,12 @@ export class IdempotencyContext {
    */
   handlerAnsweredWithObservable = false;
   /**
+   * Whether that Observable has given a value, or ended: before it has, a value the chain
+   * gives is an interceptor's in its place (a `timeout()` fallback that cancelled it), not its
+   * answer.
+   */
+  handlerObservableAnswered = false;
+  /**
    * The latest try of the route's handler: the method called (a call of it again, from
    * outside it, is a retry of an interceptor inside `@Idempotent()`), and whether its outcome
    * has settled (a try timed out by such an interceptor may still be running).
