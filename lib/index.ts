@@ -28,6 +28,7 @@ export {
   NestedTransactionOpenAtCommitError,
   ReadOnlyTransactionRefusedError,
   RetriedTryStatementError,
+  NestedFirstPhaseError,
   SessionAdvisoryLockRefusedError,
   SessionSettingRefusedError,
   StatementBesideNestedTransactionError,

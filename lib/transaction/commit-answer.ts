@@ -39,11 +39,15 @@ export async function commitAnswer(
   }
   const began = performance.now();
   try {
-    const stored = await finish(
-      context,
-      answer,
-      plan === 'alone' ? await withoutEffects(transaction) : transaction,
-    );
+    const into = plan === 'alone' ? await withoutEffects(transaction) : transaction;
+    // Its claim went with a transaction PostgreSQL rolled back (a oneCommit claim handed to a
+    // first phase whose COMMIT a deferred constraint refused): nothing holds the key, and
+    // nothing can store the answer; it goes out as it is, and a retry runs afresh.
+    if (transaction.claimErased) {
+      publish('released', () => ({ ...eventOf(context), reason: 'claim_rolled_back' }));
+      return answer;
+    }
+    const stored = await finish(context, answer, into);
     if (!stored) {
       publish('leaseLost', () => eventOf(context));
       return tools.problem(new IdempotencyLeaseLostError());

@@ -7,8 +7,10 @@ import {
 } from 'typeorm';
 
 import {
+  isConnectionError,
   isReadOnlyError,
   isRolledBackError,
+  isServerError,
   isTransactionAbortedError,
   markReadOnlyByHandler,
 } from '../connection/connection-errors.js';
@@ -36,6 +38,7 @@ import {
   TransactionControlRefusedError,
   TransactionEndedError,
   RetriedTryStatementError,
+  NestedFirstPhaseError,
 } from './seam-errors.js';
 import { inRetriedTry, refuseRetriedTry } from './handler-try.js';
 import {
@@ -253,6 +256,9 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   /** The transaction it handed its claim to (`handClaimTo`) settles its state: see `settleHanded`. */
   private handing?: { settled: Promise<void>; settle: () => void };
 
+  /** The phase's transaction it handed its claim to (`handClaimTo`). */
+  private handedTo?: RequestTransaction;
+
   /** The request's transaction whose claim it took over (`handClaimTo`), until it settles. */
   private handedBy?: RequestTransaction;
 
@@ -277,6 +283,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     phase.beganReadOnly = this.beganReadOnly;
     phase.claimState = 'held';
     phase.handedBy = this;
+    this.handedTo = phase;
     this.opening = undefined;
     this.beginning = undefined;
     this.begunAt = undefined;
@@ -293,6 +300,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    */
   private settleHanded(outcome: 'apart' | 'erased'): void {
     this.claimState = outcome;
+    this.handedTo = undefined;
     this.handing?.settle();
   }
 
@@ -311,6 +319,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    * it ended meanwhile, the claim goes with a rollback.
    */
   private async takeBack(client: PoolClient): Promise<void> {
+    this.handedTo = undefined;
     if (this.state === 'pending' && !this.opening) {
       this.opening = Promise.resolve(client);
       this.beginning = Promise.resolve();
@@ -413,6 +422,12 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    */
   commitClaimAlone(): Promise<void> {
     if (this.claimState === 'handed') {
+      // Asked from inside the phase that holds it (a `call()` or `run()` in that phase's
+      // work): that phase ends only after this, which would wait for it for ever (adversary
+      // 48c). Phases do not nest where the first one commits with the claim.
+      if (transactionScope.getStore() === this.handedTo) {
+        return Promise.reject(new NestedFirstPhaseError());
+      }
       return this.handing!.settled.then(() => this.commitClaimAlone());
     }
     if (this.claimState !== 'held') return this.claimCommitting ?? Promise.resolve();
@@ -448,6 +463,11 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    * from now on, as after a rollback. False when it holds no claim.
    */
   async undoEffects(): Promise<boolean> {
+    // Its claim with a phase (`handClaimTo`), or committing alone: what it holds after that
+    // decides (adversary 48c: a handler's error while its first phase ran beside it). Back
+    // with it, the claim is undone to; committed, the answer is stored apart, as by default.
+    if (this.claimState === 'handed') await this.handing!.settled;
+    await this.claimCommitting?.catch(() => undefined);
     if (this.claimState !== 'held' || this.state !== 'pending') return false;
     this.effectsUndone = true;
     const client = await this.opening!;
@@ -776,6 +796,15 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
       if (permanent) {
         await this.rollbackOn(client);
         throw permanent;
+      }
+      // Refused by PostgreSQL itself at the COMMIT (a deferred constraint): all of it rolled
+      // back, an uncommitted claim handed to it too (adversary 48c), which is then gone.
+      if (
+        this.claimState === 'held' &&
+        isServerError(asError(error)) &&
+        !isConnectionError(error)
+      ) {
+        this.claimState = 'erased';
       }
       // The commit's outcome is unknown: the connection goes, and PostgreSQL rolls back what
       // had not committed. The fenced statement's row lock orders any later takeover after it.

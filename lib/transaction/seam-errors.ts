@@ -306,3 +306,19 @@ export class RetriedTryStatementError extends Error {
     this.name = 'RetriedTryStatementError';
   }
 }
+
+/**
+ * A phase (`call()` or `run()`) started inside the work of a `oneCommit` route's first phase,
+ * which holds the key's claim uncommitted: the claim can commit only when that phase does, so
+ * the inner one could never begin. Refused at once; run phases one after the other.
+ */
+export class NestedFirstPhaseError extends Error {
+  constructor() {
+    super(
+      "a phase started inside the work of a oneCommit route's first phase, which commits the " +
+        "key's claim with its own work: the inner phase would wait for that commit for ever. " +
+        'Run phases one after the other (or set oneCommit: false on the route)',
+    );
+    this.name = 'NestedFirstPhaseError';
+  }
+}

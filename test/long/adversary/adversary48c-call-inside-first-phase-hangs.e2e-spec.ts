@@ -150,12 +150,31 @@ describe('adversary 48c: call() or run() inside a oneCommit first phase', () => 
     expect(again.body).toEqual(first.body);
   };
 
-  it('oneCommit, call() inside the first phase: answers (FAILS: hangs; 409 past leases)', async () => {
-    await answersOnce('/one', 'call-one');
+  // Fixed by refusing, not as the header expected: the first phase of a oneCommit route holds
+  // the claim uncommitted, so a phase inside its work cannot begin (its derived key must
+  // outlast a crash, which needs the claim committed before the call). Refused at once with
+  // what to do (NestedFirstPhaseError), stored as the handler's 500 with the claim (nothing of
+  // the phase's work), and replayed: never a hang. phases.md rule 12 says so.
+  const refusedOnce = async (path: string, key: string) => {
+    const first = await post(path, key);
+    const again = await post(path, key);
+    expect(first.status).toBe(500);
+    expect(again.status).toBe(500);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    const notes = await fixture.admin.query("SELECT 1 FROM notes WHERE text LIKE $1 || '-%'", [
+      key,
+    ]);
+    expect(notes.rowCount).toBe(0);
+  };
+
+  it('oneCommit, call() inside the first phase: refused at once, stored, replayed (hung before)', async () => {
+    const calls = pspCalls.length;
+    await refusedOnce('/one', 'call-one');
+    expect(pspCalls).toHaveLength(calls);
   }, 20_000);
 
-  it('oneCommit, run() inside the first phase: answers (FAILS: hangs; 409 past leases)', async () => {
-    await answersOnce('/nested-run', 'run-one');
+  it('oneCommit, run() inside the first phase: refused at once, stored, replayed (hung before)', async () => {
+    await refusedOnce('/nested-run', 'run-one');
   }, 20_000);
 
   it('control: call() inside a phase without oneCommit: 201, replayed', async () => {
