@@ -150,9 +150,9 @@ export class PhaseRunner {
     }
     const done = completedPhase(claim.phaseResults, phase);
     if (done.completed) return done.result as T;
-    const transaction = context.transaction!;
-    if (transaction.begun) throw new PhaseOrderError(phase);
+    if (context.transaction?.begun) throw new PhaseOrderError(phase);
     const store = storeOf(context, phase);
+    const transaction = context.transaction!;
     // A phase commits its recovery point on the claim's row. A claim not committed yet
     // (`oneCommit`) commits with the phase's work, in one transaction; unless the work takes
     // the phase's context, whose derived key must outlast a crash before that commit (a call
