@@ -21,6 +21,7 @@ import {
   argumentsWire,
   fromWire,
   ArgumentValueInvalidError,
+  FROM_CLASS,
   KEPT,
   NotJsonArgumentError,
   outputWire,
@@ -186,7 +187,8 @@ describe('outputWire and fromWire', () => {
     [
       "a class's getter, and its own data that is no field (for a @ResolveField()) beside",
       new Labelled(),
-      { id: 1, label: 'from a getter', [KEPT]: { json: { ownerId: 7 } } },
+      // `label` given through the class: replayed as data that is not enumerable (FROM_CLASS).
+      { id: 1, label: 'from a getter', [KEPT]: { json: { ownerId: 7 } }, [FROM_CLASS]: ['label'] },
     ],
     [
       'an ID that was a number, the numbers beside (its parseValue() gives back strings)',

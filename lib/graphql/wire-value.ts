@@ -95,6 +95,15 @@ export const FAILED = '__failed';
 export const INSTANCE = '__instance';
 
 /**
+ * The selected fields an object gave through its class (a getter, not data of its own): a
+ * replay has them as data, not enumerable, as a getter is not. A serializer outside
+ * `@Idempotent()` copies own enumerable data only (class-transformer skips a getter it is not
+ * told to expose): enumerable, a getter reading a masked field (`label` from `email`) would
+ * be copied on a replay that the first answer left out (adversary 49a).
+ */
+export const FROM_CLASS = '__fromClass';
+
+/**
  * A resolver's value stored (`wire`), and the value its first answer is given (`value`): the
  * resolver's own, but for a list that was a one-shot iterator (a generator, a `Map`'s
  * `values()`), which storing reads once, so the answer gets the list that was read (see
@@ -239,6 +248,8 @@ async function walkValue(
     Object.assign(kept, ownData(source, fields, selected));
   }
   const methods: string[] = [];
+  /** Selected fields it gave through its class (see `FROM_CLASS`). */
+  const fromClass: string[] = [];
   /** Selected fields whose reading failed, with their errors (see `FAILED`). */
   const failed: Record<string, FieldError> = {};
   /** Selected fields whose first answer is not the resolver's own value (a list read). */
@@ -267,6 +278,9 @@ async function walkValue(
       // a replay's, rather than the refusal of a field the first answer did not select.
       wire[name] = null;
       continue;
+    }
+    if (property in source && !Object.prototype.hasOwnProperty.call(source, property)) {
+      fromClass.push(name);
     }
     let item: unknown;
     let promisedItem: unknown;
@@ -308,6 +322,7 @@ async function walkValue(
   // A member of a union or an interface says which, for the replay to read it back by.
   if (!graphql.isObjectType(type)) wire.__typename = concrete.name;
   if (Object.keys(failed).length > 0) wire[FAILED] = failed;
+  if (fromClass.length > 0) wire[FROM_CLASS] = fromClass;
   if (Object.keys(kept).length > 0) {
     const typed = keepData(kept);
     wire[KEPT] = typed.kept;
@@ -539,7 +554,9 @@ export function fromWire(
     return property !== undefined && property !== name ? property : undefined;
   };
   for (const [name, item] of Object.entries(stored)) {
-    if (typed && (name === KEPT || name === FAILED || name === INSTANCE)) continue;
+    if (typed && (name === KEPT || name === FAILED || name === INSTANCE || name === FROM_CLASS)) {
+      continue;
+    }
     if (!(name in fields)) {
       own(value, name, item);
       continue;
@@ -559,6 +576,15 @@ export function fromWire(
   }
   if (typed) {
     for (const [name, item] of Object.entries(restoreData(stored[KEPT]))) own(value, name, item);
+  }
+  const fromClass = stored[FROM_CLASS];
+  if (typed && Array.isArray(fromClass)) {
+    for (const name of fromClass as string[]) {
+      for (const place of [name, renamed(name)]) {
+        if (place === undefined || !Object.prototype.hasOwnProperty.call(value, place)) continue;
+        Object.defineProperty(value, place, { enumerable: false });
+      }
+    }
   }
   const failures = stored[FAILED];
   if (typed && typeof failures === 'object' && failures !== null) {
