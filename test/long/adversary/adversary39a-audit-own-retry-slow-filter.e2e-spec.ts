@@ -70,6 +70,12 @@ let trackerMs = 300;
 let calls = 0;
 let charges = 0;
 let declines = 2;
+/** How long the handler takes; the audit subscribes at 100 ms, so 150 ms means while it runs. */
+let handlerMs = 0;
+/** Resolved when the filter is given the request's final error: the audit subscribes after it. */
+let filterEntered: Promise<void> = Promise.resolve();
+let enterFilter = () => {};
+let auditAfterFilter = true;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Audits on the side: opens its audit entry first (a call of its own), then watches. */
@@ -78,7 +84,10 @@ class AuditInterceptor implements NestInterceptor {
   private readonly logger = new Logger('audit');
   intercept(_context: ExecutionContext, next: CallHandler): Observable<unknown> {
     const result$ = next.handle();
-    void sleep(100).then(() =>
+    // Gated on the filter (not on a clock) so that the audit meets the settled last try however
+    // slow the machine is: at 100 ms a loaded machine may still be running the first try.
+    const opened = auditAfterFilter ? filterEntered.then(() => sleep(20)) : sleep(100);
+    void opened.then(() =>
       result$.subscribe({
         next: (value) => this.logger.debug(`answered ${JSON.stringify(value)}`),
         error: (error: unknown) => this.logger.debug(`failed ${String(error)}`),
@@ -101,6 +110,7 @@ class RetryInterceptor implements NestInterceptor {
 class ReportingFilter implements ExceptionFilter {
   constructor(private readonly adapterHost: HttpAdapterHost) {}
   async catch(error: unknown, host: ArgumentsHost) {
+    enterFilter();
     if (trackerMs > 0) await sleep(trackerMs);
     const status = error instanceof HttpException ? error.getStatus() : 500;
     const body = error instanceof HttpException ? error.getResponse() : { message: 'error' };
@@ -114,6 +124,7 @@ class PaymentsController {
   @Idempotent()
   async pay(@Body() body: { ref: string }) {
     calls += 1;
+    if (handlerMs > 0) await sleep(handlerMs);
     const { rows } = await pool.query<{ id: number }>(
       'INSERT INTO payments (ref) VALUES ($1) RETURNING id',
       [body.ref],
@@ -173,6 +184,7 @@ describe.each<AdapterName>(['express', 'fastify'])(
       calls = 0;
       charges = 0;
       declines = 2;
+      filterEntered = new Promise<void>((resolve) => (enterFilter = resolve));
       const first = await post();
       await sleep(500);
       const rows = Number(
@@ -194,6 +206,11 @@ describe.each<AdapterName>(['express', 'fastify'])(
       };
     };
 
+    beforeEach(() => {
+      handlerMs = 0;
+      auditAfterFilter = true;
+    });
+
     it('control: the filter answers at once', async () => {
       trackerMs = 0;
       expect(await check(`quick-${adapter}`)).toEqual({
@@ -210,6 +227,23 @@ describe.each<AdapterName>(['express', 'fastify'])(
       expect(await check(`slow-${adapter}`)).toEqual({
         first: { status: 402, code: 'card_declined' },
         calls: 2,
+        charges: 0,
+        rows: 0,
+        again: { status: 402, code: 'card_declined' },
+      });
+    });
+
+    // Found by CI on a loaded machine: the audit subscribed while the first try still ran. It
+    // joined that try and was told its error, so the app's retry is told it too and the handler
+    // runs once (docs/guides/transactions.md: "a retry after an audit that ... joined the try
+    // while it ran" is told the first try's error). Still one final answer, no charge.
+    it('the audit joins the first try while it runs: the retry is told its error, the handler runs once', async () => {
+      trackerMs = 0;
+      handlerMs = 150;
+      auditAfterFilter = false;
+      expect(await check(`joined-${adapter}`)).toEqual({
+        first: { status: 402, code: 'card_declined' },
+        calls: 1,
         charges: 0,
         rows: 0,
         again: { status: 402, code: 'card_declined' },
