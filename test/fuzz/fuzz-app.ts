@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { type ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
+import { type MercuriusDriverConfig } from '@nestjs/mercurius';
 import {
   Body,
   type CallHandler,
@@ -373,8 +374,12 @@ class HeaderTimeoutInterceptor implements NestInterceptor {
  */
 function responseOf(context: ExecutionContext): ServerResponse | undefined {
   if (context.getType<string>() === 'graphql') {
-    return GqlExecutionContext.create(context).getContext<{ req?: { res?: ServerResponse } }>().req
-      ?.res;
+    // Apollo on Express: the request's `res`; Mercurius on Fastify: its reply's `raw`.
+    const gql = GqlExecutionContext.create(context).getContext<{
+      req?: { res?: ServerResponse };
+      reply?: { raw?: ServerResponse };
+    }>();
+    return gql.req?.res ?? gql.reply?.raw;
   }
   const response = context.switchToHttp().getResponse<{ raw?: ServerResponse } & ServerResponse>();
   return response.raw ?? response;
@@ -512,9 +517,17 @@ function resolverOf(interpreter: Interpreter) {
   return ProgramResolver;
 }
 
-/** Routes over HTTP, mutations on Apollo, or messages to a RabbitMQ consumer (`fuzz-consumer.ts`). */
-export type TransportName = 'http' | 'graphql' | 'rabbitmq';
-export const TRANSPORTS: TransportName[] = ['http', 'graphql', 'rabbitmq'];
+/**
+ * Routes over HTTP, mutations on Apollo (`graphql`, on Express) or on Mercurius (`mercurius`,
+ * on Fastify: its own executor, error shape and replay hook), or messages to a RabbitMQ
+ * consumer (`fuzz-consumer.ts`).
+ */
+export type TransportName = 'http' | 'graphql' | 'mercurius' | 'rabbitmq';
+export const TRANSPORTS: TransportName[] = ['http', 'graphql', 'mercurius', 'rabbitmq'];
+
+/** Whether programs reach the app as GraphQL mutations, on either driver. */
+export const isGraphql = (transport: TransportName): boolean =>
+  transport === 'graphql' || transport === 'mercurius';
 
 export interface FuzzAppOptions {
   databaseUrl: string;
@@ -546,8 +559,23 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
             includeStacktraceInErrorResponses: false,
           }),
         ]
-      : [];
-  const adapter: AdapterName = options.transport === 'graphql' ? 'express' : options.adapter;
+      : options.transport === 'mercurius'
+        ? [
+            GraphQLModule.forRoot<MercuriusDriverConfig>({
+              // Loaded only here: Mercurius' @fastify/static is an ES module that a jest run
+              // importing this file for its constants (test/long/fuzz) could not require.
+              driver: (await import('@nestjs/mercurius')).MercuriusDriver,
+              autoSchemaFile: true,
+              graphiql: false,
+            }),
+          ]
+        : [];
+  const adapter: AdapterName =
+    options.transport === 'graphql'
+      ? 'express'
+      : options.transport === 'mercurius'
+        ? 'fastify'
+        : options.adapter;
   // The outer timeout first: it wraps the app's chain, which wraps `@Idempotent()`.
   const interceptors = [
     { provide: APP_INTERCEPTOR, useClass: HeaderTimeoutInterceptor },
@@ -587,7 +615,7 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
       providers: [
         ...interceptors,
         { provide: INTERPRETER, useClass: TypeormInterpreter },
-        ...(options.transport === 'graphql' ? [resolverOf(lazy)] : []),
+        ...(isGraphql(options.transport) ? [resolverOf(lazy)] : []),
       ],
     })
     class FuzzAppModule {}
@@ -613,7 +641,7 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
     controllers: controllersOf(options, interpreter),
     providers: [
       ...interceptors,
-      ...(options.transport === 'graphql' ? [resolverOf(interpreter)] : []),
+      ...(isGraphql(options.transport) ? [resolverOf(interpreter)] : []),
     ],
   })
   class FuzzPoolAppModule {}

@@ -8,6 +8,7 @@ import {
   CHAIN_HEADER,
   FUZZ_APPLICATION_NAME,
   FUZZ_DDL,
+  isGraphql,
   OUTER_TIMEOUT_HEADER,
   STATEMENT_TIMEOUT_HEADER,
   type TransportName,
@@ -266,8 +267,8 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
   const shaped = (program: HandlerProgram): HandlerProgram => {
     let ops = program.ops;
     if (options.defaultSerializable) ops = withoutIsolation(ops);
-    if (transport === 'graphql') ops = ops.filter((op) => op.op !== 'stream');
-    return transport === 'graphql'
+    if (isGraphql(transport)) ops = ops.filter((op) => op.op !== 'stream');
+    return isGraphql(transport)
       ? { ...program, ops }
       : { ...program, ops, shape: undefined, alias: undefined, partial: undefined };
   };
@@ -499,11 +500,11 @@ function checkAnswer(
         : JSON.stringify({
             id: program.id,
             ops: program.ops.length,
-            ...(transport === 'graphql' && program.shape === 'date'
+            ...(isGraphql(transport) && program.shape === 'date'
               ? { at: new Date(ANSWER_EPOCH + program.ops.length * 1000).toISOString() }
               : {}),
             // The BigInt scalar writes it as a string; stored as written, replayed the same.
-            ...(transport === 'graphql' && program.shape === 'bigint'
+            ...(isGraphql(transport) && program.shape === 'bigint'
               ? { big: String(program.ops.length) }
               : {}),
           });
@@ -514,7 +515,7 @@ function checkAnswer(
     case 'error':
       // Apollo renders an HttpException with an object body as INTERNAL_SERVER_ERROR, without
       // its status: on GraphQL the check is that the answer is the handler's error, final.
-      if (transport === 'graphql') {
+      if (isGraphql(transport)) {
         return final.status >= 400 && final.code !== 'transaction_aborted'
           ? undefined
           : `final answer ${show(final)}, the model wants the handler's error`;
@@ -532,8 +533,7 @@ function checkAnswer(
         : `final answer ${show(final)}, the model wants 500 transaction_aborted`;
     case 'refused':
       if (model.code !== undefined) {
-        const status =
-          transport === 'graphql' ? final.status >= 400 : final.status === model.status;
+        const status = isGraphql(transport) ? final.status >= 400 : final.status === model.status;
         return status && (final.code === model.code || final.body.includes(model.code))
           ? undefined
           : `final answer ${show(final)}, the model wants ${model.status} ${model.code}`;
@@ -581,10 +581,13 @@ function fieldAnswer(raw: Answer, program: HandlerProgram): Answer {
   const errors = (parsed.errors ?? []).filter((error) => error.path?.[0] === field);
   if (errors.length) {
     const extensions = errors[0].extensions ?? {};
+    // Apollo names the outer timeout's 408 (REQUEST_TIMEOUT); Mercurius writes an app's
+    // HttpException with its message alone, so a client there knows it by its words.
+    const timedOut =
+      extensions.code === 'REQUEST_TIMEOUT' ||
+      (errors[0].extensions === undefined && errors[0].message === 'Request Timeout');
     const status =
-      extensions.status ??
-      extensions.originalError?.statusCode ??
-      (extensions.code === 'REQUEST_TIMEOUT' ? 408 : 500);
+      extensions.status ?? extensions.originalError?.statusCode ?? (timedOut ? 408 : 500);
     return { status, body: JSON.stringify(errors), code: extensions.code };
   }
   const data = parsed.data?.[field];

@@ -5,8 +5,8 @@
  * FUZZ_SIGKILL=0, FUZZ_DEFAULT_SERIALIZABLE=1, FUZZ_BUDGET_MS, FUZZ_VIA):
  *
  * - layer: typeorm, pg, prisma, drizzle, kysely, or all (the default);
- * - transport: http, graphql, rabbitmq (a consumer, on the RabbitMQ of 127.0.0.1:5672), or all
- *   (the default);
+ * - transport: http, graphql (Apollo on Express), mercurius (Mercurius on Fastify), rabbitmq (a
+ *   consumer, on the RabbitMQ of 127.0.0.1:5672), or all (the default);
  * - via (rabbitmq only): message (`@IdempotentMessage`) or once (`processOnce()`); by default
  *   one program in three the latter;
  * - runs: programs per seed (default 100); seed: the first seed (default: the clock);

@@ -42,6 +42,9 @@ describe('handler programs under faults (seeded fuzz)', () => {
     { layer: 'prisma', transport: 'http', seed: 36, runs: 5, sigkills: false },
     { layer: 'drizzle', transport: 'graphql', seed: 13, runs: 5, sigkills: false },
     { layer: 'kysely', transport: 'http', seed: 43, runs: 5, sigkills: false },
+    // Mercurius on Fastify (its own executor and error shape): an outer timeout under an audit
+    // on a cursor program, a SIGKILL under the app's retry of a phase (prisma 5002).
+    { layer: 'prisma', transport: 'mercurius', seed: 5002, runs: 6, sigkills: true },
     // Every other program on a oneCommit route (its claim committed with its work), beside
     // the default route's: SIGKILLs, one in a phase's program, on TypeORM (3013); a crowd and
     // first phases on the pool (3003).
