@@ -276,7 +276,11 @@ export class LazyTransaction extends RequestTransaction {
     // connect; its transaction moves to a runner of its own at `startTransaction()`, its
     // statements outside one run apart (`viewOf`), and after a rollback it is refused.
     internals.connect = () =>
-      this.ended ? this.afterEnd(() => Promise.resolve(undefined)) : this.open(internals);
+      this.ended
+        ? this.afterEnd(() => Promise.resolve(undefined))
+        : this.begun
+          ? this.open(internals)
+          : Promise.resolve(this.unopened(internals));
     internals.release = () => Promise.resolve();
     const start = runner.startTransaction.bind(runner);
     // Called on a view (see `viewOf`): `this` is the view its code goes through. One after
@@ -577,6 +581,34 @@ export class LazyTransaction extends RequestTransaction {
       client?.release(broken ? asError(failure) : undefined);
       await runner.release();
     }
+  }
+
+  /**
+   * What `connect()` answers before the first statement (TypeORM's manual-transaction recipe
+   * calls it first): a client that opens the connection at its first statement, not now. A
+   * `connect()` sends nothing, so it is not the handler's first work: a plain read after it
+   * still runs apart, and a nested transaction after it may still ask for its level (with
+   * `oneCommit`, the claim then commits alone first), as through `dataSource.query()`.
+   */
+  private unopened(runner: RunnerInternals): PoolClient {
+    return {
+      query: (...args: unknown[]) => {
+        if (!isSubmittable(args[0])) {
+          return this.open(runner).then((client) =>
+            (client.query as (...a: unknown[]) => Promise<unknown>)(...args),
+          );
+        }
+        // A stream is handed back as it is (TypeORM's `stream()` reads it at once), and
+        // handed to the connection once that is open.
+        const submittable = args[0] as { handleError?: (error: unknown) => void };
+        this.open(runner).then(
+          (client) => void (client.query as (...a: unknown[]) => unknown)(...args),
+          (error: unknown) => submittable.handleError?.(error),
+        );
+        return submittable;
+      },
+      release: () => undefined,
+    } as unknown as PoolClient;
   }
 
   /**

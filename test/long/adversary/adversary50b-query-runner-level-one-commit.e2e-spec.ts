@@ -148,11 +148,11 @@ describe('adversary 50b: a query runner at REPEATABLE READ as the first work of 
     expect(await orders(key)).toBe(1);
   };
 
-  it('oneCommit, first phase: 201, the order once (FAILS: 500 IsolationLevelRefusedError stored)', async () => {
+  it('oneCommit, first phase: 201, the order once (was 500 IsolationLevelRefusedError stored)', async () => {
     await placesOnce('/phase-one');
   });
 
-  it('oneCommit, handler: 201, the order once (FAILS: 500 IsolationLevelRefusedError stored)', async () => {
+  it('oneCommit, handler: 201, the order once (was 500 IsolationLevelRefusedError stored)', async () => {
     await placesOnce('/handler-one');
   });
 

@@ -129,11 +129,11 @@ describe('adversary 50b: a plain read through a query runner before the first ph
     expect(await orders(key)).toBe(1);
   };
 
-  it('oneCommit: 201, the order once (FAILS: 500 PhaseOrderError stored)', async () => {
+  it('oneCommit: 201, the order once (was 500 PhaseOrderError stored)', async () => {
     await placesOnce('/runner-one');
   });
 
-  it('default @Idempotent(): 201, the order once (FAILS: 500 PhaseOrderError stored)', async () => {
+  it('default @Idempotent(): 201, the order once (was 500 PhaseOrderError stored)', async () => {
     await placesOnce('/runner-def');
   });
 
