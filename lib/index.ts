@@ -24,6 +24,7 @@ export { TransactionEndedError } from './data-layers/lazy-transaction.js';
 export {
   ConcurrentSaveFailedError,
   CursorOpenRefusedError,
+  StatementBesidePhaseRefusedError,
   IsolationLevelRefusedError,
   NestedTransactionOpenAtCommitError,
   ReadOnlyTransactionRefusedError,
@@ -69,6 +70,7 @@ export {
   IdempotencyStoredResponseUnreadableError,
   IdempotencyTransactionAbortedError,
   IdempotencyCursorOpenError,
+  IdempotencyStatementBesidePhaseError,
   IdempotencyHandlerRetriedInsideError,
   IdempotencyPhaseNameInvalidError,
   RetryLaterError,

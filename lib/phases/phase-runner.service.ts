@@ -123,13 +123,18 @@ export class PhaseRunner {
     if (context.transaction?.begun) throw new PhaseOrderError(phase);
     // Refused before the call: a phase's record could not commit with its recovery point.
     const store = storeOf(context, phase);
-    // The call carries a key derived from the claim: committed first, so that a retry after
-    // a crash derives the same one (see `commitClaimAlone`).
-    await this.guard(() => context.transaction!.commitClaimAlone());
-    const result = await outsideTransactions(() =>
-      call({ phase, idempotencyKey: derivedKey(claim, phase) }),
-    );
-    return this.commit(store, claim, phase, (manager) => recorded(manager, result));
+    const transaction = context.transaction!;
+    // From here to its record, a statement of the request's own beside it is refused: it
+    // would hold locks to the request's answer that the phase may wait on (`duringPhase`).
+    return transaction.duringPhase(async () => {
+      // The call carries a key derived from the claim: committed first, so that a retry
+      // after a crash derives the same one (see `commitClaimAlone`).
+      await this.guard(() => transaction.commitClaimAlone());
+      const result = await outsideTransactions(() =>
+        call({ phase, idempotencyKey: derivedKey(claim, phase) }),
+      );
+      return this.commit(store, claim, phase, (manager) => recorded(manager, result));
+    });
   }
 
   /**
@@ -153,20 +158,24 @@ export class PhaseRunner {
     if (context.transaction?.begun) throw new PhaseOrderError(phase);
     const store = storeOf(context, phase);
     const transaction = context.transaction!;
-    // A phase commits its recovery point on the claim's row. A claim not committed yet
-    // (`oneCommit`) commits with the phase's work, in one transaction; unless the work takes
-    // the phase's context, whose derived key must outlast a crash before that commit (a call
-    // out with it): the claim then commits alone first, as on any route.
-    const withClaim = transaction.holdsClaim && work.length < 2;
-    if (!withClaim) await this.guard(() => transaction.commitClaimAlone());
-    const phaseWith = phaseContext(claim, phase, transaction);
-    return this.commit(
-      store,
-      claim,
-      phase,
-      (manager) => work(manager, phaseWith),
-      withClaim ? transaction : undefined,
-    );
+    // From here to its commit, a statement of the request's own beside it is refused: it
+    // would hold locks to the request's answer that the phase may wait on (`duringPhase`).
+    return transaction.duringPhase(async () => {
+      // A phase commits its recovery point on the claim's row. A claim not committed yet
+      // (`oneCommit`) commits with the phase's work, in one transaction; unless the work takes
+      // the phase's context, whose derived key must outlast a crash before that commit (a
+      // call out with it): the claim then commits alone first, as on any route.
+      const withClaim = transaction.holdsClaim && work.length < 2;
+      if (!withClaim) await this.guard(() => transaction.commitClaimAlone());
+      const phaseWith = phaseContext(claim, phase, transaction);
+      return this.commit(
+        store,
+        claim,
+        phase,
+        (manager) => work(manager, phaseWith),
+        withClaim ? transaction : undefined,
+      );
+    });
   }
 
   /** Commits a phase's work with its recovery point; returns its result as stored. */

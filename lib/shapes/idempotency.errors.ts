@@ -18,6 +18,7 @@ export type IdempotencyErrorCode =
   | 'database_permanent'
   | 'transaction_aborted'
   | 'cursor_open'
+  | 'statement_beside_phase'
   | 'handler_retried_inside'
   | 'phase_name_invalid'
   | 'response_too_large'
@@ -275,6 +276,27 @@ export class IdempotencyPhaseNameInvalidError extends IdempotencyError {
         'Array.from(text).slice(), not text.slice(), or name them by an id).',
     );
     this.name = 'IdempotencyPhaseNameInvalidError';
+  }
+}
+
+/**
+ * A statement of the request's own was sent while one of its atomic phases ran (a phase and
+ * a write in one `Promise.all`): it would have begun the request's transaction and held its
+ * locks until the answer, where a phase touching the same rows waits on it for ever. Refused
+ * at once; the request rolled back and nothing was stored (what the phases committed stays:
+ * a retry resumes after them). A 500: the code has the order to fix.
+ */
+export class IdempotencyStatementBesidePhaseError extends IdempotencyError {
+  readonly code = 'statement_beside_phase';
+  constructor(override readonly cause: unknown) {
+    super(
+      'A statement of this request was sent while one of its atomic phases was running, ' +
+        "where it would have begun the request's transaction and held its locks until the " +
+        'answer (a phase touching the same rows would wait on it forever); the request rolled ' +
+        'back and nothing was stored. Await each phase before writing outside it (or write in ' +
+        'finish()), or put the write inside the phase.',
+    );
+    this.name = 'IdempotencyStatementBesidePhaseError';
   }
 }
 

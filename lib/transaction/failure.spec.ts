@@ -16,7 +16,11 @@ import {
   TransientDatabaseError,
 } from '../shapes/idempotency.errors.js';
 import { asDatabaseFailure, DatabaseDeadlineError } from '../connection/connection-errors.js';
-import { CursorOpenRefusedError, TransactionAbortedError } from './seam-errors.js';
+import {
+  CursorOpenRefusedError,
+  StatementBesidePhaseRefusedError,
+  TransactionAbortedError,
+} from './seam-errors.js';
 
 /** PostgreSQL's own answer, as node-postgres' parser builds it. */
 const pgError = (code: string, message = `pg ${code}`) =>
@@ -94,6 +98,12 @@ describe('classifyHandlerError', () => {
       'cursor_open',
     ],
     [
+      'a statement of the request refused beside a running phase',
+      new StatementBesidePhaseRefusedError(),
+      'retry',
+      'statement_beside_phase',
+    ],
+    [
       'outside() work past its wait for a connection',
       new DatabaseDeadlineError('waiting', 1500),
       'retry',
@@ -156,6 +166,11 @@ describe('classifyCommitError', () => {
       'a statement refused behind an open cursor, the handler went on',
       new TransactionAbortedError(new CursorOpenRefusedError()),
       'cursor_open',
+    ],
+    [
+      'a statement refused beside a running phase, the handler went on',
+      new TransactionAbortedError(new StatementBesidePhaseRefusedError()),
+      'statement_beside_phase',
     ],
   ])('%s -> %s', (_name, error, code) => {
     expect(classifyCommitError(error).code).toBe(code);

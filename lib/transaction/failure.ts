@@ -1,5 +1,6 @@
 import {
   IdempotencyCursorOpenError,
+  IdempotencyStatementBesidePhaseError,
   IdempotencyHandlerRetriedInsideError,
   IdempotencyPhaseNameInvalidError,
   IdempotencyError,
@@ -15,6 +16,7 @@ import { isConnectionError, isTransientError } from '../connection/connection-er
 import { misconfigured } from '../connection/pooler-misfit.js';
 import {
   CursorOpenRefusedError,
+  StatementBesidePhaseRefusedError,
   RetriedTryStatementError,
   TransactionAbortedError,
 } from './seam-errors.js';
@@ -86,6 +88,9 @@ export function classifyHandlerError(error: unknown): Failure {
   if (error instanceof CursorOpenRefusedError) {
     return { kind: 'retry', error: new IdempotencyCursorOpenError(error) };
   }
+  if (error instanceof StatementBesidePhaseRefusedError) {
+    return { kind: 'retry', error: new IdempotencyStatementBesidePhaseError(error) };
+  }
   const database = databaseFailure(error);
   return database ? { kind: 'retry', error: database } : { kind: 'final' };
 }
@@ -100,6 +105,9 @@ export function classifyCommitError(error: unknown): IdempotencyError {
   if (error instanceof TransactionAbortedError) {
     if (error.cause instanceof CursorOpenRefusedError) {
       return new IdempotencyCursorOpenError(error.cause);
+    }
+    if (error.cause instanceof StatementBesidePhaseRefusedError) {
+      return new IdempotencyStatementBesidePhaseError(error.cause);
     }
     return databaseFailure(error.cause) ?? new IdempotencyTransactionAbortedError(error.cause);
   }

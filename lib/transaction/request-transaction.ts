@@ -39,6 +39,7 @@ import {
   TransactionEndedError,
   RetriedTryStatementError,
   NestedFirstPhaseError,
+  StatementBesidePhaseRefusedError,
 } from './seam-errors.js';
 import { inRetriedTry, refuseRetriedTry } from './handler-try.js';
 import {
@@ -1056,10 +1057,31 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     return this.begunAt;
   }
 
+  /** Its request's atomic phases running now (`duringPhase`). */
+  private phasesRunning = 0;
+
+  /**
+   * Runs a phase of its request (its work and commit, in a transaction of its own). While it
+   * runs, a statement of the request's own is refused (`connection()`): it would begin this
+   * transaction and hold its locks to the request's answer, where the phase may wait on them
+   * and the handler on the phase, for ever.
+   */
+  async duringPhase<T>(phase: () => Promise<T>): Promise<T> {
+    this.phasesRunning++;
+    try {
+      return await phase();
+    } finally {
+      this.phasesRunning--;
+    }
+  }
+
   /** The connection, on the first statement; bounded like every wait here. */
   protected connection(): Promise<PoolClient> {
     if (this.ended) return Promise.reject(new TransactionEndedError());
     if (inRetriedTry()) return Promise.reject(new RetriedTryStatementError());
+    if (this.phasesRunning > 0) {
+      return Promise.reject(this.refuse(new StatementBesidePhaseRefusedError()));
+    }
     this.codeTouched = true;
     this.opening ??= acquire(this.pool(), this.timeoutMs);
     return this.opening;

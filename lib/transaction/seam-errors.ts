@@ -106,6 +106,29 @@ export class CursorOpenRefusedError extends TransactionControlRefusedError {
 }
 
 /**
+ * A statement of the request's own sent while one of its atomic phases runs
+ * (`Promise.all([phases.run(...), repository.save(...)])`): it would begin the request's
+ * transaction, which lasts to the request's answer, and hold its row locks there; a phase
+ * touching the same rows would wait on it, and the handler on the phase: forever, the key
+ * held. Refused at once; the request can then only roll back (answered 500
+ * `statement_beside_phase`, nothing stored: the phases' committed work stays, and a retry
+ * resumes after it).
+ */
+export class StatementBesidePhaseRefusedError extends TransactionControlRefusedError {
+  constructor() {
+    super('a statement of the request sent while one of its phases runs');
+    this.message =
+      'A statement of the idempotent request was sent while one of its atomic phases ' +
+      '(phases.run()) was running. It would begin the request’s transaction, which lasts until ' +
+      'the request answers, and hold its locks there: a phase touching the same rows would ' +
+      'wait on it, and the handler on the phase, forever. The request rolls back (what its ' +
+      'phases committed stays). Await the phase before writing outside it (or write in ' +
+      'finish()), or put the write inside the phase.';
+    this.name = 'StatementBesidePhaseRefusedError';
+  }
+}
+
+/**
  * A text that makes the current transaction read only (`SET TRANSACTION READ ONLY`,
  * `transaction_read_only` set or `set_config`'d) together with other statements, sent outside
  * any transaction of the handler's own. Without the library that text runs in a transaction of
