@@ -41,15 +41,45 @@ function kinds(): Map<unknown, Map<string, unknown>>[] {
   ].filter((kind): kind is Map<unknown, Map<string, unknown>> => kind instanceof Map);
 }
 
+/** What class-transformer keeps of a `@Type()`: the subtypes of its discriminator, if any. */
+interface TypeMetadata {
+  options?: { discriminator?: { subTypes?: { value?: unknown }[] } };
+}
+
+let subTypesFrom: { size: number; classes: Set<unknown> } | undefined;
+
+/**
+ * The classes a `@Type(() => Pet, { discriminator })` names as its subtypes: a serializer
+ * finds the subtype of a value by its class (`subTypes.find(t => value.constructor === t.value)`),
+ * so a replay names it too, though it has no metadata of its own (adversary 50a: a subtype
+ * with no decorator failed every replay). Read again when `@Type()`s were added since.
+ */
+function discriminatorSubTypes(): Set<unknown> {
+  const types = storage?._typeMetadatas;
+  if (!(types instanceof Map)) return new Set();
+  if (subTypesFrom?.size === types.size) return subTypesFrom.classes;
+  const classes = new Set<unknown>();
+  for (const byProperty of types.values()) {
+    for (const metadata of byProperty.values()) {
+      for (const subType of (metadata as TypeMetadata).options?.discriminator?.subTypes ?? []) {
+        if (typeof subType.value === 'function') classes.add(subType.value);
+      }
+    }
+  }
+  subTypesFrom = { size: types.size, classes };
+  return classes;
+}
+
 /**
  * The nearest class of `target`'s chain (itself, then the classes it extends) that has
- * metadata of its own: a class-level `@Exclude()` or `@Expose()` is kept under the class with
- * no property name.
+ * metadata of its own, or is a discriminator's subtype: a class-level `@Exclude()` or
+ * `@Expose()` is kept under the class with no property name.
  */
 function decoratedIn(target: unknown): ClassOf | undefined {
   const maps = kinds();
+  const subTypes = discriminatorSubTypes();
   for (let type: unknown = target; typeof type === 'function';) {
-    if (maps.some((kind) => kind.has(type))) return type as ClassOf;
+    if (subTypes.has(type) || maps.some((kind) => kind.has(type))) return type as ClassOf;
     type = Object.getPrototypeOf(type);
   }
   return undefined;
@@ -75,6 +105,9 @@ export function transformedClassOf(value: object): ClassOf | undefined {
  */
 export function transformedClassNamed(name: string): ClassOf | undefined {
   const found = new Set<ClassOf>();
+  for (const type of discriminatorSubTypes()) {
+    if (typeof type === 'function' && type.name === name) found.add(type as ClassOf);
+  }
   for (const kind of kinds()) {
     for (const type of kind.keys()) {
       if (typeof type === 'function' && type.name === name) found.add(type as ClassOf);

@@ -1,10 +1,21 @@
-import { type GraphQLAbstractType, type GraphQLTypeResolver } from 'graphql';
+import { type GraphQLAbstractType, type GraphQLSchema, type GraphQLTypeResolver } from 'graphql';
 
 /** The member of a union or an interface a replay's object was stored as (see `fromWire`). */
 const REPLAYED_MEMBER = Symbol('idempotency.replayedMember');
 
+/**
+ * The same, as data a serializer outside `@Idempotent()` copies with the object's own
+ * (class-transformer copies enumerable string keys, not a symbol): a replay that went through
+ * `ClassSerializerInterceptor` is still told by it (adversary 50a). No field can be so named:
+ * names that begin with `__` are GraphQL's own, and GraphQL writes only the selected ones.
+ */
+export const REPLAYED_MEMBER_KEY = '__replayedMember';
+
 /** The abstract types whose `resolveType()` answers a replay's object first. */
 const answering = new WeakSet<object>();
+
+/** The schemas whose abstract types all answer so (`answerMembersOf`). */
+const schemasAnswering = new WeakSet<object>();
 
 /**
  * Marks a replay's object as the member `typename` of an abstract type, and makes that type's
@@ -15,12 +26,41 @@ const answering = new WeakSet<object>();
  */
 export function answerAsMember(type: GraphQLAbstractType, value: object, typename: string): void {
   Object.defineProperty(value, REPLAYED_MEMBER, { value: typename });
+  Object.defineProperty(value, REPLAYED_MEMBER_KEY, {
+    value: typename,
+    enumerable: true,
+    writable: true,
+    configurable: true,
+  });
+  answerFirst(type);
+}
+
+/**
+ * Makes every abstract type of `schema` answer a replay's member first, once, before any
+ * replay: an executor that compiles an operation (Mercurius with `jit`, graphql-jit) copies
+ * each type's `resolveType()` then, so one set at the first replay would come too late for an
+ * operation compiled before it (adversary 50a: every replay an error, the compiled operation
+ * cached). Called when a mutation's answer is first stored.
+ */
+export function answerMembersOf(
+  schema: GraphQLSchema | undefined,
+  isAbstract: (type: unknown) => type is GraphQLAbstractType,
+): void {
+  if (!schema || schemasAnswering.has(schema)) return;
+  schemasAnswering.add(schema);
+  for (const type of Object.values(schema.getTypeMap())) {
+    if (isAbstract(type)) answerFirst(type);
+  }
+}
+
+function answerFirst(type: GraphQLAbstractType): void {
   if (answering.has(type)) return;
   answering.add(type);
   const own = type.resolveType;
   if (!own) return;
   const resolveType: GraphQLTypeResolver<unknown, unknown> = (source, context, info, abstract) => {
-    const member = (source as { [REPLAYED_MEMBER]?: unknown } | null)?.[REPLAYED_MEMBER];
+    const marked = source as Record<string | symbol, unknown> | null;
+    const member = marked?.[REPLAYED_MEMBER] ?? marked?.[REPLAYED_MEMBER_KEY];
     return typeof member === 'string' ? member : own(source, context, info, abstract);
   };
   type.resolveType = resolveType;

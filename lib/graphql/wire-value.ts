@@ -22,7 +22,7 @@ import {
   plainOfNestType,
 } from './nest-fields.js';
 import { hasClassMetadata, transformedClassNamed, transformedClassOf } from './class-transforms.js';
-import { answerAsMember } from './replayed-member.js';
+import { answerAsMember, answerMembersOf } from './replayed-member.js';
 import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
 import { thrownError } from './thrown-error.js';
@@ -95,13 +95,64 @@ export const FAILED = '__failed';
 export const INSTANCE = '__instance';
 
 /**
- * The selected fields an object gave through its class (a getter, not data of its own): a
- * replay has them as data, not enumerable, as a getter is not. A serializer outside
+ * The selected fields an object gave through its class (a getter, not data of its own), or as
+ * its own data that is not enumerable: a replay has them as data, not enumerable, as they were. A serializer outside
  * `@Idempotent()` copies own enumerable data only (class-transformer skips a getter it is not
  * told to expose): enumerable, a getter reading a masked field (`label` from `email`) would
  * be copied on a replay that the first answer left out (adversary 49a).
  */
 export const FROM_CLASS = '__fromClass';
+
+/**
+ * The member of a stored object that holds, as typed JSON, what the getters of its class gave
+ * that are no field of its type (`get isPrivate()`, `@Expose({ name: 'displayName' }) get
+ * fullName()`), for a class class-transformer serializes: a replay is plain data, with no
+ * getter, and an outer serializer reads them again (a `@Transform()` masking by
+ * `obj.isPrivate`, an exposed getter renamed): not enumerable, as a getter is not (adversary
+ * 50a: a masked email shown; a non-null field answered null).
+ */
+export const GOTTEN = '__gotten';
+
+/**
+ * The member of a stored object that names, by field, the class of a scalar field's value that
+ * was an object of a class class-transformer knows (a JSON scalar given a `Prefs` with an
+ * `@Exclude()`d token): a serializer outside `@Idempotent()` transforms it as it transforms the
+ * object holding it, so a replay names that class again (adversary 50a: the token shown).
+ */
+export const LEAF_CLASS = '__leafClass';
+
+/**
+ * What the getters of `source`'s class chain give that are no field of its type and no data
+ * of its own. Only getters alone: an accessor with a setter is state kept elsewhere (a
+ * TypeORM lazy relation's, which loads when read); a getter that throws, or gives a Promise
+ * or a function, is left out.
+ */
+function classGetters(source: object, fields: Readonly<Record<string, unknown>>) {
+  const gotten: Record<string, unknown> = {};
+  for (
+    let proto = Object.getPrototypeOf(source) as object | null;
+    proto && proto !== Object.prototype;
+    proto = Object.getPrototypeOf(proto) as object | null
+  ) {
+    for (const name of Object.getOwnPropertyNames(proto)) {
+      if (name in gotten || name in fields || hasOwn(source, name)) continue;
+      const descriptor = Object.getOwnPropertyDescriptor(proto, name);
+      if (!descriptor?.get || descriptor.set) continue;
+      try {
+        const item = (source as Record<string, unknown>)[name];
+        if (typeof item === 'function') continue;
+        if (isThenable(item)) {
+          Promise.resolve(item).catch(() => undefined);
+          continue;
+        }
+        gotten[name] = item;
+      } catch {
+        // Not kept: a serializer reading it would have thrown at the first answer too.
+      }
+    }
+  }
+  return gotten;
+}
 
 /**
  * A resolver's value stored (`wire`), and the value its first answer is given (`value`): the
@@ -157,6 +208,7 @@ export async function outputWire(
   call?: ResolverCall,
   losses: ReplayLoss[] = [],
 ): Promise<StoredValue> {
+  answerMembersOf(schema, (type): type is GraphQLAbstractType => graphql.isAbstractType(type));
   const walk: Walk = {
     graphql,
     schema,
@@ -252,6 +304,8 @@ async function walkValue(
   const fromClass: string[] = [];
   /** Selected fields whose reading failed, with their errors (see `FAILED`). */
   const failed: Record<string, FieldError> = {};
+  /** Scalar fields whose value was an object of a class a serializer knows (`LEAF_CLASS`). */
+  const leafClasses: Record<string, string> = {};
   /** Selected fields whose first answer is not the resolver's own value (a list read). */
   const replaced: Record<string, unknown> = {};
   // Each selected field in its wire form, read as GraphQL's default resolver reads it (a
@@ -279,7 +333,9 @@ async function walkValue(
       wire[name] = null;
       continue;
     }
-    if (property in source && !Object.prototype.hasOwnProperty.call(source, property)) {
+    // Given through its class (a getter), or its own but not enumerable (defined so): either
+    // way a serializer's copy of its own enumerable data leaves it out (adversary 50a).
+    if (property in source && !Object.prototype.propertyIsEnumerable.call(source, property)) {
       fromClass.push(name);
     }
     let item: unknown;
@@ -304,6 +360,24 @@ async function walkValue(
     }
     const stored = await walkValue(walk, field.type, item, fieldNodes, keepsWhole);
     wire[name] = stored.wire;
+    const leafClass =
+      graphql.isLeafType(graphql.getNamedType(field.type)) &&
+      typeof item === 'object' &&
+      item !== null &&
+      !Array.isArray(item)
+        ? transformedClassOf(item)
+        : undefined;
+    if (leafClass) {
+      leafClasses[name] = leafClass.name;
+      if (transformedClassNamed(leafClass.name) !== leafClass) {
+        losses.push({
+          type: concrete.name,
+          what:
+            `its field ${name}'s class ${leafClass.name} is not the only class of that name ` +
+            'class-transformer knows: a replay cannot tell which, and answers an error there',
+        });
+      }
+    }
     if (stored.value !== item) replaced[name] = stored.value;
     const back = fromWireAgain(graphql, schema, field.type, wire[name], item);
     if (back.same) continue;
@@ -323,6 +397,7 @@ async function walkValue(
   if (!graphql.isObjectType(type)) wire.__typename = concrete.name;
   if (Object.keys(failed).length > 0) wire[FAILED] = failed;
   if (fromClass.length > 0) wire[FROM_CLASS] = fromClass;
+  if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
   if (Object.keys(kept).length > 0) {
     const typed = keepData(kept);
     wire[KEPT] = typed.kept;
@@ -332,6 +407,19 @@ async function walkValue(
         type: concrete.name,
         what: `its data ${what.join(', ')} does not come back as it was`,
       });
+    }
+  }
+  if (ownClass || (instance && keepsWhole)) {
+    const gotten = classGetters(source, fields);
+    if (Object.keys(gotten).length > 0) {
+      const typed = keepData(gotten);
+      wire[GOTTEN] = typed.kept;
+      if (typed.unfaithful.length > 0) {
+        losses.push({
+          type: concrete.name,
+          what: `what its getters ${typed.unfaithful.map((m) => m.name).join(', ')} gave does not come back as it was`,
+        });
+      }
     }
   }
   if (ownClass) {
@@ -554,7 +642,15 @@ export function fromWire(
     return property !== undefined && property !== name ? property : undefined;
   };
   for (const [name, item] of Object.entries(stored)) {
-    if (typed && (name === KEPT || name === FAILED || name === INSTANCE || name === FROM_CLASS)) {
+    if (
+      typed &&
+      (name === KEPT ||
+        name === FAILED ||
+        name === INSTANCE ||
+        name === FROM_CLASS ||
+        name === GOTTEN ||
+        name === LEAF_CLASS)
+    ) {
       continue;
     }
     if (!(name in fields)) {
@@ -576,6 +672,28 @@ export function fromWire(
   }
   if (typed) {
     for (const [name, item] of Object.entries(restoreData(stored[KEPT]))) own(value, name, item);
+  }
+  const leafClasses = stored[LEAF_CLASS];
+  if (typed && typeof leafClasses === 'object' && leafClasses !== null) {
+    for (const [name, named] of Object.entries(leafClasses as Record<string, unknown>)) {
+      const item = value[name];
+      if (typeof item !== 'object' || item === null || Array.isArray(item)) continue;
+      const again = Object.assign(namedPlain(concrete.name, named) ?? {}, item);
+      for (const place of [name, renamed(name)]) {
+        if (place !== undefined && hasOwn(value, place)) own(value, place, again);
+      }
+    }
+  }
+  if (typed) {
+    for (const [name, item] of Object.entries(restoreData(stored[GOTTEN]))) {
+      if (hasOwn(value, name)) continue;
+      Object.defineProperty(value, name, {
+        value: item,
+        enumerable: false,
+        writable: true,
+        configurable: true,
+      });
+    }
   }
   const fromClass = stored[FROM_CLASS];
   if (typed && Array.isArray(fromClass)) {
