@@ -23,7 +23,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 /**
  * Adversary, round 51a: round 50a's union-member mark (`__replayedMember`, an ENUMERABLE own
  * string key, lib/graphql/replayed-member.ts:29-34, set by `answerAsMember` from `fromWire`,
- * lib/graphql/wire-value.ts:617-619) reaches the client through a field resolver that reads
+ * lib/graphql/wire-value.ts:629) reaches the client through a field resolver that reads
  * its parent whole. The guide says the mark is "data a serializer copies along, never written
  * to the answer"; but a `@ResolveField()` is handed that very object (or the serializer's copy
  * of it, which copies the key along, as round 50a meant it to).
