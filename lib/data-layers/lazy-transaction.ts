@@ -467,6 +467,7 @@ export class LazyTransaction extends RequestTransaction {
       if (internals.transactionDepth <= 1 && setsReadOnly(args[0])) {
         throw this.refuse(new ReadOnlyTransactionRefusedError());
       }
+      this.refuseBesidePhase();
       this.refuseBehindStream();
       if (from !== runner) this.refuseBesideIdentity(from, args[0]);
       if (from !== runner) this.nested.markBeside(from as object, args[0]);
@@ -493,6 +494,7 @@ export class LazyTransaction extends RequestTransaction {
     const stream = runner.stream.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     const streamFrom = async (from: unknown, args: unknown[]) => {
       if (this.ended) throw new TransactionEndedError();
+      this.refuseBesidePhase();
       this.refuseBehindStream();
       if (from !== runner) this.refuseBesideIdentity(from, args[0]);
       if (from !== runner) this.nested.markBeside(from as object, args[0]);

@@ -290,7 +290,9 @@ export class IdempotencyStatementBesidePhaseError extends IdempotencyError {
   readonly code = 'statement_beside_phase';
   constructor(override readonly cause: unknown) {
     super(
-      'A statement of this request was sent while one of its atomic phases was running, ' +
+      "A statement of this request (a write, or a read that would begin the request's " +
+        'transaction: a locking read, a read of a view, a WITH, any read above READ ' +
+        'COMMITTED) was sent while one of its atomic phases was running, ' +
         "where it would have begun the request's transaction and held its locks until the " +
         'answer (a phase touching the same rows would wait on it forever); the request rolled ' +
         'back and nothing was stored. Await each phase before writing outside it (or write in ' +

@@ -19,6 +19,8 @@ import {
   StatementBesidePhaseRefusedError,
   RetriedTryStatementError,
   TransactionAbortedError,
+  TransactionControlRefusedError,
+  TransactionEndedError,
 } from './seam-errors.js';
 
 /**
@@ -58,6 +60,10 @@ export function isTimeoutError(error: unknown): boolean {
 
 /** Classifies what a handler (or a phase) threw. */
 export function classifyHandlerError(error: unknown): Failure {
+  // A refusal of the seam's that a data layer wrapped (TypeORM's QueryFailedError holds it as
+  // its driverError when it was raised inside its query()): judged as the refusal itself.
+  const wrapped = seamRefusalIn(error);
+  if (wrapped) return classifyHandlerError(wrapped);
   // A transaction its code went on with after a statement failed (and caught it) could not
   // commit: what it met is that statement's failure (a deadlock: 503; a constraint: final).
   if (error instanceof TransactionAbortedError) return classifyHandlerError(error.cause);
@@ -102,6 +108,10 @@ export function classifyHandlerError(error: unknown): Failure {
  * in either case; the caller releases the lease.
  */
 export function classifyCommitError(error: unknown): IdempotencyError {
+  if (error instanceof TransactionAbortedError) {
+    const wrapped = seamRefusalIn(error.cause);
+    if (wrapped) return classifyCommitError(new TransactionAbortedError(wrapped));
+  }
   if (error instanceof TransactionAbortedError) {
     if (error.cause instanceof CursorOpenRefusedError) {
       return new IdempotencyCursorOpenError(error.cause);
@@ -149,4 +159,14 @@ export function isPassing(failure: Failure): boolean {
     !(failure.error instanceof IdempotencyHandlerRetriedInsideError) &&
     !(failure.error instanceof IdempotencyPhaseNameInvalidError)
   );
+}
+
+/** The refusal of the seam's a data layer's error wraps (TypeORM's `driverError`), if any. */
+function seamRefusalIn(error: unknown): Error | undefined {
+  const inner = (error as { driverError?: unknown } | null | undefined)?.driverError;
+  return inner instanceof TransactionControlRefusedError ||
+    inner instanceof RetriedTryStatementError ||
+    inner instanceof TransactionEndedError
+    ? inner
+    : undefined;
 }

@@ -1075,6 +1075,15 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     }
   }
 
+  /**
+   * A statement of its code while one of its request's phases runs: refused (see
+   * `duringPhase`). Checked where its code sends it, before a data layer's own error handling
+   * can wrap the refusal (TypeORM's `QueryFailedError`), and again at `connection()`.
+   */
+  protected refuseBesidePhase(): void {
+    if (this.phasesRunning > 0) throw this.refuse(new StatementBesidePhaseRefusedError());
+  }
+
   /** The connection, on the first statement; bounded like every wait here. */
   protected connection(): Promise<PoolClient> {
     if (this.ended) return Promise.reject(new TransactionEndedError());

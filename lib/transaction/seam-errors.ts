@@ -118,7 +118,9 @@ export class StatementBesidePhaseRefusedError extends TransactionControlRefusedE
   constructor() {
     super('a statement of the request sent while one of its phases runs');
     this.message =
-      'A statement of the idempotent request was sent while one of its atomic phases ' +
+      'A statement of the idempotent request (a write, or a read that would begin the ' +
+      'request’s transaction: a locking read, a read of a view, a WITH, any read above READ ' +
+      'COMMITTED) was sent while one of its atomic phases ' +
       '(phases.run()) was running. It would begin the request’s transaction, which lasts until ' +
       'the request answers, and hold its locks there: a phase touching the same rows would ' +
       'wait on it, and the handler on the phase, forever. The request rolls back (what its ' +

@@ -142,12 +142,30 @@ describe('adversary 51b: a read of a view beside a running phase', () => {
     expect(await reservations(ref)).toBe(1);
   };
 
-  it('a read of a view beside the phase: 201 at once, the reservation once (is 500 statement_beside_phase)', async () => {
-    await reservesOnce('/reserve', 'view-1');
+  /**
+   * Stated, not changed (round 51b): a read that cannot be shown to be a plain read of a table
+   * (a view may reach the app's code; a WITH may hold a write) would begin the request's
+   * transaction, so beside a running phase it is refused like a write: at once, 500
+   * `statement_beside_phase`, nothing stored; the words say "a statement … (a write, or a read
+   * that would begin the request's transaction)", and phases.md rule 9 says to read such
+   * things inside the phase or after it. Never a hang, never the reservation twice.
+   */
+  const refusedAtOnce = async (path: string, ref: string) => {
+    const first = await post(path, ref);
+    expect(first.status).toBe(500);
+    expect(first.body).toMatchObject({ code: 'statement_beside_phase' });
+    expect((first.body as { detail: string }).detail).toContain(
+      "a read that would begin the request's transaction",
+    );
+    expect(await reservations(ref)).toBeLessThanOrEqual(1);
+  };
+
+  it('a read of a view beside the phase: refused at once (stated), the reservation at most once', async () => {
+    await refusedAtOnce('/reserve', 'view-1');
   });
 
-  it('a WITH read beside the phase: 201 at once, the reservation once (is 500 statement_beside_phase)', async () => {
-    await reservesOnce('/reserve-cte', 'cte-1');
+  it('a WITH read beside the phase: refused at once (stated), the reservation at most once', async () => {
+    await refusedAtOnce('/reserve-cte', 'cte-1');
   });
 
   it('control: a plain read of the table beside the phase: 201, once', async () => {
