@@ -1,5 +1,5 @@
 import { readingOnly } from '../connection/read-only-query.js';
-import { type Pool, type PoolClient } from 'pg';
+import pg, { type Pool, type PoolClient } from 'pg';
 import {
   type DataSource,
   type EntityManager,
@@ -275,12 +275,15 @@ export class LazyTransaction extends RequestTransaction {
     // connected after it committed, as TypeORM's manual-transaction recipe does): nothing to
     // connect; its transaction moves to a runner of its own at `startTransaction()`, its
     // statements outside one run apart (`viewOf`), and after a rollback it is refused.
-    internals.connect = () =>
-      this.ended
-        ? this.afterEnd(() => Promise.resolve(undefined))
-        : this.begun
-          ? this.open(internals)
-          : Promise.resolve(this.unopened(internals));
+    // One client for `connect()` before the first statement, whose `open` (the connection,
+    // with the listeners its code added meanwhile) every later `connect()` goes through.
+    let unopened: { client: PoolClient; open: () => Promise<PoolClient> } | undefined;
+    internals.connect = () => {
+      if (this.ended) return this.afterEnd(() => Promise.resolve(undefined));
+      if (this.begun) return unopened ? unopened.open() : this.open(internals);
+      unopened ??= this.unopened(internals);
+      return Promise.resolve(unopened.client);
+    };
     internals.release = () => Promise.resolve();
     const start = runner.startTransaction.bind(runner);
     // Called on a view (see `viewOf`): `this` is the view its code goes through. One after
@@ -592,25 +595,96 @@ export class LazyTransaction extends RequestTransaction {
    * still runs apart, and a nested transaction after it may still ask for its level (with
    * `oneCommit`, the claim then commits alone first), as through `dataSource.query()`.
    */
-  private unopened(runner: RunnerInternals): PoolClient {
-    return {
-      query: (...args: unknown[]) => {
-        if (!isSubmittable(args[0])) {
-          return this.open(runner).then((client) =>
-            (client.query as (...a: unknown[]) => Promise<unknown>)(...args),
+  private unopened(runner: RunnerInternals): {
+    client: PoolClient;
+    open: () => Promise<PoolClient>;
+  } {
+    let opened: PoolClient | undefined;
+    /** Listeners its code added before the connection opened: added to it when it does. */
+    const listening: [method: string, event: string | symbol, listener: unknown][] = [];
+    const open = () =>
+      this.open(runner).then((client) => {
+        if (!opened) {
+          opened = client;
+          for (const [method, event, listener] of listening.splice(0)) {
+            (client as unknown as Record<string, (e: unknown, l: unknown) => unknown>)[method](
+              event,
+              listener,
+            );
+          }
+        }
+        return client;
+      });
+    const query = (...args: unknown[]): unknown => {
+      if (!isSubmittable(args[0])) {
+        // A plain read before the first write runs apart, as through the runner's query() or
+        // the pool's own client: one round trip in a read-only transaction of its own.
+        if (!this.begun && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(args[0])) {
+          return this.readApart(args, () =>
+            open().then((client) => (client.query as (...a: unknown[]) => unknown)(...args)),
           );
         }
-        // A stream is handed back as it is (TypeORM's `stream()` reads it at once), and
-        // handed to the connection once that is open.
-        const submittable = args[0] as { handleError?: (error: unknown) => void };
-        this.open(runner).then(
-          (client) => void (client.query as (...a: unknown[]) => unknown)(...args),
-          (error: unknown) => submittable.handleError?.(error),
-        );
-        return submittable;
+        return open().then((client) => (client.query as (...a: unknown[]) => unknown)(...args));
+      }
+      // A stream is handed back as it is (TypeORM's `stream()` reads it at once), and
+      // handed to the connection once that is open.
+      const submittable = args[0] as { handleError?: (error: unknown) => void };
+      open().then(
+        (client) => void (client.query as (...a: unknown[]) => unknown)(...args),
+        (error: unknown) => submittable.handleError?.(error),
+      );
+      return submittable;
+    };
+    const own: Record<string, unknown> = { query, release: () => undefined };
+    const stand: PoolClient = new Proxy(own, {
+      get: (target, key) => {
+        if (typeof key === 'string' && key in target) return target[key];
+        if (opened) {
+          const value: unknown = Reflect.get(opened, key, opened);
+          return typeof value === 'function' ? (value as () => unknown).bind(opened) : value;
+        }
+        // Before the connection opened: what needs none. Listeners wait for it (a procedure's
+        // `RAISE NOTICE` is heard once it runs); escaping is node-postgres' own text work.
+        if (key === 'on' || key === 'once' || key === 'addListener' || key === 'prependListener') {
+          return (event: string | symbol, listener: unknown) => {
+            listening.push([key, event, listener]);
+            return stand;
+          };
+        }
+        if (key === 'off' || key === 'removeListener') {
+          return (event: string | symbol, listener: unknown) => {
+            const at = listening.findIndex(([, e, l]) => e === event && l === listener);
+            if (at >= 0) listening.splice(at, 1);
+            return stand;
+          };
+        }
+        if (key === 'escapeLiteral' || key === 'escapeIdentifier') {
+          return (text: string) => (pg.Client.prototype[key] as (t: string) => string)(text);
+        }
+        return undefined;
       },
-      release: () => undefined,
-    } as unknown as PoolClient;
+    }) as unknown as PoolClient;
+    return { client: stand, open };
+  }
+
+  /**
+   * A plain read sent through the client `connect()` answered before the first statement: on
+   * a connection of its own, read only; one that would write (a view's function) runs in the
+   * request's transaction instead (`inside`), as through the runner.
+   */
+  private async readApart(args: unknown[], inside: () => unknown): Promise<unknown> {
+    const client = await acquire(this.pool(), this.timeoutMs);
+    let failure: unknown;
+    try {
+      return await (readingOnly(client).query as (...a: unknown[]) => Promise<unknown>)(...args);
+    } catch (error) {
+      failure = error;
+      if (isReadOnlyError(error)) return inside();
+      throw markDatabaseFailure(error);
+    } finally {
+      const broken = failure !== undefined && !isReadOnlyError(failure);
+      client.release(broken ? asError(failure) : undefined);
+    }
   }
 
   /**
