@@ -1,3 +1,4 @@
+import { answerMembersOf } from './replayed-member.js';
 import {
   type GraphQLInputType,
   type GraphQLOutputType,
@@ -93,6 +94,9 @@ function typesOf(
   for (const arg of definition.args ?? []) args[arg.name] = arg.type;
   // GraphQL's own info (its schema and return type say so), read above as far as needed.
   const call = { context, info: info as GraphQLResolveInfo };
+  // Before any operation of this schema is compiled with the app's own resolveType()s (an
+  // executor with jit compiles a document at its second run, whatever the first came to).
+  answerMembersOf(info.schema);
   return { schema: info.schema, returnType: info.returnType, args, call };
 }
 

@@ -25,14 +25,16 @@ const schemasAnswering = new WeakSet<object>();
  * A type without one needs nothing: GraphQL's default reads the object's `__typename`.
  */
 export function answerAsMember(type: GraphQLAbstractType, value: object, typename: string): void {
-  Object.defineProperty(value, REPLAYED_MEMBER, { value: typename });
+  Object.defineProperty(value, REPLAYED_MEMBER, { value: typename, configurable: true });
+  answerFirst(type);
+  // A type with no resolveType() of the app's is told by `__typename` (GraphQL's default).
+  if (!answeredByWrapper.has(type)) return;
   Object.defineProperty(value, REPLAYED_MEMBER_KEY, {
     value: typename,
     enumerable: true,
     writable: true,
     configurable: true,
   });
-  answerFirst(type);
 }
 
 /**
@@ -42,16 +44,17 @@ export function answerAsMember(type: GraphQLAbstractType, value: object, typenam
  * operation compiled before it (adversary 50a: every replay an error, the compiled operation
  * cached). Called when a mutation's answer is first stored.
  */
-export function answerMembersOf(
-  schema: GraphQLSchema | undefined,
-  isAbstract: (type: unknown) => type is GraphQLAbstractType,
-): void {
+export function answerMembersOf(schema: GraphQLSchema | undefined): void {
   if (!schema || schemasAnswering.has(schema)) return;
   schemasAnswering.add(schema);
   for (const type of Object.values(schema.getTypeMap())) {
-    if (isAbstract(type)) answerFirst(type);
+    // A union's or an interface's (an object type has isTypeOf, not resolveType).
+    if ('resolveType' in type) answerFirst(type as GraphQLAbstractType);
   }
 }
+
+/** The abstract types whose `resolveType()` is the wrapper's (they had one of the app's). */
+const answeredByWrapper = new WeakSet<object>();
 
 function answerFirst(type: GraphQLAbstractType): void {
   if (answering.has(type)) return;
@@ -61,7 +64,15 @@ function answerFirst(type: GraphQLAbstractType): void {
   const resolveType: GraphQLTypeResolver<unknown, unknown> = (source, context, info, abstract) => {
     const marked = source as Record<string | symbol, unknown> | null;
     const member = marked?.[REPLAYED_MEMBER] ?? marked?.[REPLAYED_MEMBER_KEY];
-    return typeof member === 'string' ? member : own(source, context, info, abstract);
+    if (typeof member !== 'string') return own(source, context, info, abstract);
+    // Read, then taken off: the member's own resolvers (a @ResolveField() reading its
+    // parent) get the data the first answer gave them, not the replay's marks.
+    if (marked && Object.getOwnPropertyDescriptor(marked, REPLAYED_MEMBER_KEY)?.configurable) {
+      delete marked[REPLAYED_MEMBER_KEY];
+      if (marked.__typename === member) delete marked.__typename;
+    }
+    return member;
   };
   type.resolveType = resolveType;
+  answeredByWrapper.add(type);
 }

@@ -22,6 +22,7 @@ import {
   plainOfNestType,
 } from './nest-fields.js';
 import { hasClassMetadata, transformedClassNamed, transformedClassOf } from './class-transforms.js';
+import { type ClassTree, classTreeOf, namedByTree } from './class-tree.js';
 import { answerAsMember, answerMembersOf } from './replayed-member.js';
 import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
@@ -121,11 +122,14 @@ export const GOTTEN = '__gotten';
  */
 export const LEAF_CLASS = '__leafClass';
 
+/** The classes in what its getters gave (`GOTTEN`), by getter: see `LEAF_CLASS`. */
+export const GOTTEN_CLASSES = '__gottenClasses';
+
 /**
  * What the getters of `source`'s class chain give that are no field of its type and no data
- * of its own. Only getters alone: an accessor with a setter is state kept elsewhere (a
- * TypeORM lazy relation's, which loads when read); a getter that throws, or gives a Promise
- * or a function, is left out.
+ * of its own, an accessor pair's too (`get isPrivate()` over a bit-flag column). Not a TypeORM
+ * lazy relation's accessor, which loads when read (known from TypeORM's own metadata); a
+ * getter that throws, or gives a Promise or a function, is left out.
  */
 function classGetters(source: object, fields: Readonly<Record<string, unknown>>) {
   const gotten: Record<string, unknown> = {};
@@ -137,7 +141,8 @@ function classGetters(source: object, fields: Readonly<Record<string, unknown>>)
     for (const name of Object.getOwnPropertyNames(proto)) {
       if (name in gotten || name in fields || hasOwn(source, name)) continue;
       const descriptor = Object.getOwnPropertyDescriptor(proto, name);
-      if (!descriptor?.get || descriptor.set) continue;
+      if (!descriptor?.get) continue;
+      if (descriptor.set && isLazyRelation(proto, name)) continue;
       try {
         const item = (source as Record<string, unknown>)[name];
         if (typeof item === 'function') continue;
@@ -152,6 +157,29 @@ function classGetters(source: object, fields: Readonly<Record<string, unknown>>)
     }
   }
   return gotten;
+}
+
+/** TypeORM's relation metadata, as its global storage holds it (TypeORM is optional here). */
+interface LazyRelations {
+  relations?: { target?: unknown; propertyName?: string; isLazy?: boolean }[];
+}
+
+/**
+ * Whether `name` on the class whose prototype is `proto` is a TypeORM lazy relation: its
+ * accessor, which TypeORM defines on the entity's prototype, loads the relation when read.
+ */
+function isLazyRelation(proto: object, name: string): boolean {
+  const storage = (globalThis as { typeormMetadataArgsStorage?: LazyRelations })
+    .typeormMetadataArgsStorage;
+  const owner = (proto as { constructor?: unknown }).constructor;
+  return (storage?.relations ?? []).some(
+    (relation) =>
+      relation.isLazy === true &&
+      relation.propertyName === name &&
+      typeof relation.target === 'function' &&
+      (relation.target === owner ||
+        Object.prototype.isPrototypeOf.call(relation.target.prototype as object, proto)),
+  );
 }
 
 /**
@@ -208,7 +236,7 @@ export async function outputWire(
   call?: ResolverCall,
   losses: ReplayLoss[] = [],
 ): Promise<StoredValue> {
-  answerMembersOf(schema, (type): type is GraphQLAbstractType => graphql.isAbstractType(type));
+  answerMembersOf(schema);
   const walk: Walk = {
     graphql,
     schema,
@@ -304,8 +332,8 @@ async function walkValue(
   const fromClass: string[] = [];
   /** Selected fields whose reading failed, with their errors (see `FAILED`). */
   const failed: Record<string, FieldError> = {};
-  /** Scalar fields whose value was an object of a class a serializer knows (`LEAF_CLASS`). */
-  const leafClasses: Record<string, string> = {};
+  /** Scalar fields whose value held objects of classes a serializer knows (`LEAF_CLASS`). */
+  const leafClasses: Record<string, ClassTree> = {};
   /** Selected fields whose first answer is not the resolver's own value (a list read). */
   const replaced: Record<string, unknown> = {};
   // Each selected field in its wire form, read as GraphQL's default resolver reads it (a
@@ -360,20 +388,15 @@ async function walkValue(
     }
     const stored = await walkValue(walk, field.type, item, fieldNodes, keepsWhole);
     wire[name] = stored.wire;
-    const leafClass =
-      graphql.isLeafType(graphql.getNamedType(field.type)) &&
-      typeof item === 'object' &&
-      item !== null &&
-      !Array.isArray(item)
-        ? transformedClassOf(item)
-        : undefined;
-    if (leafClass) {
-      leafClasses[name] = leafClass.name;
-      if (transformedClassNamed(leafClass.name) !== leafClass) {
+    if (graphql.isLeafType(graphql.getNamedType(field.type))) {
+      const twins = new Set<string>();
+      const tree = classTreeOf(item, twins);
+      if (tree) leafClasses[name] = tree;
+      for (const twin of twins) {
         losses.push({
           type: concrete.name,
           what:
-            `its field ${name}'s class ${leafClass.name} is not the only class of that name ` +
+            `its field ${name} holds a ${twin}, not the only class of that name ` +
             'class-transformer knows: a replay cannot tell which, and answers an error there',
         });
       }
@@ -414,6 +437,22 @@ async function walkValue(
     if (Object.keys(gotten).length > 0) {
       const typed = keepData(gotten);
       wire[GOTTEN] = typed.kept;
+      // What of it was of classes a serializer knows (an exposed getter's entity), by getter.
+      const twins = new Set<string>();
+      const trees: Record<string, ClassTree> = {};
+      for (const [name, item] of Object.entries(gotten)) {
+        const tree = classTreeOf(item, twins);
+        if (tree) trees[name] = tree;
+      }
+      if (Object.keys(trees).length > 0) wire[GOTTEN_CLASSES] = trees;
+      for (const twin of twins) {
+        losses.push({
+          type: concrete.name,
+          what:
+            `a getter of it gives a ${twin}, not the only class of that name class-transformer ` +
+            'knows: a replay cannot tell which, and answers an error there',
+        });
+      }
       if (typed.unfaithful.length > 0) {
         losses.push({
           type: concrete.name,
@@ -649,6 +688,7 @@ export function fromWire(
         name === INSTANCE ||
         name === FROM_CLASS ||
         name === GOTTEN ||
+        name === GOTTEN_CLASSES ||
         name === LEAF_CLASS)
     ) {
       continue;
@@ -675,20 +715,21 @@ export function fromWire(
   }
   const leafClasses = stored[LEAF_CLASS];
   if (typed && typeof leafClasses === 'object' && leafClasses !== null) {
-    for (const [name, named] of Object.entries(leafClasses as Record<string, unknown>)) {
+    for (const [name, tree] of Object.entries(leafClasses as Record<string, unknown>)) {
       const item = value[name];
-      if (typeof item !== 'object' || item === null || Array.isArray(item)) continue;
-      const again = Object.assign(namedPlain(concrete.name, named) ?? {}, item);
+      if (typeof item !== 'object' || item === null) continue;
+      const again = namedByTree(item, tree);
       for (const place of [name, renamed(name)]) {
         if (place !== undefined && hasOwn(value, place)) own(value, place, again);
       }
     }
   }
   if (typed) {
+    const trees = (stored[GOTTEN_CLASSES] ?? {}) as Record<string, unknown>;
     for (const [name, item] of Object.entries(restoreData(stored[GOTTEN]))) {
       if (hasOwn(value, name)) continue;
       Object.defineProperty(value, name, {
-        value: item,
+        value: namedByTree(item, trees[name]),
         enumerable: false,
         writable: true,
         configurable: true,
