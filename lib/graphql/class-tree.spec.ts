@@ -1,0 +1,67 @@
+import 'reflect-metadata';
+import { Exclude } from 'class-transformer';
+import { loadClassTransforms } from './class-transforms.js';
+import { classTreeOf, namedByTree } from './class-tree.js';
+
+/** A class class-transformer knows (its @Exclude()), as an app's entity is. */
+class Device {
+  name = 'phone';
+  @Exclude() pushToken = 'tok';
+}
+
+/** A class it does not know: plain data to a serializer. */
+class Row {
+  id = 1;
+}
+
+beforeAll(() => loadClassTransforms());
+
+describe('classTreeOf: where objects of known classes are in stored data', () => {
+  it.each<[string, unknown, unknown]>([
+    ['a primitive', 'x', undefined],
+    ['plain data', { a: 1, b: [1, 2] }, undefined],
+    ['an instance of a class it does not know', new Row(), undefined],
+    ['an instance of a known class', new Device(), { c: 'Device' }],
+    [
+      'a list of them',
+      [new Device(), 1, new Device()],
+      { k: { 0: { c: 'Device' }, 2: { c: 'Device' } } },
+    ],
+    [
+      'one nested in plain data',
+      { settings: { primary: new Device() } },
+      { k: { settings: { k: { primary: { c: 'Device' } } } } },
+    ],
+  ])('%s', (_name, value, tree) => {
+    expect(classTreeOf(value, new Set())).toEqual(tree);
+  });
+
+  it('leaves a cycle unnamed past its first visit', () => {
+    const cyclic: Record<string, unknown> = { device: new Device() };
+    cyclic.self = cyclic;
+    expect(classTreeOf(cyclic, new Set())).toEqual({ k: { device: { c: 'Device' } } });
+  });
+});
+
+describe('namedByTree: the stored data named by its classes again', () => {
+  it('names each place by its class, its data its own', () => {
+    const stored = { list: [{ name: 'phone', pushToken: 'tok' }, 3] };
+    const tree = classTreeOf({ list: [new Device(), 3] }, new Set());
+    const again = namedByTree(stored, { k: { list: tree!.k!.list } }) as {
+      list: [{ constructor: unknown; name: string }, number];
+    };
+    expect(again.list[0].constructor).toBe(Device);
+    expect(Object.keys(again.list[0])).toEqual(['name', 'pushToken']);
+    expect(again.list[0]).not.toBeInstanceOf(Device);
+    expect(again.list[1]).toBe(3);
+  });
+
+  it('refuses a class it does not know as one class (a replay answers an error there)', () => {
+    expect(() => namedByTree({}, { c: 'NoSuchClass' })).toThrow(/NoSuchClass/);
+  });
+
+  it('leaves data without a tree as it is', () => {
+    const data = { a: 1 };
+    expect(namedByTree(data, undefined)).toBe(data);
+  });
+});
