@@ -23,7 +23,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * again on a replay (LEAF_CLASS: lib/graphql/class-tree.ts `namedByTree`, a plain object whose
  * `constructor` is the class), but only its own data is stored: the class's GETTERS are not
  * read at the first answer (round 50a's GOTTEN, `classGetters`, wire-value.ts:130-155, runs
- * only for objects of a GraphQL object type, wire-value.ts:410). A `@Transform()` of that class
+ * only for objects of a GraphQL object type, wire-value.ts:435). A `@Transform()` of that class
  * that reads one of its getters (`obj.hidePhone`, a bit of a flags column) reads `undefined` on
  * the replay and does not mask.
  *
