@@ -480,6 +480,10 @@ export class LazyTransaction extends RequestTransaction {
         this.readOnlyFrom = depth;
       }
       if (depth > 1 && from !== runner) await keepSettings(args);
+      // Its connection opened here, before TypeORM's query() (whose connect() would answer the
+      // client that opens at its first statement): a failure to connect (the database down)
+      // reaches the caller as the library marked it, not wrapped in a QueryFailedError.
+      if (!this.begun) await this.open(internals);
       try {
         const result = await query(...args);
         this.noteSuccess(args[0]);

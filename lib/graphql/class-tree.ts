@@ -1,4 +1,5 @@
 import { transformedClassNamed, transformedClassOf } from './class-transforms.js';
+import { keepData, restoreData } from './kept-data.js';
 import { plainNaming } from './nest-fields.js';
 
 /**
@@ -10,6 +11,8 @@ import { plainNaming } from './nest-fields.js';
  */
 export interface ClassTree {
   c?: string;
+  /** What the class's getters gave there (`classGetters`), as typed JSON (`keepData`). */
+  g?: unknown;
   k?: Record<string, ClassTree>;
 }
 
@@ -36,6 +39,10 @@ export function classTreeOf(
     if (known) {
       tree.c = known.name;
       if (transformedClassNamed(known.name) !== known) twins.add(known.name);
+      // A transform of the class may read its getters (`obj.hidePhone`): read now, given to
+      // the replay as data that is not enumerable, as a getter is not (adversary 52a).
+      const gotten = classGetters(value, {});
+      if (Object.keys(gotten).length > 0) tree.g = keepData(gotten).kept;
     }
   }
   for (const [key, item] of Object.entries(value)) {
@@ -63,6 +70,7 @@ export function namedByTree(value: unknown, tree: unknown): unknown {
     }
   }
   if (typeof c !== 'string' || Array.isArray(value)) return value;
+  const { g } = tree as ClassTree;
   const target = transformedClassNamed(c);
   if (!target) {
     throw new Error(
@@ -70,5 +78,84 @@ export function namedByTree(value: unknown, tree: unknown): unknown {
         'one class in this process: replayed without it, its transforms would not apply',
     );
   }
-  return Object.assign(plainNaming(target), value);
+  const named = Object.assign(plainNaming(target), value) as Record<string, unknown>;
+  for (const [name, item] of Object.entries(restoreData(g))) {
+    if (hasOwn(named, name)) continue;
+    Object.defineProperty(named, name, {
+      value: item,
+      enumerable: false,
+      writable: true,
+      configurable: true,
+    });
+  }
+  return named;
+}
+
+/**
+ * What the getters of `source`'s class chain give that are no field of its type and no data
+ * of its own, an accessor pair's too (`get isPrivate()` over a bit-flag column). Not a TypeORM
+ * lazy relation's accessor, which loads when read (known from TypeORM's own metadata); a
+ * getter that throws, or gives a Promise or a function, is left out.
+ */
+export function classGetters(source: object, fields: Readonly<Record<string, unknown>>) {
+  const gotten: Record<string, unknown> = {};
+  for (
+    let proto = Object.getPrototypeOf(source) as object | null;
+    proto && proto !== Object.prototype;
+    proto = Object.getPrototypeOf(proto) as object | null
+  ) {
+    for (const name of Object.getOwnPropertyNames(proto)) {
+      if (name in gotten || name in fields || hasOwn(source, name)) continue;
+      const descriptor = Object.getOwnPropertyDescriptor(proto, name);
+      if (!descriptor?.get) continue;
+      if (descriptor.set && isLazyRelation(proto, name)) continue;
+      try {
+        const item = (source as Record<string, unknown>)[name];
+        if (typeof item === 'function') continue;
+        if (isThenable(item)) {
+          Promise.resolve(item).catch(() => undefined);
+          continue;
+        }
+        gotten[name] = item;
+      } catch {
+        // Not kept: a serializer reading it would have thrown at the first answer too.
+      }
+    }
+  }
+  return gotten;
+}
+
+/** TypeORM's relation metadata, as its global storage holds it (TypeORM is optional here). */
+interface LazyRelations {
+  relations?: { target?: unknown; propertyName?: string; isLazy?: boolean }[];
+}
+
+/**
+ * Whether `name` on the class whose prototype is `proto` is a TypeORM lazy relation: its
+ * accessor, which TypeORM defines on the entity's prototype, loads the relation when read.
+ */
+function isLazyRelation(proto: object, name: string): boolean {
+  const storage = (globalThis as { typeormMetadataArgsStorage?: LazyRelations })
+    .typeormMetadataArgsStorage;
+  const owner = (proto as { constructor?: unknown }).constructor;
+  return (storage?.relations ?? []).some(
+    (relation) =>
+      relation.isLazy === true &&
+      relation.propertyName === name &&
+      typeof relation.target === 'function' &&
+      (relation.target === owner ||
+        Object.prototype.isPrototypeOf.call(relation.target.prototype as object, proto)),
+  );
+}
+
+function hasOwn(value: object, name: string): boolean {
+  return Object.prototype.hasOwnProperty.call(value, name);
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { then?: unknown }).then === 'function'
+  );
 }

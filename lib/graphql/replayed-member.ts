@@ -11,6 +11,13 @@ const REPLAYED_MEMBER = Symbol('idempotency.replayedMember');
  */
 export const REPLAYED_MEMBER_KEY = '__replayedMember';
 
+/**
+ * Set beside it where the replay's `__typename` is the library's (the stored member's name),
+ * not the app's own tag: only then is it taken off with the mark (adversary 52a: an app's
+ * `__typename` its resolvers read was deleted).
+ */
+const REPLAYED_TYPENAME_KEY = '__replayedTypename';
+
 /** The abstract types whose `resolveType()` answers a replay's object first. */
 const answering = new WeakSet<object>();
 
@@ -24,13 +31,25 @@ const schemasAnswering = new WeakSet<object>();
  * which a replay does not have. Any other value goes to the app's `resolveType()` as before.
  * A type without one needs nothing: GraphQL's default reads the object's `__typename`.
  */
-export function answerAsMember(type: GraphQLAbstractType, value: object, typename: string): void {
+export function answerAsMember(
+  type: GraphQLAbstractType,
+  value: object,
+  typename: string,
+  ownTypename = false,
+): void {
   Object.defineProperty(value, REPLAYED_MEMBER, { value: typename, configurable: true });
   answerFirst(type);
   // A type with no resolveType() of the app's is told by `__typename` (GraphQL's default).
   if (!answeredByWrapper.has(type)) return;
   Object.defineProperty(value, REPLAYED_MEMBER_KEY, {
     value: typename,
+    enumerable: true,
+    writable: true,
+    configurable: true,
+  });
+  if (ownTypename) return;
+  Object.defineProperty(value, REPLAYED_TYPENAME_KEY, {
+    value: true,
     enumerable: true,
     writable: true,
     configurable: true,
@@ -69,7 +88,10 @@ function answerFirst(type: GraphQLAbstractType): void {
     // parent) get the data the first answer gave them, not the replay's marks.
     if (marked && Object.getOwnPropertyDescriptor(marked, REPLAYED_MEMBER_KEY)?.configurable) {
       delete marked[REPLAYED_MEMBER_KEY];
-      if (marked.__typename === member) delete marked.__typename;
+      if (marked[REPLAYED_TYPENAME_KEY] === true) {
+        delete marked[REPLAYED_TYPENAME_KEY];
+        delete marked.__typename;
+      }
     }
     return member;
   };

@@ -22,7 +22,7 @@ import {
   plainOfNestType,
 } from './nest-fields.js';
 import { hasClassMetadata, transformedClassNamed, transformedClassOf } from './class-transforms.js';
-import { type ClassTree, classTreeOf, namedByTree } from './class-tree.js';
+import { type ClassTree, classGetters, classTreeOf, namedByTree } from './class-tree.js';
 import { answerAsMember, answerMembersOf } from './replayed-member.js';
 import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
@@ -122,65 +122,11 @@ export const GOTTEN = '__gotten';
  */
 export const LEAF_CLASS = '__leafClass';
 
+/** The classes in its kept data (`KEPT`), by path: see `LEAF_CLASS`. */
+export const KEPT_CLASSES = '__keptClasses';
+
 /** The classes in what its getters gave (`GOTTEN`), by getter: see `LEAF_CLASS`. */
 export const GOTTEN_CLASSES = '__gottenClasses';
-
-/**
- * What the getters of `source`'s class chain give that are no field of its type and no data
- * of its own, an accessor pair's too (`get isPrivate()` over a bit-flag column). Not a TypeORM
- * lazy relation's accessor, which loads when read (known from TypeORM's own metadata); a
- * getter that throws, or gives a Promise or a function, is left out.
- */
-function classGetters(source: object, fields: Readonly<Record<string, unknown>>) {
-  const gotten: Record<string, unknown> = {};
-  for (
-    let proto = Object.getPrototypeOf(source) as object | null;
-    proto && proto !== Object.prototype;
-    proto = Object.getPrototypeOf(proto) as object | null
-  ) {
-    for (const name of Object.getOwnPropertyNames(proto)) {
-      if (name in gotten || name in fields || hasOwn(source, name)) continue;
-      const descriptor = Object.getOwnPropertyDescriptor(proto, name);
-      if (!descriptor?.get) continue;
-      if (descriptor.set && isLazyRelation(proto, name)) continue;
-      try {
-        const item = (source as Record<string, unknown>)[name];
-        if (typeof item === 'function') continue;
-        if (isThenable(item)) {
-          Promise.resolve(item).catch(() => undefined);
-          continue;
-        }
-        gotten[name] = item;
-      } catch {
-        // Not kept: a serializer reading it would have thrown at the first answer too.
-      }
-    }
-  }
-  return gotten;
-}
-
-/** TypeORM's relation metadata, as its global storage holds it (TypeORM is optional here). */
-interface LazyRelations {
-  relations?: { target?: unknown; propertyName?: string; isLazy?: boolean }[];
-}
-
-/**
- * Whether `name` on the class whose prototype is `proto` is a TypeORM lazy relation: its
- * accessor, which TypeORM defines on the entity's prototype, loads the relation when read.
- */
-function isLazyRelation(proto: object, name: string): boolean {
-  const storage = (globalThis as { typeormMetadataArgsStorage?: LazyRelations })
-    .typeormMetadataArgsStorage;
-  const owner = (proto as { constructor?: unknown }).constructor;
-  return (storage?.relations ?? []).some(
-    (relation) =>
-      relation.isLazy === true &&
-      relation.propertyName === name &&
-      typeof relation.target === 'function' &&
-      (relation.target === owner ||
-        Object.prototype.isPrototypeOf.call(relation.target.prototype as object, proto)),
-  );
-}
 
 /**
  * A resolver's value stored (`wire`), and the value its first answer is given (`value`): the
@@ -424,6 +370,19 @@ async function walkValue(
   if (Object.keys(kept).length > 0) {
     const typed = keepData(kept);
     wire[KEPT] = typed.kept;
+    // Objects of classes a serializer knows in it (an entity a @ResolveField() reads from its
+    // parent), named again on a replay where they were (adversary 52a: a masked email shown).
+    const twins = new Set<string>();
+    const tree = classTreeOf(kept, twins);
+    if (tree) wire[KEPT_CLASSES] = tree;
+    for (const twin of twins) {
+      losses.push({
+        type: concrete.name,
+        what:
+          `its data holds a ${twin}, not the only class of that name class-transformer ` +
+          'knows: a replay cannot tell which, and answers an error there',
+      });
+    }
     if (typed.unfaithful.length > 0) {
       const what = typed.unfaithful.map((member) => `${member.name} (${member.what})`);
       losses.push({
@@ -664,8 +623,10 @@ export function fromWire(
   const concrete = graphql.isObjectType(type) ? type : typeOf(graphql, schema, wire);
   if (!concrete || typeof wire !== 'object' || Array.isArray(wire)) return wire;
   const stored = wire as Record<string, unknown>;
+  /** Whether the resolver's object had a `__typename` of its own (the app's tag, kept). */
+  let ownTypename = false;
   const member = (value: object) => {
-    if (!graphql.isObjectType(type)) answerAsMember(type, value, concrete.name);
+    if (!graphql.isObjectType(type)) answerAsMember(type, value, concrete.name, ownTypename);
     return value;
   };
   const fields = concrete.getFields();
@@ -689,6 +650,7 @@ export function fromWire(
         name === FROM_CLASS ||
         name === GOTTEN ||
         name === GOTTEN_CLASSES ||
+        name === KEPT_CLASSES ||
         name === LEAF_CLASS)
     ) {
       continue;
@@ -711,7 +673,12 @@ export function fromWire(
     if (property !== undefined && !(property in stored)) own(value, property, field);
   }
   if (typed) {
-    for (const [name, item] of Object.entries(restoreData(stored[KEPT]))) own(value, name, item);
+    const keptData = namedByTree(restoreData(stored[KEPT]), stored[KEPT_CLASSES]) as Record<
+      string,
+      unknown
+    >;
+    ownTypename = '__typename' in keptData;
+    for (const [name, item] of Object.entries(keptData)) own(value, name, item);
   }
   const leafClasses = stored[LEAF_CLASS];
   if (typed && typeof leafClasses === 'object' && leafClasses !== null) {
