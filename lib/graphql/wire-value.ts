@@ -125,8 +125,43 @@ export const LEAF_CLASS = '__leafClass';
 /** The classes in its kept data (`KEPT`), by path: see `LEAF_CLASS`. */
 export const KEPT_CLASSES = '__keptClasses';
 
-/** The classes in what its getters gave (`GOTTEN`), by getter: see `LEAF_CLASS`. */
+/** The classes in what its getters gave (`GOTTEN`), by path: see `LEAF_CLASS`. */
 export const GOTTEN_CLASSES = '__gottenClasses';
+
+/** The members of a stored object that are the library's, not the value's. */
+const LIBRARY_MEMBERS: ReadonlySet<string> = new Set([
+  KEPT,
+  FAILED,
+  INSTANCE,
+  FROM_CLASS,
+  GOTTEN,
+  GOTTEN_CLASSES,
+  KEPT_CLASSES,
+  LEAF_CLASS,
+]);
+
+/**
+ * `value`'s class tree (see class-tree.ts), a loss noted for each class name a replay cannot
+ * tell apart (`where` says whose: its field, its data, a getter of it).
+ */
+function classTreeNoting(
+  value: unknown,
+  where: string,
+  type: string,
+  losses: ReplayLoss[],
+): ClassTree | undefined {
+  const twins = new Set<string>();
+  const tree = classTreeOf(value, twins);
+  for (const twin of twins) {
+    losses.push({
+      type,
+      what:
+        `${where} holds a ${twin}, not the only class of that name class-transformer knows: ` +
+        'a replay cannot tell which, and answers an error there',
+    });
+  }
+  return tree;
+}
 
 /**
  * A resolver's value stored (`wire`), and the value its first answer is given (`value`): the
@@ -335,17 +370,8 @@ async function walkValue(
     const stored = await walkValue(walk, field.type, item, fieldNodes, keepsWhole);
     wire[name] = stored.wire;
     if (graphql.isLeafType(graphql.getNamedType(field.type))) {
-      const twins = new Set<string>();
-      const tree = classTreeOf(item, twins);
+      const tree = classTreeNoting(item, `its field ${name}`, concrete.name, losses);
       if (tree) leafClasses[name] = tree;
-      for (const twin of twins) {
-        losses.push({
-          type: concrete.name,
-          what:
-            `its field ${name} holds a ${twin}, not the only class of that name ` +
-            'class-transformer knows: a replay cannot tell which, and answers an error there',
-        });
-      }
     }
     if (stored.value !== item) replaced[name] = stored.value;
     const back = fromWireAgain(graphql, schema, field.type, wire[name], item);
@@ -372,17 +398,8 @@ async function walkValue(
     wire[KEPT] = typed.kept;
     // Objects of classes a serializer knows in it (an entity a @ResolveField() reads from its
     // parent), named again on a replay where they were (adversary 52a: a masked email shown).
-    const twins = new Set<string>();
-    const tree = classTreeOf(kept, twins);
+    const tree = classTreeNoting(kept, 'its data', concrete.name, losses);
     if (tree) wire[KEPT_CLASSES] = tree;
-    for (const twin of twins) {
-      losses.push({
-        type: concrete.name,
-        what:
-          `its data holds a ${twin}, not the only class of that name class-transformer ` +
-          'knows: a replay cannot tell which, and answers an error there',
-      });
-    }
     if (typed.unfaithful.length > 0) {
       const what = typed.unfaithful.map((member) => `${member.name} (${member.what})`);
       losses.push({
@@ -396,22 +413,9 @@ async function walkValue(
     if (Object.keys(gotten).length > 0) {
       const typed = keepData(gotten);
       wire[GOTTEN] = typed.kept;
-      // What of it was of classes a serializer knows (an exposed getter's entity), by getter.
-      const twins = new Set<string>();
-      const trees: Record<string, ClassTree> = {};
-      for (const [name, item] of Object.entries(gotten)) {
-        const tree = classTreeOf(item, twins);
-        if (tree) trees[name] = tree;
-      }
-      if (Object.keys(trees).length > 0) wire[GOTTEN_CLASSES] = trees;
-      for (const twin of twins) {
-        losses.push({
-          type: concrete.name,
-          what:
-            `a getter of it gives a ${twin}, not the only class of that name class-transformer ` +
-            'knows: a replay cannot tell which, and answers an error there',
-        });
-      }
+      // What of it was of classes a serializer knows (an exposed getter's entity).
+      const tree = classTreeNoting(gotten, 'a getter of it', concrete.name, losses);
+      if (tree) wire[GOTTEN_CLASSES] = tree;
       if (typed.unfaithful.length > 0) {
         losses.push({
           type: concrete.name,
@@ -642,19 +646,7 @@ export function fromWire(
     return property !== undefined && property !== name ? property : undefined;
   };
   for (const [name, item] of Object.entries(stored)) {
-    if (
-      typed &&
-      (name === KEPT ||
-        name === FAILED ||
-        name === INSTANCE ||
-        name === FROM_CLASS ||
-        name === GOTTEN ||
-        name === GOTTEN_CLASSES ||
-        name === KEPT_CLASSES ||
-        name === LEAF_CLASS)
-    ) {
-      continue;
-    }
+    if (typed && LIBRARY_MEMBERS.has(name)) continue;
     if (!(name in fields)) {
       own(value, name, item);
       continue;
@@ -692,11 +684,14 @@ export function fromWire(
     }
   }
   if (typed) {
-    const trees = (stored[GOTTEN_CLASSES] ?? {}) as Record<string, unknown>;
-    for (const [name, item] of Object.entries(restoreData(stored[GOTTEN]))) {
+    const gotten = namedByTree(restoreData(stored[GOTTEN]), stored[GOTTEN_CLASSES]) as Record<
+      string,
+      unknown
+    >;
+    for (const [name, item] of Object.entries(gotten)) {
       if (hasOwn(value, name)) continue;
       Object.defineProperty(value, name, {
-        value: namedByTree(item, trees[name]),
+        value: item,
         enumerable: false,
         writable: true,
         configurable: true,
