@@ -1,4 +1,4 @@
-import { laterRunStep } from './field-runs.js';
+import { inheritsClaim, laterRunStep } from './field-runs.js';
 
 describe('laterRunStep', () => {
   const takeClaim = () => undefined;
@@ -37,5 +37,16 @@ describe('laterRunStep', () => {
     ],
   ] as const)('%s: %s', (_name, earlier, step) => {
     expect(laterRunStep(earlier)).toBe(step);
+  });
+});
+
+describe('inheritsClaim', () => {
+  it.each([
+    ['joined as GraphQL subscribed, beside an audit that subscribed first', false, true, true],
+    ['joined while the resolver works, on a timer or after I/O (an audit)', false, false, false],
+    ['joined after the earlier run answered, in its turn', true, true, false],
+    ['joined after the earlier run answered (an audit made late)', true, false, false],
+  ] as const)('%s', (_name, ended, inStartingTurn, inherits) => {
+    expect(inheritsClaim({ ended, inStartingTurn })).toBe(inherits);
   });
 });

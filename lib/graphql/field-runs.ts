@@ -38,9 +38,17 @@ export class FieldRun extends ErrorHandOff {
    * back). A run that joined this one claims then, and replays it, never meets it held.
    */
   detachedSettled?: Promise<void>;
+  /**
+   * True until the turn of the event loop it started in has ended (see `inheritsClaim`): the
+   * runs an interceptor makes as GraphQL subscribes (an audit on the side, then the returned
+   * one) all start in that turn; one that starts on a timer or after I/O is an audit made
+   * while the resolver works.
+   */
+  inStartingTurn = true;
   constructor() {
     super();
     this.result = new Promise((resolve) => (this.settle = resolve));
+    setImmediate(() => (this.inStartingTurn = false)).unref();
   }
 
   end(result: FieldRunResult): void {
@@ -100,6 +108,21 @@ export interface EarlierRun {
   readonly takeClaim?: () => ActiveClaim | undefined;
   /** The later run is the app's retry of the earlier one's error (`FieldRun.retriedBy`). */
   readonly errorHeld: boolean;
+}
+
+/**
+ * Whether a run that joined `earlier` takes over `earlier`'s claim with its error (a pure
+ * decision): its own retry then runs the resolver again as the key's owner, the error never
+ * stored. Only for a run that joined while `earlier` worked, in the turn `earlier` started
+ * in: GraphQL's own run beside an audit that subscribed first (`r$.subscribe(audit); return
+ * r$`, inside the app's retry). A run that joined later, on a timer or after I/O, is an
+ * audit made while the resolver works: its error went on to GraphQL's run too, and the
+ * client was told it; the audit's own retry is told it again, never pays for an answer the
+ * client did not get (adversary 53, seen on CI's loaded machine). Nor one that joined after
+ * `earlier` answered (an audit made late).
+ */
+export function inheritsClaim(earlier: { ended: boolean; inStartingTurn: boolean }): boolean {
+  return !earlier.ended && earlier.inStartingTurn;
 }
 
 /**

@@ -23,7 +23,14 @@ import { markReplayed } from './replay-marker.js';
 import { calledKind, resolverProblem } from './resolver-placement.js';
 import { answerOf, problemThrown, runField } from './run-field.js';
 import { type ActiveClaim } from '../shapes/active-claim.js';
-import { FieldRun, goesOnFrom, laterRunStep, retriedRun, startFieldRun } from './field-runs.js';
+import {
+  FieldRun,
+  goesOnFrom,
+  inheritsClaim,
+  laterRunStep,
+  retriedRun,
+  startFieldRun,
+} from './field-runs.js';
 import { pathOf, waitingFor } from './stored-at-answer.js';
 
 /** What the GraphQL steps take from the interceptor. */
@@ -67,14 +74,14 @@ export function interceptField(
       case 'join': {
         // Both runs at once (one on the side, or one late): the resolver runs once, for both.
         run.joined = earlier;
-        // Joined while the earlier run works (an audit beside the returned run): this run's
-        // retry is the app's retry of the try, and may take its claim over. Joined after it
-        // failed (an audit that subscribed late), this run was told the error: its own
-        // retry is told it again, never pays for an answer the client did not get.
-        const atOnce = !earlier!.ended;
+        // Joined as GraphQL subscribed (the returned run beside an audit that subscribed
+        // first): this run's retry is the app's retry of the try, and may take its claim
+        // over. Joined later (an audit made while the resolver works, or after it failed):
+        // this run is told the error, and so is its own retry (see `inheritsClaim`).
+        const inherits = inheritsClaim(earlier!);
         return from(earlier!.result).pipe(
           mergeMap((result) => {
-            if (atOnce) run.takeClaim = earlier!.takeClaim;
+            if (inherits) run.takeClaim = earlier!.takeClaim;
             if ('value' in result) return of(result.value);
             if ('error' in result) return throwError(() => result.error);
             return claimed();
