@@ -4,6 +4,7 @@ import { DiscoveryModule } from '@nestjs/core';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { PhaseRunner } from './phases/phase-runner.service.js';
 import { ReplayCache } from './answer/replay-cache.js';
+import { IdempotentJobs } from './jobs/idempotent-jobs.service.js';
 import { ProcessedMessages } from './processed-messages.service.js';
 import { IdempotencyPurger } from './idempotency-purger.service.js';
 import {
@@ -102,6 +103,7 @@ const defaultClaimStoreProvider: Provider = {
     ProcessedMessages,
     IdempotencyPurger,
     GraphqlReplayMarker,
+    IdempotentJobs,
   ],
   exports: [
     RESOLVED_IDEMPOTENCY_OPTIONS,
@@ -116,6 +118,7 @@ const defaultClaimStoreProvider: Provider = {
     IdempotentTransaction,
     ProcessedMessages,
     IdempotencyPurger,
+    IdempotentJobs,
   ],
 })
 export class IdempotencyModule extends ConfigurableModuleClass {}

@@ -10,6 +10,17 @@ export {
   MessageIdUnusableError,
 } from './messages/idempotent-message.interceptor.js';
 export { type IdempotentMessageOptions } from './messages/idempotent-message.options.js';
+export { IdempotentJob } from './jobs/idempotent-job.decorator.js';
+export { type IdempotentJobOptions } from './jobs/idempotent-job.options.js';
+export { type JobLike } from './jobs/job-like.js';
+export { IdempotentJobs } from './jobs/idempotent-jobs.service.js';
+export {
+  IdempotentJobUnboundError,
+  JobAnswerRefusedError,
+  JobKeyUnusableError,
+  JobRefusedError,
+  JobResultUnstorableError,
+} from './jobs/job-errors.js';
 export {
   type CallRecord,
   type ExternalCall,

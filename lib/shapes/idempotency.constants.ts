@@ -128,6 +128,8 @@ export const IDEMPOTENT_ROUTE_OPTIONS = 'idempotency:route-options';
 
 /** Metadata key of `@IdempotentMessage()`'s options. */
 export const IDEMPOTENT_MESSAGE_OPTIONS = 'idempotency:message-options';
+/** `@IdempotentJob()`'s options, on the processor's method. */
+export const IDEMPOTENT_JOB_OPTIONS = 'idempotency:job-options';
 
 /** The recovery point of a claim no phase has completed yet (the design's default). */
 export const START_RECOVERY_POINT = 'start';

@@ -1,0 +1,59 @@
+import { InvalidIdempotencyOptionsError, resolveRouteOptions } from '../idempotency-options.js';
+import { POSTGRES_CLAIM_STORE } from '../idempotency-options.js';
+import {
+  type IdempotencyRouteOptions,
+  type ResolvedRouteOptions,
+} from '../shapes/idempotency-options.interface.js';
+import { type JobLike } from './job-like.js';
+
+/** `@IdempotentJob()`'s options; the rest are the module's, as for a route. */
+export interface IdempotentJobOptions extends Pick<
+  IdempotencyRouteOptions,
+  'leaseMs' | 'heartbeat' | 'oneCommit' | 'claimWaitMs'
+> {
+  /**
+   * The job's key, from the job (its data): two jobs with one key are one, their effects
+   * applied once, the second completed with the first one's result. A key given by two jobs
+   * with other names or data fails the second (`UnrecoverableError`). Default: the job's id
+   * (with the time it was added, where BullMQ counted the id).
+   */
+  key?: (job: JobLike) => string | number;
+  /** Its transaction's level (default: the module's, else the server's). */
+  isolationLevel?: IdempotencyRouteOptions['isolationLevel'];
+}
+
+/** A job's options, resolved over the module's route defaults. */
+export interface ResolvedJobOptions {
+  key?: (job: JobLike) => unknown;
+  route: ResolvedRouteOptions;
+}
+
+/**
+ * Validates and fills in a job's options over `base` (the module's); `where` names the
+ * processor in the error a wrong option throws. Always atomic, in the app's PostgreSQL: the
+ * job's record commits with its effects.
+ */
+export function resolveJobOptions(
+  options: IdempotentJobOptions,
+  where: string,
+  base?: ResolvedRouteOptions,
+): ResolvedJobOptions {
+  if (options.key !== undefined && typeof options.key !== 'function') {
+    throw new InvalidIdempotencyOptionsError(
+      `@IdempotentJob() on ${where}: key must be a function`,
+    );
+  }
+  const { key, ...rest } = options;
+  try {
+    const route = resolveRouteOptions(
+      { ...rest, atomic: true, claimStore: POSTGRES_CLAIM_STORE },
+      base,
+    );
+    return { key, route };
+  } catch (error) {
+    if (!(error instanceof InvalidIdempotencyOptionsError)) throw error;
+    throw new InvalidIdempotencyOptionsError(
+      `@IdempotentJob() on ${where}: ${error.message.replace(/^IdempotencyModule: /, '')}`,
+    );
+  }
+}

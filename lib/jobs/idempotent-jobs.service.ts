@@ -1,0 +1,273 @@
+import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { lastValueFrom } from 'rxjs';
+import { publish } from '../events/idempotency-events.js';
+import { computeFingerprint } from '../fingerprint/fingerprint.js';
+import { canonicalizeValue } from '../fingerprint/canonical-json.js';
+import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
+import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
+import { ClaimStores } from '../claim-stores.js';
+import { IdempotencyDatabase } from '../data-layers/idempotency-database.js';
+import { LeaseRenewals } from '../claim/lease-renewals.js';
+import { POSTGRES_CLAIM_STORE } from '../idempotency-options.js';
+import {
+  isTransactional,
+  type KeyScope,
+  type TransactionalClaimStore,
+} from '../shapes/claim-store.interface.js';
+import { claimOrDecide, type ClaimResult } from '../http/claim-or-decide.js';
+import { claimWithWork } from '../http/claim-with-work.js';
+import { problemResponse } from '../http/problem.js';
+import { IdempotencyContext } from '../transaction/idempotency-context.js';
+import { idempotencyStorage } from '../transaction/idempotency-context.js';
+import { transactionScope } from '../transaction/transaction-scope.js';
+import { commitAnswer } from '../transaction/commit-answer.js';
+import { type OwnerTools, rollBackAndRelease } from '../transaction/owner-tools.js';
+import { type RequestTransaction } from '../transaction/request-transaction.js';
+import {
+  IdempotencyResponseTooLargeError,
+  IdempotencyStoredResponseUnreadableError,
+  RetryLaterError,
+} from '../shapes/idempotency.errors.js';
+import { type StoredResponse } from '../shapes/stored-response.js';
+import {
+  JobAnswerRefusedError,
+  JobKeyUnusableError,
+  JobResultUnstorableError,
+} from './job-errors.js';
+import { IDEMPOTENT_JOB_OPTIONS } from '../shapes/idempotency.constants.js';
+import { classMethods } from '../routes/class-methods.js';
+import { decodeJobResult, encodeJobResult, isJobResult } from './job-answer.js';
+import { afterJobError } from './job-failure.js';
+import { jobKeyOf, jobTenant } from './job-key.js';
+import { type JobLike } from './job-like.js';
+import { bindJobs } from './job-registry.js';
+import {
+  type IdempotentJobOptions,
+  type ResolvedJobOptions,
+  resolveJobOptions,
+} from './idempotent-job.options.js';
+import { bullmqErrors } from './bullmq-errors.js';
+
+/**
+ * Runs `@IdempotentJob()` processors' jobs once per key: the job's record (its key, then its
+ * result) commits in one transaction with its database work, as a route's answer does, so a
+ * job that comes back (stalled, retried after a crash, added twice with one key) whose work
+ * committed is completed with its kept result and not run again; one whose work did not
+ * commit runs again. `PhaseRunner` works inside a job as inside a route: a call out commits
+ * the record first, and a job taken over after a crash resumes after its last phase.
+ */
+@Injectable()
+export class IdempotentJobs implements OnModuleInit {
+  private readonly logger = new Logger('Idempotency');
+  private readonly tools: OwnerTools;
+  private readonly settings = new Map<string, ResolvedJobOptions>();
+
+  constructor(
+    @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+    private readonly stores: ClaimStores,
+    private readonly database: IdempotencyDatabase,
+    private readonly discovery: DiscoveryService,
+    private readonly scanner: MetadataScanner,
+  ) {
+    this.tools = {
+      options,
+      logger: this.logger,
+      renewals: new LeaseRenewals(this.logger),
+      problem: (error) => problemResponse(error),
+      toHttp: () => {
+        throw new Error('a job has no HTTP answer');
+      },
+      // A job's record is read from the database each time: BullMQ's own state says most
+      // duplicates apart, and the replay cache is the HTTP retries'.
+      remember: () => undefined,
+      adapterType: () => 'bullmq',
+    };
+  }
+
+  /** Binds every provider with an `@IdempotentJob()` method to this module's runner. */
+  onModuleInit(): void {
+    for (const wrapper of this.discovery.getProviders()) {
+      const instance: unknown = wrapper.instance;
+      if (!instance || typeof instance !== 'object') continue;
+      const methods = classMethods([instance.constructor], (prototype) =>
+        this.scanner.getAllMethodNames(prototype),
+      );
+      for (const { handler } of methods) {
+        if (Reflect.getMetadata(IDEMPOTENT_JOB_OPTIONS, handler) !== undefined) {
+          bindJobs(instance, this);
+          break;
+        }
+      }
+    }
+  }
+
+  /**
+   * Runs `work` (the processor's method on `job`) once per the job's key; what it returns is
+   * the job's result. `token`: the job's lock, for moving it to the delayed set.
+   */
+  async run(
+    where: string,
+    options: IdempotentJobOptions,
+    job: JobLike,
+    token: string | undefined,
+    work: () => Promise<unknown>,
+  ): Promise<unknown> {
+    const errors = await bullmqErrors();
+    try {
+      return await this.runOnce(where, options, job, work);
+    } catch (error) {
+      const step = afterJobError(error);
+      if (step.kind === 'throw') throw error;
+      if (step.kind === 'fail') {
+        throw new errors.UnrecoverableError(`@IdempotentJob() on ${where}: ${messageOf(error)}`);
+      }
+      // Back to the delayed set, no attempt counted (BullMQ's way for a processor): without
+      // the job's lock token it cannot move, and its error counts as an attempt instead.
+      if (token === undefined) throw error;
+      this.logger.debug?.(`job ${job.id} of ${where} waits ${step.ms} ms: ${messageOf(error)}`);
+      await job.moveToDelayed(Date.now() + step.ms, token);
+      throw new errors.DelayedError();
+    }
+  }
+
+  private settingsOf(where: string, options: IdempotentJobOptions): ResolvedJobOptions {
+    let resolved = this.settings.get(where);
+    if (!resolved) {
+      resolved = resolveJobOptions(options, where, this.options.route);
+      this.settings.set(where, resolved);
+    }
+    return resolved;
+  }
+
+  private async runOnce(
+    where: string,
+    options: IdempotentJobOptions,
+    job: JobLike,
+    work: () => Promise<unknown>,
+  ): Promise<unknown> {
+    const { key: keyOf, route } = this.settingsOf(where, options);
+    const reading = jobKeyOf(job, keyOf);
+    if (reading.kind === 'unusable') {
+      throw new JobKeyUnusableError(where, reading.reason);
+    }
+    const scope: KeyScope = { tenantId: jobTenant(job.queueName), key: reading.key };
+    const fingerprint = computeFingerprint({
+      method: 'JOB',
+      path: `${job.queueName}/${job.name}`,
+      headers: [],
+      // A key of the app's own names an intent: another job's data under it is a mistake. A
+      // job's own id names the job, whose data it may update as it goes (`job.updateData`).
+      body: reading.derived ? canonicalizeValue(job.data ?? null) : '',
+    });
+    const store = this.stores.get(POSTGRES_CLAIM_STORE) as TransactionalClaimStore;
+    const began = performance.now();
+    const event = () => ({
+      route: where,
+      tenant: scope.tenantId,
+      key: scope.key,
+      durationMs: performance.now() - began,
+    });
+    await this.database.ready();
+    const claimed: ClaimResult<RequestTransaction> = await lastValueFrom(
+      route.oneCommit && isTransactional(store) && store.claimIn
+        ? claimWithWork(
+            store,
+            this.database.transaction(false),
+            scope,
+            fingerprint,
+            route,
+            event,
+            this.logger,
+          )
+        : claimOrDecide(
+            store,
+            scope,
+            fingerprint,
+            route.leaseMs,
+            event,
+            this.logger,
+            route.conflictRetryAfterSeconds,
+          ),
+    );
+    if (claimed.kind === 'replay') {
+      publish('replayed', () => ({
+        ...event(),
+        status: claimed.response.status,
+        fromMemory: false,
+      }));
+      return resultOf(claimed.response);
+    }
+    const transaction = claimed.transaction ?? this.database.transaction(false);
+    transaction.isolationLevel = route.isolationLevel;
+    const context = new IdempotencyContext(claimed.claim, 200, transaction, true, store);
+    context.route = where;
+    const stopHeartbeat = route.heartbeat
+      ? this.tools.renewals.heartbeat(store, claimed.claim, transaction)
+      : undefined;
+    let result: unknown;
+    try {
+      result = await idempotencyStorage.run(context, () =>
+        transactionScope.run(transaction, () => {
+          // From here its database work joins the job's transaction (`atomic`).
+          context.startHandler();
+          return work();
+        }),
+      );
+    } catch (error) {
+      stopHeartbeat?.();
+      // Nothing of a failed job is kept: its work rolled back, its key given back (its
+      // completed phases stay, and the next attempt resumes after them).
+      const cause = transaction.failureOf(error);
+      await rollBackAndRelease(this.tools, context, 'job_failed');
+      throw cause;
+    }
+    stopHeartbeat?.();
+    let answer;
+    try {
+      answer = encodeJobResult(result);
+    } catch (error) {
+      await rollBackAndRelease(this.tools, context, 'job_result_unstorable');
+      throw new JobResultUnstorableError(where, error);
+    }
+    const stored =
+      answer.body.length > route.maxResponseBytes
+        ? await commitAnswer(
+            this.tools,
+            context,
+            fingerprint,
+            this.tools.problem(new IdempotencyResponseTooLargeError(route.maxResponseBytes)),
+            true,
+          )
+        : await commitAnswer(this.tools, context, fingerprint, answer, false);
+    if (stored !== answer && passingStatus(stored.status)) {
+      // Not kept, nothing committed (the database failed, or another worker owns the key):
+      // the job comes back later, and runs again or completes with that worker's result.
+      throw new RetryLaterError(
+        `the job's result was not kept: ${stored.body.toString('utf8')}`,
+        Number(stored.headers['retry-after'] ?? 1),
+      );
+    }
+    // Kept: the result as BullMQ keeps it (its JSON), the same on every replay.
+    return resultOf(stored);
+  }
+}
+
+/** The result a kept answer holds, or the library's refusal it holds instead. */
+function resultOf(stored: StoredResponse): unknown {
+  if (!isJobResult(stored)) throw new JobAnswerRefusedError(stored.body.toString('utf8'));
+  try {
+    return decodeJobResult(stored);
+  } catch {
+    throw new IdempotencyStoredResponseUnreadableError('it is not the JSON of a result');
+  }
+}
+
+/** The library's answers that say "nothing kept, come back": 409 and 503. */
+function passingStatus(status: number): boolean {
+  return status === 409 || status === 503;
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

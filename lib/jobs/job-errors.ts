@@ -1,0 +1,46 @@
+/**
+ * A job the library refuses for good: trying it again would meet the same (its key, its
+ * result). BullMQ fails it at once (`UnrecoverableError`), with these words as its reason.
+ */
+export abstract class JobRefusedError extends Error {}
+
+/** A job whose key cannot be kept: it could not be told from its comebacks. */
+export class JobKeyUnusableError extends JobRefusedError {
+  constructor(where: string, reason: string) {
+    super(
+      `the job cannot be recorded: ${reason}. Give the job an id of 1 to 255 characters ` +
+        `without NUL, or a key: (job) => string of that form (${where})`,
+    );
+    this.name = 'JobKeyUnusableError';
+  }
+}
+
+/** A job's result that cannot be kept as JSON (a BigInt, a cycle): its work rolled back. */
+export class JobResultUnstorableError extends JobRefusedError {
+  constructor(where: string, cause: unknown) {
+    super(
+      `the result of ${where} cannot be kept as JSON (${cause instanceof Error ? cause.message : String(cause)}): ` +
+        'its work was rolled back. Return what JSON.stringify writes (BullMQ keeps the same JSON)',
+    );
+    this.name = 'JobResultUnstorableError';
+  }
+}
+
+/** The library's answer kept in a job's place (a result over `maxResponseBytes`). */
+export class JobAnswerRefusedError extends JobRefusedError {
+  constructor(problem: string) {
+    super(`the job's kept answer is the library's refusal: ${problem}`);
+    this.name = 'JobAnswerRefusedError';
+  }
+}
+
+/** A processor whose module does not import `IdempotencyModule`. */
+export class IdempotentJobUnboundError extends JobRefusedError {
+  constructor(where: string) {
+    super(
+      `@IdempotentJob() on ${where}: no IdempotencyModule runs it. Import IdempotencyModule ` +
+        '(forRoot or forRootAsync) in the app module of the process that runs this processor',
+    );
+    this.name = 'IdempotentJobUnboundError';
+  }
+}

@@ -1,0 +1,51 @@
+import {
+  IdempotencyKeyInProgressError,
+  IdempotencyKeyMismatchError,
+  IdempotencyLeaseLostError,
+  IdempotencyStoreUnavailableError,
+  RetryLaterError,
+  TransientDatabaseError,
+} from '../shapes/idempotency.errors.js';
+import { JobKeyUnusableError, JobResultUnstorableError } from './job-errors.js';
+import { afterJobError } from './job-failure.js';
+
+describe('afterJobError', () => {
+  it.each([
+    [
+      'its key held by a run still at it',
+      new IdempotencyKeyInProgressError(3),
+      { kind: 'delay', ms: 3000 },
+    ],
+    [
+      'its key lost to another worker',
+      new IdempotencyLeaseLostError(),
+      { kind: 'delay', ms: 1000 },
+    ],
+    [
+      'the database unreachable',
+      new IdempotencyStoreUnavailableError(new Error('ECONNREFUSED')),
+      { kind: 'delay', ms: 1000 },
+    ],
+    [
+      'a passing failure of the database',
+      new TransientDatabaseError(new Error('deadlock detected')),
+      { kind: 'delay', ms: 1000 },
+    ],
+    ['a retry the library asks for', new RetryLaterError('later', 2), { kind: 'delay', ms: 2000 }],
+    ['its key used by a job with other data', new IdempotencyKeyMismatchError(), { kind: 'fail' }],
+    [
+      'a key it cannot keep',
+      new JobKeyUnusableError('P.process', 'its key is over 255 characters'),
+      { kind: 'fail' },
+    ],
+    [
+      'a result JSON cannot write',
+      new JobResultUnstorableError('P.process', new TypeError('BigInt')),
+      { kind: 'fail' },
+    ],
+    ['the job’s own error', new Error('the bank refused'), { kind: 'throw' }],
+    ['a thrown value that is no Error', 'refused', { kind: 'throw' }],
+  ] as const)('%s', (_name, error, step) => {
+    expect(afterJobError(error)).toEqual(step);
+  });
+});

@@ -1,0 +1,43 @@
+import { classifyHandlerError } from '../transaction/failure.js';
+import { toProblem } from '../http/problem.js';
+import { JobRefusedError } from './job-errors.js';
+import {
+  IdempotencyError,
+  IdempotencyKeyInProgressError,
+  IdempotencyKeyMismatchError,
+} from '../shapes/idempotency.errors.js';
+
+/**
+ * What a job does after an error (a pure decision):
+ *  - `delay`: the job goes back to BullMQ's delayed set for `ms`, no attempt counted: its key
+ *    is held by another run (a stalled job's first worker still at it: a replay once it
+ *    finished), or the database failed in passing (nothing of the job committed);
+ *  - `fail`: failed for good (BullMQ's `UnrecoverableError`), its reason said: the key was used
+ *    by a job with other data, or the library cannot keep this job's record (its key, its
+ *    result); trying again would meet the same;
+ *  - `throw`: the job's own error, as BullMQ has it without the library (its attempts, its
+ *    backoff, its failed set); its effects rolled back, nothing kept.
+ */
+export type JobStep = { kind: 'delay'; ms: number } | { kind: 'fail' } | { kind: 'throw' };
+
+export function afterJobError(error: unknown): JobStep {
+  if (error instanceof IdempotencyKeyInProgressError) {
+    return { kind: 'delay', ms: error.retryAfterSeconds * 1000 };
+  }
+  if (error instanceof IdempotencyKeyMismatchError || error instanceof JobRefusedError) {
+    return { kind: 'fail' };
+  }
+  const failure = classifyHandlerError(error);
+  if (failure.kind === 'lease-lost') return { kind: 'delay', ms: 1000 };
+  if (failure.kind === 'retry') {
+    // Passing (503: the database, a retry the library asks for): nothing committed.
+    const { status, headers } = toProblem(failure.error);
+    if (status === 503) return { kind: 'delay', ms: Number(headers['retry-after'] ?? 1) * 1000 };
+    // A refusal of a statement of the job's (an open cursor, a statement beside a phase): a
+    // fault of its code, for BullMQ's attempts and its failed set, with the library's words.
+    return { kind: 'throw' };
+  }
+  // The library's other refusals, met before or after the job's work (never its own error).
+  if (error instanceof IdempotencyError) return { kind: 'fail' };
+  return { kind: 'throw' };
+}

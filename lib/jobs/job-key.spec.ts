@@ -1,0 +1,74 @@
+import { jobKeyOf, jobTenant } from './job-key.js';
+import { type JobLike } from './job-like.js';
+
+const job = (fields: Partial<JobLike>): JobLike => ({
+  id: '7',
+  name: 'payout',
+  data: { orderId: 'o-1' },
+  queueName: 'payouts',
+  timestamp: 1_700_000_000_000,
+  opts: {},
+  moveToDelayed: () => Promise.resolve(),
+  ...fields,
+});
+const byOrder = (of: JobLike) => (of.data as { orderId?: unknown }).orderId as string;
+
+describe('jobKeyOf', () => {
+  it.each([
+    [
+      'an id BullMQ counted: with the time it was added',
+      job({}),
+      undefined,
+      { kind: 'key', key: '7@1700000000000', derived: false },
+    ],
+    [
+      'an id of the app’s own: as it is',
+      job({ id: 'payout-o-1', opts: { jobId: 'payout-o-1' } }),
+      undefined,
+      { kind: 'key', key: 'payout-o-1', derived: false },
+    ],
+    ['the app’s key, from the data', job({}), byOrder, { kind: 'key', key: 'o-1', derived: true }],
+    [
+      'a numeric key, as written',
+      job({ data: { orderId: 42 } }),
+      byOrder,
+      { kind: 'key', key: '42', derived: true },
+    ],
+    [
+      'no id at all',
+      job({ id: undefined }),
+      undefined,
+      { kind: 'unusable', reason: 'the job has no id' },
+    ],
+    [
+      'the app’s key gives none',
+      job({ data: {} }),
+      byOrder,
+      { kind: 'unusable', reason: 'key(job) gave no key' },
+    ],
+    [
+      'a key over 255 characters',
+      job({ data: { orderId: 'x'.repeat(256) } }),
+      byOrder,
+      { kind: 'unusable', reason: 'its key is over 255 characters' },
+    ],
+    [
+      'a key with a NUL',
+      job({ data: { orderId: 'a\u0000b' } }),
+      byOrder,
+      { kind: 'unusable', reason: 'its key holds a NUL character' },
+    ],
+    [
+      'a key with a lone surrogate',
+      job({ data: { orderId: 'a\ud800' } }),
+      byOrder,
+      { kind: 'unusable', reason: 'its key holds a lone surrogate (not Unicode)' },
+    ],
+  ] as const)('%s', (_name, given, key, reading) => {
+    expect(jobKeyOf(given, key)).toEqual(reading);
+  });
+
+  it('keeps keys per queue', () => {
+    expect(jobTenant('payouts')).toBe('bullmq:payouts');
+  });
+});

@@ -1,0 +1,32 @@
+import { readMessageId } from '../messages/message-id.js';
+import { type JobLike } from './job-like.js';
+
+/** The key scope of a job's record: its queue, as the record's tenant. */
+export function jobTenant(queueName: string): string {
+  return `bullmq:${queueName}`;
+}
+
+/** What a job's key is: one to record it by, or why there is none. */
+export type JobKeyReading =
+  { kind: 'key'; key: string; derived: boolean } | { kind: 'unusable'; reason: string };
+
+/**
+ * The key a job's record is kept by (a pure decision):
+ *  - the app's `key(job)` where given (`derived`): the same intent added as two jobs is one;
+ *  - else the app's own job id (`opts.jobId`): adding it again, after the first was removed,
+ *    is the same job;
+ *  - else the id BullMQ counted, with the time the job was added: BullMQ counts ids per queue
+ *    in Redis, and a Redis that lost its data (a failover, a restart without persistence)
+ *    counts from 1 again; a new job 7 is then not the old job 7.
+ * A stalled job, or one retried after an error, keeps its id and its time: the same key.
+ */
+export function jobKeyOf(job: JobLike, key?: (job: JobLike) => unknown): JobKeyReading {
+  const counted = job.id === undefined ? undefined : `${job.id}@${job.timestamp}`;
+  const value = key ? key(job) : (job.opts?.jobId ?? counted);
+  const reading = readMessageId(value);
+  if (reading.kind === 'id') return { kind: 'key', key: reading.id, derived: key !== undefined };
+  if (reading.kind === 'none') {
+    return { kind: 'unusable', reason: key ? 'key(job) gave no key' : 'the job has no id' };
+  }
+  return { kind: 'unusable', reason: `its key ${reading.reason}` };
+}

@@ -1,0 +1,16 @@
+/**
+ * What the library reads of a BullMQ job (`Job` of `bullmq`), by shape: the package is the
+ * app's, never imported by the library, so that an app without BullMQ compiles and runs.
+ */
+export interface JobLike {
+  /** The job's id: the app's own (`opts.jobId`), else a number BullMQ counts up per queue. */
+  readonly id?: string;
+  readonly name: string;
+  readonly data: unknown;
+  readonly queueName: string;
+  /** When the job was added (ms since the epoch). */
+  readonly timestamp: number;
+  readonly opts?: { readonly jobId?: string };
+  /** Moves the active job to the delayed set (its lock's `token`): no attempt is counted. */
+  moveToDelayed(timestamp: number, token?: string): Promise<void>;
+}
