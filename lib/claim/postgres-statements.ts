@@ -316,6 +316,17 @@ export const TOUCH_MESSAGE = {
   text: `UPDATE processed_messages SET processed_at = now() WHERE consumer = $1 AND message_id = $2`,
 };
 
+/**
+ * A job's step, committed with its work (a BullMQ job that moved itself to the delayed set
+ * and threw `DelayedError`): the key stays unfinished and its lease ends, fenced, so that the
+ * job's next run takes it over and goes on (see lib/jobs).
+ */
+export const RELEASE_JOB_STEP = {
+  name: 'idempotency_release_job_step_v1',
+  text: `UPDATE idempotency_keys SET locked_until = NULL
+WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
+};
+
 /** One more failed delivery of a message; returns how many there were. */
 export const RECORD_MESSAGE_FAILURE = {
   name: 'idempotency_record_message_failure_v1',

@@ -17,6 +17,7 @@ import {
 } from '../shapes/claim-store.interface.js';
 import { claimOrDecide, type ClaimResult } from '../http/claim-or-decide.js';
 import { claimWithWork } from '../http/claim-with-work.js';
+import { RELEASE_JOB_STEP } from '../claim/postgres-statements.js';
 import { problemResponse } from '../http/problem.js';
 import { IdempotencyContext } from '../transaction/idempotency-context.js';
 import { idempotencyStorage } from '../transaction/idempotency-context.js';
@@ -38,10 +39,10 @@ import {
 import { IDEMPOTENT_JOB_OPTIONS } from '../shapes/idempotency.constants.js';
 import { classMethods } from '../routes/class-methods.js';
 import { decodeJobResult, encodeJobResult, isJobResult } from './job-answer.js';
-import { afterJobError } from './job-failure.js';
+import { afterJobError, isJobStep } from './job-failure.js';
 import { jobKeyOf, jobTenant } from './job-key.js';
 import { type JobLike } from './job-like.js';
-import { bindJobs } from './job-registry.js';
+import { bindJobClass, bindJobs } from './job-registry.js';
 import {
   type IdempotentJobOptions,
   type ResolvedJobOptions,
@@ -85,21 +86,29 @@ export class IdempotentJobs implements OnModuleInit {
     };
   }
 
-  /** Binds every provider with an `@IdempotentJob()` method to this module's runner. */
+  /**
+   * Binds every provider with an `@IdempotentJob()` method to this module's runner: its one
+   * instance, or its class where `@nestjs/bullmq` makes one per job (request-scoped).
+   */
   onModuleInit(): void {
     for (const wrapper of this.discovery.getProviders()) {
+      const type: unknown = wrapper.metatype;
+      if (typeof type !== 'function' || !this.hasJobs(type)) continue;
       const instance: unknown = wrapper.instance;
-      if (!instance || typeof instance !== 'object') continue;
-      const methods = classMethods([instance.constructor], (prototype) =>
-        this.scanner.getAllMethodNames(prototype),
-      );
-      for (const { handler } of methods) {
-        if (Reflect.getMetadata(IDEMPOTENT_JOB_OPTIONS, handler) !== undefined) {
-          bindJobs(instance, this);
-          break;
-        }
+      if (wrapper.isDependencyTreeStatic() && instance && typeof instance === 'object') {
+        bindJobs(instance, this);
+      } else {
+        bindJobClass(type, this);
       }
     }
+  }
+
+  private hasJobs(type: object): boolean {
+    const methods = classMethods([type], (prototype) => this.scanner.getAllMethodNames(prototype));
+    for (const { handler } of methods) {
+      if (Reflect.getMetadata(IDEMPOTENT_JOB_OPTIONS, handler) !== undefined) return true;
+    }
+    return false;
   }
 
   /**
@@ -128,6 +137,36 @@ export class IdempotentJobs implements OnModuleInit {
       this.logger.debug?.(`job ${job.id} of ${where} waits ${step.ms} ms: ${messageOf(error)}`);
       await job.moveToDelayed(Date.now() + step.ms, token);
       throw new errors.DelayedError();
+    }
+  }
+
+  /**
+   * Commits a job's step (see `isJobStep`): its work with its key unfinished and its lease
+   * ended, fenced; the job's next run takes the key over. A step that cannot commit (its lease
+   * lost, the database gone) is rolled back and said: the job's data may say it was done.
+   */
+  private async keepStep(
+    context: IdempotencyContext,
+    where: string,
+    transaction: RequestTransaction,
+  ): Promise<void> {
+    const claim = context.claim!;
+    try {
+      const kept = await transaction.commitWith({
+        name: RELEASE_JOB_STEP.name,
+        text: RELEASE_JOB_STEP.text,
+        values: [claim.tenantId, claim.key, claim.lockVersion, claim.claimId],
+      });
+      if (kept) return;
+      this.logger.error(
+        `a step of job ${claim.key} (${where}) was rolled back: its key is another worker's now`,
+      );
+    } catch (error) {
+      await transaction.rollback();
+      this.logger.error(
+        `a step of job ${claim.key} (${where}) could not commit, its work rolled back: ` +
+          messageOf(error),
+      );
     }
   }
 
@@ -216,6 +255,13 @@ export class IdempotentJobs implements OnModuleInit {
       );
     } catch (error) {
       stopHeartbeat?.();
+      if (isJobStep(error)) {
+        // The job moved itself (BullMQ's steps: `moveToDelayed` then `DelayedError`, and the
+        // like): not done, but what it did stands, as without the library. Its work commits
+        // with its key unfinished, and its next run takes the key over.
+        await this.keepStep(context, where, transaction);
+        throw error;
+      }
       // Nothing of a failed job is kept: its work rolled back, its key given back (its
       // completed phases stay, and the next attempt resumes after them).
       const cause = transaction.failureOf(error);
@@ -230,26 +276,37 @@ export class IdempotentJobs implements OnModuleInit {
       await rollBackAndRelease(this.tools, context, 'job_result_unstorable');
       throw new JobResultUnstorableError(where, error);
     }
-    const stored =
+    const tooLarge =
       answer.body.length > route.maxResponseBytes
-        ? await commitAnswer(
-            this.tools,
-            context,
-            fingerprint,
-            this.tools.problem(new IdempotencyResponseTooLargeError(route.maxResponseBytes)),
-            true,
-          )
-        : await commitAnswer(this.tools, context, fingerprint, answer, false);
-    if (stored !== answer && passingStatus(stored.status)) {
-      // Not kept, nothing committed (the database failed, or another worker owns the key):
-      // the job comes back later, and runs again or completes with that worker's result.
-      throw new RetryLaterError(
-        `the job's result was not kept: ${stored.body.toString('utf8')}`,
-        Number(stored.headers['retry-after'] ?? 1),
-      );
+        ? this.tools.problem(new IdempotencyResponseTooLargeError(route.maxResponseBytes))
+        : undefined;
+    const stored = tooLarge
+      ? await commitAnswer(this.tools, context, fingerprint, tooLarge, true)
+      : await commitAnswer(this.tools, context, fingerprint, answer, false);
+    // Kept: the result as BullMQ keeps it (its JSON), the same on every replay; or the
+    // library's refusal kept in its place (a result too large).
+    if (stored === answer || stored === tooLarge) return resultOf(stored);
+    // Not kept, nothing committed: the library's answer says why.
+    const why = `the job's result was not kept, nothing of it committed: ${problemDetail(stored)}`;
+    // The database failed, or another worker owns the key: the job comes back later, and
+    // runs again or completes with that worker's result.
+    if (passingStatus(stored.status)) {
+      throw new RetryLaterError(why, Number(stored.headers['retry-after'] ?? 1));
     }
-    // Kept: the result as BullMQ keeps it (its JSON), the same on every replay.
-    return resultOf(stored);
+    // A fault of the job's (a statement failed and it went on): its own error, for BullMQ's
+    // attempts.
+    throw new Error(why);
+  }
+}
+
+/** The detail of the library's answer (its problem), or its text. */
+function problemDetail(stored: StoredResponse): string {
+  const text = stored.body.toString('utf8');
+  try {
+    const problem = JSON.parse(text) as { detail?: unknown };
+    return typeof problem.detail === 'string' ? problem.detail : text;
+  } catch {
+    return text;
   }
 }
 

@@ -7,7 +7,7 @@ import {
   TransientDatabaseError,
 } from '../shapes/idempotency.errors.js';
 import { JobKeyUnusableError, JobResultUnstorableError } from './job-errors.js';
-import { afterJobError } from './job-failure.js';
+import { afterJobError, isJobStep } from './job-failure.js';
 
 describe('afterJobError', () => {
   it.each([
@@ -47,5 +47,20 @@ describe('afterJobError', () => {
     ['a thrown value that is no Error', 'refused', { kind: 'throw' }],
   ] as const)('%s', (_name, error, step) => {
     expect(afterJobError(error)).toEqual(step);
+  });
+});
+
+describe('isJobStep', () => {
+  const named = (name: string) => Object.assign(new Error('moved'), { name });
+  it.each([
+    ['DelayedError (moveToDelayed, then thrown)', named('DelayedError'), true],
+    ['WaitingChildrenError', named('WaitingChildrenError'), true],
+    ['WaitingError', named('WaitingError'), true],
+    ['RateLimitError', named('RateLimitError'), true],
+    ['UnrecoverableError: the job failed', named('UnrecoverableError'), false],
+    ['the job’s own error', new Error('the bank refused'), false],
+    ['a thrown value that is no Error', 'DelayedError', false],
+  ] as const)('%s', (_name, error, step) => {
+    expect(isJobStep(error)).toBe(step);
   });
 });

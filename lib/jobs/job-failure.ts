@@ -41,3 +41,20 @@ export function afterJobError(error: unknown): JobStep {
   if (error instanceof IdempotencyError) return { kind: 'fail' };
   return { kind: 'throw' };
 }
+
+/**
+ * BullMQ's errors that say a processor moved its job itself, not that it failed (its steps
+ * idiom: `job.moveToDelayed(ts, token)` then `throw new DelayedError()`; the waiting-children,
+ * waiting and rate-limit forms): told by name, as BullMQ's worker tells them.
+ */
+const STEP_ERRORS = new Set([
+  'DelayedError',
+  'WaitingChildrenError',
+  'WaitingError',
+  'RateLimitError',
+]);
+
+/** Whether `error` is one of them: the job's work so far stands, its key unfinished. */
+export function isJobStep(error: unknown): boolean {
+  return error instanceof Error && STEP_ERRORS.has(error.name);
+}

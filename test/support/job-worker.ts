@@ -10,7 +10,8 @@
  * job runs: a stalled job whose worker goes on); HOLD_MS holds the job after its write, inside
  * its transaction; HOLD_AFTER_COMMIT_MS holds it after its work committed, before BullMQ hears
  * of it (the test kills it there), printing `committed <job id>` first; FAIL_FIRST=1 throws
- * after the write on the job's first attempt. SEAM=pool joins through a node-postgres pool (as
+ * after the write on the job's first attempt. PSP_URL: the job calls that server first
+ * (`PhaseRunner.call`, its derived key in an Idempotency-Key header), then records the payout. SEAM=pool joins through a node-postgres pool (as
  * Prisma, Drizzle and Kysely do) instead of TypeORM (the schema must be there). Prints `ready` once its worker runs, and
  * `ran <job id> <attempt>` each time the processor's work starts.
  */
@@ -22,13 +23,20 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { type Job } from 'bullmq';
 import { Pool } from 'pg';
 import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, IdempotentJob } from '../../lib/index.js';
+import {
+  IDEMPOTENCY_MIGRATIONS,
+  IdempotencyModule,
+  IdempotentJob,
+  PhaseRunner,
+} from '../../lib/index.js';
 
 const env = process.env;
 const worker = env.WORKER ?? 'worker';
 const idempotent = env.IDEMPOTENT !== '0';
 const pool =
   env.SEAM === 'pool' ? new Pool({ connectionString: env.DATABASE_URL, max: 4 }) : undefined;
+/** LEASE_MS: the module's lease (its takeover after a crash comes after it). */
+const lease = env.LEASE_MS ? { leaseMs: Number(env.LEASE_MS) } : {};
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A payout job's data. */
@@ -80,6 +88,7 @@ class PayoutsProcessor extends WorkerHost {
 
   private async payout(job: Job<Payout>) {
     console.log(`ran ${job.id} ${job.attemptsMade}`);
+    if (env.PSP_URL) return this.payThroughPsp(job);
     await this.query('INSERT INTO payouts (order_id, cents, worker) VALUES ($1, $2, $3)', [
       job.data.orderId,
       job.data.cents,
@@ -91,12 +100,34 @@ class PayoutsProcessor extends WorkerHost {
     }
     return { paid: job.data.cents, by: worker };
   }
+
+  /** The PSP pays (a call out, with the phase's derived key), then the payout is recorded. */
+  private async payThroughPsp(job: Job<Payout>) {
+    const phases = this.moduleRef.get(PhaseRunner, { strict: false });
+    const psp = await phases.call('psp_paid', async ({ idempotencyKey }) => {
+      const answer = await fetch(env.PSP_URL!, {
+        method: 'POST',
+        headers: { 'idempotency-key': idempotencyKey, 'content-type': 'application/json' },
+        body: JSON.stringify({ cents: job.data.cents }),
+      });
+      return (await answer.json()) as { transfer: string };
+    });
+    await this.query('INSERT INTO payouts (order_id, cents, worker) VALUES ($1, $2, $3)', [
+      job.data.orderId,
+      job.data.cents,
+      worker,
+    ]);
+    if (env.FAIL_FIRST === '1' && job.attemptsMade === 0) {
+      throw new Error(`the ledger refused payout ${job.data.orderId} (attempt 1)`);
+    }
+    return { paid: job.data.cents, by: worker, transfer: psp.transfer };
+  }
 }
 
 @Module({
   imports: [
     ...(pool
-      ? [IdempotencyModule.forRoot({ globalKeys: true, pool })]
+      ? [IdempotencyModule.forRoot({ globalKeys: true, pool, ...lease })]
       : [
           TypeOrmModule.forRoot({
             type: 'postgres',
@@ -105,7 +136,7 @@ class PayoutsProcessor extends WorkerHost {
             migrationsRun: true,
             logging: false,
           }),
-          IdempotencyModule.forRoot({ globalKeys: true }),
+          IdempotencyModule.forRoot({ globalKeys: true, ...lease }),
         ]),
     BullModule.forRoot({ connection: { host: '127.0.0.1', port: Number(env.REDIS_PORT) } }),
     BullModule.registerQueue({ name: env.QUEUE ?? 'payouts' }),

@@ -15,7 +15,8 @@ import { PayoutsProcessor } from './payouts.processor.js';
       migrationsRun: true,
     }),
     TypeOrmModule.forFeature([Payout]),
-    IdempotencyModule.forRoot({}),
+    // A worker without HTTP routes: its jobs' keys are kept per queue.
+    IdempotencyModule.forRoot({ globalKeys: true }),
     BullModule.forRoot({ connection: { host: '127.0.0.1', port: 6379 } }),
     BullModule.registerQueue({ name: 'payouts' }),
   ],

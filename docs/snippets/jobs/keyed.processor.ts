@@ -8,8 +8,9 @@ export interface RefundJob {
   cents: number;
 }
 
-interface Psp {
-  refund(chargeId: string, cents: number, idempotencyKey: string): Promise<{ id: string }>;
+/** The PSP's client, provided by the app (an abstract class is a Nest token). */
+export abstract class Psp {
+  abstract refund(chargeId: string, cents: number, idempotencyKey: string): Promise<{ id: string }>;
 }
 
 @Processor('refunds')

