@@ -26,6 +26,7 @@ import {
   IdempotencyModule,
   IdempotentJob,
   type IdempotentJobOptions,
+  PhaseRunner,
 } from '../../lib/index.js';
 
 const env = process.env;
@@ -36,6 +37,8 @@ const stepDelay = Number(env.STEP_DELAY_MS ?? 1000);
 interface StepData {
   orderId: string;
   account?: string;
+  /** The account of step two's row (none by default). */
+  finalAccount?: string;
   step?: 'first' | 'second';
 }
 
@@ -43,8 +46,11 @@ function query(moduleRef: ModuleRef, text: string, values: unknown[]): Promise<u
   return moduleRef.get(DataSource, { strict: false }).query(text, values);
 }
 
-const stepOptions: IdempotentJobOptions =
-  env.KEYED === '1' ? { key: (job) => (job.data as StepData).orderId } : {};
+const stepOptions: IdempotentJobOptions = {
+  ...(env.KEYED === '1' ? { key: (job: { data: unknown }) => (job.data as StepData).orderId } : {}),
+  ...(env.ONE_COMMIT === '1' ? { oneCommit: true } : {}),
+  ...(env.ISOLATION ? { isolationLevel: env.ISOLATION as 'SERIALIZABLE' } : {}),
+};
 
 @Processor(queueName)
 class StepsProcessor extends WorkerHost {
@@ -61,9 +67,19 @@ class StepsProcessor extends WorkerHost {
     return this.steps(job, token);
   }
 
+  /** A call out in a phase of its own (PHASES=1): prints `called <phase> <its key>`. */
+  private callOut(phase: string): Promise<unknown> {
+    const phases = this.moduleRef.get(PhaseRunner, { strict: false });
+    return phases.call(phase, ({ idempotencyKey }) => {
+      console.log(`called ${phase} ${idempotencyKey}`);
+      return Promise.resolve({ phase });
+    });
+  }
+
   private async steps(job: Job<StepData>, token?: string): Promise<unknown> {
     const step = job.data.step ?? 'first';
     console.log(`ran ${queueName} ${job.id} ${step}`);
+    if (env.PHASES === '1') await this.callOut(step === 'first' ? 'charged' : 'captured');
     if (step === 'first') {
       await query(
         this.moduleRef,
@@ -74,9 +90,10 @@ class StepsProcessor extends WorkerHost {
       await job.moveToDelayed(Date.now() + stepDelay, token);
       throw new DelayedError();
     }
-    await query(this.moduleRef, 'INSERT INTO steps (order_id, step) VALUES ($1, $2)', [
+    await query(this.moduleRef, 'INSERT INTO steps (order_id, step, account) VALUES ($1, $2, $3)', [
       job.data.orderId,
       'second',
+      job.data.finalAccount ?? null,
     ]);
     return { done: job.data.orderId };
   }
