@@ -5,8 +5,10 @@
  * (https://docs.bullmq.io/patterns/process-step-jobs): its step is in its data; step `first`
  * inserts a `steps` row (account `data.account`, `a1` by default), `job.updateData`s the
  * next step, `job.moveToDelayed(now + STEP_DELAY_MS, token)` and throws `DelayedError`; step
- * `second` inserts its row and returns. KEYED=1 keys it by `data.orderId`; IDEMPOTENT=0 runs
- * it without the library (the control).
+ * `second` inserts its row (account `data.finalAccount`, none by default) and returns. KEYED=1
+ * keys it by `data.orderId`; ONE_COMMIT=1 and ISOLATION set those options; PHASES=1 makes a
+ * call out (`PhaseRunner.call`, printing `called <phase> <key>`) at the start of each step;
+ * IDEMPOTENT=0 runs it without the library (the control).
  *
  * MODE=factory: two processors made by one factory function (the same class name), on queues
  * `emails` (keyed by the job's id) and `refunds` (keyed by `data.refundId`); each inserts a
