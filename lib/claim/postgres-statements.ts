@@ -318,13 +318,35 @@ export const TOUCH_MESSAGE = {
 
 /**
  * A job's step, committed with its work (a BullMQ job that moved itself to the delayed set
- * and threw `DelayedError`): the key stays unfinished and its lease ends, fenced, so that the
- * job's next run takes it over and goes on (see lib/jobs).
+ * and threw `DelayedError`): the key stays unfinished and its lease ends, fenced, and the job
+ * is named its owner (`$5`, a phase result of the library's, `$6` the job): its next run
+ * takes the key over and goes on; another job of the key waits for it (see lib/jobs).
  */
 export const RELEASE_JOB_STEP = {
-  name: 'idempotency_release_job_step_v1',
-  text: `UPDATE idempotency_keys SET locked_until = NULL
+  name: 'idempotency_release_job_step_v2',
+  text: `UPDATE idempotency_keys SET locked_until = NULL,
+  phase_results = phase_results || jsonb_build_object($5::text, to_jsonb($6::text))
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
+};
+
+/**
+ * A job's step whose commit failed (its work rolled back, the job moved on in Redis): noted on
+ * its key (`$3`, a phase result of the library's, `$4` why), so that its next run fails for
+ * good, saying so, rather than go on without it. Its row, or (its claim rolled back with the
+ * step) a new one, unfinished and without a lease.
+ */
+export const MARK_JOB_STEP_LOST = {
+  name: 'idempotency_mark_job_step_lost_v1',
+  text: `WITH marked AS (
+  UPDATE idempotency_keys SET locked_until = NULL,
+    phase_results = phase_results || jsonb_build_object($3::text, to_jsonb($4::text))
+  WHERE tenant_id = $1 AND key = $2 AND state = 'started'
+  RETURNING 1
+)
+INSERT INTO idempotency_keys (tenant_id, key, fingerprint, locked_until, phase_results)
+SELECT $1, $2, $5::bytea, NULL, jsonb_build_object($3::text, to_jsonb($4::text))
+WHERE NOT EXISTS (SELECT FROM marked)
+ON CONFLICT DO NOTHING`,
 };
 
 /** One more failed delivery of a message; returns how many there were. */

@@ -18,6 +18,13 @@ export interface IdempotentJobOptions extends Pick<
    * (with the time it was added, where BullMQ counted the id).
    */
   key?: (job: JobLike) => string | number;
+  /**
+   * What names a keyed job's intent, compared between the jobs of one key (default: its data).
+   * A job that updates its own data as it goes (BullMQ's step idiom, `job.updateData`) gives
+   * the part that does not change: `(job) => ({ orderId: job.data.orderId })`. Jobs keyed by
+   * their own id are not compared (a job may update its data).
+   */
+  fingerprint?: (job: JobLike) => unknown;
   /** Its transaction's level (default: the module's, else the server's). */
   isolationLevel?: IdempotencyRouteOptions['isolationLevel'];
 }
@@ -25,6 +32,7 @@ export interface IdempotentJobOptions extends Pick<
 /** A job's options, resolved over the module's route defaults. */
 export interface ResolvedJobOptions {
   key?: (job: JobLike) => unknown;
+  fingerprint?: (job: JobLike) => unknown;
   route: ResolvedRouteOptions;
 }
 
@@ -43,13 +51,18 @@ export function resolveJobOptions(
       `@IdempotentJob() on ${where}: key must be a function`,
     );
   }
-  const { key, ...rest } = options;
+  if (options.fingerprint !== undefined && typeof options.fingerprint !== 'function') {
+    throw new InvalidIdempotencyOptionsError(
+      `@IdempotentJob() on ${where}: fingerprint must be a function`,
+    );
+  }
+  const { key, fingerprint, ...rest } = options;
   try {
     const route = resolveRouteOptions(
       { ...rest, atomic: true, claimStore: POSTGRES_CLAIM_STORE },
       base,
     );
-    return { key, route };
+    return { key, fingerprint, route };
   } catch (error) {
     if (!(error instanceof InvalidIdempotencyOptionsError)) throw error;
     throw new InvalidIdempotencyOptionsError(

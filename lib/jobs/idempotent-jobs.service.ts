@@ -17,7 +17,7 @@ import {
 } from '../shapes/claim-store.interface.js';
 import { claimOrDecide, type ClaimResult } from '../http/claim-or-decide.js';
 import { claimWithWork } from '../http/claim-with-work.js';
-import { RELEASE_JOB_STEP } from '../claim/postgres-statements.js';
+import { MARK_JOB_STEP_LOST, RELEASE_JOB_STEP } from '../claim/postgres-statements.js';
 import { problemResponse } from '../http/problem.js';
 import { IdempotencyContext } from '../transaction/idempotency-context.js';
 import { idempotencyStorage } from '../transaction/idempotency-context.js';
@@ -26,6 +26,8 @@ import { commitAnswer } from '../transaction/commit-answer.js';
 import { type OwnerTools, rollBackAndRelease } from '../transaction/owner-tools.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
 import {
+  IdempotencyKeyInProgressError,
+  IdempotencyKeyMismatchError,
   IdempotencyResponseTooLargeError,
   IdempotencyStoredResponseUnreadableError,
   RetryLaterError,
@@ -33,14 +35,17 @@ import {
 import { type StoredResponse } from '../shapes/stored-response.js';
 import {
   JobAnswerRefusedError,
+  JobKeyMismatchError,
   JobKeyUnusableError,
   JobResultUnstorableError,
+  JobStepLostError,
 } from './job-errors.js';
 import { IDEMPOTENT_JOB_OPTIONS } from '../shapes/idempotency.constants.js';
 import { classMethods } from '../routes/class-methods.js';
 import { decodeJobResult, encodeJobResult, isJobResult } from './job-answer.js';
 import { afterJobError, isJobStep } from './job-failure.js';
-import { jobKeyOf, jobTenant } from './job-key.js';
+import { jobIdentity, jobKeyOf, jobTenant } from './job-key.js';
+import { STEP_LOST, STEP_OWNER, stepHold } from './job-steps.js';
 import { type JobLike } from './job-like.js';
 import { bindJobClass, bindJobs } from './job-registry.js';
 import {
@@ -62,7 +67,7 @@ import { bullmqErrors } from './bullmq-errors.js';
 export class IdempotentJobs implements OnModuleInit {
   private readonly logger = new Logger('Idempotency');
   private readonly tools: OwnerTools;
-  private readonly settings = new Map<string, ResolvedJobOptions>();
+  private readonly settings = new WeakMap<IdempotentJobOptions, ResolvedJobOptions>();
 
   constructor(
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
@@ -129,7 +134,12 @@ export class IdempotentJobs implements OnModuleInit {
       const step = afterJobError(error);
       if (step.kind === 'throw') throw error;
       if (step.kind === 'fail') {
-        throw new errors.UnrecoverableError(`@IdempotentJob() on ${where}: ${messageOf(error)}`);
+        const reading = jobKeyOf(job, this.settingsOf(where, options).key);
+        const said =
+          error instanceof IdempotencyKeyMismatchError && reading.kind === 'key'
+            ? new JobKeyMismatchError(where, reading.key)
+            : error;
+        throw new errors.UnrecoverableError(`@IdempotentJob() on ${where}: ${messageOf(said)}`);
       }
       // Back to the delayed set, no attempt counted (BullMQ's way for a processor): without
       // the job's lock token it cannot move, and its error counts as an attempt instead.
@@ -149,32 +159,52 @@ export class IdempotentJobs implements OnModuleInit {
     context: IdempotencyContext,
     where: string,
     transaction: RequestTransaction,
+    job: JobLike,
+    fingerprint: Buffer,
   ): Promise<void> {
     const claim = context.claim!;
+    let why: string;
     try {
       const kept = await transaction.commitWith({
         name: RELEASE_JOB_STEP.name,
         text: RELEASE_JOB_STEP.text,
-        values: [claim.tenantId, claim.key, claim.lockVersion, claim.claimId],
+        values: [
+          claim.tenantId,
+          claim.key,
+          claim.lockVersion,
+          claim.claimId,
+          STEP_OWNER,
+          jobIdentity(job),
+        ],
       });
       if (kept) return;
-      this.logger.error(
-        `a step of job ${claim.key} (${where}) was rolled back: its key is another worker's now`,
-      );
+      why = 'its key is another worker’s now';
     } catch (error) {
       await transaction.rollback();
-      this.logger.error(
-        `a step of job ${claim.key} (${where}) could not commit, its work rolled back: ` +
-          messageOf(error),
-      );
+      why = messageOf(error);
     }
+    // Rolled back while the job moved on (its data says the step was done): noted on its key,
+    // so that its next run fails for good, saying so, rather than go on without it.
+    this.logger.error(`a step of job ${claim.key} (${where}) did not commit: ${why}`);
+    await this.database
+      .query(MARK_JOB_STEP_LOST, [claim.tenantId, claim.key, STEP_LOST, why, fingerprint])
+      .catch((error: unknown) =>
+        this.logger.error(
+          `the lost step of job ${claim.key} (${where}) could not be noted: ${messageOf(error)}`,
+        ),
+      );
   }
 
+  /**
+   * A method's options, resolved once: by the decorator's own options object, never by the
+   * method's name (two processor classes of one name, made by a factory per queue, are two
+   * methods with their own keys: adversary 55).
+   */
   private settingsOf(where: string, options: IdempotentJobOptions): ResolvedJobOptions {
-    let resolved = this.settings.get(where);
+    let resolved = this.settings.get(options);
     if (!resolved) {
       resolved = resolveJobOptions(options, where, this.options.route);
-      this.settings.set(where, resolved);
+      this.settings.set(options, resolved);
     }
     return resolved;
   }
@@ -185,7 +215,7 @@ export class IdempotentJobs implements OnModuleInit {
     job: JobLike,
     work: () => Promise<unknown>,
   ): Promise<unknown> {
-    const { key: keyOf, route } = this.settingsOf(where, options);
+    const { key: keyOf, fingerprint: intentOf, route } = this.settingsOf(where, options);
     const reading = jobKeyOf(job, keyOf);
     if (reading.kind === 'unusable') {
       throw new JobKeyUnusableError(where, reading.reason);
@@ -197,7 +227,7 @@ export class IdempotentJobs implements OnModuleInit {
       headers: [],
       // A key of the app's own names an intent: another job's data under it is a mistake. A
       // job's own id names the job, whose data it may update as it goes (`job.updateData`).
-      body: reading.derived ? canonicalizeValue(job.data ?? null) : '',
+      body: reading.derived ? canonicalizeValue((intentOf ? intentOf(job) : job.data) ?? null) : '',
     });
     const store = this.stores.get(POSTGRES_CLAIM_STORE) as TransactionalClaimStore;
     const began = performance.now();
@@ -208,6 +238,15 @@ export class IdempotentJobs implements OnModuleInit {
       durationMs: performance.now() - began,
     });
     await this.database.ready();
+    /** The library's refusal of this run's answer, with its cause (see below). */
+    let refusal: Error | undefined;
+    const tools: OwnerTools = {
+      ...this.tools,
+      problem: (error) => {
+        refusal = error;
+        return this.tools.problem(error);
+      },
+    };
     const claimed: ClaimResult<RequestTransaction> = await lastValueFrom(
       route.oneCommit && isTransactional(store) && store.claimIn
         ? claimWithWork(
@@ -241,6 +280,18 @@ export class IdempotentJobs implements OnModuleInit {
     transaction.isolationLevel = route.isolationLevel;
     const context = new IdempotencyContext(claimed.claim, 200, transaction, true, store);
     context.route = where;
+    // A key between another job's steps (its owner), or one whose step was lost.
+    const held = stepHold(claimed.claim.phaseResults, jobIdentity(job));
+    if (held) {
+      await rollBackAndRelease(
+        tools,
+        context,
+        held.kind === 'lost' ? 'job_step_lost' : 'job_step_held',
+      );
+      throw held.kind === 'lost'
+        ? new JobStepLostError(where, held.why)
+        : new IdempotencyKeyInProgressError(1);
+    }
     const stopHeartbeat = route.heartbeat
       ? this.tools.renewals.heartbeat(store, claimed.claim, transaction)
       : undefined;
@@ -259,13 +310,13 @@ export class IdempotentJobs implements OnModuleInit {
         // The job moved itself (BullMQ's steps: `moveToDelayed` then `DelayedError`, and the
         // like): not done, but what it did stands, as without the library. Its work commits
         // with its key unfinished, and its next run takes the key over.
-        await this.keepStep(context, where, transaction);
+        await this.keepStep(context, where, transaction, job, fingerprint);
         throw error;
       }
       // Nothing of a failed job is kept: its work rolled back, its key given back (its
       // completed phases stay, and the next attempt resumes after them).
       const cause = transaction.failureOf(error);
-      await rollBackAndRelease(this.tools, context, 'job_failed');
+      await rollBackAndRelease(tools, context, 'job_failed');
       throw cause;
     }
     stopHeartbeat?.();
@@ -273,21 +324,25 @@ export class IdempotentJobs implements OnModuleInit {
     try {
       answer = encodeJobResult(result);
     } catch (error) {
-      await rollBackAndRelease(this.tools, context, 'job_result_unstorable');
+      await rollBackAndRelease(tools, context, 'job_result_unstorable');
       throw new JobResultUnstorableError(where, error);
     }
     const tooLarge =
       answer.body.length > route.maxResponseBytes
-        ? this.tools.problem(new IdempotencyResponseTooLargeError(route.maxResponseBytes))
+        ? tools.problem(new IdempotencyResponseTooLargeError(route.maxResponseBytes))
         : undefined;
     const stored = tooLarge
-      ? await commitAnswer(this.tools, context, fingerprint, tooLarge, true)
-      : await commitAnswer(this.tools, context, fingerprint, answer, false);
+      ? await commitAnswer(tools, context, fingerprint, tooLarge, true)
+      : await commitAnswer(tools, context, fingerprint, answer, false);
     // Kept: the result as BullMQ keeps it (its JSON), the same on every replay; or the
     // library's refusal kept in its place (a result too large).
     if (stored === answer || stored === tooLarge) return resultOf(stored);
     // Not kept, nothing committed: the library's answer says why.
-    const why = `the job's result was not kept, nothing of it committed: ${problemDetail(stored)}`;
+    // The database's words where it gave them (a statement that failed, a constraint checked
+    // at COMMIT), else the library's.
+    const cause = (refusal as { cause?: unknown } | undefined)?.cause;
+    const detail = cause instanceof Error ? cause.message : problemDetail(stored);
+    const why = `the job's result was not kept, nothing of it committed: ${detail}`;
     // The database failed, or another worker owns the key: the job comes back later, and
     // runs again or completes with that worker's result.
     if (passingStatus(stored.status)) {

@@ -44,3 +44,28 @@ export class IdempotentJobUnboundError extends JobRefusedError {
     this.name = 'IdempotentJobUnboundError';
   }
 }
+
+/** A job one of whose steps did not commit while the job moved on (see `MARK_JOB_STEP_LOST`). */
+export class JobStepLostError extends JobRefusedError {
+  constructor(where: string, why: string) {
+    super(
+      `a step of this job did not commit (${why}) after the job had moved itself on: its data ` +
+        `says the step was done, so it cannot go on (${where}). Its work so far is in the ` +
+        'database; see its key (keys show) and run what is missing',
+    );
+    this.name = 'JobStepLostError';
+  }
+}
+
+/** A key first used by a job with another name or data (the library's 422 for requests). */
+export class JobKeyMismatchError extends JobRefusedError {
+  constructor(where: string, key: string) {
+    super(
+      `the key ${JSON.stringify(key)} was first used by a job with another name or data: ` +
+        'another intent under the same key. A job that changes its own data (BullMQ’s step ' +
+        'idiom, job.updateData) under a key of the app’s: give fingerprint: (job) => the part ' +
+        `of its data that names its intent (${where})`,
+    );
+    this.name = 'JobKeyMismatchError';
+  }
+}

@@ -6,6 +6,14 @@ export function jobTenant(queueName: string): string {
   return `bullmq:${queueName}`;
 }
 
+/**
+ * The job itself, as its steps name their key's owner: its id and the time it was added,
+ * the same on each of its runs, another for another job of the key.
+ */
+export function jobIdentity(job: JobLike): string {
+  return `${job.id}@${job.timestamp}`;
+}
+
 /** What a job's key is: one to record it by, or why there is none. */
 export type JobKeyReading =
   { kind: 'key'; key: string; derived: boolean } | { kind: 'unusable'; reason: string };
@@ -21,7 +29,7 @@ export type JobKeyReading =
  * A stalled job, or one retried after an error, keeps its id and its time: the same key.
  */
 export function jobKeyOf(job: JobLike, key?: (job: JobLike) => unknown): JobKeyReading {
-  const counted = job.id === undefined ? undefined : `${job.id}@${job.timestamp}`;
+  const counted = job.id === undefined ? undefined : jobIdentity(job);
   const value = key ? key(job) : (job.opts?.jobId ?? counted);
   const reading = readMessageId(value);
   if (reading.kind === 'id') return { kind: 'key', key: reading.id, derived: key !== undefined };

@@ -50,6 +50,10 @@ function query(moduleRef: ModuleRef, text: string, values: unknown[]): Promise<u
 
 const stepOptions: IdempotentJobOptions = {
   ...(env.KEYED === '1' ? { key: (job: { data: unknown }) => (job.data as StepData).orderId } : {}),
+  // FINGERPRINT=order: the intent is the order, not the data its steps update (jobs.md).
+  ...(env.FINGERPRINT === 'order'
+    ? { fingerprint: (job: { data: unknown }) => ({ orderId: (job.data as StepData).orderId }) }
+    : {}),
   ...(env.ONE_COMMIT === '1' ? { oneCommit: true } : {}),
   ...(env.ISOLATION ? { isolationLevel: env.ISOLATION as 'SERIALIZABLE' } : {}),
 };

@@ -46,7 +46,14 @@ onRedis('adversary 55: a keyed step job enqueued twice', () => {
   });
 
   it("a second job of the order, between the first one's steps, does not run step one again", async () => {
-    await adv.startWorker({ MODE: 'steps', QUEUE: 'twice', KEYED: '1', STEP_DELAY_MS: '4000' });
+    // Its intent is the order (jobs.md: a step job that updates its data gives fingerprint).
+    await adv.startWorker({
+      MODE: 'steps',
+      QUEUE: 'twice',
+      KEYED: '1',
+      FINGERPRINT: 'order',
+      STEP_DELAY_MS: '4000',
+    });
     const { queue } = adv.queueOf('twice');
     const first = await queue.add('order', { orderId: 'twice-1' });
     // The first job's step one committed; it waits in the delayed set for its second step.

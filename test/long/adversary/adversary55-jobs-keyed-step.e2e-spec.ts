@@ -57,8 +57,11 @@ onRedis('adversary 55: a keyed step job', () => {
     expect(await adv.steps('plain-1')).toEqual(['first', 'second']);
   });
 
-  it('keyed by its order, its next step goes on (jobs.md: "its next run goes on")', async () => {
-    const worker = await adv.startWorker({
+  it('keyed by its order, its data compared: the next step is refused, saying what to give', async () => {
+    // Failed with the words of requests ("a different request (method, path or body)"): a
+    // key of the app's compares the job's data, which the step idiom changes; the refusal
+    // now says so and names the option (jobs.md, "Its key").
+    await adv.startWorker({
       MODE: 'steps',
       QUEUE: 'steps-keyed',
       KEYED: '1',
@@ -67,14 +70,27 @@ onRedis('adversary 55: a keyed step job', () => {
     const { queue } = adv.queueOf('steps-keyed');
     const job = await queue.add('order', { orderId: 'keyed-1' }, { attempts: 3 });
     const end = await settled(queue, job.id!);
-    // Fails: 'failed', "@IdempotentJob() on StepsProcessor.run: This idempotency key was
-    // already used with a different request (method, path or body)…", step one committed and
-    // step two never run.
+    expect(end.state).toBe('failed');
+    expect(end.failedReason).toContain('give fingerprint: (job) => the part of its data');
+    expect(await adv.steps('keyed-1')).toEqual(['first']);
+  });
+
+  it('keyed by its order with fingerprint: its intent, its next step goes on', async () => {
+    const worker = await adv.startWorker({
+      MODE: 'steps',
+      QUEUE: 'steps-keyed-intent',
+      KEYED: '1',
+      FINGERPRINT: 'order',
+      STEP_DELAY_MS: '300',
+    });
+    const { queue } = adv.queueOf('steps-keyed-intent');
+    const job = await queue.add('order', { orderId: 'keyed-2' }, { attempts: 3 });
+    const end = await settled(queue, job.id!);
     expect({ state: end.state, reason: end.failedReason }).toEqual({
       state: 'completed',
       reason: undefined,
     });
-    expect(await adv.steps('keyed-1')).toEqual(['first', 'second']);
-    expect(worker.output()).toContain('ran steps-keyed');
+    expect(await adv.steps('keyed-2')).toEqual(['first', 'second']);
+    expect(worker.output()).toContain('ran steps-keyed-intent');
   });
 });
