@@ -6,7 +6,7 @@
  * `job.updateData`s the next step, `job.moveToDelayed(now + STEP_DELAY_MS, token)` and throws
  * `DelayedError`; step `second` inserts its row and returns. KEYED=1 keys it by
  * `data.orderId`; LEASE_MS sets `leaseMs`, ONE_COMMIT=1 `oneCommit`; CONCURRENCY the worker's
- * concurrency (1 by default).
+ * concurrency (1 by default); FAIL_SECOND=1 fails step two for good (`UnrecoverableError`).
  *
  * OUTAGE=1: the database goes down as step one ends (after the job moved itself, before its
  * step commits): through ADMIN_URL (the server's maintenance database) its database refuses
@@ -20,7 +20,7 @@ import { Module } from '@nestjs/common';
 import { ModuleRef, NestFactory } from '@nestjs/core';
 import { BullModule, Processor, WorkerHost } from '@nestjs/bullmq';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { DelayedError, type Job } from 'bullmq';
+import { DelayedError, type Job, UnrecoverableError } from 'bullmq';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import {
@@ -82,6 +82,9 @@ class StepsProcessor extends WorkerHost {
   async run(job: Job<StepData>, token?: string) {
     const step = job.data.step ?? 'first';
     console.log(`ran ${queueName} ${job.id} ${step}`);
+    if (step === 'second' && env.FAIL_SECOND === '1') {
+      throw new UnrecoverableError(`step two of ${job.data.orderId} refused`);
+    }
     const data = this.moduleRef.get(DataSource, { strict: false });
     await data.query('INSERT INTO steps (order_id, step) VALUES ($1, $2)', [
       job.data.orderId,
