@@ -43,8 +43,9 @@ export function IdempotentJob(options: IdempotentJobOptions = {}): MethodDecorat
         const { UnrecoverableError } = await bullmqErrors();
         throw new UnrecoverableError(new IdempotentJobUnboundError(where).message);
       }
-      return runner.run(where, options, job as never, token, () =>
-        Promise.resolve(process.call(this, job, token)),
+      // The job its run gives it: the same, but for the moves that end a step (see job-steps).
+      return runner.run(where, options, job as never, token, (stepped) =>
+        Promise.resolve(process.call(this, stepped as JobLike, token)),
       );
     };
     // Named as the method it stands for (stack traces, Nest's scanners).

@@ -28,6 +28,7 @@ import { type RequestTransaction } from '../transaction/request-transaction.js';
 import {
   IdempotencyKeyInProgressError,
   IdempotencyKeyMismatchError,
+  IdempotencyLeaseLostError,
   IdempotencyResponseTooLargeError,
   IdempotencyStoredResponseUnreadableError,
   RetryLaterError,
@@ -45,7 +46,7 @@ import { classMethods } from '../routes/class-methods.js';
 import { decodeJobResult, encodeJobResult, isJobResult } from './job-answer.js';
 import { afterJobError, isJobStep } from './job-failure.js';
 import { jobIdentity, jobKeyOf, jobTenant } from './job-key.js';
-import { STEP_LOST, STEP_OWNER, stepHold } from './job-steps.js';
+import { STEP_LOST, STEP_OWNER, stepHold, steppedJob } from './job-steps.js';
 import { type JobLike } from './job-like.js';
 import { bindJobClass, bindJobs } from './job-registry.js';
 import {
@@ -125,7 +126,7 @@ export class IdempotentJobs implements OnModuleInit {
     options: IdempotentJobOptions,
     job: JobLike,
     token: string | undefined,
-    work: () => Promise<unknown>,
+    work: (job: JobLike) => Promise<unknown>,
   ): Promise<unknown> {
     const errors = await bullmqErrors();
     try {
@@ -155,13 +156,39 @@ export class IdempotentJobs implements OnModuleInit {
    * ended, fenced; the job's next run takes the key over. A step that cannot commit (its lease
    * lost, the database gone) is rolled back and said: the job's data may say it was done.
    */
+  /**
+   * Commits the job's step as it moves itself on: its work with its key unfinished, its lease
+   * ended and the job named its owner, fenced. Throws where it could not (the move is then
+   * refused, and the job never goes on without its step).
+   */
+  private async commitStep(
+    context: IdempotencyContext,
+    transaction: RequestTransaction,
+    job: JobLike,
+  ): Promise<void> {
+    const claim = context.claim!;
+    const kept = await transaction.commitWith({
+      name: RELEASE_JOB_STEP.name,
+      text: RELEASE_JOB_STEP.text,
+      values: [
+        claim.tenantId,
+        claim.key,
+        claim.lockVersion,
+        claim.claimId,
+        STEP_OWNER,
+        jobIdentity(job),
+      ],
+    });
+    if (!kept) throw new IdempotencyLeaseLostError();
+  }
+
   private async keepStep(
     context: IdempotencyContext,
     where: string,
     transaction: RequestTransaction,
     job: JobLike,
     fingerprint: Buffer,
-  ): Promise<void> {
+  ): Promise<boolean> {
     const claim = context.claim!;
     let why: string;
     try {
@@ -177,7 +204,7 @@ export class IdempotentJobs implements OnModuleInit {
           jobIdentity(job),
         ],
       });
-      if (kept) return;
+      if (kept) return true;
       why = 'its key is another worker’s now';
     } catch (error) {
       await transaction.rollback();
@@ -193,6 +220,7 @@ export class IdempotentJobs implements OnModuleInit {
           `the lost step of job ${claim.key} (${where}) could not be noted: ${messageOf(error)}`,
         ),
       );
+    return false;
   }
 
   /**
@@ -213,7 +241,7 @@ export class IdempotentJobs implements OnModuleInit {
     where: string,
     options: IdempotentJobOptions,
     job: JobLike,
-    work: () => Promise<unknown>,
+    work: (job: JobLike) => Promise<unknown>,
   ): Promise<unknown> {
     const { key: keyOf, fingerprint: intentOf, route } = this.settingsOf(where, options);
     const reading = jobKeyOf(job, keyOf);
@@ -295,13 +323,22 @@ export class IdempotentJobs implements OnModuleInit {
     const stopHeartbeat = route.heartbeat
       ? this.tools.renewals.heartbeat(store, claimed.claim, transaction)
       : undefined;
+    /** Its step, committed as the job moves itself on (see `steppedJob`), once. */
+    let step: Promise<void> | undefined;
+    const commitStep = () => {
+      stopHeartbeat?.();
+      step ??= this.commitStep(context, transaction, job);
+      return step;
+    };
+    // Its data written once its work committed (see `steppedJob`).
+    const stepped = steppedJob(job, commitStep, () => transaction.begun && !transaction.ended);
     let result: unknown;
     try {
       result = await idempotencyStorage.run(context, () =>
         transactionScope.run(transaction, () => {
           // From here its database work joins the job's transaction (`atomic`).
           context.startHandler();
-          return work();
+          return work(stepped.job);
         }),
       );
     } catch (error) {
@@ -309,8 +346,13 @@ export class IdempotentJobs implements OnModuleInit {
       if (isJobStep(error)) {
         // The job moved itself (BullMQ's steps: `moveToDelayed` then `DelayedError`, and the
         // like): not done, but what it did stands, as without the library. Its work commits
-        // with its key unfinished, and its next run takes the key over.
-        await this.keepStep(context, where, transaction, job, fingerprint);
+        // with its key unfinished (as it moved, where it moved through the job), and its
+        // next run takes the key over. Moved another way (`worker.rateLimit()`), it commits
+        // now, and a step that cannot is noted on its key (see `keepStep`).
+        if (step) await step.catch(() => undefined);
+        else if (await this.keepStep(context, where, transaction, job, fingerprint)) {
+          await stepped.flush();
+        }
         throw error;
       }
       // Nothing of a failed job is kept: its work rolled back, its key given back (its
@@ -336,7 +378,11 @@ export class IdempotentJobs implements OnModuleInit {
       : await commitAnswer(tools, context, fingerprint, answer, false);
     // Kept: the result as BullMQ keeps it (its JSON), the same on every replay; or the
     // library's refusal kept in its place (a result too large).
-    if (stored === answer || stored === tooLarge) return resultOf(stored);
+    if (stored === answer || stored === tooLarge) {
+      // Its data as the job left it, now that its work committed.
+      await stepped.flush();
+      return resultOf(stored);
+    }
     // Not kept, nothing committed: the library's answer says why.
     // The database's words where it gave them (a statement that failed, a constraint checked
     // at COMMIT), else the library's.

@@ -13,4 +13,6 @@ export interface JobLike {
   readonly opts?: { readonly jobId?: string };
   /** Moves the active job to the delayed set (its lock's `token`): no attempt is counted. */
   moveToDelayed(timestamp: number, token?: string): Promise<void>;
+  /** Moves it to wait for its children (BullMQ's flows); false when none is left to wait for. */
+  moveToWaitingChildren?(token: string, options?: object): Promise<boolean>;
 }

@@ -5,7 +5,7 @@ export interface JobRunner {
     options: object,
     job: never,
     token: string | undefined,
-    work: () => Promise<unknown>,
+    work: (job: object) => Promise<unknown>,
   ): Promise<unknown>;
 }
 

@@ -8,8 +8,8 @@
  * `data.orderId`; LEASE_MS sets `leaseMs`, ONE_COMMIT=1 `oneCommit`; CONCURRENCY the worker's
  * concurrency (1 by default); FAIL_SECOND=1 fails step two for good (`UnrecoverableError`).
  *
- * OUTAGE=1: the database goes down as step one ends (after the job moved itself, before its
- * step commits): through ADMIN_URL (the server's maintenance database) its database refuses
+ * OUTAGE=1: the database goes down as step one ends, after the job moved itself;
+ * OUTAGE=before-move: after its updateData, before its move (its step's commit meets it): through ADMIN_URL (the server's maintenance database) its database refuses
  * new connections and the worker's sessions are ended; the worker prints `outage` and the test brings
  * it back (`ALLOW_CONNECTIONS true`).
  *
@@ -51,7 +51,10 @@ const stepOptions: IdempotentJobOptions = {
 };
 
 /** Its database refuses connections, and its sessions end: an outage, as the step commits. */
+let outageDone = false;
+
 async function outage(): Promise<void> {
+  outageDone = true;
   const name = new URL(env.DATABASE_URL!).pathname.slice(1);
   const admin = new Client({ connectionString: env.ADMIN_URL });
   await admin.connect();
@@ -92,8 +95,10 @@ class StepsProcessor extends WorkerHost {
     ]);
     if (step === 'first') {
       await job.updateData({ ...job.data, step: 'second' });
+      // Once: the run after it (step one again, its move refused) meets the database back.
+      if (env.OUTAGE === 'before-move' && !outageDone) await outage();
       await job.moveToDelayed(Date.now() + stepDelay, token);
-      if (env.OUTAGE === '1') await outage();
+      if (env.OUTAGE === '1' && !outageDone) await outage();
       throw new DelayedError();
     }
     return { done: job.data.orderId };

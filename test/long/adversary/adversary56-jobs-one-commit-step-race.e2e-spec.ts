@@ -26,6 +26,9 @@
  * its step commits) fails for good, saying the step did not commit.
  *
  * Severity: high (a job told done while its work is lost).
+ *
+ * Fixed: the step commits as the job moves itself, before it moved (`steppedJob`): a refused
+ * commit refuses the move, so no next run waits on the claim while the job moved on.
  */
 import { onRedis } from '../../support/job-queues.js';
 import { settled, useAdv55 } from '../../support/adv55-fixture.js';

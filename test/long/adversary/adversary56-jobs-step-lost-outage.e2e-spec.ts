@@ -26,6 +26,11 @@
  * Control: the same job, no outage, completes with both steps.
  *
  * Severity: high (a job told done while its work is lost).
+ *
+ * Fixed: a step commits as the job moves itself (`steppedJob`, lib/jobs/job-steps.ts), and the
+ * data the job gives `updateData()` meanwhile reaches BullMQ only once its work committed: an
+ * outage before the move refuses the move (the job, rolled back with its data, runs step one
+ * again once the database is back); one after it finds the step committed.
  */
 import { Client } from 'pg';
 import { until } from '../../support/brokers.js';
@@ -46,31 +51,44 @@ onRedis('adversary 56: a step lost to a database outage', () => {
     expect(await adv.steps('fine-1')).toEqual(['first', 'second']);
   });
 
-  it('a step cut by an outage is not followed by the next one (the job is not done)', async () => {
-    const worker = await adv.startWorker(
-      {
-        QUEUE: 'outage',
-        STEP_DELAY_MS: '300',
-        LEASE_MS: '3000',
-        OUTAGE: '1',
-        ADMIN_URL: adminUrl(),
-      },
-      WORKER,
-    );
-    const { queue } = adv.queueOf('outage');
-    const job = await queue.add('order', { orderId: 'outage-1' });
-    await until(() => Promise.resolve(worker.output().includes('outage')), 'the outage', 20_000);
-    await new Promise((resolve) => setTimeout(resolve, 2_000));
-    const name = adv.admin().database!;
-    const server = new Client({ connectionString: adminUrl() });
-    await server.connect();
-    await server.query(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`);
-    await server.end();
-    const end = await settled(queue, job.id!, 40_000);
-    expect(worker.output()).toContain('could not be noted');
-    const rows = await adv.steps('outage-1');
-    // Fails: 'completed' with rows ['second']: step one rolled back, nothing noted, told done.
-    expect({ state: end.state, rows }).not.toEqual({ state: 'completed', rows: ['second'] });
-    expect(end.state).not.toBe('completed');
-  }, 60_000);
+  // Its step commits as the job moves itself (`moveToDelayed`), and its data reaches BullMQ
+  // only once its work committed: an outage after the move finds the step committed; one
+  // before it refuses the move, and the job, rolled back with its data, runs step one again.
+  it.each([
+    ['after its move: the step committed as it moved', '1'],
+    [
+      'before its move: the move refused, step one run again once the database is back',
+      'before-move',
+    ],
+  ])(
+    'a step cut by an outage %s: both steps, once each',
+    async (_name, outageAt) => {
+      const queueName = `outage-${outageAt}`;
+      const worker = await adv.startWorker(
+        {
+          QUEUE: queueName,
+          STEP_DELAY_MS: '300',
+          LEASE_MS: '3000',
+          OUTAGE: outageAt,
+          ADMIN_URL: adminUrl(),
+        },
+        WORKER,
+      );
+      const { queue } = adv.queueOf(queueName);
+      const job = await queue.add('order', { orderId: queueName });
+      await until(() => Promise.resolve(worker.output().includes('outage')), 'the outage', 20_000);
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      const name = adv.admin().database!;
+      const server = new Client({ connectionString: adminUrl() });
+      await server.connect();
+      await server.query(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`);
+      await server.end();
+      const end = await settled(queue, job.id!, 40_000);
+      expect({ state: end.state, rows: await adv.steps(queueName) }).toEqual({
+        state: 'completed',
+        rows: ['first', 'second'],
+      });
+    },
+    60_000,
+  );
 });
