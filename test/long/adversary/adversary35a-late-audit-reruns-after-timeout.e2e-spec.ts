@@ -49,9 +49,13 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * Severity: critical (a handler run twice for one request; a key held and a transaction and
  * pooled connection kept for the process's life; the retry refused 409).
+ *
+ * Timings (stop 46): the timeout 250 ms, the provider's first call 400 ms, the late audit at
+ * 700 ms (after the detached handler settled, as before): with `timeout(50)` the client's
+ * retry itself ran past the timeout on CI's loaded machine (500, not 201).
  */
 let pool: Pool;
-let auditOpenMs = 300;
+let auditOpenMs = 700;
 let calls = 0;
 let charges = 0;
 let slow = true;
@@ -78,7 +82,7 @@ class AuditInterceptor implements NestInterceptor {
 @Injectable()
 class TimeoutInterceptor implements NestInterceptor {
   intercept(_context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    return next.handle().pipe(timeout(50));
+    return next.handle().pipe(timeout(250));
   }
 }
 
@@ -100,7 +104,7 @@ class PaymentsController {
       [body.ref],
     );
     // The payment provider: slow for the first call.
-    await sleep(slow ? 150 : 0);
+    await sleep(slow ? 400 : 0);
     slow = false;
     charges += 1;
     return new Payment(body.ref, rows[0].id);
@@ -154,7 +158,7 @@ describe.each<AdapterName>(['express', 'fastify'])(
       charges = 0;
       slow = true;
       const first = await post();
-      await sleep(600);
+      await sleep(1000);
       const afterFirst = {
         calls,
         charges,
@@ -205,7 +209,7 @@ describe.each<AdapterName>(['express', 'fastify'])(
     });
 
     it('the audit opens slowly (subscribes after the timeout answered): the handler is not run again', async () => {
-      auditOpenMs = 300;
+      auditOpenMs = 700;
       const seen = await check(`late-${adapter}`);
       expect(seen).toEqual({
         first: { status: 500, code: undefined },
