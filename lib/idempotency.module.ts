@@ -5,6 +5,7 @@ import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { PhaseRunner } from './phases/phase-runner.service.js';
 import { ReplayCache } from './answer/replay-cache.js';
 import { IdempotentJobs } from './jobs/idempotent-jobs.service.js';
+import { IdempotentTasks } from './tasks/idempotent-tasks.service.js';
 import { ProcessedMessages } from './processed-messages.service.js';
 import { IdempotencyPurger } from './idempotency-purger.service.js';
 import {
@@ -104,6 +105,7 @@ const defaultClaimStoreProvider: Provider = {
     IdempotencyPurger,
     GraphqlReplayMarker,
     IdempotentJobs,
+    IdempotentTasks,
   ],
   exports: [
     RESOLVED_IDEMPOTENCY_OPTIONS,
@@ -119,6 +121,7 @@ const defaultClaimStoreProvider: Provider = {
     ProcessedMessages,
     IdempotencyPurger,
     IdempotentJobs,
+    IdempotentTasks,
   ],
 })
 export class IdempotencyModule extends ConfigurableModuleClass {}

@@ -14,6 +14,11 @@ export { IdempotentJob } from './jobs/idempotent-job.decorator.js';
 export { type IdempotentJobOptions } from './jobs/idempotent-job.options.js';
 export { type JobLike } from './jobs/job-like.js';
 export { IdempotentJobs } from './jobs/idempotent-jobs.service.js';
+export { IdempotentTask } from './tasks/idempotent-task.decorator.js';
+export { type IdempotentTaskOptions } from './tasks/idempotent-task.options.js';
+export { IdempotentTasks } from './tasks/idempotent-tasks.service.js';
+export { currentTick, type TaskTick } from './tasks/task-tick.js';
+export { IdempotentTaskUnboundError, IdempotentTaskUnscheduledError } from './tasks/task-errors.js';
 export {
   IdempotentJobUnboundError,
   JobAnswerRefusedError,

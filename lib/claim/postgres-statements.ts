@@ -366,3 +366,17 @@ export const PURGE_MESSAGE_FAILURES_BATCH = {
   WHERE last_failed_at < now() - $1 * interval '1 millisecond'
   LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 };
+
+/**
+ * A scheduled task's ticks left unfinished and unleased (their replica died mid-tick, or the
+ * tick failed after a phase committed), oldest first: `$2` is the key of the oldest slot still
+ * resumed (keys are their slots' ISO times, which sort as the times do), so the primary key's
+ * range is read, never the task's whole history.
+ */
+export const UNFINISHED_TICKS = {
+  name: 'idempotency_unfinished_ticks_v1',
+  text: `SELECT key FROM idempotency_keys
+WHERE tenant_id = $1 AND key >= $2 AND key < $3 AND state = 'started'
+  AND (locked_until IS NULL OR locked_until < clock_timestamp())
+ORDER BY key LIMIT $4`,
+};

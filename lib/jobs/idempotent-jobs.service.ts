@@ -23,7 +23,11 @@ import { IdempotencyContext } from '../transaction/idempotency-context.js';
 import { idempotencyStorage } from '../transaction/idempotency-context.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { commitAnswer } from '../transaction/commit-answer.js';
-import { type OwnerTools, rollBackAndRelease } from '../transaction/owner-tools.js';
+import {
+  headlessOwnerTools,
+  type OwnerTools,
+  rollBackAndRelease,
+} from '../transaction/owner-tools.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
 import {
   IdempotencyKeyInProgressError,
@@ -77,19 +81,15 @@ export class IdempotentJobs implements OnModuleInit {
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
   ) {
-    this.tools = {
+    // A job's record is read from the database each time: BullMQ's own state says most
+    // duplicates apart, and the replay cache is the HTTP retries'.
+    this.tools = headlessOwnerTools(
       options,
-      logger: this.logger,
-      renewals: new LeaseRenewals(this.logger),
-      problem: (error) => problemResponse(error),
-      toHttp: () => {
-        throw new Error('a job has no HTTP answer');
-      },
-      // A job's record is read from the database each time: BullMQ's own state says most
-      // duplicates apart, and the replay cache is the HTTP retries'.
-      remember: () => undefined,
-      adapterType: () => 'bullmq',
-    };
+      this.logger,
+      new LeaseRenewals(this.logger),
+      (error) => problemResponse(error),
+      'bullmq',
+    );
   }
 
   /**

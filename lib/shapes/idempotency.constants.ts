@@ -139,3 +139,5 @@ export const START_RECOVERY_POINT = 'start';
  * CLI's `keys show "" <key>` names it too, since no tenant id is empty.
  */
 export const GLOBAL_KEYS_TENANT = '0';
+/** `@IdempotentTask()`'s options, on the scheduled method. */
+export const IDEMPOTENT_TASK_OPTIONS = 'idempotency:task-options';

@@ -66,3 +66,28 @@ export async function rollBackAndRelease(
   await releaseQuietly(tools, context, forget);
   publish('released', () => ({ ...eventOf(context), reason }));
 }
+
+/**
+ * The tools of a run that has no HTTP answer (a BullMQ job, a scheduled tick): its record is
+ * read from the database each time (the replay cache is HTTP retries'), and the library's
+ * refusals are its problem documents. `adapter` names the transport in late-answer logs.
+ */
+export function headlessOwnerTools(
+  options: ResolvedIdempotencyOptions,
+  logger: Logger,
+  renewals: LeaseRenewals,
+  problem: (error: IdempotencyError) => StoredResponse,
+  adapter: string,
+): OwnerTools {
+  return {
+    options,
+    logger,
+    renewals,
+    problem,
+    toHttp: () => {
+      throw new Error(`a ${adapter} run has no HTTP answer`);
+    },
+    remember: () => undefined,
+    adapterType: () => adapter,
+  };
+}

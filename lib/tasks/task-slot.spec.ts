@@ -1,0 +1,42 @@
+import { cronSlot, intervalSlot, slotKey } from './task-slot.js';
+
+/** A schedule firing every `every` ms from `offset` (as a cron expression would). */
+const every =
+  (everyMs: number, offset = 0) =>
+  (from: number) =>
+    Math.floor((from - offset) / everyMs) * everyMs + everyMs + offset;
+
+describe('intervalSlot', () => {
+  it.each([
+    ['at a window start', 10_000, 1_000, 10_000],
+    ['inside a window', 10_999, 1_000, 10_000],
+    ['the next window', 11_000, 1_000, 11_000],
+    ['a wide window', 125_000, 60_000, 120_000],
+  ])('%s', (_name, now, ms, slot) => {
+    expect(intervalSlot(now, ms)).toBe(slot);
+  });
+});
+
+describe('cronSlot', () => {
+  it.each([
+    ['fired on time, each second', 5_000, every(1_000), 5_000],
+    ['fired late, within its second', 5_430, every(1_000), 5_000],
+    ['fired late past the next time: that one', 6_020, every(1_000), 6_000],
+    ['a minute schedule, late', 60_000 * 7 + 12, every(60_000), 60_000 * 7],
+    ['a daily schedule', 86_400_000 * 3 + 5, every(86_400_000), 86_400_000 * 3],
+    ['an offset schedule', 10_250, every(1_000, 200), 10_200],
+    ['a yearly schedule', 400 * 86_400_000, every(365 * 86_400_000), 365 * 86_400_000],
+  ])('%s', (_name, now, next, slot) => {
+    expect(cronSlot(now, next)).toBe(slot);
+  });
+
+  it('has no slot for a schedule whose only time is later', () => {
+    expect(cronSlot(1_000, () => 50_000)).toBeUndefined();
+  });
+});
+
+describe('slotKey', () => {
+  it('is the slot in ISO 8601', () => {
+    expect(slotKey(Date.UTC(2026, 11, 4, 21, 40))).toBe('2026-12-04T21:40:00.000Z');
+  });
+});
