@@ -320,12 +320,15 @@ export const TOUCH_MESSAGE = {
  * A job's step, committed with its work (a BullMQ job that moved itself to the delayed set
  * and threw `DelayedError`): the key stays unfinished and its lease ends, fenced, and the job
  * is named its owner (`$5`, a phase result of the library's, `$6` the job): its next run
- * takes the key over and goes on; another job of the key waits for it (see lib/jobs).
+ * takes the key over and goes on; another job of the key waits for it (see lib/jobs). `$8`:
+ * the data the job's step leaves (`{ data }`, under `$7`), kept with it for a next run whose
+ * worker died before BullMQ had it; NULL where BullMQ has it.
  */
 export const RELEASE_JOB_STEP = {
-  name: 'idempotency_release_job_step_v2',
+  name: 'idempotency_release_job_step_v3',
   text: `UPDATE idempotency_keys SET locked_until = NULL,
-  phase_results = phase_results || jsonb_build_object($5::text, to_jsonb($6::text))
+  phase_results = (phase_results - $7::text) || jsonb_build_object($5::text, to_jsonb($6::text))
+    || CASE WHEN $8::jsonb IS NULL THEN '{}'::jsonb ELSE jsonb_build_object($7::text, $8::jsonb) END
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
 };
 

@@ -50,7 +50,16 @@ import { classMethods } from '../routes/class-methods.js';
 import { decodeJobResult, encodeJobResult, isJobResult } from './job-answer.js';
 import { afterJobError, isJobStep } from './job-failure.js';
 import { jobIdentity, jobKeyOf, jobTenant } from './job-key.js';
-import { STEP_LOST, STEP_OWNER, stepHold, steppedJob } from './job-steps.js';
+import {
+  dataToRestore,
+  type HeldData,
+  STEP_DATA,
+  STEP_LOST,
+  STEP_OWNER,
+  stepHold,
+  stepJob,
+  type SteppedJob,
+} from './job-steps.js';
 import { type JobLike } from './job-like.js';
 import { bindJobClass, bindJobs } from './job-registry.js';
 import {
@@ -165,20 +174,9 @@ export class IdempotentJobs implements OnModuleInit {
     context: IdempotencyContext,
     transaction: RequestTransaction,
     job: JobLike,
+    held: HeldData,
   ): Promise<void> {
-    const claim = context.claim!;
-    const kept = await transaction.commitWith({
-      name: RELEASE_JOB_STEP.name,
-      text: RELEASE_JOB_STEP.text,
-      values: [
-        claim.tenantId,
-        claim.key,
-        claim.lockVersion,
-        claim.claimId,
-        STEP_OWNER,
-        jobIdentity(job),
-      ],
-    });
+    const kept = await transaction.commitWith(stepStatement(context, job, held));
     if (!kept) throw new IdempotencyLeaseLostError();
   }
 
@@ -188,22 +186,12 @@ export class IdempotentJobs implements OnModuleInit {
     transaction: RequestTransaction,
     job: JobLike,
     fingerprint: Buffer,
+    held: HeldData,
   ): Promise<boolean> {
     const claim = context.claim!;
     let why: string;
     try {
-      const kept = await transaction.commitWith({
-        name: RELEASE_JOB_STEP.name,
-        text: RELEASE_JOB_STEP.text,
-        values: [
-          claim.tenantId,
-          claim.key,
-          claim.lockVersion,
-          claim.claimId,
-          STEP_OWNER,
-          jobIdentity(job),
-        ],
-      });
+      const kept = await transaction.commitWith(stepStatement(context, job, held));
       if (kept) return true;
       why = 'its key is another worker’s now';
     } catch (error) {
@@ -320,25 +308,75 @@ export class IdempotentJobs implements OnModuleInit {
         ? new JobStepLostError(where, held.why)
         : new IdempotencyKeyInProgressError(1);
     }
+    // Its data as its last step committed it, where its worker died before BullMQ had it.
+    const restore = dataToRestore(claimed.claim.phaseResults, jobIdentity(job), (kept) =>
+      sameData(kept, job.data),
+    );
+    if (restore) {
+      try {
+        await job.updateData?.(restore.data);
+      } catch (error) {
+        await rollBackAndRelease(tools, context, 'job_failed');
+        throw error;
+      }
+    }
     const stopHeartbeat = route.heartbeat
       ? this.tools.renewals.heartbeat(store, claimed.claim, transaction)
       : undefined;
-    /** Its step, committed as the job moves itself on (see `steppedJob`), once. */
+    /** Its step, committed as the job moves itself on (see `stepJob`), once. */
     let step: Promise<void> | undefined;
-    const commitStep = () => {
+    const commitStep = (data: HeldData) => {
       stopHeartbeat?.();
-      step ??= this.commitStep(context, transaction, job);
+      step ??= this.commitStep(context, transaction, job, data);
       return step;
     };
-    // Its data written once its work committed (see `steppedJob`).
-    const stepped = steppedJob(job, commitStep, () => transaction.begun && !transaction.ended);
+    // Its data written once its work committed, its moves committing its steps: in place, so
+    // that the job a request-scoped consumer gets (`JOB_REF`) is stepped too (see `stepJob`).
+    const stepped = stepJob(
+      job,
+      commitStep,
+      () => transaction.begun && !transaction.ended,
+      (moved) =>
+        void moved.catch((error: unknown) =>
+          this.logger.error(
+            `a step of job ${job.id} (${where}) did not commit after the job moved to wait ` +
+              `for its children: its work was rolled back, and its next run does it again ` +
+              `(BullMQ keeps its data of the step before): ${messageOf(error)}`,
+          ),
+        ),
+    );
+    try {
+      return await this.runStepped(where, job, work, {
+        context,
+        transaction,
+        tools,
+        stepped,
+        fingerprint,
+        stopHeartbeat,
+        step: () => step,
+        refusal: () => refusal,
+        route,
+      });
+    } finally {
+      stepped.release();
+    }
+  }
+
+  /** The rest of `runOnce`, once the job is stepped (see `stepJob`). */
+  private async runStepped(
+    where: string,
+    job: JobLike,
+    work: (job: JobLike) => Promise<unknown>,
+    run: SteppedRun,
+  ): Promise<unknown> {
+    const { context, transaction, tools, stepped, fingerprint, stopHeartbeat, route } = run;
     let result: unknown;
     try {
       result = await idempotencyStorage.run(context, () =>
         transactionScope.run(transaction, () => {
           // From here its database work joins the job's transaction (`atomic`).
           context.startHandler();
-          return work(stepped.job);
+          return work(job);
         }),
       );
     } catch (error) {
@@ -349,8 +387,11 @@ export class IdempotentJobs implements OnModuleInit {
         // with its key unfinished (as it moved, where it moved through the job), and its
         // next run takes the key over. Moved another way (`worker.rateLimit()`), it commits
         // now, and a step that cannot is noted on its key (see `keepStep`).
+        const step = run.step();
         if (step) await step.catch(() => undefined);
-        else if (await this.keepStep(context, where, transaction, job, fingerprint)) {
+        else if (
+          await this.keepStep(context, where, transaction, job, fingerprint, stepped.held())
+        ) {
           await stepped.flush();
         }
         throw error;
@@ -386,7 +427,7 @@ export class IdempotentJobs implements OnModuleInit {
     // Not kept, nothing committed: the library's answer says why.
     // The database's words where it gave them (a statement that failed, a constraint checked
     // at COMMIT), else the library's.
-    const cause = (refusal as { cause?: unknown } | undefined)?.cause;
+    const cause = (run.refusal() as { cause?: unknown } | undefined)?.cause;
     const detail = cause instanceof Error ? cause.message : problemDetail(stored);
     const why = `the job's result was not kept, nothing of it committed: ${detail}`;
     // The database failed, or another worker owns the key: the job comes back later, and
@@ -398,6 +439,43 @@ export class IdempotentJobs implements OnModuleInit {
     // attempts.
     throw new Error(why);
   }
+}
+
+/** What `runStepped` goes on with. */
+interface SteppedRun {
+  context: IdempotencyContext;
+  transaction: RequestTransaction;
+  tools: OwnerTools;
+  stepped: SteppedJob;
+  fingerprint: Buffer;
+  stopHeartbeat: (() => void) | undefined;
+  /** Its step's commit, once it began. */
+  step(): Promise<void> | undefined;
+  /** The library's refusal of its answer, with its cause. */
+  refusal(): Error | undefined;
+  route: ResolvedJobOptions['route'];
+}
+
+/**
+ * The statement that commits a job's step (see `RELEASE_JOB_STEP`): its lease ended, the job
+ * named the key's owner, and its held data kept with it (or none: BullMQ has its data).
+ */
+function stepStatement(context: IdempotencyContext, job: JobLike, held: HeldData) {
+  const claim = context.claim!;
+  return {
+    name: RELEASE_JOB_STEP.name,
+    text: RELEASE_JOB_STEP.text,
+    values: [
+      claim.tenantId,
+      claim.key,
+      claim.lockVersion,
+      claim.claimId,
+      STEP_OWNER,
+      jobIdentity(job),
+      STEP_DATA,
+      held ? JSON.stringify(held) : null,
+    ],
+  };
 }
 
 /** The detail of the library's answer (its problem), or its text. */
@@ -424,6 +502,15 @@ function resultOf(stored: StoredResponse): unknown {
 /** The library's answers that say "nothing kept, come back": 409 and 503. */
 function passingStatus(status: number): boolean {
   return status === 409 || status === 503;
+}
+
+/** Whether two jobs' data are the same JSON (a jsonb round trip orders their keys). */
+function sameData(kept: unknown, data: unknown): boolean {
+  try {
+    return canonicalizeValue(kept ?? null) === canonicalizeValue(data ?? null);
+  } catch {
+    return false;
+  }
 }
 
 function messageOf(error: unknown): string {

@@ -13,6 +13,8 @@ export interface JobLike {
   readonly opts?: { readonly jobId?: string };
   /** Moves the active job to the delayed set (its lock's `token`): no attempt is counted. */
   moveToDelayed(timestamp: number, token?: string): Promise<void>;
+  /** Replaces its data in BullMQ (and on the object). */
+  updateData?(data: unknown): Promise<void>;
   /** Moves it to wait for its children (BullMQ's flows); false when none is left to wait for. */
   moveToWaitingChildren?(token: string, options?: object): Promise<boolean>;
 }

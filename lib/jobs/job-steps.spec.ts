@@ -1,4 +1,4 @@
-import { STEP_LOST, STEP_OWNER, stepHold } from './job-steps.js';
+import { dataToRestore, STEP_DATA, STEP_LOST, STEP_OWNER, stepHold, stepJob } from './job-steps.js';
 
 describe('stepHold', () => {
   it.each([
@@ -13,5 +13,125 @@ describe('stepHold', () => {
     ],
   ] as const)('%s', (_name, results, hold) => {
     expect(stepHold(results, '7@100')).toEqual(hold);
+  });
+});
+
+describe('dataToRestore', () => {
+  const same = (value: unknown) => (kept: unknown) =>
+    JSON.stringify(kept) === JSON.stringify(value);
+  it.each([
+    ['no step data kept', { [STEP_OWNER]: '7@100' }, { step: 1 }, undefined],
+    [
+      'its own step’s data, which BullMQ does not have: given back',
+      { [STEP_OWNER]: '7@100', [STEP_DATA]: { data: { step: 2 } } },
+      { step: 1 },
+      { data: { step: 2 } },
+    ],
+    [
+      'its own step’s data, which BullMQ has',
+      { [STEP_OWNER]: '7@100', [STEP_DATA]: { data: { step: 2 } } },
+      { step: 2 },
+      undefined,
+    ],
+    [
+      'another job’s step data (a key of the app’s): never',
+      { [STEP_OWNER]: '8@200', [STEP_DATA]: { data: { step: 2 } } },
+      { step: 1 },
+      undefined,
+    ],
+    ['no owner (released): never', { [STEP_DATA]: { data: { step: 2 } } }, { step: 1 }, undefined],
+    [
+      'data that was null',
+      { [STEP_OWNER]: '7@100', [STEP_DATA]: { data: null } },
+      { step: 1 },
+      { data: null },
+    ],
+  ] as const)('%s', (_name, results, data, restored) => {
+    expect(dataToRestore(results, '7@100', same(data))).toEqual(restored);
+  });
+});
+
+describe('stepJob', () => {
+  /** A job as BullMQ's: its methods on its prototype, each call recorded. */
+  class FakeJob {
+    data: unknown = { step: 1 };
+    calls: string[] = [];
+    children = true;
+    updateData(data: unknown) {
+      this.calls.push(`updateData ${JSON.stringify(data)}`);
+      this.data = data;
+      return Promise.resolve();
+    }
+    moveToDelayed() {
+      this.calls.push('moveToDelayed');
+      return Promise.resolve();
+    }
+    moveToWaitingChildren() {
+      this.calls.push(`moveToWaitingChildren ${this.children}`);
+      return Promise.resolve(this.children);
+    }
+  }
+  const stepped = (job: FakeJob, pending = true) => {
+    const commits: unknown[] = [];
+    const moved: Promise<void>[] = [];
+    const run = stepJob(
+      job,
+      (held) => {
+        commits.push(held);
+        job.calls.push('commit');
+        return Promise.resolve();
+      },
+      () => pending,
+      (step) => moved.push(step),
+    );
+    return { run, commits, moved };
+  };
+
+  it('holds updateData while the work is uncommitted; moveToDelayed commits it first', async () => {
+    const job = new FakeJob();
+    const { commits } = stepped(job);
+    await job.updateData({ step: 2 });
+    expect(job.data).toEqual({ step: 2 });
+    await job.moveToDelayed();
+    expect(commits).toEqual([{ data: { step: 2 } }]);
+    expect(job.calls).toEqual(['commit', 'updateData {"step":2}', 'moveToDelayed']);
+  });
+
+  it('moveToWaitingChildren that moves: the step commits after, with its held data', async () => {
+    const job = new FakeJob();
+    const { commits, moved } = stepped(job);
+    await job.updateData({ step: 2 });
+    expect(await job.moveToWaitingChildren()).toBe(true);
+    expect(moved).toHaveLength(1);
+    expect(commits).toEqual([{ data: { step: 2 } }]);
+    expect(job.calls).toEqual(['moveToWaitingChildren true', 'commit', 'updateData {"step":2}']);
+  });
+
+  it('moveToWaitingChildren with no child pending: nothing commits, the job goes on', async () => {
+    const job = new FakeJob();
+    job.children = false;
+    const { commits, moved } = stepped(job);
+    await job.updateData({ step: 2 });
+    expect(await job.moveToWaitingChildren()).toBe(false);
+    expect(commits).toEqual([]);
+    expect(moved).toEqual([]);
+    expect(job.calls).toEqual(['moveToWaitingChildren false']);
+  });
+
+  it('writes updateData at once where no work is pending', async () => {
+    const job = new FakeJob();
+    stepped(job, false);
+    await job.updateData({ step: 3 });
+    expect(job.calls).toEqual(['updateData {"step":3}']);
+  });
+
+  it('gives the job its own methods back', async () => {
+    const job = new FakeJob();
+    const { run, commits } = stepped(job);
+    run.release();
+    expect(Object.getOwnPropertyNames(job)).not.toContain('updateData');
+    await job.updateData({ step: 4 });
+    await job.moveToDelayed();
+    expect(commits).toEqual([]);
   });
 });

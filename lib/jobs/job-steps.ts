@@ -24,67 +24,125 @@ export function stepHold(
   return undefined;
 }
 
-/** The moves a job makes to end a step: it goes on in a later run (BullMQ's step idiom). */
-const STEP_MOVES = new Set(['moveToDelayed', 'moveToWaitingChildren']);
+/**
+ * The job's data as its last committed step left it (`{ data }`), kept with the step: BullMQ
+ * gets it only after the step committed, and a worker that died in between leaves BullMQ the
+ * data of the step before, which the job's next run would do again.
+ */
+export const STEP_DATA = 'bullmq:step-data';
 
-/** The job a run hands its processor (see `steppedJob`), and what the run does with it. */
-export interface SteppedJob<J> {
-  job: J;
+/**
+ * The data a job's run gives back to BullMQ before it runs (a pure decision): the data its own
+ * last step committed with, where BullMQ does not have it (its worker died after the step
+ * committed, before the data was written). Never another job's (a key of the app's, between
+ * two jobs).
+ */
+export function dataToRestore(
+  results: Readonly<Record<string, unknown>>,
+  identity: string,
+  same: (kept: unknown) => boolean,
+): { data: unknown } | undefined {
+  if (results[STEP_OWNER] !== identity) return undefined;
+  const kept = results[STEP_DATA];
+  if (!kept || typeof kept !== 'object' || !('data' in kept)) return undefined;
+  return same(kept.data) ? undefined : { data: kept.data };
+}
+
+/** What the job gave `updateData()` while its work was uncommitted, held (see `stepJob`). */
+export type HeldData = { data: unknown } | undefined;
+
+/** The job's methods a run takes the place of while it runs (see `stepJob`). */
+const STEPPED = ['updateData', 'moveToDelayed', 'moveToWaitingChildren'] as const;
+
+/** A job whose run steps it (see `stepJob`), and what the run does with it. */
+export interface SteppedJob {
   /**
    * Writes the data the job gave `updateData()` while its work was uncommitted, once that
    * work committed (its step, or its result). Dropped if the work rolls back.
    */
   flush(): Promise<void>;
+  /** The data held now (see `flush`). */
+  held(): HeldData;
+  /** Gives the job its own methods back, once its run ended. */
+  release(): void;
 }
 
 /**
- * The job as its run hands it to the processor: the same job, but
+ * Steps the job for its run, in place (the processor's argument, and the same object that a
+ * request-scoped consumer gets as `JOB_REF`, or that it keeps):
  *  - `updateData()` while the job's work is uncommitted (`pending`) is held: the job sees its
  *    new data at once, and BullMQ gets it once the work committed (`flush`). BullMQ keeps a
  *    job's data at once, where the job's work commits at its end: a step recorded in the data
  *    (BullMQ's step idiom) before its work committed would be skipped by the job's retry after
  *    an error that rolled the work back;
- *  - its moves that end a step (`moveToDelayed`, `moveToWaitingChildren`) first commit the
- *    step (`commitStep`: its work with its key unfinished) and write its held data: a step
- *    that cannot commit throws from the move, before the job moved, so that the job never goes
- *    on without it (its own error: BullMQ's attempts run the step again). Once per run.
+ *  - `moveToDelayed()` first commits the step (`commitStep`: its work with its key unfinished,
+ *    its held data with it) and writes its held data: a step that cannot commit throws from
+ *    the move, before the job moved, so that the job never goes on without it (its own error:
+ *    BullMQ's attempts run the step again). Once per run;
+ *  - `moveToWaitingChildren()` moves first: where no child is pending (false) the job has not
+ *    moved and goes on, its work uncommitted; where it moved, its step commits then (a step
+ *    that cannot commit is rolled back with its held data: BullMQ still has the data of the
+ *    step before, which the job's next run does again). `afterMove` gets that commit.
  */
-export function steppedJob<J extends object>(
-  job: J,
-  commitStep: () => Promise<void>,
+export function stepJob(
+  job: object,
+  commitStep: (held: HeldData) => Promise<void>,
   pending: () => boolean,
-): SteppedJob<J> {
+  afterMove: (step: Promise<void>) => void,
+): SteppedJob {
   let committed: Promise<void> | undefined;
-  let held: { data: unknown } | undefined;
-  const update = Reflect.get(job, 'updateData') as ((data: unknown) => Promise<void>) | undefined;
+  let held: HeldData;
+  const own = (name: string) => Reflect.get(job, name) as (...args: unknown[]) => Promise<unknown>;
+  const updateData = own('updateData');
+  const moveToDelayed = own('moveToDelayed');
+  const moveToWaitingChildren = own('moveToWaitingChildren');
+  const saved = STEPPED.map((name) => [name, Object.getOwnPropertyDescriptor(job, name)] as const);
   const flush = async () => {
-    if (!held || !update) return;
+    if (!held || !updateData) return;
     const { data } = held;
     held = undefined;
-    await update.call(job, data);
+    await updateData.call(job, data);
   };
-  const stepped = new Proxy(job, {
-    get(target, property, receiver) {
-      const value: unknown = Reflect.get(target, property, receiver);
-      if (typeof value !== 'function') return value;
-      const method = value as (...args: unknown[]) => unknown;
-      if (property === 'updateData') {
-        return (data: unknown) => {
-          if (!pending()) return method.call(target, data);
-          // The job reads its new data at once, as BullMQ sets it.
-          Reflect.set(target, 'data', data);
-          held = { data };
-          return Promise.resolve();
-        };
+  const commit = () => {
+    committed ??= commitStep(held);
+    return committed;
+  };
+  const replace = (name: string, value: (...args: never[]) => Promise<unknown>) =>
+    Object.defineProperty(job, name, { value, configurable: true, writable: true });
+  if (updateData) {
+    replace('updateData', (data: unknown) => {
+      if (!pending()) return updateData.call(job, data);
+      // The job reads its new data at once, as BullMQ sets it.
+      Reflect.set(job, 'data', data);
+      held = { data };
+      return Promise.resolve();
+    });
+  }
+  if (moveToDelayed) {
+    replace('moveToDelayed', async (...args: unknown[]) => {
+      await commit();
+      await flush();
+      return moveToDelayed.apply(job, args);
+    });
+  }
+  if (moveToWaitingChildren) {
+    replace('moveToWaitingChildren', async (...args: unknown[]) => {
+      const moved = await moveToWaitingChildren.apply(job, args);
+      if (moved !== true || committed) return moved;
+      const step = commit().then(flush);
+      afterMove(step);
+      await step.catch(() => undefined);
+      return moved;
+    });
+  }
+  return {
+    flush,
+    held: () => held,
+    release: () => {
+      for (const [name, descriptor] of saved) {
+        if (descriptor) Object.defineProperty(job, name, descriptor);
+        else Reflect.deleteProperty(job, name);
       }
-      if (typeof property !== 'string' || !STEP_MOVES.has(property)) return method.bind(target);
-      return async (...args: unknown[]) => {
-        committed ??= commitStep();
-        await committed;
-        await flush();
-        return method.apply(target, args);
-      };
     },
-  });
-  return { job: stepped, flush };
+  };
 }

@@ -37,6 +37,9 @@
  *
  * Severity: critical (effects run once per attempt, outside the job's transaction; the job
  * fails with a reason that says nothing committed; its key stays held).
+ *
+ * Fixed: `moveToWaitingChildren` moves first (lib/jobs/job-steps.ts `stepJob`): where it answers
+ * false nothing commits and the job goes on in its transaction; where it moved, its step commits.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

@@ -30,6 +30,9 @@
  *
  * Severity: high (a job told done while its work is lost; the 58d50f6 fix is bypassed by
  * NestJS's own documented way to reach the job).
+ *
+ * Fixed: the run steps the job object itself, for its run (`stepJob`), not a Proxy of it: the
+ * job `JOB_REF` gives is the one BullMQ hands `process`, so its updateData is held too.
  */
 import 'reflect-metadata';
 import { Inject, Module, type INestApplicationContext } from '@nestjs/common';

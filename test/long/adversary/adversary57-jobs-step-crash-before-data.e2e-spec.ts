@@ -31,6 +31,10 @@
  *
  * Severity: high (a step's effects twice after a worker crash, the case the library exists
  * for; the window is one Redis round trip, widened by any Redis latency).
+ *
+ * Fixed: the step's held data commits with the step, on its key (`bullmq:step-data`,
+ * RELEASE_JOB_STEP v3), and the job's own next run gives it back to BullMQ before it runs
+ * (`dataToRestore`).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { Queue } from 'bullmq';
