@@ -153,6 +153,26 @@ const markHandlerStart: MethodDecorator = (_target, _property, descriptor) => {
   return descriptor;
 };
 
+/**
+ * The methods of a class, its own and the ones it inherits (the nearest of each name), as
+ * property descriptors: what Nest serves of it.
+ */
+function classMethodDescriptors(prototype: object): Map<string, PropertyDescriptor> {
+  const methods = new Map<string, PropertyDescriptor>();
+  for (
+    let at = prototype;
+    at && at !== Object.prototype;
+    at = Object.getPrototypeOf(at) as object
+  ) {
+    for (const name of Object.getOwnPropertyNames(at)) {
+      if (name === 'constructor' || methods.has(name)) continue;
+      const method = Object.getOwnPropertyDescriptor(at, name);
+      if (typeof method?.value === 'function') methods.set(name, method);
+    }
+  }
+  return methods;
+}
+
 /** The methods a class-level `@Idempotent()` covers: the ones that change state. */
 const UNSAFE_METHODS: ReadonlySet<RequestMethod> = new Set([
   RequestMethod.POST,
@@ -166,8 +186,9 @@ const UNSAFE_METHODS: ReadonlySet<RequestMethod> = new Set([
  * without running anything. Options override the module's for this route.
  *
  * On a controller class, it makes every `POST`, `PATCH` and `DELETE` route of the class
- * idempotent (its own methods, not inherited ones); a method's own `@Idempotent()` options
- * then override the class's. On a GraphQL resolver class, every `@Mutation()` of it.
+ * idempotent, the ones it inherits too (a base class of its own is left as it was); a
+ * method's own `@Idempotent()` options then override the class's. On a GraphQL resolver
+ * class, every `@Mutation()` it serves, its abstract base class's too.
  *
  * @example
  * @Post('charges')
@@ -188,9 +209,11 @@ export function Idempotent(
   return ((target: object, property?: string | symbol, descriptor?: PropertyDescriptor) => {
     if (descriptor) return onMethod(options)(target, property!, descriptor);
     const prototype = (target as { prototype: object }).prototype;
-    for (const name of Object.getOwnPropertyNames(prototype)) {
-      const method = Object.getOwnPropertyDescriptor(prototype, name);
-      if (name === 'constructor' || typeof method?.value !== 'function') continue;
+    for (const [name, found] of classMethodDescriptors(prototype)) {
+      // An inherited method (Nest's resolver and controller inheritance: an abstract base
+      // class's `@Mutation()`) is covered on this class, its base left as it was: this class
+      // gets its own, wrapped copy, with the base's metadata.
+      const method = { ...found };
       const handler = method.value as object;
       const unsafe =
         UNSAFE_METHODS.has(Reflect.getMetadata(METHOD_METADATA, handler) as RequestMethod) ||
@@ -199,8 +222,11 @@ export function Idempotent(
       const own = Reflect.getMetadata(IDEMPOTENT_ROUTE_OPTIONS, handler) as
         IdempotencyRouteOptions | undefined;
       if (own) {
-        // Decorated on its own too (method decorators run first): its options win.
-        Reflect.defineMetadata(IDEMPOTENT_ROUTE_OPTIONS, { ...options, ...own }, handler);
+        // Decorated on its own too (method decorators run first): its options win. One it
+        // inherits keeps its own as they are (its base class's, which other classes share).
+        if (Object.hasOwn(prototype, name)) {
+          Reflect.defineMetadata(IDEMPOTENT_ROUTE_OPTIONS, { ...options, ...own }, handler);
+        }
         continue;
       }
       onMethod(options)(prototype, name, method);

@@ -77,6 +77,26 @@ class AccountsController {
   }
 }
 
+/** A base controller of the app's (Nest's inheritance recipe): not idempotent itself. */
+@Injectable()
+class LedgerBase {
+  constructor(protected readonly runs: Runs) {}
+
+  @Post()
+  async post() {
+    return { id: await this.runs.record(`${this.constructor.name}.post`) };
+  }
+}
+
+/** `@Idempotent()` on the class covers the routes it inherits, its base left as it was. */
+@Controller('ledger')
+@Idempotent()
+class LedgerController extends LedgerBase {}
+
+/** The same base, served without the library. */
+@Controller('plain-ledger')
+class PlainLedgerController extends LedgerBase {}
+
 /** Keys read from elsewhere than `Idempotency-Key`. */
 @Controller('keyed')
 class KeyedController {
@@ -133,7 +153,12 @@ describe.each(ADAPTERS)('where @Idempotent() goes and where keys come from, on %
 
   beforeAll(async () => {
     database = await createTestDatabase(`placement_${adapter}`);
-    app = await startApp(database.url, adapter, [AccountsController, KeyedController]);
+    app = await startApp(database.url, adapter, [
+      AccountsController,
+      KeyedController,
+      LedgerController,
+      PlainLedgerController,
+    ]);
     const dataSource = app.get<DataSource>(getDataSourceToken());
     await dataSource.query('CREATE TABLE runs (id serial PRIMARY KEY, route text NOT NULL)');
   });
@@ -170,6 +195,21 @@ describe.each(ADAPTERS)('where @Idempotent() goes and where keys come from, on %
       const again = await http().put('/accounts/1').set('Idempotency-Key', 'put-1').expect(200);
       expect(again.headers['idempotent-replayed']).toBeUndefined();
       expect(await app.get(Runs).count('replace')).toBe(2);
+    });
+
+    it('covers the routes the class inherits; its base class and a sibling stay as they were', async () => {
+      const send = (path: string) => http().post(path).set('Idempotency-Key', 'inherited-1');
+      const first = await send('/ledger');
+      expect(first.status).toBe(201);
+      const again = await send('/ledger');
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.body).toEqual(first.body);
+      expect(await app.get(Runs).count('LedgerController.post')).toBe(1);
+      // The base class's method is not touched: its other subclass runs each time.
+      await send('/plain-ledger').expect(201);
+      const plain = await send('/plain-ledger').expect(201);
+      expect(plain.headers['idempotent-replayed']).toBeUndefined();
+      expect(await app.get(Runs).count('PlainLedgerController.post')).toBe(2);
     });
 
     it('lets a method’s own options override the class’s', async () => {

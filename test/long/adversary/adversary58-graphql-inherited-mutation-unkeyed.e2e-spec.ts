@@ -60,6 +60,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Severity: high (the client sends a key and its retry runs the mutation again: effects
  * twice, with nothing said anywhere).
+ *
+ * Fixed: the class form covers the methods the class inherits (`classMethodDescriptors`,
+ * lib/idempotent.decorator.ts), each wrapped on the class itself, its base left as it was.
  */
 let pool: Pool;
 
