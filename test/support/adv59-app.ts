@@ -22,6 +22,14 @@ export async function recordTick(pool: Pool, by: string): Promise<void> {
   ]);
 }
 
+let active: Pool | undefined;
+
+/** The pool of the app started last (for a task built by hand, outside Nest's injector). */
+export function activePool(): Pool {
+  if (!active) throw new Error('no adversary-59 app started');
+  return active;
+}
+
 /** An app in this process: `@nestjs/schedule` and the library on the pool seam. */
 export interface Adv59App {
   app: INestApplicationContext;
@@ -43,6 +51,7 @@ export async function startAdv59App(
   logs: string[] = [],
 ): Promise<Adv59App> {
   const pool = new Pool({ connectionString: replicas.url(), max: 4 });
+  active = pool;
   @Module({
     imports: [
       ScheduleModule.forRoot(),
