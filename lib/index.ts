@@ -18,7 +18,11 @@ export { IdempotentTask } from './tasks/idempotent-task.decorator.js';
 export { type IdempotentTaskOptions } from './tasks/idempotent-task.options.js';
 export { IdempotentTasks } from './tasks/idempotent-tasks.service.js';
 export { currentTick, type TaskTick } from './tasks/task-tick.js';
-export { IdempotentTaskUnboundError, IdempotentTaskUnscheduledError } from './tasks/task-errors.js';
+export {
+  IdempotentTaskNameTakenError,
+  IdempotentTaskUnboundError,
+  IdempotentTaskUnscheduledError,
+} from './tasks/task-errors.js';
 export {
   IdempotentJobUnboundError,
   JobAnswerRefusedError,

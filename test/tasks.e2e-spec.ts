@@ -1,6 +1,6 @@
 import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { ScheduleModule, Timeout } from '@nestjs/schedule';
+import { Interval, ScheduleModule, Timeout } from '@nestjs/schedule';
 import { Pool } from 'pg';
 import { IdempotencyModule, IdempotentTask } from '../lib/index.js';
 import { until } from './support/brokers.js';
@@ -122,27 +122,46 @@ describe('@IdempotentTask() on @nestjs/schedule, with real replicas', () => {
       settle() {}
     }
 
+    @Injectable()
+    class Settle {
+      @IdempotentTask({ name: 'settle' })
+      @Interval(60_000)
+      run() {}
+    }
+
+    @Injectable()
+    class SettleAgain {
+      @IdempotentTask({ name: 'settle' })
+      @Interval(60_000)
+      run() {}
+    }
+
     it.each([
       [
+        'two tasks of one name: their ticks would be one task’s',
+        [Settle, SettleAgain],
+        '@IdempotentTask() on SettleAgain.run: Settle.run is a task of the same name (settle)',
+      ],
+      [
         'no @Cron() or @Interval() on the method',
-        Unscheduled,
+        [Unscheduled],
         '@IdempotentTask() on Unscheduled.settle needs @Cron() or @Interval() (from @nestjs/schedule) on the same method',
       ],
       [
         'a @Timeout(): nothing tells its runs apart',
-        OnTimeout,
+        [OnTimeout],
         '@IdempotentTask() on OnTimeout.settle: a @Timeout() runs once on each replica as it starts',
       ],
     ])(
       '%s',
-      async (_name, task, words) => {
+      async (_name, tasks, words) => {
         const pool = new Pool({ connectionString: replicas.url(), max: 2 });
         @Module({
           imports: [
             ScheduleModule.forRoot(),
             IdempotencyModule.forRoot({ globalKeys: true, pool }),
           ],
-          providers: [task],
+          providers: tasks,
         })
         class AppModule {}
         try {

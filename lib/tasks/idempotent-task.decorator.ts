@@ -34,7 +34,7 @@ export function IdempotentTask(options: IdempotentTaskOptions = {}): MethodDecor
         new Logger('Idempotency').error(error.message);
         throw error;
       }
-      await runner.tick(where, options, tick, () => original.apply(this, args));
+      await runner.tick(this, tick, () => original.apply(this, args));
     };
     // What `@Cron()` below put on the method stays on it (`@Cron()` above puts it here).
     for (const key of Reflect.getOwnMetadataKeys(original)) {

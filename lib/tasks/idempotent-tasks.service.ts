@@ -1,5 +1,5 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
-import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { DiscoveryService, MetadataScanner, ModuleRef } from '@nestjs/core';
 import { lastValueFrom } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
 import { computeFingerprint } from '../fingerprint/fingerprint.js';
@@ -24,10 +24,20 @@ import {
 import { IdempotencyKeyInProgressError } from '../shapes/idempotency.errors.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { IDEMPOTENT_TASK_OPTIONS } from '../shapes/idempotency.constants.js';
-import { classMethods } from '../routes/class-methods.js';
-import { IdempotentTaskUnscheduledError } from './task-errors.js';
+import {
+  IdempotentTaskNameTakenError,
+  IdempotentTaskUnboundError,
+  IdempotentTaskUnscheduledError,
+} from './task-errors.js';
 import { bindTasks } from './task-registry.js';
-import { scheduleOf, slotOf, type TaskSchedule } from './task-schedule.js';
+import {
+  cronTimeClass,
+  type CronTimeLike,
+  cronTimeSlot,
+  intervalTimeSlot,
+  scheduleOf,
+  type TaskSchedule,
+} from './task-schedule.js';
 import { slotKey } from './task-slot.js';
 import { tickStorage } from './task-tick.js';
 import {
@@ -41,13 +51,20 @@ const TICK_DONE: StoredResponse = { status: 200, headers: {}, body: Buffer.alloc
 /** How many unfinished ticks one tick resumes, at most (the rest wait for the next tick). */
 const RESUMED_PER_TICK = 5;
 
-/** A task's method, as its ticks read it: its schedule, options and name, resolved once. */
+/** A task's method on one object, as its ticks read it: resolved once, at start-up. */
 interface Task {
   where: string;
   schedule: TaskSchedule;
   settings: ResolvedTaskOptions;
   tenant: string;
   fingerprint: Buffer;
+  /** Its schedule's `CronTime`, where `cron` made none the app can reach by name. */
+  cronTime?: Promise<CronTimeLike>;
+}
+
+/** `@nestjs/schedule`'s registry, by the shape the library reads of it. */
+interface SchedulerRegistryLike {
+  getCronJob(name: string): { cronTime: CronTimeLike };
 }
 
 /**
@@ -61,7 +78,9 @@ interface Task {
 export class IdempotentTasks implements OnModuleInit {
   private readonly logger = new Logger('Idempotency');
   private readonly tools: OwnerTools;
-  private readonly tasks = new WeakMap<object, Task>();
+  /** Each object's tasks, by their methods (two objects of one class are two tasks). */
+  private readonly tasks = new WeakMap<object, Map<object, Task>>();
+  private registry: SchedulerRegistryLike | undefined;
 
   constructor(
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
@@ -69,6 +88,7 @@ export class IdempotentTasks implements OnModuleInit {
     private readonly database: IdempotencyDatabase,
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
+    private readonly moduleRef: ModuleRef,
   ) {
     this.tools = headlessOwnerTools(
       options,
@@ -80,40 +100,57 @@ export class IdempotentTasks implements OnModuleInit {
   }
 
   /**
-   * Binds every provider with an `@IdempotentTask()` method to this module, and checks each
-   * such method has a schedule to key its ticks by: at start-up, before `@nestjs/schedule`
-   * starts its timers (application bootstrap).
+   * Binds every object of the app with an `@IdempotentTask()` method (its providers, of any
+   * form, and its controllers: all that `@nestjs/schedule` ticks) to this module, and checks
+   * each such method has a schedule to key its ticks by and a name of its own: at start-up,
+   * before `@nestjs/schedule` starts its timers (application bootstrap).
    */
-  onModuleInit(): void {
-    for (const wrapper of this.discovery.getProviders()) {
-      const type: unknown = wrapper.metatype;
+  async onModuleInit(): Promise<void> {
+    const names = new Map<string, string>();
+    const wrappers = [...this.discovery.getProviders(), ...this.discovery.getControllers()];
+    for (const wrapper of wrappers) {
       const instance: unknown = wrapper.instance;
-      if (typeof type !== 'function' || !instance || typeof instance !== 'object') continue;
-      const methods = classMethods([type], (prototype) =>
-        this.scanner.getAllMethodNames(prototype),
-      );
-      let found = false;
-      for (const { handler, name } of methods) {
-        const options = Reflect.getMetadata(IDEMPOTENT_TASK_OPTIONS, handler) as
+      if (!wrapper.isDependencyTreeStatic() || !instance || typeof instance !== 'object') continue;
+      const prototype = Object.getPrototypeOf(instance) as object | null;
+      if (!prototype) continue;
+      const found = new Map<object, Task>();
+      for (const name of this.scanner.getAllMethodNames(prototype)) {
+        const method = (instance as Record<string, unknown>)[name];
+        if (typeof method !== 'function') continue;
+        const options = Reflect.getMetadata(IDEMPOTENT_TASK_OPTIONS, method) as
           IdempotentTaskOptions | undefined;
         if (options === undefined) continue;
-        this.taskOf(`${type.name}.${name}`, options, handler);
-        found = true;
+        const task = this.taskOf(`${instance.constructor.name}.${name}`, options, method);
+        const other = names.get(task.tenant);
+        if (other !== undefined) throw new IdempotentTaskNameTakenError(task, other);
+        names.set(task.tenant, task.where);
+        found.set(method, task);
       }
-      if (found) bindTasks(instance, this);
+      if (found.size === 0) continue;
+      this.tasks.set(instance, found);
+      bindTasks(instance, this);
+    }
+    if (names.size > 0) this.registry = await this.schedulerRegistry();
+  }
+
+  /** `@nestjs/schedule`'s registry of the app (its jobs as they run now, `setTime` too). */
+  private async schedulerRegistry(): Promise<SchedulerRegistryLike | undefined> {
+    try {
+      const { SchedulerRegistry } = await import('@nestjs/schedule');
+      return this.moduleRef.get(SchedulerRegistry, { strict: false });
+    } catch {
+      return undefined;
     }
   }
 
   private taskOf(where: string, options: IdempotentTaskOptions, method: object): Task {
-    let task = this.tasks.get(method);
-    if (task) return task;
     const schedule = scheduleOf(method);
     if (schedule.kind === 'none' || schedule.kind === 'timeout') {
       throw new IdempotentTaskUnscheduledError(where, schedule.kind === 'timeout');
     }
     const settings = resolveTaskOptions(options, where, this.options.route);
     const name = settings.name ?? schedule.name ?? where;
-    task = {
+    return {
       where,
       schedule,
       settings,
@@ -121,25 +158,45 @@ export class IdempotentTasks implements OnModuleInit {
       // The task's name: a tick of another method under the same name is the same task's.
       fingerprint: computeFingerprint({ method: 'TICK', path: name, headers: [], body: '' }),
     };
-    this.tasks.set(method, task);
-    return task;
   }
 
   /**
-   * One tick of `method` (its `@IdempotentTask()` wrapper), fired now: runs `work` for its
-   * slot unless another replica has, then resumes the task's unfinished earlier ticks. What
-   * the tick's own run throws is thrown (`@nestjs/schedule` logs it).
+   * The slot of a tick of `task` fired at `nowMs`: by its cron job as it runs now (a job of
+   * its name in `@nestjs/schedule`'s registry, rescheduled or not), else by its declared
+   * schedule, in the zone cron reads it in.
    */
-  async tick(
-    where: string,
-    options: IdempotentTaskOptions,
-    method: object,
-    work: () => unknown,
-  ): Promise<void> {
-    const task = this.taskOf(where, options, method);
-    const slot = await slotOf(task.schedule, Date.now());
+  private async slotOf(task: Task, nowMs: number): Promise<number | undefined> {
+    const { schedule } = task;
+    if (schedule.kind !== 'cron') return intervalTimeSlot(schedule, nowMs);
+    let time: CronTimeLike | undefined;
+    if (schedule.name !== undefined) {
+      try {
+        time = this.registry?.getCronJob(schedule.name).cronTime;
+      } catch {
+        time = undefined;
+      }
+    }
+    if (!time) {
+      task.cronTime ??= cronTimeClass().then(
+        (CronTime) =>
+          new CronTime(schedule.cronTime as string | Date, schedule.timeZone, schedule.utcOffset),
+      );
+      time = await task.cronTime;
+    }
+    return cronTimeSlot(time, nowMs);
+  }
+
+  /**
+   * One tick of `method` of `instance` (its `@IdempotentTask()` wrapper), fired now: runs
+   * `work` for its slot unless another replica has, then resumes the task's unfinished
+   * earlier ticks. What the tick's own run throws is thrown (`@nestjs/schedule` logs it).
+   */
+  async tick(instance: object, method: object, work: () => unknown): Promise<void> {
+    const task = this.tasks.get(instance)?.get(method);
+    if (!task) throw new IdempotentTaskUnboundError(instance.constructor.name);
+    const slot = await this.slotOf(task, Date.now());
     if (slot === undefined) {
-      this.logger.warn(`a tick of ${where} fired with no scheduled time before it: skipped`);
+      this.logger.warn(`a tick of ${task.where} fired with no scheduled time before it: skipped`);
       return;
     }
     const key = slotKey(slot);

@@ -15,13 +15,29 @@ export class IdempotentTaskUnscheduledError extends InvalidIdempotencyOptionsErr
   }
 }
 
-/** A task whose module does not import `IdempotencyModule`: its ticks cannot run once. */
+/** Two tasks of one app under one name: their ticks would be one task's. */
+export class IdempotentTaskNameTakenError extends InvalidIdempotencyOptionsError {
+  constructor(task: { where: string; tenant: string }, other: string) {
+    super(
+      `@IdempotentTask() on ${task.where}: ${other} is a task of the same name ` +
+        `(${task.tenant.slice('schedule:'.length)}), and the two would run one tick between ` +
+        "them: give each its own name (@IdempotentTask({ name }), or the schedule's name)",
+    );
+    this.name = 'IdempotentTaskNameTakenError';
+  }
+}
+
+/**
+ * A task whose object the library did not bind at start-up: its app does not import
+ * `IdempotencyModule`, or the object is none of its providers or controllers.
+ */
 export class IdempotentTaskUnboundError extends Error {
   constructor(where: string) {
     super(
-      `@IdempotentTask() on ${where}: IdempotencyModule is not imported in this app, so its ` +
-        'ticks cannot be run once across replicas: import IdempotencyModule.forRoot(...) in ' +
-        'the app module (the tick did not run)',
+      `@IdempotentTask() on ${where}: the library did not find this object at start-up, so ` +
+        'its ticks cannot be run once across replicas: import IdempotencyModule.forRoot(...) ' +
+        'in the app module, and run the task on a provider or a controller of the app (the ' +
+        'tick did not run)',
     );
     this.name = 'IdempotentTaskUnboundError';
   }

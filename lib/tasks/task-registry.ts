@@ -1,6 +1,6 @@
 /** What runs a provider's `@IdempotentTask()` methods (`IdempotentTasks`), by shape. */
 export interface TaskRunner {
-  tick(where: string, options: object, method: object, work: () => unknown): Promise<void>;
+  tick(instance: object, method: object, work: () => unknown): Promise<void>;
 }
 
 /**

@@ -45,29 +45,54 @@ export function scheduleOf(method: object): TaskSchedule {
   return { kind: 'none' };
 }
 
-let cronTimes: Promise<CronTimeClass> | undefined;
+/** The `cron` package's `CronTime`, by the shape the library reads of it. */
+export interface CronTimeLike {
+  readonly source?: unknown;
+  readonly timeZone?: string;
+  readonly utcOffset?: number;
+  readonly realDate?: boolean;
+  getNextDateFrom(start: Date, timeZone?: string): { toMillis(): number };
+}
+
 type CronTimeClass = new (
-  source: string,
+  source: string | Date,
   timeZone?: string,
   utcOffset?: number,
-) => { getNextDateFrom(start: Date): { toMillis(): number } };
+) => CronTimeLike;
+
+let cronTimes: Promise<CronTimeClass> | undefined;
 
 /** The `cron` package's `CronTime` (`@nestjs/schedule`'s own), loaded when a task first ticks. */
-function cronTime(): Promise<CronTimeClass> {
+export function cronTimeClass(): Promise<CronTimeClass> {
   cronTimes ??= import('cron').then((cron) => cron.CronTime as unknown as CronTimeClass);
   return cronTimes;
 }
 
 /**
- * The slot (ms since the epoch) a tick of `schedule` fired at `nowMs` stands for: see
- * `cronSlot` and `intervalSlot`.
+ * The zone `cron` reads a schedule in: its `timeZone`, else its `utcOffset` (in minutes, as
+ * cron writes it: `UTC+hh:mm`), else the process's own (`undefined`).
  */
-export async function slotOf(schedule: TaskSchedule, nowMs: number): Promise<number | undefined> {
-  if (schedule.kind === 'interval') return intervalSlot(nowMs, schedule.everyMs);
-  if (schedule.kind !== 'cron') return undefined;
-  if (typeof schedule.cronTime !== 'string') return schedule.cronTime.valueOf();
-  const CronTime = await cronTime();
-  const time = new CronTime(schedule.cronTime, schedule.timeZone, schedule.utcOffset);
-  const next: NextTime = (fromMs) => time.getNextDateFrom(new Date(fromMs)).toMillis();
+export function cronZone(time: Pick<CronTimeLike, 'timeZone' | 'utcOffset'>): string | undefined {
+  if (time.timeZone) return time.timeZone;
+  if (time.utcOffset === undefined) return undefined;
+  const sign = time.utcOffset < 0 ? '-' : '+';
+  const hours = Math.trunc(time.utcOffset / 60);
+  const minutes = Math.abs(time.utcOffset - hours * 60);
+  return `UTC${sign}${String(Math.abs(hours)).padStart(2, '0')}:${String(minutes).padStart(2, '0')}`;
+}
+
+/**
+ * The slot (ms since the epoch) a tick fired at `nowMs` stands for, by the cron schedule
+ * that fired it (see `cronSlot`), read in its own zone as `cron` reads it.
+ */
+export function cronTimeSlot(time: CronTimeLike, nowMs: number): number | undefined {
+  if (time.realDate) return (time.source as { valueOf(): number }).valueOf();
+  const zone = cronZone(time);
+  const next: NextTime = (fromMs) => time.getNextDateFrom(new Date(fromMs), zone).toMillis();
   return cronSlot(nowMs, next);
+}
+
+/** The slot of an `@Interval()` tick fired at `nowMs` (see `intervalSlot`). */
+export function intervalTimeSlot(schedule: TaskSchedule, nowMs: number): number | undefined {
+  return schedule.kind === 'interval' ? intervalSlot(nowMs, schedule.everyMs) : undefined;
 }

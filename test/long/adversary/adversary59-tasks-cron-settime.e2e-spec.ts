@@ -23,6 +23,9 @@
  * its own slot.
  *
  * Severity: high (a documented @nestjs/schedule API; ticks lost silently).
+ *
+ * Fixed: a named cron's slot is read from its job as it runs now (`SchedulerRegistry
+ * .getCronJob(name).cronTime`), `setTime` included; an unnamed one's from its declared schedule.
  */
 import { Inject, Injectable, type OnApplicationBootstrap } from '@nestjs/common';
 import { Cron, SchedulerRegistry } from '@nestjs/schedule';

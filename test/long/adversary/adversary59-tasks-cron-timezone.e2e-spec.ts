@@ -28,6 +28,9 @@
  *
  * Severity: high (ticks lost silently every day, for a documented @nestjs/schedule option on
  * the most common server setup; effects twice on a fleet of mixed zones).
+ *
+ * Fixed: the slot is read in the zone cron reads the schedule in (`cronZone`: its timeZone,
+ * else its utcOffset as `UTC±hh:mm`), lib/tasks/task-schedule.ts `cronTimeSlot`.
  */
 import { Inject, Injectable } from '@nestjs/common';
 import { Cron } from '@nestjs/schedule';

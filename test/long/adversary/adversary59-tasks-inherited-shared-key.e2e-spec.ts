@@ -30,6 +30,10 @@
  *
  * Severity: high (a task silently never, or half of the times, runs; the class-inheritance
  * recipe Nest users reach for).
+ *
+ * Fixed: tasks are resolved per object and method at start-up, named by the object's class
+ * (`IdempotentTasks.onModuleInit`); two tasks of one name in one app stop it at start-up
+ * (`IdempotentTaskNameTakenError`).
  */
 import { Inject, Injectable } from '@nestjs/common';
 import { Cron } from '@nestjs/schedule';

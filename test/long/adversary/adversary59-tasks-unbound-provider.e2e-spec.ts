@@ -29,6 +29,9 @@
  *
  * Severity: medium (a task that never runs, loudly but with wrong words; start-up that should
  * refuse does not).
+ *
+ * Fixed: every static provider (class, factory or value) and controller of the app is scanned
+ * by its instance, as `@nestjs/schedule` scans them.
  */
 import { Controller, Inject, Injectable } from '@nestjs/common';
 import { Cron } from '@nestjs/schedule';

@@ -1,0 +1,46 @@
+import { CronTime } from 'cron';
+import { cronTimeSlot, cronZone } from './task-schedule.js';
+
+describe('cronZone', () => {
+  it.each([
+    ['its timeZone', { timeZone: 'Asia/Tokyo' }, 'Asia/Tokyo'],
+    ['its timeZone over its offset', { timeZone: 'Europe/Berlin', utcOffset: 60 }, 'Europe/Berlin'],
+    ['a positive offset', { utcOffset: 330 }, 'UTC+05:30'],
+    ['a negative offset', { utcOffset: -90 }, 'UTC-01:30'],
+    ['no zone: the process’s own', {}, undefined],
+  ])('%s', (_name, time, zone) => {
+    expect(cronZone(time)).toBe(zone);
+  });
+});
+
+describe('cronTimeSlot, by cron’s own CronTime', () => {
+  const at = (iso: string) => Date.parse(iso);
+  it.each([
+    [
+      'each second',
+      new CronTime('* * * * * *'),
+      '2026-12-04T21:30:05.400Z',
+      '2026-12-04T21:30:05.000Z',
+    ],
+    [
+      'daily at 6 in Tokyo, read in Tokyo',
+      new CronTime('0 0 6 * * *', 'Asia/Tokyo'),
+      '2026-12-04T21:30:00.000Z',
+      '2026-12-04T21:00:00.000Z',
+    ],
+    [
+      'at 9 in UTC+05:30',
+      new CronTime('0 0 9 * * *', undefined, 330),
+      '2026-12-04T04:00:00.000Z',
+      '2026-12-04T03:30:00.000Z',
+    ],
+    [
+      'a date: itself',
+      new CronTime(new Date('2030-01-01T00:00:00Z')),
+      '2026-12-04T21:30:00.000Z',
+      '2030-01-01T00:00:00.000Z',
+    ],
+  ])('%s', (_name, time, now, slot) => {
+    expect(new Date(cronTimeSlot(time, at(now))!).toISOString()).toBe(slot);
+  });
+});
