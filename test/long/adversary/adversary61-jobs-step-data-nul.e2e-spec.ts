@@ -28,6 +28,10 @@
  * itself, but its step cannot commit (a constraint checked at COMMIT, the database gone)"
  * names the job's faults and outages, not the library's own encoding of the job's data.
  *
+ * The same for a lone UTF-16 surrogate, which JSON writes as `\udXXX` and jsonb refuses too
+ * ("Unicode low surrogate must follow a high surrogate"): a note cut to a length by
+ * `.slice()` in the middle of an emoji, the commonest way such a string is made.
+ *
  * Controls: the same job without `@IdempotentJob()` (completes, both rows); with it, the same
  * note without the NUL (completes, both rows).
  *
@@ -155,5 +159,11 @@ onRedis('adversary 61: a step job whose data holds a NUL character', () => {
     // Fails: { failed: 'unsupported Unicode escape sequence' }, steps [] (three attempts,
     // each step rolled back).
     expect(await runJob('nul', true, 'gift\u0000wrap')).toEqual(done('nul'));
+  }, 60_000);
+
+  it('with it, a note cut in the middle of an emoji: the step commits too', async () => {
+    // Fails: { failed: 'invalid input syntax for type json' }, steps []: a lone surrogate
+    // (`'gift 🎁'.slice(0, 6)`, JSON `"gift \ud83c"`) is refused by jsonb as the NUL is.
+    expect(await runJob('surrogate', true, 'gift 🎁'.slice(0, 6))).toEqual(done('surrogate'));
   }, 60_000);
 });
