@@ -53,6 +53,8 @@ import { jobIdentity, jobKeyOf, jobTenant } from './job-key.js';
 import {
   dataToRestore,
   type HeldData,
+  jsonOf,
+  keptStepData,
   STEP_DATA,
   STEP_LOST,
   STEP_OWNER,
@@ -309,9 +311,7 @@ export class IdempotentJobs implements OnModuleInit {
         : new IdempotencyKeyInProgressError(1);
     }
     // Its data as its last step committed it, where its worker died before BullMQ had it.
-    const restore = dataToRestore(claimed.claim.phaseResults, jobIdentity(job), (kept) =>
-      sameData(kept, job.data),
-    );
+    const restore = dataToRestore(claimed.claim.phaseResults, jobIdentity(job), jsonOf(job.data));
     if (restore) {
       try {
         await job.updateData?.(restore.data);
@@ -388,8 +388,18 @@ export class IdempotentJobs implements OnModuleInit {
         // next run takes the key over. Moved another way (`worker.rateLimit()`), it commits
         // now, and a step that cannot is noted on its key (see `keepStep`).
         const step = run.step();
-        if (step) await step.catch(() => undefined);
-        else if (
+        if (step) {
+          // A step that did not commit after the job moved (`moveToWaitingChildren`): its
+          // work rolled back, the key given back at once for the job's next run.
+          if (
+            await step.then(
+              () => false,
+              () => true,
+            )
+          ) {
+            await rollBackAndRelease(tools, context, 'job_step_failed');
+          }
+        } else if (
           await this.keepStep(context, where, transaction, job, fingerprint, stepped.held())
         ) {
           await stepped.flush();
@@ -473,7 +483,7 @@ function stepStatement(context: IdempotencyContext, job: JobLike, held: HeldData
       STEP_OWNER,
       jobIdentity(job),
       STEP_DATA,
-      held ? JSON.stringify(held) : null,
+      held ? JSON.stringify(keptStepData(held)) : null,
     ],
   };
 }
@@ -502,15 +512,6 @@ function resultOf(stored: StoredResponse): unknown {
 /** The library's answers that say "nothing kept, come back": 409 and 503. */
 function passingStatus(status: number): boolean {
   return status === 409 || status === 503;
-}
-
-/** Whether two jobs' data are the same JSON (a jsonb round trip orders their keys). */
-function sameData(kept: unknown, data: unknown): boolean {
-  try {
-    return canonicalizeValue(kept ?? null) === canonicalizeValue(data ?? null);
-  } catch {
-    return false;
-  }
 }
 
 function messageOf(error: unknown): string {

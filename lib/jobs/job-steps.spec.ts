@@ -17,37 +17,49 @@ describe('stepHold', () => {
 });
 
 describe('dataToRestore', () => {
-  const same = (value: unknown) => (kept: unknown) =>
-    JSON.stringify(kept) === JSON.stringify(value);
+  const b64 = (value: unknown) => Buffer.from(JSON.stringify(value), 'utf8').toString('base64');
+  const kept = (data: unknown, over: unknown) => ({ data: b64(data), over: b64(over) });
+  const json = (value: unknown) => JSON.stringify(value);
   it.each([
     ['no step data kept', { [STEP_OWNER]: '7@100' }, { step: 1 }, undefined],
     [
-      'its own step’s data, which BullMQ does not have: given back',
-      { [STEP_OWNER]: '7@100', [STEP_DATA]: { data: { step: 2 } } },
+      'BullMQ still has the data before its step (its worker died before the write): given back',
+      { [STEP_OWNER]: '7@100', [STEP_DATA]: kept({ step: 2 }, { step: 1 }) },
       { step: 1 },
       { data: { step: 2 } },
     ],
     [
-      'its own step’s data, which BullMQ has',
-      { [STEP_OWNER]: '7@100', [STEP_DATA]: { data: { step: 2 } } },
+      'BullMQ has the step’s data',
+      { [STEP_OWNER]: '7@100', [STEP_DATA]: kept({ step: 2 }, { step: 1 }) },
       { step: 2 },
       undefined,
     ],
     [
+      'BullMQ has newer data (the job’s own after its move, an operator’s fix): never over it',
+      { [STEP_OWNER]: '7@100', [STEP_DATA]: kept({ step: 2 }, { step: 1 }) },
+      { step: 3 },
+      undefined,
+    ],
+    [
       'another job’s step data (a key of the app’s): never',
-      { [STEP_OWNER]: '8@200', [STEP_DATA]: { data: { step: 2 } } },
+      { [STEP_OWNER]: '8@200', [STEP_DATA]: kept({ step: 2 }, { step: 1 }) },
       { step: 1 },
       undefined,
     ],
-    ['no owner (released): never', { [STEP_DATA]: { data: { step: 2 } } }, { step: 1 }, undefined],
     [
-      'data that was null',
-      { [STEP_OWNER]: '7@100', [STEP_DATA]: { data: null } },
+      'no owner (released): never',
+      { [STEP_DATA]: kept({ step: 2 }, { step: 1 }) },
       { step: 1 },
-      { data: null },
+      undefined,
+    ],
+    [
+      'data jsonb refuses (a NUL, a lone surrogate), kept as BullMQ keeps it',
+      { [STEP_OWNER]: '7@100', [STEP_DATA]: kept({ note: 'a\u0000b\ud83c' }, { step: 1 }) },
+      { step: 1 },
+      { data: { note: 'a\u0000b\ud83c' } },
     ],
   ] as const)('%s', (_name, results, data, restored) => {
-    expect(dataToRestore(results, '7@100', same(data))).toEqual(restored);
+    expect(dataToRestore(results, '7@100', json(data))).toEqual(restored);
   });
 });
 
@@ -93,7 +105,7 @@ describe('stepJob', () => {
     await job.updateData({ step: 2 });
     expect(job.data).toEqual({ step: 2 });
     await job.moveToDelayed();
-    expect(commits).toEqual([{ data: { step: 2 } }]);
+    expect(commits).toEqual([{ data: { step: 2 }, over: '{"step":1}' }]);
     expect(job.calls).toEqual(['commit', 'updateData {"step":2}', 'moveToDelayed']);
   });
 
@@ -103,7 +115,7 @@ describe('stepJob', () => {
     await job.updateData({ step: 2 });
     expect(await job.moveToWaitingChildren()).toBe(true);
     expect(moved).toHaveLength(1);
-    expect(commits).toEqual([{ data: { step: 2 } }]);
+    expect(commits).toEqual([{ data: { step: 2 }, over: '{"step":1}' }]);
     expect(job.calls).toEqual(['moveToWaitingChildren true', 'commit', 'updateData {"step":2}']);
   });
 

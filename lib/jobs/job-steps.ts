@@ -33,23 +33,48 @@ export const STEP_DATA = 'bullmq:step-data';
 
 /**
  * The data a job's run gives back to BullMQ before it runs (a pure decision): the data its own
- * last step committed with, where BullMQ does not have it (its worker died after the step
- * committed, before the data was written). Never another job's (a key of the app's, between
- * two jobs).
+ * last step committed with, where BullMQ still has what it had before that step (its worker
+ * died after the step committed, before the data was written). Never over data BullMQ got
+ * since (the job's own `updateData` after its move, an operator's fix: adversary 61), and
+ * never another job's (a key of the app's, between two jobs). `current`: the JSON of the data
+ * BullMQ has now.
  */
 export function dataToRestore(
   results: Readonly<Record<string, unknown>>,
   identity: string,
-  same: (kept: unknown) => boolean,
+  current: string,
 ): { data: unknown } | undefined {
   if (results[STEP_OWNER] !== identity) return undefined;
-  const kept = results[STEP_DATA];
-  if (!kept || typeof kept !== 'object' || !('data' in kept)) return undefined;
-  return same(kept.data) ? undefined : { data: kept.data };
+  const kept = results[STEP_DATA] as { data?: unknown; over?: unknown } | undefined;
+  if (!kept || typeof kept.data !== 'string' || typeof kept.over !== 'string') return undefined;
+  const data = fromBase64(kept.data);
+  if (fromBase64(kept.over) !== current || data === current) return undefined;
+  return { data: JSON.parse(data) as unknown };
 }
 
-/** What the job gave `updateData()` while its work was uncommitted, held (see `stepJob`). */
-export type HeldData = { data: unknown } | undefined;
+/**
+ * The data a step leaves, as its key keeps it: its JSON (as BullMQ writes it) in base64, with
+ * the JSON BullMQ had before it, so that a NUL or a lone surrogate in it (which jsonb refuses)
+ * commits as BullMQ keeps it (adversary 61).
+ */
+export function keptStepData(held: HeldData): { data: string; over: string } | undefined {
+  if (!held) return undefined;
+  return { data: toBase64(jsonOf(held.data)), over: toBase64(held.over) };
+}
+
+/** A job's data as BullMQ writes it (`JSON.stringify`; nothing as `null`). */
+export function jsonOf(data: unknown): string {
+  return JSON.stringify(data) ?? 'null';
+}
+
+const toBase64 = (text: string) => Buffer.from(text, 'utf8').toString('base64');
+const fromBase64 = (text: string) => Buffer.from(text, 'base64').toString('utf8');
+
+/**
+ * What the job gave `updateData()` while its work was uncommitted, held (see `stepJob`), and
+ * the JSON of the data BullMQ had then (`over`).
+ */
+export type HeldData = { data: unknown; over: string } | undefined;
 
 /** The job's methods a run takes the place of while it runs (see `stepJob`). */
 const STEPPED = ['updateData', 'moveToDelayed', 'moveToWaitingChildren'] as const;
@@ -97,11 +122,14 @@ export function stepJob(
   const moveToDelayed = own('moveToDelayed');
   const moveToWaitingChildren = own('moveToWaitingChildren');
   const saved = STEPPED.map((name) => [name, Object.getOwnPropertyDescriptor(job, name)] as const);
+  /** The JSON of the data BullMQ has, as far as this run wrote it. */
+  let written = jsonOf(Reflect.get(job, 'data'));
   const flush = async () => {
     if (!held || !updateData) return;
     const { data } = held;
     held = undefined;
     await updateData.call(job, data);
+    written = jsonOf(data);
   };
   const commit = () => {
     committed ??= commitStep(held);
@@ -110,12 +138,15 @@ export function stepJob(
   const replace = (name: string, value: (...args: never[]) => Promise<unknown>) =>
     Object.defineProperty(job, name, { value, configurable: true, writable: true });
   if (updateData) {
-    replace('updateData', (data: unknown) => {
-      if (!pending()) return updateData.call(job, data);
+    replace('updateData', async (data: unknown) => {
+      if (!pending()) {
+        await updateData.call(job, data);
+        written = jsonOf(data);
+        return;
+      }
       // The job reads its new data at once, as BullMQ sets it.
       Reflect.set(job, 'data', data);
-      held = { data };
-      return Promise.resolve();
+      held = { data, over: written };
     });
   }
   if (moveToDelayed) {

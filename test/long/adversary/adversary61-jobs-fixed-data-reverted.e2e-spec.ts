@@ -35,6 +35,9 @@
  *
  * Severity: high (a job stuck forever, the documented remedy undone, silently: its data in
  * Redis is rewritten to what the operator replaced).
+ *
+ * Fixed: as adversary61-jobs-restore-after-move: the operator's data is newer than the step's
+ * `over`, and stands.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

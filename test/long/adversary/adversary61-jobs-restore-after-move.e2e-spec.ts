@@ -42,6 +42,9 @@
  * Severity: critical (a committed step's database work done twice, with BullMQ's own
  * documented idiom, no crash needed: the 'exactly once' promise broken by the restore meant
  * to keep it).
+ *
+ * Fixed: a step keeps the JSON BullMQ had before it (`over`), and its data is given back
+ * only where BullMQ still has that (`dataToRestore`): data written since stands.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

@@ -37,6 +37,9 @@
  *
  * Severity: medium (data-dependent; a job that runs without the library fails for good after
  * its attempts, each redoing its step, with a misleading reason; a regression of e8f705f).
+ *
+ * Fixed: a step's data is kept as its JSON in base64 (`keptStepData`), which jsonb takes
+ * whatever the JSON holds.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
