@@ -525,11 +525,41 @@ describe('outputWire, as far as the selection reads', () => {
     expect(stored.wire).toEqual({ tags: ['a', 'b'], author: { books: [{ id: 1 }, { id: 2 }] } });
     const first = stored.value as typeof value & { tags: string[] };
     expect(first).toMatchObject({ id: 3, tags: ['a', 'b'], author: { books: rows } });
-    // The resolver's value itself is not changed: the answer's is laid over it.
-    expect(Object.getPrototypeOf(first)).toBe(value);
+    // The resolver's value itself is not changed: the answer is a copy of it, of its class,
+    // its own data all there (a serializer copies those: adversary 58), the lists read over it.
+    expect(Object.getPrototypeOf(first)).toBe(Object.getPrototypeOf(value));
+    expect(Object.keys(first)).toEqual(['id', 'tags', 'author']);
     expect(value.tags).toBe(tags);
     const list = await walk(rows.values(), '{ id }', new GraphQLList(Book));
     expect(list.value).toEqual(rows);
+  });
+
+  it.each([
+    ['a getter that signs afresh', false],
+    ['a getter that fails once', true],
+  ])('gives the first answer what %s gave the store, never read again', async (_name, fails) => {
+    let reads = 0;
+    class Receipt {
+      id = 1;
+      get title(): string {
+        reads += 1;
+        if (fails && reads === 1) throw new Error('signing service unavailable');
+        return `signed-${reads}`;
+      }
+    }
+    const value = new Receipt();
+    const stored = await walk(value, '{ id title }');
+    const first = stored.value as Receipt;
+    expect(first).toBeInstanceOf(Receipt);
+    if (fails) {
+      expect(() => first.title).toThrow('signing service unavailable');
+    } else {
+      expect(stored.wire).toMatchObject({ id: 1, title: 'signed-1' });
+      expect(first.title).toBe('signed-1');
+    }
+    // Not enumerable, as the getter was not: a serializer's copy leaves it out as before.
+    expect(Object.keys(first)).toEqual(['id']);
+    expect(reads).toBe(1);
   });
 
   it("gives the first answer the resolver's own value when no list was read", async () => {

@@ -315,8 +315,13 @@ async function walkValue(
   const failed: Record<string, FieldError> = {};
   /** Scalar fields whose value held objects of classes a serializer knows (`LEAF_CLASS`). */
   const leafClasses: Record<string, ClassTree> = {};
-  /** Selected fields whose first answer is not the resolver's own value (a list read). */
+  /**
+   * Selected fields whose first answer is the value the library read, not the resolver's own
+   * (a list read, a getter's or a Promise's value).
+   */
   const replaced: Record<string, unknown> = {};
+  /** Of those, the ones the value did not enumerate (a getter: a serializer leaves it out). */
+  const hidden = new Set<string>();
   // Each selected field in its wire form, read as GraphQL's default resolver reads it (a
   // class's getters included). A method is stored as null: GraphQL calls it with the
   // operation's arguments, which are not known here.
@@ -365,6 +370,10 @@ async function walkValue(
       failed[name] = isThenable(promisedItem)
         ? { ...fieldError(error), rejected: true }
         : fieldError(error);
+      // The first answer fails there too, with this error, never read again (adversary 58: a
+      // signing service down once would give the client a link its retries never get).
+      replaced[name] = new FailedRead(error, isThenable(promisedItem));
+      if (fromClass.includes(name)) hidden.add(name);
       continue;
     }
     const stored = await walkValue(walk, field.type, item, fieldNodes, keepsWhole);
@@ -373,7 +382,18 @@ async function walkValue(
       const tree = classTreeNoting(item, `its field ${name}`, concrete.name, losses);
       if (tree) leafClasses[name] = tree;
     }
-    if (stored.value !== item) replaced[name] = stored.value;
+    // The first answer is given what was stored: a list as it was read, and a getter's value
+    // or a Promise's as the library read it, never read again by GraphQL (a getter that signs
+    // a URL afresh, or fails once, would give the client what the store does not hold:
+    // adversary 58).
+    if (
+      stored.value !== item ||
+      isThenable(promisedItem) ||
+      readsThroughAccessor(source, property)
+    ) {
+      replaced[name] = stored.value;
+      if (fromClass.includes(name)) hidden.add(name);
+    }
     const back = fromWireAgain(graphql, schema, field.type, wire[name], item);
     if (back.same) continue;
     if (keepsExactly(item)) {
@@ -452,7 +472,10 @@ async function walkValue(
         "the field's arguments: a replay has no value for it",
     });
   }
-  return { wire, value: Object.keys(replaced).length > 0 ? over(source, replaced) : promised };
+  return {
+    wire,
+    value: Object.keys(replaced).length > 0 ? over(source, replaced, hidden) : promised,
+  };
 }
 
 /**
@@ -520,23 +543,73 @@ function ownData(
 }
 
 /**
- * The value as its first answer reads it when a list under it was read by storing it: the
- * resolver's value itself underneath (its class, its getters and methods, what its
- * `resolveType()` reads), with the lists that were read over it. The resolver's value is not
- * changed.
+ * The value as its first answer reads it where a field of it was read by storing it (a list,
+ * a getter, a Promise): a copy of the resolver's value, of its class (its getters, methods and
+ * `resolveType()` see what they saw) with its own data, and the fields that were read over it,
+ * own, as enumerable as they were (a serializer copies its own enumerable data, as it would
+ * have copied the resolver's value: adversary 58). The resolver's value is not changed.
  */
-function over(source: object, replaced: Record<string, unknown>): object {
-  const value = Object.create(source) as object;
+function over(
+  source: object,
+  replaced: Record<string, unknown>,
+  hidden: ReadonlySet<string>,
+): object {
+  const value = Object.create(Object.getPrototypeOf(source) as object | null) as object;
+  Object.defineProperties(value, Object.getOwnPropertyDescriptors(source));
   for (const [name, item] of Object.entries(replaced)) {
+    const enumerable = !hidden.has(name);
+    if (item instanceof FailedRead) {
+      // Read as the library read it (as a replay reads it, `failedField`): its Promise's
+      // rejection, one Promise, an own property as the resolver's was, nothing left
+      // unhandled where only a serializer reads it; or its getter's error thrown.
+      if (item.rejected) {
+        const rejection = Promise.reject(item.error);
+        rejection.catch(() => undefined);
+        Object.defineProperty(value, name, {
+          value: rejection,
+          enumerable,
+          writable: true,
+          configurable: true,
+        });
+      } else {
+        Object.defineProperty(value, name, {
+          get: () => throwing(item.error),
+          enumerable,
+          configurable: true,
+        });
+      }
+      continue;
+    }
     // Defined, not assigned: a TypeORM lazy relation's setter on the prototype would catch it.
     Object.defineProperty(value, name, {
       value: item,
-      enumerable: true,
+      enumerable,
       writable: true,
       configurable: true,
     });
   }
   return value;
+}
+
+/** A field whose reading failed as the library read it (see `over`). */
+class FailedRead {
+  constructor(
+    readonly error: unknown,
+    readonly rejected: boolean,
+  ) {}
+}
+
+function throwing(error: unknown): never {
+  throw error;
+}
+
+/** Whether reading `property` of the value calls a getter (its own, or its class's). */
+function readsThroughAccessor(source: object, property: string): boolean {
+  for (let at: object | null = source; at; at = Object.getPrototypeOf(at) as object | null) {
+    const descriptor = Object.getOwnPropertyDescriptor(at, property);
+    if (descriptor) return descriptor.get !== undefined;
+  }
+  return false;
 }
 
 /**

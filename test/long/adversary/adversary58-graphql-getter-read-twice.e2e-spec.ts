@@ -62,6 +62,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Severity: medium (a replay differs from the first answer, and a stored field error the
  * client never got, or a link it got that is not stored; one row, effects once).
+ *
+ * Fixed: the first answer is given what the library read of a getter or a Promise (`over`,
+ * lib/graphql/wire-value.ts: its value, or its failure as it failed), never read again.
  */
 let pool: Pool;
 let signed = 0;

@@ -70,6 +70,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Severity: high (a committed mutation's first answer is an error the client cannot tell
  * from a failure; the replay then answers what the first did not).
+ *
+ * Fixed: the first answer laid over a read field is a copy of the resolver's value, of its
+ * class, with all its own data (`over`), so a serializer copying own keys sees them all.
  */
 let pool: Pool;
 
