@@ -37,6 +37,11 @@ describe('parseCommand', () => {
     [['keys', 'list', '--url', URL], {}, { kind: 'keys list', url: URL, limit: 50 }],
     [['keys', 'list', '--limit', '5', '--url', URL], {}, { kind: 'keys list', url: URL, limit: 5 }],
     [
+      ['keys', 'list', '--tenant', 'bullmq:payouts', '--url', URL],
+      {},
+      { kind: 'keys list', url: URL, limit: 50, tenant: 'bullmq:payouts' },
+    ],
+    [
       ['keys', 'show', 't 1', 'k-1', '--url', URL],
       {},
       { kind: 'keys show', url: URL, tenant: 't 1', key: 'k-1', body: false },
@@ -87,6 +92,7 @@ describe('parseCommand', () => {
       'keys takes: list | show <tenant> <key> | release <tenant> <key>',
     ],
     [['doctor', '--colour', '--url', URL], "Unknown option '--colour'"],
+    [['keys', 'list', '--tenant', '', '--url', URL], '--tenant needs the start of a tenant'],
   ])('%j is a usage error', (argv, message) => {
     expect(() => parseCommand(argv, {})).toThrow(UsageError);
     expect(() => parseCommand(argv, {})).toThrow(message);

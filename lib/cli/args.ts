@@ -6,7 +6,7 @@ import { type DoctorSettings } from './doctor-checks.js';
 export type Command =
   | { kind: 'help' }
   | { kind: 'doctor'; url: string; settings: DoctorSettings }
-  | { kind: 'keys list'; url: string; limit: number }
+  | { kind: 'keys list'; url: string; limit: number; tenant?: string }
   | { kind: 'keys show'; url: string; tenant: string; key: string; body: boolean }
   | { kind: 'keys release'; url: string; tenant: string; key: string; yes: boolean };
 
@@ -23,6 +23,8 @@ Commands:
     --stuck-after-ms N       a key is stuck once its lease expired this long ago (default 60000)
     --migrations-table NAME  TypeORM's migrations table (default migrations)
   keys list [--limit N]      unfinished keys: in flight and stuck (default limit 50)
+    --tenant PREFIX          only tenants that begin so: a queue's jobs (bullmq:payouts),
+                             the scheduled tasks (schedule:)
   keys show <tenant> <key>   one key: state, phases, lease, owner, timings
     --body                   its stored response body too
   keys release <tenant> <key>
@@ -44,6 +46,7 @@ const OPTIONS = {
   'stuck-after-ms': { type: 'string' },
   'migrations-table': { type: 'string' },
   limit: { type: 'string' },
+  tenant: { type: 'string' },
   body: { type: 'boolean' },
   yes: { type: 'boolean', short: 'y' },
   help: { type: 'boolean', short: 'h' },
@@ -91,7 +94,10 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv): C
   }
   if (command === 'keys') {
     if (sub === 'list' && rest.length === 0) {
-      return { kind: 'keys list', url: needUrl(), limit: count('limit', values.limit, 50) };
+      const limit = count('limit', values.limit, 50);
+      if (values.tenant === '') throw new UsageError('--tenant needs the start of a tenant');
+      const tenant = values.tenant === undefined ? {} : { tenant: values.tenant };
+      return { kind: 'keys list', url: needUrl(), limit, ...tenant };
     }
     if ((sub === 'show' || sub === 'release') && rest.length === 2) {
       // No tenant id is empty (the library refuses one), so "" can name the global key space.

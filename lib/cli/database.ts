@@ -151,12 +151,21 @@ const KEY_COLUMNS = `tenant_id AS "tenantId", key, state, recovery_point AS "rec
   locked_until AS "lockedUntil", response_code AS "responseCode",
   octet_length(response_body) AS "responseBytes", clock_timestamp() AS now`;
 
-/** Unfinished keys, the stuck (lease expired longest ago) first, those given back last. */
-export async function listUnfinishedKeys(client: Client, limit: number): Promise<KeyRow[]> {
+/**
+ * Unfinished keys, the stuck (lease expired longest ago) first, those given back last; of the
+ * tenants that begin with `tenant`, where given (a queue's jobs, `bullmq:payouts`; the tasks,
+ * `schedule:`).
+ */
+export async function listUnfinishedKeys(
+  client: Client,
+  limit: number,
+  tenant?: string,
+): Promise<KeyRow[]> {
   const { rows } = await client.query<KeyRow>(
-    `SELECT ${KEY_COLUMNS} FROM idempotency_keys WHERE state = 'started'
+    `SELECT ${KEY_COLUMNS} FROM idempotency_keys
+     WHERE state = 'started' AND ($2::text IS NULL OR starts_with(tenant_id, $2))
      ORDER BY locked_until NULLS LAST, created_at, tenant_id, key LIMIT $1`,
-    [limit],
+    [limit, tenant ?? null],
   );
   return rows;
 }

@@ -92,7 +92,7 @@ async function run(command: Exclude<Command, { kind: 'help' }>): Promise<number>
     }
     case 'keys list': {
       const rows = await withClient(command.url, (client) =>
-        listUnfinishedKeys(client, command.limit),
+        listUnfinishedKeys(client, command.limit, command.tenant),
       );
       out(formatKeyList(rows, command.limit));
       return 0;

@@ -561,6 +561,15 @@ describe('keys', () => {
     );
   });
 
+  it('list --tenant: only the tenants that begin so (a queue’s jobs, the tasks)', async () => {
+    const [t1, none] = await Promise.all([
+      runCli(['keys', 'list', '--url', database.url, '--tenant', 't1']),
+      runCli(['keys', 'list', '--url', database.url, '--tenant', 'bullmq:']),
+    ]);
+    expect(t1.stdout.split('\n').filter((line) => / t1 /.test(line))).toHaveLength(3);
+    expect(none.stdout).not.toMatch(/ t1 /);
+    expect([t1.code, none.code]).toEqual([0, 0]);
+  });
   it('show: state, phases, lease, owner and timings, not the body unless asked', async () => {
     const [stuck, done] = await Promise.all([row('stuck-1'), row('done-1')]);
     // Four runs that only read the keys: at once.
