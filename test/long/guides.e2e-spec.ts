@@ -155,6 +155,16 @@ const GUIDES: GuideApp[] = [
     },
   },
   {
+    name: 'schedule',
+    pages: ['README.md', 'docs/guides/schedule.md'],
+    files: {
+      'src/settlement.entity.ts': 'docs/snippets/schedule/settlement.entity.ts',
+      'src/settlement.task.ts': 'docs/snippets/schedule/settlement.task.ts',
+      'src/app.module.ts': 'docs/snippets/schedule/app.module.ts',
+      'src/main.ts': 'docs/snippets/schedule/main.ts',
+    },
+  },
+  {
     name: 'phases',
     pages: ['README.md'],
     files: {
@@ -576,6 +586,34 @@ describe('every guide, as copied, in a fresh app on the packed package', () => {
     } finally {
       await connection.close();
     }
+  }, 60_000);
+
+  it('schedule.md: two replicas of the worker, its task every second: each tick settled once', async () => {
+    const env = { SETTLE_CRON: '* * * * * *' };
+    const ready = (output: string) => (output.includes('its scheduled tasks run') ? '' : undefined);
+    await started('schedule', env, ready);
+    // The second replica, on the first one's database (as replicas are).
+    const database = databases.find((candidate) =>
+      candidate.name.startsWith('idem_guide_schedule_'),
+    )!;
+    const second = startApp(
+      join(work, 'dist', 'schedule', 'src', 'main.js'),
+      join(work, 'apps', 'schedule'),
+      {
+        ...process.env,
+        ...env,
+        DATABASE_URL: database.url,
+        NO_COLOR: '1',
+        NODE_OPTIONS: '--preserve-symlinks',
+      },
+      ready,
+    );
+    running.push(await second);
+    await new Promise((resolve) => setTimeout(resolve, 3_500));
+    const rows = await count('schedule', 'SELECT count(*) FROM settlement');
+    const slots = await count('schedule', 'SELECT count(DISTINCT "upTo") FROM settlement');
+    expect(slots).toBeGreaterThanOrEqual(3);
+    expect(rows).toBe(slots);
   }, 60_000);
 
   /** The phases guide's app, a charge through a fake PSP: started once, for both cases. */

@@ -1,4 +1,3 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { Queue, QueueEvents } from 'bullmq';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
@@ -6,14 +5,10 @@ import { IDEMPOTENCY_MIGRATIONS } from '../../lib/index.js';
 import { until } from './brokers.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
 import { startTestRedis, type TestRedis } from './redis-server.js';
-import { compiled } from './worker-process.js';
+import { type ReadyProcess, startReadyProcess } from './ready-process.js';
 
 /** A worker process of test/support/adv55-worker.ts (or another compiled script). */
-export interface Adv55Worker {
-  child: ChildProcess;
-  output(): string;
-  kill(): Promise<void>;
-}
+export type Adv55Worker = ReadyProcess;
 
 export interface Adv55 {
   admin(): Client;
@@ -71,36 +66,12 @@ export function useAdv55(label: string): Adv55 {
   return {
     admin: () => admin,
     async startWorker(env, script = 'test/support/adv55-worker.js') {
-      const child = spawn(process.execPath, [compiled(script)], {
-        env: {
-          ...process.env,
-          NODE_OPTIONS: '',
-          DATABASE_URL: database.url,
-          REDIS_PORT: String(redis.port),
-          ...env,
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      let output = '';
-      child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      const worker: Adv55Worker = {
-        child,
-        output: () => output,
-        kill: () =>
-          new Promise<void>((resolve) => {
-            if (child.exitCode !== null || child.signalCode !== null) return resolve();
-            child.once('exit', () => resolve());
-            child.kill('SIGKILL');
-          }),
-      };
-      workers.push(worker);
-      await until(
-        () => Promise.resolve(output.includes('ready') || child.exitCode !== null),
+      const worker = await startReadyProcess(
+        script,
+        { DATABASE_URL: database.url, REDIS_PORT: String(redis.port), ...env },
         'the worker to start',
-        60_000,
       );
-      if (child.exitCode !== null) throw new Error(`the worker exited:\n${output}`);
+      workers.push(worker);
       return worker;
     },
     queueOf(name) {

@@ -1,23 +1,17 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { Queue, QueueEvents } from 'bullmq';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { IDEMPOTENCY_MIGRATIONS } from '../../lib/index.js';
-import { until } from './brokers.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
 import { redisServerInstalled, startTestRedis, type TestRedis } from './redis-server.js';
-import { compiled } from './worker-process.js';
+import { type ReadyProcess, startReadyProcess } from './ready-process.js';
 
 /** Where redis-server is not installed, outside CI, the job tests skip. */
 export const onRedis =
   redisServerInstalled() || process.env.CI === 'true' ? describe : describe.skip;
 
 /** A worker process of test/support/job-worker.ts. */
-export interface JobWorker {
-  child: ChildProcess;
-  output(): string;
-  kill(): Promise<void>;
-}
+export type JobWorker = ReadyProcess;
 
 /** What a job test works with: its workers, its queues, the payouts they made. */
 export interface JobQueues {
@@ -74,36 +68,12 @@ export function useJobQueues(label: string): JobQueues {
 
   return {
     async startWorker(env) {
-      const child = spawn(process.execPath, [compiled('test/support/job-worker.js')], {
-        env: {
-          ...process.env,
-          NODE_OPTIONS: '',
-          DATABASE_URL: database.url,
-          REDIS_PORT: String(redis.port),
-          ...env,
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      let output = '';
-      child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      const worker: JobWorker = {
-        child,
-        output: () => output,
-        kill: () =>
-          new Promise<void>((resolve) => {
-            if (child.exitCode !== null || child.signalCode !== null) return resolve();
-            child.once('exit', () => resolve());
-            child.kill('SIGKILL');
-          }),
-      };
-      workers.push(worker);
-      await until(
-        () => Promise.resolve(output.includes('ready') || child.exitCode !== null),
+      const worker = await startReadyProcess(
+        'test/support/job-worker.js',
+        { DATABASE_URL: database.url, REDIS_PORT: String(redis.port), ...env },
         'the job worker to start',
-        60_000,
       );
-      if (child.exitCode !== null) throw new Error(`the job worker exited:\n${output}`);
+      workers.push(worker);
       return worker;
     },
     queueOf(name) {

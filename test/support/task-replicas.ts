@@ -1,17 +1,11 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { IDEMPOTENCY_MIGRATIONS } from '../../lib/index.js';
-import { until } from './brokers.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
-import { compiled } from './worker-process.js';
+import { type ReadyProcess, startReadyProcess } from './ready-process.js';
 
 /** A replica process of test/support/task-replica.ts. */
-export interface TaskReplica {
-  child: ChildProcess;
-  output(): string;
-  kill(): Promise<void>;
-}
+export type TaskReplica = ReadyProcess;
 
 /** A tick's row, as a replica recorded it. */
 export interface TickRow {
@@ -74,30 +68,12 @@ export function useTaskReplicas(label: string): TaskReplicas {
 
   return {
     async start(env) {
-      const child = spawn(process.execPath, [compiled('test/support/task-replica.js')], {
-        env: { ...process.env, NODE_OPTIONS: '', DATABASE_URL: database.url, ...env },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      let output = '';
-      child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      const replica: TaskReplica = {
-        child,
-        output: () => output,
-        kill: () =>
-          new Promise<void>((resolve) => {
-            if (child.exitCode !== null || child.signalCode !== null) return resolve();
-            child.once('exit', () => resolve());
-            child.kill('SIGKILL');
-          }),
-      };
-      replicas.push(replica);
-      await until(
-        () => Promise.resolve(output.includes('ready') || child.exitCode !== null),
+      const replica = await startReadyProcess(
+        'test/support/task-replica.js',
+        { DATABASE_URL: database.url, ...env },
         'the replica to start',
-        60_000,
       );
-      if (child.exitCode !== null) throw new Error(`the replica exited:\n${output}`);
+      replicas.push(replica);
       return replica;
     },
     async ticks() {

@@ -1,0 +1,52 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { until } from './brokers.js';
+import { compiled } from './worker-process.js';
+
+/** A child process of a test: a job worker, a scheduled app's replica. */
+export interface ReadyProcess {
+  child: ChildProcess;
+  /** What it printed, stdout and stderr. */
+  output(): string;
+  /** SIGKILLs it; resolves once it exited. */
+  kill(): Promise<void>;
+}
+
+/**
+ * Runs a compiled script (`compiled`) with `env` over the test's, and resolves once it printed
+ * `ready`; rejects with its output if it exits first. `what` names it in a timeout.
+ */
+export async function startReadyProcess(
+  script: string,
+  env: Record<string, string>,
+  what: string,
+): Promise<ReadyProcess> {
+  const child = spawn(process.execPath, [compiled(script)], {
+    env: { ...process.env, NODE_OPTIONS: '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const started: ReadyProcess = {
+    child,
+    output: () => output,
+    kill: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGKILL');
+      }),
+  };
+  try {
+    await until(
+      () => Promise.resolve(output.includes('ready') || child.exitCode !== null),
+      what,
+      60_000,
+    );
+  } catch (error) {
+    await started.kill();
+    throw error;
+  }
+  if (child.exitCode !== null) throw new Error(`${what}: it exited:\n${output}`);
+  return started;
+}
