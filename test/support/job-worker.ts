@@ -4,7 +4,8 @@
  * (or without it: IDEMPOTENT=0, the control). A real process, so that a test can kill it where
  * it needs to, and so that two workers' locks are two processes' as in production.
  *
- * Env: DATABASE_URL; REDIS_PORT; QUEUE; WORKER (its name in the rows it writes); IDEMPOTENT
+ * Env: DATABASE_URL; REDIS_PORT; QUEUE; CONCURRENCY (BullMQ's, 1 by default); WORKER (its name
+ * in the rows it writes); IDEMPOTENT
  * (1 by default); KEYED=1 keys jobs by `data.orderId` (the decorator's `key`); LOCK_MS (BullMQ's
  * lockDuration), STALLED_MS (stalledInterval), SKIP_LOCK_RENEWAL=1 (its lock runs out while the
  * job runs: a stalled job whose worker goes on); HOLD_MS holds the job after its write, inside
@@ -50,6 +51,7 @@ interface Payout {
   stalledInterval: Number(env.STALLED_MS ?? 30_000),
   skipLockRenewal: env.SKIP_LOCK_RENEWAL === '1',
   maxStalledCount: 5,
+  concurrency: Number(env.CONCURRENCY ?? 1),
 })
 class PayoutsProcessor extends WorkerHost {
   constructor(private readonly moduleRef: ModuleRef) {
