@@ -525,8 +525,8 @@ describe('outputWire, as far as the selection reads', () => {
     expect(stored.wire).toEqual({ tags: ['a', 'b'], author: { books: [{ id: 1 }, { id: 2 }] } });
     const first = stored.value as typeof value & { tags: string[] };
     expect(first).toMatchObject({ id: 3, tags: ['a', 'b'], author: { books: rows } });
-    // The resolver's value itself is not changed: the answer is a copy of it, of its class,
-    // its own data all there (a serializer copies those: adversary 58), the lists read over it.
+    // The resolver's value itself is not changed: the answer is it, seen through a Proxy that
+    // gives the lists as read; its class and own keys its own (a serializer copies those).
     expect(Object.getPrototypeOf(first)).toBe(Object.getPrototypeOf(value));
     expect(Object.keys(first)).toEqual(['id', 'tags', 'author']);
     expect(value.tags).toBe(tags);

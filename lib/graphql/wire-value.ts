@@ -320,8 +320,6 @@ async function walkValue(
    * (a list read, a getter's or a Promise's value).
    */
   const replaced: Record<string, unknown> = {};
-  /** Of those, the ones the value did not enumerate (a getter: a serializer leaves it out). */
-  const hidden = new Set<string>();
   // Each selected field in its wire form, read as GraphQL's default resolver reads it (a
   // class's getters included). A method is stored as null: GraphQL calls it with the
   // operation's arguments, which are not known here.
@@ -373,7 +371,6 @@ async function walkValue(
       // The first answer fails there too, with this error, never read again (adversary 58: a
       // signing service down once would give the client a link its retries never get).
       replaced[name] = new FailedRead(error, isThenable(promisedItem));
-      if (fromClass.includes(name)) hidden.add(name);
       continue;
     }
     const stored = await walkValue(walk, field.type, item, fieldNodes, keepsWhole);
@@ -392,7 +389,6 @@ async function walkValue(
       readsThroughAccessor(source, property)
     ) {
       replaced[name] = stored.value;
-      if (fromClass.includes(name)) hidden.add(name);
     }
     const back = fromWireAgain(graphql, schema, field.type, wire[name], item);
     if (back.same) continue;
@@ -474,7 +470,7 @@ async function walkValue(
   }
   return {
     wire,
-    value: Object.keys(replaced).length > 0 ? over(source, replaced, hidden) : promised,
+    value: Object.keys(replaced).length > 0 ? over(source, replaced) : promised,
   };
 }
 
@@ -544,59 +540,55 @@ function ownData(
 
 /**
  * The value as its first answer reads it where a field of it was read by storing it (a list,
- * a getter, a Promise): a copy of the resolver's value, of its class (its getters, methods and
- * `resolveType()` see what they saw) with its own data, and the fields that were read over it,
- * own, as enumerable as they were (a serializer copies its own enumerable data, as it would
- * have copied the resolver's value: adversary 58). The resolver's value is not changed.
+ * a getter, a Promise): the resolver's value itself, seen through a Proxy that gives the
+ * fields that were read as the library read them (a getter never run again, a list as it was
+ * read, a failure as it failed). Everything else is the value's own: its class, its own keys
+ * and their enumerability (a serializer copies what it would have copied), its getters and
+ * methods run on the value itself (its `#private` fields, a Prisma result's computed fields:
+ * adversary 62). A field the value holds frozen (a non-writable, non-configurable own data
+ * property, which a Proxy may not answer otherwise) is given as the value holds it: a Promise
+ * or a list that reads again the same. The resolver's value is not changed.
  */
-function over(
-  source: object,
-  replaced: Record<string, unknown>,
-  hidden: ReadonlySet<string>,
-): object {
-  const value = Object.create(Object.getPrototypeOf(source) as object | null) as object;
-  Object.defineProperties(value, Object.getOwnPropertyDescriptors(source));
+function over(source: object, replaced: Record<string, unknown>): object {
+  const given = new Map<PropertyKey, unknown>();
   for (const [name, item] of Object.entries(replaced)) {
-    const enumerable = !hidden.has(name);
-    if (item instanceof FailedRead) {
-      // Read as the library read it (as a replay reads it, `failedField`): its Promise's
-      // rejection, one Promise, an own property as the resolver's was, nothing left
-      // unhandled where only a serializer reads it; or its getter's error thrown.
-      if (item.rejected) {
-        const rejection = Promise.reject(item.error);
-        rejection.catch(() => undefined);
-        Object.defineProperty(value, name, {
-          value: rejection,
-          enumerable,
-          writable: true,
-          configurable: true,
-        });
-      } else {
-        Object.defineProperty(value, name, {
-          get: () => throwing(item.error),
-          enumerable,
-          configurable: true,
-        });
-      }
-      continue;
-    }
-    // Defined, not assigned: a TypeORM lazy relation's setter on the prototype would catch it.
-    Object.defineProperty(value, name, {
-      value: item,
-      enumerable,
-      writable: true,
-      configurable: true,
-    });
+    const own = Object.getOwnPropertyDescriptor(source, name);
+    if (own && 'value' in own && !own.writable && !own.configurable) continue;
+    given.set(name, item);
   }
-  return value;
+  if (given.size === 0) return source;
+  return new Proxy(source, {
+    get(target, property) {
+      if (given.has(property)) {
+        const item = given.get(property);
+        if (item instanceof FailedRead) {
+          return item.rejected ? item.rejection : throwing(item.error);
+        }
+        return item;
+      }
+      const value: unknown = Reflect.get(target, property, target);
+      // A method runs on the value itself, whose private fields are its own.
+      return typeof value === 'function' && property !== 'constructor'
+        ? (value as (...args: unknown[]) => unknown).bind(target)
+        : value;
+    },
+  });
 }
 
 /** A field whose reading failed as the library read it (see `over`). */
 class FailedRead {
+  /** Its rejection, where it was a Promise's: one, handled (a serializer may only copy it). */
+  readonly rejection: Promise<never> | undefined;
+
   constructor(
     readonly error: unknown,
     readonly rejected: boolean,
-  ) {}
+  ) {
+    if (rejected) {
+      this.rejection = Promise.reject(error);
+      this.rejection.catch(() => undefined);
+    }
+  }
 }
 
 function throwing(error: unknown): never {

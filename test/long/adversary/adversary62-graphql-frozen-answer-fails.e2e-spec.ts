@@ -67,6 +67,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Severity: high (a mutation that works without the library fails under it, for good: its work
  * rolled back and a final error stored for the key; nothing in the log but the error).
+ *
+ * Fixed: the first answer is the resolver's value seen through a Proxy (`over`,
+ * lib/graphql/wire-value.ts), never a copy; a field it holds frozen is given as it holds it.
  */
 let pool: Pool;
 

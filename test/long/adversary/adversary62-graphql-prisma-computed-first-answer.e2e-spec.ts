@@ -65,6 +65,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * Severity: medium-high (the client is told the mutation failed, `data: null`, while its work
  * committed; its retry, if it makes one, gets a different answer; an app without computed
  * Promises is untouched).
+ *
+ * Fixed: the Proxy reads every field it does not answer from the value itself (Prisma's
+ * computed fields included).
  */
 let pool: Pool;
 let signed = 0;

@@ -72,6 +72,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * Severity: medium (the first answer of a committed mutation is an error, `data: null`, where
  * the app without the library answers; a class with private state and a computed field is a
  * common domain-model shape).
+ *
+ * Fixed: the Proxy runs getters and methods on the value itself, whose private fields are its
+ * own.
  */
 let pool: Pool;
 
