@@ -88,7 +88,7 @@ describe('@IdempotentTask() on @nestjs/schedule, with real replicas', () => {
   }, 60_000);
 
   it.each([
-    ['with @IdempotentTask(): its insert rolled back, its key forgotten', '1'],
+    ['with @IdempotentTask(): its insert rolled back, its failure kept (not run again)', '1'],
     ['control, without it: its insert stays', '0'],
   ])(
     'a tick that throws after its insert: %s',

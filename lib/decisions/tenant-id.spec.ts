@@ -62,6 +62,16 @@ describe('readTenantId (the rule a refused value breaks)', () => {
     ['256 characters', 'x'.repeat(256), 'it is longer than 255 characters'],
     ['a NUL', 'a\u0000b', 'it holds a control character'],
     ['a lone surrogate', 'acme\ud800', 'it holds a lone surrogate'],
+    [
+      'the tasks’ key space',
+      'schedule:settle',
+      "it begins with schedule:, the library's own key space of scheduled tasks",
+    ],
+    [
+      'the jobs’ key space',
+      'bullmq:payouts',
+      "it begins with bullmq:, the library's own key space",
+    ],
   ])('refuses %s: %p', (_name, value, rule) => {
     const reading = readTenantId(value);
     expect(reading.kind).toBe('invalid');

@@ -10,6 +10,12 @@ const CANONICAL_INTEGER = /^(0|-?[1-9]\d{0,18})$/;
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 /** The longest tenant id kept; ids are scoped keys' first half, not data. */
 export const MAX_TENANT_ID_LENGTH = 255;
+/**
+ * The library's own key spaces, never a request's: BullMQ jobs' (`bullmq:<queue>`) and
+ * scheduled tasks' (`schedule:<task>`). A request under one of them could take a job's key or
+ * a tick to come before it runs (adversary 60).
+ */
+export const RESERVED_TENANT_PREFIXES = ['bullmq:', 'schedule:'] as const;
 
 /**
  * Normalizes what the tenant resolver returned to the text the key is scoped by, or undefined
@@ -66,6 +72,15 @@ export function readTenantId(value: unknown): TenantIdReading {
       rule:
         'it holds a lone surrogate (it is not well-formed Unicode), which would be stored ' +
         'as U+FFFD, the same id as another tenant',
+    };
+  }
+  const reserved = RESERVED_TENANT_PREFIXES.find((prefix) => text.startsWith(prefix));
+  if (reserved) {
+    return {
+      kind: 'invalid',
+      rule: `it begins with ${reserved}, the library's own key space of ${
+        reserved === 'bullmq:' ? 'BullMQ jobs' : 'scheduled tasks'
+      }`,
     };
   }
   return { kind: 'id', text };

@@ -24,8 +24,10 @@ import {
 import { IdempotencyKeyInProgressError } from '../shapes/idempotency.errors.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { IDEMPOTENT_TASK_OPTIONS } from '../shapes/idempotency.constants.js';
+import { MAX_TENANT_ID_LENGTH } from '../decisions/tenant-id.js';
 import {
   IdempotentTaskNameTakenError,
+  IdempotentTaskNameTooLongError,
   IdempotentTaskUnboundError,
   IdempotentTaskUnscheduledError,
 } from './task-errors.js';
@@ -40,6 +42,7 @@ import {
 } from './task-schedule.js';
 import { slotKey } from './task-slot.js';
 import { tickStorage } from './task-tick.js';
+import { resumesAfterFailure, tickFailed } from './tick-failure.js';
 import {
   type IdempotentTaskOptions,
   type ResolvedTaskOptions,
@@ -150,6 +153,9 @@ export class IdempotentTasks implements OnModuleInit {
     }
     const settings = resolveTaskOptions(options, where, this.options.route);
     const name = settings.name ?? schedule.name ?? where;
+    if (`schedule:${name}`.length > MAX_TENANT_ID_LENGTH) {
+      throw new IdempotentTaskNameTooLongError(where, name);
+    }
     return {
       where,
       schedule,
@@ -308,10 +314,16 @@ export class IdempotentTasks implements OnModuleInit {
       );
     } catch (error) {
       stopHeartbeat?.();
-      // Nothing of a failed tick is kept: its work rolled back, its key given back, forgotten
-      // where no phase of it committed (a later tick resumes one that has).
       const cause = transaction.failureOf(error);
-      await rollBackAndRelease(tools, context, 'task_failed', true);
+      if (resumesAfterFailure(claimed.claim)) {
+        // A phase of it committed (a call out made): its work rolled back, its key given back
+        // with its phases, for a later tick to resume after them.
+        await rollBackAndRelease(tools, context, 'task_failed');
+      } else {
+        // Nothing of it is kept but its failure, which is its answer: the replicas whose timers
+        // fire for it later skip it, as they skip a tick that ran (adversary 60).
+        await commitAnswer(tools, context, task.fingerprint, tickFailed(cause), true);
+      }
       throw cause;
     }
     stopHeartbeat?.();

@@ -15,6 +15,18 @@ export class IdempotentTaskUnscheduledError extends InvalidIdempotencyOptionsErr
   }
 }
 
+/** A task whose name does not fit a key's tenant (`schedule:<name>`, 255 characters). */
+export class IdempotentTaskNameTooLongError extends InvalidIdempotencyOptionsError {
+  constructor(where: string, name: string) {
+    super(
+      `@IdempotentTask() on ${where}: its name (${name.length} characters, from the option, the ` +
+        "schedule's name or Class.method) is too long to key its ticks by: give it a name of " +
+        'at most 246 characters (@IdempotentTask({ name }))',
+    );
+    this.name = 'IdempotentTaskNameTooLongError';
+  }
+}
+
 /** Two tasks of one app under one name: their ticks would be one task's. */
 export class IdempotentTaskNameTakenError extends InvalidIdempotencyOptionsError {
   constructor(task: { where: string; tenant: string }, other: string) {

@@ -23,6 +23,8 @@ export interface TaskReplicas {
   ticks(): Promise<TickRow[]>;
   /** The library's unfinished tick keys (a tick neither done nor forgotten). */
   unfinished(): Promise<string[]>;
+  /** The answers kept of the ticks that failed (their keys done, 500). */
+  failures(): Promise<string[]>;
   /** Empties `ticks` and the library's keys, between tests. */
   reset(): Promise<void>;
   /** The database's URL. */
@@ -88,6 +90,13 @@ export function useTaskReplicas(label: string): TaskReplicas {
         "SELECT key FROM idempotency_keys WHERE tenant_id LIKE 'schedule:%' AND state = 'started'",
       );
       return rows.map((row) => row.key);
+    },
+    async failures() {
+      const { rows } = await admin.query<{ body: string }>(
+        `SELECT convert_from(response_body, 'UTF8') AS body FROM idempotency_keys
+         WHERE tenant_id LIKE 'schedule:%' AND state = 'done' AND response_code = 500`,
+      );
+      return rows.map((row) => row.body);
     },
     url: () => database.url,
     async reset() {

@@ -27,6 +27,9 @@
  * done and skips it).
  *
  * Severity: high (a tick's work runs once per replica; it is the documented promise).
+ *
+ * Fixed: a tick that throws with no phase committed keeps its failure as its answer (done,
+ * 500, its words: `tickFailed`), so the replicas whose timers fire later skip it.
  */
 import { runsBySlot, startAdv60Replica } from '../../support/adv60-replicas.js';
 import { sleep } from '../../support/adv59-app.js';

@@ -26,6 +26,9 @@
  * Control: the same task with a 200-character schedule name runs every second.
  *
  * Severity: low (a long name; but a task that silently never runs, start-up passing).
+ *
+ * Fixed: a task whose `schedule:<name>` is over 255 characters stops the app at start-up
+ * (`IdempotentTaskNameTooLongError`), saying to give it a shorter name.
  */
 import { Inject, Injectable } from '@nestjs/common';
 import { Cron } from '@nestjs/schedule';

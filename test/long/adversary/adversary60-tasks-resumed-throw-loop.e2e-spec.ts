@@ -27,6 +27,9 @@
  *
  * Severity: medium (a failed tick run again and again for an hour, effects and all; only after a
  * replica died mid-tick).
+ *
+ * Fixed: as adversary60-tasks-failed-tick-rerun; a tick with a phase committed is resumed
+ * until it has been taken over three times (`resumesAfterFailure`), then its failure is kept.
  */
 import { runsBySlot, startAdv60Replica } from '../../support/adv60-replicas.js';
 import { sleep } from '../../support/adv59-app.js';

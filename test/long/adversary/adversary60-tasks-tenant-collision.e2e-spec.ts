@@ -26,6 +26,10 @@
  *
  * Severity: high (any client of a route whose tenant it names cancels the app's scheduled work;
  * the tenant-from-header resolver is the README's own).
+ *
+ * Fixed: a tenant beginning with `schedule:` or `bullmq:` (the library's own key spaces) is
+ * refused (400 tenant_invalid, lib/decisions/tenant-id.ts `RESERVED_TENANT_PREFIXES`): the
+ * order is not taken, and the tick runs.
  */
 import {
   Controller,
@@ -109,7 +113,8 @@ describe('adversary 60: an HTTP tenant named schedule:<task>', () => {
     while (Date.now() < Date.parse(slot) + 1_500) await sleep(100);
     const ran = (await replicas.ticks()).some((row) => row.slot === slot);
     const others = (await replicas.ticks()).length;
-    return { status: order.status, ran, others: others > 2 };
+    const { code } = (await order.json()) as { code?: string };
+    return { status: order.status, code, ran, others: others > 2 };
   }
 
   it('control: an order under another tenant, the same key: the tick runs', async () => {
@@ -117,9 +122,11 @@ describe('adversary 60: an HTTP tenant named schedule:<task>', () => {
   }, 30_000);
 
   it('an order under tenant schedule:settle does not take the tick of its key', async () => {
-    // Fails: ran is false (the tick met the order's row: key mismatch, logged, not run).
+    // Failed before its fix: ran was false (the tick met the order's row: key mismatch,
+    // logged, not run). The library's key spaces are its own: the order is refused, saying so.
     expect(await orderThenTick('schedule:settle')).toEqual({
-      status: 201,
+      status: 400,
+      code: 'tenant_invalid',
       ran: true,
       others: true,
     });
