@@ -8,7 +8,8 @@
  *
  * Env: DATABASE_URL; REPLICA; CRON (default every second); HOLD_MS (default 0); LEASE_MS;
  * HEARTBEAT=0; RESUME_WITHIN_MS; FAIL_RESUMED=1: a resumed tick throws after its `begun` row (FAIL=1: every tick);
- * CLOCK_SKEW_MS: its clock that much off (Date.now(), which cron and the library read). Prints `ready` once its timers run.
+ * CLOCK_SKEW_MS: its clock that much off (Date.now(), which cron and the library read);
+ * STORE_IF=below500: the module's `storeIf: (status) => status < 500` (adversary 63). Prints `ready` once its timers run.
  */
 import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
@@ -78,6 +79,7 @@ class SettleTask {
     IdempotencyModule.forRoot({
       globalKeys: true,
       ...(env.LEASE_MS ? { leaseMs: Number(env.LEASE_MS) } : {}),
+      ...(env.STORE_IF === 'below500' ? { storeIf: (status: number) => status < 500 } : {}),
     }),
   ],
   providers: [SettleTask],
