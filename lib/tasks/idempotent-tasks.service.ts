@@ -1,4 +1,10 @@
-import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import {
+  type BeforeApplicationShutdown,
+  Inject,
+  Injectable,
+  Logger,
+  type OnModuleInit,
+} from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, ModuleRef } from '@nestjs/core';
 import { lastValueFrom } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
@@ -78,12 +84,15 @@ interface SchedulerRegistryLike {
  * of the task once its lease ran out, after its last phase.
  */
 @Injectable()
-export class IdempotentTasks implements OnModuleInit {
+export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown {
   private readonly logger = new Logger('Idempotency');
   private readonly tools: OwnerTools;
   /** Each object's tasks, by their methods (two objects of one class are two tasks). */
   private readonly tasks = new WeakMap<object, Map<object, Task>>();
   private registry: SchedulerRegistryLike | undefined;
+  /** The ticks running now, waited for as the app shuts down (see `beforeApplicationShutdown`). */
+  private readonly running = new Set<Promise<unknown>>();
+  private closing = false;
 
   constructor(
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
@@ -198,6 +207,29 @@ export class IdempotentTasks implements OnModuleInit {
    * earlier ticks. What the tick's own run throws is thrown (`@nestjs/schedule` logs it).
    */
   async tick(instance: object, method: object, work: () => unknown): Promise<void> {
+    // A tick that fires as the app shuts down does not start: its slot is another replica's.
+    if (this.closing) return;
+    const running = this.tickNow(instance, method, work);
+    this.running.add(running);
+    try {
+      await running;
+    } finally {
+      this.running.delete(running);
+    }
+  }
+
+  /**
+   * Waits for the ticks running now, before the app's database pool is ended (TypeORM ends its
+   * own as the application shuts down, after this hook): a tick cut off from its pool could not
+   * renew its lease while it runs, and another replica would take it over and run it again
+   * beside it (adversary 63). A replica killed before they end leaves them to be resumed.
+   */
+  async beforeApplicationShutdown(): Promise<void> {
+    this.closing = true;
+    await Promise.allSettled([...this.running]);
+  }
+
+  private async tickNow(instance: object, method: object, work: () => unknown): Promise<void> {
     const task = this.tasks.get(instance)?.get(method);
     if (!task) throw new IdempotentTaskUnboundError(instance.constructor.name);
     const slot = await this.slotOf(task, Date.now());
@@ -231,6 +263,7 @@ export class IdempotentTasks implements OnModuleInit {
       return;
     }
     for (const key of keys) {
+      if (this.closing) return;
       try {
         await this.runSlot(task, key, true, work);
       } catch (error) {

@@ -30,6 +30,9 @@
  *
  * Severity: medium (effects outside the database twice on every graceful shutdown mid-tick
  * that outlasts the lease: every deploy of a worker whose ticks take longer than `leaseMs`).
+ *
+ * Fixed: `IdempotentTasks.beforeApplicationShutdown` waits for the ticks running, before the
+ * pool is ended (TypeORM ends its own after that hook), and no tick starts once shutdown began.
  */
 import { startAdv60Replica } from '../../support/adv60-replicas.js';
 import { sleep } from '../../support/adv59-app.js';

@@ -29,6 +29,9 @@
  *
  * Severity: high (a failing tick's work repeated on every replica and on every later tick for
  * an hour, under a documented module option many apps set).
+ *
+ * Fixed: a job's or a tick's record is always kept (`headlessOwnerTools`: the module's
+ * `storeIf` chooses among HTTP answers only).
  */
 import { runsBySlot, startAdv60Replica } from '../../support/adv60-replicas.js';
 import { sleep } from '../../support/adv59-app.js';
