@@ -333,6 +333,17 @@ WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND st
 };
 
 /**
+ * Notes on a job's key that BullMQ has its step's data (`$3`'s `written`), only while the
+ * key keeps that step's data (`$4`, its base64 JSON): a later step's is never marked.
+ */
+export const MARK_JOB_STEP_DATA_WRITTEN = {
+  name: 'idempotency_mark_job_step_data_written_v1',
+  text: `UPDATE idempotency_keys
+SET phase_results = jsonb_set(phase_results, ARRAY[$3::text, 'written'], 'true'::jsonb)
+WHERE tenant_id = $1 AND key = $2 AND state = 'started' AND phase_results -> $3 ->> 'data' = $4`,
+};
+
+/**
  * A job's step whose commit failed (its work rolled back, the job moved on in Redis): noted on
  * its key (`$3`, a phase result of the library's, `$4` why), so that its next run fails for
  * good, saying so, rather than go on without it. Its row, or (its claim rolled back with the

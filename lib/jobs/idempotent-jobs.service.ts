@@ -17,7 +17,11 @@ import {
 } from '../shapes/claim-store.interface.js';
 import { claimOrDecide, type ClaimResult } from '../http/claim-or-decide.js';
 import { claimWithWork } from '../http/claim-with-work.js';
-import { MARK_JOB_STEP_LOST, RELEASE_JOB_STEP } from '../claim/postgres-statements.js';
+import {
+  MARK_JOB_STEP_DATA_WRITTEN,
+  MARK_JOB_STEP_LOST,
+  RELEASE_JOB_STEP,
+} from '../claim/postgres-statements.js';
 import { problemResponse } from '../http/problem.js';
 import { IdempotencyContext } from '../transaction/idempotency-context.js';
 import { idempotencyStorage } from '../transaction/idempotency-context.js';
@@ -49,7 +53,7 @@ import { IDEMPOTENT_JOB_OPTIONS } from '../shapes/idempotency.constants.js';
 import { classMethods } from '../routes/class-methods.js';
 import { decodeJobResult, encodeJobResult, isJobResult } from './job-answer.js';
 import { afterJobError, isJobStep } from './job-failure.js';
-import { jobIdentity, jobKeyOf, jobTenant } from './job-key.js';
+import { jobKeyOf, jobTenant, stepOwnerOf } from './job-key.js';
 import {
   dataToRestore,
   type HeldData,
@@ -176,9 +180,10 @@ export class IdempotentJobs implements OnModuleInit {
     context: IdempotencyContext,
     transaction: RequestTransaction,
     job: JobLike,
+    owner: string,
     held: HeldData,
   ): Promise<void> {
-    const kept = await transaction.commitWith(stepStatement(context, job, held));
+    const kept = await transaction.commitWith(stepStatement(context, job, owner, held));
     if (!kept) throw new IdempotencyLeaseLostError();
   }
 
@@ -188,12 +193,13 @@ export class IdempotentJobs implements OnModuleInit {
     transaction: RequestTransaction,
     job: JobLike,
     fingerprint: Buffer,
+    owner: string,
     held: HeldData,
   ): Promise<boolean> {
     const claim = context.claim!;
     let why: string;
     try {
-      const kept = await transaction.commitWith(stepStatement(context, job, held));
+      const kept = await transaction.commitWith(stepStatement(context, job, owner, held));
       if (kept) return true;
       why = 'its key is another worker’s now';
     } catch (error) {
@@ -211,6 +217,26 @@ export class IdempotentJobs implements OnModuleInit {
         ),
       );
     return false;
+  }
+
+  /**
+   * Notes on the job's key that BullMQ has its step's data (see `dataToRestore`), fenced by
+   * that data: a later step's is never touched. A note that fails leaves it to compare data.
+   */
+  private async noteStepWritten(
+    context: IdempotencyContext,
+    job: JobLike,
+    held: NonNullable<HeldData>,
+  ): Promise<void> {
+    const claim = context.claim!;
+    const kept = keptStepData(held, job.timestamp)!;
+    await this.database
+      .query(MARK_JOB_STEP_DATA_WRITTEN, [claim.tenantId, claim.key, STEP_DATA, kept.data])
+      .catch((error: unknown) =>
+        this.logger.warn(
+          `that job ${claim.key} has its step's data could not be noted: ${messageOf(error)}`,
+        ),
+      );
   }
 
   /**
@@ -299,7 +325,8 @@ export class IdempotentJobs implements OnModuleInit {
     const context = new IdempotencyContext(claimed.claim, 200, transaction, true, store);
     context.route = where;
     // A key between another job's steps (its owner), or one whose step was lost.
-    const held = stepHold(claimed.claim.phaseResults, jobIdentity(job));
+    const owner = stepOwnerOf(job, reading.derived);
+    const held = stepHold(claimed.claim.phaseResults, owner);
     if (held) {
       await rollBackAndRelease(
         tools,
@@ -311,7 +338,12 @@ export class IdempotentJobs implements OnModuleInit {
         : new IdempotencyKeyInProgressError(1);
     }
     // Its data as its last step committed it, where its worker died before BullMQ had it.
-    const restore = dataToRestore(claimed.claim.phaseResults, jobIdentity(job), jsonOf(job.data));
+    const restore = dataToRestore(
+      claimed.claim.phaseResults,
+      owner,
+      job.timestamp,
+      jsonOf(job.data),
+    );
     if (restore) {
       try {
         await job.updateData?.(restore.data);
@@ -327,7 +359,7 @@ export class IdempotentJobs implements OnModuleInit {
     let step: Promise<void> | undefined;
     const commitStep = (data: HeldData) => {
       stopHeartbeat?.();
-      step ??= this.commitStep(context, transaction, job, data);
+      step ??= this.commitStep(context, transaction, job, owner, data);
       return step;
     };
     // Its data written once its work committed, its moves committing its steps: in place, so
@@ -335,7 +367,8 @@ export class IdempotentJobs implements OnModuleInit {
     const stepped = stepJob(
       job,
       commitStep,
-      () => transaction.begun && !transaction.ended,
+      // Held from the run's start (its first statement may come after it: adversary 64).
+      () => !transaction.ended,
       (moved) =>
         void moved.catch((error: unknown) =>
           this.logger.error(
@@ -344,10 +377,12 @@ export class IdempotentJobs implements OnModuleInit {
               `(BullMQ keeps its data of the step before): ${messageOf(error)}`,
           ),
         ),
+      (held) => this.noteStepWritten(context, job, held),
     );
     try {
       return await this.runStepped(where, job, work, {
         context,
+        owner,
         transaction,
         tools,
         stepped,
@@ -400,9 +435,17 @@ export class IdempotentJobs implements OnModuleInit {
             await rollBackAndRelease(tools, context, 'job_step_failed');
           }
         } else if (
-          await this.keepStep(context, where, transaction, job, fingerprint, stepped.held())
+          await this.keepStep(
+            context,
+            where,
+            transaction,
+            job,
+            fingerprint,
+            run.owner,
+            stepped.held(),
+          )
         ) {
-          await stepped.flush();
+          await stepped.flushStep();
         }
         throw error;
       }
@@ -454,6 +497,8 @@ export class IdempotentJobs implements OnModuleInit {
 /** What `runStepped` goes on with. */
 interface SteppedRun {
   context: IdempotencyContext;
+  /** The job as its steps name their key's owner (`stepOwnerOf`). */
+  owner: string;
   transaction: RequestTransaction;
   tools: OwnerTools;
   stepped: SteppedJob;
@@ -470,7 +515,7 @@ interface SteppedRun {
  * The statement that commits a job's step (see `RELEASE_JOB_STEP`): its lease ended, the job
  * named the key's owner, and its held data kept with it (or none: BullMQ has its data).
  */
-function stepStatement(context: IdempotencyContext, job: JobLike, held: HeldData) {
+function stepStatement(context: IdempotencyContext, job: JobLike, owner: string, held: HeldData) {
   const claim = context.claim!;
   return {
     name: RELEASE_JOB_STEP.name,
@@ -481,9 +526,9 @@ function stepStatement(context: IdempotencyContext, job: JobLike, held: HeldData
       claim.lockVersion,
       claim.claimId,
       STEP_OWNER,
-      jobIdentity(job),
+      owner,
       STEP_DATA,
-      held ? JSON.stringify(keptStepData(held)) : null,
+      held ? JSON.stringify(keptStepData(held, job.timestamp)) : null,
     ],
   };
 }

@@ -1,4 +1,4 @@
-import { jobKeyOf, jobTenant } from './job-key.js';
+import { jobKeyOf, jobTenant, stepOwnerOf } from './job-key.js';
 import { type JobLike } from './job-like.js';
 
 const job = (fields: Partial<JobLike>): JobLike => ({
@@ -70,5 +70,29 @@ describe('jobKeyOf', () => {
 
   it('keeps keys per queue', () => {
     expect(jobTenant('payouts')).toBe('bullmq:payouts');
+  });
+});
+
+describe('stepOwnerOf', () => {
+  const job = (opts?: { jobId?: string }) =>
+    ({
+      id: opts?.jobId ?? '7',
+      name: 'n',
+      data: {},
+      queueName: 'q',
+      timestamp: 100,
+      opts,
+    }) as never;
+  it.each([
+    [
+      'the app’s own id, the key: the id (added again, the same job)',
+      job({ jobId: 'order-7' }),
+      false,
+      'id:order-7',
+    ],
+    ['a counted id: the job with its time', job(), false, '7@100'],
+    ['a key of the app’s: the job itself', job({ jobId: 'order-7' }), true, 'order-7@100'],
+  ])('%s', (_name, given, derived, owner) => {
+    expect(stepOwnerOf(given, derived)).toBe(owner);
   });
 });

@@ -14,6 +14,17 @@ export function jobIdentity(job: JobLike): string {
   return `${job.id}@${job.timestamp}`;
 }
 
+/**
+ * The job as its steps name their key's owner (a pure decision): the app's own job id where
+ * the key is that id (adding the job again under it, after the first was removed, is the same
+ * job: it goes on with the key's steps), else the job itself (`jobIdentity`: another job of a
+ * key of the app's, or of a counted id, waits for it).
+ */
+export function stepOwnerOf(job: JobLike, derived: boolean): string {
+  const own = job.opts?.jobId;
+  return !derived && own !== undefined ? `id:${own}` : jobIdentity(job);
+}
+
 /** What a job's key is: one to record it by, or why there is none. */
 export type JobKeyReading =
   { kind: 'key'; key: string; derived: boolean } | { kind: 'unusable'; reason: string };

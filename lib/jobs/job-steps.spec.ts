@@ -18,48 +18,79 @@ describe('stepHold', () => {
 
 describe('dataToRestore', () => {
   const b64 = (value: unknown) => Buffer.from(JSON.stringify(value), 'utf8').toString('base64');
-  const kept = (data: unknown, over: unknown) => ({ data: b64(data), over: b64(over) });
+  const kept = (data: unknown, over: unknown, more: object = {}) => ({
+    data: b64(data),
+    over: b64(over),
+    added: 100,
+    ...more,
+  });
   const json = (value: unknown) => JSON.stringify(value);
+  const owned = (stepData: object) => ({ [STEP_OWNER]: '7@100', [STEP_DATA]: stepData });
   it.each([
-    ['no step data kept', { [STEP_OWNER]: '7@100' }, { step: 1 }, undefined],
+    ['no step data kept', { [STEP_OWNER]: '7@100' }, 100, { step: 1 }, undefined],
     [
       'BullMQ still has the data before its step (its worker died before the write): given back',
-      { [STEP_OWNER]: '7@100', [STEP_DATA]: kept({ step: 2 }, { step: 1 }) },
+      owned(kept({ step: 2 }, { step: 1 })),
+      100,
       { step: 1 },
       { data: { step: 2 } },
     ],
     [
       'BullMQ has the step’s data',
-      { [STEP_OWNER]: '7@100', [STEP_DATA]: kept({ step: 2 }, { step: 1 }) },
+      owned(kept({ step: 2 }, { step: 1 })),
+      100,
       { step: 2 },
       undefined,
     ],
     [
       'BullMQ has newer data (the job’s own after its move, an operator’s fix): never over it',
-      { [STEP_OWNER]: '7@100', [STEP_DATA]: kept({ step: 2 }, { step: 1 }) },
+      owned(kept({ step: 2 }, { step: 1 })),
+      100,
       { step: 3 },
       undefined,
     ],
     [
+      'the write was noted, and the operator rewound the job to the step before: it stands',
+      owned(kept({ step: 2 }, { step: 1 }, { written: true })),
+      100,
+      { step: 1 },
+      undefined,
+    ],
+    [
+      'the job added again under its own id: it goes on from the step its key reached',
+      {
+        [STEP_OWNER]: 'id:order-7',
+        [STEP_DATA]: kept({ step: 2 }, { step: 1 }, { written: true }),
+      },
+      200,
+      { step: 1 },
+      { data: { step: 2 } },
+    ],
+    [
       'another job’s step data (a key of the app’s): never',
       { [STEP_OWNER]: '8@200', [STEP_DATA]: kept({ step: 2 }, { step: 1 }) },
+      100,
       { step: 1 },
       undefined,
     ],
     [
       'no owner (released): never',
       { [STEP_DATA]: kept({ step: 2 }, { step: 1 }) },
+      100,
       { step: 1 },
       undefined,
     ],
     [
       'data jsonb refuses (a NUL, a lone surrogate), kept as BullMQ keeps it',
-      { [STEP_OWNER]: '7@100', [STEP_DATA]: kept({ note: 'a\u0000b\ud83c' }, { step: 1 }) },
+      owned(kept({ note: 'a\u0000b\ud83c' }, { step: 1 })),
+      100,
       { step: 1 },
       { data: { note: 'a\u0000b\ud83c' } },
     ],
-  ] as const)('%s', (_name, results, data, restored) => {
-    expect(dataToRestore(results, '7@100', json(data))).toEqual(restored);
+  ] as const)('%s', (_name, results, added, data, restored) => {
+    const owner =
+      (results as Record<string, unknown>)[STEP_OWNER] === 'id:order-7' ? 'id:order-7' : '7@100';
+    expect(dataToRestore(results, owner, added, json(data))).toEqual(restored);
   });
 });
 

@@ -3,7 +3,7 @@
  * the `bullmq:` form (jobs.md: a job's own phases must not take them).
  */
 
-/** The job whose steps hold the key (its `jobIdentity`), between two of its runs. */
+/** The job whose steps hold the key (its `stepOwnerOf`), between two of its runs. */
 export const STEP_OWNER = 'bullmq:step';
 /** Why a step of the job did not commit after the job had moved itself on. */
 export const STEP_LOST = 'bullmq:step-lost';
@@ -32,23 +32,30 @@ export function stepHold(
 export const STEP_DATA = 'bullmq:step-data';
 
 /**
- * The data a job's run gives back to BullMQ before it runs (a pure decision): the data its own
- * last step committed with, where BullMQ still has what it had before that step (its worker
- * died after the step committed, before the data was written). Never over data BullMQ got
- * since (the job's own `updateData` after its move, an operator's fix: adversary 61), and
- * never another job's (a key of the app's, between two jobs). `current`: the JSON of the data
- * BullMQ has now.
+ * The data a job's run gives back to BullMQ before it runs (a pure decision), from its own
+ * last committed step (`owner` is the key's, `added` the time this job was added):
+ *  - the same job's run: only where BullMQ never had that step's data (its worker died after
+ *    the step committed, before the write was noted: `written`) and still has the data of
+ *    before the step; never over data written since (the job's own after its move, an
+ *    operator's fix or rewind: adversaries 61, 64);
+ *  - the job added again under its own id (another `added`): the step's data, so that it goes
+ *    on from the step its key reached and does none of them again (adversary 64).
+ * `current`: the JSON of the data BullMQ has now.
  */
 export function dataToRestore(
   results: Readonly<Record<string, unknown>>,
-  identity: string,
+  owner: string,
+  added: number,
   current: string,
 ): { data: unknown } | undefined {
-  if (results[STEP_OWNER] !== identity) return undefined;
-  const kept = results[STEP_DATA] as { data?: unknown; over?: unknown } | undefined;
+  if (results[STEP_OWNER] !== owner) return undefined;
+  const kept = results[STEP_DATA] as
+    { data?: unknown; over?: unknown; written?: unknown; added?: unknown } | undefined;
   if (!kept || typeof kept.data !== 'string' || typeof kept.over !== 'string') return undefined;
   const data = fromBase64(kept.data);
-  if (fromBase64(kept.over) !== current || data === current) return undefined;
+  if (data === current) return undefined;
+  const sameJob = kept.added === undefined || kept.added === added;
+  if (sameJob && (kept.written === true || fromBase64(kept.over) !== current)) return undefined;
   return { data: JSON.parse(data) as unknown };
 }
 
@@ -57,9 +64,12 @@ export function dataToRestore(
  * the JSON BullMQ had before it, so that a NUL or a lone surrogate in it (which jsonb refuses)
  * commits as BullMQ keeps it (adversary 61).
  */
-export function keptStepData(held: HeldData): { data: string; over: string } | undefined {
+export function keptStepData(
+  held: HeldData,
+  added: number,
+): { data: string; over: string; added: number } | undefined {
   if (!held) return undefined;
-  return { data: toBase64(jsonOf(held.data)), over: toBase64(held.over) };
+  return { data: toBase64(jsonOf(held.data)), over: toBase64(held.over), added };
 }
 
 /** A job's data as BullMQ writes it (`JSON.stringify`; nothing as `null`). */
@@ -86,6 +96,8 @@ export interface SteppedJob {
    * work committed (its step, or its result). Dropped if the work rolls back.
    */
   flush(): Promise<void>;
+  /** `flush`, after a step committed: and notes on its key that BullMQ has its data. */
+  flushStep(): Promise<void>;
   /** The data held now (see `flush`). */
   held(): HeldData;
   /** Gives the job its own methods back, once its run ended. */
@@ -114,6 +126,7 @@ export function stepJob(
   commitStep: (held: HeldData) => Promise<void>,
   pending: () => boolean,
   afterMove: (step: Promise<void>) => void,
+  stepWritten: (held: NonNullable<HeldData>) => Promise<void> = () => Promise.resolve(),
 ): SteppedJob {
   let committed: Promise<void> | undefined;
   let held: HeldData;
@@ -135,6 +148,12 @@ export function stepJob(
     committed ??= commitStep(held);
     return committed;
   };
+  /** Writes a committed step's held data, and notes on its key that BullMQ has it. */
+  const flushStep = async () => {
+    const stepHeld = held;
+    await flush();
+    if (stepHeld) await stepWritten(stepHeld);
+  };
   const replace = (name: string, value: (...args: never[]) => Promise<unknown>) =>
     Object.defineProperty(job, name, { value, configurable: true, writable: true });
   if (updateData) {
@@ -152,7 +171,7 @@ export function stepJob(
   if (moveToDelayed) {
     replace('moveToDelayed', async (...args: unknown[]) => {
       await commit();
-      await flush();
+      await flushStep();
       return moveToDelayed.apply(job, args);
     });
   }
@@ -160,7 +179,7 @@ export function stepJob(
     replace('moveToWaitingChildren', async (...args: unknown[]) => {
       const moved = await moveToWaitingChildren.apply(job, args);
       if (moved !== true || committed) return moved;
-      const step = commit().then(flush);
+      const step = commit().then(flushStep);
       afterMove(step);
       await step.catch(() => undefined);
       return moved;
@@ -168,6 +187,7 @@ export function stepJob(
   }
   return {
     flush,
+    flushStep,
     held: () => held,
     release: () => {
       for (const [name, descriptor] of saved) {

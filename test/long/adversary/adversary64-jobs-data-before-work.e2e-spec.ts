@@ -31,6 +31,9 @@
  *
  * Severity: medium (a step's work lost, the job going on without it; the order of
  * `updateData` and the step's first statement, which the guide does not mention, decides).
+ *
+ * Fixed: `updateData()` is held from the run's start (`!transaction.ended`), not from its first
+ * statement.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

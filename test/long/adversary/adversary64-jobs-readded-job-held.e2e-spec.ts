@@ -32,6 +32,10 @@
  *
  * Severity: high (a job stuck for ever, silently, by BullMQ's ordinary retention of failed
  * jobs; no documented way out).
+ *
+ * Fixed: where the key is the app's own job id, the steps' owner is that id (`stepOwnerOf`):
+ * the job added again is the same job, takes the key over and goes on from the step its key
+ * reached (its data given back from the key).
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

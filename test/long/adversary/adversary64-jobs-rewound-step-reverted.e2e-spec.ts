@@ -36,6 +36,9 @@
  *
  * Severity: high (a failed job's documented remedy undone and its data rewritten, for good;
  * the same outcome adversary 61 fixed for a fix that is not a rewind).
+ *
+ * Fixed: once BullMQ has a step's data the key notes it (`written`, MARK_JOB_STEP_DATA_WRITTEN),
+ * and the same job's data is never given back after that (`dataToRestore`).
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
