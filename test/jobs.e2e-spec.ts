@@ -21,7 +21,7 @@ onRedis('@IdempotentJob() on BullMQ, with real workers', () => {
       async (_name, idempotent, expected) => {
         const name = `${seam}-again-${idempotent}`;
         await jobs.startWorker({ SEAM: seam, QUEUE: name, WORKER: 'a', IDEMPOTENT: idempotent });
-        const { queue, events } = jobs.queueOf(name);
+        const { queue, events } = await jobs.queueOf(name);
         const add = () => queue.add('payout', { orderId: name, cents: 500 }, { jobId: name });
         const once = await add();
         const first = await once.waitUntilFinished(events, 30_000);
@@ -51,7 +51,7 @@ onRedis('@IdempotentJob() on BullMQ, with real workers', () => {
           IDEMPOTENT: idempotent,
           FAIL_FIRST: '1',
         });
-        const { queue, events } = jobs.queueOf(name);
+        const { queue, events } = await jobs.queueOf(name);
         const job = await queue.add('payout', { orderId: name, cents: 700 }, { attempts: 3 });
         expect(await job.waitUntilFinished(events, 30_000)).toEqual({ paid: 700, by: 'a' });
         expect(await jobs.payouts(name)).toHaveLength(rows);
@@ -76,7 +76,7 @@ onRedis('@IdempotentJob() on BullMQ, with real workers', () => {
           PSP_URL: psp.url,
           FAIL_FIRST: '1',
         });
-        const { queue, events } = jobs.queueOf(name);
+        const { queue, events } = await jobs.queueOf(name);
         const job = await queue.add('payout', { orderId: name, cents: 250 }, { attempts: 3 });
         const result = (await job.waitUntilFinished(events, 30_000)) as { transfer: string };
         expect(psp.keys).toHaveLength(calls);
@@ -94,7 +94,7 @@ onRedis('@IdempotentJob() on BullMQ, with real workers', () => {
   it('a key of the app’s (data.orderId): two jobs of one order pay once; another payout under it fails', async () => {
     const name = 'keyed';
     await jobs.startWorker({ QUEUE: name, WORKER: 'a', KEYED: '1' });
-    const { queue, events } = jobs.queueOf(name);
+    const { queue, events } = await jobs.queueOf(name);
     const first = await queue.add('payout', { orderId: 'order-7', cents: 100 });
     expect(await first.waitUntilFinished(events, 30_000)).toEqual({ paid: 100, by: 'a' });
     const twin = await queue.add('payout', { orderId: 'order-7', cents: 100 });
@@ -112,7 +112,7 @@ onRedis('@IdempotentJob() on BullMQ, with real workers', () => {
   it('a key it cannot keep (over 255 characters): failed at once, saying why, nothing paid', async () => {
     const name = 'unusable';
     await jobs.startWorker({ QUEUE: name, WORKER: 'a', KEYED: '1' });
-    const { queue, events } = jobs.queueOf(name);
+    const { queue, events } = await jobs.queueOf(name);
     const job = await queue.add('payout', { orderId: 'x'.repeat(300), cents: 1 }, { attempts: 5 });
     await expect(job.waitUntilFinished(events, 30_000)).rejects.toThrow(
       'its key is over 255 characters',

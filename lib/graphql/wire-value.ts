@@ -543,22 +543,18 @@ function ownData(
  * a getter, a Promise): the resolver's value itself, seen through a Proxy that gives the
  * fields that were read as the library read them (a getter never run again, a list as it was
  * read, a failure as it failed). Everything else is the value's own: its class, its own keys
- * and their enumerability (a serializer copies what it would have copied), its getters and
- * methods run on the value itself (its `#private` fields, a Prisma result's computed fields:
- * adversary 62). A field the value holds frozen (a non-writable, non-configurable own data
- * property, which a Proxy may not answer otherwise) is given as the value holds it: a Promise
- * or a list that reads again the same. The resolver's value is not changed.
+ * and their enumerability (a serializer copies what it would have copied), its getters,
+ * setters and methods run on the value itself (its `#private` fields, a Prisma result's
+ * computed fields: adversary 62). What an outer layer writes to it (an interceptor masking a
+ * field) goes to the value, and is what is read from then on (adversary 65). The Proxy's
+ * target is a stand-in of the value's class, so that a frozen value's fields can be answered
+ * too (a one-shot iterator it holds was read). The resolver's value is not changed.
  */
 function over(source: object, replaced: Record<string, unknown>): object {
-  const given = new Map<PropertyKey, unknown>();
-  for (const [name, item] of Object.entries(replaced)) {
-    const own = Object.getOwnPropertyDescriptor(source, name);
-    if (own && 'value' in own && !own.writable && !own.configurable) continue;
-    given.set(name, item);
-  }
-  if (given.size === 0) return source;
-  return new Proxy(source, {
-    get(target, property) {
+  const given = new Map<PropertyKey, unknown>(Object.entries(replaced));
+  const standIn = Object.create(Object.getPrototypeOf(source) as object | null) as object;
+  return new Proxy(standIn, {
+    get(_target, property) {
       if (given.has(property)) {
         const item = given.get(property);
         if (item instanceof FailedRead) {
@@ -566,11 +562,32 @@ function over(source: object, replaced: Record<string, unknown>): object {
         }
         return item;
       }
-      const value: unknown = Reflect.get(target, property, target);
+      const value: unknown = Reflect.get(source, property, source);
       // A method runs on the value itself, whose private fields are its own.
       return typeof value === 'function' && property !== 'constructor'
-        ? (value as (...args: unknown[]) => unknown).bind(target)
+        ? (value as (...args: unknown[]) => unknown).bind(source)
         : value;
+    },
+    set(_target, property, value) {
+      given.delete(property);
+      return Reflect.set(source, property, value, source);
+    },
+    defineProperty(_target, property, descriptor) {
+      given.delete(property);
+      return Reflect.defineProperty(source, property, descriptor);
+    },
+    deleteProperty(_target, property) {
+      given.delete(property);
+      return Reflect.deleteProperty(source, property);
+    },
+    has: (_target, property) => Reflect.has(source, property),
+    ownKeys: () => Reflect.ownKeys(source),
+    getOwnPropertyDescriptor(_target, property) {
+      const own = Reflect.getOwnPropertyDescriptor(source, property);
+      if (!own) return undefined;
+      // Configurable as the stand-in's must be reported; a data field answered with its value.
+      const answered = given.has(property) && 'value' in own ? { value: given.get(property) } : {};
+      return { ...own, ...answered, configurable: true };
     },
   });
 }

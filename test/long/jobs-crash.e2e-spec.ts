@@ -31,7 +31,7 @@ onRedis('@IdempotentJob() on BullMQ, when a worker dies or stalls', () => {
           QUEUE: name,
         };
         const a = await jobs.startWorker({ ...stalls, WORKER: 'a', HOLD_AFTER_COMMIT_MS: '60000' });
-        const { queue, events } = jobs.queueOf(name);
+        const { queue, events } = await jobs.queueOf(name);
         const job = await queue.add('payout', { orderId: name, cents: 900 });
         const finished = job.waitUntilFinished(events, 45_000);
         await until(
@@ -71,7 +71,7 @@ onRedis('@IdempotentJob() on BullMQ, when a worker dies or stalls', () => {
           HOLD_MS: '4000',
           SKIP_LOCK_RENEWAL: '1',
         });
-        const { queue } = jobs.queueOf(name);
+        const { queue } = await jobs.queueOf(name);
         const job = await queue.add('payout', { orderId: name, cents: 300 });
         await until(() => Promise.resolve(a.output().includes(`ran ${job.id}`)), 'a', 10_000);
         await jobs.startWorker({ ...common, WORKER: 'b' });
@@ -105,7 +105,7 @@ onRedis('@IdempotentJob() on BullMQ, when a worker dies or stalls', () => {
       };
       psp.hangNext(1);
       const a = await jobs.startWorker({ ...env, WORKER: 'a' });
-      const { queue, events } = jobs.queueOf(name);
+      const { queue, events } = await jobs.queueOf(name);
       const job = await queue.add('payout', { orderId: name, cents: 400 });
       const finished = job.waitUntilFinished(events, 60_000);
       await until(() => Promise.resolve(psp.keys.length === 1), 'the first call', 30_000);

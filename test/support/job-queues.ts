@@ -17,8 +17,11 @@ export type JobWorker = ReadyProcess;
 export interface JobQueues {
   /** Starts a worker process with `env` (see job-worker.ts); resolves once it runs. */
   startWorker(env: Record<string, string>): Promise<JobWorker>;
-  /** A queue and its events' listener, closed after the test. */
-  queueOf(name: string): { queue: Queue; events: QueueEvents };
+  /**
+   * A queue and its events' listener, closed after the test; once the listener reads events (a
+   * job that finishes before it does is never heard of: a fast control on a loaded machine).
+   */
+  queueOf(name: string): Promise<{ queue: Queue; events: QueueEvents }>;
   /** The payouts of an order, by the worker that made each, in order. */
   payouts(orderId: string): Promise<{ worker: string }[]>;
 }
@@ -55,6 +58,13 @@ export function useJobQueues(label: string): JobQueues {
   }, 60_000);
 
   afterEach(async () => {
+    // A worker that exited on its own during the test says why (a timeout then makes sense).
+    for (const worker of workers) {
+      const { exitCode, signalCode } = worker.child;
+      if (exitCode !== null || signalCode !== null) {
+        console.error(`a job worker exited (${exitCode ?? signalCode}):\n${worker.output()}`);
+      }
+    }
     await Promise.all(workers.splice(0).map((worker) => worker.kill()));
     await Promise.all(listeners.splice(0).map((events) => events.close()));
     await Promise.all(queues.splice(0).map((queue) => queue.close()));
@@ -76,12 +86,13 @@ export function useJobQueues(label: string): JobQueues {
       workers.push(worker);
       return worker;
     },
-    queueOf(name) {
+    async queueOf(name) {
       const connection = { host: '127.0.0.1', port: redis.port };
       const queue = new Queue(name, { connection });
       const events = new QueueEvents(name, { connection });
       queues.push(queue);
       listeners.push(events);
+      await Promise.all([queue.waitUntilReady(), events.waitUntilReady()]);
       return { queue, events };
     },
     async payouts(orderId) {

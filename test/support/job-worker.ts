@@ -36,6 +36,8 @@ const worker = env.WORKER ?? 'worker';
 const idempotent = env.IDEMPOTENT !== '0';
 const pool =
   env.SEAM === 'pool' ? new Pool({ connectionString: env.DATABASE_URL, max: 4 }) : undefined;
+// An idle connection the server ends (a restart) is said, not a crash of the worker.
+pool?.on('error', (error) => console.error(`the pool's idle connection failed: ${error.message}`));
 /** LEASE_MS: the module's lease (its takeover after a crash comes after it). */
 const lease = env.LEASE_MS ? { leaseMs: Number(env.LEASE_MS) } : {};
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -60,6 +60,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Severity: medium (a committed mutation's first answer silently drops a list the store holds:
  * the client acts on an empty basket, and a retry says otherwise).
+ *
+ * Fixed: the Proxy's target is a stand-in of the value's class, so a frozen value's fields are
+ * answered too (the iterator's items as they were read).
  */
 let pool: Pool;
 

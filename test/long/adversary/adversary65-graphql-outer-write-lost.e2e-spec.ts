@@ -74,6 +74,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * Severity: high (a committed mutation's first answer is an error the client cannot tell from
  * a failure; or a personal datum the app masks is sent in clear, on the first answer only,
  * the one a client normally sees; either way the first answer and its replay differ).
+ *
+ * Fixed: what an outer layer writes through the first answer's Proxy goes to the value (its
+ * setter run on the value itself) and is what is read from then on (`over`'s set trap).
  */
 let pool: Pool;
 
