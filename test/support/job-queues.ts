@@ -61,7 +61,7 @@ export function useJobQueues(label: string): JobQueues {
     // A worker that exited on its own during the test says why (a timeout then makes sense).
     for (const worker of workers) {
       const { exitCode, signalCode } = worker.child;
-      if (exitCode !== null || signalCode !== null) {
+      if (!worker.killed?.() && (exitCode !== null || signalCode !== null)) {
         console.error(`a job worker exited (${exitCode ?? signalCode}):\n${worker.output()}`);
       }
     }

@@ -8,6 +8,8 @@ export interface ReadyProcess {
   output(): string;
   /** SIGKILLs it; resolves once it exited. */
   kill(): Promise<void>;
+  /** Whether the test killed it (`kill`), rather than it exiting on its own. */
+  killed?(): boolean;
 }
 
 /**
@@ -24,13 +26,16 @@ export async function startReadyProcess(
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
+  let killed = false;
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const started: ReadyProcess = {
     child,
     output: () => output,
+    killed: () => killed,
     kill: () =>
       new Promise<void>((resolve) => {
+        killed = true;
         if (child.exitCode !== null || child.signalCode !== null) return resolve();
         child.once('exit', () => resolve());
         child.kill('SIGKILL');
