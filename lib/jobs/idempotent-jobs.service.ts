@@ -167,11 +167,6 @@ export class IdempotentJobs implements OnModuleInit {
   }
 
   /**
-   * Commits a job's step (see `isJobStep`): its work with its key unfinished and its lease
-   * ended, fenced; the job's next run takes the key over. A step that cannot commit (its lease
-   * lost, the database gone) is rolled back and said: the job's data may say it was done.
-   */
-  /**
    * Commits the job's step as it moves itself on: its work with its key unfinished, its lease
    * ended and the job named its owner, fenced. Throws where it could not (the move is then
    * refused, and the job never goes on without its step).
