@@ -1,6 +1,6 @@
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { type Pool } from 'pg';
-import { adminUrl, createTestDatabase, type TestDatabase } from './database.js';
+import { adminUrl, createTestDatabase, dropTestDatabase, type TestDatabase } from './database.js';
 import { createTestPool, endTestPool } from './test-pool.js';
 
 interface LateReader {
@@ -69,16 +69,27 @@ describe('ending a test pool before its database is dropped WITH (FORCE)', () =>
   }
 
   it.each([
-    ['pool.end() alone: the drop kills the backend that has not read Terminate (57P01)', false],
-    ['endTestPool: every socket closed first, the drop kills nobody', true],
-  ])('%s', async (_name, waitForSockets) => {
+    [
+      'pool.end() alone, dropped at once: the drop kills the backend that has not read Terminate (57P01)',
+      'pool.end',
+      0,
+      ['57P01'],
+    ],
+    [
+      "pool.end() alone, the database's drop(): it waits for that backend to go, and kills nobody",
+      'pool.end',
+      undefined,
+      [],
+    ],
+    ['endTestPool: every socket closed first, the drop kills nobody', 'endTestPool', 0, []],
+  ])('%s', async (_name, ending, dropWaitMs, expected) => {
     const database = await createTestDatabase('test_pool');
     const { pool, errors } = await usedPool(database);
-    if (waitForSockets) await endTestPool(pool);
+    if (ending === 'endTestPool') await endTestPool(pool);
     else await pool.end();
-    await database.drop();
+    await dropTestDatabase(database.name, dropWaitMs);
     // Whatever the drop killed has said so by now: its FATAL comes back undelayed.
     await new Promise((resolve) => setTimeout(resolve, 100));
-    expect(errors).toEqual(waitForSockets ? [] : ['57P01']);
+    expect(errors).toEqual(expected);
   });
 });
