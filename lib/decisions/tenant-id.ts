@@ -15,7 +15,9 @@ export const MAX_TENANT_ID_LENGTH = 255;
  * scheduled tasks' (`schedule:<task>`). A request under one of them could take a job's key or
  * a tick to come before it runs (adversary 60).
  */
-export const RESERVED_TENANT_PREFIXES = ['bullmq:', 'schedule:'] as const;
+export const JOB_TENANT_PREFIX = 'bullmq:';
+export const TICK_TENANT_PREFIX = 'schedule:';
+export const RESERVED_TENANT_PREFIXES = [JOB_TENANT_PREFIX, TICK_TENANT_PREFIX] as const;
 
 /**
  * Normalizes what the tenant resolver returned to the text the key is scoped by, or undefined

@@ -1,4 +1,4 @@
-import { debugLine, metricPoints } from './event-outcomes.js';
+import { debugLine, keyKind, metricPoints } from './event-outcomes.js';
 
 describe('metricPoints', () => {
   const route = 'Charges.create';
@@ -7,10 +7,20 @@ describe('metricPoints', () => {
       'a claim, with the time to decide',
       ['claimed', { route, durationMs: 1.5 }],
       {
-        outcome: { attributes: { 'idempotency.outcome': 'claimed', 'idempotency.route': route } },
+        outcome: {
+          attributes: {
+            'idempotency.outcome': 'claimed',
+            'idempotency.route': route,
+            'idempotency.kind': 'request',
+          },
+        },
         duration: {
           ms: 1.5,
-          attributes: { 'idempotency.step': 'decide', 'idempotency.route': route },
+          attributes: {
+            'idempotency.step': 'decide',
+            'idempotency.route': route,
+            'idempotency.kind': 'request',
+          },
         },
       },
     ],
@@ -22,12 +32,17 @@ describe('metricPoints', () => {
           attributes: {
             'idempotency.outcome': 'stored',
             'idempotency.route': route,
+            'idempotency.kind': 'request',
             'http.response.status_code': 201,
           },
         },
         duration: {
           ms: 2,
-          attributes: { 'idempotency.step': 'store', 'idempotency.route': route },
+          attributes: {
+            'idempotency.step': 'store',
+            'idempotency.route': route,
+            'idempotency.kind': 'request',
+          },
         },
       },
     ],
@@ -39,13 +54,18 @@ describe('metricPoints', () => {
           attributes: {
             'idempotency.outcome': 'replayed',
             'idempotency.route': route,
+            'idempotency.kind': 'request',
             'http.response.status_code': 201,
             'idempotency.replay.source': 'memory',
           },
         },
         duration: {
           ms: 0.1,
-          attributes: { 'idempotency.step': 'decide', 'idempotency.route': route },
+          attributes: {
+            'idempotency.step': 'decide',
+            'idempotency.route': route,
+            'idempotency.kind': 'request',
+          },
         },
       },
     ],
@@ -57,6 +77,7 @@ describe('metricPoints', () => {
           attributes: {
             'idempotency.outcome': 'replayed',
             'idempotency.route': route,
+            'idempotency.kind': 'request',
             'http.response.status_code': 200,
             'idempotency.replay.source': 'database',
           },
@@ -71,6 +92,7 @@ describe('metricPoints', () => {
           attributes: {
             'idempotency.outcome': 'released',
             'idempotency.route': route,
+            'idempotency.kind': 'request',
             'idempotency.reason': 'store_unavailable',
           },
         },
@@ -81,7 +103,11 @@ describe('metricPoints', () => {
       ['takenOver', { route }],
       {
         outcome: {
-          attributes: { 'idempotency.outcome': 'taken_over', 'idempotency.route': route },
+          attributes: {
+            'idempotency.outcome': 'taken_over',
+            'idempotency.route': route,
+            'idempotency.kind': 'request',
+          },
         },
       },
     ],
@@ -90,7 +116,11 @@ describe('metricPoints', () => {
       ['leaseLost', { route }],
       {
         outcome: {
-          attributes: { 'idempotency.outcome': 'lease_lost', 'idempotency.route': route },
+          attributes: {
+            'idempotency.outcome': 'lease_lost',
+            'idempotency.route': route,
+            'idempotency.kind': 'request',
+          },
         },
       },
     ],
@@ -99,12 +129,102 @@ describe('metricPoints', () => {
       ['conflict', {}],
       {
         outcome: {
-          attributes: { 'idempotency.outcome': 'conflict', 'idempotency.route': 'unknown' },
+          attributes: {
+            'idempotency.outcome': 'conflict',
+            'idempotency.route': 'unknown',
+            'idempotency.kind': 'request',
+          },
+        },
+      },
+    ],
+    [
+      "a job's replay: a job of a key that completed before, its kind from its tenant",
+      [
+        'replayed',
+        {
+          route: 'Payouts.process',
+          tenant: 'bullmq:payouts',
+          status: 200,
+          fromMemory: false,
+          durationMs: 3,
+        },
+      ],
+      {
+        outcome: {
+          attributes: {
+            'idempotency.outcome': 'replayed',
+            'idempotency.route': 'Payouts.process',
+            'idempotency.kind': 'job',
+            'http.response.status_code': 200,
+            'idempotency.replay.source': 'database',
+          },
+        },
+        duration: {
+          ms: 3,
+          attributes: {
+            'idempotency.step': 'decide',
+            'idempotency.route': 'Payouts.process',
+            'idempotency.kind': 'job',
+          },
+        },
+      },
+    ],
+    [
+      "a job's step, with its move",
+      ['jobStep', { route: 'Payouts.process', tenant: 'bullmq:payouts', move: 'delayed' }],
+      {
+        outcome: {
+          attributes: {
+            'idempotency.outcome': 'job_step',
+            'idempotency.route': 'Payouts.process',
+            'idempotency.kind': 'job',
+            'idempotency.job.move': 'delayed',
+          },
+        },
+      },
+    ],
+    [
+      'a tick another replica runs',
+      ['tickSkipped', { route: 'Settle.tick', tenant: 'schedule:settle', reason: 'running' }],
+      {
+        outcome: {
+          attributes: {
+            'idempotency.outcome': 'tick_skipped',
+            'idempotency.route': 'Settle.tick',
+            'idempotency.kind': 'tick',
+            'idempotency.reason': 'running',
+          },
+        },
+      },
+    ],
+    [
+      "a request of a tenant that only looks like the library's (no colon): a request",
+      ['claimed', { route, tenant: 'bullmq' }],
+      {
+        outcome: {
+          attributes: {
+            'idempotency.outcome': 'claimed',
+            'idempotency.route': route,
+            'idempotency.kind': 'request',
+          },
         },
       },
     ],
   ])('%s', (_name, args, expected) => {
     expect(metricPoints(...args)).toEqual(expected);
+  });
+});
+
+describe('keyKind', () => {
+  it.each<[string | undefined, ReturnType<typeof keyKind>]>([
+    ['bullmq:payouts', 'job'],
+    ['schedule:settle', 'tick'],
+    ['acme', 'request'],
+    ['bullmq', 'request'],
+    ['', 'request'],
+    [undefined, 'request'],
+  ])('%j is a %s', (tenant, kind) => {
+    expect(keyKind(tenant)).toBe(kind);
   });
 });
 

@@ -1,9 +1,11 @@
-import { IDEMPOTENCY_CHANNELS } from './idempotency-events.js';
+import { JOB_TENANT_PREFIX, TICK_TENANT_PREFIX } from '../decisions/tenant-id.js';
+import { type ChannelName, IDEMPOTENCY_CHANNELS } from './idempotency-events.js';
 
-type ChannelName = keyof typeof IDEMPOTENCY_CHANNELS;
-
-/** The outcome each request channel counts as, in the metrics' `idempotency.outcome`. */
-export const REQUEST_OUTCOMES = {
+/**
+ * The outcome each channel of a key (a request's, a job's, a tick's) counts as, in the
+ * metrics' `idempotency.outcome`.
+ */
+export const KEY_OUTCOMES = {
   claimed: 'claimed',
   takenOver: 'taken_over',
   resumed: 'resumed',
@@ -13,6 +15,8 @@ export const REQUEST_OUTCOMES = {
   mismatch: 'mismatch',
   leaseLost: 'lease_lost',
   released: 'released',
+  jobStep: 'job_step',
+  tickSkipped: 'tick_skipped',
 } as const satisfies Partial<Record<ChannelName, string>>;
 
 /** Metric attributes: low-cardinality only (never the tenant or the key). */
@@ -24,27 +28,44 @@ export interface MetricPoints {
   duration?: { ms: number; attributes: MetricAttributes };
 }
 
+/** What a key is for, from its tenant: the library's own key spaces are a queue's and a task's. */
+export type KeyKind = 'request' | 'job' | 'tick';
+
+/** The kind of the key an event is about (see `RESERVED_TENANT_PREFIXES`). */
+export function keyKind(tenant: string | undefined): KeyKind {
+  if (tenant?.startsWith(JOB_TENANT_PREFIX)) return 'job';
+  if (tenant?.startsWith(TICK_TENANT_PREFIX)) return 'tick';
+  return 'request';
+}
+
 /**
- * The metrics of one request event: the outcome counted with its route (and the replay's
- * source, the stored status, the reason a key was given back), and the library's own time
- * when the event carries it. Pure, so that the mapping is tested as a table.
+ * The metrics of one key's event: the outcome counted with its route and kind (a request, a
+ * job, a tick: from the tenant, which is never an attribute itself), the replay's source, the
+ * stored status, the reason a key was given back or a tick skipped, a job step's move, and
+ * the library's own time when the event carries it. Pure, so that the mapping is tested as a
+ * table.
  */
 export function metricPoints(
-  channel: keyof typeof REQUEST_OUTCOMES,
+  channel: keyof typeof KEY_OUTCOMES,
   event: {
     route?: string;
+    tenant?: string;
     status?: number;
     reason?: string;
+    move?: string;
     fromMemory?: boolean;
     durationMs?: number;
   },
 ): MetricPoints {
+  const kind = keyKind(event.tenant);
   const attributes: MetricAttributes = {
-    'idempotency.outcome': REQUEST_OUTCOMES[channel],
+    'idempotency.outcome': KEY_OUTCOMES[channel],
     'idempotency.route': event.route ?? 'unknown',
+    'idempotency.kind': kind,
   };
   if (event.status !== undefined) attributes['http.response.status_code'] = event.status;
   if (event.reason !== undefined) attributes['idempotency.reason'] = event.reason;
+  if (event.move !== undefined) attributes['idempotency.job.move'] = event.move;
   if (event.fromMemory !== undefined) {
     attributes['idempotency.replay.source'] = event.fromMemory ? 'memory' : 'database';
   }
@@ -55,6 +76,7 @@ export function metricPoints(
       attributes: {
         'idempotency.step': channel === 'stored' ? 'store' : 'decide',
         'idempotency.route': event.route ?? 'unknown',
+        'idempotency.kind': kind,
       },
     };
   }

@@ -36,6 +36,17 @@ export const IDEMPOTENCY_CHANNELS = {
   consumerDuplicate: 'idempotency:consumer-duplicate',
   /** A message given up after `maxAttempts` failed deliveries (`consumer`, `messageId`, `attempts`). */
   consumerGaveUp: 'idempotency:consumer-gave-up',
+  /**
+   * A job's step committed (`@IdempotentJob()`): its work so far with its key unfinished, as
+   * the job moved itself on (`move`: `delayed`, `waiting-children`, `waiting`, `rate-limit`).
+   */
+  jobStep: 'idempotency:job-step',
+  /**
+   * A tick this replica did not run (`@IdempotentTask()`): another replica runs it
+   * (`reason: 'running'`) or ran it (`'done'`). Not a conflict: every tick has one per other
+   * replica.
+   */
+  tickSkipped: 'idempotency:tick-skipped',
 } as const;
 
 /** The payload of the request events. */
@@ -55,7 +66,7 @@ export interface IdempotencyEvent {
   durationMs?: number;
 }
 
-type ChannelName = keyof typeof IDEMPOTENCY_CHANNELS;
+export type ChannelName = keyof typeof IDEMPOTENCY_CHANNELS;
 
 const channels = Object.fromEntries(
   Object.entries(IDEMPOTENCY_CHANNELS).map(([name, id]) => [name, channel(id)]),
@@ -69,3 +80,6 @@ export function publish(name: ChannelName, event: () => object): void {
   const target = channels[name];
   if (target.hasSubscribers) target.publish(event());
 }
+
+/** `publish`, or a caller's own routing of the same events (a tick's skips). */
+export type Publish = (name: ChannelName, event: () => object) => void;

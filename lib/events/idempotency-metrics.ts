@@ -8,7 +8,7 @@ import {
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
 import { ClaimStore } from '../shapes/claim-store.interface.js';
-import { type MetricAttributes, metricPoints, REQUEST_OUTCOMES } from './event-outcomes.js';
+import { type MetricAttributes, metricPoints, KEY_OUTCOMES } from './event-outcomes.js';
 import { ChannelSubscriptions } from './channel-subscriptions.js';
 import { IDEMPOTENCY_CHANNELS } from './idempotency-events.js';
 import { type OtelMeter } from '../shapes/otel-meter.js';
@@ -71,7 +71,7 @@ export class IdempotencyMetrics implements OnModuleInit, OnModuleDestroy {
     // Taken off on shutdown: a provider that outlives the app must not query its closed pool.
     this.removeGauge = () => oldest.removeCallback(readOldest);
 
-    for (const channel of Object.keys(REQUEST_OUTCOMES) as (keyof typeof REQUEST_OUTCOMES)[]) {
+    for (const channel of Object.keys(KEY_OUTCOMES) as (keyof typeof KEY_OUTCOMES)[]) {
       this.subscriptions.on(IDEMPOTENCY_CHANNELS[channel], (event) => {
         const points = metricPoints(channel, event);
         if (points.outcome) outcomes.add(1, points.outcome.attributes);

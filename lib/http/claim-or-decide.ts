@@ -1,7 +1,7 @@
 import { type Logger } from '@nestjs/common';
 import { mergeMap, type Observable } from 'rxjs';
 import { decide, type ExistingKey, type Fence } from '../decisions/decide.js';
-import { type IdempotencyEvent, publish } from '../events/idempotency-events.js';
+import { type IdempotencyEvent, publish, type Publish } from '../events/idempotency-events.js';
 import { whileSubscribed } from '../claim/while-subscribed.js';
 import {
   type IdempotencyError,
@@ -61,7 +61,8 @@ export type ClaimResult<Transaction = never> =
 /**
  * Claims the key, or decides on what holds it and takes an expired lease over; a refusal is
  * thrown (an `IdempotencyError`). Publishes the claim's events (`claimed`, `takenOver` or
- * `resumed`, `conflict`, `mismatch`); the caller publishes the replay's.
+ * `resumed`, `conflict`, `mismatch`) through `publishAs` (a tick's skip is not a conflict);
+ * the caller publishes the replay's.
  */
 export function claimOrDecide(
   store: ClaimStore,
@@ -72,6 +73,7 @@ export function claimOrDecide(
   logger: Logger,
   conflictRetryAfterSeconds?: number,
   left?: (landed: Promise<unknown>) => void,
+  publishAs: Publish = publish,
 ): Observable<ClaimResult> {
   return whileSubscribed(
     store.claim(scope, fingerprint, leaseMs),
@@ -83,7 +85,7 @@ export function claimOrDecide(
   ).pipe(
     mergeMap((outcome): Observable<ClaimResult> | ClaimResult[] => {
       if (outcome.kind === 'claimed') {
-        publish('claimed', event);
+        publishAs('claimed', event);
         return [{ kind: 'owned', claim: outcome.claim }];
       }
       return onExisting(
@@ -96,6 +98,7 @@ export function claimOrDecide(
         logger,
         conflictRetryAfterSeconds,
         left,
+        publishAs,
       );
     }),
   );
@@ -115,13 +118,14 @@ export function onExisting(
   logger: Logger,
   conflictRetryAfterSeconds?: number,
   left?: (landed: Promise<unknown>) => void,
+  publishAs: Publish = publish,
 ): Observable<ClaimResult> | ClaimResult[] {
   const found = onFoundKey(existing, fingerprint, conflictRetryAfterSeconds);
   switch (found.kind) {
     case 'replay':
       return [found];
     case 'refuse':
-      publish(found.event, event);
+      publishAs(found.event, event);
       throw found.error;
     case 'take-over':
       return whileSubscribed(
@@ -135,10 +139,10 @@ export function onExisting(
         mergeMap((claim): ClaimResult[] => {
           // Another worker won the same expired lease a moment before us.
           if (!claim) {
-            publish('conflict', event);
+            publishAs('conflict', event);
             throw new IdempotencyKeyInProgressError(1);
           }
-          publish(found.resumes ? 'resumed' : 'takenOver', event);
+          publishAs(found.resumes ? 'resumed' : 'takenOver', event);
           return [{ kind: 'owned', claim }];
         }),
       );

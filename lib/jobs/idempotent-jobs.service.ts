@@ -30,6 +30,7 @@ import { commitAnswer } from '../transaction/commit-answer.js';
 import {
   headlessOwnerTools,
   type OwnerTools,
+  eventOf,
   rollBackAndRelease,
 } from '../transaction/owner-tools.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
@@ -52,7 +53,7 @@ import {
 import { IDEMPOTENT_JOB_OPTIONS } from '../shapes/idempotency.constants.js';
 import { classMethods } from '../routes/class-methods.js';
 import { decodeJobResult, encodeJobResult, isJobResult } from './job-answer.js';
-import { afterJobError, isJobStep } from './job-failure.js';
+import { afterJobError, isJobStep, stepMoveOf } from './job-failure.js';
 import { jobKeyOf, jobTenant, stepOwnerOf } from './job-key.js';
 import {
   dataToRestore,
@@ -418,17 +419,15 @@ export class IdempotentJobs implements OnModuleInit {
         // next run takes the key over. Moved another way (`worker.rateLimit()`), it commits
         // now, and a step that cannot is noted on its key (see `keepStep`).
         const step = run.step();
+        let kept = false;
         if (step) {
+          kept = await step.then(
+            () => true,
+            () => false,
+          );
           // A step that did not commit after the job moved (`moveToWaitingChildren`): its
           // work rolled back, the key given back at once for the job's next run.
-          if (
-            await step.then(
-              () => false,
-              () => true,
-            )
-          ) {
-            await rollBackAndRelease(tools, context, 'job_step_failed');
-          }
+          if (!kept) await rollBackAndRelease(tools, context, 'job_step_failed');
         } else if (
           await this.keepStep(
             context,
@@ -440,8 +439,10 @@ export class IdempotentJobs implements OnModuleInit {
             stepped.held(),
           )
         ) {
+          kept = true;
           await stepped.flushStep();
         }
+        if (kept) publish('jobStep', () => ({ ...eventOf(context), move: stepMoveOf(error) }));
         throw error;
       }
       // Nothing of a failed job is kept: its work rolled back, its key given back (its

@@ -47,14 +47,24 @@ export function afterJobError(error: unknown): JobStep {
  * idiom: `job.moveToDelayed(ts, token)` then `throw new DelayedError()`; the waiting-children,
  * waiting and rate-limit forms): told by name, as BullMQ's worker tells them.
  */
-const STEP_ERRORS = new Set([
-  'DelayedError',
-  'WaitingChildrenError',
-  'WaitingError',
-  'RateLimitError',
-]);
+const STEP_ERRORS = new Map([
+  ['DelayedError', 'delayed'],
+  ['WaitingChildrenError', 'waiting-children'],
+  ['WaitingError', 'waiting'],
+  ['RateLimitError', 'rate-limit'],
+] as const);
+
+/** Where a job that stepped moved itself (the `jobStep` event's `move`). */
+export type JobStepMove = 'delayed' | 'waiting-children' | 'waiting' | 'rate-limit';
 
 /** Whether `error` is one of them: the job's work so far stands, its key unfinished. */
 export function isJobStep(error: unknown): boolean {
-  return error instanceof Error && STEP_ERRORS.has(error.name);
+  return stepMoveOf(error) !== undefined;
+}
+
+/** Where the job moved itself, when `error` says it did. */
+export function stepMoveOf(error: unknown): JobStepMove | undefined {
+  return error instanceof Error
+    ? STEP_ERRORS.get(error.name as Parameters<typeof STEP_ERRORS.get>[0])
+    : undefined;
 }

@@ -1,9 +1,10 @@
+import { JOB_TENANT_PREFIX } from '../decisions/tenant-id.js';
 import { readMessageId } from '../messages/message-id.js';
 import { type JobLike } from './job-like.js';
 
 /** The key scope of a job's record: its queue, as the record's tenant. */
 export function jobTenant(queueName: string): string {
-  return `bullmq:${queueName}`;
+  return `${JOB_TENANT_PREFIX}${queueName}`;
 }
 
 /**

@@ -7,7 +7,8 @@ import {
 } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, ModuleRef } from '@nestjs/core';
 import { lastValueFrom } from 'rxjs';
-import { publish } from '../events/idempotency-events.js';
+import { publish, type Publish } from '../events/idempotency-events.js';
+import { TICK_TENANT_PREFIX } from '../decisions/tenant-id.js';
 import { computeFingerprint } from '../fingerprint/fingerprint.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from '../idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from '../shapes/idempotency-options.interface.js';
@@ -162,14 +163,15 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     }
     const settings = resolveTaskOptions(options, where, this.options.route);
     const name = settings.name ?? schedule.name ?? where;
-    if (`schedule:${name}`.length > MAX_TENANT_ID_LENGTH) {
+    const tenant = `${TICK_TENANT_PREFIX}${name}`;
+    if (tenant.length > MAX_TENANT_ID_LENGTH) {
       throw new IdempotentTaskNameTooLongError(where, name);
     }
     return {
       where,
       schedule,
       settings,
-      tenant: `schedule:${name}`,
+      tenant,
       // The task's name: a tick of another method under the same name is the same task's.
       fingerprint: computeFingerprint({ method: 'TICK', path: name, headers: [], body: '' }),
     };
@@ -304,6 +306,8 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
           event,
           this.logger,
           route.conflictRetryAfterSeconds,
+          undefined,
+          skippedAsSuch,
         ),
       );
     } catch (error) {
@@ -312,7 +316,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       throw error;
     }
     if (claimed.kind === 'replay') {
-      publish('replayed', () => ({ ...event(), status: 200, fromMemory: false }));
+      publish('tickSkipped', () => ({ ...event(), reason: 'done' }));
       return;
     }
     let refusal: Error | undefined;
@@ -331,7 +335,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       ? this.tools.renewals.heartbeat(store, claimed.claim, transaction)
       : undefined;
     const tick = {
-      task: task.tenant.slice('schedule:'.length),
+      task: task.tenant.slice(TICK_TENANT_PREFIX.length),
       slot: new Date(key),
       resumed: resuming,
     };
@@ -371,3 +375,12 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
 function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
+
+/**
+ * A tick's claim events as they are: one replica claims it and the others skip it, which is
+ * no conflict (an alert on 409s must not fire on every tick of every replica but one).
+ */
+const skippedAsSuch: Publish = (name, event) =>
+  name === 'conflict'
+    ? publish('tickSkipped', () => ({ ...event(), reason: 'running' }))
+    : publish(name, event);

@@ -1,3 +1,4 @@
+import { TICK_TENANT_PREFIX } from '../decisions/tenant-id.js';
 import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
 
 /** A task's method without a schedule to key its ticks by: refused at start-up. */
@@ -32,7 +33,7 @@ export class IdempotentTaskNameTakenError extends InvalidIdempotencyOptionsError
   constructor(task: { where: string; tenant: string }, other: string) {
     super(
       `@IdempotentTask() on ${task.where}: ${other} is a task of the same name ` +
-        `(${task.tenant.slice('schedule:'.length)}), and the two would run one tick between ` +
+        `(${task.tenant.slice(TICK_TENANT_PREFIX.length)}), and the two would run one tick between ` +
         "them: give each its own name (@IdempotentTask({ name }), or the schedule's name)",
     );
     this.name = 'IdempotentTaskNameTakenError';
