@@ -21,7 +21,9 @@ import {
   argumentsWire,
   fromWire,
   ArgumentValueInvalidError,
+  ACCESSORS,
   FROM_CLASS,
+  PROMISED,
   KEPT,
   NotJsonArgumentError,
   outputWire,
@@ -187,8 +189,15 @@ describe('outputWire and fromWire', () => {
     [
       "a class's getter, and its own data that is no field (for a @ResolveField()) beside",
       new Labelled(),
-      // `label` given through the class: replayed as data that is not enumerable (FROM_CLASS).
-      { id: 1, label: 'from a getter', [KEPT]: { json: { ownerId: 7 } }, [FROM_CLASS]: ['label'] },
+      // `label` given through the class: not enumerable (FROM_CLASS), and replayed through a
+      // getter (ACCESSORS).
+      {
+        id: 1,
+        label: 'from a getter',
+        [KEPT]: { json: { ownerId: 7 } },
+        [FROM_CLASS]: ['label'],
+        [ACCESSORS]: ['label'],
+      },
     ],
     [
       'an ID that was a number, the numbers beside (its parseValue() gives back strings)',
@@ -209,7 +218,13 @@ describe('outputWire and fromWire', () => {
     [
       'a field whose value is a Promise (a lazy relation), awaited',
       { id: 1, at: Promise.resolve(at), reminders: Promise.resolve([Promise.resolve(at)]) },
-      { id: 1, at: at.toISOString(), reminders: [at.toISOString()] },
+      // Replayed as Promises again (PROMISED).
+      {
+        id: 1,
+        at: at.toISOString(),
+        reminders: [at.toISOString()],
+        [PROMISED]: ['at', 'reminders'],
+      },
     ],
   ])('stores %s as GraphQL writes it', async (_name, value, wire) => {
     expect(await wireOf(Receipt, value)).toEqual(wire);
@@ -229,6 +244,30 @@ describe('outputWire and fromWire', () => {
     const stored = JSON.parse(JSON.stringify(await wireOf(type, value))) as unknown;
     return fromWire(graphql, schema, type, stored);
   };
+
+  it('replays a Promise field as a Promise of its stored value (a lazy relation: adversary 66)', async () => {
+    const replayed = (await replayOf(Receipt, { id: 1, at: Promise.resolve(at) })) as {
+      at: unknown;
+    };
+    expect(replayed.at).toBeInstanceOf(Promise);
+    expect(await replayed.at).toEqual(at);
+  });
+
+  it("replays a getter's field through a getter: no own key, and a copy keeping the prototype reads it (adversary 66)", async () => {
+    const replayed = (await replayOf(Receipt, new Labelled())) as Record<string, unknown>;
+    expect(replayed.label).toBe('from a getter');
+    expect(Object.keys(replayed)).not.toContain('label');
+    expect(JSON.parse(JSON.stringify(replayed))).not.toHaveProperty('label');
+    const copy = Object.assign(
+      Object.create(Object.getPrototypeOf(replayed) as object) as object,
+      replayed,
+    ) as Record<string, unknown>;
+    expect(copy.label).toBe('from a getter');
+    // Written, it is the object's own data from then on.
+    replayed.label = 'masked';
+    expect(replayed.label).toBe('masked');
+    expect(copy.label).toBe('from a getter');
+  });
 
   it.each<[string, unknown]>([
     ["an object's Date and BigInt that are no field", { id: 1, createdAt: at, seq: 2n ** 64n }],

@@ -122,6 +122,21 @@ export const GOTTEN = '__gotten';
  */
 export const LEAF_CLASS = '__leafClass';
 
+/**
+ * The selected fields an object gave through a getter (of its class, or its own): a replay
+ * gives them through getters too, on a prototype of its own, so that a copy keeping the
+ * prototype (`Object.assign(Object.create(proto), value)`: Apollo's own clone, lodash's
+ * `cloneDeep`) reads them as a copy of the first answer does (adversary 66).
+ */
+export const ACCESSORS = '__accessors';
+
+/**
+ * The selected fields whose value was a Promise (a TypeORM lazy relation): a replay gives a
+ * Promise of the stored value there too, as the first answer does, for a `@ResolveField()`
+ * that reads its parent's `.then()` (adversary 66).
+ */
+export const PROMISED = '__promised';
+
 /** The classes in its kept data (`KEPT`), by path: see `LEAF_CLASS`. */
 export const KEPT_CLASSES = '__keptClasses';
 
@@ -138,6 +153,8 @@ const LIBRARY_MEMBERS: ReadonlySet<string> = new Set([
   GOTTEN_CLASSES,
   KEPT_CLASSES,
   LEAF_CLASS,
+  ACCESSORS,
+  PROMISED,
 ]);
 
 /**
@@ -311,6 +328,9 @@ async function walkValue(
   const methods: string[] = [];
   /** Selected fields it gave through its class (see `FROM_CLASS`). */
   const fromClass: string[] = [];
+  /** Selected fields it gave through a getter (`ACCESSORS`), and as a Promise (`PROMISED`). */
+  const accessors: string[] = [];
+  const promisedFields: string[] = [];
   /** Selected fields whose reading failed, with their errors (see `FAILED`). */
   const failed: Record<string, FieldError> = {};
   /** Scalar fields whose value held objects of classes a serializer knows (`LEAF_CLASS`). */
@@ -383,11 +403,14 @@ async function walkValue(
     // or a Promise's as the library read it, never read again by GraphQL (a getter that signs
     // a URL afresh, or fails once, would give the client what the store does not hold:
     // adversary 58).
-    if (
-      stored.value !== item ||
-      isThenable(promisedItem) ||
-      readsThroughAccessor(source, property)
-    ) {
+    const throughAccessor = readsThroughAccessor(source, property);
+    if (throughAccessor) accessors.push(name);
+    if (isThenable(promisedItem)) {
+      // A Promise still, as the resolver's was (its parent's `@ResolveField()` may `.then()`
+      // it), of the value the library read.
+      promisedFields.push(name);
+      replaced[name] = Promise.resolve(stored.value);
+    } else if (stored.value !== item || throughAccessor) {
       replaced[name] = stored.value;
     }
     const back = fromWireAgain(graphql, schema, field.type, wire[name], item);
@@ -408,6 +431,8 @@ async function walkValue(
   if (!graphql.isObjectType(type)) wire.__typename = concrete.name;
   if (Object.keys(failed).length > 0) wire[FAILED] = failed;
   if (fromClass.length > 0) wire[FROM_CLASS] = fromClass;
+  if (accessors.length > 0) wire[ACCESSORS] = accessors;
+  if (promisedFields.length > 0) wire[PROMISED] = promisedFields;
   if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
   if (Object.keys(kept).length > 0) {
     const typed = keepData(kept);
@@ -553,6 +578,37 @@ function ownData(
 function over(source: object, replaced: Record<string, unknown>): object {
   const given = new Map<PropertyKey, unknown>(Object.entries(replaced));
   const standIn = Object.create(Object.getPrototypeOf(source) as object | null) as object;
+  /** What reading `property` answers where the library read it (see `get`). */
+  const answer = (property: PropertyKey): { value: unknown } | undefined => {
+    if (!given.has(property)) return undefined;
+    const item = given.get(property);
+    if (!(item instanceof FailedRead)) return { value: item };
+    return item.rejected ? { value: item.rejection } : undefined;
+  };
+  /**
+   * Set once the value or the Proxy is made non-extensible (`Object.freeze`, `seal`,
+   * `preventExtensions`, by the app or an outer layer: adversary 66): the stand-in then holds
+   * a copy of each of the value's own properties (read fields as answered), and is made so
+   * too, as a Proxy must report of its own properties what its target has.
+   */
+  let settled = false;
+  const settle = () => {
+    if (settled) return;
+    for (const key of Reflect.ownKeys(source)) {
+      const own = Reflect.getOwnPropertyDescriptor(source, key)!;
+      Reflect.defineProperty(standIn, key, 'value' in own ? { ...own, ...answer(key) } : own);
+    }
+    Object.preventExtensions(standIn);
+    settled = true;
+  };
+  if (!Object.isExtensible(source)) settle();
+  /** Keeps the stand-in's copy of a data property as the value's, once settled. */
+  const follow = (property: PropertyKey) => {
+    if (!settled) return;
+    const own = Reflect.getOwnPropertyDescriptor(source, property);
+    if (own) Reflect.defineProperty(standIn, property, own);
+    else Reflect.deleteProperty(standIn, property);
+  };
   return new Proxy(standIn, {
     get(_target, property) {
       if (given.has(property)) {
@@ -570,19 +626,32 @@ function over(source: object, replaced: Record<string, unknown>): object {
     },
     set(_target, property, value) {
       given.delete(property);
-      return Reflect.set(source, property, value, source);
+      const done = Reflect.set(source, property, value, source);
+      if (done) follow(property);
+      return done;
     },
     defineProperty(_target, property, descriptor) {
       given.delete(property);
-      return Reflect.defineProperty(source, property, descriptor);
+      const done = Reflect.defineProperty(source, property, descriptor);
+      if (done) follow(property);
+      return done;
     },
     deleteProperty(_target, property) {
       given.delete(property);
-      return Reflect.deleteProperty(source, property);
+      const done = Reflect.deleteProperty(source, property);
+      if (done) follow(property);
+      return done;
     },
+    preventExtensions() {
+      Object.preventExtensions(source);
+      settle();
+      return true;
+    },
+    isExtensible: () => Reflect.isExtensible(standIn),
     has: (_target, property) => Reflect.has(source, property),
-    ownKeys: () => Reflect.ownKeys(source),
+    ownKeys: () => Reflect.ownKeys(settled ? standIn : source),
     getOwnPropertyDescriptor(_target, property) {
+      if (settled) return Reflect.getOwnPropertyDescriptor(standIn, property);
       const own = Reflect.getOwnPropertyDescriptor(source, property);
       if (!own) return undefined;
       // Configurable as the stand-in's must be reported; a data field answered with its value.
@@ -765,8 +834,10 @@ export function fromWire(
       }
     }
   }
+  /** What its class's getters gave beyond its fields (`GOTTEN`), by name. */
+  let gotten: Record<string, unknown> = {};
   if (typed) {
-    const gotten = namedByTree(restoreData(stored[GOTTEN]), stored[GOTTEN_CLASSES]) as Record<
+    gotten = namedByTree(restoreData(stored[GOTTEN]), stored[GOTTEN_CLASSES]) as Record<
       string,
       unknown
     >;
@@ -820,7 +891,58 @@ export function fromWire(
       }
     }
   }
+  if (typed) {
+    const promisedFields = stored[PROMISED];
+    if (Array.isArray(promisedFields)) {
+      for (const name of promisedFields as string[]) {
+        for (const place of [name, renamed(name)]) {
+          if (place === undefined || !hasOwn(value, place)) continue;
+          const descriptor = Object.getOwnPropertyDescriptor(value, place)!;
+          if (!('value' in descriptor)) continue;
+          Object.defineProperty(value, place, {
+            ...descriptor,
+            value: Promise.resolve(descriptor.value),
+          });
+        }
+      }
+    }
+    const getters = [
+      ...(Array.isArray(stored[ACCESSORS]) ? (stored[ACCESSORS] as string[]) : []),
+      ...Object.keys(gotten),
+    ].flatMap((name) => [name, renamed(name)]);
+    throughGetters(value, getters);
+  }
   return member(value);
+}
+
+/**
+ * Moves the replay's fields that the first answer gave through getters (`ACCESSORS`,
+ * `GOTTEN`) onto getters of a prototype of the replay's own, between it and its prototype:
+ * as on an instance of the class, they are no own keys (a serializer's copy of own data
+ * leaves them out, `JSON.stringify` too), and a copy that keeps the prototype reads them
+ * (adversary 66: Apollo's `cloneObject`). A write to one makes it the object's own data.
+ */
+function throughGetters(value: object, names: readonly (string | undefined)[]): void {
+  const moved = names.filter(
+    (name): name is string =>
+      name !== undefined &&
+      hasOwn(value, name) &&
+      'value' in Object.getOwnPropertyDescriptor(value, name)!,
+  );
+  if (moved.length === 0) return;
+  const prototype = Object.create(Object.getPrototypeOf(value) as object | null) as object;
+  for (const name of new Set(moved)) {
+    const item: unknown = (value as Record<string, unknown>)[name];
+    delete (value as Record<string, unknown>)[name];
+    Object.defineProperty(prototype, name, {
+      get: () => item,
+      set(this: object, written: unknown) {
+        own(this, name, written);
+      },
+      configurable: true,
+    });
+  }
+  Object.setPrototypeOf(value, prototype);
 }
 
 /**
