@@ -387,6 +387,12 @@ export const PURGE_MESSAGE_FAILURES_BATCH = {
  * resumed (keys are their slots' ISO times, which sort as the times do), so the primary key's
  * range is read, never the task's whole history.
  */
+/** The database's clock, the one every replica shares, in ms since the epoch. */
+export const DATABASE_NOW = {
+  name: 'idempotency_database_now_v1',
+  text: `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms`,
+};
+
 export const UNFINISHED_TICKS = {
   name: 'idempotency_unfinished_ticks_v1',
   text: `SELECT key FROM idempotency_keys

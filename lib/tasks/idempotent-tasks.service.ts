@@ -18,7 +18,7 @@ import { LeaseRenewals } from '../claim/lease-renewals.js';
 import { POSTGRES_CLAIM_STORE } from '../idempotency-options.js';
 import { type KeyScope, type TransactionalClaimStore } from '../shapes/claim-store.interface.js';
 import { claimOrDecide } from '../http/claim-or-decide.js';
-import { UNFINISHED_TICKS } from '../claim/postgres-statements.js';
+import { DATABASE_NOW, UNFINISHED_TICKS } from '../claim/postgres-statements.js';
 import { problemResponse } from '../http/problem.js';
 import { IdempotencyContext, idempotencyStorage } from '../transaction/idempotency-context.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
@@ -47,7 +47,7 @@ import {
   scheduleOf,
   type TaskSchedule,
 } from './task-schedule.js';
-import { slotKey } from './task-slot.js';
+import { slotKey, untilSlot } from './task-slot.js';
 import { tickStorage } from './task-tick.js';
 import { resumesAfterFailure, tickFailed } from './tick-failure.js';
 import {
@@ -239,12 +239,40 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       this.logger.warn(`a tick of ${task.where} fired with no scheduled time before it: skipped`);
       return;
     }
+    if (!(await this.slotHasCome(task, slot))) return;
     const key = slotKey(slot);
     try {
       await this.runSlot(task, key, false, work);
     } finally {
       await this.resumeLeftovers(task, slot, work);
     }
+  }
+
+  /**
+   * Whether the tick for `slot` goes on, by the database's clock (see `untilSlot`): it waits
+   * where this replica's clock is ahead. A clock that cannot be read leaves it to the claim,
+   * which meets the same database and says why.
+   */
+  private async slotHasCome(task: Task, slot: number): Promise<boolean> {
+    let databaseNow: number;
+    try {
+      const { rows } = await this.database.query<{ now_ms: number }>(DATABASE_NOW, []);
+      databaseNow = Number(rows[0].now_ms);
+    } catch {
+      return true;
+    }
+    const decision = untilSlot(slot, databaseNow);
+    if (decision.kind === 'run') return true;
+    if (decision.kind === 'skip') {
+      this.logger.error(
+        `${task.where}: this replica's clock is ${Math.round(decision.aheadMs)} ms ahead of ` +
+          `the database's: the tick of ${slotKey(slot)} is skipped, not run before its time ` +
+          `(set the clock right: NTP)`,
+      );
+      return false;
+    }
+    await new Promise((resolve) => setTimeout(resolve, decision.ms));
+    return !this.closing;
   }
 
   /** Resumes the task's unfinished ticks older than `slot` (within `resumeWithinMs`). */
@@ -368,7 +396,18 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     if (stored === TICK_DONE) return;
     const cause = (refusal as { cause?: unknown } | undefined)?.cause;
     const detail = cause instanceof Error ? cause.message : stored.body.toString('utf8');
-    throw new Error(`the tick of ${key} did not commit, nothing of it was kept: ${detail}`);
+    const failure = new Error(
+      `the tick of ${key} did not commit, nothing of it was kept: ${detail}`,
+    );
+    // Its COMMIT refused (a deferred constraint, a serialization failure, the database gone):
+    // a failure of the tick, as a throw is. Its key was given back; its failure is kept as its
+    // answer, on its own, so that no later tick resumes it (adversary 67: every tick ran it
+    // again for resumeWithinMs). Unless a phase committed: then resumed, three takeovers at
+    // most. A failure that cannot be stored either (the database gone) leaves it to resume.
+    if (!resumesAfterFailure(claimed.claim)) {
+      await commitAnswer(tools, context, task.fingerprint, tickFailed(failure), true);
+    }
+    throw failure;
   }
 }
 

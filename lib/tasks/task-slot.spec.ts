@@ -1,4 +1,4 @@
-import { cronSlot, intervalSlot, slotKey } from './task-slot.js';
+import { cronSlot, intervalSlot, MAX_SLOT_WAIT_MS, slotKey, untilSlot } from './task-slot.js';
 
 /** A schedule firing every `every` ms from `offset` (as a cron expression would). */
 const every =
@@ -38,5 +38,30 @@ describe('cronSlot', () => {
 describe('slotKey', () => {
   it('is the slot in ISO 8601', () => {
     expect(slotKey(Date.UTC(2026, 11, 4, 21, 40))).toBe('2026-12-04T21:40:00.000Z');
+  });
+});
+
+describe('untilSlot', () => {
+  const slot = Date.parse('2026-12-05T01:00:00.000Z');
+  it.each([
+    ["the database's clock past the slot: run", slot + 20, { kind: 'run' }],
+    ['at the slot to the millisecond: run', slot, { kind: 'run' }],
+    [
+      "this replica's clock 1.5 s ahead: wait for the slot",
+      slot - 1_500,
+      { kind: 'wait', ms: 1_500 },
+    ],
+    [
+      'ahead by the most it waits: wait',
+      slot - MAX_SLOT_WAIT_MS,
+      { kind: 'wait', ms: MAX_SLOT_WAIT_MS },
+    ],
+    [
+      'ahead by more: skipped, a clock to set right',
+      slot - MAX_SLOT_WAIT_MS - 1,
+      { kind: 'skip', aheadMs: MAX_SLOT_WAIT_MS + 1 },
+    ],
+  ] as const)('%s', (_name, databaseNow, decision) => {
+    expect(untilSlot(slot, databaseNow)).toEqual(decision);
   });
 });

@@ -41,3 +41,24 @@ export function cronSlot(nowMs: number, next: NextTime): number | undefined {
 export function slotKey(slotMs: number): string {
   return new Date(slotMs).toISOString();
 }
+
+/** The most a tick waits for the database's clock to reach its slot (see `untilSlot`). */
+export const MAX_SLOT_WAIT_MS = 60_000;
+
+/**
+ * What a tick fired for `slotMs` does, by the database's clock (`databaseNowMs`), the one all
+ * replicas share (a pure decision): `run` where its slot has come; `wait` the `ms` left where
+ * this replica's clock is ahead (its timer fired early by the shared clock, and the replica
+ * whose clock is furthest ahead would otherwise claim every tick before its time: adversary
+ * 67); `skip` where it is ahead by more than `MAX_SLOT_WAIT_MS`, a clock to set right (NTP),
+ * not to wait out.
+ */
+export function untilSlot(
+  slotMs: number,
+  databaseNowMs: number,
+): { kind: 'run' } | { kind: 'wait'; ms: number } | { kind: 'skip'; aheadMs: number } {
+  const ahead = slotMs - databaseNowMs;
+  if (ahead <= 0) return { kind: 'run' };
+  if (ahead > MAX_SLOT_WAIT_MS) return { kind: 'skip', aheadMs: ahead };
+  return { kind: 'wait', ms: ahead };
+}

@@ -17,7 +17,7 @@ describe('tickFailed', () => {
     const answer = tickFailed(new Error('the ledger is closed'));
     expect(answer.status).toBe(500);
     expect(answer.body.toString()).toBe(
-      'the tick threw, and is not run again: the ledger is closed',
+      'the tick failed, and is not run again: the ledger is closed',
     );
   });
 });

@@ -21,6 +21,6 @@ export function tickFailed(cause: unknown): StoredResponse {
   return {
     status: 500,
     headers: { 'content-type': 'text/plain; charset=utf-8' },
-    body: Buffer.from(`the tick threw, and is not run again: ${message}`, 'utf8'),
+    body: Buffer.from(`the tick failed, and is not run again: ${message}`, 'utf8'),
   };
 }

@@ -29,6 +29,9 @@
  *
  * Severity: medium (silently wrong windows: a settlement up to a time still to come, the
  * last 1.5 s of every window settled by no tick; needs one replica's clock ahead).
+ *
+ * Fixed: a tick waits for its slot by the database's clock (`untilSlot` in lib/tasks/task-slot.ts,
+ * one query, `slotHasCome`); more than a minute ahead, it is skipped with an error log.
  */
 import { Client } from 'pg';
 import { startAdv60Replica } from '../../support/adv60-replicas.js';

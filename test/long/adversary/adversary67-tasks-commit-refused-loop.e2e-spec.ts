@@ -33,6 +33,10 @@
  * Severity: high (a refused tick's outside effects repeated on every later tick for an hour:
  * 1,800 times for a tick every two seconds, 12 times for a five-minute one; a crashed tick's
  * resume starved behind five of them).
+ *
+ * Fixed: a tick whose COMMIT is refused keeps its failure as its answer, as a tick that throws
+ * (`runSlot` in lib/tasks/idempotent-tasks.service.ts); after a phase committed it is resumed,
+ * three takeovers at most.
  */
 import { Client } from 'pg';
 import { runsBySlot, startAdv60Replica } from '../../support/adv60-replicas.js';
