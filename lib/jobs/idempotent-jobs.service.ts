@@ -148,7 +148,10 @@ export class IdempotentJobs implements OnModuleInit {
     try {
       return await this.runOnce(where, options, job, work);
     } catch (error) {
-      const step = afterJobError(error);
+      const step = afterJobError(
+        error,
+        typeof error === 'object' && error !== null && THROWN_BY_WORK.has(error),
+      );
       if (step.kind === 'throw') throw error;
       if (step.kind === 'fail') {
         const reading = jobKeyOf(job, this.settingsOf(where, options).key);
@@ -260,7 +263,7 @@ export class IdempotentJobs implements OnModuleInit {
     if (reading.kind === 'unusable') {
       throw new JobKeyUnusableError(where, reading.reason);
     }
-    const scope: KeyScope = { tenantId: jobTenant(job.queueName), key: reading.key };
+    const scope: KeyScope = { tenantId: jobTenant(job.queueName, job.prefix), key: reading.key };
     const fingerprint = computeFingerprint({
       method: 'JOB',
       path: `${job.queueName}/${job.name}`,
@@ -449,6 +452,7 @@ export class IdempotentJobs implements OnModuleInit {
       // completed phases stay, and the next attempt resumes after them).
       const cause = transaction.failureOf(error);
       await rollBackAndRelease(tools, context, 'job_failed');
+      if (typeof cause === 'object' && cause !== null) THROWN_BY_WORK.add(cause);
       throw cause;
     }
     stopHeartbeat?.();
@@ -489,6 +493,9 @@ export class IdempotentJobs implements OnModuleInit {
     throw new Error(why);
   }
 }
+
+/** The errors a job's work threw (see `afterJobError`: its own, for BullMQ's attempts). */
+const THROWN_BY_WORK = new WeakSet<object>();
 
 /** What `runStepped` goes on with. */
 interface SteppedRun {

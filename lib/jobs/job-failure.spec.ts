@@ -48,6 +48,39 @@ describe('afterJobError', () => {
   ] as const)('%s', (_name, error, step) => {
     expect(afterJobError(error)).toEqual(step);
   });
+
+  const timedOut = Object.assign(new Error('canceling statement due to statement timeout'), {
+    code: '57014',
+  });
+  it.each([
+    [
+      'its own statement timed out (57014): an attempt, as without the library',
+      timedOut,
+      { kind: 'throw' },
+    ],
+    [
+      'its own statement met a passing failure, as the library wrapped it',
+      new TransientDatabaseError(new Error('deadlock detected')),
+      { kind: 'throw' },
+    ],
+    [
+      'its own statement on a database gone, as the library wrapped it',
+      new IdempotencyStoreUnavailableError(new Error('ECONNREFUSED')),
+      { kind: 'throw' },
+    ],
+    ['a retry it asks for itself', new RetryLaterError('later', 2), { kind: 'delay', ms: 2000 }],
+    ['its key used by a job with other data', new IdempotencyKeyMismatchError(), { kind: 'fail' }],
+    ['its own error', new Error('the bank refused'), { kind: 'throw' }],
+  ] as const)('thrown by its work: %s', (_name, error, step) => {
+    expect(afterJobError(error, true)).toEqual(step);
+  });
+
+  it('the same timeout met by the library (its claim or commit): delayed, no attempt counted', () => {
+    expect(afterJobError(new TransientDatabaseError(timedOut))).toEqual({
+      kind: 'delay',
+      ms: 1000,
+    });
+  });
 });
 
 describe('isJobStep', () => {

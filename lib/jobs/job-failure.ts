@@ -5,22 +5,34 @@ import {
   IdempotencyError,
   IdempotencyKeyInProgressError,
   IdempotencyKeyMismatchError,
+  IdempotencyStoreUnavailableError,
+  TransientDatabaseError,
 } from '../shapes/idempotency.errors.js';
 
 /**
  * What a job does after an error (a pure decision):
  *  - `delay`: the job goes back to BullMQ's delayed set for `ms`, no attempt counted: its key
  *    is held by another run (a stalled job's first worker still at it: a replay once it
- *    finished), or the database failed in passing (nothing of the job committed);
+ *    finished), or the database failed in passing as the library claimed or committed it
+ *    (nothing of the job committed), or the job asked for it (`RetryLaterError`);
  *  - `fail`: failed for good (BullMQ's `UnrecoverableError`), its reason said: the key was used
  *    by a job with other data, or the library cannot keep this job's record (its key, its
  *    result); trying again would meet the same;
- *  - `throw`: the job's own error, as BullMQ has it without the library (its attempts, its
+ *  - `throw`: the job's own error (`fromWork`: thrown by its work, the database's failures of
+ *    its own statements too), as BullMQ has it without the library (its attempts, its
  *    backoff, its failed set); its effects rolled back, nothing kept.
  */
 export type JobStep = { kind: 'delay'; ms: number } | { kind: 'fail' } | { kind: 'throw' };
 
-export function afterJobError(error: unknown): JobStep {
+export function afterJobError(error: unknown, fromWork = false): JobStep {
+  // Its work's own error (a statement of its that timed out, met a lock timeout, lost its
+  // connection): as without the library, an attempt, for BullMQ's backoff and failed set.
+  // Delayed with no attempt counted, a job whose query always times out ran for ever
+  // (adversary 67). The library's refusals inside its work (`RetryLaterError`, a seam's) are
+  // decided below, as before or after it.
+  if (fromWork && (!(error instanceof IdempotencyError) || isDatabaseFailure(error))) {
+    return { kind: 'throw' };
+  }
   if (error instanceof IdempotencyKeyInProgressError) {
     return { kind: 'delay', ms: error.retryAfterSeconds * 1000 };
   }
@@ -40,6 +52,13 @@ export function afterJobError(error: unknown): JobStep {
   // The library's other refusals, met before or after the job's work (never its own error).
   if (error instanceof IdempotencyError) return { kind: 'fail' };
   return { kind: 'throw' };
+}
+
+/** The database's failures as the library words them (a lost connection, a deadlock). */
+function isDatabaseFailure(error: unknown): boolean {
+  return (
+    error instanceof TransientDatabaseError || error instanceof IdempotencyStoreUnavailableError
+  );
 }
 
 /**

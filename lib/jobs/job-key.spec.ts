@@ -68,8 +68,23 @@ describe('jobKeyOf', () => {
     expect(jobKeyOf(given, key)).toEqual(reading);
   });
 
-  it('keeps keys per queue', () => {
-    expect(jobTenant('payouts')).toBe('bullmq:payouts');
+  it.each([
+    ['a queue under the default prefix', 'payouts', undefined, 'bullmq:payouts'],
+    ["BullMQ's default prefix named", 'payouts', 'bull', 'bullmq:payouts'],
+    [
+      'the same queue name under a prefix of its own: another queue',
+      'payouts',
+      'svc-a',
+      'bullmq:svc-a:payouts',
+    ],
+    [
+      'a prefix with a colon (a Redis cluster hash tag)',
+      'payouts',
+      '{svc}:b',
+      'bullmq:{svc}:b:payouts',
+    ],
+  ] as const)('keeps keys per queue: %s', (_name, queue, prefix, tenant) => {
+    expect(jobTenant(queue, prefix)).toBe(tenant);
   });
 });
 

@@ -2,9 +2,19 @@ import { JOB_TENANT_PREFIX } from '../decisions/tenant-id.js';
 import { readMessageId } from '../messages/message-id.js';
 import { type JobLike } from './job-like.js';
 
-/** The key scope of a job's record: its queue, as the record's tenant. */
-export function jobTenant(queueName: string): string {
-  return `${JOB_TENANT_PREFIX}${queueName}`;
+/** BullMQ's prefix when none is given: its queues' keys are `bull:<queue>:…`. */
+const DEFAULT_BULLMQ_PREFIX = 'bull';
+
+/**
+ * The key scope of a job's record: its queue, as the record's tenant (`bullmq:<queue>`); under
+ * a prefix of its own, the prefix too (`bullmq:<prefix>:<queue>`), since BullMQ keeps one queue
+ * name under two prefixes as two queues (two services, or tenants, on one Redis: adversary
+ * 67). A queue name cannot hold `:` (BullMQ refuses it), so no two of them meet.
+ */
+export function jobTenant(queueName: string, prefix: string = DEFAULT_BULLMQ_PREFIX): string {
+  return prefix === DEFAULT_BULLMQ_PREFIX
+    ? `${JOB_TENANT_PREFIX}${queueName}`
+    : `${JOB_TENANT_PREFIX}${prefix}:${queueName}`;
 }
 
 /**

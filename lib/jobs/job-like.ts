@@ -8,6 +8,8 @@ export interface JobLike {
   readonly name: string;
   readonly data: unknown;
   readonly queueName: string;
+  /** Its queue's prefix in Redis (BullMQ's `prefix` option, `bull` by default). */
+  readonly prefix?: string;
   /** When the job was added (ms since the epoch). */
   readonly timestamp: number;
   readonly opts?: { readonly jobId?: string };

@@ -58,6 +58,10 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * Severity: high (every retry of a committed mutation answers `data: null` with an error, in an
  * app whose interceptor only hands out defensive copies; a client that retried after a lost
  * answer never gets its receipt).
+ *
+ * Fixed: a replay gives a field the first answer read through a getter through a getter of a
+ * prototype of its own (`ACCESSORS`, `throughGetters` in lib/graphql/wire-value.ts): no own key,
+ * as on an instance, and a copy keeping the prototype reads it.
  */
 let pool: Pool;
 

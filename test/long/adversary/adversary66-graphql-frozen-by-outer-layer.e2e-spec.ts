@@ -60,6 +60,11 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Severity: medium (a committed mutation answered as an error on its first answer, in an app
  * that freezes what it caches; the retry gets the answer).
+ *
+ * Fixed: the first answer's Proxy has `preventExtensions`/`isExtensible` traps: made non-extensible
+ * (by the app before, or an outer layer after), its stand-in is settled with a copy of the
+ * value's own properties (read fields as answered) and made so too, and the value is frozen
+ * with it (`over` in lib/graphql/wire-value.ts).
  */
 let pool: Pool;
 const frozen: unknown[] = [];

@@ -52,6 +52,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Severity: medium (a committed mutation's field answered null with an error, on every answer
  * to the key, in an app that only used its lazy relations as TypeORM types them).
+ *
+ * Fixed: a field whose value was a Promise is a Promise of the stored value on the first answer,
+ * and on a replay (`PROMISED`, lib/graphql/wire-value.ts).
  */
 let pool: Pool;
 

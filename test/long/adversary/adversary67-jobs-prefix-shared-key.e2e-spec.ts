@@ -28,6 +28,9 @@
  *
  * Severity: medium (a job never run and told done with another service's result, silently;
  * needs one queue name and one job id under two prefixes on one database).
+ *
+ * Fixed: a job's tenant carries its queue's prefix where it is not BullMQ's default
+ * (`bullmq:<prefix>:<queue>`, `jobTenant` in lib/jobs/job-key.ts).
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

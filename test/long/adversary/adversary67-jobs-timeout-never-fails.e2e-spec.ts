@@ -30,6 +30,10 @@
  *
  * Severity: medium (a job that can never succeed runs for ever, a slow query every second
  * against the database, invisible to the failed set and its alerts).
+ *
+ * Fixed: an error the job's work threw, a database failure of its own statements included, is its
+ * own (`afterJobError(error, fromWork)` in lib/jobs/job-failure.ts): an attempt, BullMQ's backoff
+ * and failed set; the library's claim and commit still delay without an attempt.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
