@@ -182,7 +182,14 @@ export class IdempotentJobs implements OnModuleInit {
     owner: string,
     held: HeldData,
   ): Promise<void> {
-    const kept = await transaction.commitWith(stepStatement(context, job, owner, held));
+    let kept: boolean;
+    try {
+      kept = await transaction.commitWith(stepStatement(context, job, owner, held));
+    } catch (error) {
+      // The library's commit, failing in the job's move: not the job's own error.
+      if (typeof error === 'object' && error !== null) THROWN_BY_LIBRARY.add(error);
+      throw error;
+    }
     if (!kept) throw new IdempotencyLeaseLostError();
   }
 
@@ -452,7 +459,9 @@ export class IdempotentJobs implements OnModuleInit {
       // completed phases stay, and the next attempt resumes after them).
       const cause = transaction.failureOf(error);
       await rollBackAndRelease(tools, context, 'job_failed');
-      if (typeof cause === 'object' && cause !== null) THROWN_BY_WORK.add(cause);
+      if (typeof cause === 'object' && cause !== null && !THROWN_BY_LIBRARY.has(cause)) {
+        THROWN_BY_WORK.add(cause);
+      }
       throw cause;
     }
     stopHeartbeat?.();
@@ -496,6 +505,13 @@ export class IdempotentJobs implements OnModuleInit {
 
 /** The errors a job's work threw (see `afterJobError`: its own, for BullMQ's attempts). */
 const THROWN_BY_WORK = new WeakSet<object>();
+
+/**
+ * The errors of the library's own statements that reach the job through its work (a step's
+ * commit as the job moves itself: adversary 56's outage), which stay the library's: delayed,
+ * no attempt counted, as at the claim or the final commit.
+ */
+const THROWN_BY_LIBRARY = new WeakSet<object>();
 
 /** What `runStepped` goes on with. */
 interface SteppedRun {

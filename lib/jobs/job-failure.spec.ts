@@ -59,14 +59,14 @@ describe('afterJobError', () => {
       { kind: 'throw' },
     ],
     [
-      'its own statement met a passing failure, as the library wrapped it',
+      'a passing failure of a statement of the library (a phase commit): delayed, no attempt',
       new TransientDatabaseError(new Error('deadlock detected')),
-      { kind: 'throw' },
+      { kind: 'delay', ms: 1000 },
     ],
     [
-      'its own statement on a database gone, as the library wrapped it',
+      'the database gone under a statement of the library: delayed, no attempt',
       new IdempotencyStoreUnavailableError(new Error('ECONNREFUSED')),
-      { kind: 'throw' },
+      { kind: 'delay', ms: 1000 },
     ],
     ['a retry it asks for itself', new RetryLaterError('later', 2), { kind: 'delay', ms: 2000 }],
     ['its key used by a job with other data', new IdempotencyKeyMismatchError(), { kind: 'fail' }],

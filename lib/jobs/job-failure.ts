@@ -5,8 +5,6 @@ import {
   IdempotencyError,
   IdempotencyKeyInProgressError,
   IdempotencyKeyMismatchError,
-  IdempotencyStoreUnavailableError,
-  TransientDatabaseError,
 } from '../shapes/idempotency.errors.js';
 
 /**
@@ -26,13 +24,12 @@ export type JobStep = { kind: 'delay'; ms: number } | { kind: 'fail' } | { kind:
 
 export function afterJobError(error: unknown, fromWork = false): JobStep {
   // Its work's own error (a statement of its that timed out, met a lock timeout, lost its
-  // connection): as without the library, an attempt, for BullMQ's backoff and failed set.
-  // Delayed with no attempt counted, a job whose query always times out ran for ever
-  // (adversary 67). The library's refusals inside its work (`RetryLaterError`, a seam's) are
-  // decided below, as before or after it.
-  if (fromWork && (!(error instanceof IdempotencyError) || isDatabaseFailure(error))) {
-    return { kind: 'throw' };
-  }
+  // connection, as the driver or its data layer throws it): as without the library, an
+  // attempt, for BullMQ's backoff and failed set. Delayed with no attempt counted, a job whose
+  // query always times out ran for ever (adversary 67). The library's errors met inside its
+  // work (its statements' failures, `RetryLaterError`, a seam's refusal, a phase's commit) are
+  // decided below, as at the claim or the commit.
+  if (fromWork && !(error instanceof IdempotencyError)) return { kind: 'throw' };
   if (error instanceof IdempotencyKeyInProgressError) {
     return { kind: 'delay', ms: error.retryAfterSeconds * 1000 };
   }
@@ -52,13 +49,6 @@ export function afterJobError(error: unknown, fromWork = false): JobStep {
   // The library's other refusals, met before or after the job's work (never its own error).
   if (error instanceof IdempotencyError) return { kind: 'fail' };
   return { kind: 'throw' };
-}
-
-/** The database's failures as the library words them (a lost connection, a deadlock). */
-function isDatabaseFailure(error: unknown): boolean {
-  return (
-    error instanceof TransientDatabaseError || error instanceof IdempotencyStoreUnavailableError
-  );
 }
 
 /**
