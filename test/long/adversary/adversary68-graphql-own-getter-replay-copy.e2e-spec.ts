@@ -159,77 +159,80 @@ describe.each(
   GRAPHQL_DRIVERS.flatMap((driver) =>
     (Object.keys(outers) as (keyof typeof outers)[]).map((outer) => [driver, outer] as const),
   ),
-)('adversary 68: a replay of an own getter, copied by an outer layer, on %s (%s)', (driver, outer) => {
-  let fixture: PoolApp;
-  const base = (driver === 'apollo' ? 1000 : 2000) + Object.keys(outers).indexOf(outer) * 100;
+)(
+  'adversary 68: a replay of an own getter, copied by an outer layer, on %s (%s)',
+  (driver, outer) => {
+    let fixture: PoolApp;
+    const base = (driver === 'apollo' ? 1000 : 2000) + Object.keys(outers).indexOf(outer) * 100;
 
-  beforeAll(async () => {
-    const interceptor = outers[outer];
-    @Module({
-      imports: [
-        IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) }),
-        graphqlModule(driver),
-      ],
-      providers: [ReceiptsResolver, ...(interceptor ? [interceptor] : [])],
-    })
-    class ReceiptsModule {}
-    fixture = await startPoolApp(`adv68_owngetter_${driver}_${outer}`, {
-      module: ReceiptsModule,
-      adapter: driver === 'apollo' ? 'express' : 'fastify',
-      max: 4,
-      usePool: (started) => (pool = started),
-      setup: async (owner) => {
-        await owner.query('CREATE TABLE receipts (id serial PRIMARY KEY, amount int NOT NULL)');
+    beforeAll(async () => {
+      const interceptor = outers[outer];
+      @Module({
+        imports: [
+          IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) }),
+          graphqlModule(driver),
+        ],
+        providers: [ReceiptsResolver, ...(interceptor ? [interceptor] : [])],
+      })
+      class ReceiptsModule {}
+      fixture = await startPoolApp(`adv68_owngetter_${driver}_${outer}`, {
+        module: ReceiptsModule,
+        adapter: driver === 'apollo' ? 'express' : 'fastify',
+        max: 4,
+        usePool: (started) => (pool = started),
+        setup: async (owner) => {
+          await owner.query('CREATE TABLE receipts (id serial PRIMARY KEY, amount int NOT NULL)');
+        },
+      });
+    }, 60_000);
+
+    afterAll(async () => {
+      await fixture?.close();
+    });
+
+    const send = (key: string, query: string) =>
+      request(fixture.app.getHttpServer())
+        .post('/graphql')
+        .set('Idempotency-Key', key)
+        .timeout(5_000)
+        .send({ query });
+    const rows = async (amount: number) =>
+      Number(
+        (await fixture.admin.query('SELECT count(*) FROM receipts WHERE amount = $1', [amount]))
+          .rows[0].count,
+      );
+    const receipt = (field: string, amount: number) => ({
+      data: {
+        [field]: {
+          id: expect.any(Number),
+          amount,
+          label: expect.stringMatching(new RegExp(`^#\\d+: ${amount} EUR$`)),
+        },
       },
     });
-  }, 60_000);
 
-  afterAll(async () => {
-    await fixture?.close();
-  });
-
-  const send = (key: string, query: string) =>
-    request(fixture.app.getHttpServer())
-      .post('/graphql')
-      .set('Idempotency-Key', key)
-      .timeout(5_000)
-      .send({ query });
-  const rows = async (amount: number) =>
-    Number(
-      (await fixture.admin.query('SELECT count(*) FROM receipts WHERE amount = $1', [amount]))
-        .rows[0].count,
-    );
-  const receipt = (field: string, amount: number) => ({
-    data: {
-      [field]: {
-        id: expect.any(Number),
-        amount,
-        label: expect.stringMatching(new RegExp(`^#\\d+: ${amount} EUR$`)),
-      },
-    },
-  });
-
-  it('control: without @Idempotent(), the label is answered', async () => {
-    const amount = base + 1;
-    const answer = await send(
-      `${driver}-${outer}-unkeyed`,
-      `mutation { payUnkeyed(amount: ${amount}) { id amount label } }`,
-    );
-    expect(answer.body).toEqual(receipt('payUnkeyed', amount));
-  });
-
-  it('the first answer and every replay answer the label', async () => {
-    const amount = base + 2;
-    const query = `mutation { pay(amount: ${amount}) { id amount label } }`;
-    const first = await send(`${driver}-${outer}-keyed`, query);
-    expect(first.body).toEqual(receipt('pay', amount));
-    const replay = await send(`${driver}-${outer}-keyed`, query);
-    expect(await rows(amount)).toBe(1);
-    // Fails with an outer spread or ClassSerializerInterceptor: { data: { pay: null }, errors:
-    // ["Cannot return null for non-nullable field Receipt.label."] } on every retry.
-    expect(replay.body).toEqual({
-      ...(first.body as object),
-      extensions: { idempotency: { replayed: ['pay'] } },
+    it('control: without @Idempotent(), the label is answered', async () => {
+      const amount = base + 1;
+      const answer = await send(
+        `${driver}-${outer}-unkeyed`,
+        `mutation { payUnkeyed(amount: ${amount}) { id amount label } }`,
+      );
+      expect(answer.body).toEqual(receipt('payUnkeyed', amount));
     });
-  });
-});
+
+    it('the first answer and every replay answer the label', async () => {
+      const amount = base + 2;
+      const query = `mutation { pay(amount: ${amount}) { id amount label } }`;
+      const first = await send(`${driver}-${outer}-keyed`, query);
+      expect(first.body).toEqual(receipt('pay', amount));
+      const replay = await send(`${driver}-${outer}-keyed`, query);
+      expect(await rows(amount)).toBe(1);
+      // Fails with an outer spread or ClassSerializerInterceptor: { data: { pay: null }, errors:
+      // ["Cannot return null for non-nullable field Receipt.label."] } on every retry.
+      expect(replay.body).toEqual({
+        ...(first.body as object),
+        extensions: { idempotency: { replayed: ['pay'] } },
+      });
+    });
+  },
+);
