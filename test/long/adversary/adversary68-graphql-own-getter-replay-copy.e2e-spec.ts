@@ -6,6 +6,7 @@ import {
   Injectable,
   Module,
   type NestInterceptor,
+  type Provider,
 } from '@nestjs/common';
 import { APP_INTERCEPTOR, Reflector } from '@nestjs/core';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
@@ -153,7 +154,7 @@ const outers = {
     inject: [Reflector],
   },
   none: undefined,
-} as const;
+} satisfies Record<string, Provider | undefined>;
 
 describe.each(
   GRAPHQL_DRIVERS.flatMap((driver) =>
