@@ -404,7 +404,11 @@ async function walkValue(
     // a URL afresh, or fails once, would give the client what the store does not hold:
     // adversary 58).
     const throughAccessor = readsThroughAccessor(source, property);
-    if (throughAccessor) accessors.push(name);
+    // A getter of its class, not its own (an object literal's `get label()` is its own key,
+    // which a copy of its own keys keeps: adversary 68).
+    if (throughAccessor && !Object.prototype.hasOwnProperty.call(source, property)) {
+      accessors.push(name);
+    }
     if (isThenable(promisedItem)) {
       // A Promise still, as the resolver's was (its parent's `@ResolveField()` may `.then()`
       // it), of the value the library read.
@@ -431,7 +435,9 @@ async function walkValue(
   if (!graphql.isObjectType(type)) wire.__typename = concrete.name;
   if (Object.keys(failed).length > 0) wire[FAILED] = failed;
   if (fromClass.length > 0) wire[FROM_CLASS] = fromClass;
-  if (accessors.length > 0) wire[ACCESSORS] = accessors;
+  // Written wherever FROM_CLASS is (empty too), so that a record without it is one stored
+  // before it, whose FROM_CLASS names its getters' fields (see `fromWire`).
+  if (accessors.length > 0 || fromClass.length > 0) wire[ACCESSORS] = accessors;
   if (promisedFields.length > 0) wire[PROMISED] = promisedFields;
   if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
   if (Object.keys(kept).length > 0) {
@@ -586,29 +592,35 @@ function over(source: object, replaced: Record<string, unknown>): object {
     return item.rejected ? { value: item.rejection } : undefined;
   };
   /**
-   * Set once the value or the Proxy is made non-extensible (`Object.freeze`, `seal`,
-   * `preventExtensions`, by the app or an outer layer: adversary 66): the stand-in then holds
-   * a copy of each of the value's own properties (read fields as answered), and is made so
-   * too, as a Proxy must report of its own properties what its target has.
+   * The value's own property as the first answer has it: a field the library read is data
+   * holding what it read, an own getter's too (a copy by descriptors, `Object.defineProperties
+   * ({}, Object.getOwnPropertyDescriptors(v))`, must not run it again: adversary 68).
+   */
+  const ownOf = (property: PropertyKey): PropertyDescriptor | undefined => {
+    const own = Reflect.getOwnPropertyDescriptor(source, property);
+    const answered = own && answer(property);
+    if (!own || !answered) return own;
+    const { enumerable, configurable } = own;
+    const writable = 'value' in own ? own.writable : own.set !== undefined;
+    return { value: answered.value, writable, enumerable, configurable };
+  };
+  /**
+   * Set once the Proxy must report its own properties from its target (a Proxy's rule, once a
+   * property is non-configurable or the target non-extensible: `Object.freeze`, `seal`, a
+   * `defineProperty` with `configurable: false`, by the app before or an outer layer after:
+   * adversaries 66, 68): the stand-in then holds each of the value's own properties as the
+   * first answer has them, kept as the value's from then on.
    */
   let settled = false;
   const settle = () => {
     if (settled) return;
-    for (const key of Reflect.ownKeys(source)) {
-      const own = Reflect.getOwnPropertyDescriptor(source, key)!;
-      Reflect.defineProperty(standIn, key, 'value' in own ? { ...own, ...answer(key) } : own);
-    }
-    Object.preventExtensions(standIn);
+    for (const key of Reflect.ownKeys(source)) Reflect.defineProperty(standIn, key, ownOf(key)!);
     settled = true;
   };
-  if (!Object.isExtensible(source)) settle();
-  /** Keeps the stand-in's copy of a data property as the value's, once settled. */
-  const follow = (property: PropertyKey) => {
-    if (!settled) return;
-    const own = Reflect.getOwnPropertyDescriptor(source, property);
-    if (own) Reflect.defineProperty(standIn, property, own);
-    else Reflect.deleteProperty(standIn, property);
-  };
+  if (!Object.isExtensible(source)) {
+    settle();
+    Object.preventExtensions(standIn);
+  }
   return new Proxy(standIn, {
     get(_target, property) {
       if (given.has(property)) {
@@ -627,24 +639,34 @@ function over(source: object, replaced: Record<string, unknown>): object {
     set(_target, property, value) {
       given.delete(property);
       const done = Reflect.set(source, property, value, source);
-      if (done) follow(property);
+      if (done && settled) {
+        const own = Reflect.getOwnPropertyDescriptor(source, property);
+        if (own) Reflect.defineProperty(standIn, property, own);
+      }
       return done;
     },
     defineProperty(_target, property, descriptor) {
-      given.delete(property);
-      const done = Reflect.defineProperty(source, property, descriptor);
-      if (done) follow(property);
-      return done;
+      // A new value or accessor replaces what was read; a change of attributes alone
+      // (`Object.freeze` making each key read-only) keeps it (adversary 68: a drained
+      // iterator's list answered empty once frozen).
+      const replaces = 'value' in descriptor || 'get' in descriptor || 'set' in descriptor;
+      if (descriptor.configurable === false) settle();
+      if (!Reflect.defineProperty(source, property, descriptor)) return false;
+      if (replaces) given.delete(property);
+      if (settled)
+        Reflect.defineProperty(standIn, property, replaces ? descriptor : ownOf(property)!);
+      return true;
     },
     deleteProperty(_target, property) {
       given.delete(property);
       const done = Reflect.deleteProperty(source, property);
-      if (done) follow(property);
+      if (done && settled) Reflect.deleteProperty(standIn, property);
       return done;
     },
     preventExtensions() {
       Object.preventExtensions(source);
       settle();
+      Object.preventExtensions(standIn);
       return true;
     },
     isExtensible: () => Reflect.isExtensible(standIn),
@@ -652,11 +674,9 @@ function over(source: object, replaced: Record<string, unknown>): object {
     ownKeys: () => Reflect.ownKeys(settled ? standIn : source),
     getOwnPropertyDescriptor(_target, property) {
       if (settled) return Reflect.getOwnPropertyDescriptor(standIn, property);
-      const own = Reflect.getOwnPropertyDescriptor(source, property);
-      if (!own) return undefined;
-      // Configurable as the stand-in's must be reported; a data field answered with its value.
-      const answered = given.has(property) && 'value' in own ? { value: given.get(property) } : {};
-      return { ...own, ...answered, configurable: true };
+      const own = ownOf(property);
+      // Configurable, as a property the stand-in does not have must be reported.
+      return own && { ...own, configurable: true };
     },
   });
 }
@@ -906,10 +926,17 @@ export function fromWire(
         }
       }
     }
-    const getters = [
-      ...(Array.isArray(stored[ACCESSORS]) ? (stored[ACCESSORS] as string[]) : []),
-      ...Object.keys(gotten),
-    ].flatMap((name) => [name, renamed(name)]);
+    // A record stored before ACCESSORS: its FROM_CLASS fields were its class's getters' (or
+    // its own data that is not enumerable, which a copy of its own keys leaves out either way).
+    const accessorFields = Array.isArray(stored[ACCESSORS])
+      ? (stored[ACCESSORS] as string[])
+      : Array.isArray(fromClass)
+        ? (fromClass as string[])
+        : [];
+    const getters = [...accessorFields, ...Object.keys(gotten)].flatMap((name) => [
+      name,
+      renamed(name),
+    ]);
     throughGetters(value, getters);
   }
   return member(value);

@@ -66,6 +66,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Severity: medium (a committed mutation's first answer differs from the stored answer: an
  * empty list, a link that is not the one replays give; in an app that freezes what it caches).
+ *
+ * Fixed: the Proxy's `defineProperty` trap keeps a read field's answer where only attributes
+ * change (`Object.freeze` making each key read-only), on the stand-in too.
  */
 let pool: Pool;
 let signatures = 0;

@@ -64,6 +64,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Severity: high (every retry of a committed mutation answers `data: null` with an error, in
  * an app that spreads or class-serializes its answers; the client can never get its receipt).
+ *
+ * Fixed: only a getter of the value's class is replayed through a getter (`ACCESSORS`); an own
+ * getter's field is the replay's own data, as a copy of own keys has it.
  */
 let pool: Pool;
 

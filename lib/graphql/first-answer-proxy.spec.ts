@@ -36,6 +36,12 @@ import { fromWire, outputWire } from './wire-value.js';
  *    gives a label the store does not hold (a signed URL signed twice, adversary 58), while
  *    the replay gives the stored one. Severity: low. Expected: "a getter [...] read once too,
  *    and the first answer is given what was read [...] never read again".
+ *
+ * Fixed: 1. a record without `__accessors` (stored before it) replays its `__fromClass` fields through
+ * getters; new records write `__accessors` wherever `__fromClass` is. 2. a `configurable: false`
+ * define settles the stand-in first. 3. the Proxy reports a read own getter's field as data
+ * holding what was read, so a descriptor copy does not run it again; a replay keeps an own
+ * getter's field as own data.
  */
 const call = { context: {}, info: {} as graphql.GraphQLResolveInfo };
 function selecting(set: string): Selection {
