@@ -493,8 +493,11 @@ export class IdempotentJobs implements OnModuleInit {
     const detail = cause instanceof Error ? cause.message : problemDetail(stored);
     const why = `the job's result was not kept, nothing of it committed: ${detail}`;
     // The database failed, or another worker owns the key: the job comes back later, and
-    // runs again or completes with that worker's result.
-    if (passingStatus(stored.status)) {
+    // runs again or completes with that worker's result. Not where a statement of its own
+    // failed and it went on (caught it): PostgreSQL aborted its transaction for that, and it
+    // is the job's fault however passing the statement's failure (a caught statement_timeout
+    // was delayed for ever: adversary 68).
+    if (passingStatus(stored.status) && transaction.lastError === undefined) {
       throw new RetryLaterError(why, Number(stored.headers['retry-after'] ?? 1));
     }
     // A fault of the job's (a statement failed and it went on): its own error, for BullMQ's

@@ -89,7 +89,16 @@ describe('isJobStep', () => {
     ['DelayedError (moveToDelayed, then thrown)', named('DelayedError'), true],
     ['WaitingChildrenError', named('WaitingChildrenError'), true],
     ['WaitingError', named('WaitingError'), true],
-    ['RateLimitError', named('RateLimitError'), true],
+    [
+      "BullMQ's rate limit (told by its message, as its worker does)",
+      Object.assign(new Error('bullmq:rateLimitExceeded'), { name: 'RateLimitError' }),
+      true,
+    ],
+    [
+      "an app's own error named RateLimitError (a partner's 429): the job's error",
+      named('RateLimitError'),
+      false,
+    ],
     ['UnrecoverableError: the job failed', named('UnrecoverableError'), false],
     ['the job’s own error', new Error('the bank refused'), false],
     ['a thrown value that is no Error', 'DelayedError', false],

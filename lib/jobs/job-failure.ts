@@ -53,15 +53,22 @@ export function afterJobError(error: unknown, fromWork = false): JobStep {
 
 /**
  * BullMQ's errors that say a processor moved its job itself, not that it failed (its steps
- * idiom: `job.moveToDelayed(ts, token)` then `throw new DelayedError()`; the waiting-children,
- * waiting and rate-limit forms): told by name, as BullMQ's worker tells them.
+ * idiom: `job.moveToDelayed(ts, token)` then `throw new DelayedError()`; the waiting-children
+ * and waiting forms): told by name, as BullMQ's worker tells them.
  */
 const STEP_ERRORS = new Map([
   ['DelayedError', 'delayed'],
   ['WaitingChildrenError', 'waiting-children'],
   ['WaitingError', 'waiting'],
-  ['RateLimitError', 'rate-limit'],
 ] as const);
+
+/**
+ * Its rate limit (`worker.rateLimit()` then `throw Worker.RateLimitError()`), which BullMQ's
+ * worker tells by this message, never by name: an app's own error named `RateLimitError` (a
+ * partner's 429) is an error, which BullMQ counts and retries (adversary 68: its work was
+ * committed as a step, then run again).
+ */
+const RATE_LIMIT_MESSAGE = 'bullmq:rateLimitExceeded';
 
 /** Where a job that stepped moved itself (the `jobStep` event's `move`). */
 export type JobStepMove = 'delayed' | 'waiting-children' | 'waiting' | 'rate-limit';
@@ -73,7 +80,7 @@ export function isJobStep(error: unknown): boolean {
 
 /** Where the job moved itself, when `error` says it did. */
 export function stepMoveOf(error: unknown): JobStepMove | undefined {
-  return error instanceof Error
-    ? STEP_ERRORS.get(error.name as Parameters<typeof STEP_ERRORS.get>[0])
-    : undefined;
+  if (!(error instanceof Error)) return undefined;
+  if (error.message === RATE_LIMIT_MESSAGE) return 'rate-limit';
+  return STEP_ERRORS.get(error.name as Parameters<typeof STEP_ERRORS.get>[0]);
 }

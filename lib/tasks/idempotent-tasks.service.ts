@@ -28,7 +28,10 @@ import {
   type OwnerTools,
   rollBackAndRelease,
 } from '../transaction/owner-tools.js';
-import { IdempotencyKeyInProgressError } from '../shapes/idempotency.errors.js';
+import {
+  IdempotencyKeyInProgressError,
+  IdempotencyLeaseLostError,
+} from '../shapes/idempotency.errors.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { IDEMPOTENT_TASK_OPTIONS } from '../shapes/idempotency.constants.js';
 import { MAX_TENANT_ID_LENGTH } from '../decisions/tenant-id.js';
@@ -94,6 +97,8 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
   /** The ticks running now, waited for as the app shuts down (see `beforeApplicationShutdown`). */
   private readonly running = new Set<Promise<unknown>>();
   private closing = false;
+  /** The waits of ticks for their slots (see `slotHasCome`), woken as shutdown begins. */
+  private readonly waking = new Set<() => void>();
 
   constructor(
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
@@ -228,6 +233,9 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
    */
   async beforeApplicationShutdown(): Promise<void> {
     this.closing = true;
+    // A tick waiting for its slot by the database's clock has not begun: it ends now, and
+    // runs nothing (adversary 68: a shutdown waited out a fast clock's wait).
+    for (const wake of [...this.waking]) wake();
     await Promise.allSettled([...this.running]);
   }
 
@@ -271,8 +279,21 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       );
       return false;
     }
-    await new Promise((resolve) => setTimeout(resolve, decision.ms));
+    await this.sleep(decision.ms);
     return !this.closing;
+  }
+
+  /** Waits `ms`, or until shutdown begins (see `beforeApplicationShutdown`). */
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.waking.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.waking.add(wake);
+    });
   }
 
   /** Resumes the task's unfinished ticks older than `slot` (within `resumeWithinMs`). */
@@ -392,19 +413,22 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       throw cause;
     }
     stopHeartbeat?.();
-    const stored = await commitAnswer(tools, context, task.fingerprint, TICK_DONE, false);
+    // Its COMMIT refused (a deferred constraint, a serialization failure, the database gone)
+    // is a failure of the tick, as a throw is: its key kept meanwhile (`keepsKey`: neither
+    // given back for another replica to resume nor counted as released), its failure then
+    // kept as its answer, on its own, so that no later tick resumes it (adversary 67: every
+    // tick ran it again for resumeWithinMs; adversary 68: released, then stored). Unless a
+    // phase committed: then given back to be resumed, three takeovers at most. A failure
+    // that cannot be stored either (the database gone) gives the key back, to be resumed.
+    const keeps = !resumesAfterFailure(claimed.claim);
+    const stored = await commitAnswer(tools, context, task.fingerprint, TICK_DONE, false, keeps);
     if (stored === TICK_DONE) return;
     const cause = (refusal as { cause?: unknown } | undefined)?.cause;
     const detail = cause instanceof Error ? cause.message : stored.body.toString('utf8');
     const failure = new Error(
       `the tick of ${key} did not commit, nothing of it was kept: ${detail}`,
     );
-    // Its COMMIT refused (a deferred constraint, a serialization failure, the database gone):
-    // a failure of the tick, as a throw is. Its key was given back; its failure is kept as its
-    // answer, on its own, so that no later tick resumes it (adversary 67: every tick ran it
-    // again for resumeWithinMs). Unless a phase committed: then resumed, three takeovers at
-    // most. A failure that cannot be stored either (the database gone) leaves it to resume.
-    if (!resumesAfterFailure(claimed.claim)) {
+    if (keeps && !(refusal instanceof IdempotencyLeaseLostError)) {
       await commitAnswer(tools, context, task.fingerprint, tickFailed(failure), true);
     }
     throw failure;

@@ -18,7 +18,9 @@ import { storePlan } from './store-plan.js';
 /**
  * Commits the request's transaction with `answer` as the stored response; returns what goes
  * out: `answer`, or the problem that replaces it when it could not be stored. A handler that
- * threw has its effects rolled back and its error answer stored on its own.
+ * threw has its effects rolled back and its error answer stored on its own. `keepsKey`: a
+ * refused commit leaves the key held (its lease running), for the caller to store another
+ * answer on it (a tick's failure), rather than give it back.
  */
 export async function commitAnswer(
   tools: OwnerTools,
@@ -26,6 +28,7 @@ export async function commitAnswer(
   fingerprint: Buffer,
   answer: StoredResponse,
   handlerFailed: boolean,
+  keepsKey = false,
 ): Promise<StoredResponse> {
   const claim = context.claim!;
   const transaction = context.transaction!;
@@ -65,12 +68,12 @@ export async function commitAnswer(
     // Nothing was stored, and nothing of the handler's committed (or, if the commit's answer
     // was lost, all of it did, and a retry replays it): the key is given back to the retry.
     await transaction.rollback();
-    await releaseQuietly(tools, context, false);
+    if (!keepsKey) await releaseQuietly(tools, context, false);
     // A lasting refusal says what to change (its answer does not: it goes to the client).
     const why = error instanceof PermanentDatabaseError ? error.explanation : String(error);
     tools.logger.warn(`the response of key ${claim.key} was not stored: ${why}`);
     const problem = classifyCommitError(error);
-    publish('released', () => ({ ...eventOf(context), reason: problem.code }));
+    if (!keepsKey) publish('released', () => ({ ...eventOf(context), reason: problem.code }));
     return tools.problem(problem);
   }
 }

@@ -28,6 +28,9 @@
  *
  * Severity: medium (a job that can never complete runs for ever, a slow query every second,
  * invisible to the failed set and its alerts).
+ *
+ * Fixed: a commit refused because a statement of the job's own failed and it went on
+ * (`transaction.lastError`) is the job's error however passing: an attempt (runStepped).
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

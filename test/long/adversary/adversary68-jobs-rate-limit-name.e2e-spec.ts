@@ -28,6 +28,9 @@
  *
  * Severity: high (the job's effects twice, exactly what the library is for; needs only an
  * app error class of that name, an ordinary name for a 429).
+ *
+ * Fixed: BullMQ's rate limit is told by its message (`bullmq:rateLimitExceeded`), as its worker
+ * tells it (`stepMoveOf` in lib/jobs/job-failure.ts); an error named RateLimitError is the job's.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

@@ -24,6 +24,9 @@
  *
  * Severity: low (metrics and events double-count the refused tick; a release alert fires for a
  * key that is in fact finished).
+ *
+ * Fixed: a tick's refused COMMIT keeps its key (`commitAnswer(..., keepsKey)`): nothing released,
+ * its failure stored: claimed, then stored.
  */
 import 'reflect-metadata';
 import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';

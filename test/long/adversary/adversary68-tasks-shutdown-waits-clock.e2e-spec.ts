@@ -26,6 +26,9 @@
  *
  * Severity: low-medium (slow or SIGKILLed shutdowns on a replica with a fast clock, the case
  * the wait was made for; nothing runs twice).
+ *
+ * Fixed: a tick's wait for its slot is woken as shutdown begins, and runs nothing
+ * (`sleep`/`waking` in lib/tasks/idempotent-tasks.service.ts).
  */
 import { startAdv60Replica } from '../../support/adv60-replicas.js';
 import { sleep } from '../../support/adv59-app.js';
