@@ -147,7 +147,16 @@ export function multipartParts(request: {
         values.push(item);
       }
     }
-    if (values.length > 0) fields[name] = Array.isArray(entry) ? values : values[0];
+    // Defined, not assigned: a field named `__proto__` would set the object's prototype (or
+    // nothing), and drop out of the fingerprint.
+    if (values.length > 0) {
+      Object.defineProperty(fields, name, {
+        value: Array.isArray(entry) ? values : values[0],
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    }
   }
   return { fields, files };
 }

@@ -181,7 +181,15 @@ function plainCopy(
   }
   const copy: Record<string, unknown> = {};
   copies.set(value, copy);
-  for (const [name, item] of Object.entries(value)) copy[name] = plainCopy(item, copies, copying);
+  for (const [name, item] of Object.entries(value)) {
+    // Defined, not assigned: a member named `__proto__` is data here, as in JSON.
+    Object.defineProperty(copy, name, {
+      value: plainCopy(item, copies, copying),
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  }
   return copy;
 }
 

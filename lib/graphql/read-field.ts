@@ -131,6 +131,32 @@ export function fieldFingerprint(
     method: GRAPHQL_FINGERPRINT_METHOD,
     path: `${field.operation} ${field.fieldName}`,
     headers,
-    body: canonicalizeValue(argumentsWire(graphql, field.types?.args, field.args), route.json),
+    body: canonicalizeValue(
+      argumentsWire(graphql, field.types?.args, argumentValues(graphql, field) ?? field.args),
+      route.json,
+    ),
   });
+}
+
+/**
+ * The field's arguments as graphql-js coerces them, from its node and the operation's
+ * variables: the same whichever executor ran it. graphql-jit (Mercurius' `jit`, from a
+ * document's second run) gives `null` for a variable left out inside an input literal where
+ * graphql-js leaves the member out, so a retry would meet its own first run's key with
+ * another fingerprint (adversary 69: 422 for ever). Undefined where they cannot be read so.
+ */
+function argumentValues(
+  graphql: GraphqlModule | undefined,
+  field: GraphqlField,
+): Record<string, unknown> | undefined {
+  const info = field.types?.call.info;
+  if (!graphql || !info) return undefined;
+  try {
+    const definition = info.parentType.getFields()[info.fieldName];
+    const [node] = info.fieldNodes;
+    if (!definition || !node) return undefined;
+    return graphql.getArgumentValues(definition, node, info.variableValues);
+  } catch {
+    return undefined;
+  }
 }

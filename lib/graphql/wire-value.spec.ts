@@ -481,6 +481,14 @@ describe('strictJson', () => {
     },
   );
 
+  it('keeps a member named __proto__ as data, as JSON and GraphQL literals have it (adversary 69)', () => {
+    const value = JSON.parse('{"note":"y","__proto__":{"role":"admin"}}') as object;
+    const copy = strictJson(value, 'x') as object;
+    expect(Object.getPrototypeOf(copy)).toBe(Object.prototype);
+    expect(Object.keys(copy)).toEqual(['note', '__proto__']);
+    expect(JSON.stringify(copy)).toBe('{"note":"y","__proto__":{"role":"admin"}}');
+  });
+
   it.each([[Infinity], [NaN], [undefined], [() => 1], [new Date(0)], [new Map()]])(
     'refuses %p',
     (value) => {

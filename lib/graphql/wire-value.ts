@@ -1003,6 +1003,16 @@ function failedField(failure: FieldError, graphql: GraphqlModule): PropertyDescr
 }
 
 /** Sets the object's own data property, past any setter or getter of its class. */
+/** A plain object's member, defined as data (see `strictJson`): its name may be `__proto__`. */
+function ownMember(target: Record<string, unknown>, name: string, item: unknown): void {
+  Object.defineProperty(target, name, {
+    value: item,
+    enumerable: true,
+    writable: true,
+    configurable: true,
+  });
+}
+
 function own(value: object, name: string, item: unknown): void {
   Object.defineProperty(value, name, {
     value: item,
@@ -1102,7 +1112,9 @@ export function strictJson(value: unknown, path: string): unknown {
     const copy: Record<string, unknown> = {};
     for (const [name, item] of Object.entries(value)) {
       // Left out by JSON too, as an absent member.
-      if (item !== undefined) copy[name] = strictJson(item, `${path}.${name}`);
+      // Defined, not assigned: a member named `__proto__` (JSON's and GraphQL's own data)
+      // would set the copy's prototype, and drop out of the fingerprint (adversary 69).
+      if (item !== undefined) ownMember(copy, name, strictJson(item, `${path}.${name}`));
     }
     return copy;
   }

@@ -89,5 +89,21 @@ function describe(
     messageHandler: Reflect.hasMetadata(MESSAGE_PATTERN, handler),
     gatewayHandler: Reflect.hasMetadata(GATEWAY_MESSAGE, handler),
     resolver: declaredKind(handler),
+    argNames: argNamesOf(type, name),
   };
+}
+
+/** `@nestjs/graphql`'s metadata of a resolver method's `@Args()` (its `ARGS_TYPE_METADATA`). */
+const ARGS_TYPE_METADATA = 'graphql:args_type';
+
+/**
+ * The names of a resolver method's arguments (`@Args('name')`), or undefined where they are
+ * not all known here (an `@Args()` of an `@ArgsType()` class, whose fields are its arguments).
+ */
+function argNamesOf(type: object, name: string): string[] | undefined {
+  const args = (Reflect.getMetadata(ARGS_TYPE_METADATA, type, name) ?? []) as {
+    property?: string;
+  }[];
+  const names = args.map((arg) => arg.property);
+  return names.every((property) => property !== undefined) ? (names as string[]) : undefined;
 }

@@ -37,6 +37,32 @@ describe('routeProblem', () => {
       undefined,
     ],
     [
+      'a mutation resolver with its key in an argument it declares',
+      {
+        resolver: 'mutation',
+        keyArg: 'idempotencyKey',
+        argNames: ['amount', 'idempotencyKey'],
+        ...resolver,
+      },
+      undefined,
+    ],
+    [
+      'a mutation resolver whose key argument it does not declare (a typo)',
+      {
+        resolver: 'mutation',
+        keyArg: 'idempotencyKey',
+        argNames: ['amount', 'idempotency_key'],
+        ...resolver,
+      },
+      "keyFrom: { arg: 'idempotencyKey' } names no argument of the mutation (its arguments: " +
+        "amount, idempotency_key); declare it (@Args('idempotencyKey')) or name one it has",
+    ],
+    [
+      'a mutation resolver with no arguments and a key argument',
+      { resolver: 'mutation', keyArg: 'idempotencyKey', argNames: [], ...resolver },
+      '(its arguments: none)',
+    ],
+    [
       'a query resolver',
       { resolver: 'query', ...resolver },
       "a GraphQL query is safe by GraphQL's definition and must not change state, as a GET; " +

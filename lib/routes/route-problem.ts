@@ -22,6 +22,8 @@ export interface DecoratedMethod {
   resolver?: ResolverKind;
   /** The argument its key is read from (`keyFrom: { arg }`), which only a mutation has. */
   keyArg?: string;
+  /** A resolver's argument names (`@Args('name')`); undefined where not all are known. */
+  argNames?: readonly string[];
   /** Its claim store and whether it can serve the route (left out: not checked). */
   claimStore?: RouteClaimStore;
 }
@@ -52,6 +54,20 @@ export function routeProblem(method: DecoratedMethod): string | undefined {
     const misplaced = resolverProblem(where, method.resolver);
     if (misplaced) return misplaced;
     if (!method.intercepted) return notIntercepted(where);
+    // A key from an argument the mutation does not have (a typo, a renamed @Args(), a class's
+    // keyFrom over a mutation added later) would never be sent: every call unkeyed, or refused
+    // for a key no client can give (adversary 69).
+    if (
+      method.keyArg !== undefined &&
+      method.argNames !== undefined &&
+      !method.argNames.includes(method.keyArg)
+    ) {
+      const declared = method.argNames.length > 0 ? method.argNames.join(', ') : 'none';
+      return (
+        `${where}: keyFrom: { arg: '${method.keyArg}' } names no argument of the mutation ` +
+        `(its arguments: ${declared}); declare it (@Args('${method.keyArg}')) or name one it has`
+      );
+    }
     if (method.claimStore?.oneCommit) {
       return (
         `${where}: oneCommit is for HTTP routes so far, and a GraphQL mutation's claim ` +

@@ -55,6 +55,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Severity: medium (Mercurius with jit only; a committed mutation's retries answer 422 for
  * ever, which a client treats as a bug of its own and never retries into its answer).
+ *
+ * Fixed: the fingerprint reads the field's arguments as graphql-js coerces them from its node and
+ * the operation's variables (`argumentValues` in lib/graphql/read-field.ts), whichever executor ran it.
  */
 let pool: Pool;
 

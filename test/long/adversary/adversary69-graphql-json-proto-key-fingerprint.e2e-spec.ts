@@ -43,6 +43,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * Severity: medium-low (needs a JSON-like scalar argument and a `__proto__` member; the
  * outcome is the wrong one for a key-reuse: a silent replay of another operation's answer
  * instead of the 422 the library promises).
+ *
+ * Fixed: `strictJson` (and kept data, and multipart fields) define members rather than assign them:
+ * `__proto__` is data, in the fingerprint.
  */
 let pool: Pool;
 

@@ -39,6 +39,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Severity: low-medium (a configuration mistake, but one whose only symptom is the double
  * effect the library exists to prevent).
+ *
+ * Fixed: the start-up check refuses a `keyFrom: { arg }` the resolver does not declare with
+ * `@Args('name')` (`routeProblem`, `argNamesOf`), naming the arguments it has.
  */
 let pool: Pool;
 let runs = 0;
