@@ -54,6 +54,7 @@ import { IDEMPOTENT_JOB_OPTIONS } from '../shapes/idempotency.constants.js';
 import { classMethods } from '../routes/class-methods.js';
 import { decodeJobResult, encodeJobResult, isJobResult } from './job-answer.js';
 import { afterJobError, isJobStep, stepMoveOf } from './job-failure.js';
+import { phaseWorkFailure } from '../phases/phase-work-failure.js';
 import { jobKeyOf, jobTenant, stepOwnerOf } from './job-key.js';
 import {
   dataToRestore,
@@ -147,11 +148,13 @@ export class IdempotentJobs implements OnModuleInit {
     const errors = await bullmqErrors();
     try {
       return await this.runOnce(where, options, job, work);
-    } catch (error) {
-      const step = afterJobError(
-        error,
-        typeof error === 'object' && error !== null && THROWN_BY_WORK.has(error),
-      );
+    } catch (caught) {
+      const fromWork = typeof caught === 'object' && caught !== null && THROWN_BY_WORK.has(caught);
+      // A phase's own work's failure, handed on by `PhaseRunner` in the library's words: the
+      // job's own error, as the same statement outside a phase (adversary 69).
+      const inPhase = fromWork ? phaseWorkFailure(caught) : undefined;
+      const error = inPhase ? inPhase.thrown : caught;
+      const step = afterJobError(error, fromWork);
       if (step.kind === 'throw') throw error;
       if (step.kind === 'fail') {
         const reading = jobKeyOf(job, this.settingsOf(where, options).key);

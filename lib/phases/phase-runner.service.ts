@@ -7,6 +7,7 @@ import {
   type IdempotencyContext,
 } from '../transaction/idempotency-context.js';
 import { classifyHandlerError } from '../transaction/failure.js';
+import { notePhaseWorkFailure } from './phase-work-failure.js';
 import { completedPhase, derivedKey, recordablePhaseName } from './phases.js';
 import { IdempotencyPhaseNameInvalidError } from '../shapes/idempotency.errors.js';
 import { recordPhaseResult } from '../claim/phase-result-json.js';
@@ -186,7 +187,9 @@ export class PhaseRunner {
     work: (manager: EntityManager) => Promise<T>,
     holder?: StoreTransaction,
   ): Promise<T> {
-    const value = await this.guard(() => store.commitPhase(claim, phase, work, holder));
+    const value = await this.guard(() =>
+      store.commitPhase(claim, phase, byWork(work, this.workThrew), holder),
+    );
     // What was stored, as JSON: this worker sees exactly what a takeover would see (a Date
     // becomes a string here too), so resumed code takes the same branches.
     const stored = asStored(value);
@@ -214,7 +217,7 @@ export class PhaseRunner {
     // The last phase's work is the request's, even on a route that is not atomic.
     transaction.joinable = true;
     const value = await this.guard(() =>
-      transactionScope.run(transaction, () => work(transaction.manager)),
+      transactionScope.run(transaction, () => byWork(work, this.workThrew)(transaction.manager)),
     );
     // Stored, when the request's transaction commits, in place of what the adapter writes.
     context.finished = toStoredResponse(value, context);
@@ -239,9 +242,18 @@ export class PhaseRunner {
       return await commit();
     } catch (error) {
       const failure = classifyHandlerError(error);
-      throw failure.kind === 'retry' ? failure.error : error;
+      if (failure.kind !== 'retry') throw error;
+      // The work's own failure, handed on in the library's words: said so (see
+      // phase-work-failure.ts), for a job to count it as its own.
+      if (typeof error === 'object' && error !== null && this.workThrew.has(error)) {
+        notePhaseWorkFailure(failure.error, error);
+      }
+      throw failure.error;
     }
   }
+
+  /** What phases' work threw (see `byWork`), as `guard` tells it from their commits'. */
+  private readonly workThrew = new WeakSet<object>();
 }
 
 /**
@@ -351,4 +363,16 @@ function lowerCased(headers: Readonly<Record<string, string>>): Record<string, s
     if (name !== SEALED_MARKER) out[name.toLowerCase()] = value;
   }
   return out;
+}
+
+/** `work`, noting in `threw` what it throws (see `guard`). */
+function byWork<A, T>(work: (arg: A) => Promise<T>, threw: WeakSet<object>) {
+  return async (arg: A): Promise<T> => {
+    try {
+      return await work(arg);
+    } catch (error) {
+      if (typeof error === 'object' && error !== null) threw.add(error);
+      throw error;
+    }
+  };
 }

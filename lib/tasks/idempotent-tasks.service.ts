@@ -39,6 +39,7 @@ import {
   IdempotentTaskNameTakenError,
   IdempotentTaskNameTooLongError,
   IdempotentTaskUnboundError,
+  IdempotentTaskSchedulesError,
   IdempotentTaskUnscheduledError,
 } from './task-errors.js';
 import { bindTasks } from './task-registry.js';
@@ -163,6 +164,8 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
 
   private taskOf(where: string, options: IdempotentTaskOptions, method: object): Task {
     const schedule = scheduleOf(method);
+    if (schedule.kind === 'several')
+      throw new IdempotentTaskSchedulesError(where, schedule.decorators);
     if (schedule.kind === 'none' || schedule.kind === 'timeout') {
       throw new IdempotentTaskUnscheduledError(where, schedule.kind === 'timeout');
     }

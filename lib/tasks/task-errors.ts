@@ -16,6 +16,18 @@ export class IdempotentTaskUnscheduledError extends InvalidIdempotencyOptionsErr
   }
 }
 
+/** A task's method with more than one schedule: `@nestjs/schedule` runs only one of them. */
+export class IdempotentTaskSchedulesError extends InvalidIdempotencyOptionsError {
+  constructor(where: string, decorators: readonly string[]) {
+    super(
+      `@IdempotentTask() on ${where} has ${decorators.join(' and ')}: @nestjs/schedule runs ` +
+        'only the one above the others, and its ticks would be keyed by another; keep one ' +
+        'schedule on the method (a method of its own for each)',
+    );
+    this.name = 'IdempotentTaskSchedulesError';
+  }
+}
+
 /** A task whose name does not fit a key's tenant (`schedule:<name>`, 255 characters). */
 export class IdempotentTaskNameTooLongError extends InvalidIdempotencyOptionsError {
   constructor(where: string, name: string) {

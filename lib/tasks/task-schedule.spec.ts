@@ -1,5 +1,6 @@
+import { Cron, Interval, Timeout } from '@nestjs/schedule';
 import { CronTime } from 'cron';
-import { cronTimeSlot, cronZone } from './task-schedule.js';
+import { cronTimeSlot, cronZone, scheduleOf } from './task-schedule.js';
 
 describe('cronZone', () => {
   it.each([
@@ -42,5 +43,44 @@ describe('cronTimeSlot, by cron’s own CronTime', () => {
     ],
   ])('%s', (_name, time, now, slot) => {
     expect(new Date(cronTimeSlot(time, at(now))!).toISOString()).toBe(slot);
+  });
+});
+
+describe('scheduleOf, as @nestjs/schedule decorates a method', () => {
+  class Tasks {
+    @Cron('0 * * * * *', { name: 'settle', timeZone: 'Europe/Berlin' })
+    cron() {}
+    @Interval(500)
+    interval() {}
+    @Timeout(100)
+    timeout() {}
+    @Interval(500)
+    @Cron('0 0 0 1 1 *')
+    intervalOverCron() {}
+    @Timeout(100)
+    @Cron('0 0 0 1 1 *')
+    timeoutOverCron() {}
+    plain() {}
+  }
+  const method = (name: keyof Tasks) => Tasks.prototype[name] as object;
+  it.each<[keyof Tasks, ReturnType<typeof scheduleOf>]>([
+    [
+      'cron',
+      {
+        kind: 'cron',
+        cronTime: '0 * * * * *',
+        timeZone: 'Europe/Berlin',
+        utcOffset: undefined,
+        name: 'settle',
+      },
+    ],
+    ['interval', { kind: 'interval', everyMs: 500, name: undefined }],
+    ['timeout', { kind: 'timeout' }],
+    // @nestjs/schedule runs only the topmost: refused rather than keyed by the other.
+    ['intervalOverCron', { kind: 'several', decorators: ['@Cron()', '@Interval()'] }],
+    ['timeoutOverCron', { kind: 'several', decorators: ['@Cron()', '@Timeout()'] }],
+    ['plain', { kind: 'none' }],
+  ])('%s', (name, schedule) => {
+    expect(scheduleOf(method(name))).toEqual(schedule);
   });
 });

@@ -21,6 +21,12 @@ export type TaskSchedule =
     }
   | { kind: 'interval'; everyMs: number; name?: string }
   | { kind: 'timeout' }
+  /**
+   * More than one of `@Cron()`, `@Interval()`, `@Timeout()` on the method: `@nestjs/schedule`
+   * runs only the one above the others, silently (adversary 69: an `@Interval()` over a yearly
+   * `@Cron()` was keyed by the cron's slot, every tick after the first skipped as done).
+   */
+  | { kind: 'several'; decorators: string[] }
   | { kind: 'none' };
 
 /** The schedule `@Cron()`, `@Interval()` or `@Timeout()` put on `method`. */
@@ -30,6 +36,14 @@ export function scheduleOf(method: object): TaskSchedule {
   const cron = read<{ cronTime: TaskSchedule & object; timeZone?: string; utcOffset?: number }>(
     CRON_OPTIONS,
   );
+  const interval = read<{ timeout: number }>(INTERVAL_OPTIONS);
+  const timeout = read(TIMEOUT_OPTIONS);
+  const decorators = [
+    ...(cron ? ['@Cron()'] : []),
+    ...(interval ? ['@Interval()'] : []),
+    ...(timeout ? ['@Timeout()'] : []),
+  ];
+  if (decorators.length > 1) return { kind: 'several', decorators };
   if (cron) {
     return {
       kind: 'cron',
@@ -39,9 +53,8 @@ export function scheduleOf(method: object): TaskSchedule {
       name,
     };
   }
-  const interval = read<{ timeout: number }>(INTERVAL_OPTIONS);
   if (interval) return { kind: 'interval', everyMs: interval.timeout, name };
-  if (read(TIMEOUT_OPTIONS)) return { kind: 'timeout' };
+  if (timeout) return { kind: 'timeout' };
   return { kind: 'none' };
 }
 

@@ -31,6 +31,9 @@
  * Severity: medium (a job that can never succeed runs for ever, a slow query every second
  * against the database, invisible to the failed set and its alerts; phases are the guide's
  * own advice for work before a call).
+ *
+ * Fixed: `PhaseRunner` notes the failures of a phase's own work it hands on in the library's words
+ * (lib/phases/phase-work-failure.ts); a job counts them as its own (an attempt).
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

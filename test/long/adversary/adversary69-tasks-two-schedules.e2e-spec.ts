@@ -23,6 +23,9 @@
  * Severity: medium for the interval (a single replica, no crash: the task's ticks stop
  * running with no error, only a debug-level skip event); low for the timeout (a stated
  * start-up refusal bypassed).
+ *
+ * Fixed: a method with more than one of `@Cron()`, `@Interval()`, `@Timeout()` is refused at start-up
+ * (`scheduleOf` kind `several`, `IdempotentTaskSchedulesError`).
  */
 import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
