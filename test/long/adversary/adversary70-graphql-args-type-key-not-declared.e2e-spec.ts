@@ -110,70 +110,73 @@ function graphqlModule(driver: GraphqlDriverName) {
       });
 }
 
-describe.each(GRAPHQL_DRIVERS)('adversary 70: keyFrom arg an @ArgsType() lacks, on %s', (driver) => {
-  let fixture: PoolApp | undefined;
-  let startError: unknown;
+describe.each(GRAPHQL_DRIVERS)(
+  'adversary 70: keyFrom arg an @ArgsType() lacks, on %s',
+  (driver) => {
+    let fixture: PoolApp | undefined;
+    let startError: unknown;
 
-  beforeAll(async () => {
-    @Module({
-      imports: [
-        IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) }),
-        graphqlModule(driver),
-      ],
-      providers: [ChargesResolver],
-    })
-    class ChargesModule {}
-    try {
-      fixture = await startPoolApp(`adv70_argstype_key_${driver}`, {
-        module: ChargesModule,
-        adapter: driver === 'apollo' ? 'express' : 'fastify',
-        max: 4,
-        usePool: (started) => (pool = started),
-        setup: async (admin) => {
-          await admin.query('CREATE TABLE charges (id serial PRIMARY KEY, amount int NOT NULL)');
-        },
+    beforeAll(async () => {
+      @Module({
+        imports: [
+          IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) }),
+          graphqlModule(driver),
+        ],
+        providers: [ChargesResolver],
+      })
+      class ChargesModule {}
+      try {
+        fixture = await startPoolApp(`adv70_argstype_key_${driver}`, {
+          module: ChargesModule,
+          adapter: driver === 'apollo' ? 'express' : 'fastify',
+          max: 4,
+          usePool: (started) => (pool = started),
+          setup: async (admin) => {
+            await admin.query('CREATE TABLE charges (id serial PRIMARY KEY, amount int NOT NULL)');
+          },
+        });
+      } catch (error) {
+        startError = error;
+      }
+    }, 60_000);
+
+    afterAll(() => fixture?.close());
+
+    const send = (query: string) =>
+      request(fixture!.app.getHttpServer()).post('/graphql').timeout(5_000).send({ query });
+
+    it('the start-up refuses a key argument the mutation does not declare', () => {
+      // Observed: the app starts (startError undefined).
+      expect(String(startError)).toMatch(/idempotencyKey/);
+    });
+
+    it('or else: a retry with the same request id is never run twice silently', async () => {
+      if (!fixture) return;
+      const amount = driver === 'apollo' ? 11 : 21;
+      const before = runs;
+      const query = `mutation { charge(requestId: "req-${driver}", amount: ${amount}) }`;
+      const first = await send(query);
+      const retry = await send(query);
+      expect(first.body.errors).toBeUndefined();
+      // Observed: two runs, two rows, no error, no replay marker.
+      expect({ runs: runs - before, retry: retry.body.errors?.length ?? 0 }).not.toEqual({
+        runs: 2,
+        retry: 0,
       });
-    } catch (error) {
-      startError = error;
-    }
-  }, 60_000);
-
-  afterAll(() => fixture?.close());
-
-  const send = (query: string) =>
-    request(fixture!.app.getHttpServer()).post('/graphql').timeout(5_000).send({ query });
-
-  it('the start-up refuses a key argument the mutation does not declare', () => {
-    // Observed: the app starts (startError undefined).
-    expect(String(startError)).toMatch(/idempotencyKey/);
-  });
-
-  it('or else: a retry with the same request id is never run twice silently', async () => {
-    if (!fixture) return;
-    const amount = driver === 'apollo' ? 11 : 21;
-    const before = runs;
-    const query = `mutation { charge(requestId: "req-${driver}", amount: ${amount}) }`;
-    const first = await send(query);
-    const retry = await send(query);
-    expect(first.body.errors).toBeUndefined();
-    // Observed: two runs, two rows, no error, no replay marker.
-    expect({ runs: runs - before, retry: retry.body.errors?.length ?? 0 }).not.toEqual({
-      runs: 2,
-      retry: 0,
     });
-  });
 
-  it('control: the argument declared, the retry replays', async () => {
-    if (!fixture) return;
-    const amount = driver === 'apollo' ? 12 : 22;
-    const before = runs;
-    const query = `mutation { chargeDeclared(idempotencyKey: "k-${driver}", amount: ${amount}) }`;
-    const first = await send(query);
-    const retry = await send(query);
-    expect(retry.body).toEqual({
-      ...first.body,
-      extensions: { idempotency: { replayed: ['chargeDeclared'] } },
+    it('control: the argument declared, the retry replays', async () => {
+      if (!fixture) return;
+      const amount = driver === 'apollo' ? 12 : 22;
+      const before = runs;
+      const query = `mutation { chargeDeclared(idempotencyKey: "k-${driver}", amount: ${amount}) }`;
+      const first = await send(query);
+      const retry = await send(query);
+      expect(retry.body).toEqual({
+        ...first.body,
+        extensions: { idempotency: { replayed: ['chargeDeclared'] } },
+      });
+      expect(runs - before).toBe(1);
     });
-    expect(runs - before).toBe(1);
-  });
-});
+  },
+);
