@@ -30,8 +30,9 @@
  * invisible to the failed set and its alerts; phases are the guide's advice for work before a
  * call).
  *
- * Fails now: { state: 'delayed' or 'active', attemptsMade: 0, runs: 7 in 10 s }, for both
- * phases.run() and phases.call()'s record; the control passes.
+ * Fails now: { state: 'delayed' or 'active', attemptsMade: 0, runs: 6-7 in 10 s }, for
+ * phases.run(), phases.call()'s record and phases.run() under oneCommit; the control passes.
+ * Held: the same caught timeout in phases.finish() (the job's transaction, lastError read).
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
@@ -49,7 +50,7 @@ let database: MigratedDatabase;
 let pool: Pool;
 let runs = 0;
 
-type Where = 'outside' | 'run' | 'call-record';
+type Where = 'outside' | 'run' | 'call-record' | 'one-commit';
 
 const slowEnrichment = () => pool.query('SELECT pg_sleep(1)').catch(() => undefined);
 
@@ -60,10 +61,10 @@ async function startApp(queue: string, where: Where): Promise<INestApplicationCo
       super();
     }
 
-    @IdempotentJob()
+    @IdempotentJob(where === 'one-commit' ? { oneCommit: true } : {})
     async process(job: Job<{ day: string }>) {
       runs += 1;
-      if (where === 'run') {
+      if (where === 'run' || where === 'one-commit') {
         await this.phases.run('report', async () => {
           await slowEnrichment();
           return { day: job.data.day };
@@ -151,6 +152,11 @@ onRedis('adversary 70: a phase that catches its own statement_timeout and goes o
 
   it("caught in phases.call()'s record: fails after its attempts", async () => {
     const result = await reportJob('in-record', 'call-record', 10_000);
+    expect(result).toMatchObject({ state: 'failed', attemptsMade: 2, runs: 2 });
+  }, 60_000);
+
+  it('caught in phases.run() under oneCommit (the claim commits with the phase): fails after its attempts', async () => {
+    const result = await reportJob('in-one-commit', 'one-commit', 10_000);
     expect(result).toMatchObject({ state: 'failed', attemptsMade: 2, runs: 2 });
   }, 60_000);
 });
