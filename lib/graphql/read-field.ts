@@ -1,5 +1,6 @@
 import { canonicalizeValue, InvalidJsonError } from '../fingerprint/canonical-json.js';
 import { computeFingerprint } from '../fingerprint/fingerprint.js';
+import { type GraphQLResolveInfo } from 'graphql';
 import { type IdempotencyRequest } from '../shapes/idempotency-request.js';
 import { MAX_KEY_LENGTH } from '../shapes/idempotency.constants.js';
 import {
@@ -78,7 +79,13 @@ export function readField(
   const request: IdempotencyRequest = batch
     ? (Object.create(sent, { body: { value: batch[0], enumerable: true } }) as IdempotencyRequest)
     : sent;
-  const given = arg === undefined ? route.key.read(request) : rawKey(field.args[arg]);
+  // The key argument by its name in the schema: Nest renames an `@ArgsType()` class's
+  // arguments to its properties before the resolver (`@Field({ name: 'idempotencyKey' })
+  // key`), so the resolver's own args may not have it under that name (adversary 70).
+  const given =
+    arg === undefined
+      ? route.key.read(request)
+      : rawKey((argumentValues(graphql, field, request) ?? field.args)[arg]);
   const read = readKey(given, route);
   if (read.kind !== 'key') return read;
   // A key of the whole operation is one per field: see above.
@@ -132,22 +139,29 @@ export function fieldFingerprint(
     path: `${field.operation} ${field.fieldName}`,
     headers,
     body: canonicalizeValue(
-      argumentsWire(graphql, field.types?.args, argumentValues(graphql, field) ?? field.args),
+      argumentsWire(
+        graphql,
+        field.types?.args,
+        argumentValues(graphql, field, request) ?? field.args,
+      ),
       route.json,
     ),
   });
 }
 
 /**
- * The field's arguments as graphql-js coerces them, from its node and the operation's
- * variables: the same whichever executor ran it. graphql-jit (Mercurius' `jit`, from a
- * document's second run) gives `null` for a variable left out inside an input literal where
- * graphql-js leaves the member out, so a retry would meet its own first run's key with
- * another fingerprint (adversary 69: 422 for ever). Undefined where they cannot be read so.
+ * The field's arguments as graphql-js coerces them, by their names in the schema, from its
+ * node and the operation's variables as graphql-js coerces what the client sent: the same
+ * whichever executor ran it. graphql-jit (Mercurius' `jit`, from a document's second run)
+ * gives `null` for a variable left out inside an input literal where graphql-js leaves the
+ * member out (adversary 69), and a variable's default as its JSON (a `DateTime` default an
+ * ISO string, which the scalar writes as null: adversary 70), so a retry would meet its own
+ * first run's key with another fingerprint. Undefined where they cannot be read so.
  */
 function argumentValues(
   graphql: GraphqlModule | undefined,
   field: GraphqlField,
+  request: IdempotencyRequest,
 ): Record<string, unknown> | undefined {
   const info = field.types?.call.info;
   if (!graphql || !info) return undefined;
@@ -155,8 +169,33 @@ function argumentValues(
     const definition = info.parentType.getFields()[info.fieldName];
     const [node] = info.fieldNodes;
     if (!definition || !node) return undefined;
-    return graphql.getArgumentValues(definition, node, info.variableValues);
+    return graphql.getArgumentValues(
+      definition,
+      node,
+      sentVariables(graphql, info, request) ?? info.variableValues,
+    );
   } catch {
     return undefined;
   }
+}
+
+/** The operation's variables as graphql-js coerces the ones its request sent, with their defaults. */
+function sentVariables(
+  graphql: GraphqlModule,
+  info: GraphQLResolveInfo,
+  request: IdempotencyRequest,
+): Record<string, unknown> | undefined {
+  // Only a body that is the operation's own (`{ query, variables }`): over a transport whose
+  // request holds no operation (a WebSocket), the executor's variables are all there is.
+  const body = request.body as { query?: unknown; variables?: unknown } | undefined;
+  if (!body || typeof body !== 'object' || Array.isArray(body)) return undefined;
+  if (!('query' in body) && !('variables' in body)) return undefined;
+  const inputs = body.variables ?? {};
+  if (typeof inputs !== 'object' || Array.isArray(inputs)) return undefined;
+  const coerced = graphql.getVariableValues(
+    info.schema,
+    info.operation.variableDefinitions ?? [],
+    inputs as Record<string, unknown>,
+  );
+  return coerced.coerced;
 }

@@ -34,6 +34,7 @@ import {
   rollBackAndRelease,
 } from '../transaction/owner-tools.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
+import { TransactionAbortedError } from '../transaction/seam-errors.js';
 import {
   IdempotencyKeyInProgressError,
   IdempotencyKeyMismatchError,
@@ -189,8 +190,11 @@ export class IdempotentJobs implements OnModuleInit {
     try {
       kept = await transaction.commitWith(stepStatement(context, job, owner, held));
     } catch (error) {
-      // The library's commit, failing in the job's move: not the job's own error.
-      if (typeof error === 'object' && error !== null) THROWN_BY_LIBRARY.add(error);
+      // The library's commit, failing in the job's move: not the job's own error; unless it
+      // met a transaction the job's own failed statement aborted, the job having caught it and
+      // gone on (adversary 70: a caught statement_timeout, then a step).
+      const own = error instanceof TransactionAbortedError || transaction.lastError !== undefined;
+      if (!own && typeof error === 'object' && error !== null) THROWN_BY_LIBRARY.add(error);
       throw error;
     }
     if (!kept) throw new IdempotencyLeaseLostError();

@@ -8,6 +8,7 @@ import {
 } from '../transaction/idempotency-context.js';
 import { classifyHandlerError } from '../transaction/failure.js';
 import { notePhaseWorkFailure } from './phase-work-failure.js';
+import { TransactionAbortedError } from '../transaction/seam-errors.js';
 import { completedPhase, derivedKey, recordablePhaseName } from './phases.js';
 import { IdempotencyPhaseNameInvalidError } from '../shapes/idempotency.errors.js';
 import { recordPhaseResult } from '../claim/phase-result-json.js';
@@ -244,8 +245,13 @@ export class PhaseRunner {
       const failure = classifyHandlerError(error);
       if (failure.kind !== 'retry') throw error;
       // The work's own failure, handed on in the library's words: said so (see
-      // phase-work-failure.ts), for a job to count it as its own.
-      if (typeof error === 'object' && error !== null && this.workThrew.has(error)) {
+      // phase-work-failure.ts), for a job to count it as its own. So is a commit that met a
+      // transaction its work's own failed statement aborted, the work having caught it and
+      // gone on (adversary 70: a caught statement_timeout).
+      if (
+        (typeof error === 'object' && error !== null && this.workThrew.has(error)) ||
+        error instanceof TransactionAbortedError
+      ) {
         notePhaseWorkFailure(failure.error, error);
       }
       throw failure.error;

@@ -1,5 +1,5 @@
-import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
-import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { Inject, Injectable, type OnApplicationBootstrap, type OnModuleInit } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner, ModuleRef } from '@nestjs/core';
 import { INTERCEPTORS_METADATA, METHOD_METADATA } from '@nestjs/common/constants.js';
 import {
   IDEMPOTENT_MESSAGE_OPTIONS,
@@ -16,7 +16,12 @@ import { ClaimStores } from '../claim-stores.js';
 import { declaredKind, resolvedField } from '../graphql/resolver-placement.js';
 import { noteResolvedField } from '../graphql/resolved-fields.js';
 import { classMethods } from './class-methods.js';
-import { type DecoratedMethod, messageHandlerProblem, routeProblem } from './route-problem.js';
+import {
+  type DecoratedMethod,
+  keyArgProblem,
+  messageHandlerProblem,
+  routeProblem,
+} from './route-problem.js';
 
 /** The metadata keys of the packages the app may use; read by name, none of them imported. */
 const MESSAGE_PATTERN = 'microservices:pattern';
@@ -30,12 +35,19 @@ const GATEWAY_MESSAGE = 'websockets:message_mapping';
  * it takes.
  */
 @Injectable()
-export class IdempotentRoutesCheck implements OnModuleInit {
+export class IdempotentRoutesCheck implements OnModuleInit, OnApplicationBootstrap {
+  /**
+   * Mutations keyed by an argument whose names were not all known from their `@Args()` (an
+   * `@ArgsType()` class): checked against the schema once GraphQL has built it.
+   */
+  private readonly keyArgsToCheck: { method: DecoratedMethod; field: string }[] = [];
+
   constructor(
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
     private readonly stores: ClaimStores,
     @Inject(RESOLVED_IDEMPOTENCY_OPTIONS) private readonly options: ResolvedIdempotencyOptions,
+    private readonly moduleRef: ModuleRef,
   ) {}
 
   onModuleInit(): void {
@@ -58,10 +70,36 @@ export class IdempotentRoutesCheck implements OnModuleInit {
         const options = this.routeOptionsOf(handler);
         method.claimStore = this.stores.forRoute(options);
         method.keyArg = options.key.arg;
+        if (method.resolver === 'mutation' && method.keyArg && !method.argNames) {
+          this.keyArgsToCheck.push({ method, field: mutationName(handler, name) });
+        }
       }
       const problem = route ? routeProblem(method) : messageHandlerProblem(method);
       if (problem) problems.push(problem);
     }
+    if (problems.length > 0) throw new InvalidIdempotencyOptionsError(problems.join('; '));
+  }
+
+  /**
+   * The arguments of the mutations whose `@Args()` did not name them all, as the schema has
+   * them (adversary 70: an `@ArgsType()` class without the key's field started up silently).
+   */
+  async onApplicationBootstrap(): Promise<void> {
+    if (this.keyArgsToCheck.length === 0) return;
+    let mutations: Record<string, { args: readonly { name: string }[] }> | undefined;
+    try {
+      const { GraphQLSchemaHost } = await import('@nestjs/graphql');
+      const host = this.moduleRef.get(GraphQLSchemaHost, { strict: false });
+      mutations = host.schema.getMutationType()?.getFields();
+    } catch {
+      return; // no schema built (no GraphQLModule): nothing to check against
+    }
+    const problems = this.keyArgsToCheck.flatMap(({ method, field }) => {
+      const args = mutations?.[field]?.args;
+      if (!args) return [];
+      const problem = keyArgProblem({ ...method, argNames: args.map((arg) => arg.name) });
+      return problem ? [problem] : [];
+    });
     if (problems.length > 0) throw new InvalidIdempotencyOptionsError(problems.join('; '));
   }
 
@@ -91,6 +129,12 @@ function describe(
     resolver: declaredKind(handler),
     argNames: argNamesOf(type, name),
   };
+}
+
+/** A mutation resolver's field name: its `@Mutation('name')`, else its method's name. */
+function mutationName(handler: object, name: string): string {
+  const field = Reflect.getMetadata('graphql:resolver_name', handler) as unknown;
+  return typeof field === 'string' ? field : name;
 }
 
 /** `@nestjs/graphql`'s metadata of a resolver method's `@Args()` (its `ARGS_TYPE_METADATA`). */

@@ -55,7 +55,8 @@ describe('routeProblem', () => {
         ...resolver,
       },
       "keyFrom: { arg: 'idempotencyKey' } names no argument of the mutation (its arguments: " +
-        "amount, idempotency_key); declare it (@Args('idempotencyKey')) or name one it has",
+        "amount, idempotency_key); declare it (@Args('idempotencyKey'), or a field of its " +
+        '@ArgsType() class) or name one it has',
     ],
     [
       'a mutation resolver with no arguments and a key argument',

@@ -54,20 +54,8 @@ export function routeProblem(method: DecoratedMethod): string | undefined {
     const misplaced = resolverProblem(where, method.resolver);
     if (misplaced) return misplaced;
     if (!method.intercepted) return notIntercepted(where);
-    // A key from an argument the mutation does not have (a typo, a renamed @Args(), a class's
-    // keyFrom over a mutation added later) would never be sent: every call unkeyed, or refused
-    // for a key no client can give (adversary 69).
-    if (
-      method.keyArg !== undefined &&
-      method.argNames !== undefined &&
-      !method.argNames.includes(method.keyArg)
-    ) {
-      const declared = method.argNames.length > 0 ? method.argNames.join(', ') : 'none';
-      return (
-        `${where}: keyFrom: { arg: '${method.keyArg}' } names no argument of the mutation ` +
-        `(its arguments: ${declared}); declare it (@Args('${method.keyArg}')) or name one it has`
-      );
-    }
+    const keyArg = keyArgProblem(method);
+    if (keyArg) return keyArg;
     if (method.claimStore?.oneCommit) {
       return (
         `${where}: oneCommit is for HTTP routes so far, and a GraphQL mutation's claim ` +
@@ -147,5 +135,21 @@ export function messageHandlerProblem(method: DecoratedMethod): string | undefin
   return (
     `@IdempotentMessage() on ${method.name}: not a @MessagePattern/@EventPattern handler of a ` +
     'controller, so no message passes through it; on an HTTP route use @Idempotent()'
+  );
+}
+
+/**
+ * A key from an argument the mutation does not have (a typo, a renamed `@Args()`, a class's
+ * `keyFrom` over a mutation added later) would never be sent: every call unkeyed, or refused
+ * for a key no client can give (adversaries 69, 70). Undefined where its names are not known.
+ */
+export function keyArgProblem(method: DecoratedMethod): string | undefined {
+  if (method.keyArg === undefined || method.argNames === undefined) return undefined;
+  if (method.argNames.includes(method.keyArg)) return undefined;
+  const declared = method.argNames.length > 0 ? method.argNames.join(', ') : 'none';
+  return (
+    `@Idempotent() on ${method.name}: keyFrom: { arg: '${method.keyArg}' } names no argument ` +
+    `of the mutation (its arguments: ${declared}); declare it (@Args('${method.keyArg}'), or ` +
+    'a field of its @ArgsType() class) or name one it has'
   );
 }

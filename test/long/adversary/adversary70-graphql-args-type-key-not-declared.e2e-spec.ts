@@ -43,6 +43,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * Control (passes): the key argument in the class, the retry replays.
  *
  * Severity: low-medium (a configuration mistake whose only symptom is the double effect).
+ *
+ * Fixed: a keyed mutation whose `@Args()` names are not all known is checked against the built
+ * schema at bootstrap (`IdempotentRoutesCheck.onApplicationBootstrap`, `keyArgProblem`).
  */
 let pool: Pool;
 let runs = 0;

@@ -46,6 +46,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Severity: medium (a valid, documented Nest shape; with required: false the promise, "at
  * most once", is silently lost; with required on, the mutation cannot be called at all).
+ *
+ * Fixed: the key argument is read by its schema name from the arguments as graphql-js coerces
+ * them (`argumentValues` in lib/graphql/read-field.ts), not from Nest's renamed args.
  */
 let pool: Pool;
 let runs = 0;

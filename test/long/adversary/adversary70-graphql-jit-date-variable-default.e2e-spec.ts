@@ -42,6 +42,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Severity: medium-low (Mercurius with jit and a date variable's default: 422 for ever on a
  * committed mutation, as round 69).
+ *
+ * Fixed: the variables are coerced by graphql-js from what the request sent, defaults included
+ * (`sentVariables` in lib/graphql/read-field.ts), not taken from the executor.
  */
 let pool: Pool;
 

@@ -33,6 +33,9 @@
  * Fails now: { state: 'delayed' or 'active', attemptsMade: 0, runs: 6-7 in 10 s }, for
  * phases.run(), phases.call()'s record and phases.run() under oneCommit; the control passes.
  * Held: the same caught timeout in phases.finish() (the job's transaction, lastError read).
+ *
+ * Fixed: a phase commit that meets a transaction its work's own caught failure aborted
+ * (`TransactionAbortedError`) is noted as the work's failure (`PhaseRunner.guard`): an attempt.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

@@ -29,6 +29,9 @@
  * invisible to the failed set; the step idiom is BullMQ's documented pattern).
  *
  * Fails now: { state: 'delayed' or 'active', attemptsMade: 0, runs: ~7 in 10 s }.
+ *
+ * Fixed: a step commit that meets a transaction the job's own caught failure aborted is the job's
+ * error, not the library's (`commitStep`): an attempt.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
