@@ -21,6 +21,7 @@ import {
   keyArgProblem,
   messageHandlerProblem,
   routeProblem,
+  type SchemaArgument,
 } from './route-problem.js';
 
 /** The metadata keys of the packages the app may use; read by name, none of them imported. */
@@ -37,10 +38,11 @@ const GATEWAY_MESSAGE = 'websockets:message_mapping';
 @Injectable()
 export class IdempotentRoutesCheck implements OnModuleInit, OnApplicationBootstrap {
   /**
-   * Mutations keyed by an argument whose names were not all known from their `@Args()` (an
-   * `@ArgsType()` class): checked against the schema once GraphQL has built it.
+   * Mutations keyed by an argument, checked against the schema once GraphQL has built it:
+   * the schema says what arguments a mutation has, whatever declared them (`@Args()`, an
+   * `@ArgsType()` class, a schema file: adversaries 70, 71).
    */
-  private readonly keyArgsToCheck: { method: DecoratedMethod; field: string }[] = [];
+  private readonly keyArgsToCheck: { where: string; keyArg: string; field: string }[] = [];
 
   constructor(
     private readonly discovery: DiscoveryService,
@@ -70,8 +72,9 @@ export class IdempotentRoutesCheck implements OnModuleInit, OnApplicationBootstr
         const options = this.routeOptionsOf(handler);
         method.claimStore = this.stores.forRoute(options);
         method.keyArg = options.key.arg;
-        if (method.resolver === 'mutation' && method.keyArg && !method.argNames) {
-          this.keyArgsToCheck.push({ method, field: mutationName(handler, name) });
+        if (method.resolver === 'mutation' && method.keyArg !== undefined) {
+          const field = mutationName(handler, name);
+          this.keyArgsToCheck.push({ where: method.name, keyArg: method.keyArg, field });
         }
       }
       const problem = route ? routeProblem(method) : messageHandlerProblem(method);
@@ -80,13 +83,10 @@ export class IdempotentRoutesCheck implements OnModuleInit, OnApplicationBootstr
     if (problems.length > 0) throw new InvalidIdempotencyOptionsError(problems.join('; '));
   }
 
-  /**
-   * The arguments of the mutations whose `@Args()` did not name them all, as the schema has
-   * them (adversary 70: an `@ArgsType()` class without the key's field started up silently).
-   */
+  /** The key arguments of the keyed mutations, by the schema GraphQL built (see above). */
   async onApplicationBootstrap(): Promise<void> {
     if (this.keyArgsToCheck.length === 0) return;
-    let mutations: Record<string, { args: readonly { name: string }[] }> | undefined;
+    let mutations: Record<string, { args: readonly SchemaArgument[] }> | undefined;
     try {
       const { GraphQLSchemaHost } = await import('@nestjs/graphql');
       const host = this.moduleRef.get(GraphQLSchemaHost, { strict: false });
@@ -94,10 +94,9 @@ export class IdempotentRoutesCheck implements OnModuleInit, OnApplicationBootstr
     } catch {
       return; // no schema built (no GraphQLModule): nothing to check against
     }
-    const problems = this.keyArgsToCheck.flatMap(({ method, field }) => {
+    const problems = this.keyArgsToCheck.flatMap(({ where, keyArg, field }) => {
       const args = mutations?.[field]?.args;
-      if (!args) return [];
-      const problem = keyArgProblem({ ...method, argNames: args.map((arg) => arg.name) });
+      const problem = args && keyArgProblem(where, keyArg, args);
       return problem ? [problem] : [];
     });
     if (problems.length > 0) throw new InvalidIdempotencyOptionsError(problems.join('; '));
@@ -127,7 +126,6 @@ function describe(
     messageHandler: Reflect.hasMetadata(MESSAGE_PATTERN, handler),
     gatewayHandler: Reflect.hasMetadata(GATEWAY_MESSAGE, handler),
     resolver: declaredKind(handler),
-    argNames: argNamesOf(type, name),
   };
 }
 
@@ -135,19 +133,4 @@ function describe(
 function mutationName(handler: object, name: string): string {
   const field = Reflect.getMetadata('graphql:resolver_name', handler) as unknown;
   return typeof field === 'string' ? field : name;
-}
-
-/** `@nestjs/graphql`'s metadata of a resolver method's `@Args()` (its `ARGS_TYPE_METADATA`). */
-const ARGS_TYPE_METADATA = 'graphql:args_type';
-
-/**
- * The names of a resolver method's arguments (`@Args('name')`), or undefined where they are
- * not all known here (an `@Args()` of an `@ArgsType()` class, whose fields are its arguments).
- */
-function argNamesOf(type: object, name: string): string[] | undefined {
-  const args = (Reflect.getMetadata(ARGS_TYPE_METADATA, type, name) ?? []) as {
-    property?: string;
-  }[];
-  const names = args.map((arg) => arg.property);
-  return names.every((property) => property !== undefined) ? (names as string[]) : undefined;
 }

@@ -1,5 +1,10 @@
 import { RequestMethod } from '@nestjs/common';
-import { type DecoratedMethod, messageHandlerProblem, routeProblem } from './route-problem.js';
+import {
+  type DecoratedMethod,
+  keyArgProblem,
+  messageHandlerProblem,
+  routeProblem,
+} from './route-problem.js';
 
 const route: DecoratedMethod = {
   name: 'Payments.create',
@@ -35,33 +40,6 @@ describe('routeProblem', () => {
       'a mutation resolver with its key in an argument',
       { resolver: 'mutation', keyArg: 'idempotencyKey', ...resolver },
       undefined,
-    ],
-    [
-      'a mutation resolver with its key in an argument it declares',
-      {
-        resolver: 'mutation',
-        keyArg: 'idempotencyKey',
-        argNames: ['amount', 'idempotencyKey'],
-        ...resolver,
-      },
-      undefined,
-    ],
-    [
-      'a mutation resolver whose key argument it does not declare (a typo)',
-      {
-        resolver: 'mutation',
-        keyArg: 'idempotencyKey',
-        argNames: ['amount', 'idempotency_key'],
-        ...resolver,
-      },
-      "keyFrom: { arg: 'idempotencyKey' } names no argument of the mutation (its arguments: " +
-        "amount, idempotency_key); declare it (@Args('idempotencyKey'), or a field of its " +
-        '@ArgsType() class) or name one it has',
-    ],
-    [
-      'a mutation resolver with no arguments and a key argument',
-      { resolver: 'mutation', keyArg: 'idempotencyKey', argNames: [], ...resolver },
-      '(its arguments: none)',
     ],
     [
       'a query resolver',
@@ -216,5 +194,36 @@ describe('messageHandlerProblem', () => {
         ? false
         : problem.startsWith('@IdempotentMessage() on Payments.create: '),
     ).toBe(fails);
+  });
+});
+
+describe("keyArgProblem, by the schema's arguments", () => {
+  it.each<[string, { name: string; defaultValue?: unknown }[], string | undefined]>([
+    ['declared', [{ name: 'amount' }, { name: 'idempotencyKey' }], undefined],
+    [
+      'not declared (a typo)',
+      [{ name: 'amount' }, { name: 'idempotency_key' }],
+      'names no argument of the mutation in the schema (its arguments: amount, idempotency_key)',
+    ],
+    ['a mutation with no arguments', [], '(its arguments: none)'],
+    [
+      'declared with a default: every keyless call would share it',
+      [{ name: 'idempotencyKey', defaultValue: 'none' }],
+      'has a default value in the schema ("none")',
+    ],
+    [
+      'declared with a null default',
+      [{ name: 'idempotencyKey', defaultValue: null }],
+      'has a default value',
+    ],
+  ])('%s', (_name, args, expected) => {
+    const problem = keyArgProblem('Payments.charge', 'idempotencyKey', args);
+    if (expected === undefined) expect(problem).toBeUndefined();
+    else {
+      expect(problem).toContain(
+        "@Idempotent() on Payments.charge: keyFrom: { arg: 'idempotencyKey' } ",
+      );
+      expect(problem).toContain(expected);
+    }
   });
 });

@@ -22,8 +22,6 @@ export interface DecoratedMethod {
   resolver?: ResolverKind;
   /** The argument its key is read from (`keyFrom: { arg }`), which only a mutation has. */
   keyArg?: string;
-  /** A resolver's argument names (`@Args('name')`); undefined where not all are known. */
-  argNames?: readonly string[];
   /** Its claim store and whether it can serve the route (left out: not checked). */
   claimStore?: RouteClaimStore;
 }
@@ -54,8 +52,6 @@ export function routeProblem(method: DecoratedMethod): string | undefined {
     const misplaced = resolverProblem(where, method.resolver);
     if (misplaced) return misplaced;
     if (!method.intercepted) return notIntercepted(where);
-    const keyArg = keyArgProblem(method);
-    if (keyArg) return keyArg;
     if (method.claimStore?.oneCommit) {
       return (
         `${where}: oneCommit is for HTTP routes so far, and a GraphQL mutation's claim ` +
@@ -138,18 +134,40 @@ export function messageHandlerProblem(method: DecoratedMethod): string | undefin
   );
 }
 
+/** A mutation's argument as its schema has it (see `keyArgProblem`). */
+export interface SchemaArgument {
+  name: string;
+  defaultValue?: unknown;
+}
+
 /**
- * A key from an argument the mutation does not have (a typo, a renamed `@Args()`, a class's
- * `keyFrom` over a mutation added later) would never be sent: every call unkeyed, or refused
- * for a key no client can give (adversaries 69, 70). Undefined where its names are not known.
+ * Why a mutation's key argument (`keyFrom: { arg }`) cannot key it, by the built schema's
+ * arguments (whatever declared them: `@Args()`, an `@ArgsType()` class, a schema file): one
+ * it does not have (a typo, a renamed argument, a class's `keyFrom` over a mutation added
+ * later) would never be sent, every call unkeyed or refused for a key no client can give
+ * (adversaries 69, 70); one with a default would key every call that sends none with that
+ * default, one key for them all (adversary 71). Undefined where it can.
  */
-export function keyArgProblem(method: DecoratedMethod): string | undefined {
-  if (method.keyArg === undefined || method.argNames === undefined) return undefined;
-  if (method.argNames.includes(method.keyArg)) return undefined;
-  const declared = method.argNames.length > 0 ? method.argNames.join(', ') : 'none';
-  return (
-    `@Idempotent() on ${method.name}: keyFrom: { arg: '${method.keyArg}' } names no argument ` +
-    `of the mutation (its arguments: ${declared}); declare it (@Args('${method.keyArg}'), or ` +
-    'a field of its @ArgsType() class) or name one it has'
-  );
+export function keyArgProblem(
+  where: string,
+  keyArg: string,
+  args: readonly SchemaArgument[],
+): string | undefined {
+  const arg = args.find((candidate) => candidate.name === keyArg);
+  if (!arg) {
+    const declared = args.length > 0 ? args.map((candidate) => candidate.name).join(', ') : 'none';
+    return (
+      `@Idempotent() on ${where}: keyFrom: { arg: '${keyArg}' } names no argument of the ` +
+      `mutation in the schema (its arguments: ${declared}); declare it (@Args('${keyArg}'), a ` +
+      'field of its @ArgsType() class, or the schema file) or name one it has'
+    );
+  }
+  if (arg.defaultValue !== undefined) {
+    return (
+      `@Idempotent() on ${where}: keyFrom: { arg: '${keyArg}' } has a default value in the ` +
+      `schema (${JSON.stringify(arg.defaultValue)}): every call that sends no key would be keyed ` +
+      'by it, one key for all of them; remove the default'
+    );
+  }
+  return undefined;
 }

@@ -79,6 +79,8 @@ interface Task {
 /** `@nestjs/schedule`'s registry, by the shape the library reads of it. */
 interface SchedulerRegistryLike {
   getCronJob(name: string): { cronTime: CronTimeLike };
+  /** Node's `setInterval` handle of the interval of that name (its period: `_idleTimeout`). */
+  getInterval(name: string): unknown;
 }
 
 /**
@@ -192,7 +194,14 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
    */
   private async slotOf(task: Task, nowMs: number): Promise<number | undefined> {
     const { schedule } = task;
-    if (schedule.kind !== 'cron') return intervalTimeSlot(schedule, nowMs);
+    if (schedule.kind === 'interval') {
+      // A named interval by its period as it runs now: the registry's, re-added with another
+      // period (@nestjs/schedule's dynamic intervals: deleteInterval, then addInterval under
+      // the same name), as a named cron by its `setTime` (adversary 71).
+      const everyMs = schedule.name === undefined ? undefined : this.periodOf(schedule.name);
+      return intervalTimeSlot(everyMs ? { ...schedule, everyMs } : schedule, nowMs);
+    }
+    if (schedule.kind !== 'cron') return undefined;
     let time: CronTimeLike | undefined;
     if (schedule.name !== undefined) {
       try {
@@ -209,6 +218,21 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       time = await task.cronTime;
     }
     return cronTimeSlot(time, nowMs);
+  }
+
+  /**
+   * The period of the registry's interval of `name`, read off Node's `setInterval` handle,
+   * which keeps it as `_idleTimeout` (Node's own, stable since its first versions); undefined
+   * where there is none to read.
+   */
+  private periodOf(name: string): number | undefined {
+    try {
+      const handle = this.registry?.getInterval(name) as { _idleTimeout?: unknown } | undefined;
+      const period = handle?._idleTimeout;
+      return typeof period === 'number' && period > 0 ? period : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   /**

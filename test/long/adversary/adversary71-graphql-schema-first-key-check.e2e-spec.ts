@@ -39,6 +39,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * misconfiguration shipped).
  *
  * Control (passes): SDL and @Args() both declare the key: starts, and a retry replays.
+ *
+ * Fixed: every keyed mutation's key argument is checked against the built schema at bootstrap
+ * (`IdempotentRoutesCheck.onApplicationBootstrap`), never against `@Args()` metadata alone.
  */
 let pool: Pool;
 let runs = 0;

@@ -24,6 +24,9 @@
  * @nestjs/schedule's "Dynamic intervals" docs; the schedule guide only speaks of cron).
  *
  * Fails now: 'ran 1 of ~8 ticks' (2 when the run crosses a minute boundary).
+ *
+ * Fixed: a named interval's slot is read with the period of the registry's interval of that
+ * name as it runs now (`periodOf` in lib/tasks/idempotent-tasks.service.ts).
  */
 import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
