@@ -1,4 +1,5 @@
 import { type TaskReplica, type TickRow, useTaskReplicas } from '../support/task-replicas.js';
+import { until } from '../support/brokers.js';
 import { startTestPsp } from '../support/test-psp.js';
 
 /**
@@ -8,7 +9,8 @@ import { startTestPsp } from '../support/test-psp.js';
  * and started again. Then one replica alone, past the lease, resumes what the dead left.
  * Each tick's effect exactly once: no slot has two rows, no slot the PSP was paid for is left
  * without its row, the PSP is never paid twice for one tick (one derived key each), nothing is
- * left unfinished. The rule for ticks run: every second at least one replica was up runs.
+ * left unfinished. The rule for ticks run: every second at least one replica was up runs. A
+ * last kill lands mid-tick for sure (one replica alone, killed as the PSP hears its call).
  */
 describe('@IdempotentTask(): replicas killed and started again for a minute', () => {
   const replicas = useTaskReplicas('tasks_soak');
@@ -31,6 +33,16 @@ describe('@IdempotentTask(): replicas killed and started again for a minute', ()
         up.push(await start());
       }
       await Promise.all(up.map((replica) => replica.kill()));
+      // One kill sure to land mid-tick, after its call and before its row (a loaded machine may
+      // have put every kill above between ticks): one replica alone, killed as the PSP hears
+      // its call, in its 400 ms hold.
+      const victim = await start();
+      const heard = psp.keys.length;
+      await until(
+        () => Promise.resolve(psp.keys.length > heard),
+        'the lone replica to call the PSP',
+      );
+      await victim.kill();
       // One replica past the lease: its ticks resume what the killed ones left.
       const sweeper = await start();
       await sleep(4_000);
