@@ -10,7 +10,7 @@ import { startTestPsp } from '../support/test-psp.js';
  * Each tick's effect exactly once: no slot has two rows, no slot the PSP was paid for is left
  * without its row, the PSP is never paid twice for one tick (one derived key each), nothing is
  * left unfinished. The rule for ticks run: every second at least one replica was up runs. A
- * last kill lands mid-tick for sure (one replica alone, killed as the PSP hears its call).
+ * last kill lands mid-tick for sure (one replica alone, killed once its call is recorded).
  */
 describe('@IdempotentTask(): replicas killed and started again for a minute', () => {
   const replicas = useTaskReplicas('tasks_soak');
@@ -33,16 +33,16 @@ describe('@IdempotentTask(): replicas killed and started again for a minute', ()
         up.push(await start());
       }
       await Promise.all(up.map((replica) => replica.kill()));
-      // One kill sure to land mid-tick, after its call and before its row (a loaded machine may
-      // have put every kill above between ticks): one replica alone, killed as the PSP hears
-      // its call, in its 400 ms hold.
-      const victim = await start();
-      const heard = psp.keys.length;
+      // One kill sure to land mid-tick, after its call is recorded and before its row (a loaded
+      // machine may have put every kill above between ticks): one replica alone, killed once
+      // its tick's call out is recorded (its phase), in its 400 ms hold.
+      const before = new Set(await replicas.recordedCalls());
+      const lone = await start();
       await until(
-        () => Promise.resolve(psp.keys.length > heard),
-        'the lone replica to call the PSP',
+        async () => (await replicas.recordedCalls()).some((key) => !before.has(key)),
+        'the lone replica to record its call',
       );
-      await victim.kill();
+      await lone.kill();
       // One replica past the lease: its ticks resume what the killed ones left.
       const sweeper = await start();
       await sleep(4_000);

@@ -23,6 +23,8 @@ export interface TaskReplicas {
   ticks(): Promise<TickRow[]>;
   /** The library's unfinished tick keys (a tick neither done nor forgotten). */
   unfinished(): Promise<string[]>;
+  /** The ticks at work whose call out is recorded (its phase): after their call, before their row. */
+  recordedCalls(): Promise<string[]>;
   /** The answers kept of the ticks that failed (their keys done, 500). */
   failures(): Promise<string[]>;
   /** Empties `ticks` and the library's keys, between tests. */
@@ -88,6 +90,14 @@ export function useTaskReplicas(label: string): TaskReplicas {
     async unfinished() {
       const { rows } = await admin.query<{ key: string }>(
         "SELECT key FROM idempotency_keys WHERE tenant_id LIKE 'schedule:%' AND state = 'started'",
+      );
+      return rows.map((row) => row.key);
+    },
+    async recordedCalls() {
+      // Ticks at work whose call out's phase is recorded: after their call, before their row.
+      const { rows } = await admin.query<{ key: string }>(
+        `SELECT key FROM idempotency_keys WHERE tenant_id LIKE 'schedule:%' AND state = 'started'
+           AND phase_results <> '{}'::jsonb`,
       );
       return rows.map((row) => row.key);
     },
