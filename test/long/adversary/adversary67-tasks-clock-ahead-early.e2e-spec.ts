@@ -83,11 +83,11 @@ describe('adversary 67: a replica whose clock is 1.5 s ahead', () => {
   }, 60_000);
 
   it("B's clock 1.5 s ahead: no tick begins before its slot by the database's clock", async () => {
-    const { ticks, byB, earliest } = await twoReplicas(1_500);
+    const { ticks, earliest } = await twoReplicas(1_500);
     expect(ticks).toBeGreaterThanOrEqual(3);
-    // B (the clock ahead) won every tick once it ran (A ran the ones before B started).
-    expect(byB).toBeGreaterThanOrEqual(3);
-    // Fails: each tick began ~1,500 ms before its slot.
+    // Before the fix B (the clock ahead) won every tick once it ran; now it waits for its slot
+    // and races A for it, winning some or none, so how many it won is not asserted (a CI run:
+    // 2 of them). Failed before the fix: each tick began ~1,500 ms before its slot.
     expect(earliest).toBeLessThanOrEqual(0);
   }, 60_000);
 });
