@@ -82,10 +82,9 @@ export function readField(
   // The key argument by its name in the schema: Nest renames an `@ArgsType()` class's
   // arguments to its properties before the resolver (`@Field({ name: 'idempotencyKey' })
   // key`), so the resolver's own args may not have it under that name (adversary 70).
-  const given =
-    arg === undefined
-      ? route.key.read(request)
-      : rawKey((argumentValues(graphql, field, request) ?? field.args)[arg]);
+  // Read once, for the key and the fingerprint (two coercions of the variables otherwise).
+  const args = argumentValues(graphql, field, request) ?? field.args;
+  const given = arg === undefined ? route.key.read(request) : rawKey(args[arg]);
   const read = readKey(given, route);
   if (read.kind !== 'key') return read;
   // A key of the whole operation is one per field: see above.
@@ -102,7 +101,7 @@ export function readField(
     return {
       kind: 'keyed',
       scope: { tenantId: tenancy.tenantId, key },
-      fingerprint: fieldFingerprint(field, route, request, graphql),
+      fingerprint: fieldFingerprint(field, route, request, graphql, args),
     };
   } catch (error) {
     // Arguments deeper, or with more members, than the route's JSON limits allow, not JSON, or
@@ -129,6 +128,7 @@ export function fieldFingerprint(
   route: ResolvedRouteOptions,
   request: IdempotencyRequest = field.request ?? NO_REQUEST,
   graphql?: GraphqlModule,
+  args: Record<string, unknown> = argumentValues(graphql, field, request) ?? field.args,
 ): Buffer {
   const headers = route.fingerprintHeaders.map((name) => {
     const value = request.headers[name];
@@ -138,14 +138,7 @@ export function fieldFingerprint(
     method: GRAPHQL_FINGERPRINT_METHOD,
     path: `${field.operation} ${field.fieldName}`,
     headers,
-    body: canonicalizeValue(
-      argumentsWire(
-        graphql,
-        field.types?.args,
-        argumentValues(graphql, field, request) ?? field.args,
-      ),
-      route.json,
-    ),
+    body: canonicalizeValue(argumentsWire(graphql, field.types?.args, args), route.json),
   });
 }
 
