@@ -8,7 +8,8 @@ import { startTestPsp } from '../support/test-psp.js';
  * while a replica is SIGKILLed every 4 s (mid-tick, often: after its call, before its row)
  * and started again. Then one replica alone, past the lease, resumes what the dead left.
  * Each tick's effect exactly once: no slot has two rows, no slot the PSP was paid for is left
- * without its row, the PSP is never paid twice for one tick (one derived key each), nothing is
+ * without its row, the PSP is never paid twice for one tick (one derived key per slot; a resumed
+ * tick may call again with that key, which the PSP answers as one payment), nothing is
  * left unfinished. The rule for ticks run: every second at least one replica was up runs. A
  * last kill lands mid-tick for sure (one replica alone, killed once its call is recorded).
  */
@@ -53,13 +54,21 @@ describe('@IdempotentTask(): replicas killed and started again for a minute', ()
       for (const row of rows) bySlot.set(row.slot, [...(bySlot.get(row.slot) ?? []), row]);
       const twice = [...bySlot.values()].filter((slot) => slot.length > 1);
       expect(twice).toEqual([]);
-      // Every call the PSP received is a tick's, once: a resumed tick does not pay again.
-      expect(new Set(psp.keys).size).toBe(psp.keys.length);
+      // The PSP is paid once per tick: one derived key per slot. A tick killed after the PSP
+      // heard its call and before the call's phase committed calls again when resumed, with
+      // the same key (the PSP answers it as one payment, as Stripe does): a repeated key is a
+      // retry, a second key for one slot would be a second payment.
       const paid = new Set(rows.map((row) => row.transfer));
-      const unrecorded = psp.keys.filter((key) => !paid.has(`tr-${key}`));
+      const keyOf = new Map(rows.map((row) => [row.transfer, row.slot]));
+      expect(keyOf.size).toBe(rows.length);
+      const distinct = [...new Set(psp.keys)];
+      const unrecorded = distinct.filter((key) => !paid.has(`tr-${key}`));
       // The sweeper's own last ticks may still be between call and row when it is killed;
       // the ticks of the minute are all recorded.
       expect(unrecorded.length).toBeLessThanOrEqual(2);
+      // A key called again is rare (a kill in the few ms between the PSP's answer and the
+      // phase's commit), never the rule: most ticks call once.
+      expect(psp.keys.length - distinct.length).toBeLessThanOrEqual(kills / 2);
       expect(kills).toBeGreaterThanOrEqual(10);
       expect(rows.filter((row) => row.resumed).length).toBeGreaterThan(0);
       // The rule: each second some replica was up runs (a loaded machine may make cron skip
