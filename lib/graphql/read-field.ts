@@ -165,22 +165,44 @@ function argumentValues(
     return graphql.getArgumentValues(
       definition,
       node,
-      sentVariables(graphql, info, request) ?? info.variableValues,
+      sentVariables(graphql, info, operationBody(request, field.types?.call.context, info)) ??
+        info.variableValues,
     );
   } catch {
     return undefined;
   }
 }
 
+/**
+ * The body of the field's own operation: the request's, or in a batch (a JSON array of
+ * operations) its entry: by Mercurius' `operationId` in the context (the entry's index: a
+ * batch may send one document twice), else the one entry whose query is the operation's text.
+ * Undefined where it cannot be told: the executor's variables are all there is then (on
+ * Apollo, graphql-js's own, which a batch's entries run on).
+ */
+function operationBody(
+  request: IdempotencyRequest,
+  context: unknown,
+  info: GraphQLResolveInfo,
+): unknown {
+  const { body } = request;
+  if (!Array.isArray(body)) return body;
+  const index = (context as { operationId?: unknown } | undefined)?.operationId;
+  if (typeof index === 'number' && Number.isInteger(index)) return body[index] as unknown;
+  const text = info.operation.loc?.source.body;
+  const same = body.filter((entry) => (entry as { query?: unknown } | null)?.query === text);
+  return text !== undefined && same.length === 1 ? same[0] : undefined;
+}
+
 /** The operation's variables as graphql-js coerces the ones its request sent, with their defaults. */
 function sentVariables(
   graphql: GraphqlModule,
   info: GraphQLResolveInfo,
-  request: IdempotencyRequest,
+  sent: unknown,
 ): Record<string, unknown> | undefined {
   // Only a body that is the operation's own (`{ query, variables }`): over a transport whose
   // request holds no operation (a WebSocket), the executor's variables are all there is.
-  const body = request.body as { query?: unknown; variables?: unknown } | undefined;
+  const body = sent as { query?: unknown; variables?: unknown } | undefined;
   if (!body || typeof body !== 'object' || Array.isArray(body)) return undefined;
   if (!('query' in body) && !('variables' in body)) return undefined;
   const inputs = body.variables ?? {};

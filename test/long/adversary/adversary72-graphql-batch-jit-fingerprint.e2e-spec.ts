@@ -53,6 +53,10 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * variable's default: a committed mutation whose retries answer 422 for ever, as round 70).
  *
  * Fails now: the batch's retry answers errors [{ extensions: { code: 'key_mismatch' } }].
+ *
+ * Fixed: the variables are read from the batch's entry of the field's own operation
+ * (`operationBody` in lib/graphql/read-field.ts: by Mercurius' `operationId` in the context,
+ * else the one entry whose query is the operation's text), as from a body of one operation.
  */
 let pool: Pool;
 
@@ -169,5 +173,21 @@ describe('adversary 72: a batch keyed by argument, a DateTime variable default, 
       expect(retried).toEqual(first.map(replayOf));
     }
     expect(await rows(at)).toBe(1);
+  });
+
+  it('a batch of two calls of one document, each its own key and default: both replayed', async () => {
+    const at = '2026-03-01T10:00:00Z';
+    // One document twice: its entry is told by Mercurius' operationId, not by its text.
+    const batch = [
+      { query: documentOf('Twice', at), variables: { key: 'twice-1' } },
+      { query: documentOf('Twice', at), variables: { key: 'twice-2' } },
+    ];
+    const first = (await post(batch)).body as Answer[];
+    expect(first.map((answer) => answer.errors)).toEqual([undefined, undefined]);
+    for (let i = 0; i < 2; i++) {
+      const retried = (await post(batch)).body as Answer[];
+      expect(retried).toEqual(first.map(replayOf));
+    }
+    expect(await rows(at)).toBe(2);
   });
 });
