@@ -115,7 +115,7 @@ async function waitFor(check: () => boolean, ms: number): Promise<boolean> {
 }
 
 /** A program as a message carries it: no tenant, route, GraphQL shape or streamed answer. */
-function asMessage(program: HandlerProgram, defaultSerializable: boolean): HandlerProgram {
+export function asMessage(program: HandlerProgram, defaultSerializable: boolean): HandlerProgram {
   let ops: Op[] = program.ops.filter((op) => op.op !== 'stream');
   if (defaultSerializable) ops = withoutIsolation(ops);
   return { id: program.id, ops, key: program.key };
@@ -346,7 +346,7 @@ export async function fuzzConsumer(options: FuzzOptions): Promise<FuzzReport> {
  * with or without the library. Their drops are left out of such programs, so that a run finds
  * the library's faults.
  */
-function withoutCursorDrops(layer: string, program: HandlerProgram, plan: Fault[]): Fault[] {
+export function withoutCursorDrops(layer: string, program: HandlerProgram, plan: Fault[]): Fault[] {
   const holdsCursor = (ops: Op[]): boolean =>
     ops.some((op) => op.op === 'cursor' || (op.op === 'tx' && holdsCursor(op.body)));
   if (!['kysely', 'typeorm'].includes(layer) || !holdsCursor(program.ops)) return plan;
@@ -375,7 +375,7 @@ async function inspect(admin: pg.Pool, id: string, consumer: string) {
   return rows[0];
 }
 
-function describePlan(plan: Fault[]): string {
+export function describePlan(plan: Fault[]): string {
   return plan
     .map((fault) => {
       switch (fault.kind) {

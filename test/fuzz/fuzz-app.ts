@@ -59,6 +59,7 @@ import {
   typeormDb,
 } from './data-layers.js';
 import { consumerOf, startConsumer } from './fuzz-consumer.js';
+import { jobModulesOf, jobProcessorOf } from './fuzz-job.js';
 import { type AppChain, type HandlerProgram, type Op } from './handler-program.js';
 
 export const FUZZ_APPLICATION_NAME = 'fuzz-app';
@@ -519,11 +520,12 @@ function resolverOf(interpreter: Interpreter) {
 
 /**
  * Routes over HTTP, mutations on Apollo (`graphql`, on Express) or on Mercurius (`mercurius`,
- * on Fastify: its own executor, error shape and replay hook), or messages to a RabbitMQ
- * consumer (`fuzz-consumer.ts`).
+ * on Fastify: its own executor, error shape and replay hook), messages to a RabbitMQ
+ * consumer (`fuzz-consumer.ts`), or BullMQ jobs to an `@IdempotentJob()` processor
+ * (`fuzz-job.ts`).
  */
-export type TransportName = 'http' | 'graphql' | 'mercurius' | 'rabbitmq';
-export const TRANSPORTS: TransportName[] = ['http', 'graphql', 'mercurius', 'rabbitmq'];
+export type TransportName = 'http' | 'graphql' | 'mercurius' | 'rabbitmq' | 'bullmq';
+export const TRANSPORTS: TransportName[] = ['http', 'graphql', 'mercurius', 'rabbitmq', 'bullmq'];
 
 /** Whether programs reach the app as GraphQL mutations, on either driver. */
 export const isGraphql = (transport: TransportName): boolean =>
@@ -537,8 +539,12 @@ export interface FuzzAppOptions {
   leaseMs: number;
   /** The database's `default_transaction_isolation` is serializable (set by the runner). */
   defaultSerializable: boolean;
-  /** The RabbitMQ queue the consumer takes its messages from (transport `rabbitmq`). */
+  /** The queue the consumer or processor takes its messages or jobs from (`rabbitmq`, `bullmq`). */
   queue?: string;
+  /** The Redis of the BullMQ queue (transport `bullmq`). */
+  redisUrl?: string;
+  /** On `bullmq`, the processor without `@IdempotentJob()` (the control). */
+  plainJobs?: boolean;
 }
 
 const idempotencyOptions = (options: FuzzAppOptions) => ({
@@ -610,12 +616,14 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
         }),
         IdempotencyModule.forRoot(idempotencyOptions(options)),
         ...graphql,
+        ...jobModules(options),
       ],
       controllers: controllersOf(options, lazy),
       providers: [
         ...interceptors,
         { provide: INTERPRETER, useClass: TypeormInterpreter },
         ...(isGraphql(options.transport) ? [resolverOf(lazy)] : []),
+        ...processorsOf(options, lazy),
       ],
     })
     class FuzzAppModule {}
@@ -637,11 +645,16 @@ export async function createFuzzApp(options: FuzzAppOptions): Promise<INestAppli
   const root = rootDb(options.layer, pool);
   const interpreter = new Interpreter(root, options.defaultSerializable);
   @Module({
-    imports: [IdempotencyModule.forRoot({ ...idempotencyOptions(options), pool }), ...graphql],
+    imports: [
+      IdempotencyModule.forRoot({ ...idempotencyOptions(options), pool }),
+      ...graphql,
+      ...jobModules(options),
+    ],
     controllers: controllersOf(options, interpreter),
     providers: [
       ...interceptors,
       ...(isGraphql(options.transport) ? [resolverOf(interpreter)] : []),
+      ...processorsOf(options, interpreter),
     ],
   })
   class FuzzPoolAppModule {}
@@ -657,6 +670,27 @@ function controllersOf(options: FuzzAppOptions, interpreter: Interpreter) {
     return [consumerOf(interpreter, options.databaseUrl, FUZZ_APPLICATION_NAME)];
   }
   return [];
+}
+
+/** BullMQ's modules, on the `bullmq` transport. */
+function jobModules(options: FuzzAppOptions) {
+  if (options.transport !== 'bullmq') return [];
+  if (!options.queue || !options.redisUrl) throw new Error('bullmq needs a queue and a Redis');
+  return jobModulesOf(options.queue, options.redisUrl);
+}
+
+/** The job processor, on the `bullmq` transport. */
+function processorsOf(options: FuzzAppOptions, interpreter: Interpreter) {
+  if (options.transport !== 'bullmq') return [];
+  return [
+    jobProcessorOf(
+      interpreter,
+      options.databaseUrl,
+      FUZZ_APPLICATION_NAME,
+      options.queue!,
+      options.plainJobs,
+    ),
+  ];
 }
 
 /** The consumer's transport connected and started, on the `rabbitmq` transport. */

@@ -58,13 +58,15 @@ function statementTimeout(delivery: Delivery, context: RmqContext): number {
   return message.fields.redelivered ? 0 : (delivery.statementTimeoutMs ?? 0);
 }
 
-/** Terminates the app's connections (by their application name) from a connection of its own. */
-function dropperOf(databaseUrl: string, applicationName: string) {
+/**
+ * Terminates the app's connections (by their application name) from a connection of its own,
+ * on the n-th delivery this process gets of an id (a message's, a job's) as its data plans.
+ */
+export function dropperOf(databaseUrl: string, applicationName: string) {
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });
   pool.on('error', () => undefined);
   const deliveries = new Map<string, number>();
-  return (delivery: Delivery, message: amqplib.Message) => {
-    const id = String(message.properties.messageId);
+  return (delivery: Omit<Delivery, 'program'>, id: string) => {
     const n = deliveries.get(id) ?? 0;
     deliveries.set(id, n + 1);
     const afterMs = delivery.dropAfterMs?.[n];
@@ -97,7 +99,7 @@ export function consumerOf(
   const drop = dropperOf(databaseUrl, applicationName);
   /** One delivery of a program: its faults set off, then the program. */
   const run = async (delivery: Delivery, context: RmqContext) => {
-    await drop(delivery, context.getMessage() as amqplib.Message);
+    await drop(delivery, String((context.getMessage() as amqplib.Message).properties.messageId));
     return interpreter.run(delivery.program, statementTimeout(delivery, context));
   };
 

@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import pg, { type Pool } from 'pg';
 import { startWorker, type WorkerProcess } from '../support/worker-process.js';
 import { fuzzConsumer } from './consumer-runner.js';
+import { fuzzJobs } from './job-runner.js';
 import { type LayerName } from './data-layers.js';
 import {
   ANSWER_EPOCH,
@@ -60,10 +61,14 @@ export interface FuzzOptions {
   /** The data layer the app's handlers write through; TypeORM when not given. */
   layer?: LayerName;
   /**
-   * How programs reach the app: routes (HTTP), mutations on Apollo (GraphQL), or messages to
-   * a RabbitMQ consumer (`consumer-runner.ts`).
+   * How programs reach the app: routes (HTTP), mutations on Apollo (GraphQL), messages to a
+   * RabbitMQ consumer (`consumer-runner.ts`), or BullMQ jobs (`job-runner.ts`).
    */
   transport?: TransportName;
+  /** BullMQ only: its Redis (else REDIS_URL, else 127.0.0.1:6379). */
+  redisUrl?: string;
+  /** BullMQ only: the processor without `@IdempotentJob()`, the control (its duplicates found). */
+  plainJobs?: boolean;
   /** RabbitMQ only: every program through `@IdempotentMessage` or `processOnce()` (else one in three the latter). */
   via?: Via;
   /** Set the database's `default_transaction_isolation` to serializable. */
@@ -192,6 +197,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  */
 export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
   if (options.transport === 'rabbitmq') return fuzzConsumer(options);
+  if (options.transport === 'bullmq') return fuzzJobs(options);
   const began = Date.now();
   const layer = options.layer ?? 'typeorm';
   const transport = options.transport ?? 'http';

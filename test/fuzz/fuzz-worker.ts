@@ -16,6 +16,8 @@ const app = await createFuzzApp({
   leaseMs: Number(process.env.LEASE_MS ?? 1500),
   defaultSerializable: process.env.DEFAULT_SERIALIZABLE === '1',
   queue: process.env.QUEUE,
+  redisUrl: process.env.REDIS_URL,
+  plainJobs: process.env.PLAIN_JOBS === '1',
 });
 await app.listen(0, '127.0.0.1');
 const address = app.getHttpServer().address() as { port: number };

@@ -2,11 +2,13 @@
  * `npm run fuzz`: the handler fuzzer run long, per data layer and transport. Settings from
  * arguments (`--layer=prisma,drizzle --transport=graphql --runs=100 --seed=7 --seconds=300`) or
  * the environment (FUZZ_LAYER, FUZZ_TRANSPORT, FUZZ_RUNS, FUZZ_SEED, FUZZ_SECONDS, FUZZ_ONLY,
- * FUZZ_SIGKILL=0, FUZZ_DEFAULT_SERIALIZABLE=1, FUZZ_BUDGET_MS, FUZZ_VIA):
+ * FUZZ_SIGKILL=0, FUZZ_DEFAULT_SERIALIZABLE=1, FUZZ_BUDGET_MS, FUZZ_VIA, FUZZ_PLAIN_JOBS=1: bullmq's
+ * processor without `@IdempotentJob()`, the control):
  *
  * - layer: typeorm, pg, prisma, drizzle, kysely, or all (the default);
  * - transport: http, graphql (Apollo on Express), mercurius (Mercurius on Fastify), rabbitmq (a
- *   consumer, on the RabbitMQ of 127.0.0.1:5672), or all (the default);
+ *   consumer, on the RabbitMQ of 127.0.0.1:5672), bullmq (an `@IdempotentJob()` processor, on
+ *   the Redis of REDIS_URL, else 127.0.0.1:6379), or all (the default);
  * - via (rabbitmq only): message (`@IdempotentMessage`) or once (`processOnce()`); by default
  *   one program in three the latter;
  * - runs: programs per seed (default 100); seed: the first seed (default: the clock);
@@ -85,6 +87,7 @@ try {
             oneCommit: setting('one-commit', 'FUZZ_ONE_COMMIT') === '1',
             only: only === undefined ? undefined : Number(only),
             via,
+            plainJobs: setting('plain-jobs', 'FUZZ_PLAIN_JOBS') === '1',
             program: handWritten,
             budgetMs: Number(setting('budget-ms', 'FUZZ_BUDGET_MS') ?? 40_000),
             log: (line) => console.log(`[${layer}/${transport} seed ${seed}] ${line}`),

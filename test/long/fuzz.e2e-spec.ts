@@ -3,6 +3,8 @@ import { type TransportName } from '../fuzz/fuzz-app.js';
 import { fuzz } from '../fuzz/fuzz-runner.js';
 import { onRabbitMq } from '../support/brokers.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { onRedis } from '../support/job-queues.js';
+import { startTestRedis, type TestRedis } from '../support/redis-server.js';
 
 /**
  * The handler fuzzer, seeded and bounded: generated handler programs (writes, failed
@@ -122,4 +124,71 @@ onRabbitMq('handler programs on a RabbitMQ consumer (seeded fuzz)', () => {
     },
     240_000,
   );
+});
+
+/**
+ * The same programs as BullMQ jobs (`fuzz/job-runner.ts`): added to a queue under the
+ * program's id, run by an `@IdempotentJob()` processor keyed by the program, with BullMQ's
+ * attempts, under the faults a worker meets (the app's connections terminated mid-job, a
+ * statement timeout, a copy of the job added under another id at once, a crowd of other jobs,
+ * SIGKILLs that BullMQ's stall check brings back), then one more job of each key, each key
+ * checked: every job completed with the one run that committed and its effects once, or
+ * failed with nothing applied but its phases' (once). One short seed per data layer, whose
+ * five programs meet every fault and phases; and the control, the same processor without the
+ * decorator, whose duplicates the checks find.
+ */
+onRedis('handler programs as BullMQ jobs (seeded fuzz)', () => {
+  let database: TestDatabase | undefined;
+  let redis: TestRedis;
+
+  beforeAll(async () => {
+    redis = await startTestRedis();
+  });
+  afterAll(() => redis?.stop());
+  afterEach(async () => {
+    await database?.drop();
+    database = undefined;
+  });
+
+  const run = async (layer: LayerName, seed: number, plainJobs = false) => {
+    database = await createTestDatabase(`fuzz_${layer}_bullmq`);
+    return fuzz({
+      databaseUrl: database.url,
+      seed,
+      runs: 5,
+      sigkills: true,
+      layer,
+      transport: 'bullmq',
+      redisUrl: redis.url,
+      plainJobs,
+      budgetMs: 15_000,
+    });
+  };
+
+  it.each<{ layer: LayerName; seed: number }>([
+    // Each seed's five programs meet a race, a crowd, drops, a statement timeout and a
+    // SIGKILL, three of them with phases.
+    { layer: 'typeorm', seed: 17 },
+    { layer: 'pg', seed: 28 },
+    { layer: 'prisma', seed: 42 },
+    { layer: 'drizzle', seed: 43 },
+    { layer: 'kysely', seed: 17 },
+  ])(
+    '$layer, seed $seed: 5 programs, each completed once with one run, or failed with nothing applied',
+    async ({ layer, seed }) => {
+      const report = await run(layer, seed);
+      expect(report.violations).toEqual([]);
+      expect(report.programs).toBe(5);
+      expect(report.faults.sigkill).toBeGreaterThan(0);
+      expect(report.faults.race).toBeGreaterThan(0);
+    },
+    240_000,
+  );
+
+  it('control: the same processor without @IdempotentJob() runs copies twice, which the checks find', async () => {
+    const report = await run('typeorm', 17, true);
+    expect(report.violations.map((v) => v.what)).toContainEqual(
+      expect.stringMatching(/runs' results|changed its effects/),
+    );
+  }, 240_000);
 });
