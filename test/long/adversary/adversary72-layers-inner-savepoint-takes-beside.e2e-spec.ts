@@ -1,6 +1,6 @@
 /**
  * Adversary 72: a write sent beside a data layer's INNER savepoint (Drizzle's nested
- * `tx.transaction()`, Kysely's `trx.savepoint()`), through the injected `db` rather than the
+ * `tx.transaction()`, Kysely's `trx.savepoint()`, Prisma 7's nested `tx.$transaction()`), through the injected `db` rather than the
  * transaction's handle (an audit service that writes with its own `db`), is rolled back with
  * that savepoint in silence, and the request answers 201 with it stored. Without the library
  * that write commits on a connection of its own and is kept; with it, it lands inside the
@@ -43,16 +43,19 @@
  * savepoints are documented forms).
  *
  * Fails now: 'Expected: "audit kept or refused", Received: "201 stored, notes [\"outer\"]:
- * the audit row is gone"', for Drizzle's `tx.transaction()` and Kysely's `savepoint()` /
- * `rollbackToSavepoint()` alike (the four controls pass).
+ * the audit row is gone"', for Drizzle's `tx.transaction()`, Kysely's `savepoint()` /
+ * `rollbackToSavepoint()` and Prisma's nested `tx.$transaction()` alike (the six controls
+ * pass).
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
 import { integer, pgTable, serial, text } from 'drizzle-orm/pg-core';
+import { PrismaPg } from '@prisma/adapter-pg';
 import { Kysely, PostgresDialect } from 'kysely';
 import { type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { PrismaClient } from '../../../docs/snippets/prisma/src/generated/prisma/client.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 const notes = pgTable('adv72_notes', {
@@ -69,8 +72,17 @@ interface KyselyDb {
 let pool: Pool;
 let db: NodePgDatabase;
 let kdb: Kysely<KyselyDb>;
+let prisma: PrismaClient;
 
-type Body72 = { tag: string; layer: 'drizzle' | 'kysely'; outer?: boolean };
+type Layer = 'drizzle' | 'kysely' | 'prisma';
+type Body72 = { tag: string; layer: Layer; outer?: boolean };
+
+/** Prisma 7's interactive transaction client, whose `$transaction` nests (a SAVEPOINT). */
+type PrismaTx = Parameters<Parameters<PrismaClient['$transaction']>[0]>[0] & {
+  $transaction<T>(work: (tx: PrismaTx) => Promise<T>): Promise<T>;
+};
+const note = (client: { $executeRaw: PrismaClient['$executeRaw'] }, tag: string, what: string) =>
+  client.$executeRaw`INSERT INTO adv72_notes (tag, what) VALUES (${tag}, ${what})`;
 
 async function work(body: Body72) {
   const { tag } = body;
@@ -88,6 +100,27 @@ async function work(body: Body72) {
             await gift.insert(notes).values({ tag, what: 'gift' });
             await db.insert(notes).values({ tag, what: 'audit' }); // beside, the service's db
             gift.rollback();
+          })
+          .catch(() => undefined);
+      })
+      .catch((error: unknown) => {
+        if (!body.outer) throw error;
+      });
+    return { tag, placed: true };
+  }
+  if (body.layer === 'prisma') {
+    await prisma
+      .$transaction(async (tx) => {
+        await note(tx, tag, 'outer');
+        if (body.outer) {
+          await note(prisma, tag, 'audit');
+          throw new Error('the order was refused');
+        }
+        await (tx as PrismaTx)
+          .$transaction(async (gift) => {
+            await note(gift, tag, 'gift');
+            await note(prisma, tag, 'audit'); // beside, the service's prisma
+            throw new Error('no gift wrap today');
           })
           .catch(() => undefined);
       })
@@ -145,6 +178,7 @@ describe('adversary 72: a write beside an inner savepoint of a data layer', () =
         pool = started;
         db = drizzle({ client: started });
         kdb = new Kysely<KyselyDb>({ dialect: new PostgresDialect({ pool: started }) });
+        prisma = new PrismaClient({ adapter: new PrismaPg(started) });
       },
       setup: async (admin) => {
         await admin.query(
@@ -155,6 +189,7 @@ describe('adversary 72: a write beside an inner savepoint of a data layer', () =
   }, 60_000);
 
   afterAll(async () => {
+    await prisma?.$disconnect();
     await fixture?.close();
   });
 
@@ -172,7 +207,7 @@ describe('adversary 72: a write beside an inner savepoint of a data layer', () =
     return call.send(body);
   };
 
-  it.each(['drizzle', 'kysely'] as const)(
+  it.each(['drizzle', 'kysely', 'prisma'] as const)(
     'control (%s): without @Idempotent() the audit beside the inner savepoint is kept',
     async (layer) => {
       const tag = `plain-${layer}`;
@@ -183,7 +218,7 @@ describe('adversary 72: a write beside an inner savepoint of a data layer', () =
     20_000,
   );
 
-  it.each(['drizzle', 'kysely'] as const)(
+  it.each(['drizzle', 'kysely', 'prisma'] as const)(
     'control (%s): beside the OUTER nested transaction that rolls back, refused: 500, nothing kept',
     async (layer) => {
       const tag = `outer-${layer}`;
@@ -194,7 +229,7 @@ describe('adversary 72: a write beside an inner savepoint of a data layer', () =
     20_000,
   );
 
-  it.each(['drizzle', 'kysely'] as const)(
+  it.each(['drizzle', 'kysely', 'prisma'] as const)(
     '%s: beside an INNER savepoint that rolls back, the audit is kept (or the request refused), never a 201 without it',
     async (layer) => {
       const tag = `inner-${layer}`;
