@@ -39,15 +39,18 @@
  * no error anywhere).
  *
  * Fails now: 'Expected: "audit kept or refused", Received: "201 stored, rows []: the audit
- * row is gone"', for Drizzle and Kysely alike (both controls pass).
+ * row is gone"', for Drizzle, Kysely and Prisma (its interactive `$transaction`) alike (the three
+ * controls pass).
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
 import { pgTable, serial, text } from 'drizzle-orm/pg-core';
+import { PrismaPg } from '@prisma/adapter-pg';
 import { Kysely, PostgresDialect } from 'kysely';
 import { type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { PrismaClient } from '../../../docs/snippets/prisma/src/generated/prisma/client.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 const notes = pgTable('adv72f_notes', {
@@ -63,8 +66,12 @@ interface KyselyDb {
 let pool: Pool;
 let db: NodePgDatabase;
 let kdb: Kysely<KyselyDb>;
+let prisma: PrismaClient;
 
-type Body72 = { tag: string; layer: 'drizzle' | 'kysely'; writeFirst: boolean };
+type Body72 = { tag: string; layer: 'drizzle' | 'kysely' | 'prisma'; writeFirst: boolean };
+
+const note = (client: { $executeRaw: PrismaClient['$executeRaw'] }, tag: string, what: string) =>
+  client.$executeRaw`INSERT INTO adv72f_notes (tag, what) VALUES (${tag}, ${what})`;
 
 async function handle(body: Body72) {
   const { tag } = body;
@@ -76,6 +83,16 @@ async function handle(body: Body72) {
         .transaction(async (tx) => {
           await tx.insert(notes).values({ tag, what: 'reserved' });
           tx.rollback();
+        })
+        .catch(() => undefined),
+    ]);
+  } else if (body.layer === 'prisma') {
+    await Promise.all([
+      note(prisma, tag, 'audit'),
+      prisma
+        .$transaction(async (tx) => {
+          await note(tx, tag, 'reserved');
+          throw new Error('out of stock');
         })
         .catch(() => undefined),
     ]);
@@ -120,6 +137,7 @@ describe('adversary 72: a first write beside a nested transaction begun at once'
         pool = started;
         db = drizzle({ client: started });
         kdb = new Kysely<KyselyDb>({ dialect: new PostgresDialect({ pool: started }) });
+        prisma = new PrismaClient({ adapter: new PrismaPg(started) });
       },
       setup: async (admin) => {
         await admin.query(
@@ -130,6 +148,7 @@ describe('adversary 72: a first write beside a nested transaction begun at once'
   }, 60_000);
 
   afterAll(async () => {
+    await prisma?.$disconnect();
     await fixture?.close();
   });
 
@@ -144,7 +163,7 @@ describe('adversary 72: a first write beside a nested transaction begun at once'
   const post = (key: string, body: Body72) =>
     request(fixture.app.getHttpServer()).post('/notes').set('Idempotency-Key', key).send(body);
 
-  it.each(['drizzle', 'kysely'] as const)(
+  it.each(['drizzle', 'kysely', 'prisma'] as const)(
     'control (%s): after a first write, the audit beside the rolled-back transaction is kept',
     async (layer) => {
       const tag = `adv72f-${layer}-after`;
@@ -155,7 +174,7 @@ describe('adversary 72: a first write beside a nested transaction begun at once'
     20_000,
   );
 
-  it.each(['drizzle', 'kysely'] as const)(
+  it.each(['drizzle', 'kysely', 'prisma'] as const)(
     '%s: as the first write, the audit is kept (or the request refused), never a stored 201 without it',
     async (layer) => {
       const tag = `adv72f-${layer}-first`;
