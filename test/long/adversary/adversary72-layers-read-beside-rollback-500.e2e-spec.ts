@@ -33,16 +33,19 @@
  * commonest service layout, and a business-rule rollback the commonest use of `rollback()`).
  *
  * Fails now: 'Expected status 201 { placed: false }, Received status 500
- * {"code":"transaction_aborted",...}', for Drizzle and Kysely alike (both controls pass).
+ * {"code":"transaction_aborted",...}', for Drizzle, Kysely and Prisma (`$queryRaw` on the root client
+ * inside `$transaction`) alike (the three controls pass).
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { and, eq } from 'drizzle-orm';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
 import { integer, pgTable, serial, text } from 'drizzle-orm/pg-core';
+import { PrismaPg } from '@prisma/adapter-pg';
 import { Kysely, PostgresDialect } from 'kysely';
 import { type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { PrismaClient } from '../../../docs/snippets/prisma/src/generated/prisma/client.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 const orders = pgTable('adv72r_orders', {
@@ -62,8 +65,9 @@ interface KyselyDb {
 let pool: Pool;
 let db: NodePgDatabase;
 let kdb: Kysely<KyselyDb>;
+let prisma: PrismaClient;
 
-type Body72 = { tag: string; layer: 'drizzle' | 'kysely'; beside: boolean };
+type Body72 = { tag: string; layer: 'drizzle' | 'kysely' | 'prisma'; beside: boolean };
 
 class OutOfStock extends Error {}
 
@@ -80,6 +84,20 @@ async function place(body: Body72) {
           .from(stock)
           .where(and(eq(stock.sku, 'book')));
         if (row.left < 1) tx.rollback();
+      })
+      .catch(() => {
+        placed = false;
+      });
+    return { tag, placed };
+  }
+  if (body.layer === 'prisma') {
+    await prisma
+      .$transaction(async (tx) => {
+        await tx.$executeRaw`INSERT INTO adv72r_orders (tag) VALUES (${tag})`;
+        const reader = body.beside ? prisma : tx;
+        const [row] = await reader.$queryRaw<{ left: number }[]>`
+          SELECT "left" FROM adv72r_stock WHERE sku = 'book'`;
+        if (row.left < 1) throw new OutOfStock('out of stock');
       })
       .catch(() => {
         placed = false;
@@ -130,6 +148,7 @@ describe('adversary 72: a plain read beside a nested transaction that rolls back
         pool = started;
         db = drizzle({ client: started });
         kdb = new Kysely<KyselyDb>({ dialect: new PostgresDialect({ pool: started }) });
+        prisma = new PrismaClient({ adapter: new PrismaPg(started) });
       },
       setup: async (admin) => {
         await admin.query(`CREATE TABLE adv72r_orders (id serial PRIMARY KEY, tag text NOT NULL);
@@ -140,6 +159,7 @@ describe('adversary 72: a plain read beside a nested transaction that rolls back
   }, 60_000);
 
   afterAll(async () => {
+    await prisma?.$disconnect();
     await fixture?.close();
   });
 
@@ -156,7 +176,9 @@ describe('adversary 72: a plain read beside a nested transaction that rolls back
     ['control, drizzle: the read with tx', 'drizzle', false],
     ['control, kysely: the read with trx', 'kysely', false],
     ['drizzle: the read with the root db, beside', 'drizzle', true],
+    ['control, prisma: the read with tx', 'prisma', false],
     ['kysely: the read with the root db, beside', 'kysely', true],
+    ['prisma: the read with the root client, beside', 'prisma', true],
   ])(
     '%s: the handler answers 201 { placed: false }, stored and replayed; nothing reserved',
     async (_name, layer, beside) => {
