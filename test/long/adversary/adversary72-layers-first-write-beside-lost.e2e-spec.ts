@@ -39,8 +39,8 @@
  * no error anywhere).
  *
  * Fails now: 'Expected: "audit kept or refused", Received: "201 stored, rows []: the audit
- * row is gone"', for Drizzle, Kysely and Prisma (its interactive `$transaction`) alike (the three
- * controls pass).
+ * row is gone"', for Drizzle, Kysely and Prisma (its interactive `$transaction`) alike
+ * (the three controls pass).
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';

@@ -33,8 +33,8 @@
  * commonest service layout, and a business-rule rollback the commonest use of `rollback()`).
  *
  * Fails now: 'Expected status 201 { placed: false }, Received status 500
- * {"code":"transaction_aborted",...}', for Drizzle, Kysely and Prisma (`$queryRaw` on the root client
- * inside `$transaction`) alike (the three controls pass).
+ * {"code":"transaction_aborted",...}', for Drizzle, Kysely and Prisma (`$queryRaw` on the
+ * root client inside `$transaction`) alike (the three controls pass).
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { and, eq } from 'drizzle-orm';
