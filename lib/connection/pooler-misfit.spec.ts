@@ -19,9 +19,22 @@ describe('explainPoolerMisfit', () => {
       'under TypeORM’s QueryFailedError',
       {
         message: 'wrapped',
-        driverError: { code: '26000', message: 'prepared statement "x" does not exist' },
+        driverError: {
+          code: '26000',
+          message: 'prepared statement "idempotency_complete_v3" does not exist',
+        },
       },
-      'prepared statement "x" does not exist (SQLSTATE 26000)',
+      'prepared statement "idempotency_complete_v3" does not exist (SQLSTATE 26000)',
+    ],
+    [
+      'the app’s own statement (a handler’s lazy PREPARE): its failure, not a misfit',
+      { code: '26000', message: 'prepared statement "report_q" does not exist' },
+      undefined,
+    ],
+    [
+      'the app’s own, prepared twice',
+      { code: '42P05', message: 'prepared statement "report_q" already exists' },
+      undefined,
     ],
     [
       'a cursor of the same class (26000, not a prepared statement)',
@@ -44,7 +57,10 @@ describe('explainPoolerMisfit', () => {
 
 describe('misconfigured', () => {
   it('makes the 500 store_misconfigured of a misfit, with the explanation apart from the message', () => {
-    const cause = { code: '42P05', message: 'prepared statement "a" already exists' };
+    const cause = {
+      code: '42P05',
+      message: 'prepared statement "idempotency_claim_v5" already exists',
+    };
     const error = misconfigured(cause);
     expect(error).toBeInstanceOf(IdempotencyStoreMisconfiguredError);
     expect(error?.code).toBe('store_misconfigured');

@@ -9,6 +9,9 @@ import { IdempotencyStoreMisconfiguredError } from '../shapes/idempotency.errors
  */
 const PREPARED_STATEMENT_STATES = new Set(['26000', '42P05']);
 
+/** PostgreSQL's words for one of the library's named statements (all named `idempotency_…`). */
+const LIBRARY_STATEMENT = /^prepared statement "idempotency_/;
+
 /** PostgreSQL's error as node-postgres gives it, or under TypeORM's `driverError`. */
 interface DatabaseError {
   code?: unknown;
@@ -25,7 +28,9 @@ export function explainPoolerMisfit(error: unknown): string | undefined {
     if (!candidate || typeof candidate !== 'object') continue;
     const { code, message } = candidate as DatabaseError;
     if (typeof code !== 'string' || !PREPARED_STATEMENT_STATES.has(code)) continue;
-    if (typeof message !== 'string' || !message.startsWith('prepared statement')) continue;
+    // The library's own statements only: the app's (a handler's `PREPARE`, a named query of
+    // its own) failing so is its own failure, which no setting of the library's would mend.
+    if (typeof message !== 'string' || !LIBRARY_STATEMENT.test(message)) continue;
     return (
       `${message} (SQLSTATE ${code}): the library's named prepared statements live in one ` +
       'database session, and this connection shares its sessions between transactions, as a ' +

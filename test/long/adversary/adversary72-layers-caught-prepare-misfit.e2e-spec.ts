@@ -30,6 +30,9 @@
  *
  * Fails now: 'Expected "transaction_aborted", Received "store_misconfigured"' for the caught
  * 26000 and the caught 42P05 (the control passes).
+ *
+ * Fixed: a misfit is the library's own statements only (`explainPoolerMisfit` reads the name
+ * PostgreSQL gives, `idempotency_…`); the app's own prepared statement is its failure.
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { sql } from 'drizzle-orm';
