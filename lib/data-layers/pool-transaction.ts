@@ -18,7 +18,9 @@ import {
 import {
   isPlainRead,
   isTransactionModeOnly,
+  localSettingsOf,
   nestedControlOf,
+  savepointControlOf,
   setsIdentity,
   setsReadOnly,
 } from '../transaction/sql/sql-text.js';
@@ -78,6 +80,12 @@ interface Savepoint {
    */
   setIdentity?: boolean;
   /**
+   * Its code set a setting for the transaction inside it (`SET LOCAL statement_timeout`,
+   * `set_config('app.tenant', …, true)`): a statement beside it would run under it, where
+   * without the library it runs on a connection of its own, with its own settings.
+   */
+  localSettings?: boolean;
+  /**
    * Begun `READ ONLY` (Drizzle's `accessMode`, Kysely's `setAccessMode`): its savepoint makes
    * the transaction read only, and PostgreSQL ends that mode with the savepoint.
    */
@@ -88,6 +96,19 @@ interface Savepoint {
    * ended after its `RELEASE` (see `NestedCommit`).
    */
   commit?: NestedCommit;
+}
+
+/**
+ * A savepoint a data layer made itself inside its transaction (Drizzle's nested
+ * `tx.transaction()`, Kysely's `savepoint()`, Prisma's nested `$transaction`), by the view
+ * that sent it, at that view's depth of nested transactions.
+ */
+interface InnerSavepoint {
+  name: string;
+  view: JoinedClient;
+  depth: number;
+  /** A statement not of its view ran inside it: rolled back to, it would take it along. */
+  beside?: boolean;
 }
 
 /** What ends a nested transaction after its `RELEASE`, if anything, as the statement's tail. */
@@ -106,6 +127,8 @@ function ending(text: string | undefined): string {
 export class PoolTransaction extends RequestTransaction {
   /** The open savepoints of every view, innermost last: nested transactions end in order. */
   private readonly savepoints: Savepoint[] = [];
+  /** The data layers' own savepoints inside their nested transactions, innermost last. */
+  private inner: InnerSavepoint[] = [];
   private savepointCount = 0;
   /** The request's connection, once a savepoint was made on it (see `onRelease`). */
   private savepointClient?: PoolClient;
@@ -211,21 +234,23 @@ export class PoolTransaction extends RequestTransaction {
     if (outside && isTransactionModeOnly(text)) return this.sendAlone(args);
     if (outside && setsReadOnly(text)) throw this.refuse(new ReadOnlyTransactionRefusedError());
     this.refuseBehindCursor();
-    if (from !== 'own') this.markBeside(from);
+    // The nested transactions open as it is sent: it runs inside those, not inside one begun
+    // while it waits for the connection (that one's SAVEPOINT goes after it).
+    const open = from === 'own' ? undefined : this.savepoints.slice();
     if (from !== 'own') this.refuseBesideIdentity(from);
-    if (from && from !== 'own' && from.savepoints.length > 0 && setsIdentity(text)) {
-      from.savepoints[0].setIdentity = true;
-    }
+    if (from && from !== 'own' && from.savepoints.length > 0) this.noteInside(from, text, args);
     // `SET TRANSACTION READ ONLY` inside its nested transaction: as a `BEGIN READ ONLY`, until
     // its savepoint ends (PostgreSQL ends the mode there).
     if (from && from !== 'own' && from.savepoints.length > 0 && setsReadOnly(text)) {
       from.savepoints[from.savepoints.length - 1].readOnly = true;
     }
     const client = await this.connection();
-    await this.makeSavepoints(client);
+    await this.makeSavepoints(client, open);
     if (from && from !== 'own' && from.savepoints[0]?.keptAs) {
       await this.keepSettings(client, from.savepoints[0], text, valuesOf(args));
     }
+    // What it runs inside is what was sent before it: marked as it is sent.
+    if (from !== 'own') this.markBeside(from, text);
     try {
       const result = await this.send(client, args, nested);
       this.noteSuccess(text);
@@ -284,10 +309,57 @@ export class PoolTransaction extends RequestTransaction {
    * instead of `trx` inside a transaction's callback, or work running beside it). That
    * rollback is then refused (see `rollBack`); a commit keeps both, as the app meant.
    */
-  private markBeside(view: JoinedClient | null): void {
+  private markBeside(view: JoinedClient | null, text?: unknown): void {
+    if (this.savepoints.length === 0 && this.inner.length === 0) return;
+    // A plain read rolled back loses nothing (as TypeORM's `NestedIdentity`).
+    if (text !== undefined && isPlainRead(text)) return;
+    // Those whose SAVEPOINT was sent: one begun while the statement waited is made after it.
     for (const savepoint of this.savepoints) {
-      if (!view?.savepoints.includes(savepoint)) savepoint.beside = true;
+      if (savepoint.made && !view?.savepoints.includes(savepoint)) savepoint.beside = true;
     }
+    for (const savepoint of this.inner) if (savepoint.view !== view) savepoint.beside = true;
+  }
+
+  /**
+   * A statement of `view` inside its nested transactions: what it sets there that a statement
+   * beside them would meet (its role or search path, a setting for the transaction), and its
+   * data layer's own savepoints (see `InnerSavepoint`): rolled back to one that holds a
+   * statement sent beside it, the request is refused, as for its nested transaction's rollback.
+   */
+  private noteInside(view: JoinedClient, text: unknown, args: unknown[]): void {
+    if (setsIdentity(text)) view.savepoints[0].setIdentity = true;
+    if (localSettingsOf(text, valuesOf(args)).length > 0) {
+      view.savepoints[view.savepoints.length - 1].localSettings = true;
+    }
+    const control = savepointControlOf(text);
+    if (!control) return;
+    const depth = view.savepoints.length;
+    let at = this.inner.length - 1;
+    while (at >= 0) {
+      const savepoint = this.inner[at];
+      if (savepoint.view === view && savepoint.name === control.name && savepoint.depth === depth) {
+        break;
+      }
+      at -= 1;
+    }
+    if (control.kind === 'savepoint') {
+      this.inner.push({ name: control.name, view, depth });
+    } else if (at >= 0 && control.kind === 'release') {
+      this.inner.splice(at);
+    } else if (at >= 0) {
+      if (this.inner.slice(at).some((savepoint) => savepoint.beside)) {
+        this.refuse(new StatementBesideNestedTransactionError());
+      }
+      this.inner.splice(at + 1);
+    }
+  }
+
+  /** The data layer's own savepoints inside `view`'s nested transactions that have ended. */
+  private endInner(view: JoinedClient): void {
+    const depth = view.savepoints.length;
+    this.inner = this.inner.filter(
+      (savepoint) => savepoint.view !== view || savepoint.depth <= depth,
+    );
   }
 
   /**
@@ -303,6 +375,11 @@ export class PoolTransaction extends RequestTransaction {
     // Likewise beside one begun READ ONLY: its write would be refused there (25006).
     if (beside.some((savepoint) => savepoint.readOnly)) {
       throw this.refuse(new StatementBesideNestedTransactionError('read-only'));
+    }
+    // Or beside one that set a setting for itself: it would run under its statement_timeout,
+    // as its tenant (`set_config('app.tenant', …, true)`, row-level security's).
+    if (beside.some((savepoint) => savepoint.localSettings)) {
+      throw this.refuse(new StatementBesideNestedTransactionError('settings'));
     }
   }
 
@@ -325,7 +402,7 @@ export class PoolTransaction extends RequestTransaction {
       return submittable;
     }
     this.watchCursor(submittable);
-    this.markBeside(view);
+    const open = this.savepoints.slice();
     // A cursor's failure (raised while it is read) aborts the transaction as a statement's does.
     const handleError = submittable.handleError?.bind(submittable);
     if (handleError) {
@@ -336,7 +413,8 @@ export class PoolTransaction extends RequestTransaction {
     }
     void this.connection()
       .then(async (client) => {
-        await this.makeSavepoints(client);
+        await this.makeSavepoints(client, open);
+        this.markBeside(view);
         return this.send(client, args, nested);
       })
       .catch((error: unknown) => submittable.handleError?.(error));
@@ -474,6 +552,7 @@ export class PoolTransaction extends RequestTransaction {
       }
       this.savepoints.pop();
       view.savepoints.pop();
+      this.endInner(view);
       this.rollBack(savepoint);
       // Nothing ran inside it, or the request has ended (its savepoint ended with it).
       if (!savepoint.made || this.ended || !this.savepointClient) continue;
@@ -512,6 +591,7 @@ export class PoolTransaction extends RequestTransaction {
     const pop = () => {
       if (this.savepoints[this.savepoints.length - 1] === savepoint) this.savepoints.pop();
       if (view.savepoints[view.savepoints.length - 1] === savepoint) view.savepoints.pop();
+      this.endInner(view);
     };
     if (!savepoint.made) return pop(); // nothing ran inside it
     if (how === 'rollback') {
@@ -557,7 +637,12 @@ export class PoolTransaction extends RequestTransaction {
             : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
     await this.statement([text], () => true, view);
-    if (how === 'commit') pop();
+    if (how === 'commit') {
+      pop();
+      // Released, what it set lasts in the one around it (the outermost's release puts it back).
+      const around = view.savepoints[view.savepoints.length - 1];
+      if (savepoint.localSettings && around) around.localSettings = true;
+    }
     // Rolled back to its savepoint: a failure inside it no longer aborts the transaction, and
     // a later "transaction is aborted" is another failure's, not that one's.
     else this.lastError = undefined;
@@ -580,10 +665,14 @@ export class PoolTransaction extends RequestTransaction {
     });
   }
 
-  /** Makes the savepoints no statement has needed yet, outermost first. */
-  private async makeSavepoints(client: PoolClient): Promise<void> {
+  /**
+   * Makes the savepoints no statement has needed yet, outermost first: those of `open` (the
+   * ones open when the statement was sent) when given.
+   */
+  private async makeSavepoints(client: PoolClient, open?: Savepoint[]): Promise<void> {
     if (this.savepoints.length > 0) this.savepointClient = client;
     for (const savepoint of this.savepoints) {
+      if (open && !open.includes(savepoint)) break;
       const text =
         (savepoint.keptAs
           ? `SAVEPOINT ${savepoint.name}; ${keepNestedState(savepoint.keptAs)}`

@@ -5,6 +5,8 @@ import {
   localSettingsOf,
   nestedControlOf,
   rollsBackToSavepoint,
+  type SavepointControl,
+  savepointControlOf,
   setsIdentity,
   setsReadOnly,
   sessionAdvisoryLockOf,
@@ -684,6 +686,23 @@ describe('commitEndsOf', () => {
     ],
   ])('%s', (_name, sql, expected) => {
     expect(commitEndsOf(sql)).toEqual(expected);
+  });
+});
+
+describe('savepointControlOf', () => {
+  it.each<[string, unknown, SavepointControl | undefined]>([
+    ['Drizzle’s', 'savepoint sp0', { kind: 'savepoint', name: 'sp0' }],
+    ['Kysely’s, quoted', 'savepoint "Sp 1"', { kind: 'savepoint', name: 'Sp 1' }],
+    ['RELEASE SAVEPOINT', 'release savepoint sp0', { kind: 'release', name: 'sp0' }],
+    ['RELEASE alone', 'RELEASE sp0', { kind: 'release', name: 'sp0' }],
+    ['ROLLBACK TO SAVEPOINT', 'rollback to savepoint sp0', { kind: 'rollback-to', name: 'sp0' }],
+    ['ROLLBACK TO', 'ROLLBACK TO "sp0"', { kind: 'rollback-to', name: 'sp0' }],
+    ['ROLLBACK', 'ROLLBACK', undefined],
+    ['two statements', 'SAVEPOINT a; SAVEPOINT b', undefined],
+    ['a write', "INSERT INTO t VALUES ('savepoint a')", undefined],
+    ['not text', { text: 'SAVEPOINT a' }, undefined],
+  ])('%s', (_name, sql, expected) => {
+    expect(savepointControlOf(sql)).toEqual(expected);
   });
 });
 

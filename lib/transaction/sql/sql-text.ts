@@ -199,6 +199,33 @@ export function rollsBackToSavepoint(sql: unknown): boolean {
   });
 }
 
+/** A savepoint statement of the app's own, by the savepoint's name. */
+export interface SavepointControl {
+  kind: 'savepoint' | 'release' | 'rollback-to';
+  name: string;
+}
+
+const SAVEPOINT_KINDS: Record<string, SavepointControl['kind']> = {
+  TRANS_STMT_SAVEPOINT: 'savepoint',
+  TRANS_STMT_RELEASE: 'release',
+  TRANS_STMT_ROLLBACK_TO: 'rollback-to',
+};
+
+/**
+ * A data layer's own savepoint inside its transaction (Drizzle's nested `tx.transaction()`,
+ * Kysely's `savepoint()`, Prisma's nested `$transaction`), as one statement: `SAVEPOINT x`,
+ * `RELEASE [SAVEPOINT] x`, `ROLLBACK TO [SAVEPOINT] x`. Undefined for anything else.
+ */
+export function savepointControlOf(sql: unknown): SavepointControl | undefined {
+  if (typeof sql !== 'string' || !/^\s*(savepoint|release|rollback)\b/i.test(sql)) return undefined;
+  const statements = parsedStatements(sql);
+  if (statements?.length !== 1) return undefined;
+  const [type, body] = nodeOf(statements[0].node) ?? [];
+  const kind = type === 'TransactionStmt' ? SAVEPOINT_KINDS[body!.kind as string] : undefined;
+  const name = body?.savepoint_name;
+  return kind && typeof name === 'string' ? { kind, name } : undefined;
+}
+
 /** What a nested transaction's own control statement asks of the request's transaction. */
 export type NestedControl =
   | { kind: 'begin'; level?: string; readOnly?: true }

@@ -41,6 +41,10 @@
  * Fails now: 'Expected: "audit kept or refused", Received: "201 stored, rows []: the audit
  * row is gone"', for Drizzle, Kysely and Prisma (its interactive `$transaction`) alike
  * (the three controls pass).
+ *
+ * Fixed: a statement runs inside the nested transactions open when it was sent, not one
+ * begun while it waited for the request's connection (`makeSavepoints(client, open)`), and is
+ * marked beside those whose SAVEPOINT went before it as it is sent: the audit is kept.
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';

@@ -46,6 +46,11 @@
  * the audit row is gone"', for Drizzle's `tx.transaction()`, Kysely's `savepoint()` /
  * `rollbackToSavepoint()` and Prisma's nested `tx.$transaction()` alike (the six controls
  * pass).
+ *
+ * Fixed: the data layers' own savepoints inside their nested transactions are followed
+ * (`savepointControlOf`, `InnerSavepoint` in lib/data-layers/pool-transaction.ts): a statement
+ * beside one marks it, and a ROLLBACK TO one that holds such a statement refuses the request
+ * (500, nothing kept), as the outer nested transaction's rollback does.
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';

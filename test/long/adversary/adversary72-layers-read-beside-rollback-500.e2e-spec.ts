@@ -35,6 +35,9 @@
  * Fails now: 'Expected status 201 { placed: false }, Received status 500
  * {"code":"transaction_aborted",...}', for Drizzle, Kysely and Prisma (`$queryRaw` on the
  * root client inside `$transaction`) alike (the three controls pass).
+ *
+ * Fixed: a plain read (`isPlainRead`) beside a nested transaction no longer marks it, as on
+ * TypeORM (`markBeside` in lib/data-layers/pool-transaction.ts): its rollback is let through.
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { and, eq } from 'drizzle-orm';
