@@ -1,9 +1,10 @@
 /**
  * Adversary 72: a flow parent that waits for its children (`job.moveToWaitingChildren(token)`,
  * `throw new WaitingChildrenError()`) whose child finishes at once (a quick child on a worker
- * of its own) has its step done TWICE: its next run, taken by the worker's other slot as the children's end moved it back to wait, read BullMQ's data of
- * before the step and takes the key over once the step has committed. It runs the step
- * again, on top of the committed one: 4 to 8 parents in 30.
+ * of its own) has its step done TWICE: its next run, taken by the worker's other slot as the
+ * child's end moved it back to wait, read BullMQ's data of before the step and takes the key
+ * over once the step has committed. It runs the step again, on top of the committed one: 4
+ * to 8 parents in 30.
  *
  * The app: BullMQ's parent idiom (https://docs.bullmq.io/patterns/process-step-jobs,
  * "Processing a parent job") under `@IdempotentJob()` (keyed by its id), worker
