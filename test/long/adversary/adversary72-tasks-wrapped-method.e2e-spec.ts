@@ -1,10 +1,10 @@
 /**
  * Adversary 72: an `@IdempotentTask()` method with another method decorator between it and
- * `@Cron()` (one that wraps the method: a timing, tracing or request-context decorator such as
- * MikroORM's `@CreateRequestContext()`, which its docs put under `@Cron()`) starts, is ticked
- * by `@nestjs/schedule` every second, and every tick fails with "the library did not find this
- * object at start-up ... import IdempotencyModule.forRoot(...)", which the app does. The task
- * never runs; start-up passes.
+ * `@Cron()` (one that wraps the method: a timing, tracing or ORM request-context decorator,
+ * the kind ORMs show under `@Cron()` for scheduled work, e.g. MikroORM's
+ * `@CreateRequestContext()`) starts, is ticked by `@nestjs/schedule` every second, and every
+ * tick fails with "the library did not find this object at start-up ... import
+ * IdempotencyModule.forRoot(...)", which the app does. The task never runs; start-up passes.
  *
  * The app: `@Cron('* * * * * *', { name })` above `@Timed()` above `@IdempotentTask()`, where
  * `@Timed()` is an ordinary wrapping decorator (`descriptor.value = async function (...args) {
