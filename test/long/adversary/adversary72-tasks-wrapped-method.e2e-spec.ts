@@ -1,40 +1,41 @@
 /**
- * Adversary 72: an `@IdempotentTask()` method with another method decorator between it and
- * `@Cron()` (one that wraps the method: a timing, tracing or ORM request-context decorator,
- * the kind ORMs show under `@Cron()` for scheduled work, e.g. MikroORM's
- * `@CreateRequestContext()`) starts, is ticked by `@nestjs/schedule` every second, and every
- * tick fails with "the library did not find this object at start-up ... import
- * IdempotencyModule.forRoot(...)", which the app does. The task never runs; start-up passes.
+ * Adversary 72: an `@IdempotentTask()` method that carries another wrapping method decorator
+ * (timing, tracing, an ORM's request context) never runs: `@nestjs/schedule` ticks it every
+ * second, start-up passes, and every tick fails with "the library did not find this object at
+ * start-up ... import IdempotencyModule.forRoot(...)", which the app does. Two stacks:
+ *  - `@Cron()` above `@Timed()` above `@IdempotentTask()`, `@Timed()` an ordinary wrapper that
+ *    copies no metadata (the kind ORMs show under `@Cron()` for scheduled work, e.g. MikroORM's
+ *    `@CreateRequestContext()`);
+ *  - `@Traced()` above `@Cron()` above `@IdempotentTask()`, `@Traced()` a wrapper that DOES copy
+ *    the metadata over (as tracing libraries do, e.g. nestjs-otel's `@Span()`, so that the
+ *    decorators below still count): the well-behaved case fails too.
  *
- * The app: `@Cron('* * * * * *', { name })` above `@Timed()` above `@IdempotentTask()`, where
- * `@Timed()` is an ordinary wrapping decorator (`descriptor.value = async function (...args) {
- * ... inner.apply(this, args) ... }`, copying no metadata, as most hand-written ones do).
- * Decorators apply bottom-up: `@IdempotentTask()` wraps the method and puts its options on its
- * wrapper; `@Timed()` wraps that wrapper; `@Cron()` puts its schedule on `@Timed()`'s function.
- *
- * Why: `IdempotentTasks.onModuleInit` (lib/tasks/idempotent-tasks.service.ts) finds tasks by
- * `Reflect.getMetadata(IDEMPOTENT_TASK_OPTIONS, instance[name])`, the OUTERMOST function (the
- * one `@nestjs/schedule` registers, by its own metadata); the options sit on the inner wrapper,
- * so the object is never bound (`bindTasks`) nor its task resolved. `@nestjs/schedule` ticks the
- * outer function, which calls the library's wrapper (lib/tasks/idempotent-task.decorator.ts):
- * `taskRunnerOf(this)` is undefined, it logs and throws `IdempotentTaskUnboundError`. Every tick
- * of every replica. (The order `@Cron()`, `@IdempotentTask()`, `@Timed()` works: the library's
- * wrapper copies what is on the function it wraps.)
+ * Why: `IdempotentTasks.onModuleInit` (lib/tasks/idempotent-tasks.service.ts) resolves a task
+ * from the OUTERMOST function, `instance[name]` (the one `@nestjs/schedule` registers), and keys
+ * it by that function (`found.set(method, task)`); the library's wrapper, inside, looks itself
+ * up (lib/tasks/idempotent-task.decorator.ts: `runner.tick(this, tick, ...)`, then `tickNow`:
+ * `this.tasks.get(instance)?.get(method)`). With `@Timed()` between, the outer function has no
+ * `IDEMPOTENT_TASK_OPTIONS` (they sit on the inner wrapper): the object is never bound and
+ * `taskRunnerOf(this)` is undefined. With `@Traced()` on top, the outer function has them: the
+ * task is found and bound under `traced`, but the tick looks it up under the inner wrapper,
+ * finds nothing, and throws `IdempotentTaskUnboundError`. Every tick of every replica. (Only a
+ * wrapper below `@IdempotentTask()` works: the library's wrapper is then the outermost.)
  *
  * Expected (docs/guides/schedule.md): "Put it on the scheduled method (above or below
- * `@Cron()`, the same)"; a tick runs once across replicas. Either the tick runs (the wrapper
- * found at start-up, or resolved from the scheduled function as it ticks), or start-up refuses
- * with words that name the cause (a decorator between it and `@Cron()`), not "import
- * IdempotencyModule", which is imported.
+ * `@Cron()`, the same)"; each tick runs once across replicas. Either the ticks run (the task
+ * found by the function `@nestjs/schedule` ticks, whatever wraps the library's wrapper), or
+ * start-up refuses with words that name the cause, not "import IdempotencyModule", which is
+ * imported.
  *
- * Control: the same three decorators with `@Timed()` innermost (`@Cron()`, `@IdempotentTask()`,
- * `@Timed()`): a tick runs every second.
+ * Control: the same three decorators with the wrapper innermost (`@Cron()`,
+ * `@IdempotentTask()`, `@Timed()`): a tick runs every second.
  *
- * Severity: medium (a task that never runs, loudly but with wrong words, for a decorator stack
- * ORMs and tracing libraries document; start-up passes).
+ * Severity: medium-high (a task that never runs, for decorator stacks tracing and ORM
+ * libraries document; loud, but with wrong words; start-up passes).
  *
  * Fails now: 'ran 0; every tick threw: @IdempotentTask() on TimedBetween.settle: the library
- * did not find this object at start-up ...'.
+ * did not find this object at start-up ...' and 'ran 0; every tick threw: @IdempotentTask() on
+ * TracedOnTop: the library did not find this object at start-up ...'.
  */
 import 'reflect-metadata';
 import { Injectable, type LoggerService, Module } from '@nestjs/common';
@@ -71,6 +72,24 @@ function Timed(): MethodDecorator {
         void (performance.now() - began);
       }
     };
+    return descriptor;
+  };
+}
+
+/**
+ * A wrapping decorator that carries the metadata over to its wrapper (as tracing libraries'
+ * do, e.g. nestjs-otel's `@Span()`, so that `@Cron()` below it still counts).
+ */
+function Traced(): MethodDecorator {
+  return (_target, _property, descriptor: PropertyDescriptor) => {
+    const inner = descriptor.value as (...args: unknown[]) => Promise<unknown>;
+    const traced = async function traced(this: unknown, ...args: unknown[]) {
+      return await inner.apply(this, args);
+    };
+    for (const key of Reflect.getMetadataKeys(inner)) {
+      Reflect.defineMetadata(key, Reflect.getMetadata(key, inner), traced);
+    }
+    descriptor.value = traced;
     return descriptor;
   };
 }
@@ -121,6 +140,29 @@ class TimedBetween {
   }
 }
 
+@Injectable()
+class TracedOnTop {
+  @Traced()
+  @Cron('* * * * * *', { name: 'adv72-traced-on-top' })
+  @IdempotentTask()
+  async settle() {
+    ran('on-top');
+    await pool.query('SELECT 1');
+  }
+}
+
+/** The outcome of `tickFor` in words: the assertions' message. */
+function outcomeOf(result: { refused: string | undefined; runs: number }): string {
+  if (result.refused !== undefined) {
+    return /import IdempotencyModule/.test(result.refused)
+      ? `refused with wrong words: ${result.refused}`
+      : 'refused';
+  }
+  if (result.runs >= 2) return 'ticks ran';
+  const error = errors.find((e) => /IdempotentTask/.test(e)) ?? errors[0] ?? 'nothing logged';
+  return `ran ${result.runs}; every tick threw: ${error}`;
+}
+
 describe('adversary 72: a wrapping decorator between @Cron() and @IdempotentTask()', () => {
   beforeAll(async () => {
     database = await createMigratedDatabase('adv72_wrapped_method');
@@ -140,14 +182,11 @@ describe('adversary 72: a wrapping decorator between @Cron() and @IdempotentTask
 
   it('@Timed() between: each tick runs, or start-up refuses naming the cause', async () => {
     const result = await tickFor(TimedBetween, 'between', 3_300);
-    const outcome =
-      result.refused !== undefined
-        ? /import IdempotencyModule/.test(result.refused)
-          ? `refused with wrong words: ${result.refused}`
-          : 'refused'
-        : result.runs >= 2
-          ? 'ticks ran'
-          : `ran ${result.runs}; every tick threw: ${errors.find((e) => /IdempotentTask/.test(e)) ?? errors[0] ?? 'nothing logged'}`;
-    expect(outcome).toMatch(/^(refused|ticks ran)$/);
+    expect(outcomeOf(result)).toMatch(/^(refused|ticks ran)$/);
+  }, 60_000);
+
+  it('@Traced() on top, copying the metadata: each tick runs', async () => {
+    const result = await tickFor(TracedOnTop, 'on-top', 3_300);
+    expect(outcomeOf(result)).toMatch(/^(refused|ticks ran)$/);
   }, 60_000);
 });
