@@ -8,7 +8,10 @@
  *    `@CreateRequestContext()`);
  *  - `@Traced()` above `@Cron()` above `@IdempotentTask()`, `@Traced()` a wrapper that DOES copy
  *    the metadata over (as tracing libraries do, e.g. nestjs-otel's `@Span()`, so that the
- *    decorators below still count): the well-behaved case fails too.
+ *    decorators below still count): the well-behaved case fails too;
+ *  - (the same root) a subclass overriding a base class's `@Cron()` + `@IdempotentTask()` method
+ *    with its own, which calls `super.sync()`: the base's wrapper, run inside the subclass's
+ *    tick, looks itself up, is not found, and throws: the subclass's tick fails, every second.
  *
  * Why: `IdempotentTasks.onModuleInit` (lib/tasks/idempotent-tasks.service.ts) resolves a task
  * from the OUTERMOST function, `instance[name]` (the one `@nestjs/schedule` registers), and keys
@@ -35,7 +38,8 @@
  *
  * Fails now: 'ran 0; every tick threw: @IdempotentTask() on TimedBetween.settle: the library
  * did not find this object at start-up ...' and 'ran 0; every tick threw: @IdempotentTask() on
- * TracedOnTop: the library did not find this object at start-up ...'.
+ * TracedOnTop: the library did not find this object at start-up ...'; for the subclass, 'ran
+ * 0; every tick threw: ...' (the base's wrapper's `IdempotentTaskUnboundError`).
  */
 import 'reflect-metadata';
 import { Injectable, type LoggerService, Module } from '@nestjs/common';
@@ -151,6 +155,25 @@ class TracedOnTop {
   }
 }
 
+/** A base class's task, overridden by a subclass that calls it (`super.sync()`). */
+abstract class BaseSync {
+  @Cron('* * * * * *', { name: 'adv72-base-sync' })
+  @IdempotentTask()
+  async sync() {
+    ran('super');
+    await pool.query('SELECT 1');
+  }
+}
+
+@Injectable()
+class ChildSync extends BaseSync {
+  @Cron('* * * * * *', { name: 'adv72-child-sync' })
+  @IdempotentTask()
+  override async sync() {
+    await super.sync();
+  }
+}
+
 /** The outcome of `tickFor` in words: the assertions' message. */
 function outcomeOf(result: { refused: string | undefined; runs: number }): string {
   if (result.refused !== undefined) {
@@ -182,6 +205,11 @@ describe('adversary 72: a wrapping decorator between @Cron() and @IdempotentTask
 
   it('@Timed() between: each tick runs, or start-up refuses naming the cause', async () => {
     const result = await tickFor(TimedBetween, 'between', 3_300);
+    expect(outcomeOf(result)).toMatch(/^(refused|ticks ran)$/);
+  }, 60_000);
+
+  it('a subclass overriding the task and calling super: each tick runs', async () => {
+    const result = await tickFor(ChildSync, 'super', 3_300);
     expect(outcomeOf(result)).toMatch(/^(refused|ticks ran)$/);
   }, 60_000);
 
