@@ -31,12 +31,17 @@ const BIND_WAIT_MS = 10_000;
 export function IdempotentJob(options: IdempotentJobOptions = {}): MethodDecorator {
   resolveJobOptions(options, 'processor'); // validated now: a wrong option fails at start-up
   return (target, property, descriptor: PropertyDescriptor) => {
-    const process = descriptor.value as (job: JobLike, token?: string) => Promise<unknown>;
+    const process = descriptor.value as (
+      job: JobLike,
+      token?: string,
+      signal?: AbortSignal,
+    ) => Promise<unknown>;
     const where = `${target.constructor.name}.${String(property)}`;
     descriptor.value = async function idempotentJob(
       this: object,
       job: JobLike,
       token?: string,
+      signal?: AbortSignal,
     ): Promise<unknown> {
       const runner = await runnerOf(this, BIND_WAIT_MS);
       if (!runner) {
@@ -45,11 +50,14 @@ export function IdempotentJob(options: IdempotentJobOptions = {}): MethodDecorat
       }
       // The job its run gives it: the same, but for the moves that end a step (see job-steps).
       return runner.run(where, options, job as never, token, (stepped) =>
-        Promise.resolve(process.call(this, stepped as JobLike, token)),
+        Promise.resolve(process.call(this, stepped as JobLike, token, signal)),
       );
     };
-    // Named as the method it stands for (stack traces, Nest's scanners).
+    // Named as the method it stands for (stack traces, Nest's scanners), and taking as many
+    // parameters: BullMQ makes a job's AbortSignal (`worker.cancelJob()`) only for a processor
+    // that takes a third, and passes it on to the method.
     Object.defineProperty(descriptor.value, 'name', { value: process.name });
+    Object.defineProperty(descriptor.value, 'length', { value: process.length });
     SetMetadata(IDEMPOTENT_JOB_OPTIONS, options)(target, property, descriptor);
     return descriptor;
   };

@@ -163,6 +163,9 @@ export function stepJob(
         written = jsonOf(data);
         return;
       }
+      // What BullMQ could not write (a BigInt, a cycle) throws here, at the call, as BullMQ's
+      // own `updateData` would: held, it would throw once the work committed.
+      jsonOf(data);
       // The job reads its new data at once, as BullMQ sets it.
       Reflect.set(job, 'data', data);
       held = { data, over: written };

@@ -36,6 +36,9 @@
  * without `?.` throws a TypeError on every job).
  *
  * Fails now: { cancelled: false, state: 'completed', rows: 1 }.
+ *
+ * Fixed: the decorator's wrapper takes as many parameters as the method (its `length`), and
+ * passes BullMQ's signal on (lib/jobs/idempotent-job.decorator.ts).
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

@@ -34,6 +34,9 @@
  *
  * Fails now: { state: 'failed', failedReason: 'Do not know how to serialize a BigInt',
  * caughtAtCall: false, rows: 1 }.
+ *
+ * Fixed: a held `updateData()` is written to JSON at the call (`jsonOf`, lib/jobs/job-steps.ts):
+ * what BullMQ could not write throws there, its own error, as BullMQ's would.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
