@@ -1,7 +1,7 @@
 import { Logger, SetMetadata } from '@nestjs/common';
 import { IDEMPOTENT_TASK_OPTIONS } from '../shapes/idempotency.constants.js';
 import { IdempotentTaskUnboundError } from './task-errors.js';
-import { taskRunnerOf } from './task-registry.js';
+import { declareTask, taskRunnerOf } from './task-registry.js';
 import { type IdempotentTaskOptions, resolveTaskOptions } from './idempotent-task.options.js';
 
 /**
@@ -41,6 +41,7 @@ export function IdempotentTask(options: IdempotentTaskOptions = {}): MethodDecor
       Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, original), tick);
     }
     Object.defineProperty(tick, 'name', { value: original.name });
+    declareTask(target, property, tick);
     descriptor.value = tick;
     SetMetadata(IDEMPOTENT_TASK_OPTIONS, options)(target, property, descriptor);
     return descriptor;

@@ -42,7 +42,7 @@ import {
   IdempotentTaskSchedulesError,
   IdempotentTaskUnscheduledError,
 } from './task-errors.js';
-import { bindTasks } from './task-registry.js';
+import { bindTasks, declaredTask } from './task-registry.js';
 import {
   cronTimeClass,
   type CronTimeLike,
@@ -52,7 +52,7 @@ import {
   type TaskSchedule,
 } from './task-schedule.js';
 import { slotKey, untilSlot } from './task-slot.js';
-import { tickStorage } from './task-tick.js';
+import { currentTick, tickStorage } from './task-tick.js';
 import { resumesAfterFailure, tickFailed } from './tick-failure.js';
 import {
   type IdempotentTaskOptions,
@@ -138,14 +138,20 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       for (const name of this.scanner.getAllMethodNames(prototype)) {
         const method = (instance as Record<string, unknown>)[name];
         if (typeof method !== 'function') continue;
-        const options = Reflect.getMetadata(IDEMPOTENT_TASK_OPTIONS, method) as
+        // The library's wrapper, found by its name whatever wraps it (the method
+        // `@nestjs/schedule` ticks may be another decorator's wrapper around it).
+        const tick = declaredTask(instance, name);
+        if (!tick) continue;
+        const options = Reflect.getMetadata(IDEMPOTENT_TASK_OPTIONS, tick) as
           IdempotentTaskOptions | undefined;
         if (options === undefined) continue;
-        const task = this.taskOf(`${instance.constructor.name}.${name}`, options, method);
+        // Its schedule where `@nestjs/schedule` reads it (the method it ticks), else below it.
+        const ticked = scheduleOf(method).kind === 'none' ? tick : method;
+        const task = this.taskOf(`${instance.constructor.name}.${name}`, options, ticked);
         const other = names.get(task.tenant);
         if (other !== undefined) throw new IdempotentTaskNameTakenError(task, other);
         names.set(task.tenant, task.where);
-        found.set(method, task);
+        found.set(tick, task);
       }
       if (found.size === 0) continue;
       this.tasks.set(instance, found);
@@ -268,7 +274,14 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
 
   private async tickNow(instance: object, method: object, work: () => unknown): Promise<void> {
     const task = this.tasks.get(instance)?.get(method);
-    if (!task) throw new IdempotentTaskUnboundError(instance.constructor.name);
+    if (!task) {
+      // A base class's task called by its override's tick (`super.sync()`): part of that tick.
+      if (this.tasks.has(instance) && currentTick()) {
+        await work();
+        return;
+      }
+      throw new IdempotentTaskUnboundError(instance.constructor.name);
+    }
     const slot = await this.slotOf(task, Date.now());
     if (slot === undefined) {
       this.logger.warn(`a tick of ${task.where} fired with no scheduled time before it: skipped`);
@@ -413,7 +426,9 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     const tick = {
       task: task.tenant.slice(TICK_TENANT_PREFIX.length),
       slot: new Date(key),
-      resumed: resuming,
+      // Resumed: by a later tick (`resumeLeftovers`), or taken over as it was claimed (its
+      // fencing token moved past the first claim's: another run of the tick began before).
+      resumed: resuming || claimed.claim.lockVersion !== '0',
     };
     try {
       await idempotencyStorage.run(context, () =>

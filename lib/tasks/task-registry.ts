@@ -18,3 +18,30 @@ export function bindTasks(instance: object, runner: TaskRunner): void {
 export function taskRunnerOf(instance: object): TaskRunner | undefined {
   return byInstance.get(instance);
 }
+
+/**
+ * The library's wrapper of each `@IdempotentTask()` method, by the prototype it was declared
+ * on and its name: what a tick calls, whatever wraps it (a timing or tracing decorator above
+ * it, which the function `@nestjs/schedule` ticks is then).
+ */
+const declared = new WeakMap<object, Map<string | symbol, object>>();
+
+/** Notes `tick` as the library's wrapper of `prototype`'s method `property`. */
+export function declareTask(prototype: object, property: string | symbol, tick: object): void {
+  const methods = declared.get(prototype) ?? new Map<string | symbol, object>();
+  declared.set(prototype, methods);
+  methods.set(property, tick);
+}
+
+/**
+ * The library's wrapper of `instance`'s method `property`: of the most derived class that
+ * declares one (a subclass's override before its base's); undefined where none does.
+ */
+export function declaredTask(instance: object, property: string | symbol): object | undefined {
+  for (let at = Object.getPrototypeOf(instance) as object | null; at;) {
+    const tick = declared.get(at)?.get(property);
+    if (tick) return tick;
+    at = Object.getPrototypeOf(at) as object | null;
+  }
+  return undefined;
+}

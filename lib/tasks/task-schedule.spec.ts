@@ -36,13 +36,26 @@ describe('cronTimeSlot, by cron’s own CronTime', () => {
       '2026-12-04T03:30:00.000Z',
     ],
     [
-      'a date: itself',
+      'a date, come: itself',
+      new CronTime(new Date('2026-01-01T00:00:00Z')),
+      '2026-12-04T21:30:00.000Z',
+      '2026-01-01T00:00:00.000Z',
+    ],
+    [
+      'a date, fired a little early: itself',
+      new CronTime(new Date('2026-12-04T21:30:00.000Z')),
+      '2026-12-04T21:29:59.500Z',
+      '2026-12-04T21:30:00.000Z',
+    ],
+    [
+      'a date to come (fired by hand before it): none',
       new CronTime(new Date('2030-01-01T00:00:00Z')),
       '2026-12-04T21:30:00.000Z',
-      '2030-01-01T00:00:00.000Z',
+      undefined,
     ],
   ])('%s', (_name, time, now, slot) => {
-    expect(new Date(cronTimeSlot(time, at(now))!).toISOString()).toBe(slot);
+    const found = cronTimeSlot(time, at(now));
+    expect(found === undefined ? undefined : new Date(found).toISOString()).toBe(slot);
   });
 });
 

@@ -94,12 +94,21 @@ export function cronZone(time: Pick<CronTimeLike, 'timeZone' | 'utcOffset'>): st
   return `UTC${sign}${String(Math.abs(hours)).padStart(2, '0')}:${String(minutes).padStart(2, '0')}`;
 }
 
+/** How early a one-shot `@Cron(date)` tick may fire and still be its date's (see below). */
+const ONE_SHOT_GRACE_MS = 1_000;
+
 /**
  * The slot (ms since the epoch) a tick fired at `nowMs` stands for, by the cron schedule
  * that fired it (see `cronSlot`), read in its own zone as `cron` reads it.
  */
 export function cronTimeSlot(time: CronTimeLike, nowMs: number): number | undefined {
-  if (time.realDate) return (time.source as { valueOf(): number }).valueOf();
+  if (time.realDate) {
+    // A one-shot date: its slot once it has come (a second's grace for a timer that fires a
+    // little early, which the wait for the database's clock absorbs); fired by hand before it
+    // (`fireOnTick()`), no slot, as a cron's tick with no time before it (adversary 72).
+    const at = (time.source as { valueOf(): number }).valueOf();
+    return at <= nowMs + ONE_SHOT_GRACE_MS ? at : undefined;
+  }
   const zone = cronZone(time);
   const next: NextTime = (fromMs) => time.getNextDateFrom(new Date(fromMs), zone).toMillis();
   return cronSlot(nowMs, next);

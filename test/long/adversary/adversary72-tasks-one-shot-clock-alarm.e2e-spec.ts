@@ -33,6 +33,10 @@
  *
  * Fails now: the error "...: this replica's clock is ~600000 ms ahead of the database's ...
  * (set the clock right: NTP)" is logged.
+ *
+ * Fixed: a one-shot date's slot is that date once it has come (a second's grace), else none
+ * (`cronTimeSlot`, lib/tasks/task-schedule.ts): fired by hand before it, the tick is skipped
+ * with the warning for a tick with no scheduled time before it.
  */
 import 'reflect-metadata';
 import { Injectable, type LoggerService, Module } from '@nestjs/common';

@@ -33,6 +33,9 @@
  * half-done work skips it in the takeover that happens most often with replicas).
  *
  * Fails now: 'resumed false' for B's run, which replayed A's committed phase.
+ *
+ * Fixed: a tick whose claim was a takeover (its fencing token past the first claim's) is
+ * told `resumed: true` (`runSlot`, lib/tasks/idempotent-tasks.service.ts).
  */
 import 'reflect-metadata';
 import { Inject, Injectable, Module } from '@nestjs/common';

@@ -40,6 +40,11 @@
  * did not find this object at start-up ...' and 'ran 0; every tick threw: @IdempotentTask() on
  * TracedOnTop: the library did not find this object at start-up ...'; for the subclass, 'ran
  * 0; every tick threw: ...' (the base's wrapper's `IdempotentTaskUnboundError`).
+ *
+ * Fixed: the decorator notes its wrapper by the prototype and name it was declared on
+ * (`declareTask`, lib/tasks/task-registry.ts), and start-up binds the task under that wrapper,
+ * found by the method's name whatever wraps it, its schedule read where `@nestjs/schedule`
+ * reads it; a base class's task called by its override's tick runs as part of that tick.
  */
 import 'reflect-metadata';
 import { Injectable, type LoggerService, Module } from '@nestjs/common';
