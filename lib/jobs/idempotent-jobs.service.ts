@@ -62,6 +62,7 @@ import {
   type HeldData,
   jsonOf,
   keptStepData,
+  mayBeStale,
   STEP_DATA,
   STEP_LOST,
   STEP_OWNER,
@@ -69,6 +70,7 @@ import {
   stepJob,
   type SteppedJob,
 } from './job-steps.js';
+import { freshDataOf } from './fresh-job-data.js';
 import { type JobLike } from './job-like.js';
 import { bindJobClass, bindJobs } from './job-registry.js';
 import {
@@ -349,6 +351,11 @@ export class IdempotentJobs implements OnModuleInit {
       throw held.kind === 'lost'
         ? new JobStepLostError(where, held.why)
         : new IdempotencyKeyInProgressError(1);
+    }
+    // Given the data of before its last step, which BullMQ has since: BullMQ's, read afresh.
+    if (mayBeStale(claimed.claim.phaseResults, owner, job.timestamp, jsonOf(job.data))) {
+      const fresh = await freshDataOf(job).catch(() => undefined);
+      if (fresh) Reflect.set(job, 'data', fresh.data);
     }
     // Its data as its last step committed it, where its worker died before BullMQ had it.
     const restore = dataToRestore(

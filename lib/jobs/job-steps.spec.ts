@@ -1,4 +1,12 @@
-import { dataToRestore, STEP_DATA, STEP_LOST, STEP_OWNER, stepHold, stepJob } from './job-steps.js';
+import {
+  dataToRestore,
+  mayBeStale,
+  STEP_DATA,
+  STEP_LOST,
+  STEP_OWNER,
+  stepHold,
+  stepJob,
+} from './job-steps.js';
 
 describe('stepHold', () => {
   it.each([
@@ -91,6 +99,40 @@ describe('dataToRestore', () => {
     const owner =
       (results as Record<string, unknown>)[STEP_OWNER] === 'id:order-7' ? 'id:order-7' : '7@100';
     expect(dataToRestore(results, owner, added, json(data))).toEqual(restored);
+  });
+});
+
+describe('mayBeStale', () => {
+  const b64 = (value: unknown) => Buffer.from(JSON.stringify(value), 'utf8').toString('base64');
+  const owned = (more: object) => ({
+    [STEP_OWNER]: '7@100',
+    [STEP_DATA]: { data: b64({ step: 2 }), over: b64({ step: 1 }), added: 100, ...more },
+  });
+  const json = (value: unknown) => JSON.stringify(value);
+  it.each<[string, Record<string, unknown>, string, boolean]>([
+    [
+      'the step written, the run given the data of before it: read afresh',
+      owned({ written: true }),
+      json({ step: 1 }),
+      true,
+    ],
+    [
+      'the step written, the run given its data',
+      owned({ written: true }),
+      json({ step: 2 }),
+      false,
+    ],
+    ['not written yet: dataToRestore gives it back', owned({}), json({ step: 1 }), false],
+    ['other data (an operator’s)', owned({ written: true }), json({ step: 9 }), false],
+    [
+      'another job added under the id',
+      owned({ written: true, added: 50 }),
+      json({ step: 1 }),
+      false,
+    ],
+    ['no step data', { [STEP_OWNER]: '7@100' }, json({ step: 1 }), false],
+  ])('%s', (_name, results, current, expected) => {
+    expect(mayBeStale(results, '7@100', 100, current)).toBe(expected);
   });
 });
 

@@ -60,6 +60,33 @@ export function dataToRestore(
 }
 
 /**
+ * Whether the job's data, as this run was given it, may be older than BullMQ's (a pure
+ * decision): its last step's data was written to BullMQ (`written`), and the run holds the
+ * data of before that step. A job moved back to wait before its step's data reached BullMQ
+ * (`moveToWaitingChildren` moves first; a child that ends at once moves it back) is taken by
+ * a worker with the data of before; once that data was written, nothing restores it
+ * (adversary 72). The run then reads the job's data afresh from BullMQ (see `IdempotentJobs`).
+ */
+export function mayBeStale(
+  results: Readonly<Record<string, unknown>>,
+  owner: string,
+  added: number,
+  current: string,
+): boolean {
+  if (results[STEP_OWNER] !== owner) return false;
+  const kept = results[STEP_DATA] as
+    { data?: unknown; over?: unknown; written?: unknown; added?: unknown } | undefined;
+  if (!kept || typeof kept.data !== 'string' || typeof kept.over !== 'string') return false;
+  const sameJob = kept.added === undefined || kept.added === added;
+  return (
+    sameJob &&
+    kept.written === true &&
+    fromBase64(kept.data) !== current &&
+    fromBase64(kept.over) === current
+  );
+}
+
+/**
  * The data a step leaves, as its key keeps it: its JSON (as BullMQ writes it) in base64, with
  * the JSON BullMQ had before it, so that a NUL or a lone surrogate in it (which jsonb refuses)
  * commits as BullMQ keeps it (adversary 61).
@@ -87,7 +114,7 @@ const fromBase64 = (text: string) => Buffer.from(text, 'base64').toString('utf8'
 export type HeldData = { data: unknown; over: string } | undefined;
 
 /** The job's methods a run takes the place of while it runs (see `stepJob`). */
-const STEPPED = ['updateData', 'moveToDelayed', 'moveToWaitingChildren'] as const;
+const STEPPED = ['updateData', 'moveToDelayed', 'moveToWait', 'moveToWaitingChildren'] as const;
 
 /** A job whose run steps it (see `stepJob`), and what the run does with it. */
 export interface SteppedJob {
@@ -112,7 +139,7 @@ export interface SteppedJob {
  *    job's data at once, where the job's work commits at its end: a step recorded in the data
  *    (BullMQ's step idiom) before its work committed would be skipped by the job's retry after
  *    an error that rolled the work back;
- *  - `moveToDelayed()` first commits the step (`commitStep`: its work with its key unfinished,
+ *  - `moveToDelayed()` (and `moveToWait()`) first commits the step (`commitStep`: its work with its key unfinished,
  *    its held data with it) and writes its held data: a step that cannot commit throws from
  *    the move, before the job moved, so that the job never goes on without it (its own error:
  *    BullMQ's attempts run the step again). Once per run;
@@ -133,6 +160,7 @@ export function stepJob(
   const own = (name: string) => Reflect.get(job, name) as (...args: unknown[]) => Promise<unknown>;
   const updateData = own('updateData');
   const moveToDelayed = own('moveToDelayed');
+  const moveToWait = own('moveToWait');
   const moveToWaitingChildren = own('moveToWaitingChildren');
   const saved = STEPPED.map((name) => [name, Object.getOwnPropertyDescriptor(job, name)] as const);
   /** The JSON of the data BullMQ has, as far as this run wrote it. */
@@ -176,6 +204,15 @@ export function stepJob(
       await commit();
       await flushStep();
       return moveToDelayed.apply(job, args);
+    });
+  }
+  // `moveToWait()` (then `WaitingError`): the same, first its step (adversary 72: moved first,
+  // the job was taken again before its step committed, with the data of the step before).
+  if (moveToWait) {
+    replace('moveToWait', async (...args: unknown[]) => {
+      await commit();
+      await flushStep();
+      return moveToWait.apply(job, args);
     });
   }
   if (moveToWaitingChildren) {

@@ -37,6 +37,10 @@
  *
  * Fails now: stepRows ['step 1: 34' to 'step 1: 38', 'step 2: 30'] (4-8 of 30 parents did step 1
  * twice).
+ *
+ * Fixed: a run given the data of before its key's last step, which BullMQ was noted to have
+ * (`mayBeStale`, lib/jobs/job-steps.ts), reads the job's data afresh from BullMQ
+ * (`freshDataOf`, lib/jobs/fresh-job-data.ts) before it goes on.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

@@ -39,6 +39,9 @@
  *
  * Fails now: rows 21-22 for 4 jobs x 5 steps (a step twice, e.g. steps 1,1,2,3,4,5), and
  * attemptsStarted 8-10 per job where BullMQ has 5.
+ *
+ * Fixed: `moveToWait()` is stepped as `moveToDelayed()` is (lib/jobs/job-steps.ts): the step
+ * commits, and its data reaches BullMQ, before the job moves.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
