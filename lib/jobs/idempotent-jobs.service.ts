@@ -70,7 +70,7 @@ import {
   stepJob,
   type SteppedJob,
 } from './job-steps.js';
-import { freshDataOf } from './fresh-job-data.js';
+import { freshDataOf, stepOwnerSeen } from './fresh-job-data.js';
 import { type JobLike } from './job-like.js';
 import { bindJobClass, bindJobs } from './job-registry.js';
 import {
@@ -340,17 +340,30 @@ export class IdempotentJobs implements OnModuleInit {
     const context = new IdempotencyContext(claimed.claim, 200, transaction, true, store);
     context.route = where;
     // A key between another job's steps (its owner), or one whose step was lost.
-    const owner = stepOwnerOf(job, reading.derived);
-    const held = stepHold(claimed.claim.phaseResults, owner);
+    let owner = stepOwnerOf(job, reading.derived);
+    let held = stepHold(claimed.claim.phaseResults, owner);
+    // Held by a job BullMQ no longer has (removed, or replaced by its deduplication, between
+    // its steps): no run of it will end them. This job takes them over as that job's, and
+    // goes on from the step the key reached, its data given back from there (adversary 72).
+    const ownerNow = claimed.claim.phaseResults[STEP_OWNER];
+    const seen = held?.kind === 'held' ? await stepOwnerSeen(job, ownerNow) : undefined;
+    if (seen?.kind === 'gone') {
+      owner = ownerNow as string;
+      held = undefined;
+    }
     if (held) {
       await rollBackAndRelease(
         tools,
         context,
         held.kind === 'lost' ? 'job_step_lost' : 'job_step_held',
       );
+      // Waiting on a job delayed until its next step: back no sooner than that delay (each
+      // return is a start BullMQ counts: `maxStartedAttempts`), a minute at most.
+      const waitSeconds =
+        seen?.kind === 'delayed' ? Math.min(60, Math.max(1, Math.ceil(seen.delayMs / 1000))) : 1;
       throw held.kind === 'lost'
         ? new JobStepLostError(where, held.why)
-        : new IdempotencyKeyInProgressError(1);
+        : new IdempotencyKeyInProgressError(waitSeconds);
     }
     // Given the data of before its last step, which BullMQ has since: BullMQ's, read afresh.
     if (mayBeStale(claimed.claim.phaseResults, owner, job.timestamp, jsonOf(job.data))) {

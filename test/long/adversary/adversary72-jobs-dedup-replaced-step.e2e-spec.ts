@@ -38,6 +38,10 @@
  *
  * Fails now: { state: 'delayed', attemptsMade: 0, reserves: 1, ships: 0 } after 8 s, the second
  * job started ~7 times.
+ *
+ * Fixed: a key held by the steps of a job BullMQ no longer has (`stepOwnerSeen`,
+ * lib/jobs/fresh-job-data.ts: gone, or another job under its id) is taken over by the job that
+ * meets it, as that job's, going on from the step the key reached with the data it left.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

@@ -35,6 +35,10 @@
  *
  * Fails now: the second job { state: 'failed', failedReason: 'job started more than allowable
  * limit' }.
+ *
+ * Fixed: a job waiting on a key held by a job delayed until its next step comes back after
+ * that job's delay (BullMQ's `delay` of it, a minute at most), not each second
+ * (`stepOwnerSeen`, lib/jobs/fresh-job-data.ts).
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
