@@ -99,8 +99,15 @@ describe('@IdempotentTask() on @nestjs/schedule, with real replicas', () => {
       const rows = await replicas.ticks();
       if (idempotent === '1') {
         expect(rows).toEqual([]);
-        expect(await replicas.unfinished()).toEqual([]);
         expect(replica.output()).toMatch(/the ledger refused the tick of/);
+        // Each failed tick's key is kept as failed, not left unfinished; only a tick the
+        // SIGKILL cut mid-way may be (on a loaded machine, one tick's run outlasts the 200 ms
+        // between its slot and the kill), and it is the last one.
+        const unfinished = await replicas.unfinished();
+        expect(unfinished.length).toBeLessThanOrEqual(1);
+        for (const slot of unfinished) {
+          expect(replica.output()).not.toContain(`the ledger refused the tick of ${slot}`);
+        }
       } else {
         expect(rows.length).toBeGreaterThanOrEqual(2);
       }
