@@ -41,7 +41,7 @@
  * Severity: high (an awaited, successful write lost while the answer that says it happened
  * is stored and replayed; no error anywhere).
  *
- * Fails now: 'Expected: "audit kept or refused", Received: "201 stored, rows []: the audit
+ * Fails now: 'Expected: "audit kept or refused", Received: "201 stored, rows [\"reserved\"]: the audit
  * row is gone"' for the inner savepoint ("inner true"); the outer case and the four
  * controls pass.
  */
