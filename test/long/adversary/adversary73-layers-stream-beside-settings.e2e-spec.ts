@@ -125,7 +125,7 @@ describe('adversary 73: a stream beside a nested transaction that set its tenant
     expect(answer.status).toBe(500);
   }, 20_000);
 
-  it("the stream beside it reads the session's '' or is refused, never the nested tenant", async () => {
+  it("the stream beside it reads the session's value or is refused, never the nested tenant", async () => {
     const answer = await post('/keyed', 'stream', { tag: 'stream' });
     const tenants = (answer.body as { tenants?: string[] }).tenants ?? [];
     const outcome =
