@@ -131,9 +131,12 @@ describe('adversary 73: an Apollo batch mixing a persisted (hash-only) entry and
       extensions: { persistedQuery },
       variables: { idempotencyKey: 'adv73-apq-register', amount: 1 },
     });
-    expect(registered.body).toEqual({
-      data: { pay: { id: expect.any(Number), amount: 1, key: 'adv73-apq-register' } },
-    });
+    if (
+      (registered.body as { data?: { pay?: { key?: string } } }).data?.pay?.key !==
+      'adv73-apq-register'
+    ) {
+      throw new Error(`the document was not registered: ${JSON.stringify(registered.body)}`);
+    }
   }, 60_000);
 
   afterAll(() => fixture?.close());
@@ -160,10 +163,7 @@ describe('adversary 73: an Apollo batch mixing a persisted (hash-only) entry and
   });
 
   it('control: both entries with the query text, each call under its own key', async () => {
-    const res = await post([
-      entry('adv73-apq-c1', 11, true),
-      entry('adv73-apq-c2', 22, true),
-    ]);
+    const res = await post([entry('adv73-apq-c1', 11, true), entry('adv73-apq-c2', 22, true)]);
     expect(res.body).toEqual([
       { data: { pay: { id: expect.any(Number), amount: 11, key: 'adv73-apq-c1' } } },
       { data: { pay: { id: expect.any(Number), amount: 22, key: 'adv73-apq-c2' } } },
@@ -171,10 +171,7 @@ describe('adversary 73: an Apollo batch mixing a persisted (hash-only) entry and
   });
 
   it('a hash-only entry and a full entry: each call under its own key', async () => {
-    const res = await post([
-      entry('adv73-apq-a', 101, false),
-      entry('adv73-apq-b', 202, true),
-    ]);
+    const res = await post([entry('adv73-apq-a', 101, false), entry('adv73-apq-b', 202, true)]);
     // Fails: entry 0 keyed 'adv73-apq-b' (entry 1's variables): 409 in progress, or the
     // other call's payment.
     expect(res.body).toEqual([

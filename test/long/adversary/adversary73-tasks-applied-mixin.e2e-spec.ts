@@ -75,10 +75,12 @@ class MixedSettlement {
   }
 }
 
+// The handbook's typing of a mixed-in class: a class and an interface of one name.
+/* eslint-disable @typescript-eslint/no-unsafe-declaration-merging, @typescript-eslint/no-empty-object-type */
 @Injectable()
 class MixedJobs {}
-// eslint-disable-next-line @typescript-eslint/no-empty-object-type, @typescript-eslint/no-unsafe-declaration-merging
 interface MixedJobs extends MixedSettlement {}
+/* eslint-enable @typescript-eslint/no-unsafe-declaration-merging, @typescript-eslint/no-empty-object-type */
 applyMixins(MixedJobs, [MixedSettlement]);
 
 class InheritedSettlement {
