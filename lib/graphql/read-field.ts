@@ -165,7 +165,7 @@ function argumentValues(
     return graphql.getArgumentValues(
       definition,
       node,
-      sentVariables(graphql, info, operationBody(request, field.types?.call.context, info)) ??
+      sentVariables(graphql, info, operationBody(request, field.types?.call.context)) ??
         info.variableValues,
     );
   } catch {
@@ -175,23 +175,28 @@ function argumentValues(
 
 /**
  * The body of the field's own operation: the request's, or in a batch (a JSON array of
- * operations) its entry: by Mercurius' `operationId` in the context (the entry's index: a
- * batch may send one document twice), else the one entry whose query is the operation's text.
- * Undefined where it cannot be told: the executor's variables are all there is then (on
- * Apollo, graphql-js's own, which a batch's entries run on).
+ * operations) its entry, by Mercurius' index of it in the context (`operationId`, set with
+ * `operationsCount` on each operation of a batch: a batch may send one document twice).
+ * Undefined elsewhere: the executor's variables are all there is (on Apollo, graphql-js's
+ * own, which its batches run on; an entry told by its text could be another's: a persisted
+ * query's entry has none, adversary 73).
  */
-function operationBody(
-  request: IdempotencyRequest,
-  context: unknown,
-  info: GraphQLResolveInfo,
-): unknown {
+function operationBody(request: IdempotencyRequest, context: unknown): unknown {
   const { body } = request;
   if (!Array.isArray(body)) return body;
-  const index = (context as { operationId?: unknown } | undefined)?.operationId;
-  if (typeof index === 'number' && Number.isInteger(index)) return body[index] as unknown;
-  const text = info.operation.loc?.source.body;
-  const same = body.filter((entry) => (entry as { query?: unknown } | null)?.query === text);
-  return text !== undefined && same.length === 1 ? same[0] : undefined;
+  const { operationId, operationsCount } = (context ?? {}) as {
+    operationId?: unknown;
+    operationsCount?: unknown;
+  };
+  // Mercurius' own: both set, the count the batch's (an app's field of that name is not).
+  if (
+    typeof operationId !== 'number' ||
+    !Number.isInteger(operationId) ||
+    operationsCount !== body.length
+  ) {
+    return undefined;
+  }
+  return body[operationId] as unknown;
 }
 
 /** The operation's variables as graphql-js coerces the ones its request sent, with their defaults. */

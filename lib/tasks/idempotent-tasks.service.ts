@@ -140,7 +140,11 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
         if (typeof method !== 'function') continue;
         // The library's wrapper, found by its name whatever wraps it (the method
         // `@nestjs/schedule` ticks may be another decorator's wrapper around it).
-        const tick = declaredTask(instance, name);
+        // Else the method itself where it carries the options (a task copied onto the class,
+        // TypeScript's `applyMixins`: its wrapper was declared on another prototype).
+        const tick =
+          declaredTask(instance, name) ??
+          (Reflect.getMetadata(IDEMPOTENT_TASK_OPTIONS, method) !== undefined ? method : undefined);
         if (!tick) continue;
         const options = Reflect.getMetadata(IDEMPOTENT_TASK_OPTIONS, tick) as
           IdempotentTaskOptions | undefined;
@@ -428,7 +432,8 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       slot: new Date(key),
       // Resumed: by a later tick (`resumeLeftovers`), or taken over as it was claimed (its
       // fencing token moved past the first claim's: another run of the tick began before).
-      resumed: resuming || claimed.claim.lockVersion !== '0',
+      // (A pool may read the bigint as a number: compared as one.)
+      resumed: resuming || Number(claimed.claim.lockVersion) !== 0,
     };
     try {
       await idempotencyStorage.run(context, () =>

@@ -34,13 +34,15 @@ export function declareTask(prototype: object, property: string | symbol, tick: 
 }
 
 /**
- * The library's wrapper of `instance`'s method `property`: of the most derived class that
- * declares one (a subclass's override before its base's); undefined where none does.
+ * The library's wrapper of `instance`'s method `property`: of the class whose method it is (the
+ * most derived that has one: a subclass's override before its base's); undefined where that
+ * method is not one of the library's.
  */
 export function declaredTask(instance: object, property: string | symbol): object | undefined {
   for (let at = Object.getPrototypeOf(instance) as object | null; at;) {
-    const tick = declared.get(at)?.get(property);
-    if (tick) return tick;
+    // The class whose method it is: its own wrapper, or none (a plain override of a base's
+    // task is not a task: adversary 73).
+    if (Object.prototype.hasOwnProperty.call(at, property)) return declared.get(at)?.get(property);
     at = Object.getPrototypeOf(at) as object | null;
   }
   return undefined;

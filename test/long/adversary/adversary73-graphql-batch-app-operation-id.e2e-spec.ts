@@ -45,6 +45,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * Fails now: both calls keyed 'adv73-opid-b' (entry 1's key): one runs under it, the other
  * (here entry 1) is answered 409 key_in_progress; the control passes.
+ *
+ * Fixed: `operationId` is taken for Mercurius' only with its `operationsCount`, the batch's
+ * length (`operationBody`, lib/graphql/read-field.ts).
  */
 let pool: Pool;
 

@@ -51,6 +51,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * Fails now: entry 0 is answered 409 key_in_progress (keyed 'adv73-apq-b', entry 1's key, held
  * by entry 1's call), and no row of 101 under key A; the control passes.
+ *
+ * Fixed: a batch's entry is told by Mercurius' `operationId` only (with its `operationsCount`),
+ * never by its text: elsewhere (Apollo) the executor's variables, graphql-js's, are read
+ * (`operationBody`, lib/graphql/read-field.ts).
  */
 let pool: Pool;
 

@@ -104,7 +104,8 @@ async function orderTwice(queueName: string, orderId: string, maxStartedAttempts
   try {
     await events.waitUntilReady();
     const first = await queue.add('order', { orderId });
-    for (let i = 0; i < 50 && (await first.getState()) !== 'waiting-children'; i++) await sleep(100);
+    for (let i = 0; i < 50 && (await first.getState()) !== 'waiting-children'; i++)
+      await sleep(100);
     const second = await queue.add('order', { orderId });
     const settle = (job: Job) =>
       job.waitUntilFinished(events, 20_000).then(

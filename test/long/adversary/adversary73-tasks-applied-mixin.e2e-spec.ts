@@ -31,6 +31,9 @@
  * error's advice, import IdempotencyModule, points the wrong way).
  *
  * Fails now: ran 0, IdempotentTaskUnboundError logged; control passes.
+ *
+ * Fixed: a method not declared on its class's own chain but carrying the options itself is
+ * its own task, as before round 72 (`onModuleInit`, lib/tasks/idempotent-tasks.service.ts).
  */
 import 'reflect-metadata';
 import { Injectable, type LoggerService, Module, type Type } from '@nestjs/common';

@@ -29,6 +29,9 @@
  * start-up, naming a method that is no task).
  *
  * Fails now: start-up throws IdempotentTaskNameTakenError; control passes.
+ *
+ * Fixed: `declaredTask` (lib/tasks/task-registry.ts) reads the wrapper of the class whose
+ * method it is only: a plain override is not a task.
  */
 import 'reflect-metadata';
 import { Injectable, Module, type Type } from '@nestjs/common';

@@ -30,6 +30,8 @@
  * tick; code that skips work on a resumed tick skips it always).
  *
  * Fails now: 'resumed true' on the first run of a fresh slot; control passes.
+ *
+ * Fixed: the fencing token is compared as a number (`Number(lockVersion) !== 0`).
  */
 import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
