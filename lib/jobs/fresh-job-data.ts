@@ -24,6 +24,8 @@ export type StepOwnerSeen =
   | { kind: 'gone' }
   /** In the delayed set until its next step, `delayMs` after it moved (BullMQ's `delay`). */
   | { kind: 'delayed'; delayMs: number }
+  /** There, waiting for its children or to run again (no delay to tell). */
+  | { kind: 'waiting' }
   /** There otherwise, or not to be told (not a BullMQ job, not such a name, Redis unread). */
   | { kind: 'there' };
 
@@ -47,7 +49,8 @@ export async function stepOwnerSeen(job: JobLike, identity: unknown): Promise<St
     if (owner === undefined || owner.timestamp !== added) return { kind: 'gone' };
     const state = await owner.getState?.();
     const delayMs = Number(owner.delay);
-    return state === 'delayed' && delayMs > 0 ? { kind: 'delayed', delayMs } : { kind: 'there' };
+    if (state === 'delayed' && delayMs > 0) return { kind: 'delayed', delayMs };
+    return state === 'active' ? { kind: 'there' } : { kind: 'waiting' };
   } catch {
     return { kind: 'there' };
   }

@@ -50,6 +50,7 @@ import {
   JobKeyUnusableError,
   JobResultUnstorableError,
   JobStepLostError,
+  JobStepOwnerGoneError,
 } from './job-errors.js';
 import { IDEMPOTENT_JOB_OPTIONS } from '../shapes/idempotency.constants.js';
 import { classMethods } from '../routes/class-methods.js';
@@ -340,15 +341,24 @@ export class IdempotentJobs implements OnModuleInit {
     const context = new IdempotencyContext(claimed.claim, 200, transaction, true, store);
     context.route = where;
     // A key between another job's steps (its owner), or one whose step was lost.
-    let owner = stepOwnerOf(job, reading.derived);
+    const owner = stepOwnerOf(job, reading.derived);
     let held = stepHold(claimed.claim.phaseResults, owner);
+    /** Whose last step's data this run goes on from (see `dataToRestore`). */
+    let restoreAs = owner;
     // Held by a job BullMQ no longer has (removed, or replaced by its deduplication, between
-    // its steps): no run of it will end them. This job takes them over as that job's, and
-    // goes on from the step the key reached, its data given back from there (adversary 72).
+    // its steps): no run of it will end them. This job takes them over and goes on from the
+    // step the key reached, its data given back from there (adversary 72), its own steps then
+    // naming it (another job waiting on the key waits for it: adversary 73); or, where the key
+    // keeps no data of that step (the job saved its next step after it moved), it fails,
+    // saying so, rather than do the steps again from its own first.
     const ownerNow = claimed.claim.phaseResults[STEP_OWNER];
     const seen = held?.kind === 'held' ? await stepOwnerSeen(job, ownerNow) : undefined;
+    if (seen?.kind === 'gone' && claimed.claim.phaseResults[STEP_DATA] === undefined) {
+      await rollBackAndRelease(tools, context, 'job_step_lost');
+      throw new JobStepOwnerGoneError(where, String(ownerNow));
+    }
     if (seen?.kind === 'gone') {
-      owner = ownerNow as string;
+      restoreAs = ownerNow as string;
       held = undefined;
     }
     if (held) {
@@ -359,8 +369,15 @@ export class IdempotentJobs implements OnModuleInit {
       );
       // Waiting on a job delayed until its next step: back no sooner than that delay (each
       // return is a start BullMQ counts: `maxStartedAttempts`), a minute at most.
+      // Waiting on one that waits (for its children, to run again) with no delay to tell: back
+      // after 2, 4, 8… seconds by this job's own starts, a minute at most.
+      const starts = Number((job as { attemptsStarted?: unknown }).attemptsStarted) || 0;
       const waitSeconds =
-        seen?.kind === 'delayed' ? Math.min(60, Math.max(1, Math.ceil(seen.delayMs / 1000))) : 1;
+        seen?.kind === 'delayed'
+          ? Math.min(60, Math.max(1, Math.ceil(seen.delayMs / 1000)))
+          : seen?.kind === 'waiting'
+            ? Math.min(60, 2 ** Math.min(6, Math.max(1, starts)))
+            : 1;
       throw held.kind === 'lost'
         ? new JobStepLostError(where, held.why)
         : new IdempotencyKeyInProgressError(waitSeconds);
@@ -373,7 +390,7 @@ export class IdempotentJobs implements OnModuleInit {
     // Its data as its last step committed it, where its worker died before BullMQ had it.
     const restore = dataToRestore(
       claimed.claim.phaseResults,
-      owner,
+      restoreAs,
       job.timestamp,
       jsonOf(job.data),
     );

@@ -57,6 +57,24 @@ export class JobStepLostError extends JobRefusedError {
   }
 }
 
+/**
+ * A key held by the steps of a job gone from its queue (removed, or replaced by BullMQ's
+ * deduplication, between its steps) that keeps no data of its last step to go on from.
+ */
+export class JobStepOwnerGoneError extends JobRefusedError {
+  constructor(where: string, owner: string) {
+    super(
+      `the job whose steps hold this key (${owner}) is gone from its queue (removed, or ` +
+        'replaced by BullMQ’s deduplication, between its steps), and its key keeps no data of ' +
+        'its last step to go on from (it saved its next step after it moved): this job would ' +
+        `do its steps again from its first (${where}). Its work so far is in the database; ` +
+        'see its key (keys show), run what is missing, then keys release it. Save the next ' +
+        'step in the job’s data before it moves (updateData, then moveToDelayed)',
+    );
+    this.name = 'JobStepOwnerGoneError';
+  }
+}
+
 /** A key first used by a job with another name or data (the library's 422 for requests). */
 export class JobKeyMismatchError extends JobRefusedError {
   constructor(where: string, key: string) {

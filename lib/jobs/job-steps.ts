@@ -193,10 +193,12 @@ export function stepJob(
       }
       // What BullMQ could not write (a BigInt, a cycle) throws here, at the call, as BullMQ's
       // own `updateData` would: held, it would throw once the work committed.
-      jsonOf(data);
+      // Held as BullMQ would have written it now (its JSON): what the job changes in that
+      // object after the call is not written, as without the library (adversary 73).
+      const json = jsonOf(data);
       // The job reads its new data at once, as BullMQ sets it.
       Reflect.set(job, 'data', data);
-      held = { data, over: written };
+      held = { data: JSON.parse(json) as unknown, over: written };
     });
   }
   if (moveToDelayed) {

@@ -32,6 +32,9 @@
  *
  * Fails now: the second job { state: 'failed' } (its starts spent at one a second), the first
  * completed, `ship` once; control passes.
+ *
+ * Fixed: a job waiting on an owner there but not delayed (waiting for its children) comes back
+ * after 2, 4, 8… seconds by its own starts, a minute at most (`stepOwnerSeen` 'waiting').
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

@@ -30,6 +30,9 @@
  *
  * Fails now: { state: 'failed', failedReason: 'Do not know how to serialize a BigInt',
  * caughtAtCall: false, rows: 1 } (expected: completed, BullMQ has { paymentId } as given).
+ *
+ * Fixed: the held data is its JSON at the call (`stepJob`, lib/jobs/job-steps.ts), as BullMQ
+ * writes it then: later changes to the object are not written.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

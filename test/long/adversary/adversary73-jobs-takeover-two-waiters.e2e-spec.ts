@@ -36,6 +36,9 @@
  *
  * Fails now: `pack` by job 2, `ship` by job 3 13 ms later (expected ≥ 2.9 s, one job), while
  * job 2 waits its delay; each step still once. Control passes.
+ *
+ * Fixed: the job that takes a gone owner's steps over commits its own under its own name
+ * (`restoreAs` only for the data it goes on from): another waiting job waits for it.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
