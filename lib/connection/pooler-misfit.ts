@@ -9,8 +9,11 @@ import { IdempotencyStoreMisconfiguredError } from '../shapes/idempotency.errors
  */
 const PREPARED_STATEMENT_STATES = new Set(['26000', '42P05']);
 
-/** PostgreSQL's words for one of the library's named statements (all named `idempotency_…`). */
-const LIBRARY_STATEMENT = /^prepared statement "idempotency_/;
+/**
+ * One of the library's named statements (all named `idempotency_…_v<n>`) in PostgreSQL's words,
+ * in whatever language its `lc_messages` speaks (the name is quoted as that language quotes).
+ */
+const LIBRARY_STATEMENT = /(?<![\p{L}\p{N}_])idempotency_[a-z0-9_]*_v\d+/u;
 
 /** PostgreSQL's error as node-postgres gives it, or under TypeORM's `driverError`. */
 interface DatabaseError {

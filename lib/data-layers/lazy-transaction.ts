@@ -472,7 +472,7 @@ export class LazyTransaction extends RequestTransaction {
       }
       this.refuseBesidePhase();
       this.refuseBehindStream();
-      if (from !== runner) this.refuseBesideIdentity(from, args[0]);
+      if (from !== runner) this.refuseBesideIdentity(from, args[0], args[1]);
       if (from !== runner) this.nested.markBeside(from as object, args[0]);
       // `SET TRANSACTION READ ONLY` inside a nested transaction: read only until it ends.
       const depth = internals.transactionDepth;
@@ -503,7 +503,7 @@ export class LazyTransaction extends RequestTransaction {
       if (this.ended) throw new TransactionEndedError();
       this.refuseBesidePhase();
       this.refuseBehindStream();
-      if (from !== runner) this.refuseBesideIdentity(from, args[0]);
+      if (from !== runner) this.refuseBesideIdentity(from, args[0], args[1]);
       if (from !== runner) this.nested.markBeside(from as object, args[0]);
       // A stream is handed to node-postgres as an object, which `beginWith` cannot carry: its
       // BEGIN goes first, alone, so that a failed BEGIN never leaves it running outside.
@@ -528,9 +528,16 @@ export class LazyTransaction extends RequestTransaction {
    * with it, rather than run as another role in silence (row-level security would hide rows
    * from it). As on the pool seam (`PoolTransaction.refuseBesideIdentity`).
    */
-  private refuseBesideIdentity(from: unknown, text: unknown): void {
-    if (this.nested.besideIdentity(from as object, text)) {
-      throw this.refuse(new StatementBesideNestedTransactionError(true));
+  private refuseBesideIdentity(from: unknown, text: unknown, values?: unknown): void {
+    const beside = this.nested.besideIdentity(
+      from as object,
+      text,
+      Array.isArray(values) ? values : undefined,
+    );
+    if (beside) {
+      throw this.refuse(
+        new StatementBesideNestedTransactionError(beside === 'settings' ? 'settings' : true),
+      );
     }
   }
 

@@ -8,16 +8,27 @@ const beside = { name: 'beside' };
 const other = { name: 'other' };
 
 /** One step: a view starts a nested transaction, one ends (the depth after), or a statement. */
-type Step = ['start', object] | ['end', number] | ['send', object, string, boolean /* refused */];
+type Step =
+  | ['start', object]
+  | ['end', number]
+  | ['send', object, string, 'identity' | 'settings' | false /* refused */];
 
 describe('NestedIdentity', () => {
   it.each<[string, Step[]]>([
     ['nothing nested: nothing refused', [['send', beside, 'UPDATE t SET n = n + 1', false]]],
     [
-      'beside a nested transaction that set no role',
+      'beside a nested transaction that set a setting for itself (its tenant): refused',
       [
         ['start', inside],
         ['send', inside, "SELECT set_config('request.user', 'alice', true)", false],
+        ['send', beside, 'UPDATE t SET n = n + 1', 'settings'],
+      ],
+    ],
+    [
+      'beside a nested transaction that set no role nor setting',
+      [
+        ['start', inside],
+        ['send', inside, "SELECT set_config('request.user', 'alice', false)", false],
         ['send', beside, 'UPDATE t SET n = n + 1', false],
       ],
     ],
@@ -27,8 +38,8 @@ describe('NestedIdentity', () => {
         ['start', inside],
         ['send', inside, 'SET LOCAL ROLE app_user', false],
         ['send', inside, 'INSERT INTO notes VALUES (1)', false],
-        ['send', beside, 'UPDATE t SET n = n + 1', true],
-        ['send', beside, 'SELECT 1', true],
+        ['send', beside, 'UPDATE t SET n = n + 1', 'identity'],
+        ['send', beside, 'SELECT 1', 'identity'],
       ],
     ],
     [
@@ -36,7 +47,7 @@ describe('NestedIdentity', () => {
       [
         ['start', inside],
         ['send', inside, "SELECT set_config('search_path', 'tenant', true)", false],
-        ['send', beside, 'UPDATE t SET n = n + 1', true],
+        ['send', beside, 'UPDATE t SET n = n + 1', 'identity'],
       ],
     ],
     [
@@ -47,7 +58,7 @@ describe('NestedIdentity', () => {
         ['send', inside, 'SET LOCAL ROLE app_user', false],
         ['end', 2],
         ['send', inside, 'SELECT 1', false],
-        ['send', beside, 'SELECT 1', true],
+        ['send', beside, 'SELECT 1', 'identity'],
       ],
     ],
     [
@@ -56,7 +67,7 @@ describe('NestedIdentity', () => {
         ['start', inside],
         ['send', inside, 'SET LOCAL ROLE app_user', false],
         ['start', beside],
-        ['send', beside, 'INSERT INTO t VALUES (1)', true],
+        ['send', beside, 'INSERT INTO t VALUES (1)', 'identity'],
       ],
     ],
     [
@@ -78,8 +89,8 @@ describe('NestedIdentity', () => {
     ],
   ])('%s', (_label, steps) => {
     const nested = new NestedIdentity();
-    const refused: boolean[] = [];
-    const expected: boolean[] = [];
+    const refused: ('identity' | 'settings' | false)[] = [];
+    const expected: ('identity' | 'settings' | false)[] = [];
     for (const step of steps) {
       if (step[0] === 'start') nested.started(step[1]);
       else if (step[0] === 'end') nested.endedAt(step[1]);

@@ -1,4 +1,4 @@
-import { isPlainRead, setsIdentity } from '../transaction/sql/sql-text.js';
+import { isPlainRead, localSettingsOf, setsIdentity } from '../transaction/sql/sql-text.js';
 
 /** A nested transaction of the app's code on the request's TypeORM runner. */
 interface NestedTransaction {
@@ -10,6 +10,11 @@ interface NestedTransaction {
    * that role, where without the library it runs on a connection of its own.
    */
   setIdentity: boolean;
+  /**
+   * Its code set a setting for the transaction in it (`SET LOCAL statement_timeout`,
+   * `set_config('app.tenant', …, true)`): a statement beside it would run under it.
+   */
+  localSettings: boolean;
   /**
    * A statement not of its code (sent through another view while it was open) ran inside it,
    * on the request's one connection: if it rolls back, it takes that statement along, where
@@ -48,7 +53,7 @@ export class NestedIdentity {
 
   /** `owner` started a nested transaction. */
   started(owner: object): void {
-    this.open.push({ owner, setIdentity: false, beside: false });
+    this.open.push({ owner, setIdentity: false, localSettings: false, beside: false });
   }
 
   /**
@@ -85,17 +90,23 @@ export class NestedIdentity {
 
   /**
    * Whether `text`, sent through `from`, is beside an open nested transaction that set its
-   * identity (and is to be refused). When it is not, and it sets the identity inside a nested
-   * transaction of `from`'s, that transaction is marked, as its outermost: a `SET LOCAL` made
-   * in a savepoint lasts until the outermost one ends.
+   * identity (`identity`) or a setting for itself (`settings`), and is to be refused. When it
+   * is not, and it sets either inside a nested transaction of `from`'s, that transaction is
+   * marked, as its outermost: a `SET LOCAL` made in a savepoint lasts until the outermost one
+   * ends. The pool seam's `refuseBesideIdentity`, for TypeORM.
    */
-  besideIdentity(from: object, text: unknown): boolean {
+  besideIdentity(
+    from: object,
+    text: unknown,
+    values?: readonly unknown[],
+  ): 'identity' | 'settings' | false {
     if (this.open.length === 0) return false;
-    if (this.open.some((nested) => nested.setIdentity && nested.owner !== from)) return true;
-    if (setsIdentity(text)) {
-      const own = this.open.find((nested) => nested.owner === from);
-      if (own) own.setIdentity = true;
-    }
+    const others = this.open.filter((nested) => nested.owner !== from);
+    if (others.some((nested) => nested.setIdentity)) return 'identity';
+    if (others.some((nested) => nested.localSettings)) return 'settings';
+    const own = this.open.find((nested) => nested.owner === from);
+    if (own && setsIdentity(text)) own.setIdentity = true;
+    if (own && localSettingsOf(text, values).length > 0) own.localSettings = true;
     return false;
   }
 }

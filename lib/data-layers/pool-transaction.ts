@@ -64,6 +64,10 @@ interface Savepoint {
   made?: Promise<unknown>;
   /** A statement not of its nested transaction ran inside it (see `markBeside`). */
   beside?: boolean;
+  /** A statement of its own that is not a plain read ran inside it: a read beside may see it. */
+  wrote?: boolean;
+  /** Its ROLLBACK TO or RELEASE has been sent: nothing sent after runs inside it. */
+  endSent?: boolean;
   /**
    * For its data layer's outermost transaction (a transaction of its own without the
    * library): the name its role, session authorization and search path are kept under, put
@@ -109,6 +113,10 @@ interface InnerSavepoint {
   depth: number;
   /** A statement not of its view ran inside it: rolled back to, it would take it along. */
   beside?: boolean;
+  /** A statement of its view that is not a plain read ran inside it (see `Savepoint`). */
+  wrote?: boolean;
+  /** A setting its view set for the transaction inside it (see `Savepoint`). */
+  localSettings?: boolean;
 }
 
 /** What ends a nested transaction after its `RELEASE`, if anything, as the statement's tail. */
@@ -129,6 +137,8 @@ export class PoolTransaction extends RequestTransaction {
   private readonly savepoints: Savepoint[] = [];
   /** The data layers' own savepoints inside their nested transactions, innermost last. */
   private inner: InnerSavepoint[] = [];
+  /** Nested transactions rolled back whose ROLLBACK TO is not sent yet (see `markBeside`). */
+  private readonly rolledBackUnsent = new Set<Savepoint>();
   private savepointCount = 0;
   /** The request's connection, once a savepoint was made on it (see `onRelease`). */
   private savepointClient?: PoolClient;
@@ -210,6 +220,7 @@ export class PoolTransaction extends RequestTransaction {
     args: unknown[],
     nested: () => boolean,
     from: JoinedClient | null | 'own',
+    beforeSend?: () => void,
   ): Promise<unknown> {
     if (this.ended) return this.apart(nested(), () => this.sendAlone(args, true));
     const text = textOf(args[0]);
@@ -249,7 +260,11 @@ export class PoolTransaction extends RequestTransaction {
     if (from && from !== 'own' && from.savepoints[0]?.keptAs) {
       await this.keepSettings(client, from.savepoints[0], text, valuesOf(args));
     }
-    // What it runs inside is what was sent before it: marked as it is sent.
+    // What it runs inside is what was sent before it: judged as it is sent (the order the
+    // connection runs them in), its data layer's own savepoints too.
+    // A nested transaction's own end first (`endSavepoint`): judged on what went before it.
+    if (beforeSend) beforeSend();
+    else if (from && from !== 'own' && from.savepoints.length > 0) this.noteSent(from, text);
     if (from !== 'own') this.markBeside(from, text);
     try {
       const result = await this.send(client, args, nested);
@@ -310,14 +325,25 @@ export class PoolTransaction extends RequestTransaction {
    * rollback is then refused (see `rollBack`); a commit keeps both, as the app meant.
    */
   private markBeside(view: JoinedClient | null, text?: unknown): void {
-    if (this.savepoints.length === 0 && this.inner.length === 0) return;
-    // A plain read rolled back loses nothing (as TypeORM's `NestedIdentity`).
-    if (text !== undefined && isPlainRead(text)) return;
-    // Those whose SAVEPOINT was sent: one begun while the statement waited is made after it.
-    for (const savepoint of this.savepoints) {
-      if (savepoint.made && !view?.savepoints.includes(savepoint)) savepoint.beside = true;
+    if (
+      this.savepoints.length === 0 &&
+      this.inner.length === 0 &&
+      this.rolledBackUnsent.size === 0
+    ) {
+      return;
     }
-    for (const savepoint of this.inner) if (savepoint.view !== view) savepoint.beside = true;
+    // A plain read loses nothing rolled back, but may have seen what the nested transaction
+    // wrote before it (which without the library it would not): marked only beside those.
+    const read = text !== undefined && isPlainRead(text);
+    // Those whose SAVEPOINT was sent and whose end was not: one begun while the statement
+    // waited is made after it, one rolled back before it was sent no longer holds it.
+    for (const savepoint of [...this.savepoints, ...this.rolledBackUnsent]) {
+      if (!savepoint.made || savepoint.endSent || view?.savepoints.includes(savepoint)) continue;
+      if (!read || savepoint.wrote) savepoint.beside = true;
+    }
+    for (const savepoint of this.inner) {
+      if (savepoint.view !== view && (!read || savepoint.wrote)) savepoint.beside = true;
+    }
   }
 
   /**
@@ -329,10 +355,41 @@ export class PoolTransaction extends RequestTransaction {
   private noteInside(view: JoinedClient, text: unknown, args: unknown[]): void {
     if (setsIdentity(text)) view.savepoints[0].setIdentity = true;
     if (localSettingsOf(text, valuesOf(args)).length > 0) {
-      view.savepoints[view.savepoints.length - 1].localSettings = true;
+      // On its innermost savepoint: rolled back to, the setting ends with it.
+      const innermost = this.innermostInner(view);
+      if (innermost) innermost.localSettings = true;
+      else view.savepoints[view.savepoints.length - 1].localSettings = true;
     }
+  }
+
+  /** The last of `view`'s own savepoints at its depth of nested transactions, if any. */
+  private innermostInner(view: JoinedClient): InnerSavepoint | undefined {
+    const depth = view.savepoints.length;
+    for (let at = this.inner.length - 1; at >= 0; at--) {
+      const savepoint = this.inner[at];
+      if (savepoint.view === view && savepoint.depth === depth) return savepoint;
+    }
+    return undefined;
+  }
+
+  /**
+   * A statement of `view` inside its nested transactions, as it is sent: what it wrote there,
+   * and its data layer's own savepoints (see `InnerSavepoint`): rolled back to one that holds
+   * a statement sent beside it, the request is refused, as for its nested transaction's
+   * rollback; released, what was in it is in the one around it.
+   */
+  private noteSent(view: JoinedClient, text: unknown): void {
     const control = savepointControlOf(text);
-    if (!control) return;
+    if (!control) {
+      if (!isPlainRead(text)) {
+        for (const savepoint of view.savepoints) savepoint.wrote = true;
+        const depth = view.savepoints.length;
+        for (const savepoint of this.inner) {
+          if (savepoint.view === view && savepoint.depth === depth) savepoint.wrote = true;
+        }
+      }
+      return;
+    }
     const depth = view.savepoints.length;
     let at = this.inner.length - 1;
     while (at >= 0) {
@@ -345,12 +402,22 @@ export class PoolTransaction extends RequestTransaction {
     if (control.kind === 'savepoint') {
       this.inner.push({ name: control.name, view, depth });
     } else if (at >= 0 && control.kind === 'release') {
-      this.inner.splice(at);
+      const released = this.inner.splice(at);
+      const around = this.innermostInner(view) ?? view.savepoints[view.savepoints.length - 1];
+      if (released.some((savepoint) => savepoint.localSettings) && around) {
+        around.localSettings = true;
+      }
+      if (released.some((savepoint) => savepoint.beside) && around) around.beside = true;
     } else if (at >= 0) {
       if (this.inner.slice(at).some((savepoint) => savepoint.beside)) {
         this.refuse(new StatementBesideNestedTransactionError());
       }
+      // Rolled back to: what was set and written in it ended; the savepoint stays.
       this.inner.splice(at + 1);
+      const kept = this.inner[at];
+      kept.localSettings = false;
+      kept.beside = false;
+      kept.wrote = false;
     }
   }
 
@@ -378,7 +445,10 @@ export class PoolTransaction extends RequestTransaction {
     }
     // Or beside one that set a setting for itself: it would run under its statement_timeout,
     // as its tenant (`set_config('app.tenant', …, true)`, row-level security's).
-    if (beside.some((savepoint) => savepoint.localSettings)) {
+    if (
+      beside.some((savepoint) => savepoint.localSettings) ||
+      this.inner.some((savepoint) => savepoint.view !== view && savepoint.localSettings)
+    ) {
       throw this.refuse(new StatementBesideNestedTransactionError('settings'));
     }
   }
@@ -397,6 +467,8 @@ export class PoolTransaction extends RequestTransaction {
     }
     try {
       this.refuseBehindCursor();
+      // As a statement's: beside a nested transaction that set its role or a setting.
+      this.refuseBesideIdentity(view);
     } catch (error) {
       queueMicrotask(() => submittable.handleError?.(error));
       return submittable;
@@ -414,7 +486,7 @@ export class PoolTransaction extends RequestTransaction {
     void this.connection()
       .then(async (client) => {
         await this.makeSavepoints(client, open);
-        this.markBeside(view);
+        this.markBeside(view, textOf(args[0]));
         return this.send(client, args, nested);
       })
       .catch((error: unknown) => submittable.handleError?.(error));
@@ -595,8 +667,10 @@ export class PoolTransaction extends RequestTransaction {
     };
     if (!savepoint.made) return pop(); // nothing ran inside it
     if (how === 'rollback') {
+      // Ended for what is sent from now; a statement sent before its ROLLBACK TO is inside
+      // it, whenever it was called: judged as that is sent (below).
       pop();
-      this.rollBack(savepoint);
+      this.rolledBackUnsent.add(savepoint);
     }
     const failed = await savepoint.made.then(
       () => undefined,
@@ -604,6 +678,7 @@ export class PoolTransaction extends RequestTransaction {
     );
     if (failed) {
       // Its SAVEPOINT never took: there is nothing to end, and the request cannot commit.
+      this.rolledBackUnsent.delete(savepoint);
       pop();
       if (how === 'commit') throw failed.error;
       return;
@@ -636,7 +711,17 @@ export class PoolTransaction extends RequestTransaction {
               )
             : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
-    await this.statement([text], () => true, view);
+    await this.statement(
+      [text],
+      () => true,
+      view,
+      () => {
+        savepoint.endSent = true;
+        if (how !== 'rollback') return;
+        this.rolledBackUnsent.delete(savepoint);
+        this.rollBack(savepoint);
+      },
+    );
     if (how === 'commit') {
       pop();
       // Released, what it set lasts in the one around it (the outermost's release puts it back).

@@ -38,6 +38,10 @@
  *
  * Fixed: a plain read (`isPlainRead`) beside a nested transaction no longer marks it, as on
  * TypeORM (`markBeside` in lib/data-layers/pool-transaction.ts): its rollback is let through.
+ * Since round 73 (adversary73-layers-read-beside-sees-rolled-back: a read beside may see what
+ * the nested transaction wrote, which without the library it would not) only while that
+ * nested transaction has written nothing: the read here comes before its insert (it came
+ * after, which is now refused).
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { and, eq } from 'drizzle-orm';
@@ -80,12 +84,12 @@ async function place(body: Body72) {
   if (body.layer === 'drizzle') {
     await db
       .transaction(async (tx) => {
-        await tx.insert(orders).values({ tag });
         const reader = body.beside ? db : tx; // the catalog service's own db, or tx
         const [row] = await reader
           .select()
           .from(stock)
           .where(and(eq(stock.sku, 'book')));
+        await tx.insert(orders).values({ tag });
         if (row.left < 1) tx.rollback();
       })
       .catch(() => {
@@ -96,10 +100,10 @@ async function place(body: Body72) {
   if (body.layer === 'prisma') {
     await prisma
       .$transaction(async (tx) => {
-        await tx.$executeRaw`INSERT INTO adv72r_orders (tag) VALUES (${tag})`;
         const reader = body.beside ? prisma : tx;
         const [row] = await reader.$queryRaw<{ left: number }[]>`
           SELECT "left" FROM adv72r_stock WHERE sku = 'book'`;
+        await tx.$executeRaw`INSERT INTO adv72r_orders (tag) VALUES (${tag})`;
         if (row.left < 1) throw new OutOfStock('out of stock');
       })
       .catch(() => {
@@ -110,13 +114,13 @@ async function place(body: Body72) {
   await kdb
     .transaction()
     .execute(async (trx) => {
-      await trx.insertInto('adv72r_orders').values({ tag }).execute();
       const reader = body.beside ? kdb : trx;
       const row = await reader
         .selectFrom('adv72r_stock')
         .selectAll()
         .where('sku', '=', 'book')
         .executeTakeFirstOrThrow();
+      await trx.insertInto('adv72r_orders').values({ tag }).execute();
       if (row.left < 1) throw new OutOfStock('out of stock');
     })
     .catch(() => {

@@ -42,6 +42,9 @@
  *
  * Fails now: 'Expected { status: 201, rows: ["audit","order"] }, Received { status: 500,
  * rows: [] }' (the two controls pass).
+ *
+ * Fixed: a data layer's SAVEPOINT is noted as it is sent (`noteSent`): a statement sent before
+ * it is not inside it.
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';

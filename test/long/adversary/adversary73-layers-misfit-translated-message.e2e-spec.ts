@@ -33,6 +33,9 @@
  *
  * Fails now: each translated row: 'Expected: StringContaining "Set pooler: ...", Received:
  * undefined' (the English control passes).
+ *
+ * Fixed: the library's statement is told by its name anywhere in the message
+ * (`idempotency_…_v<n>`, lib/connection/pooler-misfit.ts), whatever the language.
  */
 import { explainPoolerMisfit } from '../../../lib/connection/pooler-misfit.js';
 

@@ -37,6 +37,9 @@
  *
  * Fails now: 'Expected: "audit kept or refused", Received: "201 stored, rows []: the audit
  * row is gone"' (the two controls pass).
+ *
+ * Fixed: a nested transaction's rollback is judged as its ROLLBACK TO is sent (`endSavepoint`'s
+ * `beforeSend`); until then it still holds what is sent (`rolledBackUnsent`).
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { type Pool } from 'pg';

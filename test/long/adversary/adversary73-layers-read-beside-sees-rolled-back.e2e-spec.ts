@@ -38,6 +38,9 @@
  *
  * Fails now: 'Expected: "as without the library, or refused", Received: "201 stored with
  * held 1, rows 0 (replayed)"' (the two controls pass).
+ *
+ * Fixed: a plain read beside a nested transaction that has written marks it (`wrote`,
+ * `markBeside`): its rollback refuses the request; one that has written nothing lets it through.
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { count, eq } from 'drizzle-orm';

@@ -44,6 +44,10 @@
  * Fails now: 'Expected: "audit kept or refused", Received: "201 stored, rows [\"reserved\"]: the audit
  * row is gone"' for the inner savepoint ("inner true"); the outer case and the four
  * controls pass.
+ *
+ * Fixed: a data layer's own savepoint statements are followed as they are SENT (`noteSent`,
+ * lib/data-layers/pool-transaction.ts), in the order the connection runs them: the ROLLBACK TO
+ * is judged on what was sent before it, the write sent first included.
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';

@@ -40,6 +40,10 @@
  * Fails now: 'Expected { status: 201, code: undefined }, Received { status: 500, code: undefined }' (the audit's insert throws
  * StatementBesideNestedTransactionError: '... after that transaction set a setting for itself')
  * (the two controls pass).
+ *
+ * Fixed: a setting is noted on the innermost savepoint it was set in, the data layer's own
+ * included (`InnerSavepoint.localSettings`): rolled back to, it ends; released, it passes to
+ * the one around it.
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { sql } from 'drizzle-orm';

@@ -34,6 +34,9 @@
  *
  * Fails now: 'Expected: "session's or refused", Received: "201, the stream read tenant acme"'
  * (the two controls pass).
+ *
+ * Fixed: `submit` refuses a cursor beside a nested transaction that set its role, a setting or
+ * READ ONLY, as a statement (`refuseBesideIdentity`).
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { Kysely, PostgresDialect, sql } from 'kysely';

@@ -28,6 +28,12 @@
  * Fails now: 'Expected { status: 201, rows: ["quote"] }, Received { status: 500, rows: [] }'
  * (500 `transaction_aborted`: the refusal the rollback met; with `trx.commit()` instead the
  * same stream answers 201) (the two controls pass).
+ *
+ * Fixed: a cursor is marked beside as it is sent, with its text (`submit`), as a statement:
+ * a plain read beside a nested transaction that has written nothing yet is let through.
+ * Since the same round (adversary73-layers-read-beside-sees-rolled-back), a read beside one
+ * that has written is refused on its rollback (it may have seen that write), as `execute()`
+ * and a stream alike: the hold is now inserted after the read (it was before).
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { Kysely, PostgresDialect } from 'kysely';
@@ -50,11 +56,11 @@ type Body73 = { tag: string; query?: boolean };
 async function work(body: Body73) {
   const { tag } = body;
   const trx = await kdb.startTransaction().execute();
-  await trx.insertInto('adv73k_notes').values({ tag, what: 'hold' }).execute();
   const read = kdb.selectFrom('adv73k_prices').select('price'); // the pricing service's kdb
   const prices: number[] = [];
   if (body.query) prices.push(...(await read.execute()).map((row) => row.price));
   else for await (const row of read.stream()) prices.push(row.price);
+  await trx.insertInto('adv73k_notes').values({ tag, what: 'hold' }).execute();
   await trx.rollback().execute(); // the price changed: give up the hold
   await kdb.insertInto('adv73k_notes').values({ tag, what: 'quote' }).execute();
   return { tag, prices };

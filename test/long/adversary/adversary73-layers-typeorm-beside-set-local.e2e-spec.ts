@@ -42,6 +42,9 @@
  * Fails now: timeout: '[{"attempt":1,"status":503,"code":"database_transient"},{"attempt":2,
  * "status":503,"code":"database_transient"}] rows []'; tenant: '[{"attempt":1,"status":201},
  * {"attempt":2,"status":201}] rows ["audit:acme","order:acme"]' (the two controls pass).
+ *
+ * Fixed: TypeORM's `NestedIdentity.besideIdentity` notes a setting a nested transaction set for
+ * itself (`localSettingsOf`) and refuses a statement beside it ('settings'), as the pool seam.
  */
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
