@@ -49,7 +49,12 @@ describe('@IdempotentTask() on @nestjs/schedule, with real replicas', () => {
       );
       expect(slots.length).toBeGreaterThanOrEqual(3);
       expect(slots.filter((rows) => rows.length > 1)).toEqual([]);
-      expect(await replicas.unfinished()).toEqual([]);
+      // Nothing left unfinished but the tick the SIGKILL may cut as it runs (on a loaded
+      // machine a tick's run can outlast the moment the replicas are killed): the last one.
+      const last = slots.flat().reduce((max, row) => (row.slot > max ? row.slot : max), '');
+      const unfinished = await replicas.unfinished();
+      expect(unfinished.length).toBeLessThanOrEqual(1);
+      expect(unfinished.filter((slot) => slot <= last)).toEqual([]);
     },
     60_000,
   );
