@@ -263,9 +263,14 @@ export class PoolTransaction extends RequestTransaction {
     // What it runs inside is what was sent before it: judged as it is sent (the order the
     // connection runs them in), its data layer's own savepoints too.
     // A nested transaction's own end first (`endSavepoint`): judged on what went before it.
+    // Whether it is a plain read: parsed once, and only beside or inside a nested transaction.
+    const read =
+      from !== 'own' && (this.savepoints.length > 0 || this.rolledBackUnsent.size > 0)
+        ? isPlainRead(text)
+        : false;
     if (beforeSend) beforeSend();
-    else if (from && from !== 'own' && from.savepoints.length > 0) this.noteSent(from, text);
-    if (from !== 'own') this.markBeside(from, text);
+    else if (from && from !== 'own' && from.savepoints.length > 0) this.noteSent(from, text, read);
+    if (from !== 'own') this.markBeside(from, read);
     try {
       const result = await this.send(client, args, nested);
       this.noteSuccess(text);
@@ -324,7 +329,7 @@ export class PoolTransaction extends RequestTransaction {
    * instead of `trx` inside a transaction's callback, or work running beside it). That
    * rollback is then refused (see `rollBack`); a commit keeps both, as the app meant.
    */
-  private markBeside(view: JoinedClient | null, text?: unknown): void {
+  private markBeside(view: JoinedClient | null, read = false): void {
     if (
       this.savepoints.length === 0 &&
       this.inner.length === 0 &&
@@ -334,7 +339,6 @@ export class PoolTransaction extends RequestTransaction {
     }
     // A plain read loses nothing rolled back, but may have seen what the nested transaction
     // wrote before it (which without the library it would not): marked only beside those.
-    const read = text !== undefined && isPlainRead(text);
     // Those whose SAVEPOINT was sent and whose end was not: one begun while the statement
     // waited is made after it, one rolled back before it was sent no longer holds it.
     for (const savepoint of [...this.savepoints, ...this.rolledBackUnsent]) {
@@ -378,10 +382,10 @@ export class PoolTransaction extends RequestTransaction {
    * a statement sent beside it, the request is refused, as for its nested transaction's
    * rollback; released, what was in it is in the one around it.
    */
-  private noteSent(view: JoinedClient, text: unknown): void {
+  private noteSent(view: JoinedClient, text: unknown, read: boolean): void {
     const control = savepointControlOf(text);
     if (!control) {
-      if (!isPlainRead(text)) {
+      if (!read) {
         for (const savepoint of view.savepoints) savepoint.wrote = true;
         const depth = view.savepoints.length;
         for (const savepoint of this.inner) {
@@ -486,7 +490,7 @@ export class PoolTransaction extends RequestTransaction {
     void this.connection()
       .then(async (client) => {
         await this.makeSavepoints(client, open);
-        this.markBeside(view, textOf(args[0]));
+        this.markBeside(view, isPlainRead(textOf(args[0])));
         return this.send(client, args, nested);
       })
       .catch((error: unknown) => submittable.handleError?.(error));

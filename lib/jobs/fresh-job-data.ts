@@ -1,8 +1,25 @@
 import { type JobLike } from './job-like.js';
 
-/** BullMQ's `Job` class, as a job object carries it: its `fromId` reads a job from Redis. */
-interface JobClass {
-  fromId?: (queue: unknown, id: string) => Promise<{ data: unknown } | undefined>;
+/** A job as BullMQ has it in Redis now, as far as the library reads it. */
+interface StoredJob {
+  data: unknown;
+  timestamp?: unknown;
+  delay?: unknown;
+  getState?: () => Promise<string>;
+}
+
+/**
+ * Reads the job of `id` afresh from `job`'s queue, by `job`'s own class (BullMQ's
+ * `Job.fromId`): resolves undefined where there is no such job; null where it cannot be read
+ * so (not a BullMQ job: the library never imports the package, see `JobLike`).
+ */
+function readJob(job: JobLike, id: string): Promise<StoredJob | undefined> | null {
+  const queue = (job as { queue?: unknown }).queue;
+  const { fromId } = job.constructor as {
+    fromId?: (queue: unknown, id: string) => Promise<StoredJob | undefined>;
+  };
+  if (typeof fromId !== 'function' || !queue) return null;
+  return fromId.call(job.constructor, queue, id);
 }
 
 /**
@@ -11,10 +28,8 @@ interface JobClass {
  * job is gone). A worker's job object holds the data BullMQ had when it took the job.
  */
 export async function freshDataOf(job: JobLike): Promise<{ data: unknown } | undefined> {
-  const queue = (job as { queue?: unknown }).queue;
-  const { fromId } = job.constructor as JobClass;
-  if (typeof fromId !== 'function' || !queue || job.id === undefined) return undefined;
-  const fresh = await fromId.call(job.constructor, queue, String(job.id));
+  const reading = job.id === undefined ? null : readJob(job, String(job.id));
+  const fresh = reading ? await reading : undefined;
   return fresh ? { data: fresh.data } : undefined;
 }
 
@@ -40,12 +55,10 @@ export async function stepOwnerSeen(job: JobLike, identity: unknown): Promise<St
   if (at <= 0) return { kind: 'there' };
   const id = identity.slice(0, at);
   const added = Number(identity.slice(at + 1));
-  const queue = (job as { queue?: unknown }).queue;
-  const { fromId } = job.constructor as JobClass;
-  if (typeof fromId !== 'function' || !queue || !Number.isFinite(added)) return { kind: 'there' };
+  const reading = Number.isFinite(added) ? readJob(job, id) : null;
+  if (!reading) return { kind: 'there' };
   try {
-    const owner = (await fromId.call(job.constructor, queue, id)) as
-      { timestamp?: unknown; delay?: unknown; getState?: () => Promise<string> } | undefined;
+    const owner = await reading;
     if (owner === undefined || owner.timestamp !== added) return { kind: 'gone' };
     const state = await owner.getState?.();
     const delayMs = Number(owner.delay);
