@@ -11,7 +11,12 @@
  *   - a whole transaction queued at once (`BEGIN`, the tenant's `set_config(…, true)`, the
  *     `INSERT`, `COMMIT` under one `Promise.all`) has its `COMMIT` refused ("COMMIT refused:
  *     the idempotent request's transaction commits with its stored response…"): 500, nothing
- *     kept, on every try, for code that is correct pg (medium: a false refusal).
+ *     kept, on every try, for code that is correct pg (medium: a false refusal);
+ *   - with `BEGIN` awaited and only the rest queued (`set_config`, `INSERT`, `COMMIT`), the
+ *     `COMMIT`, called in the same tick, finds the savepoint not made yet ("nothing ran
+ *     inside it") and ends it; the `set_config(…, true)` and the `INSERT` then run at the
+ *     request's top level, and the tenant outlives the nested transaction: the request's own
+ *     row written after it is stamped 'acme' under the stored 201 (high: a wrong effect).
  *
  *   const client = await pool.connect();
  *   const [, placed] = await Promise.all([
@@ -29,7 +34,11 @@
  * still empty: `open` is `[]`, `outside` is true, nothing is noted inside, and it is sent at
  * the top level, never inside the savepoint. The `ROLLBACK` then meets a savepoint that was
  * never `made` (`endSavepoint`: "nothing ran inside it") and sends nothing; a `COMMIT` called
- * in the same tick meets no savepoint at all (`innermost` → `refuse('COMMIT')`).
+ * in the same tick meets no savepoint at all (`innermost` → `refuse('COMMIT')`). Likewise
+ * `endSavepoint` decides "nothing ran inside it" (`if (!savepoint.made) return pop()`) when
+ * the COMMIT is CALLED, while a statement called before it on the same view has not yet made
+ * the savepoint (it does so after `await this.connection()`): that statement then finds the
+ * savepoint gone and runs at the top level.
  *
  * Expected (docs/guides/data-layers.md): "`pool.connect()` gives a view of the request's
  * connection. A data layer opens its own transactions on such a connection with `BEGIN`;
@@ -44,7 +53,8 @@
  *
  * Fails now: the queued order: 'Expected orders 0, Received 1' (201 `{ placed: false }` stored,
  * the order committed); the queued transaction: 'Expected status 201, notes ["acme"];
- * Received 500, []' (the four controls pass).
+ * Received 500, []'; the rest queued behind an awaited BEGIN: 'Expected after [""], Received
+ * ["acme"]' (the four controls pass).
  *
  * Suggested fix: push the nested transaction's savepoint synchronously when its `BEGIN` is
  * called (and pop it if `askIsolation` refuses), so that what is called after it on the same
@@ -60,7 +70,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 const POOL = Symbol('POOL');
 let pool: Pool;
 
-type Body74 = { tag: string; awaited?: boolean };
+type Body74 = { tag: string; awaited?: boolean; beginAwaited?: boolean };
 
 /** The order, rolled back by the app: the stock is empty. */
 async function order(pool: Pool, { tag, awaited }: Body74) {
@@ -95,7 +105,7 @@ async function order(pool: Pool, { tag, awaited }: Body74) {
 }
 
 /** A whole transaction queued at once: the tenant set for it, the note written under it. */
-async function note(pool: Pool, { tag, awaited }: Body74) {
+async function note(pool: Pool, { tag, awaited, beginAwaited }: Body74) {
   const client = await pool.connect();
   try {
     const steps: [string, unknown[]?][] = [
@@ -105,10 +115,16 @@ async function note(pool: Pool, { tag, awaited }: Body74) {
       ['COMMIT'],
     ];
     if (awaited) for (const [text, values] of steps) await client.query(text, values);
-    else await Promise.all(steps.map(([text, values]) => client.query(text, values)));
+    else if (beginAwaited) {
+      // BEGIN first; its statements and COMMIT queued at once.
+      await client.query('BEGIN');
+      await Promise.all(steps.slice(1).map(([text, values]) => client.query(text, values)));
+    } else await Promise.all(steps.map(([text, values]) => client.query(text, values)));
   } finally {
     client.release();
   }
+  // The request's own bookkeeping after the tenant's transaction: no tenant set for it.
+  await pool.query('INSERT INTO adv74p_notes (tag) VALUES ($1)', [`${tag}-after`]);
   return { tag };
 }
 
@@ -233,6 +249,7 @@ describe('adversary 74: statements queued behind an unawaited BEGIN on a client 
     const answer = await post('/plain/note', undefined, { tag: 'plain-note' });
     expect(answer.status).toBe(201);
     expect(await notes('plain-note')).toEqual(['acme']);
+    expect(await notes('plain-note-after')).toEqual(['']);
   }, 20_000);
 
   it('control: each statement awaited, the note commits with its tenant', async () => {
@@ -242,6 +259,20 @@ describe('adversary 74: statements queued behind an unawaited BEGIN on a client 
     });
     expect(answer.status).toBe(201);
     expect(await notes('awaited-note')).toEqual(['acme']);
+    expect(await notes('awaited-note-after')).toEqual(['']);
+  }, 20_000);
+
+  it('BEGIN awaited, the rest queued: the tenant ends with the nested COMMIT, not after it', async () => {
+    const tag = 'queued-commit';
+    const answer = await post('/keyed/note', tag, { tag, beginAwaited: true });
+    // Received: the bookkeeping row after the nested transaction stamped 'acme': the
+    // set_config ran at the request's top level (the COMMIT, called in the same tick, found
+    // a savepoint not made yet and ended "nothing").
+    expect({
+      status: answer.status,
+      note: await notes(tag),
+      after: await notes(`${tag}-after`),
+    }).toEqual({ status: 201, note: ['acme'], after: [''] });
   }, 20_000);
 
   it('a transaction queued at once: its COMMIT is not refused, 201 with the note', async () => {
