@@ -30,6 +30,10 @@
  * gone, the audit beside a nested transaction that commits is kept, as the docs say of beside
  * statements ("If that nested transaction commits, both are kept"): 201, both rows.
  *
+ * The same with Kysely's savepoint API (`trx.savepoint('as_user')`, `SET LOCAL ROLE`, the
+ * user's insert refused, `rollbackToSavepoint('as_user')`, then the service's `kdb` beside):
+ * 500 alike.
+ *
  * Control: the same code without the `SET LOCAL ROLE` in the savepoint: 201, both rows; the
  * same without `@Idempotent()`: 201, both rows.
  *
@@ -38,7 +42,8 @@
  *
  * Fails now: 'Expected { status: 201 }, Received { status: 500 }' (the audit's insert throws
  * StatementBesideNestedTransactionError: '... after that transaction set its role, session
- * authorization or search path (SET LOCAL ROLE)'); the two controls pass.
+ * authorization or search path (SET LOCAL ROLE)'), for Drizzle and for Kysely; the four
+ * controls pass.
  *
  * Suggested fix: note the identity as the settings are noted, on the innermost savepoint it
  * was set in (`InnerSavepoint.setIdentity`): rolled back to, it ends; released, it passes to
@@ -46,6 +51,7 @@
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { sql } from 'drizzle-orm';
+import { Kysely, PostgresDialect, sql as ksql } from 'kysely';
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
 import { pgTable, serial, text } from 'drizzle-orm/pg-core';
 import { Client, type Pool } from 'pg';
@@ -59,13 +65,39 @@ const notes = pgTable('adv74i_notes', {
   what: text('what').notNull(),
 });
 
+interface KyselyDb {
+  adv74i_notes: { id?: number; tag: string; what: string };
+}
+
 let pool: Pool;
 let db: NodePgDatabase;
+let kdb: Kysely<KyselyDb>;
 let role: string;
 
-type Body74 = { tag: string; asUser?: boolean };
+type Body74 = { tag: string; asUser?: boolean; kysely?: boolean };
+
+/** The same with Kysely's savepoint API on a controlled transaction. */
+async function workKysely(body: Body74) {
+  const { tag } = body;
+  const trx = await kdb.startTransaction().execute();
+  await trx.insertInto('adv74i_notes').values({ tag, what: 'order' }).execute();
+  const asUser = await trx.savepoint('as_user').execute();
+  try {
+    if (body.asUser) await ksql.raw(`SET LOCAL ROLE ${role}`).execute(asUser);
+    await asUser.insertInto('adv74i_notes').values({ tag, what: 'theirs' }).execute();
+    if (!body.asUser) throw new Error('not theirs');
+  } catch {
+    await asUser.rollbackToSavepoint('as_user').execute();
+  }
+  const shown = await ksql<{ who: string }>`SELECT current_user AS who`.execute(trx);
+  const who = shown.rows[0].who === role ? 'user' : 'owner';
+  await kdb.insertInto('adv74i_notes').values({ tag, what: 'audit' }).execute(); // the service's kdb
+  await trx.commit().execute();
+  return { tag, who };
+}
 
 async function work(body: Body74) {
+  if (body.kysely) return workKysely(body);
   const { tag } = body;
   let who = '';
   await db.transaction(async (tx) => {
@@ -115,6 +147,7 @@ describe('adversary 74: a role rolled back with its savepoint still refuses besi
       usePool: (started) => {
         pool = started;
         db = drizzle({ client: started });
+        kdb = new Kysely<KyselyDb>({ dialect: new PostgresDialect({ pool: started }) });
       },
       setup: async (admin) => {
         const database = (await admin.query<{ db: string }>('SELECT current_database() AS db'))
@@ -172,6 +205,33 @@ describe('adversary 74: a role rolled back with its savepoint still refuses besi
   it('the SET LOCAL ROLE rolled back with its savepoint: the audit beside is kept, 201 (every try)', async () => {
     const tag = 'as-user';
     const answer = await post('/keyed', tag, { tag, asUser: true });
+    // Received: 500, StatementBesideNestedTransactionError(true) from the audit's insert.
+    expect({ status: answer.status, code: answer.body.code }).toEqual({
+      status: 201,
+      code: undefined,
+    });
+    expect(answer.body.who).toBe('owner');
+    expect(await kept(tag)).toEqual(['audit', 'order']);
+  }, 20_000);
+
+  it('control (Kysely): no SET LOCAL ROLE in the savepoint: 201, both rows', async () => {
+    const tag = 'k-owner';
+    const answer = await post('/keyed', tag, { tag, kysely: true });
+    expect(answer.status).toBe(201);
+    expect(await kept(tag)).toEqual(['audit', 'order']);
+  }, 20_000);
+
+  it('control (Kysely): without @Idempotent(), the user part rolled back, both rows kept', async () => {
+    const tag = 'k-plain';
+    const answer = await post('/plain', undefined, { tag, asUser: true, kysely: true });
+    expect(answer.status).toBe(201);
+    expect(answer.body.who).toBe('owner');
+    expect(await kept(tag)).toEqual(['audit', 'order']);
+  }, 20_000);
+
+  it('Kysely: the SET LOCAL ROLE rolled back with savepoint(): the audit beside is kept, 201', async () => {
+    const tag = 'k-as-user';
+    const answer = await post('/keyed', tag, { tag, asUser: true, kysely: true });
     // Received: 500, StatementBesideNestedTransactionError(true) from the audit's insert.
     expect({ status: answer.status, code: answer.body.code }).toEqual({
       status: 201,
