@@ -20,7 +20,8 @@ import {
   isTransactionModeOnly,
   localSettingsOf,
   nestedControlOf,
-  savepointControlOf,
+  savepointControlsOf,
+  type SavepointControl,
   setsIdentity,
   setsReadOnly,
 } from '../transaction/sql/sql-text.js';
@@ -117,6 +118,13 @@ interface InnerSavepoint {
   wrote?: boolean;
   /** A setting its view set for the transaction inside it (see `Savepoint`). */
   localSettings?: boolean;
+  /** Its view set its role or search path inside it (see `Savepoint`). */
+  setIdentity?: boolean;
+  /**
+   * Whether each nested transaction and savepoint around it had written when it was made: a
+   * write inside it marks those too, and rolled back to, it is undone there as well.
+   */
+  wroteBefore: [Savepoint | InnerSavepoint, boolean][];
 }
 
 /** What ends a nested transaction after its `RELEASE`, if anything, as the statement's tail. */
@@ -357,13 +365,11 @@ export class PoolTransaction extends RequestTransaction {
    * statement sent beside it, the request is refused, as for its nested transaction's rollback.
    */
   private noteInside(view: JoinedClient, text: unknown, args: unknown[]): void {
-    if (setsIdentity(text)) view.savepoints[0].setIdentity = true;
-    if (localSettingsOf(text, valuesOf(args)).length > 0) {
-      // On its innermost savepoint: rolled back to, the setting ends with it.
-      const innermost = this.innermostInner(view);
-      if (innermost) innermost.localSettings = true;
-      else view.savepoints[view.savepoints.length - 1].localSettings = true;
-    }
+    // On its innermost savepoint: rolled back to, what was set ends with it; released, it
+    // passes to the one around it (see `noteSavepointControl`, `endSavepoint`).
+    const innermost = this.innermostInner(view) ?? view.savepoints[view.savepoints.length - 1];
+    if (setsIdentity(text)) innermost.setIdentity = true;
+    if (localSettingsOf(text, valuesOf(args)).length > 0) innermost.localSettings = true;
   }
 
   /** The last of `view`'s own savepoints at its depth of nested transactions, if any. */
@@ -383,17 +389,24 @@ export class PoolTransaction extends RequestTransaction {
    * rollback; released, what was in it is in the one around it.
    */
   private noteSent(view: JoinedClient, text: unknown, read: boolean): void {
-    const control = savepointControlOf(text);
-    if (!control) {
-      if (!read) {
-        for (const savepoint of view.savepoints) savepoint.wrote = true;
-        const depth = view.savepoints.length;
-        for (const savepoint of this.inner) {
-          if (savepoint.view === view && savepoint.depth === depth) savepoint.wrote = true;
-        }
-      }
-      return;
+    // Each statement of the text in its order (`SAVEPOINT a; INSERT …`, a comment first).
+    for (const control of savepointControlsOf(text) ?? [null]) {
+      if (control) this.noteSavepointControl(view, control);
+      else if (!read) this.noteWrite(view);
     }
+  }
+
+  /** A statement of `view` that is not a plain read: its open nested transactions wrote. */
+  private noteWrite(view: JoinedClient): void {
+    for (const savepoint of view.savepoints) savepoint.wrote = true;
+    const depth = view.savepoints.length;
+    for (const savepoint of this.inner) {
+      if (savepoint.view === view && savepoint.depth === depth) savepoint.wrote = true;
+    }
+  }
+
+  /** A data layer's own `SAVEPOINT`, `RELEASE` or `ROLLBACK TO`, sent by `view`. */
+  private noteSavepointControl(view: JoinedClient, control: SavepointControl): void {
     const depth = view.savepoints.length;
     let at = this.inner.length - 1;
     while (at >= 0) {
@@ -404,14 +417,24 @@ export class PoolTransaction extends RequestTransaction {
       at -= 1;
     }
     if (control.kind === 'savepoint') {
-      this.inner.push({ name: control.name, view, depth });
+      const around = [
+        ...view.savepoints,
+        ...this.inner.filter((savepoint) => savepoint.view === view && savepoint.depth === depth),
+      ];
+      const wroteBefore = around.map((savepoint): [Savepoint | InnerSavepoint, boolean] => [
+        savepoint,
+        savepoint.wrote === true,
+      ]);
+      this.inner.push({ name: control.name, view, depth, wroteBefore });
     } else if (at >= 0 && control.kind === 'release') {
       const released = this.inner.splice(at);
       const around = this.innermostInner(view) ?? view.savepoints[view.savepoints.length - 1];
       if (released.some((savepoint) => savepoint.localSettings) && around) {
         around.localSettings = true;
       }
+      if (released.some((savepoint) => savepoint.setIdentity) && around) around.setIdentity = true;
       if (released.some((savepoint) => savepoint.beside) && around) around.beside = true;
+      if (released.some((savepoint) => savepoint.wrote) && around) around.wrote = true;
     } else if (at >= 0) {
       if (this.inner.slice(at).some((savepoint) => savepoint.beside)) {
         this.refuse(new StatementBesideNestedTransactionError());
@@ -420,8 +443,11 @@ export class PoolTransaction extends RequestTransaction {
       this.inner.splice(at + 1);
       const kept = this.inner[at];
       kept.localSettings = false;
+      kept.setIdentity = false;
       kept.beside = false;
       kept.wrote = false;
+      // What it wrote is undone around it too: those wrote only what they had before it.
+      for (const [around, wrote] of kept.wroteBefore) around.wrote = wrote;
     }
   }
 
@@ -449,6 +475,9 @@ export class PoolTransaction extends RequestTransaction {
     }
     // Or beside one that set a setting for itself: it would run under its statement_timeout,
     // as its tenant (`set_config('app.tenant', …, true)`, row-level security's).
+    if (this.inner.some((savepoint) => savepoint.view !== view && savepoint.setIdentity)) {
+      throw this.refuse(new StatementBesideNestedTransactionError(true));
+    }
     if (
       beside.some((savepoint) => savepoint.localSettings) ||
       this.inner.some((savepoint) => savepoint.view !== view && savepoint.localSettings)
@@ -479,6 +508,9 @@ export class PoolTransaction extends RequestTransaction {
     }
     this.watchCursor(submittable);
     const open = this.savepoints.slice();
+    const text = textOf(args[0]);
+    // Inside its own nested transactions, as a statement's: what it sets, what it writes.
+    if (view.savepoints.length > 0) this.noteInside(view, text, args);
     // A cursor's failure (raised while it is read) aborts the transaction as a statement's does.
     const handleError = submittable.handleError?.bind(submittable);
     if (handleError) {
@@ -490,7 +522,9 @@ export class PoolTransaction extends RequestTransaction {
     void this.connection()
       .then(async (client) => {
         await this.makeSavepoints(client, open);
-        this.markBeside(view, isPlainRead(textOf(args[0])));
+        const read = isPlainRead(text);
+        if (view.savepoints.length > 0) this.noteSent(view, text, read);
+        this.markBeside(view, read);
         return this.send(client, args, nested);
       })
       .catch((error: unknown) => submittable.handleError?.(error));
@@ -731,6 +765,7 @@ export class PoolTransaction extends RequestTransaction {
       // Released, what it set lasts in the one around it (the outermost's release puts it back).
       const around = view.savepoints[view.savepoints.length - 1];
       if (savepoint.localSettings && around) around.localSettings = true;
+      if (savepoint.setIdentity && around) around.setIdentity = true;
     }
     // Rolled back to its savepoint: a failure inside it no longer aborts the transaction, and
     // a later "transaction is aborted" is another failure's, not that one's.
@@ -784,6 +819,25 @@ export class PoolTransaction extends RequestTransaction {
  */
 export class JoinedClient extends EventEmitter {
   readonly savepoints: Savepoint[] = [];
+  /**
+   * Its calls, one after another in the order made: node-postgres runs a client's queries in
+   * call order, so code may queue them without awaiting (`Promise.all([client.query('BEGIN'),
+   * client.query('INSERT …')])`). Each is judged once the one before it is done, so that the
+   * `INSERT` is inside the nested transaction its `BEGIN` opened, and a `ROLLBACK` after it
+   * finds it there.
+   */
+  private turn: Promise<unknown> = Promise.resolve();
+  /** Its calls not done yet. */
+  private pending = 0;
+
+  /** `call` is the view's last: the next waits for it to be done. */
+  private inTurn(call: Promise<unknown>): void {
+    this.pending += 1;
+    this.turn = call.then(
+      () => (this.pending -= 1),
+      () => (this.pending -= 1),
+    );
+  }
 
   constructor(private readonly transaction: PoolTransaction) {
     super();
@@ -811,10 +865,20 @@ export class JoinedClient extends EventEmitter {
       this.apart.catch(() => undefined);
     }
     if (this.apart) return this.queryApart(args);
-    if (isSubmittable(args[0])) return this.transaction.submit(args, () => this.depth > 0, this);
+    if (isSubmittable(args[0])) {
+      const submit = () => this.transaction.submit(args, () => this.depth > 0, this);
+      // Handed over at once when nothing is before it (watched from the call on), else once
+      // the calls before it are done; a statement after it is judged behind it (refused
+      // while it is open).
+      if (this.pending === 0) return submit();
+      this.inTurn(this.turn.then(submit));
+      return args[0];
+    }
     const last = args[args.length - 1];
     const callback = typeof last === 'function' ? (last as (...r: unknown[]) => void) : undefined;
-    const result = this.transaction.onView(this, callback ? args.slice(0, -1) : args);
+    const run = () => this.transaction.onView(this, callback ? args.slice(0, -1) : args);
+    const result = this.pending === 0 ? run() : this.turn.then(run);
+    this.inTurn(result);
     if (!callback) return result;
     result.then(
       (value) => callback(undefined, value),

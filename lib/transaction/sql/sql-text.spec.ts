@@ -6,7 +6,7 @@ import {
   nestedControlOf,
   rollsBackToSavepoint,
   type SavepointControl,
-  savepointControlOf,
+  savepointControlsOf,
   setsIdentity,
   setsReadOnly,
   sessionAdvisoryLockOf,
@@ -689,20 +689,33 @@ describe('commitEndsOf', () => {
   });
 });
 
-describe('savepointControlOf', () => {
-  it.each<[string, unknown, SavepointControl | undefined]>([
-    ['Drizzle’s', 'savepoint sp0', { kind: 'savepoint', name: 'sp0' }],
-    ['Kysely’s, quoted', 'savepoint "Sp 1"', { kind: 'savepoint', name: 'Sp 1' }],
-    ['RELEASE SAVEPOINT', 'release savepoint sp0', { kind: 'release', name: 'sp0' }],
-    ['RELEASE alone', 'RELEASE sp0', { kind: 'release', name: 'sp0' }],
-    ['ROLLBACK TO SAVEPOINT', 'rollback to savepoint sp0', { kind: 'rollback-to', name: 'sp0' }],
-    ['ROLLBACK TO', 'ROLLBACK TO "sp0"', { kind: 'rollback-to', name: 'sp0' }],
+describe('savepointControlsOf', () => {
+  const savepoint = (name: string): SavepointControl => ({ kind: 'savepoint', name });
+  it.each<[string, unknown, (SavepointControl | null)[] | undefined]>([
+    ['Drizzle’s', 'savepoint sp0', [savepoint('sp0')]],
+    ['Kysely’s, quoted', 'savepoint "Sp 1"', [savepoint('Sp 1')]],
+    ['RELEASE SAVEPOINT', 'release savepoint sp0', [{ kind: 'release', name: 'sp0' }]],
+    ['RELEASE alone', 'RELEASE sp0', [{ kind: 'release', name: 'sp0' }]],
+    ['ROLLBACK TO SAVEPOINT', 'rollback to savepoint sp0', [{ kind: 'rollback-to', name: 'sp0' }]],
+    ['ROLLBACK TO', 'ROLLBACK TO "sp0"', [{ kind: 'rollback-to', name: 'sp0' }]],
+    ['a comment first', '-- optional\n  SAVEPOINT coupon', [savepoint('coupon')]],
+    ['a block comment first', '/* why */ ROLLBACK TO x', [{ kind: 'rollback-to', name: 'x' }]],
+    ['two statements', 'SAVEPOINT a; SAVEPOINT b', [savepoint('a'), savepoint('b')]],
+    ['with a write after', 'SAVEPOINT a; INSERT INTO t VALUES (1)', [savepoint('a'), null]],
+    [
+      'rolled back and released',
+      'ROLLBACK TO SAVEPOINT a; RELEASE SAVEPOINT a',
+      [
+        { kind: 'rollback-to', name: 'a' },
+        { kind: 'release', name: 'a' },
+      ],
+    ],
     ['ROLLBACK', 'ROLLBACK', undefined],
-    ['two statements', 'SAVEPOINT a; SAVEPOINT b', undefined],
     ['a write', "INSERT INTO t VALUES ('savepoint a')", undefined],
+    ['a quoted name', 'SELECT "savepoint" FROM t', undefined],
     ['not text', { text: 'SAVEPOINT a' }, undefined],
   ])('%s', (_name, sql, expected) => {
-    expect(savepointControlOf(sql)).toEqual(expected);
+    expect(savepointControlsOf(sql)).toEqual(expected);
   });
 });
 

@@ -212,18 +212,23 @@ const SAVEPOINT_KINDS: Record<string, SavepointControl['kind']> = {
 };
 
 /**
- * A data layer's own savepoint inside its transaction (Drizzle's nested `tx.transaction()`,
- * Kysely's `savepoint()`, Prisma's nested `$transaction`), as one statement: `SAVEPOINT x`,
- * `RELEASE [SAVEPOINT] x`, `ROLLBACK TO [SAVEPOINT] x`. Undefined for anything else.
+ * The statements of `sql` in their order, each a savepoint statement of the app's own
+ * (Drizzle's nested `tx.transaction()`, Kysely's `savepoint()`, Prisma's nested
+ * `$transaction`, or `pg` users' own: `SAVEPOINT x`, `RELEASE [SAVEPOINT] x`,
+ * `ROLLBACK TO [SAVEPOINT] x`) by its savepoint's name, or null for any other statement.
+ * A comment may come first, and a text may hold several statements (`SAVEPOINT a; INSERT …`):
+ * each is read. Undefined when the text holds no savepoint statement at all.
  */
-export function savepointControlOf(sql: unknown): SavepointControl | undefined {
-  if (typeof sql !== 'string' || !/^\s*(savepoint|release|rollback)\b/i.test(sql)) return undefined;
-  const statements = parsedStatements(sql);
-  if (statements?.length !== 1) return undefined;
-  const [type, body] = nodeOf(statements[0].node) ?? [];
-  const kind = type === 'TransactionStmt' ? SAVEPOINT_KINDS[body!.kind as string] : undefined;
-  const name = body?.savepoint_name;
-  return kind && typeof name === 'string' ? { kind, name } : undefined;
+export function savepointControlsOf(sql: unknown): (SavepointControl | null)[] | undefined {
+  // Every such statement holds one of these words (a keyword is never escaped or quoted).
+  if (typeof sql !== 'string' || !/\b(savepoint|release|rollback)\b/i.test(sql)) return undefined;
+  const controls = statementsOf(sql).map((statement): SavepointControl | null => {
+    const [type, body] = nodeOf(statement.node) ?? [];
+    const kind = type === 'TransactionStmt' ? SAVEPOINT_KINDS[body!.kind as string] : undefined;
+    const name = body?.savepoint_name;
+    return kind && typeof name === 'string' ? { kind, name } : null;
+  });
+  return controls.some((control) => control !== null) ? controls : undefined;
 }
 
 /** What a nested transaction's own control statement asks of the request's transaction. */

@@ -48,6 +48,10 @@
  * Suggested fix: note the identity as the settings are noted, on the innermost savepoint it
  * was set in (`InnerSavepoint.setIdentity`): rolled back to, it ends; released, it passes to
  * the one around it (the outermost still keeps and puts back the role at its release).
+ *
+ * Fixed: the role is noted on the innermost savepoint it was set in
+ * (`InnerSavepoint.setIdentity`): rolled back to, it ends; released, it passes to the one around
+ * it.
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { sql } from 'drizzle-orm';

@@ -60,6 +60,10 @@
  * called (and pop it if `askIsolation` refuses), so that what is called after it on the same
  * view is inside it, as pg would run it; or have each view queue its own calls (in call
  * order) so that each is judged only once the one before it was.
+ *
+ * Fixed: a view's calls are judged one after another in call order, each once the one before it
+ * is done (`JoinedClient.turn`), as node-postgres runs them: the INSERT queued behind BEGIN is
+ * inside its savepoint.
  */
 import { Body, Controller, Inject, Module, Post } from '@nestjs/common';
 import { type Pool } from 'pg';

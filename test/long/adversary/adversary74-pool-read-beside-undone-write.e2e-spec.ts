@@ -44,6 +44,9 @@
  * Suggested fix: keep `wrote` per savepoint as it stands: a data layer's own savepoint notes
  * whether what encloses it had written when it was made, and its `ROLLBACK TO` puts that back
  * on the nested transaction (and on the savepoints around it) instead of leaving it set.
+ *
+ * Fixed: a data layer's own savepoint keeps whether those around it had written when it was made
+ * (`wroteBefore`) and puts that back when rolled back to.
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { count, eq } from 'drizzle-orm';

@@ -55,6 +55,9 @@
  * comment allowed, and apply each savepoint control in its order (a write among them marks as
  * a write); or refuse, before it is sent, a text that holds a savepoint control and anything
  * else, or one the reader cannot place.
+ *
+ * Fixed: every statement of a text is read, a comment first allowed (`savepointControlsOf`), and
+ * each savepoint control applied in its order (`noteSent`, `noteSavepointControl`).
  */
 import { Body, Controller, Inject, Module, Post } from '@nestjs/common';
 import { type Pool } from 'pg';

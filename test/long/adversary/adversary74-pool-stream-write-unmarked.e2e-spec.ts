@@ -42,6 +42,9 @@
  * inside its own nested transaction, `noteInside` at the call and `noteSent(view, text,
  * isPlainRead(text))` just before `send` (its write marks `wrote`; a `set_config(…, true)` in
  * it marks `localSettings`).
+ *
+ * Fixed: a cursor inside its own nested transaction is noted as a statement is: `noteInside` at
+ * the call, `noteSent` as it is sent (`submit`).
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { Kysely, PostgresDialect } from 'kysely';
