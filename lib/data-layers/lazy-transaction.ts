@@ -25,7 +25,13 @@ import {
 import { isPlainRead, isTransactionModeOnly, setsReadOnly } from '../transaction/sql/sql-text.js';
 import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../connection/session-state.js';
 import { ownQueryRunner } from '../transaction/transaction-scope.js';
-import { asError, isSubmittable, RequestTransaction } from '../transaction/request-transaction.js';
+import {
+  asError,
+  isSubmittable,
+  RequestTransaction,
+  textOf,
+  valuesOf,
+} from '../transaction/request-transaction.js';
 
 /** The name a nested transaction begun beside others notes its start under, by its depth. */
 function besideName(depth: number): string {
@@ -72,6 +78,13 @@ export class LazyTransaction extends RequestTransaction {
    * would, and not the others' (see `NestedCommit.endingText`).
    */
   private readonly besideDepths = new Set<number>();
+  /**
+   * For each open nested transaction begun beside others, by its depth: what its code left
+   * that its own COMMIT would end (its settings), put back at its commit with the role, session
+   * authorization and search path it began with (kept under `besideName`), as for the
+   * outermost (`nestedCommit`).
+   */
+  private readonly besideCommits = new Map<number, NestedCommit>();
   /** Its code's streams open on the connection (see `OpenStreams`). */
   private readonly streams = new OpenStreams();
   /**
@@ -102,7 +115,15 @@ export class LazyTransaction extends RequestTransaction {
 
   /** A manager for services (`IdempotentTransaction`): its saves open their own savepoint. */
   override get sharedManager(): EntityManager {
-    return this.viewOf(this.ensureRunner()).manager;
+    const runner = this.ensureRunner();
+    const manager = this.viewOf(runner).manager;
+    // Its `transaction()` runs on a view of its own, as the DataSource's manager's runs on a
+    // runner of its own: a service that holds this manager and writes through it inside that
+    // transaction's callback (not through the callback's manager) writes beside it, as it
+    // would without the library, and is judged so.
+    const transaction = (...args: unknown[]) =>
+      (this.viewOf(runner).manager.transaction as (...a: unknown[]) => Promise<unknown>)(...args);
+    return Object.assign(Object.create(manager) as EntityManager, { transaction });
   }
 
   /**
@@ -117,10 +138,13 @@ export class LazyTransaction extends RequestTransaction {
   }
 
   /** A nested transaction ended (committed or rolled back), the runner now at `depth`. */
-  private nestedEnded(depth: number): void {
-    this.nested.endedAt(depth);
+  private nestedEnded(depth: number, released = false): void {
+    this.nested.endedAt(depth, released);
     for (const open of this.besideDepths) {
       if (open > depth) this.besideDepths.delete(open);
+    }
+    for (const open of this.besideCommits.keys()) {
+      if (open > depth) this.besideCommits.delete(open);
     }
     if (this.readOnlyFrom !== undefined && depth < this.readOnlyFrom) this.readOnlyFrom = undefined;
   }
@@ -218,7 +242,7 @@ export class LazyTransaction extends RequestTransaction {
     const own = internals.broadcaster as Broadcasting;
     const viewed = (owner as { broadcaster?: Broadcasting } | undefined)?.broadcaster;
     const base = owner !== this.runner && viewed !== undefined ? viewed : own;
-    if (base === own && !around.beforeRelease && !around.afterRelease) return work();
+    if (base === own && Object.keys(around).length === 0) return work();
     // TypeORM's own commit broadcasts `beforeTransactionCommit`, releases the savepoint, then
     // broadcasts `afterTransactionCommit`: what its own COMMIT would check and end goes
     // between, after the subscribers' last writes and before what they do after it.
@@ -226,8 +250,10 @@ export class LazyTransaction extends RequestTransaction {
       broadcast: {
         value: async (event: string, ...args: unknown[]) => {
           if (event === 'AfterTransactionCommit') await around.afterRelease?.();
+          if (event === 'AfterTransactionStart') around.started?.();
           await base.broadcast(event, ...args);
           if (event === 'BeforeTransactionCommit') await around.beforeRelease?.();
+          if (event === 'BeforeTransactionRollback') around.rollingBack?.();
         },
       },
     }) as Broadcasting;
@@ -278,11 +304,21 @@ export class LazyTransaction extends RequestTransaction {
     // One client for `connect()` before the first statement, whose `open` (the connection,
     // with the listeners its code added meanwhile) every later `connect()` goes through.
     let unopened: { client: PoolClient; open: () => Promise<PoolClient> } | undefined;
-    internals.connect = () => {
+    const connect = (): Promise<unknown> => {
       if (this.ended) return this.afterEnd(() => Promise.resolve(undefined));
       if (this.begun) return unopened ? unopened.open() : this.open(internals);
       unopened ??= this.unopened(internals);
       return Promise.resolve(unopened.client);
+    };
+    // Called on a view (its code's `runner.connect()`, for the node-postgres client): a client
+    // whose statements are that view's, judged beside its nested transactions as through its
+    // `query()`. TypeORM's own calls (its `query()`, on the runner) get the client itself.
+    const connectFrom = (view: unknown) =>
+      view === runner
+        ? connect()
+        : connect().then((client) => (client ? this.clientOf(view, client) : client));
+    internals.connect = function (this: unknown) {
+      return connectFrom(this);
     };
     internals.release = () => Promise.resolve();
     const start = runner.startTransaction.bind(runner);
@@ -315,18 +351,28 @@ export class LazyTransaction extends RequestTransaction {
           if (this.outermostKept) await internals.query(keepNestedState(OUTERMOST_KEPT_AS));
         }
         const beside = depth > 1 && !isPersisting() && this.nested.besideAll(owner as object);
-        await this.asOwner(owner, () =>
-          start(level as Parameters<QueryRunner['startTransaction']>[0]),
+        // Its role, session authorization and search path, and when it began (the cursors
+        // opened in it), kept to be put back at its COMMIT as for the outermost: a round
+        // trip, only for such a transaction, before it starts (a subscriber's
+        // `afterTransactionStart` is inside what is put back).
+        if (beside) await internals.query(keepNestedState(besideName(depth + 1)));
+        // Open from its `afterTransactionStart` on: what a subscriber sets there is its own.
+        let started = false;
+        await this.asOwner(
+          owner,
+          () => start(level as Parameters<QueryRunner['startTransaction']>[0]),
+          {
+            started: () => {
+              started = true;
+              this.nested.started(owner as object);
+              if (beside) {
+                this.besideDepths.add(depth + 1);
+                this.besideCommits.set(depth + 1, new NestedCommit());
+              }
+            },
+          },
         );
-        if (beside) {
-          // When it began, inside its savepoint (a round trip, only for such a transaction).
-          await internals.query(
-            `SELECT set_config('idempotency.${besideName(depth + 1)}_began', ` +
-              'clock_timestamp()::text, true)',
-          );
-          this.besideDepths.add(depth + 1);
-        }
-        this.nested.started(owner as object);
+        if (!started) this.nested.started(owner as object);
       } catch (error) {
         if (internals.transactionDepth === depth) this.failedStartAt = depth;
         throw error;
@@ -374,10 +420,15 @@ export class LazyTransaction extends RequestTransaction {
               }
             : this.besideDepths.has(depth)
               ? {
-                  // Begun beside another (see `besideDepths`): the cursors opened in it.
+                  // Begun beside another (see `besideDepths`): its role and settings put back,
+                  // and the cursors opened in it closed, as its own COMMIT would.
                   afterRelease: async () => {
-                    const ending = new NestedCommit().endingText(true, besideName(depth));
-                    if (ending) await internals.query(ending);
+                    const commit = this.besideCommits.get(depth) ?? new NestedCommit();
+                    const ending = [
+                      restoreNestedState(besideName(depth)),
+                      commit.endingText(true, besideName(depth)),
+                    ].filter((text) => text !== undefined);
+                    await internals.query(ending.join('; '));
                   },
                 }
               : {},
@@ -387,7 +438,7 @@ export class LazyTransaction extends RequestTransaction {
         if (internals.transactionDepth < depth) this.releasedFor = from;
         throw error;
       } finally {
-        this.nestedEnded(internals.transactionDepth);
+        this.nestedEnded(internals.transactionDepth, internals.transactionDepth < depth);
       }
     };
     internals.commitTransaction = function (this: unknown) {
@@ -413,7 +464,15 @@ export class LazyTransaction extends RequestTransaction {
       }
       this.refuseOutOfOrder(from, 'rollback');
       try {
-        await this.asOwner(from, rollback);
+        // Judged again as its ROLLBACK TO is sent: a statement sent beside it while its
+        // subscribers' `beforeTransactionRollback` ran is inside it too.
+        await this.asOwner(from, rollback, {
+          rollingBack: () => {
+            if (this.nested.ending(from as object, 'rollback') === 'beside') {
+              this.refuse(new StatementBesideNestedTransactionError());
+            }
+          },
+        });
       } finally {
         this.nestedEnded(internals.transactionDepth);
       }
@@ -426,8 +485,8 @@ export class LazyTransaction extends RequestTransaction {
     const query = runner.query.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     // Before a statement of its code's nested transactions: what it leaves that the
     // outermost one's COMMIT would end (see `NestedCommit`).
-    const keepSettings = (args: unknown[]) =>
-      this.nestedCommit.before(
+    const keepSettings = (from: unknown, args: unknown[]) =>
+      this.commitOf(from).before(
         args[0],
         Array.isArray(args[1]) ? (args[1] as unknown[]) : undefined,
         async (names) =>
@@ -479,7 +538,7 @@ export class LazyTransaction extends RequestTransaction {
       if (depth > 1 && this.readOnlyFrom === undefined && setsReadOnly(args[0])) {
         this.readOnlyFrom = depth;
       }
-      if (depth > 1 && from !== runner) await keepSettings(args);
+      if (depth > 1 && from !== runner) await keepSettings(from, args);
       // Its connection opened here, before TypeORM's query() (whose connect() would answer the
       // client that opens at its first statement): a failure to connect (the database down)
       // reaches the caller as the library marked it, not wrapped in a QueryFailedError.
@@ -536,9 +595,56 @@ export class LazyTransaction extends RequestTransaction {
     );
     if (beside) {
       throw this.refuse(
-        new StatementBesideNestedTransactionError(beside === 'settings' ? 'settings' : true),
+        new StatementBesideNestedTransactionError(beside === 'identity' ? true : beside),
       );
     }
+  }
+
+  /**
+   * The node-postgres client as `view` hands it to its code: each statement on it judged as
+   * one through the view's `query()` beside the open nested transactions (refused beside one
+   * that set its role, a setting or READ ONLY; marking those it runs inside), then sent as it
+   * is. What the client is otherwise (its events, its other methods) is the client's.
+   */
+  clientOf(view: unknown, client: object): object {
+    const query = (client as { query: (...args: unknown[]) => unknown }).query;
+    const judged = (...args: unknown[]): unknown => {
+      if (!this.ended) {
+        const text = textOf(args[0]);
+        const values = Array.isArray(args[1]) ? args[1] : valuesOf(args);
+        try {
+          this.refuseBesideIdentity(view, text, values);
+        } catch (error) {
+          return refusedStatement(args, error);
+        }
+        this.nested.markBeside(view as object, text);
+      }
+      return query.apply(client, args);
+    };
+    // On a target of its own: the client's `query` may be fixed on it (a proxy must answer a
+    // fixed property as it is).
+    return new Proxy({} as object, {
+      get: (_target, key) => {
+        if (key === 'query') return judged;
+        const value: unknown = Reflect.get(client, key, client);
+        return typeof value === 'function' ? (value as () => unknown).bind(client) : value;
+      },
+      set: (_target, key, value) => Reflect.set(client, key, value),
+      has: (_target, key) => Reflect.has(client, key),
+    });
+  }
+
+  /**
+   * Where what `from`'s statement leaves is noted (see `NestedCommit`): the nested transaction
+   * of its code begun beside others that it runs in, if any, else the outermost.
+   */
+  private commitOf(from: unknown): NestedCommit {
+    const depth = this.nested.depthOf(from as object);
+    for (let at = depth ?? 0; at > 1; at--) {
+      const beside = this.besideCommits.get(at);
+      if (beside) return beside;
+    }
+    return this.nestedCommit;
   }
 
   /**
@@ -735,6 +841,10 @@ interface Broadcasting {
 interface CommitSteps {
   beforeRelease?: () => Promise<void>;
   afterRelease?: () => Promise<void>;
+  /** After `afterTransactionStart`'s savepoint, before its subscribers: the transaction is open. */
+  started?: () => void;
+  /** After `beforeTransactionRollback`'s subscribers, just before the `ROLLBACK TO` is sent. */
+  rollingBack?: () => void;
 }
 
 interface RunnerInternals {
@@ -762,4 +872,19 @@ function transactionNotStarted(): Error {
   );
   error.name = 'TransactionNotStartedError';
   return error;
+}
+
+/** A statement refused before it was sent, answered in the form it was sent in. */
+function refusedStatement(args: unknown[], error: unknown): unknown {
+  if (isSubmittable(args[0])) {
+    const submittable = args[0] as { handleError?: (error: unknown) => void };
+    queueMicrotask(() => submittable.handleError?.(error));
+    return submittable;
+  }
+  const last = args[args.length - 1];
+  if (typeof last === 'function') {
+    queueMicrotask(() => (last as (error: unknown) => void)(error));
+    return undefined;
+  }
+  return Promise.reject(asError(error));
 }

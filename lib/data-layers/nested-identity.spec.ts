@@ -1,4 +1,4 @@
-import { NestedIdentity, type NestedEnding } from './nested-identity.js';
+import { type BesideRefusal, NestedIdentity, type NestedEnding } from './nested-identity.js';
 import { sqlReaderReady } from '../transaction/sql/sql-parse.js';
 
 beforeAll(() => sqlReaderReady());
@@ -10,8 +10,8 @@ const other = { name: 'other' };
 /** One step: a view starts a nested transaction, one ends (the depth after), or a statement. */
 type Step =
   | ['start', object]
-  | ['end', number]
-  | ['send', object, string, 'identity' | 'settings' | false /* refused */];
+  | ['end', number, 'released'?]
+  | ['send', object, string, BesideRefusal /* refused */];
 
 describe('NestedIdentity', () => {
   it.each<[string, Step[]]>([
@@ -51,14 +51,32 @@ describe('NestedIdentity', () => {
       ],
     ],
     [
-      'set in a savepoint of its own: its outermost is marked, and stays so once the inner ends',
+      'set in a savepoint of its own, released: it lasts in the one around it',
       [
         ['start', inside],
         ['start', inside],
         ['send', inside, 'SET LOCAL ROLE app_user', false],
-        ['end', 2],
+        ['end', 2, 'released'],
         ['send', inside, 'SELECT 1', false],
         ['send', beside, 'SELECT 1', 'identity'],
+      ],
+    ],
+    [
+      'set in a savepoint of its own, rolled back: it ended with it',
+      [
+        ['start', inside],
+        ['start', inside],
+        ['send', inside, "SELECT set_config('statement_timeout', '50ms', true)", false],
+        ['end', 2],
+        ['send', beside, 'UPDATE t SET n = n + 1', false],
+      ],
+    ],
+    [
+      'beside one its code made read only: refused',
+      [
+        ['start', inside],
+        ['send', inside, 'SET TRANSACTION READ ONLY', false],
+        ['send', beside, 'INSERT INTO t VALUES (1)', 'read-only'],
       ],
     ],
     [
@@ -89,11 +107,11 @@ describe('NestedIdentity', () => {
     ],
   ])('%s', (_label, steps) => {
     const nested = new NestedIdentity();
-    const refused: ('identity' | 'settings' | false)[] = [];
-    const expected: ('identity' | 'settings' | false)[] = [];
+    const refused: BesideRefusal[] = [];
+    const expected: BesideRefusal[] = [];
     for (const step of steps) {
       if (step[0] === 'start') nested.started(step[1]);
-      else if (step[0] === 'end') nested.endedAt(step[1]);
+      else if (step[0] === 'end') nested.endedAt(step[1], step[2] === 'released');
       else {
         refused.push(nested.besideIdentity(step[1], step[2]));
         expected.push(step[3]);
@@ -106,7 +124,7 @@ describe('NestedIdentity', () => {
 /** One step: a view starts a nested transaction, one ends, a statement, or an ending asked. */
 type EndStep =
   | ['start', object]
-  | ['end', number]
+  | ['end', number, 'released'?]
   | ['send', object, string]
   | ['ending', object, 'commit' | 'rollback', NestedEnding];
 
@@ -136,6 +154,37 @@ describe('NestedIdentity.ending', () => {
         ['start', inside],
         ['send', beside, 'SELECT n FROM t'],
         ['ending', inside, 'rollback', 'ok'],
+      ],
+    ],
+    [
+      'a plain read beside it once it wrote: it may have seen that write',
+      [
+        ['start', inside],
+        ['send', inside, 'INSERT INTO t VALUES (1)'],
+        ['send', beside, 'SELECT n FROM t'],
+        ['ending', inside, 'rollback', 'beside'],
+      ],
+    ],
+    [
+      'its write undone by an inner one of its own rolled back: a read beside sees none',
+      [
+        ['start', inside],
+        ['start', inside],
+        ['send', inside, 'INSERT INTO t VALUES (1)'],
+        ['end', 2],
+        ['send', beside, 'SELECT n FROM t'],
+        ['ending', inside, 'rollback', 'ok'],
+      ],
+    ],
+    [
+      'its write in an inner one of its own released: a read beside may see it',
+      [
+        ['start', inside],
+        ['start', inside],
+        ['send', inside, 'INSERT INTO t VALUES (1)'],
+        ['end', 2, 'released'],
+        ['send', beside, 'SELECT n FROM t'],
+        ['ending', inside, 'rollback', 'beside'],
       ],
     ],
     [
@@ -191,7 +240,7 @@ describe('NestedIdentity.ending', () => {
     const expected: NestedEnding[] = [];
     for (const step of steps) {
       if (step[0] === 'start') nested.started(step[1]);
-      else if (step[0] === 'end') nested.endedAt(step[1]);
+      else if (step[0] === 'end') nested.endedAt(step[1], step[2] === 'released');
       else if (step[0] === 'send') nested.markBeside(step[1], step[2]);
       else {
         met.push(nested.ending(step[1], step[2]));

@@ -1,4 +1,9 @@
-import { isPlainRead, localSettingsOf, setsIdentity } from '../transaction/sql/sql-text.js';
+import {
+  isPlainRead,
+  localSettingsOf,
+  setsIdentity,
+  setsReadOnly,
+} from '../transaction/sql/sql-text.js';
 
 /** A nested transaction of the app's code on the request's TypeORM runner. */
 interface NestedTransaction {
@@ -21,7 +26,14 @@ interface NestedTransaction {
    * without the library the statement would have committed on a connection of its own.
    */
   beside: boolean;
+  /** A statement of its code that is not a plain read ran in it: a read beside may see it. */
+  wrote: boolean;
+  /** Its code made it read only (`SET TRANSACTION READ ONLY`): a write beside is refused there. */
+  readOnly: boolean;
 }
+
+/** What a statement beside open nested transactions is refused for, if anything. */
+export type BesideRefusal = 'identity' | 'read-only' | 'settings' | false;
 
 /**
  * What a view's commit or rollback of its nested transaction meets: `ok`; `not-innermost`
@@ -53,26 +65,68 @@ export class NestedIdentity {
 
   /** `owner` started a nested transaction. */
   started(owner: object): void {
-    this.open.push({ owner, setIdentity: false, localSettings: false, beside: false });
+    this.open.push({
+      owner,
+      setIdentity: false,
+      localSettings: false,
+      beside: false,
+      wrote: false,
+      readOnly: false,
+    });
   }
 
   /**
    * The runner's transaction depth after a nested transaction ended (committed, rolled back,
-   * or failed to): those deeper are no longer open (depth 1 is the request's own).
+   * or failed to): those deeper are no longer open (depth 1 is the request's own). Committed
+   * (`released`) into one of the same code, what it wrote and set lasts in that one, as a
+   * savepoint's RELEASE keeps it; rolled back, it ends with it.
    */
-  endedAt(depth: number): void {
-    if (this.open.length > depth - 1) this.open.length = Math.max(0, depth - 1);
+  endedAt(depth: number, released = false): void {
+    const kept = Math.max(0, depth - 1);
+    if (this.open.length <= kept) return;
+    const ended = this.open.splice(kept);
+    const around = this.open[this.open.length - 1];
+    if (!released || !around) return;
+    for (const nested of ended) {
+      // Begun beside it (another's code): its own COMMIT puts back what it set, and its
+      // writes were marked on this one as they were sent (see `markBeside`).
+      if (nested.owner !== around.owner) continue;
+      around.wrote ||= nested.wrote;
+      around.setIdentity ||= nested.setIdentity;
+      around.localSettings ||= nested.localSettings;
+    }
+  }
+
+  /** The runner's depth of `owner`'s innermost open nested transaction, if it has one. */
+  depthOf(owner: object): number | undefined {
+    for (let at = this.open.length - 1; at >= 0; at--) {
+      if (this.open[at].owner === owner) return at + 2;
+    }
+    return undefined;
   }
 
   /**
    * `text`, sent through `from`, runs inside every open nested transaction: those not of
-   * `from` are marked (see `beside`). A plain read is not: rolled back, it loses nothing.
-   * The pool seam's `markBeside`, for TypeORM.
+   * `from` are marked (see `beside`). A plain read loses nothing rolled back, but may have
+   * seen what one of them wrote (which without the library it would not): it marks only
+   * those that wrote. A write marks `from`'s own innermost as written. The pool seam's
+   * `markBeside`, for TypeORM.
    */
   markBeside(from: object, text: unknown): void {
-    const others = this.open.filter((nested) => nested.owner !== from && !nested.beside);
-    if (others.length === 0 || isPlainRead(text)) return;
-    for (const nested of others) nested.beside = true;
+    if (this.open.length === 0) return;
+    const read = isPlainRead(text);
+    for (const nested of this.open) {
+      if (nested.owner !== from && (!read || nested.wrote)) nested.beside = true;
+    }
+    if (!read) {
+      const own = this.innermostOf(from);
+      if (own) own.wrote = true;
+    }
+  }
+
+  private innermostOf(owner: object): NestedTransaction | undefined {
+    const depth = this.depthOf(owner);
+    return depth === undefined ? undefined : this.open[depth - 2];
   }
 
   /** Whether the innermost open nested transaction is `from`'s (started through it). */
@@ -90,23 +144,23 @@ export class NestedIdentity {
 
   /**
    * Whether `text`, sent through `from`, is beside an open nested transaction that set its
-   * identity (`identity`) or a setting for itself (`settings`), and is to be refused. When it
-   * is not, and it sets either inside a nested transaction of `from`'s, that transaction is
-   * marked, as its outermost: a `SET LOCAL` made in a savepoint lasts until the outermost one
-   * ends. The pool seam's `refuseBesideIdentity`, for TypeORM.
+   * identity (`identity`), began read only (`read-only`) or set a setting for itself
+   * (`settings`), and is to be refused. When it is not, and it sets one of those inside a
+   * nested transaction of `from`'s, its innermost is marked: rolled back, that ends with it;
+   * committed into another of its code, it passes to that one (see `endedAt`). The pool
+   * seam's `refuseBesideIdentity`, for TypeORM.
    */
-  besideIdentity(
-    from: object,
-    text: unknown,
-    values?: readonly unknown[],
-  ): 'identity' | 'settings' | false {
+  besideIdentity(from: object, text: unknown, values?: readonly unknown[]): BesideRefusal {
     if (this.open.length === 0) return false;
     const others = this.open.filter((nested) => nested.owner !== from);
     if (others.some((nested) => nested.setIdentity)) return 'identity';
+    if (others.some((nested) => nested.readOnly)) return 'read-only';
     if (others.some((nested) => nested.localSettings)) return 'settings';
-    const own = this.open.find((nested) => nested.owner === from);
-    if (own && setsIdentity(text)) own.setIdentity = true;
-    if (own && localSettingsOf(text, values).length > 0) own.localSettings = true;
+    const own = this.innermostOf(from);
+    if (!own) return false;
+    if (setsIdentity(text)) own.setIdentity = true;
+    if (localSettingsOf(text, values).length > 0) own.localSettings = true;
+    if (setsReadOnly(text)) own.readOnly = true;
     return false;
   }
 }

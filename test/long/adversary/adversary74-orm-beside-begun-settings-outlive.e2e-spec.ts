@@ -48,6 +48,10 @@
  * Fails now: actor: '201 rows ["audit:audit-bot","line:audit-bot","order:-"]'; timeout:
  * '[{"status":503,"code":"database_transient"},{"status":503,"code":"database_transient"}]
  * rows []' (the two controls pass).
+ *
+ * Fixed: a transaction begun beside another keeps its role, session authorization and search
+ * path before it starts (`keepNestedState(besideName)`) and has a `NestedCommit` of its own
+ * (`besideCommits`, `commitOf`): its COMMIT puts them and its settings back.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';

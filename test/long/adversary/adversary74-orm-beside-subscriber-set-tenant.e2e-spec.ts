@@ -40,6 +40,9 @@
  * given: row-level security's tenant leaks onto a write that belongs to no tenant).
  *
  * Fails now: 'Received: "201, rows ["audit:acme","order:acme"]"' (the two controls pass).
+ *
+ * Fixed: the nested transaction is open from its `afterTransactionStart` broadcast on
+ * (`CommitSteps.started`), before its subscribers run: what they set is noted on it.
  */
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';

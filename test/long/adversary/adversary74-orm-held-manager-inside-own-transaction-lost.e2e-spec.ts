@@ -44,6 +44,10 @@
  *
  * Fails now: 'Expected: "kept, or refused", Received: "201 (replayed), rows ["order"]"' (the
  * two controls pass).
+ *
+ * Fixed: `IdempotentTransaction`'s manager (`sharedManager`) runs its `transaction()` on a view
+ * of its own, as the DataSource's manager runs it on a runner of its own: the held manager's
+ * statements are beside it, and its rollback is refused.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';

@@ -43,6 +43,10 @@
  * Fails now: '[{"status":500},{"status":500}] rows []', the audit's `dataSource.query()`
  * rejected with StatementBesideNestedTransactionError ("after that transaction set a setting
  * for itself"); the three controls pass.
+ *
+ * Fixed: settings and role are noted on the view's innermost nested transaction
+ * (`NestedIdentity.besideIdentity`); rolled back, they end with it; released into one of the
+ * same code, they pass to it (`endedAt(depth, released)`).
  */
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';

@@ -37,6 +37,10 @@
  * Severity: high (a write the handler was told succeeded is lost under a stored 201).
  *
  * Fails now: 'Received: "201 (replayed), rows []"' (the two controls pass).
+ *
+ * Fixed: `runner.connect()` called on a view hands out a client whose statements are judged as
+ * that view's (`LazyTransaction.clientOf`: refused beside a role, setting or READ ONLY; marking
+ * those it runs inside).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';

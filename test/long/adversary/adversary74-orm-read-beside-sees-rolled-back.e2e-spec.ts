@@ -38,6 +38,9 @@
  *
  * Fails now: 'Expected: "as without the library, or refused", Received: "201 stored with
  * held 1, rows 0 (replayed)"' (the two controls pass).
+ *
+ * Fixed: `NestedTransaction.wrote`: a plain read beside one that wrote marks it
+ * (`NestedIdentity.markBeside`), as on the pool seam.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';

@@ -45,6 +45,9 @@
  *
  * Fails now: 'Expected: "kept, or refused", Received: "201 (replayed), rows []"' (the two
  * controls pass).
+ *
+ * Fixed: the rollback is judged again after its `beforeTransactionRollback` subscribers, just
+ * before its ROLLBACK TO is sent (`CommitSteps.rollingBack` in `asOwner`).
  */
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';

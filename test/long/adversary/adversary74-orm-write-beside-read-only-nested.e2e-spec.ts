@@ -38,6 +38,9 @@
  *
  * Fails now: 'Received: "500, rows [], the audit met ["QueryFailedError"]"' (25006; the 500 is
  * stored and replayed); the two controls pass.
+ *
+ * Fixed: `NestedTransaction.readOnly`: refused beside it with
+ * `StatementBesideNestedTransactionError('read-only')`, as on the pool seam.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
