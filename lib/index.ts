@@ -20,6 +20,7 @@ export { IdempotentTasks } from './tasks/idempotent-tasks.service.js';
 export { currentTick, type TaskTick } from './tasks/task-tick.js';
 export {
   IdempotentTaskNameTakenError,
+  IdempotentTaskOverrideError,
   IdempotentTaskUnboundError,
   IdempotentTaskUnscheduledError,
 } from './tasks/task-errors.js';

@@ -37,12 +37,13 @@ import { IDEMPOTENT_TASK_OPTIONS } from '../shapes/idempotency.constants.js';
 import { MAX_TENANT_ID_LENGTH } from '../decisions/tenant-id.js';
 import {
   IdempotentTaskNameTakenError,
+  IdempotentTaskOverrideError,
   IdempotentTaskNameTooLongError,
   IdempotentTaskUnboundError,
   IdempotentTaskSchedulesError,
   IdempotentTaskUnscheduledError,
 } from './task-errors.js';
-import { bindTasks, declaredTask } from './task-registry.js';
+import { bindTasks, declaredTask, overriddenTask } from './task-registry.js';
 import {
   cronTimeClass,
   type CronTimeLike,
@@ -129,9 +130,13 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
   async onModuleInit(): Promise<void> {
     const names = new Map<string, string>();
     const wrappers = [...this.discovery.getProviders(), ...this.discovery.getControllers()];
+    /** One object may stand under several tokens (`useExisting`): its tasks are its own once. */
+    const seen = new Set<object>();
     for (const wrapper of wrappers) {
       const instance: unknown = wrapper.instance;
       if (!wrapper.isDependencyTreeStatic() || !instance || typeof instance !== 'object') continue;
+      if (seen.has(instance)) continue;
+      seen.add(instance);
       const prototype = Object.getPrototypeOf(instance) as object | null;
       if (!prototype) continue;
       const found = new Map<object, Task>();
@@ -145,7 +150,13 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
         const tick =
           declaredTask(instance, name) ??
           (Reflect.getMetadata(IDEMPOTENT_TASK_OPTIONS, method) !== undefined ? method : undefined);
-        if (!tick) continue;
+        if (!tick) {
+          const base = overriddenTask(instance, name);
+          if (base && scheduleOf(method).kind !== 'none') {
+            throw new IdempotentTaskOverrideError(`${instance.constructor.name}.${name}`, base);
+          }
+          continue;
+        }
         const options = Reflect.getMetadata(IDEMPOTENT_TASK_OPTIONS, tick) as
           IdempotentTaskOptions | undefined;
         if (options === undefined) continue;

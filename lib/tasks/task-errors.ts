@@ -53,6 +53,23 @@ export class IdempotentTaskNameTakenError extends InvalidIdempotencyOptionsError
 }
 
 /**
+ * A plain override of a base's task given a schedule of its own (`@Cron()` on the override,
+ * no `@IdempotentTask()`): `@nestjs/schedule` ticks the override on every replica, and the
+ * base's task it calls through `super` is not a tick of its own. Refused at start-up.
+ */
+export class IdempotentTaskOverrideError extends InvalidIdempotencyOptionsError {
+  constructor(where: string, base: string) {
+    super(
+      `${where} overrides ${base}, an @IdempotentTask(), with a schedule of its own but ` +
+        'without @IdempotentTask(): its ticks would run on every replica. Put ' +
+        '@IdempotentTask() on the override too (its ticks are then keyed by its own name and ' +
+        'schedule, and super runs the base’s work in them), or take its schedule off',
+    );
+    this.name = 'IdempotentTaskOverrideError';
+  }
+}
+
+/**
  * A task whose object the library did not bind at start-up: its app does not import
  * `IdempotencyModule`, or the object is none of its providers or controllers.
  */

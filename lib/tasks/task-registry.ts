@@ -47,3 +47,21 @@ export function declaredTask(instance: object, property: string | symbol): objec
   }
   return undefined;
 }
+
+/**
+ * The class below the one whose own method `property` is (a subclass's plain override) that
+ * declares a task of that name, by its name (`Base.method`); undefined where there is none.
+ */
+export function overriddenTask(instance: object, property: string | symbol): string | undefined {
+  let at = Object.getPrototypeOf(instance) as object | null;
+  while (at && !Object.prototype.hasOwnProperty.call(at, property)) {
+    at = Object.getPrototypeOf(at) as object | null;
+  }
+  for (at = at && (Object.getPrototypeOf(at) as object | null); at;) {
+    if (declared.get(at)?.has(property)) {
+      return `${(at as { constructor: { name: string } }).constructor.name}.${String(property)}`;
+    }
+    at = Object.getPrototypeOf(at) as object | null;
+  }
+  return undefined;
+}

@@ -26,6 +26,9 @@
  * Severity: medium (a permanent false refusal at start-up of an ordinary program).
  *
  * Fails now: start-up throws IdempotentTaskNameTakenError; control passes.
+ *
+ * Fixed: an object met under a second token (`useExisting`) is scanned once (`seen` in
+ * `IdempotentTasks.onModuleInit`).
  */
 import 'reflect-metadata';
 import { Injectable, Module, type Provider } from '@nestjs/common';

@@ -33,6 +33,13 @@
  * names the wrong cause).
  *
  * Fails now: the tick throws IdempotentTaskUnboundError and nothing ran; control passes.
+ *
+ * Fixed: the reviewer's second route: such an app is refused at start-up with
+ * `IdempotentTaskOverrideError` (`overriddenTask` in task-registry.ts, checked in
+ * `onModuleInit`), which says to put `@IdempotentTask()` on the override or take its schedule
+ * off. Keying the override's ticks by the base's options would make a plain override a task,
+ * which adversary 73 ruled out (a plain override of a base's task is not a task); the test now
+ * expects the refusal, not a tick.
  */
 import 'reflect-metadata';
 import { Injectable, Module, type Type } from '@nestjs/common';
@@ -108,10 +115,16 @@ describe('adversary 74: a subclass re-scheduling a base task with a plain @Cron(
     expect(await tick(DecoratedNightly)).toBe('ran settled');
   }, 30_000);
 
-  it('the plain @Cron() override calling super runs its tick', async () => {
-    // Fails: 'tick failed: IdempotentTaskUnboundError; ran ' (the work never runs).
+  it('the plain @Cron() override calling super is refused at start-up, saying what to do', async () => {
+    // Failed: 'tick failed: IdempotentTaskUnboundError; ran ' (the work never ran, nothing
+    // said so at start-up). Now the app does not start, and says to decorate the override.
     await database.dataSource.query('DELETE FROM idempotency_keys');
-    expect(await tick(NightlySettlement)).toBe('ran settled');
+    const started = tick(NightlySettlement);
+    await expect(started).rejects.toMatchObject({ name: 'IdempotentTaskOverrideError' });
+    await expect(started).rejects.toThrow(
+      /NightlySettlement\.settle overrides SettlementTask\.settle, an @IdempotentTask\(\), .*Put @IdempotentTask\(\) on the override too/,
+    );
+    expect(ran).toEqual([]);
   }, 30_000);
 
   it('and @nestjs/schedule does schedule the override', async () => {
