@@ -119,7 +119,7 @@ export class IdempotentJobs implements OnModuleInit {
    */
   onModuleInit(): void {
     for (const wrapper of this.discovery.getProviders()) {
-      const type: unknown = wrapper.metatype;
+      const type = providerClassOf(wrapper);
       if (typeof type !== 'function' || !this.hasJobs(type)) continue;
       const instance: unknown = wrapper.instance;
       if (wrapper.isDependencyTreeStatic() && instance && typeof instance === 'object') {
@@ -548,6 +548,21 @@ export class IdempotentJobs implements OnModuleInit {
     // attempts.
     throw new Error(why);
   }
+}
+
+/**
+ * The class of a provider's instance, as `@nestjs/bullmq` tells it (its `registerWorkers`): a
+ * factory provider's `metatype` is its factory and a value provider's is null, while both are
+ * processors that BullMQ's module runs (adversary 74).
+ */
+function providerClassOf(wrapper: {
+  metatype?: unknown;
+  inject?: unknown;
+  instance?: unknown;
+}): unknown {
+  if (wrapper.metatype && !wrapper.inject) return wrapper.metatype;
+  const instance = wrapper.instance;
+  return instance && typeof instance === 'object' ? instance.constructor : undefined;
 }
 
 /** The errors a job's work threw (see `afterJobError`: its own, for BullMQ's attempts). */

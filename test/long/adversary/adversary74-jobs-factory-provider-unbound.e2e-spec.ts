@@ -34,6 +34,11 @@
  *
  * Suggested fix: tell a provider's class as `@nestjs/bullmq` does (`!wrapper.metatype ||
  * wrapper.inject ? wrapper.instance?.constructor : wrapper.metatype`), and bind its instance.
+ *
+ * Fixed: `IdempotentJobs.onModuleInit` tells a provider's class as `@nestjs/bullmq` does
+ * (`providerClassOf`: the instance's constructor for a factory or value provider) and binds its
+ * instance. Scheduled tasks (lib/tasks/idempotent-tasks.service.ts) read `wrapper.instance`
+ * already: not affected.
  */
 import 'reflect-metadata';
 import { Inject, Module, type INestApplicationContext } from '@nestjs/common';
