@@ -68,3 +68,19 @@ export async function stepOwnerSeen(job: JobLike, identity: unknown): Promise<St
     return { kind: 'there' };
   }
 }
+
+/**
+ * How long a job waits for the job whose steps hold its key, in seconds (a pure decision; each
+ * return is a start BullMQ counts: `maxStartedAttempts`), a minute at most:
+ *  - one delayed until its next step: no sooner than that delay;
+ *  - one there otherwise (waiting for its children or to run again, or active: BullMQ runs it
+ *    but it has not taken its key back yet, or its worker died and BullMQ's stalled checker
+ *    has not moved it yet), with no delay to tell: after 2, 4, 8… seconds by this job's own
+ *    starts (adversaries 73 and 74);
+ *  - none seen (a lost step, not asked): 1.
+ */
+export function waitSecondsFor(seen: StepOwnerSeen | undefined, starts: number): number {
+  if (seen?.kind === 'delayed') return Math.min(60, Math.max(1, Math.ceil(seen.delayMs / 1000)));
+  if (seen === undefined || seen.kind === 'gone') return 1;
+  return Math.min(60, 2 ** Math.min(6, Math.max(1, starts)));
+}

@@ -71,7 +71,7 @@ import {
   stepJob,
   type SteppedJob,
 } from './job-steps.js';
-import { freshDataOf, stepOwnerSeen } from './fresh-job-data.js';
+import { freshDataOf, stepOwnerSeen, waitSecondsFor } from './fresh-job-data.js';
 import { type JobLike } from './job-like.js';
 import { bindJobClass, bindJobs } from './job-registry.js';
 import {
@@ -428,6 +428,7 @@ export class IdempotentJobs implements OnModuleInit {
           ),
         ),
       (held) => this.noteStepWritten(context, job, held),
+      () => this.forgetStepData(context, job),
     );
     try {
       return await this.runStepped(where, job, work, {

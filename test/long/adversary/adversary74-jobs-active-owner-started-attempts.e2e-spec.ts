@@ -37,6 +37,9 @@
  *
  * Suggested fix: back off for an active owner too (2, 4, 8… s by the job's own starts, as for
  * 'waiting'), or for the time left of the owner's BullMQ lock.
+ *
+ * Fixed: a waiter whose key's owner is active waits 2, 4, 8… s by its own starts, as for a
+ * waiting owner (`waitSecondsFor`, lib/jobs/fresh-job-data.ts, used by `IdempotentJobs.runOnce`).
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
