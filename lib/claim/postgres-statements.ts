@@ -321,15 +321,31 @@ export const TOUCH_MESSAGE = {
  * and threw `DelayedError`): the key stays unfinished and its lease ends, fenced, and the job
  * is named its owner (`$5`, a phase result of the library's, `$6` the job): its next run
  * takes the key over and goes on; another job of the key waits for it (see lib/jobs). `$8`:
- * the data the job's step leaves (`{ data }`, under `$7`), kept with it for a next run whose
- * worker died before BullMQ had it; NULL where BullMQ has it.
+ * what the job's step leaves (under `$7`): its data (`{ data, over, added }`), kept with it for
+ * a next run whose worker died before BullMQ had it; or, a step that holds no new data (a
+ * poll), only `{ added }`, and the key keeps the data of the step before where it has one:
+ * nothing changed since (adversary 74).
  */
 export const RELEASE_JOB_STEP = {
-  name: 'idempotency_release_job_step_v3',
+  name: 'idempotency_release_job_step_v4',
   text: `UPDATE idempotency_keys SET locked_until = NULL,
-  phase_results = (phase_results - $7::text) || jsonb_build_object($5::text, to_jsonb($6::text))
-    || CASE WHEN $8::jsonb IS NULL THEN '{}'::jsonb ELSE jsonb_build_object($7::text, $8::jsonb) END
+  phase_results = phase_results || jsonb_build_object($5::text, to_jsonb($6::text), $7::text,
+    CASE WHEN $8::jsonb -> 'data' IS NULL AND phase_results -> $7::text -> 'data' IS NOT NULL
+      THEN phase_results -> $7::text ELSE $8::jsonb END)
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
+};
+
+/**
+ * A job wrote its data after its step committed and it moved (BullMQ's docs' order: the move,
+ * then the data): the data its key keeps (`$3`) is not its next step's, so only the time the
+ * job was added (`$6`) stays. Fenced by the claim that committed the step (`$4`, `$5`): a
+ * later run's step is never touched.
+ */
+export const FORGET_JOB_STEP_DATA = {
+  name: 'idempotency_forget_job_step_data_v1',
+  text: `UPDATE idempotency_keys
+SET phase_results = phase_results || jsonb_build_object($3::text, jsonb_build_object('added', $6::bigint))
+WHERE tenant_id = $1 AND key = $2 AND lock_version = $4 AND claim_id = $5 AND state = 'started'`,
 };
 
 /**

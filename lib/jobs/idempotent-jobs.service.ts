@@ -18,6 +18,7 @@ import {
 import { claimOrDecide, type ClaimResult } from '../http/claim-or-decide.js';
 import { claimWithWork } from '../http/claim-with-work.js';
 import {
+  FORGET_JOB_STEP_DATA,
   MARK_JOB_STEP_DATA_WRITTEN,
   MARK_JOB_STEP_LOST,
   RELEASE_JOB_STEP,
@@ -62,8 +63,10 @@ import {
   dataToRestore,
   type HeldData,
   jsonOf,
+  keepsStepData,
   keptStepData,
   mayBeStale,
+  readdedWithoutStepData,
   STEP_DATA,
   STEP_LOST,
   STEP_OWNER,
@@ -245,12 +248,37 @@ export class IdempotentJobs implements OnModuleInit {
     held: NonNullable<HeldData>,
   ): Promise<void> {
     const claim = context.claim!;
-    const kept = keptStepData(held, job.timestamp)!;
+    const kept = keptStepData(held, job.timestamp);
     await this.database
       .query(MARK_JOB_STEP_DATA_WRITTEN, [claim.tenantId, claim.key, STEP_DATA, kept.data])
       .catch((error: unknown) =>
         this.logger.warn(
           `that job ${claim.key} has its step's data could not be noted: ${messageOf(error)}`,
+        ),
+      );
+  }
+
+  /**
+   * Tells the job's key that the job wrote its data after its step committed and it moved
+   * (BullMQ's docs' order): the data the key keeps is the step before's, not the next one's, so
+   * no job that takes the key over goes on from it (see `FORGET_JOB_STEP_DATA`). A note that
+   * fails is logged: the write to BullMQ goes on, as without the library.
+   */
+  private async forgetStepData(context: IdempotencyContext, job: JobLike): Promise<void> {
+    const claim = context.claim!;
+    await this.database
+      .query(FORGET_JOB_STEP_DATA, [
+        claim.tenantId,
+        claim.key,
+        STEP_DATA,
+        claim.lockVersion,
+        claim.claimId,
+        job.timestamp,
+      ])
+      .catch((error: unknown) =>
+        this.logger.error(
+          `that job ${claim.key} wrote its data after its step moved it could not be noted: ` +
+            `a job that takes its key over may go on from the step before: ${messageOf(error)}`,
         ),
       );
   }
@@ -353,7 +381,10 @@ export class IdempotentJobs implements OnModuleInit {
     // saying so, rather than do the steps again from its own first.
     const ownerNow = claimed.claim.phaseResults[STEP_OWNER];
     const seen = held?.kind === 'held' ? await stepOwnerSeen(job, ownerNow) : undefined;
-    if (seen?.kind === 'gone' && claimed.claim.phaseResults[STEP_DATA] === undefined) {
+    // The same for a job of the app's own id added again under it, whose key keeps no data of
+    // its last step: it is the owner by name, another job by the time it was added.
+    const readded = readdedWithoutStepData(claimed.claim.phaseResults, owner, job.timestamp);
+    if ((seen?.kind === 'gone' && !keepsStepData(claimed.claim.phaseResults)) || readded) {
       await rollBackAndRelease(tools, context, 'job_step_lost');
       throw new JobStepOwnerGoneError(where, String(ownerNow));
     }
@@ -367,20 +398,11 @@ export class IdempotentJobs implements OnModuleInit {
         context,
         held.kind === 'lost' ? 'job_step_lost' : 'job_step_held',
       );
-      // Waiting on a job delayed until its next step: back no sooner than that delay (each
-      // return is a start BullMQ counts: `maxStartedAttempts`), a minute at most.
-      // Waiting on one that waits (for its children, to run again) with no delay to tell: back
-      // after 2, 4, 8… seconds by this job's own starts, a minute at most.
+      // Each return is a start BullMQ counts (`maxStartedAttempts`): see `waitSecondsFor`.
       const starts = Number((job as { attemptsStarted?: unknown }).attemptsStarted) || 0;
-      const waitSeconds =
-        seen?.kind === 'delayed'
-          ? Math.min(60, Math.max(1, Math.ceil(seen.delayMs / 1000)))
-          : seen?.kind === 'waiting'
-            ? Math.min(60, 2 ** Math.min(6, Math.max(1, starts)))
-            : 1;
       throw held.kind === 'lost'
         ? new JobStepLostError(where, held.why)
-        : new IdempotencyKeyInProgressError(waitSeconds);
+        : new IdempotencyKeyInProgressError(waitSecondsFor(seen, starts));
     }
     // Given the data of before its last step, which BullMQ has since: BullMQ's, read afresh.
     if (mayBeStale(claimed.claim.phaseResults, owner, job.timestamp, jsonOf(job.data))) {
@@ -610,7 +632,7 @@ function stepStatement(context: IdempotencyContext, job: JobLike, owner: string,
       STEP_OWNER,
       owner,
       STEP_DATA,
-      held ? JSON.stringify(keptStepData(held, job.timestamp)) : null,
+      JSON.stringify(keptStepData(held, job.timestamp)),
     ],
   };
 }

@@ -1,6 +1,9 @@
 import {
   dataToRestore,
+  keepsStepData,
+  keptStepData,
   mayBeStale,
+  readdedWithoutStepData,
   STEP_DATA,
   STEP_LOST,
   STEP_OWNER,
@@ -136,6 +139,63 @@ describe('mayBeStale', () => {
   });
 });
 
+describe('keptStepData', () => {
+  it.each([
+    [
+      'a step with data: its JSON and the JSON before it, in base64',
+      { data: { step: 2 }, over: '{"step":1}' },
+      { data: 'eyJzdGVwIjoyfQ==', over: 'eyJzdGVwIjoxfQ==', added: 100 },
+    ],
+    ['a step without new data (a poll): only when the job was added', undefined, { added: 100 }],
+  ] as const)('%s', (_name, held, kept) => {
+    expect(keptStepData(held, 100)).toEqual(kept);
+  });
+});
+
+describe('keepsStepData', () => {
+  it.each([
+    ['no step data', {}, false],
+    ['a step’s data', { [STEP_DATA]: { data: 'e30=', over: 'e30=', added: 100 } }, true],
+    ['only when the job was added (no data to go on from)', { [STEP_DATA]: { added: 100 } }, false],
+  ] as const)('%s', (_name, results, keeps) => {
+    expect(keepsStepData(results)).toBe(keeps);
+  });
+});
+
+describe('readdedWithoutStepData', () => {
+  const own = 'id:pay-1';
+  it.each([
+    ['no step before it', {}, 200, false],
+    [
+      'its own step, no data: the same job',
+      { [STEP_OWNER]: own, [STEP_DATA]: { added: 200 } },
+      200,
+      false,
+    ],
+    [
+      'its id added again, no data: refused (adversary 74)',
+      { [STEP_OWNER]: own, [STEP_DATA]: { added: 100 } },
+      200,
+      true,
+    ],
+    [
+      'its id added again, the step’s data kept: goes on from it',
+      { [STEP_OWNER]: own, [STEP_DATA]: { data: 'e30=', over: 'e30=', added: 100 } },
+      200,
+      false,
+    ],
+    ['no time kept (an older version’s step): goes on', { [STEP_OWNER]: own }, 200, false],
+    [
+      'another owner’s step (see stepHold)',
+      { [STEP_OWNER]: '7@100', [STEP_DATA]: { added: 100 } },
+      200,
+      false,
+    ],
+  ] as const)('%s', (_name, results, added, refused) => {
+    expect(readdedWithoutStepData(results, own, added)).toBe(refused);
+  });
+});
+
 describe('stepJob', () => {
   /** A job as BullMQ's: its methods on its prototype, each call recorded. */
   class FakeJob {
@@ -159,15 +219,22 @@ describe('stepJob', () => {
   const stepped = (job: FakeJob, pending = true) => {
     const commits: unknown[] = [];
     const moved: Promise<void>[] = [];
+    const state = { pending };
     const run = stepJob(
       job,
       (held) => {
         commits.push(held);
         job.calls.push('commit');
+        state.pending = false;
         return Promise.resolve();
       },
-      () => pending,
+      () => state.pending,
       (step) => moved.push(step),
+      () => Promise.resolve(),
+      () => {
+        job.calls.push('forget step data');
+        return Promise.resolve();
+      },
     );
     return { run, commits, moved };
   };
@@ -208,6 +275,21 @@ describe('stepJob', () => {
     stepped(job, false);
     await job.updateData({ step: 3 });
     expect(job.calls).toEqual(['updateData {"step":3}']);
+  });
+
+  it('updateData after the step moved (BullMQ’s docs’ order) tells the key first, once', async () => {
+    const job = new FakeJob();
+    stepped(job);
+    await job.moveToDelayed();
+    await job.updateData({ step: 2 });
+    await job.updateData({ step: 3 });
+    expect(job.calls).toEqual([
+      'commit',
+      'moveToDelayed',
+      'forget step data',
+      'updateData {"step":2}',
+      'updateData {"step":3}',
+    ]);
   });
 
   it('gives the job its own methods back', async () => {

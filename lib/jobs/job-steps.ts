@@ -87,16 +87,48 @@ export function mayBeStale(
 }
 
 /**
+ * What a step leaves on its key (see `keptStepData`): the data it held, or only the time the
+ * job that stepped was added (`added`: another job added again under its id is told apart).
+ */
+export interface KeptStepData {
+  data?: string;
+  over?: string;
+  added: number;
+}
+
+/**
  * The data a step leaves, as its key keeps it: its JSON (as BullMQ writes it) in base64, with
  * the JSON BullMQ had before it, so that a NUL or a lone surrogate in it (which jsonb refuses)
- * commits as BullMQ keeps it (adversary 61).
+ * commits as BullMQ keeps it (adversary 61). A step that holds no new data leaves only `added`:
+ * the key then keeps the data of its step before, where it has one (`RELEASE_JOB_STEP`: a poll
+ * changes nothing, adversary 74).
  */
-export function keptStepData(
-  held: HeldData,
-  added: number,
-): { data: string; over: string; added: number } | undefined {
-  if (!held) return undefined;
+export function keptStepData(held: HeldData, added: number): KeptStepData {
+  if (!held) return { added };
   return { data: toBase64(jsonOf(held.data)), over: toBase64(held.over), added };
+}
+
+/** Whether the key keeps data of a step to go on from (a pure decision). */
+export function keepsStepData(results: Readonly<Record<string, unknown>>): boolean {
+  const kept = results[STEP_DATA] as { data?: unknown } | undefined;
+  return typeof kept?.data === 'string';
+}
+
+/**
+ * Whether a job that names the key's owner as its steps did (the app's own id) is another job
+ * than the one whose steps hold the key, with no data of their last step to go on from (a pure
+ * decision): removed between its steps and added again under its id, it would do its steps
+ * again from its first (adversary 74). Told by the time each was added (`added`); a key whose
+ * step left no such time (an older version's) cannot tell, and goes on as before.
+ */
+export function readdedWithoutStepData(
+  results: Readonly<Record<string, unknown>>,
+  owner: string,
+  added: number,
+): boolean {
+  if (results[STEP_OWNER] !== owner || keepsStepData(results)) return false;
+  const kept = results[STEP_DATA] as { added?: unknown } | undefined;
+  return typeof kept?.added === 'number' && kept.added !== added;
 }
 
 /** A job's data as BullMQ writes it (`JSON.stringify`; nothing as `null`). */
@@ -139,6 +171,9 @@ export interface SteppedJob {
  *    job's data at once, where the job's work commits at its end: a step recorded in the data
  *    (BullMQ's step idiom) before its work committed would be skipped by the job's retry after
  *    an error that rolled the work back;
+ *  - `updateData()` after a step committed and the job moved (BullMQ's docs' order: the move,
+ *    then the data) first tells its key (`dataAfterStep`) that the data the key keeps is not
+ *    the job's next step's: no job that takes the key over goes on from it;
  *  - `moveToDelayed()` (and `moveToWait()`) first commits the step (`commitStep`: its work with its key unfinished,
  *    its held data with it) and writes its held data: a step that cannot commit throws from
  *    the move, before the job moved, so that the job never goes on without it (its own error:
@@ -154,9 +189,12 @@ export function stepJob(
   pending: () => boolean,
   afterMove: (step: Promise<void>) => void,
   stepWritten: (held: NonNullable<HeldData>) => Promise<void> = () => Promise.resolve(),
+  dataAfterStep: () => Promise<void> = () => Promise.resolve(),
 ): SteppedJob {
   let committed: Promise<void> | undefined;
   let held: HeldData;
+  /** Told once, at the first write of data after the step committed (see `dataAfterStep`). */
+  let toldAfterStep: Promise<void> | undefined;
   const own = (name: string) => Reflect.get(job, name) as (...args: unknown[]) => Promise<unknown>;
   const updateData = own('updateData');
   const moveToDelayed = own('moveToDelayed');
@@ -187,6 +225,12 @@ export function stepJob(
   if (updateData) {
     replace('updateData', async (data: unknown) => {
       if (!pending()) {
+        // Its key told first: a worker that dies in between leaves no data to go on from,
+        // never the data of the step before as the next step's.
+        if (committed) {
+          toldAfterStep ??= committed.then(dataAfterStep, () => undefined);
+          await toldAfterStep;
+        }
         await updateData.call(job, data);
         written = jsonOf(data);
         return;

@@ -40,6 +40,11 @@
  *
  * Suggested fix: a step that holds no new data keeps the key's step data (or keeps the data
  * BullMQ has now, `job.data`, as the step's): only a step with data replaces it.
+ *
+ * Fixed: a step that holds no new data keeps the key's step data of the step before it
+ * (`RELEASE_JOB_STEP` v4, lib/claim/postgres-statements.ts; `keptStepData` leaves `{ added }`);
+ * data written after the move instead forgets it (`stepJob`'s `dataAfterStep`,
+ * `IdempotentJobs.forgetStepData`, `FORGET_JOB_STEP_DATA`); `keepsStepData` (job-steps.ts).
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';

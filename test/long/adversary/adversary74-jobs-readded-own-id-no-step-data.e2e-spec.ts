@@ -43,6 +43,12 @@
  * poll-step-drops-data); and where the key of a job of the app's own id keeps no step data
  * but has a committed step, and the job was added again (another `added`), fail it for good
  * as for a derived key (`JobStepOwnerGoneError`), rather than run its steps from its first.
+ *
+ * Fixed: the poll case by poll-step-drops-data's fix (the key keeps the step's data: the job
+ * added again goes on from `poll`); the docs'-order case: each step leaves on its key the time
+ * its job was added (`keptStepData`, `{ added }`), and a job of the app's own id whose key has
+ * a step with no data and another `added` fails for good with JobStepOwnerGoneError
+ * (`readdedWithoutStepData`, lib/jobs/job-steps.ts; `IdempotentJobs.runOnce`).
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
