@@ -207,6 +207,12 @@ describe('stepJob', () => {
       this.data = data;
       return Promise.resolve();
     }
+    progress: unknown = 0;
+    updateProgress(progress: unknown) {
+      this.calls.push(`updateProgress ${JSON.stringify(progress)}`);
+      this.progress = progress;
+      return Promise.resolve();
+    }
     moveToDelayed() {
       this.calls.push('moveToDelayed');
       return Promise.resolve();
@@ -275,6 +281,25 @@ describe('stepJob', () => {
     stepped(job, false);
     await job.updateData({ step: 3 });
     expect(job.calls).toEqual(['updateData {"step":3}']);
+  });
+
+  it('holds updateProgress while the work is uncommitted, its last value written with the step', async () => {
+    const job = new FakeJob();
+    stepped(job);
+    await job.updateProgress(50);
+    await job.updateProgress(60);
+    expect(job.progress).toBe(60);
+    expect(job.calls).toEqual([]);
+    await job.moveToDelayed();
+    expect(job.calls).toEqual(['commit', 'updateProgress 60', 'moveToDelayed']);
+  });
+
+  it('a rolled-back run never writes its held progress', async () => {
+    const job = new FakeJob();
+    const { run } = stepped(job);
+    await job.updateProgress(50);
+    run.release();
+    expect(job.calls).toEqual([]);
   });
 
   it('updateData after the step moved (BullMQ’s docs’ order) tells the key first, once', async () => {

@@ -146,13 +146,20 @@ const fromBase64 = (text: string) => Buffer.from(text, 'base64').toString('utf8'
 export type HeldData = { data: unknown; over: string } | undefined;
 
 /** The job's methods a run takes the place of while it runs (see `stepJob`). */
-const STEPPED = ['updateData', 'moveToDelayed', 'moveToWait', 'moveToWaitingChildren'] as const;
+const STEPPED = [
+  'updateData',
+  'updateProgress',
+  'moveToDelayed',
+  'moveToWait',
+  'moveToWaitingChildren',
+] as const;
 
 /** A job whose run steps it (see `stepJob`), and what the run does with it. */
 export interface SteppedJob {
   /**
-   * Writes the data the job gave `updateData()` while its work was uncommitted, once that
-   * work committed (its step, or its result). Dropped if the work rolls back.
+   * Writes the data the job gave `updateData()` (and the progress it gave `updateProgress()`)
+   * while its work was uncommitted, once that work committed (its step, or its result).
+   * Dropped if the work rolls back.
    */
   flush(): Promise<void>;
   /** `flush`, after a step committed: and notes on its key that BullMQ has its data. */
@@ -171,6 +178,9 @@ export interface SteppedJob {
  *    job's data at once, where the job's work commits at its end: a step recorded in the data
  *    (BullMQ's step idiom) before its work committed would be skipped by the job's retry after
  *    an error that rolled the work back;
+ *  - `updateProgress()` the same (its last value, and BullMQ's `progress` event, once the work
+ *    committed): a job that reads its progress back on its retry to skip what it did would
+ *    skip a step whose work rolled back (adversary 74);
  *  - `updateData()` after a step committed and the job moved (BullMQ's docs' order: the move,
  *    then the data) first tells its key (`dataAfterStep`) that the data the key keeps is not
  *    the job's next step's: no job that takes the key over goes on from it;
@@ -193,22 +203,33 @@ export function stepJob(
 ): SteppedJob {
   let committed: Promise<void> | undefined;
   let held: HeldData;
+  /** The progress given `updateProgress()` while the work was uncommitted, its last. */
+  let heldProgress: { value: unknown } | undefined;
   /** Told once, at the first write of data after the step committed (see `dataAfterStep`). */
   let toldAfterStep: Promise<void> | undefined;
   const own = (name: string) => Reflect.get(job, name) as (...args: unknown[]) => Promise<unknown>;
   const updateData = own('updateData');
+  const updateProgress = own('updateProgress');
   const moveToDelayed = own('moveToDelayed');
   const moveToWait = own('moveToWait');
   const moveToWaitingChildren = own('moveToWaitingChildren');
   const saved = STEPPED.map((name) => [name, Object.getOwnPropertyDescriptor(job, name)] as const);
   /** The JSON of the data BullMQ has, as far as this run wrote it. */
   let written = jsonOf(Reflect.get(job, 'data'));
+  const flushProgress = async () => {
+    if (!heldProgress || !updateProgress) return;
+    const { value } = heldProgress;
+    heldProgress = undefined;
+    await updateProgress.call(job, value);
+  };
   const flush = async () => {
-    if (!held || !updateData) return;
-    const { data } = held;
-    held = undefined;
-    await updateData.call(job, data);
-    written = jsonOf(data);
+    if (held && updateData) {
+      const { data } = held;
+      held = undefined;
+      await updateData.call(job, data);
+      written = jsonOf(data);
+    }
+    await flushProgress();
   };
   const commit = () => {
     committed ??= commitStep(held);
@@ -243,6 +264,19 @@ export function stepJob(
       // The job reads its new data at once, as BullMQ sets it.
       Reflect.set(job, 'data', data);
       held = { data: JSON.parse(json) as unknown, over: written };
+    });
+  }
+  if (updateProgress) {
+    replace('updateProgress', async (progress: unknown) => {
+      if (!pending()) {
+        await updateProgress.call(job, progress);
+        return;
+      }
+      // The job reads its progress at once, as BullMQ sets it; what BullMQ could not write
+      // throws here, at the call.
+      const json = JSON.stringify(progress);
+      Reflect.set(job, 'progress', progress);
+      heldProgress = { value: JSON.parse(json ?? 'null') as unknown };
     });
   }
   if (moveToDelayed) {

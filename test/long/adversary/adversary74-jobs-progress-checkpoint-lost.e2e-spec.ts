@@ -31,6 +31,11 @@
  *
  * Suggested fix: hold `updateProgress` as `updateData` is (BullMQ gets it once the work
  * committed), or say in jobs.md that progress is written at once and must not checkpoint steps.
+ *
+ * Fixed: `updateProgress()` is held as `updateData()` is (`stepJob`, lib/jobs/job-steps.ts): the
+ * job reads `job.progress` at once, BullMQ gets its last value (and its `progress` event) once
+ * the work committed, never if it rolled back; jobs.md says so, and that progress is not kept
+ * on the key (save steps in data). The test is unchanged.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
