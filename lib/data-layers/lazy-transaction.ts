@@ -85,6 +85,8 @@ export class LazyTransaction extends RequestTransaction {
    * outermost (`nestedCommit`).
    */
   private readonly besideCommits = new Map<number, NestedCommit>();
+  /** Notes what a statement of a view's leaves for its nested transaction's COMMIT (`ensureRunner`). */
+  private keepSettingsOf?: (from: unknown, args: unknown[]) => Promise<void>;
   /** Its code's streams open on the connection (see `OpenStreams`). */
   private readonly streams = new OpenStreams();
   /**
@@ -485,7 +487,7 @@ export class LazyTransaction extends RequestTransaction {
     const query = runner.query.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     // Before a statement of its code's nested transactions: what it leaves that the
     // outermost one's COMMIT would end (see `NestedCommit`).
-    const keepSettings = (from: unknown, args: unknown[]) =>
+    const keepSettings = (from: unknown, args: unknown[]): Promise<void> =>
       this.commitOf(from).before(
         args[0],
         Array.isArray(args[1]) ? (args[1] as unknown[]) : undefined,
@@ -557,6 +559,7 @@ export class LazyTransaction extends RequestTransaction {
     internals.query = function (this: unknown, ...args: unknown[]) {
       return queryFrom(this, args);
     };
+    this.keepSettingsOf = keepSettings;
     const stream = runner.stream.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     const streamFrom = async (from: unknown, args: unknown[]) => {
       if (this.ended) throw new TransactionEndedError();
@@ -609,17 +612,34 @@ export class LazyTransaction extends RequestTransaction {
   clientOf(view: unknown, client: object): object {
     const query = (client as { query: (...args: unknown[]) => unknown }).query;
     const judged = (...args: unknown[]): unknown => {
-      if (!this.ended) {
-        const text = textOf(args[0]);
-        const values = Array.isArray(args[1]) ? args[1] : valuesOf(args);
-        try {
-          this.refuseBesideIdentity(view, text, values);
-        } catch (error) {
-          return refusedStatement(args, error);
-        }
-        this.nested.markBeside(view as object, text);
+      const send = () => query.apply(client, args);
+      if (this.ended) return send();
+      const text = textOf(args[0]);
+      const values = Array.isArray(args[1]) ? args[1] : valuesOf(args);
+      try {
+        this.refuseBesidePhase();
+        this.refuseBehindStream();
+        this.refuseBesideIdentity(view, text, values);
+      } catch (error) {
+        return refusedStatement(args, error);
       }
-      return query.apply(client, args);
+      this.nested.markBeside(view as object, text);
+      const depth = (this.runner as unknown as RunnerInternals | undefined)?.transactionDepth ?? 1;
+      if (depth <= 1 || !this.keepSettingsOf) return send();
+      // Inside its nested transactions: what it leaves that their COMMIT would end, noted
+      // first (see `NestedCommit`), as through the view's `query()`.
+      const kept = this.keepSettingsOf(view, [text, values]);
+      if (isSubmittable(args[0])) {
+        const submittable = args[0] as { handleError?: (error: unknown) => void };
+        kept.then(send, (error: unknown) => submittable.handleError?.(error));
+        return submittable;
+      }
+      const last = args[args.length - 1];
+      if (typeof last === 'function') {
+        kept.then(send, (error: unknown) => (last as (error: unknown) => void)(error));
+        return undefined;
+      }
+      return kept.then(send);
     };
     // On a target of its own: the client's `query` may be fixed on it (a proxy must answer a
     // fixed property as it is).

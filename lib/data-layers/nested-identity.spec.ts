@@ -98,11 +98,29 @@ describe('NestedIdentity', () => {
       ],
     ],
     [
-      'set beside any nested transaction of its own: marks none (the pool seam does the same)',
+      'set beside another’s nested transaction: refused (its end puts back what it began with)',
       [
         ['start', inside],
-        ['send', beside, 'SET LOCAL ROLE app_user', false],
+        ['send', beside, 'SET LOCAL ROLE app_user', 'sets-beside'],
         ['send', other, 'UPDATE t SET n = n + 1', false],
+      ],
+    ],
+    [
+      'set in its own, begun beside another’s: its own to set',
+      [
+        ['start', inside],
+        ['start', beside],
+        ['send', beside, "SELECT set_config('app.tenant', 'acme', true)", false],
+        ['send', inside, 'SELECT 1', 'settings'],
+      ],
+    ],
+    [
+      'a read beside one made read only: it runs there as apart; a write is refused',
+      [
+        ['start', inside],
+        ['send', inside, 'SET TRANSACTION READ ONLY', false],
+        ['send', beside, 'SELECT n FROM t', false],
+        ['send', beside, 'UPDATE t SET n = 1', 'read-only'],
       ],
     ],
   ])('%s', (_label, steps) => {

@@ -33,7 +33,7 @@ interface NestedTransaction {
 }
 
 /** What a statement beside open nested transactions is refused for, if anything. */
-export type BesideRefusal = 'identity' | 'read-only' | 'settings' | false;
+export type BesideRefusal = 'identity' | 'read-only' | 'settings' | 'sets-beside' | false;
 
 /**
  * What a view's commit or rollback of its nested transaction meets: `ok`; `not-innermost`
@@ -154,12 +154,19 @@ export class NestedIdentity {
     if (this.open.length === 0) return false;
     const others = this.open.filter((nested) => nested.owner !== from);
     if (others.some((nested) => nested.setIdentity)) return 'identity';
-    if (others.some((nested) => nested.readOnly)) return 'read-only';
+    // A read beside one made read only runs there as it would apart: only a write is refused.
+    if (others.some((nested) => nested.readOnly) && !isPlainRead(text)) return 'read-only';
     if (others.some((nested) => nested.localSettings)) return 'settings';
+    const identity = setsIdentity(text);
+    const settings = localSettingsOf(text, values).length > 0;
+    // Set inside another's nested transaction (the innermost, begun beside its own or with
+    // none of its own open): that one's end would put back what it began with.
+    const innermost = this.open[this.open.length - 1];
+    if ((identity || settings) && innermost && innermost.owner !== from) return 'sets-beside';
     const own = this.innermostOf(from);
     if (!own) return false;
-    if (setsIdentity(text)) own.setIdentity = true;
-    if (localSettingsOf(text, values).length > 0) own.localSettings = true;
+    if (identity) own.setIdentity = true;
+    if (settings) own.localSettings = true;
     if (setsReadOnly(text)) own.readOnly = true;
     return false;
   }

@@ -256,7 +256,7 @@ export class PoolTransaction extends RequestTransaction {
     // The nested transactions open as it is sent: it runs inside those, not inside one begun
     // while it waits for the connection (that one's SAVEPOINT goes after it).
     const open = from === 'own' ? undefined : this.savepoints.slice();
-    if (from !== 'own') this.refuseBesideIdentity(from);
+    if (from !== 'own') this.refuseBesideIdentity(from, text);
     if (from && from !== 'own' && from.savepoints.length > 0) this.noteInside(from, text, args);
     // `SET TRANSACTION READ ONLY` inside its nested transaction: as a `BEGIN READ ONLY`, until
     // its savepoint ends (PostgreSQL ends the mode there).
@@ -464,13 +464,14 @@ export class PoolTransaction extends RequestTransaction {
    * inside it, as that role: refused, the request with it, rather than run as another role in
    * silence (row-level security would hide rows from it).
    */
-  private refuseBesideIdentity(view: JoinedClient | null): void {
+  private refuseBesideIdentity(view: JoinedClient | null, text: unknown): void {
     const beside = this.savepoints.filter((savepoint) => !view?.savepoints.includes(savepoint));
     if (beside.some((savepoint) => savepoint.setIdentity)) {
       throw this.refuse(new StatementBesideNestedTransactionError(true));
     }
-    // Likewise beside one begun READ ONLY: its write would be refused there (25006).
-    if (beside.some((savepoint) => savepoint.readOnly)) {
+    // Likewise a write beside one begun READ ONLY: it would be refused there (25006). A read
+    // runs there as it would apart.
+    if (beside.some((savepoint) => savepoint.readOnly) && !isPlainRead(text)) {
       throw this.refuse(new StatementBesideNestedTransactionError('read-only'));
     }
     // Or beside one that set a setting for itself: it would run under its statement_timeout,
@@ -501,7 +502,7 @@ export class PoolTransaction extends RequestTransaction {
     try {
       this.refuseBehindCursor();
       // As a statement's: beside a nested transaction that set its role or a setting.
-      this.refuseBesideIdentity(view);
+      this.refuseBesideIdentity(view, textOf(args[0]));
     } catch (error) {
       queueMicrotask(() => submittable.handleError?.(error));
       return submittable;

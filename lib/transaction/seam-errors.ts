@@ -32,38 +32,47 @@ export class StatementBesideNestedTransactionError extends TransactionControlRef
   /**
    * `identity`: refused as it was sent, beside a nested transaction that set its role;
    * `'read-only'`: beside one begun READ ONLY; `'settings'`: beside one that set a setting
-   * for the transaction.
+   * for the transaction; `'sets-beside'`: a statement that sets the role, search path or a
+   * setting, sent beside one.
    */
-  constructor(identity: boolean | 'read-only' | 'settings' = false) {
+  constructor(identity: boolean | 'read-only' | 'settings' | 'sets-beside' = false) {
     super(
-      identity === 'read-only'
-        ? 'a statement beside a nested transaction begun READ ONLY'
-        : identity === 'settings'
-          ? 'a statement beside a nested transaction that set a setting for itself'
-          : identity
-            ? 'a statement beside a nested transaction that set its role or search path'
-            : 'a rollback of a nested transaction holding a statement not its own',
+      identity === 'sets-beside'
+        ? 'a statement setting the role, search path or a setting beside a nested transaction'
+        : identity === 'read-only'
+          ? 'a statement beside a nested transaction begun READ ONLY'
+          : identity === 'settings'
+            ? 'a statement beside a nested transaction that set a setting for itself'
+            : identity
+              ? 'a statement beside a nested transaction that set its role or search path'
+              : 'a rollback of a nested transaction holding a statement not its own',
     );
     this.message =
-      (identity === 'read-only'
-        ? 'A statement was sent beside a nested transaction begun READ ONLY (through the ' +
-          'pool, or on another of its connections): on the idempotent request’s one connection ' +
-          'it would run inside it, in its read-only mode, where its write is refused.'
-        : identity === 'settings'
-          ? 'A statement was sent beside a nested transaction (through the pool, or on another ' +
-            'of its connections) after that transaction set a setting for itself (SET LOCAL, ' +
-            'set_config(…, true)): on the idempotent request’s one connection it would run ' +
-            'inside it, under that setting (its statement_timeout, its tenant for row-level ' +
-            'security), where without the library it runs with its own.'
-          : identity
+      (identity === 'sets-beside'
+        ? 'A statement that sets the role, session authorization, search path or a setting ' +
+          'for the transaction (SET LOCAL, set_config(…, true)) was sent beside an open nested ' +
+          'transaction (through the pool, or on another of its connections): on the idempotent ' +
+          'request’s one connection it would set it inside that transaction, whose end puts ' +
+          'back what it began with, where without the library it sets its own connection’s.'
+        : identity === 'read-only'
+          ? 'A statement was sent beside a nested transaction begun READ ONLY (through the ' +
+            'pool, or on another of its connections): on the idempotent request’s one connection ' +
+            'it would run inside it, in its read-only mode, where its write is refused.'
+          : identity === 'settings'
             ? 'A statement was sent beside a nested transaction (through the pool, or on another ' +
-              'of its connections) after that transaction set its role, session authorization or ' +
-              'search path (SET LOCAL ROLE): on the idempotent request’s one connection it would ' +
-              'run inside it, as that role, where row-level security may hide rows from it.'
-            : 'A nested transaction rolled back with a statement inside it that was sent beside ' +
-              'it (through the pool, or on another of its connections) while it was open: on the ' +
-              'idempotent request’s one connection that statement ran inside it, and rolled back ' +
-              'with it.') +
+              'of its connections) after that transaction set a setting for itself (SET LOCAL, ' +
+              'set_config(…, true)): on the idempotent request’s one connection it would run ' +
+              'inside it, under that setting (its statement_timeout, its tenant for row-level ' +
+              'security), where without the library it runs with its own.'
+            : identity
+              ? 'A statement was sent beside a nested transaction (through the pool, or on another ' +
+                'of its connections) after that transaction set its role, session authorization or ' +
+                'search path (SET LOCAL ROLE): on the idempotent request’s one connection it would ' +
+                'run inside it, as that role, where row-level security may hide rows from it.'
+              : 'A nested transaction rolled back with a statement inside it that was sent beside ' +
+                'it (through the pool, or on another of its connections) while it was open: on the ' +
+                'idempotent request’s one connection that statement ran inside it, and rolled back ' +
+                'with it.') +
       ' The request rolls back. Send the statement through the nested transaction’s own ' +
       'client (trx, tx) if it belongs to it, or once it has ended; or run it outside the ' +
       'request with IdempotentTransaction.outside().';

@@ -51,6 +51,12 @@
  * `StatementBesideNestedTransactionError(true)`, an identity change of another view's code
  * while a transaction begun beside it is open; or re-read the enclosing view's identity after
  * the RELEASE if its code changed it meanwhile.
+ *
+ * Fixed: a statement that sets the role, search path or a setting inside another code's nested
+ * transaction (the innermost open one is not its own) is refused as it is sent with
+ * `StatementBesideNestedTransactionError('sets-beside')` (`NestedIdentity.besideIdentity`): the
+ * refusal, not a silent wrong schema. The test accepts 'refused, nothing kept' as its header's
+ * alternative.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';

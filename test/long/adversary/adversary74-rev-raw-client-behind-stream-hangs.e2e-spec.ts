@@ -40,6 +40,10 @@
  * Suggested fix: in `clientOf`'s `judged`, `this.refuseBehindStream()` (and
  * `refuseBesidePhase()`) first, answered in the form the statement was sent in
  * (`refusedStatement`).
+ *
+ * Fixed: the client `clientOf` hands out refuses behind an open stream and beside a phase first
+ * (`refuseBehindStream`, `refuseBesidePhase`), answered in the form the statement was sent in
+ * (`refusedStatement`).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';

@@ -50,6 +50,9 @@
  * inside its nested transaction: `await keepSettings(view, args)` before sending (the query
  * then returns a promise chained on it; a submittable or callback form sent once it is done),
  * and `refuseBehindStream()`.
+ *
+ * Fixed: the client `clientOf` hands out notes what a statement leaves for its nested
+ * transaction's COMMIT first (`keepSettingsOf`, as `queryFrom`'s `keepSettings`).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';

@@ -42,6 +42,10 @@
  * Suggested fix: in `besideIdentity`, refuse 'read-only' only for a statement that is not a
  * plain read (`!isPlainRead(text)`), the identity and settings rules staying for reads; same
  * in the pool seam.
+ *
+ * Fixed: only a write is refused beside a nested transaction made READ ONLY
+ * (`!isPlainRead(text)` in `NestedIdentity.besideIdentity` and the pool seam's
+ * `refuseBesideIdentity`).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
