@@ -30,6 +30,14 @@ import {
   strictJson,
 } from './wire-value.js';
 
+/** graphql-scalars' DateTime: its serialize() gives the Date itself, which JSON writes. */
+const DateTimeAsDate = new GraphQLScalarType<Date, Date>({
+  name: 'DateTimeAsDate',
+  serialize: (value) => value as Date,
+  parseValue: (value) => new Date(value as string),
+});
+/** A scalar that hands its value on as it is, whatever it is. */
+const Passthrough = new GraphQLScalarType({ name: 'Passthrough' });
 /** A Date scalar that, as Nest's, serializes a Date only. */
 const DateTime = new GraphQLScalarType({
   name: 'DateTime',
@@ -420,6 +428,12 @@ describe('argumentsWire', () => {
       { w: Window },
       { w: { from: at.toISOString(), note: 'x' } },
     ],
+    [
+      'a Date its scalar serializes to the Date (graphql-scalars), as JSON writes it (adversary 74)',
+      { at },
+      { at: DateTimeAsDate },
+      { at: at.toISOString() },
+    ],
     ['a list', { ids: [1, 2] }, { ids: new GraphQLList(GraphQLInt) }, { ids: [1, 2] }],
     [
       'an untyped plain value',
@@ -443,6 +457,18 @@ describe('argumentsWire', () => {
     ['a Buffer', { bytes: Buffer.from('x') }, {}, 'a Buffer'],
     ['a class instance', { when: new Labelled() }, {}, 'an instance of Labelled'],
     ['a bigint', { n: 1n }, {}, 'a BigInt'],
+    [
+      'a Buffer a scalar hands on, though it has a toJSON()',
+      { bytes: Buffer.from('x') },
+      { bytes: Passthrough },
+      'a Buffer',
+    ],
+    [
+      'a class instance a scalar hands on, without a toJSON()',
+      { when: new Labelled() },
+      { when: Passthrough },
+      'an instance of Labelled',
+    ],
     [
       'a Buffer under an input object',
       { w: { note: Buffer.from('x') } },

@@ -1143,9 +1143,27 @@ function describe(value: unknown): string {
   return typeof name === 'string' && name ? `an instance of ${name}` : 'an object with a prototype';
 }
 
-/** A scalar's wire value; a `BigInt` (what BigInt scalars serialize to) as its digits. */
-function leafWire(serialized: unknown): unknown {
-  return typeof serialized === 'bigint' ? serialized.toString() : serialized;
+/**
+ * A scalar's wire value as GraphQL's JSON writes it: a `BigInt` (what BigInt scalars serialize
+ * to) as its digits; a value with a `toJSON()` (graphql-scalars' `DateTime` serializes to the
+ * `Date` itself) through it, as `JSON.stringify` writes the answer (adversary 74). What is
+ * left is checked as JSON by the caller: an upload, a stream, a `Buffer` or a class instance
+ * without a `toJSON()` is still refused.
+ */
+export function leafWire(serialized: unknown): unknown {
+  if (typeof serialized === 'bigint') return serialized.toString();
+  if (hasToJson(serialized)) return jsonCopy(serialized);
+  return serialized;
+}
+
+/** A value JSON writes through its `toJSON()`; a `Buffer` aside, refused as documented. */
+function hasToJson(value: unknown): boolean {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    !Buffer.isBuffer(value) &&
+    typeof (value as { toJSON?: unknown }).toJSON === 'function'
+  );
 }
 
 /**

@@ -51,6 +51,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Suggested fix: take a scalar's wire form as GraphQL's JSON writes it (`leafWire`: a value
  * with a `toJSON()` written through it, as `jsonCopy` does), refusing only what still has no
  * JSON form.
+ *
+ * Fixed: `leafWire` (lib/graphql/wire-value.ts) writes a scalar's serialized value that has a
+ * `toJSON()` (a `Date`, a Decimal, a Luxon DateTime) through JSON, as GraphQL's answer does,
+ * before `strictJson`; a `Buffer` and a value without a `toJSON()` are still refused.
  */
 let pool: Pool;
 
