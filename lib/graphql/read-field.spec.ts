@@ -147,6 +147,44 @@ describe('readField', () => {
     expect(shape(readField(given, route, tenant))).toEqual(expected);
   });
 
+  // A batch of two operations in one HTTP request: a key of the whole request would name
+  // both; with no key at all there is nothing to share (adversary 74).
+  const batched = (headers: Record<string, string>, bodies: unknown[]): GraphqlField => {
+    const one = field(headers);
+    return { ...one, request: { ...one.request!, body: bodies } };
+  };
+  const byBody = resolveRouteOptions({ keyFrom: { body: 'requestId' }, required: false }, base);
+  const shared = {
+    kind: 'refused',
+    code: 'key_invalid',
+    message: expect.stringContaining('shared by every operation of a batched request') as string,
+  };
+
+  it.each<[string, GraphqlField, typeof required, unknown]>([
+    ['a header key in a batch', batched({ 'idempotency-key': 'k1' }, [{}, {}]), required, shared],
+    [
+      'a header key in a batch, the key optional',
+      batched({ 'idempotency-key': 'k1' }, [{}, {}]),
+      optional,
+      shared,
+    ],
+    ['no key in a batch, the key optional', batched({}, [{}, {}]), optional, { kind: 'keyless' }],
+    [
+      'no key in a batch, the key required',
+      batched({}, [{}, {}]),
+      required,
+      { kind: 'refused', code: 'key_missing', message: expect.any(String) as string },
+    ],
+    [
+      'a body key in one operation of a batch, optional: never run without it',
+      batched({}, [{}, { requestId: 'r1' }]),
+      byBody,
+      shared,
+    ],
+  ])('%s', (_name, given, route, expected) => {
+    expect(shape(readField(given, route, tenant))).toEqual(expected);
+  });
+
   it('refuses a tenant the resolver cannot give', () => {
     const reading = readField(field({ 'idempotency-key': 'k1', 'x-tenant': '' }), required, tenant);
     expect(shape(reading)).toMatchObject({ kind: 'refused', code: 'tenant_invalid' });

@@ -67,11 +67,17 @@ export function readField(
   // A batch (several operations in one HTTP request, Apollo's and Mercurius' JSON array)
   // shares the request's headers and body: a key of the whole request would name two
   // operations of one field, and the second would be answered with the first's payment.
+  // With no key anywhere in it there is nothing to share: an optional key runs keyless, a
+  // required one is missing, as for a single operation (adversary 74).
   if (batch && batch.length !== 1) {
-    return {
-      kind: 'refused',
-      error: new IdempotencyKeyInvalidError(route.key.where, BATCH_SHARED),
-    };
+    if (batchHoldsKey(sent, batch, route)) {
+      return {
+        kind: 'refused',
+        error: new IdempotencyKeyInvalidError(route.key.where, BATCH_SHARED),
+      };
+    }
+    const none = readKey(undefined, route);
+    if (none.kind !== 'key') return none;
   }
   // A batch of one operation (Apollo Client's BatchHttpLink sends each operation whose
   // headers differ as an array of its own): the request is that operation's alone, read as
@@ -115,6 +121,23 @@ export function readField(
     }
     throw error;
   }
+}
+
+/**
+ * Whether a batched request holds a key of the whole request anywhere: read from the request
+ * as sent (a header) and from each operation read as if sent alone (a body field), so that a
+ * key in one operation's body is never taken for none and run without it.
+ */
+function batchHoldsKey(
+  sent: IdempotencyRequest,
+  batch: readonly unknown[],
+  route: ResolvedRouteOptions,
+): boolean {
+  const each = batch.map(
+    (body) =>
+      Object.create(sent, { body: { value: body, enumerable: true } }) as IdempotencyRequest,
+  );
+  return [sent, ...each].some((request) => route.key.read(request) !== undefined);
 }
 
 /**

@@ -44,6 +44,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * Suggested fix: read the key first (`route.key.read(request)`): refuse the batch only when a
  * key is there to be shared; none on an optional key is `keyless`, as for a single operation.
+ *
+ * Fixed: `readField` (lib/graphql/read-field.ts) refuses a batch (`BATCH_SHARED`) only when
+ * `batchHoldsKey` finds a key in it (the request's, or any operation's body read alone);
+ * with none, `readKey` answers as for one operation: `keyless` on an optional key,
+ * `key_missing` on a required one.
  */
 let pool: Pool;
 
