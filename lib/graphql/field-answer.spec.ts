@@ -151,6 +151,17 @@ describe('fieldError', () => {
       }),
       GraphQLError,
     ],
+    [
+      'a GraphQLError at its own place (adversary 74)',
+      Object.assign(
+        new GraphQLError('over the limit', { extensions: { code: 'BAD_USER_INPUT' } }),
+        {
+          locations: [{ line: 2, column: 31 }],
+          path: ['createTransfer'],
+        },
+      ),
+      GraphQLError,
+    ],
     ['an HttpException', new NotFoundException('no such account'), HttpException],
     ['an Error of the app’s own', new DeclinedError('declined'), Error],
     [

@@ -1,6 +1,7 @@
 import * as nestCommon from '@nestjs/common';
 import { configure } from 'safe-stable-stringify';
 import { type StoredResponse } from '../shapes/stored-response.js';
+import { type ErrorLocation, errorLocations, errorPath } from './error-location.js';
 
 /**
  * JSON of what an error carries, whatever it holds: a cycle (an HTTP client's error kept as
@@ -54,6 +55,13 @@ export interface FieldError {
   props?: Record<string, unknown>;
   /** It was one of `@nestjs/common`'s own exception classes (`ConflictException`), by name. */
   nestClass?: true;
+  /**
+   * A `GraphQLError`'s own `locations` (made from the `nodes` it was given: the argument it
+   * refuses, say), which graphql-js keeps over the field's: the replay's error has them again.
+   */
+  locations?: ErrorLocation[];
+  /** A `GraphQLError`'s own `path` (one passed on from a GraphQL call), kept by graphql-js too. */
+  path?: (string | number)[];
 }
 
 /**
@@ -147,8 +155,26 @@ export function fieldError(thrown: unknown): FieldError {
     error.http = http;
   } else if (thrown.name === 'GraphQLError') {
     error.kind = 'graphql';
+    keepOwnPlace(error, thrown);
   }
   return error;
+}
+
+/**
+ * A `GraphQLError`'s own `locations` and `path`, stored apart (not among `props`): graphql-js
+ * answers it there, not at the field, and so must the replay (adversary 74).
+ */
+function keepOwnPlace(error: FieldError, thrown: Error): void {
+  const { locations, path } = thrown as { locations?: unknown; path?: unknown };
+  const ownLocations = errorLocations(locations);
+  const ownPath = errorPath(path);
+  if (ownLocations) error.locations = ownLocations;
+  if (ownPath) error.path = ownPath;
+  if (error.props) {
+    delete error.props.locations;
+    delete error.props.path;
+    if (Object.keys(error.props).length === 0) delete error.props;
+  }
 }
 
 /** The entries of `extensions.http.headers` when it is a `Map` (see `FieldError`). */

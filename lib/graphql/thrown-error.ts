@@ -1,6 +1,7 @@
 import * as nestCommon from '@nestjs/common';
 import { HttpException } from '@nestjs/common';
 import { type FieldError } from './field-answer.js';
+import { sourceAt } from './error-location.js';
 import { type GraphqlModule } from './graphql-module.js';
 
 /**
@@ -11,9 +12,7 @@ import { type GraphqlModule } from './graphql-module.js';
  */
 export function thrownError(stored: FieldError, graphql: GraphqlModule): Error {
   const extensions = withHttpHeaders(stored);
-  if (stored.kind === 'graphql') {
-    return new graphql.GraphQLError(stored.message, { extensions });
-  }
+  if (stored.kind === 'graphql') return graphqlErrorAgain(stored, extensions, graphql);
   const error =
     stored.kind === 'http' && stored.http
       ? new HttpException(
@@ -40,6 +39,25 @@ export function thrownError(stored: FieldError, graphql: GraphqlModule): Error {
   // Mercurius answers with the first error's statusCode.
   if (stored.statusCode !== undefined) Object.assign(error, { statusCode: stored.statusCode });
   return error;
+}
+
+/**
+ * A stored `GraphQLError` made again where the first one was: its own `path`, and its own
+ * `locations` through a `source` and `positions` that give them (see `sourceAt`), which
+ * graphql-js' `locatedError` keeps over the field's.
+ */
+function graphqlErrorAgain(
+  stored: FieldError,
+  extensions: Record<string, unknown> | undefined,
+  graphql: GraphqlModule,
+): Error {
+  const place = stored.locations ? sourceAt(stored.locations) : undefined;
+  return new graphql.GraphQLError(stored.message, {
+    extensions,
+    path: stored.path,
+    source: place && new graphql.Source(place.body),
+    positions: place?.positions,
+  });
 }
 
 /** The stored extensions, with their `http.headers` a `Map` again, as Apollo Server reads it. */

@@ -49,6 +49,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Suggested fix: store a `GraphQLError`'s own `locations` and `path` when it has them (what
  * `locatedError` keeps), and throw the replay's error with them (its `locations` given as
  * the first answer's, its `path` as its own).
+ *
+ * Fixed: `fieldError` (field-answer.ts, `keepOwnPlace`) stores a `GraphQLError`'s own
+ * `locations` and `path`; `thrownError` (`graphqlErrorAgain`) throws the replay's error with
+ * that `path`, and a `source` and `positions` (`sourceAt`, error-location.ts: spaces only)
+ * from which graphql-js computes the first answer's `locations` again.
  */
 let pool: Pool;
 
