@@ -19,6 +19,8 @@ const metadata: ClassMetadata[] = [
       { name: 'display', schemaName: 'label', options: {} },
       { name: 'currency', schemaName: 'currency', options: { defaultValue: 'EUR' } },
       { name: 'id', schemaName: 'id', options: {} },
+      // Behind field middleware: the app's code answers it (adversary 74).
+      { name: 'email', schemaName: 'email', options: {}, middleware: [() => '***'] },
     ],
   },
   { target: Draft, name: 'Draft', isAbstract: true, properties: [] },
@@ -43,6 +45,7 @@ describe('fieldsOfTypes: how Nest reads each field of a code-first type', () => 
     // A parent class's field is the type's too.
     ['Voucher', 'created', { property: 'createdOn' }],
     ['Base', 'created', { property: 'createdOn' }],
+    ['Voucher', 'email', { property: 'email', middleware: true }],
   ])('%s.%s is read as %j', (type, field, expected) => {
     expect(types.get(type)?.fields.get(field)).toEqual(expected);
   });

@@ -10,6 +10,11 @@ export interface NestField {
   readonly property: string;
   /** Its `@Field({ defaultValue })`, answered where the property is `undefined`. */
   readonly fallback?: { readonly value: unknown };
+  /**
+   * It has field middleware (`@Field({ middleware })`): code of the app's that reads its
+   * parent and answers in the property's stead (see `isResolvedByApp`).
+   */
+  readonly middleware?: true;
 }
 
 /** A class, as Nest's metadata holds it. */
@@ -30,7 +35,8 @@ export interface ClassMetadata {
   properties?: {
     name: string;
     schemaName: string;
-    options?: { defaultValue?: unknown };
+    options?: { defaultValue?: unknown; middleware?: unknown[] };
+    middleware?: unknown[];
   }[];
 }
 
@@ -122,12 +128,18 @@ export function fieldsOfTypes(storage: TypeMetadata): NestFields {
           ...('defaultValue' in options && options.defaultValue !== undefined
             ? { fallback: { value: options.defaultValue } }
             : {}),
+          ...(hasMiddleware(property) ? { middleware: true as const } : {}),
         });
       }
     }
     types.set(metadata.name, { target: metadata.target, fields });
   }
   return types;
+}
+
+/** Whether Nest wraps the field in middleware of the app's (its metadata or its options'). */
+function hasMiddleware(property: { middleware?: unknown[]; options?: { middleware?: unknown[] } }) {
+  return (property.middleware?.length ?? 0) > 0 || (property.options?.middleware?.length ?? 0) > 0;
 }
 
 /** The classes whose fields a type has, the furthest first: parents, interfaces, itself. */

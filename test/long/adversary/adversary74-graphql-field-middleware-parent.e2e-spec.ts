@@ -47,6 +47,13 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Suggested fix: treat a field with Nest field middleware (its `@Field({ middleware })`, in
  * Nest's type metadata, or a schema field whose `resolve` is not the default) as the app's
  * resolver: keep its parent's unselected own data, as for a `@ResolveField()`.
+ *
+ * Fixed: `fieldsOfTypes` (nest-fields.ts) notes a field with Nest field middleware
+ * (`middleware: true`), and `isResolvedByApp` (resolved-fields.ts) takes it for the app's, as
+ * a `@ResolveField()`: its parent keeps its unselected own data (`visibility`), the field its
+ * raw property as the middleware's input, and the replay's middleware masks it again. Apollo
+ * Server wraps every field's resolver out of sight (`isApolloInstrumentation`), so Nest's
+ * metadata tells it there; on Mercurius the schema does too.
  */
 let pool: Pool;
 

@@ -59,6 +59,12 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * field whose `resolve` is not GraphQL's default one (Nest's own field wrappers told apart),
  * or keep the unselected own data of every object whose type has fields resolved outside
  * the stored value (as for `@ResolveField()`).
+ *
+ * Fixed: `isResolvedByApp` (lib/graphql/resolved-fields.ts) reads the built schema too: a
+ * field whose `resolve` is neither GraphQL's default nor Nest's read of the property
+ * (`isAppResolver`, against the code of the installed Nest's reader: `loadPlainReaders`) is
+ * the app's, as a `@ResolveField()` is: its parent keeps its unselected own data. A loader's
+ * field is then resolved again on a replay from the kept `accountId`.
  */
 let pool: Pool;
 
