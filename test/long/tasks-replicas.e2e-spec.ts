@@ -26,7 +26,9 @@ describe('@IdempotentTask(): replicas killed and started again for a minute', ()
       const up: TaskReplica[] = await Promise.all([start(), start(), start()]);
       const began = Date.now();
       let kills = 0;
-      while (Date.now() - began < 60_000) {
+      // A minute, and at least ten kills: a replica's start takes seconds on a loaded machine,
+      // and the fresh-clone CI of 2026-12-05 fitted only nine kills in the minute.
+      while (Date.now() - began < 60_000 || kills < 10) {
         await sleep(4_000);
         const victim = up.splice(kills % up.length, 1)[0];
         await victim.kill();
@@ -69,7 +71,6 @@ describe('@IdempotentTask(): replicas killed and started again for a minute', ()
       // A key called again is rare (a kill in the few ms between the PSP's answer and the
       // phase's commit), never the rule: most ticks call once.
       expect(psp.keys.length - distinct.length).toBeLessThanOrEqual(kills / 2);
-      expect(kills).toBeGreaterThanOrEqual(10);
       expect(rows.filter((row) => row.resumed).length).toBeGreaterThan(0);
       // The rule: each second some replica was up runs (a loaded machine may make cron skip
       // one, which it logs; never most of them).
