@@ -32,6 +32,7 @@ import {
   textOf,
   valuesOf,
 } from '../transaction/request-transaction.js';
+import { refusedStatement } from '../transaction/refused-statement.js';
 
 /** The name a nested transaction begun beside others notes its start under, by its depth. */
 function besideName(depth: number): string {
@@ -892,19 +893,4 @@ function transactionNotStarted(): Error {
   );
   error.name = 'TransactionNotStartedError';
   return error;
-}
-
-/** A statement refused before it was sent, answered in the form it was sent in. */
-function refusedStatement(args: unknown[], error: unknown): unknown {
-  if (isSubmittable(args[0])) {
-    const submittable = args[0] as { handleError?: (error: unknown) => void };
-    queueMicrotask(() => submittable.handleError?.(error));
-    return submittable;
-  }
-  const last = args[args.length - 1];
-  if (typeof last === 'function') {
-    queueMicrotask(() => (last as (error: unknown) => void)(error));
-    return undefined;
-  }
-  return Promise.reject(asError(error));
 }

@@ -36,6 +36,7 @@ import {
 } from '../transaction/request-transaction.js';
 import { type PoolJoin } from '../transaction/transaction-scope.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
+import { refusedStatement } from '../transaction/refused-statement.js';
 
 const logger = new Logger('Idempotency');
 /** Pools already warned of (see `otherPool`): once each, not once per request. */
@@ -859,7 +860,7 @@ export class JoinedClient extends EventEmitter {
   query(...args: unknown[]): unknown {
     // Work of a try retried since, on a view it took before (see `refuseRetriedTry`).
     const refused = retriedTryRefusal();
-    if (refused) return refusedQuery(args, refused);
+    if (refused) return refusedStatement(args, refused);
     if (!this.apart && this.depth === 0 && this.transaction.ended) {
       this.apart = this.transaction.connectionApart();
       // Refused (the request rolled back): said to each statement, as below.
@@ -937,21 +938,6 @@ export class JoinedClient extends EventEmitter {
   escapeLiteral(value: string): string {
     return pg.escapeLiteral(value);
   }
-}
-
-/** A statement refused before it went anywhere, answered in the form it was sent in. */
-function refusedQuery(args: unknown[], error: Error): unknown {
-  if (isSubmittable(args[0])) {
-    const submittable = args[0] as { handleError?: (error: unknown) => void };
-    queueMicrotask(() => submittable.handleError?.(error));
-    return submittable;
-  }
-  const last = args[args.length - 1];
-  if (typeof last === 'function') {
-    queueMicrotask(() => (last as (error: unknown) => void)(error));
-    return undefined;
-  }
-  return Promise.reject(error);
 }
 
 function emptyResult(command: string): QueryResult {
