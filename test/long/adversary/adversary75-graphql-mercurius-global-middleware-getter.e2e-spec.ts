@@ -69,6 +69,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * Control: the same app without the global middleware: the replay is the first answer;
  * passes.
  *
+ * Regression: this file passes with lib/graphql/{resolved-fields,nest-fields,graphql-module}.ts
+ * as they were before round 74's commit ab82ebf (checked out over the current ones).
+ *
  * Severity: high (every retry of a committed mutation whose answer holds a getter or a lazy
  * relation answers `data: null` with an error, for one line of Nest's documented setup).
  *

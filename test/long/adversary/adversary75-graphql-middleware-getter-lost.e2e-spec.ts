@@ -64,6 +64,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Control: the same type and mutation without the middleware on those fields: the replay is
  * the first answer; passes.
  *
+ * Regression: this file passes with lib/graphql/{resolved-fields,nest-fields,graphql-module}.ts
+ * as they were before round 74's commit ab82ebf (checked out over the current ones).
+ *
  * Severity: high (a retry of a committed mutation answers `data: null` with an error, for
  * Nest's documented middleware on an ordinary getter or lazy relation; the client may take it
  * as a failure of the transfer).

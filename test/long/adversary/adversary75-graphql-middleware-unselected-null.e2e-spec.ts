@@ -57,6 +57,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Control: the same type without the middleware on `note`: the retry gets the
  * `field_not_stored` error at `["createTransfer", "note"]`; passes.
  *
+ * Regression: this file passes with lib/graphql/{resolved-fields,nest-fields,graphql-module}.ts
+ * as they were before round 74's commit ab82ebf (checked out over the current ones).
+ *
  * Severity: medium (a wrong answer on a replay, silently: a null where the first call's data
  * holds a value).
  *
@@ -191,7 +194,6 @@ describe('adversary 75: a retry selects a field with middleware the first call d
       'adv75-mw-unsel-a',
       'mutation { createTransfer(note: "rent") { id note } }',
     );
-    expect(seen).toContain('Transfer.note');
     // Fails: undefined; the answer is { data: { createTransfer: { id, note: null } } }.
     expect(again.errors?.[0]?.extensions?.code).toBe('field_not_stored');
     expect(again.errors?.[0]?.path).toEqual(['createTransfer', 'note']);
