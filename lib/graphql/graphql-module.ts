@@ -1,6 +1,6 @@
 import { loadClassTransforms } from './class-transforms.js';
 import { loadNestFields } from './nest-fields.js';
-import { loadPlainReaders } from './resolved-fields.js';
+import { loadNestReaders } from './resolver-kind.js';
 
 /** The `graphql` package's exports, loaded on the first GraphQL request. */
 export type GraphqlModule = typeof import('graphql');
@@ -14,10 +14,10 @@ let loading: Promise<GraphqlModule> | undefined;
 export function loadGraphql(): Promise<GraphqlModule> {
   // With Nest's metadata of the app's object types (how its fields are read: nest-fields.ts)
   // and class-transformer's (class-transforms.ts).
-  // And which resolvers only read a parent's property (resolved-fields.ts).
+  // And how Nest's resolvers read a parent's property (resolver-kind.ts).
   return (loading ??= Promise.all([
     import('graphql').then(async (graphql) => {
-      await loadPlainReaders(graphql);
+      await loadNestReaders(graphql);
       return graphql;
     }),
     loadNestFields(),

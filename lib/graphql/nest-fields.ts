@@ -11,8 +11,8 @@ export interface NestField {
   /** Its `@Field({ defaultValue })`, answered where the property is `undefined`. */
   readonly fallback?: { readonly value: unknown };
   /**
-   * It has field middleware (`@Field({ middleware })`): code of the app's that reads its
-   * parent and answers in the property's stead (see `isResolvedByApp`).
+   * It has field middleware (`@Field({ middleware })`): code of the app's around Nest's read
+   * of the property, which may read the rest of its parent (see `fieldResolution`).
    */
   readonly middleware?: true;
 }

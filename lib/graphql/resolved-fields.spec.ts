@@ -1,7 +1,5 @@
 import * as graphql from 'graphql';
 import {
-  isAppResolver,
-  loadPlainReaders,
   noteResolvedField,
   resolvedFieldsMessage,
   resolvedFieldsUnder,
@@ -42,48 +40,5 @@ describe('resolvedFieldsUnder', () => {
   it('names ten fields at most', () => {
     const fields = Array.from({ length: 12 }, (_, i) => `T.f${i}`);
     expect(resolvedFieldsMessage('R.m', fields)).toContain('T.f9 and 2 more)');
-  });
-});
-
-describe('isAppResolver', () => {
-  // Nest's code-first read of a property, as its factory writes it (one closure per field).
-  const nestPlain = (field: { name: string; options: { defaultValue?: unknown } }) => {
-    return (root: Record<string, unknown>) => {
-      const value = root[field.name];
-      return typeof value === 'undefined' ? field.options.defaultValue : value;
-    };
-  };
-  const plain = [Function.prototype.toString.call(nestPlain({ name: 'x', options: {} }))];
-  const middleware = (root: Record<string, unknown>) =>
-    root.visibility === 'private' ? '***' : root.email;
-  // Apollo Server's wrapper, as its schemaInstrumentation writes it (names kept).
-  const symbolExecutionDispatcherWillResolveField = Symbol('will');
-  const symbolUserFieldResolver = Symbol('user');
-  const apolloWrapper = (source: unknown, args: unknown, contextValue: Record<symbol, unknown>) => {
-    const willResolveField = contextValue?.[symbolExecutionDispatcherWillResolveField];
-    const userFieldResolver = contextValue?.[symbolUserFieldResolver];
-    return [source, args, willResolveField, userFieldResolver];
-  };
-  const loader = async (parent: { accountId: number }) => Promise.resolve(parent.accountId);
-
-  beforeAll(() => loadPlainReaders(graphql));
-
-  it.each<{ name: string; resolve: (...args: never[]) => unknown; expected: boolean }>([
-    { name: 'GraphQL’s default resolver', resolve: graphql.defaultFieldResolver, expected: false },
-    {
-      name: 'Nest’s read of another field’s property',
-      resolve: nestPlain({ name: 'amount', options: {} }),
-      expected: false,
-    },
-    { name: 'a field middleware’s wrapper (adversary 74)', resolve: middleware, expected: true },
-    { name: 'a Mercurius loader’s resolver (adversary 74)', resolve: loader, expected: true },
-    {
-      // Its own resolver is out of sight: Nest's metadata tells instead.
-      name: 'Apollo Server’s plugins’ wrapper',
-      resolve: apolloWrapper,
-      expected: false,
-    },
-  ])('$name: the app’s is $expected', ({ resolve, expected }) => {
-    expect(isAppResolver(resolve, plain)).toBe(expected);
   });
 });

@@ -1,5 +1,6 @@
 import { type Logger } from '@nestjs/common';
 import { nestField } from './nest-fields.js';
+import { type ResolverKind, schemaResolverKind } from './resolver-kind.js';
 import { type GraphQLObjectType, type GraphQLOutputType, type GraphQLSchema } from 'graphql';
 /** The `graphql` package's exports (as graphql-module.ts names them; not imported, which loads this file). */
 type GraphqlModule = typeof import('graphql');
@@ -17,97 +18,38 @@ export function noteResolvedField(field: string): void {
 }
 
 /**
- * Whether the app resolves the field of `type` with code of its own, which runs again on a
- * replay reading its parent: a `@ResolveField()` of the type or of an interface it
- * implements, or any other resolver the schema holds for it (a Nest field middleware,
- * `@Field({ middleware })`, which wraps Nest's read of the property; a Mercurius loader or
- * resolver; a schema transform's), told apart from the resolvers that only read the parent's
- * property (see `isAppResolver`). Such a field's parent keeps its unselected own data, and the
- * field its raw input (adversary 74: a loader reading `accountId`, a middleware masking by
- * `visibility`).
+ * How a field of `type` is answered, as storing and replaying it must treat it (see
+ * `ResolverKind`):
+ *
+ * - `app`: the app's code computes it, at the first call and again on a replay, from its
+ *   parent: a `@ResolveField()` of the type or of an interface it implements, or another
+ *   resolver the schema holds for it (a Mercurius loader or resolver, a schema transform's).
+ *   Its parent keeps its unselected own data, the field its raw input; a retry that selects
+ *   it is never refused.
+ * - `middleware`: Nest's read of the property behind field middleware (a `@Field({
+ *   middleware })`, told by Nest's metadata; the global `fieldMiddleware`, told by the schema).
+ *   The property is read and stored as a plain field's (a getter's value, a Promise's awaited),
+ *   and a retry that selects it unstored is refused as a plain field (adversary 75); its parent
+ *   keeps its unselected own data, which the middleware may read (a mask by `visibility`:
+ *   adversary 74).
+ * - `property`: read from its parent's property, as data.
  */
-export function isResolvedByApp(type: GraphQLObjectType, field: string): boolean {
+export function fieldResolution(type: GraphQLObjectType, field: string): ResolverKind {
   if (resolvedByApp.size > 0) {
     const owners = [type.name, ...type.getInterfaces().map((face) => face.name)];
-    if (owners.some((owner) => resolvedByApp.has(`${owner}.${field}`))) return true;
+    if (owners.some((owner) => resolvedByApp.has(`${owner}.${field}`))) return 'app';
   }
-  if (nestField(type.name, field)?.middleware) return true;
   const resolve = type.getFields()[field]?.resolve;
-  // Without Nest's reader known, every Nest field would look the app's: the schema is then
-  // not read, and Nest's metadata alone tells (see `loadPlainReaders`).
-  return resolve !== undefined && plainReaders.length > 0 && isAppResolver(resolve, plainReaders);
+  const kind = resolve && schemaResolverKind(resolve);
+  if (kind === 'app' || kind === 'middleware') return kind;
+  // Out of the schema's sight (behind Apollo Server's wrapper, or Nest's reader unknown), or
+  // read as a property there: Nest's metadata tells of a `@Field()`'s own middleware.
+  return nestField(type.name, field)?.middleware ? 'middleware' : 'property';
 }
 
-/**
- * The texts of the resolvers that only read a parent's property: Nest's code-first one (one
- * closure per field, so told by its code, read from the installed Nest: see
- * `loadPlainReaders`). GraphQL's default resolver is told by identity (`PLAIN_FUNCTIONS`).
- */
-let plainReaders: readonly string[] = [];
-/** GraphQL's own default resolver, when loaded (`loadPlainReaders`). */
-const PLAIN_FUNCTIONS = new WeakSet<object>();
-/** Each resolver's verdict, as its text is read once. */
-const verdicts = new WeakMap<object, boolean>();
-
-/**
- * Whether a schema field's `resolve` is the app's: neither GraphQL's default resolver nor one
- * whose code is a plain reader's (Nest's read of the property and its `defaultValue`).
- */
-export function isAppResolver(
-  resolve: (...args: never[]) => unknown,
-  plain: readonly string[],
-): boolean {
-  if (PLAIN_FUNCTIONS.has(resolve)) return false;
-  let verdict = verdicts.get(resolve);
-  if (verdict === undefined) {
-    const text = Function.prototype.toString.call(resolve);
-    verdict = !plain.includes(text) && !isApolloInstrumentation(text);
-    if (plain === plainReaders) verdicts.set(resolve, verdict);
-  }
-  return verdict;
-}
-
-/**
- * Apollo Server's wrapper of every field's resolver (its plugins' `willResolveField`), which
- * calls the field's own resolver, kept out of sight in its closure: told by its code, and
- * taken as plain. Behind it, what the app resolves is known from Nest's metadata only
- * (`@ResolveField()`, field middleware), not from the schema.
- */
-export function isApolloInstrumentation(text: string): boolean {
-  return (
-    text.includes('symbolExecutionDispatcherWillResolveField') &&
-    text.includes('symbolUserFieldResolver')
-  );
-}
-
-/**
- * Reads, once, what a plain reader is: GraphQL's `defaultFieldResolver`, and the code of the
- * resolver Nest's code-first schema gives a `@Field()` without middleware (made by Nest's own
- * factory, so that it is the installed version's). Without Nest's factory (another layout of
- * `@nestjs/graphql`), `plainReaders` is left empty and the schema's resolvers are not read:
- * a `@ResolveField()` and field middleware are still known, from Nest's metadata.
- */
-export async function loadPlainReaders(graphql: { defaultFieldResolver: object }): Promise<void> {
-  PLAIN_FUNCTIONS.add(graphql.defaultFieldResolver);
-  const factory = await import(
-    // Not a public export of @nestjs/graphql: read by its path, and tolerated when absent.
-    '@nestjs/graphql/dist/schema-builder/factories/object-type-definition.factory.js' as string
-  ).catch(() => undefined);
-  const create = (
-    factory as
-      | { ObjectTypeDefinitionFactory?: { prototype?: { createFieldResolver?: unknown } } }
-      | undefined
-  )?.ObjectTypeDefinitionFactory?.prototype?.createFieldResolver;
-  if (typeof create !== 'function') return;
-  try {
-    const made = (create as (field: object, options: object) => unknown)(
-      { name: 'field', options: {} },
-      {},
-    );
-    if (typeof made === 'function') plainReaders = [Function.prototype.toString.call(made)];
-  } catch {
-    // Another version's factory: as without it.
-  }
+/** Whether the app's code computes the field (`app`: see `fieldResolution`). */
+export function isResolvedByApp(type: GraphQLObjectType, field: string): boolean {
+  return fieldResolution(type, field) === 'app';
 }
 
 /** How many fields a warning names at most (a large schema would make it unreadable). */

@@ -16,6 +16,7 @@ import { Readable } from 'node:stream';
 import { FIELD_NOT_STORED, notStoredFieldMessage } from './not-stored-field.js';
 import { type ReplayLoss } from './replay-loss.js';
 import { noteResolvedField } from './resolved-fields.js';
+import { loadNestReaders } from './resolver-kind.js';
 import { type Selection } from './selection.js';
 import {
   argumentsWire,
@@ -767,5 +768,89 @@ describe('outputWire, as far as the selection reads', () => {
     expect(result.errors?.map((error) => [error.path, error.extensions.code])).toEqual([
       [['book', 'title'], FIELD_NOT_STORED],
     ]);
+  });
+});
+
+describe('outputWire and fromWire, a field behind Nest field middleware', () => {
+  /** Nest's resolver of a `@Field({ middleware })`, made by the installed Nest's factory. */
+  let behindMiddleware: graphql.GraphQLFieldResolver<unknown, unknown>;
+  const Status = new GraphQLEnumType({ name: 'MwStatus', values: { PENDING: {}, SHIPPED: {} } });
+  let Transfer: GraphQLObjectType;
+
+  beforeAll(async () => {
+    await loadNestReaders(graphql);
+    const factory = (await import(
+      '@nestjs/graphql/dist/schema-builder/factories/object-type-definition.factory.js' as string
+    )) as {
+      ObjectTypeDefinitionFactory: {
+        prototype: {
+          createFieldResolver(field: object, options: object): typeof behindMiddleware;
+        };
+      };
+    };
+    behindMiddleware = factory.ObjectTypeDefinitionFactory.prototype.createFieldResolver(
+      { name: 'label', options: {}, middleware: [(_ctx: unknown, next: () => unknown) => next()] },
+      {},
+    );
+    Transfer = new GraphQLObjectType({
+      name: 'MwTransfer',
+      fields: {
+        id: { type: GraphQLInt },
+        visibility: { type: GraphQLString },
+        // Nest's wrapper itself (the schema's resolve is what is told apart).
+        label: { type: new GraphQLNonNull(GraphQLString), resolve: behindMiddleware },
+        status: { type: Status, resolve: behindMiddleware },
+      },
+    });
+  });
+
+  const replay = async (value: unknown, first: string, retry = first) => {
+    const stored = await outputWire(graphql, schema, Transfer, value, selecting(first), call);
+    const wire = JSON.parse(JSON.stringify(stored.wire)) as unknown;
+    return fromWire(graphql, schema, Transfer, wire, undefined, selecting(retry)) as Record<
+      string,
+      unknown
+    >;
+  };
+
+  it.each<{ name: string; value: () => object; expected: Record<string, unknown> }>([
+    {
+      // Adversary 75: the getter's value stored, as for a field without middleware.
+      name: 'a getter of its class',
+      value: () =>
+        Object.assign(
+          Object.create({
+            get label() {
+              return 'Transfer 1';
+            },
+          }) as object,
+          { id: 1 },
+        ),
+      expected: { id: 1, label: 'Transfer 1' },
+    },
+    {
+      // Adversary 74: the parent's unselected data kept, for a middleware that reads it.
+      name: 'own data, its parent’s unselected data kept',
+      value: () => ({ id: 1, visibility: 'private', label: 'Transfer 1' }),
+      expected: { id: 1, visibility: 'private', label: 'Transfer 1' },
+    },
+  ])('$name: stored and replayed', async ({ value, expected }) => {
+    const replayed = await replay(value(), '{ id label }');
+    expect({ ...replayed, label: replayed.label }).toEqual(expected);
+  });
+
+  it('a Promise (a lazy relation): awaited, replayed as a Promise of its value', async () => {
+    const replayed = await replay({ id: 1, label: Promise.resolve('Transfer 1') }, '{ id label }');
+    await expect(replayed.label).resolves.toBe('Transfer 1');
+  });
+
+  it('a raw value its middleware maps, which the type refuses: kept as it is', async () => {
+    const replayed = await replay({ id: 1, status: 'pending' }, '{ id status }');
+    expect(replayed.status).toBe('pending');
+  });
+
+  it('a retry that selects it unstored is refused, as a plain field (adversary 75)', async () => {
+    const replayed = await replay({ id: 1, label: 'Transfer 1' }, '{ id }', '{ id label }');
+    expect(() => replayed.label).toThrow(notStoredFieldMessage('MwTransfer', 'label'));
   });
 });

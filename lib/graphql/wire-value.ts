@@ -13,7 +13,7 @@ import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
 import { type ReplayLoss } from './replay-loss.js';
-import { isResolvedByApp } from './resolved-fields.js';
+import { fieldResolution, isResolvedByApp } from './resolved-fields.js';
 import {
   isOfNestType,
   nestField,
@@ -220,8 +220,9 @@ interface Walk {
  * form would change (a `@ResolveField()` reads its parent): its own data that is not a field
  * (a `Date`, a Prisma model's `BigInt` column), each field whose scalar's `parseValue()` does
  * not give its value back (an `ID` that was a number comes back a string), and, when one of
- * its selected fields is the app's `@ResolveField()`, its unselected fields' own data (never a
- * getter, a Promise or a method), as the resolver returned them (`KEPT`). What a replay cannot
+ * its selected fields is the app's `@ResolveField()` (or a loader, or behind field middleware:
+ * see `fieldResolution`), its unselected fields' own data (never a getter, a Promise or a
+ * method), as the resolver returned them (`KEPT`). What a replay cannot
  * give back as it was (a method of the value's class, a function or a stream in its data) is
  * stored as it can be, and put in `losses` for the app's log.
  */
@@ -322,7 +323,12 @@ async function walkValue(
       : undefined;
   const keepsWhole =
     whole || ownClass !== undefined || (instance && hasClassMetadata(nestTarget(concrete.name)!));
-  if (keepsWhole || [...selected.keys()].some((name) => isResolvedByApp(concrete, name))) {
+  // A selected field's code of the app's (a `@ResolveField()`, a loader, field middleware
+  // around Nest's read) may read any of its parent's data (adversary 74).
+  const readParent = [...selected.keys()].some(
+    (name) => fieldResolution(concrete, name) !== 'property',
+  );
+  if (keepsWhole || readParent) {
     Object.assign(kept, ownData(source, fields, selected));
   }
   const methods: string[] = [];
@@ -346,9 +352,10 @@ async function walkValue(
   for (const [name, fieldNodes] of selected) {
     const field = fields[name];
     if (!field) continue;
-    if (isResolvedByApp(concrete, name)) {
-      // The app's `@ResolveField()` answers it, at the first call and again on a replay,
-      // from its parent: the parent's own data of that name is its input (a raw column the
+    const resolution = fieldResolution(concrete, name);
+    if (resolution === 'app') {
+      // The app's `@ResolveField()` (or loader) answers it, at the first call and again on a
+      // replay, from its parent: the parent's own data of that name is its input (a raw column the
       // resolver maps: lowercase text to an enum, a BigInt to an ID), kept as it is, never
       // written with the field's type, which it need not fit.
       const own = ownValue(source, name);
@@ -356,7 +363,9 @@ async function walkValue(
       continue;
     }
     // Read as Nest reads it, where Nest built the type: its class property (a field renamed
-    // with `@Field({ name })`), its `defaultValue` where that is undefined.
+    // with `@Field({ name })`), its `defaultValue` where that is undefined. Behind field
+    // middleware too: Nest's read of the property is what its `next()` gives, so a getter's
+    // value and a Promise's are stored as for any field (adversary 75).
     const reading = nestField(concrete.name, name);
     const property = reading?.property ?? name;
     if (!(property in source) && !reading?.fallback) {
@@ -393,7 +402,27 @@ async function walkValue(
       replaced[name] = new FailedRead(error, isThenable(promisedItem));
       continue;
     }
-    const stored = await walkValue(walk, field.type, item, fieldNodes, keepsWhole);
+    let stored: StoredValue;
+    try {
+      stored = await walkValue(walk, field.type, item, fieldNodes, keepsWhole);
+    } catch (error) {
+      // Behind field middleware the property is the middleware's input, which need not fit
+      // the field's type (a raw `'pending'` it maps to the enum's `PENDING`): kept as it is,
+      // as a `@ResolveField()`'s input is, rather than the mutation failed for it.
+      if (resolution !== 'middleware' || !keepsExactly(item)) throw error;
+      kept[property] = item;
+      const viaGetter = readsThroughAccessor(source, property);
+      if (viaGetter && !Object.prototype.hasOwnProperty.call(source, property)) {
+        accessors.push(name);
+      }
+      if (isThenable(promisedItem)) {
+        promisedFields.push(name);
+        replaced[name] = Promise.resolve(item);
+      } else if (viaGetter) {
+        replaced[name] = item;
+      }
+      continue;
+    }
     wire[name] = stored.wire;
     if (graphql.isLeafType(graphql.getNamedType(field.type))) {
       const tree = classTreeNoting(item, `its field ${name}`, concrete.name, losses);
@@ -894,7 +923,8 @@ export function fromWire(
   }
   // Stored by its selection (format 3): a field the first answer did not select has no value,
   // and a retry that selects it is told so rather than given a null (see not-stored-field.ts).
-  // A field the app resolves runs again, and reads none of it. Only where the retry selects
+  // A field the app computes runs again, and reads none of it; one behind field middleware
+  // reads its property, and is refused as any (adversary 75). Only where the retry selects
   // it, when its selection is known: a layer outside the library that reads every field its
   // class exposes (`ClassSerializerInterceptor`) reads the others too, and finds nothing.
   if (format >= 3) {

@@ -75,13 +75,20 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * Severity: high (every retry of a committed mutation whose answer holds a getter or a lazy
  * relation answers `data: null` with an error, for one line of Nest's documented setup).
  *
- * Fails now: `expect(again.body).toEqual(replayOf(first))`: the replay is `{ data: null,
+ * Failed: `expect(again.body).toEqual(replayOf(first))`: the replay is `{ data: null,
  * errors: [{ message: 'Cannot return null for non-nullable field Transfer.label.' ... }] }`.
  *
  * Suggested fix: a field whose resolver is Nest's property read behind middleware (global or
  * its own) still reads its parent's property: read and store its value as for a plain field
  * (through its getter, its Promise awaited), keep the parent's unselected data beside it for
  * the middleware, and answer the replay's property from what was stored.
+ *
+ * Fixed: `resolverKind` (new lib/graphql/resolver-kind.ts) knows the code of Nest's middleware
+ * wrapper (`decorateFieldResolverWithMiddleware`, read from the installed Nest's factory by
+ * `loadNestReaders`) and names it `middleware`, not the app's; `fieldResolution`
+ * (lib/graphql/resolved-fields.ts) passes that on, and `walkValue` (lib/graphql/wire-value.ts)
+ * stores each such field as a plain one (getter read, Promise awaited), keeping its parent's
+ * unselected own data beside it.
  */
 let pool: Pool;
 const seen: string[] = [];
@@ -89,7 +96,7 @@ const seen: string[] = [];
 /** Nest's docs' logger middleware: reads nothing of its parent, hands the value on. */
 const logged: FieldMiddleware = async (ctx, next) => {
   const value: unknown = await next();
-  seen.push(`${ctx.info.parentType.name}.${ctx.info.fieldName}`);
+  seen.push(`${ctx.info?.parentType.name}.${ctx.info?.fieldName}`);
   return value;
 };
 
@@ -226,7 +233,7 @@ describe("adversary 75: Mercurius with Nest's global field middleware, a getter 
       expect(first.body).toEqual(firstAnswer);
       expect(seen).toContain('Transfer.label');
       const again = await post('adv75-merc-global-a', QUERY);
-      // Fails: data null, "Cannot return null for non-nullable field Transfer.label."
+      // Failed: data null, "Cannot return null for non-nullable field Transfer.label."
       expect(again.body).toEqual(replayOf(first));
       expect(await count()).toBe(1);
     });

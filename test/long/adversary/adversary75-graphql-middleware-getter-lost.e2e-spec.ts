@@ -71,7 +71,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Nest's documented middleware on an ordinary getter or lazy relation; the client may take it
  * as a failure of the transfer).
  *
- * Fails now: `expect(again.body).toEqual(replayOf(first))`: the replay is
+ * Failed: `expect(again.body).toEqual(replayOf(first))`: the replay is
  * `{ data: null, errors: [{ message: 'Cannot return null for non-nullable field
  * Transfer.label.' ... }] }`.
  *
@@ -80,6 +80,15 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * value included, as `walkObject` does for the others), and keep the parent's unselected data
  * beside it; only a `@ResolveField()` (or a schema resolver of the app's own) should take the
  * parent's raw data of that name as its input instead.
+ *
+ * Fixed: field middleware is taken for a wrapper of Nest's property read, not for the app's
+ * resolver: `fieldResolution` (lib/graphql/resolved-fields.ts) tells a `@Field({ middleware
+ * })` (Nest's metadata) or Nest's middleware wrapper in the schema (`resolverKind`, new
+ * lib/graphql/resolver-kind.ts, its code read from the installed Nest by `loadNestReaders`)
+ * as `middleware`, apart from the app's own resolvers (`app`: `isResolvedByApp`). `walkObject`
+ * (lib/graphql/wire-value.ts, `walkValue`) reads and stores such a field as a plain one (the
+ * getter's value, the Promise awaited, replayed through a getter and as a Promise), and still
+ * keeps its parent's unselected own data for the middleware (adversary 74).
  */
 let pool: Pool;
 const seen: string[] = [];
@@ -87,7 +96,7 @@ const seen: string[] = [];
 /** Nest's docs' logger middleware: reads nothing of its parent, hands the value on. */
 const logged: FieldMiddleware = async (ctx, next) => {
   const value: unknown = await next();
-  seen.push(`${ctx.info.parentType.name}.${ctx.info.fieldName}`);
+  seen.push(`${ctx.info?.parentType.name}.${ctx.info?.fieldName}`);
   return value;
 };
 
@@ -250,7 +259,7 @@ describe('adversary 75: a field middleware on a getter or a lazy relation, repla
     });
     expect(seen).toContain('Transfer.label');
     const again = await post('adv75-mw-getter-a', query);
-    // Fails: data null, "Cannot return null for non-nullable field Transfer.label."
+    // Failed: data null, "Cannot return null for non-nullable field Transfer.label."
     expect(again.body).toEqual(replayOf(first, 'createTransfer'));
     expect(await count()).toBe(before + 1);
   });
@@ -265,7 +274,7 @@ describe('adversary 75: a field middleware on a getter or a lazy relation, repla
       },
     });
     const again = await post('adv75-mw-getter-b', query);
-    // Fails: data null, "Cannot return null for non-nullable field Transfer.account."
+    // Failed: data null, "Cannot return null for non-nullable field Transfer.account."
     expect(again.body).toEqual(replayOf(first, 'createTransfer'));
     expect(await count()).toBe(before + 1);
   });

@@ -63,20 +63,25 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Severity: medium (a wrong answer on a replay, silently: a null where the first call's data
  * holds a value).
  *
- * Fails now: `expect(again.body.errors?.[0]?.extensions?.code).toBe('field_not_stored')`:
+ * Failed: `expect(again.body.errors?.[0]?.extensions?.code).toBe('field_not_stored')`:
  * received undefined (the answer is `{ data: { createTransfer: { id, note: null } } }`).
  *
  * Suggested fix: only a resolver that computes the field itself (a `@ResolveField()`, a
  * schema resolver of the app's own) may skip the guard; a field whose resolver is Nest's
  * property read behind middleware reads the stored object, so guard it as a plain field (or
  * keep its parent's data whenever the type has such a field, selected or not).
+ *
+ * Fixed: `isResolvedByApp` (lib/graphql/resolved-fields.ts) now names only the app's own
+ * resolvers (`fieldResolution`: `app`), not a field behind middleware (`middleware`), so the
+ * replay's guard in `fromWire` (lib/graphql/wire-value.ts) refuses an unstored middleware
+ * field as a plain one: the middleware's `next()` reads the `field_not_stored` getter.
  */
 let pool: Pool;
 const seen: string[] = [];
 
 const logged: FieldMiddleware = async (ctx, next) => {
   const value: unknown = await next();
-  seen.push(`${ctx.info.parentType.name}.${ctx.info.fieldName}`);
+  seen.push(`${ctx.info?.parentType.name}.${ctx.info?.fieldName}`);
   return value;
 };
 
@@ -194,7 +199,7 @@ describe('adversary 75: a retry selects a field with middleware the first call d
       'adv75-mw-unsel-a',
       'mutation { createTransfer(note: "rent") { id note } }',
     );
-    // Fails: undefined; the answer is { data: { createTransfer: { id, note: null } } }.
+    // Failed: undefined; the answer is { data: { createTransfer: { id, note: null } } }.
     expect(again.errors?.[0]?.extensions?.code).toBe('field_not_stored');
     expect(again.errors?.[0]?.path).toEqual(['createTransfer', 'note']);
   });

@@ -1,0 +1,113 @@
+/**
+ * What a schema field's `resolve` is, told by its code: how the library stores and replays
+ * the field (see `fieldResolution` in resolved-fields.ts).
+ *
+ * - `property`: it only reads its parent's property (GraphQL's default resolver, Nest's
+ *   code-first read of a `@Field()`): the field's value is read, stored and replayed as data.
+ * - `middleware`: Nest's read of the property behind field middleware (`@Field({ middleware
+ *   })`, or the global `buildSchemaOptions.fieldMiddleware`): at its heart still the property
+ *   read, so the value is read and stored as for `property` (a getter's, a Promise's awaited:
+ *   adversary 75), but the middleware may read the rest of its parent (a mask by its
+ *   `visibility`: adversary 74).
+ * - `app`: code of the app's that computes the field (a Mercurius loader or resolver, a schema
+ *   transform's): it reads its parent and does not read the property.
+ *
+ * Undefined where the real resolver is out of sight (Apollo Server's plugins' wrapper): Nest's
+ * metadata tells there.
+ */
+export type ResolverKind = 'property' | 'middleware' | 'app';
+
+/** The texts of Nest's resolvers, by kind, as the installed Nest writes them. */
+export interface NestReaders {
+  /** Its read of a property (one closure per field, so told by its code). */
+  readonly plain: readonly string[];
+  /** Its wrapper of a resolver in field middleware (`decorateFieldResolverWithMiddleware`). */
+  readonly middleware: readonly string[];
+}
+
+/** The installed Nest's readers (`loadNestReaders`); empty until then, or without them. */
+let nestReaders: NestReaders = { plain: [], middleware: [] };
+/** GraphQL's own default resolver, when loaded (`loadNestReaders`): told by identity. */
+const PLAIN_FUNCTIONS = new WeakSet<object>();
+/** Each resolver's kind, as its text is read once. */
+const kinds = new WeakMap<object, ResolverKind | undefined>();
+
+/** The kind of a resolver of the app's schema, against the installed Nest's readers. */
+export function schemaResolverKind(
+  resolve: (...args: never[]) => unknown,
+): ResolverKind | undefined {
+  // Without Nest's read known, every Nest field would look the app's: not read then, and
+  // Nest's metadata alone tells.
+  if (nestReaders.plain.length === 0) return undefined;
+  if (kinds.has(resolve)) return kinds.get(resolve);
+  const kind = resolverKind(resolve, nestReaders);
+  kinds.set(resolve, kind);
+  return kind;
+}
+
+/**
+ * The kind of a schema field's `resolve` (see `ResolverKind`), given the texts of Nest's
+ * readers: GraphQL's default resolver and Nest's read of a property are `property`, Nest's
+ * middleware wrapper `middleware`, Apollo Server's wrapper unknown, any other the app's.
+ */
+export function resolverKind(
+  resolve: (...args: never[]) => unknown,
+  readers: NestReaders,
+): ResolverKind | undefined {
+  if (PLAIN_FUNCTIONS.has(resolve)) return 'property';
+  const text = Function.prototype.toString.call(resolve);
+  if (readers.plain.includes(text)) return 'property';
+  if (readers.middleware.includes(text)) return 'middleware';
+  return isApolloInstrumentation(text) ? undefined : 'app';
+}
+
+/**
+ * Apollo Server's wrapper of every field's resolver (its plugins' `willResolveField`), which
+ * calls the field's own resolver, kept out of sight in its closure: told by its code. Behind
+ * it, what the app resolves is known from Nest's metadata only (`@ResolveField()`, field
+ * middleware), not from the schema.
+ */
+export function isApolloInstrumentation(text: string): boolean {
+  return (
+    text.includes('symbolExecutionDispatcherWillResolveField') &&
+    text.includes('symbolUserFieldResolver')
+  );
+}
+
+/**
+ * Reads, once, what Nest's readers are: GraphQL's `defaultFieldResolver`, and the code of the
+ * resolvers Nest's code-first schema gives a `@Field()`, without middleware and with (made by
+ * Nest's own factory, so that they are the installed version's). Without Nest's factory
+ * (another layout of `@nestjs/graphql`), the schema's resolvers are not read: a
+ * `@ResolveField()` and a `@Field()`'s own middleware are still known, from Nest's metadata.
+ */
+export async function loadNestReaders(graphql: { defaultFieldResolver: object }): Promise<void> {
+  PLAIN_FUNCTIONS.add(graphql.defaultFieldResolver);
+  const factory = await import(
+    // Not a public export of @nestjs/graphql: read by its path, and tolerated when absent.
+    '@nestjs/graphql/dist/schema-builder/factories/object-type-definition.factory.js' as string
+  ).catch(() => undefined);
+  const create = (
+    factory as
+      | { ObjectTypeDefinitionFactory?: { prototype?: { createFieldResolver?: unknown } } }
+      | undefined
+  )?.ObjectTypeDefinitionFactory?.prototype?.createFieldResolver;
+  if (typeof create !== 'function') return;
+  const textOf = (field: object): string[] => {
+    try {
+      const made = (create as (field: object, options: object) => unknown)(field, {});
+      return typeof made === 'function' ? [Function.prototype.toString.call(made)] : [];
+    } catch {
+      // Another version's factory: as without it.
+      return [];
+    }
+  };
+  const plain = textOf({ name: 'field', options: {} });
+  // A middleware that is never run: only the wrapper's code is read.
+  const middleware = textOf({ name: 'field', options: {}, middleware: [() => undefined] });
+  // The wrapper's code must not be the plain read's (it would take every field for one).
+  nestReaders = {
+    plain,
+    middleware: middleware.filter((text) => !plain.includes(text)),
+  };
+}
