@@ -19,6 +19,7 @@ import { runInContext } from '../transaction/run-in-context.js';
 import { readGraphqlField } from './graphql-field.js';
 import { type GraphqlModule, loadGraphql } from './graphql-module.js';
 import { readField } from './read-field.js';
+import { notingOwnLocated } from './jit-located.js';
 import { markReplayed } from './replay-marker.js';
 import { calledKind, resolverProblem } from './resolver-placement.js';
 import { answerOf, problemThrown, runField } from './run-field.js';
@@ -184,7 +185,9 @@ function fieldSteps(
     publish('replayed', () => ({ ...event(), status: stored.status, fromMemory }));
     // Said in the answer's extensions (see replay-marker.ts), as Idempotent-Replayed on a route.
     markReplayed(context.getArgs()[2], field.responseKey);
-    return from(answerOf(stored, graphql, field.types));
+    // Its error noted where it belongs, for Mercurius' `jit` (see jit-located.ts).
+    const [, , gqlContext, info] = context.getArgs();
+    return from(notingOwnLocated(answerOf(stored, graphql, field.types), gqlContext, info));
   };
   // A retry of a key this process saw finish: decided and replayed without a query.
   const cached = steps.cache.get(scope.tenantId, scope.key, performance.now());

@@ -1,5 +1,6 @@
 import { Injectable, type OnApplicationBootstrap, SetMetadata } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
+import { locatedAsFirst, ownLocatedOf } from './jit-located.js';
 import { answerHookOn, storeAnswersOf, withStoreFailures } from './stored-at-answer.js';
 
 /**
@@ -116,6 +117,16 @@ export class GraphqlReplayMarker implements OnApplicationBootstrap {
       return Promise.resolve();
     });
     instance?.graphql?.addHook?.('onResolution', async (execution, context) => {
+      // Under `jit`, a replay's error where the first answer located it (see jit-located.ts).
+      const located = locatedAsFirst(
+        execution.errors,
+        ownLocatedOf(context),
+        (entry, locations) => {
+          const json = { ...((entry.toJSON?.() as object | undefined) ?? entry), locations };
+          return { ...json, toJSON: () => json } as MercuriusError;
+        },
+      );
+      if (located) execution.errors = located;
       const failures = await storeAnswersOf(context);
       if (failures.length > 0) {
         // Mercurius formats its errors next, each by its `toJSON()`.
@@ -130,9 +141,16 @@ export class GraphqlReplayMarker implements OnApplicationBootstrap {
   }
 }
 
+interface MercuriusError {
+  message: string;
+  path?: readonly (string | number)[];
+  locations?: unknown;
+  toJSON?(): unknown;
+}
+
 interface MercuriusExecution {
   extensions?: Record<string, unknown>;
-  errors?: readonly { message: string; path?: readonly (string | number)[]; toJSON(): unknown }[];
+  errors?: readonly MercuriusError[];
 }
 
 /** Mercurius' `addHook`, for its `preExecution` and `onResolution` hooks. */

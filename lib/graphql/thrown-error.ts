@@ -2,6 +2,7 @@ import * as nestCommon from '@nestjs/common';
 import { HttpException } from '@nestjs/common';
 import { type FieldError } from './field-answer.js';
 import { sourceAt } from './error-location.js';
+import { noteOwnLocations } from './jit-located.js';
 import { type GraphqlModule } from './graphql-module.js';
 
 /**
@@ -52,12 +53,15 @@ function graphqlErrorAgain(
   graphql: GraphqlModule,
 ): Error {
   const place = stored.locations ? sourceAt(stored.locations) : undefined;
-  return new graphql.GraphQLError(stored.message, {
+  const error = new graphql.GraphQLError(stored.message, {
     extensions,
     path: stored.path,
     source: place && new graphql.Source(place.body),
     positions: place?.positions,
   });
+  // graphql-jit locates it at the field: see jit-located.ts.
+  if (stored.locations) noteOwnLocations(error, stored.locations);
+  return error;
 }
 
 /** The stored extensions, with their `http.headers` a `Map` again, as Apollo Server reads it. */

@@ -60,12 +60,19 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * Severity: low (a replay's error points elsewhere than the first answer's: a client that
  * shows the error at its location sees another answer).
  *
- * Fails now: `expect(again.body).toEqual(replayOf(first, 'createTransfer'))`: `locations`
+ * Failed: `expect(again.body).toEqual(replayOf(first, 'createTransfer'))`: `locations`
  * `[{ line: 1, column: 12 }]` where the first answer had `[{ line: 1, column: 41 }]`.
  *
  * Suggested fix: in the Mercurius `onResolution` hook, give a replayed field's error the
  * stored `locations` (and `path`) back (the hook sees `execution.errors` before Mercurius
  * formats them); or state the limit under jit in graphql.md.
+ *
+ * Fixed: `graphqlErrorAgain` (lib/graphql/thrown-error.ts) notes a replay's error made with
+ * the first answer's own locations (`noteOwnLocations`, new lib/graphql/jit-located.ts); the
+ * replay's answer (`intercept-field.ts`, through `notingOwnLocated`) notes it on the
+ * operation's context at the field's path; and the Mercurius `onResolution` hook
+ * (`GraphqlReplayMarker`, lib/graphql/replay-marker.ts) gives that field's formatted entry the
+ * first answer's `locations` back (`locatedAsFirst`, matched by path and message).
  */
 let pool: Pool;
 
@@ -189,7 +196,7 @@ describe("adversary 75: a GraphQLError's own locations, replayed under Mercurius
       path: ['createTransfer'],
     });
     const again = await post('adv75-jit-located-a', query);
-    // Fails: the replay's locations are the field's (column 12), not the argument's (41).
+    // Failed: the replay's locations are the field's (column 12), not the argument's (41).
     expect(again.body).toEqual(replayOf(first, 'createTransfer'));
   });
 });
