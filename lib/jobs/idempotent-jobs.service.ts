@@ -549,8 +549,10 @@ export class IdempotentJobs implements OnModuleInit {
     // Kept: the result as BullMQ keeps it (its JSON), the same on every replay; or the
     // library's refusal kept in its place (a result too large).
     if (stored === answer || stored === tooLarge) {
-      // Its data as the job left it, now that its work committed.
-      await stepped.flush();
+      // Its data as the job left it, now that its work committed; none where the refusal was
+      // kept in place of its result: its work rolled back (adversary 75), and `release` gives
+      // the job object back BullMQ's data.
+      if (stored === answer) await stepped.flush();
       return resultOf(stored);
     }
     // Not kept, nothing committed: the library's answer says why.

@@ -37,6 +37,12 @@
  *
  * Suggested fix: flush only where the work committed (`stored === answer`); where the library's
  * refusal was stored in its place (`tooLarge`), drop the held data and progress.
+ *
+ * Fixed: lib/jobs/idempotent-jobs.service.ts `runStepped` writes the held data and progress
+ * (`stepped.flush()`) only where the job's answer was stored (`stored === answer`); where the
+ * library's refusal was kept in its place (`tooLarge`) its work rolled back, nothing held is
+ * written, and `release()` (lib/jobs/job-steps.ts `stepJob`) gives the job object back
+ * BullMQ's data and progress.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
