@@ -302,6 +302,30 @@ describe('stepJob', () => {
     expect(job.calls).toEqual([]);
   });
 
+  it('a rolled-back run gives the job object back BullMQ’s data and progress (adversary 75)', async () => {
+    const job = new FakeJob();
+    const before = job.data;
+    const { run } = stepped(job);
+    await job.updateData({ step: 2 });
+    await job.updateProgress(50);
+    expect(job.data).toEqual({ step: 2 });
+    run.release();
+    expect(job.data).toBe(before);
+    expect(job.progress).toBe(0);
+    expect(job.calls).toEqual([]);
+  });
+
+  it('a committed step’s data and progress stay on the job object', async () => {
+    const job = new FakeJob();
+    const { run } = stepped(job);
+    await job.updateData({ step: 2 });
+    await job.updateProgress(50);
+    await job.moveToDelayed();
+    run.release();
+    expect(job.data).toEqual({ step: 2 });
+    expect(job.progress).toBe(50);
+  });
+
   it('updateData after the step moved (BullMQ’s docs’ order) tells the key first, once', async () => {
     const job = new FakeJob();
     stepped(job);

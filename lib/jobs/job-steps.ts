@@ -166,7 +166,13 @@ export interface SteppedJob {
   flushStep(): Promise<void>;
   /** The data held now (see `flush`). */
   held(): HeldData;
-  /** Gives the job its own methods back, once its run ended. */
+  /**
+   * Gives the job its own methods back, once its run ended; and, where data or progress is
+   * still held (never written: its work rolled back, or the library's refusal was kept in place
+   * of its result), the data and progress BullMQ has: the object BullMQ hands its `failed`
+   * listeners (a dead-letter queue) says what stands, not a step whose work is gone
+   * (adversary 75).
+   */
   release(): void;
 }
 
@@ -214,20 +220,28 @@ export function stepJob(
   const moveToWait = own('moveToWait');
   const moveToWaitingChildren = own('moveToWaitingChildren');
   const saved = STEPPED.map((name) => [name, Object.getOwnPropertyDescriptor(job, name)] as const);
+  /** The data and progress BullMQ has, as far as this run wrote them (see `release`). */
+  let bullmqData: unknown = Reflect.get(job, 'data');
+  let bullmqProgress: unknown = Reflect.get(job, 'progress');
   /** The JSON of the data BullMQ has, as far as this run wrote it. */
-  let written = jsonOf(Reflect.get(job, 'data'));
+  let written = jsonOf(bullmqData);
+  const wroteData = (data: unknown) => {
+    bullmqData = data;
+    written = jsonOf(data);
+  };
   const flushProgress = async () => {
     if (!heldProgress || !updateProgress) return;
     const { value } = heldProgress;
     heldProgress = undefined;
     await updateProgress.call(job, value);
+    bullmqProgress = value;
   };
   const flush = async () => {
     if (held && updateData) {
       const { data } = held;
       held = undefined;
       await updateData.call(job, data);
-      written = jsonOf(data);
+      wroteData(data);
     }
     await flushProgress();
   };
@@ -253,7 +267,7 @@ export function stepJob(
           await toldAfterStep;
         }
         await updateData.call(job, data);
-        written = jsonOf(data);
+        wroteData(data);
         return;
       }
       // What BullMQ could not write (a BigInt, a cycle) throws here, at the call, as BullMQ's
@@ -270,6 +284,7 @@ export function stepJob(
     replace('updateProgress', async (progress: unknown) => {
       if (!pending()) {
         await updateProgress.call(job, progress);
+        bullmqProgress = progress;
         return;
       }
       // The job reads its progress at once, as BullMQ sets it; what BullMQ could not write
@@ -314,6 +329,10 @@ export function stepJob(
         if (descriptor) Object.defineProperty(job, name, descriptor);
         else Reflect.deleteProperty(job, name);
       }
+      if (held) Reflect.set(job, 'data', bullmqData);
+      if (heldProgress) Reflect.set(job, 'progress', bullmqProgress);
+      held = undefined;
+      heldProgress = undefined;
     },
   };
 }

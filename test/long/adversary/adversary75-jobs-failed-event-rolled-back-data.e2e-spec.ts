@@ -45,6 +45,12 @@
  * Suggested fix: where the run's work rolled back, give the job object back the data and
  * progress BullMQ has (the `written` JSON, the progress of before) as `release()` gives back
  * its methods.
+ *
+ * Fixed: lib/jobs/job-steps.ts `stepJob` keeps the data and progress BullMQ has (as first
+ * given, then as each write reached BullMQ), and its `release()`, at the end of every run
+ * (`IdempotentJobs.runOnce`'s `finally`), sets them back on the job object where data or
+ * progress is still held (never written: the work rolled back), before BullMQ's worker hands
+ * the object to its `failed` listeners.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
