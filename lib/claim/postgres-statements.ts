@@ -324,28 +324,39 @@ export const TOUCH_MESSAGE = {
  * what the job's step leaves (under `$7`): its data (`{ data, over, added }`), kept with it for
  * a next run whose worker died before BullMQ had it; or, a step that holds no new data (a
  * poll), only `{ added }`, and the key keeps the data of the step before where it has one:
- * nothing changed since (adversary 74).
+ * nothing changed since (adversary 74). With it, the claim's version the step committed at
+ * (`version`), which fences the forget of its data (FORGET_JOB_STEP_DATA): the key's own
+ * version moves on whenever another job looks at the key (claims it, finds it held, gives it
+ * back).
+ *
+ * v5 (was v4): `version`; the workers of one queue upgrade together (jobs.md).
  */
 export const RELEASE_JOB_STEP = {
-  name: 'idempotency_release_job_step_v4',
+  name: 'idempotency_release_job_step_v5',
   text: `UPDATE idempotency_keys SET locked_until = NULL,
   phase_results = phase_results || jsonb_build_object($5::text, to_jsonb($6::text), $7::text,
     CASE WHEN $8::jsonb -> 'data' IS NULL AND phase_results -> $7::text -> 'data' IS NOT NULL
-      THEN phase_results -> $7::text ELSE $8::jsonb END)
+      THEN phase_results -> $7::text ELSE $8::jsonb END
+    || jsonb_build_object('version', lock_version))
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
 };
 
 /**
  * A job wrote its data after its step committed and it moved (BullMQ's docs' order: the move,
  * then the data): the data its key keeps (`$3`) is not its next step's, so only the time the
- * job was added (`$6`) stays. Fenced by the claim that committed the step (`$4`, `$5`): a
- * later run's step is never touched.
+ * job was added (`$6`) stays. Fenced by the step: the key's step data still the one its claim
+ * (`$5`) committed at its version (`$4`, the `version` RELEASE_JOB_STEP kept): a later step
+ * is never touched, and another job's look at the key (which moves the key's version on) does
+ * not void it (adversary 75). Nothing back: the key moved past that step.
+ *
+ * v2 (was v1): fenced by the step's kept `version`, not by the key's `lock_version`.
  */
 export const FORGET_JOB_STEP_DATA = {
-  name: 'idempotency_forget_job_step_data_v1',
+  name: 'idempotency_forget_job_step_data_v2',
   text: `UPDATE idempotency_keys
 SET phase_results = phase_results || jsonb_build_object($3::text, jsonb_build_object('added', $6::bigint))
-WHERE tenant_id = $1 AND key = $2 AND lock_version = $4 AND claim_id = $5 AND state = 'started'`,
+WHERE tenant_id = $1 AND key = $2 AND claim_id = $5 AND state = 'started'
+  AND phase_results -> $3::text -> 'version' = to_jsonb($4::bigint)`,
 };
 
 /**

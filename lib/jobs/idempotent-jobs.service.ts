@@ -261,12 +261,16 @@ export class IdempotentJobs implements OnModuleInit {
   /**
    * Tells the job's key that the job wrote its data after its step committed and it moved
    * (BullMQ's docs' order): the data the key keeps is the step before's, not the next one's, so
-   * no job that takes the key over goes on from it (see `FORGET_JOB_STEP_DATA`). A note that
-   * fails is logged: the write to BullMQ goes on, as without the library.
+   * no job that takes the key over goes on from it (see `FORGET_JOB_STEP_DATA`). Fenced by the
+   * step this run committed (the claim's version it committed at, kept on the key with it),
+   * never by the key's version now: another job that looked at the key in between (claimed it,
+   * found it held, gave it back) moved that on (adversary 75). A note that fails, or that finds
+   * its step no longer the key's last (another step, the job's result, a takeover came first),
+   * is logged: the write to BullMQ goes on, as without the library.
    */
   private async forgetStepData(context: IdempotencyContext, job: JobLike): Promise<void> {
     const claim = context.claim!;
-    await this.database
+    const why = await this.database
       .query(FORGET_JOB_STEP_DATA, [
         claim.tenantId,
         claim.key,
@@ -275,12 +279,15 @@ export class IdempotentJobs implements OnModuleInit {
         claim.claimId,
         job.timestamp,
       ])
-      .catch((error: unknown) =>
-        this.logger.error(
-          `that job ${claim.key} wrote its data after its step moved it could not be noted: ` +
-            `a job that takes its key over may go on from the step before: ${messageOf(error)}`,
-        ),
+      .then(
+        ({ rowCount }) => (rowCount ? undefined : 'its step is no longer the key’s last'),
+        (error: unknown) => messageOf(error),
       );
+    if (why === undefined) return;
+    this.logger.error(
+      `that job ${claim.key} wrote its data after its step moved it could not be noted: ` +
+        `a job that takes its key over may go on from the step before: ${why}`,
+    );
   }
 
   /**

@@ -48,6 +48,13 @@
  * `bullmq:step` owner and the step data's `added` and `data` it wrote, as
  * `MARK_JOB_STEP_DATA_WRITTEN` is fenced by the data), so that another job's look at the key
  * does not void it; or let the waiting job's release leave `lock_version` as it was.
+ *
+ * Fixed: `RELEASE_JOB_STEP` (v5, lib/claim/postgres-statements.ts) keeps on the step's record
+ * the claim's version the step committed at (`version`), and `FORGET_JOB_STEP_DATA` (v2) is
+ * fenced by it and the claim id, not by the key's `lock_version` now: another job's look at
+ * the key no longer voids the forget. lib/jobs/idempotent-jobs.service.ts `forgetStepData`
+ * logs an error where the forget matched no row (its step no longer the key's last), as where
+ * it failed.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
