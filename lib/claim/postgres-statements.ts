@@ -323,19 +323,22 @@ export const TOUCH_MESSAGE = {
  * takes the key over and goes on; another job of the key waits for it (see lib/jobs). `$8`:
  * what the job's step leaves (under `$7`): its data (`{ data, over, added }`), kept with it for
  * a next run whose worker died before BullMQ had it; or, a step that holds no new data (a
- * poll), only `{ added }`, and the key keeps the data of the step before where it has one:
- * nothing changed since (adversary 74). With it, the claim's version the step committed at
- * (`version`), which fences the forget of its data (FORGET_JOB_STEP_DATA): the key's own
- * version moves on whenever another job looks at the key (claims it, finds it held, gives it
- * back).
+ * poll, `{ added, polled: true }`), what the step before left where there was one (its data,
+ * the mark of polls, or the mark that its data was forgotten: nothing changed since, adversary
+ * 74), else that mark of polls (a job that takes the key over goes on from its own data:
+ * adversary 75). With it, the claim's version the step committed at (`version`), which fences
+ * the forget of its data (FORGET_JOB_STEP_DATA): the key's own version moves on whenever
+ * another job looks at the key (claims it, finds it held, gives it back).
  *
- * v5 (was v4): `version`; the workers of one queue upgrade together (jobs.md).
+ * v5 (was v4): the mark of polls, a poll keeping a forgotten step's mark, and `version`. A v4
+ * worker reads the mark of polls as a forgotten step (it refuses a job that v5 lets go on);
+ * the workers of one queue upgrade together (jobs.md).
  */
 export const RELEASE_JOB_STEP = {
   name: 'idempotency_release_job_step_v5',
   text: `UPDATE idempotency_keys SET locked_until = NULL,
   phase_results = phase_results || jsonb_build_object($5::text, to_jsonb($6::text), $7::text,
-    CASE WHEN $8::jsonb -> 'data' IS NULL AND phase_results -> $7::text -> 'data' IS NOT NULL
+    CASE WHEN $8::jsonb -> 'data' IS NULL AND phase_results -> $7::text IS NOT NULL
       THEN phase_results -> $7::text ELSE $8::jsonb END
     || jsonb_build_object('version', lock_version))
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
@@ -344,10 +347,11 @@ WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND st
 /**
  * A job wrote its data after its step committed and it moved (BullMQ's docs' order: the move,
  * then the data): the data its key keeps (`$3`) is not its next step's, so only the time the
- * job was added (`$6`) stays. Fenced by the step: the key's step data still the one its claim
- * (`$5`) committed at its version (`$4`, the `version` RELEASE_JOB_STEP kept): a later step
- * is never touched, and another job's look at the key (which moves the key's version on) does
- * not void it (adversary 75). Nothing back: the key moved past that step.
+ * job was added (`$6`) stays, which (no data, no mark of polls) says its data was forgotten.
+ * Fenced by the step: the key's step data still the one its claim (`$5`) committed at its
+ * version (`$4`, the `version` RELEASE_JOB_STEP kept): a later step is never touched, and
+ * another job's look at the key (which moves the key's version on) does not void it
+ * (adversary 75). Nothing back: the key moved past that step.
  *
  * v2 (was v1): fenced by the step's kept `version`, not by the key's `lock_version`.
  */

@@ -63,13 +63,13 @@ import {
   dataToRestore,
   type HeldData,
   jsonOf,
-  keepsStepData,
   keptStepData,
   mayBeStale,
   readdedWithoutStepData,
   STEP_DATA,
   STEP_LOST,
   STEP_OWNER,
+  stepDataKept,
   stepHold,
   stepJob,
   type SteppedJob,
@@ -384,14 +384,15 @@ export class IdempotentJobs implements OnModuleInit {
     // its steps): no run of it will end them. This job takes them over and goes on from the
     // step the key reached, its data given back from there (adversary 72), its own steps then
     // naming it (another job waiting on the key waits for it: adversary 73); or, where the key
-    // keeps no data of that step (the job saved its next step after it moved), it fails,
-    // saying so, rather than do the steps again from its own first.
+    // forgot the data of that step (the job saved its next step after it moved), it fails,
+    // saying so, rather than do the steps again from its own first. A key whose steps were
+    // polls forgot nothing: it goes on from its own data (adversary 75).
     const ownerNow = claimed.claim.phaseResults[STEP_OWNER];
     const seen = held?.kind === 'held' ? await stepOwnerSeen(job, ownerNow) : undefined;
-    // The same for a job of the app's own id added again under it, whose key keeps no data of
-    // its last step: it is the owner by name, another job by the time it was added.
+    // The same for a job of the app's own id added again under it, whose key forgot the data
+    // of its last step: it is the owner by name, another job by the time it was added.
     const readded = readdedWithoutStepData(claimed.claim.phaseResults, owner, job.timestamp);
-    if ((seen?.kind === 'gone' && !keepsStepData(claimed.claim.phaseResults)) || readded) {
+    if ((seen?.kind === 'gone' && stepDataKept(claimed.claim.phaseResults) === 'none') || readded) {
       await rollBackAndRelease(tools, context, 'job_step_lost');
       throw new JobStepOwnerGoneError(where, String(ownerNow));
     }

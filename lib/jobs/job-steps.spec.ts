@@ -1,12 +1,12 @@
 import {
   dataToRestore,
-  keepsStepData,
   keptStepData,
   mayBeStale,
   readdedWithoutStepData,
   STEP_DATA,
   STEP_LOST,
   STEP_OWNER,
+  stepDataKept,
   stepHold,
   stepJob,
 } from './job-steps.js';
@@ -146,19 +146,37 @@ describe('keptStepData', () => {
       { data: { step: 2 }, over: '{"step":1}' },
       { data: 'eyJzdGVwIjoyfQ==', over: 'eyJzdGVwIjoxfQ==', added: 100 },
     ],
-    ['a step without new data (a poll): only when the job was added', undefined, { added: 100 }],
+    [
+      'a step without new data (a poll): when the job was added, and that it saved nothing',
+      undefined,
+      { added: 100, polled: true },
+    ],
   ] as const)('%s', (_name, held, kept) => {
     expect(keptStepData(held, 100)).toEqual(kept);
   });
 });
 
-describe('keepsStepData', () => {
+describe('stepDataKept', () => {
   it.each([
-    ['no step data', {}, false],
-    ['a step’s data', { [STEP_DATA]: { data: 'e30=', over: 'e30=', added: 100 } }, true],
-    ['only when the job was added (no data to go on from)', { [STEP_DATA]: { added: 100 } }, false],
-  ] as const)('%s', (_name, results, keeps) => {
-    expect(keepsStepData(results)).toBe(keeps);
+    ['no step data (an older version’s step)', {}, 'none'],
+    ['a step’s data', { [STEP_DATA]: { data: 'e30=', over: 'e30=', added: 100 } }, 'data'],
+    [
+      'a step’s data, polls after it (they keep it)',
+      { [STEP_DATA]: { data: 'e30=', over: 'e30=', added: 100, version: 3 } },
+      'data',
+    ],
+    [
+      'polls only: nothing saved, nothing missing (adversary 75)',
+      { [STEP_DATA]: { added: 100, polled: true, version: 1 } },
+      'polls',
+    ],
+    [
+      'forgotten: the job saved its next step after it moved',
+      { [STEP_DATA]: { added: 100 } },
+      'none',
+    ],
+  ] as const)('%s', (_name, results, kept) => {
+    expect(stepDataKept(results)).toBe(kept);
   });
 });
 
@@ -173,10 +191,16 @@ describe('readdedWithoutStepData', () => {
       false,
     ],
     [
-      'its id added again, no data: refused (adversary 74)',
+      'its id added again, its step data forgotten: refused (adversary 74)',
       { [STEP_OWNER]: own, [STEP_DATA]: { added: 100 } },
       200,
       true,
+    ],
+    [
+      'its id added again after polls only: goes on from its own data (adversary 75)',
+      { [STEP_OWNER]: own, [STEP_DATA]: { added: 100, polled: true } },
+      200,
+      false,
     ],
     [
       'its id added again, the step’s data kept: goes on from it',

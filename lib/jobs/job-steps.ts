@@ -88,45 +88,62 @@ export function mayBeStale(
 
 /**
  * What a step leaves on its key (see `keptStepData`): the data it held, or only the time the
- * job that stepped was added (`added`: another job added again under its id is told apart).
+ * job that stepped was added (`added`: another job added again under its id is told apart)
+ * and that it saved nothing (`polled`). `RELEASE_JOB_STEP` adds the claim's version it
+ * committed at (`version`), which fences the forget of its data (`FORGET_JOB_STEP_DATA`).
  */
 export interface KeptStepData {
   data?: string;
   over?: string;
   added: number;
+  polled?: true;
 }
 
 /**
  * The data a step leaves, as its key keeps it: its JSON (as BullMQ writes it) in base64, with
  * the JSON BullMQ had before it, so that a NUL or a lone surrogate in it (which jsonb refuses)
- * commits as BullMQ keeps it (adversary 61). A step that holds no new data leaves only `added`:
- * the key then keeps the data of its step before, where it has one (`RELEASE_JOB_STEP`: a poll
- * changes nothing, adversary 74).
+ * commits as BullMQ keeps it (adversary 61). A step that holds no new data (a poll) leaves
+ * `added` and `polled`: the key then keeps what its step before left, where there was one
+ * (`RELEASE_JOB_STEP`: a poll changes nothing, adversary 74), and is marked as polls only
+ * where there was none, so that a job taking it over goes on from its own data (adversary 75).
  */
 export function keptStepData(held: HeldData, added: number): KeptStepData {
-  if (!held) return { added };
+  if (!held) return { added, polled: true };
   return { data: toBase64(jsonOf(held.data)), over: toBase64(held.over), added };
 }
 
-/** Whether the key keeps data of a step to go on from (a pure decision). */
-export function keepsStepData(results: Readonly<Record<string, unknown>>): boolean {
-  const kept = results[STEP_DATA] as { data?: unknown } | undefined;
-  return typeof kept?.data === 'string';
+/**
+ * What the key keeps of its owner's steps to go on from (a pure decision):
+ *  - `data`: the data its last step with data left;
+ *  - `polls`: nothing, and nothing is missing: its steps so far saved nothing (polls), so the
+ *    job's own data is where they left it;
+ *  - `none`: nothing, though its steps saved data: the job saved its next step after it moved
+ *    (BullMQ's docs' order), and its key forgot the step data it kept (`FORGET_JOB_STEP_DATA`);
+ *    or a poll of an earlier version, which left no `polled` mark and cannot be told from it
+ *    (read as forgotten: refusing the job is the side that does no step twice).
+ */
+export type StepDataKept = 'data' | 'polls' | 'none';
+
+export function stepDataKept(results: Readonly<Record<string, unknown>>): StepDataKept {
+  const kept = results[STEP_DATA] as { data?: unknown; polled?: unknown } | undefined;
+  if (typeof kept?.data === 'string') return 'data';
+  return kept?.polled === true ? 'polls' : 'none';
 }
 
 /**
  * Whether a job that names the key's owner as its steps did (the app's own id) is another job
- * than the one whose steps hold the key, with no data of their last step to go on from (a pure
+ * than the one whose steps hold the key, and the key forgot their last step's data (a pure
  * decision): removed between its steps and added again under its id, it would do its steps
  * again from its first (adversary 74). Told by the time each was added (`added`); a key whose
- * step left no such time (an older version's) cannot tell, and goes on as before.
+ * step left no such time (an older version's) cannot tell, and goes on as before. A key whose
+ * steps were polls lost nothing: the job added again goes on from its own data (adversary 75).
  */
 export function readdedWithoutStepData(
   results: Readonly<Record<string, unknown>>,
   owner: string,
   added: number,
 ): boolean {
-  if (results[STEP_OWNER] !== owner || keepsStepData(results)) return false;
+  if (results[STEP_OWNER] !== owner || stepDataKept(results) !== 'none') return false;
   const kept = results[STEP_DATA] as { added?: unknown } | undefined;
   return typeof kept?.added === 'number' && kept.added !== added;
 }

@@ -56,6 +56,14 @@
  * marking `forgot: true`), and `readdedWithoutStepData` refuses only where the data was
  * forgotten (the docs' order), letting a job added again whose steps were all polls go on
  * from its own data.
+ *
+ * Fixed: a first step that saves nothing marks the key so: lib/jobs/job-steps.ts `keptStepData`
+ * leaves `{ added, polled: true }`, and `RELEASE_JOB_STEP` (v5, lib/claim/postgres-statements.ts)
+ * keeps whatever step record the key has on a later poll (data, polls, or forgotten);
+ * `stepDataKept` tells `data`, `polls` and `none` (forgotten by `FORGET_JOB_STEP_DATA`, or an
+ * earlier version's poll, refused as before), and `readdedWithoutStepData` and
+ * `IdempotentJobs.runOnce`'s gone-owner check refuse only `none`: a job after polls goes on
+ * from its own data.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
