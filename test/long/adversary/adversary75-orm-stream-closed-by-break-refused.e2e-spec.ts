@@ -40,6 +40,12 @@
  * or the stream's `destroy`/`'close'`), as what is sent after it then waits only for that
  * close; or, when a statement meets a stream whose close is under way, wait for that close
  * instead of refusing.
+ *
+ * Fixed: `OpenStreams.watch` (lib/data-layers/open-streams.ts) also wraps the cursor's
+ * `close()` (the stream's own, or the pg-cursor a pg-query-stream wraps): a submitted stream
+ * whose close is asked counts as ended at once (its Close and Sync are sent then), and the
+ * statement after it is not refused: node-postgres queues it behind the close's ReadyForQuery.
+ * A cursor closed while still in node-postgres' queue (never submitted) still counts open.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
