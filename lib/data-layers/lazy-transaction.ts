@@ -83,7 +83,8 @@ export class LazyTransaction extends RequestTransaction {
    * For each open nested transaction begun beside others, by its depth: what its code left
    * that its own COMMIT would end (its settings), put back at its commit with the role, session
    * authorization and search path it began with (kept under `besideName`), as for the
-   * outermost (`nestedCommit`).
+   * outermost (`nestedCommit`). Its session settings too (`SET app.actor = …`): on the
+   * connection of its own it has without the library, the other's code would never see them.
    */
   private readonly besideCommits = new Map<number, NestedCommit>();
   /** Notes what a statement of a view's leaves for its nested transaction's COMMIT (`ensureRunner`). */
@@ -370,7 +371,7 @@ export class LazyTransaction extends RequestTransaction {
               this.nested.started(owner as object);
               if (beside) {
                 this.besideDepths.add(depth + 1);
-                this.besideCommits.set(depth + 1, new NestedCommit());
+                this.besideCommits.set(depth + 1, new NestedCommit(true));
               }
             },
           },

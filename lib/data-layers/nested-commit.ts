@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { restoreSettings } from '../connection/session-state.js';
 import { mayDefer } from '../transaction/sql/shadowed-built-ins.js';
-import { commitEndsOf, localSettingsOf } from '../transaction/sql/sql-text.js';
+import { commitEndsOf, localSettingsOf, sessionSettingsOf } from '../transaction/sql/sql-text.js';
 
 /**
  * What a data layer's outermost nested transaction leaves that its own COMMIT would have ended
@@ -10,9 +10,14 @@ import { commitEndsOf, localSettingsOf } from '../transaction/sql/sql-text.js';
  * temporary tables it made `ON COMMIT DROP | DELETE ROWS`, the cursors it declared without
  * `WITH HOLD`. Noted statement by statement (`before`), ended after the `RELEASE` (`endingText`).
  * What it cannot end (its locks, a `SET CONSTRAINTS`) lasts to the request's COMMIT, as the
- * docs say.
+ * docs say. `sessionToo`: one begun beside another (see `LazyTransaction.besideCommits`),
+ * which without the library runs on a connection of its own: the settings its code set for the
+ * session (`SET app.actor = …`) are put back too, for the rest of the request (the value set
+ * stays the connection's after it, as it would on that connection of its own).
  */
 export class NestedCommit {
+  constructor(private readonly sessionToo = false) {}
+
   /** The settings' values before its code set them (`READ_SETTINGS`; null: unset). */
   private readonly settingsBefore = new Map<string, string | null>();
   private readonly tempTables = new Map<string, 'drop' | 'delete'>();
@@ -33,7 +38,10 @@ export class NestedCommit {
       this.tempTables.set(to, action);
     }
     for (const cursor of ends.cursors) this.cursors.add(cursor);
-    return localSettingsOf(text, values).filter((name) => !this.settingsBefore.has(name));
+    const session = this.sessionToo ? sessionSettingsOf(text, values) : [];
+    return [...new Set([...localSettingsOf(text, values), ...session])].filter(
+      (name) => !this.settingsBefore.has(name),
+    );
   }
 
   /**

@@ -3,6 +3,7 @@ import {
   isTransactionModeOnly,
   commitEndsOf,
   localSettingsOf,
+  sessionSettingsOf,
   nestedControlOf,
   rollsBackToSavepoint,
   type SavepointControl,
@@ -619,6 +620,33 @@ describe('localSettingsOf', () => {
     // (A rest parameter: jest takes a parameter past a row's length for a `done` callback.)
   ])('%s', (...[, sql, expected, values]) => {
     expect(localSettingsOf(sql, values)).toEqual(expected);
+  });
+});
+
+describe('sessionSettingsOf', () => {
+  beforeAll(() => sqlReaderReady());
+
+  it.each<[string, string, string[], unknown[]?]>([
+    ['a session SET of a custom setting', "SET app.actor = 'audit'", ['app.actor']],
+    ['SET SESSION', "SET SESSION statement_timeout = '1s'", ['statement_timeout']],
+    ['SET … TO DEFAULT', 'SET lock_timeout TO DEFAULT', ['lock_timeout']],
+    ['RESET', 'RESET app.actor', ['app.actor']],
+    ['a set_config for the session', "SELECT set_config('App.Actor', 'a', false)", ['app.actor']],
+    [
+      'is_local a parameter',
+      "SELECT set_config('app.a', $1, $2), set_config('app.b', $1, $3)",
+      ['app.a'],
+      ['x', false, true],
+    ],
+    ['SET LOCAL (the transaction’s)', "SET LOCAL app.actor = 'audit'", []],
+    ['a set_config for the transaction', "SELECT set_config('app.actor', 'a', true)", []],
+    ['is_local not readable', "SELECT set_config('app.a', 'x', flag) FROM t", []],
+    ['RESET ALL (names none)', 'RESET ALL', []],
+    ['the role (refused, or put back apart)', 'RESET ROLE', []],
+    ['a transaction mode', 'SET TRANSACTION READ ONLY', []],
+    ['a write', 'INSERT INTO t VALUES (1)', []],
+  ])('%s', (...[, sql, expected, values]) => {
+    expect(sessionSettingsOf(sql, values)).toEqual(expected);
   });
 });
 

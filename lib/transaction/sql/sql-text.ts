@@ -587,6 +587,25 @@ const NOT_KEPT_LOCALLY = new Set([
  */
 export function localSettingsOf(sql: unknown, values?: readonly unknown[]): string[] {
   if (typeof sql !== 'string' || !/local|set_config|u&/i.test(sql)) return [];
+  return settingsSet(sql, values, true);
+}
+
+/**
+ * The settings the statements of `sql` set for the session (`SET name` without `LOCAL`, `SET
+ * name TO DEFAULT`, `RESET name`, `set_config('name', …, false)`), read as `localSettingsOf`
+ * reads them, with the same left out (the role, search path and modes: refused for the
+ * session, or kept and put back apart); not `RESET ALL` (it names none). Inside a nested
+ * transaction begun beside another, which without the library runs on a connection of its
+ * own, such a setting would otherwise last into the other's transaction on the request's one
+ * connection.
+ */
+export function sessionSettingsOf(sql: unknown, values?: readonly unknown[]): string[] {
+  if (typeof sql !== 'string' || !/set|u&/i.test(sql)) return [];
+  return settingsSet(sql, values, false);
+}
+
+/** The settings `sql` sets for the transaction (`local`) or for the session (see above). */
+function settingsSet(sql: string, values: readonly unknown[] | undefined, local: boolean) {
   const names: string[] = [];
   const add = (name: string) => {
     const lower = name.toLowerCase();
@@ -594,21 +613,30 @@ export function localSettingsOf(sql: unknown, values?: readonly unknown[]): stri
       names.push(lower);
     }
   };
+  const kinds = local
+    ? ['VAR_SET_VALUE', 'VAR_SET_DEFAULT']
+    : ['VAR_SET_VALUE', 'VAR_SET_DEFAULT', 'VAR_RESET'];
   for (const statement of statementsOf(sql)) {
     const [type, body] = nodeOf(statement.node) ?? [];
     if (type === 'VariableSetStmt') {
       const {
         kind,
         name,
-        is_local: local,
-      } = body as { kind: string; name: string; is_local?: true };
-      if (local && (kind === 'VAR_SET_VALUE' || kind === 'VAR_SET_DEFAULT')) add(name);
+        is_local: isLocal,
+      } = body as {
+        kind: string;
+        name?: string;
+        is_local?: true;
+      };
+      if (name !== undefined && (isLocal === true) === local && kinds.includes(kind)) add(name);
       continue;
     }
     for (const { call } of callsIn(statement.node, SET_CONFIG)) {
-      const [name, , local] = (call.args as unknown[] | undefined) ?? [];
+      const [name, , isLocal] = (call.args as unknown[] | undefined) ?? [];
       const setting = boundOf(name, values);
-      if (typeof setting === 'string' && booleanOf(boundOf(local, values)) === true) add(setting);
+      if (typeof setting === 'string' && booleanOf(boundOf(isLocal, values)) === local) {
+        add(setting);
+      }
     }
   }
   return names;

@@ -49,6 +49,12 @@
  * `RESET`) changes inside a nested transaction begun beside another, as `NestedCommit.before`
  * does for local ones, and put them back at its COMMIT; or refuse a session setting inside a
  * nested transaction of the request (as for the role) with `SessionSettingRefusedError`.
+ *
+ * Fixed: a nested transaction begun beside another notes the settings its code sets for the
+ * session too (`sessionSettingsOf`, lib/transaction/sql/sql-text.ts: `SET name` without
+ * `LOCAL`, `SET … TO DEFAULT`, `RESET name`, `set_config(…, false)`), and its COMMIT puts
+ * them back with the local ones (`NestedCommit` made with `sessionToo` for `besideCommits`,
+ * lib/data-layers/nested-commit.ts `note`; `LazyTransaction.ensureRunner`'s `startNow`).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
