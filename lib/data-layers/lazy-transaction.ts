@@ -523,26 +523,8 @@ export class LazyTransaction extends RequestTransaction {
         );
         if (apart) return apart.result;
       }
-      // A transaction's read-only mode sent outside any transaction of its code: alone, as
-      // without the library, where it does nothing (in the request's it would make the
-      // transaction that stores the answer read only).
-      if (internals.transactionDepth <= 1 && isTransactionModeOnly(args[0])) {
-        return this.readAlone(args);
-      }
-      // With other statements, it would last to the request's COMMIT: refused.
-      if (internals.transactionDepth <= 1 && setsReadOnly(args[0])) {
-        throw this.refuse(new ReadOnlyTransactionRefusedError());
-      }
-      this.refuseBesidePhase();
-      this.refuseBehindStream();
-      if (from !== runner) this.refuseBesideIdentity(from, args[0], args[1]);
-      if (from !== runner) this.nested.markBeside(from as object, args[0]);
-      // `SET TRANSACTION READ ONLY` inside a nested transaction: read only until it ends.
-      const depth = internals.transactionDepth;
-      if (depth > 1 && this.readOnlyFrom === undefined && setsReadOnly(args[0])) {
-        this.readOnlyFrom = depth;
-      }
-      if (depth > 1 && from !== runner) await keepSettings(from, args);
+      if (this.judge(from, args[0], args[1]) === 'alone') return this.readAlone(args);
+      if (internals.transactionDepth > 1 && from !== runner) await keepSettings(from, args);
       // Its connection opened here, before TypeORM's query() (whose connect() would answer the
       // client that opens at its first statement): a failure to connect (the database down)
       // reaches the caller as the library marked it, not wrapped in a QueryFailedError.
@@ -565,10 +547,10 @@ export class LazyTransaction extends RequestTransaction {
     const stream = runner.stream.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     const streamFrom = async (from: unknown, args: unknown[]) => {
       if (this.ended) throw new TransactionEndedError();
-      this.refuseBesidePhase();
-      this.refuseBehindStream();
-      if (from !== runner) this.refuseBesideIdentity(from, args[0], args[1]);
-      if (from !== runner) this.nested.markBeside(from as object, args[0]);
+      // A stream cannot be sent apart: a transaction's mode alone in one is refused.
+      if (this.judge(from, args[0], args[1]) === 'alone') {
+        throw this.refuse(new ReadOnlyTransactionRefusedError());
+      }
       // A stream is handed to node-postgres as an object, which `beginWith` cannot carry: its
       // BEGIN goes first, alone, so that a failed BEGIN never leaves it running outside.
       await this.open(internals);
@@ -606,10 +588,43 @@ export class LazyTransaction extends RequestTransaction {
   }
 
   /**
+   * How a statement of its code, sent through `from` (a view, the runner itself for the
+   * library's own, or a view's node-postgres client), is judged before it is sent, whichever
+   * way it came (`queryFrom`, `streamFrom`, `clientOf`): one path, so that no way round it
+   * escapes a rule. Throws the refusal (the request with it); `alone` when it is a
+   * transaction's mode sent outside any transaction of its code, which without the library
+   * runs where it does nothing (in the request's it would make the transaction that stores
+   * the answer read only): the caller sends it apart. Else `inside`, with what it sets noted:
+   * the nested transactions it runs beside marked, and a nested transaction it makes read only
+   * known so until it ends (`readOnlyFrom`: its COMMIT then runs no deferred check, and a
+   * lease renewal sends no write into it).
+   */
+  private judge(from: unknown, text: unknown, values: unknown): 'alone' | 'inside' {
+    const refused = this.refusalOf(text);
+    if (refused) throw refused;
+    const depth = (this.runner as unknown as RunnerInternals | undefined)?.transactionDepth ?? 1;
+    if (depth <= 1 && isTransactionModeOnly(text)) return 'alone';
+    // With other statements, it would last to the request's COMMIT: refused.
+    if (depth <= 1 && setsReadOnly(text)) throw this.refuse(new ReadOnlyTransactionRefusedError());
+    this.refuseBesidePhase();
+    this.refuseBehindStream();
+    if (from !== this.runner) {
+      this.refuseBesideIdentity(from, text, values);
+      this.nested.markBeside(from as object, text);
+    }
+    // `SET TRANSACTION READ ONLY` inside a nested transaction: read only until it ends.
+    if (depth > 1 && this.readOnlyFrom === undefined && setsReadOnly(text)) {
+      this.readOnlyFrom = depth;
+    }
+    return 'inside';
+  }
+
+  /**
    * The node-postgres client as `view` hands it to its code: each statement on it judged as
-   * one through the view's `query()` beside the open nested transactions (refused beside one
-   * that set its role, a setting or READ ONLY; marking those it runs inside), then sent as it
-   * is. What the client is otherwise (its events, its other methods) is the client's.
+   * one through the view's `query()` (`judge`: refused beside a nested transaction that set
+   * its role, a setting or READ ONLY, marking those it runs inside; a transaction's mode alone
+   * outside any nested transaction sent apart), then sent as it is. What the client is
+   * otherwise (its events, its other methods) is the client's.
    */
   clientOf(view: unknown, client: object): object {
     const query = (client as { query: (...args: unknown[]) => unknown }).query;
@@ -618,14 +633,17 @@ export class LazyTransaction extends RequestTransaction {
       if (this.ended) return send();
       const text = textOf(args[0]);
       const values = Array.isArray(args[1]) ? args[1] : valuesOf(args);
+      let verdict: 'alone' | 'inside';
       try {
-        this.refuseBesidePhase();
-        this.refuseBehindStream();
-        this.refuseBesideIdentity(view, text, values);
+        verdict = this.judge(view, text, values);
+        // A stream cannot be sent apart (its rows are read after the call returns).
+        if (verdict === 'alone' && isSubmittable(args[0])) {
+          throw this.refuse(new ReadOnlyTransactionRefusedError());
+        }
       } catch (error) {
         return refusedStatement(args, error);
       }
-      this.nested.markBeside(view as object, text);
+      if (verdict === 'alone') return answered(args, (own) => this.sendAlone(own));
       const depth = (this.runner as unknown as RunnerInternals | undefined)?.transactionDepth ?? 1;
       if (depth <= 1 || !this.keepSettingsOf) return send();
       // Inside its nested transactions: what it leaves that their COMMIT would end, noted
@@ -894,4 +912,19 @@ function transactionNotStarted(): Error {
   );
   error.name = 'TransactionNotStartedError';
   return error;
+}
+
+/**
+ * A statement sent elsewhere by `run` (with its arguments, less a callback), answered in the
+ * form it was sent in: its callback called, or the promise returned.
+ */
+function answered(args: unknown[], run: (args: unknown[]) => Promise<unknown>): unknown {
+  const last = args[args.length - 1];
+  if (typeof last !== 'function') return run(args);
+  const callback = last as (error: unknown, result?: unknown) => void;
+  run(args.slice(0, -1)).then(
+    (result) => callback(null, result),
+    (error: unknown) => callback(error),
+  );
+  return undefined;
 }

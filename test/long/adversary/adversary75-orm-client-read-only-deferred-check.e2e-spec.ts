@@ -55,6 +55,11 @@
  * Suggested fix: set `readOnlyFrom` where the mode is judged for every path (in `clientOf`'s
  * `judged` as in `queryFrom`), or read it from `NestedIdentity` (the innermost's `readOnly`)
  * at the commit.
+ *
+ * Fixed: one judgement for every path (`LazyTransaction.judge`, lib/data-layers/
+ * lazy-transaction.ts): `queryFrom`, `streamFrom` and `clientOf`'s `judged` all go through it,
+ * and it sets `readOnlyFrom` for a nested transaction made read only, whichever way the mode
+ * came: the nested COMMIT then runs no deferred check, and `readOnlyNow` keeps a renewal out.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';

@@ -43,6 +43,13 @@
  * Suggested fix: give `clientOf`'s `judged` and `unopened`'s `query` the same depth-1 rules as
  * `queryFrom` (a transaction mode alone sent apart; among others refused), e.g. by routing
  * them through one shared check before `send`.
+ *
+ * Fixed: one judgement for every path (`LazyTransaction.judge`, lib/data-layers/
+ * lazy-transaction.ts), which `clientOf`'s `judged` now uses as `queryFrom` does: a
+ * transaction's mode alone outside any nested transaction is `alone`, and the client sends it
+ * apart (`RequestTransaction.sendAlone`, answered as the client was called: promise or
+ * callback); among other statements it is refused (`ReadOnlyTransactionRefusedError`). The
+ * client `connect()` answers before the first statement is wrapped by `clientOf` too.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
