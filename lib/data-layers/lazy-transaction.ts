@@ -92,10 +92,11 @@ export class LazyTransaction extends RequestTransaction {
   /** Its code's streams open on the connection (see `OpenStreams`). */
   private readonly streams = new OpenStreams();
   /**
-   * The nested transactions being started, one after the other (see `startFrom`), and how
-   * many: a save asks whether one is open before it starts its own (see `viewOf`).
+   * The nested transactions being started, committed and rolled back, one after the other
+   * (see `inTurn`), and how many starts: a save asks whether one is open before it starts its
+   * own (see `viewOf`).
    */
-  private starts: Promise<unknown> = Promise.resolve();
+  private turns: Promise<unknown> = Promise.resolve();
   private startsUnderWay = 0;
 
   constructor(
@@ -139,6 +140,24 @@ export class LazyTransaction extends RequestTransaction {
     if (this.streams.any) this.refuse(new CursorOpenRefusedError());
     const depth = (this.runner as unknown as RunnerInternals | undefined)?.transactionDepth ?? 1;
     if (depth > 1 || this.startsUnderWay > 0) this.refuse(new NestedTransactionOpenAtCommitError());
+  }
+
+  /**
+   * Runs `work` (a nested transaction's start, commit or rollback) once those asked before it
+   * are done. TypeORM names a savepoint by the depth it starts at: two started at once would
+   * both read the same depth (and take the same name), and a commit sent while another's start
+   * is under way (`Promise.all` of two `dataSource.transaction()`, the first with nothing to
+   * do) would release the savepoint that start had read the depth beside, leaving the second
+   * to release one already gone (3B001). In turn, the commit meets the other's savepoint open
+   * after its own, and is refused as any out of order is (`refuseOutOfOrder`).
+   */
+  private inTurn<T>(work: () => Promise<T>): Promise<T> {
+    const turn = this.turns.then(work);
+    this.turns = turn.then(
+      () => undefined,
+      () => undefined,
+    );
+    return turn;
   }
 
   /** A nested transaction ended (committed or rolled back), the runner now at `depth`. */
@@ -331,8 +350,8 @@ export class LazyTransaction extends RequestTransaction {
     // would both read the same depth (and take the same name).
     const startFrom = (owner: unknown, level?: string) => {
       this.startsUnderWay++;
-      const started = this.starts.then(() => startNow(owner, level));
-      this.starts = started.then(
+      const started = this.inTurn(() => startNow(owner, level));
+      void started.then(
         () => this.startsUnderWay--,
         () => this.startsUnderWay--,
       );
@@ -390,6 +409,9 @@ export class LazyTransaction extends RequestTransaction {
       if (internals.transactionDepth <= 1) {
         throw this.refuse('commitTransaction() with no startTransaction()');
       }
+      // Another view's begun after it still open: released once that one ended (`commitLater`).
+      const later = this.nested.ending(from as object, 'commit') === 'not-innermost';
+      if (later && this.nested.commitLater(from as object)) return;
       this.refuseOutOfOrder(from, 'commit');
       const depth = internals.transactionDepth;
       const outermost = depth === 2;
@@ -445,17 +467,37 @@ export class LazyTransaction extends RequestTransaction {
         this.nestedEnded(internals.transactionDepth, internals.transactionDepth < depth);
       }
     };
+    // A commit put off (`commitLater`) whose transaction is the innermost again, once the
+    // ones begun after it ended: its savepoint released now, in the turn of the end that made
+    // it so. Its code was told it committed: a failure now (its deferred checks, a subscriber)
+    // leaves the request only a rollback.
+    const releaseCommitted = async () => {
+      for (let owner = this.nested.committedInnermost(); owner;) {
+        const depth = internals.transactionDepth;
+        try {
+          await commitFrom(owner);
+        } catch (error) {
+          this.refuse(
+            `a nested transaction's commit put off until another ended (${String(error)})`,
+          );
+        }
+        if (internals.transactionDepth >= depth) return;
+        owner = this.nested.committedInnermost();
+      }
+    };
+    const commitInTurn = (from: unknown) =>
+      this.inTurn(async () => {
+        try {
+          await commitFrom(from);
+        } finally {
+          await releaseCommitted();
+        }
+      });
     internals.commitTransaction = function (this: unknown) {
-      return commitFrom(this);
+      return commitInTurn(this);
     };
     const rollback = runner.rollbackTransaction.bind(runner);
     const rollbackFrom = async (from: unknown) => {
-      if (this.failedStartAt === internals.transactionDepth) {
-        // Its savepoint was never made: there is nothing of its own to roll back. (When the
-        // SAVEPOINT failed because the transaction was aborted, the commit fails anyway.)
-        this.failedStartAt = undefined;
-        return;
-      }
       if (internals.transactionDepth <= 1) {
         // TypeORM's own rollback after a commit that failed once committed (its
         // `transaction()` and a save's, which swallow its error): without the library the
@@ -483,8 +525,24 @@ export class LazyTransaction extends RequestTransaction {
       // Rolled back to its savepoint: a failure inside it no longer aborts the transaction.
       this.lastError = undefined;
     };
+    const rollbackInTurn = (from: unknown) => {
+      // Asked as its start failed (before another start could run): its savepoint was never
+      // made, and there is nothing of its own to roll back. (When the SAVEPOINT failed because
+      // the transaction was aborted, the commit fails anyway.)
+      if (this.failedStartAt === internals.transactionDepth) {
+        this.failedStartAt = undefined;
+        return Promise.resolve();
+      }
+      return this.inTurn(async () => {
+        try {
+          await rollbackFrom(from);
+        } finally {
+          await releaseCommitted();
+        }
+      });
+    };
     internals.rollbackTransaction = function (this: unknown) {
-      return rollbackFrom(this);
+      return rollbackInTurn(this);
     };
     const query = runner.query.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     // Before a statement of its code's nested transactions: what it leaves that the
@@ -692,7 +750,8 @@ export class LazyTransaction extends RequestTransaction {
    * (the request with it) when another view's, begun after it, is still open: the savepoints
    * are one stack, and TypeORM names them by depth, so it would end that one instead (two
    * `dataSource.transaction()` at once: the first to fail rolled back the other's work and
-   * kept its own). A rollback of one holding a statement sent beside it goes on, but the
+   * kept its own). A commit is put off instead (`commitLater`, in `commitFrom`), unless the
+   * view has none of its own open. A rollback of one holding a statement sent beside it goes on, but the
    * request can then only roll back: without the library that statement would have committed
    * on a connection of its own (as on the pool seam, `PoolTransaction.rollBack`).
    */

@@ -269,6 +269,47 @@ describe('NestedIdentity.ending', () => {
   });
 });
 
+describe('NestedIdentity.commitLater: a commit while another begun after it is open', () => {
+  /**
+   * Views start nested transactions, then commits come (each put off, or not: the view has
+   * none open), then the innermost ends: the view whose commit was put off, innermost before
+   * and after that end.
+   */
+  it.each<[string, object[], object[], boolean[], (string | undefined)[]]>([
+    ['nothing open of its own: not put off', [inside], [other], [false], [undefined, undefined]],
+    [
+      'the first of two at once (Promise.all): released once the other ended',
+      [inside, other],
+      [inside],
+      [true],
+      [undefined, 'inside'],
+    ],
+    [
+      'two put off in turn: the innermost of them released first',
+      [inside, beside, other],
+      [inside, beside],
+      [true, true],
+      [undefined, 'beside'],
+    ],
+    [
+      'its own inner one already put off: its outer one is put off too',
+      [inside, inside, other],
+      [inside, inside, inside],
+      [true, true, false],
+      [undefined, 'inside'],
+    ],
+  ])('%s', (_case, started, committing, expected, innermostAround) => {
+    const identity = new NestedIdentity();
+    for (const view of started) identity.started(view);
+    expect(committing.map((view) => identity.commitLater(view))).toEqual(expected);
+    const name = () => (identity.committedInnermost() as { name?: string } | undefined)?.name;
+    const seen = [name()];
+    identity.endedAt(started.length);
+    seen.push(name());
+    expect(seen).toEqual(innermostAround);
+  });
+});
+
 describe('NestedIdentity.besideAll: a transaction of its own begun beside the open ones', () => {
   it.each<[string, object[], object, boolean]>([
     ['nothing open: not beside anything', [], beside, false],

@@ -30,6 +30,11 @@ interface NestedTransaction {
   wrote: boolean;
   /** Its code made it read only (`SET TRANSACTION READ ONLY`): a write beside is refused there. */
   readOnly: boolean;
+  /**
+   * Its code committed it while another view's, begun after it, was still open (see
+   * `commitLater`): its savepoint is released once the ones after it have ended.
+   */
+  committed: boolean;
 }
 
 /** What a statement beside open nested transactions is refused for, if anything. */
@@ -72,7 +77,34 @@ export class NestedIdentity {
       beside: false,
       wrote: false,
       readOnly: false,
+      committed: false,
     });
+  }
+
+  /**
+   * `owner` commits its innermost nested transaction not yet committed while another view's,
+   * begun after it, is open (`ending` answers `not-innermost`: two `dataSource.transaction()`
+   * under `Promise.all`, the first done first). Without the library each has a connection of
+   * its own, and the first's COMMIT does not wait for the second. Here the savepoints are one
+   * stack, and releasing the first's now would release the other's with it: the commit is
+   * put off, its savepoint released once those after it have ended (`committedInnermost`).
+   * Nothing can roll it back meanwhile but a rollback already refused: one around it holds its
+   * statements (`beside`). False when `owner` has none open to commit.
+   */
+  commitLater(owner: object): boolean {
+    for (let at = this.open.length - 1; at >= 0; at--) {
+      const nested = this.open[at];
+      if (nested.owner !== owner || nested.committed) continue;
+      nested.committed = true;
+      return true;
+    }
+    return false;
+  }
+
+  /** The view whose commit was put off (`commitLater`), once its transaction is the innermost. */
+  committedInnermost(): object | undefined {
+    const innermost = this.open[this.open.length - 1];
+    return innermost?.committed ? innermost.owner : undefined;
   }
 
   /**

@@ -46,6 +46,14 @@
  * starts (`this.starts`), so a start reads the depth only after a commit under way has
  * decremented it (the second then makes `typeorm_1` after the first's RELEASE); or at least
  * refuse a commit while `startsUnderWay > 0` with the documented error.
+ *
+ * Fixed: starts, commits and rollbacks of nested transactions run in one queue
+ * (`LazyTransaction.inTurn`, lib/data-layers/lazy-transaction.ts), so a commit never runs while
+ * another's start is under way; and a commit that then meets another view's nested
+ * transaction open after its own is put off rather than refused (`NestedIdentity.commitLater`,
+ * lib/data-layers/nested-identity.ts, in `commitFrom`): it resolves for its code at once, and
+ * its savepoint is released (with its COMMIT's put-backs) once the ones after it ended
+ * (`releaseCommitted`, after each commit and rollback, via `committedInnermost`).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
