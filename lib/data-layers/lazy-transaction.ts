@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { readingOnly } from '../connection/read-only-query.js';
 import pg, { type Pool, type PoolClient } from 'pg';
 import {
@@ -98,6 +99,9 @@ export class LazyTransaction extends RequestTransaction {
    */
   private turns: Promise<unknown> = Promise.resolve();
   private startsUnderWay = 0;
+  /** The turn running now (see `inTurn`), and the one each piece of work runs in. */
+  private turnUnderWay?: object;
+  private readonly turnOf = new AsyncLocalStorage<object>();
 
   constructor(
     private readonly dataSource: DataSource,
@@ -149,14 +153,22 @@ export class LazyTransaction extends RequestTransaction {
    * is under way (`Promise.all` of two `dataSource.transaction()`, the first with nothing to
    * do) would release the savepoint that start had read the depth beside, leaving the second
    * to release one already gone (3B001). In turn, the commit meets the other's savepoint open
-   * after its own, and is refused as any out of order is (`refuseOutOfOrder`).
+   * after its own, and is put off (`NestedIdentity.commitLater`). Asked by what runs inside
+   * the turn under way (a subscriber's save in `afterTransactionCommit` opens a transaction of
+   * its own), it runs at once, as part of that turn: waiting, it would wait for itself.
    */
   private inTurn<T>(work: () => Promise<T>): Promise<T> {
-    const turn = this.turns.then(work);
-    this.turns = turn.then(
-      () => undefined,
-      () => undefined,
-    );
+    const current = this.turnOf.getStore();
+    if (current !== undefined && current === this.turnUnderWay) return work();
+    const token = {};
+    const turn = this.turns.then(() => {
+      this.turnUnderWay = token;
+      return this.turnOf.run(token, work);
+    });
+    const done = () => {
+      if (this.turnUnderWay === token) this.turnUnderWay = undefined;
+    };
+    this.turns = turn.then(done, done);
     return turn;
   }
 
