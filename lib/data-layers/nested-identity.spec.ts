@@ -123,6 +123,75 @@ describe('NestedIdentity', () => {
         ['send', beside, 'UPDATE t SET n = 1', 'read-only'],
       ],
     ],
+    [
+      'a setting rolled back to its code’s own savepoint: none in force, nothing refused',
+      [
+        ['start', inside],
+        ['send', inside, 'SAVEPOINT try_tenant', false],
+        ['send', inside, "SELECT set_config('app.tenant', 'acme', true)", false],
+        ['send', beside, 'UPDATE t SET n = 1', 'settings'],
+        ['send', inside, 'ROLLBACK TO SAVEPOINT try_tenant', false],
+        ['send', beside, 'UPDATE t SET n = 1', false],
+      ],
+    ],
+    [
+      'made in one text with its savepoint, then rolled back to it',
+      [
+        ['start', inside],
+        ['send', inside, 'SAVEPOINT a; SET LOCAL ROLE app_user', false],
+        ['send', beside, 'SELECT 1', 'identity'],
+        ['send', inside, 'ROLLBACK TO a', false],
+        ['send', beside, 'SELECT 1', false],
+      ],
+    ],
+    [
+      'rolled back to an outer savepoint: what the inner ones set ends too',
+      [
+        ['start', inside],
+        ['send', inside, 'SAVEPOINT a', false],
+        ['send', inside, 'SAVEPOINT b', false],
+        ['send', inside, "SELECT set_config('app.tenant', 'acme', true)", false],
+        ['send', inside, 'ROLLBACK TO SAVEPOINT a', false],
+        ['send', beside, 'UPDATE t SET n = 1', false],
+      ],
+    ],
+    [
+      'released: what it set lasts in the one around, and a rollback to that one ends it',
+      [
+        ['start', inside],
+        ['send', inside, 'SAVEPOINT a', false],
+        ['send', inside, 'SAVEPOINT b', false],
+        ['send', inside, "SELECT set_config('app.tenant', 'acme', true)", false],
+        ['send', inside, 'RELEASE SAVEPOINT b', false],
+        ['send', beside, 'UPDATE t SET n = 1', 'settings'],
+        ['send', inside, 'ROLLBACK TO SAVEPOINT a', false],
+        ['send', beside, 'UPDATE t SET n = 1', false],
+      ],
+    ],
+    [
+      'set before the savepoint, or to a savepoint made before it began: it stays',
+      [
+        ['send', inside, 'SAVEPOINT before_it', false],
+        ['start', inside],
+        ['send', inside, "SELECT set_config('app.tenant', 'acme', true)", false],
+        ['send', inside, 'SAVEPOINT a', false],
+        ['send', inside, 'ROLLBACK TO SAVEPOINT a', false],
+        ['send', beside, 'UPDATE t SET n = 1', 'settings'],
+        ['send', inside, 'ROLLBACK TO SAVEPOINT before_it', false],
+        ['send', beside, 'UPDATE t SET n = 1', 'settings'],
+      ],
+    ],
+    [
+      'set in a savepoint of an inner nested transaction committed into its own: it lasts',
+      [
+        ['start', inside],
+        ['start', inside],
+        ['send', inside, 'SAVEPOINT a', false],
+        ['send', inside, "SELECT set_config('app.tenant', 'acme', true)", false],
+        ['end', 2, 'released'],
+        ['send', beside, 'UPDATE t SET n = 1', 'settings'],
+      ],
+    ],
   ])('%s', (_label, steps) => {
     const nested = new NestedIdentity();
     const refused: BesideRefusal[] = [];

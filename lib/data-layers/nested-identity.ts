@@ -1,9 +1,24 @@
 import {
   isPlainRead,
   localSettingsOf,
+  type SavepointControl,
+  savepointControlsOf,
   setsIdentity,
   setsReadOnly,
 } from '../transaction/sql/sql-text.js';
+
+/** What its code set inside a savepoint (see `NestedTransaction.inner`). */
+interface Sets {
+  /** The role, session authorization or search path, for the transaction. */
+  setIdentity: boolean;
+  /** A setting, for the transaction. */
+  localSettings: boolean;
+}
+
+/** A savepoint its code made inside a nested transaction (`SAVEPOINT try_tenant`). */
+interface InnerSavepoint extends Sets {
+  name: string;
+}
 
 /** A nested transaction of the app's code on the request's TypeORM runner. */
 interface NestedTransaction {
@@ -35,6 +50,18 @@ interface NestedTransaction {
    * `commitLater`): its savepoint is released once the ones after it have ended.
    */
   committed: boolean;
+  /**
+   * The savepoints its code made in it (`SAVEPOINT x`, as `pg` users write them), innermost
+   * last: what its code sets inside one is noted there, so that a `ROLLBACK TO SAVEPOINT x`,
+   * which undoes it, undoes the note (see `noteSavepoint`); a `RELEASE` keeps it in the one
+   * around.
+   */
+  inner: InnerSavepoint[];
+}
+
+/** Whether `nested` has its role (`identity`) or a setting set now, in it or its savepoints. */
+function hasSet(nested: NestedTransaction, what: keyof Sets): boolean {
+  return nested[what] || nested.inner.some((savepoint) => savepoint[what]);
 }
 
 /** What a statement beside open nested transactions is refused for, if anything. */
@@ -78,6 +105,7 @@ export class NestedIdentity {
       wrote: false,
       readOnly: false,
       committed: false,
+      inner: [],
     });
   }
 
@@ -124,8 +152,9 @@ export class NestedIdentity {
       // writes were marked on this one as they were sent (see `markBeside`).
       if (nested.owner !== around.owner) continue;
       around.wrote ||= nested.wrote;
-      around.setIdentity ||= nested.setIdentity;
-      around.localSettings ||= nested.localSettings;
+      const sets = around.inner[around.inner.length - 1] ?? around;
+      sets.setIdentity ||= hasSet(nested, 'setIdentity');
+      sets.localSettings ||= hasSet(nested, 'localSettings');
     }
   }
 
@@ -185,10 +214,10 @@ export class NestedIdentity {
   besideIdentity(from: object, text: unknown, values?: readonly unknown[]): BesideRefusal {
     if (this.open.length === 0) return false;
     const others = this.open.filter((nested) => nested.owner !== from);
-    if (others.some((nested) => nested.setIdentity)) return 'identity';
+    if (others.some((nested) => hasSet(nested, 'setIdentity'))) return 'identity';
     // A read beside one made read only runs there as it would apart: only a write is refused.
     if (others.some((nested) => nested.readOnly) && !isPlainRead(text)) return 'read-only';
-    if (others.some((nested) => nested.localSettings)) return 'settings';
+    if (others.some((nested) => hasSet(nested, 'localSettings'))) return 'settings';
     const identity = setsIdentity(text);
     const settings = localSettingsOf(text, values).length > 0;
     // Set inside another's nested transaction (the innermost, begun beside its own or with
@@ -197,9 +226,40 @@ export class NestedIdentity {
     if ((identity || settings) && innermost && innermost.owner !== from) return 'sets-beside';
     const own = this.innermostOf(from);
     if (!own) return false;
-    if (identity) own.setIdentity = true;
-    if (settings) own.localSettings = true;
+    // Its own savepoints first (a text may hold `SAVEPOINT x; SET LOCAL …`): what it sets is
+    // then noted in the innermost, which its `ROLLBACK TO` undoes. (`ROLLBACK TO x; SET LOCAL`
+    // in one text is noted after the rollback: a refusal too many, never one too few.)
+    for (const control of savepointControlsOf(text) ?? []) {
+      if (control) noteSavepoint(own, control);
+    }
+    const sets = own.inner[own.inner.length - 1] ?? own;
+    if (identity) sets.setIdentity = true;
+    if (settings) sets.localSettings = true;
     if (setsReadOnly(text)) own.readOnly = true;
     return false;
   }
+}
+
+/**
+ * Its code's own `SAVEPOINT x`, `RELEASE x` or `ROLLBACK TO x` in `nested`, as PostgreSQL
+ * reads them: `ROLLBACK TO` undoes what was set since `x` (and ends the savepoints made after
+ * it; `x` stays), `RELEASE` ends `x` and those after it, keeping what they set in the one
+ * around. A name it did not make in `nested` (one made before it began) is left alone.
+ */
+function noteSavepoint(nested: NestedTransaction, control: SavepointControl): void {
+  if (control.kind === 'savepoint') {
+    nested.inner.push({ name: control.name, setIdentity: false, localSettings: false });
+    return;
+  }
+  const at = nested.inner.map((savepoint) => savepoint.name).lastIndexOf(control.name);
+  if (at < 0) return;
+  const ended = nested.inner.splice(control.kind === 'release' ? at : at + 1);
+  if (control.kind === 'rollback-to') {
+    nested.inner[at].setIdentity = false;
+    nested.inner[at].localSettings = false;
+    return;
+  }
+  const around = nested.inner[nested.inner.length - 1] ?? nested;
+  around.setIdentity ||= ended.some((savepoint) => savepoint.setIdentity);
+  around.localSettings ||= ended.some((savepoint) => savepoint.localSettings);
 }

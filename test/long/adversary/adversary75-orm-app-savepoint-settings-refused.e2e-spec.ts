@@ -32,6 +32,12 @@
  * setting left in force (no `ROLLBACK TO`: refused, 500, nothing kept, as documented).
  *
  * Severity: low (a false refusal of correct, unusual code: the key's work never done).
+ *
+ * Fixed: `NestedIdentity` (lib/data-layers/nested-identity.ts) follows its code's own
+ * savepoints inside each nested transaction (`NestedTransaction.inner`, `noteSavepoint`, read
+ * in `besideIdentity` with `savepointControlsOf`): what is set after `SAVEPOINT x` is noted on
+ * `x`, a `ROLLBACK TO x` undoes the note, a `RELEASE` keeps it in the one around (`hasSet`
+ * reads them all), as the pool seam's `InnerSavepoint`s do.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
