@@ -265,8 +265,8 @@ export class LazyTransaction extends RequestTransaction {
    * broadcaster the view's that asked for it: its subscribers' transaction events
    * (`afterTransactionStart`, `beforeTransactionCommit`…) get that view as `event.queryRunner`
    * and its manager as `event.manager`, as TypeORM hands them the runner the transaction is
-   * on, so their statements are that transaction's code's. One at a time: starts are queued,
-   * and only the innermost transaction may end.
+   * on, so their statements are that transaction's code's. One at a time (`inTurn`), and only
+   * the innermost transaction ends (a commit of another is put off: `commitLater`).
    */
   private async asOwner<T>(
     owner: unknown,
@@ -357,9 +357,9 @@ export class LazyTransaction extends RequestTransaction {
     };
     internals.release = () => Promise.resolve();
     const start = runner.startTransaction.bind(runner);
-    // Called on a view (see `viewOf`): `this` is the view its code goes through. One after
-    // the other: TypeORM names a savepoint by the depth it starts at, and two started at once
-    // would both read the same depth (and take the same name).
+    // Called on a view (see `viewOf`): `this` is the view its code goes through. In turn with
+    // the other starts, commits and rollbacks (`inTurn`): TypeORM names a savepoint by the
+    // depth it starts at.
     const startFrom = (owner: unknown, level?: string) => {
       this.startsUnderWay++;
       const started = this.inTurn(() => startNow(owner, level));
