@@ -334,8 +334,24 @@ describe('stepJob', () => {
     await job.updateProgress(50);
     expect(job.data).toEqual({ step: 2 });
     run.release();
-    expect(job.data).toBe(before);
+    expect(job.data).toEqual(before);
     expect(job.progress).toBe(0);
+    expect(job.calls).toEqual([]);
+  });
+
+  it('gives BullMQ’s data back though the job changed that object in place (adversary 75b)', async () => {
+    const job = new FakeJob();
+    job.progress = { done: 1 };
+    const { run } = stepped(job);
+    const data = job.data as { step: number };
+    const progress = job.progress as { done: number };
+    data.step = 2;
+    progress.done = 2;
+    await job.updateData(data);
+    await job.updateProgress(progress);
+    run.release();
+    expect(job.data).toEqual({ step: 1 });
+    expect(job.progress).toEqual({ done: 1 });
     expect(job.calls).toEqual([]);
   });
 

@@ -237,21 +237,25 @@ export function stepJob(
   const moveToWait = own('moveToWait');
   const moveToWaitingChildren = own('moveToWaitingChildren');
   const saved = STEPPED.map((name) => [name, Object.getOwnPropertyDescriptor(job, name)] as const);
-  /** The data and progress BullMQ has, as far as this run wrote them (see `release`). */
-  let bullmqData: unknown = Reflect.get(job, 'data');
-  let bullmqProgress: unknown = Reflect.get(job, 'progress');
-  /** The JSON of the data BullMQ has, as far as this run wrote it. */
-  let written = jsonOf(bullmqData);
+  /**
+   * The JSON of the data and progress BullMQ has, as far as this run wrote them (see
+   * `release`): copies, not the objects, which the job may change in place before it holds
+   * them again (`job.data.step = …; updateData(job.data)`: adversary 75b).
+   */
+  let written = jsonOf(Reflect.get(job, 'data'));
+  let progressWritten = JSON.stringify(Reflect.get(job, 'progress'));
   const wroteData = (data: unknown) => {
-    bullmqData = data;
     written = jsonOf(data);
+  };
+  const wroteProgress = (progress: unknown) => {
+    progressWritten = JSON.stringify(progress);
   };
   const flushProgress = async () => {
     if (!heldProgress || !updateProgress) return;
     const { value } = heldProgress;
     heldProgress = undefined;
     await updateProgress.call(job, value);
-    bullmqProgress = value;
+    wroteProgress(value);
   };
   const flush = async () => {
     if (held && updateData) {
@@ -301,7 +305,7 @@ export function stepJob(
     replace('updateProgress', async (progress: unknown) => {
       if (!pending()) {
         await updateProgress.call(job, progress);
-        bullmqProgress = progress;
+        wroteProgress(progress);
         return;
       }
       // The job reads its progress at once, as BullMQ sets it; what BullMQ could not write
@@ -346,8 +350,14 @@ export function stepJob(
         if (descriptor) Object.defineProperty(job, name, descriptor);
         else Reflect.deleteProperty(job, name);
       }
-      if (held) Reflect.set(job, 'data', bullmqData);
-      if (heldProgress) Reflect.set(job, 'progress', bullmqProgress);
+      if (held) Reflect.set(job, 'data', JSON.parse(written));
+      if (heldProgress) {
+        Reflect.set(
+          job,
+          'progress',
+          progressWritten === undefined ? undefined : JSON.parse(progressWritten),
+        );
+      }
       held = undefined;
       heldProgress = undefined;
     },

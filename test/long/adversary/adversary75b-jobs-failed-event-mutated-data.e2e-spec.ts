@@ -45,6 +45,10 @@
  * `Job.fromJSON` would read it back), or copy the data at `stepJob` (structuredClone) and at
  * each write that reached BullMQ; the same for `bullmqProgress` (an object progress changed in
  * place before `updateProgress(job.progress)`).
+ *
+ * Fixed: `stepJob` (lib/jobs/job-steps.ts) keeps the JSON of the data and progress BullMQ has
+ * (`written`, `progressWritten`), never the objects the job may change in place, and
+ * `release()` gives the job copies parsed from them.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
