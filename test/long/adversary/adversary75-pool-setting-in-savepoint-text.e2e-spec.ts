@@ -50,13 +50,13 @@
  * the order and the audit (tenant ''), the second refused (500, nothing kept, as documented);
  * without `@Idempotent()`: 201, the audit's tenant ''.
  *
- * Severity: high for the second (a wrong effect committed under a stored 201: the audit row
+ * Severity: medium overall; for the second, a wrong effect committed under a stored 201 (the audit row
  * is the tenant's, row-level security then shows it to that tenant and hides it from the
- * service); medium for the first (a false refusal: 500 on every try for correct code).
+ * service), though its one-text idiom is rarer; for the first, a false refusal (500 on every try).
  *
  * Fails now: the savepoint and the tenant in one text: 'Expected {"status":201,...}, Received
  * {"status":500,...}'; the tenant after the released savepoint: 'Expected {"status":201,
- * "audit":[""]}, Received {"status":201,"audit":["acme"]}'; the three controls pass.
+ * "audit":[""]}, Received {"status":201,"audit":["acme"]}'; the four controls pass.
  *
  * Suggested fix: in `statement`, read the text's statements once and walk them in order
  * (`statementsOf`): a savepoint statement applied (`noteSavepointControl`), a setting or a role
