@@ -11,8 +11,11 @@
 
 /**
  * PostgreSQL's functions that have no effect beyond their result and take no lock (what
- * TypeORM's reads and counts use, and what the SQL syntax of `EXTRACT`, `TRIM`, `SUBSTRING`
- * and `POSITION` calls), by their name in `pg_catalog`.
+ * TypeORM's reads and counts use, what the SQL syntax of `EXTRACT`, `TRIM`, `SUBSTRING`,
+ * `POSITION`, `LIKE … ESCAPE` and `SIMILAR TO` calls, full-text search, series and ordered-set
+ * aggregates), by their name in `pg_catalog`. Nothing else: a call of any other function may
+ * write (see `isPlainRead`). A text search configuration's parser and dictionaries are C code
+ * only a superuser installs, as an extension's is.
  */
 // prettier-ignore
 export const EFFECT_FREE_FUNCTIONS: readonly string[] = [
@@ -25,15 +28,21 @@ export const EFFECT_FREE_FUNCTIONS: readonly string[] = [
   'date_part', 'to_char', 'to_date', 'to_timestamp', 'now', 'array_length', 'cardinality',
   'unnest', 'left', 'right', 'split_part', 'starts_with', 'md5', 'encode', 'decode', 'format',
   'jsonb_array_length', 'jsonb_typeof', 'age', 'extract', 'substring', 'position', 'btrim',
-  'ltrim', 'rtrim', 'overlay', 'timezone',
+  'ltrim', 'rtrim', 'overlay', 'timezone', 'like_escape', 'similar_to_escape',
+  'similar_escape', 'to_tsvector', 'to_tsquery', 'plainto_tsquery', 'phraseto_tsquery',
+  'websearch_to_tsquery', 'ts_rank', 'ts_rank_cd', 'generate_series', 'percentile_cont',
+  'percentile_disc', 'mode',
 ];
 
-/** The operators of comparisons, arithmetic, text, JSON and arrays a plain read may use. */
+/**
+ * The operators of comparisons, arithmetic, text, JSON, arrays and full-text search (`@@`) a
+ * plain read may use.
+ */
 // prettier-ignore
 export const PLAIN_OPERATORS: readonly string[] = [
   '=', '<>', '!=', '<', '>', '<=', '>=', '+', '-', '*', '/', '%', '^', '||', '~~', '!~~',
   '~~*', '!~~*', '~', '!~', '~*', '!~*', '->', '->>', '#>', '#>>', '@>', '<@', '?', '?|', '?&',
-  '&&',
+  '&&', '@@',
 ];
 
 /** The app's own schemas: all but PostgreSQL's. */

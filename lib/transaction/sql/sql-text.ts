@@ -77,9 +77,13 @@ function callsBuiltIn(call: SqlNode, names: ReadonlySet<string>): string | undef
 
 /**
  * The nodes a plain read may hold: PostgreSQL 15's grammar of a `SELECT` without effects. Any
- * other (a write in a `WITH`, a JSON function of PostgreSQL 16 and later, which PostgreSQL 15
- * would take for a call of the app's function of that name, anything unknown) makes the text
- * not provably plain. `INTO` and row locks are nodes of their own, not among these.
+ * other (a JSON function of PostgreSQL 16 and later, which PostgreSQL 15 would take for a call
+ * of the app's function of that name, anything unknown) makes the text not provably plain.
+ * `INTO` and row locks are nodes of their own, not among these. A `WITH` (its `WithClause`
+ * and each `CommonTableExpr`, `RECURSIVE` and `MATERIALIZED` included) holds only names and
+ * its queries: a query that writes (`WITH x AS (INSERT …) SELECT …`) is an `InsertStmt`,
+ * `UpdateStmt`, `DeleteStmt` or `MergeStmt`, none among these. Its `SEARCH` and `CYCLE`
+ * clauses name columns only, and compare them as an `ORDER BY` or a `DISTINCT` does.
  */
 // prettier-ignore
 const PLAIN_NODES = new Set([
@@ -88,8 +92,15 @@ const PLAIN_NODES = new Set([
   'NullTest', 'BooleanTest', 'SubLink', 'RangeVar', 'JoinExpr', 'Alias', 'SortBy', 'WindowDef',
   'FuncCall', 'CoalesceExpr', 'MinMaxExpr', 'CaseExpr', 'CaseWhen', 'SQLValueFunction',
   'RangeSubselect', 'RangeFunction', 'A_Indirection', 'A_Indices', 'A_ArrayExpr', 'RowExpr',
-  'CollateClause', 'List', 'NamedArgExpr', 'GroupingSet',
+  'CollateClause', 'List', 'NamedArgExpr', 'GroupingSet', 'WithClause', 'CommonTableExpr',
 ]);
+
+/**
+ * The words a read's text may begin with: `SELECT`, a `WITH` before one, and the two short
+ * forms PostgreSQL reads as a `SELECT` (`TABLE t`, `VALUES (…), (…)`). Any other first word
+ * begins a statement that is not one.
+ */
+const READ_FIRST_WORDS = new Set(['select', 'with', 'table', 'values']);
 
 /** A cast (`::money2`, `CAST(… AS checked_int)`) to a type whose cast or check may be the app's. */
 function castsToAppType(cast: SqlNode): boolean {
@@ -120,18 +131,26 @@ function isPlainOperator(names: unknown): boolean {
 }
 
 /**
- * Whether `sql` is provably one plain `SELECT`: one statement, beginning with `SELECT`, with
- * no row lock, no `INTO`, no write anywhere in it, and no call of a function not known to be
- * free of effects. Only such a read may run before, and apart from, the request's
- * transaction; anything else opens it, which is always correct, only less lazy.
+ * Whether `sql` is provably one plain `SELECT`: one statement (a `SELECT`, perhaps after a
+ * `WITH` of reads, or written `TABLE t` or `VALUES …`), with no row lock, no `INTO`, no write
+ * anywhere in it (a `WITH` that writes shows its `INSERT`, `UPDATE` or `DELETE`), and no call
+ * of a function not known to be free of effects. Only such a read may run before, and apart
+ * from, the request's transaction, or beside a nested transaction as a read; anything else
+ * opens it, which is always correct, only less lazy.
+ *
+ * A function call is the one thing a read's text shows that may write (`SELECT
+ * forget_order($1)`; a VOLATILE function may do anything), so only PostgreSQL's own functions
+ * known to have no effect are let through (`EFFECT_FREE_FUNCTIONS`), and none the app
+ * defines again under the same name (`isShadowedFunction`): a call's name alone cannot tell
+ * them apart from the app's.
  */
 export function isPlainRead(sql: unknown): boolean {
   if (typeof sql !== 'string') return false;
   // The hot path: every statement a handler sends before its first write comes here. One that
-  // begins with a word other than SELECT is not one, whatever follows (a WITH is not counted:
-  // it may hide a write, and what reads through it opens the transaction, which is correct).
+  // begins with any other word is not one, whatever follows (a `WITH` is parsed: it may hold a
+  // write, which its tree shows).
   const first = /^\s*([a-z_]+)/i.exec(sql);
-  if (first && first[1].toLowerCase() !== 'select') return false;
+  if (first && !READ_FIRST_WORDS.has(first[1].toLowerCase())) return false;
   if (isCatalogUnread()) return false;
   const statements = parsedStatements(sql);
   if (statements?.length !== 1) return false;

@@ -55,6 +55,16 @@
  * count `WithClause` and `CommonTableExpr` among `PLAIN_NODES` (a data-modifying CTE still
  * shows its `InsertStmt`/`UpdateStmt`/`DeleteStmt`, and `MATERIALIZED`/`RECURSIVE` change
  * nothing written); the lazy read before the first write gains it too.
+ *
+ * Fixed: `isPlainRead` (lib/transaction/sql/sql-text.ts) parses a text that begins with WITH
+ * (or TABLE, or VALUES) rather than giving up on its first word, and `PLAIN_NODES` counts
+ * `WithClause` and `CommonTableExpr`: a data-modifying CTE still shows its `InsertStmt`,
+ * `UpdateStmt`, `DeleteStmt` or `MergeStmt` and stays a write (table-driven rows in
+ * sql-text.spec.ts). `EFFECT_FREE_FUNCTIONS` and `PLAIN_OPERATORS`
+ * (lib/transaction/sql/shadowed-built-ins.ts) gained full-text search (`to_tsvector`,
+ * `to_tsquery`…, `@@`), `generate_series`, the escape functions of `LIKE … ESCAPE` and
+ * `SIMILAR TO`, and the ordered-set aggregates; any other function call still counts as a
+ * write, since a call's name is all the text shows of what it does.
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { Kysely, PostgresDialect } from 'kysely';
