@@ -18,12 +18,11 @@ import {
 import {
   isPlainRead,
   isTransactionModeOnly,
-  localSettingsOf,
   nestedControlOf,
-  savepointControlsOf,
   type SavepointControl,
-  setsIdentity,
   setsReadOnly,
+  type StatementStep,
+  statementStepsOf,
 } from '../transaction/sql/sql-text.js';
 import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../connection/session-state.js';
 
@@ -155,6 +154,12 @@ export class PoolTransaction extends RequestTransaction {
   private readonly openCursors = new Set<object>();
   /** Where each cursor handed over stands (see `watchCursor`). */
   private readonly cursorStages = new WeakMap<object, CursorStage>();
+  /**
+   * Texts of a view's nested transaction that set a setting or its role, called and not sent
+   * yet: noted on a savepoint only as they are sent (see `noteSent`), they make a statement
+   * beside called meanwhile refused as if they had run (see `refuseBesideIdentity`).
+   */
+  private readonly settingUnsent = new Set<{ view: JoinedClient; identity: boolean }>();
 
   constructor(
     private readonly appPool: Pool,
@@ -258,16 +263,24 @@ export class PoolTransaction extends RequestTransaction {
     // while it waits for the connection (that one's SAVEPOINT goes after it).
     const open = from === 'own' ? undefined : this.savepoints.slice();
     if (from !== 'own') this.refuseBesideIdentity(from, text);
-    if (from && from !== 'own' && from.savepoints.length > 0) this.noteInside(from, text, args);
+    const inside = from && from !== 'own' && from.savepoints.length > 0 ? from : undefined;
+    const steps = inside ? statementStepsOf(text, valuesOf(args)) : undefined;
+    const unsent = inside && steps ? this.noteUnsent(inside, steps) : undefined;
     // `SET TRANSACTION READ ONLY` inside its nested transaction: as a `BEGIN READ ONLY`, until
     // its savepoint ends (PostgreSQL ends the mode there).
-    if (from && from !== 'own' && from.savepoints.length > 0 && setsReadOnly(text)) {
-      from.savepoints[from.savepoints.length - 1].readOnly = true;
+    if (inside && setsReadOnly(text)) {
+      inside.savepoints[inside.savepoints.length - 1].readOnly = true;
     }
-    const client = await this.connection();
-    await this.makeSavepoints(client, open);
-    if (from && from !== 'own' && from.savepoints[0]?.keptAs) {
-      await this.keepSettings(client, from.savepoints[0], text, valuesOf(args));
+    let client: PoolClient;
+    try {
+      client = await this.connection();
+      await this.makeSavepoints(client, open);
+      if (from && from !== 'own' && from.savepoints[0]?.keptAs) {
+        await this.keepSettings(client, from.savepoints[0], text, valuesOf(args));
+      }
+    } finally {
+      // Sent at once from here (nothing awaited before `send`), or never: `noteSent` notes it.
+      if (unsent) this.settingUnsent.delete(unsent);
     }
     // What it runs inside is what was sent before it: judged as it is sent (the order the
     // connection runs them in), its data layer's own savepoints too.
@@ -278,7 +291,9 @@ export class PoolTransaction extends RequestTransaction {
         ? isPlainRead(text)
         : false;
     if (beforeSend) beforeSend();
-    else if (from && from !== 'own' && from.savepoints.length > 0) this.noteSent(from, text, read);
+    else if (from && from !== 'own' && from.savepoints.length > 0) {
+      this.noteSent(from, steps ?? statementStepsOf(text, valuesOf(args)), read);
+    }
     if (from !== 'own') this.markBeside(from, read);
     try {
       const result = await this.send(client, args, nested);
@@ -360,17 +375,18 @@ export class PoolTransaction extends RequestTransaction {
   }
 
   /**
-   * A statement of `view` inside its nested transactions: what it sets there that a statement
-   * beside them would meet (its role or search path, a setting for the transaction), and its
-   * data layer's own savepoints (see `InnerSavepoint`): rolled back to one that holds a
-   * statement sent beside it, the request is refused, as for its nested transaction's rollback.
+   * A text of `view` inside its nested transactions that sets its role or a setting, from its
+   * call until it is sent: a statement beside called meanwhile may run after it, under what it
+   * sets (see `settingUnsent`). Undefined when it sets nothing.
    */
-  private noteInside(view: JoinedClient, text: unknown, args: unknown[]): void {
-    // On its innermost savepoint: rolled back to, what was set ends with it; released, it
-    // passes to the one around it (see `noteSavepointControl`, `endSavepoint`).
-    const innermost = this.innermostInner(view) ?? view.savepoints[view.savepoints.length - 1];
-    if (setsIdentity(text)) innermost.setIdentity = true;
-    if (localSettingsOf(text, valuesOf(args)).length > 0) innermost.localSettings = true;
+  private noteUnsent(
+    view: JoinedClient,
+    steps: readonly StatementStep[],
+  ): { view: JoinedClient; identity: boolean } | undefined {
+    if (!steps.some((step) => step.identity || step.settings)) return undefined;
+    const unsent = { view, identity: steps.some((step) => step.identity) };
+    this.settingUnsent.add(unsent);
+    return unsent;
   }
 
   /** The last of `view`'s own savepoints at its depth of nested transactions, if any. */
@@ -385,15 +401,26 @@ export class PoolTransaction extends RequestTransaction {
 
   /**
    * A statement of `view` inside its nested transactions, as it is sent: what it wrote there,
-   * and its data layer's own savepoints (see `InnerSavepoint`): rolled back to one that holds
-   * a statement sent beside it, the request is refused, as for its nested transaction's
-   * rollback; released, what was in it is in the one around it.
+   * what it set there that a statement beside them would meet (its role or search path, a
+   * setting for the transaction), and its data layer's own savepoints (see `InnerSavepoint`):
+   * rolled back to one that holds a statement sent beside it, the request is refused, as for
+   * its nested transaction's rollback; released, what was in it is in the one around it.
    */
-  private noteSent(view: JoinedClient, text: unknown, read: boolean): void {
-    // Each statement of the text in its order (`SAVEPOINT a; INSERT …`, a comment first).
-    for (const control of savepointControlsOf(text) ?? [null]) {
-      if (control) this.noteSavepointControl(view, control);
-      else if (!read) this.noteWrite(view);
+  private noteSent(view: JoinedClient, steps: readonly StatementStep[], read: boolean): void {
+    // Each statement of the text in its order (`SAVEPOINT a; SELECT set_config(…, true)`, a
+    // comment first): a setting on the savepoint innermost where it runs, which a savepoint
+    // statement before it in the text has made, rolled back to or released. Rolled back to,
+    // what was set ends with it; released, it passes to the one around it (see
+    // `noteSavepointControl`, `endSavepoint`).
+    for (const step of steps) {
+      if (step.control) {
+        this.noteSavepointControl(view, step.control);
+        continue;
+      }
+      const innermost = this.innermostInner(view) ?? view.savepoints[view.savepoints.length - 1];
+      if (step.identity) innermost.setIdentity = true;
+      if (step.settings) innermost.localSettings = true;
+      if (!read) this.noteWrite(view);
     }
   }
 
@@ -467,7 +494,8 @@ export class PoolTransaction extends RequestTransaction {
    */
   private refuseBesideIdentity(view: JoinedClient | null, text: unknown): void {
     const beside = this.savepoints.filter((savepoint) => !view?.savepoints.includes(savepoint));
-    if (beside.some((savepoint) => savepoint.setIdentity)) {
+    const unsent = [...this.settingUnsent].filter((text) => text.view !== view);
+    if (beside.some((savepoint) => savepoint.setIdentity) || unsent.some((text) => text.identity)) {
       throw this.refuse(new StatementBesideNestedTransactionError(true));
     }
     // Likewise a write beside one begun READ ONLY: it would be refused there (25006). A read
@@ -482,7 +510,8 @@ export class PoolTransaction extends RequestTransaction {
     }
     if (
       beside.some((savepoint) => savepoint.localSettings) ||
-      this.inner.some((savepoint) => savepoint.view !== view && savepoint.localSettings)
+      this.inner.some((savepoint) => savepoint.view !== view && savepoint.localSettings) ||
+      unsent.length > 0
     ) {
       throw this.refuse(new StatementBesideNestedTransactionError('settings'));
     }
@@ -512,7 +541,11 @@ export class PoolTransaction extends RequestTransaction {
     const open = this.savepoints.slice();
     const text = textOf(args[0]);
     // Inside its own nested transactions, as a statement's: what it sets, what it writes.
-    if (view.savepoints.length > 0) this.noteInside(view, text, args);
+    const steps = statementStepsOf(text, valuesOf(args));
+    const unsent = view.savepoints.length > 0 ? this.noteUnsent(view, steps) : undefined;
+    const sent = () => {
+      if (unsent) this.settingUnsent.delete(unsent);
+    };
     // A cursor's failure (raised while it is read) aborts the transaction as a statement's does.
     const handleError = submittable.handleError?.bind(submittable);
     if (handleError) {
@@ -523,13 +556,16 @@ export class PoolTransaction extends RequestTransaction {
     }
     void this.connection()
       .then(async (client) => {
-        await this.makeSavepoints(client, open);
+        await this.makeSavepoints(client, open).finally(sent);
         const read = isPlainRead(text);
-        if (view.savepoints.length > 0) this.noteSent(view, text, read);
+        if (view.savepoints.length > 0) this.noteSent(view, steps, read);
         this.markBeside(view, read);
         return this.send(client, args, nested);
       })
-      .catch((error: unknown) => submittable.handleError?.(error));
+      .catch((error: unknown) => {
+        sent();
+        submittable.handleError?.(error);
+      });
     return submittable;
   }
 

@@ -12,6 +12,8 @@ import {
   setsReadOnly,
   sessionAdvisoryLockOf,
   sessionSettingOf,
+  type StatementStep,
+  statementStepsOf,
   statementsOf,
   transactionControlOf,
 } from './sql-text.js';
@@ -804,6 +806,55 @@ describe('savepointControlsOf', () => {
     ['not text', { text: 'SAVEPOINT a' }, undefined],
   ])('%s', (_name, sql, expected) => {
     expect(savepointControlsOf(sql)).toEqual(expected);
+  });
+});
+
+describe('statementStepsOf', () => {
+  const plain = { control: null, identity: false, settings: false };
+  const tenant = { control: null, identity: false, settings: true };
+  const role = { control: null, identity: true, settings: false };
+  const step = (kind: SavepointControl['kind'], name: string) => ({
+    control: { kind, name },
+    identity: false,
+    settings: false,
+  });
+  it.each<[string, unknown, unknown[] | undefined, StatementStep[]]>([
+    ['a write', 'INSERT INTO t VALUES (1)', undefined, [plain]],
+    ['a setting alone', "SELECT set_config('app.tenant', 'acme', true)", undefined, [tenant]],
+    [
+      'a setting from its parameters (its name unread by setsIdentity: may be the role)',
+      'SELECT set_config($1, $2, $3)',
+      ['app.tenant', 'acme', true],
+      [{ control: null, identity: true, settings: true }],
+    ],
+    [
+      'settings without a savepoint statement: one step',
+      "SET LOCAL ROLE app; SELECT set_config('app.tenant', 'a', true)",
+      undefined,
+      [{ control: null, identity: true, settings: true }],
+    ],
+    [
+      'SAVEPOINT, then the tenant: the tenant is inside it',
+      "SAVEPOINT as_tenant; SELECT set_config('app.tenant', 'acme', true)",
+      undefined,
+      [step('savepoint', 'as_tenant'), tenant],
+    ],
+    [
+      'ROLLBACK TO, RELEASE, then the tenant: the tenant is in the one around',
+      "ROLLBACK TO SAVEPOINT s; RELEASE SAVEPOINT s; SELECT set_config('app.tenant', 'acme', true)",
+      undefined,
+      [step('rollback-to', 's'), step('release', 's'), tenant],
+    ],
+    [
+      'a role, then a savepoint',
+      'SET LOCAL ROLE app; SAVEPOINT a; INSERT INTO t VALUES (1)',
+      undefined,
+      [role, step('savepoint', 'a'), plain],
+    ],
+    ['an empty text', '', undefined, [plain]],
+    ['not text', { text: 'SAVEPOINT a' }, undefined, [plain]],
+  ])('%s', (_name, sql, values, expected) => {
+    expect(statementStepsOf(sql, values)).toEqual(expected);
   });
 });
 

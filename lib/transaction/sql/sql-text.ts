@@ -563,15 +563,18 @@ export function setsIdentity(sql: unknown): boolean {
   ) {
     return false;
   }
-  return statementsOf(sql).some((statement) => {
-    const [type, body] = nodeOf(statement.node) ?? [];
-    if (type === 'VariableSetStmt') {
-      return body!.kind === 'VAR_SET_VALUE' && IDENTITY_SETTINGS.has(body!.name as string);
-    }
-    return callsIn(statement.node, SET_CONFIG).some(({ call }) => {
-      const name = literalOf((call.args as unknown[] | undefined)?.[0]);
-      return typeof name !== 'string' || IDENTITY_SETTINGS.has(name.toLowerCase());
-    });
+  return statementsOf(sql).some((statement) => identityIn(statement.node));
+}
+
+/** Whether one statement sets the role, session authorization or search path (`setsIdentity`). */
+function identityIn(node: SqlNode): boolean {
+  const [type, body] = nodeOf(node) ?? [];
+  if (type === 'VariableSetStmt') {
+    return body!.kind === 'VAR_SET_VALUE' && IDENTITY_SETTINGS.has(body!.name as string);
+  }
+  return callsIn(node, SET_CONFIG).some(({ call }) => {
+    const name = literalOf((call.args as unknown[] | undefined)?.[0]);
+    return typeof name !== 'string' || IDENTITY_SETTINGS.has(name.toLowerCase());
   });
 }
 
@@ -626,39 +629,88 @@ export function sessionSettingsOf(sql: unknown, values?: readonly unknown[]): st
 /** The settings `sql` sets for the transaction (`local`) or for the session (see above). */
 function settingsSet(sql: string, values: readonly unknown[] | undefined, local: boolean) {
   const names: string[] = [];
+  for (const statement of statementsOf(sql)) {
+    for (const name of settingsIn(statement.node, values, local)) {
+      if (!names.includes(name)) names.push(name);
+    }
+  }
+  return names;
+}
+
+/** The settings one statement sets for the current transaction (see `localSettingsOf`). */
+function localSettingsIn(node: SqlNode, values?: readonly unknown[]): string[] {
+  return settingsIn(node, values, true);
+}
+
+/** The settings one statement sets for the transaction (`local`) or for the session. */
+function settingsIn(node: SqlNode, values: readonly unknown[] | undefined, local: boolean) {
+  const names: string[] = [];
   const add = (name: string) => {
     const lower = name.toLowerCase();
-    if (!NOT_KEPT_LOCALLY.has(lower) && !NOT_KEPT_LOCALLY.has(name) && !names.includes(lower)) {
-      names.push(lower);
-    }
+    if (!NOT_KEPT_LOCALLY.has(lower) && !NOT_KEPT_LOCALLY.has(name)) names.push(lower);
   };
   const kinds = local
     ? ['VAR_SET_VALUE', 'VAR_SET_DEFAULT']
     : ['VAR_SET_VALUE', 'VAR_SET_DEFAULT', 'VAR_RESET'];
-  for (const statement of statementsOf(sql)) {
-    const [type, body] = nodeOf(statement.node) ?? [];
-    if (type === 'VariableSetStmt') {
-      const {
-        kind,
-        name,
-        is_local: isLocal,
-      } = body as {
-        kind: string;
-        name?: string;
-        is_local?: true;
-      };
-      if (name !== undefined && (isLocal === true) === local && kinds.includes(kind)) add(name);
-      continue;
-    }
-    for (const { call } of callsIn(statement.node, SET_CONFIG)) {
-      const [name, , isLocal] = (call.args as unknown[] | undefined) ?? [];
-      const setting = boundOf(name, values);
-      if (typeof setting === 'string' && booleanOf(boundOf(isLocal, values)) === local) {
-        add(setting);
-      }
+  const [type, body] = nodeOf(node) ?? [];
+  if (type === 'VariableSetStmt') {
+    const {
+      kind,
+      name,
+      is_local: isLocal,
+    } = body as { kind: string; name?: string; is_local?: true };
+    if (name !== undefined && (isLocal === true) === local && kinds.includes(kind)) add(name);
+    return names;
+  }
+  for (const { call } of callsIn(node, SET_CONFIG)) {
+    const [name, , isLocal] = (call.args as unknown[] | undefined) ?? [];
+    const setting = boundOf(name, values);
+    if (typeof setting === 'string' && booleanOf(boundOf(isLocal, values)) === local) {
+      add(setting);
     }
   }
   return names;
+}
+
+/**
+ * What one statement of a text does to the nested transaction it runs in, as the pool seam
+ * notes it on the savepoint innermost when that statement runs (see `statementStepsOf`).
+ */
+export interface StatementStep {
+  /** A savepoint statement of the app's own (see `savepointControlsOf`), or null. */
+  control: SavepointControl | null;
+  /** It sets the role, session authorization or search path for the transaction. */
+  identity: boolean;
+  /** It sets a setting for the transaction (`SET LOCAL`, `set_config(…, true)`). */
+  settings: boolean;
+}
+
+/**
+ * The statements of `sql` in their order, each as what it does to the nested transaction it
+ * runs in: a savepoint statement of the app's own, or what it sets there (`setsIdentity`,
+ * `localSettingsOf`). A setting is the savepoint's innermost when it runs, which a savepoint
+ * statement earlier in the same text changes (`SAVEPOINT s; SELECT set_config(…, true)`
+ * sets it inside `s`, ended by a `ROLLBACK TO s`; `ROLLBACK TO s; RELEASE s; SET LOCAL …` sets
+ * it in the one around `s`): read as a whole, the text would pin it on the one before the
+ * text. A text without a savepoint statement is one step: its settings all land in one place.
+ * Never empty (an empty text is one step that sets nothing).
+ */
+export function statementStepsOf(sql: unknown, values?: readonly unknown[]): StatementStep[] {
+  const controls = savepointControlsOf(sql);
+  if (!controls) {
+    return [
+      {
+        control: null,
+        identity: setsIdentity(sql),
+        settings: localSettingsOf(sql, values).length > 0,
+      },
+    ];
+  }
+  return statementsOf(sql as string).map((statement, at) => ({
+    control: controls[at],
+    identity: identityIn(statement.node),
+    settings: localSettingsIn(statement.node, values).length > 0,
+  }));
 }
 
 /** What a transaction's COMMIT ends that a savepoint's RELEASE keeps (see `commitEndsOf`). */

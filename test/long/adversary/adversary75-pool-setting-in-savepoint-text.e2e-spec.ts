@@ -62,6 +62,14 @@
  * (`statementsOf`): a savepoint statement applied (`noteSavepointControl`), a setting or a role
  * noted on the savepoint innermost at that point (the one just made, or the one around a
  * released one), a write noted as now; the same for a cursor's text in `submit`.
+ *
+ * Fixed: `PoolTransaction.noteSent` (lib/data-layers/pool-transaction.ts) walks the text's
+ * statements in order (`statementStepsOf`, lib/transaction/sql/sql-text.ts): a savepoint
+ * statement applied, a setting or role noted on the savepoint innermost at that point (the one
+ * just made, or the one around a released one); `noteInside`, which read the text whole
+ * before it was sent, is gone. Between its call and its send, such a text makes a statement
+ * beside refused as before (`settingUnsent`, checked in `refuseBesideIdentity`); `submit`
+ * does the same for a cursor's text.
  */
 import { Body, Controller, Inject, Module, Post } from '@nestjs/common';
 import { type Pool } from 'pg';
