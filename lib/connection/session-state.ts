@@ -110,6 +110,21 @@ export const READ_SETTINGS =
   'SELECT name, current_setting(name, true) AS value FROM unnest($1::text[]) AS name';
 
 /**
+ * `READ_SETTINGS` of `names` after rolling back to `savepoint`, in one text (a text of several
+ * statements takes no parameters: the names are quoted in it): while a caught failure aborts
+ * the transaction, nothing but a `ROLLBACK TO` runs, so a text of the app's that recovers
+ * with one (`ROLLBACK TO SAVEPOINT s; SELECT set_config(…, true)`) has its settings read
+ * there. The app's text then rolls back to it again, with nothing run between: the same.
+ */
+export function readSettingsAfterRollbackTo(savepoint: string, names: readonly string[]): string {
+  const list = names.map((name) => pg.escapeLiteral(name)).join(', ');
+  return (
+    `ROLLBACK TO SAVEPOINT ${pg.escapeIdentifier(savepoint)}; ` +
+    `SELECT name, current_setting(name, true) AS value FROM unnest(ARRAY[${list}]::text[]) AS name`
+  );
+}
+
+/**
  * Puts back, after a nested transaction's `RELEASE SAVEPOINT` (which keeps a `SET LOCAL`), the
  * values its code's settings had before it (`READ_SETTINGS`), as the nested transaction's
  * own `COMMIT` would have ended them without the library. One that was unset (a custom

@@ -2,7 +2,7 @@ import { Logger } from '@nestjs/common';
 import { EventEmitter } from 'node:events';
 import pg, { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
-import { isReadOnlyError } from '../connection/connection-errors.js';
+import { isReadOnlyError, isTransactionAbortedError } from '../connection/connection-errors.js';
 import { acquire } from '../connection/deadline.js';
 import { retriedTryRefusal } from '../transaction/handler-try.js';
 import { readOnly } from '../connection/read-only-query.js';
@@ -19,12 +19,18 @@ import {
   isPlainRead,
   isTransactionModeOnly,
   nestedControlOf,
+  savepointControlsOf,
   type SavepointControl,
   setsReadOnly,
   type StatementStep,
   statementStepsOf,
 } from '../transaction/sql/sql-text.js';
-import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../connection/session-state.js';
+import {
+  keepNestedState,
+  READ_SETTINGS,
+  readSettingsAfterRollbackTo,
+  restoreNestedState,
+} from '../connection/session-state.js';
 
 import {
   asError,
@@ -821,10 +827,32 @@ export class PoolTransaction extends RequestTransaction {
     values: readonly unknown[] | undefined,
   ) {
     outermost.commit ??= new NestedCommit();
-    await outermost.commit.before(text, values, async (names) => {
-      const result = await this.send(client, [READ_SETTINGS, [names]], () => true);
-      return (result as QueryResult<{ name: string; value: string | null }>).rows;
-    });
+    await outermost.commit.before(text, values, (names) => this.readSettings(client, text, names));
+  }
+
+  /**
+   * The values of the settings `names` before `text` (see `keepSettings`). After a caught
+   * failure the transaction is aborted (25P02) until a `ROLLBACK TO`: a text that begins with
+   * one (`ROLLBACK TO SAVEPOINT s; SELECT set_config('app.tenant', …, true)`, the recovery
+   * in one round trip, as it runs without the library) has them read after it. Any other
+   * text is sent unread: it fails at its first statement (its own 25P02), having set nothing.
+   */
+  private async readSettings(
+    client: PoolClient,
+    text: unknown,
+    names: string[],
+  ): Promise<readonly { name: string; value: string | null }[]> {
+    type Rows = QueryResult<{ name: string; value: string | null }>;
+    try {
+      return ((await this.send(client, [READ_SETTINGS, [names]], () => true)) as Rows).rows;
+    } catch (error) {
+      if (!isTransactionAbortedError(error)) throw error;
+      const first = savepointControlsOf(text)?.[0];
+      if (first?.kind !== 'rollback-to') return [];
+      const read = readSettingsAfterRollbackTo(first.name, names);
+      const results = (await this.send(client, [read], () => true)) as Rows[];
+      return results[results.length - 1].rows;
+    }
   }
 
   /**

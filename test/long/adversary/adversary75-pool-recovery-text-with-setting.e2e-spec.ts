@@ -54,6 +54,13 @@
  * text (split the text there, or put the read in its round trip after the `ROLLBACK TO`); or
  * skip the read while the transaction is known aborted (`lastError`) and read the values the
  * `ROLLBACK TO` restores (those of the savepoint, already known or read at its `SAVEPOINT`).
+ *
+ * Fixed: `PoolTransaction.readSettings` (lib/data-layers/pool-transaction.ts, called by
+ * `keepSettings`): when the settings read meets 25P02 and the text's first statement is a
+ * `ROLLBACK TO`, the settings are read after that `ROLLBACK TO`, in one text
+ * (`readSettingsAfterRollbackTo`, lib/connection/session-state.ts); the app's text then rolls
+ * back to the same savepoint again, with nothing run between. Any other text is sent unread,
+ * and meets its own 25P02 at its first statement, having set nothing.
  */
 import { Body, Controller, Inject, Module, Post } from '@nestjs/common';
 import { type Pool } from 'pg';
