@@ -689,11 +689,13 @@ export class PoolTransaction extends RequestTransaction {
   }
 
   /**
-   * A view given back with its nested transactions open: they roll back. Never throws. The
+   * A view given back with its nested transactions open: they roll back. Never throws. Called
+   * once the view's calls before the release are done (see `JoinedClient.release`). The
    * `ROLLBACK TO SAVEPOINT` is handed to the connection at once, behind what is already on its
-   * way and ahead of anything the handler sends after the release: sent later, it would roll
-   * back the statements sent in between too, which are the request's own, and the request
-   * would commit its answer without them.
+   * way and ahead of anything the handler sends after: sent later, it would roll back the
+   * statements sent in between too, which are the request's own, and the request would commit
+   * its answer without them (one sent beside while the view's calls were still running is
+   * inside the nested transaction, and its rollback is refused: see `rollBack`).
    */
   onRelease(view: JoinedClient): void {
     while (view.depth > 0) {
@@ -990,7 +992,14 @@ export class JoinedClient extends EventEmitter {
     }
     // To be destroyed, as node-postgres would: it stood for the request's connection.
     if (destroy) this.transaction.destroyAtEnd = true;
-    if (this.depth > 0) this.transaction.onRelease(this);
+    // In call order, as node-postgres runs a client's queries: a `COMMIT` called before it (a
+    // `return client.query('COMMIT')` whose `finally` releases) ends its nested transaction
+    // first, and only what is still open then rolls back.
+    const release = () => {
+      if (this.depth > 0) this.transaction.onRelease(this);
+    };
+    if (this.pending === 0) release();
+    else this.inTurn(this.turn.then(release));
   }
 
   /** node-postgres' own quoting of a name (a client's method too: code quotes with it). */

@@ -50,6 +50,11 @@
  * Suggested fix: make `release()` take its turn as a call does: with calls pending, run
  * `onRelease` once the view's `turn` is done (then the `COMMIT` has ended the nested
  * transaction and nothing is left to roll back); with none pending, at once as now.
+ *
+ * Fixed: `JoinedClient.release` (lib/data-layers/pool-transaction.ts) takes its turn among the
+ * view's calls (`turn`/`pending`/`inTurn`), as node-postgres runs a client's queries in call
+ * order: with calls pending, `onRelease` runs once they are done (the `COMMIT` has then ended
+ * the nested transaction, and nothing is left to roll back); with none, at once as before.
  */
 import { Body, Controller, Inject, Module, Post } from '@nestjs/common';
 import { type Pool, type PoolClient } from 'pg';
