@@ -5,7 +5,7 @@ interface Submitted {
 }
 
 /** A pg-cursor, as far as its close is read: a pg-query-stream wraps one (`cursor`). */
-interface Closable {
+export interface Closable {
   close?: (...args: unknown[]) => unknown;
   /** Its connection once node-postgres submitted it; none while it waits in the queue. */
   connection?: unknown;
@@ -61,7 +61,7 @@ export class OpenStreams {
 }
 
 /** The cursor whose `close()` ends `stream`: itself (a pg-cursor), or the one it wraps. */
-function cursorOf(stream: object): Closable | undefined {
+export function cursorOf(stream: object): Closable | undefined {
   const wrapped = (stream as { cursor?: unknown }).cursor;
   if (typeof wrapped === 'object' && wrapped !== null) return wrapped as Closable;
   return typeof (stream as Closable).close === 'function' ? (stream as Closable) : undefined;
@@ -73,6 +73,6 @@ function cursorOf(stream: object): Closable | undefined {
  * were sent already (`done`: read to its end, its ReadyForQuery on its way; `error`: its Sync
  * sent).
  */
-function closesOnTheWire(cursor: Closable): boolean {
+export function closesOnTheWire(cursor: Closable): boolean {
   return cursor.connection !== undefined && cursor.connection !== null;
 }

@@ -40,6 +40,7 @@ import {
   valuesOf,
 } from '../transaction/request-transaction.js';
 import { type PoolJoin } from '../transaction/transaction-scope.js';
+import { closesOnTheWire, cursorOf } from './open-streams.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
 import { refusedStatement } from '../transaction/refused-statement.js';
 
@@ -608,6 +609,7 @@ export class PoolTransaction extends RequestTransaction {
         return own.apply(cursor, args);
       };
     }
+    this.endOnClose(cursor);
     const close = cursor.close;
     const submit = cursor.submit;
     if (typeof close !== 'function' || typeof submit !== 'function') return;
@@ -639,6 +641,23 @@ export class PoolTransaction extends RequestTransaction {
         (error: unknown) => (callback as (error?: unknown) => void)(error),
       );
       return undefined;
+    };
+  }
+
+  /**
+   * A running cursor its code closes (a pg-query-stream left by `break` out of its `for
+   * await`, which destroys it) sends its portal's Close and a Sync at once: its ReadyForQuery
+   * comes a round trip later, but a statement sent meanwhile waits for nothing of its code's,
+   * since node-postgres queues it behind the close. It no longer counts open then (adversary
+   * 75, as `OpenStreams` on TypeORM's path); one closed before it ran is seen to below.
+   */
+  private endOnClose(submittable: Submitted): void {
+    const cursor = cursorOf(submittable);
+    const close = cursor?.close;
+    if (!cursor || typeof close !== 'function') return;
+    cursor.close = (...args: unknown[]) => {
+      if (closesOnTheWire(cursor)) this.openCursors.delete(submittable);
+      return close.apply(cursor, args);
     };
   }
 
