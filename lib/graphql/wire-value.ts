@@ -12,6 +12,7 @@ import { ANSWER_FORMAT, type FieldError, fieldError } from './field-answer.js';
 import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
+import { fitsListType } from './middleware-input.js';
 import { type ReplayLoss } from './replay-loss.js';
 import { fieldResolution, isResolvedByApp } from './resolved-fields.js';
 import {
@@ -402,14 +403,16 @@ async function walkValue(
       replaced[name] = new FailedRead(error, isThenable(promisedItem));
       continue;
     }
-    let stored: StoredValue;
-    try {
-      stored = await walkValue(walk, field.type, item, fieldNodes, keepsWhole);
-    } catch (error) {
-      // Behind field middleware the property is the middleware's input, which need not fit
-      // the field's type (a raw `'pending'` it maps to the enum's `PENDING`): kept as it is,
-      // as a `@ResolveField()`'s input is, rather than the mutation failed for it.
-      if (resolution !== 'middleware' || !keepsExactly(item)) throw error;
+    const middleware = resolution === 'middleware';
+    /**
+     * Behind field middleware the property is the middleware's input, which need not fit the
+     * field's type (a raw `'pending'` it maps to the enum's `PENDING`, a `Money` it writes as
+     * a `String`, a jsonb record it maps to a list): kept as it is (its whole data, as a
+     * `@ResolveField()`'s input is), for the middleware to run again on a replay, and the
+     * first answer given it as the resolver did, never a value the walk made of it
+     * (adversary 75b: a record wrapped in a list made up, a `Money` refused by `String`).
+     */
+    const keepInput = () => {
       kept[property] = item;
       const viaGetter = readsThroughAccessor(source, property);
       if (viaGetter && !Object.prototype.hasOwnProperty.call(source, property)) {
@@ -421,6 +424,19 @@ async function walkValue(
       } else if (viaGetter) {
         replaced[name] = item;
       }
+    };
+    if (middleware && !fitsListType(graphql, field.type, item)) {
+      keepInput();
+      continue;
+    }
+    let stored: StoredValue;
+    try {
+      // Behind middleware with its whole data: the middleware may read any of it (a filter by
+      // the items' unselected `deleted`: adversary 75b).
+      stored = await walkValue(walk, field.type, item, fieldNodes, keepsWhole || middleware);
+    } catch (error) {
+      if (!middleware) throw error;
+      keepInput();
       continue;
     }
     wire[name] = stored.wire;

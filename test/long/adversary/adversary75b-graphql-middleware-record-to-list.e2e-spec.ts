@@ -61,6 +61,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * (a list read from a non-list): give Nest's read the raw property, and keep a raw value that
  * is not of the field's shape (a non-iterable for a list, a `Map`, an object for a scalar) as
  * it is, as the catch does for a type's refusal.
+ *
+ * Fixed: a middleware field of a list type whose raw value is no array (a record, a Map) is
+ * not walked but kept as it is (`fitsListType`, lib/graphql/middleware-input.ts, in walkValue,
+ * lib/graphql/wire-value.ts), and the first answer gets the resolver's own value.
  */
 let pool: Pool;
 

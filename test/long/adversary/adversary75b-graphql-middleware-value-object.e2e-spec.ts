@@ -57,6 +57,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * refuses it and it cannot be kept exactly, store it as the walk can (its own data, with its
  * class named as `INSTANCE` does for class-transformer classes), put it in `losses`, or store
  * the middleware's answer (run the field's resolver) rather than its input.
+ *
+ * Fixed: a middleware field's raw value that its type refuses is kept as its data whatever it
+ * is (walkValue's `keepInput`, lib/graphql/wire-value.ts; no `keepsExactly` check): the first
+ * answer is the resolver's own `Money`, the replay's middleware reads the stored `{ cents,
+ * currency }` (a method of the class is not kept: put in the replay's losses, documented).
  */
 let pool: Pool;
 

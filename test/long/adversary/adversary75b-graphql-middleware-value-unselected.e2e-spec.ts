@@ -50,6 +50,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Suggested fix: a field behind field middleware is the middleware's input whole: walk its
  * value keeping the unselected own data of every object under it (as `keepsWhole` does for a
  * class-transformer class), or store the raw value as a `@ResolveField()`'s input is kept.
+ *
+ * Fixed: a field behind field middleware is walked with its whole data (walkValue,
+ * lib/graphql/wire-value.ts: `keepsWhole || middleware`), so each comment keeps its unselected
+ * `deleted` and the replay's middleware filters as the first call's did.
  */
 let pool: Pool;
 
