@@ -400,7 +400,7 @@ async function walkValue(
         : fieldError(error);
       // The first answer fails there too, with this error, never read again (adversary 58: a
       // signing service down once would give the client a link its retries never get).
-      replaced[name] = new FailedRead(error, isThenable(promisedItem));
+      replaced[property] = new FailedRead(error, isThenable(promisedItem));
       continue;
     }
     const middleware = resolution === 'middleware';
@@ -420,9 +420,9 @@ async function walkValue(
       }
       if (isThenable(promisedItem)) {
         promisedFields.push(name);
-        replaced[name] = Promise.resolve(item);
+        replaced[property] = Promise.resolve(item);
       } else if (viaGetter) {
-        replaced[name] = item;
+        replaced[property] = item;
       }
     };
     if (middleware && !fitsListType(graphql, field.type, item)) {
@@ -458,9 +458,9 @@ async function walkValue(
       // A Promise still, as the resolver's was (its parent's `@ResolveField()` may `.then()`
       // it), of the value the library read.
       promisedFields.push(name);
-      replaced[name] = Promise.resolve(stored.value);
+      replaced[property] = Promise.resolve(stored.value);
     } else if (stored.value !== item || throughAccessor) {
-      replaced[name] = stored.value;
+      replaced[property] = stored.value;
     }
     const back = fromWireAgain(graphql, schema, field.type, wire[name], item);
     if (back.same) continue;

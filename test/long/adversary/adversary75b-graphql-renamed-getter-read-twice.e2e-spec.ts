@@ -58,6 +58,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * Suggested fix: key `replaced` (and `over()`'s reads) by the property Nest reads
  * (`reading?.property ?? name`), as `kept[property]` already is in the middleware catch.
+ *
+ * Fixed: what the library read is put over the first answer under the property Nest reads
+ * (`replaced[property]` in walkValue, lib/graphql/wire-value.ts; `over()` answers it), so a
+ * renamed getter is read once.
  */
 let pool: Pool;
 let signed = 0;
@@ -70,7 +74,7 @@ function sign(path: string): string {
 /** Nest's field middleware: each read of the link logged. */
 const reads: string[] = [];
 const logAccess: FieldMiddleware = async (ctx, next) => {
-  reads.push(ctx.info.fieldName);
+  reads.push(String(ctx.info?.fieldName));
   return next();
 };
 
