@@ -1,5 +1,12 @@
 import { getLocation, Source } from 'graphql';
-import { type ErrorLocation, errorLocations, errorPath, sourceAt } from './error-location.js';
+import {
+  type AnsweredEntry,
+  answeredLocations,
+  type ErrorLocation,
+  errorLocations,
+  errorPath,
+  sourceAt,
+} from './error-location.js';
 
 describe('sourceAt', () => {
   it.each<[string, ErrorLocation[]]>([
@@ -40,5 +47,25 @@ describe('errorLocations and errorPath', () => {
     ['an object', ['a', {}], undefined],
   ])('path: %s', (_name, value, expected) => {
     expect(errorPath(value)).toEqual(expected);
+  });
+});
+
+describe('answeredLocations', () => {
+  const atField = [{ line: 1, column: 12 }];
+  const entry = { message: 'refused', path: ['createTransfer'], locations: atField };
+  it.each<[string, AnsweredEntry[] | undefined, ErrorLocation[] | undefined]>([
+    ['no answered errors', undefined, undefined],
+    ['its entry (path and message): its locations', [entry], atField],
+    [
+      'its entry with a toJSON() (Mercurius): the JSON’s',
+      [{ ...entry, locations: undefined, toJSON: () => ({ ...entry }) }],
+      atField,
+    ],
+    ['another path', [{ ...entry, path: ['other'] }], undefined],
+    ['another message (a formatter’s)', [{ ...entry, message: 'Internal' }], undefined],
+    ['its entry without locations', [{ ...entry, locations: undefined }], undefined],
+    ['locations that are not graphql-js’', [{ ...entry, locations: [{ line: 0 }] }], undefined],
+  ])('%s', (_name, errors, expected) => {
+    expect(answeredLocations(errors, ['createTransfer'], 'refused')).toEqual(expected);
   });
 });

@@ -56,3 +56,34 @@ export function errorPath(value: unknown): (string | number)[] | undefined {
 function isPositiveInteger(value: unknown): boolean {
   return Number.isInteger(value) && (value as number) >= 1;
 }
+
+/** An entry of an operation's answered `errors`, as a driver holds it (JSON, or a `toJSON()`). */
+export interface AnsweredEntry {
+  message?: unknown;
+  path?: readonly (string | number)[];
+  locations?: unknown;
+  toJSON?(): unknown;
+}
+
+/**
+ * The `locations` the operation's answer gave the error of the field at `path` (its entry
+ * told by its path and message), as the client got them. A driver may locate it otherwise than
+ * the thrown error's own: under Mercurius' `jit`, graphql-jit locates every resolver's error
+ * at the field, so a first answer run compiled is stored with those, never the argument its
+ * `nodes` named (adversary 75b). Undefined where no entry tells.
+ */
+export function answeredLocations(
+  errors: readonly AnsweredEntry[] | undefined,
+  path: readonly (string | number)[],
+  message: string,
+): ErrorLocation[] | undefined {
+  const entry = errors?.find(
+    (error) =>
+      error.message === message &&
+      error.path?.length === path.length &&
+      error.path.every((key, i) => key === path[i]),
+  );
+  if (!entry) return undefined;
+  const json = (entry.toJSON?.() as AnsweredEntry | undefined) ?? entry;
+  return errorLocations(json.locations ?? entry.locations);
+}

@@ -88,8 +88,9 @@ export class GraphqlReplayMarker implements OnApplicationBootstrap {
     if (response?.http) operationsOf.set(response.http, (operationsOf.get(response.http) ?? 0) + 1);
     return Promise.resolve({
       willSendResponse: async ({ contextValue: context, response }: ApolloResponse) => {
-        const failures = await storeAnswersOf(context);
         const result = response.body.kind === 'single' ? response.body.singleResult : undefined;
+        // Each error stored where the answer located it (see `answeredLocations`).
+        const failures = await storeAnswersOf(context, result?.errors);
         if (result && failures.length > 0) {
           // Apollo has formatted its errors by now: the entry is the error's JSON.
           result.errors = withStoreFailures(result.errors, failures, (json) => json);
@@ -127,7 +128,8 @@ export class GraphqlReplayMarker implements OnApplicationBootstrap {
         },
       );
       if (located) execution.errors = located;
-      const failures = await storeAnswersOf(context);
+      // Each error stored where the answer located it: graphql-jit's at the field.
+      const failures = await storeAnswersOf(context, execution.errors);
       if (failures.length > 0) {
         // Mercurius formats its errors next, each by its `toJSON()`.
         execution.errors = withStoreFailures(execution.errors, failures, (json) => ({

@@ -20,7 +20,8 @@ import {
   rollBackAndRelease,
 } from '../transaction/owner-tools.js';
 import { runInContext } from '../transaction/run-in-context.js';
-import { decodeAnswer, encodeAnswer, fieldError } from './field-answer.js';
+import { type ErrorLocation } from './error-location.js';
+import { decodeAnswer, encodeAnswer, type FieldError, fieldError } from './field-answer.js';
 import { problemError } from './graphql-problem.js';
 import { type FieldTypes } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
@@ -291,6 +292,7 @@ async function failed(
     throw problemThrown(failure.error, graphql);
   }
   let answer: StoredResponse;
+  let firstError: FieldError;
   try {
     // A thrown value that is no Error (a provider's JSON body, a string) as GraphQL writes it
     // (`Unexpected error value: …`), so that its replay is the first answer.
@@ -298,16 +300,23 @@ async function failed(
       error instanceof Error
         ? error
         : (graphql.locatedError(error, undefined).originalError ?? error);
-    answer = encodeAnswer({ kind: 'error', error: fieldError(thrown) });
+    firstError = fieldError(thrown);
+    answer = encodeAnswer({ kind: 'error', error: firstError });
   } catch {
     // An error of the resolver's that cannot be written (a getter of its extensions that
     // throws): never stored, nor left holding its transaction and key; its retry runs again.
     await rollBackAndRelease(tools, context, 'answer_unwritable');
     throw error;
   }
-  const store = async (): Promise<Error | undefined> => {
-    const stored = await commitAnswer(tools, context, fingerprint, answer, true);
-    if (stored === answer) return undefined;
+  const store = async (answered?: readonly ErrorLocation[]): Promise<Error | undefined> => {
+    // A `GraphQLError` located by its own `nodes` is stored where the answer located it (under
+    // Mercurius' `jit` at the field: see `answeredLocations`), for its replay to be the answer.
+    const sent =
+      answered && firstError.locations
+        ? encodeAnswer({ kind: 'error', error: { ...firstError, locations: [...answered] } })
+        : answer;
+    const stored = await commitAnswer(tools, context, fingerprint, sent, true);
+    if (stored === sent) return undefined;
     return answerOf(stored, graphql, undefined).then(
       () => new Error('the error was not stored'),
       (replaced: unknown) => replaced as Error,

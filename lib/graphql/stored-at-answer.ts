@@ -12,6 +12,8 @@
  * elsewhere the error is stored before GraphQL gets it, as it always was.
  */
 
+import { type AnsweredEntry, type ErrorLocation, answeredLocations } from './error-location.js';
+
 /** Marks a GraphQL context whose operation's answer waits for `storeAnswersOf`. */
 const HOOKED = Symbol('idempotency.answerHook');
 /** The errors of an operation's fields waiting to be stored, on its context. */
@@ -48,8 +50,11 @@ export class PendingAnswer {
     private readonly id: string,
     /** The resolver's error's `extensions.http` (Apollo's status and headers), if any. */
     readonly http: ErrorHttp | undefined,
-    /** Stores the error; the field's error to answer instead when that failed. */
-    private readonly store: () => Promise<Error | undefined>,
+    /**
+     * Stores the error (at the `locations` its answer gave it, when known); the field's error
+     * to answer instead when that failed.
+     */
+    private readonly store: (answered?: readonly ErrorLocation[]) => Promise<Error | undefined>,
     private readonly pending: Set<PendingAnswer>,
     /** Stored by then whatever happens: an answer the hook never saw (its client left). */
     fallbackMs: number,
@@ -70,10 +75,10 @@ export class PendingAnswer {
    * its fallback, it stays pending: an answer that goes out later still waits for it, and
    * says so if it failed.
    */
-  start(): Promise<Error | undefined> {
+  start(answered?: readonly ErrorLocation[]): Promise<Error | undefined> {
     if (this.cancelled) return Promise.resolve(undefined);
     clearTimeout(this.timer);
-    this.storing ??= this.store()
+    this.storing ??= this.store(answered)
       .catch((error: unknown) => (error instanceof Error ? error : new Error(String(error))))
       .finally(() => this.forget());
     return this.storing;
@@ -107,7 +112,7 @@ export function storeAtAnswer(
     id,
     http,
   }: { path: readonly (string | number)[]; message: string; id: string; http?: ErrorHttp },
-  store: () => Promise<Error | undefined>,
+  store: (answered?: readonly ErrorLocation[]) => Promise<Error | undefined>,
   fallbackMs: number,
 ): PendingAnswer | undefined {
   if (typeof context !== 'object' || context === null) return undefined;
@@ -120,10 +125,14 @@ export function storeAtAnswer(
 }
 
 /**
- * Stores the waiting errors of the operation whose context is `context`; for each that could
- * not be stored, its field's path and the error to answer in place of the resolver's.
+ * Stores the waiting errors of the operation whose context is `context`, each at the
+ * `locations` the answer's `errors` give it (see `answeredLocations`); for each that could not
+ * be stored, its field's path and the error to answer in place of the resolver's.
  */
-export async function storeAnswersOf(context: unknown): Promise<StoreFailure[]> {
+export async function storeAnswersOf(
+  context: unknown,
+  errors?: readonly AnsweredEntry[],
+): Promise<StoreFailure[]> {
   const pending = (context as Hooked | null)?.[PENDING];
   if (!pending?.size) return [];
   const answers = [...pending];
@@ -133,7 +142,7 @@ export async function storeAnswersOf(context: unknown): Promise<StoreFailure[]> 
       path: answer.path,
       message: answer.message,
       http: answer.http,
-      error: await answer.start(),
+      error: await answer.start(answeredLocations(errors, answer.path, answer.message)),
     })),
   );
   return done.filter((entry): entry is StoreFailure => !!entry.error);

@@ -57,7 +57,14 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * Suggested fix: store the locations the first answer went out with (read in the Mercurius
  * `onResolution` hook, where the answer's errors are, at the path of the field), not the
  * thrown error's own; or note, when the first answer is stored, whether the driver kept them.
- */ let pool: Pool;
+ *
+ * Fixed: a field's error is stored at the `locations` the operation's answer gave it
+ * (`answeredLocations`, lib/graphql/error-location.ts, read by `storeAnswersOf` in
+ * stored-at-answer.ts from the Mercurius `onResolution` and Apollo `willSendResponse` hooks,
+ * replay-marker.ts; the stored answer re-encoded in run-field.ts' `store`), not the thrown
+ * error's own.
+ */
+let pool: Pool;
 
 @ObjectType()
 class Transfer {
