@@ -6,9 +6,9 @@
  *   code-first read of a `@Field()`): the field's value is read, stored and replayed as data.
  * - `middleware`: Nest's read of the property behind field middleware (`@Field({ middleware
  *   })`, or the global `buildSchemaOptions.fieldMiddleware`): at its heart still the property
- *   read, so the value is read and stored as for `property` (a getter's, a Promise's awaited:
- *   adversary 75), but the middleware may read the rest of its parent (a mask by its
- *   `visibility`: adversary 74).
+ *   read, so the value is read as for `property` (a getter's, a Promise's awaited: adversary
+ *   75) and stored as the middleware's whole input (adversary 75b), and the middleware may
+ *   read the rest of its parent (a mask by its `visibility`: adversary 74).
  * - `app`: code of the app's that computes the field (a Mercurius loader or resolver, a schema
  *   transform's): it reads its parent and does not read the property.
  *
