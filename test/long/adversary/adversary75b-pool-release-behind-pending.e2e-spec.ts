@@ -12,7 +12,7 @@
  *   await client.query('BEGIN');                                    // a savepoint of the request's
  *   await client.query(`INSERT … 'order'`, [tag]);
  *   const reserve = client.query('UPDATE stock SET n = n - 1 WHERE id = 1');   // waits on a lock
- *   const winner = await Promise.race([reserve.then(() => 'done'), timeout(300)]);
+ *   const winner = await Promise.race([reserve.then(() => 'done'), timeout(1000)]);
  *   if (winner === 'late') {
  *     client.release(true);                                        // give up: destroy the client
  *     await pool.query(`INSERT … 'timed-out'`, [tag]);             // the audit line
@@ -84,7 +84,7 @@ async function work(pool: Pool, { tag, audit }: Body75) {
     reserve.catch(() => undefined);
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<'late'>((resolve) => {
-      timer = setTimeout(() => resolve('late'), 300);
+      timer = setTimeout(() => resolve('late'), 1000);
     });
     const winner = await Promise.race([reserve.then(() => 'done' as const), timeout]);
     clearTimeout(timer);
