@@ -1,0 +1,34 @@
+/**
+ * The nested transactions' ends (`COMMIT`, `ROLLBACK` on a view of the request's connection)
+ * called and not yet handed to node-postgres. Without the library each view is a connection of
+ * its own and node-postgres runs its `COMMIT` or `ROLLBACK` in call order, before anything
+ * called after it; here they share one connection, and an end reaches it only after a few
+ * awaits of its own (its `SAVEPOINT`, the connection, the settings it puts back). A statement
+ * called after an end, through another view or `pool.query()`, waits until that end is handed
+ * over, so that it runs after it (not inside a nested transaction its code had ended) and is
+ * judged once it is (see `PoolTransaction.statement`).
+ */
+export class EndsInFlight {
+  private readonly unsent = new Set<Promise<unknown>>();
+
+  /**
+   * An end called now: `handed` settles once its text is handed to node-postgres, or once the
+   * call is done without sending any (nothing ran inside it, refused, failed).
+   */
+  add(handed: Promise<unknown>): void {
+    const settled = handed.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.unsent.add(settled);
+    void settled.then(() => this.unsent.delete(settled));
+  }
+
+  /**
+   * What a statement called now waits for: the ends called before it. Taken at its call, so
+   * that an end called after it never holds it (nor can two wait for each other).
+   */
+  before(): readonly Promise<unknown>[] {
+    return [...this.unsent];
+  }
+}
