@@ -41,6 +41,7 @@ import {
 } from '../transaction/request-transaction.js';
 import { type PoolJoin } from '../transaction/transaction-scope.js';
 import { closesOnTheWire, cursorOf } from './open-streams.js';
+import { EndsInFlight } from './ends-in-flight.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
 import { refusedStatement } from '../transaction/refused-statement.js';
 
@@ -134,6 +135,17 @@ interface InnerSavepoint {
   wroteBefore: [Savepoint | InnerSavepoint, boolean][];
 }
 
+/**
+ * Where a statement of the app's stands among the others called on the request's connection:
+ * `after`, the nested transactions' ends called before it, which it is sent behind (see
+ * `EndsInFlight`; taken at its call when not given); `onSent`, told once it is handed to
+ * node-postgres (see `JoinedClient.release`).
+ */
+interface CallOrder {
+  after?: readonly Promise<unknown>[];
+  onSent?: () => void;
+}
+
 /** What ends a nested transaction after its `RELEASE`, if anything, as the statement's tail. */
 function ending(text: string | undefined): string {
   return text === undefined ? '' : `; ${text}`;
@@ -167,6 +179,8 @@ export class PoolTransaction extends RequestTransaction {
    * beside called meanwhile refused as if they had run (see `refuseBesideIdentity`).
    */
   private readonly settingUnsent = new Set<{ view: JoinedClient; identity: boolean }>();
+  /** Nested transactions' ends called and not handed to node-postgres yet. */
+  private readonly endsInFlight = new EndsInFlight();
 
   constructor(
     private readonly appPool: Pool,
@@ -242,7 +256,14 @@ export class PoolTransaction extends RequestTransaction {
     nested: () => boolean,
     from: JoinedClient | null | 'own',
     beforeSend?: () => void,
+    order: CallOrder = {},
   ): Promise<unknown> {
+    // Called after another view's `COMMIT` or `ROLLBACK` that is still on its way (not
+    // awaited): node-postgres would run it after that end, so it is sent after it, and judged
+    // then (not beside, nor inside, a nested transaction its code had ended). The library's own
+    // statements come after the handler's work, and are bounded by their deadlines.
+    const after = from === 'own' ? [] : (order.after ?? this.endsInFlight.before());
+    if (after.length > 0) await Promise.all(after);
     if (this.ended) return this.apart(nested(), () => this.sendAlone(args, true));
     const text = textOf(args[0]);
     const refused = this.refusalOf(text);
@@ -303,7 +324,9 @@ export class PoolTransaction extends RequestTransaction {
     }
     if (from !== 'own') this.markBeside(from, read);
     try {
-      const result = await this.send(client, args, nested);
+      const sending = this.send(client, args, nested);
+      order.onSent?.();
+      const result = await sending;
       this.noteSuccess(text);
       return result;
     } catch (error) {
@@ -500,7 +523,10 @@ export class PoolTransaction extends RequestTransaction {
    * silence (row-level security would hide rows from it).
    */
   private refuseBesideIdentity(view: JoinedClient | null, text: unknown): void {
-    const beside = this.savepoints.filter((savepoint) => !view?.savepoints.includes(savepoint));
+    // One whose end is sent is over for what is sent from now (it runs after that end).
+    const beside = this.savepoints.filter(
+      (savepoint) => !savepoint.endSent && !view?.savepoints.includes(savepoint),
+    );
     const unsent = [...this.settingUnsent].filter((text) => text.view !== view);
     if (beside.some((savepoint) => savepoint.setIdentity) || unsent.some((text) => text.identity)) {
       throw this.refuse(new StatementBesideNestedTransactionError(true));
@@ -677,11 +703,21 @@ export class PoolTransaction extends RequestTransaction {
     return this.afterEnd(() => acquire(this.appPool, 'as-the-pool'));
   }
 
+  /** A view's `COMMIT` or `ROLLBACK` called now, handed over once `handed` settles. */
+  endCalled(handed: Promise<unknown>): void {
+    this.endsInFlight.add(handed);
+  }
+
+  /** The nested transactions' ends called before now (see `EndsInFlight`). */
+  endsBefore(): readonly Promise<unknown>[] {
+    return this.endsInFlight.before();
+  }
+
   /** What a view does with a statement: its nested transaction's control, or the statement. */
-  async onView(view: JoinedClient, args: unknown[]): Promise<unknown> {
+  async onView(view: JoinedClient, args: unknown[], order: CallOrder = {}): Promise<unknown> {
     const control = nestedControlOf(textOf(args[0]));
     const nested = () => view.depth > 0;
-    if (!control) return this.statement(args, nested, view);
+    if (!control) return this.statement(args, nested, view, undefined, order);
     if (this.ended) return this.apart(true, () => Promise.reject(new TransactionEndedError()));
     switch (control.kind) {
       case 'begin': {
@@ -701,7 +737,7 @@ export class PoolTransaction extends RequestTransaction {
       case 'commit':
       case 'rollback': {
         const savepoint = this.innermost(view, control.kind.toUpperCase());
-        await this.endSavepoint(view, savepoint, control.kind);
+        await this.endSavepoint(view, savepoint, control.kind, order);
         return emptyResult(control.kind.toUpperCase());
       }
     }
@@ -709,7 +745,8 @@ export class PoolTransaction extends RequestTransaction {
 
   /**
    * A view given back with its nested transactions open: they roll back. Never throws. Called
-   * once the view's calls before the release are done (see `JoinedClient.release`). The
+   * once the view's calls before the release are handed to node-postgres, its `BEGIN`,
+   * `COMMIT` and `ROLLBACK` done (see `JoinedClient.release`). The
    * `ROLLBACK TO SAVEPOINT` is handed to the connection at once, behind what is already on its
    * way and ahead of anything the handler sends after: sent later, it would roll back the
    * statements sent in between too, which are the request's own, and the request would commit
@@ -762,6 +799,7 @@ export class PoolTransaction extends RequestTransaction {
     view: JoinedClient,
     savepoint: Savepoint,
     how: 'commit' | 'rollback',
+    order: CallOrder = {},
   ): Promise<void> {
     const pop = () => {
       if (this.savepoints[this.savepoints.length - 1] === savepoint) this.savepoints.pop();
@@ -814,17 +852,24 @@ export class PoolTransaction extends RequestTransaction {
               )
             : '')
         : `ROLLBACK TO SAVEPOINT ${savepoint.name}; RELEASE SAVEPOINT ${savepoint.name}`;
-    await this.statement(
-      [text],
-      () => true,
-      view,
-      () => {
-        savepoint.endSent = true;
-        if (how !== 'rollback') return;
-        this.rolledBackUnsent.delete(savepoint);
-        this.rollBack(savepoint);
-      },
-    );
+    try {
+      await this.statement(
+        [text],
+        () => true,
+        view,
+        () => {
+          savepoint.endSent = true;
+          if (how !== 'rollback') return;
+          this.rolledBackUnsent.delete(savepoint);
+          this.rollBack(savepoint);
+        },
+        order,
+      );
+    } catch (error) {
+      // A COMMIT that failed left it open (see above): what is sent next is inside it again.
+      if (how === 'commit') savepoint.endSent = false;
+      throw error;
+    }
     if (how === 'commit') {
       pop();
       // Released, what it set lasts in the one around it (the outermost's release puts it back).
@@ -916,6 +961,11 @@ export class JoinedClient extends EventEmitter {
   private turn: Promise<unknown> = Promise.resolve();
   /** Its calls not done yet. */
   private pending = 0;
+  /**
+   * What `release()` waits for: its last call handed to node-postgres (a statement), or done
+   * (a `BEGIN`, `COMMIT` or `ROLLBACK`, whose nested transaction is on the books until then).
+   */
+  private releasable: Promise<unknown> = Promise.resolve();
 
   /** `call` is the view's last: the next waits for it to be done. */
   private inTurn(call: Promise<unknown>): void {
@@ -959,13 +1009,30 @@ export class JoinedClient extends EventEmitter {
       // while it is open).
       if (this.pending === 0) return submit();
       this.inTurn(this.turn.then(submit));
+      this.releasable = this.turn;
       return args[0];
     }
     const last = args[args.length - 1];
     const callback = typeof last === 'function' ? (last as (...r: unknown[]) => void) : undefined;
-    const run = () => this.transaction.onView(this, callback ? args.slice(0, -1) : args);
+    const control = nestedControlOf(textOf(args[0]));
+    // The ends called before it, on other views or this one: it is sent behind them.
+    const after = this.transaction.endsBefore();
+    let onSent = (): void => undefined;
+    const handed = new Promise<void>((resolve) => {
+      onSent = resolve;
+    });
+    if (control?.kind === 'commit' || control?.kind === 'rollback') {
+      // What is called after it, anywhere on the request's connection, is sent after it.
+      this.transaction.endCalled(handed);
+    }
+    const run = () =>
+      this.transaction.onView(this, callback ? args.slice(0, -1) : args, { after, onSent });
     const result = this.pending === 0 ? run() : this.turn.then(run);
     this.inTurn(result);
+    // Done without being sent (refused, failed on its way): handed over as far as it goes.
+    result.then(onSent, onSent);
+    // Its failure is the caller's to see: here only when it is over.
+    this.releasable = (control ? result : Promise.race([handed, result])).catch(() => undefined);
     if (!callback) return result;
     result.then(
       (value) => callback(undefined, value),
@@ -1013,12 +1080,17 @@ export class JoinedClient extends EventEmitter {
     if (destroy) this.transaction.destroyAtEnd = true;
     // In call order, as node-postgres runs a client's queries: a `COMMIT` called before it (a
     // `return client.query('COMMIT')` whose `finally` releases) ends its nested transaction
-    // first, and only what is still open then rolls back.
+    // first, and only what is still open then rolls back. A statement already handed to
+    // node-postgres holds nothing back (a `release(true)` after a timeout on an `UPDATE` stuck
+    // on a lock): the `ROLLBACK TO` is sent at once, queued behind it on the connection and
+    // ahead of what the handler sends after the release; waiting for it to be done would keep
+    // the nested transaction open, and that later work inside it, for as long as it runs.
     const release = () => {
       if (this.depth > 0) this.transaction.onRelease(this);
     };
-    if (this.pending === 0) release();
-    else this.inTurn(this.turn.then(release));
+    if (this.pending === 0) return release();
+    const released = this.releasable.then(release);
+    this.inTurn(Promise.all([this.turn, released]));
   }
 
   /** node-postgres' own quoting of a name (a client's method too: code quotes with it). */

@@ -57,6 +57,14 @@
  * once behind it, and the nested transaction taken off the books at the `release()` (statements
  * after it are then neither beside it nor inside it). Or: with `release(true)` / `release(err)`
  * (the app gives the client up for destroyed), roll back at once, whatever is pending.
+ *
+ * Fixed: `JoinedClient.release` (lib/data-layers/pool-transaction.ts) waits only until the
+ * view's last call is handed to node-postgres (`releasable`: a statement once sent, a `BEGIN`,
+ * `COMMIT` or `ROLLBACK` once done), not until a sent statement is done: after the stuck
+ * `UPDATE`, `onRelease` takes the nested transaction off the books at the `release()` and sends
+ * its `ROLLBACK TO` at once, queued behind the `UPDATE` and ahead of the audit line. The
+ * request's `COMMIT` waits behind the `UPDATE` too, bounded by its deadline (`timeoutMs`; past
+ * it the connection is dropped: a 503, no hang).
  */
 import { Body, Controller, Inject, Module, Post } from '@nestjs/common';
 import { type Pool, type PoolClient } from 'pg';

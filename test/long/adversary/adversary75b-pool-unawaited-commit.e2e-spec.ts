@@ -52,6 +52,13 @@
  * called after it (as a `ROLLBACK` is taken off the books at once): hold a statement called
  * beside it until its `RELEASE` and the put-back are sent, then judge it and send it, so that
  * node-postgres receives them in call order; refuse only what was called before the `COMMIT`.
+ *
+ * Fixed: as for the unawaited `ROLLBACK` (`EndsInFlight`, lib/data-layers/ends-in-flight.ts):
+ * the `pool.query()` called after the `COMMIT` waits in `PoolTransaction.statement` until the
+ * `RELEASE` and the settings' put-back are handed to node-postgres, and is judged then:
+ * `refuseBesideIdentity` no longer counts a nested transaction whose end was sent (`endSent`),
+ * which is over for whatever is sent after it (a `COMMIT` that fails clears `endSent` in
+ * `endSavepoint`: the nested transaction is open again).
  */
 import { Body, Controller, Inject, Module, Post } from '@nestjs/common';
 import { type Pool } from 'pg';

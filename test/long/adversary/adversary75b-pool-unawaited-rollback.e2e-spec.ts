@@ -59,6 +59,13 @@
  * call when its savepoint was made (synchronously, as `onRelease` does with
  * `savepointClient.query`), or hold statements called after it (beside it) until it is sent,
  * so that node-postgres receives them in call order.
+ *
+ * Fixed: a nested `COMMIT` or `ROLLBACK` called on a view is counted in flight from its call
+ * until its text is handed to node-postgres (`EndsInFlight`, lib/data-layers/ends-in-flight.ts;
+ * registered in `JoinedClient.query`, told in `PoolTransaction.statement`'s `onSent`); a
+ * statement called after it through another view or `pool.query()` waits for it in
+ * `PoolTransaction.statement` (`CallOrder.after`) and is judged and sent after its
+ * `ROLLBACK TO`: outside the rolled-back nested transaction, in call order as node-postgres.
  */
 import { Body, Controller, Inject, Module, Post } from '@nestjs/common';
 import { type Pool } from 'pg';
