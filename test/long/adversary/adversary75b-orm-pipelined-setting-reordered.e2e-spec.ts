@@ -27,6 +27,9 @@
  * library" as a savepoint of the request's transaction, and a statement through the node-postgres
  * client a runner hands out is the transaction's own; node-postgres runs a client's queries in
  * the order they were sent (its documented queue), and the app relies on it.
+ * docs/guides/data-layers.md says it of the pool seam's clients: "Statements queued on one such
+ * client without awaiting (`Promise.all([client.query('BEGIN'), client.query('INSERT …')])`)
+ * run in the order called, as node-postgres runs them".
  *
  * Control: without `@Idempotent()` (201, the actor stamped), and the same keyed route with the
  * two statements awaited one after the other (201, the actor stamped).
