@@ -1,4 +1,3 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { readingOnly } from '../connection/read-only-query.js';
 import pg, { type Pool, type PoolClient } from 'pg';
 import {
@@ -13,6 +12,7 @@ import { isAboveReadCommitted } from '../transaction/isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
 import { OpenStreams } from './open-streams.js';
+import { TurnQueue } from './turn-queue.js';
 import { asTransactionManager, isPersisting, markUnprotected } from '../transaction/own-persist.js';
 import { runnerView } from './runner-view.js';
 import {
@@ -97,11 +97,9 @@ export class LazyTransaction extends RequestTransaction {
    * (see `inTurn`), and how many starts: a save asks whether one is open before it starts its
    * own (see `viewOf`).
    */
-  private turns: Promise<unknown> = Promise.resolve();
   private startsUnderWay = 0;
-  /** The turn running now (see `inTurn`), and the one each piece of work runs in. */
-  private turnUnderWay?: object;
-  private readonly turnOf = new AsyncLocalStorage<object>();
+  /** The nested starts, commits and rollbacks, one at a time (see `inTurn`). */
+  private readonly turns = new TurnQueue();
 
   constructor(
     private readonly dataSource: DataSource,
@@ -155,21 +153,11 @@ export class LazyTransaction extends RequestTransaction {
    * to release one already gone (3B001). In turn, the commit meets the other's savepoint open
    * after its own, and is put off (`NestedIdentity.commitLater`). Asked by what runs inside
    * the turn under way (a subscriber's save in `afterTransactionCommit` opens a transaction of
-   * its own), it runs at once, as part of that turn: waiting, it would wait for itself.
+   * its own), it runs at once, as part of that turn (which then lasts until it is done, and no
+   * longer: see `TurnQueue`): waiting, it would wait for itself.
    */
   private inTurn<T>(work: () => Promise<T>): Promise<T> {
-    const current = this.turnOf.getStore();
-    if (current !== undefined && current === this.turnUnderWay) return work();
-    const token = {};
-    const turn = this.turns.then(() => {
-      this.turnUnderWay = token;
-      return this.turnOf.run(token, work);
-    });
-    const done = () => {
-      if (this.turnUnderWay === token) this.turnUnderWay = undefined;
-    };
-    this.turns = turn.then(done, done);
-    return turn;
+    return this.turns.run(work);
   }
 
   /** A nested transaction ended (committed or rolled back), the runner now at `depth`. */

@@ -49,6 +49,11 @@
  * "inside" window when the broadcast it was opened for returns (clear a flag on the token
  * then, so later asks under the same AsyncLocalStorage store queue as any other), and put
  * such late work at the head of the queue rather than running it beside the next turn.
+ *
+ * Fixed: `LazyTransaction.inTurn` runs on a `TurnQueue` (lib/data-layers/turn-queue.ts): work
+ * asked from inside a turn runs at once only while that turn still runs, and the turn lasts
+ * until such work is done, awaited or not (the next start waits for the subscriber's); once
+ * nothing of the turn runs, later asks of its asynchronous descendants queue as any other.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
