@@ -485,14 +485,26 @@ export class LazyTransaction extends RequestTransaction {
         owner = this.nested.committedInnermost();
       }
     };
-    const commitInTurn = (from: unknown) =>
-      this.inTurn(async () => {
+    const commitInTurn = (from: unknown) => {
+      // Put off on arrival, not in turn: it sends nothing, and the turn under way may be
+      // awaiting it (a `beforeTransactionCommit` subscriber of the transaction begun after it,
+      // awaiting this one's end): queued behind that turn, it would wait for itself. The end
+      // of the one after it releases it (`releaseCommitted`).
+      if (
+        internals.transactionDepth > 1 &&
+        this.nested.ending(from as object, 'commit') === 'not-innermost' &&
+        this.nested.commitLater(from as object)
+      ) {
+        return Promise.resolve();
+      }
+      return this.inTurn(async () => {
         try {
           await commitFrom(from);
         } finally {
           await releaseCommitted();
         }
       });
+    };
     internals.commitTransaction = function (this: unknown) {
       return commitInTurn(this);
     };

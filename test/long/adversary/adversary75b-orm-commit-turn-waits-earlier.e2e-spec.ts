@@ -51,6 +51,11 @@
  * generally, never queue behind a turn that is itself awaiting app code (subscribers) without
  * a way out: run a commit's subscribers outside the turn, or let a turn blocked in a
  * subscriber admit the ends of other transactions that send nothing.
+ *
+ * Fixed: a commit that is put off (`NestedIdentity.commitLater`: another transaction begun
+ * after it is open) is decided on arrival, before the turn queue, in
+ * `LazyTransaction.ensureRunner` (`commitInTurn`): it sends nothing and resolves at once, and
+ * the later transaction's end releases it (`releaseCommitted`).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
