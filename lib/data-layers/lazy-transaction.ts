@@ -12,6 +12,7 @@ import { isAboveReadCommitted } from '../transaction/isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
 import { OpenStreams } from './open-streams.js';
+import { SendOrder } from './send-order.js';
 import { TurnQueue } from './turn-queue.js';
 import { asTransactionManager, isPersisting, markUnprotected } from '../transaction/own-persist.js';
 import { runnerView } from './runner-view.js';
@@ -98,6 +99,8 @@ export class LazyTransaction extends RequestTransaction {
    * own (see `viewOf`).
    */
   private startsUnderWay = 0;
+  /** Each view's statements, sent in the order called (see `SendOrder`). */
+  private readonly sendOrder = new SendOrder();
   /** The nested starts, commits and rollbacks, one at a time (see `inTurn`). */
   private readonly turns = new TurnQueue();
 
@@ -594,13 +597,25 @@ export class LazyTransaction extends RequestTransaction {
         if (apart) return apart.result;
       }
       if (this.judge(from, args[0], args[1]) === 'alone') return this.readAlone(args);
-      if (internals.transactionDepth > 1 && from !== runner) await keepSettings(from, args);
+      const nested = internals.transactionDepth > 1 && from !== runner;
       // Its connection opened here, before TypeORM's query() (whose connect() would answer the
       // client that opens at its first statement): a failure to connect (the database down)
       // reaches the caller as the library marked it, not wrapped in a QueryFailedError.
-      if (!this.begun) await this.open(internals);
+      const prepare = async () => {
+        if (nested) await keepSettings(from, args);
+        if (!this.begun) await this.open(internals);
+      };
+      // A view's statements in the order called (`SendOrder`): one that reads its settings
+      // first is not overtaken by the next, sent without awaiting it.
+      let sent: Promise<unknown>;
+      if (from === runner) {
+        await prepare();
+        sent = query(...args);
+      } else {
+        ({ sent } = await this.sendOrder.after(from as object, prepare, () => query(...args)));
+      }
       try {
-        const result = await query(...args);
+        const result = await sent;
         this.noteSuccess(args[0]);
         return result;
       } catch (error) {
@@ -715,21 +730,27 @@ export class LazyTransaction extends RequestTransaction {
       }
       if (verdict === 'alone') return answered(args, (own) => this.sendAlone(own));
       const depth = (this.runner as unknown as RunnerInternals | undefined)?.transactionDepth ?? 1;
-      if (depth <= 1 || !this.keepSettingsOf) return send();
+      const keepSettings = this.keepSettingsOf;
+      if (depth <= 1 || !keepSettings) return send();
       // Inside its nested transactions: what it leaves that their COMMIT would end, noted
-      // first (see `NestedCommit`), as through the view's `query()`.
-      const kept = this.keepSettingsOf(view, [text, values]);
+      // first (see `NestedCommit`), as through the view's `query()`; sent in the order called
+      // with the view's other statements (`SendOrder`), as node-postgres sends them.
+      const ordered = this.sendOrder.after(
+        view as object,
+        () => keepSettings(view, [text, values]),
+        send,
+      );
       if (isSubmittable(args[0])) {
         const submittable = args[0] as { handleError?: (error: unknown) => void };
-        kept.then(send, (error: unknown) => submittable.handleError?.(error));
+        ordered.catch((error: unknown) => submittable.handleError?.(error));
         return submittable;
       }
       const last = args[args.length - 1];
       if (typeof last === 'function') {
-        kept.then(send, (error: unknown) => (last as (error: unknown) => void)(error));
+        ordered.catch((error: unknown) => (last as (error: unknown) => void)(error));
         return undefined;
       }
-      return kept.then(send);
+      return ordered.then(({ sent }) => sent);
     };
     // On a target of its own: the client's `query` may be fixed on it (a proxy must answer a
     // fixed property as it is).

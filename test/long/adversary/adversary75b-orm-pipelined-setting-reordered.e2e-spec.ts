@@ -46,6 +46,11 @@
  * queue), or read the settings' earlier values in the same round trip as the statement (a
  * multi-statement text for the simple protocol, or a server-side capture), never by a round
  * trip that lets a later statement overtake it.
+ *
+ * Fixed: each view's statements (its `query()` and its node-postgres client's) are sent in the
+ * order called: `SendOrder.after` (lib/data-layers/send-order.ts) chains each one's
+ * preparation (`keepSettings`, `NestedCommit.before`'s round trip) and send behind the previous
+ * one's send, in `LazyTransaction.ensureRunner` (`queryFrom`) and `LazyTransaction.clientOf`.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
