@@ -390,7 +390,7 @@ export class LazyTransaction extends RequestTransaction {
           {
             started: () => {
               started = true;
-              this.nested.started(owner as object);
+              this.nested.started(owner as object, beside);
               if (beside) {
                 this.besideDepths.add(depth + 1);
                 this.besideCommits.set(depth + 1, new NestedCommit(true));
@@ -398,7 +398,7 @@ export class LazyTransaction extends RequestTransaction {
             },
           },
         );
-        if (!started) this.nested.started(owner as object);
+        if (!started) this.nested.started(owner as object, beside);
       } catch (error) {
         if (internals.transactionDepth === depth) this.failedStartAt = depth;
         throw error;

@@ -9,7 +9,7 @@ const other = { name: 'other' };
 
 /** One step: a view starts a nested transaction, one ends (the depth after), or a statement. */
 type Step =
-  | ['start', object]
+  | ['start', object, 'beside'?]
   | ['end', number, 'released'?]
   | ['send', object, string, BesideRefusal /* refused */];
 
@@ -115,6 +115,31 @@ describe('NestedIdentity', () => {
       ],
     ],
     [
+      'a session setting in its own, begun beside another’s: its own, the other’s refused',
+      [
+        ['start', inside],
+        ['start', beside, 'beside'],
+        ['send', beside, "SET app.actor = 'audit'", false],
+        ['send', inside, 'INSERT INTO t VALUES (1)', 'settings'],
+      ],
+    ],
+    [
+      'a session setting beside one begun beside another’s: refused (it would be seen there)',
+      [
+        ['start', inside],
+        ['start', beside, 'beside'],
+        ['send', inside, "SET app.actor = 'order'", 'sets-beside'],
+      ],
+    ],
+    [
+      'a session setting in a nested transaction not begun beside another: not counted',
+      [
+        ['start', inside],
+        ['send', inside, "SET app.actor = 'order'", false],
+        ['send', beside, 'INSERT INTO t VALUES (1)', false],
+      ],
+    ],
+    [
       'a read beside one made read only: it runs there as apart; a write is refused',
       [
         ['start', inside],
@@ -197,7 +222,7 @@ describe('NestedIdentity', () => {
     const refused: BesideRefusal[] = [];
     const expected: BesideRefusal[] = [];
     for (const step of steps) {
-      if (step[0] === 'start') nested.started(step[1]);
+      if (step[0] === 'start') nested.started(step[1], step[2] === 'beside');
       else if (step[0] === 'end') nested.endedAt(step[1], step[2] === 'released');
       else {
         refused.push(nested.besideIdentity(step[1], step[2]));

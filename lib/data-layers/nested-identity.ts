@@ -3,6 +3,7 @@ import {
   localSettingsOf,
   type SavepointControl,
   savepointControlsOf,
+  sessionSettingsOf,
   setsIdentity,
   setsReadOnly,
 } from '../transaction/sql/sql-text.js';
@@ -24,6 +25,12 @@ interface InnerSavepoint extends Sets {
 interface NestedTransaction {
   /** The view of the runner that started it: its code's statements come through it. */
   owner: object;
+  /**
+   * Begun beside another's (see `besideAll`): without the library it runs on a connection of
+   * its own, so a setting its code makes for the session (`SET app.actor = …`) is as much its
+   * own as one for the transaction, while it is open (its COMMIT puts it back).
+   */
+  begunBeside: boolean;
   /**
    * Its code set the role, session authorization or search path in it (`SET LOCAL ROLE`): a
    * statement beside it, which runs inside it on the request's one connection, would run as
@@ -95,10 +102,11 @@ export class NestedIdentity {
     return this.open.length > 0 && !this.open.some((nested) => nested.owner === owner);
   }
 
-  /** `owner` started a nested transaction. */
-  started(owner: object): void {
+  /** `owner` started a nested transaction (`begunBeside`: beside another's, see `besideAll`). */
+  started(owner: object, begunBeside = false): void {
     this.open.push({
       owner,
+      begunBeside,
       setIdentity: false,
       localSettings: false,
       beside: false,
@@ -206,7 +214,7 @@ export class NestedIdentity {
   /**
    * Whether `text`, sent through `from`, is beside an open nested transaction that set its
    * identity (`identity`), began read only (`read-only`) or set a setting for itself
-   * (`settings`), and is to be refused. When it is not, and it sets one of those inside a
+   * (`settings`; for one begun beside another, for the session too), and is to be refused. When it is not, and it sets one of those inside a
    * nested transaction of `from`'s, its innermost is marked: rolled back, that ends with it;
    * committed into another of its code, it passes to that one (see `endedAt`). The pool
    * seam's `refuseBesideIdentity`, for TypeORM.
@@ -219,11 +227,18 @@ export class NestedIdentity {
     if (others.some((nested) => nested.readOnly) && !isPlainRead(text)) return 'read-only';
     if (others.some((nested) => hasSet(nested, 'localSettings'))) return 'settings';
     const identity = setsIdentity(text);
-    const settings = localSettingsOf(text, values).length > 0;
+    const session = sessionSettingsOf(text, values).length > 0;
+    // A setting for the session counts as its own where its code runs in a transaction begun
+    // beside another's (which, on a connection of its own without the library, the other's
+    // code never sees), and beside one (where it would be seen inside it).
+    const ownBeside = this.open.some((nested) => nested.owner === from && nested.begunBeside);
+    const settings = localSettingsOf(text, values).length > 0 || (session && ownBeside);
     // Set inside another's nested transaction (the innermost, begun beside its own or with
     // none of its own open): that one's end would put back what it began with.
     const innermost = this.open[this.open.length - 1];
-    if ((identity || settings) && innermost && innermost.owner !== from) return 'sets-beside';
+    if (innermost && innermost.owner !== from) {
+      if (identity || settings || (session && innermost.begunBeside)) return 'sets-beside';
+    }
     const own = this.innermostOf(from);
     if (!own) return false;
     // Its own savepoints first (a text may hold `SAVEPOINT x; SET LOCAL …`): what it sets is

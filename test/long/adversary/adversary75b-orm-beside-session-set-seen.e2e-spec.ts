@@ -46,6 +46,12 @@
  * that transaction's own setting while it is open (`besideIdentity`: mark `localSettings` for
  * `sessionSettingsOf` too, in a beside transaction), so that a statement of other code sent
  * beside it is refused as for `SET LOCAL`; or refuse the session SET itself there.
+ *
+ * Fixed: `NestedIdentity.besideIdentity` (lib/data-layers/nested-identity.ts) counts a
+ * session setting (`sessionSettingsOf`) made in a transaction begun beside another (noted at
+ * `started(owner, begunBeside)`, from `LazyTransaction.ensureRunner`'s `startNow`) as that
+ * transaction's own setting, so a statement of other code beside it is refused as for `SET
+ * LOCAL`; and a session setting sent beside such a transaction is refused (`sets-beside`).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
