@@ -80,24 +80,43 @@ export const SWAP_OUT_SESSION_STATE =
  */
 export function keepNestedState(name: string): string {
   return (
-    `SELECT set_config('idempotency.${name}_role', current_setting('role'), true), ` +
+    `SELECT set_config('idempotency.${name}_role', current_setting('role'), true) AS role, ` +
     `set_config('idempotency.${name}_authorization', ` +
-    "current_setting('session_authorization'), true), " +
+    "current_setting('session_authorization'), true) AS session_authorization, " +
     `set_config('idempotency.${name}_search_path', '=' || current_setting('search_path'), ` +
-    'true), ' +
+    'true) AS search_path, ' +
     // When it began: the cursors opened in it, however (a DECLARE, a function's own), are those
     // made since (see `NestedCommit.endingText`).
-    `set_config('idempotency.${name}_began', clock_timestamp()::text, true)`
+    `set_config('idempotency.${name}_began', clock_timestamp()::text, true) AS began`
   );
 }
 
-/** After the savepoint's `RELEASE`: what `keepNestedState` kept (authorization first). */
-export function restoreNestedState(name: string): string {
+/**
+ * What `keepNestedState` kept, as its row reads (the search path with its leading `=`), where
+ * the seam reads it back into the process (TypeORM: a round trip of its own).
+ */
+export interface KeptNestedState {
+  role: string;
+  session_authorization: string;
+  search_path: string;
+  began: string;
+}
+
+/**
+ * After the savepoint's `RELEASE`: what `keepNestedState` kept (authorization first), read
+ * from the settings it kept it in, or (`kept`) from the process, which a `RESET ALL` of its
+ * code's (resetting those settings to '' too) cannot reach.
+ */
+export function restoreNestedState(name: string, kept?: KeptNestedState): string {
+  const settingOf = (suffix: string) => `current_setting('idempotency.${name}_${suffix}')`;
+  const authorization = kept
+    ? pg.escapeLiteral(kept.session_authorization)
+    : settingOf('authorization');
+  const role = kept ? pg.escapeLiteral(kept.role) : settingOf('role');
+  const path = kept ? pg.escapeLiteral(kept.search_path) : settingOf('search_path');
   return (
-    `SELECT ${authorizationTo(`current_setting('idempotency.${name}_authorization')`)}, ` +
-    `set_config('role', current_setting('idempotency.${name}_role'), true), ` +
-    `set_config('search_path', substr(current_setting('idempotency.${name}_search_path'), ` +
-    '2), true)'
+    `SELECT ${authorizationTo(authorization)}, set_config('role', ${role}, true), ` +
+    `set_config('search_path', substr(${path}, 2), true)`
   );
 }
 

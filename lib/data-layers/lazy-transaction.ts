@@ -25,7 +25,12 @@ import {
   TransactionEndedError,
 } from '../transaction/seam-errors.js';
 import { isPlainRead, isTransactionModeOnly, setsReadOnly } from '../transaction/sql/sql-text.js';
-import { keepNestedState, READ_SETTINGS, restoreNestedState } from '../connection/session-state.js';
+import {
+  keepNestedState,
+  type KeptNestedState,
+  READ_SETTINGS,
+  restoreNestedState,
+} from '../connection/session-state.js';
 import { ownQueryRunner } from '../transaction/transaction-scope.js';
 import {
   asError,
@@ -89,6 +94,13 @@ export class LazyTransaction extends RequestTransaction {
    * connection of its own it has without the library, the other's code would never see them.
    */
   private readonly besideCommits = new Map<number, NestedCommit>();
+  /**
+   * The role, session authorization, search path and start kept for each open nested
+   * transaction that keeps them (`keepState`), by the name they are kept under: read back into
+   * the process, so that its code's `RESET ALL` (which resets the settings they are kept in
+   * too) cannot make its COMMIT put back an empty role.
+   */
+  private readonly keptStates = new Map<string, KeptNestedState>();
   /** Notes what a statement of a view's leaves for its nested transaction's COMMIT (`ensureRunner`). */
   private keepSettingsOf?: (from: unknown, args: unknown[]) => Promise<void>;
   /** Its code's streams open on the connection (see `OpenStreams`). */
@@ -161,6 +173,18 @@ export class LazyTransaction extends RequestTransaction {
    */
   private inTurn<T>(work: () => Promise<T>): Promise<T> {
     return this.turns.run(work);
+  }
+
+  /** Keeps the session's state under `name` (`keepNestedState`), its values in the process too. */
+  private async keepState(name: string): Promise<void> {
+    const internals = this.runner as unknown as RunnerInternals;
+    const rows = (await internals.query(keepNestedState(name))) as KeptNestedState[];
+    if (rows[0]) this.keptStates.set(name, rows[0]);
+  }
+
+  /** What puts back the state kept under `name`, from the process where it was read. */
+  private restoreState(name: string): string {
+    return restoreNestedState(name, this.keptStates.get(name));
   }
 
   /** A nested transaction ended (committed or rolled back), the runner now at `depth`. */
@@ -374,14 +398,14 @@ export class LazyTransaction extends RequestTransaction {
         if (depth === 1) {
           this.nestedCommit = new NestedCommit();
           this.outermostKept = !isPersisting();
-          if (this.outermostKept) await internals.query(keepNestedState(OUTERMOST_KEPT_AS));
+          if (this.outermostKept) await this.keepState(OUTERMOST_KEPT_AS);
         }
         const beside = depth > 1 && !isPersisting() && this.nested.besideAll(owner as object);
         // Its role, session authorization and search path, and when it began (the cursors
         // opened in it), kept to be put back at its COMMIT as for the outermost: a round
         // trip, only for such a transaction, before it starts (a subscriber's
         // `afterTransactionStart` is inside what is put back).
-        if (beside) await internals.query(keepNestedState(besideName(depth + 1)));
+        if (beside) await this.keepState(besideName(depth + 1));
         // Open from its `afterTransactionStart` on: what a subscriber sets there is its own.
         let started = false;
         await this.asOwner(
@@ -440,7 +464,7 @@ export class LazyTransaction extends RequestTransaction {
                 // first (see `endingText`).
                 afterRelease: async () => {
                   const ending = [
-                    this.outermostKept ? restoreNestedState(OUTERMOST_KEPT_AS) : undefined,
+                    this.outermostKept ? this.restoreState(OUTERMOST_KEPT_AS) : undefined,
                     checked ? deferredAgain() : undefined,
                     this.nestedCommit.endingText(this.outermostKept),
                   ].filter((text) => text !== undefined);
@@ -454,8 +478,12 @@ export class LazyTransaction extends RequestTransaction {
                   afterRelease: async () => {
                     const commit = this.besideCommits.get(depth) ?? new NestedCommit();
                     const ending = [
-                      restoreNestedState(besideName(depth)),
-                      commit.endingText(true, besideName(depth)),
+                      this.restoreState(besideName(depth)),
+                      commit.endingText(
+                        true,
+                        besideName(depth),
+                        this.keptStates.get(besideName(depth))?.began,
+                      ),
                     ].filter((text) => text !== undefined);
                     await internals.query(ending.join('; '));
                   },

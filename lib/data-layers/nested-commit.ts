@@ -76,14 +76,21 @@ export class NestedCommit {
    * act as it (a table made under `SET LOCAL ROLE` by a `NOINHERIT` login), set for the
    * statement and put back after it.
    */
-  endingText(sweep: boolean, insideOf?: string): string | undefined {
+  endingText(sweep: boolean, insideOf?: string, beganAt?: string): string | undefined {
     const ownCursorsOnly = insideOf !== undefined;
+    // When it began: as kept in the process where the seam read it (`beganAt`), which a
+    // `RESET ALL` of its code's cannot reach, else from the setting it was kept in.
+    const began =
+      beganAt !== undefined
+        ? pg.escapeLiteral(beganAt)
+        : `current_setting('idempotency.${insideOf}_began')`;
     const parts: string[] = [];
     if (this.settingsBefore.size > 0) parts.push(restoreSettings(this.settingsBefore));
     // The sweep where it rides in a round trip sent anyway (`sweep`), or where its code made
     // something it ends: a TypeORM save's own savepoint (no statement after its RELEASE
     // otherwise) pays no round trip for it. Inside another nested transaction still open
-    // (begun beside it; `insideOf`, its savepoint's kept-state name), only the cursors opened
+    // (begun beside it; `insideOf`, its savepoint's kept-state name, `beganAt` when it began as
+    // the seam read it back), only the cursors opened
     // since it began are closed (a DECLARE, or a function's own): the others may be that one's,
     // which its own COMMIT would not close.
     const sweeping = sweep;
@@ -112,9 +119,7 @@ export class NestedCommit {
           // The names first: a FOR loop over the view would be a portal of its own in it.
           'SELECT array_agg(name) INTO cursor_names FROM pg_cursors WHERE NOT is_holdable ' +
           "AND name <> '' AND name NOT LIKE '<unnamed portal%' " +
-          (ownCursorsOnly
-            ? `AND creation_time >= current_setting('idempotency.${insideOf}_began')::timestamptz; `
-            : '; ') +
+          (ownCursorsOnly ? `AND creation_time >= ${began}::timestamptz; ` : '; ') +
           'FOREACH cursor_name IN ARRAY coalesce(cursor_names, ARRAY[]::text[]) ' +
           "LOOP EXECUTE format('CLOSE %I', cursor_name); END LOOP; " +
           end('drop', (tables) => `'DROP TABLE ' || ${tables} || ' CASCADE'`) +

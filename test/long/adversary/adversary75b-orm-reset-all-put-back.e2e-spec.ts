@@ -45,6 +45,12 @@
  * or keep the begun-with values in the process (read once at start) instead of in
  * transaction-local placeholders that `RESET ALL` wipes; `RESTORE_SESSION_STATE` for the
  * request's own statements has the same exposure (its `KEPT` guard then silently skips).
+ *
+ * Fixed: the role, session authorization, search path and start a nested transaction keeps
+ * are read back into the process (`LazyTransaction.keepState`, `keepNestedState`'s row) and
+ * put back from there (`restoreState`, `restoreNestedState(name, kept)` in
+ * lib/connection/session-state.ts; `NestedCommit.endingText`'s `beganAt`), which `RESET ALL`
+ * cannot reach.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
