@@ -51,9 +51,14 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Control: the same Money class without `toJSON()` (the round 75b fix): first answer and
  * replay both `"12.50 EUR"`; pass.
  *
- * Severity: medium (a wrong replay, silently: the first answer says 12.50 EUR, every retry
- * NaN undefined; any value object with a `toJSON()` (Dinero, a Decimal wrapper, a Luxon
- * DateTime whose fields a middleware reads) behind a middleware of a scalar field).
+ * The general line of the same section ("what a class has more (its methods and getters, a
+ * `toJSON()` that is written instead, as for a `Decimal`) ... not there as they were on a
+ * replay", logged once) covers a value GraphQL reads; the middleware paragraph promises more
+ * for a middleware's input, and names this very case (a `Money` written as a `String`).
+ *
+ * Severity: medium (arguable as the logged limit above; a wrong replay, silently to the client:
+ * the first answer says 12.50 EUR, every retry NaN undefined; any value object with a
+ * `toJSON()` whose fields a middleware of a scalar field reads).
  *
  * Fails now: the replay's `total` is `"NaN undefined"`, the first answer's `"12.50 EUR"`.
  *
