@@ -89,8 +89,10 @@ export class GraphqlReplayMarker implements OnApplicationBootstrap {
     return Promise.resolve({
       willSendResponse: async ({ contextValue: context, response }: ApolloResponse) => {
         const result = response.body.kind === 'single' ? response.body.singleResult : undefined;
-        // Each error stored where the answer located it (see `answeredLocations`).
-        const failures = await storeAnswersOf(context, result?.errors);
+        // Each error stored at its own locations: Apollo runs graphql-js, which answered
+        // them, and its `result.errors` are after the app's `formatError`, which a replay goes
+        // through again (adversary 75c: a formatter re-basing lines applied twice).
+        const failures = await storeAnswersOf(context);
         if (result && failures.length > 0) {
           // Apollo has formatted its errors by now: the entry is the error's JSON.
           result.errors = withStoreFailures(result.errors, failures, (json) => json);

@@ -57,6 +57,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Suggested fix: under Apollo read the locations before `formatError` (the thrown error's own
  * are what graphql-js answered: keep them), or take the answer's only from a driver that
  * locates otherwise than graphql-js (Mercurius' jit), before its `errorFormatter`.
+ *
+ * Fixed: under Apollo the error is stored at its own locations (graphql-js answered them), not
+ * read from `result.errors` after `formatError` (GraphqlReplayMarker's `willSendResponse`,
+ * lib/graphql/replay-marker.ts, calls `storeAnswersOf(context)`); Mercurius' hook still reads its
+ * answer's, before its `errorFormatter`.
  */
 let pool: Pool;
 
