@@ -16,6 +16,16 @@ describe('fitsListType', () => {
     ['a list, a Map', list, new Map([['A-1', 2]]), false],
     ['a list, a Set', list, new Set([1]), false],
     ['a list, a string', list, 'a,b', false],
+    ["a list, a Map's keys() (read once into an array)", list, new Map([['A-1', 2]]).keys(), true],
+    [
+      'a list, a generator',
+      list,
+      (function* () {
+        yield 1;
+      })(),
+      true,
+    ],
+    ["a list, a Set's values()", list, new Set([1]).values(), true],
   ])('%s', (_name, type, value, fits) => {
     expect(fitsListType(graphql, type, value)).toBe(fits);
   });

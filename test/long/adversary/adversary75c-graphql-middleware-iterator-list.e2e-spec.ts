@@ -28,7 +28,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  *   const logged: FieldMiddleware = async (ctx, next) => {
  *     const value = await next();
- *     seen.push(ctx.info.fieldName);
+ *     seen.push(String(ctx.info?.fieldName));
  *     return value;
  *   };
  *   @Field(() => [String], { middleware: [logged] }) skus!: Iterable<string>;
@@ -63,6 +63,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * string, and not a Map, whose entries the middleware may not want) and read it once as the
  * walk does (the first answer given that list); or keep a one-shot iterator as the array it
  * was read into.
+ *
+ * Fixed: a one-shot iterator fits a list type (lib/graphql/middleware-input.ts `fitsListType`,
+ * `isOneShot`): walkValue reads it once into an array, stores it as a list and gives the first
+ * answer's middleware that array.
  */
 let pool: Pool;
 
@@ -72,7 +76,7 @@ const seen: string[] = [];
 /** Nest's field middleware: logs the field, and gives its value as it is. */
 const logged: FieldMiddleware = async (ctx, next) => {
   const value: unknown = await next();
-  seen.push(ctx.info.fieldName);
+  seen.push(String(ctx.info?.fieldName));
   return value;
 };
 
