@@ -13,6 +13,12 @@ import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
 import { fitsListType } from './middleware-input.js';
+import {
+  MIDDLEWARE_EXTRAS_BYTES,
+  fitExtras,
+  getterFields,
+  withGetterFields,
+} from './middleware-extras.js';
 import { type ReplayLoss } from './replay-loss.js';
 import { fieldResolution, isResolvedByApp } from './resolved-fields.js';
 import {
@@ -201,6 +207,8 @@ interface Walk {
   losses: ReplayLoss[];
   /** Each iterable read, by itself: read once even where the value reaches it twice. */
   lists: WeakMap<object, unknown[]>;
+  /** The bytes left for unselected fields kept for field middleware (see middleware-extras.ts). */
+  extrasLeft: number;
   /**
    * The fields each selection selects of each type, collected once for all the items of a
    * list (as GraphQL collects a list's sub-fields once).
@@ -244,6 +252,7 @@ export async function outputWire(
     call,
     losses,
     lists: new WeakMap(),
+    extrasLeft: MIDDLEWARE_EXTRAS_BYTES,
     collected: new WeakMap(),
   };
   return walkValue(walk, type, promised, selection.nodes);
@@ -255,10 +264,12 @@ async function walkValue(
   promised: unknown,
   nodes: readonly FieldNode[],
   /**
-   * Under an object whose class class-transformer serializes (see `hasClassMetadata`): all of
-   * its own data is kept, as a serializer outside reads it all again on a replay.
+   * Under an object whose class class-transformer serializes (see `hasClassMetadata`,
+   * `'class'`): all of its own data is kept, as a serializer outside reads it all again on a
+   * replay. Under a field middleware's input (`'middleware'`): its unselected fields too, its
+   * getters' included, within a budget (see middleware-extras.ts).
    */
-  whole = false,
+  whole: Whole = false,
 ): Promise<StoredValue> {
   const { graphql, schema, losses } = walk;
   const value = isThenable(promised) ? await promised : promised;
@@ -322,15 +333,38 @@ async function walkValue(
     !(instance && (decorated === nest || Object.prototype.isPrototypeOf.call(decorated, nest!)))
       ? decorated
       : undefined;
-  const keepsWhole =
-    whole || ownClass !== undefined || (instance && hasClassMetadata(nestTarget(concrete.name)!));
+  const byClass =
+    whole === 'class' ||
+    ownClass !== undefined ||
+    (instance && hasClassMetadata(nestTarget(concrete.name)!));
+  const keepsWhole = byClass || whole === 'middleware';
   // A selected field's code of the app's (a `@ResolveField()`, a loader, field middleware
   // around Nest's read) may read any of its parent's data (adversary 74).
-  const readParent = [...selected.keys()].some(
-    (name) => fieldResolution(concrete, name) !== 'property',
-  );
-  if (keepsWhole || readParent) {
+  const resolutions = [...selected.keys()].map((name) => fieldResolution(concrete, name));
+  if (byClass || resolutions.includes('app')) {
     Object.assign(kept, ownData(source, fields, selected));
+  } else if (whole === 'middleware' || resolutions.includes('middleware')) {
+    // Only field middleware reads it beyond the selection: its unselected fields kept within
+    // a budget, never counted whole against `maxResponseBytes` (adversary 75c); and, for its
+    // own input, the fields its class computes (`get deleted()`) read, as the middleware
+    // reads them (adversary 75c).
+    const unselected = Object.keys(fields).filter((name) => !selected.has(name));
+    const extras = {
+      ...ownData(source, fields, selected),
+      ...(whole === 'middleware' ? getterFields(source, unselected) : {}),
+    };
+    const fitted = fitExtras(extras, walk.extrasLeft);
+    walk.extrasLeft = fitted.remaining;
+    Object.assign(kept, fitted.kept);
+    if (fitted.dropped.length > 0) {
+      losses.push({
+        type: concrete.name,
+        what:
+          `its unselected field ${fitted.dropped.join(', ')} is not stored for field ` +
+          `middleware (past the ${MIDDLEWARE_EXTRAS_BYTES} bytes kept of unselected fields): ` +
+          "a replay's middleware reading it finds nothing there",
+      });
+    }
   }
   const methods: string[] = [];
   /** Selected fields it gave through its class (see `FROM_CLASS`). */
@@ -412,8 +446,8 @@ async function walkValue(
      * first answer given it as the resolver did, never a value the walk made of it
      * (adversary 75b: a record wrapped in a list made up, a `Money` refused by `String`).
      */
-    const keepInput = () => {
-      kept[property] = item;
+    const keepInput = (input: unknown = item) => {
+      kept[property] = input;
       const viaGetter = readsThroughAccessor(source, property);
       if (viaGetter && !Object.prototype.hasOwnProperty.call(source, property)) {
         accessors.push(name);
@@ -426,17 +460,40 @@ async function walkValue(
       }
     };
     if (middleware && !fitsListType(graphql, field.type, item)) {
-      keepInput();
+      // A container it maps to the list (a `Map` of lines): its items' computed fields read
+      // and kept in them, as a list's items are walked (adversary 75c: `get totalCents()`).
+      const itemType = graphql.getNamedType(field.type);
+      const itemFields = graphql.isObjectType(itemType) ? Object.keys(itemType.getFields()) : [];
+      keepInput(
+        typeof item === 'object' && item !== null && itemFields.length > 0
+          ? withGetterFields(item, itemFields)
+          : item,
+      );
       continue;
     }
     let stored: StoredValue;
     try {
       // Behind middleware with its whole data: the middleware may read any of it (a filter by
       // the items' unselected `deleted`: adversary 75b).
-      stored = await walkValue(walk, field.type, item, fieldNodes, keepsWhole || middleware);
+      const under: Whole = byClass ? 'class' : keepsWhole || middleware ? 'middleware' : false;
+      stored = await walkValue(walk, field.type, item, fieldNodes, under);
     } catch (error) {
       if (!middleware) throw error;
       keepInput();
+      continue;
+    }
+    if (
+      middleware &&
+      typeof item === 'object' &&
+      item !== null &&
+      graphql.isLeafType(graphql.getNullableType(field.type)) &&
+      !fromWireAgain(graphql, schema, field.type, stored.wire, item).same &&
+      !keepsExactly(item)
+    ) {
+      // An object its scalar writes (a `Money` with a `toJSON()`, which `String` takes): the
+      // middleware reads the object, so its own data is kept, never what the scalar wrote of
+      // it (adversary 75c: a replay's middleware formatting a string answered "NaN undefined").
+      keepInput(ownDataOf(item, concrete.name, name, losses));
       continue;
     }
     wire[name] = stored.wire;
@@ -584,6 +641,36 @@ function fieldsOf(
     byType.set(type, fields);
   }
   return fields;
+}
+
+/** How much of a value's unselected data a walk keeps (see `walkValue`). */
+type Whole = false | 'class' | 'middleware';
+
+/**
+ * A field middleware's input object as its own enumerable data, a plain object: kept so, a
+ * `toJSON()` of its class is not what is stored of it (see kept-data.ts). What its class had
+ * more (methods, getters) is a loss, named.
+ */
+function ownDataOf(item: object, type: string, field: string, losses: ReplayLoss[]): unknown {
+  const members = classMembers(item);
+  if (members.length > 0) {
+    losses.push({
+      type,
+      what:
+        `its field ${field}'s middleware input (${describeValue(item)}) comes back as its own ` +
+        `data, without ${members.join(', ')} of its class`,
+    });
+  }
+  const data: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(item)) {
+    Object.defineProperty(data, key, {
+      value,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  }
+  return data;
 }
 
 /** The object's own data property of that name (never a getter, a Promise or a method). */

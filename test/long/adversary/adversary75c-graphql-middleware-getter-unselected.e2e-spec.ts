@@ -65,6 +65,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Suggested fix: behind middleware (and wherever `whole`), keep the unselected fields a
  * getter of the class gives too (read once, as `classGetters` reads the others: a field is
  * no reason to skip it there when it is not selected), or name it as a loss.
+ *
+ * Fixed: walkValue (lib/graphql/wire-value.ts) walks a middleware field's input in `'middleware'`
+ * mode, which keeps its unselected fields' own data and, read once, those its class computes
+ * (lib/graphql/middleware-extras.ts `getterFields`: a getter that throws or gives a Promise left
+ * out).
  */
 let pool: Pool;
 

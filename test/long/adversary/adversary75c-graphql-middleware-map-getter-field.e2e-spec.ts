@@ -68,6 +68,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * of its values that is an object of the list's item type with that type (as the array case
  * does), storing the selected fields it gives through getters, and keep the container's shape
  * around them; or store the middleware's output (run the field's resolver) for such inputs.
+ *
+ * Fixed: a list field's middleware input that is a container (a `Map`, a `Set`, a record) is kept
+ * with each item given, as own data, the fields of the item type its class computes
+ * (`totalCents`), read once: lib/graphql/middleware-extras.ts `withGetterFields`, called from
+ * walkValue (lib/graphql/wire-value.ts) where `fitsListType` is false.
  */
 let pool: Pool;
 

@@ -66,6 +66,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * to keep: keep the input whole (its own data, fields read before any `toJSON()`) whenever
  * the wire form does not give it back exactly (`!back.same`), and in `plainCopy` keep an
  * instance's own fields (not its `toJSON()`) where it is a middleware's input.
+ *
+ * Fixed: behind middleware, a leaf field's object value that its scalar writes but whose wire form
+ * does not give it back (a `Money` with a `toJSON()`) is kept as its own data, a plain object,
+ * never its `toJSON()` (walkValue and `ownDataOf`, lib/graphql/wire-value.ts), its class's members
+ * named as a loss.
  */
 let pool: Pool;
 

@@ -57,6 +57,15 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * (it cannot be known: then say so in the docs, with the class-transformer case's warning),
  * or count only the selection against `maxResponseBytes` and bound the kept input separately,
  * with a loss logged rather than the mutation refused.
+ *
+ * Fixed: the unselected fields kept for field middleware (walkValue's `'middleware'` mode, and the
+ * parent of a middleware field) are kept within `MIDDLEWARE_EXTRAS_BYTES` (256 KiB as JSON) per
+ * stored answer (lib/graphql/middleware-extras.ts `fitExtras`); past it a field is stored without
+ * them and a loss names them. Why a budget rather than none: a middleware may filter or mask by an
+ * unselected field (adversary 75b), and a request that works without the library must never fail
+ * with it; documented in docs/guides/graphql.md (a replay's middleware then finds nothing there).
+ * (The parent of an `@ResolveField()` and a class-transformer class keep theirs unbounded, as
+ * documented.)
  */
 let pool: Pool;
 
