@@ -43,6 +43,10 @@
  * Severity: medium (a false 500 on every try for node-postgres code that is correct without the
  * library, and that the docs name as handled since round 75b; nothing lost or run twice).
  *
+ * Checked with lib/data-layers/pool-transaction.ts of 93ca226^: 500 too (the INSERT refused as
+ * beside, StatementBesideNestedTransactionError): not a regression, a case round 75b's fix
+ * still misses.
+ *
  * Fails now: 'Expected {"status":201,"body":undefined,"rows":["order","after"],"met":[]},
  * Received {"status":500,"body":{"code":"transaction_aborted",…},"rows":[],"met":[]}' (the
  * refusal is `NestedTransactionOpenAtCommitError`, from `refuseLeftOpen` at the request's

@@ -41,6 +41,9 @@
  * Severity: medium (a false 500 on every try for node-postgres code that is correct without the
  * library; nothing lost or run twice).
  *
+ * Checked with lib/data-layers/pool-transaction.ts of 93ca226^: the same 500: not a
+ * regression, a case round 75b's fix still misses.
+ *
  * Fails now: 'Expected {"status":201,"lines":0,"audit":1,"met":["keyed-unawaited: commit
  * 23503"]}, Received {"status":500,"lines":0,"audit":0,"met":["keyed-unawaited: commit 23503",
  * "keyed-unawaited: audit 25P02"]}'; the two controls pass.
