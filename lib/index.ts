@@ -49,6 +49,7 @@ export {
   IsolationLevelRefusedError,
   NestedTransactionOpenAtCommitError,
   ReadOnlyTransactionRefusedError,
+  ReleasedClientError,
   RetriedTryStatementError,
   NestedFirstPhaseError,
   SessionAdvisoryLockRefusedError,

@@ -12,6 +12,7 @@ import {
   CursorOpenRefusedError,
   NestedTransactionOpenAtCommitError,
   ReadOnlyTransactionRefusedError,
+  ReleasedClientError,
   StatementBesideNestedTransactionError,
   TransactionEndedError,
 } from '../transaction/seam-errors.js';
@@ -966,6 +967,15 @@ export class JoinedClient extends EventEmitter {
    * (a `BEGIN`, `COMMIT` or `ROLLBACK`, whose nested transaction is on the books until then).
    */
   private releasable: Promise<unknown> = Promise.resolve();
+  /**
+   * Given back (`release()`): what is called on it after is refused, as node-postgres' client
+   * ended by `release(true)` refuses it, and as it must be here: run on the request's
+   * connection, work its code gave up on would commit with the answer; past the request's
+   * end, it would hold a connection apart (see `connectionApart`) that nothing gives back.
+   */
+  private released = false;
+  /** Given back to be destroyed (`release(true)`, or with an error; see `query`). */
+  private destroyed = false;
 
   /** `call` is the view's last: the next waits for it to be done. */
   private inTurn(call: Promise<unknown>): void {
@@ -996,6 +1006,7 @@ export class JoinedClient extends EventEmitter {
     // Work of a try retried since, on a view it took before (see `refuseRetriedTry`).
     const refused = retriedTryRefusal();
     if (refused) return refusedStatement(args, refused);
+    if (this.released) return refusedStatement(args, new ReleasedClientError());
     if (!this.apart && this.depth === 0 && this.transaction.ended) {
       this.apart = this.transaction.connectionApart();
       // Refused (the request rolled back): said to each statement, as below.
@@ -1025,16 +1036,30 @@ export class JoinedClient extends EventEmitter {
       // What is called after it, anywhere on the request's connection, is sent after it.
       this.transaction.endCalled(handed);
     }
-    const run = () =>
-      this.transaction.onView(this, callback ? args.slice(0, -1) : args, { after, onSent });
+    // Whether it runs inside a nested transaction of the view's (judged in turn, as it runs).
+    let inside = false;
+    const run = () => {
+      inside = this.depth > 0;
+      return this.transaction.onView(this, callback ? args.slice(0, -1) : args, { after, onSent });
+    };
     const result = this.pending === 0 ? run() : this.turn.then(run);
     this.inTurn(result);
     // Done without being sent (refused, failed on its way): handed over as far as it goes.
     result.then(onSent, onSent);
     // Its failure is the caller's to see: here only when it is over.
     this.releasable = (control ? result : Promise.race([handed, result])).catch(() => undefined);
-    if (!callback) return result;
-    result.then(
+    // A statement of its nested transaction still running when the view was given back to be
+    // destroyed (an `UPDATE` stuck on a lock, given up on by `release(true)`): that release
+    // rolled it back, and node-postgres would have failed it ("Connection terminated"). Its
+    // success is not told, so that the work given up on does not go on as if it had run.
+    const answer = control
+      ? result
+      : result.then((value) => {
+          if (inside && this.destroyed) throw new ReleasedClientError(true);
+          return value;
+        });
+    if (!callback) return answer;
+    answer.then(
       (value) => callback(undefined, value),
       (error: unknown) => callback(error),
     );
@@ -1068,6 +1093,9 @@ export class JoinedClient extends EventEmitter {
   }
 
   release(destroy?: boolean | Error): void {
+    if (this.released) return;
+    this.released = true;
+    if (destroy) this.destroyed = true;
     if (this.apart) {
       // Given back to the pool as node-postgres would: its own connection, not the request's.
       this.apart.then(

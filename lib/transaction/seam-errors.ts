@@ -332,6 +332,28 @@ export class TransactionEndedError extends Error {
 }
 
 /**
+ * Thrown to code that uses a client of the pool after giving it back (`client.release()`;
+ * with `true` or an error, node-postgres ends it and refuses whatever is called on it after),
+ * and to a statement of its nested transaction still running when it was given back to be
+ * destroyed (an `UPDATE` stuck on a lock), which that release rolled back: work given up on
+ * stops there, and none of it commits with the request.
+ */
+export class ReleasedClientError extends Error {
+  constructor(running = false) {
+    super(
+      running
+        ? 'The client of the pool was given back to be destroyed (release(true)) while this ' +
+            'statement ran: its nested transaction was rolled back, as node-postgres ends the ' +
+            'connection. Take a new client with pool.connect() to go on.'
+        : 'A statement on a client of the pool after it was given back (release()) was ' +
+            'refused: on the idempotent request’s connection it would run with no transaction ' +
+            'of its own, or be kept apart for good. Take a new client with pool.connect() to go on.',
+    );
+    this.name = 'ReleasedClientError';
+  }
+}
+
+/**
  * A statement of a try of the route's handler that an interceptor inside `@Idempotent()` has
  * retried since (its Promise settled while work of it still ran: a sibling step of a
  * `Promise.all` that rejected): that try failed, and its work would commit with the next try's

@@ -62,6 +62,13 @@
  * ended client does (reject with an error like "Client was closed and is not queryable"),
  * at least after `release(true)`/`release(error)`; and the calls it had queued but not sent
  * at its release fail rather than run.
+ *
+ * Fixed: a view given back refuses every later call in its own form (`JoinedClient.query`,
+ * `released`: `ReleasedClientError`, lib/transaction/seam-errors.ts, through
+ * `refusedStatement`), before any connection apart is taken for it; and a statement of its
+ * nested transaction still running at a `release(true)` (the stuck `UPDATE`, rolled back by
+ * `onRelease`) is answered with that error, not its success (`JoinedClient.query`'s
+ * `answer`), so the work given up on stops (lib/data-layers/pool-transaction.ts).
  */
 import { Body, Controller, Inject, Module, Post } from '@nestjs/common';
 import { type Pool, type PoolClient } from 'pg';
