@@ -147,6 +147,12 @@ interface CallOrder {
   onSent?: () => void;
 }
 
+/** Takes `savepoint` off `savepoints`, wherever it stands, if it is there. */
+function withdraw(savepoints: Savepoint[], savepoint: Savepoint): void {
+  const at = savepoints.lastIndexOf(savepoint);
+  if (at >= 0) savepoints.splice(at, 1);
+}
+
 /** What ends a nested transaction after its `RELEASE`, if anything, as the statement's tail. */
 function ending(text: string | undefined): string {
   return text === undefined ? '' : `; ${text}`;
@@ -722,6 +728,14 @@ export class PoolTransaction extends RequestTransaction {
     if (this.ended) return this.apart(true, () => Promise.reject(new TransactionEndedError()));
     switch (control.kind) {
       case 'begin': {
+        // Called after another view's `COMMIT` or `ROLLBACK` still on its way: its savepoint is
+        // made after that end, so it is on the books after it too (else that end, no longer the
+        // innermost, would find another on top of it), as a statement is (see `statement`).
+        if (order.after && order.after.length > 0) {
+          await Promise.all(order.after);
+          if (this.ended)
+            return this.apart(true, () => Promise.reject(new TransactionEndedError()));
+        }
         await this.askIsolation(control.level);
         const savepoint = {
           name: `idempotency_nested_${++this.savepointCount}`,
@@ -802,9 +816,11 @@ export class PoolTransaction extends RequestTransaction {
     how: 'commit' | 'rollback',
     order: CallOrder = {},
   ): Promise<void> {
+    // Wherever it stands by then: a nested transaction begun on another view while its end
+    // was on its way is on top of it in the books, but outside it on the connection.
     const pop = () => {
-      if (this.savepoints[this.savepoints.length - 1] === savepoint) this.savepoints.pop();
-      if (view.savepoints[view.savepoints.length - 1] === savepoint) view.savepoints.pop();
+      withdraw(this.savepoints, savepoint);
+      withdraw(view.savepoints, savepoint);
       this.endInner(view);
     };
     if (!savepoint.made) return pop(); // nothing ran inside it

@@ -56,6 +56,11 @@
  * statement does, before its savepoint is pushed; and/or have `endSavepoint`'s `pop()` remove
  * the committed savepoint wherever it stands once its `RELEASE` is back (a savepoint begun
  * after it but not yet made is then outside it, as it was called).
+ *
+ * Fixed: a view's `BEGIN` waits for the ends called before it (`PoolTransaction.onView`, its
+ * 'begin' case, `order.after` from `EndsInFlight`) before its savepoint goes on the books; and
+ * `endSavepoint`'s `pop()` takes the ended savepoint off wherever it stands (`withdraw`),
+ * not only from the top (lib/data-layers/pool-transaction.ts).
  */
 import { Body, Controller, Inject, Module, Post } from '@nestjs/common';
 import { type Pool } from 'pg';
