@@ -1,6 +1,8 @@
 /**
- * The nested transactions' ends (`COMMIT`, `ROLLBACK` on a view of the request's connection)
- * called and not yet handed to node-postgres. Without the library each view is a connection of
+ * The nested transactions' ends (`COMMIT`, `ROLLBACK` on a view of the request's connection,
+ * a view's `release()` that rolls back what it left open) called and not yet over: a
+ * `ROLLBACK` until it is handed to node-postgres, a `COMMIT` until it is done (one that fails
+ * leaves its nested transaction open), a release until its rollback is handed over. Without the library each view is a connection of
  * its own and node-postgres runs its `COMMIT` or `ROLLBACK` in call order, before anything
  * called after it; here they share one connection, and an end reaches it only after a few
  * awaits of its own (its `SAVEPOINT`, the connection, the settings it puts back). A statement
@@ -12,8 +14,9 @@ export class EndsInFlight {
   private readonly unsent = new Set<Promise<unknown>>();
 
   /**
-   * An end called now: `handed` settles once its text is handed to node-postgres, or once the
-   * call is done without sending any (nothing ran inside it, refused, failed).
+   * An end called now: `handed` settles once it is over as far as what is called after it is
+   * concerned (see above), or once the call is done without sending anything (nothing ran
+   * inside it, refused, failed).
    */
   add(handed: Promise<unknown>): void {
     const settled = handed.then(

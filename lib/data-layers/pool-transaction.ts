@@ -1048,10 +1048,15 @@ export class JoinedClient extends EventEmitter {
     const handed = new Promise<void>((resolve) => {
       onSent = resolve;
     });
-    if (control?.kind === 'commit' || control?.kind === 'rollback') {
-      // What is called after it, anywhere on the request's connection, is sent after it.
-      this.transaction.endCalled(handed);
-    }
+    let onDone = (): void => undefined;
+    const done = new Promise<void>((resolve) => {
+      onDone = resolve;
+    });
+    // What is called after it, anywhere on the request's connection, is sent after it: after a
+    // `ROLLBACK` once it is handed over; after a `COMMIT` once it is done, since one that fails
+    // (a deferred foreign key) leaves its nested transaction open, aborted, on the connection.
+    if (control?.kind === 'commit') this.transaction.endCalled(done);
+    if (control?.kind === 'rollback') this.transaction.endCalled(handed);
     // Whether it runs inside a nested transaction of the view's (judged in turn, as it runs).
     let inside = false;
     const run = () => {
@@ -1062,6 +1067,7 @@ export class JoinedClient extends EventEmitter {
     this.inTurn(result);
     // Done without being sent (refused, failed on its way): handed over as far as it goes.
     result.then(onSent, onSent);
+    result.then(onDone, onDone);
     // Its failure is the caller's to see: here only when it is over.
     this.releasable = (control ? result : Promise.race([handed, result])).catch(() => undefined);
     // A statement of its nested transaction still running when the view was given back to be
@@ -1135,6 +1141,9 @@ export class JoinedClient extends EventEmitter {
     if (this.pending === 0) return release();
     const released = this.releasable.then(release);
     this.inTurn(Promise.all([this.turn, released]));
+    // Its rollback is an end too: what is called after the release, anywhere on the request's
+    // connection, is sent after it (behind a `COMMIT` that failed, outside its savepoint).
+    this.transaction.endCalled(released);
   }
 
   /** node-postgres' own quoting of a name (a client's method too: code quotes with it). */

@@ -53,6 +53,13 @@
  * savepoint is rolled back first (as `release()` would) or the statement is judged as inside
  * the still-open nested transaction; or hold it behind the `COMMIT`'s outcome only when that
  * `COMMIT` carries a deferred check.
+ *
+ * Fixed: what is called after a nested `COMMIT` waits until that `COMMIT` is done, not only
+ * handed over (`JoinedClient.query`: `endCalled(done)`; a `ROLLBACK` still until handed over),
+ * and a `release()` called behind pending calls is an end too (`JoinedClient.release`:
+ * `endCalled(released)`): the audit write is judged and sent after the failed `COMMIT` and the
+ * release's `ROLLBACK TO`, outside the savepoint (lib/data-layers/pool-transaction.ts,
+ * lib/data-layers/ends-in-flight.ts).
  */
 import { Body, Controller, Inject, Module, Post } from '@nestjs/common';
 import { type Pool } from 'pg';
