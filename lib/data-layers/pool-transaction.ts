@@ -622,11 +622,7 @@ export class PoolTransaction extends RequestTransaction {
 
   /**
    * Counts `cursor` as open until node-postgres says it ended (or failed), or until it is
-   * closed before it was handed over. The handler holds it at once, but it is submitted only
-   * once the BEGIN succeeded: pg-cursor's `close()` before that finds no connection and does
-   * nothing, and the cursor would open afterwards and hold the connection. Closed while held,
-   * it is withdrawn (never submitted); closed once handed to node-postgres but not yet run,
-   * its close waits until it runs, so that it ends as soon as it opens.
+   * closed before it was handed over (see `endOnClose`).
    */
   private watchCursor(cursor: Submitted): void {
     this.openCursors.add(cursor);
@@ -643,26 +639,46 @@ export class PoolTransaction extends RequestTransaction {
       };
     }
     this.endOnClose(cursor);
-    const close = cursor.close;
-    const submit = cursor.submit;
-    if (typeof close !== 'function' || typeof submit !== 'function') return;
+  }
+
+  /**
+   * Ends `submittable` when its code closes its cursor (`cursorOf`: a pg-cursor itself, the
+   * one a pg-query-stream wraps, closed by its `destroy()` or by `break` out of its `for
+   * await`). Running, its portal's Close and a Sync are sent at once: its ReadyForQuery comes
+   * a round trip later, but a statement sent meanwhile waits for nothing of its code's, since
+   * node-postgres queues it behind the close (adversary 75, as `OpenStreams` on TypeORM's
+   * path). The handler holds it at once, but it is submitted only once the BEGIN succeeded:
+   * pg-cursor's `close()` before that finds no connection and does nothing, and the cursor
+   * would open afterwards and hold the connection. Closed while held, it is withdrawn (never
+   * submitted: see `withdrawn`); closed once handed to node-postgres but not yet run, its
+   * close waits until it runs, so that it ends as soon as it opens.
+   */
+  private endOnClose(submittable: Submitted): void {
+    const cursor = cursorOf(submittable);
+    const close = cursor?.close;
+    if (!cursor || typeof close !== 'function') return;
+    const submit = submittable.submit;
     let closeOnSubmit: (() => void) | undefined;
-    cursor.submit = (...args: unknown[]) => {
-      this.cursorStages.set(cursor, 'submitted');
-      const result = submit.apply(cursor, args);
-      closeOnSubmit?.();
-      return result;
-    };
+    if (typeof submit === 'function') {
+      submittable.submit = (...args: unknown[]) => {
+        this.cursorStages.set(submittable, 'submitted');
+        const result = submit.apply(submittable, args);
+        closeOnSubmit?.();
+        return result;
+      };
+    }
     cursor.close = (...args: unknown[]) => {
-      const stage = this.cursorStages.get(cursor);
+      const stage = this.cursorStages.get(submittable);
       if (stage === 'held') {
-        this.cursorStages.set(cursor, 'withdrawn');
-        this.openCursors.delete(cursor);
-      }
-      if (stage !== 'queued') return close.apply(cursor, args);
+        this.cursorStages.set(submittable, 'withdrawn');
+        this.openCursors.delete(submittable);
+      } else if (closesOnTheWire(cursor)) this.openCursors.delete(submittable);
+      if (stage !== 'queued' || typeof submit !== 'function') return close.apply(cursor, args);
       const callback = typeof args[0] === 'function' ? args[0] : undefined;
       const closed = new Promise<void>((resolve, reject) => {
         closeOnSubmit = () => {
+          // Running now: its Close and Sync go at once (see above).
+          this.openCursors.delete(submittable);
           void (close.call(cursor, (error?: unknown) =>
             error ? reject(asError(error)) : resolve(),
           ) as unknown);
@@ -674,23 +690,6 @@ export class PoolTransaction extends RequestTransaction {
         (error: unknown) => (callback as (error?: unknown) => void)(error),
       );
       return undefined;
-    };
-  }
-
-  /**
-   * A running cursor its code closes (a pg-query-stream left by `break` out of its `for
-   * await`, which destroys it) sends its portal's Close and a Sync at once: its ReadyForQuery
-   * comes a round trip later, but a statement sent meanwhile waits for nothing of its code's,
-   * since node-postgres queues it behind the close. It no longer counts open then (adversary
-   * 75, as `OpenStreams` on TypeORM's path); one closed before it ran is seen to below.
-   */
-  private endOnClose(submittable: Submitted): void {
-    const cursor = cursorOf(submittable);
-    const close = cursor?.close;
-    if (!cursor || typeof close !== 'function') return;
-    cursor.close = (...args: unknown[]) => {
-      if (closesOnTheWire(cursor)) this.openCursors.delete(submittable);
-      return close.apply(cursor, args);
     };
   }
 

@@ -51,6 +51,12 @@
  * submitted, whatever wraps it: in `endOnClose`, when `closesOnTheWire` is false and the
  * stage is 'held' (or 'queued'), mark it withdrawn (or close it on submit) and forget it, as
  * `watchCursor` does for a pg-cursor.
+ *
+ * Fixed: `endOnClose` (lib/data-layers/pool-transaction.ts) now holds the stage logic
+ * `watchCursor` had for a pg-cursor's own `close()`, on the cursor `cursorOf` finds (the one a
+ * pg-query-stream wraps) and the submittable's `submit`: closed while held, the stream is
+ * withdrawn (stage 'withdrawn', out of `openCursors`) and `withdrawn()` keeps `send` from
+ * handing it to node-postgres; closed while queued, its close is sent once it is submitted.
  */
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { type Pool } from 'pg';
