@@ -9,8 +9,7 @@
  * that one ended: `commitLater`, then `releaseCommitted`) sends `RELEASE SAVEPOINT typeorm_1`,
  * long gone (3B001): the library refuses, the request's transaction is aborted, 500
  * `transaction_aborted` stored and replayed; nothing committed, though every `await` of the
- * handler succeeded. Without the library: 201, the
- * two rows and the audit row.
+ * handler succeeded. Without the library: 201, the two rows and the audit row.
  *
  *   @EventSubscriber()
  *   class AuditSubscriber implements EntitySubscriberInterface {
