@@ -48,6 +48,7 @@ export {
   StatementBesidePhaseRefusedError,
   IsolationLevelRefusedError,
   NestedTransactionOpenAtCommitError,
+  NestedTurnTimeoutError,
   ReadOnlyTransactionRefusedError,
   ReleasedClientError,
   RetriedTryStatementError,

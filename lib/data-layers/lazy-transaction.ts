@@ -20,6 +20,7 @@ import {
   ConcurrentSaveFailedError,
   CursorOpenRefusedError,
   NestedTransactionOpenAtCommitError,
+  NestedTurnTimeoutError,
   ReadOnlyTransactionRefusedError,
   StatementBesideNestedTransactionError,
   TransactionEndedError,
@@ -113,8 +114,15 @@ export class LazyTransaction extends RequestTransaction {
   private startsUnderWay = 0;
   /** Each view's statements, sent in the order called (see `SendOrder`). */
   private readonly sendOrder = new SendOrder();
-  /** The nested starts, commits and rollbacks, one at a time (see `inTurn`). */
-  private readonly turns = new TurnQueue();
+  /**
+   * The nested starts, commits and rollbacks, one at a time (see `inTurn`), none waiting longer
+   * than the module's deadline behind a turn that runs its code's subscribers.
+   */
+  private readonly turns = new TurnQueue(this.timeoutMs, () =>
+    this.refuse(new NestedTurnTimeoutError(this.timeoutMs)),
+  );
+  /** The view whose nested transaction's start holds the turn now (see `endsOnArrival`). */
+  private startingFor?: unknown;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -173,6 +181,23 @@ export class LazyTransaction extends RequestTransaction {
    */
   private inTurn<T>(work: () => Promise<T>): Promise<T> {
     return this.turns.run(work);
+  }
+
+  /**
+   * Whether an end of `from`'s nested transaction, asked now, is decided on arrival rather than
+   * in turn (a commit put off, a rollback refused): another's transaction begun after it is
+   * open, or another's start is under way and the end is asked from outside that start's
+   * turn. Either sends nothing, and the turn under way may run a subscriber awaiting that
+   * very end: queued behind it, the end would wait for itself (a hang that holds the key).
+   */
+  private endsOnArrival(from: unknown): boolean {
+    if (this.nested.ending(from as object, 'commit') === 'not-innermost') return true;
+    return (
+      this.startingFor !== undefined &&
+      this.startingFor !== from &&
+      this.nested.depthOf(from as object) !== undefined &&
+      !this.turns.within
+    );
   }
 
   /** Keeps the session's state under `name` (`keepNestedState`), its values in the process too. */
@@ -377,7 +402,19 @@ export class LazyTransaction extends RequestTransaction {
     // depth it starts at.
     const startFrom = (owner: unknown, level?: string) => {
       this.startsUnderWay++;
-      const started = this.inTurn(() => startNow(owner, level));
+      const started = this.inTurn(async () => {
+        // Being started from its turn's start on: an earlier transaction's end asked meanwhile
+        // from outside the turn is decided on arrival (`endsOnArrival`), as if it were open.
+        const outer = this.startingFor;
+        this.startingFor = owner;
+        try {
+          await startNow(owner, level);
+        } finally {
+          this.startingFor = outer;
+          // A commit put off while it started, released if its start failed (else at its end).
+          await releaseCommitted();
+        }
+      });
       void started.then(
         () => this.startsUnderWay--,
         () => this.startsUnderWay--,
@@ -518,12 +555,13 @@ export class LazyTransaction extends RequestTransaction {
     };
     const commitInTurn = (from: unknown) => {
       // Put off on arrival, not in turn: it sends nothing, and the turn under way may be
-      // awaiting it (a `beforeTransactionCommit` subscriber of the transaction begun after it,
-      // awaiting this one's end): queued behind that turn, it would wait for itself. The end
-      // of the one after it releases it (`releaseCommitted`).
+      // awaiting it (a `beforeTransactionCommit` or `beforeTransactionStart` subscriber of the
+      // transaction begun after it, awaiting this one's end): queued behind that turn, it
+      // would wait for itself. The end of the one after it releases it (`releaseCommitted`),
+      // or the end of its start's turn, when that start failed.
       if (
         internals.transactionDepth > 1 &&
-        this.nested.ending(from as object, 'commit') === 'not-innermost' &&
+        this.endsOnArrival(from) &&
         this.nested.commitLater(from as object)
       ) {
         return Promise.resolve();
@@ -575,6 +613,18 @@ export class LazyTransaction extends RequestTransaction {
       if (this.failedStartAt === internals.transactionDepth) {
         this.failedStartAt = undefined;
         return Promise.resolve();
+      }
+      // Refused on arrival, not in turn, when another's transaction begun after it is open (or
+      // being started: see `startingFor`): it sends nothing, and the turn under way may be
+      // awaiting its end (a `beforeTransactionCommit` or `beforeTransactionStart` subscriber
+      // of that other transaction): queued behind that turn, it would wait for itself.
+      if (internals.transactionDepth > 1 && this.endsOnArrival(from)) {
+        return Promise.reject(
+          this.refuse(
+            'rollbackTransaction() of a nested transaction while another, begun after it ' +
+              'through another query runner, is still open (or being started)',
+          ),
+        );
       }
       return this.inTurn(async () => {
         try {
@@ -653,8 +703,11 @@ export class LazyTransaction extends RequestTransaction {
         throw error;
       }
     };
+    // The library's own (and TypeORM's SAVEPOINT, RELEASE…): a turn's wire step, not its
+    // code's (see `TurnQueue.onWire`).
+    const turns = this.turns;
     internals.query = function (this: unknown, ...args: unknown[]) {
-      return queryFrom(this, args);
+      return this === runner ? turns.onWire(() => queryFrom(this, args)) : queryFrom(this, args);
     };
     this.keepSettingsOf = keepSettings;
     const stream = runner.stream.bind(runner) as (...args: unknown[]) => Promise<unknown>;

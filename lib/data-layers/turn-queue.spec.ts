@@ -59,3 +59,29 @@ describe('TurnQueue', () => {
     expect(log.indexOf('late begins')).toBeGreaterThan(log.indexOf('b ends'));
   });
 });
+
+describe('TurnQueue bounded wait', () => {
+  const ms = (n: number) => new Promise((resolve) => setTimeout(resolve, n));
+
+  it('gives up a wait behind a turn awaiting app code, and never runs it', async () => {
+    const queue = new TurnQueue(20, () => new Error('gave up'));
+    const log: string[] = [];
+    let release!: () => void;
+    const held = queue.run(() => new Promise<void>((resolve) => (release = resolve)));
+    const waiting = queue.run(async () => void log.push('ran'));
+    await expect(waiting).rejects.toThrow('gave up');
+    release();
+    await held;
+    await queue.run(async () => void log.push('next'));
+    expect(log).toEqual(['next']);
+  });
+
+  it('keeps waiting while the turn it waits for is on the wire', async () => {
+    const queue = new TurnQueue(10, () => new Error('gave up'));
+    const held = queue.run(() => queue.onWire(() => ms(40)));
+    await expect(Promise.all([held, queue.run(async () => 'ran')])).resolves.toEqual([
+      undefined,
+      'ran',
+    ]);
+  });
+});

@@ -4,6 +4,10 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 class Turn {
   /** The pieces of work of this turn still running (its own, and those asked from inside). */
   private running = 0;
+  /** How many of its wire steps (the library's own statements) are under way (see `onWire`). */
+  wire = 0;
+  /** Whether its work began (a turn that gave up waiting never does). */
+  begun = false;
   private end!: () => void;
   /** Settled once nothing of the turn runs any more: the next turn may begin. */
   readonly over = new Promise<void>((resolve) => (this.end = resolve));
@@ -14,6 +18,7 @@ class Turn {
   }
 
   run<T>(work: () => Promise<T>): Promise<T> {
+    this.begun = true;
     this.running++;
     let result: Promise<T>;
     try {
@@ -37,18 +42,77 @@ class Turn {
  * too, awaited or not (a subscriber that does not await its transaction's start): the next
  * turn never runs beside it. Once nothing of a turn runs, the turn is over: what its
  * asynchronous descendants ask later (that transaction's commit) queues as anything else.
+ *
+ * No wait is unbounded: a turn runs app code (TypeORM's transaction subscribers), which may
+ * await the very work queued behind it. Once a piece of work has waited `waitMs` and the turn
+ * it waits for is not on the wire (sending the library's own statement, see `onWire`) but in
+ * that app code, it gives up with `timedOut()`'s error and never runs; the turns after it wait
+ * for what it waited for.
  */
 export class TurnQueue {
   private last: Promise<unknown> = Promise.resolve();
   private readonly current = new AsyncLocalStorage<Turn>();
+  /** The turn that began last: the one a new piece of work waits for, or one over. */
+  private holding?: Turn;
+
+  constructor(
+    private readonly waitMs = Number.POSITIVE_INFINITY,
+    private readonly timedOut: () => Error = () => new Error('turn waited too long'),
+  ) {}
+
+  /** Whether the caller runs inside the turn under way (what it asks then runs at once). */
+  get within(): boolean {
+    return this.current.getStore()?.underWay === true;
+  }
 
   run<T>(work: () => Promise<T>): Promise<T> {
     const inside = this.current.getStore();
     if (inside?.underWay) return inside.run(work);
     const turn = new Turn();
-    const result = this.last.then(() => this.current.run(turn, () => turn.run(work)));
-    const over = () => turn.over;
-    this.last = result.then(over, over);
+    const before = this.last;
+    const result = this.waitFor(before).then(() => {
+      this.holding = turn;
+      return this.current.run(turn, () => turn.run(work));
+    });
+    this.last = result.then(
+      () => turn.over,
+      () => (turn.begun ? turn.over : before),
+    );
     return result;
+  }
+
+  /** Runs `step`, one of the library's own statements, marked as the turn's wire step. */
+  async onWire<T>(step: () => Promise<T>): Promise<T> {
+    const turn = this.current.getStore();
+    if (!turn?.underWay) return step();
+    turn.wire++;
+    try {
+      return await step();
+    } finally {
+      turn.wire--;
+    }
+  }
+
+  /** `before` settled, or the wait given up (see the class's note). */
+  private waitFor(before: Promise<unknown>): Promise<void> {
+    if (!Number.isFinite(this.waitMs)) return before.then(() => undefined);
+    return new Promise<void>((resolve, reject) => {
+      let timer: ReturnType<typeof setTimeout>;
+      const check = () => {
+        const holder = this.holding;
+        if (holder?.underWay && holder.wire === 0) reject(this.timedOut());
+        else arm();
+      };
+      const arm = () => {
+        timer = setTimeout(check, this.waitMs);
+        // A request's own bound: the process need not stay up for it.
+        timer.unref?.();
+      };
+      arm();
+      void before.then(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
   }
 }

@@ -101,6 +101,28 @@ export class NestedTransactionOpenAtCommitError extends TransactionControlRefuse
 }
 
 /**
+ * A nested transaction's start, commit or rollback waited longer than the module's
+ * `timeoutMs` for another's, whose TypeORM transaction subscriber (`beforeTransactionStart`,
+ * `beforeTransactionCommit`…) was still running: most often a subscriber awaiting work that
+ * waits in turn behind it, which would never end (a hang that holds the key). Ends and starts
+ * the library can decide on arrival never wait; this bounds the rest. The request rolls back
+ * (500 `transaction_aborted`).
+ */
+export class NestedTurnTimeoutError extends TransactionControlRefusedError {
+  constructor(waitedMs: number) {
+    super('a nested transaction’s start, commit or rollback that waited too long for its turn');
+    this.message =
+      `A nested transaction's start, commit or rollback waited more than ${waitedMs} ms for ` +
+      'another’s, whose TypeORM transaction subscriber was still running: most often a ' +
+      'subscriber awaiting a transaction of the same request that waits for it. The idempotent ' +
+      'request rolls back. Do not await another transaction of the request from a transaction ' +
+      'subscriber: await it in the handler before the next begins, or run it in ' +
+      'IdempotentTransaction.outside().';
+    this.name = 'NestedTurnTimeoutError';
+  }
+}
+
+/**
  * A statement (or a second cursor) sent while a cursor is open on the request's connection:
  * Kysely's `stream()` with a write per streamed row, pg-cursor or pg-query-stream on a client
  * of the pool with a write beside it. Without the library the write takes another connection

@@ -52,6 +52,12 @@
  * (before `inTurn`), as `commitInTurn` does for a put-off commit: it is refused and sends
  * nothing. More generally, no end that sends nothing should queue behind a turn that runs app
  * code (subscribers).
+ *
+ * Fixed: a rollback of a nested transaction that is not the innermost (or asked while another's
+ * start holds the turn) is refused on arrival, never queued: `rollbackInTurn` and `endsOnArrival`
+ * in `LazyTransaction.ensureRunner` (lib/data-layers/lazy-transaction.ts). As a safety net,
+ * `TurnQueue` (lib/data-layers/turn-queue.ts) gives up a wait longer than `timeoutMs` behind a
+ * turn running app code (`NestedTurnTimeoutError`, 500 `transaction_aborted`).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';

@@ -49,6 +49,12 @@
  * awaiting through: e.g. note the start's owner as begun before broadcasting
  * `beforeTransactionStart` (so that an earlier transaction's commit is put off on arrival), and
  * decide a rollback that is refused on arrival too.
+ *
+ * Fixed: a start holds the turn as `startingFor` (`startFrom`,
+ * lib/data-layers/lazy-transaction.ts); an earlier transaction's end asked from outside that turn
+ * is decided on arrival (`endsOnArrival`): its commit put off (`commitLater`, released when the
+ * new one ends, or at the start turn's end if that start failed: `releaseCommitted`), its rollback
+ * refused. `TurnQueue` bounds any other such wait (`NestedTurnTimeoutError`).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
