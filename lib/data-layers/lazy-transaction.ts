@@ -200,6 +200,26 @@ export class LazyTransaction extends RequestTransaction {
     );
   }
 
+  /**
+   * `work` (a nested start, commit or rollback asked through view `by`) in turn (`inTurn`),
+   * and in the view's send order (`SendOrder`): its SAVEPOINT, RELEASE or ROLLBACK TO goes
+   * through the runner, not the view, yet must not overtake a statement the view's code called
+   * before it that still waits for its preparation (a setting's read): `Promise.all` of a
+   * `set_config(…, true)` and a `manager.transaction()` would make the setting inside the
+   * savepoint, and the savepoint's rollback would undo it. It waits until that one is sent,
+   * not answered, as node-postgres queues a client's statements.
+   */
+  private inOrder<T>(by: unknown, work: () => Promise<T>): Promise<T> {
+    if (by === this.runner || typeof by !== 'object' || by === null) return this.inTurn(work);
+    return this.sendOrder
+      .after(
+        by,
+        () => Promise.resolve(),
+        () => this.inTurn(work),
+      )
+      .then(({ sent }) => sent);
+  }
+
   /** Keeps the session's state under `name` (`keepNestedState`), its values in the process too. */
   private async keepState(name: string): Promise<void> {
     const internals = this.runner as unknown as RunnerInternals;
@@ -402,7 +422,7 @@ export class LazyTransaction extends RequestTransaction {
     // depth it starts at.
     const startFrom = (owner: unknown, level?: string) => {
       this.startsUnderWay++;
-      const started = this.inTurn(async () => {
+      const started = this.inOrder(owner, async () => {
         // Being started from its turn's start on: an earlier transaction's end asked meanwhile
         // from outside the turn is decided on arrival (`endsOnArrival`), as if it were open.
         const outer = this.startingFor;
@@ -566,7 +586,7 @@ export class LazyTransaction extends RequestTransaction {
       ) {
         return Promise.resolve();
       }
-      return this.inTurn(async () => {
+      return this.inOrder(from, async () => {
         try {
           await commitFrom(from);
         } finally {
@@ -626,7 +646,7 @@ export class LazyTransaction extends RequestTransaction {
           ),
         );
       }
-      return this.inTurn(async () => {
+      return this.inOrder(from, async () => {
         try {
           await rollbackFrom(from);
         } finally {
@@ -719,9 +739,17 @@ export class LazyTransaction extends RequestTransaction {
       }
       // A stream is handed to node-postgres as an object, which `beginWith` cannot carry: its
       // BEGIN goes first, alone, so that a failed BEGIN never leaves it running outside.
-      await this.open(internals);
-      await this.begin(await this.opening!);
-      return stream(...args);
+      const prepare = async () => {
+        await this.open(internals);
+        await this.begin(await this.opening!);
+      };
+      if (from === runner) {
+        await prepare();
+        return stream(...args);
+      }
+      // In the order called with the view's other statements (`SendOrder`).
+      const { sent } = await this.sendOrder.after(from as object, prepare, () => stream(...args));
+      return sent;
     };
     internals.stream = function (this: unknown, ...args: unknown[]) {
       return streamFrom(this, args);

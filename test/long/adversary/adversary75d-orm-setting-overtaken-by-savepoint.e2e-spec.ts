@@ -49,6 +49,11 @@
  * Suggested fix: put a view's transaction control (its `startTransaction()`, commit and
  * rollback, whose SAVEPOINT/RELEASE/ROLLBACK TO go through the runner) in the same
  * `SendOrder` as its statements: a start waits until what the view called before it was sent.
+ *
+ * Fixed: a view's nested start, commit and rollback take their place in its `SendOrder` before
+ * their turn (`LazyTransaction.inOrder`, used by `startFrom`, `commitInTurn` and `rollbackInTurn`
+ * in lib/data-layers/lazy-transaction.ts): the SAVEPOINT waits until the set_config called before
+ * it is sent. A view's stream (`streamFrom`) takes its place there too.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
