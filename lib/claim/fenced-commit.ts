@@ -29,6 +29,8 @@ export function fencedCommit(
   /** `name` undefined: sent unnamed (behind a pooler in transaction mode). */
   statement: { name?: string; text: string; values: unknown[] },
   timeoutMs: number,
+  /** What puts back the state the transaction began with (see `restoreSessionState`). */
+  restore: string = RESTORE_SESSION_STATE,
 ): Promise<void> {
   // The role and search path the transaction began with first (see `session-state.ts`): the
   // handler may have narrowed its own with `SET LOCAL`, which lasts until this COMMIT.
@@ -41,6 +43,6 @@ export function fencedCommit(
       values: statement.values,
     },
     timeoutMs,
-    { before: [RESTORE_SESSION_STATE], after: ['COMMIT'] },
+    { before: [restore], after: ['COMMIT'] },
   ).then(() => undefined);
 }

@@ -47,7 +47,8 @@ export function beginWith(
   begin: string,
   statement: CarriedStatement | string,
   values: unknown[] = [],
-  onCaptured?: (readOnly: boolean) => void,
+  /** `fields`: the captured row (see `begunStateOf`). */
+  onCaptured?: (readOnly: boolean, fields: unknown[]) => void,
 ): { result: Promise<QueryResult>; begun: Promise<void> } {
   const config = typeof statement === 'string' ? { text: statement, values } : statement;
   let begunNow!: () => void;
@@ -66,7 +67,7 @@ export function beginWith(
         // Its one row: the last column says whether the transaction began read only.
         {
           text: CAPTURE_SESSION_STATE,
-          onRow: (fields) => onCaptured?.(String(fields[fields.length - 1]) === 'on'),
+          onRow: (fields) => onCaptured?.(String(fields[fields.length - 1]) === 'on', fields),
         },
       ],
       config,

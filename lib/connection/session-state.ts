@@ -19,12 +19,40 @@ import { withDeadline } from './deadline.js';
  * The search path is kept with a leading `=`, so that an empty one is told from none kept.
  */
 export const CAPTURE_SESSION_STATE =
-  "SELECT set_config('idempotency.role', current_setting('role'), true), " +
-  "set_config('idempotency.authorization', current_setting('session_authorization'), true), " +
-  "set_config('idempotency.search_path', '=' || current_setting('search_path'), true), " +
+  "SELECT set_config('idempotency.role', current_setting('role'), true) AS role, " +
+  "set_config('idempotency.authorization', current_setting('session_authorization'), true) " +
+  'AS session_authorization, ' +
+  "set_config('idempotency.search_path', '=' || current_setting('search_path'), true) " +
+  'AS search_path, ' +
   // Not kept: read by the process, to tell a write the handler made impossible (its own
   // read-only mode) from one refused by a read-only server (see `beganReadOnly`).
   "current_setting('transaction_read_only') AS read_only";
+
+/**
+ * The role, session authorization and search path (with its leading `=`) the request's
+ * transaction began with, as `CAPTURE_SESSION_STATE`'s row reads them, kept in the process
+ * too: a handler's `RESET ALL` resets the settings they are kept in on the server to '' as
+ * well, and the library's statements would then run as the handler's role (see
+ * `restoreSessionState`).
+ */
+export interface BegunSessionState {
+  role: string;
+  session_authorization: string;
+  search_path: string;
+}
+
+/** `CAPTURE_SESSION_STATE`'s row (an object, or node-postgres' array of fields) as kept. */
+export function begunStateOf(row: unknown): BegunSessionState | undefined {
+  const [role, session_authorization, search_path] = Array.isArray(row)
+    ? (row as unknown[])
+    : [
+        (row as Record<string, unknown> | undefined)?.role,
+        (row as Record<string, unknown> | undefined)?.session_authorization,
+        (row as Record<string, unknown> | undefined)?.search_path,
+      ];
+  if (typeof search_path !== 'string' || !search_path.startsWith('=')) return undefined;
+  return { role: String(role), session_authorization: String(session_authorization), search_path };
+}
 
 /** Nothing is set when nothing was kept (a transaction begun by other means). */
 const KEPT = "WHERE current_setting('idempotency.role', true) <> ''";
@@ -47,6 +75,45 @@ export const RESTORE_SESSION_STATE =
   `SELECT ${START_AUTHORIZATION}, ` +
   `set_config('role', ${START_ROLE}, true), ` +
   `set_config('search_path', ${START_PATH}, true) ${KEPT}`;
+
+/**
+ * `RESTORE_SESSION_STATE`, from the state kept in the process (`kept`) when there is one: the
+ * handler's `RESET ALL` cannot reach it.
+ */
+export function restoreSessionState(kept?: BegunSessionState): string {
+  if (!kept) return RESTORE_SESSION_STATE;
+  return (
+    `SELECT ${authorizationTo(pg.escapeLiteral(kept.session_authorization))}, ` +
+    `set_config('role', ${pg.escapeLiteral(kept.role)}, true), ` +
+    `set_config('search_path', ${pg.escapeLiteral(kept.search_path.slice(1))}, true)`
+  );
+}
+
+/** The handler's own state, kept aside before a statement of the library's (`swapInSessionState`). */
+const KEEP_HANDLER_STATE =
+  "SELECT set_config('idempotency.handler_role', current_setting('role'), true), " +
+  "set_config('idempotency.handler_authorization', current_setting('session_authorization'), " +
+  'true), ' +
+  "set_config('idempotency.handler_search_path', '=' || current_setting('search_path'), true)";
+
+/**
+ * `SWAP_IN_SESSION_STATE` and `SWAP_OUT_SESSION_STATE`, from the state kept in the process
+ * (`kept`) when there is one: the handler's state kept aside and put back whatever its `RESET
+ * ALL` did to the settings kept at `BEGIN` (guarded by the handler's own kept search path,
+ * never empty once kept).
+ */
+export function swapSessionState(kept?: BegunSessionState): { before: string[]; after: string[] } {
+  if (!kept) return { before: [SWAP_IN_SESSION_STATE], after: [SWAP_OUT_SESSION_STATE] };
+  return {
+    before: [KEEP_HANDLER_STATE, restoreSessionState(kept)],
+    after: [
+      `SELECT ${authorizationTo("current_setting('idempotency.handler_authorization')")}, ` +
+        "set_config('role', current_setting('idempotency.handler_role'), true), " +
+        "set_config('search_path', substr(current_setting('idempotency.handler_search_path'), 2), " +
+        "true) WHERE current_setting('idempotency.handler_search_path', true) <> ''",
+    ],
+  };
+}
 
 /**
  * Before a statement of the library's while the handler goes on (a lease renewal, a body

@@ -18,10 +18,12 @@ import { acquire, queryWithDeadline, withDeadline } from '../connection/deadline
 import { beginWith, carriedStatement } from '../connection/begin-with.js';
 import { fencedCommit, isFenceLost } from '../claim/fenced-commit.js';
 import {
+  type BegunSessionState,
+  begunStateOf,
   CAPTURE_SESSION_STATE,
+  restoreSessionState,
   runSurrounded,
-  SWAP_IN_SESSION_STATE,
-  SWAP_OUT_SESSION_STATE,
+  swapSessionState,
 } from '../connection/session-state.js';
 import {
   decideIsolation,
@@ -143,6 +145,13 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    * app's set `transaction_read_only`), which no retry passes.
    */
   protected beganReadOnly?: boolean;
+  /**
+   * The role, session authorization and search path the transaction began with, read back
+   * from the `BEGIN`'s round trip: the library's own statements put them back from here, which
+   * the handler's `RESET ALL` (resetting the settings they are kept in on the server) cannot
+   * reach (see `restoreSessionState`).
+   */
+  private begunState?: BegunSessionState;
 
   /**
    * Notes a statement of its code's that succeeded: a `ROLLBACK TO SAVEPOINT` of the app's own
@@ -403,6 +412,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     });
     this.beginning = sent.then(([captured]) => {
       this.beganReadOnly = (captured?.rows?.[0] as { read_only?: string })?.read_only === 'on';
+      this.begunState = begunStateOf(captured?.rows?.[0]);
     });
     // Its own failure is the caller's: those who wait on the BEGIN see it as theirs.
     this.beginning.catch(() => undefined);
@@ -770,7 +780,12 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     try {
       // The fenced statement and COMMIT in one round trip; a lost fence raises, and the
       // COMMIT after it is skipped.
-      await fencedCommit(client, { ...statement, name }, this.timeoutMs);
+      await fencedCommit(
+        client,
+        { ...statement, name },
+        this.timeoutMs,
+        restoreSessionState(this.begunState),
+      );
       // Its code's effects undone (a handler's error stored with its claim): to its code,
       // which must not go on apart, it rolled back.
       this.committed = !this.effectsUndone;
@@ -958,10 +973,12 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     await this.beginning;
     if (this.state !== 'pending') return undefined;
     try {
-      return await runSurrounded(client, { text, values }, undefined, {
-        before: [SWAP_IN_SESSION_STATE],
-        after: [SWAP_OUT_SESSION_STATE],
-      });
+      return await runSurrounded(
+        client,
+        { text, values },
+        undefined,
+        swapSessionState(this.begunState),
+      );
     } catch (error) {
       this.noteFailure(error);
       throw error;
@@ -1136,9 +1153,16 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     if (this.beginning) return this.beginning.then(after);
     const carried = this.waitsBeforeBegin() ? undefined : carriedStatement(args);
     if (carried) {
-      const { result, begun } = beginWith(client, this.beginText(), carried, [], (readOnly) => {
-        this.beganReadOnly = readOnly;
-      });
+      const { result, begun } = beginWith(
+        client,
+        this.beginText(),
+        carried,
+        [],
+        (readOnly, fields) => {
+          this.beganReadOnly = readOnly;
+          this.begunState = begunStateOf(fields);
+        },
+      );
       this.beginning = begun;
       return result;
     }
@@ -1181,6 +1205,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
       .then((results: unknown) => {
         const captured = (results as { rows?: { read_only?: string }[] }[])[1]?.rows?.[0];
         this.beganReadOnly = captured?.read_only === 'on';
+        this.begunState = begunStateOf(captured);
       });
     return this.beginning;
   }

@@ -46,6 +46,12 @@
  * process as well (read back from `CAPTURE_SESSION_STATE`'s round trip, as `keepState` does
  * for nested ones) and put them back from literals; or treat `RESET ALL` as touching the kept
  * state and re-keep it after the statement.
+ *
+ * Fixed: the role, session authorization and search path the request began with are read back from
+ * `CAPTURE_SESSION_STATE`'s row into the process (`begunStateOf`, lib/connection/session-state.ts;
+ * `RequestTransaction.begunState`, set in `beginWith`'s `onCaptured`, `begin` and
+ * `beginWithClaim`), and put back from literals (`restoreSessionState` in `fencedCommit`,
+ * `swapSessionState` in `ownStatement`), which `RESET ALL` cannot reach.
  */
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
