@@ -11,6 +11,7 @@ import { acquire } from '../connection/deadline.js';
 import { isAboveReadCommitted } from '../transaction/isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
+import { CommitHold } from './commit-hold.js';
 import { OpenStreams } from './open-streams.js';
 import { SendOrder } from './send-order.js';
 import { TurnQueue } from './turn-queue.js';
@@ -121,6 +122,8 @@ export class LazyTransaction extends RequestTransaction {
   private readonly turns = new TurnQueue(this.timeoutMs, () =>
     this.refuse(new NestedTurnTimeoutError(this.timeoutMs)),
   );
+  /** The commit whose `beforeTransactionCommit` subscribers run now (see `CommitHold`). */
+  private commitHold?: CommitHold;
   /** The view whose nested transaction's start holds the turn now (see `endsOnArrival`). */
   private startingFor?: unknown;
 
@@ -344,19 +347,36 @@ export class LazyTransaction extends RequestTransaction {
     const broadcaster: Broadcasting = Object.create(base as object, {
       broadcast: {
         value: async (event: string, ...args: unknown[]) => {
-          if (event === 'AfterTransactionCommit') await around.afterRelease?.();
+          if (event === 'AfterTransactionCommit') {
+            await around.afterRelease?.();
+            hold?.releasedNow();
+          }
           if (event === 'AfterTransactionStart') around.started?.();
-          await base.broadcast(event, ...args);
+          if (event === 'BeforeTransactionCommit') {
+            // A start its subscribers ask without awaiting waits for the RELEASE (`CommitHold`).
+            hold = new CommitHold();
+            this.commitHold = hold;
+          }
+          try {
+            await base.broadcast(event, ...args);
+          } finally {
+            if (event === 'BeforeTransactionCommit') {
+              hold?.subscribersReturned();
+              if (this.commitHold === hold) this.commitHold = undefined;
+            }
+          }
           if (event === 'BeforeTransactionCommit') await around.beforeRelease?.();
           if (event === 'BeforeTransactionRollback') around.rollingBack?.();
         },
       },
     }) as Broadcasting;
+    let hold: CommitHold | undefined;
     internals.broadcaster = broadcaster;
     try {
       return await work();
     } finally {
       internals.broadcaster = own;
+      hold?.releasedNow();
     }
   }
 
@@ -422,7 +442,10 @@ export class LazyTransaction extends RequestTransaction {
     // depth it starts at.
     const startFrom = (owner: unknown, level?: string) => {
       this.startsUnderWay++;
+      // Asked by a `beforeTransactionCommit` subscriber of the commit under way (see `CommitHold`).
+      const hold = this.turns.within ? this.commitHold : undefined;
       const started = this.inOrder(owner, async () => {
+        await hold?.startMayRun();
         // Being started from its turn's start on: an earlier transaction's end asked meanwhile
         // from outside the turn is decided on arrival (`endsOnArrival`), as if it were open.
         const outer = this.startingFor;

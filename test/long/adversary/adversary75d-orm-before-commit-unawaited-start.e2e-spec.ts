@@ -55,6 +55,11 @@
  * (awaited), or hold it until the turn's own work (the RELEASE) is done, then run it before
  * the next turn; or put off a start asked from a `beforeTransactionCommit` until after that
  * commit's RELEASE, as TypeORM's depth-named savepoints require.
+ *
+ * Fixed: a start asked by a `beforeTransactionCommit` subscriber waits for that commit's RELEASE
+ * when the subscribers return without awaiting it, and runs at once when they are still waiting a
+ * tick later (awaited): `CommitHold` (lib/data-layers/commit-hold.ts), made in `asOwner`'s
+ * broadcaster and awaited in `startFrom` (lib/data-layers/lazy-transaction.ts).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
