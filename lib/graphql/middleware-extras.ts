@@ -4,15 +4,18 @@
  * item's unselected `deleted`: adversary 75b), so its unselected fields are kept too, within a
  * budget (see `fitExtras`).
  */
+import { keptBytes } from './kept-data.js';
 
 /**
- * The bytes (as JSON) of unselected fields kept for field middleware in one stored answer. A
- * field the operation does not select does not count against `maxResponseBytes` (the docs'
- * promise): kept without a bound, one large unselected column (a 1.2 MB avatar) made the answer
- * too large to store, where the app answers without the library (adversary 75c). Past the
- * budget a field is stored without it, and the replay's middleware does not see it (a loss
+ * The bytes (UTF-8, as stored) of unselected fields kept for field middleware in one stored
+ * answer. A field the operation does not select does not count against `maxResponseBytes` (the
+ * docs' promise): kept without a bound, one large unselected column (a 1.2 MB avatar) made the
+ * answer too large to store, where the app answers without the library (adversary 75c). Past
+ * the budget a field is stored without it, and the replay's middleware does not see it (a loss
  * logged, naming it). A quarter of the default `maxResponseBytes` (1 MiB): room for the rows a
- * middleware filters or masks by, never most of the answer's room.
+ * middleware filters or masks by, never most of the answer's room. Less where the route's own
+ * limit leaves less after the selected answer (adversary 75d: see `placeExtras` in
+ * wire-value.ts).
  */
 export const MIDDLEWARE_EXTRAS_BYTES = 256 * 1024;
 
@@ -24,13 +27,14 @@ export interface FittedExtras {
 }
 
 /**
- * The extras (by name) that fit in `remaining` bytes, taken in order, each counted by its JSON
- * size: a field too large for what is left is dropped, a smaller one after it still kept.
+ * The extras (by name) that fit in `remaining` bytes, taken in order, each counted by the UTF-8
+ * bytes it is stored as (see `keptBytes`): a field too large for what is left is dropped, a
+ * smaller one after it still kept.
  */
 export function fitExtras(
   extras: Readonly<Record<string, unknown>>,
   remaining: number,
-  sizeOf: (value: unknown) => number = jsonSize,
+  sizeOf: (value: unknown) => number = keptBytes,
 ): FittedExtras {
   const kept: Record<string, unknown> = {};
   const dropped: string[] = [];
@@ -44,21 +48,6 @@ export function fitExtras(
     remaining -= size;
   }
   return { kept, dropped, remaining };
-}
-
-/**
- * A value's size as JSON writes it (a BigInt as its digits). A value JSON cannot write (a
- * cycle) counts nothing: kept as before, by superjson.
- */
-export function jsonSize(value: unknown): number {
-  try {
-    const text = JSON.stringify(value, (_key, item: unknown) =>
-      typeof item === 'bigint' ? item.toString() : item,
-    );
-    return text === undefined ? 0 : text.length;
-  } catch {
-    return 0;
-  }
 }
 
 /**

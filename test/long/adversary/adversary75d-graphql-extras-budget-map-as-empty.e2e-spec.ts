@@ -57,6 +57,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * Suggested fix: size what is stored, not JSON's writing of it: the superjson form `keepData`
  * writes (its `json`), in UTF-8 bytes; or size a `Map`/`Set` by its entries.
+ * Fixed: lib/graphql/middleware-extras.ts `fitExtras` sizes each extra with
+ * lib/graphql/kept-data.ts `keptBytes`, what superjson writes (a `Map`'s entries), in UTF-8
+ * bytes, in place of `jsonSize` (JSON's `{}`, removed).
  */
 let pool: Pool;
 

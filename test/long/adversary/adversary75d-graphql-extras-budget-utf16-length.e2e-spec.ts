@@ -59,6 +59,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Suggested fix: count bytes: `Buffer.byteLength(JSON.stringify(...))` in `jsonSize` (and
  * bound the budget by the room the route has left: see
  * adversary75d-graphql-extras-budget-over-route-limit).
+ * Fixed: lib/graphql/middleware-extras.ts `fitExtras` sizes each extra with
+ * lib/graphql/kept-data.ts `keptBytes` (the UTF-8 bytes, `Buffer.byteLength`, of the superjson
+ * form `keepData` writes) in place of `jsonSize` (UTF-16 length, removed).
  */
 let pool: Pool;
 
