@@ -111,6 +111,7 @@ export function runField(
             selectionOf(types.call.info),
             types.call,
             losses,
+            route.maxResponseBytes,
           )
         : { wire: outcome.value, value: outcome.value };
       first = walked.value;

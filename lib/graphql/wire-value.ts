@@ -8,7 +8,7 @@ import {
   type GraphQLSchema,
 } from 'graphql';
 import { isDeepStrictEqual } from 'node:util';
-import { ANSWER_FORMAT, type FieldError, fieldError } from './field-answer.js';
+import { ANSWER_FORMAT, type FieldError, encodeAnswer, fieldError } from './field-answer.js';
 import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
@@ -207,13 +207,27 @@ interface Walk {
   losses: ReplayLoss[];
   /** Each iterable read, by itself: read once even where the value reaches it twice. */
   lists: WeakMap<object, unknown[]>;
-  /** The bytes left for unselected fields kept for field middleware (see middleware-extras.ts). */
-  extrasLeft: number;
+  /**
+   * The objects whose unselected fields are kept for field middleware, kept once the whole
+   * selection is walked (see `placeExtras`).
+   */
+  pending: PendingExtras[];
   /**
    * The fields each selection selects of each type, collected once for all the items of a
    * list (as GraphQL collects a list's sub-fields once).
    */
   collected: WeakMap<readonly FieldNode[], Map<GraphQLObjectType, Map<string, FieldNode[]>>>;
+}
+
+/**
+ * An object walked whose unselected fields (`extras`) field middleware may read: written with
+ * its `kept` data once the walk knows the room the stored answer has left for them.
+ */
+interface PendingExtras {
+  wire: Record<string, unknown>;
+  kept: Record<string, unknown>;
+  extras: Record<string, unknown>;
+  type: string;
 }
 
 /**
@@ -243,6 +257,8 @@ export async function outputWire(
   selection: Selection,
   call?: ResolverCall,
   losses: ReplayLoss[] = [],
+  /** The route's `maxResponseBytes`: the unselected fields above never take the answer past it. */
+  maxBytes = Number.POSITIVE_INFINITY,
 ): Promise<StoredValue> {
   answerMembersOf(schema);
   const walk: Walk = {
@@ -252,10 +268,79 @@ export async function outputWire(
     call,
     losses,
     lists: new WeakMap(),
-    extrasLeft: MIDDLEWARE_EXTRAS_BYTES,
+    pending: [],
     collected: new WeakMap(),
   };
-  return walkValue(walk, type, promised, selection.nodes);
+  const stored = await walkValue(walk, type, promised, selection.nodes);
+  placeExtras(walk, stored.wire, maxBytes);
+  return stored;
+}
+
+/**
+ * The unselected fields kept for field middleware, written once the whole selection is: within
+ * `MIDDLEWARE_EXTRAS_BYTES`, and within what the route's `maxResponseBytes` leaves after the
+ * answer without them (adversary 75d: a fixed 256 KiB on a 64 KiB route, or beside a large
+ * selection, made an answer too large to store that the app answers without the library).
+ * Taken in the walk's order; a field past the room is left out, named in the losses. Should
+ * the written answer still be over the limit (a field's stored form beside others' differs a
+ * little from its own), all are left out: they never make an answer too large to store.
+ */
+function placeExtras(walk: Walk, root: unknown, maxBytes: number): void {
+  if (walk.pending.length === 0) return;
+  const bodyBytes = () => encodeAnswer({ kind: 'data', data: root }).body.length;
+  const write = (withExtras: boolean): ReplayLoss[] => {
+    const losses: ReplayLoss[] = [];
+    let left = withExtras
+      ? Math.max(0, Math.min(MIDDLEWARE_EXTRAS_BYTES, maxBytes - bodyBytes()))
+      : 0;
+    for (const object of walk.pending) {
+      const fitted = fitExtras(object.extras, left);
+      left = fitted.remaining;
+      writeKept(object.wire, { ...object.kept, ...fitted.kept }, object.type, losses);
+      if (fitted.dropped.length > 0) {
+        losses.push({
+          type: object.type,
+          what:
+            `its unselected field ${fitted.dropped.join(', ')} is not stored for field ` +
+            `middleware (past the room kept of unselected fields: ${MIDDLEWARE_EXTRAS_BYTES} ` +
+            "bytes, within the route's maxResponseBytes): a replay's middleware reading it " +
+            'finds nothing there',
+        });
+      }
+    }
+    return losses;
+  };
+  // First without them: what the selection itself takes.
+  write(false);
+  let losses = write(true);
+  if (bodyBytes() > maxBytes) losses = write(false);
+  walk.losses.push(...losses);
+}
+
+/**
+ * Writes `kept` (what the resolvers under an object read of it that its wire form would change)
+ * into its wire form as typed JSON, with the classes a serializer knows in it; what does not
+ * come back as it was is put in `losses`.
+ */
+function writeKept(
+  wire: Record<string, unknown>,
+  kept: Record<string, unknown>,
+  type: string,
+  losses: ReplayLoss[],
+): void {
+  delete wire[KEPT];
+  delete wire[KEPT_CLASSES];
+  if (Object.keys(kept).length === 0) return;
+  const typed = keepData(kept);
+  wire[KEPT] = typed.kept;
+  // Objects of classes a serializer knows in it (an entity a @ResolveField() reads from its
+  // parent), named again on a replay where they were (adversary 52a: a masked email shown).
+  const tree = classTreeNoting(kept, 'its data', type, losses);
+  if (tree) wire[KEPT_CLASSES] = tree;
+  if (typed.unfaithful.length > 0) {
+    const what = typed.unfaithful.map((member) => `${member.name} (${member.what})`);
+    losses.push({ type, what: `its data ${what.join(', ')} does not come back as it was` });
+  }
 }
 
 async function walkValue(
@@ -341,6 +426,7 @@ async function walkValue(
   // A selected field's code of the app's (a `@ResolveField()`, a loader, field middleware
   // around Nest's read) may read any of its parent's data (adversary 74).
   const resolutions = [...selected.keys()].map((name) => fieldResolution(concrete, name));
+  let pending: PendingExtras | undefined;
   if (byClass || resolutions.includes('app')) {
     Object.assign(kept, ownData(source, fields, selected));
   } else if (whole === 'middleware' || resolutions.includes('middleware')) {
@@ -353,18 +439,9 @@ async function walkValue(
       ...ownData(source, fields, selected),
       ...(whole === 'middleware' ? getterFields(source, unselected) : {}),
     };
-    const fitted = fitExtras(extras, walk.extrasLeft);
-    walk.extrasLeft = fitted.remaining;
-    Object.assign(kept, fitted.kept);
-    if (fitted.dropped.length > 0) {
-      losses.push({
-        type: concrete.name,
-        what:
-          `its unselected field ${fitted.dropped.join(', ')} is not stored for field ` +
-          `middleware (past the ${MIDDLEWARE_EXTRAS_BYTES} bytes kept of unselected fields): ` +
-          "a replay's middleware reading it finds nothing there",
-      });
-    }
+    // Kept once the walk knows the room left (see `placeExtras`), with the rest of `kept`.
+    pending = { wire, kept, extras, type: concrete.name };
+    walk.pending.push(pending);
   }
   const methods: string[] = [];
   /** Selected fields it gave through its class (see `FROM_CLASS`). */
@@ -542,21 +619,7 @@ async function walkValue(
   if (accessors.length > 0 || fromClass.length > 0) wire[ACCESSORS] = accessors;
   if (promisedFields.length > 0) wire[PROMISED] = promisedFields;
   if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
-  if (Object.keys(kept).length > 0) {
-    const typed = keepData(kept);
-    wire[KEPT] = typed.kept;
-    // Objects of classes a serializer knows in it (an entity a @ResolveField() reads from its
-    // parent), named again on a replay where they were (adversary 52a: a masked email shown).
-    const tree = classTreeNoting(kept, 'its data', concrete.name, losses);
-    if (tree) wire[KEPT_CLASSES] = tree;
-    if (typed.unfaithful.length > 0) {
-      const what = typed.unfaithful.map((member) => `${member.name} (${member.what})`);
-      losses.push({
-        type: concrete.name,
-        what: `its data ${what.join(', ')} does not come back as it was`,
-      });
-    }
-  }
+  if (!pending) writeKept(wire, kept, concrete.name, losses);
   if (ownClass || (instance && keepsWhole)) {
     const gotten = classGetters(source, fields);
     if (Object.keys(gotten).length > 0) {

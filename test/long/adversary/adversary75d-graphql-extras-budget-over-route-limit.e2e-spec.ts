@@ -59,6 +59,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * the route's `maxResponseBytes` less the stored answer's size without the extras), e.g.
  * walk the selection first, then add the extras in order while the encoded body fits; past
  * it drop them with a loss, never refuse the answer for them.
+ * Fixed: lib/graphql/wire-value.ts `walkValue` no longer fits the extras as it walks: it queues
+ * each object's (`PendingExtras`), and `placeExtras` (called by `outputWire`, which run-field.ts
+ * now gives the route's `maxResponseBytes`) writes them once the selection is walked, within
+ * min(`MIDDLEWARE_EXTRAS_BYTES`, the limit less the answer without them); should the written
+ * answer still be over, all are left out (losses logged).
  */
 let pool: Pool;
 
