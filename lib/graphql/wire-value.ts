@@ -12,7 +12,13 @@ import { ANSWER_FORMAT, type FieldError, encodeAnswer, fieldError } from './fiel
 import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
-import { fitsListType } from './middleware-input.js';
+import {
+  fitsListType,
+  isAsyncOneShot,
+  isOneShot,
+  readAsync,
+  settledContainer,
+} from './middleware-input.js';
 import {
   MIDDLEWARE_EXTRAS_BYTES,
   fitExtras,
@@ -493,6 +499,20 @@ async function walkValue(
     }
     let item: unknown;
     let promisedItem: unknown;
+    /**
+     * A getter that threw, a Promise that rejected (a signing service down), an iterator that
+     * threw while read: GraphQL answers the field null with its error at its path (its nearest
+     * nullable parent when it is non-null), and the mutation's work stands. Stored so, and
+     * thrown again by a replay. The first answer fails there too, with this error, never read
+     * again (adversary 58: a signing service down once would give the client a link its
+     * retries never get).
+     */
+    const failRead = (error: unknown) => {
+      failed[name] = isThenable(promisedItem)
+        ? { ...fieldError(error), rejected: true }
+        : fieldError(error);
+      replaced[property] = new FailedRead(error, isThenable(promisedItem));
+    };
     try {
       const own = property in source ? source[property] : undefined;
       promisedItem = own === undefined && reading?.fallback ? reading.fallback.value : own;
@@ -503,18 +523,27 @@ async function walkValue(
       }
       item = isThenable(promisedItem) ? await promisedItem : promisedItem;
     } catch (error) {
-      // A getter that threw, a Promise that rejected (a signing service down): GraphQL answers
-      // the field null with its error at its path (its nearest nullable parent when it is
-      // non-null), and the mutation's work stands. Stored so, and thrown again by a replay.
-      failed[name] = isThenable(promisedItem)
-        ? { ...fieldError(error), rejected: true }
-        : fieldError(error);
-      // The first answer fails there too, with this error, never read again (adversary 58: a
-      // signing service down once would give the client a link its retries never get).
-      replaced[property] = new FailedRead(error, isThenable(promisedItem));
+      failRead(error);
       continue;
     }
     const middleware = resolution === 'middleware';
+    /**
+     * Whether `item` is the array a one-shot iterator behind middleware was read into: the
+     * first answer's middleware is given it, the iterator being spent.
+     */
+    let spent = false;
+    if (middleware && (isOneShot(item) || isAsyncOneShot(item))) {
+      // Read here, once (see middleware-input.ts), so that one throwing part-way (a bad row
+      // it parses) is the field's error, as GraphQL answers it, never the spent iterator
+      // kept, which the first answer read as `[]` and a replay as no list (adversary 75d).
+      try {
+        item = isOneShot(item) ? materialized(walk, item) : await readOnceAsync(walk, item);
+        spent = true;
+      } catch (error) {
+        failRead(error);
+        continue;
+      }
+    }
     /**
      * Behind field middleware the property is the middleware's input, which need not fit the
      * field's type (a raw `'pending'` it maps to the enum's `PENDING`, a `Money` it writes as
@@ -532,19 +561,28 @@ async function walkValue(
       if (isThenable(promisedItem)) {
         promisedFields.push(name);
         replaced[property] = Promise.resolve(item);
-      } else if (viaGetter) {
+      } else if (viaGetter || spent) {
         replaced[property] = item;
       }
     };
     if (middleware && !fitsListType(graphql, field.type, item)) {
       // A container it maps to the list (a `Map` of lines): its items' computed fields read
       // and kept in them, as a list's items are walked (adversary 75c: `get totalCents()`).
+      // Its values that are Promises awaited, as GraphQL awaits a list's items (adversary 75d:
+      // a `Map` of loading lines was stored as `{}` each); one rejecting is the field's error.
+      let input: unknown;
+      try {
+        input = await settledContainer(item);
+      } catch (error) {
+        failRead(error);
+        continue;
+      }
       const itemType = graphql.getNamedType(field.type);
       const itemFields = graphql.isObjectType(itemType) ? Object.keys(itemType.getFields()) : [];
       keepInput(
-        typeof item === 'object' && item !== null && itemFields.length > 0
-          ? withGetterFields(item, itemFields)
-          : item,
+        typeof input === 'object' && input !== null && itemFields.length > 0
+          ? withGetterFields(input, itemFields)
+          : input,
       );
       continue;
     }
@@ -593,7 +631,7 @@ async function walkValue(
       // it), of the value the library read.
       promisedFields.push(name);
       replaced[property] = Promise.resolve(stored.value);
-    } else if (stored.value !== item || throughAccessor) {
+    } else if (stored.value !== item || throughAccessor || spent) {
       replaced[property] = stored.value;
     }
     const back = fromWireAgain(graphql, schema, field.type, wire[name], item);
@@ -1395,6 +1433,15 @@ function materialized(walk: Walk, value: unknown): unknown[] {
   if (Array.isArray(value) || typeof value !== 'object' || value === null) return listOf(value);
   let items = walk.lists.get(value);
   if (!items) walk.lists.set(value, (items = listOf(value)));
+  return items;
+}
+
+/** An async one-shot iterator's items (see `isAsyncOneShot`), read once as `materialized`. */
+async function readOnceAsync(walk: Walk, value: unknown): Promise<unknown[]> {
+  const read = walk.lists.get(value as object);
+  if (read) return read;
+  const items = await readAsync(value as AsyncIterable<unknown>);
+  walk.lists.set(value as object, items);
   return items;
 }
 

@@ -55,6 +55,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * itself) into an array as the sync one is, and give the first answer's middleware an async
  * iterator over that array; or refuse it at the first call rather than store a replay that
  * fails.
+ * Fixed: lib/graphql/middleware-input.ts `isAsyncOneShot` / `readAsync`, and wire-value.ts
+ * `walkValue` (`readOnceAsync`): an async one-shot iterator behind middleware is read once into
+ * an array, stored as a list, the first answer's middleware given that array (`spent`).
  */
 let pool: Pool;
 

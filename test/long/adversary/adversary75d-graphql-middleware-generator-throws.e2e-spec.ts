@@ -58,6 +58,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * GraphQL would: the field's error at its path (or the whole mutation's, as for a field
  * without middleware), never keep the spent iterator; give the first answer what was read
  * and the error, never the spent iterator.
+ * Fixed: lib/graphql/wire-value.ts `walkValue` reads a one-shot iterator behind middleware
+ * (`materialized`) before walking it; one that throws part-way is the field's read error
+ * (`failRead`: `FAILED` stored, a `FailedRead` for the first answer), never the spent iterator
+ * kept.
  */
 let pool: Pool;
 

@@ -54,6 +54,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Suggested fix: in a kept container, await its Promise values (as the walk awaits a field's
  * Promise, and GraphQL each list item's) before keeping it, or refuse/log it as not
  * replayable.
+ * Fixed: lib/graphql/wire-value.ts `walkValue` awaits a kept container's Promise values with
+ * lib/graphql/middleware-input.ts `settledContainer` (Map, Set, plain record) before keeping it;
+ * one rejecting is the field's read error (`failRead`).
  */
 let pool: Pool;
 
