@@ -9,6 +9,7 @@ import {
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { catchError, EMPTY, finalize, from, mergeMap, Observable, of, tap, throwError } from 'rxjs';
 import { publish } from './events/idempotency-events.js';
+import { keepRequestScopedBatches } from './prisma-request-clients.js';
 import { type FieldSteps, interceptField } from './graphql/intercept-field.js';
 import { problemAnswer } from './graphql/graphql-problem.js';
 import { watchFastifySerialization } from './http/handler-result.js';
@@ -115,6 +116,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    // A Prisma client provided per request is first met here, before its handler's calls.
+    if (this.options.pool) keepRequestScopedBatches(context);
     // A mutation field of @nestjs/graphql: read by its name, nothing of it is imported.
     if (context.getType<string>() === 'graphql') {
       return interceptField(this.fields, this.routeSettings(context), context, next);

@@ -20,6 +20,7 @@ export { IdempotentTasks } from './tasks/idempotent-tasks.service.js';
 export { currentTick, type TaskTick } from './tasks/task-tick.js';
 export {
   IdempotentTaskNameTakenError,
+  IdempotentTaskPeriodError,
   IdempotentTaskOverrideError,
   IdempotentTaskUnboundError,
   IdempotentTaskUnscheduledError,
@@ -45,6 +46,7 @@ export { TransactionEndedError } from './data-layers/lazy-transaction.js';
 export {
   ConcurrentSaveFailedError,
   CursorOpenRefusedError,
+  SubscriberTransactionOpenError,
   StatementBesidePhaseRefusedError,
   IsolationLevelRefusedError,
   NestedTransactionOpenAtCommitError,
@@ -53,6 +55,7 @@ export {
   ReleasedClientError,
   RetriedTryStatementError,
   NestedFirstPhaseError,
+  ListenAmongStatementsRefusedError,
   SessionAdvisoryLockRefusedError,
   SessionSettingRefusedError,
   StatementBesideNestedTransactionError,
@@ -93,6 +96,7 @@ export {
   IdempotencyStoredResponseUnreadableError,
   IdempotencyTransactionAbortedError,
   IdempotencyCursorOpenError,
+  IdempotencySubscriberTransactionOpenError,
   IdempotencyStatementBesidePhaseError,
   IdempotencyHandlerRetriedInsideError,
   IdempotencyPhaseNameInvalidError,

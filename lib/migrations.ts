@@ -4,6 +4,7 @@ import { AddFinishedAt1764461200000 } from '../migrations/1764461200000-AddFinis
 import { TextTenantIds1764461300000 } from '../migrations/1764461300000-TextTenantIds.js';
 import { CreateMessageFailures1764461400000 } from '../migrations/1764461400000-CreateMessageFailures.js';
 import { CreateResponseBodies1764461500000 } from '../migrations/1764461500000-CreateResponseBodies.js';
+import { AddLeasedAt1764461700000 } from '../migrations/1764461700000-AddLeasedAt.js';
 
 /**
  * Opt-in, and not in `IDEMPOTENCY_MIGRATIONS`: partitions `idempotency_keys` by time for the
@@ -27,4 +28,5 @@ export const IDEMPOTENCY_MIGRATIONS = [
   TextTenantIds1764461300000,
   CreateMessageFailures1764461400000,
   CreateResponseBodies1764461500000,
+  AddLeasedAt1764461700000,
 ];

@@ -18,6 +18,23 @@ const KEY_COLUMNS = `tenant_id        text        NOT NULL,
         response_headers jsonb,
         phase_results    jsonb       NOT NULL DEFAULT '{}',
         finished_at      timestamptz,`;
+/**
+ * `leased_at` (AddLeasedAt, listed after this migration by its time) when the table has it: a
+ * database that ran AddLeasedAt before this one. Its partitioned table (or, reverted, its
+ * plain one) has it too, or ATTACH would refuse the old table and a revert would lose it.
+ */
+async function hasLeasedAt(queryRunner: QueryRunner, table: string): Promise<boolean> {
+  const rows = (await queryRunner.query(
+    `SELECT FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'leased_at'
+       AND NOT attisdropped`,
+    [table],
+  )) as unknown[];
+  return rows.length > 0;
+}
+
+const LEASED_AT_COLUMN = `leased_at        timestamptz,
+        `;
+
 const KEY_CHECKS = `CONSTRAINT idempotency_keys_key_check CHECK (length(key) BETWEEN 1 AND 255),
         CONSTRAINT idempotency_keys_state_check CHECK (state IN ('started', 'done')),
         CONSTRAINT idempotency_keys_tenant_id_length CHECK (length(tenant_id) BETWEEN 1 AND 255)`;
@@ -65,6 +82,7 @@ export class PartitionIdempotencyKeys1764461600000 implements MigrationInterface
       throw new Error('PartitionIdempotencyKeys: idempotency_keys is partitioned already.');
     }
 
+    const leasedAt = await hasLeasedAt(queryRunner, 'idempotency_keys');
     // The table as it is becomes the first partition; its indexes are renamed out of the way
     // of the partitioned table's. Its primary key is that partition's unique index.
     await queryRunner.query(`ALTER TABLE idempotency_keys RENAME TO idempotency_keys_legacy`);
@@ -82,7 +100,7 @@ export class PartitionIdempotencyKeys1764461600000 implements MigrationInterface
     await queryRunner.query(`
       CREATE TABLE idempotency_keys (
         ${KEY_COLUMNS}
-        placed_at        timestamptz NOT NULL DEFAULT now(),
+        ${leasedAt ? LEASED_AT_COLUMN : ''}placed_at        timestamptz NOT NULL DEFAULT now(),
         ${KEY_CHECKS}
       ) PARTITION BY RANGE (placed_at)`);
 
@@ -105,6 +123,7 @@ export class PartitionIdempotencyKeys1764461600000 implements MigrationInterface
   }
 
   async down(queryRunner: QueryRunner): Promise<void> {
+    const leasedAt = await hasLeasedAt(queryRunner, 'idempotency_keys');
     await queryRunner.query(`ALTER TABLE idempotency_keys RENAME TO idempotency_keys_partitioned`);
     await queryRunner.query(
       `ALTER INDEX idempotency_keys_created_at_idx RENAME TO idempotency_keys_partitioned_created_at_idx`,
@@ -115,7 +134,7 @@ export class PartitionIdempotencyKeys1764461600000 implements MigrationInterface
     await queryRunner.query(`
       CREATE TABLE idempotency_keys (
         ${KEY_COLUMNS}
-        CONSTRAINT idempotency_keys_pkey PRIMARY KEY (tenant_id, key),
+        ${leasedAt ? LEASED_AT_COLUMN : ''}CONSTRAINT idempotency_keys_pkey PRIMARY KEY (tenant_id, key),
         ${KEY_CHECKS}
       ) WITH (fillfactor = 70)`);
     // Every row, whichever partition holds it; a key is in one partition only, so the primary
@@ -123,10 +142,10 @@ export class PartitionIdempotencyKeys1764461600000 implements MigrationInterface
     await queryRunner.query(`
       INSERT INTO idempotency_keys (tenant_id, key, fingerprint, state, recovery_point,
         locked_until, lock_version, response_code, response_body, created_at, claim_id,
-        response_headers, phase_results, finished_at)
+        response_headers, phase_results, finished_at${leasedAt ? ', leased_at' : ''})
       SELECT tenant_id, key, fingerprint, state, recovery_point, locked_until, lock_version,
         response_code, response_body, created_at, claim_id, response_headers, phase_results,
-        finished_at
+        finished_at${leasedAt ? ', leased_at' : ''}
       FROM idempotency_keys_partitioned ORDER BY created_at`);
     await queryRunner.query(`DROP TABLE idempotency_keys_partitioned`);
     await queryRunner.query(

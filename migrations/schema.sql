@@ -18,6 +18,7 @@ CREATE TABLE idempotency_keys (
   response_headers jsonb,
   phase_results    jsonb       NOT NULL DEFAULT '{}',     -- what each completed phase returned
   finished_at      timestamptz,                           -- the retention window starts here
+  leased_at        timestamptz,                           -- a takeover's hold began (NULL: created_at)
   PRIMARY KEY (tenant_id, key),
   CONSTRAINT idempotency_keys_tenant_id_length CHECK (length(tenant_id) BETWEEN 1 AND 255)
 ) WITH (fillfactor = 70);

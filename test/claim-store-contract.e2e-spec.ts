@@ -265,6 +265,8 @@ describe('the contract catches broken stores', () => {
         rule('only the owner'),
         rule('a stale owner'),
         rule('a finished key expires'),
+        // Its finished keys gone, it has none to complete.
+        rule('a finished answer is completed'),
       ],
     ],
   ];

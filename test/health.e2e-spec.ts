@@ -6,6 +6,8 @@ import request from 'supertest';
 import { DataSource } from 'typeorm';
 import { IdempotencyHealthIndicator } from '../lib/health/index.js';
 import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule } from '../lib/index.js';
+import { PostgresClaimStore } from '../lib/claim/postgres-claim.store.js';
+import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
 import { ADAPTERS, bootstrapTestApp } from './support/bootstrap.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
 import { adminUrl, createTestDatabase, type TestDatabase } from './support/database.js';
@@ -135,6 +137,43 @@ describe.each(ADAPTERS)('IdempotencyHealthIndicator (%s)', (adapter) => {
       const response = await request(app.getHttpServer()).get('/health');
       expect(response.status).toBe(200);
       expect(response.body).toEqual(up(null));
+    } finally {
+      await database.dataSource.query(`DELETE FROM idempotency_keys`);
+    }
+  });
+
+  it('a key resumed by its retry long after a 503 is aged from the takeover, not its claim', async () => {
+    // Given back two minutes ago (a 503, a job between its steps), taken over by the retry now.
+    const [{ claim_id: claimId }] = (await database.dataSource.query(
+      `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, created_at, locked_until,
+         recovery_point, lock_version)
+       VALUES ('1', 'resumed', '\\x00', now() - interval '2 minutes', NULL, 'charged', 1)
+       RETURNING claim_id`,
+    )) as { claim_id: string }[];
+    const store = new PostgresClaimStore(new IdempotencyDatabase(() => database.dataSource, 5000));
+    try {
+      const claim = await store.takeOver(
+        { tenantId: '1', key: 'resumed' },
+        { lockVersion: '1', claimId },
+        30_000,
+      );
+      expect(claim).toBeDefined();
+      const response = await request(app.getHttpServer()).get('/health');
+      expect(response.status).toBe(200);
+      expect(response.body.info.idempotency.oldestUnfinishedAgeMs).toBeLessThan(10_000);
+      expect(await store.oldestUnfinishedAgeMs()).toBeLessThan(10_000);
+
+      // The hold itself past the bound (taken over two minutes ago, renewed since): it hangs.
+      await database.dataSource.query(
+        `UPDATE idempotency_keys SET leased_at = now() - interval '2 minutes' WHERE key = 'resumed'`,
+      );
+      const hangs = await request(app.getHttpServer()).get('/health');
+      expect(hangs.status).toBe(503);
+      expect(hangs.body.error.idempotency.message).toBe(
+        'a key has been unfinished for longer than 60000 ms (maxUnfinishedAgeMs): its lease is ' +
+          'still renewed: its work hangs',
+      );
+      expect(await store.oldestUnfinishedAgeMs()).toBeGreaterThanOrEqual(120_000);
     } finally {
       await database.dataSource.query(`DELETE FROM idempotency_keys`);
     }

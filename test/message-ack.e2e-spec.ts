@@ -104,10 +104,14 @@ describe('ack: true on a transport that acknowledges by itself', () => {
     ])(
       'with noAck: false, %s applies a message once and acknowledges it',
       async (_what, hybrid) => {
-        const worker = await rmq({ RMQ_NO_ACK: 'false', HYBRID: hybrid });
+        const worker = await rmq({ RMQ_NO_ACK: 'false', HYBRID: hybrid, SETTLEMENTS: '1' });
         const account = `acked-${queue}`;
         publish(account);
         await until(async () => (await settlements(account)) === 1, 'the settlement');
+        // The ack follows the commit: killing the worker between the two sends the delivery
+        // back, as it should (at least once). So wait for the worker's own ack before the kill.
+        await until(async () => worker.output().includes(`settled ${account} ack`), 'the ack');
+        await new Promise((resolve) => setTimeout(resolve, 200));
         // Acknowledged: once its consumer is gone, nothing comes back to the queue.
         await worker.kill();
         await new Promise((resolve) => setTimeout(resolve, 500));

@@ -31,6 +31,7 @@ interface Snapshot {
   response_body: Buffer | null;
   created_at: Date;
   finished_at: Date | null;
+  leased_at: Date | null;
 }
 
 describePartitioned('the PartitionIdempotencyKeys migration on a table with keys', () => {
@@ -43,7 +44,7 @@ describePartitioned('the PartitionIdempotencyKeys migration on a table with keys
   const snapshot = async (where = 'true') =>
     (await dataSource.query(
       `SELECT tenant_id, key, state, claim_id, lock_version, recovery_point, phase_results,
-              response_body, created_at, finished_at
+              response_body, created_at, finished_at, leased_at
        FROM idempotency_keys WHERE ${where} ORDER BY tenant_id, key`,
     )) as Snapshot[];
   const relkind = async () =>
@@ -74,12 +75,14 @@ describePartitioned('the PartitionIdempotencyKeys migration on a table with keys
         now() - interval '2 days')`,
       [fp],
     );
-    // Two crashed workers' keys: a phase done, the lease long expired, taken over once.
+    // Two crashed workers' keys: a phase done, the lease long expired, taken over once (its
+    // hold's start, `leased_at`, kept by the migration both ways: AddLeasedAt ran before it).
     await plain.query(
       `INSERT INTO idempotency_keys (tenant_id, key, fingerprint, recovery_point, phase_results,
-         locked_until, lock_version, created_at)
+         locked_until, lock_version, created_at, leased_at)
        SELECT '42', k, $1, 'charge_created', '{"charge_created":{"psp":"auth_7"}}',
-              now() - interval '1 minute', 1, now() - interval '10 minutes'
+              now() - interval '1 minute', 1, now() - interval '10 minutes',
+              now() - interval '3 minutes'
        FROM unnest(ARRAY['crashed', 'crashed-2']) k`,
       [fp],
     );

@@ -54,6 +54,10 @@ export abstract class ResponseLayer extends ForwardingClaimStore {
     return this.inner.finish(claim, await this.stored(claim, response));
   }
 
+  override async completeAnswer(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
+    return super.completeAnswer(claim, await this.stored(claim, response));
+  }
+
   override async finishIn(
     claim: ActiveClaim,
     response: StoredResponse,

@@ -62,6 +62,12 @@ export class ForwardingClaimStore implements TransactionalClaimStore {
     return this.transactionalInner().finishIn(claim, response, transaction);
   }
 
+  completeAnswer(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
+    return this.inner.completeAnswer
+      ? this.inner.completeAnswer(claim, response)
+      : Promise.resolve(false);
+  }
+
   commitPhase<T>(
     claim: ActiveClaim,
     phase: string,

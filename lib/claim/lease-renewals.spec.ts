@@ -92,7 +92,11 @@ describe('LeaseRenewals.heartbeat inside a transaction above READ COMMITTED', ()
     } as unknown as ClaimStore;
     const renewals = new LeaseRenewals({ warn: (m: string) => warned.push(m) } as never);
     const stop = renewals.heartbeat(store, claim, isolated);
-    await new Promise((resolve) => setTimeout(resolve, 280)); // an interval of 50 ms
+    // An interval of 50 ms: three heartbeats, or 2 s (a loaded machine's timers run late;
+    // a heartbeat that stops after one failure stays at one).
+    for (const deadline = Date.now() + 2_000; calls < 3 && Date.now() < deadline;) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
     stop();
     expectCalls(calls);
     expect(warned).toHaveLength(warnings);

@@ -26,6 +26,7 @@ import {
   CLAIM,
   CLAIM_BATCH,
   COMPLETE,
+  COMPLETE_ANSWER,
   EXTEND_LEASE,
   keyLock,
   OLDEST_UNFINISHED,
@@ -232,6 +233,11 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     transaction: StoreTransaction,
   ): Promise<boolean> {
     return transaction.commitWith({ ...COMPLETE, values: completeValues(claim, response) });
+  }
+
+  async completeAnswer(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
+    const { rowCount } = await this.query(COMPLETE_ANSWER, completeValues(claim, response));
+    return rowCount === 1;
   }
 
   async release(claim: ActiveClaim, forget: boolean): Promise<void> {

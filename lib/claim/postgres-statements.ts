@@ -145,14 +145,21 @@ WHERE NOT b.free AND NOT EXISTS (
  * that holds the row until it commits (see CLAIM), so its owner is alive; else the holder is
  * another takeover, or the owner renewing, finishing or giving the key back, all of which
  * end in a moment (the retry after the 409 finds what they left).
+ *
+ * `leased_at`: the new hold begins now. Health and the oldest-unfinished gauge age a held key
+ * from it (see HOLD_STARTED), not from `created_at`: a job's later step, or a request resumed
+ * by its retry long after a 503, is as young as its hold (adversary 78).
+ *
+ * v5 (was v4): sets `leased_at`.
  */
 export const TAKE_OVER = {
-  name: 'idempotency_take_over_v4',
+  name: 'idempotency_take_over_v5',
   text: `WITH free AS (
   SELECT FROM idempotency_keys WHERE tenant_id = $1 AND key = $2 FOR UPDATE SKIP LOCKED
 )
 UPDATE idempotency_keys
-SET locked_until = clock_timestamp() + $5 * interval '1 millisecond', lock_version = lock_version + 1
+SET locked_until = clock_timestamp() + $5 * interval '1 millisecond', lock_version = lock_version + 1,
+    leased_at = clock_timestamp()
 WHERE tenant_id = $1 AND key = $2 AND state = 'started'
   AND (locked_until IS NULL OR locked_until < clock_timestamp()) AND lock_version = $3
   AND claim_id = $4 AND EXISTS (SELECT FROM free)
@@ -170,6 +177,18 @@ export const COMPLETE = {
 SET state = 'done', response_code = $5, response_body = $6, response_headers = $7,
     recovery_point = 'finished', locked_until = NULL, finished_at = clock_timestamp()
 WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
+};
+
+/**
+ * A finished key's response replaced by the claim that finished it (a GraphQL answer
+ * completed with its field middleware's outputs: middleware-outputs.ts), fenced by its
+ * (`lock_version`, `claim_id`) and the key being done; nothing else of the row changes.
+ */
+export const COMPLETE_ANSWER = {
+  name: 'idempotency_complete_answer_v1',
+  text: `UPDATE idempotency_keys
+SET response_code = $5, response_body = $6, response_headers = $7
+WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'done'`,
 };
 
 /**
@@ -226,21 +245,39 @@ WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND st
 };
 
 /**
+ * A key holding no job's steps: no step owner (`bullmq:step`, lib/jobs/job-steps.ts STEP_OWNER)
+ * on the row, whatever its lease. See PURGE_ABANDONED_BATCH.
+ */
+export const HOLDS_NO_JOB_STEPS = `NOT (phase_results ? 'bullmq:step')`;
+
+/**
  * Keys left unfinished for much longer than the retention: their clients gave up (during a
  * long PSP outage, say) and no retry came. Only past a horizon chosen far beyond any retry,
  * and never while a lease is live, since the row holds the claim id its external calls were
  * keyed with. `created_at` finds them through the BRIN index. The conditions are checked
  * again on each row deleted, for the reason PURGE_BATCH gives.
+ *
+ * A job's key that holds its steps (its step owner on the row: RELEASE_JOB_STEP) is not
+ * abandoned, whatever its lease: BullMQ holds the job, delayed between its steps (the lease
+ * ended on purpose) however long its delay, or failed as stalled after its worker died mid-step
+ * (the lease ran out) for the operator's `job.retry()`; its next run must find its claim id and
+ * phases (adversary 78: a parked key deleted, its next run called the PSP again under a new
+ * derived key; adversary 80: the same for a stalled one). It is kept; a job removed from
+ * BullMQ leaves its key for the operator (docs/operations/retention.md).
+ *
+ * v4 (was v3): leaves a step job's key whatever its lease (v3 left only a parked one).
  */
 export const PURGE_ABANDONED_BATCH = {
-  name: 'idempotency_purge_abandoned_v2',
+  name: 'idempotency_purge_abandoned_v4',
   text: `DELETE FROM idempotency_keys WHERE ctid IN (
   SELECT ctid FROM idempotency_keys
   WHERE created_at < now() - $1 * interval '1 millisecond' AND state = 'started'
     AND (locked_until IS NULL OR locked_until < clock_timestamp())
+    AND ${HOLDS_NO_JOB_STEPS}
   LIMIT $2 FOR UPDATE SKIP LOCKED)
   AND created_at < now() - $1 * interval '1 millisecond' AND state = 'started'
-  AND (locked_until IS NULL OR locked_until < clock_timestamp())`,
+  AND (locked_until IS NULL OR locked_until < clock_timestamp())
+  AND ${HOLDS_NO_JOB_STEPS}`,
 };
 
 /**
@@ -283,19 +320,29 @@ RETURNING tenant_id, key`,
 };
 
 /**
+ * When a key's current hold began: its last takeover (`leased_at`, set by TAKE_OVER), else its
+ * claim (`created_at`). What health and the oldest-unfinished gauge age a held key from: a
+ * key's whole life would count the time it sat unheld, between a job's steps or between a 503
+ * and its retry, as the time of the step or request now running (adversary 78).
+ */
+export const HOLD_STARTED = 'coalesce(leased_at, created_at)';
+
+/**
  * The age of the oldest key still unfinished (its worker crashed, or its client gave up and no
  * retry came), for the metrics' gauge. A scan of the table: it runs only when a metrics reader
  * collects (once a minute by default), and an index on `state` would make every stored
  * response a non-HOT update.
- */
-/**
- * The oldest unfinished key that a worker holds or held (its lease running or run out). A key
- * given back on purpose (`locked_until` NULL: a 503 to retry, see RELEASE) waits for a retry
- * its client may never send, until the purge: counted, it would hold the gauge at weeks.
+ *
+ * Only keys that a worker holds or held (their lease running or run out), aged from when that
+ * hold began (HOLD_STARTED). A key given back on purpose (`locked_until` NULL: a 503 to retry,
+ * see RELEASE; a job between its steps) waits for a retry its client may never send, until the
+ * purge: counted, it would hold the gauge at weeks.
+ *
+ * v3 (was v2): aged from the hold's start, not the key's creation.
  */
 export const OLDEST_UNFINISHED = {
-  name: 'idempotency_oldest_unfinished_v2',
-  text: `SELECT (extract(epoch FROM clock_timestamp() - min(created_at)) * 1000)::float8 AS age_ms
+  name: 'idempotency_oldest_unfinished_v3',
+  text: `SELECT (extract(epoch FROM clock_timestamp() - min(${HOLD_STARTED})) * 1000)::float8 AS age_ms
 FROM idempotency_keys WHERE state = 'started' AND locked_until IS NOT NULL`,
 };
 
@@ -422,6 +469,17 @@ export const PURGE_MESSAGE_FAILURES_BATCH = {
 export const DATABASE_NOW = {
   name: 'idempotency_database_now_v1',
   text: `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms`,
+};
+
+/**
+ * A tick's record kept until its slot ends (see `tickRecordFinishedAt`): its `finished_at`
+ * moved later, to the time the purge counts its retention from. Never earlier than it was.
+ */
+export const HOLD_TICK_RECORD = {
+  name: 'idempotency_hold_tick_record_v1',
+  text: `UPDATE idempotency_keys
+SET finished_at = greatest(finished_at, to_timestamp($3::float8 / 1000))
+WHERE tenant_id = $1 AND key = $2 AND state = 'done'`,
 };
 
 export const UNFINISHED_TICKS = {

@@ -23,8 +23,9 @@ Commands:
     --stuck-after-ms N       a key is stuck once its lease expired this long ago (default 60000)
     --migrations-table NAME  TypeORM's migrations table (default migrations)
   keys list [--limit N]      unfinished keys: in flight and stuck (default limit 50)
-    --tenant PREFIX          only tenants that begin so: a queue's jobs (bullmq:payouts),
-                             the scheduled tasks (schedule:)
+    --tenant TENANT          only that tenant's: a queue's jobs (bullmq:payouts); ending in
+                             ":", the tenants that begin so: every queue's (bullmq:), the
+                             scheduled tasks (schedule:)
   keys show <tenant> <key>   one key: state, phases, lease, owner, timings
     --body                   its stored response body too
   keys release <tenant> <key>

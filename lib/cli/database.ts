@@ -11,6 +11,7 @@ import {
   UNUSABLE_IN_PATH,
 } from '../schema/search-path-schemas.js';
 import { type DoctorFacts, type PartitionBounds, type UnusableTable } from './doctor-checks.js';
+import { tenantFilter } from './tenant-filter.js';
 
 /**
  * Everything the command reads from and writes to the database, on one session of its own
@@ -153,19 +154,22 @@ const KEY_COLUMNS = `tenant_id AS "tenantId", key, state, recovery_point AS "rec
 
 /**
  * Unfinished keys, the stuck (lease expired longest ago) first, those given back last; of the
- * tenants that begin with `tenant`, where given (a queue's jobs, `bullmq:payouts`; the tasks,
- * `schedule:`).
+ * tenant `tenant` where given (a queue's jobs, `bullmq:payouts`), or of the tenants that begin
+ * with it where it ends at `:` (every queue, `bullmq:`; the tasks, `schedule:`): see
+ * `tenantFilter`.
  */
 export async function listUnfinishedKeys(
   client: Client,
   limit: number,
   tenant?: string,
 ): Promise<KeyRow[]> {
+  const filter = tenant === undefined ? undefined : tenantFilter(tenant);
   const { rows } = await client.query<KeyRow>(
     `SELECT ${KEY_COLUMNS} FROM idempotency_keys
-     WHERE state = 'started' AND ($2::text IS NULL OR starts_with(tenant_id, $2))
+     WHERE state = 'started'
+       AND ($2::text IS NULL OR tenant_id = $2 OR ($3::boolean AND starts_with(tenant_id, $2)))
      ORDER BY locked_until NULLS LAST, created_at, tenant_id, key LIMIT $1`,
-    [limit, tenant ?? null],
+    [limit, filter?.tenant ?? null, filter?.prefix ?? false],
   );
   return rows;
 }

@@ -12,6 +12,9 @@ export type CarriedStatement = QueryStatement & { values: unknown[] };
  */
 export function carriedStatement(args: unknown[]): CarriedStatement | undefined {
   const statement = queryStatement(args);
+  // One bounded by node-postgres' `query_timeout` is not: its timeout would fire on the round
+  // trip of the `BEGIN` too, and leave the transaction's opening undecided. Sent after it.
+  if (statement?.query_timeout !== undefined) return undefined;
   return statement?.values !== undefined && statement.values.length > 0
     ? (statement as CarriedStatement)
     : undefined;

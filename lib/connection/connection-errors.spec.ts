@@ -117,6 +117,11 @@ describe('isTransientError', () => {
     ['deadlock 40P01', server('40P01'), true],
     ['statement completion unknown 40003', server('40003'), true],
     ['statement timeout 57014', server('57014'), true],
+    [
+      'a cancel 57014 "due to user request" (anyone\'s pg_cancel_backend: passing)',
+      Object.assign(server('57014'), { message: 'canceling statement due to user request' }),
+      true,
+    ],
     ['lock timeout 55P03', server('55P03'), true],
     ['deadlock wrapped by TypeORM', typeorm(server('40P01')), true],
     ['a code 40001 not from the server', Object.assign(new Error('x'), { code: '40001' }), false],

@@ -219,8 +219,65 @@ function isStatementsProtocolViolation(code: string, severity: string | undefine
  * retention window.
  */
 export function isTransientError(error: unknown): boolean {
-  const code = codeFromDatabase(error);
-  return code !== undefined && (code.startsWith('40') || TRANSIENT_STATES.has(code));
+  const failure = fromDatabase(error);
+  if (failure?.kind !== 'driver' || failure.code === undefined) return false;
+  return failure.code.startsWith('40') || TRANSIENT_STATES.has(failure.code);
+}
+
+/** What the app asked PostgreSQL to do to a backend: cancel its statement, or end it. */
+export type CancelKind = 'cancel' | 'terminate';
+
+/**
+ * Whether `error`, met on a connection whose backend the request's own code asked PostgreSQL
+ * to cancel or end (`kind`), is what that asked for:
+ * - `cancel` (`pg_cancel_backend`): a 57014 that is not a statement or lock timeout's, told
+ *   by PostgreSQL's English message ("canceling statement due to statement timeout"); under
+ *   another `lc_messages` a 57014 met after the app's own cancel is taken as its answer (a
+ *   timeout landing in the same moment would be taken so too: rarer than a translated server);
+ * - `terminate` (`pg_terminate_backend`): the connection's loss, whatever form it reaches the
+ *   driver in (57P01, the socket's end, a client no longer queryable).
+ * A cancel carries nothing that says who sent it: an operator's `pg_cancel_backend`, a
+ * pooler's `query_timeout` or a server's shutdown give the same errors, so the errors are
+ * told apart by what the app's own code asked for (`cancel-asked.ts`), never by their text.
+ */
+export function answersAsked(kind: CancelKind, error: unknown): boolean {
+  if (kind === 'terminate') return isConnectionError(error);
+  const failure = fromDatabase(error);
+  return (
+    failure?.kind === 'driver' &&
+    failure.code === '57014' &&
+    !/due to (statement|lock) timeout/.test(failure.message)
+  );
+}
+
+/** Errors that answer a cancel or an end the request's own code asked for (see above). */
+const askedByApp = new WeakSet<object>();
+
+/**
+ * Marks `error` as the answer to a cancel or an end of the request's connection that the
+ * request's own code asked for (Kysely's `'cancel query'` or `'kill session'` abort), and
+ * returns it as it is.
+ */
+export function markAskedByApp<T>(error: T): T {
+  if (isError(error)) askedByApp.add(error);
+  return error;
+}
+
+/**
+ * Whether `error` (or the driver's error a data layer wrapped in it) answers a cancel or an
+ * end of the request's connection that the request's own code asked for: that ended the
+ * request's transaction, and its retry asks for the same. No passing failure: a 503 would be
+ * answered for ever. Someone else's cancel or end (an operator, a pooler, a shutdown) is not
+ * marked, and is the passing failure it looks like.
+ */
+export function isCancelAskedForError(error: unknown, depth = 0): boolean {
+  if (!isError(error) || depth > 4) return false;
+  if (askedByApp.has(error)) return true;
+  const inner =
+    error instanceof DatabaseConnectionError
+      ? error.cause
+      : ((error as { driverError?: unknown }).driverError ?? dataLayerCause(error));
+  return inner !== undefined && inner !== error && isCancelAskedForError(inner, depth + 1);
 }
 
 /**

@@ -16,6 +16,11 @@ describe('queryStatement', () => {
       [{ text: 'SELECT 1', types: {} }],
       { text: 'SELECT 1', types: {} },
     ],
+    [
+      "a config with node-postgres' own per-query bound",
+      [{ text: 'SELECT 1', query_timeout: 500, binary: true }],
+      { text: 'SELECT 1', query_timeout: 500, binary: true },
+    ],
     // Not carried: what the read-only round trip cannot send as node-postgres would.
     ['a callback', ['SELECT 1', () => undefined], undefined],
     ['values and a callback', ['SELECT $1', [1], () => undefined], undefined],

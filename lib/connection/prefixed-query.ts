@@ -13,6 +13,10 @@ export interface QueryStatement {
   values?: unknown[];
   rowMode?: string;
   types?: unknown;
+  /** Results in binary, as asked for the query. */
+  binary?: boolean;
+  /** node-postgres' own per-query bound ('Query read timeout'), read off the query it runs. */
+  query_timeout?: number;
 }
 
 /**
@@ -61,7 +65,12 @@ export class PrefixedQuery extends Query {
     // The extended protocol always: a text without parameters would go as a simple query,
     // and the prefixes not at all.
     super({ ...statement, queryMode: 'extended' }, undefined, callback);
+    // node-postgres reads it off the submittable it is handed, not off a config.
+    if (statement.query_timeout !== undefined) this.query_timeout = statement.query_timeout;
   }
+
+  /** See `QueryStatement.query_timeout`. */
+  query_timeout?: number;
 
   prepare(connection: ProtocolConnection): void {
     for (const { text } of this.prefixes) {
@@ -135,7 +144,7 @@ export function queryStatement(args: unknown[]): QueryStatement | undefined {
     return undefined;
   }
   if (config.values !== undefined && !Array.isArray(config.values)) return undefined;
-  const { text, rowMode, types } = config;
+  const { text, rowMode, types, binary, query_timeout } = config;
   // node-postgres takes the values argument over the config's.
   const given = values ?? config.values;
   return {
@@ -143,5 +152,7 @@ export function queryStatement(args: unknown[]): QueryStatement | undefined {
     ...(given ? { values: given } : {}),
     ...(rowMode ? { rowMode } : {}),
     ...(types ? { types } : {}),
+    ...(binary ? { binary } : {}),
+    ...(query_timeout ? { query_timeout } : {}),
   };
 }

@@ -6,6 +6,7 @@ import { type RequestTransaction } from '../transaction/request-transaction.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { DataLayerEndedError } from '../connection/driver-errors/ended.js';
 import { joinTransactionsOfPool } from './pool-join.js';
+import { watchCancels } from './cancel-watch.js';
 
 /**
  * The app's data layer as the library meets it: the pool its own statements run on, and the
@@ -19,14 +20,22 @@ export interface DataLayer {
   transaction(timeoutMs: number, joinable: boolean, namedStatements: boolean): RequestTransaction;
 }
 
-/** The app's TypeORM DataSource: its runners join the request's transaction. */
+/**
+ * The app's TypeORM DataSource: its runners join the request's transaction. The request's
+ * connection is a client of TypeORM's own driver pool, and a cancel its code sends (an
+ * `outside()` watchdog's `pg_cancel_backend`) goes through that pool or a replica's: each is
+ * watched (`watchCancels`), as a joined pool is, so that its answer is told from an operator's.
+ * Read on each call: a DataSource initialized again has new pools.
+ */
 export function typeOrmDataLayer(dataSource: () => DataSource): DataLayer {
   const pool = () => {
     const source = dataSource();
-    const driver = source.driver as unknown as { master?: Pool };
+    const driver = source.driver as unknown as { master?: Pool; slaves?: unknown };
     if (!source.isInitialized || !driver.master) {
       throw new DataLayerEndedError('the TypeORM DataSource is not initialized');
     }
+    watchCancels(driver.master);
+    if (Array.isArray(driver.slaves)) for (const replica of driver.slaves) watchCancels(replica);
     return driver.master;
   };
   return {

@@ -1,4 +1,4 @@
-import { EndsInFlight } from './ends-in-flight.js';
+import { EndsInFlight, settledWithin } from './ends-in-flight.js';
 
 describe('EndsInFlight', () => {
   it.each([
@@ -28,5 +28,17 @@ describe('EndsInFlight', () => {
     const waits = ends.before();
     ends.add(new Promise(() => undefined));
     expect(waits).toHaveLength(1);
+  });
+});
+
+describe('settledWithin', () => {
+  it.each([
+    ['none', [], 'settled'],
+    ['all settled (one failed)', [Promise.resolve(), Promise.reject(new Error('x'))], 'settled'],
+    ['one never settles: the bound', [Promise.resolve(), new Promise(() => undefined)], 'bound'],
+  ])('%s: %s', async (_case, ends, expected) => {
+    const started = Date.now();
+    await settledWithin(ends as Promise<unknown>[], 50);
+    expect(Date.now() - started >= 45 ? 'bound' : 'settled').toBe(expected);
   });
 });

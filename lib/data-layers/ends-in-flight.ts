@@ -35,3 +35,17 @@ export class EndsInFlight {
     return [...this.unsent];
   }
 }
+
+/**
+ * Settles once every one of `ends` has settled, or after `ms`, whichever comes first: the
+ * request's commit waits for the ends its code called before answering, but no longer than
+ * its own deadline (what is still on its way then is judged open).
+ */
+export function settledWithin(ends: readonly Promise<unknown>[], ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+  });
+  const all = Promise.all(ends.map((end) => end.catch(() => undefined))).then(() => undefined);
+  return Promise.race([all, bound]).finally(() => clearTimeout(timer));
+}

@@ -12,11 +12,21 @@ import { isAboveReadCommitted } from '../transaction/isolation-level.js';
 import { NestedIdentity } from './nested-identity.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
 import { CommitHold } from './commit-hold.js';
+import { SubscriberWatch, WATCHED_EVENTS } from './subscriber-watch.js';
+import { callingOneByOne } from './subscriber-calls.js';
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { OpenStreams } from './open-streams.js';
 import { SendOrder } from './send-order.js';
 import { TurnQueue } from './turn-queue.js';
-import { asTransactionManager, isPersisting, markUnprotected } from '../transaction/own-persist.js';
-import { runnerView } from './runner-view.js';
+import {
+  askingForLock,
+  asTransactionManager,
+  isPersisting,
+  markUnprotected,
+} from '../transaction/own-persist.js';
+import { runnerView, viewSaysActive } from './runner-view.js';
+import { AfterRequestCommit, whenTold } from './after-request-commit.js';
+import { type FencedStatement } from '../transaction/request-transaction.js';
 import {
   ConcurrentSaveFailedError,
   CursorOpenRefusedError,
@@ -24,6 +34,7 @@ import {
   NestedTurnTimeoutError,
   ReadOnlyTransactionRefusedError,
   StatementBesideNestedTransactionError,
+  SubscriberTransactionOpenError,
   TransactionEndedError,
 } from '../transaction/seam-errors.js';
 import { isPlainRead, isTransactionModeOnly, setsReadOnly } from '../transaction/sql/sql-text.js';
@@ -72,8 +83,9 @@ export class LazyTransaction extends RequestTransaction {
   /** The depth of the nested transaction its code made read only, while it is open. */
   private readOnlyFrom?: number;
   /**
-   * The view whose nested commit failed after its RELEASE (an `afterTransactionCommit`
-   * subscriber threw), until its next commit: TypeORM's rollback that follows is its own.
+   * The view whose nested commit failed after its RELEASE (what its COMMIT would end could not
+   * be put back; its `afterTransactionCommit` subscribers are told only after the request's
+   * COMMIT: `AfterRequestCommit`), until its next commit: TypeORM's rollback that follows is its own.
    */
   private releasedFor?: unknown;
   /** Whether the open outermost nested transaction kept the session's state (not a save's). */
@@ -122,10 +134,27 @@ export class LazyTransaction extends RequestTransaction {
   private readonly turns = new TurnQueue(this.timeoutMs, () =>
     this.refuse(new NestedTurnTimeoutError(this.timeoutMs)),
   );
-  /** The commit whose `beforeTransactionCommit` subscribers run now (see `CommitHold`). */
+  /**
+   * The commit or rollback whose `beforeTransactionCommit` / `beforeTransactionRollback`
+   * subscribers run now (see `CommitHold`).
+   */
   private commitHold?: CommitHold;
+  /**
+   * The holds of commits (rollbacks) that failed before their RELEASE (ROLLBACK TO), a
+   * `beforeTransactionCommit` subscriber having thrown, by the depth of the transaction still
+   * open: the starts its subscribers asked without awaiting them wait for that transaction's
+   * end that follows (TypeORM's rollback of it), not for a RELEASE that never comes; run at
+   * once, they would nest inside the transaction being refused, and its rollback, no longer
+   * the innermost, would be refused (adversary 77). Released in `nestedEnded`, or at the
+   * request's end (`refuseLeftOpen`).
+   */
+  private readonly heldPastFailedEnd: { hold: CommitHold; depth: number }[] = [];
+  /** The transaction event whose subscribers the caller runs in (see `SubscriberWatch`). */
+  private readonly watches = new AsyncLocalStorage<SubscriberWatch>();
   /** The view whose nested transaction's start holds the turn now (see `endsOnArrival`). */
   private startingFor?: unknown;
+  /** Its nested commits' `afterTransactionCommit`, told after the request's COMMIT. */
+  private readonly afterCommit = new AfterRequestCommit();
 
   constructor(
     private readonly dataSource: DataSource,
@@ -156,7 +185,30 @@ export class LazyTransaction extends RequestTransaction {
     // would without the library, and is judged so.
     const transaction = (...args: unknown[]) =>
       (this.viewOf(runner).manager.transaction as (...a: unknown[]) => Promise<unknown>)(...args);
-    return Object.assign(Object.create(manager) as EntityManager, { transaction });
+    return Object.assign(Object.create(manager) as EntityManager, {
+      transaction,
+    });
+  }
+
+  /**
+   * Commits, then tells its nested commits' `afterTransactionCommit` subscribers (see
+   * `AfterRequestCommit`): only now is what they were told of durable.
+   */
+  override async commitWith(statement: FencedStatement): Promise<boolean> {
+    const committed = await super.commitWith(statement);
+    if (committed) await this.tellCommitted();
+    return committed;
+  }
+
+  override async commitPlain(): Promise<void> {
+    await super.commitPlain();
+    await this.tellCommitted();
+  }
+
+  /** Its code's work committed (not undone before the library's own statement committed). */
+  private tellCommitted(): Promise<void> {
+    if (!this.committed || this.effectsUndone) return Promise.resolve();
+    return this.afterCommit.tell(this.dataSource, this.timeoutMs);
   }
 
   /**
@@ -168,6 +220,9 @@ export class LazyTransaction extends RequestTransaction {
     if (this.streams.any) this.refuse(new CursorOpenRefusedError());
     const depth = (this.runner as unknown as RunnerInternals | undefined)?.transactionDepth ?? 1;
     if (depth > 1 || this.startsUnderWay > 0) this.refuse(new NestedTransactionOpenAtCommitError());
+    // A start still held past a failed commit never runs in the request now: let it fail
+    // (the transaction ended) rather than wait forever.
+    for (const { hold } of this.heldPastFailedEnd.splice(0)) hold.releasedNow();
   }
 
   /**
@@ -178,7 +233,7 @@ export class LazyTransaction extends RequestTransaction {
    * do) would release the savepoint that start had read the depth beside, leaving the second
    * to release one already gone (3B001). In turn, the commit meets the other's savepoint open
    * after its own, and is put off (`NestedIdentity.commitLater`). Asked by what runs inside
-   * the turn under way (a subscriber's save in `afterTransactionCommit` opens a transaction of
+   * the turn under way (a `beforeTransactionCommit` subscriber's save opens a transaction of
    * its own), it runs at once, as part of that turn (which then lasts until it is done, and no
    * longer: see `TurnQueue`): waiting, it would wait for itself.
    */
@@ -212,12 +267,14 @@ export class LazyTransaction extends RequestTransaction {
    * savepoint, and the savepoint's rollback would undo it. It waits until that one is sent,
    * not answered, as node-postgres queues a client's statements.
    */
-  private inOrder<T>(by: unknown, work: () => Promise<T>): Promise<T> {
-    if (by === this.runner || typeof by !== 'object' || by === null) return this.inTurn(work);
+  private inOrder<T>(by: unknown, work: () => Promise<T>, first?: Promise<void>): Promise<T> {
+    if (by === this.runner || typeof by !== 'object' || by === null) {
+      return first ? first.then(() => this.inTurn(work)) : this.inTurn(work);
+    }
     return this.sendOrder
       .after(
         by,
-        () => Promise.resolve(),
+        () => first ?? Promise.resolve(),
         () => this.inTurn(work),
       )
       .then(({ sent }) => sent);
@@ -245,6 +302,13 @@ export class LazyTransaction extends RequestTransaction {
       if (open > depth) this.besideCommits.delete(open);
     }
     if (this.readOnlyFrom !== undefined && depth < this.readOnlyFrom) this.readOnlyFrom = undefined;
+    // The transaction whose commit failed before its RELEASE ended: its held starts run now.
+    for (let at = this.heldPastFailedEnd.length - 1; at >= 0; at--) {
+      const held = this.heldPastFailedEnd[at]!;
+      if (held.depth <= depth) continue;
+      this.heldPastFailedEnd.splice(at, 1);
+      held.hold.releasedNow();
+    }
   }
 
   /** A save that ran inside another's transaction failed: the request can only roll back. */
@@ -310,7 +374,19 @@ export class LazyTransaction extends RequestTransaction {
         return transactionManager ? asTransactionManager(manager) : manager;
       },
       (view) => {
-        if (!isPersisting()) return true;
+        // Its code's question (`if (runner.isTransactionActive) await runner.rollbackTransaction()`,
+        // "start one only if none is open"): answered as TypeORM's runner would for the code's
+        // own transaction, open only from its `startTransaction()` to its commit (put off or
+        // not) or rollback; the request's transaction is the library's (adversary 80b). A
+        // phase's manager is a transaction's, and TypeORM's lock check asks whether a lock can
+        // last: open (`viewSaysActive`).
+        if (!isPersisting()) {
+          return viewSaysActive(
+            transactionManager,
+            askingForLock(),
+            this.nested.hasUncommitted(view as object),
+          );
+        }
         const open = internals.transactionDepth > 1 || this.startsUnderWay > 0;
         // Another save's own transaction open (or one starting), or other code's.
         const besideSave = internals.transactionDepth > 1 && !this.outermostKept;
@@ -320,6 +396,8 @@ export class LazyTransaction extends RequestTransaction {
         return open;
       },
       apart,
+      // What `await using` commits at the end of its scope: its code's own transaction.
+      (view) => this.nested.hasUncommitted(view as object),
     );
   }
 
@@ -351,19 +429,43 @@ export class LazyTransaction extends RequestTransaction {
             await around.afterRelease?.();
             hold?.releasedNow();
           }
+          if (event === 'AfterTransactionRollback') hold?.releasedNow();
           if (event === 'AfterTransactionStart') around.started?.();
-          if (event === 'BeforeTransactionCommit') {
-            // A start its subscribers ask without awaiting waits for the RELEASE (`CommitHold`).
+          const ending =
+            event === 'BeforeTransactionCommit' || event === 'BeforeTransactionRollback';
+          if (ending) {
+            // A start its subscribers ask without awaiting waits for the RELEASE or ROLLBACK TO
+            // (`CommitHold`).
             hold = new CommitHold();
             this.commitHold = hold;
           }
+          // A transaction its subscribers start and leave open is refused before the step
+          // TypeORM sends after them names its savepoint (`SubscriberWatch`).
+          const watched = WATCHED_EVENTS.get(event);
+          const watch = watched
+            ? new SubscriberWatch(watched, internals.transactionDepth)
+            : undefined;
+          // Each of the ending event's subscribers called apart: a start is told apart by the
+          // subscriber that asked it (`CommitHold`).
+          const broadcasting = hold && ending ? callingOneByOne(base, event, hold) : base;
+          const broadcast = () => base.broadcast.call(broadcasting, event, ...args);
+          // Run when its code's commit was put off (`commitPutOff`): not again.
+          const ran =
+            (event === 'BeforeTransactionCommit' && around.subscribersRan !== undefined) ||
+            (event === 'AfterTransactionCommit' && around.subscribersRan === 'both');
+          // `afterTransactionCommit`: told once the request committed (`whenTold`).
+          const later = !ran && whenTold(event) === 'after-request-commit';
+          if (later) this.afterCommit.note(owner as QueryRunner);
           try {
-            await base.broadcast(event, ...args);
+            if (!ran && !later) await (watch ? this.watches.run(watch, broadcast) : broadcast());
           } finally {
-            if (event === 'BeforeTransactionCommit') {
+            if (ending) {
               hold?.subscribersReturned();
               if (this.commitHold === hold) this.commitHold = undefined;
             }
+          }
+          if (watch?.leftOpen(internals.transactionDepth)) {
+            throw this.refuse(new SubscriberTransactionOpenError(watch.event));
           }
           if (event === 'BeforeTransactionCommit') await around.beforeRelease?.();
           if (event === 'BeforeTransactionRollback') around.rollingBack?.();
@@ -371,12 +473,78 @@ export class LazyTransaction extends RequestTransaction {
       },
     }) as Broadcasting;
     let hold: CommitHold | undefined;
+    const depth = internals.transactionDepth;
     internals.broadcaster = broadcaster;
     try {
       return await work();
     } finally {
       internals.broadcaster = own;
-      hold?.releasedNow();
+      // Ended (its RELEASE or ROLLBACK TO sent): its held starts run. Failed before it, the
+      // transaction still open: they wait for its end that follows (`heldPastFailedEnd`).
+      if (hold && internals.transactionDepth >= depth && depth > 1) {
+        this.heldPastFailedEnd.push({ hold, depth });
+      } else hold?.releasedNow();
+    }
+  }
+
+  /**
+   * A held start's wait (`CommitHold.startMayRun`), bounded as every turn's is: a subscriber
+   * of the same event awaiting it would wait for the RELEASE that waits for that subscriber.
+   * Past the module's deadline it is refused (`NestedTurnTimeoutError`), the request with it.
+   */
+  private heldStart(mayRun: Promise<boolean>): Promise<boolean> {
+    if (!Number.isFinite(this.timeoutMs)) return mayRun;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timedOut = new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(
+        () => reject(this.refuse(new NestedTurnTimeoutError(this.timeoutMs))),
+        this.timeoutMs,
+      );
+      timer.unref?.();
+    });
+    return Promise.race([mayRun, timedOut]).finally(() => clearTimeout(timer));
+  }
+
+  /**
+   * A nested commit put off (another's transaction, begun after it, still open: see
+   * `commitLater`): for its code it commits now, as without the library, and so its commit's
+   * `beforeTransactionCommit` subscribers run now (unless they ran already); its
+   * `afterTransactionCommit` ones are told once the request committed, as every nested
+   * commit's (`AfterRequestCommit`). Only its RELEASE and what its own COMMIT ends wait
+   * for the other's end (`releaseCommitted`, which runs them no more). Their statements
+   * through `event.manager` run inside the other's savepoint, judged as the transaction's own
+   * beside it (`judge`). A `beforeTransactionCommit` subscriber that throws refuses the
+   * commit, as in TypeORM, but its savepoint holds the other's: it cannot be rolled back alone
+   * on the one connection, and the request is refused in words naming that.
+   */
+  private async commitPutOff(from: unknown, beforeRan: boolean): Promise<void> {
+    if (!beforeRan) await this.putOffSubscribers(from, 'BeforeTransactionCommit');
+    this.nested.commitLater(from as object, true);
+    // Its `afterTransactionCommit`: told once the request committed (`whenTold`), never
+    // inside the other's savepoint, which may still roll back (adversary 80b).
+    this.afterCommit.note(from as QueryRunner);
+  }
+
+  /** `event`'s subscribers of a put-off commit (`commitPutOff`), as the view's broadcaster calls them. */
+  private async putOffSubscribers(from: unknown, event: 'BeforeTransactionCommit'): Promise<void> {
+    const internals = this.runner as unknown as RunnerInternals;
+    const viewed = (from as { broadcaster?: Broadcasting } | undefined)?.broadcaster;
+    const broadcaster =
+      from !== this.runner && viewed !== undefined
+        ? viewed
+        : (internals.broadcaster as Broadcasting);
+    try {
+      await broadcaster.broadcast(event);
+    } catch (error) {
+      if (event === 'BeforeTransactionCommit') {
+        this.refuse(
+          'a beforeTransactionCommit subscriber refused the commit of a nested transaction ' +
+            'while another, begun after it through another query runner, is still open: its ' +
+            "savepoint holds that one's, and cannot be rolled back alone on the request's " +
+            `connection (${String(error)})`,
+        );
+      }
+      throw error;
     }
   }
 
@@ -442,31 +610,50 @@ export class LazyTransaction extends RequestTransaction {
     // depth it starts at.
     const startFrom = (owner: unknown, level?: string) => {
       this.startsUnderWay++;
-      // Asked by a `beforeTransactionCommit` subscriber of the commit under way (see `CommitHold`).
+      // Asked by a `beforeTransactionCommit` or `beforeTransactionRollback` subscriber of the
+      // end under way (see `CommitHold`).
       const hold = this.turns.within ? this.commitHold : undefined;
-      const started = this.inOrder(owner, async () => {
-        await hold?.startMayRun();
-        // Being started from its turn's start on: an earlier transaction's end asked meanwhile
-        // from outside the turn is decided on arrival (`endsOnArrival`), as if it were open.
-        const outer = this.startingFor;
-        this.startingFor = owner;
-        try {
-          await startNow(owner, level);
-        } finally {
-          this.startingFor = outer;
-          // A commit put off while it started, released if its start failed (else at its end).
-          await releaseCommitted();
-        }
-      });
-      void started.then(
-        () => this.startsUnderWay--,
-        () => this.startsUnderWay--,
+      // Asked by a transaction event's subscribers: counted while it runs (`SubscriberWatch`),
+      // unless it waits for the end they were told of.
+      const watch = this.watches.getStore();
+      let settled = hold ? undefined : watch?.startBegan();
+      // Its subscriber's call read as it is asked. The wait is before its turn is asked, not
+      // in it: held past a failed commit, it waits for that transaction's rollback, which
+      // would queue behind it (the commit's turn lasting while it ran).
+      const mayRun = hold?.startMayRun();
+      const waited = mayRun
+        ? this.heldStart(mayRun).then((held) => {
+            if (!held) settled = watch?.startBegan();
+          })
+        : undefined;
+      const started = this.inOrder(
+        owner,
+        async () => {
+          // Being started from its turn's start on: an earlier transaction's end asked meanwhile
+          // from outside the turn is decided on arrival (`endsOnArrival`), as if it were open.
+          const outer = this.startingFor;
+          this.startingFor = owner;
+          try {
+            await startNow(owner, level);
+          } finally {
+            this.startingFor = outer;
+            // A commit put off while it started, released if its start failed (else at its end).
+            await releaseCommitted();
+          }
+        },
+        waited,
       );
+      const done = () => {
+        this.startsUnderWay--;
+        settled?.();
+      };
+      void started.then(done, done);
       return started;
     };
     const startNow = async (owner: unknown, level?: string) => {
       this.failedStartAt = undefined;
       const depth = internals.transactionDepth;
+      const active = internals.isTransactionActive;
       try {
         await this.askIsolation(level);
         // Its code's outermost transaction, a transaction of its own without the library: its
@@ -505,6 +692,9 @@ export class LazyTransaction extends RequestTransaction {
         if (!started) this.nested.started(owner as object, beside);
       } catch (error) {
         if (internals.transactionDepth === depth) this.failedStartAt = depth;
+        // TypeORM's failed start (a `beforeTransactionStart` subscriber threw) marks the
+        // runner as having no transaction: it is the request's, whose transaction is open.
+        internals.isTransactionActive = active;
         throw error;
       }
     };
@@ -512,24 +702,30 @@ export class LazyTransaction extends RequestTransaction {
       return startFrom(this, level);
     };
     const commit = runner.commitTransaction.bind(runner);
-    const commitFrom = async (from: unknown) => {
+    const commitFrom = async (from: unknown, beforeRan = false) => {
       if (internals.transactionDepth <= 1) {
         throw this.refuse('commitTransaction() with no startTransaction()');
       }
       // Another view's begun after it still open: released once that one ended (`commitLater`).
       const later = this.nested.ending(from as object, 'commit') === 'not-innermost';
-      if (later && this.nested.commitLater(from as object)) return;
+      if (later && this.nested.hasUncommitted(from as object)) {
+        return this.commitPutOff(from, beforeRan);
+      }
       this.refuseOutOfOrder(from, 'commit');
       const depth = internals.transactionDepth;
       const outermost = depth === 2;
       /** Whether its deferred work ran (`deferredCheck`): the modes are then put back. */
       let checked = false;
+      const subscribersRan = this.nested.ranSubscribersOf(from as object)
+        ? 'both'
+        : beforeRan
+          ? 'before'
+          : undefined;
       this.releasedFor = undefined;
       try {
-        await this.asOwner(
-          from,
-          commit,
-          outermost
+        await this.asOwner(from, commit, {
+          ...(subscribersRan ? { subscribersRan } : {}),
+          ...(outermost
             ? {
                 // Its deferred checks, as its own COMMIT would (a round trip, only where the
                 // database has deferrable constraints), after `beforeTransactionCommit`.
@@ -568,10 +764,10 @@ export class LazyTransaction extends RequestTransaction {
                     await internals.query(ending.join('; '));
                   },
                 }
-              : {},
-        );
+              : {}),
+        });
       } catch (error) {
-        // Failed after its RELEASE (an `afterTransactionCommit` subscriber threw): committed.
+        // Failed after its RELEASE (its COMMIT's put-backs): committed.
         if (internals.transactionDepth < depth) this.releasedFor = from;
         throw error;
       } finally {
@@ -596,22 +792,26 @@ export class LazyTransaction extends RequestTransaction {
         owner = this.nested.committedInnermost();
       }
     };
-    const commitInTurn = (from: unknown) => {
+    const commitInTurn = async (from: unknown, beforeRan = false): Promise<void> => {
       // Put off on arrival, not in turn: it sends nothing, and the turn under way may be
       // awaiting it (a `beforeTransactionCommit` or `beforeTransactionStart` subscriber of the
       // transaction begun after it, awaiting this one's end): queued behind that turn, it
       // would wait for itself. The end of the one after it releases it (`releaseCommitted`),
-      // or the end of its start's turn, when that start failed.
+      // or the end of its start's turn, when that start failed. Its commit's subscribers run
+      // now (`commitPutOff`); the other may have ended while `beforeTransactionCommit`'s ran:
+      // asked again, it then commits in turn, without running them twice.
       if (
         internals.transactionDepth > 1 &&
         this.endsOnArrival(from) &&
-        this.nested.commitLater(from as object)
+        this.nested.hasUncommitted(from as object)
       ) {
-        return Promise.resolve();
+        if (beforeRan) return this.commitPutOff(from, true);
+        await this.putOffSubscribers(from, 'BeforeTransactionCommit');
+        return commitInTurn(from, true);
       }
       return this.inOrder(from, async () => {
         try {
-          await commitFrom(from);
+          await commitFrom(from, beforeRan);
         } finally {
           await releaseCommitted();
         }
@@ -650,6 +850,12 @@ export class LazyTransaction extends RequestTransaction {
       this.lastError = undefined;
     };
     const rollbackInTurn = (from: unknown) => {
+      // TypeORM's own rollback after a put-off commit that failed once committed for its code
+      // (see `commitPutOff`): nothing of its own to roll back.
+      if (this.releasedFor === from && this.nested.putOff(from as object)) {
+        this.releasedFor = undefined;
+        return Promise.reject(transactionNotStarted());
+      }
       // Asked as its start failed (before another start could run): its savepoint was never
       // made, and there is nothing of its own to roll back. (When the SAVEPOINT failed because
       // the transaction was aborted, the commit fails anyway.)
@@ -688,7 +894,10 @@ export class LazyTransaction extends RequestTransaction {
         args[0],
         Array.isArray(args[1]) ? (args[1] as unknown[]) : undefined,
         async (names) =>
-          (await query(READ_SETTINGS, [names])) as { name: string; value: string | null }[],
+          (await query(READ_SETTINGS, [names])) as {
+            name: string;
+            value: string | null;
+          }[],
       );
     // `from`: the view it came through (see `viewOf`), or the runner for the library's own.
     const queryFrom = async (from: unknown, args: unknown[]) => {
@@ -873,7 +1082,9 @@ export class LazyTransaction extends RequestTransaction {
         send,
       );
       if (isSubmittable(args[0])) {
-        const submittable = args[0] as { handleError?: (error: unknown) => void };
+        const submittable = args[0] as {
+          handleError?: (error: unknown) => void;
+        };
         ordered.catch((error: unknown) => submittable.handleError?.(error));
         return submittable;
       }
@@ -1109,6 +1320,12 @@ interface CommitSteps {
   started?: () => void;
   /** After `beforeTransactionRollback`'s subscribers, just before the `ROLLBACK TO` is sent. */
   rollingBack?: () => void;
+  /**
+   * The commit's subscribers that ran when its code's commit was put off (see
+   * `commitPutOff`): `before` (`beforeTransactionCommit`) or `both` (and
+   * `afterTransactionCommit` noted for after the request's COMMIT); not run again.
+   */
+  subscribersRan?: 'before' | 'both';
 }
 
 interface RunnerInternals {

@@ -417,3 +417,53 @@ describe('NestedIdentity.besideAll: a transaction of its own begun beside the op
     expect(identity.besideAll(owner)).toBe(expected);
   });
 });
+
+describe('NestedIdentity: a put-off commit whose subscribers ran then', () => {
+  it.each<[string, boolean, boolean, boolean, boolean]>([
+    // [case, its subscribers ran when put off, uncommitted after, put off, released without them]
+    ['put off, its subscribers run then', true, false, true, true],
+    ['put off, its subscribers not run (the RELEASE runs them)', false, false, true, false],
+  ])('%s', (_case, ran, uncommitted, putOff, releasedWithout) => {
+    const identity = new NestedIdentity();
+    identity.started(inside);
+    identity.started(other);
+    expect(identity.hasUncommitted(inside)).toBe(true);
+    expect(identity.commitLater(inside, ran)).toBe(true);
+    expect(identity.hasUncommitted(inside)).toBe(uncommitted);
+    expect(identity.putOff(inside)).toBe(putOff);
+    // Not the innermost yet: nothing to release.
+    expect(identity.ranSubscribersOf(inside)).toBe(false);
+    identity.endedAt(2);
+    expect(identity.ranSubscribersOf(inside)).toBe(releasedWithout);
+  });
+});
+
+describe("NestedIdentity.hasUncommitted: what a view's isTransactionActive says (adversary 80b)", () => {
+  /** A step: `inside` starts, commits (put off or not: `later`), or the runner is back at a depth. */
+  type ActiveStep = ['start'] | ['commit-later'] | ['end', number];
+  it.each<[string, ActiveStep[], boolean]>([
+    ['before its own start: none open', [], false],
+    ['after its own start: open', [['start']], true],
+    ['after its own commit (RELEASE): none', [['start'], ['end', 1]], false],
+    [
+      'after its commit put off (committed for its code): none',
+      [['start'], ['commit-later']],
+      false,
+    ],
+    [
+      'its second, inside its first committed later: open',
+      [['start'], ['start'], ['commit-later']],
+      true,
+    ],
+    ['after its rollback: none', [['start'], ['start'], ['end', 2], ['end', 1]], false],
+  ])('%s', (_name, steps, expected) => {
+    const identity = new NestedIdentity();
+    for (const step of steps) {
+      if (step[0] === 'start') identity.started(inside);
+      else if (step[0] === 'commit-later') identity.commitLater(inside);
+      else identity.endedAt(step[1]);
+    }
+    expect(identity.hasUncommitted(inside)).toBe(expected);
+    expect(identity.hasUncommitted(beside)).toBe(false);
+  });
+});

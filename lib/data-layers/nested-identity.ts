@@ -58,6 +58,12 @@ interface NestedTransaction {
    */
   committed: boolean;
   /**
+   * Whether its commit's subscribers (`beforeTransactionCommit`, `afterTransactionCommit`) ran
+   * when its code's commit was put off, as TypeORM's commit runs them: its RELEASE, later,
+   * runs them no more (see `LazyTransaction.commitPutOff`).
+   */
+  subscribersRan: boolean;
+  /**
    * The savepoints its code made in it (`SAVEPOINT x`, as `pg` users write them), innermost
    * last: what its code sets inside one is noted there, so that a `ROLLBACK TO SAVEPOINT x`,
    * which undoes it, undoes the note (see `noteSavepoint`); a `RELEASE` keeps it in the one
@@ -113,6 +119,7 @@ export class NestedIdentity {
       wrote: false,
       readOnly: false,
       committed: false,
+      subscribersRan: false,
       inner: [],
     });
   }
@@ -127,14 +134,35 @@ export class NestedIdentity {
    * Nothing can roll it back meanwhile but a rollback already refused: one around it holds its
    * statements (`beside`). False when `owner` has none open to commit.
    */
-  commitLater(owner: object): boolean {
+  commitLater(owner: object, subscribersRan = false): boolean {
     for (let at = this.open.length - 1; at >= 0; at--) {
       const nested = this.open[at];
       if (nested.owner !== owner || nested.committed) continue;
       nested.committed = true;
+      nested.subscribersRan = subscribersRan;
       return true;
     }
     return false;
+  }
+
+  /** Whether `owner` has a nested transaction open whose commit was not asked yet. */
+  hasUncommitted(owner: object): boolean {
+    return this.open.some((nested) => nested.owner === owner && !nested.committed);
+  }
+
+  /**
+   * Whether the innermost open nested transaction is `owner`'s, put off (`commitLater`) with
+   * its commit's subscribers run then.
+   */
+  ranSubscribersOf(owner: object): boolean {
+    const innermost = this.open[this.open.length - 1];
+    return innermost?.owner === owner && innermost.committed && innermost.subscribersRan;
+  }
+
+  /** Whether `owner`'s innermost open nested transaction is one whose commit was put off. */
+  putOff(owner: object): boolean {
+    const depth = this.depthOf(owner);
+    return depth !== undefined && this.open[depth - 2].committed;
   }
 
   /** The view whose commit was put off (`commitLater`), once its transaction is the innermost. */
@@ -263,7 +291,11 @@ export class NestedIdentity {
  */
 function noteSavepoint(nested: NestedTransaction, control: SavepointControl): void {
   if (control.kind === 'savepoint') {
-    nested.inner.push({ name: control.name, setIdentity: false, localSettings: false });
+    nested.inner.push({
+      name: control.name,
+      setIdentity: false,
+      localSettings: false,
+    });
     return;
   }
   const at = nested.inner.map((savepoint) => savepoint.name).lastIndexOf(control.name);

@@ -1,11 +1,13 @@
 import { type Pool } from 'pg';
 import { type DataSource } from 'typeorm';
+import { type CancelAsked } from '../connection/cancel-asked.js';
 import { boundOutsideWaits } from '../transaction/bounded-connect.js';
 import { type JoinableTransaction } from '../transaction/transaction-scope.js';
 
 /** What `OutsideScope` asks of the request it was left from (see `RequestTransaction`). */
 interface HoldsConnections {
   outsideDeadline?(pool: object): number | undefined;
+  cancelAsked?(asked: CancelAsked): void;
 }
 
 /**
@@ -35,6 +37,15 @@ export class OutsideScope implements JoinableTransaction {
     const master = (dataSource.driver as unknown as { master?: Pool }).master;
     if (master) boundOutsideWaits(master);
     return undefined;
+  }
+
+  /**
+   * A cancel or an end the work asked for (see `watchCancels`) is the request's code's too: the
+   * request notes it if the pid is its own connection's backend (an `outside()` watchdog that
+   * cancels the request's statement), as it would from its own scope.
+   */
+  cancelAsked(asked: CancelAsked): void {
+    this.from?.cancelAsked?.(asked);
   }
 
   /** How long a connection of `pool` may be waited for; undefined: as long as the pool says. */

@@ -3,6 +3,7 @@ import { keepOwnConnect } from '../connection/own-connection.js';
 import { connectWithin } from '../transaction/bounded-connect.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { retriedTryRefusal } from '../transaction/handler-try.js';
+import { watchCancels } from './cancel-watch.js';
 
 type Callback = (...results: unknown[]) => void;
 
@@ -17,6 +18,7 @@ type Callback = (...results: unknown[]) => void;
  */
 export function joinTransactionsOfPool(pool: Pool): void {
   if (!keepOwnConnect(pool)) return;
+  watchCancels(pool);
   watchOtherPools(Object.getPrototypeOf(pool) as PoolMethods);
   const connect = pool.connect as (...args: unknown[]) => unknown;
   const query = pool.query as (...args: unknown[]) => unknown;

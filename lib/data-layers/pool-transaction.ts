@@ -11,6 +11,7 @@ import { isAboveReadCommitted } from '../transaction/isolation-level.js';
 import {
   CursorOpenRefusedError,
   NestedTransactionOpenAtCommitError,
+  ListenAmongStatementsRefusedError,
   ReadOnlyTransactionRefusedError,
   ReleasedClientError,
   StatementBesideNestedTransactionError,
@@ -31,20 +32,29 @@ import {
   READ_SETTINGS,
   readSettingsAfterRollbackTo,
   restoreNestedState,
+  restoreSettings,
 } from '../connection/session-state.js';
+import { oneShotSettingsOf, type OneShotSettings } from './one-shot-settings.js';
 
 import {
   asError,
   isSubmittable,
+  type FencedStatement,
   RequestTransaction,
   textOf,
   valuesOf,
 } from '../transaction/request-transaction.js';
 import { type PoolJoin } from '../transaction/transaction-scope.js';
 import { closesOnTheWire, cursorOf } from './open-streams.js';
-import { EndsInFlight } from './ends-in-flight.js';
+import { EndsInFlight, settledWithin } from './ends-in-flight.js';
+import { endOf } from './submitted-end.js';
+import { forwardEvents, listenTextOf, ViewListener } from './view-listener.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
 import { refusedStatement } from '../transaction/refused-statement.js';
+import { commitsAborted } from './aborted-commit.js';
+import { nestedTextPartsOf, runInParts } from './one-text-nested.js';
+import { isSessionSetup, setupAsLocal } from './connection-setup.js';
+import { NoticeRouter, noticesTo } from './notice-router.js';
 
 const logger = new Logger('Idempotency');
 /** Pools already warned of (see `otherPool`): once each, not once per request. */
@@ -145,6 +155,8 @@ interface InnerSavepoint {
 interface CallOrder {
   after?: readonly Promise<unknown>[];
   onSent?: () => void;
+  /** A data layer's setup made `SET LOCAL` (see `setupAsLocal`): the request's, not put back. */
+  setup?: true;
 }
 
 /** Takes `savepoint` off `savepoints`, wherever it stands, if it is there. */
@@ -186,6 +198,10 @@ export class PoolTransaction extends RequestTransaction {
    * beside called meanwhile refused as if they had run (see `refuseBesideIdentity`).
    */
   private readonly settingUnsent = new Set<{ view: JoinedClient; identity: boolean }>();
+  /** Tells a view the notices of its statements on the request's connection. */
+  private readonly notices = new NoticeRouter();
+  /** The views that sent anything but SETs: a view's first SETs may be its setup (see `onView`). */
+  private readonly viewsUsed = new WeakSet<JoinedClient>();
   /** Nested transactions' ends called and not handed to node-postgres yet. */
   private readonly endsInFlight = new EndsInFlight();
 
@@ -233,6 +249,26 @@ export class PoolTransaction extends RequestTransaction {
     if (this.ended) return;
     if (this.openCursors.size > 0) this.refuse(new CursorOpenRefusedError());
     if (this.savepoints.length > 0) this.refuse(new NestedTransactionOpenAtCommitError());
+  }
+
+  /**
+   * The request's commit is called after the nested transactions' ends its code called before
+   * answering without awaiting them (`client.query('COMMIT')` then `return`): node-postgres
+   * would run those first, so it waits for them (at most its deadline) before judging what
+   * was left open.
+   */
+  override commitWith(statement: FencedStatement): Promise<boolean> {
+    return this.afterEndsInFlight(() => super.commitWith(statement));
+  }
+
+  override commitPlain(): Promise<void> {
+    return this.afterEndsInFlight(() => super.commitPlain());
+  }
+
+  private afterEndsInFlight<T>(commit: () => Promise<T>): Promise<T> {
+    const ends = this.endsInFlight.before();
+    if (ends.length === 0 || this.ended) return commit();
+    return settledWithin(ends, this.timeoutMs).then(commit);
   }
 
   /** TypeORM's manager is not there on a pool: the data layer's own client joins instead. */
@@ -284,7 +320,7 @@ export class PoolTransaction extends RequestTransaction {
       return emptyResult('SET');
     }
     if (!this.openedByCode && !isAboveReadCommitted(this.plannedLevel()) && isPlainRead(text)) {
-      const apart = await this.readApart(args);
+      const apart = await this.readApart(args, from === 'own' ? null : from);
       if (apart) return apart.result;
     }
     // Outside any transaction of its own (the pool, or a client of it with none open), as
@@ -306,13 +342,18 @@ export class PoolTransaction extends RequestTransaction {
     if (inside && setsReadOnly(text)) {
       inside.savepoints[inside.savepoints.length - 1].readOnly = true;
     }
+    // A text of several statements that sets something for its own implicit transaction.
+    // Not the setup made the request's transaction's own (see `onView`).
+    const oneShot = outside && !order.setup ? oneShotSettingsOf(text, valuesOf(args)) : undefined;
     let client: PoolClient;
+    let putBack: string | undefined;
     try {
       client = await this.connection();
       await this.makeSavepoints(client, open);
       if (from && from !== 'own' && from.savepoints[0]?.keptAs) {
         await this.keepSettings(client, from.savepoints[0], text, valuesOf(args));
       }
+      if (oneShot) putBack = await this.keepOneShot(client, oneShot);
     } finally {
       // Sent at once from here (nothing awaited before `send`), or never: `noteSent` notes it.
       if (unsent) this.settingUnsent.delete(unsent);
@@ -331,7 +372,15 @@ export class PoolTransaction extends RequestTransaction {
     }
     if (from !== 'own') this.markBeside(from, read);
     try {
-      const sending = this.send(client, args, nested);
+      const sent = this.send(client, args, nested);
+      // Its notices told on the view that sent it, as its own client's would be (a stream,
+      // handed back as it is, is not followed).
+      const sending =
+        from !== 'own' && isThenable(sent) ? this.notices.during(client, from, sent) : sent;
+      // Queued right behind it on the connection, nothing between: what it set ends with it,
+      // as its implicit transaction would end it. After a failure it is refused (25P02), as
+      // anything is there: the request's transaction is aborted then anyway.
+      if (putBack) void this.send(client, [putBack], () => true).catch(() => undefined);
       order.onSent?.();
       const result = await sending;
       this.noteSuccess(text);
@@ -345,18 +394,42 @@ export class PoolTransaction extends RequestTransaction {
   }
 
   /**
+   * Before a text that sets something for its own implicit transaction (see
+   * `OneShotSettings`): keeps what it sets (the role and search path under `one_shot`, the
+   * settings' values read now); what puts them back after it.
+   */
+  private async keepOneShot(client: PoolClient, oneShot: OneShotSettings): Promise<string> {
+    const putBack: string[] = [];
+    if (oneShot.identity) {
+      await this.send(client, [keepNestedState('one_shot')], () => true);
+      putBack.push(restoreNestedState('one_shot'));
+    }
+    if (oneShot.names.length > 0) {
+      type Rows = QueryResult<{ name: string; value: string | null }>;
+      const read = (await this.send(client, [READ_SETTINGS, [oneShot.names]], () => true)) as Rows;
+      putBack.push(restoreSettings(new Map(read.rows.map(({ name, value }) => [name, value]))));
+    }
+    return putBack.join('; ');
+  }
+
+  /**
    * A plain read, run apart before the transaction opens, in a read-only transaction of its
    * round trip: whatever it calls that the text does not show (a view's function, a cast's, a
    * domain's check, an aggregate of the app's) cannot write there. One that would (25006) is
    * undefined: it runs in the request's transaction, as a write does. A read whose arguments
    * cannot be carried so (a named statement, a callback) is undefined too.
    */
-  private async readApart(args: unknown[]): Promise<{ result: QueryResult } | undefined> {
+  private async readApart(
+    args: unknown[],
+    from: JoinedClient | null,
+  ): Promise<{ result: QueryResult } | undefined> {
     const statement = queryStatement(args);
     if (!statement) return undefined;
     const client = await acquire(this.pool(), this.timeoutMs);
+    // What PostgreSQL warns of as it reads is told on the view, as on its own connection.
+    const stopNotices = noticesTo(client, from);
     try {
-      const result = await readOnly(client, statement);
+      const result = await readOnly(client, statement).finally(stopNotices);
       client.release();
       return { result };
     } catch (error) {
@@ -562,8 +635,35 @@ export class PoolTransaction extends RequestTransaction {
     if (savepoint.beside) this.refuse(new StatementBesideNestedTransactionError());
   }
 
-  /** A cursor (Kysely's `stream()`): handed back at once, submitted once the connection is. */
-  submit(args: unknown[], nested: () => boolean, view: JoinedClient): unknown {
+  /**
+   * A cursor (Kysely's `stream()`): handed back at once, submitted once the connection is.
+   * Called after a nested transaction's `COMMIT` or `ROLLBACK` still on its way (`after`, taken
+   * at its call), it is held until that end is handed over, as a statement is (see
+   * `statement`), and judged then: not open ahead of the end its code called first. Closed
+   * meanwhile, it is withdrawn.
+   */
+  submit(
+    args: unknown[],
+    nested: () => boolean,
+    view: JoinedClient,
+    after: readonly Promise<unknown>[] = [],
+  ): unknown {
+    const submittable = args[0] as Submitted;
+    if (after.length === 0 || this.ended) return this.submitNow(args, nested, view);
+    this.watchCursor(submittable, false);
+    void Promise.all(after).then(() => {
+      if (this.cursorStages.get(submittable) === 'withdrawn') return;
+      this.submitNow(args, nested, view, true);
+    });
+    return submittable;
+  }
+
+  private submitNow(
+    args: unknown[],
+    nested: () => boolean,
+    view: JoinedClient,
+    watched = false,
+  ): unknown {
     const submittable = args[0] as Submitted;
     if (this.ended) {
       queueMicrotask(() => submittable.handleError?.(new TransactionEndedError(nested())));
@@ -577,7 +677,8 @@ export class PoolTransaction extends RequestTransaction {
       queueMicrotask(() => submittable.handleError?.(error));
       return submittable;
     }
-    this.watchCursor(submittable);
+    if (!watched) this.watchCursor(submittable);
+    else if (cursorOf(submittable)) this.openCursors.add(submittable);
     const open = this.savepoints.slice();
     const text = textOf(args[0]);
     // Inside its own nested transactions, as a statement's: what it sets, what it writes.
@@ -621,11 +722,14 @@ export class PoolTransaction extends RequestTransaction {
   }
 
   /**
-   * Counts `cursor` as open until node-postgres says it ended (or failed), or until it is
-   * closed before it was handed over (see `endOnClose`).
+   * Counts `cursor` as open (`open`: from now) until node-postgres says it ended (or failed),
+   * or until it is closed before it was handed over (see `endOnClose`). Only one that stops
+   * mid-way until its code reads on (`cursorOf`: a pg-cursor, a pg-query-stream): anything
+   * else (a `pg.Query`) runs to its end by itself, and a statement queued behind it waits for
+   * nothing of its code's.
    */
-  private watchCursor(cursor: Submitted): void {
-    this.openCursors.add(cursor);
+  private watchCursor(cursor: Submitted, open = true): void {
+    if (open && cursorOf(cursor)) this.openCursors.add(cursor);
     this.cursorStages.set(cursor, 'held');
     for (const method of ['handleReadyForQuery', 'handleError'] as const) {
       const own = cursor[method];
@@ -709,6 +813,16 @@ export class PoolTransaction extends RequestTransaction {
     return this.afterEnd(() => acquire(this.appPool, 'as-the-pool'));
   }
 
+  /**
+   * A connection of the pool for a view's own use now (a `LISTEN`: see `ViewListener`), waited
+   * for at most the request's deadline: the request may hold a connection of the same pool,
+   * and on a pool whose every connection is so held the wait would have no end, the key held
+   * by its heartbeat (as `IdempotentTransaction.outside()`'s waits are bounded: OutsideScope).
+   */
+  connectionOfItsOwn(): Promise<PoolClient> {
+    return acquire(this.appPool, this.timeoutMs);
+  }
+
   /** A view's `COMMIT` or `ROLLBACK` called now, handed over once `handed` settles. */
   endCalled(handed: Promise<unknown>): void {
     this.endsInFlight.add(handed);
@@ -723,7 +837,28 @@ export class PoolTransaction extends RequestTransaction {
   async onView(view: JoinedClient, args: unknown[], order: CallOrder = {}): Promise<unknown> {
     const control = nestedControlOf(textOf(args[0]));
     const nested = () => view.depth > 0;
-    if (!control) return this.statement(args, nested, view, undefined, order);
+    const fresh = !this.viewsUsed.has(view) && view.depth === 0 && args.length <= 2;
+    // A data layer's setup of a connection new to it (see `setupAsLocal`), of one statement or
+    // several, in one text or one per query: the view stays fresh while its texts are SETs.
+    if (!fresh || !isSessionSetup(args[0], args[1])) this.viewsUsed.add(view);
+    const setup = fresh && setupAsLocal(args[0], args[1]);
+    if (setup) {
+      const own = { ...order, setup: true as const };
+      return this.statement([setup, ...args.slice(1)], nested, view, undefined, own);
+    }
+    if (!control) {
+      // `BEGIN; SET LOCAL …` in one text: its own nested transaction's, as on a connection of
+      // its own, not a BEGIN of the request's (see `nestedTextPartsOf`).
+      const parts = typeof args[0] === 'string' ? nestedTextPartsOf(args[0], args[1]) : undefined;
+      if (!parts || args.length > 2) return this.statement(args, nested, view, undefined, order);
+      // The parts after the first are sent behind it, not behind the ends called since.
+      const orderOf = (first: boolean) => (first ? order : { after: [] });
+      return runInParts(
+        parts,
+        (text, first) => this.onView(view, [text], orderOf(first)),
+        (text, first) => this.statement([text], nested, view, undefined, orderOf(first)),
+      );
+    }
     if (this.ended) return this.apart(true, () => Promise.reject(new TransactionEndedError()));
     switch (control.kind) {
       case 'begin': {
@@ -750,8 +885,21 @@ export class PoolTransaction extends RequestTransaction {
         return emptyResult('SET');
       case 'commit':
       case 'rollback': {
+        // None open on this view: as on a connection of its own outside a transaction block,
+        // PostgreSQL only warns (25P01, "there is no transaction in progress"); nothing ends.
+        if (view.depth === 0) return emptyResult(control.kind.toUpperCase());
         const savepoint = this.innermost(view, control.kind.toUpperCase());
-        await this.endSavepoint(view, savepoint, control.kind, order);
+        try {
+          await this.endSavepoint(view, savepoint, control.kind, order);
+        } catch (error) {
+          if (!commitsAborted(control.kind, error, this.ended)) throw error;
+          // PostgreSQL completes the COMMIT of an aborted transaction as a ROLLBACK, with that
+          // tag (Kysely's `AbortedTransactionError`, Drizzle's resolved transaction): so does
+          // a nested one whose failure inside it no ROLLBACK TO cleared. Sent behind its own
+          // failed RELEASE, not behind the ends called since (which wait for this one).
+          await this.endSavepoint(view, savepoint, 'rollback', { after: [] });
+          return emptyResult('ROLLBACK');
+        }
         return emptyResult(control.kind.toUpperCase());
       }
     }
@@ -1026,15 +1174,40 @@ export class JoinedClient extends EventEmitter {
       this.apart = this.transaction.connectionApart();
       // Refused (the request rolled back): said to each statement, as below.
       this.apart.catch(() => undefined);
+      // What that connection hears is the view's, as its own client's would be.
+      this.apart
+        .then((client) => (this.stopForwarding = forwardEvents(client, this)))
+        .catch(() => undefined);
     }
     if (this.apart) return this.queryApart(args);
+    const listen = isSubmittable(args[0]) ? undefined : listenTextOf(textOf(args[0]));
+    if (listen === 'mixed') return refusedStatement(args, new ListenAmongStatementsRefusedError());
+    if (listen === 'listen') {
+      this.listener ??= new ViewListener(() => this.transaction.connectionOfItsOwn(), this);
+      const listener = this.listener;
+      return this.answered(args, (statement) => listener.query(statement));
+    }
     if (isSubmittable(args[0])) {
-      const submit = () => this.transaction.submit(args, () => this.depth > 0, this);
+      // Held behind the ends called before it, as a statement is (see `PoolTransaction.submit`).
+      const after = this.transaction.endsBefore();
+      const submit = () => this.transaction.submit(args, () => this.depth > 0, this, after);
+      // One that is not a cursor (a `pg.Query`) runs to its end by itself, and node-postgres
+      // runs what is queued behind it on the client after it: so does the next call here.
+      const ended = cursorOf(args[0] as object) ? undefined : endOf(args[0] as object);
       // Handed over at once when nothing is before it (watched from the call on), else once
       // the calls before it are done; a statement after it is judged behind it (refused
-      // while it is open).
-      if (this.pending === 0) return submit();
-      this.inTurn(this.turn.then(submit));
+      // while a cursor is open).
+      if (this.pending === 0) {
+        const submitted = submit();
+        if (ended) this.inTurn(ended);
+        return submitted;
+      }
+      this.inTurn(
+        this.turn.then(() => {
+          submit();
+          return ended;
+        }),
+      );
       this.releasable = this.turn;
       return args[0];
     }
@@ -1087,6 +1260,27 @@ export class JoinedClient extends EventEmitter {
     return undefined;
   }
 
+  /**
+   * `LISTEN` and `UNLISTEN` (see `listenTextOf`): on a connection of its own, whose
+   * notifications are told on the view; given back with it.
+   */
+  private listener?: ViewListener;
+  /** Stops telling the view what its connection apart hears (see `forwardEvents`). */
+  private stopForwarding?: () => void;
+
+  /** `run`'s answer to a statement, in whichever form node-postgres took it (a callback last). */
+  private answered(args: unknown[], run: (statement: unknown[]) => Promise<unknown>): unknown {
+    const last = args[args.length - 1];
+    const callback = typeof last === 'function' ? (last as (...r: unknown[]) => void) : undefined;
+    const result = run(callback ? args.slice(0, -1) : args);
+    if (!callback) return result;
+    result.then(
+      (value) => callback(undefined, value),
+      (error: unknown) => callback(error),
+    );
+    return undefined;
+  }
+
   /** A statement on its connection of its own, in whichever form node-postgres took it. */
   private queryApart(args: unknown[]): unknown {
     const apart = this.apart!;
@@ -1116,11 +1310,18 @@ export class JoinedClient extends EventEmitter {
   release(destroy?: boolean | Error): void {
     if (this.released) return;
     this.released = true;
+    // Given back with the error its listener connection was lost with (told on the view as
+    // its client's 'error'): that connection is gone already, the request's is sound.
+    if (destroy instanceof Error && destroy === this.listener?.lost) destroy = undefined;
     if (destroy) this.destroyed = true;
+    this.listener?.release();
     if (this.apart) {
       // Given back to the pool as node-postgres would: its own connection, not the request's.
       this.apart.then(
-        (client) => client.release(destroy),
+        (client) => {
+          this.stopForwarding?.();
+          client.release(destroy);
+        },
         () => undefined,
       );
       return;
@@ -1154,6 +1355,10 @@ export class JoinedClient extends EventEmitter {
   escapeLiteral(value: string): string {
     return pg.escapeLiteral(value);
   }
+}
+
+function isThenable(value: unknown): value is Promise<unknown> {
+  return typeof (value as { then?: unknown } | null)?.then === 'function';
 }
 
 function emptyResult(command: string): QueryResult {

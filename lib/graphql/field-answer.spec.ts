@@ -221,6 +221,18 @@ describe('encodeAnswer and decodeAnswer', () => {
     );
   });
 
+  it('keeps the middleware outputs, their members and their errors', () => {
+    const answer: FieldAnswer = {
+      kind: 'data',
+      data: { id: 1 },
+      format: ANSWER_FORMAT,
+      outputs: { lines: null, tags: ['x'] },
+      members: { 'tags.0': 'Tag' },
+      errors: { lines: { message: 'bad line B', extensions: { code: 'BAD' } } },
+    };
+    expect(decodeAnswer(encodeAnswer(answer))).toEqual(answer);
+  });
+
   it('reads a value stored before the stored form said its format as format 1', () => {
     const stored = {
       status: 200,

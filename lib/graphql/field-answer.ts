@@ -68,8 +68,53 @@ export interface FieldError {
  * What a mutation field answered: its resolver's value, or an error. A stored value says the
  * form it was stored in (`ANSWER_FORMAT`); one stored before that said none (form 1).
  */
-export type FieldAnswer =
-  { kind: 'data'; data: unknown; format?: number } | { kind: 'error'; error: FieldError };
+export type FieldAnswer = DataAnswer | { kind: 'error'; error: FieldError };
+
+/**
+ * A value. Where field middleware may run under it (middleware-outputs.ts): `pending` while
+ * the operation's answer has not given its outputs yet (committed with the resolver's
+ * effects, before the fields under it resolved), then `outputs` (and `members`), each output
+ * as the answer held it, by its path under the mutation's field (`relativeKey`). A record
+ * stored before them has neither, and its middleware runs on a replay, as it did then.
+ */
+export interface DataAnswer {
+  kind: 'data';
+  data: unknown;
+  format?: number;
+  pending?: true;
+  /** Its outputs will never come (too large to store, or no answer hook): a replay says so. */
+  outputsLost?: true;
+  outputs?: Record<string, unknown>;
+  members?: Record<string, string>;
+  /**
+   * The errors a middleware field's output answered with (a null in it, or the output itself
+   * null), each by its own path's key under the mutation's field (`tags`, `tags.1`).
+   */
+  errors?: Record<string, StoredFieldError>;
+  /** Each output's key by its named key (field names and arguments: named-path.ts). */
+  names?: Record<string, string>;
+  /** The middleware fields nulled from above, each the key of the error that nulled it. */
+  nulled?: Record<string, string>;
+}
+
+/**
+ * An error at or under a middleware field's output as the first answer had it, before any
+ * `formatError`: graphql-js's words (`message`, `extensions`), and what was thrown (its
+ * `originalError`, stored as a resolver's error is: an `HttpException` is thrown again as one,
+ * which Nest's Apollo driver renders by its status). A record stored before `thrown` was has
+ * the words only, and is answered as a `GraphQLError` of them.
+ */
+export interface StoredFieldError {
+  message: string;
+  extensions?: Record<string, unknown>;
+  /** What the field threw; none for graphql-js's own error (a null on a non-null field). */
+  thrown?: FieldError;
+  /**
+   * Its `locations`, kept for an error under the field (an item of its list): a replay makes
+   * it there again, past the field it is thrown at.
+   */
+  locations?: ErrorLocation[];
+}
 
 /**
  * The form a value is stored in, read back by `fromWire` (wire-value.ts). 3: the value as far
@@ -100,7 +145,17 @@ export function answerStatus(answer: FieldAnswer): number {
 export function encodeAnswer(answer: FieldAnswer): StoredResponse {
   const body =
     answer.kind === 'data'
-      ? JSON.stringify({ data: answer.data ?? null, format: answer.format ?? ANSWER_FORMAT })
+      ? JSON.stringify({
+          data: answer.data ?? null,
+          format: answer.format ?? ANSWER_FORMAT,
+          ...(answer.pending ? { pending: true } : {}),
+          ...(answer.outputsLost ? { outputsLost: true } : {}),
+          ...(answer.outputs ? { outputs: answer.outputs } : {}),
+          ...(answer.members ? { members: answer.members } : {}),
+          ...(answer.errors ? { errors: answer.errors } : {}),
+          ...(answer.names ? { names: answer.names } : {}),
+          ...(answer.nulled ? { nulled: answer.nulled } : {}),
+        })
       : JSON.stringify({ error: answer.error });
   return {
     status: answerStatus(answer),
@@ -120,12 +175,37 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
   }
   if (typeof parsed !== 'object' || parsed === null) return undefined;
   if ('data' in parsed) {
-    const format = (parsed as { format?: unknown }).format;
-    return { kind: 'data', data: parsed.data, format: typeof format === 'number' ? format : 1 };
+    const { format, pending, outputsLost, outputs, members, errors, names, nulled } = parsed as {
+      format?: unknown;
+      pending?: unknown;
+      outputsLost?: unknown;
+      outputs?: unknown;
+      members?: unknown;
+      errors?: unknown;
+      names?: unknown;
+      nulled?: unknown;
+    };
+    const answer: DataAnswer = {
+      kind: 'data',
+      data: parsed.data,
+      format: typeof format === 'number' ? format : 1,
+    };
+    if (pending === true) answer.pending = true;
+    if (outputsLost === true) answer.outputsLost = true;
+    if (isRecord(outputs)) answer.outputs = outputs;
+    if (isRecord(members)) answer.members = members as Record<string, string>;
+    if (isRecord(errors)) answer.errors = errors as Record<string, StoredFieldError>;
+    if (isRecord(names)) answer.names = names as Record<string, string>;
+    if (isRecord(nulled)) answer.nulled = nulled as Record<string, string>;
+    return answer;
   }
   const error = (parsed as { error?: FieldError }).error;
   if (typeof error?.message !== 'string') return undefined;
   return { kind: 'error', error };
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** What a resolver threw, as it is stored (see `FieldError`). */

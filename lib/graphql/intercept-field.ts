@@ -22,7 +22,6 @@ import { readField } from './read-field.js';
 import { notingOwnLocated } from './jit-located.js';
 import { markReplayed } from './replay-marker.js';
 import { calledKind, resolverProblem } from './resolver-placement.js';
-import { answerOf, problemThrown, runField } from './run-field.js';
 import { type ActiveClaim } from '../shapes/active-claim.js';
 import {
   FieldRun,
@@ -33,6 +32,15 @@ import {
   startFieldRun,
 } from './field-runs.js';
 import { pathOf, waitingFor } from './stored-at-answer.js';
+import { answerOf, problemThrown, runField, storeWaitMs } from './run-field.js';
+import { decodeAnswer } from './field-answer.js';
+import { answerOutputsOf } from './middleware-outputs.js';
+import {
+  completedInOperation,
+  completingFor,
+  noteReplayedOutputs,
+  pendingWaitMs,
+} from './output-paths.js';
 
 /** What the GraphQL steps take from the interceptor. */
 export interface FieldSteps {
@@ -181,13 +189,27 @@ function fieldSteps(
     key: scope.key,
     durationMs: performance.now() - began,
   });
-  const answer = (stored: StoredResponse, fromMemory: boolean) => {
+  // Its middleware fields answer their stored outputs on a replay (middleware-outputs.ts).
+  answerOutputsOf(graphql, field.types?.schema);
+  const answer = (stored: StoredResponse, fromMemory: boolean, finishedAgeMs?: number) => {
     publish('replayed', () => ({ ...event(), status: stored.status, fromMemory }));
     // Said in the answer's extensions (see replay-marker.ts), as Idempotent-Replayed on a route.
     markReplayed(context.getArgs()[2], field.responseKey);
     // Its error noted where it belongs, for Mercurius' `jit` (see jit-located.ts).
     const [, , gqlContext, info] = context.getArgs();
-    return from(notingOwnLocated(answerOf(stored, graphql, field.types), gqlContext, info));
+    // The key met again in the operation whose answer hook completes its outputs (the key
+    // twice in one operation): that hook comes after this field, so nothing is waited for;
+    // its middleware fields answer what the first answer's middleware gave (output-paths.ts).
+    if (completedInOperation(idOf(scope), gqlContext)) {
+      noteReplayedOutputs(gqlContext, { root: place.path, kind: 'operation', id: idOf(scope) });
+      return from(notingOwnLocated(answerOf(stored, graphql, field.types), gqlContext, info));
+    }
+    return from(
+      withOutputs(settings, scope, fingerprint, stored, finishedAgeMs).then((settled) => {
+        noteOutputsOf(gqlContext, place.path, settled);
+        return notingOwnLocated(answerOf(settled, graphql, field.types), gqlContext, info);
+      }),
+    );
   };
   // A retry of a key this process saw finish: decided and replayed without a query.
   const cached = steps.cache.get(scope.tenantId, scope.key, performance.now());
@@ -223,10 +245,11 @@ function fieldSteps(
           place,
         });
       }
-      if (claimed.finishedAgeMs !== undefined) {
+      // An answer whose middleware outputs are pending is not kept: it is completed soon.
+      if (claimed.finishedAgeMs !== undefined && !outputsPending(claimed.response)) {
         steps.tools.remember(scope, fingerprint, claimed.response, store, claimed.finishedAgeMs);
       }
-      return answer(claimed.response, false);
+      return answer(claimed.response, false, claimed.finishedAgeMs);
     }),
   );
 }
@@ -250,4 +273,69 @@ function claimFor(
     route.conflictRetryAfterSeconds,
     left,
   );
+}
+
+/** Whether a stored answer's middleware outputs are pending (see middleware-outputs.ts). */
+function outputsPending(stored: StoredResponse): boolean {
+  const answer = decodeAnswer(stored);
+  return answer?.kind === 'data' && answer.pending === true;
+}
+
+/** How often a replay asks the store again for an answer whose outputs are pending. */
+const PENDING_POLL_MS = 50;
+
+/**
+ * The stored answer, its middleware outputs completed: a replay that meets them pending
+ * waits, bounded (`storeWaitMs` of the lease, from when the answer was stored), for the
+ * completion in this process or in the store; past that (the first process died between the
+ * two writes, or its client left before the answer), the answer as it is, still pending.
+ */
+async function withOutputs(
+  { store, route }: RouteSettings,
+  scope: KeyScope,
+  fingerprint: Buffer,
+  stored: StoredResponse,
+  finishedAgeMs: number | undefined,
+): Promise<StoredResponse> {
+  if (!outputsPending(stored)) return stored;
+  const waitMs = pendingWaitMs(finishedAgeMs, storeWaitMs(route.leaseMs));
+  const deadline = performance.now() + waitMs;
+  const here = completingFor(idOf(scope));
+  if (here) {
+    const completed = await Promise.race([here, delay(waitMs)]);
+    if (completed) return completed as StoredResponse;
+  }
+  while (performance.now() < deadline) {
+    await delay(Math.min(PENDING_POLL_MS, Math.max(0, deadline - performance.now())));
+    const outcome = await store.claim(scope, fingerprint, route.leaseMs);
+    if (outcome.kind === 'claimed') {
+      // Purged meanwhile: the key is given back untouched, and the answer stays as it was.
+      await store.release(outcome.claim, true);
+      return stored;
+    }
+    const { existing } = outcome;
+    if (existing.state === 'done' && !outputsPending(existing.response)) return existing.response;
+  }
+  return stored;
+}
+
+function delay(ms: number): Promise<undefined> {
+  return new Promise((resolve) => setTimeout(() => resolve(undefined), ms).unref());
+}
+
+/** Notes what the replayed field's middleware fields answer (see output-paths.ts). */
+function noteOutputsOf(
+  context: unknown,
+  root: readonly (string | number)[],
+  stored: StoredResponse,
+): void {
+  const answer = decodeAnswer(stored);
+  if (answer?.kind !== 'data') return;
+  if (answer.pending || answer.outputsLost) noteReplayedOutputs(context, { root, kind: 'pending' });
+  else if (answer.outputs) {
+    const { members, errors, names, nulled } = answer;
+    const outputs = { outputs: answer.outputs, members, errors, names, nulled };
+    noteReplayedOutputs(context, { root, kind: 'stored', outputs });
+  }
+  // Stored before outputs were (neither): its middleware runs again, as it did then.
 }

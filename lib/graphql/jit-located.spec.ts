@@ -8,7 +8,17 @@ describe('locatedAsFirst', () => {
       locations: [{ line: 1, column: 41 }],
     },
   ];
-  const entryOf = (entry: ErrorEntry, locations: readonly unknown[]) => ({ ...entry, locations });
+  const entryOf = (
+    entry: ErrorEntry,
+    locations: readonly unknown[],
+    path?: readonly (string | number)[],
+  ) => ({ ...entry, locations, ...(path ? { path } : {}) });
+  const underField: OwnLocated = {
+    path: ['a', 'tags'],
+    message: 'Cannot return null for non-nullable field Order.tags.',
+    locations: [{ line: 1, column: 20 }],
+    ownPath: ['a', 'tags', 1],
+  };
   const at = (column: number) => [{ line: 1, column }];
 
   it.each<{
@@ -45,6 +55,18 @@ describe('locatedAsFirst', () => {
       name: 'no replay noted: left as it is',
       errors: [{ message: 'amount over the limit', path: ['createTransfer'], locations: at(12) }],
       noted: [],
+      expected: undefined,
+    },
+    {
+      name: 'a middleware field’s error under it, located at the field: its own path back',
+      errors: [{ message: underField.message, path: ['a', 'tags'], locations: at(20) }],
+      noted: [underField],
+      expected: [{ message: underField.message, path: ['a', 'tags', 1], locations: at(20) }],
+    },
+    {
+      name: 'that error where it belongs already: nothing changes',
+      errors: [{ message: underField.message, path: ['a', 'tags', 1], locations: at(20) }],
+      noted: [{ ...underField, path: ['a', 'tags', 1] }],
       expected: undefined,
     },
     { name: 'no errors', errors: undefined, noted, expected: undefined },

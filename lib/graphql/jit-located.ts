@@ -26,11 +26,22 @@ export interface OwnLocated {
   readonly path: readonly (string | number)[];
   readonly message: string;
   readonly locations: readonly ErrorLocation[];
+  /**
+   * Its own path, where it is not the field's: a middleware field's stored error under its
+   * output (an item of its list), thrown at the field (see replayed-field-error.ts).
+   */
+  readonly ownPath?: readonly (string | number)[];
 }
 
 /** Notes a replay's error made with the first answer's own `locations`. */
 export function noteOwnLocations(error: object, locations: readonly ErrorLocation[]): void {
   ownLocations.set(error, locations);
+}
+
+/** Notes a replay's error located at its own place, thrown at the field at `path`. */
+export function noteOwnLocated(context: unknown, located: OwnLocated): void {
+  if (typeof context !== 'object' || context === null) return;
+  ((context as { [NOTED]?: OwnLocated[] })[NOTED] ??= []).push(located);
 }
 
 /**
@@ -46,9 +57,8 @@ export async function notingOwnLocated<T>(
     return await answer;
   } catch (error) {
     const locations = typeof error === 'object' && error !== null && ownLocations.get(error);
-    if (locations && typeof context === 'object' && context !== null) {
-      const noted = ((context as { [NOTED]?: OwnLocated[] })[NOTED] ??= []);
-      noted.push({ path: pathOf(info), message: (error as Error).message, locations });
+    if (locations) {
+      noteOwnLocated(context, { path: pathOf(info), message: (error as Error).message, locations });
     }
     throw error;
   }
@@ -68,13 +78,17 @@ export interface ErrorEntry {
 
 /**
  * The answer's errors with each noted replay's entry (its path and message) answering the
- * first answer's `locations` (made by `entryOf`, with them in place of the driver's); the
- * others as they are. Undefined where nothing changes.
+ * first answer's `locations` and its own path, if it has one (made by `entryOf`, with them in
+ * place of the driver's); the others as they are. Undefined where nothing changes.
  */
 export function locatedAsFirst<E extends ErrorEntry>(
   errors: readonly E[] | undefined,
   noted: readonly OwnLocated[],
-  entryOf: (entry: E, locations: readonly ErrorLocation[]) => E,
+  entryOf: (
+    entry: E,
+    locations: readonly ErrorLocation[],
+    path?: readonly (string | number)[],
+  ) => E,
 ): E[] | undefined {
   if (!errors || noted.length === 0) return undefined;
   let changed = false;
@@ -82,9 +96,11 @@ export function locatedAsFirst<E extends ErrorEntry>(
     const own = noted.find(
       (replay) => replay.message === entry.message && samePath(replay.path, entry.path),
     );
-    if (!own || sameLocations(own.locations, entry.locations)) return entry;
+    if (!own) return entry;
+    const moved = own.ownPath !== undefined && !samePath(own.ownPath, entry.path);
+    if (!moved && sameLocations(own.locations, entry.locations)) return entry;
     changed = true;
-    return entryOf(entry, own.locations);
+    return moved ? entryOf(entry, own.locations, own.ownPath) : entryOf(entry, own.locations);
   });
   return changed ? answer : undefined;
 }

@@ -1,12 +1,5 @@
 import { Readable } from 'node:stream';
-import {
-  classMembers,
-  describeValue,
-  keepData,
-  keepsExactly,
-  keptBytes,
-  restoreData,
-} from './kept-data.js';
+import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
 
 class Row {
   id = 1;
@@ -97,25 +90,6 @@ describe('keepData', () => {
       meta: { values: { at: ['Date'] }, v: 1 },
     });
     expect(keepData({ n: 1 }).kept).toEqual({ json: { n: 1 } });
-  });
-});
-
-describe('keptBytes', () => {
-  // What `value` adds over an empty string, stored: UTF-8 bytes of superjson's writing.
-  const over = (value: unknown) => keptBytes(value) - keptBytes('');
-  it.each<[string, unknown, number]>([
-    ['ASCII, a byte each', 'abcd', 4],
-    ['CJK, three bytes each (not its UTF-16 length)', '日本語', 9],
-    ['an emoji, four bytes', '😀', 4],
-  ])('%s', (_name, value, bytes) => {
-    expect(over(value)).toBe(bytes);
-  });
-
-  it.each<[string, unknown]>([
-    ['a Map, by its entries (JSON writes {})', new Map([['a', 'x'.repeat(100)]])],
-    ['a Set, by its members (JSON writes {})', new Set(['x'.repeat(100)])],
-  ])('%s', (_name, value) => {
-    expect(keptBytes(value)).toBeGreaterThan(100);
   });
 });
 

@@ -68,22 +68,6 @@ export function keepsExactly(value: unknown): boolean {
   }
 }
 
-/**
- * The UTF-8 bytes `value` takes stored as `keepData` writes it (superjson's `{ json, meta }`):
- * what it adds to the stored body, which is bytes. Not JSON's writing of it, which counts a
- * `Map` or a `Set` as `{}` (adversary 75d: a 1.3 MB Map counted 2), nor a string's UTF-16
- * length (adversary 75d: CJK text stored at three times its count). A value with no JSON form
- * (a cycle under an instance of a class) counts nothing: kept as before, refused later if so.
- */
-export function keptBytes(value: unknown): number {
-  try {
-    const written = write({ value: plainCopy(value, new Map(), { lost: false }) });
-    return Buffer.byteLength(JSON.stringify(written));
-  } catch {
-    return 0;
-  }
-}
-
 /** Stored typed JSON read back into its values; an empty object when it is not one. */
 export function restoreData(kept: unknown): Record<string, unknown> {
   if (typeof kept !== 'object' || kept === null || !('json' in kept)) return {};

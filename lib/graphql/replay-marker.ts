@@ -1,7 +1,11 @@
 import { Injectable, type OnApplicationBootstrap, SetMetadata } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
+import { type GraphQLSchema } from 'graphql';
+import { loadGraphql } from './graphql-module.js';
 import { locatedAsFirst, ownLocatedOf } from './jit-located.js';
+import { answerOutputsOf } from './middleware-outputs.js';
 import { answerHookOn, storeAnswersOf, withStoreFailures } from './stored-at-answer.js';
+import { type AnsweredError, storeOutputsOf } from './output-paths.js';
 
 /**
  * Where an operation's replayed fields are noted: on its GraphQL context, the one object
@@ -51,11 +55,14 @@ const APOLLO_PLUGIN = 'graphql:plugin';
 
 interface ApolloResponse {
   contextValue: unknown;
+  /** graphql-js's errors of the operation, before the app's `formatError`. */
+  errors?: readonly AnsweredError[];
   response: {
     http?: { status?: number; headers?: Map<string, string> };
     body: {
       kind: string;
       singleResult?: {
+        data?: unknown;
         extensions?: Record<string, unknown>;
         errors?: readonly { message: string; path?: readonly (string | number)[] }[];
       };
@@ -87,11 +94,15 @@ export class GraphqlReplayMarker implements OnApplicationBootstrap {
     // unstored error never takes back a header another operation's stored error set.
     if (response?.http) operationsOf.set(response.http, (operationsOf.get(response.http) ?? 0) + 1);
     return Promise.resolve({
-      willSendResponse: async ({ contextValue: context, response }: ApolloResponse) => {
+      willSendResponse: async ({ contextValue: context, response, errors }: ApolloResponse) => {
         const result = response.body.kind === 'single' ? response.body.singleResult : undefined;
         // Each error stored at its own locations: Apollo runs graphql-js, which answered
         // them, and its `result.errors` are after the app's `formatError`, which a replay goes
         // through again (adversary 75c: a formatter re-basing lines applied twice).
+        // The outputs of field middleware on a mutation's first answer, as the answer holds
+        // them (see middleware-outputs.ts).
+        // Its errors before the app's `formatError` (a replay goes through it again).
+        await storeOutputsOf(context, result?.data, errors ?? []);
         const failures = await storeAnswersOf(context);
         if (result && failures.length > 0) {
           // Apollo has formatted its errors by now: the entry is the error's JSON.
@@ -115,21 +126,30 @@ export class GraphqlReplayMarker implements OnApplicationBootstrap {
   onApplicationBootstrap(): void {
     const instance = this.adapterHost?.httpAdapter?.getInstance?.() as
       { graphql?: { addHook?: MercuriusAddHook } } | undefined;
-    instance?.graphql?.addHook?.('preExecution', (_schema, _document, context) => {
+    instance?.graphql?.addHook?.('preExecution', async (schema, _document, context) => {
       answerHookOn(context);
-      return Promise.resolve();
+      // The middleware fields' wrappers on before Mercurius' `jit` compiles the document: a
+      // compiled document keeps the resolvers the schema had then, so wrappers put on later
+      // (at the first keyed field) would never run for it (adversary 79).
+      answerOutputsOf(await loadGraphql(), schema as GraphQLSchema);
     });
     instance?.graphql?.addHook?.('onResolution', async (execution, context) => {
       // Under `jit`, a replay's error where the first answer located it (see jit-located.ts).
       const located = locatedAsFirst(
         execution.errors,
         ownLocatedOf(context),
-        (entry, locations) => {
-          const json = { ...((entry.toJSON?.() as object | undefined) ?? entry), locations };
+        (entry, locations, path) => {
+          const json = {
+            ...((entry.toJSON?.() as object | undefined) ?? entry),
+            locations,
+            ...(path ? { path: [...path] } : {}),
+          };
           return { ...json, toJSON: () => json } as MercuriusError;
         },
       );
       if (located) execution.errors = located;
+      // The outputs of field middleware on a mutation's first answer (middleware-outputs.ts).
+      await storeOutputsOf(context, execution.data, execution.errors ?? []);
       // Each error stored where the answer located it: graphql-jit's at the field.
       const failures = await storeAnswersOf(context, execution.errors);
       if (failures.length > 0) {
@@ -153,6 +173,7 @@ interface MercuriusError {
 }
 
 interface MercuriusExecution {
+  data?: unknown;
   extensions?: Record<string, unknown>;
   errors?: readonly MercuriusError[];
 }

@@ -1,3 +1,6 @@
+import { itemIndexes } from './item-indexes.js';
+import { noteMember } from './output-paths.js';
+import { pathOf } from './stored-at-answer.js';
 import { type GraphQLAbstractType, type GraphQLSchema, type GraphQLTypeResolver } from 'graphql';
 
 /** The member of a union or an interface a replay's object was stored as (see `fromWire`). */
@@ -83,7 +86,13 @@ function answerFirst(type: GraphQLAbstractType): void {
   const resolveType: GraphQLTypeResolver<unknown, unknown> = (source, context, info, abstract) => {
     const marked = source as Record<string | symbol, unknown> | null;
     const member = marked?.[REPLAYED_MEMBER] ?? marked?.[REPLAYED_MEMBER_KEY];
-    if (typeof member !== 'string') return own(source, context, info, abstract);
+    if (typeof member !== 'string') {
+      const told = own(source, context, info, abstract);
+      // At a mutation's first answer, under field middleware: stored with its output.
+      // A list's item at its own path (graphql-js gives the list field's).
+      noteMember(context, [...pathOf(info), ...itemIndexes(context, source)], told);
+      return told;
+    }
     // Read, then taken off: the member's own resolvers (a @ResolveField() reading its
     // parent) get the data the first answer gave them, not the replay's marks.
     if (marked && Object.getOwnPropertyDescriptor(marked, REPLAYED_MEMBER_KEY)?.configurable) {

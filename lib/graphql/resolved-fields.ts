@@ -28,12 +28,8 @@ export function noteResolvedField(field: string): void {
  *   it is never refused.
  * - `middleware`: Nest's read of the property behind field middleware (a `@Field({
  *   middleware })`, told by Nest's metadata; the global `fieldMiddleware`, told by the schema).
- *   The property is read as a plain field's (a getter's value, a Promise's awaited) and stored
- *   as the middleware's whole input (its unselected data too; a value its type does not take,
- *   kept as it is: adversary 75b), and a retry that selects it unstored is refused as a plain
- *   field (adversary 75); its parent
- *   keeps its unselected own data, which the middleware may read (a mask by `visibility`:
- *   adversary 74).
+ *   Its input is never read nor stored: its output is, as the operation's answer gave it, and
+ *   a replay answers that, never running the middleware (middleware-outputs.ts).
  * - `property`: read from its parent's property, as data.
  */
 export function fieldResolution(type: GraphQLObjectType, field: string): ResolverKind {

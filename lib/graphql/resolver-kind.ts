@@ -5,10 +5,8 @@
  * - `property`: it only reads its parent's property (GraphQL's default resolver, Nest's
  *   code-first read of a `@Field()`): the field's value is read, stored and replayed as data.
  * - `middleware`: Nest's read of the property behind field middleware (`@Field({ middleware
- *   })`, or the global `buildSchemaOptions.fieldMiddleware`): at its heart still the property
- *   read, so the value is read as for `property` (a getter's, a Promise's awaited: adversary
- *   75) and stored as the middleware's whole input (adversary 75b), and the middleware may
- *   read the rest of its parent (a mask by its `visibility`: adversary 74).
+ *   })`, or the global `buildSchemaOptions.fieldMiddleware`): its output is stored as the
+ *   operation's answer gave it, and replayed so (middleware-outputs.ts).
  * - `app`: code of the app's that computes the field (a Mercurius loader or resolver, a schema
  *   transform's): it reads its parent and does not read the property.
  *
@@ -32,14 +30,22 @@ const PLAIN_FUNCTIONS = new WeakSet<object>();
 /** Each resolver's kind, as its text is read once. */
 const kinds = new WeakMap<object, ResolverKind | undefined>();
 
+/**
+ * Notes the kind of a resolver the library put in the schema in place of another (the wrapper
+ * of a middleware field: middleware-outputs.ts), which its text cannot tell.
+ */
+export function noteResolverKind(resolve: (...args: never[]) => unknown, kind: ResolverKind): void {
+  kinds.set(resolve, kind);
+}
+
 /** The kind of a resolver of the app's schema, against the installed Nest's readers. */
 export function schemaResolverKind(
   resolve: (...args: never[]) => unknown,
 ): ResolverKind | undefined {
   // Without Nest's read known, every Nest field would look the app's: not read then, and
   // Nest's metadata alone tells.
-  if (nestReaders.plain.length === 0) return undefined;
   if (kinds.has(resolve)) return kinds.get(resolve);
+  if (nestReaders.plain.length === 0) return undefined;
   const kind = resolverKind(resolve, nestReaders);
   kinds.set(resolve, kind);
   return kind;

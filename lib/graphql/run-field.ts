@@ -31,7 +31,9 @@ import { selectionOf } from './selection.js';
 import { fromWire, outputWire } from './wire-value.js';
 import { thrownError } from './thrown-error.js';
 import { type FieldRun } from './field-runs.js';
-import { errorHttp, storeAtAnswer } from './stored-at-answer.js';
+import { errorHttp, hasAnswerHook, storeAtAnswer } from './stored-at-answer.js';
+import { hasMiddlewareUnder } from './middleware-outputs.js';
+import { awaitOutputs, noteCompleting, type StoredOutputs } from './output-paths.js';
 import { idOf } from '../claim/claim-batcher.js';
 
 /** Where a field's run answers: its operation's GraphQL context, its path, its run. */
@@ -97,6 +99,16 @@ export function runField(
     let answer: StoredResponse;
     /** What the first answer is given: the resolver's value, its lists as they were read. */
     let first: unknown;
+    /** The stored value's wire form, which the middleware outputs complete at the answer. */
+    let wire: unknown;
+    /**
+     * Field middleware may run under it: its outputs are stored as the operation's answer
+     * gives them (middleware-outputs.ts), pending until then where a hook gives them, or none
+     * (a replay then answers those fields an error) where no hook will.
+     */
+    const middleware = types ? hasMiddlewareUnder(graphql, types.schema, types.returnType) : false;
+    const awaitsOutputs =
+      middleware && answerPlace !== undefined && hasAnswerHook(answerPlace.context);
     try {
       // Stored as GraphQL writes it (a Date as its scalar's string): see wire-value.ts.
       const losses: ReplayLoss[] = [];
@@ -111,10 +123,10 @@ export function runField(
             selectionOf(types.call.info),
             types.call,
             losses,
-            route.maxResponseBytes,
           )
         : { wire: outcome.value, value: outcome.value };
       first = walked.value;
+      wire = walked.wire;
       // What a replay cannot give back as it was, said once per type (see replay-loss.ts).
       warnLosses(tools.logger, losses);
       // The fields resolved under it run again on a replay, outside its transaction.
@@ -123,7 +135,11 @@ export function runField(
           resolvedFieldsUnder(graphql, types.schema, types.returnType),
         );
       }
-      answer = encodeAnswer({ kind: 'data', data: walked.wire });
+      answer = encodeAnswer({
+        kind: 'data',
+        data: walked.wire,
+        ...(awaitsOutputs ? { pending: true } : middleware ? { outputsLost: true } : {}),
+      });
     } catch (error) {
       // No JSON form (a cycle, a value its scalar refuses): it cannot be replayed, so it is
       // the field's error.
@@ -140,6 +156,40 @@ export function runField(
             true,
           )
         : await commitAnswer(tools, context, fingerprint, answer, false);
+    if (stored === answer && awaitsOutputs && answerPlace) {
+      const claim = context.claim!;
+      const store = context.claimStore!;
+      // Completed at the operation's answer (`storeOutputsOf`), with one fenced UPDATE of the
+      // finished row: no transaction is held meanwhile.
+      let done: (stored: StoredResponse | undefined) => void = () => undefined;
+      noteCompleting(idOf(claim), new Promise((resolve) => (done = resolve)), answerPlace.context);
+      // Its client left before the answer (no hook will run): a replay here stops waiting.
+      setTimeout(() => done(undefined), storeWaitMs(claim.leaseMs)).unref();
+      const completing = async (outputs: StoredOutputs) => {
+        try {
+          let completed = encodeAnswer({ kind: 'data', data: wire, ...outputs });
+          // Too large to store whole: stored without them (a replay answers those fields an
+          // error), never past the route's limit.
+          if (completed.body.length > route.maxResponseBytes) {
+            tools.logger.warn(
+              `the field middleware outputs of key ${claim.key} are not stored: with them ` +
+                `the answer is over maxResponseBytes (${route.maxResponseBytes} bytes)`,
+            );
+            completed = encodeAnswer({ kind: 'data', data: wire, outputsLost: true });
+          }
+          const written = (await store.completeAnswer?.(claim, completed)) ?? false;
+          if (written) tools.remember(claim, fingerprint, completed, store, 0);
+          done(written ? completed : undefined);
+        } catch (error) {
+          tools.logger.warn(
+            `the field middleware outputs of key ${claim.key} were not stored: ${String(error)}`,
+          );
+          done(undefined);
+        }
+      };
+      // Its key noted too: a replay of it in this operation answers its middleware's results.
+      awaitOutputs(answerPlace.context, answerPlace.path, completing, idOf(claim));
+    }
     // Stored: the first answer is the resolver's own value (its Dates, its class instances,
     // which the fields' resolvers may read); the replays give its stored form back.
     return stored === answer ? first : answerOf(stored, graphql, types);

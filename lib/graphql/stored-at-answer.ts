@@ -100,6 +100,11 @@ export function answerHookOn(context: unknown): void {
   if (typeof context === 'object' && context !== null) (context as Hooked)[HOOKED] = true;
 }
 
+/** Whether the operation whose context is `context` has a driver's answer hook (`answerHookOn`). */
+export function hasAnswerHook(context: unknown): boolean {
+  return typeof context === 'object' && context !== null && (context as Hooked)[HOOKED] === true;
+}
+
 /**
  * The field error's store, waiting for the operation's answer; undefined where no hook waits
  * for it (the caller stores it now).

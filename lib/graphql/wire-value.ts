@@ -8,25 +8,12 @@ import {
   type GraphQLSchema,
 } from 'graphql';
 import { isDeepStrictEqual } from 'node:util';
-import { ANSWER_FORMAT, type FieldError, encodeAnswer, fieldError } from './field-answer.js';
+import { ANSWER_FORMAT, type FieldError, fieldError } from './field-answer.js';
 import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
-import {
-  fitsListType,
-  isAsyncOneShot,
-  isOneShot,
-  readAsync,
-  settledContainer,
-} from './middleware-input.js';
-import {
-  MIDDLEWARE_EXTRAS_BYTES,
-  fitExtras,
-  getterFields,
-  withGetterFields,
-} from './middleware-extras.js';
 import { type ReplayLoss } from './replay-loss.js';
-import { fieldResolution, isResolvedByApp } from './resolved-fields.js';
+import { fieldResolution } from './resolved-fields.js';
 import {
   isOfNestType,
   nestField,
@@ -214,26 +201,10 @@ interface Walk {
   /** Each iterable read, by itself: read once even where the value reaches it twice. */
   lists: WeakMap<object, unknown[]>;
   /**
-   * The objects whose unselected fields are kept for field middleware, kept once the whole
-   * selection is walked (see `placeExtras`).
-   */
-  pending: PendingExtras[];
-  /**
    * The fields each selection selects of each type, collected once for all the items of a
    * list (as GraphQL collects a list's sub-fields once).
    */
   collected: WeakMap<readonly FieldNode[], Map<GraphQLObjectType, Map<string, FieldNode[]>>>;
-}
-
-/**
- * An object walked whose unselected fields (`extras`) field middleware may read: written with
- * its `kept` data once the walk knows the room the stored answer has left for them.
- */
-interface PendingExtras {
-  wire: Record<string, unknown>;
-  kept: Record<string, unknown>;
-  extras: Record<string, unknown>;
-  type: string;
 }
 
 /**
@@ -263,8 +234,6 @@ export async function outputWire(
   selection: Selection,
   call?: ResolverCall,
   losses: ReplayLoss[] = [],
-  /** The route's `maxResponseBytes`: the unselected fields above never take the answer past it. */
-  maxBytes = Number.POSITIVE_INFINITY,
 ): Promise<StoredValue> {
   answerMembersOf(schema);
   const walk: Walk = {
@@ -274,53 +243,9 @@ export async function outputWire(
     call,
     losses,
     lists: new WeakMap(),
-    pending: [],
     collected: new WeakMap(),
   };
-  const stored = await walkValue(walk, type, promised, selection.nodes);
-  placeExtras(walk, stored.wire, maxBytes);
-  return stored;
-}
-
-/**
- * The unselected fields kept for field middleware, written once the whole selection is: within
- * `MIDDLEWARE_EXTRAS_BYTES`, and within what the route's `maxResponseBytes` leaves after the
- * answer without them (adversary 75d: a fixed 256 KiB on a 64 KiB route, or beside a large
- * selection, made an answer too large to store that the app answers without the library).
- * Taken in the walk's order; a field past the room is left out, named in the losses. Should
- * the written answer still be over the limit (a field's stored form beside others' differs a
- * little from its own), all are left out: they never make an answer too large to store.
- */
-function placeExtras(walk: Walk, root: unknown, maxBytes: number): void {
-  if (walk.pending.length === 0) return;
-  const bodyBytes = () => encodeAnswer({ kind: 'data', data: root }).body.length;
-  const write = (withExtras: boolean): ReplayLoss[] => {
-    const losses: ReplayLoss[] = [];
-    let left = withExtras
-      ? Math.max(0, Math.min(MIDDLEWARE_EXTRAS_BYTES, maxBytes - bodyBytes()))
-      : 0;
-    for (const object of walk.pending) {
-      const fitted = fitExtras(object.extras, left);
-      left = fitted.remaining;
-      writeKept(object.wire, { ...object.kept, ...fitted.kept }, object.type, losses);
-      if (fitted.dropped.length > 0) {
-        losses.push({
-          type: object.type,
-          what:
-            `its unselected field ${fitted.dropped.join(', ')} is not stored for field ` +
-            `middleware (past the room kept of unselected fields: ${MIDDLEWARE_EXTRAS_BYTES} ` +
-            "bytes, within the route's maxResponseBytes): a replay's middleware reading it " +
-            'finds nothing there',
-        });
-      }
-    }
-    return losses;
-  };
-  // First without them: what the selection itself takes.
-  write(false);
-  let losses = write(true);
-  if (bodyBytes() > maxBytes) losses = write(false);
-  walk.losses.push(...losses);
+  return walkValue(walk, type, promised, selection.nodes);
 }
 
 /**
@@ -357,8 +282,7 @@ async function walkValue(
   /**
    * Under an object whose class class-transformer serializes (see `hasClassMetadata`,
    * `'class'`): all of its own data is kept, as a serializer outside reads it all again on a
-   * replay. Under a field middleware's input (`'middleware'`): its unselected fields too, its
-   * getters' included, within a budget (see middleware-extras.ts).
+   * replay.
    */
   whole: Whole = false,
 ): Promise<StoredValue> {
@@ -428,26 +352,12 @@ async function walkValue(
     whole === 'class' ||
     ownClass !== undefined ||
     (instance && hasClassMetadata(nestTarget(concrete.name)!));
-  const keepsWhole = byClass || whole === 'middleware';
-  // A selected field's code of the app's (a `@ResolveField()`, a loader, field middleware
-  // around Nest's read) may read any of its parent's data (adversary 74).
+  // A selected field's code of the app's (a `@ResolveField()`, a loader) may read any of its
+  // parent's data (adversary 74). Field middleware never runs on a replay (its output is
+  // stored as the answer gave it: middleware-outputs.ts), so it keeps nothing of it.
   const resolutions = [...selected.keys()].map((name) => fieldResolution(concrete, name));
-  let pending: PendingExtras | undefined;
   if (byClass || resolutions.includes('app')) {
     Object.assign(kept, ownData(source, fields, selected));
-  } else if (whole === 'middleware' || resolutions.includes('middleware')) {
-    // Only field middleware reads it beyond the selection: its unselected fields kept within
-    // a budget, never counted whole against `maxResponseBytes` (adversary 75c); and, for its
-    // own input, the fields its class computes (`get deleted()`) read, as the middleware
-    // reads them (adversary 75c).
-    const unselected = Object.keys(fields).filter((name) => !selected.has(name));
-    const extras = {
-      ...ownData(source, fields, selected),
-      ...(whole === 'middleware' ? getterFields(source, unselected) : {}),
-    };
-    // Kept once the walk knows the room left (see `placeExtras`), with the rest of `kept`.
-    pending = { wire, kept, extras, type: concrete.name };
-    walk.pending.push(pending);
   }
   const methods: string[] = [];
   /** Selected fields it gave through its class (see `FROM_CLASS`). */
@@ -478,6 +388,13 @@ async function walkValue(
       // written with the field's type, which it need not fit.
       const own = ownValue(source, name);
       if (own) kept[name] = own.value;
+      continue;
+    }
+    if (resolution === 'middleware') {
+      // Behind field middleware: its output is stored as the operation's answer gave it, at
+      // the answer (middleware-outputs.ts), and a replay answers that, never running the
+      // middleware. Its input is never read here: a getter, an iterator, a lazy relation is
+      // read by the middleware alone, once.
       continue;
     }
     // Read as Nest reads it, where Nest built the type: its class property (a field renamed
@@ -526,91 +443,7 @@ async function walkValue(
       failRead(error);
       continue;
     }
-    const middleware = resolution === 'middleware';
-    /**
-     * Whether `item` is the array a one-shot iterator behind middleware was read into: the
-     * first answer's middleware is given it, the iterator being spent.
-     */
-    let spent = false;
-    if (middleware && (isOneShot(item) || isAsyncOneShot(item))) {
-      // Read here, once (see middleware-input.ts), so that one throwing part-way (a bad row
-      // it parses) is the field's error, as GraphQL answers it, never the spent iterator
-      // kept, which the first answer read as `[]` and a replay as no list (adversary 75d).
-      try {
-        item = isOneShot(item) ? materialized(walk, item) : await readOnceAsync(walk, item);
-        spent = true;
-      } catch (error) {
-        failRead(error);
-        continue;
-      }
-    }
-    /**
-     * Behind field middleware the property is the middleware's input, which need not fit the
-     * field's type (a raw `'pending'` it maps to the enum's `PENDING`, a `Money` it writes as
-     * a `String`, a jsonb record it maps to a list): kept as it is (its whole data, as a
-     * `@ResolveField()`'s input is), for the middleware to run again on a replay, and the
-     * first answer given it as the resolver did, never a value the walk made of it
-     * (adversary 75b: a record wrapped in a list made up, a `Money` refused by `String`).
-     */
-    const keepInput = (input: unknown = item) => {
-      kept[property] = input;
-      const viaGetter = readsThroughAccessor(source, property);
-      if (viaGetter && !Object.prototype.hasOwnProperty.call(source, property)) {
-        accessors.push(name);
-      }
-      if (isThenable(promisedItem)) {
-        promisedFields.push(name);
-        replaced[property] = Promise.resolve(item);
-      } else if (viaGetter || spent) {
-        replaced[property] = item;
-      }
-    };
-    if (middleware && !fitsListType(graphql, field.type, item)) {
-      // A container it maps to the list (a `Map` of lines): its items' computed fields read
-      // and kept in them, as a list's items are walked (adversary 75c: `get totalCents()`).
-      // Its values that are Promises awaited, as GraphQL awaits a list's items (adversary 75d:
-      // a `Map` of loading lines was stored as `{}` each); one rejecting is the field's error.
-      let input: unknown;
-      try {
-        input = await settledContainer(item);
-      } catch (error) {
-        failRead(error);
-        continue;
-      }
-      const itemType = graphql.getNamedType(field.type);
-      const itemFields = graphql.isObjectType(itemType) ? Object.keys(itemType.getFields()) : [];
-      keepInput(
-        typeof input === 'object' && input !== null && itemFields.length > 0
-          ? withGetterFields(input, itemFields)
-          : input,
-      );
-      continue;
-    }
-    let stored: StoredValue;
-    try {
-      // Behind middleware with its whole data: the middleware may read any of it (a filter by
-      // the items' unselected `deleted`: adversary 75b).
-      const under: Whole = byClass ? 'class' : keepsWhole || middleware ? 'middleware' : false;
-      stored = await walkValue(walk, field.type, item, fieldNodes, under);
-    } catch (error) {
-      if (!middleware) throw error;
-      keepInput();
-      continue;
-    }
-    if (
-      middleware &&
-      typeof item === 'object' &&
-      item !== null &&
-      graphql.isLeafType(graphql.getNullableType(field.type)) &&
-      !fromWireAgain(graphql, schema, field.type, stored.wire, item).same &&
-      !keepsExactly(item)
-    ) {
-      // An object its scalar writes (a `Money` with a `toJSON()`, which `String` takes): the
-      // middleware reads the object, so its own data is kept, never what the scalar wrote of
-      // it (adversary 75c: a replay's middleware formatting a string answered "NaN undefined").
-      keepInput(ownDataOf(item, concrete.name, name, losses));
-      continue;
-    }
+    const stored = await walkValue(walk, field.type, item, fieldNodes, byClass ? 'class' : false);
     wire[name] = stored.wire;
     if (graphql.isLeafType(graphql.getNamedType(field.type))) {
       const tree = classTreeNoting(item, `its field ${name}`, concrete.name, losses);
@@ -631,7 +464,7 @@ async function walkValue(
       // it), of the value the library read.
       promisedFields.push(name);
       replaced[property] = Promise.resolve(stored.value);
-    } else if (stored.value !== item || throughAccessor || spent) {
+    } else if (stored.value !== item || throughAccessor) {
       replaced[property] = stored.value;
     }
     const back = fromWireAgain(graphql, schema, field.type, wire[name], item);
@@ -657,8 +490,8 @@ async function walkValue(
   if (accessors.length > 0 || fromClass.length > 0) wire[ACCESSORS] = accessors;
   if (promisedFields.length > 0) wire[PROMISED] = promisedFields;
   if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
-  if (!pending) writeKept(wire, kept, concrete.name, losses);
-  if (ownClass || (instance && keepsWhole)) {
+  writeKept(wire, kept, concrete.name, losses);
+  if (ownClass || (instance && byClass)) {
     const gotten = classGetters(source, fields);
     if (Object.keys(gotten).length > 0) {
       const typed = keepData(gotten);
@@ -745,34 +578,7 @@ function fieldsOf(
 }
 
 /** How much of a value's unselected data a walk keeps (see `walkValue`). */
-type Whole = false | 'class' | 'middleware';
-
-/**
- * A field middleware's input object as its own enumerable data, a plain object: kept so, a
- * `toJSON()` of its class is not what is stored of it (see kept-data.ts). What its class had
- * more (methods, getters) is a loss, named.
- */
-function ownDataOf(item: object, type: string, field: string, losses: ReplayLoss[]): unknown {
-  const members = classMembers(item);
-  if (members.length > 0) {
-    losses.push({
-      type,
-      what:
-        `its field ${field}'s middleware input (${describeValue(item)}) comes back as its own ` +
-        `data, without ${members.join(', ')} of its class`,
-    });
-  }
-  const data: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(item)) {
-    Object.defineProperty(data, key, {
-      value,
-      enumerable: true,
-      writable: true,
-      configurable: true,
-    });
-  }
-  return data;
-}
+type Whole = false | 'class';
 
 /** The object's own data property of that name (never a getter, a Promise or a method). */
 function ownValue(source: object, name: string): { value: unknown } | undefined {
@@ -1127,13 +933,17 @@ export function fromWire(
   }
   // Stored by its selection (format 3): a field the first answer did not select has no value,
   // and a retry that selects it is told so rather than given a null (see not-stored-field.ts).
-  // A field the app computes runs again, and reads none of it; one behind field middleware
-  // reads its property, and is refused as any (adversary 75). Only where the retry selects
+  // A field the app computes runs again, and reads none of it; one behind field middleware is
+  // answered its stored output. Only where the retry selects
   // it, when its selection is known: a layer outside the library that reads every field its
   // class exposes (`ClassSerializerInterceptor`) reads the others too, and finds nothing.
   if (format >= 3) {
     for (const name of selected ? selected.keys() : Object.keys(fields)) {
-      if (!(name in fields) || hasOwn(value, name) || isResolvedByApp(concrete, name)) continue;
+      if (!(name in fields) || hasOwn(value, name)) continue;
+      // Computed again (the app's), or answered from the stored output (field middleware:
+      // middleware-outputs.ts): nothing is read of the parent.
+      const resolution = fieldResolution(concrete, name);
+      if (resolution === 'app' || resolution === 'middleware') continue;
       for (const place of [name, renamed(name)]) {
         if (place === undefined || hasOwn(value, place)) continue;
         Object.defineProperty(value, place, {
@@ -1433,15 +1243,6 @@ function materialized(walk: Walk, value: unknown): unknown[] {
   if (Array.isArray(value) || typeof value !== 'object' || value === null) return listOf(value);
   let items = walk.lists.get(value);
   if (!items) walk.lists.set(value, (items = listOf(value)));
-  return items;
-}
-
-/** An async one-shot iterator's items (see `isAsyncOneShot`), read once as `materialized`. */
-async function readOnceAsync(walk: Walk, value: unknown): Promise<unknown[]> {
-  const read = walk.lists.get(value as object);
-  if (read) return read;
-  const items = await readAsync(value as AsyncIterable<unknown>);
-  walk.lists.set(value as object, items);
   return items;
 }
 

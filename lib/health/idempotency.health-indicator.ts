@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
+import { HOLD_STARTED } from '../claim/postgres-statements.js';
 import { IdempotencyDatabase } from '../data-layers/idempotency-database.js';
 import {
   PATH_POSITION,
@@ -29,14 +30,19 @@ FROM to_regclass('idempotency_keys') t`,
 /**
  * The oldest unfinished keys by what holds them: a lease still running (the worker is alive,
  * its work may hang) or one that ran out (the worker died, no retry took the key over). A key
- * given back on purpose (`locked_until` NULL: a 503 to retry, see RELEASE) is neither.
+ * given back on purpose (`locked_until` NULL: a 503 to retry, see RELEASE; a job between its
+ * steps) is neither. Each is aged from when its current hold began (HOLD_STARTED: its last
+ * takeover, else its claim), not from its creation: a job's later step, or a request resumed
+ * by its retry long after a 503, would read as hung from its first second (adversary 78).
+ *
+ * v2 (was v1): aged from the hold's start.
  */
 const UNFINISHED_BY_LEASE = {
-  name: 'idempotency_health_unfinished_v1',
+  name: 'idempotency_health_unfinished_v2',
   text: `SELECT
-  (extract(epoch FROM clock_timestamp() - min(created_at)
+  (extract(epoch FROM clock_timestamp() - min(${HOLD_STARTED})
     FILTER (WHERE locked_until >= clock_timestamp())) * 1000)::float8 AS held_ms,
-  (extract(epoch FROM clock_timestamp() - min(created_at)
+  (extract(epoch FROM clock_timestamp() - min(${HOLD_STARTED})
     FILTER (WHERE locked_until < clock_timestamp())) * 1000)::float8 AS expired_ms
 FROM idempotency_keys WHERE state = 'started' AND locked_until IS NOT NULL`,
 };

@@ -12,7 +12,11 @@ export type StoreReading =
   | {
       kind: 'read';
       schemaPresent: boolean;
-      /** The oldest key held under a lease still running (its worker alive, renewing it). */
+      /**
+       * The oldest key held under a lease still running (its worker alive, renewing it), aged
+       * from when that hold began (its claim, or the takeover that resumed it: a job's later
+       * step, a retry after a 503), not from its creation. The same for `oldestExpiredAgeMs`.
+       */
       oldestUnfinishedAgeMs: number | null;
       /**
        * The oldest key whose lease ran out and that nobody took over: its worker died. A key

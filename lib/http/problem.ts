@@ -21,6 +21,10 @@ const STATUS_BY_CODE: Record<IdempotencyError['code'], [number, string]> = {
   retry_later: [HttpStatus.SERVICE_UNAVAILABLE, 'Retry later'],
   transaction_aborted: [HttpStatus.INTERNAL_SERVER_ERROR, 'Transaction aborted'],
   cursor_open: [HttpStatus.INTERNAL_SERVER_ERROR, 'Statement behind an open cursor'],
+  subscriber_transaction_open: [
+    HttpStatus.INTERNAL_SERVER_ERROR,
+    'Transaction left open by a transaction subscriber',
+  ],
   statement_beside_phase: [HttpStatus.INTERNAL_SERVER_ERROR, 'Statement beside a running phase'],
   phase_name_invalid: [HttpStatus.INTERNAL_SERVER_ERROR, 'Phase name PostgreSQL cannot record'],
   handler_retried_inside: [

@@ -177,7 +177,8 @@ export function runOwned(
       answerWriting = true;
       // Settled with a value an app interceptor worked on until now: its lease is no longer
       // needed past the commit below (a @Res handler that wrote first stops at its settle).
-      if (settled) stopHeartbeat?.();
+      // Renewed while statements its handler left running finish (the commit waits for them).
+      if (settled && stopHeartbeat) transaction.afterCodeStatements(stopHeartbeat);
       const outerTimeout = isOuterTimeout({
         status: written.status,
         returned: emitted,
@@ -365,7 +366,10 @@ export function runOwned(
      */
     const settle = (untilWritten = false) => {
       settled = true;
-      if (!untilWritten || detached || answerWriting) stopHeartbeat?.();
+      // Renewed while statements its handler left running finish (its answer waits for them).
+      if (!untilWritten || detached || answerWriting) {
+        if (stopHeartbeat) transaction.afterCodeStatements(stopHeartbeat);
+      }
     };
     // Answered before this run began (an interceptor that answers at once, 202, and runs the
     // handler on the side, in the background): nothing will write the handler's answer, so it

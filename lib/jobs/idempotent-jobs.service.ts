@@ -49,6 +49,7 @@ import {
   JobAnswerRefusedError,
   JobKeyMismatchError,
   JobKeyUnusableError,
+  JobQueueTenantTooLongError,
   JobResultUnstorableError,
   JobStepLostError,
   JobStepOwnerGoneError,
@@ -56,9 +57,10 @@ import {
 import { IDEMPOTENT_JOB_OPTIONS } from '../shapes/idempotency.constants.js';
 import { classMethods } from '../routes/class-methods.js';
 import { decodeJobResult, encodeJobResult, isJobResult } from './job-answer.js';
+import { ANSWER_HELD, answerHeldHeader, answerHeldToWrite } from './answer-held.js';
 import { afterJobError, isJobStep, stepMoveOf } from './job-failure.js';
 import { phaseWorkFailure } from '../phases/phase-work-failure.js';
-import { jobKeyOf, jobTenant, stepOwnerOf } from './job-key.js';
+import { jobKeyOf, jobTenant, stepOwnerOf, tenantFits } from './job-key.js';
 import {
   dataToRestore,
   type HeldData,
@@ -291,6 +293,32 @@ export class IdempotentJobs implements OnModuleInit {
   }
 
   /**
+   * Writes to BullMQ, on the replay of a job, the data and progress its run held and kept with
+   * its result (see `answerHeldToWrite`), where its worker died after that commit before BullMQ
+   * had them, or the write failed (adversary 76). A write that fails: delayed, no attempt
+   * counted, and the next replay writes them.
+   */
+  private async writeAnswerHeld(
+    where: string,
+    job: JobLike,
+    stored: StoredResponse,
+  ): Promise<void> {
+    const write = answerHeldToWrite(
+      stored,
+      { id: job.id, added: job.timestamp },
+      jsonOf(job.data),
+      jsonOf(job.progress),
+    );
+    if (!write) return;
+    try {
+      if (write.data) await job.updateData?.(write.data.data);
+      if (write.progress) await job.updateProgress?.(write.progress.value);
+    } catch (error) {
+      throw heldNotWritten(where, error);
+    }
+  }
+
+  /**
    * A method's options, resolved once: by the decorator's own options object, never by the
    * method's name (two processor classes of one name, made by a factory per queue, are two
    * methods with their own keys: adversary 55).
@@ -316,6 +344,8 @@ export class IdempotentJobs implements OnModuleInit {
       throw new JobKeyUnusableError(where, reading.reason);
     }
     const scope: KeyScope = { tenantId: jobTenant(job.queueName, job.prefix), key: reading.key };
+    // Checked before the claim, whose CHECK violation would be taken for a passing failure.
+    if (!tenantFits(scope.tenantId)) throw new JobQueueTenantTooLongError(where, scope.tenantId);
     const fingerprint = computeFingerprint({
       method: 'JOB',
       path: `${job.queueName}/${job.name}`,
@@ -369,7 +399,9 @@ export class IdempotentJobs implements OnModuleInit {
         status: claimed.response.status,
         fromMemory: false,
       }));
-      return resultOf(claimed.response);
+      const result = resultOf(claimed.response);
+      await this.writeAnswerHeld(where, job, claimed.response);
+      return result;
     }
     const transaction = claimed.transaction ?? this.database.transaction(false);
     transaction.isolationLevel = route.isolationLevel;
@@ -547,6 +579,12 @@ export class IdempotentJobs implements OnModuleInit {
       await rollBackAndRelease(tools, context, 'job_result_unstorable');
       throw new JobResultUnstorableError(where, error);
     }
+    // What it holds, written to BullMQ after the commit: kept with its result, for its replay.
+    const held = answerHeldHeader(stepped.held(), stepped.heldProgress(), {
+      id: job.id,
+      added: job.timestamp,
+    });
+    if (held !== undefined) answer.headers[ANSWER_HELD] = held;
     const tooLarge =
       answer.body.length > route.maxResponseBytes
         ? tools.problem(new IdempotencyResponseTooLargeError(route.maxResponseBytes))
@@ -560,7 +598,13 @@ export class IdempotentJobs implements OnModuleInit {
       // Its data as the job left it, now that its work committed; none where the refusal was
       // kept in place of its result: its work rolled back (adversary 75), and `release` gives
       // the job object back BullMQ's data.
-      if (stored === answer) await stepped.flush();
+      if (stored === answer) {
+        try {
+          await stepped.flush();
+        } catch (error) {
+          throw heldNotWritten(where, error);
+        }
+      }
       return resultOf(stored);
     }
     // Not kept, nothing committed: the library's answer says why.
@@ -645,6 +689,18 @@ function stepStatement(context: IdempotencyContext, job: JobLike, owner: string,
       JSON.stringify(keptStepData(held, job.timestamp)),
     ],
   };
+}
+
+/**
+ * A write to BullMQ of what a job's run held, kept with its committed result, that failed: the
+ * job comes back (delayed, no attempt counted: its work is done) and its replay writes it.
+ */
+function heldNotWritten(where: string, error: unknown): RetryLaterError {
+  return new RetryLaterError(
+    `@IdempotentJob() on ${where}: the job's work committed, but its data could not be ` +
+      `written to BullMQ (its replay writes it): ${messageOf(error)}`,
+    1,
+  );
 }
 
 /** The detail of the library's answer (its problem), or its text. */

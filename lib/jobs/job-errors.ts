@@ -1,3 +1,5 @@
+import { MAX_TENANT_ID_LENGTH } from '../decisions/tenant-id.js';
+
 /**
  * A job the library refuses for good: trying it again would meet the same (its key, its
  * result). BullMQ fails it at once (`UnrecoverableError`), with these words as its reason.
@@ -12,6 +14,23 @@ export class JobKeyUnusableError extends JobRefusedError {
         `without NUL, or a key: (job) => string of that form (${where})`,
     );
     this.name = 'JobKeyUnusableError';
+  }
+}
+
+/**
+ * A job of a queue whose tenant (`bullmq:<queue>`, `bullmq:<prefix>:<queue>`) the keys table
+ * cannot hold: every claim of it would meet the table's CHECK on the tenant's length, which is
+ * no passing failure (adversary 78: delayed for ever, no attempt counted).
+ */
+export class JobQueueTenantTooLongError extends JobRefusedError {
+  constructor(where: string, tenant: string) {
+    super(
+      `the job cannot be recorded: its queue's tenant (${tenant.slice(0, 40)}…, ` +
+        `${tenant.length} characters: bullmq:, the queue's prefix unless it is BullMQ's own, and ` +
+        `its name) is over ${MAX_TENANT_ID_LENGTH} characters. Give the queue (with its prefix) a ` +
+        `shorter name (${where})`,
+    );
+    this.name = 'JobQueueTenantTooLongError';
   }
 }
 

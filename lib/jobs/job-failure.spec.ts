@@ -6,7 +6,11 @@ import {
   RetryLaterError,
   TransientDatabaseError,
 } from '../shapes/idempotency.errors.js';
-import { JobKeyUnusableError, JobResultUnstorableError } from './job-errors.js';
+import {
+  JobKeyUnusableError,
+  JobQueueTenantTooLongError,
+  JobResultUnstorableError,
+} from './job-errors.js';
 import { afterJobError, isJobStep } from './job-failure.js';
 
 describe('afterJobError', () => {
@@ -36,6 +40,11 @@ describe('afterJobError', () => {
     [
       'a key it cannot keep',
       new JobKeyUnusableError('P.process', 'its key is over 255 characters'),
+      { kind: 'fail' },
+    ],
+    [
+      'a queue whose tenant the keys table cannot hold',
+      new JobQueueTenantTooLongError('P.process', 'bullmq:' + 'q'.repeat(250)),
       { kind: 'fail' },
     ],
     [

@@ -1,4 +1,4 @@
-import { jobKeyOf, jobTenant, stepOwnerOf } from './job-key.js';
+import { jobKeyOf, jobTenant, stepOwnerOf, tenantFits } from './job-key.js';
 import { type JobLike } from './job-like.js';
 
 const job = (fields: Partial<JobLike>): JobLike => ({
@@ -85,6 +85,19 @@ describe('jobKeyOf', () => {
     ],
   ] as const)('keeps keys per queue: %s', (_name, queue, prefix, tenant) => {
     expect(jobTenant(queue, prefix)).toBe(tenant);
+  });
+});
+
+describe('tenantFits', () => {
+  it.each([
+    ['a short queue', jobTenant('payouts'), true],
+    ['a 247-character tenant (240-character queue)', jobTenant('c'.repeat(240)), true],
+    ['exactly 255 characters', jobTenant('q'.repeat(248)), true],
+    ['256 characters', jobTenant('q'.repeat(249)), false],
+    ['a long queue name', jobTenant('q'.repeat(250)), false],
+    ['a long prefix of the queue', jobTenant('payouts', 'p'.repeat(250)), false],
+  ])('%s', (_name, tenant, fits) => {
+    expect(tenantFits(tenant)).toBe(fits);
   });
 });
 

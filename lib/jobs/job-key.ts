@@ -1,4 +1,4 @@
-import { JOB_TENANT_PREFIX } from '../decisions/tenant-id.js';
+import { JOB_TENANT_PREFIX, MAX_TENANT_ID_LENGTH } from '../decisions/tenant-id.js';
 import { readMessageId } from '../messages/message-id.js';
 import { type JobLike } from './job-like.js';
 
@@ -15,6 +15,14 @@ export function jobTenant(queueName: string, prefix: string = DEFAULT_BULLMQ_PRE
   return prefix === DEFAULT_BULLMQ_PREFIX
     ? `${JOB_TENANT_PREFIX}${queueName}`
     : `${JOB_TENANT_PREFIX}${prefix}:${queueName}`;
+}
+
+/**
+ * Whether the keys table can hold `tenant` (a pure decision): its CHECK takes 1 to 255
+ * characters. A longer one (a long queue name, or prefix) is refused by every claim, for good.
+ */
+export function tenantFits(tenant: string): boolean {
+  return tenant.length >= 1 && tenant.length <= MAX_TENANT_ID_LENGTH;
 }
 
 /**

@@ -17,6 +17,10 @@ export interface JobLike {
   moveToDelayed(timestamp: number, token?: string): Promise<void>;
   /** Replaces its data in BullMQ (and on the object). */
   updateData?(data: unknown): Promise<void>;
+  /** Its progress: the last BullMQ was given (`updateProgress`). */
+  readonly progress?: unknown;
+  /** Replaces its progress in BullMQ (and on the object), with BullMQ's `progress` event. */
+  updateProgress?(progress: unknown): Promise<void>;
   /** Moves it to wait for its children (BullMQ's flows); false when none is left to wait for. */
   moveToWaitingChildren?(token: string, options?: object): Promise<boolean>;
 }

@@ -162,6 +162,12 @@ const fromBase64 = (text: string) => Buffer.from(text, 'base64').toString('utf8'
  */
 export type HeldData = { data: unknown; over: string } | undefined;
 
+/**
+ * The last progress the job gave `updateProgress()` while its work was uncommitted, held, and
+ * the JSON of the progress BullMQ had then (`over`, `null` for none).
+ */
+export type HeldProgress = { value: unknown; over: string } | undefined;
+
 /** The job's methods a run takes the place of while it runs (see `stepJob`). */
 const STEPPED = [
   'updateData',
@@ -183,6 +189,8 @@ export interface SteppedJob {
   flushStep(): Promise<void>;
   /** The data held now (see `flush`). */
   held(): HeldData;
+  /** The progress held now (see `flush`). */
+  heldProgress(): HeldProgress;
   /**
    * Gives the job its own methods back, once its run ended; and, where data or progress is
    * still held (never written: its work rolled back, or the library's refusal was kept in place
@@ -345,6 +353,8 @@ export function stepJob(
     flush,
     flushStep,
     held: () => held,
+    heldProgress: () =>
+      heldProgress && { value: heldProgress.value, over: progressWritten ?? 'null' },
     release: () => {
       for (const [name, descriptor] of saved) {
         if (descriptor) Object.defineProperty(job, name, descriptor);

@@ -15,6 +15,7 @@ import { type ClockOffset, nextOffset, redisDeadlineMs, UNKNOWN_OFFSET } from '.
 import {
   CLAIM_SCRIPT,
   EXTEND_SCRIPT,
+  COMPLETE_ANSWER_SCRIPT,
   FINISH_SCRIPT,
   RELEASE_SCRIPT,
   TAKE_OVER_SCRIPT,
@@ -58,6 +59,7 @@ const SCRIPTS = {
   idempotencyClaim: CLAIM_SCRIPT,
   idempotencyTakeOver: TAKE_OVER_SCRIPT,
   idempotencyFinish: FINISH_SCRIPT,
+  idempotencyCompleteAnswer: COMPLETE_ANSWER_SCRIPT,
   idempotencyRelease: RELEASE_SCRIPT,
   idempotencyExtend: EXTEND_SCRIPT,
 } as const;
@@ -206,15 +208,30 @@ export class RedisClaimStore implements ClaimStore {
 
   async finish(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
     const done = await this.call('idempotencyFinish', [
+      ...this.answerArgs(claim, response),
+      this.retentionMs,
+    ]);
+    return done === 1;
+  }
+
+  async completeAnswer(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
+    const done = await this.call('idempotencyCompleteAnswer', this.answerArgs(claim, response));
+    return done === 1;
+  }
+
+  /** The fenced claim and its answer, as the finish and complete-answer scripts read them. */
+  private answerArgs(
+    claim: ActiveClaim,
+    response: StoredResponse,
+  ): [string, ...(string | number | Buffer)[]] {
+    return [
       this.keyOf(claim),
       claim.lockVersion,
       claim.claimId,
       response.status,
       JSON.stringify(response.headers),
       response.body,
-      this.retentionMs,
-    ]);
-    return done === 1;
+    ];
   }
 
   async release(claim: ActiveClaim, forget: boolean): Promise<void> {

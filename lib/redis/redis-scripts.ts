@@ -67,6 +67,18 @@ redis.call('PEXPIRE', KEYS[1], ARGV[6])
 return 1`;
 
 /**
+ * ARGV: lock version, claim id, status, headers JSON, body. A finished key's response replaced
+ * by the claim that finished it (see `completeAnswer`); its expiry and the rest kept.
+ */
+export const COMPLETE_ANSWER_SCRIPT = `if redis.call('HGET', KEYS[1], 'st') ~= 'done'
+  or redis.call('HGET', KEYS[1], 'lv') ~= ARGV[1]
+  or redis.call('HGET', KEYS[1], 'cid') ~= ARGV[2] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'rc', ARGV[3], 'rh', ARGV[4], 'rb', ARGV[5])
+return 1`;
+
+/**
  * ARGV: lock version, claim id, forget ('1' or '0'). A first claim whose handler never ran is
  * deleted; otherwise only its lease ends, so that a retry resumes with its claim id.
  */

@@ -41,6 +41,9 @@ export class IdempotencyKeyEntity {
 
   /** When the response was stored: the retention window counts from here. */
   finishedAt!: Date | null;
+
+  /** When its current hold began, when a takeover took it (NULL: at `createdAt`). */
+  leasedAt!: Date | null;
 }
 
 if (typeorm) {
@@ -60,5 +63,6 @@ if (typeorm) {
   Column({ name: 'phase_results', type: 'jsonb' })(row, 'phaseResults');
   CreateDateColumn({ name: 'created_at', type: 'timestamptz' })(row, 'createdAt');
   Column({ name: 'finished_at', type: 'timestamptz', nullable: true })(row, 'finishedAt');
+  Column({ name: 'leased_at', type: 'timestamptz', nullable: true })(row, 'leasedAt');
   Entity({ name: 'idempotency_keys', synchronize: false })(IdempotencyKeyEntity);
 }

@@ -22,7 +22,8 @@ const UNIQUES: Record<string, string[][]> = {
 const KEY_COLUMNS =
   'tenant_id:text, key:text, fingerprint:bytea, state:text, recovery_point:text, ' +
   'locked_until:tz, lock_version:bigint, response_code:integer, response_body:bytea, ' +
-  'created_at:tz, claim_id:uuid, response_headers:jsonb, phase_results:jsonb, finished_at:tz';
+  'created_at:tz, claim_id:uuid, response_headers:jsonb, phase_results:jsonb, finished_at:tz, ' +
+  'leased_at:tz';
 const table = (
   name: string,
   spec: string,
@@ -103,6 +104,12 @@ describe('missingSchema', () => {
       plain,
       [table('idempotency_keys', KEY_COLUMNS.replace(', finished_at:tz', '')), processed, failures],
       ['column idempotency_keys.finished_at is missing (migration AddFinishedAt1764461200000)'],
+    ],
+    [
+      'leased_at missing (AddLeasedAt not run: health would age a step from its first)',
+      plain,
+      [table('idempotency_keys', KEY_COLUMNS.replace(', leased_at:tz', '')), processed, failures],
+      ['column idempotency_keys.leased_at is missing (migration AddLeasedAt1764461700000)'],
     ],
     [
       'tenant ids still bigint',

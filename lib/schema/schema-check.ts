@@ -42,6 +42,7 @@ const MIGRATIONS = {
   failures: 'CreateMessageFailures1764461400000',
   bodies: 'CreateResponseBodies1764461500000',
   partition: 'PartitionIdempotencyKeys1764461600000',
+  leasedAt: 'AddLeasedAt1764461700000',
 };
 
 export interface ColumnNeed {
@@ -82,6 +83,7 @@ const KEYS: TableNeed = {
     { name: 'response_headers', type: 'jsonb' },
     { name: 'phase_results', type: 'jsonb', defaulted: true },
     { name: 'finished_at', type: TIMESTAMPTZ, migration: MIGRATIONS.finishedAt },
+    { name: 'leased_at', type: TIMESTAMPTZ, migration: MIGRATIONS.leasedAt },
   ],
   conflictKey: ['tenant_id', 'key'],
 };

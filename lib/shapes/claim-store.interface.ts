@@ -56,6 +56,15 @@ export interface ClaimStore {
   /** Statement 5 on its own: stores the response, ends the lease; false when fenced off. */
   finish(claim: ActiveClaim, response: StoredResponse): Promise<boolean>;
   /**
+   * Replaces the stored response of a key this claim finished, once, after its finish: a
+   * GraphQL mutation's answer committed with its effects, then completed with the outputs of
+   * the field middleware on it once the operation's answer gave them (middleware-outputs.ts).
+   * Fenced by the claim (`lockVersion`, `claimId`) and the key being finished; false when
+   * fenced off. Optional: a store without it leaves those outputs unstored, and a replay of
+   * such a field answers an error (`field_output_pending`).
+   */
+  completeAnswer?(claim: ActiveClaim, response: StoredResponse): Promise<boolean>;
+  /**
    * Gives the key back without a response. `forget` (the handler never ran, nothing was
    * executed): a fresh first claim is deleted, so the client may fix the request and reuse the
    * key. Otherwise, and for a claim that was taken over or has completed phases, the record

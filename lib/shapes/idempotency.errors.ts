@@ -18,6 +18,7 @@ export type IdempotencyErrorCode =
   | 'database_permanent'
   | 'transaction_aborted'
   | 'cursor_open'
+  | 'subscriber_transaction_open'
   | 'statement_beside_phase'
   | 'handler_retried_inside'
   | 'phase_name_invalid'
@@ -320,6 +321,30 @@ export class IdempotencyCursorOpenError extends IdempotencyError {
         'with execute() (in pages if they are many).',
     );
     this.name = 'IdempotencyCursorOpenError';
+  }
+}
+
+/**
+ * A TypeORM transaction subscriber (`beforeTransactionStart`, `afterTransactionStart`,
+ * `beforeTransactionCommit`, `beforeTransactionRollback`) started a transaction of the request
+ * and returned (or awaited other work) while it was still open. On the request's one connection
+ * TypeORM names savepoints by depth: the step the subscriber ran before (the SAVEPOINT, RELEASE
+ * or ROLLBACK TO) would have named that transaction's savepoint, not its own. It was refused
+ * instead; the request rolled back and nothing was stored. A retry meets the same refusal until
+ * the code changes, so this is a 500, not a 503.
+ */
+export class IdempotencySubscriberTransactionOpenError extends IdempotencyError {
+  readonly code = 'subscriber_transaction_open';
+  constructor(override readonly cause: unknown) {
+    super(
+      'A TypeORM transaction subscriber started a transaction of this request and left it open ' +
+        'past the start, commit or rollback it was told of, which on the request’s one ' +
+        'connection would have ended the wrong savepoint; the request rolled back and nothing ' +
+        'was committed or stored. Await such a transaction in the subscriber before anything ' +
+        'else, or start it from a beforeTransactionCommit subscriber without awaiting ' +
+        'anything after it, or run it in IdempotentTransaction.outside().',
+    );
+    this.name = 'IdempotencySubscriberTransactionOpenError';
   }
 }
 

@@ -18,7 +18,7 @@ import { LeaseRenewals } from '../claim/lease-renewals.js';
 import { POSTGRES_CLAIM_STORE } from '../idempotency-options.js';
 import { type KeyScope, type TransactionalClaimStore } from '../shapes/claim-store.interface.js';
 import { claimOrDecide } from '../http/claim-or-decide.js';
-import { DATABASE_NOW, UNFINISHED_TICKS } from '../claim/postgres-statements.js';
+import { DATABASE_NOW, HOLD_TICK_RECORD, UNFINISHED_TICKS } from '../claim/postgres-statements.js';
 import { problemResponse } from '../http/problem.js';
 import { IdempotencyContext, idempotencyStorage } from '../transaction/idempotency-context.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
@@ -40,6 +40,7 @@ import {
   IdempotentTaskOverrideError,
   IdempotentTaskNameTooLongError,
   IdempotentTaskUnboundError,
+  IdempotentTaskPeriodError,
   IdempotentTaskSchedulesError,
   IdempotentTaskUnscheduledError,
 } from './task-errors.js';
@@ -48,11 +49,13 @@ import {
   cronTimeClass,
   type CronTimeLike,
   cronTimeSlot,
+  cronTimeSlotEnd,
   intervalTimeSlot,
+  isTimerPeriod,
   scheduleOf,
   type TaskSchedule,
 } from './task-schedule.js';
-import { slotKey, untilSlot } from './task-slot.js';
+import { slotKey, tickRecordFinishedAt, untilSlot } from './task-slot.js';
 import { currentTick, tickStorage } from './task-tick.js';
 import { resumesAfterFailure, tickFailed } from './tick-failure.js';
 import {
@@ -75,6 +78,12 @@ interface Task {
   fingerprint: Buffer;
   /** Its schedule's `CronTime`, where `cron` made none the app can reach by name. */
   cronTime?: Promise<CronTimeLike>;
+}
+
+/** A tick's slot (ms since the epoch) and its end: its schedule's next time, if it has one. */
+interface Slot {
+  slot: number;
+  endMs: number | undefined;
 }
 
 /** `@nestjs/schedule`'s registry, by the shape the library reads of it. */
@@ -192,6 +201,9 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     if (schedule.kind === 'none' || schedule.kind === 'timeout') {
       throw new IdempotentTaskUnscheduledError(where, schedule.kind === 'timeout');
     }
+    if (schedule.kind === 'interval' && !isTimerPeriod(schedule.everyMs)) {
+      throw new IdempotentTaskPeriodError(where, schedule.everyMs);
+    }
     const settings = resolveTaskOptions(options, where, this.options.route);
     const name = settings.name ?? schedule.name ?? where;
     const tenant = `${TICK_TENANT_PREFIX}${name}`;
@@ -213,14 +225,16 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
    * its name in `@nestjs/schedule`'s registry, rescheduled or not), else by its declared
    * schedule, in the zone cron reads it in.
    */
-  private async slotOf(task: Task, nowMs: number): Promise<number | undefined> {
+  private async slotOf(task: Task, nowMs: number): Promise<Slot | undefined> {
     const { schedule } = task;
     if (schedule.kind === 'interval') {
       // A named interval by its period as it runs now: the registry's, re-added with another
       // period (@nestjs/schedule's dynamic intervals: deleteInterval, then addInterval under
       // the same name), as a named cron by its `setTime` (adversary 71).
       const everyMs = schedule.name === undefined ? undefined : this.periodOf(schedule.name);
-      return intervalTimeSlot(everyMs ? { ...schedule, everyMs } : schedule, nowMs);
+      const period = everyMs ?? schedule.everyMs;
+      const slot = intervalTimeSlot({ ...schedule, everyMs: period }, nowMs);
+      return slot === undefined ? undefined : { slot, endMs: slot + period };
     }
     if (schedule.kind !== 'cron') return undefined;
     let time: CronTimeLike | undefined;
@@ -238,7 +252,8 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       );
       time = await task.cronTime;
     }
-    return cronTimeSlot(time, nowMs);
+    const slot = cronTimeSlot(time, nowMs);
+    return slot === undefined ? undefined : { slot, endMs: cronTimeSlotEnd(time, slot) };
   }
 
   /**
@@ -297,15 +312,16 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       }
       throw new IdempotentTaskUnboundError(instance.constructor.name);
     }
-    const slot = await this.slotOf(task, Date.now());
-    if (slot === undefined) {
+    const fired = await this.slotOf(task, Date.now());
+    if (fired === undefined) {
       this.logger.warn(`a tick of ${task.where} fired with no scheduled time before it: skipped`);
       return;
     }
+    const { slot } = fired;
     if (!(await this.slotHasCome(task, slot))) return;
     const key = slotKey(slot);
     try {
-      await this.runSlot(task, key, false, work);
+      await this.runSlot(task, key, false, work, fired.endMs);
     } finally {
       await this.resumeLeftovers(task, slot, work);
     }
@@ -387,6 +403,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     key: string,
     resuming: boolean,
     work: () => unknown,
+    slotEndMs?: number,
   ): Promise<void> {
     const { route } = task.settings;
     const scope: KeyScope = { tenantId: task.tenant, key };
@@ -467,6 +484,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
         // Nothing of it is kept but its failure, which is its answer: the replicas whose timers
         // fire for it later skip it, as they skip a tick that ran (adversary 60).
         await commitAnswer(tools, context, task.fingerprint, tickFailed(cause), true);
+        await this.holdRecord(task, key, slotEndMs);
       }
       throw cause;
     }
@@ -480,7 +498,10 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     // that cannot be stored either (the database gone) gives the key back, to be resumed.
     const keeps = !resumesAfterFailure(claimed.claim);
     const stored = await commitAnswer(tools, context, task.fingerprint, TICK_DONE, false, keeps);
-    if (stored === TICK_DONE) return;
+    if (stored === TICK_DONE) {
+      await this.holdRecord(task, key, slotEndMs);
+      return;
+    }
     const cause = (refusal as { cause?: unknown } | undefined)?.cause;
     const detail = cause instanceof Error ? cause.message : stored.body.toString('utf8');
     const failure = new Error(
@@ -488,8 +509,26 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     );
     if (keeps && !(refusal instanceof IdempotencyLeaseLostError)) {
       await commitAnswer(tools, context, task.fingerprint, tickFailed(failure), true);
+      await this.holdRecord(task, key, slotEndMs);
     }
     throw failure;
+  }
+
+  /**
+   * Keeps the tick's record of `key` until its slot ends at `slotEndMs` where the retention
+   * would purge it before (see `tickRecordFinishedAt`). A failure to is logged: the tick ran.
+   */
+  private async holdRecord(task: Task, key: string, slotEndMs: number | undefined) {
+    const finishedAt = tickRecordFinishedAt(slotEndMs, this.options.retentionMs, Date.now());
+    if (finishedAt === undefined) return;
+    try {
+      await this.database.query(HOLD_TICK_RECORD, [task.tenant, key, finishedAt]);
+    } catch (error) {
+      this.logger.warn(
+        `${task.where}: the record of the tick of ${key} could not be kept until its slot ` +
+          `ends; it goes retentionMs after it finished: ${messageOf(error)}`,
+      );
+    }
   }
 }
 

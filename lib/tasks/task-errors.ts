@@ -16,6 +16,19 @@ export class IdempotentTaskUnscheduledError extends InvalidIdempotencyOptionsErr
   }
 }
 
+/** A task's `@Interval()` whose period Node would not keep (it would run every 1 ms). */
+export class IdempotentTaskPeriodError extends InvalidIdempotencyOptionsError {
+  constructor(where: string, everyMs: unknown) {
+    super(
+      `@IdempotentTask() on ${where}: its @Interval() period (${String(everyMs)}) is not a ` +
+        'number of milliseconds from 1 to 2147483647, so Node would run it every 1 ms and its ' +
+        'ticks could not be keyed by their window: give @Interval() such a period (an unset ' +
+        'environment variable read with Number() is NaN)',
+    );
+    this.name = 'IdempotentTaskPeriodError';
+  }
+}
+
 /** A task's method with more than one schedule: `@nestjs/schedule` runs only one of them. */
 export class IdempotentTaskSchedulesError extends InvalidIdempotencyOptionsError {
   constructor(where: string, decorators: readonly string[]) {

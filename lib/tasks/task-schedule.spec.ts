@@ -1,6 +1,6 @@
 import { Cron, Interval, Timeout } from '@nestjs/schedule';
 import { CronTime } from 'cron';
-import { cronTimeSlot, cronZone, scheduleOf } from './task-schedule.js';
+import { cronTimeSlot, cronZone, isTimerPeriod, scheduleOf } from './task-schedule.js';
 
 describe('cronZone', () => {
   it.each([
@@ -95,5 +95,22 @@ describe('scheduleOf, as @nestjs/schedule decorates a method', () => {
     ['plain', { kind: 'none' }],
   ])('%s', (name, schedule) => {
     expect(scheduleOf(method(name))).toEqual(schedule);
+  });
+});
+
+describe('isTimerPeriod', () => {
+  it.each([
+    ['a period of 200 ms', 200, true],
+    ['1 ms, the shortest', 1, true],
+    ['Node’s longest', 2 ** 31 - 1, true],
+    ['a fraction of a ms above 1', 1.5, true],
+    ['NaN (an unset variable read with Number())', Number(undefined), false],
+    ['0', 0, false],
+    ['a negative', -5, false],
+    ['longer than Node keeps', 2 ** 31, false],
+    ['Infinity', Infinity, false],
+    ['a string', '200', false],
+  ])('%s', (_name, everyMs, kept) => {
+    expect(isTimerPeriod(everyMs)).toBe(kept);
   });
 });

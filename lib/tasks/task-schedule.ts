@@ -1,4 +1,5 @@
-import { cronSlot, intervalSlot, type NextTime } from './task-slot.js';
+import { cronSlot, intervalSlot, steadyBy, type NextTime } from './task-slot.js';
+import { zoneOffsetAt } from './zone-offset.js';
 
 /**
  * `@nestjs/schedule`'s metadata on a method, by its keys' values (the library does not
@@ -111,7 +112,39 @@ export function cronTimeSlot(time: CronTimeLike, nowMs: number): number | undefi
   }
   const zone = cronZone(time);
   const next: NextTime = (fromMs) => time.getNextDateFrom(new Date(fromMs), zone).toMillis();
-  return cronSlot(nowMs, next);
+  const offsetAt = zoneOffsetAt(zone);
+  const slot = cronSlot(nowMs, next, offsetAt && steadyBy(offsetAt), lastSlots.get(time as object));
+  if (slot !== undefined) lastSlots.set(time as object, slot);
+  return slot;
+}
+
+/**
+ * Each schedule's latest slot on this replica, where `cronSlot` walks on from (a schedule
+ * changed with `setTime()` is another `CronTime`, its run another).
+ */
+const lastSlots = new WeakMap<object, number>();
+
+/**
+ * The end of the slot `slotMs` of a cron schedule: its next time after it, until which the
+ * slot is the schedule's current one (a call by hand claims it). `undefined` for a one-shot
+ * date, which has no next time.
+ */
+export function cronTimeSlotEnd(time: CronTimeLike, slotMs: number): number | undefined {
+  if (time.realDate) return undefined;
+  return time.getNextDateFrom(new Date(slotMs), cronZone(time)).toMillis();
+}
+
+/** The longest period Node keeps for a timer (`TIMEOUT_MAX`): a longer one fires every 1 ms. */
+export const LONGEST_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * Whether an `@Interval()` period is one Node's `setInterval` keeps as given: a number from
+ * 1 ms to `LONGEST_TIMER_MS`. Any other (NaN from an unset variable, 0, a negative, a longer
+ * one) Node runs every 1 ms, so its ticks would have no window to be told apart by
+ * (adversary 76: `@Interval(Number(process.env.SYNC_EVERY_MS))`, the variable unset).
+ */
+export function isTimerPeriod(everyMs: unknown): everyMs is number {
+  return typeof everyMs === 'number' && everyMs >= 1 && everyMs <= LONGEST_TIMER_MS;
 }
 
 /** The slot of an `@Interval()` tick fired at `nowMs` (see `intervalSlot`). */

@@ -1,4 +1,11 @@
-import { cronSlot, intervalSlot, MAX_SLOT_WAIT_MS, slotKey, untilSlot } from './task-slot.js';
+import {
+  cronSlot,
+  intervalSlot,
+  MAX_SLOT_WAIT_MS,
+  slotKey,
+  tickRecordFinishedAt,
+  untilSlot,
+} from './task-slot.js';
 
 /** A schedule firing every `every` ms from `offset` (as a cron expression would). */
 const every =
@@ -63,5 +70,20 @@ describe('untilSlot', () => {
     ],
   ] as const)('%s', (_name, databaseNow, decision) => {
     expect(untilSlot(slot, databaseNow)).toEqual(decision);
+  });
+});
+
+describe('tickRecordFinishedAt', () => {
+  const hour = 3_600_000;
+  it.each([
+    ['retention outlasts the slot: nothing moved', 10 * hour, 24 * hour, 9 * hour, undefined],
+    ['a 6-hourly slot, 1 h retention', 6 * hour, hour, hour, 5 * hour],
+    ['the slot nearly over: the retention covers it', 6 * hour, hour, 5.5 * hour, undefined],
+    ['exactly covered', 6 * hour, hour, 5 * hour, undefined],
+    ['a weekly slot, the default 24 h', 7 * 24 * hour, 24 * hour, 0, 6 * 24 * hour],
+    ['a one-shot date: no end', undefined, hour, 0, undefined],
+    ['an end past every date', Number.POSITIVE_INFINITY, hour, 0, undefined],
+  ])('%s', (_name, end, retention, now, finishedAt) => {
+    expect(tickRecordFinishedAt(end, retention, now)).toBe(finishedAt);
   });
 });

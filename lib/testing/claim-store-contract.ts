@@ -405,6 +405,38 @@ export function claimStoreContract(): ClaimStoreContractCase[] {
       }),
     },
     {
+      name: 'a finished answer is completed by its own claim only, once finished (completeAnswer)',
+      run: withStore(async (store) => {
+        // Optional: a store without it leaves a GraphQL answer's middleware outputs unstored.
+        if (!store.completeAnswer) return;
+        const scope = scopeOf('complete');
+        const claim = await claimed(store, scope);
+        check(
+          !(await store.completeAnswer(claim, responseOf('"early"'))),
+          'a key not finished yet must not be completed',
+        );
+        check(await store.finish(claim, responseOf('"pending"')), 'the owner must finish');
+        const forged = [
+          { ...claim, claimId: (await claimed(store, scopeOf('complete-other'))).claimId },
+          { ...claim, lockVersion: String(Number(claim.lockVersion) + 1) },
+          { ...claim, tenantId: `${claim.tenantId}-other` },
+        ];
+        for (const other of forged) {
+          check(
+            !(await store.completeAnswer(other, responseOf('"forged"'))),
+            'a forged fence completed the answer',
+          );
+        }
+        const completed = responseOf('{"outputs":{"members":[]}}');
+        check(await store.completeAnswer(claim, completed), 'its own claim must complete it');
+        const done = await existing(store, scope);
+        check(
+          done.state === 'done' && sameResponse(done.response, completed),
+          'the completed answer must be the one replayed',
+        );
+      }),
+    },
+    {
       name: 'a released first claim is forgotten; a kept one is taken over with its claim id',
       run: withStore(async (store) => {
         const forgotten = scopeOf('forget');

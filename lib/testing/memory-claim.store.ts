@@ -8,6 +8,7 @@ import {
   type KeyScope,
 } from '../shapes/claim-store.interface.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
+import { holdStartedAt } from './hold-started.js';
 
 /** A key's record, as the PostgreSQL row holds it. */
 export interface MemoryClaimRecord {
@@ -20,6 +21,8 @@ export interface MemoryClaimRecord {
   /** Given back by its owner: its heartbeat no longer renews it (a takeover leases it anew). */
   released?: boolean;
   createdAt: number;
+  /** When its last takeover began its current hold (PostgreSQL's `leased_at`). */
+  leasedAt?: number;
   finishedAt?: number;
   response?: StoredResponse;
 }
@@ -58,6 +61,7 @@ export class MemoryClaimStore implements ClaimStore {
     }
     record.lockVersion += 1;
     record.lockedUntil = Date.now() + leaseMs;
+    record.leasedAt = Date.now();
     record.released = false;
     return Promise.resolve(this.active(record, leaseMs));
   }
@@ -72,6 +76,23 @@ export class MemoryClaimStore implements ClaimStore {
     };
     record.finishedAt = Date.now();
     record.recoveryPoint = 'finished';
+    return Promise.resolve(true);
+  }
+
+  completeAnswer(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
+    const record = this.records.get(this.idOf(claim));
+    if (
+      !record?.response ||
+      String(record.lockVersion) !== claim.lockVersion ||
+      record.claimId !== claim.claimId
+    ) {
+      return Promise.resolve(false);
+    }
+    record.response = {
+      status: response.status,
+      headers: { ...response.headers },
+      body: Buffer.from(response.body),
+    };
     return Promise.resolve(true);
   }
 
@@ -115,7 +136,8 @@ export class MemoryClaimStore implements ClaimStore {
   oldestUnfinishedAgeMs(): Promise<number | undefined> {
     let oldest: number | undefined;
     for (const record of this.records.values()) {
-      if (!record.response) oldest = Math.min(oldest ?? Infinity, record.createdAt);
+      const started = holdStartedAt({ ...record, finished: record.response !== undefined });
+      if (started !== undefined) oldest = Math.min(oldest ?? Infinity, started);
     }
     return Promise.resolve(oldest === undefined ? undefined : Date.now() - oldest);
   }

@@ -15,10 +15,15 @@ import {
   RetryLaterError,
   TransientDatabaseError,
 } from '../shapes/idempotency.errors.js';
-import { asDatabaseFailure, DatabaseDeadlineError } from '../connection/connection-errors.js';
+import {
+  asDatabaseFailure,
+  DatabaseDeadlineError,
+  markAskedByApp,
+} from '../connection/connection-errors.js';
 import {
   CursorOpenRefusedError,
   StatementBesidePhaseRefusedError,
+  SubscriberTransactionOpenError,
   TransactionAbortedError,
 } from './seam-errors.js';
 
@@ -31,6 +36,12 @@ const missing = () =>
 const duplicate = () =>
   pgError('42P05', 'prepared statement "idempotency_claim_v3" already exists');
 const typeorm = (code: string) => new QueryFailedError('SELECT 1', [], pgError(code));
+/** A backend ended by `pg_terminate_backend` (or a shutdown), as node-postgres raises it. */
+const terminated = () =>
+  Object.assign(
+    new DatabaseError('terminating connection due to administrator command', 0, 'error'),
+    { severity: 'FATAL', code: '57P01' },
+  );
 /** A socket's error: from a database connection, or from the handler's own HTTP call. */
 const socket = (code: string) =>
   Object.assign(new Error(`read ${code}`), { code, syscall: 'read' });
@@ -43,6 +54,36 @@ describe('classifyHandlerError', () => {
     ['deadlock 40P01', typeorm('40P01'), 'retry', 'database_transient'],
     ['serialization failure 40001', pgError('40001'), 'retry', 'database_transient'],
     ['statement timeout 57014', typeorm('57014'), 'retry', 'database_transient'],
+    [
+      "the app's own cancel (pg_cancel_backend), 57014 due to user request",
+      markAskedByApp(pgError('57014', 'canceling statement due to user request')),
+      'retry',
+      'transaction_aborted',
+    ],
+    [
+      "an operator's cancel (the same 57014, not asked for by the app): passing",
+      pgError('57014', 'canceling statement due to user request'),
+      'retry',
+      'database_transient',
+    ],
+    [
+      "the app's own end of its connection (pg_terminate_backend), 57P01",
+      markAskedByApp(terminated()),
+      'retry',
+      'transaction_aborted',
+    ],
+    [
+      "the app's own end, under TypeORM's wrapper",
+      new QueryFailedError('SELECT 1', [], markAskedByApp(terminated())),
+      'retry',
+      'transaction_aborted',
+    ],
+    [
+      "a shutdown or an operator's end (57P01, not asked for)",
+      terminated(),
+      'retry',
+      'store_unavailable',
+    ],
     ['lock timeout 55P03', typeorm('55P03'), 'retry', 'database_transient'],
     [
       'connection refused to the database',
@@ -124,6 +165,12 @@ describe('classifyHandlerError', () => {
       undefined,
     ],
     [
+      'a commit refused: its subscriber left a transaction open',
+      new SubscriberTransactionOpenError('beforeTransactionCommit'),
+      'retry',
+      'subscriber_transaction_open',
+    ],
+    [
       'aborted by a statement refused behind a cursor',
       new TransactionAbortedError(new CursorOpenRefusedError()),
       'retry',
@@ -157,6 +204,33 @@ describe('classifyCommitError', () => {
       new TransactionAbortedError(typeorm('23505')),
       'transaction_aborted',
     ],
+    [
+      "aborted by the app's own cancel (pg_cancel_backend) of a statement it gave up on",
+      new TransactionAbortedError(
+        markAskedByApp(pgError('57014', 'canceling statement due to user request')),
+      ),
+      'transaction_aborted',
+    ],
+    [
+      "aborted by an operator's cancel (pg_cancel_backend from psql): passing",
+      new TransactionAbortedError(pgError('57014', 'canceling statement due to user request')),
+      'database_transient',
+    ],
+    [
+      "the commit on a connection the app's own code ended",
+      markAskedByApp(new Error('Client has encountered a connection error and is not queryable')),
+      'transaction_aborted',
+    ],
+    [
+      'the commit on a connection lost otherwise',
+      new Error('Client has encountered a connection error and is not queryable'),
+      'store_unavailable',
+    ],
+    [
+      'aborted by a statement timeout',
+      new TransactionAbortedError(pgError('57014', 'canceling statement due to statement timeout')),
+      'database_transient',
+    ],
     ['a deferred constraint failing at COMMIT', typeorm('23505'), 'transaction_aborted'],
     ['the fenced statement missing on a pooled session', missing(), 'store_misconfigured'],
     ['the first statement already on a pooled session', duplicate(), 'store_misconfigured'],
@@ -166,6 +240,11 @@ describe('classifyCommitError', () => {
       'a statement refused behind an open cursor, the handler went on',
       new TransactionAbortedError(new CursorOpenRefusedError()),
       'cursor_open',
+    ],
+    [
+      'a rollback refused: its subscriber left a transaction open, the handler went on',
+      new TransactionAbortedError(new SubscriberTransactionOpenError('beforeTransactionRollback')),
+      'subscriber_transaction_open',
     ],
     [
       'a statement refused beside a running phase, the handler went on',
@@ -185,9 +264,24 @@ describe('isPassing: what a consumer never counts against its message', () => {
     ['RetryLaterError', new RetryLaterError(), true],
     ['a table of the library missing', new PermanentDatabaseError(typeorm('42P01')), false],
     ['a privilege missing', new PermanentDatabaseError(typeorm('42501')), false],
+    [
+      "the app's own cancel of a statement (57014 due to user request)",
+      markAskedByApp(pgError('57014', 'canceling statement due to user request')),
+      false,
+    ],
+    [
+      "an operator's cancel of a statement (the same 57014, not the app's)",
+      pgError('57014', 'canceling statement due to user request'),
+      true,
+    ],
     ['the handler’s bug', new TypeError('x'), false],
     ['lease lost', new IdempotencyLeaseLostError(), false],
     ['a statement refused behind an open cursor', new CursorOpenRefusedError(), false],
+    [
+      'a subscriber’s transaction left open (the same code on every delivery)',
+      new SubscriberTransactionOpenError('beforeTransactionCommit'),
+      false,
+    ],
   ])('%s -> %s', (_name, error, expected) => {
     expect(isPassing(classifyHandlerError(error))).toBe(expected);
   });

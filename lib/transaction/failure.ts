@@ -7,16 +7,22 @@ import {
   IdempotencyLeaseLostError,
   IdempotencyStoreMisconfiguredError,
   IdempotencyStoreUnavailableError,
+  IdempotencySubscriberTransactionOpenError,
   IdempotencyTransactionAbortedError,
   PermanentDatabaseError,
   RetryLaterError,
   TransientDatabaseError,
 } from '../shapes/idempotency.errors.js';
-import { isConnectionError, isTransientError } from '../connection/connection-errors.js';
+import {
+  isCancelAskedForError,
+  isConnectionError,
+  isTransientError,
+} from '../connection/connection-errors.js';
 import { misconfigured } from '../connection/pooler-misfit.js';
 import {
   CursorOpenRefusedError,
   StatementBesidePhaseRefusedError,
+  SubscriberTransactionOpenError,
   RetriedTryStatementError,
   TransactionAbortedError,
   TransactionControlRefusedError,
@@ -97,6 +103,17 @@ export function classifyHandlerError(error: unknown): Failure {
   if (error instanceof StatementBesidePhaseRefusedError) {
     return { kind: 'retry', error: new IdempotencyStatementBesidePhaseError(error) };
   }
+  if (error instanceof SubscriberTransactionOpenError) {
+    return { kind: 'retry', error: new IdempotencySubscriberTransactionOpenError(error) };
+  }
+  // The request's own code's cancel of a statement on the request's connection, or end of
+  // it (Kysely's 'cancel query' or 'kill session' abort, seen by `watchCancels`): it aborted
+  // the request's transaction, which no answer of the handler's can store, and its retry asks
+  // for the same. Answered as what it is, never "retry later". Anyone else's cancel (an
+  // operator's, a pooler's) is a passing failure, answered below.
+  if (isCancelAskedForError(error)) {
+    return { kind: 'retry', error: new IdempotencyTransactionAbortedError(error) };
+  }
   const database = databaseFailure(error);
   return database ? { kind: 'retry', error: database } : { kind: 'final' };
 }
@@ -119,9 +136,16 @@ export function classifyCommitError(error: unknown): IdempotencyError {
     if (error.cause instanceof StatementBesidePhaseRefusedError) {
       return new IdempotencyStatementBesidePhaseError(error.cause);
     }
+    if (error.cause instanceof SubscriberTransactionOpenError) {
+      return new IdempotencySubscriberTransactionOpenError(error.cause);
+    }
+    if (isCancelAskedForError(error.cause)) {
+      return new IdempotencyTransactionAbortedError(error.cause);
+    }
     return databaseFailure(error.cause) ?? new IdempotencyTransactionAbortedError(error.cause);
   }
   if (error instanceof IdempotencyError) return error;
+  if (isCancelAskedForError(error)) return new IdempotencyTransactionAbortedError(error);
   return databaseFailure(error) ?? new IdempotencyTransactionAbortedError(error);
 }
 
@@ -155,7 +179,9 @@ export function isPassing(failure: Failure): boolean {
   return (
     failure.kind === 'retry' &&
     !(failure.error instanceof PermanentDatabaseError) &&
+    !(failure.error instanceof IdempotencyTransactionAbortedError) &&
     !(failure.error instanceof IdempotencyCursorOpenError) &&
+    !(failure.error instanceof IdempotencySubscriberTransactionOpenError) &&
     !(failure.error instanceof IdempotencyHandlerRetriedInsideError) &&
     !(failure.error instanceof IdempotencyPhaseNameInvalidError)
   );

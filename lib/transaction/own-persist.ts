@@ -66,6 +66,8 @@ export function protectSaves(
       requestOf,
     );
   }
+  const selectClass = ownerOf(manager.createQueryBuilder(), LOCK_CHECK);
+  if (selectClass) askedForLock(selectClass);
   for (const builder of writeBuildersOf(manager)) {
     const builderClass = ownerOf(builder, 'execute');
     if (!builderClass) continue;
@@ -123,6 +125,41 @@ function wrap(
     wrapped.add(save);
     target[name] = save;
   }
+}
+
+/**
+ * The select builder's method that checks, before its first await, that a pessimistic lock
+ * (`setLock('pessimistic_write')`, `find({ lock })`) has a transaction to last in
+ * (`!queryRunner.isTransactionActive` throws `PessimisticLockTransactionRequiredError`).
+ */
+const LOCK_CHECK = 'executeEntitiesAndRawResults';
+
+/** How many of TypeORM's lock checks run now (synchronously: see `askedForLock`). */
+let lockChecks = 0;
+
+/**
+ * Whether the code asking a runner's `isTransactionActive` now is TypeORM's own lock check: it
+ * asks whether a lock can last, and the request's transaction is open (the handler runs in
+ * one), where its code's own question is about its own transaction (see `LazyTransaction.viewOf`).
+ */
+export function askingForLock(): boolean {
+  return lockChecks > 0;
+}
+
+/** Marks the synchronous start of the select builder's `LOCK_CHECK`, where it asks. */
+function askedForLock(target: Record<string, unknown>): void {
+  const own = target[LOCK_CHECK];
+  if (typeof own !== 'function' || wrapped.has(own as Method)) return;
+  const check: Method = function (this: unknown, ...args: unknown[]) {
+    lockChecks++;
+    try {
+      return (own as Method).apply(this, args);
+    } finally {
+      lockChecks--;
+    }
+  };
+  wrapped.add(check);
+  target[LOCK_CHECK] = check;
 }
 
 /** `manager` is a transaction's (handed to a phase's work): its saves open no transaction. */

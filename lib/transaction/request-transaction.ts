@@ -12,9 +12,16 @@ import {
   isRolledBackError,
   isServerError,
   isTransactionAbortedError,
+  markAskedByApp,
   markReadOnlyByHandler,
 } from '../connection/connection-errors.js';
 import { acquire, queryWithDeadline, withDeadline } from '../connection/deadline.js';
+import {
+  answersSameAsked,
+  type CancelAsked,
+  forgetCancelAsked,
+  noteCancelAsked,
+} from '../connection/cancel-asked.js';
 import { beginWith, carriedStatement } from '../connection/begin-with.js';
 import { fencedCommit, isFenceLost } from '../claim/fenced-commit.js';
 import {
@@ -85,7 +92,40 @@ export { type FencedStatement } from '../shapes/store-transaction.js';
  * node-postgres pool that Prisma, Drizzle and Kysely run on (`PoolTransaction`).
  */
 export abstract class RequestTransaction implements JoinableTransaction, StoreTransaction {
-  protected opening?: Promise<PoolClient>;
+  private openingNow?: Promise<PoolClient>;
+  /** The request's connection, once it is there (see `cancelAsked`). */
+  private connected?: PoolClient;
+
+  /** The request's connection, on its way or there; undefined before the first statement. */
+  protected get opening(): Promise<PoolClient> | undefined {
+    return this.openingNow;
+  }
+
+  protected set opening(opening: Promise<PoolClient> | undefined) {
+    this.openingNow = opening;
+    this.connected = undefined;
+    opening?.then(
+      (client) => {
+        if (this.openingNow === opening) this.connected = client;
+      },
+      () => undefined,
+    );
+  }
+
+  /**
+   * Code in its scope asked PostgreSQL to cancel or end `asked.pid` (see `watchCancels`): if
+   * that is the backend of the request's connection, what it meets there for it (the
+   * cancelled statement's 57014, the connection's loss) is the request's own doing, which its
+   * retry asks for again: no passing failure (see `isCancelAskedForError`).
+   */
+  cancelAsked(asked: CancelAsked): void {
+    const client = this.connected;
+    if (client === undefined || this.released) return;
+    if ((client as { processID?: unknown }).processID === asked.pid) {
+      noteCancelAsked(client, asked.kind);
+    }
+  }
+
   /** Set once `BEGIN` is on its way (alone, or in front of the first statement). */
   protected beginning?: Promise<void>;
   protected state: 'pending' | 'ending' | 'ended' = 'pending';
@@ -110,6 +150,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    */
   failureOf(error: unknown): unknown {
     this.markOwnReadOnly(error);
+    this.markOwnCancel(error);
     if (!isTransactionAbortedError(error) || this.lastError === undefined) return error;
     return this.lastError === error ? error : new TransactionAbortedError(this.lastError);
   }
@@ -121,7 +162,19 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   causeOf(error: unknown): unknown {
     const cause = isTransactionAbortedError(error) ? (this.lastError ?? error) : error;
     this.markOwnReadOnly(cause);
+    this.markOwnCancel(cause);
     return cause;
+  }
+
+  /**
+   * A 57014 or a lost connection its code throws after one of its statements met the answer
+   * to its own cancel or end (`lastError`, marked by `watchCancels`) is that answer, as a data
+   * layer hands it on (see `answersSameAsked`): Prisma rebuilds node-postgres' error, so the
+   * mark is carried onto what reaches us, and the request answers 500 `transaction_aborted`
+   * whether its handler caught the error or let it through.
+   */
+  private markOwnCancel(error: unknown): void {
+    if (!isRemote(error) && answersSameAsked(this.lastError, error)) markAskedByApp(error);
   }
 
   /**
@@ -483,6 +536,8 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     this.effectsUndone = true;
     const client = await this.opening!;
     await this.beginning;
+    // Behind its code's statements still running, as its commit is (see `codeStatementsDone`).
+    await this.codeStatementsDone();
     await queryWithDeadline(
       client,
       { text: `ROLLBACK TO SAVEPOINT ${CLAIMED_SAVEPOINT}` },
@@ -676,6 +731,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
       await this.rollbackOn(client);
       throw new TransactionAbortedError(this.lastError ?? error);
     }
+    await this.codeStatementsDone();
     try {
       const { command } = await queryWithDeadline(client, { text: 'COMMIT' }, this.timeoutMs, {
         commits: true,
@@ -777,6 +833,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
       await this.rollbackOn(client);
       throw new TransactionAbortedError(this.lastError ?? error);
     }
+    await this.codeStatementsDone();
     try {
       // The fenced statement and COMMIT in one round trip; a lost fence raises, and the
       // COMMIT after it is skipped.
@@ -923,6 +980,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     // request committed, or is refused.
     if (this.released) return;
     this.released = true;
+    forgetCancelAsked(client);
     if (error === undefined && this.destroyAtEnd) {
       client.release(new Error('its code gave a client of the pool back to be destroyed'));
       return;
@@ -1121,6 +1179,69 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    * can (`beginWith`).
    */
   protected send(client: PoolClient, args: unknown[], nested: () => boolean): Promise<unknown> {
+    return this.sendNow(client, args, nested);
+  }
+
+  /**
+   * Its code's statements sent on the request's connection and not done yet: the library's
+   * own statements at its end (the stored answer, `COMMIT`) wait for them before their
+   * deadline starts (see `codeStatementsDone`).
+   */
+  private readonly codeStatements = new Set<Promise<unknown>>();
+
+  /**
+   * Noted once handed to node-postgres (on the connection's queue, ahead of what the library
+   * sends next), never when its code calls: one still waiting for the `BEGIN` may yet run apart
+   * after the end (`apart`), which waits for the commit: waited for by the commit, it would
+   * wait for ever (adversary 81).
+   */
+  private runningOnConnection<T>(sent: Promise<T>): Promise<T> {
+    const done = sent.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.codeStatements.add(done);
+    void done.then(() => {
+      this.codeStatements.delete(done);
+      if (this.codeStatements.size === 0) this.runWhenCodeStatementsDone();
+    });
+    return sent;
+  }
+
+  /** What waits for its code's statements still running (see `afterCodeStatements`). */
+  private whenCodeStatementsDone: (() => void)[] = [];
+
+  private runWhenCodeStatementsDone(): void {
+    for (const then of this.whenCodeStatementsDone.splice(0)) then();
+  }
+
+  /**
+   * Runs `then` once its code's statements still running on the request's connection are done
+   * (now, if none is), before the stored answer and `COMMIT` are sent behind them. The
+   * request's heartbeat stops so: the wait is the handler's time, and a lease left to run out
+   * during it would let a retry take the key over and run the handler again (adversary 81).
+   */
+  afterCodeStatements(then: () => void): void {
+    if (this.codeStatements.size === 0) then();
+    else this.whenCodeStatementsDone.push(then);
+  }
+
+  /**
+   * Waits for its code's statements still running on the request's connection: one its code
+   * gave up on (Kysely's default `'ignore query'` abort rejects the handler's promise and leaves
+   * the statement running) or left running unawaited. The library cannot tell them apart, and
+   * cannot stop one without aborting the request's transaction (a cancel ends the transaction,
+   * not the statement alone): it runs to its end, as it would without the library, and what
+   * it wrote commits with the answer. Its time is the handler's, bounded as its statements are
+   * (`statement_timeout`), never counted against `databaseTimeoutMs`: sent behind it, the
+   * stored answer and `COMMIT` met that deadline, and every try answered 503 for a statement
+   * of the handler's, no outage.
+   */
+  private async codeStatementsDone(): Promise<void> {
+    while (this.codeStatements.size > 0) await Promise.all([...this.codeStatements]);
+  }
+
+  private sendNow(client: PoolClient, args: unknown[], nested: () => boolean): Promise<unknown> {
     const refused = this.refusalOf(textOf(args[0]));
     if (refused) return Promise.reject(refused);
     const apart = () =>
@@ -1149,7 +1270,8 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     // A statement sent while the first is on its way waits for its BEGIN, and is refused if
     // the transaction ended meanwhile: it must never run after the ROLLBACK or COMMIT, nor
     // outside the transaction when BEGIN failed.
-    const after = () => (this.ended ? apart() : query.apply(client, args));
+    const after = () =>
+      this.ended ? apart() : this.runningOnConnection(query.apply(client, args));
     if (this.beginning) return this.beginning.then(after);
     const carried = this.waitsBeforeBegin() ? undefined : carriedStatement(args);
     if (carried) {
@@ -1164,7 +1286,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
         },
       );
       this.beginning = begun;
-      return result;
+      return this.runningOnConnection(result);
     }
     return this.begin(client).then(after);
   }

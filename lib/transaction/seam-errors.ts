@@ -123,6 +123,30 @@ export class NestedTurnTimeoutError extends TransactionControlRefusedError {
 }
 
 /**
+ * A TypeORM transaction subscriber (`beforeTransactionStart`, `afterTransactionStart`,
+ * `beforeTransactionCommit`, `beforeTransactionRollback`) of a nested transaction started
+ * another transaction of the request and returned, or awaited other work, while that one was
+ * still open (or starting). TypeORM sends the step it ran before (SAVEPOINT, RELEASE or
+ * ROLLBACK TO) with the savepoint name of the runner's depth then, which the other raised: it
+ * would end the wrong savepoint (a transaction told it rolled back kept, or 3B001). Refused
+ * before that step; the request can then only roll back (500 `subscriber_transaction_open`).
+ * One a `beforeTransactionCommit` subscriber starts without awaiting anything after it waits
+ * for the RELEASE instead (see `CommitHold`).
+ */
+export class SubscriberTransactionOpenError extends TransactionControlRefusedError {
+  constructor(readonly event: string) {
+    super(`a transaction left open by a ${event} subscriber`);
+    this.message =
+      `A TypeORM ${event} subscriber started a transaction of the idempotent request and ` +
+      'returned, or awaited other work, while it was still open: on the request’s one ' +
+      'connection the step the subscriber ran before would have ended that transaction’s ' +
+      'savepoint instead of its own. The request rolls back. Await the transaction in the ' +
+      'subscriber before anything else, or run it in IdempotentTransaction.outside().';
+    this.name = 'SubscriberTransactionOpenError';
+  }
+}
+
+/**
  * A statement (or a second cursor) sent while a cursor is open on the request's connection:
  * Kysely's `stream()` with a write per streamed row, pg-cursor or pg-query-stream on a client
  * of the pool with a write beside it. Without the library the write takes another connection
@@ -191,6 +215,27 @@ export class ReadOnlyTransactionRefusedError extends TransactionControlRefusedEr
       '$transaction()), where the mode ends with it, or run it outside the request with ' +
       'IdempotentTransaction.outside().';
     this.name = 'ReadOnlyTransactionRefusedError';
+  }
+}
+
+/**
+ * A text that mixes `LISTEN` or `UNLISTEN` with other statements, sent on a client of the pool
+ * inside an idempotent request. Listening is the session's: the library sends a text of
+ * `LISTEN`s on a connection of its own, whose notifications the client hears while the
+ * request runs; the other statements belong in the request's transaction. One text cannot go
+ * to both, and sent on the request's connection its `LISTEN` would be heard only after the
+ * answer. Refused before anything of it is sent.
+ */
+export class ListenAmongStatementsRefusedError extends TransactionControlRefusedError {
+  constructor() {
+    super('a LISTEN or UNLISTEN among other statements');
+    this.message =
+      'A text with LISTEN or UNLISTEN among other statements was refused on a client of the ' +
+      'pool in an idempotent request: its LISTENs run on a connection of their own (heard ' +
+      'while the request runs), its other statements in the request’s transaction, and one ' +
+      'text cannot go to both. Nothing of it was sent. Send the LISTENs in a text of their ' +
+      'own (one or several), and the other statements apart.';
+    this.name = 'ListenAmongStatementsRefusedError';
   }
 }
 

@@ -1,6 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { type DataSource, type QueryRunner, type ReplicationMode } from 'typeorm';
 import { type PoolClient } from 'pg';
+import { type CancelAsked } from '../connection/cancel-asked.js';
 import { protectSaves } from './own-persist.js';
 import { refuseRetriedTry } from './handler-try.js';
 
@@ -27,6 +28,11 @@ export interface JoinableTransaction {
   otherPool?(pool: object): void;
   /** How long a connection of `pool` may be waited for in the scope (see `OutsideScope`). */
   connectDeadline?(pool: object): number | undefined;
+  /**
+   * Code in the scope asked PostgreSQL to cancel or end a backend (see `watchCancels`): noted
+   * on the transaction's connection if that backend is its own.
+   */
+  cancelAsked?(asked: CancelAsked): void;
 }
 
 /**

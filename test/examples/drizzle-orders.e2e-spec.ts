@@ -236,7 +236,7 @@ describe('the Drizzle orders example', () => {
         [database.name],
       )
     ).rows.map(({ pid }) => pid);
-  const until = async (what: string, check: () => Promise<boolean>, withinMs = 5000) => {
+  const until = async (what: string, check: () => Promise<boolean>, withinMs = 15_000) => {
     const deadline = Date.now() + withinMs;
     while (!(await check())) {
       if (Date.now() > deadline) throw new Error(`not within ${withinMs} ms: ${what}`);

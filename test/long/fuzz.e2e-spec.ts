@@ -32,21 +32,35 @@ describe('handler programs under faults (seeded fuzz)', () => {
     seed: number;
     runs: number;
     sigkills: boolean;
-    oneCommit?: boolean;
+    oneCommit: boolean;
   }>([
-    { layer: 'typeorm', transport: 'http', seed: 1, runs: 6, sigkills: true },
+    { layer: 'typeorm', transport: 'http', seed: 1, runs: 6, sigkills: true, oneCommit: false },
     // Since phases joined the language (a program may begin with `phases.run()`), these seeds
     // hold: phases under a race and a crowd (pg 11); phases, a cursor and statement timeouts
     // (prisma 36); a cursor under a crowd and an outer timeout (kysely 43); on GraphQL, a
     // phase whose work was left running under a crowd and an outer timeout, and a swallowed
     // failure in a nested transaction (drizzle 13, re-picked: seed 8 no longer met a fault).
-    { layer: 'pg', transport: 'http', seed: 11, runs: 5, sigkills: false },
-    { layer: 'prisma', transport: 'http', seed: 36, runs: 5, sigkills: false },
-    { layer: 'drizzle', transport: 'graphql', seed: 13, runs: 5, sigkills: false },
-    { layer: 'kysely', transport: 'http', seed: 43, runs: 5, sigkills: false },
+    { layer: 'pg', transport: 'http', seed: 11, runs: 5, sigkills: false, oneCommit: false },
+    { layer: 'prisma', transport: 'http', seed: 36, runs: 5, sigkills: false, oneCommit: false },
+    {
+      layer: 'drizzle',
+      transport: 'graphql',
+      seed: 13,
+      runs: 5,
+      sigkills: false,
+      oneCommit: false,
+    },
+    { layer: 'kysely', transport: 'http', seed: 43, runs: 5, sigkills: false, oneCommit: false },
     // Mercurius on Fastify (its own executor and error shape): an outer timeout under an audit
     // on a cursor program, a SIGKILL under the app's retry of a phase (prisma 5002).
-    { layer: 'prisma', transport: 'mercurius', seed: 5002, runs: 6, sigkills: true },
+    {
+      layer: 'prisma',
+      transport: 'mercurius',
+      seed: 5002,
+      runs: 6,
+      sigkills: true,
+      oneCommit: false,
+    },
     // Every other program on a oneCommit route (its claim committed with its work), beside
     // the default route's: SIGKILLs, one in a phase's program, on TypeORM (3013); a crowd and
     // first phases on the pool (3003).

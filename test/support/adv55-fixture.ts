@@ -104,7 +104,7 @@ export async function settled(
       state = await queue.getJobState(id);
       return state === 'completed' || state === 'failed';
     },
-    `job ${id} to end (last state ${state})`,
+    () => `job ${id} to end (last state ${state})`,
     timeoutMs,
   );
   const job = (await queue.getJob(id))!;

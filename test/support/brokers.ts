@@ -33,10 +33,17 @@ export const BROKERS = { rabbitmq: rabbitmq || required, nats: nats || required 
 export const onRabbitMq = BROKERS.rabbitmq ? describe : describe.skip;
 export const onNats = BROKERS.nats ? describe : describe.skip;
 
-export async function until(check: () => Promise<boolean>, what: string, timeoutMs = 15_000) {
+/** Polls `check` until it holds; `what` may be a function, read when the wait times out. */
+export async function until(
+  check: () => Promise<boolean>,
+  what: string | (() => string),
+  timeoutMs = 15_000,
+) {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    if (Date.now() > deadline) {
+      throw new Error(`timed out waiting for ${typeof what === 'function' ? what() : what}`);
+    }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }

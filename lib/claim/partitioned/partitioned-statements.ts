@@ -1,4 +1,4 @@
-import { FOUND_ROW, heldRow, keyLock } from '../postgres-statements.js';
+import { FOUND_ROW, heldRow, keyLock, HOLDS_NO_JOB_STEPS } from '../postgres-statements.js';
 
 /**
  * The statements of the partitioned layout (`PartitionIdempotencyKeys`) that differ from the
@@ -104,14 +104,17 @@ WHERE placed_at >= coalesce($1, '-infinity'::timestamptz) AND placed_at < $2
  * The abandoned keys' purge. The plain table's statement matches rows by `ctid`, which on a
  * partitioned table names a row in every partition (it checks its conditions again, so it
  * deletes only abandoned keys, but would look in every partition for each). Here a row is its
- * partition (`tableoid`) and its `ctid`.
+ * partition (`tableoid`) and its `ctid`. A key holding a job's steps is kept, as there.
+ *
+ * v3 (was v2): keeps a step job's key whatever its lease, as PURGE_ABANDONED_BATCH v4.
  */
 export const PURGE_ABANDONED_IN_PARTITIONS = {
-  name: 'idempotency_purge_abandoned_partitioned_v1',
+  name: 'idempotency_purge_abandoned_partitioned_v3',
   text: `DELETE FROM idempotency_keys k USING (
   SELECT tableoid, ctid FROM idempotency_keys
   WHERE created_at < now() - $1 * interval '1 millisecond' AND state = 'started'
     AND (locked_until IS NULL OR locked_until < clock_timestamp())
+    AND ${HOLDS_NO_JOB_STEPS}
   LIMIT $2 FOR UPDATE SKIP LOCKED) abandoned
 WHERE k.tableoid = abandoned.tableoid AND k.ctid = abandoned.ctid`,
 };

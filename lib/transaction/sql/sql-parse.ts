@@ -165,6 +165,30 @@ function parse(sql: string): Parse {
     });
 }
 
+/** A word of a text as PostgreSQL's lexer reads it, with its byte offsets in the UTF-8 text. */
+export interface SqlToken {
+  start: number;
+  end: number;
+  text: string;
+}
+
+/**
+ * The tokens of `sql` without its comments, as PostgreSQL's lexer reads them (a `/* … *\/`
+ * comment nests, a `--` one runs to the end of its line); undefined when the lexer refuses the
+ * text (an unterminated string).
+ */
+export function tokensOf(sql: string): SqlToken[] | undefined {
+  try {
+    return scanSync(sql)
+      .tokens.filter(
+        (token) => token.tokenName !== 'SQL_COMMENT' && token.tokenName !== 'C_COMMENT',
+      )
+      .map(({ start, end, text }) => ({ start, end, text }));
+  } catch {
+    return undefined;
+  }
+}
+
 /** The type of a node (`SelectStmt`) and its fields; undefined for anything that is not one. */
 export function nodeOf(value: unknown): [string, SqlNode] | undefined {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return undefined;

@@ -54,6 +54,12 @@
  * asked from inside a turn runs at once only while that turn still runs, and the turn lasts
  * until such work is done, awaited or not (the next start waits for the subscriber's); once
  * nothing of the turn runs, later asks of its asynchronous descendants queue as any other.
+ *
+ * Changed (fixer, round 80): `afterTransactionCommit` of the request's nested commits is told
+ * once the request's COMMIT succeeded (lib/data-layers/after-request-commit.ts; adversary80b-orm-
+ * outbox-relay-before-commit): the subscriber starts its audit then, past the handler, which
+ * has none to await; the audit runs on a connection of its own and commits apart. The keyed
+ * case checks the answer (201, the retry the same), then awaits the audit started after it.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
@@ -189,6 +195,8 @@ describe("adversary 75b: TypeORM, a subscriber's transaction started in afterTra
     const retry = await post('/keyed', 'k1', body);
     expect(retry.status).toBe(answer.status);
     expect(`${answer.status} ${met.get('k1') ?? ''}`).toBe('201 ');
+    // Changed (fixer): started once the request committed, after the handler.
+    await Promise.all(audits.splice(0));
     expect(await kept('k1')).toEqual(['a', 'audit', 'b']);
   }, 20_000);
 });

@@ -62,6 +62,12 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * (`materialized`) before walking it; one that throws part-way is the field's read error
  * (`failRead`: `FAILED` stored, a `FailedRead` for the first answer), never the spent iterator
  * kept.
+ *
+ * Broken again by round 78's output design (the answer hook stored the field's null output,
+ * not its error: a replay answered null with no error), and fixed: `outputsIn`
+ * (lib/graphql/output-paths.ts) keeps a middleware field's own error (graphql-js's, before
+ * `formatError`: Apollo's request `errors`, Mercurius' `execution.errors`) beside its null
+ * output, and the replay's wrapper (`answerOutputsOf`, middleware-outputs.ts) throws it again.
  */
 let pool: Pool;
 

@@ -21,14 +21,14 @@ import {
   type IdempotencyModuleBaseOptions,
   Idempotent,
   PartitionIdempotencyKeys1764461600000,
-} from '../lib/index.js';
-import { CreateResponseBodies1764461500000 } from '../migrations/1764461500000-CreateResponseBodies.js';
-import { startEmbeddedPostgres } from '../sample-app/database/embedded-postgres.js';
-import { ADAPTERS, type AdapterName, bootstrapTestApp } from './support/bootstrap.js';
-import { RABBITMQ_URL, onRabbitMq, until } from './support/brokers.js';
-import { adminUrl, createTestDatabase, type TestDatabase } from './support/database.js';
-import { TcpProxy } from './support/tcp-proxy.js';
-import { startWorker, type WorkerProcess } from './support/worker-process.js';
+} from '../../lib/index.js';
+import { CreateResponseBodies1764461500000 } from '../../migrations/1764461500000-CreateResponseBodies.js';
+import { startEmbeddedPostgres } from '../../sample-app/database/embedded-postgres.js';
+import { ADAPTERS, type AdapterName, bootstrapTestApp } from '../support/bootstrap.js';
+import { RABBITMQ_URL, onRabbitMq, until } from '../support/brokers.js';
+import { adminUrl, createTestDatabase, type TestDatabase } from '../support/database.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { startWorker, type WorkerProcess } from '../support/worker-process.js';
 
 /**
  * First contact with a database the library's migrations did not (fully) reach, and with
@@ -193,6 +193,18 @@ describe('the start-up check of the schema', () => {
       lacking(
         'column idempotency_keys.finished_at is missing (migration AddFinishedAt1764461200000)',
       ),
+    );
+  });
+
+  it('refuses to start before AddLeasedAt, naming it (every takeover writes leased_at)', async () => {
+    await migrate(database.url, IDEMPOTENCY_MIGRATIONS);
+    const db = new Client({ connectionString: database.url });
+    await db.connect();
+    await db.query('ALTER TABLE idempotency_keys DROP COLUMN leased_at');
+    await db.end();
+    const error = await startFailure(database.url);
+    expect((error as Error).message).toBe(
+      lacking('column idempotency_keys.leased_at is missing (migration AddLeasedAt1764461700000)'),
     );
   });
 

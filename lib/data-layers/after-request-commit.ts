@@ -1,0 +1,109 @@
+import { Logger } from '@nestjs/common';
+import { type DataSource, type QueryRunner } from 'typeorm';
+
+/**
+ * When the library has TypeORM's subscribers told of a transaction event of its code's nested
+ * transactions (its `dataSource.transaction()`, a query runner's, a `save()`'s own), which
+ * are savepoints of the request's: `now`, as TypeORM's runner broadcasts it (a start, a
+ * rollback to the savepoint, and `beforeTransactionCommit`, which may still write in the
+ * transaction and refuse its commit); `after-request-commit` for `afterTransactionCommit`,
+ * which tells the app its work is durable, and it is only at the request's COMMIT: told at
+ * the savepoint's RELEASE, a subscriber's outbox relay read nothing yet committed, and one
+ * that updated a row the request had locked waited for the COMMIT that waited for it
+ * (adversary 80b). Told once the request committed, and only then.
+ */
+export function whenTold(event: string): 'now' | 'after-request-commit' {
+  return event === 'AfterTransactionCommit' ? 'after-request-commit' : 'now';
+}
+
+/** A nested commit noted: the runner its code had, and its `data` as it was at that commit. */
+interface Noted {
+  runner: QueryRunner;
+  data: QueryRunner['data'];
+}
+
+/**
+ * Runs `work` (the broadcast of a nested commit's `afterTransactionCommit`, after the request's
+ * COMMIT) with `runner`'s `data` the one it had at that commit (`kept`), then puts back the one
+ * it has now (unless `work` set another: a subscriber's, which stays). TypeORM hands a commit's
+ * subscribers the runner at that commit, and its `data` then is what the transaction's code
+ * left for them: a `save(…, { data })` sets it for its own transaction and puts the old one
+ * back once it committed, and a runner used for one transaction per item sets it anew for each
+ * (adversary 81); read at the request's COMMIT, it would be the last one set, or the old one
+ * back. The runner itself is handed (`event.queryRunner` is the object its code had: a
+ * subscriber may key what it keeps by it), so its `data` is swapped for the event, not copied.
+ */
+export async function withDataAtCommit<T>(
+  runner: QueryRunner,
+  kept: QueryRunner['data'],
+  work: () => Promise<T>,
+): Promise<T> {
+  const now = runner.data;
+  runner.data = kept;
+  try {
+    return await work();
+  } finally {
+    if (runner.data === kept) runner.data = now;
+  }
+}
+
+const logger = new Logger('Idempotency');
+
+/**
+ * The `afterTransactionCommit` events of a request's nested commits, each by the query runner
+ * (the view: see `runnerView`) the transaction ran on and its `data` at that commit, told once
+ * the request's COMMIT (its answer stored with it) succeeded (`tell`), in the order the commits
+ * were made; dropped if it rolled back (a retry runs the handler, and so its commits, again).
+ */
+export class AfterRequestCommit {
+  private readonly noted: Noted[] = [];
+
+  /**
+   * A nested commit whose `afterTransactionCommit` waits for the request's COMMIT, noted at
+   * that commit: the runner's `data` is kept as it is now (see `withDataAtCommit`).
+   */
+  note(runner: QueryRunner): void {
+    this.noted.push({ runner, data: runner.data });
+  }
+
+  /**
+   * Tells the subscribers, once the request committed, as TypeORM's commit does:
+   * `event.queryRunner` is the runner the transaction's code had (the same object), its `data`
+   * as it was at that commit (`withDataAtCommit`: what that code left for its subscribers),
+   * `event.manager` its manager. The request's transaction is over: what they send through them runs on a
+   * connection of its own, as after any answer (see `LazyTransaction.joinedRunner`), the
+   * request's back in the pool. Awaited at most `timeoutMs` (the module's deadline): past it
+   * the answer goes, and they run on; the key, the answer and the request's connection are
+   * never held by them. A subscriber that throws is logged: its commit is durable, and the
+   * answer stored with it.
+   */
+  async tell(dataSource: DataSource, timeoutMs: number): Promise<void> {
+    const noted = this.noted.splice(0);
+    const subscribers = dataSource.subscribers as unknown as Record<string, unknown>[];
+    if (noted.length === 0) return;
+    if (!subscribers.some((s) => typeof s.afterTransactionCommit === 'function')) return;
+    const all = (async () => {
+      for (const { runner, data } of noted) {
+        const broadcaster = (
+          runner as unknown as { broadcaster: { broadcast(event: string): Promise<void> } }
+        ).broadcaster;
+        try {
+          await withDataAtCommit(runner, data, () =>
+            broadcaster.broadcast('AfterTransactionCommit'),
+          );
+        } catch (error) {
+          logger.error(
+            `an afterTransactionCommit subscriber failed after the request committed: ${String(error)}`,
+          );
+        }
+      }
+    })();
+    if (!Number.isFinite(timeoutMs)) return all;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const bound = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, timeoutMs);
+      timer.unref?.();
+    });
+    await Promise.race([all, bound]).finally(() => clearTimeout(timer));
+  }
+}

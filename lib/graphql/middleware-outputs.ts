@@ -1,0 +1,360 @@
+import {
+  type FieldNode,
+  type GraphQLError,
+  type GraphQLFieldResolver,
+  type GraphQLObjectType,
+  type GraphQLOutputType,
+  type GraphQLResolveInfo,
+  type GraphQLSchema,
+} from 'graphql';
+import { type GraphqlModule } from './graphql-module.js';
+import { indexItems } from './item-indexes.js';
+import { noteOwnLocated } from './jit-located.js';
+import { argumentsOf, namedStepsOf } from './named-path.js';
+import { namesInside } from './output-names.js';
+import { nestField } from './nest-fields.js';
+import { notStoredField } from './not-stored-field.js';
+import { type StoredFieldError } from './field-answer.js';
+import {
+  type AnswerPath,
+  keySteps,
+  noteFirstResult,
+  noteMiddlewarePath,
+  replayedOutputAt,
+} from './output-paths.js';
+import { errorUnder, fieldErrorAgain } from './replayed-field-error.js';
+import { answerAsMember } from './replayed-member.js';
+import { fieldResolution } from './resolved-fields.js';
+import { noteResolverKind } from './resolver-kind.js';
+import { selectedFields } from './selection.js';
+import { pathOf } from './stored-at-answer.js';
+
+/**
+ * Field middleware on an `@Idempotent()` mutation's answer (`@Field({ middleware })`, the
+ * global `fieldMiddleware`): its output is stored as the first answer gave it, masked by any
+ * layer outside (a `ClassSerializerInterceptor`), and a replay answers that output; the
+ * middleware never runs on a replay. The answer commits with the resolver's effects before
+ * GraphQL resolves the fields under it (field resolvers see the committed rows), its
+ * middleware outputs pending; the operation's answer hook completes it (output-paths.ts,
+ * `completeAnswer` of the claim store).
+ */
+
+/** The `extensions.code` of a replayed field whose first answer's outputs never came. */
+export const FIELD_OUTPUT_PENDING = 'field_output_pending';
+
+/** The message of that error (see `FIELD_OUTPUT_PENDING`). */
+export function outputPendingMessage(type: string, field: string): string {
+  return (
+    `The field ${type}.${field} runs field middleware, whose output was not stored: the first ` +
+    'call with this idempotency key committed its work, but its answer did not complete it ' +
+    '(its process stopped, or its client left, before the answer was sent; or the output was ' +
+    "over the mutation's maxResponseBytes). The mutation ran once; its other fields are " +
+    'replayed. Read this one with a query.'
+  );
+}
+
+/** The schemas whose middleware fields answer a replay's stored output. */
+const answering = new WeakSet<object>();
+/** Whether an object type has middleware fields at any depth under it, by type. */
+const middlewareBelow = new WeakMap<object, boolean>();
+
+/**
+ * Puts a wrapper on each schema field with field middleware, once per schema: on a replay of
+ * the mutation above it (by the operation's context and the field's path), it answers the
+ * stored output; otherwise it notes the field's path (at a first answer, for the answer hook
+ * to store its output) and runs the field as before. graphql-js reads `fieldDef.resolve` as
+ * each field runs, so a wrapper put on before the nested fields resolve serves this operation.
+ */
+export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | undefined): void {
+  if (!schema || answering.has(schema)) return;
+  answering.add(schema);
+  for (const type of Object.values(schema.getTypeMap())) {
+    if (!graphql.isObjectType(type) || type.name.startsWith('__')) continue;
+    for (const field of Object.values(type.getFields())) {
+      const own = field.resolve;
+      if (!own || fieldResolution(type, field.name) !== 'middleware') continue;
+      const resolve: GraphQLFieldResolver<unknown, unknown> = function (
+        this: unknown,
+        source,
+        args,
+        context,
+        info,
+      ) {
+        const path = pathOf(info);
+        const named = () => namedStepsOf(graphql, info);
+        const viaApp = (rootLength: number) => appResolvedBetween(graphql, info, rootLength);
+        const replayed = replayedOutputAt(context, path, named, viaApp);
+        if (!replayed) {
+          const selection = {
+            schema,
+            nodes: info.fieldNodes,
+            fragments: info.fragments,
+            variables: info.variableValues,
+          };
+          noteMiddlewarePath(context, path, named, (value, memberAt) =>
+            namesInside(graphql, selection, field.type, value, memberAt),
+          );
+          const given = own.call(this, source, args, context, info);
+          // Each member in a list marked with its index before GraphQL completes it.
+          const mark = (value: unknown) => {
+            try {
+              indexItems(graphql, schema, context, field.type, value);
+            } catch {
+              // Unmarked: its members are noted at the list's path, as graphql-js tells it.
+            }
+            return value;
+          };
+          const result =
+            typeof (given as PromiseLike<unknown> | null)?.then === 'function'
+              ? Promise.resolve(given).then(mark)
+              : mark(given);
+          noteFirstResult(context, path, result);
+          return result;
+        }
+        // The key twice in one operation: the first answer's middleware result, answered again.
+        if (replayed.kind === 'shared') return replayed.result;
+        if (replayed.kind === 'pending') throw outputPending(graphql, type.name, field.name);
+        if (replayed.kind === 'unstored') throw notStoredField(graphql, type.name, field.name);
+        // Nulled from above at the first answer: the error that nulled it, at its place.
+        if (replayed.kind === 'nulled') {
+          const again = fieldErrorAgain(graphql, replayed.error, replayed.path);
+          throw ownLocated(again, context, path);
+        }
+        const { members, errors, key } = replayed;
+        const names = namesOf(replayed.names);
+        const value = outputValue(
+          { graphql, schema, info, members, errors, field: { key, path }, names },
+          field.type,
+          replayed.wire,
+          info.fieldNodes,
+          key,
+          replayed.named,
+        );
+        // The first answer's error at this field, or under it, answered again: its output null.
+        if (value instanceof Error) throw ownLocated(value, context, path);
+        return value;
+      };
+      // Still Nest's middleware to the library's walk (see `fieldResolution`).
+      noteResolverKind(resolve, 'middleware');
+      field.resolve = resolve;
+    }
+  }
+}
+
+/**
+ * Whether a field the app resolves (a `@ResolveField()`) is between the mutation's field (the
+ * first `rootLength` steps of the path) and the field GraphQL is resolving: each step's type
+ * is graphql-js' `typename`; where it is not told (graphql-jit), none is known to be.
+ */
+function appResolvedBetween(
+  graphql: GraphqlModule,
+  info: GraphQLResolveInfo,
+  rootLength: number,
+): boolean {
+  const steps: { key: string | number; typename?: string }[] = [];
+  for (let at: GraphQLResolveInfo['path'] | undefined = info.path; at; at = at.prev) {
+    steps.unshift({ key: at.key, typename: at.typename });
+  }
+  const names = steps.slice(rootLength, -1).some((step) => typeof step.key === 'string')
+    ? namedStepsOf(graphql, info)
+    : undefined;
+  for (let i = rootLength; i < steps.length - 1; i++) {
+    const { key, typename } = steps[i];
+    if (typeof key !== 'string' || typename === undefined) continue;
+    const type = info.schema.getType(typename);
+    const name = names?.[i]?.split('(')[0];
+    if (!type || !graphql.isObjectType(type) || name === undefined) continue;
+    if (fieldResolution(type, name) === 'app') return true;
+  }
+  return false;
+}
+
+/**
+ * An error under the field (its own `path`), noted for graphql-jit, which locates what a
+ * resolver throws at the field: the answer hook puts its path and locations back (see
+ * jit-located.ts).
+ */
+function ownLocated(error: Error, context: unknown, path: AnswerPath): Error {
+  const { path: ownPath, locations } = error as { path?: unknown; locations?: unknown };
+  if (Array.isArray(ownPath) && Array.isArray(locations)) {
+    noteOwnLocated(context, { path, message: error.message, locations, ownPath });
+  }
+  return error;
+}
+
+/** The error a replayed middleware field answers when its output never came. */
+export function outputPending(graphql: GraphqlModule, type: string, field: string): GraphQLError {
+  return new graphql.GraphQLError(outputPendingMessage(type, field), {
+    extensions: { code: FIELD_OUTPUT_PENDING },
+  });
+}
+
+/**
+ * Whether a field with middleware may be answered under `type` (at any depth, members of
+ * unions and interfaces too): only then is a mutation's answer stored with its outputs pending.
+ */
+export function hasMiddlewareUnder(
+  graphql: GraphqlModule,
+  schema: GraphQLSchema,
+  type: GraphQLOutputType,
+): boolean {
+  const named = graphql.getNamedType(type);
+  const known = middlewareBelow.get(named);
+  if (known !== undefined) return known;
+  const seen = new Set<string>();
+  const visit = (outputType: GraphQLOutputType): boolean => {
+    const inner = graphql.getNamedType(outputType);
+    if (seen.has(inner.name)) return false;
+    seen.add(inner.name);
+    if (graphql.isAbstractType(inner)) return schema.getPossibleTypes(inner).some(visit);
+    if (!graphql.isObjectType(inner)) return false;
+    return Object.values(inner.getFields()).some(
+      (field) => fieldResolution(inner, field.name) === 'middleware' || visit(field.type),
+    );
+  };
+  const found = visit(named);
+  middlewareBelow.set(named, found);
+  return found;
+}
+
+/** Where `key` (at or under the middleware field's) is in the replay's answer. */
+function placeOf(field: Conversion['field'], key: string): AnswerPath {
+  return [...field.path, ...keySteps(key.slice(field.key.length + 1))];
+}
+
+interface Conversion {
+  graphql: GraphqlModule;
+  schema: GraphQLSchema;
+  info: GraphQLResolveInfo;
+  members: Readonly<Record<string, string>>;
+  /** The stored errors at or under the output, by key (see `StoredOutputs.errors`). */
+  errors: Readonly<Record<string, StoredFieldError>>;
+  /** The middleware field: its key under the mutation, and its path in the replay's answer. */
+  field: { key: string; path: AnswerPath };
+  /** The stored named keys (`StoredOutputs.names`): by named key, and each key's named key. */
+  names?: StoredNames;
+}
+
+interface StoredNames {
+  byName: Readonly<Record<string, string>>;
+  byKey: Readonly<Record<string, string>>;
+}
+
+function namesOf(names: Readonly<Record<string, string>> | undefined): StoredNames | undefined {
+  if (!names) return undefined;
+  const byKey: Record<string, string> = {};
+  for (const [name, key] of Object.entries(names)) byKey[key] ??= name;
+  return { byName: names, byKey };
+}
+
+/**
+ * The response key under the stored object at `key` that answers the field the retry selects
+ * as `step` (its name and arguments) under response keys `asked`: the first call's key of the
+ * same named field, else one of `asked` the stored object holds, unless the first call's key
+ * there was another field's. Undefined: the first call did not select it.
+ */
+export function storedSubkey(
+  stored: Readonly<Record<string, unknown>>,
+  key: string,
+  named: string | undefined,
+  step: string,
+  asked: readonly string[],
+  names: StoredNames | undefined,
+): string | undefined {
+  const name = named === undefined ? undefined : `${named}.${step}`;
+  const first = name === undefined ? undefined : names?.byName[name];
+  if (first !== undefined && first.startsWith(`${key}.`)) {
+    const responseKey = first.slice(key.length + 1);
+    if (!responseKey.includes('.') && responseKey in stored) return responseKey;
+  }
+  return asked.find((responseKey) => {
+    if (!(responseKey in stored)) return false;
+    const told = names?.byKey[`${key}.${responseKey}`];
+    return name === undefined || told === undefined || told === name;
+  });
+}
+
+/**
+ * A stored output (as the answer held it: by response key, each scalar as it was written) as
+ * the field's value again: each scalar through its `parseValue()`, so that GraphQL writes the
+ * same bytes; each object by its fields' names (what GraphQL's resolvers read), as far as the
+ * retry selects it; a union's or interface's member told by the member noted at the first
+ * answer (`members`, by `key`), or its `__typename`. A null where the first answer had an
+ * error (at it, or under it) is that error again (see `fieldErrorAgain`), which graphql-js
+ * throws where the value holds it, as it threw the first.
+ */
+export function outputValue(
+  conversion: Conversion,
+  type: GraphQLOutputType,
+  wire: unknown,
+  nodes: readonly FieldNode[],
+  key: string,
+  named?: string,
+): unknown {
+  const { graphql, schema, info, members } = conversion;
+  if (wire === null || wire === undefined) {
+    const failure = errorUnder(conversion.errors, key);
+    if (!failure) return null;
+    const place = failure.steps.length > 0 ? placeOf(conversion.field, key) : undefined;
+    return fieldErrorAgain(graphql, failure.error, place && [...place, ...failure.steps]);
+  }
+  if (graphql.isNonNullType(type)) {
+    return outputValue(conversion, type.ofType, wire, nodes, key, named);
+  }
+  if (graphql.isListType(type)) {
+    if (!Array.isArray(wire)) return wire;
+    return wire.map((item, i) =>
+      outputValue(conversion, type.ofType, item, nodes, `${key}.${i}`, named && `${named}.${i}`),
+    );
+  }
+  if (graphql.isLeafType(type)) {
+    try {
+      return type.parseValue(wire);
+    } catch {
+      return wire;
+    }
+  }
+  if (typeof wire !== 'object' || Array.isArray(wire)) return wire;
+  const stored = wire as Record<string, unknown>;
+  let concrete: GraphQLObjectType | undefined = graphql.isObjectType(type) ? type : undefined;
+  if (!concrete) {
+    const name = members[key] ?? stored.__typename;
+    const found = typeof name === 'string' ? schema.getType(name) : undefined;
+    if (found && graphql.isObjectType(found)) concrete = found;
+  }
+  if (!concrete) return { ...stored };
+  const fields = concrete.getFields();
+  const value: Record<string, unknown> = {};
+  const selection = { nodes, fragments: info.fragments, variables: info.variableValues };
+  for (const [name, fieldNodes] of selectedFields(graphql, schema, concrete, selection)) {
+    const definition = fields[name];
+    if (!definition) continue;
+    const step = name + argumentsOf(graphql, definition, fieldNodes[0], info.variableValues);
+    const asked = fieldNodes.map((each) => each.alias?.value ?? name);
+    const responseKey = storedSubkey(stored, key, named, step, asked, conversion.names);
+    let item: unknown;
+    if (responseKey !== undefined) {
+      item = outputValue(
+        conversion,
+        definition.type,
+        stored[responseKey],
+        fieldNodes,
+        `${key}.${responseKey}`,
+        named === undefined ? undefined : `${named}.${step}`,
+      );
+    } else if (fieldResolution(concrete, name) === 'property') {
+      // Not selected by the first call: refused, never a made-up null (graphql-js throws it).
+      item = notStoredField(graphql, concrete.name, name);
+    } else continue;
+    value[name] = item;
+    // Read where Nest reads it (a `@Field({ name })` on another property).
+    const property = nestField(concrete.name, name)?.property;
+    if (property !== undefined && property !== name) value[property] = item;
+  }
+  if (graphql.isAbstractType(type)) {
+    // Told by GraphQL's default from `__typename` where the type has no resolveType().
+    if (!type.resolveType) value.__typename = concrete.name;
+    answerAsMember(type, value, concrete.name);
+  }
+  return value;
+}

@@ -1,0 +1,108 @@
+import * as graphql from 'graphql';
+import { type OperationDefinitionNode } from 'graphql';
+import { namedSteps, type PathStep } from './named-path.js';
+
+describe('namedSteps', () => {
+  const schema = graphql.buildSchema(`
+    type Query { ping: Int }
+    type Order { id: Int, tags(first: Int, where: Where): [String], items: [Item], thing: Thing }
+    union Thing = Item
+    input Where { colour: String, size: Int }
+    type Item { tags: [String] }
+    type Mutation { createOrder(key: String): Order }
+  `);
+  const named = (query: string, path: PathStep[], variables: Record<string, unknown> = {}) => {
+    const document = graphql.parse(query);
+    const operation = document.definitions.find(
+      (each): each is OperationDefinitionNode => each.kind === graphql.Kind.OPERATION_DEFINITION,
+    )!;
+    const fragments = Object.fromEntries(
+      document.definitions.flatMap((each) =>
+        each.kind === graphql.Kind.FRAGMENT_DEFINITION ? [[each.name.value, each]] : [],
+      ),
+    );
+    return namedSteps(graphql, { schema, operation, fragments, variables }, path);
+  };
+  const M = 'Mutation';
+  it.each<{ name: string; query: string; path: PathStep[]; expected: string[] | undefined }>([
+    {
+      name: 'a field by its name',
+      query: 'mutation { createOrder { tags } }',
+      path: [
+        { key: 'createOrder', typename: M },
+        { key: 'tags', typename: 'Order' },
+      ],
+      expected: ['createOrder', 'tags'],
+    },
+    {
+      name: 'an alias by its field name and arguments',
+      query: 'mutation { a: createOrder(key: "k") { colours: tags(first: 2) } }',
+      path: [
+        { key: 'a', typename: M },
+        { key: 'colours', typename: 'Order' },
+      ],
+      expected: ['createOrder({"key":"k"})', 'tags({"first":2})'],
+    },
+    {
+      name: 'through a fragment, list indexes as they are',
+      query: 'mutation { createOrder { list: items { ...F } } } fragment F on Item { t: tags }',
+      path: [
+        { key: 'createOrder', typename: M },
+        { key: 'list', typename: 'Order' },
+        { key: 3 },
+        { key: 't', typename: 'Item' },
+      ],
+      expected: ['createOrder', 'items', '3', 'tags'],
+    },
+    {
+      name: 'a response key no selection gives',
+      query: 'mutation { createOrder { tags } }',
+      path: [
+        { key: 'createOrder', typename: M },
+        { key: 'other', typename: 'Order' },
+      ],
+      expected: undefined,
+    },
+    {
+      name: 'steps without their types (graphql-jit): by the root and each field’s type',
+      query: 'mutation { createOrder { list: items { t: tags } } }',
+      path: [{ key: 'createOrder' }, { key: 'list' }, { key: 0 }, { key: 't' }],
+      expected: ['createOrder', 'items', '0', 'tags'],
+    },
+    {
+      name: 'a step without its type under a union: the members that select it (graphql-jit)',
+      query: 'mutation { createOrder { thing { ... on Item { t: tags } } } }',
+      path: [{ key: 'createOrder' }, { key: 'thing' }, { key: 't' }],
+      expected: ['createOrder', 'thing', 'tags'],
+    },
+    {
+      name: 'a step without its type under a union that no member selects: not found',
+      query: 'mutation { createOrder { thing { ... on Item { tags } } } }',
+      path: [{ key: 'createOrder' }, { key: 'thing' }, { key: 'other' }],
+      expected: undefined,
+    },
+  ])('$name', ({ query, path, expected }) => {
+    expect(named(query, path)).toEqual(expected);
+  });
+
+  it('input objects by their values, each key sorted', () => {
+    const query = 'mutation { createOrder { tags(where: { size: 2, colour: "red" }, first: 1) } }';
+    const path = [
+      { key: 'createOrder', typename: M },
+      { key: 'tags', typename: 'Order' },
+    ];
+    expect(named(query, path)).toEqual([
+      'createOrder',
+      'tags({"first":1,"where":{"colour":"red","size":2}})',
+    ]);
+  });
+
+  it('arguments from variables are their values', () => {
+    const query = 'mutation ($n: Int) { createOrder { tags(first: $n) } }';
+    const path = [
+      { key: 'createOrder', typename: M },
+      { key: 'tags', typename: 'Order' },
+    ];
+    expect(named(query, path, { n: 2 })).toEqual(['createOrder', 'tags({"first":2})']);
+  });
+});

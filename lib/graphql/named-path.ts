@@ -1,0 +1,117 @@
+import {
+  type FieldNode,
+  type FragmentDefinitionNode,
+  type GraphQLResolveInfo,
+  type GraphQLSchema,
+  type OperationDefinitionNode,
+} from 'graphql';
+import { configure } from 'safe-stable-stringify';
+import { type GraphqlModule } from './graphql-module.js';
+import { selectedFields } from './selection.js';
+
+/**
+ * A field's place in the answer by what it is, not by what the operation calls it: each
+ * response key as its field's name and arguments (`tags`, `items({"first":2})`), each list
+ * index as it is. A retry may select the first call's fields under other aliases; its fields
+ * are the first's where their named paths are the same (see `StoredOutputs.names`).
+ */
+
+/** JSON with each object's keys sorted, at any depth: the same arguments, the same text. */
+const stableJson = configure({ deterministic: true, bigint: true });
+
+/** One step of an answer's path: a response key under its parent's type, or a list index. */
+export interface PathStep {
+  key: string | number;
+  /** The object type the response key is a field of (graphql-js' `info.path.typename`). */
+  typename?: string;
+}
+
+/** What of the operation the named path reads. */
+export interface NamedPathSource {
+  schema: GraphQLSchema;
+  operation: OperationDefinitionNode;
+  fragments: Readonly<Record<string, FragmentDefinitionNode>>;
+  variables: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * The named steps of `path` (see above), from the operation's root; undefined where a step is
+ * not found (a type the schema does not hold, a response key no selection gives).
+ */
+export function namedSteps(
+  graphql: GraphqlModule,
+  source: NamedPathSource,
+  path: readonly PathStep[],
+): string[] | undefined {
+  const { schema, fragments, variables } = source;
+  // The operation as the parent of its root fields.
+  let nodes: readonly FieldNode[] = [
+    { selectionSet: source.operation.selectionSet } as unknown as FieldNode,
+  ];
+  const steps: string[] = [];
+  // The type a step without its `typename` is a field of (graphql-jit tells none): the root
+  // type, then each field's own type, where it is an object type (not a union's member).
+  let told: unknown = schema.getRootType(source.operation.operation);
+  for (const { key, typename } of path) {
+    if (typeof key === 'number') {
+      steps.push(String(key));
+      continue;
+    }
+    const type = typename === undefined ? told : schema.getType(typename);
+    // No `typename` under a union or interface (graphql-jit): each member that selects the
+    // response key, where all of them name the same field with the same arguments.
+    const types =
+      type && graphql.isAbstractType(type) && typename === undefined
+        ? schema.getPossibleTypes(type)
+        : [type];
+    let found: { step: string; nodes: FieldNode[]; next: unknown } | undefined;
+    for (const each of types) {
+      if (!each || !graphql.isObjectType(each)) return undefined;
+      const selection = { nodes, fragments, variables };
+      for (const [name, fieldNodes] of selectedFields(graphql, schema, each, selection)) {
+        const matching = fieldNodes.filter((node) => (node.alias?.value ?? name) === key);
+        if (matching.length === 0) continue;
+        const definition = each.getFields()[name];
+        const step = name + argumentsOf(graphql, definition, matching[0], variables);
+        if (found && found.step !== step) return undefined;
+        const next = definition && graphql.getNamedType(definition.type);
+        if (found && found.next !== next) return undefined;
+        found = { step, nodes: [...(found?.nodes ?? []), ...matching], next };
+      }
+    }
+    if (!found) return undefined;
+    steps.push(found.step);
+    told = found.next;
+    nodes = found.nodes;
+  }
+  return steps;
+}
+
+/** A field's arguments as stable JSON (keys sorted), or nothing when it is given none. */
+export function argumentsOf(
+  graphql: GraphqlModule,
+  definition: Parameters<GraphqlModule['getArgumentValues']>[0] | undefined,
+  node: FieldNode,
+  variables: Readonly<Record<string, unknown>>,
+): string {
+  if (!definition || definition.args.length === 0) return '';
+  try {
+    const values = graphql.getArgumentValues(definition, node, variables);
+    return Object.keys(values).length === 0 ? '' : `(${stableJson(values) ?? ''})`;
+  } catch {
+    return '';
+  }
+}
+
+/** The named steps of the field GraphQL is resolving (see `namedSteps`). */
+export function namedStepsOf(
+  graphql: GraphqlModule,
+  info: GraphQLResolveInfo,
+): string[] | undefined {
+  const path: PathStep[] = [];
+  for (let at: GraphQLResolveInfo['path'] | undefined = info.path; at; at = at.prev) {
+    path.unshift({ key: at.key, typename: at.typename });
+  }
+  const { schema, operation, fragments, variableValues: variables } = info;
+  return namedSteps(graphql, { schema, operation, fragments, variables }, path);
+}

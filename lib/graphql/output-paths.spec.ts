@@ -1,0 +1,526 @@
+import { ForbiddenException } from '@nestjs/common';
+import {
+  type AnswerPath,
+  completedInOperation,
+  dataAt,
+  keySteps,
+  noteCompleting,
+  noteFirstResult,
+  noteMember,
+  noteMiddlewarePath,
+  noteReplayedOutputs,
+  nullingError,
+  outputAt,
+  storedKeyFor,
+  outputsIn,
+  type AnsweredError,
+  pendingWaitMs,
+  type ReplayedOutputs,
+  relativeKey,
+  replayedOutputAt,
+  storeOutputsOf,
+  awaitOutputs,
+  type StoredOutputs,
+} from './output-paths.js';
+import { decodeAnswer, encodeAnswer, type FieldError } from './field-answer.js';
+
+describe('relativeKey', () => {
+  it.each<{ root: AnswerPath; path: AnswerPath; strict?: boolean; expected: string | undefined }>([
+    { root: ['joinTeam'], path: ['joinTeam', 'members'], expected: 'members' },
+    { root: ['a'], path: ['a', 'items', 0, 'tags'], expected: 'items.0.tags' },
+    { root: ['joinTeam'], path: ['joinTeam'], expected: undefined },
+    { root: ['joinTeam'], path: ['joinTeam'], strict: false, expected: '' },
+    { root: ['joinTeam'], path: ['other', 'members'], expected: undefined },
+    { root: ['a', 'b'], path: ['a'], expected: undefined },
+    // An alias is its own root: `b: joinTeam` is not under `joinTeam`.
+    { root: ['b'], path: ['joinTeam', 'members'], expected: undefined },
+  ])('$path under $root (strict $strict): $expected', ({ root, path, strict, expected }) => {
+    expect(relativeKey(root, path, strict)).toBe(expected);
+  });
+});
+
+describe('dataAt', () => {
+  const data = { t: { members: [{ name: 'Ada' }, null], id: 1 } };
+  it.each<{ path: AnswerPath; expected: unknown }>([
+    { path: ['t', 'id'], expected: 1 },
+    { path: ['t', 'members', 0, 'name'], expected: 'Ada' },
+    { path: ['t', 'members', 1], expected: null },
+    { path: ['t', 'members', 1, 'name'], expected: undefined },
+    { path: ['x', 'y'], expected: undefined },
+  ])('$path: $expected', ({ path, expected }) => {
+    expect(dataAt(data, path)).toEqual(expected);
+  });
+});
+
+describe('outputsIn', () => {
+  const data = { s: { items: [{ title: 'A' }, { title: 'B', minutes: 3 }], tags: ['x'] } };
+  it.each<{
+    name: string;
+    paths: AnswerPath[];
+    members: Record<string, string>;
+    expected: StoredOutputs;
+  }>([
+    {
+      name: 'each output by its key, the members under them',
+      paths: [['s', 'items']],
+      members: { 'items.0': 'Book', 'items.1': 'Movie', 'other.0': 'Book' },
+      expected: {
+        outputs: { items: data.s.items },
+        members: { 'items.0': 'Book', 'items.1': 'Movie' },
+      },
+    },
+    {
+      name: 'a path the answer has no value at is left out',
+      paths: [
+        ['s', 'tags'],
+        ['s', 'gone', 'deeper'],
+      ],
+      members: {},
+      expected: { outputs: { tags: ['x'] } },
+    },
+    {
+      name: 'a field the answer does not hold is left out',
+      paths: [['s', 'none']],
+      members: {},
+      expected: { outputs: {} },
+    },
+  ])('$name', ({ paths, members, expected }) => {
+    expect(outputsIn(data, ['s'], paths, members)).toEqual(expected);
+  });
+
+  const failedData = { s: { lines: null, tags: ['x'], other: null } };
+  it.each<{ name: string; errors: AnsweredError[]; expected: StoredOutputs }>([
+    {
+      name: "a middleware field's own error is kept beside its null output",
+      errors: [{ message: 'bad line B', path: ['s', 'lines'], extensions: { code: 'BAD' } }],
+      expected: {
+        outputs: { lines: null, tags: ['x'] },
+        errors: { lines: { message: 'bad line B', extensions: { code: 'BAD' } } },
+      },
+    },
+    {
+      name: 'empty extensions are left out',
+      errors: [{ message: 'bad', path: ['s', 'lines'], extensions: {} }],
+      expected: { outputs: { lines: null, tags: ['x'] }, errors: { lines: { message: 'bad' } } },
+    },
+    {
+      name: 'an error of a field with no middleware, or under a non-null output, is not kept',
+      errors: [
+        { message: 'other', path: ['s', 'other'] },
+        { message: 'under', path: ['s', 'tags'] },
+        { message: 'elsewhere', path: ['t', 'lines'] },
+        { message: 'unlocated' },
+      ],
+      expected: { outputs: { lines: null, tags: ['x'] } },
+    },
+    {
+      name: 'an error under a null output (an item of a non-null list type), with its locations',
+      errors: [
+        {
+          message: 'Cannot return null for non-nullable field Order.lines.',
+          path: ['s', 'lines', 1],
+          locations: [{ line: 1, column: 20 }],
+        },
+      ],
+      expected: {
+        outputs: { lines: null, tags: ['x'] },
+        errors: {
+          'lines.1': {
+            message: 'Cannot return null for non-nullable field Order.lines.',
+            locations: [{ line: 1, column: 20 }],
+          },
+        },
+      },
+    },
+    {
+      name: 'what was thrown is kept as a resolver error is (an HttpException by its status)',
+      errors: [
+        {
+          message: 'staff only',
+          path: ['s', 'lines'],
+          extensions: {},
+          originalError: new ForbiddenException('staff only'),
+        },
+      ],
+      expected: {
+        outputs: { lines: null, tags: ['x'] },
+        errors: {
+          lines: {
+            message: 'staff only',
+            thrown: expect.objectContaining({
+              kind: 'http',
+              name: 'ForbiddenException',
+              http: {
+                status: 403,
+                response: { message: 'staff only', error: 'Forbidden', statusCode: 403 },
+              },
+            }) as FieldError,
+          },
+        },
+      },
+    },
+    {
+      name: 'the first error of a field is kept',
+      errors: [
+        { message: 'first', path: ['s', 'lines'] },
+        { message: 'second', path: ['s', 'lines'] },
+      ],
+      expected: { outputs: { lines: null, tags: ['x'] }, errors: { lines: { message: 'first' } } },
+    },
+  ])('$name', ({ errors, expected }) => {
+    const paths: AnswerPath[] = [
+      ['s', 'lines'],
+      ['s', 'tags'],
+    ];
+    expect(outputsIn(failedData, ['s'], paths, {}, errors)).toEqual(expected);
+  });
+});
+
+describe('outputsIn, a parent the answer nulled', () => {
+  const paths: AnswerPath[] = [
+    ['s', 'note'],
+    ['s', 'tags'],
+  ];
+  it.each<{ name: string; errors: AnsweredError[]; expected: StoredOutputs }>([
+    {
+      name: 'by the error of a middleware field (non-null): null with that error',
+      errors: [{ message: 'null note', path: ['s', 'note'] }],
+      expected: {
+        outputs: { note: null },
+        errors: { note: { message: 'null note' } },
+        nulled: { tags: 'note' },
+      },
+    },
+    {
+      name: 'by an error under it: null with that error',
+      errors: [{ message: 'null item', path: ['s', 'note', 2] }],
+      expected: {
+        outputs: { note: null },
+        errors: { 'note.2': { message: 'null item' } },
+        nulled: { tags: 'note.2' },
+      },
+    },
+    {
+      // Answered that error again at its place on a replay, never `field_not_stored`.
+      name: 'by another field: each middleware field nulled by that error',
+      errors: [{ message: 'other', path: ['s', 'id'] }],
+      expected: {
+        outputs: {},
+        errors: { id: { message: 'other' } },
+        nulled: { note: 'id', tags: 'id' },
+      },
+    },
+  ])('$name', ({ errors, expected }) => {
+    expect(outputsIn({ s: null }, ['s'], paths, {}, errors)).toEqual(expected);
+  });
+});
+
+describe('keySteps', () => {
+  it.each<{ key: string; expected: (string | number)[] }>([
+    { key: '', expected: [] },
+    { key: 'tags', expected: ['tags'] },
+    { key: 'items.10.tags.0', expected: ['items', 10, 'tags', 0] },
+  ])('$key: $expected', ({ key, expected }) => {
+    expect(keySteps(key)).toEqual(expected);
+  });
+});
+
+describe('outputAt', () => {
+  const stored: ReplayedOutputs = {
+    root: ['t'],
+    kind: 'stored',
+    outputs: {
+      outputs: { members: [{ name: 'Ada' }], lines: null },
+      members: { 'members.0': 'Member' },
+      errors: { 'lines.1': { message: 'null item' }, 'members.0': { message: 'elsewhere' } },
+    },
+  };
+  const pending: ReplayedOutputs = { root: ['u'], kind: 'pending' };
+  it.each<{ path: AnswerPath; expected: unknown }>([
+    {
+      path: ['t', 'members'],
+      expected: {
+        kind: 'stored',
+        wire: [{ name: 'Ada' }],
+        key: 'members',
+        members: { 'members.0': 'Member' },
+        errors: { 'members.0': { message: 'elsewhere' } },
+      },
+    },
+    {
+      path: ['t', 'lines'],
+      expected: {
+        kind: 'stored',
+        wire: null,
+        key: 'lines',
+        members: { 'members.0': 'Member' },
+        errors: { 'lines.1': { message: 'null item' } },
+      },
+    },
+    { path: ['t', 'others'], expected: { kind: 'unstored' } },
+    { path: ['u', 'members'], expected: { kind: 'pending' } },
+    // Not under a replayed mutation: the middleware runs.
+    { path: ['v', 'members'], expected: undefined },
+  ])('$path: $expected', ({ path, expected }) => {
+    expect(outputAt([stored, pending], path)).toEqual(expected);
+  });
+});
+
+describe('outputAt, under a field the app resolves', () => {
+  const stored: ReplayedOutputs = {
+    root: ['t'],
+    kind: 'stored',
+    outputs: { outputs: { 'lines.0.label': 'A' } },
+  };
+  it.each<{ name: string; viaApp: boolean; expected: unknown }>([
+    { name: 'read anew: the middleware runs', viaApp: true, expected: undefined },
+    {
+      name: 'the stored value: its output',
+      viaApp: false,
+      expected: { kind: 'stored', wire: 'A', key: 'lines.0.label', members: {}, errors: {} },
+    },
+  ])('$name', ({ viaApp, expected }) => {
+    const asked: number[] = [];
+    const via = (rootLength: number) => (asked.push(rootLength), viaApp);
+    expect(outputAt([stored], ['t', 'lines', 0, 'label'], undefined, [], via)).toEqual(expected);
+    expect(asked).toEqual([1]);
+  });
+});
+
+describe('outputAt, a field under another alias than the first call’s', () => {
+  const stored: ReplayedOutputs = {
+    root: ['a'],
+    kind: 'stored',
+    outputs: {
+      outputs: { tags: ['RED'], 'items.0.t': ['X'] },
+      names: { tags: 'tags', 'items.0.tags': 'items.0.t' },
+    },
+  };
+  it.each<{ path: AnswerPath; named: string[] | undefined; expected: unknown }>([
+    {
+      path: ['b', 'colours'],
+      named: ['createOrder', 'tags'],
+      expected: {
+        kind: 'stored',
+        wire: ['RED'],
+        key: 'tags',
+        members: {},
+        errors: {},
+        names: stored.outputs.names,
+        named: 'tags',
+      },
+    },
+    {
+      path: ['b', 'list', 0, 'labels'],
+      named: ['createOrder', 'items', '0', 'tags'],
+      expected: {
+        kind: 'stored',
+        wire: ['X'],
+        key: 'items.0.t',
+        members: {},
+        errors: {},
+        names: stored.outputs.names,
+        named: 'items.0.tags',
+      },
+    },
+    // Another field, or no named path (a driver that does not tell the types): not stored.
+    { path: ['b', 'other'], named: ['createOrder', 'other'], expected: { kind: 'unstored' } },
+    { path: ['b', 'colours'], named: undefined, expected: { kind: 'unstored' } },
+  ])('$path named $named', ({ path, named, expected }) => {
+    const replay = { ...stored, root: ['b'] };
+    expect(outputAt([replay], path, () => named)).toEqual(expected);
+  });
+
+  it('a first answer notes each output’s named key, stored by it', async () => {
+    const context = {};
+    const completed: StoredOutputs[] = [];
+    awaitOutputs(context, ['a'], (outputs) => {
+      completed.push(outputs);
+      return Promise.resolve();
+    });
+    noteMiddlewarePath(context, ['a', 'colours'], () => ['createOrder', 'tags']);
+    noteMiddlewarePath(context, ['a', 'again'], () => ['createOrder', 'tags']);
+    await storeOutputsOf(context, { a: { colours: ['RED'], again: ['RED'] } });
+    // Two aliases of one field with the same arguments: either is its output.
+    expect(completed).toEqual([
+      { outputs: { colours: ['RED'], again: ['RED'] }, names: { tags: 'colours' } },
+    ]);
+  });
+});
+
+describe('nullingError', () => {
+  const forbidden = { message: 'no', path: ['t', 'lines', 1, 'label'] };
+  const rates = { message: 'down', path: ['t', 'meta', 'rate'] };
+  const located = (errors: AnsweredError[]) =>
+    errors.map((error) => ({ error, key: relativeKey(['t'], error.path!)! }));
+  it.each<{
+    name: string;
+    data: unknown;
+    path: AnswerPath;
+    errors: AnsweredError[];
+    expected?: string;
+  }>([
+    {
+      name: 'another item nulled the non-null list, and the mutation',
+      data: { t: null },
+      path: ['t', 'lines', 0, 'label'],
+      errors: [forbidden],
+      expected: 'lines.1.label',
+    },
+    {
+      name: 'a sibling nulled the parent',
+      data: { t: { id: 1, meta: null } },
+      path: ['t', 'meta', 'label'],
+      errors: [rates],
+      expected: 'meta.rate',
+    },
+    {
+      name: 'an error elsewhere, not under the null ancestor',
+      data: { t: { id: 1, meta: null, lines: null } },
+      path: ['t', 'meta', 'label'],
+      errors: [forbidden],
+    },
+    {
+      name: 'no null ancestor',
+      data: { t: { meta: {} } },
+      path: ['t', 'meta', 'label'],
+      errors: [rates],
+    },
+  ])('$name', ({ data, path, errors, expected }) => {
+    expect(nullingError(data, ['t'], path, located(errors))).toBe(expected);
+  });
+
+  it('outputsIn stores the nulled field with the error that nulled it', () => {
+    const stored = outputsIn({ t: null }, ['t'], [['t', 'lines', 0, 'label']], {}, [forbidden]);
+    expect(stored).toEqual({
+      outputs: {},
+      errors: { 'lines.1.label': { message: 'no' } },
+      nulled: { 'lines.0.label': 'lines.1.label' },
+    });
+  });
+});
+
+describe('storedKeyFor', () => {
+  const outputs = new Set(['a', 'b', 'c']);
+  const names = { name: 'a', note: 'b' };
+  it.each<{ name: string; key: string; named: string | undefined; expected: string | undefined }>([
+    { name: 'the same alias, the same field', key: 'a', named: 'name', expected: 'a' },
+    { name: 'aliases swapped: by named key', key: 'a', named: 'note', expected: 'b' },
+    { name: 'another alias of a stored field', key: 'x', named: 'name', expected: 'a' },
+    { name: 'a stored key of another field', key: 'a', named: 'other', expected: undefined },
+    { name: 'a key the first could not name', key: 'c', named: 'other', expected: 'c' },
+    { name: 'no named key: by response key', key: 'b', named: undefined, expected: 'b' },
+    { name: 'nothing stored', key: 'z', named: undefined, expected: undefined },
+  ])('$name', ({ key, named, expected }) => {
+    expect(storedKeyFor((at) => outputs.has(at), key, named, names)).toBe(expected);
+  });
+
+  it('reads each key’s named key where told (the key twice in one operation)', () => {
+    const told = { a: 'name', b: 'note', c: 'name' };
+    const has = (at: string) => outputs.has(at);
+    expect(storedKeyFor(has, 'c', 'name', names, told)).toBe('c');
+    expect(storedKeyFor(has, 'c', 'note', names, told)).toBe('b');
+  });
+});
+
+describe('the key twice in one operation', () => {
+  it('a replay answers the first answer’s middleware results, by key or by named key', () => {
+    const context = {};
+    awaitOutputs(context, ['a'], () => Promise.resolve(), 'k');
+    noteMiddlewarePath(context, ['a', 'tags'], () => ['createOrder', 'tags']);
+    const result = Promise.resolve(['RED']);
+    noteFirstResult(context, ['a', 'tags'], result);
+    noteReplayedOutputs(context, { root: ['b'], kind: 'operation', id: 'k' });
+    expect(replayedOutputAt(context, ['b', 'tags'])).toEqual({ kind: 'shared', result });
+    const aliased = replayedOutputAt(context, ['b', 'colours'], () => ['createOrder', 'tags']);
+    expect(aliased).toEqual({ kind: 'shared', result });
+    expect(replayedOutputAt(context, ['b', 'other'], () => ['createOrder', 'other'])).toEqual({
+      kind: 'unstored',
+    });
+    // Another key's first answer: nothing to share (the outputs are pending).
+    noteReplayedOutputs(context, { root: ['c'], kind: 'operation', id: 'other' });
+    expect(replayedOutputAt(context, ['c', 'tags'])).toEqual({ kind: 'pending' });
+  });
+
+  it.each<{ name: string; noted: unknown; asked: unknown; expected: boolean }>([
+    { name: 'the same operation', noted: 'op', asked: 'op', expected: true },
+    { name: 'another operation', noted: 'op', asked: 'other', expected: false },
+    { name: 'no operation noted', noted: undefined, asked: undefined, expected: false },
+  ])('completedInOperation: $name', ({ noted: operation, asked, expected }) => {
+    const id = `id-${String(operation)}-${String(asked)}`;
+    let done: (value: unknown) => void = () => undefined;
+    const completion = new Promise((resolve) => (done = resolve));
+    noteCompleting(id, completion, operation);
+    expect(completedInOperation(id, asked)).toBe(expected);
+    done(undefined);
+  });
+});
+
+describe('pendingWaitMs', () => {
+  it.each<{ age: number | undefined; bound: number; expected: number }>([
+    { age: undefined, bound: 5000, expected: 5000 },
+    { age: 0, bound: 5000, expected: 5000 },
+    { age: 1200, bound: 5000, expected: 3800 },
+    { age: 5000, bound: 5000, expected: 0 },
+    { age: 60_000, bound: 5000, expected: 0 },
+    { age: -5, bound: 5000, expected: 5000 },
+  ])('stored $age ms ago, bound $bound: $expected', ({ age, bound, expected }) => {
+    expect(pendingWaitMs(age, bound)).toBe(expected);
+  });
+});
+
+describe('a first answer and its replay, on the operation context', () => {
+  it('notes the middleware paths and members under the mutation, stores them at the hook', async () => {
+    const context = {};
+    const completed: StoredOutputs[] = [];
+    awaitOutputs(context, ['t'], (outputs) => {
+      completed.push(outputs);
+      return Promise.resolve();
+    });
+    noteMiddlewarePath(context, ['t', 'members']);
+    noteMiddlewarePath(context, ['other', 'members']);
+    noteMember(context, ['t', 'members', 0], 'Member');
+    noteMember(context, ['t', 'members', 1], Promise.resolve({ name: 'Guest' }));
+    await Promise.resolve();
+    await storeOutputsOf(context, { t: { members: [{ n: 1 }, { n: 2 }] } });
+    expect(completed).toEqual([
+      {
+        outputs: { members: [{ n: 1 }, { n: 2 }] },
+        members: { 'members.0': 'Member', 'members.1': 'Guest' },
+      },
+    ]);
+    // Once: a second hook call stores nothing again.
+    await storeOutputsOf(context, {});
+    expect(completed).toHaveLength(1);
+  });
+
+  it('answers a replay from its latest noted outputs', () => {
+    const context = {};
+    noteReplayedOutputs(context, { root: ['t'], kind: 'pending' });
+    expect(replayedOutputAt(context, ['t', 'members'])).toEqual({ kind: 'pending' });
+    noteReplayedOutputs(context, {
+      root: ['t'],
+      kind: 'stored',
+      outputs: { outputs: { members: [] } },
+    });
+    expect(replayedOutputAt(context, ['t', 'members'])).toMatchObject({ kind: 'stored' });
+    expect(replayedOutputAt(undefined, ['t', 'members'])).toBeUndefined();
+  });
+});
+
+describe('a stored answer with outputs', () => {
+  it.each([
+    { kind: 'data' as const, data: { id: 1 }, pending: true as const },
+    { kind: 'data' as const, data: { id: 1 }, outputsLost: true as const },
+    {
+      kind: 'data' as const,
+      data: { id: 1 },
+      outputs: { members: [{ name: 'Ada' }] },
+      members: { 'members.0': 'Member' },
+      names: { 'members({"first":1})': 'members' },
+    },
+    { kind: 'data' as const, data: { id: 1 } },
+  ])('reads back as written: %j', (answer) => {
+    expect(decodeAnswer(encodeAnswer(answer))).toEqual({ ...answer, format: 3 });
+  });
+});

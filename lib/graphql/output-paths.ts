@@ -1,0 +1,563 @@
+import { fieldError, type FieldError, type StoredFieldError } from './field-answer.js';
+import { errorLocations } from './error-location.js';
+
+/**
+ * Where the outputs of field middleware on an `@Idempotent()` mutation's answer are, by the
+ * operation's GraphQL context and the field's path (as `markReplayed` notes a replay), never
+ * by a mark on the value: an outer serializer's copy (`ClassSerializerInterceptor`) drops one.
+ *
+ * - At the first answer, the middleware runs as it always does; its fields' paths (and the
+ *   member a union's `resolveType()` told under them) are noted, and the operation's answer
+ *   hook stores each output as the answer holds it (middleware-outputs.ts).
+ * - On a replay, each such field answers its stored output, and the middleware never runs.
+ */
+
+/** A path in the operation's answer: response keys and list indexes. */
+export type AnswerPath = readonly (string | number)[];
+
+/** The outputs stored with a mutation's answer, by their path under the mutation's field. */
+export interface StoredOutputs {
+  /** Each middleware field's output as the answer held it, by `relativeKey`. */
+  outputs: Record<string, unknown>;
+  /** The member of a union or interface each object under them was, by `relativeKey`. */
+  members?: Record<string, string>;
+  /**
+   * The errors at or under each middleware field's output at the first answer (where the
+   * answer holds null), by their own path's `relativeKey`: a replay answers each again, there.
+   */
+  errors?: Record<string, StoredFieldError>;
+  /**
+   * Each output's key by its named key (field names and arguments: see named-path.ts): a
+   * retry that selects a field under another alias answers the first's output of it.
+   */
+  names?: Record<string, string>;
+  /**
+   * The middleware fields that ran at the first answer but have no value in it, an ancestor
+   * nulled by an error that is not theirs (a sibling's, another item's): the key of that error
+   * (stored in `errors`), by the field's `relativeKey`. A replay throws that error again at its
+   * own place, which nulls the same ancestor, never `field_not_stored`.
+   */
+  nulled?: Record<string, string>;
+}
+
+export type { StoredFieldError };
+
+/** An error as the answer hook sees it: graphql-js's, located by its `path`. */
+export interface AnsweredError {
+  message?: unknown;
+  path?: readonly (string | number)[];
+  locations?: unknown;
+  extensions?: unknown;
+  /** What was thrown, when the error is graphql-js's wrapping of it. */
+  originalError?: unknown;
+}
+
+/** A mutation's first answer, its middleware outputs to be stored at the operation's answer. */
+interface FirstAnswer {
+  root: AnswerPath;
+  /** The middleware fields' paths that ran under it. */
+  paths: AnswerPath[];
+  /** Their named keys (see `StoredOutputs.names`), by `relativeKey`. */
+  named: Record<string, string>;
+  members: Record<string, string>;
+  complete: (outputs: StoredOutputs) => Promise<void>;
+  /** Its key (`idOf`), for a replay of it in the same operation (see `ReplayedOutputs`). */
+  id?: string;
+  /** What each middleware field's resolver gave (its middleware's result), by `relativeKey`. */
+  results: Map<string, unknown>;
+  /** The named keys inside each output, read from it at the hook (see `InsideNames`). */
+  inside: Map<string, InsideNames>;
+}
+
+/**
+ * The named keys of the fields inside a middleware field's output `value`, by their path under
+ * it (output-names.ts); `memberAt` tells the member noted at a path under the field.
+ */
+export type InsideNames = (
+  value: unknown,
+  memberAt: (key: string) => string | undefined,
+) => Readonly<Record<string, string>>;
+
+/**
+ * A replayed mutation's stored outputs, or that they are still pending; or (`operation`) that
+ * its first answer is of this same operation (the key twice in one operation), whose outputs
+ * are stored only at the operation's answer, after this replay: its middleware fields answer
+ * what the first answer's middleware gave, never running again.
+ */
+export type ReplayedOutputs = { root: AnswerPath } & (
+  | { kind: 'stored'; outputs: StoredOutputs }
+  | { kind: 'pending' }
+  | { kind: 'operation'; id: string }
+);
+
+const FIRST = Symbol('idempotency.firstAnswerOutputs');
+const REPLAYED = Symbol('idempotency.replayedOutputs');
+
+interface Noted {
+  [FIRST]?: FirstAnswer[];
+  [REPLAYED]?: ReplayedOutputs[];
+}
+
+function noted(context: unknown): Noted | undefined {
+  return typeof context === 'object' && context !== null ? (context as Noted) : undefined;
+}
+
+/**
+ * `path` under `root` as a key (`members.0.name`), or undefined when `root` is not above it.
+ * Response keys are GraphQL names, which hold no dot. `strict`: `root` itself is not under it.
+ */
+export function relativeKey(root: AnswerPath, path: AnswerPath, strict = true): string | undefined {
+  if (path.length < root.length || (strict && path.length === root.length)) return undefined;
+  for (let i = 0; i < root.length; i++) if (path[i] !== root[i]) return undefined;
+  return path.slice(root.length).join('.');
+}
+
+/** The value at `path` in an answer's `data`; undefined where there is none. */
+export function dataAt(data: unknown, path: AnswerPath): unknown {
+  let at: unknown = data;
+  for (const step of path) {
+    if (typeof at !== 'object' || at === null) return undefined;
+    at = (at as Record<string | number, unknown>)[step];
+  }
+  return at;
+}
+
+/** Notes a mutation's first answer, committed with its middleware outputs pending. */
+export function awaitOutputs(
+  context: unknown,
+  root: AnswerPath,
+  complete: (outputs: StoredOutputs) => Promise<void>,
+  id?: string,
+): void {
+  const target = noted(context);
+  if (!target) return;
+  const first = {
+    root,
+    paths: [],
+    named: {},
+    members: {},
+    complete,
+    results: new Map(),
+    inside: new Map(),
+  };
+  (target[FIRST] ??= []).push(id === undefined ? first : { ...first, id });
+}
+
+/**
+ * Notes what a middleware field's resolver gave at a first answer (a value, or its Promise),
+ * for a replay of its key in the same operation (see `ReplayedOutputs`).
+ */
+export function noteFirstResult(context: unknown, path: AnswerPath, result: unknown): void {
+  for (const first of noted(context)?.[FIRST] ?? []) {
+    const key = relativeKey(first.root, path);
+    if (key !== undefined) first.results.set(key, result);
+  }
+}
+
+/**
+ * Notes a middleware field that ran at a first answer (its output is stored at the hook), and
+ * its named path (`named`, read only under a first answer: see named-path.ts).
+ */
+export function noteMiddlewarePath(
+  context: unknown,
+  path: AnswerPath,
+  named?: () => readonly string[] | undefined,
+  inside?: InsideNames,
+): void {
+  let steps: readonly string[] | undefined;
+  for (const first of noted(context)?.[FIRST] ?? []) {
+    const key = relativeKey(first.root, path);
+    if (key === undefined) continue;
+    first.paths.push(path);
+    steps ??= named?.();
+    if (steps?.length !== path.length) continue;
+    first.named[key] = namedKey(steps, first.root);
+    if (inside) first.inside.set(key, inside);
+  }
+}
+
+/** Adds the named keys inside each output of `first` (see `InsideNames`), read from `data`. */
+function nameInside(first: FirstAnswer, data: unknown): void {
+  for (const path of first.paths) {
+    const key = relativeKey(first.root, path);
+    const inside = key === undefined ? undefined : first.inside.get(key);
+    const own = key === undefined ? undefined : first.named[key];
+    if (key === undefined || !inside || own === undefined) continue;
+    try {
+      const found = inside(dataAt(data, path), (under) =>
+        under === '' ? first.members[key] : first.members[`${key}.${under}`],
+      );
+      for (const [under, name] of Object.entries(found)) {
+        first.named[`${key}.${under}`] ??= `${own}.${name}`;
+      }
+    } catch {
+      // Unnamed: its fields are found by their response keys only.
+    }
+  }
+}
+
+/** A named path's steps under `root`, as a key (see `StoredOutputs.names`). */
+export function namedKey(steps: readonly string[], root: AnswerPath): string {
+  return steps.slice(root.length).join('.');
+}
+
+/** Notes the member a union's or interface's `resolveType()` told at a first answer. */
+export function noteMember(context: unknown, path: AnswerPath, typename: unknown): void {
+  const firsts = noted(context)?.[FIRST];
+  if (!firsts?.length) return;
+  const note = (name: unknown) => {
+    const told =
+      typeof name === 'string' ? name : (name as { name?: unknown } | null | undefined)?.name;
+    if (typeof told !== 'string') return;
+    for (const first of firsts) {
+      const key = relativeKey(first.root, path);
+      if (key !== undefined) first.members[key] = told;
+    }
+  };
+  if (typeof (typename as PromiseLike<unknown> | null)?.then === 'function') {
+    void Promise.resolve(typename).then(note, () => undefined);
+  } else note(typename);
+}
+
+/**
+ * What of the answer's `data` a first answer stores: each middleware field's output as the
+ * answer holds it (a field the answer has no value at, its parent null, is left out, unless an
+ * error at or under it nulled that parent: then it is null with that error), the members told
+ * at or under them, and the errors where they hold null.
+ */
+export function outputsIn(
+  data: unknown,
+  root: AnswerPath,
+  paths: readonly AnswerPath[],
+  members: Readonly<Record<string, string>>,
+  errors: readonly AnsweredError[] = [],
+  named: Readonly<Record<string, string>> = {},
+): StoredOutputs {
+  const located = errors.flatMap((error) => {
+    const key = error.path && relativeKey(root, error.path);
+    return key === undefined || typeof error.message !== 'string' ? [] : [{ error, key }];
+  });
+  const outputs: Record<string, unknown> = {};
+  const nulled: Record<string, string> = {};
+  for (const path of paths) {
+    const value = dataAt(data, path);
+    const key = relativeKey(root, path);
+    if (key === undefined) continue;
+    if (value !== undefined) outputs[key] = value;
+    // Not in the answer, its parent null by an error at or under it (a middleware's null on a
+    // non-null field): the error is its answer, which nulls the same parent on a replay.
+    else if (located.some((each) => isAtOrUnder(each.key, key))) outputs[key] = null;
+    else {
+      const by = nullingError(data, root, path, located);
+      if (by !== undefined) nulled[key] = by;
+    }
+  }
+  const keys = Object.keys(outputs);
+  const kept: Record<string, string> = {};
+  for (const [key, member] of Object.entries(members)) {
+    if (keys.some((output) => isAtOrUnder(key, output))) kept[key] = member;
+  }
+  // Each error where an output holds null: the field's own (a generator read by GraphQL that
+  // throws part-way, a middleware that throws), or under it (a null item of a non-null list
+  // type, which nulls the list). Its words as graphql-js gave them, and what was thrown.
+  const failed: Record<string, StoredFieldError> = {};
+  for (const { error, key } of located) {
+    const nulling = Object.values(nulled).includes(key);
+    if (key in failed || !(nulling || keys.some((output) => isAtOrUnder(key, output)))) continue;
+    const at = dataAt(data, error.path!);
+    if (at !== null && at !== undefined) continue;
+    failed[key] = storedError(error, error.message as string, nulling || !keys.includes(key));
+  }
+  // Two aliases of one field with the same arguments: either is its output (the first).
+  // The fields inside the outputs too (output-names.ts), each output's own key first.
+  const names: Record<string, string> = {};
+  const inside = Object.keys(named).filter(
+    (key) => !keys.includes(key) && keys.some((output) => isAtOrUnder(key, output)),
+  );
+  for (const key of [...keys, ...inside]) {
+    const name = named[key];
+    if (name !== undefined && !(name in names)) names[name] = key;
+  }
+  return {
+    outputs,
+    ...(Object.keys(kept).length > 0 ? { members: kept } : {}),
+    ...(Object.keys(failed).length > 0 ? { errors: failed } : {}),
+    ...(Object.keys(names).length > 0 ? { names } : {}),
+    ...(Object.keys(nulled).length > 0 ? { nulled } : {}),
+  };
+}
+
+/**
+ * The key of the error that nulled the nearest null ancestor of `path` (under `root`, or
+ * `root` itself), where `path` has no value in `data` and no error of its own: the first
+ * error at or under that ancestor whose place is null. Undefined where there is none.
+ */
+export function nullingError(
+  data: unknown,
+  root: AnswerPath,
+  path: AnswerPath,
+  located: readonly { key: string; error: AnsweredError }[],
+): string | undefined {
+  for (let end = path.length - 1; end >= root.length; end--) {
+    if (dataAt(data, path.slice(0, end)) !== null) continue;
+    const above = relativeKey(root, path.slice(0, end), false)!;
+    const found = located.find(
+      ({ key, error }) =>
+        (above === '' || isAtOrUnder(key, above)) && (dataAt(data, error.path!) ?? null) === null,
+    );
+    return found?.key;
+  }
+  return undefined;
+}
+
+/** A key's path steps again (`tags.1`: `['tags', 1]`): a response key is a name, never digits. */
+export function keySteps(key: string): (string | number)[] {
+  return key === '' ? [] : key.split('.').map((step) => (/^\d+$/.test(step) ? Number(step) : step));
+}
+
+/** Whether `key` is `output`'s, or under it. */
+export function isAtOrUnder(key: string, output: string): boolean {
+  return key === output || key.startsWith(`${output}.`);
+}
+
+/**
+ * An answered error as it is stored: under a field (`deeper`), with its locations, which a
+ * replay gives it where the field's would be wrong (see `StoredFieldError`).
+ */
+function storedError(error: AnsweredError, message: string, deeper: boolean): StoredFieldError {
+  const stored: StoredFieldError = { message };
+  const extensions = plainExtensions(error.extensions);
+  if (extensions) stored.extensions = extensions;
+  const thrown = thrownOf(error.originalError);
+  if (thrown) stored.thrown = thrown;
+  const locations = deeper ? errorLocations(error.locations) : undefined;
+  if (locations) stored.locations = locations;
+  return stored;
+}
+
+/** What was thrown, stored as a resolver's error is; none where it cannot be written. */
+function thrownOf(original: unknown): FieldError | undefined {
+  if (!(original instanceof Error)) return undefined;
+  try {
+    const thrown = fieldError(original);
+    JSON.stringify(thrown);
+    return thrown;
+  } catch {
+    return undefined;
+  }
+}
+
+/** An error's `extensions` as JSON can keep them (none when empty or not a plain object). */
+function plainExtensions(extensions: unknown): Record<string, unknown> | undefined {
+  if (typeof extensions !== 'object' || extensions === null) return undefined;
+  try {
+    const json = JSON.parse(JSON.stringify(extensions)) as Record<string, unknown>;
+    return Object.keys(json).length > 0 ? json : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Called by the operation's answer hook with the answer's `data` (Apollo's `singleResult.data`,
+ * Mercurius' `execution.data`): stores the outputs of each first answer of the operation.
+ * Never throws (each store says its own failure).
+ */
+export async function storeOutputsOf(
+  context: unknown,
+  data: unknown,
+  errors: readonly AnsweredError[] = [],
+): Promise<void> {
+  const target = noted(context);
+  const firsts = target?.[FIRST];
+  if (!target || !firsts?.length) return;
+  target[FIRST] = [];
+  await Promise.all(
+    firsts.map((first) => {
+      nameInside(first, data);
+      return first
+        .complete(outputsIn(data, first.root, first.paths, first.members, errors, first.named))
+        .catch(() => undefined);
+    }),
+  );
+}
+
+/** Notes a replayed mutation's stored outputs (or that they are pending) on its operation. */
+export function noteReplayedOutputs(context: unknown, replayed: ReplayedOutputs): void {
+  const target = noted(context);
+  if (!target) return;
+  const list = (target[REPLAYED] ??= []);
+  // The same field replayed again (an app's retry): its latest answer.
+  const same = list.findIndex((entry) => relativeKey(entry.root, replayed.root, false) === '');
+  if (same >= 0) list.splice(same, 1);
+  list.push(replayed);
+}
+
+/** What a middleware field at `path` answers on a replay (see `outputAt`). */
+export function replayedOutputAt(
+  context: unknown,
+  path: AnswerPath,
+  named?: () => readonly string[] | undefined,
+  viaApp?: (rootLength: number) => boolean,
+): OutputAt | undefined {
+  const target = noted(context);
+  return outputAt(target?.[REPLAYED] ?? [], path, named, target?.[FIRST], viaApp);
+}
+
+/**
+ * What a middleware field at `path` answers: `stored` (its output, and the key under its
+ * mutation, where the members are), `unstored` (the first answer has no output there: it did
+ * not select the field, or its parent was null), `pending` (the first answer's outputs never
+ * came), or undefined when no replayed mutation is above it (the middleware runs).
+ */
+export type OutputAt =
+  | {
+      kind: 'stored';
+      wire: unknown;
+      key: string;
+      members: Readonly<Record<string, string>>;
+      /** The stored errors at or under the output (see `StoredOutputs.errors`), by key. */
+      errors: Readonly<Record<string, StoredFieldError>>;
+      /**
+       * The stored named keys (see `StoredOutputs.names`) and the field's own named key: the
+       * fields inside its output are found by their names too (`outputValue`).
+       */
+      names?: Readonly<Record<string, string>>;
+      named?: string;
+    }
+  | { kind: 'unstored' }
+  /** No value at the first answer, an ancestor nulled by `error`, at `path` (`nulled`). */
+  | { kind: 'nulled'; error: StoredFieldError; path: AnswerPath }
+  | { kind: 'pending' }
+  /** What the first answer's middleware gave, in this same operation. */
+  | { kind: 'shared'; result: unknown };
+
+export function outputAt(
+  replays: readonly ReplayedOutputs[],
+  path: AnswerPath,
+  named?: () => readonly string[] | undefined,
+  firsts: readonly FirstAnswer[] = [],
+  viaApp?: (rootLength: number) => boolean,
+): OutputAt | undefined {
+  for (const replay of replays) {
+    let key = relativeKey(replay.root, path);
+    if (key === undefined) continue;
+    // Under a field the app resolves (read anew on every replay): the middleware runs on its
+    // fresh value, as on any query; the stored output is of the first answer's value.
+    if (viaApp?.(replay.root.length)) return undefined;
+    if (replay.kind === 'pending') return { kind: 'pending' };
+    if (replay.kind === 'operation') return sharedAt(firsts, replay, key, path, named);
+    const { outputs, members, errors, names, nulled } = replay.outputs;
+    const steps = named?.();
+    const name = steps?.length === path.length ? namedKey(steps, replay.root) : undefined;
+    const has = (at: string) => Object.prototype.hasOwnProperty.call(outputs, at);
+    const found = storedKeyFor(has, key, name, names);
+    const by = nulled?.[key];
+    if (found === undefined && by !== undefined && errors?.[by]) {
+      return { kind: 'nulled', error: errors[by], path: [...replay.root, ...keySteps(by)] };
+    }
+    if (found === undefined) return { kind: 'unstored' };
+    key = found;
+    const under: Record<string, StoredFieldError> = {};
+    for (const [at, error] of Object.entries(errors ?? {})) {
+      if (isAtOrUnder(at, key)) under[at] = error;
+    }
+    return {
+      kind: 'stored',
+      wire: outputs[key],
+      key,
+      members: members ?? {},
+      errors: under,
+      ...(names && name !== undefined ? { names, named: name } : {}),
+    };
+  }
+  return undefined;
+}
+
+/** What a replay in the first answer's own operation answers (see `ReplayedOutputs`). */
+function sharedAt(
+  firsts: readonly FirstAnswer[],
+  replay: { root: AnswerPath; id: string },
+  key: string,
+  path: AnswerPath,
+  named: (() => readonly string[] | undefined) | undefined,
+): OutputAt {
+  const first = firsts.find((each) => each.id === replay.id);
+  if (!first) return { kind: 'pending' };
+  const steps = named?.();
+  const name = steps?.length === path.length ? namedKey(steps, replay.root) : undefined;
+  const names: Record<string, string> = {};
+  for (const [at, each] of Object.entries(first.named)) {
+    if (first.results.has(at) && !(each in names)) names[each] = at;
+  }
+  const same = storedKeyFor((at) => first.results.has(at), key, name, names, first.named);
+  return same === undefined
+    ? { kind: 'unstored' }
+    : { kind: 'shared', result: first.results.get(same) };
+}
+
+/**
+ * The stored key that answers a replayed field at response key `key` whose named key is
+ * `name` (undefined where the replay cannot tell it): by its named key first (a retry may give
+ * the first call's aliases to other fields), then by its response key, unless the first answer
+ * knew that key's output as another field's (`told`: key to named key, where known; else read
+ * back from `names`). Undefined: nothing stored answers it.
+ */
+export function storedKeyFor(
+  has: (key: string) => boolean,
+  key: string,
+  name: string | undefined,
+  names: Readonly<Record<string, string>> = {},
+  told?: Readonly<Record<string, string>>,
+): string | undefined {
+  if (name !== undefined) {
+    if (told?.[key] === name && has(key)) return key;
+    const first = Object.prototype.hasOwnProperty.call(names, name) ? names[name] : undefined;
+    if (first !== undefined && has(first)) return first;
+  }
+  if (!has(key)) return undefined;
+  const known = told ? told[key] : Object.entries(names).find(([, at]) => at === key)?.[0];
+  if (name !== undefined && known !== undefined && known !== name) return undefined;
+  return key;
+}
+
+/**
+ * How long a replay that meets an answer whose outputs are pending waits for them: what is
+ * left of `boundMs` since the answer was stored (`finishedAgeMs`, when known), never below 0.
+ */
+export function pendingWaitMs(finishedAgeMs: number | undefined, boundMs: number): number {
+  return Math.max(0, boundMs - Math.max(0, finishedAgeMs ?? 0));
+}
+
+/**
+ * The answers of this process whose outputs are being completed, by their key (`idOf`): a
+ * replay here waits for the completion itself rather than ask the store again.
+ */
+const completing = new Map<string, { done: Promise<unknown>; context: unknown }>();
+
+/**
+ * Notes that the answer of key `id` is completed by `done` (its new stored form, if stored),
+ * at the answer hook of the operation whose GraphQL context is `context`.
+ */
+export function noteCompleting(id: string, done: Promise<unknown>, context?: unknown): void {
+  const entry = { done, context };
+  completing.set(id, entry);
+  void done.finally(() => {
+    if (completing.get(id) === entry) completing.delete(id);
+  });
+}
+
+/** The completion of key `id`'s answer under way in this process, if any. */
+export function completingFor(id: string): Promise<unknown> | undefined {
+  return completing.get(id)?.done;
+}
+
+/**
+ * Whether key `id`'s answer is completed by the answer hook of the operation of `context`
+ * itself (the key twice in one operation): a field of that operation that waited for it would
+ * wait for its own operation's end, which comes only after it.
+ */
+export function completedInOperation(id: string, context: unknown): boolean {
+  const entry = completing.get(id);
+  return entry !== undefined && entry.context !== undefined && entry.context === context;
+}
