@@ -1,6 +1,7 @@
 import {
   cronSlot,
   intervalSlot,
+  CLOCK_SKEW_MS,
   MAX_SLOT_WAIT_MS,
   slotKey,
   tickRecordFinishedAt,
@@ -53,6 +54,8 @@ describe('untilSlot', () => {
   it.each([
     ["the database's clock past the slot: run", slot + 20, { kind: 'run' }],
     ['at the slot to the millisecond: run', slot, { kind: 'run' }],
+    // A clock behind runs late: its slot's record is kept CLOCK_SKEW_MS past the slot's end.
+    ['behind by an hour: run, late', slot + 3_600_000, { kind: 'run' }],
     [
       "this replica's clock 1.5 s ahead: wait for the slot",
       slot - 1_500,
@@ -77,11 +80,14 @@ describe('tickRecordFinishedAt', () => {
   const hour = 3_600_000;
   it.each([
     ['retention outlasts the slot: nothing moved', 10 * hour, 24 * hour, 9 * hour, undefined],
-    ['a 6-hourly slot, 1 h retention', 6 * hour, hour, hour, 5 * hour],
+    ['a 6-hourly slot, 1 h retention', 6 * hour, hour, hour, 5 * hour + CLOCK_SKEW_MS],
     ['the slot nearly over: the retention covers it', 6 * hour, hour, 5.5 * hour, undefined],
-    ['exactly covered', 6 * hour, hour, 5 * hour, undefined],
-    ['a weekly slot, the default 24 h', 7 * 24 * hour, 24 * hour, 0, 6 * 24 * hour],
+    ['exactly covered', 6 * hour, hour, 5 * hour + CLOCK_SKEW_MS, undefined],
+    ['a weekly slot, the default 24 h', 7 * 24 * hour, 24 * hour, 0, 6 * 24 * hour + CLOCK_SKEW_MS],
     ['a one-shot date: no end', undefined, hour, 0, undefined],
+    // Kept CLOCK_SKEW_MS past the slot's end: a replica whose clock is behind fires that late.
+    ['a 4 s window, 1 s retention', 4_000, 1_000, 0, 3_000 + CLOCK_SKEW_MS],
+    ['a retention within the skew', 10_000, CLOCK_SKEW_MS, 0, 10_000],
     ['an end past every date', Number.POSITIVE_INFINITY, hour, 0, undefined],
   ])('%s', (_name, end, retention, now, finishedAt) => {
     expect(tickRecordFinishedAt(end, retention, now)).toBe(finishedAt);

@@ -106,13 +106,23 @@ export function steadyBy(offsetAt: (ms: number) => number): IsSteady {
 }
 
 /**
+ * The most a replica's clock may be off the database's, ahead or behind, and its ticks still
+ * run: ahead, a tick waits up to this for its slot (`untilSlot`); behind, a tick fires up to
+ * this late by the shared clock and must still find its slot's record (`tickRecordFinishedAt`).
+ * Further off, its ticks are skipped, logging why: a clock to set right (NTP), not to wait out.
+ */
+export const CLOCK_SKEW_MS = 60_000;
+
+/**
  * When a tick's record must count as finished (ms since the epoch), so that the purge, which
  * deletes a record `retentionMs` after it finished, keeps it until its slot ends at
- * `slotEndMs` (a pure decision): while the slot is current, a replica whose timer fires late
- * in it, or a call by hand, claims the same slot, and must find its record (adversary 78: an
- * `@Interval()`, or a cron, sparser than the retention ran a slot twice). `undefined` where
- * the retention already outlasts the slot, from `nowMs` (nothing to move), or the slot has no
- * end (a one-shot date).
+ * `slotEndMs`, and `CLOCK_SKEW_MS` after (a pure decision): while the slot is current, a
+ * replica whose timer fires late in it, or a call by hand, claims the same slot, and must find
+ * its record (adversary 78: an `@Interval()`, or a cron, sparser than the retention ran a slot
+ * twice); and a replica whose clock is behind the database's reads the slot as current after
+ * it ended by the database's clock (adversary 82: a record purged the moment its slot ended
+ * was run again by a replica 1.5 s behind). `undefined` where the retention already outlasts
+ * that, from `nowMs` (nothing to move), or the slot has no end (a one-shot date).
  */
 export function tickRecordFinishedAt(
   slotEndMs: number | undefined,
@@ -120,7 +130,7 @@ export function tickRecordFinishedAt(
   nowMs: number,
 ): number | undefined {
   if (slotEndMs === undefined || !Number.isFinite(slotEndMs)) return undefined;
-  const finishedAt = slotEndMs - retentionMs;
+  const finishedAt = slotEndMs + CLOCK_SKEW_MS - retentionMs;
   return finishedAt > nowMs ? finishedAt : undefined;
 }
 
@@ -130,7 +140,7 @@ export function slotKey(slotMs: number): string {
 }
 
 /** The most a tick waits for the database's clock to reach its slot (see `untilSlot`). */
-export const MAX_SLOT_WAIT_MS = 60_000;
+export const MAX_SLOT_WAIT_MS = CLOCK_SKEW_MS;
 
 /**
  * What a tick fired for `slotMs` does, by the database's clock (`databaseNowMs`), the one all
@@ -138,7 +148,10 @@ export const MAX_SLOT_WAIT_MS = 60_000;
  * this replica's clock is ahead (its timer fired early by the shared clock, and the replica
  * whose clock is furthest ahead would otherwise claim every tick before its time: adversary
  * 67); `skip` where it is ahead by more than `MAX_SLOT_WAIT_MS`, a clock to set right (NTP),
- * not to wait out.
+ * not to wait out. A clock behind runs its ticks late: each finds its slot's record, kept
+ * `CLOCK_SKEW_MS` past the slot's end (`tickRecordFinishedAt`). (A tick is not refused for a
+ * slot long over by the shared clock: a replica started with its clock hours behind would
+ * otherwise skip every tick, where the rule for a late tick is that it stands for its slot.)
  */
 export function untilSlot(
   slotMs: number,
