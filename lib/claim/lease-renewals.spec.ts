@@ -1,6 +1,12 @@
 import { type ActiveClaim } from '../shapes/active-claim.js';
 import { type ClaimStore } from '../shapes/claim-store.interface.js';
-import { LeaseRenewals, renewalRoute, type RenewalRoute } from './lease-renewals.js';
+import {
+  heartbeatStop,
+  type HeartbeatEnd,
+  LeaseRenewals,
+  renewalRoute,
+  type RenewalRoute,
+} from './lease-renewals.js';
 import { type RequestTransaction } from '../transaction/request-transaction.js';
 
 describe('renewalRoute', () => {
@@ -129,5 +135,78 @@ describe('LeaseRenewals.heartbeat inside a transaction above READ COMMITTED', ()
     await new Promise((resolve) => setTimeout(resolve, 180)); // an interval of 50 ms
     stop();
     expect([...sent]).toEqual(expected);
+  });
+});
+
+describe('heartbeatStop', () => {
+  it.each<[string, HeartbeatEnd, boolean, ReturnType<typeof heartbeatStop>]>([
+    [
+      'its code settled, its transaction tracks its statements: once they are done',
+      'settled',
+      true,
+      'after-code-statements',
+    ],
+    ['its code settled, no transaction that tracks them: now', 'settled', false, 'now'],
+    ['its key given back: now, whatever still runs', 'released', true, 'now'],
+    ['its key given back, nothing tracked: now', 'released', false, 'now'],
+  ])('%s', (_name, end, tracks, when) => {
+    expect(heartbeatStop(end, tracks)).toBe(when);
+  });
+});
+
+describe('LeaseRenewals.heartbeat stopped while its code statements still run', () => {
+  const claim = {
+    tenantId: 't',
+    key: 'k2',
+    claimId: 'c',
+    lockVersion: '1',
+    recoveryPoint: 'start',
+    phaseResults: {},
+    leaseMs: 150,
+  } as unknown as ActiveClaim;
+
+  /** A transaction whose code left one statement running until `finish()`. */
+  function running() {
+    const waiting: (() => void)[] = [];
+    let done = false;
+    const transaction = {
+      renewsInside: false,
+      ended: false,
+      afterCodeStatements: (then: () => void) => (done ? then() : waiting.push(then)),
+    } as unknown as RequestTransaction;
+    const finish = () => {
+      done = true;
+      for (const then of waiting.splice(0)) then();
+    };
+    return { transaction, finish };
+  }
+
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  it.each<[string, 'settled' | 'released', boolean]>([
+    ['settled: renewed until the statement is done, then no more', 'settled', true],
+    ['its key given back: no renewal after the release', 'released', false],
+  ])('%s', async (_name, end, renewedMeanwhile) => {
+    let renewals = 0;
+    const store = {
+      extendLease: () => {
+        renewals++;
+        return Promise.resolve(true);
+      },
+      release: () => Promise.resolve(),
+    } as unknown as ClaimStore;
+    const leases = new LeaseRenewals({ warn: () => undefined } as never);
+    const { transaction, finish } = running();
+    const stop = leases.heartbeat(store, claim, transaction);
+    stop();
+    if (end === 'released') await leases.release(store, claim, false);
+    const before = renewals;
+    await sleep(250); // an interval of 50 ms
+    expect(renewals > before).toBe(renewedMeanwhile);
+    finish();
+    await sleep(20);
+    const after = renewals;
+    await sleep(200);
+    expect(renewals).toBe(after);
   });
 });

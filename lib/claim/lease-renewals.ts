@@ -22,6 +22,8 @@ interface Heartbeat {
   /** The renewal a `BEGIN` above READ COMMITTED carries (see `holdAtBegin`), if the store has one. */
   hold?: (literal: (value: string) => string) => string;
   phase?: FollowedPhase;
+  /** Stops it now (see `LeaseRenewals.stop`). */
+  stop?: () => void;
 }
 
 /**
@@ -78,6 +80,31 @@ export function renewalRoute(state: {
   return state.holderIsolated && state.storeRenewsInside ? 'inside' : 'apart';
 }
 
+/** Why a claim's heartbeat is stopped (see `heartbeatStop`). */
+export type HeartbeatEnd =
+  /** Its code settled (a handler, a resolver, a job, a tick): its end is sent next. */
+  | 'settled'
+  /** Its key is given back (`LeaseRenewals.release`). */
+  | 'released';
+
+/**
+ * When a claim's heartbeat stops. Settled, it goes on until the statements its code left
+ * running on the transaction's connection are done, when its transaction tracks them: one
+ * given up on (Kysely's default `'ignore query'` abort) or left unawaited runs to its end, and
+ * the stored answer and `COMMIT` (or the `ROLLBACK`) are sent behind it. That wait is the
+ * code's time: a lease left to run out during it would let a retry, a stalled job's next
+ * worker or another replica's tick take the key over and run the work a second time while the
+ * first commit is still coming (adversary 81). Released, it stops now: a renewal landing after
+ * the release would hold the key again, and its retry would get 409 until the lease ran out.
+ */
+export function heartbeatStop(
+  end: HeartbeatEnd,
+  tracksCodeStatements: boolean,
+): 'now' | 'after-code-statements' {
+  if (end === 'released') return 'now';
+  return tracksCodeStatements ? 'after-code-statements' : 'now';
+}
+
 /**
  * The heartbeats of the claims this process holds, and the release that waits for them. Each
  * claim's lease renewal on its way is kept: a release waits for it, or a renewal that lands
@@ -90,7 +117,10 @@ export class LeaseRenewals {
 
   /**
    * Extends the lease while the handler runs, so that a short lease (a fast takeover after a
-   * real crash) does not hand a slow but live worker's key to another one. Returns the stop.
+   * real crash) does not hand a slow but live worker's key to another one. Returns the stop for
+   * when its code settled, which takes effect once the statements that code left running on
+   * `transaction` are done (see `heartbeatStop`); the release of the key (`release`, `stop`)
+   * stops it at once.
    */
   heartbeat(store: ClaimStore, claim: ActiveClaim, transaction?: StoreTransaction): () => void {
     const hold =
@@ -159,10 +189,24 @@ export class LeaseRenewals {
       Math.max(50, Math.floor(claim.leaseMs / 3)),
     );
     timer.unref();
-    return () => {
+    const stopNow = () => {
       clearInterval(timer);
       if (heartbeats.get(claim) === heartbeat) heartbeats.delete(claim);
     };
+    heartbeat.stop = stopNow;
+    return () => {
+      const tracks = transaction?.afterCodeStatements !== undefined;
+      if (heartbeatStop('settled', tracks) === 'now') stopNow();
+      else transaction!.afterCodeStatements!(stopNow);
+    };
+  }
+
+  /**
+   * Stops the claim's heartbeat now, if it runs: its key is being given back, or its run given
+   * up (see `heartbeatStop`).
+   */
+  stop(claim: ActiveClaim): void {
+    heartbeats.get(claim)?.stop?.();
   }
 
   /** Once the claim's renewal on its way (if any) has landed. */
@@ -175,6 +219,8 @@ export class LeaseRenewals {
    * tried again (see `releaseRetryDelay`), and a failure is only logged.
    */
   async release(store: ClaimStore, claim: ActiveClaim, forget: boolean): Promise<void> {
+    // Stopped now, whatever its code's statements do (`heartbeatStop`): no renewal follows.
+    this.stop(claim);
     await this.renewals.get(claim);
     for (let attempt = 1; ; attempt += 1) {
       const started = Date.now();

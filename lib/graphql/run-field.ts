@@ -92,6 +92,9 @@ export function runField(
    */
   let answerPlace = place;
   const settle = async (outcome: Outcome): Promise<unknown> => {
+    // Renewed until the statements its resolver left running are done: its answer's commit
+    // (or its error's, or the ROLLBACK) waits for them, and a lease run out meanwhile would let
+    // a retry run the resolver again before that commit (see `heartbeatStop`).
     stopHeartbeat?.();
     if ('error' in outcome) {
       return failed(tools, context, fingerprint, outcome.error, graphql, answerPlace);

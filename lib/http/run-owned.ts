@@ -177,8 +177,9 @@ export function runOwned(
       answerWriting = true;
       // Settled with a value an app interceptor worked on until now: its lease is no longer
       // needed past the commit below (a @Res handler that wrote first stops at its settle).
-      // Renewed while statements its handler left running finish (the commit waits for them).
-      if (settled && stopHeartbeat) transaction.afterCodeStatements(stopHeartbeat);
+      // Renewed while statements its handler left running finish (the commit waits for them:
+      // see `heartbeatStop`).
+      if (settled) stopHeartbeat?.();
       const outerTimeout = isOuterTimeout({
         status: written.status,
         returned: emitted,
@@ -366,10 +367,9 @@ export function runOwned(
      */
     const settle = (untilWritten = false) => {
       settled = true;
-      // Renewed while statements its handler left running finish (its answer waits for them).
-      if (!untilWritten || detached || answerWriting) {
-        if (stopHeartbeat) transaction.afterCodeStatements(stopHeartbeat);
-      }
+      // Renewed while statements its handler left running finish (its answer waits for them:
+      // see `heartbeatStop`).
+      if (!untilWritten || detached || answerWriting) stopHeartbeat?.();
     };
     // Answered before this run began (an interceptor that answers at once, 202, and runs the
     // handler on the side, in the background): nothing will write the handler's answer, so it
@@ -463,8 +463,10 @@ export function runOwned(
         // a filter may be slow (an error tracker awaited): its lease is renewed until then, as
         // for a value. Any other (rolled back, the key given back) stops it now.
         settle(true);
-        // Let through unstored (not its answer: rolled back, the key given back) only after
-        // the heartbeat stopped, so that no renewal follows the release.
+        // Let through unstored (not its answer: rolled back, the key given back). Its
+        // heartbeat covers the ROLLBACK, which waits behind a statement of its handler's still
+        // running (`heartbeatStop`), and stops at the release at the latest (`release`), so
+        // that no renewal follows it.
         const unstored = () => {
           // Given back already: an app's retry of the request claims anew (see `holdRun`).
           gaveBack = true;

@@ -528,6 +528,7 @@ export class IdempotentJobs implements OnModuleInit {
         }),
       );
     } catch (error) {
+      // As below: renewed until the statements its work left running are done.
       stopHeartbeat?.();
       if (isJobStep(error)) {
         // The job moved itself (BullMQ's steps: `moveToDelayed` then `DelayedError`, and the
@@ -571,6 +572,9 @@ export class IdempotentJobs implements OnModuleInit {
       }
       throw cause;
     }
+    // Renewed until the statements its work left running are done: its commit waits for them,
+    // and a lease run out meanwhile would let a stalled job's next worker run it again before
+    // that commit (see `heartbeatStop`).
     stopHeartbeat?.();
     let answer;
     try {

@@ -61,4 +61,10 @@ export interface StoreTransaction {
   rollback(): Promise<void>;
   /** Runs `work` in its scope: the data layer's statements made there join it. */
   inScope<R>(work: () => Promise<R>): Promise<R>;
+  /**
+   * Runs `then` once its code's statements still running on its connection are done (now, if
+   * none is): what its end (the stored answer, `COMMIT` or `ROLLBACK`) is sent behind. The
+   * claim's heartbeat stops so (see `LeaseRenewals.heartbeat`).
+   */
+  afterCodeStatements?(then: () => void): void;
 }

@@ -474,6 +474,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
         ),
       );
     } catch (error) {
+      // As below: renewed until the statements its work left running are done.
       stopHeartbeat?.();
       const cause = transaction.failureOf(error);
       if (resumesAfterFailure(claimed.claim)) {
@@ -488,6 +489,9 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       }
       throw cause;
     }
+    // Renewed until the statements its work left running are done: its commit waits for them,
+    // and a lease run out meanwhile would let another replica run the tick again before that
+    // commit (see `heartbeatStop`).
     stopHeartbeat?.();
     // Its COMMIT refused (a deferred constraint, a serialization failure, the database gone)
     // is a failure of the tick, as a throw is: its key kept meanwhile (`keepsKey`: neither

@@ -41,8 +41,11 @@ export function releaseQuietly(
   forget: boolean,
 ): Promise<void> {
   // A claim that was to commit with the work (`oneCommit`) was rolled back with it: the key
-  // is free already.
-  if (context.transaction?.claimErased) return Promise.resolve();
+  // is free already, and its heartbeat stops as at a release (a retry may claim it anew).
+  if (context.transaction?.claimErased) {
+    tools.renewals.stop(context.claim!);
+    return Promise.resolve();
+  }
   return tools.renewals.release(context.claimStore!, context.claim!, forget);
 }
 
