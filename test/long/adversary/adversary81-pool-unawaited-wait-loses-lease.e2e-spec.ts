@@ -45,7 +45,9 @@
  * Fixed: the heartbeat stops once the statements its handler left running are done
  * (`RequestTransaction.afterCodeStatements`, called where run-owned.ts settles and where the
  * answer's commit starts), not when the handler settles: the wait is the handler's time, and the
- * lease is renewed through it.
+ * lease is renewed through it. Now in one place for every surface (routes, GraphQL fields, jobs,
+ * ticks): the stop `LeaseRenewals.heartbeat` returns waits for them (`heartbeatStop`,
+ * lib/claim/lease-renewals.ts); see test/graphql-left-running-lease.e2e-spec.ts and its siblings.
  */
 import { Controller, HttpCode, Module, Post, Query } from '@nestjs/common';
 import { type Pool } from 'pg';
