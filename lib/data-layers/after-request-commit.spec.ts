@@ -1,5 +1,5 @@
 import { type QueryRunner } from 'typeorm';
-import { whenTold, withDataAtCommit } from './after-request-commit.js';
+import { noteAfterEnd, whenTold, withDataAtCommit } from './after-request-commit.js';
 
 describe("whenTold: when a nested transaction's event reaches TypeORM's subscribers", () => {
   it.each<[string, 'now' | 'after-request-commit']>([
@@ -51,5 +51,26 @@ describe('withDataAtCommit: a later afterTransactionCommit reads the data of its
       withDataAtCommit(runner, { item: 'a' }, () => Promise.reject(new Error('bus down'))),
     ).rejects.toThrow('bus down');
     expect(runner.data).toBe(now);
+  });
+});
+
+describe('noteAfterEnd: a noted nested commit once a nested transaction ended (adversary 82)', () => {
+  it.each<[string, number, number, 'released' | 'rolled-back', number | 'undone']>([
+    // Released into the enclosing savepoint (depth 2), which is then rolled back to depth 1.
+    ['its enclosing savepoint rolled back', 2, 1, 'rolled-back', 'undone'],
+    // Three deep: rolled back past both savepoints.
+    ['rolled back past it', 3, 1, 'rolled-back', 'undone'],
+    // A savepoint begun after it rolled back: its work lives around that one.
+    ['a later savepoint rolled back', 2, 2, 'rolled-back', 2],
+    ['released into the request (depth 1): only its ROLLBACK undoes it', 1, 1, 'rolled-back', 1],
+    // Its enclosing savepoint released: its work moves out with it…
+    ['its enclosing savepoint released', 3, 2, 'released', 2],
+    ['released into the request', 2, 1, 'released', 1],
+    // …so a savepoint begun later at its old depth, rolled back, does not undo it.
+    ['a deeper release leaves it where it is', 2, 3, 'released', 2],
+    // A RELEASE or ROLLBACK TO that failed: the depth unchanged, nothing moves.
+    ['an end that failed', 2, 2, 'rolled-back', 2],
+  ])('%s', (_name, into, depthNow, end, expected) => {
+    expect(noteAfterEnd(into, depthNow, end)).toBe(expected);
   });
 });

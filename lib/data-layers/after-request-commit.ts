@@ -16,10 +16,33 @@ export function whenTold(event: string): 'now' | 'after-request-commit' {
   return event === 'AfterTransactionCommit' ? 'after-request-commit' : 'now';
 }
 
-/** A nested commit noted: the runner its code had, and its `data` as it was at that commit. */
+/**
+ * A nested commit noted: the runner its code had, its `data` as it was at that commit, and the
+ * runner's transaction depth its work now lives in (`into`: 1, the request's own; 2 and more, a
+ * savepoint still open, whose rollback undoes it: see `noteAfterEnd`).
+ */
 interface Noted {
   runner: QueryRunner;
   data: QueryRunner['data'];
+  into: number;
+}
+
+/**
+ * What becomes of a noted nested commit whose work lives at depth `into` once a nested
+ * transaction ended, the runner now at `depthNow`. A RELEASE merges the ended savepoint's work
+ * into the one around it: the commit's work now lives no deeper than `depthNow`. A ROLLBACK TO
+ * undoes everything inside the savepoint rolled back, the RELEASEs of the commits made in it
+ * too: a commit whose work lived deeper than `depthNow` is undone, and never told
+ * (`afterTransactionCommit` means durable, adversary 82). Ended neither way (its RELEASE or
+ * ROLLBACK TO failed, the depth unchanged), nothing moves: no note lives deeper than the runner.
+ */
+export function noteAfterEnd(
+  into: number,
+  depthNow: number,
+  end: 'released' | 'rolled-back',
+): number | 'undone' {
+  if (end === 'rolled-back' && into > depthNow) return 'undone';
+  return Math.min(into, depthNow);
 }
 
 /**
@@ -60,10 +83,24 @@ export class AfterRequestCommit {
 
   /**
    * A nested commit whose `afterTransactionCommit` waits for the request's COMMIT, noted at
-   * that commit: the runner's `data` is kept as it is now (see `withDataAtCommit`).
+   * that commit: the runner's `data` is kept as it is now (see `withDataAtCommit`), and `into`
+   * is the depth its savepoint was (or, put off, will be) released into.
    */
-  note(runner: QueryRunner): void {
-    this.noted.push({ runner, data: runner.data });
+  note(runner: QueryRunner, into: number): void {
+    this.noted.push({ runner, data: runner.data, into });
+  }
+
+  /**
+   * A nested transaction ended, the runner now at `depthNow` (`noteAfterEnd`): the commits
+   * its rollback undid are dropped; the others now live no deeper than it.
+   */
+  nestedEnded(depthNow: number, end: 'released' | 'rolled-back'): void {
+    for (let at = this.noted.length - 1; at >= 0; at--) {
+      const noted = this.noted[at]!;
+      const next = noteAfterEnd(noted.into, depthNow, end);
+      if (next === 'undone') this.noted.splice(at, 1);
+      else noted.into = next;
+    }
   }
 
   /**

@@ -455,7 +455,9 @@ export class LazyTransaction extends RequestTransaction {
             (event === 'AfterTransactionCommit' && around.subscribersRan === 'both');
           // `afterTransactionCommit`: told once the request committed (`whenTold`).
           const later = !ran && whenTold(event) === 'after-request-commit';
-          if (later) this.afterCommit.note(owner as QueryRunner);
+          // Its savepoint released (TypeORM lowers the depth before this event): its work now
+          // lives at the runner's depth, undone if a savepoint there is rolled back to.
+          if (later) this.afterCommit.note(owner as QueryRunner, internals.transactionDepth);
           try {
             if (!ran && !later) await (watch ? this.watches.run(watch, broadcast) : broadcast());
           } finally {
@@ -519,10 +521,15 @@ export class LazyTransaction extends RequestTransaction {
    */
   private async commitPutOff(from: unknown, beforeRan: boolean): Promise<void> {
     if (!beforeRan) await this.putOffSubscribers(from, 'BeforeTransactionCommit');
+    // Its savepoint, still open, is released into the one around it (`releaseCommitted`).
+    const own = this.nested.depthOf(from as object);
+    const internals = this.runner as unknown as RunnerInternals;
+    const into = (own ?? internals.transactionDepth) - 1;
     this.nested.commitLater(from as object, true);
     // Its `afterTransactionCommit`: told once the request committed (`whenTold`), never
-    // inside the other's savepoint, which may still roll back (adversary 80b).
-    this.afterCommit.note(from as QueryRunner);
+    // inside the other's savepoint, which may still roll back (adversary 80b), and not if
+    // the savepoint around its own is rolled back to (adversary 82: `noteAfterEnd`).
+    this.afterCommit.note(from as QueryRunner, into);
   }
 
   /** `event`'s subscribers of a put-off commit (`commitPutOff`), as the view's broadcaster calls them. */
@@ -772,6 +779,7 @@ export class LazyTransaction extends RequestTransaction {
         throw error;
       } finally {
         this.nestedEnded(internals.transactionDepth, internals.transactionDepth < depth);
+        this.afterCommit.nestedEnded(internals.transactionDepth, 'released');
       }
     };
     // A commit put off (`commitLater`) whose transaction is the innermost again, once the
@@ -845,6 +853,8 @@ export class LazyTransaction extends RequestTransaction {
         });
       } finally {
         this.nestedEnded(internals.transactionDepth);
+        // The commits released inside it are undone with it (adversary 82).
+        this.afterCommit.nestedEnded(internals.transactionDepth, 'rolled-back');
       }
       // Rolled back to its savepoint: a failure inside it no longer aborts the transaction.
       this.lastError = undefined;

@@ -39,6 +39,12 @@
  * Suggested fix: note each nested commit with the savepoint depth (and the stack entry) it was
  * released into; on a `ROLLBACK TO SAVEPOINT` of depth d (and on the request's rollback), drop
  * the notes of commits released into a savepoint at depth >= d that is being rolled back.
+ *
+ * Fixed: each noted commit keeps the depth its work lives at (the runner's depth after its
+ * RELEASE; a put-off one's, the depth around its savepoint); a RELEASE moves it out with its
+ * enclosing savepoint, a ROLLBACK TO drops those deeper than the depth it leaves
+ * (`noteAfterEnd`, lib/data-layers/after-request-commit.ts; lazy-transaction.ts's commit and
+ * rollback).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
@@ -160,7 +166,7 @@ describe('adversary 82 orm: afterTransactionCommit told of a nested commit rolle
     });
   }, 30_000);
 
-  it.skip('a nested commit rolled back with its enclosing transaction is never told committed (Not fixed (round 82): found by review)', async () => {
+  it('a nested commit rolled back with its enclosing transaction is never told committed', async () => {
     expect(await scenario('r1', true)).toEqual({ status: 201, rows: [], told: [] });
   }, 30_000);
 });
