@@ -47,7 +47,7 @@ import {
 import { type PoolJoin } from '../transaction/transaction-scope.js';
 import { closesOnTheWire, cursorOf } from './open-streams.js';
 import { EndsInFlight, settledWithin } from './ends-in-flight.js';
-import { endOf } from './submitted-end.js';
+import { endOf } from '../transaction/submitted-end.js';
 import { forwardEvents, listenTextOf, ViewListener } from './view-listener.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
 import { refusedStatement } from '../transaction/refused-statement.js';

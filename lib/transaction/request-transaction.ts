@@ -61,6 +61,8 @@ import {
   recoveryOf,
 } from './claim-at-begin.js';
 import { unreadableOf } from './sql/sql-parse.js';
+import { readyForNext, runsToItsEnd, stillRunningAfter } from './still-running.js';
+import { endOf } from './submitted-end.js';
 import {
   rollsBackToSavepoint,
   sessionAdvisoryLockOf,
@@ -1195,17 +1197,31 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    * after the end (`apart`), which waits for the commit: waited for by the commit, it would
    * wait for ever (adversary 81).
    */
-  private runningOnConnection<T>(sent: Promise<T>): Promise<T> {
-    const done = sent.then(
-      () => undefined,
-      () => undefined,
+  private runningOnConnection<T>(sent: Promise<T>, client: PoolClient): Promise<T> {
+    // Given up on by node-postgres' read timeout (`query_timeout`), it still runs on the
+    // server as the client's active query: done at the client's next ReadyForQuery, not at
+    // the rejection (adversary 82).
+    this.noteRunning(
+      sent.then(
+        () => undefined,
+        (error: unknown) => (stillRunningAfter(error) ? readyForNext(client) : undefined),
+      ),
     );
+    return sent;
+  }
+
+  /** `done` (never rejecting) counted among its code's statements until it settles. */
+  private noteRunning(done: Promise<void>): void {
     this.codeStatements.add(done);
     void done.then(() => {
       this.codeStatements.delete(done);
       if (this.codeStatements.size === 0) this.runWhenCodeStatementsDone();
     });
-    return sent;
+  }
+
+  /** Whether a statement of its code runs on the request's connection now (`codeStatements`). */
+  protected get codeStatementsRunning(): boolean {
+    return this.codeStatements.size > 0;
   }
 
   /** What waits for its code's statements still running (see `afterCodeStatements`). */
@@ -1262,7 +1278,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
             ? undefined
             : this.ended
               ? submittable.handleError?.(new TransactionEndedError(nested()))
-              : query.apply(client, args),
+              : this.handOver(client, args),
         (error: unknown) => submittable.handleError?.(error),
       );
       return submittable as unknown as Promise<unknown>;
@@ -1271,7 +1287,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     // the transaction ended meanwhile: it must never run after the ROLLBACK or COMMIT, nor
     // outside the transaction when BEGIN failed.
     const after = () =>
-      this.ended ? apart() : this.runningOnConnection(query.apply(client, args));
+      this.ended ? apart() : this.runningOnConnection(query.apply(client, args), client);
     if (this.beginning) return this.beginning.then(after);
     const carried = this.waitsBeforeBegin() ? undefined : carriedStatement(args);
     if (carried) {
@@ -1286,9 +1302,20 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
         },
       );
       this.beginning = begun;
-      return this.runningOnConnection(result);
+      return this.runningOnConnection(result, client);
     }
     return this.begin(client).then(after);
+  }
+
+  /**
+   * A submittable of its code handed to the connection. One that runs to its end by itself (a
+   * `pg.Query` left running: `runsToItsEnd`) counts among its code's statements until
+   * node-postgres tells it ended: the stored answer and `COMMIT`, queued behind it, wait for
+   * it before their deadline starts, as for a statement left running (adversary 82).
+   */
+  private handOver(client: PoolClient, args: unknown[]): unknown {
+    if (runsToItsEnd(args[0])) this.noteRunning(endOf(args[0] as object));
+    return (client.query as (...a: unknown[]) => unknown).apply(client, args);
   }
 
   /**

@@ -44,7 +44,7 @@
  *
  * Fixed: only a submittable that stops mid-way (`cursorOf`) counts as an open cursor; one that
  * runs to its end (a `pg.Query`) is put in its view's turn until node-postgres says it ended
- * (`endOf`, lib/data-layers/submitted-end.ts).
+ * (`endOf`, lib/transaction/submitted-end.ts).
  */
 import { Body, Controller, Inject, Module, Post } from '@nestjs/common';
 import { once } from 'node:events';

@@ -50,6 +50,13 @@
  * Query's `handleReadyForQuery`, or the client's `activeQuery` cleared), not when its promise
  * settles (a submittable too, from its hand-off to node-postgres); or, for a statement that rejected with node-postgres' read timeout, keep waiting
  * for the client's next ReadyForQuery before the library's own statements' deadline starts.
+ *
+ * Fixed: a statement rejected with node-postgres' read timeout counts as running on until its
+ * client's next ReadyForQuery (`stillRunningAfter`, `readyForNext`); a submittable that runs
+ * to its end by itself (a `pg.Query`, not a cursor or stream: `runsToItsEnd`) counts from its
+ * hand-off until node-postgres tells it ended (`endOf`): lib/transaction/still-running.ts,
+ * request-transaction.ts `runningOnConnection` / `handOver`. The answer's statements wait for
+ * them before their deadline starts, and the heartbeat runs meanwhile.
  */
 import { Controller, HttpCode, Module, Post, Query } from '@nestjs/common';
 import pg, { type Pool } from 'pg';
@@ -155,7 +162,7 @@ describe('adversary 82 pool: a statement given up on through query_timeout makes
     });
   }, 60_000);
 
-  it.skip('a statement given up on through query_timeout is waited for, never a 503 (Not fixed (round 82): found by review)', async () => {
+  it('a statement given up on through query_timeout is waited for, never a 503', async () => {
     expect(await scenario('bounded')).toEqual({
       first: '201 bounded1',
       retried: '201 bounded1',
@@ -164,7 +171,7 @@ describe('adversary 82 pool: a statement given up on through query_timeout makes
     });
   }, 60_000);
 
-  it.skip('a node-postgres Query left running is waited for, never a 503 (Not fixed (round 82): found by review)', async () => {
+  it('a node-postgres Query left running is waited for, never a 503', async () => {
     expect(await scenario('query')).toEqual({
       first: '201 query1',
       retried: '201 query1',
