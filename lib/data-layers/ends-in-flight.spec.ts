@@ -1,4 +1,4 @@
-import { EndsInFlight, settledWithin } from './ends-in-flight.js';
+import { EndsInFlight, idleSpent, settledWithin, settledWithinIdle } from './ends-in-flight.js';
 
 describe('EndsInFlight', () => {
   it.each([
@@ -40,5 +40,55 @@ describe('settledWithin', () => {
     const started = Date.now();
     await settledWithin(ends as Promise<unknown>[], 50);
     expect(Date.now() - started >= 45 ? 'bound' : 'settled').toBe(expected);
+  });
+});
+
+describe("idleSpent: an end's wait counts only outside its code's statements (adversary 82)", () => {
+  it.each<[string, number, number, boolean, number]>([
+    ['none running: counted', 100, 50, false, 150],
+    // Queued behind a slow statement of its code: the handler's time.
+    ['one running: not counted', 100, 50, true, 100],
+    ['from nothing', 0, 25, false, 25],
+  ])('%s', (_name, spent, elapsed, busy, expected) => {
+    expect(idleSpent(spent, elapsed, busy)).toBe(expected);
+  });
+});
+
+describe('settledWithinIdle', () => {
+  it.each<[string, Promise<unknown>[], boolean, 'settled' | 'bound' | 'waiting']>([
+    ['none', [], false, 'settled'],
+    [
+      'one never settles, nothing of its code running: the bound',
+      [new Promise(() => undefined)],
+      false,
+      'bound',
+    ],
+    // Behind a statement of its code that runs on: its bound has not started.
+    [
+      'one never settles, a statement of its code running',
+      [new Promise(() => undefined)],
+      true,
+      'waiting',
+    ],
+  ])('%s: %s', async (_case, ends, running, expected) => {
+    let busy = running;
+    const started = Date.now();
+    const waited = settledWithinIdle(ends, 50, () => busy);
+    const outcome = await Promise.race([
+      waited.then(() => (Date.now() - started >= 45 ? 'bound' : 'settled')),
+      new Promise<'waiting'>((resolve) => setTimeout(() => resolve('waiting'), 300)),
+    ]);
+    expect(outcome).toBe(expected);
+    // Its code's statements done: the bound runs, and no timer is left behind.
+    busy = false;
+    await waited;
+  });
+
+  it("counts the time once its code's statements are done", async () => {
+    let busy = true;
+    setTimeout(() => (busy = false), 100);
+    const started = Date.now();
+    await settledWithinIdle([new Promise(() => undefined)], 50, () => busy);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(140);
   });
 });

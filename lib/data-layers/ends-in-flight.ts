@@ -49,3 +49,55 @@ export function settledWithin(ends: readonly Promise<unknown>[], ms: number): Pr
   const all = Promise.all(ends.map((end) => end.catch(() => undefined))).then(() => undefined);
   return Promise.race([all, bound]).finally(() => clearTimeout(timer));
 }
+
+/**
+ * The time an end's wait has spent that counts against the commit's deadline, after `elapsed`
+ * more milliseconds: only time in which none of its code's statements ran on the connection
+ * (`busy` at the start of that stretch) counts. An end queued behind one of them (a `COMMIT`
+ * sent pipelined behind a slow `INSERT`) waits for it as node-postgres runs them, and that
+ * wait is the handler's, bounded as its statements are (`statement_timeout`), as the
+ * library's own statements at the end wait for them (adversary 82).
+ */
+export function idleSpent(spent: number, elapsed: number, busy: boolean): number {
+  return busy ? spent : spent + elapsed;
+}
+
+/** How often `settledWithinIdle` looks whether its code's statements run (ms, at most). */
+const IDLE_TICK_MS = 25;
+
+/**
+ * Settles once every one of `ends` has settled, or once `ms` of time in which none of its
+ * code's statements ran on the connection (`busy()` false: see `idleSpent`) has passed: the
+ * request's commit waits for the ends its code called before answering, but no longer than
+ * its own deadline counted outside the handler's statements (what is still on its way then
+ * is judged open). Looked at every `IDLE_TICK_MS` at most, so the bound is `ms` plus a tick.
+ */
+export function settledWithinIdle(
+  ends: readonly Promise<unknown>[],
+  ms: number,
+  busy: () => boolean,
+): Promise<void> {
+  if (!Number.isFinite(ms)) return settledWithin(ends, ms);
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = false;
+  const bound = new Promise<void>((resolve) => {
+    let spent = 0;
+    let last = Date.now();
+    let wasBusy = busy();
+    const look = () => {
+      if (stopped) return;
+      const now = Date.now();
+      spent = idleSpent(spent, now - last, wasBusy);
+      last = now;
+      wasBusy = busy();
+      if (spent >= ms) return resolve();
+      timer = setTimeout(look, Math.min(IDLE_TICK_MS, ms - spent));
+    };
+    timer = setTimeout(look, Math.min(IDLE_TICK_MS, ms));
+  });
+  const all = Promise.all(ends.map((end) => end.catch(() => undefined))).then(() => undefined);
+  return Promise.race([all, bound]).finally(() => {
+    stopped = true;
+    clearTimeout(timer);
+  });
+}

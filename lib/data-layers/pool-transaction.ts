@@ -46,7 +46,7 @@ import {
 } from '../transaction/request-transaction.js';
 import { type PoolJoin } from '../transaction/transaction-scope.js';
 import { closesOnTheWire, cursorOf } from './open-streams.js';
-import { EndsInFlight, settledWithin } from './ends-in-flight.js';
+import { EndsInFlight, settledWithinIdle } from './ends-in-flight.js';
 import { endOf } from '../transaction/submitted-end.js';
 import { forwardEvents, listenTextOf, ViewListener } from './view-listener.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
@@ -255,7 +255,12 @@ export class PoolTransaction extends RequestTransaction {
    * The request's commit is called after the nested transactions' ends its code called before
    * answering without awaiting them (`client.query('COMMIT')` then `return`): node-postgres
    * would run those first, so it waits for them (at most its deadline) before judging what
-   * was left open.
+   * was left open. Its deadline counts only time in which none of its code's statements runs
+   * on the connection (`settledWithinIdle`): an end queued behind one of them (`BEGIN`, a
+   * slow `INSERT`, `COMMIT`, sent pipelined) waits for it, and that wait is the handler's,
+   * bounded as its statements are (`statement_timeout`), as for the library's own statements
+   * at the end (`codeStatementsDone`); counted from the commit's call, the end was judged left
+   * open behind a statement slower than the deadline, on every try (adversary 82).
    */
   override commitWith(statement: FencedStatement): Promise<boolean> {
     return this.afterEndsInFlight(() => super.commitWith(statement));
@@ -268,7 +273,7 @@ export class PoolTransaction extends RequestTransaction {
   private afterEndsInFlight<T>(commit: () => Promise<T>): Promise<T> {
     const ends = this.endsInFlight.before();
     if (ends.length === 0 || this.ended) return commit();
-    return settledWithin(ends, this.timeoutMs).then(commit);
+    return settledWithinIdle(ends, this.timeoutMs, () => this.codeStatementsRunning).then(commit);
   }
 
   /** TypeORM's manager is not there on a pool: the data layer's own client joins instead. */
