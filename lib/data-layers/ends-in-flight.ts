@@ -77,7 +77,9 @@ export function settledWithinIdle(
   ms: number,
   busy: () => boolean,
 ): Promise<void> {
-  if (!Number.isFinite(ms)) return settledWithin(ends, ms);
+  const all = Promise.all(ends.map((end) => end.catch(() => undefined))).then(() => undefined);
+  // No deadline: the ends alone (a timer of Infinity would fire at once).
+  if (!Number.isFinite(ms)) return all;
   let timer: NodeJS.Timeout | undefined;
   let stopped = false;
   const bound = new Promise<void>((resolve) => {
@@ -95,7 +97,6 @@ export function settledWithinIdle(
     };
     timer = setTimeout(look, Math.min(IDLE_TICK_MS, ms));
   });
-  const all = Promise.all(ends.map((end) => end.catch(() => undefined))).then(() => undefined);
   return Promise.race([all, bound]).finally(() => {
     stopped = true;
     clearTimeout(timer);
