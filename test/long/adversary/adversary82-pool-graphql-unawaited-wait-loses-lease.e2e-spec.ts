@@ -37,6 +37,10 @@
  * Suggested fix: as for HTTP: in run-field.ts (and the job and task runners) stop the heartbeat
  * through `transaction.afterCodeStatements(stopHeartbeat)` on the success path, not when the
  * resolver settles.
+ *
+ * Fixed: the heartbeat a transaction's owner stops as its code settles runs on until the
+ * statements that code left running are done, for every surface (LeaseRenewals.heartbeat,
+ * lib/claim/lease-renewals.ts `heartbeatStop`), found and fixed apart by the hbsettle fixer.
  */
 import { Module } from '@nestjs/common';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
@@ -149,7 +153,7 @@ describe('adversary 82 pool: a GraphQL mutation loses its lease while its left-r
     });
   }, 60_000);
 
-  it.skip('a statement left running never costs the lease (Not fixed (round 82): found by review)', async () => {
+  it('a statement left running never costs the lease', async () => {
     expect(await scenario('unawaited')).toEqual({
       first: 'unawaited1',
       retried: 'key_in_progress',
