@@ -1,4 +1,4 @@
-import { EndsInFlight, idleSpent, settledWithin, settledWithinIdle } from './ends-in-flight.js';
+import { EndsInFlight, idleSpent, settledWithinIdle } from './ends-in-flight.js';
 
 describe('EndsInFlight', () => {
   it.each([
@@ -31,18 +31,6 @@ describe('EndsInFlight', () => {
   });
 });
 
-describe('settledWithin', () => {
-  it.each([
-    ['none', [], 'settled'],
-    ['all settled (one failed)', [Promise.resolve(), Promise.reject(new Error('x'))], 'settled'],
-    ['one never settles: the bound', [Promise.resolve(), new Promise(() => undefined)], 'bound'],
-  ])('%s: %s', async (_case, ends, expected) => {
-    const started = Date.now();
-    await settledWithin(ends as Promise<unknown>[], 50);
-    expect(Date.now() - started >= 45 ? 'bound' : 'settled').toBe(expected);
-  });
-});
-
 describe("idleSpent: an end's wait counts only outside its code's statements (adversary 82)", () => {
   it.each<[string, number, number, boolean, number]>([
     ['none running: counted', 100, 50, false, 150],
@@ -55,8 +43,15 @@ describe("idleSpent: an end's wait counts only outside its code's statements (ad
 });
 
 describe('settledWithinIdle', () => {
+  // Which came first is what it says, not read off a clock: a loaded machine's timers are late.
   it.each<[string, Promise<unknown>[], boolean, 'settled' | 'bound' | 'waiting']>([
     ['none', [], false, 'settled'],
+    [
+      'all settled (one failed)',
+      [Promise.resolve(), Promise.reject(new Error('x'))],
+      false,
+      'settled',
+    ],
     [
       'one never settles, nothing of its code running: the bound',
       [new Promise(() => undefined)],
@@ -70,13 +65,12 @@ describe('settledWithinIdle', () => {
       true,
       'waiting',
     ],
-  ])('%s: %s', async (_case, ends, running, expected) => {
+  ])('%s', async (_case, ends, running, expected) => {
     let busy = running;
-    const started = Date.now();
     const waited = settledWithinIdle(ends, 50, () => busy);
     const outcome = await Promise.race([
-      waited.then(() => (Date.now() - started >= 45 ? 'bound' : 'settled')),
-      new Promise<'waiting'>((resolve) => setTimeout(() => resolve('waiting'), 300)),
+      waited,
+      new Promise<'waiting'>((resolve) => setTimeout(() => resolve('waiting'), 1_000)),
     ]);
     expect(outcome).toBe(expected);
     // Its code's statements done: the bound runs, and no timer is left behind.
@@ -88,7 +82,13 @@ describe('settledWithinIdle', () => {
     let busy = true;
     setTimeout(() => (busy = false), 100);
     const started = Date.now();
-    await settledWithinIdle([new Promise(() => undefined)], 50, () => busy);
+    expect(await settledWithinIdle([new Promise(() => undefined)], 50, () => busy)).toBe('bound');
     expect(Date.now() - started).toBeGreaterThanOrEqual(140);
+  });
+
+  it('no deadline: the ends alone', async () => {
+    expect(
+      await settledWithinIdle([Promise.resolve()], Number.POSITIVE_INFINITY, () => false),
+    ).toBe('settled');
   });
 });

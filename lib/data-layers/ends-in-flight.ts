@@ -37,20 +37,6 @@ export class EndsInFlight {
 }
 
 /**
- * Settles once every one of `ends` has settled, or after `ms`, whichever comes first: the
- * request's commit waits for the ends its code called before answering, but no longer than
- * its own deadline (what is still on its way then is judged open).
- */
-export function settledWithin(ends: readonly Promise<unknown>[], ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  const bound = new Promise<void>((resolve) => {
-    timer = setTimeout(resolve, ms);
-  });
-  const all = Promise.all(ends.map((end) => end.catch(() => undefined))).then(() => undefined);
-  return Promise.race([all, bound]).finally(() => clearTimeout(timer));
-}
-
-/**
  * The time an end's wait has spent that counts against the commit's deadline, after `elapsed`
  * more milliseconds: only time in which none of its code's statements ran on the connection
  * (`busy` at the start of that stretch) counts. An end queued behind one of them (a `COMMIT`
@@ -71,18 +57,21 @@ const IDLE_TICK_MS = 25;
  * request's commit waits for the ends its code called before answering, but no longer than
  * its own deadline counted outside the handler's statements (what is still on its way then
  * is judged open). Looked at every `IDLE_TICK_MS` at most, so the bound is `ms` plus a tick.
+ * Says which came first: `settled` (every end) or `bound`.
  */
 export function settledWithinIdle(
   ends: readonly Promise<unknown>[],
   ms: number,
   busy: () => boolean,
-): Promise<void> {
-  const all = Promise.all(ends.map((end) => end.catch(() => undefined))).then(() => undefined);
+): Promise<'settled' | 'bound'> {
+  const all = Promise.all(ends.map((end) => end.catch(() => undefined))).then(
+    () => 'settled' as const,
+  );
   // No deadline: the ends alone (a timer of Infinity would fire at once).
   if (!Number.isFinite(ms)) return all;
   let timer: NodeJS.Timeout | undefined;
   let stopped = false;
-  const bound = new Promise<void>((resolve) => {
+  const bound = new Promise<'bound'>((resolve) => {
     let spent = 0;
     let last = Date.now();
     let wasBusy = busy();
@@ -92,7 +81,7 @@ export function settledWithinIdle(
       spent = idleSpent(spent, now - last, wasBusy);
       last = now;
       wasBusy = busy();
-      if (spent >= ms) return resolve();
+      if (spent >= ms) return resolve('bound');
       timer = setTimeout(look, Math.min(IDLE_TICK_MS, ms - spent));
     };
     timer = setTimeout(look, Math.min(IDLE_TICK_MS, ms));
