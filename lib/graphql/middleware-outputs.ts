@@ -98,7 +98,7 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
           // Each member in a list marked with its index before GraphQL completes it.
           const mark = (value: unknown) => {
             try {
-              indexItems(graphql, schema, context, field.type, value);
+              indexItems(graphql, schema, context, field.type, value, field.name);
             } catch {
               // Unmarked: its members are noted at the list's path, as graphql-js tells it.
             }

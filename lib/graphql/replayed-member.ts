@@ -75,6 +75,23 @@ export function answerMembersOf(schema: GraphQLSchema | undefined): void {
   }
 }
 
+/**
+ * Where the object `resolveType()` is told about sits in the answer, from the path its driver
+ * gives (`given`): graphql-jit gives a list item's own path, its indexes in it (it ends in a
+ * number), taken as it is; graphql-js gives the list field's (it ends in the field's response
+ * key), to which the item's indexes are added (`indexes`: see item-indexes.ts). Undefined where
+ * the item's place cannot be told (an object at more than one place of the output): nothing is
+ * noted rather than a member at another item's place (a replay then asks the app's own).
+ */
+export function memberPath(
+  given: readonly (string | number)[],
+  indexes: () => readonly number[] | undefined,
+): (string | number)[] | undefined {
+  if (typeof given[given.length - 1] === 'number') return [...given];
+  const own = indexes();
+  return own && [...given, ...own];
+}
+
 /** The abstract types whose `resolveType()` is the wrapper's (they had one of the app's). */
 const answeredByWrapper = new WeakSet<object>();
 
@@ -88,9 +105,13 @@ function answerFirst(type: GraphQLAbstractType): void {
     const member = marked?.[REPLAYED_MEMBER] ?? marked?.[REPLAYED_MEMBER_KEY];
     if (typeof member !== 'string') {
       const told = own(source, context, info, abstract);
-      // At a mutation's first answer, under field middleware: stored with its output.
-      // A list's item at its own path (graphql-js gives the list field's).
-      noteMember(context, [...pathOf(info), ...itemIndexes(context, source)], told);
+      // At a mutation's first answer, under field middleware: stored with its output, at the
+      // item's own place (see `memberPath`).
+      const given = pathOf(info);
+      const place = memberPath(given, () =>
+        itemIndexes(context, source, (info as { fieldName?: string }).fieldName ?? '', given),
+      );
+      if (place) noteMember(context, place, told);
       return told;
     }
     // Read, then taken off: the member's own resolvers (a @ResolveField() reading its

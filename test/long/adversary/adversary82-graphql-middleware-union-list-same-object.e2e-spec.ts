@@ -63,6 +63,13 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * order graphql-js completes them, per list field), or read the member when the hook stores
  * the output, from the answer's items and the first answer's `resolveType()` per path; at the
  * least, where an object sits at more than one place, note it at each.
+ *
+ * Fixed: the middleware wrapper notes each member item's places by the list field that holds
+ * it, in the order graphql-js completes them (`indexItems`, lib/graphql/item-indexes.ts); the
+ * `resolveType()` wrapper takes the n-th place for the n-th time the item is told at that
+ * list's path (`itemIndexes`), so an object twice in a list, or in two lists, is noted at each
+ * of its places; where the places cannot be told apart (the same object under one field of two
+ * parents) nothing is noted rather than another item's place (lib/graphql/replayed-member.ts).
  */
 let pool: Pool;
 
@@ -194,7 +201,7 @@ describe('adversary 82: the same object twice in union lists behind field middle
     expect(again.body).toEqual({ ...first.body, extensions: replayed });
   });
 
-  it.skip('a payee twice in one list: the replay answers the first answer (Not fixed (round 82): found by review)', async () => {
+  it('a payee twice in one list: the replay answers the first answer', async () => {
     const query = `mutation { createTransfer { id payees ${MEMBERS} } }`;
     const first = await post('adv82-same-twice', query);
     expect(first.body).toEqual({
@@ -210,7 +217,7 @@ describe('adversary 82: the same object twice in union lists behind field middle
     expect(again.body).toEqual({ ...first.body, extensions: replayed });
   });
 
-  it.skip('the same payees in two lists: the replay answers the first answer (Not fixed (round 82): found by review)', async () => {
+  it('the same payees in two lists: the replay answers the first answer', async () => {
     const query = `mutation { createTransfer { id recent ${MEMBERS} favourites ${MEMBERS} } }`;
     const first = await post('adv82-same-two-lists', query);
     expect(first.body).toEqual({
