@@ -7,6 +7,7 @@ import {
   type GraphQLResolveInfo,
   type GraphQLSchema,
 } from 'graphql';
+import { completedOutput } from './completed-output.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { indexItems } from './item-indexes.js';
 import { noteOwnLocated } from './jit-located.js';
@@ -91,8 +92,12 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
             fragments: info.fragments,
             variables: info.variableValues,
           };
-          noteMiddlewarePath(context, path, named, (value, memberAt) =>
-            namesInside(graphql, selection, field.type, value, memberAt),
+          noteMiddlewarePath(
+            context,
+            path,
+            named,
+            (value, memberAt) => namesInside(graphql, selection, field.type, value, memberAt),
+            (value, memberAt) => completedOutput(graphql, selection, field.type, value, memberAt),
           );
           const given = own.call(this, source, args, context, info);
           // Each member in a list marked with its index before GraphQL completes it.

@@ -10,6 +10,7 @@ import {
   noteMiddlewarePath,
   noteReplayedOutputs,
   nullingError,
+  nulledAncestor,
   outputAt,
   storedKeyFor,
   outputsIn,
@@ -386,8 +387,70 @@ describe('nullingError', () => {
       path: ['t', 'meta', 'label'],
       errors: [rates],
     },
+    {
+      name: "the whole data nulled by the mutation's own field's error (non-null mutation)",
+      data: null,
+      path: ['t', 'meta', 'label'],
+      errors: [rates],
+      expected: 'meta.rate',
+    },
+    {
+      name: 'the whole data nulled by another root field: no error under the mutation',
+      data: null,
+      path: ['t', 'meta', 'label'],
+      errors: [],
+    },
   ])('$name', ({ data, path, errors, expected }) => {
     expect(nullingError(data, ['t'], path, located(errors))).toBe(expected);
+  });
+
+  it.each<{ name: string; data: unknown; path: AnswerPath; expected?: number }>([
+    { name: 'the whole data', data: null, path: ['t', 'label'], expected: 0 },
+    { name: "the mutation's field", data: { t: null }, path: ['t', 'label'], expected: 1 },
+    { name: 'a parent under it', data: { t: { m: null } }, path: ['t', 'm', 'x'], expected: 2 },
+    { name: 'none: a value there', data: { t: { label: 'A' } }, path: ['t', 'label'] },
+    { name: 'none: not selected', data: { t: {} }, path: ['t', 'label'] },
+  ])('nulledAncestor: $name', ({ data, path, expected }) => {
+    expect(nulledAncestor(data, path)).toBe(expected);
+  });
+
+  it.each<{
+    name: string;
+    errors: AnsweredError[];
+    remade: Record<string, unknown>;
+    expected: StoredOutputs;
+  }>([
+    {
+      name: 'another root field nulled the data: each output made again',
+      errors: [{ message: 'mail down', path: ['notify'] }],
+      remade: { label: 'FIRST', secret: 'S' },
+      expected: { outputs: { label: 'FIRST', secret: 'S' } },
+    },
+    {
+      name: 'an error under the mutation nulled it: its own output null, the other made again',
+      errors: [{ message: 'no', path: ['t', 'secret'] }],
+      remade: { label: 'FIRST', secret: 'S' },
+      expected: {
+        outputs: { label: 'FIRST', secret: null },
+        errors: { secret: { message: 'no' } },
+      },
+    },
+    {
+      name: 'one that cannot be made again: nulled by the error under the mutation',
+      errors: [{ message: 'no', path: ['t', 'secret'] }],
+      remade: {},
+      expected: {
+        outputs: { secret: null },
+        errors: { secret: { message: 'no' } },
+        nulled: { label: 'secret' },
+      },
+    },
+  ])('outputsIn, the whole data nulled: $name', ({ errors, remade, expected }) => {
+    const paths: AnswerPath[] = [
+      ['t', 'label'],
+      ['t', 'secret'],
+    ];
+    expect(outputsIn(null, ['t'], paths, {}, errors, {}, remade)).toEqual(expected);
   });
 
   it('outputsIn stores the nulled field with the error that nulled it', () => {

@@ -67,7 +67,19 @@ interface FirstAnswer {
   results: Map<string, unknown>;
   /** The named keys inside each output, read from it at the hook (see `InsideNames`). */
   inside: Map<string, InsideNames>;
+  /** Each output made again from its middleware's result (see `RemadeOutput`), by key. */
+  remade: Map<string, RemadeOutput>;
 }
+
+/**
+ * A middleware field's output as GraphQL completed it, made again from its middleware's
+ * result (see completed-output.ts), where the answer's `data` lost it; `memberAt` as for
+ * `InsideNames`. Undefined where it cannot be made so.
+ */
+export type RemadeOutput = (
+  result: unknown,
+  memberAt: (key: string) => string | undefined,
+) => { value: unknown } | undefined;
 
 /**
  * The named keys of the fields inside a middleware field's output `value`, by their path under
@@ -139,6 +151,7 @@ export function awaitOutputs(
     complete,
     results: new Map(),
     inside: new Map(),
+    remade: new Map(),
   };
   (target[FIRST] ??= []).push(id === undefined ? first : { ...first, id });
 }
@@ -163,12 +176,14 @@ export function noteMiddlewarePath(
   path: AnswerPath,
   named?: () => readonly string[] | undefined,
   inside?: InsideNames,
+  remade?: RemadeOutput,
 ): void {
   let steps: readonly string[] | undefined;
   for (const first of noted(context)?.[FIRST] ?? []) {
     const key = relativeKey(first.root, path);
     if (key === undefined) continue;
     first.paths.push(path);
+    if (remade) first.remade.set(key, remade);
     steps ??= named?.();
     if (steps?.length !== path.length) continue;
     first.named[key] = namedKey(steps, first.root);
@@ -232,6 +247,7 @@ export function outputsIn(
   members: Readonly<Record<string, string>>,
   errors: readonly AnsweredError[] = [],
   named: Readonly<Record<string, string>> = {},
+  remade: Readonly<Record<string, unknown>> = {},
 ): StoredOutputs {
   const located = errors.flatMap((error) => {
     const key = error.path && relativeKey(root, error.path);
@@ -247,6 +263,10 @@ export function outputsIn(
     // Not in the answer, its parent null by an error at or under it (a middleware's null on a
     // non-null field): the error is its answer, which nulls the same parent on a replay.
     else if (located.some((each) => isAtOrUnder(each.key, key))) outputs[key] = null;
+    // Completed, but lost from `data` by a null above the mutation's field (another root
+    // field's error, or one under it that reached the root): made again from the middleware's
+    // result, where that can be sure; GraphQL's own completion answers the same again.
+    else if (Object.prototype.hasOwnProperty.call(remade, key)) outputs[key] = remade[key];
     else {
       const by = nullingError(data, root, path, located);
       if (by !== undefined) nulled[key] = by;
@@ -298,14 +318,30 @@ export function nullingError(
   path: AnswerPath,
   located: readonly { key: string; error: AnsweredError }[],
 ): string | undefined {
-  for (let end = path.length - 1; end >= root.length; end--) {
-    if (dataAt(data, path.slice(0, end)) !== null) continue;
-    const above = relativeKey(root, path.slice(0, end), false)!;
-    const found = located.find(
-      ({ key, error }) =>
-        (above === '' || isAtOrUnder(key, above)) && (dataAt(data, error.path!) ?? null) === null,
-    );
-    return found?.key;
+  const end = nulledAncestor(data, path);
+  if (end === undefined) return undefined;
+  // Above the mutation's field (the whole `data`, nulled by a non-null root field): an error
+  // under the mutation's field nulled it only where one is there.
+  const above = end <= root.length ? '' : relativeKey(root, path.slice(0, end), false)!;
+  const found = located.find(
+    ({ key, error }) =>
+      (above === '' || isAtOrUnder(key, above)) && (dataAt(data, error.path!) ?? null) === null,
+  );
+  return found?.key;
+}
+
+/**
+ * How many steps of `path` lead to its nearest ancestor that is null in `data` (0: `data`
+ * itself), where `path` has no value; undefined where none is (a field not selected there).
+ * graphql-js nulls the nearest nullable ancestor of an error's field, and all under it is
+ * gone: that ancestor is the first null met going down.
+ */
+export function nulledAncestor(data: unknown, path: AnswerPath): number | undefined {
+  let at: unknown = data;
+  for (let end = 0; end < path.length; end++) {
+    if (at === null) return end;
+    if (typeof at !== 'object' || at === undefined) return undefined;
+    at = (at as Record<string | number, unknown>)[path[end]];
   }
   return undefined;
 }
@@ -373,13 +409,40 @@ export async function storeOutputsOf(
   if (!target || !firsts?.length) return;
   target[FIRST] = [];
   await Promise.all(
-    firsts.map((first) => {
+    firsts.map(async (first) => {
       nameInside(first, data);
+      const remade = await remadeOutputs(first, data);
       return first
-        .complete(outputsIn(data, first.root, first.paths, first.members, errors, first.named))
+        .complete(
+          outputsIn(data, first.root, first.paths, first.members, errors, first.named, remade),
+        )
         .catch(() => undefined);
     }),
   );
+}
+
+/**
+ * The outputs of `first` that GraphQL completed but the answer's `data` lost, an ancestor
+ * above the mutation's field nulled (another root field's error: see `RemadeOutput`), by key.
+ */
+async function remadeOutputs(first: FirstAnswer, data: unknown): Promise<Record<string, unknown>> {
+  const remade: Record<string, unknown> = {};
+  const lost = nulledAncestor(data, first.root);
+  if (lost === undefined) return remade;
+  for (const path of first.paths) {
+    const key = relativeKey(first.root, path);
+    const remake = key === undefined ? undefined : first.remade.get(key);
+    if (key === undefined || !remake || !first.results.has(key)) continue;
+    try {
+      const made = remake(await first.results.get(key), (under) =>
+        under === '' ? first.members[key] : first.members[`${key}.${under}`],
+      );
+      if (made) remade[key] = made.value;
+    } catch {
+      // Its middleware's result failed: GraphQL answered an error, which is stored.
+    }
+  }
+  return remade;
 }
 
 /** Notes a replayed mutation's stored outputs (or that they are pending) on its operation. */

@@ -64,6 +64,14 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * `data`; or, where the whole `data` is null, treat the root as the nulled ancestor (store the
  * output or a `nulled` mark of its own), and never answer `field_not_stored` for a field the
  * first call selected.
+ *
+ * Fixed: where the answer's `data` lost the mutation's field (a null above it: the whole
+ * `data`), the answer hook makes each middleware output again from its middleware's result as
+ * GraphQL completed it (`completedOutput`, lib/graphql/completed-output.ts: by the response
+ * keys selected, each scalar serialized, only where each field under it is read from its
+ * parent's property and each member was noted; `remadeOutputs`, lib/graphql/output-paths.ts);
+ * an output that cannot be made so is marked nulled by an error under the mutation that reached
+ * the root (`nullingError` now looks above the mutation's field, `nulledAncestor`).
  */
 let pool: Pool;
 let notifyFails = true;
@@ -178,7 +186,7 @@ describe('adversary 82: a middleware output whose whole data was nulled by anoth
     });
   });
 
-  it.skip('notify down at the first call: the retry answers the order made (Not fixed (round 82): found by review)', async () => {
+  it('notify down at the first call: the retry answers the order made', async () => {
     notifyFails = true;
     const first = await post('adv82-root-down', QUERY);
     expect(first.body).toEqual({
@@ -195,7 +203,7 @@ describe('adversary 82: a middleware output whose whole data was nulled by anoth
     });
   });
 
-  it.skip('a non-null mutation nulled by its own sibling: the retry answers the first answer (Not fixed (round 82): found by review)', async () => {
+  it('a non-null mutation nulled by its own sibling: the retry answers the first answer', async () => {
     const query = 'mutation { placeOrder { id label secret } }';
     const first = await post('adv82-root-sibling', query);
     expect(first.body).toEqual({
