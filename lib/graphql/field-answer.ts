@@ -93,6 +93,8 @@ export interface DataAnswer {
   errors?: Record<string, StoredFieldError>;
   /** Each output's key by its named key (field names and arguments: named-path.ts). */
   names?: Record<string, string>;
+  /** The named keys `names` does not point to (another alias of a field), by key. */
+  told?: Record<string, string>;
   /** The middleware fields nulled from above, each the key of the error that nulled it. */
   nulled?: Record<string, string>;
 }
@@ -154,6 +156,7 @@ export function encodeAnswer(answer: FieldAnswer): StoredResponse {
           ...(answer.members ? { members: answer.members } : {}),
           ...(answer.errors ? { errors: answer.errors } : {}),
           ...(answer.names ? { names: answer.names } : {}),
+          ...(answer.told ? { told: answer.told } : {}),
           ...(answer.nulled ? { nulled: answer.nulled } : {}),
         })
       : JSON.stringify({ error: answer.error });
@@ -175,16 +178,18 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
   }
   if (typeof parsed !== 'object' || parsed === null) return undefined;
   if ('data' in parsed) {
-    const { format, pending, outputsLost, outputs, members, errors, names, nulled } = parsed as {
-      format?: unknown;
-      pending?: unknown;
-      outputsLost?: unknown;
-      outputs?: unknown;
-      members?: unknown;
-      errors?: unknown;
-      names?: unknown;
-      nulled?: unknown;
-    };
+    const { format, pending, outputsLost, outputs, members, errors, names, told, nulled } =
+      parsed as {
+        format?: unknown;
+        pending?: unknown;
+        outputsLost?: unknown;
+        outputs?: unknown;
+        members?: unknown;
+        errors?: unknown;
+        names?: unknown;
+        told?: unknown;
+        nulled?: unknown;
+      };
     const answer: DataAnswer = {
       kind: 'data',
       data: parsed.data,
@@ -196,6 +201,7 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
     if (isRecord(members)) answer.members = members as Record<string, string>;
     if (isRecord(errors)) answer.errors = errors as Record<string, StoredFieldError>;
     if (isRecord(names)) answer.names = names as Record<string, string>;
+    if (isRecord(told)) answer.told = told as Record<string, string>;
     if (isRecord(nulled)) answer.nulled = nulled as Record<string, string>;
     return answer;
   }

@@ -22,6 +22,7 @@ import {
   noteFirstResult,
   noteMiddlewarePath,
   replayedOutputAt,
+  toldOf,
 } from './output-paths.js';
 import { errorUnder, fieldErrorAgain } from './replayed-field-error.js';
 import { answerAsMember } from './replayed-member.js';
@@ -126,7 +127,7 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
           throw ownLocated(again, context, path);
         }
         const { members, errors, key } = replayed;
-        const names = namesOf(replayed.names);
+        const names = namesOf(replayed.names, replayed.told);
         const value = outputValue(
           { graphql, schema, info, members, errors, field: { key, path }, names },
           field.type,
@@ -245,11 +246,12 @@ interface StoredNames {
   byKey: Readonly<Record<string, string>>;
 }
 
-function namesOf(names: Readonly<Record<string, string>> | undefined): StoredNames | undefined {
+function namesOf(
+  names: Readonly<Record<string, string>> | undefined,
+  told: Readonly<Record<string, string>> | undefined,
+): StoredNames | undefined {
   if (!names) return undefined;
-  const byKey: Record<string, string> = {};
-  for (const [name, key] of Object.entries(names)) byKey[key] ??= name;
-  return { byName: names, byKey };
+  return { byName: names, byKey: told ?? toldOf(names) };
 }
 
 /**

@@ -10,6 +10,7 @@ import {
   noteMiddlewarePath,
   noteReplayedOutputs,
   nullingError,
+  toldOf,
   nulledAncestor,
   outputAt,
   storedKeyFor,
@@ -309,6 +310,7 @@ describe('outputAt, a field under another alias than the first call’s', () => 
         errors: {},
         names: stored.outputs.names,
         named: 'tags',
+        told: { tags: 'tags', 'items.0.t': 'items.0.tags' },
       },
     },
     {
@@ -322,6 +324,7 @@ describe('outputAt, a field under another alias than the first call’s', () => 
         errors: {},
         names: stored.outputs.names,
         named: 'items.0.tags',
+        told: { tags: 'tags', 'items.0.t': 'items.0.tags' },
       },
     },
     // Another field, or no named path (a driver that does not tell the types): not stored.
@@ -342,10 +345,37 @@ describe('outputAt, a field under another alias than the first call’s', () => 
     noteMiddlewarePath(context, ['a', 'colours'], () => ['createOrder', 'tags']);
     noteMiddlewarePath(context, ['a', 'again'], () => ['createOrder', 'tags']);
     await storeOutputsOf(context, { a: { colours: ['RED'], again: ['RED'] } });
-    // Two aliases of one field with the same arguments: either is its output.
+    // Two aliases of one field with the same arguments: the first by its named key, each
+    // told its own (an object output holds what its alias selected).
     expect(completed).toEqual([
-      { outputs: { colours: ['RED'], again: ['RED'] }, names: { tags: 'colours' } },
+      {
+        outputs: { colours: ['RED'], again: ['RED'] },
+        names: { tags: 'colours' },
+        told: { again: 'tags' },
+      },
     ]);
+  });
+
+  it.each<{ name: string; key: string; name2: string; expected: string | undefined }>([
+    {
+      name: 'the second alias of one field: its own output',
+      key: 'b',
+      name2: 'shipping',
+      expected: 'b',
+    },
+    { name: 'the first alias: its own', key: 'a', name2: 'shipping', expected: 'a' },
+    { name: 'another alias: the first', key: 'c', name2: 'shipping', expected: 'a' },
+    {
+      name: "the second's key given to another field: not it",
+      key: 'b',
+      name2: 'other',
+      expected: undefined,
+    },
+  ])('storedKeyFor, two aliases of one object field: $name', ({ key, name2, expected }) => {
+    const outputs: Record<string, unknown> = { a: { street: 'S' }, b: { city: 'P' } };
+    const names = { shipping: 'a' };
+    const has = (at: string) => at in outputs;
+    expect(storedKeyFor(has, key, name2, names, toldOf(names, { b: 'shipping' }))).toBe(expected);
   });
 });
 

@@ -32,6 +32,12 @@ export interface StoredOutputs {
    */
   names?: Record<string, string>;
   /**
+   * The named key of each output (and field inside one) that `names` does not point to: a
+   * field selected under several aliases (`a: shipping { street } b: shipping { city }`), whose
+   * aliases after the first hold outputs of their own (what each selected), by key.
+   */
+  told?: Record<string, string>;
+  /**
    * The middleware fields that ran at the first answer but have no value in it, an ancestor
    * nulled by an error that is not theirs (a sibling's, another item's): the key of that error
    * (stored in `errors`), by the field's `relativeKey`. A replay throws that error again at its
@@ -294,15 +300,19 @@ export function outputsIn(
   const inside = Object.keys(named).filter(
     (key) => !keys.includes(key) && keys.some((output) => isAtOrUnder(key, output)),
   );
+  const told: Record<string, string> = {};
   for (const key of [...keys, ...inside]) {
     const name = named[key];
-    if (name !== undefined && !(name in names)) names[name] = key;
+    if (name === undefined) continue;
+    if (!(name in names)) names[name] = key;
+    else told[key] = name;
   }
   return {
     outputs,
     ...(Object.keys(kept).length > 0 ? { members: kept } : {}),
     ...(Object.keys(failed).length > 0 ? { errors: failed } : {}),
     ...(Object.keys(names).length > 0 ? { names } : {}),
+    ...(Object.keys(told).length > 0 ? { told } : {}),
     ...(Object.keys(nulled).length > 0 ? { nulled } : {}),
   };
 }
@@ -487,6 +497,8 @@ export type OutputAt =
        */
       names?: Readonly<Record<string, string>>;
       named?: string;
+      /** Each stored key's named key (see `StoredOutputs.names` and `told`). */
+      told?: Readonly<Record<string, string>>;
     }
   | { kind: 'unstored' }
   /** No value at the first answer, an ancestor nulled by `error`, at `path` (`nulled`). */
@@ -514,7 +526,8 @@ export function outputAt(
     const steps = named?.();
     const name = steps?.length === path.length ? namedKey(steps, replay.root) : undefined;
     const has = (at: string) => Object.prototype.hasOwnProperty.call(outputs, at);
-    const found = storedKeyFor(has, key, name, names);
+    const told = toldOf(names, replay.outputs.told);
+    const found = storedKeyFor(has, key, name, names, told);
     const by = nulled?.[key];
     if (found === undefined && by !== undefined && errors?.[by]) {
       return { kind: 'nulled', error: errors[by], path: [...replay.root, ...keySteps(by)] };
@@ -531,10 +544,23 @@ export function outputAt(
       key,
       members: members ?? {},
       errors: under,
-      ...(names && name !== undefined ? { names, named: name } : {}),
+      ...(names && name !== undefined ? { names, named: name, told } : {}),
     };
   }
   return undefined;
+}
+
+/**
+ * Each stored key's named key: read back from `names` (the first key of each), and `told` (the
+ * others: see `StoredOutputs.told`), so that a retry of the same aliases answers each its own.
+ */
+export function toldOf(
+  names: Readonly<Record<string, string>> = {},
+  told: Readonly<Record<string, string>> = {},
+): Record<string, string> {
+  const byKey: Record<string, string> = {};
+  for (const [name, key] of Object.entries(names)) byKey[key] ??= name;
+  return { ...byKey, ...told };
 }
 
 /** What a replay in the first answer's own operation answers (see `ReplayedOutputs`). */

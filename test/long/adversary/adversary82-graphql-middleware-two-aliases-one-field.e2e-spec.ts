@@ -54,6 +54,12 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * `told`, from `names`' keys: the first answer's named key of every output, not only the first
  * alias's); look an output up by named key only where the retry's response key has none, and
  * there prefer the stored alias whose output holds the fields the retry selects.
+ *
+ * Fixed: the answer hook stores the named key of every output (and field inside one) that
+ * `names` does not point to, each alias after the first (`told`, lib/graphql/output-paths.ts
+ * `outputsIn`; kept in the stored answer, field-answer.ts); a replay reads each key's named key
+ * from both (`toldOf`) and answers a response key its own output where it was the same field
+ * (`storedKeyFor`), the named key's first alias only where it has none.
  */
 let pool: Pool;
 
@@ -153,7 +159,7 @@ describe('adversary 82: one middleware field under two aliases, each its own sel
     expect(again.body).toEqual({ ...first.body, extensions: replayed });
   });
 
-  it.skip('two aliases, each its own fields: the retry of the operation answers as it did (Not fixed (round 82): found by review)', async () => {
+  it('two aliases, each its own fields: the retry of the operation answers as it did', async () => {
     const query = 'mutation { createOrder { id a: shipping { street } b: shipping { city } } }';
     const first = await post('adv82-aliases-two', query);
     expect(first.body).toEqual({
