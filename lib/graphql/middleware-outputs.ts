@@ -83,7 +83,7 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
         info,
       ) {
         const path = pathOf(info);
-        const named = () => namedStepsOf(graphql, info);
+        const named = () => namedStepsOf(graphql, info, type.name);
         const viaApp = (rootLength: number) => appResolvedBetween(graphql, info, rootLength);
         const replayed = replayedOutputAt(context, path, named, viaApp);
         if (!replayed) {

@@ -1,6 +1,6 @@
 import * as graphql from 'graphql';
 import { type OperationDefinitionNode } from 'graphql';
-import { namedSteps, type PathStep } from './named-path.js';
+import { namedSteps, namedStepsOf, type PathStep } from './named-path.js';
 
 describe('namedSteps', () => {
   const schema = graphql.buildSchema(`
@@ -104,5 +104,41 @@ describe('namedSteps', () => {
       { key: 'tags', typename: 'Order' },
     ];
     expect(named(query, path, { n: 2 })).toEqual(['createOrder', 'tags({"first":2})']);
+  });
+});
+
+describe('namedStepsOf', () => {
+  const schema = graphql.buildSchema(`
+    type Query { ping: Int }
+    type Card { label: String, note: String }
+    type Bank { label: String, note: String }
+    union Method = Card | Bank
+    type Order { methods: [Method] }
+    type Mutation { createOrder: Order }
+  `);
+  const query =
+    'mutation { createOrder { methods { ... on Card { x: label } ... on Bank { x: note } } } }';
+  const operation = graphql.parse(query).definitions[0] as OperationDefinitionNode;
+  // graphql-jit's path: no `typename` at any step.
+  const info = {
+    schema,
+    operation,
+    fragments: {},
+    variableValues: {},
+    path: ['createOrder', 'methods', 0, 'x'].reduce<graphql.GraphQLResolveInfo['path'] | undefined>(
+      (prev, key) => ({ prev, key, typename: undefined }),
+      undefined,
+    ),
+  } as unknown as graphql.GraphQLResolveInfo;
+  it.each<{ name: string; own?: string; expected: string[] | undefined }>([
+    {
+      name: 'a member field, its own type known: that member’s field',
+      own: 'Card',
+      expected: ['createOrder', 'methods', '0', 'label'],
+    },
+    { name: 'the other member', own: 'Bank', expected: ['createOrder', 'methods', '0', 'note'] },
+    { name: 'not known: the members disagree, none', expected: undefined },
+  ])('$name', ({ own, expected }) => {
+    expect(namedStepsOf(graphql, info, own)).toEqual(expected);
   });
 });

@@ -103,15 +103,25 @@ export function argumentsOf(
   }
 }
 
-/** The named steps of the field GraphQL is resolving (see `namedSteps`). */
+/**
+ * The named steps of the field GraphQL is resolving (see `namedSteps`). `own`: the object
+ * type the field is a field of, where the caller knows it (the wrapper put on that type's
+ * field): its step is named by it where the driver tells no `typename` (graphql-jit), so a
+ * field of a union's member is named by that member's selection, not by all members' (which
+ * give up where they select one response key as different fields: adversary 82).
+ */
 export function namedStepsOf(
   graphql: GraphqlModule,
   info: GraphQLResolveInfo,
+  own?: string,
 ): string[] | undefined {
   const path: PathStep[] = [];
   for (let at: GraphQLResolveInfo['path'] | undefined = info.path; at; at = at.prev) {
     path.unshift({ key: at.key, typename: at.typename });
   }
+  const last = path[path.length - 1];
+  if (own !== undefined && last && last.typename === undefined)
+    path[path.length - 1] = { ...last, typename: own };
   const { schema, operation, fragments, variableValues: variables } = info;
   return namedSteps(graphql, { schema, operation, fragments, variables }, path);
 }
