@@ -1,5 +1,5 @@
 import * as graphql from 'graphql';
-import { completedOutput } from './completed-output.js';
+import { completedOutput, readList } from './completed-output.js';
 
 describe('completedOutput', () => {
   const schema = graphql.buildSchema(`
@@ -73,5 +73,30 @@ describe('completedOutput', () => {
       (key) => members[key],
     );
     expect(made).toEqual(expected);
+  });
+});
+
+describe('readList', () => {
+  const list = new graphql.GraphQLList(graphql.GraphQLString);
+  function* tags() {
+    yield 'GIFT';
+    yield 'EXPRESS';
+  }
+  const array = ['A'];
+  it.each<{ name: string; type: graphql.GraphQLOutputType; value: unknown; expected: unknown }>([
+    { name: 'a generator: read once', type: list, value: tags(), expected: ['GIFT', 'EXPRESS'] },
+    {
+      name: 'under non-null',
+      type: new graphql.GraphQLNonNull(list),
+      value: ['x'].values(),
+      expected: ['x'],
+    },
+    { name: 'an array: itself', type: list, value: array, expected: array },
+    { name: 'not a list type: as it is', type: graphql.GraphQLString, value: 'ab', expected: 'ab' },
+    { name: 'null', type: list, value: null, expected: null },
+  ])('$name', ({ type, value, expected }) => {
+    const read = readList(graphql, type, value);
+    expect(read).toEqual(expected);
+    if (Array.isArray(value)) expect(read).toBe(value);
   });
 });

@@ -87,3 +87,19 @@ function typenameNodes(graphql: GraphqlModule, nodes: readonly FieldNode[]): Fie
   }
   return found;
 }
+
+/**
+ * A middleware's result for a field of `type` as GraphQL reads it: a list given as a one-shot
+ * iterable (a generator, an iterator helper's `map`) read into an array once, before GraphQL
+ * completes it, so that the key met again in the same operation, which answers that same
+ * result (`sharedAt`), reads its items too, not a spent iterable (adversary 82); GraphQL reads
+ * the array as it would have read the iterable (what the iterable throws is thrown here,
+ * GraphQL's error at the field alike). Anything else as it is.
+ */
+export function readList(graphql: GraphqlModule, type: GraphQLOutputType, value: unknown): unknown {
+  const at = graphql.isNonNullType(type) ? type.ofType : type;
+  if (!graphql.isListType(at) || Array.isArray(value)) return value;
+  if (typeof value !== 'object' || value === null) return value;
+  const iterate = (value as { [Symbol.iterator]?: unknown })[Symbol.iterator];
+  return typeof iterate === 'function' ? Array.from(value as Iterable<unknown>) : value;
+}

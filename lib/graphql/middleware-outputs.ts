@@ -7,7 +7,7 @@ import {
   type GraphQLResolveInfo,
   type GraphQLSchema,
 } from 'graphql';
-import { completedOutput } from './completed-output.js';
+import { completedOutput, readList } from './completed-output.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { indexItems } from './item-indexes.js';
 import { noteOwnLocated } from './jit-located.js';
@@ -102,7 +102,8 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
           );
           const given = own.call(this, source, args, context, info);
           // Each member in a list marked with its index before GraphQL completes it.
-          const mark = (value: unknown) => {
+          const mark = (raw: unknown) => {
+            const value = readList(graphql, field.type, raw);
             try {
               indexItems(graphql, schema, context, field.type, value, field.name);
             } catch {
@@ -118,7 +119,38 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
           return result;
         }
         // The key twice in one operation: the first answer's middleware result, answered again.
-        if (replayed.kind === 'shared') return replayed.result;
+        if (replayed.kind === 'shared') {
+          const { remade } = replayed;
+          if (!remade) return replayed.result;
+          // As a stored output is answered: what the first call selected, and no more.
+          const answer = (result: unknown) => {
+            const made = remade(result);
+            if (!made) return result;
+            const { key, members } = made;
+            const value = outputValue(
+              {
+                graphql,
+                schema,
+                info,
+                members,
+                errors: {},
+                field: { key, path },
+                names: namesOf(made.names, undefined),
+              },
+              field.type,
+              made.wire,
+              info.fieldNodes,
+              key,
+              made.named,
+            );
+            if (value instanceof Error) throw ownLocated(value, context, path);
+            return value;
+          };
+          const result = replayed.result;
+          return typeof (result as PromiseLike<unknown> | null)?.then === 'function'
+            ? Promise.resolve(result).then(answer)
+            : answer(result);
+        }
         if (replayed.kind === 'pending') throw outputPending(graphql, type.name, field.name);
         if (replayed.kind === 'unstored') throw notStoredField(graphql, type.name, field.name);
         // Nulled from above at the first answer: the error that nulled it, at its place.

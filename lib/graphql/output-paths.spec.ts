@@ -10,6 +10,8 @@ import {
   noteMiddlewarePath,
   noteReplayedOutputs,
   nullingError,
+  nullingPath,
+  nulledKeyFor,
   toldOf,
   nulledAncestor,
   outputAt,
@@ -615,5 +617,55 @@ describe('a stored answer with outputs', () => {
     { kind: 'data' as const, data: { id: 1 } },
   ])('reads back as written: %j', (answer) => {
     expect(decodeAnswer(encodeAnswer(answer))).toEqual({ ...answer, format: 3 });
+  });
+});
+
+describe('a nulled field under another alias', () => {
+  const nulled = { 'meta.label': 'meta.rate' };
+  const names = { 'meta.label': 'meta.label' };
+  it.each<{ name: string; key: string; named?: string; expected?: string }>([
+    { name: 'the same keys', key: 'meta.label', named: 'meta.label', expected: 'meta.label' },
+    {
+      name: 'the field under an alias',
+      key: 'meta.l',
+      named: 'meta.label',
+      expected: 'meta.label',
+    },
+    {
+      name: 'its parent under an alias',
+      key: 'm.label',
+      named: 'meta.label',
+      expected: 'meta.label',
+    },
+    { name: 'no named key: by the response key', key: 'meta.label', expected: 'meta.label' },
+    { name: 'another field under its key', key: 'meta.label', named: 'meta.other' },
+  ])('nulledKeyFor: $name', ({ key, named, expected }) => {
+    expect(nulledKeyFor(nulled, key, named, names, toldOf(names))).toBe(expected);
+  });
+
+  it.each<{ name: string; path: AnswerPath; at: string; by: string; expected: AnswerPath }>([
+    {
+      name: 'the same operation: the first answer’s place',
+      path: ['t', 'meta', 'label'],
+      at: 'meta.label',
+      by: 'meta.rate',
+      expected: ['t', 'meta', 'rate'],
+    },
+    {
+      name: 'the parent under an alias: under the retry’s parent',
+      path: ['t', 'm', 'label'],
+      at: 'meta.label',
+      by: 'meta.rate',
+      expected: ['t', 'm', 'rate'],
+    },
+    {
+      name: 'another item of a list',
+      path: ['t', 'ls', 0, 'label'],
+      at: 'lines.0.label',
+      by: 'lines.1.label',
+      expected: ['t', 'ls', 1, 'label'],
+    },
+  ])('nullingPath: $name', ({ path, at, by, expected }) => {
+    expect(nullingPath(path, at, by)).toEqual(expected);
   });
 });

@@ -292,7 +292,14 @@ export function outputsIn(
     if (key in failed || !(nulling || keys.some((output) => isAtOrUnder(key, output)))) continue;
     const at = dataAt(data, error.path!);
     if (at !== null && at !== undefined) continue;
-    failed[key] = storedError(error, error.message as string, nulling || !keys.includes(key));
+    // Its locations kept where a replay may make it past its own field: not a middleware
+    // field's own, or one inside another's output (thrown by the outer one, whose output the
+    // error nulled).
+    const deeper =
+      nulling ||
+      !keys.includes(key) ||
+      keys.some((output) => output !== key && isAtOrUnder(key, output));
+    failed[key] = storedError(error, error.message as string, deeper);
   }
   // Two aliases of one field with the same arguments: either is its output (the first).
   // The fields inside the outputs too (output-names.ts), each output's own key first.
@@ -301,7 +308,9 @@ export function outputsIn(
     (key) => !keys.includes(key) && keys.some((output) => isAtOrUnder(key, output)),
   );
   const told: Record<string, string> = {};
-  for (const key of [...keys, ...inside]) {
+  // The nulled fields by their named keys too: a retry under other aliases meets the same
+  // error again, never `field_not_stored`.
+  for (const key of [...keys, ...inside, ...Object.keys(nulled)]) {
     const name = named[key];
     if (name === undefined) continue;
     if (!(name in names)) names[name] = key;
@@ -505,7 +514,29 @@ export type OutputAt =
   | { kind: 'nulled'; error: StoredFieldError; path: AnswerPath }
   | { kind: 'pending' }
   /** What the first answer's middleware gave, in this same operation. */
-  | { kind: 'shared'; result: unknown };
+  | {
+      kind: 'shared';
+      result: unknown;
+      /**
+       * The first call's output made again from `result` as GraphQL completed it for the
+       * first call's selection (see `RemadeOutput`), with its key and the members told under
+       * it: answered as a stored output is, so that the second call gets what the first
+       * selected and what a replay of the operation will answer. Undefined where it cannot be
+       * made so: `result` itself.
+       */
+      remade?: (result: unknown) => SharedOutput | undefined;
+    };
+
+/** The first call's output made again for the key met again (see `OutputAt`'s `shared`). */
+export interface SharedOutput {
+  wire: unknown;
+  key: string;
+  members: Readonly<Record<string, string>>;
+  /** The named keys at and inside it (see `StoredOutputs.names`). */
+  names: Readonly<Record<string, string>>;
+  /** The output's own named key. */
+  named?: string;
+}
 
 export function outputAt(
   replays: readonly ReplayedOutputs[],
@@ -528,9 +559,10 @@ export function outputAt(
     const has = (at: string) => Object.prototype.hasOwnProperty.call(outputs, at);
     const told = toldOf(names, replay.outputs.told);
     const found = storedKeyFor(has, key, name, names, told);
-    const by = nulled?.[key];
-    if (found === undefined && by !== undefined && errors?.[by]) {
-      return { kind: 'nulled', error: errors[by], path: [...replay.root, ...keySteps(by)] };
+    const at = found === undefined ? nulledKeyFor(nulled ?? {}, key, name, names, told) : undefined;
+    const by = at === undefined ? undefined : nulled?.[at];
+    if (at !== undefined && by !== undefined && errors?.[by]) {
+      return { kind: 'nulled', error: errors[by], path: nullingPath(path, at, by) };
     }
     if (found === undefined) return { kind: 'unstored' };
     key = found;
@@ -548,6 +580,37 @@ export function outputAt(
     };
   }
   return undefined;
+}
+
+/**
+ * The key of the nulled field (see `StoredOutputs.nulled`) that answers a replayed field at
+ * response key `key` named `name`: by its named key first, then by its response key unless
+ * the first answer knew that key as another field (as `storedKeyFor`).
+ */
+export function nulledKeyFor(
+  nulled: Readonly<Record<string, string>>,
+  key: string,
+  name: string | undefined,
+  names: Readonly<Record<string, string>> = {},
+  told: Readonly<Record<string, string>> = {},
+): string | undefined {
+  const has = (at: string) => Object.prototype.hasOwnProperty.call(nulled, at);
+  return storedKeyFor(has, key, name, names, told);
+}
+
+/**
+ * Where the error `by` that nulled the field stored at `at` is thrown again on a replay whose
+ * field is at `path`: under the ancestor they share, at the replay's own path of it (the
+ * retry may name it under another alias), the error's steps below it as the first answer gave
+ * them.
+ */
+export function nullingPath(path: AnswerPath, at: string, by: string): AnswerPath {
+  const own = keySteps(at);
+  const error = keySteps(by);
+  let shared = 0;
+  while (shared < own.length && shared < error.length && own[shared] === error[shared]) shared++;
+  const above = path.slice(0, path.length - own.length + shared);
+  return [...above, ...error.slice(shared)];
 }
 
 /**
@@ -582,7 +645,37 @@ function sharedAt(
   const same = storedKeyFor((at) => first.results.has(at), key, name, names, first.named);
   return same === undefined
     ? { kind: 'unstored' }
-    : { kind: 'shared', result: first.results.get(same) };
+    : { kind: 'shared', result: first.results.get(same), remade: remadeShared(first, same) };
+}
+
+/** The first call's output at `key` made again (see `OutputAt`'s `shared`). */
+function remadeShared(first: FirstAnswer, key: string) {
+  const remake = first.remade.get(key);
+  if (!remake) return undefined;
+  return (result: unknown) => {
+    try {
+      const made = remake(result, (under) =>
+        under === '' ? first.members[key] : first.members[`${key}.${under}`],
+      );
+      if (!made) return undefined;
+      // The named keys inside it, as the answer hook reads them (see `nameInside`).
+      const own = first.named[key];
+      const names: Record<string, string> = {};
+      const inside = first.inside.get(key);
+      if (own !== undefined) {
+        names[own] = key;
+        const found = inside?.(made.value, (under) =>
+          under === '' ? first.members[key] : first.members[`${key}.${under}`],
+        );
+        for (const [under, name] of Object.entries(found ?? {})) {
+          names[`${own}.${name}`] ??= `${key}.${under}`;
+        }
+      }
+      return { wire: made.value, key, members: { ...first.members }, names, named: own };
+    } catch {
+      return undefined;
+    }
+  };
 }
 
 /**

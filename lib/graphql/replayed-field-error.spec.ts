@@ -1,7 +1,7 @@
 import * as graphql from 'graphql';
 import { ForbiddenException } from '@nestjs/common';
 import { type StoredFieldError } from './field-answer.js';
-import { errorUnder, fieldErrorAgain } from './replayed-field-error.js';
+import { errorUnder, extensionsAgain, fieldErrorAgain } from './replayed-field-error.js';
 
 describe('errorUnder', () => {
   const errors: Record<string, StoredFieldError> = {
@@ -62,5 +62,52 @@ describe('fieldErrorAgain', () => {
     expect(error.locations).toEqual([{ line: 2, column: 5 }]);
     // graphql-js keeps a located error as it is.
     expect(graphql.locatedError(error, [], ['b', 'tags'])).toBe(error);
+  });
+});
+
+describe('extensionsAgain', () => {
+  const http = { status: 429, headers: {} };
+  it.each<{ name: string; stored: StoredFieldError; expected: unknown }>([
+    {
+      name: 'an Apollo status and headers: the headers a Map again',
+      stored: {
+        message: 'quota',
+        extensions: { code: 'RATE_LIMITED', http },
+        thrown: {
+          kind: 'error',
+          message: 'quota',
+          extensions: { code: 'RATE_LIMITED', http: { status: 429 } },
+          httpHeaders: [['retry-after', '30']],
+        },
+      },
+      expected: {
+        code: 'RATE_LIMITED',
+        http: { status: 429, headers: new Map([['retry-after', '30']]) },
+      },
+    },
+    {
+      name: 'no headers: the stored extensions',
+      stored: { message: 'x', extensions: { code: 'X' }, thrown: { kind: 'error', message: 'x' } },
+      expected: { code: 'X' },
+    },
+    { name: 'nothing thrown stored', stored: { message: 'x' }, expected: undefined },
+  ])('$name', ({ stored, expected }) => {
+    expect(extensionsAgain(stored)).toEqual(expected);
+  });
+
+  it('made again under the field: its headers a Map', () => {
+    const error = fieldErrorAgain(
+      graphql,
+      {
+        message: 'quota',
+        extensions: { http: { status: 429, headers: {} } },
+        thrown: { kind: 'error', message: 'quota', httpHeaders: [['retry-after', '30']] },
+      },
+      ['createOrder', 'shipping', 'street'],
+    );
+    expect((error as graphql.GraphQLError).extensions.http).toEqual({
+      status: 429,
+      headers: new Map([['retry-after', '30']]),
+    });
   });
 });

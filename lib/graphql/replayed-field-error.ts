@@ -3,7 +3,7 @@ import { sourceAt } from './error-location.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { noteOwnLocations } from './jit-located.js';
 import { type AnswerPath, isAtOrUnder, keySteps } from './output-paths.js';
-import { thrownError } from './thrown-error.js';
+import { thrownError, withHttpHeaders } from './thrown-error.js';
 
 /**
  * The stored errors of a middleware field's output, answered again on a replay where the
@@ -53,10 +53,20 @@ export function fieldErrorAgain(
     path: [...path],
     source: place && new graphql.Source(place.body),
     positions: place?.positions,
-    extensions: stored.extensions,
+    extensions: extensionsAgain(stored),
     originalError: thrown,
   });
   // graphql-jit locates it at the field: see jit-located.ts.
   if (stored.locations) noteOwnLocations(error, stored.locations);
   return error;
+}
+
+/**
+ * A stored error's `extensions` again: an `extensions.http.headers` that was a `Map` (Apollo
+ * Server's status and headers: a `Retry-After`) a `Map` again, from what was thrown, which
+ * keeps its entries (JSON made it `{}`); Apollo Server reads only a `Map`.
+ */
+export function extensionsAgain(stored: StoredFieldError): Record<string, unknown> | undefined {
+  if (!stored.thrown?.httpHeaders) return stored.extensions;
+  return withHttpHeaders({ ...stored.thrown, extensions: stored.extensions });
 }

@@ -65,7 +65,7 @@ function graphqlErrorAgain(
 }
 
 /** The stored extensions, with their `http.headers` a `Map` again, as Apollo Server reads it. */
-function withHttpHeaders(stored: FieldError): Record<string, unknown> | undefined {
+export function withHttpHeaders(stored: FieldError): Record<string, unknown> | undefined {
   if (!stored.httpHeaders) return stored.extensions;
   const extensions = { ...stored.extensions };
   const http =

@@ -62,6 +62,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * for a resolver's error: `httpHeaders`) and make them a `Map` again in `fieldErrorAgain`;
  * keep the `locations` of an error that is not at the middleware field being replayed (here,
  * one under the replayed output), or throw the stored `thrown` error located there.
+ *
+ * Fixed: an error made again under a replayed output takes its `extensions.http.headers` as a
+ * `Map` again from what was thrown (`extensionsAgain`, lib/graphql/replayed-field-error.ts,
+ * with `withHttpHeaders` of thrown-error.ts), and an error inside another middleware field's
+ * output keeps its `locations` (`outputsIn`, lib/graphql/output-paths.ts).
  */
 let pool: Pool;
 
@@ -168,7 +173,7 @@ describe("adversary 82: an error's status and headers under a middleware output"
     expect(again.body).toEqual({ ...first.body, extensions: replayed });
   });
 
-  it.skip('the error under a middleware output: the replay answers its status and headers (Not fixed (round 82): found by review)', async () => {
+  it('the error under a middleware output: the replay answers its status and headers', async () => {
     const query = 'mutation { createOrder { id shipping { street } } }';
     const first = await post('adv82-http-under', query);
     expect(first.headers['retry-after']).toBe('30');

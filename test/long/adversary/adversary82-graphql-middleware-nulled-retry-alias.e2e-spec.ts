@@ -57,6 +57,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * look them up as the outputs are (named key first, then response key); throw the stored error
  * at the retry's own path of the field it names (the sibling's place, by its named key, in
  * the retry's operation), not the first answer's response keys.
+ *
+ * Fixed: the answer hook stores the nulled middleware fields by their named keys too (`names`,
+ * lib/graphql/output-paths.ts `outputsIn`); a replay finds the nulled field as an output is,
+ * named key first (`nulledKeyFor`), and throws the stored error under the ancestor the two
+ * share at the retry's own path of it (`nullingPath`): `createOrder.m.rate` for `m: meta`.
  */
 let pool: Pool;
 
@@ -160,7 +165,7 @@ describe("adversary 82: a sibling nulled a middleware field's parent; the retry 
     expect(again.body).toEqual({ ...first.body, extensions: replayed });
   });
 
-  it.skip("the middleware field under an alias: the sibling's error again (Not fixed (round 82): found by review)", async () => {
+  it("the middleware field under an alias: the sibling's error again", async () => {
     const first = await post(
       'adv82-nulled-l',
       'mutation { createOrder { id meta { label rate } } }',
@@ -175,7 +180,7 @@ describe("adversary 82: a sibling nulled a middleware field's parent; the retry 
     expect(again.body.errors).toEqual(ratesError(['createOrder', 'meta', 'rate']));
   });
 
-  it.skip("the parent under an alias: the sibling's error again, at the retry's path (Not fixed (round 82): found by review)", async () => {
+  it("the parent under an alias: the sibling's error again, at the retry's path", async () => {
     const first = await post(
       'adv82-nulled-m',
       'mutation { createOrder { id meta { label rate } } }',
