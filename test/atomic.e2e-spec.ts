@@ -221,25 +221,34 @@ describe.each(ADAPTERS)('atomic by default on %s', (adapter) => {
     let slowUrl: string;
     /** True while every handler is waiting on the slow system at once. */
     let allWaiting = false;
-    /** Samples taken wholly inside the window (asked and answered while all were waiting). */
+    /** When that window opened (ms, this process's clock). */
+    let openedAt = 0;
+    /** Samples counted: asked at least `SETTLED_MS` into the window, answered inside it. */
     let samplesInWindow = 0;
+    /**
+     * How far into the window a sample counts, and how old a transaction must be to count: one
+     * opened at a handler's start and held across its wait began before the window opened, so
+     * it is older than this; a lease renewal or a claim in flight lasts milliseconds.
+     */
+    const SETTLED_MS = 300;
     let held: ServerResponse[] = [];
     beforeAll(async () => {
-      // Holds each call until all of them have arrived (or 3 s), then answers once the test's
-      // sampler has looked at the database twice in that window (at least 300 ms, at most 5 s):
-      // every handler is waiting on it, so none has a reason to hold a database connection.
-      // Released by the samples, not by a fixed 300 ms: on a loaded machine one sample took
-      // longer than the window and the test saw none (peak -1).
+      // Holds each call until all of them have arrived (or 20 s), then answers once the
+      // test's sampler has looked at the database twice in that window, from 300 ms in (at
+      // most 10 s): every handler is waiting on it, so none has a reason to hold a database
+      // connection. Released by the samples, not by a fixed 300 ms, and counting only
+      // transactions older than the wait: under load a sample outlasted a fixed window (peak
+      // -1), and a longer window met a lease renewal's own short transaction (peak 1).
       slow = createServer((_req, res) => {
         held.push(res);
-        if (held.length === 1) setTimeout(() => release(), 3000).unref();
+        if (held.length === 1) setTimeout(() => release(), 20_000).unref();
         if (held.length === CONCURRENT) {
           allWaiting = true;
           samplesInWindow = 0;
-          const opened = Date.now();
+          openedAt = Date.now();
           const closeWhenSampled = setInterval(() => {
-            const age = Date.now() - opened;
-            if ((age >= 300 && samplesInWindow >= 2) || age >= 5000) {
+            const age = Date.now() - openedAt;
+            if (samplesInWindow >= 2 || age >= 10_000 || !allWaiting) {
               clearInterval(closeWhenSampled);
               release();
             }
@@ -266,13 +275,14 @@ describe.each(ADAPTERS)('atomic by default on %s', (adapter) => {
         let sampling = true;
         const sampler = (async () => {
           while (sampling) {
-            const askedInWindow = allWaiting;
+            const askedInWindow = allWaiting && Date.now() - openedAt >= SETTLED_MS;
             const {
               rows: [row],
             } = await db.query<{ n: string }>(
               `SELECT count(*) AS n FROM pg_stat_activity
-               WHERE datname = $1 AND pid <> pg_backend_pid() AND xact_start IS NOT NULL`,
-              [database.name],
+               WHERE datname = $1 AND pid <> pg_backend_pid()
+                 AND xact_start < clock_timestamp() - make_interval(secs => $2::float8 / 1000)`,
+              [database.name, SETTLED_MS],
             );
             if (askedInWindow && allWaiting) {
               peak = Math.max(peak, Number(row.n));
@@ -292,7 +302,7 @@ describe.each(ADAPTERS)('atomic by default on %s', (adapter) => {
         await sampler;
         expect(answers.map((res) => res.status)).toEqual(Array(CONCURRENT).fill(201));
         // Sampled while all of them waited (a transaction opened at the handler's start
-        // would show here as one per pooled connection, ten).
+        // would show here as one per pooled connection, ten, each older than the window).
         expect(peak).toBe(0);
         for (let i = 0; i < CONCURRENT; i++) expect(await rows(`${label}-${i}`)).toBe(1);
       },
