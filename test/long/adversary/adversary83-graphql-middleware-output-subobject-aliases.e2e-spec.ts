@@ -44,6 +44,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * aliases, each with its own selection, each its own output)"; "Send a retry the operation the
  * first call sent".
  *
+ * The same under Mercurius with `jit: 1` (the replays compiled): `data: null`,
+ * `field_not_stored` at `createOrder.profile.mail.email` (checked by review; the same
+ * `outputValue`).
+ *
  * Control (passes): one alias of `contact` inside the output, the operation retried.
  *
  * Severity: high (a retry of a committed order answers `data: null`, its id lost, and is told
