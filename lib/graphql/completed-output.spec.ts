@@ -12,8 +12,8 @@ describe('completedOutput', () => {
     type Mutation { createOrder: Order }
   `);
   const order = schema.getType('Order') as graphql.GraphQLObjectType;
-  const nodesOf = (text: string) => {
-    const document = graphql.parse(`mutation { createOrder { ${text} } }`);
+  const nodesOf = (text: string, fragments = '') => {
+    const document = graphql.parse(`mutation { createOrder { ${text} } } ${fragments}`);
     const operation = document.definitions[0] as graphql.OperationDefinitionNode;
     const root = operation.selectionSet.selections[0] as graphql.FieldNode;
     return root.selectionSet!.selections as graphql.FieldNode[];
@@ -24,6 +24,7 @@ describe('completedOutput', () => {
     selection: string;
     value: unknown;
     members?: Record<string, string>;
+    fragments?: string;
     expected: { value: unknown } | undefined;
   }>([
     { name: 'a scalar', field: 'label', selection: 'label', value: 'A', expected: { value: 'A' } },
@@ -63,16 +64,106 @@ describe('completedOutput', () => {
       value: ['a'].values(),
       expected: undefined,
     },
-  ])('$name', ({ field, selection, value, members = {}, expected }) => {
-    const nodes = nodesOf(selection).filter((node) => node.name.value === field);
+    {
+      name: 'a generator (one-shot): cannot be told',
+      field: 'tags',
+      selection: 'tags',
+      value: (function* () {
+        yield 'a';
+      })(),
+      expected: undefined,
+    },
+    {
+      name: 'a Set (read again as GraphQL read it)',
+      field: 'tags',
+      selection: 'tags',
+      value: new Set(['a', 'b']),
+      expected: { value: ['a', 'b'] },
+    },
+    {
+      name: 'not iterable as a list: cannot be told',
+      field: 'tags',
+      selection: 'tags',
+      value: { length: 1, 0: 'a' },
+      expected: undefined,
+    },
+    {
+      name: 'a named fragment, its __typename too',
+      field: 'shipping',
+      selection: 'shipping { ...A }',
+      fragments: 'fragment A on Address { street __typename t: __typename }',
+      value: { street: 'Main', city: 'Paris' },
+      expected: { value: { street: 'Main', __typename: 'Address', t: 'Address' } },
+    },
+    {
+      name: "a named fragment on another member: not this member's",
+      field: 'methods',
+      selection: 'methods { ...C ... on Bank { iban __typename } }',
+      fragments: 'fragment C on Card { label __typename }',
+      value: [{ label: 'V' }, { iban: 'DE' }],
+      members: { '0': 'Card', '1': 'Bank' },
+      expected: {
+        value: [
+          { label: 'V', __typename: 'Card' },
+          { iban: 'DE', __typename: 'Bank' },
+        ],
+      },
+    },
+    {
+      name: 'a named fragment skipped: not selected',
+      field: 'shipping',
+      selection: 'shipping { city ...A @skip(if: true) }',
+      fragments: 'fragment A on Address { street }',
+      value: { street: 'Main', city: 'Paris' },
+      expected: { value: { city: 'Paris' } },
+    },
+  ])('$name', async ({ field, selection, value, members = {}, fragments = '', expected }) => {
+    const document = graphql.parse(`query { ping } ${fragments}`);
+    const byName: Record<string, graphql.FragmentDefinitionNode> = {};
+    for (const each of document.definitions) {
+      if (each.kind === graphql.Kind.FRAGMENT_DEFINITION) byName[each.name.value] = each;
+    }
+    const nodes = nodesOf(selection, fragments).filter((node) => node.name.value === field);
     const made = completedOutput(
       graphql,
-      { schema, nodes, fragments: {}, variables: {} },
+      { schema, nodes, fragments: byName, variables: {} },
       order.getFields()[field].type,
       value,
       (key) => members[key],
     );
     expect(made).toEqual(expected);
+    // Sync where no Promise is under it.
+    expect(made instanceof Promise).toBe(false);
+  });
+
+  it.each<{ name: string; value: unknown; expected: { value: unknown } | undefined }>([
+    {
+      name: 'a Promise under it: awaited',
+      value: { street: Promise.resolve('Main'), city: 'Paris' },
+      expected: { value: { street: 'Main' } },
+    },
+    {
+      name: 'a Promise of an object with a Promise',
+      value: Promise.resolve({ street: Promise.resolve('Main') }),
+      expected: { value: { street: 'Main' } },
+    },
+    {
+      // GraphQL answered an error there: not made.
+      name: 'a Promise that fails: cannot be told',
+      value: { street: Promise.reject(new Error('no')) },
+      expected: undefined,
+    },
+  ])('$name', async ({ value, expected }) => {
+    const nodes = nodesOf('shipping { street }').filter((n) => n.name.value === 'shipping');
+    const made = completedOutput(
+      graphql,
+      { schema, nodes, fragments: {}, variables: {} },
+      order.getFields().shipping.type,
+      value,
+      () => undefined,
+    );
+    expect(made instanceof Promise).toBe(true);
+    expect(await made).toEqual(expected);
   });
 });
 

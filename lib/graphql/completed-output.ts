@@ -11,9 +11,13 @@ import { selectedFields } from './selection.js';
  * though GraphQL completed it (adversary 82: another root field's error nulled the whole
  * `data`), where the answer hook cannot read it. Only where it is sure to be what GraphQL
  * wrote: each field under it read from its parent's property (no resolver of the app's, no
- * middleware: what they gave is not kept), a list an array (a one-shot iterable was spent by
- * GraphQL), a union's or interface's member noted (`memberAt`, by key under the field).
- * Undefined where it cannot be made so: the output is then not stored.
+ * middleware: what they gave is not kept), a union's or interface's member noted (`memberAt`,
+ * by key under the field). Read as GraphQL reads it (adversary 83): the fields its selection
+ * names through named fragments and inline ones alike (`__typename` too), a Promise awaited
+ * (again: it gives what it gave GraphQL), a list from any iterable that gives a new iterator
+ * each time (a `Set`, a `Map`; a one-shot iterator, a generator, was spent by GraphQL).
+ * Undefined where it cannot be made so (then the output is noted as lost: see `outputsIn`); a
+ * Promise of it where a Promise is under the output.
  */
 export function completedOutput(
   graphql: GraphqlModule,
@@ -21,16 +25,25 @@ export function completedOutput(
   type: GraphQLOutputType,
   value: unknown,
   memberAt: (key: string) => string | undefined,
-): { value: unknown } | undefined {
+): Made | Promise<Made> {
   const { schema, fragments, variables } = selection;
   const unknowable = Symbol('unknowable');
-  const walk = (at: GraphQLOutputType, held: unknown, nodes: readonly FieldNode[], key: string) => {
+  const walk = (
+    at: GraphQLOutputType,
+    held: unknown,
+    nodes: readonly FieldNode[],
+    key: string,
+  ): unknown => {
     if (held === null || held === undefined) return null;
-    if (typeof (held as PromiseLike<unknown>).then === 'function') throw unknowable;
+    if (isThenable(held))
+      return handled(Promise.resolve(held).then((got) => walk(at, got, nodes, key)));
     if (graphql.isNonNullType(at)) return walk(at.ofType, held, nodes, key);
     if (graphql.isListType(at)) {
-      if (!Array.isArray(held)) throw unknowable;
-      return held.map((item, i): unknown => walk(at.ofType, item, nodes, joinKey(key, i)));
+      const items = listItems(held);
+      if (!items) throw unknowable;
+      return settled(
+        items.map((item, i): unknown => walk(at.ofType, item, nodes, joinKey(key, i))),
+      );
     }
     if (graphql.isLeafType(at)) return at.serialize(held);
     if (typeof held !== 'object') throw unknowable;
@@ -38,54 +51,91 @@ export function completedOutput(
     const concrete = told === undefined ? undefined : schema.getType(told);
     if (!concrete || !graphql.isObjectType(concrete)) throw unknowable;
     const object = held as Record<string, unknown>;
-    const out: Record<string, unknown> = {};
+    const keys: string[] = [];
+    const values: unknown[] = [];
     const fields = concrete.getFields();
-    const chosen = selectedFields(graphql, schema, concrete, { nodes, fragments, variables });
+    const chosen = selectedFields(graphql, schema, concrete, { nodes, fragments, variables }, true);
     for (const [name, fieldNodes] of chosen) {
-      const definition = fields[name];
-      if (!definition || fieldResolution(concrete, name) !== 'property') throw unknowable;
-      const own = object[nestField(concrete.name, name)?.property ?? name];
-      if (typeof own === 'function') throw unknowable;
       for (const node of fieldNodes) {
         const responseKey = node.alias?.value ?? name;
-        if (responseKey in out) continue;
+        if (keys.includes(responseKey)) continue;
+        keys.push(responseKey);
+        // GraphQL's own `__typename`: the member told.
+        if (name === '__typename') {
+          values.push(told);
+          continue;
+        }
+        const definition = fields[name];
+        if (!definition || fieldResolution(concrete, name) !== 'property') throw unknowable;
+        const own = object[nestField(concrete.name, name)?.property ?? name];
+        if (typeof own === 'function') throw unknowable;
         const same = fieldNodes.filter((each) => (each.alias?.value ?? name) === responseKey);
-        out[responseKey] = walk(definition.type, own, same, joinKey(key, responseKey));
+        values.push(walk(definition.type, own, same, joinKey(key, responseKey)));
       }
     }
-    // GraphQL's own `__typename`, where selected.
-    for (const node of typenameNodes(graphql, nodes))
-      out[node.alias?.value ?? node.name.value] = told;
-    return out;
+    const made = (all: readonly unknown[]) => {
+      const out: Record<string, unknown> = {};
+      keys.forEach((responseKey, i) => (out[responseKey] = all[i]));
+      return out;
+    };
+    const all = settled(values);
+    return isThenable(all) ? handled(Promise.resolve(all).then(made)) : made(all as unknown[]);
   };
+  let walked: unknown;
   try {
-    return { value: walk(type, value, selection.nodes, '') };
+    walked = walk(type, value, selection.nodes, '');
   } catch {
     return undefined;
   }
+  if (!isThenable(walked)) return { value: walked };
+  // What a Promise under it gave; one that failed gave GraphQL an error: not made.
+  return Promise.resolve(walked).then(
+    (done) => ({ value: done }),
+    () => undefined,
+  );
 }
 
-/** The `__typename` fields right in `nodes`' selection sets (not in fragments: then unsure). */
-function typenameNodes(graphql: GraphqlModule, nodes: readonly FieldNode[]): FieldNode[] {
-  const found: FieldNode[] = [];
-  for (const node of nodes) {
-    for (const each of node.selectionSet?.selections ?? []) {
-      if (each.kind === graphql.Kind.FIELD && each.name.value === '__typename') found.push(each);
-      else if (each.kind !== graphql.Kind.FIELD) {
-        // A fragment may select it for one member only: not made up.
-        const inner = each.kind === graphql.Kind.INLINE_FRAGMENT ? each.selectionSet : undefined;
-        if (
-          !inner ||
-          inner.selections.some(
-            (s) => s.kind === graphql.Kind.FIELD && s.name.value === '__typename',
-          )
-        ) {
-          throw new Error('typename in a fragment');
-        }
-      }
-    }
-  }
-  return found;
+/** A made output, or undefined where it cannot be made (see `completedOutput`). */
+export type Made = { value: unknown } | undefined;
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    (typeof value === 'object' || typeof value === 'function') &&
+    value !== null &&
+    typeof (value as PromiseLike<unknown>).then === 'function'
+  );
+}
+
+/** The values, or a Promise of them where one is a Promise. */
+function settled(values: unknown[]): unknown[] | Promise<unknown[]> {
+  return values.some(isThenable) ? handled(Promise.all(values)) : values;
+}
+
+/**
+ * `promise`, its failure marked as seen: a walk given up on later (`unknowable`) leaves it
+ * unread, which must not be an unhandled rejection; whoever reads it still gets the failure.
+ */
+function handled<T>(promise: Promise<T>): Promise<T> {
+  promise.catch(() => undefined);
+  return promise;
+}
+
+/**
+ * A list value's items as GraphQL read them: an array's; any other iterable object's where
+ * it gives a new iterator each time (a `Set`, a `Map`, a class's own), read once more here.
+ * Undefined for a one-shot iterator (a generator, an iterator helper's `map`: its
+ * `[Symbol.iterator]()` is itself, spent by GraphQL) and for what is not iterable.
+ */
+export function listItems(value: unknown): readonly unknown[] | undefined {
+  if (Array.isArray(value)) return value;
+  if (typeof value !== 'object' || value === null) return undefined;
+  const iterate = (value as { [Symbol.iterator]?: unknown })[Symbol.iterator];
+  if (typeof iterate !== 'function') return undefined;
+  const iterator = (iterate as () => Iterator<unknown>).call(value);
+  if ((iterator as unknown) === value) return undefined;
+  const items: unknown[] = [];
+  for (let step = iterator.next(); !step.done; step = iterator.next()) items.push(step.value);
+  return items;
 }
 
 /**

@@ -233,6 +233,19 @@ describe('encodeAnswer and decodeAnswer', () => {
     expect(decodeAnswer(encodeAnswer(answer))).toEqual(answer);
   });
 
+  it('keeps the outputs completed but not kept (`lost`), and drops a malformed list', () => {
+    const answer: FieldAnswer = {
+      kind: 'data',
+      data: { id: 1 },
+      format: ANSWER_FORMAT,
+      outputs: { note: 'N' },
+      lost: ['profile'],
+    };
+    expect(decodeAnswer(encodeAnswer(answer))).toEqual(answer);
+    const malformed = encodeAnswer({ ...answer, lost: [1] as unknown as string[] });
+    expect(decodeAnswer(malformed)).toEqual({ ...answer, lost: undefined });
+  });
+
   it('reads a value stored before the stored form said its format as format 1', () => {
     const stored = {
       status: 200,

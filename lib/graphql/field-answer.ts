@@ -97,6 +97,8 @@ export interface DataAnswer {
   told?: Record<string, string>;
   /** The middleware fields nulled from above, each the key of the error that nulled it. */
   nulled?: Record<string, string>;
+  /** The middleware fields completed but not kept (see `StoredOutputs.lost`): pending. */
+  lost?: string[];
 }
 
 /**
@@ -158,6 +160,7 @@ export function encodeAnswer(answer: FieldAnswer): StoredResponse {
           ...(answer.names ? { names: answer.names } : {}),
           ...(answer.told ? { told: answer.told } : {}),
           ...(answer.nulled ? { nulled: answer.nulled } : {}),
+          ...(answer.lost ? { lost: answer.lost } : {}),
         })
       : JSON.stringify({ error: answer.error });
   return {
@@ -178,7 +181,7 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
   }
   if (typeof parsed !== 'object' || parsed === null) return undefined;
   if ('data' in parsed) {
-    const { format, pending, outputsLost, outputs, members, errors, names, told, nulled } =
+    const { format, pending, outputsLost, outputs, members, errors, names, told, nulled, lost } =
       parsed as {
         format?: unknown;
         pending?: unknown;
@@ -189,6 +192,7 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
         names?: unknown;
         told?: unknown;
         nulled?: unknown;
+        lost?: unknown;
       };
     const answer: DataAnswer = {
       kind: 'data',
@@ -203,6 +207,9 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
     if (isRecord(names)) answer.names = names as Record<string, string>;
     if (isRecord(told)) answer.told = told as Record<string, string>;
     if (isRecord(nulled)) answer.nulled = nulled as Record<string, string>;
+    if (Array.isArray(lost) && lost.every((key) => typeof key === 'string')) {
+      answer.lost = lost as string[];
+    }
     return answer;
   }
   const error = (parsed as { error?: FieldError }).error;

@@ -333,8 +333,8 @@ function noteOutputsOf(
   if (answer?.kind !== 'data') return;
   if (answer.pending || answer.outputsLost) noteReplayedOutputs(context, { root, kind: 'pending' });
   else if (answer.outputs) {
-    const { members, errors, names, told, nulled } = answer;
-    const outputs = { outputs: answer.outputs, members, errors, names, told, nulled };
+    const { members, errors, names, told, nulled, lost } = answer;
+    const outputs = { outputs: answer.outputs, members, errors, names, told, nulled, lost };
     noteReplayedOutputs(context, { root, kind: 'stored', outputs });
   }
   // Stored before outputs were (neither): its middleware runs again, as it did then.

@@ -50,7 +50,8 @@ export function outputPendingMessage(type: string, field: string): string {
     `The field ${type}.${field} runs field middleware, whose output was not stored: the first ` +
     'call with this idempotency key committed its work, but its answer did not complete it ' +
     '(its process stopped, or its client left, before the answer was sent; or the output was ' +
-    "over the mutation's maxResponseBytes). The mutation ran once; its other fields are " +
+    "over the mutation's maxResponseBytes; or another root field's error nulled the whole " +
+    'answer and the output could not be made again). The mutation ran once; its other fields are ' +
     'replayed. Read this one with a query.'
   );
 }

@@ -219,6 +219,41 @@ describe('outputsIn, a parent the answer nulled', () => {
   });
 });
 
+describe('outputsIn, the whole data nulled above the mutation (adversary 83)', () => {
+  const paths: AnswerPath[] = [
+    ['s', 'note'],
+    ['s', 'tags'],
+  ];
+  // Another root field's error (not under the mutation), `data` null.
+  const errors: AnsweredError[] = [{ message: 'mail down', path: ['notify'] }];
+  it.each<{ name: string; remade: Record<string, unknown>; expected: StoredOutputs }>([
+    {
+      name: 'each output made again: stored',
+      remade: { note: 'N', tags: ['a'] },
+      expected: { outputs: { note: 'N', tags: ['a'] } },
+    },
+    {
+      // A replay answers `field_output_pending` there, never `field_not_stored`.
+      name: 'one that could not be made: noted as lost',
+      remade: { note: 'N' },
+      expected: { outputs: { note: 'N' }, lost: ['tags'] },
+    },
+  ])('$name', ({ remade, expected }) => {
+    expect(outputsIn(null, ['s'], paths, {}, errors, {}, remade)).toEqual(expected);
+  });
+
+  it('a lost output answers pending on a replay, by its key and by its named key', () => {
+    const replay: ReplayedOutputs = {
+      root: ['s'],
+      kind: 'stored',
+      outputs: { outputs: { note: 'N' }, names: { tags: 'tags' }, lost: ['tags'] },
+    };
+    expect(outputAt([replay], ['s', 'tags'])).toEqual({ kind: 'pending' });
+    expect(outputAt([replay], ['s', 't'], () => ['s', 'tags'])).toEqual({ kind: 'pending' });
+    expect(outputAt([replay], ['s', 'other'])).toEqual({ kind: 'unstored' });
+  });
+});
+
 describe('keySteps', () => {
   it.each<{ key: string; expected: (string | number)[] }>([
     { key: '', expected: [] },

@@ -44,6 +44,13 @@ export interface StoredOutputs {
    * own place, which nulls the same ancestor, never `field_not_stored`.
    */
   nulled?: Record<string, string>;
+  /**
+   * The middleware fields GraphQL completed but the answer's `data` lost (a null above the
+   * mutation's field: another root field's error) whose output could not be made again (see
+   * `RemadeOutput`), by `relativeKey`: a replay answers `field_output_pending` there (its
+   * work done once; read it with a query), never `field_not_stored` (adversary 83).
+   */
+  lost?: string[];
 }
 
 export type { StoredFieldError };
@@ -80,12 +87,13 @@ interface FirstAnswer {
 /**
  * A middleware field's output as GraphQL completed it, made again from its middleware's
  * result (see completed-output.ts), where the answer's `data` lost it; `memberAt` as for
- * `InsideNames`. Undefined where it cannot be made so.
+ * `InsideNames`. Undefined where it cannot be made so; a Promise of it where a Promise is
+ * under the output (awaited at the answer hook; in the same operation, not made).
  */
 export type RemadeOutput = (
   result: unknown,
   memberAt: (key: string) => string | undefined,
-) => { value: unknown } | undefined;
+) => { value: unknown } | undefined | Promise<{ value: unknown } | undefined>;
 
 /**
  * The named keys of the fields inside a middleware field's output `value`, by their path under
@@ -261,6 +269,8 @@ export function outputsIn(
   });
   const outputs: Record<string, unknown> = {};
   const nulled: Record<string, string> = {};
+  const lost: string[] = [];
+  const lostAbove = nulledAncestor(data, root) !== undefined;
   for (const path of paths) {
     const value = dataAt(data, path);
     const key = relativeKey(root, path);
@@ -276,6 +286,7 @@ export function outputsIn(
     else {
       const by = nullingError(data, root, path, located);
       if (by !== undefined) nulled[key] = by;
+      else if (lostAbove && !lost.includes(key)) lost.push(key);
     }
   }
   const keys = Object.keys(outputs);
@@ -310,7 +321,7 @@ export function outputsIn(
   const told: Record<string, string> = {};
   // The nulled fields by their named keys too: a retry under other aliases meets the same
   // error again, never `field_not_stored`.
-  for (const key of [...keys, ...inside, ...Object.keys(nulled)]) {
+  for (const key of [...keys, ...inside, ...Object.keys(nulled), ...lost]) {
     const name = named[key];
     if (name === undefined) continue;
     if (!(name in names)) names[name] = key;
@@ -323,6 +334,7 @@ export function outputsIn(
     ...(Object.keys(names).length > 0 ? { names } : {}),
     ...(Object.keys(told).length > 0 ? { told } : {}),
     ...(Object.keys(nulled).length > 0 ? { nulled } : {}),
+    ...(lost.length > 0 ? { lost } : {}),
   };
 }
 
@@ -453,7 +465,7 @@ async function remadeOutputs(first: FirstAnswer, data: unknown): Promise<Record<
     const remake = key === undefined ? undefined : first.remade.get(key);
     if (key === undefined || !remake || !first.results.has(key)) continue;
     try {
-      const made = remake(await first.results.get(key), (under) =>
+      const made = await remake(await first.results.get(key), (under) =>
         under === '' ? first.members[key] : first.members[`${key}.${under}`],
       );
       if (made) remade[key] = made.value;
@@ -564,7 +576,12 @@ export function outputAt(
     if (at !== undefined && by !== undefined && errors?.[by]) {
       return { kind: 'nulled', error: errors[by], path: nullingPath(path, at, by) };
     }
-    if (found === undefined) return { kind: 'unstored' };
+    if (found === undefined) {
+      // Completed at the first answer, but not kept (see `StoredOutputs.lost`).
+      const gone = replay.outputs.lost ?? [];
+      const lostAt = storedKeyFor((each) => gone.includes(each), key, name, names, told);
+      return lostAt === undefined ? { kind: 'unstored' } : { kind: 'pending' };
+    }
     key = found;
     const under: Record<string, StoredFieldError> = {};
     for (const [at, error] of Object.entries(errors ?? {})) {
@@ -654,10 +671,12 @@ function remadeShared(first: FirstAnswer, key: string) {
   if (!remake) return undefined;
   return (result: unknown) => {
     try {
-      const made = remake(result, (under) =>
+      const remaking = remake(result, (under) =>
         under === '' ? first.members[key] : first.members[`${key}.${under}`],
       );
-      if (!made) return undefined;
+      // A Promise under it (read at the answer hook): `result` itself, as GraphQL reads it.
+      if (!remaking || 'then' in remaking) return undefined;
+      const made = remaking;
       // The named keys inside it, as the answer hook reads them (see `nameInside`).
       const own = first.named[key];
       const names: Record<string, string> = {};

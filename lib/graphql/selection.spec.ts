@@ -105,4 +105,13 @@ describe('selectedFields', () => {
     const selection = selecting('{ book { ... on Book { id } ... on Author { name } } }');
     expect([...selectedFields(graphql, undefined, Book, selection).keys()]).toEqual(['id']);
   });
+
+  it("GraphQL's own fields only where asked (`own`), through named fragments too", () => {
+    const selection = selecting('{ book { id ...B } } fragment B on Book { t: __typename }');
+    expect([...selectedFields(graphql, schema, Book, selection).keys()]).toEqual(['id']);
+    expect([...selectedFields(graphql, schema, Book, selection, true).keys()]).toEqual([
+      'id',
+      '__typename',
+    ]);
+  });
 });

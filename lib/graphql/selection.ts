@@ -36,13 +36,15 @@ export function selectionOf(info: GraphQLResolveInfo): Selection {
  * graphql-js's `collectFields` does: fragments and inline fragments whose type condition the
  * type meets (itself, or an interface or union it is in), each named fragment once, and
  * `@skip`/`@include` read with the operation's variables. GraphQL's own fields (`__typename`)
- * need no value.
+ * need no value: left out, unless `own` (a value made as GraphQL completes it, which writes
+ * them; found through fragments alike).
  */
 export function selectedFields(
   graphql: GraphqlModule,
   schema: GraphQLSchema | undefined,
   type: GraphQLObjectType,
   selection: Selection,
+  own = false,
 ): Map<string, FieldNode[]> {
   const fields = new Map<string, FieldNode[]>();
   const visited = new Set<string>();
@@ -51,7 +53,7 @@ export function selectedFields(
       if (!included(graphql, node, selection.variables)) continue;
       if (node.kind === graphql.Kind.FIELD) {
         const name = node.name.value;
-        if (name.startsWith('__')) continue;
+        if (name.startsWith('__') && !own) continue;
         const nodes = fields.get(name);
         if (nodes) nodes.push(node);
         else fields.set(name, [node]);

@@ -61,21 +61,32 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * await a Promise (`remadeOutputs` is async already); where an output still cannot be made,
  * store a mark that answers `field_output_pending` (its work done once, read it with a query),
  * never `unstored`.
+ *
+ * Fixed: `completedOutput` (lib/graphql/completed-output.ts) awaits a Promise under the output
+ * (the answer hook awaits the remade output) and reads a list from any iterable that gives a
+ * new iterator each time (`listItems`: a `Set`, a `Map`; a one-shot generator, spent by
+ * GraphQL, still cannot be made); an output that cannot be made is stored as `lost`
+ * (lib/graphql/output-paths.ts `outputsIn`), which a replay answers `field_output_pending`
+ * (retryable, "read it with a query"), never `field_not_stored`.
  */
 let pool: Pool;
 let notifyFails = true;
-let tagsAs: 'array' | 'set' | 'promise' = 'array';
+let tagsAs: 'array' | 'set' | 'promise' | 'generator' = 'array';
 
 /** Nest's field middleware: the profile as this caller may see it, its name in capitals. */
 const masked: FieldMiddleware = async (_ctx, next) => {
   const value = (await next()) as { name: string; tags: string[] } | null;
   if (value === null) return null;
   const tags =
-    tagsAs === 'set'
-      ? new Set(value.tags)
-      : tagsAs === 'promise'
-        ? Promise.resolve(value.tags)
-        : value.tags;
+    tagsAs === 'generator'
+      ? (function* () {
+          yield* value.tags;
+        })()
+      : tagsAs === 'set'
+        ? new Set(value.tags)
+        : tagsAs === 'promise'
+          ? Promise.resolve(value.tags)
+          : value.tags;
   return { name: value.name.toUpperCase(), tags };
 };
 
@@ -185,13 +196,39 @@ describe('adversary 83: a middleware output holding an iterable, its whole data 
     await check('adv83-root-array');
   });
 
-  it.skip('the tags a Set: the retry answers the order made (Not fixed (round 83): found by review)', async () => {
+  it('the tags a Set: the retry answers the order made', async () => {
     tagsAs = 'set';
     await check('adv83-root-set');
   });
 
-  it.skip('the tags a Promise: the retry answers the order made (Not fixed (round 83): found by review)', async () => {
+  it('the tags a Promise: the retry answers the order made', async () => {
     tagsAs = 'promise';
     await check('adv83-root-promise');
+  });
+
+  // Added (fixer): a one-shot generator (spent by GraphQL) cannot be made again; the retry
+  // is told its output is pending (read it with a query), never to use a new key.
+  it('the tags a generator: the retry answers field_output_pending, never field_not_stored', async () => {
+    tagsAs = 'generator';
+    notifyFails = true;
+    const first = await post('adv83-root-generator', QUERY);
+    expect(first.body.data).toBeNull();
+    notifyFails = false;
+    const again = await post('adv83-root-generator', QUERY);
+    expect(again.body.data).toEqual({ createOrder: null, notify: true });
+    expect(again.body.errors).toEqual([
+      expect.objectContaining({
+        path: ['createOrder', 'profile'],
+        extensions: expect.objectContaining({ code: 'field_output_pending' }),
+      }),
+    ]);
+    const { rows } = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM orders');
+    const before = rows[0].n;
+    // The order was made once: a third call makes none.
+    await post('adv83-root-generator', QUERY);
+    const { rows: after } = await pool.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM orders',
+    );
+    expect(after[0].n).toBe(before);
   });
 });

@@ -57,6 +57,12 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * collect it with `selectedFields`' own walk for the concrete type; and where an output still
  * cannot be made, never answer `unstored` for a field the first call selected (a
  * `field_output_pending` mark).
+ *
+ * Fixed: `completedOutput` (lib/graphql/completed-output.ts) collects the output's fields,
+ * `__typename` among them, with `selectedFields(..., own)` (lib/graphql/selection.ts), which
+ * resolves named fragment spreads by the document's fragments and their type conditions; an
+ * output that still cannot be made is stored as `lost` (lib/graphql/output-paths.ts
+ * `outputsIn`), which a replay answers `field_output_pending`, never `field_not_stored`.
  */
 let pool: Pool;
 let notifyFails = true;
@@ -175,7 +181,7 @@ describe('adversary 83: a middleware output selected through a named fragment, i
     );
   });
 
-  it.skip("the profile's fields in a named fragment: the retry answers the order made (Not fixed (round 83): found by review)", async () => {
+  it("the profile's fields in a named fragment: the retry answers the order made", async () => {
     await check(
       'adv83-frag-named',
       `mutation { createOrder { id profile { ...ProfileFields } } notify } ${FRAGMENT}`,
