@@ -13,15 +13,40 @@ describe('indexItems', () => {
     type Mutation { createOrder: Order }
   `);
   const order = schema.getType('Order') as graphql.GraphQLObjectType;
+  /** The operation's selection of `field` under `createOrder` (`text`, its own selection). */
+  const selecting = (field: string, text: string, fragments = '') => {
+    const document = graphql.parse(`mutation { createOrder { ${text} } } ${fragments}`);
+    const operation = document.definitions[0] as graphql.OperationDefinitionNode;
+    const root = operation.selectionSet.selections[0] as graphql.FieldNode;
+    const nodes = (root.selectionSet!.selections as graphql.FieldNode[]).filter(
+      (node) => node.name.value === field,
+    );
+    const byName: Record<string, graphql.FragmentDefinitionNode> = {};
+    for (const each of document.definitions) {
+      if (each.kind === graphql.Kind.FRAGMENT_DEFINITION) byName[each.name.value] = each;
+    }
+    return { schema, nodes, fragments: byName, variables: {} };
+  };
+  const all: Record<string, string> = {
+    payees: 'payees { __typename }',
+    recent: 'recent { __typename }',
+    one: 'one { __typename }',
+    box: 'box { name payees { __typename } }',
+    boxes: 'boxes { payees { __typename } }',
+  };
+  const selected = (field: string) => selecting(field, all[field]);
   const card = { last4: '4242' };
   const bank = { iban: 'DE' };
   const nested = { iban: 'FR' };
+  const root = ['createOrder'];
   it.each<{
     name: string;
     field: string;
     value: unknown;
     item: object;
-    list: string;
+    /** The list field's path, as graphql-js gives an item's `resolveType()`. */
+    list: (string | number)[];
+    listed?: boolean;
     expected: (number[] | undefined)[];
   }>([
     {
@@ -29,7 +54,7 @@ describe('indexItems', () => {
       field: 'payees',
       value: [card, bank],
       item: bank,
-      list: 'payees',
+      list: ['createOrder', 'payees'],
       expected: [[1]],
     },
     {
@@ -37,7 +62,7 @@ describe('indexItems', () => {
       field: 'box',
       value: { payees: [[card], [bank, nested]] },
       item: nested,
-      list: 'payees',
+      list: ['createOrder', 'box', 'payees'],
       expected: [[1, 1]],
     },
     {
@@ -45,7 +70,8 @@ describe('indexItems', () => {
       field: 'one',
       value: card,
       item: card,
-      list: 'one',
+      list: ['createOrder', 'one'],
+      listed: false,
       expected: [[]],
     },
     {
@@ -53,46 +79,58 @@ describe('indexItems', () => {
       field: 'payees',
       value: [card, bank, card],
       item: card,
-      list: 'payees',
+      list: ['createOrder', 'payees'],
       expected: [[0], [2]],
     },
     {
-      name: 'the same object under one field of two parents: cannot be told',
+      name: 'the same object under one field of two parents: each parent its own list',
       field: 'boxes',
       value: [{ payees: [[card]] }, { payees: [[bank, card]] }],
       item: card,
-      list: 'payees',
+      list: ['createOrder', 'boxes', 1, 'payees'],
+      expected: [[0, 1]],
+    },
+    {
+      name: 'an item of a list at no place noted: none',
+      field: 'payees',
+      value: [card],
+      item: bank,
+      list: ['createOrder', 'payees'],
       expected: [undefined],
     },
-  ])('$name', ({ field, value, item, list, expected }) => {
+  ])('$name', ({ field, value, item, list, listed = true, expected }) => {
     const context = {};
-    indexItems(graphql, schema, context, order.getFields()[field].type, value, field);
+    const type = order.getFields()[field].type;
+    indexItems(graphql, selected(field), context, type, value, [...root, field]);
     for (const each of expected) {
-      expect(itemIndexes(context, item, list, ['createOrder', list])).toEqual(each);
+      expect(itemIndexes(context, item, list, listed)).toEqual(each);
     }
     // Another operation's context: its own marks.
-    expect(itemIndexes({}, item, list, ['createOrder', list])).toEqual([]);
+    expect(itemIndexes({}, item, list, listed)).toEqual(listed ? undefined : []);
   });
 
-  it('the same objects in two lists: each list its own places', () => {
+  it('the same objects under two aliases, each its own selection: each alias its own list', () => {
     const context = {};
-    const fields = order.getFields();
-    indexItems(graphql, schema, context, fields.payees.type, [card, bank, card], 'payees');
-    indexItems(graphql, schema, context, fields.recent.type, [bank, card], 'recent');
-    expect(itemIndexes(context, card, 'recent', ['o', 'recent'])).toEqual([1]);
-    expect(itemIndexes(context, bank, 'recent', ['o', 'recent'])).toEqual([0]);
-    expect(itemIndexes(context, card, 'payees', ['o', 'payees'])).toEqual([0]);
-    expect(itemIndexes(context, card, 'payees', ['o', 'payees'])).toEqual([2]);
-    // The same list under another alias: counted at its own path.
-    expect(itemIndexes(context, card, 'payees', ['o', 'again'])).toEqual([0]);
+    const type = order.getFields().payees.type;
+    const text = 'a: payees { ... on Card { last4 } } b: payees { ... on Bank { iban } }';
+    const selection = selecting('payees', text);
+    // The middleware runs once per alias, each a new array of the same objects (a filter).
+    indexItems(graphql, selection, context, type, [card, bank], [...root, 'a']);
+    indexItems(graphql, selection, context, type, [bank, card], [...root, 'b']);
+    expect(itemIndexes(context, card, [...root, 'a'], true)).toEqual([0]);
+    expect(itemIndexes(context, card, [...root, 'b'], true)).toEqual([1]);
   });
 
-  it('a list of a type met first alone: its items noted too', () => {
+  it('a list under an object selected under two aliases: each its own path', () => {
     const context = {};
-    const items = [{ last4: '1' }, { iban: '2' }];
-    indexItems(graphql, schema, context, order.getFields().one.type, items[0], 'one');
-    indexItems(graphql, schema, context, order.getFields().payees.type, items, 'payees');
-    expect(itemIndexes(context, items[1], 'payees', ['payees'])).toEqual([1]);
+    const type = order.getFields().box.type;
+    const text = 'box { p: payees { __typename } q: payees { __typename } }';
+    indexItems(graphql, selecting('box', text), context, type, { payees: [[card]] }, [
+      ...root,
+      'box',
+    ]);
+    expect(itemIndexes(context, card, [...root, 'box', 'p'], true)).toEqual([0, 0]);
+    expect(itemIndexes(context, card, [...root, 'box', 'q'], true)).toEqual([0, 0]);
   });
 
   it('reads no field that cannot hold a list of members', () => {
@@ -102,9 +140,33 @@ describe('indexItems', () => {
         throw new Error('read');
       },
     };
-    expect(() =>
-      indexItems(graphql, schema, {}, order.getFields().box.type, box, 'box'),
-    ).not.toThrow();
+    const type = order.getFields().box.type;
+    expect(() => indexItems(graphql, selected('box'), {}, type, box, root)).not.toThrow();
+  });
+
+  it('reads no field the operation does not select (a getter that loads)', () => {
+    const box = {
+      get payees(): unknown[] {
+        throw new Error('loaded');
+      },
+    };
+    const type = order.getFields().box.type;
+    const selection = selecting('box', 'box { name }');
+    expect(() => indexItems(graphql, selection, {}, type, box, root)).not.toThrow();
+  });
+
+  it('walks a field selected through a named fragment, `@skip` read', () => {
+    const box = { payees: [[card, bank]] };
+    const type = order.getFields().box.type;
+    const fragment = 'fragment P on Box { payees { __typename } }';
+    const at = [...root, 'box'];
+    const context = {};
+    indexItems(graphql, selecting('box', 'box { ...P }', fragment), context, type, box, at);
+    expect(itemIndexes(context, bank, [...at, 'payees'], true)).toEqual([0, 1]);
+    const skipped = {};
+    const text = 'box { ...P @skip(if: true) }';
+    indexItems(graphql, selecting('box', text, fragment), skipped, type, box, at);
+    expect(itemIndexes(skipped, bank, [...at, 'payees'], true)).toBeUndefined();
   });
 });
 

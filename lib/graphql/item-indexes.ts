@@ -1,5 +1,9 @@
-import { type GraphQLOutputType, type GraphQLSchema } from 'graphql';
+import { type FieldNode, type GraphQLOutputType } from 'graphql';
+import { listItems } from './completed-output.js';
 import { type GraphqlModule } from './graphql-module.js';
+import { nestField } from './nest-fields.js';
+import { joinKey, type OutputSelection } from './output-names.js';
+import { selectedFields } from './selection.js';
 
 /**
  * The list indexes of the union or interface members in a middleware field's output:
@@ -8,23 +12,14 @@ import { type GraphqlModule } from './graphql-module.js';
  * (adversary 81: every item noted at the list's path, the last member winning).
  *
  * Kept by the operation's context (the same object in two operations is at its own place in
- * each), then by the item and the name of the list field that holds it: an object may sit at
- * several places (a payee paid twice, one object per payee from a DataLoader; the same objects
- * in two lists), so each list field has its own places of the item, in the order graphql-js
- * completes them (a list's items in order, depth first), and the n-th `resolveType()` of that
- * item at one path of that field takes the n-th place (adversary 82). Where the places cannot
- * be told apart (the item under the same field name of two parents), none is given: nothing is
- * noted rather than another item's place.
+ * each), then by the list field's path in the answer (response keys, with the indexes of the
+ * items above it, as graphql-js gives it), then by the item: each path is one list (each
+ * alias's own, each parent's own: adversary 83, the same objects under two aliases of one
+ * field, or in the lists of two parents), an object may sit at several places of it (a payee
+ * paid twice), in the order graphql-js completes them (a list's items in order, depth first),
+ * and the n-th `resolveType()` of that item at that path takes the n-th place (adversary 82).
  */
-interface Places {
-  /** The list field's value the places are in. */
-  list: object;
-  places: (readonly number[])[];
-}
-
-const byContext = new WeakMap<object, WeakMap<object, Map<string, Places | null>>>();
-/** The list values walked, by context: walked again (a shared result), nothing new. */
-const walkedLists = new WeakMap<object, WeakSet<object>>();
+const byContext = new WeakMap<object, Map<string, WeakMap<object, (readonly number[])[]>>>();
 /** How many times each item was told at each list path (see above), by context. */
 const told = new WeakMap<object, Map<string, WeakMap<object, number>>>();
 
@@ -52,97 +47,103 @@ function mayHoldMemberList(graphql: GraphqlModule, type: GraphQLOutputType): boo
 }
 
 /**
- * Notes the list indexes of each member item in `value`, the output of field `name` of
- * `type`, relative to the path of the field that holds the list (see above): walks only the
- * fields whose types may hold a list of members (no other property is read).
+ * Notes the list indexes of each member item in `value`, the output of the field at `path`
+ * (its response keys and indexes) of `type`, by the path of the list field that holds it (see
+ * above): walks only the fields the operation selects (`selection`, the field's own: through
+ * fragments, `@skip` and `@include` read as GraphQL reads them), each response key its own
+ * path, whose types may hold a list of members; no other property is read (adversary 83: a
+ * getter that loads a relation the operation does not select was called), each read by the
+ * property Nest reads. The selection bounds the walk (a cycle of objects ends with it).
  */
 export function indexItems(
   graphql: GraphqlModule,
-  schema: GraphQLSchema,
+  selection: OutputSelection,
   context: unknown,
   type: GraphQLOutputType,
   value: unknown,
-  name: string,
+  path: readonly (string | number)[],
 ): void {
   if (typeof context !== 'object' || context === null) return;
   if (!mayHoldMemberList(graphql, type)) return;
+  const { schema, fragments, variables } = selection;
   let noted = byContext.get(context);
-  if (!noted) byContext.set(context, (noted = new WeakMap()));
-  let lists = walkedLists.get(context);
-  if (!lists) walkedLists.set(context, (lists = new WeakSet()));
+  if (!noted) byContext.set(context, (noted = new Map()));
   const marks = noted;
-  const walked = lists;
-  const seen = new Set<object>();
-  const place = (held: object, field: string, list: object, indexes: readonly number[]) => {
-    let byField = marks.get(held);
-    if (!byField) marks.set(held, (byField = new Map()));
-    const known = byField.get(field);
-    if (known === undefined) byField.set(field, { list, places: [indexes] });
-    else if (known !== null && known.list === list) known.places.push(indexes);
-    // Under the same field name of another parent: which is which cannot be told.
-    else byField.set(field, null);
+  const place = (list: string, held: object, indexes: readonly number[]) => {
+    let byItem = marks.get(list);
+    if (!byItem) marks.set(list, (byItem = new WeakMap()));
+    const places = byItem.get(held);
+    if (places) places.push(indexes);
+    else byItem.set(held, [indexes]);
   };
   const walk = (
     at: GraphQLOutputType,
     held: unknown,
-    field: { name: string; list: object },
+    nodes: readonly FieldNode[],
+    list: string,
     indexes: readonly number[],
   ): void => {
     if (typeof held !== 'object' || held === null) return;
-    if (graphql.isNonNullType(at)) return walk(at.ofType, held, field, indexes);
+    if (graphql.isNonNullType(at)) return walk(at.ofType, held, nodes, list, indexes);
     if (graphql.isListType(at)) {
-      if (!Array.isArray(held)) return;
-      held.forEach((item, i) => walk(at.ofType, item, field, [...indexes, i]));
+      // An array, or an iterable GraphQL reads again alike (a `Set`): the same objects.
+      const items = listItems(held);
+      items?.forEach((item, i) => walk(at.ofType, item, nodes, list, [...indexes, i]));
       return;
     }
-    if (graphql.isAbstractType(at) && indexes.length > 0)
-      place(held, field.name, field.list, indexes);
-    if (seen.has(held)) return;
-    seen.add(held);
+    if (graphql.isAbstractType(at) && indexes.length > 0) place(list, held, indexes);
+    const own = indexes.reduce<string>((key, i) => joinKey(key, i), list);
     const objects = graphql.isAbstractType(at)
       ? schema.getPossibleTypes(at)
       : graphql.isObjectType(at)
         ? [at]
         : [];
     for (const object of objects) {
-      for (const each of Object.values(object.getFields())) {
-        if (!mayHoldMemberList(graphql, each.type)) continue;
-        const inner = (held as Record<string, unknown>)[each.name];
-        if (typeof inner !== 'object' || inner === null || walked.has(inner)) continue;
-        walked.add(inner);
-        walk(each.type, inner, { name: each.name, list: inner }, []);
+      const fields = object.getFields();
+      const chosen = selectedFields(graphql, schema, object, { nodes, fragments, variables });
+      for (const [each, fieldNodes] of chosen) {
+        const definition = fields[each];
+        if (!definition || !mayHoldMemberList(graphql, definition.type)) continue;
+        const property = nestField(object.name, each)?.property ?? each;
+        const inner = (held as Record<string, unknown>)[property];
+        if (typeof inner !== 'object' || inner === null) continue;
+        // Each response key its own list (two aliases, each with its own selection).
+        const keys = [...new Set(fieldNodes.map((node) => node.alias?.value ?? each))];
+        for (const responseKey of keys) {
+          const same = fieldNodes.filter((node) => (node.alias?.value ?? each) === responseKey);
+          walk(definition.type, inner, same, joinKey(own, responseKey), []);
+        }
       }
     }
   };
-  if (typeof value !== 'object' || value === null || walked.has(value)) return;
-  walked.add(value);
-  walk(type, value, { name, list: value }, []);
+  walk(type, value, selection.nodes, path.join('.'), []);
 }
 
 /**
- * The list indexes of `source` under the list field `name` at `path` that GraphQL is
- * completing (see above): [] where it is in no list; undefined where its place cannot be told.
+ * The list indexes of `source` under the field at `path` that GraphQL is completing (see
+ * above): [] where the field is no list (`listed`: its type is one), the path its own;
+ * undefined where its place cannot be told, an item of a list with no place noted (a list the
+ * walk did not read: under a field the app resolves, a getter that gives new objects each
+ * read), so that nothing is noted rather than a member at the list's path (adversary 83).
  */
 export function itemIndexes(
   context: unknown,
   source: unknown,
-  name: string,
   path: readonly (string | number)[],
+  listed = false,
 ): readonly number[] | undefined {
-  if (typeof context !== 'object' || context === null) return [];
-  if (typeof source !== 'object' || source === null) return [];
-  const byField = byContext.get(context)?.get(source);
-  if (!byField) return [];
-  const known = byField.get(name);
-  // In no list of that field (a single member there): the path is its own.
-  if (known === undefined) return [];
-  if (known === null) return undefined;
+  const none = listed ? undefined : [];
+  if (!listed) return none;
+  if (typeof context !== 'object' || context === null) return none;
+  if (typeof source !== 'object' || source === null) return none;
+  const at = path.join('.');
+  const places = byContext.get(context)?.get(at)?.get(source);
+  if (!places) return none;
   let counts = told.get(context);
   if (!counts) told.set(context, (counts = new Map()));
-  const at = path.join('.');
   let byItem = counts.get(at);
   if (!byItem) counts.set(at, (byItem = new WeakMap()));
   const n = byItem.get(source) ?? 0;
   byItem.set(source, n + 1);
-  return known.places[n % known.places.length];
+  return places[n % places.length];
 }

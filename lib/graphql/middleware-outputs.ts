@@ -106,9 +106,9 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
           const mark = (raw: unknown) => {
             const value = readList(graphql, field.type, raw);
             try {
-              indexItems(graphql, schema, context, field.type, value, field.name);
+              indexItems(graphql, selection, context, field.type, value, path);
             } catch {
-              // Unmarked: its members are noted at the list's path, as graphql-js tells it.
+              // Unmarked: its list items' members are not noted (see `itemIndexes`).
             }
             return value;
           };

@@ -108,9 +108,9 @@ function answerFirst(type: GraphQLAbstractType): void {
       // At a mutation's first answer, under field middleware: stored with its output, at the
       // item's own place (see `memberPath`).
       const given = pathOf(info);
-      const place = memberPath(given, () =>
-        itemIndexes(context, source, (info as { fieldName?: string }).fieldName ?? '', given),
-      );
+      // An item of a list (graphql-js gives the list field's type): placed by its indexes.
+      const listed = String((info as { returnType?: unknown }).returnType ?? '').startsWith('[');
+      const place = memberPath(given, () => itemIndexes(context, source, given, listed));
       if (place) noteMember(context, place, told);
       return told;
     }
