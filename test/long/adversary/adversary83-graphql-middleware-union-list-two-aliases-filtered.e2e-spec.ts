@@ -70,6 +70,12 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * at hand; `itemIndexes` can then find the places of that path's list. Or note the member at
  * the wrapper's own completion of each item (walk the completed list in `mark`) rather than
  * from graphql-js' list-field path.
+ *
+ * Fixed: `indexItems` (lib/graphql/item-indexes.ts) keeps each item's places by the path of
+ * the list field in the answer (each alias's own call and list, each parent's own list, with
+ * the indexes of the items above it), not by the field's name and list value; `itemIndexes`
+ * finds them by the path graphql-js gives the item's `resolveType()`
+ * (lib/graphql/replayed-member.ts).
  */
 let pool: Pool;
 let copies = true;

@@ -69,7 +69,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * fields the operation selects (`selectedFields`, through fragments and `@skip`/`@include`),
  * each read by the property Nest reads; an item of a list with no place noted has no member
  * noted (`itemIndexes` with `listed`, lib/graphql/replayed-member.ts), never one at the list's
- * path.
+ * path; places are kept by the list's path in the answer (see adversary 83 union-list).
  * Not fixed (fixer), the selected getter that loads anew on each read: the walk reads the
  * selected getter once more than GraphQL (2 loads), and its objects are not the ones GraphQL
  * completes, so the items have no place and no member is noted; the replay's item still goes to
