@@ -3,11 +3,11 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { startPgBouncer, type TestPgBouncer } from './support/pgbouncer.js';
-import { SlowAnswerProxy } from './support/slow-answer-proxy.js';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../lib/index.js';
+import { bootstrapTestApp } from '../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { startPgBouncer, type TestPgBouncer } from '../support/pgbouncer.js';
+import { SlowAnswerProxy } from '../support/slow-answer-proxy.js';
 
 /**
  * Found by an adversarial review (issue 27): late answers behind PgBouncer in transaction mode (app → PgBouncer → a proxy that

@@ -8,10 +8,10 @@ import {
   IdempotencyModule,
   Idempotent,
   PartitionIdempotencyKeys1764461600000,
-} from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { SlowAnswerProxy } from './support/slow-answer-proxy.js';
+} from '../../lib/index.js';
+import { bootstrapTestApp } from '../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { SlowAnswerProxy } from '../support/slow-answer-proxy.js';
 
 /**
  * Found by an adversarial review (issue 27): a takeover whose answer comes after its

@@ -1,9 +1,9 @@
 import { Client } from 'pg';
-import { classifyHandlerError } from '../lib/transaction/failure.js';
-import { createTestDatabase, adminUrl, type TestDatabase } from './support/database.js';
-import { FAULTS, strike } from './support/outage-faults.js';
-import { LAYERS, probeOf } from './support/outage-probes.js';
-import { TcpProxy } from './support/tcp-proxy.js';
+import { classifyHandlerError } from '../../lib/transaction/failure.js';
+import { createTestDatabase, adminUrl, type TestDatabase } from '../support/database.js';
+import { FAULTS, strike } from '../support/outage-faults.js';
+import { LAYERS, probeOf } from '../support/outage-probes.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
 
 /**
  * The outage table: what each data layer the library joins raises when the database fails

@@ -17,9 +17,9 @@ import {
   IdempotencyModule,
   Idempotent,
   ProcessedMessages,
-} from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+} from '../../lib/index.js';
+import { bootstrapTestApp } from '../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
 
 /**
  * Found by the adversarial review of the outage rules: a handler's own permanent bug whose SQLSTATE is of class 08 is taken

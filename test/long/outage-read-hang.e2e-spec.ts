@@ -9,10 +9,10 @@ import {
   IdempotencyErrorFilter,
   IdempotencyModule,
   Idempotent,
-} from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { TcpProxy } from './support/tcp-proxy.js';
+} from '../../lib/index.js';
+import { bootstrapTestApp } from '../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
 
 /**
  * Found by the adversarial review of the outage rules: the database hangs (a blackholed network: connections open, nothing

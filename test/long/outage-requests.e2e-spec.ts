@@ -1,8 +1,8 @@
 import { type INestApplication } from '@nestjs/common';
 import request from 'supertest';
-import { createOutageApp, openGate, type OutageLayer, reachedGate } from './support/outage-app.js';
-import { createOutageDatabase, type OutageDatabase } from './support/outage-database.js';
-import { MID_WORK_FAULTS as FAULTS } from './support/outage-faults.js';
+import { createOutageApp, openGate, type OutageLayer, reachedGate } from '../support/outage-app.js';
+import { createOutageDatabase, type OutageDatabase } from '../support/outage-database.js';
+import { MID_WORK_FAULTS as FAULTS } from '../support/outage-faults.js';
 
 /**
  * The database fails while a handler's work is under way, on every data layer the library

@@ -1,15 +1,15 @@
 import { type INestApplication, Logger } from '@nestjs/common';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { IdempotencyPurger, PartitionIdempotencyKeys1764461600000 } from '../lib/index.js';
-import { type ActiveClaim } from '../lib/shapes/active-claim.js';
-import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
-import { PartitionedPostgresClaimStore } from '../lib/claim/partitioned/partitioned-postgres-claim.store.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
-import { partitionOf, partitions, untilDatabaseTime } from './support/partitions.js';
-import { createTestApp, SIDE_EFFECTS_DDL } from './support/test-app.js';
-import { describePartitioned } from './support/postgres-version.js';
+import { IdempotencyPurger, PartitionIdempotencyKeys1764461600000 } from '../../lib/index.js';
+import { type ActiveClaim } from '../../lib/shapes/active-claim.js';
+import { IdempotencyDatabase } from '../../lib/data-layers/idempotency-database.js';
+import { PartitionedPostgresClaimStore } from '../../lib/claim/partitioned/partitioned-postgres-claim.store.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { createMigratedDatabase, type MigratedDatabase } from '../support/migrated-database.js';
+import { partitionOf, partitions, untilDatabaseTime } from '../support/partitions.js';
+import { createTestApp, SIDE_EFFECTS_DDL } from '../support/test-app.js';
+import { describePartitioned } from '../support/postgres-version.js';
 
 /**
  * The retention kept by dropping partitions (1 s wide, 1.5 s of retention): finished keys go

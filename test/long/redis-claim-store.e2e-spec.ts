@@ -1,17 +1,20 @@
 import request from 'supertest';
 import { type Redis } from 'ioredis';
-import { IdempotencyContext, idempotencyStorage } from '../lib/transaction/idempotency-context.js';
-import { PhaseRunner, PhasesNeedTransactionalStoreError } from '../lib/index.js';
-import { RedisClaimStore } from '../lib/redis/index.js';
-import { IdempotencyDatabase } from '../lib/data-layers/idempotency-database.js';
-import { MemoryClaimStore } from '../lib/testing/index.js';
-import { createTestDatabase } from './support/database.js';
-import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
-import { PointingClaimStore } from '../lib/answer/bodies/pointing-claim.store.js';
-import { PostgresBodyStore } from '../lib/answer/bodies/postgres-body.store.js';
-import { redisServerInstalled, startTestRedis, type TestRedis } from './support/redis-server.js';
-import { type Scenario, startScenario } from './support/scenario.js';
-import { ADAPTERS, createTestApp } from './support/test-app.js';
+import {
+  IdempotencyContext,
+  idempotencyStorage,
+} from '../../lib/transaction/idempotency-context.js';
+import { PhaseRunner, PhasesNeedTransactionalStoreError } from '../../lib/index.js';
+import { RedisClaimStore } from '../../lib/redis/index.js';
+import { IdempotencyDatabase } from '../../lib/data-layers/idempotency-database.js';
+import { MemoryClaimStore } from '../../lib/testing/index.js';
+import { createTestDatabase } from '../support/database.js';
+import { createMigratedDatabase, type MigratedDatabase } from '../support/migrated-database.js';
+import { PointingClaimStore } from '../../lib/answer/bodies/pointing-claim.store.js';
+import { PostgresBodyStore } from '../../lib/answer/bodies/postgres-body.store.js';
+import { redisServerInstalled, startTestRedis, type TestRedis } from '../support/redis-server.js';
+import { type Scenario, startScenario } from '../support/scenario.js';
+import { ADAPTERS, createTestApp } from '../support/test-app.js';
 
 const onRedis = redisServerInstalled() || process.env.CI === 'true' ? describe : describe.skip;
 

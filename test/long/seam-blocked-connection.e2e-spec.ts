@@ -12,10 +12,10 @@ import {
   Idempotent,
   IdempotencyModule,
   IdempotentTransaction,
-} from '../lib/index.js';
-import { ADAPTERS, bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+} from '../../lib/index.js';
+import { ADAPTERS, bootstrapTestApp } from '../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { createTestPool, endTestPool } from '../support/test-pool.js';
 
 /**
  * The request's one connection, blocked (issue 27, items 5 and 7). On the pool seam every

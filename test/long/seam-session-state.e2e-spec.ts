@@ -18,11 +18,11 @@ import { Kysely, PostgresDialect, sql as kyselySql } from 'kysely';
 import { Client, Pool } from 'pg';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
-import { RESTORE_SESSION_STATE, runSurrounded } from '../lib/connection/session-state.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../lib/index.js';
+import { RESTORE_SESSION_STATE, runSurrounded } from '../../lib/connection/session-state.js';
+import { bootstrapTestApp } from '../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { createTestPool, endTestPool } from '../support/test-pool.js';
 
 /**
  * Session state a handler sets on the request's connection that outlives what the handler

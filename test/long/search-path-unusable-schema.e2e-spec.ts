@@ -3,9 +3,9 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
 import { DataSource, type MigrationInterface } from 'typeorm';
-import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { adminUrl, createTestDatabase, type TestDatabase } from './support/database.js';
+import { IDEMPOTENCY_MIGRATIONS, IdempotencyModule, Idempotent } from '../../lib/index.js';
+import { bootstrapTestApp } from '../support/bootstrap.js';
+import { adminUrl, createTestDatabase, type TestDatabase } from '../support/database.js';
 
 /**
  * Found by an adversarial review (issue 27): the start-up check's reading of the role's search_path

@@ -2,10 +2,10 @@ import { readFileSync } from 'node:fs';
 import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
 import { Client, type Pool } from 'pg';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { bootstrapTestApp } from './support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
-import { createTestPool, endTestPool } from './support/test-pool.js';
+import { IdempotencyModule, Idempotent } from '../../lib/index.js';
+import { bootstrapTestApp } from '../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { createTestPool, endTestPool } from '../support/test-pool.js';
 
 /**
  * A database whose `default_transaction_isolation` is serializable (which the pool seam

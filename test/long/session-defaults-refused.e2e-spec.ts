@@ -1,9 +1,9 @@
 import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
 import { Client, type Pool } from 'pg';
 import request from 'supertest';
-import { IdempotencyModule, Idempotent } from '../lib/index.js';
-import { type PoolApp, startPoolApp } from './support/pool-app.js';
-import { type TestDatabase } from './support/database.js';
+import { IdempotencyModule, Idempotent } from '../../lib/index.js';
+import { type PoolApp, startPoolApp } from '../support/pool-app.js';
+import { type TestDatabase } from '../support/database.js';
 
 /**
  * What a handler may change of its pooled connection beyond its request, and the library

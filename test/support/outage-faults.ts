@@ -3,7 +3,7 @@ import { TcpProxy } from './tcp-proxy.js';
 
 /**
  * Real faults of a database under a data layer, for the outage table
- * (test/outage-errors.e2e-spec.ts): each runs the data layer's own calls against a PostgreSQL
+ * (test/long/outage-errors.e2e-spec.ts): each runs the data layer's own calls against a PostgreSQL
  * reached through a `TcpProxy`, breaks the database the way an outage does, and returns what
  * the data layer threw (or `undefined` when the call went through).
  */
@@ -130,7 +130,7 @@ export async function terminateBackends(adminUrl: string, databaseName: string):
 
 /**
  * The faults that strike a handler held mid-work (the end-to-end cells of
- * test/outage-requests.e2e-spec.ts and test/outage-messages.e2e-spec.ts): its connection is
+ * test/long/outage-requests.e2e-spec.ts and test/outage-messages.e2e-spec.ts): its connection is
  * gone under its open transaction, by the server's hand or the network's.
  */
 export const MID_WORK_FAULTS = {

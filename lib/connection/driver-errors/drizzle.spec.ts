@@ -6,7 +6,7 @@ import { drizzleCause } from './drizzle.js';
 /**
  * The errors as Drizzle's node-postgres driver raises them: its own DrizzleQueryError around
  * node-postgres' DatabaseError (built as pg's parser builds it, with what PostgreSQL sent), a
- * socket's error, or pg's and pg-pool's own errors. test/examples/drizzle-orders.e2e-spec.ts
+ * socket's error, or pg's and pg-pool's own errors. test/long/examples/drizzle-orders.e2e-spec.ts
  * checks the same function on errors captured from a real database.
  */
 const server = (code: string, message: string) =>

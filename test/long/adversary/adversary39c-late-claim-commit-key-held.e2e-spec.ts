@@ -31,8 +31,8 @@ import { SlowAnswerProxy } from '../../support/slow-answer-proxy.js';
  *
  * Expected (and the control, same app with the database at READ COMMITTED, same slow answer
  * to the statement that commits the claim, there the claim itself in autocommit): the late
- * claim is given back (as test/late-claim-pgbouncer.e2e-spec.ts requires), and the retry a
- * moment after the 503 runs the handler: 201 (the takeover: as test/late-takeover.e2e-spec.ts).
+ * claim is given back (as test/long/late-claim-pgbouncer.e2e-spec.ts requires), and the retry a
+ * moment after the 503 runs the handler: 201 (the takeover: as test/long/late-takeover.e2e-spec.ts).
  *
  * Severity: medium (a wrong, retryable answer: 409s for a lease, for a request that never ran;
  * the promise "given back at once, not left held until its lease runs out" of
@@ -152,7 +152,7 @@ describe.each(CASES)('a claim whose commit is answered late (default $level)', (
   });
 
   // The same for a takeover of a key whose worker crashed (its lease ran out): the takeover's
-  // late row is given back at READ COMMITTED (test/late-takeover.e2e-spec.ts), not above it.
+  // late row is given back at READ COMMITTED (test/long/late-takeover.e2e-spec.ts), not above it.
   it('gives a late takeover back: the retry a moment after its 503 runs', async () => {
     expect((await pay('first')).status).toBe(201);
     await db.query(

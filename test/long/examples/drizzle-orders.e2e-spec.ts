@@ -1,11 +1,11 @@
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { Client } from 'pg';
-import { orderEvents, orders } from '../../examples/drizzle-orders/schema.js';
-import { drizzleCause } from '../../lib/connection/driver-errors/drizzle.js';
-import { ADAPTERS, type AdapterName } from '../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { startWorker, type WorkerProcess } from '../support/worker-process.js';
-import { startWarehouse, type Warehouse } from './support/warehouse.js';
+import { orderEvents, orders } from '../../../examples/drizzle-orders/schema.js';
+import { drizzleCause } from '../../../lib/connection/driver-errors/drizzle.js';
+import { ADAPTERS, type AdapterName } from '../../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { startWorker, type WorkerProcess } from '../../support/worker-process.js';
+import { startWarehouse, type Warehouse } from '../../examples/support/warehouse.js';
 
 /**
  * The Drizzle orders example (examples/drizzle-orders) on real PostgreSQL, as real processes:

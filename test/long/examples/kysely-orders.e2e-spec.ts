@@ -1,12 +1,12 @@
 import { type INestApplication } from '@nestjs/common';
 import { Client, Pool } from 'pg';
 import request from 'supertest';
-import { applySchema } from '../../examples/kysely-orders/schema.js';
-import { ADAPTERS, type AdapterName, bootstrapTestApp } from '../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { startWarehouse, type Warehouse } from './support/warehouse.js';
-import { probedOrdersModule, refusals } from '../support/kysely-probes.js';
-import { startWorker, type WorkerProcess } from '../support/worker-process.js';
+import { applySchema } from '../../../examples/kysely-orders/schema.js';
+import { ADAPTERS, type AdapterName, bootstrapTestApp } from '../../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { startWarehouse, type Warehouse } from '../../examples/support/warehouse.js';
+import { probedOrdersModule, refusals } from '../../support/kysely-probes.js';
+import { startWorker, type WorkerProcess } from '../../support/worker-process.js';
 
 /**
  * examples/kysely-orders: Kysely (PostgresDialect) on the pool the library was given. The

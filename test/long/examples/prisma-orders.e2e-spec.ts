@@ -1,14 +1,17 @@
 import { type INestApplication } from '@nestjs/common';
 import { type AddressInfo } from 'node:net';
 import { Client, Pool } from 'pg';
-import { type OrdersSettings } from '../../examples/prisma-orders/app.module.js';
-import { createOrdersApp } from '../../examples/prisma-orders/create-app.js';
-import { migrate } from '../../examples/prisma-orders/database/migrate.js';
-import { ADAPTERS, type AdapterName } from '../support/bootstrap.js';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { startWorker, type WorkerProcess } from '../support/worker-process.js';
-import { caughtBySku, PrismaProbesController } from './support/prisma-probes.controller.js';
-import { startWarehouse, type Warehouse } from './support/warehouse.js';
+import { type OrdersSettings } from '../../../examples/prisma-orders/app.module.js';
+import { createOrdersApp } from '../../../examples/prisma-orders/create-app.js';
+import { migrate } from '../../../examples/prisma-orders/database/migrate.js';
+import { ADAPTERS, type AdapterName } from '../../support/bootstrap.js';
+import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { startWorker, type WorkerProcess } from '../../support/worker-process.js';
+import {
+  caughtBySku,
+  PrismaProbesController,
+} from '../../examples/support/prisma-probes.controller.js';
+import { startWarehouse, type Warehouse } from '../../examples/support/warehouse.js';
 
 /**
  * The orders example on Prisma 7 (examples/prisma-orders): Prisma built on the pg.Pool the
