@@ -61,8 +61,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * `createOrder` are non-null) with `field_not_stored` at `createOrder.lines.1.label` ("was not
  * selected by the first call ... use a new key for a new operation"), the replay marker on;
  * the control (the same retry as a new document text, run uncompiled) answers
- * `lines: [{ id: 4, label: "SECOND" }, { id: 3, label: "FIRST" }]`. (With `label` nullable,
- * `lines.0` would answer the stored `"FIRST"` for line 4, by position: not run here.)
+ * `lines: [{ id: 4, label: "SECOND" }, { id: 3, label: "FIRST" }]`. (With `label` nullable, checked by
+ * hand: `lines: [{ id: 4, label: "FIRST" }, { id: 3, label: null }]`, the first line's label
+ * on the new line, by position, and `field_not_stored` at `lines.1.label`.)
  *
  * Suggested fix: tell a field the app resolves between the mutation and the middleware field
  * without graphql-js' `typename` (graphql-jit): by the named steps and the schema (walk the
