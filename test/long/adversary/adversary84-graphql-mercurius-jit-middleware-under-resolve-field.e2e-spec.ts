@@ -28,7 +28,7 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * value (`Order.lines`, read anew on every replay; each `Line.label` behind field middleware)
  * is answered on a replay run compiled from the first answer's stored outputs by position,
  * not by running its middleware on the fresh value: a line added to the order since the first
- * call shifts the list, so the replay answers the new line (id 2) with the first line's label,
+ * call shifts the list, so the replay answers the new line (id 4) with the first line's label (a nullable label: no error there),
  * and the last line's label `field_not_stored` ("was not selected by the first call
  * with this idempotency key ... use a new key for a new operation"), though the first call
  * selected it. Run uncompiled (graphql-js: the document's first run), the same replay answers
@@ -50,8 +50,9 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *
  * Docs (docs/guides/graphql.md, "Field middleware"): "A middleware field under such a
  * resolver's value (a `@ResolveField()` list of lines, each `label` behind middleware) is that
- * value's, read anew on a replay: its middleware runs, as on a query"; "under Mercurius'
- * `jit` too".
+ * value's, read anew on a replay: its middleware runs, as on a query"; Mercurius' `jit` is
+ * a documented driver setting ("Under Mercurius' `jit`, whose compiled run (a document's
+ * second, a replay's as a rule)").
  *
  * Severity: high: a replay answers a line with another line's label, no error (a value no
  * answer ever paired), and refuses a field the first call selected with advice to use a new
