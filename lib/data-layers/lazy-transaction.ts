@@ -26,6 +26,7 @@ import {
 } from '../transaction/own-persist.js';
 import { runnerView, viewSaysActive } from './runner-view.js';
 import { AfterRequestCommit, whenTold } from './after-request-commit.js';
+import { typeormSavepointAsWithout } from './typeorm-savepoint-names.js';
 import { type FencedStatement } from '../transaction/request-transaction.js';
 import {
   ConcurrentSaveFailedError,
@@ -969,7 +970,10 @@ export class LazyTransaction extends RequestTransaction {
     // code's (see `TurnQueue.onWire`).
     const turns = this.turns;
     internals.query = function (this: unknown, ...args: unknown[]) {
-      return this === runner ? turns.onWire(() => queryFrom(this, args)) : queryFrom(this, args);
+      if (this !== runner) return queryFrom(this, args);
+      // TypeORM's savepoints named as without the library (`typeormSavepointAsWithout`).
+      args[0] = typeormSavepointAsWithout(args[0]);
+      return turns.onWire(() => queryFrom(this, args));
     };
     this.keepSettingsOf = keepSettings;
     const stream = runner.stream.bind(runner) as (...args: unknown[]) => Promise<unknown>;
