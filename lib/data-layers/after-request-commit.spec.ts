@@ -1,5 +1,14 @@
-import { type QueryRunner } from 'typeorm';
-import { noteAfterEnd, whenTold, withDataAtCommit } from './after-request-commit.js';
+import { type DataSource, type QueryRunner } from 'typeorm';
+import { type SavepointControl } from '../transaction/sql/sql-text.js';
+import {
+  AfterRequestCommit,
+  noteAfterEnd,
+  type SavepointMark,
+  savepointMarksAfter,
+  undoneBy,
+  whenTold,
+  withDataAtCommit,
+} from './after-request-commit.js';
 
 describe("whenTold: when a nested transaction's event reaches TypeORM's subscribers", () => {
   it.each<[string, 'now' | 'after-request-commit']>([
@@ -72,5 +81,166 @@ describe('noteAfterEnd: a noted nested commit once a nested transaction ended (a
     ['an end that failed', 2, 2, 'rolled-back', 2],
   ])('%s', (_name, into, depthNow, end, expected) => {
     expect(noteAfterEnd(into, depthNow, end)).toBe(expected);
+  });
+});
+
+describe('savepointMarksAfter: the savepoints open after a savepoint statement (adversary 83)', () => {
+  const mark = (name: string, since: number, inside = 2): SavepointMark => ({
+    name,
+    since,
+    inside,
+  });
+  it.each<
+    [string, SavepointMark[], SavepointControl, { marks: SavepointMark[]; undo?: SavepointMark }]
+  >([
+    ['a savepoint set', [], { kind: 'savepoint', name: 'a' }, { marks: [mark('a', 3)] }],
+    [
+      'the same name set again: a newer one',
+      [mark('a', 0)],
+      { kind: 'savepoint', name: 'a' },
+      { marks: [mark('a', 0), mark('a', 3)] },
+    ],
+    // RELEASE keeps what was done in it, and ends the ones set after it.
+    ['released', [mark('a', 0), mark('b', 1)], { kind: 'release', name: 'a' }, { marks: [] }],
+    [
+      'the latest of a name released',
+      [mark('a', 0), mark('a', 1)],
+      { kind: 'release', name: 'a' },
+      { marks: [mark('a', 0)] },
+    ],
+    // ROLLBACK TO keeps it, ends the ones after it, and undoes what was noted since it.
+    [
+      'rolled back to',
+      [mark('a', 0), mark('b', 1), mark('c', 2)],
+      { kind: 'rollback-to', name: 'b' },
+      { marks: [mark('a', 0), mark('b', 1)], undo: mark('b', 1) },
+    ],
+    [
+      'the latest of a name rolled back to',
+      [mark('a', 0), mark('a', 2)],
+      { kind: 'rollback-to', name: 'a' },
+      { marks: [mark('a', 0), mark('a', 2)], undo: mark('a', 2) },
+    ],
+    // A name never set here: PostgreSQL refuses it; nothing changes.
+    [
+      'an unknown release',
+      [mark('a', 0)],
+      { kind: 'release', name: 'x' },
+      { marks: [mark('a', 0)] },
+    ],
+    [
+      'an unknown rollback',
+      [mark('a', 0)],
+      { kind: 'rollback-to', name: 'x' },
+      { marks: [mark('a', 0)] },
+    ],
+  ])('%s', (_name, marks, control, expected) => {
+    expect(savepointMarksAfter(marks, control, 3, 2)).toEqual(expected);
+  });
+});
+
+describe('undoneBy: a noted nested commit and a ROLLBACK TO (adversary 83)', () => {
+  it.each<[string, SavepointMark, number, number, boolean]>([
+    // SAVEPOINT attempt (depth 2), a nested commit released into depth 2, ROLLBACK TO attempt.
+    ['committed inside it', { name: 'attempt', since: 0, inside: 2 }, 0, 2, true],
+    ['committed deeper inside it', { name: 'attempt', since: 0, inside: 2 }, 1, 3, true],
+    // Noted before the savepoint was set: its work is before it.
+    ['committed before it', { name: 'attempt', since: 1, inside: 2 }, 0, 2, false],
+    // A commit put off, noted after it was set, but its work lives around it.
+    ['put off, living around it', { name: 'b', since: 0, inside: 3 }, 0, 1, false],
+    // TypeORM's nested transaction's savepoint (its work one deeper), rolled back to by name.
+    ["TypeORM's, committed inside it", { name: 'typeorm_1', since: 0, inside: 3 }, 0, 3, true],
+    ["TypeORM's, released past it", { name: 'typeorm_1', since: 0, inside: 3 }, 0, 2, false],
+  ])('%s', (_name, mark, seq, into, expected) => {
+    expect(undoneBy(mark, seq, into)).toBe(expected);
+  });
+});
+
+describe("AfterRequestCommit: what is told after the request's COMMIT, its code's savepoints seen (adversary 83)", () => {
+  type Step =
+    | ['commit', string, number]
+    | ['sent', SavepointControl['kind'], string, number, 'own' | 'typeorm']
+    | ['ended', number, 'released' | 'rolled-back'];
+  it.each<[string, Step[], string[]]>([
+    [
+      // SAVEPOINT attempt; a nested commit released into depth 2; ROLLBACK TO attempt.
+      'a nested commit inside its own savepoint, rolled back to',
+      [
+        ['sent', 'savepoint', 'attempt', 2, 'own'],
+        ['commit', 'inner', 2],
+        ['sent', 'rollback-to', 'attempt', 2, 'own'],
+        ['ended', 1, 'released'],
+        ['commit', 'outer', 1],
+      ],
+      ['outer'],
+    ],
+    [
+      'released instead: both',
+      [
+        ['sent', 'savepoint', 'attempt', 2, 'own'],
+        ['commit', 'inner', 2],
+        ['sent', 'release', 'attempt', 2, 'own'],
+        ['ended', 1, 'released'],
+        ['commit', 'outer', 1],
+      ],
+      ['inner', 'outer'],
+    ],
+    [
+      'a commit before the savepoint: kept',
+      [
+        ['commit', 'before', 2],
+        ['sent', 'savepoint', 'attempt', 2, 'own'],
+        ['sent', 'rollback-to', 'attempt', 2, 'own'],
+        ['commit', 'outer', 1],
+      ],
+      ['before', 'outer'],
+    ],
+    [
+      // Its savepoint ended with the nested transaction it was set in: a later one of the
+      // same name is another.
+      'a savepoint ended with its transaction',
+      [
+        ['sent', 'savepoint', 'attempt', 3, 'own'],
+        ['ended', 2, 'released'],
+        ['commit', 'kept', 2],
+        ['sent', 'rollback-to', 'attempt', 2, 'own'],
+        ['commit', 'outer', 1],
+      ],
+      ['kept', 'outer'],
+    ],
+    [
+      // TypeORM's nested transaction rolled back to by the name TypeORM gives it.
+      "TypeORM's savepoint rolled back to by its name",
+      [
+        ['sent', 'savepoint', 'typeorm_1', 2, 'typeorm'],
+        ['commit', 'deeper', 3],
+        ['sent', 'rollback-to', 'typeorm_1', 2, 'own'],
+        ['commit', 'outer', 1],
+      ],
+      ['outer'],
+    ],
+  ])('%s', async (_name, steps, expected) => {
+    const told: string[] = [];
+    const runner = {
+      data: undefined as unknown,
+      broadcaster: {
+        broadcast: () => {
+          told.push((runner.data as { tag: string }).tag);
+          return Promise.resolve();
+        },
+      },
+    };
+    const after = new AfterRequestCommit();
+    for (const step of steps) {
+      if (step[0] === 'commit') {
+        runner.data = { tag: step[1] };
+        after.note(runner as unknown as QueryRunner, step[2]);
+      } else if (step[0] === 'sent') {
+        after.savepointSent({ kind: step[1], name: step[2] }, step[3], step[4] === 'own');
+      } else after.nestedEnded(step[1], step[2]);
+    }
+    const dataSource = { subscribers: [{ afterTransactionCommit: () => undefined }] };
+    await after.tell(dataSource as unknown as DataSource, Infinity);
+    expect(told).toEqual(expected);
   });
 });

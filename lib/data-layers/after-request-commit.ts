@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { type DataSource, type QueryRunner } from 'typeorm';
+import { type SavepointControl } from '../transaction/sql/sql-text.js';
 
 /**
  * When the library has TypeORM's subscribers told of a transaction event of its code's nested
@@ -25,6 +26,55 @@ interface Noted {
   runner: QueryRunner;
   data: QueryRunner['data'];
   into: number;
+  /** How many commits were noted before it (see `SavepointMark.since`). */
+  seq: number;
+}
+
+/**
+ * A savepoint open on the request's connection, by name (its code's own `SAVEPOINT attempt`,
+ * or TypeORM's, as named on the wire): `since`, how many nested commits were noted before it
+ * was set; `inside`, the runner's depth the work done inside it lives at (its code's own: the
+ * depth it was set at; TypeORM's: one deeper, its nested transaction's).
+ */
+export interface SavepointMark {
+  name: string;
+  since: number;
+  inside: number;
+}
+
+/**
+ * The savepoints open after `control` (a savepoint statement sent on the request's connection),
+ * as PostgreSQL reads them: `SAVEPOINT s` sets one more (a name set again hides the older one);
+ * `RELEASE s` ends the latest `s` and every one set after it, keeping their work (`undo`
+ * none); `ROLLBACK TO s` ends the ones set after the latest `s`, keeps `s`, and undoes every
+ * nested commit noted since `s` was set whose work lives inside it (`undo`: that mark, see
+ * `undoneBy`). A name none was set under (one the request's connection never saw, or set
+ * before the request's code ran) changes nothing: PostgreSQL refuses it, and the request fails.
+ * `made`: the commits noted so far; `inside`: the depth a savepoint set now holds work of.
+ */
+export function savepointMarksAfter(
+  marks: readonly SavepointMark[],
+  control: SavepointControl,
+  made: number,
+  inside: number,
+): { marks: SavepointMark[]; undo?: SavepointMark } {
+  if (control.kind === 'savepoint') {
+    return { marks: [...marks, { name: control.name, since: made, inside }] };
+  }
+  const at = marks.map((mark) => mark.name).lastIndexOf(control.name);
+  if (at < 0) return { marks: [...marks] };
+  if (control.kind === 'release') return { marks: marks.slice(0, at) };
+  return { marks: marks.slice(0, at + 1), undo: marks[at] };
+}
+
+/**
+ * Whether a noted nested commit (the `seq`-th noted, its work living at depth `into`) is undone
+ * by a `ROLLBACK TO` of `mark`: noted since the savepoint was set, and living inside it. A
+ * commit put off until another's transaction ended (`commitPutOff`) may be noted after a
+ * savepoint of that other's was set, yet its work lives around it (`into` shallower): kept.
+ */
+export function undoneBy(mark: SavepointMark, seq: number, into: number): boolean {
+  return seq >= mark.since && into >= mark.inside;
 }
 
 /**
@@ -80,6 +130,10 @@ const logger = new Logger('Idempotency');
  */
 export class AfterRequestCommit {
   private readonly noted: Noted[] = [];
+  /** How many nested commits were noted (each's `seq`). */
+  private made = 0;
+  /** The savepoints open on the request's connection, its code's own and TypeORM's. */
+  private marks: SavepointMark[] = [];
 
   /**
    * A nested commit whose `afterTransactionCommit` waits for the request's COMMIT, noted at
@@ -87,7 +141,24 @@ export class AfterRequestCommit {
    * is the depth its savepoint was (or, put off, will be) released into.
    */
   note(runner: QueryRunner, into: number): void {
-    this.noted.push({ runner, data: runner.data, into });
+    this.noted.push({ runner, data: runner.data, into, seq: this.made++ });
+  }
+
+  /**
+   * A savepoint statement sent on the request's connection (`savepointMarksAfter`), at the
+   * runner's depth `depth`, by its code (`own`) or TypeORM: a `ROLLBACK TO` of a savepoint of
+   * its code's own undoes the nested commits released inside it, as TypeORM's rollback does
+   * (adversary 83); they are never told.
+   */
+  savepointSent(control: SavepointControl, depth: number, own: boolean): void {
+    const inside = own ? depth : depth + 1;
+    const { marks, undo } = savepointMarksAfter(this.marks, control, this.made, inside);
+    this.marks = marks;
+    if (!undo) return;
+    for (let at = this.noted.length - 1; at >= 0; at--) {
+      const noted = this.noted[at]!;
+      if (undoneBy(undo, noted.seq, noted.into)) this.noted.splice(at, 1);
+    }
   }
 
   /**
@@ -95,6 +166,8 @@ export class AfterRequestCommit {
    * its rollback undid are dropped; the others now live no deeper than it.
    */
   nestedEnded(depthNow: number, end: 'released' | 'rolled-back'): void {
+    // The savepoints set inside the ended one end with it (RELEASE or ROLLBACK TO alike).
+    this.marks = this.marks.filter((mark) => mark.inside <= depthNow);
     for (let at = this.noted.length - 1; at >= 0; at--) {
       const noted = this.noted[at]!;
       const next = noteAfterEnd(noted.into, depthNow, end);

@@ -38,7 +38,12 @@ import {
   SubscriberTransactionOpenError,
   TransactionEndedError,
 } from '../transaction/seam-errors.js';
-import { isPlainRead, isTransactionModeOnly, setsReadOnly } from '../transaction/sql/sql-text.js';
+import {
+  isPlainRead,
+  isTransactionModeOnly,
+  savepointControlsOf,
+  setsReadOnly,
+} from '../transaction/sql/sql-text.js';
 import {
   keepNestedState,
   type KeptNestedState,
@@ -1055,6 +1060,11 @@ export class LazyTransaction extends RequestTransaction {
     // `SET TRANSACTION READ ONLY` inside a nested transaction: read only until it ends.
     if (depth > 1 && this.readOnlyFrom === undefined && setsReadOnly(text)) {
       this.readOnlyFrom = depth;
+    }
+    // Its savepoints and TypeORM's, by name: a `ROLLBACK TO` of one undoes the nested commits
+    // released inside it (`AfterRequestCommit.savepointSent`).
+    for (const control of savepointControlsOf(text) ?? []) {
+      if (control) this.afterCommit.savepointSent(control, depth, from !== this.runner);
     }
     return 'inside';
   }
