@@ -23,6 +23,7 @@ import {
   noteCancelAsked,
 } from '../connection/cancel-asked.js';
 import { beginWith, carriedStatement } from '../connection/begin-with.js';
+import { stillRunningAfter } from '../connection/read-timeout.js';
 import { fencedCommit, isFenceLost } from '../claim/fenced-commit.js';
 import {
   type BegunSessionState,
@@ -61,7 +62,7 @@ import {
   recoveryOf,
 } from './claim-at-begin.js';
 import { unreadableOf } from './sql/sql-parse.js';
-import { readyForNext, runsToItsEnd, stillRunningAfter } from './still-running.js';
+import { readyForNext, runsToItsEnd } from './still-running.js';
 import { endOf } from './submitted-end.js';
 import {
   rollsBackToSavepoint,
@@ -1310,11 +1311,12 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   /**
    * A submittable of its code handed to the connection. One that runs to its end by itself (a
    * `pg.Query` left running: `runsToItsEnd`) counts among its code's statements until
-   * node-postgres tells it ended: the stored answer and `COMMIT`, queued behind it, wait for
-   * it before their deadline starts, as for a statement left running (adversary 82).
+   * node-postgres tells it ended (not at its read timeout: `endOf`): the stored answer and
+   * `COMMIT`, queued behind it, wait for it before their deadline starts, as for a statement
+   * left running (adversaries 82, 83).
    */
   private handOver(client: PoolClient, args: unknown[]): unknown {
-    if (runsToItsEnd(args[0])) this.noteRunning(endOf(args[0] as object));
+    if (runsToItsEnd(args[0])) this.noteRunning(endOf(args[0] as object, client));
     return (client.query as (...a: unknown[]) => unknown).apply(client, args);
   }
 

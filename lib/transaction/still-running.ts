@@ -1,24 +1,5 @@
 import { Stream } from 'node:stream';
 
-/**
- * What node-postgres rejects a statement with when its per-query `query_timeout` (or the
- * client's) runs out: a read timeout on the client's side only. The statement goes on running
- * on the server and stays the client's active query (pg/lib/client.js: its callback is called
- * with the error and replaced by a no-op; nothing is sent to the server), so what is queued
- * behind it on that connection waits for its end.
- */
-const READ_TIMEOUT = 'Query read timeout';
-
-/**
- * Whether a statement whose promise rejected with `error` may still be running on its
- * connection: node-postgres' read timeout (see `READ_TIMEOUT`). Any other rejection comes from
- * the server's answer (its ErrorResponse, followed at once by its ReadyForQuery), from the
- * connection's loss, or from a refusal before it was sent: nothing of it runs on.
- */
-export function stillRunningAfter(error: unknown): boolean {
-  return error instanceof Error && error.message === READ_TIMEOUT;
-}
-
 /** A submittable as node-postgres tells it how it ends. */
 interface Submitted {
   handleReadyForQuery?: unknown;
@@ -55,7 +36,8 @@ interface Readiness {
 /**
  * Settles once `client` is ready for its next statement: now if it is, else at its
  * connection's next ReadyForQuery (the end of the statement it runs), or when the connection
- * ends or fails. For a statement given up on by node-postgres' read timeout (`stillRunningAfter`):
+ * ends or fails. For a statement given up on by node-postgres' read timeout (`stillRunningAfter`,
+ * lib/connection/read-timeout.ts):
  * running, it is the client's active query, and that ReadyForQuery is its end; still queued,
  * node-postgres took it off the queue, and it never runs. A client that does not tell
  * (pg-native's) settles at once, as before. Never rejects.
