@@ -1,6 +1,7 @@
 import { type ActiveClaim } from '../shapes/active-claim.js';
 import { type ClaimStore } from '../shapes/claim-store.interface.js';
 import {
+  afterFailedRenewalInside,
   heartbeatStop,
   type HeartbeatEnd,
   LeaseRenewals,
@@ -79,6 +80,14 @@ describe('LeaseRenewals.heartbeat inside a transaction above READ COMMITTED', ()
       0,
     ],
     [
+      // Queued behind a statement its code gave up on through a Pool's `query_timeout`: taken
+      // off the client's queue, never run (adversary 83).
+      "renewals given up on by node-postgres' read timeout: every heartbeat, nothing said",
+      () => Promise.reject(new Error('Query read timeout')),
+      (calls) => expect(calls).toBeGreaterThanOrEqual(3),
+      0,
+    ],
+    [
       'renewals that hold: every heartbeat, nothing said',
       () => Promise.resolve(true),
       (calls) => expect(calls).toBeGreaterThanOrEqual(3),
@@ -137,6 +146,22 @@ describe('LeaseRenewals.heartbeat inside a transaction above READ COMMITTED', ()
     expect([...sent]).toEqual(expected);
   });
 });
+
+describe('afterFailedRenewalInside', () => {
+  it.each<[string, unknown, ReturnType<typeof afterFailedRenewalInside>]>([
+    ['a serialization failure (the transaction aborted)', serverError('40001'), 'stop'],
+    ['a lost connection', new Error('Connection terminated unexpectedly'), 'stop'],
+    ['behind a failed statement of its code\'s (25P02)', serverError('25P02'), 'go-on'],
+    // Adversary 83: never ran, or runs on; the transaction holds the key's row meanwhile.
+    ["node-postgres' read timeout (query_timeout)", new Error('Query read timeout'), 'go-on'],
+  ])('%s: %s', (_name, error, expected) => {
+    expect(afterFailedRenewalInside(error)).toBe(expected);
+  });
+});
+
+function serverError(code: string): Error {
+  return Object.assign(new Error(`error ${code}`), { code, severity: 'ERROR' });
+}
 
 describe('heartbeatStop', () => {
   it.each<[string, HeartbeatEnd, boolean, ReturnType<typeof heartbeatStop>]>([

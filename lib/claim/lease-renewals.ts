@@ -7,6 +7,7 @@ import {
 } from '../shapes/claim-store.interface.js';
 import { type StoreTransaction } from '../shapes/store-transaction.js';
 import { isTransactionAbortedError } from '../connection/connection-errors.js';
+import { stillRunningAfter } from '../connection/read-timeout.js';
 import { releaseRetryDelay } from './release-retry.js';
 
 /** A phase's transaction the claim's heartbeat follows while it is open (`followedBy`). */
@@ -78,6 +79,27 @@ export function renewalRoute(state: {
 }): RenewalRoute {
   if (state.phaseEnding) return 'after-phase';
   return state.holderIsolated && state.storeRenewsInside ? 'inside' : 'apart';
+}
+
+/**
+ * What a heartbeat does after a renewal inside the holding transaction failed with `error`.
+ * Aborted (a serialization failure: another worker took the key over after its snapshot), the
+ * transaction can only roll back, and every later renewal inside it would fail alike: it stops
+ * (said once). It goes on when the renewal left the transaction as it was:
+ * - queued behind a statement of its code's that failed in a savepoint of its own (a try with
+ *   a fallback: "transaction is aborted"): the code rolls back to it and goes on;
+ * - given up on by node-postgres' read timeout (a Pool's `query_timeout`, the renewal queued
+ *   behind a statement its code gave up on: `stillRunningAfter`): taken off the client's
+ *   queue, it never ran; or, sent, it runs on and lands. A renewal that never ran did not
+ *   extend the lease, but nothing can take the key over meanwhile: a renewal goes inside only
+ *   while the transaction holds the key's row (its claim uncommitted, or renewed in its
+ *   `BEGIN`), and the next tick renews. Stopped, the heartbeat left the transaction's idle
+ *   bound (`idleBound`, the lease) to end a live worker's session once its code worked a lease
+ *   without a statement: 503 on every try (adversary 83). It cannot be sent with no read
+ *   timeout instead: a per-query `query_timeout` of 0 falls back to the client's.
+ */
+export function afterFailedRenewalInside(error: unknown): 'go-on' | 'stop' {
+  return isTransactionAbortedError(error) || stillRunningAfter(error) ? 'go-on' : 'stop';
 }
 
 /** Why a claim's heartbeat is stopped (see `heartbeatStop`). */
@@ -157,19 +179,16 @@ export class LeaseRenewals {
         return holder!.query('SELECT 1', []).then(
           () => true,
           (error: unknown) => {
-            if (isTransactionAbortedError(error)) return true;
+            if (afterFailedRenewalInside(error) === 'go-on') return true;
             throw error;
           },
         );
       }
       return (store as TransactionalClaimStore).extendLeaseIn!(claim, holder!).catch(
         (error: unknown) => {
-          // Queued behind a statement of its code's that failed in a savepoint of its own (a
-          // try with a fallback): the code rolls back to it and goes on, and so do the ticks.
-          if (isTransactionAbortedError(error)) return true;
-          // A renewal inside the transaction that fails has aborted it (a serialization
-          // failure: another worker took the key over after its snapshot): it can only roll
-          // back, and every later renewal inside it would fail alike. Said once, then stopped.
+          // Left the transaction as it was: the next tick renews (see the function).
+          if (afterFailedRenewalInside(error) === 'go-on') return true;
+          // Aborted it: said once, then stopped.
           clearInterval(timer);
           throw error;
         },
