@@ -151,7 +151,7 @@ describe('afterFailedRenewalInside', () => {
   it.each<[string, unknown, ReturnType<typeof afterFailedRenewalInside>]>([
     ['a serialization failure (the transaction aborted)', serverError('40001'), 'stop'],
     ['a lost connection', new Error('Connection terminated unexpectedly'), 'stop'],
-    ['behind a failed statement of its code\'s (25P02)', serverError('25P02'), 'go-on'],
+    ["behind a failed statement of its code's (25P02)", serverError('25P02'), 'go-on'],
     // Adversary 83: never ran, or runs on; the transaction holds the key's row meanwhile.
     ["node-postgres' read timeout (query_timeout)", new Error('Query read timeout'), 'go-on'],
   ])('%s: %s', (_name, error, expected) => {

@@ -173,9 +173,10 @@ function sessionPast(client: PoolClient): Promise<void> {
  * statement has ended (its error: the cancel took; or its answer: it ended first), at most
  * `CANCEL_WAIT_MS` in all. Until then the connection stays open: its answer is read, and a
  * cancel still on its way never meets the connection's next statement. A statement that has
- * not ended by then (the server or the network stalled) is left to the dropped connection.
+ * not ended by then (the server or the network stalled) is left to the dropped connection, or
+ * to the deadline of the statement its caller sends next.
  */
-function cancelled(client: PoolClient, running: Promise<unknown>): Promise<void> {
+export function cancelled(client: PoolClient, running: Promise<unknown>): Promise<void> {
   const ended = running.then(
     () => undefined,
     () => undefined,

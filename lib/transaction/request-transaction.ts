@@ -15,7 +15,7 @@ import {
   markAskedByApp,
   markReadOnlyByHandler,
 } from '../connection/connection-errors.js';
-import { acquire, queryWithDeadline, withDeadline } from '../connection/deadline.js';
+import { acquire, cancelled, queryWithDeadline, withDeadline } from '../connection/deadline.js';
 import {
   answersSameAsked,
   type CancelAsked,
@@ -539,14 +539,34 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     this.effectsUndone = true;
     const client = await this.opening!;
     await this.beginning;
-    // Behind its code's statements still running, as its commit is (see `codeStatementsDone`).
-    await this.codeStatementsDone();
+    // Behind its code's statements still running, cancelled at its deadline (see the method).
+    await this.codeStatementsDoneOrCancelled(client);
     await queryWithDeadline(
       client,
       { text: `ROLLBACK TO SAVEPOINT ${CLAIMED_SAVEPOINT}` },
       this.timeoutMs,
     );
     return true;
+  }
+
+  /**
+   * Waits for its code's statements still running on `client` (`codeStatementsDone`) at most
+   * its deadline (`databaseTimeoutMs`), then cancels the one running and waits for it to end
+   * (`cancelled`): for a rollback to the claim behind them, as `rollbackOn`'s `ROLLBACK`, sent
+   * behind them under its deadline, cancels them at it. What they do is undone anyway: their
+   * time is the handler's only when what they wrote commits (`codeStatementsDone`). Waited
+   * for unbounded, one waiting on a lock held elsewhere held the failed request, its
+   * connection, and its key (the heartbeat renewing it) for as long as that lock: every retry
+   * 409 (adversary 83). Cancelled, the transaction is aborted, which the rollback to the
+   * savepoint mends, and the claim is kept: the handler's error is stored with it. Sent at
+   * once instead under `queryWithDeadline`, the rollback itself would hear of the deadline
+   * and drop the connection, and the claim with it: a 503 for the handler's error.
+   */
+  private async codeStatementsDoneOrCancelled(client: PoolClient): Promise<void> {
+    const done = this.codeStatementsDone();
+    await withDeadline(done, this.timeoutMs, 'its code statements', () =>
+      cancelled(client, done),
+    ).catch(() => undefined);
   }
 
   /** Its code's effects were undone (`undoEffects`): what it sends after is refused. */

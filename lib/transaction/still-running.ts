@@ -36,10 +36,10 @@ interface Readiness {
 /**
  * Settles once `client` is ready for its next statement: now if it is, else at its
  * connection's next ReadyForQuery (the end of the statement it runs), or when the connection
- * ends or fails. For a statement given up on by node-postgres' read timeout (`stillRunningAfter`,
- * lib/connection/read-timeout.ts):
- * running, it is the client's active query, and that ReadyForQuery is its end; still queued,
- * node-postgres took it off the queue, and it never runs. A client that does not tell
+ * ends or fails. For a statement given up on by node-postgres' read timeout
+ * (`stillRunningAfter`, lib/connection/read-timeout.ts): running, it is the client's active
+ * query, and that ReadyForQuery is its end; still queued, node-postgres took it off the queue,
+ * and it never runs. A client that does not tell
  * (pg-native's) settles at once, as before. Never rejects.
  */
 export function readyForNext(client: unknown): Promise<void> {
