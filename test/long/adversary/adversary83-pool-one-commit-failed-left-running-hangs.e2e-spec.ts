@@ -31,13 +31,19 @@
  * lock elsewhere is held; without the library it answers 400 at once; a default route answers
  * it within `databaseTimeoutMs`).
  *
- * Fails now: no answer within 6 s (the request still waits on the lock); a retry meanwhile
- * gets 409 key_in_progress.
+ * Failed before the fix: no answer within 6 s (the request still waits on the lock); a retry
+ * meanwhile gets 409 key_in_progress.
  *
  * Suggested fix: in `undoEffects`, as in `rollbackOn`, send the `ROLLBACK TO SAVEPOINT` behind
  * the statements still running under `queryWithDeadline` (its deadline cancels them) rather
  * than awaiting `codeStatementsDone()` first; or bound that wait by `databaseTimeoutMs` and
  * cancel on its expiry.
+ *
+ * Fixed: `undoEffects` waits for the statements left running at most `databaseTimeoutMs`
+ * (`codeStatementsDoneOrCancelled`), then cancels the one running (deadline.ts `cancelled`)
+ * and rolls back to the savepoint: the claim kept, the 400 stored. (Sending the rollback at
+ * once under `queryWithDeadline` would drop the connection and the claim with it at the
+ * deadline: a 503.) (f05dea0)
  */
 import { BadRequestException, Body, Controller, HttpCode, Module, Post } from '@nestjs/common';
 import { type Client, type Pool } from 'pg';
@@ -139,7 +145,7 @@ describe('adversary 83 pool: a oneCommit handler that fails with a statement lef
     });
   }, 30_000);
 
-  it.skip('a oneCommit route that fails with a statement left running answers its 400 within the deadline (Not fixed (round 83): found by review)', async () => {
+  it('a oneCommit route that fails with a statement left running answers its 400 within the deadline', async () => {
     expect(await scenario('one', 'k-one')).toEqual({
       first: '400',
       within3s: true,

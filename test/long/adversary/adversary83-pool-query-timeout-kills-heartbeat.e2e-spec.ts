@@ -35,7 +35,7 @@
  * Severity: medium (a oneCommit route with a Pool `query_timeout` and one slow optional read
  * answers 503 on every try once its handler then works a lease without a statement).
  *
- * Fails now: 503 store_unavailable on the first try and on the retry, no row.
+ * Failed before the fix: 503 store_unavailable on the first try and on the retry, no row.
  * Control: the same handler whose read ends within the timeout: 201, one row, replayed. (And
  * the failing case with a 10 s lease answers 201: the session's idle bound, not the
  * read itself, is what ends it.)
@@ -45,6 +45,11 @@
  * for an aborted transaction); or send the renewals inside with no client read timeout (a
  * `query_timeout` of 0 on the renewal's own config does not override the client's: bound it
  * with the library's own deadline instead).
+ *
+ * Fixed: `afterFailedRenewalInside` (lib/claim/lease-renewals.ts, table-tested) goes on after a
+ * renewal rejected with the read timeout, as after one queued behind a failed savepoint: it
+ * left the transaction as it was, and while renewals go inside the transaction holds the key's
+ * row, so a renewal that never ran lets no takeover pass; the next tick renews (85c18a5).
  */
 import { Controller, HttpCode, Module, Post, Query } from '@nestjs/common';
 import { type Pool } from 'pg';
@@ -134,7 +139,7 @@ describe('adversary 83 pool: a read timeout on a renewal queued behind a given-u
     });
   }, 60_000);
 
-  it.skip('a read given up on through query_timeout keeps the heartbeat, never a 503 (Not fixed (round 83): found by review)', async () => {
+  it('a read given up on through query_timeout keeps the heartbeat, never a 503', async () => {
     expect(await scenario('slow1', 1)).toEqual({
       first: '201 slow1',
       retried: '201 slow1',

@@ -40,8 +40,13 @@
  * Severity: high (every try 503 for a statement of the handler's, no outage; the same
  * adversary-82 failure through the other path its fix named).
  *
- * Fails now: first '503 store_unavailable', no row; the retry runs the handler again and
- * answers 503 again (runs 2, written 0).
+ * Failed before the fix: first '503 store_unavailable', no row; the retry runs the handler
+ * again and answers 503 again (runs 2, written 0).
+ *
+ * Fixed: `endOf(submittable, client)` takes a `handleError` with node-postgres' read timeout
+ * (`stillRunningAfter`, now lib/connection/read-timeout.ts) as no end: the Query counts among
+ * the code's statements until the client's next ReadyForQuery (`readyForNext`), its own
+ * ReadyForQuery or a later server error; `handOver` passes the request's client (7208184).
  *
  * Suggested fix: in `endOf` (or `handOver`), a `handleError` whose error is node-postgres'
  * read timeout (`stillRunningAfter`) is not the Query's end: keep it running until the
@@ -148,7 +153,7 @@ describe('adversary 83 pool: a pg.Query given up on through the Pool query_timeo
     });
   }, 60_000);
 
-  it.skip('a pg.Query given up on through the pool query_timeout is waited for, never a 503 (Not fixed (round 83): found by review)', async () => {
+  it('a pg.Query given up on through the pool query_timeout is waited for, never a 503', async () => {
     expect(await scenario('query')).toEqual({
       first: '201 query1',
       retried: '201 query1',
