@@ -33,6 +33,12 @@
  * Severity: high (a request that works without the library answers 500 on every retry; the
  * handler cannot be made to pass without changing its code).
  *
+ * `@nestjs-cls/transactional`'s TypeORM adapter takes the same path for
+ * `@Transactional(Propagation.Nested, { isolationLevel })` inside another `@Transactional()`
+ * (its `wrapWithNestedTransaction` is `client.transaction(options?.isolationLevel, …)`,
+ * node_modules/@nestjs-cls/transactional-adapter-typeorm/dist/src/lib/…adapter-typeorm.js);
+ * not run here (those packages load only in the worker harness).
+ *
  * Fails now: 500 (IsolationLevelRefusedError: "the request's transaction already began at READ
  * COMMITTED…"), no row; without the library (the same service
  * on a route without @Idempotent()): 201, rows ['c1-outer', 'c1-inner'].
