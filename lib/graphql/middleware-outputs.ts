@@ -9,6 +9,7 @@ import {
 } from 'graphql';
 import { completedOutput, readList } from './completed-output.js';
 import { type GraphqlModule } from './graphql-module.js';
+import { aliasGroups, mergedAnswers } from './merged-aliases.js';
 import { indexItems } from './item-indexes.js';
 import { noteOwnLocated } from './jit-located.js';
 import { argumentsOf, namedStepsOf } from './named-path.js';
@@ -307,11 +308,23 @@ export function storedSubkey(
     const responseKey = first.slice(key.length + 1);
     if (!responseKey.includes('.') && responseKey in stored) return responseKey;
   }
-  return asked.find((responseKey) => {
-    if (!(responseKey in stored)) return false;
-    const told = names?.byKey[`${key}.${responseKey}`];
-    return name === undefined || told === undefined || told === name;
-  });
+  return asked.find((responseKey) => storedAs(stored, key, name, responseKey, names));
+}
+
+/**
+ * Whether the stored object at `key` holds `responseKey` as the field named `name` (its named
+ * key): it holds the key, and the first call's key there was no other field's.
+ */
+export function storedAs(
+  stored: Readonly<Record<string, unknown>>,
+  key: string,
+  name: string | undefined,
+  responseKey: string,
+  names: StoredNames | undefined,
+): boolean {
+  if (!(responseKey in stored)) return false;
+  const told = names?.byKey[`${key}.${responseKey}`];
+  return name === undefined || told === undefined || told === name;
 }
 
 /**
@@ -371,17 +384,30 @@ export function outputValue(
     if (!definition) continue;
     const step = name + argumentsOf(graphql, definition, fieldNodes[0], info.variableValues);
     const asked = fieldNodes.map((each) => each.alias?.value ?? name);
-    const responseKey = storedSubkey(stored, key, named, step, asked, conversion.names);
+    const inner = named === undefined ? undefined : `${named}.${step}`;
+    // Each response key from its own stored object where the first call stored it so (one
+    // field under two aliases, each its own selection), merged into the one value GraphQL's
+    // default resolver reads for all of them (see merged-aliases.ts).
+    const groups = aliasGroups(
+      asked,
+      fieldNodes,
+      (responseKey) => storedAs(stored, key, inner, responseKey, conversion.names),
+      () => storedSubkey(stored, key, named, step, asked, conversion.names),
+    );
     let item: unknown;
-    if (responseKey !== undefined) {
-      item = outputValue(
-        conversion,
-        definition.type,
-        stored[responseKey],
-        fieldNodes,
-        `${key}.${responseKey}`,
-        named === undefined ? undefined : `${named}.${step}`,
-      );
+    if (groups.some((group) => group.storedKey !== undefined)) {
+      for (const { storedKey, nodes: grouped } of groups) {
+        if (storedKey === undefined) continue;
+        const built = outputValue(
+          conversion,
+          definition.type,
+          stored[storedKey],
+          grouped,
+          `${key}.${storedKey}`,
+          inner,
+        );
+        item = mergedAnswers(item, built);
+      }
     } else if (fieldResolution(concrete, name) === 'property') {
       // Not selected by the first call: refused, never a made-up null (graphql-js throws it).
       item = notStoredField(graphql, concrete.name, name);

@@ -53,7 +53,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Severity: high (a retry of a committed order answers `data: null`, its id lost, and is told
  * to use a new key: a client that follows the message orders twice).
  *
- * Fails now: `data: null`, `field_not_stored` at `createOrder.profile.mail.email`.
+ * Failed (before the fix): `data: null`, `field_not_stored` at `createOrder.profile.mail.email`.
  *
  * Suggested fix: rebuild an object field selected under several response keys per response
  * key, not per name: where its aliases were stored as different objects, merge the stored
@@ -61,12 +61,12 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * sub-field from the alias that stored it), or answer each alias through a resolver of its
  * own keyed by `info.path`'s response key, as the two aliases of a middleware field now are.
  *
- * Not fixed (fixer, round 83): no time left after the other four, and the merge is not a small
- * change: each alias's item must be built from its own stored object with its own nodes
- * (`outputValue`, lib/graphql/middleware-outputs.ts), then merged deeply (nested objects and
- * lists by index, a field's stored error kept) into the one value GraphQL's default resolver
- * reads; route: that merge in `outputValue` where `asked` has several stored response keys,
- * with a table of cases in middleware-outputs' spec, or a per-response-key resolver.
+ * Fixed: `outputValue` (lib/graphql/middleware-outputs.ts) rebuilds each response key of a
+ * field from its own stored object with its own selection (`aliasGroups`, where the first call
+ * stored that key as the same field) and merges them deeply into the one value GraphQL's
+ * default resolver reads (`mergedAnswers`, lib/graphql/merged-aliases.ts, a table of cases in
+ * its spec): each alias reads the fields it stored; commit "graphql: one field under two
+ * aliases inside a middleware output, each alias from its own stored object".
  */
 let pool: Pool;
 
@@ -181,7 +181,7 @@ describe('adversary 83: one object field under two aliases inside a middleware o
     });
   });
 
-  it.skip('two aliases of one object field, each its own selection: the retry answers the first answer (Not fixed (round 83): found by review)', async () => {
+  it('two aliases of one object field, each its own selection: the retry answers the first answer', async () => {
     const query =
       'mutation { createOrder { id profile { name call: contact { phone } mail: contact { email } } } }';
     const first = await post('adv83-sub-two', query);
@@ -198,7 +198,6 @@ describe('adversary 83: one object field under two aliases inside a middleware o
       },
     });
     const again = await post('adv83-sub-two', query);
-    // Fails: data null, field_not_stored at createOrder.profile.mail.email.
     expect(again.body).toEqual({
       ...first.body,
       extensions: { idempotency: { replayed: ['createOrder'] } },

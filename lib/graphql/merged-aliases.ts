@@ -1,0 +1,65 @@
+import { FIELD_NOT_STORED } from './not-stored-field.js';
+
+/**
+ * One field selected under several response keys inside a replayed middleware output (`call:
+ * contact { phone } mail: contact { email }`): the first answer stored each alias as its own
+ * object, by response key, but GraphQL's default resolver reads one value for all of them, by
+ * the field's name. Each alias's stored object is rebuilt with its own selection, then the
+ * rebuilt values are merged into that one value (adversary 83): each alias then reads the
+ * fields it selected, as the first answer gave them.
+ */
+
+/** Which stored response key answers each selected response key (see `storedSubkey`). */
+export function aliasGroups<Node>(
+  asked: readonly string[],
+  nodes: readonly Node[],
+  own: (responseKey: string) => boolean,
+  fallback: () => string | undefined,
+): { storedKey: string | undefined; nodes: Node[] }[] {
+  const groups = new Map<string | undefined, Node[]>();
+  asked.forEach((responseKey, i) => {
+    // Its own stored object where the first call stored it; else the field's stored key.
+    const storedKey = own(responseKey) ? responseKey : fallback();
+    const group = groups.get(storedKey) ?? [];
+    group.push(nodes[i]);
+    groups.set(storedKey, group);
+  });
+  return [...groups].map(([storedKey, grouped]) => ({ storedKey, nodes: grouped }));
+}
+
+/**
+ * Two rebuilt values of one field merged: objects field by field, lists item by item, deeply;
+ * a value over a field the alias's first call did not select (`field_not_stored`); otherwise
+ * the first (a scalar, a stored error, a null: both aliases read the same field of the same
+ * object, so they agree but where a field under one of them failed). `first` is changed: the
+ * rebuilt values are the replay's own, and an object's member marks (see replayed-member.ts)
+ * stay on it.
+ */
+export function mergedAnswers(first: unknown, second: unknown): unknown {
+  if (first === undefined || notStored(first)) return second === undefined ? first : second;
+  if (second === undefined || notStored(second)) return first;
+  if (Array.isArray(first) && Array.isArray(second)) {
+    for (let i = 0; i < second.length; i++) first[i] = mergedAnswers(first[i], second[i]);
+    return first;
+  }
+  if (plainObject(first) && plainObject(second)) {
+    for (const name of Object.keys(second)) {
+      first[name] = name in first ? mergedAnswers(first[name], second[name]) : second[name];
+    }
+    return first;
+  }
+  return first;
+}
+
+function notStored(value: unknown): boolean {
+  return (
+    value instanceof Error &&
+    (value as { extensions?: { code?: unknown } }).extensions?.code === FIELD_NOT_STORED
+  );
+}
+
+function plainObject(value: unknown): value is Record<string, unknown> {
+  if (typeof value !== 'object' || value === null) return false;
+  const prototype = Object.getPrototypeOf(value) as unknown;
+  return prototype === Object.prototype || prototype === null;
+}
