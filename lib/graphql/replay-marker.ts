@@ -4,6 +4,7 @@ import { type GraphQLSchema } from 'graphql';
 import { loadGraphql } from './graphql-module.js';
 import { locatedAsFirst, ownLocatedOf } from './jit-located.js';
 import { answerOutputsOf } from './middleware-outputs.js';
+import { noteOwnResolvers } from './resolver-kind.js';
 import { answerHookOn, storeAnswersOf, withStoreFailures } from './stored-at-answer.js';
 import { type AnsweredError, storeOutputsOf } from './output-paths.js';
 
@@ -80,6 +81,15 @@ interface ApolloResponse {
 @SetMetadata(APOLLO_PLUGIN, true)
 export class GraphqlReplayMarker implements OnApplicationBootstrap {
   constructor(private readonly adapterHost: HttpAdapterHost) {}
+
+  /**
+   * Apollo Server starting: each field's own resolver noted before Apollo wraps it (see
+   * `noteOwnResolvers`), so that a field behind the global field middleware is told.
+   */
+  serverWillStart({ schema }: { schema?: { getTypeMap(): Record<string, unknown> } } = {}) {
+    noteOwnResolvers(schema);
+    return Promise.resolve();
+  }
 
   /**
    * Apollo Server's plugin hooks. The answer also waits for its fields' errors to be stored

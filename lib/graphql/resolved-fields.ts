@@ -1,6 +1,6 @@
 import { type Logger } from '@nestjs/common';
 import { nestField } from './nest-fields.js';
-import { type ResolverKind, schemaResolverKind } from './resolver-kind.js';
+import { fieldResolverKind, type ResolverKind } from './resolver-kind.js';
 import { type GraphQLObjectType, type GraphQLOutputType, type GraphQLSchema } from 'graphql';
 /** The `graphql` package's exports (as graphql-module.ts names them; not imported, which loads this file). */
 type GraphqlModule = typeof import('graphql');
@@ -37,11 +37,13 @@ export function fieldResolution(type: GraphQLObjectType, field: string): Resolve
     const owners = [type.name, ...type.getInterfaces().map((face) => face.name)];
     if (owners.some((owner) => resolvedByApp.has(`${owner}.${field}`))) return 'app';
   }
-  const resolve = type.getFields()[field]?.resolve;
-  const kind = resolve && schemaResolverKind(resolve);
+  const definition = type.getFields()[field];
+  // Behind Apollo Server's wrapper: the resolver the field had before it.
+  const kind = definition && fieldResolverKind(definition);
   if (kind === 'app' || kind === 'middleware') return kind;
-  // Out of the schema's sight (behind Apollo Server's wrapper, or Nest's reader unknown), or
-  // read as a property there: Nest's metadata tells of a `@Field()`'s own middleware.
+  // Out of the schema's sight (Nest's reader unknown, Apollo's wrapper put on before the
+  // library saw the schema), or read as a property there: Nest's metadata tells of a
+  // `@Field()`'s own middleware.
   return nestField(type.name, field)?.middleware ? 'middleware' : 'property';
 }
 

@@ -1,6 +1,8 @@
 import * as graphql from 'graphql';
 import {
+  fieldResolverKind,
   type NestReaders,
+  noteOwnResolvers,
   type ResolverKind,
   loadNestReaders,
   resolverKind,
@@ -71,5 +73,56 @@ describe('resolverKind', () => {
     },
   ])('$name: $expected', ({ resolve, expected }) => {
     expect(resolverKind(resolve, readers)).toBe(expected);
+  });
+});
+
+describe('fieldResolverKind behind Apollo Server’s wrapper', () => {
+  beforeAll(() => loadNestReaders(graphql));
+
+  // Apollo Server's wrapper of a field's resolver (its schemaInstrumentation's names kept).
+  const symbolExecutionDispatcherWillResolveField = Symbol('will');
+  const symbolUserFieldResolver = Symbol('user');
+  const wrap = (field: graphql.GraphQLField<unknown, unknown>) => {
+    const own = field.resolve;
+    field.resolve = (source, args, context, info) => {
+      const contextValue = context as Record<symbol, unknown> | undefined;
+      const willResolveField = contextValue?.[symbolExecutionDispatcherWillResolveField];
+      const userFieldResolver = contextValue?.[symbolUserFieldResolver];
+      return (own ?? graphql.defaultFieldResolver)(
+        source,
+        args,
+        [willResolveField, userFieldResolver],
+        info,
+      );
+    };
+  };
+  const schemaOf = () => {
+    const schema = graphql.buildSchema('type Query { a: Int, b: Int, c: Int }');
+    const fields = (schema.getType('Query') as graphql.GraphQLObjectType).getFields();
+    fields.a.resolve = (root: { a?: number }) => (root.a ?? 0) + 1;
+    fields.b.resolve = graphql.defaultFieldResolver;
+    return { schema, fields };
+  };
+
+  it.each<{ name: string; noted: boolean; field: 'a' | 'b' | 'c'; expected?: ResolverKind }>([
+    { name: 'the app’s, noted before the wrapper', noted: true, field: 'a', expected: 'app' },
+    { name: 'the default, noted', noted: true, field: 'b', expected: 'property' },
+    { name: 'none of its own, noted', noted: true, field: 'c', expected: undefined },
+    { name: 'not noted: out of sight', noted: false, field: 'a', expected: undefined },
+  ])('$name: $expected', ({ noted, field, expected }) => {
+    const { schema, fields } = schemaOf();
+    if (noted) noteOwnResolvers(schema);
+    Object.values(fields).forEach(wrap);
+    // Noted again after the wrapper (another start): the first note stays.
+    noteOwnResolvers(schema);
+    expect(fieldResolverKind(fields[field])).toBe(expected);
+  });
+
+  it('a resolver put on after the wrapper is read as it is', () => {
+    const { schema, fields } = schemaOf();
+    noteOwnResolvers(schema);
+    wrap(fields.a);
+    fields.a.resolve = graphql.defaultFieldResolver;
+    expect(fieldResolverKind(fields.a)).toBe('property');
   });
 });

@@ -80,6 +80,46 @@ export function isApolloInstrumentation(text: string): boolean {
   );
 }
 
+/** Each schema field's resolver as it was before Apollo Server wrapped it (`noteOwnResolvers`). */
+const ownResolvers = new WeakMap<object, (...args: never[]) => unknown>();
+
+/**
+ * Notes each field's resolver of `schema` as it is now, before Apollo Server wraps every one
+ * of them for its plugins' `willResolveField` (at its first operation, once per schema): the
+ * wrapper keeps the field's own resolver in its closure, out of sight, so a field behind the
+ * global `buildSchemaOptions.fieldMiddleware` (which Nest's metadata does not tell) would be
+ * read as a property, and its middleware run again on a replay (adversary 81). Called when
+ * Apollo Server starts (the library's plugin's `serverWillStart`).
+ */
+export function noteOwnResolvers(
+  schema: { getTypeMap(): Record<string, unknown> } | undefined,
+): void {
+  for (const type of Object.values(schema?.getTypeMap() ?? {})) {
+    const fields = (type as { getFields?: () => Record<string, { resolve?: unknown }> }).getFields;
+    if (typeof fields !== 'function') continue;
+    for (const field of Object.values(fields.call(type))) {
+      const resolve = field.resolve;
+      if (typeof resolve !== 'function' || ownResolvers.has(field)) continue;
+      if (isApolloInstrumentation(Function.prototype.toString.call(resolve))) continue;
+      ownResolvers.set(field, resolve as (...args: never[]) => unknown);
+    }
+  }
+}
+
+/**
+ * The kind of a schema field's resolver (see `schemaResolverKind`); where it is Apollo
+ * Server's wrapper, the kind of the resolver the field had before it (`noteOwnResolvers`).
+ */
+export function fieldResolverKind(field: {
+  resolve?: (...args: never[]) => unknown;
+}): ResolverKind | undefined {
+  const resolve = field.resolve;
+  const kind = resolve && schemaResolverKind(resolve);
+  if (kind !== undefined) return kind;
+  const own = ownResolvers.get(field);
+  return own && own !== resolve ? schemaResolverKind(own) : undefined;
+}
+
 /**
  * Reads, once, what Nest's readers are: GraphQL's `defaultFieldResolver`, and the code of the
  * resolvers Nest's code-first schema gives a `@Field()`, without middleware and with (made by

@@ -53,17 +53,20 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * global middleware that formats by the request (a locale, a time zone, the caller's
  * permissions) answers a replay other than the first answer; a lazy input is read again).
  *
- * Fails now: the replay runs the global middleware once at `note` (and at `id`).
+ * Failed (before the fix): the replay ran the global middleware once at `note` (and at `id`).
  *
  * Suggested fix: see through Apollo Server's instrumentation wrapper to the resolver it wraps
  * (Apollo keeps it on the field as `symbolUserFieldResolver`), or tell the global middleware
  * from the GraphQL module's options (`buildSchemaOptions.fieldMiddleware` non-empty: every
  * field Nest builds without a resolver of the app's is a middleware field).
  *
- * Not fixed (fixer): out of time; route: in `fieldResolution` (lib/graphql/resolved-fields.ts) see
- * through Apollo Server's instrumentation wrapper to the resolver it keeps on the field
- * (`symbolUserFieldResolver`) before reading its kind, or treat every Nest-built field as
- * middleware when the GraphQL module's `buildSchemaOptions.fieldMiddleware` is non-empty.
+ * Fixed: the library's Apollo plugin notes each field's own resolver when Apollo Server starts
+ * (`serverWillStart`, `noteOwnResolvers`, lib/graphql/resolver-kind.ts), before Apollo wraps
+ * them at its first operation (the wrapper keeps the field's resolver in its closure, not on the
+ * field as the suggestion thought); `fieldResolution` (lib/graphql/resolved-fields.ts) reads the
+ * kind of that resolver behind Apollo's wrapper (`fieldResolverKind`), so Nest's middleware
+ * wrapper of the global `fieldMiddleware` is told as on Mercurius; commit "graphql: see through
+ * Apollo Server's resolver wrapper to tell the global field middleware".
  */
 let pool: Pool;
 
@@ -163,7 +166,7 @@ describe('adversary 81: the global fieldMiddleware on a replay', () => {
     expect(runs.get('label')).toBe(before);
   });
 
-  it.skip('a field under the global middleware alone, not run on the replay (Not fixed (round 81): found by review; not fixed (fixer): see header)', async () => {
+  it('a field under the global middleware alone, not run on the replay', async () => {
     const query = 'mutation { createOrder { note } }';
     const first = await post('adv81-global-note', query);
     expect(first.body).toEqual({ data: { createOrder: { note: 'leave at door' } } });
@@ -171,7 +174,6 @@ describe('adversary 81: the global fieldMiddleware on a replay', () => {
     expect(before).toBeGreaterThan(0);
     const again = await post('adv81-global-note', query);
     expect(again.body).toEqual({ ...first.body, extensions: replayed });
-    // Fails: the global middleware ran once more at `note`.
     expect(runs.get('note')).toBe(before);
   });
 });
