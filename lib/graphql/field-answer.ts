@@ -97,6 +97,8 @@ export interface DataAnswer {
   told?: Record<string, string>;
   /** The middleware fields nulled from above, each the key of the error that nulled it. */
   nulled?: Record<string, string>;
+  /** The kept own data of app-resolved fields' parents in the outputs (`StoredOutputs`). */
+  parents?: Record<string, unknown>;
   /** The middleware fields completed but not kept (see `StoredOutputs.lost`): pending. */
   lost?: string[];
 }
@@ -161,6 +163,7 @@ export function encodeAnswer(answer: FieldAnswer): StoredResponse {
           ...(answer.told ? { told: answer.told } : {}),
           ...(answer.nulled ? { nulled: answer.nulled } : {}),
           ...(answer.lost ? { lost: answer.lost } : {}),
+          ...(answer.parents ? { parents: answer.parents } : {}),
         })
       : JSON.stringify({ error: answer.error });
   return {
@@ -181,19 +184,31 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
   }
   if (typeof parsed !== 'object' || parsed === null) return undefined;
   if ('data' in parsed) {
-    const { format, pending, outputsLost, outputs, members, errors, names, told, nulled, lost } =
-      parsed as {
-        format?: unknown;
-        pending?: unknown;
-        outputsLost?: unknown;
-        outputs?: unknown;
-        members?: unknown;
-        errors?: unknown;
-        names?: unknown;
-        told?: unknown;
-        nulled?: unknown;
-        lost?: unknown;
-      };
+    const {
+      format,
+      pending,
+      outputsLost,
+      outputs,
+      members,
+      errors,
+      names,
+      told,
+      nulled,
+      lost,
+      parents,
+    } = parsed as {
+      format?: unknown;
+      pending?: unknown;
+      outputsLost?: unknown;
+      outputs?: unknown;
+      members?: unknown;
+      errors?: unknown;
+      names?: unknown;
+      told?: unknown;
+      nulled?: unknown;
+      lost?: unknown;
+      parents?: unknown;
+    };
     const answer: DataAnswer = {
       kind: 'data',
       data: parsed.data,
@@ -210,6 +225,7 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
     if (Array.isArray(lost) && lost.every((key) => typeof key === 'string')) {
       answer.lost = lost as string[];
     }
+    if (isRecord(parents)) answer.parents = parents;
     return answer;
   }
   const error = (parsed as { error?: FieldError }).error;

@@ -32,13 +32,14 @@ import {
   startFieldRun,
 } from './field-runs.js';
 import { pathOf, waitingFor } from './stored-at-answer.js';
-import { answerOf, problemThrown, runField, storeWaitMs } from './run-field.js';
+import { answerOf, problemThrown, runField } from './run-field.js';
 import { decodeAnswer } from './field-answer.js';
 import { answerOutputsOf } from './middleware-outputs.js';
 import {
   completedInOperation,
   completingFor,
   noteReplayedOutputs,
+  pendingBoundMs,
   pendingWaitMs,
 } from './output-paths.js';
 
@@ -286,7 +287,8 @@ const PENDING_POLL_MS = 50;
 
 /**
  * The stored answer, its middleware outputs completed: a replay that meets them pending
- * waits, bounded (`storeWaitMs` of the lease, from when the answer was stored), for the
+ * waits, bounded from when the answer was stored (`pendingBoundMs`: until the lease would
+ * lapse where its first call still resolves in this process, else a third of it), for the
  * completion in this process or in the store; past that (the first process died between the
  * two writes, or its client left before the answer), the answer as it is, still pending.
  */
@@ -298,15 +300,8 @@ async function withOutputs(
   finishedAgeMs: number | undefined,
 ): Promise<StoredResponse> {
   if (!outputsPending(stored)) return stored;
-  const waitMs = pendingWaitMs(finishedAgeMs, storeWaitMs(route.leaseMs));
-  const deadline = performance.now() + waitMs;
-  const here = completingFor(idOf(scope));
-  if (here) {
-    const completed = await Promise.race([here, delay(waitMs)]);
-    if (completed) return completed as StoredResponse;
-  }
-  while (performance.now() < deadline) {
-    await delay(Math.min(PENDING_POLL_MS, Math.max(0, deadline - performance.now())));
+  /** The stored answer now: completed, or as it was (purged meanwhile); undefined: pending. */
+  const storedNow = async (): Promise<StoredResponse | undefined> => {
     const outcome = await store.claim(scope, fingerprint, route.leaseMs);
     if (outcome.kind === 'claimed') {
       // Purged meanwhile: the key is given back untouched, and the answer stays as it was.
@@ -314,7 +309,24 @@ async function withOutputs(
       return stored;
     }
     const { existing } = outcome;
-    if (existing.state === 'done' && !outputsPending(existing.response)) return existing.response;
+    return existing.state === 'done' && !outputsPending(existing.response)
+      ? existing.response
+      : undefined;
+  };
+  // Its first call still resolving in this process: known alive (see `pendingBoundMs`).
+  const here = completingFor(idOf(scope));
+  const waitMs = pendingWaitMs(finishedAgeMs, pendingBoundMs(route.leaseMs, here !== undefined));
+  if (here) {
+    const completed = await Promise.race([here, delay(waitMs)]);
+    if (completed) return completed as StoredResponse;
+    // Its hook ran without writing them, or the wait ended: the store asked once more.
+    return (await storedNow()) ?? stored;
+  }
+  const deadline = performance.now() + waitMs;
+  while (performance.now() < deadline) {
+    await delay(Math.min(PENDING_POLL_MS, Math.max(0, deadline - performance.now())));
+    const now = await storedNow();
+    if (now) return now;
   }
   return stored;
 }
@@ -333,9 +345,9 @@ function noteOutputsOf(
   if (answer?.kind !== 'data') return;
   if (answer.pending || answer.outputsLost) noteReplayedOutputs(context, { root, kind: 'pending' });
   else if (answer.outputs) {
-    const { members, errors, names, told, nulled, lost } = answer;
+    const { members, errors, names, told, nulled, lost, parents } = answer;
     const outputs = { outputs: answer.outputs, members, errors, names, told, nulled, lost };
-    noteReplayedOutputs(context, { root, kind: 'stored', outputs });
+    noteReplayedOutputs(context, { root, kind: 'stored', outputs: { ...outputs, parents } });
   }
   // Stored before outputs were (neither): its middleware runs again, as it did then.
 }

@@ -10,6 +10,7 @@ import {
 import { completedOutput, readList } from './completed-output.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { aliasGroups, mergedAnswers } from './merged-aliases.js';
+import { keptParent, parentData } from './app-parents.js';
 import { indexItems } from './item-indexes.js';
 import { noteOwnLocated } from './jit-located.js';
 import { argumentsOf, namedStepsOf } from './named-path.js';
@@ -21,6 +22,7 @@ import {
   type AnswerPath,
   keySteps,
   noteFirstResult,
+  noteAppParent,
   noteMiddlewarePath,
   replayedOutputAt,
   toldOf,
@@ -72,8 +74,10 @@ const middlewareBelow = new WeakMap<object, boolean>();
 export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | undefined): void {
   if (!schema || answering.has(schema)) return;
   answering.add(schema);
+  const roots = [schema.getQueryType(), schema.getMutationType(), schema.getSubscriptionType()];
   for (const type of Object.values(schema.getTypeMap())) {
     if (!graphql.isObjectType(type) || type.name.startsWith('__')) continue;
+    if (!roots.includes(type)) keepAppParentsOf(type);
     for (const field of Object.values(type.getFields())) {
       const own = field.resolve;
       if (!own || fieldResolution(type, field.name) !== 'middleware') continue;
@@ -160,10 +164,10 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
           const again = fieldErrorAgain(graphql, replayed.error, replayed.path);
           throw ownLocated(again, context, path);
         }
-        const { members, errors, key } = replayed;
+        const { members, errors, key, parents } = replayed;
         const names = namesOf(replayed.names, replayed.told);
         const value = outputValue(
-          { graphql, schema, info, members, errors, field: { key, path }, names },
+          { graphql, schema, info, members, errors, field: { key, path }, names, parents },
           field.type,
           replayed.wire,
           info.fieldNodes,
@@ -178,6 +182,32 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
       noteResolverKind(resolve, 'middleware');
       field.resolve = resolve;
     }
+  }
+}
+
+/**
+ * Puts a wrapper on each field of `type` the app resolves (a `@ResolveField()`): at a first
+ * answer, where its parent is inside a middleware field's output, the parent's own data is
+ * noted (see app-parents.ts), then the app's resolver runs as before, on replays too.
+ */
+function keepAppParentsOf(type: GraphQLObjectType): void {
+  for (const field of Object.values(type.getFields())) {
+    const own = field.resolve;
+    if (!own || fieldResolution(type, field.name) !== 'app') continue;
+    const resolve: GraphQLFieldResolver<unknown, unknown> = function (
+      this: unknown,
+      source,
+      args,
+      context,
+      info,
+    ) {
+      if (typeof source === 'object' && source !== null) {
+        noteAppParent(context, pathOf(info).slice(0, -1), () => keptParent(source));
+      }
+      return own.call(this, source, args, context, info);
+    };
+    noteResolverKind(resolve, 'app');
+    field.resolve = resolve;
   }
 }
 
@@ -273,6 +303,8 @@ interface Conversion {
   field: { key: string; path: AnswerPath };
   /** The stored named keys (`StoredOutputs.names`): by named key, and each key's named key. */
   names?: StoredNames;
+  /** The kept own data of app-resolved fields' parents (`StoredOutputs.parents`), by key. */
+  parents?: Readonly<Record<string, unknown>>;
 }
 
 interface StoredNames {
@@ -377,11 +409,17 @@ export function outputValue(
   }
   if (!concrete) return { ...stored };
   const fields = concrete.getFields();
-  const value: Record<string, unknown> = {};
+  // The parent of a field the app resolves: its own data as it was at the first answer (the
+  // resolver runs again and reads it), the selected fields over it as the answer wrote them.
+  const kept = conversion.parents?.[key];
+  const value: Record<string, unknown> = parentData(kept);
   const selection = { nodes, fragments: info.fragments, variables: info.variableValues };
   for (const [name, fieldNodes] of selectedFields(graphql, schema, concrete, selection)) {
     const definition = fields[name];
     if (!definition) continue;
+    // Its resolver's input is the parent's own data of that name, kept as it was (a raw
+    // column it maps), never its answer.
+    if (kept !== undefined && fieldResolution(concrete, name) === 'app') continue;
     const step = name + argumentsOf(graphql, definition, fieldNodes[0], info.variableValues);
     const asked = fieldNodes.map((each) => each.alias?.value ?? name);
     const inner = named === undefined ? undefined : `${named}.${step}`;

@@ -18,6 +18,8 @@ import {
   storedKeyFor,
   outputsIn,
   type AnsweredError,
+  noteAppParent,
+  pendingBoundMs,
   pendingWaitMs,
   type ReplayedOutputs,
   relativeKey,
@@ -599,6 +601,22 @@ describe('pendingWaitMs', () => {
   });
 });
 
+describe('pendingBoundMs', () => {
+  it.each<{ lease: number; aliveHere: boolean; expected: number }>([
+    { lease: 5000, aliveHere: true, expected: 5000 },
+    { lease: 5000, aliveHere: false, expected: 1666 },
+    { lease: 60_000, aliveHere: true, expected: 60_000 },
+    { lease: 60_000, aliveHere: false, expected: 10_000 },
+    { lease: 0, aliveHere: true, expected: 1 },
+    { lease: 0, aliveHere: false, expected: 1 },
+  ])(
+    'lease $lease, first call alive here $aliveHere: $expected',
+    ({ lease, aliveHere, expected }) => {
+      expect(pendingBoundMs(lease, aliveHere)).toBe(expected);
+    },
+  );
+});
+
 describe('a first answer and its replay, on the operation context', () => {
   it('notes the middleware paths and members under the mutation, stores them at the hook', async () => {
     const context = {};
@@ -622,6 +640,27 @@ describe('a first answer and its replay, on the operation context', () => {
     // Once: a second hook call stores nothing again.
     await storeOutputsOf(context, {});
     expect(completed).toHaveLength(1);
+  });
+
+  it('keeps the own data of app-resolved fields’ parents inside the outputs only', async () => {
+    const context = {};
+    const completed: StoredOutputs[] = [];
+    awaitOutputs(context, ['t'], (outputs) => {
+      completed.push(outputs);
+      return Promise.resolve();
+    });
+    // Before the middleware field ran: not inside an output.
+    noteAppParent(context, ['t', 'shipping'], () => 'early');
+    noteMiddlewarePath(context, ['t', 'shipping']);
+    noteAppParent(context, ['t', 'shipping'], () => 'kept');
+    // Once per place: the first note stays.
+    noteAppParent(context, ['t', 'shipping'], () => 'again');
+    noteAppParent(context, ['t', 'billing'], () => 'outside');
+    noteAppParent(context, ['other', 'shipping'], () => 'other');
+    await storeOutputsOf(context, { t: { shipping: { label: 'x' }, billing: { label: 'y' } } });
+    expect(completed).toEqual([
+      { outputs: { shipping: { label: 'x' } }, parents: { shipping: 'kept' } },
+    ]);
   });
 
   it('answers a replay from its latest noted outputs', () => {

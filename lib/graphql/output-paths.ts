@@ -51,6 +51,13 @@ export interface StoredOutputs {
    * work done once; read it with a query), never `field_not_stored` (adversary 83).
    */
   lost?: string[];
+  /**
+   * The own data of each object inside an output whose field the app resolves (a
+   * `@ResolveField()` reading its parent's columns), as typed JSON (kept-data.ts), by
+   * `relativeKey`: a replay's rebuilt parent holds it again, so that the resolver, which runs
+   * again, reads what it read at the first answer (adversary 81), not only the answer's fields.
+   */
+  parents?: Record<string, unknown>;
 }
 
 export type { StoredFieldError };
@@ -82,6 +89,8 @@ interface FirstAnswer {
   inside: Map<string, InsideNames>;
   /** Each output made again from its middleware's result (see `RemadeOutput`), by key. */
   remade: Map<string, RemadeOutput>;
+  /** The kept own data of the parents of app-resolved fields in its outputs, by key. */
+  parents: Record<string, unknown>;
 }
 
 /**
@@ -166,6 +175,7 @@ export function awaitOutputs(
     results: new Map(),
     inside: new Map(),
     remade: new Map(),
+    parents: {},
   };
   (target[FIRST] ??= []).push(id === undefined ? first : { ...first, id });
 }
@@ -230,6 +240,27 @@ export function namedKey(steps: readonly string[], root: AnswerPath): string {
   return steps.slice(root.length).join('.');
 }
 
+/**
+ * Notes, at a first answer, the parent of a field the app resolves where it is inside a
+ * middleware field's output (at `path`, the parent's own): its own data, as `keep` gives it
+ * (typed JSON), once per place (see `StoredOutputs.parents`).
+ */
+export function noteAppParent(context: unknown, path: AnswerPath, keep: () => unknown): void {
+  const firsts = noted(context)?.[FIRST];
+  if (!firsts?.length) return;
+  for (const first of firsts) {
+    const key = relativeKey(first.root, path);
+    if (key === undefined || key in first.parents) continue;
+    const inside = first.paths.some((output) => {
+      const at = relativeKey(first.root, output);
+      return at !== undefined && isAtOrUnder(key, at);
+    });
+    if (!inside) continue;
+    const kept = keep();
+    if (kept !== undefined) first.parents[key] = kept;
+  }
+}
+
 /** Notes the member a union's or interface's `resolveType()` told at a first answer. */
 export function noteMember(context: unknown, path: AnswerPath, typename: unknown): void {
   const firsts = noted(context)?.[FIRST];
@@ -262,6 +293,7 @@ export function outputsIn(
   errors: readonly AnsweredError[] = [],
   named: Readonly<Record<string, string>> = {},
   remade: Readonly<Record<string, unknown>> = {},
+  parents: Readonly<Record<string, unknown>> = {},
 ): StoredOutputs {
   const located = errors.flatMap((error) => {
     const key = error.path && relativeKey(root, error.path);
@@ -293,6 +325,10 @@ export function outputsIn(
   const kept: Record<string, string> = {};
   for (const [key, member] of Object.entries(members)) {
     if (keys.some((output) => isAtOrUnder(key, output))) kept[key] = member;
+  }
+  const ownData: Record<string, unknown> = {};
+  for (const [key, data] of Object.entries(parents)) {
+    if (keys.some((output) => isAtOrUnder(key, output))) ownData[key] = data;
   }
   // Each error where an output holds null: the field's own (a generator read by GraphQL that
   // throws part-way, a middleware that throws), or under it (a null item of a non-null list
@@ -335,6 +371,7 @@ export function outputsIn(
     ...(Object.keys(told).length > 0 ? { told } : {}),
     ...(Object.keys(nulled).length > 0 ? { nulled } : {}),
     ...(lost.length > 0 ? { lost } : {}),
+    ...(Object.keys(ownData).length > 0 ? { parents: ownData } : {}),
   };
 }
 
@@ -445,7 +482,16 @@ export async function storeOutputsOf(
       const remade = await remadeOutputs(first, data);
       return first
         .complete(
-          outputsIn(data, first.root, first.paths, first.members, errors, first.named, remade),
+          outputsIn(
+            data,
+            first.root,
+            first.paths,
+            first.members,
+            errors,
+            first.named,
+            remade,
+            first.parents,
+          ),
         )
         .catch(() => undefined);
     }),
@@ -520,6 +566,8 @@ export type OutputAt =
       named?: string;
       /** Each stored key's named key (see `StoredOutputs.names` and `told`). */
       told?: Readonly<Record<string, string>>;
+      /** The kept own data of app-resolved fields' parents at or under it (`parents`). */
+      parents?: Readonly<Record<string, unknown>>;
     }
   | { kind: 'unstored' }
   /** No value at the first answer, an ancestor nulled by `error`, at `path` (`nulled`). */
@@ -587,12 +635,14 @@ export function outputAt(
     for (const [at, error] of Object.entries(errors ?? {})) {
       if (isAtOrUnder(at, key)) under[at] = error;
     }
+    const parents = replay.outputs.parents;
     return {
       kind: 'stored',
       wire: outputs[key],
       key,
       members: members ?? {},
       errors: under,
+      ...(parents ? { parents } : {}),
       ...(names && name !== undefined ? { names, named: name, told } : {}),
     };
   }
@@ -728,6 +778,19 @@ export function storedKeyFor(
  */
 export function pendingWaitMs(finishedAgeMs: number | undefined, boundMs: number): number {
   return Math.max(0, boundMs - Math.max(0, finishedAgeMs ?? 0));
+}
+
+/**
+ * How long after its commit an answer's pending outputs are waited for (see `pendingWaitMs`):
+ * where its first call runs in this process (`completingFor`), its operation still resolving,
+ * it is known alive, and its outputs are waited for until its lease would lapse (a slow
+ * middleware: a permissions or translation service, adversary 81), its own wait so bounded
+ * too; elsewhere nothing tells it alive (no heartbeat renews a finished key), and a third of
+ * the lease, at most 10 s (`storeWaitMs`), tells a stopped process from a slow answer.
+ */
+export function pendingBoundMs(leaseMs: number, aliveHere: boolean): number {
+  // Elsewhere: as `storeWaitMs` (run-field.ts), which imports this file.
+  return aliveHere ? Math.max(1, leaseMs) : Math.min(10_000, Math.max(1, Math.floor(leaseMs / 3)));
 }
 
 /**

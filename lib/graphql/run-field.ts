@@ -33,7 +33,12 @@ import { thrownError } from './thrown-error.js';
 import { type FieldRun } from './field-runs.js';
 import { errorHttp, hasAnswerHook, storeAtAnswer } from './stored-at-answer.js';
 import { hasMiddlewareUnder } from './middleware-outputs.js';
-import { awaitOutputs, noteCompleting, type StoredOutputs } from './output-paths.js';
+import {
+  awaitOutputs,
+  noteCompleting,
+  pendingBoundMs,
+  type StoredOutputs,
+} from './output-paths.js';
 import { idOf } from '../claim/claim-batcher.js';
 
 /** Where a field's run answers: its operation's GraphQL context, its path, its run. */
@@ -166,8 +171,9 @@ export function runField(
       // finished row: no transaction is held meanwhile.
       let done: (stored: StoredResponse | undefined) => void = () => undefined;
       noteCompleting(idOf(claim), new Promise((resolve) => (done = resolve)), answerPlace.context);
-      // Its client left before the answer (no hook will run): a replay here stops waiting.
-      setTimeout(() => done(undefined), storeWaitMs(claim.leaseMs)).unref();
+      // Its client left before the answer (no hook will run): a replay here stops waiting,
+      // at the latest when the lease would lapse (see `pendingBoundMs`).
+      setTimeout(() => done(undefined), pendingBoundMs(claim.leaseMs, true)).unref();
       const completing = async (outputs: StoredOutputs) => {
         try {
           let completed = encodeAnswer({ kind: 'data', data: wire, ...outputs });

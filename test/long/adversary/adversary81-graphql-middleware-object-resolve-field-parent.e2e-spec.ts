@@ -53,20 +53,21 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * price computed from the parent's columns, a relation loaded by the parent's foreign key:
  * `null` or an error where the first answer had the object).
  *
- * Fails now: the replay answers `shipping: { label: 'undefined (undefined)' }`.
+ * Failed (before the fix): the replay answered `shipping: { label: 'undefined (undefined)' }`.
  *
  * Suggested fix: under a middleware output, keep the parent's own data for the fields the
  * app resolves, as for the mutation's own value (store the input the middleware's `next()`
  * gave, with its unselected own data, where a field below it has a resolver of the app's),
  * or answer the resolved field's stored output rather than running it on a rebuilt parent.
  *
- * Not fixed (fixer): the replay's parent under a middleware output is rebuilt from the answer,
- * which never held the parent's unselected own data (`countryCode`); making it right needs the
- * middleware's input stored (with its unselected data) where an app-resolved field is under it, or
- * the app field's first output answered instead of running it (a wrapper on app fields under
- * middleware outputs), neither reachable by the deadline; route: at the first answer, store the
- * middleware's `next()` value as the mutation's own value is stored (wire-value.ts keeps a resolved
- * field's parent's own data), and rebuild the replay's parent from it (outputValue).
+ * Fixed: at the first answer, each field the app resolves notes its parent's own data where
+ * that parent is inside a middleware field's output (a wrapper put on with the middleware
+ * fields' in `answerOutputsOf`, `keepAppParentsOf`; `noteAppParent`, lib/graphql/
+ * output-paths.ts; the data as typed JSON, `keptParent`, lib/graphql/app-parents.ts), stored
+ * with the outputs (`StoredOutputs.parents`); a replay's `outputValue` rebuilds that parent
+ * from it, the selected fields over it, the app field's own name left as its raw input;
+ * commit "graphql: a live first call's slow middleware waited for; an app field's parent kept
+ * inside a middleware output".
  */
 let pool: Pool;
 
@@ -171,14 +172,13 @@ describe('adversary 81: a @ResolveField() under a middleware field of object typ
     expect(again.body).toEqual({ ...first.body, extensions: replayed });
   });
 
-  it.skip('behind field middleware: the same label on the replay (Not fixed (round 81): found by review; not fixed (fixer): see header)', async () => {
+  it('behind field middleware: the same label on the replay', async () => {
     const query = 'mutation { createOrder { shipping { label } } }';
     const first = await post('adv81-obj-resolve-mw', query);
     expect(first.body).toEqual({
       data: { createOrder: { shipping: { label: 'Main St 1 (NL)' } } },
     });
     const again = await post('adv81-obj-resolve-mw', query);
-    // Fails: shipping.label is 'undefined (undefined)'.
     expect(again.body).toEqual({ ...first.body, extensions: replayed });
   });
 });

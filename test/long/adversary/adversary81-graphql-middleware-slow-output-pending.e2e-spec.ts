@@ -48,7 +48,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * the first call's process stopped, while it is alive and answers a moment later; a client
  * that reads null as failure retries with a new key and orders again).
  *
- * Fails now: the retry answers, after about 2 s, `createOrder: null` with
+ * Failed (before the fix): the retry answered, after about 2 s, `createOrder: null` with
  * `field_output_pending` at `createOrder.note`; the first call answers `note: 'HELLO'` at 2.5 s.
  *
  * Suggested fix: while the first call is known alive (its `awaitOutputs` entry in this
@@ -57,10 +57,14 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * answer `field_output_pending` only once the first call's lease lapsed or its hook ran
  * without them.
  *
- * Not fixed (fixer): out of time; route: in the replay's wait for pending outputs (run-field.ts /
- * output-paths.ts `pendingWaitMs`), keep waiting while the first call is known alive (its
- * `awaitOutputs` entry in this process; elsewhere its lease still renewed by the heartbeat),
- * bounded by the lease's lapse, and answer `field_output_pending` only after that.
+ * Fixed: a replay that meets pending outputs whose first call still resolves in this process
+ * (its completion noted, `completingFor`) waits for them until the lease would lapse, counted
+ * from the commit (`pendingBoundMs`, lib/graphql/output-paths.ts, beside `pendingWaitMs`; the
+ * first call's own wait for its hook so bounded too, lib/graphql/run-field.ts), and asks the
+ * store once more if the hook wrote nothing (`withOutputs`, lib/graphql/intercept-field.ts);
+ * elsewhere (no heartbeat renews a finished key, so nothing tells the first call alive) a third
+ * of the lease, as before; commit "graphql: a live first call's slow middleware waited for;
+ * an app field's parent kept inside a middleware output".
  */
 let pool: Pool;
 
@@ -165,13 +169,12 @@ describe('adversary 81: a retry while a live first call’s middleware still run
     expect(retry.body).toEqual({ ...first.body, extensions: replayed });
   });
 
-  it.skip('a 2.5 s middleware of a live first call: the retry waits for its output (Not fixed (round 81): found by review; not fixed (fixer): see header)', async () => {
+  it('a 2.5 s middleware of a live first call: the retry waits for its output', async () => {
     serviceMs = 2500;
     const [first, retry] = await race('adv81-slow-mw');
     expect(first.body).toEqual({
       data: { createOrder: { id: expect.any(Number), note: 'HELLO' } },
     });
-    // Fails: createOrder null, field_output_pending ("its process stopped, or its client left").
     expect(retry.body).toEqual({ ...first.body, extensions: replayed });
   }, 20_000);
 });

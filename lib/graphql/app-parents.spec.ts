@@ -1,0 +1,55 @@
+import { keptParent, parentData } from './app-parents.js';
+
+describe('keptParent and parentData', () => {
+  class Address {
+    constructor(
+      public street: string,
+      public countryCode: string,
+    ) {}
+
+    get label(): string {
+      return `${this.street} (${this.countryCode})`;
+    }
+
+    format(): string {
+      return this.street;
+    }
+  }
+  const loaded = { owner: Promise.resolve({ name: 'ada' }) };
+
+  it.each<{ name: string; source: object; expected: Record<string, unknown> }>([
+    {
+      name: 'a column no client selects, as it was',
+      source: { street: 'Main St 1', countryCode: 'NL' },
+      expected: { street: 'Main St 1', countryCode: 'NL' },
+    },
+    {
+      name: 'typed: a Date stays a Date, a BigInt a BigInt',
+      source: { at: new Date(0), cents: 12n },
+      expected: { at: new Date(0), cents: 12n },
+    },
+    {
+      name: 'an instance: its own data, never its getters or methods',
+      source: new Address('Main St 1', 'NL'),
+      expected: { street: 'Main St 1', countryCode: 'NL' },
+    },
+    { name: 'a Promise (a loaded relation) is not kept', source: loaded, expected: {} },
+    {
+      name: 'an own getter is not called',
+      source: Object.defineProperty({ id: 1 }, 'lazy', {
+        enumerable: true,
+        get: () => {
+          throw new Error('read');
+        },
+      }),
+      expected: { id: 1 },
+    },
+  ])('$name', ({ source, expected }) => {
+    expect(parentData(keptParent(source))).toEqual(expected);
+  });
+
+  it('nothing kept: undefined, and an empty parent', () => {
+    expect(keptParent({})).toBeUndefined();
+    expect(parentData(undefined)).toEqual({});
+  });
+});
