@@ -202,7 +202,11 @@ function keepAppParentsOf(type: GraphQLObjectType): void {
       info,
     ) {
       if (typeof source === 'object' && source !== null) {
-        noteAppParent(context, pathOf(info).slice(0, -1), () => keptParent(source));
+        noteAppParent(
+          context,
+          () => pathOf(info).slice(0, -1),
+          () => keptParent(source),
+        );
       }
       return own.call(this, source, args, context, info);
     };

@@ -650,13 +650,33 @@ describe('a first answer and its replay, on the operation context', () => {
       return Promise.resolve();
     });
     // Before the middleware field ran: not inside an output.
-    noteAppParent(context, ['t', 'shipping'], () => 'early');
+    noteAppParent(
+      context,
+      () => ['t', 'shipping'],
+      () => 'early',
+    );
     noteMiddlewarePath(context, ['t', 'shipping']);
-    noteAppParent(context, ['t', 'shipping'], () => 'kept');
+    noteAppParent(
+      context,
+      () => ['t', 'shipping'],
+      () => 'kept',
+    );
     // Once per place: the first note stays.
-    noteAppParent(context, ['t', 'shipping'], () => 'again');
-    noteAppParent(context, ['t', 'billing'], () => 'outside');
-    noteAppParent(context, ['other', 'shipping'], () => 'other');
+    noteAppParent(
+      context,
+      () => ['t', 'shipping'],
+      () => 'again',
+    );
+    noteAppParent(
+      context,
+      () => ['t', 'billing'],
+      () => 'outside',
+    );
+    noteAppParent(
+      context,
+      () => ['other', 'shipping'],
+      () => 'other',
+    );
     await storeOutputsOf(context, { t: { shipping: { label: 'x' }, billing: { label: 'y' } } });
     expect(completed).toEqual([
       { outputs: { shipping: { label: 'x' } }, parents: { shipping: 'kept' } },

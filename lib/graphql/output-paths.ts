@@ -242,12 +242,18 @@ export function namedKey(steps: readonly string[], root: AnswerPath): string {
 
 /**
  * Notes, at a first answer, the parent of a field the app resolves where it is inside a
- * middleware field's output (at `path`, the parent's own): its own data, as `keep` gives it
+ * middleware field's output (at `pathOf()`, the parent's own): its own data, as `keep` gives it
  * (typed JSON), once per place (see `StoredOutputs.parents`).
  */
-export function noteAppParent(context: unknown, path: AnswerPath, keep: () => unknown): void {
+export function noteAppParent(
+  context: unknown,
+  pathOf: () => AnswerPath,
+  keep: () => unknown,
+): void {
   const firsts = noted(context)?.[FIRST];
+  // Read only under a first answer: the resolvers of every operation pass here.
   if (!firsts?.length) return;
+  const path = pathOf();
   for (const first of firsts) {
     const key = relativeKey(first.root, path);
     if (key === undefined || key in first.parents) continue;
