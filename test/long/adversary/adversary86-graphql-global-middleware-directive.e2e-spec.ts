@@ -51,6 +51,8 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * middleware does (an audit, a lookup) runs on every replay.
  *
  * Fails now: replay `label: "WIDGET#2"` (first answer `"WIDGET#1"`): the middleware ran again.
+ * The same app on Mercurius (`jit: 1`, Fastify) fails the same way (verified in review): the
+ * fall-back to Nest's metadata is the driver-independent part.
  * Control (passes): the same global middleware on `note`, a field without the directive.
  *
  * Suggested fix: tell the global middleware by Nest's own record of it
