@@ -42,6 +42,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * Fails now: replay `customer: { name, a: null, b: null }`, two errors (see the failing test);
  * first answer `b: { phone: '555-0100' }`, one error.
+ * The same app on Mercurius (`jit: 1`, Fastify) fails the same way (verified in review).
  *
  * Suggested fix: in `mergedAnswers`, an Error (stored error) from one alias must not win over
  * the other alias's object: keep per-alias values apart (resolve each alias's response key
