@@ -13,6 +13,7 @@ import {
   ResolveField,
   Resolver,
 } from '@nestjs/graphql';
+import { createHash } from 'node:crypto';
 import { type Pool } from 'pg';
 import request from 'supertest';
 import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
@@ -44,7 +45,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Severity: medium: a replay of a committed order answers other data than the first answer
  * (here a wrong seat number), silently.
  *
- * Fails now: replay `nextSeat: 71` (first answer `8`).
+ * Fails now: replay `nextSeat: 71` (first answer `8`). The same lay-over with a field behind its
+ * own middleware (`email` masked for callers, `contactKey` an md5 of the parent's raw email, as a
+ * gravatar URL is): the replay's resolver hashes the masked `a***@example.com` (second failing
+ * test).
  * Control (passes): the same operation without selecting `id` (the kept raw number is read).
  *
  * Suggested fix: where the parent's own data was kept, keep its raw value for a selected leaf
@@ -60,6 +64,12 @@ const visible: FieldMiddleware = async (_ctx, next) => {
   return { ...row };
 };
 
+/** Nest's field middleware: an email as callers see it. */
+const masked: FieldMiddleware = async (_ctx, next) => {
+  const email = (await next()) as string;
+  return email.replace(/^(.).*@/, '$1***@');
+};
+
 @ObjectType()
 class Row {
   @Field(() => ID)
@@ -67,6 +77,10 @@ class Row {
 
   @Field()
   name!: string;
+
+  /** The owner's email, masked for callers by its own field middleware. */
+  @Field({ middleware: [masked] })
+  email!: string;
 }
 
 @ObjectType()
@@ -84,6 +98,11 @@ class RowResolver {
   nextSeat(@Parent() row: Row): number {
     return row.id + 1;
   }
+
+  @ResolveField(() => String)
+  contactKey(@Parent() row: Row): string {
+    return createHash('md5').update(row.email).digest('hex');
+  }
 }
 
 @Resolver(() => Order)
@@ -99,7 +118,7 @@ class OrdersResolver {
     const { rows } = await pool.query<{ id: number }>(
       'INSERT INTO orders DEFAULT VALUES RETURNING id',
     );
-    return { id: rows[0].id, row: { id: 7, name: 'G' } };
+    return { id: rows[0].id, row: { id: 7, name: 'G', email: 'ada@example.com' } };
   }
 }
 
@@ -142,7 +161,7 @@ describe('adversary 86: an app field under a middleware output reads its parent 
 
   const replayOf = async (key: string, query: string) => {
     const firstAnswer = await post(key, query);
-    expect(firstAnswer.body.data.createOrder.row.nextSeat).toBe(8);
+    expect(firstAnswer.body.errors).toBeUndefined();
     const again = await post(key, query);
     expect(again.body).toEqual({
       ...firstAnswer.body,
@@ -150,11 +169,21 @@ describe('adversary 86: an app field under a middleware output reads its parent 
     });
   };
 
-  it('control: the parent id not selected: the replay is the first answer', async () => {
-    await replayOf('adv86-id-unselected', 'mutation { createOrder { id row { name nextSeat } } }');
+  it('control: the parent id and email not selected: the replay is the first answer', async () => {
+    await replayOf(
+      'adv86-id-unselected',
+      'mutation { createOrder { id row { name nextSeat contactKey } } }',
+    );
   });
 
   it.skip('the parent id selected: the replay is the first answer (Not fixed (round 86): found by review)', async () => {
     await replayOf('adv86-id-selected', 'mutation { createOrder { id row { id name nextSeat } } }');
+  });
+
+  it.skip('the parent masked email selected: the replay is the first answer (Not fixed (round 86): found by review)', async () => {
+    await replayOf(
+      'adv86-email-selected',
+      'mutation { createOrder { id row { email contactKey } } }',
+    );
   });
 });
