@@ -1,5 +1,5 @@
 import * as graphql from 'graphql';
-import { indexItems, itemIndexes } from './item-indexes.js';
+import { indexItems, itemIndexes, walkAsTold } from './item-indexes.js';
 import { memberPath } from './replayed-member.js';
 
 describe('indexItems', () => {
@@ -167,6 +167,68 @@ describe('indexItems', () => {
     const text = 'box { ...P @skip(if: true) }';
     indexItems(graphql, selecting('box', text, fragment), skipped, type, box, at);
     expect(itemIndexes(skipped, bank, [...at, 'payees'], true)).toBeUndefined();
+  });
+});
+
+describe('indexItems, Promises and members told', () => {
+  const schema = graphql.buildSchema(`
+    type Query { ping: Int }
+    type Card { last4: String, history: [Payee] }
+    type Bank { iban: String, history: [Payee] }
+    union Payee = Card | Bank
+    type Wallet { payees: [Payee] }
+    type Mutation { createWallet: Wallet }
+  `);
+  const wallet = schema.getType('Wallet') as graphql.GraphQLObjectType;
+  const payee = schema.getType('Payee') as graphql.GraphQLUnionType;
+  const type = wallet.getFields().payees.type;
+  const at = ['createWallet', 'payees'];
+  const selection = (text: string) => {
+    const document = graphql.parse(`mutation { createWallet { ${text} } }`);
+    const operation = document.definitions[0] as graphql.OperationDefinitionNode;
+    const root = operation.selectionSet.selections[0] as graphql.FieldNode;
+    const nodes = root.selectionSet!.selections as graphql.FieldNode[];
+    return { schema, nodes, fragments: {}, variables: {} };
+  };
+  const settled = () => new Promise((resolve) => setImmediate(resolve));
+  afterEach(() => {
+    delete (payee as { resolveType?: unknown }).resolveType;
+  });
+
+  it.each<{ name: string; value: (card: object) => unknown }>([
+    { name: 'the list a Promise', value: (card) => Promise.resolve([card]) },
+    { name: 'each item a Promise', value: (card) => [Promise.resolve(card)] },
+  ])('$name: placed by what it settles to', async ({ value }) => {
+    const card = { last4: '4242' };
+    const context = {};
+    indexItems(graphql, selection('payees { __typename }'), context, type, value(card), at);
+    expect(itemIndexes(context, card, at, true)).toBeUndefined();
+    await settled();
+    expect(itemIndexes(context, card, at, true)).toEqual([0]);
+  });
+
+  it("walks an item, once its resolveType() told it, for its own member's selection only", () => {
+    payee.resolveType = () => 'Card';
+    const inner = { iban: 'DE' };
+    let bankHistoryReads = 0;
+    const card = { history: [inner] };
+    const bank = {
+      get history(): unknown[] {
+        bankHistoryReads++;
+        return [inner];
+      },
+    };
+    const text = 'payees { ... on Card { history { __typename } } ... on Bank { iban } }';
+    const context = {};
+    indexItems(graphql, selection(text), context, type, [bank, card], at);
+    // Not yet told: nothing under the items read.
+    expect(itemIndexes(context, inner, [...at, 1, 'history'], true)).toBeUndefined();
+    walkAsTold(context, bank, [...at, 0], 'Bank');
+    walkAsTold(context, card, [...at, 1], Promise.resolve(payee.getTypes()[0]));
+    expect(bankHistoryReads).toBe(0);
+    return settled().then(() => {
+      expect(itemIndexes(context, inner, [...at, 1, 'history'], true)).toEqual([0]);
+    });
   });
 });
 

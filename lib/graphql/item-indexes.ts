@@ -1,4 +1,4 @@
-import { type FieldNode, type GraphQLOutputType } from 'graphql';
+import { type FieldNode, type GraphQLObjectType, type GraphQLOutputType } from 'graphql';
 import { listItems } from './completed-output.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { nestField } from './nest-fields.js';
@@ -22,6 +22,57 @@ import { selectedFields } from './selection.js';
 const byContext = new WeakMap<object, Map<string, WeakMap<object, (readonly number[])[]>>>();
 /** How many times each item was told at each list path (see above), by context. */
 const told = new WeakMap<object, Map<string, WeakMap<object, number>>>();
+
+/**
+ * The walks of abstract items waiting for their member (see `indexItems`), by context, then by
+ * the item's place in the answer (response keys and indexes), then by the item.
+ */
+const waiting = new WeakMap<object, Map<string, WeakMap<object, (member: string) => void>>>();
+
+function deferWalk(context: object, at: string, item: object, walk: (member: string) => void) {
+  let byPlace = waiting.get(context);
+  if (!byPlace) waiting.set(context, (byPlace = new Map()));
+  let byItem = byPlace.get(at);
+  if (!byItem) byPlace.set(at, (byItem = new WeakMap()));
+  byItem.set(item, walk);
+}
+
+/** Runs `run`; a walk that fails leaves its items unplaced (see `itemIndexes`). */
+function attempt(run: () => void): void {
+  try {
+    run();
+  } catch {
+    // Unmarked: its list items' members are not noted.
+  }
+}
+
+/**
+ * Walks `source`, at `place` of the answer, as the member `told` (a name, an object type, or
+ * a Promise of either, as a `resolveType()` answers), where `indexItems` left it waiting for
+ * its member: called by the `resolveType()` wrapper before GraphQL completes the item's fields
+ * (the places of the lists under it noted before their own items are told), once.
+ */
+export function walkAsTold(
+  context: unknown,
+  source: unknown,
+  place: readonly (string | number)[],
+  told: unknown,
+): void {
+  if (typeof context !== 'object' || context === null) return;
+  if (typeof source !== 'object' || source === null) return;
+  const byItem = waiting.get(context)?.get(place.join('.'));
+  const walk = byItem?.get(source);
+  if (!byItem || !walk) return;
+  byItem.delete(source);
+  const run = (name: unknown) => {
+    const member =
+      typeof name === 'string' ? name : (name as { name?: unknown } | null | undefined)?.name;
+    if (typeof member === 'string') attempt(() => walk(member));
+  };
+  // A Promise's callbacks run in the order they were given: this before GraphQL's.
+  if (told instanceof Promise) told.then(run, () => undefined);
+  else run(told);
+}
 
 /** Whether a list of a union or an interface may be at or under `type`, by type. */
 const holdsMembers = new WeakMap<object, boolean>();
@@ -54,6 +105,13 @@ function mayHoldMemberList(graphql: GraphqlModule, type: GraphQLOutputType): boo
  * path, whose types may hold a list of members; no other property is read (adversary 83: a
  * getter that loads a relation the operation does not select was called), each read by the
  * property Nest reads. The selection bounds the walk (a cycle of objects ends with it).
+ *
+ * A Promise at any depth (a list loaded asynchronously, each item a DataLoader's `load()`) is
+ * walked when it settles: placed by what it settles to, which is what GraphQL completes
+ * (adversary 84: the Promise placed, the row never found). An abstract item whose type has a
+ * `resolveType()` is walked only for its own member's selection, once that `resolveType()` has
+ * told it (`walkAsTold`), before GraphQL completes its fields: a `Card` is not read for the
+ * fields a `... on Bank` selects (adversary 84: a card's own getter of that name was called).
  */
 export function indexItems(
   graphql: GraphqlModule,
@@ -84,6 +142,14 @@ export function indexItems(
     indexes: readonly number[],
   ): void => {
     if (typeof held !== 'object' || held === null) return;
+    if (held instanceof Promise) {
+      // Registered before GraphQL reads the Promise, so this runs before it completes it.
+      held.then(
+        (settled) => attempt(() => walk(at, settled, nodes, list, indexes)),
+        () => undefined,
+      );
+      return;
+    }
     if (graphql.isNonNullType(at)) return walk(at.ofType, held, nodes, list, indexes);
     if (graphql.isListType(at)) {
       // An array, or an iterable GraphQL reads again alike (a `Set`): the same objects.
@@ -93,12 +159,7 @@ export function indexItems(
     }
     if (graphql.isAbstractType(at) && indexes.length > 0) place(list, held, indexes);
     const own = indexes.reduce<string>((key, i) => joinKey(key, i), list);
-    const objects = graphql.isAbstractType(at)
-      ? schema.getPossibleTypes(at)
-      : graphql.isObjectType(at)
-        ? [at]
-        : [];
-    for (const object of objects) {
+    const fieldsOf = (object: GraphQLObjectType) => {
       const fields = object.getFields();
       const chosen = selectedFields(graphql, schema, object, { nodes, fragments, variables });
       for (const [each, fieldNodes] of chosen) {
@@ -114,7 +175,23 @@ export function indexItems(
           walk(definition.type, inner, same, joinKey(own, responseKey), []);
         }
       }
+    };
+    if (graphql.isObjectType(at)) return fieldsOf(at);
+    if (!graphql.isAbstractType(at)) return;
+    if (typeof at.resolveType === 'function') {
+      // Walked as the member its resolveType() tells (see `walkAsTold`).
+      deferWalk(context, own, held, (member) => {
+        const object = schema.getType(member);
+        if (object && graphql.isObjectType(object)) fieldsOf(object);
+      });
+      return;
     }
+    // GraphQL's default: the value's `__typename`, else each member's `isTypeOf()`, not
+    // told here: each member's selection read.
+    const typename = (held as { __typename?: unknown }).__typename;
+    const object = typeof typename === 'string' ? schema.getType(typename) : undefined;
+    if (object && graphql.isObjectType(object)) return fieldsOf(object);
+    for (const each of schema.getPossibleTypes(at)) fieldsOf(each);
   };
   walk(type, value, selection.nodes, path.join('.'), []);
 }

@@ -1,4 +1,4 @@
-import { itemIndexes } from './item-indexes.js';
+import { itemIndexes, walkAsTold } from './item-indexes.js';
 import { noteMember } from './output-paths.js';
 import { pathOf } from './stored-at-answer.js';
 import { type GraphQLAbstractType, type GraphQLSchema, type GraphQLTypeResolver } from 'graphql';
@@ -112,6 +112,8 @@ function answerFirst(type: GraphQLAbstractType): void {
       const listed = String((info as { returnType?: unknown }).returnType ?? '').startsWith('[');
       const place = memberPath(given, () => itemIndexes(context, source, given, listed));
       if (place) noteMember(context, place, told);
+      // The lists under it placed, by its own member's selection (see `indexItems`).
+      if (place) walkAsTold(context, source, place, told);
       return told;
     }
     // Read, then taken off: the member's own resolvers (a @ResolveField() reading its
