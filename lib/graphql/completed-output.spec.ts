@@ -8,7 +8,14 @@ describe('completedOutput', () => {
     type Bank { iban: String }
     union Method = Card | Bank
     type Address { street: String, city: String }
-    type Order { label: String!, tags: [String], shipping: Address, methods: [Method] }
+    type Box { name: String!, inner: Box }
+    type Order {
+      label: String!
+      tags: [String]
+      shipping: Address
+      methods: [Method]
+      boxes: [Box!]
+    }
     type Mutation { createOrder: Order }
   `);
   const order = schema.getType('Order') as graphql.GraphQLObjectType;
@@ -25,7 +32,7 @@ describe('completedOutput', () => {
     value: unknown;
     members?: Record<string, string>;
     fragments?: string;
-    expected: { value: unknown } | undefined;
+    expected: { value: unknown; errorsAt?: string[] } | undefined;
   }>([
     { name: 'a scalar', field: 'label', selection: 'label', value: 'A', expected: { value: 'A' } },
     {
@@ -110,6 +117,13 @@ describe('completedOutput', () => {
       },
     },
     {
+      name: 'a scalar that cannot be serialized at a nullable field: null there',
+      field: 'shipping',
+      selection: 'shipping { street city }',
+      value: { street: {}, city: 'Paris' },
+      expected: { value: { street: null, city: 'Paris' }, errorsAt: ['street'] },
+    },
+    {
       name: 'a named fragment skipped: not selected',
       field: 'shipping',
       selection: 'shipping { city ...A @skip(if: true) }',
@@ -136,29 +150,57 @@ describe('completedOutput', () => {
     expect(made instanceof Promise).toBe(false);
   });
 
-  it.each<{ name: string; value: unknown; expected: { value: unknown } | undefined }>([
+  it.each<{
+    name: string;
+    value: unknown;
+    field?: string;
+    selection?: string;
+    expected: { value: unknown; errorsAt?: string[] } | undefined;
+  }>([
     {
       name: 'a Promise under it: awaited',
       value: { street: Promise.resolve('Main'), city: 'Paris' },
-      expected: { value: { street: 'Main' } },
+      expected: { value: { street: 'Main', city: 'Paris' } },
     },
     {
       name: 'a Promise of an object with a Promise',
       value: Promise.resolve({ street: Promise.resolve('Main') }),
-      expected: { value: { street: 'Main' } },
+      expected: { value: { street: 'Main', city: null } },
     },
     {
-      // GraphQL answered an error there: not made.
-      name: 'a Promise that fails: cannot be told',
-      value: { street: Promise.reject(new Error('no')) },
+      // GraphQL answered an error there and null at that nullable field (adversary 84).
+      name: 'a Promise that fails at a nullable field: null there, its key noted',
+      value: { street: Promise.reject(new Error('no')), city: 'Paris' },
+      expected: { value: { street: null, city: 'Paris' }, errorsAt: ['street'] },
+    },
+    {
+      name: 'a failure at a non-null field: null at the nearest nullable place above',
+      field: 'boxes',
+      selection: 'boxes { name inner { name } }',
+      value: [{ name: 'A', inner: { name: Promise.reject(new Error('no')) } }, { name: 'B' }],
+      expected: {
+        value: [
+          { name: 'A', inner: null },
+          { name: 'B', inner: null },
+        ],
+        errorsAt: ['0.inner.name'],
+      },
+    },
+    {
+      // GraphQL nulled the field itself: not made (its own null is stored, with the error).
+      name: 'a failure that reaches the field itself: cannot be told',
+      field: 'label',
+      selection: 'label',
+      value: Promise.reject(new Error('no')),
       expected: undefined,
     },
-  ])('$name', async ({ value, expected }) => {
-    const nodes = nodesOf('shipping { street }').filter((n) => n.name.value === 'shipping');
+  ])('$name', async ({ value, expected, field = 'shipping', selection }) => {
+    const text = selection ?? 'shipping { street city }';
+    const nodes = nodesOf(text).filter((n) => n.name.value === field);
     const made = completedOutput(
       graphql,
       { schema, nodes, fragments: {}, variables: {} },
-      order.getFields().shipping.type,
+      order.getFields()[field].type,
       value,
       () => undefined,
     );

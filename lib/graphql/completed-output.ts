@@ -17,7 +17,15 @@ import { selectedFields } from './selection.js';
  * (again: it gives what it gave GraphQL), a list from any iterable that gives a new iterator
  * each time (a `Set`, a `Map`; a one-shot iterator, a generator, was spent by GraphQL).
  * Undefined where it cannot be made so (then the output is noted as lost: see `outputsIn`); a
- * Promise of it where a Promise is under the output.
+ * Promise of it where a Promise is under the output. A field read with its `@Field({
+ * defaultValue })` where its property is `undefined`, as Nest's reader does (adversary 84).
+ *
+ * A field or list item whose read or completion failed inside it (a Promise that rejects, a
+ * getter that throws, a scalar that cannot be serialized) was an error of GraphQL's there,
+ * and null at the nearest nullable place at or above it (adversary 84: the whole output was
+ * stored null for one nullable field's error): made so, the error's key noted (`errorsAt`, by
+ * key under the field) for the answer hook to find among the answer's errors. One that
+ * reaches the field itself: not made (the field's own null, with that error, is stored).
  */
 export function completedOutput(
   graphql: GraphqlModule,
@@ -28,6 +36,31 @@ export function completedOutput(
 ): Made | Promise<Made> {
   const { schema, fragments, variables } = selection;
   const unknowable = Symbol('unknowable');
+  // A non-null place's failure, carried up to the nearest nullable one.
+  const carried = Symbol('carried');
+  const errorsAt: string[] = [];
+  /** The value at a field's or an item's place, `at` its type, null where it failed. */
+  const place = (at: GraphQLOutputType, key: string, complete: () => unknown): unknown => {
+    const failed = (error: unknown) => {
+      if (error === unknowable) throw error;
+      if (error !== carried && !errorsAt.includes(key)) errorsAt.push(key);
+      if (graphql.isNonNullType(at)) throw carried;
+      return null;
+    };
+    // GraphQL's error where a non-null place has no value.
+    const present = (value: unknown) => {
+      if (value === null && graphql.isNonNullType(at)) throw new Error('null');
+      return value;
+    };
+    try {
+      const value = complete();
+      return isThenable(value)
+        ? handled(Promise.resolve(value).then(present).then(undefined, failed))
+        : present(value);
+    } catch (error) {
+      return failed(error);
+    }
+  };
   const walk = (
     at: GraphQLOutputType,
     held: unknown,
@@ -42,7 +75,10 @@ export function completedOutput(
       const items = listItems(held);
       if (!items) throw unknowable;
       return settled(
-        items.map((item, i): unknown => walk(at.ofType, item, nodes, joinKey(key, i))),
+        items.map((item, i): unknown => {
+          const itemKey = joinKey(key, i);
+          return place(at.ofType, itemKey, () => walk(at.ofType, item, nodes, itemKey));
+        }),
       );
     }
     if (graphql.isLeafType(at)) return at.serialize(held);
@@ -67,10 +103,18 @@ export function completedOutput(
         }
         const definition = fields[name];
         if (!definition || fieldResolution(concrete, name) !== 'property') throw unknowable;
-        const own = object[nestField(concrete.name, name)?.property ?? name];
-        if (typeof own === 'function') throw unknowable;
+        const reading = nestField(concrete.name, name);
         const same = fieldNodes.filter((each) => (each.alias?.value ?? name) === responseKey);
-        values.push(walk(definition.type, own, same, joinKey(key, responseKey)));
+        const fieldKey = joinKey(key, responseKey);
+        values.push(
+          place(definition.type, fieldKey, () => {
+            const own = object[reading?.property ?? name];
+            if (typeof own === 'function') throw unknowable;
+            // Nest's reader: the field's default where the property is undefined.
+            const read = own === undefined && reading?.fallback ? reading.fallback.value : own;
+            return walk(definition.type, read, same, fieldKey);
+          }),
+        );
       }
     }
     const made = (all: readonly unknown[]) => {
@@ -87,16 +131,18 @@ export function completedOutput(
   } catch {
     return undefined;
   }
-  if (!isThenable(walked)) return { value: walked };
-  // What a Promise under it gave; one that failed gave GraphQL an error: not made.
-  return Promise.resolve(walked).then(
-    (done) => ({ value: done }),
-    () => undefined,
-  );
+  const made = (done: unknown): Made =>
+    errorsAt.length > 0 ? { value: done, errorsAt } : { value: done };
+  if (!isThenable(walked)) return made(walked);
+  // What a Promise under it gave; one whose failure reached the field itself: not made.
+  return Promise.resolve(walked).then(made, () => undefined);
 }
 
-/** A made output, or undefined where it cannot be made (see `completedOutput`). */
-export type Made = { value: unknown } | undefined;
+/**
+ * A made output, or undefined where it cannot be made (see `completedOutput`); `errorsAt`:
+ * the keys under the field where GraphQL answered an error (a null at or above each).
+ */
+export type Made = { value: unknown; errorsAt?: readonly string[] } | undefined;
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return (

@@ -505,6 +505,16 @@ describe('nullingError', () => {
       },
     },
     {
+      // Made again with null where GraphQL nulled a field inside it (adversary 84).
+      name: 'an error inside an output made again: the output kept, the error at its place',
+      errors: [{ message: 'no', path: ['t', 'secret', 'avatar'] }],
+      remade: { label: 'FIRST', secret: { avatar: null } },
+      expected: {
+        outputs: { label: 'FIRST', secret: { avatar: null } },
+        errors: { 'secret.avatar': { message: 'no' } },
+      },
+    },
+    {
       name: 'one that cannot be made again: nulled by the error under the mutation',
       errors: [{ message: 'no', path: ['t', 'secret'] }],
       remade: {},

@@ -102,7 +102,10 @@ interface FirstAnswer {
 export type RemadeOutput = (
   result: unknown,
   memberAt: (key: string) => string | undefined,
-) => { value: unknown } | undefined | Promise<{ value: unknown } | undefined>;
+) => Remade | Promise<Remade>;
+
+/** See `RemadeOutput`: `errorsAt`, where GraphQL answered an error under it (completed-output.ts). */
+type Remade = { value: unknown; errorsAt?: readonly string[] } | undefined;
 
 /**
  * The named keys of the fields inside a middleware field's output `value`, by their path under
@@ -314,13 +317,16 @@ export function outputsIn(
     const key = relativeKey(root, path);
     if (key === undefined) continue;
     if (value !== undefined) outputs[key] = value;
-    // Not in the answer, its parent null by an error at or under it (a middleware's null on a
-    // non-null field): the error is its answer, which nulls the same parent on a replay.
-    else if (located.some((each) => isAtOrUnder(each.key, key))) outputs[key] = null;
+    // Not in the answer, its parent null by an error at it (a middleware's null on a non-null
+    // field): the error is its answer, which nulls the same parent on a replay.
+    else if (located.some((each) => each.key === key)) outputs[key] = null;
     // Completed, but lost from `data` by a null above the mutation's field (another root
     // field's error, or one under it that reached the root): made again from the middleware's
-    // result, where that can be sure; GraphQL's own completion answers the same again.
+    // result, where that can be sure; GraphQL's own completion answers the same again, an
+    // error under it null where GraphQL nulled it (adversary 84: not the whole output).
     else if (Object.prototype.hasOwnProperty.call(remade, key)) outputs[key] = remade[key];
+    // An error under it that reached it (its own null, or its parent's).
+    else if (located.some((each) => isAtOrUnder(each.key, key))) outputs[key] = null;
     else {
       const by = nullingError(data, root, path, located);
       if (by !== undefined) nulled[key] = by;
@@ -485,7 +491,7 @@ export async function storeOutputsOf(
   await Promise.all(
     firsts.map(async (first) => {
       nameInside(first, data);
-      const remade = await remadeOutputs(first, data);
+      const remade = await remadeOutputs(first, data, errors);
       return first
         .complete(
           outputsIn(
@@ -508,10 +514,18 @@ export async function storeOutputsOf(
  * The outputs of `first` that GraphQL completed but the answer's `data` lost, an ancestor
  * above the mutation's field nulled (another root field's error: see `RemadeOutput`), by key.
  */
-async function remadeOutputs(first: FirstAnswer, data: unknown): Promise<Record<string, unknown>> {
+async function remadeOutputs(
+  first: FirstAnswer,
+  data: unknown,
+  errors: readonly AnsweredError[],
+): Promise<Record<string, unknown>> {
   const remade: Record<string, unknown> = {};
   const lost = nulledAncestor(data, first.root);
   if (lost === undefined) return remade;
+  // Where the answer has an error (by key under the mutation's field).
+  const answered = new Set(
+    errors.map((error) => error.path && relativeKey(first.root, error.path)),
+  );
   for (const path of first.paths) {
     const key = relativeKey(first.root, path);
     const remake = key === undefined ? undefined : first.remade.get(key);
@@ -520,7 +534,11 @@ async function remadeOutputs(first: FirstAnswer, data: unknown): Promise<Record<
       const made = await remake(await first.results.get(key), (under) =>
         under === '' ? first.members[key] : first.members[`${key}.${under}`],
       );
-      if (made) remade[key] = made.value;
+      // Made with a null where it failed inside: only where GraphQL answered that error.
+      const failed = made?.errorsAt ?? [];
+      if (made && failed.every((under) => answered.has(`${key}.${under}`))) {
+        remade[key] = made.value;
+      }
     } catch {
       // Its middleware's result failed: GraphQL answered an error, which is stored.
     }
@@ -732,6 +750,8 @@ function remadeShared(first: FirstAnswer, key: string) {
       );
       // A Promise under it (read at the answer hook): `result` itself, as GraphQL reads it.
       if (!remaking || 'then' in remaking) return undefined;
+      // A failure inside: `result` itself, whose reading GraphQL answers with its error again.
+      if (remaking.errorsAt?.length) return undefined;
       const made = remaking;
       // The named keys inside it, as the answer hook reads them (see `nameInside`).
       const own = first.named[key];

@@ -56,6 +56,15 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * whole `data` nulled does not make the output null: make it again (`completedOutput`, with a
  * rejected Promise under it answered null there and its error kept at its key, as GraphQL
  * completed it), or mark it `lost` (`field_output_pending`) rather than null.
+ *
+ * Fixed: `completedOutput` (lib/graphql/completed-output.ts) makes a failure inside the output
+ * (a rejected Promise, a throwing getter, a scalar that cannot be serialized) null at the
+ * nearest nullable place, as GraphQL does, noting the error's key (`errorsAt`); the answer hook
+ * keeps that remade output only where the answer has an error at each such key
+ * (`remadeOutputs`, lib/graphql/output-paths.ts), and `outputsIn` prefers it to a whole-output
+ * null for an error strictly under the output (an error at the output itself, or one that
+ * reached it, still stores null). (commit: fix84gql2 "root-nulled outputs: a failure inside
+ * made null where GraphQL nulled it")
  */
 let pool: Pool;
 let notifyFails = true;
@@ -185,7 +194,7 @@ describe('adversary 84: a middleware output with a failed nullable field inside,
     expect(again.body).toEqual(await expected());
   });
 
-  it.skip('notify down at the first call: the retry answers the order, its avatar error again (Not fixed (round 84): found by review)', async () => {
+  it('notify down at the first call: the retry answers the order, its avatar error again', async () => {
     signerDown = true;
     notifyFails = true;
     const first = await post('adv84-inner-err-down');
