@@ -17,6 +17,7 @@ import { argumentsOf, namedStepsOf } from './named-path.js';
 import { namesInside } from './output-names.js';
 import { nestField } from './nest-fields.js';
 import { notStoredField } from './not-stored-field.js';
+import { nulledPlace } from './nulled-place.js';
 import { type StoredFieldError } from './field-answer.js';
 import {
   type AnswerPath,
@@ -105,6 +106,7 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
             named,
             (value, memberAt) => namesInside(graphql, selection, field.type, value, memberAt),
             (value, memberAt) => completedOutput(graphql, selection, field.type, value, memberAt),
+            (at, memberAt) => nulledPlaceIn(graphql, info, at, memberAt),
           );
           const given = own.call(this, source, args, context, info);
           // Each member in a list marked with its index before GraphQL completes it.
@@ -182,6 +184,32 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
       noteResolverKind(resolve, 'middleware');
       field.resolve = resolve;
     }
+  }
+}
+
+/** Where GraphQL put the null for an error at `path` of `info`'s operation (nulled-place.ts). */
+function nulledPlaceIn(
+  graphql: GraphqlModule,
+  info: GraphQLResolveInfo,
+  path: readonly (string | number)[],
+  memberAt: (key: string) => string | undefined,
+): number | undefined {
+  try {
+    const { schema, operation } = info;
+    const root = schema.getRootType(operation.operation);
+    if (!root) return undefined;
+    // The operation's root selection, read as a field's.
+    const top = { kind: graphql.Kind.FIELD, selectionSet: operation.selectionSet } as FieldNode;
+    const selection = {
+      schema,
+      nodes: [top],
+      fragments: info.fragments,
+      variables: info.variableValues,
+    };
+    return nulledPlace(graphql, selection, root, path, memberAt);
+  } catch {
+    // An executor's info without them (not told: the first error under the ancestor taken).
+    return undefined;
   }
 }
 

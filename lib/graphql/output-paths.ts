@@ -91,7 +91,20 @@ interface FirstAnswer {
   remade: Map<string, RemadeOutput>;
   /** The kept own data of the parents of app-resolved fields in its outputs, by key. */
   parents: Record<string, unknown>;
+  /** Where GraphQL put the null for an error at a path (see `NulledAt`), once one is told. */
+  nulledAt?: NulledAt;
 }
+
+/**
+ * Where graphql-js put the null for an error at `path` (response keys and indexes from the
+ * operation's root): the length of its prefix at the nearest nullable place at or above it
+ * (nulled-place.ts); `memberAt` tells the member noted at a key (from the operation's root).
+ * Undefined where it cannot be told.
+ */
+export type NulledAt = (
+  path: AnswerPath,
+  memberAt: (key: string) => string | undefined,
+) => number | undefined;
 
 /**
  * A middleware field's output as GraphQL completed it, made again from its middleware's
@@ -204,12 +217,14 @@ export function noteMiddlewarePath(
   named?: () => readonly string[] | undefined,
   inside?: InsideNames,
   remade?: RemadeOutput,
+  nulledAt?: NulledAt,
 ): void {
   let steps: readonly string[] | undefined;
   for (const first of noted(context)?.[FIRST] ?? []) {
     const key = relativeKey(first.root, path);
     if (key === undefined) continue;
     first.paths.push(path);
+    first.nulledAt ??= nulledAt;
     if (remade) first.remade.set(key, remade);
     steps ??= named?.();
     if (steps?.length !== path.length) continue;
@@ -303,6 +318,7 @@ export function outputsIn(
   named: Readonly<Record<string, string>> = {},
   remade: Readonly<Record<string, unknown>> = {},
   parents: Readonly<Record<string, unknown>> = {},
+  nulledAt?: (path: AnswerPath) => number | undefined,
 ): StoredOutputs {
   const located = errors.flatMap((error) => {
     const key = error.path && relativeKey(root, error.path);
@@ -328,7 +344,7 @@ export function outputsIn(
     // An error under it that reached it (its own null, or its parent's).
     else if (located.some((each) => isAtOrUnder(each.key, key))) outputs[key] = null;
     else {
-      const by = nullingError(data, root, path, located);
+      const by = nullingError(data, root, path, located, nulledAt);
       if (by !== undefined) nulled[key] = by;
       else if (lostAbove && !lost.includes(key)) lost.push(key);
     }
@@ -391,21 +407,36 @@ export function outputsIn(
  * The key of the error that nulled the nearest null ancestor of `path` (under `root`, or
  * `root` itself), where `path` has no value in `data` and no error of its own: the first
  * error at or under that ancestor whose place is null. Undefined where there is none.
+ * Where that ancestor is at or above the mutation's field (the whole `data` null), an error
+ * under the mutation's field is taken only where the null GraphQL put for it (`nulledAt`) is
+ * at or above `path`, where that can be told (adversary 84: a nullable sibling's own error,
+ * which nulled only itself, was answered as the output's).
  */
 export function nullingError(
   data: unknown,
   root: AnswerPath,
   path: AnswerPath,
   located: readonly { key: string; error: AnsweredError }[],
+  nulledAt?: (path: AnswerPath) => number | undefined,
 ): string | undefined {
   const end = nulledAncestor(data, path);
   if (end === undefined) return undefined;
   // Above the mutation's field (the whole `data`, nulled by a non-null root field): an error
   // under the mutation's field nulled it only where one is there.
   const above = end <= root.length ? '' : relativeKey(root, path.slice(0, end), false)!;
+  const reaches = (at: AnswerPath) => {
+    if (above !== '' || !nulledAt) return true;
+    const nulled = nulledAt(at);
+    if (nulled === undefined) return true;
+    let shared = 0;
+    while (shared < Math.min(at.length, path.length) && at[shared] === path[shared]) shared++;
+    return nulled <= shared;
+  };
   const found = located.find(
     ({ key, error }) =>
-      (above === '' || isAtOrUnder(key, above)) && (dataAt(data, error.path!) ?? null) === null,
+      (above === '' || isAtOrUnder(key, above)) &&
+      (dataAt(data, error.path!) ?? null) === null &&
+      reaches(error.path!),
   );
   return found?.key;
 }
@@ -503,11 +534,23 @@ export async function storeOutputsOf(
             first.named,
             remade,
             first.parents,
+            nulledAtOf(first),
           ),
         )
         .catch(() => undefined);
     }),
   );
+}
+
+/** `first`'s `nulledAt` with the members noted under it (see `NulledAt`). */
+function nulledAtOf(first: FirstAnswer): ((path: AnswerPath) => number | undefined) | undefined {
+  const { nulledAt } = first;
+  if (!nulledAt) return undefined;
+  return (path) =>
+    nulledAt(path, (key) => {
+      const under = relativeKey(first.root, keySteps(key));
+      return under === undefined ? undefined : first.members[under];
+    });
 }
 
 /**
