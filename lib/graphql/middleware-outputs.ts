@@ -29,6 +29,7 @@ import {
   toldOf,
 } from './output-paths.js';
 import { errorUnder, fieldErrorAgain } from './replayed-field-error.js';
+import { noteRepeated } from './repeated-errors.js';
 import { answerAsMember } from './replayed-member.js';
 import { fieldResolution } from './resolved-fields.js';
 import { noteResolverKind } from './resolver-kind.js';
@@ -164,6 +165,8 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
         // Nulled from above at the first answer: the error that nulled it, at its place.
         if (replayed.kind === 'nulled') {
           const again = fieldErrorAgain(graphql, replayed.error, replayed.path);
+          // Once in the answer where the replay makes it again itself (repeated-errors.ts).
+          noteRepeated(again);
           throw ownLocated(again, context, path);
         }
         const { members, errors, key, parents } = replayed;

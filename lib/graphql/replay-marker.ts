@@ -4,6 +4,7 @@ import { type GraphQLSchema } from 'graphql';
 import { loadGraphql } from './graphql-module.js';
 import { locatedAsFirst, ownLocatedOf } from './jit-located.js';
 import { answerOutputsOf } from './middleware-outputs.js';
+import { repeatedCopies } from './repeated-errors.js';
 import { noteOwnResolvers } from './resolver-kind.js';
 import { answerHookOn, storeAnswersOf, withStoreFailures } from './stored-at-answer.js';
 import { type AnsweredError, storeOutputsOf } from './output-paths.js';
@@ -113,6 +114,12 @@ export class GraphqlReplayMarker implements OnApplicationBootstrap {
         // them (see middleware-outputs.ts).
         // Its errors before the app's `formatError` (a replay goes through it again).
         await storeOutputsOf(context, result?.data, errors ?? []);
+        // A middleware field's copy of an error the replay answers itself: once (the raw
+        // errors and Apollo's formatted ones are one for one, in order).
+        const drop = repeatedCopies(errors ?? []);
+        if (result?.errors && drop.size > 0 && result.errors.length === errors?.length) {
+          result.errors = result.errors.filter((_, i) => !drop.has(i));
+        }
         const failures = await storeAnswersOf(context);
         if (result && failures.length > 0) {
           // Apollo has formatted its errors by now: the entry is the error's JSON.
@@ -160,6 +167,9 @@ export class GraphqlReplayMarker implements OnApplicationBootstrap {
       if (located) execution.errors = located;
       // The outputs of field middleware on a mutation's first answer (middleware-outputs.ts).
       await storeOutputsOf(context, execution.data, execution.errors ?? []);
+      // A middleware field's copy of an error the replay answers itself: once.
+      const drop = repeatedCopies(execution.errors ?? []);
+      if (drop.size > 0) execution.errors = execution.errors?.filter((_, i) => !drop.has(i));
       // Each error stored where the answer located it: graphql-jit's at the field.
       const failures = await storeAnswersOf(context, execution.errors);
       if (failures.length > 0) {

@@ -55,16 +55,14 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * a replay does not make again (a middleware's, another output's); or throw it from one place
  * only.
  *
- * Not fixed (fixer, round 84): out of time; the rule is not simply "answer the middleware field
- * quietly where the nulling error is the mutation's own": an error under a `@ResolveField()` is
- * not stored and may not recur on the replay, which would then answer the field null with no
- * error. Route: the nulling error's place is now told (`nulledPlace`,
- * lib/graphql/nulled-place.ts); mark the error the `nulled` branch of the wrapper
- * (lib/graphql/middleware-outputs.ts) throws again (a WeakSet of what it throws), and at the
- * answer hooks (lib/graphql/replay-marker.ts: Apollo's `willSendResponse`, raw `errors` beside
- * the formatted `result.errors`; Mercurius' `onResolution`) drop such a copy where the same
- * error (message and path) is also in the replay's errors, so it is thrown once where the
- * replay makes it again and kept where it does not.
+ * Fixed: the `nulled` branch of the middleware field's wrapper
+ * (lib/graphql/middleware-outputs.ts) marks the error it throws again (`noteRepeated`,
+ * lib/graphql/repeated-errors.ts); the answer hooks (lib/graphql/replay-marker.ts: Apollo's
+ * `willSendResponse`, Mercurius' `onResolution`) drop such a copy where another error with the
+ * same message and path is in the answer (the mutation's own replayed value made it again), and
+ * keep it where none is (an error under a `@ResolveField()` that did not recur). (commit:
+ * fix84gql2 "replay: a middleware field's copy of an error the replay makes again, answered
+ * once")
  */
 let pool: Pool;
 
@@ -188,7 +186,7 @@ describe('adversary 84: a middleware field nulled by an error of the mutation’
     await check('adv84-twice-no-profile', 'mutation { createOrder { id lines { sku price } } }');
   });
 
-  it.skip('the profile selected: the replay the same bytes (Not fixed (round 84): found by review)', async () => {
+  it('the profile selected: the replay the same bytes', async () => {
     await check(
       'adv84-twice-profile',
       'mutation { createOrder { id profile { name } lines { sku price } } }',
