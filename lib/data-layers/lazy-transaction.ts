@@ -9,6 +9,7 @@ import {
 import { isReadOnlyError, markDatabaseFailure } from '../connection/connection-errors.js';
 import { acquire } from '../connection/deadline.js';
 import { isAboveReadCommitted } from '../transaction/isolation-level.js';
+import { asksIsolation } from './nested-isolation.js';
 import { NestedIdentity } from './nested-identity.js';
 import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
 import { CommitHold } from './commit-hold.js';
@@ -668,7 +669,9 @@ export class LazyTransaction extends RequestTransaction {
       const depth = internals.transactionDepth;
       const active = internals.isTransactionActive;
       try {
-        await this.askIsolation(level);
+        const beside = depth > 1 && !isPersisting() && this.nested.besideAll(owner as object);
+        // A level for a savepoint nested in its own is ignored, as TypeORM does.
+        if (asksIsolation(depth, beside)) await this.askIsolation(level);
         // Its code's outermost transaction, a transaction of its own without the library: its
         // role, session authorization and search path are kept, to be put back at its COMMIT
         // (a savepoint's RELEASE keeps a SET LOCAL; see keepNestedState), before it starts, so
@@ -680,7 +683,6 @@ export class LazyTransaction extends RequestTransaction {
           this.outermostKept = !isPersisting();
           if (this.outermostKept) await this.keepState(OUTERMOST_KEPT_AS);
         }
-        const beside = depth > 1 && !isPersisting() && this.nested.besideAll(owner as object);
         // Its role, session authorization and search path, and when it began (the cursors
         // opened in it), kept to be put back at its COMMIT as for the outermost: a round
         // trip, only for such a transaction, before it starts (a subscriber's

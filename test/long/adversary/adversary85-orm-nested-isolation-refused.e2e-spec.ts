@@ -39,9 +39,14 @@
  * node_modules/@nestjs-cls/transactional-adapter-typeorm/dist/src/lib/…adapter-typeorm.js);
  * not run here (those packages load only in the worker harness).
  *
- * Fails now: 500 (IsolationLevelRefusedError: "the request's transaction already began at READ
- * COMMITTED…"), no row; without the library (the same service
+ * Failed (round 85): 500 (IsolationLevelRefusedError: "the request's transaction already began
+ * at READ COMMITTED…"), no row; without the library (the same service
  * on a route without @Idempotent()): 201, rows ['c1-outer', 'c1-inner'].
+ *
+ * Fixed: lib/data-layers/nested-isolation.ts `asksIsolation` (used by lazy-transaction.ts
+ * `startNow`): the level is weighed only for the code's outermost transaction (depth 1) and
+ * one begun beside another's; a nested one is a savepoint at the level around it, as TypeORM
+ * makes it (commit "typeorm: a nested transaction's isolation level is TypeORM's to ignore").
  *
  * Suggested fix: ask the level (`askIsolation`) only for the code's outermost transaction on
  * the runner (`startNow`'s `depth === 1`, and a `beside` one begun on a runner of its own
@@ -136,7 +141,7 @@ describe('adversary 85 orm: a nested transaction of the code naming an isolation
     expect(await scenario('plain', 'c1')).toEqual({ status: 201, rows: ['c1-outer', 'c1-inner'] });
   }, 30_000);
 
-  it.skip('with @Idempotent(), the nested em.transaction(SERIALIZABLE) is a savepoint as in TypeORM: 201, both rows (Not fixed (round 85): found by review)', async () => {
+  it('with @Idempotent(), the nested em.transaction(SERIALIZABLE) is a savepoint as in TypeORM: 201, both rows', async () => {
     const first = await scenario('idem', 'i1');
     expect(first).toEqual({ status: 201, rows: ['i1-outer', 'i1-inner'] });
   }, 30_000);
