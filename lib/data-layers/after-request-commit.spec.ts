@@ -2,9 +2,12 @@ import { type DataSource, type QueryRunner } from 'typeorm';
 import { type SavepointControl } from '../transaction/sql/sql-text.js';
 import {
   AfterRequestCommit,
+  controlsRan,
+  marksAfterNestedEnd,
   noteAfterEnd,
   type SavepointMark,
   savepointMarksAfter,
+  type TextOutcome,
   undoneBy,
   whenTold,
   withDataAtCommit,
@@ -139,6 +142,71 @@ describe('savepointMarksAfter: the savepoints open after a savepoint statement (
   });
 });
 
+describe('controlsRan: the savepoint statements of a text PostgreSQL ran (adversary 85)', () => {
+  const release: SavepointControl = { kind: 'release', name: 's' };
+  const set: SavepointControl = { kind: 'savepoint', name: 'a' };
+  it.each<[string, (SavepointControl | null)[], TextOutcome, SavepointControl[]]>([
+    ['a RELEASE that ran', [release], 'ran', [release]],
+    ['a RELEASE refused in an aborted transaction', [release], 'aborted', []],
+    ['a RELEASE that failed (no such savepoint)', [release], 'failed', []],
+    ['INSERT; RELEASE, failed: stopped before the RELEASE', [null, release], 'failed', []],
+    ['SAVEPOINT; INSERT, failed at the INSERT: the SAVEPOINT ran', [set, null], 'failed', [set]],
+    [
+      'SAVEPOINT; INSERT; RELEASE, failed: the SAVEPOINT only',
+      [set, null, release],
+      'failed',
+      [set],
+    ],
+    ['SAVEPOINT; INSERT; RELEASE, ran', [set, null, release], 'ran', [set, release]],
+    ['SAVEPOINT; INSERT, aborted: nothing ran', [set, null], 'aborted', []],
+  ])('%s', (_name, controls, outcome, expected) => {
+    expect(controlsRan(controls, outcome)).toEqual(expected);
+  });
+});
+
+describe('marksAfterNestedEnd: the savepoints left once a TypeORM nested transaction ended (adversary 85)', () => {
+  const own = (name: string, inside: number): SavepointMark => ({ name, since: 0, inside });
+  const typeorm = (name: string, inside: number): SavepointMark => ({
+    name,
+    since: 0,
+    inside,
+    typeorm: true,
+  });
+  it.each<[string, SavepointMark[], number, SavepointMark[]]>([
+    // Its RELEASE (or ROLLBACK TO) was read by `savepointMarksAfter` first.
+    ['released: the ones around it stay', [own('a', 1)], 1, [own('a', 1)]],
+    [
+      // PostgreSQL keeps a savepoint rolled back to; TypeORM never releases it.
+      'rolled back to: its savepoint stays',
+      [own('a', 1), typeorm('typeorm_1', 2)],
+      1,
+      [own('a', 1), typeorm('typeorm_1', 1)],
+    ],
+    [
+      // An earlier rollback's left under the one since set and released.
+      'released over one an earlier rollback left: that one stays',
+      [typeorm('typeorm_1', 2)],
+      1,
+      [typeorm('typeorm_1', 1)],
+    ],
+    [
+      // Its end statement not read (not sent as such): what was set inside it ends with it.
+      'set inside it: ended with it',
+      [own('a', 1), own('inner', 2), typeorm('typeorm_2', 3)],
+      1,
+      [own('a', 1)],
+    ],
+    [
+      'a deeper one ended',
+      [typeorm('typeorm_1', 2), typeorm('typeorm_2', 3)],
+      2,
+      [typeorm('typeorm_1', 2), typeorm('typeorm_2', 2)],
+    ],
+  ])('%s', (_name, marks, depthNow, expected) => {
+    expect(marksAfterNestedEnd(marks, depthNow)).toEqual(expected);
+  });
+});
+
 describe('undoneBy: a noted nested commit and a ROLLBACK TO (adversary 83)', () => {
   it.each<[string, SavepointMark, number, number, boolean]>([
     // SAVEPOINT attempt (depth 2), a nested commit released into depth 2, ROLLBACK TO attempt.
@@ -215,6 +283,23 @@ describe("AfterRequestCommit: what is told after the request's COMMIT, its code'
         ['sent', 'savepoint', 'typeorm_1', 2, 'typeorm'],
         ['commit', 'deeper', 3],
         ['sent', 'rollback-to', 'typeorm_1', 2, 'own'],
+        ['commit', 'outer', 1],
+      ],
+      ['outer'],
+    ],
+    [
+      // TypeORM's rollback of try 1 keeps typeorm_1 (PostgreSQL does); try 2 sets it again
+      // and releases it; a by-name ROLLBACK TO then reaches try 1's, undoing try 2.
+      "TypeORM's savepoint left by its rollback, rolled back to by name (adversary 85)",
+      [
+        ['sent', 'savepoint', 'typeorm_1', 1, 'typeorm'],
+        ['sent', 'rollback-to', 'typeorm_1', 1, 'typeorm'],
+        ['ended', 1, 'rolled-back'],
+        ['sent', 'savepoint', 'typeorm_1', 1, 'typeorm'],
+        ['commit', 'try2', 2],
+        ['sent', 'release', 'typeorm_1', 1, 'typeorm'],
+        ['ended', 1, 'released'],
+        ['sent', 'rollback-to', 'typeorm_1', 1, 'own'],
         ['commit', 'outer', 1],
       ],
       ['outer'],

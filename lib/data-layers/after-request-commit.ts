@@ -40,6 +40,62 @@ export interface SavepointMark {
   name: string;
   since: number;
   inside: number;
+  /** Set by TypeORM for a nested transaction (`typeorm_N`), not by its code's own text. */
+  typeorm?: true;
+}
+
+/**
+ * How a statement text holding savepoint statements (`controls`, one a statement, null for
+ * any other: `savepointControlsOf`) ended, for the marks: `ran`, every statement ran;
+ * `aborted`, refused at its first statement since the transaction was already aborted
+ * (25P02); `failed`, another failure.
+ */
+export type TextOutcome = 'ran' | 'aborted' | 'failed';
+
+/**
+ * The savepoint statements of a text that PostgreSQL ran, to be marked once it answered
+ * (adversary 85): a statement that failed, or that never ran, changes no savepoint. All of
+ * them when the text ran; none when the transaction was aborted (its first statement is
+ * refused). Another failure stops a text at the failing statement, those before it having
+ * run: the savepoint statements before its first other statement are taken as run (the
+ * failure is that statement's or a later one's: `INSERT …; RELEASE SAVEPOINT s` failing at
+ * its INSERT never released `s`), and those after it as not (the failure is known, not
+ * where it was). A text of savepoint statements alone that failed failed at one of them,
+ * which one unknown: none is taken (one statement, the common case, changed nothing).
+ */
+export function controlsRan(
+  controls: readonly (SavepointControl | null)[],
+  outcome: TextOutcome,
+): SavepointControl[] {
+  const all = controls.filter((control): control is SavepointControl => control !== null);
+  if (outcome === 'ran') return all;
+  if (outcome === 'aborted') return [];
+  const other = controls.indexOf(null);
+  if (other < 0) return [];
+  return controls.slice(0, other) as SavepointControl[];
+}
+
+/**
+ * The savepoint marks still open once a nested transaction of TypeORM's ended, the runner now
+ * at `depthNow`: those set inside the ended one end with it. Its own savepoint (`typeorm_N`)
+ * was ended by its RELEASE, as `savepointMarksAfter` read it, and is kept by its rollback:
+ * TypeORM sends `ROLLBACK TO SAVEPOINT typeorm_N` and no RELEASE, and PostgreSQL keeps a
+ * savepoint rolled back to. So a TypeORM mark of the ended depth (`depthNow + 1`) still here
+ * is one PostgreSQL still holds (the latest rolled back to, or an older one a rollback left,
+ * under a later one of the same name since released), which a later by-name `ROLLBACK TO`
+ * of its code can reach (adversary 85); what is done after it at `depthNow` is inside it.
+ */
+export function marksAfterNestedEnd(
+  marks: readonly SavepointMark[],
+  depthNow: number,
+): SavepointMark[] {
+  return marks.flatMap((mark) => {
+    if (mark.inside <= depthNow) return [mark];
+    // Its transaction over, it holds what is done after it at the depth it was set at, as a
+    // savepoint of its code's own would.
+    if (mark.typeorm && mark.inside === depthNow + 1) return [{ ...mark, inside: depthNow }];
+    return [];
+  });
 }
 
 /**
@@ -57,9 +113,12 @@ export function savepointMarksAfter(
   control: SavepointControl,
   made: number,
   inside: number,
+  typeorm = false,
 ): { marks: SavepointMark[]; undo?: SavepointMark } {
   if (control.kind === 'savepoint') {
-    return { marks: [...marks, { name: control.name, since: made, inside }] };
+    const mark: SavepointMark = { name: control.name, since: made, inside };
+    if (typeorm) mark.typeorm = true;
+    return { marks: [...marks, mark] };
   }
   const at = marks.map((mark) => mark.name).lastIndexOf(control.name);
   if (at < 0) return { marks: [...marks] };
@@ -152,7 +211,7 @@ export class AfterRequestCommit {
    */
   savepointSent(control: SavepointControl, depth: number, own: boolean): void {
     const inside = own ? depth : depth + 1;
-    const { marks, undo } = savepointMarksAfter(this.marks, control, this.made, inside);
+    const { marks, undo } = savepointMarksAfter(this.marks, control, this.made, inside, !own);
     this.marks = marks;
     if (!undo) return;
     for (let at = this.noted.length - 1; at >= 0; at--) {
@@ -166,8 +225,8 @@ export class AfterRequestCommit {
    * its rollback undid are dropped; the others now live no deeper than it.
    */
   nestedEnded(depthNow: number, end: 'released' | 'rolled-back'): void {
-    // The savepoints set inside the ended one end with it (RELEASE or ROLLBACK TO alike).
-    this.marks = this.marks.filter((mark) => mark.inside <= depthNow);
+    // The savepoints set inside the ended one end with it (`marksAfterNestedEnd`).
+    this.marks = marksAfterNestedEnd(this.marks, depthNow);
     for (let at = this.noted.length - 1; at >= 0; at--) {
       const noted = this.noted[at]!;
       const next = noteAfterEnd(noted.into, depthNow, end);

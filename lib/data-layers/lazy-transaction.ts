@@ -6,7 +6,11 @@ import {
   type QueryRunner,
   type ReplicationMode,
 } from 'typeorm';
-import { isReadOnlyError, markDatabaseFailure } from '../connection/connection-errors.js';
+import {
+  isReadOnlyError,
+  isTransactionAbortedError,
+  markDatabaseFailure,
+} from '../connection/connection-errors.js';
 import { acquire } from '../connection/deadline.js';
 import { isAboveReadCommitted } from '../transaction/isolation-level.js';
 import { asksIsolation } from './nested-isolation.js';
@@ -26,7 +30,12 @@ import {
   markUnprotected,
 } from '../transaction/own-persist.js';
 import { runnerView, viewSaysActive } from './runner-view.js';
-import { AfterRequestCommit, whenTold } from './after-request-commit.js';
+import {
+  AfterRequestCommit,
+  controlsRan,
+  type TextOutcome,
+  whenTold,
+} from './after-request-commit.js';
 import { typeormSavepointAsWithout } from './typeorm-savepoint-names.js';
 import { type FencedStatement } from '../transaction/request-transaction.js';
 import {
@@ -944,7 +953,8 @@ export class LazyTransaction extends RequestTransaction {
         );
         if (apart) return apart.result;
       }
-      if (this.judge(from, args[0], args[1]) === 'alone') return this.readAlone(args);
+      const judged = this.judge(from, args[0], args[1]);
+      if (judged === 'alone') return this.readAlone(args);
       const nested = internals.transactionDepth > 1 && from !== runner;
       // Its connection opened here, before TypeORM's query() (whose connect() would answer the
       // client that opens at its first statement): a failure to connect (the database down)
@@ -964,9 +974,11 @@ export class LazyTransaction extends RequestTransaction {
       }
       try {
         const result = await sent;
+        judged.ran();
         this.noteSuccess(args[0]);
         return result;
       } catch (error) {
+        judged.failed(error);
         // A write refused in a transaction that began read-write is its code's own mistake
         // (`noteFailure`, by `beganReadOnly`), a nested READ ONLY's as any other.
         this.noteFailure(error);
@@ -987,9 +999,21 @@ export class LazyTransaction extends RequestTransaction {
     const streamFrom = async (from: unknown, args: unknown[]) => {
       if (this.ended) throw new TransactionEndedError();
       // A stream cannot be sent apart: a transaction's mode alone in one is refused.
-      if (this.judge(from, args[0], args[1]) === 'alone') {
-        throw this.refuse(new ReadOnlyTransactionRefusedError());
-      }
+      const judged = this.judge(from, args[0], args[1]);
+      if (judged === 'alone') throw this.refuse(new ReadOnlyTransactionRefusedError());
+      // Its rows are read after it is handed back: what it does to the savepoints is taken as
+      // done once it was handed to node-postgres.
+      const handed = <T>(sent: Promise<T>) =>
+        sent.then(
+          (result) => {
+            judged.ran();
+            return result;
+          },
+          (error: unknown) => {
+            judged.failed(error);
+            throw error;
+          },
+        );
       // A stream is handed to node-postgres as an object, which `beginWith` cannot carry: its
       // BEGIN goes first, alone, so that a failed BEGIN never leaves it running outside.
       const prepare = async () => {
@@ -998,10 +1022,12 @@ export class LazyTransaction extends RequestTransaction {
       };
       if (from === runner) {
         await prepare();
-        return stream(...args);
+        return handed(stream(...args));
       }
       // In the order called with the view's other statements (`SendOrder`).
-      const { sent } = await this.sendOrder.after(from as object, prepare, () => stream(...args));
+      const { sent } = await this.sendOrder.after(from as object, prepare, () =>
+        handed(stream(...args)),
+      );
       return sent;
     };
     internals.stream = function (this: unknown, ...args: unknown[]) {
@@ -1046,7 +1072,7 @@ export class LazyTransaction extends RequestTransaction {
    * known so until it ends (`readOnlyFrom`: its COMMIT then runs no deferred check, and a
    * lease renewal sends no write into it).
    */
-  private judge(from: unknown, text: unknown, values: unknown): 'alone' | 'inside' {
+  private judge(from: unknown, text: unknown, values: unknown): 'alone' | Inside {
     const refused = this.refusalOf(text);
     if (refused) throw refused;
     const depth = (this.runner as unknown as RunnerInternals | undefined)?.transactionDepth ?? 1;
@@ -1064,11 +1090,20 @@ export class LazyTransaction extends RequestTransaction {
       this.readOnlyFrom = depth;
     }
     // Its savepoints and TypeORM's, by name: a `ROLLBACK TO` of one undoes the nested commits
-    // released inside it (`AfterRequestCommit.savepointSent`).
-    for (const control of savepointControlsOf(text) ?? []) {
-      if (control) this.afterCommit.savepointSent(control, depth, from !== this.runner);
-    }
-    return 'inside';
+    // released inside it (`AfterRequestCommit.savepointSent`). Marked once the text answered,
+    // and only those PostgreSQL ran (`controlsRan`): a RELEASE that failed, or never ran
+    // after a failing statement, ends no savepoint (adversary 85).
+    const controls = savepointControlsOf(text);
+    const own = from !== this.runner;
+    const mark = (outcome: TextOutcome) => {
+      for (const control of controls ? controlsRan(controls, outcome) : []) {
+        this.afterCommit.savepointSent(control, depth, own);
+      }
+    };
+    return {
+      ran: () => mark('ran'),
+      failed: (error) => mark(isTransactionAbortedError(error) ? 'aborted' : 'failed'),
+    };
   }
 
   /**
@@ -1081,11 +1116,15 @@ export class LazyTransaction extends RequestTransaction {
   clientOf(view: unknown, client: object): object {
     const query = (client as { query: (...args: unknown[]) => unknown }).query;
     const judged = (...args: unknown[]): unknown => {
-      const send = () => query.apply(client, args);
+      // Judged to run inside: what it does to the savepoints noted once it answered.
+      let verdict: 'alone' | Inside | undefined;
+      const send = () =>
+        verdict === undefined || verdict === 'alone'
+          ? query.apply(client, args)
+          : sentWatched(query, client, args, verdict);
       if (this.ended) return send();
       const text = textOf(args[0]);
       const values = Array.isArray(args[1]) ? args[1] : valuesOf(args);
-      let verdict: 'alone' | 'inside';
       try {
         verdict = this.judge(view, text, values);
         // A stream cannot be sent apart (its rows are read after the call returns).
@@ -1334,6 +1373,52 @@ export class LazyTransaction extends RequestTransaction {
 
 /** The members of TypeORM's PostgresQueryRunner that are set here (public, but readonly). */
 /** TypeORM's broadcaster, as far as the library calls it. */
+/**
+ * A statement judged to run in the request's transaction (`judge`): what it does to the
+ * savepoints is noted once it answered, `ran` or `failed` with its error.
+ */
+interface Inside {
+  ran(): void;
+  failed(error: unknown): void;
+}
+
+/**
+ * A statement of its code's node-postgres client sent (`clientOf`), `inside` told once it
+ * answered, whichever way it is answered: its promise, or its callback (a copy of `args` with
+ * the callback wrapped). A submittable (a cursor, a stream) is taken as run once handed over.
+ */
+function sentWatched(
+  query: (...args: unknown[]) => unknown,
+  client: object,
+  args: unknown[],
+  inside: Inside,
+): unknown {
+  const last = args[args.length - 1];
+  if (typeof last === 'function') {
+    const callback = (error: unknown, ...rest: unknown[]) => {
+      if (error) inside.failed(error);
+      else inside.ran();
+      return (last as (...all: unknown[]) => unknown)(error, ...rest);
+    };
+    return query.apply(client, [...args.slice(0, -1), callback]);
+  }
+  const result = query.apply(client, args);
+  if (isSubmittable(args[0]) || typeof (result as Promise<unknown>)?.then !== 'function') {
+    inside.ran();
+    return result;
+  }
+  return (result as Promise<unknown>).then(
+    (value) => {
+      inside.ran();
+      return value;
+    },
+    (error: unknown) => {
+      inside.failed(error);
+      throw error;
+    },
+  );
+}
+
 interface Broadcasting {
   broadcast(event: string, ...args: unknown[]): Promise<void>;
 }
