@@ -37,6 +37,7 @@ import {
   whenTold,
 } from './after-request-commit.js';
 import { typeormSavepointAsWithout } from './typeorm-savepoint-names.js';
+import { RunnerSavepoints, SavepointAcrossRunnersError } from './runner-savepoints.js';
 import { type FencedStatement } from '../transaction/request-transaction.js';
 import {
   ConcurrentSaveFailedError,
@@ -52,6 +53,7 @@ import {
   isPlainRead,
   isTransactionModeOnly,
   savepointControlsOf,
+  type SavepointControl,
   setsReadOnly,
 } from '../transaction/sql/sql-text.js';
 import {
@@ -171,6 +173,8 @@ export class LazyTransaction extends RequestTransaction {
   private startingFor?: unknown;
   /** Its nested commits' `afterTransactionCommit`, told after the request's COMMIT. */
   private readonly afterCommit = new AfterRequestCommit();
+  /** The savepoints its code set by hand, by query runner (`RunnerSavepoints`). */
+  private readonly ownSavepoints = new RunnerSavepoints();
 
   constructor(
     private readonly dataSource: DataSource,
@@ -705,6 +709,8 @@ export class LazyTransaction extends RequestTransaction {
           {
             started: () => {
               started = true;
+              // Begun inside every savepoint another runner's code set by hand.
+              this.ownSavepoints.workOf(owner as object);
               this.nested.started(owner as object, beside);
               if (beside) {
                 this.besideDepths.add(depth + 1);
@@ -797,6 +803,7 @@ export class LazyTransaction extends RequestTransaction {
       } finally {
         this.nestedEnded(internals.transactionDepth, internals.transactionDepth < depth);
         this.afterCommit.nestedEnded(internals.transactionDepth, 'released');
+        this.ownSavepoints.nestedEnded(internals.transactionDepth);
       }
     };
     // A commit put off (`commitLater`) whose transaction is the innermost again, once the
@@ -872,6 +879,7 @@ export class LazyTransaction extends RequestTransaction {
         this.nestedEnded(internals.transactionDepth);
         // The commits released inside it are undone with it (adversary 82).
         this.afterCommit.nestedEnded(internals.transactionDepth, 'rolled-back');
+        this.ownSavepoints.nestedEnded(internals.transactionDepth);
       }
       // Rolled back to its savepoint: a failure inside it no longer aborts the transaction.
       this.lastError = undefined;
@@ -1060,6 +1068,24 @@ export class LazyTransaction extends RequestTransaction {
     }
   }
 
+  /** A hand-written savepoint statement that would reach another query runner's (see `judge`). */
+  private refuseAcrossRunners(
+    from: object,
+    text: unknown,
+    controls: readonly (SavepointControl | null)[] | undefined,
+  ): void {
+    const around = {
+      innermostOthers: this.nested.innermostOthers(from),
+      othersDeeperThan: (depth: number) => this.nested.othersDeeperThan(from, depth),
+    };
+    for (const control of controls ?? []) {
+      const refusal = control && this.ownSavepoints.refusalOf(from, control, around);
+      if (refusal) {
+        throw this.refuse(new SavepointAcrossRunnersError(refusal, String(textOf(text))));
+      }
+    }
+  }
+
   /**
    * How a statement of its code, sent through `from` (a view, the runner itself for the
    * library's own, or a view's node-postgres client), is judged before it is sent, whichever
@@ -1095,13 +1121,20 @@ export class LazyTransaction extends RequestTransaction {
     // after a failing statement, ends no savepoint (adversary 85).
     const controls = savepointControlsOf(text);
     const own = from !== this.runner;
+    // Its hand-written ones, beside another query runner's on the one connection: refused
+    // where they would reach that one's savepoints or work (`RunnerSavepoints`).
+    if (own) this.refuseAcrossRunners(from as object, text, controls);
     const mark = (outcome: TextOutcome) => {
       for (const control of controls ? controlsRan(controls, outcome) : []) {
         this.afterCommit.savepointSent(control, depth, own);
+        if (own) this.ownSavepoints.ran(from as object, control, depth);
       }
     };
     return {
-      ran: () => mark('ran'),
+      ran: () => {
+        mark('ran');
+        if (own && !controls && !isPlainRead(text)) this.ownSavepoints.workOf(from as object);
+      },
       failed: (error) => mark(isTransactionAbortedError(error) ? 'aborted' : 'failed'),
     };
   }

@@ -226,6 +226,20 @@ export class NestedIdentity {
     return depth === undefined ? undefined : this.open[depth - 2];
   }
 
+  /**
+   * Whether a nested transaction of another than `owner` is open at a runner's depth deeper
+   * than `depth` (begun after a savepoint `owner`'s code set at `depth`: inside it).
+   */
+  othersDeeperThan(owner: object, depth: number): boolean {
+    return this.open.some((nested, at) => at + 2 > depth && nested.owner !== owner);
+  }
+
+  /** Whether a nested transaction is open and the innermost is not `from`'s. */
+  innermostOthers(from: object): boolean {
+    const innermost = this.open[this.open.length - 1];
+    return innermost !== undefined && innermost.owner !== from;
+  }
+
   /** Whether the innermost open nested transaction is `from`'s (started through it). */
   ownsInnermost(from: object): boolean {
     return this.open[this.open.length - 1]?.owner === from;

@@ -34,7 +34,7 @@
  * Severity: medium (a request that works without the library answers 500 on every retry; no
  * effect is doubled or lost: the whole request rolls back).
  *
- * Fails now: @Idempotent(): 500, no row (the handler's QueryFailedError `savepoint "step" does
+ * Failed (round 85): @Idempotent(): 500, no row (the handler's QueryFailedError `savepoint "step" does
  * not exist`); without the library: 201, rows ['c1-audit', 'c1-final'].
  *
  * Suggested fix: a savepoint of one code's own set inside another code's open transaction
@@ -44,6 +44,17 @@
  * the other transaction starts or after it ends; or, at the other's commit, release its
  * savepoint only when no savepoint of other code lives inside it (put the RELEASE off as a
  * put-off commit is).
+ *
+ * Changed (fixer): the expectation was "201 as without the library"; it is now the clear
+ * refusal at the `SAVEPOINT step` itself (500, no row, `SavepointAcrossRunnersError` naming
+ * the cause and what to do). Under the library the savepoint can only be set inside the
+ * audit's, whose RELEASE must end it, and the audit's commit cannot be put off past the
+ * booking's own commit that comes after it; it failed before at the later ROLLBACK TO with
+ * PostgreSQL's `savepoint "step" does not exist`, which named neither.
+ * Fixed: lib/data-layers/runner-savepoints.ts `RunnerSavepoints.refusalOf`
+ * ('set-inside-other'), judged in lazy-transaction.ts `judge` (commit "typeorm: refuse a
+ * hand-written savepoint statement that reaches another query runner's"); documented in
+ * docs/guides/transactions.md.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
@@ -86,6 +97,9 @@ class BookingService {
   }
 }
 
+/** The errors the handler's code met (the refusal's name). */
+const refusals: string[] = [];
+
 @Controller()
 class BookingController {
   constructor(private readonly bookings: BookingService) {}
@@ -97,8 +111,13 @@ class BookingController {
 
   @Post('idem')
   @Idempotent()
-  idem(@Body() body: { tag: string }) {
-    return this.bookings.book(body.tag);
+  async idem(@Body() body: { tag: string }) {
+    try {
+      return await this.bookings.book(body.tag);
+    } catch (error) {
+      refusals.push((error as Error).name);
+      throw error;
+    }
   }
 }
 
@@ -143,7 +162,9 @@ describe('adversary 85 orm: another runner’s commit releases a savepoint the c
     expect(await scenario('plain', 'c1')).toEqual({ status: 201, rows: ['c1-audit', 'c1-final'] });
   }, 30_000);
 
-  it.skip('with @Idempotent(), the booking’s ROLLBACK TO its own savepoint still works after the audit committed (Not fixed (round 85): found by review)', async () => {
-    expect(await scenario('idem', 'i1')).toEqual({ status: 201, rows: ['i1-audit', 'i1-final'] });
+  it('with @Idempotent(), the booking’s SAVEPOINT inside the audit’s open transaction is refused at once, clearly (Changed (fixer))', async () => {
+    refusals.length = 0;
+    expect(await scenario('idem', 'i1')).toEqual({ status: 500, rows: [] });
+    expect(refusals).toEqual(['SavepointAcrossRunnersError']);
   }, 30_000);
 });
