@@ -191,7 +191,8 @@ export class SeamCells {
         });
         return { orders: 3 };
       case 'nested-stronger':
-        // REPEATABLE READ first, then SERIALIZABLE inside it: cannot be raised, refused.
+        // REPEATABLE READ first, then SERIALIZABLE inside it: a savepoint, whose level TypeORM
+        // ignores (it cannot be raised inside a transaction).
         await ds.transaction('REPEATABLE READ', async (manager) => {
           await this.order(manager, tag, 'A');
           await manager.transaction('SERIALIZABLE', (inner) => this.order(inner, tag, 'B'));
