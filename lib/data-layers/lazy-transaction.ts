@@ -37,7 +37,11 @@ import {
   whenTold,
 } from './after-request-commit.js';
 import { typeormSavepointAsWithout } from './typeorm-savepoint-names.js';
-import { RunnerSavepoints, SavepointAcrossRunnersError } from './runner-savepoints.js';
+import {
+  REQUEST_CODE,
+  RunnerSavepoints,
+  SavepointAcrossRunnersError,
+} from './runner-savepoints.js';
 import { type FencedStatement } from '../transaction/request-transaction.js';
 import {
   ConcurrentSaveFailedError,
@@ -1071,6 +1075,7 @@ export class LazyTransaction extends RequestTransaction {
   /** A hand-written savepoint statement that would reach another query runner's (see `judge`). */
   private refuseAcrossRunners(
     from: object,
+    owner: object,
     text: unknown,
     controls: readonly (SavepointControl | null)[] | undefined,
   ): void {
@@ -1079,7 +1084,7 @@ export class LazyTransaction extends RequestTransaction {
       othersDeeperThan: (depth: number) => this.nested.othersDeeperThan(from, depth),
     };
     for (const control of controls ?? []) {
-      const refusal = control && this.ownSavepoints.refusalOf(from, control, around);
+      const refusal = control && this.ownSavepoints.refusalOf(owner, control, around);
       if (refusal) {
         throw this.refuse(new SavepointAcrossRunnersError(refusal, String(textOf(text))));
       }
@@ -1122,18 +1127,20 @@ export class LazyTransaction extends RequestTransaction {
     const controls = savepointControlsOf(text);
     const own = from !== this.runner;
     // Its hand-written ones, beside another query runner's on the one connection: refused
-    // where they would reach that one's savepoints or work (`RunnerSavepoints`).
-    if (own) this.refuseAcrossRunners(from as object, text, controls);
+    // where they would reach that one's savepoints or work (`RunnerSavepoints`), by the
+    // runner whose transaction they are in (the request's own code's, outside any).
+    const owner = this.nested.depthOf(from as object) === undefined ? REQUEST_CODE : from;
+    if (own) this.refuseAcrossRunners(from as object, owner as object, text, controls);
     const mark = (outcome: TextOutcome) => {
       for (const control of controls ? controlsRan(controls, outcome) : []) {
         this.afterCommit.savepointSent(control, depth, own);
-        if (own) this.ownSavepoints.ran(from as object, control, depth);
+        if (own) this.ownSavepoints.ran(owner as object, control, depth);
       }
     };
     return {
       ran: () => {
         mark('ran');
-        if (own && !controls && !isPlainRead(text)) this.ownSavepoints.workOf(from as object);
+        if (own && !controls && !isPlainRead(text)) this.ownSavepoints.workOf(owner as object);
       },
       failed: (error) => mark(isTransactionAbortedError(error) ? 'aborted' : 'failed'),
     };

@@ -1,5 +1,5 @@
 import { type SavepointControl } from '../transaction/sql/sql-text.js';
-import { RunnerSavepoints, type SavepointRefusal } from './runner-savepoints.js';
+import { REQUEST_CODE, RunnerSavepoints, type SavepointRefusal } from './runner-savepoints.js';
 
 const booking = { runner: 'booking' };
 const audit = { runner: 'audit' };
@@ -114,6 +114,45 @@ describe('RunnerSavepoints: a hand-written savepoint statement reaching another 
       undefined,
     ],
     ['a name never set here: PostgreSQL’s to answer', [], booking, back('x'), {}, undefined],
+    [
+      // dataSource.query('SAVEPOINT mine') … dataSource.query('ROLLBACK TO SAVEPOINT mine'):
+      // each a runner of its own, all the request's own code.
+      'the request’s own code, through several runners',
+      [
+        ['ran', REQUEST_CODE, set('mine'), 1],
+        ['work', REQUEST_CODE],
+      ],
+      REQUEST_CODE,
+      back('mine'),
+      {},
+      undefined,
+    ],
+    [
+      // Its work is the request's, all of it: nothing of another's apart from it.
+      'the request’s own savepoint after a runner’s transaction committed inside it',
+      [
+        ['ran', REQUEST_CODE, set('mine'), 1],
+        ['work', audit],
+        ['ended', 1],
+      ],
+      REQUEST_CODE,
+      back('mine'),
+      {},
+      undefined,
+    ],
+    [
+      // dataSource.query('INSERT …') beside a runner's transaction commits on its own
+      // without the library.
+      'a runner’s savepoint after the request’s own code wrote inside it',
+      [
+        ['ran', booking, set('step'), 2],
+        ['work', REQUEST_CODE],
+      ],
+      booking,
+      back('step'),
+      {},
+      'takes-other',
+    ],
   ])('%s', (_name, steps, owner, control, around, expected) => {
     const savepoints = new RunnerSavepoints();
     for (const step of steps) {

@@ -17,6 +17,14 @@ import { TransactionControlRefusedError } from '../transaction/seam-errors.js';
  */
 export type SavepointRefusal = 'set-inside-other' | 'reaches-other' | 'takes-other' | 'ends-other';
 
+/**
+ * The owner of what a runner with no transaction of its own open sends (`dataSource.query()`,
+ * a repository's statement outside a transaction): the request's own code, whose statements
+ * all run in the request's transaction, whichever runner TypeORM took for each. Its
+ * savepoints are one code's: set by one `dataSource.query()`, rolled back to by another.
+ */
+export const REQUEST_CODE: object = Object.freeze({ owner: 'the request' });
+
 /** A savepoint its code set by hand, open on the request's connection. */
 interface OwnSavepoint {
   owner: object;
@@ -77,9 +85,15 @@ export class RunnerSavepoints {
     if (control.kind === 'rollback-to') this.marks[at]!.othersInside = false;
   }
 
-  /** `owner` wrote, or began a transaction: inside every open savepoint of another's. */
+  /**
+   * `owner` wrote, or began a transaction: inside every open savepoint of another runner's
+   * transaction. (One of the request's own code, `REQUEST_CODE`, holds the request's work,
+   * all of it: no runner's work is apart from it without the library either.)
+   */
   workOf(owner: object): void {
-    for (const mark of this.marks) if (mark.owner !== owner) mark.othersInside = true;
+    for (const mark of this.marks) {
+      if (mark.owner !== owner && mark.owner !== REQUEST_CODE) mark.othersInside = true;
+    }
   }
 
   /** A nested transaction ended, the runner now at `depthNow`: those set inside it ended. */
