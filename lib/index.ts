@@ -43,6 +43,7 @@ export {
 } from './phases/phase-runner.service.js';
 export { IdempotentTransaction } from './idempotent-transaction.service.js';
 export { TransactionEndedError } from './data-layers/lazy-transaction.js';
+export { SavepointAcrossRunnersError } from './data-layers/runner-savepoints.js';
 export {
   ConcurrentSaveFailedError,
   CursorOpenRefusedError,
