@@ -24,12 +24,12 @@ onRedis('@IdempotentJob() on BullMQ, with real workers', () => {
         const { queue, events } = await jobs.queueOf(name);
         const add = () => queue.add('payout', { orderId: name, cents: 500 }, { jobId: name });
         const once = await add();
-        const first = await once.waitUntilFinished(events, 30_000);
+        const first = await jobs.finished(once, events);
         // Removed once done (as `removeOnComplete` would), then added again under its id. Not
         // `removeOnComplete` itself: a job gone before `waitUntilFinished` looks at it is
         // never seen to finish.
         await once.remove();
-        const second = await (await add()).waitUntilFinished(events, 30_000);
+        const second = await jobs.finished(await add(), events);
         expect(first).toEqual({ paid: 500, by: 'a' });
         expect(second).toEqual(first);
         expect((await jobs.payouts(name)).map((row) => row.worker)).toEqual(expected);
@@ -53,7 +53,7 @@ onRedis('@IdempotentJob() on BullMQ, with real workers', () => {
         });
         const { queue, events } = await jobs.queueOf(name);
         const job = await queue.add('payout', { orderId: name, cents: 700 }, { attempts: 3 });
-        expect(await job.waitUntilFinished(events, 30_000)).toEqual({ paid: 700, by: 'a' });
+        expect(await jobs.finished(job, events)).toEqual({ paid: 700, by: 'a' });
         expect(await jobs.payouts(name)).toHaveLength(rows);
       },
       60_000,
@@ -78,7 +78,7 @@ onRedis('@IdempotentJob() on BullMQ, with real workers', () => {
         });
         const { queue, events } = await jobs.queueOf(name);
         const job = await queue.add('payout', { orderId: name, cents: 250 }, { attempts: 3 });
-        const result = (await job.waitUntilFinished(events, 30_000)) as { transfer: string };
+        const result = (await jobs.finished(job, events)) as { transfer: string };
         expect(psp.keys).toHaveLength(calls);
         expect(new Set(psp.keys).size).toBe(calls);
         expect(result.transfer).toBe(`tr-${psp.keys.at(-1)}`);
@@ -96,11 +96,11 @@ onRedis('@IdempotentJob() on BullMQ, with real workers', () => {
     await jobs.startWorker({ QUEUE: name, WORKER: 'a', KEYED: '1' });
     const { queue, events } = await jobs.queueOf(name);
     const first = await queue.add('payout', { orderId: 'order-7', cents: 100 });
-    expect(await first.waitUntilFinished(events, 30_000)).toEqual({ paid: 100, by: 'a' });
+    expect(await jobs.finished(first, events)).toEqual({ paid: 100, by: 'a' });
     const twin = await queue.add('payout', { orderId: 'order-7', cents: 100 });
-    expect(await twin.waitUntilFinished(events, 30_000)).toEqual({ paid: 100, by: 'a' });
+    expect(await jobs.finished(twin, events)).toEqual({ paid: 100, by: 'a' });
     const other = await queue.add('payout', { orderId: 'order-7', cents: 999 }, { attempts: 5 });
-    await expect(other.waitUntilFinished(events, 30_000)).rejects.toThrow(
+    await expect(jobs.finished(other, events)).rejects.toThrow(
       /@IdempotentJob\(\) on PayoutsProcessor\.payKeyed: .*key.*/i,
     );
     const failed = await queue.getJob(other.id!);
@@ -114,9 +114,7 @@ onRedis('@IdempotentJob() on BullMQ, with real workers', () => {
     await jobs.startWorker({ QUEUE: name, WORKER: 'a', KEYED: '1' });
     const { queue, events } = await jobs.queueOf(name);
     const job = await queue.add('payout', { orderId: 'x'.repeat(300), cents: 1 }, { attempts: 5 });
-    await expect(job.waitUntilFinished(events, 30_000)).rejects.toThrow(
-      'its key is over 255 characters',
-    );
+    await expect(jobs.finished(job, events)).rejects.toThrow('its key is over 255 characters');
     expect((await queue.getJob(job.id!))?.attemptsMade).toBe(1);
     expect(await jobs.payouts('x'.repeat(300))).toHaveLength(0);
   }, 60_000);

@@ -1,4 +1,4 @@
-import { Queue, QueueEvents } from 'bullmq';
+import { type Job, Queue, QueueEvents } from 'bullmq';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { IDEMPOTENCY_MIGRATIONS } from '../../lib/index.js';
@@ -24,6 +24,12 @@ export interface JobQueues {
   queueOf(name: string): Promise<{ queue: Queue; events: QueueEvents }>;
   /** The payouts of an order, by the worker that made each, in order. */
   payouts(orderId: string): Promise<{ worker: string }[]>;
+  /**
+   * The job's result, as `waitUntilFinished` gives it (30 s at most); where no finish is heard
+   * in time, an error that says the job's state then and what the workers printed, so that a
+   * timeout seen once in CI says where the job was.
+   */
+  finished(job: Job, events: QueueEvents): Promise<unknown>;
 }
 
 /**
@@ -94,6 +100,18 @@ export function useJobQueues(label: string): JobQueues {
       listeners.push(events);
       await Promise.all([queue.waitUntilReady(), events.waitUntilReady()]);
       return { queue, events };
+    },
+    async finished(job, events) {
+      try {
+        return (await job.waitUntilFinished(events, 30_000)) as unknown;
+      } catch (error) {
+        if (!/timed out before finishing/.test(String(error))) throw error;
+        const state = await job.getState().catch((failed: unknown) => String(failed));
+        const printed = workers.map((worker) => worker.output()).join('\n---\n');
+        throw new Error(
+          `${String(error)}; its state then: ${state}; the workers printed:\n${printed}`,
+        );
+      }
     },
     async payouts(orderId) {
       const { rows } = await admin.query<{ worker: string }>(
