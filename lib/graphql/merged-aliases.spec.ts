@@ -6,7 +6,13 @@ describe('aliasGroups', () => {
   // The first call stored `call` and `mail` (both `contact`); `other` is another field's key.
   const stored = new Set(['call', 'mail']);
   const own = (responseKey: string) => stored.has(responseKey);
-  it.each<{ name: string; asked: string[]; fallback?: string; expected: unknown }>([
+  it.each<{
+    name: string;
+    asked: string[];
+    fallback?: string;
+    others?: string[];
+    expected: unknown;
+  }>([
     {
       name: 'two aliases, each stored: each its own',
       asked: ['call', 'mail'],
@@ -36,9 +42,49 @@ describe('aliasGroups', () => {
       asked: ['contact'],
       expected: [{ storedKey: undefined, nodes: [0] }],
     },
-  ])('$name', ({ asked, fallback, expected }) => {
+    {
+      name: 'the retry regroups: one key for both, the other stored alias with every node',
+      asked: ['call'],
+      others: ['call', 'mail'],
+      fallback: 'call',
+      expected: [
+        { storedKey: 'call', nodes: [0] },
+        { storedKey: 'mail', nodes: [0] },
+      ],
+    },
+    {
+      name: 'the retry regroups under a key of its own: both stored aliases',
+      asked: ['contact'],
+      others: ['call', 'mail'],
+      fallback: 'call',
+      expected: [
+        { storedKey: 'call', nodes: [0] },
+        { storedKey: 'mail', nodes: [0] },
+      ],
+    },
+    {
+      name: 'two nodes, the other alias asked too: no group twice',
+      asked: ['call', 'mail'],
+      others: ['call', 'mail'],
+      fallback: 'call',
+      expected: [
+        { storedKey: 'call', nodes: [0] },
+        { storedKey: 'mail', nodes: [1] },
+      ],
+    },
+    {
+      name: 'two nodes of one key, another alias stored: it gets both nodes',
+      asked: ['call', 'call'],
+      others: ['call', 'mail'],
+      fallback: 'call',
+      expected: [
+        { storedKey: 'call', nodes: [0, 1] },
+        { storedKey: 'mail', nodes: [0, 1] },
+      ],
+    },
+  ])('$name', ({ asked, fallback, expected, others }) => {
     const nodes = asked.map((_, i) => i);
-    expect(aliasGroups(asked, nodes, own, () => fallback)).toEqual(expected);
+    expect(aliasGroups(asked, nodes, own, () => fallback, others)).toEqual(expected);
   });
 });
 

@@ -9,12 +9,20 @@ import { FIELD_NOT_STORED } from './not-stored-field.js';
  * fields it selected, as the first answer gave them.
  */
 
-/** Which stored response key answers each selected response key (see `storedSubkey`). */
+/**
+ * Which stored response key answers each selected response key (see `storedSubkey`), and the
+ * field's other stored keys (`others`: the first call's other aliases of the same field, its
+ * name and arguments), each with every selected node: a retry that groups the fields
+ * otherwise (`a: contact { phone email }` after `a: contact { phone } b: contact { email }`)
+ * reads each field from the alias that stored it once the values are merged (adversaries 84,
+ * 86).
+ */
 export function aliasGroups<Node>(
   asked: readonly string[],
   nodes: readonly Node[],
   own: (responseKey: string) => boolean,
   fallback: () => string | undefined,
+  others: readonly string[] = [],
 ): { storedKey: string | undefined; nodes: Node[] }[] {
   const groups = new Map<string | undefined, Node[]>();
   asked.forEach((responseKey, i) => {
@@ -24,6 +32,7 @@ export function aliasGroups<Node>(
     group.push(nodes[i]);
     groups.set(storedKey, group);
   });
+  for (const other of others) if (!groups.has(other)) groups.set(other, [...nodes]);
   return [...groups].map(([storedKey, grouped]) => ({ storedKey, nodes: grouped }));
 }
 

@@ -171,7 +171,7 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
         }
         const { members, errors, key, parents } = replayed;
         const names = namesOf(replayed.names, replayed.told);
-        const value = outputValue(
+        let value = outputValue(
           { graphql, schema, info, members, errors, field: { key, path }, names, parents },
           field.type,
           replayed.wire,
@@ -179,6 +179,28 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
           key,
           replayed.named,
         );
+        // The first call's other aliases of this field, each rebuilt with this selection and
+        // merged in: each selected field read from the alias that stored it (merged-aliases.ts).
+        for (const other of replayed.others ?? []) {
+          const built = outputValue(
+            {
+              graphql,
+              schema,
+              info,
+              members,
+              errors: other.errors,
+              field: { key: other.key, path },
+              names,
+              parents,
+            },
+            field.type,
+            other.wire,
+            info.fieldNodes,
+            other.key,
+            replayed.named,
+          );
+          value = mergedAnswers(value, built);
+        }
         // The first answer's error at this field, or under it, answered again: its output null.
         if (value instanceof Error) throw ownLocated(value, context, path);
         return value;
@@ -461,11 +483,19 @@ export function outputValue(
     // Each response key from its own stored object where the first call stored it so (one
     // field under two aliases, each its own selection), merged into the one value GraphQL's
     // default resolver reads for all of them (see merged-aliases.ts).
+    // The first call's other response keys of this very field (told by their named keys).
+    const others =
+      inner === undefined
+        ? []
+        : Object.keys(stored).filter(
+            (responseKey) => conversion.names?.byKey[`${key}.${responseKey}`] === inner,
+          );
     const groups = aliasGroups(
       asked,
       fieldNodes,
       (responseKey) => storedAs(stored, key, inner, responseKey, conversion.names),
       () => storedSubkey(stored, key, named, step, asked, conversion.names),
+      others,
     );
     let item: unknown;
     if (groups.some((group) => group.storedKey !== undefined)) {

@@ -635,6 +635,16 @@ export type OutputAt =
       told?: Readonly<Record<string, string>>;
       /** The kept own data of app-resolved fields' parents at or under it (`parents`). */
       parents?: Readonly<Record<string, unknown>>;
+      /**
+       * The first call's other outputs of this very field (its other aliases: `a: shipping
+       * { street } b: shipping { city }`), each with its key and the errors at or under it,
+       * merged into this one where the retry groups the fields otherwise (adversary 84).
+       */
+      others?: readonly {
+        wire: unknown;
+        key: string;
+        errors: Readonly<Record<string, StoredFieldError>>;
+      }[];
     }
   | { kind: 'unstored' }
   /** No value at the first answer, an ancestor nulled by `error`, at `path` (`nulled`). */
@@ -698,19 +708,29 @@ export function outputAt(
       return lostAt === undefined ? { kind: 'unstored' } : { kind: 'pending' };
     }
     key = found;
-    const under: Record<string, StoredFieldError> = {};
-    for (const [at, error] of Object.entries(errors ?? {})) {
-      if (isAtOrUnder(at, key)) under[at] = error;
-    }
+    const errorsUnder = (at: string) => {
+      const under: Record<string, StoredFieldError> = {};
+      for (const [each, error] of Object.entries(errors ?? {})) {
+        if (isAtOrUnder(each, at)) under[each] = error;
+      }
+      return under;
+    };
     const parents = replay.outputs.parents;
+    const others =
+      name === undefined
+        ? []
+        : Object.keys(outputs)
+            .filter((at) => at !== found && told[at] === name)
+            .map((at) => ({ wire: outputs[at], key: at, errors: errorsUnder(at) }));
     return {
       kind: 'stored',
       wire: outputs[key],
       key,
       members: members ?? {},
-      errors: under,
+      errors: errorsUnder(key),
       ...(parents ? { parents } : {}),
       ...(names && name !== undefined ? { names, named: name, told } : {}),
+      ...(others.length > 0 ? { others } : {}),
     };
   }
   return undefined;

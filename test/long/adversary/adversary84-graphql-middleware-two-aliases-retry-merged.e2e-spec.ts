@@ -42,13 +42,19 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * committed order answers `createOrder: null` and an error telling it the field was never
  * selected and to use a new key: a client that follows it orders twice.
  *
- * Fails now: `data: { createOrder: null }`, `field_not_stored` at `createOrder.shipping.city`
+ * Failed before the fix: `data: { createOrder: null }`, `field_not_stored` at `createOrder.shipping.city`
  * (see the failing test). Control (passes): the retry of the operation as first sent.
  *
  * Suggested fix: where a retry's field (by named key) has several stored outputs (each alias
  * of the first call), answer each field inside it from the output that holds it (merge the
  * aliases' outputs of one named key: they are one middleware's output of one parent, each
  * alias's selection of it), and refuse only a field none of them holds.
+ *
+ * Fixed (session of 2026-12-06, "graphql: a retry that groups one field's aliases otherwise"):
+ * the stored output found for the retry's field carries the first call's other outputs of the
+ * same named field (`OutputAt.others`, lib/graphql/output-paths.ts `outputAt`); each is rebuilt
+ * with the retry's selection and merged in (`mergedAnswers`), so each selected field is read
+ * from the alias that stored it, and only a field none of them holds is refused.
  */
 let pool: Pool;
 
@@ -152,7 +158,7 @@ describe('adversary 84: one middleware field under two aliases, retried under on
     });
   });
 
-  it.skip('the retry selects the same fields under one name: each its stored value (Not fixed (round 84): found by review)', async () => {
+  it('the retry selects the same fields under one name: each its stored value', async () => {
     const id = await first('adv84-aliases-merged');
     const again = await post(
       'adv84-aliases-merged',

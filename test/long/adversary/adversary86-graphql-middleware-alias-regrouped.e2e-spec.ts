@@ -44,13 +44,18 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * error telling it the field was never selected and to use a new key: a client that follows
  * it orders twice.
  *
- * Fails now: `a: null` / `c: null` / `contact: null`, `field_not_stored` at
+ * Failed before the fix: `a: null` / `c: null` / `contact: null`, `field_not_stored` at
  * `createOrder.customer.<key>.email` (see the failing tests). Control (passes): the retry of
  * the operation as first sent.
  *
  * Suggested fix: in `aliasGroups`, answer each field a retry's response key selects from every
  * stored alias of the same named field (all of the first call's aliases of it, by `names`),
  * merged as `mergedAnswers` merges them, and refuse only a field none of them holds.
+ *
+ * Fixed (session of 2026-12-06, "graphql: a retry that groups one field's aliases otherwise"):
+ * `aliasGroups` (lib/graphql/merged-aliases.ts) adds the first call's other stored aliases of
+ * the same named field (by `names`), each with every selected node, and `outputValue` merges
+ * them (`mergedAnswers`): each field read from the alias that stored it.
  */
 let pool: Pool;
 
@@ -175,7 +180,7 @@ describe('adversary 86: two aliases inside a middleware output, retried regroupe
     });
   });
 
-  it.skip('the retry selects both fields under the first alias (Not fixed (round 86): found by review)', async () => {
+  it('the retry selects both fields under the first alias', async () => {
     const id = await first('adv86-regroup-a');
     const again = await post(
       'adv86-regroup-a',
@@ -192,7 +197,7 @@ describe('adversary 86: two aliases inside a middleware output, retried regroupe
     });
   });
 
-  it.skip('the retry selects both fields without an alias (Not fixed (round 86): found by review)', async () => {
+  it('the retry selects both fields without an alias', async () => {
     const id = await first('adv86-regroup-none');
     const again = await post(
       'adv86-regroup-none',
@@ -209,7 +214,7 @@ describe('adversary 86: two aliases inside a middleware output, retried regroupe
     });
   });
 
-  it.skip('the retry selects both fields under a new alias (Not fixed (round 86): found by review)', async () => {
+  it('the retry selects both fields under a new alias', async () => {
     const id = await first('adv86-regroup-c');
     const again = await post(
       'adv86-regroup-c',
