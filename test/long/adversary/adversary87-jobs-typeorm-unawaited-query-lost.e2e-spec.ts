@@ -10,7 +10,8 @@
  * failure, and returns.
  *
  * Code path: lib/jobs/idempotent-jobs.service.ts (runOnce: the job's transaction scope), the
- * TypeORM seam (lib/data-layers: `DataSource.query` routed to the job's query runner), the
+ * TypeORM seam (lib/transaction/transaction-scope.ts joiningCreateQueryRunner, lib/data-layers/
+ * lazy-transaction.ts: `DataSource.query` routed to the job's query runner), the
  * transaction's `afterCodeStatements` wait and lib/claim/lease-renewals.ts `heartbeatStop`
  * ('after-code-statements'): the statement is started on the job's runner, which is gone when
  * TypeORM sends it (its `databaseConnection` undefined): it is never "left running" for the
