@@ -10,7 +10,8 @@
  * failure, and returns.
  *
  * Code path: lib/tasks/idempotent-tasks.service.ts (the tick's transaction scope), the TypeORM
- * seam (lib/data-layers: `DataSource.query` routed to the tick's query runner), the
+ * seam (lib/transaction/transaction-scope.ts joiningCreateQueryRunner, lib/data-layers/
+ * lazy-transaction.ts: `DataSource.query` routed to the tick's query runner), the
  * transaction's `afterCodeStatements` wait and lib/claim/lease-renewals.ts `heartbeatStop`
  * ('after-code-statements'): the statement is started on the tick's runner, which is gone by
  * the time TypeORM sends it (its `databaseConnection` undefined), so it is never "left running"
