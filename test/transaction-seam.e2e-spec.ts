@@ -272,8 +272,8 @@ describe.each(ADAPTERS)('the transaction seam on %s', (adapter) => {
   });
 
   describe('work left running after the answer', () => {
-    it.each([0, 1, 2, 5])(
-      'a write started %i ms after the handler returned runs on its own once the answer committed (20 requests)',
+    it.each([-1, 0, 1, 2, 5])(
+      'a write started %i ms after the handler returned (-1: before, not awaited) runs, with the answer or on its own once it committed (20 requests)',
       async (delayMs) => {
         const bodies = Array.from({ length: 20 }, (_, i) => ({
           tag: tag(`later-${delayMs}-${i}`),
@@ -292,8 +292,8 @@ describe.each(ADAPTERS)('the transaction seam on %s', (adapter) => {
       },
     );
 
-    it.each([0, 2])(
-      'a write on a manager the handler held, started %i ms after it returned, runs on its own too',
+    it.each([-1, 0, 2])(
+      'a write on a manager the handler held, started %i ms after it returned (-1: before, not awaited), runs too',
       async (delayMs) => {
         const bodies = Array.from({ length: 10 }, (_, i) => ({
           tag: tag(`held-${delayMs}-${i}`),

@@ -977,12 +977,20 @@ export class LazyTransaction extends RequestTransaction {
       };
       // A view's statements in the order called (`SendOrder`): one that reads its settings
       // first is not overtaken by the next, sent without awaiting it.
+      // Judged inside while the transaction was open, it may reach TypeORM's `connect()` only
+      // after the end (unawaited, its turns behind a commit that had nothing on the wire to
+      // wait for): it then runs apart, as work started after the answer does, never on the
+      // ended transaction's runner, which has no connection to give (adversary 87).
+      const send = () =>
+        this.ended
+          ? this.apart(nested, () => this.readAlone(args))
+          : (query(...args) as Promise<unknown>);
       let sent: Promise<unknown>;
       if (from === runner) {
         await prepare();
-        sent = query(...args);
+        sent = send();
       } else {
-        ({ sent } = await this.sendOrder.after(from as object, prepare, () => query(...args)));
+        ({ sent } = await this.sendOrder.after(from as object, prepare, send));
       }
       try {
         const result = await sent;

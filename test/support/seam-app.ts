@@ -320,7 +320,7 @@ export class SeamCells {
         // Held before the answer: a manager of the request's own runner.
         const manager = this.explicit.manager;
         const name = `${tag}-later`;
-        setTimeout(() => {
+        const leave = () => {
           const write =
             cell === 'later-manager'
               ? this.order(manager, name, 'L')
@@ -329,7 +329,10 @@ export class SeamCells {
             () => laterOutcomes.set(name, 'written'),
             (error: unknown) => laterOutcomes.set(name, errorName(error)),
           );
-        }, body.delayMs ?? 0);
+        };
+        // A negative delay: started before the handler returns, and not awaited.
+        if ((body.delayMs ?? 0) < 0) leave();
+        else setTimeout(leave, body.delayMs ?? 0);
         if (cell === 'later-rolled-back')
           throw new RetryLaterError('the downstream system is down');
         return { order: 'A' };

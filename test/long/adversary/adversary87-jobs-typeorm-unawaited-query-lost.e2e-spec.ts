@@ -27,10 +27,16 @@
  * Severity: high (a job's write silently lost: BullMQ says completed, the kept result replays,
  * the statement never ran; the app sees only its own `.catch()` with a TypeError).
  *
- * Fails now: rows ['a'] (expected ['a', 'b']); the left statement rejects with QueryFailedError
+ * Failed before the fix: rows ['a'] (expected ['a', 'b']); the left statement rejects with QueryFailedError
  * "TypeError: Cannot read properties of undefined (reading 'query')".
  *
  * Control: the same processor without `@IdempotentJob()`: rows ['a', 'b'].
+ *
+ * Fixed (session of 2026-12-06, third): a statement TypeORM's `query()` was asked for while the
+ * transaction was open, that reaches its `connect()` only after the end, runs apart once the
+ * answer committed (refused after a rollback), as work started after the answer does
+ * (lib/data-layers/lazy-transaction.ts, `queryFrom`'s `send`). HTTP routes are guarded by the
+ * same change (test/transaction-seam.e2e-spec.ts, "-1: before, not awaited").
  *
  * Suggested fix: as adversary87-tasks-typeorm-unawaited-query-lost: a TypeORM statement started
  * in the job's scope is sent on its runner at once (tracked, COMMIT behind it), or, once that
@@ -156,9 +162,7 @@ onRedis('adversary 87: a job leaves a TypeORM query unawaited', () => {
     });
   }, 30_000);
 
-  it.skip('with @IdempotentJob(), the left query runs and writes its row (Not fixed (round 87): found by review)', async () => {
-    // Fails: rows ['a'], failures ["QueryFailedError: TypeError: Cannot read properties of
-    // undefined (reading 'query')"].
+  it('with @IdempotentJob(), the left query runs and writes its row', async () => {
     expect(await run(true, 'k1')).toEqual({
       outcome: { completed: { done: 'k1' } },
       rows: ['a', 'b'],

@@ -30,10 +30,16 @@
  * "fire and forget" statement never ran, on every tick; the app sees only its own `.catch()`
  * with a TypeError that names no cause).
  *
- * Fails now: rows ['a'] (expected ['a', 'b']); the left statement rejects with QueryFailedError
+ * Failed before the fix: rows ['a'] (expected ['a', 'b']); the left statement rejects with QueryFailedError
  * "TypeError: Cannot read properties of undefined (reading 'query')".
  *
  * Control: the same task without `@IdempotentTask()`: rows ['a', 'b'].
+ *
+ * Fixed (session of 2026-12-06, third): a statement TypeORM's `query()` was asked for while the
+ * transaction was open, that reaches its `connect()` only after the end, runs apart once the
+ * answer committed (refused after a rollback), as work started after the answer does
+ * (lib/data-layers/lazy-transaction.ts, `queryFrom`'s `send`). HTTP routes are guarded by the
+ * same change (test/transaction-seam.e2e-spec.ts, "-1: before, not awaited").
  *
  * Suggested fix: a TypeORM statement started in the tick's scope must be sent on the tick's
  * runner at once (tracked by `afterCodeStatements`, COMMIT behind it), or, once the tick's
@@ -136,9 +142,7 @@ describe('adversary 87: a tick leaves a TypeORM query unawaited', () => {
     expect(await oneArmedTick(false)).toEqual({ rows: ['a', 'b'], failures: [] });
   }, 30_000);
 
-  it.skip('with @IdempotentTask(), the left query runs and writes its row (Not fixed (round 87): found by review)', async () => {
-    // Fails: rows ['a'], failures ["QueryFailedError: TypeError: Cannot read properties of
-    // undefined (reading 'query')"].
+  it('with @IdempotentTask(), the left query runs and writes its row', async () => {
     expect(await oneArmedTick(true)).toEqual({ rows: ['a', 'b'], failures: [] });
   }, 30_000);
 });
