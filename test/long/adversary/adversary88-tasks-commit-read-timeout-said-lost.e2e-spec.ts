@@ -35,8 +35,8 @@
  *
  * Fails now (the skipped case unskipped): the tick rejects with "the tick of
  * <slot> did not commit, nothing of it was kept: Query read timeout" while its row is in and its
- * record is `done` with its answer (200). Checked by running the file with `it.skip` turned (1 failed, 2 passed)
- * into `it`.
+ * record is `done` with its answer (200). Checked by running the file with `it.skip` turned
+ * into `it` (1 failed, 2 passed).
  *
  * Control: the same task, trigger and replicas on a Pool without `query_timeout`: the tick
  * resolves, one row, and the other replica skips it.
