@@ -43,6 +43,14 @@
  * each call (`this.tx.getRepository(Entry)` every time): ['b'] (the failed try's row rolled
  * back).
  *
+ * Same root, seen in review (not a file of its own): a repository taken in the request
+ * (`const attempts = this.tx.getRepository(Attempt)`) and used inside
+ * `IdempotentTransaction.outside(() => attempts.insert(…))` writes in the request's
+ * transaction, not apart: the handler's 503 (`RetryLaterError`) then rolls back the attempt
+ * row `outside()` was meant to commit on its own (0 rows; 1 with the repository looked up
+ * inside `outside()`). And adversary88-orm-memoized-repository-joins-open-request: the kept
+ * repository while its request is still open writes in that request's transaction.
+ *
  * Suggested fix: a statement through a view of an ended request's runner sent from another
  * live request's scope (`transactionScope.getStore()` is a different joinable transaction)
  * is that request's: route it to that request's transaction (join it), or refuse it clearly
