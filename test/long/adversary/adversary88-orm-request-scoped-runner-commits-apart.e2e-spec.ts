@@ -26,7 +26,7 @@
  * Code path: lib/transaction/transaction-scope.ts `joinTransactionsOf`'s
  * `joiningCreateQueryRunner`: `transactionScope.getStore()` is empty when Nest's injector
  * builds the request-scoped provider (the scope is entered later, in the interceptor:
- * lib/idempotency.interceptor.ts), so `own.call(this, mode)` hands a plain runner; its
+ * lib/idempotency.interceptor.ts → lib/http/run-owned.ts), so `own.call(this, mode)` hands a plain runner; its
  * statements later, inside the scope, never meet the request's transaction, and nothing
  * notices a runner of the joined DataSource used inside a request's scope.
  *
