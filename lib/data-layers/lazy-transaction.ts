@@ -46,6 +46,7 @@ import { type FencedStatement } from '../transaction/request-transaction.js';
 import {
   ConcurrentSaveFailedError,
   CursorOpenRefusedError,
+  IsolationLevelRefusedError,
   NestedTransactionOpenAtCommitError,
   NestedTurnTimeoutError,
   ReadOnlyTransactionRefusedError,
@@ -56,8 +57,10 @@ import {
 import {
   isPlainRead,
   isTransactionModeOnly,
+  nestedControlOf,
   savepointControlsOf,
   type SavepointControl,
+  setsIdentity,
   setsReadOnly,
 } from '../transaction/sql/sql-text.js';
 import {
@@ -112,6 +115,12 @@ export class LazyTransaction extends RequestTransaction {
   private releasedFor?: unknown;
   /** Whether the open outermost nested transaction kept the session's state (not a save's). */
   private outermostKept = false;
+  /**
+   * Whether a save's own outermost transaction kept it after all, before a statement in it set
+   * the role, session authorization or search path (a subscriber's `afterTransactionStart`
+   * running `SET LOCAL search_path`): put back at its commit as for the code's own.
+   */
+  private saveKept = false;
   /** What the open outermost nested transaction's code left that its COMMIT would end. */
   private nestedCommit = new NestedCommit();
   /** Its code's nested transactions, by the view that started each (see `besideIdentity`). */
@@ -697,6 +706,7 @@ export class LazyTransaction extends RequestTransaction {
         // without the library (START TRANSACTION, COMMIT), not four.
         if (depth === 1) {
           this.nestedCommit = new NestedCommit();
+          this.saveKept = false;
           this.outermostKept = !isPersisting();
           if (this.outermostKept) await this.keepState(OUTERMOST_KEPT_AS);
         }
@@ -774,7 +784,9 @@ export class LazyTransaction extends RequestTransaction {
                 // first (see `endingText`).
                 afterRelease: async () => {
                   const ending = [
-                    this.outermostKept ? this.restoreState(OUTERMOST_KEPT_AS) : undefined,
+                    this.outermostKept || this.saveKept
+                      ? this.restoreState(OUTERMOST_KEPT_AS)
+                      : undefined,
                     checked ? deferredAgain() : undefined,
                     this.nestedCommit.endingText(this.outermostKept),
                   ].filter((text) => text !== undefined);
@@ -938,6 +950,16 @@ export class LazyTransaction extends RequestTransaction {
             value: string | null;
           }[],
       );
+    // A save's own transaction keeps no state at its start (TypeORM's statements set none: two
+    // round trips, not four), until a statement in it would set some: its subscribers' and
+    // listeners' (a tenant's `SET LOCAL search_path`, `SET LOCAL ROLE`), kept just before it,
+    // sent as `keepSettings`' reads are (inside its start's turn: adversary 88).
+    const keepSaveState = async (text: unknown): Promise<void> => {
+      if (this.outermostKept || this.saveKept || !setsIdentity(text)) return;
+      this.saveKept = true;
+      const rows = (await query(keepNestedState(OUTERMOST_KEPT_AS))) as KeptNestedState[];
+      if (rows[0]) this.keptStates.set(OUTERMOST_KEPT_AS, rows[0]);
+    };
     // `from`: the view it came through (see `viewOf`), or the runner for the library's own.
     const queryFrom = async (from: unknown, args: unknown[]) => {
       if (this.ended) {
@@ -945,6 +967,16 @@ export class LazyTransaction extends RequestTransaction {
       }
       const refused = this.refusalOf(args[0]);
       if (refused) throw refused;
+      // `SET TRANSACTION ISOLATION LEVEL` in its code's own transaction (TypeORM's recipe with
+      // the level in SQL): the request's transaction is that transaction, already begun by its
+      // savepoint, so PostgreSQL would refuse it (25001) on every try. Asked as its level:
+      // answered as a `SET` where the transaction runs at it or above, else refused with what
+      // to write instead (adversary 88).
+      const control = from !== runner && internals.transactionDepth > 1 && nestedControlOf(args[0]);
+      if (control && control.kind === 'set-isolation') {
+        await this.levelSetInSql(control.level);
+        return args[2] === true ? { records: [], raw: [] } : [];
+      }
       // A read before the first write needs no transaction: it borrows a connection for
       // itself alone, so a handler that reads, then waits on something else, holds none while
       // it waits. A locking read (`FOR UPDATE`) opens the transaction, as its lock must last,
@@ -972,6 +1004,7 @@ export class LazyTransaction extends RequestTransaction {
       // client that opens at its first statement): a failure to connect (the database down)
       // reaches the caller as the library marked it, not wrapped in a QueryFailedError.
       const prepare = async () => {
+        if (nested) await keepSaveState(args[0]);
         if (nested) await keepSettings(from, args);
         if (!this.begun) await this.open(internals);
       };
@@ -1262,6 +1295,21 @@ export class LazyTransaction extends RequestTransaction {
    */
   private refuseBehindStream(): void {
     if (this.streams.any) throw this.refuse(new CursorOpenRefusedError());
+  }
+
+  /** A level its code set in SQL inside its own transaction: joined, or refused (`queryFrom`). */
+  private async levelSetInSql(level: string): Promise<void> {
+    try {
+      await this.askIsolation(level);
+    } catch (error) {
+      if (!(error instanceof IsolationLevelRefusedError)) throw error;
+      throw new IsolationLevelRefusedError(
+        `SET TRANSACTION ISOLATION LEVEL ${level} inside a query runner's transaction comes ` +
+          "after the request's transaction began (at its savepoint). Pass the level to " +
+          `queryRunner.startTransaction('${level}') or dataSource.transaction('${level}', …), ` +
+          `or set it on the route, @Idempotent({ isolationLevel: '${level}' })`,
+      );
+    }
   }
 
   /** `readOnly`: its statement in a read-only transaction of its round trip (`readingOnly`). */

@@ -42,7 +42,7 @@
  * works without the library; with a row-level policy in place of a missing grant, high: the
  * statement runs as the tenant role with the tenant put back, and its answer is stored).
  *
- * Fails now (verified unskipped): 500 and no outbox row (the handler's error: "permission
+ * Failed before the fix (verified unskipped): 500 and no outbox row (the handler's error: "permission
  * denied for table adv88_rls_outbox"); expected 201 and one outbox row. Controls pass: the
  * same handler on a route without `@Idempotent()` (201, one outbox row), and with
  * `dataSource.transaction((m) => m.save(…))` in place of the bare save under `@Idempotent()`
@@ -52,6 +52,11 @@
  * save's own transaction too, at least when a statement in it (its subscribers', its
  * listeners') set one (`NestedCommit` already notes the statements; the role's round trip
  * then costs only where it is needed), or refuse such a statement clearly.
+ *
+ * Fixed (session of 2026-12-06, third): a save's own transaction keeps the role, session
+ * authorization and search path just before a statement in it sets one (`keepSaveState` in
+ * lib/data-layers/lazy-transaction.ts, by `setsIdentity`), and puts them back at its commit as
+ * for the code's own outermost transaction; a save whose statements set none pays nothing.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource, InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
@@ -192,7 +197,7 @@ describe('adversary 88 orm: a role set by a save’s afterTransactionStart subsc
     });
   }, 30_000);
 
-  it.skip('keyed, a bare save: its role ends with it as its COMMIT would end it: 201 replayed, one outbox row (Not fixed (round 88): found by review)', async () => {
+  it('keyed, a bare save: its role ends with it as its COMMIT would end it: 201 replayed, one outbox row', async () => {
     expect(await scenario('idem', 'i1')).toEqual({ statuses: [201, 201], outbox: ['i1'] });
   }, 30_000);
 });

@@ -39,7 +39,7 @@
  * Severity: high (a wrong effect committed in silence: the audit row written to the tenant's
  * table instead of the shared one, the 201 stored and replayed).
  *
- * Fails now (verified unskipped): public audit rows [] and tenant audit rows ['i1'];
+ * Failed before the fix (verified unskipped): public audit rows [] and tenant audit rows ['i1'];
  * expected public ['i1'], tenant []. Controls pass: without `@Idempotent()` (public ['c1']),
  * and keyed with the save inside `dataSource.transaction()` (the code's outermost: its search
  * path put back, public ['c2']).
@@ -47,6 +47,11 @@
  * Suggested fix: keep and put back the role, session authorization and search path for a
  * save's own transaction too (at least once a statement in it, a subscriber's or a
  * listener's, set one: `NestedCommit` sees those statements), as for any outermost one.
+ *
+ * Fixed (session of 2026-12-06, third): a save's own transaction keeps the role, session
+ * authorization and search path just before a statement in it sets one (`keepSaveState` in
+ * lib/data-layers/lazy-transaction.ts, by `setsIdentity`), and puts them back at its commit as
+ * for the code's own outermost transaction; a save whose statements set none pays nothing.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource, InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
@@ -178,7 +183,7 @@ describe('adversary 88 orm: a search path set by a save’s afterTransactionStar
     });
   }, 30_000);
 
-  it.skip('keyed, a bare save: its search path ends with it: the shared audit row (Not fixed (round 88): found by review)', async () => {
+  it('keyed, a bare save: its search path ends with it: the shared audit row', async () => {
     expect(await scenario('idem', 'i1')).toEqual({ status: 201, shared: ['i1'], tenant: [] });
   }, 30_000);
 });

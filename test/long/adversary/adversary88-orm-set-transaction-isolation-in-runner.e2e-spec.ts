@@ -40,7 +40,7 @@
  * Severity: medium (a handler that works without the library answers 500 on every retry,
  * with PostgreSQL's error, which names no cause the app can act on; nothing committed twice).
  *
- * Fails now (verified unskipped): 500, 500 (the handler caught QueryFailedError "SET
+ * Failed before the change (verified unskipped): 500, 500 (the handler caught QueryFailedError "SET
  * TRANSACTION ISOLATION LEVEL must be called before any query"), no row; expected 201, 201,
  * one row, level 'serializable'. Controls pass: the same code without `@Idempotent()` (201,
  * serializable), and keyed with `qr.startTransaction('SERIALIZABLE')` (201, serializable).
@@ -50,6 +50,16 @@
  * own sent since its `startTransaction()`) is that transaction's level (`askIsolation`, as
  * `startNow` does for `startTransaction(level)`), answered as a `SET`; nested deeper, ignored
  * as TypeORM ignores a nested level (or refused clearly with `IsolationLevelRefusedError`).
+ *
+ * Changed (lead, session of 2026-12-06, third): the request's transaction has begun by the
+ * time the SET arrives (the library keeps the session's state and TypeORM sends its SAVEPOINT
+ * at `startTransaction()`), and PostgreSQL cannot raise a begun transaction's level. The SET
+ * is now asked as that transaction's level (`levelSetInSql` in lib/data-layers/
+ * lazy-transaction.ts): answered as a `SET` where the request runs at that level or above (the
+ * route's `isolationLevel`: the new case), else refused before it is sent with
+ * `IsolationLevelRefusedError` naming `startTransaction('SERIALIZABLE')` and the route option,
+ * where PostgreSQL's 25001 named no cause. Route to make it run as without the library: a
+ * savepoint begun at the runner's first statement, not at its `startTransaction()`.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
@@ -66,6 +76,9 @@ class Order {
   @Column({ type: 'text' })
   tag!: string;
 }
+
+/** What the service caught, as the app would log it. */
+const caught: string[] = [];
 
 @Injectable()
 class OrderService {
@@ -84,6 +97,7 @@ class OrderService {
       await qr.commitTransaction();
       return { tag, level };
     } catch (error) {
+      caught.push(`${(error as Error).name}: ${(error as Error).message}`);
       await qr.rollbackTransaction();
       throw error;
     } finally {
@@ -104,6 +118,12 @@ class OrderController {
   @Post('idem')
   @Idempotent()
   idem(@Body() body: { tag: string }) {
+    return this.orders.place(body.tag, true);
+  }
+
+  @Post('idem-on-route')
+  @Idempotent({ isolationLevel: 'SERIALIZABLE' })
+  idemOnRoute(@Body() body: { tag: string }) {
     return this.orders.place(body.tag, true);
   }
 
@@ -137,7 +157,10 @@ describe('adversary 88 orm: SET TRANSACTION ISOLATION LEVEL first in a query run
     await fixture?.close();
   });
 
-  async function scenario(route: 'plain' | 'idem' | 'idem-start-level', tag: string) {
+  async function scenario(
+    route: 'plain' | 'idem' | 'idem-on-route' | 'idem-start-level',
+    tag: string,
+  ) {
     const post = () =>
       request(app.getHttpServer()).post(`/${route}`).set('Idempotency-Key', `key-${tag}`).send({
         tag,
@@ -171,11 +194,26 @@ describe('adversary 88 orm: SET TRANSACTION ISOLATION LEVEL first in a query run
     });
   }, 30_000);
 
-  it.skip('keyed, the level set in SQL first in the runner’s transaction: 201 at SERIALIZABLE, replayed (Not fixed (round 88): found by review)', async () => {
-    expect(await scenario('idem', 'i1')).toEqual({
+  it('keyed, the route at SERIALIZABLE: the SET joins it: 201 at SERIALIZABLE, replayed', async () => {
+    expect(await scenario('idem-on-route', 'r1')).toEqual({
       statuses: [201, 201],
       level: 'serializable',
       rows: 1,
     });
+  }, 30_000);
+
+  it('keyed, the level set in SQL after the runner’s transaction began: refused, saying what to write instead', async () => {
+    caught.length = 0;
+    expect(await scenario('idem', 'i1')).toEqual({
+      statuses: [500, 500],
+      level: undefined,
+      rows: 0,
+    });
+    expect(caught).toHaveLength(1);
+    expect(caught[0]).toMatch(
+      /^IsolationLevelRefusedError: isolation level refused: SET TRANSACTION/,
+    );
+    expect(caught[0]).toContain("queryRunner.startTransaction('SERIALIZABLE')");
+    expect(caught[0]).toContain("@Idempotent({ isolationLevel: 'SERIALIZABLE' })");
   }, 30_000);
 });
