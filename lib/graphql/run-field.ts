@@ -33,6 +33,7 @@ import { thrownError } from './thrown-error.js';
 import { type FieldRun } from './field-runs.js';
 import { errorHttp, hasAnswerHook, storeAtAnswer } from './stored-at-answer.js';
 import { hasMiddlewareUnder } from './middleware-outputs.js';
+import { parentsWithin } from './parents-within.js';
 import {
   awaitOutputs,
   noteCompleting,
@@ -177,6 +178,27 @@ export function runField(
       const completing = async (outputs: StoredOutputs) => {
         try {
           let completed = encodeAnswer({ kind: 'data', data: wire, ...outputs });
+          // Too large with the kept parents' own data (an unselected large column): the
+          // largest left out, the outputs stored (a replay's parent rebuilt from the answer).
+          const over = completed.body.length - route.maxResponseBytes;
+          const within = outputs.parents && parentsWithin(outputs.parents, over);
+          if (within) {
+            const { parents, dropped } = within;
+            const { parents: _all, ...others } = outputs;
+            const fewer: StoredOutputs =
+              Object.keys(parents).length > 0 ? { ...others, parents } : others;
+            const trimmed = encodeAnswer({ kind: 'data', data: wire, ...fewer });
+            if (trimmed.body.length <= route.maxResponseBytes) {
+              tools.logger.warn(
+                `the own data of the parents at ${dropped.join(', ')} (read by @ResolveField() ` +
+                  `resolvers under field middleware) is not stored with the answer of key ` +
+                  `${claim.key}: with it the answer is over maxResponseBytes ` +
+                  `(${route.maxResponseBytes} bytes); a replay's resolver reads those parents ` +
+                  'as the answer holds them (their selected fields only)',
+              );
+              completed = trimmed;
+            }
+          }
           // Too large to store whole: stored without them (a replay answers those fields an
           // error), never past the route's limit.
           if (completed.body.length > route.maxResponseBytes) {

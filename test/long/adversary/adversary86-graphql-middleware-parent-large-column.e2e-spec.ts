@@ -55,6 +55,14 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * bounded (or keep the parent's data per field, not counting against the answer), or when
  * kept parents would overflow, store the outputs without them (the replay's parent rebuilt
  * from the answer only, as before) rather than dropping the outputs.
+ *
+ * Fixed (session of 2026-12-06, third): where the kept parents take the completed answer past
+ * `maxResponseBytes`, the largest parents' data is left out (as few as bring it under:
+ * lib/graphql/parents-within.ts `parentsWithin`, table-driven spec beside it) and the outputs
+ * are stored without them, with a warning in the app's log (lib/graphql/run-field.ts, the
+ * answer hook's `completing`); only where the outputs themselves are too large are they
+ * dropped. The replay's parent is rebuilt from the answer (`name` selected): `Hello Ada`.
+ * Docs: docs/guides/graphql.md, "Field middleware".
  */
 let pool: Pool;
 let biography = 'short';
@@ -173,7 +181,7 @@ describe('adversary 86: an app field under a middleware output, its parent with 
     await replayOf('adv86-parent-short');
   });
 
-  it.skip('the row with a large unselected biography: the replay is the first answer (Not fixed (round 86): found by review)', async () => {
+  it('the row with a large unselected biography: the replay is the first answer', async () => {
     biography = 'x'.repeat(300 * 1024);
     await replayOf('adv86-parent-large');
   });
