@@ -11,6 +11,7 @@ import { completedOutput, readList } from './completed-output.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { aliasGroups, mergedAnswers } from './merged-aliases.js';
 import { keptParent, parentData } from './app-parents.js';
+import { keepsOwnMember } from './kept-member.js';
 import { indexItems } from './item-indexes.js';
 import { noteOwnLocated } from './jit-located.js';
 import { argumentsOf, namedStepsOf } from './named-path.js';
@@ -469,7 +470,8 @@ export function outputValue(
   // The parent of a field the app resolves: its own data as it was at the first answer (the
   // resolver runs again and reads it), the selected fields over it as the answer wrote them.
   const kept = conversion.parents?.[key];
-  const value: Record<string, unknown> = parentData(kept);
+  const ownData = parentData(kept);
+  const value: Record<string, unknown> = { ...ownData };
   const selection = { nodes, fragments: info.fragments, variables: info.variableValues };
   for (const [name, fieldNodes] of selectedFields(graphql, schema, concrete, selection)) {
     const definition = fields[name];
@@ -497,8 +499,22 @@ export function outputValue(
       () => storedSubkey(stored, key, named, step, asked, conversion.names),
       others,
     );
+    // Where Nest reads it (a `@Field({ name })` on another property).
+    const property = nestField(concrete.name, name)?.property;
+    const own = property ?? name;
     let item: unknown;
     if (groups.some((group) => group.storedKey !== undefined)) {
+      // The kept own data where the answer is no other value of it (kept-member.ts): what
+      // the app's resolver read at the first answer (a raw `7` the answer wrote `"7"`).
+      const wires = groups.flatMap(({ storedKey }) =>
+        storedKey === undefined ? [] : [stored[storedKey]],
+      );
+      const member = {
+        has: Object.prototype.hasOwnProperty.call(ownData, own),
+        value: ownData[own],
+      };
+      const resolution = fieldResolution(concrete, name);
+      if (keepsOwnMember(graphql, resolution, definition.type, member, wires)) continue;
       for (const { storedKey, nodes: grouped } of groups) {
         if (storedKey === undefined) continue;
         const built = outputValue(
@@ -516,8 +532,6 @@ export function outputValue(
       item = notStoredField(graphql, concrete.name, name);
     } else continue;
     value[name] = item;
-    // Read where Nest reads it (a `@Field({ name })` on another property).
-    const property = nestField(concrete.name, name)?.property;
     if (property !== undefined && property !== name) value[property] = item;
   }
   if (graphql.isAbstractType(type)) {

@@ -55,6 +55,15 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * whose scalar does not give it back (`keepsExactly`-style check of `parseValue(serialize(x))`
  * against `x`), i.e. lay the answer over the kept data only where the kept data lacks the
  * field.
+ *
+ * Fixed (session of 2026-12-06, third): `outputValue` (lib/graphql/middleware-outputs.ts) keeps
+ * the kept own data of a selected field where the answer is no other value of it
+ * (lib/graphql/kept-member.ts `keepsOwnMember`, table-driven spec beside it): a leaf, or a list
+ * of leaves, read as a property that GraphQL writes from the kept value as the answer holds
+ * it (`ID.serialize(7)` is the stored `"7"`: the resolver reads `7`), and a field behind its own
+ * middleware (the kept raw email is the middleware's input; its output is answered at its own
+ * place). Objects, nulls (maybe errors) and values written otherwise stay the answer's.
+ * Docs: docs/guides/graphql.md, "Field middleware".
  */
 let pool: Pool;
 
@@ -176,11 +185,11 @@ describe('adversary 86: an app field under a middleware output reads its parent 
     );
   });
 
-  it.skip('the parent id selected: the replay is the first answer (Not fixed (round 86): found by review)', async () => {
+  it('the parent id selected: the replay is the first answer', async () => {
     await replayOf('adv86-id-selected', 'mutation { createOrder { id row { id name nextSeat } } }');
   });
 
-  it.skip('the parent masked email selected: the replay is the first answer (Not fixed (round 86): found by review)', async () => {
+  it('the parent masked email selected: the replay is the first answer', async () => {
     await replayOf(
       'adv86-email-selected',
       'mutation { createOrder { id row { email contactKey } } }',
