@@ -1,5 +1,5 @@
 import * as graphql from 'graphql';
-import { aliasGroups, mergedAnswers } from './merged-aliases.js';
+import { aliasGroups, markErrorUnder, mergedAnswers } from './merged-aliases.js';
 import { notStoredField } from './not-stored-field.js';
 
 describe('aliasGroups', () => {
@@ -91,6 +91,10 @@ describe('aliasGroups', () => {
 describe('mergedAnswers', () => {
   const missing = () => notStoredField(graphql, 'Contact', 'email');
   const failed = new graphql.GraphQLError('boom');
+  const underEmail = new graphql.GraphQLError('Cannot return null for non-nullable field');
+  const underLine = new graphql.GraphQLError('no sku');
+  const underDeep = new graphql.GraphQLError('deep');
+  const underHeld = new graphql.GraphQLError('held');
   it.each<{ name: string; first: unknown; second: unknown; expected: unknown }>([
     { name: 'nothing yet: the second', first: undefined, second: { a: 1 }, expected: { a: 1 } },
     {
@@ -123,6 +127,36 @@ describe('mergedAnswers', () => {
     { name: 'two scalars: the first', first: 'x', second: 'y', expected: 'x' },
     { name: 'a null and an object: the first', first: null, second: { a: 1 }, expected: null },
     { name: 'a stored error kept', first: failed, second: { a: 1 }, expected: failed },
+    {
+      name: 'an error under one alias: put where it was in the other alias object',
+      first: markErrorUnder(underEmail, ['email']),
+      second: { phone: 'p' },
+      expected: { phone: 'p', email: underEmail },
+    },
+    {
+      name: 'the answered alias first, the failed one second: the same',
+      first: { phone: 'p' },
+      second: markErrorUnder(underEmail, ['email']),
+      expected: { phone: 'p', email: underEmail },
+    },
+    {
+      name: 'an error deeper under it, in a list item',
+      first: markErrorUnder(underLine, ['lines', 1, 'sku']),
+      second: { lines: [{ qty: 1 }, { qty: 2 }] },
+      expected: { lines: [{ qty: 1 }, { qty: 2, sku: underLine }] },
+    },
+    {
+      name: 'a step above it the other alias does not hold: the error kept',
+      first: markErrorUnder(underDeep, ['owner', 'email']),
+      second: { phone: 'p' },
+      expected: underDeep,
+    },
+    {
+      name: 'the other alias holds its place (answered there): the error kept',
+      first: markErrorUnder(underHeld, ['email']),
+      second: { email: 'e' },
+      expected: underHeld,
+    },
   ])('$name', ({ first, second, expected }) => {
     expect(mergedAnswers(first, second)).toEqual(expected);
   });

@@ -47,6 +47,10 @@ export function aliasGroups<Node>(
 export function mergedAnswers(first: unknown, second: unknown): unknown {
   if (first === undefined || notStored(first)) return second === undefined ? first : second;
   if (second === undefined || notStored(second)) return first;
+  // One alias nulled by an error under it, the other answered: the error put where it was,
+  // read only by the aliases whose selection reaches it (adversary 86).
+  const placed = errorPlaced(first, second) ?? errorPlaced(second, first);
+  if (placed !== undefined) return placed;
   if (Array.isArray(first) && Array.isArray(second)) {
     for (let i = 0; i < second.length; i++) first[i] = mergedAnswers(first[i], second[i]);
     return first;
@@ -71,4 +75,39 @@ function plainObject(value: unknown): value is Record<string, unknown> {
   if (typeof value !== 'object' || value === null) return false;
   const prototype = Object.getPrototypeOf(value) as unknown;
   return prototype === Object.prototype || prototype === null;
+}
+
+/** The steps under a rebuilt null of the error that nulled it, as the rebuilt values read. */
+const errorSteps = new WeakMap<Error, readonly (string | number)[]>();
+
+/**
+ * Marks `error`, an alias's rebuilt value (its stored null), as made by an error under it at
+ * `steps` (field names and indexes, as the rebuilt values hold them, never response keys).
+ */
+export function markErrorUnder(error: Error, steps: readonly (string | number)[]): Error {
+  if (steps.length > 0) errorSteps.set(error, steps);
+  return error;
+}
+
+/**
+ * `value` (another alias's rebuilt object) with `error` at the steps it was under, where
+ * `error` is so marked and `value` holds every step above it but not the last (the alias
+ * that failed selected it; this one did not): GraphQL throws it where the failed alias reads
+ * it, nulling that alias as the first answer did. Undefined otherwise.
+ */
+function errorPlaced(error: unknown, value: unknown): unknown {
+  if (!(error instanceof Error)) return undefined;
+  const steps = errorSteps.get(error);
+  if (!steps || !(plainObject(value) || Array.isArray(value))) return undefined;
+  let at: unknown = value;
+  for (const step of steps.slice(0, -1)) {
+    const next: unknown = (at as Record<string | number, unknown>)[step];
+    if (!(plainObject(next) || Array.isArray(next))) return undefined;
+    at = next;
+  }
+  const last = steps[steps.length - 1];
+  const container = at as Record<string | number, unknown>;
+  if (Object.prototype.hasOwnProperty.call(container, last)) return undefined;
+  container[last] = error;
+  return value;
 }

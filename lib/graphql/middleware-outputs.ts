@@ -9,7 +9,7 @@ import {
 } from 'graphql';
 import { completedOutput, readList } from './completed-output.js';
 import { type GraphqlModule } from './graphql-module.js';
-import { aliasGroups, mergedAnswers } from './merged-aliases.js';
+import { aliasGroups, markErrorUnder, mergedAnswers } from './merged-aliases.js';
 import { keptParent, parentData } from './app-parents.js';
 import { keepsOwnMember } from './kept-member.js';
 import { indexItems } from './item-indexes.js';
@@ -439,7 +439,11 @@ export function outputValue(
     const failure = errorUnder(conversion.errors, key);
     if (!failure) return null;
     const place = failure.steps.length > 0 ? placeOf(conversion.field, key) : undefined;
-    return fieldErrorAgain(graphql, failure.error, place && [...place, ...failure.steps]);
+    const again = fieldErrorAgain(graphql, failure.error, place && [...place, ...failure.steps]);
+    // Where it was under the null, as the rebuilt values read it: another alias's object
+    // merged with it holds it there (merged-aliases.ts).
+    const steps = place && fieldSteps(conversion, type, nodes, failure.steps);
+    return steps ? markErrorUnder(again, steps) : again;
   }
   if (graphql.isNonNullType(type)) {
     return outputValue(conversion, type.ofType, wire, nodes, key, named);
@@ -540,4 +544,41 @@ export function outputValue(
     answerAsMember(type, value, concrete.name);
   }
   return value;
+}
+
+/**
+ * The steps of an error under a null (response keys and indexes) as the rebuilt values hold
+ * them (the properties Nest reads), under `type` as `nodes` select it. Undefined where one is
+ * not told (an abstract type, a key not selected).
+ */
+function fieldSteps(
+  conversion: Conversion,
+  type: GraphQLOutputType,
+  nodes: readonly FieldNode[],
+  steps: readonly (string | number)[],
+): (string | number)[] | undefined {
+  const { graphql, schema, info } = conversion;
+  const named: (string | number)[] = [];
+  let current = type;
+  let at = nodes;
+  for (const step of steps) {
+    const inner = graphql.isNonNullType(current) ? current.ofType : current;
+    if (typeof step === 'number') {
+      if (!graphql.isListType(inner)) return undefined;
+      current = inner.ofType;
+      named.push(step);
+      continue;
+    }
+    if (!graphql.isObjectType(inner)) return undefined;
+    const selection = { nodes: at, fragments: info.fragments, variables: info.variableValues };
+    const found = [...selectedFields(graphql, schema, inner, selection)].find(([name, each]) =>
+      each.some((node) => (node.alias?.value ?? name) === step),
+    );
+    const definition = found && inner.getFields()[found[0]];
+    if (!found || !definition) return undefined;
+    named.push(nestField(inner.name, found[0])?.property ?? found[0]);
+    current = definition.type;
+    at = found[1];
+  }
+  return named;
 }
