@@ -33,18 +33,57 @@ export function noteResolvedField(field: string): void {
  * - `property`: read from its parent's property, as data.
  */
 export function fieldResolution(type: GraphQLObjectType, field: string): ResolverKind {
+  let byApp = false;
   if (resolvedByApp.size > 0) {
     const owners = [type.name, ...type.getInterfaces().map((face) => face.name)];
-    if (owners.some((owner) => resolvedByApp.has(`${owner}.${field}`))) return 'app';
+    byApp = owners.some((owner) => resolvedByApp.has(`${owner}.${field}`));
   }
   const definition = type.getFields()[field];
-  // Behind Apollo Server's wrapper: the resolver the field had before it.
-  const kind = definition && fieldResolverKind(definition);
-  if (kind === 'app' || kind === 'middleware') return kind;
+  return resolutionFrom({
+    byApp,
+    // Behind Apollo Server's wrapper: the resolver the field had before it.
+    kind: byApp ? undefined : definition && fieldResolverKind(definition),
+    nest: nestField(type.name, field),
+    globalMiddleware,
+  });
+}
+
+/** What tells how a field is answered (see `fieldResolution`). */
+export interface ResolutionTold {
+  /** A `@ResolveField()` of the type or of an interface it implements. */
+  byApp: boolean;
+  /** The kind of the schema's resolver (resolver-kind.ts), where its code tells it. */
+  kind?: ResolverKind;
+  /** How Nest reads the field (code first), where Nest built it. */
+  nest?: { middleware?: unknown };
+  /** Whether Nest's `buildSchemaOptions.fieldMiddleware` is set (`noteGlobalFieldMiddleware`). */
+  globalMiddleware: boolean;
+}
+
+/** How a field is answered, from what is told of it (see `fieldResolution`). */
+export function resolutionFrom(told: ResolutionTold): ResolverKind {
+  if (told.byApp) return 'app';
+  // Nest puts the global middleware in every code-first `@Field()`'s read, under whatever a
+  // schema transform wraps it in (a directive's `@upper`, whose wrapper the code tells as
+  // the app's): told by Nest's own record of it, never by the resolver's code (adversary 86).
+  if (told.globalMiddleware && told.nest) return 'middleware';
+  if (told.kind === 'app' || told.kind === 'middleware') return told.kind;
   // Out of the schema's sight (Nest's reader unknown, Apollo's wrapper put on before the
   // library saw the schema), or read as a property there: Nest's metadata tells of a
   // `@Field()`'s own middleware.
-  return nestField(type.name, field)?.middleware ? 'middleware' : 'property';
+  return told.nest?.middleware ? 'middleware' : 'property';
+}
+
+/** Whether Nest's global field middleware is set (`buildSchemaOptions.fieldMiddleware`). */
+let globalMiddleware = false;
+
+/**
+ * Notes, at start-up, whether the app's `GraphQLModule` sets the global field middleware
+ * (`buildSchemaOptions.fieldMiddleware`, non-empty): Nest then runs it in every code-first
+ * `@Field()`'s read, which the library tells as a middleware field.
+ */
+export function noteGlobalFieldMiddleware(set: boolean): void {
+  globalMiddleware = set;
 }
 
 /** Whether the app's code computes the field (`app`: see `fieldResolution`). */

@@ -14,7 +14,7 @@ import {
 } from '../shapes/idempotency-options.interface.js';
 import { ClaimStores } from '../claim-stores.js';
 import { declaredKind, resolvedField } from '../graphql/resolver-placement.js';
-import { noteResolvedField } from '../graphql/resolved-fields.js';
+import { noteGlobalFieldMiddleware, noteResolvedField } from '../graphql/resolved-fields.js';
 import { classMethods } from './class-methods.js';
 import {
   type DecoratedMethod,
@@ -23,6 +23,11 @@ import {
   routeProblem,
   type SchemaArgument,
 } from './route-problem.js';
+
+/** The part of Nest's GraphQL module options read here (`GqlModuleOptions`). */
+interface GqlOptions {
+  buildSchemaOptions?: { fieldMiddleware?: readonly unknown[] };
+}
 
 /** The metadata keys of the packages the app may use; read by name, none of them imported. */
 const MESSAGE_PATTERN = 'microservices:pattern';
@@ -53,6 +58,7 @@ export class IdempotentRoutesCheck implements OnModuleInit, OnApplicationBootstr
   ) {}
 
   onModuleInit(): void {
+    noteGlobalFieldMiddleware(this.hasGlobalFieldMiddleware());
     const controllers = new Set(this.discovery.getControllers().map((wrapper) => wrapper.metatype));
     const classes = new Set<unknown>(controllers);
     for (const wrapper of this.discovery.getProviders()) {
@@ -100,6 +106,21 @@ export class IdempotentRoutesCheck implements OnModuleInit, OnApplicationBootstr
       return problem ? [problem] : [];
     });
     if (problems.length > 0) throw new InvalidIdempotencyOptionsError(problems.join('; '));
+  }
+
+  /**
+   * Whether the app's `GraphQLModule` sets Nest's global field middleware: its options
+   * (`GqlModuleOptions`, Nest's token) hold it; no GraphQL module, none.
+   */
+  private hasGlobalFieldMiddleware(): boolean {
+    try {
+      const options = this.moduleRef.get<string, GqlOptions | undefined>('GqlModuleOptions', {
+        strict: false,
+      });
+      return (options?.buildSchemaOptions?.fieldMiddleware?.length ?? 0) > 0;
+    } catch {
+      return false; // no GraphQLModule
+    }
   }
 
   private routeOptionsOf(handler: object) {

@@ -58,6 +58,16 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Suggested fix: tell the global middleware by Nest's own record of it
  * (`buildSchemaOptions.fieldMiddleware` non-empty: every code-first object field is behind it)
  * rather than by the resolver's code, or see through any wrapper by calling through it.
+ *
+ * Fixed (session of 2026-12-06, third): the library reads Nest's own record at start-up (the
+ * `GqlModuleOptions` provider's `buildSchemaOptions.fieldMiddleware`, in
+ * lib/routes/idempotent-routes.check.ts `onModuleInit` -> `noteGlobalFieldMiddleware`), and
+ * `fieldResolution` (lib/graphql/resolved-fields.ts, the pure `resolutionFrom` with its
+ * table-driven spec) tells every code-first `@Field()` Nest built as `middleware` when it is
+ * set, whatever wraps its resolver (a `@ResolveField()` stays the app's). `label`'s output,
+ * after the directive, is stored and replayed: `WIDGET#1`. Checked on Apollo here; the
+ * Mercurius variant was not rerun in this session (the read is driver-independent).
+ * Docs: docs/guides/graphql.md, "Field middleware".
  */
 let pool: Pool;
 let edition = 1;
@@ -180,7 +190,7 @@ describe('adversary 86: global field middleware on a field with a schema directi
     await replayOf('adv86-global-note', 'mutation { createOrder { id note } }', 'note', 'gift#1');
   });
 
-  it.skip('the global middleware on a field with @upper: its output replayed (Not fixed (round 86): found by review)', async () => {
+  it('the global middleware on a field with @upper: its output replayed', async () => {
     await replayOf(
       'adv86-global-label',
       'mutation { createOrder { id label } }',
