@@ -1,4 +1,4 @@
-import { keptParent, parentData } from './app-parents.js';
+import { keptParent, parentData, parentLosses } from './app-parents.js';
 
 describe('keptParent and parentData', () => {
   class Address {
@@ -45,11 +45,39 @@ describe('keptParent and parentData', () => {
       expected: { id: 1 },
     },
   ])('$name', ({ source, expected }) => {
-    expect(parentData(keptParent(source))).toEqual(expected);
+    expect(parentData(keptParent(source)?.kept)).toEqual(expected);
   });
 
   it('nothing kept: undefined, and an empty parent', () => {
     expect(keptParent({})).toBeUndefined();
     expect(parentData(undefined)).toEqual({});
+  });
+});
+
+describe('parentLosses', () => {
+  class Money {
+    constructor(private readonly cents: number) {}
+    toFixed(digits: number): string {
+      return (this.cents / 100).toFixed(digits);
+    }
+    toJSON(): string {
+      return this.toFixed(2);
+    }
+  }
+  it.each<{ name: string; source: object; expected: { type: string; what: string }[] }>([
+    { name: 'plain data: nothing said', source: { name: 'Mug', at: new Date(0) }, expected: [] },
+    {
+      name: 'a Decimal-like member: named, with its kind',
+      source: { name: 'Mug', price: new Money(2000) },
+      expected: [
+        {
+          type: 'Product',
+          what: 'its data price (an instance of Money) does not come back as it was',
+        },
+      ],
+    },
+    { name: 'nothing kept: nothing said', source: {}, expected: [] },
+  ])('$name', ({ source, expected }) => {
+    expect(parentLosses('Product', keptParent(source))).toEqual(expected);
   });
 });

@@ -1,4 +1,5 @@
-import { keepData, restoreData } from './kept-data.js';
+import { type Kept, keepData, restoreData } from './kept-data.js';
+import { type ReplayLoss } from './replay-loss.js';
 
 /**
  * The parent of a field the app resolves (a `@ResolveField()`), inside a middleware field's
@@ -12,9 +13,11 @@ import { keepData, restoreData } from './kept-data.js';
 /**
  * The parent's own data, as typed JSON (kept-data.ts): its own enumerable data properties,
  * never a getter, a method or a Promise (nothing is called or loaded: a lazy relation is a
- * getter, its loaded value a Promise). Undefined where it has none, or none JSON can hold.
+ * getter, its loaded value a Promise), with the members it does not give back as they were
+ * (`unfaithful`: a `Decimal`'s methods), for the app's log. Undefined where it has none, or
+ * none JSON can hold.
  */
-export function keptParent(source: object): unknown {
+export function keptParent(source: object): Kept | undefined {
   const data: Record<string, unknown> = {};
   for (const name of Object.keys(source)) {
     const own = Object.getOwnPropertyDescriptor(source, name);
@@ -26,7 +29,7 @@ export function keptParent(source: object): unknown {
   if (Object.keys(data).length === 0) return undefined;
   try {
     // What typed JSON does not give back as it was (a class's methods) is as it can be.
-    return keepData(data).kept;
+    return keepData(data);
   } catch {
     // No JSON form (a cycle under an instance of a class): not kept.
     return undefined;
@@ -44,4 +47,14 @@ function isThenable(value: unknown): boolean {
     value !== null &&
     typeof (value as PromiseLike<unknown>).then === 'function'
   );
+}
+
+/**
+ * What a kept parent of the object type `type` does not give back as it was, as the
+ * mutation's own value says it (wire-value.ts): for `warnLosses` (replay-loss.ts).
+ */
+export function parentLosses(type: string, parent: Kept | undefined): ReplayLoss[] {
+  if (!parent || parent.unfaithful.length === 0) return [];
+  const what = parent.unfaithful.map((member) => `${member.name} (${member.what})`);
+  return [{ type, what: `its data ${what.join(', ')} does not come back as it was` }];
 }

@@ -10,7 +10,7 @@ import {
 import { completedOutput, readList } from './completed-output.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { aliasGroups, markErrorUnder, mergedAnswers } from './merged-aliases.js';
-import { keptParent, parentData } from './app-parents.js';
+import { keptParent, parentData, parentLosses } from './app-parents.js';
 import { keepsOwnMember } from './kept-member.js';
 import { indexItems } from './item-indexes.js';
 import { noteOwnLocated } from './jit-located.js';
@@ -259,7 +259,10 @@ function keepAppParentsOf(type: GraphQLObjectType): void {
         noteAppParent(
           context,
           () => pathOf(info).slice(0, -1),
-          () => keptParent(source),
+          () => {
+            const parent = keptParent(source);
+            return { kept: parent?.kept, losses: parentLosses(type.name, parent) };
+          },
         );
       }
       return own.call(this, source, args, context, info);

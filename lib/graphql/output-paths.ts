@@ -1,5 +1,6 @@
 import { fieldError, type FieldError, type StoredFieldError } from './field-answer.js';
 import { errorLocations } from './error-location.js';
+import { type ReplayLoss } from './replay-loss.js';
 
 /**
  * Where the outputs of field middleware on an `@Idempotent()` mutation's answer are, by the
@@ -93,6 +94,8 @@ interface FirstAnswer {
   parents: Record<string, unknown>;
   /** Where GraphQL put the null for an error at a path (see `NulledAt`), once one is told. */
   nulledAt?: NulledAt;
+  /** Says, in the app's log, what a kept parent does not give back as it was (replay-loss.ts). */
+  warn?: (losses: readonly ReplayLoss[]) => void;
 }
 
 /**
@@ -179,11 +182,13 @@ export function awaitOutputs(
   root: AnswerPath,
   complete: (outputs: StoredOutputs) => Promise<void>,
   id?: string,
+  warn?: (losses: readonly ReplayLoss[]) => void,
 ): void {
   const target = noted(context);
   if (!target) return;
-  const first = {
+  const first: FirstAnswer = {
     root,
+    ...(warn ? { warn } : {}),
     paths: [],
     named: {},
     members: {},
@@ -266,7 +271,7 @@ export function namedKey(steps: readonly string[], root: AnswerPath): string {
 export function noteAppParent(
   context: unknown,
   pathOf: () => AnswerPath,
-  keep: () => unknown,
+  keep: () => KeptParent,
 ): void {
   const firsts = noted(context)?.[FIRST];
   // Read only under a first answer: the resolvers of every operation pass here.
@@ -280,9 +285,17 @@ export function noteAppParent(
       return at !== undefined && isAtOrUnder(key, at);
     });
     if (!inside) continue;
-    const kept = keep();
+    const { kept, losses } = keep();
     if (kept !== undefined) first.parents[key] = kept;
+    // Said at the first answer, as for the mutation's own value (adversary 86).
+    if (losses.length > 0) first.warn?.(losses);
   }
+}
+
+/** A parent's kept own data (undefined: none kept), and what it does not give back as it was. */
+export interface KeptParent {
+  kept: unknown;
+  losses: readonly ReplayLoss[];
 }
 
 /** Notes the member a union's or interface's `resolveType()` told at a first answer. */

@@ -219,7 +219,10 @@ export function runField(
         }
       };
       // Its key noted too: a replay of it in this operation answers its middleware's results.
-      awaitOutputs(answerPlace.context, answerPlace.path, completing, idOf(claim));
+      // What a kept parent inside them cannot give back, said as for the resolver's value.
+      awaitOutputs(answerPlace.context, answerPlace.path, completing, idOf(claim), (losses) =>
+        warnLosses(tools.logger, losses),
+      );
     }
     // Stored: the first answer is the resolver's own value (its Dates, its class instances,
     // which the fields' resolvers may read); the replays give its stored form back.
