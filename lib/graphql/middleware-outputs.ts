@@ -274,30 +274,25 @@ function keepAppParentsOf(type: GraphQLObjectType): void {
 
 /**
  * Whether a field the app resolves (a `@ResolveField()`) is between the mutation's field (the
- * first `rootLength` steps of the path) and the field GraphQL is resolving: each step's type
- * is graphql-js' `typename`; where it is not told (graphql-jit), none is known to be.
+ * first `rootLength` steps of the path) and the field GraphQL is resolving: each step's field
+ * found by its response key in the operation, under the type graphql-js' `typename` tells, or
+ * where it tells none (graphql-jit: adversary 84), under the type the schema gives the field
+ * above (each member that selects it, under a union or interface). Not found: none is known.
  */
 function appResolvedBetween(
   graphql: GraphqlModule,
   info: GraphQLResolveInfo,
   rootLength: number,
 ): boolean {
-  const steps: { key: string | number; typename?: string }[] = [];
-  for (let at: GraphQLResolveInfo['path'] | undefined = info.path; at; at = at.prev) {
-    steps.unshift({ key: at.key, typename: at.typename });
-  }
-  const names = steps.slice(rootLength, -1).some((step) => typeof step.key === 'string')
-    ? namedStepsOf(graphql, info)
-    : undefined;
-  for (let i = rootLength; i < steps.length - 1; i++) {
-    const { key, typename } = steps[i];
-    if (typeof key !== 'string' || typename === undefined) continue;
-    const type = info.schema.getType(typename);
-    const name = names?.[i]?.split('(')[0];
-    if (!type || !graphql.isObjectType(type) || name === undefined) continue;
-    if (fieldResolution(type, name) === 'app') return true;
-  }
-  return false;
+  let length = 0;
+  for (let at: GraphQLResolveInfo['path'] | undefined = info.path; at; at = at.prev) length++;
+  let found = false;
+  namedStepsOf(graphql, info, undefined, (index, type, name) => {
+    if (index >= rootLength && index < length - 1 && fieldResolution(type, name) === 'app') {
+      found = true;
+    }
+  });
+  return found;
 }
 
 /**

@@ -105,6 +105,32 @@ describe('namedSteps', () => {
     ];
     expect(named(query, path, { n: 2 })).toEqual(['createOrder', 'tags({"first":2})']);
   });
+
+  it.each<{ name: string; path: PathStep[]; expected: string[] }>([
+    {
+      name: 'each step its type and field, without typenames (graphql-jit)',
+      path: [{ key: 'createOrder' }, { key: 'list' }, { key: 0 }, { key: 'tags' }],
+      expected: ['0 Mutation.createOrder', '1 Order.items', '3 Item.tags'],
+    },
+    {
+      name: 'under a union without typenames: each member that selects it',
+      path: [{ key: 'createOrder' }, { key: 'thing' }, { key: 'tags' }],
+      expected: ['0 Mutation.createOrder', '1 Order.thing', '2 Item.tags'],
+    },
+  ])('tells each field found: $name', ({ path, expected }) => {
+    const query =
+      'mutation { createOrder { list: items { tags } thing { ... on Item { tags } } } }';
+    const document = graphql.parse(query);
+    const operation = document.definitions[0] as OperationDefinitionNode;
+    const told: string[] = [];
+    namedSteps(
+      graphql,
+      { schema, operation, fragments: {}, variables: {} },
+      path,
+      (i, type, name) => told.push(`${i} ${type.name}.${name}`),
+    );
+    expect(told).toEqual(expected);
+  });
 });
 
 describe('namedStepsOf', () => {

@@ -1,6 +1,7 @@
 import {
   type FieldNode,
   type FragmentDefinitionNode,
+  type GraphQLObjectType,
   type GraphQLResolveInfo,
   type GraphQLSchema,
   type OperationDefinitionNode,
@@ -36,12 +37,15 @@ export interface NamedPathSource {
 
 /**
  * The named steps of `path` (see above), from the operation's root; undefined where a step is
- * not found (a type the schema does not hold, a response key no selection gives).
+ * not found (a type the schema does not hold, a response key no selection gives). `onField`
+ * is told each step's field and the object type it is a field of (each member that selects
+ * it, under a union or interface graphql-jit tells no `typename` of), as they are found.
  */
 export function namedSteps(
   graphql: GraphqlModule,
   source: NamedPathSource,
   path: readonly PathStep[],
+  onField?: (index: number, type: GraphQLObjectType, name: string) => void,
 ): string[] | undefined {
   const { schema, fragments, variables } = source;
   // The operation as the parent of its root fields.
@@ -52,7 +56,7 @@ export function namedSteps(
   // The type a step without its `typename` is a field of (graphql-jit tells none): the root
   // type, then each field's own type, where it is an object type (not a union's member).
   let told: unknown = schema.getRootType(source.operation.operation);
-  for (const { key, typename } of path) {
+  for (const [index, { key, typename }] of path.entries()) {
     if (typeof key === 'number') {
       steps.push(String(key));
       continue;
@@ -76,6 +80,7 @@ export function namedSteps(
         if (found && found.step !== step) return undefined;
         const next = definition && graphql.getNamedType(definition.type);
         if (found && found.next !== next) return undefined;
+        onField?.(index, each, name);
         found = { step, nodes: [...(found?.nodes ?? []), ...matching], next };
       }
     }
@@ -114,6 +119,7 @@ export function namedStepsOf(
   graphql: GraphqlModule,
   info: GraphQLResolveInfo,
   own?: string,
+  onField?: (index: number, type: GraphQLObjectType, name: string) => void,
 ): string[] | undefined {
   const path: PathStep[] = [];
   for (let at: GraphQLResolveInfo['path'] | undefined = info.path; at; at = at.prev) {
@@ -123,5 +129,5 @@ export function namedStepsOf(
   if (own !== undefined && last && last.typename === undefined)
     path[path.length - 1] = { ...last, typename: own };
   const { schema, operation, fragments, variableValues: variables } = info;
-  return namedSteps(graphql, { schema, operation, fragments, variables }, path);
+  return namedSteps(graphql, { schema, operation, fragments, variables }, path, onField);
 }

@@ -71,6 +71,15 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * field names from the mutation's type down, through the members the replay told), or note at
  * the first answer which stored output paths were under an app-resolved field and never
  * answer those from storage.
+ *
+ * Fixed (session of 2026-12-06, third): `appResolvedBetween` (lib/graphql/middleware-outputs.ts)
+ * no longer reads graphql-js' `typename`: it walks the path's steps through the operation and
+ * the schema with `namedSteps` (lib/graphql/named-path.ts, now telling each step's object type
+ * and field to an `onField` callback: the root type, then each field's own type, each member
+ * that selects the key under a union or interface), and asks `fieldResolution` of each field
+ * between the mutation and the middleware field. Under graphql-jit `lines` is found the app's,
+ * so the label's middleware runs on the fresh value, as uncompiled. Spec: named-path.spec.ts.
+ * Docs: docs/guides/graphql.md, "Field middleware".
  */
 let pool: Pool;
 
@@ -211,7 +220,7 @@ describe('adversary 84: Mercurius jit, a middleware field under a @ResolveField(
     await run('adv84-jit-rf-fresh', 'PlaceFresh', 'PlaceFreshRetry');
   });
 
-  it.skip('the retry the same document (compiled, jit: 1): each line its own label (Not fixed (round 84): found by review)', async () => {
+  it('the retry the same document (compiled, jit: 1): each line its own label', async () => {
     await run('adv84-jit-rf-same', 'PlaceSame', 'PlaceSame');
   });
 });
