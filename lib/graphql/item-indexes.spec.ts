@@ -1,5 +1,5 @@
 import * as graphql from 'graphql';
-import { indexItems, itemIndexes, walkAsTold } from './item-indexes.js';
+import { indexItems, indexItemsUnread, itemIndexes, walkAsTold } from './item-indexes.js';
 import { memberPath } from './replayed-member.js';
 
 describe('indexItems', () => {
@@ -153,6 +153,48 @@ describe('indexItems', () => {
     const type = order.getFields().box.type;
     const selection = selecting('box', 'box { name }');
     expect(() => indexItems(graphql, selection, {}, type, box, root)).not.toThrow();
+  });
+
+  it('reads no getter, selected or not: its items marked where GraphQL resolves it', () => {
+    let loads = 0;
+    const box = {
+      name: 'b',
+      get payees(): unknown[] {
+        loads++;
+        return [[{ ...card }]];
+      },
+    };
+    const type = order.getFields().box.type;
+    const context = {};
+    indexItems(graphql, selected('box'), context, type, box, [...root, 'box']);
+    expect(loads).toBe(0);
+    // GraphQL reads it once, and its field's wrapper marks what it gave.
+    const loaded = box.payees;
+    const boxType = schema.getType('Box') as graphql.GraphQLObjectType;
+    const inner = selecting('box', all.box).nodes[0].selectionSet!
+      .selections as graphql.FieldNode[];
+    const payees = { ...selected('box'), nodes: inner.filter((n) => n.name.value === 'payees') };
+    const at = [...root, 'box', 'payees'];
+    indexItemsUnread(graphql, payees, context, boxType.getFields().payees.type, loaded, at);
+    expect(loads).toBe(1);
+    const item = (loaded[0] as object[])[0];
+    expect(itemIndexes(context, item, at, true)).toEqual([0, 0]);
+  });
+
+  it('marks no field value the walk read (marked by the walk, once)', () => {
+    const box = { payees: [[card]] };
+    const type = order.getFields().box.type;
+    const context = {};
+    indexItems(graphql, selected('box'), context, type, box, [...root, 'box']);
+    const boxType = schema.getType('Box') as graphql.GraphQLObjectType;
+    const inner = selecting('box', all.box).nodes[0].selectionSet!
+      .selections as graphql.FieldNode[];
+    const payees = { ...selected('box'), nodes: inner.filter((n) => n.name.value === 'payees') };
+    const at = [...root, 'box', 'payees'];
+    const other = { last4: '0000' };
+    indexItemsUnread(graphql, payees, context, boxType.getFields().payees.type, [[other]], at);
+    expect(itemIndexes(context, card, at, true)).toEqual([0, 0]);
+    expect(itemIndexes(context, other, at, true)).toBeUndefined();
   });
 
   it('walks a field selected through a named fragment, `@skip` read', () => {

@@ -77,7 +77,39 @@ export function walkAsTold(
 /** Whether a list of a union or an interface may be at or under `type`, by type. */
 const holdsMembers = new WeakMap<object, boolean>();
 
-function mayHoldMemberList(graphql: GraphqlModule, type: GraphQLOutputType): boolean {
+/** The paths (response keys and indexes, joined) whose values `indexItems` read, by context. */
+const readPaths = new WeakMap<object, Set<string>>();
+
+/**
+ * Marks the value of a field GraphQL resolved inside a middleware output, at `path`, where
+ * the walk of that output did not read it (a getter: see `indexItems`): the objects GraphQL
+ * completes are the ones marked, and the getter is read once, by GraphQL (adversary 83: a
+ * getter that loads anew on each read left its items with no place).
+ */
+export function indexItemsUnread(
+  graphql: GraphqlModule,
+  selection: OutputSelection,
+  context: unknown,
+  type: GraphQLOutputType,
+  value: unknown,
+  path: readonly (string | number)[],
+): void {
+  if (typeof context !== 'object' || context === null) return;
+  if (readPaths.get(context)?.has(path.join('.'))) return;
+  attempt(() => indexItems(graphql, selection, context, type, value, path));
+}
+
+/** Whether `name` is a getter of `held` (its own, or its class's): never read by the walk. */
+function isAccessor(held: object, name: string): boolean {
+  for (let at: object | null = held; at; at = Object.getPrototypeOf(at) as object | null) {
+    const own = Object.getOwnPropertyDescriptor(at, name);
+    if (own) return !('value' in own);
+  }
+  return false;
+}
+
+/** Whether a list of a union's or an interface's members may be at or under `type`. */
+export function mayHoldMemberList(graphql: GraphqlModule, type: GraphQLOutputType): boolean {
   const listed = (at: GraphQLOutputType): boolean => {
     const inner = graphql.isNonNullType(at) ? at.ofType : at;
     if (!graphql.isListType(inner)) return false;
@@ -124,6 +156,8 @@ export function indexItems(
   if (typeof context !== 'object' || context === null) return;
   if (!mayHoldMemberList(graphql, type)) return;
   const { schema, fragments, variables } = selection;
+  let read = readPaths.get(context);
+  if (!read) readPaths.set(context, (read = new Set()));
   let noted = byContext.get(context);
   if (!noted) byContext.set(context, (noted = new Map()));
   const marks = noted;
@@ -166,10 +200,14 @@ export function indexItems(
         const definition = fields[each];
         if (!definition || !mayHoldMemberList(graphql, definition.type)) continue;
         const property = nestField(object.name, each)?.property ?? each;
+        // A getter is GraphQL's to read, once: what it gives (new objects on each read, a
+        // load) is marked as GraphQL resolves its field (`indexItemsUnread`, adversary 83).
+        if (isAccessor(held, property)) continue;
         const inner = (held as Record<string, unknown>)[property];
-        if (typeof inner !== 'object' || inner === null) continue;
         // Each response key its own list (two aliases, each with its own selection).
         const keys = [...new Set(fieldNodes.map((node) => node.alias?.value ?? each))];
+        for (const responseKey of keys) read.add(joinKey(own, responseKey));
+        if (typeof inner !== 'object' || inner === null) continue;
         for (const responseKey of keys) {
           const same = fieldNodes.filter((node) => (node.alias?.value ?? each) === responseKey);
           walk(definition.type, inner, same, joinKey(own, responseKey), []);

@@ -12,7 +12,7 @@ import { type GraphqlModule } from './graphql-module.js';
 import { aliasGroups, markErrorUnder, mergedAnswers } from './merged-aliases.js';
 import { keptParent, parentData, parentLosses } from './app-parents.js';
 import { keepsOwnMember } from './kept-member.js';
-import { indexItems } from './item-indexes.js';
+import { indexItems, indexItemsUnread, mayHoldMemberList } from './item-indexes.js';
 import { noteOwnLocated } from './jit-located.js';
 import { argumentsOf, namedStepsOf } from './named-path.js';
 import { namesInside } from './output-names.js';
@@ -25,6 +25,7 @@ import {
   keySteps,
   noteFirstResult,
   noteAppParent,
+  insideFirstOutput,
   noteMiddlewarePath,
   replayedOutputAt,
   toldOf,
@@ -80,7 +81,10 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
   const roots = [schema.getQueryType(), schema.getMutationType(), schema.getSubscriptionType()];
   for (const type of Object.values(schema.getTypeMap())) {
     if (!graphql.isObjectType(type) || type.name.startsWith('__')) continue;
-    if (!roots.includes(type)) keepAppParentsOf(type);
+    if (!roots.includes(type)) {
+      keepAppParentsOf(type);
+      markListsOf(graphql, schema, type);
+    }
     for (const field of Object.values(type.getFields())) {
       const own = field.resolve;
       if (!own || fieldResolution(type, field.name) !== 'middleware') continue;
@@ -268,6 +272,51 @@ function keepAppParentsOf(type: GraphQLObjectType): void {
       return own.call(this, source, args, context, info);
     };
     noteResolverKind(resolve, 'app');
+    field.resolve = resolve;
+  }
+}
+
+/**
+ * Puts a wrapper on each field of `type` whose value may hold a list of a union's or an
+ * interface's members, but a middleware field's (which marks its own): at a first answer,
+ * where the field is inside a middleware field's output and the walk of that output did not
+ * read its value (a getter, loaded on each read), the items GraphQL completes are marked with
+ * their places as GraphQL gets them (item-indexes.ts, `indexItemsUnread`), so that the member
+ * each item's `resolveType()` tells is noted at its own place (adversary 83).
+ */
+function markListsOf(graphql: GraphqlModule, schema: GraphQLSchema, type: GraphQLObjectType) {
+  for (const field of Object.values(type.getFields())) {
+    if (!mayHoldMemberList(graphql, field.type)) continue;
+    const kind = fieldResolution(type, field.name);
+    if (kind === 'middleware') continue;
+    const own = field.resolve ?? graphql.defaultFieldResolver;
+    const resolve: GraphQLFieldResolver<unknown, unknown> = function (
+      this: unknown,
+      source,
+      args,
+      context,
+      info,
+    ) {
+      const given = own.call(this, source, args, context, info);
+      const path = pathOf(info);
+      if (!insideFirstOutput(context, path)) return given;
+      const selection = {
+        schema,
+        nodes: info.fieldNodes,
+        fragments: info.fragments,
+        variables: info.variableValues,
+      };
+      const mark = (raw: unknown) => {
+        const value = readList(graphql, field.type, raw);
+        indexItemsUnread(graphql, selection, context, field.type, value, path);
+        return value;
+      };
+      return typeof (given as PromiseLike<unknown> | null)?.then === 'function'
+        ? Promise.resolve(given).then(mark)
+        : mark(given);
+    };
+    // Told as the field was (its resolver's kind read before the wrapper).
+    noteResolverKind(resolve, kind);
     field.resolve = resolve;
   }
 }

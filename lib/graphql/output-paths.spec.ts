@@ -18,6 +18,7 @@ import {
   storedKeyFor,
   outputsIn,
   type AnsweredError,
+  insideFirstOutput,
   noteAppParent,
   pendingBoundMs,
   pendingWaitMs,
@@ -716,6 +717,24 @@ describe('a first answer and its replay, on the operation context', () => {
       () => ({ kept: { json: {} }, losses: [loss] }),
     );
     expect(said).toEqual([loss]);
+  });
+
+  it.each<{ name: string; path: (string | number)[]; expected: boolean }>([
+    { name: 'under an output', path: ['t', 'profile', 'history'], expected: true },
+    { name: 'an item deeper under it', path: ['t', 'profile', 'history', 0, 'x'], expected: true },
+    {
+      name: 'the output itself (its middleware marks it)',
+      path: ['t', 'profile'],
+      expected: false,
+    },
+    { name: 'beside it', path: ['t', 'billing'], expected: false },
+    { name: 'another root field', path: ['u', 'profile', 'history'], expected: false },
+  ])('insideFirstOutput: $name', ({ path, expected }) => {
+    const context = {};
+    expect(insideFirstOutput(context, path)).toBe(false);
+    awaitOutputs(context, ['t'], () => Promise.resolve());
+    noteMiddlewarePath(context, ['t', 'profile']);
+    expect(insideFirstOutput(context, path)).toBe(expected);
   });
 
   it('answers a replay from its latest noted outputs', () => {

@@ -298,6 +298,22 @@ export interface KeptParent {
   losses: readonly ReplayLoss[];
 }
 
+/** Whether `path` is under a middleware field's output of a first answer of the operation. */
+export function insideFirstOutput(context: unknown, path: AnswerPath): boolean {
+  const firsts = noted(context)?.[FIRST];
+  if (!firsts?.length) return false;
+  return firsts.some((first) => {
+    const key = relativeKey(first.root, path);
+    return (
+      key !== undefined &&
+      first.paths.some((output) => {
+        const at = relativeKey(first.root, output);
+        return at !== undefined && at !== key && isAtOrUnder(key, at);
+      })
+    );
+  });
+}
+
 /** Notes the member a union's or interface's `resolveType()` told at a first answer. */
 export function noteMember(context: unknown, path: AnswerPath, typename: unknown): void {
   const firsts = noted(context)?.[FIRST];

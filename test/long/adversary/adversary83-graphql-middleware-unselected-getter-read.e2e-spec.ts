@@ -77,6 +77,16 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * completes, not from a read of the output (the order of `resolveType()` calls per list path,
  * matched at the answer hook to the non-null items of the list in `data`, errors accounted), or
  * store such an item's member as unknown and answer an honest error on its replay.
+ *
+ * Fixed (session of 2026-12-06, third), the selected getter that loads anew: the walk
+ * (`indexItems`, lib/graphql/item-indexes.ts) reads no getter at all (`isAccessor`, own or of
+ * its class), noting the paths it did read; each field whose value may hold a list of members,
+ * inside a first answer's middleware output (`insideFirstOutput`, lib/graphql/output-paths.ts),
+ * gets a wrapper (`markListsOf`, lib/graphql/middleware-outputs.ts) that marks the value
+ * GraphQL's own read gave, where the walk did not read it (`indexItemsUnread`): the getter is
+ * loaded once, and its items, the ones GraphQL completes, are placed, so each item's member is
+ * noted at its own place. Specs: item-indexes.spec.ts, output-paths.spec.ts.
+ * Docs: docs/guides/graphql.md, "Field middleware".
  */
 let pool: Pool;
 
@@ -218,7 +228,7 @@ describe('adversary 83: a getter of a middleware output the operation does not s
     });
   });
 
-  it.skip('the history loaded anew on each read, selected: the retry answers the first answer (Not fixed (round 83): found by review)', async () => {
+  it('the history loaded anew on each read, selected: the retry answers the first answer', async () => {
     loadsAnew = true;
     historyLoads = 0;
     const first = await post('adv83-getter-selected', HISTORY);
