@@ -30,6 +30,7 @@ export {
   JobAnswerRefusedError,
   JobKeyUnusableError,
   JobRefusedError,
+  JobResultTooLargeError,
   JobResultUnstorableError,
 } from './jobs/job-errors.js';
 export {

@@ -50,6 +50,7 @@ import {
   JobKeyMismatchError,
   JobKeyUnusableError,
   JobQueueTenantTooLongError,
+  JobResultTooLargeError,
   JobResultUnstorableError,
   JobStepLostError,
   JobStepOwnerGoneError,
@@ -85,6 +86,7 @@ import {
   resolveJobOptions,
 } from './idempotent-job.options.js';
 import { bullmqErrors } from './bullmq-errors.js';
+import { tooLargeResult } from './too-large-result.js';
 
 /**
  * Runs `@IdempotentJob()` processors' jobs once per key: the job's record (its key, then its
@@ -589,10 +591,17 @@ export class IdempotentJobs implements OnModuleInit {
       added: job.timestamp,
     });
     if (held !== undefined) answer.headers[ANSWER_HELD] = held;
-    const tooLarge =
-      answer.body.length > route.maxResponseBytes
-        ? tools.problem(new IdempotencyResponseTooLargeError(route.maxResponseBytes))
-        : undefined;
+    const over = answer.body.length > route.maxResponseBytes;
+    // Too large, where a step or a phase of the job committed before: not its final answer
+    // (that would strand them, every retry replaying it), but its failure, its key given back
+    // unfinished with them, as for an error of its own (adversary 88).
+    if (over && tooLargeResult(context.claim!.phaseResults) === 'give-back') {
+      await rollBackAndRelease(tools, context, 'response_too_large');
+      throw new JobResultTooLargeError(where, answer.body.length, route.maxResponseBytes);
+    }
+    const tooLarge = over
+      ? tools.problem(new IdempotencyResponseTooLargeError(route.maxResponseBytes))
+      : undefined;
     const stored = tooLarge
       ? await commitAnswer(tools, context, fingerprint, tooLarge, true)
       : await commitAnswer(tools, context, fingerprint, answer, false);

@@ -45,6 +45,22 @@ export class JobResultUnstorableError extends JobRefusedError {
   }
 }
 
+/**
+ * A result over `maxResponseBytes` of a job whose steps or phases committed before it: its
+ * last run rolled back, its key given back unfinished with them (see `tooLargeResult`).
+ */
+export class JobResultTooLargeError extends JobRefusedError {
+  constructor(where: string, bytes: number, maxBytes: number) {
+    super(
+      `the result of ${where} is ${bytes} bytes, over maxResponseBytes (${maxBytes} bytes): it ` +
+        'cannot be kept for replays, so this run was rolled back. Its steps and phases that ' +
+        'committed before stay, its key unfinished: return a smaller result (or raise ' +
+        'maxResponseBytes), then retry the job (job.retry()): it goes on from them',
+    );
+    this.name = 'JobResultTooLargeError';
+  }
+}
+
 /** The library's answer kept in a job's place (a result over `maxResponseBytes`). */
 export class JobAnswerRefusedError extends JobRefusedError {
   constructor(problem: string) {

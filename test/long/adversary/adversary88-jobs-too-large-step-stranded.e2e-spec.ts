@@ -53,6 +53,16 @@
  * without ending its key (rolled back, the key left unfinished and its own, as for its own
  * error), so that a retry after the fix goes on from the step; or, at least, say so (the
  * refusal's words name the committed steps, and jobs.md's Limits the exception).
+ *
+ * Fixed (session of 2026-12-06, third): a result over `maxResponseBytes` of a job whose key
+ * holds steps or completed phases as its run ends (`tooLargeResult`, lib/jobs/
+ * too-large-result.ts) is no longer kept as the key's final answer: its run rolls back, its key
+ * is given back unfinished with them (`rollBackAndRelease`, as for an error of its own), and
+ * the job fails for good with `JobResultTooLargeError` (lib/jobs/job-errors.ts), whose reason
+ * says the result was too large and that a retry goes on from them (lib/jobs/
+ * idempotent-jobs.service.ts `runStepped`). A job with nothing committed before keeps the
+ * refusal as before. docs/guides/jobs.md ("What BullMQ sees", "Limits") and
+ * docs/reference/options.md (`maxResponseBytes`) say so.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
@@ -257,7 +267,7 @@ onRedis(
       });
     }, 60_000);
 
-    it.skip('its last result too large: fixed and retried, it goes on from its step (Not fixed (round 88): found by review)', async () => {
+    it('its last result too large: fixed and retried, it goes on from its step', async () => {
       // Fails: afterRetry 'failed' ("the job's kept answer is the library's refusal: …
       // response_too_large …"), shipments 0.
       expect(await shipThenFixAndRetry('o-large', 'too-large')).toMatchObject({
@@ -276,7 +286,7 @@ onRedis(
       });
     }, 60_000);
 
-    it.skip('a refund whose receipt is too large: fixed and retried, it records the refund the PSP made (Not fixed (round 88): found by review)', async () => {
+    it('a refund whose receipt is too large: fixed and retried, it records the refund the PSP made', async () => {
       // Fails: { afterRetry: 'failed', pspCalls: 1, refundsRecorded: 0 }.
       expect(await refundThenFixAndRetry('rf-large', 'too-large')).toEqual({
         afterRetry: 'completed',
