@@ -482,6 +482,18 @@ SET finished_at = greatest(finished_at, to_timestamp($3::float8 / 1000))
 WHERE tenant_id = $1 AND key = $2 AND state = 'done'`,
 };
 
+/**
+ * A tick's record as its COMMIT left it, read where that COMMIT's answer was lost (a read
+ * timeout, a connection gone): `NOWAIT`, so that a COMMIT still running on the server (its
+ * row locked by the tick's fenced COMPLETE) is told as such (55P03) rather than read as the
+ * row before it, and waited for by reading again.
+ */
+export const READ_TICK_RECORD = {
+  name: 'idempotency_read_tick_record_v1',
+  text: `SELECT state, claim_id, lock_version FROM idempotency_keys
+WHERE tenant_id = $1 AND key = $2 FOR SHARE NOWAIT`,
+};
+
 export const UNFINISHED_TICKS = {
   name: 'idempotency_unfinished_ticks_v1',
   text: `SELECT key FROM idempotency_keys

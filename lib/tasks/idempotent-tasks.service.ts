@@ -18,7 +18,13 @@ import { LeaseRenewals } from '../claim/lease-renewals.js';
 import { POSTGRES_CLAIM_STORE } from '../idempotency-options.js';
 import { type KeyScope, type TransactionalClaimStore } from '../shapes/claim-store.interface.js';
 import { claimOrDecide } from '../http/claim-or-decide.js';
-import { DATABASE_NOW, HOLD_TICK_RECORD, UNFINISHED_TICKS } from '../claim/postgres-statements.js';
+import {
+  DATABASE_NOW,
+  HOLD_TICK_RECORD,
+  READ_TICK_RECORD,
+  UNFINISHED_TICKS,
+} from '../claim/postgres-statements.js';
+import { type ActiveClaim } from '../shapes/active-claim.js';
 import { problemResponse } from '../http/problem.js';
 import { IdempotencyContext, idempotencyStorage } from '../transaction/idempotency-context.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
@@ -31,6 +37,7 @@ import {
 import {
   IdempotencyKeyInProgressError,
   IdempotencyLeaseLostError,
+  IdempotencyStoreUnavailableError,
 } from '../shapes/idempotency.errors.js';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { IDEMPOTENT_TASK_OPTIONS } from '../shapes/idempotency.constants.js';
@@ -58,6 +65,7 @@ import {
 import { slotKey, tickRecordFinishedAt, untilSlot } from './task-slot.js';
 import { currentTick, tickStorage } from './task-tick.js';
 import { resumesAfterFailure, tickFailed } from './tick-failure.js';
+import { type TickOutcome, tickOutcome, type TickRecordRead } from './tick-outcome.js';
 import {
   type IdempotentTaskOptions,
   type ResolvedTaskOptions,
@@ -68,6 +76,12 @@ import {
 const TICK_DONE: StoredResponse = { status: 200, headers: {}, body: Buffer.alloc(0) };
 /** How many unfinished ticks one tick resumes, at most (the rest wait for the next tick). */
 const RESUMED_PER_TICK = 5;
+/** How long a tick whose COMMIT's answer was lost waits for its record to tell, at most. */
+const MAX_OUTCOME_WAIT_MS = 30_000;
+/** How often it reads its record meanwhile. */
+const OUTCOME_READ_EVERY_MS = 100;
+/** PostgreSQL's `lock_not_available`: a `NOWAIT` read met the row's lock. */
+const LOCK_NOT_AVAILABLE = '55P03';
 
 /** A task's method on one object, as its ticks read it: resolved once, at start-up. */
 interface Task {
@@ -228,15 +242,49 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
   private async slotOf(task: Task, nowMs: number): Promise<Slot | undefined> {
     const { schedule } = task;
     if (schedule.kind === 'interval') {
-      // A named interval by its period as it runs now: the registry's, re-added with another
-      // period (@nestjs/schedule's dynamic intervals: deleteInterval, then addInterval under
-      // the same name), as a named cron by its `setTime` (adversary 71).
-      const everyMs = schedule.name === undefined ? undefined : this.periodOf(schedule.name);
-      const period = everyMs ?? schedule.everyMs;
+      const period = this.intervalPeriodOf(task);
       const slot = intervalTimeSlot({ ...schedule, everyMs: period }, nowMs);
       return slot === undefined ? undefined : { slot, endMs: slot + period };
     }
     if (schedule.kind !== 'cron') return undefined;
+    const time = await this.cronTimeOf(task);
+    const slot = cronTimeSlot(time, nowMs);
+    return slot === undefined ? undefined : { slot, endMs: cronTimeSlotEnd(time, slot) };
+  }
+
+  /**
+   * The end of an earlier slot of `task` (a tick resumed by a later one), by its schedule as
+   * it runs now: its record is held past it as its own tick's is (adversary 88: a resumed
+   * tick's record went `retentionMs` after it was resumed, and a replica behind ran its slot
+   * again). `undefined` where it has none, or it cannot be told.
+   */
+  private async slotEndOf(task: Task, slotMs: number): Promise<number | undefined> {
+    const { schedule } = task;
+    if (schedule.kind === 'interval') return slotMs + this.intervalPeriodOf(task);
+    if (schedule.kind !== 'cron') return undefined;
+    try {
+      return cronTimeSlotEnd(await this.cronTimeOf(task), slotMs);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * An `@Interval()` task's period as it runs now: a named interval's the registry's, re-added
+   * with another period (@nestjs/schedule's dynamic intervals: deleteInterval, then addInterval
+   * under the same name), as a named cron by its `setTime` (adversary 71).
+   */
+  private intervalPeriodOf(task: Task): number {
+    const { schedule } = task;
+    if (schedule.kind !== 'interval') throw new TypeError(`${task.where} is no interval`);
+    const everyMs = schedule.name === undefined ? undefined : this.periodOf(schedule.name);
+    return everyMs ?? schedule.everyMs;
+  }
+
+  /** A cron task's `CronTime` as it runs now (see `slotOf`). */
+  private async cronTimeOf(task: Task): Promise<CronTimeLike> {
+    const { schedule } = task;
+    if (schedule.kind !== 'cron') throw new TypeError(`${task.where} is no cron`);
     let time: CronTimeLike | undefined;
     if (schedule.name !== undefined) {
       try {
@@ -252,8 +300,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       );
       time = await task.cronTime;
     }
-    const slot = cronTimeSlot(time, nowMs);
-    return slot === undefined ? undefined : { slot, endMs: cronTimeSlotEnd(time, slot) };
+    return time;
   }
 
   /**
@@ -318,40 +365,46 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       return;
     }
     const { slot } = fired;
-    if (!(await this.slotHasCome(task, slot))) return;
+    const come = await this.slotHasCome(task, slot);
+    if (!come.run) return;
     const key = slotKey(slot);
     try {
-      await this.runSlot(task, key, false, work, fired.endMs);
+      await this.runSlot(task, key, false, work, fired.endMs, come.databaseNowMs);
     } finally {
-      await this.resumeLeftovers(task, slot, work);
+      await this.resumeLeftovers(task, slot, work, come.databaseNowMs);
     }
   }
 
   /**
    * Whether the tick for `slot` goes on, by the database's clock (see `untilSlot`): it waits
    * where this replica's clock is ahead. A clock that cannot be read leaves it to the claim,
-   * which meets the same database and says why.
+   * which meets the same database and says why. With the database's clock as read, before
+   * anything of the tick: its record is held by it (see `holdRecord`).
    */
-  private async slotHasCome(task: Task, slot: number): Promise<boolean> {
+  private async slotHasCome(
+    task: Task,
+    slot: number,
+  ): Promise<{ run: boolean; databaseNowMs?: number }> {
     let databaseNow: number;
     try {
       const { rows } = await this.database.query<{ now_ms: number }>(DATABASE_NOW, []);
       databaseNow = Number(rows[0].now_ms);
     } catch {
-      return true;
+      return { run: true };
     }
+    if (!Number.isFinite(databaseNow)) return { run: true };
     const decision = untilSlot(slot, databaseNow);
-    if (decision.kind === 'run') return true;
+    if (decision.kind === 'run') return { run: true, databaseNowMs: databaseNow };
     if (decision.kind === 'skip') {
       this.logger.error(
         `${task.where}: this replica's clock is ${Math.round(decision.aheadMs)} ms ahead of ` +
           `the database's: the tick of ${slotKey(slot)} is skipped, not run before its time ` +
           `(set the clock right: NTP)`,
       );
-      return false;
+      return { run: false };
     }
     await this.sleep(decision.ms);
-    return !this.closing;
+    return { run: !this.closing, databaseNowMs: databaseNow };
   }
 
   /** Waits `ms`, or until shutdown begins (see `beforeApplicationShutdown`). */
@@ -367,8 +420,16 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     });
   }
 
-  /** Resumes the task's unfinished ticks older than `slot` (within `resumeWithinMs`). */
-  private async resumeLeftovers(task: Task, slot: number, work: () => unknown): Promise<void> {
+  /**
+   * Resumes the task's unfinished ticks older than `slot` (within `resumeWithinMs`), each
+   * record held past its own slot's end as a tick's in its slot is (see `holdRecord`).
+   */
+  private async resumeLeftovers(
+    task: Task,
+    slot: number,
+    work: () => unknown,
+    databaseNowMs: number | undefined,
+  ): Promise<void> {
     let keys: string[];
     try {
       const rows = await this.database.query<{ key: string }>(UNFINISHED_TICKS, [
@@ -387,7 +448,8 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     for (const key of keys) {
       if (this.closing) return;
       try {
-        await this.runSlot(task, key, true, work);
+        const endMs = await this.slotEndOf(task, Date.parse(key));
+        await this.runSlot(task, key, true, work, endMs, databaseNowMs);
       } catch (error) {
         this.logger.error(`${task.where}: the resumed tick of ${key} failed: ${messageOf(error)}`);
       }
@@ -403,7 +465,8 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     key: string,
     resuming: boolean,
     work: () => unknown,
-    slotEndMs?: number,
+    slotEndMs: number | undefined,
+    databaseNowMs: number | undefined,
   ): Promise<void> {
     const { route } = task.settings;
     const scope: KeyScope = { tenantId: task.tenant, key };
@@ -485,7 +548,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
         // Nothing of it is kept but its failure, which is its answer: the replicas whose timers
         // fire for it later skip it, as they skip a tick that ran (adversary 60).
         await commitAnswer(tools, context, task.fingerprint, tickFailed(cause), true);
-        await this.holdRecord(task, key, slotEndMs);
+        await this.holdRecord(task, key, slotEndMs, databaseNowMs);
       }
       throw cause;
     }
@@ -503,27 +566,94 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     const keeps = !resumesAfterFailure(claimed.claim);
     const stored = await commitAnswer(tools, context, task.fingerprint, TICK_DONE, false, keeps);
     if (stored === TICK_DONE) {
-      await this.holdRecord(task, key, slotEndMs);
+      await this.holdRecord(task, key, slotEndMs, databaseNowMs);
       return;
     }
     const cause = (refusal as { cause?: unknown } | undefined)?.cause;
     const detail = cause instanceof Error ? cause.message : stored.body.toString('utf8');
+    // Its COMMIT's answer lost (a read timeout, the connection gone as it committed): it may
+    // have committed, or still be committing. Its record says which, not the lost answer
+    // (adversary 88: a tick that committed was said to have kept nothing; an operator who
+    // believed it would run it again by hand).
+    if (refusal instanceof IdempotencyStoreUnavailableError) {
+      const outcome = await this.outcomeOf(claimed.claim, route.leaseMs);
+      if (outcome === 'committed') {
+        this.logger.warn(
+          `${task.where}: the tick of ${key} committed, though its COMMIT's answer was lost ` +
+            `(${detail}): its record says done`,
+        );
+        await this.holdRecord(task, key, slotEndMs, databaseNowMs);
+        return;
+      }
+      if (outcome !== 'rolled-back') {
+        // Its key kept as it is: done, if it committed; else resumed by a later tick once its
+        // lease ran out, as a tick whose replica died.
+        throw new Error(
+          `the tick of ${key} may have committed: its COMMIT's answer was lost (${detail}), ` +
+            `and its record could not say (keys show ${task.tenant} ${key}). If it did not, ` +
+            `a later tick resumes it once its lease runs out`,
+        );
+      }
+    }
     const failure = new Error(
       `the tick of ${key} did not commit, nothing of it was kept: ${detail}`,
     );
     if (keeps && !(refusal instanceof IdempotencyLeaseLostError)) {
       await commitAnswer(tools, context, task.fingerprint, tickFailed(failure), true);
-      await this.holdRecord(task, key, slotEndMs);
+      await this.holdRecord(task, key, slotEndMs, databaseNowMs);
     }
     throw failure;
   }
 
   /**
-   * Keeps the tick's record of `key` until its slot ends at `slotEndMs` where the retention
-   * would purge it before (see `tickRecordFinishedAt`). A failure to is logged: the tick ran.
+   * What became of a tick whose COMMIT's answer was lost, by its record (see `tickOutcome`):
+   * read again while its COMMIT still runs on the server (its row locked), for at most its
+   * lease (30 s at most); `unknown` if that does not tell.
    */
-  private async holdRecord(task: Task, key: string, slotEndMs: number | undefined) {
-    const finishedAt = tickRecordFinishedAt(slotEndMs, this.options.retentionMs, Date.now());
+  private async outcomeOf(claim: ActiveClaim, leaseMs: number): Promise<TickOutcome> {
+    const until = performance.now() + Math.min(leaseMs, MAX_OUTCOME_WAIT_MS);
+    for (;;) {
+      const outcome = tickOutcome(await this.readTickRecord(claim), claim);
+      if (outcome !== 'in-flight') return outcome;
+      if (performance.now() >= until || this.closing) return 'unknown';
+      await new Promise((resolve) => setTimeout(resolve, OUTCOME_READ_EVERY_MS));
+    }
+  }
+
+  private async readTickRecord(claim: ActiveClaim): Promise<TickRecordRead> {
+    try {
+      const { rows } = await this.database.query<{
+        state: string;
+        claim_id: string;
+        lock_version: number | string;
+      }>(READ_TICK_RECORD, [claim.tenantId, claim.key]);
+      if (rows.length === 0) return { kind: 'none' };
+      const [row] = rows;
+      return {
+        kind: 'row',
+        state: row.state,
+        claimId: row.claim_id,
+        lockVersion: row.lock_version,
+      };
+    } catch (error) {
+      if ((error as { code?: unknown }).code === LOCK_NOT_AVAILABLE) return { kind: 'locked' };
+      return { kind: 'failed' };
+    }
+  }
+
+  /**
+   * Keeps the tick's record of `key` until its slot ends at `slotEndMs` where the retention
+   * would purge it before (see `tickRecordFinishedAt`), decided by the database's clock as
+   * read before the tick (`databaseNowMs`), whose time its record's `finished_at` is. A
+   * failure to is logged: the tick ran.
+   */
+  private async holdRecord(
+    task: Task,
+    key: string,
+    slotEndMs: number | undefined,
+    databaseNowMs: number | undefined,
+  ) {
+    const finishedAt = tickRecordFinishedAt(slotEndMs, this.options.retentionMs, databaseNowMs);
     if (finishedAt === undefined) return;
     try {
       await this.database.query(HOLD_TICK_RECORD, [task.tenant, key, finishedAt]);

@@ -78,6 +78,8 @@ describe('untilSlot', () => {
 
 describe('tickRecordFinishedAt', () => {
   const hour = 3_600_000;
+  // Columns: the slot's end, the retention, the database's clock read before the tick (never
+  // the replica's: adversary 88), the `finished_at` to hold the record to.
   it.each([
     ['retention outlasts the slot: nothing moved', 10 * hour, 24 * hour, 9 * hour, undefined],
     ['a 6-hourly slot, 1 h retention', 6 * hour, hour, hour, 5 * hour + CLOCK_SKEW_MS],
@@ -89,6 +91,15 @@ describe('tickRecordFinishedAt', () => {
     ['a 4 s window, 1 s retention', 4_000, 1_000, 0, 3_000 + CLOCK_SKEW_MS],
     ['a retention within the skew', 10_000, CLOCK_SKEW_MS, 0, 10_000],
     ['an end past every date', Number.POSITIVE_INFINITY, hour, 0, undefined],
+    // The database's clock not read: sent, the statement's greatest() keeps the later time.
+    ["the database's clock unknown: sent", 6 * hour, hour, undefined, 5 * hour + CLOCK_SKEW_MS],
+    [
+      "the database's clock unknown, the retention outlasting it: sent all the same",
+      10 * hour,
+      24 * hour,
+      undefined,
+      -14 * hour + CLOCK_SKEW_MS,
+    ],
   ])('%s', (_name, end, retention, now, finishedAt) => {
     expect(tickRecordFinishedAt(end, retention, now)).toBe(finishedAt);
   });

@@ -121,17 +121,22 @@ export const CLOCK_SKEW_MS = 60_000;
  * its record (adversary 78: an `@Interval()`, or a cron, sparser than the retention ran a slot
  * twice); and a replica whose clock is behind the database's reads the slot as current after
  * it ended by the database's clock (adversary 82: a record purged the moment its slot ended
- * was run again by a replica 1.5 s behind). `undefined` where the retention already outlasts
- * that, from `nowMs` (nothing to move), or the slot has no end (a one-shot date).
+ * was run again by a replica 1.5 s behind). `undefined` where the slot has no end (a one-shot
+ * date), or where the retention already outlasts that from `databaseNowMs`, the database's
+ * clock read before the tick ran: the record's `finished_at` is that clock's, and no earlier.
+ * Never by this replica's clock (adversary 88: a replica 15 s ahead skipped a hold that the
+ * record needed, and the purge let a replica behind run the slot again); where the database's
+ * clock was not read, the hold is sent, and its `greatest()` keeps the later time.
  */
 export function tickRecordFinishedAt(
   slotEndMs: number | undefined,
   retentionMs: number,
-  nowMs: number,
+  databaseNowMs: number | undefined,
 ): number | undefined {
   if (slotEndMs === undefined || !Number.isFinite(slotEndMs)) return undefined;
   const finishedAt = slotEndMs + CLOCK_SKEW_MS - retentionMs;
-  return finishedAt > nowMs ? finishedAt : undefined;
+  if (databaseNowMs === undefined) return finishedAt;
+  return finishedAt > databaseNowMs ? finishedAt : undefined;
 }
 
 /** A slot as its tick's key: its time in ISO 8601 (UTC, milliseconds). */

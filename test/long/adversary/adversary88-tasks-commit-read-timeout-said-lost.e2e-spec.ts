@@ -45,6 +45,15 @@
  * COMMIT), read the tick's record (fenced by its claim) before saying anything: done by this
  * claim, the tick committed (resolve, or log that its answer was late); else say that it may
  * have committed, as problems.md does for a request; never "nothing of it was kept".
+ *
+ * Fixed (session of 2026-12-06, third): where the tick's COMMIT's answer was lost
+ * (`IdempotencyStoreUnavailableError`: a read timeout, a connection gone), `runSlot` reads its
+ * record (`READ_TICK_RECORD`, `FOR SHARE NOWAIT`, read again while the COMMIT still holds the
+ * row, up to its lease and 30 s) and decides by it (`tickOutcome`, lib/tasks/tick-outcome.ts):
+ * done by its claim, the tick resolves, a warning saying its answer was late; still its claim's
+ * and unfinished, the refused-COMMIT path as before ("did not commit" is then true); else it
+ * fails saying it may have committed, storing nothing over its key (no "nothing was executed"
+ * from a second commit). docs/guides/schedule.md's rules gain that row.
  */
 import 'reflect-metadata';
 import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
@@ -155,7 +164,7 @@ describe('adversary 88: a tick whose COMMIT outlasts query_timeout committed, an
     });
   }, 90_000);
 
-  it.skip('with query_timeout: the tick that committed does not say that nothing of it was kept (Not fixed (round 88): found by review)', async () => {
+  it('with query_timeout: the tick that committed does not say that nothing of it was kept', async () => {
     // Fails: first is "threw: the tick of <slot> did not commit, nothing of it was kept:
     // Query read timeout".
     const { first } = await twoReplicas(400);

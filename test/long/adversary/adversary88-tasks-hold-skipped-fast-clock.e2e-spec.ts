@@ -49,6 +49,12 @@
  * HOLD_TICK_RECORD when a hold is wanted at all (its `greatest(finished_at, …)` already keeps
  * whichever is later), or compare with the `clock_timestamp()` the record was stored at (the
  * tick already reads the database's clock in `slotHasCome`).
+ *
+ * Fixed (session of 2026-12-06, third): `tickRecordFinishedAt` (lib/tasks/task-slot.ts)
+ * decides the hold by the database's clock as `slotHasCome` read it before the tick (the
+ * record's `finished_at` is that clock's, and no earlier), passed on through `runSlot` to
+ * `holdRecord` (lib/tasks/idempotent-tasks.service.ts); where that clock was not read, the
+ * hold is sent and its `greatest()` decides. The replica's clock no longer enters it.
  */
 import 'reflect-metadata';
 import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
@@ -177,7 +183,7 @@ describe('adversary 88: a tick run on a fast clock skips holding its record; a s
     expect(tasksOfWindow.filter((task) => task === 'right')).toEqual(['right']);
   });
 
-  it.skip('ticked on a clock 15 s ahead, its record outlasts the purge too; the slow replica skips it (Not fixed (round 88): found by review)', () => {
+  it('ticked on a clock 15 s ahead, its record outlasts the purge too; the slow replica skips it', () => {
     // Fails: ['ahead', 'ahead'] (the window settled by A, then again by B after the purge).
     expect(tasksOfWindow.filter((task) => task === 'ahead')).toEqual(['ahead']);
   });

@@ -45,6 +45,11 @@
  * Suggested fix: hold a resumed tick's record as a tick in its own slot is held: pass the
  * slot's end to `runSlot` from `resumeLeftovers` (the slot's end by its schedule,
  * `slotOf`/`cronTimeSlotEnd`, or, for an `@Interval()`, `slot + period`).
+ *
+ * Fixed (session of 2026-12-06, third): `resumeLeftovers` passes each resumed slot's end to
+ * `runSlot` (`slotEndOf`: the slot plus the interval's period as it runs now, or the cron's
+ * next time after it), so its record is held past its slot as its own tick's is
+ * (lib/tasks/idempotent-tasks.service.ts).
  */
 import 'reflect-metadata';
 import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
@@ -179,7 +184,7 @@ describe('adversary 88: a resumed tick is not held past its slot; a replica behi
     expect(await twoReplicas(false)).toEqual({ rows: ['resumed'], pspKeys: 1 });
   }, 60_000);
 
-  it.skip('the purge after the resume: the slow replica still finds the slot done, the PSP called once (Not fixed (round 88): found by review)', async () => {
+  it('the purge after the resume: the slow replica still finds the slot done, the PSP called once', async () => {
     // Fails: { rows: ['resumed', 'fresh'], pspKeys: 2 }.
     expect(await twoReplicas(true)).toEqual({ rows: ['resumed'], pspKeys: 1 });
   }, 60_000);
