@@ -48,6 +48,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * Fails now (unskip the it.skip and run this file): the retry's `errors` hold
  * `field_output_pending` at `createOrder.customer`.
+ * The same with no `@Field({ middleware })` at all but a global
+ * `buildSchemaOptions.fieldMiddleware` (an identity `audit`; verified in review with this app
+ * so changed): every field under an object output is then a middleware field, so no object
+ * output is ever stored when the whole `data` is nulled.
  * Control (passes): notify up at the first call (the normal road): the replay answers the
  * masked email.
  *
