@@ -188,6 +188,11 @@ export class LazyTransaction extends RequestTransaction {
   private readonly afterCommit = new AfterRequestCommit();
   /** The savepoints its code set by hand, by query runner (`RunnerSavepoints`). */
   private readonly ownSavepoints = new RunnerSavepoints();
+  /**
+   * The connections its views' `connect()` handed out past the end (`clientAfterEnd`), by
+   * view: each given back at that view's `release()`, as TypeORM's runner gives its own back.
+   */
+  private readonly clientsAfterEnd = new WeakMap<object, PoolClient>();
 
   constructor(
     private readonly dataSource: DataSource,
@@ -606,6 +611,26 @@ export class LazyTransaction extends RequestTransaction {
   }
 
   /**
+   * What a view's `connect()` hands its code once the request committed: a connection of the
+   * pool of its own (one per view, as a runner holds one), waited for as the app's pool waits
+   * (work left running would wait in its queue without the library, not under the library's
+   * deadline).
+   */
+  private async clientAfterEnd(view: object): Promise<PoolClient> {
+    const held = this.clientsAfterEnd.get(view);
+    if (held) return held;
+    const client = await acquire(this.pool(), 'as-the-pool');
+    // Two `connect()` at once: one connection, as for a runner.
+    const raced = this.clientsAfterEnd.get(view);
+    if (raced) {
+      client.release();
+      return raced;
+    }
+    this.clientsAfterEnd.set(view, client);
+    return client;
+  }
+
+  /**
    * TypeORM's runner, set up to look like an open transaction from the start, so that what
    * code in the scope does with it nests: its `startTransaction()` is a savepoint, its commit
    * releases the savepoint, and its `release()` leaves the connection to us. Nothing its code
@@ -621,9 +646,10 @@ export class LazyTransaction extends RequestTransaction {
     internals.isTransactionActive = true;
     internals.transactionDepth = 1;
     // Past the end (a runner an event listener made while the request was open, then
-    // connected after it committed, as TypeORM's manual-transaction recipe does): nothing to
-    // connect; its transaction moves to a runner of its own at `startTransaction()`, its
-    // statements outside one run apart (`viewOf`), and after a rollback it is refused.
+    // connected after it committed, as TypeORM's manual-transaction recipe does): its
+    // `connect()` hands a connection of its own (`connectFrom`); its transaction moves to a
+    // runner of its own at `startTransaction()`, its statements outside one run apart
+    // (`viewOf`), and after a rollback it is refused.
     // One client for `connect()` before the first statement, whose `open` (the connection,
     // with the listeners its code added meanwhile) every later `connect()` goes through.
     let unopened: { client: PoolClient; open: () => Promise<PoolClient> } | undefined;
@@ -636,14 +662,29 @@ export class LazyTransaction extends RequestTransaction {
     // Called on a view (its code's `runner.connect()`, for the node-postgres client): a client
     // whose statements are that view's, judged beside its nested transactions as through its
     // `query()`. TypeORM's own calls (its `query()`, on the runner) get the client itself.
-    const connectFrom = (view: unknown) =>
-      view === runner
-        ? connect()
-        : connect().then((client) => (client ? this.clientOf(view, client) : client));
+    // Past the end, its code's `connect()` (a runner made while the request was open, its
+    // client used after the answer: pg's own API): once the request committed, a connection
+    // of its own, as without the library, given back at the view's `release()`; refused after
+    // a rollback, or inside a nested transaction that the end cut short (`apart`).
+    const connectFrom = (view: unknown) => {
+      if (view === runner) return connect();
+      if (this.ended) {
+        return this.apart(internals.transactionDepth > 1, () =>
+          this.clientAfterEnd(view as object),
+        );
+      }
+      return connect().then((client) => (client ? this.clientOf(view, client) : client));
+    };
     internals.connect = function (this: unknown) {
       return connectFrom(this);
     };
-    internals.release = () => Promise.resolve();
+    const releaseOf = this.clientsAfterEnd;
+    internals.release = function (this: unknown) {
+      const client = releaseOf.get(this as object);
+      releaseOf.delete(this as object);
+      client?.release();
+      return Promise.resolve();
+    };
     const start = runner.startTransaction.bind(runner);
     // Called on a view (see `viewOf`): `this` is the view its code goes through. In turn with
     // the other starts, commits and rollbacks (`inTurn`): TypeORM names a savepoint by the

@@ -66,10 +66,16 @@ export function runnerView(
         if (typeof value !== 'function') return value;
         const method = (value as (...args: unknown[]) => unknown).bind(runnerOfIts);
         // TypeORM's dispose commits and releases that runner: the view is as before after it.
+        // So is what the view itself holds (a connection its `connect()` handed out past the
+        // request's end: `LazyTransaction.clientAfterEnd`).
         if (property === 'release' || property === ASYNC_DISPOSE) {
-          return () => {
+          return async () => {
             if (own === runnerOfIts) leave(runnerOfIts);
-            return method();
+            try {
+              return await method();
+            } finally {
+              await (Reflect.get(target, 'release') as () => Promise<void>).call(view);
+            }
           };
         }
         if (property !== 'commitTransaction' && property !== 'rollbackTransaction') return method;

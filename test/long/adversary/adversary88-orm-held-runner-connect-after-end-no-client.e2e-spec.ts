@@ -47,6 +47,14 @@
  * once the request committed, hands out a client of its own (a pooled connection the view
  * releases at `release()`, as `runnerAfterEnd` does for a transaction), refused after a
  * rollback; never `undefined`.
+ *
+ * Fixed (session of 2026-12-06, third): past the end, a view's `connect()` waits for the outcome
+ * (`apart`) and, once the request committed, hands out a pooled connection of its own, waited
+ * for as the app's pool waits and given back at the view's `release()` (also when its
+ * transaction moved to a runner of its own); refused with `TransactionEndedError` after a
+ * rollback. lib/data-layers/lazy-transaction.ts `connectFrom`, `clientAfterEnd`, the runner's
+ * `release`; lib/data-layers/runner-view.ts (release of a view whose transaction ran on its own
+ * runner).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
@@ -162,7 +170,7 @@ describe('adversary 88 orm: a runner made in the request, its pg client taken af
     });
   }, 30_000);
 
-  it.skip('keyed, the runner’s pg client past the end is a connection of its own: both rows (Not fixed (round 88): found by review)', async () => {
+  it('keyed, the runner’s pg client past the end is a connection of its own: both rows', async () => {
     expect(await scenario('idem', 'i1')).toEqual({
       status: 201,
       outcome: 'ok',
