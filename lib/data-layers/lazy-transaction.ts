@@ -78,6 +78,7 @@ import {
   valuesOf,
 } from '../transaction/request-transaction.js';
 import { refusedStatement } from '../transaction/refused-statement.js';
+import { answered } from '../transaction/answered.js';
 
 /** The name a nested transaction begun beside others notes its start under, by its depth. */
 function besideName(depth: number): string {
@@ -1410,6 +1411,11 @@ export class LazyTransaction extends RequestTransaction {
         return client;
       });
     const query = (...args: unknown[]): unknown => {
+      // Past the end (work the handler left running holds it): nothing of the request's is
+      // sent through it any more. Once the request committed, its statement runs on a
+      // connection of its own, as a guarded client's does (`sendNow`); refused after a
+      // rollback, or inside a nested transaction the end cut short.
+      if (this.ended) return this.sentAfterEnd(runner.transactionDepth > 1, args);
       if (!isSubmittable(args[0])) {
         // A plain read before the first write runs apart, as through the runner's query() or
         // the pool's own client: one round trip in a read-only transaction of its own.
@@ -1601,19 +1607,4 @@ function transactionNotStarted(): Error {
   );
   error.name = 'TransactionNotStartedError';
   return error;
-}
-
-/**
- * A statement sent elsewhere by `run` (with its arguments, less a callback), answered in the
- * form it was sent in: its callback called, or the promise returned.
- */
-function answered(args: unknown[], run: (args: unknown[]) => Promise<unknown>): unknown {
-  const last = args[args.length - 1];
-  if (typeof last !== 'function') return run(args);
-  const callback = last as (error: unknown, result?: unknown) => void;
-  run(args.slice(0, -1)).then(
-    (result) => callback(null, result),
-    (error: unknown) => callback(error),
-  );
-  return undefined;
 }

@@ -64,6 +64,7 @@ import {
 import { unreadableOf } from './sql/sql-parse.js';
 import { readyForNext, runsToItsEnd } from './still-running.js';
 import { endOf } from './submitted-end.js';
+import { answered } from './answered.js';
 import {
   rollsBackToSavepoint,
   sessionAdvisoryLockOf,
@@ -1395,6 +1396,28 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     const isolation = this.isolationLevel ?? this.configuredLevel() ?? this.serverLevel;
     this.begunAt = isIsolationLevel(isolation) ? isolation : undefined;
     return isolation ? `BEGIN ISOLATION LEVEL ${isolation}` : 'BEGIN';
+  }
+
+  /**
+   * A statement of its code's client sent after the end (work the handler left running), in
+   * the form it was sent in (`answered`): once the end has an outcome, on a connection of its
+   * own if the request committed (`apart`: refused after a rollback, or inside a nested
+   * transaction the end cut short). A submittable (a cursor, a stream) is handed back at once
+   * and handed to that connection, which goes back to the pool once it ended.
+   */
+  protected sentAfterEnd(nested: boolean, args: unknown[]): unknown {
+    if (!isSubmittable(args[0])) {
+      return answered(args, (own) => this.apart(nested, () => this.sendAlone(own, true)));
+    }
+    const submittable = args[0] as { handleError?: (error: unknown) => void };
+    this.apart(nested, () => acquire(this.pool(), 'as-the-pool')).then(
+      (client) => {
+        void endOf(submittable, client).then(() => client.release());
+        (client.query as (...a: unknown[]) => unknown).apply(client, args);
+      },
+      (error: unknown) => submittable.handleError?.(error),
+    );
+    return submittable;
   }
 
   /**

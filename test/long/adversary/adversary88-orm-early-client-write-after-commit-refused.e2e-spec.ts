@@ -43,6 +43,14 @@
  * Suggested fix: the stand-in's `query()` after the end waits for the outcome (`afterEnd`)
  * and, committed, runs on a connection of its own (`sendAlone(args, true)`, as a guarded
  * client's does), refused only after a rollback.
+ *
+ * Fixed (session of 2026-12-06, third): the stand-in client's `query()` past the end no longer
+ * opens the request's connection: it goes to `RequestTransaction.sentAfterEnd`
+ * (lib/transaction/request-transaction.ts), which waits for the outcome (`apart`) and, once
+ * committed, sends it on a connection of its own waited for as the app's pool waits (a cursor or
+ * stream handed to that connection, given back once it ended), answered in the form it was sent
+ * in (`answered`, now lib/transaction/answered.ts with a table-driven spec); refused with
+ * `TransactionEndedError` only after a rollback. lib/data-layers/lazy-transaction.ts `unopened`.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
@@ -150,7 +158,7 @@ describe('adversary 88 orm: a pg client taken before the first write, written th
     });
   }, 30_000);
 
-  it.skip('keyed, the client taken before any write: its write runs on its own once the answer committed (Not fixed (round 88): found by review)', async () => {
+  it('keyed, the client taken before any write: its write runs on its own once the answer committed', async () => {
     expect(await scenario('idem', 'i1')).toEqual({ status: 201, outcome: 'ok', rows: ['i1'] });
   }, 30_000);
 });
