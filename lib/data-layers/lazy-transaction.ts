@@ -79,6 +79,7 @@ import {
 } from '../transaction/request-transaction.js';
 import { refusedStatement } from '../transaction/refused-statement.js';
 import { answered } from '../transaction/answered.js';
+import { endOf } from '../transaction/submitted-end.js';
 
 /** The name a nested transaction begun beside others notes its start under, by its depth. */
 function besideName(depth: number): string {
@@ -1092,7 +1093,11 @@ export class LazyTransaction extends RequestTransaction {
     this.keepSettingsOf = keepSettings;
     const stream = runner.stream.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     const streamFrom = async (from: unknown, args: unknown[]) => {
-      if (this.ended) throw new TransactionEndedError();
+      // Past the end (a repository held by work the handler left running): as its other
+      // statements (`queryFrom`), once the request committed, on a runner of its own.
+      if (this.ended) {
+        return this.apart(internals.transactionDepth > 1, () => this.streamAlone(args));
+      }
       // A stream cannot be sent apart: a transaction's mode alone in one is refused.
       const judged = this.judge(from, args[0], args[1]);
       if (judged === 'alone') throw this.refuse(new ReadOnlyTransactionRefusedError());
@@ -1381,6 +1386,25 @@ export class LazyTransaction extends RequestTransaction {
       client?.release(broken ? asError(failure) : undefined);
       await runner.release();
     }
+  }
+
+  /**
+   * A stream its code asked for past the end, once the request committed: on a runner of its
+   * own (its connection waited for as the app's pool waits: TypeORM's own connect), given
+   * back once node-postgres is through with the stream (read to its end, destroyed, failed).
+   */
+  private async streamAlone(args: unknown[]): Promise<unknown> {
+    const runner = ownQueryRunner(this.dataSource);
+    let stream: unknown;
+    try {
+      stream = await (runner.stream as (...a: unknown[]) => Promise<unknown>)(...args);
+    } catch (error) {
+      await runner.release();
+      throw markDatabaseFailure(error);
+    }
+    const client = (runner as unknown as RunnerInternals).databaseConnection;
+    void endOf(stream as object, client).then(() => runner.release());
+    return stream;
   }
 
   /**

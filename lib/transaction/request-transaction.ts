@@ -1282,9 +1282,11 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   private sendNow(client: PoolClient, args: unknown[], nested: () => boolean): Promise<unknown> {
     const refused = this.refusalOf(textOf(args[0]));
     if (refused) return Promise.reject(refused);
+    // Past the end: once the request committed, on a connection of its own; a stream too
+    // (`sentAfterEnd`), refused only after a rollback.
     const apart = () =>
       isSubmittable(args[0])
-        ? Promise.reject(new TransactionEndedError())
+        ? (this.sentAfterEnd(nested(), args) as Promise<unknown>)
         : this.apart(nested(), () => this.sendAlone(args, true));
     if (this.ended) return apart();
     const query = client.query as (...a: unknown[]) => Promise<unknown>;

@@ -43,6 +43,14 @@
  * the outcome as `apart` does: once committed, stream on a runner of its own (as
  * `runnerAfterEnd` does for a transaction), refuse only after a rollback; and in any refusal
  * after a commit, say so (`TransactionEndedError(committed)` names the case).
+ *
+ * Fixed (session of 2026-12-06, third): `streamFrom` past the end goes through `apart` as
+ * `queryFrom` does: once the request committed, the stream runs on a runner of its own
+ * (`streamAlone`, its connection given back once node-postgres is through with the stream:
+ * `endOf`), refused only after a rollback (or inside a nested transaction the end cut short,
+ * with the 'committed' message); lib/data-layers/lazy-transaction.ts. The pool seam's
+ * submittable past the end (request-transaction.ts `sendNow`) now does the same through
+ * `sentAfterEnd`. docs/guides/data-layers.md says so.
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
@@ -154,7 +162,7 @@ describe('adversary 88 orm: a held repository’s stream after the answer commit
     expect(await scenario('idem-again', 'c2')).toEqual({ status: 201, committed: 1, streamed: 1 });
   }, 30_000);
 
-  it.skip('keyed, the repository held from the request: the stream runs on its own once the answer committed (Not fixed (round 88): found by review)', async () => {
+  it('keyed, the repository held from the request: the stream runs on its own once the answer committed', async () => {
     expect(await scenario('idem', 'i1')).toEqual({ status: 201, committed: 1, streamed: 1 });
   }, 30_000);
 });
