@@ -1006,7 +1006,9 @@ export class LazyTransaction extends RequestTransaction {
     // `from`: the view it came through (see `viewOf`), or the runner for the library's own.
     const queryFrom = async (from: unknown, args: unknown[]) => {
       if (this.ended) {
-        return this.apart(internals.transactionDepth > 1, () => this.readAlone(args));
+        return this.apart(internals.transactionDepth > 1, () =>
+          this.readAlone(args, false, 'as-the-pool'),
+        );
       }
       const refused = this.refusalOf(args[0]);
       if (refused) throw refused;
@@ -1059,7 +1061,7 @@ export class LazyTransaction extends RequestTransaction {
       // ended transaction's runner, which has no connection to give (adversary 87).
       const send = () =>
         this.ended
-          ? this.apart(nested, () => this.readAlone(args))
+          ? this.apart(nested, () => this.readAlone(args, false, 'as-the-pool'))
           : (query(...args) as Promise<unknown>);
       let sent: Promise<unknown>;
       if (from === runner) {
@@ -1359,16 +1361,26 @@ export class LazyTransaction extends RequestTransaction {
     }
   }
 
-  /** `readOnly`: its statement in a read-only transaction of its round trip (`readingOnly`). */
-  private async readAlone(args: unknown[], readOnly = false): Promise<unknown> {
+  /**
+   * `readOnly`: its statement in a read-only transaction of its round trip (`readingOnly`).
+   * `wait`: `'as-the-pool'` for its code's statement sent past the end (work the handler left
+   * running), which without the library waits in the pool's queue: under the library's
+   * deadline it was lost when the pool was busy, where the app's pool would have run it a
+   * moment later (as on the pool seam, `sendAlone(args, true)`).
+   */
+  private async readAlone(
+    args: unknown[],
+    readOnly = false,
+    wait: number | 'as-the-pool' = this.timeoutMs,
+  ): Promise<unknown> {
     const runner = ownQueryRunner(this.dataSource);
     const internals = runner as unknown as RunnerInternals;
-    // Its connection is waited for at most the module's deadline, as every wait of the
+    // Else its connection is waited for at most the module's deadline, as every wait of the
     // library's is: TypeORM's own connect has no bound, and a database that stopped answering
     // held the request (and its key) with no answer at all.
     let client: PoolClient | undefined;
     internals.connect = async () => {
-      client ??= await acquire(this.pool(), this.timeoutMs);
+      client ??= await acquire(this.pool(), wait);
       internals.databaseConnection = readOnly ? readingOnly(client) : client;
       return internals.databaseConnection;
     };

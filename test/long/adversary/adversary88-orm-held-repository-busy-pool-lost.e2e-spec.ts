@@ -50,6 +50,14 @@
  * end (`queryFrom`'s `this.ended` branch and `send`'s), acquire with `'as-the-pool'`, as
  * `RequestTransaction.sendAlone(args, true)` does; keep `timeoutMs` for the plain read before
  * the first write, which the handler awaits inside the request.
+ *
+ * Fixed (session of 2026-12-06, third): `readAlone` takes how long to wait for its connection;
+ * the statements of its code sent past the end (`queryFrom`'s `this.ended` branch and its
+ * `send`, adversary 87) wait `'as-the-pool'`, as the pool seam's `sendAlone(args, true)` does;
+ * the plain read before the first write and the library's own keep `databaseTimeoutMs`.
+ * lib/data-layers/lazy-transaction.ts. (The connection a view's `connect()` and a stream get
+ * past the end wait the same way: `clientAfterEnd`, `streamAlone`.) The docs already promised
+ * this (docs/guides/data-layers.md).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
@@ -168,7 +176,7 @@ describe('adversary 88 orm: a held repository’s write after the answer, on a b
     });
   }, 30_000);
 
-  it.skip('keyed, the pool busy: the write waits for a connection as without the library, and lands (Not fixed (round 88): found by review)', async () => {
+  it('keyed, the pool busy: the write waits for a connection as without the library, and lands', async () => {
     expect(await scenario('idem', 'i1', true)).toEqual({
       status: 201,
       outcome: 'landed',
