@@ -69,7 +69,8 @@ import {
   READ_SETTINGS,
   restoreNestedState,
 } from '../connection/session-state.js';
-import { ownQueryRunner } from '../transaction/transaction-scope.js';
+import { ownQueryRunner, transactionScope } from '../transaction/transaction-scope.js';
+import { placeOfView, type ScopeOfUse } from './view-place.js';
 import {
   asError,
   isSubmittable,
@@ -385,6 +386,38 @@ export class LazyTransaction extends RequestTransaction {
   }
 
   /**
+   * A view of its runner for a runner made elsewhere and used in its scope (a repository kept
+   * from another request, a runner made outside any scope: `runnerView`'s `elsewhere`,
+   * `joiningWhereUsed`), while it is open; undefined otherwise.
+   */
+  openRunner(dataSource: DataSource): QueryRunner | undefined {
+    if (!this.joinable || dataSource !== this.dataSource || this.ended) return undefined;
+    return this.viewOf(this.ensureRunner());
+  }
+
+  /**
+   * How a statement of one of its views, sent now, runs when it is not the request's own
+   * (`placeOfView`): `work` as it is (on its own, now), or once the other request it was sent
+   * from ended; undefined for the request's own (as always). A scope whose transaction it
+   * joins never asks: the view hands everything to that one's (`viewOf`).
+   */
+  private elsewhereNow(): (<T>(work: () => Promise<T>) => Promise<T>) | undefined {
+    const store = transactionScope.getStore();
+    const scope: ScopeOfUse =
+      store === this
+        ? 'home'
+        : store === undefined
+          ? 'none'
+          : store instanceof LazyTransaction && store.ended
+            ? 'ended-request'
+            : 'apart';
+    const place = placeOfView(scope, this.ended);
+    if (place === 'apart') return (work) => work();
+    if (place === 'after-its-end') return (work) => (store as LazyTransaction).apart(false, work);
+    return undefined;
+  }
+
+  /**
    * What one `createQueryRunner()` gets: a view of the one runner, so that the runner tells a
    * nested transaction's statements (through the view that started it) from those beside it.
    * The library's own statements go through the runner itself. To a save (`protectSaves`)
@@ -405,8 +438,25 @@ export class LazyTransaction extends RequestTransaction {
     // which waits for the end's outcome, as one made after it would, and gives its connection
     // back when that transaction ends. Its statements outside a transaction run apart, each
     // on a connection it gives back (`queryFrom`).
-    const apart = () =>
-      this.ended && internals.transactionDepth <= 1 ? this.runnerAfterEnd() : undefined;
+    const apart = () => {
+      // Used from another scope that it does not join (`outside()`, no request's): on a
+      // runner of its own, as without the library (`elsewhereNow`).
+      const away = this.elsewhereNow();
+      if (away) return this.runnerApart(away);
+      return this.ended && internals.transactionDepth <= 1 ? this.runnerAfterEnd() : undefined;
+    };
+    // Kept (a repository a service looked up once) and used in another open transaction's
+    // scope: that one's view, one per scope, from its first use there (`openRunner`).
+    const joined = new WeakMap<object, QueryRunner>();
+    const elsewhere = (): QueryRunner | undefined => {
+      const store = transactionScope.getStore();
+      if (store === undefined || store === this) return undefined;
+      const known = joined.get(store);
+      if (known) return known;
+      const view = store.openRunner?.(this.dataSource);
+      if (view) joined.set(store, view);
+      return view;
+    };
     return runnerView(
       runner,
       (view) => {
@@ -438,6 +488,7 @@ export class LazyTransaction extends RequestTransaction {
       apart,
       // What `await using` commits at the end of its scope: its code's own transaction.
       (view) => this.nested.hasUncommitted(view as object),
+      elsewhere,
     );
   }
 
@@ -605,10 +656,15 @@ export class LazyTransaction extends RequestTransaction {
    * it then runs apart if the request committed, and is refused if it rolled back.
    */
   private runnerAfterEnd(): QueryRunner {
+    return this.runnerApart((work) => this.afterEnd(work));
+  }
+
+  /** A runner of the DataSource's own whose connection is taken through `wait`. */
+  private runnerApart(wait: <T>(work: () => Promise<T>) => Promise<T>): QueryRunner {
     const runner = ownQueryRunner(this.dataSource);
     const internals = runner as unknown as RunnerInternals;
     const connect = runner.connect.bind(runner);
-    internals.connect = () => this.afterEnd(connect);
+    internals.connect = () => wait(connect);
     return runner;
   }
 
@@ -670,6 +726,9 @@ export class LazyTransaction extends RequestTransaction {
     // a rollback, or inside a nested transaction that the end cut short (`apart`).
     const connectFrom = (view: unknown) => {
       if (view === runner) return connect();
+      // Used from another scope that it does not join: a connection of its own, now.
+      const away = this.elsewhereNow();
+      if (away) return away(() => this.clientAfterEnd(view as object));
       if (this.ended) {
         return this.apart(internals.transactionDepth > 1, () =>
           this.clientAfterEnd(view as object),
@@ -1005,6 +1064,10 @@ export class LazyTransaction extends RequestTransaction {
     };
     // `from`: the view it came through (see `viewOf`), or the runner for the library's own.
     const queryFrom = async (from: unknown, args: unknown[]) => {
+      // A view used from another scope that it does not join (`outside()`, no request's while
+      // its own is open): on its own, as without the library (`elsewhereNow`).
+      const away = from === runner ? undefined : this.elsewhereNow();
+      if (away) return away(() => this.readAlone(args, false, 'as-the-pool'));
       if (this.ended) {
         return this.apart(internals.transactionDepth > 1, () =>
           this.readAlone(args, false, 'as-the-pool'),
@@ -1095,6 +1158,8 @@ export class LazyTransaction extends RequestTransaction {
     this.keepSettingsOf = keepSettings;
     const stream = runner.stream.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     const streamFrom = async (from: unknown, args: unknown[]) => {
+      const away = from === runner ? undefined : this.elsewhereNow();
+      if (away) return away(() => this.streamAlone(args));
       // Past the end (a repository held by work the handler left running): as its other
       // statements (`queryFrom`), once the request committed, on a runner of its own.
       if (this.ended) {

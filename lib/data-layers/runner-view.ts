@@ -29,6 +29,12 @@ export function runnerView(
    * asked yet): what its `[Symbol.asyncDispose]` commits (see `disposeOf`).
    */
   ownOpen?: (view: QueryRunner) => boolean,
+  /**
+   * The runner the view stands for when used now, or undefined for its own: a view of the
+   * transaction of the scope it is used in, when that is not its request's (a repository kept
+   * from one request and used in another: `LazyTransaction.viewOf`). Asked at each use.
+   */
+  elsewhere?: () => QueryRunner | undefined,
 ): QueryRunner {
   let manager: EntityManager | undefined;
   let data: QueryRunner['data'] = {};
@@ -48,6 +54,10 @@ export function runnerView(
   };
   const view: QueryRunner = new Proxy(runner, {
     get(target, property) {
+      // Used in another transaction's scope: everything is that one's view's, its methods
+      // called on it (its statements, its nested transactions, its manager, its `data`).
+      const joined = own ? undefined : elsewhere?.();
+      if (joined) return boundOf(joined, property);
       if (property === 'manager') return (manager ??= managerOf(view));
       if (property === 'data') return own ? own.data : data;
       // Its `data` goes with it (a save wrote its `{ data }` on the view before it started
@@ -102,6 +112,8 @@ export function runnerView(
       return Reflect.get(target, property) as unknown;
     },
     set(target, property, value) {
+      const joined = own ? undefined : elsewhere?.();
+      if (joined) return Reflect.set(joined, property, value);
       if (property === 'data') {
         if (own) own.data = value;
         else data = value;
@@ -113,6 +125,13 @@ export function runnerView(
     },
   });
   return view;
+}
+
+/** `runner`'s `property`, a method bound to it (called on it, as TypeORM's own calls are). */
+function boundOf(runner: QueryRunner, property: string | symbol): unknown {
+  const value = Reflect.get(runner, property) as unknown;
+  if (typeof value !== 'function' || property === 'constructor') return value;
+  return (value as (...args: unknown[]) => unknown).bind(runner);
 }
 
 /** `Symbol.asyncDispose`, where the runtime has it (TypeORM 1.x's runners are `AsyncDisposable`). */

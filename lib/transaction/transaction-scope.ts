@@ -22,6 +22,12 @@ export interface JoinableTransaction {
    * one (another DataSource, or a transaction that is not joinable).
    */
   joinedRunner?(dataSource: DataSource, mode: ReplicationMode): QueryRunner | undefined;
+  /**
+   * A view of its open transaction's runner for `dataSource`, for a runner made elsewhere
+   * (outside any scope, or in another request's) and used in this scope; undefined when it
+   * has none to offer (ended, not joinable, another DataSource): the runner is then its own.
+   */
+  openRunner?(dataSource: DataSource): QueryRunner | undefined;
   /** What `pool.query()` and `pool.connect()` of `pool` do in the scope; undefined: as always. */
   joinedPool?(pool: object): PoolJoin | undefined;
   /** A pool of the same class as the joined one was used in the scope (see `watchOtherPools`). */

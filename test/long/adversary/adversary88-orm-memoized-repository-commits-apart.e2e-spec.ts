@@ -57,6 +57,20 @@
  * (the request rolls back), naming the kept repository or manager; never run it apart.
  * Likewise a view's statement from no request scope at all after its request ended is work
  * left running, as now.
+ *
+ * Fixed (session of 2026-12-06, third): a view of a request's runner asks, at each use, which
+ * transaction scope it is used in (`transactionScope.getStore()`): in another open transaction's
+ * of the same DataSource it hands everything to a view of that one's
+ * (`JoinableTransaction.openRunner`, one per scope, from its first use there: its statements,
+ * nested transactions, manager and `data`); in `outside()`, or with no scope while its own
+ * request is open, it runs on its own now (each statement on a connection it gives back, a
+ * transaction on a runner of its own); in another request's scope past that one's end, as that
+ * request's left work; in its own request's scope as before. The decision is pure: lib/data-
+ * layers/view-place.ts (`placeOfView`, table-driven spec); the redirect is runner-view.ts's
+ * `elsewhere`; lazy-transaction.ts `openRunner`, `elsewhereNow`, `runnerApart`. Docs:
+ * transactions.md ("How the handler's code reaches the transaction"), data-layers.md ("Work
+ * queued across requests"). The header's `outside()` variant is now a case of this file (with
+ * its control).
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
@@ -104,12 +118,43 @@ class FreshLedger {
   }
 }
 
+/**
+ * The header's `outside()` variant: an attempt row meant to commit on its own, through a
+ * repository taken in the request (`inside`) or inside `outside()` (the control).
+ */
+@Injectable()
+class Attempts {
+  constructor(private readonly tx: IdempotentTransaction) {}
+
+  async record(tag: string, inside: boolean) {
+    const kept = inside ? this.tx.getRepository(Entry) : undefined;
+    await IdempotentTransaction.outside(() =>
+      (kept ?? this.tx.getRepository(Entry)).insert({ tag: `${tag}-attempt` }),
+    );
+    confirm(tag);
+    return { tag };
+  }
+}
+
 @Controller()
 class LedgerController {
   constructor(
     private readonly memo: MemoLedger,
     private readonly fresh: FreshLedger,
+    private readonly attempts: Attempts,
   ) {}
+
+  @Post('attempt-kept')
+  @Idempotent()
+  attemptKept(@Body() body: { tag: string }) {
+    return this.attempts.record(body.tag, true);
+  }
+
+  @Post('attempt-fresh')
+  @Idempotent()
+  attemptFresh(@Body() body: { tag: string }) {
+    return this.attempts.record(body.tag, false);
+  }
 
   @Post('memo')
   @Idempotent()
@@ -131,7 +176,7 @@ describe('adversary 88 orm: a repository kept from an earlier request writes apa
   beforeAll(async () => {
     fixture = await startTypeormApp('adv88_orm_memo_repository', {
       controllers: [LedgerController],
-      providers: [MemoLedger, FreshLedger],
+      providers: [MemoLedger, FreshLedger, Attempts],
       entities: [Entry],
       imports: [TypeOrmModule.forFeature([Entry])],
       max: 4,
@@ -174,7 +219,27 @@ describe('adversary 88 orm: a repository kept from an earlier request writes apa
     expect(await scenario('fresh', 'c1')).toEqual({ statuses: [201, 503, 201], rows: ['c1-b'] });
   }, 30_000);
 
-  it.skip('a kept repository: the failed try’s row rolled back with it, one row for the key (Not fixed (round 88): found by review)', async () => {
+  async function attempt(route: 'attempt-kept' | 'attempt-fresh', tag: string) {
+    downOnce.add(tag);
+    const answer = await request(app.getHttpServer())
+      .post(`/${route}`)
+      .set('Idempotency-Key', `key-${tag}`)
+      .send({ tag });
+    const { rows } = await fixture.admin.query('SELECT 1 FROM adv88_memo_entries WHERE tag = $1', [
+      `${tag}-attempt`,
+    ]);
+    return { status: answer.status, attempts: rows.length };
+  }
+
+  it('control: outside(), the repository looked up inside it: the attempt commits on its own', async () => {
+    expect(await attempt('attempt-fresh', 'o1')).toEqual({ status: 503, attempts: 1 });
+  }, 30_000);
+
+  it('outside(), a repository taken in the request: the attempt commits on its own too (added by the fixer)', async () => {
+    expect(await attempt('attempt-kept', 'o2')).toEqual({ status: 503, attempts: 1 });
+  }, 30_000);
+
+  it('a kept repository: the failed try’s row rolled back with it, one row for the key', async () => {
     expect(await scenario('memo', 'm1')).toEqual({ statuses: [201, 503, 201], rows: ['m1-b'] });
   }, 30_000);
 });

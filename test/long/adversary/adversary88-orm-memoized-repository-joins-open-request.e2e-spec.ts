@@ -40,6 +40,19 @@
  * Suggested fix: as adversary88-orm-memoized-repository-commits-apart: a statement through a
  * view of request A sent from request B's scope is B's (join B's transaction) or is refused
  * clearly, B rolling back; never run in A's transaction.
+ *
+ * Fixed (session of 2026-12-06, third): a view of a request's runner asks, at each use, which
+ * transaction scope it is used in (`transactionScope.getStore()`): in another open transaction's
+ * of the same DataSource it hands everything to a view of that one's
+ * (`JoinableTransaction.openRunner`, one per scope, from its first use there: its statements,
+ * nested transactions, manager and `data`); in `outside()`, or with no scope while its own
+ * request is open, it runs on its own now (each statement on a connection it gives back, a
+ * transaction on a runner of its own); in another request's scope past that one's end, as that
+ * request's left work; in its own request's scope as before. The decision is pure: lib/data-
+ * layers/view-place.ts (`placeOfView`, table-driven spec); the redirect is runner-view.ts's
+ * `elsewhere`; lazy-transaction.ts `openRunner`, `elsewhereNow`, `runnerApart`. Docs:
+ * transactions.md ("How the handler's code reaches the transaction"), data-layers.md ("Work
+ * queued across requests").
  */
 import { Body, Controller, type INestApplication, Injectable, Post } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
@@ -166,7 +179,7 @@ describe('adversary 88 orm: a repository kept from a request still open writes i
     expect(await scenario('fresh', 'c1')).toEqual({ statuses: [503, 201, 201], rows: ['c1-b'] });
   }, 30_000);
 
-  it.skip('a kept repository: B’s row is B’s own, kept with its stored 201 (Not fixed (round 88): found by review)', async () => {
+  it('a kept repository: B’s row is B’s own, kept with its stored 201', async () => {
     expect(await scenario('memo', 'm1')).toEqual({ statuses: [503, 201, 201], rows: ['m1-b'] });
   }, 30_000);
 });
