@@ -70,8 +70,54 @@ export function joinTransactionsOf(dataSource: DataSource): void {
     mode: ReplicationMode = 'master',
   ): QueryRunner {
     refuseRetriedTry();
-    return transactionScope.getStore()?.joinedRunner?.(this, mode) ?? own.call(this, mode);
+    const store = transactionScope.getStore();
+    if (store) return store.joinedRunner?.(this, mode) ?? own.call(this, mode);
+    // Made outside any scope (a `Scope.REQUEST` provider's runner, made as Nest builds it,
+    // before `@Idempotent()` enters the request's scope): joins the scope it is used in.
+    return joiningWhereUsed(this, own.call(this, mode));
   };
+}
+
+/**
+ * A runner made outside every transaction scope, which stands for a view of the open
+ * transaction of the scope it is used in (`openRunner`), one per scope, from its first use
+ * there: a unit of work made in a request-scoped provider's constructor writes in the
+ * request's transaction, as one made in the handler does, not on its own (adversary 88:
+ * a failed try's row committed, and the retry wrote it again). One with a transaction of its
+ * own open (begun outside) stays itself. Outside any scope it is the runner it always was.
+ */
+function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRunner {
+  const joined = new WeakMap<JoinableTransaction, QueryRunner>();
+  const elsewhere = (): QueryRunner | undefined => {
+    const store = transactionScope.getStore();
+    if (!store) return undefined;
+    const known = joined.get(store);
+    if (known) return known;
+    if (runner.isTransactionActive) return undefined;
+    const view = store.openRunner?.(dataSource);
+    if (view) joined.set(store, view);
+    return view;
+  };
+  const standing: QueryRunner = new Proxy(runner, {
+    get(target, property, receiver) {
+      const view = elsewhere();
+      if (!view) return Reflect.get(target, property, receiver) as unknown;
+      const value = Reflect.get(view, property) as unknown;
+      return typeof value === 'function' && property !== 'constructor'
+        ? (value as (...args: unknown[]) => unknown).bind(view)
+        : value;
+    },
+    set(target, property, value, receiver) {
+      const view = elsewhere();
+      return view
+        ? Reflect.set(view, property, value)
+        : Reflect.set(target, property, value, receiver);
+    },
+  });
+  // Its manager (kept by its code: `get manager() { return this.runner.manager }`, or taken
+  // in the provider's constructor) runs on it, not on the runner underneath.
+  Object.assign(runner, { manager: dataSource.createEntityManager(standing) });
+  return standing;
 }
 
 /** A runner of the DataSource's own, never joined: for the library's own transactions. */
