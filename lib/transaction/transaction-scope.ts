@@ -116,7 +116,15 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
   });
   // Its manager (kept by its code: `get manager() { return this.runner.manager }`, or taken
   // in the provider's constructor) runs on it, not on the runner underneath.
-  Object.assign(runner, { manager: dataSource.createEntityManager(standing) });
+  // Its broadcaster too: its subscribers get it as `event.queryRunner`, as TypeORM hands
+  // them the runner its code holds.
+  const broadcaster = (
+    runner as unknown as { broadcaster?: { constructor: new (r: unknown) => object } }
+  ).broadcaster;
+  Object.assign(runner, {
+    manager: dataSource.createEntityManager(standing),
+    ...(broadcaster ? { broadcaster: new broadcaster.constructor(standing) } : {}),
+  });
   return standing;
 }
 
