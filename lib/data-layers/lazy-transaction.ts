@@ -411,7 +411,7 @@ export class LazyTransaction extends RequestTransaction {
           : store instanceof LazyTransaction && store.ended
             ? 'ended-request'
             : 'apart';
-    const place = placeOfView(scope, this.ended);
+    const place = placeOfView(scope);
     if (place === 'apart') return (work) => work();
     if (place === 'after-its-end') return (work) => (store as LazyTransaction).apart(false, work);
     return undefined;

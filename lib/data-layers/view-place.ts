@@ -31,14 +31,16 @@ export type ViewPlace = 'home' | 'join' | 'after-its-end' | 'apart';
  * committed on its own and its retry wrote it again; run in its home's still-open transaction,
  * it was rolled back with that request while the other stored its 201 (adversary 88).
  */
-export function placeOfView(scope: ScopeOfUse, homeEnded: boolean): ViewPlace {
+export function placeOfView(scope: ScopeOfUse): ViewPlace {
   switch (scope) {
     case 'home':
       return 'home';
     case 'none':
-      // Past its home's end, work its home left running (as before); while its home is open,
-      // code of no request's: on its own, as without the library.
-      return homeEnded ? 'home' : 'apart';
+      // No scope: most often its home's own code whose async context a library lost (a
+      // callback-style client, a custom thenable), which must stay in its home's transaction:
+      // run apart, a failed try's write would commit on its own. So as its home decides,
+      // whether its home is open or ended (past its end: work it left running).
+      return 'home';
     case 'joins':
       return 'join';
     case 'ended-request':
