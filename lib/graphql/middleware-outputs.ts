@@ -12,6 +12,7 @@ import { type GraphqlModule } from './graphql-module.js';
 import { aliasGroups, markErrorUnder, mergedAnswers } from './merged-aliases.js';
 import { keptParent, parentData, parentLosses } from './app-parents.js';
 import { keepsOwnMember } from './kept-member.js';
+import { sharedParents } from './alias-parents.js';
 import { indexItems, indexItemsUnread, mayHoldMemberList } from './item-indexes.js';
 import { noteOwnLocated } from './jit-located.js';
 import { argumentsOf, namedStepsOf } from './named-path.js';
@@ -566,10 +567,24 @@ export function outputValue(
       };
       const resolution = fieldResolution(concrete, name);
       if (keepsOwnMember(graphql, resolution, definition.type, member, wires)) continue;
+      // A property: every alias reads the one object, rebuilt over the data kept at any of
+      // them (alias-parents.ts), so the kept value wins whichever alias merges first.
+      const grouping =
+        resolution === 'property'
+          ? {
+              ...conversion,
+              parents: sharedParents(
+                conversion.parents,
+                groups.flatMap(({ storedKey }) =>
+                  storedKey === undefined ? [] : [`${key}.${storedKey}`],
+                ),
+              ),
+            }
+          : conversion;
       for (const { storedKey, nodes: grouped } of groups) {
         if (storedKey === undefined) continue;
         const built = outputValue(
-          conversion,
+          grouping,
           definition.type,
           stored[storedKey],
           grouped,

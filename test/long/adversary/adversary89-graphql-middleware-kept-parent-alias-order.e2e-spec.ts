@@ -52,6 +52,12 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * data win over another alias's rebuilt leaf: merge the kept alias's value last, or rebuild
  * every alias group over the same kept data (the parents at each alias's key, whichever was
  * kept), so that the merged value holds what the resolver read at the first answer.
+ *
+ * Fixed (session of 2026-12-06, third): a property selected under several aliases is one
+ * object, so each alias's stored value is rebuilt over the own data kept at any of them
+ * (lib/graphql/alias-parents.ts `sharedParents`, used by `outputValue` in
+ * lib/graphql/middleware-outputs.ts): `b`'s `id` is the kept `7` too (it writes `"7"`, as
+ * the answer did), and the merge holds the kept value whichever alias comes first.
  */
 let pool: Pool;
 
@@ -167,7 +173,7 @@ describe('adversary 89: a kept parent under two aliases inside a middleware outp
     );
   });
 
-  it.skip('the alias without the resolver first: the replay is the first answer (Not fixed (round 89): found by review)', async () => {
+  it('the alias without the resolver first: the replay is the first answer', async () => {
     await replayOf(
       'adv89-kept-alias-second',
       'mutation { createOrder { id customer { b: row { id name } a: row { id nextSeat } } } }',
