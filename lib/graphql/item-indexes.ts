@@ -2,6 +2,7 @@ import { type FieldNode, type GraphQLObjectType, type GraphQLOutputType } from '
 import { listItems } from './completed-output.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { nestField } from './nest-fields.js';
+import { fieldResolution } from './resolved-fields.js';
 import { joinKey, type OutputSelection } from './output-names.js';
 import { selectedFields } from './selection.js';
 
@@ -199,6 +200,10 @@ export function indexItems(
       for (const [each, fieldNodes] of chosen) {
         const definition = fields[each];
         if (!definition || !mayHoldMemberList(graphql, definition.type)) continue;
+        // Behind middleware of its own: the property is the middleware's input, never what
+        // GraphQL completes (a filtered list: other items, other indexes); that field's own
+        // wrapper marks its output (middleware-outputs.ts; adversary 89).
+        if (fieldResolution(object, each) === 'middleware') continue;
         const property = nestField(object.name, each)?.property ?? each;
         // A getter is GraphQL's to read, once: what it gives (new objects on each read, a
         // load) is marked as GraphQL resolves its field (`indexItemsUnread`, adversary 83).
