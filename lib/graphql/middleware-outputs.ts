@@ -16,6 +16,7 @@ import { sharedParents } from './alias-parents.js';
 import { indexItems, indexItemsUnread, mayHoldMemberList } from './item-indexes.js';
 import { noteOwnLocated } from './jit-located.js';
 import { argumentsOf, namedStepsOf } from './named-path.js';
+import { answeredMemberAt } from './answered-members.js';
 import { namesInside } from './output-names.js';
 import { nestField } from './nest-fields.js';
 import { notStoredField } from './not-stored-field.js';
@@ -97,8 +98,11 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
         info,
       ) {
         const path = pathOf(info);
-        const named = () => namedStepsOf(graphql, info, type.name);
-        const viaApp = (rootLength: number) => appResolvedBetween(graphql, info, rootLength);
+        // The member each abstract value above was answered as (graphql-jit tells none).
+        const memberOf = (place: readonly (string | number)[]) => answeredMemberAt(context, place);
+        const named = () => namedStepsOf(graphql, info, type.name, undefined, memberOf);
+        const viaApp = (rootLength: number) =>
+          appResolvedBetween(graphql, info, rootLength, memberOf);
         const replayed = replayedOutputAt(context, path, named, viaApp);
         if (!replayed) {
           const selection = {
@@ -327,21 +331,25 @@ function markListsOf(graphql: GraphqlModule, schema: GraphQLSchema, type: GraphQ
  * first `rootLength` steps of the path) and the field GraphQL is resolving: each step's field
  * found by its response key in the operation, under the type graphql-js' `typename` tells, or
  * where it tells none (graphql-jit: adversary 84), under the type the schema gives the field
- * above (each member that selects it, under a union or interface). Not found: none is known.
+ * above: under a union or interface, the member the replay answered its value as
+ * (`memberOf`, answered-members.ts), else each member that selects it (adversary 89: one of
+ * them an app's field is one between). Not found: none is known.
  */
 function appResolvedBetween(
   graphql: GraphqlModule,
   info: GraphQLResolveInfo,
   rootLength: number,
+  memberOf?: (place: readonly (string | number)[]) => string | undefined,
 ): boolean {
   let length = 0;
   for (let at: GraphQLResolveInfo['path'] | undefined = info.path; at; at = at.prev) length++;
   let found = false;
-  namedStepsOf(graphql, info, undefined, (index, type, name) => {
+  const onField = (index: number, type: GraphQLObjectType, name: string) => {
     if (index >= rootLength && index < length - 1 && fieldResolution(type, name) === 'app') {
       found = true;
     }
-  });
+  };
+  namedStepsOf(graphql, info, undefined, onField, memberOf);
   return found;
 }
 

@@ -133,6 +133,59 @@ describe('namedSteps', () => {
   });
 });
 
+describe('namedSteps under a union without typenames (graphql-jit)', () => {
+  const schema = graphql.buildSchema(`
+    type Query { ping: Int }
+    type Line { label: String }
+    type Quote { quoteLines: [Line], lines: [Line] }
+    type Order { lines: [Line] }
+    union Placed = Quote | Order
+    type Mutation { place: Placed }
+  `);
+  const query =
+    'mutation { place { ... on Quote { items: quoteLines { label } } ' +
+    '... on Order { items: lines { label } } } }';
+  const operation = graphql.parse(query).definitions[0] as OperationDefinitionNode;
+  const path: PathStep[] = [{ key: 'place' }, { key: 'items' }, { key: 0 }, { key: 'label' }];
+  it.each<{ name: string; member?: string; steps: string[] | undefined; told: string[] }>([
+    {
+      name: 'the member unknown, one key two fields: no named step, each field told',
+      steps: undefined,
+      told: ['0 Mutation.place', '1 Quote.quoteLines', '1 Order.lines'],
+    },
+    {
+      name: 'the member answered a Quote: its own field alone',
+      member: 'Quote',
+      steps: ['place', 'quoteLines', '0', 'label'],
+      told: ['0 Mutation.place', '1 Quote.quoteLines', '3 Line.label'],
+    },
+    {
+      name: 'the member answered an Order: its own field alone',
+      member: 'Order',
+      steps: ['place', 'lines', '0', 'label'],
+      told: ['0 Mutation.place', '1 Order.lines', '3 Line.label'],
+    },
+    {
+      name: 'a member the union does not hold: each member, as unknown',
+      member: 'Line',
+      steps: undefined,
+      told: ['0 Mutation.place', '1 Quote.quoteLines', '1 Order.lines'],
+    },
+  ])('$name', ({ member, steps, told }) => {
+    const seen: string[] = [];
+    const found = namedSteps(
+      graphql,
+      { schema, operation, fragments: {}, variables: {} },
+      path,
+      (i, type, name) => seen.push(`${i} ${type.name}.${name}`),
+      // The value at `place` (the first step) was answered as `member`.
+      (index) => (index === 1 ? member : undefined),
+    );
+    expect(found).toEqual(steps);
+    expect(seen).toEqual(told);
+  });
+});
+
 describe('namedStepsOf', () => {
   const schema = graphql.buildSchema(`
     type Query { ping: Int }

@@ -46,6 +46,7 @@ export function namedSteps(
   source: NamedPathSource,
   path: readonly PathStep[],
   onField?: (index: number, type: GraphQLObjectType, name: string) => void,
+  memberAt?: (index: number) => string | undefined,
 ): string[] | undefined {
   const { schema, fragments, variables } = source;
   // The operation as the parent of its root fields.
@@ -62,13 +63,21 @@ export function namedSteps(
       continue;
     }
     const type = typename === undefined ? told : schema.getType(typename);
-    // No `typename` under a union or interface (graphql-jit): each member that selects the
-    // response key, where all of them name the same field with the same arguments.
+    // No `typename` under a union or interface (graphql-jit): the member the parent value was
+    // answered as, where it is known (`memberAt`: adversary 89); else each member that
+    // selects the response key, where all of them name the same field with the same arguments.
+    const member = type && graphql.isAbstractType(type) ? memberAt?.(index) : undefined;
+    const answered = member === undefined ? undefined : schema.getType(member);
     const types =
       type && graphql.isAbstractType(type) && typename === undefined
-        ? schema.getPossibleTypes(type)
+        ? answered && graphql.isObjectType(answered) && schema.isSubType(type, answered)
+          ? [answered]
+          : schema.getPossibleTypes(type)
         : [type];
     let found: { step: string; nodes: FieldNode[]; next: unknown } | undefined;
+    // Members that name the response key as different fields: no one named step, but each
+    // member's field is told (`onField`: an app's field of any of them is one there).
+    let differ = false;
     for (const each of types) {
       if (!each || !graphql.isObjectType(each)) return undefined;
       const selection = { nodes, fragments, variables };
@@ -77,14 +86,14 @@ export function namedSteps(
         if (matching.length === 0) continue;
         const definition = each.getFields()[name];
         const step = name + argumentsOf(graphql, definition, matching[0], variables);
-        if (found && found.step !== step) return undefined;
         const next = definition && graphql.getNamedType(definition.type);
-        if (found && found.next !== next) return undefined;
         onField?.(index, each, name);
-        found = { step, nodes: [...(found?.nodes ?? []), ...matching], next };
+        if (found && (found.step !== step || found.next !== next)) differ = true;
+        found ??= { step, nodes: [], next };
+        found.nodes.push(...matching);
       }
     }
-    if (!found) return undefined;
+    if (!found || differ) return undefined;
     steps.push(found.step);
     told = found.next;
     nodes = found.nodes;
@@ -120,6 +129,7 @@ export function namedStepsOf(
   info: GraphQLResolveInfo,
   own?: string,
   onField?: (index: number, type: GraphQLObjectType, name: string) => void,
+  memberOf?: (place: readonly (string | number)[]) => string | undefined,
 ): string[] | undefined {
   const path: PathStep[] = [];
   for (let at: GraphQLResolveInfo['path'] | undefined = info.path; at; at = at.prev) {
@@ -129,5 +139,8 @@ export function namedStepsOf(
   if (own !== undefined && last && last.typename === undefined)
     path[path.length - 1] = { ...last, typename: own };
   const { schema, operation, fragments, variableValues: variables } = info;
-  return namedSteps(graphql, { schema, operation, fragments, variables }, path, onField);
+  // The member of the value a step is a field of: the value at the steps before it.
+  const memberAt =
+    memberOf && ((index: number) => memberOf(path.slice(0, index).map(({ key }) => key)));
+  return namedSteps(graphql, { schema, operation, fragments, variables }, path, onField, memberAt);
 }

@@ -1,3 +1,4 @@
+import { noteAnsweredMember } from './answered-members.js';
 import { itemIndexes, walkAsTold } from './item-indexes.js';
 import { noteMember } from './output-paths.js';
 import { pathOf } from './stored-at-answer.js';
@@ -116,6 +117,12 @@ function answerFirst(type: GraphQLAbstractType): void {
       if (place) walkAsTold(context, source, place, told);
       return told;
     }
+    // Its place noted, for a driver that tells no field's type under it (graphql-jit: see
+    // answered-members.ts); a list item only where its own place is given.
+    const given = pathOf(info);
+    const listed = String((info as { returnType?: unknown }).returnType ?? '').startsWith('[');
+    const place = memberPath(given, () => (listed ? undefined : []));
+    if (place) noteAnsweredMember(context, place, member);
     // Read, then taken off: the member's own resolvers (a @ResolveField() reading its
     // parent) get the data the first answer gave them, not the replay's marks.
     if (marked && Object.getOwnPropertyDescriptor(marked, REPLAYED_MEMBER_KEY)?.configurable) {

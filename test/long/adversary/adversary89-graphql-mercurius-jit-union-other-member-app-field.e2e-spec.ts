@@ -64,6 +64,13 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  * the stored output's own member at that path) instead of counting an app field of any
  * possible type; where it cannot be told, prefer the stored output when one is stored at that
  * path.
+ *
+ * Fixed (session of 2026-12-06, third): the replay's `resolveType()` wrapper notes the member
+ * it answered each replayed object as, by its place (lib/graphql/answered-members.ts, noted in
+ * lib/graphql/replayed-member.ts); lib/graphql/named-path.ts `namedSteps` reads a union step
+ * without a `typename` by that member (`memberAt`) where it is known, so `appResolvedBetween`
+ * (lib/graphql/middleware-outputs.ts) sees the Quote's own `lines` (a property) and the stored
+ * label is answered.
  */
 let pool: Pool;
 
@@ -206,7 +213,7 @@ describe('adversary 89: Mercurius jit, a union whose other member resolves the s
     await run('adv89-jit-member-fresh', 'PlaceFresh', 'PlaceFreshRetry');
   });
 
-  it.skip('the retry the same document (compiled, jit: 1): the labels as first answered (Not fixed (round 89): found by review)', async () => {
+  it('the retry the same document (compiled, jit: 1): the labels as first answered', async () => {
     await run('adv89-jit-member-same', 'PlaceSame', 'PlaceSame');
   });
 });
