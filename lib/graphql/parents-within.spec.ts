@@ -41,6 +41,32 @@ describe('parentsWithin', () => {
       expected: undefined,
     },
     {
+      name: 'over by more than the data, within its key: the parent with its key left out',
+      parents: { a: mid, b: big },
+      // b's entry: `"b":` (4), its data (1002), a comma.
+      over: 1007,
+      expected: { kept: ['a'], dropped: ['b'] },
+    },
+    {
+      name: 'over by its key and one byte more: the next one too',
+      parents: { a: mid, b: big },
+      over: 1008,
+      expected: { kept: [], dropped: ['b', 'a'] },
+    },
+    {
+      name: 'the one parent, over by its entry and the wrapper: left out with it',
+      // `,"parents":{"row":"x...x"}`: 13 + 6 + 1002.
+      parents: { row: big },
+      over: 1021,
+      expected: { kept: [], dropped: ['row'] },
+    },
+    {
+      name: 'the one parent, over by a byte more than all of it: undefined',
+      parents: { row: big },
+      over: 1022,
+      expected: undefined,
+    },
+    {
       name: 'no parents: undefined',
       parents: {},
       over: 10,

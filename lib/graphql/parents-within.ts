@@ -15,10 +15,20 @@ export interface ParentsWithin {
 }
 
 /**
+ * What the `parents` member of a stored answer takes beyond its entries: `,"parents":{}` (13
+ * bytes), less the one comma between entries that leaving all of them out does not count
+ * twice (each entry is weighed with a comma: see `parentsWithin`).
+ */
+const WRAPPER_BYTES = Buffer.byteLength(',"parents":{}') - 1;
+
+/**
  * The parents with the largest left out (by their JSON's length) until the answer they are
  * stored in, `over` bytes past the limit with all of them, is under it: each left out takes
- * off its own length. Undefined where leaving all of them out is not enough (`over` is more
- * than they weigh), or where the answer is not over the limit (`over <= 0`: nothing to do).
+ * off its entry, `"key":` and its data, and the comma beside it; all of them left out, the
+ * `"parents"` member with them (adversary 89: weighed by their data alone, an answer over by
+ * a few bytes more than that dropped every output). Undefined where leaving all of them out
+ * is not enough (`over` is more than they weigh), or where the answer is not over the limit
+ * (`over <= 0`: nothing to do).
  */
 export function parentsWithin(
   parents: Readonly<Record<string, unknown>>,
@@ -26,14 +36,19 @@ export function parentsWithin(
 ): ParentsWithin | undefined {
   if (over <= 0) return undefined;
   const sizes = Object.entries(parents)
-    .map(([key, data]) => ({ key, size: Buffer.byteLength(JSON.stringify(data) ?? '') }))
+    .map(([key, data]) => ({
+      key,
+      size: Buffer.byteLength(JSON.stringify(data) ?? ''),
+      entry: Buffer.byteLength(`${JSON.stringify(key)}:${JSON.stringify(data) ?? ''},`),
+    }))
     .sort((a, b) => b.size - a.size || (a.key < b.key ? -1 : 1));
   const dropped: string[] = [];
   let left = over;
-  for (const { key, size } of sizes) {
+  for (const { key, entry } of sizes) {
     if (left <= 0) break;
     dropped.push(key);
-    left -= size;
+    left -= entry;
+    if (dropped.length === sizes.length) left -= WRAPPER_BYTES;
   }
   if (left > 0) return undefined;
   const kept: Record<string, unknown> = {};

@@ -56,6 +56,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Suggested fix: in `parentsWithin`, weigh each parent with its key (`"key":` and a comma) and
  * count the wrapper when all are left out; or simply re-encode and check after each parent
  * left out (largest first) until the answer fits.
+ *
+ * Fixed (session of 2026-12-06, third): lib/graphql/parents-within.ts `parentsWithin` weighs
+ * each parent with its entry (`"key":`, its data, a comma) and, all of them left out, the
+ * `,"parents":{}` member: the parent is left out and the outputs stored.
  */
 let pool: Pool;
 
@@ -188,7 +192,7 @@ describe('adversary 89: kept parents left out past maxResponseBytes, by a few by
     await replayOf('adv89-overhead-data', 'placeA');
   });
 
-  it.skip('over by a few bytes more (the parent’s key): the parent left out, the output stored (Not fixed (round 89): found by review)', async () => {
+  it('over by a few bytes more (the parent’s key): the parent left out, the output stored', async () => {
     await replayOf('adv89-overhead-keys', 'placeB');
   });
 });
