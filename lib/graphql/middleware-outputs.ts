@@ -13,6 +13,7 @@ import { aliasGroups, markErrorUnder, mergedAnswers } from './merged-aliases.js'
 import { keptParent, parentData, parentLosses } from './app-parents.js';
 import { keepsOwnMember } from './kept-member.js';
 import { sharedParents } from './alias-parents.js';
+import { aliasErrorsRead, answerAliasRead } from './alias-errors.js';
 import { indexItems, indexItemsUnread, mayHoldMemberList } from './item-indexes.js';
 import { noteOwnLocated } from './jit-located.js';
 import { argumentsOf, namedStepsOf } from './named-path.js';
@@ -86,6 +87,7 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
     if (!roots.includes(type)) {
       keepAppParentsOf(type);
       markListsOf(graphql, schema, type);
+      answerAliasReadsOf(graphql, type);
     }
     for (const field of Object.values(type.getFields())) {
       const own = field.resolve;
@@ -277,6 +279,33 @@ function keepAppParentsOf(type: GraphQLObjectType): void {
       return own.call(this, source, args, context, info);
     };
     noteResolverKind(resolve, 'app');
+    field.resolve = resolve;
+  }
+}
+
+/**
+ * Puts a wrapper on each field of `type` read from its parent's property whose value is an
+ * object (or a list of them): a replay's rebuilt parent holds a read of the library's there
+ * where the field's aliases were each nulled by an error of their own (alias-errors.ts),
+ * which Nest's reader gives as it is; the wrapper reads it for the alias GraphQL resolves.
+ */
+function answerAliasReadsOf(graphql: GraphqlModule, type: GraphQLObjectType): void {
+  for (const field of Object.values(type.getFields())) {
+    if (!graphql.isCompositeType(graphql.getNamedType(field.type))) continue;
+    const kind = fieldResolution(type, field.name);
+    if (kind !== 'property') continue;
+    const own = field.resolve ?? graphql.defaultFieldResolver;
+    const resolve: GraphQLFieldResolver<unknown, unknown> = function (
+      this: unknown,
+      source,
+      args,
+      context,
+      info,
+    ) {
+      return answerAliasRead(own.call(this, source, args, context, info), args, context, info);
+    };
+    // Told as the field was (its resolver's kind read before the wrapper).
+    noteResolverKind(resolve, kind);
     field.resolve = resolve;
   }
 }
@@ -589,6 +618,8 @@ export function outputValue(
               ),
             }
           : conversion;
+      // Each response key's own error, where its alias was nulled (alias-errors.ts).
+      const failed = new Map<string, Error>();
       for (const { storedKey, nodes: grouped } of groups) {
         if (storedKey === undefined) continue;
         const built = outputValue(
@@ -599,8 +630,15 @@ export function outputValue(
           `${key}.${storedKey}`,
           inner,
         );
+        if (built instanceof Error) {
+          for (const node of grouped) {
+            const responseKey = node.alias?.value ?? name;
+            if (!failed.has(responseKey)) failed.set(responseKey, built);
+          }
+        }
         item = mergedAnswers(item, built);
       }
+      if (item instanceof Error) item = aliasErrorsRead(failed, item);
     } else if (fieldResolution(concrete, name) === 'property') {
       // Not selected by the first call: refused, never a made-up null (graphql-js throws it).
       item = notStoredField(graphql, concrete.name, name);

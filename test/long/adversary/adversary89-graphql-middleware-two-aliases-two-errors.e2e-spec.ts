@@ -52,6 +52,12 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * error and a null), keep each alias's own: e.g. rebuild the value as an object whose fields
  * are each alias's failing step, each holding its own error (`email` -> a's, `age` -> b's),
  * so each alias reads its own error where it was, as `errorPlaced` does for one.
+ *
+ * Fixed (session of 2026-12-06, third): where the aliases' rebuilt values are two errors,
+ * `outputValue` (lib/graphql/middleware-outputs.ts) gives the field a read of the library's
+ * that answers each response key its own error (lib/graphql/alias-errors.ts `aliasErrorsRead`);
+ * a wrapper on object-valued property fields (`answerAliasReadsOf`, as Nest's reader never
+ * calls a function it reads) reads it with the field's `info`.
  */
 let pool: Pool;
 
@@ -165,7 +171,7 @@ describe('adversary 89: two aliases of one field inside a middleware output, eac
     );
   });
 
-  it.skip('each alias nulled by an error of its own: the replay is the first answer (Not fixed (round 89): found by review)', async () => {
+  it('each alias nulled by an error of its own: the replay is the first answer', async () => {
     await replayOf(
       'adv89-two-errors',
       'mutation { createOrder { id customer { name a: contact { phone email } b: contact { phone age } } } }',
