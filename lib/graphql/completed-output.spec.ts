@@ -1,5 +1,6 @@
 import * as graphql from 'graphql';
 import { completedOutput, readList } from './completed-output.js';
+import { noteResolverKind } from './resolver-kind.js';
 
 describe('completedOutput', () => {
   const schema = graphql.buildSchema(`
@@ -32,6 +33,9 @@ describe('completedOutput', () => {
     value: unknown;
     members?: Record<string, string>;
     fragments?: string;
+    /** `Address.street` behind middleware of its own, the results its wrapper saw by key. */
+    middleware?: boolean;
+    results?: Record<string, unknown>;
     expected: { value: unknown; errorsAt?: string[] } | undefined;
   }>([
     { name: 'a scalar', field: 'label', selection: 'label', value: 'A', expected: { value: 'A' } },
@@ -124,6 +128,23 @@ describe('completedOutput', () => {
       expected: { value: { street: null, city: 'Paris' }, errorsAt: ['street'] },
     },
     {
+      name: 'a field behind middleware of its own, its result not seen: cannot be told',
+      field: 'shipping',
+      selection: 'shipping { street }',
+      value: { street: 'Main' },
+      middleware: true,
+      expected: undefined,
+    },
+    {
+      name: 'a field behind middleware of its own: what its middleware gave, never its input',
+      field: 'shipping',
+      selection: 'shipping { street city }',
+      value: { street: 'Main', city: 'Paris' },
+      middleware: true,
+      results: { street: 'M***' },
+      expected: { value: { street: 'M***', city: 'Paris' } },
+    },
+    {
       name: 'a named fragment skipped: not selected',
       field: 'shipping',
       selection: 'shipping { city ...A @skip(if: true) }',
@@ -131,20 +152,27 @@ describe('completedOutput', () => {
       value: { street: 'Main', city: 'Paris' },
       expected: { value: { city: 'Paris' } },
     },
-  ])('$name', async ({ field, selection, value, members = {}, fragments = '', expected }) => {
+  ])('$name', async (each) => {
+    const { field, selection, value, members = {}, fragments = '', expected } = each;
+    const { middleware = false, results = {} } = each;
     const document = graphql.parse(`query { ping } ${fragments}`);
     const byName: Record<string, graphql.FragmentDefinitionNode> = {};
     for (const each of document.definitions) {
       if (each.kind === graphql.Kind.FRAGMENT_DEFINITION) byName[each.name.value] = each;
     }
     const nodes = nodesOf(selection, fragments).filter((node) => node.name.value === field);
+    const street = (schema.getType('Address') as graphql.GraphQLObjectType).getFields().street;
+    street.resolve = (source: { street?: unknown }) => source.street;
+    noteResolverKind(street.resolve, middleware ? 'middleware' : 'property');
     const made = completedOutput(
       graphql,
       { schema, nodes, fragments: byName, variables: {} },
       order.getFields()[field].type,
       value,
       (key) => members[key],
+      (key) => (key in results ? { value: results[key] } : undefined),
     );
+    if (middleware) noteResolverKind(street.resolve!, 'property');
     expect(made).toEqual(expected);
     // Sync where no Promise is under it.
     expect(made instanceof Promise).toBe(false);

@@ -10,8 +10,9 @@ import { selectedFields } from './selection.js';
  * serialized), made again from what its middleware gave: for an answer whose `data` lost it
  * though GraphQL completed it (adversary 82: another root field's error nulled the whole
  * `data`), where the answer hook cannot read it. Only where it is sure to be what GraphQL
- * wrote: each field under it read from its parent's property (no resolver of the app's, no
- * middleware: what they gave is not kept), a union's or interface's member noted (`memberAt`,
+ * wrote: each field under it read from its parent's property (no resolver of the app's: what
+ * it gave is not kept), or behind middleware of its own, from the result its wrapper gave
+ * GraphQL at the first call (`resultAt`, by key under the field: adversary 89), a union's or interface's member noted (`memberAt`,
  * by key under the field). Read as GraphQL reads it (adversary 83): the fields its selection
  * names through named fragments and inline ones alike (`__typename` too), a Promise awaited
  * (again: it gives what it gave GraphQL), a list from any iterable that gives a new iterator
@@ -33,6 +34,7 @@ export function completedOutput(
   type: GraphQLOutputType,
   value: unknown,
   memberAt: (key: string) => string | undefined,
+  resultAt: (key: string) => { value: unknown } | undefined = () => undefined,
 ): Made | Promise<Made> {
   const { schema, fragments, variables } = selection;
   const unknowable = Symbol('unknowable');
@@ -102,10 +104,23 @@ export function completedOutput(
           continue;
         }
         const definition = fields[name];
-        if (!definition || fieldResolution(concrete, name) !== 'property') throw unknowable;
+        if (!definition) throw unknowable;
         const reading = nestField(concrete.name, name);
         const same = fieldNodes.filter((each) => (each.alias?.value ?? name) === responseKey);
         const fieldKey = joinKey(key, responseKey);
+        const resolution = fieldResolution(concrete, name);
+        // Behind middleware of its own: completed from what its middleware gave GraphQL, as
+        // the library's wrapper saw it at the first call (`resultAt`), never its input.
+        const given = resolution === 'middleware' ? resultAt(fieldKey) : undefined;
+        if (given) {
+          values.push(
+            place(definition.type, fieldKey, () =>
+              walk(definition.type, given.value, same, fieldKey),
+            ),
+          );
+          continue;
+        }
+        if (resolution !== 'property') throw unknowable;
         values.push(
           place(definition.type, fieldKey, () => {
             const own = object[reading?.property ?? name];

@@ -118,7 +118,8 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
             path,
             named,
             (value, memberAt) => namesInside(graphql, selection, field.type, value, memberAt),
-            (value, memberAt) => completedOutput(graphql, selection, field.type, value, memberAt),
+            (value, memberAt, resultAt) =>
+              completedOutput(graphql, selection, field.type, value, memberAt, resultAt),
             (at, memberAt) => nulledPlaceIn(graphql, info, at, memberAt),
           );
           const given = own.call(this, source, args, context, info);

@@ -118,7 +118,20 @@ export type NulledAt = (
 export type RemadeOutput = (
   result: unknown,
   memberAt: (key: string) => string | undefined,
+  resultAt?: (key: string) => { value: unknown } | undefined,
 ) => Remade | Promise<Remade>;
+
+/**
+ * The result the wrapper of a middleware field under the output at `key` gave GraphQL at the
+ * first call (`noteFirstResult`), by its key under that output: what GraphQL completed there
+ * (adversary 89: an inner middleware field made the whole output lost).
+ */
+function resultsUnder(first: FirstAnswer, key: string) {
+  return (under: string): { value: unknown } | undefined => {
+    const at = under === '' ? key : `${key}.${under}`;
+    return first.results.has(at) ? { value: first.results.get(at) } : undefined;
+  };
+}
 
 /** See `RemadeOutput`: `errorsAt`, where GraphQL answered an error under it (completed-output.ts). */
 type Remade = { value: unknown; errorsAt?: readonly string[] } | undefined;
@@ -603,8 +616,10 @@ async function remadeOutputs(
     const remake = key === undefined ? undefined : first.remade.get(key);
     if (key === undefined || !remake || !first.results.has(key)) continue;
     try {
-      const made = await remake(await first.results.get(key), (under) =>
-        under === '' ? first.members[key] : first.members[`${key}.${under}`],
+      const made = await remake(
+        await first.results.get(key),
+        (under) => (under === '' ? first.members[key] : first.members[`${key}.${under}`]),
+        resultsUnder(first, key),
       );
       // Made with a null where it failed inside: only where GraphQL answered that error.
       const failed = made?.errorsAt ?? [];
@@ -837,8 +852,10 @@ function remadeShared(first: FirstAnswer, key: string) {
   if (!remake) return undefined;
   return (result: unknown) => {
     try {
-      const remaking = remake(result, (under) =>
-        under === '' ? first.members[key] : first.members[`${key}.${under}`],
+      const remaking = remake(
+        result,
+        (under) => (under === '' ? first.members[key] : first.members[`${key}.${under}`]),
+        resultsUnder(first, key),
       );
       // A Promise under it (read at the answer hook): `result` itself, as GraphQL reads it.
       if (!remaking || 'then' in remaking) return undefined;

@@ -59,6 +59,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * result the library's wrapper noted for it at the first call (`noteFirstResult`, by its
  * path), completed as its own output is; or say in the guide that such an output is not
  * stored when the whole `data` is nulled.
+ *
+ * Fixed (session of 2026-12-06, third): lib/graphql/completed-output.ts `completedOutput`
+ * completes a middleware field under the output from the result its wrapper gave GraphQL at the
+ * first call (`resultAt`, from `first.results` by key: lib/graphql/output-paths.ts
+ * `resultsUnder`), so the output is stored; docs/guides/graphql.md says so.
  */
 let pool: Pool;
 
@@ -169,7 +174,7 @@ describe('adversary 89: root-nulled data, a middleware field inside a middleware
     expect(again.body.data).toEqual(first.body.data);
   });
 
-  it.skip('notify down at the first call: the retry answers the masked email (Not fixed (round 89): found by review)', async () => {
+  it('notify down at the first call: the retry answers the masked email', async () => {
     notifierDown = true;
     const first = await post('adv89-inner-down');
     expect(first.body.data).toBeNull();
