@@ -51,11 +51,16 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * a price or a relation computed from a nested object of the parent; the client selecting a
  * field of that object is all it takes).
  *
- * Fails now (unskip the it.skip and run this file): the first answer has
+ * The same over a list, the commonest shape: `@ResolveField(() => Int) total(@Parent() c) {
+ * return c.lines.reduce((sum, line) => sum + line.price, 0) }` with `lines { id }` selected.
+ *
+ * Fails now (unskip the it.skip tests and run this file): the first answer has
  * `emailDomain: "example.org"`, the replay `emailDomain: "undefined"` (same for the middleware
- * output's parent: `customer` behind `@Field({ middleware })` answers the same).
- * Control (passes): the same resolver with `contact` not selected: `contact` is then an
- * unselected field, kept whole, and the replay answers `"example.org"`.
+ * output's parent: `customer` behind `@Field({ middleware })` answers the same); the first
+ * answer has `total: 12`, the replay `data: null` with `Int cannot represent non-integer
+ * value: NaN` at `createOrder.customer.total` (every retry, the order's work done once).
+ * Control (passes): the same resolvers with `contact` (`lines`) not selected: it is then an
+ * unselected field, kept whole, and the replay answers `"example.org"` (`12`).
  *
  * Suggested fix: in `walkObject`, where a selected field is the app's, keep the parent's own
  * data of its selected object fields too (as typed JSON, like the unselected ones: the raw
@@ -75,12 +80,24 @@ class Contact {
 }
 
 @ObjectType()
+class Line {
+  @Field(() => Int)
+  id!: number;
+
+  @Field(() => Int)
+  price!: number;
+}
+
+@ObjectType()
 class Customer {
   @Field()
   name!: string;
 
   @Field(() => Contact)
   contact!: Contact;
+
+  @Field(() => [Line])
+  lines!: Line[];
 }
 
 @ObjectType()
@@ -99,6 +116,12 @@ class CustomerFields {
   emailDomain(@Parent() customer: Customer): string {
     return String(customer.contact?.email?.split('@')[1]);
   }
+
+  // The same, over a list: a total from the lines' prices.
+  @ResolveField(() => Int)
+  total(@Parent() customer: Customer): number {
+    return customer.lines.reduce((sum, line) => sum + line.price, 0);
+  }
 }
 
 @Resolver(() => Order)
@@ -115,7 +138,11 @@ class OrdersResolver {
       'INSERT INTO orders DEFAULT VALUES RETURNING id',
     );
     const contact = { phone: '555', email: 'ada@example.org' };
-    return { id: rows[0].id, customer: { name: 'Ada', contact } };
+    const lines = [
+      { id: 1, price: 5 },
+      { id: 2, price: 7 },
+    ];
+    return { id: rows[0].id, customer: { name: 'Ada', contact, lines } };
   }
 }
 
@@ -159,7 +186,9 @@ describe('adversary 90: a @ResolveField() reads a field of its parent the client
   const replayOf = async (key: string, query: string) => {
     const firstAnswer = await post(key, query);
     expect(firstAnswer.body.errors).toBeUndefined();
-    expect(firstAnswer.body.data.createOrder.customer.emailDomain).toBe('example.org');
+    expect(firstAnswer.body.data.createOrder.customer).toMatchObject(
+      query.includes('total') ? { total: 12 } : { emailDomain: 'example.org' },
+    );
     const again = await post(key, query);
     expect(again.body).toEqual({
       ...firstAnswer.body,
@@ -178,6 +207,20 @@ describe('adversary 90: a @ResolveField() reads a field of its parent the client
     await replayOf(
       'adv90-rf-selected',
       'mutation { createOrder { id customer { emailDomain contact { phone } } } }',
+    );
+  });
+
+  it('control: lines not selected: the replay answers the first answer', async () => {
+    await replayOf(
+      'adv90-rf-lines-unselected',
+      'mutation { createOrder { id customer { total } } }',
+    );
+  });
+
+  it.skip('lines selected as { id }: the replay answers the first answer (Not fixed (round 90): found by review)', async () => {
+    await replayOf(
+      'adv90-rf-lines-selected',
+      'mutation { createOrder { id customer { total lines { id } } } }',
     );
   });
 });
