@@ -1,0 +1,200 @@
+/**
+ * Adversary 90 (orm): a request-scoped unit of work whose runner a guard prepares for the
+ * tenant. Schema-per-tenant apps on Nest + TypeORM often give each request its own query runner
+ * (a `Scope.REQUEST` provider) and have a guard (or an interceptor of their own bound before
+ * `@Idempotent()`) point that runner's session at the tenant's schema (`SET search_path`),
+ * before the handler writes through its manager. Guards run before interceptors, so that
+ * statement is sent outside every transaction scope, on the runner's own connection, where the
+ * library lets it through ("Outside any scope it is the runner it always was"). In the handler
+ * the same runner, not in a transaction of its own, now stands for a view of the request's
+ * transaction (round 88's `joiningWhereUsed`): its insert runs on the request's connection,
+ * whose search path is the DataSource's default, and lands in `public`'s table of the same
+ * name, the other tenant's table. The 201 is stored and replayed; the tenant's table stays empty.
+ *
+ * User code:
+ *
+ *   @Injectable({ scope: Scope.REQUEST })
+ *   class TenantUnitOfWork {
+ *     readonly runner = this.dataSource.createQueryRunner();
+ *     constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+ *   }
+ *   @Injectable() class TenantGuard implements CanActivate {
+ *     constructor(private readonly uow: TenantUnitOfWork) {}
+ *     async canActivate(ctx) {
+ *       const tenant = ctx.switchToHttp().getRequest().headers['x-tenant'];
+ *       await this.uow.runner.query(`SET search_path TO tenant_${tenant}`);
+ *       return true;
+ *     }
+ *   }
+ *   @Post() @Idempotent() @UseGuards(TenantGuard) async record(@Body() b) {
+ *     try { await this.uow.runner.manager.insert(Entry, { tag: b.tag }); }
+ *     finally { await this.uow.runner.release(); }
+ *     return { tag: b.tag };
+ *   }
+ *
+ * Code path: lib/transaction/transaction-scope.ts `joinTransactionsOf` → `joiningWhereUsed`:
+ * `elsewhere()` only keeps the runner itself when `runner.isTransactionActive`; a runner
+ * already connected, holding a session its code set up outside the scope (search path, role,
+ * `set_config(…, false)`), is swapped for `store.openRunner(dataSource)`
+ * (lib/data-layers/lazy-transaction.ts `openRunner` → `viewOf`), a view of the request's own
+ * connection, which has none of that session's state.
+ *
+ * Docs quote: docs/guides/transactions.md: "a runner made outside every request (a
+ * `Scope.REQUEST` unit of work whose constructor calls `createQueryRunner()` ...) joins the
+ * request it is used in, unless it has a transaction of its own open"; transaction-scope.ts:
+ * "Outside any scope it is the runner it always was." Nothing says the session its code set up
+ * on that runner is left behind.
+ *
+ * Severity: high (the wrong answer's effect stored: the row written to another schema's table,
+ * the tenant's own write lost, under a stored and replayed 201; silent).
+ *
+ * Fails now (verified unskipped): tenant_acme rows [] and public rows ['t1'] (expected
+ * ['t1'] and []), status 201.
+ * Control: the same guard and handler on a route without `@Idempotent()`: the row is in
+ * tenant_acme's table.
+ *
+ * Suggested fix: a runner made outside every scope that is already connected (its code set its
+ * session up) stays itself in a scope, as one with a transaction of its own open does, and is
+ * judged so (refused, or logged as writing apart); or its view carries over the session's
+ * role / search path / custom settings read from its connection (as `SET LOCAL`) and gives its
+ * connection back at `release()`. The guide should name the case either way.
+ */
+import {
+  Body,
+  type CanActivate,
+  Controller,
+  type ExecutionContext,
+  type INestApplication,
+  Inject,
+  Injectable,
+  Post,
+  Scope,
+  UseGuards,
+} from '@nestjs/common';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import request from 'supertest';
+import { Column, DataSource, Entity, PrimaryGeneratedColumn, type QueryRunner } from 'typeorm';
+import { Idempotent } from '../../../lib/index.js';
+import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
+
+@Entity({ name: 'adv90_entries', synchronize: false })
+class Entry {
+  @PrimaryGeneratedColumn()
+  id!: number;
+
+  @Column({ type: 'text' })
+  tag!: string;
+}
+
+@Injectable({ scope: Scope.REQUEST })
+class TenantUnitOfWork {
+  readonly runner: QueryRunner;
+  constructor(@InjectDataSource() dataSource: DataSource) {
+    this.runner = dataSource.createQueryRunner();
+  }
+}
+
+@Injectable()
+class TenantGuard implements CanActivate {
+  constructor(@Inject(TenantUnitOfWork) private readonly uow: TenantUnitOfWork) {}
+
+  async canActivate(context: ExecutionContext): Promise<boolean> {
+    const tenant = String(
+      context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tenant'],
+    );
+    if (!/^[a-z]+$/.test(tenant)) return false;
+    await this.uow.runner.query(`SET search_path TO tenant_${tenant}`);
+    return true;
+  }
+}
+
+@Controller()
+class LedgerController {
+  constructor(@Inject(TenantUnitOfWork) private readonly uow: TenantUnitOfWork) {}
+
+  private async record(tag: string) {
+    try {
+      await this.uow.runner.manager.insert(Entry, { tag });
+    } finally {
+      await this.uow.runner.release();
+    }
+    return { tag };
+  }
+
+  @Post('idempotent')
+  @Idempotent()
+  @UseGuards(TenantGuard)
+  recordIdempotent(@Body() body: { tag: string }) {
+    return this.record(body.tag);
+  }
+
+  @Post('plain')
+  @UseGuards(TenantGuard)
+  recordPlain(@Body() body: { tag: string }) {
+    return this.record(body.tag);
+  }
+}
+
+describe('adversary 90 orm: a guard sets the search path of a request-scoped runner', () => {
+  let fixture: TypeormApp;
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    fixture = await startTypeormApp('adv90_orm_guard_search_path', {
+      controllers: [LedgerController],
+      providers: [TenantUnitOfWork, TenantGuard],
+      entities: [Entry],
+      imports: [TypeOrmModule.forFeature([Entry])],
+      max: 6,
+      setup: async (admin) => {
+        await admin.query(`
+          CREATE TABLE public.adv90_entries (id serial PRIMARY KEY, tag text NOT NULL);
+          CREATE SCHEMA tenant_acme;
+          CREATE TABLE tenant_acme.adv90_entries (id serial PRIMARY KEY, tag text NOT NULL);
+        `);
+      },
+    });
+    ({ app } = fixture);
+  }, 60_000);
+
+  afterAll(async () => {
+    await fixture?.close();
+  });
+
+  async function scenario(route: 'idempotent' | 'plain', tag: string) {
+    const post = () =>
+      request(app.getHttpServer())
+        .post(`/${route}`)
+        .set('Idempotency-Key', `key-${tag}`)
+        .set('X-Tenant', 'acme')
+        .send({ tag });
+    const first = await post();
+    const again = await post();
+    const rowsOf = async (schema: string) =>
+      (
+        await fixture.admin.query<{ tag: string }>(
+          `SELECT tag FROM ${schema}.adv90_entries WHERE tag = $1 ORDER BY id`,
+          [tag],
+        )
+      ).rows.map((row) => row.tag);
+    return {
+      statuses: [first.status, again.status],
+      tenant: await rowsOf('tenant_acme'),
+      public: await rowsOf('public'),
+    };
+  }
+
+  it('control: without @Idempotent(): the row in the tenant’s schema', async () => {
+    const outcome = await scenario('plain', 'c1');
+    // Without the library the route is not idempotent: the second post writes again.
+    expect(outcome).toEqual({ statuses: [201, 201], tenant: ['c1', 'c1'], public: [] });
+  }, 30_000);
+
+  it.skip('@Idempotent(): the row in the tenant’s schema once, none in public (Not fixed (round 90): found by review)', async () => {
+    expect(await scenario('idempotent', 't1')).toEqual({
+      statuses: [201, 201],
+      tenant: ['t1'],
+      public: [],
+    });
+  }, 30_000);
+});
