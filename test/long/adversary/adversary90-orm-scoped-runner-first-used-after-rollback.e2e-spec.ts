@@ -3,8 +3,8 @@
  * timer) through its request-scoped unit of work's runner, after the request rolled back.
  * The guide: such work "meets `TransactionEndedError` rather than committing apart from a
  * request that its retry will run again" once the request rolled back; that holds for a
- * runner made in the handler, and for the request-scoped runner if the handler had used it
- * before. But a runner made outside every scope (the `Scope.REQUEST` provider's) whose first
+ * runner made in the handler, and (by the code: `joiningWhereUsed` keeps the view it took per
+ * scope) for the request-scoped runner if the handler had used it while open. But a runner made outside every scope (the `Scope.REQUEST` provider's) whose first
  * use in the request's scope comes after the end is the plain runner: `openRunner` offers no
  * view of an ended transaction, and `joiningWhereUsed` then hands the runner itself, which
  * writes and commits on its own. The failed try's (503, "rolled back, nothing stored") late row
