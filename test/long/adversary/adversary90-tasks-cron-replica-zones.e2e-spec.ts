@@ -117,7 +117,12 @@ async function scenario() {
     }
     // Last night's 02:00, as each zone reads it.
     const today = new Date(realNow());
-    const utcNight = Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), today.getUTCDate(), 2);
+    const utcNight = Date.UTC(
+      today.getUTCFullYear(),
+      today.getUTCMonth(),
+      today.getUTCDate() - 1,
+      2,
+    );
     const istNight = utcNight - 5.5 * 3_600_000;
     // The control: both UTC replicas fire at 02:00Z.
     await firedAt(utcNight, () => apps.utcA.get(SameZoneSettle).settle());
