@@ -27,6 +27,7 @@ import {
   CLAIM_BATCH,
   COMPLETE,
   COMPLETE_ANSWER,
+  COMPLETE_HELD,
   EXTEND_LEASE,
   keyLock,
   OLDEST_UNFINISHED,
@@ -223,7 +224,8 @@ export class PostgresClaimStore implements TransactionalClaimStore {
   }
 
   async finish(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
-    const { rowCount } = await this.query(COMPLETE, completeValues(claim, response));
+    const { name, text, values } = completeOf(claim, response);
+    const { rowCount } = await this.query({ name, text }, values);
     return rowCount === 1;
   }
 
@@ -232,7 +234,7 @@ export class PostgresClaimStore implements TransactionalClaimStore {
     response: StoredResponse,
     transaction: StoreTransaction,
   ): Promise<boolean> {
-    return transaction.commitWith({ ...COMPLETE, values: completeValues(claim, response) });
+    return transaction.commitWith(completeOf(claim, response));
   }
 
   async completeAnswer(claim: ActiveClaim, response: StoredResponse): Promise<boolean> {
@@ -407,6 +409,17 @@ function isLockOrStatementTimeout(error: unknown): boolean {
 /** The parameters of statement 5, for the plain finish and the last phase alike. */
 function completeValues(claim: ActiveClaim, response: StoredResponse): unknown[] {
   return [...fenceOf(claim), response.status, response.body, response.headers];
+}
+
+/** Statement 5 for `claim`: with its hold where it has one (see `finishedAtLeastMs`). */
+function completeOf(
+  claim: ActiveClaim,
+  response: StoredResponse,
+): { name: string; text: string; values: unknown[] } {
+  const values = completeValues(claim, response);
+  return claim.finishedAtLeastMs === undefined
+    ? { ...COMPLETE, values }
+    : { ...COMPLETE_HELD, values: [...values, claim.finishedAtLeastMs] };
 }
 
 /** The first four parameters of every fenced statement: the key, then the fencing token. */

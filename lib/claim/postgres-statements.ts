@@ -180,6 +180,22 @@ WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND st
 };
 
 /**
+ * Statement 5 for a claim whose record must count as finished no earlier than `$8` (ms since
+ * the epoch; a tick's record held until its slot ends: see `tickRecordFinishedAt`): its hold
+ * is written by the statement that marks it done, in the same COMMIT, so that no record is
+ * ever done without it (adversary 90: a hold sent after the COMMIT was lost with its
+ * connection, and the purge let the slot run again).
+ */
+export const COMPLETE_HELD = {
+  name: 'idempotency_complete_held_v1',
+  text: `UPDATE idempotency_keys
+SET state = 'done', response_code = $5, response_body = $6, response_headers = $7,
+    recovery_point = 'finished', locked_until = NULL,
+    finished_at = greatest(clock_timestamp(), to_timestamp($8::float8 / 1000))
+WHERE tenant_id = $1 AND key = $2 AND lock_version = $3 AND claim_id = $4 AND state = 'started'`,
+};
+
+/**
  * A finished key's response replaced by the claim that finished it (a GraphQL answer
  * completed with its field middleware's outputs: middleware-outputs.ts), fenced by its
  * (`lock_version`, `claim_id`) and the key being done; nothing else of the row changes.
@@ -469,17 +485,6 @@ export const PURGE_MESSAGE_FAILURES_BATCH = {
 export const DATABASE_NOW = {
   name: 'idempotency_database_now_v1',
   text: `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms`,
-};
-
-/**
- * A tick's record kept until its slot ends (see `tickRecordFinishedAt`): its `finished_at`
- * moved later, to the time the purge counts its retention from. Never earlier than it was.
- */
-export const HOLD_TICK_RECORD = {
-  name: 'idempotency_hold_tick_record_v1',
-  text: `UPDATE idempotency_keys
-SET finished_at = greatest(finished_at, to_timestamp($3::float8 / 1000))
-WHERE tenant_id = $1 AND key = $2 AND state = 'done'`,
 };
 
 /**

@@ -11,4 +11,10 @@ export interface ActiveClaim {
   /** What the completed phases returned, by phase name. */
   phaseResults: Record<string, unknown>;
   leaseMs: number;
+  /**
+   * The earliest its record may count as finished (ms since the epoch), written by the
+   * statement that marks it done, in its COMMIT: a tick's record held until its slot ends
+   * (see `tickRecordFinishedAt`). Unset: it finishes when it commits.
+   */
+  finishedAtLeastMs?: number;
 }

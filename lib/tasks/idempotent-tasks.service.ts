@@ -20,7 +20,6 @@ import { type KeyScope, type TransactionalClaimStore } from '../shapes/claim-sto
 import { claimOrDecide } from '../http/claim-or-decide.js';
 import {
   DATABASE_NOW,
-  HOLD_TICK_RECORD,
   READ_TICK_RECORD,
   UNFINISHED_TICKS,
 } from '../claim/postgres-statements.js';
@@ -379,7 +378,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
    * Whether the tick for `slot` goes on, by the database's clock (see `untilSlot`): it waits
    * where this replica's clock is ahead. A clock that cannot be read leaves it to the claim,
    * which meets the same database and says why. With the database's clock as read, before
-   * anything of the tick: its record is held by it (see `holdRecord`).
+   * anything of the tick: its record is held by it (see `finishedAtLeastMs`, set in `runSlot`).
    */
   private async slotHasCome(
     task: Task,
@@ -422,7 +421,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
 
   /**
    * Resumes the task's unfinished ticks older than `slot` (within `resumeWithinMs`), each
-   * record held past its own slot's end as a tick's in its slot is (see `holdRecord`).
+   * record held past its own slot's end as a tick's in its slot is (see `finishedAtLeastMs`, set in `runSlot`).
    */
   private async resumeLeftovers(
     task: Task,
@@ -503,6 +502,15 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       publish('tickSkipped', () => ({ ...event(), reason: 'done' }));
       return;
     }
+    // Its record held until its slot ends, by the statement that marks it done, in its own
+    // COMMIT (done with its work, done with its failure, or found committed after its answer
+    // was lost): never done without its hold (adversary 90: a hold sent after the COMMIT was
+    // lost with its connection, and the purge let another replica run the slot again).
+    claimed.claim.finishedAtLeastMs = tickRecordFinishedAt(
+      slotEndMs,
+      this.options.retentionMs,
+      databaseNowMs,
+    );
     let refusal: Error | undefined;
     const tools: OwnerTools = {
       ...this.tools,
@@ -548,7 +556,6 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
         // Nothing of it is kept but its failure, which is its answer: the replicas whose timers
         // fire for it later skip it, as they skip a tick that ran (adversary 60).
         await commitAnswer(tools, context, task.fingerprint, tickFailed(cause), true);
-        await this.holdRecord(task, key, slotEndMs, databaseNowMs);
       }
       throw cause;
     }
@@ -565,10 +572,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     // that cannot be stored either (the database gone) gives the key back, to be resumed.
     const keeps = !resumesAfterFailure(claimed.claim);
     const stored = await commitAnswer(tools, context, task.fingerprint, TICK_DONE, false, keeps);
-    if (stored === TICK_DONE) {
-      await this.holdRecord(task, key, slotEndMs, databaseNowMs);
-      return;
-    }
+    if (stored === TICK_DONE) return;
     const cause = (refusal as { cause?: unknown } | undefined)?.cause;
     const detail = cause instanceof Error ? cause.message : stored.body.toString('utf8');
     // Its COMMIT's answer lost (a read timeout, the connection gone as it committed): it may
@@ -582,7 +586,6 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
           `${task.where}: the tick of ${key} committed, though its COMMIT's answer was lost ` +
             `(${detail}): its record says done`,
         );
-        await this.holdRecord(task, key, slotEndMs, databaseNowMs);
         return;
       }
       if (outcome !== 'rolled-back') {
@@ -600,7 +603,6 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     );
     if (keeps && !(refusal instanceof IdempotencyLeaseLostError)) {
       await commitAnswer(tools, context, task.fingerprint, tickFailed(failure), true);
-      await this.holdRecord(task, key, slotEndMs, databaseNowMs);
     }
     throw failure;
   }
@@ -638,30 +640,6 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     } catch (error) {
       if ((error as { code?: unknown }).code === LOCK_NOT_AVAILABLE) return { kind: 'locked' };
       return { kind: 'failed' };
-    }
-  }
-
-  /**
-   * Keeps the tick's record of `key` until its slot ends at `slotEndMs` where the retention
-   * would purge it before (see `tickRecordFinishedAt`), decided by the database's clock as
-   * read before the tick (`databaseNowMs`), whose time its record's `finished_at` is. A
-   * failure to is logged: the tick ran.
-   */
-  private async holdRecord(
-    task: Task,
-    key: string,
-    slotEndMs: number | undefined,
-    databaseNowMs: number | undefined,
-  ) {
-    const finishedAt = tickRecordFinishedAt(slotEndMs, this.options.retentionMs, databaseNowMs);
-    if (finishedAt === undefined) return;
-    try {
-      await this.database.query(HOLD_TICK_RECORD, [task.tenant, key, finishedAt]);
-    } catch (error) {
-      this.logger.warn(
-        `${task.where}: the record of the tick of ${key} could not be kept until its slot ` +
-          `ends; it goes retentionMs after it finished: ${messageOf(error)}`,
-      );
     }
   }
 }

@@ -126,7 +126,9 @@ export const CLOCK_SKEW_MS = 60_000;
  * clock read before the tick ran: the record's `finished_at` is that clock's, and no earlier.
  * Never by this replica's clock (adversary 88: a replica 15 s ahead skipped a hold that the
  * record needed, and the purge let a replica behind run the slot again); where the database's
- * clock was not read, the hold is sent, and its `greatest()` keeps the later time.
+ * clock was not read, the hold is kept, and its `greatest()` with the COMMIT's clock keeps the
+ * later time. Written by the statement that marks the record done, in its COMMIT (COMPLETE_HELD;
+ * adversary 90: a hold sent after the COMMIT could be lost with its connection).
  */
 export function tickRecordFinishedAt(
   slotEndMs: number | undefined,

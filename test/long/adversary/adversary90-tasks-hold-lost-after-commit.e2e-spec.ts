@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-06 fourth): a tick's hold is written by the statement that marks its
+ * record done, in the tick's own COMMIT (COMPLETE_HELD: `finished_at = greatest(clock_timestamp(),
+ * <slot end + a minute - retention>)`, from the claim's `finishedAtLeastMs`): a tick done, a
+ * failure kept as its answer, a resumed tick and a lost COMMIT found committed all carry it;
+ * no statement follows the COMMIT to be lost.
+ *
  * Adversary 90: a tick's record is kept past its slot's end by a second statement sent AFTER
  * the tick's COMMIT (`holdRecord`, HOLD_TICK_RECORD). Where that statement does not land (the
  * connection drops right after the COMMIT, a failover, the replica killed between the two), the
@@ -170,8 +176,7 @@ describe('adversary 90: a tick whose hold after its COMMIT is lost is purged in 
     expect(rowsOfWindow.filter((row) => row.task === 'whole').map((row) => row.by)).toEqual(['A']);
   });
 
-  it.skip('its hold after the COMMIT lost, the slot is still run once (Not fixed (round 90): found by review)', () => {
-    // Fails: ['A', 'B'] (the window settled by A, then again by B after the purge).
+  it('its hold after the COMMIT lost, the slot is still run once', () => {
     expect(rowsOfWindow.filter((row) => row.task === 'cut').map((row) => row.by)).toEqual(['A']);
   });
 });
