@@ -61,7 +61,7 @@ import { decodeJobResult, encodeJobResult, isJobResult } from './job-answer.js';
 import { ANSWER_HELD, answerHeldHeader, answerHeldToWrite } from './answer-held.js';
 import { afterJobError, isJobStep, stepMoveOf } from './job-failure.js';
 import { phaseWorkFailure } from '../phases/phase-work-failure.js';
-import { jobKeyOf, jobTenant, stepOwnerOf, tenantFits } from './job-key.js';
+import { jobKeyOf, jobRedisDb, jobTenant, stepOwnerOf, tenantFits } from './job-key.js';
 import {
   dataToRestore,
   type HeldData,
@@ -345,7 +345,10 @@ export class IdempotentJobs implements OnModuleInit {
     if (reading.kind === 'unusable') {
       throw new JobKeyUnusableError(where, reading.reason);
     }
-    const scope: KeyScope = { tenantId: jobTenant(job.queueName, job.prefix), key: reading.key };
+    const scope: KeyScope = {
+      tenantId: jobTenant(job.queueName, job.prefix, jobRedisDb(job)),
+      key: reading.key,
+    };
     // Checked before the claim, whose CHECK violation would be taken for a passing failure.
     if (!tenantFits(scope.tenantId)) throw new JobQueueTenantTooLongError(where, scope.tenantId);
     const fingerprint = computeFingerprint({
