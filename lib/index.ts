@@ -29,6 +29,7 @@ export {
   IdempotentJobUnboundError,
   JobAnswerRefusedError,
   JobKeyUnusableError,
+  JobMoveInPhaseError,
   JobRefusedError,
   JobResultTooLargeError,
   JobResultUnstorableError,

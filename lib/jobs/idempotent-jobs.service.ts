@@ -49,6 +49,7 @@ import {
   JobAnswerRefusedError,
   JobKeyMismatchError,
   JobKeyUnusableError,
+  JobMoveInPhaseError,
   JobQueueTenantTooLongError,
   JobResultTooLargeError,
   JobResultUnstorableError,
@@ -61,6 +62,7 @@ import { decodeJobResult, encodeJobResult, isJobResult } from './job-answer.js';
 import { ANSWER_HELD, answerHeldHeader, answerHeldToWrite } from './answer-held.js';
 import { afterJobError, isJobStep, stepMoveOf } from './job-failure.js';
 import { phaseWorkFailure } from '../phases/phase-work-failure.js';
+import { moveInPhaseRefusal } from './move-in-phase.js';
 import { jobKeyOf, jobRedisDb, jobTenant, stepOwnerOf, tenantFits } from './job-key.js';
 import {
   dataToRestore,
@@ -496,6 +498,10 @@ export class IdempotentJobs implements OnModuleInit {
         ),
       (held) => this.noteStepWritten(context, job, held),
       () => this.forgetStepData(context, job),
+      (move) => {
+        const refusal = moveInPhaseRefusal(move, transaction.phasesRunningNow);
+        if (refusal) throw new JobMoveInPhaseError(where, refusal);
+      },
     );
     try {
       return await this.runStepped(where, job, work, {

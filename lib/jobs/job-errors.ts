@@ -122,3 +122,15 @@ export class JobKeyMismatchError extends JobRefusedError {
     this.name = 'JobKeyMismatchError';
   }
 }
+
+/**
+ * A job that moved itself (`moveToDelayed`, `moveToWait`, `moveToWaitingChildren`) inside one
+ * of its atomic phases (see `moveInPhaseRefusal`): the phase rolls back, and the job fails with
+ * this error as its own (BullMQ's attempts), having neither stepped nor moved.
+ */
+export class JobMoveInPhaseError extends Error {
+  constructor(where: string, reason: string) {
+    super(`${reason} (${where})`);
+    this.name = 'JobMoveInPhaseError';
+  }
+}

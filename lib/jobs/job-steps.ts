@@ -1,3 +1,5 @@
+import { type StepMove } from './move-in-phase.js';
+
 /**
  * What a job's steps leave on its key, as phase results of the library's own, under names of
  * the `bullmq:` form (jobs.md: a job's own phases must not take them).
@@ -219,6 +221,8 @@ export interface SteppedJob {
  *    its held data with it) and writes its held data: a step that cannot commit throws from
  *    the move, before the job moved, so that the job never goes on without it (its own error:
  *    BullMQ's attempts run the step again). Once per run;
+ *  - a move of the three inside an atomic phase of the job is refused (`refuseMove`, see
+ *    `moveInPhaseRefusal`): its step would commit before the phase's COMMIT;
  *  - `moveToWaitingChildren()` moves first: where no child is pending (false) the job has not
  *    moved and goes on, its work uncommitted; where it moved, its step commits then (a step
  *    that cannot commit is rolled back with its held data: BullMQ still has the data of the
@@ -231,6 +235,7 @@ export function stepJob(
   afterMove: (step: Promise<void>) => void,
   stepWritten: (held: NonNullable<HeldData>) => Promise<void> = () => Promise.resolve(),
   dataAfterStep: () => Promise<void> = () => Promise.resolve(),
+  refuseMove: (move: StepMove) => void = () => undefined,
 ): SteppedJob {
   let committed: Promise<void> | undefined;
   let held: HeldData;
@@ -325,6 +330,7 @@ export function stepJob(
   }
   if (moveToDelayed) {
     replace('moveToDelayed', async (...args: unknown[]) => {
+      refuseMove('moveToDelayed');
       await commit();
       await flushStep();
       return moveToDelayed.apply(job, args);
@@ -334,6 +340,7 @@ export function stepJob(
   // the job was taken again before its step committed, with the data of the step before).
   if (moveToWait) {
     replace('moveToWait', async (...args: unknown[]) => {
+      refuseMove('moveToWait');
       await commit();
       await flushStep();
       return moveToWait.apply(job, args);
@@ -341,6 +348,7 @@ export function stepJob(
   }
   if (moveToWaitingChildren) {
     replace('moveToWaitingChildren', async (...args: unknown[]) => {
+      refuseMove('moveToWaitingChildren');
       const moved = await moveToWaitingChildren.apply(job, args);
       if (moved !== true || committed) return moved;
       const step = commit().then(flushStep);

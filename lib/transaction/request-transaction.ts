@@ -1159,6 +1159,11 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   /** Its request's atomic phases running now (`duringPhase`). */
   private phasesRunning = 0;
 
+  /** How many of its request's atomic phases run now (a job's moves are refused meanwhile). */
+  get phasesRunningNow(): number {
+    return this.phasesRunning;
+  }
+
   /**
    * Runs a phase of its request (its work and commit, in a transaction of its own). While it
    * runs, a statement of the request's own is refused (`connection()`): it would begin this

@@ -1,4 +1,11 @@
 /**
+ * Fixed (session of 2026-12-06 fourth): a job's move (`moveToDelayed`, `moveToWait`,
+ * `moveToWaitingChildren`) made while one of its atomic phases runs is refused before its step
+ * commits or the job moves (lib/jobs/move-in-phase.ts `moveInPhaseRefusal`, checked in
+ * `stepJob`: `JobMoveInPhaseError`, "move the job after the phase returns"): the phase rolls
+ * back and the job fails with that error, as the control fails with its own; nothing moves
+ * before the phase's COMMIT is known, and no "Missing lock" follows.
+ *
  * Adversary 90: a step job that moves itself from inside a `PhaseRunner.run()` phase (its
  * reservation, its next step saved, its move, in the one "atomic phase of local effects") has
  * its step committed and BullMQ's move made BEFORE the phase's own transaction commits. Where
@@ -170,8 +177,7 @@ onRedis('adversary 90: a step job that moves itself inside a phase', () => {
     });
   }, 30_000);
 
-  it.skip('its reservation in a phase, refused at COMMIT: the job never ships without it (Not fixed (round 90): found by review)', async () => {
-    // Fails: { state: 'completed', reservations: 0, shipments: 1 }.
+  it('its reservation in a phase, refused at COMMIT: the job never ships without it', async () => {
     expect(await ship('adv90-phase-move', PhasedProcessor, 'o-phase')).toEqual({
       state: 'failed',
       reservations: 0,
