@@ -488,6 +488,29 @@ export const DATABASE_NOW = {
 };
 
 /**
+ * The mark of a cron occurrence (lib/tasks/tick-zone.ts `occurrenceKey`): made done by the
+ * first replica to fire for it, with its zone and its tick's key (`response_headers`), kept
+ * until `$6` at least; returns the mark as it stands (the one just made, or the one found). A
+ * mark made meanwhile by another replica, unseen by this statement's snapshot, returns none.
+ */
+export const MARK_OCCURRENCE = {
+  name: 'idempotency_mark_occurrence_v1',
+  text: `WITH made AS (
+  INSERT INTO idempotency_keys
+    (tenant_id, key, fingerprint, state, recovery_point, response_headers, finished_at)
+  VALUES ($1, $2, $3::bytea, 'done', 'finished', jsonb_build_object('zone', $4::text, 'slot', $5::text),
+    greatest(clock_timestamp(), to_timestamp($6::float8 / 1000)))
+  ON CONFLICT (tenant_id, key) DO NOTHING
+  RETURNING response_headers
+)
+SELECT response_headers->>'zone' AS zone, response_headers->>'slot' AS slot FROM made
+UNION ALL
+SELECT response_headers->>'zone', response_headers->>'slot' FROM idempotency_keys
+WHERE tenant_id = $1 AND key = $2
+LIMIT 1`,
+};
+
+/**
  * A tick's record as its COMMIT left it, read where that COMMIT's answer was lost (a read
  * timeout, a connection gone): `NOWAIT`, so that a COMMIT still running on the server (its
  * row locked by the tick's fenced COMPLETE) is told as such (55P03) rather than read as the

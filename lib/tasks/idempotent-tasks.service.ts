@@ -20,6 +20,7 @@ import { type KeyScope, type TransactionalClaimStore } from '../shapes/claim-sto
 import { claimOrDecide } from '../http/claim-or-decide.js';
 import {
   DATABASE_NOW,
+  MARK_OCCURRENCE,
   READ_TICK_RECORD,
   UNFINISHED_TICKS,
 } from '../claim/postgres-statements.js';
@@ -56,6 +57,7 @@ import {
   type CronTimeLike,
   cronTimeSlot,
   cronTimeSlotEnd,
+  cronZone,
   intervalTimeSlot,
   isTimerPeriod,
   scheduleOf,
@@ -65,6 +67,13 @@ import { slotKey, tickRecordFinishedAt, untilSlot } from './task-slot.js';
 import { currentTick, tickStorage } from './task-tick.js';
 import { resumesAfterFailure, tickFailed } from './tick-failure.js';
 import { type TickOutcome, tickOutcome, type TickRecordRead } from './tick-outcome.js';
+import {
+  type OccurrenceMark,
+  occurrenceKey,
+  occurrenceMarkFinishedAt,
+  tickZoneVerdict,
+  zoneWarning,
+} from './tick-zone.js';
 import {
   type IdempotentTaskOptions,
   type ResolvedTaskOptions,
@@ -185,6 +194,8 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
         // Its schedule where `@nestjs/schedule` reads it (the method it ticks), else below it.
         const ticked = scheduleOf(method).kind === 'none' ? tick : method;
         const task = this.taskOf(`${instance.constructor.name}.${name}`, options, ticked);
+        const warning = zoneWarning(task.schedule, task.where, processZone());
+        if (warning) this.logger.warn(warning);
         const other = names.get(task.tenant);
         if (other !== undefined) throw new IdempotentTaskNameTakenError(task, other);
         names.set(task.tenant, task.where);
@@ -367,6 +378,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     const come = await this.slotHasCome(task, slot);
     if (!come.run) return;
     const key = slotKey(slot);
+    if (!(await this.zoneAgrees(task, slot, key))) return;
     try {
       await this.runSlot(task, key, false, work, fired.endMs, come.databaseNowMs);
     } finally {
@@ -417,6 +429,48 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       const timer = setTimeout(wake, ms);
       this.waking.add(wake);
     });
+  }
+
+  /**
+   * Whether a cron task's tick of `slot` runs, by its occurrence's mark (see `tickZoneVerdict`):
+   * refused, loudly, where a replica reading the schedule in another zone (another `TZ`, and
+   * no `timeZone` on the `@Cron()`) fired for the same wall-clock time at another instant
+   * (adversary 90: the night settled once per zone in the fleet). A mark that cannot be made
+   * or read leaves it to the tick's claim, which meets the same database.
+   */
+  private async zoneAgrees(task: Task, slot: number, key: string): Promise<boolean> {
+    if (task.schedule.kind !== 'cron') return true;
+    let zone: string;
+    let marked: OccurrenceMark | undefined;
+    try {
+      const time = await this.cronTimeOf(task);
+      if (time.realDate) return true;
+      zone = cronZone(time) ?? processZone();
+      const { rows } = await this.database.query<{ zone: string | null; slot: string | null }>(
+        MARK_OCCURRENCE,
+        [
+          task.tenant,
+          occurrenceKey(slot, zone),
+          task.fingerprint,
+          zone,
+          key,
+          occurrenceMarkFinishedAt(slot, this.options.retentionMs),
+        ],
+      );
+      const [row] = rows;
+      marked = row?.zone && row.slot ? { zone: row.zone, slot: row.slot } : undefined;
+    } catch {
+      return true;
+    }
+    const verdict = tickZoneVerdict(zone, key, marked);
+    if (verdict.kind === 'run') return true;
+    this.logger.error(
+      `${task.where}: the tick of ${key} (its schedule read in ${zone}) is skipped: a replica ` +
+        `reading it in ${verdict.other.zone} ran the same time as ${verdict.other.slot}. ` +
+        `Replicas must read a cron in one zone: set timeZone on the @Cron() (or the same TZ ` +
+        `on every replica)`,
+    );
+    return false;
   }
 
   /**
@@ -642,6 +696,11 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       return { kind: 'failed' };
     }
   }
+}
+
+/** The process's own zone, as `cron` reads a schedule without one in it. */
+function processZone(): string {
+  return Intl.DateTimeFormat().resolvedOptions().timeZone;
 }
 
 function messageOf(error: unknown): string {
