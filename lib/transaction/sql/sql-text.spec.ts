@@ -333,6 +333,29 @@ describe('nestedControlOf', () => {
     ['ROLLBACK TO SAVEPOINT', 'ROLLBACK TO SAVEPOINT a', undefined],
     ['ROLLBACK PREPARED', "ROLLBACK PREPARED 'x'", undefined],
     ['SAVEPOINT', 'SAVEPOINT a', undefined],
+    // The same level said as the setting (adversary 90).
+    [
+      'SET LOCAL transaction_isolation',
+      "SET LOCAL transaction_isolation = 'repeatable read'",
+      { kind: 'set-isolation', level: 'REPEATABLE READ' },
+    ],
+    [
+      'SET transaction_isolation TO',
+      "set transaction_isolation to 'SERIALIZABLE'",
+      { kind: 'set-isolation', level: 'SERIALIZABLE' },
+    ],
+    [
+      'SET SESSION transaction_isolation',
+      "SET SESSION transaction_isolation = 'read committed'",
+      { kind: 'set-isolation', level: 'READ COMMITTED' },
+    ],
+    ['transaction_isolation to DEFAULT', 'SET LOCAL transaction_isolation = DEFAULT', undefined],
+    ['an unknown level as the setting', "SET transaction_isolation = 'snapshot'", undefined],
+    [
+      'default_transaction_isolation',
+      "SET default_transaction_isolation = 'serializable'",
+      undefined,
+    ],
     ['SET something else', 'SET search_path TO app', undefined],
     ['SET TRANSACTION READ ONLY', 'SET TRANSACTION READ ONLY', undefined],
     ['an insert', 'INSERT INTO t VALUES (1)', undefined],

@@ -277,8 +277,7 @@ export function nestedControlOf(sql: unknown): NestedControl | undefined {
   if (statements?.length !== 1) return undefined;
   const [type, body] = nodeOf(statements[0].node) ?? [];
   if (type === 'VariableSetStmt') {
-    if (body!.kind !== 'VAR_SET_MULTI' || body!.name !== 'TRANSACTION') return undefined;
-    const level = isolationOf(body!.args);
+    const level = levelSetBy(body!);
     return level ? { kind: 'set-isolation', level } : undefined;
   }
   if (type !== 'TransactionStmt') return undefined;
@@ -309,6 +308,30 @@ function modeOf(modes: unknown, name: string): unknown {
     if (type === 'DefElem' && body!.defname === name) return literalOf(body!.arg) ?? null;
   }
   return undefined;
+}
+
+/** The levels `transaction_isolation` takes, in capitals (PostgreSQL reads them in any case). */
+const ISOLATION_LEVELS = new Set([
+  'READ UNCOMMITTED',
+  'READ COMMITTED',
+  'REPEATABLE READ',
+  'SERIALIZABLE',
+]);
+
+/**
+ * The level a `SET` asks of the transaction it runs in, in capitals: `SET TRANSACTION
+ * ISOLATION LEVEL …`, or the same said as the setting, `SET [LOCAL | SESSION]
+ * transaction_isolation = '…'`, which PostgreSQL takes alike (a transaction's first statement,
+ * refused in a subtransaction with 25001). Undefined for any other `SET` (a `DEFAULT`, an
+ * unknown level: left to PostgreSQL, whose error is the answer).
+ */
+function levelSetBy(body: SqlNode): string | undefined {
+  if (body.kind === 'VAR_SET_MULTI' && body.name === 'TRANSACTION') return isolationOf(body.args);
+  if (body.kind !== 'VAR_SET_VALUE' || body.name !== 'transaction_isolation') return undefined;
+  const args = body.args as unknown[] | undefined;
+  const value = args?.length === 1 ? literalOf(args[0]) : undefined;
+  const level = typeof value === 'string' ? value.toUpperCase() : undefined;
+  return level && ISOLATION_LEVELS.has(level) ? level : undefined;
 }
 
 /** The isolation level among a transaction's modes, in capitals; undefined when none. */
