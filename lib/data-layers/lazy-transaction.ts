@@ -70,6 +70,7 @@ import {
   restoreNestedState,
 } from '../connection/session-state.js';
 import { ownQueryRunner, transactionScope } from '../transaction/transaction-scope.js';
+import { type RunnerScope } from '../transaction/runner-place.js';
 import { placeOfView, type ScopeOfUse } from './view-place.js';
 import {
   asError,
@@ -151,6 +152,8 @@ export class LazyTransaction extends RequestTransaction {
   private readonly keptStates = new Map<string, KeptNestedState>();
   /** Notes what a statement of a view's leaves for its nested transaction's COMMIT (`ensureRunner`). */
   private keepSettingsOf?: (from: unknown, args: unknown[]) => Promise<void>;
+  /** Keeps a save's state before a statement in it sets its role or search path (`ensureRunner`). */
+  private keepSaveStateOf?: (text: unknown) => Promise<void>;
   /** Its code's streams open on the connection (see `OpenStreams`). */
   private readonly streams = new OpenStreams();
   /**
@@ -393,6 +396,13 @@ export class LazyTransaction extends RequestTransaction {
   openRunner(dataSource: DataSource): QueryRunner | undefined {
     if (!this.joinable || dataSource !== this.dataSource || this.ended) return undefined;
     return this.viewOf(this.ensureRunner());
+  }
+
+  /** How it stands to a runner of `dataSource` made elsewhere (`placeOfRunner`). */
+  runnerScope(dataSource: DataSource): Exclude<RunnerScope, 'none'> {
+    if (dataSource !== this.dataSource) return 'apart';
+    if (this.joinable) return this.ended ? 'ended' : 'open';
+    return this.joinsAtHandler && !this.ended ? 'later' : 'apart';
   }
 
   /**
@@ -1156,6 +1166,7 @@ export class LazyTransaction extends RequestTransaction {
       return turns.onWire(() => queryFrom(this, args));
     };
     this.keepSettingsOf = keepSettings;
+    this.keepSaveStateOf = keepSaveState;
     const stream = runner.stream.bind(runner) as (...args: unknown[]) => Promise<unknown>;
     const streamFrom = async (from: unknown, args: unknown[]) => {
       const away = from === runner ? undefined : this.elsewhereNow();
@@ -1320,6 +1331,13 @@ export class LazyTransaction extends RequestTransaction {
       if (this.ended) return send();
       const text = textOf(args[0]);
       const values = Array.isArray(args[1]) ? args[1] : valuesOf(args);
+      const depth = (this.runner as unknown as RunnerInternals | undefined)?.transactionDepth ?? 1;
+      // Its level said in SQL inside its own transaction: asked as through the view's
+      // `query()` (`queryFrom`), joined and answered as a `SET`, or refused (adversary 90).
+      const control = depth > 1 && !isSubmittable(args[0]) && nestedControlOf(text);
+      if (control && control.kind === 'set-isolation') {
+        return answered(args, () => this.levelSetInSql(control.level).then(() => SET_ANSWER));
+      }
       try {
         verdict = this.judge(view, text, values);
         // A stream cannot be sent apart (its rows are read after the call returns).
@@ -1330,15 +1348,19 @@ export class LazyTransaction extends RequestTransaction {
         return refusedStatement(args, error);
       }
       if (verdict === 'alone') return answered(args, (own) => this.sendAlone(own));
-      const depth = (this.runner as unknown as RunnerInternals | undefined)?.transactionDepth ?? 1;
       const keepSettings = this.keepSettingsOf;
+      const keepSaveState = this.keepSaveStateOf;
       if (depth <= 1 || !keepSettings) return send();
       // Inside its nested transactions: what it leaves that their COMMIT would end, noted
-      // first (see `NestedCommit`), as through the view's `query()`; sent in the order called
-      // with the view's other statements (`SendOrder`), as node-postgres sends them.
+      // first (see `NestedCommit`), and a save's state kept before it sets its role
+      // (`keepSaveState`: adversary 90), as through the view's `query()`; sent in the order
+      // called with the view's other statements (`SendOrder`), as node-postgres sends them.
       const ordered = this.sendOrder.after(
         view as object,
-        () => keepSettings(view, [text, values]),
+        async () => {
+          await keepSaveState?.(text);
+          await keepSettings(view, [text, values]);
+        },
         send,
       );
       if (isSubmittable(args[0])) {
@@ -1614,6 +1636,12 @@ export class LazyTransaction extends RequestTransaction {
     });
   }
 }
+
+/**
+ * What node-postgres answers a `SET` with: a level its code set in SQL through its client and
+ * joined (`clientOf`) is answered so, as the server would have.
+ */
+const SET_ANSWER = { command: 'SET', rowCount: null, oid: null, rows: [], fields: [] };
 
 /** The members of TypeORM's PostgresQueryRunner that are set here (public, but readonly). */
 /** TypeORM's broadcaster, as far as the library calls it. */

@@ -56,7 +56,11 @@ export function runnerView(
     get(target, property) {
       // Used in another transaction's scope: everything is that one's view's, its methods
       // called on it (its statements, its nested transactions, its manager, its `data`).
-      const joined = own ? undefined : elsewhere?.();
+      // Asked first, even while its transaction runs on a runner of its own (work its home
+      // left running past its end): a later request's statement joins that request, never the
+      // left-running transaction (adversary 90: it committed with that work after its own
+      // request failed, and its retry wrote it again).
+      const joined = elsewhere?.();
       if (joined) return boundOf(joined, property);
       if (property === 'manager') return (manager ??= managerOf(view));
       if (property === 'data') return own ? own.data : data;
@@ -112,7 +116,7 @@ export function runnerView(
       return Reflect.get(target, property) as unknown;
     },
     set(target, property, value) {
-      const joined = own ? undefined : elsewhere?.();
+      const joined = elsewhere?.();
       if (joined) return Reflect.set(joined, property, value);
       if (property === 'data') {
         if (own) own.data = value;

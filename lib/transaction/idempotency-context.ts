@@ -76,7 +76,9 @@ export class IdempotencyContext {
     private readonly atomic = false,
     /** The store that holds the claim: phases commit their recovery points in it. */
     readonly claimStore?: ClaimStore,
-  ) {}
+  ) {
+    if (atomic && transaction) transaction.joinsAtHandler = true;
+  }
 
   /**
    * Called as the handler itself starts, after guards and pipes: from now on what it does is

@@ -280,6 +280,12 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   ) {}
 
   /**
+   * Whether code in its scope joins it once the handler starts (an atomic route's; see
+   * `IdempotencyContext.startHandler`): a runner made before, in its scope, joins where used.
+   */
+  joinsAtHandler = false;
+
+  /**
    * Whether its code has opened it (a statement of the code's, or its wait for the
    * connection): a claim it began with (`beginWithClaim`) does not count.
    */

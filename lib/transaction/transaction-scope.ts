@@ -4,6 +4,7 @@ import { type PoolClient } from 'pg';
 import { type CancelAsked } from '../connection/cancel-asked.js';
 import { protectSaves } from './own-persist.js';
 import { refuseRetriedTry } from './handler-try.js';
+import { placeOfRunner, type RunnerHeld, type RunnerScope } from './runner-place.js';
 
 /** What a transaction makes of a joined pool's `query()` and `connect()` in its scope. */
 export interface PoolJoin {
@@ -28,6 +29,11 @@ export interface JoinableTransaction {
    * has none to offer (ended, not joinable, another DataSource): the runner is then its own.
    */
   openRunner?(dataSource: DataSource): QueryRunner | undefined;
+  /**
+   * How it stands to a runner of `dataSource` made elsewhere and used in its scope (see
+   * `placeOfRunner`); none given: `apart`.
+   */
+  runnerScope?(dataSource: DataSource): Exclude<RunnerScope, 'none'>;
   /** What `pool.query()` and `pool.connect()` of `pool` do in the scope; undefined: as always. */
   joinedPool?(pool: object): PoolJoin | undefined;
   /** A pool of the same class as the joined one was used in the scope (see `watchOtherPools`). */
@@ -71,7 +77,15 @@ export function joinTransactionsOf(dataSource: DataSource): void {
   ): QueryRunner {
     refuseRetriedTry();
     const store = transactionScope.getStore();
-    if (store) return store.joinedRunner?.(this, mode) ?? own.call(this, mode);
+    if (store) {
+      const joined = store.joinedRunner?.(this, mode);
+      if (joined) return joined;
+      // Made before the handler started (an interceptor of the app's written above
+      // `@Idempotent()`, a pipe): its transaction is not joinable yet. Joins once it is, as one
+      // made outside every scope does (adversary 90: a failed try's row committed on its own).
+      const runner = own.call(this, mode);
+      return store.runnerScope?.(this) === 'later' ? joiningWhereUsed(this, runner) : runner;
+    }
     // Made outside any scope (a `Scope.REQUEST` provider's runner, made as Nest builds it,
     // before `@Idempotent()` enters the request's scope): joins the scope it is used in.
     return joiningWhereUsed(this, own.call(this, mode));
@@ -79,12 +93,15 @@ export function joinTransactionsOf(dataSource: DataSource): void {
 }
 
 /**
- * A runner made outside every transaction scope, which stands for a view of the open
- * transaction of the scope it is used in (`openRunner`), one per scope, from its first use
- * there: a unit of work made in a request-scoped provider's constructor writes in the
- * request's transaction, as one made in the handler does, not on its own (adversary 88:
- * a failed try's row committed, and the retry wrote it again). One with a transaction of its
- * own open (begun outside) stays itself. Outside any scope it is the runner it always was.
+ * A runner made outside every transaction scope (or before its scope's transaction was
+ * joinable), which stands for a view of the open transaction of the scope it is used in
+ * (`openRunner`), one per scope, from its first use there: a unit of work made in a
+ * request-scoped provider's constructor writes in the request's transaction, as one made in the
+ * handler does, not on its own (adversary 88: a failed try's row committed, and the retry wrote
+ * it again). One with a transaction of its own open, or a
+ * connection of its own taken outside (a guard's read, its `SET search_path`), stays itself:
+ * its session is not the request's, and only its own `release()` gives that connection back
+ * (see `placeOfRunner`). Outside any scope it is the runner it always was.
  */
 function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRunner {
   const joined = new WeakMap<JoinableTransaction, QueryRunner>();
@@ -93,10 +110,15 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
     if (!store) return undefined;
     const known = joined.get(store);
     if (known) return known;
-    if (runner.isTransactionActive) return undefined;
-    const view = store.openRunner?.(dataSource);
-    if (view) joined.set(store, view);
-    return view;
+    switch (placeOfRunner(heldBy(runner), store.runnerScope?.(dataSource) ?? 'apart')) {
+      case 'join': {
+        const view = store.openRunner?.(dataSource);
+        if (view) joined.set(store, view);
+        return view;
+      }
+      case 'itself':
+        return undefined;
+    }
   };
   const standing: QueryRunner = new Proxy(runner, {
     get(target, property, receiver) {
@@ -126,6 +148,14 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
     ...(broadcaster ? { broadcaster: new broadcaster.constructor(standing) } : {}),
   });
   return standing;
+}
+
+/** What `runner` holds of its own now (see `placeOfRunner`): read at each use, two fields. */
+function heldBy(runner: QueryRunner): RunnerHeld {
+  if (runner.isTransactionActive) return 'own-transaction';
+  const connection = (runner as unknown as { databaseConnection?: unknown }).databaseConnection;
+  // Released or not: its `release()` reads it again midway, and must stay on itself.
+  return connection !== undefined ? 'connected' : 'plain';
 }
 
 /** A runner of the DataSource's own, never joined: for the library's own transactions. */

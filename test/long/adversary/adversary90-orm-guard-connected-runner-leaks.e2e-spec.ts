@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-06 fourth): a runner made outside every scope that is already
+ * connected when used in a request's scope (a guard read through it) stays itself there
+ * (`placeOfRunner`: `connected` → `itself`, lib/transaction/runner-place.ts), as one with a
+ * transaction of its own does: its statements run on its own connection, as without the library,
+ * and its own `release()` gives that connection back.
+ *
  * Adversary 90 (orm): a request-scoped unit of work whose runner a guard reads through (the
  * caller's account looked up with the request's runner) before the handler writes with it and
  * releases it. Guards run before interceptors, so the guard's read is sent outside every
@@ -174,7 +180,7 @@ describe('adversary 90 orm: a guard reads through a request-scoped runner before
     expect(await scenario('plain', 'c')).toEqual([201, 201, 201, 201, 201]);
   }, 60_000);
 
-  it.skip('@Idempotent(): five requests in turn each answered (Not fixed (round 90): found by review)', async () => {
+  it('@Idempotent(): five requests in turn each answered', async () => {
     expect(await scenario('idempotent', 'u')).toEqual([201, 201, 201, 201, 201]);
   }, 60_000);
 });

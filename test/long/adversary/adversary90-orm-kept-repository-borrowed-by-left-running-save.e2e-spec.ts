@@ -1,4 +1,9 @@
 /**
+ * Fixed (session of 2026-12-06 fourth): `runnerView` asks where a statement is sent from
+ * (`elsewhere()`) before it uses the runner of its own that its transaction runs on past its
+ * home's end: a statement sent from another open request's scope joins that request's
+ * transaction, never the left-running save's.
+ *
  * Adversary 90 (orm): a repository kept from one request (`this.repo ??=
  * tx.getRepository(Entry)`, the guide's own example of a kept repository, through
  * `IdempotentTransaction`), used at the same time by work its first request left running past
@@ -215,7 +220,7 @@ describe('adversary 90 orm: a kept repository borrowed by a save left running pa
     });
   }, 30_000);
 
-  it.skip('b uses the kept repository: its failed try rolled back too, one row (Not fixed (round 90): found by review)', async () => {
+  it('b uses the kept repository: its failed try rolled back too, one row', async () => {
     expect(await scenario('kept', 'u1')).toEqual({
       statuses: [201, 503, 201],
       rows: ['u1'],

@@ -1,4 +1,12 @@
 /**
+ * Fixed (session of 2026-12-06 fourth): a runner `createQueryRunner()` hands out inside
+ * `@Idempotent()`'s scope before its transaction is joinable (an atomic route's handler not
+ * started: an interceptor of the app's above `@Idempotent()`, a pipe) is wrapped as one made
+ * outside every scope (`joiningWhereUsed`, by `runnerScope` answering `later`): its statements
+ * before the handler run on its own as before, and it joins the request's transaction from the
+ * handler on (`placeOfRunner`, lib/transaction/runner-place.ts), unless its code began a
+ * transaction of its own or connected it meanwhile.
+ *
  * Adversary 90 (orm): a query runner made inside `@Idempotent()`'s scope but before the
  * handler starts: an interceptor of the app's written above `@Idempotent()` on the method (so
  * inside it, as the guide places a `retry()` or `timeout()`) that hands each request its query
@@ -164,7 +172,7 @@ describe('adversary 90 orm: a runner made inside @Idempotent() before the handle
     expect(await scenario('outside', 'c1')).toEqual({ statuses: [503, 201], rows: ['c1'] });
   }, 30_000);
 
-  it.skip('the interceptor inside @Idempotent(): its runner joins too, one row (Not fixed (round 90): found by review)', async () => {
+  it('the interceptor inside @Idempotent(): its runner joins too, one row', async () => {
     expect(await scenario('inside', 'u1')).toEqual({ statuses: [503, 201], rows: ['u1'] });
   }, 30_000);
 });

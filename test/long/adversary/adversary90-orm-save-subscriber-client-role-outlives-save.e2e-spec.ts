@@ -1,4 +1,8 @@
 /**
+ * Fixed (session of 2026-12-06 fourth): the client path (`clientOf`) keeps a save's state
+ * (`keepSaveState`) before a statement in it that sets the role, session authorization or search
+ * path, as the `query()` path does: the save's RELEASE puts the role back.
+ *
  * Adversary 90 (orm): round 88's fix of a save's role (a save's own transaction keeps and
  * puts back the role, session authorization and search path once a statement in it sets one:
  * `keepSaveState`), met by a subscriber that sets the role through the node-postgres client
@@ -200,7 +204,7 @@ describe('adversary 90 orm: a role a save’s subscriber sets through the runner
     }
   }, 30_000);
 
-  it.skip('keyed, the role set through the runner’s pg client: put back at the save’s end too, 201 replayed, one outbox row (Not fixed (round 90): found by review)', async () => {
+  it('keyed, the role set through the runner’s pg client: put back at the save’s end too, 201 replayed, one outbox row', async () => {
     expect(await scenario('idem', 'i1')).toEqual({ statuses: [201, 201], outbox: ['i1'] });
   }, 30_000);
 });

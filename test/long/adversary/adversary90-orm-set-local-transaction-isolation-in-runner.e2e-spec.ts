@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-06 fourth): `nestedControlOf` reads `SET [LOCAL | SESSION]
+ * transaction_isolation = '<level>'` alone in its text as the `SET TRANSACTION ISOLATION LEVEL`
+ * it is (`set-isolation`), and the runner's node-postgres client path (`clientOf`) asks it inside
+ * its code's own transaction, as `queryFrom` does: joined and answered as a `SET`
+ * (`levelSetInSql`), or refused with `IsolationLevelRefusedError`.
+ *
  * Adversary 90 (orm): a query runner's transaction that says its level with `SET LOCAL
  * transaction_isolation = …` rather than `SET TRANSACTION ISOLATION LEVEL …`, or sends the
  * latter through the node-postgres client its runner hands out (`await qr.connect()`).
@@ -167,12 +173,12 @@ describe('adversary 90 orm: SET LOCAL transaction_isolation inside a runner’s 
     expect((await scenario('client', 'p2', 'plain')).statuses).toEqual([201, 201]);
   }, 30_000);
 
-  it.skip('SET LOCAL transaction_isolation: joins too (Not fixed (round 90): found by review)', async () => {
+  it('SET LOCAL transaction_isolation: joins too', async () => {
     const outcome = await scenario('set-local', 'u1');
     expect(outcome).toMatchObject({ statuses: [201, 201], rows: ['u1'] });
   }, 30_000);
 
-  it.skip('SET TRANSACTION ISOLATION LEVEL through the runner’s pg client: joins too (Not fixed (round 90): found by review)', async () => {
+  it('SET TRANSACTION ISOLATION LEVEL through the runner’s pg client: joins too', async () => {
     const outcome = await scenario('client', 'u2');
     expect(outcome).toMatchObject({ statuses: [201, 201], rows: ['u2'] });
   }, 30_000);

@@ -1,0 +1,23 @@
+import {
+  placeOfRunner,
+  type RunnerHeld,
+  type RunnerPlace,
+  type RunnerScope,
+} from './runner-place.js';
+
+describe('placeOfRunner: where a runner made outside the transaction it is used in runs (adversary 88, 90)', () => {
+  it.each<[string, RunnerHeld, RunnerScope, RunnerPlace]>([
+    ['outside every scope', 'plain', 'none', 'itself'],
+    ['in the request’s open transaction', 'plain', 'open', 'join'],
+    ['first used after its request ended', 'plain', 'ended', 'itself'],
+    ['before the handler started (a pipe, an interceptor)', 'plain', 'later', 'itself'],
+    ['in a scope that joins nothing', 'plain', 'apart', 'itself'],
+    ['its own transaction open, in an open request', 'own-transaction', 'open', 'itself'],
+    ['its own transaction open, after the end', 'own-transaction', 'ended', 'itself'],
+    ['connected by a guard, in an open request: its session kept', 'connected', 'open', 'itself'],
+    ['connected, after the end', 'connected', 'ended', 'itself'],
+    ['connected, outside every scope', 'connected', 'none', 'itself'],
+  ])('%s', (_name, held, scope, expected) => {
+    expect(placeOfRunner(held, scope)).toBe(expected);
+  });
+});
