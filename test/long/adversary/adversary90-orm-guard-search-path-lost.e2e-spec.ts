@@ -1,4 +1,21 @@
 /**
+ * Not fixed (session of 2026-12-06 fourth), and worse than first filed: round 90's fixer keeps
+ * a runner already connected when it is first used in a request's scope (here by the guard's
+ * `SET search_path`) as itself (`placeOfRunner`, lib/transaction/runner-place.ts), so its insert
+ * lands in the tenant's table, but on its own connection, committed apart from the request. A
+ * replayed request runs the guard but not the handler, so the guard's connection was never given
+ * back and the suite hung at close; the guard now also releases the runner when the response
+ * closes, as docs/guides/transactions.md tells apps to (TypeORM's second release is a no-op).
+ * Then (lead, verified): the runner goes back to the pool with the session's `search_path` still
+ * `tenant_acme` (the control's plain request leaves one there too), the library's own store
+ * statement later meets it on that pooled connection (its tables are not schema-qualified) and
+ * answers 500 `database_permanent`, and as the handler's insert had committed apart, the retry
+ * writes it again: statuses [500, 500], tenant rows ['t1', 't1']. Route for the fix: the view
+ * carries the connected runner's session (role, search path, custom settings read from its
+ * connection) into the request's transaction as `SET LOCAL`, so its writes stay in the request,
+ * and its `release()` gives its own connection back with the session reset; and the library's
+ * own statements name their schema (or check the session's search path on checkout).
+ *
  * Adversary 90 (orm): a request-scoped unit of work whose runner a guard prepares for the
  * tenant. Schema-per-tenant apps on Nest + TypeORM often give each request its own query runner
  * (a `Scope.REQUEST` provider) and have a guard (or an interceptor of their own bound before
@@ -103,6 +120,12 @@ class TenantGuard implements CanActivate {
       context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tenant'],
     );
     if (!/^[a-z]+$/.test(tenant)) return false;
+    // A replay runs guards but not the handler: give the runner back when the response is done
+    // too (TypeORM's release() is a no-op the second time).
+    context
+      .switchToHttp()
+      .getResponse<{ once(event: 'close', listener: () => void): unknown }>()
+      .once('close', () => void this.uow.runner.release());
     await this.uow.runner.query(`SET search_path TO tenant_${tenant}`);
     return true;
   }
