@@ -48,6 +48,22 @@ export function fieldResolution(type: GraphQLObjectType, field: string): Resolve
   });
 }
 
+/** Each type's `hasAppField`, with the count of noted fields it was told by. */
+const appTyped = new WeakMap<GraphQLObjectType, { noted: number; has: boolean }>();
+
+/**
+ * Whether a field of `type`, selected or not, is the app's (`fieldResolution`): its objects
+ * keep their own data for a retry that selects it (parent-keeping.ts). Told once per type
+ * (again only when more fields were noted since), so a type without one costs a lookup.
+ */
+export function hasAppField(type: GraphQLObjectType): boolean {
+  const told = appTyped.get(type);
+  if (told && told.noted === resolvedByApp.size) return told.has;
+  const has = Object.keys(type.getFields()).some((name) => fieldResolution(type, name) === 'app');
+  appTyped.set(type, { noted: resolvedByApp.size, has });
+  return has;
+}
+
 /** What tells how a field is answered (see `fieldResolution`). */
 export interface ResolutionTold {
   /** A `@ResolveField()` of the type or of an interface it implements. */

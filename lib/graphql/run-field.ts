@@ -28,7 +28,8 @@ import { type GraphqlModule } from './graphql-module.js';
 import { type ReplayLoss, warnLosses } from './replay-loss.js';
 import { resolvedFieldsUnder, warnResolvedFields } from './resolved-fields.js';
 import { selectionOf } from './selection.js';
-import { fromWire, outputWire } from './wire-value.js';
+import { fromWire, outputWire, PARENT } from './wire-value.js';
+import { parentDataWithin } from './parent-data-within.js';
 import { thrownError } from './thrown-error.js';
 import { type FieldRun } from './field-runs.js';
 import { errorHttp, hasAnswerHook, storeAtAnswer } from './stored-at-answer.js';
@@ -144,11 +145,29 @@ export function runField(
           resolvedFieldsUnder(graphql, types.schema, types.returnType),
         );
       }
-      answer = encodeAnswer({
-        kind: 'data',
-        data: walked.wire,
-        ...(awaitsOutputs ? { pending: true } : middleware ? { outputsLost: true } : {}),
-      });
+      const outputsState = awaitsOutputs
+        ? { pending: true as const }
+        : middleware
+          ? { outputsLost: true as const }
+          : {};
+      answer = encodeAnswer({ kind: 'data', data: wire, ...outputsState });
+      // Too large with the own data kept for the app's resolvers beyond the answer (`PARENT`:
+      // a large unselected column): the largest left out, the answer stored (a replay's
+      // resolvers read their parents as the answer holds them), not the work rolled back.
+      const within = parentDataWithin(wire, PARENT, answer.body.length - route.maxResponseBytes);
+      if (within) {
+        const trimmed = encodeAnswer({ kind: 'data', data: within.wire, ...outputsState });
+        if (trimmed.body.length <= route.maxResponseBytes) {
+          tools.logger.warn(
+            `the own data of ${within.dropped} parent(s) (read by @ResolveField() resolvers, ` +
+              `beyond the selection) is not stored with the answer of ${settings.name}: with ` +
+              `it the answer is over maxResponseBytes (${route.maxResponseBytes} bytes); a ` +
+              "replay's resolver reads those parents as the answer holds them",
+          );
+          wire = within.wire;
+          answer = trimmed;
+        }
+      }
     } catch (error) {
       // No JSON form (a cycle, a value its scalar refuses): it cannot be replayed, so it is
       // the field's error.

@@ -13,7 +13,8 @@ import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
 import { type ReplayLoss } from './replay-loss.js';
-import { fieldResolution } from './resolved-fields.js';
+import { fieldResolution, hasAppField } from './resolved-fields.js';
+import { parentKeeping } from './parent-keeping.js';
 import {
   isOfNestType,
   nestField,
@@ -137,6 +138,16 @@ export const ACCESSORS = '__accessors';
  */
 export const PROMISED = '__promised';
 
+/**
+ * The member of a stored object that holds, as typed JSON, its own data the app's resolvers
+ * under it may read that the answer does not hold (parent-keeping.ts): its unselected fields'
+ * where a field of its type is the app's (a retry may select it), or where it is a selected
+ * field's value under such an object; its selected fields' raw inputs behind middleware; a
+ * property a `defaultValue` filled in, as `undefined`. Unlike `KEPT`, left out of a stored
+ * answer over `maxResponseBytes` (parent-data-within.ts): a replay's parent is then the answer's.
+ */
+export const PARENT = '__parent';
+
 /** The classes in its kept data (`KEPT`), by path: see `LEAF_CLASS`. */
 export const KEPT_CLASSES = '__keptClasses';
 
@@ -146,6 +157,7 @@ export const GOTTEN_CLASSES = '__gottenClasses';
 /** The members of a stored object that are the library's, not the value's. */
 const LIBRARY_MEMBERS: ReadonlySet<string> = new Set([
   KEPT,
+  PARENT,
   FAILED,
   INSTANCE,
   FROM_CLASS,
@@ -274,6 +286,27 @@ function writeKept(
   }
 }
 
+/**
+ * Writes `parent` (its own data for the app's resolvers the answer does not hold: see
+ * `PARENT`) into its wire form as typed JSON; what does not come back as it was is put in
+ * `losses`.
+ */
+function writeParent(
+  wire: Record<string, unknown>,
+  parent: Record<string, unknown>,
+  type: string,
+  losses: ReplayLoss[],
+): void {
+  delete wire[PARENT];
+  if (Object.keys(parent).length === 0) return;
+  const typed = keepData(parent);
+  wire[PARENT] = typed.kept;
+  if (typed.unfaithful.length > 0) {
+    const what = typed.unfaithful.map((member) => `${member.name} (${member.what})`);
+    losses.push({ type, what: `its data ${what.join(', ')} does not come back as it was` });
+  }
+}
+
 async function walkValue(
   walk: Walk,
   type: GraphQLOutputType,
@@ -356,8 +389,16 @@ async function walkValue(
   // parent's data (adversary 74). Field middleware never runs on a replay (its output is
   // stored as the answer gave it: middleware-outputs.ts), so it keeps nothing of it.
   const resolutions = [...selected.keys()].map((name) => fieldResolution(concrete, name));
-  if (byClass || resolutions.includes('app')) {
-    Object.assign(kept, ownData(source, fields, selected));
+  const keeping = parentKeeping({
+    byClass,
+    selectsAppField: resolutions.includes('app'),
+    hasAppField: hasAppField(concrete),
+    underAppParent: whole === 'data',
+  });
+  /** Its own data for the app's resolvers that the answer does not hold (`PARENT`). */
+  const parent: Record<string, unknown> = {};
+  if (keeping.unselected !== 'none') {
+    Object.assign(keeping.unselected === 'kept' ? kept : parent, ownData(source, fields, selected));
   }
   const methods: string[] = [];
   /** Selected fields it gave through its class (see `FROM_CLASS`). */
@@ -393,8 +434,14 @@ async function walkValue(
     if (resolution === 'middleware') {
       // Behind field middleware: its output is stored as the operation's answer gave it, at
       // the answer (middleware-outputs.ts), and a replay answers that, never running the
-      // middleware. Its input is never read here: a getter, an iterator, a lazy relation is
-      // read by the middleware alone, once.
+      // middleware. Its input is never read through a getter here: a getter, an iterator, a
+      // lazy relation is read by the middleware alone, once. Its own data is what the app's
+      // resolvers of the object read (the raw email a mask hides: adversary 90).
+      if (keeping.selectedInputs) {
+        const property = nestField(concrete.name, name)?.property ?? name;
+        const input = ownValue(source, property);
+        if (input) parent[property] = input.value;
+      }
       continue;
     }
     // Read as Nest reads it, where Nest built the type: its class property (a field renamed
@@ -433,6 +480,11 @@ async function walkValue(
     try {
       const own = property in source ? source[property] : undefined;
       promisedItem = own === undefined && reading?.fallback ? reading.fallback.value : own;
+      // Filled in by its `defaultValue`: the app's resolvers read the property, `undefined`
+      // (adversary 90); GraphQL's read of it on a replay fills it in again, as Nest's does.
+      if (own === undefined && reading?.fallback && keeping.selectedInputs) {
+        parent[property] = undefined;
+      }
       if (typeof promisedItem === 'function') {
         methods.push(name);
         wire[name] = null;
@@ -443,7 +495,7 @@ async function walkValue(
       failRead(error);
       continue;
     }
-    const stored = await walkValue(walk, field.type, item, fieldNodes, byClass ? 'class' : false);
+    const stored = await walkValue(walk, field.type, item, fieldNodes, keeping.children);
     wire[name] = stored.wire;
     if (graphql.isLeafType(graphql.getNamedType(field.type))) {
       const tree = classTreeNoting(item, `its field ${name}`, concrete.name, losses);
@@ -491,6 +543,7 @@ async function walkValue(
   if (promisedFields.length > 0) wire[PROMISED] = promisedFields;
   if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
   writeKept(wire, kept, concrete.name, losses);
+  writeParent(wire, parent, concrete.name, losses);
   if (ownClass || (instance && byClass)) {
     const gotten = classGetters(source, fields);
     if (Object.keys(gotten).length > 0) {
@@ -577,8 +630,12 @@ function fieldsOf(
   return fields;
 }
 
-/** How much of a value's unselected data a walk keeps (see `walkValue`). */
-type Whole = false | 'class';
+/**
+ * How much of a value's unselected data a walk keeps (see `walkValue`): all of it for a
+ * serializer (`'class'`), or for the app's resolvers of an object above it (`'data'`: see
+ * parent-keeping.ts).
+ */
+type Whole = false | 'class' | 'data';
 
 /** The object's own data property of that name (never a getter, a Promise or a method). */
 function ownValue(source: object, name: string): { value: unknown } | undefined {
@@ -875,6 +932,8 @@ export function fromWire(
     if (property !== undefined && !(property in stored)) own(value, property, field);
   }
   if (typed) {
+    // What the app's resolvers read of it that the answer does not hold (see `PARENT`).
+    for (const [name, item] of Object.entries(restoreData(stored[PARENT]))) own(value, name, item);
     const keptData = namedByTree(restoreData(stored[KEPT]), stored[KEPT_CLASSES]) as Record<
       string,
       unknown

@@ -17,6 +17,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06 fourth): a selected field read through its `defaultValue` (the property `undefined`) under
+ * an object kept for the app's resolvers keeps the property as `undefined` in `PARENT`
+ * (wire-value.ts): the replay's parent holds `nickname: undefined`, the resolver reads it as
+ * the first call's did, and Nest's read of the field fills in the default again.
+ *
  * Adversary 90 (graphql): a field with `@Field({ defaultValue })` whose property the
  * resolver's value leaves `undefined` (no nickname on file) is read by a `@ResolveField()` of
  * its parent (`greeting`: `Hi` without a nickname). When the client also selects that field,
@@ -144,7 +149,7 @@ describe('adversary 90: a @ResolveField() reads a field its parent answers throu
     await replayOf('adv90-default-unselected', 'mutation { createCustomer { greeting } }');
   });
 
-  it.skip('nickname selected: the replay answers the first answer (Not fixed (round 90): found by review)', async () => {
+  it('nickname selected: the replay answers the first answer', async () => {
     await replayOf('adv90-default-selected', 'mutation { createCustomer { greeting nickname } }');
   });
 });

@@ -17,6 +17,12 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06 fourth): a selected object field of a parent whose type has a field of the app's is walked
+ * keeping its own data beyond its selection, at any depth (lib/graphql/parent-keeping.ts
+ * `parentKeeping`, `children: 'data'`; wire-value.ts `PARENT`): the replay's `contact` is
+ * rebuilt from its stored `{ phone }` with its kept `email` beside it, each `lines` item with
+ * its `price`, so the `@ResolveField()` reads what the first call's read.
+ *
  * Adversary 90 (graphql): a `@ResolveField()` that reads its parent's data one level down
  * (`customer.contact.email`) answers something else on a replay as soon as the client also
  * selects that object field with fewer fields (`contact { phone }`). No field middleware, no
@@ -203,7 +209,7 @@ describe('adversary 90: a @ResolveField() reads a field of its parent the client
     );
   });
 
-  it.skip('contact selected as { phone }: the replay answers the first answer (Not fixed (round 90): found by review)', async () => {
+  it('contact selected as { phone }: the replay answers the first answer', async () => {
     await replayOf(
       'adv90-rf-selected',
       'mutation { createOrder { id customer { emailDomain contact { phone } } } }',
@@ -217,7 +223,7 @@ describe('adversary 90: a @ResolveField() reads a field of its parent the client
     );
   });
 
-  it.skip('lines selected as { id }: the replay answers the first answer (Not fixed (round 90): found by review)', async () => {
+  it('lines selected as { id }: the replay answers the first answer', async () => {
     await replayOf(
       'adv90-rf-lines-selected',
       'mutation { createOrder { id customer { total lines { id } } } }',
