@@ -12,6 +12,8 @@ import { type GraphqlModule } from './graphql-module.js';
 import { aliasGroups, markErrorUnder, mergedAnswers } from './merged-aliases.js';
 import { keptParent, parentData, parentLosses } from './app-parents.js';
 import { keepsOwnMember } from './kept-member.js';
+import { leafAgain } from './leaf-again.js';
+import { answerApart, answeredApart, answersApart } from './apart-answers.js';
 import { sharedParents } from './alias-parents.js';
 import { aliasErrorsRead, answerAliasRead } from './alias-errors.js';
 import { indexItems, indexItemsUnread, mayHoldMemberList } from './item-indexes.js';
@@ -122,7 +124,16 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
               completedOutput(graphql, selection, field.type, value, memberAt, resultAt),
             (at, memberAt) => nulledPlaceIn(graphql, info, at, memberAt),
           );
-          const given = own.call(this, source, args, context, info);
+          let given: unknown;
+          try {
+            given = own.call(this, source, args, context, info);
+          } catch (error) {
+            // Noted as thrown, for an answer that does not say where (unanswered-nulls.ts).
+            const thrown = Promise.reject(error);
+            thrown.catch(() => undefined);
+            noteFirstResult(context, path, thrown);
+            throw error;
+          }
           // Each member in a list marked with its index before GraphQL completes it.
           const mark = (raw: unknown) => {
             const value = readList(graphql, field.type, raw);
@@ -303,7 +314,10 @@ function answerAliasReadsOf(graphql: GraphqlModule, type: GraphQLObjectType): vo
       context,
       info,
     ) {
-      return answerAliasRead(own.call(this, source, args, context, info), args, context, info);
+      // Given apart from the property a kept parent's app resolvers read (apart-answers.ts).
+      const answered = answeredApart(source, field.name);
+      const given = answered ? answered.value : own.call(this, source, args, context, info);
+      return answerAliasRead(given, args, context, info);
     };
     // Told as the field was (its resolver's kind read before the wrapper).
     noteResolverKind(resolve, kind);
@@ -540,13 +554,8 @@ export function outputValue(
       outputValue(conversion, type.ofType, item, nodes, `${key}.${i}`, named && `${named}.${i}`),
     );
   }
-  if (graphql.isLeafType(type)) {
-    try {
-      return type.parseValue(wire);
-    } catch {
-      return wire;
-    }
-  }
+  // Written by its scalar as the answer held it (leaf-again.ts).
+  if (graphql.isLeafType(type)) return leafAgain(type, wire);
   if (typeof wire !== 'object' || Array.isArray(wire)) return wire;
   const stored = wire as Record<string, unknown>;
   let concrete: GraphQLObjectType | undefined = graphql.isObjectType(type) ? type : undefined;
@@ -644,6 +653,18 @@ export function outputValue(
       // Not selected by the first call: refused, never a made-up null (graphql-js throws it).
       item = notStoredField(graphql, concrete.name, name);
     } else continue;
+    const apart = answersApart({
+      kept: kept !== undefined,
+      resolution: fieldResolution(concrete, name),
+      composite: graphql.isCompositeType(graphql.getNamedType(definition.type)),
+      keptProperty: Object.prototype.hasOwnProperty.call(ownData, own),
+    });
+    if (apart) {
+      // The app's resolvers read the kept raw object (all its data, where the answer nulled
+      // it or selected less of it); GraphQL's read answers the rebuilt one (adversary 90).
+      answerApart(value, name, item);
+      continue;
+    }
     value[name] = item;
     if (property !== undefined && property !== name) value[property] = item;
   }
