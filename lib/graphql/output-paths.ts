@@ -1,6 +1,7 @@
 import { fieldError, type FieldError, type StoredFieldError } from './field-answer.js';
 import { errorLocations } from './error-location.js';
 import { type ReplayLoss } from './replay-loss.js';
+import { unansweredNulls } from './unanswered-nulls.js';
 
 /**
  * Where the outputs of field middleware on an `@Idempotent()` mutation's answer are, by the
@@ -564,7 +565,8 @@ export async function storeOutputsOf(
   await Promise.all(
     firsts.map(async (first) => {
       nameInside(first, data);
-      const remade = await remadeOutputs(first, data, errors);
+      const all = [...errors, ...(await thrownUnanswered(first, data, errors))];
+      const remade = await remadeOutputs(first, data, all);
       return first
         .complete(
           outputsIn(
@@ -572,7 +574,7 @@ export async function storeOutputsOf(
             first.root,
             first.paths,
             first.members,
-            errors,
+            all,
             first.named,
             remade,
             first.parents,
@@ -582,6 +584,42 @@ export async function storeOutputsOf(
         .catch(() => undefined);
     }),
   );
+}
+
+/**
+ * The errors the middleware fields of `first` threw where the answer holds them as null with no
+ * error entry at or under them (unanswered-nulls.ts: a Mercurius `AggregateError`'s entries
+ * have no path), each at its field's path, as graphql-js would have located it.
+ */
+async function thrownUnanswered(
+  first: FirstAnswer,
+  data: unknown,
+  errors: readonly AnsweredError[],
+): Promise<AnsweredError[]> {
+  const byKey = new Map<string, AnswerPath>();
+  for (const path of first.paths) {
+    const key = relativeKey(first.root, path);
+    if (key !== undefined && dataAt(data, path) === null) byKey.set(key, path);
+  }
+  if (byKey.size === 0) return [];
+  const errorKeys = errors.flatMap((error) => {
+    const key = error.path && relativeKey(first.root, error.path, false);
+    return key === undefined ? [] : [key];
+  });
+  const found: AnsweredError[] = [];
+  for (const key of unansweredNulls([...byKey.keys()], errorKeys, isAtOrUnder)) {
+    const result = first.results.get(key);
+    if (typeof (result as PromiseLike<unknown> | null)?.then !== 'function') continue;
+    const thrown = await Promise.resolve(result).then(
+      () => undefined,
+      (error: unknown) => ({ error }),
+    );
+    if (!thrown) continue;
+    const { error } = thrown;
+    const message = error instanceof Error ? error.message : String(error);
+    found.push({ message, path: byKey.get(key), originalError: error });
+  }
+  return found;
 }
 
 /** `first`'s `nulledAt` with the members noted under it (see `NulledAt`). */
