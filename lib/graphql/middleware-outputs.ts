@@ -196,7 +196,17 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
         const { members, errors, key, parents } = replayed;
         const names = namesOf(replayed.names, replayed.told);
         let value = outputValue(
-          { graphql, schema, info, members, errors, field: { key, path }, names, parents },
+          {
+            graphql,
+            schema,
+            info,
+            members,
+            errors,
+            field: { key, path },
+            names,
+            parents,
+            context,
+          },
           field.type,
           replayed.wire,
           info.fieldNodes,
@@ -216,6 +226,7 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
               field: { key: other.key, path },
               names,
               parents,
+              context,
             },
             field.type,
             other.wire,
@@ -463,6 +474,8 @@ interface Conversion {
   names?: StoredNames;
   /** The kept own data of app-resolved fields' parents (`StoredOutputs.parents`), by key. */
   parents?: Readonly<Record<string, unknown>>;
+  /** The replay's operation context, where its errors under the output are noted for jit. */
+  context?: unknown;
 }
 
 interface StoredNames {
@@ -540,6 +553,9 @@ export function outputValue(
     if (!failure) return null;
     const place = failure.steps.length > 0 ? placeOf(conversion.field, key) : undefined;
     const again = fieldErrorAgain(graphql, failure.error, place && [...place, ...failure.steps]);
+    // Under the field at `place`, whose value it is: graphql-jit locates it there, and the
+    // answer hook puts its own path and locations back (adversary 90; jit-located.ts).
+    if (place && conversion.context !== undefined) ownLocated(again, conversion.context, place);
     // Where it was under the null, as the rebuilt values read it: another alias's object
     // merged with it holds it there (merged-aliases.ts).
     const steps = place && fieldSteps(conversion, type, nodes, failure.steps);
