@@ -31,11 +31,17 @@ export type AliasRead = (args: unknown, context: unknown, info: unknown) => unkn
  * `fallback` where the aliases' errors are fewer than two distinct ones; else a read that
  * answers each response key its own error (see above), `fallback` for any other.
  */
-export function aliasErrorsRead(errors: ReadonlyMap<string, Error>, fallback: unknown): unknown {
+export function aliasErrorsRead(
+  errors: ReadonlyMap<string, Error>,
+  fallback: unknown,
+  /** The error at the response key's own place (`info`'s), where it was another's. */
+  relocate: (error: Error, info: unknown) => Error = (error) => error,
+): unknown {
   if (new Set(errors.values()).size < 2) return fallback;
   const read: AliasRead = (_args, _context, info) => {
     const key = (info as { path?: { key?: unknown } } | undefined)?.path?.key;
-    return (typeof key === 'string' && errors.get(key)) || fallback;
+    const error = typeof key === 'string' ? errors.get(key) : undefined;
+    return error ? relocate(error, info) : fallback;
   };
   reads.add(read);
   return read;

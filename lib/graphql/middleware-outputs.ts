@@ -13,6 +13,7 @@ import { aliasGroups, markErrorUnder, mergedAnswers } from './merged-aliases.js'
 import { keptParent, parentData, parentLosses } from './app-parents.js';
 import { keepsOwnMember } from './kept-member.js';
 import { leafAgain } from './leaf-again.js';
+import { aliasErrorChoice } from './alias-error-choice.js';
 import { answerApart, answeredApart, answersApart } from './apart-answers.js';
 import { sharedParents } from './alias-parents.js';
 import { aliasErrorsRead, answerAliasRead } from './alias-errors.js';
@@ -421,6 +422,41 @@ function ownLocated(error: Error, context: unknown, path: AnswerPath): Error {
   return error;
 }
 
+/** The response keys and names of the fields a node selects directly (not in fragments). */
+function subfieldKeys(node: FieldNode): string[] {
+  return (node.selectionSet?.selections ?? []).flatMap((selection) =>
+    selection.kind === 'Field'
+      ? [selection.name.value, ...(selection.alias ? [selection.alias.value] : [])]
+      : [],
+  );
+}
+
+/**
+ * A rebuilt error under a stored alias at the retry's place of it (`at`, the path of the
+ * response key that reads it): its steps under the alias (`under` steps of its path are the
+ * alias's place) after that place. The error itself where it is there already.
+ */
+function relocatedError(
+  graphql: GraphqlModule,
+  error: Error,
+  at: AnswerPath,
+  under: number | undefined,
+): Error {
+  const own = error as Partial<GraphQLError>;
+  if (under === undefined || !Array.isArray(own.path) || at.length === 0) return error;
+  const path = [...at, ...own.path.slice(under)];
+  if (path.length === own.path.length && path.every((step, i) => step === own.path![i])) {
+    return error;
+  }
+  return new graphql.GraphQLError(error.message, {
+    path,
+    source: own.source,
+    positions: own.positions,
+    extensions: own.extensions,
+    originalError: own.originalError ?? undefined,
+  });
+}
+
 /** The error a replayed middleware field answers when its output never came. */
 export function outputPending(graphql: GraphqlModule, type: string, field: string): GraphQLError {
   return new graphql.GraphQLError(outputPendingMessage(type, field), {
@@ -644,8 +680,10 @@ export function outputValue(
               ),
             }
           : conversion;
-      // Each response key's own error, where its alias was nulled (alias-errors.ts).
+      // Each response key's own error, where its alias was nulled (alias-errors.ts): the one
+      // under the stored alias whose failed field it selects (alias-error-choice.ts).
       const failed = new Map<string, Error>();
+      const groupErrors: { error: Error; under: number; grouped: readonly FieldNode[] }[] = [];
       for (const { storedKey, nodes: grouped } of groups) {
         if (storedKey === undefined) continue;
         const built = outputValue(
@@ -657,14 +695,30 @@ export function outputValue(
           inner,
         );
         if (built instanceof Error) {
-          for (const node of grouped) {
-            const responseKey = node.alias?.value ?? name;
-            if (!failed.has(responseKey)) failed.set(responseKey, built);
-          }
+          const under = placeOf(conversion.field, `${key}.${storedKey}`).length;
+          groupErrors.push({ error: built, under, grouped });
         }
         item = mergedAnswers(item, built);
       }
-      if (item instanceof Error) item = aliasErrorsRead(failed, item);
+      /** Each error's path steps under its stored alias (relocated under the retry's). */
+      const under = new Map<Error, number>();
+      for (const node of fieldNodes) {
+        const responseKey = node.alias?.value ?? name;
+        if (failed.has(responseKey)) continue;
+        const candidates = groupErrors.map(({ error, under: at, grouped }) => ({
+          step: (error as { path?: readonly (string | number)[] }).path?.[at],
+          own: grouped.includes(node),
+        }));
+        const chosen = aliasErrorChoice(subfieldKeys(node), candidates);
+        if (chosen === undefined) continue;
+        failed.set(responseKey, groupErrors[chosen].error);
+        under.set(groupErrors[chosen].error, groupErrors[chosen].under);
+      }
+      if (item instanceof Error) {
+        item = aliasErrorsRead(failed, item, (error, info) =>
+          relocatedError(graphql, error, pathOf(info), under.get(error)),
+        );
+      }
     } else if (fieldResolution(concrete, name) === 'property') {
       // Not selected by the first call: refused, never a made-up null (graphql-js throws it).
       item = notStoredField(graphql, concrete.name, name);

@@ -16,6 +16,13 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06 fourth): each of the retry's response keys is answered the stored alias's error whose failed
+ * field it selects (lib/graphql/alias-error-choice.ts; else its own group's, as before), and
+ * that error is made again at the retry's own place of it, its steps under the alias after the
+ * response key's path (`relocatedError` in lib/graphql/middleware-outputs.ts, through the read
+ * of lib/graphql/alias-errors.ts): `x` answers the email error at `x.email`, `y` the age error
+ * at `y.age`, swapped aliases each the error of the fields they select.
+ *
  * Adversary 90 (graphql): inside a field-middleware output (`Order.customer`), one object field
  * under two aliases, each nulled by an error of its own under it (adversary 89's case, fixed
  * for the same aliases: `a: contact { phone email }` a missing non-null `email`,
@@ -191,7 +198,7 @@ describe('adversary 90: two aliases each nulled by its own error, retried under 
     );
   });
 
-  it.skip('renamed aliases: each its own error at its own place (Not fixed (round 90): found by review)', async () => {
+  it('renamed aliases: each its own error at its own place', async () => {
     await retried(
       'adv90-two-errors-renamed',
       first.replace('a: contact', 'x: contact').replace('b: contact', 'y: contact'),
@@ -200,7 +207,7 @@ describe('adversary 90: two aliases each nulled by its own error, retried under 
     );
   });
 
-  it.skip('swapped aliases: each its own error at its own place (Not fixed (round 90): found by review)', async () => {
+  it('swapped aliases: each its own error at its own place', async () => {
     await retried(
       'adv90-two-errors-swapped',
       first

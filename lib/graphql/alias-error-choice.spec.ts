@@ -1,0 +1,28 @@
+import { type AliasErrorCandidate, aliasErrorChoice } from './alias-error-choice.js';
+
+describe('aliasErrorChoice', () => {
+  const email: AliasErrorCandidate = { step: 'email', own: true };
+  const age: AliasErrorCandidate = { step: 'age', own: false };
+  const cases: [string, string[], AliasErrorCandidate[], number | undefined][] = [
+    ['the alias selecting email: the email error', ['phone', 'email'], [email, age], 0],
+    [
+      'the alias selecting age, in the first group: the age error',
+      ['phone', 'age'],
+      [email, age],
+      1,
+    ],
+    ['selecting neither: its own group', ['phone'], [email, age], 0],
+    [
+      'selecting neither, no own group: none',
+      ['phone'],
+      [{ ...email, own: false }, age],
+      undefined,
+    ],
+    ['selecting both: the first', ['email', 'age'], [email, age], 0],
+    ['an item index as the step: its own group', ['phone'], [{ step: 0, own: true }], 0],
+    ['no candidates: none', ['email'], [], undefined],
+  ];
+  it.each(cases)('%s', (_name, selected, candidates, expected) => {
+    expect(aliasErrorChoice(selected, candidates)).toBe(expected);
+  });
+});
