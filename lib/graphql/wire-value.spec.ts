@@ -665,6 +665,62 @@ describe('outputWire, as far as the selection reads', () => {
     expect(replayed).toEqual({ id: 1, total: 5 });
   });
 
+  it("keeps, for a @ResolveField() the first call did not select, the parent's data beyond the answer (adversary 90)", async () => {
+    const Contact = new GraphQLObjectType({
+      name: 'WireParentContact',
+      fields: { phone: { type: GraphQLString }, email: { type: GraphQLString } },
+    });
+    const Customer = new GraphQLObjectType({
+      name: 'WireParentCustomer',
+      fields: {
+        name: { type: GraphQLString },
+        contact: { type: Contact },
+        domain: { type: GraphQLString },
+        notes: { type: GraphQLString },
+      },
+    });
+    noteResolvedField('WireParentCustomer.domain');
+    const value = { name: 'Ada', contact: { phone: '555', email: 'ada@example.org' }, notes: 'n' };
+    const stored = await outputWire(
+      graphql,
+      schema,
+      Customer,
+      value,
+      selecting('{ name contact { phone } }'),
+      call,
+    );
+    const replayed = fromWire(graphql, schema, Customer, JSON.parse(JSON.stringify(stored.wire)));
+    expect(replayed).toEqual(value);
+  });
+
+  it('stores a value whose parent data holds a cycle through class instances (adversary 90)', async () => {
+    class Node {
+      constructor(public next?: Node) {}
+    }
+    const Thing = new GraphQLObjectType({
+      name: 'WireParentThing',
+      fields: {
+        id: { type: GraphQLInt },
+        label: { type: GraphQLString },
+        node: { type: GraphQLString },
+      },
+    });
+    noteResolvedField('WireParentThing.label');
+    const node = new Node();
+    node.next = new Node(node);
+    const losses: ReplayLoss[] = [];
+    const stored = await outputWire(
+      graphql,
+      schema,
+      Thing,
+      { id: 1, node },
+      selecting('{ id }'),
+      call,
+      losses,
+    );
+    expect((stored.wire as Record<string, unknown>).id).toBe(1);
+  });
+
   it("keeps a @ResolveField()'s input from its parent as it is, not as the field's type", async () => {
     const Status = new GraphQLEnumType({
       name: 'WireStatus',

@@ -299,7 +299,18 @@ function writeParent(
 ): void {
   delete wire[PARENT];
   if (Object.keys(parent).length === 0) return;
-  const typed = keepData(parent);
+  let typed: ReturnType<typeof keepData>;
+  try {
+    typed = keepData(parent);
+  } catch {
+    // No JSON form (a cycle under an instance of a class): what a replay may do without, so
+    // not kept, never the mutation's error (its resolvers read the answer's parent).
+    losses.push({
+      type,
+      what: "its own data beyond the answer has no JSON form: a replay's resolvers read it as the answer holds it",
+    });
+    return;
+  }
   wire[PARENT] = typed.kept;
   if (typed.unfaithful.length > 0) {
     const what = typed.unfaithful.map((member) => `${member.name} (${member.what})`);
