@@ -63,7 +63,8 @@ import { ANSWER_HELD, answerHeldHeader, answerHeldToWrite } from './answer-held.
 import { afterJobError, isJobStep, stepMoveOf } from './job-failure.js';
 import { phaseWorkFailure } from '../phases/phase-work-failure.js';
 import { moveInPhaseRefusal } from './move-in-phase.js';
-import { jobKeyOf, jobRedisDb, jobTenant, stepOwnerOf, tenantFits } from './job-key.js';
+import { jobKeyOf, jobTenant, stepOwnerOf, tenantFits } from './job-key.js';
+import { jobRedisDb } from './redis-db.js';
 import {
   dataToRestore,
   type HeldData,
@@ -348,7 +349,7 @@ export class IdempotentJobs implements OnModuleInit {
       throw new JobKeyUnusableError(where, reading.reason);
     }
     const scope: KeyScope = {
-      tenantId: jobTenant(job.queueName, job.prefix, jobRedisDb(job)),
+      tenantId: jobTenant(job.queueName, job.prefix, await jobRedisDb(job)),
       key: reading.key,
     };
     // Checked before the claim, whose CHECK violation would be taken for a passing failure.

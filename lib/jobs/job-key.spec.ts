@@ -1,4 +1,4 @@
-import { jobKeyOf, jobRedisDb, jobTenant, redisDbOf, stepOwnerOf, tenantFits } from './job-key.js';
+import { jobKeyOf, jobTenant, stepOwnerOf, tenantFits } from './job-key.js';
 import { type JobLike } from './job-like.js';
 
 const job = (fields: Partial<JobLike>): JobLike => ({
@@ -96,29 +96,6 @@ describe('jobKeyOf', () => {
     ['a queue named like the database', 'db4', 'payouts', 0, 'bullmq:payouts:db4'],
   ] as const)('keeps keys per Redis database: %s', (_name, queue, prefix, db, tenant) => {
     expect(jobTenant(queue, prefix, db)).toBe(tenant);
-  });
-});
-
-describe('redisDbOf', () => {
-  it.each([
-    ['options naming a database', { host: 'redis', db: 3 }, 3],
-    ['options naming none', { host: 'redis' }, 0],
-    ['database 0', { db: 0 }, 0],
-    ['an ioredis client (its options)', { options: { db: 5 }, status: 'ready' }, 5],
-    ['an ioredis client on database 0', { options: { host: 'redis' } }, 0],
-    ['a cluster (no db)', { options: { redisOptions: {} } }, 0],
-    ['no connection', undefined, 0],
-    ['a URL string', 'redis://redis:6379/2', 0],
-    ['a db that is no index', { db: '2' }, 0],
-    ['a negative db', { db: -1 }, 0],
-    ['a fractional db', { db: 1.5 }, 0],
-  ])('%s', (_name, connection, db) => {
-    expect(redisDbOf(connection)).toBe(db);
-  });
-
-  it('reads a job by its worker’s connection, 0 where it carries none', () => {
-    expect(jobRedisDb({ ...job({}), queue: { opts: { connection: { db: 2 } } } } as never)).toBe(2);
-    expect(jobRedisDb(job({}))).toBe(0);
   });
 });
 

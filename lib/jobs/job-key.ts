@@ -10,7 +10,7 @@ const DEFAULT_BULLMQ_PREFIX = 'bull';
  * a prefix of its own, the prefix too (`bullmq:<prefix>:<queue>`), since BullMQ keeps one queue
  * name under two prefixes as two queues (two services, or tenants, on one Redis: adversary
  * 67). A queue name cannot hold `:` (BullMQ refuses it), so no two of them meet. On a Redis
- * database other than 0 (the connection's `db`), the database too, after the queue and ending
+ * database other than 0 (the worker's connection's, lib/jobs/redis-db.ts `jobRedisDb`), the database too, after the queue and ending
  * in `:` (`bullmq:<queue>:db<n>:`, `bullmq:<prefix>:<queue>:db<n>:`): BullMQ keeps the queues
  * of two databases apart, their jobs and ids too (adversary 90: one queue name on databases 1
  * and 2 of one server shared its jobs' keys). No queue name is empty, so no tenant of a queue
@@ -26,31 +26,6 @@ export function jobTenant(
       ? `${JOB_TENANT_PREFIX}${queueName}`
       : `${JOB_TENANT_PREFIX}${prefix}:${queueName}`;
   return db === 0 ? queue : `${queue}:db${db}:`;
-}
-
-/**
- * The Redis database of a BullMQ connection (a pure decision): the `db` of its options, or of
- * an ioredis client's (`.options`); 0, Redis' default, where it names none (a cluster has
- * only database 0) or none that Redis would take.
- */
-export function redisDbOf(connection: unknown): number {
-  if (typeof connection !== 'object' || connection === null) return 0;
-  const options = (connection as { options?: unknown }).options;
-  const db =
-    typeof options === 'object' && options !== null
-      ? (options as { db?: unknown }).db
-      : (connection as { db?: unknown }).db;
-  return typeof db === 'number' && Number.isSafeInteger(db) && db > 0 ? db : 0;
-}
-
-/**
- * The Redis database a job's worker reads it from: its worker's connection (BullMQ's `Job`
- * keeps its worker as `queue`, not in its public type). 0 where the job does not carry it (a
- * sandboxed processor's job, a job-like object of the app's).
- */
-export function jobRedisDb(job: JobLike): number {
-  const queue = (job as { queue?: { opts?: { connection?: unknown } } }).queue;
-  return redisDbOf(queue?.opts?.connection);
 }
 
 /**

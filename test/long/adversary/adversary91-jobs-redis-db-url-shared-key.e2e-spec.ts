@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-06 fourth): a job's tenant carries the Redis database its worker's
+ * live client reads (lib/jobs/redis-db.ts `jobRedisDb`: BullMQ 6's `getBackend().client`, BullMQ
+ * 5's `client`, whose ioredis options hold the database parsed from a `url` or a string `db`);
+ * where no live client is at hand, `redisDbOf` reads the connection as ioredis does (a `url`'s
+ * path, else its `?db=`, before `db`, a string `db` parsed, node-redis' `database`).
+ *
  * Adversary 91: adversary 90's fix (a job's tenant carries its worker's Redis database,
  * lib/jobs/job-key.ts `redisDbOf`) reads only a `db` option (or an ioredis client's
  * `.options.db`). A connection given as BullMQ's `url` option (`connection: { url:
@@ -201,13 +207,13 @@ onRedis('adversary 91: one queue name on two Redis databases named by URL', () =
     expect(await bothServices(await named('db'), true, { db: 6 }, { db: 7 })).toEqual(bothSent);
   }, 60_000);
 
-  it.skip("with it, the databases given in a url: B's job runs, not A's result (Not fixed (round 91): found by review)", async () => {
+  it("with it, the databases given in a url: B's job runs, not A's result", async () => {
     expect(
       await bothServices(await named('url'), true, { db: 8, url: true }, { db: 9, url: true }),
     ).toEqual(bothSent);
   }, 60_000);
 
-  it.skip("with it, the databases given as strings (an env variable): B's job runs, not A's result (Not fixed (round 91): found by review)", async () => {
+  it("with it, the databases given as strings (an env variable): B's job runs, not A's result", async () => {
     expect(
       await bothServices(await named('text'), true, { db: 10, text: true }, { db: 11, text: true }),
     ).toEqual(bothSent);
