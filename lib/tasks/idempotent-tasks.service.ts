@@ -69,6 +69,7 @@ import { resumesAfterFailure, tickFailed } from './tick-failure.js';
 import { type TickOutcome, tickOutcome, type TickRecordRead } from './tick-outcome.js';
 import {
   type OccurrenceMark,
+  marksOccurrence,
   occurrenceKey,
   occurrenceMarkFinishedAt,
   tickZoneVerdict,
@@ -100,6 +101,8 @@ interface Task {
   fingerprint: Buffer;
   /** Its schedule's `CronTime`, where `cron` made none the app can reach by name. */
   cronTime?: Promise<CronTimeLike>;
+  /** The first `CronTime` its named job was read with: another is a `setTime`'s. */
+  firstCronTime?: CronTimeLike;
 }
 
 /** A tick's slot (ms since the epoch) and its end: its schedule's next time, if it has one. */
@@ -299,6 +302,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     if (schedule.name !== undefined) {
       try {
         time = this.registry?.getCronJob(schedule.name).cronTime;
+        if (time) task.firstCronTime ??= time;
       } catch {
         time = undefined;
       }
@@ -436,7 +440,8 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
    * refused, loudly, where a replica reading the schedule in another zone (another `TZ`, and
    * no `timeZone` on the `@Cron()`) fired for the same wall-clock time at another instant
    * (adversary 90: the night settled once per zone in the fleet). A mark that cannot be made
-   * or read leaves it to the tick's claim, which meets the same database.
+   * or read leaves it to the tick's claim, which meets the same database. A schedule that
+   * declares its zone is neither marked nor checked (`marksOccurrence`, adversary 91).
    */
   private async zoneAgrees(task: Task, slot: number, key: string): Promise<boolean> {
     if (task.schedule.kind !== 'cron') return true;
@@ -445,6 +450,11 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     try {
       const time = await this.cronTimeOf(task);
       if (time.realDate) return true;
+      const { schedule } = task;
+      const rescheduled =
+        (task.firstCronTime !== undefined && time !== task.firstCronTime) ||
+        String(time.source) !== String(schedule.cronTime);
+      if (!marksOccurrence(schedule, time, rescheduled, processZone())) return true;
       zone = cronZone(time) ?? processZone();
       const { rows } = await this.database.query<{ zone: string | null; slot: string | null }>(
         MARK_OCCURRENCE,

@@ -1,4 +1,5 @@
 import {
+  marksOccurrence,
   occurrenceKey,
   occurrenceMarkFinishedAt,
   tickZoneVerdict,
@@ -83,6 +84,33 @@ describe('tickZoneVerdict', () => {
     ],
   ] as const)('%s', (_name, zone, slot, marked, verdict) => {
     expect(tickZoneVerdict(zone, slot, marked)).toEqual(verdict);
+  });
+});
+
+describe('marksOccurrence', () => {
+  const none = {};
+  const utc = { timeZone: 'UTC' };
+  const newYork = { timeZone: 'America/New_York' };
+  it.each([
+    ['a @Cron() without its zone (cron gave it the process zone)', none, utc, false, true],
+    [
+      'a @Cron() without its zone, its job read in another (a replica of that TZ)',
+      none,
+      { timeZone: 'Asia/Kolkata' },
+      false,
+      true,
+    ],
+    ['a @Cron() with timeZone', utc, utc, false, false],
+    ['a @Cron() with utcOffset', { utcOffset: 120 }, { utcOffset: 120 }, false, false],
+    ['a @Cron() with utcOffset 0', { utcOffset: 0 }, { utcOffset: 0 }, false, false],
+    ['a @Cron() with a null utcOffset (none)', { utcOffset: null }, utc, false, true],
+    ['rescheduled into a zone of its own (setTime)', utc, newYork, true, false],
+    ['rescheduled into a zone, from none', none, newYork, true, false],
+    ['rescheduled into a utcOffset', none, { utcOffset: -300 }, true, false],
+    ['rescheduled without a zone (cron gave it the process zone)', utc, utc, true, true],
+    ['rescheduled, a CronTime with no zone at all', newYork, none, true, true],
+  ] as const)('%s: marked %s', (_name, declared, live, rescheduled, marked) => {
+    expect(marksOccurrence(declared, live, rescheduled, 'UTC')).toBe(marked);
   });
 });
 

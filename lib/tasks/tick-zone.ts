@@ -63,6 +63,37 @@ export function tickZoneVerdict(
   return { kind: 'refuse', other: marked };
 }
 
+/** A cron schedule's zone as given: `timeZone`, or `utcOffset`, or neither. */
+export interface GivenZone {
+  readonly timeZone?: string | null;
+  readonly utcOffset?: number | null;
+}
+
+/**
+ * Whether a cron tick's occurrence is marked and checked (see `tickZoneVerdict`; a pure
+ * decision): only for a schedule read in the process's own zone, which replicas may not
+ * share. A schedule that declares its zone (`timeZone`, `utcOffset`) is read in it on every
+ * replica, so its slot, the tick's key, already tells its ticks apart; marking it would refuse
+ * the first tick of a schedule moved into another zone (adversary 91: `setTime(new
+ * CronTime('0 0 2 * * *', 'America/New_York'))`, or a deploy that adds `timeZone`) whose
+ * wall-clock time the old zone's tick had marked.
+ *  - `declared`: the `@Cron()`'s own options; they decide while its job runs the `CronTime`
+ *    made of them (`cron` sets the process's zone as `timeZone` on one made without a zone,
+ *    so that `CronTime` cannot tell);
+ *  - `live`: the `CronTime` the job runs, where it was rescheduled (`rescheduled`: another
+ *    `CronTime`, or another expression): read in the process's zone where it has no
+ *    `utcOffset` and no `timeZone` other than `processZone`, the one `cron` gives it.
+ */
+export function marksOccurrence(
+  declared: GivenZone,
+  live: GivenZone,
+  rescheduled: boolean,
+  processZone: string,
+): boolean {
+  if (!rescheduled) return !declared.timeZone && declared.utcOffset == null;
+  return live.utcOffset == null && (!live.timeZone || live.timeZone === processZone);
+}
+
 /**
  * The start-up warning for a task's schedule (a pure decision): a cron expression with neither
  * `timeZone` nor `utcOffset` is read in each replica's own zone (its `TZ`), which replicas may

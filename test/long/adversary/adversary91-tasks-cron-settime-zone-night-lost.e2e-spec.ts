@@ -1,4 +1,11 @@
 /**
+ * Fixed (session of 2026-12-06 fourth): a cron tick's occurrence is marked and checked only
+ * where its schedule is read in the process's own zone (lib/tasks/tick-zone.ts
+ * `marksOccurrence`: a `@Cron()` without `timeZone`/`utcOffset`, or a job rescheduled to a
+ * `CronTime` with none); a schedule that declares its zone, a rescheduled one included, is read
+ * in it on every replica, so its slot alone keys its ticks and the moved schedule's first tick
+ * runs.
+ *
  * Adversary 91: a named `@Cron()` rescheduled into another zone (`SchedulerRegistry
  * .getCronJob(name).setTime(new CronTime('0 0 2 * * *', 'America/New_York'))`, Nest's dynamic
  * cron recipe; a one-zone app, `timeZone` set everywhere, no start-up warning) loses the first
@@ -149,7 +156,7 @@ describe('adversary 91: a named @Cron() rescheduled into another zone', () => {
     expect(await scenario('other-time')).toHaveLength(2);
   }, 30_000);
 
-  it.skip('moved to 02:00 New York, its first tick there runs (Not fixed (round 91): found by review)', async () => {
+  it('moved to 02:00 New York, its first tick there runs', async () => {
     expect(await scenario('moved')).toHaveLength(2);
   }, 30_000);
 });
