@@ -1,4 +1,13 @@
 /**
+ * Not fixed (session of 2026-12-06 fourth): round 90's fixer made a runner's connect, when first
+ * used after its request ended, wait for the request's outcome and throw `TransactionEndedError`
+ * after a rollback; the suite then hung with the CPU busy and no output, and the change was taken
+ * out before the deadline. Its lead: the connected check then also read `isReleased`, the flip
+ * that caused the guard leak fixed in the same round. Route: in `placeOfRunner`
+ * (lib/transaction/runner-place.ts), a runner made outside every scope whose request's scope has
+ * ended is judged as a view of an ended transaction is (refused after a rollback, apart after a
+ * commit), not handed back as itself.
+ *
  * Adversary 90 (orm): work a handler leaves running (an audit row written a moment later from a
  * timer) through its request-scoped unit of work's runner, after the request rolled back.
  * The guide: such work "meets `TransactionEndedError` rather than committing apart from a
