@@ -26,6 +26,10 @@
  * ... Redis backend only ... the PostgreSQL backend uses a schema").
  *
  * Severity: high (a job never run and told done with another service's result, silently).
+ * The docs' way out for what the library cannot tell apart ("need prefixes (or queue names)
+ * of their own") does not work here either: on this backend BullMQ ignores `prefix`, and a
+ * job's `prefix` is '' whatever the option (seen: `job.prefix === ''` with `prefix: 'svc'`),
+ * so only distinct queue names keep the two apart.
  *
  * Fails now (un-skipped): { a: 'a', b: 'a', mails: ['a'] }, expected both sent. Seen twice.
  *
