@@ -40,12 +40,12 @@ const { MercuriusDriver } = await import('@nestjs/mercurius');
  *   GraphQLModule.forRoot({ driver: MercuriusDriver, autoSchemaFile: true }) on Fastify
  *   mutation { box { id thing { id level } } }
  *
- * Code path: lib/graphql/unanswered-nulls.ts (round 90) takes only "middleware fields the
- * answer holds as null": `level` is not in the answer (its parent `thing` is null), so what
- * its middleware threw is never stored at its path; lib/graphql/output-paths.ts /
- * middleware-outputs.ts then finds no output nor error for `thing.level` on the replay and
- * refuses it as an unselected field (`field_not_stored`), instead of nulling `thing` again.
- * (The list form `things { id level }` answers the same, one refusal per item.)
+ * Code path: lib/graphql/output-paths.ts `thrownUnanswered` (round 90) takes only the
+ * middleware fields whose place in the data is null (`dataAt(data, path) === null`): under a
+ * null `thing`, `thing.level` has no place (undefined), so what its middleware threw is never
+ * stored (lib/graphql/unanswered-nulls.ts is never asked about it); the replay finds no output
+ * nor error for `thing.level` and refuses it as an unselected field (`field_not_stored`),
+ * instead of answering its error and nulling `thing` again.
  *
  * Docs (docs/guides/graphql.md, "Field middleware"): "a field the first answer gave as null
  * with its error answers that error again where it was, ...: the middleware's own (what it
