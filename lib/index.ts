@@ -30,6 +30,7 @@ export {
   JobAnswerRefusedError,
   JobKeyUnusableError,
   JobMoveInPhaseError,
+  JobQueueStoreUnreadableError,
   JobRefusedError,
   JobResultTooLargeError,
   JobResultUnstorableError,

@@ -1,3 +1,4 @@
+import { isWellFormedText } from '../decisions/well-formed.js';
 import { InvalidIdempotencyOptionsError, resolveRouteOptions } from '../idempotency-options.js';
 import { POSTGRES_CLAIM_STORE } from '../idempotency-options.js';
 import {
@@ -27,13 +28,35 @@ export interface IdempotentJobOptions extends Pick<
   fingerprint?: (job: JobLike) => unknown;
   /** Its transaction's level (default: the module's, else the server's). */
   isolationLevel?: IdempotencyRouteOptions['isolationLevel'];
+  /**
+   * Where the queue's keys are kept apart from another service's queue of the same name,
+   * instead of what the library reads of the worker (its Redis database, or its schema of
+   * BullMQ's PostgreSQL backend): the tenant `bullmq:<namespace>:<queue>:ns:`. Needed where the
+   * library cannot read it (Bun's Redis client, a custom adapter or backend: such a job fails,
+   * saying so), and where two services' queues share a name on two Redis servers (or two
+   * PostgreSQL databases) and keep their keys in one database. 1 to 100 characters, without
+   * `:` or control characters: one per service, e.g. `'billing'`.
+   */
+  namespace?: string;
 }
 
 /** A job's options, resolved over the module's route defaults. */
 export interface ResolvedJobOptions {
   key?: (job: JobLike) => unknown;
   fingerprint?: (job: JobLike) => unknown;
+  namespace?: string;
   route: ResolvedRouteOptions;
+}
+
+/** Why a job's `namespace` cannot be one (a pure decision), or `undefined` where it can. */
+export function namespaceProblem(namespace: unknown): string | undefined {
+  if (typeof namespace !== 'string') return 'must be a string';
+  if (namespace.length < 1 || namespace.length > 100) return 'must be 1 to 100 characters';
+  if (namespace.includes(':')) return 'must not hold ":" (it ends the namespace in the tenant)';
+  // eslint-disable-next-line no-control-regex -- matching control characters is the point
+  if (/[\u0000-\u001f\u007f-\u009f]/.test(namespace)) return 'must not hold control characters';
+  if (!isWellFormedText(namespace)) return 'must be well-formed Unicode';
+  return undefined;
 }
 
 /**
@@ -56,13 +79,21 @@ export function resolveJobOptions(
       `@IdempotentJob() on ${where}: fingerprint must be a function`,
     );
   }
-  const { key, fingerprint, ...rest } = options;
+  if (options.namespace !== undefined) {
+    const problem = namespaceProblem(options.namespace);
+    if (problem) {
+      throw new InvalidIdempotencyOptionsError(
+        `@IdempotentJob() on ${where}: namespace ${problem}`,
+      );
+    }
+  }
+  const { key, fingerprint, namespace, ...rest } = options;
   try {
     const route = resolveRouteOptions(
       { ...rest, atomic: true, claimStore: POSTGRES_CLAIM_STORE },
       base,
     );
-    return { key, fingerprint, route };
+    return { key, fingerprint, namespace, route };
   } catch (error) {
     if (!(error instanceof InvalidIdempotencyOptionsError)) throw error;
     throw new InvalidIdempotencyOptionsError(

@@ -51,6 +51,7 @@ import {
   JobKeyUnusableError,
   JobMoveInPhaseError,
   JobQueueTenantTooLongError,
+  JobQueueStoreUnreadableError,
   JobResultTooLargeError,
   JobResultUnstorableError,
   JobStepLostError,
@@ -64,7 +65,7 @@ import { afterJobError, isJobStep, stepMoveOf } from './job-failure.js';
 import { phaseWorkFailure } from '../phases/phase-work-failure.js';
 import { moveInPhaseRefusal } from './move-in-phase.js';
 import { jobKeyOf, jobTenant, stepOwnerOf, tenantFits } from './job-key.js';
-import { jobRedisDb } from './redis-db.js';
+import { jobStore } from './job-store.js';
 import {
   dataToRestore,
   type HeldData,
@@ -343,13 +344,16 @@ export class IdempotentJobs implements OnModuleInit {
     job: JobLike,
     work: (job: JobLike) => Promise<unknown>,
   ): Promise<unknown> {
-    const { key: keyOf, fingerprint: intentOf, route } = this.settingsOf(where, options);
+    const { key: keyOf, fingerprint: intentOf, namespace, route } = this.settingsOf(where, options);
     const reading = jobKeyOf(job, keyOf);
     if (reading.kind === 'unusable') {
       throw new JobKeyUnusableError(where, reading.reason);
     }
+    const place =
+      namespace === undefined ? await jobStore(job) : ({ kind: 'namespace', namespace } as const);
+    if (place.kind === 'unreadable') throw new JobQueueStoreUnreadableError(where, place.what);
     const scope: KeyScope = {
-      tenantId: jobTenant(job.queueName, job.prefix, await jobRedisDb(job)),
+      tenantId: jobTenant(job.queueName, job.prefix, place),
       key: reading.key,
     };
     // Checked before the claim, whose CHECK violation would be taken for a passing failure.

@@ -34,6 +34,24 @@ export class JobQueueTenantTooLongError extends JobRefusedError {
   }
 }
 
+/**
+ * A job whose worker keeps its queue where the library cannot read (a Redis client whose
+ * database it cannot read, a backend other than Redis' or BullMQ's PostgreSQL one), and whose
+ * processor gives no `namespace`: its keys could meet those of another service's queue of the
+ * same name (adversary 92), so it is refused rather than taken for Redis' database 0.
+ */
+export class JobQueueStoreUnreadableError extends JobRefusedError {
+  constructor(where: string, what: string) {
+    super(
+      `the job cannot be recorded: its queue runs on ${what}, whose database (or schema) the ` +
+        'library cannot read, so another service’s queue of the same name could share its ' +
+        'keys. Give the queue’s keys a namespace of their own, one per service: ' +
+        `@IdempotentJob({ namespace: 'billing' }) (${where})`,
+    );
+    this.name = 'JobQueueStoreUnreadableError';
+  }
+}
+
 /** A job's result that cannot be kept as JSON (a BigInt, a cycle): its work rolled back. */
 export class JobResultUnstorableError extends JobRefusedError {
   constructor(where: string, cause: unknown) {

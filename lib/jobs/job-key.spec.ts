@@ -97,6 +97,76 @@ describe('jobKeyOf', () => {
   ] as const)('keeps keys per Redis database: %s', (_name, queue, prefix, db, tenant) => {
     expect(jobTenant(queue, prefix, db)).toBe(tenant);
   });
+
+  it.each([
+    [
+      'a schema of BullMQ’s PostgreSQL backend',
+      'emails',
+      '',
+      { kind: 'postgres', schema: 'svc_a' },
+      'bullmq:svc_a:emails:pg:',
+    ],
+    [
+      'another schema: another queue',
+      'emails',
+      '',
+      { kind: 'postgres', schema: 'svc_b' },
+      'bullmq:svc_b:emails:pg:',
+    ],
+    [
+      'a prefix there is ignored (BullMQ ignores it)',
+      'emails',
+      'svc',
+      { kind: 'postgres', schema: 'bullmq' },
+      'bullmq:bullmq:emails:pg:',
+    ],
+    [
+      'GLIDE’s databaseId, as any Redis database',
+      'emails',
+      undefined,
+      { kind: 'redis', db: 2 },
+      'bullmq:emails:db2:',
+    ],
+    [
+      'Redis’ database 0 as a place: as before',
+      'emails',
+      undefined,
+      { kind: 'redis', db: 0 },
+      'bullmq:emails',
+    ],
+    [
+      'a namespace of the app’s',
+      'emails',
+      undefined,
+      { kind: 'namespace', namespace: 'billing' },
+      'bullmq:billing:emails:ns:',
+    ],
+    [
+      'a namespace and a prefix',
+      'emails',
+      'svc',
+      { kind: 'namespace', namespace: 'billing' },
+      'bullmq:billing:svc:emails:ns:',
+    ],
+  ] as const)('keeps keys per place: %s', (_name, queue, prefix, place, tenant) => {
+    expect(jobTenant(queue, prefix, place)).toBe(tenant);
+  });
+
+  it('no two places meet, whatever the names (each form ends its own way)', () => {
+    const tenants = [
+      jobTenant('pg', 'emails', 4), // bullmq:emails:pg:db4:
+      jobTenant('emails', undefined, { kind: 'postgres', schema: 'db4' }),
+      jobTenant('db4', 'emails:pg'),
+      jobTenant('emails', 'db4', { kind: 'postgres', schema: 'x' }),
+      jobTenant('emails', undefined, { kind: 'namespace', namespace: 'db4' }),
+      jobTenant('ns', 'db4:emails'),
+      jobTenant('emails', 'x:ns', 0),
+      jobTenant('emails', undefined, { kind: 'postgres', schema: 'x:ns' }),
+      jobTenant('emails', undefined, { kind: 'namespace', namespace: 'x' }),
+      jobTenant('emails', '', { kind: 'namespace', namespace: 'x' }),
+    ];
+    expect(new Set(tenants).size).toBe(tenants.length);
+  });
 });
 
 describe('tenantFits', () => {

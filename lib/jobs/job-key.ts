@@ -6,26 +6,51 @@ import { type JobLike } from './job-like.js';
 const DEFAULT_BULLMQ_PREFIX = 'bull';
 
 /**
- * The key scope of a job's record: its queue, as the record's tenant (`bullmq:<queue>`); under
- * a prefix of its own, the prefix too (`bullmq:<prefix>:<queue>`), since BullMQ keeps one queue
- * name under two prefixes as two queues (two services, or tenants, on one Redis: adversary
- * 67). A queue name cannot hold `:` (BullMQ refuses it), so no two of them meet. On a Redis
- * database other than 0 (the worker's connection's, lib/jobs/redis-db.ts `jobRedisDb`), the database too, after the queue and ending
- * in `:` (`bullmq:<queue>:db<n>:`, `bullmq:<prefix>:<queue>:db<n>:`): BullMQ keeps the queues
- * of two databases apart, their jobs and ids too (adversary 90: one queue name on databases 1
- * and 2 of one server shared its jobs' keys). No queue name is empty, so no tenant of a queue
- * on database 0 ends in `:`, and theirs are as they were.
+ * Where a job's queue is, for its key's tenant: a Redis database (a number, or `redis`),
+ * a schema of BullMQ's PostgreSQL backend, or a namespace the app gave (`@IdempotentJob({
+ * namespace })`, instead of what the library reads).
+ */
+export type JobPlace =
+  | number
+  | { kind: 'redis'; db: number }
+  | { kind: 'postgres'; schema: string }
+  | { kind: 'namespace'; namespace: string };
+
+/**
+ * The key scope of a job's record (a pure decision): its queue, as the record's tenant
+ * (`bullmq:<queue>`); under a prefix of its own, the prefix too (`bullmq:<prefix>:<queue>`),
+ * since BullMQ keeps one queue name under two prefixes as two queues (two services, or
+ * tenants, on one Redis: adversary 67). A queue name cannot hold `:` (BullMQ refuses it), so
+ * no two of them meet. By where the queue is (`place`):
+ *  - a Redis database other than 0 (lib/jobs/job-store.ts `jobStore`): the database too,
+ *    after the queue and ending in `:` (`bullmq:<queue>:db<n>:`,
+ *    `bullmq:<prefix>:<queue>:db<n>:`): BullMQ keeps the queues of two databases apart, their
+ *    jobs and ids too (adversary 90). No queue name is empty, so no tenant of a queue on
+ *    database 0 ends in `:`, and theirs are as they were;
+ *  - a schema of BullMQ's PostgreSQL backend: `bullmq:<schema>:<queue>:pg:` (the backend
+ *    ignores the prefix; its schemas keep two queues of one name apart: adversary 92);
+ *  - a namespace of the app's (no `:` in it): `bullmq:<namespace>:<queue>:ns:`, under a prefix
+ *    `bullmq:<namespace>:<prefix>:<queue>:ns:`.
+ * Each form ends its own way (no `:`, `:db<n>:`, `:pg:`, `:ns:`), the queue (no `:`) before
+ * the ending, so no tenant of one form is one of another.
  */
 export function jobTenant(
   queueName: string,
   prefix: string = DEFAULT_BULLMQ_PREFIX,
-  db = 0,
+  place: JobPlace = 0,
 ): string {
-  const queue =
-    prefix === DEFAULT_BULLMQ_PREFIX
-      ? `${JOB_TENANT_PREFIX}${queueName}`
-      : `${JOB_TENANT_PREFIX}${prefix}:${queueName}`;
-  return db === 0 ? queue : `${queue}:db${db}:`;
+  const queue = prefix === DEFAULT_BULLMQ_PREFIX ? queueName : `${prefix}:${queueName}`;
+  const where = typeof place === 'number' ? { kind: 'redis' as const, db: place } : place;
+  switch (where.kind) {
+    case 'redis':
+      return where.db === 0
+        ? `${JOB_TENANT_PREFIX}${queue}`
+        : `${JOB_TENANT_PREFIX}${queue}:db${where.db}:`;
+    case 'postgres':
+      return `${JOB_TENANT_PREFIX}${where.schema}:${queueName}:pg:`;
+    case 'namespace':
+      return `${JOB_TENANT_PREFIX}${where.namespace}:${queue}:ns:`;
+  }
 }
 
 /**

@@ -1,4 +1,4 @@
-import { jobRedisDb, redisDbOf, urlDbOf } from './redis-db.js';
+import { redisDbOf, urlDbOf } from './redis-db.js';
 
 describe('redisDbOf', () => {
   it.each([
@@ -43,44 +43,5 @@ describe('urlDbOf', () => {
     ['no URL', 'redis://[bad', undefined],
   ])('%s', (_name, url, db) => {
     expect(urlDbOf(url)).toBe(db);
-  });
-});
-
-describe('jobRedisDb', () => {
-  const job = { name: 'welcome', data: {}, queueName: 'emails', timestamp: 1 };
-  it.each([
-    ['no worker (a sandboxed job)', job, 0],
-    ['its worker’s options', { ...job, queue: { opts: { connection: { db: 2 } } } }, 2],
-    [
-      'BullMQ 6: its backend’s live client (ioredis parsed the url)',
-      {
-        ...job,
-        queue: {
-          opts: { connection: { url: 'redis://redis/9' } },
-          getBackend: () => ({ client: Promise.resolve({ options: { db: 9 } }) }),
-        },
-      },
-      9,
-    ],
-    [
-      'BullMQ 5: its live client',
-      { ...job, queue: { opts: {}, client: Promise.resolve({ options: { db: '11' } }) } },
-      11,
-    ],
-    [
-      'a live client that failed: its options',
-      {
-        ...job,
-        queue: {
-          opts: { connection: { url: 'redis://redis/4' } },
-          get client() {
-            return Promise.reject(new Error('closed'));
-          },
-        },
-      },
-      4,
-    ],
-  ])('%s', async (_name, given, db) => {
-    expect(await jobRedisDb(given)).toBe(db);
   });
 });

@@ -4,7 +4,7 @@
  */
 
 /** `value` as a database index, as ioredis reads it (`parseInt(db, 10)`), else `undefined`. */
-function dbIndex(value: unknown): number | undefined {
+export function dbIndex(value: unknown): number | undefined {
   const db = typeof value === 'string' ? Number.parseInt(value, 10) : value;
   return typeof db === 'number' && Number.isSafeInteger(db) && db >= 0 ? db : undefined;
 }
@@ -46,38 +46,4 @@ export function redisDbOf(connection: unknown): number {
   };
   const fromUrl = typeof given.url === 'string' ? urlDbOf(given.url) : undefined;
   return fromUrl ?? dbIndex(given.db) ?? dbIndex(given.database) ?? 0;
-}
-
-/** What the library reads of a job's worker (BullMQ's `Job` keeps it as `queue`). */
-interface WorkerLike {
-  opts?: { connection?: unknown };
-  /** BullMQ 6: its backend, whose `client` is the live Redis client. */
-  getBackend?: () => { client?: unknown } | undefined;
-  /** BullMQ 5: the live Redis client. */
-  client?: unknown;
-}
-
-/** The worker's live Redis client, where BullMQ exposes it; `undefined` where it cannot. */
-async function liveClientOf(worker: WorkerLike): Promise<unknown> {
-  try {
-    const client =
-      typeof worker.getBackend === 'function' ? worker.getBackend()?.client : worker.client;
-    if (typeof (client as { then?: unknown } | undefined)?.then !== 'function') return undefined;
-    return await (client as Promise<unknown>);
-  } catch {
-    return undefined;
-  }
-}
-
-/**
- * The Redis database a job's worker reads it from: by its worker's live client, as the client
- * parsed its options (a `url`, a string `db`: every form agrees), else by the worker's
- * connection options (`redisDbOf`). 0 where the job does not carry its worker (a sandboxed
- * processor's job, a job-like object of the app's).
- */
-export async function jobRedisDb(job: object): Promise<number> {
-  const worker = (job as { queue?: WorkerLike }).queue;
-  if (typeof worker !== 'object' || worker === null) return 0;
-  const client = await liveClientOf(worker);
-  return redisDbOf(client ?? worker.opts?.connection);
 }
