@@ -1,4 +1,11 @@
 /**
+ * Fixed (session of 2026-12-06 fifth): the job key's tenant is now a decision over the worker's
+ * backend (lib/jobs/job-store.ts `jobStoreOf`, table-driven in job-store.spec.ts): BullMQ's
+ * PostgreSQL backend (a backend with a `schema`) keeps its jobs' keys under
+ * `bullmq:<schema>:<queue>:pg:` (lib/jobs/job-key.ts `jobTenant`), so schemas svc_a and svc_b
+ * are two tenants; a backend that is neither Redis' nor this one fails the job
+ * (`JobQueueStoreUnreadableError`), saying to give `@IdempotentJob({ namespace })`.
+ *
  * Adversary 92: BullMQ 6's PostgreSQL backend (`createPostgresBackend`, its queues kept in a
  * schema of the app's choosing, `connection: { connectionString, schema }`) namespaces a queue
  * by that schema, not by a Redis prefix or database: two services whose BullMQ live in the
@@ -189,7 +196,7 @@ onRedis("adversary 92: one queue name in two schemas of BullMQ's PostgreSQL back
     expect(await bothServices('redis', true, { db: 4 }, { db: 5 })).toEqual(bothSent);
   }, 60_000);
 
-  it.skip("with it, BullMQ in schemas svc_a and svc_b: B's job runs, not A's result (Not fixed (round 92): found by review)", async () => {
+  it("with it, BullMQ in schemas svc_a and svc_b: B's job runs, not A's result", async () => {
     expect(await bothServices('pg', true, { schema: 'svc_a' }, { schema: 'svc_b' })).toEqual(
       bothSent,
     );
