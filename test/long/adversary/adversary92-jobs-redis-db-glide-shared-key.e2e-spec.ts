@@ -6,11 +6,9 @@
  * `createValkeyGlideClient` (its configuration's `addresses`, and `databaseId`: this test's
  * case, tenant `bullmq:<queue>:db<n>:` as on ioredis); a client the library cannot read (Bun's,
  * a custom adapter) fails the job (`JobQueueStoreUnreadableError`), saying to give
- * `@IdempotentJob({ namespace })` (new option, lib/jobs/idempotent-job.options.ts). The GLIDE
- * cases run where GLIDE is installed (not a dependency of this project): run here with
- * `npm install @valkey/valkey-glide` in a folder of its own, GLIDE_MODULE and NODE_PATH set as
- * below: 3 passed; without them they are skipped, and the adapter's shape is checked in
- * job-store.spec.ts.
+ * `@IdempotentJob({ namespace })` (new option, lib/jobs/idempotent-job.options.ts). GLIDE is a
+ * dev dependency (`@valkey/valkey-glide`, its prebuilt binary, no install script), so the GLIDE
+ * cases run everywhere the suite does; the adapter's shape is also checked in job-store.spec.ts.
  *
  * Adversary 92: a BullMQ worker connected through BullMQ's own Valkey GLIDE adapter
  * (`createValkeyGlideClient`, BullMQ 6) on a Redis database other than 0 keeps its jobs' keys
@@ -72,7 +70,7 @@ interface Welcome {
   userId: number;
 }
 
-/** A GLIDE client, as the app makes it (not a dependency of this project: GLIDE_MODULE). */
+/** A GLIDE client, as the app makes it (a dev dependency of this project). */
 interface GlideModule {
   GlideClient: {
     createClient(config: {
@@ -82,8 +80,8 @@ interface GlideModule {
   };
 }
 
-const glideModule = process.env.GLIDE_MODULE;
-const onGlide = glideModule ? it : it.skip;
+/** GLIDE is a dev dependency; GLIDE_MODULE names another build of it. */
+const glideModule = process.env.GLIDE_MODULE ?? '@valkey/valkey-glide';
 
 async function send(service: string, job: Job<Welcome>) {
   const { rows } = await pool.query<{ id: number }>(
@@ -103,7 +101,7 @@ const closers: (() => void)[] = [];
 
 async function connectionOf(place: Place): Promise<unknown> {
   if (!place.glide) return { host: '127.0.0.1', port: redis.port, db: place.db };
-  const { GlideClient } = (await import(glideModule!)) as GlideModule;
+  const { GlideClient } = (await import(glideModule)) as GlideModule;
   const raw = await GlideClient.createClient({
     addresses: [{ host: '127.0.0.1', port: redis.port }],
     databaseId: place.db,
@@ -204,25 +202,15 @@ onRedis('adversary 92: one queue name on two Redis databases through the GLIDE a
     expect(await bothServices('ioredis', true, { db: 4 }, { db: 5 })).toEqual(bothSent);
   }, 60_000);
 
-  onGlide(
-    'control: without the library, on GLIDE, each sends its mail',
-    async () => {
-      // eslint-disable-next-line jest/no-standalone-expect -- onGlide is `it` where GLIDE is installed
-      expect(
-        await bothServices('glide-plain', false, { db: 2, glide: true }, { db: 3, glide: true }),
-      ).toEqual(bothSent);
-    },
-    60_000,
-  );
+  it('control: without the library, on GLIDE, each sends its mail', async () => {
+    expect(
+      await bothServices('glide-plain', false, { db: 2, glide: true }, { db: 3, glide: true }),
+    ).toEqual(bothSent);
+  }, 60_000);
 
-  onGlide(
-    "with it, on GLIDE databases 6 and 7: B's job runs, not A's result",
-    async () => {
-      // eslint-disable-next-line jest/no-standalone-expect -- onGlide is `it` where GLIDE is installed
-      expect(
-        await bothServices('glide', true, { db: 6, glide: true }, { db: 7, glide: true }),
-      ).toEqual(bothSent);
-    },
-    60_000,
-  );
+  it("with it, on GLIDE databases 6 and 7: B's job runs, not A's result", async () => {
+    expect(
+      await bothServices('glide', true, { db: 6, glide: true }, { db: 7, glide: true }),
+    ).toEqual(bothSent);
+  }, 60_000);
 });
