@@ -15,8 +15,14 @@ import {
 import { IdempotencySchemaMissingError } from './schema/schema-missing.error.js';
 import { StandardConformingStringsOffError } from './schema/string-syntax.error.js';
 
-/** How the app's sessions read strings (see `StandardConformingStringsOffError`). */
-const STRING_SYNTAX_QUERY = "SELECT current_setting('standard_conforming_strings') AS strings";
+/**
+ * How the app's sessions read strings (see `StandardConformingStringsOffError`), and the search
+ * path the catalog query resolved the library's tables through: the library's statements run
+ * with it from then on (see `IdempotencyDatabase.pinLibraryPath`).
+ */
+const STRING_SYNTAX_QUERY =
+  "SELECT current_setting('standard_conforming_strings') AS strings, " +
+  "current_setting('search_path') AS path";
 
 /**
  * Reads the schema the configured stores need once the app starts (one catalog query), and
@@ -58,6 +64,7 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
   private async check(): Promise<boolean> {
     let catalog: CatalogEntry[];
     let strings: string | undefined;
+    let path: string | undefined;
     try {
       catalog = await this.database.withConnection(async (client) => {
         const { rows } = await queryWithDeadline<CatalogEntry>(
@@ -65,12 +72,13 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
           { text: SCHEMA_CATALOG_QUERY, values: [CHECKED_TABLES, CHECKED_FUNCTIONS] },
           this.database.timeoutMs,
         );
-        const syntax = await queryWithDeadline<{ strings: string }>(
+        const syntax = await queryWithDeadline<{ strings: string; path: string }>(
           client,
           { text: STRING_SYNTAX_QUERY },
           this.database.timeoutMs,
         );
         strings = syntax.rows[0]?.strings;
+        path = syntax.rows[0]?.path;
         return rows;
       });
     } catch (error) {
@@ -86,7 +94,10 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
       throw new PermanentDatabaseError(off, off.message);
     }
     const problems = missingSchema(this.needs, catalog);
-    if (problems.length === 0) return true;
+    if (problems.length === 0) {
+      if (path !== undefined) this.database.pinLibraryPath(path);
+      return true;
+    }
     const missing = new IdempotencySchemaMissingError(problems);
     this.logger.error(missing.message);
     throw new PermanentDatabaseError(missing, missing.message);

@@ -111,6 +111,12 @@ export interface StatementDeadline<R extends pg.QueryResultRow> {
    * the caller's to undo. An autocommit statement that answers has committed.
    */
   late?: (result: pg.QueryResult<R>) => void;
+  /**
+   * How the statement is sent, when not as it is (`client.query(config)`): with statements of
+   * the library's around it in its round trip (the library's search path, see
+   * `librarySearchPath`).
+   */
+  send?: () => Promise<pg.QueryResult<R>>;
 }
 
 /**
@@ -139,9 +145,9 @@ export async function queryWithDeadline<R extends pg.QueryResultRow>(
   client: PoolClient,
   config: pg.QueryConfig,
   timeoutMs: number,
-  { commits = false, late }: StatementDeadline<R> = {},
+  { commits = false, late, send }: StatementDeadline<R> = {},
 ): Promise<pg.QueryResult<R>> {
-  const running = client.query<R>(config).catch(async (error: unknown) => {
+  const running = (send ? send() : client.query<R>(config)).catch(async (error: unknown) => {
     if (error instanceof Error && isServerError(error)) await sessionPast(client);
     throw asDatabaseFailure(error);
   });

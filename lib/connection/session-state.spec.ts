@@ -1,5 +1,7 @@
 import {
   begunStateOf,
+  librarySearchPath,
+  pinSearchPath,
   RESTORE_SESSION_STATE,
   restoreSessionState,
   SWAP_IN_SESSION_STATE,
@@ -35,5 +37,41 @@ describe('restoreSessionState and swapSessionState', () => {
     expect(restoreSessionState(kept)).toContain(text);
     expect(restoreSessionState(kept)).not.toContain("current_setting('idempotency.role')");
     expect(swapSessionState(kept).before.join(';')).toContain(text);
+  });
+});
+
+describe('librarySearchPath: the search path of the library’s own statements', () => {
+  it.each([
+    ['the start-up check’s, over a path kept at BEGIN', 'public', '=tenant_x', 'public'],
+    ['the start-up check’s, with nothing kept', '"$user", public', undefined, '"$user", public'],
+    ['the start-up check’s even when empty', '', '=tenant_x', ''],
+    [
+      'the one kept at BEGIN, with no check passed',
+      undefined,
+      '=tenant_x, public',
+      'tenant_x, public',
+    ],
+    ['an empty one kept at BEGIN', undefined, '=', ''],
+    ['none: the session’s own', undefined, undefined, undefined],
+    ['none for a value not kept by CAPTURE_SESSION_STATE', undefined, '', undefined],
+  ])('%s', (_name, pinned, keptPath, expected) => {
+    expect(librarySearchPath(pinned, keptPath)).toBe(expected);
+  });
+
+  it('is set for the transaction alone, quoted as a literal', () => {
+    expect(pinSearchPath("o'hara, public")).toBe(
+      "SELECT set_config('search_path', 'o''hara, public', true)",
+    );
+  });
+
+  it('is what restoreSessionState and swapSessionState set, over the path kept', () => {
+    const pinned = "set_config('search_path', 'public', true)";
+    expect(restoreSessionState({ ...kept, search_path: '=tenant_x' }, 'public')).toContain(pinned);
+    expect(restoreSessionState(undefined, 'public')).toContain(pinned);
+    const swap = swapSessionState(undefined, 'public');
+    expect(swap.before.join(';')).toContain(pinned);
+    // The handler's own path kept aside and put back after the library's statement.
+    expect(swap.before[0]).toContain('idempotency.handler_search_path');
+    expect(swap.after.join(';')).toContain('idempotency.handler_search_path');
   });
 });

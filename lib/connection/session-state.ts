@@ -77,15 +77,57 @@ export const RESTORE_SESSION_STATE =
   `set_config('search_path', ${START_PATH}, true) ${KEPT}`;
 
 /**
- * `RESTORE_SESSION_STATE`, from the state kept in the process (`kept`) when there is one: the
- * handler's `RESET ALL` cannot reach it.
+ * The search path the library's own statements run with (a pure decision): the one the
+ * start-up check resolved the library's tables through (`pinned`), when it passed, whatever the
+ * session's is now; else the one the request's transaction began with (`kept`, with its leading
+ * `=`), as before; undefined when neither is known (the session's own applies).
+ *
+ * A schema-per-tenant app's `SET search_path TO tenant_x` on a runner it gives back without a
+ * reset leaves the pooled connection's session there: the library's unqualified tables would
+ * then resolve in the tenant's schema (its own copy of them: a key claimed there is not seen by
+ * a retry on another connection), or nowhere (a 500).
  */
-export function restoreSessionState(kept?: BegunSessionState): string {
-  if (!kept) return RESTORE_SESSION_STATE;
+export function librarySearchPath(
+  pinned: string | undefined,
+  kept: string | undefined,
+): string | undefined {
+  if (pinned !== undefined) return pinned;
+  return kept?.startsWith('=') ? kept.slice(1) : undefined;
+}
+
+/**
+ * The statement that sets the library's search path (`librarySearchPath`) for the rest of the
+ * transaction (the implicit one of a round trip's statements, or the request's), sent in the
+ * round trip of the statement it is for.
+ */
+export function pinSearchPath(path: string): string {
+  return `SELECT set_config('search_path', ${pg.escapeLiteral(path)}, true)`;
+}
+
+/** After the library's statement in the handler's transaction: the path it began with back. */
+export const UNPIN_SEARCH_PATH =
+  `SELECT set_config('search_path', ${START_PATH}, true) ` +
+  "WHERE current_setting('idempotency.search_path', true) <> ''";
+
+/**
+ * `RESTORE_SESSION_STATE`, from the state kept in the process (`kept`) when there is one: the
+ * handler's `RESET ALL` cannot reach it. `pinned`: the search path the start-up check found
+ * the library's tables through, set instead of the one kept (see `librarySearchPath`).
+ */
+export function restoreSessionState(kept?: BegunSessionState, pinned?: string): string {
+  if (!kept) {
+    if (pinned === undefined) return RESTORE_SESSION_STATE;
+    // The role and authorization kept on the server, if any; the path set whatever was kept.
+    return (
+      `SELECT set_config('search_path', ${pg.escapeLiteral(pinned)}, true), ` +
+      `(SELECT concat(${START_AUTHORIZATION}, set_config('role', ${START_ROLE}, true)) ${KEPT})`
+    );
+  }
+  const path = librarySearchPath(pinned, kept.search_path) ?? '';
   return (
     `SELECT ${authorizationTo(pg.escapeLiteral(kept.session_authorization))}, ` +
     `set_config('role', ${pg.escapeLiteral(kept.role)}, true), ` +
-    `set_config('search_path', ${pg.escapeLiteral(kept.search_path.slice(1))}, true)`
+    `set_config('search_path', ${pg.escapeLiteral(path)}, true)`
   );
 }
 
@@ -102,10 +144,16 @@ const KEEP_HANDLER_STATE =
  * ALL` did to the settings kept at `BEGIN` (guarded by the handler's own kept search path,
  * never empty once kept).
  */
-export function swapSessionState(kept?: BegunSessionState): { before: string[]; after: string[] } {
-  if (!kept) return { before: [SWAP_IN_SESSION_STATE], after: [SWAP_OUT_SESSION_STATE] };
+export function swapSessionState(
+  kept?: BegunSessionState,
+  /** The search path the start-up check found the library's tables through (see above). */
+  pinned?: string,
+): { before: string[]; after: string[] } {
+  if (!kept && pinned === undefined) {
+    return { before: [SWAP_IN_SESSION_STATE], after: [SWAP_OUT_SESSION_STATE] };
+  }
   return {
-    before: [KEEP_HANDLER_STATE, restoreSessionState(kept)],
+    before: [KEEP_HANDLER_STATE, restoreSessionState(kept, pinned)],
     after: [
       `SELECT ${authorizationTo("current_setting('idempotency.handler_authorization')")}, ` +
         "set_config('role', current_setting('idempotency.handler_role'), true), " +

@@ -37,6 +37,7 @@ import {
   type SessionIds,
 } from '../connection/pooler-signature.js';
 import { isPermanentError, isReadOnlyError } from '../connection/connection-errors.js';
+import { pinSearchPath, runSurrounded } from '../connection/session-state.js';
 import { permanentRemedy } from '../connection/permanent-remedy.js';
 import {
   READ_ONLY_PROBE,
@@ -243,7 +244,24 @@ export class IdempotencyDatabase implements StoreDatabase {
   transaction(joinable: boolean): RequestTransaction {
     const transaction = this.layer.transaction(this.timeoutMs, joinable, this.namedStatements);
     transaction.serverLevelNow = () => this.serverLevel;
+    transaction.libraryPathNow = () => this.libraryPath;
     return transaction;
+  }
+
+  /**
+   * The search path the start-up check found the library's tables through (the session's
+   * `search_path` of its connection), once it passed: every statement of the library's runs
+   * with it (`pinSearchPath` in its round trip), whatever a session's path is when the library
+   * gets the connection. A schema-per-tenant app's `SET search_path TO tenant_x` on a runner
+   * it gives back without a reset would otherwise send the library's unqualified statements to
+   * the tenant's schema: a key claimed in its copy of `idempotency_keys`, unseen by a retry on
+   * another connection (the handler runs twice), or a 500 where the schema has none.
+   */
+  private libraryPath?: string;
+
+  /** Kept by the start-up check once it passed (see `libraryPath`). */
+  pinLibraryPath(path: string): void {
+    this.libraryPath = path;
   }
 
   /**
@@ -254,6 +272,7 @@ export class IdempotencyDatabase implements StoreDatabase {
   runInTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
     const transaction = this.layer.transaction(this.timeoutMs, true, false);
     transaction.serverLevelNow = () => this.serverLevel;
+    transaction.libraryPathNow = () => this.libraryPath;
     return runInOwnTransaction(transaction, work);
   }
 
@@ -311,8 +330,18 @@ export class IdempotencyDatabase implements StoreDatabase {
     try {
       return await this.withConnection(async (client) => {
         if (named) await queryWithDeadline(client, { text: BEGIN_READ_COMMITTED }, this.timeoutMs);
+        const path = this.libraryPath;
         const result = await queryWithDeadline<R>(client, config, this.timeoutMs, {
           late: named ? undefined : late,
+          // The library's search path set in the statement's own round trip, for its
+          // transaction alone (the implicit one up to the Sync, or the one named above).
+          send:
+            path === undefined
+              ? undefined
+              : () =>
+                  runSurrounded(client, config, undefined, {
+                    before: [pinSearchPath(path)],
+                  }) as Promise<QueryResult<R>>,
         }).catch(async (error: unknown) => {
           throw await this.lastingReadOnly(client, error);
         });

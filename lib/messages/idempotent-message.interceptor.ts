@@ -109,6 +109,9 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
       // The schema check, when the database was down at start-up: a missing table is said once
       // here, as a permanent error that counts towards giving the message up.
       await this.database.ready();
+      // The record opens the transaction on the session's search path, and its touch at
+      // commit must find it there: not the library's pinned path (see `librarySearchPath`).
+      transaction.keepSessionPathForOwnStatements();
       const recorded = await transaction.query(RECORD_MESSAGE.text, [consumer, messageId]);
       if (recorded.length === 0) {
         await transaction.rollback();

@@ -29,9 +29,11 @@ import {
   type BegunSessionState,
   begunStateOf,
   CAPTURE_SESSION_STATE,
+  pinSearchPath,
   restoreSessionState,
   runSurrounded,
   swapSessionState,
+  UNPIN_SEARCH_PATH,
 } from '../connection/session-state.js';
 import {
   decideIsolation,
@@ -249,6 +251,31 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   }
   /** Where `serverLevel` is read from (the app's database, once it has asked). */
   serverLevelNow?: () => IsolationLevel | undefined;
+  /**
+   * The search path the start-up check found the library's tables through (`IdempotencyDatabase`
+   * keeps it), read when asked: the library's own statements in this transaction (its claim,
+   * its fenced commit, its renewals) run with it, whatever the session's path is (a pooled
+   * connection a tenant's code left on its schema). Undefined: the path the transaction began
+   * with, as before.
+   */
+  libraryPathNow?: () => string | undefined;
+  /**
+   * A statement of the library's opens the transaction with the session's search path (a
+   * consumer's message recorded first, `query`): the library's later statements in it keep to
+   * that path, where the row it wrote is (see `libraryPath`). Not pinned yet: the message's
+   * record would need the pin in the round trip of the transaction's `BEGIN`.
+   */
+  private ownPathOfSession = false;
+
+  /** See `ownPathOfSession`: said before the transaction's first statement. */
+  keepSessionPathForOwnStatements(): void {
+    this.ownPathOfSession = true;
+  }
+
+  /** The search path of the library's statements in it (see `librarySearchPath`). */
+  private libraryPath(): string | undefined {
+    return this.ownPathOfSession ? undefined : this.libraryPathNow?.();
+  }
   /** The level its `BEGIN` was sent with (else the server's, if known), once sent. */
   protected begunAt?: IsolationLevel;
   /** A refused attempt of its code to end it: it can then only roll back. */
@@ -448,10 +475,15 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     const [bounded, restored] = claimWaitBounded(waitMs);
     const send = async (): Promise<QueryResult[]> => {
       const claiming = claimStatements(client, statement, this.namedStatements);
-      const before = [this.beginText(), CAPTURE_SESSION_STATE, ...bounded, lock(literal)];
+      // The claim with the library's search path, the handler's back after it (see
+      // `libraryPathNow`): in the same text, no round trip more.
+      const pinned = this.libraryPath();
+      const pin = pinned === undefined ? [] : [pinSearchPath(pinned)];
+      const before = [this.beginText(), CAPTURE_SESSION_STATE, ...bounded, lock(literal), ...pin];
       const text = [
         ...before,
         ...claiming,
+        ...(pinned === undefined ? [] : [UNPIN_SEARCH_PATH]),
         restored,
         idleBound(idleMs),
         `SAVEPOINT ${CLAIMED_SAVEPOINT}`,
@@ -871,7 +903,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
         client,
         { ...statement, name },
         this.timeoutMs,
-        restoreSessionState(this.begunState),
+        restoreSessionState(this.begunState, this.libraryPath()),
       );
       // Its code's effects undone (a handler's error stored with its claim): to its code,
       // which must not go on apart, it rolled back.
@@ -1065,7 +1097,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
         client,
         { text, values },
         undefined,
-        swapSessionState(this.begunState),
+        swapSessionState(this.begunState, this.libraryPath()),
       );
     } catch (error) {
       this.noteFailure(error);

@@ -1,4 +1,20 @@
 /**
+ * Fixed (session of 2026-12-06 fifth): the library's statements run with the search path the
+ * start-up check resolved its tables through (lib/idempotency-schema.check.ts reads the
+ * session's `search_path` in its existing second statement and hands it to
+ * `IdempotencyDatabase.pinLibraryPath`), whatever a pooled session's path is by then: the
+ * autocommit statements (`IdempotencyDatabase.query`: claims made apart, completions,
+ * releases, renewals, purges, bodies, health, ticks) carry `set_config('search_path', …, true)`
+ * in their own round trip (`queryWithDeadline`'s `send`, `runSurrounded`); in the request's
+ * transaction the claim is pinned and the handler's path put back around it in the same text
+ * (`beginWithClaim`), and the fenced commit and own statements set it instead of the path kept
+ * at `BEGIN` (`restoreSessionState` / `swapSessionState`, the decision in `librarySearchPath`,
+ * lib/connection/session-state.ts, with its table in session-state.spec.ts). No round trip
+ * more; the handler's own statements keep the session's path. Not covered: a consumer's
+ * `@IdempotentMessage()` record (it opens the transaction: it keeps the session's path, as
+ * before, and its commit with it), `ProcessedMessages.processOnce` (the app's transaction), the
+ * partitioned store's partition maintenance and the CLI (their own sessions).
+ *
  * Adversary 93 (path): a schema-per-tenant app leaves its pooled connections with a tenant's
  * session `search_path`, and the library's own statements follow it. The library's SQL names
  * its tables unqualified (`idempotency_keys`, `processed_messages`, …) and runs on connections
@@ -158,7 +174,7 @@ describe('adversary 93 path: a pooled connection left with a tenant’s search_p
     }).toEqual({ statuses: [201, 201], payments: ['c1'], public: 1, tenant: 0 });
   }, 30_000);
 
-  it.skip('(b) the key claimed on a connection left in tenant_x, retried on a clean one: one payment (Not fixed: found by review)', async () => {
+  it('(b) the key claimed on a connection left in tenant_x, retried on a clean one: one payment', async () => {
     // The only connection left with tenant_x's path (its own copy of the library's tables).
     expect((await tenantWork('x')).status).toBe(201);
     const first = await pay('adv93-b1', 'b1');
@@ -173,7 +189,7 @@ describe('adversary 93 path: a pooled connection left with a tenant’s search_p
     }).toEqual({ statuses: [201, 201], payments: ['b1'], public: 1, tenant: 0 });
   }, 30_000);
 
-  it.skip('(a) a connection left in tenant_y, which has none of the library’s tables: 201, not 500 (Not fixed: found by review)', async () => {
+  it('(a) a connection left in tenant_y, which has none of the library’s tables: 201, not 500', async () => {
     expect((await tenantWork('y')).status).toBe(201);
     const first = await pay('adv93-a1', 'a1');
     expect({
