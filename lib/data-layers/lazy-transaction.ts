@@ -398,6 +398,15 @@ export class LazyTransaction extends RequestTransaction {
     return this.viewOf(this.ensureRunner());
   }
 
+  /**
+   * For a runner made elsewhere first used in its scope after its end (`placeOfRunner`'s
+   * `after-end`): a runner of the DataSource's own that waits for the end's outcome.
+   */
+  runnerPastEnd(dataSource: DataSource): QueryRunner | undefined {
+    if (!this.joinable || dataSource !== this.dataSource || !this.ended) return undefined;
+    return this.runnerAfterEnd();
+  }
+
   /** How it stands to a runner of `dataSource` made elsewhere (`placeOfRunner`). */
   runnerScope(dataSource: DataSource): Exclude<RunnerScope, 'none'> {
     if (dataSource !== this.dataSource) return 'apart';

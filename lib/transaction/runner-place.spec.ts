@@ -9,7 +9,7 @@ describe('placeOfRunner: where a runner made outside the transaction it is used 
   it.each<[string, RunnerHeld, RunnerScope, RunnerPlace]>([
     ['outside every scope', 'plain', 'none', 'itself'],
     ['in the request’s open transaction', 'plain', 'open', 'join'],
-    ['first used after its request ended', 'plain', 'ended', 'itself'],
+    ['first used after its request ended: waits, apart or refused', 'plain', 'ended', 'after-end'],
     ['before the handler started (a pipe, an interceptor)', 'plain', 'later', 'itself'],
     ['in a scope that joins nothing', 'plain', 'apart', 'itself'],
     ['its own transaction open, in an open request', 'own-transaction', 'open', 'itself'],

@@ -13,9 +13,7 @@ export type RunnerHeld = 'plain' | 'own-transaction' | 'connected';
  * The transaction of the scope it is used in, as it stands to the runner's DataSource:
  * - `none`: no scope at all;
  * - `open`: open, and code in its scope joins it;
- * - `ended`: its request ended (committed, rolled back, or ending): work it left running (its
- *   first use there runs on the runner itself: adversary 90's "first used after a rollback" is
- *   open);
+ * - `ended`: its request ended (committed, rolled back, or ending): work it left running;
  * - `later`: not joinable yet (its handler has not started: a pipe's, an interceptor's work);
  * - `apart`: one that code does not join (another DataSource, a route that is not atomic).
  */
@@ -24,9 +22,12 @@ export type RunnerScope = 'none' | 'open' | 'ended' | 'later' | 'apart';
 /**
  * Where its statement runs now:
  * - `itself`: on the runner itself, as without the library;
- * - `join`: in the scope's transaction, through a view of it (`openRunner`).
+ * - `join`: in the scope's transaction, through a view of it (`openRunner`);
+ * - `after-end`: as a view of the ended transaction runs (`runnerPastEnd`): it waits for the
+ *   end's outcome, then runs apart (a connection of its own) if the request committed, and is
+ *   refused (`TransactionEndedError`) if it rolled back: the retry runs that work again.
  */
-export type RunnerPlace = 'itself' | 'join';
+export type RunnerPlace = 'itself' | 'join' | 'after-end';
 
 /**
  * A statement belongs to the request in whose async context it is sent (docs/guides/
@@ -43,6 +44,10 @@ export function placeOfRunner(held: RunnerHeld, scope: RunnerScope): RunnerPlace
     case 'open':
       return 'join';
     case 'ended':
+      // Work its request left running (a timer, a listener not awaited), first used after the
+      // end: as one made in the scope is (adversary 90: a failed try's late row committed on its
+      // own, and the retry wrote it again).
+      return 'after-end';
     case 'none':
     case 'later':
     case 'apart':

@@ -30,6 +30,12 @@ export interface JoinableTransaction {
    */
   openRunner?(dataSource: DataSource): QueryRunner | undefined;
   /**
+   * For a runner made elsewhere and first used in its scope after its end (work the request
+   * left running): a runner of `dataSource`'s own whose connection waits for the end's outcome,
+   * apart once committed, refused after a rollback; undefined while open, or not joinable.
+   */
+  runnerPastEnd?(dataSource: DataSource): QueryRunner | undefined;
+  /**
    * How it stands to a runner of `dataSource` made elsewhere and used in its scope (see
    * `placeOfRunner`); none given: `apart`.
    */
@@ -115,6 +121,12 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
         const view = store.openRunner?.(dataSource);
         if (view) joined.set(store, view);
         return view;
+      }
+      case 'after-end': {
+        // One per scope: its later statements and its `release()` go to the same runner.
+        const past = store.runnerPastEnd?.(dataSource);
+        if (past) joined.set(store, past);
+        return past;
       }
       case 'itself':
         return undefined;

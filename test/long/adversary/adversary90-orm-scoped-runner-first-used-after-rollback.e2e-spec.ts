@@ -1,4 +1,13 @@
 /**
+ * Fixed (session of 2026-12-06 fifth): `placeOfRunner` (lib/transaction/runner-place.ts) judges
+ * a plain runner made outside every scope and first used after its request ended as `after-end`;
+ * `joiningWhereUsed` (lib/transaction/transaction-scope.ts) then stands it for the scope's
+ * `runnerPastEnd` (lib/data-layers/lazy-transaction.ts: a runner of the DataSource's own whose
+ * connect waits for the end's outcome, apart after a commit, `TransactionEndedError` after a
+ * rollback), kept per scope so its `release()` reaches the same runner. No loop: the waiting
+ * runner is a fresh one of the DataSource's own (`ownQueryRunner`), never the proxied runner,
+ * so its connect does not re-enter the proxy.
+ *
  * Not fixed (session of 2026-12-06 fourth): round 90's fixer made a runner's connect, when first
  * used after its request ended, wait for the request's outcome and throw `TransactionEndedError`
  * after a rollback; the suite then hung with the CPU busy and no output, and the change was taken
@@ -195,7 +204,7 @@ describe('adversary 90 orm: a request-scoped runner first used by work left runn
     });
   }, 30_000);
 
-  it.skip('the late write through the request-scoped runner: refused after the rollback too, one row (Not fixed (round 90): found by review)', async () => {
+  it('the late write through the request-scoped runner: refused after the rollback too, one row', async () => {
     expect(await scenario('scoped', 'u1')).toEqual({
       statuses: [503, 201],
       rows: ['u1'],
