@@ -14,7 +14,15 @@ describe('placeOfRunner: where a runner made outside the transaction it is used 
     ['in a scope that joins nothing', 'plain', 'apart', 'itself'],
     ['its own transaction open, in an open request', 'own-transaction', 'open', 'itself'],
     ['its own transaction open, after the end', 'own-transaction', 'ended', 'itself'],
-    ['connected by a guard, in an open request: its session kept', 'connected', 'open', 'itself'],
+    [
+      'connected by a guard, in an open request: joins, its session carried',
+      'connected',
+      'open',
+      'join-with-session',
+    ],
+    ['connected, before the handler started (the guard itself)', 'connected', 'later', 'itself'],
+    ['connected, in a scope that joins nothing', 'connected', 'apart', 'itself'],
+    ['its own transaction open, outside every scope', 'own-transaction', 'none', 'itself'],
     ['connected, after the end', 'connected', 'ended', 'itself'],
     ['connected, outside every scope', 'connected', 'none', 'itself'],
   ])('%s', (_name, held, scope, expected) => {

@@ -25,9 +25,12 @@ export type RunnerScope = 'none' | 'open' | 'ended' | 'later' | 'apart';
  * - `join`: in the scope's transaction, through a view of it (`openRunner`);
  * - `after-end`: as a view of the ended transaction runs (`runnerPastEnd`): it waits for the
  *   end's outcome, then runs apart (a connection of its own) if the request committed, and is
- *   refused (`TransactionEndedError`) if it rolled back: the retry runs that work again.
+ *   refused (`TransactionEndedError`) if it rolled back: the retry runs that work again;
+ * - `join-with-session`: in the scope's transaction, as `join`, with the session its code set up
+ *   on its own connection (role, search path, settings) carried in as `SET LOCAL`, and that
+ *   connection given back at its `release()` (`carryingSession`).
  */
-export type RunnerPlace = 'itself' | 'join' | 'after-end';
+export type RunnerPlace = 'itself' | 'join' | 'after-end' | 'join-with-session';
 
 /**
  * A statement belongs to the request in whose async context it is sent (docs/guides/
@@ -39,7 +42,13 @@ export type RunnerPlace = 'itself' | 'join' | 'after-end';
  * back (adversary 90: the row landed in another schema's table; a connection leaked per request).
  */
 export function placeOfRunner(held: RunnerHeld, scope: RunnerScope): RunnerPlace {
-  if (held !== 'plain') return 'itself';
+  // A transaction its code began is its own, and commits as its code says.
+  if (held === 'own-transaction') return 'itself';
+  // Its session joins the request with it: on its own connection, its writes would commit apart
+  // from the request, and its retry would write them again (adversary 90 guard search path).
+  // Elsewhere it stays itself, its session with it (work left running past the end on it is
+  // not judged: the finding in the adversary's header).
+  if (held === 'connected') return scope === 'open' ? 'join-with-session' : 'itself';
   switch (scope) {
     case 'open':
       return 'join';

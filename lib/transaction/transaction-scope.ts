@@ -5,6 +5,7 @@ import { type CancelAsked } from '../connection/cancel-asked.js';
 import { protectSaves } from './own-persist.js';
 import { refuseRetriedTry } from './handler-try.js';
 import { placeOfRunner, type RunnerHeld, type RunnerScope } from './runner-place.js';
+import { carryingSession } from './runner-session.js';
 
 /** What a transaction makes of a joined pool's `query()` and `connect()` in its scope. */
 export interface PoolJoin {
@@ -121,6 +122,24 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
         const view = store.openRunner?.(dataSource);
         if (view) joined.set(store, view);
         return view;
+      }
+      case 'join-with-session': {
+        const view = store.openRunner?.(dataSource);
+        const carrier =
+          view &&
+          carryingSession(dataSource, view, runner, (error) =>
+            // Outside every scope, on the runner its driver knows (the one handed out), so
+            // that TypeORM's release reads the runner's own connection and forgets it: a
+            // release on the one underneath is not found in `connectedQueryRunners`, and the
+            // pool's close would then release it again forever.
+            transactionScope.exit(() =>
+              (
+                standing as unknown as { releasePostgresConnection(error?: unknown): Promise<void> }
+              ).releasePostgresConnection(error),
+            ),
+          );
+        if (carrier) joined.set(store, carrier);
+        return carrier;
       }
       case 'after-end': {
         // One per scope: its later statements and its `release()` go to the same runner.

@@ -1,4 +1,29 @@
 /**
+ * Fixed (session of 2026-12-06 fifth): `placeOfRunner` (lib/transaction/runner-place.ts) judges
+ * a runner made outside every scope and connected there (the guard's `SET search_path`), used in
+ * a request's open transaction, as `join-with-session`: `joiningWhereUsed`
+ * (lib/transaction/transaction-scope.ts) stands it for `carryingSession`
+ * (lib/transaction/runner-session.ts, spec next to it), a view of the request's transaction that,
+ * before its first statement, reads the session from the runner's own connection (session
+ * authorization, role, `pg_settings` with source 'session') and sets what differs there in the
+ * request's transaction with `set_config(…, true)` (`SET LOCAL`); its `release()` releases the
+ * view, puts what was carried back on its own connection as the request's had it, and gives that
+ * connection back through the runner TypeORM knows (outside the scope: a release on the runner
+ * underneath was not found in the driver's `connectedQueryRunners`, and the pool's close looped
+ * on it forever, CPU busy, no output: the hang of the earlier attempt). The handler's row now
+ * commits with the request's answer, in the tenant's schema, once. Guide:
+ * docs/guides/transactions.md.
+ * Findings left (not fixed here): (1) a pooled connection left dirty by the app (the control's
+ * plain route; a replay, whose guard sets the search path on a runner the handler never uses)
+ * is met by the library's own unqualified statements, which then fail (500 `database_permanent`)
+ * where that connection is theirs; lead: schema-qualify the library's statements, or set its
+ * search path on checkout. This test passes because the pool does not hand that connection to
+ * the library's statement here. (2) Custom settings (`SET app.tenant`) are not carried:
+ * PostgreSQL lists placeholders nowhere; lead: note `SET`/`set_config(…, false)` texts sent on
+ * the runner outside the scope. (3) A connected runner first used past the request's end (work
+ * left running) still runs on itself, apart, even after a rollback; lead: wait for the outcome as
+ * `after-end` does, then run on itself.
+ *
  * Not fixed (session of 2026-12-06 fourth), and worse than first filed: round 90's fixer keeps
  * a runner already connected when it is first used in a request's scope (here by the guard's
  * `SET search_path`) as itself (`placeOfRunner`, lib/transaction/runner-place.ts), so its insert
@@ -213,7 +238,7 @@ describe('adversary 90 orm: a guard sets the search path of a request-scoped run
     expect(outcome).toEqual({ statuses: [201, 201], tenant: ['c1', 'c1'], public: [] });
   }, 30_000);
 
-  it.skip('@Idempotent(): the row in the tenant’s schema once, none in public (Not fixed (round 90): found by review)', async () => {
+  it('@Idempotent(): the row in the tenant’s schema once, none in public', async () => {
     expect(await scenario('idempotent', 't1')).toEqual({
       statuses: [201, 201],
       tenant: ['t1'],
