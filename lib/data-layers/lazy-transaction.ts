@@ -407,6 +407,11 @@ export class LazyTransaction extends RequestTransaction {
     return this.runnerAfterEnd();
   }
 
+  /** A statement of a runner connected elsewhere, first used past its end (`placeOfRunner`). */
+  afterItsEnd<T>(work: () => Promise<T>): Promise<T> {
+    return this.afterEnd(work);
+  }
+
   /** How it stands to a runner of `dataSource` made elsewhere (`placeOfRunner`). */
   runnerScope(dataSource: DataSource): Exclude<RunnerScope, 'none'> {
     if (dataSource !== this.dataSource) return 'apart';

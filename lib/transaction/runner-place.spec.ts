@@ -23,7 +23,12 @@ describe('placeOfRunner: where a runner made outside the transaction it is used 
     ['connected, before the handler started (the guard itself)', 'connected', 'later', 'itself'],
     ['connected, in a scope that joins nothing', 'connected', 'apart', 'itself'],
     ['its own transaction open, outside every scope', 'own-transaction', 'none', 'itself'],
-    ['connected, after the end', 'connected', 'ended', 'itself'],
+    [
+      'connected, first used after the end: itself, once the request committed',
+      'connected',
+      'ended',
+      'itself-after-end',
+    ],
     ['connected, outside every scope', 'connected', 'none', 'itself'],
   ])('%s', (_name, held, scope, expected) => {
     expect(placeOfRunner(held, scope)).toBe(expected);

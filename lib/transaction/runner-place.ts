@@ -28,9 +28,13 @@ export type RunnerScope = 'none' | 'open' | 'ended' | 'later' | 'apart';
  *   refused (`TransactionEndedError`) if it rolled back: the retry runs that work again;
  * - `join-with-session`: in the scope's transaction, as `join`, with the session its code set up
  *   on its own connection (role, search path, settings) carried in as `SET LOCAL`, and that
- *   connection given back at its `release()` (`carryingSession`).
+ *   connection given back at its `release()` (`carryingSession`);
+ * - `itself-after-end`: on the runner itself, its session with it, once the end's outcome is
+ *   known (`afterItsEnd`): if the request committed; refused (`TransactionEndedError`) if it
+ *   rolled back.
  */
-export type RunnerPlace = 'itself' | 'join' | 'after-end' | 'join-with-session';
+export type RunnerPlace =
+  'itself' | 'join' | 'after-end' | 'join-with-session' | 'itself-after-end';
 
 /**
  * A statement belongs to the request in whose async context it is sent (docs/guides/
@@ -46,9 +50,12 @@ export function placeOfRunner(held: RunnerHeld, scope: RunnerScope): RunnerPlace
   if (held === 'own-transaction') return 'itself';
   // Its session joins the request with it: on its own connection, its writes would commit apart
   // from the request, and its retry would write them again (adversary 90 guard search path).
-  // Elsewhere it stays itself, its session with it (work left running past the end on it is
-  // not judged: the finding in the adversary's header).
-  if (held === 'connected') return scope === 'open' ? 'join-with-session' : 'itself';
+  // Past the end, work left running writes on it, with its session, only once the request
+  // committed. Elsewhere it stays itself, its session with it.
+  if (held === 'connected') {
+    if (scope === 'open') return 'join-with-session';
+    return scope === 'ended' ? 'itself-after-end' : 'itself';
+  }
   switch (scope) {
     case 'open':
       return 'join';

@@ -37,6 +37,11 @@ export interface JoinableTransaction {
    */
   runnerPastEnd?(dataSource: DataSource): QueryRunner | undefined;
   /**
+   * `work` (a statement of a runner made elsewhere, on its own connection) once its end has an
+   * outcome: run if it committed, refused (`TransactionEndedError`) if it rolled back.
+   */
+  afterItsEnd?<T>(work: () => Promise<T>): Promise<T>;
+  /**
    * How it stands to a runner of `dataSource` made elsewhere and used in its scope (see
    * `placeOfRunner`); none given: `apart`.
    */
@@ -141,6 +146,13 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
         if (carrier) joined.set(store, carrier);
         return carrier;
       }
+      case 'itself-after-end': {
+        const wait = store.afterItsEnd?.bind(store);
+        if (!wait) return undefined;
+        const waiting = waitingForEnd(runner, standing, wait);
+        joined.set(store, waiting);
+        return waiting;
+      }
       case 'after-end': {
         // One per scope: its later statements and its `release()` go to the same runner.
         const past = store.runnerPastEnd?.(dataSource);
@@ -179,6 +191,34 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
     ...(broadcaster ? { broadcaster: new broadcaster.constructor(standing) } : {}),
   });
   return standing;
+}
+
+/** The statements of a runner that wait for the end's outcome (`waitingForEnd`). */
+const SENDING = new Set<PropertyKey>(['query', 'stream', 'startTransaction', 'connect']);
+
+/**
+ * `runner` (connected outside the scope, its session set up there) for work its request left
+ * running, first used past the end (`placeOfRunner`'s `itself-after-end`): its statements run
+ * on itself, with its session, once the end's outcome is known (`wait`), refused after a
+ * rollback; its `release()` gives its connection back at once, through the runner TypeORM
+ * knows (`standing`), outside the scope so that it reads the runner itself.
+ */
+function waitingForEnd(
+  runner: QueryRunner,
+  standing: QueryRunner,
+  wait: <T>(work: () => Promise<T>) => Promise<T>,
+): QueryRunner {
+  return new Proxy(runner, {
+    get(target, property) {
+      const value = Reflect.get(target, property) as unknown;
+      if (typeof value !== 'function' || property === 'constructor') return value;
+      const call = value as (...args: unknown[]) => unknown;
+      if (SENDING.has(property))
+        return (...args: unknown[]) => wait(() => Promise.resolve(call.apply(target, args)));
+      if (property === 'release') return () => transactionScope.exit(() => standing.release());
+      return call.bind(target);
+    },
+  });
 }
 
 /** What `runner` holds of its own now (see `placeOfRunner`): read at each use, two fields. */

@@ -20,9 +20,12 @@
  * search path on checkout. This test passes because the pool does not hand that connection to
  * the library's statement here. (2) Custom settings (`SET app.tenant`) are not carried:
  * PostgreSQL lists placeholders nowhere; lead: note `SET`/`set_config(…, false)` texts sent on
- * the runner outside the scope. (3) A connected runner first used past the request's end (work
- * left running) still runs on itself, apart, even after a rollback; lead: wait for the outcome as
- * `after-end` does, then run on itself.
+ * the runner outside the scope.
+ * Also fixed (same session, its own case added below): a connected runner first used past the
+ * request's end (work left running) ran on itself, apart, even after a rollback; it is now
+ * `itself-after-end` (`waitingForEnd` in transaction-scope.ts): its statements wait for the
+ * outcome, run on itself (its session kept) after a commit, `TransactionEndedError` after a
+ * rollback.
  *
  * Not fixed (session of 2026-12-06 fourth), and worse than first filed: round 90's fixer keeps
  * a runner already connected when it is first used in a request's scope (here by the guard's
@@ -116,7 +119,7 @@ import {
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
 import { Column, DataSource, Entity, PrimaryGeneratedColumn, type QueryRunner } from 'typeorm';
-import { Idempotent } from '../../../lib/index.js';
+import { Idempotent, RetryLaterError } from '../../../lib/index.js';
 import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
 @Entity({ name: 'adv90_entries', synchronize: false })
@@ -156,6 +159,25 @@ class TenantGuard implements CanActivate {
   }
 }
 
+/** The same guard for work left running: the timer's code gives the runner back. */
+@Injectable()
+class TenantGuardLeavingRelease implements CanActivate {
+  constructor(@Inject(TenantUnitOfWork) private readonly uow: TenantUnitOfWork) {}
+
+  async canActivate(context: ExecutionContext): Promise<boolean> {
+    const tenant = String(
+      context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tenant'],
+    );
+    if (!/^[a-z]+$/.test(tenant)) return false;
+    await this.uow.runner.query(`SET search_path TO tenant_${tenant}`);
+    return true;
+  }
+}
+
+const downOnce = new Set<string>();
+/** The late writes, settled: what each met. */
+const late: Promise<string>[] = [];
+
 @Controller()
 class LedgerController {
   constructor(@Inject(TenantUnitOfWork) private readonly uow: TenantUnitOfWork) {}
@@ -176,6 +198,31 @@ class LedgerController {
     return this.record(body.tag);
   }
 
+  @Post('late')
+  @Idempotent()
+  @UseGuards(TenantGuardLeavingRelease)
+  recordLate(@Body() body: { tag: string }) {
+    const runner = this.uow.runner;
+    late.push(
+      new Promise<string>((resolve) => {
+        setTimeout(() => {
+          runner.manager
+            .insert(Entry, { tag: body.tag })
+            .then(
+              () => 'written',
+              (error: unknown) => (error as Error).name,
+            )
+            .then(async (met) => {
+              await runner.release();
+              resolve(met);
+            }, resolve);
+        }, 150);
+      }),
+    );
+    if (downOnce.delete(body.tag)) throw new RetryLaterError('the ledger is down');
+    return { tag: body.tag };
+  }
+
   @Post('plain')
   @UseGuards(TenantGuard)
   recordPlain(@Body() body: { tag: string }) {
@@ -190,7 +237,7 @@ describe('adversary 90 orm: a guard sets the search path of a request-scoped run
   beforeAll(async () => {
     fixture = await startTypeormApp('adv90_orm_guard_search_path', {
       controllers: [LedgerController],
-      providers: [TenantUnitOfWork, TenantGuard],
+      providers: [TenantUnitOfWork, TenantGuard, TenantGuardLeavingRelease],
       entities: [Entry],
       imports: [TypeOrmModule.forFeature([Entry])],
       max: 6,
@@ -209,7 +256,7 @@ describe('adversary 90 orm: a guard sets the search path of a request-scoped run
     await fixture?.close();
   });
 
-  async function scenario(route: 'idempotent' | 'plain', tag: string) {
+  async function scenario(route: 'idempotent' | 'plain' | 'late', tag: string) {
     const post = () =>
       request(app.getHttpServer())
         .post(`/${route}`)
@@ -227,6 +274,7 @@ describe('adversary 90 orm: a guard sets the search path of a request-scoped run
       ).rows.map((row) => row.tag);
     return {
       statuses: [first.status, again.status],
+      met: await Promise.all(late),
       tenant: await rowsOf('tenant_acme'),
       public: await rowsOf('public'),
     };
@@ -235,13 +283,25 @@ describe('adversary 90 orm: a guard sets the search path of a request-scoped run
   it('control: without @Idempotent(): the row in the tenant’s schema', async () => {
     const outcome = await scenario('plain', 'c1');
     // Without the library the route is not idempotent: the second post writes again.
-    expect(outcome).toEqual({ statuses: [201, 201], tenant: ['c1', 'c1'], public: [] });
+    expect(outcome).toEqual({ statuses: [201, 201], met: [], tenant: ['c1', 'c1'], public: [] });
   }, 30_000);
 
   it('@Idempotent(): the row in the tenant’s schema once, none in public', async () => {
     expect(await scenario('idempotent', 't1')).toEqual({
       statuses: [201, 201],
+      met: [],
       tenant: ['t1'],
+      public: [],
+    });
+  }, 30_000);
+
+  it('work left running writes through the guard’s runner past the end: refused after the rollback, once after the commit, in the tenant’s schema (added in the session of 2026-12-06 fifth)', async () => {
+    downOnce.add('l1');
+    late.length = 0;
+    expect(await scenario('late', 'l1')).toEqual({
+      statuses: [503, 201],
+      met: ['TransactionEndedError', 'written'],
+      tenant: ['l1'],
       public: [],
     });
   }, 30_000);
