@@ -36,6 +36,11 @@ describe('keepData', () => {
     ['a Map, a Set and a RegExp', { byId: new Map([[1, at]]), tags: new Set(['a']), re: /x/gi }],
     ['nested Dates in arrays', { lines: [{ at }, { at: null }] }],
     ['a cycle', { order: cycle }],
+    [
+      'a Buffer (a bytea column) and a typed array',
+      { bytes: Buffer.from('x'), view: new Uint8Array([1]) },
+    ],
+    ['a Buffer in a nested object', { avatar: { png: Buffer.from([0x89, 0x50]) } }],
   ])('gives %s back as it was', (_name, data) => {
     expect(keepData(data).unfaithful).toEqual([]);
     expect(throughStore(data)).toStrictEqual(data);
@@ -68,12 +73,6 @@ describe('keepData', () => {
     ],
     ['a function', { onPaid: () => 1, id: 2 }, [{ name: 'onPaid', what: 'a function' }], { id: 2 }],
     [
-      'a Buffer (as JSON writes it)',
-      { bytes: Buffer.from('x'), view: new Uint8Array([1]) },
-      [{ name: 'bytes', what: 'an instance of Buffer' }],
-      { bytes: { type: 'Buffer', data: [120] }, view: new Uint8Array([1]) },
-    ],
-    [
       'a Promise',
       { later: Promise.resolve(1) },
       [{ name: 'later', what: 'a Promise' }],
@@ -94,14 +93,21 @@ describe('keepData', () => {
 });
 
 describe('keepsExactly', () => {
-  it.each([[5], ['5'], [undefined], [null], [12n], [new Date(0)], [[1, 2]], [new Set([1])]])(
-    'keeps %p',
-    (value) => {
-      expect(keepsExactly(value)).toBe(true);
-    },
-  );
+  it.each([
+    [5],
+    ['5'],
+    [undefined],
+    [null],
+    [12n],
+    [new Date(0)],
+    [[1, 2]],
+    [new Set([1])],
+    [Buffer.from('x')],
+  ])('keeps %p', (value) => {
+    expect(keepsExactly(value)).toBe(true);
+  });
 
-  it.each([[new Row()], [new Money(1)], [() => 1], [Buffer.from('x')], [Readable.from(['x'])]])(
+  it.each([[new Row()], [new Money(1)], [() => 1], [Readable.from(['x'])]])(
     'does not keep %p exactly',
     (value) => {
       expect(keepsExactly(value)).toBe(false);

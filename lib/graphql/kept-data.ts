@@ -13,6 +13,21 @@ import { SuperJSON, type SuperJSONResult } from 'superjson';
  */
 const typed = new SuperJSON();
 
+/**
+ * A Node `Buffer` (pg's and TypeORM's `bytea`, a Prisma 5 `Bytes`) comes back a `Buffer`, as
+ * its base64: superjson writes one as a typed array it cannot read back (adversary 93: a
+ * `@ResolveField()` calling its parent's `avatar.toString('base64')` answered `[object
+ * Object]` on a replay).
+ */
+typed.registerCustom<Buffer, string>(
+  {
+    isApplicable: (value): value is Buffer => Buffer.isBuffer(value),
+    serialize: (value) => value.toString('base64'),
+    deserialize: (value) => Buffer.from(value, 'base64'),
+  },
+  'Buffer',
+);
+
 /** A stored `{ json, meta }` of superjson. */
 export type KeptData = SuperJSONResult;
 
@@ -33,7 +48,7 @@ export interface Kept {
  * member typed in turn: an entity's `Date` stays a `Date`) and comes back a plain object, as
  * the object GraphQL resolves from does; what it had more (the methods and getters of its
  * class, a `toJSON()` that JSON would write instead) is not there on a replay, nor is a
- * function, and a `Buffer` comes back a `Uint8Array`. Such members are kept as they can be,
+ * function; a `Buffer` comes back a `Buffer`, a typed array its typed array. Such members are kept as they can be,
  * and named in `unfaithful`, for the caller to say so.
  */
 export function keepData(data: Readonly<Record<string, unknown>>): Kept {
@@ -113,7 +128,7 @@ function write(data: Record<string, unknown>): KeptData {
   return kept;
 }
 
-/** The typed arrays superjson reads back (a `Buffer` it writes, but cannot read). */
+/** The typed arrays superjson reads back (a `Buffer` by the library's own rule, above). */
 const TYPED_ARRAYS: readonly unknown[] = [
   Int8Array,
   Uint8Array,
@@ -133,6 +148,7 @@ function isTypedValue(value: object): boolean {
     value instanceof RegExp ||
     value instanceof Error ||
     value instanceof URL ||
+    Buffer.isBuffer(value) ||
     TYPED_ARRAYS.includes(Object.getPrototypeOf(value)?.constructor)
   );
 }
