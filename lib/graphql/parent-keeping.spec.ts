@@ -14,9 +14,14 @@ describe('parentKeeping', () => {
       { unselected: 'none', selectedInputs: false, children: false },
     ],
     [
-      'a selected field of the app: unselected data in KEPT, the subtree kept',
+      'a selected field of the app: unselected data in PARENT (left out first), the subtree kept',
       { selectsAppField: true, hasAppField: true },
-      { unselected: 'kept', selectedInputs: true, children: 'data' },
+      { unselected: 'parent', selectedInputs: true, children: 'data' },
+    ],
+    [
+      'a selected field of the app under class-transformer: KEPT (the serializer reads it)',
+      { selectsAppField: true, hasAppField: true, byClass: true },
+      { unselected: 'kept', selectedInputs: true, children: 'class' },
     ],
     [
       'a field of the app not selected (a retry may select it): in PARENT',

@@ -34,7 +34,7 @@ export interface ParentKeeping {
 export interface ParentKeepingTold {
   /** Under (or an instance of) a class class-transformer serializes: all of it, in `KEPT`. */
   byClass: boolean;
-  /** One of its selected fields is the app's (kept in `KEPT`, as before round 90). */
+  /** One of its selected fields is the app's (its unselected data in `PARENT`). */
   selectsAppField: boolean;
   /** Its type has a field the app resolves, selected or not (`hasAppField`). */
   hasAppField: boolean;
@@ -44,8 +44,11 @@ export interface ParentKeepingTold {
 
 export function parentKeeping(told: ParentKeepingTold): ParentKeeping {
   const forApp = told.selectsAppField || told.hasAppField || told.underAppParent;
-  const unselected: OwnDataPlace =
-    told.byClass || told.selectsAppField ? 'kept' : forApp ? 'parent' : 'none';
+  // In `PARENT` where a resolver of the app's reads it, a selected one too (adversary 93: a
+  // tiny selected `greeting` put a 30 kB unselected `bio` where it was never left out, and
+  // the mutation was refused as too large); in `KEPT` only for a serializer outside, which
+  // reads all of it again as the answer.
+  const unselected: OwnDataPlace = told.byClass ? 'kept' : forApp ? 'parent' : 'none';
   return {
     unselected,
     selectedInputs: forApp,

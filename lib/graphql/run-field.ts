@@ -28,7 +28,7 @@ import { type GraphqlModule } from './graphql-module.js';
 import { type ReplayLoss, warnLosses } from './replay-loss.js';
 import { resolvedFieldsUnder, warnResolvedFields } from './resolved-fields.js';
 import { selectionOf } from './selection.js';
-import { fromWire, outputWire, PARENT } from './wire-value.js';
+import { fromWire, outputWire, PARENT_MEMBERS } from './wire-value.js';
 import { parentDataWithin } from './parent-data-within.js';
 import { thrownError } from './thrown-error.js';
 import { type FieldRun } from './field-runs.js';
@@ -111,6 +111,8 @@ export function runField(
     let first: unknown;
     /** The stored value's wire form, which the middleware outputs complete at the answer. */
     let wire: unknown;
+    /** Its objects that hold own data for the app's resolvers (`PARENT`), as written. */
+    let holders: readonly object[] = [];
     /**
      * Field middleware may run under it: its outputs are stored as the operation's answer
      * gives them (middleware-outputs.ts), pending until then where a hook gives them, or none
@@ -134,9 +136,10 @@ export function runField(
             types.call,
             losses,
           )
-        : { wire: outcome.value, value: outcome.value };
+        : { wire: outcome.value, value: outcome.value, parents: [] };
       first = walked.value;
       wire = walked.wire;
+      holders = walked.parents ?? [];
       // What a replay cannot give back as it was, said once per type (see replay-loss.ts).
       warnLosses(tools.logger, losses);
       // The fields resolved under it run again on a replay, outside its transaction.
@@ -154,7 +157,12 @@ export function runField(
       // Too large with the own data kept for the app's resolvers beyond the answer (`PARENT`:
       // a large unselected column): the largest left out, the answer stored (a replay's
       // resolvers read their parents as the answer holds them), not the work rolled back.
-      const within = parentDataWithin(wire, PARENT, answer.body.length - route.maxResponseBytes);
+      const within = parentDataWithin(
+        wire,
+        holders,
+        PARENT_MEMBERS,
+        answer.body.length - route.maxResponseBytes,
+      );
       if (within) {
         const trimmed = encodeAnswer({ kind: 'data', data: within.wire, ...outputsState });
         if (trimmed.body.length <= route.maxResponseBytes) {
@@ -165,6 +173,7 @@ export function runField(
               "replay's resolver reads those parents as the answer holds them",
           );
           wire = within.wire;
+          holders = within.holders;
           answer = trimmed;
         }
       }
@@ -197,27 +206,42 @@ export function runField(
       const completing = async (outputs: StoredOutputs) => {
         try {
           let completed = encodeAnswer({ kind: 'data', data: wire, ...outputs });
+          const overNow = () => completed.body.length - route.maxResponseBytes;
           // Too large with the kept parents' own data (an unselected large column): the
           // largest left out, the outputs stored (a replay's parent rebuilt from the answer).
-          const over = completed.body.length - route.maxResponseBytes;
-          const within = outputs.parents && parentsWithin(outputs.parents, over);
-          if (within) {
-            const { parents, dropped } = within;
-            const { parents: _all, ...others } = outputs;
-            const fewer: StoredOutputs =
-              Object.keys(parents).length > 0 ? { ...others, parents } : others;
-            const trimmed = encodeAnswer({ kind: 'data', data: wire, ...fewer });
-            if (trimmed.body.length <= route.maxResponseBytes) {
-              tools.logger.warn(
-                `the own data of the parents at ${dropped.join(', ')} (read by @ResolveField() ` +
-                  `resolvers under field middleware) is not stored with the answer of key ` +
-                  `${claim.key}: with it the answer is over maxResponseBytes ` +
-                  `(${route.maxResponseBytes} bytes); a replay's resolver reads those parents ` +
-                  'as the answer holds them (their selected fields only)',
-              );
-              completed = trimmed;
-            }
+          // First the outputs' parents (all of them where the largest are not enough), then
+          // the value's own (`PARENT`, adversary 93: a 40 kB `bio` no client selects, kept
+          // for an unselected `@ResolveField()`, crowded a 40 kB middleware output out).
+          let fewer: StoredOutputs = outputs;
+          /** What was left out, said once the answer is under the limit with it. */
+          const said: string[] = [];
+          if (overNow() > 0 && outputs.parents) {
+            const within = parentsWithin(outputs.parents, overNow());
+            const { parents: all, ...others } = outputs;
+            const parents = within?.parents ?? {};
+            const dropped = within?.dropped ?? Object.keys(all ?? {});
+            fewer = Object.keys(parents).length > 0 ? { ...others, parents } : others;
+            completed = encodeAnswer({ kind: 'data', data: wire, ...fewer });
+            said.push(
+              `the own data of the parents at ${dropped.join(', ')} (read by @ResolveField() ` +
+                `resolvers under field middleware) is not stored with the answer of key ` +
+                `${claim.key}: with it the answer is over maxResponseBytes ` +
+                `(${route.maxResponseBytes} bytes); a replay's resolver reads those parents ` +
+                'as the answer holds them (their selected fields only)',
+            );
           }
+          const within = parentDataWithin(wire, holders, PARENT_MEMBERS, overNow());
+          if (within) {
+            completed = encodeAnswer({ kind: 'data', data: within.wire, ...fewer });
+            said.push(
+              `the own data of ${within.dropped} parent(s) (read by @ResolveField() resolvers, ` +
+                `beyond the selection) is not stored with the answer of key ${claim.key}: with ` +
+                `it and the field middleware outputs the answer is over maxResponseBytes ` +
+                `(${route.maxResponseBytes} bytes); a replay's resolver reads those parents ` +
+                'as the answer holds them',
+            );
+          }
+          if (overNow() <= 0) for (const line of said) tools.logger.warn(line);
           // Too large to store whole: stored without them (a replay answers those fields an
           // error), never past the route's limit.
           if (completed.body.length > route.maxResponseBytes) {

@@ -151,6 +151,15 @@ export const PARENT = '__parent';
 /** The classes in its kept data (`KEPT`), by path: see `LEAF_CLASS`. */
 export const KEPT_CLASSES = '__keptClasses';
 
+/**
+ * The classes in its own data for the app's resolvers (`PARENT`), by path: left out with it
+ * (an entity a `@ResolveField()` reads from its parent, named again on a replay).
+ */
+export const PARENT_CLASSES = '__parentClasses';
+
+/** The members of a stored object that hold what a replay may do without: see `PARENT`. */
+export const PARENT_MEMBERS: readonly string[] = [PARENT, PARENT_CLASSES];
+
 /** The classes in what its getters gave (`GOTTEN`), by path: see `LEAF_CLASS`. */
 export const GOTTEN_CLASSES = '__gottenClasses';
 
@@ -164,6 +173,7 @@ const LIBRARY_MEMBERS: ReadonlySet<string> = new Set([
   GOTTEN,
   GOTTEN_CLASSES,
   KEPT_CLASSES,
+  PARENT_CLASSES,
   LEAF_CLASS,
   ACCESSORS,
   PROMISED,
@@ -201,6 +211,12 @@ function classTreeNoting(
 export interface StoredValue {
   wire: unknown;
   value: unknown;
+  /**
+   * The objects of `wire` that hold own data for the app's resolvers (`PARENT`): the only
+   * places it may be left out (parent-data-within.ts), never a member of that name the app's
+   * data holds (a JSON scalar's document: adversary 93).
+   */
+  parents?: readonly object[];
 }
 
 /** What one walk of a value shares. */
@@ -217,6 +233,8 @@ interface Walk {
    * list (as GraphQL collects a list's sub-fields once).
    */
   collected: WeakMap<readonly FieldNode[], Map<GraphQLObjectType, Map<string, FieldNode[]>>>;
+  /** The wire objects that hold `PARENT`, as written. */
+  parents: object[];
 }
 
 /**
@@ -256,8 +274,10 @@ export async function outputWire(
     losses,
     lists: new WeakMap(),
     collected: new WeakMap(),
+    parents: [],
   };
-  return walkValue(walk, type, promised, selection.nodes);
+  const stored = await walkValue(walk, type, promised, selection.nodes);
+  return { ...stored, parents: walk.parents };
 }
 
 /**
@@ -298,6 +318,7 @@ function writeParent(
   losses: ReplayLoss[],
 ): void {
   delete wire[PARENT];
+  delete wire[PARENT_CLASSES];
   if (Object.keys(parent).length === 0) return;
   let typed: ReturnType<typeof keepData>;
   try {
@@ -312,6 +333,9 @@ function writeParent(
     return;
   }
   wire[PARENT] = typed.kept;
+  // Objects of classes a serializer knows in it, named again on a replay, as in `KEPT`.
+  const tree = classTreeNoting(parent, 'its data', type, losses);
+  if (tree) wire[PARENT_CLASSES] = tree;
   if (typed.unfaithful.length > 0) {
     const what = typed.unfaithful.map((member) => `${member.name} (${member.what})`);
     losses.push({ type, what: `its data ${what.join(', ')} does not come back as it was` });
@@ -370,10 +394,6 @@ async function walkValue(
   const wire: Record<string, unknown> = {};
   // What the resolvers of its fields read of it that the wire form would change (see above).
   const kept: Record<string, unknown> = {};
-  // Its fields are not read here: an unselected one may be a getter that loads or throws.
-  for (const name of Object.keys(source)) {
-    if (!(name in fields)) kept[name] = source[name];
-  }
   // What a resolver reading its parent may read beyond the selection: a `@ResolveField()` of
   // it; or, under an instance of the class Nest built its type from (or of a subclass) that
   // class-transformer serializes (its `@Transform()`, `@Expose()`, `@Exclude()`, `@Type()`),
@@ -408,6 +428,16 @@ async function walkValue(
   });
   /** Its own data for the app's resolvers that the answer does not hold (`PARENT`). */
   const parent: Record<string, unknown> = {};
+  // Its own data that is no field (a column kept out of the schema, a raw `bytea`): in
+  // `PARENT`, what a replay may do without when the answer would be too large (adversary 93:
+  // a 30 kB `content` no field exposes refused a rename as too large); in `KEPT` its own
+  // `__typename` (the app's tag, which the answer is) and all of it for a serializer outside.
+  // Its fields are not read here: an unselected one may be a getter that loads or throws.
+  for (const name of Object.keys(source)) {
+    if (name in fields) continue;
+    if (byClass || name === '__typename') kept[name] = source[name];
+    else parent[name] = source[name];
+  }
   if (keeping.unselected !== 'none') {
     Object.assign(keeping.unselected === 'kept' ? kept : parent, ownData(source, fields, selected));
   }
@@ -555,6 +585,7 @@ async function walkValue(
   if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
   writeKept(wire, kept, concrete.name, losses);
   writeParent(wire, parent, concrete.name, losses);
+  if (PARENT in wire) walk.parents.push(wire);
   if (ownClass || (instance && byClass)) {
     const gotten = classGetters(source, fields);
     if (Object.keys(gotten).length > 0) {
@@ -944,7 +975,11 @@ export function fromWire(
   }
   if (typed) {
     // What the app's resolvers read of it that the answer does not hold (see `PARENT`).
-    for (const [name, item] of Object.entries(restoreData(stored[PARENT]))) own(value, name, item);
+    const parentData = namedByTree(restoreData(stored[PARENT]), stored[PARENT_CLASSES]) as Record<
+      string,
+      unknown
+    >;
+    for (const [name, item] of Object.entries(parentData)) own(value, name, item);
     const keptData = namedByTree(restoreData(stored[KEPT]), stored[KEPT_CLASSES]) as Record<
       string,
       unknown

@@ -167,7 +167,7 @@ describe('adversary 93: a JSON scalar member named __parent, left out for maxRes
     await replayedAsFirst('adv93-json-parent-short');
   });
 
-  it.skip('a 14 kB note and an 8 kB bio: the replay answers the first answer (Not fixed (round 93): found by review)', async () => {
+  it('a 14 kB note and an 8 kB bio: the replay answers the first answer', async () => {
     bioLength = 8_000;
     noteLength = 14_000;
     await replayedAsFirst('adv93-json-parent-long');

@@ -167,7 +167,7 @@ describe('adversary 93: kept parent data crowds the middleware outputs out', () 
     expect(again).toEqual({ ...first, extensions: { idempotency: { replayed: ['createOrder'] } } });
   });
 
-  it.skip('a large unselected bio: the replay answers the first answer (Not fixed (round 93): found by review)', async () => {
+  it('a large unselected bio: the replay answers the first answer', async () => {
     bioLength = 40_000;
     const { first, again } = await replayed('adv93-crowd-long');
     expect(again.errors).toBeUndefined();

@@ -150,7 +150,7 @@ describe("adversary 93: a @ResolveField() reads its parent's Buffer on a replay"
     await replayed('adv93-buffer-copied', 'avatarUrlCopied');
   });
 
-  it.skip("the resolver calls the Buffer's toString('base64'): the replay is the first answer (Not fixed (round 93): found by review)", async () => {
+  it("the resolver calls the Buffer's toString('base64'): the replay is the first answer", async () => {
     await replayed('adv93-buffer-own', 'avatarUrl');
   });
 });
