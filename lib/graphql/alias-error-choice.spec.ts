@@ -18,7 +18,19 @@ describe('aliasErrorChoice', () => {
       [{ ...email, own: false }, age],
       undefined,
     ],
-    ['selecting both: the first', ['email', 'age'], [email, age], 0],
+    ['selecting both: the first in its selection, email', ['email', 'age'], [email, age], 0],
+    [
+      'selecting both, age first (a merged alias): the age error, as GraphQL answers',
+      ['phone', 'age', 'email'],
+      [email, age],
+      1,
+    ],
+    [
+      'a step by its alias in the selection order',
+      ['phone', 'years', 'age', 'email'],
+      [email, { step: 'years', own: false }],
+      1,
+    ],
     ['an item index as the step: its own group', ['phone'], [{ step: 0, own: true }], 0],
     ['no candidates: none', ['email'], [], undefined],
   ];

@@ -4,17 +4,38 @@ describe('aliasErrorsRead', () => {
   const a = new Error('a');
   const b = new Error('b');
   const read = (value: unknown, key: unknown) => answerAliasRead(value, {}, {}, { path: { key } });
-  it.each<{ name: string; errors: [string, Error][]; key: unknown; expected: unknown }>([
+  it.each<{
+    name: string;
+    errors: [string, Error][];
+    key: unknown;
+    expected: unknown;
+    fallback?: unknown;
+    direct?: boolean;
+  }>([
     { name: 'no errors: the merged value', errors: [], key: 'a', expected: 'merged' },
     { name: 'one error: the merged value', errors: [['a', a]], key: 'b', expected: 'merged' },
     {
-      name: 'the same error under two keys: the merged value',
+      name: 'the same error under two keys: that error (its own, not the merged value)',
       errors: [
         ['a', a],
         ['b', a],
       ],
       key: 'b',
-      expected: 'merged',
+      expected: a,
+    },
+    {
+      name: 'each key the merged value itself: the merged value',
+      errors: [['a', a]],
+      key: 'a',
+      expected: a,
+      fallback: a,
+      direct: true,
+    },
+    {
+      name: 'one key, another error than the merged value (a merged alias): its own',
+      errors: [['x', b]],
+      key: 'x',
+      expected: b,
     },
     {
       name: 'two errors: the first alias its own',
@@ -52,8 +73,20 @@ describe('aliasErrorsRead', () => {
       key: undefined,
       expected: 'merged',
     },
-  ])('$name', ({ errors, key, expected }) => {
-    expect(read(aliasErrorsRead(new Map(errors), 'merged'), key)).toBe(expected);
+  ])('$name', ({ errors, key, expected, fallback = 'merged', direct }) => {
+    const given = aliasErrorsRead(new Map(errors), fallback);
+    // Nothing to tell apart: the value itself, no read.
+    if (direct) expect(given).toBe(fallback);
+    expect(read(given, key)).toBe(expected);
+  });
+
+  it("relocates a key's error to its own place, a single key too", () => {
+    const moved = new Error('moved');
+    const given = aliasErrorsRead(new Map([['x', a]]), a, (error, info) =>
+      (info as { path: { key: string } }).path.key === 'x' && error === a ? moved : error,
+    );
+    expect(read(given, 'x')).toBe(moved);
+    expect(read(given, 'y')).toBe(a);
   });
 
   it("an app's own function: given as it is, never called", () => {

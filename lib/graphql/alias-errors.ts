@@ -28,20 +28,25 @@ export function answerAliasRead(
 export type AliasRead = (args: unknown, context: unknown, info: unknown) => unknown;
 
 /**
- * `fallback` where the aliases' errors are fewer than two distinct ones; else a read that
- * answers each response key its own error (see above), `fallback` for any other.
+ * `fallback` where no response key has an error of its own, or where each has `fallback`
+ * itself and nothing relocates it; else a read that answers each response key its own error
+ * (see above), at its own place (`relocate`), `fallback` for any other. One key is enough
+ * (adversary 93: a retry merging two nulled aliases into one, `x`, answered the merged
+ * value's error, another field's, at the first call's alias `a`).
  */
 export function aliasErrorsRead(
   errors: ReadonlyMap<string, Error>,
   fallback: unknown,
   /** The error at the response key's own place (`info`'s), where it was another's. */
-  relocate: (error: Error, info: unknown) => Error = (error) => error,
+  relocate?: (error: Error, info: unknown) => Error,
 ): unknown {
-  if (new Set(errors.values()).size < 2) return fallback;
+  if (errors.size === 0) return fallback;
+  if (!relocate && [...errors.values()].every((error) => error === fallback)) return fallback;
   const read: AliasRead = (_args, _context, info) => {
     const key = (info as { path?: { key?: unknown } } | undefined)?.path?.key;
     const error = typeof key === 'string' ? errors.get(key) : undefined;
-    return error ? relocate(error, info) : fallback;
+    if (!error) return fallback;
+    return relocate ? relocate(error, info) : error;
   };
   reads.add(read);
   return read;

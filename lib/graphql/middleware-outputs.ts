@@ -714,7 +714,10 @@ export function outputValue(
         failed.set(responseKey, groupErrors[chosen].error);
         under.set(groupErrors[chosen].error, groupErrors[chosen].under);
       }
-      if (item instanceof Error) {
+      // Read by the wrapper on composite property fields only (`answerAliasReadsOf`).
+      const readable =
+        resolution === 'property' && graphql.isCompositeType(graphql.getNamedType(definition.type));
+      if (item instanceof Error && readable) {
         item = aliasErrorsRead(failed, item, (error, info) =>
           relocatedError(graphql, error, pathOf(info), under.get(error)),
         );
