@@ -1,7 +1,7 @@
 import { fieldError, type FieldError, type StoredFieldError } from './field-answer.js';
 import { errorLocations } from './error-location.js';
 import { type ReplayLoss } from './replay-loss.js';
-import { unansweredNulls } from './unanswered-nulls.js';
+import { type NullPlace, unansweredNulls } from './unanswered-nulls.js';
 
 /**
  * Where the outputs of field middleware on an `@Idempotent()` mutation's answer are, by the
@@ -597,9 +597,24 @@ async function thrownUnanswered(
   errors: readonly AnsweredError[],
 ): Promise<AnsweredError[]> {
   const byKey = new Map<string, AnswerPath>();
+  const places: NullPlace[] = [];
   for (const path of first.paths) {
     const key = relativeKey(first.root, path);
-    if (key !== undefined && dataAt(data, path) === null) byKey.set(key, path);
+    if (key === undefined) continue;
+    const value = dataAt(data, path);
+    if (value === null) {
+      byKey.set(key, path);
+      places.push({ key, nulledAt: key });
+      continue;
+    }
+    if (value !== undefined) continue;
+    // Left out under a null parent under the mutation's field (a non-null field's null
+    // nulls it: adversary 93); one above it is another story (`remadeOutputs`).
+    const end = nulledAncestor(data, path);
+    const nulledAt = end === undefined ? undefined : relativeKey(first.root, path.slice(0, end));
+    if (nulledAt === undefined) continue;
+    byKey.set(key, path);
+    places.push({ key, nulledAt });
   }
   if (byKey.size === 0) return [];
   const errorKeys = errors.flatMap((error) => {
@@ -607,7 +622,7 @@ async function thrownUnanswered(
     return key === undefined ? [] : [key];
   });
   const found: AnsweredError[] = [];
-  for (const key of unansweredNulls([...byKey.keys()], errorKeys, isAtOrUnder)) {
+  for (const key of unansweredNulls(places, errorKeys, isAtOrUnder)) {
     const result = first.results.get(key);
     if (typeof (result as PromiseLike<unknown> | null)?.then !== 'function') continue;
     const thrown = await Promise.resolve(result).then(

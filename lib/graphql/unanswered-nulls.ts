@@ -1,19 +1,35 @@
 /**
- * A middleware field the first answer gave as null with no error entry at or under its path:
- * Mercurius writes an `AggregateError` a middleware threw as one entry per inner error, none
- * with a path (adversary 90), so the answer does not tell which field failed. Stored as a
- * plain null, every replay would answer a made-up null, the reason gone. What its middleware
- * threw (its result rejected: the library's wrapper noted it) is then its error, at its path.
+ * A middleware field the first answer gave as null, or left out under a null parent, with no
+ * error entry at or under that null: Mercurius writes an `AggregateError` a middleware threw
+ * as one entry per inner error, none with a path (adversary 90), so the answer does not tell
+ * which field failed. Stored as a plain null, every replay would answer a made-up null, the
+ * reason gone; left out under its parent's null (a non-null field: its null nulls the
+ * parent), every replay would refuse it as a field the first call did not select
+ * (`field_not_stored`, adversary 93), telling the client to use a new key: its mutation run
+ * twice. What its middleware threw (its result rejected: the library's wrapper noted it) is
+ * then its error, at its path, which nulls the same parent on a replay.
  */
 
+/** A middleware field with no value in the answer, and where the answer's null is. */
+export interface NullPlace {
+  /** The field's key (under the mutation's field). */
+  key: string;
+  /** The null's key: the field's own, or its nearest null ancestor's under the mutation's field. */
+  nulledAt: string;
+}
+
 /**
- * The keys of `nulls` (middleware fields the answer holds as null) that no answered error is
- * at or under (`errorKeys`, each relative as they are), in their order.
+ * The keys of `nulls` (middleware fields the answer holds as null, or under a null) that no
+ * answered error is at or under the null of (`errorKeys`, each relative as they are), in their
+ * order: an error elsewhere under a nulled parent (a sibling's) is what nulled it, and this
+ * field's own never reached the answer.
  */
 export function unansweredNulls(
-  nulls: readonly string[],
+  nulls: readonly NullPlace[],
   errorKeys: readonly string[],
   isAtOrUnder: (key: string, output: string) => boolean,
 ): string[] {
-  return nulls.filter((key) => !errorKeys.some((at) => isAtOrUnder(at, key)));
+  return nulls
+    .filter(({ nulledAt }) => !errorKeys.some((at) => isAtOrUnder(at, nulledAt)))
+    .map(({ key }) => key);
 }

@@ -182,7 +182,7 @@ describe('adversary 93: Mercurius, middleware on a non-null field throws an Aggr
     await replayOf('adv93-mw-nonnull-one', 'rank');
   });
 
-  it.skip('non-null field, middleware that throws an AggregateError: the replay answers an error of it (Not fixed (round 93): found by review)', async () => {
+  it('non-null field, middleware that throws an AggregateError: the replay answers an error of it', async () => {
     await replayOf('adv93-mw-nonnull-aggregate', 'level');
   });
 });
