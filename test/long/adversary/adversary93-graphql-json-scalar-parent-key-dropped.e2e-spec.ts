@@ -18,6 +18,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06 fifth): lib/graphql/wire-value.ts notes the wire objects it
+ * writes `__parent` into (`StoredValue.parents`) and lib/graphql/parent-data-within.ts leaves
+ * out only at those objects (the original and its copy walked side by side, by identity),
+ * never a member of that name in a JSON scalar's value; run-field.ts passes them.
+ *
  * Adversary 93 (graphql): leaving the kept parents' data out for `maxResponseBytes` deletes
  * the app's own data: every member named `__parent` anywhere in the stored answer, a JSON
  * scalar's value included, is taken for the library's kept parent data.

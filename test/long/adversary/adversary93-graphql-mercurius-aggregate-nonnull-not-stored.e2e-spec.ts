@@ -21,6 +21,11 @@ jest.mock('@fastify/static', () => () => undefined);
 const { MercuriusDriver } = await import('@nestjs/mercurius');
 
 /**
+ * Fixed (session of 2026-12-06 fifth): lib/graphql/output-paths.ts `thrownUnanswered`
+ * also takes a middleware field left out under a null parent (under the mutation's field),
+ * and lib/graphql/unanswered-nulls.ts takes it where no answered error is at or under that
+ * null: what its middleware threw is stored at its path, and nulls the same parent on a replay.
+ *
  * Adversary 93 (graphql): on Mercurius, Nest field middleware on a NON-NULL field that throws
  * an `AggregateError` nulls the field's parent; Mercurius writes the aggregate as its inner
  * errors with no path. Every replay of the same operation answers that field

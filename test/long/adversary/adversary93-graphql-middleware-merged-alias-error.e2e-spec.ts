@@ -16,6 +16,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06 fifth): lib/graphql/alias-error-choice.ts picks the
+ * candidate whose step comes first in the retry's own selection order, and
+ * lib/graphql/alias-errors.ts answers a single response key its chosen error too, rebuilt at
+ * its own path (`relocatedError`), on composite property fields (middleware-outputs.ts).
+ *
  * Adversary 93 (graphql): inside a field-middleware output, one object field under two
  * aliases, each nulled by an error of its own (`a: contact { phone email }`, a missing
  * non-null `email`; `b: contact { phone age }`, an `age` Int refuses "unknown"). The retry

@@ -16,6 +16,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06 fifth): lib/graphql/wire-value.ts keeps an object's own data
+ * that is no field in `__parent` (with `__parentClasses`), left out largest first where the
+ * answer is over `maxResponseBytes`, and in `__kept` only its own `__typename` and, under a
+ * class class-transformer serializes, all of it (a serializer outside reads it as the answer).
+ *
  * Adversary 93 (graphql): a row's large column that is no field of the GraphQL type (kept out
  * of the schema on purpose: a document's `content`, served by a download route) is stored
  * with every answer, in `__kept`, which is never left out: a mutation that answers a few

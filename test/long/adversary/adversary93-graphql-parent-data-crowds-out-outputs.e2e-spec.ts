@@ -18,6 +18,12 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06 fifth): lib/graphql/run-field.ts `completing()` leaves
+ * out, where the completed answer is over `maxResponseBytes`, the outputs' parents first and
+ * then the value's own kept data (`__parent`, with `parentDataWithin` at the places the
+ * library wrote it), largest first, before it gives up the outputs; said in the log only once
+ * the answer is under the limit.
+ *
  * Adversary 93 (graphql): the own data kept for a `@ResolveField()` a retry may add
  * (`__parent`, round 90) crowds the field-middleware outputs out of the stored answer, where
  * leaving that data out (as the docs say is done) would have stored them.

@@ -18,6 +18,10 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06 fifth): lib/graphql/kept-data.ts registers a superjson
+ * rule for `Buffer` (its base64, read back with `Buffer.from`) and copies a Buffer as a typed
+ * value, so a replay's parent holds a `Buffer` again.
+ *
  * Adversary 93 (graphql): a `@ResolveField()` that reads its parent's `bytea` column (a
  * `Buffer`, as pg and TypeORM give it) gets, on a replay, a plain object (no `Buffer`, not
  * even the `Uint8Array` kept-data.ts says it comes back as): its `toString('base64')` is

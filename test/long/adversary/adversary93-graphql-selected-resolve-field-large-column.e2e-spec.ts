@@ -17,6 +17,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06 fifth): lib/graphql/parent-keeping.ts says `'parent'` for
+ * the unselected data of an object with a selected app field (`'kept'` only under
+ * class-transformer), so it is left out as `__parent` is; what the selected resolver reads of
+ * its own name and the fields whose wire form would change stay in `__kept`.
+ *
  * Adversary 93 (graphql): selecting a small `@ResolveField()` makes a mutation fail for good.
  * Its parent's unselected large column is then kept in `__kept`, which is never left out for
  * `maxResponseBytes` (only `__parent` is, since round 90): the answer of a few dozen bytes is
