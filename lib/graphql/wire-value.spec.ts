@@ -211,6 +211,11 @@ describe('outputWire and fromWire', () => {
       },
     ],
     [
+      'its own __typename (the answer) in KEPT, its other data that is no field in PARENT',
+      { id: 1, __typename: 'Receipt', note: 'x' },
+      { id: 1, [KEPT]: { json: { __typename: 'Receipt' } }, [PARENT]: { json: { note: 'x' } } },
+    ],
+    [
       'an ID that was a number, the numbers beside (its parseValue() gives back strings)',
       { id: 1, ref: 5, refs: [1, 2] },
       { id: 1, ref: '5', refs: ['1', '2'], [KEPT]: { json: { ref: 5, refs: [1, 2] } } },
@@ -239,6 +244,21 @@ describe('outputWire and fromWire', () => {
     ],
   ])('stores %s as GraphQL writes it', async (_name, value, wire) => {
     expect(await wireOf(Receipt, value)).toEqual(wire);
+  });
+
+  it('tells the objects it wrote PARENT into, by identity (the only places it may be left out)', async () => {
+    const stored = await outputWire(
+      graphql,
+      schema,
+      Receipt,
+      { id: 1, note: 'x', lines: [{ id: 2, text: 'a' }] },
+      selecting('{ id lines { id text } }'),
+      call,
+    );
+    const wire = stored.wire as Record<string, unknown> & { lines: object[] };
+    expect(stored.parents).toHaveLength(1);
+    expect(stored.parents![0]).toBe(wire);
+    expect(wire[PARENT]).toEqual({ json: { note: 'x' } });
   });
 
   it('turns a stored answer back into values that serialize to the same wire form', async () => {
