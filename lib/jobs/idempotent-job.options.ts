@@ -29,13 +29,15 @@ export interface IdempotentJobOptions extends Pick<
   /** Its transaction's level (default: the module's, else the server's). */
   isolationLevel?: IdempotencyRouteOptions['isolationLevel'];
   /**
-   * Where the queue's keys are kept apart from another service's queue of the same name,
-   * instead of what the library reads of the worker (its Redis database, or its schema of
-   * BullMQ's PostgreSQL backend): the tenant `bullmq:<namespace>:<queue>:ns:`. Needed where the
-   * library cannot read it (Bun's Redis client, a custom adapter or backend: such a job fails,
-   * saying so), and where two services' queues share a name on two Redis servers (or two
-   * PostgreSQL databases) and keep their keys in one database. 1 to 100 characters, without
-   * `:` or control characters: one per service, e.g. `'billing'`.
+   * The service's name in its queues' keys, around what the library reads of the worker (its
+   * Redis database, its schema of BullMQ's PostgreSQL backend: they still tell the service's
+   * queues apart): `bullmq:<namespace>:<queue>:ns:` on database 0, `bullmq:<namespace>:
+   * <queue>:db<n>::ns:` on another, `bullmq:<namespace>:<schema>:<queue>:pg::ns:`. Needed where
+   * the library cannot read where the queue is (Bun's Redis client, a custom adapter or
+   * backend: such a job fails, saying so; the namespace and the queue are then its tenant),
+   * and where two services' queues share a name on two Redis servers (or two PostgreSQL
+   * databases) and keep their keys in one database. 1 to 100 characters, without `:` or
+   * control characters: one per service, e.g. `'billing'`.
    */
   namespace?: string;
 }

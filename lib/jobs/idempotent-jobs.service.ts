@@ -349,15 +349,20 @@ export class IdempotentJobs implements OnModuleInit {
     if (reading.kind === 'unusable') {
       throw new JobKeyUnusableError(where, reading.reason);
     }
-    const place =
-      namespace === undefined ? await jobStore(job) : ({ kind: 'namespace', namespace } as const);
-    if (place.kind === 'unreadable') throw new JobQueueStoreUnreadableError(where, place.what);
+    // What the library reads tells the service's queues apart; the namespace names the service
+    // around it, and stands alone only where it reads nothing (adversary 94).
+    const place = await jobStore(job);
+    if (place.kind === 'unreadable' && namespace === undefined) {
+      throw new JobQueueStoreUnreadableError(where, place.what);
+    }
     const scope: KeyScope = {
-      tenantId: jobTenant(job.queueName, job.prefix, place),
+      tenantId: jobTenant(job.queueName, job.prefix, place, namespace),
       key: reading.key,
     };
     // Checked before the claim, whose CHECK violation would be taken for a passing failure.
-    if (!tenantFits(scope.tenantId)) throw new JobQueueTenantTooLongError(where, scope.tenantId);
+    if (!tenantFits(scope.tenantId)) {
+      throw new JobQueueTenantTooLongError(where, scope.tenantId, job.queueName);
+    }
     const fingerprint = computeFingerprint({
       method: 'JOB',
       path: `${job.queueName}/${job.name}`,

@@ -1,4 +1,5 @@
 import { MAX_TENANT_ID_LENGTH } from '../decisions/tenant-id.js';
+import { queueNameRoom } from './job-key.js';
 
 /**
  * A job the library refuses for good: trying it again would meet the same (its key, its
@@ -18,17 +19,25 @@ export class JobKeyUnusableError extends JobRefusedError {
 }
 
 /**
- * A job of a queue whose tenant (`bullmq:<queue>`, `bullmq:<prefix>:<queue>`) the keys table
- * cannot hold: every claim of it would meet the table's CHECK on the tenant's length, which is
- * no passing failure (adversary 78: delayed for ever, no attempt counted).
+ * A job of a queue whose tenant (`bullmq:<queue>`, `bullmq:<prefix>:<queue>`, with where the
+ * queue is and the app's namespace: lib/jobs/job-key.ts `jobTenant`) the keys table cannot
+ * hold: every claim of it would meet the table's CHECK on the tenant's length, which is no
+ * passing failure (adversary 78: delayed for ever, no attempt counted).
  */
 export class JobQueueTenantTooLongError extends JobRefusedError {
-  constructor(where: string, tenant: string) {
+  constructor(where: string, tenant: string, queueName?: string) {
+    const room =
+      queueName === undefined
+        ? ''
+        : `; its queue name may be ${Math.max(0, queueNameRoom(tenant, queueName))} characters ` +
+          `at most there, not ${queueName.length}`;
     super(
       `the job cannot be recorded: its queue's tenant (${tenant.slice(0, 40)}…, ` +
-        `${tenant.length} characters: bullmq:, the queue's prefix unless it is BullMQ's own, and ` +
-        `its name) is over ${MAX_TENANT_ID_LENGTH} characters. Give the queue (with its prefix) a ` +
-        `shorter name (${where})`,
+        `${tenant.length} characters: bullmq:, the namespace if given, the queue's prefix unless ` +
+        `it is BullMQ's own, its name, and where it is: :db<n>: on a Redis database other ` +
+        `than 0, <schema>: and :pg: in a schema of BullMQ's PostgreSQL backend, :ns: under a ` +
+        `namespace) is over ${MAX_TENANT_ID_LENGTH} characters${room}. Give the queue (with its ` +
+        `prefix, or namespace) a shorter name (${where})`,
     );
     this.name = 'JobQueueTenantTooLongError';
   }
@@ -36,9 +45,10 @@ export class JobQueueTenantTooLongError extends JobRefusedError {
 
 /**
  * A job whose worker keeps its queue where the library cannot read (a Redis client whose
- * database it cannot read, a backend other than Redis' or BullMQ's PostgreSQL one), and whose
- * processor gives no `namespace`: its keys could meet those of another service's queue of the
- * same name (adversary 92), so it is refused rather than taken for Redis' database 0.
+ * database it cannot read, a backend other than Redis' or BullMQ's PostgreSQL one, a pool of
+ * the app's whose search_path finds no BullMQ table), and whose processor gives no
+ * `namespace`: its keys could meet those of another service's queue of the same name
+ * (adversary 92), so it is refused rather than taken for Redis' database 0.
  */
 export class JobQueueStoreUnreadableError extends JobRefusedError {
   constructor(where: string, what: string) {

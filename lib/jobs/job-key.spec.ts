@@ -1,4 +1,11 @@
-import { jobKeyOf, jobTenant, stepOwnerOf, tenantFits } from './job-key.js';
+import {
+  type JobPlace,
+  jobKeyOf,
+  jobTenant,
+  queueNameRoom,
+  stepOwnerOf,
+  tenantFits,
+} from './job-key.js';
 import { type JobLike } from './job-like.js';
 
 const job = (fields: Partial<JobLike>): JobLike => ({
@@ -134,22 +141,61 @@ describe('jobKeyOf', () => {
       { kind: 'redis', db: 0 },
       'bullmq:emails',
     ],
+  ] as const)('keeps keys per place: %s', (_name, queue, prefix, place, tenant) => {
+    expect(jobTenant(queue, prefix, place)).toBe(tenant);
+  });
+
+  it.each([
+    ['a namespace on database 0: as before', 'emails', undefined, 0, 'bullmq:billing:emails:ns:'],
+    ['a namespace and a prefix', 'emails', 'svc', 0, 'bullmq:billing:svc:emails:ns:'],
     [
-      'a namespace of the app’s',
+      'a namespace where the place cannot be read: namespace and queue',
       'emails',
       undefined,
-      { kind: 'namespace', namespace: 'billing' },
+      { kind: 'unreadable' },
       'bullmq:billing:emails:ns:',
     ],
     [
-      'a namespace and a prefix',
+      'a namespace, a prefix, an unreadable place',
       'emails',
       'svc',
-      { kind: 'namespace', namespace: 'billing' },
+      { kind: 'unreadable' },
       'bullmq:billing:svc:emails:ns:',
     ],
-  ] as const)('keeps keys per place: %s', (_name, queue, prefix, place, tenant) => {
-    expect(jobTenant(queue, prefix, place)).toBe(tenant);
+    [
+      'a namespace on database 2: the database kept (adversary 94)',
+      'invoices',
+      undefined,
+      { kind: 'redis', db: 2 },
+      'bullmq:billing:invoices:db2::ns:',
+    ],
+    [
+      'a namespace on database 3: another queue',
+      'invoices',
+      undefined,
+      3,
+      'bullmq:billing:invoices:db3::ns:',
+    ],
+    [
+      'a namespace, a prefix, database 3',
+      'invoices',
+      'svc',
+      3,
+      'bullmq:billing:svc:invoices:db3::ns:',
+    ],
+    [
+      'a namespace in a schema of BullMQ’s PostgreSQL backend: the schema kept',
+      'emails',
+      'svc',
+      { kind: 'postgres', schema: 'svc_a' },
+      'bullmq:billing:svc_a:emails:pg::ns:',
+    ],
+  ] as const)('keeps what it read under a namespace: %s', (_name, queue, prefix, place, tenant) => {
+    expect(jobTenant(queue, prefix, place, 'billing')).toBe(tenant);
+  });
+
+  it('gives no tenant to an unreadable place without a namespace (the job is refused before)', () => {
+    expect(() => jobTenant('emails', undefined, { kind: 'unreadable' })).toThrow(TypeError);
   });
 
   it('no two places meet, whatever the names (each form ends its own way)', () => {
@@ -158,14 +204,61 @@ describe('jobKeyOf', () => {
       jobTenant('emails', undefined, { kind: 'postgres', schema: 'db4' }),
       jobTenant('db4', 'emails:pg'),
       jobTenant('emails', 'db4', { kind: 'postgres', schema: 'x' }),
-      jobTenant('emails', undefined, { kind: 'namespace', namespace: 'db4' }),
+      jobTenant('emails', undefined, 0, 'db4'),
       jobTenant('ns', 'db4:emails'),
       jobTenant('emails', 'x:ns', 0),
       jobTenant('emails', undefined, { kind: 'postgres', schema: 'x:ns' }),
-      jobTenant('emails', undefined, { kind: 'namespace', namespace: 'x' }),
-      jobTenant('emails', '', { kind: 'namespace', namespace: 'x' }),
+      jobTenant('emails', undefined, 0, 'x'),
+      jobTenant('emails', '', 0, 'x'),
     ];
     expect(new Set(tenants).size).toBe(tenants.length);
+  });
+
+  /** Names chosen to mimic the other forms' parts and endings. */
+  const QUEUES = ['emails', 'db4', 'pg', 'ns', 'x', 'db0'];
+  const PREFIXES = [undefined, 'bull', '', 'x', 'db4', 'x:ns', 'emails:pg', 'x:emails', 'pg:'];
+  const PLACES: JobPlace[] = [
+    0,
+    4,
+    { kind: 'redis', db: 40 },
+    { kind: 'postgres', schema: 'x' },
+    { kind: 'postgres', schema: 'db4' },
+    { kind: 'postgres', schema: 'x:ns' },
+    { kind: 'postgres', schema: 'emails' },
+    { kind: 'unreadable' },
+  ];
+  const NAMESPACES = [undefined, 'x', 'db4', 'emails', 'ns', 'pg'];
+
+  /** What tells two queues apart: the database read (the unreadable place on its own). */
+  const placeOf = (place: JobPlace) =>
+    typeof place === 'number' ? `redis:${place}` : JSON.stringify(place);
+
+  it('no two forms meet: every queue, prefix, place and namespace gets its own tenant', () => {
+    const owners = new Map<string, string>();
+    for (const queue of QUEUES) {
+      for (const prefix of PREFIXES) {
+        for (const place of PLACES) {
+          for (const namespace of NAMESPACES) {
+            if (typeof place === 'object' && place.kind === 'unreadable' && !namespace) continue;
+            // BullMQ's own prefix is no prefix; the PostgreSQL backend ignores any prefix.
+            const kept = prefix ?? 'bull';
+            const pg = typeof place === 'object' && place.kind === 'postgres';
+            const samePrefix = pg ? '-' : kept;
+            // Database 0 and an unreadable place are one under a namespace (the app's word).
+            const where =
+              placeOf(place) === 'redis:0' || placeOf(place) === '{"kind":"unreadable"}'
+                ? 'ns-bare'
+                : placeOf(place);
+            const owner = JSON.stringify([queue, samePrefix, where, namespace ?? null]);
+            const tenant = jobTenant(queue, prefix, place, namespace);
+            const before = owners.get(tenant);
+            if (before !== undefined) expect({ tenant, owner }).toEqual({ tenant, owner: before });
+            owners.set(tenant, owner);
+          }
+        }
+      }
+    }
+    expect(owners.size).toBeGreaterThan(1000);
   });
 });
 
@@ -177,9 +270,39 @@ describe('tenantFits', () => {
     ['256 characters', jobTenant('q'.repeat(249)), false],
     ['a long queue name', jobTenant('q'.repeat(250)), false],
     ['a long prefix of the queue', jobTenant('payouts', 'p'.repeat(250)), false],
+    [
+      '248 characters on database 2: its ending counts',
+      jobTenant('q'.repeat(248), 'bull', 2),
+      false,
+    ],
+    ['243 characters on database 2 (255)', jobTenant('q'.repeat(243), 'bull', 2), true],
+    ['248 characters under a namespace', jobTenant('q'.repeat(248), 'bull', 0, 'b'), false],
+    [
+      '248 characters in a schema of BullMQ’s PostgreSQL backend',
+      jobTenant('q'.repeat(248), '', { kind: 'postgres', schema: 'bullmq' }),
+      false,
+    ],
   ])('%s', (_name, tenant, fits) => {
     expect(tenantFits(tenant)).toBe(fits);
   });
+
+  it.each([
+    ['BullMQ’s prefix on database 0', undefined, 0, undefined, 248],
+    ['a prefix of its own (svc:)', 'svc', 0, undefined, 244],
+    ['database 2 (:db2:)', undefined, 2, undefined, 243],
+    ['database 12 (:db12:)', undefined, 12, undefined, 242],
+    ['a schema (bullmq: … :pg:)', 'svc', { kind: 'postgres', schema: 'bullmq' }, undefined, 237],
+    ['a namespace (billing: … :ns:)', undefined, 0, 'billing', 236],
+    ['a namespace on database 2', undefined, 2, 'billing', 231],
+    ['where it cannot be read, a namespace', 'svc', { kind: 'unreadable' }, 'billing', 232],
+  ] as const)(
+    'queueNameRoom: the longest queue name that fits, %s',
+    (_name, prefix, place, namespace, room) => {
+      expect(queueNameRoom(jobTenant('q', prefix, place, namespace), 'q')).toBe(room);
+      expect(tenantFits(jobTenant('q'.repeat(room), prefix, place, namespace))).toBe(true);
+      expect(tenantFits(jobTenant('q'.repeat(room + 1), prefix, place, namespace))).toBe(false);
+    },
+  );
 });
 
 describe('stepOwnerOf', () => {

@@ -6,15 +6,32 @@ import { type JobLike } from './job-like.js';
 const DEFAULT_BULLMQ_PREFIX = 'bull';
 
 /**
- * Where a job's queue is, for its key's tenant: a Redis database (a number, or `redis`),
- * a schema of BullMQ's PostgreSQL backend, or a namespace the app gave (`@IdempotentJob({
- * namespace })`, instead of what the library reads).
+ * Where a job's queue is, for its key's tenant, as the library read it (lib/jobs/job-store.ts
+ * `jobStore`): a Redis database (a number, or `redis`), a schema of BullMQ's PostgreSQL
+ * backend, or a place it cannot read (`unreadable`: only with a namespace of the app's).
  */
 export type JobPlace =
   | number
   | { kind: 'redis'; db: number }
   | { kind: 'postgres'; schema: string }
-  | { kind: 'namespace'; namespace: string };
+  | { kind: 'unreadable' };
+
+/**
+ * The tenant's body (after `bullmq:`) by where the queue is (a pure decision); `queue` is the
+ * queue's name under its prefix unless BullMQ's own (`<prefix>:<queue>`).
+ */
+function placeBody(queue: string, queueName: string, place: JobPlace, namespaced: boolean) {
+  const where = typeof place === 'number' ? { kind: 'redis' as const, db: place } : place;
+  switch (where.kind) {
+    case 'redis':
+      return where.db === 0 ? queue : `${queue}:db${where.db}:`;
+    case 'postgres':
+      return `${where.schema}:${queueName}:pg:`;
+    case 'unreadable':
+      if (namespaced) return queue;
+      throw new TypeError('a queue whose place cannot be read has no tenant without a namespace');
+  }
+}
 
 /**
  * The key scope of a job's record (a pure decision): its queue, as the record's tenant
@@ -28,37 +45,47 @@ export type JobPlace =
  *    jobs and ids too (adversary 90). No queue name is empty, so no tenant of a queue on
  *    database 0 ends in `:`, and theirs are as they were;
  *  - a schema of BullMQ's PostgreSQL backend: `bullmq:<schema>:<queue>:pg:` (the backend
- *    ignores the prefix; its schemas keep two queues of one name apart: adversary 92);
- *  - a namespace of the app's (no `:` in it): `bullmq:<namespace>:<queue>:ns:`, under a prefix
- *    `bullmq:<namespace>:<prefix>:<queue>:ns:`.
+ *    ignores the prefix; its schemas keep two queues of one name apart: adversary 92).
+ * A namespace of the app's (no `:` in it) names the service, around what the library read,
+ * which still tells its queues apart (adversary 94): `bullmq:<namespace>:<body>:ns:`, `<body>`
+ * the tenant above after `bullmq:` (`bullmq:billing:emails:ns:` on database 0, or where the
+ * library cannot read the place, `bullmq:billing:emails:db2::ns:`,
+ * `bullmq:billing:svc_a:emails:pg::ns:`).
  * Each form ends its own way (no `:`, `:db<n>:`, `:pg:`, `:ns:`), the queue (no `:`) before
- * the ending, so no tenant of one form is one of another.
+ * the ending, so no tenant of one form is one of another; a namespace (no `:`) is read up to
+ * its first `:` and the ending `:ns:` taken off, so two namespaced tenants meet only where
+ * their namespaces and bodies do.
  */
 export function jobTenant(
   queueName: string,
   prefix: string = DEFAULT_BULLMQ_PREFIX,
   place: JobPlace = 0,
+  namespace?: string,
 ): string {
   const queue = prefix === DEFAULT_BULLMQ_PREFIX ? queueName : `${prefix}:${queueName}`;
-  const where = typeof place === 'number' ? { kind: 'redis' as const, db: place } : place;
-  switch (where.kind) {
-    case 'redis':
-      return where.db === 0
-        ? `${JOB_TENANT_PREFIX}${queue}`
-        : `${JOB_TENANT_PREFIX}${queue}:db${where.db}:`;
-    case 'postgres':
-      return `${JOB_TENANT_PREFIX}${where.schema}:${queueName}:pg:`;
-    case 'namespace':
-      return `${JOB_TENANT_PREFIX}${where.namespace}:${queue}:ns:`;
-  }
+  const body = placeBody(queue, queueName, place, namespace !== undefined);
+  return namespace === undefined
+    ? `${JOB_TENANT_PREFIX}${body}`
+    : `${JOB_TENANT_PREFIX}${namespace}:${body}:ns:`;
 }
 
 /**
  * Whether the keys table can hold `tenant` (a pure decision): its CHECK takes 1 to 255
- * characters. A longer one (a long queue name, or prefix) is refused by every claim, for good.
+ * characters. A longer one (a long queue name, prefix, namespace or schema, with `bullmq:` and
+ * the form's ending) is refused by every claim, for good.
  */
 export function tenantFits(tenant: string): boolean {
   return tenant.length >= 1 && tenant.length <= MAX_TENANT_ID_LENGTH;
+}
+
+/**
+ * How long a queue's name may be where its tenant is `tenant` (a pure decision): the keys
+ * table's 255 characters less what the tenant holds besides the name (`bullmq:`, the
+ * namespace, the prefix, the place's ending). 248 for a queue of BullMQ's own prefix on
+ * database 0 of Redis, with no namespace; less under any of them.
+ */
+export function queueNameRoom(tenant: string, queueName: string): number {
+  return MAX_TENANT_ID_LENGTH - (tenant.length - queueName.length);
 }
 
 /**

@@ -1,4 +1,10 @@
-import { jobStore, jobStoreOf, redisClientStoreOf } from './job-store.js';
+import {
+  appPoolOf,
+  jobStore,
+  jobStoreOf,
+  redisClientStoreOf,
+  searchPathSchema,
+} from './job-store.js';
 
 /** Shapes of the clients and backends as BullMQ 6 (and 5) hold them. */
 const ioredisProxy = (options: object) => ({ __bullmq_iredis: true, isCluster: false, options });
@@ -31,6 +37,49 @@ class RedisQueueBackend {
   }
 }
 class SqliteQueueBackend {}
+
+/** A `pg.Pool` of the app's whose search_path finds BullMQ's `job` table in `schema`. */
+function fakePool(schema: string | null) {
+  const pool = {
+    asked: 0,
+    query: (text: string) => {
+      pool.asked += 1;
+      expect(text).toContain("pg_catalog.to_regclass('job')");
+      return Promise.resolve({ rows: schema === null ? [] : [{ schema }] });
+    },
+  };
+  return pool;
+}
+/** BullMQ 6's PostgresQueueBackend on a pool of the app's: its schema stays `bullmq`. */
+function appPoolBackend(pool: object) {
+  return Object.assign(new PostgresQueueBackend('bullmq'), {
+    connection: { schema: 'bullmq', ownsPool: false, pool },
+  });
+}
+/** ... and on the pool it made, its search_path pinned to its schema. */
+function ownPoolBackend(schema: string) {
+  return Object.assign(new PostgresQueueBackend(schema), {
+    connection: { schema, ownsPool: true, pool: fakePool('elsewhere') },
+  });
+}
+
+describe('appPoolOf', () => {
+  const pool = fakePool('billing');
+  it.each([
+    ['a backend on the app’s pool: that pool', appPoolBackend(pool), pool],
+    ['a backend on a pool it made: none to ask', ownPoolBackend('svc_a'), undefined],
+    ['a backend with no connection', new PostgresQueueBackend('svc_a'), undefined],
+    [
+      'a pool of the app’s that cannot be asked',
+      { connection: { ownsPool: false, pool: {} } },
+      undefined,
+    ],
+    ['Redis’ backend', new RedisQueueBackend(ioredisProxy({})), undefined],
+    ['no backend (BullMQ 5)', undefined, undefined],
+  ])('%s', (_name, backend, asked) => {
+    expect(appPoolOf(backend)).toBe(asked);
+  });
+});
 
 describe('redisClientStoreOf', () => {
   it.each([
@@ -134,6 +183,36 @@ describe('jobStoreOf', () => {
       { kind: 'unreadable', what: 'a BullMQ backend (PostgresQueueBackend) with no schema' },
     ],
     [
+      'a PostgreSQL backend on the app’s pool: where its search_path finds BullMQ’s tables',
+      { backend: appPoolBackend(fakePool('billing')), poolSchema: 'billing' },
+      { kind: 'postgres', schema: 'billing' },
+    ],
+    [
+      'on the app’s pool whose search_path finds none: unreadable (never `bullmq`)',
+      { backend: appPoolBackend(fakePool(null)), poolSchema: null },
+      {
+        kind: 'unreadable',
+        what:
+          'a pg.Pool of the app’s given to a BullMQ backend (PostgresQueueBackend), whose ' +
+          'search_path finds no BullMQ table',
+      },
+    ],
+    [
+      'on the app’s pool not asked: unreadable (never its `bullmq`)',
+      { backend: appPoolBackend(fakePool('billing')) },
+      {
+        kind: 'unreadable',
+        what:
+          'a pg.Pool of the app’s given to a BullMQ backend (PostgresQueueBackend), whose ' +
+          'schema was not read',
+      },
+    ],
+    [
+      'on a pool it made: its schema, whatever was asked',
+      { backend: ownPoolBackend('svc_a'), poolSchema: 'other' },
+      { kind: 'postgres', schema: 'svc_a' },
+    ],
+    [
       'another backend (no Redis client): unreadable, never database 0',
       { backend: new SqliteQueueBackend(), connection: { db: 0 } },
       { kind: 'unreadable', what: 'a BullMQ backend (SqliteQueueBackend)' },
@@ -221,5 +300,38 @@ describe('jobStore', () => {
     ],
   ])('%s', async (_name, given, store) => {
     expect(await jobStore(given)).toEqual(store);
+  });
+
+  it('asks the app’s pool once, where BullMQ’s PostgreSQL backend runs on one (adversary 94)', async () => {
+    const pool = fakePool('billing');
+    const backend = appPoolBackend(pool);
+    const queued = { ...job, queue: { opts: { connection: pool }, getBackend: () => backend } };
+    expect(await jobStore(queued)).toEqual({ kind: 'postgres', schema: 'billing' });
+    expect(await jobStore(queued)).toEqual({ kind: 'postgres', schema: 'billing' });
+    expect(pool.asked).toBe(1);
+  });
+
+  it('asks again after a failure, which fails the job for now (not for good)', async () => {
+    let fail = true;
+    const pool = {
+      query: () =>
+        fail
+          ? Promise.reject(new Error('connection refused'))
+          : Promise.resolve({ rows: [{ schema: 'billing' }] }),
+    };
+    const queued = { ...job, queue: { getBackend: () => appPoolBackend(pool) } };
+    await expect(jobStore(queued)).rejects.toThrow('connection refused');
+    fail = false;
+    expect(await jobStore(queued)).toEqual({ kind: 'postgres', schema: 'billing' });
+  });
+});
+
+describe('searchPathSchema', () => {
+  it.each([
+    ['the schema it finds', [{ schema: 'billing' }], 'billing'],
+    ['none found', [], null],
+    ['an empty answer', [{ schema: '' }], null],
+  ])('%s', async (_name, rows, schema) => {
+    expect(await searchPathSchema({ query: () => Promise.resolve({ rows }) })).toBe(schema);
   });
 });

@@ -20,6 +20,12 @@ export interface SeenWorker {
   client?: unknown;
   /** The worker's `connection` option, as the app gave it. */
   connection?: unknown;
+  /**
+   * BullMQ 6's PostgreSQL backend on a `pg.Pool` of the app's (`appPoolOf`): the schema that
+   * pool's `search_path` finds BullMQ's tables in, as the library asked it (`searchPathSchema`);
+   * `null` where it finds none; `undefined` where it was not asked.
+   */
+  poolSchema?: string | null;
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {
@@ -66,10 +72,33 @@ export function redisClientStoreOf(client: unknown): JobStore {
   return { kind: 'unreadable', what: UNREADABLE_CLIENTS[name] ?? `a Redis client (${name})` };
 }
 
+/** What the library asks of a pool of the app's (pg's `Pool.query`). */
+export interface QueryablePool {
+  query(text: string): Promise<{ rows: unknown[] }>;
+}
+
+/**
+ * The app's own `pg.Pool` a BullMQ PostgreSQL backend runs on (a pure decision), or
+ * `undefined` where the backend made its pool (or is another). BullMQ takes the `schema` of
+ * its options only where it makes the pool: it pins that pool's `search_path` to it, its
+ * statements unqualified. A pool of the app's (`connection.ownsPool === false`) is taken as it
+ * is, its `search_path` the app's, while the backend's `schema` stays BullMQ's default,
+ * `bullmq` (postgres-connection.js): its queues are where that path finds BullMQ's tables
+ * (adversary 94).
+ */
+export function appPoolOf(backend: unknown): QueryablePool | undefined {
+  if (!isObject(backend) || !isObject(backend.connection)) return undefined;
+  const { ownsPool, pool } = backend.connection;
+  if (ownsPool !== false || !isObject(pool) || typeof pool.query !== 'function') return undefined;
+  return pool as unknown as QueryablePool;
+}
+
 /**
  * Where a job's worker keeps its jobs (a pure decision over what the library saw of it):
  *  - BullMQ 6's PostgreSQL backend (a backend with a `schema`): that schema, BullMQ's
- *    namespace of its queues there (its `prefix` is not used: a job's is '');
+ *    namespace of its queues there (its `prefix` is not used: a job's is ''); on a pool of
+ *    the app's (`appPoolOf`), the schema its `search_path` finds BullMQ's tables in
+ *    (`poolSchema`), unreadable where it finds none or was not asked;
  *  - another backend that is not Redis' (no `client`): unreadable, named;
  *  - Redis': its live client (`redisClientStoreOf`); where it has none (not connected yet, or
  *    failed), the worker's `connection`: options (a plain object, as ioredis reads them:
@@ -77,10 +106,24 @@ export function redisClientStoreOf(client: unknown): JobStore {
  *    default, `localhost:6379`).
  */
 export function jobStoreOf(seen: SeenWorker): JobStore {
-  const { backend, client, connection } = seen;
+  const { backend, client, connection, poolSchema } = seen;
   if (isObject(backend)) {
     const schema =
       backend.schema ?? (isObject(backend.connection) ? backend.connection.schema : undefined);
+    if (
+      schema !== undefined &&
+      isObject(backend.connection) &&
+      backend.connection.ownsPool === false
+    ) {
+      return typeof poolSchema === 'string' && poolSchema !== ''
+        ? { kind: 'postgres', schema: poolSchema }
+        : {
+            kind: 'unreadable',
+            what:
+              `a pg.Pool of the app’s given to a BullMQ backend (${nameOf(backend)}), whose ` +
+              (poolSchema === null ? 'search_path finds no BullMQ table' : 'schema was not read'),
+          };
+    }
     if (schema !== undefined) {
       return typeof schema === 'string' && schema !== ''
         ? { kind: 'postgres', schema }
@@ -117,9 +160,42 @@ async function settled(value: unknown): Promise<unknown> {
 }
 
 /**
- * Where a job's worker keeps its jobs (`jobStoreOf` over what BullMQ exposes of it). Redis'
- * database 0 where the job does not carry its worker (a sandboxed processor's job, a job-like
- * object of the app's), as before the library read it.
+ * Where an app's pool finds BullMQ's tables: the schema of the table `job` as its session's
+ * `search_path` resolves the name, as BullMQ's unqualified statements do (`current_schema()`
+ * would name the path's first schema, which need not hold them). Built-ins qualified.
+ */
+const SEARCH_PATH_SCHEMA_SQL =
+  'SELECT n.nspname::text AS schema FROM pg_catalog.pg_class c ' +
+  'JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace ' +
+  "WHERE c.oid = pg_catalog.to_regclass('job')";
+
+/** Each app pool's answer, asked once (a failed question is asked again by the next job). */
+const poolSchemas = new WeakMap<object, Promise<string | null>>();
+
+/**
+ * The schema `pool`'s `search_path` finds BullMQ's tables in (`null`: none), asked once per
+ * pool. A failure (the database unreachable) rejects, a passing failure of the job.
+ */
+export function searchPathSchema(pool: QueryablePool): Promise<string | null> {
+  let asked = poolSchemas.get(pool);
+  if (!asked) {
+    asked = pool.query(SEARCH_PATH_SCHEMA_SQL).then(({ rows }) => {
+      const schema = (rows[0] as { schema?: unknown } | undefined)?.schema;
+      return typeof schema === 'string' && schema !== '' ? schema : null;
+    });
+    poolSchemas.set(pool, asked);
+    asked.catch(() => {
+      if (poolSchemas.get(pool) === asked) poolSchemas.delete(pool);
+    });
+  }
+  return asked;
+}
+
+/**
+ * Where a job's worker keeps its jobs (`jobStoreOf` over what BullMQ exposes of it, the app's
+ * pool asked where BullMQ's PostgreSQL backend runs on one). Redis' database 0 where the job
+ * does not carry its worker (a sandboxed processor's job, a job-like object of the app's), as
+ * before the library read it.
  */
 export async function jobStore(job: object): Promise<JobStore> {
   const worker = (job as { queue?: WorkerLike }).queue;
@@ -141,5 +217,7 @@ export async function jobStore(job: object): Promise<JobStore> {
   } catch {
     client = undefined;
   }
-  return jobStoreOf({ backend, client, connection: worker.opts?.connection });
+  const appPool = appPoolOf(backend);
+  const poolSchema = appPool ? await searchPathSchema(appPool) : undefined;
+  return jobStoreOf({ backend, client, connection: worker.opts?.connection, poolSchema });
 }

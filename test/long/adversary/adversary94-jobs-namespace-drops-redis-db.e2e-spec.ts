@@ -1,4 +1,13 @@
 /**
+ * Fixed (session of 2026-12-06 fifth): the namespace no longer replaces what the library
+ * reads; it names the service around it (lib/jobs/job-key.ts `jobTenant(queue, prefix, place,
+ * namespace)`: `bullmq:<namespace>:<body>:ns:`, `<body>` the tenant without a namespace, so
+ * `bullmq:billing:invoices-ns:db2::ns:` and `...:db3::ns:` here; on database 0 the tenant is
+ * as before, `bullmq:<namespace>:<queue>:ns:`). lib/jobs/idempotent-jobs.service.ts `runOnce`
+ * always reads the worker's place (`jobStore`) and refuses an unreadable one only without a
+ * namespace (then namespace and queue are the tenant). Table-driven spec: lib/jobs/
+ * job-key.spec.ts ("no two forms meet"). docs/guides/jobs.md says so.
+ *
  * Adversary 94: `@IdempotentJob({ namespace })` replaces the Redis database in the job key's
  * tenant (`bullmq:<namespace>:<queue>:ns:`), so one service that gives "one namespace per
  * service", as the docs ask, and runs one queue name on two Redis databases (a queue per
@@ -164,7 +173,7 @@ onRedis('adversary 94: a namespace makes one queue name on two Redis databases o
     expect(await bothRegions('plain')).toEqual(bothMade);
   }, 60_000);
 
-  it.skip("with the service's namespace, the US job runs, not the EU result (Not fixed (round 94): found by review)", async () => {
+  it("with the service's namespace, the US job runs, not the EU result", async () => {
     expect(await bothRegions('ns', 'billing')).toEqual(bothMade);
   }, 60_000);
 });

@@ -1,4 +1,12 @@
 /**
+ * Fixed (session of 2026-12-06 fifth): where the backend did not make its pool
+ * (`connection.ownsPool === false`: lib/jobs/job-store.ts `appPoolOf`), the library asks that
+ * pool, once (`searchPathSchema`, cached per pool), which schema its search_path finds
+ * BullMQ's `job` table in (`to_regclass('job')`, as BullMQ's unqualified statements resolve
+ * it), and `jobStoreOf` takes that schema, not the backend's `bullmq`; where the path finds no
+ * BullMQ table the place is unreadable (`JobQueueStoreUnreadableError` without a namespace).
+ * Table-driven spec: lib/jobs/job-store.spec.ts. docs/guides/jobs.md says so.
+ *
  * Adversary 94: BullMQ 6's PostgreSQL backend given an existing `pg.Pool` (its documented third
  * form: "a connection string, pool config (optionally carrying a `schema`), or an existing
  * `pg.Pool`") keeps its queues in the schema the pool's `search_path` names (its SQL is
@@ -206,7 +214,7 @@ describe("adversary 94: BullMQ's PostgreSQL backend on a pool of the app's", () 
     expect(await bothServices('schema', true, 'schema')).toEqual(bothSent);
   }, 90_000);
 
-  it.skip("with it, B on its own pool pinned to its schema: B's job runs, not A's result (Not fixed (round 94): found by review)", async () => {
+  it("with it, B on its own pool pinned to its schema: B's job runs, not A's result", async () => {
     expect(await bothServices('pool', true, 'user pool')).toEqual(bothSent);
   }, 90_000);
 });
