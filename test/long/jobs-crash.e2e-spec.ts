@@ -81,7 +81,11 @@ onRedis('@IdempotentJob() on BullMQ, when a worker dies or stalls', () => {
           45_000,
         );
         await new Promise((resolve) => setTimeout(resolve, 500));
-        expect(await jobs.payouts(name)).toHaveLength(rows);
+        // The control shows the duplicate: at least two payouts (on a loaded machine a late lock
+        // renewal can stall the job once more and pay a third time); with the library, exactly one.
+        const paid = (await jobs.payouts(name)).length;
+        if (idempotent === '1') expect(paid).toBe(rows);
+        else expect(paid).toBeGreaterThanOrEqual(rows);
         if (idempotent === '1') {
           expect(await job.getState()).toBe('completed');
           const done = await queue.getJob(job.id!);
