@@ -3,6 +3,11 @@ import { PermanentDatabaseError } from './shapes/idempotency.errors.js';
 import { RESOLVED_IDEMPOTENCY_OPTIONS } from './idempotency.module-definition.js';
 import { type ResolvedIdempotencyOptions } from './shapes/idempotency-options.interface.js';
 import { queryWithDeadline } from './connection/deadline.js';
+import {
+  libraryStatement,
+  resolvedLibraryPath,
+  searchPathNames,
+} from './connection/library-path.js';
 import { IdempotencyDatabase } from './data-layers/idempotency-database.js';
 import {
   type CatalogEntry,
@@ -17,12 +22,27 @@ import { StandardConformingStringsOffError } from './schema/string-syntax.error.
 
 /**
  * How the app's sessions read strings (see `StandardConformingStringsOffError`), and the search
- * path the catalog query resolved the library's tables through: the library's statements run
- * with it from then on (see `IdempotencyDatabase.pinLibraryPath`).
+ * path a session of the app's pool STARTS with (`reset_val`: the connection string's, the
+ * role's, the database's or the server's, untouched by a `SET search_path` or `SET ROLE` its
+ * code left on the pooled connection the check gets), with the role it logged in as: what
+ * the library's own statements resolve their tables through (see `resolvedLibraryPath`).
  */
-const STRING_SYNTAX_QUERY =
+const SESSION_QUERY =
   "SELECT current_setting('standard_conforming_strings') AS strings, " +
-  "current_setting('search_path') AS path";
+  "current_setting('search_path') AS path, " +
+  "(SELECT reset_val FROM pg_settings WHERE name = 'search_path') AS default_path, " +
+  'session_user::text AS login';
+
+/** Which of the schemas named (`$1`) exist. */
+const EXISTING_SCHEMAS =
+  'SELECT nspname::text AS name FROM pg_namespace WHERE nspname = ANY($1::text[])';
+
+interface SessionRow {
+  strings: string;
+  path: string;
+  default_path: string | null;
+  login: string;
+}
 
 /**
  * Reads the schema the configured stores need once the app starts (one catalog query), and
@@ -63,22 +83,30 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
    */
   private async check(): Promise<boolean> {
     let catalog: CatalogEntry[];
-    let strings: string | undefined;
-    let path: string | undefined;
+    let session: SessionRow | undefined;
+    let pinned: string | undefined;
     try {
       catalog = await this.database.withConnection(async (client) => {
-        const { rows } = await queryWithDeadline<CatalogEntry>(
+        const timeoutMs = this.database.timeoutMs;
+        session = (await queryWithDeadline<SessionRow>(client, { text: SESSION_QUERY }, timeoutMs))
+          .rows[0];
+        if (session?.default_path != null) {
+          const { default_path: defaultPath, login } = session;
+          const { rows: existing } = await queryWithDeadline<{ name: string }>(
+            client,
+            { text: EXISTING_SCHEMAS, values: [searchPathNames(defaultPath, login)] },
+            timeoutMs,
+          );
+          const names = new Set(existing.map((row) => row.name));
+          pinned = resolvedLibraryPath(defaultPath, login, (name) => names.has(name));
+        }
+        // The tables as the library's statements will resolve them: through the pinned path.
+        const { rows } = await libraryStatement<CatalogEntry>(
           client,
           { text: SCHEMA_CATALOG_QUERY, values: [CHECKED_TABLES, CHECKED_FUNCTIONS] },
-          this.database.timeoutMs,
+          timeoutMs,
+          pinned,
         );
-        const syntax = await queryWithDeadline<{ strings: string; path: string }>(
-          client,
-          { text: STRING_SYNTAX_QUERY },
-          this.database.timeoutMs,
-        );
-        strings = syntax.rows[0]?.strings;
-        path = syntax.rows[0]?.path;
         return rows;
       });
     } catch (error) {
@@ -88,6 +116,18 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
       );
       return false;
     }
+    const strings = session?.strings;
+    if (session && session.default_path != null && session.path !== session.default_path) {
+      // A SET left on the pooled connection (a tenant's path), or one an app's connect hook
+      // sends: neither is what the library resolves its tables through.
+      this.logger.warn(
+        `the connection the schema check got has search_path ${session.path}, not the one its ` +
+          `sessions start with (${session.default_path}): the library's statements run with ` +
+          `${pinned === '' ? 'an empty path' : pinned} (the schemas of the latter that exist). ` +
+          "Set the app's path in the connection string (options=-c search_path=…) or with " +
+          'ALTER ROLE … SET search_path, not with a SET on its connections',
+      );
+    }
     if (strings === 'off') {
       const off = new StandardConformingStringsOffError();
       this.logger.error(off.message);
@@ -95,7 +135,7 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
     }
     const problems = missingSchema(this.needs, catalog);
     if (problems.length === 0) {
-      if (path !== undefined) this.database.pinLibraryPath(path);
+      if (pinned !== undefined) this.database.pinLibraryPath(pinned);
       return true;
     }
     const missing = new IdempotencySchemaMissingError(problems);

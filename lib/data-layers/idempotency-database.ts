@@ -37,7 +37,7 @@ import {
   type SessionIds,
 } from '../connection/pooler-signature.js';
 import { isPermanentError, isReadOnlyError } from '../connection/connection-errors.js';
-import { pinSearchPath, runSurrounded } from '../connection/session-state.js';
+import { libraryStatement } from '../connection/library-path.js';
 import { permanentRemedy } from '../connection/permanent-remedy.js';
 import {
   READ_ONLY_PROBE,
@@ -259,6 +259,11 @@ export class IdempotencyDatabase implements StoreDatabase {
    */
   private libraryPath?: string;
 
+  /** See `libraryPath`: for maintenance on a connection of its own. */
+  libraryPathNow(): string | undefined {
+    return this.libraryPath;
+  }
+
   /** Kept by the start-up check once it passed (see `libraryPath`). */
   pinLibraryPath(path: string): void {
     this.libraryPath = path;
@@ -330,18 +335,10 @@ export class IdempotencyDatabase implements StoreDatabase {
     try {
       return await this.withConnection(async (client) => {
         if (named) await queryWithDeadline(client, { text: BEGIN_READ_COMMITTED }, this.timeoutMs);
-        const path = this.libraryPath;
-        const result = await queryWithDeadline<R>(client, config, this.timeoutMs, {
+        // The library's search path set in the statement's own round trip, for its
+        // transaction alone (the implicit one up to the Sync, or the one named above).
+        const result = await libraryStatement<R>(client, config, this.timeoutMs, this.libraryPath, {
           late: named ? undefined : late,
-          // The library's search path set in the statement's own round trip, for its
-          // transaction alone (the implicit one up to the Sync, or the one named above).
-          send:
-            path === undefined
-              ? undefined
-              : () =>
-                  runSurrounded(client, config, undefined, {
-                    before: [pinSearchPath(path)],
-                  }) as Promise<QueryResult<R>>,
         }).catch(async (error: unknown) => {
           throw await this.lastingReadOnly(client, error);
         });

@@ -29,6 +29,11 @@ export interface StoreDatabase {
     values: unknown[],
     late?: (result: QueryResult<R>) => void,
   ): Promise<QueryResult<R>>;
+  /**
+   * The search path the library's own statements run with, once the start-up check passed
+   * (see `resolvedLibraryPath`): maintenance on a connection of its own sets it too.
+   */
+  libraryPathNow(): string | undefined;
   /** A connection of its own for `work` (maintenance: expiry, partitions). */
   withConnection<T>(work: (client: PoolClient) => Promise<T>): Promise<T>;
   /** What a failure of the library's statement `what` means (503, 500 misfit, permanent). */

@@ -16,6 +16,7 @@ import {
   markReadOnlyByHandler,
 } from '../connection/connection-errors.js';
 import { acquire, cancelled, queryWithDeadline, withDeadline } from '../connection/deadline.js';
+import { libraryStatement, pinnedText } from '../connection/library-path.js';
 import {
   answersSameAsked,
   type CancelAsked,
@@ -639,9 +640,11 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   /** `COMMIT` of the claim alone, with its lease renewed in the same round trip. */
   private async commitClaimOn(client: PoolClient): Promise<void> {
     const renewal = this.renewAtClaimCommit?.((value) => client.escapeLiteral(value));
+    // The renewal with the library's search path (the claim's round trip put the session's
+    // back after the claim), in the same text: no round trip more.
     await queryWithDeadline(
       client,
-      { text: renewal ? `${renewal}; COMMIT` : 'COMMIT' },
+      { text: renewal ? pinnedText(`${renewal}; COMMIT`, this.libraryPath()) : 'COMMIT' },
       this.timeoutMs,
       { commits: true },
     );
@@ -843,7 +846,10 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   private async alone(client: PoolClient, config: QueryConfig): Promise<QueryResult> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return await queryWithDeadline(client, config, this.timeoutMs, { commits: true });
+        // With the library's search path, as every statement of its own (see `libraryPath`).
+        return await libraryStatement(client, config, this.timeoutMs, this.libraryPath(), {
+          commits: true,
+        });
       } catch (error) {
         if (attempt < 3 && isRolledBackError(error)) continue;
         throw error;

@@ -7,6 +7,7 @@ import { type KeyScope } from '../../shapes/claim-store.interface.js';
 import { type StoreDatabase, type Statement } from '../../shapes/store-database.js';
 import { type ClaimRow, type LateRows, PostgresClaimStore } from '../postgres-claim.store.js';
 import { isNoPartitionError } from './layout-errors.js';
+import { pinSearchPath } from '../../connection/session-state.js';
 import { coverageAction, expirySteps, type PartitionInfo } from './partition-schedule.js';
 import {
   CARRY_FORWARD,
@@ -184,6 +185,16 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
       [EXPIRY_LOCK],
     );
     if (!rows[0].locked) return;
+    // The library's search path for the session's statements here (not the one a pooled
+    // connection was left on), the session's own put back after them.
+    const path = this.database.libraryPathNow();
+    const { rows: was } =
+      path === undefined
+        ? { rows: [] }
+        : await client.query<{ path: string }>(
+            "SELECT current_setting('search_path') AS path, set_config('search_path', $1, false)",
+            [path],
+          );
     try {
       await client.query(`SET statement_timeout = ${MAINTENANCE_STATEMENT_TIMEOUT_MS}`);
       const [{ rows: partitions }, { rows: clock }] = await Promise.all([
@@ -211,6 +222,9 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
       }
     } finally {
       await client.query('RESET statement_timeout');
+      if (was[0]) {
+        await client.query("SELECT set_config('search_path', $1, false)", [was[0].path]);
+      }
       await client.query('SELECT pg_advisory_unlock(hashtextextended($1, 0))', [EXPIRY_LOCK]);
     }
   }
@@ -229,6 +243,9 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
       await client.query('BEGIN');
       let more: boolean;
       try {
+        // The library's search path, for this transaction alone.
+        const path = this.database.libraryPathNow();
+        if (path !== undefined) await client.query(pinSearchPath(path));
         more = await this.expireOne(client, retentionMs);
         await client.query('COMMIT');
       } catch (error) {

@@ -1,4 +1,12 @@
 /**
+ * Fixed (session of 2026-12-06 fifth): the start-up check (lib/idempotency-schema.check.ts) no
+ * longer pins the text of the connection's current `search_path`: it reads the path sessions
+ * START with (`reset_val` in pg_settings) and the login role (`session_user`), resolves it with
+ * the pure `resolvedLibraryPath` (lib/connection/library-path.ts: `$user` expanded, schemas that
+ * exist, each quoted), and runs its catalog query under that pinned path, so what it checks is
+ * what the library's statements will find. A connection found on another path is logged.
+ */
+/**
  * Adversary 95 (path): the search path the library pins for all its statements (f28c8ec) is
  * read by the start-up check on whatever pooled connection it gets. When the database is down
  * at start-up the check runs late, before the library's first statement (as
@@ -228,7 +236,7 @@ describe('adversary 95 path: the start-up check run late, on a connection a tena
     }).toEqual({ statuses: [201, 201], replayed: 'true', payments: ['c1'], public: 1, tenant: 0 });
   }, 60_000);
 
-  it.skip('the late check on a connection left in tenant_x: the retry on another instance replays, one payment (Not fixed (round 95): found by review)', async () => {
+  it('the late check on a connection left in tenant_x: the retry on another instance replays, one payment', async () => {
     const late = await startedDuringOutage();
     // The first request after the outage is a tenant's, which leaves its path on the connection.
     expect((await tenantWork(late, 'x')).status).toBe(201);
@@ -255,7 +263,7 @@ describe('adversary 95 path: the start-up check run late, on a connection a tena
     });
   }, 60_000);
 
-  it.skip('no outage: a start-up hook of the app’s that walks its tenants first: the retry on another instance replays (Not fixed (round 95): found by review)', async () => {
+  it('no outage: a start-up hook of the app’s that walks its tenants first: the retry on another instance replays', async () => {
     // The app's own start-up step per tenant (a module's onModuleInit runs before the check,
     // which runs at onApplicationBootstrap): its runner given back as it was left.
     const provisioned = await startedNormally(async (dataSource) => {

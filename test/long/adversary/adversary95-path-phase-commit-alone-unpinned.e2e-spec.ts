@@ -1,4 +1,14 @@
 /**
+ * Fixed (session of 2026-12-06 fifth): every statement the library sends on a connection taken
+ * for it goes through one helper, `libraryStatement` (lib/connection/library-path.ts), which sets
+ * the pinned search path in the statement's round trip: `RequestTransaction.alone()` (a phase's
+ * call with no record, a job step with no statement) and `IdempotencyDatabase.query` use it; the
+ * lease renewal sent with the claim's lone `COMMIT` (`commitClaimOn`, after `commitClaimAlone`)
+ * is pinned in its text (`pinnedText`); the partitioned expiry sets it on its own connection.
+ * Set-up corrected: the stored key's `recovery_point` once done is 'finished' (as `COMPLETE`
+ * writes for every finished key), not the phase's name.
+ */
+/**
  * Adversary 95 (path): the fix of adversary 93 (f28c8ec: the library's statements run with the
  * search path the start-up check found) misses the fenced statements a request's transaction
  * sends ALONE, on a connection taken for them: `RequestTransaction.commitNow` when nothing was
@@ -165,7 +175,7 @@ describe('adversary 95 path: a phase’s call commits its record and answer alon
     });
   }, 30_000);
 
-  it.skip('(b) a connection left in tenant_x (its own copy of the tables): 201 and one charge, not 409 lease_lost and a held key (Not fixed (round 95): found by review)', async () => {
+  it('(b) a connection left in tenant_x (its own copy of the tables): 201 and one charge, not 409 lease_lost and a held key', async () => {
     expect((await tenantWork('x')).status).toBe(201);
     const first = await charge('adv95-b1', 'b1');
     expect((await tenantWork()).status).toBe(201);
@@ -180,12 +190,12 @@ describe('adversary 95 path: a phase’s call commits its record and answer alon
       statuses: [201, 201],
       codes: [undefined, undefined],
       charges: ['b1'],
-      publicKey: [{ state: 'done', recovery_point: 'psp_charged', response_code: 201 }],
+      publicKey: [{ state: 'done', recovery_point: 'finished', response_code: 201 }],
       tenantKey: [],
     });
   }, 30_000);
 
-  it.skip('(a) a connection left in tenant_y (none of the tables): 201, not 500 after the charge (Not fixed (round 95): found by review)', async () => {
+  it('(a) a connection left in tenant_y (none of the tables): 201, not 500 after the charge', async () => {
     expect((await tenantWork('y')).status).toBe(201);
     const first = await charge('adv95-a1', 'a1');
     expect((await tenantWork()).status).toBe(201);

@@ -1,4 +1,13 @@
 /**
+ * Fixed (session of 2026-12-06 fifth): the pinned path is resolved names, quoted, not the
+ * setting's text: `"$user"` is expanded once, at the check, to the login role (`session_user`,
+ * not a `SET ROLE`'s `current_user`) and kept only where such a schema exists
+ * (`resolvedLibraryPath`, lib/connection/library-path.ts). Set-up corrected: the library's
+ * statements run as the role the request's transaction began with (here the tenant's, left on
+ * the connection), which must then be allowed to write `public.idempotency_keys`: granted, as
+ * it is for the app's own tables (without it the claim is a loud 500, not a silent second run).
+ */
+/**
  * Adversary 95 (path): the path the library pins (f28c8ec) is the TEXT of the session's
  * `search_path` at the start-up check, re-sent as is: PostgreSQL's default `"$user", public`
  * then resolves, for each of the library's statements, through the role the statement runs as,
@@ -105,6 +114,9 @@ describe('adversary 95 path: "$user" in the pinned path, a role per tenant', () 
           GRANT ALL ON SEQUENCE public.adv95_payments_id_seq, public.adv95_notes_id_seq TO ${ROLE};
           CREATE SCHEMA ${ROLE} AUTHORIZATION ${ROLE};
         `);
+        // The library's statements run as the role the request's transaction began with (the
+        // tenant's, left on the connection): it may write the library's tables, as the app's.
+        await admin.query(`GRANT ALL ON public.idempotency_keys TO ${ROLE}`);
         // The tenant's schema made as PostgreSQL's docs suggest for a user (the default
         // search_path's "$user"), every migration run by the tenant's role: the library's too.
         await admin.query(`SET ROLE ${ROLE}`);
@@ -160,7 +172,7 @@ describe('adversary 95 path: "$user" in the pinned path, a role per tenant', () 
     }).toEqual({ statuses: [201, 201], replayed: 'true', payments: ['c1'], public: 1, tenant: 0 });
   }, 30_000);
 
-  it.skip('a connection left as the tenant’s role: the key in public, the retry replays, one payment (Not fixed (round 95): found by review)', async () => {
+  it('a connection left as the tenant’s role: the key in public, the retry replays, one payment', async () => {
     expect((await tenantWork('acme')).status).toBe(201);
     const first = await pay('adv95-b1', 'b1');
     expect((await tenantWork()).status).toBe(201);
