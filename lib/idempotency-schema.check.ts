@@ -37,6 +37,11 @@ const SESSION_QUERY =
 const EXISTING_SCHEMAS =
   'SELECT nspname::text AS name FROM pg_namespace WHERE nspname = ANY($1::text[])';
 
+/** The schema `processed_messages` resolves to through the path the statement runs with. */
+const MESSAGES_SCHEMA =
+  'SELECT (SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace ' +
+  "WHERE c.oid = to_regclass('processed_messages')) AS schema";
+
 interface SessionRow {
   strings: string;
   path: string;
@@ -85,6 +90,7 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
     let catalog: CatalogEntry[];
     let session: SessionRow | undefined;
     let pinned: string | undefined;
+    let messagesSchema: string | undefined;
     try {
       catalog = await this.database.withConnection(async (client) => {
         const timeoutMs = this.database.timeoutMs;
@@ -107,6 +113,15 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
           timeoutMs,
           pinned,
         );
+        // Where the library's path resolves the consumers' table: a delivery's record names
+        // it there (it opens its transaction on the session's own path).
+        const { rows: messages } = await libraryStatement<{ schema: string | null }>(
+          client,
+          { text: MESSAGES_SCHEMA },
+          timeoutMs,
+          pinned,
+        );
+        messagesSchema = messages[0]?.schema ?? undefined;
         return rows;
       });
     } catch (error) {
@@ -135,7 +150,7 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
     }
     const problems = missingSchema(this.needs, catalog);
     if (problems.length === 0) {
-      if (pinned !== undefined) this.database.pinLibraryPath(pinned);
+      if (pinned !== undefined) this.database.pinLibraryPath(pinned, messagesSchema);
       return true;
     }
     const missing = new IdempotencySchemaMissingError(problems);

@@ -373,6 +373,22 @@ export const RECORD_MESSAGE = {
 ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1 AS recorded`,
 };
 
+/**
+ * `RECORD_MESSAGE` or `TOUCH_MESSAGE` with `processed_messages` qualified by `schema` (the one
+ * the library's path resolves it to, see `IdempotencyDatabase.messagesSchema`): a delivery's
+ * record opens its transaction on the session's own path, which a pooled connection may have
+ * been left on (a tenant's schema), so the table is named, not looked up. Unqualified when
+ * `schema` is unknown.
+ */
+export function inMessagesSchema(
+  statement: { name: string; text: string },
+  schema: string | undefined,
+): { name: string; text: string } {
+  if (schema === undefined) return statement;
+  const qualified = `"${schema.replace(/"/g, '""')}".processed_messages`;
+  return { ...statement, text: statement.text.replace(/\bprocessed_messages\b/, qualified) };
+}
+
 /** The delivery's last statement, sent with its COMMIT: its own row, so exactly one. */
 export const TOUCH_MESSAGE = {
   name: 'idempotency_touch_message_v1',

@@ -265,8 +265,17 @@ export class IdempotencyDatabase implements StoreDatabase {
   }
 
   /** Kept by the start-up check once it passed (see `libraryPath`). */
-  pinLibraryPath(path: string): void {
+  pinLibraryPath(path: string, messagesSchema?: string): void {
     this.libraryPath = path;
+    this.messagesIn = messagesSchema;
+  }
+
+  /** The schema of `processed_messages` under the library's path, once the check found it. */
+  private messagesIn?: string;
+
+  /** See `messagesIn`: a delivery's record names its table in it (see `inMessagesSchema`). */
+  messagesSchema(): string | undefined {
+    return this.messagesIn;
   }
 
   /**

@@ -11,7 +11,7 @@ import { publish } from '../events/idempotency-events.js';
 import { IDEMPOTENT_MESSAGE_OPTIONS } from '../shapes/idempotency.constants.js';
 import { classifyHandlerError, isPassing } from '../transaction/failure.js';
 import { IdempotencyDatabase } from '../data-layers/idempotency-database.js';
-import { RECORD_MESSAGE, TOUCH_MESSAGE } from '../claim/postgres-statements.js';
+import { inMessagesSchema, RECORD_MESSAGE, TOUCH_MESSAGE } from '../claim/postgres-statements.js';
 import { TransactionAbortedError } from '../data-layers/lazy-transaction.js';
 import { handleInTransaction } from '../transaction/handle-in-transaction.js';
 import { afterFailure, raisedError } from './failed-delivery.js';
@@ -109,10 +109,14 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
       // The schema check, when the database was down at start-up: a missing table is said once
       // here, as a permanent error that counts towards giving the message up.
       await this.database.ready();
-      // The record opens the transaction on the session's search path, and its touch at
-      // commit must find it there: not the library's pinned path (see `librarySearchPath`).
+      // The record opens the transaction on the session's search path (the handler's keep
+      // it); the record and its touch at commit name their table in its schema instead.
       transaction.keepSessionPathForOwnStatements();
-      const recorded = await transaction.query(RECORD_MESSAGE.text, [consumer, messageId]);
+      // Named in the schema the library's path resolves it to, whatever the session's path.
+      const schema = this.database.messagesSchema();
+      const record = inMessagesSchema(RECORD_MESSAGE, schema);
+      const touch = inMessagesSchema(TOUCH_MESSAGE, schema);
+      const recorded = await transaction.query(record.text, [consumer, messageId]);
       if (recorded.length === 0) {
         await transaction.rollback();
         this.tally.forget(consumer, messageId);
@@ -125,8 +129,8 @@ export class IdempotentMessageInterceptor implements NestInterceptor {
         { defaultValue: undefined },
       );
       const committed = await transaction.commitWith({
-        name: TOUCH_MESSAGE.name,
-        text: TOUCH_MESSAGE.text,
+        name: touch.name,
+        text: touch.text,
         values: [consumer, messageId],
       });
       // Its own row, locked since the insert, cannot be missing; if it were, nothing committed.
