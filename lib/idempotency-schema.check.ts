@@ -24,14 +24,17 @@ import { StandardConformingStringsOffError } from './schema/string-syntax.error.
  * How the app's sessions read strings (see `StandardConformingStringsOffError`), and the search
  * path a session of the app's pool STARTS with (`reset_val`: the connection string's, the
  * role's, the database's or the server's, untouched by a `SET search_path` or `SET ROLE` its
- * code left on the pooled connection the check gets), with the role it logged in as: what
+ * code left on the pooled connection the check gets), with the role it logged in as (not a
+ * `SET SESSION AUTHORIZATION`'s): what
  * the library's own statements resolve their tables through (see `resolvedLibraryPath`).
  */
 const SESSION_QUERY =
   "SELECT current_setting('standard_conforming_strings') AS strings, " +
   "current_setting('search_path') AS path, " +
   "(SELECT reset_val FROM pg_settings WHERE name = 'search_path') AS default_path, " +
-  'session_user::text AS login';
+  // The role the session logged in as: `session_user` follows a `SET SESSION AUTHORIZATION`
+  // left on the connection, the backend's own entry does not.
+  'COALESCE((SELECT usename FROM pg_stat_activity WHERE pid = pg_backend_pid()), session_user)::text AS login';
 
 /** Which of the schemas named (`$1`) exist. */
 const EXISTING_SCHEMAS =

@@ -6,7 +6,7 @@ import { pinSearchPath, runSurrounded } from './session-state.js';
  * The names a `search_path` setting lists, in order, read as PostgreSQL reads them (as
  * `SEARCH_PATH_SCHEMAS` does in SQL): split on the commas outside quotes; a quoted name as
  * written (`""` a quote), an unquoted one with its ASCII letters in lower case; `$user` (quoted
- * or not) the role the session logged in as (`sessionUser`: `session_user`, never a `SET ROLE`'s
+ * or not) the role the session logged in as (`sessionUser`: the backend's login role, never a `SET ROLE`'s
  * `current_user`); each cut to a name's 63 bytes. Empty entries are dropped.
  */
 export function searchPathNames(setting: string, sessionUser: string): string[] {
@@ -41,7 +41,7 @@ const ALWAYS_KEPT = new Set(['pg_temp', 'pg_catalog']);
  * The search path the library's own statements run with (a pure decision): the session's
  * DEFAULT path (`reset_val` of `search_path`: the connection string's, the role's, the
  * database's or the server's, whatever a `SET` on the pooled connection changed since), with
- * `$user` the login role (`session_user`), kept to the schemas that exist (`exists`), each
+ * `$user` the login role (read at the check), kept to the schemas that exist (`exists`), each
  * quoted: a text that resolves the same way whatever role or path a session has when the
  * library gets it. Quoted, a name is never folded again, nor taken for `$user`.
  */

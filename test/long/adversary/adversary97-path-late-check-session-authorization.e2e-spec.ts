@@ -1,4 +1,9 @@
 /**
+ * Fixed (session of 2026-12-06 fifth): the start-up check reads the role the session logged in
+ * as from the backend's own pg_stat_activity entry (`usename`), which `SET SESSION
+ * AUTHORIZATION` does not change, not `session_user`, which it does (lib/idempotency-schema.check.ts
+ * `SESSION_QUERY`); `"$user"` in the pinned path is that role.
+ *
  * Adversary 97 (path): the start-up check expands `"$user"` of the sessions' default path with
  * `session_user` of the pooled connection it gets (lib/idempotency-schema.check.ts
  * `SESSION_QUERY`), and pins the result for the life of the process. `session_user` is not the
@@ -196,7 +201,7 @@ describe('adversary 97 path: the check expands "$user" with a SET SESSION AUTHOR
     }).toEqual({ statuses: [201, 201], replayed: 'true', payments: ['c1'], public: 1, tenant: 0 });
   }, 60_000);
 
-  it.skip('a SET SESSION AUTHORIZATION left before the check: the retry on another instance replays, one payment (Not fixed (round 97): found by review)', async () => {
+  it('a SET SESSION AUTHORIZATION left before the check: the retry on another instance replays, one payment (fixed, session of 2026-12-06 fifth)', async () => {
     const first = await pay(
       await startedWith((dataSource) => actAsTenant(dataSource, false)),
       'adv97-b1',
