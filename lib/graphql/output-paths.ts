@@ -1,7 +1,7 @@
 import { fieldError, type FieldError, type StoredFieldError } from './field-answer.js';
 import { errorLocations } from './error-location.js';
 import { type ReplayLoss } from './replay-loss.js';
-import { type NullPlace, unansweredNulls } from './unanswered-nulls.js';
+import { type NullPlace, nullKeyOf, unansweredNulls } from './unanswered-nulls.js';
 
 /**
  * Where the outputs of field middleware on an `@Idempotent()` mutation's answer are, by the
@@ -609,9 +609,9 @@ async function thrownUnanswered(
     }
     if (value !== undefined) continue;
     // Left out under a null parent under the mutation's field (a non-null field's null
-    // nulls it: adversary 93); one above it is another story (`remadeOutputs`).
-    const end = nulledAncestor(data, path);
-    const nulledAt = end === undefined ? undefined : relativeKey(first.root, path.slice(0, end));
+    // nulls it: adversary 93), or the mutation's field itself (adversary 96); one above it
+    // is another story (`remadeOutputs`).
+    const nulledAt = nullKeyOf(first.root.length, path, nulledAncestor(data, path));
     if (nulledAt === undefined) continue;
     byKey.set(key, path);
     places.push({ key, nulledAt });

@@ -1,5 +1,5 @@
 import { isAtOrUnder } from './output-paths.js';
-import { type NullPlace, unansweredNulls } from './unanswered-nulls.js';
+import { type NullPlace, nullKeyOf, unansweredNulls } from './unanswered-nulls.js';
 
 describe('unansweredNulls', () => {
   /** A field that is null itself. */
@@ -46,8 +46,42 @@ describe('unansweredNulls', () => {
       ['other.level'],
       ['thing.level'],
     ],
+    [
+      "under the mutation's own null, no error under it: it (adversary 96)",
+      [{ key: 'thing.level', nulledAt: '' }],
+      [],
+      ['thing.level'],
+    ],
+    [
+      "under the mutation's own null, a sibling's error: none",
+      [{ key: 'thing.level', nulledAt: '' }],
+      ['id'],
+      [],
+    ],
+    [
+      "under the mutation's own null, an error at the mutation's field: none",
+      [{ key: 'thing.level', nulledAt: '' }],
+      [''],
+      [],
+    ],
   ];
   it.each(cases)('%s', (_name, nulls, errorKeys, expected) => {
     expect(unansweredNulls(nulls, errorKeys, isAtOrUnder)).toEqual(expected);
+  });
+});
+
+describe('nullKeyOf', () => {
+  const path = ['box', 'thing', 'level'];
+  const cases: [string, number, (string | number)[], number | undefined, string | undefined][] = [
+    ['no null above it: none', 1, path, undefined, undefined],
+    ['the whole data null (above the mutation): none', 1, path, 0, undefined],
+    ["the mutation's field itself: ''", 1, path, 1, ''],
+    ['a parent under the mutation: its key', 1, path, 2, 'thing'],
+    ['an item of a list under it', 1, ['box', 'things', 0, 'level'], 3, 'things.0'],
+    ['a mutation under an alias path deeper', 2, ['a', 'box', 'thing', 'level'], 2, ''],
+    ['past the path: none', 1, path, 4, undefined],
+  ];
+  it.each(cases)('%s', (_name, rootLength, at, end, expected) => {
+    expect(nullKeyOf(rootLength, at, end)).toBe(expected);
   });
 });

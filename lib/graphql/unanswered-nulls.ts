@@ -14,8 +14,27 @@
 export interface NullPlace {
   /** The field's key (under the mutation's field). */
   key: string;
-  /** The null's key: the field's own, or its nearest null ancestor's under the mutation's field. */
+  /**
+   * The null's key: the field's own, or its nearest null ancestor's under the mutation's field,
+   * or `''`: the mutation's field itself (a non-null chain up to a nullable mutation).
+   */
   nulledAt: string;
+}
+
+/**
+ * The key of the null that left out a middleware field at `path` (see `NullPlace.nulledAt`),
+ * its nearest null ancestor `end` steps down from the operation's root, under the mutation's
+ * field at `rootLength` steps: `''` where that null is the mutation's field itself (adversary
+ * 96: a non-null chain up to a nullable mutation), undefined where there is none or it is
+ * above the mutation's field (another story: `remadeOutputs`). `path` is under the field.
+ */
+export function nullKeyOf(
+  rootLength: number,
+  path: readonly (string | number)[],
+  end: number | undefined,
+): string | undefined {
+  if (end === undefined || end < rootLength || end > path.length) return undefined;
+  return path.slice(rootLength, end).join('.');
 }
 
 /**
@@ -30,6 +49,10 @@ export function unansweredNulls(
   isAtOrUnder: (key: string, output: string) => boolean,
 ): string[] {
   return nulls
-    .filter(({ nulledAt }) => !errorKeys.some((at) => isAtOrUnder(at, nulledAt)))
+    .filter(
+      ({ nulledAt }) =>
+        // At the mutation's field itself: any error under it answers it.
+        !errorKeys.some((at) => nulledAt === '' || isAtOrUnder(at, nulledAt)),
+    )
     .map(({ key }) => key);
 }
