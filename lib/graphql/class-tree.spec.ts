@@ -60,6 +60,53 @@ describe('namedByTree: the stored data named by its classes again', () => {
     expect(() => namedByTree({}, { c: 'NoSuchClass' })).toThrow(/NoSuchClass/);
   });
 
+  /** Two classes class-transformer knows under one name (two modules' `User`). */
+  const Twin = (() => {
+    class User {
+      @Exclude() hash = 'h';
+    }
+    return User;
+  })();
+  const OtherTwin = (() => {
+    class User {
+      @Exclude() ip = 'i';
+    }
+    return User;
+  })();
+  it.each<[string, unknown, unknown, 'named' | 'plain' | 'throws', string[]]>([
+    ['a known class, refusing: named', { name: 'a' }, { c: 'Device' }, 'named', []],
+    ['a known class, leaving plain: named', { name: 'a' }, { c: 'Device' }, 'named', []],
+    ['an unknown class, refusing (the answer itself): throws', {}, { c: 'User' }, 'throws', []],
+    [
+      'an unknown class, leaving plain (`__parent`): plain, told',
+      {},
+      { c: 'User' },
+      'plain',
+      ['User'],
+    ],
+    [
+      'one nested, leaving plain: plain there, told',
+      { owner: { name: 'Ada' } },
+      { k: { owner: { c: 'User' } } },
+      'plain',
+      ['User'],
+    ],
+  ])('%s', (name, stored, tree, expected, told) => {
+    expect([Twin.name, OtherTwin.name]).toEqual(['User', 'User']);
+    const said: string[] = [];
+    const leave = name.includes('leaving plain');
+    const run = () => namedByTree(stored, tree, leave ? (c) => said.push(c) : undefined);
+    if (expected === 'throws') {
+      expect(run).toThrow(/User/);
+      return;
+    }
+    const again = run() as Record<string, unknown>;
+    const place = 'owner' in again ? (again.owner as object) : again;
+    if (expected === 'named') expect(place.constructor).toBe(Device);
+    else expect(place.constructor).toBe(Object);
+    expect(said).toEqual(told);
+  });
+
   it('leaves data without a tree as it is', () => {
     const data = { a: 1 };
     expect(namedByTree(data, undefined)).toBe(data);

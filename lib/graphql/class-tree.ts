@@ -57,21 +57,31 @@ export function classTreeOf(
  * `value` (plain data, as stored) with each place of `tree` named by its class again: a plain
  * object whose `constructor` (not enumerable) is that class, holding the same data. Throws
  * where the class is not one class class-transformer knows in this process: replayed without
- * it, its transforms would not apply (a masked value shown).
+ * it, its transforms would not apply (a masked value shown). With `unnamed` (data a replay
+ * may do without: `__parent`, adversary 96), such a place is left plain and `unnamed` told
+ * its class's name instead: never the answer, only what the app's resolvers read.
  */
-export function namedByTree(value: unknown, tree: unknown): unknown {
+export function namedByTree(
+  value: unknown,
+  tree: unknown,
+  unnamed?: (className: string) => void,
+): unknown {
   if (typeof tree !== 'object' || tree === null) return value;
   if (typeof value !== 'object' || value === null) return value;
   const { c, k } = tree as ClassTree;
   if (k) {
     const holder = value as Record<string, unknown>;
     for (const [key, under] of Object.entries(k)) {
-      if (key in holder) holder[key] = namedByTree(holder[key], under);
+      if (key in holder) holder[key] = namedByTree(holder[key], under, unnamed);
     }
   }
   if (typeof c !== 'string' || Array.isArray(value)) return value;
   const { g } = tree as ClassTree;
   const target = transformedClassNamed(c);
+  if (!target && unnamed) {
+    unnamed(c);
+    return value;
+  }
   if (!target) {
     throw new Error(
       `the stored answer held an instance of ${c}, which class-transformer does not know as ` +

@@ -203,12 +203,18 @@ function fieldSteps(
     // its middleware fields answer what the first answer's middleware gave (output-paths.ts).
     if (completedInOperation(idOf(scope), gqlContext)) {
       noteReplayedOutputs(gqlContext, { root: place.path, kind: 'operation', id: idOf(scope) });
-      return from(notingOwnLocated(answerOf(stored, graphql, field.types), gqlContext, info));
+      return from(
+        notingOwnLocated(answerOf(stored, graphql, field.types, steps.logger), gqlContext, info),
+      );
     }
     return from(
       withOutputs(settings, scope, fingerprint, stored, finishedAgeMs).then((settled) => {
         noteOutputsOf(gqlContext, place.path, settled);
-        return notingOwnLocated(answerOf(settled, graphql, field.types), gqlContext, info);
+        return notingOwnLocated(
+          answerOf(settled, graphql, field.types, steps.logger),
+          gqlContext,
+          info,
+        );
       }),
     );
   };

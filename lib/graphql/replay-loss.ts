@@ -28,6 +28,15 @@ export function warnLosses(logger: Logger, losses: readonly ReplayLoss[]): void 
   }
 }
 
+/** Logs `message` unless `logger` has said it already (a replay's warning, said once). */
+export function warnOnce(logger: Logger, message: string): void {
+  let seen = said.get(logger);
+  if (!seen) said.set(logger, (seen = new Set()));
+  if (seen.has(message)) return;
+  seen.add(message);
+  logger.warn(message);
+}
+
 /** The warning for a loss: what differs on a replay, and what to do about it. */
 export function lossMessage(loss: ReplayLoss): string {
   return (

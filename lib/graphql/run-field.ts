@@ -1,4 +1,4 @@
-import { type CallHandler } from '@nestjs/common';
+import { type CallHandler, type Logger } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
 import { classifyHandlerError, isTimeoutError } from '../transaction/failure.js';
@@ -25,7 +25,7 @@ import { decodeAnswer, encodeAnswer, type FieldError, fieldError } from './field
 import { problemError } from './graphql-problem.js';
 import { type FieldTypes } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
-import { type ReplayLoss, warnLosses } from './replay-loss.js';
+import { type ReplayLoss, warnLosses, warnOnce } from './replay-loss.js';
 import { resolvedFieldsUnder, warnResolvedFields } from './resolved-fields.js';
 import { selectionOf } from './selection.js';
 import { fromWire, outputWire, PARENT_MEMBERS } from './wire-value.js';
@@ -269,7 +269,7 @@ export function runField(
     }
     // Stored: the first answer is the resolver's own value (its Dates, its class instances,
     // which the fields' resolvers may read); the replays give its stored form back.
-    return stored === answer ? first : answerOf(stored, graphql, types);
+    return stored === answer ? first : answerOf(stored, graphql, types, tools.logger);
   };
 
   return new Observable<unknown>((subscriber) => {
@@ -488,6 +488,7 @@ export async function answerOf(
   stored: StoredResponse,
   graphql: GraphqlModule,
   types: FieldTypes | undefined,
+  logger?: Logger,
 ): Promise<unknown> {
   const answer = decodeAnswer(stored);
   if (!answer) {
@@ -505,6 +506,7 @@ export async function answerOf(
           answer.format,
           // The retry's own selection: what it reads of the stored answer.
           selectionOf(types.call.info),
+          logger && ((message) => warnOnce(logger, message)),
         )
       : answer.data;
   }

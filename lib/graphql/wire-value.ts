@@ -905,6 +905,19 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
 }
 
 /**
+ * The warning for an object in a stored parent's own data (`PARENT`) of type `type` whose class
+ * `className` is not one class class-transformer knows in this process: replayed plain.
+ */
+export function unnamedParentMessage(type: string, className: string): string {
+  return (
+    `a replayed ${type}'s own data (read by the app's resolvers, not in the answer) held an ` +
+    `instance of ${className}, which class-transformer does not know as one class in this ` +
+    'process (two classes of that name): replayed as plain data, its transforms not applied. ' +
+    'Give the classes distinct names'
+  );
+}
+
+/**
  * A stored wire value as a resolver's value again: each scalar through its `parseValue()`, and
  * each object's `KEPT` data as the resolver returned it. A value stored before `KEPT` was
  * (`format` 1) has its data that is no field as JSON beside its fields, and is read so.
@@ -922,14 +935,15 @@ export function fromWire(
   wire: unknown,
   format: number = ANSWER_FORMAT,
   selection?: Selection,
+  warn?: (message: string) => void,
 ): unknown {
   if (wire === null || wire === undefined) return null;
   if (graphql.isNonNullType(type)) {
-    return fromWire(graphql, schema, type.ofType, wire, format, selection);
+    return fromWire(graphql, schema, type.ofType, wire, format, selection, warn);
   }
   if (graphql.isListType(type)) {
     return Array.isArray(wire)
-      ? wire.map((item) => fromWire(graphql, schema, type.ofType, item, format, selection))
+      ? wire.map((item) => fromWire(graphql, schema, type.ofType, item, format, selection, warn))
       : wire;
   }
   if (graphql.isLeafType(type)) return leafValue(type, wire);
@@ -968,17 +982,19 @@ export function fromWire(
       item,
       format,
       selection && { ...selection, nodes: nodes ?? [] },
+      warn,
     );
     own(value, name, field);
     const property = renamed(name);
     if (property !== undefined && !(property in stored)) own(value, property, field);
   }
   if (typed) {
-    // What the app's resolvers read of it that the answer does not hold (see `PARENT`).
-    const parentData = namedByTree(restoreData(stored[PARENT]), stored[PARENT_CLASSES]) as Record<
-      string,
-      unknown
-    >;
+    // What the app's resolvers read of it that the answer does not hold (see `PARENT`): data a
+    // replay may do without, so a class this process cannot tell (two classes of one name)
+    // leaves that object plain, said in the log, never an error for the answer (adversary 96).
+    const parentData = namedByTree(restoreData(stored[PARENT]), stored[PARENT_CLASSES], (name) =>
+      warn?.(unnamedParentMessage(concrete.name, name)),
+    ) as Record<string, unknown>;
     for (const [name, item] of Object.entries(parentData)) own(value, name, item);
     const keptData = namedByTree(restoreData(stored[KEPT]), stored[KEPT_CLASSES]) as Record<
       string,
