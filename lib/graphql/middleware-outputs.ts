@@ -41,7 +41,7 @@ import { noteRepeated } from './repeated-errors.js';
 import { answerAsMember } from './replayed-member.js';
 import { fieldResolution } from './resolved-fields.js';
 import { noteResolverKind } from './resolver-kind.js';
-import { selectedFields } from './selection.js';
+import { selectedFields, subfieldKeys } from './selection.js';
 import { pathOf } from './stored-at-answer.js';
 
 /**
@@ -422,15 +422,6 @@ function ownLocated(error: Error, context: unknown, path: AnswerPath): Error {
   return error;
 }
 
-/** The response keys and names of the fields a node selects directly (not in fragments). */
-function subfieldKeys(node: FieldNode): string[] {
-  return (node.selectionSet?.selections ?? []).flatMap((selection) =>
-    selection.kind === 'Field'
-      ? [selection.name.value, ...(selection.alias ? [selection.alias.value] : [])]
-      : [],
-  );
-}
-
 /**
  * A rebuilt error under a stored alias at the retry's place of it (`at`, the path of the
  * response key that reads it): its steps under the alias (`under` steps of its path are the
@@ -709,7 +700,16 @@ export function outputValue(
           step: (error as { path?: readonly (string | number)[] }).path?.[at],
           own: grouped.includes(node),
         }));
-        const chosen = aliasErrorChoice(subfieldKeys(node), candidates);
+        // Its sub-fields as GraphQL collects them with the retry's fragments and variables.
+        const subType = graphql.getNamedType(definition.type);
+        const keys = subfieldKeys(
+          graphql,
+          schema,
+          graphql.isObjectType(subType) ? subType : undefined,
+          node,
+          selection,
+        );
+        const chosen = aliasErrorChoice(keys, candidates);
         if (chosen === undefined) continue;
         failed.set(responseKey, groupErrors[chosen].error);
         under.set(groupErrors[chosen].error, groupErrors[chosen].under);

@@ -1,5 +1,5 @@
 import * as graphql from 'graphql';
-import { selectedFields, type Selection } from './selection.js';
+import { selectedFields, type Selection, subfieldKeys } from './selection.js';
 
 const schema = graphql.buildSchema(`
   interface Named { name: String }
@@ -113,5 +113,71 @@ describe('selectedFields', () => {
       'id',
       '__typename',
     ]);
+  });
+});
+
+describe("subfieldKeys: an alias's sub-fields in the order GraphQL completes them", () => {
+  it.each<
+    [string, string, Record<string, unknown>, graphql.GraphQLObjectType | undefined, string[]]
+  >([
+    [
+      'direct fields, names and aliases',
+      '{ book { id t: title } }',
+      {},
+      Book,
+      ['id', 'title', 't'],
+    ],
+    [
+      'an inline fragment in place (adversary 96)',
+      '{ book { id ... on Book { title } name } }',
+      {},
+      Book,
+      ['id', 'title', 'name'],
+    ],
+    [
+      'a fragment spread in place',
+      '{ book { id ...B name } } fragment B on Book { title }',
+      {},
+      Book,
+      ['id', 'title', 'name'],
+    ],
+    [
+      'a fragment of another type: not collected',
+      '{ book { id ... on Author { books { id } } name } }',
+      {},
+      Book,
+      ['id', 'name'],
+    ],
+    [
+      'the type not told: every fragment',
+      '{ book { id ... on Author { books { id } } } }',
+      {},
+      undefined,
+      ['id', 'books'],
+    ],
+    [
+      '@include(if: false): left out',
+      '{ book { id title @include(if: false) } }',
+      {},
+      Book,
+      ['id'],
+    ],
+    [
+      '@skip by a variable: left out',
+      'query($s: Boolean!) { book { id title @skip(if: $s) name } }',
+      { s: true },
+      Book,
+      ['id', 'name'],
+    ],
+    [
+      '@include by a variable, true: kept',
+      'query($i: Boolean!) { book { id title @include(if: $i) } }',
+      { i: true },
+      Book,
+      ['id', 'title'],
+    ],
+  ])('%s', (_name, operation, variables, type, expected) => {
+    const selection = selecting(operation, variables);
+    expect(subfieldKeys(graphql, schema, type, selection.nodes[0], selection)).toEqual(expected);
   });
 });

@@ -47,31 +47,69 @@ export function selectedFields(
   own = false,
 ): Map<string, FieldNode[]> {
   const fields = new Map<string, FieldNode[]>();
+  for (const node of collectedNodes(graphql, schema, type, selection)) {
+    const name = node.name.value;
+    if (name.startsWith('__') && !own) continue;
+    const nodes = fields.get(name);
+    if (nodes) nodes.push(node);
+    else fields.set(name, [node]);
+  }
+  return fields;
+}
+
+/**
+ * The field nodes the selection sets of `nodes` select for an object of `type`, in the order
+ * graphql-js's `collectFields` meets them: fragments and inline fragments whose type
+ * condition the type meets inlined in place (each named fragment once), `@skip`/`@include`
+ * read with the operation's variables. `type` undefined (an abstract type whose member is not
+ * told): every fragment is taken.
+ */
+export function collectedNodes(
+  graphql: GraphqlModule,
+  schema: GraphQLSchema | undefined,
+  type: GraphQLObjectType | undefined,
+  selection: Selection,
+): FieldNode[] {
+  const found: FieldNode[] = [];
   const visited = new Set<string>();
+  const meetsType = (condition: NamedTypeNode | undefined) =>
+    type === undefined || meets(graphql, schema, type, condition);
   const collect = (set: SelectionSetNode): void => {
     for (const node of set.selections) {
       if (!included(graphql, node, selection.variables)) continue;
       if (node.kind === graphql.Kind.FIELD) {
-        const name = node.name.value;
-        if (name.startsWith('__') && !own) continue;
-        const nodes = fields.get(name);
-        if (nodes) nodes.push(node);
-        else fields.set(name, [node]);
+        found.push(node);
       } else if (node.kind === graphql.Kind.INLINE_FRAGMENT) {
-        if (meets(graphql, schema, type, node.typeCondition)) collect(node.selectionSet);
+        if (meetsType(node.typeCondition)) collect(node.selectionSet);
       } else {
         const name = node.name.value;
         if (visited.has(name)) continue;
         visited.add(name);
         const fragment = selection.fragments[name];
-        if (fragment && meets(graphql, schema, type, fragment.typeCondition)) {
-          collect(fragment.selectionSet);
-        }
+        if (fragment && meetsType(fragment.typeCondition)) collect(fragment.selectionSet);
       }
     }
   };
   for (const node of selection.nodes) if (node.selectionSet) collect(node.selectionSet);
-  return fields;
+  return found;
+}
+
+/**
+ * The response keys and names of the fields an alias `node` selects under it, in the order
+ * GraphQL completes them (see `collectedNodes`): what `aliasErrorChoice` picks by (adversary
+ * 96: a field in a fragment, or one `@include(if: false)` leaves out).
+ */
+export function subfieldKeys(
+  graphql: GraphqlModule,
+  schema: GraphQLSchema | undefined,
+  type: GraphQLObjectType | undefined,
+  node: FieldNode,
+  selection: Omit<Selection, 'nodes'>,
+): string[] {
+  return collectedNodes(graphql, schema, type, { ...selection, nodes: [node] }).flatMap((field) => [
+    field.name.value,
+    ...(field.alias ? [field.alias.value] : []),
+  ]);
 }
 
 /** Whether `@skip`/`@include` leave the node in, with the operation's variables. */
