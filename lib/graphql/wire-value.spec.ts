@@ -27,6 +27,8 @@ import {
   PROMISED,
   KEPT,
   PARENT,
+  PARENT_CLASSES,
+  KEPT_CLASSES,
   NotJsonArgumentError,
   outputWire,
   strictJson,
@@ -268,6 +270,41 @@ describe('outputWire and fromWire', () => {
     const replayed = fromWire(graphql, schema, Receipt, stored) as typeof value;
     expect(replayed).toEqual(value);
     expect(await wireOf(Receipt, replayed, set)).toEqual(stored);
+  });
+
+  it.each<[string, Record<string, unknown>, 'plain' | 'throws', number]>([
+    [
+      "a parent's own data of a class not one in this process: plain, said (adversary 96)",
+      {
+        [PARENT]: { json: { owner: { name: 'Ada' } } },
+        [PARENT_CLASSES]: { k: { owner: { c: 'NoSuchUser' } } },
+      },
+      'plain',
+      1,
+    ],
+    [
+      'the same class in the answer own kept data: still an error',
+      {
+        [KEPT]: { json: { owner: { name: 'Ada' } } },
+        [KEPT_CLASSES]: { k: { owner: { c: 'NoSuchUser' } } },
+      },
+      'throws',
+      0,
+    ],
+  ])('%s', (_name, data, expected, warnings) => {
+    const said: string[] = [];
+    const read = () =>
+      fromWire(graphql, schema, Receipt, { id: 1, ...data }, undefined, undefined, (message) =>
+        said.push(message),
+      ) as { owner: object };
+    if (expected === 'throws') expect(read).toThrow(/NoSuchUser/);
+    else {
+      const replayed = read();
+      expect(replayed.owner).toEqual({ name: 'Ada' });
+      expect(replayed.owner.constructor).toBe(Object);
+      expect(said[0]).toMatch(/Receipt.*NoSuchUser/);
+    }
+    expect(said).toHaveLength(warnings);
   });
 
   /** Stored as the store keeps it (JSON text), and read back as a replay reads it. */
