@@ -50,6 +50,7 @@ import {
   NestedTransactionOpenAtCommitError,
   NestedTurnTimeoutError,
   ReadOnlyTransactionRefusedError,
+  type RunnerConnectedOutsideRequestError,
   StatementBesideNestedTransactionError,
   SubscriberTransactionOpenError,
   TransactionEndedError,
@@ -407,9 +408,9 @@ export class LazyTransaction extends RequestTransaction {
     return this.runnerAfterEnd();
   }
 
-  /** A statement of a runner connected elsewhere, first used past its end (`placeOfRunner`). */
-  afterItsEnd<T>(work: () => Promise<T>): Promise<T> {
-    return this.afterEnd(work);
+  /** A statement of a runner connected outside it was refused (`placeOfRunner`'s `refuse`). */
+  refuseRunner(error: RunnerConnectedOutsideRequestError): void {
+    if (!this.ended) this.refuse(error);
   }
 
   /** How it stands to a runner of `dataSource` made elsewhere (`placeOfRunner`). */

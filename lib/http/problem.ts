@@ -25,6 +25,10 @@ const STATUS_BY_CODE: Record<IdempotencyError['code'], [number, string]> = {
     HttpStatus.INTERNAL_SERVER_ERROR,
     'Transaction left open by a transaction subscriber',
   ],
+  runner_connected_outside_request: [
+    HttpStatus.INTERNAL_SERVER_ERROR,
+    'Query runner connected outside the request',
+  ],
   statement_beside_phase: [HttpStatus.INTERNAL_SERVER_ERROR, 'Statement beside a running phase'],
   phase_name_invalid: [HttpStatus.INTERNAL_SERVER_ERROR, 'Phase name PostgreSQL cannot record'],
   handler_retried_inside: [

@@ -19,6 +19,7 @@ export type IdempotencyErrorCode =
   | 'transaction_aborted'
   | 'cursor_open'
   | 'subscriber_transaction_open'
+  | 'runner_connected_outside_request'
   | 'statement_beside_phase'
   | 'handler_retried_inside'
   | 'phase_name_invalid'
@@ -345,6 +346,29 @@ export class IdempotencySubscriberTransactionOpenError extends IdempotencyError 
         'anything after it, or run it in IdempotentTransaction.outside().',
     );
     this.name = 'IdempotencySubscriberTransactionOpenError';
+  }
+}
+
+/**
+ * A TypeORM query runner connected before the request began (a guard's `SET search_path` on a
+ * `Scope.REQUEST` unit of work's runner) was used in the request: its session is its own
+ * connection's, and its statements can be placed neither there nor in the request's transaction
+ * without changing what they mean. They were refused; the request rolled back and nothing was
+ * committed or stored. A retry meets the same refusal until the code changes, so this is a 500,
+ * not a 503.
+ */
+export class IdempotencyRunnerConnectedOutsideRequestError extends IdempotencyError {
+  readonly code = 'runner_connected_outside_request';
+  constructor(override readonly cause: unknown) {
+    super(
+      'A TypeORM query runner connected before this request began (in a guard) was used in it: ' +
+        'its session (search path, role, settings) is its own connection’s, where its writes ' +
+        'would commit apart from the request, so they were refused; the request rolled back ' +
+        'and nothing was committed or stored. Set the session inside the request (in the ' +
+        'handler, or an interceptor bound after @Idempotent()) with SET LOCAL or ' +
+        'set_config(…, true), or connect the runner inside the handler.',
+    );
+    this.name = 'IdempotencyRunnerConnectedOutsideRequestError';
   }
 }
 

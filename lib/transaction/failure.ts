@@ -5,6 +5,7 @@ import {
   IdempotencyPhaseNameInvalidError,
   IdempotencyError,
   IdempotencyLeaseLostError,
+  IdempotencyRunnerConnectedOutsideRequestError,
   IdempotencyStoreMisconfiguredError,
   IdempotencyStoreUnavailableError,
   IdempotencySubscriberTransactionOpenError,
@@ -24,6 +25,7 @@ import {
   StatementBesidePhaseRefusedError,
   SubscriberTransactionOpenError,
   RetriedTryStatementError,
+  RunnerConnectedOutsideRequestError,
   TransactionAbortedError,
   TransactionControlRefusedError,
   TransactionEndedError,
@@ -106,6 +108,9 @@ export function classifyHandlerError(error: unknown): Failure {
   if (error instanceof SubscriberTransactionOpenError) {
     return { kind: 'retry', error: new IdempotencySubscriberTransactionOpenError(error) };
   }
+  if (error instanceof RunnerConnectedOutsideRequestError) {
+    return { kind: 'retry', error: new IdempotencyRunnerConnectedOutsideRequestError(error) };
+  }
   // The request's own code's cancel of a statement on the request's connection, or end of
   // it (Kysely's 'cancel query' or 'kill session' abort, seen by `watchCancels`): it aborted
   // the request's transaction, which no answer of the handler's can store, and its retry asks
@@ -138,6 +143,9 @@ export function classifyCommitError(error: unknown): IdempotencyError {
     }
     if (error.cause instanceof SubscriberTransactionOpenError) {
       return new IdempotencySubscriberTransactionOpenError(error.cause);
+    }
+    if (error.cause instanceof RunnerConnectedOutsideRequestError) {
+      return new IdempotencyRunnerConnectedOutsideRequestError(error.cause);
     }
     if (isCancelAskedForError(error.cause)) {
       return new IdempotencyTransactionAbortedError(error.cause);
@@ -182,6 +190,7 @@ export function isPassing(failure: Failure): boolean {
     !(failure.error instanceof IdempotencyTransactionAbortedError) &&
     !(failure.error instanceof IdempotencyCursorOpenError) &&
     !(failure.error instanceof IdempotencySubscriberTransactionOpenError) &&
+    !(failure.error instanceof IdempotencyRunnerConnectedOutsideRequestError) &&
     !(failure.error instanceof IdempotencyHandlerRetriedInsideError) &&
     !(failure.error instanceof IdempotencyPhaseNameInvalidError)
   );

@@ -26,36 +26,34 @@ export type RunnerScope = 'none' | 'open' | 'ended' | 'later' | 'apart';
  * - `after-end`: as a view of the ended transaction runs (`runnerPastEnd`): it waits for the
  *   end's outcome, then runs apart (a connection of its own) if the request committed, and is
  *   refused (`TransactionEndedError`) if it rolled back: the retry runs that work again;
- * - `join-with-session`: in the scope's transaction, as `join`, with the session its code set up
- *   on its own connection (role, search path, settings) carried in as `SET LOCAL`, and that
- *   connection given back at its `release()` (`carryingSession`);
- * - `itself-after-end`: on the runner itself, its session with it, once the end's outcome is
- *   known (`afterItsEnd`): if the request committed; refused (`TransactionEndedError`) if it
- *   rolled back.
+ * - `refuse`: nowhere: every statement of it (a query, a stream, a manager's helper, a
+ *   transaction's start) is refused (`RunnerConnectedOutsideRequestError`); only its
+ *   `release()` runs, on itself, and gives its own connection back to the pool.
  */
-export type RunnerPlace =
-  'itself' | 'join' | 'after-end' | 'join-with-session' | 'itself-after-end';
+export type RunnerPlace = 'itself' | 'join' | 'after-end' | 'refuse';
 
 /**
  * A statement belongs to the request in whose async context it is sent (docs/guides/
  * transactions.md), not to the place its runner was made: a unit of work made before the
  * handler writes in the request's transaction, or a failed try's row commits on its own and its
- * retry writes it again (adversary 88, 90). What its code made its own stays its own: a
- * transaction it began, and a connection it took, whose session (a tenant's search path, a role)
- * the request's connection does not have, and which only the runner's own `release()` gives
- * back (adversary 90: the row landed in another schema's table; a connection leaked per request).
+ * retry writes it again (adversary 88, 90). A transaction its code began stays its own. A
+ * connection it took before (a guard's, its session set up there: a tenant's search path, a
+ * custom setting) cannot be placed in the request without changing what its statements mean
+ * (adversary 90, 96): its statements in the request are refused, and only its own `release()`
+ * runs, giving that connection back.
  */
 export function placeOfRunner(held: RunnerHeld, scope: RunnerScope): RunnerPlace {
   // A transaction its code began is its own, and commits as its code says.
   if (held === 'own-transaction') return 'itself';
-  // Its session joins the request with it: on its own connection, its writes would commit apart
-  // from the request, and its retry would write them again (adversary 90 guard search path).
-  // Past the end, work left running writes on it, with its session, only once the request
-  // committed. Elsewhere it stays itself, its session with it.
-  if (held === 'connected') {
-    if (scope === 'open') return 'join-with-session';
-    return scope === 'ended' ? 'itself-after-end' : 'itself';
-  }
+  // Connected before the request's transaction could take its statements (a guard's `SET
+  // search_path`, its `set_config('app.tenant', …, false)`), its session is its connection's.
+  // On that connection its writes would commit apart from the request, and its retry would
+  // write them again (adversary 90); in the request's transaction its session is not there, and
+  // carried in (`SET LOCAL`) it misses custom settings, is bypassed by helpers, leaks to the
+  // request's other statements, and holds two connections per request (adversary 96). No place
+  // keeps its meaning: refused, in the open request and in work left running past its end.
+  // Elsewhere (the guard itself, a scope that joins nothing) it stays itself, as always.
+  if (held === 'connected') return scope === 'open' || scope === 'ended' ? 'refuse' : 'itself';
   switch (scope) {
     case 'open':
       return 'join';

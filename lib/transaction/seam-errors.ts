@@ -358,6 +358,32 @@ function sessionRefusalReason(setting: string): string {
 }
 
 /**
+ * Thrown to every statement (a query, a stream, a manager's helper, a transaction's start) of a
+ * TypeORM query runner that was connected before the idempotent request's transaction could take
+ * its statements (a guard's read or its `SET search_path` on a `Scope.REQUEST` unit of work's
+ * runner) and is then used in the request, open or ended. Its session (search path, role, custom
+ * settings) is its own connection's: run there, its writes commit apart from the request and its
+ * retry writes them again; run in the request's transaction, they would land where the session
+ * does not point. The library cannot place them without changing their meaning, so it refuses
+ * them; the request rolls back. Its `release()` still gives its connection back.
+ */
+export class RunnerConnectedOutsideRequestError extends TransactionControlRefusedError {
+  constructor() {
+    super('a statement of a query runner connected outside the idempotent request');
+    this.message =
+      'A statement was sent in an idempotent request on a TypeORM query runner connected ' +
+      'before the request began (a guard’s read or SET search_path, set_config(…, false) on a ' +
+      'Scope.REQUEST unit of work’s runner): its session is its own connection’s, and its ' +
+      'statements can run neither there (they would commit apart from the request, and its ' +
+      'retry would run them again) nor in the request’s transaction (without that session). ' +
+      'The request rolls back. Set the session inside the request, in the handler or an ' +
+      'interceptor bound after @Idempotent(), with SET LOCAL (SET LOCAL search_path) or ' +
+      'set_config(…, true); or connect the runner inside the handler, not in a guard.';
+    this.name = 'RunnerConnectedOutsideRequestError';
+  }
+}
+
+/**
  * Thrown when a transaction inside an idempotent request asks for an isolation level stronger
  * than the one the request's transaction already began at (PostgreSQL cannot raise it), or
  * for one PostgreSQL does not have. Nothing was sent: the request's transaction is as it was.

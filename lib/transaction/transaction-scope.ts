@@ -5,7 +5,7 @@ import { type CancelAsked } from '../connection/cancel-asked.js';
 import { protectSaves } from './own-persist.js';
 import { refuseRetriedTry } from './handler-try.js';
 import { placeOfRunner, type RunnerHeld, type RunnerScope } from './runner-place.js';
-import { carryingSession } from './runner-session.js';
+import { RunnerConnectedOutsideRequestError } from './seam-errors.js';
 
 /** What a transaction makes of a joined pool's `query()` and `connect()` in its scope. */
 export interface PoolJoin {
@@ -37,10 +37,10 @@ export interface JoinableTransaction {
    */
   runnerPastEnd?(dataSource: DataSource): QueryRunner | undefined;
   /**
-   * `work` (a statement of a runner made elsewhere, on its own connection) once its end has an
-   * outcome: run if it committed, refused (`TransactionEndedError`) if it rolled back.
+   * A statement of a runner connected outside it was refused (`placeOfRunner`'s `refuse`): the
+   * transaction, if still open, can then only roll back, as after any refusal of the seam's.
    */
-  afterItsEnd?<T>(work: () => Promise<T>): Promise<T>;
+  refuseRunner?(error: RunnerConnectedOutsideRequestError): void;
   /**
    * How it stands to a runner of `dataSource` made elsewhere and used in its scope (see
    * `placeOfRunner`); none given: `apart`.
@@ -110,10 +110,11 @@ export function joinTransactionsOf(dataSource: DataSource): void {
  * (`openRunner`), one per scope, from its first use there: a unit of work made in a
  * request-scoped provider's constructor writes in the request's transaction, as one made in the
  * handler does, not on its own (adversary 88: a failed try's row committed, and the retry wrote
- * it again). One with a transaction of its own open, or a
- * connection of its own taken outside (a guard's read, its `SET search_path`), stays itself:
- * its session is not the request's, and only its own `release()` gives that connection back
- * (see `placeOfRunner`). Outside any scope it is the runner it always was.
+ * it again). One with a transaction of its own open stays itself. One with a connection of its
+ * own taken outside (a guard's read, its `SET search_path`) has every statement refused in the
+ * request, open or ended (`RunnerConnectedOutsideRequestError`): its session is its connection's,
+ * and no place keeps what its statements mean; only its own `release()` runs, giving that
+ * connection back (see `placeOfRunner`). Outside any scope it is the runner it always was.
  */
 function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRunner {
   const joined = new WeakMap<JoinableTransaction, QueryRunner>();
@@ -128,30 +129,11 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
         if (view) joined.set(store, view);
         return view;
       }
-      case 'join-with-session': {
-        const view = store.openRunner?.(dataSource);
-        const carrier =
-          view &&
-          carryingSession(dataSource, view, runner, (error) =>
-            // Outside every scope, on the runner its driver knows (the one handed out), so
-            // that TypeORM's release reads the runner's own connection and forgets it: a
-            // release on the one underneath is not found in `connectedQueryRunners`, and the
-            // pool's close would then release it again forever.
-            transactionScope.exit(() =>
-              (
-                standing as unknown as { releasePostgresConnection(error?: unknown): Promise<void> }
-              ).releasePostgresConnection(error),
-            ),
-          );
-        if (carrier) joined.set(store, carrier);
-        return carrier;
-      }
-      case 'itself-after-end': {
-        const wait = store.afterItsEnd?.bind(store);
-        if (!wait) return undefined;
-        const waiting = waitingForEnd(runner, standing, wait);
-        joined.set(store, waiting);
-        return waiting;
+      case 'refuse': {
+        // One per scope: its `release()` goes to the runner itself.
+        const refusing = refusingStatements(runner, standing, store);
+        joined.set(store, refusing);
+        return refusing;
       }
       case 'after-end': {
         // One per scope: its later statements and its `release()` go to the same runner.
@@ -193,32 +175,39 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
   return standing;
 }
 
-/** The statements of a runner that wait for the end's outcome (`waitingForEnd`). */
+/** What sends a statement on a runner (`refusingStatements`). */
 const SENDING = new Set<PropertyKey>(['query', 'stream', 'startTransaction', 'connect']);
 
 /**
- * `runner` (connected outside the scope, its session set up there) for work its request left
- * running, first used past the end (`placeOfRunner`'s `itself-after-end`): its statements run
- * on itself, with its session, once the end's outcome is known (`wait`), refused after a
- * rollback; its `release()` gives its connection back at once, through the runner TypeORM
- * knows (`standing`), outside the scope so that it reads the runner itself.
+ * `runner` (connected outside the scope, its session set up there) used in its request, open or
+ * ended (`placeOfRunner`'s `refuse`): every statement it would send is refused, whichever of its
+ * methods sends it, since its helpers (`clearTable`, `sql`, its manager's and repositories')
+ * call them on it, not on the runner underneath; the request then rolls back. Its `release()`
+ * gives its own connection back at once, through the runner TypeORM knows (`standing`), outside
+ * the scope so that it reads the runner itself.
  */
-function waitingForEnd(
+function refusingStatements(
   runner: QueryRunner,
   standing: QueryRunner,
-  wait: <T>(work: () => Promise<T>) => Promise<T>,
+  store: JoinableTransaction,
 ): QueryRunner {
-  return new Proxy(runner, {
+  const refusing: QueryRunner = new Proxy(runner, {
     get(target, property) {
-      const value = Reflect.get(target, property) as unknown;
+      const value = Reflect.get(target, property, refusing) as unknown;
       if (typeof value !== 'function' || property === 'constructor') return value;
       const call = value as (...args: unknown[]) => unknown;
-      if (SENDING.has(property))
-        return (...args: unknown[]) => wait(() => Promise.resolve(call.apply(target, args)));
+      if (SENDING.has(property)) {
+        return () => {
+          const error = new RunnerConnectedOutsideRequestError();
+          store.refuseRunner?.(error);
+          return Promise.reject(error);
+        };
+      }
       if (property === 'release') return () => transactionScope.exit(() => standing.release());
-      return call.bind(target);
+      return call.bind(refusing);
     },
   });
+  return refusing;
 }
 
 /** What `runner` holds of its own now (see `placeOfRunner`): read at each use, two fields. */

@@ -1,4 +1,14 @@
 /**
+ * Fixed (session of 2026-12-06 fifth): refused, because the library cannot place such a runner's
+ * statements in the request without changing their meaning (issue 27): carried into the
+ * request's transaction, the guard's search path reaches the request's other statements; kept on
+ * the runner's own connection, its writes commit apart from the request. So nothing is carried
+ * any more (`carryingSession` removed): `placeOfRunner('connected', 'open' | 'ended')` is `refuse`
+ * (lib/transaction/runner-place.ts) and the runner's first insert throws
+ * `RunnerConnectedOutsideRequestError` (lib/transaction/transaction-scope.ts
+ * `refusingStatements`): 500 `runner_connected_outside_request`, the request rolled back, no
+ * order and no audit row anywhere, nothing stored; a retry with the same key is refused the same.
+ *
  * Adversary 96 (orm): schema-per-tenant app; a guard points a request-scoped runner at the
  * tenant's schema (`SET search_path TO tenant_acme`); the handler writes the tenant's order
  * through that runner and then the platform's audit row through an ordinary
@@ -202,19 +212,23 @@ describe('adversary 96 orm: the search path carried from a guard’s runner reac
       ).rows.map((row) => row.tag);
     return {
       status: response.status,
+      code: (response.body as { code?: unknown }).code,
       orders: await rowsOf('tenant_acme.adv96_orders'),
       platformAudit: await rowsOf('public.adv96_audit'),
       tenantAudit: await rowsOf('tenant_acme.adv96_audit'),
     };
   }
 
-  it.skip('@Idempotent(): the order in the tenant’s schema, the audit row in public (Not fixed (round 96): found by review)', async () => {
-    expect(await scenario('idempotent', 't1')).toEqual({
-      status: 201,
-      orders: ['t1'],
-      platformAudit: ['t1'],
-      tenantAudit: [],
-    });
+  it('@Idempotent(): refused clearly, no order and no audit row anywhere, a retry refused the same', async () => {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      expect(await scenario('idempotent', 't1')).toEqual({
+        status: 500,
+        code: 'runner_connected_outside_request',
+        orders: [],
+        platformAudit: [],
+        tenantAudit: [],
+      });
+    }
   }, 30_000);
   it('control: without @Idempotent(): the order in the tenant’s schema, the audit row in public', async () => {
     expect(await scenario('plain', 'c1')).toEqual({

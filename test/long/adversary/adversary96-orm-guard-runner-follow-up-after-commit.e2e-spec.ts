@@ -1,4 +1,15 @@
 /**
+ * Fixed (session of 2026-12-06 fifth): refused, because the library cannot place such a runner's
+ * statements in the request, nor in work the request left running past its end, without changing
+ * their meaning (issue 27): the guard connected the runner outside every scope, so
+ * `placeOfRunner('connected', 'open' | 'ended')` is now `refuse` (lib/transaction/
+ * runner-place.ts; `join-with-session`, `itself-after-end` and `carryingSession` are gone), and
+ * its statements there throw `RunnerConnectedOutsideRequestError` (lib/transaction/
+ * transaction-scope.ts `refusingStatements`). Here the handler's first insert is refused, so it
+ * never schedules its follow-up: 500 `runner_connected_outside_request`, the request rolled
+ * back, no row in either schema (none written twice, none in another tenant's table), nothing
+ * stored; a retry with the same key is refused the same way.
+ *
  * Adversary 96 (orm): the guard points a request-scoped runner at the tenant's schema (`SET
  * search_path TO tenant_acme`); the handler writes the entry through it (so the runner is now
  * `carryingSession`'s view of the request's transaction, session carried as SET LOCAL), answers,
@@ -187,6 +198,7 @@ describe('adversary 96 orm: a guard’s runner used in the handler, then by work
       ).rows.map((row) => row.tag);
     return {
       status: response.status,
+      code: (response.body as { code?: unknown }).code,
       met,
       tenant: await rowsOf('tenant_acme'),
       public: await rowsOf('public'),
@@ -202,12 +214,15 @@ describe('adversary 96 orm: a guard’s runner used in the handler, then by work
     });
   }, 30_000);
 
-  it.skip('@Idempotent(): the follow-up written after the commit lands in the tenant’s schema too (Not fixed (round 96): found by review)', async () => {
-    expect(await scenario('idempotent', 't1')).toEqual({
-      status: 201,
-      met: ['written'],
-      tenant: ['t1', 't1-follow-up'],
-      public: [],
-    });
+  it('@Idempotent(): refused clearly, no row in either schema, no follow-up left running, a retry refused the same', async () => {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      expect(await scenario('idempotent', 't1')).toEqual({
+        status: 500,
+        code: 'runner_connected_outside_request',
+        met: [],
+        tenant: [],
+        public: [],
+      });
+    }
   }, 30_000);
 });

@@ -1,4 +1,14 @@
 /**
+ * Fixed (session of 2026-12-06 fifth): refused, because the library cannot place such a runner's
+ * statements in the request without changing their meaning (issue 27): the guard connected the
+ * runner outside every scope, so `placeOfRunner('connected', 'open' | 'ended')` is now `refuse`
+ * (lib/transaction/runner-place.ts), decided where the runner's statements are sent, not per
+ * method: `refusingStatements` (lib/transaction/transaction-scope.ts) refuses `query`, `stream`,
+ * `startTransaction` and `connect`, and binds every other method (`clearTable`, the `sql` tag,
+ * `hasTable`…) to the refusing runner, so their `this.query` is refused too. The request answers
+ * 500 `runner_connected_outside_request` (RunnerConnectedOutsideRequestError), rolls back,
+ * stores nothing; neither table is touched, and a retry with the same key is refused the same way.
+ *
  * Adversary 96 (orm): a guard points a request-scoped runner at the tenant's schema (`SET
  * search_path TO tenant_acme`, the case round 90 fixed with `carryingSession`), and the handler
  * empties the tenant's cart with TypeORM's own `manager.clear(CartLine)` (or
@@ -202,6 +212,7 @@ describe('adversary 96 orm: TypeORM helpers on a guard’s runner skip the carri
       );
     return {
       status: response.status,
+      code: (response.body as { code?: unknown }).code,
       tenant: await rowsOf('tenant_acme'),
       public: await rowsOf('public'),
     };
@@ -220,19 +231,25 @@ describe('adversary 96 orm: TypeORM helpers on a guard’s runner skip the carri
     });
   }, 30_000);
 
-  it.skip('@Idempotent(): manager.clear() empties the tenant’s table, not public’s (Not fixed (round 96): found by review)', async () => {
-    expect(await scenario('idempotent/empty', 't1')).toEqual({
-      status: 201,
-      tenant: [],
-      public: ['t1'],
-    });
+  it('@Idempotent(): manager.clear() refused clearly, neither table touched, a retry refused the same', async () => {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      expect(await scenario('idempotent/empty', 't1')).toEqual({
+        status: 500,
+        code: 'runner_connected_outside_request',
+        tenant: ['t1'],
+        public: ['t1'],
+      });
+    }
   }, 30_000);
 
-  it.skip('@Idempotent(): runner.sql`` deletes from the tenant’s table, not public’s (Not fixed (round 96): found by review)', async () => {
-    expect(await scenario('idempotent/remove', 't2')).toEqual({
-      status: 201,
-      tenant: [],
-      public: ['t2'],
-    });
+  it('@Idempotent(): runner.sql`` refused clearly, neither table touched, a retry refused the same', async () => {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      expect(await scenario('idempotent/remove', 't2')).toEqual({
+        status: 500,
+        code: 'runner_connected_outside_request',
+        tenant: ['t2'],
+        public: ['t2'],
+      });
+    }
   }, 30_000);
 });
