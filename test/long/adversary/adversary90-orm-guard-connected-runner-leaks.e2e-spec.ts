@@ -1,5 +1,16 @@
 /**
- * Fixed (session of 2026-12-06 fourth): a runner made outside every scope that is already
+ * Changed (session of 2026-12-06 fifth, adversary 96's refusal): a runner connected outside
+ * every scope (here by the guard's read) has its statements in the request refused,
+ * `RunnerConnectedOutsideRequestError` (`placeOfRunner('connected', 'open' | 'ended')` =
+ * `refuse`, lib/transaction/runner-place.ts; lib/transaction/transaction-scope.ts
+ * `refusingStatements`): the library cannot tell a read from a session set up on that connection
+ * (a function, a custom setting), and its writes there would commit apart from the answer. What
+ * this test guards still holds: every request in turn is answered (the guard's connection goes
+ * back to the pool at the runner's `release()`, no leak, no hang), now with the refusal, 500
+ * `runner_connected_outside_request`, and no row written. The app reads in the guard through
+ * the DataSource (or a runner it releases there) and writes with a runner made in the handler.
+ *
+ * Earlier (session of 2026-12-06 fourth): a runner made outside every scope that is already
  * connected when used in a request's scope (a guard read through it) stays itself there
  * (`placeOfRunner`: `connected` → `itself`, lib/transaction/runner-place.ts), as one with a
  * transaction of its own does: its statements run on its own connection, as without the library,
@@ -180,7 +191,20 @@ describe('adversary 90 orm: a guard reads through a request-scoped runner before
     expect(await scenario('plain', 'c')).toEqual([201, 201, 201, 201, 201]);
   }, 60_000);
 
-  it('@Idempotent(): five requests in turn each answered', async () => {
-    expect(await scenario('idempotent', 'u')).toEqual([201, 201, 201, 201, 201]);
+  it('@Idempotent(): five requests in turn each answered (refused clearly, none written, no connection leaked)', async () => {
+    expect(await scenario('idempotent', 'u')).toEqual([500, 500, 500, 500, 500]);
+    const answer = await request(app.getHttpServer())
+      .post('/idempotent')
+      .set('Idempotency-Key', 'key-u-0')
+      .timeout(8_000)
+      .send({ tag: 'u-0' });
+    expect([answer.status, (answer.body as { code?: unknown }).code]).toEqual([
+      500,
+      'runner_connected_outside_request',
+    ]);
+    const rows = await fixture.admin.query(
+      `SELECT tag FROM adv90_leak_entries WHERE tag LIKE 'u-%'`,
+    );
+    expect(rows.rows).toEqual([]);
   }, 60_000);
 });
