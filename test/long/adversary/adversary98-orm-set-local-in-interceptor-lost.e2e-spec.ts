@@ -1,0 +1,231 @@
+/**
+ * Adversary 98 (orm): the guide's own fix for round 96's refusal ("set the tenant inside the
+ * request: in the handler, or in an interceptor bound after `@Idempotent()`, with `SET LOCAL
+ * search_path TO tenant_acme` ... on the request's manager") does not work in the interceptor:
+ * an interceptor inside `@Idempotent()` runs before the handler starts, when the request's
+ * transaction is not joinable yet (`runnerScope` 'later'), so its `SET LOCAL` runs on a pooled
+ * connection of its own, in autocommit, where PostgreSQL ignores it (WARNING: SET LOCAL can only
+ * be used in transaction blocks). The handler's insert then runs in the request's transaction
+ * on the default search path and lands in `public`'s table: the other tenant's. 201 stored,
+ * replayed; the tenant's table empty. Silent.
+ *
+ * User code (as the guide and docs/reference/problems.md tell it):
+ *
+ *   @Injectable() class TenantInterceptor implements NestInterceptor {
+ *     constructor(private readonly tx: IdempotentTransaction) {}
+ *     intercept(context, next) {
+ *       const tenant = context.switchToHttp().getRequest().headers['x-tenant'];
+ *       return from(this.tx.manager.query(`SET LOCAL search_path TO tenant_${tenant}`))
+ *         .pipe(switchMap(() => next.handle()));
+ *     }
+ *   }
+ *   @Post() @UseInterceptors(TenantInterceptor) @Idempotent()   // inside @Idempotent()
+ *   async record(@Body() b) { await this.entries.insert({ tag: b.tag }); return { tag: b.tag }; }
+ *
+ * Code path: lib/idempotent.decorator.ts `markHandlerStart` → `context.startHandler()` sets
+ * `transaction.joinable` only when the handler itself is called; before it (interceptors inside
+ * `@Idempotent()`, pipes) lib/idempotent-transaction.service.ts `manager` answers the
+ * DataSource's own manager (`current?.joinable` false), and lib/transaction/transaction-scope.ts
+ * `joiningCreateQueryRunner` hands a runner of its own ('later' → `placeOfRunner` 'itself'):
+ * the `SET LOCAL` runs outside every transaction.
+ *
+ * Docs quote: docs/guides/transactions.md: "For schema- or row-per-tenant apps, set the tenant
+ * inside the request: in the handler, or in an interceptor bound after `@Idempotent()`, with
+ * `SET LOCAL search_path TO tenant_acme` or `set_config('app.tenant', …, true)` on the
+ * request's manager or on a runner made there"; docs/reference/problems.md
+ * (`runner_connected_outside_request`): "set the session inside the request (the handler, or an
+ * interceptor bound after `@Idempotent()`) with `SET LOCAL` or `set_config(…, true)`".
+ *
+ * Severity: high (the effect written to another tenant's table under a stored, replayed 201;
+ * the tenant's write lost; following the guide's fix).
+ *
+ * Fails now (verified unskipped): tenant_acme rows [], public rows ['i1'], statuses
+ * [201, 201] (expected tenant_acme ['i1'], public []). The guide's other form, "on a runner
+ * made there" (a runner the interceptor makes, `SET LOCAL` on it, handed to the handler on the
+ * request): that runner was connected before the handler ('later' → 'itself'), so the handler's
+ * insert through it is refused: statuses ['500 runner_connected_outside_request' twice], no row
+ * (expected the row in tenant_acme). Control: the same `SET LOCAL` in the handler: the row in
+ * tenant_acme.
+ *
+ * Suggested fix: open (join) the request's transaction for statements sent inside
+ * `@Idempotent()`'s scope before the handler (interceptors inside it), or at least refuse a
+ * `SET LOCAL`/`set_config(…, true)` sent there (it can have no effect); and correct the guide
+ * and problems.md: the session must be set in the handler (or a service it calls), not in an
+ * interceptor.
+ */
+import {
+  Body,
+  type CallHandler,
+  Controller,
+  type ExecutionContext,
+  type INestApplication,
+  Injectable,
+  type NestInterceptor,
+  Post,
+  Req,
+  UseInterceptors,
+} from '@nestjs/common';
+import { InjectDataSource, InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import { finalize, from, type Observable, switchMap } from 'rxjs';
+import request from 'supertest';
+import {
+  Column,
+  DataSource,
+  Entity,
+  PrimaryGeneratedColumn,
+  type QueryRunner,
+  type Repository,
+} from 'typeorm';
+import { Idempotent, IdempotentTransaction } from '../../../lib/index.js';
+import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
+
+@Entity({ name: 'adv98_tenant_entries', synchronize: false })
+class Entry {
+  @PrimaryGeneratedColumn()
+  id!: number;
+
+  @Column({ type: 'text' })
+  tag!: string;
+}
+
+function tenantOf(context: ExecutionContext): string {
+  const tenant = String(
+    context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tenant'],
+  );
+  if (!/^[a-z]+$/.test(tenant)) throw new Error('bad tenant');
+  return tenant;
+}
+
+@Injectable()
+class TenantInterceptor implements NestInterceptor {
+  constructor(private readonly tx: IdempotentTransaction) {}
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const tenant = tenantOf(context);
+    return from(this.tx.manager.query(`SET LOCAL search_path TO tenant_${tenant}`)).pipe(
+      switchMap(() => next.handle()),
+    );
+  }
+}
+
+/** The guide's other form: "on a runner made there". */
+@Injectable()
+class TenantRunnerInterceptor implements NestInterceptor {
+  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const tenant = tenantOf(context);
+    const runner = this.dataSource.createQueryRunner();
+    context.switchToHttp().getRequest<{ runner?: QueryRunner }>().runner = runner;
+    return from(runner.query(`SET LOCAL search_path TO tenant_${tenant}`)).pipe(
+      switchMap(() => next.handle()),
+      finalize(() => void runner.release()),
+    );
+  }
+}
+
+@Controller()
+class LedgerController {
+  constructor(
+    @InjectRepository(Entry) private readonly entries: Repository<Entry>,
+    private readonly tx: IdempotentTransaction,
+  ) {}
+
+  @Post('in-handler')
+  @Idempotent()
+  async inHandler(@Body() body: { tag: string; tenant: string }) {
+    await this.tx.manager.query(`SET LOCAL search_path TO tenant_${body.tenant}`);
+    await this.entries.insert({ tag: body.tag });
+    return { tag: body.tag };
+  }
+
+  @Post('in-interceptor')
+  @UseInterceptors(TenantInterceptor)
+  @Idempotent()
+  async inInterceptor(@Body() body: { tag: string }) {
+    await this.entries.insert({ tag: body.tag });
+    return { tag: body.tag };
+  }
+
+  @Post('runner-in-interceptor')
+  @UseInterceptors(TenantRunnerInterceptor)
+  @Idempotent()
+  async runnerInInterceptor(@Req() req: { runner: QueryRunner }, @Body() body: { tag: string }) {
+    await req.runner.manager.insert(Entry, { tag: body.tag });
+    return { tag: body.tag };
+  }
+}
+
+describe('adversary 98 orm: SET LOCAL search_path in an interceptor inside @Idempotent(), as the guide says', () => {
+  let fixture: TypeormApp;
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    fixture = await startTypeormApp('adv98_orm_set_local_interceptor', {
+      controllers: [LedgerController],
+      providers: [TenantInterceptor, TenantRunnerInterceptor],
+      entities: [Entry],
+      imports: [TypeOrmModule.forFeature([Entry])],
+      max: 6,
+      setup: async (admin) => {
+        await admin.query(`
+          CREATE TABLE public.adv98_tenant_entries (id serial PRIMARY KEY, tag text NOT NULL);
+          CREATE SCHEMA tenant_acme;
+          CREATE TABLE tenant_acme.adv98_tenant_entries (id serial PRIMARY KEY, tag text NOT NULL);
+        `);
+      },
+    });
+    ({ app } = fixture);
+  }, 60_000);
+
+  afterAll(async () => {
+    await fixture?.close();
+  });
+
+  async function scenario(route: string, tag: string) {
+    const post = () =>
+      request(app.getHttpServer())
+        .post(`/${route}`)
+        .set('Idempotency-Key', `key-${tag}`)
+        .set('X-Tenant', 'acme')
+        .send({ tag, tenant: 'acme' });
+    const first = await post();
+    const again = await post();
+    const rowsOf = async (schema: string) =>
+      (
+        await fixture.admin.query<{ tag: string }>(
+          `SELECT tag FROM ${schema}.adv98_tenant_entries WHERE tag = $1 ORDER BY id`,
+          [tag],
+        )
+      ).rows.map((row) => row.tag);
+    const statusOf = (r: request.Response) =>
+      r.status < 300 ? r.status : `${r.status} ${String((r.body as { code?: unknown }).code)}`;
+    return {
+      statuses: [statusOf(first), statusOf(again)],
+      tenant: await rowsOf('tenant_acme'),
+      public: await rowsOf('public'),
+    };
+  }
+
+  it('control: SET LOCAL in the handler: the row in the tenant’s schema, once', async () => {
+    expect(await scenario('in-handler', 'h1')).toEqual({
+      statuses: [201, 201],
+      tenant: ['h1'],
+      public: [],
+    });
+  }, 30_000);
+
+  it.skip('SET LOCAL in an interceptor inside @Idempotent(): the row in the tenant’s schema (Not fixed (round 98): found by review)', async () => {
+    expect(await scenario('in-interceptor', 'i1')).toEqual({
+      statuses: [201, 201],
+      tenant: ['i1'],
+      public: [],
+    });
+  }, 30_000);
+
+  it.skip('a runner made in that interceptor, SET LOCAL on it, used by the handler: the row in the tenant’s schema (Not fixed (round 98): found by review)', async () => {
+    expect(await scenario('runner-in-interceptor', 'r1')).toEqual({
+      statuses: [201, 201],
+      tenant: ['r1'],
+      public: [],
+    });
+  }, 30_000);
+});
