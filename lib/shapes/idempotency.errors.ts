@@ -364,9 +364,8 @@ export class IdempotencyRunnerConnectedOutsideRequestError extends IdempotencyEr
       'A TypeORM query runner connected before this request began (in a guard) was used in it: ' +
         'its session (search path, role, settings) is its own connection’s, where its writes ' +
         'would commit apart from the request, so they were refused; the request rolled back ' +
-        'and nothing was committed or stored. Set the session inside the request (in the ' +
-        'handler, or an interceptor bound after @Idempotent()) with SET LOCAL or ' +
-        'set_config(…, true), or connect the runner inside the handler.',
+        'and nothing was committed or stored. Set the session inside the handler with SET LOCAL ' +
+        'or set_config(…, true), or connect the runner inside the handler.',
     );
     this.name = 'IdempotencyRunnerConnectedOutsideRequestError';
   }

@@ -376,9 +376,9 @@ export class RunnerConnectedOutsideRequestError extends TransactionControlRefuse
       'Scope.REQUEST unit of work’s runner): its session is its own connection’s, and its ' +
       'statements can run neither there (they would commit apart from the request, and its ' +
       'retry would run them again) nor in the request’s transaction (without that session). ' +
-      'The request rolls back. Set the session inside the request, in the handler or an ' +
-      'interceptor bound after @Idempotent(), with SET LOCAL (SET LOCAL search_path) or ' +
-      'set_config(…, true); or connect the runner inside the handler, not in a guard.';
+      'The request rolls back. Set the session inside the handler, with SET LOCAL (SET LOCAL ' +
+      'search_path) or set_config(…, true); or connect the runner inside the handler, not in ' +
+      'a guard, a pipe or an interceptor.';
     this.name = 'RunnerConnectedOutsideRequestError';
   }
 }

@@ -1,4 +1,10 @@
 /**
+ * Docs mended (session of 2026-12-06 fifth), lib not: the guides, problems.md and the refusal's
+ * message no longer advise an interceptor; they say to set the session in the handler itself,
+ * the road this file's control proves. A `SET LOCAL` an app still sends from an interceptor runs
+ * apart (PostgreSQL only warns outside a transaction block): the skipped case stays, for the
+ * library to refuse or join it (lead: join from the first interceptor after `@Idempotent()`).
+ *
  * Adversary 98 (orm): the guide's own fix for round 96's refusal ("set the tenant inside the
  * request: in the handler, or in an interceptor bound after `@Idempotent()`, with `SET LOCAL
  * search_path TO tenant_acme` ... on the request's manager") does not work in the interceptor:
