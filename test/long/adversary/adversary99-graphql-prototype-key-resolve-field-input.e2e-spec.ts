@@ -27,8 +27,7 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * is rolled back, and that error is stored: every retry of the key replays it (marked
  * replayed). No product with such a stage can ever be created through an idempotent mutation;
  * the same for a key `constructor` (a record of roles: `{ constructor: ..., architect: ... }`)
- * or `__proto__` with a Date, a BigInt, `undefined`, a Map or a Set under it, and for all the
- * own data of an instance of a class class-transformer serializes (kept whole, `__kept`).
+ * or `__proto__`, whatever its value, and for all the own data of an instance of a class class-transformer serializes (kept whole, `__kept`).
  *
  * User code: `@ObjectType() class Product { @Field(() => Int) id; @Field() name; milestones?:
  * Record<string, Date> }`; `@ResolveField(() => [Milestone]) milestones(@Parent() p)` mapping
@@ -57,6 +56,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * ["createProduct"],"extensions":{"code":"INTERNAL_SERVER_ERROR"}}],"data":null}`, no row
  * inserted; the retry the same with `"extensions":{"idempotency":{"replayed":["createProduct"]}}`.
  * Control (passes): `createProductPlain`, the same resolver without `@Idempotent()`.
+ *
+ * Probed beside (kept-data.ts `keepData` called directly): the key alone suffices, whatever
+ * its value: `{ m: { constructor: 'Bob' } }` (strings only) throws the same, and so does a JSON
+ * column parsed with a `"__proto__"` key (`JSON.parse` makes it an own key): data a client
+ * can write (a tags map, a word count, a submitted JSON document) reaches it.
  *
  * Suggested fix: in kept-data.ts, escape object keys superjson refuses before `serialize`
  * (or write such an object's members as a `Map`, whose entries superjson annotates by index,
