@@ -24,8 +24,8 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * replayed, answers `firstStage: "none"`: the stored answer holds no `stages` at all, so the
  * replay's resolver read a parent without it. The answer is not the same bytes; a client
  * reading the replay acts on a different value. The same for a key `constructor` or
- * `__proto__` anywhere in the parent's non-field data with a Date, a BigInt, `undefined`, a Map
- * or a Set under it: all of that object's `__parent` data is left out, not only that member.
+ * `__proto__` anywhere in the parent's non-field data, whatever its value: all of that
+ * object's `__parent` data is left out, not only that member.
  *
  * User code: `@ObjectType() class Product { @Field(() => Int) id; @Field() name; stages?:
  * Record<string, Date> }`; `@ResolveField(() => String) firstStage(@Parent() p)` sorting
@@ -51,6 +51,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * "prototype"}}}`; replay `{"data":{"createProduct":{"id":3,"firstStage":"none"}},
  * "extensions":{"idempotency":{"replayed":["createProduct"]}}}`.
  * Control (passes): `createProductPlain`, the same resolver without `@Idempotent()`.
+ *
+ * Probed beside (kept-data.ts `keepData` called directly): the key alone suffices, whatever
+ * its value: `{ m: { constructor: 'Bob' } }` (strings only) throws the same, and so does a JSON
+ * column parsed with a `"__proto__"` key (`JSON.parse` makes it an own key): data a client
+ * can write (a tags map, a word count, a submitted JSON document) reaches it.
  *
  * Suggested fix: in kept-data.ts, escape object keys superjson refuses before `serialize`
  * (or write such an object as a `Map`'s entries and read it back as an object), so that any
