@@ -597,7 +597,13 @@ describe.each(GRAPHQL_DRIVERS)(
       const first = await post();
       expect(first.text).toMatch(/timeout|Timeout/);
       await new Promise((resolve) => setTimeout(resolve, 1500));
-      const again = await post();
+      // The replay passes the same 150 ms timeout: on a loaded machine it may meet it (nothing
+      // is stored by a replay's timeout), so it is asked again until it answers.
+      let again = await post();
+      for (let tries = 0; /Timeout has occurred/.test(again.text) && tries < 20; tries += 1) {
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        again = await post();
+      }
       expect(again.text).toMatch(/"fillBasket":\{"id":"\d+"\}/);
       expect(again.text).toContain('"replayed":["fillBasket"]');
       const [{ n }] = (await app

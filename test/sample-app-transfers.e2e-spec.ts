@@ -346,22 +346,22 @@ describe.each(ADAPTERS)('POST /transfers on %s', (adapter) => {
 
     it('the same key while the first request is still in its TRANSFER_DELAY_MS: 409 with Retry-After on both instances; then the 201 is replayed', async () => {
       const [tenant, key, body] = [newTenant(), newKey(), newTransfer()];
-      const started = Date.now();
       const first = postTransfer(slow.url, tenant, key, body);
       await sleep(SLOW_DELAY_MS / 3); // claimed and written; the wait runs
 
-      for (const url of [slow.url, main.url]) {
-        const busy = await postTransfer(url, tenant, key, body);
-        expectInProgress(busy, 60);
-        expect(busy.headers['idempotent-replayed']).toBeUndefined();
-      }
-      // A different request with the key is a mismatch even while it is in progress.
+      // A different request with the key is a mismatch even while it is in progress: asked
+      // first, so the 409s after it prove the first request was still running (no clock read:
+      // a loaded machine may take longer than the delay, and then the 409s fail, not this).
       expectProblem(
         await postTransfer(main.url, tenant, key, { ...body, amount: body.amount + 1 }),
         422,
         'key_mismatch',
       );
-      expect(Date.now() - started).toBeLessThan(SLOW_DELAY_MS);
+      for (const url of [slow.url, main.url]) {
+        const busy = await postTransfer(url, tenant, key, body);
+        expectInProgress(busy, 60);
+        expect(busy.headers['idempotent-replayed']).toBeUndefined();
+      }
 
       const done = await first;
       expectFresh(done);
@@ -414,10 +414,9 @@ describe.each(ADAPTERS)('POST /transfers on %s', (adapter) => {
       const timedOut = await postTransfer(timed.url, tenant, key, body);
       expect(timedOut.status).toBe(408);
       expect(timedOut.headers['idempotent-replayed']).toBeUndefined();
-      // The timeout's answer, not one that waited for the handler.
-      expect(Date.now() - started).toBeLessThan(TIMED_DELAY_MS);
 
-      // The handler still runs and owns the key.
+      // The handler still runs and owns the key: so the 408 was the timeout's answer, not one
+      // that waited for the handler (no clock read: a loaded machine stretches any bound).
       for (const url of [timed.url, main.url]) {
         expectInProgress(
           await postTransfer(url, tenant, key, body),
