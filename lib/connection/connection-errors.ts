@@ -294,10 +294,23 @@ export function isRolledBackError(error: unknown): boolean {
  * migrations did not run, or not all of them) and `42501` insufficient privilege (the app's
  * role was not granted the library's tables); and, the statements being the library's own,
  * `23502` not-null violation (a DEFAULT its inserts rely on was dropped) and `42P10` (the
- * primary key its ON CONFLICT names was dropped). A read-only session (`25006`) is not one of them
- * by its code alone: see `read-only-session.ts`.
+ * primary key its ON CONFLICT names was dropped), `22021` (character_not_in_repertoire: a NUL,
+ * or bytes not UTF-8) and `22P05` (untranslatable_character: a `\u0000` in JSON, a character
+ * the server's encoding lacks) in a text the library sent (a tenant, a key, an owner): the
+ * same statement fails so on every run, never "retry later" (adversary 99: a job delayed for
+ * ever). A read-only session (`25006`) is not one of them by its code alone: see
+ * `read-only-session.ts`.
  */
-const PERMANENT_STATES = new Set(['42P01', '42703', '42883', '42501', '23502', '42P10']);
+const PERMANENT_STATES = new Set([
+  '42P01',
+  '42703',
+  '42883',
+  '42501',
+  '23502',
+  '42P10',
+  '22021',
+  '22P05',
+]);
 
 /** Whether the database refused a statement for a reason that lasts (see above). */
 export function isPermanentError(error: unknown): boolean {

@@ -31,6 +31,16 @@ describe('permanentRemedy', () => {
       { code: '42501', message: 'permission denied for table idempotency_keys' },
       /grant the app's role SELECT, INSERT, UPDATE, DELETE/,
     ],
+    [
+      'a NUL in a text the library sent (22021)',
+      { code: '22021', message: 'invalid byte sequence for encoding "UTF8": 0x00' },
+      /^invalid byte sequence .*: a text the library sent for a key .* holds a character PostgreSQL cannot store/,
+    ],
+    [
+      'an untranslatable character (22P05)',
+      { code: '22P05', message: 'unsupported Unicode escape sequence' },
+      /holds a character PostgreSQL cannot store \(a NUL, or one the database's encoding lacks\)/,
+    ],
     ['anything else, as it is', { code: '42P07', message: 'other' }, /^other$/],
   ])('%s', (_name, error, expected) => {
     expect(permanentRemedy(error)).toMatch(expected);

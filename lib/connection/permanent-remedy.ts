@@ -36,6 +36,13 @@ export function permanentRemedy(error: unknown): string {
         `${said}: grant the app's role SELECT, INSERT, UPDATE, DELETE on the library's tables ` +
         '(idempotency_keys, processed_messages, message_failures, idempotency_response_bodies)'
       );
+    case '22021':
+    case '22P05':
+      return (
+        `${said}: a text the library sent for a key (its tenant, its key, a job's queue name, ` +
+        'prefix or id) holds a character PostgreSQL cannot store (a NUL, or one the ' +
+        "database's encoding lacks); give it one without"
+      );
     default:
       return said;
   }
