@@ -28,6 +28,8 @@ describe('parseIdempotencyKey', () => {
     ['""', 'it is empty'],
     ['x'.repeat(256), 'it is longer than 255 characters'],
     [`"${'x'.repeat(256)}"`, 'it is longer than 255 characters'],
+    // 128 characters (256 UTF-16 code units): not too long, only not ASCII.
+    ['😀'.repeat(128), 'it must be visible ASCII characters only (no spaces)'],
     ['a b', 'it must be visible ASCII characters only (no spaces)'],
     ['"a b"', 'it must be visible ASCII characters only (no spaces)'],
     ['caf\u00e9', 'it must be visible ASCII characters only (no spaces)'],

@@ -23,6 +23,8 @@ describe('normalizeTenantId', () => {
     ['1e3', '1e3'],
     ['x'.repeat(255), 'x'.repeat(255)],
     ['acme\ud83d\ude00', 'acme\ud83d\ude00'],
+    // 255 characters as the keys table's CHECK counts them (510 UTF-16 code units).
+    ['😀'.repeat(255), '😀'.repeat(255)],
     // Refused.
     ['x'.repeat(256), undefined],
     ['', undefined],
@@ -60,6 +62,7 @@ describe('readTenantId (the rule a refused value breaks)', () => {
     ['an empty string', '', 'it is empty'],
     ['only white space', ' \t ', 'it is only white space'],
     ['256 characters', 'x'.repeat(256), 'it is longer than 255 characters'],
+    ['256 emoji', '😀'.repeat(256), 'it is longer than 255 characters'],
     ['a NUL', 'a\u0000b', 'it holds a control character'],
     ['a lone surrogate', 'acme\ud800', 'it holds a lone surrogate'],
     [

@@ -1,5 +1,5 @@
 import { type TenantId } from '../shapes/idempotency-options.interface.js';
-import { isWellFormedText } from './well-formed.js';
+import { characterCount, isWellFormedText } from './well-formed.js';
 
 const MAX_INT64 = 9223372036854775807n;
 const MIN_INT64 = -9223372036854775808n;
@@ -8,7 +8,10 @@ const CANONICAL_INTEGER = /^(0|-?[1-9]\d{0,18})$/;
 /** Control characters (C0, DEL, C1): never part of an id, and NUL cannot be stored at all. */
 // eslint-disable-next-line no-control-regex -- matching control characters is the point
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
-/** The longest tenant id kept; ids are scoped keys' first half, not data. */
+/**
+ * The longest tenant id kept, in characters as the keys table's CHECK (`length()`) counts them
+ * (code points: `characterCount`); ids are scoped keys' first half, not data.
+ */
 export const MAX_TENANT_ID_LENGTH = 255;
 /**
  * The library's own key spaces, never a request's: BullMQ jobs' (`bullmq:<queue>`) and
@@ -61,7 +64,7 @@ export function readTenantId(value: unknown): TenantIdReading {
   }
   if (text.length === 0) return { kind: 'invalid', rule: 'it is empty' };
   if (text.trim().length === 0) return { kind: 'invalid', rule: 'it is only white space' };
-  if (text.length > MAX_TENANT_ID_LENGTH) {
+  if (characterCount(text) > MAX_TENANT_ID_LENGTH) {
     return {
       kind: 'invalid',
       rule: `it is longer than ${MAX_TENANT_ID_LENGTH} characters`,

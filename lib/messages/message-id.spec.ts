@@ -6,6 +6,9 @@ describe('readMessageId', () => {
     ['an integer', 42, { kind: 'id', id: '42' }],
     ['255 characters', 'x'.repeat(255), { kind: 'id', id: 'x'.repeat(255) }],
     ['a surrogate pair (one character)', 'm-😀', { kind: 'id', id: 'm-😀' }],
+    // Characters as the table's CHECK (length()) counts them, not UTF-16 code units.
+    ['255 emoji (510 code units)', '😀'.repeat(255), { kind: 'id', id: '😀'.repeat(255) }],
+    ['256 emoji', '😀'.repeat(256), { kind: 'unusable', reason: 'is over 255 characters' }],
     ['undefined', undefined, { kind: 'none' }],
     ['null', null, { kind: 'none' }],
     ['empty', '', { kind: 'none' }],
@@ -41,6 +44,7 @@ describe('previewMessageId', () => {
     ['a NUL escaped', 'a\u0000b', '"a\\u0000b"'],
     ['a lone surrogate escaped', 'a\ud800', '"a\\ud800"'],
     ['cut at 60', 'x'.repeat(100), `"${'x'.repeat(59)}…`],
+    ['cut at 60 characters, never inside a pair', `${'x'.repeat(58)}😀😀`, `"${'x'.repeat(58)}😀…`],
     ['not JSON', 10n, '10'],
   ])('%s', (_name, value, expected) => {
     expect(previewMessageId(value)).toBe(expected);

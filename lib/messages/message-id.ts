@@ -1,4 +1,4 @@
-import { isWellFormedText } from '../decisions/well-formed.js';
+import { characterCount, firstCharacters, isWellFormedText } from '../decisions/well-formed.js';
 
 /**
  * The id a transport gives a message, read from the context Nest hands a message handler,
@@ -31,7 +31,8 @@ export type MessageIdReading =
   | { kind: 'unusable'; reason: string };
 
 /**
- * A message id as the processed table keeps it: 1 to 255 characters; a number is taken as
+ * A message id as the processed table keeps it: 1 to 255 characters (code points, as
+ * PostgreSQL's `length()` counts them); a number is taken as
  * written. An id that PostgreSQL cannot store as given is unusable rather than altered: a NUL
  * character fails every statement that carries it (and its failures could not be counted
  * either, so it was redelivered for ever), and a lone surrogate would be stored as U+FFFD,
@@ -47,7 +48,8 @@ export function readMessageId(value: unknown): MessageIdReading {
   if (typeof value !== 'string') {
     return { kind: 'unusable', reason: `is a ${typeof value}, not a string or an integer` };
   }
-  if (value.length > 255) return { kind: 'unusable', reason: 'is over 255 characters' };
+  // Characters as the table's CHECK counts them (code points), not UTF-16 code units.
+  if (characterCount(value) > 255) return { kind: 'unusable', reason: 'is over 255 characters' };
   if (value.includes('\u0000')) return { kind: 'unusable', reason: 'holds a NUL character' };
   if (!isWellFormedText(value)) {
     return { kind: 'unusable', reason: 'holds a lone surrogate (not Unicode)' };
@@ -63,5 +65,5 @@ export function previewMessageId(value: unknown): string {
   } catch {
     shown = String(value);
   }
-  return shown.length > 60 ? `${shown.slice(0, 60)}…` : shown;
+  return characterCount(shown) > 60 ? `${firstCharacters(shown, 60)}…` : shown;
 }

@@ -42,6 +42,7 @@ import {
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { IDEMPOTENT_TASK_OPTIONS } from '../shapes/idempotency.constants.js';
 import { MAX_TENANT_ID_LENGTH } from '../decisions/tenant-id.js';
+import { characterCount } from '../decisions/well-formed.js';
 import {
   IdempotentTaskNameTakenError,
   IdempotentTaskOverrideError,
@@ -234,7 +235,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
     const settings = resolveTaskOptions(options, where, this.options.route);
     const name = settings.name ?? schedule.name ?? where;
     const tenant = `${TICK_TENANT_PREFIX}${name}`;
-    if (tenant.length > MAX_TENANT_ID_LENGTH) {
+    if (characterCount(tenant) > MAX_TENANT_ID_LENGTH) {
       throw new IdempotentTaskNameTooLongError(where, name);
     }
     return {

@@ -1,5 +1,6 @@
 import { TICK_TENANT_PREFIX } from '../decisions/tenant-id.js';
 import { InvalidIdempotencyOptionsError } from '../idempotency-options.js';
+import { characterCount } from '../decisions/well-formed.js';
 
 /** A task's method without a schedule to key its ticks by: refused at start-up. */
 export class IdempotentTaskUnscheduledError extends InvalidIdempotencyOptionsError {
@@ -45,7 +46,7 @@ export class IdempotentTaskSchedulesError extends InvalidIdempotencyOptionsError
 export class IdempotentTaskNameTooLongError extends InvalidIdempotencyOptionsError {
   constructor(where: string, name: string) {
     super(
-      `@IdempotentTask() on ${where}: its name (${name.length} characters, from the option, the ` +
+      `@IdempotentTask() on ${where}: its name (${characterCount(name)} characters, from the option, the ` +
         "schedule's name or Class.method) is too long to key its ticks by: give it a name of " +
         'at most 246 characters (@IdempotentTask({ name }))',
     );
