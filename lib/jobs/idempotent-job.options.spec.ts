@@ -9,6 +9,8 @@ describe('namespaceProblem', () => {
     ['a dash, a dot, a slash', 'svc-a.eu/1', undefined],
     ['empty', '', 'must be 1 to 100 characters'],
     ['101 characters', 'n'.repeat(101), 'must be 1 to 100 characters'],
+    ['100 emoji (200 code units)', '📦'.repeat(100), undefined],
+    ['101 emoji', '📦'.repeat(101), 'must be 1 to 100 characters'],
     ['a colon', 'svc:a', 'must not hold ":" (it ends the namespace in the tenant)'],
     ['a NUL', 'svc\u0000', 'must not hold control characters'],
     ['a lone surrogate', 'svc\ud800', 'must be well-formed Unicode'],

@@ -1,4 +1,4 @@
-import { isWellFormedText } from '../decisions/well-formed.js';
+import { characterCount, isWellFormedText } from '../decisions/well-formed.js';
 import { InvalidIdempotencyOptionsError, resolveRouteOptions } from '../idempotency-options.js';
 import { POSTGRES_CLAIM_STORE } from '../idempotency-options.js';
 import {
@@ -53,7 +53,8 @@ export interface ResolvedJobOptions {
 /** Why a job's `namespace` cannot be one (a pure decision), or `undefined` where it can. */
 export function namespaceProblem(namespace: unknown): string | undefined {
   if (typeof namespace !== 'string') return 'must be a string';
-  if (namespace.length < 1 || namespace.length > 100) return 'must be 1 to 100 characters';
+  const characters = characterCount(namespace);
+  if (characters < 1 || characters > 100) return 'must be 1 to 100 characters';
   if (namespace.includes(':')) return 'must not hold ":" (it ends the namespace in the tenant)';
   // eslint-disable-next-line no-control-regex -- matching control characters is the point
   if (/[\u0000-\u001f\u007f-\u009f]/.test(namespace)) return 'must not hold control characters';

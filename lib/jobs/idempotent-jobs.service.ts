@@ -51,6 +51,7 @@ import {
   JobKeyUnusableError,
   JobMoveInPhaseError,
   JobQueueTenantTooLongError,
+  JobQueueTenantUnstorableError,
   JobQueueStoreUnreadableError,
   JobResultTooLargeError,
   JobResultUnstorableError,
@@ -64,7 +65,7 @@ import { ANSWER_HELD, answerHeldHeader, answerHeldToWrite } from './answer-held.
 import { afterJobError, isJobStep, stepMoveOf } from './job-failure.js';
 import { phaseWorkFailure } from '../phases/phase-work-failure.js';
 import { moveInPhaseRefusal } from './move-in-phase.js';
-import { jobKeyOf, jobTenant, stepOwnerOf, tenantFits } from './job-key.js';
+import { jobKeyOf, jobTenant, stepOwnerOf, tenantFits, tenantProblem } from './job-key.js';
 import { jobStore } from './job-store.js';
 import {
   dataToRestore,
@@ -359,7 +360,10 @@ export class IdempotentJobs implements OnModuleInit {
       tenantId: jobTenant(job.queueName, job.prefix, place, namespace),
       key: reading.key,
     };
-    // Checked before the claim, whose CHECK violation would be taken for a passing failure.
+    // Checked before the claim, whose CHECK violation (or a NUL's 22021) would be taken for a
+    // passing failure: delayed for ever, no attempt counted (adversaries 78, 99).
+    const problem = tenantProblem(scope.tenantId);
+    if (problem) throw new JobQueueTenantUnstorableError(where, scope.tenantId, problem);
     if (!tenantFits(scope.tenantId)) {
       throw new JobQueueTenantTooLongError(where, scope.tenantId, job.queueName);
     }

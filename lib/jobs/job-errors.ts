@@ -1,4 +1,5 @@
 import { MAX_TENANT_ID_LENGTH } from '../decisions/tenant-id.js';
+import { characterCount, firstCharacters } from '../decisions/well-formed.js';
 import { queueNameRoom } from './job-key.js';
 
 /**
@@ -30,16 +31,35 @@ export class JobQueueTenantTooLongError extends JobRefusedError {
       queueName === undefined
         ? ''
         : `; its queue name may be ${Math.max(0, queueNameRoom(tenant, queueName))} characters ` +
-          `at most there, not ${queueName.length}`;
+          `at most there, not ${characterCount(queueName)}`;
     super(
-      `the job cannot be recorded: its queue's tenant (${tenant.slice(0, 40)}…, ` +
-        `${tenant.length} characters: bullmq:, the namespace if given, the queue's prefix unless ` +
+      `the job cannot be recorded: its queue's tenant (${firstCharacters(tenant, 40)}…, ` +
+        `${characterCount(tenant)} characters: bullmq:, the namespace if given, the queue's prefix unless ` +
         `it is BullMQ's own, its name, and where it is: :db<n>: on a Redis database other ` +
         `than 0, <schema>: and :pg: in a schema of BullMQ's PostgreSQL backend, :ns: under a ` +
         `namespace) is over ${MAX_TENANT_ID_LENGTH} characters${room}. Give the queue (with its ` +
         `prefix, or namespace) a shorter name (${where})`,
     );
     this.name = 'JobQueueTenantTooLongError';
+  }
+}
+
+/**
+ * A job of a queue whose tenant PostgreSQL's text cannot hold (a NUL, or a lone surrogate, in
+ * its queue's name or BullMQ prefix: lib/jobs/job-key.ts `tenantProblem`): every claim of it
+ * would fail the same way (SQLSTATE 22021), which is no passing failure (adversary 99: delayed
+ * for ever, no attempt counted). The tenant is shown escaped (JSON), never as it is.
+ */
+export class JobQueueTenantUnstorableError extends JobRefusedError {
+  constructor(where: string, tenant: string, problem: string) {
+    super(
+      `the job cannot be recorded: its queue's tenant ${JSON.stringify(firstCharacters(tenant, 60))}` +
+        `${characterCount(tenant) > 60 ? '…' : ''} (bullmq:, the namespace if given, the ` +
+        `queue's prefix unless it is BullMQ's own, its name) ${problem}, which PostgreSQL ` +
+        'cannot store: every claim of the job would fail. Give the queue a name (and prefix) ' +
+        `without NUL or other control characters, in well-formed Unicode (${where})`,
+    );
+    this.name = 'JobQueueTenantUnstorableError';
   }
 }
 

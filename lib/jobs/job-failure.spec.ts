@@ -3,12 +3,14 @@ import {
   IdempotencyKeyMismatchError,
   IdempotencyLeaseLostError,
   IdempotencyStoreUnavailableError,
+  PermanentDatabaseError,
   RetryLaterError,
   TransientDatabaseError,
 } from '../shapes/idempotency.errors.js';
 import {
   JobKeyUnusableError,
   JobQueueTenantTooLongError,
+  JobQueueTenantUnstorableError,
   JobResultUnstorableError,
 } from './job-errors.js';
 import { afterJobError, isJobStep } from './job-failure.js';
@@ -46,6 +48,30 @@ describe('afterJobError', () => {
       'a queue whose tenant the keys table cannot hold',
       new JobQueueTenantTooLongError('P.process', 'bullmq:' + 'q'.repeat(250)),
       { kind: 'fail' },
+    ],
+    [
+      'a queue whose tenant holds a NUL (adversary 99)',
+      new JobQueueTenantUnstorableError('P.process', 'bullmq:a\u0000b', 'holds a NUL character'),
+      { kind: 'fail' },
+    ],
+    [
+      // The library's statement refused for a text it sent (22021): an attempt, never delayed.
+      'a statement of the library’s refused for a NUL (22021), as the store says it',
+      new PermanentDatabaseError(
+        Object.assign(new Error('invalid byte sequence for encoding "UTF8": 0x00'), {
+          code: '22021',
+          severity: 'ERROR',
+        }),
+      ),
+      { kind: 'throw' },
+    ],
+    [
+      'a driver’s 22021 as it is (no passing failure)',
+      Object.assign(new Error('invalid byte sequence for encoding "UTF8": 0x00'), {
+        code: '22021',
+        severity: 'ERROR',
+      }),
+      { kind: 'throw' },
     ],
     [
       'a result JSON cannot write',

@@ -5,6 +5,7 @@ import {
   queueNameRoom,
   stepOwnerOf,
   tenantFits,
+  tenantProblem,
 } from './job-key.js';
 import { type JobLike } from './job-like.js';
 
@@ -70,6 +71,36 @@ describe('jobKeyOf', () => {
       job({ data: { orderId: 'a\ud800' } }),
       byOrder,
       { kind: 'unusable', reason: 'its key holds a lone surrogate (not Unicode)' },
+    ],
+    [
+      'a key of 255 emoji (255 characters, 510 code units)',
+      job({ data: { orderId: '📦'.repeat(255) } }),
+      byOrder,
+      { kind: 'key', key: '📦'.repeat(255), derived: true },
+    ],
+    [
+      'a key of 256 emoji',
+      job({ data: { orderId: '📦'.repeat(256) } }),
+      byOrder,
+      { kind: 'unusable', reason: 'its key is over 255 characters' },
+    ],
+    [
+      'the app’s key, the job’s own id (its steps’ owner) with a NUL',
+      job({ id: 'p\u00001', opts: { jobId: 'p\u00001' } }),
+      byOrder,
+      { kind: 'unusable', reason: 'its id holds a NUL character' },
+    ],
+    [
+      'the app’s key, the job’s own id with a lone surrogate',
+      job({ id: 'p\udc001', opts: { jobId: 'p\udc001' } }),
+      byOrder,
+      { kind: 'unusable', reason: 'its id holds a lone surrogate (not Unicode)' },
+    ],
+    [
+      'the job’s own id with a NUL, as its key',
+      job({ id: 'p\u00001', opts: { jobId: 'p\u00001' } }),
+      undefined,
+      { kind: 'unusable', reason: 'its key holds a NUL character' },
     ],
   ] as const)('%s', (_name, given, key, reading) => {
     expect(jobKeyOf(given, key)).toEqual(reading);
@@ -270,6 +301,10 @@ describe('tenantFits', () => {
     ['256 characters', jobTenant('q'.repeat(249)), false],
     ['a long queue name', jobTenant('q'.repeat(250)), false],
     ['a long prefix of the queue', jobTenant('payouts', 'p'.repeat(250)), false],
+    // Characters as the CHECK's length() counts them: an emoji is one, not two code units.
+    ['248 emoji (255 characters, 503 code units)', jobTenant('📦'.repeat(248)), true],
+    ['249 emoji (256 characters)', jobTenant('📦'.repeat(249)), false],
+    ['130 emoji and -a (139 characters)', jobTenant('📦'.repeat(130) + '-a'), true],
     [
       '248 characters on database 2: its ending counts',
       jobTenant('q'.repeat(248), 'bull', 2),
@@ -301,8 +336,31 @@ describe('tenantFits', () => {
       expect(queueNameRoom(jobTenant('q', prefix, place, namespace), 'q')).toBe(room);
       expect(tenantFits(jobTenant('q'.repeat(room), prefix, place, namespace))).toBe(true);
       expect(tenantFits(jobTenant('q'.repeat(room + 1), prefix, place, namespace))).toBe(false);
+      // In characters, whatever the name is written in.
+      expect(queueNameRoom(jobTenant('📦', prefix, place, namespace), '📦')).toBe(room);
+      expect(tenantFits(jobTenant('📦'.repeat(room), prefix, place, namespace))).toBe(true);
+      expect(tenantFits(jobTenant('📦'.repeat(room + 1), prefix, place, namespace))).toBe(false);
     },
   );
+
+  it.each([
+    ['a plain queue', jobTenant('mail-eu'), undefined],
+    ['an emoji queue', jobTenant('📦'), undefined],
+    ['a NUL in the queue name', jobTenant('mail\u0000eu'), 'holds a NUL character'],
+    ['a NUL in the prefix', jobTenant('mail', 'svc\u0000'), 'holds a NUL character'],
+    [
+      'a lone surrogate in the queue name',
+      jobTenant('mail\ud800'),
+      'holds a lone surrogate (not Unicode)',
+    ],
+    [
+      'a lone surrogate in a schema',
+      jobTenant('mail', '', { kind: 'postgres', schema: 's\udfff' }),
+      'holds a lone surrogate (not Unicode)',
+    ],
+  ] as const)('tenantProblem: %s', (_name, tenant, problem) => {
+    expect(tenantProblem(tenant)).toBe(problem);
+  });
 });
 
 describe('stepOwnerOf', () => {

@@ -1,4 +1,5 @@
 import { JOB_TENANT_PREFIX, MAX_TENANT_ID_LENGTH } from '../decisions/tenant-id.js';
+import { characterCount, unstorableTextProblem } from '../decisions/well-formed.js';
 import { readMessageId } from '../messages/message-id.js';
 import { type JobLike } from './job-like.js';
 
@@ -71,21 +72,33 @@ export function jobTenant(
 
 /**
  * Whether the keys table can hold `tenant` (a pure decision): its CHECK takes 1 to 255
- * characters. A longer one (a long queue name, prefix, namespace or schema, with `bullmq:` and
- * the form's ending) is refused by every claim, for good.
+ * characters, as PostgreSQL's `length()` counts them (code points: an emoji is one, not
+ * JavaScript's two code units). A longer one (a long queue name, prefix, namespace or schema,
+ * with `bullmq:` and the form's ending) is refused by every claim, for good.
  */
 export function tenantFits(tenant: string): boolean {
-  return tenant.length >= 1 && tenant.length <= MAX_TENANT_ID_LENGTH;
+  const characters = characterCount(tenant);
+  return characters >= 1 && characters <= MAX_TENANT_ID_LENGTH;
+}
+
+/**
+ * Why PostgreSQL's text cannot hold a job's tenant (a pure decision; completes "it ..."), or
+ * undefined: a NUL (BullMQ takes one in a queue's name or prefix, Redis keeps it) fails every
+ * claim with SQLSTATE 22021, and a lone surrogate has no UTF-8 form. Either is refused before
+ * the claim, for good, as a tenant too long is (adversary 99).
+ */
+export function tenantProblem(tenant: string): string | undefined {
+  return unstorableTextProblem(tenant);
 }
 
 /**
  * How long a queue's name may be where its tenant is `tenant` (a pure decision): the keys
  * table's 255 characters less what the tenant holds besides the name (`bullmq:`, the
- * namespace, the prefix, the place's ending). 248 for a queue of BullMQ's own prefix on
+ * namespace, the prefix, the place's ending), in characters as PostgreSQL counts them. 248 for a queue of BullMQ's own prefix on
  * database 0 of Redis, with no namespace; less under any of them.
  */
 export function queueNameRoom(tenant: string, queueName: string): number {
-  return MAX_TENANT_ID_LENGTH - (tenant.length - queueName.length);
+  return MAX_TENANT_ID_LENGTH - (characterCount(tenant) - characterCount(queueName));
 }
 
 /**
@@ -120,12 +133,21 @@ export type JobKeyReading =
  *    in Redis, and a Redis that lost its data (a failover, a restart without persistence)
  *    counts from 1 again; a new job 7 is then not the old job 7.
  * A stalled job, or one retried after an error, keeps its id and its time: the same key.
+ * Every text of it the library sends is one PostgreSQL can hold: the key (`readMessageId`),
+ * and under a key of the app's the job's id too, which names it as its steps' owner.
  */
 export function jobKeyOf(job: JobLike, key?: (job: JobLike) => unknown): JobKeyReading {
   const counted = job.id === undefined ? undefined : jobIdentity(job);
   const value = key ? key(job) : (job.opts?.jobId ?? counted);
   const reading = readMessageId(value);
-  if (reading.kind === 'id') return { kind: 'key', key: reading.id, derived: key !== undefined };
+  if (reading.kind === 'id') {
+    // Its id names the job as its steps' owner (`stepOwnerOf`), kept with its key's steps:
+    // checked as the key is, where the key is not that id (adversary 99).
+    const owner = key !== undefined ? stepOwnerOf(job, true) : undefined;
+    const problem = owner === undefined ? undefined : unstorableTextProblem(owner);
+    if (problem) return { kind: 'unusable', reason: `its id ${problem}` };
+    return { kind: 'key', key: reading.id, derived: key !== undefined };
+  }
   if (reading.kind === 'none') {
     return { kind: 'unusable', reason: key ? 'key(job) gave no key' : 'the job has no id' };
   }

@@ -38,6 +38,14 @@
  * Suggested fix: count code points (`[...tenant].length`, as PostgreSQL's `length()`) in
  * `tenantFits`, `queueNameRoom` and the error's numbers (and in `readMessageId`'s 255 for keys,
  * the namespace's 100); or say in jobs.md that the limits count UTF-16 code units.
+ *
+ * Fixed (session of 2026-12-06, sixth): lib/decisions/well-formed.ts `characterCount` counts
+ * code points, as PostgreSQL's `length()`; every limit that mirrors a CHECK on a length counts
+ * with it: `tenantFits`, `queueNameRoom` and `JobQueueTenantTooLongError`'s numbers, the
+ * namespace's 100 (`namespaceProblem`), `readMessageId`'s 255 (a job's key, a message's id),
+ * `readTenantId`'s 255, the HTTP and GraphQL key's 255, a task's tenant and
+ * `processOnce`'s consumer and message id. Previews (`JobQueueTenantTooLongError`'s 40,
+ * `previewMessageId`'s 60) are cut by `firstCharacters`, never inside a surrogate pair.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
@@ -136,7 +144,7 @@ onRedis('adversary 99: a queue name outside the BMP is measured in code units', 
     expect(rows).toEqual([{ length: 7 + 132 }]);
   }, 60_000);
 
-  it.skip('a queue name of 132 emoji-bearing characters (a 139-character tenant) records its job (Not fixed (round 99): found by review)', async () => {
+  it('a queue name of 132 emoji-bearing characters (a 139-character tenant) records its job', async () => {
     const queue = '📦'.repeat(130) + '-a';
     expect([...`bullmq:${queue}`].length).toBe(139);
     expect(await runParcel(queue)).toEqual({ completed: true });

@@ -40,6 +40,16 @@
  * rules) before the claim, failing the job at once (`UnrecoverableError`, as
  * `JobQueueTenantTooLongError`), naming the queue; or classify 22021 (and other data errors of
  * the library's own statements) as final, not passing.
+ *
+ * Fixed (session of 2026-12-06, sixth): both. lib/jobs/job-key.ts `tenantProblem` (the shared
+ * `unstorableTextProblem` of lib/decisions/well-formed.ts: a NUL, a lone surrogate) is checked
+ * in `runOnce` before the claim, and a tenant PostgreSQL cannot hold fails the job at once
+ * (`UnrecoverableError`) with `JobQueueTenantUnstorableError`, naming the tenant escaped and
+ * the problem ("holds a NUL character"); `jobKeyOf` checks the job's own id the same way where a
+ * key of the app's makes it only its steps' owner. And lib/connection/connection-errors.ts
+ * takes 22021 and 22P05 of the library's own statements as permanent (`isPermanentError`: a 500
+ * `database_permanent` over HTTP, an attempt for a job, never the delayed set), with
+ * `permanentRemedy` saying which text to change.
  */
 import 'reflect-metadata';
 import { Module, type INestApplicationContext } from '@nestjs/common';
@@ -126,7 +136,7 @@ onRedis('adversary 99: a NUL in a queue name loops its jobs in the delayed set',
     expect(await runMail('mail-eu')).toMatchObject({ state: 'completed', attemptsMade: 1 });
   }, 60_000);
 
-  it.skip('a queue name with a NUL fails its job at once, saying so (Not fixed (round 99): found by review)', async () => {
+  it('a queue name with a NUL fails its job at once, saying so', async () => {
     const outcome = await runMail('mail\u0000eu');
     expect(outcome).toMatchObject({ state: 'failed', failedReason: expect.stringMatching(/NUL/) });
   }, 60_000);
