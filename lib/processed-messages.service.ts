@@ -8,7 +8,7 @@ import { publish } from './events/idempotency-events.js';
 import { classifyCommitError, classifyHandlerError } from './transaction/failure.js';
 import { TransactionAbortedError } from './transaction/seam-errors.js';
 import { readMessageId } from './messages/message-id.js';
-import { characterCount } from './decisions/well-formed.js';
+import { longerThan } from './decisions/well-formed.js';
 import { markDatabaseFailure } from './connection/connection-errors.js';
 
 /** The outcome of delivering a message: it ran now, or it had been processed before. */
@@ -52,10 +52,10 @@ export class ProcessedMessages {
     effect: (manager: EntityManager) => Promise<T>,
   ): Promise<DeliveryOutcome<T>> {
     // Characters as the table's CHECK counts them (code points), not UTF-16 code units.
-    if (!consumer || characterCount(consumer) > 255) {
+    if (!consumer || longerThan(consumer, 255)) {
       throw new RangeError('consumer: 1 to 255 characters');
     }
-    if (!messageId || characterCount(messageId) > 255) {
+    if (!messageId || longerThan(messageId, 255)) {
       throw new RangeError('messageId: 1 to 255 characters');
     }
     // Refused rather than sent: PostgreSQL cannot store a NUL, and would store a lone surrogate

@@ -1,5 +1,5 @@
 import { MAX_KEY_LENGTH } from '../shapes/idempotency.constants.js';
-import { characterCount, isWellFormedText } from './well-formed.js';
+import { isWellFormedText, longerThan } from './well-formed.js';
 
 /** The outcome of reading the key header: expected outcomes are values, not exceptions. */
 export type KeyParseResult =
@@ -57,7 +57,7 @@ export function parseIdempotencyKey(header: string | string[] | undefined): KeyP
     key = unquoted;
   }
   if (key.length === 0) return { kind: 'invalid', reason: 'it is empty' };
-  if (characterCount(key) > MAX_KEY_LENGTH) {
+  if (longerThan(key, MAX_KEY_LENGTH)) {
     return { kind: 'invalid', reason: `it is longer than ${MAX_KEY_LENGTH} characters` };
   }
   // Refused by the ASCII rule too; said apart because a JSON body's "\ud800" reaches here.

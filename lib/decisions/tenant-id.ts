@@ -1,5 +1,5 @@
 import { type TenantId } from '../shapes/idempotency-options.interface.js';
-import { characterCount, isWellFormedText } from './well-formed.js';
+import { isWellFormedText, longerThan } from './well-formed.js';
 
 const MAX_INT64 = 9223372036854775807n;
 const MIN_INT64 = -9223372036854775808n;
@@ -64,7 +64,7 @@ export function readTenantId(value: unknown): TenantIdReading {
   }
   if (text.length === 0) return { kind: 'invalid', rule: 'it is empty' };
   if (text.trim().length === 0) return { kind: 'invalid', rule: 'it is only white space' };
-  if (characterCount(text) > MAX_TENANT_ID_LENGTH) {
+  if (longerThan(text, MAX_TENANT_ID_LENGTH)) {
     return {
       kind: 'invalid',
       rule: `it is longer than ${MAX_TENANT_ID_LENGTH} characters`,

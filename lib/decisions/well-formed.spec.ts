@@ -2,6 +2,7 @@ import {
   characterCount,
   firstCharacters,
   isWellFormedText,
+  longerThan,
   unstorableTextProblem,
 } from './well-formed.js';
 
@@ -44,5 +45,19 @@ describe('unstorableTextProblem', () => {
     ['a pair cut in two', '📦'.slice(0, 1), 'holds a lone surrogate (not Unicode)'],
   ])('%s', (_name, text, problem) => {
     expect(unstorableTextProblem(text)).toBe(problem);
+  });
+});
+
+describe('longerThan: over max characters, as characterCount says', () => {
+  it.each([
+    ['255 ASCII', 'x'.repeat(255), 255, false],
+    ['256 ASCII', 'x'.repeat(256), 255, true],
+    ['255 emoji (510 code units)', '😀'.repeat(255), 255, false],
+    ['256 emoji', '😀'.repeat(256), 255, true],
+    ['10 KB', 'x'.repeat(10_240), 255, true],
+    ['empty', '', 0, false],
+  ])('%s', (_name, text, max, longer) => {
+    expect(longerThan(text, max)).toBe(longer);
+    expect(longerThan(text, max)).toBe(characterCount(text) > max);
   });
 });

@@ -30,6 +30,17 @@ export function characterCount(text: string): number {
   return count;
 }
 
+/**
+ * Whether `text` is over `max` characters as `characterCount` counts them, reading no more than
+ * needed: a character is one or two code units, so a text of at most `max` units is not, and
+ * one of over `2 * max` is (a 10 MB id is not walked through).
+ */
+export function longerThan(text: string, max: number): boolean {
+  if (text.length <= max) return false;
+  if (text.length > 2 * max) return true;
+  return characterCount(text) > max;
+}
+
 /** `text`'s first `max` characters (code points), never cutting a surrogate pair in two. */
 export function firstCharacters(text: string, max: number): string {
   let end = 0;

@@ -13,7 +13,7 @@ import {
   type ResolvedRouteOptions,
 } from '../shapes/idempotency-options.interface.js';
 import { rawKey } from '../decisions/key-source.js';
-import { characterCount } from '../decisions/well-formed.js';
+import { longerThan } from '../decisions/well-formed.js';
 import { type KeyScope } from '../shapes/claim-store.interface.js';
 import { readKey, readTenant } from '../http/read-scope.js';
 import { type GraphqlField } from './graphql-field.js';
@@ -96,7 +96,7 @@ export function readField(
   if (read.kind !== 'key') return read;
   // A key of the whole operation is one per field: see above.
   const key = arg === undefined ? `${read.key}:${field.responseKey}` : read.key;
-  if (characterCount(key) > MAX_KEY_LENGTH) {
+  if (longerThan(key, MAX_KEY_LENGTH)) {
     const reason =
       `with the field's name in the answer ("${field.responseKey}") after it, it is longer ` +
       `than ${MAX_KEY_LENGTH} characters`;

@@ -1,4 +1,4 @@
-import { characterCount, firstCharacters, isWellFormedText } from '../decisions/well-formed.js';
+import { firstCharacters, isWellFormedText, longerThan } from '../decisions/well-formed.js';
 
 /**
  * The id a transport gives a message, read from the context Nest hands a message handler,
@@ -49,7 +49,7 @@ export function readMessageId(value: unknown): MessageIdReading {
     return { kind: 'unusable', reason: `is a ${typeof value}, not a string or an integer` };
   }
   // Characters as the table's CHECK counts them (code points), not UTF-16 code units.
-  if (characterCount(value) > 255) return { kind: 'unusable', reason: 'is over 255 characters' };
+  if (longerThan(value, 255)) return { kind: 'unusable', reason: 'is over 255 characters' };
   if (value.includes('\u0000')) return { kind: 'unusable', reason: 'holds a NUL character' };
   if (!isWellFormedText(value)) {
     return { kind: 'unusable', reason: 'holds a lone surrogate (not Unicode)' };
@@ -65,5 +65,5 @@ export function previewMessageId(value: unknown): string {
   } catch {
     shown = String(value);
   }
-  return characterCount(shown) > 60 ? `${firstCharacters(shown, 60)}…` : shown;
+  return longerThan(shown, 60) ? `${firstCharacters(shown, 60)}…` : shown;
 }
