@@ -1,5 +1,14 @@
 import { Readable } from 'node:stream';
-import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
+import { isDeepStrictEqual } from 'node:util';
+import {
+  classMembers,
+  describeValue,
+  escapeKey,
+  keepData,
+  keepsExactly,
+  restoreData,
+  unescapeKey,
+} from './kept-data.js';
 
 class Row {
   id = 1;
@@ -89,6 +98,124 @@ describe('keepData', () => {
       meta: { values: { at: ['Date'] }, v: 1 },
     });
     expect(keepData({ n: 1 }).kept).toEqual({ json: { n: 1 } });
+  });
+});
+
+/** An object with `name` as its own key (`__proto__` too), as `JSON.parse` makes one. */
+const own = (name: string, value: unknown): Record<string, unknown> =>
+  Object.defineProperty({}, name, { value, enumerable: true, writable: true, configurable: true });
+
+/** Its keys in their order, `__proto__` included, at every depth of plain objects. */
+const keysOf = (value: unknown, seen = new Set<unknown>()): unknown => {
+  if (typeof value !== 'object' || value === null || seen.has(value)) return typeof value;
+  // A cycle stops at its start; a reference shared apart is read again.
+  seen.add(value);
+  const items = value instanceof Map || value instanceof Set ? [...value.values()] : value;
+  const keys = Object.entries(items).map(([name, item]) => [name, keysOf(item, seen)]);
+  seen.delete(value);
+  return keys;
+};
+
+/** Equal as the library tells it (jest's `toStrictEqual` reads an own `constructor` key). */
+const same = (back: unknown, data: unknown) => expect(isDeepStrictEqual(back, data)).toBe(true);
+
+class Stage {
+  constructor(readonly due: Date) {}
+}
+
+describe('keepData with keys superjson refuses (prototype, constructor, __proto__)', () => {
+  const due = new Date('2027-01-15T00:00:00.000Z');
+  describe.each(['prototype', 'constructor', '__proto__', '~prototype', '~~constructor'])(
+    'the key %s',
+    (key) => {
+      it.each<[string, () => Record<string, unknown>]>([
+        ['with a string value', () => ({ roles: own(key, 'Bob') })],
+        ['with a Date, among others', () => ({ stages: { pilot: due, ...own(key, due) } })],
+        ['at the top', () => own(key, { at: due })],
+        ['nested', () => ({ a: { b: own(key, { c: own(key, 1n) }) } })],
+        ['in an array', () => ({ list: [own(key, due), { x: 1 }] })],
+        [
+          'in a Map value and a Set',
+          () => ({ m: new Map([['k', own(key, due)]]), s: new Set([own(key, 1)]) }),
+        ],
+        [
+          'parsed from JSON',
+          () => ({ doc: JSON.parse(`{"${key}": {"n": 1}, "z": 2}`) as unknown }),
+        ],
+        [
+          'shared and in a cycle',
+          () => {
+            const shared = own(key, due);
+            shared.self = shared;
+            return { a: shared, b: [shared] };
+          },
+        ],
+      ])('%s comes back as it was, its keys in their order', (_name, make) => {
+        const data = make();
+        expect(keepData(data).unfaithful).toEqual([]);
+        const back = throughStore(data);
+        same(back, data);
+        expect(keysOf(back)).toEqual(keysOf(data));
+        // Never on a prototype: an own key, and Object.prototype untouched.
+        expect(({} as Record<string, unknown>).n).toBeUndefined();
+      });
+
+      it('in an instance of a class, kept as its own data', () => {
+        const stage = Object.defineProperty(new Stage(due), key, { value: 'x', enumerable: true });
+        const data = { stage };
+        expect(keepData(data).unfaithful).toEqual([]);
+        const expected = {
+          stage: Object.defineProperty({ due }, key, { value: 'x', enumerable: true }),
+        };
+        same(throughStore(data), expected);
+        expect(keysOf(throughStore(data))).toEqual(keysOf(expected));
+      });
+
+      it('keepsExactly keeps it', () => {
+        expect(keepsExactly(own(key, due))).toBe(true);
+      });
+    },
+  );
+
+  it.each<[string, string]>([
+    ['prototype', '~prototype'],
+    ['constructor', '~constructor'],
+    ['__proto__', '~__proto__'],
+    ['~prototype', '~~prototype'],
+    ['~~__proto__', '~~~__proto__'],
+    ['proto', 'proto'],
+    ['~x', '~x'],
+    ['prototypes', 'prototypes'],
+    ['a.prototype', 'a.prototype'],
+  ])('writes the key %p as %p, and reads it back', (key, written) => {
+    expect(escapeKey(key)).toBe(written);
+    expect(unescapeKey(written)).toBe(key);
+  });
+
+  it('marks a record with escaped keys, and reads one without the mark as it is', () => {
+    expect(keepData({ stages: { prototype: 1 } }).kept).toEqual({
+      json: { stages: { '~prototype': 1 } },
+      keys: 1,
+    });
+    expect(keepData({ stages: { '~x': 1 } }).kept).toEqual({ json: { stages: { '~x': 1 } } });
+    // Stored before: a key `~prototype` was the app's own.
+    expect(restoreData({ json: { stages: { '~prototype': 1 } } })).toEqual({
+      stages: { '~prototype': 1 },
+    });
+  });
+
+  it('leaves out, and names, only a member with no JSON form, the others kept', () => {
+    class Loop {
+      toJSON(): unknown {
+        return { me: this };
+      }
+    }
+    const data = { loop: new Loop(), stages: { prototype: due } };
+    const kept = keepData(data);
+    expect(kept.unfaithful).toEqual([
+      { name: 'loop', what: 'an instance of Loop with no JSON form' },
+    ]);
+    expect(restoreData(kept.kept)).toStrictEqual({ stages: { prototype: due } });
   });
 });
 

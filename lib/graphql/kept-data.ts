@@ -28,8 +28,31 @@ typed.registerCustom<Buffer, string>(
   'Buffer',
 );
 
-/** A stored `{ json, meta }` of superjson. */
-export type KeptData = SuperJSONResult;
+/**
+ * A stored `{ json, meta }` of superjson; `keys: 1` where object keys superjson refuses were
+ * written escaped (see `escapeKey`), for `restoreData` to read them back. A record without it
+ * (stored before) holds no escaped key: its keys are read as they are.
+ */
+export type KeptData = SuperJSONResult & { keys?: 1 };
+
+/**
+ * The object keys superjson refuses (its prototype-pollution guard, not configurable:
+ * "Detected property prototype ..."), each an ordinary name in an app's data (a stage named
+ * `prototype`, a role `constructor`, a JSON document's `"__proto__"`). Written with a `~` more
+ * before them, and so is a key that is already such a name after `~`s, so that reading back
+ * (one `~` less) is exact: `prototype` <-> `~prototype`, `~prototype` <-> `~~prototype`.
+ */
+const REFUSED_KEY = /^~*(?:__proto__|constructor|prototype)$/;
+
+/** The key as written for superjson (see `REFUSED_KEY`). */
+export function escapeKey(key: string): string {
+  return REFUSED_KEY.test(key) ? `~${key}` : key;
+}
+
+/** The key written by `escapeKey` as it was. */
+export function unescapeKey(key: string): string {
+  return key.startsWith('~') && REFUSED_KEY.test(key) ? key.slice(1) : key;
+}
 
 /** A member of the data that does not come back as it was, and what it was. */
 export interface Unfaithful {
@@ -54,18 +77,51 @@ export interface Kept {
 export function keepData(data: Readonly<Record<string, unknown>>): Kept {
   const plain: Record<string, unknown> = {};
   const lost = new Set<string>();
+  /** Members left out: no typed JSON form, even alone. */
+  const left = new Set<string>();
   for (const [name, value] of Object.entries(data)) {
     const copying = { lost: false };
-    plain[name] = plainCopy(value, new Map(), copying);
+    try {
+      defineMember(plain, name, plainCopy(value, new Map(), copying));
+    } catch {
+      // A cycle through a `toJSON()` (JSON.stringify refuses it too).
+      left.add(name);
+      continue;
+    }
     if (copying.lost) lost.add(name);
   }
-  const kept = write(plain);
-  const back = restoreData(kept);
+  let kept: KeptData;
+  let back: Record<string, unknown>;
+  try {
+    kept = write(plain);
+    back = restoreData(kept);
+  } catch {
+    // No typed JSON form for some member (a cycle through a `toJSON()`): each member kept
+    // alone where it can be, the others left out and named, never the whole data lost nor
+    // the caller's error (a mutation's answer is the resolver's, not the library's).
+    const some: Record<string, unknown> = {};
+    for (const name of Object.keys(plain)) {
+      try {
+        restoreData(write({ [name]: plain[name] }));
+        defineMember(some, name, plain[name]);
+      } catch {
+        left.add(name);
+      }
+    }
+    kept = write(some);
+    back = restoreData(kept);
+  }
   const unfaithful = Object.entries(data)
     .filter(
-      ([name]) => lost.has(name) || !(name in back) || !isDeepStrictEqual(back[name], plain[name]),
+      ([name]) =>
+        lost.has(name) ||
+        !Object.prototype.hasOwnProperty.call(back, name) ||
+        !isDeepStrictEqual(back[name], plain[name]),
     )
-    .map(([name, value]) => ({ name, what: describeValue(value) }));
+    .map(([name, value]) => ({
+      name,
+      what: left.has(name) ? `${describeValue(value)} with no JSON form` : describeValue(value),
+    }));
   return { kept, unfaithful };
 }
 
@@ -87,6 +143,7 @@ export function keepsExactly(value: unknown): boolean {
 export function restoreData(kept: unknown): Record<string, unknown> {
   if (typeof kept !== 'object' || kept === null || !('json' in kept)) return {};
   const data = typed.deserialize(kept as KeptData);
+  if ((kept as KeptData).keys === 1) unescapeKeys(data, new Set());
   return typeof data === 'object' && data !== null ? (data as Record<string, unknown>) : {};
 }
 
@@ -122,10 +179,93 @@ export function describeValue(value: unknown): string {
 
 /** `data` as superjson writes it, as JSON (a BigInt a `toJSON()` gave, as its digits). */
 function write(data: Record<string, unknown>): KeptData {
-  const written = typed.serialize(data);
+  const escaping = { escaped: false };
+  const written = typed.serialize(escapedCopy(data, new Map(), escaping));
   const kept = { json: asJson(written.json) } as KeptData;
   if (written.meta) kept.meta = asJson(written.meta) as KeptData['meta'];
+  if (escaping.escaped) kept.keys = 1;
   return kept;
+}
+
+/** Defined, not assigned: a member named `__proto__` is data, as in JSON. */
+function defineMember(target: object, name: string, value: unknown): void {
+  Object.defineProperty(target, name, {
+    value,
+    enumerable: true,
+    writable: true,
+    configurable: true,
+  });
+}
+
+/**
+ * A copy of `value` (made of plain objects, arrays, Maps, Sets and typed values: see
+ * `plainCopy`) with its objects' keys as `escapeKey` writes them, shared references and cycles
+ * kept; `escaping.escaped` set where one was.
+ */
+function escapedCopy(
+  value: unknown,
+  copies: Map<object, unknown>,
+  escaping: { escaped: boolean },
+): unknown {
+  if (typeof value !== 'object' || value === null) return value;
+  if (copies.has(value)) return copies.get(value);
+  if (value instanceof Map) {
+    const copy = new Map<unknown, unknown>();
+    copies.set(value, copy);
+    for (const [key, item] of value) {
+      copy.set(escapedCopy(key, copies, escaping), escapedCopy(item, copies, escaping));
+    }
+    return copy;
+  }
+  if (value instanceof Set) {
+    const copy = new Set<unknown>();
+    copies.set(value, copy);
+    for (const item of value) copy.add(escapedCopy(item, copies, escaping));
+    return copy;
+  }
+  if (Array.isArray(value)) {
+    const copy: unknown[] = [];
+    copies.set(value, copy);
+    for (const item of value) copy.push(escapedCopy(item, copies, escaping));
+    return copy;
+  }
+  const prototype = Object.getPrototypeOf(value) as unknown;
+  if (prototype !== Object.prototype && prototype !== null) return value;
+  const copy: Record<string, unknown> = {};
+  copies.set(value, copy);
+  for (const [name, item] of Object.entries(value)) {
+    const key = escapeKey(name);
+    if (key !== name) escaping.escaped = true;
+    defineMember(copy, key, escapedCopy(item, copies, escaping));
+  }
+  return copy;
+}
+
+/**
+ * `value` as superjson read it, its objects' keys written by `escapeKey` put back as they were
+ * (in place, in their order: a resolver's `Object.entries()` reads them so), each object once.
+ */
+function unescapeKeys(value: unknown, seen: Set<object>): void {
+  if (typeof value !== 'object' || value === null || seen.has(value)) return;
+  seen.add(value);
+  if (value instanceof Map) {
+    for (const [key, item] of value) {
+      unescapeKeys(key, seen);
+      unescapeKeys(item, seen);
+    }
+    return;
+  }
+  if (value instanceof Set || Array.isArray(value)) {
+    for (const item of value as Iterable<unknown>) unescapeKeys(item, seen);
+    return;
+  }
+  const prototype = Object.getPrototypeOf(value) as unknown;
+  if (prototype !== Object.prototype && prototype !== null) return;
+  const entries = Object.entries(value);
+  for (const [, item] of entries) unescapeKeys(item, seen);
+  if (!entries.some(([name]) => unescapeKey(name) !== name)) return;
+  for (const [name] of entries) delete (value as Record<string, unknown>)[name];
+  for (const [name, item] of entries) defineMember(value, unescapeKey(name), item);
 }
 
 /** The typed arrays superjson reads back (a `Buffer` by the library's own rule, above). */
@@ -199,12 +339,7 @@ function plainCopy(
   copies.set(value, copy);
   for (const [name, item] of Object.entries(value)) {
     // Defined, not assigned: a member named `__proto__` is data here, as in JSON.
-    Object.defineProperty(copy, name, {
-      value: plainCopy(item, copies, copying),
-      enumerable: true,
-      writable: true,
-      configurable: true,
-    });
+    defineMember(copy, name, plainCopy(item, copies, copying));
   }
   return copy;
 }
