@@ -67,7 +67,8 @@ export interface Kept {
 }
 
 /**
- * The members of `data` as typed JSON. An instance of a class is kept as its own data (each
+ * The members of `data` as typed JSON; never throws (a member with no typed JSON form is left
+ * out, and named in `unfaithful`). An instance of a class is kept as its own data (each
  * member typed in turn: an entity's `Date` stays a `Date`) and comes back a plain object, as
  * the object GraphQL resolves from does; what it had more (the methods and getters of its
  * class, a `toJSON()` that JSON would write instead) is not there on a replay, nor is a
@@ -108,8 +109,15 @@ export function keepData(data: Readonly<Record<string, unknown>>): Kept {
         left.add(name);
       }
     }
-    kept = write(some);
-    back = restoreData(kept);
+    try {
+      kept = write(some);
+      back = restoreData(kept);
+    } catch {
+      // Each alone but not together (never seen): none kept, each named.
+      for (const name of Object.keys(some)) left.add(name);
+      kept = write({});
+      back = {};
+    }
   }
   const unfaithful = Object.entries(data)
     .filter(

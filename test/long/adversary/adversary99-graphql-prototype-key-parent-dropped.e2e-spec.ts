@@ -61,6 +61,12 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * (or write such an object as a `Map`'s entries and read it back as an object), so that any
  * own key round-trips; a member that truly cannot be kept should be left out alone, not the
  * object's whole `__parent`, and the loss should name it.
+ *
+ * Fixed (session of 2026-12-06, sixth): lib/graphql/kept-data.ts escapes the keys superjson
+ * refuses reversibly (`prototype` <-> `~prototype`, marked `keys: 1` in the record), so
+ * `__parent` round-trips them as own keys in their order; `keepData` never throws, leaving
+ * out (and naming) only a member with no typed JSON form, so `writeParent` no longer drops a
+ * whole `__parent`. Unit specs: kept-data.spec.ts.
  */
 let pool: Pool;
 
@@ -192,7 +198,7 @@ describe("adversary 99: a stage named prototype in a parent's data", () => {
     });
   });
 
-  it.skip('a @ResolveField() reading non-field data keyed prototype reads it again on a replay (Not fixed (round 99): found by review)', async () => {
+  it('a @ResolveField() reading non-field data keyed prototype reads it again on a replay', async () => {
     const query = 'mutation { createProduct { id firstStage } }';
     const before = await count();
     const firstAnswer = await post('adv99-proto-parent', query);
