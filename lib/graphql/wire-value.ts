@@ -12,6 +12,7 @@ import { ANSWER_FORMAT, type FieldError, fieldError } from './field-answer.js';
 import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
+import { fieldPlaces, writesBesideFields } from './field-places.js';
 import { type ReplayLoss } from './replay-loss.js';
 import { fieldResolution, hasAppField } from './resolved-fields.js';
 import { parentKeeping } from './parent-keeping.js';
@@ -320,18 +321,9 @@ function writeParent(
   delete wire[PARENT];
   delete wire[PARENT_CLASSES];
   if (Object.keys(parent).length === 0) return;
-  let typed: ReturnType<typeof keepData>;
-  try {
-    typed = keepData(parent);
-  } catch {
-    // No JSON form (a cycle under an instance of a class): what a replay may do without, so
-    // not kept, never the mutation's error (its resolvers read the answer's parent).
-    losses.push({
-      type,
-      what: "its own data beyond the answer has no JSON form: a replay's resolvers read it as the answer holds it",
-    });
-    return;
-  }
+  // Never throws: a member with no typed JSON form is left out alone, and named (adversary
+  // 99: a key `prototype` in it once left all of it out, and failed `writeKept`'s mutation).
+  const typed = keepData(parent);
   wire[PARENT] = typed.kept;
   // Objects of classes a serializer knows in it, named again on a replay, as in `KEPT`.
   const tree = classTreeNoting(parent, 'its data', type, losses);
@@ -433,13 +425,22 @@ async function walkValue(
   // a 30 kB `content` no field exposes refused a rename as too large); in `KEPT` its own
   // `__typename` (the app's tag, which the answer is) and all of it for a serializer outside.
   // Its fields are not read here: an unselected one may be a getter that loads or throws.
+  // A field is told by its schema name and by the property Nest reads it by (a field renamed
+  // with `@Field({ name })`): the property's data is the field's, stored as it (adversary 99).
+  const places = fieldPlaces(
+    Object.keys(fields),
+    (name) => nestField(concrete.name, name)?.property,
+  );
   for (const name of Object.keys(source)) {
-    if (name in fields) continue;
+    if (places.has(name)) continue;
     if (byClass || name === '__typename') kept[name] = source[name];
     else parent[name] = source[name];
   }
   if (keeping.unselected !== 'none') {
-    Object.assign(keeping.unselected === 'kept' ? kept : parent, ownData(source, fields, selected));
+    Object.assign(
+      keeping.unselected === 'kept' ? kept : parent,
+      ownData(source, concrete.name, fields, selected),
+    );
   }
   const methods: string[] = [];
   /** Selected fields it gave through its class (see `FROM_CLASS`). */
@@ -695,14 +696,17 @@ function ownValue(source: object, name: string): { value: unknown } | undefined 
  */
 function ownData(
   source: object,
+  type: string,
   fields: Readonly<Record<string, unknown>>,
   selected: ReadonlyMap<string, unknown>,
 ): Record<string, unknown> {
   const data: Record<string, unknown> = {};
   for (const name of Object.keys(fields)) {
     if (selected.has(name)) continue;
-    const own = ownValue(source, name);
-    if (own) data[name] = own.value;
+    // Where the app's resolvers read it, as Nest does: its property (a renamed field's).
+    const property = nestField(type, name)?.property ?? name;
+    const own = ownValue(source, property);
+    if (own) data[property] = own.value;
   }
   return data;
 }
@@ -968,6 +972,8 @@ export function fromWire(
     const property = nestField(concrete.name, name)?.property;
     return property !== undefined && property !== name ? property : undefined;
   };
+  /** The properties the stored fields were written to beside their names (renamed ones). */
+  const fromFields = new Set<string>();
   for (const [name, item] of Object.entries(stored)) {
     if (typed && LIBRARY_MEMBERS.has(name)) continue;
     if (!(name in fields)) {
@@ -986,22 +992,36 @@ export function fromWire(
     );
     own(value, name, field);
     const property = renamed(name);
-    if (property !== undefined && !(property in stored)) own(value, property, field);
+    if (property !== undefined && !(property in stored)) {
+      own(value, property, field);
+      fromFields.add(property);
+    }
   }
   if (typed) {
     // What the app's resolvers read of it that the answer does not hold (see `PARENT`): data a
     // replay may do without, so a class this process cannot tell (two classes of one name)
     // leaves that object plain, said in the log, never an error for the answer (adversary 96).
+    // Never over a field's stored value (a record stored before round 99 kept a renamed
+    // field's raw data beside it: see `writesBesideFields`).
     const parentData = namedByTree(restoreData(stored[PARENT]), stored[PARENT_CLASSES], (name) =>
       warn?.(unnamedParentMessage(concrete.name, name)),
     ) as Record<string, unknown>;
-    for (const [name, item] of Object.entries(parentData)) own(value, name, item);
+    for (const [name, item] of Object.entries(parentData)) {
+      if (writesBesideFields(name, item, fromFields)) own(value, name, item);
+    }
     const keptData = namedByTree(restoreData(stored[KEPT]), stored[KEPT_CLASSES]) as Record<
       string,
       unknown
     >;
     ownTypename = '__typename' in keptData;
-    for (const [name, item] of Object.entries(keptData)) own(value, name, item);
+    for (const [name, item] of Object.entries(keptData)) {
+      if (!writesBesideFields(name, item, fromFields)) continue;
+      own(value, name, item);
+      // A field's value its wire form changes (an `ID` that was a number), kept by its name:
+      // where Nest reads it too (a renamed field's property), as the first call read it.
+      const property = name in fields ? renamed(name) : undefined;
+      if (property !== undefined && fromFields.has(property)) own(value, property, item);
+    }
   }
   const leafClasses = stored[LEAF_CLASS];
   if (typed && typeof leafClasses === 'object' && leafClasses !== null) {
