@@ -1,5 +1,5 @@
 import { publish } from '../events/idempotency-events.js';
-import { classifyCommitError } from './failure.js';
+import { classifyCommitError, refusalAnswer } from './failure.js';
 import {
   IdempotencyLeaseLostError,
   IdempotencyResponseTooLargeError,
@@ -39,6 +39,15 @@ export async function commitAnswer(
     await releaseQuietly(tools, context, false);
     publish('released', () => ({ ...eventOf(context), reason: 'store_if' }));
     return answer;
+  }
+  // The seam refused a statement of its code's that the handler caught: the refusal is the
+  // answer, whatever the handler answered after (an error, or a body), never stored.
+  const refused = handlerFailed ? refusalAnswer(transaction.refusal) : undefined;
+  if (refused) {
+    await transaction.rollback();
+    if (!keepsKey) await releaseQuietly(tools, context, false);
+    if (!keepsKey) publish('released', () => ({ ...eventOf(context), reason: refused.code }));
+    return tools.problem(refused);
   }
   const began = performance.now();
   try {

@@ -7,10 +7,21 @@ import {
 import { TimeoutError } from 'rxjs';
 import { DatabaseError } from 'pg';
 import { QueryFailedError } from 'typeorm';
-import { classifyCommitError, classifyHandlerError, isPassing, isTimeoutError } from './failure.js';
 import {
+  classifyCommitError,
+  classifyHandlerError,
+  isPassing,
+  isTimeoutError,
+  refusalAnswer,
+} from './failure.js';
+import {
+  IdempotencyCursorOpenError,
   IdempotencyLeaseLostError,
+  IdempotencyPhaseNameInvalidError,
+  IdempotencyRunnerConnectedOutsideRequestError,
+  IdempotencyStatementBesidePhaseError,
   IdempotencyStoreUnavailableError,
+  IdempotencySubscriberTransactionOpenError,
   PermanentDatabaseError,
   RetryLaterError,
   TransientDatabaseError,
@@ -22,9 +33,14 @@ import {
 } from '../connection/connection-errors.js';
 import {
   CursorOpenRefusedError,
+  RetriedTryStatementError,
+  RunnerConnectedOutsideRequestError,
+  SessionAdvisoryLockRefusedError,
+  SessionSettingRefusedError,
   StatementBesidePhaseRefusedError,
   SubscriberTransactionOpenError,
   TransactionAbortedError,
+  TransactionControlRefusedError,
 } from './seam-errors.js';
 
 /** PostgreSQL's own answer, as node-postgres' parser builds it. */
@@ -299,5 +315,127 @@ describe('isTimeoutError: not done in time, never a stored answer', () => {
     ['not an object', 'timeout', false],
   ])('%s: %s', (_case, error, expected) => {
     expect(isTimeoutError(error)).toBe(expected);
+  });
+});
+
+/**
+ * What `classifyHandlerError` gives as a `retry` (or `lease-lost`) error is judged the same when
+ * it is thrown on: `PhaseRunner` hands a phase's or `finish()`'s refusal on in the library's
+ * words, and the request classifies what reaches it again (adversary 98: a refusal of a runner
+ * connected outside the request, wrapped so, was stored as the handler's 500).
+ */
+describe('classifyHandlerError: the library’s wrapper of a failure is classified as what it wraps', () => {
+  const refusals: [string, () => unknown, string][] = [
+    ['an open cursor', () => new CursorOpenRefusedError(), 'cursor_open'],
+    [
+      'a statement beside a phase',
+      () => new StatementBesidePhaseRefusedError(),
+      'statement_beside_phase',
+    ],
+    [
+      'a subscriber’s transaction left open',
+      () => new SubscriberTransactionOpenError('beforeTransactionCommit'),
+      'subscriber_transaction_open',
+    ],
+    [
+      'a runner connected outside the request',
+      () => new RunnerConnectedOutsideRequestError(),
+      'runner_connected_outside_request',
+    ],
+  ];
+  const wrappers: [string, (refusal: unknown) => unknown][] = [
+    ['as the seam raised it', (refusal) => refusal],
+    ['under TypeORM’s QueryFailedError', (refusal) => ({ driverError: refusal })],
+    ['as what aborted the transaction', (refusal) => new TransactionAbortedError(refusal)],
+  ];
+  it.each(
+    refusals.flatMap(([name, make, code]) =>
+      wrappers.map(([how, wrap]) => [`${name}, ${how}`, make, wrap, code] as const),
+    ),
+  )('%s: retry, and so again once handed on (twice)', (_name, make, wrap, code) => {
+    const first = classifyHandlerError(wrap(make()));
+    expect(first.kind === 'retry' ? first.error.code : first.kind).toBe(code);
+    if (first.kind !== 'retry') return;
+    const handedOn = classifyHandlerError(first.error);
+    expect(handedOn).toEqual(first);
+    expect(handedOn.kind === 'retry' ? handedOn.error : undefined).toBe(first.error);
+    // A phase's refusal as the commit after it meets it (the work caught it and went on).
+    const aborted = classifyHandlerError(new TransactionAbortedError(first.error));
+    expect(aborted.kind === 'retry' ? aborted.error.code : aborted.kind).toBe(code);
+  });
+
+  it.each<[string, unknown]>([
+    ['RetryLaterError', new RetryLaterError()],
+    ['store unavailable', new IdempotencyStoreUnavailableError(null)],
+    ['lease lost', new IdempotencyLeaseLostError()],
+    ['deadlock 40P01', typeorm('40P01')],
+    ['a pooler misfit 26000', missing()],
+    ['the library’s statement refused for good', new PermanentDatabaseError(typeorm('42P01'))],
+    ["the app's own cancel", markAskedByApp(pgError('57014', 'canceling statement'))],
+    ['a retried try’s statement', new RetriedTryStatementError()],
+    ['a phase name PostgreSQL cannot record', new IdempotencyPhaseNameInvalidError('a\u0000b')],
+  ])('%s: the same failure when its error is classified again', (_name, error) => {
+    const first = classifyHandlerError(error);
+    expect(first.kind).not.toBe('final');
+    if (first.kind === 'final') return;
+    expect(classifyHandlerError(first.error)).toEqual(first);
+  });
+
+  it.each<[string, unknown, string]>([
+    ['IdempotencyCursorOpenError', new IdempotencyCursorOpenError(null), 'cursor_open'],
+    [
+      'IdempotencyStatementBesidePhaseError',
+      new IdempotencyStatementBesidePhaseError(null),
+      'statement_beside_phase',
+    ],
+    [
+      'IdempotencySubscriberTransactionOpenError',
+      new IdempotencySubscriberTransactionOpenError(null),
+      'subscriber_transaction_open',
+    ],
+    [
+      'IdempotencyRunnerConnectedOutsideRequestError',
+      new IdempotencyRunnerConnectedOutsideRequestError(null),
+      'runner_connected_outside_request',
+    ],
+  ])('%s made anywhere (classifyCommitError, a rethrow): retry %s', (_name, error, code) => {
+    const failure = classifyHandlerError(error);
+    expect(failure.kind === 'retry' ? failure.error.code : failure.kind).toBe(code);
+  });
+});
+
+/**
+ * A transaction the seam refused answers its refusal whatever its handler made of it (caught,
+ * then its own 409 or `Error`), when the refusal is one that is never stored; the others (its
+ * code's own COMMIT, a session's setting) leave the handler's answer standing.
+ */
+describe('refusalAnswer', () => {
+  it.each<[string, unknown, string | undefined]>([
+    ['no refusal', undefined, undefined],
+    ['an open cursor', new CursorOpenRefusedError(), 'cursor_open'],
+    [
+      'a statement beside a phase',
+      new StatementBesidePhaseRefusedError(),
+      'statement_beside_phase',
+    ],
+    [
+      'a subscriber’s transaction left open',
+      new SubscriberTransactionOpenError('afterTransactionCommit'),
+      'subscriber_transaction_open',
+    ],
+    [
+      'a runner connected outside the request',
+      new RunnerConnectedOutsideRequestError(),
+      'runner_connected_outside_request',
+    ],
+    ['its code’s own COMMIT', new TransactionControlRefusedError('COMMIT'), undefined],
+    ['a session’s setting', new SessionSettingRefusedError('search_path'), undefined],
+    [
+      'a session-level advisory lock',
+      new SessionAdvisoryLockRefusedError('pg_advisory_lock'),
+      undefined,
+    ],
+  ])('%s -> %s', (_name, refusal, code) => {
+    expect(refusalAnswer(refusal)?.code).toBe(code);
   });
 });

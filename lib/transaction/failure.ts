@@ -66,8 +66,41 @@ export function isTimeoutError(error: unknown): boolean {
   return status === 408 || status === 504;
 }
 
-/** Classifies what a handler (or a phase) threw. */
+/**
+ * Classifies what a handler (or a phase) threw. Classifying the error of a `retry` or
+ * `lease-lost` again gives the same failure: the library's own wrapper of a refusal
+ * (`IdempotencyCursorOpenError`, `IdempotencyRunnerConnectedOutsideRequestError`, ...) that
+ * `PhaseRunner` hands on from a phase or `finish()` is judged as what it wraps, never as the
+ * handler's final answer to store (adversary 98).
+ */
 export function classifyHandlerError(error: unknown): Failure {
+  const known = typeof error === 'object' && error !== null ? CLASSIFIED.get(error) : undefined;
+  if (known) return known;
+  const failure = classifyAnew(error);
+  if (failure.kind !== 'final') CLASSIFIED.set(failure.error, failure);
+  return failure;
+}
+
+/**
+ * The failures `classifyHandlerError` gave, by the error they answer with: the classification
+ * its wrapper carries, wherever it is thrown on (a phase's, a job's, a handler's own rethrow).
+ */
+const CLASSIFIED = new WeakMap<object, Failure>();
+
+/**
+ * The answer of a request whose transaction the seam refused (`refusal`: a cursor left open, a
+ * statement beside a phase, a subscriber's transaction, a runner connected outside the
+ * request), whatever its handler made of the refusal (caught, then its own 409 or `Error`
+ * thrown): the refusal's, never stored, when the refusal itself is never stored; otherwise
+ * `undefined`, and the handler's answer stands.
+ */
+export function refusalAnswer(refusal: unknown): IdempotencyError | undefined {
+  if (refusal === undefined) return undefined;
+  const failure = classifyHandlerError(refusal);
+  return failure.kind === 'retry' ? failure.error : undefined;
+}
+
+function classifyAnew(error: unknown): Failure {
   // A refusal of the seam's that a data layer wrapped (TypeORM's QueryFailedError holds it as
   // its driverError when it was raised inside its query()): judged as the refusal itself.
   const wrapped = seamRefusalIn(error);
@@ -97,6 +130,16 @@ export function classifyHandlerError(error: unknown): Failure {
   // request of its own runs it afresh.
   if (error instanceof RetriedTryStatementError) {
     return { kind: 'retry', error: new IdempotencyHandlerRetriedInsideError(undefined) };
+  }
+  // The library's answer to a refusal of the seam's, handed on (by `PhaseRunner`, by
+  // `classifyCommitError`, by a handler that rethrows it): the refusal's own road.
+  if (
+    error instanceof IdempotencyCursorOpenError ||
+    error instanceof IdempotencyStatementBesidePhaseError ||
+    error instanceof IdempotencySubscriberTransactionOpenError ||
+    error instanceof IdempotencyRunnerConnectedOutsideRequestError
+  ) {
+    return { kind: 'retry', error };
   }
   // A refusal of the seam's: the request rolls back and answers it; nothing is stored.
   if (error instanceof CursorOpenRefusedError) {

@@ -1,5 +1,5 @@
 import { publish } from '../events/idempotency-events.js';
-import { classifyHandlerError, isTimeoutError } from './failure.js';
+import { type Failure, classifyHandlerError, isTimeoutError, refusalAnswer } from './failure.js';
 import { IdempotencyError } from '../shapes/idempotency.errors.js';
 import { type IdempotencyContext } from './idempotency-context.js';
 import { eventOf, type OwnerTools, releaseQuietly, rollBackAndRelease } from './owner-tools.js';
@@ -31,7 +31,7 @@ export async function onHandlerError(
   // A handler that caught a deadlock and went on fails next with "transaction aborted":
   // what the request met is the deadlock.
   const cause = transaction.causeOf(error);
-  const failure = classifyHandlerError(cause);
+  const failure = answerOfRefused(transaction.refusal) ?? classifyHandlerError(cause);
   if (failure.kind === 'final') return error;
   letThrough();
   await transaction.rollback();
@@ -43,4 +43,15 @@ export async function onHandlerError(
     publish('leaseLost', () => eventOf(context));
   }
   return tools.toHttp(response, failure.error);
+}
+
+/**
+ * A transaction the seam refused (a runner connected outside the request, a statement beside
+ * a phase, an open cursor, a subscriber's transaction) answers its refusal whatever its handler
+ * threw after catching it (its own 409, a plain `Error`): rolled back, nothing stored, the key
+ * given back (adversary 98). Undefined when the refusal is none of those, or there is none.
+ */
+function answerOfRefused(refusal: unknown): Failure | undefined {
+  const error = refusalAnswer(refusal);
+  return error ? { kind: 'retry', error } : undefined;
 }

@@ -281,6 +281,14 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   protected begunAt?: IsolationLevel;
   /** A refused attempt of its code to end it: it can then only roll back. */
   private refused?: TransactionControlRefusedError;
+
+  /**
+   * What the seam refused of its code, if anything (see `refuse`): the request can then only
+   * roll back, whatever its handler made of the refusal (see `refusalAnswer`).
+   */
+  get refusal(): TransactionControlRefusedError | undefined {
+    return this.refused;
+  }
   /**
    * Awaited before the `BEGIN` of a transaction above READ COMMITTED: the lease renewal on
    * its way (see `LeaseRenewals`). Such a transaction must see the key's row as it will stay

@@ -42,6 +42,16 @@
  * handler's error in its place: check `refused` before `undoEffects`/`withoutEffects` stores a
  * handler error (or in `commitNow` regardless of `effectsUndone` for a seam refusal); or say in
  * the guide that a caught refusal turned into an HttpException is stored.
+ *
+ * Fixed (session of 2026-12-06, sixth): a transaction the seam refused with a refusal that is
+ * never stored (`refusalAnswer` in lib/transaction/failure.ts: a runner connected outside the
+ * request, an open cursor, a statement beside a phase, a subscriber's transaction; the
+ * transaction's `refusal`) answers that refusal whatever the handler threw after:
+ * lib/transaction/handler-failure.ts `onHandlerError` takes it in place of the handler's
+ * error (rolled back, key released, 500 with the refusal's code), and
+ * lib/transaction/commit-answer.ts `commitAnswer` refuses to store a handler's error over it
+ * (for the other callers: GraphQL fields, jobs, tasks). Refusals of its code's own COMMIT,
+ * session settings or advisory locks keep the handler's answer, as before.
  */
 import {
   Body,
@@ -198,11 +208,11 @@ describe('adversary 98 orm: a caught refusal of a guard-connected runner, answer
     expect(await scenario('caught-201', 'a1')).toEqual({ statuses: [refused, refused], rows: [] });
   }, 30_000);
 
-  it.skip('caught, then answered 409: still the refusal, nothing stored (Not fixed (round 98): found by review)', async () => {
+  it('caught, then answered 409: still the refusal, nothing stored', async () => {
     expect(await scenario('caught-409', 'b1')).toEqual({ statuses: [refused, refused], rows: [] });
   }, 30_000);
 
-  it.skip('caught, then rethrown as a plain Error: still the refusal, nothing stored (Not fixed (round 98): found by review)', async () => {
+  it('caught, then rethrown as a plain Error: still the refusal, nothing stored', async () => {
     expect(await scenario('caught-error', 'e1')).toEqual({
       statuses: [refused, refused],
       rows: [],

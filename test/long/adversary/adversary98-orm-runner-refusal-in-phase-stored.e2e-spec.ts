@@ -44,6 +44,15 @@
  * Suggested fix: `classifyHandlerError` recognizes the library's own `IdempotencyError`s that
  * `guard()` hands on (their `retry` kind, by class or by `cause`), or `guard()` rethrows the
  * seam's error and lets the request classify it once.
+ *
+ * Fixed (session of 2026-12-06, sixth): lib/transaction/failure.ts `classifyHandlerError` keeps
+ * the failure it gave by the error it answers with, so the library's wrapper of a refusal
+ * that `PhaseRunner.guard` hands on is classified again as what it wraps (a `retry`, never
+ * 'final'); it also knows the four refusal wrappers by class (`IdempotencyCursorOpenError`,
+ * `IdempotencyStatementBesidePhaseError`, `IdempotencySubscriberTransactionOpenError`,
+ * `IdempotencyRunnerConnectedOutsideRequestError`), wherever they are made. Table-driven in
+ * lib/transaction/failure.spec.ts over every refusal, raw, under `driverError` and as what
+ * aborted a transaction, handed on once and twice.
  */
 import {
   Body,
@@ -197,14 +206,14 @@ describe('adversary 98 orm: a guard-connected runner refused inside a phase', ()
     expect(await scenario('no-phase', 'np')).toEqual({ statuses: [refused, refused], rows: [] });
   }, 30_000);
 
-  it.skip('refused in finish(): given back, not replayed (Not fixed (round 98): found by review)', async () => {
+  it('refused in finish(): given back, not replayed', async () => {
     expect(await scenario('phase-finish', 'pf')).toEqual({
       statuses: [refused, refused],
       rows: ['pf-charge'],
     });
   }, 30_000);
 
-  it.skip('refused inside a phase’s work: given back, not replayed (Not fixed (round 98): found by review)', async () => {
+  it('refused inside a phase’s work: given back, not replayed', async () => {
     expect(await scenario('phase-caught', 'pc')).toEqual({
       statuses: [refused, refused],
       rows: [],
