@@ -40,15 +40,6 @@ export async function commitAnswer(
     publish('released', () => ({ ...eventOf(context), reason: 'store_if' }));
     return answer;
   }
-  // The seam refused a statement of its code's that the handler caught: the refusal is the
-  // answer, whatever the handler answered after (an error, or a body), never stored.
-  const refused = handlerFailed ? refusalAnswer(transaction.refusal) : undefined;
-  if (refused) {
-    await transaction.rollback();
-    if (!keepsKey) await releaseQuietly(tools, context, false);
-    if (!keepsKey) publish('released', () => ({ ...eventOf(context), reason: refused.code }));
-    return tools.problem(refused);
-  }
   const began = performance.now();
   try {
     const into = plan === 'alone' ? await withoutEffects(transaction) : transaction;
@@ -90,11 +81,17 @@ export async function commitAnswer(
 /**
  * Undoes the handler's effects, for an answer stored without them: back to the claim when the
  * transaction holds it (`oneCommit`; the answer then commits with the claim, in it), else all
- * rolled back. The transaction the answer is to be stored in, if any.
+ * rolled back. The transaction the answer is to be stored in, if any. A transaction the seam
+ * refused with a refusal that is never stored (`refusalAnswer`) stores no answer at all,
+ * whatever the handler made of the refusal (caught, then its own 409 or `Error`, or a body too
+ * large): it throws that refusal, as its commit would, for the caller to answer it, roll back
+ * and give the key back (adversary 98).
  */
 export async function withoutEffects(
   transaction: RequestTransaction,
 ): Promise<RequestTransaction | undefined> {
+  const refusal = transaction.refusal;
+  if (refusalAnswer(refusal)) throw new TransactionAbortedError(refusal);
   if (await transaction.undoEffects()) return transaction;
   await transaction.rollback();
   return undefined;

@@ -49,8 +49,9 @@
  * transaction's `refusal`) answers that refusal whatever the handler threw after:
  * lib/transaction/handler-failure.ts `onHandlerError` takes it in place of the handler's
  * error (rolled back, key released, 500 with the refusal's code), and
- * lib/transaction/commit-answer.ts `commitAnswer` refuses to store a handler's error over it
- * (for the other callers: GraphQL fields, jobs, tasks). Refusals of its code's own COMMIT,
+ * lib/transaction/commit-answer.ts `withoutEffects` throws the refusal rather than store a
+ * handler's error (or a too-large body) over it, so `commitAnswer` and a detached run's late
+ * answer (GraphQL fields, jobs, tasks too) roll back, give the key back and answer the refusal. Refusals of its code's own COMMIT,
  * session settings or advisory locks keep the handler's answer, as before.
  */
 import {
