@@ -52,7 +52,9 @@
  * lib/transaction/commit-answer.ts `withoutEffects` throws the refusal rather than store a
  * handler's error (or a too-large body) over it, so `commitAnswer` and a detached run's late
  * answer (GraphQL fields, jobs, tasks too) roll back, give the key back and answer the refusal. Refusals of its code's own COMMIT,
- * session settings or advisory locks keep the handler's answer, as before.
+ * session settings or advisory locks keep the handler's answer, as before. Added: the same
+ * rule for a write beside a running phase, caught, then the handler's 409 (500
+ * `statement_beside_phase`, nothing stored; the retry resumes after the phase).
  */
 import {
   Body,
@@ -77,7 +79,7 @@ import {
   type QueryRunner,
   type Repository,
 } from 'typeorm';
-import { Idempotent } from '../../../lib/index.js';
+import { Idempotent, PhaseRunner } from '../../../lib/index.js';
 import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
 @Entity({ name: 'adv98_caught_entries', synchronize: false })
@@ -115,7 +117,35 @@ class LedgerController {
   constructor(
     @Inject(UnitOfWork) private readonly uow: UnitOfWork,
     @InjectRepository(Entry) private readonly entries: Repository<Entry>,
+    private readonly phases: PhaseRunner,
   ) {}
+
+  /**
+   * The same rule for another refusal that is never stored: a write of the request's own sent
+   * beside a running phase (`statement_beside_phase`), caught, then the handler's own 409.
+   */
+  @Post('beside-phase-409')
+  @Idempotent()
+  async besidePhase409(@Body() body: { tag: string }) {
+    let refused = false;
+    await Promise.all([
+      this.phases.run('record', async (m) => {
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        await m.insert(Entry, { tag: `${body.tag}-phase` });
+        return { ok: true };
+      }),
+      (async () => {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        try {
+          await this.entries.insert({ tag: `${body.tag}-beside` });
+        } catch {
+          refused = true;
+        }
+      })(),
+    ]);
+    if (refused) throw new ConflictException('could not record');
+    return { tag: body.tag };
+  }
 
   @Post('caught-201')
   @Idempotent()
@@ -196,7 +226,7 @@ describe('adversary 98 orm: a caught refusal of a guard-connected runner, answer
         .join(' ');
     const rows = (
       await fixture.admin.query<{ tag: string }>(
-        'SELECT tag FROM public.adv98_caught_entries WHERE tag = $1',
+        "SELECT tag FROM public.adv98_caught_entries WHERE tag = $1 OR tag LIKE $1 || '-%' ORDER BY id",
         [tag],
       )
     ).rows.map((r) => r.tag);
@@ -211,6 +241,15 @@ describe('adversary 98 orm: a caught refusal of a guard-connected runner, answer
 
   it('caught, then answered 409: still the refusal, nothing stored', async () => {
     expect(await scenario('caught-409', 'b1')).toEqual({ statuses: [refused, refused], rows: [] });
+  }, 30_000);
+
+  it('the same rule for a write beside a phase, caught, then answered 409: 500 statement_beside_phase, nothing stored; the retry resumes after the phase', async () => {
+    expect(await scenario('beside-phase-409', 'p1')).toEqual({
+      statuses: ['500 statement_beside_phase', '201'],
+      // The phase committed once, on the first try; the write refused beside it, on the retry
+      // (the phase then done, nothing runs beside it).
+      rows: ['p1-phase', 'p1-beside'],
+    });
   }, 30_000);
 
   it('caught, then rethrown as a plain Error: still the refusal, nothing stored', async () => {
