@@ -14,9 +14,10 @@
  * heading's value), with lib/graphql/field-places.ts `fieldPlaces` (walkValue stores both as
  * fields, nothing beside them).
  *
- * Docs quote (docs/guides/graphql.md): "A field renamed with `@Field({ name })` ... is read
- * where Nest reads it, its class property" / the README: "a replay answers byte for byte what
- * the first call answered".
+ * Docs quote (docs/guides/graphql.md): "Each field is read as Nest's code-first schema reads
+ * it: by the class property its `@Field()` decorates ... A field renamed so ... is that field
+ * under its property too" and "A replay's resolvers get the same values as the first call's,
+ * and the answer is the same bytes."
  *
  * Severity: high (wrong answer replayed: the replay's `shout` is the heading's, not the
  * title's; for the swapped pair a `@ResolveField()` reading either property reads the other's).
