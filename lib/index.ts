@@ -59,6 +59,7 @@ export {
   ReleasedClientError,
   RetriedTryStatementError,
   RunnerConnectedOutsideRequestError,
+  SessionSetBeforeHandlerError,
   NestedFirstPhaseError,
   ListenAmongStatementsRefusedError,
   SessionAdvisoryLockRefusedError,

@@ -361,11 +361,12 @@ export class IdempotencyRunnerConnectedOutsideRequestError extends IdempotencyEr
   readonly code = 'runner_connected_outside_request';
   constructor(override readonly cause: unknown) {
     super(
-      'A TypeORM query runner connected before this request began (in a guard) was used in it: ' +
-        'its session (search path, role, settings) is its own connection’s, where its writes ' +
-        'would commit apart from the request, so they were refused; the request rolled back ' +
-        'and nothing was committed or stored. Set the session inside the handler with SET LOCAL ' +
-        'or set_config(…, true), or connect the runner inside the handler.',
+      'A TypeORM query runner connected before this request began (in a guard) was used in it, ' +
+        'or a SET LOCAL was sent before its handler started (in an interceptor or a pipe): ' +
+        'that session (search path, role, settings) is not the request’s transaction’s, where ' +
+        'its writes would commit apart from the request or be lost, so they were refused; the ' +
+        'request rolled back and nothing was committed or stored. Set the session inside the ' +
+        'handler with SET LOCAL or set_config(…, true), or connect the runner inside the handler.',
     );
     this.name = 'IdempotencyRunnerConnectedOutsideRequestError';
   }

@@ -384,6 +384,31 @@ export class RunnerConnectedOutsideRequestError extends TransactionControlRefuse
 }
 
 /**
+ * Thrown to a statement that sets something for its transaction only (`SET LOCAL search_path`,
+ * `SET LOCAL ROLE`, `set_config('app.tenant', …, true)`), sent through the TypeORM DataSource in
+ * an idempotent request before its handler started (an interceptor bound inside
+ * `@Idempotent()`, a pipe). The request's transaction is joined from the handler on; before it
+ * the statement would run in autocommit on a connection of its own, where PostgreSQL only warns
+ * and forgets it, and the handler's statements would run without that session (another tenant's
+ * tables). Refused rather than lost; the request rolls back, answered as a runner connected
+ * outside the request is (`runner_connected_outside_request`).
+ */
+export class SessionSetBeforeHandlerError extends RunnerConnectedOutsideRequestError {
+  constructor() {
+    super();
+    this.message =
+      'A statement that sets the session for its transaction only (SET LOCAL, set_config(…, ' +
+      'true)) was sent in an idempotent request before its handler started (an interceptor ' +
+      'bound inside @Idempotent(), a pipe), where the request’s transaction is not joined yet: ' +
+      'it would have run on a connection of its own outside any transaction and been lost, and ' +
+      'the handler’s statements would have run without it. The request rolls back. Set the ' +
+      'session inside the handler (or a service it calls), with SET LOCAL or ' +
+      'set_config(…, true) on the request’s manager.';
+    this.name = 'SessionSetBeforeHandlerError';
+  }
+}
+
+/**
  * Thrown when a transaction inside an idempotent request asks for an isolation level stronger
  * than the one the request's transaction already began at (PostgreSQL cannot raise it), or
  * for one PostgreSQL does not have. Nothing was sent: the request's transaction is as it was.

@@ -2,10 +2,13 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { type DataSource, type QueryRunner, type ReplicationMode } from 'typeorm';
 import { type PoolClient } from 'pg';
 import { type CancelAsked } from '../connection/cancel-asked.js';
+import { optionalRequire } from '../connection/optional-require.js';
+import { IdempotencyRunnerConnectedOutsideRequestError } from '../shapes/idempotency.errors.js';
 import { protectSaves } from './own-persist.js';
 import { refuseRetriedTry } from './handler-try.js';
 import { placeOfRunner, type RunnerHeld, type RunnerScope } from './runner-place.js';
-import { RunnerConnectedOutsideRequestError } from './seam-errors.js';
+import { RunnerConnectedOutsideRequestError, SessionSetBeforeHandlerError } from './seam-errors.js';
+import { setsForTransaction } from './sql/sql-text.js';
 
 /** What a transaction makes of a joined pool's `query()` and `connect()` in its scope. */
 export interface PoolJoin {
@@ -79,8 +82,12 @@ const ownRunners = new WeakMap<DataSource, DataSource['createQueryRunner']>();
  */
 export function joinTransactionsOf(dataSource: DataSource): void {
   if (ownRunners.has(dataSource)) return;
-  const own = dataSource.createQueryRunner;
+  // TypeORM's own, not the early hook's (`joiningFromTheStart`): a runner of the library's own
+  // (`ownQueryRunner`) is never a view, and a joined runner is wrapped once.
+  const current = dataSource.createQueryRunner;
+  const own = current === early?.hook ? early.own : current;
   ownRunners.set(dataSource, own);
+  earlyRegistry().joined.add(dataSource);
   // Its saves: one outside a nested transaction opens its own (a savepoint).
   protectSaves(dataSource.manager, () => transactionScope.getStore());
   dataSource.createQueryRunner = function joiningCreateQueryRunner(
@@ -104,6 +111,63 @@ export function joinTransactionsOf(dataSource: DataSource): void {
   };
 }
 
+/** What the early hook keeps of every copy of the library loaded (one in an app). */
+interface EarlyRegistry {
+  /** DataSources some copy joined (`joinTransactionsOf`): their runners are its own. */
+  joined: WeakSet<DataSource>;
+  /** The wrapper of the copy loaded last, for a runner made before any copy joined its DataSource. */
+  wrap?: (dataSource: DataSource, runner: QueryRunner) => QueryRunner;
+}
+
+const EARLY = Symbol.for('nestjs-idempotency-pg.early-runners');
+
+function earlyRegistry(): EarlyRegistry {
+  const global = globalThis as { [EARLY]?: EarlyRegistry };
+  return (global[EARLY] ??= { joined: new WeakSet() });
+}
+
+/**
+ * TypeORM's `DataSource.prototype.createQueryRunner`, hooked as the library is loaded (before
+ * the app's module builds a provider): a runner a PostgreSQL DataSource makes before the library
+ * found it (`IdempotencyDataSource` does so once every provider exists) is one
+ * `joiningWhereUsed` stands for, as one made after is: a singleton's
+ * `this.runner = dataSource.createQueryRunner()` in its constructor joins the request it is used
+ * in, not written apart (adversary 98: a failed try's row committed on its own, and its retry
+ * wrote it again). A DataSource the library never joins keeps plain behaviour: its runners'
+ * stand-ins are the runner itself, in and outside every scope. Undefined without TypeORM (an
+ * app on Prisma, Drizzle, Kysely), or if its class has no such method.
+ */
+const early = joiningFromTheStart();
+
+function joiningFromTheStart():
+  { hook: DataSource['createQueryRunner']; own: DataSource['createQueryRunner'] } | undefined {
+  const registry = earlyRegistry();
+  registry.wrap = (dataSource, runner) => joiningWhereUsed(dataSource, runner);
+  const typeorm = optionalRequire<{ DataSource?: { prototype: DataSource } }>('typeorm');
+  const prototype = typeorm?.DataSource?.prototype as
+    | (DataSource & {
+        [EARLY]?: { hook: DataSource['createQueryRunner']; own: DataSource['createQueryRunner'] };
+      })
+    | undefined;
+  if (!prototype || typeof prototype.createQueryRunner !== 'function') return undefined;
+  // Hooked once per TypeORM, whichever copy of the library came first.
+  if (prototype[EARLY]) return prototype[EARLY];
+  const own = prototype.createQueryRunner;
+  const hook = function earlyCreateQueryRunner(
+    this: DataSource,
+    mode: ReplicationMode = 'master',
+  ): QueryRunner {
+    const runner = own.call(this, mode);
+    if (registry.joined.has(this) || this.options?.type !== 'postgres' || !registry.wrap) {
+      return runner;
+    }
+    return registry.wrap(this, runner);
+  };
+  Object.defineProperty(prototype, EARLY, { value: { hook, own } });
+  prototype.createQueryRunner = hook;
+  return { hook, own };
+}
+
 /**
  * A runner made outside every transaction scope (or before its scope's transaction was
  * joinable), which stands for a view of the open transaction of the scope it is used in
@@ -120,7 +184,8 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
   const joined = new WeakMap<JoinableTransaction, QueryRunner>();
   const elsewhere = (): QueryRunner | undefined => {
     const store = transactionScope.getStore();
-    if (!store) return undefined;
+    // Made before the library found its DataSource (`joiningFromTheStart`): itself, until then.
+    if (!store || !ownRunners.has(dataSource)) return undefined;
     const known = joined.get(store);
     if (known) return known;
     switch (placeOfRunner(heldBy(runner), store.runnerScope?.(dataSource) ?? 'apart')) {
@@ -148,7 +213,12 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
   const standing: QueryRunner = new Proxy(runner, {
     get(target, property, receiver) {
       const view = elsewhere();
-      if (!view) return Reflect.get(target, property, receiver) as unknown;
+      if (!view) {
+        const value = Reflect.get(target, property, receiver) as unknown;
+        return property === 'query' && typeof value === 'function'
+          ? refusingSessionSetsBeforeHandler(dataSource, value as QueryRunner['query'])
+          : value;
+      }
       const value = Reflect.get(view, property) as unknown;
       return typeof value === 'function' && property !== 'constructor'
         ? (value as (...args: unknown[]) => unknown).bind(view)
@@ -175,6 +245,38 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
   return standing;
 }
 
+/**
+ * `query` of a runner that stands for itself now: in a request's scope before its handler
+ * started (an interceptor bound inside `@Idempotent()`, a pipe: `later`), a statement that sets
+ * something for its transaction only (`SET LOCAL search_path`, `set_config('app.tenant', …,
+ * true)`) is refused (`SessionSetBeforeHandlerError`), the request with it: there the request's
+ * transaction is not joined yet, so it would run in autocommit on a connection of its own, where
+ * PostgreSQL only warns and forgets it, and the handler's statements would run without it (on
+ * another tenant's tables: adversary 98). Anything else, and anywhere else, runs as it is.
+ */
+function refusingSessionSetsBeforeHandler(
+  dataSource: DataSource,
+  query: QueryRunner['query'],
+): QueryRunner['query'] {
+  return function query_(this: unknown, ...args: Parameters<QueryRunner['query']>) {
+    const store = transactionScope.getStore();
+    if (
+      store &&
+      ownRunners.has(dataSource) &&
+      store.runnerScope?.(dataSource) === 'later' &&
+      setsForTransaction(args[0], Array.isArray(args[1]) ? args[1] : undefined)
+    ) {
+      const error = new SessionSetBeforeHandlerError();
+      store.refuseRunner?.(error);
+      // Already the answer's error: thrown before the handler, it reaches the library's edge
+      // as a failure of a guard, pipe or interceptor, which answers only the library's own
+      // errors (and gives the key back), never a seam's.
+      return Promise.reject(new IdempotencyRunnerConnectedOutsideRequestError(error));
+    }
+    return query.apply(this, args);
+  } as QueryRunner['query'];
+}
+
 /** What sends a statement on a runner (`refusingStatements`). */
 const SENDING = new Set<PropertyKey>(['query', 'stream', 'startTransaction', 'connect']);
 
@@ -193,6 +295,14 @@ function refusingStatements(
 ): QueryRunner {
   const refusing: QueryRunner = new Proxy(runner, {
     get(target, property) {
+      // Its node-postgres client (a `COPY` stream's, a `LISTEN`'s): the connection taken
+      // outside, whose statements would commit apart as its own do (adversary 98). Refused as
+      // they are, at the read: nothing of that connection is handed out in the request.
+      if (property === 'databaseConnection') {
+        const error = new RunnerConnectedOutsideRequestError();
+        store.refuseRunner?.(error);
+        throw error;
+      }
       const value = Reflect.get(target, property, refusing) as unknown;
       if (typeof value !== 'function' || property === 'constructor') return value;
       const call = value as (...args: unknown[]) => unknown;

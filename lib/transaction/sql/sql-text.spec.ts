@@ -8,6 +8,7 @@ import {
   rollsBackToSavepoint,
   type SavepointControl,
   savepointControlsOf,
+  setsForTransaction,
   setsIdentity,
   setsReadOnly,
   sessionAdvisoryLockOf,
@@ -662,6 +663,36 @@ describe('setsIdentity', () => {
     ['in FROM', "SELECT * FROM set_config('search_path', 'app', true)", true],
   ])('%s', (_name, sql, expected) => {
     expect(setsIdentity(sql)).toBe(expected);
+  });
+});
+
+describe('setsForTransaction', () => {
+  it.each<[string, string, boolean, unknown[]?]>([
+    ['SET LOCAL search_path', 'SET LOCAL search_path TO tenant_acme', true],
+    ['SET LOCAL ROLE', 'SET LOCAL ROLE tenant', true],
+    ['SET LOCAL of a setting', "SET LOCAL statement_timeout = '300ms'", true],
+    ['SET LOCAL … TO DEFAULT', 'SET LOCAL lock_timeout TO DEFAULT', true],
+    ['set_config for the transaction', "SELECT set_config('app.tenant', 'acme', true)", true],
+    ['set_config of the search path', "SELECT set_config('search_path', 'tenant_a', true)", true],
+    ['its is_local a parameter', 'SELECT set_config($1, $2, $3)', true, ['app.t', 'a', true]],
+    [
+      'its is_local a parameter, false',
+      'SELECT set_config($1, $2, $3)',
+      false,
+      ['a.t', 'a', false],
+    ],
+    ['after a read', 'SELECT 1; SET LOCAL search_path TO tenant_acme', true],
+    ['a session SET', 'SET search_path TO tenant_acme', false],
+    ['set_config for the session', "SELECT set_config('app.tenant', 'acme', false)", false],
+    ['a read naming local', "SELECT 'local' AS word", false],
+    ['a write', "INSERT INTO entries (tag) VALUES ('local')", false],
+    // (A rest parameter: jest takes a parameter past a row's length for a `done` callback.)
+  ])('%s', (...[, sql, expected, values]) => {
+    expect(setsForTransaction(sql, values)).toBe(expected);
+  });
+
+  it.each([undefined, 42, { text: 'SET LOCAL a.b = 1' }])('not a text: %p', (sql) => {
+    expect(setsForTransaction(sql)).toBe(false);
   });
 });
 

@@ -636,6 +636,24 @@ export function localSettingsOf(sql: unknown, values?: readonly unknown[]): stri
 }
 
 /**
+ * Whether a statement of `sql` sets anything for its transaction only: `SET LOCAL` (any setting,
+ * the role, the search path and the session authorization among them, or `TO DEFAULT`), or a
+ * `set_config(…, …, true)`, its `is_local` read from `values` where it is a parameter. Outside
+ * a transaction block PostgreSQL runs such a statement and forgets it at once.
+ */
+export function setsForTransaction(sql: unknown, values?: readonly unknown[]): boolean {
+  if (typeof sql !== 'string' || !/local|set_config|u&/i.test(sql)) return false;
+  return statementsOf(sql).some(({ node }) => {
+    const [type, body] = nodeOf(node) ?? [];
+    if (type === 'VariableSetStmt') return (body as { is_local?: boolean }).is_local === true;
+    return callsIn(node, SET_CONFIG).some(({ call }) => {
+      const isLocal = ((call.args as unknown[] | undefined) ?? [])[2];
+      return booleanOf(boundOf(isLocal, values)) === true;
+    });
+  });
+}
+
+/**
  * The settings the statements of `sql` set for the session (`SET name` without `LOCAL`, `SET
  * name TO DEFAULT`, `RESET name`, `set_config('name', …, false)`), read as `localSettingsOf`
  * reads them, with the same left out (the role, search path and modes: refused for the

@@ -1,4 +1,11 @@
 /**
+ * Fixed (session of 2026-12-06, sixth): `refusingStatements` refuses the read of
+ * `databaseConnection` itself (RunnerConnectedOutsideRequestError, the request rolled back),
+ * so the guard's connection is never handed out in the request. The joined road is checked too
+ * (new cases): a runner made in the handler, or outside the request and not connected, reads as
+ * `databaseConnection`, once it sent a statement, the request's connection (the library's guarded
+ * client): its statements run in the request's transaction, rolled back with a failed try.
+ *
  * Adversary 98 (orm): the refusal of a guard-connected runner (round 96's fix) covers what the
  * runner sends through its methods, but not its driver connection, which the same runner object
  * hands out in the request: `runner.databaseConnection` (the pg client a `COPY ... FROM STDIN`
@@ -93,9 +100,49 @@ class ReadingGuard implements CanActivate {
 
 const downOnce = new Set<string>();
 
+type Client = { query(text: string, values: unknown[]): Promise<unknown> };
+const clientOf = (runner: QueryRunner) =>
+  (runner as unknown as { databaseConnection: Client }).databaseConnection;
+
 @Controller()
 class LedgerController {
-  constructor(@Inject(UnitOfWork) private readonly uow: UnitOfWork) {}
+  constructor(
+    @Inject(UnitOfWork) private readonly uow: UnitOfWork,
+    @InjectDataSource() private readonly dataSource: DataSource,
+  ) {}
+
+  /** The joined road: a runner made in the handler, its client read after a statement. */
+  @Post('joined-driver')
+  @Idempotent()
+  async joinedDriver(@Body() body: { tag: string }) {
+    const runner = this.dataSource.createQueryRunner();
+    try {
+      await runner.query('INSERT INTO adv98_raw_entries (tag) VALUES ($1)', [`${body.tag}-a`]);
+      await clientOf(runner).query('INSERT INTO adv98_raw_entries (tag) VALUES ($1)', [body.tag]);
+    } finally {
+      await runner.release();
+    }
+    if (downOnce.delete(body.tag)) throw new RetryLaterError('down');
+    return { tag: body.tag };
+  }
+
+  /** The joined road for a runner made outside the request (no guard connected it). */
+  @Post('joined-uow-driver')
+  @Idempotent()
+  async joinedUowDriver(@Body() body: { tag: string }) {
+    try {
+      await this.uow.runner.query('INSERT INTO adv98_raw_entries (tag) VALUES ($1)', [
+        `${body.tag}-a`,
+      ]);
+      await clientOf(this.uow.runner).query('INSERT INTO adv98_raw_entries (tag) VALUES ($1)', [
+        body.tag,
+      ]);
+    } finally {
+      await this.uow.runner.release();
+    }
+    if (downOnce.delete(body.tag)) throw new RetryLaterError('down');
+    return { tag: body.tag };
+  }
 
   @Post('manager')
   @Idempotent()
@@ -171,7 +218,21 @@ describe('adversary 98 orm: a guard-connected runner’s driver connection used 
     expect(await scenario('manager', 'm1')).toEqual({ statuses: [refused, refused], rows: [] });
   }, 30_000);
 
-  it.skip('its databaseConnection is refused too, never writing apart (Not fixed (round 98): found by review)', async () => {
+  it('its databaseConnection is refused too, never writing apart', async () => {
     expect(await scenario('driver', 'c1')).toEqual({ statuses: [refused, refused], rows: [] });
   }, 30_000);
+
+  it.each([
+    ['made in the handler', 'joined-driver', 'j1'],
+    ['made outside the request, not connected', 'joined-uow-driver', 'j2'],
+  ])(
+    'a joined runner (%s): its databaseConnection writes in the request’s transaction: the failed try’s row rolled back, one row',
+    async (_, route, tag) => {
+      expect(await scenario(route, tag)).toEqual({
+        statuses: ['503 retry_later', '201'],
+        rows: [tag],
+      });
+    },
+    30_000,
+  );
 });

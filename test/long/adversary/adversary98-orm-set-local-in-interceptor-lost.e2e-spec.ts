@@ -1,4 +1,19 @@
 /**
+ * Fixed (session of 2026-12-06, sixth), by refusal rather than by joining: a statement that sets
+ * something for its transaction only (`SET LOCAL`, `set_config(…, true)`, read by
+ * `setsForTransaction`) sent through the DataSource in the request's scope before its handler
+ * started (`runnerScope` 'later') is refused (lib/transaction/transaction-scope.ts
+ * `refusingSessionSetsBeforeHandler`): 500 `runner_connected_outside_request`, its cause a
+ * `SessionSetBeforeHandlerError`, key given back, nothing stored. The two cases that expected the
+ * row in the tenant's schema now expect that refusal (the expectation changed with the chosen
+ * fix, not weakened: nothing is lost silently any more). Why not join from the first interceptor:
+ * the request's transaction is joinable from the handler on so that a `retry()`/`timeout()`
+ * interceptor inside `@Idempotent()` gives each try its own judgement (handler-try,
+ * `handler_retried_inside`); an interceptor's statements before `next.handle()` run once for all
+ * tries, and its plain reads (a lookup) would begin the request's transaction before the handler
+ * could ask for its isolation level. A `SET LOCAL` outside a transaction block does nothing in
+ * PostgreSQL, so refusing it breaks no app that worked.
+ *
  * Docs mended (session of 2026-12-06 fifth), lib not: the guides, problems.md and the refusal's
  * message no longer advise an interceptor; they say to set the session in the handler itself,
  * the road this file's control proves. A `SET LOCAL` an app still sends from an interceptor runs
@@ -128,6 +143,31 @@ class TenantRunnerInterceptor implements NestInterceptor {
   }
 }
 
+/** `set_config(…, true)`, its `is_local` a parameter. */
+@Injectable()
+class TenantConfigInterceptor implements NestInterceptor {
+  constructor(private readonly tx: IdempotentTransaction) {}
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const tenant = tenantOf(context);
+    return from(
+      this.tx.manager.query('SELECT set_config($1, $2, $3)', ['app.tenant', tenant, true]),
+    ).pipe(switchMap(() => next.handle()));
+  }
+}
+
+/** A plain read before the handler (a lookup): runs as always. */
+@Injectable()
+class ReadingInterceptor implements NestInterceptor {
+  constructor(private readonly tx: IdempotentTransaction) {}
+  intercept(_context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    return from(this.tx.manager.query("SELECT 'local' AS word")).pipe(
+      switchMap(() => next.handle()),
+    );
+  }
+}
+
+const ran = new Set<string>();
+
 @Controller()
 class LedgerController {
   constructor(
@@ -151,6 +191,23 @@ class LedgerController {
     return { tag: body.tag };
   }
 
+  @Post('config-in-interceptor')
+  @UseInterceptors(TenantConfigInterceptor)
+  @Idempotent()
+  async configInInterceptor(@Body() body: { tag: string }) {
+    ran.add(body.tag);
+    await this.entries.insert({ tag: body.tag });
+    return { tag: body.tag };
+  }
+
+  @Post('read-in-interceptor')
+  @UseInterceptors(ReadingInterceptor)
+  @Idempotent()
+  async readInInterceptor(@Body() body: { tag: string }) {
+    await this.entries.insert({ tag: body.tag });
+    return { tag: body.tag };
+  }
+
   @Post('runner-in-interceptor')
   @UseInterceptors(TenantRunnerInterceptor)
   @Idempotent()
@@ -167,7 +224,12 @@ describe('adversary 98 orm: SET LOCAL search_path in an interceptor inside @Idem
   beforeAll(async () => {
     fixture = await startTypeormApp('adv98_orm_set_local_interceptor', {
       controllers: [LedgerController],
-      providers: [TenantInterceptor, TenantRunnerInterceptor],
+      providers: [
+        TenantInterceptor,
+        TenantRunnerInterceptor,
+        TenantConfigInterceptor,
+        ReadingInterceptor,
+      ],
       entities: [Entry],
       imports: [TypeOrmModule.forFeature([Entry])],
       max: 6,
@@ -219,19 +281,39 @@ describe('adversary 98 orm: SET LOCAL search_path in an interceptor inside @Idem
     });
   }, 30_000);
 
-  it.skip('SET LOCAL in an interceptor inside @Idempotent(): the row in the tenant’s schema (Not fixed (round 98): found by review)', async () => {
+  const refused = '500 runner_connected_outside_request';
+
+  it('SET LOCAL in an interceptor inside @Idempotent(): refused, never lost: no row in either schema', async () => {
     expect(await scenario('in-interceptor', 'i1')).toEqual({
-      statuses: [201, 201],
-      tenant: ['i1'],
+      statuses: [refused, refused],
+      tenant: [],
       public: [],
     });
   }, 30_000);
 
-  it.skip('a runner made in that interceptor, SET LOCAL on it, used by the handler: the row in the tenant’s schema (Not fixed (round 98): found by review)', async () => {
+  it('a runner made in that interceptor, SET LOCAL on it: refused at the SET LOCAL, no row', async () => {
     expect(await scenario('runner-in-interceptor', 'r1')).toEqual({
-      statuses: [201, 201],
-      tenant: ['r1'],
+      statuses: [refused, refused],
+      tenant: [],
       public: [],
+    });
+  }, 30_000);
+
+  it('set_config(…, true) in that interceptor: refused too, the handler never runs', async () => {
+    ran.clear();
+    expect(await scenario('config-in-interceptor', 'g1')).toEqual({
+      statuses: [refused, refused],
+      tenant: [],
+      public: [],
+    });
+    expect(ran.has('g1')).toBe(false);
+  }, 30_000);
+
+  it('control: a plain read in that interceptor (its text naming local) runs as always', async () => {
+    expect(await scenario('read-in-interceptor', 'p1')).toEqual({
+      statuses: [201, 201],
+      tenant: [],
+      public: ['p1'],
     });
   }, 30_000);
 });

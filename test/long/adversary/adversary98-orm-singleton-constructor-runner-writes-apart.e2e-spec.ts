@@ -1,4 +1,12 @@
 /**
+ * Fixed (session of 2026-12-06, sixth): the library hooks TypeORM's
+ * `DataSource.prototype.createQueryRunner` as it is loaded (lib/transaction/transaction-scope.ts
+ * `joiningFromTheStart`, through `optionalRequire('typeorm')`), before any provider of the app
+ * exists: a runner a PostgreSQL DataSource makes before `IdempotencyDataSource` found it is
+ * wrapped by `joiningWhereUsed` as one made after is, and inert (itself) until the library joins
+ * that DataSource. Whatever the creation time, every runner of the joined DataSource is judged
+ * where its statement is sent; the singleton writer's insert joins the request: one row.
+ *
  * Adversary 98 (orm): a query runner made in a singleton provider's constructor (a unit of work
  * or outbox writer that keeps one runner, `this.runner = dataSource.createQueryRunner()`) is
  * made before the library patches the DataSource: `joinTransactionsOf` runs when
@@ -168,7 +176,7 @@ describe('adversary 98 orm: a runner made in a singleton provider’s constructo
     });
   }, 30_000);
 
-  it.skip('a singleton writer’s runner joins too: one row (Not fixed (round 98): found by review)', async () => {
+  it('a singleton writer’s runner joins too: one row', async () => {
     expect(await scenario('singleton', 's1')).toEqual({
       statuses: ['503 retry_later', '201'],
       rows: ['s1'],
