@@ -216,7 +216,7 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
       if (!view) {
         const value = Reflect.get(target, property, receiver) as unknown;
         return property === 'query' && typeof value === 'function'
-          ? refusingSessionSetsBeforeHandler(dataSource, value as QueryRunner['query'])
+          ? refusingSessionSetsBeforeHandler(dataSource, target, value as QueryRunner['query'])
           : value;
       }
       const value = Reflect.get(view, property) as unknown;
@@ -252,10 +252,12 @@ function joiningWhereUsed(dataSource: DataSource, runner: QueryRunner): QueryRun
  * true)`) is refused (`SessionSetBeforeHandlerError`), the request with it: there the request's
  * transaction is not joined yet, so it would run in autocommit on a connection of its own, where
  * PostgreSQL only warns and forgets it, and the handler's statements would run without it (on
- * another tenant's tables: adversary 98). Anything else, and anywhere else, runs as it is.
+ * another tenant's tables: adversary 98). Inside a transaction of the runner's own it lasts as
+ * its code means, and runs. Anything else, and anywhere else, runs as it is.
  */
 function refusingSessionSetsBeforeHandler(
   dataSource: DataSource,
+  runner: QueryRunner,
   query: QueryRunner['query'],
 ): QueryRunner['query'] {
   return function query_(this: unknown, ...args: Parameters<QueryRunner['query']>) {
@@ -263,6 +265,9 @@ function refusingSessionSetsBeforeHandler(
     if (
       store &&
       ownRunners.has(dataSource) &&
+      // In a transaction of its own (its code's `startTransaction()`, `manager.transaction()`)
+      // the setting lasts as its code means: that transaction's.
+      !runner.isTransactionActive &&
       store.runnerScope?.(dataSource) === 'later' &&
       setsForTransaction(args[0], Array.isArray(args[1]) ? args[1] : undefined)
     ) {

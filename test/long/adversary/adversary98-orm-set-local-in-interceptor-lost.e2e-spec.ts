@@ -166,6 +166,17 @@ class ReadingInterceptor implements NestInterceptor {
   }
 }
 
+/** A `SET LOCAL` in a transaction of the interceptor's own: lasts as its code means, runs. */
+@Injectable()
+class OwnTransactionInterceptor implements NestInterceptor {
+  constructor(private readonly tx: IdempotentTransaction) {}
+  intercept(_context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    return from(
+      this.tx.manager.transaction((manager) => manager.query("SET LOCAL statement_timeout = '5s'")),
+    ).pipe(switchMap(() => next.handle()));
+  }
+}
+
 const ran = new Set<string>();
 
 @Controller()
@@ -208,6 +219,14 @@ class LedgerController {
     return { tag: body.tag };
   }
 
+  @Post('transaction-in-interceptor')
+  @UseInterceptors(OwnTransactionInterceptor)
+  @Idempotent()
+  async transactionInInterceptor(@Body() body: { tag: string }) {
+    await this.entries.insert({ tag: body.tag });
+    return { tag: body.tag };
+  }
+
   @Post('runner-in-interceptor')
   @UseInterceptors(TenantRunnerInterceptor)
   @Idempotent()
@@ -229,6 +248,7 @@ describe('adversary 98 orm: SET LOCAL search_path in an interceptor inside @Idem
         TenantRunnerInterceptor,
         TenantConfigInterceptor,
         ReadingInterceptor,
+        OwnTransactionInterceptor,
       ],
       entities: [Entry],
       imports: [TypeOrmModule.forFeature([Entry])],
@@ -307,6 +327,14 @@ describe('adversary 98 orm: SET LOCAL search_path in an interceptor inside @Idem
       public: [],
     });
     expect(ran.has('g1')).toBe(false);
+  }, 30_000);
+
+  it('control: a SET LOCAL in a transaction of that interceptor’s own runs (it lasts there)', async () => {
+    expect(await scenario('transaction-in-interceptor', 'x1')).toEqual({
+      statuses: [201, 201],
+      tenant: [],
+      public: ['x1'],
+    });
   }, 30_000);
 
   it('control: a plain read in that interceptor (its text naming local) runs as always', async () => {
