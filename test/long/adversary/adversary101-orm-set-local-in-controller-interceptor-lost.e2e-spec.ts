@@ -18,7 +18,7 @@
  *         .pipe(switchMap(() => next.handle()));
  *     }
  *   }
- *   @Controller() @UseInterceptors(TenantInterceptor)      // or APP_INTERCEPTOR
+ *   @Controller() @UseInterceptors(TenantInterceptor)      // global ones (APP_INTERCEPTOR) run earlier still: not run here
  *   class LedgerController {
  *     @Post() @Idempotent()
  *     async record(@Body() b) { await this.entries.insert({ tag: b.tag }); return { tag: b.tag }; }
