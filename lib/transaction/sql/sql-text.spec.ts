@@ -682,6 +682,18 @@ describe('setsForTransaction', () => {
       ['a.t', 'a', false],
     ],
     ['after a read', 'SELECT 1; SET LOCAL search_path TO tenant_acme', true],
+    ['last of two settings', "SET LOCAL a.b = '1'; SET LOCAL search_path TO t", true],
+    [
+      'read by a statement after it in its text (one implicit transaction)',
+      "SET LOCAL app.actor = 'alice'; INSERT INTO e (actor) VALUES (current_setting('app.actor'))",
+      false,
+    ],
+    [
+      'set_config read after it in its text',
+      "SELECT set_config('app.t', 'a', true); INSERT INTO e (t) VALUES (current_setting('app.t'))",
+      false,
+    ],
+    ['a setting again after the write', "SET LOCAL a.b = '1'; SELECT 1; SET LOCAL a.b = '2'", true],
     ['a session SET', 'SET search_path TO tenant_acme', false],
     ['set_config for the session', "SELECT set_config('app.tenant', 'acme', false)", false],
     ['a read naming local', "SELECT 'local' AS word", false],

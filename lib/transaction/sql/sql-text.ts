@@ -636,21 +636,26 @@ export function localSettingsOf(sql: unknown, values?: readonly unknown[]): stri
 }
 
 /**
- * Whether a statement of `sql` sets anything for its transaction only: `SET LOCAL` (any setting,
- * the role, the search path and the session authorization among them, or `TO DEFAULT`), or a
- * `set_config(…, …, true)`, its `is_local` read from `values` where it is a parameter. Outside
- * a transaction block PostgreSQL runs such a statement and forgets it at once.
+ * Whether the last statement of `sql` sets anything for its transaction only: `SET LOCAL` (any
+ * setting, the role, the search path and the session authorization among them, or `TO
+ * DEFAULT`), or a `set_config(…, …, true)`, its `is_local` read from `values` where it is a
+ * parameter. Outside a transaction block PostgreSQL runs such a statement and forgets it at
+ * once. Only the last: the statements of one text sent alone run as one implicit transaction,
+ * so a setting with statements after it in its text is read by them, as its code means
+ * (`SET LOCAL app.actor = 'a'; INSERT … current_setting('app.actor')`: adversary 101).
  */
 export function setsForTransaction(sql: unknown, values?: readonly unknown[]): boolean {
   if (typeof sql !== 'string' || !/local|set_config|u&/i.test(sql)) return false;
-  return statementsOf(sql).some(({ node }) => {
-    const [type, body] = nodeOf(node) ?? [];
-    if (type === 'VariableSetStmt') return (body as { is_local?: boolean }).is_local === true;
-    return callsIn(node, SET_CONFIG).some(({ call }) => {
-      const isLocal = ((call.args as unknown[] | undefined) ?? [])[2];
-      return booleanOf(boundOf(isLocal, values)) === true;
+  return statementsOf(sql)
+    .slice(-1)
+    .some(({ node }) => {
+      const [type, body] = nodeOf(node) ?? [];
+      if (type === 'VariableSetStmt') return (body as { is_local?: boolean }).is_local === true;
+      return callsIn(node, SET_CONFIG).some(({ call }) => {
+        const isLocal = ((call.args as unknown[] | undefined) ?? [])[2];
+        return booleanOf(boundOf(isLocal, values)) === true;
+      });
     });
-  });
 }
 
 /**

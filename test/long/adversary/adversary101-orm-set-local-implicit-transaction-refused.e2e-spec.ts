@@ -1,4 +1,9 @@
 /**
+ * Fixed (session of 2026-12-06, sixth): `setsForTransaction` (lib/transaction/sql/sql-text.ts)
+ * reads only the text's LAST statement: one text sent alone runs as one implicit transaction,
+ * so a setting with statements after it in its text is read by them and is not refused; a
+ * text that ends with a setting (alone, or after a read) is refused as before.
+ *
  * Adversary 101 (orm): round 98's refusal of a `SET LOCAL` sent before the handler reads only
  * whether some statement of the text sets something for its transaction (`setsForTransaction`),
  * not whether that statement runs outside a transaction. A text of several statements sent
@@ -175,7 +180,7 @@ describe('adversary 101 orm: a SET LOCAL that its own text’s implicit transact
     });
   }, 30_000);
 
-  it.skip('a SET LOCAL its text’s implicit transaction keeps runs, as without the library (Not fixed (round 101): found by review)', async () => {
+  it('a SET LOCAL its text’s implicit transaction keeps runs, as without the library', async () => {
     expect(await scenario('set-local', 's1')).toEqual({
       statuses: [201, 201],
       audit: ['alice'],
