@@ -12,7 +12,14 @@ import {
   GraphQLString,
   GraphQLUnionType,
 } from 'graphql';
+import {
+  Field as NestField,
+  ID as NestID,
+  ObjectType as NestObjectType,
+  TypeMetadataStorage as NestTypeMetadataStorage,
+} from '@nestjs/graphql';
 import { Readable } from 'node:stream';
+import { loadNestFields } from './nest-fields.js';
 import { FIELD_NOT_STORED, notStoredFieldMessage } from './not-stored-field.js';
 import { type ReplayLoss } from './replay-loss.js';
 import { noteResolvedField } from './resolved-fields.js';
@@ -951,5 +958,126 @@ describe('outputWire and fromWire, a field behind Nest field middleware', () => 
     );
     // No value, and no refusal: the replay's wrapper of the field answers its stored output.
     expect(Object.getOwnPropertyDescriptor(replayed, 'label')).toBeUndefined();
+  });
+});
+
+describe('fromWire and outputWire, fields renamed with @Field({ name }) (adversary 100)', () => {
+  // Nest reads a field only by its class property: its schema name is its name on the wire.
+  @NestObjectType('PlacesSwapped')
+  class Swapped {
+    @NestField({ name: 'b' }) a!: string;
+    @NestField({ name: 'a' }) b!: string;
+  }
+  @NestObjectType('PlacesChain')
+  class Chain {
+    @NestField({ name: 'y' }) x!: string;
+    @NestField({ name: 'z' }) y!: string;
+    @NestField({ name: 'w' }) z!: string;
+  }
+  @NestObjectType('PlacesHidden')
+  class Hidden {
+    id!: number;
+    @NestField(() => NestID, { name: 'id' }) uuid!: string;
+  }
+  @NestObjectType('PlacesResolved')
+  class Resolved {
+    @NestField({ name: 'label' }) title!: string;
+  }
+  @NestObjectType('PlacesPlain')
+  class Plain {
+    @NestField() title!: string;
+    note!: string;
+  }
+  const strings = (...names: string[]) =>
+    Object.fromEntries(names.map((name) => [name, { type: GraphQLString }]));
+  const types: Record<string, GraphQLObjectType> = {
+    Swapped: new GraphQLObjectType({ name: 'PlacesSwapped', fields: strings('a', 'b') }),
+    Chain: new GraphQLObjectType({ name: 'PlacesChain', fields: strings('y', 'z', 'w') }),
+    Hidden: new GraphQLObjectType({ name: 'PlacesHidden', fields: { id: { type: GraphQLID } } }),
+    // `title` is the app's @ResolveField() of the type, named as `label`'s property.
+    Resolved: new GraphQLObjectType({ name: 'PlacesResolved', fields: strings('label', 'title') }),
+    Plain: new GraphQLObjectType({ name: 'PlacesPlain', fields: strings('title') }),
+  };
+
+  beforeAll(async () => {
+    const storages = (await import(
+      '@nestjs/graphql/dist/schema-builder/storages/lazy-metadata.storage.js' as string
+    )) as { LazyMetadataStorage: { load(types?: unknown[]): void } };
+    const classes = [Swapped, Chain, Hidden, Resolved, Plain];
+    storages.LazyMetadataStorage.load(classes);
+    NestTypeMetadataStorage.compile();
+    await loadNestFields();
+    noteResolvedField('PlacesResolved.title');
+  });
+
+  it.each<[string, string, object, string, Record<string, unknown>]>([
+    [
+      'a swapped pair',
+      'Swapped',
+      { a: 'from-a', b: 'from-b' },
+      '{ a b }',
+      { a: 'from-a', b: 'from-b' },
+    ],
+    [
+      'a swapped pair, one selected',
+      'Swapped',
+      { a: 'from-a', b: 'from-b' },
+      '{ b }',
+      { a: 'from-a' },
+    ],
+    [
+      'a chain of three renames',
+      'Chain',
+      { x: 'from-x', y: 'from-y', z: 'from-z' },
+      '{ y z w }',
+      { x: 'from-x', y: 'from-y', z: 'from-z' },
+    ],
+    [
+      'renamed onto a hidden property',
+      'Hidden',
+      { id: 7, uuid: 'u-7' },
+      '{ id }',
+      { id: 7, uuid: 'u-7' },
+    ],
+    [
+      'renamed, and the app field of its property name',
+      'Resolved',
+      { title: 'Hello' },
+      '{ label title }',
+      { title: 'Hello' },
+    ],
+    ['unrenamed', 'Plain', { title: 'Hi', note: 'n' }, '{ title }', { title: 'Hi', note: 'n' }],
+  ])(
+    '%s: the replay holds each value at its property',
+    async (_what, name, data, set, replayed) => {
+      const classes: Record<string, new () => object> = { Swapped, Chain, Hidden, Resolved, Plain };
+      const type = types[name];
+      const source = Object.assign(new classes[name](), data);
+      const stored = await outputWire(graphql, undefined, type, source, selecting(set), call);
+      const wire = JSON.parse(JSON.stringify(stored.wire)) as unknown;
+      const value = fromWire(graphql, undefined, type, wire, undefined, selecting(set)) as object;
+      expect({ ...value }).toEqual(replayed);
+    },
+  );
+
+  it.each<[string, Record<string, unknown>, Record<string, unknown>]>([
+    // Stored before round 100: each field by its schema name, nothing beside them.
+    ['a swapped pair', { a: 'from-b', b: 'from-a' }, { a: 'from-a', b: 'from-b' }],
+    // Stored before round 99: a renamed field's raw data kept beside it (`__parent`).
+    [
+      'a swapped pair with its raw data beside',
+      { a: 'from-b', b: 'from-a', [PARENT]: { json: { a: 'raw-a', b: 'raw-b' } } },
+      { a: 'from-a', b: 'from-b' },
+    ],
+  ])('a record stored before: %s replays each value at its property', (_what, wire, replayed) => {
+    const value = fromWire(
+      graphql,
+      undefined,
+      types.Swapped,
+      wire,
+      undefined,
+      selecting('{ a b }'),
+    );
+    expect({ ...(value as object) }).toEqual(replayed);
   });
 });

@@ -12,7 +12,12 @@ import { ANSWER_FORMAT, type FieldError, fieldError } from './field-answer.js';
 import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
-import { fieldPlaces, writesBesideFields } from './field-places.js';
+import {
+  besideFieldsMember,
+  fieldPlaces,
+  renamedFieldNames,
+  writesBesideFields,
+} from './field-places.js';
 import { type ReplayLoss } from './replay-loss.js';
 import { fieldResolution, hasAppField } from './resolved-fields.js';
 import { parentKeeping } from './parent-keeping.js';
@@ -425,22 +430,24 @@ async function walkValue(
   // a 30 kB `content` no field exposes refused a rename as too large); in `KEPT` its own
   // `__typename` (the app's tag, which the answer is) and all of it for a serializer outside.
   // Its fields are not read here: an unselected one may be a getter that loads or throws.
-  // A field is told by its schema name and by the property Nest reads it by (a field renamed
-  // with `@Field({ name })`): the property's data is the field's, stored as it (adversary 99).
-  const places = fieldPlaces(
-    Object.keys(fields),
-    (name) => nestField(concrete.name, name)?.property,
-  );
+  // A field's place is the property Nest reads it by (a field renamed with `@Field({ name })`:
+  // its property), never its schema name: the property's data is the field's, stored as it
+  // (adversary 99); own data under a renamed field's schema name is data beside the fields
+  // (adversary 100: a `@HideField() id` beside `@Field({ name: 'id' }) uuid`).
+  const propertyOf = (name: string) => nestField(concrete.name, name)?.property;
+  const places = fieldPlaces(Object.keys(fields), propertyOf);
+  const renamedNames = renamedFieldNames(Object.keys(fields), propertyOf);
   for (const name of Object.keys(source)) {
     if (places.has(name)) continue;
-    if (byClass || name === '__typename') kept[name] = source[name];
+    if (besideFieldsMember(name, byClass, renamedNames) === 'kept') kept[name] = source[name];
     else parent[name] = source[name];
   }
   if (keeping.unselected !== 'none') {
-    Object.assign(
-      keeping.unselected === 'kept' ? kept : parent,
-      ownData(source, concrete.name, fields, selected),
-    );
+    for (const [name, item] of Object.entries(ownData(source, concrete.name, fields, selected))) {
+      const into =
+        keeping.unselected === 'kept' ? besideFieldsMember(name, true, renamedNames) : 'parent';
+      (into === 'kept' ? kept : parent)[name] = item;
+    }
   }
   const methods: string[] = [];
   /** Selected fields it gave through its class (see `FROM_CLASS`). */
@@ -972,14 +979,16 @@ export function fromWire(
     const property = nestField(concrete.name, name)?.property;
     return property !== undefined && property !== name ? property : undefined;
   };
-  /** The properties the stored fields were written to beside their names (renamed ones). */
+  /**
+   * Where Nest reads the field, and where a replay writes it: its class property (a renamed
+   * field's), never its schema name when renamed (adversary 100: another field's property).
+   */
+  const placeOf = (name: string) => renamed(name) ?? name;
+  /** The places the stored fields were written to. */
   const fromFields = new Set<string>();
   for (const [name, item] of Object.entries(stored)) {
     if (typed && LIBRARY_MEMBERS.has(name)) continue;
-    if (!(name in fields)) {
-      own(value, name, item);
-      continue;
-    }
+    if (!(name in fields)) continue;
     const nodes = selected?.get(name);
     const field = fromWire(
       graphql,
@@ -990,12 +999,14 @@ export function fromWire(
       selection && { ...selection, nodes: nodes ?? [] },
       warn,
     );
-    own(value, name, field);
-    const property = renamed(name);
-    if (property !== undefined && !(property in stored)) {
-      own(value, property, field);
-      fromFields.add(property);
-    }
+    own(value, placeOf(name), field);
+    fromFields.add(placeOf(name));
+  }
+  // A record stored before `KEPT` (format 1): its data that is no field beside its fields,
+  // written where no field is.
+  for (const [name, item] of Object.entries(stored)) {
+    if ((typed && LIBRARY_MEMBERS.has(name)) || name in fields) continue;
+    if (writesBesideFields(name, item, fromFields)) own(value, name, item);
   }
   if (typed) {
     // What the app's resolvers read of it that the answer does not hold (see `PARENT`): data a
@@ -1015,23 +1026,21 @@ export function fromWire(
     >;
     ownTypename = '__typename' in keptData;
     for (const [name, item] of Object.entries(keptData)) {
-      if (!writesBesideFields(name, item, fromFields)) continue;
-      own(value, name, item);
-      // A field's value its wire form changes (an `ID` that was a number), kept by its name:
-      // where Nest reads it too (a renamed field's property), as the first call read it.
-      const property = name in fields ? renamed(name) : undefined;
-      if (property !== undefined && fromFields.has(property)) own(value, property, item);
+      // A field's value its wire form changes (an `ID` that was a number), or the input of the
+      // app's field of that name, kept by its schema name: where Nest reads it (a renamed
+      // field's property), as the first call read it. Own data under a renamed field's schema
+      // name is never kept here, but in `PARENT` (see `besideFieldsMember`).
+      if (name in fields) own(value, placeOf(name), item);
+      else if (writesBesideFields(name, item, fromFields)) own(value, name, item);
     }
   }
   const leafClasses = stored[LEAF_CLASS];
   if (typed && typeof leafClasses === 'object' && leafClasses !== null) {
     for (const [name, tree] of Object.entries(leafClasses as Record<string, unknown>)) {
-      const item = value[name];
-      if (typeof item !== 'object' || item === null) continue;
-      const again = namedByTree(item, tree);
-      for (const place of [name, renamed(name)]) {
-        if (place !== undefined && hasOwn(value, place)) own(value, place, again);
-      }
+      const place = placeOf(name);
+      const item = value[place];
+      if (typeof item !== 'object' || item === null || !hasOwn(value, place)) continue;
+      own(value, place, namedByTree(item, tree));
     }
   }
   /** What its class's getters gave beyond its fields (`GOTTEN`), by name. */
@@ -1054,10 +1063,8 @@ export function fromWire(
   const fromClass = stored[FROM_CLASS];
   if (typed && Array.isArray(fromClass)) {
     for (const name of fromClass as string[]) {
-      for (const place of [name, renamed(name)]) {
-        if (place === undefined || !Object.prototype.hasOwnProperty.call(value, place)) continue;
-        Object.defineProperty(value, place, { enumerable: false });
-      }
+      const place = placeOf(name);
+      if (hasOwn(value, place)) Object.defineProperty(value, place, { enumerable: false });
     }
   }
   const failures = stored[FAILED];
@@ -1066,10 +1073,7 @@ export function fromWire(
       // Only where the retry reads it: a rejected Promise nobody awaits (an outer serializer
       // wraps every own one) would be an unhandled rejection.
       if (selected && !selected.has(name)) continue;
-      for (const place of [name, renamed(name)]) {
-        if (place === undefined) continue;
-        Object.defineProperty(value, place, failedField(failure, graphql));
-      }
+      Object.defineProperty(value, placeOf(name), failedField(failure, graphql));
     }
   }
   // Stored by its selection (format 3): a field the first answer did not select has no value,
@@ -1080,35 +1084,31 @@ export function fromWire(
   // class exposes (`ClassSerializerInterceptor`) reads the others too, and finds nothing.
   if (format >= 3) {
     for (const name of selected ? selected.keys() : Object.keys(fields)) {
-      if (!(name in fields) || hasOwn(value, name)) continue;
+      if (!(name in fields) || hasOwn(value, placeOf(name))) continue;
       // Computed again (the app's), or answered from the stored output (field middleware:
       // middleware-outputs.ts): nothing is read of the parent.
       const resolution = fieldResolution(concrete, name);
       if (resolution === 'app' || resolution === 'middleware') continue;
-      for (const place of [name, renamed(name)]) {
-        if (place === undefined || hasOwn(value, place)) continue;
-        Object.defineProperty(value, place, {
-          get: () => {
-            throw notStoredField(graphql, concrete.name, name);
-          },
-          configurable: true,
-        });
-      }
+      Object.defineProperty(value, placeOf(name), {
+        get: () => {
+          throw notStoredField(graphql, concrete.name, name);
+        },
+        configurable: true,
+      });
     }
   }
   if (typed) {
     const promisedFields = stored[PROMISED];
     if (Array.isArray(promisedFields)) {
       for (const name of promisedFields as string[]) {
-        for (const place of [name, renamed(name)]) {
-          if (place === undefined || !hasOwn(value, place)) continue;
-          const descriptor = Object.getOwnPropertyDescriptor(value, place)!;
-          if (!('value' in descriptor)) continue;
-          Object.defineProperty(value, place, {
-            ...descriptor,
-            value: Promise.resolve(descriptor.value),
-          });
-        }
+        const place = placeOf(name);
+        if (!hasOwn(value, place)) continue;
+        const descriptor = Object.getOwnPropertyDescriptor(value, place)!;
+        if (!('value' in descriptor)) continue;
+        Object.defineProperty(value, place, {
+          ...descriptor,
+          value: Promise.resolve(descriptor.value),
+        });
       }
     }
     // A record stored before ACCESSORS: its FROM_CLASS fields were its class's getters' (or
@@ -1118,10 +1118,7 @@ export function fromWire(
       : Array.isArray(fromClass)
         ? (fromClass as string[])
         : [];
-    const getters = [...accessorFields, ...Object.keys(gotten)].flatMap((name) => [
-      name,
-      renamed(name),
-    ]);
+    const getters = [...accessorFields.map(placeOf), ...Object.keys(gotten)];
     throughGetters(value, getters);
   }
   return member(value);

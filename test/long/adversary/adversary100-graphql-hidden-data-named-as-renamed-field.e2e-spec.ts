@@ -28,6 +28,14 @@
  * only where it is not renamed); keep own data at a renamed field's schema name under
  * `__parent`, and on a replay write a renamed field only at its property (Nest's resolver reads
  * it there), leaving its schema name to such data.
+ *
+ * Fixed (session of 2026-12-06, sixth): a field's place is its class property only
+ * (field-places.ts `fieldPlaces`), so own data under a renamed field's schema name is data
+ * beside the fields, kept under `__parent` (never `__kept`, which holds a field's raw value by
+ * its schema name: `besideFieldsMember`); `fromWire` writes each field at its property only
+ * (never at its schema name when renamed), then the data beside the fields where no field's
+ * property is. An answer stored before the fix never kept the hidden `id`: its replay's
+ * `post.id` is undefined (it was the uuid), which no replay can make right.
  */
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Module } from '@nestjs/common';
@@ -173,7 +181,7 @@ describe("adversary 100: own data named as a renamed field's schema name", () =>
     expect((again as { data: unknown }).data).toEqual({ createNote: answer });
   });
 
-  it.skip('the @HideField() key `id` is read on a replay as first, `id` selected (Not fixed (round 100): found by review)', async () => {
+  it('the @HideField() key `id` is read on a replay as first, `id` selected', async () => {
     const { firstAnswer, again } = await replays(
       'adv100-hidden-selected',
       'mutation { createPost { id internalKey } }',
@@ -184,7 +192,7 @@ describe("adversary 100: own data named as a renamed field's schema name", () =>
     expect((again as { data: unknown }).data).toEqual({ createPost: answer });
   });
 
-  it.skip('the @HideField() key `id` is read on a replay as first, `id` not selected (Not fixed (round 100): found by review)', async () => {
+  it('the @HideField() key `id` is read on a replay as first, `id` not selected', async () => {
     const { firstAnswer, again } = await replays(
       'adv100-hidden-unselected',
       'mutation { createPost { internalKey } }',
