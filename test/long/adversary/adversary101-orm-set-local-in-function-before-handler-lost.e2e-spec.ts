@@ -1,4 +1,13 @@
 /**
+ * Not fixed (session of 2026-12-06, sixth): a stated limit, in docs/guides/transactions.md. The
+ * same interceptor without the library loses the setting the same way (a `SET LOCAL` in
+ * autocommit), so the library loses nothing of its own here; its refusal is a courtesy for the
+ * forms it can read (a setting that ends its statement's text, sent inside `@Idempotent()`).
+ * Refusing every function call or `DO` block before the handler would refuse ordinary reads,
+ * and an interceptor above `@Idempotent()` runs before the library has met the request (lead:
+ * a global hook that marks `@Idempotent()` routes from the first interceptor on). The guide now
+ * names the handler as the one place to set the session.
+ *
  * Adversary 101 (orm): the refusal of a transaction-only setting sent before the handler
  * (round 98's fix, `refusingSessionSetsBeforeHandler`) reads only the statement's own text
  * (`setsForTransaction`). The RLS/schema-per-tenant recipe's usual form wraps the setting in a
