@@ -8,7 +8,11 @@ import {
 } from '../transaction/idempotency-context.js';
 import { classifyHandlerError } from '../transaction/failure.js';
 import { notePhaseWorkFailure } from './phase-work-failure.js';
-import { TransactionAbortedError } from '../transaction/seam-errors.js';
+import {
+  TransactionAbortedError,
+  TransactionControlRefusedError,
+} from '../transaction/seam-errors.js';
+import { RequestTransaction } from '../transaction/request-transaction.js';
 import { completedPhase, derivedKey, recordablePhaseName } from './phases.js';
 import { IdempotencyPhaseNameInvalidError } from '../shapes/idempotency.errors.js';
 import { recordPhaseResult } from '../claim/phase-result-json.js';
@@ -135,7 +139,7 @@ export class PhaseRunner {
       const result = await outsideTransactions(() =>
         call({ phase, idempotencyKey: derivedKey(claim, phase) }),
       );
-      return this.commit(store, claim, phase, (manager) => recorded(manager, result));
+      return this.commit(transaction, store, claim, phase, (manager) => recorded(manager, result));
     });
   }
 
@@ -171,6 +175,7 @@ export class PhaseRunner {
       if (!withClaim) await this.guard(() => transaction.commitClaimAlone());
       const phaseWith = phaseContext(claim, phase, transaction);
       return this.commit(
+        transaction,
         store,
         claim,
         phase,
@@ -182,14 +187,17 @@ export class PhaseRunner {
 
   /** Commits a phase's work with its recovery point; returns its result as stored. */
   private async commit<T>(
+    request: RequestTransaction,
     store: TransactionalClaimStore,
     claim: ActiveClaim,
     phase: string,
     work: (manager: EntityManager) => Promise<T>,
     holder?: StoreTransaction,
   ): Promise<T> {
-    const value = await this.guard(() =>
-      store.commitPhase(claim, phase, byWork(work, this.workThrew), holder),
+    const value = await this.guard(
+      () =>
+        store.commitPhase(claim, phase, byWork(refusedTo(request, work), this.workThrew), holder),
+      request,
     );
     // What was stored, as JSON: this worker sees exactly what a takeover would see (a Date
     // becomes a string here too), so resumed code takes the same branches.
@@ -238,10 +246,16 @@ export class PhaseRunner {
    * A database that cannot be reached, or that rolled the phase back for a passing reason, is
    * a 503 with nothing stored, never a stored 500.
    */
-  private async guard<T>(commit: () => Promise<T>): Promise<T> {
+  private async guard<T>(commit: () => Promise<T>, request?: RequestTransaction): Promise<T> {
     try {
       return await commit();
     } catch (error) {
+      // The phase's commit refused (its work caught a refusal and went on): the request's too.
+      if (
+        error instanceof TransactionAbortedError &&
+        error.cause instanceof TransactionControlRefusedError
+      )
+        request?.refusedInPhase(error.cause);
       const failure = classifyHandlerError(error);
       if (failure.kind !== 'retry') throw error;
       // The work's own failure, handed on in the library's words: said so (see
@@ -369,6 +383,26 @@ function lowerCased(headers: Readonly<Record<string, string>>): Record<string, s
     if (name !== SEALED_MARKER) out[name.toLowerCase()] = value;
   }
   return out;
+}
+
+/**
+ * `work`, handing what the seam refused in the phase's transaction (the scope it runs in) on
+ * to the request's (`refusedInPhase`), whether the work let the refusal out, caught it and
+ * threw its own error, or went on: a phase's refusal is the request's, answered by the same
+ * rule (`refusalAnswer`) as one met in the handler (adversary 100).
+ */
+function refusedTo<T>(
+  request: RequestTransaction,
+  work: (manager: EntityManager) => Promise<T>,
+): (manager: EntityManager) => Promise<T> {
+  return async (manager) => {
+    const phase: unknown = transactionScope.getStore();
+    try {
+      return await work(manager);
+    } finally {
+      if (phase instanceof RequestTransaction) request.refusedInPhase(phase.refusal);
+    }
+  };
 }
 
 /** `work`, noting in `threw` what it throws (see `guard`). */

@@ -12,8 +12,11 @@ import {
   classifyHandlerError,
   isPassing,
   isTimeoutError,
+  REFUSAL_FATES,
   refusalAnswer,
+  refusalFate,
 } from './failure.js';
+import * as seam from './seam-errors.js';
 import {
   IdempotencyCursorOpenError,
   IdempotencyLeaseLostError,
@@ -428,6 +431,13 @@ describe('refusalAnswer', () => {
       new RunnerConnectedOutsideRequestError(),
       'runner_connected_outside_request',
     ],
+    ['a concurrent save that failed', new seam.ConcurrentSaveFailedError(), 'transaction_aborted'],
+    [
+      'a nested transaction open at the commit',
+      new seam.NestedTransactionOpenAtCommitError(),
+      'transaction_aborted',
+    ],
+    ['a savepoint across runners', savepointAcrossRunners(), 'transaction_aborted'],
     ['its code’s own COMMIT', new TransactionControlRefusedError('COMMIT'), undefined],
     ['a session’s setting', new SessionSettingRefusedError('search_path'), undefined],
     [
@@ -437,5 +447,94 @@ describe('refusalAnswer', () => {
     ],
   ])('%s -> %s', (_name, refusal, code) => {
     expect(refusalAnswer(refusal)?.code).toBe(code);
+  });
+});
+
+/** A `SavepointAcrossRunnersError` as the TypeORM seam makes it (by name: lib/data-layers). */
+function savepointAcrossRunners(): TransactionControlRefusedError {
+  const error = new TransactionControlRefusedError('ROLLBACK TO SAVEPOINT step');
+  error.name = 'SavepointAcrossRunnersError';
+  return error;
+}
+
+/**
+ * One table says, for every refusal the request's transaction can record, whether the
+ * handler's answer after it is ever stored (adversary 100): the docs' "nothing stored" ones
+ * never are, caught or not, in a phase or in the handler.
+ */
+describe('REFUSAL_FATES: every refusal the transaction records, and what becomes of it', () => {
+  it.each<[string, string]>([
+    ['CursorOpenRefusedError', 'own'],
+    ['StatementBesidePhaseRefusedError', 'own'],
+    ['SubscriberTransactionOpenError', 'own'],
+    ['RunnerConnectedOutsideRequestError', 'own'],
+    ['ConcurrentSaveFailedError', 'aborted'],
+    ['NestedTransactionOpenAtCommitError', 'aborted'],
+    ['SavepointAcrossRunnersError', 'aborted'],
+    ['TransactionControlRefusedError', 'stored'],
+    ['SessionAdvisoryLockRefusedError', 'stored'],
+    ['SessionSettingRefusedError', 'stored'],
+    ['ReadOnlyTransactionRefusedError', 'stored'],
+    ['UnreadableStatementRefusedError', 'stored'],
+    ['ListenAmongStatementsRefusedError', 'stored'],
+    ['StatementBesideNestedTransactionError', 'stored'],
+    ['NestedTurnTimeoutError', 'stored'],
+  ])('%s -> %s', (name, fate) => {
+    expect(REFUSAL_FATES[name]).toBe(fate);
+  });
+
+  it('names every refusal of the seam', () => {
+    const refusals = Object.entries(seam)
+      .filter(
+        ([, value]) =>
+          typeof value === 'function' &&
+          (value === seam.TransactionControlRefusedError ||
+            value.prototype instanceof seam.TransactionControlRefusedError),
+      )
+      .map(([name]) => name);
+    expect(refusals.filter((name) => !(name in REFUSAL_FATES))).toEqual([]);
+  });
+
+  it.each<[string, unknown, string | undefined]>([
+    ['no refusal', undefined, undefined],
+    ['a plain Error', new Error('x'), undefined],
+    [
+      'an unknown refusal',
+      Object.assign(new TransactionControlRefusedError('x'), { name: 'New' }),
+      'stored',
+    ],
+  ])('refusalFate(%s) -> %s', (_name, refusal, fate) => {
+    expect(refusalFate(refusal)).toBe(fate);
+  });
+
+  it.each<[string, unknown, string, string | undefined]>([
+    [
+      'a refusal its code caught and went on from, at the commit',
+      new seam.TransactionAbortedError(new SessionAdvisoryLockRefusedError('pg_advisory_lock')),
+      'retry',
+      'transaction_aborted',
+    ],
+    [
+      'a savepoint across runners let out',
+      savepointAcrossRunners(),
+      'retry',
+      'transaction_aborted',
+    ],
+    [
+      'a concurrent save let out',
+      new seam.ConcurrentSaveFailedError(),
+      'retry',
+      'transaction_aborted',
+    ],
+    [
+      'a session-level advisory lock let out: the error answer stored',
+      new SessionAdvisoryLockRefusedError('pg_advisory_lock'),
+      'final',
+      undefined,
+    ],
+  ])('classifyHandlerError(%s) -> %s %s', (_name, error, kind, code) => {
+    const failure = classifyHandlerError(error);
+    expect(failure.kind).toBe(kind);
+    expect(failure.kind === 'final' ? undefined : failure.error.code).toBe(code);
   });
 });

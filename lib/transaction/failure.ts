@@ -88,16 +88,58 @@ export function classifyHandlerError(error: unknown): Failure {
 const CLASSIFIED = new WeakMap<object, Failure>();
 
 /**
- * The answer of a request whose transaction the seam refused (`refusal`: a cursor left open, a
- * statement beside a phase, a subscriber's transaction, a runner connected outside the
- * request), whatever its handler made of the refusal (caught, then its own 409 or `Error`
- * thrown): the refusal's, never stored, when the refusal itself is never stored; otherwise
- * `undefined`, and the handler's answer stands.
+ * What becomes of a request whose transaction the seam refused (`RequestTransaction.refusal`,
+ * a phase's included), whatever its handler made of the refusal afterwards (let it out, caught
+ * it and threw its own 409 or `Error`, or answered anyway):
+ * - `own`: never stored; answered with the refusal's own code (`cursor_open`, ...).
+ * - `aborted`: never stored; answered 500 `transaction_aborted` with the refusal's message
+ *   (the documented "nothing committed or stored" of a concurrent save, a nested transaction
+ *   left open at the commit, a savepoint across runners).
+ * - `stored`: the handler's error answer is stored, its effects rolled back (the documented
+ *   "as the filters render it ... the error answer stored"); answered anyway, its commit is
+ *   refused: 500 `transaction_aborted`, nothing stored.
+ * Every refusal the transaction can record is named here (see failure.spec.ts); one it does
+ * not know is `stored`, as before.
+ */
+export type RefusalFate = 'own' | 'aborted' | 'stored';
+
+export const REFUSAL_FATES: Readonly<Record<string, RefusalFate>> = {
+  CursorOpenRefusedError: 'own',
+  StatementBesidePhaseRefusedError: 'own',
+  SubscriberTransactionOpenError: 'own',
+  RunnerConnectedOutsideRequestError: 'own',
+  ConcurrentSaveFailedError: 'aborted',
+  NestedTransactionOpenAtCommitError: 'aborted',
+  SavepointAcrossRunnersError: 'aborted',
+  TransactionControlRefusedError: 'stored',
+  SessionAdvisoryLockRefusedError: 'stored',
+  SessionSettingRefusedError: 'stored',
+  ReadOnlyTransactionRefusedError: 'stored',
+  UnreadableStatementRefusedError: 'stored',
+  ListenAmongStatementsRefusedError: 'stored',
+  StatementBesideNestedTransactionError: 'stored',
+  NestedTurnTimeoutError: 'stored',
+};
+
+/** What becomes of a request refused with `refusal` (see `RefusalFate`); none for no refusal. */
+export function refusalFate(refusal: unknown): RefusalFate | undefined {
+  if (!(refusal instanceof TransactionControlRefusedError)) return undefined;
+  return REFUSAL_FATES[refusal.name] ?? 'stored';
+}
+
+/**
+ * The answer of a request whose transaction the seam refused (`refusal`), whatever its
+ * handler made of the refusal: the refusal's, never stored, when its fate is `own` or
+ * `aborted`; otherwise `undefined`, and the handler's answer stands.
  */
 export function refusalAnswer(refusal: unknown): IdempotencyError | undefined {
-  if (refusal === undefined) return undefined;
-  const failure = classifyHandlerError(refusal);
-  return failure.kind === 'retry' ? failure.error : undefined;
+  const fate = refusalFate(refusal);
+  if (fate === 'own') {
+    const failure = classifyHandlerError(refusal);
+    return failure.kind === 'retry' ? failure.error : undefined;
+  }
+  if (fate === 'aborted') return classifyCommitError(new TransactionAbortedError(refusal));
+  return undefined;
 }
 
 function classifyAnew(error: unknown): Failure {
@@ -107,7 +149,19 @@ function classifyAnew(error: unknown): Failure {
   if (wrapped) return classifyHandlerError(wrapped);
   // A transaction its code went on with after a statement failed (and caught it) could not
   // commit: what it met is that statement's failure (a deadlock: 503; a constraint: final).
-  if (error instanceof TransactionAbortedError) return classifyHandlerError(error.cause);
+  // A refusal its code caught and went on from (the transaction could then only roll back):
+  // what the request met is the refusal, answered as the request's own refused commit is
+  // (500 `transaction_aborted`, never stored), in a phase as in the handler (adversary 100).
+  if (error instanceof TransactionAbortedError) {
+    const met = classifyHandlerError(error.cause);
+    if (met.kind !== 'final' || !(error.cause instanceof TransactionControlRefusedError))
+      return met;
+    return { kind: 'retry', error: classifyCommitError(error) };
+  }
+  // A refusal never stored (`REFUSAL_FATES`), let out: rolled back, answered 500.
+  if (refusalFate(error) === 'aborted') {
+    return { kind: 'retry', error: classifyCommitError(new TransactionAbortedError(error)) };
+  }
   if (error instanceof IdempotencyLeaseLostError) return { kind: 'lease-lost', error };
   if (
     error instanceof RetryLaterError ||

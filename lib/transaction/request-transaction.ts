@@ -289,6 +289,15 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   get refusal(): TransactionControlRefusedError | undefined {
     return this.refused;
   }
+
+  /**
+   * A refusal of the seam's met in a transaction of the request's own (a `PhaseRunner`
+   * phase's): the request's too, so that what its handler makes of it is answered as in the
+   * handler itself (`refusalAnswer`), and the request cannot commit past it (adversary 100).
+   */
+  refusedInPhase(refusal: TransactionControlRefusedError | undefined): void {
+    if (refusal) this.refused ??= refusal;
+  }
   /**
    * Awaited before the `BEGIN` of a transaction above READ COMMITTED: the lease renewal on
    * its way (see `LeaseRenewals`). Such a transaction must see the key's row as it will stay

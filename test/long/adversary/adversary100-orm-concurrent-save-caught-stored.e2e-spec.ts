@@ -49,6 +49,20 @@
  * `SavepointAcrossRunnersError`, `NestedTransactionOpenAtCommitError`); or say in
  * docs/reference/problems.md that a caught refusal turned into the handler's own error is
  * stored (and list it with the stated limit).
+ *
+ * Fixed (session of 2026-12-06, sixth): lib/transaction/failure.ts now decides in one table
+ * (`REFUSAL_FATES`, table-driven in failure.spec.ts, a spec that fails when a refusal of seam-
+ * errors.ts is missing from it) what becomes of every refusal the transaction can record: `own`
+ * (the four of adversary 98: their own code), `aborted` (`ConcurrentSaveFailedError`,
+ * `NestedTransactionOpenAtCommitError`, `SavepointAcrossRunnersError`: 500 `transaction_aborted`),
+ * both never stored whatever the handler threw after them, and `stored` (its code's COMMIT,
+ * session locks and settings, ...: the handler's error answer stored when let out).
+ * `refusalAnswer` (read by `onHandlerError` and `withoutEffects`) applies it;
+ * `classifyHandlerError` answers a `TransactionAbortedError` of a caught refusal as
+ * `classifyCommitError` does (500 `transaction_aborted`, not stored). `PhaseRunner` hands a
+ * refusal met in a phase's own transaction (its work's, or its refused commit's) to the request's
+ * (`RequestTransaction.refusedInPhase`), so phases answer by the same rule as the handler.
+ * docs/guides/transactions.md and docs/reference/problems.md say so.
  */
 import { Body, ConflictException, Controller, type INestApplication, Post } from '@nestjs/common';
 import { InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
@@ -175,7 +189,7 @@ describe('adversary 100 orm: a concurrent save’s failure caught and answered 4
     });
   }, 30_000);
 
-  it.skip('caught and answered 409: 500 transaction_aborted, nothing stored (Not fixed (round 100): found by review)', async () => {
+  it('caught and answered 409: 500 transaction_aborted, nothing stored', async () => {
     expect(await scenario('caught-409', 'b1')).toEqual({
       statuses: [aborted, aborted],
       accounts: 0,

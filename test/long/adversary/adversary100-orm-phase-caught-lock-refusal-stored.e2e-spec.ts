@@ -46,6 +46,20 @@
  * cause is a `TransactionControlRefusedError` as `classifyCommitError` does (a `retry` with
  * `IdempotencyTransactionAbortedError`), so a phase's refused commit answers as the request's
  * own refused commit; or say in the guide that in a phase it is stored.
+ *
+ * Fixed (session of 2026-12-06, sixth): lib/transaction/failure.ts now decides in one table
+ * (`REFUSAL_FATES`, table-driven in failure.spec.ts, a spec that fails when a refusal of seam-
+ * errors.ts is missing from it) what becomes of every refusal the transaction can record: `own`
+ * (the four of adversary 98: their own code), `aborted` (`ConcurrentSaveFailedError`,
+ * `NestedTransactionOpenAtCommitError`, `SavepointAcrossRunnersError`: 500 `transaction_aborted`),
+ * both never stored whatever the handler threw after them, and `stored` (its code's COMMIT,
+ * session locks and settings, ...: the handler's error answer stored when let out).
+ * `refusalAnswer` (read by `onHandlerError` and `withoutEffects`) applies it;
+ * `classifyHandlerError` answers a `TransactionAbortedError` of a caught refusal as
+ * `classifyCommitError` does (500 `transaction_aborted`, not stored). `PhaseRunner` hands a
+ * refusal met in a phase's own transaction (its work's, or its refused commit's) to the request's
+ * (`RequestTransaction.refusedInPhase`), so phases answer by the same rule as the handler.
+ * docs/guides/transactions.md and docs/reference/problems.md say so.
  */
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
@@ -151,7 +165,7 @@ describe('adversary 100 orm: an advisory-lock refusal caught inside a phase', ()
     expect(await scenario('handler', 'h1')).toEqual({ statuses: [aborted, aborted], rows: [] });
   }, 30_000);
 
-  it.skip('caught inside a phase and gone on: 500 transaction_aborted, nothing stored (Not fixed (round 100): found by review)', async () => {
+  it('caught inside a phase and gone on: 500 transaction_aborted, nothing stored', async () => {
     expect(await scenario('phase', 'p1')).toEqual({ statuses: [aborted, aborted], rows: [] });
   }, 30_000);
 });

@@ -48,6 +48,20 @@
  * `PhaseRunner.guard`) answers `refusalAnswer(phaseTransaction.refusal)` in place of the
  * work's own error when there is one (as `onHandlerError` does), or marks the request's
  * context/transaction refused so that `onHandlerError` and `withoutEffects` see it.
+ *
+ * Fixed (session of 2026-12-06, sixth): lib/transaction/failure.ts now decides in one table
+ * (`REFUSAL_FATES`, table-driven in failure.spec.ts, a spec that fails when a refusal of seam-
+ * errors.ts is missing from it) what becomes of every refusal the transaction can record: `own`
+ * (the four of adversary 98: their own code), `aborted` (`ConcurrentSaveFailedError`,
+ * `NestedTransactionOpenAtCommitError`, `SavepointAcrossRunnersError`: 500 `transaction_aborted`),
+ * both never stored whatever the handler threw after them, and `stored` (its code's COMMIT,
+ * session locks and settings, ...: the handler's error answer stored when let out).
+ * `refusalAnswer` (read by `onHandlerError` and `withoutEffects`) applies it;
+ * `classifyHandlerError` answers a `TransactionAbortedError` of a caught refusal as
+ * `classifyCommitError` does (500 `transaction_aborted`, not stored). `PhaseRunner` hands a
+ * refusal met in a phase's own transaction (its work's, or its refused commit's) to the request's
+ * (`RequestTransaction.refusedInPhase`), so phases answer by the same rule as the handler.
+ * docs/guides/transactions.md and docs/reference/problems.md say so.
  */
 import {
   Body,
@@ -244,17 +258,17 @@ describe('adversary 100 orm: a never-stored refusal caught inside a phase and re
     expect(await scenario('handler-cursor', 'c2')).toEqual(['500 cursor_open', '500 cursor_open']);
   }, 30_000);
 
-  it.skip('the runner refusal caught inside a phase and answered 409: still the refusal, nothing stored (Not fixed (round 100): found by review)', async () => {
+  it('the runner refusal caught inside a phase and answered 409: still the refusal, nothing stored', async () => {
     const refused = '500 runner_connected_outside_request';
     expect(await scenario('phase-409', 'p1')).toEqual([refused, refused]);
   }, 30_000);
 
-  it.skip('the runner refusal thrown out of a phase, caught around phases.run() and answered 409: still the refusal, nothing stored (Not fixed (round 100): found by review)', async () => {
+  it('the runner refusal thrown out of a phase, caught around phases.run() and answered 409: still the refusal, nothing stored', async () => {
     const refused = '500 runner_connected_outside_request';
     expect(await scenario('around-phase-409', 'p3')).toEqual([refused, refused]);
   }, 30_000);
 
-  it.skip('the cursor refusal caught inside a phase and wrapped in an Error with cause: still the refusal, nothing stored (Not fixed (round 100): found by review)', async () => {
+  it('the cursor refusal caught inside a phase and wrapped in an Error with cause: still the refusal, nothing stored', async () => {
     expect(await scenario('phase-cursor', 'p2')).toEqual(['500 cursor_open', '500 cursor_open']);
   }, 30_000);
 });

@@ -43,6 +43,21 @@
  * stores (its own code, 500, like `cursor_open`), or, if storing is meant, say so in the
  * guide (drop "nothing stored") and list it with the stated limit (COMMIT/BEGIN, session
  * settings, advisory locks).
+ *
+ * Fixed (session of 2026-12-06, sixth): lib/transaction/failure.ts now decides in one table
+ * (`REFUSAL_FATES`, table-driven in failure.spec.ts, a spec that fails when a refusal of seam-
+ * errors.ts is missing from it) what becomes of every refusal the transaction can record: `own`
+ * (the four of adversary 98: their own code), `aborted` (`ConcurrentSaveFailedError`,
+ * `NestedTransactionOpenAtCommitError`, `SavepointAcrossRunnersError`: 500 `transaction_aborted`),
+ * both never stored whatever the handler threw after them, and `stored` (its code's COMMIT,
+ * session locks and settings, ...: the handler's error answer stored when let out).
+ * `refusalAnswer` (read by `onHandlerError` and `withoutEffects`) applies it;
+ * `classifyHandlerError` answers a `TransactionAbortedError` of a caught refusal as
+ * `classifyCommitError` does (500 `transaction_aborted`, not stored). `PhaseRunner` hands a
+ * refusal met in a phase's own transaction (its work's, or its refused commit's) to the request's
+ * (`RequestTransaction.refusedInPhase`), so phases answer by the same rule as the handler.
+ * docs/guides/transactions.md and docs/reference/problems.md say so. The tests now also assert the
+ * 500 `transaction_aborted`.
  */
 import { Body, ConflictException, Controller, type INestApplication, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
@@ -156,15 +171,17 @@ describe('adversary 100 orm: a savepoint refused across runners, stored', () => 
     expect(got.rows).toEqual(['o1-kept']);
   }, 30_000);
 
-  it.skip('refused across runners: nothing stored, the retry runs again (Not fixed (round 100): found by review)', async () => {
+  it('refused across runners: nothing stored, the retry runs again', async () => {
     const got = await scenario('across', 'a1');
     expect(got.replayed).toEqual([false, false]);
+    expect(got.statuses).toEqual(['500 transaction_aborted', '500 transaction_aborted']);
     expect(got.rows).toEqual([]);
   }, 30_000);
 
-  it.skip('refused across runners, caught and answered 409: nothing stored, the retry runs again (Not fixed (round 100): found by review)', async () => {
+  it('refused across runners, caught and answered 409: nothing stored, the retry runs again', async () => {
     const got = await scenario('across-409', 'b1');
     expect(got.replayed).toEqual([false, false]);
+    expect(got.statuses).toEqual(['500 transaction_aborted', '500 transaction_aborted']);
     expect(got.rows).toEqual([]);
   }, 30_000);
 });
