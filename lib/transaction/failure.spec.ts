@@ -468,6 +468,7 @@ describe('REFUSAL_FATES: every refusal the transaction records, and what becomes
     ['StatementBesidePhaseRefusedError', 'own'],
     ['SubscriberTransactionOpenError', 'own'],
     ['RunnerConnectedOutsideRequestError', 'own'],
+    ['SessionSetBeforeHandlerError', 'own'],
     ['ConcurrentSaveFailedError', 'aborted'],
     ['NestedTransactionOpenAtCommitError', 'aborted'],
     ['SavepointAcrossRunnersError', 'aborted'],
@@ -498,6 +499,11 @@ describe('REFUSAL_FATES: every refusal the transaction records, and what becomes
   it.each<[string, unknown, string | undefined]>([
     ['no refusal', undefined, undefined],
     ['a plain Error', new Error('x'), undefined],
+    [
+      'a subclass of a known refusal',
+      new (class extends seam.ConcurrentSaveFailedError {})(),
+      'aborted',
+    ],
     [
       'an unknown refusal',
       Object.assign(new TransactionControlRefusedError('x'), { name: 'New' }),

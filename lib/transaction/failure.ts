@@ -108,6 +108,7 @@ export const REFUSAL_FATES: Readonly<Record<string, RefusalFate>> = {
   StatementBesidePhaseRefusedError: 'own',
   SubscriberTransactionOpenError: 'own',
   RunnerConnectedOutsideRequestError: 'own',
+  SessionSetBeforeHandlerError: 'own',
   ConcurrentSaveFailedError: 'aborted',
   NestedTransactionOpenAtCommitError: 'aborted',
   SavepointAcrossRunnersError: 'aborted',
@@ -124,7 +125,17 @@ export const REFUSAL_FATES: Readonly<Record<string, RefusalFate>> = {
 /** What becomes of a request refused with `refusal` (see `RefusalFate`); none for no refusal. */
 export function refusalFate(refusal: unknown): RefusalFate | undefined {
   if (!(refusal instanceof TransactionControlRefusedError)) return undefined;
-  return REFUSAL_FATES[refusal.name] ?? 'stored';
+  // By its name, else by the refusal it extends (a subclass is answered as its parent is).
+  for (let at: object | null = refusal; at; at = Object.getPrototypeOf(at) as object | null) {
+    const name = Object.hasOwn(at, 'name') ? (at as { name?: unknown }).name : undefined;
+    const fate = typeof name === 'string' ? REFUSAL_FATES[name] : undefined;
+    if (fate) return fate;
+    const constructorName = (at as { constructor?: { name?: unknown } }).constructor?.name;
+    const inherited =
+      typeof constructorName === 'string' ? REFUSAL_FATES[constructorName] : undefined;
+    if (inherited) return inherited;
+  }
+  return 'stored';
 }
 
 /**
