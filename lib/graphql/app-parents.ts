@@ -1,4 +1,5 @@
 import { type Kept, keepData, restoreData } from './kept-data.js';
+import { defineOwn } from './own-member.js';
 import { type ReplayLoss } from './replay-loss.js';
 
 /**
@@ -24,7 +25,7 @@ export function keptParent(source: object): Kept | undefined {
     if (!own || !('value' in own)) continue;
     const item: unknown = own.value;
     if (typeof item === 'function' || isThenable(item)) continue;
-    data[name] = item;
+    defineOwn(data, name, item);
   }
   if (Object.keys(data).length === 0) return undefined;
   try {

@@ -1,6 +1,7 @@
 import { transformedClassNamed, transformedClassOf } from './class-transforms.js';
 import { keepData, restoreData } from './kept-data.js';
 import { plainNaming } from './nest-fields.js';
+import { defineOwn } from './own-member.js';
 
 /**
  * Where, in a value stored as data (a JSON scalar's, a getter's), objects of classes
@@ -47,7 +48,7 @@ export function classTreeOf(
   }
   for (const [key, item] of Object.entries(value)) {
     const under = classTreeOf(item, twins, seen, depth + 1);
-    if (under) (tree.k ??= {})[key] = under;
+    if (under) defineOwn((tree.k ??= {}), key, under);
   }
   seen.delete(value);
   return tree.c !== undefined || tree.k !== undefined ? tree : undefined;
@@ -72,7 +73,7 @@ export function namedByTree(
   if (k) {
     const holder = value as Record<string, unknown>;
     for (const [key, under] of Object.entries(k)) {
-      if (key in holder) holder[key] = namedByTree(holder[key], under, unnamed);
+      if (hasOwn(holder, key)) defineOwn(holder, key, namedByTree(holder[key], under, unnamed));
     }
   }
   if (typeof c !== 'string' || Array.isArray(value)) return value;
@@ -88,7 +89,9 @@ export function namedByTree(
         'one class in this process: replayed without it, its transforms would not apply',
     );
   }
-  const named = Object.assign(plainNaming(target), value) as Record<string, unknown>;
+  // Defined, not assigned: its own `__proto__` (a JSON document's) stays an own key.
+  const named = plainNaming(target) as Record<string, unknown>;
+  for (const [name, item] of Object.entries(value as object)) defineOwn(named, name, item);
   for (const [name, item] of Object.entries(restoreData(g))) {
     if (hasOwn(named, name)) continue;
     Object.defineProperty(named, name, {
@@ -126,7 +129,7 @@ export function classGetters(source: object, fields: Readonly<Record<string, unk
           Promise.resolve(item).catch(() => undefined);
           continue;
         }
-        gotten[name] = item;
+        defineOwn(gotten, name, item);
       } catch {
         // Not kept: a serializer reading it would have thrown at the first answer too.
       }

@@ -2,6 +2,7 @@ import * as nestCommon from '@nestjs/common';
 import { configure } from 'safe-stable-stringify';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { type ErrorLocation, errorLocations, errorPath } from './error-location.js';
+import { defineOwn } from './own-member.js';
 
 /**
  * JSON of what an error carries, whatever it holds: a cycle (an HTTP client's error kept as
@@ -326,7 +327,7 @@ function propsOf(thrown: Error, httpException: boolean): Record<string, unknown>
     if (value === undefined || typeof value === 'function' || value instanceof Error) continue;
     const written = errorJson(value);
     if (written === undefined) continue;
-    (props ??= {})[name] = JSON.parse(written) as unknown;
+    defineOwn((props ??= {}), name, JSON.parse(written) as unknown);
   }
   return props;
 }

@@ -1,5 +1,6 @@
 import { isDeepStrictEqual } from 'node:util';
 import { SuperJSON, type SuperJSONResult } from 'superjson';
+import { defineOwn } from './own-member.js';
 
 /**
  * JS values kept with their types, for what a replay hands back to the resolvers under a
@@ -196,14 +197,7 @@ function write(data: Record<string, unknown>): KeptData {
 }
 
 /** Defined, not assigned: a member named `__proto__` is data, as in JSON. */
-function defineMember(target: object, name: string, value: unknown): void {
-  Object.defineProperty(target, name, {
-    value,
-    enumerable: true,
-    writable: true,
-    configurable: true,
-  });
-}
+const defineMember = defineOwn;
 
 /**
  * A copy of `value` (made of plain objects, arrays, Maps, Sets and typed values: see

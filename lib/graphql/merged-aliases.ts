@@ -1,4 +1,5 @@
 import { FIELD_NOT_STORED } from './not-stored-field.js';
+import { defineOwn } from './own-member.js';
 
 /**
  * One field selected under several response keys inside a replayed middleware output (`call:
@@ -57,7 +58,8 @@ export function mergedAnswers(first: unknown, second: unknown): unknown {
   }
   if (plainObject(first) && plainObject(second)) {
     for (const name of Object.keys(second)) {
-      first[name] = name in first ? mergedAnswers(first[name], second[name]) : second[name];
+      const merged = hasOwn(first, name) ? mergedAnswers(first[name], second[name]) : second[name];
+      defineOwn(first, name, merged);
     }
     return first;
   }
@@ -69,6 +71,10 @@ function notStored(value: unknown): boolean {
     value instanceof Error &&
     (value as { extensions?: { code?: unknown } }).extensions?.code === FIELD_NOT_STORED
   );
+}
+
+function hasOwn(value: object, name: string): boolean {
+  return Object.prototype.hasOwnProperty.call(value, name);
 }
 
 function plainObject(value: unknown): value is Record<string, unknown> {
