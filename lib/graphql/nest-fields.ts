@@ -142,27 +142,79 @@ function hasMiddleware(property: { middleware?: unknown[]; options?: { middlewar
   return (property.middleware?.length ?? 0) > 0 || (property.options?.middleware?.length ?? 0) > 0;
 }
 
-/** The classes whose fields a type has, the furthest first: parents, interfaces, itself. */
-function ownersOf(storage: TypeMetadata, metadata: ClassMetadata): ClassMetadata[] {
+/**
+ * The classes whose fields a type has, in the order Nest builds its fields (a later one's field
+ * of a schema name wins): its parent class's (as Nest built the parent's type, recursively:
+ * the parent's own parents and interfaces too), then its interfaces', each followed by theirs
+ * (interfaces of interfaces), then its own. A field renamed on an interface a parent class
+ * implements (`@ObjectType({ isAbstract: true, implements: () => [Authored] }) Entry`, `Note
+ * extends Entry`) is read at its property, as Nest reads it (adversary 101). `seen` stops a
+ * cycle of interfaces.
+ */
+function ownersOf(
+  storage: TypeMetadata,
+  metadata: ClassMetadata,
+  seen: ReadonlySet<AnyClass> = new Set(),
+): ClassMetadata[] {
+  if (seen.has(metadata.target)) return [];
+  const within = new Set(seen).add(metadata.target);
   const owners: ClassMetadata[] = [];
+  // Its nearest parent class Nest knows (one it decorated), with all that parent's owners; a
+  // class between them that Nest does not know adds nothing.
   let parent = Object.getPrototypeOf(metadata.target) as AnyClass | null;
   while (parent && parent !== Function.prototype) {
     const found =
       storage.getObjectTypeMetadataByTarget(parent) ?? storage.getInterfaceMetadataByTarget(parent);
-    if (found) owners.unshift(found);
+    if (found) {
+      owners.push(...ownersOf(storage, found, within));
+      break;
+    }
     parent = Object.getPrototypeOf(parent) as AnyClass | null;
   }
+  // Its interfaces, then theirs, level by level (as Nest's `getRecursiveInterfaces`).
+  let level = interfacesOf(storage, metadata);
+  const visited = new Set<AnyClass>(within);
+  while (level.length > 0) {
+    const next: ClassMetadata[] = [];
+    for (const face of level) {
+      if (visited.has(face.target)) continue;
+      visited.add(face.target);
+      // An interface class that extends another interface class has that one's fields too.
+      owners.push(...parentOwnersOf(storage, face, visited), face);
+      next.push(...interfacesOf(storage, face));
+    }
+    level = next;
+  }
+  owners.push(metadata);
+  return owners;
+}
+
+/** The owners of the nearest parent class Nest knows of an interface (see `ownersOf`). */
+function parentOwnersOf(
+  storage: TypeMetadata,
+  metadata: ClassMetadata,
+  seen: ReadonlySet<AnyClass>,
+): ClassMetadata[] {
+  let parent = Object.getPrototypeOf(metadata.target) as AnyClass | null;
+  while (parent && parent !== Function.prototype) {
+    const found = storage.getInterfaceMetadataByTarget(parent);
+    if (found) return ownersOf(storage, found, seen);
+    parent = Object.getPrototypeOf(parent) as AnyClass | null;
+  }
+  return [];
+}
+
+/** The interfaces a class declares (`implements`), as Nest's metadata holds them. */
+function interfacesOf(storage: TypeMetadata, metadata: ClassMetadata): ClassMetadata[] {
   const declared = metadata.interfaces;
   const faces =
     typeof declared === 'function' && !isClass(declared)
       ? (declared as () => AnyClass | AnyClass[])()
       : (declared as AnyClass | AnyClass[] | undefined);
-  for (const face of [faces ?? []].flat()) {
-    const found = storage.getInterfaceMetadataByTarget(face);
-    if (found) owners.push(found);
-  }
-  owners.push(metadata);
-  return owners;
+  return [faces ?? []]
+    .flat()
+    .map((face) => storage.getInterfaceMetadataByTarget(face))
+    .filter((found): found is ClassMetadata => found !== undefined);
 }
 
 /** A class (an interface's), not a thunk returning classes. */

@@ -61,6 +61,12 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * interface's own interfaces recursively (as Nest's `getRecursiveInterfaces`), in Nest's
  * precedence (parent type's fields, then interfaces', then own); better, read the fields'
  * properties from the built schema's resolvers' metadata rather than re-deriving Nest's merge.
+ *
+ * Fixed (session of 2026-12-06, sixth): lib/graphql/nest-fields.ts `ownersOf` resolves a type's
+ * field owners as Nest builds its fields: the nearest parent class Nest knows with all of its
+ * owners (recursively: its own parents and interfaces), then the type's interfaces level by level
+ * with their interfaces (and an interface's parent interface), then the type itself, with a guard
+ * against cycles. Unit spec: nest-fields.spec.ts, a table over inheritance shapes.
  */
 let pool: Pool;
 
@@ -215,7 +221,7 @@ describe('adversary 101: a renamed field inherited from an interface', () => {
     expect(await count()).toBe(before + 1);
   });
 
-  it.skip('the replay of a field renamed on a parent type s interface answers it as the first call did (Not fixed (round 101): found by review)', async () => {
+  it('the replay of a field renamed on a parent type s interface answers it as the first call did', async () => {
     const query = 'mutation { createNote { id author { first fullName } } }';
     const before = await count();
     const firstAnswer = await post('adv101-iface-note', query);
