@@ -7,6 +7,7 @@ import {
   type GraphQLResolveInfo,
   type GraphQLSchema,
 } from 'graphql';
+import { defineOwn } from './own-member.js';
 import { completedOutput, readList } from './completed-output.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { aliasGroups, markErrorUnder, mergedAnswers } from './merged-aliases.js';
@@ -738,8 +739,12 @@ export function outputValue(
       answerApart(value, name, item);
       continue;
     }
-    value[name] = item;
-    if (property !== undefined && property !== name) value[property] = item;
+    defineOwn(value, name, item);
+    // Never over the input of the app's resolver of it (a `@ResolveField('price')` over
+    // `@Field({ name: 'price' }) priceCents` reads the cents, not its answer: adversary 101).
+    if (property !== undefined && property !== name && fieldResolution(concrete, name) !== 'app') {
+      defineOwn(value, property, item);
+    }
   }
   if (graphql.isAbstractType(type)) {
     // Told by GraphQL's default from `__typename` where the type has no resolveType().

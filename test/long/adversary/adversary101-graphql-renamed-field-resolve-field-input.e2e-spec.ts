@@ -54,6 +54,13 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * `__kept` by its schema name (which `fromWire` already writes at the property); never write
  * an app-resolved field's stored ANSWER at its property on a replay (its property is the
  * resolver's input, not its output).
+ *
+ * Fixed (session of 2026-12-06, sixth): `walkValue` reads a selected app-resolved field's input at
+ * the property Nest hands the resolver (`nestField(type, name).property`, `priceCents`), kept
+ * under `__kept` by its schema name, which `fromWire` writes at that property; `fromWire` never
+ * writes a stored value of a renamed app-resolved field at its property, nor does the parent
+ * middleware-outputs.ts rebuilds (its answer is written at the schema name only). Unit spec:
+ * wire-value.spec.ts ("fields renamed with @Field({ name })": `PlacesPriced`).
  */
 let pool: Pool;
 
@@ -143,7 +150,7 @@ describe('adversary 101: a renamed field with a @ResolveField() reading its prop
     expect(plain.body.data.createOrderPlain.price).toBe('12.34');
   });
 
-  it.skip('the replay of a renamed field with a @ResolveField() answers as the first call did (Not fixed (round 101): found by review)', async () => {
+  it('the replay of a renamed field with a @ResolveField() answers as the first call did', async () => {
     const query = 'mutation { createOrder { id price } }';
     const before = await count();
     const firstAnswer = await post('adv101-resolve', query);
