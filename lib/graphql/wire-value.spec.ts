@@ -33,6 +33,7 @@ import {
   FROM_CLASS,
   PROMISED,
   KEPT,
+  KEYS,
   PARENT,
   PARENT_CLASSES,
   KEPT_CLASSES,
@@ -787,6 +788,64 @@ describe('outputWire, as far as the selection reads', () => {
     expect((stored.wire as Record<string, unknown>).id).toBe(1);
   });
 
+  describe('the own keys of a parent its @ResolveField() reads, in their order (adversary 101)', () => {
+    const Article = new GraphQLObjectType({
+      name: 'WireOrderedArticle',
+      fields: {
+        id: { type: GraphQLInt },
+        title: { type: GraphQLString },
+        body: { type: GraphQLString },
+        etag: { type: GraphQLString },
+      },
+    });
+    noteResolvedField('WireOrderedArticle.etag');
+    const replayOf = async (value: object, set: string) => {
+      const stored = await outputWire(graphql, schema, Article, value, selecting(set), call);
+      const wire = JSON.parse(JSON.stringify(stored.wire)) as Record<string, unknown>;
+      return { wire, replayed: fromWire(graphql, schema, Article, wire) as object };
+    };
+
+    it.each([
+      [
+        'a row selected in another order',
+        { id: 2, title: 'Hello', body: 'World' },
+        '{ id body etag }',
+      ],
+      [
+        'its fields selected backwards',
+        { id: 2, title: 'Hello', body: 'World' },
+        '{ body title id etag }',
+      ],
+      ['data beside the fields first', { note: 'n', id: 2, body: 'World' }, '{ id body etag }'],
+      [
+        "a JSON document's own __proto__, prototype and constructor",
+        JSON.parse(
+          '{"title":"t","__proto__":{"role":"admin"},"prototype":2,"constructor":{"a":1},"id":6}',
+        ) as object,
+        '{ id etag }',
+      ],
+    ])('%s: the same own keys, in the same order', async (_what, value, set) => {
+      const { replayed } = await replayOf(value, set);
+      expect(Object.keys(replayed)).toEqual(Object.keys(value));
+      expect(JSON.stringify(replayed)).toBe(JSON.stringify(value));
+      expect(Object.getPrototypeOf(replayed)).toBe(Object.prototype);
+    });
+
+    it('stores no order where the replay rebuilds the same one', async () => {
+      const { wire } = await replayOf(
+        { id: 2, title: 'Hello', body: 'World' },
+        '{ id title body etag }',
+      );
+      expect(wire).not.toHaveProperty([KEYS]);
+    });
+
+    it('replays a record stored before the order was in its rebuilt order (best effort)', () => {
+      const wire = { id: 2, body: 'World', [PARENT]: { json: { title: 'Hello' } } };
+      const replayed = fromWire(graphql, schema, Article, wire);
+      expect(Object.keys(replayed as object)).toEqual(['id', 'body', 'title']);
+    });
+  });
+
   it("keeps a @ResolveField()'s input from its parent as it is, not as the field's type", async () => {
     const Status = new GraphQLEnumType({
       name: 'WireStatus',
@@ -983,6 +1042,12 @@ describe('fromWire and outputWire, fields renamed with @Field({ name }) (adversa
   class Resolved {
     @NestField({ name: 'label' }) title!: string;
   }
+  @NestObjectType('PlacesPriced')
+  class Priced {
+    @NestField() id!: string;
+    /** A column exposed as `price`, which a `@ResolveField('price')` formats (adversary 101). */
+    @NestField({ name: 'price' }) priceCents!: string;
+  }
   @NestObjectType('PlacesPlain')
   class Plain {
     @NestField() title!: string;
@@ -997,17 +1062,20 @@ describe('fromWire and outputWire, fields renamed with @Field({ name }) (adversa
     // `title` is the app's @ResolveField() of the type, named as `label`'s property.
     Resolved: new GraphQLObjectType({ name: 'PlacesResolved', fields: strings('label', 'title') }),
     Plain: new GraphQLObjectType({ name: 'PlacesPlain', fields: strings('title') }),
+    // `price` is the app's @ResolveField() of the type, over the property `priceCents`.
+    Priced: new GraphQLObjectType({ name: 'PlacesPriced', fields: strings('id', 'price') }),
   };
 
   beforeAll(async () => {
     const storages = (await import(
       '@nestjs/graphql/dist/schema-builder/storages/lazy-metadata.storage.js' as string
     )) as { LazyMetadataStorage: { load(types?: unknown[]): void } };
-    const classes = [Swapped, Chain, Hidden, Resolved, Plain];
+    const classes = [Swapped, Chain, Hidden, Resolved, Plain, Priced];
     storages.LazyMetadataStorage.load(classes);
     NestTypeMetadataStorage.compile();
     await loadNestFields();
     noteResolvedField('PlacesResolved.title');
+    noteResolvedField('PlacesPriced.price');
   });
 
   it.each<[string, string, object, string, Record<string, unknown>]>([
@@ -1047,10 +1115,32 @@ describe('fromWire and outputWire, fields renamed with @Field({ name }) (adversa
       { title: 'Hello' },
     ],
     ['unrenamed', 'Plain', { title: 'Hi', note: 'n' }, '{ title }', { title: 'Hi', note: 'n' }],
+    // The app's resolver of `price` reads its input where Nest hands it: `priceCents`.
+    [
+      'renamed, the app field of its schema name selected',
+      'Priced',
+      { id: '2', priceCents: 1234 },
+      '{ id price }',
+      { id: '2', priceCents: 1234 },
+    ],
+    [
+      'renamed, the app field of its schema name not selected',
+      'Priced',
+      { id: '2', priceCents: 1234 },
+      '{ id }',
+      { id: '2', priceCents: 1234 },
+    ],
   ])(
     '%s: the replay holds each value at its property',
     async (_what, name, data, set, replayed) => {
-      const classes: Record<string, new () => object> = { Swapped, Chain, Hidden, Resolved, Plain };
+      const classes: Record<string, new () => object> = {
+        Swapped,
+        Chain,
+        Hidden,
+        Resolved,
+        Plain,
+        Priced,
+      };
       const type = types[name];
       const source = Object.assign(new classes[name](), data);
       const stored = await outputWire(graphql, undefined, type, source, selecting(set), call);
@@ -1059,6 +1149,21 @@ describe('fromWire and outputWire, fields renamed with @Field({ name }) (adversa
       expect({ ...value }).toEqual(replayed);
     },
   );
+
+  it("never writes a renamed app field's stored value at its property (its resolver's input)", () => {
+    const wire = { id: '2', price: '12.34', [KEPT]: { json: { price: 1234 } } };
+    const value = fromWire(
+      graphql,
+      undefined,
+      types.Priced,
+      wire,
+      undefined,
+      selecting('{ id price }'),
+    );
+    expect({ ...(value as object) }).toEqual({ id: '2', priceCents: 1234 });
+    const bare = fromWire(graphql, undefined, types.Priced, { id: '2', price: '12.34' });
+    expect(bare).not.toHaveProperty('priceCents');
+  });
 
   it.each<[string, Record<string, unknown>, Record<string, unknown>]>([
     // Stored before round 100: each field by its schema name, nothing beside them.

@@ -34,6 +34,8 @@ import { answerAsMember, answerMembersOf } from './replayed-member.js';
 import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
 import { thrownError } from './thrown-error.js';
+import { defineOwn } from './own-member.js';
+import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
 
 /**
  * Values as GraphQL writes them (its "wire" form: what a scalar's `serialize()` makes of
@@ -163,6 +165,14 @@ export const KEPT_CLASSES = '__keptClasses';
  */
 export const PARENT_CLASSES = '__parentClasses';
 
+/**
+ * The order of its own keys as the resolver returned it, where a replay would rebuild them in
+ * another (see key-order.ts): read by a resolver that reads its parent in order (adversary 101:
+ * `JSON.stringify(parent)` hashed into a version tag). Stored only where the app's resolvers
+ * (or a serializer) read its data; a record without it keeps the rebuilt order.
+ */
+export const KEYS = '__keys';
+
 /** The members of a stored object that hold what a replay may do without: see `PARENT`. */
 export const PARENT_MEMBERS: readonly string[] = [PARENT, PARENT_CLASSES];
 
@@ -183,6 +193,7 @@ const LIBRARY_MEMBERS: ReadonlySet<string> = new Set([
   LEAF_CLASS,
   ACCESSORS,
   PROMISED,
+  KEYS,
 ]);
 
 /**
@@ -439,14 +450,17 @@ async function walkValue(
   const renamedNames = renamedFieldNames(Object.keys(fields), propertyOf);
   for (const name of Object.keys(source)) {
     if (places.has(name)) continue;
-    if (besideFieldsMember(name, byClass, renamedNames) === 'kept') kept[name] = source[name];
-    else parent[name] = source[name];
+    defineOwn(
+      besideFieldsMember(name, byClass, renamedNames) === 'kept' ? kept : parent,
+      name,
+      source[name],
+    );
   }
   if (keeping.unselected !== 'none') {
     for (const [name, item] of Object.entries(ownData(source, concrete.name, fields, selected))) {
       const into =
         keeping.unselected === 'kept' ? besideFieldsMember(name, true, renamedNames) : 'parent';
-      (into === 'kept' ? kept : parent)[name] = item;
+      defineOwn(into === 'kept' ? kept : parent, name, item);
     }
   }
   const methods: string[] = [];
@@ -476,8 +490,11 @@ async function walkValue(
       // replay, from its parent: the parent's own data of that name is its input (a raw column the
       // resolver maps: lowercase text to an enum, a BigInt to an ID), kept as it is, never
       // written with the field's type, which it need not fit.
-      const own = ownValue(source, name);
-      if (own) kept[name] = own.value;
+      // Read where Nest hands it to the resolver's `@Parent()`: the field's property (a field
+      // renamed with `@Field({ name })`: `priceCents` under `price`, adversary 101), kept by
+      // its schema name, which a replay writes at that property again.
+      const own = ownValue(source, nestField(concrete.name, name)?.property ?? name);
+      if (own) defineOwn(kept, name, own.value);
       continue;
     }
     if (resolution === 'middleware') {
@@ -489,7 +506,7 @@ async function walkValue(
       if (keeping.selectedInputs) {
         const property = nestField(concrete.name, name)?.property ?? name;
         const input = ownValue(source, property);
-        if (input) parent[property] = input.value;
+        if (input) defineOwn(parent, property, input.value);
       }
       continue;
     }
@@ -532,7 +549,7 @@ async function walkValue(
       // Filled in by its `defaultValue`: the app's resolvers read the property, `undefined`
       // (adversary 90); GraphQL's read of it on a replay fills it in again, as Nest's does.
       if (own === undefined && reading?.fallback && keeping.selectedInputs) {
-        parent[property] = undefined;
+        defineOwn(parent, property, undefined);
       }
       if (typeof promisedItem === 'function') {
         methods.push(name);
@@ -571,7 +588,7 @@ async function walkValue(
     const back = fromWireAgain(graphql, schema, field.type, wire[name], item);
     if (back.same) continue;
     if (keepsExactly(item)) {
-      kept[name] = item;
+      defineOwn(kept, name, item);
     } else {
       losses.push({
         type: concrete.name,
@@ -593,6 +610,22 @@ async function walkValue(
   if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
   writeKept(wire, kept, concrete.name, losses);
   writeParent(wire, parent, concrete.name, losses);
+  if (keeping.unselected !== 'none' || keeping.selectedInputs) {
+    // The first call's order of its own keys, where a replay would rebuild another: its
+    // stored fields at their places first, then its data (see key-order.ts).
+    const placeOf = (name: string) => propertyOf(name) ?? name;
+    const order = storedKeyOrder(
+      Object.keys(source),
+      rebuiltOrder(
+        Object.keys(wire)
+          .filter((name) => !LIBRARY_MEMBERS.has(name) && name in fields)
+          .map(placeOf),
+        Object.keys(parent),
+        Object.keys(kept).map((name) => (name in fields ? placeOf(name) : name)),
+      ),
+    );
+    if (order) wire[KEYS] = order;
+  }
   if (PARENT in wire) walk.parents.push(wire);
   if (ownClass || (instance && byClass)) {
     const gotten = classGetters(source, fields);
@@ -713,7 +746,7 @@ function ownData(
     // Where the app's resolvers read it, as Nest does: its property (a renamed field's).
     const property = nestField(type, name)?.property ?? name;
     const own = ownValue(source, property);
-    if (own) data[property] = own.value;
+    if (own) defineOwn(data, property, own.value);
   }
   return data;
 }
@@ -989,6 +1022,9 @@ export function fromWire(
   for (const [name, item] of Object.entries(stored)) {
     if (typed && LIBRARY_MEMBERS.has(name)) continue;
     if (!(name in fields)) continue;
+    // The app's resolver of a renamed field reads its property as its input (its `KEPT`
+    // data), never its own answer (adversary 101: `price` over `priceCents`).
+    if (renamed(name) !== undefined && fieldResolution(concrete, name) === 'app') continue;
     const nodes = selected?.get(name);
     const field = fromWire(
       graphql,
@@ -1043,6 +1079,8 @@ export function fromWire(
       own(value, place, namedByTree(item, tree));
     }
   }
+  // Its own keys in the first call's order, where stored (a record without it: as rebuilt).
+  if (typed) reorderOwnKeys(value, stored[KEYS]);
   /** What its class's getters gave beyond its fields (`GOTTEN`), by name. */
   let gotten: Record<string, unknown> = {};
   if (typed) {
@@ -1185,24 +1223,10 @@ function failedField(failure: FieldError, graphql: GraphqlModule): PropertyDescr
 }
 
 /** Sets the object's own data property, past any setter or getter of its class. */
-/** A plain object's member, defined as data (see `strictJson`): its name may be `__proto__`. */
-function ownMember(target: Record<string, unknown>, name: string, item: unknown): void {
-  Object.defineProperty(target, name, {
-    value: item,
-    enumerable: true,
-    writable: true,
-    configurable: true,
-  });
-}
+const own = defineOwn;
 
-function own(value: object, name: string, item: unknown): void {
-  Object.defineProperty(value, name, {
-    value: item,
-    enumerable: true,
-    writable: true,
-    configurable: true,
-  });
-}
+/** A plain object's member, defined as data (see `strictJson`): its name may be `__proto__`. */
+const ownMember = defineOwn;
 
 function hasOwn(value: object, name: string): boolean {
   return Object.prototype.hasOwnProperty.call(value, name);

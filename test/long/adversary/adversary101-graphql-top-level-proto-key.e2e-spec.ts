@@ -59,6 +59,15 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * `parent`/`kept` with `Object.defineProperty` (as kept-data.ts `defineMember` does), or make
  * those records `Object.create(null)`; on a replay, write the object's own keys in the first
  * call's order (keep the order of its own keys, fields included).
+ *
+ * Fixed (session of 2026-12-06, sixth): every place lib/graphql writes a data key onto an object
+ * it builds (walkValue's `kept`/`parent`, `ownData`, `keptParent`, class-tree's getters' data and
+ * named plain objects, merged aliases, a middleware output's rebuilt parent, an error's props,
+ * kept-data's copies) defines it with `defineOwn` (lib/graphql/own-member.ts: own, enumerable,
+ * writable, configurable), never assigns it, so a top-level `"__proto__"` stays an own key and
+ * sets no prototype; the key order is kept by `__keys` (see adversary101-graphql-parent-key-order-
+ * etag). Unit specs: own-member.spec.ts, wire-value.spec.ts (a JSON document's `__proto__`,
+ * `prototype`, `constructor` replayed in order).
  */
 let pool: Pool;
 
@@ -163,7 +172,7 @@ describe('adversary 101: a resolver value whose own keys are __proto__ and ~prot
     expect(plain.body.data.submitPlain.extraKeys).toContain('__proto__');
   });
 
-  it.skip('a replay gives the @ResolveField() the own keys the first call read (Not fixed (round 101): found by review)', async () => {
+  it('a replay gives the @ResolveField() the own keys the first call read', async () => {
     const query = 'mutation($d: String!) { submit(document: $d) { id extraKeys extra } }';
     const before = await count();
     const firstAnswer = await post('adv101-top', query, { d: doc });
