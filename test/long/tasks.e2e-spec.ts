@@ -2,10 +2,10 @@ import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Interval, ScheduleModule, Timeout } from '@nestjs/schedule';
 import { Pool } from 'pg';
-import { IdempotencyModule, IdempotentTask } from '../lib/index.js';
-import { until } from './support/brokers.js';
-import { type TickRow, useTaskReplicas } from './support/task-replicas.js';
-import { startTestPsp } from './support/test-psp.js';
+import { IdempotencyModule, IdempotentTask } from '../../lib/index.js';
+import { until } from '../support/brokers.js';
+import { type TickRow, useTaskReplicas } from '../support/task-replicas.js';
+import { startTestPsp } from '../support/test-psp.js';
 
 /**
  * `@IdempotentTask()` on `@nestjs/schedule`, with real replica processes on a PostgreSQL of

@@ -1,9 +1,9 @@
 import { connect as connectNats, headers as natsHeaders } from '@nats-io/transport-node';
 import amqplib from 'amqplib';
 import { randomBytes } from 'node:crypto';
-import { NATS_URL, onNats, onRabbitMq, RABBITMQ_URL, until } from './support/brokers.js';
-import { createMigratedDatabase, type MigratedDatabase } from './support/migrated-database.js';
-import { startWorker, type WorkerProcess } from './support/worker-process.js';
+import { NATS_URL, onNats, onRabbitMq, RABBITMQ_URL, until } from '../support/brokers.js';
+import { createMigratedDatabase, type MigratedDatabase } from '../support/migrated-database.js';
+import { startWorker, type WorkerProcess } from '../support/worker-process.js';
 
 /**
  * `@IdempotentMessage({ ack: true })` on a transport that acknowledges by itself. RabbitMQ

@@ -1,5 +1,5 @@
-import { onRedis, useJobQueues } from './support/job-queues.js';
-import { startTestPsp } from './support/test-psp.js';
+import { onRedis, useJobQueues } from '../support/job-queues.js';
+import { startTestPsp } from '../support/test-psp.js';
 
 /**
  * `@IdempotentJob()` on BullMQ, with real worker processes on a Redis and a PostgreSQL of the
