@@ -6,7 +6,7 @@ import {
   currentIdempotencyContext,
   type IdempotencyContext,
 } from '../transaction/idempotency-context.js';
-import { classifyHandlerError } from '../transaction/failure.js';
+import { classifyHandlerError, refusalRollsBack } from '../transaction/failure.js';
 import { notePhaseWorkFailure } from './phase-work-failure.js';
 import {
   TransactionAbortedError,
@@ -124,6 +124,7 @@ export class PhaseRunner {
       // As a keyed request's phase sees it: what JSON keeps of it.
       return asStored(value);
     }
+    refuseAfterRefusal(context);
     const done = completedPhase(claim.phaseResults, phase);
     if (done.completed) return done.result as T;
     if (context.transaction?.begun) throw new PhaseOrderError(phase);
@@ -159,6 +160,7 @@ export class PhaseRunner {
       const idempotencyKey = `${context?.keylessId ?? randomUUID()}:${phase}`;
       return this.database.runInTransaction((manager) => work(manager, { phase, idempotencyKey }));
     }
+    refuseAfterRefusal(context);
     const done = completedPhase(claim.phaseResults, phase);
     if (done.completed) return done.result as T;
     if (context.transaction?.begun) throw new PhaseOrderError(phase);
@@ -194,6 +196,8 @@ export class PhaseRunner {
     work: (manager: EntityManager) => Promise<T>,
     holder?: StoreTransaction,
   ): Promise<T> {
+    // A refusal met meanwhile (a `call()`'s record comes after its call): nothing commits past it.
+    refuseAfterRefusal({ claim, transaction: request });
     const value = await this.guard(
       () =>
         store.commitPhase(claim, phase, byWork(refusedTo(request, work), this.workThrew), holder),
@@ -222,6 +226,7 @@ export class PhaseRunner {
         context.finished = toStoredResponse(value, context);
       return bodyOf(value);
     }
+    refuseAfterRefusal(context);
     storeOf(context, 'finish');
     // The last phase's work is the request's, even on a route that is not atomic.
     transaction.joinable = true;
@@ -293,6 +298,21 @@ function phaseContext(
       return derivedKey(claim, phase);
     },
   };
+}
+
+/**
+ * Refuses a phase, a `call()`'s record or `finish()` of a request that carries a refusal it is
+ * answered with and never stored (`refusalRollsBack`: its handler caught a phase's refusal and
+ * went on), before anything of it runs: it throws that refusal again. A phase committed past it
+ * would stay while the client is told nothing was stored, and the retry after the fix would
+ * skip it (adversary 102). A refusal whose handler's answer is stored does not stop it.
+ */
+function refuseAfterRefusal(context: {
+  readonly claim?: ActiveClaim;
+  readonly transaction?: { readonly refusal: TransactionControlRefusedError | undefined };
+}): void {
+  const refusal = context.transaction?.refusal;
+  if (context.claim && refusal && refusalRollsBack(refusal)) throw refusal;
 }
 
 /** Refuses a phase name PostgreSQL cannot record as it is, before anything of it runs. */

@@ -29,6 +29,7 @@ import { problemResponse } from '../http/problem.js';
 import { IdempotencyContext, idempotencyStorage } from '../transaction/idempotency-context.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { commitAnswer } from '../transaction/commit-answer.js';
+import { refusalAnswer } from '../transaction/failure.js';
 import {
   headlessOwnerTools,
   type OwnerTools,
@@ -619,8 +620,12 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
         await rollBackAndRelease(tools, context, 'task_failed');
       } else {
         // Nothing of it is kept but its failure, which is its answer: the replicas whose timers
-        // fire for it later skip it, as they skip a tick that ran (adversary 60).
-        await commitAnswer(tools, context, task.fingerprint, tickFailed(cause), true);
+        // fire for it later skip it, as they skip a tick that ran (adversary 60). So for a
+        // refusal of the seam's never stored as a request's answer (`cursor_open`): no client
+        // retries a tick after the fix, and given back it would run on every replica
+        // (adversary 102); kept in the refusal's words.
+        const failed = tickFailed(refusalAnswer(transaction.refusal) ?? cause);
+        await commitAnswer(tools, context, task.fingerprint, failed, true, false, true);
       }
       throw cause;
     }
@@ -667,7 +672,7 @@ export class IdempotentTasks implements OnModuleInit, BeforeApplicationShutdown 
       `the tick of ${key} did not commit, nothing of it was kept: ${detail}`,
     );
     if (keeps && !(refusal instanceof IdempotencyLeaseLostError)) {
-      await commitAnswer(tools, context, task.fingerprint, tickFailed(failure), true);
+      await commitAnswer(tools, context, task.fingerprint, tickFailed(failure), true, false, true);
     }
     throw failure;
   }

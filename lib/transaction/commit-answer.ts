@@ -20,7 +20,10 @@ import { storePlan } from './store-plan.js';
  * out: `answer`, or the problem that replaces it when it could not be stored. A handler that
  * threw has its effects rolled back and its error answer stored on its own. `keepsKey`: a
  * refused commit leaves the key held (its lease running), for the caller to store another
- * answer on it (a tick's failure), rather than give it back.
+ * answer on it (a tick's failure), rather than give it back. `recordsFailure`: `answer` is a
+ * failure's record that no client retries after a fix (a tick's), kept without effects even
+ * where the seam refused the transaction with a refusal never stored as a handler's answer
+ * (see `withoutEffects`; adversary 102: given back, every replica ran the slot again).
  */
 export async function commitAnswer(
   tools: OwnerTools,
@@ -29,6 +32,7 @@ export async function commitAnswer(
   answer: StoredResponse,
   handlerFailed: boolean,
   keepsKey = false,
+  recordsFailure = false,
 ): Promise<StoredResponse> {
   const claim = context.claim!;
   const transaction = context.transaction!;
@@ -42,7 +46,7 @@ export async function commitAnswer(
   }
   const began = performance.now();
   try {
-    const into = plan === 'alone' ? await withoutEffects(transaction) : transaction;
+    const into = plan === 'alone' ? await withoutEffects(transaction, recordsFailure) : transaction;
     // Its claim went with a transaction PostgreSQL rolled back (a oneCommit claim handed to a
     // first phase whose COMMIT a deferred constraint refused): nothing holds the key, and
     // nothing can store the answer; it goes out as it is, and a retry runs afresh.
@@ -85,13 +89,15 @@ export async function commitAnswer(
  * refused with a refusal that is never stored (`refusalAnswer`) stores no answer at all,
  * whatever the handler made of the refusal (caught, then its own 409 or `Error`, or a body too
  * large): it throws that refusal, as its commit would, for the caller to answer it, roll back
- * and give the key back (adversary 98).
+ * and give the key back (adversary 98). Unless the answer is a failure's record
+ * (`recordsFailure`, a tick's): that is kept, without effects, whatever the refusal.
  */
 export async function withoutEffects(
   transaction: RequestTransaction,
+  recordsFailure = false,
 ): Promise<RequestTransaction | undefined> {
   const refusal = transaction.refusal;
-  if (refusalAnswer(refusal)) throw new TransactionAbortedError(refusal);
+  if (!recordsFailure && refusalAnswer(refusal)) throw new TransactionAbortedError(refusal);
   if (await transaction.undoEffects()) return transaction;
   await transaction.rollback();
   return undefined;

@@ -15,6 +15,8 @@ import {
   REFUSAL_FATES,
   refusalAnswer,
   refusalFate,
+  refusalRollsBack,
+  strongerRefusal,
 } from './failure.js';
 import * as seam from './seam-errors.js';
 import {
@@ -542,5 +544,58 @@ describe('REFUSAL_FATES: every refusal the transaction records, and what becomes
     const failure = classifyHandlerError(error);
     expect(failure.kind).toBe(kind);
     expect(failure.kind === 'final' ? undefined : failure.error.code).toBe(code);
+  });
+});
+
+describe('strongerRefusal: the refusal a request keeps is the one with the strongest fate', () => {
+  const lock = new SessionAdvisoryLockRefusedError('pg_advisory_lock');
+  const setting = new SessionSettingRefusedError('statement_timeout');
+  const cursor = new CursorOpenRefusedError();
+  const beside = new StatementBesidePhaseRefusedError();
+  const save = new seam.ConcurrentSaveFailedError();
+  const nested = new seam.NestedTransactionOpenAtCommitError();
+  const unknown = Object.assign(new TransactionControlRefusedError('x'), { name: 'New' });
+
+  it.each<
+    [
+      string,
+      TransactionControlRefusedError | undefined,
+      TransactionControlRefusedError,
+      TransactionControlRefusedError,
+    ]
+  >([
+    ['none kept: the one met', undefined, lock, lock],
+    ['none kept, own met', undefined, cursor, cursor],
+    ['stored kept, own met: own', lock, cursor, cursor],
+    ['stored kept, aborted met: aborted', lock, save, save],
+    ['aborted kept, own met: own', save, cursor, cursor],
+    ['own kept, stored met: own', cursor, lock, cursor],
+    ['own kept, aborted met: own', cursor, save, cursor],
+    ['aborted kept, stored met: aborted', save, lock, save],
+    ['stored kept, stored met: the first', lock, setting, lock],
+    ['aborted kept, aborted met: the first', save, nested, save],
+    ['own kept, own met: the first', cursor, beside, cursor],
+    ['an unknown refusal (stored) kept, own met: own', unknown, cursor, cursor],
+    ['own kept, an unknown refusal met: own', cursor, unknown, cursor],
+  ])('%s', (_name, kept, met, expected) => {
+    expect(strongerRefusal(kept, met)).toBe(expected);
+  });
+});
+
+describe('refusalRollsBack: nothing of the request commits past these', () => {
+  it.each<[string, unknown, boolean]>([
+    ['no refusal', undefined, false],
+    ['a plain Error', new Error('x'), false],
+    ['cursor_open (own)', new CursorOpenRefusedError(), true],
+    ['a statement beside a phase (own)', new StatementBesidePhaseRefusedError(), true],
+    ['a concurrent save (aborted)', new seam.ConcurrentSaveFailedError(), true],
+    [
+      'a session advisory lock (stored)',
+      new SessionAdvisoryLockRefusedError('pg_advisory_lock'),
+      false,
+    ],
+    ['an unknown refusal (stored)', new TransactionControlRefusedError('x'), false],
+  ])('%s -> %s', (_name, refusal, expected) => {
+    expect(refusalRollsBack(refusal)).toBe(expected);
   });
 });

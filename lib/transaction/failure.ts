@@ -138,6 +138,32 @@ export function refusalFate(refusal: unknown): RefusalFate | undefined {
   return 'stored';
 }
 
+/** How strongly each fate holds the request: a later refusal replaces a weaker one. */
+const FATE_STRENGTH: Readonly<Record<RefusalFate, number>> = { stored: 0, aborted: 1, own: 2 };
+
+/**
+ * The refusal a request keeps (`RequestTransaction.refusal`) when it meets `met` while it
+ * carries `kept`: the one with the strongest fate (`own` over `aborted` over `stored`), and
+ * within a fate the first. A caught `stored`-fate refusal (a best-effort advisory lock) met
+ * before a never-stored one (`cursor_open`) must not let the handler's own answer to the
+ * second be stored (adversary 102).
+ */
+export function strongerRefusal<T>(kept: T | undefined, met: T): T {
+  if (kept === undefined) return met;
+  const strength = (refusal: T) => FATE_STRENGTH[refusalFate(refusal) ?? 'stored'];
+  return strength(met) > strength(kept) ? met : kept;
+}
+
+/**
+ * Whether a request carrying `refusal` is to be answered with it and never stored (its fate
+ * `own` or `aborted`): nothing of the request may commit after it, not a phase, not a
+ * `call()`'s record, not `finish()` (adversary 102).
+ */
+export function refusalRollsBack(refusal: unknown): boolean {
+  const fate = refusalFate(refusal);
+  return fate === 'own' || fate === 'aborted';
+}
+
 /**
  * The answer of a request whose transaction the seam refused (`refusal`), whatever its
  * handler made of the refusal: the refusal's, never stored, when its fate is `own` or

@@ -1,5 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { type EntityManager } from 'typeorm';
+import { TransactionControlRefusedError } from './seam-errors.js';
 
 /**
  * Set while a save runs: an EntityManager's `save()`, `remove()`, `softRemove()` or
@@ -91,6 +92,21 @@ function ownerOf(object: object, method: string): Record<string, unknown> | unde
   return undefined;
 }
 
+/**
+ * Whether a save failed because the seam refused its statement (the refusal itself, or
+ * TypeORM's `QueryFailedError` holding it as its `driverError`): that refusal, recorded as it
+ * was refused, is what the request met, and its fate decides the answer; the save's failure is
+ * not another refusal of its own (a `ConcurrentSaveFailedError` would, with a stronger fate,
+ * replace it: adversary 102's strongest-fate rule).
+ */
+function refusedBySeam(error: unknown): boolean {
+  const inner = (error as { driverError?: unknown } | null | undefined)?.driverError;
+  return (
+    error instanceof TransactionControlRefusedError ||
+    inner instanceof TransactionControlRefusedError
+  );
+}
+
 function wrap(
   target: Record<string, unknown>,
   methods: readonly string[],
@@ -115,7 +131,7 @@ function wrap(
         },
         (error: unknown) => {
           state.settled = true;
-          if (state.unprotected) {
+          if (state.unprotected && !refusedBySeam(error)) {
             (requestOf() as PersistingRequest | undefined)?.unprotectedSaveFailed?.(error);
           }
           throw error;

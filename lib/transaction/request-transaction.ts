@@ -55,6 +55,7 @@ import {
   StatementBesidePhaseRefusedError,
 } from './seam-errors.js';
 import { inRetriedTry, refuseRetriedTry } from './handler-try.js';
+import { strongerRefusal } from './failure.js';
 import {
   type ClaimInText,
   CLAIMED_SAVEPOINT,
@@ -296,7 +297,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
    * handler itself (`refusalAnswer`), and the request cannot commit past it (adversary 100).
    */
   refusedInPhase(refusal: TransactionControlRefusedError | undefined): void {
-    if (refusal) this.refused ??= refusal;
+    if (refusal) this.refused = strongerRefusal(this.refused, refusal);
   }
   /**
    * Awaited before the `BEGIN` of a transaction above READ COMMITTED: the lease renewal on
@@ -1134,7 +1135,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   ): TransactionControlRefusedError {
     const error =
       typeof refused === 'string' ? new TransactionControlRefusedError(refused) : refused;
-    this.refused ??= error;
+    this.refused = strongerRefusal(this.refused, error);
     return error;
   }
 
