@@ -48,6 +48,14 @@
  * `refusedInPhase`), or `refusalAnswer` is asked of every refusal recorded; and a `stored`-fate
  * refusal caught and gone on from is answered 500 `transaction_aborted` whatever the handler
  * throws later (the error it throws is not the refusal let out).
+ *
+ * Fixed (session of 2026-12-06, sixth): the request keeps the refusal with the strongest fate
+ * (`own` over `aborted` over `stored`; within a fate the first), by `strongerRefusal` in
+ * lib/transaction/failure.ts (a pure function, table-driven in failure.spec.ts), in
+ * `RequestTransaction.refuse` and `refusedInPhase`. The later `cursor_open` replaces the caught
+ * lock's refusal, and the 409 is not stored: 500 `cursor_open`, nothing stored. A save that
+ * failed because the seam refused its statement no longer adds a `ConcurrentSaveFailedError`
+ * of its own (lib/transaction/own-persist.ts `refusedBySeam`): the seam's refusal is what it met.
  */
 import { Body, ConflictException, Controller, type INestApplication, Post } from '@nestjs/common';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
@@ -186,12 +194,12 @@ describe('adversary 102 orm: the first refusal wins, and a later never-stored on
     ]);
   }, 30_000);
 
-  it.skip('a lock refused in a phase and caught, then the cursor refusal answered 409: a 500, nothing stored (Not fixed (round 102): found by review)', async () => {
+  it('a lock refused in a phase and caught, then the cursor refusal answered 409: a 500, nothing stored', async () => {
     const answers = await scenario('phase-lock-then-import', 'p1', true);
     expect({ answers, notStored: notStored(answers) }).toEqual({ answers, notStored: true });
   }, 30_000);
 
-  it.skip('a lock refused in the handler and caught, then the cursor refusal answered 409: a 500, nothing stored (Not fixed (round 102): found by review)', async () => {
+  it('a lock refused in the handler and caught, then the cursor refusal answered 409: a 500, nothing stored', async () => {
     const answers = await scenario('handler-lock-then-import', 'p2', true);
     expect({ answers, notStored: notStored(answers) }).toEqual({ answers, notStored: true });
   }, 30_000);

@@ -51,6 +51,14 @@
  * refusal's answer, as `refusalAnswer` gives it), or let the phase's commit be refused by the
  * request's refusal (`commitPhase` rolls back when `request.refusal` is set), so nothing
  * commits past a refusal.
+ *
+ * Fixed (session of 2026-12-06, sixth): once the request carries a refusal it is answered with
+ * and never stored (`refusalRollsBack` in lib/transaction/failure.ts: fate `own` or `aborted`),
+ * `PhaseRunner` refuses every later `run()`, `call()` (and a `call()`'s record, checked again
+ * in `commit` after the call) and `finish()` before anything of it runs, throwing that refusal
+ * again (`refuseAfterRefusal` in lib/phases/phase-runner.service.ts). Nothing commits past
+ * it; the answer stays the refusal's (500 `cursor_open`), and the retry after the fix runs
+ * 'audit'. Jobs run their phases through the same `PhaseRunner`, so the same holds for them.
  */
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
@@ -201,7 +209,7 @@ describe('adversary 102 orm: a phase started after a refused phase commits', () 
     expect(await audit('c2')).toEqual([]);
   }, 30_000);
 
-  it.skip('a phase after a refused phase commits nothing; the retry after the fix runs it (Not fixed (round 102): found by review)', async () => {
+  it('a phase after a refused phase commits nothing; the retry after the fix runs it', async () => {
     state.broken = true;
     const first = await post('import', 'p1');
     expect(codeOf(first)).toBe('500 cursor_open');

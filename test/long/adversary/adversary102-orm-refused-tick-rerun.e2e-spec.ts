@@ -42,6 +42,15 @@
  * any throw: `withoutEffects` may refuse to store the handler's own answer, but a tick's failure
  * record must still be kept; or have `runSlot` store `tickFailed` with the refusal's problem
  * when `commitAnswer` did not keep it.
+ *
+ * Fixed (session of 2026-12-06, sixth): a tick's failure record is kept without effects
+ * whatever the refusal (`commitAnswer(..., recordsFailure)` → `withoutEffects(transaction,
+ * true)` in lib/transaction/commit-answer.ts), in the refusal's words
+ * (`tickFailed(refusalAnswer(transaction.refusal) ?? cause)` in lib/tasks/idempotent-tasks.
+ * service.ts), whether the tick let the refusal out or caught it and returned (its COMMIT then
+ * refused, and its failure kept the same way): not run again on any replica. Jobs are
+ * unchanged (a refusal is an attempt, the key given back for BullMQ's next attempt, as
+ * docs/guides/jobs.md says of any throw), and so are messages (a refusal counts a delivery).
  */
 import { spawn } from 'node:child_process';
 import { sleep } from '../../support/adv59-app.js';
@@ -112,7 +121,7 @@ describe('adversary 102 orm: a tick the seam refuses, on two replicas', () => {
     expect(runs).toEqual(runs.map(() => 1));
   }, 60_000);
 
-  it.skip('a tick the seam refused is not run again by the replica whose timer fires after it (Not fixed (round 102): found by review)', async () => {
+  it('a tick the seam refused is not run again by the replica whose timer fires after it', async () => {
     const { slots, runs } = await runTwoReplicas(true);
     expect(slots).toBeGreaterThanOrEqual(1);
     expect(runs).toEqual(runs.map(() => 1));
