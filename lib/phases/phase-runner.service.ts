@@ -196,8 +196,6 @@ export class PhaseRunner {
     work: (manager: EntityManager) => Promise<T>,
     holder?: StoreTransaction,
   ): Promise<T> {
-    // A refusal met meanwhile (a `call()`'s record comes after its call): nothing commits past it.
-    refuseAfterRefusal({ claim, transaction: request });
     const value = await this.guard(
       () =>
         store.commitPhase(claim, phase, byWork(refusedTo(request, work), this.workThrew), holder),
@@ -305,7 +303,9 @@ function phaseContext(
  * answered with and never stored (`refusalRollsBack`: its handler caught a phase's refusal and
  * went on), before anything of it runs: it throws that refusal again. A phase committed past it
  * would stay while the client is told nothing was stored, and the retry after the fix would
- * skip it (adversary 102). A refusal whose handler's answer is stored does not stop it.
+ * skip it (adversary 102). A refusal whose handler's answer is stored does not stop it, nor
+ * does one met beside a phase already running (a write beside it, refused): that phase's work,
+ * record included, commits, and the retry resumes after it (adversary 51b).
  */
 function refuseAfterRefusal(context: {
   readonly claim?: ActiveClaim;

@@ -54,10 +54,10 @@
  *
  * Fixed (session of 2026-12-06, sixth): once the request carries a refusal it is answered with
  * and never stored (`refusalRollsBack` in lib/transaction/failure.ts: fate `own` or `aborted`),
- * `PhaseRunner` refuses every later `run()`, `call()` (and a `call()`'s record, checked again
- * in `commit` after the call) and `finish()` before anything of it runs, throwing that refusal
- * again (`refuseAfterRefusal` in lib/phases/phase-runner.service.ts). Nothing commits past
- * it; the answer stays the refusal's (500 `cursor_open`), and the retry after the fix runs
+ * `PhaseRunner` refuses every later `run()`, `call()` (its call and record) and `finish()`
+ * before anything of it runs, throwing that refusal again (`refuseAfterRefusal` in
+ * lib/phases/phase-runner.service.ts). Nothing started after it commits (a phase already
+ * running when a write beside it is refused still commits, as adversary 51b requires); the answer stays the refusal's (500 `cursor_open`), and the retry after the fix runs
  * 'audit'. Jobs run their phases through the same `PhaseRunner`, so the same holds for them.
  */
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
