@@ -212,7 +212,8 @@ export class PermanentDatabaseError extends IdempotencyError {
   ) {
     super(
       'The database refused the idempotency store for a reason that lasts (a missing table, ' +
-        'column or function, a missing privilege, a read-only session); nothing was stored. ' +
+        'column or function, a missing privilege, a read-only session, a character it cannot ' +
+        'store); nothing was stored. ' +
         'Retrying will not help until the database is fixed.',
     );
     this.name = 'PermanentDatabaseError';

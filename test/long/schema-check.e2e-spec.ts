@@ -60,7 +60,8 @@ const lacking = (...problems: string[]) =>
 
 const PERMANENT_DETAIL =
   'The database refused the idempotency store for a reason that lasts (a missing table, ' +
-  'column or function, a missing privilege, a read-only session); nothing was stored. ' +
+  'column or function, a missing privilege, a read-only session, a character it cannot ' +
+  'store); nothing was stored. ' +
   'Retrying will not help until the database is fixed.';
 
 /** Runs `migrations` on the database at `url`. */

@@ -531,8 +531,9 @@ describe('session state a handler sets on the request’s connection', () => {
             status: 500,
             detail:
               'The database refused the idempotency store for a reason that lasts (a missing ' +
-              'table, column or function, a missing privilege, a read-only session); nothing ' +
-              'was stored. Retrying will not help until the database is fixed.',
+              'table, column or function, a missing privilege, a read-only session, a character ' +
+              'it cannot store); nothing was stored. Retrying will not help until the database ' +
+              'is fixed.',
             code: 'database_permanent',
           });
           expect(await rows(slot)).toEqual([]);
