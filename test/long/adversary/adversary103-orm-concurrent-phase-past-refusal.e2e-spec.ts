@@ -43,7 +43,8 @@
  * included) or `finish()` started after it commits: each throws that refusal again before it
  * starts." (commit 16f43fd: "only phases started after it are refused").
  *
- * Severity: high (an external call made and recorded past the refusal; as adversary 102's: the refused attempt's audit row is committed while the
+ * Severity: high (an external call made and recorded past the refusal; a wrong answer stored
+ * for good; as adversary 102's: the refused attempt's audit row is committed while the
  * client is told nothing was stored; the retry after the fix skips 'audit', so it says what the
  * refused attempt did, for good).
  *
@@ -52,6 +53,11 @@
  * The same with `phases.call('notify', …)` in place of the audit phase: 500 cursor_open, yet the
  * partner received the call (['p2 <claim>:notify'], expected none), and its record committed, so
  * the retry never calls again.
+ * And the answer: a 'check' phase beside the import that throws a ConflictException 100 ms after
+ * the import met its refusal (`Promise.all` rejects at once, the import still running): the 409
+ * is STORED and replayed (['409', '409 replayed']), where the docs make the refusal the answer
+ * whatever the handler made of it (500 cursor_open, nothing stored): `onHandlerError` asks
+ * `transaction.refusal`, which the import phase has not handed on yet.
  * Control: the same phases one after the other (the audit started once the import returned):
  * 500 cursor_open, and the audit phase is refused, nothing committed.
  *
@@ -61,7 +67,7 @@
  * phases' transactions while they run).
  */
 import { setTimeout as delay } from 'node:timers/promises';
-import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
+import { Body, ConflictException, Controller, type INestApplication, Post } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
 import { Column, type EntityManager, Entity, PrimaryGeneratedColumn } from 'typeorm';
@@ -118,6 +124,19 @@ class ImportController {
       }),
     );
     const [{ n }] = await Promise.all([imported, notified]);
+    return this.phases.finish(async () => ({ tag: b.tag, n }));
+  }
+
+  @Post('side-by-side-conflict')
+  @Idempotent()
+  async sideBySideConflict(@Body() b: { tag: string }) {
+    const imported = this.phases.run('import', (m) => importRows(m, b.tag));
+    const checked = delay(100).then(() =>
+      this.phases.run('check', async () => {
+        throw new ConflictException('quota reached');
+      }),
+    );
+    const [{ n }] = await Promise.all([imported, checked]);
     return this.phases.finish(async () => ({ tag: b.tag, n }));
   }
 
@@ -209,5 +228,21 @@ describe('adversary 103 orm: a phase started beside a phase that met a refusal c
     notifications.length = 0;
     const { answer } = await scenario('side-by-side-call', 'p2');
     expect({ answer, notifications }).toEqual({ answer: '500 cursor_open', notifications: [] });
+  }, 30_000);
+
+  it.skip('a check phase that throws 409 100 ms after the refusal (Promise.all rejects at once): the refusal is the answer, nothing stored (Not fixed (round 103): found by review)', async () => {
+    const post = () =>
+      request(app.getHttpServer())
+        .post('/side-by-side-conflict')
+        .set('Idempotency-Key', 'key-p3')
+        .send({ tag: 'p3' });
+    const first = await post();
+    await delay(500);
+    const again = await post();
+    const answers = [first, again].map(
+      (r) =>
+        `${r.status} ${(r.body as { code?: string }).code ?? ''}${r.headers['idempotent-replayed'] ? ' replayed' : ''}`,
+    );
+    expect(answers).toEqual(['500 cursor_open', '500 cursor_open']);
   }, 30_000);
 });
