@@ -39,6 +39,9 @@
  *
  * Fails now (verified unskipped): answers ['500 transaction_aborted', '500 transaction_aborted'],
  * charges 1 (expected 0: nothing commits past the refusal the request is answered with).
+ * The same with the lock taken (and caught) in the handler itself before the charge phase
+ * (problems.md: "a handler that catches it and answers anyway: 500 `transaction_aborted`"):
+ * answers ['500 transaction_aborted', '500 transaction_aborted'], charges 1 (expected 0).
  * Control: without the lock phase: 201, replayed, one charge.
  *
  * Suggested fix: once a phase was answered with a never-stored failure because of a refusal
@@ -50,9 +53,9 @@
  * store).
  */
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
-import { TypeOrmModule } from '@nestjs/typeorm';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
-import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
+import { Column, DataSource, Entity, PrimaryGeneratedColumn } from 'typeorm';
 import { Idempotent, PhaseRunner } from '../../../lib/index.js';
 import { startTypeormApp, type TypeormApp } from '../../support/typeorm-app.js';
 
@@ -68,6 +71,23 @@ class Charge {
 @Controller()
 class ChargeController {
   constructor(private readonly phases: PhaseRunner) {}
+
+  @InjectDataSource() private readonly ds!: DataSource;
+
+  @Post('handler-lock')
+  @Idempotent()
+  async handlerLock(@Body() b: { tag: string }) {
+    try {
+      await this.ds.query('SELECT pg_advisory_lock(77)');
+    } catch {
+      // the lock is best effort
+    }
+    await this.phases.run('charge', async (m) => {
+      await m.insert(Charge, { tag: b.tag });
+      return { ok: true };
+    });
+    return this.phases.finish(async () => ({ tag: b.tag }));
+  }
 
   @Post('charge')
   @Idempotent()
@@ -117,10 +137,10 @@ describe('adversary 103 orm: a phase after a caught lock phase commits while not
     await fixture?.close();
   });
 
-  async function scenario(tag: string, lock: boolean) {
+  async function scenario(tag: string, lock: boolean, route = 'charge') {
     const post = () =>
       request(app.getHttpServer())
-        .post('/charge')
+        .post(`/${route}`)
         .set('Idempotency-Key', `key-${tag}`)
         .send({ tag, lock });
     const answers: string[] = [];
@@ -142,6 +162,13 @@ describe('adversary 103 orm: a phase after a caught lock phase commits while not
 
   it.skip('a lock phase refused and caught, then the charge phase: nothing commits past the refusal (Not fixed (round 103): found by review)', async () => {
     expect(await scenario('p1', true)).toEqual({
+      answers: ['500 transaction_aborted', '500 transaction_aborted'],
+      charges: 0,
+    });
+  }, 30_000);
+
+  it.skip('a lock refused in the handler and caught, then the charge phase: nothing commits past the refusal (Not fixed (round 103): found by review)', async () => {
+    expect(await scenario('p2', true, 'handler-lock')).toEqual({
       answers: ['500 transaction_aborted', '500 transaction_aborted'],
       charges: 0,
     });
