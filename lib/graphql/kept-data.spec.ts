@@ -34,6 +34,13 @@ class Money {
 const throughStore = (data: Record<string, unknown>) =>
   restoreData(JSON.parse(JSON.stringify(keepData(data).kept)));
 
+/** `[1, <hole>, 3]`: its second place never set. */
+function holed(): unknown[] {
+  const items: unknown[] = [1];
+  items[2] = 3;
+  return items;
+}
+
 describe('keepData', () => {
   const at = new Date('2026-03-01T09:30:00.000Z');
   const cycle: Record<string, unknown> = { id: 1 };
@@ -55,10 +62,12 @@ describe('keepData', () => {
     expect(throughStore(data)).toStrictEqual(data);
   });
 
-  it('keeps an object without a prototype (as GraphQL coerces inputs) as a plain object', () => {
+  it('keeps an object without a prototype (as GraphQL coerces inputs) without one', () => {
     const data = { bag: Object.assign(Object.create(null) as object, { a: 1 }) };
     expect(keepData(data).unfaithful).toEqual([]);
-    expect(throughStore(data)).toStrictEqual({ bag: { a: 1 } });
+    const back = throughStore(data);
+    expect(Object.getPrototypeOf(back.bag)).toBeNull();
+    expect(isDeepStrictEqual(back, data)).toBe(true);
   });
 
   it("keeps an instance of a class without methods as its own data, each member's type kept", () => {
@@ -92,12 +101,51 @@ describe('keepData', () => {
     expect(throughStore(data)).toStrictEqual(back);
   });
 
-  it('keeps the stored form JSON: a Date as its string, its type beside it', () => {
+  it('keeps the stored form JSON: a graph of typed nodes, a Date as its time', () => {
     expect(keepData({ at: new Date(0), n: 1 }).kept).toEqual({
-      json: { at: '1970-01-01T00:00:00.000Z', n: 1 },
-      meta: { values: { at: ['Date'] }, v: 1 },
+      g: [
+        ['o', 'at', ['@', 1], 'n', 1],
+        ['d', 0],
+      ],
     });
-    expect(keepData({ n: 1 }).kept).toEqual({ json: { n: 1 } });
+    expect(keepData({ n: 1 }).kept).toEqual({ g: [['o', 'n', 1]] });
+  });
+
+  it('reads a record stored before as superjson wrote it', () => {
+    expect(
+      restoreData({
+        json: { at: '1970-01-01T00:00:00.000Z', n: 1 },
+        meta: { values: { at: ['Date'] }, v: 1 },
+      }),
+    ).toStrictEqual({ at: new Date(0), n: 1 });
+  });
+
+  it('gives back a tree deeper than a recursive walk reaches (adversary 103)', () => {
+    let tree: unknown = { leaf: 1 };
+    for (let i = 0; i < 20_000; i += 1) tree = { c: tree };
+    const kept = keepData({ tree });
+    expect(kept.unfaithful).toEqual([]);
+    let node = restoreData(kept.kept).tree as { c?: unknown };
+    let levels = 0;
+    for (; 'c' in node; levels += 1) node = node.c as { c?: unknown };
+    expect(levels).toBe(20_000);
+  });
+
+  it.each<[string, () => Record<string, unknown>]>([
+    ['a RegExp match (its groups, index, input)', () => ({ m: '2026-7'.match(/(?<y>\d+)-/) })],
+    ['an array with holes and a member', () => ({ a: Object.assign(holed(), { tag: 'x' }) })],
+    ['a Map and a Set with members', () => ({ m: Object.assign(new Map(), { n: 1 }) })],
+    ['a member under a registered symbol', () => ({ row: { id: 1, [Symbol.for('audit')]: 'a' } })],
+  ])('gives %s back as it was (adversary 103)', (_name, make) => {
+    const data = make();
+    expect(keepData(data).unfaithful).toEqual([]);
+    expect(isDeepStrictEqual(throughStore(data), data)).toBe(true);
+  });
+
+  it('names a member under a symbol no other process knows, and keeps the others', () => {
+    const data = { row: { id: 1, [Symbol('audit')]: 'a' } };
+    expect(keepData(data).unfaithful).toEqual([{ name: 'row', what: 'an object' }]);
+    expect(throughStore(data)).toStrictEqual({ row: { id: 1 } });
   });
 });
 
@@ -192,13 +240,17 @@ describe('keepData with keys superjson refuses (prototype, constructor, __proto_
     expect(unescapeKey(written)).toBe(key);
   });
 
-  it('marks a record with escaped keys, and reads one without the mark as it is', () => {
+  it('writes such keys as they are, and reads a record stored before as it was marked', () => {
     expect(keepData({ stages: { prototype: 1 } }).kept).toEqual({
-      json: { stages: { '~prototype': 1 } },
-      keys: 1,
+      g: [
+        ['o', 'stages', ['@', 1]],
+        ['o', 'prototype', 1],
+      ],
     });
-    expect(keepData({ stages: { '~x': 1 } }).kept).toEqual({ json: { stages: { '~x': 1 } } });
-    // Stored before: a key `~prototype` was the app's own.
+    expect(
+      restoreData({ json: { stages: { '~prototype': 1 } }, keys: 1 } as unknown),
+    ).toStrictEqual({ stages: { prototype: 1 } });
+    // Stored before the mark: a key `~prototype` was the app's own.
     expect(restoreData({ json: { stages: { '~prototype': 1 } } })).toEqual({
       stages: { '~prototype': 1 },
     });

@@ -19,3 +19,13 @@ export function defineOwn(target: object, name: string, value: unknown): void {
     configurable: true,
   });
 }
+
+/** `defineOwn` for a member under a symbol (a `Symbol.for` tag an app's resolvers read). */
+export function defineOwnSymbol(target: object, symbol: symbol, value: unknown): void {
+  Object.defineProperty(target, symbol, {
+    value,
+    enumerable: true,
+    writable: true,
+    configurable: true,
+  });
+}

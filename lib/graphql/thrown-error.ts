@@ -4,6 +4,8 @@ import { type FieldError } from './field-answer.js';
 import { sourceAt } from './error-location.js';
 import { noteOwnLocations } from './jit-located.js';
 import { type GraphqlModule } from './graphql-module.js';
+import { takesStoredProp } from './error-props.js';
+import { defineOwn } from './own-member.js';
 
 /**
  * The error a replay throws for a stored one: of the kind that was thrown first, with its
@@ -31,9 +33,10 @@ export function thrownError(stored: FieldError, graphql: GraphqlModule): Error {
   error.message = stored.message;
   if (stored.name) error.name = stored.name;
   if (stored.props) {
-    // Never over what an `HttpException` is made of (its response and status).
+    // Never over what an `HttpException` is made of (its response and status); defined, not
+    // assigned: an own `__proto__` comes back an own key (see `takesStoredProp`).
     for (const [name, value] of Object.entries(stored.props)) {
-      if (!(name in error)) Object.assign(error, { [name]: value });
+      if (takesStoredProp(error, name)) defineOwn(error, name, value);
     }
   }
   if (extensions) Object.assign(error, { extensions });

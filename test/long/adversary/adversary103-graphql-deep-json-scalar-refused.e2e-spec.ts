@@ -168,7 +168,7 @@ describe('adversary 103: a deep JSON scalar document under @Idempotent()', () =>
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(firstAnswer.body.data));
   });
 
-  it.skip('a 3,000-deep document is answered under @Idempotent() (Not fixed (round 103): found by review)', async () => {
+  it('a 3,000-deep document is answered under @Idempotent()', async () => {
     const query = 'mutation { createDoc(n: 3000) { id doc } }';
     const before = await count();
     const firstAnswer = await post('adv103-deep-json-3000', query);

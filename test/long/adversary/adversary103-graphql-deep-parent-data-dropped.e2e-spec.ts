@@ -162,7 +162,7 @@ describe('adversary 103: a deep tree in a parent s own data', () => {
     expect(again.body.data).toEqual(firstAnswer.body.data);
   });
 
-  it.skip('the replay reads the 3,000-deep tree the first call read (Not fixed (round 103): found by review)', async () => {
+  it('the replay reads the 3,000-deep tree the first call read', async () => {
     const query = 'mutation { createThread(n: 3000) { id depth } }';
     const before = await count();
     const firstAnswer = await post('adv103-deep-parent-3000', query);

@@ -163,7 +163,7 @@ describe('adversary 103: a RegExp match array in a parent s own data', () => {
     expect(await count()).toBe(before + 1);
   });
 
-  it.skip('the replay answers the year the first call did (Not fixed (round 103): found by review)', async () => {
+  it('the replay answers the year the first call did', async () => {
     const query = 'mutation { createInvoice(ref: "2026-0042") { id ref year } }';
     const before = await count();
     const firstAnswer = await post('adv103-match', query);

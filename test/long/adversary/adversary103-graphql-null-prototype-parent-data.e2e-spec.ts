@@ -181,7 +181,7 @@ describe('adversary 103: a null-prototype object in a parent s own data', () => 
     expect(await count()).toBe(before + 1);
   });
 
-  it.skip('the replay answers what the first call did (Not fixed (round 103): found by review)', async () => {
+  it('the replay answers what the first call did', async () => {
     const query = 'mutation { placeOrder(input: { sku: "A", qty: 1 }) { id isDefault hasNote } }';
     const before = await count();
     const firstAnswer = await post('adv103-null-proto', query);

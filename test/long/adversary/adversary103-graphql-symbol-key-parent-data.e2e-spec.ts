@@ -138,7 +138,7 @@ describe('adversary 103: a symbol-keyed member of a parent', () => {
     expect(again.body.data).toEqual(firstAnswer.body.data);
   });
 
-  it.skip('the replay reads the symbol-keyed tag (Not fixed (round 103): found by review)', async () => {
+  it('the replay reads the symbol-keyed tag', async () => {
     const query = 'mutation { createNote { id createdBy } }';
     const firstAnswer = await post('adv103-symbol', query);
     const again = await post('adv103-symbol', query);

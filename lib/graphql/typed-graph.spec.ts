@@ -1,0 +1,97 @@
+import { isDeepStrictEqual } from 'node:util';
+import { readGraph, writeGraph } from './typed-graph.js';
+
+/** Written, stored as JSON text and read back, as the store does. */
+const back = (value: unknown) =>
+  readGraph(JSON.parse(JSON.stringify(writeGraph(value).graph)) as { g: unknown[] });
+
+const cycle: Record<string, unknown> = { id: 1 };
+cycle.self = cycle;
+
+/** `[1, <hole>, 3]`: its second place never set. */
+function holed(): unknown[] {
+  const items: unknown[] = [1];
+  items[2] = 3;
+  return items;
+}
+
+describe('writeGraph and readGraph', () => {
+  it.each<[string, () => unknown]>([
+    ['a string', () => 'x'],
+    ['undefined', () => undefined],
+    ['NaN, -0, Infinity and a BigInt', () => [NaN, -0, Infinity, -Infinity, 2n ** 70n]],
+    ['a registered symbol', () => ({ s: Symbol.for('s') })],
+    ['an object without a prototype', () => Object.assign(Object.create(null) as object, { a: 1 })],
+    ['an array with holes and members', () => Object.assign(holed(), { tag: 'x' })],
+    ['a RegExp match', () => '2026-7'.match(/(?<y>\d+)-(\d)/)],
+    ['a Map and a Set with members', () => [Object.assign(new Map([[{ k: 1 }, 2]]), { n: 1 })]],
+    ['a Set', () => new Set([1, 'a', { b: 2 }])],
+    ['a Date, a RegExp, a URL', () => [new Date(5), /a/gi, new URL('http://x/')]],
+    [
+      'a Buffer and typed arrays',
+      () => [Buffer.from('x'), new Float64Array([1.5]), new BigInt64Array([3n])],
+    ],
+    ['a TypeError', () => new TypeError('bad')],
+    ['a cycle and a shared reference', () => ({ a: cycle, b: [cycle] })],
+    ['keys JSON refuses to set', () => JSON.parse('{"__proto__": {"x": 1}, "constructor": 2}')],
+    ['a registered symbol key', () => ({ [Symbol.for('tag')]: { a: 1 }, b: 2 })],
+  ])('gives %s back as it was', (_name, make) => {
+    const value = make();
+    const written = writeGraph(value);
+    expect(written.lost).toBe(false);
+    expect(written.exact).toBe(true);
+    expect(isDeepStrictEqual(back(value), value)).toBe(true);
+  });
+
+  it.each<[string, () => unknown, boolean]>([
+    [
+      'an instance of a class without methods',
+      () =>
+        new (class Row {
+          id = 1;
+        })(),
+      false,
+    ],
+    [
+      'an instance of a class with a method',
+      () =>
+        new (class A {
+          m() {}
+        })(),
+      true,
+    ],
+    ['a toJSON()', () => ({ toJSON: () => 'x' }), true],
+    ['a function in an array', () => [() => 1], true],
+    ['an unregistered symbol key', () => ({ [Symbol('x')]: 1 }), true],
+  ])('tells %s is not given back exactly (lost: %s)', (_name, make, lost) => {
+    const written = writeGraph(make());
+    expect(written.exact).toBe(false);
+    expect(written.lost).toBe(lost);
+  });
+
+  it('gives an invalid Date back invalid (isDeepStrictEqual tells no two apart)', () => {
+    expect(Number.isNaN((back(new Date(NaN)) as Date).getTime())).toBe(true);
+  });
+
+  it('writes a tree of any depth without recursion', () => {
+    let tree: unknown = 1;
+    for (let i = 0; i < 50_000; i += 1) tree = [tree];
+    let node = back(tree);
+    let levels = 0;
+    for (; Array.isArray(node); levels += 1) node = (node as unknown[])[0];
+    expect(levels).toBe(50_000);
+  });
+
+  it('tells each member of the root its losses, and leaves out one it cannot write', () => {
+    const lost: unknown[] = [];
+    const left: unknown[] = [];
+    const loop = { toJSON: (): unknown => ({ again: loop }) };
+    const written = writeGraph(
+      { fn: () => 1, ok: { a: 1 }, loop },
+      { lost: (key) => lost.push(key), left: (key) => left.push(key) },
+    );
+    expect(left).toEqual(['loop']);
+    expect(lost).toContain('fn');
+    expect(readGraph(written.graph)).toStrictEqual({ ok: { a: 1 } });
+  });
+});

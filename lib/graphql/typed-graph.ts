@@ -1,0 +1,396 @@
+import { defineOwn, defineOwnSymbol } from './own-member.js';
+
+/**
+ * JS values as JSON with their types, written and read without recursion: the data a replay
+ * hands back to the app's resolvers (kept-data.ts). Every object is a node of a flat list and
+ * is named by its index, so that a tree of any depth (a 3,000-deep comment thread: adversary
+ * 103, which superjson's recursive walk, and the library's, took for "no JSON form"), a shared
+ * reference and a cycle are written alike, by a loop over a queue. A node says what JSON
+ * cannot: an object's absent prototype (graphql-js' input objects, a RegExp match's
+ * `groups`), an array's holes and own members that are no items (a match's `index`, `input`),
+ * a Map's or a Set's own members, a member under a registered symbol (`Symbol.for`), each
+ * own key in its order (as a list: PostgreSQL's `jsonb` sorts an object's keys).
+ *
+ * A value (a `Cell`) is itself where JSON writes it back as it is (a string, a boolean, null,
+ * a finite number but -0), else a tagged array: `['u']` undefined, `['#', 'NaN']` (and
+ * `Infinity`, `-Infinity`, `-0`), `['n', digits]` a BigInt, `['y', key]` a registered symbol,
+ * `['@', i]` the object of node `i`.
+ */
+export type Cell = string | number | boolean | null | readonly unknown[];
+
+/** The form's stored shape: `g`, the nodes; node 0 is the value written. */
+export interface Graph {
+  g: unknown[];
+}
+
+/** How the value differs from what `readGraph` gives back. */
+export interface Written {
+  graph: Graph;
+  /** Something is not given back as it was (named by `losses`' kinds). */
+  lost: boolean;
+  /** Given back but not as `isDeepStrictEqual` tells it: an object of a class is plain. */
+  exact: boolean;
+}
+
+/** The typed arrays read back as what they are. */
+const TYPED_ARRAYS: Readonly<Record<string, new (bytes: ArrayBufferLike) => ArrayBufferView>> = {
+  Int8Array,
+  Uint8Array,
+  Uint8ClampedArray,
+  Int16Array,
+  Uint16Array,
+  Int32Array,
+  Uint32Array,
+  Float32Array,
+  Float64Array,
+  BigInt64Array,
+  BigUint64Array,
+};
+
+/** The standard errors, made again of their own class (a filter may tell them apart). */
+const ERRORS: Readonly<Record<string, ErrorConstructor>> = {
+  Error,
+  TypeError,
+  RangeError,
+  SyntaxError,
+  ReferenceError,
+  EvalError,
+  URIError,
+};
+
+/** Whether `key` is one of an array's indexes (its items, never its own members). */
+function isIndex(key: string, length: number): boolean {
+  if (!/^(?:0|[1-9]\d*)$/.test(key)) return false;
+  return Number(key) < length;
+}
+
+/** A member JSON leaves out of an object: a function, a symbol no other process knows. */
+function isLeftOut(item: unknown): boolean {
+  return typeof item === 'function' || (typeof item === 'symbol' && !Symbol.keyFor(item));
+}
+
+/** Calls of one object's `toJSON()` giving an object, past which it is taken for a cycle. */
+const MAX_JSON_CALLS = 1000;
+
+/** An object whose prototype is `Object.prototype` or none. */
+function isPlainObject(value: object): boolean {
+  const prototype = Object.getPrototypeOf(value) as unknown;
+  return prototype === null || prototype === Object.prototype;
+}
+
+/** An object's own enumerable keys in their order, a registered symbol's as `['y', key]`. */
+function ownKeys(value: object, skip: (key: string) => boolean, losing: (key: symbol) => void) {
+  const keys: { key: string | symbol; written: unknown }[] = [];
+  for (const key of Reflect.ownKeys(value)) {
+    if (!Object.prototype.propertyIsEnumerable.call(value, key)) continue;
+    if (typeof key === 'string') {
+      if (!skip(key)) keys.push({ key, written: key });
+      continue;
+    }
+    const name = Symbol.keyFor(key);
+    // An unregistered symbol is another in the process that reads it back: left out.
+    if (name === undefined) losing(key);
+    else keys.push({ key, written: ['y', name] });
+  }
+  return keys;
+}
+
+/** What `writeGraph` tells of each of the root's own members (see `Written`). */
+export interface MemberNotes {
+  /** It holds something not given back as it was. */
+  lost(key: string | symbol): void;
+  /** It could not be written (a cycle through `toJSON()`, a getter that throws): left out. */
+  left(key: string | symbol): void;
+}
+
+/**
+ * Writes `value` as a graph, without recursion (a loop over a queue of objects). An instance
+ * of a class is written as its own data (a `toJSON()` as what it gives, as JSON writes it), a
+ * function and an unregistered symbol are left out: each is a loss. Where the value is an
+ * object, its own members are written one after another, each with all it holds first (so
+ * `notes` is told the member a loss is under: a node two members share is the first one's);
+ * one that cannot be written is left out alone.
+ */
+export function writeGraph(value: unknown, notes?: MemberNotes): Written {
+  const nodes: unknown[] = [null];
+  const indexes = new Map<object, number>();
+  const jsonCalls = new Map<object, number>();
+  const queue: { value: object; index: number }[] = [];
+  let exact = true;
+  let lost = false;
+  let member: string | symbol | undefined;
+  const losing = () => {
+    lost = true;
+    exact = false;
+    if (member !== undefined) notes?.lost(member);
+  };
+  const cell = (item: unknown): Cell => {
+    switch (typeof item) {
+      case 'string':
+      case 'boolean':
+        return item;
+      case 'number':
+        if (Number.isNaN(item)) return ['#', 'NaN'];
+        if (item === Infinity) return ['#', 'Infinity'];
+        if (item === -Infinity) return ['#', '-Infinity'];
+        if (Object.is(item, -0)) return ['#', '-0'];
+        return item;
+      case 'bigint':
+        return ['n', item.toString()];
+      case 'undefined':
+        return ['u'];
+      case 'symbol': {
+        const name = Symbol.keyFor(item);
+        if (name !== undefined) return ['y', name];
+        losing();
+        return ['u'];
+      }
+      case 'function':
+        losing();
+        return ['u'];
+    }
+    if (item === null) return null;
+    let target = item as object;
+    // As JSON writes it (a Decimal as its digits, a Luxon DateTime as its string): a loss.
+    // Called at each place, as JSON does; one that gives itself again without end (a cycle
+    // through `toJSON()`, which JSON refuses) throws, and its member is left out.
+    while (hasOwnToJson(target)) {
+      const calls = (jsonCalls.get(target) ?? 0) + 1;
+      if (calls > MAX_JSON_CALLS) throw new Error('a cycle through toJSON()');
+      jsonCalls.set(target, calls);
+      losing();
+      const json = (target as { toJSON: () => unknown }).toJSON();
+      if (typeof json !== 'object' || json === null) return cell(json);
+      target = json;
+    }
+    let index = indexes.get(target);
+    if (index === undefined) {
+      index = nodes.length;
+      nodes.push(null);
+      indexes.set(target, index);
+      queue.push({ value: target, index });
+    }
+    return ['@', index];
+  };
+  const members = (of: object, skip: (key: string) => boolean = () => false) => {
+    const flat: unknown[] = [];
+    for (const { key, written } of ownKeys(of, skip, losing)) {
+      const item = (of as Record<string | symbol, unknown>)[key];
+      // Left out of an object, as JSON leaves it out (an array's place keeps `undefined`).
+      if (isLeftOut(item)) losing();
+      else flat.push(written, cell(item));
+    }
+    return flat;
+  };
+  const drain = () => {
+    for (let next = queue.shift(); next; next = queue.shift()) {
+      nodes[next.index] = node(next.value);
+    }
+  };
+  if (typeof value !== 'object' || value === null) nodes[0] = ['=', cell(value)];
+  else if (isPlainObject(value)) {
+    indexes.set(value, 0);
+    const flat: unknown[] = [];
+    const losingKey = (key: symbol) => {
+      member = key;
+      losing();
+    };
+    for (const { key, written } of ownKeys(value, () => false, losingKey)) {
+      member = key;
+      const before = nodes.length;
+      try {
+        const item = (value as Record<string | symbol, unknown>)[key];
+        if (isLeftOut(item)) {
+          losing();
+          continue;
+        }
+        const cellOf = cell(item);
+        drain();
+        flat.push(written, cellOf);
+      } catch {
+        // Left out alone: what it began to write is taken back.
+        queue.length = 0;
+        nodes.length = before;
+        for (const [object, index] of indexes) if (index >= before) indexes.delete(object);
+        notes?.left(key);
+      }
+    }
+    member = undefined;
+    nodes[0] = [Object.getPrototypeOf(value) === null ? 'O' : 'o', ...flat];
+  } else {
+    indexes.set(value, 0);
+    queue.push({ value, index: 0 });
+    drain();
+  }
+  function node(of: object): unknown[] {
+    if (Array.isArray(of)) {
+      const items: Cell[] = [];
+      for (let i = 0; i < of.length; i += 1) {
+        items.push(Object.prototype.hasOwnProperty.call(of, i) ? cell(of[i]) : ['h']);
+      }
+      return ['a', of.length, items, ...members(of, (key) => isIndex(key, of.length))];
+    }
+    if (of instanceof Map) {
+      const entries: Cell[] = [];
+      for (const [key, item] of of) entries.push(cell(key), cell(item));
+      return ['m', entries, ...members(of)];
+    }
+    if (of instanceof Set) {
+      const items: Cell[] = [];
+      for (const item of of) items.push(cell(item));
+      return ['s', items, ...members(of)];
+    }
+    if (of instanceof Date) {
+      const time = of.getTime();
+      return ['d', Number.isNaN(time) ? null : time];
+    }
+    if (of instanceof RegExp) return ['r', of.source, of.flags, of.lastIndex];
+    if (of instanceof URL) return ['l', of.href];
+    if (Buffer.isBuffer(of)) return ['b', of.toString('base64')];
+    const typedName = typedArrayName(of);
+    if (typedName) {
+      const view = of as ArrayBufferView;
+      const bytes = Buffer.from(view.buffer, view.byteOffset, view.byteLength);
+      return ['t', typedName, bytes.toString('base64')];
+    }
+    if (of instanceof Error) {
+      if (!(of.name in ERRORS) || Object.getPrototypeOf(of) !== ERRORS[of.name].prototype) {
+        exact = false;
+      }
+      return ['e', of.name, of.message, ...members(of)];
+    }
+    const prototype = Object.getPrototypeOf(of) as unknown;
+    if (prototype !== null && prototype !== Object.prototype) {
+      // Its own data, as the object GraphQL resolves from: its class is not there.
+      exact = false;
+      if (hasClassMembers(of)) losing();
+    }
+    return [prototype === null ? 'O' : 'o', ...members(of)];
+  }
+  return { graph: { g: nodes }, lost, exact };
+}
+
+/** The stored graph read back: node 0's value (objects made first, filled in after). */
+export function readGraph(graph: Graph): unknown {
+  const nodes = graph.g;
+  const made: unknown[] = nodes.map(shell);
+  const value = (item: unknown): unknown => {
+    if (!Array.isArray(item)) return item;
+    switch (item[0]) {
+      case 'u':
+        return undefined;
+      case '#':
+        return item[1] === '-0' ? -0 : Number(item[1]);
+      case 'n':
+        return BigInt(item[1] as string);
+      case 'y':
+        return Symbol.for(item[1] as string);
+      case '@':
+        return made[item[1] as number];
+      default:
+        return undefined;
+    }
+  };
+  const key = (written: unknown): string | symbol =>
+    Array.isArray(written) ? Symbol.for(written[1] as string) : String(written);
+  const fill = (target: object, flat: readonly unknown[]) => {
+    for (let i = 0; i + 1 < flat.length; i += 2) {
+      const name = key(flat[i]);
+      // Defined, not assigned: a member named `__proto__` is data.
+      if (typeof name === 'string') defineOwn(target, name, value(flat[i + 1]));
+      else defineOwnSymbol(target, name, value(flat[i + 1]));
+    }
+  };
+  nodes.forEach((node, index) => {
+    const target = made[index];
+    if (!Array.isArray(node) || typeof target !== 'object' || target === null) return;
+    const [tag, ...rest] = node as unknown[];
+    if (tag === 'o' || tag === 'O' || tag === 'e') fill(target, tag === 'e' ? rest.slice(2) : rest);
+    else if (tag === 'a') {
+      const items = rest[1] as unknown[];
+      items.forEach((item, i) => {
+        if (!(Array.isArray(item) && item[0] === 'h')) (target as unknown[])[i] = value(item);
+      });
+      fill(target, rest.slice(2));
+    } else if (tag === 'm') {
+      const entries = rest[0] as unknown[];
+      for (let i = 0; i + 1 < entries.length; i += 2) {
+        (target as Map<unknown, unknown>).set(value(entries[i]), value(entries[i + 1]));
+      }
+      fill(target, rest.slice(1));
+    } else if (tag === 's') {
+      for (const item of rest[0] as unknown[]) (target as Set<unknown>).add(value(item));
+      fill(target, rest.slice(1));
+    }
+  });
+  const first = nodes[0];
+  if (Array.isArray(first) && first[0] === '=') return value(first[1]);
+  return made[0];
+}
+
+/** A node's object, empty (filled by `readGraph`), or its value where it holds no other. */
+function shell(node: unknown): unknown {
+  if (!Array.isArray(node)) return undefined;
+  switch (node[0]) {
+    case 'o':
+      return {};
+    case 'O':
+      return Object.create(null) as object;
+    case 'a':
+      return new Array<unknown>(node[1] as number);
+    case 'm':
+      return new Map();
+    case 's':
+      return new Set();
+    case 'd':
+      return new Date(node[1] === null ? NaN : (node[1] as number));
+    case 'r': {
+      const regexp = new RegExp(node[1] as string, node[2] as string);
+      regexp.lastIndex = node[3] as number;
+      return regexp;
+    }
+    case 'l':
+      return new URL(node[1] as string);
+    case 'b':
+      return Buffer.from(node[1] as string, 'base64');
+    case 't': {
+      const bytes = Buffer.from(node[2] as string, 'base64');
+      const copy = new Uint8Array(bytes).buffer;
+      const Typed = TYPED_ARRAYS[node[1] as string] ?? Uint8Array;
+      return new Typed(copy);
+    }
+    case 'e': {
+      const made = new (ERRORS[node[1] as string] ?? Error)(node[2] as string);
+      // Its own only where its class's is another (an app's `NotFound` made an `Error`).
+      if (made.name !== node[1]) made.name = node[1] as string;
+      return made;
+    }
+    default:
+      return undefined;
+  }
+}
+
+function typedArrayName(value: object): string | undefined {
+  if (!ArrayBuffer.isView(value) || value instanceof DataView) return undefined;
+  const name = (Object.getPrototypeOf(value) as { constructor?: { name?: string } } | null)
+    ?.constructor?.name;
+  return name && name in TYPED_ARRAYS ? name : undefined;
+}
+
+/** A `toJSON()` JSON would write it by; never a Date's, nor a Buffer's (each typed here). */
+function hasOwnToJson(value: object): boolean {
+  if (value instanceof Date || Buffer.isBuffer(value) || value instanceof URL) return false;
+  return typeof (value as { toJSON?: unknown }).toJSON === 'function';
+}
+
+/** The methods and getters of its class (and of its parents): a plain copy has none. */
+function hasClassMembers(value: object): boolean {
+  for (
+    let prototype = Object.getPrototypeOf(value) as object | null;
+    prototype && prototype !== Object.prototype;
+    prototype = Object.getPrototypeOf(prototype) as object | null
+  ) {
+    if (Object.getOwnPropertyNames(prototype).some((name) => name !== 'constructor')) return true;
+  }
+  return false;
+}
