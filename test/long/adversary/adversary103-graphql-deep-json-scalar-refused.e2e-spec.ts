@@ -17,6 +17,12 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06, seventh): the scalar's value read back was compared with node's
+ * `isDeepStrictEqual`, whose recursive walk overflowed (a `RangeError` of Node's realm, which
+ * graphql-js took for no `Error`); `sameData` (lib/graphql/same-data.ts) compares by the typed
+ * graphs, written without recursion, where it overflows, and the kept copies are graph-written
+ * too.
+ *
  * Adversary 103 (graphql): a JSON scalar's document nested some 2,600 levels deep (a
  * stored comment thread, a parsed config, a tree a client built) is answered by the same
  * mutation without `@Idempotent()` (graphql-js and Apollo write it: its effect commits, its

@@ -19,6 +19,10 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06, seventh): kept data is written and read as a flat typed graph by a
+ * loop over a queue (lib/graphql/typed-graph.ts), never a recursive walk: a tree of any depth is
+ * kept; superjson now only reads records stored before.
+ *
  * Adversary 103 (graphql): a parent's own data that is no field (kept for the app's
  * `@ResolveField()`s under `__parent`) nested some 2,600 levels deep (a comment thread, a
  * category tree loaded whole) is dropped from the stored answer: the first call's field

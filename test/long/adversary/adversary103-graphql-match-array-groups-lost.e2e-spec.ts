@@ -18,6 +18,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06, seventh): kept parent data is now written as a typed graph
+ * (lib/graphql/typed-graph.ts): an array node keeps its holes and its own members that are no
+ * items (a match's `index`, `input`, `groups`), a Map's and a Set's node their own members too,
+ * and `keepData` names as unfaithful only what the graph itself reports lost.
+ *
  * Adversary 103 (graphql): an array's own members that are not items (a `RegExp` match's
  * `groups`, `index` and `input`; any array an app tags with a property) are dropped from a
  * parent's kept data, silently: a `@ResolveField()` reading `parent.parsed.groups.year` answers

@@ -20,6 +20,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06, seventh): kept parent data is now written as a typed graph
+ * (lib/graphql/typed-graph.ts) whose object nodes say whether the object had a prototype (`'o'` or
+ * `'O'`); `restoreData` rebuilds an object without one with `Object.create(null)`, its keys
+ * defined in order.
+ *
  * Adversary 103 (graphql): an object with no prototype in a parent's own data (not a field)
  * comes back on a replay as a plain object (`Object.prototype`), so a `@ResolveField()` that
  * tells them apart answers otherwise on every replay. Such objects are ordinary in a NestJS

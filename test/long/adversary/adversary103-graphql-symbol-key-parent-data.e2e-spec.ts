@@ -17,6 +17,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06, seventh): own enumerable symbol-keyed members of the value go into
+ * its parent data; the typed graph keeps a registered symbol (`Symbol.for`) by its key and a
+ * replay defines it again; an unregistered one is left out and named unfaithful (the app's log
+ * says so), as docs/guides/graphql.md now states.
+ *
  * Adversary 103 (graphql): an own symbol-keyed member of a mutation's value (data an app
  * tags a row with, out of JSON's and GraphQL's sight: `row[AUDIT] = { by: 'ada' }`, a
  * `Symbol.for('tenant')`) is gone on a replay: the `@ResolveField()` that reads it answers
