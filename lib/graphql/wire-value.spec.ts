@@ -215,7 +215,7 @@ describe('outputWire and fromWire', () => {
         id: 1,
         label: 'from a getter',
         // Data that is no field: what a replay may do without (left out first when too large).
-        [PARENT]: { json: { ownerId: 7 } },
+        [PARENT]: { g: [['o', 'ownerId', 7]] },
         [FROM_CLASS]: ['label'],
         [ACCESSORS]: ['label'],
       },
@@ -223,12 +223,26 @@ describe('outputWire and fromWire', () => {
     [
       'its own __typename (the answer) in KEPT, its other data that is no field in PARENT',
       { id: 1, __typename: 'Receipt', note: 'x' },
-      { id: 1, [KEPT]: { json: { __typename: 'Receipt' } }, [PARENT]: { json: { note: 'x' } } },
+      {
+        id: 1,
+        [KEPT]: { g: [['o', '__typename', 'Receipt']] },
+        [PARENT]: { g: [['o', 'note', 'x']] },
+      },
     ],
     [
       'an ID that was a number, the numbers beside (its parseValue() gives back strings)',
       { id: 1, ref: 5, refs: [1, 2] },
-      { id: 1, ref: '5', refs: ['1', '2'], [KEPT]: { json: { ref: 5, refs: [1, 2] } } },
+      {
+        id: 1,
+        ref: '5',
+        refs: ['1', '2'],
+        [KEPT]: {
+          g: [
+            ['o', 'ref', 5, 'refs', ['@', 1]],
+            ['a', 2, [1, 2]],
+          ],
+        },
+      },
     ],
     [
       'a Date and a BigInt that are no field, with their types',
@@ -236,8 +250,10 @@ describe('outputWire and fromWire', () => {
       {
         id: 1,
         [PARENT]: {
-          json: { createdAt: at.toISOString(), ledgerSeq: '9007199254740993' },
-          meta: { values: { createdAt: ['Date'], ledgerSeq: ['bigint'] }, v: 1 },
+          g: [
+            ['o', 'createdAt', ['@', 1], 'ledgerSeq', ['n', '9007199254740993']],
+            ['d', at.getTime()],
+          ],
         },
       },
     ],
@@ -268,7 +284,7 @@ describe('outputWire and fromWire', () => {
     const wire = stored.wire as Record<string, unknown> & { lines: object[] };
     expect(stored.parents).toHaveLength(1);
     expect(stored.parents![0]).toBe(wire);
-    expect(wire[PARENT]).toEqual({ json: { note: 'x' } });
+    expect(wire[PARENT]).toEqual({ g: [['o', 'note', 'x']] });
   });
 
   it('turns a stored answer back into values that serialize to the same wire form', async () => {
