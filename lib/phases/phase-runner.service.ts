@@ -6,7 +6,7 @@ import {
   currentIdempotencyContext,
   type IdempotencyContext,
 } from '../transaction/idempotency-context.js';
-import { classifyHandlerError, refusalRollsBack } from '../transaction/failure.js';
+import { classifyHandlerError, refusedAfter } from '../transaction/failure.js';
 import { notePhaseWorkFailure } from './phase-work-failure.js';
 import {
   TransactionAbortedError,
@@ -137,6 +137,9 @@ export class PhaseRunner {
       // The call carries a key derived from the claim: committed first, so that a retry
       // after a crash derives the same one (see `commitClaimAlone`).
       await this.guard(() => transaction.commitClaimAlone());
+      // That commit may have waited for a phase beside it, which held the claim: a refusal met
+      // meanwhile refuses this call, not made yet.
+      refuseAfterRefusal(context);
       const result = await outsideTransactions(() =>
         call({ phase, idempotencyKey: derivedKey(claim, phase) }),
       );
@@ -175,6 +178,9 @@ export class PhaseRunner {
       // call out with it): the claim then commits alone first, as on any route.
       const withClaim = transaction.holdsClaim && work.length < 2;
       if (!withClaim) await this.guard(() => transaction.commitClaimAlone());
+      // That commit may have waited for a phase beside it, which held the claim: a refusal met
+      // meanwhile refuses this phase, whose work has not started.
+      refuseAfterRefusal(context);
       const phaseWith = phaseContext(claim, phase, transaction);
       return this.commit(
         transaction,
@@ -299,20 +305,23 @@ function phaseContext(
 }
 
 /**
- * Refuses a phase, a `call()`'s record or `finish()` of a request that carries a refusal it is
- * answered with and never stored (`refusalRollsBack`: its handler caught a phase's refusal and
- * went on), before anything of it runs: it throws that refusal again. A phase committed past it
- * would stay while the client is told nothing was stored, and the retry after the fix would
- * skip it (adversary 102). A refusal whose handler's answer is stored does not stop it, nor
- * does one met beside a phase already running (a write beside it, refused): that phase's work,
- * record included, commits, and the retry resumes after it (adversary 51b).
+ * Refuses a phase, a `call()` or `finish()` of a request that carries a refusal, before
+ * anything of it runs: it throws what `refusedAfter` says (the refusal again, or the refused
+ * commit a caught best-effort refusal leads to). A phase committed past it would stay while the
+ * client is told nothing was committed or stored, and the retry after the fix would skip it
+ * (adversaries 102, 103). The request carries a refusal from the moment it is met, in its own
+ * transaction or in a phase's still running (`refusalsTo`), so a phase started beside that one
+ * (`Promise.all`) is refused too, checked again when it has waited for the claim that phase
+ * held. A phase whose work (a `call()`'s call) already runs when the refusal is met (a write
+ * beside it, refused) is not stopped: its work, record included, commits, and the retry
+ * resumes after it (adversary 51b).
  */
 function refuseAfterRefusal(context: {
   readonly claim?: ActiveClaim;
   readonly transaction?: { readonly refusal: TransactionControlRefusedError | undefined };
 }): void {
-  const refusal = context.transaction?.refusal;
-  if (context.claim && refusal && refusalRollsBack(refusal)) throw refusal;
+  const refused = context.claim ? refusedAfter(context.transaction?.refusal) : undefined;
+  if (refused) throw refused;
 }
 
 /** Refuses a phase name PostgreSQL cannot record as it is, before anything of it runs. */
@@ -406,10 +415,12 @@ function lowerCased(headers: Readonly<Record<string, string>>): Record<string, s
 }
 
 /**
- * `work`, handing what the seam refused in the phase's transaction (the scope it runs in) on
- * to the request's (`refusedInPhase`), whether the work let the refusal out, caught it and
- * threw its own error, or went on: a phase's refusal is the request's, answered by the same
- * rule (`refusalAnswer`) as one met in the handler (adversary 100).
+ * `work`, handing what the seam refuses in the phase's transaction (the scope it runs in) on
+ * to the request's as it is met (`refusalsTo`), whether the work then lets the refusal out,
+ * catches it and throws its own error, or goes on: a phase's refusal is the request's, answered
+ * by the same rule (`refusalAnswer`) as one met in the handler (adversary 100), and known to
+ * the request at once, not when the work ends: a phase or `call()` started beside it meanwhile
+ * is refused, and a sibling's error is not stored in its place (adversary 103).
  */
 function refusedTo<T>(
   request: RequestTransaction,
@@ -417,11 +428,8 @@ function refusedTo<T>(
 ): (manager: EntityManager) => Promise<T> {
   return async (manager) => {
     const phase: unknown = transactionScope.getStore();
-    try {
-      return await work(manager);
-    } finally {
-      if (phase instanceof RequestTransaction) request.refusedInPhase(phase.refusal);
-    }
+    if (phase instanceof RequestTransaction) phase.refusalsTo(request);
+    return work(manager);
   };
 }
 

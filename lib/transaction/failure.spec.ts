@@ -12,10 +12,12 @@ import {
   classifyHandlerError,
   isPassing,
   isTimeoutError,
+  CAUGHT_FATES,
   REFUSAL_FATES,
   refusalAnswer,
   refusalFate,
-  refusalRollsBack,
+  type RefusalFate,
+  refusedAfter,
   strongerRefusal,
 } from './failure.js';
 import * as seam from './seam-errors.js';
@@ -582,20 +584,50 @@ describe('strongerRefusal: the refusal a request keeps is the one with the stron
   });
 });
 
-describe('refusalRollsBack: nothing of the request commits past these', () => {
-  it.each<[string, unknown, boolean]>([
-    ['no refusal', undefined, false],
-    ['a plain Error', new Error('x'), false],
-    ['cursor_open (own)', new CursorOpenRefusedError(), true],
-    ['a statement beside a phase (own)', new StatementBesidePhaseRefusedError(), true],
-    ['a concurrent save (aborted)', new seam.ConcurrentSaveFailedError(), true],
+describe('CAUGHT_FATES: what a refusal becomes once its code caught it and went on', () => {
+  it.each<[RefusalFate, RefusalFate]>([
+    ['own', 'own'],
+    ['aborted', 'aborted'],
+    // answered anyway, its commit is refused: 500 transaction_aborted, nothing stored
+    ['stored', 'aborted'],
+  ])('%s -> %s', (fate, caught) => {
+    expect(CAUGHT_FATES[fate]).toBe(caught);
+  });
+});
+
+describe('refusedAfter: what a phase, call() or finish() started after a refusal throws', () => {
+  const lock = new SessionAdvisoryLockRefusedError('pg_advisory_lock');
+  const unknown = new TransactionControlRefusedError('x');
+  it.each<[string, unknown, 'none' | 'the refusal' | 'its refused commit', string | undefined]>([
+    ['no refusal', undefined, 'none', undefined],
+    ['a plain Error', new Error('x'), 'none', undefined],
+    ['cursor_open (own)', new CursorOpenRefusedError(), 'the refusal', 'cursor_open'],
     [
-      'a session advisory lock (stored)',
-      new SessionAdvisoryLockRefusedError('pg_advisory_lock'),
-      false,
+      'a statement beside a phase (own)',
+      new StatementBesidePhaseRefusedError(),
+      'the refusal',
+      'statement_beside_phase',
     ],
-    ['an unknown refusal (stored)', new TransactionControlRefusedError('x'), false],
-  ])('%s -> %s', (_name, refusal, expected) => {
-    expect(refusalRollsBack(refusal)).toBe(expected);
+    [
+      'a concurrent save (aborted)',
+      new seam.ConcurrentSaveFailedError(),
+      'the refusal',
+      'transaction_aborted',
+    ],
+    ['a session advisory lock (stored), caught', lock, 'its refused commit', 'transaction_aborted'],
+    ['an unknown refusal (stored), caught', unknown, 'its refused commit', 'transaction_aborted'],
+  ])('%s -> %s, answered %s', (_name, refusal, thrown, code) => {
+    const error = refusedAfter(refusal);
+    const shape =
+      error === undefined
+        ? 'none'
+        : error === refusal
+          ? 'the refusal'
+          : error instanceof TransactionAbortedError && error.cause === refusal
+            ? 'its refused commit'
+            : 'other';
+    expect(shape).toBe(thrown);
+    const failure = error === undefined ? undefined : classifyHandlerError(error);
+    expect(failure?.kind === 'retry' ? failure.error.code : undefined).toBe(code);
   });
 });

@@ -155,13 +155,33 @@ export function strongerRefusal<T>(kept: T | undefined, met: T): T {
 }
 
 /**
- * Whether a request carrying `refusal` is to be answered with it and never stored (its fate
- * `own` or `aborted`): nothing of the request may commit after it, not a phase, not a
- * `call()`'s record, not `finish()` (adversary 102).
+ * What a refusal becomes once its code caught it and went on: the only way a phase, a
+ * `call()` or `finish()` of the request can start after it. `own` and `aborted` are answered so
+ * whatever the handler does next; a caught `stored` one can no longer have the handler's error
+ * answer stored unless the handler throws one, and answered anyway its commit is refused (500
+ * `transaction_aborted`, "nothing committed or stored"): its fate is then `aborted`. So nothing
+ * started after any refusal may commit (adversary 103: a charge committed past a caught
+ * best-effort lock while every answer said nothing committed).
  */
-export function refusalRollsBack(refusal: unknown): boolean {
+export const CAUGHT_FATES: Readonly<Record<RefusalFate, RefusalFate>> = {
+  own: 'own',
+  aborted: 'aborted',
+  stored: 'aborted',
+};
+
+/**
+ * What a phase, a `call()` or `finish()` started after `refusal` throws before anything of it
+ * runs (none without a refusal), by the refusal's fate once caught (`CAUGHT_FATES`): one whose
+ * own fate rolls back is thrown again, answered as it is; a caught `stored` one is thrown as the
+ * refused commit it leads to (`TransactionAbortedError`: 500 `transaction_aborted`, never
+ * stored), so that the handler letting it out is answered as its own commit would be, and one
+ * that catches it and throws its own error still has that error's answer stored.
+ */
+export function refusedAfter(refusal: unknown): Error | undefined {
   const fate = refusalFate(refusal);
-  return fate === 'own' || fate === 'aborted';
+  if (fate === undefined) return undefined;
+  const error = refusal as TransactionControlRefusedError;
+  return fate === CAUGHT_FATES[fate] ? error : new TransactionAbortedError(error);
 }
 
 /**

@@ -299,6 +299,21 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   refusedInPhase(refusal: TransactionControlRefusedError | undefined): void {
     if (refusal) this.refused = strongerRefusal(this.refused, refusal);
   }
+
+  /** The request's transaction a phase's hands its refusals on to (see `refusalsTo`). */
+  private refusalsGoTo?: RequestTransaction;
+
+  /**
+   * Hands what the seam refuses in it (a phase's transaction) on to `request` (its request's)
+   * as it is met, and what it already refused: the request then knows at once, so that
+   * whatever of it starts afterwards (a phase, `call()` or `finish()` beside this one, its
+   * handler's answer) goes by the refusal, not only what starts after this phase's work ends
+   * (adversary 103).
+   */
+  refusalsTo(request: RequestTransaction): void {
+    this.refusalsGoTo = request;
+    request.refusedInPhase(this.refused);
+  }
   /**
    * Awaited before the `BEGIN` of a transaction above READ COMMITTED: the lease renewal on
    * its way (see `LeaseRenewals`). Such a transaction must see the key's row as it will stay
@@ -1136,6 +1151,7 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     const error =
       typeof refused === 'string' ? new TransactionControlRefusedError(refused) : refused;
     this.refused = strongerRefusal(this.refused, error);
+    this.refusalsGoTo?.refusedInPhase(error);
     return error;
   }
 
