@@ -1,4 +1,13 @@
 /**
+ * Fixed (session of 2026-12-06, seventh): a phase's transaction now hands each refusal on to
+ * the request's as it is met (lib/transaction/request-transaction.ts `refusalsTo`, set by
+ * lib/phases/phase-runner.service.ts `refusedTo` when the phase's work starts), not when the
+ * work ends. So the request knows the refusal at once: a phase, `call()` or `finish()` started
+ * after it, beside the phase still running, is refused before anything of it runs
+ * (`refuseAfterRefusal`), and a sibling's 409 is answered as the refusal (`onHandlerError` reads
+ * the request's refusal), never stored. A phase already running when the refusal is met still
+ * commits (adversary 51b).
+ *
  * Adversary 103 (orm): a phase STARTED after a never-stored refusal still commits, when the
  * refusal was met (and caught) inside another phase whose work is still running. Adversary
  * 102's fix (`refuseAfterRefusal`) reads only the request's refusal, and a phase's refusal
@@ -217,20 +226,20 @@ describe('adversary 103 orm: a phase started beside a phase that met a refusal c
     });
   }, 30_000);
 
-  it.skip('the audit phase started 100 ms after the refusal, beside the import phase still running: nothing committed (Not fixed (round 103): found by review)', async () => {
+  it('the audit phase started 100 ms after the refusal, beside the import phase still running: nothing committed', async () => {
     expect(await scenario('side-by-side', 'p1')).toEqual({
       answer: '500 cursor_open',
       audit: 0,
     });
   }, 30_000);
 
-  it.skip('a call() started 100 ms after the refusal, beside the import phase still running, is not made (Not fixed (round 103): found by review)', async () => {
+  it('a call() started 100 ms after the refusal, beside the import phase still running, is not made', async () => {
     notifications.length = 0;
     const { answer } = await scenario('side-by-side-call', 'p2');
     expect({ answer, notifications }).toEqual({ answer: '500 cursor_open', notifications: [] });
   }, 30_000);
 
-  it.skip('a check phase that throws 409 100 ms after the refusal (Promise.all rejects at once): the refusal is the answer, nothing stored (Not fixed (round 103): found by review)', async () => {
+  it('a check phase that throws 409 100 ms after the refusal (Promise.all rejects at once): the refusal is the answer, nothing stored', async () => {
     const post = () =>
       request(app.getHttpServer())
         .post('/side-by-side-conflict')

@@ -1,4 +1,14 @@
 /**
+ * Fixed (session of 2026-12-06, seventh): lib/transaction/failure.ts decides in one table
+ * (`CAUGHT_FATES`) what a refusal's fate becomes once its code caught it and went on, the only
+ * way anything of the request can start after it: `own` and `aborted` stay, a caught `stored`
+ * one (a best-effort advisory lock) becomes `aborted`, its answer 500 `transaction_aborted`,
+ * nothing committed or stored. `refusedAfter` (replacing `refusalRollsBack`) gives what a
+ * phase, `call()` or `finish()` started after any refusal throws before anything of it runs:
+ * the refusal again when catching it changes nothing, else the refused commit it leads to
+ * (`TransactionAbortedError`: 500 `transaction_aborted`, not stored; a handler that catches that
+ * and throws its own error still has that answer stored, as the `stored` fate says).
+ *
  * Adversary 103 (orm): after a phase whose work caught a `stored`-fate refusal (a best-effort
  * session advisory lock) and went on, the phase is answered 500 `transaction_aborted` ("nothing
  * committed or stored"); the handler catches that around `phases.run()` and goes on, and the
@@ -160,14 +170,14 @@ describe('adversary 103 orm: a phase after a caught lock phase commits while not
     expect(await scenario('c1', false)).toEqual({ answers: ['201 ', '201  replayed'], charges: 1 });
   }, 30_000);
 
-  it.skip('a lock phase refused and caught, then the charge phase: nothing commits past the refusal (Not fixed (round 103): found by review)', async () => {
+  it('a lock phase refused and caught, then the charge phase: nothing commits past the refusal', async () => {
     expect(await scenario('p1', true)).toEqual({
       answers: ['500 transaction_aborted', '500 transaction_aborted'],
       charges: 0,
     });
   }, 30_000);
 
-  it.skip('a lock refused in the handler and caught, then the charge phase: nothing commits past the refusal (Not fixed (round 103): found by review)', async () => {
+  it('a lock refused in the handler and caught, then the charge phase: nothing commits past the refusal', async () => {
     expect(await scenario('p2', true, 'handler-lock')).toEqual({
       answers: ['500 transaction_aborted', '500 transaction_aborted'],
       charges: 0,
