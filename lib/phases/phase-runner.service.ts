@@ -137,9 +137,6 @@ export class PhaseRunner {
       // The call carries a key derived from the claim: committed first, so that a retry
       // after a crash derives the same one (see `commitClaimAlone`).
       await this.guard(() => transaction.commitClaimAlone());
-      // That commit may have waited for a phase beside it, which held the claim: a refusal met
-      // meanwhile refuses this call, not made yet.
-      refuseAfterRefusal(context);
       const result = await outsideTransactions(() =>
         call({ phase, idempotencyKey: derivedKey(claim, phase) }),
       );
@@ -178,9 +175,6 @@ export class PhaseRunner {
       // call out with it): the claim then commits alone first, as on any route.
       const withClaim = transaction.holdsClaim && work.length < 2;
       if (!withClaim) await this.guard(() => transaction.commitClaimAlone());
-      // That commit may have waited for a phase beside it, which held the claim: a refusal met
-      // meanwhile refuses this phase, whose work has not started.
-      refuseAfterRefusal(context);
       const phaseWith = phaseContext(claim, phase, transaction);
       return this.commit(
         transaction,
@@ -311,10 +305,9 @@ function phaseContext(
  * client is told nothing was committed or stored, and the retry after the fix would skip it
  * (adversaries 102, 103). The request carries a refusal from the moment it is met, in its own
  * transaction or in a phase's still running (`refusalsTo`), so a phase started beside that one
- * (`Promise.all`) is refused too, checked again when it has waited for the claim that phase
- * held. A phase whose work (a `call()`'s call) already runs when the refusal is met (a write
- * beside it, refused) is not stopped: its work, record included, commits, and the retry
- * resumes after it (adversary 51b).
+ * (`Promise.all`) is refused too. A phase already started when the refusal is met (a write
+ * beside it, refused, while it commits the claim alone or runs its work) is not stopped: its
+ * work, record included, commits, and the retry resumes after it (adversary 51b).
  */
 function refuseAfterRefusal(context: {
   readonly claim?: ActiveClaim;
