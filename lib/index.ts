@@ -59,6 +59,7 @@ export {
   ReleasedClientError,
   RetriedTryStatementError,
   RunnerConnectedOutsideRequestError,
+  ClientTakenElsewhereError,
   SessionSetBeforeHandlerError,
   NestedFirstPhaseError,
   ListenAmongStatementsRefusedError,

@@ -362,12 +362,19 @@ export class IdempotencyRunnerConnectedOutsideRequestError extends IdempotencyEr
   readonly code = 'runner_connected_outside_request';
   constructor(override readonly cause: unknown) {
     super(
-      'A TypeORM query runner connected before this request began (in a guard) was used in it, ' +
-        'or a SET LOCAL was sent before its handler started (in an interceptor or a pipe): ' +
-        'that session (search path, role, settings) is not the request’s transaction’s, where ' +
-        'its writes would commit apart from the request or be lost, so they were refused; the ' +
-        'request rolled back and nothing was committed or stored. Set the session inside the ' +
-        'handler with SET LOCAL or set_config(…, true), or connect the runner inside the handler.',
+      (cause as { name?: unknown } | null)?.name === 'ClientTakenElsewhereError'
+        ? 'A node-postgres client this request did not take (taken before it, or kept from ' +
+            'another request or phase) was used in it: its writes would commit apart from the ' +
+            'request, so they were refused; the request rolled back and nothing was committed ' +
+            'or stored. Use pool.query(), or take the client with pool.connect() inside the ' +
+            'handler (or phase) and release it there.'
+        : 'A TypeORM query runner connected before this request began (in a guard) was used in ' +
+            'it, or a SET LOCAL was sent before its handler started (in an interceptor or a ' +
+            'pipe): that session (search path, role, settings) is not the request’s ' +
+            'transaction’s, where its writes would commit apart from the request or be lost, so ' +
+            'they were refused; the request rolled back and nothing was committed or stored. Set ' +
+            'the session inside the handler with SET LOCAL or set_config(…, true), or connect ' +
+            'the runner inside the handler.',
     );
     this.name = 'IdempotencyRunnerConnectedOutsideRequestError';
   }

@@ -473,6 +473,7 @@ describe('REFUSAL_FATES: every refusal the transaction records, and what becomes
     ['SubscriberTransactionOpenError', 'own'],
     ['RunnerConnectedOutsideRequestError', 'own'],
     ['SessionSetBeforeHandlerError', 'own'],
+    ['ClientTakenElsewhereError', 'own'],
     ['ConcurrentSaveFailedError', 'aborted'],
     ['NestedTransactionOpenAtCommitError', 'aborted'],
     ['SavepointAcrossRunnersError', 'aborted'],

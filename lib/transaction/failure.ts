@@ -109,6 +109,7 @@ export const REFUSAL_FATES: Readonly<Record<string, RefusalFate>> = {
   SubscriberTransactionOpenError: 'own',
   RunnerConnectedOutsideRequestError: 'own',
   SessionSetBeforeHandlerError: 'own',
+  ClientTakenElsewhereError: 'own',
   ConcurrentSaveFailedError: 'aborted',
   NestedTransactionOpenAtCommitError: 'aborted',
   SavepointAcrossRunnersError: 'aborted',
