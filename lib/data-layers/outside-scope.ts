@@ -29,6 +29,11 @@ export class OutsideScope implements JoinableTransaction {
       : new OutsideScope(current as HoldsConnections | undefined);
   }
 
+  /** A view taken in `scope` and used here is `scope`'s own (see `placeOfClient`). */
+  leftFrom(scope: JoinableTransaction): boolean {
+    return this.from === (scope as unknown);
+  }
+
   /**
    * A runner TypeORM makes in the scope is its own plain one (nothing joins), whose pool is
    * first made to bound its waits here (see `boundOutsideWaits`).

@@ -4,6 +4,7 @@ import { connectWithin } from '../transaction/bounded-connect.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { retriedTryRefusal } from '../transaction/handler-try.js';
 import { watchCancels } from './cancel-watch.js';
+import { noteTaken, watchTakenClients } from './client-taken.js';
 
 type Callback = (...results: unknown[]) => void;
 
@@ -19,6 +20,7 @@ type Callback = (...results: unknown[]) => void;
 export function joinTransactionsOfPool(pool: Pool): void {
   if (!keepOwnConnect(pool)) return;
   watchCancels(pool);
+  watchTakenClients(pool);
   watchOtherPools(Object.getPrototypeOf(pool) as PoolMethods);
   const connect = pool.connect as (...args: unknown[]) => unknown;
   const query = pool.query as (...args: unknown[]) => unknown;
@@ -32,11 +34,24 @@ export function joinTransactionsOfPool(pool: Pool): void {
     if (refused) return callback ? void callback(refused) : Promise.reject(refused);
     const join = joined(this);
     if (!join) {
-      const deadline = transactionScope.getStore()?.connectDeadline?.(this);
-      if (deadline === undefined) return connect.apply(this, args);
+      // A client of its own: noted with the scope it was taken in (`noteTaken`), so that its
+      // statements sent from a request or phase it is not the scope of are refused.
+      const scope = transactionScope.getStore();
+      const noted = (client: PoolClient) => {
+        noteTaken(this, client, scope);
+        return client;
+      };
+      const deadline = scope?.connectDeadline?.(this);
+      if (deadline === undefined) {
+        if (!callback) return (connect.apply(this, args) as Promise<PoolClient>).then(noted);
+        return connect.call(this, (error: unknown, client?: PoolClient, done?: unknown) => {
+          if (client) noted(client);
+          callback(error, client, done);
+        });
+      }
       return connectWithin(
         this,
-        () => connect.call(this) as Promise<PoolClient>,
+        () => (connect.call(this) as Promise<PoolClient>).then(noted),
         deadline,
         callback,
       );

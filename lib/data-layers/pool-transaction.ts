@@ -13,7 +13,9 @@ import {
   NestedTransactionOpenAtCommitError,
   ListenAmongStatementsRefusedError,
   ReadOnlyTransactionRefusedError,
+  ClientTakenElsewhereError,
   ReleasedClientError,
+  type RunnerConnectedOutsideRequestError,
   StatementBesideNestedTransactionError,
   TransactionEndedError,
 } from '../transaction/seam-errors.js';
@@ -44,7 +46,12 @@ import {
   textOf,
   valuesOf,
 } from '../transaction/request-transaction.js';
-import { type PoolJoin } from '../transaction/transaction-scope.js';
+import {
+  type JoinableTransaction,
+  type PoolJoin,
+  transactionScope,
+} from '../transaction/transaction-scope.js';
+import { type ClientHeld, placeOfClient } from './client-place.js';
 import { closesOnTheWire, cursorOf } from './open-streams.js';
 import { EndsInFlight, settledWithinIdle } from './ends-in-flight.js';
 import { endOf } from '../transaction/submitted-end.js';
@@ -206,7 +213,7 @@ export class PoolTransaction extends RequestTransaction {
   private readonly endsInFlight = new EndsInFlight();
 
   constructor(
-    private readonly appPool: Pool,
+    readonly appPool: Pool,
     timeoutMs: number,
     joinable: boolean,
     namedStatements = true,
@@ -221,6 +228,26 @@ export class PoolTransaction extends RequestTransaction {
     // so that it waits for the outcome, and is refused if the request rolled back.
     if (this.ended && this.settled && this.committed) return undefined;
     return this.join;
+  }
+
+  /** How it stands to a client of `pool` taken in another scope (`placeOfClient`). */
+  poolScope(pool: object): 'open' | 'ended' | undefined {
+    if (!this.joinable || pool !== this.appPool) return undefined;
+    return this.ended ? 'ended' : 'open';
+  }
+
+  /**
+   * A view of its connection standing in for a view taken in another scope and used in this
+   * one (`placeOfClient`'s `join`): the statement is this scope's, as `pool.query()` here is.
+   */
+  standInOf(pool: object): PoolClient | undefined {
+    if (!this.joinable || pool !== this.appPool) return undefined;
+    return new JoinedClient(this) as unknown as PoolClient;
+  }
+
+  /** A statement of a client not of this scope was refused (`placeOfClient`'s `refuse`). */
+  refuseRunner(error: RunnerConnectedOutsideRequestError): void {
+    if (!this.ended) this.refuse(error);
   }
 
   override otherPool(pool: object): void {
@@ -1170,11 +1197,73 @@ export class JoinedClient extends EventEmitter {
     return this.savepoints.length;
   }
 
+  /**
+   * The views of other scopes' connections standing in for it where it was used (a client kept
+   * from another request or phase: see `placeOfClient`), each with the stop of its events'
+   * forwarding to it; given back with it.
+   */
+  private readonly standIns = new Map<JoinableTransaction, { view: JoinedClient; stop(): void }>();
+
+  /**
+   * Where a statement sent now goes when the scope it is sent from is not the view's own
+   * (`placeOfClient`): undefined, as always; a stand-in, that scope's view; or the refusal.
+   * `LISTEN` and `UNLISTEN` stay on the view's own listener: they commit nothing.
+   */
+  private placed(args: unknown[]): JoinedClient | Error | undefined {
+    const scope = transactionScope.getStore();
+    if (!scope || scope === this.transaction || scope.leftFrom?.(this.transaction))
+      return undefined;
+    if (!isSubmittable(args[0]) && listenTextOf(textOf(args[0])) !== undefined) return undefined;
+    const held: ClientHeld = this.apart
+      ? 'view-apart'
+      : this.depth > 0
+        ? 'view-in-transaction'
+        : 'view';
+    const pool = this.transaction.appPool;
+    switch (placeOfClient(held, scope.poolScope?.(pool) ?? 'elsewhere')) {
+      case 'own':
+        return undefined;
+      case 'refuse': {
+        const error = new ClientTakenElsewhereError();
+        scope.refuseRunner?.(error);
+        return error;
+      }
+      case 'join':
+        return this.standInFor(scope, pool);
+    }
+  }
+
+  /** Its stand-in in `scope` (one per scope), made at its first use there. */
+  private standInFor(scope: JoinableTransaction, pool: object): JoinedClient | undefined {
+    const known = this.standIns.get(scope)?.view;
+    if (known) return known;
+    // Those of scopes that ended, holding nothing, are of no more use.
+    for (const [other, { view, stop }] of this.standIns) {
+      if (other.poolScope?.(pool) !== 'open' && view.idle) {
+        stop();
+        this.standIns.delete(other);
+      }
+    }
+    const view = scope.standInOf?.(pool) as JoinedClient | undefined;
+    if (!view) return undefined;
+    this.standIns.set(scope, { view, stop: forwardEvents(view, this) });
+    return view;
+  }
+
+  /** Holding nothing: no nested transaction, call, listener or connection apart. */
+  private get idle(): boolean {
+    return this.depth === 0 && this.pending === 0 && !this.apart && !this.listener;
+  }
+
   query(...args: unknown[]): unknown {
     // Work of a try retried since, on a view it took before (see `refuseRetriedTry`).
     const refused = retriedTryRefusal();
     if (refused) return refusedStatement(args, refused);
     if (this.released) return refusedStatement(args, new ReleasedClientError());
+    // Kept from another scope (a request's, a phase's) and used in this one.
+    const placed = this.placed(args);
+    if (placed instanceof Error) return refusedStatement(args, placed);
+    if (placed) return placed.query(...args);
     if (!this.apart && this.depth === 0 && this.transaction.ended) {
       this.apart = this.transaction.connectionApart();
       // Refused (the request rolled back): said to each statement, as below.
@@ -1320,6 +1409,13 @@ export class JoinedClient extends EventEmitter {
     if (destroy instanceof Error && destroy === this.listener?.lost) destroy = undefined;
     if (destroy) this.destroyed = true;
     this.listener?.release();
+    // Its stand-ins too: a nested transaction its code left open there rolls back, a
+    // connection apart goes back to the pool.
+    for (const { view, stop } of this.standIns.values()) {
+      stop();
+      view.release();
+    }
+    this.standIns.clear();
     if (this.apart) {
       // Given back to the pool as node-postgres would: its own connection, not the request's.
       this.apart.then(

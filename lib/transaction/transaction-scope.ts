@@ -51,6 +51,16 @@ export interface JoinableTransaction {
   runnerScope?(dataSource: DataSource): Exclude<RunnerScope, 'none'>;
   /** What `pool.query()` and `pool.connect()` of `pool` do in the scope; undefined: as always. */
   joinedPool?(pool: object): PoolJoin | undefined;
+  /**
+   * How it stands to a client of `pool` taken in another scope (see `placeOfClient`): `open`,
+   * its statements of that pool join it; `ended`, they did until it ended; undefined: they
+   * never join it (another pool, a route not atomic, `outside()`).
+   */
+  poolScope?(pool: object): 'open' | 'ended' | undefined;
+  /** A view of its connection for a view of `pool` taken in another scope (`placeOfClient`). */
+  standInOf?(pool: object): PoolClient | undefined;
+  /** Whether it is the scope of `IdempotentTransaction.outside()` left from `scope`. */
+  leftFrom?(scope: JoinableTransaction): boolean;
   /** A pool of the same class as the joined one was used in the scope (see `watchOtherPools`). */
   otherPool?(pool: object): void;
   /** How long a connection of `pool` may be waited for in the scope (see `OutsideScope`). */

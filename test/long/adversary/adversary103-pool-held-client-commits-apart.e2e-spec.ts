@@ -1,4 +1,11 @@
 /**
+ * Fixed (session of 2026-12-06, seventh): a client of the joined pool handed out as itself is
+ * noted with the scope it was taken in (lib/data-layers/client-taken.ts); a statement on one
+ * taken outside every request, sent from an open request or phase, is refused at once
+ * (`placeOfClient`, lib/data-layers/client-place.ts: `ClientTakenElsewhereError`, 500
+ * `runner_connected_outside_request`, rolled back, nothing stored, key given back), as
+ * TypeORM's runner connected before the request is. Outside every request it runs as always.
+ *
  * Adversary 103 (pool): a node-postgres client the app took from the module's own pool before
  * the request (`this.client = await pool.connect()` in `onModuleInit`, a "dedicated
  * connection" kept for the app's life) and then uses inside an `@Idempotent()` handler is
@@ -159,7 +166,7 @@ describe('adversary 103 pool: a client taken from the pool before the request co
     });
   }, 60_000);
 
-  it.skip('a client taken before the request is joined or refused, never written twice (Not fixed (round 103): found by review)', async () => {
+  it('a client taken before the request is joined or refused, never written twice', async () => {
     const first = await post('held', 'held-1');
     const retried = await post('held', 'held-1');
     const outcome = { first, retried, kept: await kept('held-1') };

@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-06, seventh): a view kept from another request (`placeOfClient`,
+ * lib/data-layers/client-place.ts) joins the request it is used in: its statement runs on a
+ * stand-in view of that request's connection (`JoinedClient.placed`, lib/data-layers/pool-
+ * transaction.ts), whether the request it was taken in committed or rolled back; so the later
+ * request's write is kept once, across its 503 and retry.
+ *
  * Adversary 103 (pool): a node-postgres client taken with `pool.connect()` inside one
  * `@Idempotent()` request and kept by the app (`this.client ??= await pool.connect()`, a lazily
  * made "dedicated connection") is, once that request has committed, "a connection of its own"
@@ -148,7 +154,7 @@ describe('adversary 103 pool: a client kept from an ended request commits apart 
     });
   }, 60_000);
 
-  it.skip('a client kept from an ended request joins the next request or is refused, never written twice (Not fixed (round 103): found by review)', async () => {
+  it('a client kept from an ended request joins the next request or is refused, never written twice', async () => {
     const before = await post('kept', 'ka-0');
     failing.add('ka-1');
     const first = await post('kept', 'ka-1');

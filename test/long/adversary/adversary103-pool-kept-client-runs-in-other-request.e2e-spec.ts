@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-06, seventh): a view used from another request's open scope joins
+ * that request (`placeOfClient`, lib/data-layers/client-place.ts; a stand-in view of its
+ * connection, `JoinedClient.placed` in lib/data-layers/pool-transaction.ts), never the
+ * transaction of the request it was taken in: B's write commits with B's stored 201, A's rolls
+ * back alone.
+ *
  * Adversary 103 (pool): a client taken with `pool.connect()` in request A and kept by the app
  * (`this.client ??= await pool.connect()`), used by request B while A is still running, runs
  * B's statements in A's transaction, on A's connection. When A then fails for a passing
@@ -148,7 +154,7 @@ describe("adversary 103 pool: a client kept from a running request runs another 
     });
   }, 60_000);
 
-  it.skip("a client kept from a running request never puts another request's write in its transaction (Not fixed (round 103): found by review)", async () => {
+  it("a client kept from a running request never puts another request's write in its transaction", async () => {
     const outcome = await race('kept', 'kept-A', 'kept-B');
     const kept = (await skus()).filter((sku) => sku.startsWith('kept-'));
     // Refused at once (B answers 500, nothing of B kept) would hold the promise too.

@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-06, seventh): a view taken in one phase and used in the next phase
+ * (or `finish()`) joins the scope it is used in (`placeOfClient`, lib/data-layers/client-
+ * place.ts; a stand-in view of that phase's connection, `JoinedClient.placed` in lib/data-
+ * layers/pool-transaction.ts): each phase's write commits with its recovery point, once. A view
+ * with a transaction its code began in another scope is refused instead.
+ *
  * Adversary 103 (pool): within one request, a client taken with `pool.connect()` inside the
  * first phase and kept for the next one (one client for the handler's phases, as the pg page's
  * handler keeps one for its statements) writes the later phase's rows apart from that phase:
@@ -181,7 +187,7 @@ describe('adversary 103 pool: a client kept from one phase writes the next phase
     });
   }, 60_000);
 
-  it.skip('a client kept from one phase joins the next phase or is refused, never written twice (Not fixed (round 103): found by review)', async () => {
+  it('a client kept from one phase joins the next phase or is refused, never written twice', async () => {
     const outcome = await threeTries('kept', 'kept-1');
     // Refused at once (a 500 without the second phase's row) would hold the promise too.
     if (outcome.first.status === 500 && outcome.kept.b === undefined) return;

@@ -1,0 +1,63 @@
+/**
+ * What a client of the joined pool is, as the place of its statements depends on it:
+ * - `connection`: a connection of its own, taken outside every request and phase (an app's
+ *   "dedicated" client from `onModuleInit`, a background job's, a `LISTEN` client) or in a scope
+ *   that joined nothing then (a guard, a route that is not atomic, work left past a commit);
+ * - `left`: a connection of its own taken in `IdempotentTransaction.outside()`, the documented
+ *   way to say "this work is not the request's";
+ * - `view`: a view of a request's or phase's connection (`pool.connect()` in its scope);
+ * - `view-in-transaction`: such a view with a transaction of its code's open on it (`BEGIN`);
+ * - `view-apart`: such a view used past its scope's end, now a connection of its own.
+ */
+export type ClientHeld = 'connection' | 'left' | 'view' | 'view-in-transaction' | 'view-apart';
+
+/**
+ * The scope a statement on it is sent from, as it stands to the client:
+ * - `home`: the scope a view was taken in (its handler or phase, work it left running, its own
+ *   `outside()`); never said of a connection of its own (see `placeOfClient`);
+ * - `none`: no transaction scope (a timer, a listener, a request without `@Idempotent()`);
+ * - `open`: a request's or phase's transaction, open, that joins the pool;
+ * - `ended`: another request's or phase's transaction that has ended (work it left running);
+ * - `elsewhere`: a scope that joins nothing on the pool (`outside()`, a route not atomic).
+ */
+export type StatementScope = 'home' | 'none' | 'open' | 'ended' | 'elsewhere';
+
+/**
+ * Where that statement runs:
+ * - `own`: where the client belongs (its own connection; a view's scope's transaction, or past
+ *   its end as that scope decides), as without the library;
+ * - `join`: in the transaction of the scope it is sent from, through a view of that one's;
+ * - `refuse`: nowhere (`ClientTakenElsewhereError`), the scope's transaction rolled back.
+ */
+export type ClientPlace = 'own' | 'join' | 'refuse';
+
+/**
+ * A statement belongs to the scope in whose async context it is sent (docs/guides/
+ * data-layers.md), not to the one its client was taken in. A connection taken before the
+ * request would commit its writes apart from it, and the retry after a passing failure would
+ * write them again (adversary 103): its session is its own, so it cannot be placed in the
+ * request either, and it is refused, as TypeORM's runner connected outside the request is.
+ * A view kept from another request or phase (`this.client ??= await pool.connect()`) joins the
+ * scope it is used in, as TypeORM's kept runner does: run in its first scope's transaction, a
+ * later request's write rolled back with that one (or committed apart once it had ended). A
+ * view whose code began a transaction on it cannot move without that transaction: refused.
+ * Outside every request nothing changes (a `LISTEN` client, a job's client).
+ */
+export function placeOfClient(held: ClientHeld, scope: StatementScope): ClientPlace {
+  if (scope === 'home' || scope === 'none') return 'own';
+  switch (held) {
+    case 'left':
+      // Taken in `outside()` on purpose: the app's own connection, wherever it is used.
+      return 'own';
+    case 'connection':
+    case 'view-apart':
+      // Its writes would commit apart from the request: refused there; elsewhere as always.
+      return scope === 'open' ? 'refuse' : 'own';
+    case 'view':
+      // Another request's left work (`ended`) joins it too: that one's end decides, as for
+      // its own `pool.query()` there. A scope that joins nothing cannot take it.
+      return scope === 'elsewhere' ? 'refuse' : 'join';
+    case 'view-in-transaction':
+      return 'refuse';
+  }
+}
