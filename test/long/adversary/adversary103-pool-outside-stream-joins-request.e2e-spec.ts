@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-06, seventh): `startedInside` binds a lazy async iterable returned
+ * from `outside()` (Kysely's `stream()`, an async generator) to the outside scope (`boundHere`,
+ * lib/transaction/bound-iterable.ts): its `[Symbol.asyncIterator]()`, `next()`, `return()` and
+ * `throw()` run there, so its `pool.connect()` and cursor are a connection of its own wherever
+ * it is iterated.
+ *
  * Adversary 103 (pool): a Kysely `stream()` returned from `IdempotentTransaction.outside()` is
  * not started there. Kysely's stream is lazy (an async iterator whose query is sent at the
  * first `next()`), so it runs where the handler iterates it: on the request's own connection,
@@ -178,7 +184,7 @@ describe('adversary 103 pool: a Kysely stream returned from outside() runs in th
     });
   }, 60_000);
 
-  it.skip('a stream returned from outside() runs on a connection of its own (Not fixed (round 103): found by review)', async () => {
+  it('a stream returned from outside() runs on a connection of its own', async () => {
     const first = await post('outside-stream', 'stream-1');
     const retried = await post('outside-stream', 'stream-1');
     expect({ first, retried, kept: await count('stream-1') }).toEqual({
