@@ -1237,10 +1237,13 @@ export class JoinedClient extends EventEmitter {
   private standInFor(scope: JoinableTransaction, pool: object): JoinedClient | undefined {
     const known = this.standIns.get(scope)?.view;
     if (known) return known;
-    // Those of scopes that ended, holding nothing, are of no more use.
+    // Those of scopes that ended, with nothing under way, are of no more use: given back (a
+    // connection apart it took past that scope's end goes back to the pool), so that a client
+    // kept for the app's life holds no more than the stand-ins of scopes still open.
     for (const [other, { view, stop }] of this.standIns) {
-      if (other.poolScope?.(pool) !== 'open' && view.idle) {
+      if (other.poolScope?.(pool) !== 'open' && view.quiet) {
         stop();
+        view.release();
         this.standIns.delete(other);
       }
     }
@@ -1250,9 +1253,9 @@ export class JoinedClient extends EventEmitter {
     return view;
   }
 
-  /** Holding nothing: no nested transaction, call, listener or connection apart. */
-  private get idle(): boolean {
-    return this.depth === 0 && this.pending === 0 && !this.apart && !this.listener;
+  /** Nothing under way on it: no nested transaction, call or listener. */
+  private get quiet(): boolean {
+    return this.depth === 0 && this.pending === 0 && !this.listener;
   }
 
   query(...args: unknown[]): unknown {
