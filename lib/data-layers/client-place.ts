@@ -40,7 +40,7 @@ export type ClientPlace = 'own' | 'join' | 'refuse';
  * A view kept from another request or phase (`this.client ??= await pool.connect()`) joins the
  * scope it is used in, as TypeORM's kept runner does: run in its first scope's transaction, a
  * later request's write rolled back with that one (or committed apart once it had ended). A
- * view whose code began a transaction on it cannot move without that transaction: refused.
+ * view whose code began a transaction on it stays in it.
  * Outside every request nothing changes (a `LISTEN` client, a job's client).
  */
 export function placeOfClient(held: ClientHeld, scope: StatementScope): ClientPlace {
@@ -58,6 +58,9 @@ export function placeOfClient(held: ClientHeld, scope: StatementScope): ClientPl
       // its own `pool.query()` there. A scope that joins nothing cannot take it.
       return scope === 'elsewhere' ? 'refuse' : 'join';
     case 'view-in-transaction':
-      return 'refuse';
+      // A transaction its code began is its own, and ends as its code says (as TypeORM's
+      // runner with one open): a data layer's engine may send its statements from whichever
+      // request's context runs its queue (Prisma's), and they are that transaction's.
+      return 'own';
   }
 }

@@ -8,6 +8,9 @@ import { noteTaken, watchTakenClients } from './client-taken.js';
 
 type Callback = (...results: unknown[]) => void;
 
+/** Set while the pool's own `query()` runs: the `connect()` it makes is not the app's. */
+let inPoolQuery = false;
+
 /**
  * Makes `pool.query()` and `pool.connect()` join the transaction of the scope they are called
  * in (an idempotent request's, or a phase's), so that a data layer built on the pool (Prisma
@@ -34,6 +37,10 @@ export function joinTransactionsOfPool(pool: Pool): void {
     if (refused) return callback ? void callback(refused) : Promise.reject(refused);
     const join = joined(this);
     if (!join) {
+      // The pool's own `query()` taking a client for one statement: sent in its callback,
+      // which pg-pool may call from whoever gave a client back (another request's context),
+      // it is the caller's statement, never judged (`noteTaken`).
+      if (inPoolQuery) return connect.apply(this, args);
       // A client of its own: noted with the scope it was taken in (`noteTaken`), so that its
       // statements sent from a request or phase it is not the scope of are refused.
       const scope = transactionScope.getStore();
@@ -73,7 +80,15 @@ export function joinTransactionsOfPool(pool: Pool): void {
     const refused = retriedTryRefusal();
     if (refused) return callback ? void callback(refused) : Promise.reject(refused);
     const join = joined(this);
-    if (!join) return query.apply(this, args);
+    if (!join) {
+      // pg-pool's `query()` calls `connect()` before it returns (see `inPoolQuery`).
+      inPoolQuery = true;
+      try {
+        return query.apply(this, args);
+      } finally {
+        inPoolQuery = false;
+      }
+    }
     const result = join.query(callback ? args.slice(0, -1) : args);
     if (!callback) return result;
     result.then(

@@ -387,7 +387,7 @@ export class RunnerConnectedOutsideRequestError extends TransactionControlRefuse
  * Thrown to a statement sent in an idempotent request (or phase) on a node-postgres client of
  * the joined pool that is not that scope's: a connection taken before the request (in
  * `onModuleInit`, a guard), one kept from another scope that became a connection of its own,
- * or a view whose transaction its code began in another scope (see `placeOfClient`). Its
+ * or a view of another scope's used where nothing joins (see `placeOfClient`). Its
  * writes would commit apart from the request, and a retry would write them again. Answered as
  * TypeORM's runner connected outside the request is (`runner_connected_outside_request`).
  */
@@ -398,8 +398,7 @@ export class ClientTakenElsewhereError extends RunnerConnectedOutsideRequestErro
       'A statement was sent in an idempotent request (or phase) on a node-postgres client of ' +
       'the pool given to IdempotencyModule that this request did not take: one taken before ' +
       'the request (pool.connect() in onModuleInit, a guard), kept from a request or phase ' +
-      'whose end made it a connection of its own, or with a transaction its code began in ' +
-      'another request or phase. Its writes would commit apart from the request, and a retry ' +
+      'whose end made it a connection of its own. Its writes would commit apart from the request, and a retry ' +
       'would write them again. The request rolls back. Use pool.query(), or take the client ' +
       'with pool.connect() inside the handler (or phase) and release it there; for work that ' +
       'is not the request’s, take it in IdempotentTransaction.outside().';

@@ -1,9 +1,9 @@
 /**
  * Fixed (session of 2026-12-06, seventh): a view kept from another request (`placeOfClient`,
  * lib/data-layers/client-place.ts) joins the request it is used in: its statement runs on a
- * stand-in view of that request's connection (`JoinedClient.placed`, lib/data-layers/pool-
- * transaction.ts), whether the request it was taken in committed or rolled back; so the later
- * request's write is kept once, across its 503 and retry.
+ * stand-in view of that request's connection (`JoinedClient.placed`,
+ * lib/data-layers/pool-transaction.ts), whether the request it was taken in committed or rolled
+ * back; so the later request's write is kept once, across its 503 and retry.
  *
  * Adversary 103 (pool): a node-postgres client taken with `pool.connect()` inside one
  * `@Idempotent()` request and kept by the app (`this.client ??= await pool.connect()`, a lazily

@@ -1,9 +1,10 @@
 /**
  * Fixed (session of 2026-12-06, seventh): a view taken in one phase and used in the next phase
- * (or `finish()`) joins the scope it is used in (`placeOfClient`, lib/data-layers/client-
- * place.ts; a stand-in view of that phase's connection, `JoinedClient.placed` in lib/data-
- * layers/pool-transaction.ts): each phase's write commits with its recovery point, once. A view
- * with a transaction its code began in another scope is refused instead.
+ * (or `finish()`) joins the scope it is used in (`placeOfClient`,
+ * lib/data-layers/client-place.ts; a stand-in view of that phase's connection,
+ * `JoinedClient.placed` in lib/data-layers/pool-transaction.ts): each phase's write commits
+ * with its recovery point, once. A view with a transaction its code began stays in it until its
+ * code ends it.
  *
  * Adversary 103 (pool): within one request, a client taken with `pool.connect()` inside the
  * first phase and kept for the next one (one client for the handler's phases, as the pg page's
