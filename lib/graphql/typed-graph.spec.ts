@@ -1,5 +1,5 @@
 import { isDeepStrictEqual } from 'node:util';
-import { readGraph, writeGraph } from './typed-graph.js';
+import { isJsonCycle, readGraph, writeGraph } from './typed-graph.js';
 
 /** Written, stored as JSON text and read back, as the store does. */
 const back = (value: unknown) =>
@@ -93,5 +93,25 @@ describe('writeGraph and readGraph', () => {
     expect(left).toEqual(['loop']);
     expect(lost).toContain('fn');
     expect(readGraph(written.graph)).toStrictEqual({ ok: { a: 1 } });
+  });
+});
+
+describe('isJsonCycle', () => {
+  it.each([
+    ['the first call', 0, false],
+    ['the 1,000th call', 999, false],
+    ['the 1,001st call', 1000, true],
+  ])('%s giving an object', (_name, before, cycle) => {
+    const target = {};
+    const calls = new Map<object, number>([[target, before]]);
+    expect(isJsonCycle(calls, target)).toBe(cycle);
+  });
+
+  it('writes one shared object whose toJSON() gives a primitive at any number of places', () => {
+    const price = { toJSON: () => '5.00' };
+    const rows = Array.from({ length: 1001 }, () => ({ price }));
+    expect(readGraph(writeGraph({ rows }).graph)).toStrictEqual({
+      rows: rows.map(() => ({ price: '5.00' })),
+    });
   });
 });

@@ -72,6 +72,17 @@ function isLeftOut(item: unknown): boolean {
 /** Calls of one object's `toJSON()` giving an object, past which it is taken for a cycle. */
 const MAX_JSON_CALLS = 1000;
 
+/**
+ * Counts one call of `target`'s `toJSON()` that gave an object, and tells whether it is past
+ * `MAX_JSON_CALLS`: each call gives a new object holding `target` again without end. One
+ * giving a primitive is never counted (it cannot lead back), so a shared value is no cycle.
+ */
+export function isJsonCycle(calls: Map<object, number>, target: object): boolean {
+  const count = (calls.get(target) ?? 0) + 1;
+  calls.set(target, count);
+  return count > MAX_JSON_CALLS;
+}
+
 /** An object whose prototype is `Object.prototype` or none. */
 function isPlainObject(value: object): boolean {
   const prototype = Object.getPrototypeOf(value) as unknown;
@@ -115,7 +126,10 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
   const nodes: unknown[] = [null];
   const indexes = new Map<object, number>();
   const jsonCalls = new Map<object, number>();
+  // Walked by `head`, never by `shift()`, which moves every entry left: quadratic over a
+  // wide parent's thousands of rows (adversary 104).
   const queue: { value: object; index: number }[] = [];
+  let head = 0;
   let exact = true;
   let lost = false;
   let member: string | symbol | undefined;
@@ -154,13 +168,14 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
     // As JSON writes it (a Decimal as its digits, a Luxon DateTime as its string): a loss.
     // Called at each place, as JSON does; one that gives itself again without end (a cycle
     // through `toJSON()`, which JSON refuses) throws, and its member is left out.
+    // Only a call giving an object is counted: a primitive (a Decimal's digits, a Money's
+    // string) ends the chain, so one such object shared by any number of places is no cycle
+    // (adversary 104: 1,001 rows at one price were taken for one).
     while (hasOwnToJson(target)) {
-      const calls = (jsonCalls.get(target) ?? 0) + 1;
-      if (calls > MAX_JSON_CALLS) throw new Error('a cycle through toJSON()');
-      jsonCalls.set(target, calls);
       losing();
       const json = (target as { toJSON: () => unknown }).toJSON();
       if (typeof json !== 'object' || json === null) return cell(json);
+      if (isJsonCycle(jsonCalls, target)) throw new Error('a cycle through toJSON()');
       target = json;
     }
     let index = indexes.get(target);
@@ -183,9 +198,13 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
     return flat;
   };
   const drain = () => {
-    for (let next = queue.shift(); next; next = queue.shift()) {
+    while (head < queue.length) {
+      const next = queue[head];
+      head += 1;
       nodes[next.index] = node(next.value);
     }
+    queue.length = 0;
+    head = 0;
   };
   if (typeof value !== 'object' || value === null) nodes[0] = ['=', cell(value)];
   else if (isPlainObject(value)) {
@@ -210,6 +229,7 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
       } catch {
         // Left out alone: what it began to write is taken back.
         queue.length = 0;
+        head = 0;
         nodes.length = before;
         for (const [object, index] of indexes) if (index >= before) indexes.delete(object);
         notes?.left(key);

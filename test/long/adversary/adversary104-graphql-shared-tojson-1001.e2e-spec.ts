@@ -18,6 +18,8 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06, seventh): writeGraph counts, per object, only the `toJSON()` calls that give an object (the only ones that can lead back to a cycle); a primitive result (Money's string, a Decimal's digits) ends the chain, so one such object shared by any number of places is kept. Still a limit: one object whose `toJSON()` gives a new object each call, shared by more than 1,000 places, is taken for a cycle.
+ *
  * Adversary 104 (graphql): one object with a `toJSON()` (a Decimal, a Luxon `DateTime`, a
  * money value) shared by more than 1,000 places of a parent's own data is taken for "a cycle
  * through toJSON()": the whole member holding it (a batch's 1,001 rows) is left out of the
@@ -138,7 +140,7 @@ describe('adversary 104: one toJSON() object shared by 1,001 rows', () => {
     expect(again.body.data).toEqual(firstAnswer.body.data);
   });
 
-  it.skip('1,001 rows sharing the price object replay the same answer (Not fixed (round 104): found by review)', async () => {
+  it('1,001 rows sharing the price object replay the same answer', async () => {
     const query = 'mutation { importPrices(count: 1001) { id imported } }';
     const firstAnswer = await post('adv104-tojson-1001', query);
     const again = await post('adv104-tojson-1001', query);
