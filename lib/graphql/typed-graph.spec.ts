@@ -115,3 +115,26 @@ describe('isJsonCycle', () => {
     });
   });
 });
+
+describe('an error', () => {
+  it.each([
+    ['its cause', () => new Error('declined', { cause: new Error('insufficient_funds') })],
+    ['an AggregateError, with its errors', () => new AggregateError([new Error('a')], 'x')],
+    ['without a cause', () => new TypeError('t')],
+  ])('is given back with %s', (_name, make) => {
+    const error = make();
+    const again = back({ error }) as { error: Error };
+    expect(isDeepStrictEqual(again.error, error)).toBe(true);
+    expect(Object.getPrototypeOf(again.error)).toBe(Object.getPrototypeOf(error));
+    expect(Object.keys(again.error)).toEqual(Object.keys(error));
+  });
+
+  it.each([
+    ['a Date with its own member', () => Object.assign(new Date(0), { zone: 'UTC' }), true],
+    ['a plain Date', () => new Date(0), false],
+    ['a typed array with its own member', () => Object.assign(new Uint8Array(2), { n: 1 }), true],
+    ['a plain typed array', () => new Uint8Array(2), false],
+  ])('says %s is lost (%s)', (_name, make, lost) => {
+    expect(writeGraph({ value: make() }).lost).toBe(lost);
+  });
+});

@@ -56,7 +56,14 @@ const ERRORS: Readonly<Record<string, ErrorConstructor>> = {
   ReferenceError,
   EvalError,
   URIError,
+  AggregateError: AggregateError as unknown as ErrorConstructor,
 };
+
+/**
+ * An error's own members its constructor defines not enumerable (`cause` from its options,
+ * an `AggregateError`'s `errors`), which a resolver reads as any other (adversary 104).
+ */
+const ERROR_MEMBERS = ['cause', 'errors'] as const;
 
 /** Whether `key` is one of an array's indexes (its items, never its own members). */
 function isIndex(key: string, length: number): boolean {
@@ -261,6 +268,8 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
       return ['s', items, ...members(of)];
     }
     if (of instanceof Date) {
+      // Its own members are not written: said, not dropped silently.
+      if (Reflect.ownKeys(of).length > 0) losing();
       const time = of.getTime();
       return ['d', Number.isNaN(time) ? null : time];
     }
@@ -270,6 +279,10 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
     const typedName = typedArrayName(of);
     if (typedName) {
       const view = of as ArrayBufferView;
+      const length = (view as unknown as { length: number }).length;
+      if (Reflect.ownKeys(view).some((key) => typeof key !== 'string' || !isIndex(key, length))) {
+        losing();
+      }
       const bytes = Buffer.from(view.buffer, view.byteOffset, view.byteLength);
       return ['t', typedName, bytes.toString('base64')];
     }
@@ -277,7 +290,15 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
       if (!(of.name in ERRORS) || Object.getPrototypeOf(of) !== ERRORS[of.name].prototype) {
         exact = false;
       }
-      return ['e', of.name, of.message, ...members(of)];
+      // `E` (`e`, stored before, has no such members): each of `ERROR_MEMBERS`, `['h']` where
+      // it is not its own, then its enumerable members.
+      const hidden = ERROR_MEMBERS.map((key) =>
+        Object.prototype.hasOwnProperty.call(of, key) &&
+        !Object.prototype.propertyIsEnumerable.call(of, key)
+          ? cell((of as unknown as Record<string, unknown>)[key])
+          : ['h'],
+      );
+      return ['E', of.name, of.message, ...hidden, ...members(of)];
     }
     const prototype = Object.getPrototypeOf(of) as unknown;
     if (prototype !== null && prototype !== Object.prototype) {
@@ -326,7 +347,20 @@ export function readGraph(graph: Graph): unknown {
     if (!Array.isArray(node) || typeof target !== 'object' || target === null) return;
     const [tag, ...rest] = node as unknown[];
     if (tag === 'o' || tag === 'O' || tag === 'e') fill(target, tag === 'e' ? rest.slice(2) : rest);
-    else if (tag === 'a') {
+    else if (tag === 'E') {
+      ERROR_MEMBERS.forEach((name, i) => {
+        const item = rest[2 + i];
+        if (Array.isArray(item) && item[0] === 'h') return;
+        // Not enumerable, as its constructor defines it.
+        Object.defineProperty(target, name, {
+          value: value(item),
+          enumerable: false,
+          writable: true,
+          configurable: true,
+        });
+      });
+      fill(target, rest.slice(2 + ERROR_MEMBERS.length));
+    } else if (tag === 'a') {
       const items = rest[1] as unknown[];
       items.forEach((item, i) => {
         if (!(Array.isArray(item) && item[0] === 'h')) (target as unknown[])[i] = value(item);
@@ -379,8 +413,12 @@ function shell(node: unknown): unknown {
       const Typed = TYPED_ARRAYS[node[1] as string] ?? Uint8Array;
       return new Typed(copy);
     }
-    case 'e': {
-      const made = new (ERRORS[node[1] as string] ?? Error)(node[2] as string);
+    case 'e':
+    case 'E': {
+      const made =
+        node[1] === 'AggregateError'
+          ? new AggregateError([], node[2] as string)
+          : new (ERRORS[node[1] as string] ?? Error)(node[2] as string);
       // Its own only where its class's is another (an app's `NotFound` made an `Error`).
       if (made.name !== node[1]) made.name = node[1] as string;
       return made;

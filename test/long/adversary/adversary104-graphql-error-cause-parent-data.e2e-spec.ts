@@ -17,6 +17,8 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-06, seventh): the typed graph writes an error's own non-enumerable `cause` and an `AggregateError`'s `errors` (a node `E`; `e`, stored before, still read) and reads them back as non-enumerable own members, an `AggregateError` of its class; a Date's or a typed array's own members, not written, are now named as lost.
+ *
  * Adversary 104 (graphql): an `Error` kept in a mutation value's own data (not a field) loses
  * its `cause` (and an `AggregateError` its `errors`) on a replay, silently: the
  * `@ResolveField()` that reads it answers the first call's value once, then another value on
@@ -150,7 +152,7 @@ describe('adversary 104: an Error with a cause in a parent', () => {
     expect(again.body.data).toEqual(firstAnswer.body.data);
   });
 
-  it.skip('the replay reads the Error cause (Not fixed (round 104): found by review)', async () => {
+  it('the replay reads the Error cause', async () => {
     const query = 'mutation { pay { id reason } }';
     const firstAnswer = await post('adv104-cause', query);
     const again = await post('adv104-cause', query);
@@ -160,7 +162,7 @@ describe('adversary 104: an Error with a cause in a parent', () => {
     expect(again.body.data).toEqual(firstAnswer.body.data);
   });
 
-  it.skip('the replay reads the AggregateError errors (Not fixed (round 104): found by review)', async () => {
+  it('the replay reads the AggregateError errors', async () => {
     const query = 'mutation { payMany { id count } }';
     const firstAnswer = await post('adv104-aggregate', query);
     const again = await post('adv104-aggregate', query);
