@@ -17,6 +17,8 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Not fixed (session of 2026-12-06, seventh): not clean within the session's deadline. Leaving `__kept` out to fit needs run-field.ts' `parentDataWithin` to drop the typed copies of selected fields too (today only `__parent`s), and a replay without it hands the resolvers under the field the scalar's `parseValue()` of the base64 (a string, not the Buffer), a changed value that must then be said in the log and the docs; counting only the client's answer against the limit changes what `maxResponseBytes` bounds (the stored row). Both need their own specs; left for the next session.
+ *
  * Adversary 104 (graphql): an answer well under `maxResponseBytes` is refused as "larger than
  * this mutation's maxResponseBytes" and its work rolled back, because the stored form keeps the
  * field's value a second time, typed (`__kept`): a `Buffer` field under a scalar whose
