@@ -18,7 +18,10 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
- * Fixed (session of 2026-12-06, seventh): writeGraph walks its queue by a head index instead of `shift()`, so a wide parent's rows are written in linear time (readGraph and same-data had no such pattern).
+ * Fixed (session of 2026-12-06, seventh): writeGraph walks its queue by a head index instead of
+ * `shift()`, so a wide parent's rows are written in linear time (readGraph and same-data had no
+ * such pattern). The test compares two sizes in one run (a ratio, not seconds: the machine's
+ * load falls on both alike).
  *
  * Adversary 104 (graphql): the typed graph of a parent's own data is written in time
  * quadratic in its number of objects: a mutation whose value holds 200,000 small row objects
@@ -126,29 +129,43 @@ describe('adversary 104: the typed graph of 200,000 rows', () => {
     return req.timeout(120_000).send(JSON.stringify({ query }));
   };
 
-  it('control: 2,000 rows are kept and replayed at once; 200,000 without the library are quick', async () => {
+  it('control: 2,000 rows are kept and replayed at once; 100,000 without the library are answered', async () => {
     const query = 'mutation { importRows(count: 2000) { id imported } }';
     const firstAnswer = await post('adv104-quad-small', query);
     const again = await post('adv104-quad-small', query);
     expect(firstAnswer.body.data.importRows.imported).toBe(2000);
     expect(again.body.data).toEqual(firstAnswer.body.data);
-    const started = Date.now();
     const plain = await post(
       undefined,
-      'mutation { importRowsPlain(count: 200000) { id imported } }',
+      'mutation { importRowsPlain(count: 100000) { id imported } }',
     );
-    expect(plain.body.data.importRowsPlain.imported).toBe(200000);
-    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(plain.body.data.importRowsPlain.imported).toBe(100000);
   }, 60_000);
 
-  it('200,000 rows are kept within seconds', async () => {
-    const query = 'mutation { importRows(count: 200000) { id imported } }';
-    const started = Date.now();
-    const firstAnswer = await post('adv104-quad-big', query);
-    const took = Date.now() - started;
+  /**
+   * Time grows with the rows, not with their square: eight times the rows take well under
+   * sixty-four times as long. A ratio in one run (the fastest of two tries of each size,
+   * interleaved), not a bound in seconds: the machine's load falls on both sizes alike. Linear
+   * writing gives about 8 here; the queue's `shift()` gave 30 and more.
+   */
+  it('eight times the rows are kept in well under sixty-four times as long', async () => {
+    const took = async (count: number, key: string) => {
+      const started = process.hrtime.bigint();
+      const answer = await post(key, `mutation { importRows(count: ${count}) { id imported } }`);
+      expect(answer.body.data?.importRows.imported).toBe(count);
+      return Number(process.hrtime.bigint() - started) / 1e6;
+    };
+    const small: number[] = [];
+    const big: number[] = [];
+    for (const round of [1, 2]) {
+      small.push(await took(12_500, `adv104-quad-12k-${round}`));
+      big.push(await took(100_000, `adv104-quad-100k-${round}`));
+    }
+    const ratio = Math.min(...big) / Math.min(...small);
     // eslint-disable-next-line no-console
-    console.log('QUAD', took, firstAnswer.text.slice(0, 200));
-    expect(firstAnswer.body.data.importRows.imported).toBe(200000);
-    expect(took).toBeLessThan(8_000);
-  }, 120_000);
+    console.log(
+      `adversary 104 quadratic: 12,500 rows ${small} ms, 100,000 rows ${big} ms, ratio ${ratio.toFixed(1)}`,
+    );
+    expect(ratio).toBeLessThan(20);
+  }, 240_000);
 });
