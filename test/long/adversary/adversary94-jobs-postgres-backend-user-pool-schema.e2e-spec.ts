@@ -198,6 +198,16 @@ describe("adversary 94: BullMQ's PostgreSQL backend on a pool of the app's", () 
       `CREATE TABLE mails (id serial PRIMARY KEY, service text NOT NULL, user_id int NOT NULL,
          run text NOT NULL DEFAULT '')`,
     );
+    // BullMQ's backend on a pool of the app's asserts its default schema (`bullmq`) is migrated
+    // when it starts, whichever schema its queues are in. Left to service A's `migrate: true`,
+    // B could start first on a slow machine (seen in CI): its worker then retried the failed
+    // start without end, logging each try, until the jest worker ran out of memory.
+    const client = await pool.connect();
+    try {
+      await backends.runMigrations(client, 'bullmq');
+    } finally {
+      client.release();
+    }
   }, 60_000);
 
   afterAll(async () => {
