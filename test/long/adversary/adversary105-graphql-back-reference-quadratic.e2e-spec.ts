@@ -50,7 +50,8 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * is quadratic in the rows, and so is the write, on the event loop).
  *
  * Fails now (un-skipped): stored size ratio 80/40 lines about 3.9 (2.0 without the
- * back-reference); at 200 lines the replay answers `data: null`, its's `subtotal`s are errors (NaN).
+ * back-reference); at 200 lines the replay answers `data: null` with an error at
+ * `subtotal` ("Int cannot represent non-integer value: NaN").
  *
  * Controls: the same lines without the back-reference: stored size linear (ratio about 2),
  * and 200 lines replay the same answer.
