@@ -60,6 +60,8 @@ export {
   RetriedTryStatementError,
   RunnerConnectedOutsideRequestError,
   ClientTakenElsewhereError,
+  KeptClientCommittedElsewhereError,
+  KeptClientTransactionGoneError,
   SessionSetBeforeHandlerError,
   NestedFirstPhaseError,
   ListenAmongStatementsRefusedError,

@@ -7,9 +7,13 @@
  *   way to say "this work is not the request's";
  * - `view`: a view of a request's or phase's connection (`pool.connect()` in its scope);
  * - `view-in-transaction`: such a view with a transaction of its code's open on it (`BEGIN`);
+ * - `view-left-open`: such a view whose scope ended with that transaction open (refused there:
+ *   a client kept across requests, its `BEGIN` in one, its `COMMIT` meant for a later one);
+ *   nothing more can run in that transaction;
  * - `view-apart`: such a view used past its scope's end, now a connection of its own.
  */
-export type ClientHeld = 'connection' | 'left' | 'view' | 'view-in-transaction' | 'view-apart';
+export type ClientHeld =
+  'connection' | 'left' | 'view' | 'view-in-transaction' | 'view-left-open' | 'view-apart';
 
 /**
  * The scope a statement on it is sent from, as it stands to the client:
@@ -62,5 +66,33 @@ export function placeOfClient(held: ClientHeld, scope: StatementScope): ClientPl
       // runner with one open): a data layer's engine may send its statements from whichever
       // request's context runs its queue (Prisma's), and they are that transaction's.
       return 'own';
+    case 'view-left-open':
+      // Its transaction went with the scope that took it (refused at that end): said to an open
+      // request by a refusal of its own, which names the pattern, not as a bare 500 there
+      // (adversary 104); elsewhere as before (`TransactionEndedError`), as nothing joins there.
+      return scope === 'open' ? 'refuse' : 'own';
   }
+}
+
+/**
+ * Whether a statement on a client, sent from a scope, makes that scope's answer wait for the
+ * outcome of the transaction the client is in, and be refused unless it committed: a `COMMIT`
+ * (`control`) an open request sends on a view of another scope's, with a transaction of its
+ * code open. That view stays in the other scope's transaction (see `placeOfClient`), so the
+ * `COMMIT` only releases a savepoint there: the writes it meant to make durable commit or roll
+ * back with the request that took the client, whatever the one that committed them answered
+ * (adversary 104: a batch client kept across requests, `BEGIN` in A, `COMMIT` in B; A rolled
+ * back, and B's stored 201 was replayed for a row that was gone). Refusing that `COMMIT` at
+ * once would refuse B when A commits too (the same code without the library keeps both rows);
+ * B waits for A instead. Only a `COMMIT`: the other statements of such a transaction may come
+ * from any request's context (Prisma's engine runs an interactive transaction's queue from
+ * whichever request's tick dispatches it), never its `COMMIT`, which its caller sends; and a
+ * `ROLLBACK` leaves nothing of the sender's behind.
+ */
+export function answerAwaitsTaker(
+  held: ClientHeld,
+  scope: StatementScope,
+  control: 'begin' | 'commit' | 'rollback' | undefined,
+): boolean {
+  return held === 'view-in-transaction' && scope === 'open' && control === 'commit';
 }

@@ -3,7 +3,7 @@ import { EventEmitter } from 'node:events';
 import pg, { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
 import { isReadOnlyError, isTransactionAbortedError } from '../connection/connection-errors.js';
-import { acquire } from '../connection/deadline.js';
+import { acquire, withDeadline } from '../connection/deadline.js';
 import { retriedTryRefusal } from '../transaction/handler-try.js';
 import { readOnly } from '../connection/read-only-query.js';
 import { queryStatement } from '../connection/prefixed-query.js';
@@ -14,6 +14,8 @@ import {
   ListenAmongStatementsRefusedError,
   ReadOnlyTransactionRefusedError,
   ClientTakenElsewhereError,
+  KeptClientCommittedElsewhereError,
+  KeptClientTransactionGoneError,
   ReleasedClientError,
   type RunnerConnectedOutsideRequestError,
   StatementBesideNestedTransactionError,
@@ -51,7 +53,7 @@ import {
   type PoolJoin,
   transactionScope,
 } from '../transaction/transaction-scope.js';
-import { type ClientHeld, placeOfClient } from './client-place.js';
+import { answerAwaitsTaker, type ClientHeld, placeOfClient } from './client-place.js';
 import { closesOnTheWire, cursorOf } from './open-streams.js';
 import { EndsInFlight, settledWithinIdle } from './ends-in-flight.js';
 import { endOf } from '../transaction/submitted-end.js';
@@ -275,7 +277,46 @@ export class PoolTransaction extends RequestTransaction {
   protected override refuseLeftOpen(): void {
     if (this.ended) return;
     if (this.openCursors.size > 0) this.refuse(new CursorOpenRefusedError());
-    if (this.savepoints.length > 0) this.refuse(new NestedTransactionOpenAtCommitError());
+    if (this.savepoints.length > 0) {
+      this.leftOpenAtEnd = true;
+      this.refuse(new NestedTransactionOpenAtCommitError());
+    }
+  }
+
+  /**
+   * Its code's nested transactions were open at its commit, which refused it: a view with one
+   * open past its end is then a client kept with its transaction (see `placeOfClient`'s
+   * `view-left-open`), not work cut short by a rollback for another reason.
+   */
+  leftOpenAtEnd = false;
+
+  /**
+   * The transactions of other requests (or phases) its code committed writes in: a `COMMIT`
+   * sent from it on a kept view of theirs (see `answerAwaitsTaker`). Its answer is stored only
+   * if they committed.
+   */
+  private readonly committedIn = new Set<PoolTransaction>();
+
+  /** Its code sent a `COMMIT` on a view of `taker`'s (see `answerAwaitsTaker`). */
+  answerAwaits(taker: PoolTransaction): void {
+    if (taker !== this && !this.ended) this.committedIn.add(taker);
+  }
+
+  /**
+   * Waits (at most `timeoutMs`) for the outcome of the transactions its code committed writes
+   * in (`answerAwaits`), and refuses it unless all committed: its answer would say kept what
+   * they rolled back. A cycle (each committed in the other's) ends at the deadline, refused.
+   */
+  private async afterTakersCommitted(): Promise<void> {
+    if (this.committedIn.size === 0 || this.ended) return;
+    const takers = [...this.committedIn];
+    this.committedIn.clear();
+    const outcomes = Promise.all(takers.map((taker) => taker.outcome()));
+    const committed = await withDeadline(outcomes, this.timeoutMs, 'the kept client’s taker').then(
+      (all) => all.every(Boolean),
+      () => false,
+    );
+    if (!committed && !this.ended) this.refuse(new KeptClientCommittedElsewhereError());
   }
 
   /**
@@ -298,6 +339,9 @@ export class PoolTransaction extends RequestTransaction {
   }
 
   private afterEndsInFlight<T>(commit: () => Promise<T>): Promise<T> {
+    if (this.committedIn.size > 0 && !this.ended) {
+      return this.afterTakersCommitted().then(() => this.afterEndsInFlight(commit));
+    }
     const ends = this.endsInFlight.before();
     if (ends.length === 0 || this.ended) return commit();
     return settledWithinIdle(ends, this.timeoutMs, () => this.codeStatementsRunning).then(commit);
@@ -1216,15 +1260,27 @@ export class JoinedClient extends EventEmitter {
     if (!isSubmittable(args[0]) && listenTextOf(textOf(args[0])) !== undefined) return undefined;
     const held: ClientHeld = this.apart
       ? 'view-apart'
-      : this.depth > 0
-        ? 'view-in-transaction'
-        : 'view';
+      : this.depth === 0
+        ? 'view'
+        : this.transaction.ended && this.transaction.leftOpenAtEnd
+          ? 'view-left-open'
+          : 'view-in-transaction';
     const pool = this.transaction.appPool;
-    switch (placeOfClient(held, scope.poolScope?.(pool) ?? 'elsewhere')) {
-      case 'own':
+    const stands = scope.poolScope?.(pool) ?? 'elsewhere';
+    switch (placeOfClient(held, stands)) {
+      case 'own': {
+        const control = isSubmittable(args[0]) ? undefined : nestedControlOf(textOf(args[0]));
+        const kind = control?.kind === 'set-isolation' ? undefined : control?.kind;
+        if (answerAwaitsTaker(held, stands, kind) && scope instanceof PoolTransaction) {
+          scope.answerAwaits(this.transaction);
+        }
         return undefined;
+      }
       case 'refuse': {
-        const error = new ClientTakenElsewhereError();
+        const error =
+          held === 'view-left-open'
+            ? new KeptClientTransactionGoneError()
+            : new ClientTakenElsewhereError();
         scope.refuseRunner?.(error);
         return error;
       }

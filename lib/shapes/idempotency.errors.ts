@@ -351,6 +351,28 @@ export class IdempotencySubscriberTransactionOpenError extends IdempotencyError 
 }
 
 /**
+ * The detail of `runner_connected_outside_request` for a client of the pool kept across
+ * requests with a transaction of its code's open (adversary 104), by the refusal's name: the
+ * pattern named, and what to do.
+ */
+const RUNNER_DETAILS: Readonly<Record<string, string>> = {
+  KeptClientTransactionGoneError:
+    'A node-postgres client taken with pool.connect() in another request and kept, with a ' +
+    'transaction its code began (BEGIN) still open when that request ended, was used in this ' +
+    'one: that transaction rolled back with the request that took it, so nothing can run in ' +
+    'it; the request rolled back and nothing was committed or stored. A client’s own ' +
+    'transaction cannot outlive the request it was taken in: take a client kept across ' +
+    'requests with pool.connect() in IdempotentTransaction.outside().',
+  KeptClientCommittedElsewhereError:
+    'This request sent COMMIT on a node-postgres client taken with pool.connect() in another ' +
+    'request and kept: the client was in that request’s transaction, which rolled back (or ' +
+    'had no outcome in time), and the writes this COMMIT meant to keep with it; the request ' +
+    'rolled back and nothing was committed or stored. A client’s own transaction cannot ' +
+    'outlive the request it was taken in: take a client kept across requests with ' +
+    'pool.connect() in IdempotentTransaction.outside().',
+};
+
+/**
  * A TypeORM query runner connected before the request began (a guard's `SET search_path` on a
  * `Scope.REQUEST` unit of work's runner) was used in the request: its session is its own
  * connection's, and its statements can be placed neither there nor in the request's transaction
@@ -362,19 +384,20 @@ export class IdempotencyRunnerConnectedOutsideRequestError extends IdempotencyEr
   readonly code = 'runner_connected_outside_request';
   constructor(override readonly cause: unknown) {
     super(
-      (cause as { name?: unknown } | null)?.name === 'ClientTakenElsewhereError'
-        ? 'A node-postgres client this request did not take (taken before it, or kept from ' +
+      RUNNER_DETAILS[String((cause as { name?: unknown } | null)?.name)] ??
+        ((cause as { name?: unknown } | null)?.name === 'ClientTakenElsewhereError'
+          ? 'A node-postgres client this request did not take (taken before it, or kept from ' +
             'another request or phase) was used in it: its writes would commit apart from the ' +
             'request, so they were refused; the request rolled back and nothing was committed ' +
             'or stored. Use pool.query(), or take the client with pool.connect() inside the ' +
             'handler (or phase) and release it there.'
-        : 'A TypeORM query runner connected before this request began (in a guard) was used in ' +
+          : 'A TypeORM query runner connected before this request began (in a guard) was used in ' +
             'it, or a SET LOCAL was sent before its handler started (in an interceptor or a ' +
             'pipe): that session (search path, role, settings) is not the request’s ' +
             'transaction’s, where its writes would commit apart from the request or be lost, so ' +
             'they were refused; the request rolled back and nothing was committed or stored. Set ' +
             'the session inside the handler with SET LOCAL or set_config(…, true), or connect ' +
-            'the runner inside the handler.',
+            'the runner inside the handler.'),
     );
     this.name = 'IdempotencyRunnerConnectedOutsideRequestError';
   }

@@ -474,6 +474,8 @@ describe('REFUSAL_FATES: every refusal the transaction records, and what becomes
     ['RunnerConnectedOutsideRequestError', 'own'],
     ['SessionSetBeforeHandlerError', 'own'],
     ['ClientTakenElsewhereError', 'own'],
+    ['KeptClientTransactionGoneError', 'own'],
+    ['KeptClientCommittedElsewhereError', 'own'],
     ['ConcurrentSaveFailedError', 'aborted'],
     ['NestedTransactionOpenAtCommitError', 'aborted'],
     ['SavepointAcrossRunnersError', 'aborted'],

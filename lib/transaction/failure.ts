@@ -110,6 +110,8 @@ export const REFUSAL_FATES: Readonly<Record<string, RefusalFate>> = {
   RunnerConnectedOutsideRequestError: 'own',
   SessionSetBeforeHandlerError: 'own',
   ClientTakenElsewhereError: 'own',
+  KeptClientTransactionGoneError: 'own',
+  KeptClientCommittedElsewhereError: 'own',
   ConcurrentSaveFailedError: 'aborted',
   NestedTransactionOpenAtCommitError: 'aborted',
   SavepointAcrossRunnersError: 'aborted',

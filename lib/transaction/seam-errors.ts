@@ -95,7 +95,10 @@ export class NestedTransactionOpenAtCommitError extends TransactionControlRefuse
       'The handler answered while a nested transaction its code began (dataSource.transaction(), ' +
       'db.transaction(), a save) was still open: committed now, it would keep half of its ' +
       'work. The idempotent request rolls back. Await database work before answering, or run ' +
-      'work that is not the request’s in IdempotentTransaction.outside().';
+      'work that is not the request’s in IdempotentTransaction.outside(). A client kept ' +
+      'across requests (a batch: BEGIN in one request, COMMIT in a later one) is such work: ' +
+      'its transaction cannot outlive the request it was taken in; take that client with ' +
+      'pool.connect() in IdempotentTransaction.outside().';
     this.name = 'NestedTransactionOpenAtCommitError';
   }
 }
@@ -403,6 +406,53 @@ export class ClientTakenElsewhereError extends RunnerConnectedOutsideRequestErro
       'with pool.connect() inside the handler (or phase) and release it there; for work that ' +
       'is not the request’s, take it in IdempotentTransaction.outside().';
     this.name = 'ClientTakenElsewhereError';
+  }
+}
+
+/**
+ * A node-postgres client of the pool, taken with `pool.connect()` in another request (or
+ * phase) and kept (a batch writer's: `BEGIN` in one request, `COMMIT` in a later one), had a
+ * transaction of its code's open when that request ended: that request was refused
+ * (`NestedTransactionOpenAtCommitError`), and the transaction went with it. A statement sent on
+ * the client from this request is refused rather than failing with a bare error for as long as
+ * the client is kept (adversary 104); the request rolls back, nothing stored
+ * (`runner_connected_outside_request`).
+ */
+export class KeptClientTransactionGoneError extends ClientTakenElsewhereError {
+  constructor() {
+    super();
+    this.message =
+      'A statement was sent in an idempotent request (or phase) on a node-postgres client of ' +
+      'the pool taken with pool.connect() in another request and kept, with a transaction its ' +
+      'code began (BEGIN) still open when that request ended: that request was refused and ' +
+      'the transaction rolled back with it, so nothing can run in it. The request rolls back. ' +
+      'A client’s own transaction cannot outlive the request it was taken in: take a client ' +
+      'kept across requests (a batch) with pool.connect() in IdempotentTransaction.outside().';
+    this.name = 'KeptClientTransactionGoneError';
+  }
+}
+
+/**
+ * This request (or phase) sent `COMMIT` on a node-postgres client of the pool taken in another
+ * request and kept (a batch writer's: `BEGIN` in that request, `COMMIT` in this one). The client
+ * stayed in that request's transaction, so the `COMMIT` only released a savepoint there: the
+ * writes it committed are that request's to commit or roll back. This request waited for that
+ * outcome before storing its answer, and that request rolled back (or had no outcome within the
+ * module's timeout): its answer would have said committed what was gone (adversary 104). The
+ * request rolls back, nothing stored (`runner_connected_outside_request`).
+ */
+export class KeptClientCommittedElsewhereError extends ClientTakenElsewhereError {
+  constructor() {
+    super();
+    this.message =
+      'This idempotent request (or phase) sent COMMIT on a node-postgres client of the pool ' +
+      'taken with pool.connect() in another request and kept (BEGIN in that request, COMMIT ' +
+      'in this one): the client was in that request’s transaction, which rolled back (or had ' +
+      'no outcome in time), and the writes this COMMIT meant to keep with it. The request ' +
+      'rolls back. A client’s own transaction cannot outlive the request it was taken in: ' +
+      'take a client kept across requests (a batch) with pool.connect() in ' +
+      'IdempotentTransaction.outside().';
+    this.name = 'KeptClientCommittedElsewhereError';
   }
 }
 
