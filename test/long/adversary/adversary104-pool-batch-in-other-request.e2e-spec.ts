@@ -1,4 +1,20 @@
 /**
+ * Fixed (session of 2026-12-07): B's answer is made to depend on A's outcome. A `COMMIT` sent
+ * from an open request on a view of another scope's with a transaction of its code open
+ * (lib/data-layers/client-place.ts `answerAwaitsTaker`, table in client-place.spec.ts) is
+ * noted by lib/data-layers/pool-transaction.ts `JoinedClient.placed` on the sender
+ * (`PoolTransaction.answerAwaits`); the sender's commit waits (at most `timeoutMs`) for the
+ * taker's outcome (`RequestTransaction.outcome()`) and, unless it committed, is refused with
+ * `KeptClientCommittedElsewhereError` (500 `runner_connected_outside_request`, rolled back,
+ * nothing stored, key given back). Why not refuse B's `COMMIT` at once: the control (A
+ * commits) would then lose B's 201, which the same code without the library answers. Why only
+ * a `COMMIT`: Prisma's engine may send an interactive transaction's other statements from
+ * another request's context (its request batcher dispatches every transaction's queries in the
+ * tick of the first caller: @prisma/client runtime `dispatchBatches`), but its `COMMIT` only
+ * from the `$transaction` caller's (`_engine.transaction('commit')`, through the transaction
+ * manager's own queue, not the batcher); so no Prisma request waits on another. Documented in
+ * data-layers.md and problems.md.
+ *
  * Adversary 104 (pool): a kept client with a transaction of the app's open on it (a batch
  * writer: `BEGIN` at the first row, `COMMIT` at the second) stays in the transaction of the
  * request that took it. Request B's row, written and committed by B's own `COMMIT`, rolls back
@@ -163,7 +179,7 @@ describe("adversary 104 pool: a kept batch's transaction rolls back with the req
     });
   }, 60_000);
 
-  it.skip("B's audit row, committed by B, is kept with B's stored 201 (Not fixed (round 104): found by review)", async () => {
+  it("B's audit row, committed by B, is kept with B's stored 201", async () => {
     const outcome = await race('fail', true);
     // Refused at once for B (500, nothing of B kept) would hold the promise too.
     if (outcome.b.status === 500 && !outcome.orders.includes('fail-B')) return;

@@ -1,4 +1,23 @@
 /**
+ * Partly fixed (session of 2026-12-07): every later use of the kept client from an open
+ * request is now refused clearly: lib/data-layers/client-place.ts `placeOfClient` has a
+ * `view-left-open` client (a view whose request ended with a transaction of its code open,
+ * refused at that commit: `PoolTransaction.leftOpenAtEnd`) refused in an open request with
+ * `KeptClientTransactionGoneError` (500 `runner_connected_outside_request`, a detail naming the
+ * pattern and IdempotentTransaction.outside(); lib/shapes/idempotency.errors.ts), not the bare
+ * 500 of `TransactionEndedError`; NestedTransactionOpenAtCommitError's message names the kept
+ * client; data-layers.md and problems.md say a kept client's own transaction cannot outlive the
+ * request it was taken in. Seen: A 500 transaction_aborted, B, C, D and B's retry 500
+ * runner_connected_outside_request, nothing kept.
+ * Not fixed (fixer): the first request's answer stays 500 `transaction_aborted` (with its
+ * generic detail), which this test refuses. At A's commit the batch's open transaction cannot be
+ * told from a data layer's transaction the handler did not await (test/pool-nested-open-at-
+ * commit.e2e-spec.ts: Drizzle's `db.transaction()` between its legs: a view, not given back,
+ * its `BEGIN` done, nothing under way), whose documented answer is `transaction_aborted`; only
+ * a later use from another request tells them apart. Giving the transaction_aborted detail
+ * the refusal's message (as problems.md says for this case) changes a detail other tests
+ * assert (test/transaction-seam.e2e-spec.ts): left for its own change.
+ *
  * Adversary 104 (pool): a kept client whose code began a transaction on it (an audit batch
  * writer: `BEGIN` at its first row, `COMMIT` at its second, the client kept between requests)
  * fails every request of the route, one at a time, none concurrent: the first with 500
@@ -160,7 +179,23 @@ describe('adversary 104 pool: a kept batch client with its transaction open fail
     });
   }, 60_000);
 
-  it.skip('a kept batch client with its transaction open answers each request clearly, not a bare 500 for ever (Not fixed (round 104): found by review)', async () => {
+  it('after the first request, every use of the kept batch client is refused clearly, never a bare 500 (fixer)', async () => {
+    const answers = [];
+    for (const name of ['A', 'B', 'C', 'B']) answers.push(await post('kept', `keptlater-${name}`));
+    expect({
+      answers: answers.map((answer) => /^500 [a-z_]+$/.test(answer)),
+      later: answers.slice(1),
+      orders: await skus('orders', 'keptlater'),
+      audit: await skus('audit', 'keptlater'),
+    }).toEqual({
+      answers: [true, true, true, true],
+      later: Array(3).fill('500 runner_connected_outside_request'),
+      orders: [],
+      audit: [],
+    });
+  }, 60_000);
+
+  it.skip('a kept batch client with its transaction open answers each request clearly, not a bare 500 for ever (Not fixed (fixer): the first answer stays transaction_aborted, as an unawaited transaction at the commit cannot be told from a kept one; later uses are refused clearly)', async () => {
     const outcome = await run('kept');
     // Each request refused with a clear problem code (nothing kept) would hold the promise too.
     const clear = outcome.answers.every((answer) => /^500 [a-z_]+$/.test(answer));
