@@ -1,0 +1,151 @@
+/**
+ * Adversary 105 (pool): a pool whose jsonb type parser keeps jsonb as text (`types` on the Pool's
+ * config, or `pg.types.setTypeParser(3802, …)`) answers every retry read from the database
+ * with a bare 500: the stored answer is never replayed, and a reused key with another body gets
+ * that 500 instead of 422. The first request commits and answers as it should.
+ *
+ * A retry is read from the database whenever it is not in this process's replay cache: it
+ * reaches another instance (any deployment of more than one), or comes after
+ * `replayCacheTtlMs` (60 s). Here `replayCacheSize: 0` stands for that.
+ *
+ * User code:
+ *   const pool = new Pool({ ..., types: { getTypeParser: (oid, format) =>
+ *     oid === 3802 ? (text) => text : pg.types.getTypeParser(oid, format) } });
+ *   IdempotencyModule.forRootAsync({ useFactory: () => ({ globalKeys: true, pool }) })
+ *   @Post() @Idempotent() create(@Body() { sku }) { await pool.query('INSERT …'); return { sku }; }
+ *
+ * Code path: lib/claim/postgres-statements.ts CLAIM's `FOUND_ROW` (`k.response_headers`, jsonb)
+ * read by lib/claim/postgres-claim.store.ts on a client of the app's pool, so parsed by the
+ * pool's `types`: a string where the replay expects the headers object, and
+ * lib/answer/sealing-claim.store.ts `replayed` throws `TypeError: Cannot use 'in' operator to
+ * search for '$sealed' in {"content-type": …}` (Nest's bare 500; the same string
+ * for `phase_results`, see adversary105-pool-jsonb-parser-reruns-phases
+ * for `phase_results`, see adversary105-pool-jsonb-parser-reruns-phases). The library's
+ * statements carry no `types` of their own.
+ *
+ * Docs quote: README/requests-and-replays: a retry with the same key replays the stored answer;
+ * a key reused with another body answers 422 `key_mismatch`; data-layers.md: the module is
+ * given the app's pool, "Outside an idempotent request the pool is exactly as it was".
+ *
+ * Severity: high (the stored answer is lost to every retry that reads it from the database:
+ * a 500 that is not the answer, and no 422 for a reused key).
+ *
+ * Fails now: first 201; the replay answers 500 `Internal server error` (not the stored 201),
+ * and the reused key with another body 500 (not 422).
+ *
+ * Controls: the same app on a pool without the override replays 201 and answers 422.
+ *
+ * Suggested fix: give every statement of the library's own an explicit `types` (node-postgres'
+ * default parsers) or cast the jsonb columns it reads to text and parse them itself.
+ */
+import { Body, Controller, HttpCode, Module, Post, type Type } from '@nestjs/common';
+import pg, { type Pool } from 'pg';
+import request from 'supertest';
+import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
+
+function moduleOf(stack: { pool?: Pool }): Type {
+  @Controller('orders')
+  class OrdersController {
+    @Post()
+    @HttpCode(201)
+    @Idempotent()
+    async create(@Body() { sku }: { sku: string }) {
+      await stack.pool!.query(`INSERT INTO orders (sku) VALUES ($1)`, [sku]);
+      return { sku };
+    }
+  }
+
+  @Module({
+    imports: [
+      IdempotencyModule.forRootAsync({
+        // A retry that reaches another instance, or comes after the cache's TTL.
+        useFactory: () => ({ globalKeys: true, pool: stack.pool!, replayCacheSize: 0 }),
+      }),
+    ],
+    controllers: [OrdersController],
+  })
+  class OrdersModule {}
+  return OrdersModule;
+}
+
+/** The app's override: jsonb as the text PostgreSQL sent. */
+const jsonbAsText = {
+  getTypeParser: (oid: number, format?: string) =>
+    oid === 3802
+      ? (text: string) => text
+      : (pg.types.getTypeParser as (o: number, f?: string) => unknown)(oid, format),
+};
+
+describe('adversary 105 pool: a jsonb type parser on the pool turns every replay read from the database into a 500', () => {
+  const plain: { pool?: Pool } = {};
+  const raw: { pool?: Pool } = {};
+  let plainApp: PoolApp;
+  let rawApp: PoolApp;
+  const setup = async (owner: pg.Client) => {
+    await owner.query(`CREATE TABLE orders (id bigserial PRIMARY KEY, sku text NOT NULL)`);
+  };
+
+  beforeAll(async () => {
+    plainApp = await startPoolApp('adv105_pool_jsonb_replay_plain', {
+      module: moduleOf(plain),
+      max: 4,
+      usePool: (started) => {
+        plain.pool = started;
+      },
+      setup,
+    });
+    rawApp = await startPoolApp('adv105_pool_jsonb_replay_raw', {
+      module: moduleOf(raw),
+      max: 4,
+      usePool: (started) => {
+        // As `new Pool({ ..., types })`: read by each client the pool makes.
+        (started.options as { types?: unknown }).types = jsonbAsText;
+        raw.pool = started;
+      },
+      setup,
+    });
+  }, 90_000);
+
+  afterAll(async () => {
+    await plainApp?.close();
+    await rawApp?.close();
+  });
+
+  async function createReplayReuse(fixture: PoolApp) {
+    const post = async (sku: string) => {
+      const answer = await request(fixture.app.getHttpServer())
+        .post('/orders')
+        .set('Idempotency-Key', 'key-1')
+        .send({ sku })
+        .timeout(20_000);
+      const body = answer.body as { sku?: string; code?: string; message?: string };
+      return `${answer.status} ${body.sku ?? body.code ?? body.message}`;
+    };
+    const first = await post('a');
+    const replayed = await post('a');
+    const reused = await post('b');
+    const { rows } = await fixture.admin.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM orders`,
+    );
+    return { first, replayed, reused, rows: rows[0].n };
+  }
+
+  it('control: without the override the retry replays the stored answer, and a reused key is 422', async () => {
+    expect(await createReplayReuse(plainApp)).toEqual({
+      first: '201 a',
+      replayed: '201 a',
+      reused: '422 key_mismatch',
+      rows: 1,
+    });
+  }, 60_000);
+
+  it.skip('a jsonb parser on the pool does not stop the stored answer from being replayed (Not fixed (round 105): found by review)', async () => {
+    expect(await createReplayReuse(rawApp)).toEqual({
+      first: '201 a',
+      replayed: '201 a',
+      reused: '422 key_mismatch',
+      rows: 1,
+    });
+  }, 60_000);
+});
