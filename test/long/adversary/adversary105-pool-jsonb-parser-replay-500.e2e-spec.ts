@@ -19,8 +19,7 @@
  * pool's `types`: a string where the replay expects the headers object, and
  * lib/answer/sealing-claim.store.ts `replayed` throws `TypeError: Cannot use 'in' operator to
  * search for '$sealed' in {"content-type": …}` (Nest's bare 500; the same string
- * for `phase_results`, see adversary105-pool-jsonb-parser-reruns-phases
- * for `phase_results`, see adversary105-pool-jsonb-parser-reruns-phases). The library's
+ * for `phase_results`: see adversary105-pool-jsonb-parser-reruns-phases). The library's
  * statements carry no `types` of their own.
  *
  * Docs quote: README/requests-and-replays: a retry with the same key replays the stored answer;
