@@ -1,4 +1,21 @@
-import { sameData } from './same-data.js';
+import { hidesState, sameData } from './same-data.js';
+
+/** A value object of `#private` state only, as a Temporal-like `ZonedDateTime` (adversary 105). */
+class Zoned {
+  readonly #zone: string;
+  constructor(zone: string) {
+    this.#zone = zone;
+  }
+  get zone(): string {
+    return this.#zone;
+  }
+}
+
+class OpenZoned {
+  constructor(readonly zone: string) {}
+}
+
+class BusinessDay extends Date {}
 
 function nested(n: number, leaf: unknown): unknown {
   let value: unknown = { leaf };
@@ -19,8 +36,67 @@ describe('sameData', () => {
       () => [nested(30_000, new Date(0)), nested(30_000, 'x')],
       false,
     ],
+    [
+      'two objects of #private state only, apart',
+      () => [new Zoned('Europe/Paris'), new Zoned('UTC')],
+      false,
+    ],
+    [
+      'two objects of #private state only, alike',
+      () => [new Zoned('UTC'), new Zoned('UTC')],
+      false,
+    ],
+    [
+      'one object of #private state, itself',
+      () => {
+        const zoned = new Zoned('UTC');
+        return [zoned, zoned];
+      },
+      true,
+    ],
+    ['#private state in a list', () => [[new Zoned('Europe/Paris')], [new Zoned('UTC')]], false],
+    [
+      'objects of a class with public state, alike',
+      () => [new OpenZoned('UTC'), new OpenZoned('UTC')],
+      true,
+    ],
+    [
+      'objects of a class with public state, apart',
+      () => [new OpenZoned('UTC'), new OpenZoned('CET')],
+      false,
+    ],
+    ['an instance and a plain copy', () => [new OpenZoned('UTC'), { zone: 'UTC' }], false],
+    ['two Dates alike', () => [new Date(0), new Date(0)], true],
+    ['two Date subclasses alike', () => [new BusinessDay(0), new BusinessDay(0)], false],
   ])('tells %s', (_name, make, same) => {
     const [a, b] = make();
     expect(sameData(a, b)).toBe(same);
+  });
+});
+
+describe('hidesState', () => {
+  it.each<[string, () => unknown, boolean]>([
+    ['a string', () => 'x', false],
+    ['plain data', () => ({ a: [1, new Date(0), new Map([['k', new Set([1])]])] }), false],
+    ['an object without a prototype', () => Object.create(null) as object, false],
+    ['an empty plain object', () => ({}), false],
+    ['an object of #private state only', () => new Zoned('UTC'), true],
+    ['one deep in a Map', () => ({ m: new Map([['k', [new Zoned('UTC')]]]) }), true],
+    ['one in a Set', () => new Set([new Zoned('UTC')]), true],
+    ['an object of a class with public state', () => new OpenZoned('UTC'), false],
+    ['an empty instance of a class', () => new (class Empty {})(), true],
+    ['a Date subclass without own members', () => new BusinessDay(0), true],
+    ['a Promise', () => Promise.resolve(1), true],
+    [
+      'a cycle',
+      () => {
+        const loop: Record<string, unknown> = {};
+        loop.self = loop;
+        return loop;
+      },
+      false,
+    ],
+  ])('tells %s: %s', (_name, make, hides) => {
+    expect(hidesState(make())).toBe(hides);
   });
 });

@@ -1,5 +1,13 @@
 import { isDeepStrictEqual } from 'node:util';
-import { isJsonCycle, readGraph, writeGraph } from './typed-graph.js';
+import vm from 'node:vm';
+import {
+  builtInPrototype,
+  classBelow,
+  isJsonCycle,
+  isNativePrototype,
+  readGraph,
+  writeGraph,
+} from './typed-graph.js';
 
 /** Written, stored as JSON text and read back, as the store does. */
 const back = (value: unknown) =>
@@ -136,5 +144,138 @@ describe('an error', () => {
     ['a plain typed array', () => new Uint8Array(2), false],
   ])('says %s is lost (%s)', (_name, make, lost) => {
     expect(writeGraph({ value: make() }).lost).toBe(lost);
+  });
+});
+
+describe('a toJSON(), called once at each place as JSON calls it', () => {
+  /** Counts its calls; spread, its result holds a `toJSON` of its own (adversary 105). */
+  const spread = () => {
+    const counted = { calls: 0 };
+    const price = {
+      amount: 5,
+      toJSON(this: Record<string, unknown>): unknown {
+        counted.calls += 1;
+        return { ...this, display: '€5' };
+      },
+    };
+    return { counted, price };
+  };
+
+  class Currency {
+    constructor(readonly code: string) {}
+    toJSON(): unknown {
+      return this;
+    }
+  }
+
+  it.each<[string, () => unknown, unknown]>([
+    [
+      'a spread copy of itself, its own toJSON left out',
+      () => spread().price,
+      { amount: 5, display: '€5' },
+    ],
+    ['itself (`return this`), as its own data', () => new Currency('EUR'), { code: 'EUR' }],
+    ['a primitive', () => ({ toJSON: () => '5.00' }), '5.00'],
+    [
+      'an object with a toJSON() of its own, not called',
+      () => ({ toJSON: () => ({ toJSON: () => 'no', a: 1 }) }),
+      { a: 1 },
+    ],
+  ])('writes %s as JSON does', (_name, make, json) => {
+    const value = make();
+    expect(JSON.parse(JSON.stringify({ value })) as unknown).toStrictEqual({ value: json });
+    expect(readGraph(writeGraph({ value }).graph)).toStrictEqual({ value: json });
+  });
+
+  it('calls a spread toJSON() once, as JSON.stringify does', () => {
+    const { counted, price } = spread();
+    const written = writeGraph({ price });
+    expect(counted.calls).toBe(1);
+    expect(written.lost).toBe(true);
+  });
+
+  it('writes one object whose toJSON() gives itself at any number of places', () => {
+    const currency = new Currency('EUR');
+    const rows = Array.from({ length: 1001 }, () => ({ currency }));
+    expect(readGraph(writeGraph({ rows }).graph)).toStrictEqual({
+      rows: rows.map(() => ({ currency: { code: 'EUR' } })),
+    });
+  });
+});
+
+describe('a subclass of a built-in', () => {
+  class BusinessDay extends Date {
+    get isoDay(): string {
+      return this.toISOString().slice(0, 10);
+    }
+  }
+  class PlainDay extends Date {}
+  class CardDeclined extends Error {
+    get retryable(): boolean {
+      return true;
+    }
+  }
+  class Lines extends Array<number> {
+    total(): number {
+      return 0;
+    }
+  }
+  class Tags extends Set<string> {
+    has2(): boolean {
+      return false;
+    }
+  }
+  class Index extends Map<string, number> {
+    first(): number {
+      return 0;
+    }
+  }
+  class Declined extends TypeError {}
+
+  it.each<[string, () => object, object | undefined, 'none' | 'plain' | 'members']>([
+    ['a Date', () => new Date(0), Date.prototype, 'none'],
+    ['a Date subclass with a getter', () => new BusinessDay(0), Date.prototype, 'members'],
+    ['a Date subclass with nothing more', () => new PlainDay(0), Date.prototype, 'plain'],
+    ['an Error subclass with a getter', () => new CardDeclined('x'), Error.prototype, 'members'],
+    ['a TypeError subclass', () => new Declined('x'), TypeError.prototype, 'plain'],
+    ['a TypeError', () => new TypeError('x'), TypeError.prototype, 'none'],
+    ['an array', () => [1], Array.prototype, 'none'],
+    ['an Array subclass with a method', () => Lines.from([1]), Array.prototype, 'members'],
+    ['a Set subclass with a method', () => new Tags(), Set.prototype, 'members'],
+    ['a Map subclass with a method', () => new Index(), Map.prototype, 'members'],
+    ['a Buffer', () => Buffer.from('x'), Buffer.prototype, 'none'],
+    ['a URL', () => new URL('http://x/'), URL.prototype, 'none'],
+    ['a typed array', () => new Uint8Array(1), Uint8Array.prototype, 'none'],
+  ])('tells %s: written as its built-in, classes below it %s', (_name, make, base, below) => {
+    const value = make();
+    expect(builtInPrototype(value)).toBe(base);
+    expect(classBelow(value, base ?? Object.prototype)).toBe(below);
+  });
+
+  it.each<[string, () => object, boolean, boolean]>([
+    ['a Date subclass with a getter', () => new BusinessDay(0), false, true],
+    ['a Date subclass with nothing more', () => new PlainDay(0), false, false],
+    ['an Error subclass with a getter', () => new CardDeclined('x'), false, true],
+    ['an Array subclass with a method', () => Lines.from([1]), false, true],
+    ['a Set subclass with a method', () => new Tags(), false, true],
+    ['a Map subclass with a method', () => new Index(), false, true],
+    ['a bare Date', () => new Date(0), true, false],
+  ])('writes %s as its built-in (exact: %s, lost: %s)', (_name, make, exact, lost) => {
+    const notes = { lost: [] as unknown[], left: [] as unknown[] };
+    const written = writeGraph(
+      { value: make() },
+      { lost: (key) => notes.lost.push(key), left: (key) => notes.left.push(key) },
+    );
+    expect(written.exact).toBe(exact);
+    expect(written.lost).toBe(lost);
+    expect(notes.lost).toEqual(lost ? ['value'] : []);
+  });
+
+  it("tells another realm's built-in from an app's subclass", () => {
+    const sandboxed = vm.runInNewContext('[new Date(0), [1], new Map()]') as object[];
+    for (const value of sandboxed) {
+      expect(classBelow(value, Object.prototype)).toBe('none');
+      expect(isNativePrototype(Object.getPrototypeOf(value) as object)).toBe(true);
+    }
   });
 });

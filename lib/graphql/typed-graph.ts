@@ -173,16 +173,21 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
     if (item === null) return null;
     let target = item as object;
     // As JSON writes it (a Decimal as its digits, a Luxon DateTime as its string): a loss.
-    // Called at each place, as JSON does; one that gives itself again without end (a cycle
-    // through `toJSON()`, which JSON refuses) throws, and its member is left out.
-    // Only a call giving an object is counted: a primitive (a Decimal's digits, a Money's
-    // string) ends the chain, so one such object shared by any number of places is no cycle
-    // (adversary 104: 1,001 rows at one price were taken for one).
-    while (hasOwnToJson(target)) {
+    // Called once at each place, as JSON does (`SerializeJSONProperty`): never on what it
+    // gives, which is written as it is (its own `toJSON`, copied by `{ ...this }`, is a
+    // function and left out; `return this` is the object's own data): adversary 105, where
+    // calling it again on a spread copy made a new object each time, without end.
+    if (hasOwnToJson(target)) {
       losing();
       const json = (target as { toJSON: () => unknown }).toJSON();
       if (typeof json !== 'object' || json === null) return cell(json);
-      if (isJsonCycle(jsonCalls, target)) throw new Error('a cycle through toJSON()');
+      // A new object each time that holds `target` again (`{ again: this }`, which JSON
+      // refuses) is a cycle past `MAX_JSON_CALLS`; one already written (`return this`, a
+      // shared value) leads nowhere new. Only a call giving an object is counted: a primitive
+      // (a Decimal's digits) ends the chain, so a shared one is no cycle (adversary 104).
+      if (!indexes.has(json) && isJsonCycle(jsonCalls, target)) {
+        throw new Error('a cycle through toJSON()');
+      }
       target = json;
     }
     let index = indexes.get(target);
@@ -250,6 +255,15 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
     drain();
   }
   function node(of: object): unknown[] {
+    // An app's subclass of the built-in (`class BusinessDay extends Date { get isoDay() }`)
+    // comes back the bare built-in: never exact, and its class's members a loss, said as for
+    // any other class (adversary 105: said of no member, and a Date subclass called exact).
+    const base = builtInPrototype(of);
+    if (base !== undefined) {
+      const below = classBelow(of, base);
+      if (below !== 'none') exact = false;
+      if (below === 'members') losing();
+    }
     if (Array.isArray(of)) {
       const items: Cell[] = [];
       for (let i = 0; i < of.length; i += 1) {
@@ -439,6 +453,61 @@ function typedArrayName(value: object): string | undefined {
 function hasOwnToJson(value: object): boolean {
   if (value instanceof Date || Buffer.isBuffer(value) || value instanceof URL) return false;
   return typeof (value as { toJSON?: unknown }).toJSON === 'function';
+}
+
+/**
+ * The prototype of the built-in `value` is written as (its node's kind), or `undefined` for an
+ * object written as its own data. An error's is the nearest standard one's (`ERRORS`).
+ */
+export function builtInPrototype(value: object): object | undefined {
+  if (Array.isArray(value)) return Array.prototype;
+  if (value instanceof Map) return Map.prototype;
+  if (value instanceof Set) return Set.prototype;
+  if (value instanceof Date) return Date.prototype;
+  if (value instanceof RegExp) return RegExp.prototype;
+  if (value instanceof URL) return URL.prototype;
+  if (Buffer.isBuffer(value)) return Buffer.prototype;
+  const typedName = typedArrayName(value);
+  if (typedName) return TYPED_ARRAYS[typedName].prototype;
+  if (!(value instanceof Error)) return undefined;
+  const standard = new Set<object>(Object.values(ERRORS).map((made) => made.prototype as object));
+  let prototype = Object.getPrototypeOf(value) as object | null;
+  while (prototype && !standard.has(prototype)) {
+    prototype = Object.getPrototypeOf(prototype) as object | null;
+  }
+  return prototype ?? Error.prototype;
+}
+
+/**
+ * What the classes between `value` and the built-in prototype `base` add: `'none'` where
+ * there are none (it is the built-in itself), `'plain'` where they add no method nor getter
+ * (a copy of its data is all it was, but not of its class), `'members'` where they do (lost
+ * on a copy). A prototype of another realm's built-in (its constructor native code, as a
+ * Jest sandbox's `Array`) stops the walk as `base` does: it is no app's class.
+ */
+export function classBelow(value: object, base: object): 'none' | 'plain' | 'members' {
+  let below: 'none' | 'plain' | 'members' = 'none';
+  for (
+    let prototype = Object.getPrototypeOf(value) as object | null;
+    prototype && prototype !== base && !isNativePrototype(prototype);
+    prototype = Object.getPrototypeOf(prototype) as object | null
+  ) {
+    if (Object.getOwnPropertyNames(prototype).some((name) => name !== 'constructor')) {
+      return 'members';
+    }
+    below = 'plain';
+  }
+  return below;
+}
+
+/** A prototype whose constructor is the engine's own (`Array`, another realm's `Date`). */
+export function isNativePrototype(prototype: object): boolean {
+  if (!Object.prototype.hasOwnProperty.call(prototype, 'constructor')) return false;
+  const made = (prototype as { constructor: unknown }).constructor;
+  return (
+    typeof made === 'function' &&
+    /\{\s*\[native code\]\s*\}\s*$/.test(Function.prototype.toString.call(made))
+  );
 }
 
 /** The methods and getters of its class (and of its parents): a plain copy has none. */

@@ -221,6 +221,24 @@ describe('adversary 105: a private-field value object taken for the same after i
       ),
     );
 
+  // First: the log says a type's loss once per process, and the UTC control's value (told
+  // apart from its parsed copy no better: its state is as hidden) now says the same line
+  // (fixer, 2026-12-07: moved, its assertions unchanged).
+  it('a replay reads the zone the first answer read, or the log says it does not', async () => {
+    const warn = jest.spyOn(Logger.prototype, 'warn');
+    try {
+      const query = 'mutation { book(zone: "Europe/Paris") { id startsAt zone } }';
+      const first = await post('adv105-private-paris', query);
+      const again = await post('adv105-private-paris', query);
+      expect(first.body.data.book.zone).toBe('Europe/Paris');
+      // eslint-disable-next-line no-console
+      console.log('PRIVATE', first.text, again.text, told(warn.mock.calls, 'Meeting'));
+      if (!told(warn.mock.calls, 'Meeting')) expect(again.body.data).toEqual(first.body.data);
+    } finally {
+      warn.mockRestore();
+    }
+  });
+
   it('control: a value in UTC (parseValue gives it back) replays the same answer', async () => {
     const query = 'mutation { book(zone: "UTC") { id startsAt zone } }';
     const first = await post('adv105-private-utc', query);
@@ -235,21 +253,6 @@ describe('adversary 105: a private-field value object taken for the same after i
       const first = await post('adv105-private-open', 'mutation { bookOpen { id startsAt zone } }');
       expect(first.body.data.bookOpen.zone).toBe('Europe/Paris');
       expect(told(warn.mock.calls, 'OpenMeeting')).toBe(true);
-    } finally {
-      warn.mockRestore();
-    }
-  });
-
-  it.skip('a replay reads the zone the first answer read, or the log says it does not (Not fixed (round 105): found by review)', async () => {
-    const warn = jest.spyOn(Logger.prototype, 'warn');
-    try {
-      const query = 'mutation { book(zone: "Europe/Paris") { id startsAt zone } }';
-      const first = await post('adv105-private-paris', query);
-      const again = await post('adv105-private-paris', query);
-      expect(first.body.data.book.zone).toBe('Europe/Paris');
-      // eslint-disable-next-line no-console
-      console.log('PRIVATE', first.text, again.text, told(warn.mock.calls, 'Meeting'));
-      if (!told(warn.mock.calls, 'Meeting')) expect(again.body.data).toEqual(first.body.data);
     } finally {
       warn.mockRestore();
     }

@@ -218,7 +218,7 @@ describe('adversary 105: a subclass of a built-in loses its getters on a replay,
     expect(again.body.data).toEqual(first.body.data);
   });
 
-  it.skip('an Error or a Date subclass getter replays the same, or the log says it does not (Not fixed (round 105): found by review)', async () => {
+  it('an Error or a Date subclass getter replays the same, or the log says it does not', async () => {
     const warn = jest.spyOn(Logger.prototype, 'warn');
     try {
       const query = 'mutation { pay { id retryableByGetter } }';

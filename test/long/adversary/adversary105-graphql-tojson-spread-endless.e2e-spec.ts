@@ -182,7 +182,7 @@ describe('adversary 105: a toJSON() that spreads itself is called without end', 
     expect(calls).toBeLessThanOrEqual(2);
   });
 
-  it.skip('the spread toJSON() is called as JSON calls it, not without end (Not fixed (round 105): found by review)', async () => {
+  it('the spread toJSON() is called as JSON calls it, not without end', async () => {
     calls = 0;
     const query = 'mutation { order { id amount } }';
     const first = await post('adv105-tojson-spread', query);
