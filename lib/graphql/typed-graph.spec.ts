@@ -5,6 +5,7 @@ import {
   classBelow,
   isJsonCycle,
   isNativePrototype,
+  type JsonLinks,
   readGraph,
   writeGraph,
 } from './typed-graph.js';
@@ -105,14 +106,45 @@ describe('writeGraph and readGraph', () => {
 });
 
 describe('isJsonCycle', () => {
-  it.each([
-    ['the first call', 0, false],
-    ['the 1,000th call', 999, false],
-    ['the 1,001st call', 1000, true],
-  ])('%s giving an object', (_name, before, cycle) => {
-    const target = {};
-    const calls = new Map<object, number>([[target, before]]);
-    expect(isJsonCycle(calls, target)).toBe(cycle);
+  const target = {};
+  const other = {};
+  /** Node 0 the root; each of `made` a node a `toJSON()` gave, inside the one before it. */
+  const chain = (made: object[]): JsonLinks => ({
+    madeBy: [undefined, ...made],
+    nearest: [-1, ...made.map((_, i) => i + 1)],
+    up: [-1, ...made.map((_, i) => (i === 0 ? -1 : i))],
+  });
+  const deep = Array.from({ length: 1000 }, () => other);
+
+  it.each<[string, JsonLinks, number, boolean]>([
+    ['at the root', chain([]), 0, false],
+    ['inside what its own toJSON() gave', chain([target]), 1, true],
+    ['inside what it gave, under another', chain([target, other]), 2, true],
+    ['inside what another gave only', chain([other]), 1, false],
+    ['under 999 objects toJSON()s gave', chain(deep.slice(1)), 999, false],
+    ['under 1,000 objects toJSON()s gave', chain(deep), 1000, true],
+    [
+      'in a plain node under what it gave',
+      { madeBy: [undefined, target, undefined], nearest: [-1, 1, 1], up: [-1, -1, -1] },
+      2,
+      true,
+    ],
+    [
+      'beside what it gave (another place of the root)',
+      { madeBy: [undefined, target, undefined], nearest: [-1, 1, -1], up: [-1, -1, -1] },
+      2,
+      false,
+    ],
+  ])('calling a toJSON() %s', (_name, links, at, cycle) => {
+    expect(isJsonCycle(target, at, links)).toBe(cycle);
+  });
+
+  it('writes one object whose toJSON() gives a new object at any number of places', () => {
+    const price = { amount: 5, toJSON: (): unknown => ({ amount: 5 }) };
+    const rows = Array.from({ length: 1001 }, () => ({ price }));
+    expect(readGraph(writeGraph({ rows }).graph)).toStrictEqual({
+      rows: rows.map(() => ({ price: { amount: 5 } })),
+    });
   });
 
   it('writes one shared object whose toJSON() gives a primitive at any number of places', () => {

@@ -76,18 +76,37 @@ function isLeftOut(item: unknown): boolean {
   return typeof item === 'function' || (typeof item === 'symbol' && !Symbol.keyFor(item));
 }
 
-/** Calls of one object's `toJSON()` giving an object, past which it is taken for a cycle. */
-const MAX_JSON_CALLS = 1000;
+/** Objects given by `toJSON()`s one inside another, past which they are taken for a cycle. */
+const MAX_JSON_DEPTH = 1000;
 
 /**
- * Counts one call of `target`'s `toJSON()` that gave an object, and tells whether it is past
- * `MAX_JSON_CALLS`: each call gives a new object holding `target` again without end. One
- * giving a primitive is never counted (it cannot lead back), so a shared value is no cycle.
+ * Where each node of a graph being written came from, for `isJsonCycle`: by index, the target
+ * whose `toJSON()` gave its object (none for another object), the nearest node at or above it
+ * (by the place it was first reached from) that a `toJSON()` gave (-1 for none), and, for
+ * such a node, the nearest one above the place it was given at.
  */
-export function isJsonCycle(calls: Map<object, number>, target: object): boolean {
-  const count = (calls.get(target) ?? 0) + 1;
-  calls.set(target, count);
-  return count > MAX_JSON_CALLS;
+export interface JsonLinks {
+  madeBy: (object | undefined)[];
+  nearest: number[];
+  up: number[];
+}
+
+/**
+ * Whether calling `target`'s `toJSON()` at a place in node `at` goes round: an object a
+ * `toJSON()` of `target` gave holds that place (`toJSON() { return { again: this } }`: each
+ * call a new object holding `target` again, without end; JSON.stringify overflows its stack),
+ * or `MAX_JSON_DEPTH` such objects are one inside another. A `toJSON()` called at any number
+ * of places side by side (one price shared by 1,001 rows, adversary 104), or giving an object
+ * already written (`return this`, adversary 105), never is.
+ */
+export function isJsonCycle(target: object, at: number, links: JsonLinks): boolean {
+  let depth = 0;
+  for (let node = links.nearest[at] ?? -1; node !== -1; node = links.up[node] ?? -1) {
+    if (links.madeBy[node] === target) return true;
+    depth += 1;
+    if (depth >= MAX_JSON_DEPTH) return true;
+  }
+  return false;
 }
 
 /** An object whose prototype is `Object.prototype` or none. */
@@ -132,7 +151,9 @@ export interface MemberNotes {
 export function writeGraph(value: unknown, notes?: MemberNotes): Written {
   const nodes: unknown[] = [null];
   const indexes = new Map<object, number>();
-  const jsonCalls = new Map<object, number>();
+  const links: JsonLinks = { madeBy: [undefined], nearest: [-1], up: [-1] };
+  /** The node being written, whose cells `cell()` writes. */
+  let at = 0;
   // Walked by `head`, never by `shift()`, which moves every entry left: quadratic over a
   // wide parent's thousands of rows (adversary 104).
   const queue: { value: object; index: number }[] = [];
@@ -172,6 +193,8 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
     }
     if (item === null) return null;
     let target = item as object;
+    /** The target whose `toJSON()` gave `target`, where it is new. */
+    let madeBy: object | undefined;
     // As JSON writes it (a Decimal as its digits, a Luxon DateTime as its string): a loss.
     // Called once at each place, as JSON does (`SerializeJSONProperty`): never on what it
     // gives, which is written as it is (its own `toJSON`, copied by `{ ...this }`, is a
@@ -181,12 +204,11 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
       losing();
       const json = (target as { toJSON: () => unknown }).toJSON();
       if (typeof json !== 'object' || json === null) return cell(json);
-      // A new object each time that holds `target` again (`{ again: this }`, which JSON
-      // refuses) is a cycle past `MAX_JSON_CALLS`; one already written (`return this`, a
-      // shared value) leads nowhere new. Only a call giving an object is counted: a primitive
-      // (a Decimal's digits) ends the chain, so a shared one is no cycle (adversary 104).
-      if (!indexes.has(json) && isJsonCycle(jsonCalls, target)) {
-        throw new Error('a cycle through toJSON()');
+      // A new object each time that holds `target` again is a cycle, JSON's own refusal;
+      // one already written (`return this`, a shared value) leads nowhere new.
+      if (!indexes.has(json)) {
+        if (isJsonCycle(target, at, links)) throw new Error('a cycle through toJSON()');
+        madeBy = target;
       }
       target = json;
     }
@@ -196,6 +218,9 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
       nodes.push(null);
       indexes.set(target, index);
       queue.push({ value: target, index });
+      links.madeBy[index] = madeBy;
+      links.nearest[index] = madeBy ? index : (links.nearest[at] ?? -1);
+      links.up[index] = madeBy ? (links.nearest[at] ?? -1) : -1;
     }
     return ['@', index];
   };
@@ -213,6 +238,7 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
     while (head < queue.length) {
       const next = queue[head];
       head += 1;
+      at = next.index;
       nodes[next.index] = node(next.value);
     }
     queue.length = 0;
@@ -228,6 +254,7 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
     };
     for (const { key, written } of ownKeys(value, () => false, losingKey)) {
       member = key;
+      at = 0;
       const before = nodes.length;
       try {
         const item = (value as Record<string | symbol, unknown>)[key];
@@ -243,6 +270,7 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
         queue.length = 0;
         head = 0;
         nodes.length = before;
+        for (const list of [links.madeBy, links.nearest, links.up]) list.length = before;
         for (const [object, index] of indexes) if (index >= before) indexes.delete(object);
         notes?.left(key);
       }

@@ -20,6 +20,16 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): lib/graphql/same-data.ts `sameData` never calls two values
+ * the same where either `hidesState` (new, pure, walked without recursion): holds an object of
+ * an app's class (or a built-in's subclass, or a Promise) with no own enumerable member,
+ * whose state `isDeepStrictEqual` cannot see; one value is still the same as itself. Such a
+ * field's value is then not "same" as its scalar-parsed copy, is no exact copy either
+ * (`keepsExactly`: a class instance), and is named as lost in the log at the first answer.
+ * The case that says so was moved before the UTC control (its assertions unchanged): the log
+ * says a type's loss once per process, and the UTC control's value, hidden alike, says the
+ * same line. Specs: lib/graphql/same-data.spec.ts (`sameData`, `hidesState`).
+ *
  * Adversary 105 (graphql): a field's value is a value object whose state is in private class
  * fields (`#zone`, `#epochMs`: a Temporal-like `ZonedDateTime`, a DDD `Money`), written by its
  * custom scalar in a form that drops part of it (an instant as UTC ISO, without its zone). The

@@ -18,6 +18,15 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): lib/graphql/typed-graph.ts `node()` asks, for every object
+ * written as a built-in (an array, a Map, a Set, a Date, a RegExp, a URL, a Buffer, a typed
+ * array, an error), what the classes between it and the built-in's prototype add
+ * (`builtInPrototype`, `classBelow`, new and pure; another realm's built-in is no subclass): a
+ * subclass is never exact (`keepsExactly` of a Date subclass is false), and one whose class
+ * has methods or getters is a loss, named in the log as for any other class; the built-in's
+ * data is written as before. Specs: lib/graphql/typed-graph.spec.ts ("a subclass of a
+ * built-in").
+ *
  * Adversary 105 (graphql): an instance of an app's subclass of a built-in (an `Error` subclass
  * with a getter, `class CardDeclined extends Error { get retryable() }`; a `Date` subclass
  * `class BusinessDay extends Date { get isoDay() }`; likewise an `Array`/`Map`/`Set` subclass)

@@ -17,6 +17,15 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): lib/graphql/typed-graph.ts `writeGraph`'s `cell()` calls an
+ * object's `toJSON()` once at each place, as JSON does (`SerializeJSONProperty`), and writes
+ * what it gives as it is, never calling the result's `toJSON()` (a spread copy's own `toJSON`
+ * is a function member, left out as JSON leaves it out); the cycle guard (`isJsonCycle`) no
+ * longer counts one object's calls (1,001 rows sharing a spread price were a "cycle") but
+ * asks whether the place is inside an object that the same `toJSON()` gave. `keepsExactly` and `sameData`'s fallback write through the
+ * same `cell()`. Specs: lib/graphql/typed-graph.spec.ts ("a toJSON(), called once at each
+ * place as JSON calls it").
+ *
  * Adversary 105 (graphql): an object literal with a `toJSON()` that spreads itself (`toJSON()
  * { return { ...this, display: '€5' } }`, a common way to add a computed member to the JSON)
  * kept in a mutation value's own data (not a field) makes the typed graph's write loop for

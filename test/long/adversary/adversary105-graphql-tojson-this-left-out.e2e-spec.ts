@@ -18,6 +18,13 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): same root cause as tojson-spread-endless: lib/graphql/
+ * typed-graph.ts `cell()` calls `toJSON()` once and writes what it gives as its own data; a
+ * `toJSON()` giving the object itself is written as its own members (its class still said
+ * lost in the log, as for any class with methods), never taken for a cycle (an object already
+ * written leads nowhere new; the guard asks only whether the place is inside an object the
+ * same `toJSON()` gave). Specs: lib/graphql/typed-graph.spec.ts.
+ *
  * Adversary 105 (graphql): an object whose `toJSON()` gives the object itself (`toJSON() {
  * return this }`: a subclass opting out of a base entity's `toJSON()` that would hide
  * columns, or a value object saying "write me as my data") is taken for "a cycle through
