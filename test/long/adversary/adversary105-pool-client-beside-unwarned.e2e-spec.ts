@@ -67,7 +67,7 @@ class OrdersController {
 
 describe('adversary 105 pool: a pg.Client beside the pool commits apart unwarned', () => {
   let fixture: PoolApp;
-  let warn: ReturnType<typeof jest.spyOn<Logger, 'warn'>>;
+  let warn: jest.SpiedFunction<Logger['warn']>;
 
   beforeAll(async () => {
     @Module({
