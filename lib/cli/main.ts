@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { createInterface } from 'node:readline/promises';
 import pg from 'pg';
+import { LIBRARY_TYPES } from '../connection/library-types.js';
 import { IDEMPOTENCY_MIGRATIONS } from '../migrations.js';
 import { type Command, parseCommand, USAGE, UsageError } from './args.js';
 import {
@@ -36,6 +37,8 @@ async function connect(url: string): Promise<pg.Client> {
     connectionTimeoutMillis: 10_000,
     query_timeout: 30_000,
     application_name: 'nestjs-idempotency-pg',
+    // The library's parsers, whatever a module loaded with the CLI set on `pg.types`.
+    types: LIBRARY_TYPES,
   });
   try {
     await client.connect();

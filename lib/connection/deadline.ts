@@ -6,6 +6,7 @@ import {
   markDatabaseFailure,
 } from './connection-errors.js';
 import { connectOwn } from './own-connection.js';
+import { withLibraryTypes } from './library-types.js';
 
 export { DatabaseDeadlineError } from './connection-errors.js';
 
@@ -147,10 +148,13 @@ export async function queryWithDeadline<R extends pg.QueryResultRow>(
   timeoutMs: number,
   { commits = false, late, send }: StatementDeadline<R> = {},
 ): Promise<pg.QueryResult<R>> {
-  const running = (send ? send() : client.query<R>(config)).catch(async (error: unknown) => {
-    if (error instanceof Error && isServerError(error)) await sessionPast(client);
-    throw asDatabaseFailure(error);
-  });
+  // The library's parsers, never the app's (see `library-types.ts`).
+  const running = (send ? send() : client.query<R>(withLibraryTypes(config))).catch(
+    async (error: unknown) => {
+      if (error instanceof Error && isServerError(error)) await sessionPast(client);
+      throw asDatabaseFailure(error);
+    },
+  );
   return withDeadline(running, timeoutMs, `statement ${config.name ?? ''}`, () => {
     if (late) void running.then(late, () => undefined);
     return commits ? undefined : cancelled(client, running);

@@ -1,6 +1,7 @@
 import pg, { type PoolClient, type QueryConfig, type QueryResult } from 'pg';
 import { asDatabaseFailure } from './connection-errors.js';
 import { withDeadline } from './deadline.js';
+import { withLibraryTypes } from './library-types.js';
 
 /**
  * The role, session authorization and search path the library's own statements run with
@@ -392,8 +393,9 @@ export function runSurrounded(
   surround: { before?: string[]; after?: string[] },
 ): Promise<QueryResult> {
   const done = new Promise<QueryResult>((resolve, reject) => {
+    // A statement of the library's own: read with its parsers (see `library-types.ts`).
     const query = new SurroundedQuery(
-      statement,
+      withLibraryTypes(statement),
       surround.before ?? [],
       surround.after ?? [],
       (error, result) => (error ? reject(asDatabaseFailure(error)) : resolve(result!)),

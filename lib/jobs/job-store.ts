@@ -1,4 +1,5 @@
 import { dbIndex, redisDbOf } from './redis-db.js';
+import { withLibraryTypes } from '../connection/library-types.js';
 
 /**
  * Where a job's queue keeps its jobs, as part of their key's tenant (lib/jobs/job-key.ts
@@ -74,7 +75,7 @@ export function redisClientStoreOf(client: unknown): JobStore {
 
 /** What the library asks of a pool of the app's (pg's `Pool.query`). */
 export interface QueryablePool {
-  query(text: string): Promise<{ rows: unknown[] }>;
+  query(config: { text: string; types?: object }): Promise<{ rows: unknown[] }>;
 }
 
 /**
@@ -179,7 +180,7 @@ const poolSchemas = new WeakMap<object, Promise<string | null>>();
 export function searchPathSchema(pool: QueryablePool): Promise<string | null> {
   let asked = poolSchemas.get(pool);
   if (!asked) {
-    asked = pool.query(SEARCH_PATH_SCHEMA_SQL).then(({ rows }) => {
+    asked = pool.query(withLibraryTypes({ text: SEARCH_PATH_SCHEMA_SQL })).then(({ rows }) => {
       const schema = (rows[0] as { schema?: unknown } | undefined)?.schema;
       return typeof schema === 'string' && schema !== '' ? schema : null;
     });

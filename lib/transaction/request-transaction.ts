@@ -17,6 +17,7 @@ import {
 } from '../connection/connection-errors.js';
 import { acquire, cancelled, queryWithDeadline, withDeadline } from '../connection/deadline.js';
 import { libraryStatement, pinnedText } from '../connection/library-path.js';
+import { withLibraryTypes } from '../connection/library-types.js';
 import {
   answersSameAsked,
   type CancelAsked,
@@ -1243,7 +1244,9 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
     const client = await this.opening!;
     await this.beginning;
     const { rows } = await withDeadline(
-      client.query<{ level: string }>(`SELECT current_setting('transaction_isolation') AS level`),
+      client.query<{ level: string }>(
+        withLibraryTypes({ text: `SELECT current_setting('transaction_isolation') AS level` }),
+      ),
       this.timeoutMs,
       'reading the isolation level',
     );
@@ -1469,9 +1472,11 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
           // The session's state kept with it, as `beginWith` does (see `session-state.ts`);
           // above READ COMMITTED, the claim's row held by the transaction (`holdAtBegin`).
           client.query(
-            [this.beginText(), CAPTURE_SESSION_STATE, this.heldAtBegin(client)]
-              .filter(Boolean)
-              .join('; '),
+            withLibraryTypes({
+              text: [this.beginText(), CAPTURE_SESSION_STATE, this.heldAtBegin(client)]
+                .filter(Boolean)
+                .join('; '),
+            }),
           ),
           this.timeoutMs,
           'BEGIN',

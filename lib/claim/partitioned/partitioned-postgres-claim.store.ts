@@ -8,6 +8,7 @@ import { type StoreDatabase, type Statement } from '../../shapes/store-database.
 import { type ClaimRow, type LateRows, PostgresClaimStore } from '../postgres-claim.store.js';
 import { isNoPartitionError } from './layout-errors.js';
 import { pinSearchPath } from '../../connection/session-state.js';
+import { withLibraryTypes } from '../../connection/library-types.js';
 import { coverageAction, expirySteps, type PartitionInfo } from './partition-schedule.js';
 import {
   CARRY_FORWARD,
@@ -181,8 +182,10 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
   /** One instance at a time (a session lock; the others skip): the steps of `expirySteps`. */
   private async expire(client: PoolClient, retentionMs: number): Promise<void> {
     const { rows } = await client.query<{ locked: boolean }>(
-      'SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS locked',
-      [EXPIRY_LOCK],
+      withLibraryTypes({
+        text: 'SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS locked',
+        values: [EXPIRY_LOCK],
+      }),
     );
     if (!rows[0].locked) return;
     // The library's search path for the session's statements here (not the one a pooled
@@ -192,14 +195,16 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
       path === undefined
         ? { rows: [] }
         : await client.query<{ path: string }>(
-            "SELECT current_setting('search_path') AS path, set_config('search_path', $1, false)",
-            [path],
+            withLibraryTypes({
+              text: "SELECT current_setting('search_path') AS path, set_config('search_path', $1, false)",
+              values: [path],
+            }),
           );
     try {
       await client.query(`SET statement_timeout = ${MAINTENANCE_STATEMENT_TIMEOUT_MS}`);
       const [{ rows: partitions }, { rows: clock }] = await Promise.all([
-        client.query<PartitionRow>(LIST_PARTITIONS),
-        client.query<{ now: Date }>('SELECT now()'),
+        client.query<PartitionRow>(withLibraryTypes({ text: LIST_PARTITIONS })),
+        client.query<{ now: Date }>(withLibraryTypes({ text: 'SELECT now()' })),
       ]);
       for (const step of expirySteps(partitions.map(toInfo), clock[0].now, retentionMs)) {
         if (step.kind === 'finalize') {
@@ -259,14 +264,20 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
   /** In a transaction: the first step of `expirySteps`, if the lock is free; whether it ran. */
   private async expireOne(client: PoolClient, retentionMs: number): Promise<boolean> {
     const { rows } = await client.query<{ locked: boolean }>(
-      'SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS locked',
-      [EXPIRY_LOCK],
+      withLibraryTypes({
+        text: 'SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS locked',
+        values: [EXPIRY_LOCK],
+      }),
     );
     if (!rows[0].locked) return false;
     await client.query(`SET LOCAL statement_timeout = ${MAINTENANCE_STATEMENT_TIMEOUT_MS}`);
     await client.query(`SET LOCAL lock_timeout = ${DETACH_LOCK_TIMEOUT_MS}`);
-    const { rows: partitions } = await client.query<PartitionRow>(LIST_PARTITIONS);
-    const { rows: clock } = await client.query<{ now: Date }>('SELECT now()');
+    const { rows: partitions } = await client.query<PartitionRow>(
+      withLibraryTypes({ text: LIST_PARTITIONS }),
+    );
+    const { rows: clock } = await client.query<{ now: Date }>(
+      withLibraryTypes({ text: 'SELECT now()' }),
+    );
     const [step] = expirySteps(partitions.map(toInfo), clock[0].now, retentionMs);
     if (step === undefined) return false;
     await client.query('LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE');

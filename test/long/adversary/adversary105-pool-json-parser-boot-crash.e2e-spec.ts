@@ -1,4 +1,14 @@
 /**
+ * Fixed (session of 2026-12-07): every statement of the library's own carries node-postgres' per-
+ * query `types` of its own (lib/connection/library-types.ts: fixed parsers for json, jsonb, bytea,
+ * bool, ints, floats, timestamps and arrays, the text for every other type), put on at the choke
+ * points (lib/connection/deadline.ts `queryWithDeadline`, lib/connection/session-state.ts
+ * `runSurrounded`, so `libraryStatement`, the claims, takeovers, fenced commits and the schema
+ * check; the BEGIN and level reads of lib/transaction/request-transaction.ts, the partitioned
+ * store's maintenance, the CLI's client, the jobs' schema read): neither a pool's `types` nor
+ * `pg.types.setTypeParser` reaches what the library reads; the app's own statements keep the app's
+ * parsers.
+ *
  * Adversary 105 (pool): a pool whose json type parser keeps json as text (`types` on the Pool's
  * config, or `pg.types.setTypeParser(114, …)`) cannot start the app: the library's schema check
  * reads its catalog rows (json) through the app's parser and dies on `found.columns.map is not a
@@ -114,7 +124,7 @@ describe('adversary 105 pool: a json type parser on the pool stops the app from 
     });
   }, 60_000);
 
-  it.skip('a json parser on the pool does not stop the app from starting (Not fixed (round 105): found by review)', async () => {
+  it('a json parser on the pool does not stop the app from starting', async () => {
     expect(await startAndPost('adv105_pool_json_raw', jsonAsText)).toEqual({
       started: true,
       first: 201,

@@ -1,4 +1,15 @@
 /**
+ * Fixed (session of 2026-12-07): every statement of the library's own carries node-postgres' per-
+ * query `types` of its own (lib/connection/library-types.ts: fixed parsers for json, jsonb, bytea,
+ * bool, ints, floats, timestamps and arrays, the text for every other type), put on at the choke
+ * points (lib/connection/deadline.ts `queryWithDeadline`, lib/connection/session-state.ts
+ * `runSurrounded`, so `libraryStatement`, the claims, takeovers, fenced commits and the schema
+ * check; the BEGIN and level reads of lib/transaction/request-transaction.ts, the partitioned
+ * store's maintenance, the CLI's client, the jobs' schema read): neither a pool's `types` nor
+ * `pg.types.setTypeParser` reaches what the library reads; the app's own statements keep the app's
+ * parsers. Cases added here for bytea (17) on the pool, and for jsonb and bytea set on the global
+ * registry.
+ *
  * Adversary 105 (pool): a pool whose jsonb type parser keeps jsonb as text (`types` on the Pool's
  * config, or `pg.types.setTypeParser(3802, …)`) answers every retry read from the database
  * with a bare 500: the stored answer is never replayed, and a reused key with another body gets
@@ -81,11 +92,23 @@ const jsonbAsText = {
       : (pg.types.getTypeParser as (o: number, f?: string) => unknown)(oid, format),
 };
 
+/** The app's override: bytea as the hex text PostgreSQL sent (the fingerprint, the body). */
+const byteaAsText = {
+  getTypeParser: (oid: number, format?: string) =>
+    oid === 17
+      ? (text: string) => text
+      : (pg.types.getTypeParser as (o: number, f?: string) => unknown)(oid, format),
+};
+
 describe('adversary 105 pool: a jsonb type parser on the pool turns every replay read from the database into a 500', () => {
   const plain: { pool?: Pool } = {};
   const raw: { pool?: Pool } = {};
   let plainApp: PoolApp;
   let rawApp: PoolApp;
+  const bytes: { pool?: Pool } = {};
+  const global: { pool?: Pool } = {};
+  let bytesApp: PoolApp;
+  let globalApp: PoolApp;
   const setup = async (owner: pg.Client) => {
     await owner.query(`CREATE TABLE orders (id bigserial PRIMARY KEY, sku text NOT NULL)`);
   };
@@ -109,11 +132,30 @@ describe('adversary 105 pool: a jsonb type parser on the pool turns every replay
       },
       setup,
     });
-  }, 90_000);
+    bytesApp = await startPoolApp('adv105_pool_bytea_replay_raw', {
+      module: moduleOf(bytes),
+      max: 4,
+      usePool: (started) => {
+        (started.options as { types?: unknown }).types = byteaAsText;
+        bytes.pool = started;
+      },
+      setup,
+    });
+    globalApp = await startPoolApp('adv105_pool_jsonb_replay_global', {
+      module: moduleOf(global),
+      max: 4,
+      usePool: (started) => {
+        global.pool = started;
+      },
+      setup,
+    });
+  }, 120_000);
 
   afterAll(async () => {
     await plainApp?.close();
     await rawApp?.close();
+    await bytesApp?.close();
+    await globalApp?.close();
   });
 
   async function createReplayReuse(fixture: PoolApp) {
@@ -144,12 +186,37 @@ describe('adversary 105 pool: a jsonb type parser on the pool turns every replay
     });
   }, 60_000);
 
-  it.skip('a jsonb parser on the pool does not stop the stored answer from being replayed (Not fixed (round 105): found by review)', async () => {
+  it('a jsonb parser on the pool does not stop the stored answer from being replayed', async () => {
     expect(await createReplayReuse(rawApp)).toEqual({
       first: '201 a',
       replayed: '201 a',
       reused: '422 key_mismatch',
       rows: 1,
     });
+  }, 60_000);
+
+  it('a bytea parser on the pool does not stop the stored answer from being replayed', async () => {
+    expect(await createReplayReuse(bytesApp)).toEqual({
+      first: '201 a',
+      replayed: '201 a',
+      reused: '422 key_mismatch',
+      rows: 1,
+    });
+  }, 60_000);
+
+  it('global parsers (pg.types.setTypeParser of jsonb and bytea) do not either', async () => {
+    const was = [3802, 17].map((oid) => [oid, pg.types.getTypeParser(oid, 'text')] as const);
+    pg.types.setTypeParser(3802, (text: string) => text);
+    pg.types.setTypeParser(17, (text: string) => text);
+    try {
+      expect(await createReplayReuse(globalApp)).toEqual({
+        first: '201 a',
+        replayed: '201 a',
+        reused: '422 key_mismatch',
+        rows: 1,
+      });
+    } finally {
+      for (const [oid, parser] of was) pg.types.setTypeParser(oid, parser);
+    }
   }, 60_000);
 });

@@ -1,4 +1,14 @@
 /**
+ * Fixed (session of 2026-12-07): every statement of the library's own carries node-postgres' per-
+ * query `types` of its own (lib/connection/library-types.ts: fixed parsers for json, jsonb, bytea,
+ * bool, ints, floats, timestamps and arrays, the text for every other type), put on at the choke
+ * points (lib/connection/deadline.ts `queryWithDeadline`, lib/connection/session-state.ts
+ * `runSurrounded`, so `libraryStatement`, the claims, takeovers, fenced commits and the schema
+ * check; the BEGIN and level reads of lib/transaction/request-transaction.ts, the partitioned
+ * store's maintenance, the CLI's client, the jobs' schema read): neither a pool's `types` nor
+ * `pg.types.setTypeParser` reaches what the library reads; the app's own statements keep the app's
+ * parsers.
+ *
  * Adversary 105 (pool): a pool whose jsonb type parser keeps jsonb as text (`types` on the
  * Pool's config, or `pg.types.setTypeParser(3802, …)`) makes a retry after a 503 run every
  * completed phase again: the library reads its own `phase_results` through the app's parser.
@@ -191,7 +201,7 @@ describe('adversary 105 pool: a jsonb type parser on the pool makes a retry run 
     expect(typeof rows[0].meta).toBe('string');
   });
 
-  it.skip('a jsonb parser on the pool does not make the retry run completed phases again (Not fixed (round 105): found by review)', async () => {
+  it('a jsonb parser on the pool does not make the retry run completed phases again', async () => {
     expect(await payTwice(rawApp, raw, 'raw-1')).toEqual({
       first: 503,
       retried: 201,
