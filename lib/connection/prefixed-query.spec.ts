@@ -1,4 +1,4 @@
-import { queryStatement } from './prefixed-query.js';
+import { apartStatement, queryStatement } from './prefixed-query.js';
 
 describe('queryStatement', () => {
   it.each<[string, unknown[], ReturnType<typeof queryStatement>]>([
@@ -29,5 +29,38 @@ describe('queryStatement', () => {
     ['no text', [{ values: [1] }], undefined],
   ])('%s', (_name, args, expected) => {
     expect(queryStatement(args)).toEqual(expected);
+  });
+});
+
+describe('apartStatement: a plain read as it runs apart (adversary 105)', () => {
+  it.each<[string, unknown[], ReturnType<typeof apartStatement>]>([
+    ['a text', ['SELECT 1'], { text: 'SELECT 1' }],
+    ['a config', [{ text: 'SELECT $1', values: [1] }], { text: 'SELECT $1', values: [1] }],
+    // The name dropped: the same text and values, parsed once on the connection apart.
+    [
+      "node-postgres' named config",
+      [{ name: 'get_item', text: 'SELECT $1', values: [1] }],
+      { text: 'SELECT $1', values: [1] },
+    ],
+    [
+      "Drizzle's prepared config and values",
+      [{ name: 'get_item', text: 'SELECT $1', rowMode: 'array' }, [1]],
+      { text: 'SELECT $1', values: [1], rowMode: 'array' },
+    ],
+    [
+      "Prisma's named config with types",
+      [{ name: 'p_0f', text: 'SELECT 1', rowMode: 'array', types: {} }],
+      { text: 'SELECT 1', rowMode: 'array', types: {} },
+    ],
+    // Still not carried.
+    ['a named cursor', [{ name: 'q', text: 'SELECT 1', submit: () => undefined }], undefined],
+    [
+      'a named config and a callback',
+      [{ name: 'q', text: 'SELECT 1' }, () => undefined],
+      undefined,
+    ],
+    ['no text', [{ name: 'q' }], undefined],
+  ])('%s', (_name, args, expected) => {
+    expect(apartStatement(args)).toEqual(expected);
   });
 });

@@ -156,3 +156,22 @@ export function queryStatement(args: unknown[]): QueryStatement | undefined {
     ...(query_timeout ? { query_timeout } : {}),
   };
 }
+
+/**
+ * The statement of a query's arguments as a read run apart sends it (see `readApart` of the
+ * pool seam): as `queryStatement`, and a named one (node-postgres' `{ name, text, values }`,
+ * Drizzle's `.prepare('x')`, Prisma's `statementNameGenerator`) without its name. The name
+ * only keeps the statement parsed on the connection that ran it; the connection apart runs it
+ * once, unnamed, behind the read-only prefix (a named statement's parse state is node-postgres'
+ * per connection, and would be marked by the prefix's completion: see `SurroundedQuery`). The
+ * same text and values read the same rows. Without it, a named read began the request's
+ * transaction, and the phase or the isolation level asked after it was refused (adversary 105).
+ */
+export function apartStatement(args: unknown[]): QueryStatement | undefined {
+  const [config, ...rest] = args;
+  if (typeof config !== 'object' || config === null || !('name' in config)) {
+    return queryStatement(args);
+  }
+  const { name: _name, ...unnamed } = config as { name?: unknown };
+  return queryStatement([unnamed, ...rest]);
+}

@@ -6,7 +6,7 @@ import { isReadOnlyError, isTransactionAbortedError } from '../connection/connec
 import { acquire, withDeadline } from '../connection/deadline.js';
 import { retriedTryRefusal } from '../transaction/handler-try.js';
 import { readOnly } from '../connection/read-only-query.js';
-import { queryStatement } from '../connection/prefixed-query.js';
+import { apartStatement } from '../connection/prefixed-query.js';
 import { isAboveReadCommitted } from '../transaction/isolation-level.js';
 import {
   CursorOpenRefusedError,
@@ -492,14 +492,15 @@ export class PoolTransaction extends RequestTransaction {
    * A plain read, run apart before the transaction opens, in a read-only transaction of its
    * round trip: whatever it calls that the text does not show (a view's function, a cast's, a
    * domain's check, an aggregate of the app's) cannot write there. One that would (25006) is
-   * undefined: it runs in the request's transaction, as a write does. A read whose arguments
-   * cannot be carried so (a named statement, a callback) is undefined too.
+   * undefined: it runs in the request's transaction, as a write does. A named read runs apart
+   * unnamed (`apartStatement`); one whose arguments cannot be carried so (a callback, a
+   * cursor) is undefined too.
    */
   private async readApart(
     args: unknown[],
     from: JoinedClient | null,
   ): Promise<{ result: QueryResult } | undefined> {
-    const statement = queryStatement(args);
+    const statement = apartStatement(args);
     if (!statement) return undefined;
     const client = await acquire(this.pool(), this.timeoutMs);
     // What PostgreSQL warns of as it reads is told on the view, as on its own connection.

@@ -1,4 +1,11 @@
 /**
+ * Fixed (session of 2026-12-07): a named plain read runs apart as an unnamed one does:
+ * lib/connection/prefixed-query.ts `apartStatement` (table in prefixed-query.spec.ts) carries a
+ * config with a `name` without it, and lib/data-layers/pool-transaction.ts `readApart` sends it so,
+ * on the connection apart behind the read-only prefix (parsed there once, unnamed: no per-
+ * connection prepared state to keep; the same text and values read the same rows). It no longer
+ * begins the request's transaction, so the phase after it runs.
+ *
  * Adversary 105 (pool): a plain read sent as a named prepared statement (Drizzle's
  * `.prepare('name')`, node-postgres' `{ name, text, values }`) before the first phase is not
  * run apart: it begins the request's transaction, and the phase after it is refused
@@ -163,7 +170,7 @@ describe('adversary 105 pool: a named plain read before a phase begins the reque
     expect(await buyTwice('unnamed')).toEqual({ first: 201, retried: 201, rows: 1 });
   }, 60_000);
 
-  it.skip('a named plain read before a phase runs apart as an unnamed one does (Not fixed (round 105): found by review)', async () => {
+  it('a named plain read before a phase runs apart as an unnamed one does', async () => {
     const prepared = await buyTwice('prepared');
     const pgNamed = await buyTwice('pg-named');
     const prismaNamed = await buyTwice('prisma');

@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-07): same root as adversary105-pool-named-read-before-phase-refused,
+ * confirmed: the named Prisma read began the request's transaction at READ COMMITTED.
+ * lib/connection/prefixed-query.ts `apartStatement` drops the name of a plain read run apart
+ * (lib/data-layers/pool-transaction.ts `readApart`), so the read runs apart and the `$transaction`
+ * begins SERIALIZABLE.
+ *
  * Adversary 105 (pool): with Prisma's statement cache (`new PrismaPg(pool, {
  * statementNameGenerator })`), a model read before `$transaction(fn, { isolationLevel:
  * 'Serializable' })` begins the request's transaction at READ COMMITTED, and the `$transaction`
@@ -140,7 +146,7 @@ describe('adversary 105 pool: a Prisma read with the statement cache makes a Ser
     });
   }, 60_000);
 
-  it.skip('with the statement cache the read still runs apart and the transaction is SERIALIZABLE (Not fixed (round 105): found by review)', async () => {
+  it('with the statement cache the read still runs apart and the transaction is SERIALIZABLE', async () => {
     expect({ ...(await bookTwice('cached')), refusals }).toEqual({
       first: '201 serializable',
       retried: '201 serializable',
