@@ -19,3 +19,17 @@ export function connectOwn(pool: Pool): Promise<PoolClient> {
   const connect = ownConnects.get(pool) ?? pool.connect;
   return (connect as () => Promise<PoolClient>).call(pool);
 }
+
+/** Clients the library connects itself (a host probe): never the app's, whatever they send. */
+const libraryClients = new WeakSet<object>();
+
+/** Marks `client` as the library's own (see `isLibraryClient`). */
+export function markLibraryClient<C extends object>(client: C): C {
+  libraryClients.add(client);
+  return client;
+}
+
+/** Whether the library connected `client` itself. */
+export function isLibraryClient(client: object): boolean {
+  return libraryClients.has(client);
+}

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { markLibraryClient } from './own-connection.js';
 import { type HostPort, parseConnectionString } from './connection-string.js';
 
 /** A libpq connection string that lists several hosts, read host by host. */
@@ -145,6 +146,7 @@ export function writableHostClient(
           connectionTimeoutMillis: timeout,
           query_timeout: timeout,
         });
+        markLibraryClient(probe);
         probe.on('error', () => undefined);
         try {
           await probe.connect();

@@ -52,6 +52,11 @@ export function watchCancels(pool: Pool): void {
   holder.Client = CancelWatchedClient;
 }
 
+/** Whether `Class` is a client class made here (`new pool.Client()` of a joined pool). */
+export function isCancelWatchedClass(Class: unknown): boolean {
+  return typeof Class === 'function' && watchedOnes.has(Class);
+}
+
 /** A client of a class not watched (opened before the join): its own `query` watched. */
 function watchClient(client: object): void {
   if (watchedClients.has(client) || watchedOnes.has(client.constructor)) return;

@@ -4,6 +4,7 @@ import { connectWithin } from '../transaction/bounded-connect.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { retriedTryRefusal } from '../transaction/handler-try.js';
 import { watchCancels } from './cancel-watch.js';
+import { watchClientsBeside } from './client-beside.js';
 import { noteTaken, watchTakenClients } from './client-taken.js';
 
 type Callback = (...results: unknown[]) => void;
@@ -22,6 +23,8 @@ let inPoolQuery = false;
  */
 export function joinTransactionsOfPool(pool: Pool): void {
   if (!keepOwnConnect(pool)) return;
+  // The class before `watchCancels` makes its subclass: the one `new pg.Client()` makes.
+  watchClientsBeside((pool as unknown as { Client?: unknown }).Client);
   watchCancels(pool);
   watchTakenClients(pool);
   watchOtherPools(Object.getPrototypeOf(pool) as PoolMethods);

@@ -256,8 +256,9 @@ export class PoolTransaction extends RequestTransaction {
     if (!this.joinable || this.ended || pool === this.appPool || warnedPools.has(pool)) return;
     warnedPools.add(pool);
     logger.warn(
-      'A statement ran inside an idempotent request on a node-postgres pool that is not the one ' +
-        'given to IdempotencyModule (its pool option): it commits on its own, not with the ' +
+      'A statement ran inside an idempotent request on a node-postgres pool (or a client the ' +
+        'app connected itself) that is not the one given to IdempotencyModule (its pool ' +
+        'option): it commits on its own, not with the ' +
         'stored answer, and a retry runs it again. Build the data layer on the same pool ' +
         '(new PrismaPg(pool), drizzle({ client: pool }), new PostgresDialect({ pool })); for ' +
         'work that is not the request’s, run it in IdempotentTransaction.outside().',

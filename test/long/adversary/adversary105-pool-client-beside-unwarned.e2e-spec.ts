@@ -1,4 +1,14 @@
 /**
+ * Fixed (session of 2026-12-07): a client the app connected itself is warned of as a second pool
+ * is: lib/data-layers/client-beside.ts `watchClientsBeside` (installed by lib/data-layers/pool-
+ * join.ts `joinTransactionsOfPool` on the joined pool's client class, `pg.Client` as a rule) tells
+ * the scope's transaction (`otherPool`, the same warning, once per client) of a statement sent in a
+ * request's scope by a client no pool handed out; `isClientBeside` (table in client-beside.spec.ts)
+ * leaves out a pool's clients (judged with their pool), a data layer's control connection of the
+ * joined pool (Kysely's cancel) and the library's own host probes (lib/connection/own-connection.ts
+ * `markLibraryClient`). The warning now says 'a node-postgres pool (or a client the app connected
+ * itself)'.
+ *
  * Adversary 105 (pool): a `pg.Client` the app connects itself, used inside an idempotent
  * request, commits apart from the stored answer with no warning at all; a second `pg.Pool` used
  * the same way is warned of (once per pool), as the guides say of both.
@@ -130,7 +140,7 @@ describe('adversary 105 pool: a pg.Client beside the pool commits apart unwarned
     });
   }, 60_000);
 
-  it.skip('a pg.Client beside the module pool is warned of as a second pool is (Not fixed (round 105): found by review)', async () => {
+  it('a pg.Client beside the module pool is warned of as a second pool is', async () => {
     expect(await createTwice('client')).toEqual({
       statuses: [503, 201],
       orders: 1,
