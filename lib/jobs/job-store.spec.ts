@@ -5,6 +5,7 @@ import {
   redisClientStoreOf,
   searchPathSchema,
 } from './job-store.js';
+import { LIBRARY_TYPES } from '../connection/library-types.js';
 
 /** Shapes of the clients and backends as BullMQ 6 (and 5) hold them. */
 const ioredisProxy = (options: object) => ({ __bullmq_iredis: true, isCluster: false, options });
@@ -42,9 +43,11 @@ class SqliteQueueBackend {}
 function fakePool(schema: string | null) {
   const pool = {
     asked: 0,
-    query: (text: string) => {
+    query: ({ text, types }: { text: string; types?: object }) => {
       pool.asked += 1;
       expect(text).toContain("pg_catalog.to_regclass('job')");
+      // Read with the library's parsers, not the pool's (adversary 105).
+      expect(types).toBe(LIBRARY_TYPES);
       return Promise.resolve({ rows: schema === null ? [] : [{ schema }] });
     },
   };
