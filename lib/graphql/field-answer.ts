@@ -102,6 +102,13 @@ export interface DataAnswer {
   parents?: Record<string, unknown>;
   /** The middleware fields completed but not kept (see `StoredOutputs.lost`): pending. */
   lost?: string[];
+  /**
+   * The own data of the value's parents (each `__parent` names its node: parent-graph.ts), one
+   * typed graph for the whole answer. A record stored before it holds each parent's data under
+   * its `__parent`. An earlier version of the library reads no such record (see the GraphQL
+   * guide's "Keys stored before this form").
+   */
+  parentGraph?: unknown;
 }
 
 /**
@@ -165,6 +172,7 @@ export function encodeAnswer(answer: FieldAnswer): StoredResponse {
           ...(answer.nulled ? { nulled: answer.nulled } : {}),
           ...(answer.lost ? { lost: answer.lost } : {}),
           ...(answer.parents ? { parents: answer.parents } : {}),
+          ...(answer.parentGraph ? { parentGraph: answer.parentGraph } : {}),
         })
       : JSON.stringify({ error: answer.error });
   return {
@@ -197,6 +205,7 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
       nulled,
       lost,
       parents,
+      parentGraph,
     } = parsed as {
       format?: unknown;
       pending?: unknown;
@@ -209,6 +218,7 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
       nulled?: unknown;
       lost?: unknown;
       parents?: unknown;
+      parentGraph?: unknown;
     };
     const answer: DataAnswer = {
       kind: 'data',
@@ -227,6 +237,7 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
       answer.lost = lost as string[];
     }
     if (isRecord(parents)) answer.parents = parents;
+    if (isRecord(parentGraph)) answer.parentGraph = parentGraph;
     return answer;
   }
   const error = (parsed as { error?: FieldError }).error;

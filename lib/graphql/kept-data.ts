@@ -1,6 +1,7 @@
 import { SuperJSON, type SuperJSONResult } from 'superjson';
 import { defineOwn } from './own-member.js';
-import { type Graph, readGraph, writeGraph } from './typed-graph.js';
+import { parentRefIndex } from './parent-graph.js';
+import { type Graph, readGraph, readGraphNodes, writeGraph, writeGraphs } from './typed-graph.js';
 
 /**
  * JS values kept with their types, for what a replay hands back to the resolvers under a
@@ -87,7 +88,48 @@ export function keepData(data: Readonly<Record<string, unknown>>): Kept {
     lost: (key) => lost.add(key),
     left: (key) => left.add(key),
   });
-  const unfaithful = Reflect.ownKeys(data)
+  return { kept: written.graph, unfaithful: unfaithfulOf(data, lost, left) };
+}
+
+/** The own data of several objects kept in one graph (see `keepAll`). */
+export interface KeptAll {
+  kept: Graph;
+  /** By object: its node in `kept`. */
+  roots: number[];
+  /** By object: its members that do not come back as they were (see `keepData`). */
+  unfaithful: Unfaithful[][];
+}
+
+/**
+ * The own data of each of `all` kept as `keepData` keeps one, all in ONE graph (see
+ * parent-graph.ts): what they share (an order every line's data points back at) is written
+ * once, so the graph grows with the data. Never throws; a member that cannot be written is
+ * left out alone and named. A loss in an object two of them share is named under the first
+ * one's member that reaches it, as within one object's members.
+ */
+export function keepAll(all: readonly Readonly<Record<string, unknown>>[]): KeptAll {
+  const notes = all.map(() => ({
+    lost: new Set<string | symbol>(),
+    left: new Set<string | symbol>(),
+  }));
+  const written = writeGraphs(all, (index) => ({
+    lost: (key) => notes[index].lost.add(key),
+    left: (key) => notes[index].left.add(key),
+  }));
+  return {
+    kept: written.graph,
+    roots: written.roots,
+    unfaithful: all.map((data, index) => unfaithfulOf(data, notes[index].lost, notes[index].left)),
+  };
+}
+
+/** The members of `data` named `lost` or `left` (see `keepData`), in its order. */
+function unfaithfulOf(
+  data: Readonly<Record<string, unknown>>,
+  lost: ReadonlySet<string | symbol>,
+  left: ReadonlySet<string | symbol>,
+): Unfaithful[] {
+  return Reflect.ownKeys(data)
     .filter((key) => lost.has(key) || left.has(key))
     .map((key) => ({
       name: String(key),
@@ -95,7 +137,20 @@ export function keepData(data: Readonly<Record<string, unknown>>): Kept {
         ? `${describeValue(data[key as string])} with no JSON form`
         : describeValue(data[key as string]),
     }));
-  return { kept: written.graph, unfaithful };
+}
+
+/**
+ * A stored answer's shared graph (`keepAll`) read once, on the first of its nodes asked for:
+ * every parent of one replay gets its data from the same objects, shared as they were.
+ */
+export function sharedReader(graph: unknown): (index: number) => unknown {
+  let made: unknown[] | undefined;
+  return (index) => {
+    if (typeof graph !== 'object' || graph === null) return undefined;
+    if (!Array.isArray((graph as Partial<Graph>).g)) return undefined;
+    made ??= readGraphNodes(graph as Graph);
+    return made[index];
+  };
 }
 
 /**
@@ -113,13 +168,20 @@ export function keepsExactly(value: unknown): boolean {
 }
 
 /**
- * Stored typed JSON read back into its values: a graph (typed-graph.ts), or superjson's
- * `{ json, meta }` of a record stored before; an empty object when it is neither.
+ * Stored typed JSON read back into its values: a node of the answer's shared graph (`{ p }`,
+ * read by `shared`: see `keepAll`), a graph of its own (typed-graph.ts, stored before the
+ * shared one), or superjson's `{ json, meta }` of a record stored before that; an empty object
+ * when it is none of them.
  */
-export function restoreData(kept: unknown): Record<string, unknown> {
+export function restoreData(
+  kept: unknown,
+  shared?: (index: number) => unknown,
+): Record<string, unknown> {
   if (typeof kept !== 'object' || kept === null) return {};
   let data: unknown;
-  if ('g' in kept && Array.isArray(kept.g)) data = readGraph(kept as Graph);
+  const index = parentRefIndex(kept);
+  if (index !== undefined) data = shared?.(index);
+  else if ('g' in kept && Array.isArray(kept.g)) data = readGraph(kept as Graph);
   else if ('json' in kept) {
     data = typed.deserialize(kept as KeptData);
     if ((kept as KeptData).keys === 1) unescapeKeys(data, new Set());

@@ -1,3 +1,6 @@
+import { graphReachedBy, ownBytes, parentRef, parentRefIndex } from './parent-graph.js';
+import { type Graph } from './typed-graph.js';
+
 /**
  * The own data a mutation's value keeps for the app's resolvers beyond what the answer holds
  * (`PARENT` members, parent-keeping.ts: a selected object's data beyond its selection, an
@@ -19,6 +22,37 @@ export interface ParentDataWithin {
   dropped: number;
   /** The objects of `wire` (the copy) that still hold their data. */
   holders: object[];
+  /**
+   * The answer's shared graph of its parents' data (parent-graph.ts) with only what the
+   * parents kept reach, each kept parent's `__parent` naming its node there anew; none where
+   * no parent is kept (nor where there was none).
+   */
+  graph?: Graph;
+}
+
+/** A holder of the copy, with what its members weigh and the shared node it names. */
+interface Found {
+  holder: Record<string, unknown>;
+  size: number;
+  order: number;
+  /** Its node in the shared graph, where its data is there (none: its own, stored before). */
+  node?: number;
+}
+
+/** What `holder`'s `members` take in the answer: `"__parent":`, its data, a comma. */
+function membersBytes(holder: Record<string, unknown>, members: readonly string[]): number {
+  let size = 0;
+  for (const member of members) {
+    if (!(member in holder)) continue;
+    size += Buffer.byteLength(`${JSON.stringify(member)}:${JSON.stringify(holder[member])},`);
+  }
+  return size;
+}
+
+/** What the shared graph takes in the answer (`,"parentGraph":` and it): none when empty. */
+function graphBytes(graph: Graph | undefined): number {
+  if (!graph || graph.g.length === 0) return 0;
+  return Buffer.byteLength(`,"parentGraph":${JSON.stringify(graph)}`);
 }
 
 /**
@@ -27,17 +61,24 @@ export interface ParentDataWithin {
  * under it: each left out takes off its `members` (`"__parent":`, its data and the comma
  * beside it: JSON's own text, as the answer is written). Undefined where leaving all of them
  * out is not enough, or where the answer is not over the limit.
+ *
+ * Where their data is one shared `graph` (each `__parent` a node of it: parent-graph.ts), a
+ * holder weighs its members and the nodes only it reaches; a node another parent still kept
+ * reaches is never freed (an order every line points back at goes only with the last line).
+ * The largest go first, as many at once as are sure to be enough by what only they reach,
+ * else the largest alone, and the weights are taken again (what two shared may now be one's).
  */
 export function parentDataWithin(
   wire: unknown,
   holders: readonly object[],
   members: readonly string[],
   over: number,
+  graph?: Graph,
 ): ParentDataWithin | undefined {
   if (over <= 0) return undefined;
   const marked = new Set(holders);
   const copy = JSON.parse(JSON.stringify(wire) ?? 'null') as unknown;
-  const found: { holder: Record<string, unknown>; size: number; order: number }[] = [];
+  const found: Found[] = [];
   /** `original` and its copy walked side by side: the copy's holders are where the original's are. */
   const visit = (original: unknown, copied: unknown): void => {
     if (typeof original !== 'object' || original === null) return;
@@ -49,12 +90,11 @@ export function parentDataWithin(
     }
     const object = copied as Record<string, unknown>;
     if (marked.has(original)) {
-      let size = 0;
-      for (const member of members) {
-        if (!(member in object)) continue;
-        size += Buffer.byteLength(`${JSON.stringify(member)}:${JSON.stringify(object[member])},`);
-      }
-      if (size > 0) found.push({ holder: object, size, order: found.length });
+      const size = membersBytes(object, members);
+      const node = graph
+        ? members.map((member) => parentRefIndex(object[member])).find((at) => at !== undefined)
+        : undefined;
+      if (size > 0) found.push({ holder: object, size, order: found.length, node });
     }
     for (const [name, item] of Object.entries(original as Record<string, unknown>)) {
       if (marked.has(original) && members.includes(name)) continue;
@@ -62,21 +102,53 @@ export function parentDataWithin(
     }
   };
   visit(wire, copy);
-  const bySize = [...found].sort((a, b) => b.size - a.size || a.order - b.order);
+  let shared = graph;
   let left = over;
   let dropped = 0;
-  const gone = new Set<object>();
-  for (const { holder, size } of bySize) {
-    if (left <= 0) break;
-    for (const member of members) delete holder[member];
-    gone.add(holder);
-    left -= size;
-    dropped++;
+  let kept = found;
+  while (left > 0 && kept.length > 0) {
+    const nodes = kept.flatMap(({ node }) => (node === undefined ? [] : [node]));
+    const only = shared && nodes.length > 0 ? ownBytes(shared, nodes) : new Map<number, number>();
+    const weight = (item: Found) =>
+      item.size + (item.node === undefined ? 0 : (only.get(item.node) ?? 0));
+    const bySize = kept
+      .map((item) => ({ item, weight: weight(item) }))
+      .sort((a, b) => b.weight - a.weight || a.item.order - b.item.order);
+    /** As many of the largest as are sure to be enough, else the largest alone. */
+    const going = new Set<Found>();
+    let sure = 0;
+    for (const { item, weight: bytes } of bySize) {
+      if (sure >= left) break;
+      going.add(item);
+      sure += bytes;
+    }
+    if (sure < left) {
+      going.clear();
+      going.add(bySize[0].item);
+    }
+    const before = kept.reduce((sum, item) => sum + item.size, 0) + graphBytes(shared);
+    for (const item of going) for (const member of members) delete item.holder[member];
+    dropped += going.size;
+    kept = kept.filter((item) => !going.has(item));
+    if (shared) {
+      const still = kept.flatMap(({ node }) => (node === undefined ? [] : [node]));
+      const reached = graphReachedBy(shared, still);
+      shared = still.length > 0 ? reached.graph : undefined;
+      for (const item of kept) {
+        if (item.node === undefined) continue;
+        item.node = reached.moved.get(item.node) ?? item.node;
+        const member = members.find((name) => parentRefIndex(item.holder[name]) !== undefined);
+        if (member) item.holder[member] = parentRef(item.node);
+        item.size = membersBytes(item.holder, members);
+      }
+    }
+    left -= before - (kept.reduce((sum, item) => sum + item.size, 0) + graphBytes(shared));
   }
   if (left > 0) return undefined;
   return {
     wire: copy,
     dropped,
-    holders: found.map(({ holder }) => holder).filter((holder) => !gone.has(holder)),
+    holders: kept.map(({ holder }) => holder),
+    ...(shared ? { graph: shared } : {}),
   };
 }

@@ -30,6 +30,8 @@ import { resolvedFieldsUnder, warnResolvedFields } from './resolved-fields.js';
 import { selectionOf } from './selection.js';
 import { fromWire, outputWire, PARENT_MEMBERS } from './wire-value.js';
 import { parentDataWithin } from './parent-data-within.js';
+import { sharedReader } from './kept-data.js';
+import { type Graph } from './typed-graph.js';
 import { thrownError } from './thrown-error.js';
 import { type FieldRun } from './field-runs.js';
 import { errorHttp, hasAnswerHook, storeAtAnswer } from './stored-at-answer.js';
@@ -113,6 +115,8 @@ export function runField(
     let wire: unknown;
     /** Its objects that hold own data for the app's resolvers (`PARENT`), as written. */
     let holders: readonly object[] = [];
+    /** Their own data, one graph for the answer (parent-graph.ts), stored beside it. */
+    let parentGraph: Graph | undefined;
     /**
      * Field middleware may run under it: its outputs are stored as the operation's answer
      * gives them (middleware-outputs.ts), pending until then where a hook gives them, or none
@@ -140,6 +144,7 @@ export function runField(
       first = walked.value;
       wire = walked.wire;
       holders = walked.parents ?? [];
+      parentGraph = 'parentGraph' in walked ? walked.parentGraph : undefined;
       // What a replay cannot give back as it was, said once per type (see replay-loss.ts).
       warnLosses(tools.logger, losses);
       // The fields resolved under it run again on a replay, outside its transaction.
@@ -153,7 +158,7 @@ export function runField(
         : middleware
           ? { outputsLost: true as const }
           : {};
-      answer = encodeAnswer({ kind: 'data', data: wire, ...outputsState });
+      answer = encodeAnswer({ kind: 'data', data: wire, parentGraph, ...outputsState });
       // Too large with the own data kept for the app's resolvers beyond the answer (`PARENT`:
       // a large unselected column): the largest left out, the answer stored (a replay's
       // resolvers read their parents as the answer holds them), not the work rolled back.
@@ -162,9 +167,15 @@ export function runField(
         holders,
         PARENT_MEMBERS,
         answer.body.length - route.maxResponseBytes,
+        parentGraph,
       );
       if (within) {
-        const trimmed = encodeAnswer({ kind: 'data', data: within.wire, ...outputsState });
+        const trimmed = encodeAnswer({
+          kind: 'data',
+          data: within.wire,
+          parentGraph: within.graph,
+          ...outputsState,
+        });
         if (trimmed.body.length <= route.maxResponseBytes) {
           tools.logger.warn(
             `the own data of ${within.dropped} parent(s) (read by @ResolveField() resolvers, ` +
@@ -174,6 +185,7 @@ export function runField(
           );
           wire = within.wire;
           holders = within.holders;
+          parentGraph = within.graph;
           answer = trimmed;
         }
       }
@@ -205,7 +217,7 @@ export function runField(
       setTimeout(() => done(undefined), pendingBoundMs(claim.leaseMs, true)).unref();
       const completing = async (outputs: StoredOutputs) => {
         try {
-          let completed = encodeAnswer({ kind: 'data', data: wire, ...outputs });
+          let completed = encodeAnswer({ kind: 'data', data: wire, parentGraph, ...outputs });
           const overNow = () => completed.body.length - route.maxResponseBytes;
           // Too large with the kept parents' own data (an unselected large column): the
           // largest left out, the outputs stored (a replay's parent rebuilt from the answer).
@@ -221,7 +233,7 @@ export function runField(
             const parents = within?.parents ?? {};
             const dropped = within?.dropped ?? Object.keys(all ?? {});
             fewer = Object.keys(parents).length > 0 ? { ...others, parents } : others;
-            completed = encodeAnswer({ kind: 'data', data: wire, ...fewer });
+            completed = encodeAnswer({ kind: 'data', data: wire, parentGraph, ...fewer });
             said.push(
               `the own data of the parents at ${dropped.join(', ')} (read by @ResolveField() ` +
                 `resolvers under field middleware) is not stored with the answer of key ` +
@@ -230,9 +242,15 @@ export function runField(
                 'as the answer holds them (their selected fields only)',
             );
           }
-          const within = parentDataWithin(wire, holders, PARENT_MEMBERS, overNow());
+          const within = parentDataWithin(wire, holders, PARENT_MEMBERS, overNow(), parentGraph);
           if (within) {
-            completed = encodeAnswer({ kind: 'data', data: within.wire, ...fewer });
+            // With the parents' graph as few as it keeps reach (a wire and its graph go together).
+            completed = encodeAnswer({
+              kind: 'data',
+              data: within.wire,
+              parentGraph: within.graph,
+              ...fewer,
+            });
             said.push(
               `the own data of ${within.dropped} parent(s) (read by @ResolveField() resolvers, ` +
                 `beyond the selection) is not stored with the answer of key ${claim.key}: with ` +
@@ -249,7 +267,7 @@ export function runField(
               `the field middleware outputs of key ${claim.key} are not stored: with them ` +
                 `the answer is over maxResponseBytes (${route.maxResponseBytes} bytes)`,
             );
-            completed = encodeAnswer({ kind: 'data', data: wire, outputsLost: true });
+            completed = encodeAnswer({ kind: 'data', data: wire, parentGraph, outputsLost: true });
           }
           const written = (await store.completeAnswer?.(claim, completed)) ?? false;
           if (written) tools.remember(claim, fingerprint, completed, store, 0);
@@ -507,6 +525,8 @@ export async function answerOf(
           // The retry's own selection: what it reads of the stored answer.
           selectionOf(types.call.info),
           logger && ((message) => warnOnce(logger, message)),
+          // Its parents' data, one graph read once for the whole replay (parent-graph.ts).
+          sharedReader(answer.parentGraph),
         )
       : answer.data;
   }

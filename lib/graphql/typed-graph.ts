@@ -149,9 +149,43 @@ export interface MemberNotes {
  * one that cannot be written is left out alone.
  */
 export function writeGraph(value: unknown, notes?: MemberNotes): Written {
-  const nodes: unknown[] = [null];
+  const writer = graphWriter();
+  writer.root(value, notes);
+  return writer.done();
+}
+
+/** Several values written into one graph, and the node each is (see `writeGraphs`). */
+export interface WrittenGraphs {
+  graph: Graph;
+  /** By value: the index of its node in `graph`. */
+  roots: number[];
+}
+
+/**
+ * Writes each of `values` (objects) into ONE graph, as `writeGraph` writes one: an object two
+ * of them reach (an ORM's back-reference, `line.order === order`, from every line's data) is
+ * one node, written once, so the graph grows with the data, not with the values times what
+ * they share (adversary 105: one graph each wrote the whole order again per line). `notes(i)`
+ * is told of the `i`th value's members, as `writeGraph`'s: a node several values share is the
+ * first one's to reach it.
+ */
+export function writeGraphs(
+  values: readonly object[],
+  notes?: (index: number) => MemberNotes | undefined,
+): WrittenGraphs {
+  const writer = graphWriter();
+  const roots = values.map((value, index) => writer.root(value, notes?.(index)));
+  return { graph: writer.done().graph, roots };
+}
+
+/**
+ * The writer `writeGraph` and `writeGraphs` share: each `root()` written into the same nodes,
+ * by the same index of objects (so a shared object is one node), its own members one by one.
+ */
+function graphWriter() {
+  const nodes: unknown[] = [];
   const indexes = new Map<object, number>();
-  const links: JsonLinks = { madeBy: [undefined], nearest: [-1], up: [-1] };
+  const links: JsonLinks = { madeBy: [], nearest: [], up: [] };
   /** The node being written, whose cells `cell()` writes. */
   let at = 0;
   // Walked by `head`, never by `shift()`, which moves every entry left: quadratic over a
@@ -161,10 +195,22 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
   let exact = true;
   let lost = false;
   let member: string | symbol | undefined;
+  /** Told of the root being written's members (see `MemberNotes`). */
+  let notes: MemberNotes | undefined;
   const losing = () => {
     lost = true;
     exact = false;
     if (member !== undefined) notes?.lost(member);
+  };
+  /** A new node, its links as reached from node `at` (`madeBy`: see `JsonLinks`). */
+  const newNode = (of: object, madeBy?: object): number => {
+    const index = nodes.length;
+    nodes.push(null);
+    indexes.set(of, index);
+    links.madeBy[index] = madeBy;
+    links.nearest[index] = madeBy ? index : (links.nearest[at] ?? -1);
+    links.up[index] = madeBy ? (links.nearest[at] ?? -1) : -1;
+    return index;
   };
   const cell = (item: unknown): Cell => {
     switch (typeof item) {
@@ -214,13 +260,8 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
     }
     let index = indexes.get(target);
     if (index === undefined) {
-      index = nodes.length;
-      nodes.push(null);
-      indexes.set(target, index);
+      index = newNode(target, madeBy);
       queue.push({ value: target, index });
-      links.madeBy[index] = madeBy;
-      links.nearest[index] = madeBy ? index : (links.nearest[at] ?? -1);
-      links.up[index] = madeBy ? (links.nearest[at] ?? -1) : -1;
     }
     return ['@', index];
   };
@@ -244,9 +285,30 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
     queue.length = 0;
     head = 0;
   };
-  if (typeof value !== 'object' || value === null) nodes[0] = ['=', cell(value)];
-  else if (isPlainObject(value)) {
-    indexes.set(value, 0);
+  /** Writes `value` as a node of its own (or finds the one it is), its index. */
+  const root = (value: unknown, told?: MemberNotes): number => {
+    notes = told;
+    member = undefined;
+    if (typeof value === 'object' && value !== null) {
+      const known = indexes.get(value);
+      if (known !== undefined) return known;
+    }
+    const index = nodes.length;
+    nodes.push(null);
+    links.madeBy[index] = undefined;
+    links.nearest[index] = -1;
+    links.up[index] = -1;
+    at = index;
+    if (typeof value !== 'object' || value === null) {
+      nodes[index] = ['=', cell(value)];
+      return index;
+    }
+    indexes.set(value, index);
+    if (!isPlainObject(value)) {
+      queue.push({ value, index });
+      drain();
+      return index;
+    }
     const flat: unknown[] = [];
     const losingKey = (key: symbol) => {
       member = key;
@@ -254,7 +316,7 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
     };
     for (const { key, written } of ownKeys(value, () => false, losingKey)) {
       member = key;
-      at = 0;
+      at = index;
       const before = nodes.length;
       try {
         const item = (value as Record<string | symbol, unknown>)[key];
@@ -266,22 +328,21 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
         drain();
         flat.push(written, cellOf);
       } catch {
-        // Left out alone: what it began to write is taken back.
+        // Left out alone: what it began to write is taken back (never a node another root
+        // or member wrote before it, all of which are below `before`).
         queue.length = 0;
         head = 0;
         nodes.length = before;
         for (const list of [links.madeBy, links.nearest, links.up]) list.length = before;
-        for (const [object, index] of indexes) if (index >= before) indexes.delete(object);
+        for (const [object, at] of indexes) if (at >= before) indexes.delete(object);
         notes?.left(key);
       }
     }
     member = undefined;
-    nodes[0] = [Object.getPrototypeOf(value) === null ? 'O' : 'o', ...flat];
-  } else {
-    indexes.set(value, 0);
-    queue.push({ value, index: 0 });
-    drain();
-  }
+    nodes[index] = [Object.getPrototypeOf(value) === null ? 'O' : 'o', ...flat];
+    return index;
+  };
+  const done = (): Written => ({ graph: { g: nodes }, lost, exact });
   function node(of: object): unknown[] {
     // An app's subclass of the built-in (`class BusinessDay extends Date { get isoDay() }`)
     // comes back the bare built-in: never exact, and its class's members a loss, said as for
@@ -350,30 +411,44 @@ export function writeGraph(value: unknown, notes?: MemberNotes): Written {
     }
     return [prototype === null ? 'O' : 'o', ...members(of)];
   }
-  return { graph: { g: nodes }, lost, exact };
+  return { root, done };
 }
 
 /** The stored graph read back: node 0's value (objects made first, filled in after). */
 export function readGraph(graph: Graph): unknown {
+  const made = readGraphNodes(graph);
+  const first = graph.g[0];
+  if (Array.isArray(first) && first[0] === '=') return readCell(first[1], made);
+  return made[0];
+}
+
+/** A cell's value, its objects' from `made` (the graph's, by node). */
+function readCell(item: unknown, made: readonly unknown[]): unknown {
+  if (!Array.isArray(item)) return item;
+  switch (item[0]) {
+    case 'u':
+      return undefined;
+    case '#':
+      return item[1] === '-0' ? -0 : Number(item[1]);
+    case 'n':
+      return BigInt(item[1] as string);
+    case 'y':
+      return Symbol.for(item[1] as string);
+    case '@':
+      return made[item[1] as number];
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * Every node of the stored graph read back, by index (a graph of several roots, `writeGraphs`,
+ * is read once, each root's value its node's object, the objects they share one each).
+ */
+export function readGraphNodes(graph: Graph): unknown[] {
   const nodes = graph.g;
   const made: unknown[] = nodes.map(shell);
-  const value = (item: unknown): unknown => {
-    if (!Array.isArray(item)) return item;
-    switch (item[0]) {
-      case 'u':
-        return undefined;
-      case '#':
-        return item[1] === '-0' ? -0 : Number(item[1]);
-      case 'n':
-        return BigInt(item[1] as string);
-      case 'y':
-        return Symbol.for(item[1] as string);
-      case '@':
-        return made[item[1] as number];
-      default:
-        return undefined;
-    }
-  };
+  const value = (item: unknown): unknown => readCell(item, made);
   const key = (written: unknown): string | symbol =>
     Array.isArray(written) ? Symbol.for(written[1] as string) : String(written);
   const fill = (target: object, flat: readonly unknown[]) => {
@@ -419,9 +494,50 @@ export function readGraph(graph: Graph): unknown {
       fill(target, rest.slice(1));
     }
   });
-  const first = nodes[0];
-  if (Array.isArray(first) && first[0] === '=') return value(first[1]);
-  return made[0];
+  return made;
+}
+
+/**
+ * The node `node` with each object it names (`['@', i]`) named by `rename(i)`: by its kind,
+ * where its cells are (an item list of strings `['@', 1]` is no reference). `rename` is also
+ * how a walk finds the nodes a node reaches (parent-graph.ts).
+ */
+export function renamedRefs(node: unknown, rename: (index: number) => number): unknown {
+  if (!Array.isArray(node)) return node;
+  const ref = (item: unknown): unknown =>
+    Array.isArray(item) && item[0] === '@' && typeof item[1] === 'number'
+      ? ['@', rename(item[1])]
+      : item;
+  /** Key and value pairs from `from` on: each value a cell. */
+  const pairs = (flat: readonly unknown[], from: number) =>
+    flat.map((item, i) => (i >= from && (i - from) % 2 === 1 ? ref(item) : item));
+  const cells = (list: unknown) => (Array.isArray(list) ? list.map(ref) : list);
+  switch (node[0]) {
+    case '=':
+      return ['=', ref(node[1])];
+    case 'o':
+    case 'O':
+      return pairs(node, 1);
+    case 'e':
+      return pairs(node, 3);
+    case 'E': {
+      const members = pairs(node, 3 + ERROR_MEMBERS.length);
+      return members.map((item, i) => (i >= 3 && i < 3 + ERROR_MEMBERS.length ? ref(item) : item));
+    }
+    case 'a': {
+      const members = pairs(node, 3);
+      members[2] = cells(node[2]);
+      return members;
+    }
+    case 'm':
+    case 's': {
+      const members = pairs(node, 2);
+      members[1] = cells(node[1]);
+      return members;
+    }
+    default:
+      return node;
+  }
 }
 
 /** A node's object, empty (filled by `readGraph`), or its value where it holds no other. */

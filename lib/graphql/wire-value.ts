@@ -10,7 +10,14 @@ import {
 import { ANSWER_FORMAT, type FieldError, fieldError } from './field-answer.js';
 import { type ResolverCall } from './graphql-field.js';
 import { type GraphqlModule } from './graphql-module.js';
-import { classMembers, describeValue, keepData, keepsExactly, restoreData } from './kept-data.js';
+import {
+  classMembers,
+  describeValue,
+  keepAll,
+  keepData,
+  keepsExactly,
+  restoreData,
+} from './kept-data.js';
 import {
   besideFieldsMember,
   fieldPlaces,
@@ -34,6 +41,8 @@ import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
 import { thrownError } from './thrown-error.js';
 import { defineOwn, defineOwnSymbol } from './own-member.js';
+import { parentRef } from './parent-graph.js';
+import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
 
@@ -234,6 +243,12 @@ export interface StoredValue {
    * data holds (a JSON scalar's document: adversary 93).
    */
   parents?: readonly object[];
+  /**
+   * The own data of all its parents (`PARENT`), as one typed graph: each parent's `PARENT`
+   * names its node (parent-graph.ts). Stored once, beside the answer; none where no object
+   * keeps any.
+   */
+  parentGraph?: Graph;
 }
 
 /** What one walk of a value shares. */
@@ -252,6 +267,8 @@ interface Walk {
   collected: WeakMap<readonly FieldNode[], Map<GraphQLObjectType, Map<string, FieldNode[]>>>;
   /** The wire objects that hold `PARENT`, as written. */
   parents: object[];
+  /** Each parent's own data, written into one graph once the walk is done (`writeParents`). */
+  parentData: { wire: Record<string, unknown>; data: Record<string, unknown>; type: string }[];
 }
 
 /**
@@ -292,9 +309,34 @@ export async function outputWire(
     lists: new WeakMap(),
     collected: new WeakMap(),
     parents: [],
+    parentData: [],
   };
   const stored = await walkValue(walk, type, promised, selection.nodes);
-  return { ...stored, parents: walk.parents };
+  const parentGraph = writeParents(walk.parentData, losses);
+  return { ...stored, parents: walk.parents, ...(parentGraph ? { parentGraph } : {}) };
+}
+
+/**
+ * Writes the own data of every parent of the answer (`PARENT`) into ONE typed graph, each
+ * parent's `PARENT` naming its node: an object several parents reach (`line.order`, the one
+ * order, from every line) is written once, as it was one object (adversary 105: a graph per
+ * parent wrote the order, with all its lines, again for each line: quadratic). What does not
+ * come back as it was is put in `losses`, parent by parent.
+ */
+function writeParents(parents: Walk['parentData'], losses: ReplayLoss[]): Graph | undefined {
+  if (parents.length === 0) return undefined;
+  // Never throws: a member with no typed JSON form is left out alone, and named (adversary
+  // 99: a key `prototype` in it once left all of it out, and failed `writeKept`'s mutation).
+  const typed = keepAll(parents.map((parent) => parent.data));
+  parents.forEach(({ wire, type }, index) => {
+    wire[PARENT] = parentRef(typed.roots[index]);
+    const unfaithful = typed.unfaithful[index];
+    if (unfaithful.length > 0) {
+      const what = unfaithful.map((member) => `${member.name} (${member.what})`);
+      losses.push({ type, what: `its data ${what.join(', ')} does not come back as it was` });
+    }
+  });
+  return typed.kept;
 }
 
 /**
@@ -324,30 +366,24 @@ function writeKept(
 }
 
 /**
- * Writes `parent` (its own data for the app's resolvers the answer does not hold: see
- * `PARENT`) into its wire form as typed JSON; what does not come back as it was is put in
- * `losses`.
+ * Notes `parent` (its own data for the app's resolvers the answer does not hold: see
+ * `PARENT`) for its wire form, written with all the others' once the walk is done (see
+ * `writeParents`: `PARENT` is in its place meanwhile, so the wire's members keep their order).
  */
 function writeParent(
+  walk: Walk,
   wire: Record<string, unknown>,
   parent: Record<string, unknown>,
   type: string,
-  losses: ReplayLoss[],
 ): void {
   delete wire[PARENT];
   delete wire[PARENT_CLASSES];
   if (Reflect.ownKeys(parent).length === 0) return;
-  // Never throws: a member with no typed JSON form is left out alone, and named (adversary
-  // 99: a key `prototype` in it once left all of it out, and failed `writeKept`'s mutation).
-  const typed = keepData(parent);
-  wire[PARENT] = typed.kept;
+  wire[PARENT] = parentRef(-1);
+  walk.parentData.push({ wire, data: parent, type });
   // Objects of classes a serializer knows in it, named again on a replay, as in `KEPT`.
-  const tree = classTreeNoting(parent, 'its data', type, losses);
+  const tree = classTreeNoting(parent, 'its data', type, walk.losses);
   if (tree) wire[PARENT_CLASSES] = tree;
-  if (typed.unfaithful.length > 0) {
-    const what = typed.unfaithful.map((member) => `${member.name} (${member.what})`);
-    losses.push({ type, what: `its data ${what.join(', ')} does not come back as it was` });
-  }
 }
 
 async function walkValue(
@@ -616,7 +652,7 @@ async function walkValue(
   if (promisedFields.length > 0) wire[PROMISED] = promisedFields;
   if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
   writeKept(wire, kept, concrete.name, losses);
-  writeParent(wire, parent, concrete.name, losses);
+  writeParent(walk, wire, parent, concrete.name);
   if (keeping.unselected !== 'none' || keeping.selectedInputs) {
     // The first call's order of its own keys, where a replay would rebuild another: its
     // stored fields at their places first, then its data (see key-order.ts).
@@ -987,14 +1023,18 @@ export function fromWire(
   format: number = ANSWER_FORMAT,
   selection?: Selection,
   warn?: (message: string) => void,
+  /** The answer's shared graph of its parents' own data (see `sharedReader`), if it has one. */
+  shared?: (index: number) => unknown,
 ): unknown {
   if (wire === null || wire === undefined) return null;
   if (graphql.isNonNullType(type)) {
-    return fromWire(graphql, schema, type.ofType, wire, format, selection, warn);
+    return fromWire(graphql, schema, type.ofType, wire, format, selection, warn, shared);
   }
   if (graphql.isListType(type)) {
     return Array.isArray(wire)
-      ? wire.map((item) => fromWire(graphql, schema, type.ofType, item, format, selection, warn))
+      ? wire.map((item) =>
+          fromWire(graphql, schema, type.ofType, item, format, selection, warn, shared),
+        )
       : wire;
   }
   if (graphql.isLeafType(type)) return leafValue(type, wire);
@@ -1041,6 +1081,7 @@ export function fromWire(
       format,
       selection && { ...selection, nodes: nodes ?? [] },
       warn,
+      shared,
     );
     own(value, placeOf(name), field);
     fromFields.add(placeOf(name));
@@ -1057,8 +1098,10 @@ export function fromWire(
     // leaves that object plain, said in the log, never an error for the answer (adversary 96).
     // Never over a field's stored value (a record stored before round 99 kept a renamed
     // field's raw data beside it: see `writesBesideFields`).
-    const parentData = namedByTree(restoreData(stored[PARENT]), stored[PARENT_CLASSES], (name) =>
-      warn?.(unnamedParentMessage(concrete.name, name)),
+    const parentData = namedByTree(
+      restoreData(stored[PARENT], shared),
+      stored[PARENT_CLASSES],
+      (name) => warn?.(unnamedParentMessage(concrete.name, name)),
     ) as Record<string, unknown>;
     for (const [name, item] of Object.entries(parentData)) {
       if (writesBesideFields(name, item, fromFields)) own(value, name, item);
