@@ -19,7 +19,10 @@ import {
   TypeMetadataStorage as NestTypeMetadataStorage,
 } from '@nestjs/graphql';
 import { Readable } from 'node:stream';
+import { sharedReader } from './kept-data.js';
 import { loadNestFields } from './nest-fields.js';
+import { graphReachedBy, parentRefIndex } from './parent-graph.js';
+import { type Graph } from './typed-graph.js';
 import { FIELD_NOT_STORED, notStoredFieldMessage } from './not-stored-field.js';
 import { type ReplayLoss } from './replay-loss.js';
 import { noteResolvedField } from './resolved-fields.js';
@@ -157,6 +160,26 @@ function selecting(set: string): Selection {
  * What a test that is not about the selection selects: the fields of the type that the value
  * has (so that a field it has not is not stored as a selected null), `lines` with theirs.
  */
+/**
+ * `outputWire` with each parent's `__parent` written as its own graph (the nodes its data
+ * reaches in the answer's shared graph, parent-graph.ts), as records stored before the shared
+ * graph hold them: the form these cases compare, and read back by `fromWire` as such a record
+ * is. The shared form itself has its own cases ("one graph for an answer's parents").
+ */
+const outputWireApart = async (
+  ...args: Parameters<typeof outputWire>
+): ReturnType<typeof outputWire> => {
+  const stored = await outputWire(...args);
+  for (const holder of stored.parents ?? []) {
+    const node = parentRefIndex((holder as Record<string, unknown>)[PARENT]);
+    if (node === undefined || !stored.parentGraph) continue;
+    const own = graphReachedBy(stored.parentGraph, [node]);
+    if (own.moved.get(node) !== 0) throw new Error('a parent whose data is not its first node');
+    (holder as Record<string, unknown>)[PARENT] = own.graph;
+  }
+  return { ...stored, parentGraph: undefined };
+};
+
 const selectionFor = (type: graphql.GraphQLOutputType, value: unknown): Selection => {
   const has = (name: string) => typeof value === 'object' && value !== null && name in value;
   const receipt = Object.keys(Receipt.getFields())
@@ -175,7 +198,7 @@ const wireOf = async (
   losses?: ReplayLoss[],
 ) =>
   (
-    await outputWire(
+    await outputWireApart(
       graphql,
       schema,
       type,
@@ -273,7 +296,7 @@ describe('outputWire and fromWire', () => {
   });
 
   it('tells the objects it wrote PARENT into, by identity (the only places it may be left out)', async () => {
-    const stored = await outputWire(
+    const stored = await outputWireApart(
       graphql,
       schema,
       Receipt,
@@ -647,7 +670,7 @@ describe('outputWire, as far as the selection reads', () => {
     query: new GraphQLObjectType({ name: 'Query', fields: { book: { type: Book } } }),
   });
   const walk = async (value: unknown, set: string, type: graphql.GraphQLOutputType = Book) =>
-    outputWire(graphql, books, type, value, selecting(set), call);
+    outputWireApart(graphql, books, type, value, selecting(set), call);
 
   it.each<[string, string, unknown]>([
     ['the selected fields only', '{ id title }', { id: 1, title: 'Earthsea' }],
@@ -742,10 +765,99 @@ describe('outputWire, as far as the selection reads', () => {
         throw new Error('a getter is not data');
       },
     };
-    const stored = await outputWire(graphql, schema, Invoice, value, selecting('{ id due }'), call);
+    const stored = await outputWireApart(
+      graphql,
+      schema,
+      Invoice,
+      value,
+      selecting('{ id due }'),
+      call,
+    );
     const replayed = fromWire(graphql, schema, Invoice, JSON.parse(JSON.stringify(stored.wire)));
     // Its `due` is the app's resolver's, from the parent, which has none: a replay makes none up.
     expect(replayed).toEqual({ id: 1, total: 5 });
+  });
+
+  describe("one graph for an answer's parents (adversary 105: a back-reference)", () => {
+    const Line = new GraphQLObjectType({
+      name: 'WireSharedLine',
+      fields: { id: { type: GraphQLInt }, subtotal: { type: GraphQLInt } },
+    });
+    const Order = new GraphQLObjectType({
+      name: 'WireSharedOrder',
+      fields: { id: { type: GraphQLInt }, lines: { type: new GraphQLList(Line) } },
+    });
+    noteResolvedField('WireSharedLine.subtotal');
+    type Row = { id: number; qty: number; unitPrice: number; order?: unknown };
+    /** An order whose lines each point back at it, as an ORM loads both sides. */
+    const orderOf = (n: number, backRef: boolean) => {
+      const order = { id: 1, lines: [] as Row[] };
+      for (let i = 1; i <= n; i += 1) {
+        order.lines.push({ id: i, qty: 2, unitPrice: i, ...(backRef ? { order } : {}) });
+      }
+      return order;
+    };
+    const store = (n: number, backRef: boolean) =>
+      outputWire(
+        graphql,
+        schema,
+        Order,
+        orderOf(n, backRef),
+        selecting('{ id lines { id subtotal } }'),
+        call,
+      );
+    /** What the stored answer takes: its wire and its parents' graph. */
+    const bytes = (stored: { wire: unknown; parentGraph?: Graph }) =>
+      JSON.stringify(stored.wire).length + JSON.stringify(stored.parentGraph ?? null).length;
+
+    it.each<[string, boolean]>([
+      ['without a back-reference', false],
+      ['with every line pointing back at the order', true],
+    ])('%s: grows with the lines, not their square', async (_name, backRef) => {
+      const ratio = bytes(await store(80, backRef)) / bytes(await store(40, backRef));
+      expect(ratio).toBeLessThan(2.2);
+    });
+
+    it("names each parent's node of the one graph, stored beside the answer", async () => {
+      const stored = await store(3, true);
+      const wire = stored.wire as { lines: Record<string, unknown>[] };
+      const nodes = wire.lines.map((line) => parentRefIndex(line[PARENT]));
+      expect(nodes.every((node) => node !== undefined)).toBe(true);
+      expect(new Set(nodes).size).toBe(3);
+      expect(stored.parents).toEqual(wire.lines);
+      // The order, its list of lines and each line: once each, with each line's own data.
+      expect(stored.parentGraph!.g.filter((node) => (node as unknown[])[0] === 'a')).toHaveLength(
+        1,
+      );
+    });
+
+    it('gives every replayed parent the same shared objects, read once, as the first call had', async () => {
+      const stored = await store(3, true);
+      const json = JSON.parse(
+        JSON.stringify({ wire: stored.wire, parentGraph: stored.parentGraph }),
+      ) as { wire: unknown; parentGraph: Graph };
+      const replayed = fromWire(
+        graphql,
+        schema,
+        Order,
+        json.wire,
+        undefined,
+        undefined,
+        undefined,
+        sharedReader(json.parentGraph),
+      ) as { lines: Row[] };
+      const [first, second] = replayed.lines;
+      expect({ qty: first.qty, unitPrice: second.unitPrice }).toEqual({ qty: 2, unitPrice: 2 });
+      // One order, as at the first call: every line's `order` the same object, its lines' data.
+      expect(first.order).toBe(second.order);
+      const order = first.order as { lines: Row[] };
+      expect(order.lines[2]).toEqual({ id: 3, qty: 2, unitPrice: 3, order });
+    });
+
+    it('reads no data for a parent where the answer holds no graph (never throws)', () => {
+      const replayed = fromWire(graphql, schema, Line, { id: 1, [PARENT]: { p: 4 } });
+      expect(replayed).toEqual({ id: 1 });
+    });
   });
 
   it("keeps, for a @ResolveField() the first call did not select, the parent's data beyond the answer (adversary 90)", async () => {
@@ -764,7 +876,7 @@ describe('outputWire, as far as the selection reads', () => {
     });
     noteResolvedField('WireParentCustomer.domain');
     const value = { name: 'Ada', contact: { phone: '555', email: 'ada@example.org' }, notes: 'n' };
-    const stored = await outputWire(
+    const stored = await outputWireApart(
       graphql,
       schema,
       Customer,
@@ -792,7 +904,7 @@ describe('outputWire, as far as the selection reads', () => {
     const node = new Node();
     node.next = new Node(node);
     const losses: ReplayLoss[] = [];
-    const stored = await outputWire(
+    const stored = await outputWireApart(
       graphql,
       schema,
       Thing,
@@ -816,7 +928,7 @@ describe('outputWire, as far as the selection reads', () => {
     });
     noteResolvedField('WireOrderedArticle.etag');
     const replayOf = async (value: object, set: string) => {
-      const stored = await outputWire(graphql, schema, Article, value, selecting(set), call);
+      const stored = await outputWireApart(graphql, schema, Article, value, selecting(set), call);
       const wire = JSON.parse(JSON.stringify(stored.wire)) as Record<string, unknown>;
       return { wire, replayed: fromWire(graphql, schema, Article, wire) as object };
     };
@@ -875,7 +987,7 @@ describe('outputWire, as far as the selection reads', () => {
     noteResolvedField('WireRawOrder.status');
     // Raw columns its resolvers map (toUpperCase(), toString()): the types would refuse them.
     const value = { id: 2n, status: 'pending' };
-    const stored = await outputWire(
+    const stored = await outputWireApart(
       graphql,
       schema,
       Order,
@@ -905,7 +1017,7 @@ describe('outputWire, as far as the selection reads', () => {
         name: 'WireProfile',
         fields: { id: { type: GraphQLInt }, memo: { type: GraphQLString } },
       });
-      const stored = await outputWire(
+      const stored = await outputWireApart(
         graphql,
         schema,
         Profile,
@@ -1012,7 +1124,7 @@ describe('outputWire and fromWire, a field behind Nest field middleware', () => 
       }) as object,
       { id: 1, visibility: 'private' },
     );
-    const stored = await outputWire(
+    const stored = await outputWireApart(
       graphql,
       schema,
       Transfer,
@@ -1159,7 +1271,7 @@ describe('fromWire and outputWire, fields renamed with @Field({ name }) (adversa
       };
       const type = types[name];
       const source = Object.assign(new classes[name](), data);
-      const stored = await outputWire(graphql, undefined, type, source, selecting(set), call);
+      const stored = await outputWireApart(graphql, undefined, type, source, selecting(set), call);
       const wire = JSON.parse(JSON.stringify(stored.wire)) as unknown;
       const value = fromWire(graphql, undefined, type, wire, undefined, selecting(set)) as object;
       expect({ ...value }).toEqual(replayed);
