@@ -7,6 +7,8 @@ import {
   keepData,
   keepsExactly,
   restoreData,
+  sharedReader,
+  keepAll,
   unescapeKey,
 } from './kept-data.js';
 
@@ -294,9 +296,74 @@ describe('keepsExactly', () => {
   );
 });
 
+/** The answer's shared graph (`keepAll`): two parents, each line's data naming one order. */
+const shared = {
+  g: [
+    ['o', 'qty', 2, 'order', ['@', 1]],
+    ['o', 'id', 7, 'at', ['@', 2]],
+    ['d', 0],
+    ['o', 'qty', 3, 'order', ['@', 1]],
+  ],
+};
+
 describe('restoreData', () => {
   it.each([[null], ['x'], [{}], [{ meta: {} }]])('reads %p, not typed JSON, as no data', (kept) => {
     expect(restoreData(kept)).toEqual({});
+  });
+
+  // Each form a `__parent` was stored in, written by hand as the store holds it.
+  it.each<[string, unknown, ((index: number) => unknown) | undefined, Record<string, unknown>]>([
+    [
+      "superjson's { json, meta } (stored before the graph)",
+      {
+        json: { qty: 2, at: '1970-01-01T00:00:00.000Z' },
+        meta: { values: { at: ['Date'] }, v: 1 },
+      },
+      undefined,
+      { qty: 2, at: new Date(0) },
+    ],
+    [
+      'a graph of its own (stored before the shared one)',
+      {
+        g: [
+          ['o', 'qty', 2, 'order', ['@', 1]],
+          ['o', 'id', 7, 'at', ['@', 2]],
+          ['d', 0],
+        ],
+      },
+      undefined,
+      { qty: 2, order: { id: 7, at: new Date(0) } },
+    ],
+    [
+      "a node of the answer's shared graph",
+      { p: 3 },
+      sharedReader(shared),
+      { qty: 3, order: { id: 7, at: new Date(0) } },
+    ],
+    ['a node, where the answer holds no shared graph: no data', { p: 3 }, undefined, {}],
+    ['a node past the shared graph: no data', { p: 9 }, sharedReader(shared), {}],
+    ['a node of something that is no graph: no data', { p: 0 }, sharedReader({ x: 1 }), {}],
+  ])('reads %s', (_name, kept, reader, data) => {
+    expect(restoreData(kept, reader)).toStrictEqual(data);
+  });
+
+  it('gives the parents of one answer the same objects they shared, read once', () => {
+    const reader = sharedReader(shared);
+    const first = restoreData({ p: 0 }, reader);
+    expect(first.order).toBe(restoreData({ p: 3 }, reader).order);
+  });
+});
+
+describe('keepAll', () => {
+  it("writes what its objects share once, each its own node, and names each one's losses", () => {
+    const order = { id: 7, at: new Date(0) };
+    const kept = keepAll([
+      { qty: 2, order },
+      { qty: 3, order, f: () => 1 },
+    ]);
+    expect(kept.kept).toEqual(shared);
+    expect(kept.roots).toEqual([0, 3]);
+    expect(kept.unfaithful).toEqual([[], [{ name: 'f', what: 'a function' }]]);
   });
 });
 

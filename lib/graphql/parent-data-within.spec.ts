@@ -1,4 +1,5 @@
 import { parentDataWithin } from './parent-data-within.js';
+import { readGraphNodes } from './typed-graph.js';
 
 describe('parentDataWithin', () => {
   const members = ['__parent', '__parentClasses'];
@@ -73,5 +74,68 @@ describe('parentDataWithin', () => {
     const other = { id: 3, __parent: big };
     const within = parentDataWithin([item, other], [other], members, 1);
     expect(within?.wire).toEqual([item, { id: 3 }]);
+  });
+
+  describe("with one graph for the answer's parents (adversary 105)", () => {
+    /** Two lines naming one order (node 1, with a long note), and an invoice of its own. */
+    const graph = {
+      g: [
+        ['o', 'qty', 2, 'order', ['@', 1]],
+        ['o', 'note', 'n'.repeat(300)],
+        ['o', 'qty', 3, 'order', ['@', 1]],
+        ['o', 'memo', 'm'.repeat(100)],
+      ],
+    };
+    const first = { id: 1, __parent: { p: 0 } };
+    const second = { id: 2, __parent: { p: 2 } };
+    const invoice = { id: 3, __parent: { p: 3 } };
+    const wire = { lines: [first, second], invoice };
+    const node = (index: number) => JSON.stringify(graph.g[index]).length + 1;
+    const ref = (index: number) => `"__parent":{"p":${index}},`.length;
+
+    const cases: [string, number, { left: number[]; graph: unknown[] | undefined } | undefined][] =
+      [
+        [
+          "over by a byte: the invoice (the largest of its own: the order is both lines')",
+          1,
+          { left: [1, 2], graph: [graph.g[0], graph.g[1], graph.g[2]] },
+        ],
+        [
+          'over by more than the invoice: a line goes, the order stays for the other',
+          ref(3) + node(3) + 1,
+          // The first line's own (`{ qty, order }`) goes; the second's node is renumbered.
+          { left: [2], graph: [graph.g[1], ['o', 'qty', 3, 'order', ['@', 0]]] },
+        ],
+        [
+          'over by more than the order is worth to one line: all go, the order with the last',
+          ref(3) + node(3) + ref(0) + node(0) + 1,
+          { left: [], graph: undefined },
+        ],
+        [
+          'over by more than the whole graph and its names: not enough',
+          JSON.stringify(graph).length + `,"parentGraph":`.length + 3 * ref(0) + 1,
+          undefined,
+        ],
+      ];
+    it.each(cases)('%s', (_name, over, expected) => {
+      const within = parentDataWithin(wire, [first, second, invoice], members, over, graph);
+      if (!expected) {
+        expect(within).toBeUndefined();
+        return;
+      }
+      const got = within!.wire as typeof wire;
+      const left = [...got.lines, got.invoice].filter((o) => '__parent' in o).map((o) => o.id);
+      expect({ left, graph: within!.graph?.g }).toEqual(expected);
+      // Each kept parent names its own data in the graph kept, as it read before.
+      for (const holder of within!.holders as { id: number; __parent: { p: number } }[]) {
+        const before = [first, second, invoice].find((o) => o.id === holder.id)!.__parent.p;
+        expect(readGraphNodes(within!.graph!)[holder.__parent.p]).toEqual(
+          readGraphNodes(graph)[before],
+        );
+      }
+      // The wire and the graph given are not changed.
+      expect(first.__parent).toEqual({ p: 0 });
+      expect(graph.g).toHaveLength(4);
+    });
   });
 });

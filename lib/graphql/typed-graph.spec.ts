@@ -7,7 +7,10 @@ import {
   isNativePrototype,
   type JsonLinks,
   readGraph,
+  readGraphNodes,
+  renamedRefs,
   writeGraph,
+  writeGraphs,
 } from './typed-graph.js';
 
 /** Written, stored as JSON text and read back, as the store does. */
@@ -309,5 +312,99 @@ describe('a subclass of a built-in', () => {
       expect(classBelow(value, Object.prototype)).toBe('none');
       expect(isNativePrototype(Object.getPrototypeOf(value) as object)).toBe(true);
     }
+  });
+});
+
+describe('writeGraphs', () => {
+  it('writes what several values share once, each value its own node', () => {
+    const order: Record<string, unknown> = { id: 7, lines: [] };
+    const lines = [1, 2].map((id) => ({ id, order }));
+    (order.lines as unknown[]).push(...lines);
+    const written = writeGraphs(lines.map((line) => ({ qty: line.id, order: line.order })));
+    // The order, its lines array and its two lines: one node each, whatever reaches them.
+    expect(written.graph.g).toHaveLength(2 + 1 + 1 + 2);
+    const made = readGraphNodes(JSON.parse(JSON.stringify(written.graph)) as { g: unknown[] });
+    const [first, second] = written.roots.map((root) => made[root] as { order: unknown });
+    expect(first.order).toBe(second.order);
+    const back = first.order as { lines: { order: unknown }[] };
+    expect(back.lines[1].order).toBe(back);
+  });
+
+  it("tells each value's notes of its own members only, a shared loss the first's", () => {
+    const told: string[] = [];
+    const shared = { f: () => 1 };
+    const written = writeGraphs([{ a: shared }, { b: shared, g: () => 2 }], (index) => ({
+      lost: (key) => told.push(`${index}:${String(key)} lost`),
+      left: (key) => told.push(`${index}:${String(key)} left`),
+    }));
+    expect(written.roots).toEqual([0, 2]);
+    expect(told).toEqual(['0:a lost', '1:g lost']);
+  });
+
+  it('leaves a member with no JSON form out alone, never what an earlier value wrote', () => {
+    const shared = { n: 1 };
+    const again = (): unknown => ({ again: bad });
+    const bad = { toJSON: again };
+    const left: string[] = [];
+    const written = writeGraphs([{ s: shared }, { s: shared, bad }], (index) => ({
+      lost: () => undefined,
+      left: (key) => left.push(`${index}:${String(key)}`),
+    }));
+    expect(left).toEqual(['1:bad']);
+    const made = readGraphNodes(written.graph);
+    expect(made[written.roots[1]]).toEqual({ s: { n: 1 } });
+    expect((made[written.roots[1]] as { s: unknown }).s).toBe(
+      (made[written.roots[0]] as { s: unknown }).s,
+    );
+  });
+});
+
+describe('renamedRefs', () => {
+  const plus10 = (index: number) => index + 10;
+  it.each<[string, unknown, unknown]>([
+    ['an object: its values', ['o', 'a', ['@', 1], 'b', 'x'], ['o', 'a', ['@', 11], 'b', 'x']],
+    [
+      'a key under a symbol is no reference',
+      ['O', ['y', 'k'], ['@', 2]],
+      ['O', ['y', 'k'], ['@', 12]],
+    ],
+    [
+      'an array: its items and members, never its length',
+      ['a', 2, [['@', 1], 'x'], 'm', ['@', 2]],
+      ['a', 2, [['@', 11], 'x'], 'm', ['@', 12]],
+    ],
+    ["an array of the strings '@' and 1: no reference", ['a', 2, ['@', 1]], ['a', 2, ['@', 1]]],
+    [
+      'a Map: keys and values',
+      [
+        'm',
+        [
+          ['@', 1],
+          ['@', 2],
+        ],
+      ],
+      [
+        'm',
+        [
+          ['@', 11],
+          ['@', 12],
+        ],
+      ],
+    ],
+    ['a Set with a member', ['s', [['@', 3]], 'n', ['@', 4]], ['s', [['@', 13]], 'n', ['@', 14]]],
+    [
+      'an error: its cause, its errors, its members',
+      ['E', 'Error', 'm', ['@', 1], ['h'], 'code', ['@', 2]],
+      ['E', 'Error', 'm', ['@', 11], ['h'], 'code', ['@', 12]],
+    ],
+    [
+      'an error stored before',
+      ['e', 'Error', 'm', 'x', ['@', 1]],
+      ['e', 'Error', 'm', 'x', ['@', 11]],
+    ],
+    ['a value that is no object', ['=', ['@', 0]], ['=', ['@', 10]]],
+    ['a Date, a URL: none', ['d', 5], ['d', 5]],
+  ])('%s', (_name, node, renamed) => {
+    expect(renamedRefs(node, plus10)).toEqual(renamed);
   });
 });

@@ -1,0 +1,116 @@
+import { graphReachedBy, ownBytes, parentRef, parentRefIndex } from './parent-graph.js';
+
+/** A node's bytes as the answer holds it: its JSON and a comma. */
+const bytes = (node: unknown) => JSON.stringify(node).length + 1;
+
+/**
+ * Two lines' data (nodes 0 and 3) naming one order (1), which holds a Date (2); a third
+ * parent (4) holds a note of its own (5).
+ */
+const graph = {
+  g: [
+    ['o', 'qty', 2, 'order', ['@', 1]],
+    ['o', 'id', 7, 'at', ['@', 2]],
+    ['d', 0],
+    ['o', 'qty', 3, 'order', ['@', 1]],
+    ['o', 'note', ['@', 5]],
+    ['a', 1, ['x'], 'tag', 'y'],
+  ],
+};
+
+describe('parentRefIndex', () => {
+  it.each<[string, unknown, number | undefined]>([
+    ['a node of the shared graph', parentRef(3), 3],
+    ['node 0', { p: 0 }, 0],
+    ['a graph of its own (stored before)', { g: [['o']] }, undefined],
+    ["superjson's form (stored before)", { json: {}, meta: {} }, undefined],
+    ['a negative index', { p: -1 }, undefined],
+    ['a fraction', { p: 1.5 }, undefined],
+    ['a string', { p: '1' }, undefined],
+    ['an array', [1], undefined],
+    ['null', null, undefined],
+  ])('reads %s as %p', (_name, stored, index) => {
+    expect(parentRefIndex(stored)).toBe(index);
+  });
+});
+
+describe('ownBytes', () => {
+  it.each<[string, number[], [number, number][]]>([
+    [
+      "each line alone: the order is both lines', neither's own",
+      [0, 3, 4],
+      [
+        [0, bytes(graph.g[0])],
+        [3, bytes(graph.g[3])],
+        [4, bytes(graph.g[4]) + bytes(graph.g[5])],
+      ],
+    ],
+    [
+      'one line left: the order is its own now',
+      [0, 4],
+      [
+        [0, bytes(graph.g[0]) + bytes(graph.g[1]) + bytes(graph.g[2])],
+        [4, bytes(graph.g[4]) + bytes(graph.g[5])],
+      ],
+    ],
+    ['none', [], []],
+  ])('%s', (_name, roots, owned) => {
+    expect([...ownBytes(graph, roots)]).toEqual(owned);
+  });
+
+  it('marks what a root reaches through a shared node as shared, a cycle too', () => {
+    const cyclic = {
+      g: [
+        ['o', 'a', ['@', 2]],
+        ['o', 'b', ['@', 2]],
+        ['o', 'next', ['@', 3]],
+        ['o', 'back', ['@', 2]],
+      ],
+    };
+    expect([...ownBytes(cyclic, [0, 1])]).toEqual([
+      [0, bytes(cyclic.g[0])],
+      [1, bytes(cyclic.g[1])],
+    ]);
+  });
+});
+
+describe('graphReachedBy', () => {
+  it.each<[string, number[], unknown[], [number, number][]]>([
+    ['all kept: the same graph', [0, 3, 4], graph.g, [0, 1, 2, 3, 4, 5].map((i) => [i, i])],
+    [
+      'one line gone: the order stays, the other line reaches it',
+      [3, 4],
+      [
+        ['o', 'id', 7, 'at', ['@', 1]],
+        ['d', 0],
+        ['o', 'qty', 3, 'order', ['@', 0]],
+        ['o', 'note', ['@', 4]],
+        ['a', 1, ['x'], 'tag', 'y'],
+      ],
+      [
+        [1, 0],
+        [2, 1],
+        [3, 2],
+        [4, 3],
+        [5, 4],
+      ],
+    ],
+    [
+      'both lines gone: the order goes with them',
+      [4],
+      [
+        ['o', 'note', ['@', 1]],
+        ['a', 1, ['x'], 'tag', 'y'],
+      ],
+      [
+        [4, 0],
+        [5, 1],
+      ],
+    ],
+    ['none kept: nothing', [], [], []],
+  ])('%s', (_name, roots, nodes, moved) => {
+    const kept = graphReachedBy(graph, roots);
+    expect(kept.graph.g).toEqual(nodes);
+    expect([...kept.moved]).toEqual(moved);
+  });
+});
