@@ -18,7 +18,19 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
- * Not fixed (fixer, session of 2026-12-07): writing shared objects once needs one typed
+ * Fixed (session of 2026-12-07): the own data of one stored answer's parents is written into
+ * ONE typed graph (lib/graphql/typed-graph.ts `writeGraphs`, kept-data.ts `keepAll`, called once
+ * per answer by wire-value.ts `writeParents` after the walk), stored once beside the answer
+ * (field-answer.ts, the envelope's `parentGraph`); each `__parent` names its node (`{ p }`,
+ * parent-graph.ts), and the order every line points back at is one node, written once: size
+ * and write linear in the data. A replay reads the graph once (kept-data.ts `sharedReader`,
+ * passed down `fromWire`), so every line's `order` is one object again, as at the first call.
+ * Records stored before (a graph per `__parent`, superjson's `{ json, meta }`) read as they
+ * did. `parentDataWithin` weighs a parent by its members and the nodes only it reaches
+ * (parent-graph.ts `ownBytes`) and shrinks the graph to what the parents kept reach
+ * (`graphReachedBy`): a node a kept parent still reaches is never freed.
+ *
+ * Previously not fixed (fixer, session of 2026-12-07): writing shared objects once needs one typed
  * graph per stored answer (each `__parent` a reference into it), which changes the stored
  * answer's format (a member of the answer envelope, `encodeAnswer`/`decodeAnswer`, kept through
  * the middleware-outputs completion), `fromWire`'s reader (the shared graph read once per
