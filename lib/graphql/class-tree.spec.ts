@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import { Exclude } from 'class-transformer';
 import { loadClassTransforms } from './class-transforms.js';
-import { classTreeOf, namedByTree } from './class-tree.js';
+import { classTreeOf, namedByTree, reachesKnownClass } from './class-tree.js';
 
 /** A class class-transformer knows (its @Exclude()), as an app's entity is. */
 class Device {
@@ -110,5 +110,21 @@ describe('namedByTree: the stored data named by its classes again', () => {
   it('leaves data without a tree as it is', () => {
     const data = { a: 1 };
     expect(namedByTree(data, undefined)).toBe(data);
+  });
+});
+
+describe('reachesKnownClass: whether a class tree is worth walking for', () => {
+  const order: Record<string, unknown> = { id: 1, lines: [] };
+  (order.lines as unknown[]).push({ id: 2, order }, { id: 3, order });
+  it.each<[string, unknown[], boolean]>([
+    ['nothing', [], false],
+    ['primitives', [1, 'x', null], false],
+    ['plain data with a back-reference (a cycle)', [{ order }, { order }], false],
+    ['an instance of a class it does not know', [{ row: new Row() }], false],
+    ['a known class, deep in a list', [{ a: [{ b: [new Device()] }] }], true],
+    ['a known class under the second value only', [{ order }, { device: new Device() }], true],
+    ['a known class itself', [new Device()], true],
+  ])('%s: %p', (_name, values, reaches) => {
+    expect(reachesKnownClass(values)).toBe(reaches);
   });
 });

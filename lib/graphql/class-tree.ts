@@ -55,6 +55,28 @@ export function classTreeOf(
 }
 
 /**
+ * Whether any of `values` reaches (as `classTreeOf` walks: each object's own enumerable
+ * members) an object of a class class-transformer knows: where none does, none has a class
+ * tree, and the walk of each (its path its own, so an order every line points back at is
+ * walked again from each line: adversary 105) is not needed. Each object once, without
+ * recursion: linear in the data, whatever they share.
+ */
+export function reachesKnownClass(values: readonly unknown[]): boolean {
+  const seen = new Set<object>();
+  const stack = values.filter((value): value is object => typeof value === 'object' && !!value);
+  while (stack.length > 0) {
+    const value = stack.pop()!;
+    if (seen.has(value)) continue;
+    seen.add(value);
+    if (!Array.isArray(value) && transformedClassOf(value)) return true;
+    for (const item of Object.values(value)) {
+      if (typeof item === 'object' && item !== null && !seen.has(item)) stack.push(item as object);
+    }
+  }
+  return false;
+}
+
+/**
  * `value` (plain data, as stored) with each place of `tree` named by its class again: a plain
  * object whose `constructor` (not enumerable) is that class, holding the same data. Throws
  * where the class is not one class class-transformer knows in this process: replayed without

@@ -35,7 +35,13 @@ import {
   plainOfNestType,
 } from './nest-fields.js';
 import { hasClassMetadata, transformedClassNamed, transformedClassOf } from './class-transforms.js';
-import { type ClassTree, classGetters, classTreeOf, namedByTree } from './class-tree.js';
+import {
+  type ClassTree,
+  classGetters,
+  classTreeOf,
+  namedByTree,
+  reachesKnownClass,
+} from './class-tree.js';
 import { answerAsMember, answerMembersOf } from './replayed-member.js';
 import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
@@ -328,8 +334,13 @@ function writeParents(parents: Walk['parentData'], losses: ReplayLoss[]): Graph 
   // Never throws: a member with no typed JSON form is left out alone, and named (adversary
   // 99: a key `prototype` in it once left all of it out, and failed `writeKept`'s mutation).
   const typed = keepAll(parents.map((parent) => parent.data));
-  parents.forEach(({ wire, type }, index) => {
+  // Walked for its classes by path, each parent's from itself: only where some class is there.
+  const classes = reachesKnownClass(parents.map((parent) => parent.data));
+  parents.forEach(({ wire, data, type }, index) => {
     wire[PARENT] = parentRef(typed.roots[index]);
+    // Objects of classes a serializer knows in it, named again on a replay, as in `KEPT`.
+    const tree = classes ? classTreeNoting(data, 'its data', type, losses) : undefined;
+    if (tree) wire[PARENT_CLASSES] = tree;
     const unfaithful = typed.unfaithful[index];
     if (unfaithful.length > 0) {
       const what = unfaithful.map((member) => `${member.name} (${member.what})`);
@@ -381,9 +392,6 @@ function writeParent(
   if (Reflect.ownKeys(parent).length === 0) return;
   wire[PARENT] = parentRef(-1);
   walk.parentData.push({ wire, data: parent, type });
-  // Objects of classes a serializer knows in it, named again on a replay, as in `KEPT`.
-  const tree = classTreeNoting(parent, 'its data', type, walk.losses);
-  if (tree) wire[PARENT_CLASSES] = tree;
 }
 
 async function walkValue(
