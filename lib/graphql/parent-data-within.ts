@@ -66,7 +66,8 @@ function graphBytes(graph: Graph | undefined): number {
  * holder weighs its members and the nodes only it reaches; a node another parent still kept
  * reaches is never freed (an order every line points back at goes only with the last line).
  * The largest go first, as many at once as are sure to be enough by what only they reach,
- * else the largest alone, and the weights are taken again (what two shared may now be one's).
+ * else the largest alone (then two, four, ...: a few more may go than the fewest that would
+ * do), and the weights are taken again (what two shared may now be one's).
  */
 export function parentDataWithin(
   wire: unknown,
@@ -106,6 +107,8 @@ export function parentDataWithin(
   let left = over;
   let dropped = 0;
   let kept = found;
+  /** How many go in a round where what only they reach is not sure to be enough. */
+  let unsure = 1;
   while (left > 0 && kept.length > 0) {
     const nodes = kept.flatMap(({ node }) => (node === undefined ? [] : [node]));
     const only = shared && nodes.length > 0 ? ownBytes(shared, nodes) : new Map<number, number>();
@@ -123,8 +126,12 @@ export function parentDataWithin(
       sure += bytes;
     }
     if (sure < left) {
+      // Not sure to be enough (what they share goes only with the last of them): the largest,
+      // twice as many each such round, so that a thousand parents sharing one order take ten
+      // rounds of the graph, not a thousand.
       going.clear();
-      going.add(bySize[0].item);
+      for (const { item } of bySize.slice(0, unsure)) going.add(item);
+      unsure *= 2;
     }
     const before = kept.reduce((sum, item) => sum + item.size, 0) + graphBytes(shared);
     for (const item of going) for (const member of members) delete item.holder[member];
