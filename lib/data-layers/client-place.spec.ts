@@ -1,10 +1,14 @@
+import { sqlReaderReady } from '../transaction/sql/sql-parse.js';
 import {
-  answerAwaitsTaker,
   type ClientHeld,
   type ClientPlace,
+  endsWithCommit,
   placeOfClient,
+  refusesCommitFrom,
   type StatementScope,
 } from './client-place.js';
+
+beforeAll(() => sqlReaderReady());
 
 describe('placeOfClient: where a statement on a client of the joined pool runs (adversary 103)', () => {
   it.each<[ClientHeld, StatementScope, ClientPlace]>([
@@ -48,28 +52,49 @@ describe('placeOfClient: where a statement on a client of the joined pool runs (
   });
 });
 
-describe('answerAwaitsTaker: a COMMIT on a kept view makes the sender wait for the taker (adversary 104)', () => {
-  type Control = 'begin' | 'commit' | 'rollback' | undefined;
-  it.each<[ClientHeld, StatementScope, Control, boolean]>([
-    // The batch: BEGIN in A, COMMIT sent from B while A is open.
-    ['view-in-transaction', 'open', 'commit', true],
-    // Its other statements may come from any request's context (Prisma's dispatch): no wait.
-    ['view-in-transaction', 'open', undefined, false],
-    ['view-in-transaction', 'open', 'begin', false],
-    // A ROLLBACK leaves nothing of the sender's.
-    ['view-in-transaction', 'open', 'rollback', false],
-    // Sent from its own scope, or from none, or past the sender's end: nothing to wait in.
-    ['view-in-transaction', 'home', 'commit', false],
-    ['view-in-transaction', 'none', 'commit', false],
-    ['view-in-transaction', 'ended', 'commit', false],
-    ['view-in-transaction', 'elsewhere', 'commit', false],
-    // Views that join the sender, or are refused there, or connections of their own.
-    ['view', 'open', 'commit', false],
-    ['view-left-open', 'open', 'commit', false],
-    ['view-apart', 'open', 'commit', false],
-    ['connection', 'open', 'commit', false],
-    ['left', 'open', 'commit', false],
-  ])('%s, %s from %s -> %s', (held, scope, control, waits) => {
-    expect(answerAwaitsTaker(held, scope, control)).toBe(waits);
+describe('refusesCommitFrom: a COMMIT on a kept view with its transaction open, from elsewhere (adversary 104, 106)', () => {
+  it.each<[ClientHeld, StatementScope, boolean]>([
+    // The batch: BEGIN in A, COMMIT sent from any scope but A's: another open request (or
+    // phase), a plain route or a timer (none), work another request left (ended), another
+    // request's outside() or a route that is not atomic (elsewhere).
+    ['view-in-transaction', 'open', true],
+    ['view-in-transaction', 'none', true],
+    ['view-in-transaction', 'ended', true],
+    ['view-in-transaction', 'elsewhere', true],
+    // From its own scope (its handler, work it left, its own outside()): its own transaction.
+    ['view-in-transaction', 'home', false],
+    // Views that join the sender, or are refused there anyway, or connections of their own.
+    ['view', 'open', false],
+    ['view', 'none', false],
+    ['view-left-open', 'open', false],
+    ['view-left-open', 'none', false],
+    ['view-apart', 'none', false],
+    ['connection', 'open', false],
+    ['connection', 'none', false],
+    ['left', 'elsewhere', false],
+  ])('%s, from %s -> %s', (held, scope, refused) => {
+    expect(refusesCommitFrom(held, scope)).toBe(refused);
+  });
+});
+
+describe('endsWithCommit: the statements refused on such a view from elsewhere', () => {
+  it.each<[unknown, boolean]>([
+    ['COMMIT', true],
+    ['commit', true],
+    ['END', true],
+    ['COMMIT AND CHAIN', true],
+    ['END TRANSACTION', true],
+    ["PREPARE TRANSACTION 'batch'", true],
+    ['/* traced */ COMMIT', true],
+    ['INSERT INTO audit VALUES (1); COMMIT', true],
+    ['ROLLBACK', false],
+    ['ABORT', false],
+    ['BEGIN', false],
+    ['SAVEPOINT a', false],
+    ['RELEASE SAVEPOINT a', false],
+    ["INSERT INTO audit (note) VALUES ('commit')", false],
+    [undefined, false],
+  ])('%s -> %s', (sql, commits) => {
+    expect(endsWithCommit(sql)).toBe(commits);
   });
 });

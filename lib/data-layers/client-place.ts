@@ -1,3 +1,5 @@
+import { transactionControlOf } from '../transaction/sql/sql-text.js';
+
 /**
  * What a client of the joined pool is, as the place of its statements depends on it:
  * - `connection`: a connection of its own, taken outside every request and phase (an app's
@@ -75,24 +77,36 @@ export function placeOfClient(held: ClientHeld, scope: StatementScope): ClientPl
 }
 
 /**
- * Whether a statement on a client, sent from a scope, makes that scope's answer wait for the
- * outcome of the transaction the client is in, and be refused unless it committed: a `COMMIT`
- * (`control`) an open request sends on a view of another scope's, with a transaction of its
- * code open. That view stays in the other scope's transaction (see `placeOfClient`), so the
- * `COMMIT` only releases a savepoint there: the writes it meant to make durable commit or roll
- * back with the request that took the client, whatever the one that committed them answered
- * (adversary 104: a batch client kept across requests, `BEGIN` in A, `COMMIT` in B; A rolled
- * back, and B's stored 201 was replayed for a row that was gone). Refusing that `COMMIT` at
- * once would refuse B when A commits too (the same code without the library keeps both rows);
- * B waits for A instead. Only a `COMMIT`: the other statements of such a transaction may come
- * from any request's context (Prisma's engine runs an interactive transaction's queue from
- * whichever request's tick dispatches it), never its `COMMIT`, which its caller sends; and a
- * `ROLLBACK` leaves nothing of the sender's behind.
+ * Whether a `COMMIT` (or another statement that ends a transaction with a commit: `END`,
+ * `COMMIT AND CHAIN`, `PREPARE TRANSACTION`) on a client, sent from a scope, is refused before
+ * it is sent (`KeptClientCommittedElsewhereError`): one on a view with a transaction of its
+ * code open, sent from any scope but the view's own. That view stays in its scope's
+ * transaction (see `placeOfClient`), so such a `COMMIT` would only release a savepoint there:
+ * the writes it meant to make durable would commit or roll back with the scope that took the
+ * client, whatever the sender answered (adversary 104: a batch client kept across requests,
+ * `BEGIN` in A, `COMMIT` in B; adversary 106: from a plain route, a route that is not atomic,
+ * another request's `outside()`, or a B refused for an A that committed later). Waiting for
+ * that scope's outcome cannot be exact (it may outlast any wait, and a sender outside every
+ * request has no answer to hold back); the refusal is, whatever the timing: the sender is
+ * told its `COMMIT` failed, so nothing it answers "done" is lost. Only a commit: a data
+ * layer's engine may send the other statements of its transaction from any request's context
+ * (see `placeOfClient`), never its `COMMIT`, which its caller sends (Prisma's transaction
+ * manager, awaited by `$transaction` in the caller's context); a `ROLLBACK` leaves nothing of
+ * the sender's behind, wherever it comes from.
  */
-export function answerAwaitsTaker(
-  held: ClientHeld,
-  scope: StatementScope,
-  control: 'begin' | 'commit' | 'rollback' | undefined,
-): boolean {
-  return held === 'view-in-transaction' && scope === 'open' && control === 'commit';
+export function refusesCommitFrom(held: ClientHeld, scope: StatementScope): boolean {
+  return held === 'view-in-transaction' && scope !== 'home';
+}
+
+/** What ends a transaction with a commit, as `transactionControlOf` names it. */
+const COMMITS = new Set(['COMMIT', 'END', 'PREPARE TRANSACTION']);
+
+/**
+ * Whether a statement's text ends a transaction with a commit: `COMMIT`, `END`,
+ * `COMMIT AND CHAIN`, `PREPARE TRANSACTION`, alone or among other statements (its first
+ * transaction control decides: after a `ROLLBACK` nothing is left to commit).
+ */
+export function endsWithCommit(sql: unknown): boolean {
+  const control = transactionControlOf(sql);
+  return control !== undefined && COMMITS.has(control);
 }

@@ -3,7 +3,7 @@ import { EventEmitter } from 'node:events';
 import pg, { type Pool, type PoolClient, type QueryResult } from 'pg';
 import { type EntityManager } from 'typeorm';
 import { isReadOnlyError, isTransactionAbortedError } from '../connection/connection-errors.js';
-import { acquire, withDeadline } from '../connection/deadline.js';
+import { acquire } from '../connection/deadline.js';
 import { retriedTryRefusal } from '../transaction/handler-try.js';
 import { readOnly } from '../connection/read-only-query.js';
 import { apartStatement } from '../connection/prefixed-query.js';
@@ -53,7 +53,12 @@ import {
   type PoolJoin,
   transactionScope,
 } from '../transaction/transaction-scope.js';
-import { answerAwaitsTaker, type ClientHeld, placeOfClient } from './client-place.js';
+import {
+  type ClientHeld,
+  endsWithCommit,
+  placeOfClient,
+  refusesCommitFrom,
+} from './client-place.js';
 import { closesOnTheWire, cursorOf } from './open-streams.js';
 import { EndsInFlight, settledWithinIdle } from './ends-in-flight.js';
 import { endOf } from '../transaction/submitted-end.js';
@@ -292,35 +297,6 @@ export class PoolTransaction extends RequestTransaction {
   leftOpenAtEnd = false;
 
   /**
-   * The transactions of other requests (or phases) its code committed writes in: a `COMMIT`
-   * sent from it on a kept view of theirs (see `answerAwaitsTaker`). Its answer is stored only
-   * if they committed.
-   */
-  private readonly committedIn = new Set<PoolTransaction>();
-
-  /** Its code sent a `COMMIT` on a view of `taker`'s (see `answerAwaitsTaker`). */
-  answerAwaits(taker: PoolTransaction): void {
-    if (taker !== this && !this.ended) this.committedIn.add(taker);
-  }
-
-  /**
-   * Waits (at most `timeoutMs`) for the outcome of the transactions its code committed writes
-   * in (`answerAwaits`), and refuses it unless all committed: its answer would say kept what
-   * they rolled back. A cycle (each committed in the other's) ends at the deadline, refused.
-   */
-  private async afterTakersCommitted(): Promise<void> {
-    if (this.committedIn.size === 0 || this.ended) return;
-    const takers = [...this.committedIn];
-    this.committedIn.clear();
-    const outcomes = Promise.all(takers.map((taker) => taker.outcome()));
-    const committed = await withDeadline(outcomes, this.timeoutMs, 'the kept client’s taker').then(
-      (all) => all.every(Boolean),
-      () => false,
-    );
-    if (!committed && !this.ended) this.refuse(new KeptClientCommittedElsewhereError());
-  }
-
-  /**
    * The request's commit is called after the nested transactions' ends its code called before
    * answering without awaiting them (`client.query('COMMIT')` then `return`): node-postgres
    * would run those first, so it waits for them (at most its deadline) before judging what
@@ -340,9 +316,6 @@ export class PoolTransaction extends RequestTransaction {
   }
 
   private afterEndsInFlight<T>(commit: () => Promise<T>): Promise<T> {
-    if (this.committedIn.size > 0 && !this.ended) {
-      return this.afterTakersCommitted().then(() => this.afterEndsInFlight(commit));
-    }
     const ends = this.endsInFlight.before();
     if (ends.length === 0 || this.ended) return commit();
     return settledWithinIdle(ends, this.timeoutMs, () => this.codeStatementsRunning).then(commit);
@@ -1257,8 +1230,10 @@ export class JoinedClient extends EventEmitter {
    */
   private placed(args: unknown[]): JoinedClient | Error | undefined {
     const scope = transactionScope.getStore();
-    if (!scope || scope === this.transaction || scope.leftFrom?.(this.transaction))
+    if (scope === this.transaction || (scope && scope.leftFrom?.(this.transaction)))
       return undefined;
+    // Outside every scope only a view's own transaction's COMMIT is judged (below).
+    if (!scope && (this.depth === 0 || this.apart)) return undefined;
     if (!isSubmittable(args[0]) && listenTextOf(textOf(args[0])) !== undefined) return undefined;
     const held: ClientHeld = this.apart
       ? 'view-apart'
@@ -1268,16 +1243,20 @@ export class JoinedClient extends EventEmitter {
           ? 'view-left-open'
           : 'view-in-transaction';
     const pool = this.transaction.appPool;
-    const stands = scope.poolScope?.(pool) ?? 'elsewhere';
+    const stands = scope ? (scope.poolScope?.(pool) ?? 'elsewhere') : 'none';
+    if (
+      refusesCommitFrom(held, stands) &&
+      !isSubmittable(args[0]) &&
+      endsWithCommit(textOf(args[0]))
+    ) {
+      const error = new KeptClientCommittedElsewhereError();
+      scope?.refuseRunner?.(error);
+      return error;
+    }
+    if (!scope) return undefined;
     switch (placeOfClient(held, stands)) {
-      case 'own': {
-        const control = isSubmittable(args[0]) ? undefined : nestedControlOf(textOf(args[0]));
-        const kind = control?.kind === 'set-isolation' ? undefined : control?.kind;
-        if (answerAwaitsTaker(held, stands, kind) && scope instanceof PoolTransaction) {
-          scope.answerAwaits(this.transaction);
-        }
+      case 'own':
         return undefined;
-      }
       case 'refuse': {
         const error =
           held === 'view-left-open'

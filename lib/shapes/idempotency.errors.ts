@@ -365,11 +365,12 @@ const RUNNER_DETAILS: Readonly<Record<string, string>> = {
     'requests with pool.connect() in IdempotentTransaction.outside().',
   KeptClientCommittedElsewhereError:
     'This request sent COMMIT on a node-postgres client taken with pool.connect() in another ' +
-    'request and kept: the client was in that request’s transaction, which rolled back (or ' +
-    'had no outcome in time), and the writes this COMMIT meant to keep with it; the request ' +
-    'rolled back and nothing was committed or stored. A client’s own transaction cannot ' +
-    'outlive the request it was taken in: take a client kept across requests with ' +
-    'pool.connect() in IdempotentTransaction.outside().',
+    'request and kept, with a transaction its code began (BEGIN) there still open: that ' +
+    'transaction is part of the request that took the client and commits or rolls back with ' +
+    'it, so the COMMIT was refused before it was sent; this request rolled back and nothing ' +
+    'was committed or stored. A client’s own transaction cannot outlive the request it was ' +
+    'taken in: take a client kept across requests with pool.connect() inside ' +
+    'IdempotentTransaction.outside(), so its transactions are its own.',
 };
 
 /**

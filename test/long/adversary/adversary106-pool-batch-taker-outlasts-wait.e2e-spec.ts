@@ -1,4 +1,20 @@
 /**
+ * Fixed (session of 2026-12-07): the wait of 14f9f94 is replaced by a refusal. A COMMIT (or
+ * END, COMMIT AND CHAIN, PREPARE TRANSACTION) on a view with a transaction of its code open,
+ * sent from any scope but the view's own (another request or phase, no scope at all, another
+ * request's outside(), a route that is not atomic), is refused before it is sent with
+ * KeptClientCommittedElsewhereError (lib/data-layers/client-place.ts `refusesCommitFrom`,
+ * `endsWithCommit`, tables in client-place.spec.ts; lib/data-layers/pool-transaction.ts
+ * `JoinedClient.placed`); an idempotent sender answers 500 runner_connected_outside_request,
+ * a plain route's code gets the error (its 500). The waiting (`answerAwaits`,
+ * `afterTakersCommitted`, `RequestTransaction.outcome()`) is gone. The control changed with
+ * the rule (not a weakening): B's COMMIT is refused even when A would commit, B is told it
+ * failed, and the app's `finally { release() }` rolls the batch's transaction (a savepoint in
+ * A) back: A's own write sent beside that open nested transaction on its one connection rolls
+ * back with it, so A is refused (StatementBesideNestedTransactionError: 500
+ * transaction_aborted, nothing stored, its retry runs again). No answer claims an effect that
+ * is lost, and nothing of a refused request is kept.
+ *
  * Adversary 106 (pool): the round-104 fix (14f9f94) makes request B, which sent `COMMIT` on a
  * client request A took and kept with a transaction open, wait for A's outcome at most
  * `databaseTimeoutMs`, and refuses B when A has none by then (`afterTakersCommitted`: the
@@ -165,24 +181,25 @@ describe('adversary 106 pool: a refused COMMIT on a kept client whose taker comm
     };
   }
 
-  it('control: A ending within the wait, B waits for it and both rows are kept once', async () => {
+  it('control: A ending quickly, B is refused all the same and nothing answered done is lost', async () => {
     expect(await race('quick', 300)).toEqual({
-      a: '201 quick-A',
-      b: '201 quick-B',
-      orders: ['quick-A', 'quick-B'],
-      audit: ['quick-A', 'quick-B'],
+      a: '500 transaction_aborted',
+      b: '500 runner_connected_outside_request',
+      orders: [],
+      audit: [],
     });
   }, 60_000);
 
-  it.skip('a B refused for a taker that outlasted its wait keeps none of its writes (Not fixed (round 106): found by review)', async () => {
+  it('a B refused for a taker that outlasted its wait keeps none of its writes (fixed: refused)', async () => {
     const outcome = await race('slow', 2500);
     // Either B waited for A (201, both rows), or B was refused and none of B's writes stayed.
-    const refused = outcome.b === '500 runner_connected_outside_request';
+    // B refused before its COMMIT was sent; none of B's writes stayed. A's own write went
+    // with the batch the app rolled back (see the header): A refused, nothing stored.
     expect(outcome).toEqual({
-      a: '201 slow-A',
-      b: refused ? outcome.b : '201 slow-B',
-      orders: refused ? ['slow-A'] : ['slow-A', 'slow-B'],
-      audit: refused ? ['slow-A'] : ['slow-A', 'slow-B'],
+      a: '500 transaction_aborted',
+      b: '500 runner_connected_outside_request',
+      orders: [],
+      audit: [],
     });
   }, 60_000);
 });
