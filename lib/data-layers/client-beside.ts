@@ -1,15 +1,25 @@
 import { isLibraryClient } from '../connection/own-connection.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { isCancelWatchedClass } from './cancel-watch.js';
+import { listenTextOf } from './view-listener.js';
 
 /** What is known of a client whose statement was sent in a request's scope. */
 export interface ClientSeen {
-  /** pg-pool gave it a `release`: a pool's client (the joined pool's, or another's, told apart there). */
+  /**
+   * A pg-pool handed it out (the joined pool's, or another's, told apart there): noted at its
+   * checkout (`noteClientsHandedOut`), not by a `release` any object can be given (a
+   * `pg.Client` the app put a data layer on with `Object.assign(client, { release })`).
+   */
   handedOut: boolean;
   /** Made by a data layer with `new pool.Client()` of the joined pool (Kysely's cancel connection). */
   controlConnection: boolean;
   /** One the library opened itself (a host probe). */
   libraryOwn: boolean;
+  /**
+   * The statement is `LISTEN`/`UNLISTEN` only (`listenTextOf`): the session's, it commits
+   * nothing a retry could repeat (an app's notification client a handler subscribes on).
+   */
+  listenOnly: boolean;
 }
 
 /**
@@ -20,10 +30,33 @@ export interface ClientSeen {
  * the app's writes.
  */
 export function isClientBeside(seen: ClientSeen): boolean {
-  return !seen.handedOut && !seen.controlConnection && !seen.libraryOwn;
+  return !seen.handedOut && !seen.controlConnection && !seen.libraryOwn && !seen.listenOnly;
 }
 
 const watched = new WeakSet<object>();
+
+/** The clients pg-pools handed out, and the pools whose checkouts are noted. */
+const handedOut = new WeakSet<object>();
+const noting = new WeakSet<object>();
+
+/**
+ * Notes the clients `pool` (a pg-pool) made so far (its `_clients`) and every one it hands out
+ * from now on (its `acquire` event, emitted at each checkout before `connect()` resolves):
+ * those are a pool's, judged with their pool. Called when a pool is joined, and at the first
+ * `connect()` of any other pool of its class (`watchOtherPools`).
+ */
+export function noteClientsHandedOut(pool: object): void {
+  const events = pool as {
+    on?: (event: string, listener: (client: object) => void) => void;
+    _clients?: unknown;
+  };
+  if (noting.has(pool) || typeof events.on !== 'function') return;
+  noting.add(pool);
+  if (Array.isArray(events._clients)) {
+    for (const client of events._clients as object[]) handedOut.add(client);
+  }
+  events.on('acquire', (client) => handedOut.add(client));
+}
 
 interface ClientMethods {
   query(...args: unknown[]): unknown;
@@ -31,9 +64,9 @@ interface ClientMethods {
 
 /**
  * Makes a statement of a client of `Client` (the joined pool's class, `pg.Client` as a rule)
- * that no pool handed out tell the transaction of its scope (`otherPool`), which warns once per
+ * that no pool handed out (`noteClientsHandedOut`) tell the transaction of its scope (`otherPool`), which warns once per
  * client: `new pg.Client(...)` connected by the app, used in an idempotent request. Outside a
- * scope, or for a pool's client, one property read more per statement.
+ * scope, one lookup more per statement.
  */
 export function watchClientsBeside(Client: unknown): void {
   const methods = (Client as { prototype?: ClientMethods } | undefined)?.prototype;
@@ -41,14 +74,14 @@ export function watchClientsBeside(Client: unknown): void {
   watched.add(methods);
   const { query } = methods;
   methods.query = function besideQuery(this: object, ...args: unknown[]): unknown {
-    if (typeof (this as { release?: unknown }).release !== 'function') {
-      const scope = transactionScope.getStore();
+    const scope = transactionScope.getStore();
+    if (scope?.otherPool) {
       if (
-        scope?.otherPool &&
         isClientBeside({
-          handedOut: false,
+          handedOut: handedOut.has(this),
           controlConnection: isCancelWatchedClass(this.constructor),
           libraryOwn: isLibraryClient(this),
+          listenOnly: listenTextOf(textOfQuery(args[0])) === 'listen',
         })
       ) {
         scope.otherPool(this);
@@ -56,4 +89,9 @@ export function watchClientsBeside(Client: unknown): void {
     }
     return query.apply(this, args);
   };
+}
+
+/** A query's text: the string, or a config's (or a `pg.Query`'s) `text`. */
+function textOfQuery(query: unknown): unknown {
+  return typeof query === 'object' && query !== null ? (query as { text?: unknown }).text : query;
 }

@@ -4,7 +4,7 @@ import { connectWithin } from '../transaction/bounded-connect.js';
 import { transactionScope } from '../transaction/transaction-scope.js';
 import { retriedTryRefusal } from '../transaction/handler-try.js';
 import { watchCancels } from './cancel-watch.js';
-import { watchClientsBeside } from './client-beside.js';
+import { noteClientsHandedOut, watchClientsBeside } from './client-beside.js';
 import { noteTaken, watchTakenClients } from './client-taken.js';
 
 type Callback = (...results: unknown[]) => void;
@@ -25,6 +25,7 @@ export function joinTransactionsOfPool(pool: Pool): void {
   if (!keepOwnConnect(pool)) return;
   // The class before `watchCancels` makes its subclass: the one `new pg.Client()` makes.
   watchClientsBeside((pool as unknown as { Client?: unknown }).Client);
+  noteClientsHandedOut(pool);
   watchCancels(pool);
   watchTakenClients(pool);
   watchOtherPools(Object.getPrototypeOf(pool) as PoolMethods);
@@ -121,6 +122,7 @@ function watchOtherPools(methods: PoolMethods): void {
   watched.add(methods);
   const { connect, query } = methods;
   methods.connect = function watchedConnect(this: object, ...args: unknown[]): unknown {
+    noteClientsHandedOut(this);
     transactionScope.getStore()?.otherPool?.(this);
     return connect.apply(this, args);
   };

@@ -1,4 +1,12 @@
 /**
+ * Fixed (session of 2026-12-07): a pool's client is told by what pg-pools handed out, not by
+ * the shape: lib/data-layers/client-beside.ts `noteClientsHandedOut` fills a WeakSet with a
+ * pool's existing clients (`_clients`) and every client at its checkout (`acquire`), for the
+ * joined pool at join (lib/data-layers/pool-join.ts `joinTransactionsOfPool`) and for any
+ * other pool of its class at its first `connect()` (`watchOtherPools`); `besideQuery` asks
+ * `isClientBeside` with `handedOut` from that set (table in client-beside.spec.ts), so a
+ * `pg.Client` the app gave a `release()` is warned of.
+ *
  * Adversary 106 (pool): the round-105 warning for a `pg.Client` the app connected itself
  * (1d1c73a, lib/data-layers/client-beside.ts `watchClientsBeside`) skips every client that has
  * a `release` function, taking it for a pool's. A data layer whose driver wants a pool is put
@@ -144,7 +152,7 @@ describe('adversary 106 pool: a pg.Client of the app with a release() commits ap
     });
   }, 60_000);
 
-  it.skip('Kysely on a pg.Client of the app is warned of as a second pool is (Not fixed (round 106): found by review)', async () => {
+  it('Kysely on a pg.Client of the app is warned of as a second pool is (fixed)', async () => {
     expect(await createTwice('kysely')).toEqual({
       statuses: [503, 201],
       orders: 1,

@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-07): lib/data-layers/client-beside.ts `isClientBeside` takes
+ * `listenOnly` (`listenTextOf` of the statement's text is 'listen', as `JoinedClient.placed`
+ * reads it): a `LISTEN`/`UNLISTEN` on the app's own client commits nothing and is not warned
+ * of; the client's first other statement in a request still is (table in
+ * client-beside.spec.ts).
+ *
  * Adversary 106 (pool): the round-105 warning for a `pg.Client` the app connected itself
  * (1d1c73a, lib/data-layers/client-beside.ts `watchClientsBeside`) fires for any statement,
  * `LISTEN` included. An app's notification client (connected at start, as `pg-listen` and
@@ -115,7 +121,7 @@ describe("adversary 106 pool: LISTEN on the app's notification client is warned 
     expect(await create('write')).toEqual({ status: 201, warnings: 1 });
   }, 60_000);
 
-  it.skip("a LISTEN on the app's notification client, which commits nothing, is not warned of (Not fixed (round 106): found by review)", async () => {
+  it("a LISTEN on the app's notification client, which commits nothing, is not warned of (fixed)", async () => {
     expect(await create('listen')).toEqual({ status: 201, warnings: 0 });
   }, 60_000);
 });
