@@ -35,9 +35,10 @@ describe('libraryParser: how the library reads its own columns, whatever the app
     expect(libraryParser(oid, 'text')(text)).toEqual(expected);
   });
 
-  it('binary results are handed on as they came', () => {
-    const raw = Buffer.from([1]);
-    expect(libraryParser(3802, 'binary')(raw as unknown as string)).toBe(raw);
+  it('binary results (a pool made with binary: true) are read as pg reads text (adversary 106)', () => {
+    const jsonb = Buffer.concat([Buffer.from([1]), Buffer.from('{"a":1}')]);
+    expect(libraryParser(3802, 'binary')(jsonb as unknown as string)).toEqual({ a: 1 });
+    expect(libraryParser(19, 'binary')(Buffer.from('public') as unknown as string)).toBe('public');
   });
 
   it('a timestamp without a zone is local, as node-postgres reads it', () => {

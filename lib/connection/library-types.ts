@@ -1,3 +1,5 @@
+import { libraryBinaryParser } from './library-binary-types.js';
+
 /**
  * How the library reads the columns of its own statements, whatever the app did to
  * node-postgres' parsers. The app may give its pool `types` (jsonb kept as text, to send it on
@@ -125,6 +127,8 @@ export const LIBRARY_PARSERS: ReadonlyMap<number, ColumnParser> = new Map([
 
 /** What the library reads a column of type `oid` with (a pure decision, see its spec). */
 export function libraryParser(oid: number, format: string = 'text'): ColumnParser {
+  // A pool made with `binary: true` has every result in binary, whatever the query asks.
+  if (format === 'binary') return libraryBinaryParser(oid) as unknown as ColumnParser;
   if (format !== 'text') return asText;
   return LIBRARY_PARSERS.get(oid) ?? asText;
 }
