@@ -19,6 +19,11 @@ import {
 } from './schema/schema-check.js';
 import { IdempotencySchemaMissingError } from './schema/schema-missing.error.js';
 import { StandardConformingStringsOffError } from './schema/string-syntax.error.js';
+import {
+  BINARY_PROBE,
+  BinaryResultsGarbledError,
+  binaryProbeMisread,
+} from './schema/binary-results.js';
 
 /**
  * How the app's sessions read strings (see `StandardConformingStringsOffError`), and the search
@@ -94,11 +99,22 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
     let session: SessionRow | undefined;
     let pinned: string | undefined;
     let messagesSchema: string | undefined;
+    let binaryMisread: string | undefined;
     try {
       catalog = await this.database.withConnection(async (client) => {
         const timeoutMs = this.database.timeoutMs;
         session = (await queryWithDeadline<SessionRow>(client, { text: SESSION_QUERY }, timeoutMs))
           .rows[0];
+        // Only a client asking for binary results (pg sets `binary` from its config or
+        // pg.defaults) is probed: the others read text, which pg keeps as it is.
+        if ((client as { binary?: boolean }).binary) {
+          const { rows: probed } = await queryWithDeadline<{ n: unknown; b: unknown }>(
+            client,
+            BINARY_PROBE,
+            timeoutMs,
+          );
+          binaryMisread = binaryProbeMisread(probed[0]);
+        }
         if (session?.default_path != null) {
           const { default_path: defaultPath, login } = session;
           const { rows: existing } = await queryWithDeadline<{ name: string }>(
@@ -133,6 +149,11 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
           'before the next statement',
       );
       return false;
+    }
+    if (binaryMisread !== undefined) {
+      const garbled = new BinaryResultsGarbledError(binaryMisread);
+      this.logger.error(garbled.message);
+      throw new PermanentDatabaseError(garbled, garbled.message);
     }
     const strings = session?.strings;
     if (session && session.default_path != null && session.path !== session.default_path) {
