@@ -194,7 +194,11 @@ describe('adversary 107: a loss in a shared object said for the first type only'
   const once = () => (ran ??= run('adv107-shared-loss'));
 
   const saysFor = (said: string[], type: string) =>
-    said.some((line) => line.includes(type) && line.includes('customer'));
+    said.some(
+      (line) =>
+        line.includes(`value of type ${type} cannot be replayed as it was`) &&
+        line.includes('customer (an instance of Customer)'),
+    );
 
   it('control: the loss is said for Line, the first type to reach the customer', async () => {
     const { said } = await once();
