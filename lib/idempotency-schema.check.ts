@@ -99,7 +99,6 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
     let session: SessionRow | undefined;
     let pinned: string | undefined;
     let messagesSchema: string | undefined;
-    let binaryMisread: string | undefined;
     try {
       catalog = await this.database.withConnection(async (client) => {
         const timeoutMs = this.database.timeoutMs;
@@ -113,7 +112,10 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
             BINARY_PROBE,
             timeoutMs,
           );
-          binaryMisread = binaryProbeMisread(probed[0]);
+          const misread = binaryProbeMisread(probed[0]);
+          // Thrown here, before a catalog read on the same pool fails on garbled bytes and
+          // would be taken for a database to try again.
+          if (misread !== undefined) throw new BinaryResultsGarbledError(misread);
         }
         if (session?.default_path != null) {
           const { default_path: defaultPath, login } = session;
@@ -144,16 +146,15 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
         return rows;
       });
     } catch (error) {
+      if (error instanceof BinaryResultsGarbledError) {
+        this.logger.error(error.message);
+        throw new PermanentDatabaseError(error, error.message);
+      }
       this.logger.warn(
         `the idempotency schema could not be read (${String(error)}); it is checked again ` +
           'before the next statement',
       );
       return false;
-    }
-    if (binaryMisread !== undefined) {
-      const garbled = new BinaryResultsGarbledError(binaryMisread);
-      this.logger.error(garbled.message);
-      throw new PermanentDatabaseError(garbled, garbled.message);
     }
     const strings = session?.strings;
     if (session && session.default_path != null && session.path !== session.default_path) {
