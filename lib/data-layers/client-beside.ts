@@ -81,7 +81,12 @@ export function watchClientsBeside(Client: unknown): void {
           handedOut: handedOut.has(this),
           controlConnection: isCancelWatchedClass(this.constructor),
           libraryOwn: isLibraryClient(this),
-          listenOnly: listenTextOf(textOfQuery(args[0])) === 'listen',
+          // A getter: the text is parsed only for a client none of the above already tells,
+          // not on every statement of a pool's client in a request (`isClientBeside` reads it
+          // last).
+          get listenOnly() {
+            return listenTextOf(textOfQuery(args[0])) === 'listen';
+          },
         })
       ) {
         scope.otherPool(this);
