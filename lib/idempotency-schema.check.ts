@@ -24,6 +24,7 @@ import {
   BinaryResultsGarbledError,
   binaryProbeMisread,
 } from './schema/binary-results.js';
+import { isJavaScriptClient, NativeClientError } from './schema/native-client.js';
 
 /**
  * How the app's sessions read strings (see `StandardConformingStringsOffError`), and the search
@@ -102,6 +103,7 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
     try {
       catalog = await this.database.withConnection(async (client) => {
         const timeoutMs = this.database.timeoutMs;
+        if (!isJavaScriptClient(client)) throw new NativeClientError();
         session = (await queryWithDeadline<SessionRow>(client, { text: SESSION_QUERY }, timeoutMs))
           .rows[0];
         // Only a client asking for binary results (pg sets `binary` from its config or
@@ -146,7 +148,7 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
         return rows;
       });
     } catch (error) {
-      if (error instanceof BinaryResultsGarbledError) {
+      if (error instanceof BinaryResultsGarbledError || error instanceof NativeClientError) {
         this.logger.error(error.message);
         throw new PermanentDatabaseError(error, error.message);
       }
