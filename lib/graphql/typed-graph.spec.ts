@@ -117,29 +117,72 @@ describe('isJsonCycle', () => {
     nearest: [-1, ...made.map((_, i) => i + 1)],
     up: [-1, ...made.map((_, i) => (i === 0 ? -1 : i))],
   });
-  const deep = Array.from({ length: 1000 }, () => other);
+  const deep = Array.from({ length: 5000 }, () => other);
 
-  it.each<[string, JsonLinks, number, boolean]>([
-    ['at the root', chain([]), 0, false],
-    ['inside what its own toJSON() gave', chain([target]), 1, true],
-    ['inside what it gave, under another', chain([target, other]), 2, true],
-    ['inside what another gave only', chain([other]), 1, false],
-    ['under 999 objects toJSON()s gave', chain(deep.slice(1)), 999, false],
-    ['under 1,000 objects toJSON()s gave', chain(deep), 1000, true],
+  it.each<[string, JsonLinks, number, boolean, number]>([
+    ['at the root', chain([]), 0, false, 0],
+    ['inside what its own toJSON() gave', chain([target]), 1, true, 1],
+    ['inside what it gave, under another', chain([target, other]), 2, true, 2],
+    ['inside what another gave only', chain([other]), 1, false, 1],
+    ['under 1,000 objects other toJSON()s gave', chain(deep.slice(4000)), 1000, false, 1000],
+    ['under 5,000 objects other toJSON()s gave', chain(deep), 5000, false, 5000],
+    ['under 5,000 others below what it gave', chain([target, ...deep]), 5001, true, 5001],
     [
       'in a plain node under what it gave',
       { madeBy: [undefined, target, undefined], nearest: [-1, 1, 1], up: [-1, -1, -1] },
       2,
       true,
+      1,
     ],
     [
       'beside what it gave (another place of the root)',
       { madeBy: [undefined, target, undefined], nearest: [-1, 1, -1], up: [-1, -1, -1] },
       2,
       false,
+      0,
     ],
-  ])('calling a toJSON() %s', (_name, links, at, cycle) => {
-    expect(isJsonCycle(target, at, links)).toBe(cycle);
+  ])('calling a toJSON() %s', (_name, links, at, cycle, steps) => {
+    expect(isJsonCycle(target, at, links)).toEqual({ cycle, steps });
+  });
+
+  it('writes a chain of 5,000 objects each given by its own toJSON(), a cycle left out', () => {
+    class Revision {
+      constructor(
+        readonly n: number,
+        readonly previous?: Revision,
+      ) {}
+      toJSON(): unknown {
+        return { n: this.n, previous: this.previous };
+      }
+    }
+    let history: Revision | undefined;
+    for (let n = 1; n <= 5000; n += 1) history = new Revision(n, history);
+    let back = readGraph(writeGraph({ history }).graph) as { history?: { previous?: unknown } };
+    let length = 0;
+    for (let at = back.history; at; at = at.previous as typeof at) length += 1;
+    expect(length).toBe(5000);
+    const left: unknown[] = [];
+    const again = (): unknown => ({ again: loop });
+    const loop = { toJSON: again };
+    back = readGraph(
+      writeGraph({ loop, history }, { lost: () => undefined, left: (key) => left.push(key) }).graph,
+    ) as typeof back;
+    expect(left).toEqual(['loop']);
+    expect(back.history).toBeDefined();
+  });
+
+  it('stops a toJSON() giving a new object of a new class each call, without end', () => {
+    class Endless {
+      toJSON(): unknown {
+        return { next: new Endless() };
+      }
+    }
+    const left: unknown[] = [];
+    writeGraph(
+      { endless: new Endless() },
+      { lost: () => undefined, left: (key) => left.push(key) },
+    );
+    expect(left).toEqual(['endless']);
   });
 
   it('writes one object whose toJSON() gives a new object at any number of places', () => {

@@ -76,8 +76,21 @@ function isLeftOut(item: unknown): boolean {
   return typeof item === 'function' || (typeof item === 'symbol' && !Symbol.keyFor(item));
 }
 
-/** Objects given by `toJSON()`s one inside another, past which they are taken for a cycle. */
-const MAX_JSON_DEPTH = 1000;
+/**
+ * Objects `toJSON()`s may give in one write (all of an answer's parents together): more than 1
+ * MB of stored data holds (the default `maxResponseBytes`), at some 20 bytes each, and over
+ * ten times the chain `JSON.stringify` itself writes (some 4,000 deep). Past it, a `toJSON()`
+ * that makes a new object of a new class each call, without end (never a cycle by
+ * `isJsonCycle`: no target repeats), is stopped, in some 0.2 s.
+ */
+const MAX_JSON_OBJECTS = 50_000;
+
+/**
+ * Steps `isJsonCycle` may walk in one write, all its calls together (some 20 ms): where a
+ * target called again (a price shared by many rows) is deep in chains of `toJSON()`s, each
+ * call walks the chain above it.
+ */
+const MAX_JSON_WALK = 10_000_000;
 
 /**
  * Where each node of a graph being written came from, for `isJsonCycle`: by index, the target
@@ -95,18 +108,23 @@ export interface JsonLinks {
  * Whether calling `target`'s `toJSON()` at a place in node `at` goes round: an object a
  * `toJSON()` of `target` gave holds that place (`toJSON() { return { again: this } }`: each
  * call a new object holding `target` again, without end; JSON.stringify overflows its stack),
- * or `MAX_JSON_DEPTH` such objects are one inside another. A `toJSON()` called at any number
- * of places side by side (one price shared by 1,001 rows, adversary 104), or giving an object
- * already written (`return this`, adversary 105), never is.
+ * and the steps walked up to tell. Objects of other targets one inside another, however many
+ * (a revision history of 1,001 value objects, each `toJSON()` giving the one before: adversary
+ * 107, once taken for a cycle at 1,000), never are, nor a `toJSON()` called at any number of
+ * places side by side (one price shared by 1,001 rows, adversary 104), nor one giving an
+ * object already written (`return this`, adversary 105).
  */
-export function isJsonCycle(target: object, at: number, links: JsonLinks): boolean {
-  let depth = 0;
+export function isJsonCycle(
+  target: object,
+  at: number,
+  links: JsonLinks,
+): { cycle: boolean; steps: number } {
+  let steps = 0;
   for (let node = links.nearest[at] ?? -1; node !== -1; node = links.up[node] ?? -1) {
-    if (links.madeBy[node] === target) return true;
-    depth += 1;
-    if (depth >= MAX_JSON_DEPTH) return true;
+    steps += 1;
+    if (links.madeBy[node] === target) return { cycle: true, steps };
   }
-  return false;
+  return { cycle: false, steps };
 }
 
 /** An object whose prototype is `Object.prototype` or none. */
@@ -186,6 +204,10 @@ function graphWriter() {
   const nodes: unknown[] = [];
   const indexes = new Map<object, number>();
   const links: JsonLinks = { madeBy: [], nearest: [], up: [] };
+  /** The targets whose `toJSON()` gave a new object, their count, and `isJsonCycle`'s steps. */
+  const makers = new Set<object>();
+  let made = 0;
+  let walked = 0;
   /** The node being written, whose cells `cell()` writes. */
   let at = 0;
   // Walked by `head`, never by `shift()`, which moves every entry left: quadratic over a
@@ -253,7 +275,16 @@ function graphWriter() {
       // A new object each time that holds `target` again is a cycle, JSON's own refusal;
       // one already written (`return this`, a shared value) leads nowhere new.
       if (!indexes.has(json)) {
-        if (isJsonCycle(target, at, links)) throw new Error('a cycle through toJSON()');
+        // A target never called before is on no chain: only one called again is walked for.
+        if (makers.has(target)) {
+          const walk = isJsonCycle(target, at, links);
+          if (walk.cycle) throw new Error('a cycle through toJSON()');
+          walked += walk.steps;
+          if (walked > MAX_JSON_WALK) throw new Error('toJSON() chains too long to walk');
+        }
+        made += 1;
+        if (made > MAX_JSON_OBJECTS) throw new Error('more objects given by toJSON() than kept');
+        makers.add(target);
         madeBy = target;
       }
       target = json;
