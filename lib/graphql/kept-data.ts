@@ -104,8 +104,8 @@ export interface KeptAll {
  * The own data of each of `all` kept as `keepData` keeps one, all in ONE graph (see
  * parent-graph.ts): what they share (an order every line's data points back at) is written
  * once, so the graph grows with the data. Never throws; a member that cannot be written is
- * left out alone and named. A loss in an object two of them share is named under the first
- * one's member that reaches it, as within one object's members.
+ * left out alone and named. A loss in an object several of them share is named under each
+ * one's member that reaches it, as within one object's members (so each parent's type says it).
  */
 export function keepAll(all: readonly Readonly<Record<string, unknown>>[]): KeptAll {
   const notes = all.map(() => ({

@@ -4,6 +4,7 @@ import {
   builtInPrototype,
   classBelow,
   isJsonCycle,
+  reachesLoss,
   isNativePrototype,
   type JsonLinks,
   readGraph,
@@ -373,15 +374,23 @@ describe('writeGraphs', () => {
     expect(back.lines[1].order).toBe(back);
   });
 
-  it("tells each value's notes of its own members only, a shared loss the first's", () => {
+  it("tells each value's notes of its own members, a shared loss each one's", () => {
     const told: string[] = [];
     const shared = { f: () => 1 };
-    const written = writeGraphs([{ a: shared }, { b: shared, g: () => 2 }], (index) => ({
-      lost: (key) => told.push(`${index}:${String(key)} lost`),
-      left: (key) => told.push(`${index}:${String(key)} left`),
-    }));
-    expect(written.roots).toEqual([0, 2]);
-    expect(told).toEqual(['0:a lost', '1:g lost']);
+    const plain = { n: 1 };
+    const written = writeGraphs(
+      [
+        { a: shared, p: plain },
+        { b: shared, g: () => 2, p: plain },
+        { c: { deep: [shared] }, d: { deep: [shared] } },
+      ],
+      (index) => ({
+        lost: (key) => told.push(`${index}:${String(key)} lost`),
+        left: (key) => told.push(`${index}:${String(key)} left`),
+      }),
+    );
+    expect(written.roots).toEqual([0, 3, 4]);
+    expect(told).toEqual(['0:a lost', '1:b lost', '1:g lost', '2:c lost', '2:d lost']);
   });
 
   it('leaves a member with no JSON form out alone, never what an earlier value wrote', () => {
@@ -399,6 +408,34 @@ describe('writeGraphs', () => {
     expect((made[written.roots[1]] as { s: unknown }).s).toBe(
       (made[written.roots[0]] as { s: unknown }).s,
     );
+  });
+});
+
+describe('reachesLoss', () => {
+  // Nodes as written: 0 reaches 1 reaches 2 (a loss); 3 and 4 reach each other; 5 reaches 4.
+  const nodes = [
+    ['o', 'a', ['@', 1]],
+    ['a', 1, [['@', 2]]],
+    ['o'],
+    ['o', 'x', ['@', 4]],
+    ['o', 'y', ['@', 3]],
+    ['m', ['k', ['@', 4]]],
+  ];
+  const lossAt = [false, false, true];
+  it.each<[string, number, boolean]>([
+    ['a node holding a loss', 2, true],
+    ['one reaching it through another', 0, true],
+    ['a cycle holding none', 3, false],
+    ['one reaching that cycle', 5, false],
+  ])('tells %s', (_name, from, loss) => {
+    expect(reachesLoss(from, nodes, lossAt, [])).toBe(loss);
+  });
+
+  it('keeps its answers for the next walk', () => {
+    const reaches: boolean[] = [];
+    reachesLoss(0, nodes, lossAt, reaches);
+    reachesLoss(5, nodes, lossAt, reaches);
+    expect(reaches).toEqual([true, true, true, false, false, false]);
   });
 });
 

@@ -163,8 +163,8 @@ export interface MemberNotes {
  * of a class is written as its own data (a `toJSON()` as what it gives, as JSON writes it), a
  * function and an unregistered symbol are left out: each is a loss. Where the value is an
  * object, its own members are written one after another, each with all it holds first (so
- * `notes` is told the member a loss is under: a node two members share is the first one's);
- * one that cannot be written is left out alone.
+ * `notes` is told the member a loss is under: a node two members share, each of them); one
+ * that cannot be written is left out alone.
  */
 export function writeGraph(value: unknown, notes?: MemberNotes): Written {
   const writer = graphWriter();
@@ -184,8 +184,8 @@ export interface WrittenGraphs {
  * of them reach (an ORM's back-reference, `line.order === order`, from every line's data) is
  * one node, written once, so the graph grows with the data, not with the values times what
  * they share (adversary 105: one graph each wrote the whole order again per line). `notes(i)`
- * is told of the `i`th value's members, as `writeGraph`'s: a node several values share is the
- * first one's to reach it.
+ * is told of the `i`th value's members, as `writeGraph`'s: a loss in a node several values
+ * share is told to each of them (adversary 107: said for the first value's type only).
  */
 export function writeGraphs(
   values: readonly object[],
@@ -217,12 +217,27 @@ function graphWriter() {
   let exact = true;
   let lost = false;
   let member: string | symbol | undefined;
+  /** The first node the member being written wrote: those below were written before it. */
+  let memberStart = -1;
   /** Told of the root being written's members (see `MemberNotes`). */
   let notes: MemberNotes | undefined;
+  /** By node: something written in it is lost (see `reachesLoss`). */
+  const lossAt: boolean[] = [];
+  const reaches: boolean[] = [];
   const losing = () => {
     lost = true;
     exact = false;
+    lossAt[at] = true;
     if (member !== undefined) notes?.lost(member);
+  };
+  /**
+   * A node written before the member being written, that it reaches again: what is lost in
+   * it (or in what it holds) was told to the member that wrote it, and is told to this one
+   * too (adversary 107: a customer every line and refund shares, lost for `Line` only).
+   */
+  const reachedAgain = (index: number) => {
+    if (member === undefined || !notes || index >= memberStart) return;
+    if (reachesLoss(index, nodes, lossAt, reaches)) notes.lost(member);
   };
   /** A new node, its links as reached from node `at` (`madeBy`: see `JsonLinks`). */
   const newNode = (of: object, madeBy?: object): number => {
@@ -293,7 +308,7 @@ function graphWriter() {
     if (index === undefined) {
       index = newNode(target, madeBy);
       queue.push({ value: target, index });
-    }
+    } else reachedAgain(index);
     return ['@', index];
   };
   const members = (of: object, skip: (key: string) => boolean = () => false) => {
@@ -349,6 +364,7 @@ function graphWriter() {
       member = key;
       at = index;
       const before = nodes.length;
+      memberStart = before;
       try {
         const item = (value as Record<string | symbol, unknown>)[key];
         if (isLeftOut(item)) {
@@ -364,12 +380,15 @@ function graphWriter() {
         queue.length = 0;
         head = 0;
         nodes.length = before;
-        for (const list of [links.madeBy, links.nearest, links.up]) list.length = before;
+        for (const list of [links.madeBy, links.nearest, links.up, lossAt]) {
+          if (list.length > before) list.length = before;
+        }
         for (const [object, at] of indexes) if (at >= before) indexes.delete(object);
         notes?.left(key);
       }
     }
     member = undefined;
+    memberStart = -1;
     nodes[index] = [Object.getPrototypeOf(value) === null ? 'O' : 'o', ...flat];
     return index;
   };
@@ -443,6 +462,39 @@ function graphWriter() {
     return [prototype === null ? 'O' : 'o', ...members(of)];
   }
   return { root, done };
+}
+
+/**
+ * Whether node `from` of the written `nodes`, or a node it reaches, holds a loss (`lossAt`):
+ * walked without recursion, each node once, its answer kept in `reaches` (for every node a
+ * walk found no loss under, and for those on the way to one), so that a node many members
+ * reach (an order every line's data points back at) is walked once.
+ */
+export function reachesLoss(
+  from: number,
+  nodes: readonly unknown[],
+  lossAt: readonly boolean[],
+  reaches: boolean[],
+): boolean {
+  if (reaches[from] !== undefined) return reaches[from];
+  const cameFrom = new Map<number, number>([[from, -1]]);
+  const pending = [from];
+  while (pending.length > 0) {
+    const next = pending.pop() as number;
+    if (lossAt[next] || reaches[next]) {
+      for (let on = next; on !== -1; on = cameFrom.get(on) ?? -1) reaches[on] = true;
+      return true;
+    }
+    renamedRefs(nodes[next], (child) => {
+      if (!cameFrom.has(child) && reaches[child] !== false) {
+        cameFrom.set(child, next);
+        pending.push(child);
+      }
+      return child;
+    });
+  }
+  for (const node of cameFrom.keys()) reaches[node] = false;
+  return false;
 }
 
 /** The stored graph read back: node 0's value (objects made first, filled in after). */

@@ -55,6 +55,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Suggested fix: in `writeGraphs`/`keepAll`, note a loss for every root that reaches the node
  * holding it (keep, per node, its losses, and add them to each root that references the node,
  * by the member it is reached from), not only the first; at least once per type.
+ *
+ * Fixed (session of 2026-12-07): typed-graph.ts's writer notes, by node, where a loss was
+ * written; a member that reaches a node written before it (by another root or member) is told
+ * the loss too where that node holds one or reaches one (`reachesLoss`, each node walked once),
+ * so `keepAll` names it for every parent, and `writeParents` says it for each type.
  */
 let pool: Pool;
 
@@ -205,7 +210,7 @@ describe('adversary 107: a loss in a shared object said for the first type only'
     expect(saysFor(said, 'Line')).toBe(true);
   });
 
-  it.skip('the loss is said for Refund too, or Refund replays its customer name (Not fixed (round 107): found by review)', async () => {
+  it('the loss is said for Refund too, or Refund replays its customer name', async () => {
     const { said, again } = await once();
     const replayed = again.data?.placeOrder?.refunds?.[0]?.customerName;
     expect(saysFor(said, 'Refund') || replayed === 'Ada Lovelace').toBe(true);
