@@ -12,10 +12,13 @@ import {
 } from '../schema/search-path-schemas.js';
 import { type DoctorFacts, type PartitionBounds, type UnusableTable } from './doctor-checks.js';
 import { tenantFilter } from './tenant-filter.js';
+import { dateOfEpochMs, epochMsOf } from '../connection/epoch-ms.js';
 
 /**
  * Everything the command reads from and writes to the database, on one session of its own
- * (never the app's pool). The decisions are made elsewhere, from what these return.
+ * (never the app's pool). The decisions are made elsewhere, from what these return. Times are
+ * read as milliseconds since 1970 (`epochMsOf`), never as a timestamp's text, which follows the
+ * database's `DateStyle` (adversary 107).
  */
 
 /** The migrations table, or (when it does not resolve) the unusable schema that holds it. */
@@ -26,7 +29,7 @@ SELECT current_database() AS database, current_user::text AS role,
     WHERE to_regclass($1) IS NULL AND c.relname = $2 AND c.relkind IN ('r', 'p')
       AND ${UNUSABLE_IN_PATH}
     ORDER BY ${PATH_POSITION} LIMIT 1) AS "migrationsSchema",
-  clock_timestamp() AS now`;
+  ${epochMsOf('clock_timestamp()')} AS "nowMs"`;
 
 const SETTINGS = `SELECT name, setting FROM pg_settings WHERE name = ANY($1)`;
 
@@ -77,7 +80,7 @@ export async function readDoctorFacts(
     role: string;
     migrations: string | null;
     migrationsSchema: string | null;
-    now: Date;
+    nowMs: string;
   }>(HEAD, [quoteIdent(migrationsTable), migrationsTable]);
   let migrationsRun: string[] | null = null;
   if (head[0].migrations !== null) {
@@ -89,11 +92,14 @@ export async function readDoctorFacts(
 
   let partitions: PartitionBounds[] = [];
   if (partitioned && keysReached) {
-    const { rows } = await client.query<PartitionBounds>(
-      `SELECT from_at AS "fromAt", to_at AS "toAt" FROM idempotency_key_partitions()
-       WHERE NOT detach_pending`,
+    const { rows } = await client.query<{ fromMs: string | null; toMs: string | null }>(
+      `SELECT ${epochMsOf('from_at')} AS "fromMs", ${epochMsOf('to_at')} AS "toMs"
+       FROM idempotency_key_partitions() WHERE NOT detach_pending`,
     );
-    partitions = rows;
+    partitions = rows.map((row) => ({
+      fromAt: dateOfEpochMs(row.fromMs),
+      toAt: dateOfEpochMs(row.toMs),
+    }));
   }
 
   let stuckKeys = 0;
@@ -123,7 +129,7 @@ export async function readDoctorFacts(
       Number(setting('superuser_reserved_connections') ?? 0) +
       Number(setting('reserved_connections') ?? 0),
     partitions,
-    now: head[0].now,
+    now: clockOf(head[0].nowMs),
     stuckKeys,
     oldestStuckMs,
   };
@@ -148,9 +154,33 @@ export interface KeyRow {
 
 const KEY_COLUMNS = `tenant_id AS "tenantId", key, state, recovery_point AS "recoveryPoint",
   ARRAY(SELECT jsonb_object_keys(phase_results)) AS phases, lock_version::text AS "lockVersion",
-  claim_id::text AS "claimId", created_at AS "createdAt", finished_at AS "finishedAt",
-  locked_until AS "lockedUntil", response_code AS "responseCode",
-  octet_length(response_body) AS "responseBytes", clock_timestamp() AS now`;
+  claim_id::text AS "claimId", ${epochMsOf('created_at')} AS "createdAt",
+  ${epochMsOf('finished_at')} AS "finishedAt", ${epochMsOf('locked_until')} AS "lockedUntil",
+  response_code AS "responseCode", octet_length(response_body) AS "responseBytes",
+  ${epochMsOf('clock_timestamp()')} AS now`;
+
+/** KEY_COLUMNS as they come: the times as `epochMsOf` gives them. */
+type KeyColumns = Omit<KeyRow, 'createdAt' | 'finishedAt' | 'lockedUntil' | 'now'> & {
+  createdAt: string;
+  finishedAt: string | null;
+  lockedUntil: string | null;
+  now: string;
+};
+
+function keyRowOf(row: KeyColumns): KeyRow {
+  return {
+    ...row,
+    createdAt: clockOf(row.createdAt),
+    finishedAt: dateOfEpochMs(row.finishedAt),
+    lockedUntil: dateOfEpochMs(row.lockedUntil),
+    now: clockOf(row.now),
+  };
+}
+
+/** A time that is never NULL nor infinite (a clock, a creation time). */
+function clockOf(ms: string): Date {
+  return dateOfEpochMs(ms) ?? new Date(NaN);
+}
 
 /**
  * Unfinished keys, the stuck (lease expired longest ago) first, those given back last; of the
@@ -164,14 +194,14 @@ export async function listUnfinishedKeys(
   tenant?: string,
 ): Promise<KeyRow[]> {
   const filter = tenant === undefined ? undefined : tenantFilter(tenant);
-  const { rows } = await client.query<KeyRow>(
+  const { rows } = await client.query<KeyColumns>(
     `SELECT ${KEY_COLUMNS} FROM idempotency_keys
      WHERE state = 'started'
        AND ($2::text IS NULL OR tenant_id = $2 OR ($3::boolean AND starts_with(tenant_id, $2)))
      ORDER BY locked_until NULLS LAST, created_at, tenant_id, key LIMIT $1`,
     [limit, filter?.tenant ?? null, filter?.prefix ?? false],
   );
-  return rows;
+  return rows.map(keyRowOf);
 }
 
 export async function readKey(
@@ -179,11 +209,11 @@ export async function readKey(
   tenant: string,
   key: string,
 ): Promise<KeyRow | undefined> {
-  const { rows } = await client.query<KeyRow>(
+  const { rows } = await client.query<KeyColumns>(
     `SELECT ${KEY_COLUMNS} FROM idempotency_keys WHERE tenant_id = $1 AND key = $2`,
     [tenant, key],
   );
-  return rows[0];
+  return rows[0] && keyRowOf(rows[0]);
 }
 
 /** The tenants a key is kept under (a few): what `keys show` names when the tenant given has none. */

@@ -9,6 +9,7 @@ import { type ClaimRow, type LateRows, PostgresClaimStore } from '../postgres-cl
 import { isNoPartitionError } from './layout-errors.js';
 import { pinSearchPath } from '../../connection/session-state.js';
 import { withLibraryTypes } from '../../connection/library-types.js';
+import { dateOfEpochMs } from '../../connection/epoch-ms.js';
 import { coverageAction, expirySteps, type PartitionInfo } from './partition-schedule.js';
 import {
   CARRY_FORWARD,
@@ -16,6 +17,7 @@ import {
   CLAIM_IN_PARTITIONS,
   CREATE_PARTITIONS,
   LIST_PARTITIONS,
+  PARTITION_CLOCK,
   PURGE_ABANDONED_IN_PARTITIONS,
 } from './partitioned-statements.js';
 
@@ -46,8 +48,8 @@ const EXPIRY_LOCK = 'idempotency_keys_expiry';
 
 interface PartitionRow {
   partition: string;
-  from_at: Date | null;
-  to_at: Date | null;
+  from_ms: string | null;
+  to_ms: string | null;
   detach_pending: boolean;
 }
 
@@ -204,9 +206,9 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
       await client.query(`SET statement_timeout = ${MAINTENANCE_STATEMENT_TIMEOUT_MS}`);
       const [{ rows: partitions }, { rows: clock }] = await Promise.all([
         client.query<PartitionRow>(withLibraryTypes({ text: LIST_PARTITIONS })),
-        client.query<{ now: Date }>(withLibraryTypes({ text: 'SELECT now()' })),
+        client.query<ClockRow>(withLibraryTypes({ text: PARTITION_CLOCK })),
       ]);
-      for (const step of expirySteps(partitions.map(toInfo), clock[0].now, retentionMs)) {
+      for (const step of expirySteps(partitions.map(toInfo), clockOf(clock), retentionMs)) {
         if (step.kind === 'finalize') {
           await client.query(
             `ALTER TABLE idempotency_keys DETACH PARTITION ${step.partition} FINALIZE`,
@@ -275,10 +277,10 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
     const { rows: partitions } = await client.query<PartitionRow>(
       withLibraryTypes({ text: LIST_PARTITIONS }),
     );
-    const { rows: clock } = await client.query<{ now: Date }>(
-      withLibraryTypes({ text: 'SELECT now()' }),
+    const { rows: clock } = await client.query<ClockRow>(
+      withLibraryTypes({ text: PARTITION_CLOCK }),
     );
-    const [step] = expirySteps(partitions.map(toInfo), clock[0].now, retentionMs);
+    const [step] = expirySteps(partitions.map(toInfo), clockOf(clock), retentionMs);
     if (step === undefined) return false;
     await client.query('LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE');
     if (step.kind === 'finalize') {
@@ -301,10 +303,19 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
 function toInfo(row: PartitionRow): PartitionInfo {
   return {
     partition: row.partition,
-    fromAt: row.from_at,
-    toAt: row.to_at,
+    fromAt: dateOfEpochMs(row.from_ms),
+    toAt: dateOfEpochMs(row.to_ms),
     detachPending: row.detach_pending,
   };
+}
+
+interface ClockRow {
+  now_ms: string;
+}
+
+/** `PARTITION_CLOCK`'s time. */
+function clockOf(rows: readonly ClockRow[]): Date {
+  return dateOfEpochMs(rows[0].now_ms) ?? new Date(NaN);
 }
 
 /** The database's own error under the library's 503. */

@@ -1,3 +1,4 @@
+import { epochMsOf } from '../../connection/epoch-ms.js';
 import { FOUND_ROW, heldRow, keyLock, HOLDS_NO_JOB_STEPS } from '../postgres-statements.js';
 
 /**
@@ -68,9 +69,16 @@ export const CREATE_PARTITIONS = {
   text: `SELECT idempotency_keys_create_partitions($1, $2) AS covered_ms`,
 };
 
-/** The partitions and their bounds, with the server's time to judge them by. */
-export const LIST_PARTITIONS = `SELECT partition::text AS partition, from_at, to_at,
-  detach_pending, now() AS now FROM idempotency_key_partitions()`;
+/**
+ * The partitions and their bounds, as milliseconds since 1970 (`epochMsOf`: a timestamp's text
+ * follows the session's `DateStyle`).
+ */
+export const LIST_PARTITIONS = `SELECT partition::text AS partition,
+  ${epochMsOf('from_at')} AS from_ms, ${epochMsOf('to_at')} AS to_ms,
+  detach_pending FROM idempotency_key_partitions()`;
+
+/** The server's time to judge the partitions by (the transaction's, as `CARRY_FORWARD`'s). */
+export const PARTITION_CLOCK = `SELECT ${epochMsOf('now()')} AS now_ms`;
 
 /**
  * Moves the keys that must outlive the partition `[$1, $2)` into the live one: every key not

@@ -35,6 +35,11 @@
  * connect, `options: '-c DateStyle=ISO'`), or have the library's SQL return its times as epoch
  * ms (`extract(epoch …) * 1000`) / `to_char(… , 'YYYY-MM-DD"T"HH24:MI:SS.USOF')`, never as a
  * timestamptz read by a style-dependent parser.
+ *
+ * Fixed (session of 2026-12-07): the command reads every time (the clock, `created_at`,
+ * `finished_at`, `locked_until`, the partitions' bounds) as milliseconds since 1970 in an int8
+ * (lib/connection/epoch-ms.ts `epochMsOf`, read back by `dateOfEpochMs`), text no `DateStyle`
+ * changes; the doctor reads the bounds the same way, so what it reports holds.
  */
 import { runCli } from '../../support/cli-process.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../../support/migrated-database.js';
@@ -73,7 +78,7 @@ describe('adversary 107 pool: a database DateStyle other than ISO crashes the co
     expect(run.code).toBe(0);
   }, 60_000);
 
-  it.skip('keys show on a database with DateStyle German shows the key (Not fixed (round 107): found by review)', async () => {
+  it('keys show on a database with DateStyle German shows the key', async () => {
     const run = await runCli(['keys', 'show', 't1', 'order-1', '--url', german.url]);
     expect(run.stderr).toBe('');
     expect(run.stdout).toMatch(/^tenant: {9}t1\nkey: {12}order-1\nstatus: {9}in flight\n/);

@@ -28,6 +28,11 @@
  * Suggested fix: read the clock and the bounds as epoch milliseconds in SQL (`extract(epoch
  * FROM …) * 1000`), or pin `DateStyle = ISO` for the library's own statements (`SET LOCAL` in
  * their round trip, as the search path is), or refuse the setting at start-up with what to do.
+ *
+ * Fixed (session of 2026-12-07): the library's statements that return a time return it as
+ * milliseconds since 1970 in an int8 (lib/connection/epoch-ms.ts `epochMsOf`, read back by
+ * `dateOfEpochMs`): the partitioned expiry's bounds and clock (`LIST_PARTITIONS`,
+ * `PARTITION_CLOCK`), whatever the session's `DateStyle`; no session setting is changed.
  */
 import { Logger } from '@nestjs/common';
 import { DataSource } from 'typeorm';
@@ -121,7 +126,7 @@ describePartitioned(
       });
     }, 60_000);
 
-    it.skip('with DateStyle German the expired partition is dropped too (Not fixed (round 107): found by review)', async () => {
+    it('with DateStyle German the expired partition is dropped too', async () => {
       expect(await expiryStory(german)).toEqual({
         purge: 'ok',
         partitionLeft: false,
