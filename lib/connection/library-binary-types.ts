@@ -9,7 +9,7 @@
  */
 export type BinaryParser = (bytes: Buffer) => unknown;
 
-/** Microseconds from 1970 to PostgreSQL's epoch, 2000-01-01. */
+/** Milliseconds from 1970 to PostgreSQL's epoch, 2000-01-01. */
 const PG_EPOCH_MS = Date.UTC(2000, 0, 1);
 
 const asText: BinaryParser = (bytes) => bytes.toString('utf8');

@@ -26,6 +26,16 @@ describe('libraryParser: how the library reads its own columns, whatever the app
     ['text[]', 1009, '{a,"b c","x\\"y",NULL}', ['a', 'b c', 'x"y', null]],
     ['text[] empty', 1009, '{}', []],
     ['int4[]', 1007, '{1,2,3}', [1, 2, 3]],
+    ['uuid[]', 2951, '{8f0c-a,NULL}', ['8f0c-a', null]],
+    ['float4[]', 1021, '{1.5,-2}', [1.5, -2]],
+    ['float8[]', 1022, '{0.25,NULL}', [0.25, null]],
+    [
+      'timestamptz[]',
+      1185,
+      '{"2026-12-07 03:49:20+00",NULL}',
+      [new Date('2026-12-07T03:49:20Z'), null],
+    ],
+    ['timestamp[]', 1115, '{"2026-12-07 03:49:20"}', [new Date(2026, 11, 7, 3, 49, 20)]],
     ['text: as it is', 25, 'plain', 'plain'],
     ['uuid: as it is', 2950, '8f0c…', '8f0c…'],
     ['name: as it is', 19, 'idempotency_keys', 'idempotency_keys'],
@@ -59,6 +69,16 @@ describe('libraryParser: how the library reads its own columns, whatever the app
     const config = withLibraryTypes({ text: 'SELECT 1', types: { getTypeParser: () => String } });
     expect(config.text).toBe('SELECT 1');
     expect(config.types.getTypeParser(3802, 'text')('{}')).toEqual({});
+  });
+
+  // A text cut short ends with what was read: the inner loops stop at its end.
+  it.each<[string, string, unknown[]]>([
+    ['a quote never closed', '{"abc', ['abc']],
+    ['no closing brace', '{a,b', ['a', 'b']],
+    ['a backslash at the end', '{"a\\', ['a']],
+    ['only the opening brace', '{', []],
+  ])('arrayOf never loops on a text cut short: %s', (_name, text, expected) => {
+    expect(arrayOf(String)(text)).toEqual(expected);
   });
 
   it('helpers agree with node-postgres on plain values', () => {

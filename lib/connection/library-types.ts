@@ -72,7 +72,8 @@ export const asDate = (text: string): unknown => {
 
 /**
  * A one-dimensional array's text (`{a,"b c",NULL}`), each element read by `element` (null for
- * an unquoted NULL). The library's SQL returns no array of arrays.
+ * an unquoted NULL). The library's SQL returns no array of arrays. A text cut short (a quote
+ * or the closing brace missing: none PostgreSQL sends) ends with what was read, never loops.
  */
 export const arrayOf =
   (element: ColumnParser): ColumnParser =>
@@ -86,13 +87,13 @@ export const arrayOf =
       let quoted = false;
       if (body[i] === '"') {
         quoted = true;
-        for (i++; body[i] !== '"'; i++) {
+        for (i++; i < body.length && body[i] !== '"'; i++) {
           if (body[i] === '\\') i++;
-          item += body[i];
+          if (i < body.length) item += body[i];
         }
         i++;
       } else {
-        for (; body[i] !== ',' && body[i] !== '}'; i++) item += body[i];
+        for (; i < body.length && body[i] !== ',' && body[i] !== '}'; i++) item += body[i];
       }
       items.push(!quoted && item === 'NULL' ? null : element(item));
       i++; // the comma or the closing brace
@@ -123,6 +124,12 @@ export const LIBRARY_PARSERS: ReadonlyMap<number, ColumnParser> = new Map([
   [1015, arrayOf(asText)], // varchar[]
   [1003, arrayOf(asText)], // name[]
   [1028, arrayOf(asInteger)], // oid[]
+  // As node-postgres' defaults read them (and the binary map does).
+  [2951, arrayOf(asText)], // uuid[]
+  [1021, arrayOf(asFloat)], // float4[]
+  [1022, arrayOf(asFloat)], // float8[]
+  [1115, arrayOf(asDate)], // timestamp[]
+  [1185, arrayOf(asDate)], // timestamptz[]
 ]);
 
 /** What the library reads a column of type `oid` with (a pure decision, see its spec). */
