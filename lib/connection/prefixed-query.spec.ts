@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { apartStatement, queryStatement } from './prefixed-query.js';
 
 describe('queryStatement', () => {
@@ -54,6 +55,31 @@ describe('apartStatement: a plain read as it runs apart (adversary 105)', () => 
     ],
     // Still not carried.
     ['a named cursor', [{ name: 'q', text: 'SELECT 1', submit: () => undefined }], undefined],
+    [
+      'a pg.Query (its own name, even undefined; submit on its prototype)',
+      [new pg.Query({ text: 'SELECT 1' })],
+      undefined,
+    ],
+    [
+      'a named pg.Query',
+      [new pg.Query({ name: 'get_item', text: 'SELECT $1', values: [1] })],
+      undefined,
+    ],
+    [
+      'an object of an app class with a name',
+      [
+        new (class Named {
+          name = 'q';
+          text = 'SELECT 1';
+        })(),
+      ],
+      undefined,
+    ],
+    [
+      'a named config with a null prototype',
+      [Object.assign(Object.create(null) as object, { name: 'q', text: 'SELECT 1' })],
+      { text: 'SELECT 1' },
+    ],
     [
       'a named config and a callback',
       [{ name: 'q', text: 'SELECT 1' }, () => undefined],

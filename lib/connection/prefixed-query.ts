@@ -169,9 +169,19 @@ export function queryStatement(args: unknown[]): QueryStatement | undefined {
  */
 export function apartStatement(args: unknown[]): QueryStatement | undefined {
   const [config, ...rest] = args;
-  if (typeof config !== 'object' || config === null || !('name' in config)) {
-    return queryStatement(args);
-  }
-  const { name: _name, ...unnamed } = config as { name?: unknown };
+  if (!isPlainNamedConfig(config)) return queryStatement(args);
+  const { name: _name, ...unnamed } = config;
   return queryStatement([unnamed, ...rest]);
+}
+
+/**
+ * A config object whose name alone may be dropped: a plain object (a literal, or made with a
+ * null prototype) without a `submit`. A spread keeps only own properties, so one of a class
+ * (a `pg.Query`, which has its own `name`, even undefined, and `submit` on its prototype)
+ * would lose what makes it not a plain statement, and be sent as one.
+ */
+function isPlainNamedConfig(config: unknown): config is { name?: unknown } {
+  if (typeof config !== 'object' || config === null || !('name' in config)) return false;
+  const prototype = Object.getPrototypeOf(config) as unknown;
+  return (prototype === Object.prototype || prototype === null) && !('submit' in config);
 }
