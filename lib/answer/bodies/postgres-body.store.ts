@@ -6,9 +6,10 @@ import {
 } from '../../shapes/response-body-store.interface.js';
 
 const PUT_BODY = {
-  name: 'idempotency_put_body_v2',
+  name: 'idempotency_put_body_v3',
   text: `INSERT INTO idempotency_response_bodies (tenant_id, key, claim_id, body, expires_at)
-VALUES ($1, $2, $3, $4, clock_timestamp() + $5 * interval '1 millisecond') RETURNING id`,
+VALUES ($1, $2, $3, $4, clock_timestamp() + $5 * interval '1 millisecond')
+RETURNING id::text AS id`,
 };
 
 const GET_BODY = {
