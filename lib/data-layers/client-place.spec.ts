@@ -3,12 +3,29 @@ import {
   type ClientHeld,
   type ClientPlace,
   endsWithCommit,
+  heldView,
   placeOfClient,
   refusesCommitFrom,
   type StatementScope,
 } from './client-place.js';
 
 beforeAll(() => sqlReaderReady());
+
+describe('heldView: what a view of a scope connection is (reviewer, round 107)', () => {
+  it.each<[string, boolean, number, boolean, ClientHeld]>([
+    ['used past its scope end', true, 0, true, 'view-apart'],
+    ['apart, whatever its depth', true, 1, true, 'view-apart'],
+    ['no transaction of its code, scope open', false, 0, false, 'view'],
+    ['no transaction of its code, scope ended', false, 0, true, 'view'],
+    ['BEGIN open, scope open', false, 1, false, 'view-in-transaction'],
+    ['savepoints open, scope open', false, 3, false, 'view-in-transaction'],
+    // Whatever the end: refused at its commit, the handler threw, the lease lost, a 503.
+    ['BEGIN open, scope ended', false, 1, true, 'view-left-open'],
+    ['savepoints open, scope ended', false, 2, true, 'view-left-open'],
+  ])('%s', (_name, apart, depth, ended, held) => {
+    expect(heldView(apart, depth, ended)).toBe(held);
+  });
+});
 
 describe('placeOfClient: where a statement on a client of the joined pool runs (adversary 103)', () => {
   it.each<[ClientHeld, StatementScope, ClientPlace]>([

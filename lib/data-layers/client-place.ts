@@ -9,13 +9,29 @@ import { transactionControlOf } from '../transaction/sql/sql-text.js';
  *   way to say "this work is not the request's";
  * - `view`: a view of a request's or phase's connection (`pool.connect()` in its scope);
  * - `view-in-transaction`: such a view with a transaction of its code's open on it (`BEGIN`);
- * - `view-left-open`: such a view whose scope ended with that transaction open (refused there:
- *   a client kept across requests, its `BEGIN` in one, its `COMMIT` meant for a later one);
- *   nothing more can run in that transaction;
+ * - `view-left-open`: such a view whose scope ended with that transaction open, however it
+ *   ended (refused at its commit: a client kept across requests, its `BEGIN` in one, its
+ *   `COMMIT` meant for a later one; or rolled back: its handler threw, its lease was lost, a
+ *   503): the transaction went with the scope, and nothing more can run in it;
  * - `view-apart`: such a view used past its scope's end, now a connection of its own.
  */
 export type ClientHeld =
   'connection' | 'left' | 'view' | 'view-in-transaction' | 'view-left-open' | 'view-apart';
+
+/**
+ * What a view of a scope's connection is (see `ClientHeld`): used past its scope's end
+ * (`apart`), or with `depth` transactions of its code's open on it (`BEGIN`, then savepoints),
+ * its scope ended or not. Once the scope ended, whatever the end, a transaction still open on
+ * the view is gone: a scope cannot commit with one open (`NestedTransactionOpenAtCommitError`),
+ * and any other end rolls it back. A `COMMIT` sent on it then commits nothing and is told so
+ * (`KeptClientTransactionGoneError`), never that its writes "stay in" a transaction that is no
+ * more (reviewer, round 107).
+ */
+export function heldView(apart: boolean, depth: number, scopeEnded: boolean): ClientHeld {
+  if (apart) return 'view-apart';
+  if (depth === 0) return 'view';
+  return scopeEnded ? 'view-left-open' : 'view-in-transaction';
+}
 
 /**
  * The scope a statement on it is sent from, as it stands to the client:

@@ -56,6 +56,7 @@ import {
 import {
   type ClientHeld,
   endsWithCommit,
+  heldView,
   placeOfClient,
   refusesCommitFrom,
 } from './client-place.js';
@@ -283,18 +284,8 @@ export class PoolTransaction extends RequestTransaction {
   protected override refuseLeftOpen(): void {
     if (this.ended) return;
     if (this.openCursors.size > 0) this.refuse(new CursorOpenRefusedError());
-    if (this.savepoints.length > 0) {
-      this.leftOpenAtEnd = true;
-      this.refuse(new NestedTransactionOpenAtCommitError());
-    }
+    if (this.savepoints.length > 0) this.refuse(new NestedTransactionOpenAtCommitError());
   }
-
-  /**
-   * Its code's nested transactions were open at its commit, which refused it: a view with one
-   * open past its end is then a client kept with its transaction (see `placeOfClient`'s
-   * `view-left-open`), not work cut short by a rollback for another reason.
-   */
-  leftOpenAtEnd = false;
 
   /**
    * The request's commit is called after the nested transactions' ends its code called before
@@ -1235,13 +1226,7 @@ export class JoinedClient extends EventEmitter {
     // Outside every scope only a view's own transaction's COMMIT is judged (below).
     if (!scope && (this.depth === 0 || this.apart)) return undefined;
     if (!isSubmittable(args[0]) && listenTextOf(textOf(args[0])) !== undefined) return undefined;
-    const held: ClientHeld = this.apart
-      ? 'view-apart'
-      : this.depth === 0
-        ? 'view'
-        : this.transaction.ended && this.transaction.leftOpenAtEnd
-          ? 'view-left-open'
-          : 'view-in-transaction';
+    const held: ClientHeld = heldView(this.apart !== undefined, this.depth, this.transaction.ended);
     const pool = this.transaction.appPool;
     const stands = scope ? (scope.poolScope?.(pool) ?? 'elsewhere') : 'none';
     if (

@@ -412,8 +412,9 @@ export class ClientTakenElsewhereError extends RunnerConnectedOutsideRequestErro
 /**
  * A node-postgres client of the pool, taken with `pool.connect()` in another request (or
  * phase) and kept (a batch writer's: `BEGIN` in one request, `COMMIT` in a later one), had a
- * transaction of its code's open when that request ended: that request was refused
- * (`NestedTransactionOpenAtCommitError`), and the transaction went with it. A statement sent on
+ * transaction of its code's open when that request ended, however it ended (refused at its
+ * commit, `NestedTransactionOpenAtCommitError`; or rolled back: its handler threw, its lease
+ * was lost, a 503): the transaction went with it. A statement sent on
  * the client from this request is refused rather than failing with a bare error for as long as
  * the client is kept (adversary 104); the request rolls back, nothing stored
  * (`runner_connected_outside_request`).
@@ -424,8 +425,9 @@ export class KeptClientTransactionGoneError extends ClientTakenElsewhereError {
     this.message =
       'A statement was sent in an idempotent request (or phase) on a node-postgres client of ' +
       'the pool taken with pool.connect() in another request and kept, with a transaction its ' +
-      'code began (BEGIN) still open when that request ended: that request was refused and ' +
-      'the transaction rolled back with it, so nothing can run in it. The request rolls back. ' +
+      'code began (BEGIN) still open when that request ended (refused at its commit, or rolled ' +
+      'back: its handler threw, its lease was lost): the transaction rolled back with it, so ' +
+      'nothing can run in it, and a COMMIT on it commits nothing. The request rolls back. ' +
       'A client’s own transaction cannot outlive the request it was taken in: take a client ' +
       'kept across requests (a batch) with pool.connect() in IdempotentTransaction.outside().';
     this.name = 'KeptClientTransactionGoneError';
