@@ -2,7 +2,7 @@
  * Partly fixed (session of 2026-12-07): every later use of the kept client from an open
  * request is now refused clearly: lib/data-layers/client-place.ts `placeOfClient` has a
  * `view-left-open` client (a view whose request ended with a transaction of its code open,
- * refused at that commit: `PoolTransaction.leftOpenAtEnd`) refused in an open request with
+ * refused at that commit, or since round 107 ended any way: `heldView`) refused in an open request with
  * `KeptClientTransactionGoneError` (500 `runner_connected_outside_request`, a detail naming the
  * pattern and IdempotentTransaction.outside(); lib/shapes/idempotency.errors.ts), not the bare
  * 500 of `TransactionEndedError`; NestedTransactionOpenAtCommitError's message names the kept
