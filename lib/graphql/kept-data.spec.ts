@@ -1,3 +1,4 @@
+import { namedReader } from './node-classes.js';
 import { Readable } from 'node:stream';
 import { isDeepStrictEqual } from 'node:util';
 import {
@@ -7,7 +8,6 @@ import {
   keepData,
   keepsExactly,
   restoreData,
-  sharedReader,
   keepAll,
   unescapeKey,
 } from './kept-data.js';
@@ -337,18 +337,18 @@ describe('restoreData', () => {
     [
       "a node of the answer's shared graph",
       { p: 3 },
-      sharedReader(shared),
+      namedReader(shared),
       { qty: 3, order: { id: 7, at: new Date(0) } },
     ],
     ['a node, where the answer holds no shared graph: no data', { p: 3 }, undefined, {}],
-    ['a node past the shared graph: no data', { p: 9 }, sharedReader(shared), {}],
-    ['a node of something that is no graph: no data', { p: 0 }, sharedReader({ x: 1 }), {}],
+    ['a node past the shared graph: no data', { p: 9 }, namedReader(shared), {}],
+    ['a node of something that is no graph: no data', { p: 0 }, namedReader({ x: 1 }), {}],
   ])('reads %s', (_name, kept, reader, data) => {
     expect(restoreData(kept, reader)).toStrictEqual(data);
   });
 
   it('gives the parents of one answer the same objects they shared, read once', () => {
-    const reader = sharedReader(shared);
+    const reader = namedReader(shared);
     const first = restoreData({ p: 0 }, reader);
     expect(first.order).toBe(restoreData({ p: 3 }, reader).order);
   });

@@ -1,7 +1,7 @@
 import { SuperJSON, type SuperJSONResult } from 'superjson';
 import { defineOwn } from './own-member.js';
 import { parentRefIndex } from './parent-graph.js';
-import { type Graph, readGraph, readGraphNodes, writeGraph, writeGraphs } from './typed-graph.js';
+import { type Graph, readGraph, writeGraph, writeGraphs } from './typed-graph.js';
 
 /**
  * JS values kept with their types, for what a replay hands back to the resolvers under a
@@ -98,6 +98,8 @@ export interface KeptAll {
   roots: number[];
   /** By object: its members that do not come back as they were (see `keepData`). */
   unfaithful: Unfaithful[][];
+  /** Each object written, by its node (see `WrittenGraphs`). */
+  nodes: ReadonlyMap<object, number>;
 }
 
 /**
@@ -119,6 +121,7 @@ export function keepAll(all: readonly Readonly<Record<string, unknown>>[]): Kept
   return {
     kept: written.graph,
     roots: written.roots,
+    nodes: written.nodes,
     unfaithful: all.map((data, index) => unfaithfulOf(data, notes[index].lost, notes[index].left)),
   };
 }
@@ -137,20 +140,6 @@ function unfaithfulOf(
         ? `${describeValue(data[key as string])} with no JSON form`
         : describeValue(data[key as string]),
     }));
-}
-
-/**
- * A stored answer's shared graph (`keepAll`) read once, on the first of its nodes asked for:
- * every parent of one replay gets its data from the same objects, shared as they were.
- */
-export function sharedReader(graph: unknown): (index: number) => unknown {
-  let made: unknown[] | undefined;
-  return (index) => {
-    if (typeof graph !== 'object' || graph === null) return undefined;
-    if (!Array.isArray((graph as Partial<Graph>).g)) return undefined;
-    made ??= readGraphNodes(graph as Graph);
-    return made[index];
-  };
 }
 
 /**
@@ -175,12 +164,13 @@ export function keepsExactly(value: unknown): boolean {
  */
 export function restoreData(
   kept: unknown,
-  shared?: (index: number) => unknown,
+  shared?: (index: number, unnamed?: (className: string) => void) => unknown,
+  unnamed?: (className: string) => void,
 ): Record<string, unknown> {
   if (typeof kept !== 'object' || kept === null) return {};
   let data: unknown;
   const index = parentRefIndex(kept);
-  if (index !== undefined) data = shared?.(index);
+  if (index !== undefined) data = shared?.(index, unnamed);
   else if ('g' in kept && Array.isArray(kept.g)) data = readGraph(kept as Graph);
   else if ('json' in kept) {
     data = typed.deserialize(kept as KeptData);

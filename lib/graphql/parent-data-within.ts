@@ -1,4 +1,10 @@
-import { graphReachedBy, ownBytes, parentRef, parentRefIndex } from './parent-graph.js';
+import {
+  graphReachedBy,
+  ownBytes,
+  parentRef,
+  parentRefIndex,
+  parentRefSource,
+} from './parent-graph.js';
 import { type Graph } from './typed-graph.js';
 
 /**
@@ -37,6 +43,8 @@ interface Found {
   order: number;
   /** Its node in the shared graph, where its data is there (none: its own, stored before). */
   node?: number;
+  /** The node of its own object, where the graph holds it too (`s`: parent-graph.ts). */
+  source?: number;
 }
 
 /** What `holder`'s `members` take in the answer: `"__parent":`, its data, a comma. */
@@ -92,10 +100,12 @@ export function parentDataWithin(
     const object = copied as Record<string, unknown>;
     if (marked.has(original)) {
       const size = membersBytes(object, members);
-      const node = graph
-        ? members.map((member) => parentRefIndex(object[member])).find((at) => at !== undefined)
+      const ref = graph
+        ? members.map((member) => object[member]).find((at) => parentRefIndex(at) !== undefined)
         : undefined;
-      if (size > 0) found.push({ holder: object, size, order: found.length, node });
+      const node = parentRefIndex(ref);
+      const source = parentRefSource(ref);
+      if (size > 0) found.push({ holder: object, size, order: found.length, node, source });
     }
     for (const [name, item] of Object.entries(original as Record<string, unknown>)) {
       if (marked.has(original) && members.includes(name)) continue;
@@ -139,13 +149,16 @@ export function parentDataWithin(
     kept = kept.filter((item) => !going.has(item));
     if (shared) {
       const still = kept.flatMap(({ node }) => (node === undefined ? [] : [node]));
-      const reached = graphReachedBy(shared, still);
+      // Each kept parent's own object's node stays too (a replay makes the parent it).
+      const sources = kept.flatMap(({ source }) => (source === undefined ? [] : [source]));
+      const reached = graphReachedBy(shared, [...still, ...sources]);
       shared = still.length > 0 ? reached.graph : undefined;
       for (const item of kept) {
         if (item.node === undefined) continue;
         item.node = reached.moved.get(item.node) ?? item.node;
+        if (item.source !== undefined) item.source = reached.moved.get(item.source);
         const member = members.find((name) => parentRefIndex(item.holder[name]) !== undefined);
-        if (member) item.holder[member] = parentRef(item.node);
+        if (member) item.holder[member] = parentRef(item.node, item.source);
         item.size = membersBytes(item.holder, members);
       }
     }

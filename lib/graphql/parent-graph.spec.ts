@@ -1,4 +1,11 @@
-import { graphReachedBy, ownBytes, parentRef, parentRefIndex } from './parent-graph.js';
+import {
+  firstRoots,
+  graphReachedBy,
+  ownBytes,
+  parentRef,
+  parentRefIndex,
+  parentRefSource,
+} from './parent-graph.js';
 
 /** A node's bytes as the answer holds it: its JSON and a comma. */
 const bytes = (node: unknown) => JSON.stringify(node).length + 1;
@@ -112,5 +119,41 @@ describe('graphReachedBy', () => {
     const kept = graphReachedBy(graph, roots);
     expect(kept.graph.g).toEqual(nodes);
     expect([...kept.moved]).toEqual(moved);
+  });
+});
+
+describe('parentRefSource', () => {
+  it.each<[string, unknown, number | undefined]>([
+    ['a parent whose own object is node 4', parentRef(3, 4), 4],
+    ['a parent whose object the graph does not hold', parentRef(3), undefined],
+    ['no node of the shared graph', { s: 4 }, undefined],
+    ['a negative index', { p: 3, s: -1 }, undefined],
+  ])('reads %s as %p', (_name, stored, source) => {
+    expect(parentRefSource(stored)).toBe(source);
+  });
+});
+
+describe('firstRoots: by node, the first root that reaches it', () => {
+  it.each<[string, number[], number[]]>([
+    ['the order is the first line’s', [0, 3, 4], [0, 0, 0, 3, 4, 4]],
+    ['the second line first', [3, 0, 4], [0, 3, 3, 3, 4, 4]],
+    ['none', [], [-1, -1, -1, -1, -1, -1]],
+  ])('%s', (_name, roots, firsts) => {
+    expect(firstRoots(graph, roots)).toEqual(firsts);
+  });
+});
+
+describe('graphReachedBy: the classes of its nodes', () => {
+  it('keeps the classes of the nodes kept, by their new index', () => {
+    const named = { ...graph, c: { '1': { c: 'Order' }, '5': { c: 'Tag' } } };
+    expect(graphReachedBy(named, [3]).graph).toEqual({
+      g: [['o', 'id', 7, 'at', ['@', 1]], graph.g[2], ['o', 'qty', 3, 'order', ['@', 0]]],
+      c: { '0': { c: 'Order' } },
+    });
+    expect(graphReachedBy(named, [4]).graph).toEqual({
+      g: [['o', 'note', ['@', 1]], graph.g[5]],
+      c: { '1': { c: 'Tag' } },
+    });
+    expect(graphReachedBy(named, [2]).graph).toEqual({ g: [graph.g[2]] });
   });
 });

@@ -15,14 +15,26 @@ import { type Graph, renamedRefs } from './typed-graph.js';
  * reaches it.
  */
 
-/** A parent's `__parent` in a record that holds a `parentGraph`: its node's index there. */
+/**
+ * A parent's `__parent` in a record that holds a `parentGraph`: its node's index there, and
+ * (`s`) the node of the parent's own object where the graph holds it too (reached back through
+ * its own data: `line.order.lines[i]` is the line), which a replay makes the parent itself.
+ */
 export interface ParentRef {
   p: number;
+  s?: number;
 }
 
-/** The `__parent` naming node `index` of the answer's `parentGraph`. */
-export function parentRef(index: number): ParentRef {
-  return { p: index };
+/** The `__parent` naming node `index` of the answer's `parentGraph` (and its own, `source`). */
+export function parentRef(index: number, source?: number): ParentRef {
+  return source === undefined ? { p: index } : { p: index, s: source };
+}
+
+/** The node of the parent's own object a stored `__parent` names (`s`), if any. */
+export function parentRefSource(stored: unknown): number | undefined {
+  if (parentRefIndex(stored) === undefined) return undefined;
+  const { s } = stored as { s?: unknown };
+  return typeof s === 'number' && Number.isInteger(s) && s >= 0 ? s : undefined;
 }
 
 /** The node a stored `__parent` names, or undefined where it holds its own data (before). */
@@ -80,6 +92,29 @@ export function ownBytes(graph: Graph, roots: readonly number[]): Map<number, nu
   return bytes;
 }
 
+/**
+ * By node, the first of `roots` (in their order) that reaches it, or -1: whose a node several
+ * parents share is (the log names a loss in it under that parent's type). Each node once.
+ */
+export function firstRoots(graph: Graph, roots: readonly number[]): number[] {
+  const nodes = graph.g;
+  const first = new Array<number>(nodes.length).fill(-1);
+  for (const root of roots) {
+    if (root < 0 || root >= nodes.length || first[root] !== -1) continue;
+    first[root] = root;
+    const stack = [root];
+    while (stack.length > 0) {
+      const at = stack.pop()!;
+      for (const next of refsOf(nodes[at])) {
+        if (next < 0 || next >= nodes.length || first[next] !== -1) continue;
+        first[next] = root;
+        stack.push(next);
+      }
+    }
+  }
+  return first;
+}
+
 /** The graph with only what `roots` reach, and where each root's node is in it now. */
 export interface KeptGraph {
   graph: Graph;
@@ -111,5 +146,14 @@ export function graphReachedBy(graph: Graph, roots: readonly number[]): KeptGrap
   const kept = nodes
     .filter((_node, index) => reached[index])
     .map((node) => renamedRefs(node, (index) => moved.get(index) ?? index));
-  return { graph: { g: kept }, moved };
+  // The classes of its nodes (node-classes.ts), of those kept, by their new index.
+  const classes = (graph as { c?: unknown }).c;
+  if (typeof classes !== 'object' || classes === null) return { graph: { g: kept }, moved };
+  const c: Record<string, unknown> = {};
+  for (const [index, named] of Object.entries(classes)) {
+    const to = moved.get(Number(index));
+    if (to !== undefined) c[String(to)] = named;
+  }
+  const named: Graph = Object.keys(c).length > 0 ? Object.assign({ g: kept }, { c }) : { g: kept };
+  return { graph: named, moved };
 }

@@ -1,3 +1,4 @@
+import { namedReader } from './node-classes.js';
 import { type CallHandler, type Logger } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { publish } from '../events/idempotency-events.js';
@@ -30,7 +31,6 @@ import { resolvedFieldsUnder, warnResolvedFields } from './resolved-fields.js';
 import { selectionOf } from './selection.js';
 import { fromWire, outputWire, PARENT_MEMBERS } from './wire-value.js';
 import { parentDataWithin } from './parent-data-within.js';
-import { sharedReader } from './kept-data.js';
 import { type Graph } from './typed-graph.js';
 import { thrownError } from './thrown-error.js';
 import { type FieldRun } from './field-runs.js';
@@ -526,7 +526,7 @@ export async function answerOf(
           selectionOf(types.call.info),
           logger && ((message) => warnOnce(logger, message)),
           // Its parents' data, one graph read once for the whole replay (parent-graph.ts).
-          sharedReader(answer.parentGraph),
+          namedReader(answer.parentGraph),
         )
       : answer.data;
   }

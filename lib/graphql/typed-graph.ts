@@ -177,6 +177,12 @@ export interface WrittenGraphs {
   graph: Graph;
   /** By value: the index of its node in `graph`. */
   roots: number[];
+  /**
+   * The node an object reached while writing is (by identity), if it is one: where a root's
+   * own object is also inside what they share (`line.order.lines[i]`), or where objects of a
+   * class are named by node (node-classes.ts).
+   */
+  nodes: ReadonlyMap<object, number>;
 }
 
 /**
@@ -193,7 +199,7 @@ export function writeGraphs(
 ): WrittenGraphs {
   const writer = graphWriter();
   const roots = values.map((value, index) => writer.root(value, notes?.(index)));
-  return { graph: writer.done().graph, roots };
+  return { graph: writer.done().graph, roots, nodes: writer.nodes };
 }
 
 /**
@@ -393,6 +399,8 @@ function graphWriter() {
     return index;
   };
   const done = (): Written => ({ graph: { g: nodes }, lost, exact });
+  /** Each object written, by its node (never a `toJSON()`'s target: what it gave is one). */
+  const written: ReadonlyMap<object, number> = indexes;
   function node(of: object): unknown[] {
     // An app's subclass of the built-in (`class BusinessDay extends Date { get isoDay() }`)
     // comes back the bare built-in: never exact, and its class's members a loss, said as for
@@ -461,7 +469,7 @@ function graphWriter() {
     }
     return [prototype === null ? 'O' : 'o', ...members(of)];
   }
-  return { root, done };
+  return { root, done, nodes: written };
 }
 
 /**

@@ -1,3 +1,4 @@
+import { namedReader } from './node-classes.js';
 import * as graphql from 'graphql';
 import {
   GraphQLEnumType,
@@ -19,7 +20,6 @@ import {
   TypeMetadataStorage as NestTypeMetadataStorage,
 } from '@nestjs/graphql';
 import { Readable } from 'node:stream';
-import { sharedReader } from './kept-data.js';
 import { loadNestFields } from './nest-fields.js';
 import { graphReachedBy, parentRefIndex } from './parent-graph.js';
 import { type Graph } from './typed-graph.js';
@@ -844,7 +844,7 @@ describe('outputWire, as far as the selection reads', () => {
         undefined,
         undefined,
         undefined,
-        sharedReader(json.parentGraph),
+        namedReader(json.parentGraph),
       ) as { lines: Row[] };
       const [first, second] = replayed.lines;
       expect({ qty: first.qty, unitPrice: second.unitPrice }).toEqual({ qty: 2, unitPrice: 2 });

@@ -35,19 +35,15 @@ import {
   plainOfNestType,
 } from './nest-fields.js';
 import { hasClassMetadata, transformedClassNamed, transformedClassOf } from './class-transforms.js';
-import {
-  type ClassTree,
-  classGetters,
-  classTreeOf,
-  namedByTree,
-  reachesKnownClass,
-} from './class-tree.js';
+import { type ClassTree, classGetters, classTreeOf, namedByTree } from './class-tree.js';
 import { answerAsMember, answerMembersOf } from './replayed-member.js';
 import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
 import { thrownError } from './thrown-error.js';
 import { defineOwn, defineOwnSymbol } from './own-member.js';
-import { parentRef } from './parent-graph.js';
+import { firstRoots, parentRef, parentRefSource } from './parent-graph.js';
+import { nodeClasses, type SharedRead } from './node-classes.js';
+import { ontoNode } from './parent-identity.js';
 import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
@@ -211,6 +207,14 @@ const LIBRARY_MEMBERS: ReadonlySet<string> = new Set([
   KEYS,
 ]);
 
+/** The loss of a class a replay cannot tell from another of its name, `where` it is. */
+function twinLoss(where: string, twin: string): string {
+  return (
+    `${where} holds a ${twin}, not the only class of that name class-transformer knows: ` +
+    'a replay cannot tell which, and answers an error there'
+  );
+}
+
 /**
  * `value`'s class tree (see class-tree.ts), a loss noted for each class name a replay cannot
  * tell apart (`where` says whose: its field, its data, a getter of it).
@@ -224,12 +228,7 @@ function classTreeNoting(
   const twins = new Set<string>();
   const tree = classTreeOf(value, twins);
   for (const twin of twins) {
-    losses.push({
-      type,
-      what:
-        `${where} holds a ${twin}, not the only class of that name class-transformer knows: ` +
-        'a replay cannot tell which, and answers an error there',
-    });
+    losses.push({ type, what: twinLoss(where, twin) });
   }
   return tree;
 }
@@ -274,7 +273,13 @@ interface Walk {
   /** The wire objects that hold `PARENT`, as written. */
   parents: object[];
   /** Each parent's own data, written into one graph once the walk is done (`writeParents`). */
-  parentData: { wire: Record<string, unknown>; data: Record<string, unknown>; type: string }[];
+  parentData: {
+    wire: Record<string, unknown>;
+    data: Record<string, unknown>;
+    /** The object whose data it is (the graph may reach it again: see `writeParents`). */
+    source: object;
+    type: string;
+  }[];
 }
 
 /**
@@ -334,20 +339,32 @@ function writeParents(parents: Walk['parentData'], losses: ReplayLoss[]): Graph 
   // Never throws: a member with no typed JSON form is left out alone, and named (adversary
   // 99: a key `prototype` in it once left all of it out, and failed `writeKept`'s mutation).
   const typed = keepAll(parents.map((parent) => parent.data));
-  // Walked for its classes by path, each parent's from itself: only where some class is there.
-  const classes = reachesKnownClass(parents.map((parent) => parent.data));
-  parents.forEach(({ wire, data, type }, index) => {
-    wire[PARENT] = parentRef(typed.roots[index]);
-    // Objects of classes a serializer knows in it, named again on a replay, as in `KEPT`.
-    const tree = classes ? classTreeNoting(data, 'its data', type, losses) : undefined;
-    if (tree) wire[PARENT_CLASSES] = tree;
+  parents.forEach(({ wire, source, type }, index) => {
+    // Its own object, where the graph holds it too (an order's lines, each `line.order` back):
+    // a replay makes the parent that very node (adversary 107: `indexOf(line)` answered -1).
+    wire[PARENT] = parentRef(typed.roots[index], typed.nodes.get(source));
     const unfaithful = typed.unfaithful[index];
     if (unfaithful.length > 0) {
       const what = unfaithful.map((member) => `${member.name} (${member.what})`);
       losses.push({ type, what: `its data ${what.join(', ')} does not come back as it was` });
     }
   });
-  return typed.kept;
+  // Objects of classes a serializer knows in it, named again on a replay, each node once
+  // (node-classes.ts: a path tree per parent walked what they share again from each).
+  const { classes, twins } = nodeClasses(typed.nodes);
+  if (twins.size > 0) {
+    const firsts = firstRoots(typed.kept, typed.roots);
+    const parentOf = new Map(typed.roots.map((root, index) => [root, index]));
+    const said = new Set<string>();
+    for (const [node, twin] of twins) {
+      const type = parents[parentOf.get(firsts[node]) ?? 0].type ?? parents[0].type;
+      if (said.has(`${type}\0${twin}`)) continue;
+      said.add(`${type}\0${twin}`);
+      losses.push({ type, what: twinLoss('its data', twin) });
+    }
+  }
+  if (Object.keys(classes).length === 0) return typed.kept;
+  return Object.assign(typed.kept, { c: classes });
 }
 
 /**
@@ -385,13 +402,14 @@ function writeParent(
   walk: Walk,
   wire: Record<string, unknown>,
   parent: Record<string, unknown>,
+  source: object,
   type: string,
 ): void {
   delete wire[PARENT];
   delete wire[PARENT_CLASSES];
   if (Reflect.ownKeys(parent).length === 0) return;
   wire[PARENT] = parentRef(-1);
-  walk.parentData.push({ wire, data: parent, type });
+  walk.parentData.push({ wire, data: parent, source, type });
 }
 
 async function walkValue(
@@ -660,7 +678,7 @@ async function walkValue(
   if (promisedFields.length > 0) wire[PROMISED] = promisedFields;
   if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
   writeKept(wire, kept, concrete.name, losses);
-  writeParent(walk, wire, parent, concrete.name);
+  writeParent(walk, wire, parent, source, concrete.name);
   if (keeping.unselected !== 'none' || keeping.selectedInputs) {
     // The first call's order of its own keys, where a replay would rebuild another: its
     // stored fields at their places first, then its data (see key-order.ts).
@@ -1031,8 +1049,8 @@ export function fromWire(
   format: number = ANSWER_FORMAT,
   selection?: Selection,
   warn?: (message: string) => void,
-  /** The answer's shared graph of its parents' own data (see `sharedReader`), if it has one. */
-  shared?: (index: number) => unknown,
+  /** The answer's shared graph of its parents' own data (see `namedReader`), if it has one. */
+  shared?: SharedRead,
 ): unknown {
   if (wire === null || wire === undefined) return null;
   if (graphql.isNonNullType(type)) {
@@ -1107,7 +1125,9 @@ export function fromWire(
     // Never over a field's stored value (a record stored before round 99 kept a renamed
     // field's raw data beside it: see `writesBesideFields`).
     const parentData = namedByTree(
-      restoreData(stored[PARENT], shared),
+      restoreData(stored[PARENT], shared, (name) =>
+        warn?.(unnamedParentMessage(concrete.name, name)),
+      ),
       stored[PARENT_CLASSES],
       (name) => warn?.(unnamedParentMessage(concrete.name, name)),
     ) as Record<string, unknown>;
@@ -1221,7 +1241,9 @@ export function fromWire(
     const getters = [...accessorFields.map(placeOf), ...Object.keys(gotten)];
     throughGetters(value, getters);
   }
-  return member(value);
+  // Its own object where its data reaches back to it (`line.order.lines[i]`): that object.
+  const node = typed ? shared?.adopt?.(parentRefSource(stored[PARENT])) : undefined;
+  return member(node ? ontoNode(value, node) : value);
 }
 
 /**

@@ -58,6 +58,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * the first call's key order) rather than copying the node's members onto a fresh object, so
  * the graph's references to the parent are the parent; or say in the log and docs that a
  * parent's identity inside its own data is not kept.
+ *
+ * Fixed (session of 2026-12-07): a parent's `__parent` names, beside its data's node, the node
+ * of its own object where the shared graph holds it too (`{ p, s }`, parent-graph.ts); a
+ * replay builds the parent as before and moves it onto that node (parent-identity.ts
+ * `ontoNode`, once per node per replay), so `line.order.lines[i]` is the replay's parent.
  */
 let pool: Pool;
 
@@ -179,7 +184,7 @@ describe('adversary 107: a parent found by identity in its own back-reference', 
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('a line found among its order lines by identity replays the same answer (Not fixed (round 107): found by review)', async () => {
+  it('a line found among its order lines by identity replays the same answer', async () => {
     const { first, again } = await twice('adv107-identity-position', 'position siblings');
     expect(first.body.errors).toBeUndefined();
     expect(first.body.data.importOrder.lines.map((l: { position: number }) => l.position)).toEqual([

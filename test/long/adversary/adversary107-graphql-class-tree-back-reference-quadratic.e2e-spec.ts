@@ -59,6 +59,12 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * (a class per node of `parentGraph`, as the graph names each object once: `{ node: className }`
  * beside it), or memoize each object's subtree once (a tree by node, not by path), so that
  * the walk is linear whatever the parents share.
+ *
+ * Fixed (session of 2026-12-07): the parents' classes are named per node of the shared graph
+ * in one pass over its objects (node-classes.ts `nodeClasses`: `c` beside the graph's nodes),
+ * not by a path tree walked from each parent (`__parentClasses` is no longer written); a
+ * replay names each node's object in place once (`nameNodes`), so what the parents share stays
+ * one object (`line.order === otherLine.order` with class-transformer classes too).
  */
 let pool: Pool;
 
@@ -209,7 +215,7 @@ describe('adversary 107: class trees walked again from every parent', () => {
     expect(large.ms).toBeLessThan(Math.max(small.ms, 50) * 8);
   });
 
-  it.skip('with the back-reference time and size grow linearly (Not fixed (round 107): found by review)', async () => {
+  it('with the back-reference time and size grow linearly', async () => {
     await measure(200, true);
     const small = await measure(1000, true);
     const large = await measure(4000, true);
