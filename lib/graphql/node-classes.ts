@@ -17,6 +17,11 @@ import { readGraphNodes, type Graph } from './typed-graph.js';
 export interface NodeClass {
   c: string;
   g?: unknown;
+  /**
+   * Reached from an object's `__kept`, which a serializer reads as the answer: a replay that
+   * cannot tell its class answers an error (`namedByTree`'s), never it plain, unmasked.
+   */
+  k?: 1;
 }
 
 /** The class to name a written object by, and whether its name is another class's too. */
@@ -77,7 +82,8 @@ export function nodeClasses(nodes: ReadonlyMap<object, number>): {
  * Names each object of a read graph (`made`, by node) by its class in `classes` (see
  * `nodeClasses`), in place: its `constructor` (not enumerable) that class, as a replay names
  * an object of a path tree (class-tree.ts `namedByTree`), its getters' values beside its data.
- * A class this process cannot tell (two of that name) leaves it plain, and `unnamed` is told.
+ * A class this process cannot tell (two of that name) leaves it plain, and `unnamed` is told;
+ * throws where a serializer reads it as the answer (`k`).
  */
 export function nameNodes(
   made: readonly unknown[],
@@ -89,9 +95,15 @@ export function nameNodes(
     const value = made[Number(index)];
     if (typeof value !== 'object' || value === null || Array.isArray(value)) continue;
     if (typeof entry !== 'object' || entry === null) continue;
-    const { c, g } = entry as Partial<NodeClass>;
+    const { c, g, k } = entry as Partial<NodeClass>;
     if (typeof c !== 'string') continue;
     const target = transformedClassNamed(c);
+    if (!target && k === 1) {
+      throw new Error(
+        `the stored answer held an instance of ${c}, which class-transformer does not know as ` +
+          'one class in this process: replayed without it, its transforms would not apply',
+      );
+    }
     if (!target) {
       unnamed(c);
       continue;
@@ -135,12 +147,21 @@ export type SharedRead = ((index: number, unnamed?: (className: string) => void)
  */
 export function namedReader(graph: unknown): SharedRead {
   let made: unknown[] | undefined;
+  let failure: unknown;
   const read = (index: number, unnamed?: (className: string) => void): unknown => {
     if (typeof graph !== 'object' || graph === null) return undefined;
     if (!Array.isArray((graph as Partial<Graph>).g)) return undefined;
+    if (failure) throw failure;
     if (!made) {
-      made = readGraphNodes(graph as Graph);
-      nameNodes(made, (graph as { c?: unknown }).c, (name) => unnamed?.(name));
+      const read = readGraphNodes(graph as Graph);
+      try {
+        nameNodes(read, (graph as { c?: unknown }).c, (name) => unnamed?.(name));
+      } catch (error) {
+        // The whole replay answers it, whichever object reads the graph first or after.
+        failure = error;
+        throw error;
+      }
+      made = read;
     }
     return made[index];
   };

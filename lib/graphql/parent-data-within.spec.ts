@@ -66,6 +66,7 @@ describe('parentDataWithin', () => {
       wire: { id: 1 },
       dropped: 1,
       holders: [],
+      pinnedHolders: [],
     });
   });
 
@@ -136,6 +137,20 @@ describe('parentDataWithin', () => {
       // The wire and the graph given are not changed.
       expect(first.__parent).toEqual({ p: 0 });
       expect(graph.g).toHaveLength(4);
+    });
+
+    it('keeps what a pinned __kept reaches, and names its node anew (adversary 107)', () => {
+      /** The invoice's `__kept` names the order: never left out, nor freed with the lines. */
+      const pinned = { id: 4, __kept: { p: 1 } };
+      const all = { ...wire, pinned };
+      const over = ref(3) + node(3) + ref(0) + node(0) + 1;
+      const within = parentDataWithin(all, [first, second, invoice], members, over, graph, {
+        holders: [pinned],
+        member: '__kept',
+      });
+      expect(within?.graph?.g).toEqual([graph.g[1]]);
+      expect(within?.pinnedHolders).toEqual([{ id: 4, __kept: { p: 0 } }]);
+      expect((within?.wire as typeof all).pinned).toBe(within?.pinnedHolders[0]);
     });
   });
 });

@@ -28,6 +28,8 @@ export interface ParentDataWithin {
   dropped: number;
   /** The objects of `wire` (the copy) that still hold their data. */
   holders: object[];
+  /** The objects of `wire` (the copy) that hold `pinned.member` (never left out). */
+  pinnedHolders: object[];
   /**
    * The answer's shared graph of its parents' data (parent-graph.ts) with only what the
    * parents kept reach, each kept parent's `__parent` naming its node there anew; none where
@@ -83,9 +85,16 @@ export function parentDataWithin(
   members: readonly string[],
   over: number,
   graph?: Graph,
+  /**
+   * Objects of `wire` whose `member` names a node of `graph` that is never left out (`__kept`,
+   * which a serializer reads as the answer): what it reaches stays, its index named anew.
+   */
+  pinned?: { holders: readonly object[]; member: string },
 ): ParentDataWithin | undefined {
   if (over <= 0) return undefined;
   const marked = new Set(holders);
+  const pinnedSet = new Set(pinned?.holders ?? []);
+  const pinnedFound: Record<string, unknown>[] = [];
   const copy = JSON.parse(JSON.stringify(wire) ?? 'null') as unknown;
   const found: Found[] = [];
   /** `original` and its copy walked side by side: the copy's holders are where the original's are. */
@@ -107,12 +116,17 @@ export function parentDataWithin(
       const source = parentRefSource(ref);
       if (size > 0) found.push({ holder: object, size, order: found.length, node, source });
     }
+    if (pinnedSet.has(original)) pinnedFound.push(object);
     for (const [name, item] of Object.entries(original as Record<string, unknown>)) {
       if (marked.has(original) && members.includes(name)) continue;
+      if (pinnedSet.has(original) && name === pinned?.member) continue;
       if (name in object) visit(item, object[name]);
     }
   };
   visit(wire, copy);
+  /** The pinned nodes, as the graph is now. */
+  let pinnedNodes = pinnedFound.map((holder) => parentRefIndex(holder[pinned!.member]));
+  const pinnedRoots = () => pinnedNodes.flatMap((node) => (node === undefined ? [] : [node]));
   let shared = graph;
   let left = over;
   let dropped = 0;
@@ -121,7 +135,11 @@ export function parentDataWithin(
   let unsure = 1;
   while (left > 0 && kept.length > 0) {
     const nodes = kept.flatMap(({ node }) => (node === undefined ? [] : [node]));
-    const only = shared && nodes.length > 0 ? ownBytes(shared, nodes) : new Map<number, number>();
+    // The pinned are roots too: what one reaches is never freed, so never a parent's own.
+    const only =
+      shared && nodes.length > 0
+        ? ownBytes(shared, [...nodes, ...pinnedRoots()])
+        : new Map<number, number>();
     const weight = (item: Found) =>
       item.size + (item.node === undefined ? 0 : (only.get(item.node) ?? 0));
     const bySize = kept
@@ -151,8 +169,15 @@ export function parentDataWithin(
       const still = kept.flatMap(({ node }) => (node === undefined ? [] : [node]));
       // Each kept parent's own object's node stays too (a replay makes the parent it).
       const sources = kept.flatMap(({ source }) => (source === undefined ? [] : [source]));
-      const reached = graphReachedBy(shared, [...still, ...sources]);
-      shared = still.length > 0 ? reached.graph : undefined;
+      const reached = graphReachedBy(shared, [...still, ...sources, ...pinnedRoots()]);
+      shared = still.length > 0 || pinnedRoots().length > 0 ? reached.graph : undefined;
+      pinnedNodes = pinnedNodes.map((node) =>
+        node === undefined ? undefined : reached.moved.get(node),
+      );
+      pinnedFound.forEach((holder, i) => {
+        const node = pinnedNodes[i];
+        if (node !== undefined) holder[pinned!.member] = parentRef(node);
+      });
       for (const item of kept) {
         if (item.node === undefined) continue;
         item.node = reached.moved.get(item.node) ?? item.node;
@@ -169,6 +194,7 @@ export function parentDataWithin(
     wire: copy,
     dropped,
     holders: kept.map(({ holder }) => holder),
+    pinnedHolders: pinnedFound,
     ...(shared ? { graph: shared } : {}),
   };
 }

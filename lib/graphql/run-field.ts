@@ -29,7 +29,7 @@ import { type GraphqlModule } from './graphql-module.js';
 import { type ReplayLoss, warnLosses, warnOnce } from './replay-loss.js';
 import { resolvedFieldsUnder, warnResolvedFields } from './resolved-fields.js';
 import { selectionOf } from './selection.js';
-import { fromWire, outputWire, PARENT_MEMBERS } from './wire-value.js';
+import { fromWire, KEPT, outputWire, PARENT_MEMBERS } from './wire-value.js';
 import { parentDataWithin } from './parent-data-within.js';
 import { type Graph } from './typed-graph.js';
 import { thrownError } from './thrown-error.js';
@@ -115,6 +115,8 @@ export function runField(
     let wire: unknown;
     /** Its objects that hold own data for the app's resolvers (`PARENT`), as written. */
     let holders: readonly object[] = [];
+    /** Its objects whose `KEPT` names a node of `parentGraph` (kept whatever else goes). */
+    let keptHolders: readonly object[] = [];
     /** Their own data, one graph for the answer (parent-graph.ts), stored beside it. */
     let parentGraph: Graph | undefined;
     /**
@@ -144,6 +146,7 @@ export function runField(
       first = walked.value;
       wire = walked.wire;
       holders = walked.parents ?? [];
+      keptHolders = ('keptHolders' in walked ? walked.keptHolders : undefined) ?? [];
       parentGraph = 'parentGraph' in walked ? walked.parentGraph : undefined;
       // What a replay cannot give back as it was, said once per type (see replay-loss.ts).
       warnLosses(tools.logger, losses);
@@ -168,6 +171,7 @@ export function runField(
         PARENT_MEMBERS,
         answer.body.length - route.maxResponseBytes,
         parentGraph,
+        { holders: keptHolders, member: KEPT },
       );
       if (within) {
         const trimmed = encodeAnswer({
@@ -185,6 +189,7 @@ export function runField(
           );
           wire = within.wire;
           holders = within.holders;
+          keptHolders = within.pinnedHolders;
           parentGraph = within.graph;
           answer = trimmed;
         }
@@ -242,7 +247,10 @@ export function runField(
                 'as the answer holds them (their selected fields only)',
             );
           }
-          const within = parentDataWithin(wire, holders, PARENT_MEMBERS, overNow(), parentGraph);
+          const within = parentDataWithin(wire, holders, PARENT_MEMBERS, overNow(), parentGraph, {
+            holders: keptHolders,
+            member: KEPT,
+          });
           if (within) {
             // With the parents' graph as few as it keeps reach (a wire and its graph go together).
             completed = encodeAnswer({

@@ -177,6 +177,14 @@ const outputWireApart = async (
     if (own.moved.get(node) !== 0) throw new Error('a parent whose data is not its first node');
     (holder as Record<string, unknown>)[PARENT] = own.graph;
   }
+  // Each `__kept` too, as the graph of its own it was stored as before it was shared.
+  for (const holder of stored.keptHolders ?? []) {
+    const node = parentRefIndex((holder as Record<string, unknown>)[KEPT]);
+    if (node === undefined || !stored.parentGraph) continue;
+    const own = graphReachedBy(stored.parentGraph, [node]);
+    if (own.moved.get(node) !== 0) throw new Error('a __kept whose data is not its first node');
+    (holder as Record<string, unknown>)[KEPT] = { g: own.graph.g };
+  }
   return { ...stored, parentGraph: undefined };
 };
 

@@ -41,7 +41,7 @@ import { type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
 import { thrownError } from './thrown-error.js';
 import { defineOwn, defineOwnSymbol } from './own-member.js';
-import { firstRoots, parentRef, parentRefSource } from './parent-graph.js';
+import { firstRoots, graphReachedBy, parentRef, parentRefSource } from './parent-graph.js';
 import { nodeClasses, type SharedRead } from './node-classes.js';
 import { ontoNode } from './parent-identity.js';
 import { type Graph } from './typed-graph.js';
@@ -249,11 +249,13 @@ export interface StoredValue {
    */
   parents?: readonly object[];
   /**
-   * The own data of all its parents (`PARENT`), as one typed graph: each parent's `PARENT`
-   * names its node (parent-graph.ts). Stored once, beside the answer; none where no object
-   * keeps any.
+   * The own data of all its parents (`PARENT`), and each object's `KEPT`, as one typed graph:
+   * each names its node (parent-graph.ts). Stored once, beside the answer; none where no
+   * object keeps any.
    */
   parentGraph?: Graph;
+  /** The objects of `wire` whose `KEPT` names a node of `parentGraph` (never left out). */
+  keptHolders?: readonly object[];
 }
 
 /** What one walk of a value shares. */
@@ -272,6 +274,13 @@ interface Walk {
   collected: WeakMap<readonly FieldNode[], Map<GraphQLObjectType, Map<string, FieldNode[]>>>;
   /** The wire objects that hold `PARENT`, as written. */
   parents: object[];
+  /**
+   * The objects that hold `KEPT`, as written: never left out (a serializer reads it as the
+   * answer), its node kept in the shared graph whatever parents are left out.
+   */
+  keptHolders: object[];
+  /** Each object's `KEPT` data, written into the shared graph with the parents' (below). */
+  keptData: Walk['parentData'];
   /** Each parent's own data, written into one graph once the walk is done (`writeParents`). */
   parentData: {
     wire: Record<string, unknown>;
@@ -321,10 +330,17 @@ export async function outputWire(
     collected: new WeakMap(),
     parents: [],
     parentData: [],
+    keptHolders: [],
+    keptData: [],
   };
   const stored = await walkValue(walk, type, promised, selection.nodes);
-  const parentGraph = writeParents(walk.parentData, losses);
-  return { ...stored, parents: walk.parents, ...(parentGraph ? { parentGraph } : {}) };
+  const parentGraph = writeParents(walk.parentData, losses, walk.keptData);
+  return {
+    ...stored,
+    parents: walk.parents,
+    keptHolders: walk.keptData.map(({ wire }) => wire),
+    ...(parentGraph ? { parentGraph } : {}),
+  };
 }
 
 /**
@@ -334,15 +350,24 @@ export async function outputWire(
  * parent wrote the order, with all its lines, again for each line: quadratic). What does not
  * come back as it was is put in `losses`, parent by parent.
  */
-function writeParents(parents: Walk['parentData'], losses: ReplayLoss[]): Graph | undefined {
+function writeParents(
+  noted: Walk['parentData'],
+  losses: ReplayLoss[],
+  kept: Walk['keptData'] = [],
+): Graph | undefined {
+  const parents = [...noted, ...kept];
   if (parents.length === 0) return undefined;
   // Never throws: a member with no typed JSON form is left out alone, and named (adversary
   // 99: a key `prototype` in it once left all of it out, and failed `writeKept`'s mutation).
   const typed = keepAll(parents.map((parent) => parent.data));
   parents.forEach(({ wire, source, type }, index) => {
-    // Its own object, where the graph holds it too (an order's lines, each `line.order` back):
-    // a replay makes the parent that very node (adversary 107: `indexOf(line)` answered -1).
-    wire[PARENT] = parentRef(typed.roots[index], typed.nodes.get(source));
+    if (index >= noted.length) {
+      wire[KEPT] = parentRef(typed.roots[index]);
+    } else {
+      // Its own object, where the graph holds it too (each `line.order` back to its lines): a
+      // replay makes the parent that very node (adversary 107: `indexOf(line)` answered -1).
+      wire[PARENT] = parentRef(typed.roots[index], typed.nodes.get(source));
+    }
     const unfaithful = typed.unfaithful[index];
     if (unfaithful.length > 0) {
       const what = unfaithful.map((member) => `${member.name} (${member.what})`);
@@ -364,6 +389,15 @@ function writeParents(parents: Walk['parentData'], losses: ReplayLoss[]): Graph 
     }
   }
   if (Object.keys(classes).length === 0) return typed.kept;
+  // What `KEPT` reaches a serializer reads as the answer: a class a replay cannot tell there
+  // answers an error, as ever, never a plain object its transforms would not mask (`k`).
+  const keptRoots = typed.roots.slice(noted.length);
+  if (keptRoots.length > 0) {
+    const reached = graphReachedBy(typed.kept, keptRoots).moved;
+    for (const [node, entry] of Object.entries(classes)) {
+      if (reached.has(Number(node))) entry.k = 1;
+    }
+  }
   return Object.assign(typed.kept, { c: classes });
 }
 
@@ -373,24 +407,20 @@ function writeParents(parents: Walk['parentData'], losses: ReplayLoss[]): Graph 
  * come back as it was is put in `losses`.
  */
 function writeKept(
+  walk: Walk,
   wire: Record<string, unknown>,
   kept: Record<string, unknown>,
   type: string,
-  losses: ReplayLoss[],
 ): void {
   delete wire[KEPT];
   delete wire[KEPT_CLASSES];
   if (Object.keys(kept).length === 0) return;
-  const typed = keepData(kept);
-  wire[KEPT] = typed.kept;
-  // Objects of classes a serializer knows in it (an entity a @ResolveField() reads from its
-  // parent), named again on a replay where they were (adversary 52a: a masked email shown).
-  const tree = classTreeNoting(kept, 'its data', type, losses);
-  if (tree) wire[KEPT_CLASSES] = tree;
-  if (typed.unfaithful.length > 0) {
-    const what = typed.unfaithful.map((member) => `${member.name} (${member.what})`);
-    losses.push({ type, what: `its data ${what.join(', ')} does not come back as it was` });
-  }
+  // Written into the answer's shared graph with the parents' data (`writeParents`): under a
+  // class class-transformer serializes, all of an object's data is here, and an order every
+  // line points back at was written again per line (adversary 107: quadratic). Its place is
+  // kept meanwhile, so the wire's members keep their order.
+  wire[KEPT] = parentRef(-1);
+  walk.keptData.push({ wire, data: kept, source: wire, type });
 }
 
 /**
@@ -677,7 +707,7 @@ async function walkValue(
   if (accessors.length > 0 || fromClass.length > 0) wire[ACCESSORS] = accessors;
   if (promisedFields.length > 0) wire[PROMISED] = promisedFields;
   if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
-  writeKept(wire, kept, concrete.name, losses);
+  writeKept(walk, wire, kept, concrete.name);
   writeParent(walk, wire, parent, source, concrete.name);
   if (keeping.unselected !== 'none' || keeping.selectedInputs) {
     // The first call's order of its own keys, where a replay would rebuild another: its
@@ -1138,7 +1168,7 @@ export function fromWire(
     for (const symbol of Object.getOwnPropertySymbols(parentData)) {
       defineOwnSymbol(value, symbol, parentData[symbol as unknown as string]);
     }
-    const keptData = namedByTree(restoreData(stored[KEPT]), stored[KEPT_CLASSES]) as Record<
+    const keptData = namedByTree(restoreData(stored[KEPT], shared), stored[KEPT_CLASSES]) as Record<
       string,
       unknown
     >;
