@@ -181,11 +181,11 @@ describe('adversary 107: class trees walked again from every parent', () => {
       .send(JSON.stringify({ query }));
 
   /** The first call's time (ms) and the stored answer's size for `n` lines. */
-  const measure = async (n: number, backRef: boolean, decorated = true) => {
+  const measureOnce = async (n: number, backRef: boolean, decorated: boolean, attempt: number) => {
     const query = `mutation { importOrder(n: ${n}, backRef: ${String(backRef)}, decorated: ${String(decorated)}) { id lines { id subtotal } } }`;
     const started = Date.now();
     const first = await post(
-      `adv107-class-tree-${n}-${String(backRef)}-${String(decorated)}`,
+      `adv107-class-tree-${n}-${String(backRef)}-${String(decorated)}-${attempt}`,
       query,
     );
     const ms = Date.now() - started;
@@ -199,12 +199,26 @@ describe('adversary 107: class trees walked again from every parent', () => {
     return { ms, bytes: rows[0].bytes };
   };
 
+  /**
+   * The fastest of three first calls (each a new key): a machine shared with other suites
+   * slows one call now and then, and the least of three is the call's own time. Quadratic
+   * work grows 16-fold from 1,000 to 4,000 lines, linear 4-fold: the bound of 10 tells them
+   * apart with room both ways.
+   */
+  const measure = async (n: number, backRef: boolean, decorated = true) => {
+    const runs = [];
+    for (let attempt = 0; attempt < 3; attempt++) {
+      runs.push(await measureOnce(n, backRef, decorated, attempt));
+    }
+    return { ms: Math.min(...runs.map((run) => run.ms)), bytes: runs[0].bytes };
+  };
+
   it('control: without the back-reference time and size grow linearly', async () => {
     await measure(200, false);
     const small = await measure(1000, false);
     const large = await measure(4000, false);
     expect(large.bytes / small.bytes).toBeLessThan(5);
-    expect(large.ms).toBeLessThan(Math.max(small.ms, 50) * 8);
+    expect(large.ms).toBeLessThan(Math.max(small.ms, 50) * 10);
   });
 
   it('control: the back-reference to an order of a class class-transformer does not know: linear', async () => {
@@ -212,7 +226,7 @@ describe('adversary 107: class trees walked again from every parent', () => {
     const small = await measure(1000, true, false);
     const large = await measure(4000, true, false);
     expect(large.bytes / small.bytes).toBeLessThan(5);
-    expect(large.ms).toBeLessThan(Math.max(small.ms, 50) * 8);
+    expect(large.ms).toBeLessThan(Math.max(small.ms, 50) * 10);
   });
 
   it('with the back-reference time and size grow linearly', async () => {
@@ -221,7 +235,7 @@ describe('adversary 107: class trees walked again from every parent', () => {
     const large = await measure(4000, true);
     expect({
       bytes: large.bytes / small.bytes < 5,
-      ms: large.ms < Math.max(small.ms, 50) * 8,
+      ms: large.ms < Math.max(small.ms, 50) * 10,
     }).toEqual({
       bytes: true,
       ms: true,
