@@ -17,11 +17,12 @@ export class NativeClientError extends Error {
   constructor() {
     super(
       "IdempotencyModule: the app's pool hands out clients that are not node-postgres' " +
-        "JavaScript client (pg.native on pg-native, TypeORM's useNative: true, or another " +
-        "driver's): the library reads its own rows with node-postgres' per-query type parsers " +
-        'and sends statements through its protocol connection, neither of which such a client ' +
-        "has. Make the pool with pg's own Pool (new Pool() from 'pg', not pg.native.Pool), or " +
-        "drop useNative from TypeORM's options.",
+        "JavaScript client (pg.native on pg-native, pg's own Pool with NODE_PG_FORCE_NATIVE " +
+        "set in the environment, TypeORM's useNative: true, or another driver's): the library " +
+        "reads its own rows with node-postgres' per-query type parsers and sends statements " +
+        'through its protocol connection, neither of which such a client has. Make the pool ' +
+        "with pg's own Pool (new Pool() from 'pg', not pg.native.Pool), unset " +
+        "NODE_PG_FORCE_NATIVE, or drop useNative from TypeORM's options.",
     );
     this.name = 'NativeClientError';
   }
