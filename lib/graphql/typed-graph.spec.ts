@@ -146,6 +146,21 @@ describe('isJsonCycle', () => {
     expect(isJsonCycle(target, at, links)).toEqual({ cycle, steps });
   });
 
+  it.each<[string, boolean]>([
+    ['not on the chain', false],
+    ['on the chain', true],
+  ])('a target %s walks the chain once; a walk from below stops where it is known', (_n, on) => {
+    const made = [on ? target : other, ...Array.from({ length: 2000 }, () => other)];
+    const links: JsonLinks = { ...chain(made), known: [] };
+    expect(isJsonCycle(target, 2001, links)).toEqual({ cycle: on, steps: 2001 });
+    // Node 2002 a new one under 2001, as the writer adds them: one step to 2001, which knows.
+    links.madeBy.push(other);
+    links.nearest.push(2002);
+    links.up.push(2001);
+    expect(isJsonCycle(target, 2002, links)).toEqual({ cycle: on, steps: 2 });
+    expect(isJsonCycle(target, 2002, links)).toEqual({ cycle: on, steps: 1 });
+  });
+
   it('writes a chain of 5,000 objects each given by its own toJSON(), a cycle left out', () => {
     class Revision {
       constructor(

@@ -102,6 +102,13 @@ export interface JsonLinks {
   madeBy: (object | undefined)[];
   nearest: number[];
   up: number[];
+  /**
+   * By node, what earlier walks learned there: whether a target's object is at or above it.
+   * The links of a node never change once it is written, so a walk stops at the first node
+   * that knows, and a target called at every step of a long chain (value objects each
+   * revision of a history holds: adversary 108) walks a step or two, not the chain.
+   */
+  known?: (Map<object, boolean> | undefined)[];
 }
 
 /**
@@ -120,11 +127,25 @@ export function isJsonCycle(
   links: JsonLinks,
 ): { cycle: boolean; steps: number } {
   let steps = 0;
+  let cycle = false;
+  const walked: number[] = [];
   for (let node = links.nearest[at] ?? -1; node !== -1; node = links.up[node] ?? -1) {
     steps += 1;
-    if (links.madeBy[node] === target) return { cycle: true, steps };
+    const known = links.known?.[node]?.get(target);
+    if (known !== undefined) {
+      cycle = known;
+      break;
+    }
+    walked.push(node);
+    if (links.madeBy[node] === target) {
+      cycle = true;
+      break;
+    }
   }
-  return { cycle: false, steps };
+  if (links.known) {
+    for (const node of walked) (links.known[node] ??= new Map()).set(target, cycle);
+  }
+  return { cycle, steps };
 }
 
 /** An object whose prototype is `Object.prototype` or none. */
@@ -209,7 +230,7 @@ export function writeGraphs(
 function graphWriter() {
   const nodes: unknown[] = [];
   const indexes = new Map<object, number>();
-  const links: JsonLinks = { madeBy: [], nearest: [], up: [] };
+  const links: JsonLinks = { madeBy: [], nearest: [], up: [], known: [] };
   /** The targets whose `toJSON()` gave a new object, their count, and `isJsonCycle`'s steps. */
   const makers = new Set<object>();
   let made = 0;
