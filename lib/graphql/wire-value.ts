@@ -540,20 +540,37 @@ async function walkValue(
   const propertyOf = (name: string) => nestField(concrete.name, name)?.property;
   const places = fieldPlaces(Object.keys(fields), propertyOf);
   const renamedNames = renamedFieldNames(Object.keys(fields), propertyOf);
+  // A getter among them that throws (a computed `eta` whose service is down, which GraphQL
+  // never reads: no field) is left out alone and said, never failing the mutation's answer
+  // (adversary 108).
+  const throwing: string[] = [];
   for (const name of Object.keys(source)) {
     if (places.has(name)) continue;
+    const read = readOwn(source, name);
+    if (!read) {
+      throwing.push(name);
+      continue;
+    }
     defineOwn(
       besideFieldsMember(name, byClass, renamedNames) === 'kept' ? kept : parent,
       name,
-      source[name],
+      read.value,
     );
   }
   // Its own members under symbols (an app's tag out of JSON's sight: adversary 103), for its
   // resolvers; one no other process knows is named as not kept (see typed-graph.ts).
   for (const symbol of Object.getOwnPropertySymbols(source)) {
     if (Object.prototype.propertyIsEnumerable.call(source, symbol)) {
-      defineOwnSymbol(parent, symbol, (source as Record<symbol, unknown>)[symbol]);
+      const read = readOwn(source, symbol);
+      if (read) defineOwnSymbol(parent, symbol, read.value);
+      else throwing.push(String(symbol));
     }
+  }
+  if (throwing.length > 0) {
+    losses.push({
+      type: concrete.name,
+      what: `its own ${throwing.join(', ')}, whose getters threw when read, is not kept`,
+    });
   }
   if (keeping.unselected !== 'none') {
     for (const [name, item] of Object.entries(ownData(source, concrete.name, fields, selected))) {
@@ -818,6 +835,15 @@ function fieldsOf(
  * parent-keeping.ts).
  */
 type Whole = false | 'class' | 'data';
+
+/** An own member's value, or undefined where reading it threw (a getter's error). */
+function readOwn(source: object, key: string | symbol): { value: unknown } | undefined {
+  try {
+    return { value: (source as Record<string | symbol, unknown>)[key] };
+  } catch {
+    return undefined;
+  }
+}
 
 /** The object's own data property of that name (never a getter, a Promise or a method). */
 function ownValue(source: object, name: string): { value: unknown } | undefined {
