@@ -1,6 +1,20 @@
-import { keptParent, parentData, parentLosses } from './app-parents.js';
+import {
+  keptParents,
+  notedParent,
+  parentData,
+  parentLosses,
+  parentsReader,
+} from './app-parents.js';
 
-describe('keptParent and parentData', () => {
+/** A parent's own data kept alone (one graph with only it) and read back. */
+function throughStore(source: object): Record<string, unknown> {
+  const noted = notedParent(source, 'Address');
+  const kept = keptParents(noted ? { at: noted } : {});
+  const stored = JSON.parse(JSON.stringify(kept)) as typeof kept;
+  return parentData(stored.parents.at, parentsReader(stored.graph));
+}
+
+describe('notedParent, keptParents and parentData', () => {
   class Address {
     constructor(
       public street: string,
@@ -45,12 +59,76 @@ describe('keptParent and parentData', () => {
       expected: { id: 1 },
     },
   ])('$name', ({ source, expected }) => {
-    expect(parentData(keptParent(source)?.kept)).toEqual(expected);
+    expect(throughStore(source)).toEqual(expected);
   });
 
   it('nothing kept: undefined, and an empty parent', () => {
-    expect(keptParent({})).toBeUndefined();
+    expect(notedParent({}, 'Address')).toBeUndefined();
+    expect(keptParents({})).toEqual({ parents: {}, losses: [] });
     expect(parentData(undefined)).toEqual({});
+  });
+});
+
+describe('keptParents: all the parents of the outputs in one graph', () => {
+  /** An order every line points back at, with all its lines (an ORM's back-reference). */
+  const order = (count: number) => {
+    const made: { id: number; lines: Record<string, unknown>[] } = { id: 7, lines: [] };
+    for (let id = 1; id <= count; id += 1) made.lines.push({ id, qty: 2, order: made });
+    return made;
+  };
+  const stored = (count: number) => {
+    const noted: Record<string, unknown> = {};
+    order(count).lines.forEach((line, i) => (noted[`lines.${i}`] = notedParent(line, 'Line')));
+    return JSON.stringify(keptParents(noted));
+  };
+
+  it('an object every parent reaches is written once: the graph grows with the lines', () => {
+    // Twice the lines, about twice the bytes (one graph per parent: four times).
+    expect(stored(80).length / stored(40).length).toBeLessThan(2.2);
+  });
+
+  it('each entry names its node; a replay reads one shared order, as at the first call', () => {
+    const kept = JSON.parse(stored(3)) as ReturnType<typeof keptParents>;
+    expect(Object.keys(kept.parents)).toEqual(['lines.0', 'lines.1', 'lines.2']);
+    const read = parentsReader(kept.graph);
+    const [a, b] = ['lines.0', 'lines.1'].map((key) => parentData(kept.parents[key], read));
+    expect(a).toMatchObject({ id: 1, qty: 2 });
+    expect(b).toMatchObject({ id: 2, qty: 2 });
+    expect(a.order).toBe(b.order);
+    expect((a.order as { lines: unknown[] }).lines).toHaveLength(3);
+    // One reader per stored graph: the same objects for every parent of the replay.
+    expect(parentsReader(kept.graph)).toBe(read);
+  });
+
+  it('a value that is no noted parent is left out', () => {
+    const kept = keptParents({ a: 'kept', b: notedParent({ n: 1 }, 'T') });
+    expect(Object.keys(kept.parents)).toEqual(['b']);
+  });
+
+  it.each<{ name: string; kept: unknown; expected: Record<string, unknown> }>([
+    {
+      // A record stored before the outputs' one graph: each parent's own graph at its key.
+      name: 'a record stored before: its own graph, read without the shared one',
+      kept: {
+        g: [
+          ['o', 'street', 'Main St 1', 'at', ['@', 1]],
+          ['d', 0],
+        ],
+      },
+      expected: { street: 'Main St 1', at: new Date(0) },
+    },
+    {
+      name: "a record stored before that: superjson's form",
+      kept: { json: { street: 'Main St 1' } },
+      expected: { street: 'Main St 1' },
+    },
+    {
+      name: 'a node of the shared graph with no graph stored: empty',
+      kept: { p: 0 },
+      expected: {},
+    },
+  ])('$name', ({ kept, expected }) => {
+    expect(parentData(kept, parentsReader(undefined))).toEqual(expected);
   });
 });
 
@@ -78,6 +156,8 @@ describe('parentLosses', () => {
     },
     { name: 'nothing kept: nothing said', source: {}, expected: [] },
   ])('$name', ({ source, expected }) => {
-    expect(parentLosses('Product', keptParent(source))).toEqual(expected);
+    const noted = notedParent(source, 'Product');
+    expect(keptParents(noted ? { product: noted } : {}).losses).toEqual(expected);
+    expect(parentLosses('Product', [])).toEqual([]);
   });
 });

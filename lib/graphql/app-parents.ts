@@ -1,6 +1,9 @@
-import { type Kept, keepData, restoreData } from './kept-data.js';
+import { keepAll, restoreData, type Unfaithful } from './kept-data.js';
+import { namedReader, type SharedRead } from './node-classes.js';
 import { defineOwn } from './own-member.js';
+import { type ParentRef, parentRef } from './parent-graph.js';
 import { type ReplayLoss } from './replay-loss.js';
+import { type Graph } from './typed-graph.js';
 
 /**
  * The parent of a field the app resolves (a `@ResolveField()`), inside a middleware field's
@@ -9,16 +12,29 @@ import { type ReplayLoss } from './replay-loss.js';
  * and reads its parent's own data (an entity's column no client selects: `countryCode`), so
  * that data is kept at the first answer, as the mutation's own value keeps it (wire-value.ts),
  * and given back to the rebuilt parent (adversary 81).
+ *
+ * All the parents of one answer's outputs are written into ONE typed graph, stored once beside
+ * the outputs (`outputsGraph`), each parent's entry naming its node (`{ p: index }`), as the
+ * mutation value's own parents are (parent-graph.ts): an object several parents reach (an
+ * ORM's back-reference, each `line.order` the one order with all its lines) is written once.
+ * A graph per parent wrote the order again for every line: the stored answer grew with the
+ * square of the lines, past `maxResponseBytes` at a few hundred (adversary 107). Records
+ * stored before hold each parent's own graph (or superjson's form) under its key, read so.
  */
 
+/** A parent's own data as noted while GraphQL runs (see `notedParent`), and its type. */
+export interface NotedParent {
+  data: Record<string, unknown>;
+  type: string;
+}
+
 /**
- * The parent's own data, as typed JSON (kept-data.ts): its own enumerable data properties,
- * never a getter, a method or a Promise (nothing is called or loaded: a lazy relation is a
- * getter, its loaded value a Promise), with the members it does not give back as they were
- * (`unfaithful`: a `Decimal`'s methods), for the app's log. Undefined where it has none, or
- * none JSON can hold.
+ * The parent's own data, noted when its field's resolver runs: its own enumerable data
+ * properties, never a getter, a method or a Promise (nothing is called or loaded: a lazy
+ * relation is a getter, its loaded value a Promise). Written with all the others' at the
+ * answer (`keptParents`). Undefined where it has none.
  */
-export function keptParent(source: object): Kept | undefined {
+export function notedParent(source: object, type: string): NotedParent | undefined {
   const data: Record<string, unknown> = {};
   for (const name of Object.keys(source)) {
     const own = Object.getOwnPropertyDescriptor(source, name);
@@ -27,19 +43,66 @@ export function keptParent(source: object): Kept | undefined {
     if (typeof item === 'function' || isThenable(item)) continue;
     defineOwn(data, name, item);
   }
-  if (Object.keys(data).length === 0) return undefined;
-  try {
-    // What typed JSON does not give back as it was (a class's methods) is as it can be.
-    return keepData(data);
-  } catch {
-    // No JSON form (a cycle under an instance of a class): not kept.
-    return undefined;
-  }
+  return Object.keys(data).length === 0 ? undefined : { data, type };
 }
 
-/** The kept data back as the rebuilt parent's own (see `keptParent`); empty without it. */
-export function parentData(kept: unknown): Record<string, unknown> {
-  return kept === undefined ? {} : restoreData(kept);
+/** The parents as stored: each a node of `graph`, and what they do not give back as it was. */
+export interface KeptParents {
+  /** By key, the node of each parent's data (none where nothing was noted). */
+  parents: Record<string, ParentRef>;
+  /** Their data, one typed graph (none where no parent is kept). */
+  graph?: Graph;
+  /** What a kept parent does not give back as it was (a `Decimal`'s methods), for the log. */
+  losses: ReplayLoss[];
+}
+
+/**
+ * The noted parents (by key; a value that is no `NotedParent` is left out) written into one
+ * typed graph (kept-data.ts `keepAll`): what they share is written once. Never throws; a
+ * member with no typed JSON form is left out alone, and named in `losses` with what typed
+ * JSON does not give back as it was.
+ */
+export function keptParents(noted: Readonly<Record<string, unknown>>): KeptParents {
+  const entries = Object.entries(noted).filter((entry): entry is [string, NotedParent] =>
+    isNotedParent(entry[1]),
+  );
+  if (entries.length === 0) return { parents: {}, losses: [] };
+  const typed = keepAll(entries.map(([, parent]) => parent.data));
+  const parents: Record<string, ParentRef> = {};
+  const losses: ReplayLoss[] = [];
+  entries.forEach(([key, { type }], index) => {
+    parents[key] = parentRef(typed.roots[index]);
+    losses.push(...parentLosses(type, typed.unfaithful[index]));
+  });
+  return { parents, graph: typed.kept, losses };
+}
+
+function isNotedParent(value: unknown): value is NotedParent {
+  if (typeof value !== 'object' || value === null) return false;
+  const { data, type } = value as Partial<NotedParent>;
+  return typeof data === 'object' && data !== null && typeof type === 'string';
+}
+
+/** The stored outputs' graph read once per replay (by its decoded object: see `parentData`). */
+const readers = new WeakMap<object, SharedRead>();
+
+/**
+ * The reader of a stored answer's `outputsGraph`, one per decoded record: every parent of one
+ * replay gets its data from the same objects, shared as they were. None without a graph.
+ */
+export function parentsReader(graph: unknown): SharedRead | undefined {
+  if (typeof graph !== 'object' || graph === null) return undefined;
+  let read = readers.get(graph);
+  if (!read) readers.set(graph, (read = namedReader(graph)));
+  return read;
+}
+
+/**
+ * The kept data back as the rebuilt parent's own: a node of the outputs' graph (`{ p }`, read
+ * by `read`), or a graph of its own (a record stored before); empty without it.
+ */
+export function parentData(kept: unknown, read?: SharedRead): Record<string, unknown> {
+  return kept === undefined ? {} : restoreData(kept, read);
 }
 
 function isThenable(value: unknown): boolean {
@@ -51,11 +114,11 @@ function isThenable(value: unknown): boolean {
 }
 
 /**
- * What a kept parent of the object type `type` does not give back as it was, as the
- * mutation's own value says it (wire-value.ts): for `warnLosses` (replay-loss.ts).
+ * What a kept parent of the object type `type` does not give back as it was (`unfaithful`),
+ * as the mutation's own value says it (wire-value.ts): for `warnLosses` (replay-loss.ts).
  */
-export function parentLosses(type: string, parent: Kept | undefined): ReplayLoss[] {
-  if (!parent || parent.unfaithful.length === 0) return [];
-  const what = parent.unfaithful.map((member) => `${member.name} (${member.what})`);
+export function parentLosses(type: string, unfaithful: readonly Unfaithful[]): ReplayLoss[] {
+  if (unfaithful.length === 0) return [];
+  const what = unfaithful.map((member) => `${member.name} (${member.what})`);
   return [{ type, what: `its data ${what.join(', ')} does not come back as it was` }];
 }

@@ -100,6 +100,11 @@ export interface DataAnswer {
   nulled?: Record<string, string>;
   /** The kept own data of app-resolved fields' parents in the outputs (`StoredOutputs`). */
   parents?: Record<string, unknown>;
+  /**
+   * Their data, one typed graph (each of `parents` names its node: app-parents.ts). A record
+   * stored before it holds each parent's own graph under its key.
+   */
+  outputsGraph?: unknown;
   /** The middleware fields completed but not kept (see `StoredOutputs.lost`): pending. */
   lost?: string[];
   /**
@@ -172,6 +177,7 @@ export function encodeAnswer(answer: FieldAnswer): StoredResponse {
           ...(answer.nulled ? { nulled: answer.nulled } : {}),
           ...(answer.lost ? { lost: answer.lost } : {}),
           ...(answer.parents ? { parents: answer.parents } : {}),
+          ...(answer.outputsGraph ? { outputsGraph: answer.outputsGraph } : {}),
           ...(answer.parentGraph ? { parentGraph: answer.parentGraph } : {}),
         })
       : JSON.stringify({ error: answer.error });
@@ -205,6 +211,7 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
       nulled,
       lost,
       parents,
+      outputsGraph,
       parentGraph,
     } = parsed as {
       format?: unknown;
@@ -218,6 +225,7 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
       nulled?: unknown;
       lost?: unknown;
       parents?: unknown;
+      outputsGraph?: unknown;
       parentGraph?: unknown;
     };
     const answer: DataAnswer = {
@@ -237,6 +245,7 @@ export function decodeAnswer(stored: StoredResponse): FieldAnswer | undefined {
       answer.lost = lost as string[];
     }
     if (isRecord(parents)) answer.parents = parents;
+    if (isRecord(outputsGraph)) answer.outputsGraph = outputsGraph;
     if (isRecord(parentGraph)) answer.parentGraph = parentGraph;
     return answer;
   }

@@ -351,9 +351,10 @@ function noteOutputsOf(
   if (answer?.kind !== 'data') return;
   if (answer.pending || answer.outputsLost) noteReplayedOutputs(context, { root, kind: 'pending' });
   else if (answer.outputs) {
-    const { members, errors, names, told, nulled, lost, parents } = answer;
+    const { members, errors, names, told, nulled, lost, parents, outputsGraph } = answer;
     const outputs = { outputs: answer.outputs, members, errors, names, told, nulled, lost };
-    noteReplayedOutputs(context, { root, kind: 'stored', outputs: { ...outputs, parents } });
+    const kept = { parents, outputsGraph };
+    noteReplayedOutputs(context, { root, kind: 'stored', outputs: { ...outputs, ...kept } });
   }
   // Stored before outputs were (neither): its middleware runs again, as it did then.
 }

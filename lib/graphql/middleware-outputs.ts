@@ -11,7 +11,8 @@ import { defineOwn } from './own-member.js';
 import { completedOutput, readList } from './completed-output.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { aliasGroups, markErrorUnder, mergedAnswers } from './merged-aliases.js';
-import { keptParent, parentData, parentLosses } from './app-parents.js';
+import { notedParent, parentData, parentsReader } from './app-parents.js';
+import { type SharedRead } from './node-classes.js';
 import { keepsOwnMember } from './kept-member.js';
 import { leafAgain } from './leaf-again.js';
 import { aliasErrorChoice } from './alias-error-choice.js';
@@ -197,6 +198,8 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
         }
         const { members, errors, key, parents } = replayed;
         const names = namesOf(replayed.names, replayed.told);
+        // The parents' one graph, read once for the whole replay (app-parents.ts).
+        const read = parentsReader(replayed.outputsGraph);
         let value = outputValue(
           {
             graphql,
@@ -207,6 +210,7 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
             field: { key, path },
             names,
             parents,
+            read,
             context,
           },
           field.type,
@@ -228,6 +232,7 @@ export function answerOutputsOf(graphql: GraphqlModule, schema: GraphQLSchema | 
               field: { key: other.key, path },
               names,
               parents,
+              read,
               context,
             },
             field.type,
@@ -295,10 +300,7 @@ function keepAppParentsOf(type: GraphQLObjectType): void {
         noteAppParent(
           context,
           () => pathOf(info).slice(0, -1),
-          () => {
-            const parent = keptParent(source);
-            return { kept: parent?.kept, losses: parentLosses(type.name, parent) };
-          },
+          () => notedParent(source, type.name),
         );
       }
       return own.call(this, source, args, context, info);
@@ -502,6 +504,8 @@ interface Conversion {
   names?: StoredNames;
   /** The kept own data of app-resolved fields' parents (`StoredOutputs.parents`), by key. */
   parents?: Readonly<Record<string, unknown>>;
+  /** Reads a node of the parents' one graph (`StoredOutputs.outputsGraph`), if they have one. */
+  read?: SharedRead;
   /** The replay's operation context, where its errors under the output are noted for jit. */
   context?: unknown;
 }
@@ -613,7 +617,7 @@ export function outputValue(
   // The parent of a field the app resolves: its own data as it was at the first answer (the
   // resolver runs again and reads it), the selected fields over it as the answer wrote them.
   const kept = conversion.parents?.[key];
-  const ownData = parentData(kept);
+  const ownData = parentData(kept, conversion.read);
   const value: Record<string, unknown> = { ...ownData };
   const selection = { nodes, fragments: info.fragments, variables: info.variableValues };
   for (const [name, fieldNodes] of selectedFields(graphql, schema, concrete, selection)) {

@@ -664,59 +664,34 @@ describe('a first answer and its replay, on the operation context', () => {
     noteAppParent(
       context,
       () => ['t', 'shipping'],
-      () => ({ kept: 'early', losses: [] }),
+      () => 'early',
     );
     noteMiddlewarePath(context, ['t', 'shipping']);
     noteAppParent(
       context,
       () => ['t', 'shipping'],
-      () => ({ kept: 'kept', losses: [] }),
+      () => 'kept',
     );
     // Once per place: the first note stays.
     noteAppParent(
       context,
       () => ['t', 'shipping'],
-      () => ({ kept: 'again', losses: [] }),
+      () => 'again',
     );
     noteAppParent(
       context,
       () => ['t', 'billing'],
-      () => ({ kept: 'outside', losses: [] }),
+      () => 'outside',
     );
     noteAppParent(
       context,
       () => ['other', 'shipping'],
-      () => ({ kept: 'other', losses: [] }),
+      () => 'other',
     );
     await storeOutputsOf(context, { t: { shipping: { label: 'x' }, billing: { label: 'y' } } });
     expect(completed).toEqual([
       { outputs: { shipping: { label: 'x' } }, parents: { shipping: 'kept' } },
     ]);
-  });
-
-  it('says what a kept parent does not give back, once per place, at the first answer', () => {
-    const context = {};
-    const said: unknown[] = [];
-    const loss = { type: 'Product', what: 'its data price (an instance of Money) ...' };
-    awaitOutputs(
-      context,
-      ['t'],
-      () => Promise.resolve(),
-      undefined,
-      (losses) => said.push(...losses),
-    );
-    noteMiddlewarePath(context, ['t', 'product']);
-    noteAppParent(
-      context,
-      () => ['t', 'product'],
-      () => ({ kept: { json: {} }, losses: [loss] }),
-    );
-    noteAppParent(
-      context,
-      () => ['t', 'product'],
-      () => ({ kept: { json: {} }, losses: [loss] }),
-    );
-    expect(said).toEqual([loss]);
   });
 
   it.each<{ name: string; path: (string | number)[]; expected: boolean }>([

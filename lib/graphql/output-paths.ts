@@ -1,6 +1,5 @@
 import { fieldError, type FieldError, type StoredFieldError } from './field-answer.js';
 import { errorLocations } from './error-location.js';
-import { type ReplayLoss } from './replay-loss.js';
 import { type NullPlace, nullKeyOf, unansweredNulls } from './unanswered-nulls.js';
 
 /**
@@ -58,8 +57,14 @@ export interface StoredOutputs {
    * `@ResolveField()` reading its parent's columns), as typed JSON (kept-data.ts), by
    * `relativeKey`: a replay's rebuilt parent holds it again, so that the resolver, which runs
    * again, reads what it read at the first answer (adversary 81), not only the answer's fields.
+   * Each is a node of `outputsGraph` (`{ p }`); in a record stored before it, its own graph.
    */
   parents?: Record<string, unknown>;
+  /**
+   * The data of all the `parents`, one typed graph (app-parents.ts): an object several of them
+   * reach (each `line.order`) is written once (adversary 107).
+   */
+  outputsGraph?: unknown;
 }
 
 export type { StoredFieldError };
@@ -91,12 +96,13 @@ interface FirstAnswer {
   inside: Map<string, InsideNames>;
   /** Each output made again from its middleware's result (see `RemadeOutput`), by key. */
   remade: Map<string, RemadeOutput>;
-  /** The kept own data of the parents of app-resolved fields in its outputs, by key. */
+  /**
+   * The own data of the parents of app-resolved fields in its outputs, by key, as noted
+   * (app-parents.ts `notedParent`): written into one graph when the answer is stored.
+   */
   parents: Record<string, unknown>;
   /** Where GraphQL put the null for an error at a path (see `NulledAt`), once one is told. */
   nulledAt?: NulledAt;
-  /** Says, in the app's log, what a kept parent does not give back as it was (replay-loss.ts). */
-  warn?: (losses: readonly ReplayLoss[]) => void;
 }
 
 /**
@@ -196,13 +202,11 @@ export function awaitOutputs(
   root: AnswerPath,
   complete: (outputs: StoredOutputs) => Promise<void>,
   id?: string,
-  warn?: (losses: readonly ReplayLoss[]) => void,
 ): void {
   const target = noted(context);
   if (!target) return;
   const first: FirstAnswer = {
     root,
-    ...(warn ? { warn } : {}),
     paths: [],
     named: {},
     members: {},
@@ -280,12 +284,13 @@ export function namedKey(steps: readonly string[], root: AnswerPath): string {
 /**
  * Notes, at a first answer, the parent of a field the app resolves where it is inside a
  * middleware field's output (at `pathOf()`, the parent's own): its own data, as `keep` gives it
- * (typed JSON), once per place (see `StoredOutputs.parents`).
+ * (undefined: none), once per place (see `StoredOutputs.parents`). All of them are written at
+ * the answer, into one graph (app-parents.ts `keptParents`).
  */
 export function noteAppParent(
   context: unknown,
   pathOf: () => AnswerPath,
-  keep: () => KeptParent,
+  keep: () => unknown,
 ): void {
   const firsts = noted(context)?.[FIRST];
   // Read only under a first answer: the resolvers of every operation pass here.
@@ -299,17 +304,9 @@ export function noteAppParent(
       return at !== undefined && isAtOrUnder(key, at);
     });
     if (!inside) continue;
-    const { kept, losses } = keep();
+    const kept = keep();
     if (kept !== undefined) first.parents[key] = kept;
-    // Said at the first answer, as for the mutation's own value (adversary 86).
-    if (losses.length > 0) first.warn?.(losses);
   }
-}
-
-/** A parent's kept own data (undefined: none kept), and what it does not give back as it was. */
-export interface KeptParent {
-  kept: unknown;
-  losses: readonly ReplayLoss[];
 }
 
 /** Whether `path` is under a middleware field's output of a first answer of the operation. */
@@ -732,6 +729,8 @@ export type OutputAt =
       told?: Readonly<Record<string, string>>;
       /** The kept own data of app-resolved fields' parents at or under it (`parents`). */
       parents?: Readonly<Record<string, unknown>>;
+      /** Their one graph (`StoredOutputs.outputsGraph`), where they are nodes of it. */
+      outputsGraph?: unknown;
       /**
        * The first call's other outputs of this very field (its other aliases: `a: shipping
        * { street } b: shipping { city }`), each with its key and the errors at or under it,
@@ -812,7 +811,7 @@ export function outputAt(
       }
       return under;
     };
-    const parents = replay.outputs.parents;
+    const { parents, outputsGraph } = replay.outputs;
     const others =
       name === undefined
         ? []
@@ -826,6 +825,7 @@ export function outputAt(
       members: members ?? {},
       errors: errorsUnder(key),
       ...(parents ? { parents } : {}),
+      ...(parents && outputsGraph !== undefined ? { outputsGraph } : {}),
       ...(names && name !== undefined ? { names, named: name, told } : {}),
       ...(others.length > 0 ? { others } : {}),
     };

@@ -79,3 +79,50 @@ describe('parentsWithin', () => {
     );
   });
 });
+
+describe('parentsWithin over the parents’ one graph', () => {
+  const note = 'z'.repeat(500);
+  /**
+   * Two lines (nodes 0 and 2) naming one order (1) with a large note; a third parent (3)
+   * holds a large note of its own (4).
+   */
+  const graph = {
+    g: [
+      ['o', 'qty', 2, 'order', ['@', 1]],
+      ['o', 'id', 7, 'note', note],
+      ['o', 'qty', 3, 'order', ['@', 1]],
+      ['o', 'id', 9, 'bio', ['@', 4]],
+      ['o', 'text', note],
+    ],
+  };
+  const parents = { 'lines.0': { p: 0 }, 'lines.1': { p: 2 }, buyer: { p: 3 } };
+
+  it('the parent weighs what only it reaches: the buyer goes, the shared order stays', () => {
+    const within = parentsWithin(parents, 300, graph);
+    expect(within?.dropped).toEqual(['buyer']);
+    // The kept parents name their nodes anew, in a graph of what they reach.
+    expect(within?.parents).toEqual({ 'lines.0': { p: 0 }, 'lines.1': { p: 2 } });
+    expect(within?.graph).toEqual({ g: graph.g.slice(0, 3) });
+  });
+
+  it('a node two parents share goes only with the last of them', () => {
+    // Over by more than the buyer and one line: both lines go, and the order with them.
+    const within = parentsWithin(parents, 700, graph);
+    expect(within?.dropped.sort()).toEqual(['buyer', 'lines.0', 'lines.1']);
+    expect(within?.parents).toEqual({});
+    expect(within?.graph).toBeUndefined();
+  });
+
+  it('a line alone frees its own node and entry: the order stays with the other', () => {
+    const one = { 'lines.0': { p: 0 }, 'lines.1': { p: 2 } };
+    const within = parentsWithin(one, 20, { g: graph.g.slice(0, 3) });
+    expect(within?.dropped).toHaveLength(1);
+    const [left] = Object.keys(within?.parents ?? {});
+    expect(within?.parents).toEqual({ [left]: { p: left === 'lines.0' ? 0 : 1 } });
+    expect(within?.graph?.g).toHaveLength(2);
+  });
+
+  it('all of them not enough: undefined', () => {
+    expect(parentsWithin(parents, 5000, graph)).toBeUndefined();
+  });
+});

@@ -37,6 +37,7 @@ import { type FieldRun } from './field-runs.js';
 import { errorHttp, hasAnswerHook, storeAtAnswer } from './stored-at-answer.js';
 import { hasMiddlewareUnder } from './middleware-outputs.js';
 import { parentsWithin } from './parents-within.js';
+import { keptParents } from './app-parents.js';
 import {
   awaitOutputs,
   noteCompleting,
@@ -220,8 +221,17 @@ export function runField(
       // Its client left before the answer (no hook will run): a replay here stops waiting,
       // at the latest when the lease would lapse (see `pendingBoundMs`).
       setTimeout(() => done(undefined), pendingBoundMs(claim.leaseMs, true)).unref();
-      const completing = async (outputs: StoredOutputs) => {
+      const completing = async (noted: StoredOutputs) => {
         try {
+          // The outputs' parents written into one graph (app-parents.ts): what they share
+          // once. What one does not give back as it was, said as for the resolver's value.
+          const kept = keptParents(noted.parents ?? {});
+          warnLosses(tools.logger, kept.losses);
+          const { parents: _noted, ...bare } = noted;
+          const outputs: StoredOutputs =
+            Object.keys(kept.parents).length > 0
+              ? { ...bare, parents: kept.parents, outputsGraph: kept.graph }
+              : bare;
           let completed = encodeAnswer({ kind: 'data', data: wire, parentGraph, ...outputs });
           const overNow = () => completed.body.length - route.maxResponseBytes;
           // Too large with the kept parents' own data (an unselected large column): the
@@ -233,11 +243,14 @@ export function runField(
           /** What was left out, said once the answer is under the limit with it. */
           const said: string[] = [];
           if (overNow() > 0 && outputs.parents) {
-            const within = parentsWithin(outputs.parents, overNow());
-            const { parents: all, ...others } = outputs;
+            const within = parentsWithin(outputs.parents, overNow(), kept.graph);
+            const { parents: all, outputsGraph: _graph, ...others } = outputs;
             const parents = within?.parents ?? {};
             const dropped = within?.dropped ?? Object.keys(all ?? {});
-            fewer = Object.keys(parents).length > 0 ? { ...others, parents } : others;
+            fewer =
+              Object.keys(parents).length > 0
+                ? { ...others, parents, ...(within?.graph ? { outputsGraph: within.graph } : {}) }
+                : others;
             completed = encodeAnswer({ kind: 'data', data: wire, parentGraph, ...fewer });
             said.push(
               `the own data of the parents at ${dropped.join(', ')} (read by @ResolveField() ` +
@@ -288,10 +301,7 @@ export function runField(
         }
       };
       // Its key noted too: a replay of it in this operation answers its middleware's results.
-      // What a kept parent inside them cannot give back, said as for the resolver's value.
-      awaitOutputs(answerPlace.context, answerPlace.path, completing, idOf(claim), (losses) =>
-        warnLosses(tools.logger, losses),
-      );
+      awaitOutputs(answerPlace.context, answerPlace.path, completing, idOf(claim));
     }
     // Stored: the first answer is the resolver's own value (its Dates, its class instances,
     // which the fields' resolvers may read); the replays give its stored form back.
