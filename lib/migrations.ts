@@ -5,6 +5,7 @@ import { TextTenantIds1764461300000 } from '../migrations/1764461300000-TextTena
 import { CreateMessageFailures1764461400000 } from '../migrations/1764461400000-CreateMessageFailures.js';
 import { CreateResponseBodies1764461500000 } from '../migrations/1764461500000-CreateResponseBodies.js';
 import { AddLeasedAt1764461700000 } from '../migrations/1764461700000-AddLeasedAt.js';
+import { PinPartitionFunctions1764461800000 } from '../migrations/1764461800000-PinPartitionFunctions.js';
 
 /**
  * Opt-in, and not in `IDEMPOTENCY_MIGRATIONS`: partitions `idempotency_keys` by time for the
@@ -29,4 +30,5 @@ export const IDEMPOTENCY_MIGRATIONS = [
   CreateMessageFailures1764461400000,
   CreateResponseBodies1764461500000,
   AddLeasedAt1764461700000,
+  PinPartitionFunctions1764461800000,
 ];

@@ -1,4 +1,5 @@
 import { type MigrationInterface, type QueryRunner } from 'typeorm';
+import { CREATE_PARTITIONS_FUNCTION, PARTITIONS_FUNCTION } from './partition-functions.js';
 
 /**
  * The keys table's columns and checks as the plain migrations leave them: the partitioned
@@ -157,86 +158,6 @@ export class PartitionIdempotencyKeys1764461600000 implements MigrationInterface
     await queryRunner.query(`DROP FUNCTION idempotency_key_partitions()`);
   }
 }
-
-/**
- * The partitions with their bounds, read from the catalog (`NULL` for MINVALUE / MAXVALUE):
- * the store's expiry and `idempotency_keys_create_partitions` plan from it, and operators may
- * query it. Bounds are printed and read back in the same session, so its time zone and date
- * style cannot garble them.
- */
-const PARTITIONS_FUNCTION = `
-CREATE FUNCTION idempotency_key_partitions()
-RETURNS TABLE (partition regclass, from_at timestamptz, to_at timestamptz, detach_pending boolean)
-LANGUAGE sql STABLE AS $$
-  SELECT c.oid::regclass,
-         nullif(substring(b.bound FROM 'FROM \\(''?([^'')]*)''?\\)'), 'MINVALUE')::timestamptz,
-         nullif(substring(b.bound FROM 'TO \\(''?([^'')]*)''?\\)'), 'MAXVALUE')::timestamptz,
-         i.inhdetachpending
-  FROM pg_inherits i
-  JOIN pg_class c ON c.oid = i.inhrelid
-  CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) b
-  WHERE i.inhparent = to_regclass('idempotency_keys')
-  ORDER BY 2 NULLS FIRST
-$$`;
-
-/**
- * Creates the partitions that cover the time from now to `ahead` partitions past the current
- * one, aligned to multiples of `width_ms` since the epoch; returns how many milliseconds from
- * now are covered without a gap. Partitions that exist are kept, whatever their width (a width
- * changed in the app's options takes effect from the end of the last one).
- *
- * Each partition is made as a plain table and then attached: `ATTACH PARTITION` locks the
- * partitioned table in SHARE UPDATE EXCLUSIVE mode, which claims (ROW EXCLUSIVE) pass, where
- * `CREATE TABLE ... PARTITION OF` would lock them all out for a moment. Its unique index on
- * `(tenant_id, key)` serves the claim's lookup, and is a backstop: a second row of one key in
- * one partition fails.
- */
-const CREATE_PARTITIONS_FUNCTION = `
-CREATE FUNCTION idempotency_keys_create_partitions(width_ms bigint, ahead int)
-RETURNS double precision
-LANGUAGE plpgsql AS $$
-DECLARE
-  t timestamptz;
-  horizon timestamptz;
-  covering_to timestamptz;
-  next_at timestamptz;
-  name text;
-BEGIN
-  IF width_ms < 1 OR ahead < 0 THEN
-    RAISE EXCEPTION 'idempotency_keys_create_partitions: width_ms must be at least 1, ahead at least 0';
-  END IF;
-  -- One creator at a time (several instances may run it): two would make the same partition.
-  PERFORM pg_advisory_xact_lock(hashtextextended('idempotency_keys_create_partitions', 0));
-  t := 'epoch'::timestamptz + interval '1 millisecond'
-    * (floor(extract(epoch FROM clock_timestamp()) * 1000 / width_ms) * width_ms);
-  horizon := t + interval '1 millisecond' * (width_ms * (ahead + 1));
-  WHILE t < horizon LOOP
-    SELECT p.to_at INTO covering_to FROM idempotency_key_partitions() p
-    WHERE NOT p.detach_pending AND (p.from_at IS NULL OR p.from_at <= t)
-      AND (p.to_at IS NULL OR p.to_at > t);
-    IF FOUND THEN
-      IF covering_to IS NULL THEN
-        RETURN 'infinity';
-      END IF;
-      t := covering_to;
-      CONTINUE;
-    END IF;
-    next_at := 'epoch'::timestamptz + interval '1 millisecond'
-      * ((floor(extract(epoch FROM t) * 1000 / width_ms) + 1) * width_ms);
-    SELECT least(next_at, min(p.from_at)) INTO next_at FROM idempotency_key_partitions() p
-    WHERE p.from_at > t;
-    name := 'idempotency_keys_' || to_char(t AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MISSMS');
-    EXECUTE format(
-      'CREATE TABLE %I (LIKE idempotency_keys INCLUDING DEFAULTS INCLUDING CONSTRAINTS) '
-      'WITH (fillfactor = 70)', name);
-    EXECUTE format('CREATE UNIQUE INDEX %I ON %I (tenant_id, key)', name || '_key', name);
-    EXECUTE format('ALTER TABLE idempotency_keys ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
-      name, t, next_at);
-    t := next_at;
-  END LOOP;
-  RETURN extract(epoch FROM t - clock_timestamp()) * 1000;
-END
-$$`;
 
 /**
  * The claim (the design's statements 1 and 2) on the partitioned table. \`INSERT ... ON

@@ -1,4 +1,10 @@
-import { type CatalogEntry, missingSchema, schemaMessage } from './schema-check.js';
+import {
+  type CatalogEntry,
+  defaultPartitionProblem,
+  hasPinnedSettings,
+  missingSchema,
+  schemaMessage,
+} from './schema-check.js';
 import {
   LAYOUT_NOT_PARTITIONED,
   LAYOUT_PARTITIONED_UNEXPECTED,
@@ -50,8 +56,22 @@ const bodies = table(
   'id:uuid, tenant_id:text, key:text, claim_id:uuid, body:bytea, created_at:tz, expires_at:tz',
 );
 const partitionedKeys = table('idempotency_keys', `${KEY_COLUMNS}, placed_at:tz`, 'p');
-const fn = (name: string): CatalogEntry => ({ kind: 'function', name });
+/** A table with the DEFAULT partition the catalog query names (null: none). */
+const withDefault = (entry: CatalogEntry, partition: string | null): CatalogEntry =>
+  entry.kind === 'table' ? { ...entry, defaultPartition: partition } : entry;
+const PINNED = ['DateStyle=ISO, YMD', 'TimeZone=UTC'];
+const fn = (name: string, settings: string[] | null = null): CatalogEntry => ({
+  kind: 'function',
+  name,
+  settings,
+});
 const partitionFunctions = [
+  fn('idempotency_claim'),
+  fn('idempotency_keys_create_partitions', PINNED),
+  fn('idempotency_key_partitions', PINNED),
+];
+/** The functions as an earlier PartitionIdempotencyKeys made them: no settings of their own. */
+const unpinnedFunctions = [
   fn('idempotency_claim'),
   fn('idempotency_keys_create_partitions'),
   fn('idempotency_key_partitions'),
@@ -346,8 +366,8 @@ describe('missingSchema', () => {
         processed,
         failures,
         fn('idempotency_claim'),
-        inUnusable('idem', fn('idempotency_keys_create_partitions')),
-        fn('idempotency_key_partitions'),
+        inUnusable('idem', fn('idempotency_keys_create_partitions', PINNED)),
+        fn('idempotency_key_partitions', PINNED),
       ],
       [usage('idem', 'idempotency_keys_create_partitions()')],
     ],
@@ -395,14 +415,75 @@ describe('missingSchema', () => {
     [
       'partitioned, a function dropped',
       partitioned,
-      [partitionedKeys, processed, failures, fn('idempotency_key_partitions')],
+      [partitionedKeys, processed, failures, fn('idempotency_key_partitions', PINNED)],
       [
         'function idempotency_claim() is missing (migration PartitionIdempotencyKeys1764461600000)',
         'function idempotency_keys_create_partitions() is missing (migration PartitionIdempotencyKeys1764461600000)',
       ],
     ],
+    [
+      'partitioned, the bound functions of an earlier PartitionIdempotencyKeys (adversary 108)',
+      partitioned,
+      [partitionedKeys, processed, failures, ...unpinnedFunctions],
+      [
+        "function idempotency_keys_create_partitions() reads partition bounds in the session's " +
+          'DateStyle and TimeZone (migration PinPartitionFunctions1764461800000)',
+        "function idempotency_key_partitions() reads partition bounds in the session's " +
+          'DateStyle and TimeZone (migration PinPartitionFunctions1764461800000)',
+      ],
+    ],
+    [
+      "partitioned, with an operator's DEFAULT partition (adversary 108)",
+      partitioned,
+      [
+        withDefault(partitionedKeys, 'idempotency_keys_default'),
+        processed,
+        failures,
+        ...partitionFunctions,
+      ],
+      [defaultPartitionProblem('idempotency_keys_default')],
+    ],
+    [
+      'a plain table: no default partition, no functions asked for',
+      plain,
+      [withDefault(keys, null), processed, failures],
+      [],
+    ],
   ])('%s', (_name, needs, catalog, expected) => {
     expect(missingSchema(needs, catalog)).toEqual(expected);
+  });
+});
+
+describe('hasPinnedSettings', () => {
+  it.each<[string, string[] | null, boolean]>([
+    ['both, as PostgreSQL prints them', ['DateStyle=ISO, YMD', 'TimeZone=UTC'], true],
+    ['both, another order and case', ['timezone=UTC', 'datestyle=ISO, YMD'], true],
+    ['with another setting too', ['search_path=idem', 'DateStyle=ISO, YMD', 'TimeZone=UTC'], true],
+    ['none (an earlier PartitionIdempotencyKeys)', null, false],
+    ['none, empty', [], false],
+    ['the date style alone', ['DateStyle=ISO, YMD'], false],
+    ['the zone alone', ['TimeZone=UTC'], false],
+    ['another zone', ['DateStyle=ISO, YMD', 'TimeZone=Asia/Kolkata'], false],
+    ['another date style', ['DateStyle=German, DMY', 'TimeZone=UTC'], false],
+  ])('%s', (_name, settings, expected) => {
+    expect(hasPinnedSettings(settings)).toBe(expected);
+  });
+});
+
+describe('defaultPartitionProblem', () => {
+  it('says to drop it, naming it as SQL takes it', () => {
+    expect(defaultPartitionProblem('Keys Default')).toBe(
+      'idempotency_keys has a DEFAULT partition (Keys Default), which the partitioned expiry ' +
+        'cannot expire: the library makes the partitions ahead itself. Drop it: ALTER TABLE ' +
+        'idempotency_keys DETACH PARTITION "Keys Default"; DROP TABLE "Keys Default"',
+    );
+  });
+
+  it('is said alone, without the migrations (they would not help)', () => {
+    const problem = defaultPartitionProblem('idempotency_keys_default');
+    expect(schemaMessage([problem])).toBe(
+      "IdempotencyModule: the app's database lacks what the library needs:\n" + `- ${problem}\n`,
+    );
   });
 });
 

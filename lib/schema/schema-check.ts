@@ -31,8 +31,17 @@ export type CatalogEntry =
       role: string;
       /** The schema that holds it, when the role lacks USAGE on it (null: the table resolves). */
       unusableSchema?: string | null;
+      /** A partitioned table's DEFAULT partition, by name (null or absent: none). */
+      defaultPartition?: string | null;
     }
-  | { kind: 'function'; name: string; role?: string; unusableSchema?: string | null };
+  | {
+      kind: 'function';
+      name: string;
+      role?: string;
+      unusableSchema?: string | null;
+      /** Its own settings (`SET` on the function), as `name=value` (null: none). */
+      settings?: string[] | null;
+    };
 
 const MIGRATIONS = {
   keys: 'CreateIdempotencyKeys1764460800000',
@@ -43,6 +52,7 @@ const MIGRATIONS = {
   bodies: 'CreateResponseBodies1764461500000',
   partition: 'PartitionIdempotencyKeys1764461600000',
   leasedAt: 'AddLeasedAt1764461700000',
+  pinnedPartitions: 'PinPartitionFunctions1764461800000',
 };
 
 export interface ColumnNeed {
@@ -141,6 +151,43 @@ const PARTITION_FUNCTIONS = [
   'idempotency_key_partitions',
 ];
 
+/**
+ * The functions that read or write partition bounds as a timestamp's text, and the settings
+ * each must carry for that text to mean one time whatever the session's (adversary 108).
+ */
+const PINNED_FUNCTIONS = ['idempotency_keys_create_partitions', 'idempotency_key_partitions'];
+const PINNED_SETTINGS: Record<string, string> = { datestyle: 'ISO, YMD', timezone: 'UTC' };
+
+/**
+ * Whether a function's own settings (`pg_proc.proconfig`, `name=value`) pin every one of
+ * `PINNED_SETTINGS`: made by `PinPartitionFunctions` (or `PartitionIdempotencyKeys` since),
+ * not by an earlier `PartitionIdempotencyKeys`, whose functions carry none.
+ */
+export function hasPinnedSettings(settings: readonly string[] | null | undefined): boolean {
+  const have = new Map(
+    (settings ?? []).map((setting) => {
+      const at = setting.indexOf('=');
+      return [setting.slice(0, at).toLowerCase(), setting.slice(at + 1)] as const;
+    }),
+  );
+  return Object.entries(PINNED_SETTINGS).every(([name, value]) => have.get(name) === value);
+}
+
+const DEFAULT_PARTITION_PREFIX = 'idempotency_keys has a DEFAULT partition';
+
+/**
+ * An operator's DEFAULT partition of the partitioned keys table, refused: the expiry never
+ * drops it (its keys would stay for ever), PostgreSQL detaches no partition CONCURRENTLY while
+ * it exists, and an ATTACH of a range some row of it falls in fails.
+ */
+export function defaultPartitionProblem(partition: string): string {
+  return (
+    `${DEFAULT_PARTITION_PREFIX} (${partition}), which the partitioned expiry cannot expire: ` +
+    'the library makes the partitions ahead itself. Drop it: ALTER TABLE idempotency_keys ' +
+    `DETACH PARTITION ${sqlName(partition)}; DROP TABLE ${sqlName(partition)}`
+  );
+}
+
 /** Every table the library's migrations leave, with its columns: the check's and the doctor's. */
 export const SCHEMA_TABLES: readonly TableNeed[] = [KEYS, ...CONSUMER_TABLES, BODIES];
 
@@ -169,7 +216,10 @@ export const SCHEMA_CATALOG_QUERY = `WITH ${SEARCH_PATH_SCHEMAS}
   ARRAY(SELECT p FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) p
     WHERE NOT has_table_privilege(c.oid, p)) AS "missingPrivileges",
   current_user::text AS role,
-  CASE WHEN pg_table_is_visible(c.oid) THEN NULL ELSE n.nspname::text END AS "unusableSchema"
+  CASE WHEN pg_table_is_visible(c.oid) THEN NULL ELSE n.nspname::text END AS "unusableSchema",
+  (SELECT d.relname::text FROM pg_partitioned_table pt JOIN pg_class d ON d.oid = pt.partdefid
+    WHERE pt.partrelid = c.oid) AS "defaultPartition",
+  NULL::text[] AS settings
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relname = ANY($1::text[]) AND c.relkind IN ('r', 'p')
   AND (pg_table_is_visible(c.oid) OR ${UNUSABLE_IN_PATH})
@@ -177,7 +227,8 @@ ORDER BY c.relname, pg_table_is_visible(c.oid) DESC, ${PATH_POSITION})
 UNION ALL
 (SELECT DISTINCT ON (p.proname) 'function', p.proname, NULL, '[]'::json, '[]'::json,
   ARRAY[]::text[], current_user::text,
-  CASE WHEN pg_function_is_visible(p.oid) THEN NULL ELSE n.nspname::text END
+  CASE WHEN pg_function_is_visible(p.oid) THEN NULL ELSE n.nspname::text END, NULL,
+  p.proconfig
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE p.proname = ANY($2::text[]) AND (pg_function_is_visible(p.oid) OR ${UNUSABLE_IN_PATH})
 ORDER BY p.proname, pg_function_is_visible(p.oid) DESC, ${PATH_POSITION})`;
@@ -254,8 +305,21 @@ export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry
     if (needs.partitioned && partitioned) {
       for (const name of PARTITION_FUNCTIONS) {
         const found = functions.get(name);
-        if (found) reach(found, `${name}()`);
-        else problems.push(`function ${name}() is missing (migration ${MIGRATIONS.partition})`);
+        if (!found) {
+          problems.push(`function ${name}() is missing (migration ${MIGRATIONS.partition})`);
+          continue;
+        }
+        reach(found, `${name}()`);
+        const settings = found.kind === 'function' ? found.settings : undefined;
+        if (PINNED_FUNCTIONS.includes(name) && !hasPinnedSettings(settings)) {
+          problems.push(
+            `function ${name}() reads partition bounds in the session's DateStyle and TimeZone ` +
+              `(migration ${MIGRATIONS.pinnedPartitions})`,
+          );
+        }
+      }
+      if (keysTable.defaultPartition) {
+        problems.push(defaultPartitionProblem(keysTable.defaultPartition));
       }
     }
   }
@@ -301,8 +365,11 @@ export function schemaMessage(problems: readonly string[]): string {
   const head =
     "IdempotencyModule: the app's database lacks what the library needs:\n" +
     problems.map((problem) => `- ${problem}\n`).join('');
-  // Only grants missing: each line says the GRANT; the migrations would not help.
-  if (problems.every((problem) => problem.startsWith(GRANT_PREFIX))) return head;
+  // Only grants missing, or a default partition: each line says what to do; the migrations
+  // would not help.
+  const ownRemedy = (problem: string) =>
+    problem.startsWith(GRANT_PREFIX) || problem.startsWith(DEFAULT_PARTITION_PREFIX);
+  if (problems.every(ownRemedy)) return head;
   return (
     head +
     "Run the library's migrations in the app's DataSource (migrations: " +

@@ -10,12 +10,18 @@ import { isNoPartitionError } from './layout-errors.js';
 import { pinSearchPath } from '../../connection/session-state.js';
 import { withLibraryTypes } from '../../connection/library-types.js';
 import { dateOfEpochMs } from '../../connection/epoch-ms.js';
-import { coverageAction, expirySteps, type PartitionInfo } from './partition-schedule.js';
+import {
+  coverageAction,
+  detachMode,
+  expirySteps,
+  type PartitionInfo,
+} from './partition-schedule.js';
 import {
   CARRY_FORWARD,
   CLAIM_BATCH_IN_PARTITIONS,
   CLAIM_IN_PARTITIONS,
   CREATE_PARTITIONS,
+  HAS_DEFAULT_PARTITION,
   LIST_PARTITIONS,
   PARTITION_CLOCK,
   PURGE_ABANDONED_IN_PARTITIONS,
@@ -133,8 +139,10 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
    */
   override async purgeBatch(retentionMs: number): Promise<KeyScope[]> {
     await this.createPartitions();
+    const { rows } = await this.query<{ has_default: boolean }>(HAS_DEFAULT_PARTITION, []);
+    const mode = detachMode(this.database.pooler, rows[0].has_default);
     await this.database.withConnection((client) =>
-      this.database.pooler === 'transaction'
+      mode === 'locked'
         ? this.expireInTransactions(client, retentionMs)
         : this.expire(client, retentionMs),
     );
@@ -237,7 +245,8 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
   }
 
   /**
-   * The expiry behind a pooler in transaction mode, where each transaction may run on another
+   * The expiry with locked detaches (`detachMode`): behind a pooler in transaction mode, or on
+   * a table with a DEFAULT partition. Behind such a pooler each transaction may run on another
    * server session: a session lock would stay held on the session that took it (the unlock
    * runs on another), and a session setting would reach other clients' statements. So each
    * partition goes in one transaction of its own, under a transaction-level lock (the other

@@ -77,6 +77,16 @@ export const LIST_PARTITIONS = `SELECT partition::text AS partition,
   ${epochMsOf('from_at')} AS from_ms, ${epochMsOf('to_at')} AS to_ms,
   detach_pending FROM idempotency_key_partitions()`;
 
+/**
+ * Whether the keys table has a DEFAULT partition (an operator's: the start-up check refuses
+ * one), from which PostgreSQL detaches nothing `CONCURRENTLY` (see `detachMode`).
+ */
+export const HAS_DEFAULT_PARTITION = {
+  name: 'idempotency_has_default_partition_v1',
+  text: `SELECT EXISTS (SELECT FROM pg_partitioned_table
+  WHERE partrelid = to_regclass('idempotency_keys') AND partdefid <> 0) AS has_default`,
+};
+
 /** The server's time to judge the partitions by (the transaction's, as `CARRY_FORWARD`'s). */
 export const PARTITION_CLOCK = `SELECT ${epochMsOf('now()')} AS now_ms`;
 

@@ -34,6 +34,13 @@
  * Suggested fix: have `idempotency_key_partitions()` leave the default partition out (`WHERE
  * NOT pg_get_expr(…) = 'DEFAULT'`, or `relpartbound`'s `is_default`) so partitions ahead are made
  * and expired as without it; or refuse a default partition at start-up, saying to drop it.
+ *
+ * Fixed (session of 2026-12-07): both. `idempotency_key_partitions()` leaves a DEFAULT
+ * partition out (migrations/partition-functions.ts, via PinPartitionFunctions1764461800000), so
+ * partitions are made ahead and expired as without it; the purge detaches under the table's
+ * lock, not CONCURRENTLY, while one exists (lib/claim/partitioned/partition-schedule.ts
+ * `detachMode`); and the start-up check refuses one, saying to detach and drop it
+ * (lib/schema/schema-check.ts `defaultPartitionProblem`).
  */
 import { Logger } from '@nestjs/common';
 import { DataSource } from 'typeorm';
@@ -129,7 +136,7 @@ describePartitioned('adversary 108 pool: a DEFAULT partition stops the partition
     expect(await story(plain)).toEqual({ lateInDefault: false, purge: 'ok', lateLeft: false });
   }, 60_000);
 
-  it.skip('with a DEFAULT partition the late key expires too (Not fixed (round 108): found by review)', async () => {
+  it('with a DEFAULT partition the late key expires too', async () => {
     expect(await story(withDefault)).toEqual({
       lateInDefault: false,
       purge: 'ok',
