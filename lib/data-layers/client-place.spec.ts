@@ -2,6 +2,7 @@ import { sqlReaderReady } from '../transaction/sql/sql-parse.js';
 import {
   type ClientHeld,
   type ClientPlace,
+  endsLeftOpen,
   endsWithCommit,
   heldView,
   placeOfClient,
@@ -24,6 +25,27 @@ describe('heldView: what a view of a scope connection is (reviewer, round 107)',
     ['savepoints open, scope ended', false, 2, true, 'view-left-open'],
   ])('%s', (_name, apart, depth, ended, held) => {
     expect(heldView(apart, depth, ended)).toBe(held);
+  });
+});
+
+describe('endsLeftOpen: a ROLLBACK on a view whose transaction went with its scope (adversary 108)', () => {
+  it.each<[ClientHeld, string | undefined, boolean]>([
+    // `ROLLBACK` or `ABORT` (nestedControlOf's `rollback`) on a view left open: ends it there.
+    ['view-left-open', 'rollback', true],
+    // Anything else on it stays as placeOfClient says (refused in an open request).
+    ['view-left-open', 'commit', false],
+    ['view-left-open', 'begin', false],
+    ['view-left-open', 'set-isolation', false],
+    ['view-left-open', undefined, false],
+    // Its transaction still there (scope open): the rollback is its nested transaction's.
+    ['view-in-transaction', 'rollback', false],
+    // Nothing of its code's open, or a connection of its own: as always.
+    ['view', 'rollback', false],
+    ['view-apart', 'rollback', false],
+    ['connection', 'rollback', false],
+    ['left', 'rollback', false],
+  ])('%s, %s -> %s', (held, control, ends) => {
+    expect(endsLeftOpen(held, control)).toBe(ends);
   });
 });
 

@@ -12,7 +12,8 @@ import { transactionControlOf } from '../transaction/sql/sql-text.js';
  * - `view-left-open`: such a view whose scope ended with that transaction open, however it
  *   ended (refused at its commit: a client kept across requests, its `BEGIN` in one, its
  *   `COMMIT` meant for a later one; or rolled back: its handler threw, its lease was lost, a
- *   503): the transaction went with the scope, and nothing more can run in it;
+ *   503): the transaction went with the scope, and nothing more can run in it; a `ROLLBACK`
+ *   on it ends it there, and the view is a plain one again (`endsLeftOpen`);
  * - `view-apart`: such a view used past its scope's end, now a connection of its own.
  */
 export type ClientHeld =
@@ -31,6 +32,21 @@ export function heldView(apart: boolean, depth: number, scopeEnded: boolean): Cl
   if (apart) return 'view-apart';
   if (depth === 0) return 'view';
   return scopeEnded ? 'view-left-open' : 'view-in-transaction';
+}
+
+/**
+ * Whether a statement ends, on a client, the transaction its code left open when its scope
+ * ended (`view-left-open`): a `ROLLBACK` or `ABORT` alone (`control`, as `nestedControlOf`
+ * names a statement's transaction control: `rollback`), whichever scope sends it, or none.
+ * That transaction went with its scope; a `ROLLBACK` asks for no more than that, leaves
+ * nothing of the sender's behind, and is what node-postgres code sends to leave a failed one
+ * (`await client.query('ROLLBACK').catch(…)` before its next `BEGIN`). So it is answered as
+ * done, nothing sent, and the view is a plain `view` again (its depth 0), which joins the scope
+ * it is used in; refused, it left the client refused in every later request, for ever
+ * (adversary 108). Anything else on it stays refused in an open request (`placeOfClient`).
+ */
+export function endsLeftOpen(held: ClientHeld, control: string | undefined): boolean {
+  return held === 'view-left-open' && control === 'rollback';
 }
 
 /**

@@ -56,6 +56,7 @@ import {
 import {
   type ClientHeld,
   endsWithCommit,
+  endsLeftOpen,
   heldView,
   placeOfClient,
   refusesCommitFrom,
@@ -1255,6 +1256,13 @@ export class JoinedClient extends EventEmitter {
     }
   }
 
+  /** A `ROLLBACK` of the transaction its code left open when its scope ended (`endsLeftOpen`). */
+  private endsLeftOpen(args: unknown[]): boolean {
+    if (this.depth === 0 || isSubmittable(args[0])) return false;
+    const held = heldView(this.apart !== undefined, this.depth, this.transaction.ended);
+    return endsLeftOpen(held, nestedControlOf(textOf(args[0]))?.kind);
+  }
+
   /** Its stand-in in `scope` (one per scope), made at its first use there. */
   private standInFor(scope: JoinableTransaction, pool: object): JoinedClient | undefined {
     const known = this.standIns.get(scope)?.view;
@@ -1285,6 +1293,11 @@ export class JoinedClient extends EventEmitter {
     const refused = retriedTryRefusal();
     if (refused) return refusedStatement(args, refused);
     if (this.released) return refusedStatement(args, new ReleasedClientError());
+    // Its code's transaction, gone with the scope that took it: a ROLLBACK ends it here.
+    if (this.endsLeftOpen(args)) {
+      this.savepoints.length = 0;
+      return this.answered(args, () => Promise.resolve(emptyResult('ROLLBACK')));
+    }
     // Kept from another scope (a request's, a phase's) and used in this one.
     const placed = this.placed(args);
     if (placed instanceof Error) return refusedStatement(args, placed);

@@ -35,6 +35,13 @@
  * ends its code's transaction there (depth back to 0: the view is a plain 'view' again and joins
  * the scope it is used in), as the docs' "a ROLLBACK from elsewhere is allowed" says; or reset
  * the depth of a view whose taker's scope ended, once that refusal was said once.
+ *
+ * Fixed (session of 2026-12-07): a `ROLLBACK` or `ABORT` on a 'view-left-open' client, from
+ * any scope, is answered as done with nothing sent, and ends its code's transaction there: the
+ * view's depth goes back to 0, a plain 'view' that joins the scope it is used in
+ * (lib/data-layers/client-place.ts `endsLeftOpen`, applied first in
+ * lib/data-layers/pool-transaction.ts `JoinedClient.query`). Other statements on it stay
+ * refused as before.
  */
 import { Body, Controller, HttpCode, Module, Post } from '@nestjs/common';
 import { type Pool, type PoolClient } from 'pg';
@@ -138,7 +145,7 @@ describe('adversary 108 pool: a kept client whose request threw mid-transaction 
     });
   }, 60_000);
 
-  it.skip("its first request threw without a ROLLBACK: the next request's ROLLBACK gets it out (Not fixed (round 108): found by review)", async () => {
+  it("its first request threw without a ROLLBACK: the next request's ROLLBACK gets it out", async () => {
     const outcome = await story(false);
     expect({ ...outcome, said }).toEqual({
       first: '500 undefined',
