@@ -18,7 +18,7 @@ import { createMigratedDatabase, type MigratedDatabase } from '../support/migrat
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const SCHEMA_OK = 'ok    schema: 4 tables as the library expects (idempotency_keys plain)';
-const MIGRATIONS_OK = "ok    migrations: the library's 7 have run";
+const MIGRATIONS_OK = "ok    migrations: the library's 8 have run";
 const SYNC_OK = 'ok    synchronous_commit: on';
 const STATEMENT_OK = 'ok    statement_timeout: none (the library bounds its own calls)';
 const LOCK_OK = 'ok    lock_timeout: none (the library bounds its own calls)';
@@ -99,7 +99,7 @@ describe('doctor', () => {
           "idempotency_response_bodies: run the library's migrations (on a pg.Pool: " +
           "migrations/schema.sql; on TypeORM: IDEMPOTENCY_MIGRATIONS in the DataSource's " +
           'migrations)',
-        'FAIL  migrations: no table "migrations": none of the library\'s 7 migrations has run ' +
+        'FAIL  migrations: no table "migrations": none of the library\'s 8 migrations has run ' +
           '(on a pg.Pool: apply migrations/schema.sql; on TypeORM: add IDEMPOTENCY_MIGRATIONS ' +
           "to the DataSource's migrations, with migrationsRun: true or `typeorm " +
           'migration:run`); another table name: --migrations-table',
@@ -132,7 +132,7 @@ describe('doctor', () => {
       [
         'FAIL  schema: idempotency_keys.tenant_id is bigint, not text; idempotency_keys.finished_at ' +
           "(timestamp with time zone) is missing: run the library's pending migrations",
-        "FAIL  migrations: 2 of the library's 7 pending: AddFinishedAt1764461200000, " +
+        "FAIL  migrations: 2 of the library's 8 pending: AddFinishedAt1764461200000, " +
           "TextTenantIds1764461300000 (run them: IDEMPOTENCY_MIGRATIONS in the DataSource's " +
           'migrations)',
         SYNC_OK,
