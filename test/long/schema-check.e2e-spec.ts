@@ -268,6 +268,42 @@ describe('the start-up check of the schema', () => {
     expect((error as Error).message).toBe(lacking(...problems));
   });
 
+  it('refuses to start on the partition functions of an earlier PartitionIdempotencyKeys, naming PinPartitionFunctions (adversary 108)', async () => {
+    await migrate(database.url, [...IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000]);
+    expect(await startFailure(database.url, { partitionedExpiry: true })).toBeUndefined();
+    const db = new Client({ connectionString: database.url });
+    await db.connect();
+    // As that migration made them: no settings of their own.
+    await db.query('ALTER FUNCTION idempotency_key_partitions() RESET ALL');
+    await db.query('ALTER FUNCTION idempotency_keys_create_partitions(bigint, int) RESET ALL');
+    await db.end();
+    const error = await startFailure(database.url, { partitionedExpiry: true });
+    expect((error as Error).message).toBe(
+      lacking(
+        "function idempotency_keys_create_partitions() reads partition bounds in the session's " +
+          'DateStyle and TimeZone (migration PinPartitionFunctions1764461800000)',
+        "function idempotency_key_partitions() reads partition bounds in the session's " +
+          'DateStyle and TimeZone (migration PinPartitionFunctions1764461800000)',
+      ),
+    );
+  });
+
+  it('refuses to start on a partitioned keys table with a DEFAULT partition, saying to drop it (adversary 108)', async () => {
+    await migrate(database.url, [...IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000]);
+    const db = new Client({ connectionString: database.url });
+    await db.connect();
+    await db.query('CREATE TABLE idempotency_keys_default PARTITION OF idempotency_keys DEFAULT');
+    await db.end();
+    const error = await startFailure(database.url, { partitionedExpiry: true });
+    expect((error as Error).message).toBe(
+      "IdempotencyModule: the app's database lacks what the library needs:\n" +
+        '- idempotency_keys has a DEFAULT partition (idempotency_keys_default), which the ' +
+        'partitioned expiry cannot expire: the library makes the partitions ahead itself. Drop ' +
+        'it: ALTER TABLE idempotency_keys DETACH PARTITION idempotency_keys_default; DROP TABLE ' +
+        'idempotency_keys_default\n',
+    );
+  });
+
   it('refuses to start on a partitioned keys table whose claim_id lost its DEFAULT', async () => {
     await migrate(database.url, [...IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000]);
     const db = new Client({ connectionString: database.url });
