@@ -134,8 +134,9 @@ function hasOwn(value: object, name: string): boolean {
 /** Reads one node of the answer's shared graph; `unnamed` as `nameNodes`' (see `namedReader`). */
 export type SharedRead = ((index: number, unnamed?: (className: string) => void) => unknown) & {
   /**
-   * The node of a parent's own object (`s`, parent-graph.ts) to make that parent, once per
-   * replay (parent-identity.ts): undefined for none, one not of its own data, or one taken.
+   * The node of a parent's own object (`s`, parent-graph.ts) to make that parent
+   * (parent-identity.ts): undefined for none or one not of its own data; one made a parent
+   * at an earlier place of this replay again (one object at two places is one object).
    */
   adopt?: (index: number | undefined) => object | undefined;
 };

@@ -9,21 +9,26 @@
 
 /**
  * Whether the read node `node` can be made a replay's parent: an object of its own data (a
- * plain one, or one with no prototype; never an array, a Map, a Date), not made another
- * parent already in this replay (the same object answered at two places: the first keeps it).
+ * plain one, or one with no prototype; never an array, a Map, a Date), or one made a parent
+ * already in this replay (`taken`: the same object answered at two places, `primary` and
+ * `lines[0]`, was one object at the first call; each place is that node, adversary 108).
  */
 export function adoptsNode(node: unknown, taken: boolean): node is object {
-  if (taken || typeof node !== 'object' || node === null || Array.isArray(node)) return false;
+  if (typeof node !== 'object' || node === null) return false;
+  if (taken) return true;
+  if (Array.isArray(node)) return false;
   const prototype = Object.getPrototypeOf(node) as unknown;
   return prototype === null || prototype === Object.prototype;
 }
 
 /**
- * `node` made what `built` is: its own members (each as defined there, in its order) and its
- * prototype, none of its own before. `built` is left as it is, and not used after.
+ * `node` made what `built` is: its members (each as defined there) over the node's, and its
+ * prototype. The node's members `built` does not have stay as they were, where they were (a
+ * field the client did not select, `line.sku`: the node is the first call's object, which
+ * another parent's resolver reads whole through its own back-reference, adversary 108);
+ * `built`'s others come after them, in its order. `built` is left as it is, and not used after.
  */
 export function ontoNode(built: object, node: object): object {
-  for (const key of Reflect.ownKeys(node)) Reflect.deleteProperty(node, key);
   for (const key of Reflect.ownKeys(built)) {
     Object.defineProperty(node, key, Reflect.getOwnPropertyDescriptor(built, key)!);
   }

@@ -55,6 +55,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * (define the built members over the node's, deleting none but those the built one replaces),
  * or adopt only where the built parent holds every member of the node; the node is the first
  * call's object, which other parents' resolvers read whole.
+ *
+ * Fixed (session of 2026-12-07): parent-identity.ts `ontoNode` deletes none of the node's own
+ * members: the built parent's are defined over them (at the node's places, its others after),
+ * and the node's members the built parent lacks (the unselected `sku`) stay as they were, so
+ * the summary's resolver reads the first call's object whole again.
  */
 let pool: Pool;
 
@@ -184,7 +189,7 @@ describe('adversary 108: a parent adopted onto a node another parent reads', () 
     expect(orders).toBe(before + 1);
   });
 
-  it.skip('a summary reading its order lines replays the same answer (Not fixed (round 108): found by review)', async () => {
+  it('a summary reading its order lines replays the same answer', async () => {
     const { first, again } = await twice('adv108-adopted-unselected', 'id');
     expect(first.body.errors).toBeUndefined();
     expect(first.body.data.checkout.summary.skus).toBe('A-1,A-2,A-3');
