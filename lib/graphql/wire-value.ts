@@ -361,13 +361,12 @@ function writeParents(
   // 99: a key `prototype` in it once left all of it out, and failed `writeKept`'s mutation).
   const typed = keepAll(parents.map((parent) => parent.data));
   parents.forEach(({ wire, source, type }, index) => {
-    if (index >= noted.length) {
-      wire[KEPT] = parentRef(typed.roots[index]);
-    } else {
-      // Its own object, where the graph holds it too (each `line.order` back to its lines): a
-      // replay makes the parent that very node (adversary 107: `indexOf(line)` answered -1).
-      wire[PARENT] = parentRef(typed.roots[index], typed.nodes.get(source));
-    }
+    // Its own object, where the graph holds it too (each `line.order` back to its lines): a
+    // replay makes the parent that very node (adversary 107: `indexOf(line)` answered -1), an
+    // entity's whose data is all under `KEPT` too (adversary 108).
+    const ref = parentRef(typed.roots[index], typed.nodes.get(source));
+    if (index >= noted.length) wire[KEPT] = ref;
+    else wire[PARENT] = ref;
     const unfaithful = typed.unfaithful[index];
     if (unfaithful.length > 0) {
       const what = unfaithful.map((member) => `${member.name} (${member.what})`);
@@ -411,6 +410,7 @@ function writeKept(
   wire: Record<string, unknown>,
   kept: Record<string, unknown>,
   type: string,
+  source: object,
 ): void {
   delete wire[KEPT];
   delete wire[KEPT_CLASSES];
@@ -420,7 +420,7 @@ function writeKept(
   // line points back at was written again per line (adversary 107: quadratic). Its place is
   // kept meanwhile, so the wire's members keep their order.
   wire[KEPT] = parentRef(-1);
-  walk.keptData.push({ wire, data: kept, source: wire, type });
+  walk.keptData.push({ wire, data: kept, source, type });
 }
 
 /**
@@ -724,7 +724,7 @@ async function walkValue(
   if (accessors.length > 0 || fromClass.length > 0) wire[ACCESSORS] = accessors;
   if (promisedFields.length > 0) wire[PROMISED] = promisedFields;
   if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
-  writeKept(walk, wire, kept, concrete.name);
+  writeKept(walk, wire, kept, concrete.name, source);
   writeParent(walk, wire, parent, source, concrete.name);
   if (keeping.unselected !== 'none' || keeping.selectedInputs) {
     // The first call's order of its own keys, where a replay would rebuild another: its
@@ -1297,8 +1297,11 @@ export function fromWire(
     const getters = [...accessorFields.map(placeOf), ...Object.keys(gotten)];
     throughGetters(value, getters);
   }
-  // Its own object where its data reaches back to it (`line.order.lines[i]`): that object.
-  const node = typed ? shared?.adopt?.(parentRefSource(stored[PARENT])) : undefined;
+  // Its own object where its data reaches back to it (`line.order.lines[i]`): that object,
+  // named by its `PARENT`, or by its `KEPT` (an entity's data, all of it there).
+  const node = typed
+    ? shared?.adopt?.(parentRefSource(stored[PARENT]) ?? parentRefSource(stored[KEPT]))
+    : undefined;
   return member(node ? ontoNode(value, node) : value);
 }
 

@@ -57,6 +57,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Suggested fix: give a `KEPT` holder's ref its object's node too (`parentRef(root,
  * typed.nodes.get(source))` with the resolver's object as `source`, not its wire) and adopt
  * it in `fromWire` as a `PARENT`'s is (a node named by its class keeps that naming).
+ *
+ * Fixed (session of 2026-12-07): wire-value.ts `writeKept` notes the resolver's object (not
+ * its wire) as the `KEPT` data's source, so `writeParents` gives a `KEPT` ref its object's
+ * node too (`{ p, s }`), and `fromWire` adopts `s` from `PARENT` or else `KEPT`
+ * (parent-identity.ts, the node's class naming kept beside the built members).
  */
 let pool: Pool;
 
@@ -187,7 +192,7 @@ describe('adversary 108: a class-transformer entity found by identity in its bac
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('entities found by identity replay the same positions (Not fixed (round 108): found by review)', async () => {
+  it('entities found by identity replay the same positions', async () => {
     const { first, again } = await twice('adv108-entity-identity', true);
     expect(first.body.errors).toBeUndefined();
     expect(first.body.data.importOrder.lines.map((l: { position: number }) => l.position)).toEqual([
