@@ -51,7 +51,16 @@ export async function startPgBouncer(settings: PgBouncerSettings = {}): Promise<
   // PgBouncer refuses to run as root; as `postgres` it must read its files and write its log.
   chmodSync(dir, 0o777);
   const logfile = join(dir, 'pgbouncer.log');
-  writeFileSync(join(dir, 'userlist.txt'), `"${user}" ""\n"postgres" ""\n`, { mode: 0o644 });
+  // Clients connect without a password (auth_type trust); PgBouncer logs in to the server with
+  // the userlist's, which must be the server URL's where it asks for one (the embedded
+  // PostgreSQL of a run without TEST_DATABASE_URL does).
+  const password = decodeURIComponent(server.password).replace(/"/g, '""');
+  const users = user === 'postgres' ? [user] : [user, 'postgres'];
+  writeFileSync(
+    join(dir, 'userlist.txt'),
+    users.map((name) => `"${name}" "${password}"\n`).join(''),
+    { mode: 0o644 },
+  );
   writeFileSync(
     join(dir, 'pgbouncer.ini'),
     [
