@@ -185,15 +185,18 @@ describe('messages PostgreSQL cannot store as given', () => {
     let connection: amqplib.ChannelModel;
     let channel: amqplib.Channel;
     let worker: WorkerProcess;
-    const proxy = new TcpProxy('127.0.0.1', 5432);
+    let proxy: TcpProxy;
     const queue = `idem-outage-${randomBytes(4).toString('hex')}`;
 
     beforeAll(async () => {
       connection = await amqplib.connect(RABBITMQ_URL);
       channel = await connection.createChannel();
       await channel.assertQueue(`${queue}.dead`, { durable: false });
-      await proxy.start();
+      // To the test's server, wherever it runs (the embedded one of a run without
+      // TEST_DATABASE_URL listens on a port of its own).
       const url = new URL(db.url);
+      proxy = new TcpProxy(url.hostname, Number(url.port || 5432));
+      await proxy.start();
       url.port = String(proxy.port);
       worker = await startWorker('test/support/message-worker.js', {
         DATABASE_URL: url.toString(),
@@ -206,7 +209,7 @@ describe('messages PostgreSQL cannot store as given', () => {
     });
     afterAll(async () => {
       await worker?.kill();
-      await proxy.stop();
+      await proxy?.stop();
       await channel?.deleteQueue(queue);
       await channel?.deleteQueue(`${queue}.dead`);
       await connection?.close();
