@@ -13,7 +13,7 @@
  *   a parent's kept data { line, refund }   (line first: its toJSON() goes round)
  *
  * Code path: lib/graphql/typed-graph.ts `graphWriter().root`'s catch (truncates `madeBy`,
- * `nearest`, `up`, `lossAt`, never `links.known`, nor `reaches`, nor `makers`), `cell` ->
+ * `nearest`, `up`, `lossAt`, never `links.known`; `makers` keeps the target too), `cell` ->
  * `isJsonCycle` (`links.known?.[node]?.get(target)` answers from the discarded node).
  *
  * Docs quote: typed-graph.ts `writeGraph`: "one that cannot be written is left out alone";
@@ -31,9 +31,9 @@
  * the writer's cycle); { refund } alone, and { refund, line }: `refund` is written (and
  * `line` then too: its order is a node already, where its toJSON() output stops).
  *
- * Suggested fix (verified on a scratch copy: the case then passes): truncate `links.known` (and `reaches`, which holds `reachesLoss` answers by
- * index too) in the catch with the other per-node lists; or clear `known` entries at or past
- * `before` there.
+ * Suggested fix (verified on a scratch copy: the case then passes): truncate `links.known` in
+ * the catch with the other per-node lists (`if (links.known.length > before) links.known.length
+ * = before`). (`reaches` is set only for nodes below the member's start, never taken back.)
  */
 import { readGraph, writeGraph } from '../../../lib/graphql/typed-graph.js';
 
