@@ -1,3 +1,4 @@
+import { defaultPartitionRemedy } from './default-partition-remedy.js';
 import {
   type CatalogEntry,
   defaultPartitionProblem,
@@ -471,11 +472,13 @@ describe('hasPinnedSettings', () => {
 });
 
 describe('defaultPartitionProblem', () => {
-  it('says to drop it, naming it as SQL takes it', () => {
-    expect(defaultPartitionProblem('Keys Default')).toBe(
-      'idempotency_keys has a DEFAULT partition (Keys Default), which the partitioned expiry ' +
-        'cannot expire: the library makes the partitions ahead itself. Drop it: ALTER TABLE ' +
-        'idempotency_keys DETACH PARTITION "Keys Default"; DROP TABLE "Keys Default"',
+  it('says how to keep its keys and drop it, naming it as SQL takes it', () => {
+    expect(defaultPartitionProblem('"Keys Default"')).toBe(
+      'idempotency_keys has a DEFAULT partition ("Keys Default"), which the partitioned expiry ' +
+        'cannot expire: the library makes the partitions ahead itself. Its keys are answered ' +
+        'requests (dropped, their retries would run again): move them to range partitions of ' +
+        'their own, which the expiry drops in time, and drop it, in one transaction: ' +
+        defaultPartitionRemedy('"Keys Default"'),
     );
   });
 

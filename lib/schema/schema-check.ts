@@ -2,7 +2,9 @@ import {
   LAYOUT_NOT_PARTITIONED,
   LAYOUT_PARTITIONED_UNEXPECTED,
 } from '../claim/partitioned/layout-errors.js';
+import { defaultPartitionRemedy } from './default-partition-remedy.js';
 import { PATH_POSITION, SEARCH_PATH_SCHEMAS, UNUSABLE_IN_PATH } from './search-path-schemas.js';
+import { sqlName } from './sql-name.js';
 
 /** What the configured stores use of the app's database, beyond what every app needs. */
 export interface SchemaNeeds {
@@ -31,8 +33,13 @@ export type CatalogEntry =
       role: string;
       /** The schema that holds it, when the role lacks USAGE on it (null: the table resolves). */
       unusableSchema?: string | null;
-      /** A partitioned table's DEFAULT partition, by name (null or absent: none). */
+      /**
+       * A partitioned table's DEFAULT partition, by its name with its schema, quoted as SQL
+       * takes them (null or absent: none).
+       */
       defaultPartition?: string | null;
+      /** The schema that holds it (absent in older callers' entries). */
+      schema?: string | null;
     }
   | {
       kind: 'function';
@@ -180,11 +187,12 @@ const DEFAULT_PARTITION_PREFIX = 'idempotency_keys has a DEFAULT partition';
  * drops it (its keys would stay for ever), PostgreSQL detaches no partition CONCURRENTLY while
  * it exists, and an ATTACH of a range some row of it falls in fails.
  */
-export function defaultPartitionProblem(partition: string): string {
+export function defaultPartitionProblem(partition: string, keysSchema?: string): string {
   return (
     `${DEFAULT_PARTITION_PREFIX} (${partition}), which the partitioned expiry cannot expire: ` +
-    'the library makes the partitions ahead itself. Drop it: ALTER TABLE idempotency_keys ' +
-    `DETACH PARTITION ${sqlName(partition)}; DROP TABLE ${sqlName(partition)}`
+    'the library makes the partitions ahead itself. Its keys are answered requests (dropped, ' +
+    'their retries would run again): move them to range partitions of their own, which the ' +
+    `expiry drops in time, and drop it, in one transaction: ${defaultPartitionRemedy(partition, keysSchema)}`
   );
 }
 
@@ -217,9 +225,11 @@ export const SCHEMA_CATALOG_QUERY = `WITH ${SEARCH_PATH_SCHEMAS}
     WHERE NOT has_table_privilege(c.oid, p)) AS "missingPrivileges",
   current_user::text AS role,
   CASE WHEN pg_table_is_visible(c.oid) THEN NULL ELSE n.nspname::text END AS "unusableSchema",
-  (SELECT d.relname::text FROM pg_partitioned_table pt JOIN pg_class d ON d.oid = pt.partdefid
+  (SELECT quote_ident(dn.nspname) || '.' || quote_ident(d.relname)
+    FROM pg_partitioned_table pt JOIN pg_class d ON d.oid = pt.partdefid
+    JOIN pg_namespace dn ON dn.oid = d.relnamespace
     WHERE pt.partrelid = c.oid) AS "defaultPartition",
-  NULL::text[] AS settings
+  NULL::text[] AS settings, n.nspname::text AS schema
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relname = ANY($1::text[]) AND c.relkind IN ('r', 'p')
   AND (pg_table_is_visible(c.oid) OR ${UNUSABLE_IN_PATH})
@@ -228,7 +238,7 @@ UNION ALL
 (SELECT DISTINCT ON (p.proname) 'function', p.proname, NULL, '[]'::json, '[]'::json,
   ARRAY[]::text[], current_user::text,
   CASE WHEN pg_function_is_visible(p.oid) THEN NULL ELSE n.nspname::text END, NULL,
-  p.proconfig
+  p.proconfig, n.nspname::text
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE p.proname = ANY($2::text[]) AND (pg_function_is_visible(p.oid) OR ${UNUSABLE_IN_PATH})
 ORDER BY p.proname, pg_function_is_visible(p.oid) DESC, ${PATH_POSITION})`;
@@ -319,7 +329,9 @@ export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry
         }
       }
       if (keysTable.defaultPartition) {
-        problems.push(defaultPartitionProblem(keysTable.defaultPartition));
+        problems.push(
+          defaultPartitionProblem(keysTable.defaultPartition, keysTable.schema ?? undefined),
+        );
       }
     }
   }
@@ -347,11 +359,6 @@ export function usageProblem(role: string, schema: string, holds: readonly strin
     `${GRANT_PREFIX}${role} may not use schema ${schema}, which holds ${holds.join(', ')}: ` +
     `GRANT USAGE ON SCHEMA ${sqlName(schema)} TO ${sqlName(role)}`
   );
-}
-
-/** A name as a GRANT takes it: quoted unless PostgreSQL would read it as written. */
-function sqlName(name: string): string {
-  return /^[a-z_][a-z0-9_$]*$/.test(name) ? name : `"${name.replace(/"/g, '""')}"`;
 }
 
 /** Whether one of the unique column sets is exactly `columns` (ON CONFLICT's inference). */

@@ -24,6 +24,7 @@ import {
 } from '../../lib/index.js';
 import { CreateResponseBodies1764461500000 } from '../../migrations/1764461500000-CreateResponseBodies.js';
 import { startEmbeddedPostgres } from '../../sample-app/database/embedded-postgres.js';
+import { defaultPartitionProblem } from '../../lib/schema/schema-check.js';
 import { ADAPTERS, type AdapterName, bootstrapTestApp } from '../support/bootstrap.js';
 import { RABBITMQ_URL, onRabbitMq, until } from '../support/brokers.js';
 import { adminUrl, createTestDatabase, type TestDatabase } from '../support/database.js';
@@ -288,7 +289,7 @@ describe('the start-up check of the schema', () => {
     );
   });
 
-  it('refuses to start on a partitioned keys table with a DEFAULT partition, saying to drop it (adversary 108)', async () => {
+  it('refuses to start on a partitioned keys table with a DEFAULT partition, saying how to move its keys out and drop it (adversary 108, 109)', async () => {
     await migrate(database.url, [...IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000]);
     const db = new Client({ connectionString: database.url });
     await db.connect();
@@ -297,10 +298,7 @@ describe('the start-up check of the schema', () => {
     const error = await startFailure(database.url, { partitionedExpiry: true });
     expect((error as Error).message).toBe(
       "IdempotencyModule: the app's database lacks what the library needs:\n" +
-        '- idempotency_keys has a DEFAULT partition (idempotency_keys_default), which the ' +
-        'partitioned expiry cannot expire: the library makes the partitions ahead itself. Drop ' +
-        'it: ALTER TABLE idempotency_keys DETACH PARTITION idempotency_keys_default; DROP TABLE ' +
-        'idempotency_keys_default\n',
+        `- ${defaultPartitionProblem('public.idempotency_keys_default', 'public')}\n`,
     );
   });
 

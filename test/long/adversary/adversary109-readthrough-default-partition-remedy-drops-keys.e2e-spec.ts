@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-07, third): the refusal's remedy keeps the keys: one transaction
+ * (lib/schema/default-partition-remedy.ts) detaches the DEFAULT partition, gives its rows range
+ * partitions of their own (one per gap between the partitions they fall in), moves them there
+ * and drops the emptied table; the expiry drops those partitions once past retention. The
+ * test reads the remedy after "in one transaction: " (the message's new words). Un-skipped.
+ *
  * Adversary 109 (read-through of 1c704b3..4414a50): the start-up refusal of a DEFAULT partition
  * tells the operator to DETACH and DROP it, without a word about the keys it holds. On a
  * database the previous release ran on, that partition holds every key claimed since the
@@ -133,7 +139,7 @@ async function startedFollowingTheMessage(url: string): Promise<INestApplication
     (error: unknown) => error as Error,
   );
   expect(refusal?.message).toContain('idempotency_keys has a DEFAULT partition');
-  const remedy = /Drop it: (.*)$/m.exec(refusal!.message)![1];
+  const remedy = /in one transaction: (.*)$/m.exec(refusal!.message)![1];
   await sql(url, remedy);
   return started(url);
 }
@@ -169,7 +175,7 @@ describePartitioned('adversary 109 read-through: the DEFAULT partition remedy dr
     }
   }, 60_000);
 
-  it.skip('a retry after following the start-up message replays the first answer (Not fixed (round 109): found by review)', async () => {
+  it('a retry after following the start-up message replays the first answer', async () => {
     database = await createMigratedDatabase('adv109_default_remedy', [
       PartitionIdempotencyKeys1764461600000,
     ]);
