@@ -50,7 +50,8 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * Fails now (un-skipped): first `{"id":2,"subtitle":null,"etag":"53329d0de643a54b","keys":
  * "id,title"}`, replay `{"id":2,"subtitle":null,"etag":"ff523dd0dd7bf334","keys":
- * "id,subtitle,title"}` (the replay's parent is `{ id, subtitle: null, title }`).
+ * "id,subtitle,title"}` (the replay's parent is `{ id, subtitle: null, title }`). The same on
+ * Mercurius (seen: the same app on `MercuriusDriver`, the same bytes first and on the replay).
  *
  * Controls: the same mutation whose object has `subtitle: null` (the key present) replays the
  * same etag and keys.
