@@ -174,3 +174,62 @@ describe('adversary 68: a descriptor copy of the first answer calls its own gett
     });
   });
 });
+
+describe('adversary 108: an object reached back through its own data is its first-answer Proxy', () => {
+  const Line = new GraphQLObjectType({
+    name: 'A108Line',
+    fields: { id: { type: GraphQLInt }, label: { type: GraphQLString } },
+  });
+  const Order = new GraphQLObjectType({
+    name: 'A108Order',
+    fields: { id: { type: GraphQLInt }, lines: { type: new graphql.GraphQLList(Line) } },
+  });
+  class LineRow {
+    order!: { id: number; lines: LineRow[] };
+    constructor(readonly id: number) {}
+    get label(): string {
+      return `#${this.id}`;
+    }
+  }
+  const orderOf = (count: number, freeze: boolean) => {
+    const order = { id: 1, lines: [] as LineRow[] };
+    for (let id = 1; id <= count; id += 1) {
+      const line = Object.assign(new LineRow(id), { order });
+      order.lines.push(freeze ? Object.freeze(line) : line);
+    }
+    return order;
+  };
+  const firstOf = async (order: object) => {
+    const walked = await outputWire(
+      graphql,
+      undefined,
+      Order,
+      order,
+      selecting('{ id lines { id label } }'),
+      call,
+    );
+    return walked.value as { lines: LineRow[] };
+  };
+
+  it('lines of a class with a getter field: each found among its order lines', async () => {
+    // Each line (its label a getter) and the order are Proxies: the line's `order` is the
+    // order's Proxy, whose lines are the lines' Proxies.
+    const first = await firstOf(orderOf(3, false));
+    expect(first.lines.map((line) => line.order.lines.indexOf(line))).toEqual([0, 1, 2]);
+    expect(first.lines.map((line) => line.label)).toEqual(['#1', '#2', '#3']);
+  });
+
+  it('frozen lines: their order is read with no TypeError (the Proxy rule)', async () => {
+    // A frozen line's stand-in is settled before the order's Proxy is made: the Proxy's rule
+    // keeps what it holds there (the raw order), never a TypeError (a known limit).
+    const first = await firstOf(orderOf(3, true));
+    expect(() => first.lines.map((line) => line.order.lines.indexOf(line))).not.toThrow();
+    expect(first.lines.map((line) => line.label)).toEqual(['#1', '#2', '#3']);
+  });
+
+  it('the line is handed the same order Proxy from each line', async () => {
+    const first = await firstOf(orderOf(2, false));
+    expect(first.lines[0].order).toBe(first.lines[1].order);
+    expect(first.lines[0].order).toBe(first);
+  });
+});

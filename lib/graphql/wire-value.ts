@@ -44,6 +44,7 @@ import { defineOwn, defineOwnSymbol } from './own-member.js';
 import { firstRoots, graphReachedBy, parentRef, parentRefSource } from './parent-graph.js';
 import { nodeClasses, type SharedRead } from './node-classes.js';
 import { ontoNode } from './parent-identity.js';
+import { mayAnswerOtherwise, seenThrough } from './first-answer-view.js';
 import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
@@ -268,6 +269,11 @@ interface Walk {
   /** Each iterable read, by itself: read once even where the value reaches it twice. */
   lists: WeakMap<object, unknown[]>;
   /**
+   * Each object the first answer sees through a Proxy (`over`), its Proxy: what a read through
+   * one of them gives of another is that one's Proxy (first-answer-view.ts).
+   */
+  views: WeakMap<object, object>;
+  /**
    * The fields each selection selects of each type, collected once for all the items of a
    * list (as GraphQL collects a list's sub-fields once).
    */
@@ -327,6 +333,7 @@ export async function outputWire(
     call,
     losses,
     lists: new WeakMap(),
+    views: new WeakMap(),
     collected: new WeakMap(),
     parents: [],
     parentData: [],
@@ -787,10 +794,12 @@ async function walkValue(
         "the field's arguments: a replay has no value for it",
     });
   }
-  return {
-    wire,
-    value: Object.keys(replaced).length > 0 ? over(source, replaced) : promised,
-  };
+  if (Object.keys(replaced).length === 0) return { wire, value: promised };
+  const view = over(source, replaced, walk.views);
+  // The first made of it (one object at two places is walked at each): what a read through
+  // another Proxy gives of it, as the resolver's data reaches it (`line.order`).
+  if (!walk.views.has(source)) walk.views.set(source, view);
+  return { wire, value: view };
 }
 
 /**
@@ -886,9 +895,16 @@ function ownData(
  * computed fields: adversary 62). What an outer layer writes to it (an interceptor masking a
  * field) goes to the value, and is what is read from then on (adversary 65). The Proxy's
  * target is a stand-in of the value's class, so that a frozen value's fields can be answered
- * too (a one-shot iterator it holds was read). The resolver's value is not changed.
+ * too (a one-shot iterator it holds was read). The resolver's value is not changed. An object
+ * of its data that the walk saw through a Proxy too (`views`: a line's `order`, the order the
+ * answer holds) is read as that Proxy, as without the library it is the object GraphQL hands
+ * the app's resolvers (first-answer-view.ts: `line.order.lines.indexOf(line)`, adversary 108).
  */
-function over(source: object, replaced: Record<string, unknown>): object {
+function over(
+  source: object,
+  replaced: Record<string, unknown>,
+  views: WeakMap<object, object>,
+): object {
   const given = new Map<PropertyKey, unknown>(Object.entries(replaced));
   const standIn = Object.create(Object.getPrototypeOf(source) as object | null) as object;
   /** What reading `property` answers where the library read it (see `get`). */
@@ -906,6 +922,7 @@ function over(source: object, replaced: Record<string, unknown>): object {
   const ownOf = (property: PropertyKey): PropertyDescriptor | undefined => {
     const own = Reflect.getOwnPropertyDescriptor(source, property);
     const answered = own && answer(property);
+    if (own && !answered && 'value' in own) return { ...own, value: seenThrough(own.value, views) };
     if (!own || !answered) return own;
     const { enumerable, configurable } = own;
     const writable = 'value' in own ? own.writable : own.set !== undefined;
@@ -939,9 +956,15 @@ function over(source: object, replaced: Record<string, unknown>): object {
       }
       const value: unknown = Reflect.get(source, property, source);
       // A method runs on the value itself, whose private fields are its own.
-      return typeof value === 'function' && property !== 'constructor'
-        ? (value as (...args: unknown[]) => unknown).bind(source)
-        : value;
+      if (typeof value === 'function' && property !== 'constructor') {
+        return (value as (...args: unknown[]) => unknown).bind(source);
+      }
+      // Another object the answer sees through a Proxy is that Proxy (see above), but where
+      // the stand-in holds it read-only for good, what it holds (the Proxy's rule: a line
+      // frozen before its order's Proxy was made gives the raw order).
+      const held = settled ? Reflect.getOwnPropertyDescriptor(_target, property) : undefined;
+      if (held && !mayAnswerOtherwise(held)) return held.value as unknown;
+      return seenThrough(value, views);
     },
     set(_target, property, value) {
       given.delete(property);
