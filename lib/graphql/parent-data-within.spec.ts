@@ -153,4 +153,76 @@ describe('parentDataWithin', () => {
       expect((within?.wire as typeof all).pinned).toBe(within?.pinnedHolders[0]);
     });
   });
+
+  describe("a kept parent's own object's node (`s`, adversary 108)", () => {
+    /**
+     * A summary's data (0) reaches the order (1) and both lines' rows (2, 3: large); each line's
+     * own data (4, 5) is small, and names its row as its own object (`s`).
+     */
+    const graph = {
+      g: [
+        ['o', 'order', ['@', 1]],
+        ['o', 'a', ['@', 2], 'b', ['@', 3]],
+        ['o', 'description', 'x'.repeat(300)],
+        ['o', 'description', 'y'.repeat(300)],
+        ['o', 'orderId', 1],
+        ['o', 'orderId', 1],
+      ],
+    };
+    const node = (index: number) => JSON.stringify(graph.g[index]).length + 1;
+    const summary = { id: 0, __parent: { p: 0 } };
+    const lineA = { id: 1, __parent: { p: 4, s: 2 } };
+    const lineB = { id: 2, __parent: { p: 5, s: 3 } };
+    const wire = { summary, lines: [lineA, lineB] };
+    const parents = [summary, lineA, lineB];
+    /** What leaving the summary out frees, its rows with it: `s` alone keeps no node. */
+    const summaryFrees = `"__parent":{"p":0},`.length + node(0) + node(1) + node(2) + node(3);
+
+    it.each<
+      [string, number, { dropped: number; left: number[]; refs: unknown[]; graph: unknown[] }]
+    >([
+      [
+        "over by a byte: the summary goes, and the rows only it reached, the lines' `s` with them",
+        1,
+        { dropped: 1, left: [1, 2], refs: [{ p: 0 }, { p: 1 }], graph: [graph.g[4], graph.g[5]] },
+      ],
+      [
+        'over by nearly all the summary frees (its rows with it): the summary alone is enough',
+        summaryFrees - 40,
+        { dropped: 1, left: [1, 2], refs: [{ p: 0 }, { p: 1 }], graph: [graph.g[4], graph.g[5]] },
+      ],
+    ])('%s', (_name, over, expected) => {
+      const within = parentDataWithin(wire, parents, members, over, graph)!;
+      const got = within.wire as typeof wire;
+      const kept = [got.summary, ...got.lines].filter((o) => '__parent' in o);
+      expect({
+        dropped: within.dropped,
+        left: kept.map((o) => o.id),
+        refs: kept.map((o) => o.__parent),
+        graph: within.graph?.g,
+      }).toEqual(expected);
+    });
+
+    it('a pinned __kept keeps its own `s`, renumbered, where it still reaches it', () => {
+      /**
+       * An entity's `__kept` (6) reaches the order too, and names row 2 as its own object; the
+       * summary holds a note of its own, the largest then.
+       */
+      const noted = ['o', 'order', ['@', 1], 'note', 'n'.repeat(100)];
+      const pinnedGraph = { g: [noted, ...graph.g.slice(1), ['o', 'order', ['@', 1]]] };
+      const pinned = { id: 9, __kept: { p: 6, s: 2 } };
+      const all = { ...wire, pinned };
+      const within = parentDataWithin(all, parents, members, 1, pinnedGraph, {
+        holders: [pinned],
+        member: '__kept',
+      })!;
+      expect(within.dropped).toBe(1);
+      // The rows stay (the pinned reaches them): each line's `s` and the pinned's renumbered.
+      expect(within.pinnedHolders).toEqual([{ id: 9, __kept: { p: 5, s: 1 } }]);
+      expect((within.wire as typeof wire).lines.map((line) => line.__parent)).toEqual([
+        { p: 3, s: 1 },
+        { p: 4, s: 2 },
+      ]);
+    });
+  });
 });

@@ -1,5 +1,6 @@
 import {
   graphReachedBy,
+  movedRef,
   ownBytes,
   parentRef,
   parentRefIndex,
@@ -124,9 +125,13 @@ export function parentDataWithin(
     }
   };
   visit(wire, copy);
-  /** The pinned nodes, as the graph is now. */
-  let pinnedNodes = pinnedFound.map((holder) => parentRefIndex(holder[pinned!.member]));
-  const pinnedRoots = () => pinnedNodes.flatMap((node) => (node === undefined ? [] : [node]));
+  /** The pinned refs (their node, and their own object's: `s`), as the graph is now. */
+  let pinnedRefs = pinnedFound.map((holder) => {
+    const node = parentRefIndex(holder[pinned!.member]);
+    const source = parentRefSource(holder[pinned!.member]);
+    return node === undefined ? undefined : parentRef(node, source);
+  });
+  const pinnedRoots = () => pinnedRefs.flatMap((ref) => (ref === undefined ? [] : [ref.p]));
   let shared = graph;
   let left = over;
   let dropped = 0;
@@ -167,23 +172,25 @@ export function parentDataWithin(
     kept = kept.filter((item) => !going.has(item));
     if (shared) {
       const still = kept.flatMap(({ node }) => (node === undefined ? [] : [node]));
-      // Each kept parent's own object's node stays too (a replay makes the parent it).
-      const sources = kept.flatMap(({ source }) => (source === undefined ? [] : [source]));
-      const reached = graphReachedBy(shared, [...still, ...sources, ...pinnedRoots()]);
+      // A kept parent's own object's node (`s`) is no root: it stays where what stays reaches
+      // it, else it goes (movedRef), as no data a replay reads reaches it (adversary 108: 40
+      // lines' nodes, kept for themselves, kept their 160 kB and pushed their own data out).
+      const reached = graphReachedBy(shared, [...still, ...pinnedRoots()]);
       shared = still.length > 0 || pinnedRoots().length > 0 ? reached.graph : undefined;
-      pinnedNodes = pinnedNodes.map((node) =>
-        node === undefined ? undefined : reached.moved.get(node),
-      );
+      // A pinned `__kept` names its own object's node too (an entity's), so moved alike.
+      pinnedRefs = pinnedRefs.map((ref) => ref && movedRef(reached.moved, ref));
       pinnedFound.forEach((holder, i) => {
-        const node = pinnedNodes[i];
-        if (node !== undefined) holder[pinned!.member] = parentRef(node);
+        const ref = pinnedRefs[i];
+        if (ref) holder[pinned!.member] = ref;
       });
       for (const item of kept) {
         if (item.node === undefined) continue;
-        item.node = reached.moved.get(item.node) ?? item.node;
-        if (item.source !== undefined) item.source = reached.moved.get(item.source);
+        const moved = movedRef(reached.moved, parentRef(item.node, item.source));
+        if (!moved) continue;
+        item.node = moved.p;
+        item.source = moved.s;
         const member = members.find((name) => parentRefIndex(item.holder[name]) !== undefined);
-        if (member) item.holder[member] = parentRef(item.node, item.source);
+        if (member) item.holder[member] = moved;
         item.size = membersBytes(item.holder, members);
       }
     }

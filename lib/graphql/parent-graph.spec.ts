@@ -1,10 +1,12 @@
 import {
   firstRoots,
   graphReachedBy,
+  movedRef,
   ownBytes,
   parentRef,
   parentRefIndex,
   parentRefSource,
+  type ParentRef,
 } from './parent-graph.js';
 
 /** A node's bytes as the answer holds it: its JSON and a comma. */
@@ -155,5 +157,29 @@ describe('graphReachedBy: the classes of its nodes', () => {
       c: { '1': { c: 'Tag' } },
     });
     expect(graphReachedBy(named, [2]).graph).toEqual({ g: [graph.g[2]] });
+  });
+});
+
+describe("movedRef: a kept parent's ref once the graph shrank", () => {
+  /** Nodes 0, 2, 5 kept (renumbered 0, 1, 2); 1, 3, 4 went. */
+  const moved = new Map([
+    [0, 0],
+    [2, 1],
+    [5, 2],
+  ]);
+  it.each<[string, ParentRef, ParentRef | undefined]>([
+    ['its node kept, no own object: renumbered', { p: 2 }, { p: 1 }],
+    [
+      'its node and its own object both still reached: both renumbered',
+      { p: 2, s: 5 },
+      { p: 1, s: 2 },
+    ],
+    // Adversary 108: the line's own row was reached only through the summary's data, gone.
+    ['its own object no longer reached: `s` goes, its node stays', { p: 5, s: 3 }, { p: 2 }],
+    ['its own object is its node (reached so)', { p: 0, s: 0 }, { p: 0, s: 0 }],
+    ['its node gone: none', { p: 1, s: 2 }, undefined],
+    ['its node gone, no own object: none', { p: 4 }, undefined],
+  ])('%s', (_name, ref, expected) => {
+    expect(movedRef(moved, ref)).toEqual(expected);
   });
 });

@@ -30,6 +30,22 @@ export function parentRef(index: number, source?: number): ParentRef {
   return source === undefined ? { p: index } : { p: index, s: source };
 }
 
+/**
+ * `ref` once the graph keeps only the nodes `moved` maps (old index to new, graphReachedBy):
+ * its node where it is now (none where it went), and its own object's node (`s`) only where
+ * what is kept still reaches it. A parent's own object is never a root of its own: kept for
+ * itself, no data a replay reads reaches it, and it held the whole row the answer holds
+ * already (adversary 108: forty lines' rows pushed their own small data out).
+ */
+export function movedRef(
+  moved: ReadonlyMap<number, number>,
+  ref: ParentRef,
+): ParentRef | undefined {
+  const node = moved.get(ref.p);
+  if (node === undefined) return undefined;
+  return parentRef(node, ref.s === undefined ? undefined : moved.get(ref.s));
+}
+
 /** The node of the parent's own object a stored `__parent` names (`s`), if any. */
 export function parentRefSource(stored: unknown): number | undefined {
   if (parentRefIndex(stored) === undefined) return undefined;
