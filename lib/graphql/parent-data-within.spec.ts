@@ -1,4 +1,5 @@
 import { parentDataWithin } from './parent-data-within.js';
+import { graphReachedBy } from './parent-graph.js';
 import { readGraphNodes } from './typed-graph.js';
 
 describe('parentDataWithin', () => {
@@ -223,6 +224,115 @@ describe('parentDataWithin', () => {
         { p: 3, s: 1 },
         { p: 4, s: 2 },
       ]);
+    });
+  });
+
+  describe("a left-out parent whose own object's node stays (`{ s }`, adversary 109)", () => {
+    /**
+     * Three lines' own data (0, 1, 2: line 1's notes long) reach their order (3), which reaches
+     * each line's own object (4, 5, 6: `line.order.lines[i]` is the line, its `s`).
+     */
+    const graph = {
+      g: [
+        ['o', 'notes', 'N'.repeat(300), 'order', ['@', 3]],
+        ['o', 'notes', 'a', 'order', ['@', 3]],
+        ['o', 'notes', 'b', 'order', ['@', 3]],
+        ['o', 'id', 9, 'one', ['@', 4], 'two', ['@', 5], 'three', ['@', 6]],
+        ['o', 'id', 1, 'notes', 'N'.repeat(300), 'order', ['@', 3]],
+        ['o', 'id', 2, 'notes', 'a', 'order', ['@', 3]],
+        ['o', 'id', 3, 'notes', 'b', 'order', ['@', 3]],
+      ],
+    };
+    const lines = [
+      { id: 1, __parent: { p: 0, s: 4 } },
+      { id: 2, __parent: { p: 1, s: 5 } },
+      { id: 3, __parent: { p: 2, s: 6 } },
+    ];
+    const wire = { lines };
+    /** What a `__parent` takes in the answer, and the graph (`,"parentGraph":` and it). */
+    const refBytes = (ref: unknown) => `"__parent":${JSON.stringify(ref)},`.length;
+    const graphBytes = (kept: unknown) => `,"parentGraph":${JSON.stringify(kept)}`.length;
+    /** Everything the lines' data takes: each `__parent` and the whole graph. */
+    const all = lines.reduce((sum, line) => sum + refBytes(line.__parent), 0) + graphBytes(graph);
+    const refs = (within: ReturnType<typeof parentDataWithin>) =>
+      (within!.wire as typeof wire).lines.map((line) => line.__parent);
+
+    it.each<[string, number, unknown[], unknown[] | undefined]>([
+      [
+        "over by a byte: line 1's data goes, its own object stays (the order reaches it): `{ s }`",
+        1,
+        [{ s: 3 }, { p: 0, s: 4 }, { p: 1, s: 5 }],
+        graphReachedBy(graph, [1, 2]).graph.g,
+      ],
+      [
+        'over by all of it: every line goes, the order with the last, and each `s` with it',
+        all,
+        [undefined, undefined, undefined],
+        undefined,
+      ],
+    ])('%s', (_name, over, expected, keptGraph) => {
+      const within = parentDataWithin(wire, lines, members, over, graph)!;
+      expect(refs(within)).toEqual(expected);
+      expect(within.graph?.g).toEqual(keptGraph);
+      // The left-out ones that keep their `{ s }` are holders still, for a second trim.
+      expect(within.holders).toHaveLength(expected.filter(Boolean).length);
+      // Each `s` names that line's own object in the graph kept.
+      (expected as ({ s: number } | undefined)[]).forEach((ref, i) => {
+        if (ref) expect(readGraphNodes(within.graph!)[ref.s]).toMatchObject({ id: i + 1 });
+      });
+    });
+
+    it('a second trim renumbers a left-out `{ s }`, and lets it go with the last to reach it', () => {
+      const once = parentDataWithin(wire, lines, members, 1, graph)!;
+      const again = parentDataWithin(once.wire, once.holders, members, 1, once.graph)!;
+      // Line 2 went next; line 3's data still reaches the order, so the rows stay.
+      expect(refs(again)).toEqual([{ s: 2 }, { s: 3 }, { p: 0, s: 4 }]);
+      expect(readGraphNodes(again.graph!)[2]).toMatchObject({ id: 1 });
+      const last = parentDataWithin(again.wire, again.holders, members, 1, again.graph)!;
+      expect(refs(last)).toEqual([undefined, undefined, undefined]);
+      expect(last.graph).toBeUndefined();
+      expect(last.holders).toEqual([]);
+    });
+
+    describe('the rows pinned by a `__kept` (the order): every line out still names its row', () => {
+      const pinned = { id: 9, __kept: { p: 3 } };
+      const kept = graphReachedBy(graph, [3]).graph;
+      /** What every line's data out frees: their refs and nodes 0-2, less their `{ s }`. */
+      const freed =
+        all -
+        graphBytes(kept) -
+        [{ s: 1 }, { s: 2 }, { s: 3 }].reduce((sum, ref) => sum + refBytes(ref), 0);
+      it.each<[string, number, unknown[] | undefined]>([
+        [
+          'over by what their data frees: each keeps its `{ s }`',
+          freed,
+          [{ s: 1 }, { s: 2 }, { s: 3 }],
+        ],
+        [
+          'over by a byte more: the last `{ s }` goes too',
+          freed + 1,
+          [{ s: 1 }, { s: 2 }, undefined],
+        ],
+        [
+          'over by all the `{ s }` too: none left',
+          freed + 3 * refBytes({ s: 1 }),
+          [undefined, undefined, undefined],
+        ],
+        ['over by more: not enough', freed + 3 * refBytes({ s: 1 }) + 1, undefined],
+      ])('%s', (_name, over, expected) => {
+        const within = parentDataWithin({ ...wire, pinned }, lines, members, over, graph, {
+          holders: [pinned],
+          member: '__kept',
+        });
+        if (!expected) {
+          expect(within).toBeUndefined();
+          return;
+        }
+        expect(refs(within)).toEqual(expected);
+        expect(within!.dropped).toBe(3);
+        expect(within!.graph).toEqual(kept);
+        expect(within!.pinnedHolders).toEqual([{ id: 9, __kept: { p: 0 } }]);
+      });
     });
   });
 });

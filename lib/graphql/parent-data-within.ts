@@ -6,6 +6,7 @@ import {
   parentRefIndex,
   parentRefSource,
 } from './parent-graph.js';
+import { leftOutRef, leftOutSource } from './left-out-parent.js';
 import { type Graph } from './typed-graph.js';
 
 /**
@@ -27,7 +28,10 @@ import { type Graph } from './typed-graph.js';
 export interface ParentDataWithin {
   wire: unknown;
   dropped: number;
-  /** The objects of `wire` (the copy) that still hold their data. */
+  /**
+   * The objects of `wire` (the copy) that still hold their data, and those left out that
+   * still name their own object's node (`{ s }`, left-out-parent.ts): for a second trim.
+   */
   holders: object[];
   /** The objects of `wire` (the copy) that hold `pinned.member` (never left out). */
   pinnedHolders: object[];
@@ -48,6 +52,13 @@ interface Found {
   node?: number;
   /** The node of its own object, where the graph holds it too (`s`: parent-graph.ts). */
   source?: number;
+}
+
+/** A holder left out whose own object's node stays in the graph: its `{ s }` under `member`. */
+interface LeftOut {
+  holder: Record<string, unknown>;
+  member: string;
+  source: number;
 }
 
 /** What `holder`'s `members` take in the answer: `"__parent":`, its data, a comma. */
@@ -98,6 +109,7 @@ export function parentDataWithin(
   const pinnedFound: Record<string, unknown>[] = [];
   const copy = JSON.parse(JSON.stringify(wire) ?? 'null') as unknown;
   const found: Found[] = [];
+  let leftOut: LeftOut[] = [];
   /** `original` and its copy walked side by side: the copy's holders are where the original's are. */
   const visit = (original: unknown, copied: unknown): void => {
     if (typeof original !== 'object' || original === null) return;
@@ -108,7 +120,13 @@ export function parentDataWithin(
       return;
     }
     const object = copied as Record<string, unknown>;
-    if (marked.has(original)) {
+    const leftOver = graph
+      ? members.find((name) => leftOutSource(object[name]) !== undefined)
+      : undefined;
+    if (marked.has(original) && leftOver !== undefined) {
+      // Left out by a first trim, its own object's node kept: renumbered as the graph shrinks.
+      leftOut.push({ holder: object, member: leftOver, source: leftOutSource(object[leftOver])! });
+    } else if (marked.has(original)) {
       const size = membersBytes(object, members);
       const ref = graph
         ? members.map((member) => object[member]).find((at) => parentRefIndex(at) !== undefined)
@@ -136,6 +154,10 @@ export function parentDataWithin(
   let left = over;
   let dropped = 0;
   let kept = found;
+  /** What the kept parents' members and the left-out ones' `{ s }` take in the answer. */
+  const keptBytes = () =>
+    kept.reduce((sum, item) => sum + item.size, 0) +
+    leftOut.reduce((sum, item) => sum + membersBytes(item.holder, members), 0);
   /** How many go in a round where what only they reach is not sure to be enough. */
   let unsure = 1;
   while (left > 0 && kept.length > 0) {
@@ -166,8 +188,17 @@ export function parentDataWithin(
       for (const { item } of bySize.slice(0, unsure)) going.add(item);
       unsure *= 2;
     }
-    const before = kept.reduce((sum, item) => sum + item.size, 0) + graphBytes(shared);
-    for (const item of going) for (const member of members) delete item.holder[member];
+    const before = keptBytes() + graphBytes(shared);
+    for (const item of going) {
+      const member = members.find((name) => parentRefIndex(item.holder[name]) !== undefined);
+      for (const name of members) delete item.holder[name];
+      // Its own object's node may stay (kept data reaches it): named alone, as what a replay
+      // makes the parent (adversary 109); renumbered or let go below, with the graph.
+      if (member && item.source !== undefined) {
+        item.holder[member] = { s: item.source };
+        leftOut.push({ holder: item.holder, member, source: item.source });
+      }
+    }
     dropped += going.size;
     kept = kept.filter((item) => !going.has(item));
     if (shared) {
@@ -177,6 +208,16 @@ export function parentDataWithin(
       // lines' nodes, kept for themselves, kept their 160 kB and pushed their own data out).
       const reached = graphReachedBy(shared, [...still, ...pinnedRoots()]);
       shared = still.length > 0 || pinnedRoots().length > 0 ? reached.graph : undefined;
+      leftOut = leftOut.flatMap((item) => {
+        const ref = leftOutRef(reached.moved, item.source);
+        if (!ref) {
+          delete item.holder[item.member];
+          return [];
+        }
+        item.holder[item.member] = ref;
+        item.source = ref.s;
+        return [item];
+      });
       // A pinned `__kept` names its own object's node too (an entity's), so moved alike.
       pinnedRefs = pinnedRefs.map((ref) => ref && movedRef(reached.moved, ref));
       pinnedFound.forEach((holder, i) => {
@@ -194,13 +235,20 @@ export function parentDataWithin(
         item.size = membersBytes(item.holder, members);
       }
     }
-    left -= before - (kept.reduce((sum, item) => sum + item.size, 0) + graphBytes(shared));
+    left -= before - (keptBytes() + graphBytes(shared));
+  }
+  // Still over with every parent's data out (a pinned `__kept` keeps the graph): the left-out
+  // parents' `{ s }` go too, as few as bring it under, rather than no answer stored.
+  while (left > 0 && leftOut.length > 0) {
+    const item = leftOut.pop()!;
+    left -= membersBytes(item.holder, members);
+    delete item.holder[item.member];
   }
   if (left > 0) return undefined;
   return {
     wire: copy,
     dropped,
-    holders: kept.map(({ holder }) => holder),
+    holders: [...kept, ...leftOut].map(({ holder }) => holder),
     pinnedHolders: pinnedFound,
     ...(shared ? { graph: shared } : {}),
   };

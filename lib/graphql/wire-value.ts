@@ -42,6 +42,7 @@ import { notStoredField } from './not-stored-field.js';
 import { thrownError } from './thrown-error.js';
 import { defineOwn, defineOwnSymbol } from './own-member.js';
 import { firstRoots, graphReachedBy, parentRef, parentRefSource } from './parent-graph.js';
+import { leftOutSource } from './left-out-parent.js';
 import { nodeClasses, type SharedRead } from './node-classes.js';
 import { ontoNode } from './parent-identity.js';
 import { mayAnswerOtherwise, seenThrough } from './first-answer-view.js';
@@ -1321,9 +1322,14 @@ export function fromWire(
     throughGetters(value, getters);
   }
   // Its own object where its data reaches back to it (`line.order.lines[i]`): that object,
-  // named by its `PARENT`, or by its `KEPT` (an entity's data, all of it there).
+  // named by its `PARENT` (kept, or left out for `maxResponseBytes` while another parent's
+  // data still reaches that object: adversary 109), or by its `KEPT` (an entity's data).
   const node = typed
-    ? shared?.adopt?.(parentRefSource(stored[PARENT]) ?? parentRefSource(stored[KEPT]))
+    ? shared?.adopt?.(
+        parentRefSource(stored[PARENT]) ??
+          leftOutSource(stored[PARENT]) ??
+          parentRefSource(stored[KEPT]),
+      )
     : undefined;
   return member(node ? ontoNode(value, node) : value);
 }
