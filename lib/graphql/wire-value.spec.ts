@@ -982,6 +982,82 @@ describe('outputWire, as far as the selection reads', () => {
     });
   });
 
+  describe('a selected field the object did not have, on a parent its @ResolveField() reads (adversary 109)', () => {
+    const Article = new GraphQLObjectType({
+      name: 'WireAbsentArticle',
+      fields: {
+        id: { type: GraphQLInt },
+        title: { type: GraphQLString },
+        subtitle: { type: GraphQLString },
+        etag: { type: GraphQLString },
+      },
+    });
+    const Plain = new GraphQLObjectType({
+      name: 'WireAbsentPlain',
+      fields: { id: { type: GraphQLInt }, subtitle: { type: GraphQLString } },
+    });
+    noteResolvedField('WireAbsentArticle.etag');
+    const storedOf = async (type: GraphQLObjectType, value: object, set: string) => {
+      const stored = await outputWireApart(graphql, schema, type, value, selecting(set), call);
+      return JSON.parse(JSON.stringify(stored.wire)) as Record<string, unknown>;
+    };
+
+    it.each<[string, object, string[]]>([
+      ['without the key: none on the replay', { id: 2, title: 'Hello' }, ['id', 'title']],
+      [
+        'there as null: there on the replay',
+        { id: 2, title: 'Hello', subtitle: null },
+        ['id', 'title', 'subtitle'],
+      ],
+      [
+        'there as undefined: there on the replay',
+        { id: 2, subtitle: undefined },
+        ['id', 'subtitle'],
+      ],
+    ])('%s', async (_what, value, keys) => {
+      const wire = await storedOf(Article, value, '{ id subtitle etag }');
+      expect(wire.subtitle).toBeNull();
+      const replayed = fromWire(
+        graphql,
+        schema,
+        Article,
+        wire,
+        undefined,
+        selecting('{ id subtitle etag }'),
+      );
+      expect(Object.keys(replayed as object)).toEqual(keys);
+      expect('subtitle' in (replayed as object)).toBe(keys.includes('subtitle'));
+      expect(JSON.stringify(replayed)).toBe(JSON.stringify(value));
+    });
+
+    it('answers it null on a replay, as at first', async () => {
+      const wire = await storedOf(Article, { id: 2, title: 'Hello' }, '{ id subtitle }');
+      const replaySchema = new GraphQLSchema({
+        query: new GraphQLObjectType({
+          name: 'Query',
+          fields: {
+            article: { type: Article, resolve: () => fromWire(graphql, schema, Article, wire) },
+          },
+        }),
+      });
+      const result = await graphql.graphql({
+        schema: replaySchema,
+        source: '{ article { id subtitle } }',
+      });
+      expect(result).toEqual({ data: { article: { id: 2, subtitle: null } } });
+    });
+
+    it('notes nothing where nothing of the app reads the object', async () => {
+      const wire = await storedOf(Plain, { id: 2 }, '{ id subtitle }');
+      expect(wire).toEqual({ id: 2, subtitle: null });
+    });
+
+    it('replays a record stored before it was noted with the null, as it always did', () => {
+      const replayed = fromWire(graphql, schema, Article, { id: 2, subtitle: null });
+      expect(Object.keys(replayed as object)).toEqual(['id', 'subtitle']);
+    });
+  });
+
   it("keeps a @ResolveField()'s input from its parent as it is, not as the field's type", async () => {
     const Status = new GraphQLEnumType({
       name: 'WireStatus',

@@ -49,6 +49,7 @@ import { mayAnswerOtherwise, seenThrough } from './first-answer-view.js';
 import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
+import { absentOnReplay, notedAbsentFields } from './absent-fields.js';
 
 /**
  * Values as GraphQL writes them (its "wire" form: what a scalar's `serialize()` makes of
@@ -186,6 +187,13 @@ export const PARENT_CLASSES = '__parentClasses';
  */
 export const KEYS = '__keys';
 
+/**
+ * The selected fields the object did not have, answered null (absent-fields.ts): a replay
+ * leaves them off its object, as the first call's had no such key. Stored only where its
+ * `KEYS` would be.
+ */
+export const ABSENT = '__absent';
+
 /** The members of a stored object that hold what a replay may do without: see `PARENT`. */
 export const PARENT_MEMBERS: readonly string[] = [PARENT, PARENT_CLASSES];
 
@@ -207,6 +215,7 @@ const LIBRARY_MEMBERS: ReadonlySet<string> = new Set([
   ACCESSORS,
   PROMISED,
   KEYS,
+  ABSENT,
 ]);
 
 /** The loss of a class a replay cannot tell from another of its name, `where` it is. */
@@ -595,6 +604,8 @@ async function walkValue(
   const promisedFields: string[] = [];
   /** Selected fields whose reading failed, with their errors (see `FAILED`). */
   const failed: Record<string, FieldError> = {};
+  /** Selected fields it did not have (`ABSENT`). */
+  const absent: string[] = [];
   /** Scalar fields whose value held objects of classes a serializer knows (`LEAF_CLASS`). */
   const leafClasses: Record<string, ClassTree> = {};
   /**
@@ -644,6 +655,7 @@ async function walkValue(
       // Selected and absent: the first answer is null (or the app's resolver's), and so is
       // a replay's, rather than the refusal of a field the first answer did not select.
       wire[name] = null;
+      absent.push(name);
       continue;
     }
     // Given through its class (a getter), or its own but not enumerable (defined so): either
@@ -732,6 +744,11 @@ async function walkValue(
   if (accessors.length > 0 || fromClass.length > 0) wire[ACCESSORS] = accessors;
   if (promisedFields.length > 0) wire[PROMISED] = promisedFields;
   if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
+  const absentFields = notedAbsentFields(
+    absent,
+    keeping.unselected !== 'none' || keeping.selectedInputs,
+  );
+  if (absentFields) wire[ABSENT] = absentFields;
   writeKept(walk, wire, kept, concrete.name, source);
   writeParent(walk, wire, parent, source, concrete.name);
   if (keeping.unselected !== 'none' || keeping.selectedInputs) {
@@ -1159,6 +1176,8 @@ export function fromWire(
     string,
     unknown
   >;
+  /** The selected fields the first call's object did not have: left off (absent-fields.ts). */
+  const absent = absentOnReplay(typed ? stored[ABSENT] : undefined);
   const selected = selection ? selectedFields(graphql, schema, concrete, selection) : undefined;
   /** Where Nest reads the field (its class property), beside its schema name. */
   const renamed = (name: string) => {
@@ -1174,7 +1193,7 @@ export function fromWire(
   const fromFields = new Set<string>();
   for (const [name, item] of Object.entries(stored)) {
     if (typed && LIBRARY_MEMBERS.has(name)) continue;
-    if (!(name in fields)) continue;
+    if (!(name in fields) || absent.has(name)) continue;
     // The app's resolver of a renamed field reads its property as its input (its `KEPT`
     // data), never its own answer (adversary 101: `price` over `priceCents`).
     if (renamed(name) !== undefined && fieldResolution(concrete, name) === 'app') continue;
@@ -1284,7 +1303,7 @@ export function fromWire(
   // class exposes (`ClassSerializerInterceptor`) reads the others too, and finds nothing.
   if (format >= 3) {
     for (const name of selected ? selected.keys() : Object.keys(fields)) {
-      if (!(name in fields) || hasOwn(value, placeOf(name))) continue;
+      if (!(name in fields) || hasOwn(value, placeOf(name)) || absent.has(name)) continue;
       // Computed again (the app's), or answered from the stored output (field middleware:
       // middleware-outputs.ts): nothing is read of the parent.
       const resolution = fieldResolution(concrete, name);
