@@ -1,4 +1,4 @@
-import { adoptsNode, ontoNode } from './parent-identity.js';
+import { adoptedPrototype, adoptsNode, ontoNode } from './parent-identity.js';
 
 class Shape {}
 
@@ -79,5 +79,65 @@ describe('ontoNode: the node made what was built, over its own data', () => {
     ontoNode(made, { sku: 'A-1' });
     expect(Object.keys(made)).toEqual(['id']);
     expect(made).toBeInstanceOf(Shape);
+  });
+});
+
+describe('adoptedPrototype: the prototype an adopted node is given', () => {
+  const getters = Object.create(Object.prototype) as object;
+  it.each<[string, object | null, object | null, object | null]>([
+    [
+      "a plain node, a built one of a class: the class's",
+      Object.prototype,
+      Shape.prototype,
+      Shape.prototype,
+    ],
+    [
+      'a plain node, a plain built one: plain',
+      Object.prototype,
+      Object.prototype,
+      Object.prototype,
+    ],
+    [
+      'a node without one, a plain built one: none, as the first call had',
+      null,
+      Object.prototype,
+      null,
+    ],
+    ['a node without one, a built one without one: none', null, null, null],
+    [
+      "a node without one, a built one of a class: the class's",
+      null,
+      Shape.prototype,
+      Shape.prototype,
+    ],
+    [
+      "a node without one, a built one with getters of its own: the getters'",
+      null,
+      getters,
+      getters,
+    ],
+    [
+      "a node made a parent already (a class), a plain built one: the built one's",
+      Shape.prototype,
+      Object.prototype,
+      Object.prototype,
+    ],
+    ['a plain node, a built one without one: none', Object.prototype, null, null],
+  ])('%s', (_name, node, built, prototype) => {
+    expect(adoptedPrototype(node, built)).toBe(prototype);
+  });
+});
+
+describe('ontoNode: a node without a prototype', () => {
+  it.each<[string, object, object | null]>([
+    ['built plain (a record that did not tell): the node keeps none', {}, null],
+    ['built without one: none', Object.create(null) as object, null],
+    ['built of a class: the class', new Shape(), Shape.prototype],
+  ])('%s', (_name, made, prototype) => {
+    const node = Object.assign(Object.create(null) as object, { id: 1 });
+    Object.assign(made, { name: 'urgent' });
+    expect(ontoNode(made, node)).toBe(node);
+    expect(Object.getPrototypeOf(node)).toBe(prototype);
+    expect(Object.keys(node)).toEqual(['id', 'name']);
   });
 });

@@ -23,15 +23,34 @@ export function adoptsNode(node: unknown, taken: boolean): node is object {
 
 /**
  * `node` made what `built` is: its members (each as defined there) over the node's, and its
- * prototype. The node's members `built` does not have stay as they were, where they were (a
- * field the client did not select, `line.sku`: the node is the first call's object, which
- * another parent's resolver reads whole through its own back-reference, adversary 108);
- * `built`'s others come after them, in its order. `built` is left as it is, and not used after.
+ * prototype (see `adoptedPrototype`). The node's members `built` does not have stay as they
+ * were, where they were (a field the client did not select, `line.sku`: the node is the first
+ * call's object, which another parent's resolver reads whole through its own back-reference,
+ * adversary 108); `built`'s others come after them, in its order. `built` is left as it is,
+ * and not used after.
  */
 export function ontoNode(built: object, node: object): object {
   for (const key of Reflect.ownKeys(built)) {
     Object.defineProperty(node, key, Reflect.getOwnPropertyDescriptor(built, key)!);
   }
-  Object.setPrototypeOf(node, Object.getPrototypeOf(built) as object | null);
+  Object.setPrototypeOf(
+    node,
+    adoptedPrototype(
+      Object.getPrototypeOf(node) as object | null,
+      Object.getPrototypeOf(built) as object | null,
+    ),
+  );
   return node;
+}
+
+/**
+ * The prototype an adopted node is given (`node`'s, `built`'s as they are): `built`'s (the
+ * class a replay names, its getters' own prototype), but none where the node has none and
+ * `built` is merely plain. The node is the first call's object as the graph keeps it, its
+ * absent prototype included (typed-graph.ts); a plain `built` says only that its record did
+ * not tell (one stored before `INSTANCE` said so), and `Object.prototype` there would make
+ * `row instanceof Object` true on a replay alone (adversary 109).
+ */
+export function adoptedPrototype(node: object | null, built: object | null): object | null {
+  return node === null && built === Object.prototype ? null : built;
 }

@@ -34,6 +34,7 @@ import {
   ArgumentValueInvalidError,
   ACCESSORS,
   FROM_CLASS,
+  INSTANCE,
   PROMISED,
   KEPT,
   KEYS,
@@ -1055,6 +1056,98 @@ describe('outputWire, as far as the selection reads', () => {
     it('replays a record stored before it was noted with the null, as it always did', () => {
       const replayed = fromWire(graphql, schema, Article, { id: 2, subtitle: null });
       expect(Object.keys(replayed as object)).toEqual(['id', 'subtitle']);
+    });
+  });
+
+  describe('an object without a prototype (adversary 109)', () => {
+    const Tag = new GraphQLObjectType({
+      name: 'WireBareTag',
+      fields: {
+        id: { type: GraphQLInt },
+        name: { type: GraphQLString },
+        audit: { type: GraphQLString },
+      },
+    });
+    noteResolvedField('WireBareTag.audit');
+    const bare = (members: object) => Object.assign(Object.create(null) as object, members);
+
+    it.each<[string, () => object, string, object | null]>([
+      ['its fields only', () => bare({ id: 2, name: 'urgent' }), '{ id name }', null],
+      [
+        'its data beside them, for a resolver',
+        () => bare({ id: 2, name: 'urgent' }),
+        '{ id audit }',
+        null,
+      ],
+      [
+        'a plain one stays plain',
+        () => ({ id: 2, name: 'urgent' }),
+        '{ id audit }',
+        Object.prototype,
+      ],
+    ])('%s: replayed with the prototype it had', async (_what, make, set, prototype) => {
+      const value = make();
+      const stored = await outputWireApart(graphql, schema, Tag, value, selecting(set), call);
+      const wire = JSON.parse(JSON.stringify(stored.wire)) as Record<string, unknown>;
+      const replayed = fromWire(graphql, schema, Tag, wire) as object;
+      expect(Object.getPrototypeOf(replayed)).toBe(prototype);
+      expect({ ...replayed }).toEqual({ ...value });
+    });
+
+    it('replays a record stored before it was said plain, as it always did', () => {
+      const replayed = fromWire(graphql, schema, Tag, { id: 2, name: 'urgent' }) as object;
+      expect(Object.getPrototypeOf(replayed)).toBe(Object.prototype);
+    });
+
+    describe('a parent adopted as its own node (line.order.lines[i])', () => {
+      const Line = new GraphQLObjectType({
+        name: 'WireBareLine',
+        fields: { id: { type: GraphQLInt }, subtotal: { type: GraphQLInt } },
+      });
+      const Order = new GraphQLObjectType({
+        name: 'WireBareOrder',
+        fields: { id: { type: GraphQLInt }, lines: { type: new GraphQLList(Line) } },
+      });
+      noteResolvedField('WireBareLine.subtotal');
+      const replayOf = async (forget: boolean) => {
+        const order = { id: 1, lines: [] as object[] };
+        for (const id of [1, 2]) order.lines.push(bare({ id, qty: 2, order }));
+        const stored = await outputWire(
+          graphql,
+          schema,
+          Order,
+          order,
+          selecting('{ id lines { id subtotal } }'),
+          call,
+        );
+        const json = JSON.parse(
+          JSON.stringify({ wire: stored.wire, parentGraph: stored.parentGraph }),
+        ) as { wire: { lines: Record<string, unknown>[] }; parentGraph: Graph };
+        // A record stored before an object said it had no prototype.
+        if (forget) for (const line of json.wire.lines) delete line[INSTANCE];
+        const replayed = fromWire(
+          graphql,
+          schema,
+          Order,
+          json.wire,
+          undefined,
+          undefined,
+          undefined,
+          namedReader(json.parentGraph),
+        ) as { lines: { order: { lines: object[] } }[] };
+        return replayed.lines;
+      };
+
+      it.each<[string, boolean]>([
+        ['said so', false],
+        ['a record that did not say (the node keeps its own)', true],
+      ])('%s: the very node, without a prototype', async (_what, forget) => {
+        const lines = await replayOf(forget);
+        for (const [i, line] of lines.entries()) {
+          expect(Object.getPrototypeOf(line)).toBeNull();
+          expect(line.order.lines.indexOf(line)).toBe(i);
+        }
+      });
     });
   });
 

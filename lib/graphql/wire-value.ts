@@ -50,6 +50,7 @@ import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
 import { absentOnReplay, notedAbsentFields } from './absent-fields.js';
+import { hasNoPrototype, unnamedPlain } from './bare-objects.js';
 
 /**
  * Values as GraphQL writes them (its "wire" form: what a scalar's `serialize()` makes of
@@ -114,7 +115,8 @@ export const FAILED = '__failed';
 
 /**
  * The member of a stored object that says it was an instance of the class Nest built its type
- * from (see `isOfNestType`): a replay makes it one again.
+ * from (see `isOfNestType`): a replay makes it one again. A name says another class
+ * class-transformer knows; `null` says it had no prototype at all (bare-objects.ts).
  */
 export const INSTANCE = '__instance';
 
@@ -795,6 +797,7 @@ async function walkValue(
       });
     }
   } else if (instance) wire[INSTANCE] = true;
+  else if (hasNoPrototype(source)) wire[INSTANCE] = null;
   const members = classMembers(source, fields);
   if (members.length > 0) {
     losses.push({
@@ -1172,10 +1175,8 @@ export function fromWire(
   };
   const fields = concrete.getFields();
   const typed = format >= 2;
-  const value = ((typed ? namedPlain(concrete.name, stored[INSTANCE]) : undefined) ?? {}) as Record<
-    string,
-    unknown
-  >;
+  const value = ((typed ? namedPlain(concrete.name, stored[INSTANCE]) : undefined) ??
+    unnamedPlain(typed ? stored[INSTANCE] : undefined)) as Record<string, unknown>;
   /** The selected fields the first call's object did not have: left off (absent-fields.ts). */
   const absent = absentOnReplay(typed ? stored[ABSENT] : undefined);
   const selected = selection ? selectedFields(graphql, schema, concrete, selection) : undefined;
