@@ -426,6 +426,55 @@ describe('writeGraphs', () => {
   });
 });
 
+describe('a member left out takes back all it wrote', () => {
+  // An ORM's entities, each written by its own toJSON(): a line's goes round (its order holds
+  // it), a refund's does not; `isJsonCycle` remembers by node what its walks found.
+  class Order {
+    lines: Line[] = [];
+  }
+  class Line {
+    constructor(readonly order: Order) {
+      order.lines.push(this);
+    }
+    toJSON() {
+      return { order: this.order };
+    }
+  }
+  class Refund {
+    constructor(
+      readonly order: Order,
+      readonly line: Line,
+    ) {}
+    toJSON() {
+      return { order: this.order, line: this.line };
+    }
+  }
+
+  it.each<[string, (line: Line, refund: Refund) => object, string[], string[]]>([
+    ['the line alone: a cycle, left out', (line) => ({ line }), ['line'], []],
+    ['the refund alone', (_line, refund) => ({ refund }), [], ['refund']],
+    ['the refund, then the line', (line, refund) => ({ refund, line }), [], ['refund', 'line']],
+    // The line's nodes taken back, its memo too: the refund's own take its indexes anew.
+    ['the line, then the refund', (line, refund) => ({ line, refund }), ['line'], ['refund']],
+    [
+      'the line, a plain member, then the refund',
+      (line, refund) => ({ line, n: { a: [1] }, refund }),
+      ['line'],
+      ['n', 'refund'],
+    ],
+  ])('%s', (_name, members, left, kept) => {
+    const order = new Order();
+    const line = new Line(order);
+    const told: string[] = [];
+    const written = writeGraph(members(line, new Refund(order, line)), {
+      lost: () => undefined,
+      left: (key) => told.push(String(key)),
+    });
+    expect(told).toEqual(left);
+    expect(Object.keys(readGraph(written.graph) as object)).toEqual(kept);
+  });
+});
+
 describe('reachesLoss', () => {
   // Nodes as written: 0 reaches 1 reaches 2 (a loss); 3 and 4 reach each other; 5 reaches 4.
   const nodes = [

@@ -106,7 +106,8 @@ export interface JsonLinks {
    * By node, what earlier walks learned there: whether a target's object is at or above it.
    * The links of a node never change once it is written, so a walk stops at the first node
    * that knows, and a target called at every step of a long chain (value objects each
-   * revision of a history holds: adversary 108) walks a step or two, not the chain.
+   * revision of a history holds: adversary 108) walks a step or two, not the chain. A node
+   * taken back (a member left out) loses its memo with it: its index is the next node's.
    */
   known?: (Map<object, boolean> | undefined)[];
 }
@@ -407,8 +408,11 @@ function graphWriter() {
         queue.length = 0;
         head = 0;
         nodes.length = before;
-        for (const list of [links.madeBy, links.nearest, links.up, lossAt]) {
-          if (list.length > before) list.length = before;
+        // Every list kept by node, `isJsonCycle`'s memo too: the next member's nodes take
+        // these indexes again, and a memo left there answered for another object (adversary
+        // 109: "target above node i" kept from a `toJSON()` cycle left out a member after it).
+        for (const list of [links.madeBy, links.nearest, links.up, links.known, lossAt, reaches]) {
+          if (list && list.length > before) list.length = before;
         }
         for (const [object, at] of indexes) if (at >= before) indexes.delete(object);
         notes?.left(key);
