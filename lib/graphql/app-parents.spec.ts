@@ -1,17 +1,26 @@
 import {
+  joinedGraphs,
   keptParents,
+  type NotedParent,
   notedParent,
   parentData,
   parentLosses,
   parentsReader,
 } from './app-parents.js';
 
+/** The parents kept as stored (JSON text, as the store holds them), each read back by key. */
+function readBack(kept: ReturnType<typeof keptParents>): Record<string, Record<string, unknown>> {
+  const stored = JSON.parse(JSON.stringify(kept)) as typeof kept;
+  const read = parentsReader(stored.graph);
+  return Object.fromEntries(
+    Object.keys(stored.parents).map((key) => [key, parentData(stored.parents[key], read)]),
+  );
+}
+
 /** A parent's own data kept alone (one graph with only it) and read back. */
 function throughStore(source: object): Record<string, unknown> {
-  const noted = notedParent(source, 'Address');
-  const kept = keptParents(noted ? { at: noted } : {});
-  const stored = JSON.parse(JSON.stringify(kept)) as typeof kept;
-  return parentData(stored.parents.at, parentsReader(stored.graph));
+  const noted = notedParent(source, 'Address', {});
+  return readBack(keptParents(noted ? { at: noted } : {})).at ?? {};
 }
 
 describe('notedParent, keptParents and parentData', () => {
@@ -63,7 +72,7 @@ describe('notedParent, keptParents and parentData', () => {
   });
 
   it('nothing kept: undefined, and an empty parent', () => {
-    expect(notedParent({}, 'Address')).toBeUndefined();
+    expect(notedParent({}, 'Address', {})).toBeUndefined();
     expect(keptParents({})).toEqual({ parents: {}, losses: [] });
     expect(parentData(undefined)).toEqual({});
   });
@@ -78,7 +87,9 @@ describe('keptParents: all the parents of the outputs in one graph', () => {
   };
   const stored = (count: number) => {
     const noted: Record<string, unknown> = {};
-    order(count).lines.forEach((line, i) => (noted[`lines.${i}`] = notedParent(line, 'Line')));
+    order(count).lines.forEach(
+      (line, i) => (noted[`lines.${i}`] = notedParent(line, 'Line', noted)),
+    );
     return JSON.stringify(keptParents(noted));
   };
 
@@ -101,7 +112,7 @@ describe('keptParents: all the parents of the outputs in one graph', () => {
   });
 
   it('a value that is no noted parent is left out', () => {
-    const kept = keptParents({ a: 'kept', b: notedParent({ n: 1 }, 'T') });
+    const kept = keptParents({ a: 'kept', b: notedParent({ n: 1 }, 'T', {}) });
     expect(Object.keys(kept.parents)).toEqual(['b']);
   });
 
@@ -132,6 +143,113 @@ describe('keptParents: all the parents of the outputs in one graph', () => {
   });
 });
 
+describe('notedParent: written when noted, as it is then', () => {
+  /** What each step changes after the parents are noted (in `answer`), in place. */
+  type Step = (line: Line, order: Order) => void;
+  interface Order {
+    id: number;
+    tags: string[];
+    lines: Line[];
+  }
+  interface Line {
+    id: number;
+    tags: string[];
+    at: Date;
+    meta: { seen: number };
+    order: Order;
+  }
+  const made = () => {
+    const order: Order = { id: 7, tags: ['z', 'y'], lines: [] };
+    for (const id of [1, 2]) {
+      order.lines.push({ id, tags: ['b', 'a'], at: new Date(0), meta: { seen: 0 }, order });
+    }
+    return order;
+  };
+
+  it.each<{ name: string; after: Step; first: Record<string, unknown> }>([
+    {
+      name: "an array sorted in place (a resolver's `tags.sort()`)",
+      after: (line) => line.tags.sort(),
+      first: { tags: ['b', 'a'] },
+    },
+    {
+      name: 'a nested object changed',
+      after: (line) => (line.meta.seen += 1),
+      first: { meta: { seen: 0 } },
+    },
+    {
+      name: 'a Date set',
+      after: (line) => line.at.setTime(5),
+      first: { at: new Date(0) },
+    },
+    {
+      name: 'a member of its own replaced',
+      after: (line) => (line.id = 9),
+      first: { id: 1 },
+    },
+    {
+      name: 'an object the parents share (each line.order) changed',
+      after: (_line, order) => order.tags.reverse(),
+      first: { order: expect.objectContaining({ tags: ['z', 'y'] }) as unknown },
+    },
+  ])('keeps the data as noted: $name after', ({ after, first }) => {
+    const order = made();
+    const noted: Record<string, unknown> = {};
+    order.lines.forEach((line, i) => (noted[`lines.${i}`] = notedParent(line, 'Line', noted)));
+    after(order.lines[0], order);
+    const back = readBack(keptParents(noted));
+    expect(back['lines.0']).toMatchObject(first);
+    // Still one graph: the order both lines reach is one object.
+    expect(back['lines.0'].order).toBe(back['lines.1'].order);
+  });
+
+  it('writes an object shared with a parent noted before as it was then (one node)', () => {
+    const order = made();
+    const noted: Record<string, unknown> = {};
+    noted.a = notedParent(order.lines[0], 'Line', noted);
+    order.tags.sort();
+    noted.b = notedParent(order.lines[1], 'Line', noted);
+    const back = readBack(keptParents(noted));
+    // A replay's first resolver sorts it again, before the second one reads it.
+    expect((back.b.order as Order).tags).toEqual(['z', 'y']);
+    expect(back.a.order).toBe(back.b.order);
+  });
+
+  it.each<{ name: string; keys: string[]; nodes: number }>([
+    // The order, its tags and lines arrays, two lines, their tags, Dates and metas; a root each.
+    { name: 'all the parents noted', keys: ['a', 'b'], nodes: 3 + 2 * 4 + 2 },
+    // Those only the other reaches are not stored (its output left out of the answer).
+    { name: 'one of them (the other left out)', keys: ['a'], nodes: 3 + 2 * 4 + 1 },
+  ])('stores only what the parents kept reach: $name', ({ keys, nodes }) => {
+    const order = made();
+    const noted: Record<string, unknown> = {};
+    noted.a = notedParent(order.lines[0], 'Line', noted);
+    noted.b = notedParent(order.lines[1], 'Line', noted);
+    const kept = keptParents(Object.fromEntries(keys.map((key) => [key, noted[key]])));
+    expect(kept.graph?.g).toHaveLength(nodes);
+    expect(Object.keys(readBack(kept))).toEqual(keys);
+  });
+
+  it.each<{ name: string; answers: number[][]; roots: number[] }>([
+    // Each parent a node and its meta's: the second answer's nodes after the first's, their
+    // refs moved with them (its metas are its own, never the first's).
+    { name: 'one answer', answers: [[0, 1]], roots: [0, 2] },
+    { name: 'two answers, one after the other', answers: [[0], [1, 2]], roots: [0, 2, 4] },
+  ])('joins the graphs of several answers: $name', ({ answers, roots }) => {
+    const noted: NotedParent[] = [];
+    for (const ids of answers) {
+      const answer = {};
+      for (const id of ids) noted.push(notedParent({ id, meta: { id } }, 'T', answer)!);
+    }
+    const joined = joinedGraphs(noted);
+    expect(joined.roots).toEqual(roots);
+    const kept = keptParents(Object.fromEntries(noted.map((parent, i) => [`k${i}`, parent])));
+    expect(Object.values(readBack(kept)).map((data) => data.meta)).toEqual(
+      answers.flat().map((id) => ({ id })),
+    );
+  });
+});
+
 describe('parentLosses', () => {
   class Money {
     constructor(private readonly cents: number) {}
@@ -156,7 +274,7 @@ describe('parentLosses', () => {
     },
     { name: 'nothing kept: nothing said', source: {}, expected: [] },
   ])('$name', ({ source, expected }) => {
-    const noted = notedParent(source, 'Product');
+    const noted = notedParent(source, 'Product', {});
     expect(keptParents(noted ? { product: noted } : {}).losses).toEqual(expected);
     expect(parentLosses('Product', [])).toEqual([]);
   });

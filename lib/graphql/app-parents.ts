@@ -1,9 +1,9 @@
-import { keepAll, restoreData, type Unfaithful } from './kept-data.js';
+import { type Keeper, keeper, restoreData, type Unfaithful } from './kept-data.js';
 import { namedReader, type SharedRead } from './node-classes.js';
 import { defineOwn } from './own-member.js';
-import { type ParentRef, parentRef } from './parent-graph.js';
+import { graphReachedBy, type ParentRef, parentRef } from './parent-graph.js';
 import { type ReplayLoss } from './replay-loss.js';
-import { type Graph } from './typed-graph.js';
+import { type Graph, renamedRefs } from './typed-graph.js';
 
 /**
  * The parent of a field the app resolves (a `@ResolveField()`), inside a middleware field's
@@ -20,21 +20,36 @@ import { type Graph } from './typed-graph.js';
  * A graph per parent wrote the order again for every line: the stored answer grew with the
  * square of the lines, past `maxResponseBytes` at a few hundred (adversary 107). Records
  * stored before hold each parent's own graph (or superjson's form) under its key, read so.
+ *
+ * Each parent is written into that graph when it is noted, before its first resolver runs,
+ * never at the answer: a resolver that changes its parent's data in place (`l.tags.sort()`)
+ * would have the sorted tags kept, and a replay's resolvers read other data than the first
+ * call's (adversary 109). An object several parents reach is written once, as it was when the
+ * first of them was noted; a replay's resolvers change it again, in the same order.
  */
-
-/** A parent's own data as noted while GraphQL runs (see `notedParent`), and its type. */
-export interface NotedParent {
-  data: Record<string, unknown>;
-  type: string;
-}
 
 /**
- * The parent's own data, noted when its field's resolver runs: its own enumerable data
- * properties, never a getter, a method or a Promise (nothing is called or loaded: a lazy
- * relation is a getter, its loaded value a Promise). Written with all the others' at the
- * answer (`keptParents`). Undefined where it has none.
+ * A parent's own data as noted while GraphQL runs (see `notedParent`): its node in the graph
+ * of its answer's parents (`into`), written then, its type, and what of it is not as it was.
  */
-export function notedParent(source: object, type: string): NotedParent | undefined {
+export interface NotedParent {
+  node: number;
+  type: string;
+  unfaithful: Unfaithful[];
+  into: Keeper;
+}
+
+/** The graph each answer's parents are written into, by the record they are noted in. */
+const graphs = new WeakMap<object, Keeper>();
+
+/**
+ * The parent's own data, written when its field's resolver is about to run (see the file's
+ * comment) into the one graph of the parents noted in `answer` (its answer's record of them,
+ * output-paths.ts): its own enumerable data properties, never a getter, a method or a Promise
+ * (nothing is called or loaded: a lazy relation is a getter, its loaded value a Promise).
+ * Undefined where it has none. Never throws (a member with no typed JSON form is left out).
+ */
+export function notedParent(source: object, type: string, answer: object): NotedParent | undefined {
   const data: Record<string, unknown> = {};
   for (const name of Object.keys(source)) {
     const own = Object.getOwnPropertyDescriptor(source, name);
@@ -43,7 +58,11 @@ export function notedParent(source: object, type: string): NotedParent | undefin
     if (typeof item === 'function' || isThenable(item)) continue;
     defineOwn(data, name, item);
   }
-  return Object.keys(data).length === 0 ? undefined : { data, type };
+  if (Object.keys(data).length === 0) return undefined;
+  let into = graphs.get(answer);
+  if (!into) graphs.set(answer, (into = keeper()));
+  const { root, unfaithful } = into.keep(data);
+  return { node: root, type, unfaithful, into };
 }
 
 /** The parents as stored: each a node of `graph`, and what they do not give back as it was. */
@@ -57,30 +76,58 @@ export interface KeptParents {
 }
 
 /**
- * The noted parents (by key; a value that is no `NotedParent` is left out) written into one
- * typed graph (kept-data.ts `keepAll`): what they share is written once. Never throws; a
- * member with no typed JSON form is left out alone, and named in `losses` with what typed
- * JSON does not give back as it was.
+ * The noted parents (by key; a value that is no `NotedParent` is left out) as stored: one
+ * typed graph of what they reach (the graph they were noted into, less the parents left out
+ * since, whose output the answer does not hold), each entry naming its node in it. Parents
+ * noted into several graphs (of several answers) have theirs one after another. Never
+ * throws; what typed JSON does not give back as it was is named in `losses`.
  */
 export function keptParents(noted: Readonly<Record<string, unknown>>): KeptParents {
   const entries = Object.entries(noted).filter((entry): entry is [string, NotedParent] =>
     isNotedParent(entry[1]),
   );
   if (entries.length === 0) return { parents: {}, losses: [] };
-  const typed = keepAll(entries.map(([, parent]) => parent.data));
+  const { nodes, roots } = joinedGraphs(entries.map(([, parent]) => parent));
+  const { graph, moved } = graphReachedBy({ g: nodes }, roots);
   const parents: Record<string, ParentRef> = {};
   const losses: ReplayLoss[] = [];
-  entries.forEach(([key, { type }], index) => {
-    parents[key] = parentRef(typed.roots[index]);
-    losses.push(...parentLosses(type, typed.unfaithful[index]));
+  entries.forEach(([key, { type, unfaithful }], index) => {
+    parents[key] = parentRef(moved.get(roots[index]) ?? roots[index]);
+    losses.push(...parentLosses(type, unfaithful));
   });
-  return { parents, graph: typed.kept, losses };
+  return { parents, graph, losses };
+}
+
+/**
+ * The nodes of the graphs `noted` were written into, each graph once, one after another (the
+ * refs of each after the first moved by where it starts), and each parent's node there.
+ */
+export function joinedGraphs(noted: readonly NotedParent[]): { nodes: unknown[]; roots: number[] } {
+  const starts = new Map<Keeper, number>();
+  const nodes: unknown[] = [];
+  for (const { into } of noted) {
+    if (starts.has(into)) continue;
+    const start = nodes.length;
+    starts.set(into, start);
+    // One by one: a spread of a graph of many thousand nodes is past the stack's arguments.
+    for (const node of into.graph().g) {
+      nodes.push(start === 0 ? node : renamedRefs(node, (index) => index + start));
+    }
+  }
+  return { nodes, roots: noted.map(({ into, node }) => (starts.get(into) ?? 0) + node) };
 }
 
 function isNotedParent(value: unknown): value is NotedParent {
   if (typeof value !== 'object' || value === null) return false;
-  const { data, type } = value as Partial<NotedParent>;
-  return typeof data === 'object' && data !== null && typeof type === 'string';
+  const { node, type, unfaithful, into } = value as Partial<NotedParent>;
+  return (
+    typeof node === 'number' &&
+    typeof type === 'string' &&
+    Array.isArray(unfaithful) &&
+    typeof into?.graph === 'function' &&
+    node >= 0 &&
+    node < into.graph().g.length
+  );
 }
 
 /** The stored outputs' graph read once per replay (by its decoded object: see `parentData`). */

@@ -1,7 +1,7 @@
 import { SuperJSON, type SuperJSONResult } from 'superjson';
 import { defineOwn } from './own-member.js';
 import { parentRefIndex } from './parent-graph.js';
-import { type Graph, readGraph, writeGraph, writeGraphs } from './typed-graph.js';
+import { type Graph, graphWriter, readGraph, writeGraph } from './typed-graph.js';
 
 /**
  * JS values kept with their types, for what a replay hands back to the resolvers under a
@@ -110,19 +110,52 @@ export interface KeptAll {
  * one's member that reaches it, as within one object's members (so each parent's type says it).
  */
 export function keepAll(all: readonly Readonly<Record<string, unknown>>[]): KeptAll {
-  const notes = all.map(() => ({
-    lost: new Set<string | symbol>(),
-    left: new Set<string | symbol>(),
-  }));
-  const written = writeGraphs(all, (index) => ({
-    lost: (key) => notes[index].lost.add(key),
-    left: (key) => notes[index].left.add(key),
-  }));
+  const into = keeper();
+  const kept = all.map((data) => into.keep(data));
   return {
-    kept: written.graph,
-    roots: written.roots,
-    nodes: written.nodes,
-    unfaithful: all.map((data, index) => unfaithfulOf(data, notes[index].lost, notes[index].left)),
+    kept: into.graph(),
+    roots: kept.map((one) => one.root),
+    nodes: into.nodes,
+    unfaithful: kept.map((one) => one.unfaithful),
+  };
+}
+
+/** One object's own data kept into a `Keeper`'s graph: its node, and what is not as it was. */
+export interface KeptInto {
+  root: number;
+  unfaithful: Unfaithful[];
+}
+
+/** One graph that objects' own data is kept into as each comes (see `keeper`). */
+export interface Keeper {
+  /** `data` written now, as `keepAll` writes each of its objects (never throws). */
+  keep: (data: Readonly<Record<string, unknown>>) => KeptInto;
+  /** The graph as it is now: all the data kept so far. */
+  graph: () => Graph;
+  /** Each object written, by its node (see `WrittenGraphs`). */
+  nodes: ReadonlyMap<object, number>;
+}
+
+/**
+ * A graph kept into as `keepAll` keeps its objects, but each when it comes, written then: what
+ * it holds is kept as it was at that moment, whatever changes it in place afterwards (a
+ * resolver's `tags.sort()`: adversary 109). An object already written (reached from an earlier
+ * one) is that node, as it was when first written.
+ */
+export function keeper(): Keeper {
+  const writer = graphWriter();
+  return {
+    keep: (data) => {
+      const lost = new Set<string | symbol>();
+      const left = new Set<string | symbol>();
+      const root = writer.root(data, {
+        lost: (key) => lost.add(key),
+        left: (key) => left.add(key),
+      });
+      return { root, unfaithful: unfaithfulOf(data, lost, left) };
+    },
+    graph: () => writer.done().graph,
+    nodes: writer.nodes,
   };
 }
 

@@ -300,7 +300,7 @@ function keepAppParentsOf(type: GraphQLObjectType): void {
         noteAppParent(
           context,
           () => pathOf(info).slice(0, -1),
-          () => notedParent(source, type.name),
+          (answer) => notedParent(source, type.name, answer),
         );
       }
       return own.call(this, source, args, context, info);

@@ -98,7 +98,8 @@ interface FirstAnswer {
   remade: Map<string, RemadeOutput>;
   /**
    * The own data of the parents of app-resolved fields in its outputs, by key, as noted
-   * (app-parents.ts `notedParent`): written into one graph when the answer is stored.
+   * (app-parents.ts `notedParent`: written into one graph as each is noted, stored with the
+   * answer).
    */
   parents: Record<string, unknown>;
   /** Where GraphQL put the null for an error at a path (see `NulledAt`), once one is told. */
@@ -284,13 +285,14 @@ export function namedKey(steps: readonly string[], root: AnswerPath): string {
 /**
  * Notes, at a first answer, the parent of a field the app resolves where it is inside a
  * middleware field's output (at `pathOf()`, the parent's own): its own data, as `keep` gives it
- * (undefined: none), once per place (see `StoredOutputs.parents`). All of them are written at
- * the answer, into one graph (app-parents.ts `keptParents`).
+ * (undefined: none), once per place (see `StoredOutputs.parents`), at its first such field,
+ * before that resolver runs. `keep` is given the record the first answer's parents are noted
+ * in, which they are written by (app-parents.ts: one graph per answer, written as each comes).
  */
 export function noteAppParent(
   context: unknown,
   pathOf: () => AnswerPath,
-  keep: () => unknown,
+  keep: (answer: object) => unknown,
 ): void {
   const firsts = noted(context)?.[FIRST];
   // Read only under a first answer: the resolvers of every operation pass here.
@@ -304,7 +306,7 @@ export function noteAppParent(
       return at !== undefined && isAtOrUnder(key, at);
     });
     if (!inside) continue;
-    const kept = keep();
+    const kept = keep(first.parents);
     if (kept !== undefined) first.parents[key] = kept;
   }
 }

@@ -227,8 +227,10 @@ export function writeGraphs(
 /**
  * The writer `writeGraph` and `writeGraphs` share: each `root()` written into the same nodes,
  * by the same index of objects (so a shared object is one node), its own members one by one.
+ * Each `root()` is written when it is called, as its objects are then: a graph written into
+ * as values come (kept-data.ts `keeper`) holds each as it was when it came.
  */
-function graphWriter() {
+export function graphWriter() {
   const nodes: unknown[] = [];
   const indexes = new Map<object, number>();
   const links: JsonLinks = { madeBy: [], nearest: [], up: [], known: [] };

@@ -19,6 +19,14 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07, third): a parent is written into its answer's one graph when
+ * it is noted, before its first resolver runs (app-parents.ts `notedParent` -> kept-data.ts
+ * `keeper`, one per answer, by the record its parents are noted in), never at the answer;
+ * `keptParents` then stores only what the parents the answer keeps reach (parent-graph.ts
+ * `graphReachedBy`). A resolver's later in-place change (`l.tags.sort()`) is not kept: a
+ * replay's resolvers read the data the first call's read, and change it again. Still one
+ * shared graph per answer (adversary 107's size guard).
+ *
  * Adversary 109 (read-through of 1c704b3..4414a50): the parents of app-resolved fields inside
  * a field middleware's output are now noted as a SHALLOW copy when their first field resolves
  * (app-parents.ts `notedParent`) and written into the outputs' graph only when the answer is
@@ -180,7 +188,7 @@ describe('adversary 109 read-through: a middleware output parent noted shallow, 
     expect(again).toEqual({ ...(first as object), errors: undefined });
   });
 
-  it.skip('a resolver that sorts its parent data in place: the replay is the same data (Not fixed (round 109): found by review)', async () => {
+  it('a resolver that sorts its parent data in place: the replay is the same data', async () => {
     const { first, again } = await firstAndReplay('adv109-noted-late-in-place', 1);
     expect(first).toEqual({
       data: { placeOrder: { lines: [{ id: 1, firstTag: 'b', sortedTags: ['a', 'b'] }] } },
