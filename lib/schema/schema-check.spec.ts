@@ -4,7 +4,10 @@ import {
   defaultPartitionProblem,
   hasPinnedSettings,
   missingSchema,
+  partitionMakerProblem,
   schemaMessage,
+  schemaRemedy,
+  unboundedPartitionProblem,
 } from './schema-check.js';
 import {
   LAYOUT_NOT_PARTITIONED,
@@ -525,5 +528,136 @@ describe('schemaMessage', () => {
         'with partitionedExpiry, PartitionIdempotencyKeys1764461600000 after them), or apply the ' +
         "package's migrations/schema.sql with your own migration tool.",
     );
+  });
+});
+
+describe('missingSchema: what a partitioned layout the functions cannot work with lacks', () => {
+  const needs = { partitioned: true, bodies: false };
+  const keysWith = (facts: Partial<Extract<CatalogEntry, { kind: 'table' }>>): CatalogEntry =>
+    ({ ...partitionedKeys, ...facts }) as CatalogEntry;
+  const owned = { owner: 'app', mayOwn: true, schema: 'public', mayCreate: true };
+  it.each<[string, CatalogEntry, string[]]>([
+    ['owned, no partition without an end', keysWith({ ...owned, unboundedPartitions: [] }), []],
+    [
+      'a partition up to MAXVALUE or infinity',
+      keysWith({ ...owned, unboundedPartitions: ['public.idempotency_keys_rest'] }),
+      [unboundedPartitionProblem('public.idempotency_keys_rest', 'public')],
+    ],
+    [
+      'a role not the owner, without CREATE on the schema',
+      keysWith({ owner: 'migrator', mayOwn: false, schema: 'public', mayCreate: false }),
+      [
+        partitionMakerProblem({
+          role: 'app',
+          owner: 'migrator',
+          mayOwn: false,
+          schema: 'public',
+          mayCreate: false,
+        })!,
+      ],
+    ],
+    ['a catalog that does not say (an older query)', partitionedKeys, []],
+  ])('%s', (_name, keysEntry, expected) => {
+    expect(missingSchema(needs, [keysEntry, processed, failures, ...partitionFunctions])).toEqual(
+      expected,
+    );
+  });
+
+  it('is not asked of a plain table', () => {
+    const plainKeys = { ...keys, mayOwn: false, mayCreate: false } as CatalogEntry;
+    expect(
+      missingSchema({ partitioned: false, bodies: false }, [plainKeys, processed, failures]),
+    ).toEqual([]);
+  });
+});
+
+describe('unboundedPartitionProblem', () => {
+  it('says to give it an end (its keys kept) or drop it if empty, naming it as SQL takes it', () => {
+    expect(unboundedPartitionProblem('public."Keys Rest"')).toBe(
+      'idempotency_keys has a partition without an end (public."Keys Rest", up to MAXVALUE or ' +
+        "'infinity'), which the partitioned expiry cannot expire: once the present reaches it no " +
+        'partition is made ahead and its keys stay for ever; the library makes the partitions ' +
+        'ahead itself. Give it an end: ALTER TABLE idempotency_keys DETACH PARTITION ' +
+        'public."Keys Rest"; ALTER TABLE idempotency_keys ATTACH PARTITION public."Keys Rest" ' +
+        'FOR VALUES FROM (<its start>) TO (now()) (its keys kept, it expires with the others), ' +
+        'or, if it holds no key, DROP TABLE public."Keys Rest" after the DETACH',
+    );
+  });
+
+  it('names the keys table with its schema when given', () => {
+    expect(unboundedPartitionProblem('idem.rest', 'idem')).toContain(
+      'ALTER TABLE idem.idempotency_keys DETACH PARTITION idem.rest; ALTER TABLE ' +
+        'idem.idempotency_keys ATTACH PARTITION idem.rest FOR VALUES',
+    );
+  });
+});
+
+describe('partitionMakerProblem', () => {
+  const base = { role: 'app', owner: 'migrator', schema: 'idem' };
+  it.each<[string, boolean | null | undefined, boolean | null | undefined, string | undefined]>([
+    ['the owner (or a member), with CREATE', true, true, undefined],
+    ['not said (an older catalog query)', undefined, null, undefined],
+    [
+      'not the owner',
+      false,
+      true,
+      "the role app may not make the partitions ahead, which the partitioned expiry makes from the app's " +
+        'sessions (ATTACH PARTITION to idempotency_keys, which only its owner migrator may): ' +
+        "GRANT migrator TO app (or log the app in as the table's owner)",
+    ],
+    [
+      'without CREATE on the schema',
+      true,
+      false,
+      "the role app may not make the partitions ahead, which the partitioned expiry makes from the app's " +
+        'sessions (CREATE TABLE in schema idem): GRANT CREATE ON SCHEMA idem TO app ' +
+        "(or log the app in as the table's owner)",
+    ],
+    [
+      'neither',
+      false,
+      false,
+      "the role app may not make the partitions ahead, which the partitioned expiry makes from the app's " +
+        'sessions (ATTACH PARTITION to idempotency_keys, which only its owner migrator may; ' +
+        'CREATE TABLE in schema idem): GRANT migrator TO app; GRANT CREATE ON SCHEMA idem TO app ' +
+        "(or log the app in as the table's owner)",
+    ],
+  ])('%s', (_name, mayOwn, mayCreate, expected) => {
+    expect(partitionMakerProblem({ ...base, mayOwn, mayCreate })).toBe(expected);
+  });
+
+  it('is said alone, without the migrations (they would not help)', () => {
+    const problem = partitionMakerProblem({ ...base, mayOwn: false, mayCreate: true })!;
+    expect(schemaRemedy([problem])).toBe('');
+  });
+});
+
+describe('schemaRemedy', () => {
+  const migrations =
+    "Run the library's migrations in the app's DataSource (migrations: " +
+    '[...IDEMPOTENCY_MIGRATIONS, ...yours], then migrationsRun: true or `typeorm migration:run`; ' +
+    'with partitionedExpiry, PartitionIdempotencyKeys1764461600000 after them)';
+  const schemaSql = "apply the package's migrations/schema.sql with your own migration tool";
+  const partitionedOnce =
+    'The partitioned layout is not in migrations/schema.sql: without TypeORM migrations, run ' +
+    'PartitionIdempotencyKeys1764461600000 and PinPartitionFunctions1764461800000 once with a ' +
+    "DataSource of their own (new DataSource({ type: 'postgres', url, migrations: " +
+    '[PartitionIdempotencyKeys1764461600000, PinPartitionFunctions1764461800000] }), then ' +
+    'initialize() and runMigrations(); see docs/operations/partitioned-expiry.md).';
+  const unpinned =
+    "function idempotency_key_partitions() reads partition bounds in the session's DateStyle " +
+    'and TimeZone (migration PinPartitionFunctions1764461800000)';
+  it.each<[string, string[], string]>([
+    ['only own remedies', [defaultPartitionProblem('d'), unboundedPartitionProblem('r')], ''],
+    ['a table missing', ['table a is missing (migration A1)'], `${migrations}, or ${schemaSql}.`],
+    ['the layout not partitioned', [LAYOUT_NOT_PARTITIONED], `${migrations}. ${partitionedOnce}`],
+    ['the functions unpinned', [unpinned], `${migrations}. ${partitionedOnce}`],
+    [
+      'a column missing and the layout not partitioned',
+      ['column x.y is missing (migration A1)', LAYOUT_NOT_PARTITIONED],
+      `${migrations}, or ${schemaSql}. ${partitionedOnce}`,
+    ],
+  ])('%s', (_name, problems, expected) => {
+    expect(schemaRemedy(problems)).toBe(expected);
   });
 });

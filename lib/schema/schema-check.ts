@@ -40,6 +40,13 @@ export type CatalogEntry =
       defaultPartition?: string | null;
       /** The schema that holds it (absent in older callers' entries). */
       schema?: string | null;
+      /** Its partitions that end at MAXVALUE or 'infinity' (an operator's), by name. */
+      unboundedPartitions?: string[] | null;
+      /** Its owner, and whether the role has that owner's privileges (owns it, or is a member). */
+      owner?: string | null;
+      mayOwn?: boolean | null;
+      /** Whether the role may create tables in the schema that holds it. */
+      mayCreate?: boolean | null;
     }
   | {
       kind: 'function';
@@ -196,6 +203,62 @@ export function defaultPartitionProblem(partition: string, keysSchema?: string):
   );
 }
 
+const UNBOUNDED_PARTITION_PREFIX = 'idempotency_keys has a partition without an end';
+
+/**
+ * An operator's partition up to MAXVALUE or `'infinity'`, refused like a DEFAULT one
+ * (adversary 109): once the present reaches it, no partition is made ahead any more (it covers
+ * all time to come), every key lands in it and the expiry never drops it; an `'infinity'` bound
+ * also fails `idempotency_keys_create_partitions()` on every call (22008, an infinite
+ * interval). Given an end, it is one of the others: its keys stay where they are (a retry
+ * still finds them) and the expiry drops it past the retention. Named with its schema.
+ */
+export function unboundedPartitionProblem(partition: string, keysSchema?: string): string {
+  const keys = keysSchema ? `${sqlName(keysSchema)}.idempotency_keys` : 'idempotency_keys';
+  return (
+    `${UNBOUNDED_PARTITION_PREFIX} (${partition}, up to MAXVALUE or 'infinity'), which the ` +
+    'partitioned expiry cannot expire: once the present reaches it no partition is made ahead ' +
+    'and its keys stay for ever; the library makes the partitions ahead itself. Give it an ' +
+    `end: ALTER TABLE ${keys} DETACH PARTITION ${partition}; ALTER TABLE ${keys} ` +
+    `ATTACH PARTITION ${partition} FOR VALUES FROM (<its start>) TO (now()) (its keys kept, it ` +
+    `expires with the others), or, if it holds no key, DROP TABLE ${partition} after the DETACH`
+  );
+}
+
+/** The keys table's owner and schema as the catalog query reads them for the app's role. */
+type MakerFacts = Pick<
+  Extract<CatalogEntry, { kind: 'table' }>,
+  'role' | 'owner' | 'mayOwn' | 'schema' | 'mayCreate'
+>;
+
+/**
+ * Whether the app's role may make the partitions ahead, which the partitioned store makes from
+ * the app's own sessions (`idempotency_keys_create_partitions()`: CREATE TABLE in the keys
+ * table's schema, then ATTACH PARTITION, which PostgreSQL allows only to the table's owner or a
+ * member of its role). Without, the app would start and answer every keyed request 500 once the
+ * partitions the migration left run out (adversary 109); undefined when it may (or the catalog
+ * did not say).
+ */
+export function partitionMakerProblem(facts: MakerFacts): string | undefined {
+  const { role, owner, mayOwn, schema, mayCreate } = facts;
+  if (mayOwn !== false && mayCreate !== false) return undefined;
+  const lacks: string[] = [];
+  const grants: string[] = [];
+  if (mayOwn === false) {
+    lacks.push(`ATTACH PARTITION to idempotency_keys, which only its owner ${owner} may`);
+    grants.push(`GRANT ${sqlName(owner ?? 'owner')} TO ${sqlName(role)}`);
+  }
+  if (mayCreate === false) {
+    lacks.push(`CREATE TABLE in schema ${schema}`);
+    grants.push(`GRANT CREATE ON SCHEMA ${sqlName(schema ?? 'public')} TO ${sqlName(role)}`);
+  }
+  return (
+    `${GRANT_PREFIX}${role} may not make the partitions ahead, which the partitioned expiry ` +
+    `makes from the app's sessions (${lacks.join('; ')}): ${grants.join('; ')} ` +
+    "(or log the app in as the table's owner)"
+  );
+}
+
 /** Every table the library's migrations leave, with its columns: the check's and the doctor's. */
 export const SCHEMA_TABLES: readonly TableNeed[] = [KEYS, ...CONSUMER_TABLES, BODIES];
 
@@ -229,6 +292,15 @@ export const SCHEMA_CATALOG_QUERY = `WITH ${SEARCH_PATH_SCHEMAS}
     FROM pg_partitioned_table pt JOIN pg_class d ON d.oid = pt.partdefid
     JOIN pg_namespace dn ON dn.oid = d.relnamespace
     WHERE pt.partrelid = c.oid) AS "defaultPartition",
+  ARRAY(SELECT quote_ident(pn.nspname) || '.' || quote_ident(p.relname)
+    FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhrelid
+    JOIN pg_namespace pn ON pn.oid = p.relnamespace CROSS JOIN LATERAL (SELECT pg_get_expr(p.relpartbound, p.oid) AS bound) b
+    WHERE i.inhparent = c.oid
+      AND (b.bound LIKE '% TO (MAXVALUE)' OR b.bound LIKE '% TO (''infinity'')')
+    ORDER BY 1) AS "unboundedPartitions",
+  pg_get_userbyid(c.relowner)::text AS owner,
+  pg_has_role(c.relowner, 'USAGE') AS "mayOwn",
+  has_schema_privilege(n.oid, 'CREATE') AS "mayCreate",
   NULL::text[] AS settings, n.nspname::text AS schema
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relname = ANY($1::text[]) AND c.relkind IN ('r', 'p')
@@ -238,6 +310,7 @@ UNION ALL
 (SELECT DISTINCT ON (p.proname) 'function', p.proname, NULL, '[]'::json, '[]'::json,
   ARRAY[]::text[], current_user::text,
   CASE WHEN pg_function_is_visible(p.oid) THEN NULL ELSE n.nspname::text END, NULL,
+  NULL::text[], NULL::text, NULL::boolean, NULL::boolean,
   p.proconfig, n.nspname::text
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE p.proname = ANY($2::text[]) AND (pg_function_is_visible(p.oid) OR ${UNUSABLE_IN_PATH})
@@ -333,6 +406,11 @@ export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry
           defaultPartitionProblem(keysTable.defaultPartition, keysTable.schema ?? undefined),
         );
       }
+      for (const partition of keysTable.unboundedPartitions ?? []) {
+        problems.push(unboundedPartitionProblem(partition, keysTable.schema ?? undefined));
+      }
+      const maker = partitionMakerProblem(keysTable);
+      if (maker !== undefined) problems.push(maker);
     }
   }
   const usage = [...unusable].map(([schema, { role, holds }]) => usageProblem(role, schema, holds));
@@ -372,16 +450,37 @@ export function schemaMessage(problems: readonly string[]): string {
   const head =
     "IdempotencyModule: the app's database lacks what the library needs:\n" +
     problems.map((problem) => `- ${problem}\n`).join('');
-  // Only grants missing, or a default partition: each line says what to do; the migrations
-  // would not help.
+  return head + schemaRemedy(problems);
+}
+
+/**
+ * The ways to make what the problems say is missing, for the refusal's last line: none when
+ * each problem says what to do itself (a grant, an operator's partition); the migrations, or
+ * migrations/schema.sql, for the tables and columns; for the partitioned layout, which
+ * schema.sql does not hold (adversary 109), only the migrations, which an app without TypeORM
+ * migrations runs once with a DataSource of their own.
+ */
+export function schemaRemedy(problems: readonly string[]): string {
   const ownRemedy = (problem: string) =>
-    problem.startsWith(GRANT_PREFIX) || problem.startsWith(DEFAULT_PARTITION_PREFIX);
-  if (problems.every(ownRemedy)) return head;
-  return (
-    head +
+    problem.startsWith(GRANT_PREFIX) ||
+    problem.startsWith(DEFAULT_PARTITION_PREFIX) ||
+    problem.startsWith(UNBOUNDED_PARTITION_PREFIX);
+  const layout = (problem: string) =>
+    problem.includes(MIGRATIONS.partition) || problem.includes(MIGRATIONS.pinnedPartitions);
+  const rest = problems.filter((problem) => !ownRemedy(problem));
+  if (rest.length === 0) return '';
+  const migrations =
     "Run the library's migrations in the app's DataSource (migrations: " +
     '[...IDEMPOTENCY_MIGRATIONS, ...yours], then migrationsRun: true or `typeorm migration:run`; ' +
-    'with partitionedExpiry, PartitionIdempotencyKeys1764461600000 after them), or apply the ' +
-    "package's migrations/schema.sql with your own migration tool."
-  );
+    `with partitionedExpiry, ${MIGRATIONS.partition} after them)`;
+  const schemaSql = "apply the package's migrations/schema.sql with your own migration tool";
+  const partitionedOnce =
+    'The partitioned layout is not in migrations/schema.sql: without TypeORM migrations, run ' +
+    `${MIGRATIONS.partition} and ${MIGRATIONS.pinnedPartitions} once with a DataSource of ` +
+    "their own (new DataSource({ type: 'postgres', url, migrations: " +
+    `[${MIGRATIONS.partition}, ${MIGRATIONS.pinnedPartitions}] }), then initialize() and ` +
+    'runMigrations(); see docs/operations/partitioned-expiry.md).';
+  if (rest.every(layout)) return `${migrations}. ${partitionedOnce}`;
+  if (rest.some(layout)) return `${migrations}, or ${schemaSql}. ${partitionedOnce}`;
+  return `${migrations}, or ${schemaSql}.`;
 }
