@@ -243,11 +243,22 @@ describe('checkPartitions', () => {
         'partitionedExpiry, whose purge makes them ahead',
     ],
     [
-      'a live one to MAXVALUE',
+      "a live one to MAXVALUE (or 'infinity', read alike)",
       true,
       [p('2026-12-01T00:00:00Z', null)],
-      'ok',
-      'the live one never ends',
+      'fail',
+      "the live one never ends (MAXVALUE or 'infinity'): no partition is made ahead once it is " +
+        'live, and the expiry never drops it; the app refuses to start: detach it (the schema ' +
+        'finding names it)',
+    ],
+    [
+      'one ahead to MAXVALUE',
+      true,
+      [p('2026-12-01T00:00:00Z', '2026-12-07T13:00:00Z'), p('2026-12-07T13:00:00Z', null)],
+      'fail',
+      "one never ends (MAXVALUE or 'infinity'): no partition is made ahead once it is " +
+        'live, and the expiry never drops it; the app refuses to start: detach it (the schema ' +
+        'finding names it)',
     ],
   ])('%s', (_, partitioned, partitions, level, message) => {
     expect(checkPartitions(partitioned, partitions, now)).toEqual({

@@ -320,7 +320,18 @@ export function checkPartitions(
         'partitionedExpiry, whose purge makes them ahead',
     };
   }
-  if (live.toAt === null) return { level: 'ok', topic, message: 'the live one never ends' };
+  // One up to MAXVALUE or 'infinity' (read alike): the start-up check refuses it (adversary
+  // 109), as once live it stops the partitions ahead and is never dropped.
+  if (partitions.some((p) => p.toAt === null)) {
+    return {
+      level: 'fail',
+      topic,
+      message:
+        `${live.toAt === null ? 'the live one' : 'one'} never ends (MAXVALUE or 'infinity'): ` +
+        'no partition is made ahead once it is live, and the expiry never drops it; the app ' +
+        'refuses to start: detach it (the schema finding names it)',
+    };
+  }
   const ahead = partitions
     .filter((p) => p.fromAt !== null && p.fromAt.getTime() > at)
     .sort((a, b) => a.fromAt!.getTime() - b.fromAt!.getTime());

@@ -54,12 +54,48 @@ describe('explainLayoutError', () => {
 
 describe('isNoPartitionError', () => {
   it.each<[unknown, boolean]>([
-    [{ code: '23514', message: 'no partition of relation "idempotency_keys" found for row' }, true],
     [
-      { code: '23514', message: 'new row violates check constraint "idempotency_keys_key_check"' },
+      {
+        code: '23514',
+        table: 'idempotency_keys',
+        message: 'no partition of relation "idempotency_keys" found for row',
+      },
+      true,
+    ],
+    // The same under lc_messages = 'de_DE': the fields decide, not the words.
+    [
+      {
+        code: '23514',
+        table: 'idempotency_keys',
+        message: 'keine Partition von Relation »idempotency_keys« für die Zeile gefunden',
+      },
+      true,
+    ],
+    [
+      {
+        code: '23514',
+        table: 'idempotency_keys',
+        constraint: 'idempotency_keys_key_check',
+        message: 'new row violates check constraint "idempotency_keys_key_check"',
+      },
       false,
     ],
-    [{ code: '23505', message: 'no partition' }, false],
+    // A row put straight into a partition outside its range: about that partition.
+    [
+      {
+        code: '23514',
+        table: 'idempotency_keys_20261207t000000000',
+        message:
+          'new row for relation "idempotency_keys_20261207t000000000" violates partition constraint',
+      },
+      false,
+    ],
+    [{ code: '23514', table: 'orders', message: 'no partition of relation "orders"' }, false],
+    [{ code: '23505', table: 'idempotency_keys', message: 'no partition' }, false],
+    [
+      { code: '23514', message: 'no partition of relation "idempotency_keys" found for row' },
+      false,
+    ],
     [null, false],
   ])('%j: %s', (error, expected) => {
     expect(isNoPartitionError(error)).toBe(expected);

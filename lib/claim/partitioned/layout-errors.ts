@@ -9,6 +9,9 @@ interface DatabaseError {
   code?: unknown;
   message?: unknown;
   hint?: unknown;
+  /** The relation the error is about, and the constraint (error fields, in no language). */
+  table?: unknown;
+  constraint?: unknown;
 }
 
 const MIGRATION = 'PartitionIdempotencyKeys1764461600000';
@@ -52,10 +55,16 @@ export function explainLayoutError(error: unknown): string | undefined {
   return undefined;
 }
 
-/** Whether an insert found no partition for its time: the partitions ran out. */
+/**
+ * Whether an insert found no partition for its time: the partitions ran out. Read from the
+ * SQLSTATE and error fields, not the message, which follows the server's `lc_messages`
+ * ("keine Partition ..." in German): PostgreSQL's routing failure is a 23514 about the
+ * partitioned table itself with no constraint named, where a CHECK constraint's names it and a
+ * row put straight into a partition outside its range names that partition.
+ */
 export function isNoPartitionError(error: unknown): boolean {
-  const { code, message } = (error ?? {}) as DatabaseError;
-  return code === '23514' && typeof message === 'string' && message.startsWith('no partition');
+  const { code, table, constraint } = (error ?? {}) as DatabaseError;
+  return code === '23514' && table === 'idempotency_keys' && constraint === undefined;
 }
 
 const logger = new Logger('Idempotency');
