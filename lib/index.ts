@@ -159,7 +159,11 @@ export { PostgresBodyStore } from './answer/bodies/postgres-body.store.js';
 export { type BodyPointer } from './answer/bodies/body-pointer.js';
 export { IdempotencyDatabase } from './data-layers/idempotency-database.js';
 export { IdempotencyKeyEntity } from './schema/idempotency-key.entity.js';
-export { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000 } from './migrations.js';
+export {
+  IDEMPOTENCY_MIGRATIONS,
+  PartitionIdempotencyKeys1764461600000,
+  PinPartitionFunctions1764461800000,
+} from './migrations.js';
 export {
   PartitionedPostgresClaimStore,
   type PartitionLayout,

@@ -17,6 +17,13 @@ import { PinPartitionFunctions1764461800000 } from '../migrations/1764461800000-
 export { PartitionIdempotencyKeys1764461600000 } from '../migrations/1764461600000-PartitionIdempotencyKeys.js';
 
 /**
+ * In `IDEMPOTENCY_MIGRATIONS`; also named alone for an app without TypeORM migrations (its
+ * tables from migrations/schema.sql, which holds no partitioned layout): it runs
+ * `PartitionIdempotencyKeys1764461600000` and this once with a DataSource of their own.
+ */
+export { PinPartitionFunctions1764461800000 };
+
+/**
  * The library's migrations, in order, for the app's DataSource:
  *
  * @example

@@ -1,4 +1,11 @@
 /**
+ * Fixed (session of 2026-12-07, third): refused at start-up, as a DEFAULT partition is
+ * (lib/schema/schema-check.ts `unboundedPartitionProblem`, from the catalog query's
+ * `unboundedPartitions`: MAXVALUE or 'infinity'), with the remedy that keeps its keys: detach
+ * it and attach it again `TO (now())` (or drop it if empty). The store itself still does not
+ * split such a partition; the test now shows the refusal, then follows the remedy as written
+ * and sees the late key kept, then expired with its partition. The doctor fails it too.
+ *
  * Adversary 109 (pool): a partition an operator adds up to MAXVALUE (the range-partitioned
  * table's other usual safety net, "FROM (<some time>) TO (MAXVALUE)", where adversary 108's
  * was a DEFAULT partition) stops the partitioned expiry for good once the clock reaches it:
@@ -42,6 +49,9 @@ import { DataSource } from 'typeorm';
 import { PartitionIdempotencyKeys1764461600000 } from '../../../lib/index.js';
 import { IdempotencyDatabase } from '../../../lib/data-layers/idempotency-database.js';
 import { PartitionedPostgresClaimStore } from '../../../lib/claim/partitioned/partitioned-postgres-claim.store.js';
+import { IdempotencySchemaCheck } from '../../../lib/idempotency-schema.check.js';
+import { unboundedPartitionProblem } from '../../../lib/schema/schema-check.js';
+import { type ResolvedIdempotencyOptions } from '../../../lib/shapes/idempotency-options.interface.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../../support/migrated-database.js';
 import { describePartitioned } from '../../support/postgres-version.js';
 
@@ -88,19 +98,32 @@ async function finished({ store }: Fixture, key: string): Promise<void> {
   });
 }
 
+/** The partition a key is in (undefined: none, expired). */
+async function partitionOf(database: MigratedDatabase, key: string): Promise<string | undefined> {
+  const rows = (await database.dataSource.query(
+    `SELECT tableoid::regclass::text AS partition FROM idempotency_keys WHERE key = $1`,
+    [key],
+  )) as { partition: string }[];
+  return rows[0]?.partition;
+}
+
+/** The start-up check of an app with partitionedExpiry on this database. */
+function startUpCheck(fresh: DataSource): Promise<void> {
+  const options = {
+    partitionedExpiry: { partitionMs: PARTITION_MS, partitionsAhead: 2 },
+  } as unknown as ResolvedIdempotencyOptions;
+  return new IdempotencySchemaCheck(
+    new IdempotencyDatabase(() => fresh, 5000),
+    options,
+  ).onApplicationBootstrap();
+}
+
 /** A key claimed past the partitions made ahead, then a purge past its retention. */
 async function story(fixture: Fixture) {
   const { database, store } = fixture;
   await sleep(PARTITION_MS * 4);
   await finished(fixture, 'late');
-  const partitionOf = async (key: string) =>
-    (
-      (await database.dataSource.query(
-        `SELECT tableoid::regclass::text AS partition FROM idempotency_keys WHERE key = $1`,
-        [key],
-      )) as { partition: string }[]
-    )[0]?.partition;
-  const lateIn = await partitionOf('late');
+  const lateIn = await partitionOf(database, 'late');
   await sleep(PARTITION_MS + RETENTION_MS + 1200);
   const purge = await store.purgeBatch(RETENTION_MS).then(
     () => 'ok',
@@ -109,7 +132,7 @@ async function story(fixture: Fixture) {
   return {
     lateInRest: lateIn === 'idempotency_keys_rest',
     purge,
-    lateLeft: (await partitionOf('late')) !== undefined,
+    lateLeft: (await partitionOf(database, 'late')) !== undefined,
   };
 }
 
@@ -133,8 +156,28 @@ describePartitioned('adversary 109 pool: a partition up to MAXVALUE stops the ex
     expect(await story(plain)).toEqual({ lateInRest: false, purge: 'ok', lateLeft: false });
   }, 60_000);
 
-  it.skip('with a partition up to MAXVALUE the late key expires too (Not fixed (round 109): found by review)', async () => {
-    // Observed: { lateInRest: true, purge: 'ok', lateLeft: true }.
-    expect(await story(withRest)).toEqual({ lateInRest: false, purge: 'ok', lateLeft: false });
+  it('with a partition up to MAXVALUE the app is refused at start-up; given an end as the refusal says, the late key expires too', async () => {
+    const { database, fresh, store } = withRest;
+    await sleep(PARTITION_MS * 4);
+    await finished(withRest, 'late');
+    // As before the fix: past the partitions made ahead, the key lands in the operator's.
+    expect(await partitionOf(database, 'late')).toBe('idempotency_keys_rest');
+    // Refused at start-up (was: started), naming the partition and what to do.
+    await expect(startUpCheck(fresh)).rejects.toThrow(
+      unboundedPartitionProblem('public.idempotency_keys_rest', 'public'),
+    );
+    // The refusal's remedy, as written: detached, attached again up to now().
+    await database.dataSource.query(`DO $$ DECLARE start timestamptz; BEGIN
+      SELECT from_at INTO start FROM idempotency_key_partitions()
+        WHERE partition = 'idempotency_keys_rest'::regclass;
+      ALTER TABLE idempotency_keys DETACH PARTITION idempotency_keys_rest;
+      EXECUTE format('ALTER TABLE idempotency_keys ATTACH PARTITION idempotency_keys_rest '
+        'FOR VALUES FROM (%L) TO (now())', start);
+    END $$`);
+    await expect(startUpCheck(fresh)).resolves.toBeUndefined();
+    expect(await partitionOf(database, 'late')).toBe('idempotency_keys_rest');
+    await sleep(PARTITION_MS + RETENTION_MS + 1200);
+    await store.purgeBatch(RETENTION_MS);
+    expect(await partitionOf(database, 'late')).toBeUndefined();
   }, 60_000);
 });

@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-07, third): the refusal's remedy (lib/schema/schema-check.ts
+ * `schemaRemedy`) offers schema.sql only for what schema.sql makes; for the partitioned layout
+ * it says to run PartitionIdempotencyKeys1764461600000 and PinPartitionFunctions1764461800000
+ * (now exported) once with a DataSource of their own, which the last test here follows on a
+ * schema.sql database and sees the app start; docs/operations/partitioned-expiry.md says so.
+ *
  * Adversary 109 (pool): an app on the pool seam whose tables come from `migrations/schema.sql`
  * (the documented set-up for Prisma, Drizzle and Kysely: docs/guides/data-layers.md, no
  * TypeORM) and which turns `partitionedExpiry` on is refused at start-up, rightly, but told to
@@ -36,7 +42,13 @@
 import { readFileSync } from 'node:fs';
 import { Controller, Logger, Module, Post } from '@nestjs/common';
 import { type Pool } from 'pg';
-import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
+import { DataSource } from 'typeorm';
+import {
+  IdempotencyModule,
+  Idempotent,
+  PartitionIdempotencyKeys1764461600000,
+  PinPartitionFunctions1764461800000,
+} from '../../../lib/index.js';
 import { startPoolApp } from '../../support/pool-app.js';
 
 if (!process.env.TEST_LOGS) Logger.overrideLogger(false);
@@ -79,7 +91,7 @@ describe('adversary 109 pool: partitionedExpiry on schema.sql, the refusal names
     await fixture.close();
   }, 60_000);
 
-  it.skip('the remedy the refusal gives works when followed (Not fixed (round 109): found by review)', async () => {
+  it('the remedy the refusal gives works when followed', async () => {
     partitioned = true;
     let message = '';
     // Refused at start-up (startPoolApp closes what it made and rethrows).
@@ -110,5 +122,32 @@ describe('adversary 109 pool: partitionedExpiry on schema.sql, the refusal names
       : 'schema.sql not offered';
     // Observed: 'relation "idempotency_keys" already exists'.
     expect(['started', 'schema.sql not offered']).toContain(followed);
+  }, 60_000);
+
+  it('the remedy it gives instead works: the two migrations run once with a DataSource of their own', async () => {
+    partitioned = true;
+    const fixture = await startPoolApp('adv109_pool_remedy_once', {
+      module: OrdersModule,
+      usePool: (p) => (pool = p),
+      // As the refusal says: on the schema.sql database, without the app's own TypeORM.
+      setup: async (admin) => {
+        const once = new DataSource({
+          type: 'postgres',
+          host: admin.host,
+          port: admin.port,
+          username: admin.user,
+          password: admin.password ?? undefined,
+          database: admin.database,
+          migrations: [PartitionIdempotencyKeys1764461600000, PinPartitionFunctions1764461800000],
+        });
+        await once.initialize();
+        try {
+          await once.runMigrations();
+        } finally {
+          await once.destroy();
+        }
+      },
+    });
+    await fixture.close();
   }, 60_000);
 });

@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-07, third): under partitionedExpiry the start-up check reads
+ * whether the app's role has the keys table owner's privileges (`pg_has_role(relowner,
+ * 'USAGE')`) and CREATE on its schema, and refuses without them, naming the GRANTs (GRANT
+ * <owner> TO <role>; GRANT CREATE ON SCHEMA ...) or logging in as the owner
+ * (lib/schema/schema-check.ts `partitionMakerProblem`); said alone, without the migrations.
+ *
  * Adversary 109 (pool): with `partitionedExpiry`, an app whose login role is not the owner of
  * `idempotency_keys` (the ordinary least-privilege set-up: migrations run as the owner, the app
  * granted SELECT, INSERT, UPDATE, DELETE) passes the start-up check and starts, then answers
@@ -139,7 +145,7 @@ describePartitioned('adversary 109 pool: partitionedExpiry with an app role not 
     expect(await story(owned)).toEqual({ status: 201 });
   }, 60_000);
 
-  it.skip('an app role that may not make partitions is refused at start-up, or served (Not fixed (round 109): found by review)', async () => {
+  it('an app role that may not make partitions is refused at start-up, or served', async () => {
     const outcome = await story(database, role);
     // Observed: { status: 500 } (the app started; the partitions ahead cannot be made).
     expect([{ refused: true }, { status: 201 }]).toContainEqual(outcome);
