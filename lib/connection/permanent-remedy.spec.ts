@@ -32,6 +32,11 @@ describe('permanentRemedy', () => {
       /grant the app's role SELECT, INSERT, UPDATE, DELETE/,
     ],
     [
+      'no privilege to make a partition (42501, must be owner)',
+      { code: '42501', message: 'must be owner of table idempotency_keys' },
+      /under partitionedExpiry the role also makes the partitions ahead, which needs the table owner's role and CREATE on its schema \(GRANT <owner> TO <role>; GRANT CREATE ON SCHEMA <schema> TO <role>/,
+    ],
+    [
       'a NUL in a text the library sent (22021)',
       { code: '22021', message: 'invalid byte sequence for encoding "UTF8": 0x00' },
       /^invalid byte sequence .*: a text the library sent for a key .* holds a character PostgreSQL cannot store/,

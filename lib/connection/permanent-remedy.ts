@@ -34,7 +34,12 @@ export function permanentRemedy(error: unknown): string {
     case '42501':
       return (
         `${said}: grant the app's role SELECT, INSERT, UPDATE, DELETE on the library's tables ` +
-        '(idempotency_keys, processed_messages, message_failures, idempotency_response_bodies)'
+        '(idempotency_keys, processed_messages, message_failures, idempotency_response_bodies); ' +
+        // PostgreSQL's words for the two (must be owner, permission denied for schema) follow
+        // lc_messages and carry no field to tell them apart: both are named (adversary 109).
+        'under partitionedExpiry the role also makes the partitions ahead, which needs the ' +
+        "table owner's role and CREATE on its schema (GRANT <owner> TO <role>; GRANT CREATE ON " +
+        'SCHEMA <schema> TO <role>; the start-up check names them)'
       );
     case '22021':
     case '22P05':

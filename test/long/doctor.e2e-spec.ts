@@ -6,6 +6,7 @@ import { decide } from '../../lib/decisions/decide.js';
 import { IDEMPOTENCY_MIGRATIONS, PartitionIdempotencyKeys1764461600000 } from '../../lib/index.js';
 import { IdempotencyDatabase } from '../../lib/data-layers/idempotency-database.js';
 import { PostgresClaimStore } from '../../lib/claim/postgres-claim.store.js';
+import { unboundedPartitionProblem } from '../../lib/schema/schema-check.js';
 import { runCli, startCli, printed } from '../support/cli-process.js';
 import { adminUrl, createTestDatabase, type TestDatabase } from '../support/database.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/migrated-database.js';
@@ -383,6 +384,27 @@ describe('doctor', () => {
     expect(ahead.stdout).toContain('ok    partitions: 2 ahead of the live one, 1 d wide\n');
     expect(ahead.stdout).toMatch(/No problems found\.\n$/);
     expect(ahead.code).toBe(0);
+  });
+
+  it("a partition up to 'infinity' (read as MAXVALUE): what the app would refuse to start for, exit 1", async () => {
+    const { dataSource, url } = await migrated('doctor_partition_infinity', [
+      PartitionIdempotencyKeys1764461600000,
+    ]);
+    await dataSource.query('SELECT idempotency_keys_create_partitions(86400000, 1)');
+    await dataSource.query(`DO $$ BEGIN
+      EXECUTE format('CREATE TABLE idempotency_keys_rest PARTITION OF idempotency_keys '
+        'FOR VALUES FROM (%L) TO (''infinity'')',
+        (SELECT max(to_at) FROM idempotency_key_partitions()));
+    END $$`);
+    const run = await runCli(['doctor', '--url', url]);
+    // The start-up check's words, and the partitions finding: one story (adversary 109).
+    expect(run.stdout).toContain(unboundedPartitionProblem('idempotency_keys_rest'));
+    expect(run.stdout).toContain(
+      "FAIL  partitions: one never ends (MAXVALUE or 'infinity'): no partition is made ahead " +
+        'once it is live, and the expiry never drops it; the app refuses to start: detach it ' +
+        '(the schema finding names it)\n',
+    );
+    expect(run.code).toBe(1);
   });
 
   it('a database it cannot reach: the URL without its password and the error, exit 1', async () => {
