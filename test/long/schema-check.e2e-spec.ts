@@ -58,6 +58,18 @@ const lacking = (...problems: string[]) =>
   "IdempotencyModule: the app's database lacks what the library needs:\n" +
   problems.map((problem) => `- ${problem}\n`).join('') +
   REMEDY;
+/** For the partitioned layout, which schema.sql does not hold: only the migrations (adversary 109). */
+const LAYOUT_REMEDY =
+  "Run the library's migrations in the app's DataSource (migrations: " +
+  '[...IDEMPOTENCY_MIGRATIONS, ...yours], then migrationsRun: true or `typeorm migration:run`; ' +
+  'with partitionedExpiry, PartitionIdempotencyKeys1764461600000 after them). The partitioned ' +
+  'layout is not in schema.sql: without TypeORM migrations, run ' +
+  'PartitionIdempotencyKeys1764461600000 and PinPartitionFunctions1764461800000 once with a ' +
+  "DataSource of their own (new DataSource({ type: 'postgres', url, migrations: " +
+  '[PartitionIdempotencyKeys1764461600000, PinPartitionFunctions1764461800000] }), then ' +
+  'initialize() and runMigrations(); see docs/operations/partitioned-expiry.md).';
+const lackingLayout = (...problems: string[]) =>
+  lacking(...problems).slice(0, -REMEDY.length) + LAYOUT_REMEDY;
 
 const PERMANENT_DETAIL =
   'The database refused the idempotency store for a reason that lasts (a missing table, ' +
@@ -214,7 +226,7 @@ describe('the start-up check of the schema', () => {
     await migrate(database.url, IDEMPOTENCY_MIGRATIONS);
     const plain = await startFailure(database.url, { partitionedExpiry: true });
     expect((plain as Error).message).toBe(
-      lacking(
+      lackingLayout(
         'column idempotency_keys.placed_at is missing (migration PartitionIdempotencyKeys1764461600000)',
         'partitionedExpiry is on, but idempotency_keys is not partitioned: run the ' +
           'PartitionIdempotencyKeys1764461600000 migration (see the README\'s "Partitioned expiry")',
@@ -280,7 +292,7 @@ describe('the start-up check of the schema', () => {
     await db.end();
     const error = await startFailure(database.url, { partitionedExpiry: true });
     expect((error as Error).message).toBe(
-      lacking(
+      lackingLayout(
         "function idempotency_keys_create_partitions() reads partition bounds in the session's " +
           'DateStyle and TimeZone (migration PinPartitionFunctions1764461800000)',
         "function idempotency_key_partitions() reads partition bounds in the session's " +
