@@ -398,7 +398,9 @@ describe('doctor', () => {
     END $$`);
     const run = await runCli(['doctor', '--url', url]);
     // The start-up check's words, and the partitions finding: one story (adversary 109).
-    expect(run.stdout).toContain(unboundedPartitionProblem('idempotency_keys_rest'));
+    expect(run.stdout).toContain(
+      unboundedPartitionProblem('public.idempotency_keys_rest', 'public'),
+    );
     expect(run.stdout).toContain(
       "FAIL  partitions: one never ends (MAXVALUE or 'infinity'): no partition is made ahead " +
         'once it is live, and the expiry never drops it; the app refuses to start: detach it ' +
