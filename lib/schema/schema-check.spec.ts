@@ -639,7 +639,7 @@ describe('schemaRemedy', () => {
     'with partitionedExpiry, PartitionIdempotencyKeys1764461600000 after them)';
   const schemaSql = "apply the package's migrations/schema.sql with your own migration tool";
   const partitionedOnce =
-    'The partitioned layout is not in migrations/schema.sql: without TypeORM migrations, run ' +
+    'The partitioned layout is not in schema.sql: without TypeORM migrations, run ' +
     'PartitionIdempotencyKeys1764461600000 and PinPartitionFunctions1764461800000 once with a ' +
     "DataSource of their own (new DataSource({ type: 'postgres', url, migrations: " +
     '[PartitionIdempotencyKeys1764461600000, PinPartitionFunctions1764461800000] }), then ' +

@@ -475,7 +475,7 @@ export function schemaRemedy(problems: readonly string[]): string {
     `with partitionedExpiry, ${MIGRATIONS.partition} after them)`;
   const schemaSql = "apply the package's migrations/schema.sql with your own migration tool";
   const partitionedOnce =
-    'The partitioned layout is not in migrations/schema.sql: without TypeORM migrations, run ' +
+    'The partitioned layout is not in schema.sql: without TypeORM migrations, run ' +
     `${MIGRATIONS.partition} and ${MIGRATIONS.pinnedPartitions} once with a DataSource of ` +
     "their own (new DataSource({ type: 'postgres', url, migrations: " +
     `[${MIGRATIONS.partition}, ${MIGRATIONS.pinnedPartitions}] }), then initialize() and ` +
