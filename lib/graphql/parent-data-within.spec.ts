@@ -153,6 +153,41 @@ describe('parentDataWithin', () => {
       expect(within?.pinnedHolders).toEqual([{ id: 4, __kept: { p: 0 } }]);
       expect((within?.wire as typeof all).pinned).toBe(within?.pinnedHolders[0]);
     });
+
+    describe('one object at several places, its record one node they all name (adversary 109)', () => {
+      const shared = {
+        g: [
+          ['o', 'description', 'd'.repeat(300)],
+          ['o', 'memo', 'm'.repeat(100)],
+        ],
+      };
+      const places = [1, 2, 3].map((id) => ({ id, __parent: { p: 0 } }));
+      const other = { id: 4, __parent: { p: 1 } };
+      const all = { items: places, other };
+      const node = (index: number) => JSON.stringify(shared.g[index]).length + 1;
+      const ref = (index: number) => `"__parent":{"p":${index}},`.length;
+
+      it.each<[string, number, number]>([
+        ['over by a byte: the holder of its own goes, the places keep their one node', 1, 1],
+        [
+          'over by more than all but the one node: the node goes only with the last place',
+          ref(1) + node(1) + 3 * ref(0) + 1,
+          4,
+        ],
+      ])('%s', (_name, over, dropped) => {
+        const within = parentDataWithin(all, [...places, other], members, over, shared)!;
+        expect(within.dropped).toBe(dropped);
+        // Every place still holding its data names the one node, as it read before.
+        const kept = within.holders as { __parent: { p: number } }[];
+        for (const holder of kept) {
+          expect(readGraphNodes(within.graph!)[holder.__parent.p]).toEqual(
+            readGraphNodes(shared)[0],
+          );
+        }
+        expect(new Set(kept.map((holder) => holder.__parent.p)).size).toBe(kept.length > 0 ? 1 : 0);
+        if (kept.length === 0) expect(within.graph).toBeUndefined();
+      });
+    });
   });
 
   describe("a kept parent's own object's node (`s`, adversary 108)", () => {

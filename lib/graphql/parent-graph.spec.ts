@@ -62,6 +62,16 @@ describe('ownBytes', () => {
         [4, bytes(graph.g[4]) + bytes(graph.g[5])],
       ],
     ],
+    [
+      // One object at several places: its record one node every place names (adversary 109),
+      // freed only when the last of them goes.
+      'two places naming one node: neither place owns it',
+      [4, 4, 0],
+      [
+        [4, 0],
+        [0, bytes(graph.g[0]) + bytes(graph.g[1]) + bytes(graph.g[2])],
+      ],
+    ],
     ['none', [], []],
   ])('%s', (_name, roots, owned) => {
     expect([...ownBytes(graph, roots)]).toEqual(owned);

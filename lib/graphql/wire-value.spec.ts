@@ -863,6 +863,62 @@ describe('outputWire, as far as the selection reads', () => {
       expect(order.lines[2]).toEqual({ id: 3, qty: 2, unitPrice: 3, order });
     });
 
+    describe("one object at several places (adversary 109: a DataLoader's cached entity)", () => {
+      const Cart = new GraphQLObjectType({
+        name: 'WirePlacesCart',
+        fields: { primary: { type: Line }, lines: { type: new GraphQLList(Line) } },
+      });
+      const row = { id: 7, qty: 2, unitPrice: 3, note: 'n'.repeat(1_000) };
+      const cart = { primary: row, lines: [row, row, row] };
+      it.each<[string, string, number]>([
+        [
+          'the same selection at every place: one node, each place naming it',
+          '{ lines { id subtotal } }',
+          1,
+        ],
+        [
+          'the primary too, selected alike: still one',
+          '{ primary { id subtotal } lines { id subtotal } }',
+          1,
+        ],
+        [
+          // The primary's record lacks `id` (selected, in the answer): its own node.
+          'selections that differ: a node per record its places hold',
+          '{ primary { id subtotal } lines { subtotal } }',
+          2,
+        ],
+      ])('%s', async (_name, query, records) => {
+        const stored = await outputWire(graphql, schema, Cart, cart, selecting(query), call);
+        const wire = stored.wire as {
+          primary?: Record<string, unknown>;
+          lines: Record<string, unknown>[];
+        };
+        const places = [...(wire.primary ? [wire.primary] : []), ...wire.lines];
+        const nodes = places.map((place) => parentRefIndex(place[PARENT]));
+        expect(nodes.every((node) => node !== undefined)).toBe(true);
+        expect(new Set(nodes).size).toBe(records);
+        // Its data is stored once per record, never once per place.
+        expect(JSON.stringify(stored.parentGraph).split(row.note).length - 1).toBe(records);
+        const json = JSON.parse(
+          JSON.stringify({ wire: stored.wire, parentGraph: stored.parentGraph }),
+        ) as { wire: unknown; parentGraph: Graph };
+        const replayed = fromWire(
+          graphql,
+          schema,
+          Cart,
+          json.wire,
+          undefined,
+          undefined,
+          undefined,
+          namedReader(json.parentGraph),
+        ) as { primary?: Row; lines: Row[] };
+        // Every place's resolvers read the object's data, as at the first call.
+        for (const place of [...(wire.primary ? [replayed.primary] : []), ...replayed.lines]) {
+          expect(place).toMatchObject({ qty: 2, unitPrice: 3, note: row.note });
+        }
+      });
+    });
+
     it('reads no data for a parent where the answer holds no graph (never throws)', () => {
       const replayed = fromWire(graphql, schema, Line, { id: 1, [PARENT]: { p: 4 } });
       expect(replayed).toEqual({ id: 1 });

@@ -48,6 +48,7 @@ import { ontoNode } from './parent-identity.js';
 import { mayAnswerOtherwise, seenThrough } from './first-answer-view.js';
 import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
+import { recordOnce } from './same-record.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
 import { absentOnReplay, notedAbsentFields } from './absent-fields.js';
 import { hasNoPrototype, unnamedPlain } from './bare-objects.js';
@@ -307,6 +308,13 @@ interface Walk {
     source: object;
     type: string;
   }[];
+  /**
+   * Each object's records of its data written so far (`PARENT`'s, `KEPT`'s), by object: a
+   * place whose record holds the same is given that record, one node for all its places
+   * (same-record.ts).
+   */
+  parentRecords: WeakMap<object, Record<string, unknown>[]>;
+  keptRecords: WeakMap<object, Record<string, unknown>[]>;
 }
 
 /**
@@ -351,6 +359,8 @@ export async function outputWire(
     parentData: [],
     keptHolders: [],
     keptData: [],
+    parentRecords: new WeakMap(),
+    keptRecords: new WeakMap(),
   };
   const stored = await walkValue(walk, type, promised, selection.nodes);
   const parentGraph = writeParents(walk.parentData, losses, walk.keptData);
@@ -366,8 +376,9 @@ export async function outputWire(
  * Writes the own data of every parent of the answer (`PARENT`) into ONE typed graph, each
  * parent's `PARENT` naming its node: an object several parents reach (`line.order`, the one
  * order, from every line) is written once, as it was one object (adversary 105: a graph per
- * parent wrote the order, with all its lines, again for each line: quadratic). What does not
- * come back as it was is put in `losses`, parent by parent.
+ * parent wrote the order, with all its lines, again for each line: quadratic). So is a record
+ * several places of one object hold (`recordOnce`: adversary 109), each place naming its node.
+ * What does not come back as it was is put in `losses`, parent by parent.
  */
 function writeParents(
   noted: Walk['parentData'],
@@ -376,17 +387,28 @@ function writeParents(
 ): Graph | undefined {
   const parents = [...noted, ...kept];
   if (parents.length === 0) return undefined;
+  // Each record once, however many places name it (one object at several places: see
+  // `recordOnce`), by its first place.
+  const recordIndex = new Map<object, number>();
+  const firsts: (typeof parents)[number][] = [];
+  for (const parent of parents) {
+    if (recordIndex.has(parent.data)) continue;
+    recordIndex.set(parent.data, firsts.length);
+    firsts.push(parent);
+  }
+  const recordOf = (parent: (typeof parents)[number]) => recordIndex.get(parent.data)!;
   // Never throws: a member with no typed JSON form is left out alone, and named (adversary
   // 99: a key `prototype` in it once left all of it out, and failed `writeKept`'s mutation).
-  const typed = keepAll(parents.map((parent) => parent.data));
-  parents.forEach(({ wire, source, type }, index) => {
+  const typed = keepAll(firsts.map((parent) => parent.data));
+  parents.forEach((parent, index) => {
+    const { wire, source, type } = parent;
     // Its own object, where the graph holds it too (each `line.order` back to its lines): a
     // replay makes the parent that very node (adversary 107: `indexOf(line)` answered -1), an
     // entity's whose data is all under `KEPT` too (adversary 108).
-    const ref = parentRef(typed.roots[index], typed.nodes.get(source));
+    const ref = parentRef(typed.roots[recordOf(parent)], typed.nodes.get(source));
     if (index >= noted.length) wire[KEPT] = ref;
     else wire[PARENT] = ref;
-    const unfaithful = typed.unfaithful[index];
+    const unfaithful = typed.unfaithful[recordOf(parent)];
     if (unfaithful.length > 0) {
       const what = unfaithful.map((member) => `${member.name} (${member.what})`);
       losses.push({ type, what: `its data ${what.join(', ')} does not come back as it was` });
@@ -396,11 +418,11 @@ function writeParents(
   // (node-classes.ts: a path tree per parent walked what they share again from each).
   const { classes, twins } = nodeClasses(typed.nodes);
   if (twins.size > 0) {
-    const firsts = firstRoots(typed.kept, typed.roots);
+    const reachedFirst = firstRoots(typed.kept, typed.roots);
     const parentOf = new Map(typed.roots.map((root, index) => [root, index]));
     const said = new Set<string>();
     for (const [node, twin] of twins) {
-      const type = parents[parentOf.get(firsts[node]) ?? 0].type ?? parents[0].type;
+      const type = firsts[parentOf.get(reachedFirst[node]) ?? 0].type ?? firsts[0].type;
       if (said.has(`${type}\0${twin}`)) continue;
       said.add(`${type}\0${twin}`);
       losses.push({ type, what: twinLoss('its data', twin) });
@@ -409,7 +431,7 @@ function writeParents(
   if (Object.keys(classes).length === 0) return typed.kept;
   // What `KEPT` reaches a serializer reads as the answer: a class a replay cannot tell there
   // answers an error, as ever, never a plain object its transforms would not mask (`k`).
-  const keptRoots = typed.roots.slice(noted.length);
+  const keptRoots = kept.map((parent) => typed.roots[recordOf(parent)]);
   if (keptRoots.length > 0) {
     const reached = graphReachedBy(typed.kept, keptRoots).moved;
     for (const [node, entry] of Object.entries(classes)) {
@@ -439,7 +461,8 @@ function writeKept(
   // line points back at was written again per line (adversary 107: quadratic). Its place is
   // kept meanwhile, so the wire's members keep their order.
   wire[KEPT] = parentRef(-1);
-  walk.keptData.push({ wire, data: kept, source, type });
+  // One object at several places keeps its data once (same-record.ts: adversary 109).
+  walk.keptData.push({ wire, data: recordOnce(walk.keptRecords, source, kept), source, type });
 }
 
 /**
@@ -458,7 +481,9 @@ function writeParent(
   delete wire[PARENT_CLASSES];
   if (Reflect.ownKeys(parent).length === 0) return;
   wire[PARENT] = parentRef(-1);
-  walk.parentData.push({ wire, data: parent, source, type });
+  // One object at several places keeps its data once (same-record.ts: adversary 109).
+  const data = recordOnce(walk.parentRecords, source, parent);
+  walk.parentData.push({ wire, data, source, type });
 }
 
 async function walkValue(
