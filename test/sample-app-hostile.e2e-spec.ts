@@ -227,6 +227,26 @@ describe.each(['express', 'fastify'] as const)('the hostile sweep on %s', (adapt
     return { res, blockedMs: loop.max / 1e6 };
   }
 
+  /**
+   * The budget a case's worst wait is held to: 50 ms, or, where the machine is so busy that
+   * even its best try took longer, three times what an honest body of the same size takes
+   * now (parsed by the same code, answered 400 for its padding). A request that blocks for
+   * what it holds (the million-digit exponent took 430 ms before the bounds, against some 20
+   * ms for any 1 MiB body) stays far past either; one merely slowed by a busy machine does not.
+   */
+  async function loopBudget(c: Case, blockedMs: number): Promise<number> {
+    if (blockedMs <= LOOP_BUDGET_MS) return LOOP_BUDGET_MS;
+    const size = Buffer.byteLength(c.body ?? valid());
+    const padding = 'x'.repeat(Math.max(0, size - Buffer.byteLength(valid()) - 12));
+    const honest = valid().replace(/}$/, `,"padding":"${padding}"}`);
+    let reference = Infinity;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const sent = await send({ name: 'an honest body of that size', expected: 400, body: honest });
+      reference = Math.min(reference, sent.blockedMs);
+    }
+    return Math.max(LOOP_BUDGET_MS, 3 * reference);
+  }
+
   it.each(CASES)('$name: $expected, nothing stored, the event loop free', async (c) => {
     const before = await keys();
     const first = await send(c);
@@ -249,7 +269,7 @@ describe.each(['express', 'fastify'] as const)('the hostile sweep on %s', (adapt
     }
     expect(res.headers['idempotent-replayed']).toBeUndefined();
     expect(await keys()).toBe(before);
-    expect(blockedMs).toBeLessThanOrEqual(LOOP_BUDGET_MS);
+    expect(blockedMs).toBeLessThanOrEqual(await loopBudget(c, blockedMs));
   });
 
   it('takes what is odd but valid: a key of exactly 255 characters, a Unicode customer', async () => {
