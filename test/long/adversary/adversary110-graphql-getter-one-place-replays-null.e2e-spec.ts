@@ -20,8 +20,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Adversary 110 (graphql): one entity answered at two places (an order's `primary` line, also
  * `lines[0]`), whose type has a getter field (`@Field() get label()`) that the client selects
  * at `primary` only, replays `data: null`: the replay makes ONE object of the line for both
- * places (its node of the shared graph, adopted), built from `lines[0]`'s record, which holds
- * no `label` (not selected there), so `primary.label` (a `String!`) resolves to null and
+ * places (its node of the shared graph, adopted at each place), whose prototype ends as the
+ * last place's (`lines[0]`'s, with no `label` getter: not selected there), so
+ * `primary.label` (a `String!`) resolves to null and
  * GraphQL nulls the whole non-null chain up to `data`. The mutation committed; every retry
  * answers `Cannot return null for non-nullable field Line.label.` Without the replay's one
  * object (the line at `primary` only) the same getter replays fine. The first answer also
@@ -38,10 +39,13 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * position isPrimary }`.
  *
  * Code path: lib/graphql/wire-value.ts `walkValue` (the getter's value stored at `primary`'s
- * wire, GOTTEN/`replaced`) -> `writeParents` (each place's `__parent` naming the line's one
- * node `s`) -> replay `fromWire` / parent-identity.ts (both places adopt the one node, whose
- * members are `lines[0]`'s: no `label`, the getter's stored value not given to it) ->
- * GraphQL's default resolver reads `label` undefined -> non-null error to `data`.
+ * wire: `ACCESSORS`/`replaced`) -> `writeParents` (each place's `__parent` naming the line's
+ * one node `s`) -> replay `fromWire` end: `throughGetters` gives `primary`'s built object
+ * `label` through a getter (its prototype), then `ontoNode(value, node)` (parent-identity.ts)
+ * adopts the node for EACH place (`adoptsNode`: taken already), each call
+ * `Object.setPrototypeOf(node, <that place's built prototype>)`: `lines[0]`'s (no `label`)
+ * replaces `primary`'s -> GraphQL's default resolver reads `label` undefined -> non-null
+ * error up to `data`.
  *
  * Docs quote (docs/guides/graphql.md): "one object answered at two places (an order's
  * `primary` line, also `lines[0]`) is one object at both"; "a replay gives a getter's field
