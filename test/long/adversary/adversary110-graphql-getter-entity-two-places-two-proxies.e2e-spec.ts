@@ -57,6 +57,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * `lines[0] { position: 1, isPrimary: true }`; the first answer `primary { position: 0 }`,
  * `lines[0] { isPrimary: false }`; the replay `1` and `true` again.
  *
+ * The same with a TypeORM-style lazy relation instead of the getter (`@Field(() => Customer)
+ * customer: Promise<Customer>`, selected at `primary`, or at both places): the first answer's
+ * `primary.position` is 0 and `lines[0]`'s `line.order.primary === line` false, the replay 1
+ * and true (seen by review with a probe of the same app).
+ *
  * Controls: the getter selected only under `lines` (`primary` unproxied: one Proxy of the
  * line) answers as without the library and replays the same bytes.
  *
