@@ -62,6 +62,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * `primary.position` is 0 and `lines[0]`'s `line.order.primary === line` false, the replay 1
  * and true (seen by review with a probe of the same app).
  *
+ * On Mercurius (`MercuriusDriver`, Fastify) the same (seen by review with this app on it:
+ * the same first answers and replays).
+ *
  * Controls: the getter selected only under `lines` (`primary` unproxied: one Proxy of the
  * line) answers as without the library and replays the same bytes.
  *

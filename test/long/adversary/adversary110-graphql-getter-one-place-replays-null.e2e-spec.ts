@@ -61,6 +61,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * `{"errors":[{"message":"Cannot return null for non-nullable field Line.label.","path":
  * ["placeOrder","primary","label"],...}],"data":null}`.
  *
+ * On Mercurius (`MercuriusDriver`, Fastify) the same (seen by review with this app on it:
+ * the same first answers and replays).
+ *
  * Controls: the getter selected under `lines` only (and not at `primary`) answers as without
  * the library and replays the same bytes.
  *
