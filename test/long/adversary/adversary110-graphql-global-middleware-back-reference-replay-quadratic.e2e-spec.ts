@@ -36,10 +36,13 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * logged.push(ctx.info.fieldName); return next(); }`. The client selects `lines { id sku }`.
  *
  * Code path: lib/graphql/middleware-outputs.ts `outputValue` -> app-parents.ts `parentData`
- * (each line's parent rebuilt from the outputs' graph, kept-data.ts `restoreData` ->
- * node-classes.ts `read` -> typed-graph.ts `readGraphNodes`): per parent, work that grows
- * with the graph (every line reaches the order, which reaches every line), so N parents x N
- * nodes (seen in a replay's stack: `restoreData` <- `parentData` <- `outputValue`).
+ * (each line's parent rebuilt from the outputs' graph: kept-data.ts `restoreData` ->
+ * node-classes.ts `read` -> typed-graph.ts `readGraphNodes`). Where the time goes was not
+ * isolated by review; the suspect is the graph's reader (`parentsReader`, one per decoded
+ * `outputsGraph` object): where that object is not the same for every parent of one replay,
+ * each parent reads all N nodes (every line reaches the order, which reaches every line),
+ * N parents x N nodes. The 200-line control and the 10x lines / 55x time ratio say it grows
+ * at least with the square.
  *
  * Docs quote (docs/guides/graphql.md): for middleware outputs' parents: "the data of all such
  * parents of one answer is stored once, as one graph beside its outputs, so that an object
