@@ -32,6 +32,8 @@
  * Fails now: (un-skipped) the worker's purge rejects with `must be owner of table
  * idempotency_keys_...`, and the partition is left detached (an orphan table holding the key).
  *
+ * (Neither role owns the schema: a schema's owner may drop any table in it.)
+ *
  * Controls: both roles pass the start-up check; the same story with one role (it makes and
  * purges its own partitions): the purge succeeds and no table is left.
  *
