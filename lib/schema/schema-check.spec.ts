@@ -545,13 +545,13 @@ describe('missingSchema: what a partitioned layout the functions cannot work wit
     ],
     [
       'a role not the owner, without CREATE on the schema',
-      keysWith({ owner: 'migrator', mayOwn: false, schema: 'public', mayCreate: false }),
+      keysWith({ owner: 'migrator', mayOwn: false, makesIn: 'public', mayCreate: false }),
       [
         partitionMakerProblem({
           role: 'app',
           owner: 'migrator',
           mayOwn: false,
-          schema: 'public',
+          makesIn: 'public',
           mayCreate: false,
         })!,
       ],
@@ -593,7 +593,7 @@ describe('unboundedPartitionProblem', () => {
 });
 
 describe('partitionMakerProblem', () => {
-  const base = { role: 'app', owner: 'migrator', schema: 'idem' };
+  const base = { role: 'app', owner: 'migrator', makesIn: 'idem' };
   it.each<[string, boolean | null | undefined, boolean | null | undefined, string | undefined]>([
     ['the owner (or a member), with CREATE', true, true, undefined],
     ['not said (an older catalog query)', undefined, null, undefined],
@@ -610,7 +610,8 @@ describe('partitionMakerProblem', () => {
       true,
       false,
       "the role app may not make the partitions ahead, which the partitioned expiry makes from the app's " +
-        'sessions (CREATE TABLE in schema idem): GRANT CREATE ON SCHEMA idem TO app ' +
+        'sessions (CREATE TABLE in schema idem, the first of its search_path): GRANT CREATE ON ' +
+        'SCHEMA idem TO app ' +
         "(or log the app in as the table's owner)",
     ],
     [
@@ -619,11 +620,20 @@ describe('partitionMakerProblem', () => {
       false,
       "the role app may not make the partitions ahead, which the partitioned expiry makes from the app's " +
         'sessions (ATTACH PARTITION to idempotency_keys, which only its owner migrator may; ' +
-        'CREATE TABLE in schema idem): GRANT migrator TO app; GRANT CREATE ON SCHEMA idem TO app ' +
+        'CREATE TABLE in schema idem, the first of its search_path): GRANT migrator TO app; ' +
+        'GRANT CREATE ON SCHEMA idem TO app ' +
         "(or log the app in as the table's owner)",
     ],
   ])('%s', (_name, mayOwn, mayCreate, expected) => {
     expect(partitionMakerProblem({ ...base, mayOwn, mayCreate })).toBe(expected);
+  });
+
+  it('says so where no schema of the search path exists to make them in', () => {
+    expect(partitionMakerProblem({ ...base, makesIn: null, mayOwn: true, mayCreate: false })).toBe(
+      "the role app may not make the partitions ahead, which the partitioned expiry makes from the app's " +
+        'sessions (CREATE TABLE: no schema of its search_path exists): ALTER ROLE app SET ' +
+        "search_path = <the keys table's schema> (or log the app in as the table's owner)",
+    );
   });
 
   it('is said alone, without the migrations (they would not help)', () => {

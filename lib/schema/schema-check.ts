@@ -45,7 +45,12 @@ export type CatalogEntry =
       /** Its owner, and whether the role has that owner's privileges (owns it, or is a member). */
       owner?: string | null;
       mayOwn?: boolean | null;
-      /** Whether the role may create tables in the schema that holds it. */
+      /**
+       * Where the role's sessions make new partitions (`current_schema()`: the first schema of
+       * its search path that exists; `CREATE TABLE` of an unqualified name lands there, not
+       * in the keys table's schema, adversary 110), and whether it may create tables there.
+       */
+      makesIn?: string | null;
       mayCreate?: boolean | null;
     }
   | {
@@ -228,19 +233,19 @@ export function unboundedPartitionProblem(partition: string, keysSchema?: string
 /** The keys table's owner and schema as the catalog query reads them for the app's role. */
 type MakerFacts = Pick<
   Extract<CatalogEntry, { kind: 'table' }>,
-  'role' | 'owner' | 'mayOwn' | 'schema' | 'mayCreate'
+  'role' | 'owner' | 'mayOwn' | 'makesIn' | 'mayCreate'
 >;
 
 /**
  * Whether the app's role may make the partitions ahead, which the partitioned store makes from
- * the app's own sessions (`idempotency_keys_create_partitions()`: CREATE TABLE in the keys
- * table's schema, then ATTACH PARTITION, which PostgreSQL allows only to the table's owner or a
- * member of its role). Without, the app would start and answer every keyed request 500 once the
+ * the app's own sessions (`idempotency_keys_create_partitions()`: CREATE TABLE of an
+ * unqualified name, made in the session's `current_schema()`, then ATTACH PARTITION, which
+ * PostgreSQL allows only to the table's owner or a member of its role). Without, the app would start and answer every keyed request 500 once the
  * partitions the migration left run out (adversary 109); undefined when it may (or the catalog
  * did not say).
  */
 export function partitionMakerProblem(facts: MakerFacts): string | undefined {
-  const { role, owner, mayOwn, schema, mayCreate } = facts;
+  const { role, owner, mayOwn, makesIn, mayCreate } = facts;
   if (mayOwn !== false && mayCreate !== false) return undefined;
   const lacks: string[] = [];
   const grants: string[] = [];
@@ -248,9 +253,12 @@ export function partitionMakerProblem(facts: MakerFacts): string | undefined {
     lacks.push(`ATTACH PARTITION to idempotency_keys, which only its owner ${owner} may`);
     grants.push(`GRANT ${sqlName(owner ?? 'owner')} TO ${sqlName(role)}`);
   }
-  if (mayCreate === false) {
-    lacks.push(`CREATE TABLE in schema ${schema}`);
-    grants.push(`GRANT CREATE ON SCHEMA ${sqlName(schema ?? 'public')} TO ${sqlName(role)}`);
+  if (mayCreate === false && makesIn) {
+    lacks.push(`CREATE TABLE in schema ${makesIn}, the first of its search_path`);
+    grants.push(`GRANT CREATE ON SCHEMA ${sqlName(makesIn)} TO ${sqlName(role)}`);
+  } else if (mayCreate === false) {
+    lacks.push('CREATE TABLE: no schema of its search_path exists');
+    grants.push(`ALTER ROLE ${sqlName(role)} SET search_path = <the keys table's schema>`);
   }
   return (
     `${GRANT_PREFIX}${role} may not make the partitions ahead, which the partitioned expiry ` +
@@ -300,7 +308,8 @@ export const SCHEMA_CATALOG_QUERY = `WITH ${SEARCH_PATH_SCHEMAS}
     ORDER BY 1) AS "unboundedPartitions",
   pg_get_userbyid(c.relowner)::text AS owner,
   pg_has_role(c.relowner, 'USAGE') AS "mayOwn",
-  has_schema_privilege(n.oid, 'CREATE') AS "mayCreate",
+  current_schema()::text AS "makesIn",
+  coalesce(has_schema_privilege(current_schema(), 'CREATE'), false) AS "mayCreate",
   NULL::text[] AS settings, n.nspname::text AS schema
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relname = ANY($1::text[]) AND c.relkind IN ('r', 'p')
@@ -310,7 +319,7 @@ UNION ALL
 (SELECT DISTINCT ON (p.proname) 'function', p.proname, NULL, '[]'::json, '[]'::json,
   ARRAY[]::text[], current_user::text,
   CASE WHEN pg_function_is_visible(p.oid) THEN NULL ELSE n.nspname::text END, NULL,
-  NULL::text[], NULL::text, NULL::boolean, NULL::boolean,
+  NULL::text[], NULL::text, NULL::boolean, NULL::text, NULL::boolean,
   p.proconfig, n.nspname::text
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE p.proname = ANY($2::text[]) AND (pg_function_is_visible(p.oid) OR ${UNUSABLE_IN_PATH})

@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-07, third): the start-up check asks for CREATE where the
+ * partitions are made, the session's `current_schema()` (the first schema of its search path
+ * that exists: `CREATE TABLE` of an unqualified name lands there), not in the keys table's
+ * schema (`makesIn` in lib/schema/schema-check.ts), and its remedy names that schema.
+ * Un-skipped.
+ *
  * Adversary 110 (pool): under `partitionedExpiry` the start-up check refuses an app role that
  * works. `partitionMakerProblem` wants CREATE on the schema that holds `idempotency_keys`, but
  * `idempotency_keys_create_partitions()` makes each partition with an unqualified `CREATE TABLE
@@ -179,7 +185,7 @@ describePartitioned(
       }
     }, 60_000);
 
-    it.skip('the app of a role with a schema of its own starts and serves (Not fixed (round 110): found by review)', async () => {
+    it('the app of a role with a schema of its own starts and serves', async () => {
       const outcome = await story(database, role);
       // Observed: { refused: '... may not make the partitions ahead ... GRANT CREATE ON SCHEMA public TO ...' }.
       expect(outcome).toEqual({ status: 201 });

@@ -1,4 +1,10 @@
 /**
+ * Fixed (session of 2026-12-07, third): the start-up check asks for CREATE where the
+ * partitions are made, the session's `current_schema()` (the first schema of its search path
+ * that exists: `CREATE TABLE` of an unqualified name lands there), not in the keys table's
+ * schema (`makesIn` in lib/schema/schema-check.ts), and its remedy names that schema.
+ * Un-skipped.
+ *
  * Adversary 110 (pool): under `partitionedExpiry` the start-up check's `partitionMakerProblem`
  * asks whether the app's role may CREATE in the schema that holds `idempotency_keys`, but the
  * partitions ahead are not made there: `idempotency_keys_create_partitions()` runs an
@@ -156,7 +162,7 @@ describePartitioned(
       expect(await story(plain, plainRole)).toEqual({ status: 201 });
     }, 60_000);
 
-    it.skip('a role whose search_path starts at a schema it may not create in is refused at start-up, or served (Not fixed (round 110): found by review)', async () => {
+    it('a role whose search_path starts at a schema it may not create in is refused at start-up, or served', async () => {
       const outcome = await story(withSchema, schemaRole);
       // Observed: { status: 500 } (started; CREATE TABLE of each partition lands in the role's schema).
       expect(outcome.status === 201 || 'refused' in outcome).toBe(true);
