@@ -9,8 +9,10 @@ import { sqlName } from './sql-name.js';
  * The statements detach the partition, then give its rows range partitions of their own, one
  * per gap between the existing partitions that its rows fall in (a DEFAULT partition only holds
  * rows no range partition covered, so its rows lie in those gaps), move them there and drop the
- * emptied table. The new partitions are ordinary ones: the expiry drops each once its keys are
- * past retention. One transaction: a failure leaves everything as it was. Bounds go through
+ * emptied table. The new partitions are ordinary ones, made as the library makes its own (the
+ * unique `(tenant_id, key)` index the claim's lookup uses, owned by the keys table's owner, so
+ * that the app's expiry may drop them whoever ran this): the expiry drops each once its keys
+ * are past retention. One transaction: a failure leaves everything as it was. Bounds go through
  * `%L` text, so the transaction pins the settings that text follows (as the partition functions
  * do: `DateStyle` and `TimeZone`, adversary 108).
  *
@@ -41,6 +43,11 @@ export function defaultPartitionRemedy(partition: string, keysSchema?: string): 
       "part := 'idempotency_keys_' || to_char(lo, 'YYYYMMDD\"t\"HH24MISSUS') || '_kept'; " +
       "EXECUTE format('CREATE TABLE %I (LIKE idempotency_keys INCLUDING DEFAULTS " +
       "INCLUDING CONSTRAINTS)', part); " +
+      // As the library makes its partitions: the claim's lookup index, and the table's owner
+      // (whoever runs this, the expiry drops it as the app: adversary 110).
+      "EXECUTE format('CREATE UNIQUE INDEX %I ON %I (tenant_id, key)', part || '_key', part); " +
+      "EXECUTE format('ALTER TABLE %I OWNER TO %I', part, (SELECT pg_get_userbyid(relowner) " +
+      "FROM pg_class WHERE oid = 'idempotency_keys'::regclass)); " +
       "EXECUTE format('ALTER TABLE idempotency_keys ATTACH PARTITION %I FOR VALUES FROM (%L) " +
       "TO (%L)', part, lo, hi); " +
       `EXECUTE format('WITH moved AS (DELETE FROM ${inLiteral} WHERE placed_at >= %L AND ` +

@@ -1,4 +1,7 @@
 /**
+ * Fixed (session of 2026-12-07, third): the remedy makes each `_kept` partition's unique
+ * `(tenant_id, key)` index, as the library's partitions have. Un-skipped.
+ *
  * Adversary 110 (pool): the DEFAULT partition's remedy moves the keys into `_kept` range
  * partitions made `(LIKE idempotency_keys INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`, which
  * carries no index on `(tenant_id, key)`: the partitioned table has none to inherit (each of
@@ -114,7 +117,7 @@ describePartitioned(
       expect(await lookupPlan(client, live)).not.toContain('Seq Scan');
     }, 60_000);
 
-    it.skip("the remedy's _kept partitions hold it too (Not fixed (round 110): found by review)", async () => {
+    it("the remedy's _kept partitions hold it too", async () => {
       const kept = await partitionsOf(client, '%\\_kept');
       expect(kept.length).toBe(1);
       // Observed: [{ name: 'idempotency_keys_<lo>_kept', indexed: false }], and a Seq Scan.

@@ -1,4 +1,7 @@
 /**
+ * Fixed (session of 2026-12-07, third): the remedy gives each `_kept` partition to the keys
+ * table's owner (`ALTER TABLE ... OWNER TO`), whoever runs it. Un-skipped.
+ *
  * Adversary 110 (pool): the DEFAULT partition's remedy, run as printed by whoever an operator
  * runs SQL as (`psql -U postgres`, the DBA's role), makes its `_kept` partitions owned by that
  * role, not by the keys table's owner. The app's purge, logging in as the owner (the simplest
@@ -151,7 +154,7 @@ describePartitioned(
       expect(outcome).toMatchObject({ purge: 'ok', orphans: 0 });
     }, 60_000);
 
-    it.skip('the remedy run as postgres: its partitions expire too (Not fixed (round 110): found by review)', async () => {
+    it('the remedy run as postgres: its partitions expire too', async () => {
       const outcome = await story('adv110_pool_default_as_postgres', false);
       expect(outcome.retry).not.toBe('claimed');
       // Observed: { purge: 'error: must be owner of table idempotency_keys_<lo>_kept', orphans: 1 }.
