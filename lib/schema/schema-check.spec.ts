@@ -628,6 +628,29 @@ describe('partitionMakerProblem', () => {
     expect(partitionMakerProblem({ ...base, mayOwn, mayCreate })).toBe(expected);
   });
 
+  it.each([
+    ['PostgreSQL 15', 150020, 'ALTER ROLE app INHERIT'],
+    ['PostgreSQL 16', 160004, 'GRANT migrator TO app WITH INHERIT TRUE'],
+  ])(
+    'a NOINHERIT member of the owner, on %s, is told how to inherit, not the grant it has',
+    (_name, serverVersion, statement) => {
+      expect(
+        partitionMakerProblem({
+          ...base,
+          mayOwn: false,
+          memberOfOwner: true,
+          serverVersion,
+          mayCreate: true,
+        }),
+      ).toBe(
+        "the role app may not make the partitions ahead, which the partitioned expiry makes from the app's " +
+          'sessions (ATTACH PARTITION to idempotency_keys, which only its owner migrator may: app ' +
+          `is a member without its privileges (NOINHERIT)): ${statement} ` +
+          "(or log the app in as the table's owner)",
+      );
+    },
+  );
+
   it('says so where no schema of the search path exists to make them in', () => {
     expect(partitionMakerProblem({ ...base, makesIn: null, mayOwn: true, mayCreate: false })).toBe(
       "the role app may not make the partitions ahead, which the partitioned expiry makes from the app's " +

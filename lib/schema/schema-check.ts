@@ -46,6 +46,12 @@ export type CatalogEntry =
       owner?: string | null;
       mayOwn?: boolean | null;
       /**
+       * Whether the role is a member of the owner's role at all (a NOINHERIT member is, without
+       * its privileges), and the server's `server_version_num` (how such a member inherits).
+       */
+      memberOfOwner?: boolean | null;
+      serverVersion?: number | null;
+      /**
        * Where the role's sessions make new partitions (`current_schema()`: the first schema of
        * its search path that exists; `CREATE TABLE` of an unqualified name lands there, not
        * in the keys table's schema, adversary 110), and whether it may create tables there.
@@ -233,7 +239,7 @@ export function unboundedPartitionProblem(partition: string, keysSchema?: string
 /** The keys table's owner and schema as the catalog query reads them for the app's role. */
 type MakerFacts = Pick<
   Extract<CatalogEntry, { kind: 'table' }>,
-  'role' | 'owner' | 'mayOwn' | 'makesIn' | 'mayCreate'
+  'role' | 'owner' | 'mayOwn' | 'memberOfOwner' | 'serverVersion' | 'makesIn' | 'mayCreate'
 >;
 
 /**
@@ -245,11 +251,23 @@ type MakerFacts = Pick<
  * did not say).
  */
 export function partitionMakerProblem(facts: MakerFacts): string | undefined {
-  const { role, owner, mayOwn, makesIn, mayCreate } = facts;
+  const { role, owner, mayOwn, memberOfOwner, serverVersion, makesIn, mayCreate } = facts;
   if (mayOwn !== false && mayCreate !== false) return undefined;
   const lacks: string[] = [];
   const grants: string[] = [];
-  if (mayOwn === false) {
+  if (mayOwn === false && memberOfOwner === true) {
+    // A NOINHERIT member: granting the role again changes nothing (adversary 110). Since
+    // PostgreSQL 16 inheritance is the grant's; before, the member role's attribute.
+    lacks.push(
+      `ATTACH PARTITION to idempotency_keys, which only its owner ${owner} may: ${role} is a ` +
+        'member without its privileges (NOINHERIT)',
+    );
+    grants.push(
+      (serverVersion ?? 0) >= 160000
+        ? `GRANT ${sqlName(owner ?? 'owner')} TO ${sqlName(role)} WITH INHERIT TRUE`
+        : `ALTER ROLE ${sqlName(role)} INHERIT`,
+    );
+  } else if (mayOwn === false) {
     lacks.push(`ATTACH PARTITION to idempotency_keys, which only its owner ${owner} may`);
     grants.push(`GRANT ${sqlName(owner ?? 'owner')} TO ${sqlName(role)}`);
   }
@@ -308,6 +326,8 @@ export const SCHEMA_CATALOG_QUERY = `WITH ${SEARCH_PATH_SCHEMAS}
     ORDER BY 1) AS "unboundedPartitions",
   pg_get_userbyid(c.relowner)::text AS owner,
   pg_has_role(c.relowner, 'USAGE') AS "mayOwn",
+  pg_has_role(c.relowner, 'MEMBER') AS "memberOfOwner",
+  current_setting('server_version_num')::int AS "serverVersion",
   current_schema()::text AS "makesIn",
   coalesce(has_schema_privilege(current_schema(), 'CREATE'), false) AS "mayCreate",
   NULL::text[] AS settings, n.nspname::text AS schema
@@ -319,7 +339,7 @@ UNION ALL
 (SELECT DISTINCT ON (p.proname) 'function', p.proname, NULL, '[]'::json, '[]'::json,
   ARRAY[]::text[], current_user::text,
   CASE WHEN pg_function_is_visible(p.oid) THEN NULL ELSE n.nspname::text END, NULL,
-  NULL::text[], NULL::text, NULL::boolean, NULL::text, NULL::boolean,
+  NULL::text[], NULL::text, NULL::boolean, NULL::boolean, NULL::int, NULL::text, NULL::boolean,
   p.proconfig, n.nspname::text
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE p.proname = ANY($2::text[]) AND (pg_function_is_visible(p.oid) OR ${UNUSABLE_IN_PATH})

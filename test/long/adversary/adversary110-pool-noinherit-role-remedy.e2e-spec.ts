@@ -1,4 +1,9 @@
 /**
+ * Fixed (session of 2026-12-07, third): the catalog query reads `pg_has_role(owner,
+ * 'MEMBER')` and the server version; a member without the owner's privileges is told
+ * `ALTER ROLE <role> INHERIT` (PostgreSQL 16+: `GRANT <owner> TO <role> WITH INHERIT TRUE`).
+ * Un-skipped.
+ *
  * Adversary 110 (pool): under `partitionedExpiry` an app role created NOINHERIT (a common
  * hardening: privileges only after an explicit SET ROLE) and already granted the keys table's
  * owner's role is refused at start-up, rightly (ATTACH PARTITION wants the owner's privileges,
@@ -155,7 +160,7 @@ describePartitioned(
       expect(await followTheRemedy(inheriting, inheritRole)).toEqual({ status: 201 });
     }, 60_000);
 
-    it.skip('a NOINHERIT member, refused, given the printed remedy, starts (Not fixed (round 110): found by review)', async () => {
+    it('a NOINHERIT member, refused, given the printed remedy, starts', async () => {
       const outcome = await followTheRemedy(noinherit, noinheritRole);
       // Observed: { refused: '... GRANT adv110_mig_... TO adv110_app_n_... (or log the app in ...)' } again.
       expect(outcome).toEqual({ status: 201 });
