@@ -156,6 +156,13 @@ class OrdersResolver {
 })
 class OrdersModule {}
 
+/**
+ * Nine first calls a case, each about a second alone: on a machine running other suites
+ * beside (a CI rehearsal met 15-26 s a call for 4,000 lines), jest's 60 s would fail a linear
+ * case. The bound is the ratio below, not the time.
+ */
+const LOOSE_TIMEOUT_MS = 600_000;
+
 describe('adversary 107: class trees walked again from every parent', () => {
   let fixture: PoolApp;
 
@@ -213,32 +220,44 @@ describe('adversary 107: class trees walked again from every parent', () => {
     return { ms: Math.min(...runs.map((run) => run.ms)), bytes: runs[0].bytes };
   };
 
-  it('control: without the back-reference time and size grow linearly', async () => {
-    await measure(200, false);
-    const small = await measure(1000, false);
-    const large = await measure(4000, false);
-    expect(large.bytes / small.bytes).toBeLessThan(5);
-    expect(large.ms).toBeLessThan(Math.max(small.ms, 50) * 10);
-  });
+  it(
+    'control: without the back-reference time and size grow linearly',
+    async () => {
+      await measure(200, false);
+      const small = await measure(1000, false);
+      const large = await measure(4000, false);
+      expect(large.bytes / small.bytes).toBeLessThan(5);
+      expect(large.ms).toBeLessThan(Math.max(small.ms, 50) * 10);
+    },
+    LOOSE_TIMEOUT_MS,
+  );
 
-  it('control: the back-reference to an order of a class class-transformer does not know: linear', async () => {
-    await measure(200, true, false);
-    const small = await measure(1000, true, false);
-    const large = await measure(4000, true, false);
-    expect(large.bytes / small.bytes).toBeLessThan(5);
-    expect(large.ms).toBeLessThan(Math.max(small.ms, 50) * 10);
-  });
+  it(
+    'control: the back-reference to an order of a class class-transformer does not know: linear',
+    async () => {
+      await measure(200, true, false);
+      const small = await measure(1000, true, false);
+      const large = await measure(4000, true, false);
+      expect(large.bytes / small.bytes).toBeLessThan(5);
+      expect(large.ms).toBeLessThan(Math.max(small.ms, 50) * 10);
+    },
+    LOOSE_TIMEOUT_MS,
+  );
 
-  it('with the back-reference time and size grow linearly', async () => {
-    await measure(200, true);
-    const small = await measure(1000, true);
-    const large = await measure(4000, true);
-    expect({
-      bytes: large.bytes / small.bytes < 5,
-      ms: large.ms < Math.max(small.ms, 50) * 10,
-    }).toEqual({
-      bytes: true,
-      ms: true,
-    });
-  });
+  it(
+    'with the back-reference time and size grow linearly',
+    async () => {
+      await measure(200, true);
+      const small = await measure(1000, true);
+      const large = await measure(4000, true);
+      expect({
+        bytes: large.bytes / small.bytes < 5,
+        ms: large.ms < Math.max(small.ms, 50) * 10,
+      }).toEqual({
+        bytes: true,
+        ms: true,
+      });
+    },
+    LOOSE_TIMEOUT_MS,
+  );
 });
