@@ -14,6 +14,10 @@ import {
   CHECKED_FUNCTIONS,
   CHECKED_TABLES,
   missingSchema,
+  PARTITION_BOUNDS_QUERY,
+  type PartitionBoundFacts,
+  partitionBoundsOf,
+  partitionBoundsReadable,
   SCHEMA_CATALOG_QUERY,
   type SchemaNeeds,
 } from './schema/schema-check.js';
@@ -51,6 +55,8 @@ const MESSAGES_SCHEMA =
   'SELECT (SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace ' +
   "WHERE c.oid = to_regclass('processed_messages')) AS schema";
 
+type PartitionBoundRow = Parameters<typeof partitionBoundsOf>[0][number];
+
 interface SessionRow {
   strings: string;
   path: string;
@@ -77,6 +83,10 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
     this.needs = {
       partitioned: options.partitionedExpiry !== undefined,
       bodies: options.largeResponses !== undefined && options.largeResponses.store === undefined,
+      layout: options.partitionedExpiry && {
+        partitionMs: options.partitionedExpiry.partitionMs,
+        retentionMs: options.retentionMs,
+      },
     };
     // Installed now, before any provider's start-up hook (the purger's) reaches the database.
     database.checkSchemaFirst(() => this.check());
@@ -100,6 +110,7 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
     let session: SessionRow | undefined;
     let pinned: string | undefined;
     let messagesSchema: string | undefined;
+    let bounds: PartitionBoundFacts | undefined;
     try {
       catalog = await this.database.withConnection(async (client) => {
         const timeoutMs = this.database.timeoutMs;
@@ -145,6 +156,20 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
           pinned,
         );
         messagesSchema = messages[0]?.schema ?? undefined;
+        // The partitions' bounds, judged by time, not by their text (adversary 110: a far
+        // date is a net as MAXVALUE is), through the pinned function the catalog shows.
+
+        if (this.needs.layout && partitionBoundsReadable(this.needs, rows)) {
+          const { rows: partitions } = await libraryStatement<PartitionBoundRow>(
+            client,
+            // Named: pg sends a statement without a name or values as a simple query, which
+            // skips the pinned path's SET before it and reports no rows.
+            { name: 'idempotency_partition_bounds_v1', text: PARTITION_BOUNDS_QUERY },
+            timeoutMs,
+            pinned,
+          );
+          bounds = partitionBoundsOf(partitions, this.needs.layout);
+        }
         return rows;
       });
     } catch (error) {
@@ -175,7 +200,7 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
       this.logger.error(off.message);
       throw new PermanentDatabaseError(off, off.message);
     }
-    const problems = missingSchema(this.needs, catalog);
+    const problems = missingSchema(this.needs, catalog, bounds);
     if (problems.length === 0) {
       if (pinned !== undefined) this.database.pinLibraryPath(pinned, messagesSchema);
       return true;

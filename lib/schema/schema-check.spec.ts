@@ -563,6 +563,54 @@ describe('missingSchema: what a partitioned layout the functions cannot work wit
     );
   });
 
+  /** Bounds as `PARTITION_BOUNDS_QUERY` reads them: now, and a limit of 100 s. */
+  const now = Date.parse('2026-12-07T12:00:00Z');
+  const bounds = (...partitions: [string, number | null, number | null][]) => ({
+    nowMs: now,
+    limitMs: 100_000,
+    partitions: partitions.map(([partition, fromMs, toMs]) => ({ partition, fromMs, toMs })),
+  });
+  const rest = 'public.idempotency_keys_rest';
+  const far = new Date(now + 200_000).toISOString();
+  it.each<[string, string[], ReturnType<typeof bounds> | undefined, string[]]>([
+    [
+      'bounds not read: the remedy for a live net',
+      [rest],
+      undefined,
+      [unboundedPartitionProblem(rest, 'public')],
+    ],
+    [
+      'MAXVALUE, already live: given an end',
+      [rest],
+      bounds([rest, now - 1, null]),
+      [unboundedPartitionProblem(rest, 'public')],
+    ],
+    [
+      'MAXVALUE, all ahead: dropped',
+      [rest],
+      bounds([rest, now + 1, null]),
+      [unboundedPartitionProblem(rest, 'public', { startsAhead: true })],
+    ],
+    [
+      'a far date, all ahead',
+      [],
+      bounds([rest, now + 1, now + 200_000]),
+      [unboundedPartitionProblem(rest, 'public', { end: far, startsAhead: true })],
+    ],
+    [
+      'a far date, already live',
+      [],
+      bounds([rest, now - 1, now + 200_000]),
+      [unboundedPartitionProblem(rest, 'public', { end: far })],
+    ],
+    ['partitions made ahead, within the limit', [], bounds(['public.p', now, now + 100_000]), []],
+  ])('%s', (_name, unboundedPartitions, read, expected) => {
+    const keysEntry = keysWith({ ...owned, unboundedPartitions });
+    expect(
+      missingSchema(needs, [keysEntry, processed, failures, ...partitionFunctions], read),
+    ).toEqual(expected);
+  });
+
   it('is not asked of a plain table', () => {
     const plainKeys = { ...keys, mayOwn: false, mayCreate: false } as CatalogEntry;
     expect(
@@ -581,6 +629,25 @@ describe('unboundedPartitionProblem', () => {
         'public."Keys Rest"; ALTER TABLE idempotency_keys ATTACH PARTITION public."Keys Rest" ' +
         'FOR VALUES FROM (<its start>) TO (now()) (its keys kept, it expires with the others), ' +
         'or, if it holds no key, DROP TABLE public."Keys Rest" after the DETACH',
+    );
+  });
+
+  it('says to drop one whose range is all ahead (it holds no key; now() is below its start)', () => {
+    expect(unboundedPartitionProblem('idem.rest', 'idem', { startsAhead: true })).toBe(
+      'idempotency_keys has a partition without an end (idem.rest, up to MAXVALUE or ' +
+        "'infinity'), which the partitioned expiry cannot expire: once the present reaches it no " +
+        'partition is made ahead and its keys stay for ever; the library makes the partitions ' +
+        'ahead itself. Its range is all ahead, so it holds no key yet: drop it: ALTER TABLE ' +
+        'idem.idempotency_keys DETACH PARTITION idem.rest; DROP TABLE idem.rest',
+    );
+  });
+
+  it('says the far end of one up to a date', () => {
+    expect(
+      unboundedPartitionProblem('r', undefined, { end: '9999-12-31T00:00:00.000Z' }),
+    ).toContain(
+      'idempotency_keys has a partition without an end in reach (r, up to ' +
+        '9999-12-31T00:00:00.000Z, further ahead than any partition the library makes)',
     );
   });
 

@@ -5,6 +5,14 @@ import {
 import { defaultPartitionRemedy } from './default-partition-remedy.js';
 import { PATH_POSITION, SEARCH_PATH_SCHEMAS, UNUSABLE_IN_PATH } from './search-path-schemas.js';
 import { sqlName } from './sql-name.js';
+import {
+  type PartitionEnd,
+  type PartitionEndLayout,
+  partitionEndLimitMs,
+  partitionsEndingTooFar,
+  startsAhead,
+} from './partition-ends.js';
+import { epochMsOf } from '../connection/epoch-ms.js';
 
 /** What the configured stores use of the app's database, beyond what every app needs. */
 export interface SchemaNeeds {
@@ -12,6 +20,8 @@ export interface SchemaNeeds {
   partitioned: boolean;
   /** `largeResponses` without a store of its own: bodies in `idempotency_response_bodies`. */
   bodies: boolean;
+  /** With `partitioned`, the app's layout: how far ahead a partition may end. */
+  layout?: PartitionEndLayout;
 }
 
 /**
@@ -67,6 +77,18 @@ export type CatalogEntry =
       /** Its own settings (`SET` on the function), as `name=value` (null: none). */
       settings?: string[] | null;
     };
+
+/**
+ * The keys table's partitions with their bounds, read through `idempotency_key_partitions()`
+ * (pinned settings: a bound's text means one time whatever the session's) once the catalog
+ * shows it, with the server's clock and how far ahead a partition may end
+ * (`partitionEndLimitMs`).
+ */
+export interface PartitionBoundFacts {
+  partitions: readonly PartitionEnd[];
+  nowMs: number;
+  limitMs: number;
+}
 
 const MIGRATIONS = {
   keys: 'CreateIdempotencyKeys1764460800000',
@@ -216,21 +238,53 @@ export function defaultPartitionProblem(partition: string, keysSchema?: string):
 
 const UNBOUNDED_PARTITION_PREFIX = 'idempotency_keys has a partition without an end';
 
+/** What the catalog says of an operator's partition without an end (or with a far one). */
+export interface PartitionEndFacts {
+  /** Its end as the refusal says it (absent: MAXVALUE or 'infinity'). */
+  end?: string;
+  /**
+   * Its whole range is still ahead (a net added from the end of the partitions made ahead):
+   * it holds no key yet, and `TO (now())`, below its start, would be refused by PostgreSQL
+   * ("empty range bound specified for partition") after the DETACH went through.
+   */
+  startsAhead?: boolean;
+}
+
 /**
  * An operator's partition up to MAXVALUE or `'infinity'`, refused like a DEFAULT one
  * (adversary 109): once the present reaches it, no partition is made ahead any more (it covers
  * all time to come), every key lands in it and the expiry never drops it; an `'infinity'` bound
  * also fails `idempotency_keys_create_partitions()` on every call (22008, an infinite
  * interval). Given an end, it is one of the others: its keys stay where they are (a retry
- * still finds them) and the expiry drops it past the retention. Named with its schema.
+ * still finds them) and the expiry drops it past the retention. Named with its schema. One up
+ * to a far date is the same net (`partitionEndLimitMs`, adversary 110). The remedy printed is
+ * the one that runs for the case the catalog shows: a partition whose range is all ahead holds
+ * no key and is dropped, as no end `now()` fits it (adversary 110).
  */
-export function unboundedPartitionProblem(partition: string, keysSchema?: string): string {
+export function unboundedPartitionProblem(
+  partition: string,
+  keysSchema?: string,
+  facts: PartitionEndFacts = {},
+): string {
   const keys = keysSchema ? `${sqlName(keysSchema)}.idempotency_keys` : 'idempotency_keys';
+  const detach = `ALTER TABLE ${keys} DETACH PARTITION ${partition}`;
+  const what =
+    facts.end === undefined
+      ? `${UNBOUNDED_PARTITION_PREFIX} (${partition}, up to MAXVALUE or 'infinity')`
+      : `${UNBOUNDED_PARTITION_PREFIX} in reach (${partition}, up to ${facts.end}, further ` +
+        'ahead than any partition the library makes)';
+  const head =
+    `${what}, which the partitioned expiry cannot expire: once the present reaches it no ` +
+    'partition is made ahead and its keys stay for ever; the library makes the partitions ' +
+    'ahead itself.';
+  if (facts.startsAhead) {
+    return (
+      `${head} Its range is all ahead, so it holds no key yet: drop it: ${detach}; ` +
+      `DROP TABLE ${partition}`
+    );
+  }
   return (
-    `${UNBOUNDED_PARTITION_PREFIX} (${partition}, up to MAXVALUE or 'infinity'), which the ` +
-    'partitioned expiry cannot expire: once the present reaches it no partition is made ahead ' +
-    'and its keys stay for ever; the library makes the partitions ahead itself. Give it an ' +
-    `end: ALTER TABLE ${keys} DETACH PARTITION ${partition}; ALTER TABLE ${keys} ` +
+    `${head} Give it an end: ${detach}; ALTER TABLE ${keys} ` +
     `ATTACH PARTITION ${partition} FOR VALUES FROM (<its start>) TO (now()) (its keys kept, it ` +
     `expires with the others), or, if it holds no key, DROP TABLE ${partition} after the DETACH`
   );
@@ -346,13 +400,69 @@ WHERE p.proname = ANY($2::text[]) AND (pg_function_is_visible(p.oid) OR ${UNUSAB
 ORDER BY p.proname, pg_function_is_visible(p.oid) DESC, ${PATH_POSITION})`;
 
 /**
+ * The keys table's partitions with their bounds in milliseconds since 1970, and the server's
+ * clock (one row with NULLs when there is no partition). Run once the catalog shows
+ * `idempotency_key_partitions()` with its pinned settings; the names as the catalog's.
+ */
+export const PARTITION_BOUNDS_QUERY = `SELECT ${epochMsOf('now()')} AS "nowMs",
+  (SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) FROM pg_class c
+    JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p.partition) AS partition,
+  ${epochMsOf('p.from_at')} AS "fromMs", ${epochMsOf('p.to_at')} AS "toMs"
+FROM (SELECT 1) one
+LEFT JOIN idempotency_key_partitions() p ON NOT p.detach_pending`;
+
+/** Whether the catalog shows what `PARTITION_BOUNDS_QUERY` needs: a partitioned keys table and its pinned function. */
+export function partitionBoundsReadable(
+  needs: SchemaNeeds,
+  catalog: readonly CatalogEntry[],
+): boolean {
+  if (!needs.partitioned || needs.layout === undefined) return false;
+  const keys = catalog.find((entry) => entry.kind === 'table' && entry.name === KEYS.table);
+  const list = catalog.find(
+    (entry) => entry.kind === 'function' && entry.name === 'idempotency_key_partitions',
+  );
+  return (
+    keys?.kind === 'table' &&
+    keys.relkind === 'p' &&
+    !keys.unusableSchema &&
+    list?.kind === 'function' &&
+    !list.unusableSchema &&
+    hasPinnedSettings(list.settings)
+  );
+}
+
+/** `PARTITION_BOUNDS_QUERY`'s rows (int8 as text) as `missingSchema`'s bounds. */
+export function partitionBoundsOf(
+  rows: readonly {
+    nowMs: string | number;
+    partition: string | null;
+    fromMs: string | number | null;
+    toMs: string | number | null;
+  }[],
+  layout: PartitionEndLayout,
+): PartitionBoundFacts {
+  const ms = (value: string | number | null) => (value === null ? null : Number(value));
+  return {
+    nowMs: Number(rows[0]?.nowMs),
+    limitMs: partitionEndLimitMs(layout),
+    partitions: rows
+      .filter((row) => row.partition !== null)
+      .map((row) => ({ partition: row.partition!, fromMs: ms(row.fromMs), toMs: ms(row.toMs) })),
+  };
+}
+
+/**
  * What the configured stores need and the catalog lacks, each naming the migration that makes
  * it; empty when the schema is complete. A table is checked for its columns and their types;
  * the keys table for its layout too (partitioned or not, as `partitionedExpiry` says). What
  * sits in a schema the role may not use is there, not missing: the GRANT USAGE that reaches it
  * comes first, one line a schema, and the table is checked as if reached.
  */
-export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry[]): string[] {
+export function missingSchema(
+  needs: SchemaNeeds,
+  catalog: readonly CatalogEntry[],
+  bounds?: PartitionBoundFacts,
+): string[] {
   const tables = new Map<string, Extract<CatalogEntry, { kind: 'table' }>>();
   const functions = new Map<string, CatalogEntry>();
   /** By schema the role may not use: the role, and what of ours the schema holds. */
@@ -435,8 +545,29 @@ export function missingSchema(needs: SchemaNeeds, catalog: readonly CatalogEntry
           defaultPartitionProblem(keysTable.defaultPartition, keysTable.schema ?? undefined),
         );
       }
-      for (const partition of keysTable.unboundedPartitions ?? []) {
-        problems.push(unboundedPartitionProblem(partition, keysTable.schema ?? undefined));
+      const keysSchema = keysTable.schema ?? undefined;
+      const byName = new Map(bounds?.partitions.map((p) => [p.partition, p]));
+      const ahead = (name: string) =>
+        bounds !== undefined && startsAhead(byName.get(name), bounds.nowMs);
+      const unbounded = keysTable.unboundedPartitions ?? [];
+      for (const partition of unbounded) {
+        problems.push(
+          unboundedPartitionProblem(partition, keysSchema, { startsAhead: ahead(partition) }),
+        );
+      }
+      // Judged by its end, not by its text: a far date is the same net (adversary 110).
+      const far =
+        bounds === undefined
+          ? []
+          : partitionsEndingTooFar(bounds.partitions, bounds.nowMs, bounds.limitMs);
+      for (const { partition, toMs } of far) {
+        if (unbounded.includes(partition)) continue;
+        problems.push(
+          unboundedPartitionProblem(partition, keysSchema, {
+            end: new Date(toMs!).toISOString(),
+            startsAhead: ahead(partition),
+          }),
+        );
       }
       const maker = partitionMakerProblem(keysTable);
       if (maker !== undefined) problems.push(maker);

@@ -1,4 +1,9 @@
 /**
+ * Fixed (session of 2026-12-07, fourth): the start-up check reads each partition's bounds
+ * (`idempotency_key_partitions()`) and prints the remedy for the case: a net whose range is all
+ * ahead holds no key and is detached and dropped (`unboundedPartitionProblem`'s `startsAhead`);
+ * the test now runs the statements the refusal prints, as printed.
+ *
  * Adversary 110 (pool): the refusal's remedy for a partition without an end, "Give it an end:
  * ALTER TABLE public.idempotency_keys DETACH PARTITION <it>; ALTER TABLE public.idempotency_keys
  * ATTACH PARTITION <it> FOR VALUES FROM (<its start>) TO (now())", fails as printed for the
@@ -58,6 +63,33 @@ function refused(fresh: DataSource): Promise<boolean> {
     );
 }
 
+/** The refusal's message, or undefined when the start-up check passes. */
+function refusal(fresh: DataSource): Promise<string | undefined> {
+  const options = {
+    partitionedExpiry: { partitionMs: PARTITION_MS, partitionsAhead: 2 },
+  } as unknown as ResolvedIdempotencyOptions;
+  return new IdempotencySchemaCheck(new IdempotencyDatabase(() => fresh, 5000), options)
+    .onApplicationBootstrap()
+    .then(
+      () => undefined,
+      (error: unknown) => String(error),
+    );
+}
+
+/**
+ * The statements of the refusal's remedy for the net, as printed: the DETACH, then what
+ * follows it (the ATTACH up to now(), `<its start>` read from `idempotency_key_partitions()`,
+ * or the DROP TABLE).
+ */
+function printedRemedy(message: string, from: string): string[] {
+  const line = message.split('\n').find((l) => l.includes('idempotency_keys_rest'));
+  const printed = line?.match(
+    /(ALTER TABLE \S+ DETACH PARTITION \S+); (ALTER TABLE \S+ ATTACH PARTITION .*? TO \(now\(\)\)|DROP TABLE \S+)/,
+  );
+  if (!printed) throw new Error(`no remedy printed: ${message}`);
+  return [printed[1], printed[2].replace('<its start>', `'${from}'`)];
+}
+
 /** The net from the end of the last partition to MAXVALUE, refused; then the printed remedy. */
 async function story(database: MigratedDatabase, fresh: DataSource, madeAhead: boolean) {
   const q = (sql: string) => database.dataSource.query(sql);
@@ -67,18 +99,15 @@ async function story(database: MigratedDatabase, fresh: DataSource, madeAhead: b
     EXECUTE format('CREATE TABLE idempotency_keys_rest PARTITION OF idempotency_keys '
       'FOR VALUES FROM (%L) TO (MAXVALUE)', (SELECT max(to_at) FROM idempotency_key_partitions()));
   END $$`);
-  const before = await refused(fresh);
+  const message = await refusal(fresh);
+  const before = message !== undefined;
   const [{ from }] = (await q(
     `SELECT from_at::text AS from FROM idempotency_key_partitions()
      WHERE partition = 'idempotency_keys_rest'::regclass`,
   )) as { from: string }[];
   let remedy = 'ok';
   try {
-    await q('ALTER TABLE public.idempotency_keys DETACH PARTITION public.idempotency_keys_rest');
-    await q(
-      'ALTER TABLE public.idempotency_keys ATTACH PARTITION public.idempotency_keys_rest ' +
-        `FOR VALUES FROM ('${from}') TO (now())`,
-    );
+    for (const statement of printedRemedy(message ?? '', from)) await q(statement);
   } catch (error) {
     remedy = String(error);
   }
@@ -114,7 +143,7 @@ describePartitioned(
       });
     }, 60_000);
 
-    it.skip('a net from the end of the partitions ahead takes the printed remedy (Not fixed (round 110): found by review)', async () => {
+    it('a net from the end of the partitions ahead takes the printed remedy', async () => {
       const { database, source } = await fresh('adv110_pool_unbounded_ahead');
       const outcome = await story(database, source, true);
       // Observed: remedy 'QueryFailedError: empty range bound specified for partition "idempotency_keys_rest"'.
