@@ -15,12 +15,14 @@ function partition(
   fromAt: string | null,
   toAt: string | null,
   detachPending = false,
+  droppable?: boolean,
 ): PartitionInfo {
   return {
     partition: name,
     fromAt: fromAt === null ? null : at(fromAt),
     toAt: toAt === null ? null : at(toAt),
     detachPending,
+    ...(droppable === undefined ? {} : { droppable, owner: 'api' }),
   };
 }
 
@@ -64,6 +66,27 @@ describe('expirySteps', () => {
       ['finalize p08'],
     ],
     ['MAXVALUE never', [partition('rest', '2020-01-01Z', null)], HOUR, []],
+    [
+      "another role's partition (not droppable) is emptied, not detached: no orphan",
+      [
+        partition('p09', '2026-11-30T09:00Z', '2026-11-30T10:00Z', false, false),
+        partition('p10', '2026-11-30T10:00Z', '2026-11-30T11:00Z', false, true),
+      ],
+      HOUR,
+      ['empty p09', 'expire p10'],
+    ],
+    [
+      "another role's partition within the retention is left alone",
+      [partition('p12', '2026-11-30T12:00Z', '2026-11-30T13:00Z', false, false)],
+      HOUR,
+      [],
+    ],
+    [
+      "another role's interrupted detach is left (its DROP would fail)",
+      [partition('p08', '2026-11-30T08:00Z', '2026-11-30T09:00Z', true, false)],
+      HOUR,
+      [],
+    ],
   ])('%s', (_name, partitions, retentionMs, expected) => {
     const steps = expirySteps(partitions, now, retentionMs);
     expect(steps.map((step) => `${step.kind} ${step.partition}`)).toEqual(expected);

@@ -14,18 +14,33 @@ export interface PartitionInfo {
   toAt: Date | null;
   /** A `DETACH ... CONCURRENTLY` that was interrupted: it only needs finishing. */
   detachPending: boolean;
+  /**
+   * Whether this session's role may drop it (it owns it, as a member of its owner or of its
+   * schema's owner); absent: taken as yes. A partition made by another app role's session is
+   * that role's (adversary 110).
+   */
+  droppable?: boolean;
+  /** Its owner, for the warning about one this role may not drop. */
+  owner?: string;
 }
 
 /** One step of the purge, in order. */
 export type ExpiryStep =
   | { kind: 'finalize'; partition: string }
-  | { kind: 'expire'; partition: string; fromAt: Date | null; toAt: Date };
+  | { kind: 'expire'; partition: string; fromAt: Date | null; toAt: Date }
+  | { kind: 'empty'; partition: string; fromAt: Date | null; toAt: Date; owner?: string };
 
 /**
  * What the purge does, oldest partition first: finish the detaches left pending, and drop each
  * partition whose whole range is past the retention, after carrying forward the keys that
  * must outlive it. Such a partition holds no key claimed within the retention; the newest
  * partitions are never touched, nor one that ends at MAXVALUE.
+ *
+ * A partition this role may not drop (another app role's, adversary 110) is emptied instead
+ * (`empty`: its expired keys deleted through the keys table, which the role may): detached
+ * first, its DROP would fail, leaving it out of the partitions for good with its keys (an
+ * orphan); behind a pooler that failure rolled the detach back and stopped every purge at it.
+ * Its pending detach is left alone for the same reason.
  */
 export function expirySteps(
   partitions: readonly PartitionInfo[],
@@ -34,10 +49,16 @@ export function expirySteps(
 ): ExpiryStep[] {
   const horizon = now.getTime() - retentionMs;
   const steps: ExpiryStep[] = [];
-  for (const { partition, fromAt, toAt, detachPending } of partitions) {
-    if (detachPending) steps.push({ kind: 'finalize', partition });
-    else if (toAt !== null && toAt.getTime() <= horizon) {
-      steps.push({ kind: 'expire', partition, fromAt, toAt });
+  for (const { partition, fromAt, toAt, detachPending, droppable, owner } of partitions) {
+    const mayDrop = droppable !== false;
+    if (detachPending) {
+      if (mayDrop) steps.push({ kind: 'finalize', partition });
+    } else if (toAt !== null && toAt.getTime() <= horizon) {
+      steps.push(
+        mayDrop
+          ? { kind: 'expire', partition, fromAt, toAt }
+          : { kind: 'empty', partition, fromAt, toAt, owner },
+      );
     }
   }
   return steps;

@@ -21,6 +21,7 @@ import {
   CLAIM_BATCH_IN_PARTITIONS,
   CLAIM_IN_PARTITIONS,
   CREATE_PARTITIONS,
+  DELETE_EXPIRED_IN_PARTITION,
   HAS_DEFAULT_PARTITION,
   LIST_PARTITIONS,
   PARTITION_CLOCK,
@@ -57,6 +58,8 @@ interface PartitionRow {
   from_ms: string | null;
   to_ms: string | null;
   detach_pending: boolean;
+  droppable: boolean | null;
+  owner: string | null;
 }
 
 /**
@@ -81,6 +84,8 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
   /** `performance.now()` up to which partitions are known to exist; undefined: not asked. */
   private coveredUntil?: number;
   private creating?: Promise<void>;
+  /** The partitions of another role this process warned of (once each, not every purge). */
+  private readonly warnedUndroppable = new Set<string>();
 
   constructor(
     database: StoreDatabase,
@@ -189,6 +194,35 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
     return client.query(CARRY_FORWARD, [step.fromAt, step.toAt, retentionMs]);
   }
 
+  /**
+   * An expired partition this role may not drop (another app role's: `expirySteps`' `empty`):
+   * its keys that must outlive it carried forward, the others deleted, the table left attached
+   * (detached, it could not be dropped, and nothing would ever look at it again), and a warning
+   * that says how to let the expiry drop it.
+   */
+  private async empty(
+    client: PoolClient,
+    step: { partition: string; fromAt: Date | null; toAt: Date; owner?: string },
+    retentionMs: number,
+  ): Promise<void> {
+    await this.carryForward(client, step, retentionMs);
+    const deleted = await client.query(DELETE_EXPIRED_IN_PARTITION, [
+      step.fromAt,
+      step.toAt,
+      retentionMs,
+    ]);
+    if (this.warnedUndroppable.has(step.partition)) return;
+    this.warnedUndroppable.add(step.partition);
+    this.logger.warn(
+      `partition ${step.partition} of idempotency_keys is past the retention but owned by ` +
+        `${step.owner ?? 'another role'}, which this role may not drop: ` +
+        `${deleted.rowCount ?? 0} expired keys deleted from it row by row instead (dead ` +
+        "tuples for vacuum). Made by another app role's sessions: log every app in as one " +
+        "role, or give the partitions to the keys table's owner (ALTER TABLE " +
+        `${step.partition} OWNER TO <it>, as a superuser); see docs/operations/partitioned-expiry.md`,
+    );
+  }
+
   /** One instance at a time (a session lock; the others skip): the steps of `expirySteps`. */
   private async expire(client: PoolClient, retentionMs: number): Promise<void> {
     const { rows } = await client.query<{ locked: boolean }>(
@@ -217,6 +251,10 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
         client.query<ClockRow>(withLibraryTypes({ text: PARTITION_CLOCK })),
       ]);
       for (const step of expirySteps(partitions.map(toInfo), clockOf(clock), retentionMs)) {
+        if (step.kind === 'empty') {
+          await this.empty(client, step, retentionMs);
+          continue;
+        }
         if (step.kind === 'finalize') {
           await client.query(
             `ALTER TABLE idempotency_keys DETACH PARTITION ${step.partition} FINALIZE`,
@@ -255,6 +293,8 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
    * on a carried row is ever upgraded while a claim waits on it.
    */
   private async expireInTransactions(client: PoolClient, retentionMs: number): Promise<void> {
+    // The partitions emptied (not dropped) in this purge: they are still listed after.
+    const emptied = new Set<string>();
     for (;;) {
       await client.query('BEGIN');
       let more: boolean;
@@ -262,7 +302,7 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
         // The library's search path, for this transaction alone.
         const path = this.database.libraryPathNow();
         if (path !== undefined) await client.query(pinSearchPath(path));
-        more = await this.expireOne(client, retentionMs);
+        more = await this.expireOne(client, retentionMs, emptied);
         await client.query('COMMIT');
       } catch (error) {
         await client.query('ROLLBACK').catch(() => undefined);
@@ -273,7 +313,11 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
   }
 
   /** In a transaction: the first step of `expirySteps`, if the lock is free; whether it ran. */
-  private async expireOne(client: PoolClient, retentionMs: number): Promise<boolean> {
+  private async expireOne(
+    client: PoolClient,
+    retentionMs: number,
+    emptied: Set<string>,
+  ): Promise<boolean> {
     const { rows } = await client.query<{ locked: boolean }>(
       withLibraryTypes({
         text: 'SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS locked',
@@ -289,8 +333,16 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
     const { rows: clock } = await client.query<ClockRow>(
       withLibraryTypes({ text: PARTITION_CLOCK }),
     );
-    const [step] = expirySteps(partitions.map(toInfo), clockOf(clock), retentionMs);
+    const step = expirySteps(partitions.map(toInfo), clockOf(clock), retentionMs).find(
+      (next) => !emptied.has(next.partition),
+    );
     if (step === undefined) return false;
+    if (step.kind === 'empty') {
+      // No detach, so no table lock: rows deleted as claims go on.
+      emptied.add(step.partition);
+      await this.empty(client, step, retentionMs);
+      return true;
+    }
     await client.query('LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE');
     if (step.kind === 'finalize') {
       await client.query(
@@ -315,6 +367,8 @@ function toInfo(row: PartitionRow): PartitionInfo {
     fromAt: dateOfEpochMs(row.from_ms),
     toAt: dateOfEpochMs(row.to_ms),
     detachPending: row.detach_pending,
+    droppable: row.droppable ?? undefined,
+    owner: row.owner ?? undefined,
   };
 }
 

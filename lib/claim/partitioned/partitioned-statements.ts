@@ -71,11 +71,16 @@ export const CREATE_PARTITIONS = {
 
 /**
  * The partitions and their bounds, as milliseconds since 1970 (`epochMsOf`: a timestamp's text
- * follows the session's `DateStyle`).
+ * follows the session's `DateStyle`), with whether the session's role may drop each (it owns
+ * it, as a member of its owner or of its schema's owner: what DROP TABLE asks) and its owner.
  */
-export const LIST_PARTITIONS = `SELECT partition::text AS partition,
-  ${epochMsOf('from_at')} AS from_ms, ${epochMsOf('to_at')} AS to_ms,
-  detach_pending FROM idempotency_key_partitions()`;
+export const LIST_PARTITIONS = `SELECT p.partition::text AS partition,
+  ${epochMsOf('p.from_at')} AS from_ms, ${epochMsOf('p.to_at')} AS to_ms,
+  p.detach_pending, o.droppable, o.owner
+FROM idempotency_key_partitions() p
+CROSS JOIN LATERAL (SELECT pg_has_role(c.relowner, 'USAGE') OR pg_has_role(n.nspowner, 'USAGE')
+    AS droppable, pg_get_userbyid(c.relowner)::text AS owner
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p.partition) o`;
 
 /**
  * Whether the keys table has a DEFAULT partition (an operator's: the start-up check refuses
@@ -117,6 +122,16 @@ export const CARRY_FORWARD = `UPDATE idempotency_keys SET placed_at = greatest($
    WHERE NOT p.detach_pending) - interval '1 microsecond'))
 WHERE placed_at >= coalesce($1, '-infinity'::timestamptz) AND placed_at < $2
   AND NOT (state = 'done' AND finished_at < now() - $3 * interval '1 millisecond')`;
+
+/**
+ * The expired keys of the partition `[$1, $2)`, once CARRY_FORWARD moved those that must
+ * outlive it: for a partition this role may not drop (`expirySteps`' `empty`). Through the keys
+ * table, on which the role has DELETE; pruned to that partition. The same condition as
+ * CARRY_FORWARD's complement, so a key finished meanwhile stays.
+ */
+export const DELETE_EXPIRED_IN_PARTITION = `DELETE FROM idempotency_keys
+WHERE placed_at >= coalesce($1, '-infinity'::timestamptz) AND placed_at < $2
+  AND state = 'done' AND finished_at < now() - $3 * interval '1 millisecond'`;
 
 /**
  * The abandoned keys' purge. The plain table's statement matches rows by `ctid`, which on a

@@ -1,4 +1,9 @@
 /**
+ * Fixed (session of 2026-12-07, fourth): the purge lists whether its role may drop each
+ * partition (`LIST_PARTITIONS`' `droppable`); one it may not (another role's) is no longer
+ * detached (an orphan) but emptied through the keys table, its expired keys deleted, with a
+ * warning naming its owner (`expirySteps`' `empty`). The partition itself stays attached.
+ *
  * Adversary 110 (pool): two app roles that each pass the partitioned start-up check (members
  * of the keys table's owner, CREATE on its schema: what `partitionMakerProblem` asks for) share
  * one keys table, e.g. an API and a worker service with roles of their own, or credentials
@@ -185,7 +190,7 @@ describePartitioned(
       expect(await story(single, apiOwn, apiOwn)).toEqual({ purge: 'ok', orphans: [] });
     }, 60_000);
 
-    it.skip("the worker's purge drops the partitions the API's sessions made (Not fixed (round 110): found by review)", async () => {
+    it("the worker's purge drops the partitions the API's sessions made", async () => {
       const apiShared = await sessionAs(shared, api);
       const workerShared = await sessionAs(shared, worker);
       sessions.push(apiShared, workerShared);
@@ -194,7 +199,7 @@ describePartitioned(
       expect(outcome).toEqual({ purge: 'ok', orphans: [] });
     }, 60_000);
 
-    it.skip("behind a pooler in transaction mode the worker's purges expire the API's keys (Not fixed (round 110): found by review)", async () => {
+    it("behind a pooler in transaction mode the worker's purges expire the API's keys", async () => {
       // The locked detach (pooler: 'transaction') detaches and drops in one transaction: the
       // failed DROP rolls the DETACH back, the same partition comes first on every purge, and
       // no partition after it is ever dropped either.
