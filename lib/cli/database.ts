@@ -91,15 +91,26 @@ export async function readDoctorFacts(
   }
 
   let partitions: PartitionBounds[] = [];
+  let keysOwner: string | undefined;
   if (partitioned && keysReached) {
-    const { rows } = await client.query<{ fromMs: string | null; toMs: string | null }>(
-      `SELECT ${epochMsOf('from_at')} AS "fromMs", ${epochMsOf('to_at')} AS "toMs"
-       FROM idempotency_key_partitions() WHERE NOT detach_pending`,
+    const { rows } = await client.query<{
+      fromMs: string | null;
+      toMs: string | null;
+      owner: string;
+      keysOwner: string;
+    }>(
+      `SELECT ${epochMsOf('p.from_at')} AS "fromMs", ${epochMsOf('p.to_at')} AS "toMs",
+         (SELECT pg_get_userbyid(relowner)::text FROM pg_class WHERE oid = p.partition) AS owner,
+         (SELECT pg_get_userbyid(relowner)::text FROM pg_class
+          WHERE oid = to_regclass('idempotency_keys')) AS "keysOwner"
+       FROM idempotency_key_partitions() p WHERE NOT p.detach_pending`,
     );
     partitions = rows.map((row) => ({
       fromAt: dateOfEpochMs(row.fromMs),
       toAt: dateOfEpochMs(row.toMs),
+      owner: row.owner,
     }));
+    keysOwner = rows[0]?.keysOwner;
   }
 
   let stuckKeys = 0;
@@ -129,6 +140,7 @@ export async function readDoctorFacts(
       Number(setting('superuser_reserved_connections') ?? 0) +
       Number(setting('reserved_connections') ?? 0),
     partitions,
+    keysOwner,
     now: clockOf(head[0].nowMs),
     stuckKeys,
     oldestStuckMs,

@@ -1,6 +1,7 @@
 import {
   type CatalogColumn,
   checkMigrations,
+  checkPartitionOwners,
   checkPartitions,
   checkPool,
   checkSchema,
@@ -202,6 +203,33 @@ describe('checkPool', () => {
     const finding = checkPool({ poolSize, instances, concurrency }, 100, 3);
     expect(finding.level).toBe(level);
     expect(finding.message).toMatch(message);
+  });
+});
+
+describe('checkPartitionOwners', () => {
+  const owned = (...owners: (string | undefined)[]): PartitionBounds[] =>
+    owners.map((owner) => ({ fromAt: null, toAt: null, owner }));
+  it.each<[string, string | undefined, PartitionBounds[], string | undefined]>([
+    ['the owners not read', undefined, owned('api', 'worker'), undefined],
+    ["all the keys table's owner's", 'migrator', owned('migrator', 'migrator'), undefined],
+    [
+      'one app role (a member of the owner) and the owner',
+      'migrator',
+      owned('migrator', 'app', 'app'),
+      undefined,
+    ],
+    ['two app roles', 'migrator', owned('migrator', 'worker', 'api', 'api'), 'warn'],
+  ])('%s', (_name, keysOwner, partitions, level) => {
+    expect(checkPartitionOwners(keysOwner, partitions)?.level).toBe(level);
+  });
+
+  it('names the roles and what to do', () => {
+    expect(checkPartitionOwners('migrator', owned('worker', 'api'))?.message).toBe(
+      "owned by api, worker, not by the keys table's owner migrator: the purge of one role " +
+        "may not drop another's, and deletes their expired keys row by row instead (dead " +
+        'tuples for vacuum): log every app in as one role, or give the partitions to migrator ' +
+        '(ALTER TABLE ... OWNER TO migrator, as a superuser)',
+    );
   });
 });
 

@@ -36,6 +36,8 @@ export interface UnusableTable {
 export interface PartitionBounds {
   fromAt: Date | null;
   toAt: Date | null;
+  /** The role that owns it (absent: not read). */
+  owner?: string;
 }
 
 /** What `readDoctorFacts()` reads, all in one session, by the database's clock. */
@@ -62,6 +64,8 @@ export interface DoctorFacts {
   reservedConnections: number;
   /** The partitions, when `partitioned`. */
   partitions: PartitionBounds[];
+  /** The keys table's owner (absent: not read). */
+  keysOwner?: string;
   now: Date;
   /** Keys started whose lease expired more than `stuckAfterMs` ago. */
   stuckKeys: number;
@@ -353,6 +357,35 @@ export function checkPartitions(
   return { level: 'ok', topic, message: `${ahead.length} ahead of the live one${width}` };
 }
 
+/**
+ * The partitions' owners. Each partition is owned by the role whose session made it, and only
+ * its owner (or a member of its role) may drop it: partitions of two app roles other than the
+ * keys table's owner (an API and a worker logging in as roles of their own) are partitions one
+ * role's purge may not drop, which it empties row by row instead (adversary 110). Undefined
+ * when that cannot be (one such role at most, or the owners not read): no line is printed.
+ */
+export function checkPartitionOwners(
+  keysOwner: string | undefined,
+  partitions: readonly PartitionBounds[],
+): Finding | undefined {
+  if (keysOwner === undefined) return undefined;
+  const others = [
+    ...new Set(
+      partitions.flatMap((p) => (p.owner === undefined || p.owner === keysOwner ? [] : [p.owner])),
+    ),
+  ].sort();
+  if (others.length < 2) return undefined;
+  return {
+    level: 'warn',
+    topic: 'partitions',
+    message:
+      `owned by ${others.join(', ')}, not by the keys table's owner ${keysOwner}: the purge ` +
+      "of one role may not drop another's, and deletes their expired keys row by row " +
+      'instead (dead tuples for vacuum): log every app in as one role, or give the ' +
+      `partitions to ${keysOwner} (ALTER TABLE ... OWNER TO ${keysOwner}, as a superuser)`,
+  };
+}
+
 export function checkStuckKeys(
   stuck: number,
   oldestStuckMs: number | null,
@@ -406,6 +439,10 @@ export function diagnose(
   const keysOutOfReach = facts.unusable.some((u) => u.table === 'idempotency_keys');
   if (facts.columns.some((c) => c.table === 'idempotency_keys') && !keysOutOfReach) {
     findings.push(checkPartitions(facts.partitioned, facts.partitions, facts.now));
+    const owners = facts.partitioned
+      ? checkPartitionOwners(facts.keysOwner, facts.partitions)
+      : undefined;
+    if (owners !== undefined) findings.push(owners);
     findings.push(checkStuckKeys(facts.stuckKeys, facts.oldestStuckMs, settings.stuckAfterMs));
   }
   return findings;
