@@ -162,8 +162,7 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
         if (this.needs.layout && partitionBoundsReadable(this.needs, rows)) {
           const { rows: partitions } = await libraryStatement<PartitionBoundRow>(
             client,
-            // Named: pg sends a statement without a name or values as a simple query, which
-            // skips the pinned path's SET before it and reports no rows.
+            // Named, as the library's statements read at each start are.
             { name: 'idempotency_partition_bounds_v1', text: PARTITION_BOUNDS_QUERY },
             timeoutMs,
             pinned,

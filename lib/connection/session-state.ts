@@ -334,6 +334,15 @@ class SurroundedQuery extends Query {
     this.before = leading.length;
   }
 
+  /**
+   * Always the extended protocol: node-postgres sends a statement without a name or values as
+   * a simple query, which never calls `prepare`, so the statements around it would be skipped
+   * and its rows lost (the start-up check's unnamed catalog reads, run on the pinned path).
+   */
+  requiresPreparation(): boolean {
+    return true;
+  }
+
   prepare(connection: ProtocolConnection): void {
     this.parsedBefore = this.hasBeenParsed(connection);
     for (const text of this.leading) {

@@ -567,6 +567,27 @@ describe('session state a handler sets on the request’s connection', () => {
     }
   });
 
+  it('runs the statements around an unnamed statement without values (node-postgres would send it as a simple query, skipping them)', async () => {
+    // The start-up check's MESSAGES_SCHEMA is such a statement: it must resolve through the
+    // pinned path set before it, not the session's own.
+    const pool = new Pool({ connectionString: database.url, max: 1 });
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      const { rows } = await runSurrounded(
+        client,
+        { text: "SELECT current_setting('search_path') AS path" },
+        5000,
+        { before: ['SET LOCAL search_path TO pg_catalog, "seam surrounded"'] },
+      );
+      expect(rows).toEqual([{ path: 'pg_catalog, "seam surrounded"' }]);
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+      await pool.end();
+    }
+  });
+
   describe('SET LOCAL ROLE and search_path (item 6)', () => {
     it.each([
       ['set-local-role'],
