@@ -35,6 +35,7 @@ import { pathOf, waitingFor } from './stored-at-answer.js';
 import { answerOf, problemThrown, runField } from './run-field.js';
 import { decodeAnswer } from './field-answer.js';
 import { answerOutputsOf } from './middleware-outputs.js';
+import { answerPlacedReadsOf } from './placed-reads.js';
 import {
   completedInOperation,
   completingFor,
@@ -190,6 +191,9 @@ function fieldSteps(
     key: scope.key,
     durationMs: performance.now() - began,
   });
+  // One object at several places answers each place's own read of a field (placed-reads.ts),
+  // under the middleware fields' wrappers, which read through it.
+  answerPlacedReadsOf(graphql, field.types?.schema);
   // Its middleware fields answer their stored outputs on a replay (middleware-outputs.ts).
   answerOutputsOf(graphql, field.types?.schema);
   const answer = (stored: StoredResponse, fromMemory: boolean, finishedAgeMs?: number) => {

@@ -4,6 +4,7 @@ import { type GraphQLSchema } from 'graphql';
 import { loadGraphql } from './graphql-module.js';
 import { locatedAsFirst, ownLocatedOf } from './jit-located.js';
 import { answerOutputsOf } from './middleware-outputs.js';
+import { answerPlacedReadsOf } from './placed-reads.js';
 import { repeatedCopies } from './repeated-errors.js';
 import { noteOwnResolvers } from './resolver-kind.js';
 import { answerHookOn, storeAnswersOf, withStoreFailures } from './stored-at-answer.js';
@@ -148,7 +149,10 @@ export class GraphqlReplayMarker implements OnApplicationBootstrap {
       // The middleware fields' wrappers on before Mercurius' `jit` compiles the document: a
       // compiled document keeps the resolvers the schema had then, so wrappers put on later
       // (at the first keyed field) would never run for it (adversary 79).
-      answerOutputsOf(await loadGraphql(), schema as GraphQLSchema);
+      const graphql = await loadGraphql();
+      // Each place's own read of one object at several places (placed-reads.ts), under them.
+      answerPlacedReadsOf(graphql, schema as GraphQLSchema);
+      answerOutputsOf(graphql, schema as GraphQLSchema);
     });
     instance?.graphql?.addHook?.('onResolution', async (execution, context) => {
       // Under `jit`, a replay's error where the first answer located it (see jit-located.ts).
