@@ -34,7 +34,8 @@ import { parentDataWithin } from './parent-data-within.js';
 import { type Graph } from './typed-graph.js';
 import { thrownError } from './thrown-error.js';
 import { type FieldRun } from './field-runs.js';
-import { errorHttp, hasAnswerHook, storeAtAnswer } from './stored-at-answer.js';
+import { errorHttp, hasAnswerHook, pathOf, storeAtAnswer } from './stored-at-answer.js';
+import { placeOfPath } from './read-places.js';
 import { hasMiddlewareUnder } from './middleware-outputs.js';
 import { parentsWithin } from './parents-within.js';
 import { keptParents } from './app-parents.js';
@@ -545,6 +546,9 @@ export async function answerOf(
           logger && ((message) => warnOnce(logger, message)),
           // Its parents' data, one graph read once for the whole replay (parent-graph.ts).
           namedReader(answer.parentGraph),
+          // Its place in the retry's answer: one object at several places answers each its
+          // own read (read-places.ts).
+          placeOfPath(pathOf(types.call.info)),
         )
       : answer.data;
   }

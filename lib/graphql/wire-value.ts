@@ -44,7 +44,7 @@ import { defineOwn, defineOwnSymbol } from './own-member.js';
 import { firstRoots, graphReachedBy, parentRef, parentRefSource } from './parent-graph.js';
 import { leftOutSource } from './left-out-parent.js';
 import { nodeClasses, type SharedRead } from './node-classes.js';
-import { ontoNode } from './parent-identity.js';
+import { adoptedPrototype, ontoNode } from './parent-identity.js';
 import { mayAnswerOtherwise, seenThrough } from './first-answer-view.js';
 import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
@@ -52,6 +52,9 @@ import { recordOnce } from './same-record.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
 import { absentOnReplay, notedAbsentFields } from './absent-fields.js';
 import { hasNoPrototype, unnamedPlain } from './bare-objects.js';
+import { fieldPlace, laterRead, type Place, placeOfPath } from './read-places.js';
+import { notePlacedRead } from './placed-reads.js';
+import { pathOf } from './stored-at-answer.js';
 
 /**
  * Values as GraphQL writes them (its "wire" form: what a scalar's `serialize()` makes of
@@ -287,6 +290,12 @@ interface Walk {
    */
   views: WeakMap<object, object>;
   /**
+   * What each object's Proxy (`views`) answers of the fields the library read, by the object:
+   * the first place's reads, and a later place's of a field no earlier place read (one Proxy
+   * per object, whatever its places: adversary 110).
+   */
+  givens: WeakMap<object, Map<PropertyKey, unknown>>;
+  /**
    * The fields each selection selects of each type, collected once for all the items of a
    * list (as GraphQL collects a list's sub-fields once).
    */
@@ -354,6 +363,7 @@ export async function outputWire(
     losses,
     lists: new WeakMap(),
     views: new WeakMap(),
+    givens: new WeakMap(),
     collected: new WeakMap(),
     parents: [],
     parentData: [],
@@ -362,7 +372,10 @@ export async function outputWire(
     parentRecords: new WeakMap(),
     keptRecords: new WeakMap(),
   };
-  const stored = await walkValue(walk, type, promised, selection.nodes);
+  // Its place in the operation's answer, for a field one object answers otherwise at each
+  // of its places (read-places.ts); none known without the call.
+  const place = call && placeOfPath(pathOf(call.info));
+  const stored = await walkValue(walk, type, promised, selection.nodes, false, place);
   const parentGraph = writeParents(walk.parentData, losses, walk.keptData);
   return {
     ...stored,
@@ -497,18 +510,22 @@ async function walkValue(
    * replay.
    */
   whole: Whole = false,
+  /** Its place in the answer (read-places.ts), where the call tells it. */
+  place?: Place,
 ): Promise<StoredValue> {
   const { graphql, schema, losses } = walk;
   const value = isThenable(promised) ? await promised : promised;
   if (value === null || value === undefined) return { wire: null, value: promised };
   if (graphql.isNonNullType(type)) {
-    const inner = await walkValue(walk, type.ofType, value, nodes, whole);
+    const inner = await walkValue(walk, type.ofType, value, nodes, whole, place);
     return { wire: inner.wire, value: inner.value === value ? promised : inner.value };
   }
   if (graphql.isListType(type)) {
     const list = materialized(walk, value);
     const items = await Promise.all(
-      list.map((item) => walkValue(walk, type.ofType, item, nodes, whole)),
+      list.map((item, index) =>
+        walkValue(walk, type.ofType, item, nodes, whole, place && [...place, index]),
+      ),
     );
     const same = list === value && items.every((item, i) => item.value === list[i]);
     return {
@@ -724,7 +741,14 @@ async function walkValue(
       failRead(error);
       continue;
     }
-    const stored = await walkValue(walk, field.type, item, fieldNodes, keeping.children);
+    const stored = await walkValue(
+      walk,
+      field.type,
+      item,
+      fieldNodes,
+      keeping.children,
+      place && fieldPlace(place, fieldNodes),
+    );
     wire[name] = stored.wire;
     if (graphql.isLeafType(graphql.getNamedType(field.type))) {
       const tree = classTreeNoting(item, `its field ${name}`, concrete.name, losses);
@@ -840,12 +864,48 @@ async function walkValue(
         "the field's arguments: a replay has no value for it",
     });
   }
+  // One object at several places (an order's `primary` line, also `lines[0]`) is walked at
+  // each, and is ONE Proxy at all of them, as it is one object to the app without the
+  // library: `line.order.primary === line` at each place (adversary 110: a Proxy per place).
+  const seen = walk.views.get(source);
+  if (seen) {
+    givenAgain(walk.givens.get(source)!, seen, replaced, place);
+    return { wire, value: seen };
+  }
   if (Object.keys(replaced).length === 0) return { wire, value: promised };
-  const view = over(source, replaced, walk.views);
-  // The first made of it (one object at two places is walked at each): what a read through
-  // another Proxy gives of it, as the resolver's data reaches it (`line.order`).
-  if (!walk.views.has(source)) walk.views.set(source, view);
+  const given = new Map<PropertyKey, unknown>(Object.entries(replaced));
+  const view = over(source, given, walk.views);
+  // What a read through another Proxy gives of it, as the resolver's data reaches it
+  // (`line.order`), and what its later places give.
+  walk.views.set(source, view);
+  walk.givens.set(source, given);
   return { wire, value: view };
+}
+
+/**
+ * A later place's reads of an object (`replaced`) given to its one Proxy (`view`, answering
+ * `given`): a field no earlier place read is answered from then on; one read otherwise (a
+ * getter signing afresh, a list read again) is answered at that place only, as GraphQL's read
+ * there gave it without the library (placed-reads.ts); the Proxy keeps the first read.
+ */
+function givenAgain(
+  given: Map<PropertyKey, unknown>,
+  view: object,
+  replaced: Record<string, unknown>,
+  place: Place | undefined,
+): void {
+  for (const [property, item] of Object.entries(replaced)) {
+    const earlier = given.has(property) ? { value: given.get(property) } : undefined;
+    const read = laterRead(earlier, item);
+    if (read === 'add') given.set(property, item);
+    else if (read === 'placed' && place) notePlacedRead(view, place, property, () => asRead(item));
+  }
+}
+
+/** What reading a field the library read gives (see `over`): a failure as it failed. */
+function asRead(item: unknown): unknown {
+  if (!(item instanceof FailedRead)) return item;
+  return item.rejected ? item.rejection : throwing(item.error);
 }
 
 /**
@@ -948,10 +1008,9 @@ function ownData(
  */
 function over(
   source: object,
-  replaced: Record<string, unknown>,
+  given: Map<PropertyKey, unknown>,
   views: WeakMap<object, object>,
 ): object {
-  const given = new Map<PropertyKey, unknown>(Object.entries(replaced));
   const standIn = Object.create(Object.getPrototypeOf(source) as object | null) as object;
   /** What reading `property` answers where the library read it (see `get`). */
   const answer = (property: PropertyKey): { value: unknown } | undefined => {
@@ -1176,15 +1235,27 @@ export function fromWire(
   warn?: (message: string) => void,
   /** The answer's shared graph of its parents' own data (see `namedReader`), if it has one. */
   shared?: SharedRead,
+  /** Its place in the retry's answer (read-places.ts), where the retry's call tells it. */
+  place?: Place,
 ): unknown {
   if (wire === null || wire === undefined) return null;
   if (graphql.isNonNullType(type)) {
-    return fromWire(graphql, schema, type.ofType, wire, format, selection, warn, shared);
+    return fromWire(graphql, schema, type.ofType, wire, format, selection, warn, shared, place);
   }
   if (graphql.isListType(type)) {
     return Array.isArray(wire)
-      ? wire.map((item) =>
-          fromWire(graphql, schema, type.ofType, item, format, selection, warn, shared),
+      ? wire.map((item, index) =>
+          fromWire(
+            graphql,
+            schema,
+            type.ofType,
+            item,
+            format,
+            selection,
+            warn,
+            shared,
+            place && [...place, index],
+          ),
         )
       : wire;
   }
@@ -1233,6 +1304,7 @@ export function fromWire(
       selection && { ...selection, nodes: nodes ?? [] },
       warn,
       shared,
+      place && nodes && fieldPlace(place, nodes),
     );
     own(value, placeOf(name), field);
     fromFields.add(placeOf(name));
@@ -1376,7 +1448,75 @@ export function fromWire(
           parentRefSource(stored[KEPT]),
       )
     : undefined;
-  return member(node ? ontoNode(value, node) : value);
+  if (!node) return member(value);
+  // One object at several places (an order's `primary` line, also `lines[0]`) is the one
+  // node at each: the first place makes the node its object; each later one gives it what
+  // it lacks, and answers at its place what it read otherwise (adversary 110: the last
+  // place's object replaced the first's, its getters too).
+  if (!ADOPTED.has(node)) {
+    ADOPTED.add(node);
+    return member(ontoNode(value, node));
+  }
+  return member(ontoNodeAgain(value, node, place));
+}
+
+/** Each node a replay made an object of (`fromWire`). */
+const ADOPTED = new WeakSet<object>();
+
+/**
+ * `built` (a later place's object) given to `node`, the object an earlier place made of it:
+ * its members and its getters (`throughGetters`) the node lacks are the node's
+ * from then on (a getter selected at this place only); one that is the node's already with
+ * another value is answered at this place only (placed-reads.ts), the node keeping the first
+ * place's, as the first call's one Proxy keeps its first read (`givenAgain`).
+ */
+function ontoNodeAgain(built: object, node: object, place: Place | undefined): object {
+  // Told apart by what they hold, never read here: a getter may throw (a field that failed,
+  // or that the first call did not store), and is run only where GraphQL reads it.
+  const held = (descriptor: PropertyDescriptor): unknown =>
+    'value' in descriptor ? descriptor.value : descriptor.get;
+  const again = (
+    key: string | symbol,
+    descriptor: PropertyDescriptor,
+    earlier: PropertyDescriptor | undefined,
+    holder: object,
+  ) => {
+    const read = laterRead(earlier && { value: held(earlier) }, held(descriptor));
+    if (read === 'add') Object.defineProperty(holder, key, descriptor);
+    else if (read === 'placed' && place) {
+      notePlacedRead(node, place, key, () => descriptorRead(descriptor, node));
+    }
+  };
+  for (const key of Reflect.ownKeys(built)) {
+    again(
+      key,
+      Reflect.getOwnPropertyDescriptor(built, key)!,
+      Reflect.getOwnPropertyDescriptor(node, key),
+      node,
+    );
+  }
+  const getters = Object.getPrototypeOf(built) as object | null;
+  if (getters === null || !GETTER_PROTOTYPES.has(getters)) return node;
+  const current = Object.getPrototypeOf(node) as object | null;
+  if (current === null || !GETTER_PROTOTYPES.has(current)) {
+    // The first place read no getter of it: this place's getters over its class.
+    Object.setPrototypeOf(node, adoptedPrototype(current, getters));
+    return node;
+  }
+  for (const key of Reflect.ownKeys(getters)) {
+    again(
+      key,
+      Reflect.getOwnPropertyDescriptor(getters, key)!,
+      Reflect.getOwnPropertyDescriptor(current, key),
+      current,
+    );
+  }
+  return node;
+}
+
+/** What reading a property so defined gives, on `node` (a getter run on it). */
+function descriptorRead(descriptor: PropertyDescriptor, node: object): unknown {
+  return 'value' in descriptor ? descriptor.value : descriptor.get?.call(node);
 }
 
 /**
@@ -1386,6 +1526,9 @@ export function fromWire(
  * leaves them out, `JSON.stringify` too), and a copy that keeps the prototype reads them
  * (adversary 66: Apollo's `cloneObject`). A write to one makes it the object's own data.
  */
+/** The prototypes `throughGetters` made (a node adopted at several places: `ontoNodeAgain`). */
+const GETTER_PROTOTYPES = new WeakSet<object>();
+
 function throughGetters(value: object, names: readonly (string | undefined)[]): void {
   const moved = names.filter(
     (name): name is string =>
@@ -1395,6 +1538,7 @@ function throughGetters(value: object, names: readonly (string | undefined)[]): 
   );
   if (moved.length === 0) return;
   const prototype = Object.create(Object.getPrototypeOf(value) as object | null) as object;
+  GETTER_PROTOTYPES.add(prototype);
   for (const name of new Set(moved)) {
     const item: unknown = (value as Record<string, unknown>)[name];
     delete (value as Record<string, unknown>)[name];

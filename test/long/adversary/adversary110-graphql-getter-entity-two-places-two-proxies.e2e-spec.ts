@@ -17,6 +17,12 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07, fourth): the first call's walk makes ONE Proxy per object
+ * whatever its places (wire-value.ts `walkValue`: a later place's reads go into the first
+ * Proxy's `given`, `givenAgain`), so `primary` and `lines[0]` are one object to the
+ * resolvers; a field read otherwise at a later place is answered there by a wrapper on the
+ * schema's property fields (placed-reads.ts, read-places.ts).
+ *
  * Adversary 110 (graphql): one entity answered at two places of a mutation's answer (an
  * order's `primary` line, also `lines[0]`, as an ORM loads it), whose type has a getter field
  * (`@Field() get label()`) selected at both, is given to the app's resolvers as TWO different
@@ -212,7 +218,7 @@ describe('adversary 110: one entity with a getter field at two places is two Pro
     expect(again).toBe(first);
   });
 
-  it.skip('one entity at two places is one object to the resolvers at the first call, as on the replay (Not fixed (round 110): found by review)', async () => {
+  it('one entity at two places is one object to the resolvers at the first call, as on the replay', async () => {
     const { plain, first, again, firstBody, againBody } = await run(
       'adv110-two-proxies',
       `{ id primary { id label position isPrimary } lines { id label position isPrimary } }`,

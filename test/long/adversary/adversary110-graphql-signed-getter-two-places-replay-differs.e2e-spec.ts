@@ -17,6 +17,12 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07, fourth): each place's own read of a getter is answered at
+ * that place, on the first call's one Proxy and on the replay's one node alike (placed-reads.ts:
+ * a wrapper on each property field answers a place whose read differs from the object's, by
+ * `info.path`; read-places.ts decides when a later read is one), so the replay answers
+ * `?sig=4` at `primary` and `?sig=5` at `lines[0]`, as the first answer did.
+ *
  * Adversary 110 (graphql): one entity answered at two places (an order's `primary` line, also
  * `lines[0]`, as an ORM loads a relation and its collection) whose type has a getter field
  * that gives a new value at each read (a signed URL: `@Field() get url()`, signed afresh per
@@ -175,7 +181,7 @@ describe('adversary 110: a signed getter of one entity at two places replays ano
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('the line at primary and lines[0] replays the links of its first answer (Not fixed (round 110): found by review)', async () => {
+  it('the line at primary and lines[0] replays the links of its first answer', async () => {
     const { first, again } = await twice(
       'adv110-signed-places',
       '{ id primary { id url } lines { id url } }',
