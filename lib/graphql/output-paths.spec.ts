@@ -15,6 +15,7 @@ import {
   toldOf,
   nulledAncestor,
   outputAt,
+  outputsIndex,
   storedKeyFor,
   outputsIn,
   type AnsweredError,
@@ -790,5 +791,34 @@ describe('a nulled field under another alias', () => {
     },
   ])('nullingPath: $name', ({ path, at, by, expected }) => {
     expect(nullingPath(path, at, by)).toEqual(expected);
+  });
+
+  it.each([
+    {
+      name: 'one output per named key: each alone',
+      stored: { outputs: { a: 1, b: 2 }, names: { 'x.f': 'a', 'x.g': 'b' } },
+      told: { a: 'x.f', b: 'x.g' },
+      named: { 'x.f': ['a'], 'x.g': ['b'] },
+    },
+    {
+      name: "two aliases of one field: both under its name, in the outputs' order",
+      stored: { outputs: { a: 1, b: 2 }, names: { 'x.f': 'a' }, told: { b: 'x.f' } },
+      told: { a: 'x.f', b: 'x.f' },
+      named: { 'x.f': ['a', 'b'] },
+    },
+    {
+      name: 'a named key with no output (a nulled field): told, but no key under it',
+      stored: { outputs: { a: 1 }, names: { 'x.f': 'a', 'x.g': 'z' } },
+      told: { a: 'x.f', z: 'x.g' },
+      named: { 'x.f': ['a'] },
+    },
+    { name: 'no names stored: none', stored: { outputs: { a: 1 } }, told: {}, named: {} },
+  ])('outputsIndex: $name', ({ stored, told, named }) => {
+    const outputs = stored as StoredOutputs;
+    const index = outputsIndex(outputs);
+    expect(index.told).toEqual(told);
+    expect(Object.fromEntries(index.keysNamed)).toEqual(named);
+    // Read once per stored answer: the same index again.
+    expect(outputsIndex(outputs)).toBe(index);
   });
 });

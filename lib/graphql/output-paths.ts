@@ -792,7 +792,9 @@ export function outputAt(
     const steps = named?.();
     const name = steps?.length === path.length ? namedKey(steps, replay.root) : undefined;
     const has = (at: string) => Object.prototype.hasOwnProperty.call(outputs, at);
-    const told = toldOf(names, replay.outputs.told);
+    // Read once per stored answer, not per field: under a global field middleware every field
+    // of a replay asks here, and a walk of all the keys each time was quadratic (adversary 110).
+    const { told, keysNamed } = outputsIndex(replay.outputs);
     const found = storedKeyFor(has, key, name, names, told);
     const at = found === undefined ? nulledKeyFor(nulled ?? {}, key, name, names, told) : undefined;
     const by = at === undefined ? undefined : nulled?.[at];
@@ -817,8 +819,8 @@ export function outputAt(
     const others =
       name === undefined
         ? []
-        : Object.keys(outputs)
-            .filter((at) => at !== found && told[at] === name)
+        : (keysNamed.get(name) ?? [])
+            .filter((at) => at !== found)
             .map((at) => ({ wire: outputs[at], key: at, errors: errorsUnder(at) }));
     return {
       kind: 'stored',
@@ -864,6 +866,40 @@ export function nullingPath(path: AnswerPath, at: string, by: string): AnswerPat
   while (shared < own.length && shared < error.length && own[shared] === error[shared]) shared++;
   const above = path.slice(0, path.length - own.length + shared);
   return [...above, ...error.slice(shared)];
+}
+
+/** What `outputsIndex` reads of a stored answer's outputs, once. */
+export interface OutputsIndex {
+  /** Each stored key's named key (`toldOf`). */
+  told: Record<string, string>;
+  /** By named key, the output keys told so, in the outputs' order (a field's aliases). */
+  keysNamed: Map<string, string[]>;
+}
+
+/** Each stored answer's `OutputsIndex`, by its decoded outputs (one object per replay). */
+const indexes = new WeakMap<StoredOutputs, OutputsIndex>();
+
+/**
+ * The named keys of `stored`'s outputs, read once per decoded answer: every middleware field of
+ * a replay looks its output up here (under a global field middleware, every field of it), and
+ * reading all the keys again for each was quadratic in the answer (adversary 110: 2,000 lines
+ * replayed in 17-24 s).
+ */
+export function outputsIndex(stored: StoredOutputs): OutputsIndex {
+  let index = indexes.get(stored);
+  if (index) return index;
+  const told = toldOf(stored.names, stored.told);
+  const keysNamed = new Map<string, string[]>();
+  for (const at of Object.keys(stored.outputs)) {
+    const name = told[at];
+    if (name === undefined) continue;
+    let keys = keysNamed.get(name);
+    if (!keys) keysNamed.set(name, (keys = []));
+    keys.push(at);
+  }
+  index = { told, keysNamed };
+  indexes.set(stored, index);
+  return index;
 }
 
 /**
