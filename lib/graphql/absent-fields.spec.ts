@@ -1,4 +1,4 @@
-import { absentOnReplay, notedAbsentFields } from './absent-fields.js';
+import { absentOnReplay, lackedFields, notedAbsentFields } from './absent-fields.js';
 
 describe('notedAbsentFields: the absent selected fields noted on the stored object', () => {
   it.each<[string, string[], boolean, string[] | undefined]>([
@@ -22,5 +22,19 @@ describe('absentOnReplay: the fields a replay leaves off its object', () => {
     ['an empty list', [], []],
   ])('%s', (_name, stored, absent) => {
     expect([...absentOnReplay(stored)]).toEqual(absent);
+  });
+});
+
+describe("lackedFields: the fields a middleware output's parent lacks", () => {
+  const field = (name: string, property = name, filled = false) => ({ name, property, filled });
+  it.each<[string, ReturnType<typeof field>[], string[], string[]]>([
+    ['one left out', [field('id'), field('subtitle')], ['id'], ['subtitle']],
+    ['all there: none', [field('id'), field('title')], ['id', 'title'], []],
+    ['read at its class property', [field('price', 'priceCents')], ['price'], ['price']],
+    ['there at its class property', [field('price', 'priceCents')], ['priceCents'], []],
+    ['filled by its defaultValue: not lacked', [field('status', 'status', true)], [], []],
+    ['several, in the type order', [field('b'), field('a'), field('c')], ['a'], ['b', 'c']],
+  ])('%s', (_name, fields, has, lacked) => {
+    expect(lackedFields(fields, (property) => has.includes(property))).toEqual(lacked);
   });
 });

@@ -33,3 +33,26 @@ export function absentOnReplay(stored: unknown): ReadonlySet<string> {
   if (!Array.isArray(stored)) return new Set();
   return new Set(stored.filter((name): name is string => typeof name === 'string'));
 }
+
+/** A field of a parent's type as Nest reads it: its property, and whether a default fills it. */
+export interface FieldReading {
+  name: string;
+  property: string;
+  /** Nest fills it with its `defaultValue` where the property is undefined. */
+  filled: boolean;
+}
+
+/**
+ * The fields (of `fields`: those GraphQL reads from the object, never the app's resolvers')
+ * that a middleware output's parent lacks (`has`: whether its property is in the object, its
+ * class's getters too), as the value's walk tells its absent selected fields (`ABSENT`): a
+ * replay rebuilds such a parent from the answer, whose null for them is no member it had
+ * (adversary 110). Only a field the first call selected is ever left off a replay's parent
+ * (see `outputValue`), so the type's others cost nothing but their names.
+ */
+export function lackedFields(
+  fields: readonly FieldReading[],
+  has: (property: string) => boolean,
+): string[] {
+  return fields.filter((field) => !field.filled && !has(field.property)).map(({ name }) => name);
+}

@@ -279,3 +279,69 @@ describe('parentLosses', () => {
     expect(parentLosses('Product', [])).toEqual([]);
   });
 });
+
+describe("notedParent: the marks and records the value's own parents have (adversary 110)", () => {
+  it.each<{ name: string; places: number; changed: boolean; nodes: number }>([
+    // The record and its description string (a leaf, in the node): one node, whatever the places.
+    {
+      name: 'one object at five places: one record, one node',
+      places: 5,
+      changed: false,
+      nodes: 1,
+    },
+    { name: 'at two places', places: 2, changed: false, nodes: 1 },
+    // Its data changed between places: a record of each, as the value path keeps them.
+    { name: 'its data changed between places: two', places: 2, changed: true, nodes: 2 },
+  ])('$name', ({ places, changed, nodes }) => {
+    const product: Record<string, unknown> = { id: 1, description: 'd'.repeat(50) };
+    const noted: Record<string, unknown> = {};
+    for (let i = 0; i < places; i++) {
+      if (changed && i === 1) product.description = 'other';
+      noted[`items.${i}`] = notedParent(product, 'Product', noted);
+    }
+    const kept = keptParents(noted);
+    expect(kept.graph?.g).toHaveLength(nodes);
+    expect(new Set(Object.values(kept.parents).map((entry) => entry.p)).size).toBe(nodes);
+    const back = readBack(kept);
+    expect(back[`items.${places - 1}`].description).toBe(changed ? 'other' : 'd'.repeat(50));
+  });
+
+  it("names each line's own object where its order reaches back to it (`s`)", () => {
+    interface Line {
+      id: number;
+      order: { lines: Line[] };
+    }
+    const order: { lines: Line[] } = { lines: [] };
+    for (const id of [1, 2]) order.lines.push({ id, order });
+    const noted: Record<string, unknown> = {};
+    order.lines.forEach((line, i) => (noted[`lines.${i}`] = notedParent(line, 'Line', noted)));
+    const kept = JSON.parse(JSON.stringify(keptParents(noted))) as ReturnType<typeof keptParents>;
+    const read = parentsReader(kept.graph)!;
+    const sources = ['lines.0', 'lines.1'].map((key) => kept.parents[key].s);
+    expect(sources.every((s) => typeof s === 'number')).toBe(true);
+    // Each the very object its order's lines hold, as at the first call.
+    const lines = (parentData(kept.parents['lines.0'], read).order as { lines: unknown[] }).lines;
+    expect(sources.map((s) => read.adopt?.(s))).toEqual([lines[0], lines[1]]);
+    expect(read.adopt?.(sources[0])).toBe(lines[0]);
+  });
+
+  it.each<{ name: string; source: object; absent: string[]; expected: unknown }>([
+    { name: 'a plain row, nothing lacked', source: { id: 1 }, absent: [], expected: { p: 0 } },
+    {
+      name: 'a row without its optional subtitle',
+      source: { id: 1 },
+      absent: ['subtitle'],
+      expected: { p: 0, a: ['subtitle'] },
+    },
+    {
+      name: 'a dictionary-style row (no prototype)',
+      source: Object.assign(Object.create(null) as object, { id: 1 }),
+      absent: [],
+      expected: { p: 0, i: null },
+    },
+  ])('stores its marks: $name', ({ source, absent, expected }) => {
+    const noted: Record<string, unknown> = {};
+    noted.at = notedParent(source, 'Article', noted, absent);
+    expect(keptParents(noted).parents.at).toEqual(expected);
+  });
+});

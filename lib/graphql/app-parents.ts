@@ -1,8 +1,12 @@
 import { type Keeper, keeper, restoreData, type Unfaithful } from './kept-data.js';
 import { namedReader, type SharedRead } from './node-classes.js';
 import { defineOwn } from './own-member.js';
-import { graphReachedBy, type ParentRef, parentRef } from './parent-graph.js';
+import { graphReachedBy, movedRef, parentRef } from './parent-graph.js';
+import { type ParentEntry, parentEntry } from './parent-entry.js';
 import { type ReplayLoss } from './replay-loss.js';
+import { recordOnce } from './same-record.js';
+import { hasNoPrototype } from './bare-objects.js';
+import { notedAbsentFields } from './absent-fields.js';
 import { type Graph, renamedRefs } from './typed-graph.js';
 
 /**
@@ -30,17 +34,32 @@ import { type Graph, renamedRefs } from './typed-graph.js';
 
 /**
  * A parent's own data as noted while GraphQL runs (see `notedParent`): its node in the graph
- * of its answer's parents (`into`), written then, its type, and what of it is not as it was.
+ * of its answer's parents (`into`), written then, its type, and what of it is not as it was;
+ * its own object (`source`, whose node a replay makes the parent where the graph holds it),
+ * the fields of its type it did not have (`absent`), and whether it had no prototype (`bare`).
  */
 export interface NotedParent {
   node: number;
   type: string;
   unfaithful: Unfaithful[];
   into: Keeper;
+  source?: object;
+  absent?: string[];
+  bare?: boolean;
 }
 
-/** The graph each answer's parents are written into, by the record they are noted in. */
-const graphs = new WeakMap<object, Keeper>();
+/**
+ * What the parents of one answer are noted into, by the record they are noted in: the one
+ * graph, and each object's records (same-record.ts: one object at several places, a product a
+ * DataLoader gives five times, is one record, written once, each place naming its node).
+ */
+interface Noting {
+  into: Keeper;
+  records: WeakMap<object, Record<string, unknown>[]>;
+  noted: Map<object, NotedParent>;
+}
+
+const notings = new WeakMap<object, Noting>();
 
 /**
  * The parent's own data, written when its field's resolver is about to run (see the file's
@@ -49,7 +68,12 @@ const graphs = new WeakMap<object, Keeper>();
  * (nothing is called or loaded: a lazy relation is a getter, its loaded value a Promise).
  * Undefined where it has none. Never throws (a member with no typed JSON form is left out).
  */
-export function notedParent(source: object, type: string, answer: object): NotedParent | undefined {
+export function notedParent(
+  source: object,
+  type: string,
+  answer: object,
+  absent: readonly string[] = [],
+): NotedParent | undefined {
   const data: Record<string, unknown> = {};
   for (const name of Object.keys(source)) {
     const own = Object.getOwnPropertyDescriptor(source, name);
@@ -59,16 +83,33 @@ export function notedParent(source: object, type: string, answer: object): Noted
     defineOwn(data, name, item);
   }
   if (Object.keys(data).length === 0) return undefined;
-  let into = graphs.get(answer);
-  if (!into) graphs.set(answer, (into = keeper()));
-  const { root, unfaithful } = into.keep(data);
-  return { node: root, type, unfaithful, into };
+  let noting = notings.get(answer);
+  if (!noting) {
+    noting = { into: keeper(), records: new WeakMap(), noted: new Map() };
+    notings.set(answer, noting);
+  }
+  // The same place's marks as the value's (wire-value.ts): its absent fields where its
+  // resolvers read its data (they do: it is noted for them), its absent prototype.
+  const marks = {
+    source,
+    ...(notedAbsentFields(absent, true) ? { absent: [...absent] } : {}),
+    ...(hasNoPrototype(source) ? { bare: true } : {}),
+  };
+  // One object at several places holding the same data is one record, one node (adversary
+  // 110: written once per place, five places of a 50 kB product were over maxResponseBytes).
+  const record = recordOnce(noting.records, source, data);
+  const earlier = noting.noted.get(record);
+  if (earlier) return { ...earlier, ...marks, type };
+  const { root, unfaithful } = noting.into.keep(record);
+  const parent: NotedParent = { node: root, type, unfaithful, into: noting.into, ...marks };
+  noting.noted.set(record, parent);
+  return parent;
 }
 
 /** The parents as stored: each a node of `graph`, and what they do not give back as it was. */
 export interface KeptParents {
   /** By key, the node of each parent's data (none where nothing was noted). */
-  parents: Record<string, ParentRef>;
+  parents: Record<string, ParentEntry>;
   /** Their data, one typed graph (none where no parent is kept). */
   graph?: Graph;
   /** What a kept parent does not give back as it was (a `Decimal`'s methods), for the log. */
@@ -87,12 +128,15 @@ export function keptParents(noted: Readonly<Record<string, unknown>>): KeptParen
     isNotedParent(entry[1]),
   );
   if (entries.length === 0) return { parents: {}, losses: [] };
-  const { nodes, roots } = joinedGraphs(entries.map(([, parent]) => parent));
+  const { nodes, roots, sources } = joinedGraphs(entries.map(([, parent]) => parent));
   const { graph, moved } = graphReachedBy({ g: nodes }, roots);
-  const parents: Record<string, ParentRef> = {};
+  const parents: Record<string, ParentEntry> = {};
   const losses: ReplayLoss[] = [];
-  entries.forEach(([key, { type, unfaithful }], index) => {
-    parents[key] = parentRef(moved.get(roots[index]) ?? roots[index]);
+  entries.forEach(([key, { type, unfaithful, absent, bare }], index) => {
+    // Its own object's node where what is kept reaches it (`line.order.lines[i]`): a replay
+    // makes the parent that very object, as the value's `__parent` does (adversary 110).
+    const ref = movedRef(moved, parentRef(roots[index], sources[index])) ?? parentRef(roots[index]);
+    parents[key] = parentEntry(ref, absent, bare);
     losses.push(...parentLosses(type, unfaithful));
   });
   return { parents, graph, losses };
@@ -102,7 +146,12 @@ export function keptParents(noted: Readonly<Record<string, unknown>>): KeptParen
  * The nodes of the graphs `noted` were written into, each graph once, one after another (the
  * refs of each after the first moved by where it starts), and each parent's node there.
  */
-export function joinedGraphs(noted: readonly NotedParent[]): { nodes: unknown[]; roots: number[] } {
+export function joinedGraphs(noted: readonly NotedParent[]): {
+  nodes: unknown[];
+  roots: number[];
+  /** Each parent's own object's node, where its graph holds it (see `NotedParent.source`). */
+  sources: (number | undefined)[];
+} {
   const starts = new Map<Keeper, number>();
   const nodes: unknown[] = [];
   for (const { into } of noted) {
@@ -114,7 +163,14 @@ export function joinedGraphs(noted: readonly NotedParent[]): { nodes: unknown[];
       nodes.push(start === 0 ? node : renamedRefs(node, (index) => index + start));
     }
   }
-  return { nodes, roots: noted.map(({ into, node }) => (starts.get(into) ?? 0) + node) };
+  return {
+    nodes,
+    roots: noted.map(({ into, node }) => (starts.get(into) ?? 0) + node),
+    sources: noted.map(({ into, source }) => {
+      const own = source === undefined ? undefined : into.nodes.get(source);
+      return own === undefined ? undefined : (starts.get(into) ?? 0) + own;
+    }),
+  };
 }
 
 function isNotedParent(value: unknown): value is NotedParent {

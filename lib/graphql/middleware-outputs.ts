@@ -7,7 +7,12 @@ import {
   type GraphQLResolveInfo,
   type GraphQLSchema,
 } from 'graphql';
-import { defineOwn } from './own-member.js';
+import { defineOwn, defineOwnSymbol } from './own-member.js';
+import { absentOnReplay, lackedFields } from './absent-fields.js';
+import { unnamedPlain } from './bare-objects.js';
+import { entryAbsent, entryInstance } from './parent-entry.js';
+import { parentRefSource } from './parent-graph.js';
+import { ontoNode } from './parent-identity.js';
 import { completedOutput, readList } from './completed-output.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { aliasGroups, markErrorUnder, mergedAnswers } from './merged-aliases.js';
@@ -300,7 +305,7 @@ function keepAppParentsOf(type: GraphQLObjectType): void {
         noteAppParent(
           context,
           () => pathOf(info).slice(0, -1),
-          (answer) => notedParent(source, type.name, answer),
+          (answer) => notedParent(source, type.name, answer, lackedFieldsOf(type, source)),
         );
       }
       return own.call(this, source, args, context, info);
@@ -308,6 +313,20 @@ function keepAppParentsOf(type: GraphQLObjectType): void {
     noteResolverKind(resolve, 'app');
     field.resolve = resolve;
   }
+}
+
+/**
+ * The fields GraphQL reads from a parent of `type` (not the app's) that `source` lacks
+ * (absent-fields.ts `lackedFields`), read where Nest reads each: its class property.
+ */
+function lackedFieldsOf(type: GraphQLObjectType, source: object): string[] {
+  const fields = Object.keys(type.getFields())
+    .filter((name) => fieldResolution(type, name) !== 'app')
+    .map((name) => {
+      const reading = nestField(type.name, name);
+      return { name, property: reading?.property ?? name, filled: Boolean(reading?.fallback) };
+    });
+  return lackedFields(fields, (property) => property in source);
 }
 
 /**
@@ -618,7 +637,20 @@ export function outputValue(
   // resolver runs again and reads it), the selected fields over it as the answer wrote them.
   const kept = conversion.parents?.[key];
   const ownData = parentData(kept, conversion.read);
-  const value: Record<string, unknown> = { ...ownData };
+  // Without a prototype where the first call's parent had none (`i: null`, as the value's
+  // `__instance`: bare-objects.ts), its own data over it (adversary 110).
+  const value = unnamedPlain(entryInstance(kept)) as Record<string, unknown>;
+  // As a spread copies (its own enumerable members, symbols too), each defined, never set.
+  for (const name of Reflect.ownKeys(ownData)) {
+    if (!Object.prototype.propertyIsEnumerable.call(ownData, name)) continue;
+    const item: unknown = Reflect.get(ownData, name);
+    if (typeof name === 'symbol') defineOwnSymbol(value, name, item);
+    else defineOwn(value, name, item);
+  }
+  /** The selected fields the first call's parent lacked: left off (absent-fields.ts). */
+  const absent = absentOnReplay(entryAbsent(kept));
+  /** The fields answered apart from its kept data (see `answersApart`), by name. */
+  const apartAnswers: [string, unknown][] = [];
   const selection = { nodes, fragments: info.fragments, variables: info.variableValues };
   for (const [name, fieldNodes] of selectedFields(graphql, schema, concrete, selection)) {
     const definition = fields[name];
@@ -662,6 +694,9 @@ export function outputValue(
       };
       const resolution = fieldResolution(concrete, name);
       if (keepsOwnMember(graphql, resolution, definition.type, member, wires)) continue;
+      // Lacked by the first call's parent, answered null: left off, as GraphQL's read of it
+      // answers null again (a field behind middleware answers its stored output anyway).
+      if (absent.has(name) && !member.has && wires.every((wire) => wire === null)) continue;
       // A property: every alias reads the one object, rebuilt over the data kept at any of
       // them (alias-parents.ts), so the kept value wins whichever alias merges first.
       const grouping =
@@ -740,7 +775,8 @@ export function outputValue(
     if (apart) {
       // The app's resolvers read the kept raw object (all its data, where the answer nulled
       // it or selected less of it); GraphQL's read answers the rebuilt one (adversary 90).
-      answerApart(value, name, item);
+      // Given to the object the replay answers (its node, where adopted: below).
+      apartAnswers.push([name, item]);
       continue;
     }
     defineOwn(value, name, item);
@@ -750,12 +786,17 @@ export function outputValue(
       defineOwn(value, property, item);
     }
   }
+  // Its own object where its data reaches back to it (`line.order.lines[i]`): that very node
+  // of the outputs' graph (`s`), as the value's `__parent` makes it (parent-identity.ts).
+  const node = kept === undefined ? undefined : conversion.read?.adopt?.(parentRefSource(kept));
+  const made = (node ? ontoNode(value, node) : value) as Record<string, unknown>;
+  for (const [name, item] of apartAnswers) answerApart(made, name, item);
   if (graphql.isAbstractType(type)) {
     // Told by GraphQL's default from `__typename` where the type has no resolveType().
-    if (!type.resolveType) value.__typename = concrete.name;
-    answerAsMember(type, value, concrete.name);
+    if (!type.resolveType) made.__typename = concrete.name;
+    answerAsMember(type, made, concrete.name);
   }
-  return value;
+  return made;
 }
 
 /**

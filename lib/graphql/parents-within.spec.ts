@@ -125,4 +125,18 @@ describe('parentsWithin over the parents’ one graph', () => {
   it('all of them not enough: undefined', () => {
     expect(parentsWithin(parents, 5000, graph)).toBeUndefined();
   });
+
+  it("keeps an entry's own object (`s`, moved) and its marks (adversary 110)", () => {
+    const marked = {
+      'lines.0': { p: 0, s: 2, a: ['sku'] },
+      'lines.1': { p: 2, i: null },
+      buyer: { p: 3, s: 4 },
+    };
+    const within = parentsWithin(marked, 300, graph);
+    expect(within?.dropped).toEqual(['buyer']);
+    expect(within?.parents).toEqual({
+      'lines.0': { p: 0, s: 2, a: ['sku'] },
+      'lines.1': { p: 2, i: null },
+    });
+  });
 });

@@ -1,4 +1,5 @@
-import { graphReachedBy, ownBytes, parentRef, parentRefIndex } from './parent-graph.js';
+import { type ParentEntry, movedEntry } from './parent-entry.js';
+import { graphReachedBy, ownBytes, parentRefIndex } from './parent-graph.js';
 import { type Graph } from './typed-graph.js';
 
 /**
@@ -125,9 +126,10 @@ function keptReach(parents: Record<string, unknown>, graph: Graph): Graph | unde
   if (roots.length === 0) return undefined;
   const { graph: reached, moved } = graphReachedBy(graph, roots);
   for (const [key, at] of Object.entries(parents)) {
-    const node = parentRefIndex(at);
-    const to = node === undefined ? undefined : moved.get(node);
-    if (to !== undefined) parents[key] = parentRef(to);
+    if (parentRefIndex(at) === undefined) continue;
+    // Its own object's node too (`s`, where still reached) and its marks (app-parents.ts).
+    const to = movedEntry(moved, at as ParentEntry);
+    if (to !== undefined) parents[key] = to;
   }
   return reached;
 }

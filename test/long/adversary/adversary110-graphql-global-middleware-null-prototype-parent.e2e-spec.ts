@@ -21,6 +21,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07, fourth): a middleware output's noted parent without a
+ * prototype is marked so (`i: null` in its stored entry, lib/graphql/parent-entry.ts, told by
+ * bare-objects.ts `hasNoPrototype`), and a replay rebuilds it with `unnamedPlain`, the value's
+ * own `__instance: null` path (an adopted node keeps its absent prototype, `adoptedPrototype`).
+ *
  * Adversary 110 (graphql): adversary 109's null-prototype fix (`__instance: null`: an object
  * without a prototype replays without one) is made for the mutation's value's `__parent`
  * only. Behind field middleware (Nest's docs' global logger in
@@ -199,7 +204,7 @@ describe('adversary 110: behind a global field middleware a null-prototype paren
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('a dictionary-style row replays without a prototype (Not fixed (round 110): found by review)', async () => {
+  it('a dictionary-style row replays without a prototype', async () => {
     const { first, again } = await twice(
       'adv110-mw-null',
       'dictionary',

@@ -18,6 +18,12 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07, fourth): a middleware output's noted parent now names its own
+ * object's node where the outputs' graph holds it (`s`, app-parents.ts `keptParents`, as the
+ * value's `__parent` does), and a replay's `outputValue` adopts that node (`read.adopt` and
+ * parent-identity.ts `ontoNode`, the value path's own): `indexOf(line)` and `primary === line`
+ * answer as at the first call.
+ *
  * Adversary 110 (graphql): with a global field middleware (Nest's own example: a logger in
  * `buildSchemaOptions.fieldMiddleware`, which puts every field behind middleware), a replay's
  * `@ResolveField()` parents are no longer the objects their own data reaches back to: an
@@ -197,7 +203,7 @@ describe('adversary 110: a global field middleware loses the replay parents iden
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('a line reached back through its order is its replay parent (Not fixed (round 110): found by review)', async () => {
+  it('a line reached back through its order is its replay parent', async () => {
     const { first, again } = await twice(
       'adv110-mw-identity',
       '{ id lines { id position isPrimary sku } }',

@@ -19,6 +19,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07, fourth): app-parents.ts `notedParent` now goes through
+ * same-record.ts `recordOnce` (by its source object, per answer, as `writeParent` does): one
+ * object at five places holding the same data is one record, written once into the outputs'
+ * graph, every place's entry naming that node; the answer stores the description once.
+ *
  * Adversary 110 (graphql): adversary 109's fix (one object at several places keeps its data
  * once: same-record.ts `recordOnce`, each place naming one node) is made for the mutation's
  * value's `__parent` only. Behind field middleware (Nest's docs' global logger in
@@ -190,7 +195,7 @@ describe('adversary 110: behind a global field middleware one object at several 
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('the product five times is stored once and replays the same bytes (Not fixed (round 110): found by review)', async () => {
+  it('the product five times is stored once and replays the same bytes', async () => {
     const { first, again, kept } = await twice('adv110-mw-places', 5);
     expect(first.body.errors).toBeUndefined();
     expect(first.body.data.addToCart.items).toHaveLength(5);
