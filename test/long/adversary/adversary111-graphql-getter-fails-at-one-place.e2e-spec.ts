@@ -64,6 +64,8 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * answers the same data and errors (passes). Same root as
  * adversary111-graphql-retry-getter-one-more-place (own against prototype members in
  * `ontoNodeAgain`), here with the first call's own selection: no retry changes anything.
+ * The same app under Nest's global `fieldMiddleware` (outputs stored per place,
+ * middleware-outputs.ts) replays both cases right (tried on main 0e95ac0e).
  *
  * Suggested fix: in `ontoNodeAgain`, compare what the node ANSWERS for a key (own, or through
  * the getter prototype it was given) with what the later place's object answers, whatever the

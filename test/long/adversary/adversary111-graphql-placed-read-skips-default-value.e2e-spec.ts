@@ -54,6 +54,8 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * Controls: the lines at one place each, `undefined` at every first read: the default both
  * times (passes); undefined at `primary`, a value at `lines[0]`: the replay the same (passes).
+ * The same app under Nest's global `fieldMiddleware` replays the default (tried on main
+ * 0e95ac0e).
  *
  * Suggested fix: have the placed read go through the field's own resolver on the place's
  * value (call `own` with a source whose property gives `read()`), or apply the field's

@@ -65,6 +65,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  *
  * Controls: the same retry as the first call (`lines { id label }` both times) replays the
  * same bytes (passes).
+ * adversary111-graphql-getter-fails-at-one-place shares the root. The same app under Nest’s
+ * global `fieldMiddleware` (outputs stored per place, middleware-outputs.ts) answers both retries
+ * right (tried on main 0e95ac0e): the break is on the property-field road only.
  *
  * Suggested fix: in `ontoNodeAgain`, tell a field by where the node answers it, own OR
  * through its getter prototype (`key in node` / the prototype chain up to the class), and
