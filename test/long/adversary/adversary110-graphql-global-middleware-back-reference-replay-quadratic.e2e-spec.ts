@@ -23,6 +23,9 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * read all the stored outputs' named keys again on each call (`toldOf`, and a filter of every
  * output key for the field's other aliases), N fields x N keys. Those are now read once per
  * decoded answer (`outputsIndex`): the 2,000-line replay takes about 0.6 s (the first call 1.3 s).
+ * The bound is the replay against the first call of the same size in the same run (at most
+ * 4x, plus 1 s), not 8 s of the clock: a CI-like run beside other suites met 20 s for the
+ * first call and 21 s for its (linear) replay.
  *
  * Adversary 110 (graphql): behind a global field middleware (Nest's docs' logger in
  * `buildSchemaOptions.fieldMiddleware`, which puts every field behind middleware), the replay
@@ -194,12 +197,12 @@ describe('adversary 110: behind a global field middleware a back-referenced orde
     const replayed = Date.now() - answered;
     // eslint-disable-next-line no-console
     console.log('TIMES', key, answered - started, replayed);
-    return { first, again, replayed };
+    return { first, again, replayed, firstMs: answered - started };
   };
 
   it('control: 200 back-referenced lines replay within the bound', async () => {
     lines = 200;
-    const { first, again, replayed } = await twice(
+    const { first, again, replayed, firstMs } = await twice(
       'adv110-mw-cost-control',
       '{ id lines { id sku } }',
     );
@@ -208,14 +211,23 @@ describe('adversary 110: behind a global field middleware a back-referenced orde
     expect(logged.length).toBeGreaterThan(0);
     expect(again.body.extensions?.idempotency?.replayed).toEqual(['placeOrder']);
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
-    expect(replayed).toBeLessThan(8_000);
+    // Against the first call of the same size, in the same run: a shared machine's load slows
+    // both alike (a CI run beside other suites met 20 s for the first call and 21 s for the
+    // replay), while the quadratic replay took 17-24 s against a first call under 1 s.
+    expect(replayed).toBeLessThan(4 * firstMs + 1_000);
   }, 120_000);
 
   it('2,000 back-referenced lines replay within the bound', async () => {
-    const { first, again, replayed } = await twice('adv110-mw-cost', '{ id lines { id sku } }');
+    const { first, again, replayed, firstMs } = await twice(
+      'adv110-mw-cost',
+      '{ id lines { id sku } }',
+    );
     expect(first.body.errors).toBeUndefined();
     expect(again.body.extensions?.idempotency?.replayed).toEqual(['placeOrder']);
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
-    expect(replayed).toBeLessThan(8_000);
+    // Against the first call of the same size, in the same run: a shared machine's load slows
+    // both alike (a CI run beside other suites met 20 s for the first call and 21 s for the
+    // replay), while the quadratic replay took 17-24 s against a first call under 1 s.
+    expect(replayed).toBeLessThan(4 * firstMs + 1_000);
   }, 120_000);
 });
