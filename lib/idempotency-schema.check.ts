@@ -162,8 +162,9 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
         if (this.needs.layout && partitionBoundsReadable(this.needs, rows)) {
           const { rows: partitions } = await libraryStatement<PartitionBoundRow>(
             client,
-            // Named, as the library's statements read at each start are.
-            { name: 'idempotency_partition_bounds_v1', text: PARTITION_BOUNDS_QUERY },
+            // Unnamed: a named statement behind a transaction pooler without prepared
+            // statements meets another instance's of that name (42P05, adversary 111).
+            { text: PARTITION_BOUNDS_QUERY },
             timeoutMs,
             pinned,
           );

@@ -30,6 +30,47 @@ describe('partitionEndLimitMs', () => {
   ])('%s', (_name, layout, expected) => {
     expect(partitionEndLimitMs(layout)).toBe(expected);
   });
+
+  const days = (from: number, to: number) =>
+    end(
+      `p${from}`,
+      new Date(now + from * DAY).toISOString(),
+      new Date(now + to * DAY).toISOString(),
+    );
+  it.each<[string, { partitionMs: number; retentionMs?: number }, PartitionEnd[], number]>([
+    [
+      'a day-wide net of a 7-day retention, cut to 2 hours since (adversary 111)',
+      { partitionMs: HOUR, retentionMs: 2 * HOUR },
+      [days(0, 1), days(1, 2), days(2, 3), days(13, 14)],
+      101 * DAY,
+    ],
+    [
+      "a far net beside the library's partitions: their width, not the net's",
+      { partitionMs: HOUR, retentionMs: DAY },
+      [days(0, 1), days(1, 2), days(2, 3), days(3, 3_000_000)],
+      101 * DAY,
+    ],
+    [
+      "two partitions, one a net: the lower median is the library's",
+      { partitionMs: HOUR, retentionMs: 2 * HOUR },
+      [days(0, 1), days(1, 3_000_000)],
+      101 * DAY,
+    ],
+    [
+      'a lone partition is no evidence (it may be the net)',
+      { partitionMs: HOUR, retentionMs: DAY },
+      [days(0, 3_000_000)],
+      101 * DAY,
+    ],
+    [
+      'partitions without both bounds are not counted',
+      { partitionMs: HOUR, retentionMs: HOUR },
+      [end('lo', null, '2026-12-09T00:00Z'), end('hi', '2026-12-07T00:00Z', null)],
+      101 * HOUR,
+    ],
+  ])('with the partitions present: %s', (_name, layout, partitions, expected) => {
+    expect(partitionEndLimitMs(layout, partitions)).toBe(expected);
+  });
 });
 
 describe('partitionsEndingTooFar', () => {

@@ -26,12 +26,35 @@ export interface PartitionEndLayout {
 /**
  * The furthest ahead of now a partition of the library's can end: `partitionsAhead + 1`
  * partitions at most, `partitionsAhead` at most MAX_PARTITIONS_PER_RETENTION and a partition
- * at most a retention wide (the options refuse more). Not this layout's horizon: partitions
- * made ahead under a wider `partitionMs` (or more `partitionsAhead`) before a change of the
- * options stay until they are past, and must not stop the app from starting.
+ * at most a retention wide (the options refuse more). Not this layout's horizon alone:
+ * partitions made ahead before a change of the options (a wider `partitionMs`, more
+ * `partitionsAhead`, a longer `retentionMs`, cut since: adversary 111) stay until they are
+ * past, and must not stop the app from starting. Their width tells the retention they were
+ * made under (at most a retention wide), so the typical width of the partitions present (their
+ * median: an operator's net or two cannot move it) stands for the retention too.
  */
-export function partitionEndLimitMs(layout: PartitionEndLayout): number {
-  return (MAX_PARTITIONS_PER_RETENTION + 1) * Math.max(layout.partitionMs, layout.retentionMs ?? 0);
+export function partitionEndLimitMs(
+  layout: PartitionEndLayout,
+  partitions: readonly PartitionEnd[] = [],
+): number {
+  return (
+    (MAX_PARTITIONS_PER_RETENTION + 1) *
+    Math.max(layout.partitionMs, layout.retentionMs ?? 0, typicalWidthMs(partitions))
+  );
+}
+
+/**
+ * The median width of the partitions with both bounds; 0 with fewer than two (a lone
+ * partition is no evidence of its own: it may be the net).
+ */
+export function typicalWidthMs(partitions: readonly PartitionEnd[]): number {
+  const widths = partitions
+    .filter((p) => p.fromMs !== null && p.toMs !== null)
+    .map((p) => p.toMs! - p.fromMs!)
+    .sort((a, b) => a - b);
+  if (widths.length < 2) return 0;
+  // The lower median: with two partitions, a net beside one of the library's is judged by it.
+  return widths[Math.floor((widths.length - 1) / 2)];
 }
 
 /**

@@ -442,12 +442,13 @@ export function partitionBoundsOf(
   layout: PartitionEndLayout,
 ): PartitionBoundFacts {
   const ms = (value: string | number | null) => (value === null ? null : Number(value));
+  const partitions = rows
+    .filter((row) => row.partition !== null)
+    .map((row) => ({ partition: row.partition!, fromMs: ms(row.fromMs), toMs: ms(row.toMs) }));
   return {
     nowMs: Number(rows[0]?.nowMs),
-    limitMs: partitionEndLimitMs(layout),
-    partitions: rows
-      .filter((row) => row.partition !== null)
-      .map((row) => ({ partition: row.partition!, fromMs: ms(row.fromMs), toMs: ms(row.toMs) })),
+    limitMs: partitionEndLimitMs(layout, partitions),
+    partitions,
   };
 }
 

@@ -1,4 +1,9 @@
 /**
+ * Fixed (session of 2026-12-07, fourth): the bounds read is unnamed (lib/idempotency-schema.check.ts),
+ * which it can be since `runSurrounded` sends every statement of its own with the extended
+ * protocol (session-state.ts `requiresPreparation`: before, an unnamed statement without
+ * values went as a simple query, skipping the pinned path set before it).
+ *
  * Adversary 111 (pool): the start-up check's new partition-bounds read
  * (`idempotency_partition_bounds_v1`) is sent as a NAMED prepared statement whatever the
  * `pooler` option says; every other statement of the library is sent unnamed behind a pooler
@@ -115,7 +120,7 @@ describePartitioned('adversary 111 pool: the named bounds read behind PgBouncer'
     expect({ first, second }).toEqual({ first: refused, second: refused });
   }, 30_000);
 
-  it.skip('behind PgBouncer in transaction mode, a second instance refuses it too (Not fixed (round 111): found by review)', async () => {
+  it('behind PgBouncer in transaction mode, a second instance refuses it too', async () => {
     const name = new URL(db.url).pathname.slice(1);
     const first = await startUp(bouncer.url(name), 'transaction', sources);
     const second = await startUp(bouncer.url(name), 'transaction', sources);

@@ -1,4 +1,9 @@
 /**
+ * Fixed (session of 2026-12-07, fourth): the limit is 101 times the largest of `partitionMs`,
+ * `retentionMs` and the median width of the partitions present (partition-ends.ts
+ * `typicalWidthMs`): a partition is at most a retention wide, so the widths tell the retention
+ * they were made under, and a net or two cannot move a median.
+ *
  * Adversary 111 (pool): the start-up check's new partition-end limit (`partitionEndLimitMs`:
  * 101 times the larger of `partitionMs` and `retentionMs`) is computed from the options of the
  * deploy that starts, not of the one that made the partitions. Cutting `retentionMs` (7 days to
@@ -119,7 +124,7 @@ describePartitioned('adversary 111 pool: a cut retention refuses the partitions 
     expect((await startUp(fresh, release2, sources)).started).toBe('started');
   }, 30_000);
 
-  it.skip('release 2 starts on the partitions release 1 made ahead (Not fixed (round 111): found by review)', async () => {
+  it('release 2 starts on the partitions release 1 made ahead', async () => {
     const { started } = await startUp(used, release2, sources);
     // Observed: "IdempotencySchemaMissingError: ... idempotency_keys has a partition without an
     // end in reach (public.idempotency_keys_..., up to <14 days ahead>, further ahead than any
