@@ -17,7 +17,7 @@
 
 /**
  * Whether `a` and `b` (records a walk built of one object's own data, each member its own
- * enumerable data property) hold the same: the same own keys (symbols too) in the same order,
+ * data property, enumerable or not: hidden-members.ts) hold the same: the same own keys (symbols too) in the same order,
  * each the same value by identity (`Object.is`: the object's own values, never copies, so an
  * object inside is the one object, written once however many records reach it).
  */

@@ -552,3 +552,75 @@ describe('renamedRefs', () => {
     expect(renamedRefs(node, plus10)).toEqual(renamed);
   });
 });
+
+describe('own data that is not enumerable (adversary 111)', () => {
+  const descriptors = (value: object) =>
+    Object.fromEntries(
+      Reflect.ownKeys(value).map((key) => {
+        const { enumerable, writable } = Reflect.getOwnPropertyDescriptor(value, key)!;
+        return [String(key), { enumerable, writable }];
+      }),
+    );
+  it.each<[string, () => object]>([
+    [
+      'a read-only back-reference kept out of JSON, in a root and a node',
+      () => {
+        const order: Record<string, unknown> = { id: 1, lines: [] };
+        const line = { id: 2 };
+        Object.defineProperty(line, 'order', { value: order });
+        (order.lines as unknown[]).push(line);
+        return { line };
+      },
+    ],
+    [
+      'a writable hidden member of the root, a registered symbol too',
+      () => {
+        const root = { a: 1 };
+        Object.defineProperty(root, 'b', { value: 2, writable: true });
+        Object.defineProperty(root, Symbol.for('tag'), { value: 't' });
+        return root;
+      },
+    ],
+  ])('%s: comes back with its enumerability and writability', (_what, make) => {
+    const value = make();
+    const read = back(value) as Record<string, unknown>;
+    expect(descriptors(read)).toEqual(descriptors(value));
+    expect(JSON.stringify(read)).toBe(JSON.stringify(value));
+    if ('line' in value) {
+      const line = read.line as { order: { lines: unknown[] } };
+      // The one line, reached back through its hidden `order`.
+      expect(line.order.lines[0]).toBe(line);
+      expect(descriptors(line)).toEqual(descriptors((value as { line: object }).line));
+    }
+  });
+
+  it.each<[string, () => object, string[]]>([
+    ["an array's length: no member", () => ({ list: [1, 2] }), ['0', '1', 'length']],
+    ['a hidden getter: left out, never read', () => hiddenGetter(), []],
+    ['a hidden unregistered symbol: left out, no loss', () => hiddenSymbol(), []],
+  ])('%s', (_what, make, keys) => {
+    const written = writeGraph(make());
+    const read = readGraph(written.graph) as Record<string, unknown>;
+    const inner = (read.list ?? read.inner) as object;
+    expect(Reflect.ownKeys(inner).map(String)).toEqual(keys);
+    expect(written.lost).toBe(false);
+  });
+});
+
+/** `{ inner }`, `inner` with a hidden getter that throws. */
+function hiddenGetter(): object {
+  const inner = {};
+  Object.defineProperty(inner, 'eta', {
+    get: () => {
+      throw new Error('down');
+    },
+  });
+  return { inner };
+}
+
+/** `{ inner }`, `inner` with a hidden member under a symbol no other process knows. */
+function hiddenSymbol(): object {
+  const inner = {};
+  Object.defineProperty(inner, Symbol('orm'), { value: 1 });
+  return { inner };
+}

@@ -1,4 +1,4 @@
-import { defineOwn, defineOwnSymbol } from './own-member.js';
+import { hiddenKey, keptMember, readMemberKey } from './hidden-members.js';
 
 /**
  * JS values as JSON with their types, written and read without recursion: the data a replay
@@ -155,19 +155,34 @@ function isPlainObject(value: object): boolean {
   return prototype === null || prototype === Object.prototype;
 }
 
-/** An object's own enumerable keys in their order, a registered symbol's as `['y', key]`. */
-function ownKeys(value: object, skip: (key: string) => boolean, losing: (key: symbol) => void) {
+/**
+ * An object's own enumerable keys in their order, a registered symbol's as `['y', key]`; and,
+ * where `hidden` (an object's own data, whatever its enumerability: hidden-members.ts), its
+ * own data that is not enumerable, each key in `hiddenKey`'s form (adversary 111).
+ */
+function ownKeys(
+  value: object,
+  skip: (key: string) => boolean,
+  losing: (key: symbol) => void,
+  hidden = false,
+) {
   const keys: { key: string | symbol; written: unknown }[] = [];
   for (const key of Reflect.ownKeys(value)) {
-    if (!Object.prototype.propertyIsEnumerable.call(value, key)) continue;
+    const descriptor = Reflect.getOwnPropertyDescriptor(value, key);
+    const kept = descriptor ? keptMember(descriptor, hidden) : 'none';
+    if (kept === 'none') continue;
+    const as = (written: unknown) =>
+      kept === 'hidden' ? hiddenKey(written, descriptor!.writable === true) : written;
     if (typeof key === 'string') {
-      if (!skip(key)) keys.push({ key, written: key });
+      if (!skip(key)) keys.push({ key, written: as(key) });
       continue;
     }
     const name = Symbol.keyFor(key);
-    // An unregistered symbol is another in the process that reads it back: left out.
+    // An unregistered symbol is another in the process that reads it back: left out, said
+    // where enumerable; a hidden one is a library's mark on its object (an ORM's), no data.
+    if (name === undefined && kept === 'hidden') continue;
     if (name === undefined) losing(key);
-    else keys.push({ key, written: ['y', name] });
+    else keys.push({ key, written: as(['y', name]) });
   }
   return keys;
 }
@@ -341,9 +356,9 @@ export function graphWriter() {
     } else reachedAgain(index);
     return ['@', index];
   };
-  const members = (of: object, skip: (key: string) => boolean = () => false) => {
+  const members = (of: object, skip: (key: string) => boolean = () => false, hidden = false) => {
     const flat: unknown[] = [];
-    for (const { key, written } of ownKeys(of, skip, losing)) {
+    for (const { key, written } of ownKeys(of, skip, losing, hidden)) {
       const item = (of as Record<string | symbol, unknown>)[key];
       // Left out of an object, as JSON leaves it out (an array's place keeps `undefined`).
       if (isLeftOut(item)) losing();
@@ -390,7 +405,7 @@ export function graphWriter() {
       member = key;
       losing();
     };
-    for (const { key, written } of ownKeys(value, () => false, losingKey)) {
+    for (const { key, written } of ownKeys(value, () => false, losingKey, true)) {
       member = key;
       at = index;
       const before = nodes.length;
@@ -494,7 +509,8 @@ export function graphWriter() {
       exact = false;
       if (hasClassMembers(of)) losing();
     }
-    return [prototype === null ? 'O' : 'o', ...members(of)];
+    // Its own data whatever its enumerability (hidden-members.ts).
+    return [prototype === null ? 'O' : 'o', ...members(of, () => false, true)];
   }
   return { root, done, nodes: written };
 }
@@ -571,10 +587,15 @@ export function readGraphNodes(graph: Graph): unknown[] {
     Array.isArray(written) ? Symbol.for(written[1] as string) : String(written);
   const fill = (target: object, flat: readonly unknown[]) => {
     for (let i = 0; i + 1 < flat.length; i += 2) {
-      const name = key(flat[i]);
-      // Defined, not assigned: a member named `__proto__` is data.
-      if (typeof name === 'string') defineOwn(target, name, value(flat[i + 1]));
-      else defineOwnSymbol(target, name, value(flat[i + 1]));
+      const { written, enumerable, writable } = readMemberKey(flat[i]);
+      // Defined, not assigned: a member named `__proto__` is data; a hidden one not
+      // enumerable again (hidden-members.ts).
+      Object.defineProperty(target, key(written), {
+        value: value(flat[i + 1]),
+        enumerable,
+        writable,
+        configurable: true,
+      });
     }
   };
   nodes.forEach((node, index) => {

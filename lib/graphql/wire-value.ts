@@ -49,6 +49,7 @@ import { mayAnswerOtherwise, seenThrough } from './first-answer-view.js';
 import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
 import { recordOnce } from './same-record.js';
+import { keptMember } from './hidden-members.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
 import { absentOnReplay, notedAbsentFields } from './absent-fields.js';
 import { hasNoPrototype, unnamedPlain } from './bare-objects.js';
@@ -626,6 +627,19 @@ async function walkValue(
       if (read) defineOwnSymbol(parent, symbol, read.value);
       else throwing.push(String(symbol));
     }
+  }
+  // Its own data that is not enumerable (a back-reference kept out of JSON: `line.order`), for
+  // its resolvers, not enumerable again on a replay (hidden-members.ts: adversary 111).
+  for (const key of Reflect.ownKeys(source)) {
+    if (typeof key === 'string' ? places.has(key) : Symbol.keyFor(key) === undefined) continue;
+    const descriptor = Reflect.getOwnPropertyDescriptor(source, key)!;
+    if (keptMember(descriptor, true) !== 'hidden') continue;
+    Object.defineProperty(parent, key, {
+      value: descriptor.value as unknown,
+      enumerable: false,
+      writable: descriptor.writable === true,
+      configurable: true,
+    });
   }
   if (throwing.length > 0) {
     losses.push({
@@ -1331,9 +1345,19 @@ export function fromWire(
     for (const [name, item] of Object.entries(parentData)) {
       if (writesBesideFields(name, item, fromFields)) own(value, name, item);
     }
-    // Its members under registered symbols (`Symbol.for`): no field's, kept as they were.
-    for (const symbol of Object.getOwnPropertySymbols(parentData)) {
-      defineOwnSymbol(value, symbol, parentData[symbol as unknown as string]);
+    // Its members under registered symbols (`Symbol.for`): no field's, kept as they were; and
+    // its own data that is not enumerable (hidden-members.ts), not enumerable again.
+    for (const key of Reflect.ownKeys(parentData)) {
+      const descriptor = Reflect.getOwnPropertyDescriptor(parentData, key)!;
+      if (typeof key === 'symbol' && descriptor.enumerable) {
+        defineOwnSymbol(value, key, descriptor.value);
+        continue;
+      }
+      if (descriptor.enumerable || !('value' in descriptor)) continue;
+      if (typeof key === 'string' && !writesBesideFields(key, descriptor.value, fromFields)) {
+        continue;
+      }
+      Object.defineProperty(value, key, { ...descriptor, configurable: true });
     }
     const keptData = namedByTree(restoreData(stored[KEPT], shared), stored[KEPT_CLASSES]) as Record<
       string,
