@@ -50,6 +50,7 @@ import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
 import { recordOnce } from './same-record.js';
 import { keptMember } from './hidden-members.js';
+import { objectNodes } from './object-nodes.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
 import { absentOnReplay, notedAbsentFields } from './absent-fields.js';
 import { hasNoPrototype, unnamedPlain } from './bare-objects.js';
@@ -414,12 +415,22 @@ function writeParents(
   // Never throws: a member with no typed JSON form is left out alone, and named (adversary
   // 99: a key `prototype` in it once left all of it out, and failed `writeKept`'s mutation).
   const typed = keepAll(firsts.map((parent) => parent.data));
+  // Its own object, where the graph holds it too (each `line.order` back to its lines): a
+  // replay makes the parent that very node (adversary 107: `indexOf(line)` answered -1), an
+  // entity's whose data is all under `KEPT` too (adversary 108); or, one object at several
+  // places that nothing reaches back to, its first record's node at each (object-nodes.ts:
+  // adversary 111, one product three objects on a replay).
+  const objects = objectNodes(
+    parents.map((parent) => ({
+      source: parent.source,
+      at: parent.wire,
+      root: typed.roots[recordOf(parent)],
+    })),
+    (source) => typed.nodes.get(source),
+  );
   parents.forEach((parent, index) => {
-    const { wire, source, type } = parent;
-    // Its own object, where the graph holds it too (each `line.order` back to its lines): a
-    // replay makes the parent that very node (adversary 107: `indexOf(line)` answered -1), an
-    // entity's whose data is all under `KEPT` too (adversary 108).
-    const ref = parentRef(typed.roots[recordOf(parent)], typed.nodes.get(source));
+    const { wire, type } = parent;
+    const ref = parentRef(typed.roots[recordOf(parent)], objects[index]);
     if (index >= noted.length) wire[KEPT] = ref;
     else wire[PARENT] = ref;
     const unfaithful = typed.unfaithful[recordOf(parent)];

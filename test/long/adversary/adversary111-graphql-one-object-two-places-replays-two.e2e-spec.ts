@@ -19,6 +19,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07, fourth): one object at several places that no kept data reaches
+ * back to has its first record's node named as its object (`s`) at each of its places
+ * (object-nodes.ts `objectNodes`, used by wire-value.ts `writeParents`), so a replay adopts that
+ * one node at every place: `repeated` answers false, true, true again.
+ *
  * Adversary 111 (graphql, read-through of round 110's same-record.ts): one object answered at
  * several places of a mutation's value (a cart whose lines name the one product, as a
  * DataLoader gives its one cached entity for each repeated id) is ONE object at the first call,
@@ -204,7 +209,7 @@ describe('adversary 111: one object at several places without a back-reference i
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('one product at three places is one object on the replay too (Not fixed (round 111): found by review)', async () => {
+  it('one product at three places is one object on the replay too', async () => {
     const { first, again, repeated } = await twice('adv111-two-places', true);
     expect(first.body.errors).toBeUndefined();
     // As without the library: the one object, rendered in full at its first place only.
