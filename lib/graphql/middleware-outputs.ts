@@ -14,6 +14,7 @@ import { entryAbsent, entryInstance } from './parent-entry.js';
 import { parentRefSource } from './parent-graph.js';
 import { ontoNode } from './parent-identity.js';
 import { completedOutput, readList } from './completed-output.js';
+import { wrapsField } from './field-wrappers.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { aliasGroups, markErrorUnder, mergedAnswers } from './merged-aliases.js';
 import { notedParent, parentData, parentsReader } from './app-parents.js';
@@ -339,8 +340,9 @@ function answerAliasReadsOf(graphql: GraphqlModule, type: GraphQLObjectType): vo
   for (const field of Object.values(type.getFields())) {
     if (!graphql.isCompositeType(graphql.getNamedType(field.type))) continue;
     const kind = fieldResolution(type, field.name);
-    if (kind !== 'property') continue;
-    const own = field.resolve ?? graphql.defaultFieldResolver;
+    // Never a field the executor's field resolver reads (see field-wrappers.ts).
+    if (kind !== 'property' || !wrapsField(field)) continue;
+    const own = field.resolve!;
     const resolve: GraphQLFieldResolver<unknown, unknown> = function (
       this: unknown,
       source,
@@ -371,8 +373,8 @@ function markListsOf(graphql: GraphqlModule, schema: GraphQLSchema, type: GraphQ
   for (const field of Object.values(type.getFields())) {
     if (!mayHoldMemberList(graphql, field.type)) continue;
     const kind = fieldResolution(type, field.name);
-    if (kind === 'middleware') continue;
-    const own = field.resolve ?? graphql.defaultFieldResolver;
+    if (kind === 'middleware' || !wrapsField(field)) continue;
+    const own = field.resolve!;
     const resolve: GraphQLFieldResolver<unknown, unknown> = function (
       this: unknown,
       source,

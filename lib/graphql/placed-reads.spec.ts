@@ -3,6 +3,7 @@ import { namedReader } from './node-classes.js';
 import { answerPlacedReadsOf, notePlacedRead, placedRead } from './placed-reads.js';
 import { placeOfPath } from './read-places.js';
 import { noteResolvedField } from './resolved-fields.js';
+import { noteResolverKind } from './resolver-kind.js';
 import { selectionOf } from './selection.js';
 import { pathOf } from './stored-at-answer.js';
 import { fromWire, outputWire } from './wire-value.js';
@@ -41,12 +42,22 @@ class Order {
   }
 }
 
+/**
+ * A read of the parent's property by a resolver of the field's own, as Nest's code-first
+ * schema reads a `@Field()`: the only fields the library wraps (field-wrappers.ts).
+ */
+const read: graphql.GraphQLFieldResolver<Line, unknown> = (source, _args, _context, info) =>
+  (source as unknown as Record<string, unknown>)[info.fieldName];
+noteResolverKind(read, 'property');
+
 const LineType: graphql.GraphQLObjectType = new graphql.GraphQLObjectType({
   name: 'P110Line',
   fields: () => ({
-    id: { type: graphql.GraphQLInt },
-    url: { type: graphql.GraphQLString },
-    label: { type: new graphql.GraphQLNonNull(graphql.GraphQLString) },
+    id: { type: graphql.GraphQLInt, resolve: read },
+    url: { type: graphql.GraphQLString, resolve: read },
+    label: { type: new graphql.GraphQLNonNull(graphql.GraphQLString), resolve: read },
+    // Schema-first: read by the executor's field resolver (maybe the app's), left alone.
+    sku: { type: graphql.GraphQLString },
     // The app's: finds its parent among its order's lines, by identity.
     position: {
       type: graphql.GraphQLInt,
@@ -175,6 +186,26 @@ describe('one object at two places of an answer, with a getter field', () => {
     });
     // Read once per place, by the library alone.
     expect(signed).toBe(3);
+  });
+});
+
+describe('answerPlacedReadsOf: the fields it wraps', () => {
+  it("wraps a property field's own resolver, never gives one to a field that had none", () => {
+    const fields = LineType.getFields();
+    expect(fields.url.resolve).not.toBe(read);
+    expect(fields.sku.resolve).toBeUndefined();
+  });
+
+  it("answers a field with no resolver of its own through the executor's field resolver", async () => {
+    const result = await graphql.graphql({
+      schema,
+      source: 'mutation { placeOrder { primary { sku } } }',
+      fieldResolver: (source, args, context, info) =>
+        info.fieldName === 'sku'
+          ? 'the app’s'
+          : graphql.defaultFieldResolver(source, args, context, info),
+    });
+    expect(result).toEqual({ data: { placeOrder: { primary: { sku: 'the app’s' } } } });
   });
 });
 

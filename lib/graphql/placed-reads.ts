@@ -1,4 +1,5 @@
 import { type GraphQLFieldResolver, type GraphQLSchema } from 'graphql';
+import { wrapsField } from './field-wrappers.js';
 import { type GraphqlModule } from './graphql-module.js';
 import { nestField } from './nest-fields.js';
 import { isPlace, type Place } from './read-places.js';
@@ -33,6 +34,28 @@ export function notePlacedRead(
   at.reads.set(property, read);
 }
 
+/** Whether a read of `object`'s `property` is noted at `place` (that very place) already. */
+export function hasPlacedRead(object: object, place: Place, property: PropertyKey): boolean {
+  return Boolean(
+    placed
+      .get(object)
+      ?.find((each) => each.place === place)
+      ?.reads.has(property),
+  );
+}
+
+/**
+ * `source` as the field's own resolver reads it at a place that read `property` otherwise:
+ * that place's read there, every other member the object's own. The field's resolver still
+ * runs (Nest's applies its `@Field({ defaultValue })` to an `undefined` read, adversary 111),
+ * on the one object it would have been given (getters run on it).
+ */
+function readingAt(source: object, property: PropertyKey, read: () => unknown): object {
+  return new Proxy(source, {
+    get: (target, key) => (key === property ? read() : Reflect.get(target, key)),
+  });
+}
+
 /** The read noted for `object`'s `property` at the response path `path`, if any. */
 export function placedRead(
   object: object,
@@ -51,10 +74,12 @@ export function placedRead(
 const answering = new WeakSet<object>();
 
 /**
- * Puts a wrapper on each field of the schema read from its parent's property (GraphQL's
- * default resolver, Nest's read of a `@Field()`), once per schema: where its parent is an
- * object a later place of the answer read otherwise (see above), it answers that place's
- * read; otherwise it reads as before. Put on before the library's other wrappers (those read
+ * Puts a wrapper on each field of the schema read from its parent's property by a resolver of
+ * its own (Nest's read of a `@Field()`), once per schema: where its parent is an object a later
+ * place of the answer read otherwise (see above), the field's resolver reads that place's read
+ * (its `defaultValue` applied as ever); otherwise it reads as before. A field with no resolver
+ * (schema-first) is left alone: the executor's field resolver, maybe the app's, reads it
+ * (field-wrappers.ts), and each place answers the object's first read. Put on before the library's other wrappers (those read
  * through it). The cost for any other object is one WeakMap look-up.
  */
 export function answerPlacedReadsOf(
@@ -69,8 +94,9 @@ export function answerPlacedReadsOf(
       continue;
     }
     for (const field of Object.values(type.getFields())) {
-      if (fieldResolution(type, field.name) !== 'property') continue;
-      const own = field.resolve ?? graphql.defaultFieldResolver;
+      // Never a field the executor's field resolver reads (see field-wrappers.ts).
+      if (fieldResolution(type, field.name) !== 'property' || !wrapsField(field)) continue;
+      const own = field.resolve!;
       // Where Nest reads it: its class property (a field renamed with `@Field({ name })`).
       let property: string | undefined;
       const resolve: GraphQLFieldResolver<unknown, unknown> = function (
@@ -83,7 +109,7 @@ export function answerPlacedReadsOf(
         if (typeof source === 'object' && source !== null && placed.has(source)) {
           property ??= nestField(type.name, field.name)?.property ?? field.name;
           const read = placedRead(source, pathOf(info).slice(0, -1), property);
-          if (read) return read();
+          if (read) return own.call(this, readingAt(source, property, read), args, context, info);
         }
         return own.call(this, source, args, context, info);
       };

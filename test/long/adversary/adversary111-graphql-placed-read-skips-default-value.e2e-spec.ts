@@ -17,6 +17,10 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07, fourth): a placed read goes through the field's own resolver on the
+ * one object, its property answering that place's read (placed-reads.ts `readingAt`): Nest's
+ * resolver applies the `defaultValue` to an `undefined` read, on the replay as at the first call.
+ *
  * Adversary 111 (graphql, today's placed reads): one entity at two places (an order's `primary`
  * line, also `lines[0]`) whose getter field has a `@Field({ defaultValue })` and gives a value
  * at one read, `undefined` at the other (a promotion that ended between the reads, a cache
@@ -190,7 +194,7 @@ describe('adversary 111: a defaultValue getter of one entity, undefined at one o
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('a value at primary, undefined at lines[0]: the replay answers the default there (Not fixed (round 111): found by review)', async () => {
+  it('a value at primary, undefined at lines[0]: the replay answers the default there', async () => {
     failing = 2;
     const { first, again } = await twice(
       'adv111-default-lines',
