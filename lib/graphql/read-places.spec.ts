@@ -1,5 +1,13 @@
 import * as graphql from 'graphql';
-import { fieldPlace, isPlace, laterRead, type Place, placeOfPath } from './read-places.js';
+import {
+  fieldPlace,
+  type HeldMember,
+  isPlace,
+  laterHeld,
+  laterRead,
+  type Place,
+  placeOfPath,
+} from './read-places.js';
 
 /** The field nodes of `primary` in `{ <selection> }`, aliases included. */
 function nodesOf(selection: string): graphql.FieldNode[] {
@@ -114,5 +122,66 @@ describe('laterRead', () => {
     },
   ])('$name', ({ earlier, later, expected }) => {
     expect(laterRead(earlier, later)).toBe(expected);
+  });
+});
+
+describe('laterHeld: a later place against what the node answers', () => {
+  const getter = () => 'line 1';
+  const notStored = () => {
+    throw new Error('not stored');
+  };
+  const otherNotStored = () => {
+    throw new Error('not stored');
+  };
+  it.each<{
+    name: string;
+    earlier: HeldMember | undefined;
+    later: HeldMember;
+    expected: ReturnType<typeof laterHeld>;
+  }>([
+    {
+      name: 'the node lacks it: added',
+      earlier: undefined,
+      later: { value: getter, stored: true },
+      expected: 'add',
+    },
+    {
+      name: 'the same data',
+      earlier: { value: 1, stored: true },
+      later: { value: 1, stored: true },
+      expected: 'same',
+    },
+    {
+      name: 'another stored read (a second signature): at its place',
+      earlier: { value: getter, stored: true },
+      later: { value: () => 'sig=2', stored: true },
+      expected: 'placed',
+    },
+    {
+      name: 'stored at the node, not stored at this place (a retry selects it here too): at its place',
+      earlier: { value: getter, stored: true },
+      later: { value: notStored, stored: false },
+      expected: 'placed',
+    },
+    {
+      name: 'not stored at the node, stored at this place: the node takes the stored one',
+      earlier: { value: notStored, stored: false },
+      later: { value: getter, stored: true },
+      expected: 'replace',
+    },
+    {
+      name: 'not stored at both (two throwing getters): the same',
+      earlier: { value: notStored, stored: false },
+      later: { value: otherNotStored, stored: false },
+      expected: 'same',
+    },
+    {
+      name: 'a failed read at the node, a read at this place: at its place',
+      earlier: { value: notStored, stored: true },
+      later: { value: getter, stored: true },
+      expected: 'placed',
+    },
+  ])('$name', ({ earlier, later, expected }) => {
+    expect(laterHeld(earlier, later)).toBe(expected);
   });
 });

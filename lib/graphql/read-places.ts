@@ -52,3 +52,34 @@ export function laterRead(
   if (!earlier) return 'add';
   return Object.is(earlier.value, later) ? 'same' : 'placed';
 }
+
+/**
+ * What a replay's node answers for a member, or what a later place's object holds for it
+ * (`value`: the data, or the getter that gives it, never run here), and whether it is a stored
+ * answer (`stored`: a read, or a read that failed) or only tells that the first call did not
+ * store it (a field a retry selects at this place only: not-stored-field.ts).
+ */
+export interface HeldMember {
+  value: unknown;
+  stored: boolean;
+}
+
+/**
+ * What a later place's member (`later`) does to the one node a replay adopts at each place of
+ * one object (`earlier`: what the node answers for it, its own or through its getters'
+ * prototype, whichever holds it; adversary 111: a comparison with its own members only let a
+ * later place's shadow the first's). As `laterRead`, plus: `'replace'` where the node answers
+ * "not stored" and this place stored it (a retry selecting the field at one more place than
+ * the first call did): the node takes the stored one, the earlier places keep their "not
+ * stored" as their own reads. A "not stored" never replaces anything: a later place without
+ * the field answers that at its place only.
+ */
+export function laterHeld(
+  earlier: HeldMember | undefined,
+  later: HeldMember,
+): 'add' | 'same' | 'placed' | 'replace' {
+  if (!earlier) return 'add';
+  if (!earlier.stored && !later.stored) return 'same';
+  if (Object.is(earlier.value, later.value)) return 'same';
+  return !earlier.stored && later.stored ? 'replace' : 'placed';
+}

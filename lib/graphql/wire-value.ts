@@ -44,7 +44,7 @@ import { defineOwn, defineOwnSymbol } from './own-member.js';
 import { firstRoots, graphReachedBy, parentRef, parentRefSource } from './parent-graph.js';
 import { leftOutSource } from './left-out-parent.js';
 import { nodeClasses, type SharedRead } from './node-classes.js';
-import { adoptedPrototype, ontoNode } from './parent-identity.js';
+import { ontoNode } from './parent-identity.js';
 import { mayAnswerOtherwise, seenThrough } from './first-answer-view.js';
 import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
@@ -54,8 +54,8 @@ import { objectNodes } from './object-nodes.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
 import { absentOnReplay, notedAbsentFields } from './absent-fields.js';
 import { hasNoPrototype, unnamedPlain } from './bare-objects.js';
-import { fieldPlace, laterRead, type Place, placeOfPath } from './read-places.js';
-import { notePlacedRead } from './placed-reads.js';
+import { fieldPlace, laterHeld, laterRead, type Place, placeOfPath } from './read-places.js';
+import { hasPlacedRead, notePlacedRead } from './placed-reads.js';
 import { pathOf } from './stored-at-answer.js';
 
 /**
@@ -1441,12 +1441,12 @@ export function fromWire(
       // middleware-outputs.ts): nothing is read of the parent.
       const resolution = fieldResolution(concrete, name);
       if (resolution === 'app' || resolution === 'middleware') continue;
-      Object.defineProperty(value, placeOf(name), {
-        get: () => {
-          throw notStoredField(graphql, concrete.name, name);
-        },
-        configurable: true,
-      });
+      const get = () => {
+        throw notStoredField(graphql, concrete.name, name);
+      };
+      // Told from a stored read where one object is adopted at several places (`ontoNodeAgain`).
+      NOT_STORED.add(get);
+      Object.defineProperty(value, placeOf(name), { get, configurable: true });
     }
   }
   if (typed) {
@@ -1488,63 +1488,82 @@ export function fromWire(
   // node at each: the first place makes the node its object; each later one gives it what
   // it lacks, and answers at its place what it read otherwise (adversary 110: the last
   // place's object replaced the first's, its getters too).
-  if (!ADOPTED.has(node)) {
-    ADOPTED.add(node);
+  const places = ADOPTED.get(node);
+  if (!places) {
+    ADOPTED.set(node, place ? [place] : []);
     return member(ontoNode(value, node));
   }
-  return member(ontoNodeAgain(value, node, place));
+  const again = member(ontoNodeAgain(value, node, place, places));
+  if (place) places.push(place);
+  return again;
 }
 
-/** Each node a replay made an object of (`fromWire`). */
-const ADOPTED = new WeakSet<object>();
+/** Each node a replay made an object of (`fromWire`), with the places adopted at so far. */
+const ADOPTED = new WeakMap<object, Place[]>();
+
+/** The getters of a field the first answer did not store at a place (`fromWire`). */
+const NOT_STORED = new WeakSet<object>();
 
 /**
- * `built` (a later place's object) given to `node`, the object an earlier place made of it:
- * its members and its getters (`throughGetters`) the node lacks are the node's
- * from then on (a getter selected at this place only); one that is the node's already with
- * another value is answered at this place only (placed-reads.ts), the node keeping the first
- * place's, as the first call's one Proxy keeps its first read (`givenAgain`).
+ * `built` (a later place's object) given to `node`, the object earlier places (`places`) made
+ * of it: what it holds (its own members, its getters: `throughGetters`) against what the node
+ * answers for each, its own member or its getters' prototype's, whichever holds it (adversary
+ * 111: against the node's own alone, a later place's failed or not-stored read shadowed the
+ * first's stored one). One the node lacks is the node's from then on (a getter selected at
+ * this place only); one the node answers otherwise is answered at this place only
+ * (placed-reads.ts), the node keeping the first place's, as the first call's one Proxy keeps
+ * its first read (`givenAgain`); but a stored one where the node answers "not stored" is the
+ * node's, each earlier place keeping its "not stored" (read-places.ts `laterHeld`).
  */
-function ontoNodeAgain(built: object, node: object, place: Place | undefined): object {
+function ontoNodeAgain(
+  built: object,
+  node: object,
+  place: Place | undefined,
+  places: readonly Place[],
+): object {
+  const getters = Object.getPrototypeOf(built) as object | null;
+  const hasGetters = getters !== null && GETTER_PROTOTYPES.has(getters);
+  let current = Object.getPrototypeOf(node) as object | null;
+  if (hasGetters && (current === null || !GETTER_PROTOTYPES.has(current))) {
+    // The first place read no getter of it: a getter prototype of its own, over this place's
+    // class, given this place's getters below as any other's.
+    current = Object.create(Object.getPrototypeOf(getters) as object | null) as object;
+    GETTER_PROTOTYPES.add(current);
+    Object.setPrototypeOf(node, current);
+  }
+  const nodeGetters = current !== null && GETTER_PROTOTYPES.has(current) ? current : undefined;
   // Told apart by what they hold, never read here: a getter may throw (a field that failed,
   // or that the first call did not store), and is run only where GraphQL reads it.
-  const held = (descriptor: PropertyDescriptor): unknown =>
-    'value' in descriptor ? descriptor.value : descriptor.get;
-  const again = (
-    key: string | symbol,
-    descriptor: PropertyDescriptor,
-    earlier: PropertyDescriptor | undefined,
-    holder: object,
-  ) => {
-    const read = laterRead(earlier && { value: held(earlier) }, held(descriptor));
+  const held = (descriptor: PropertyDescriptor) => ({
+    value: 'value' in descriptor ? descriptor.value : descriptor.get,
+    stored: !(descriptor.get && NOT_STORED.has(descriptor.get)),
+  });
+  const again = (key: string | symbol, descriptor: PropertyDescriptor, holder: object) => {
+    const earlierHolder = Reflect.getOwnPropertyDescriptor(node, key)
+      ? node
+      : nodeGetters && Reflect.getOwnPropertyDescriptor(nodeGetters, key)
+        ? nodeGetters
+        : undefined;
+    const earlier = earlierHolder && Reflect.getOwnPropertyDescriptor(earlierHolder, key)!;
+    const read = laterHeld(earlier && held(earlier), held(descriptor));
     if (read === 'add') Object.defineProperty(holder, key, descriptor);
     else if (read === 'placed' && place) {
       notePlacedRead(node, place, key, () => descriptorRead(descriptor, node));
+    } else if (read === 'replace') {
+      for (const before of places) {
+        if (hasPlacedRead(node, before, key)) continue;
+        notePlacedRead(node, before, key, () => descriptorRead(earlier!, node));
+      }
+      Reflect.deleteProperty(earlierHolder!, key);
+      Object.defineProperty(holder, key, descriptor);
     }
   };
   for (const key of Reflect.ownKeys(built)) {
-    again(
-      key,
-      Reflect.getOwnPropertyDescriptor(built, key)!,
-      Reflect.getOwnPropertyDescriptor(node, key),
-      node,
-    );
+    again(key, Reflect.getOwnPropertyDescriptor(built, key)!, node);
   }
-  const getters = Object.getPrototypeOf(built) as object | null;
-  if (getters === null || !GETTER_PROTOTYPES.has(getters)) return node;
-  const current = Object.getPrototypeOf(node) as object | null;
-  if (current === null || !GETTER_PROTOTYPES.has(current)) {
-    // The first place read no getter of it: this place's getters over its class.
-    Object.setPrototypeOf(node, adoptedPrototype(current, getters));
-    return node;
-  }
+  if (!hasGetters || !nodeGetters) return node;
   for (const key of Reflect.ownKeys(getters)) {
-    again(
-      key,
-      Reflect.getOwnPropertyDescriptor(getters, key)!,
-      Reflect.getOwnPropertyDescriptor(current, key),
-      current,
-    );
+    again(key, Reflect.getOwnPropertyDescriptor(getters, key)!, nodeGetters);
   }
   return node;
 }

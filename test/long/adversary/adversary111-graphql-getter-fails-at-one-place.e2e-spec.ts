@@ -17,6 +17,10 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07, fourth): `ontoNodeAgain` compares a later place's member with what
+ * the node answers, its own or its getters' prototype's (read-places.ts `laterHeld`); a failed read
+ * at a later place is that place's own read, never defined over the first place's.
+ *
  * Adversary 111 (graphql, today's `ontoNodeAgain`): one entity at two places (an order's
  * `primary` line, also `lines[0]`) whose getter field fails at ONE of its reads (a signed
  * URL whose signing service failed once: the docs' own example of a read that fails) replays
@@ -194,7 +198,7 @@ describe('adversary 111: a getter of one entity that fails at one of its two pla
     expect(errorPaths(again.body)).toEqual(errorPaths(first.body));
   });
 
-  it.skip('failed at primary, read at lines[0]: the replay answers each place as the first answer (Not fixed (round 111): found by review)', async () => {
+  it('failed at primary, read at lines[0]: the replay answers each place as the first answer', async () => {
     failing = 1;
     const { first, again } = await twice(
       'adv111-fails-primary',
@@ -207,7 +211,7 @@ describe('adversary 111: a getter of one entity that fails at one of its two pla
     expect(errorPaths(again.body)).toEqual(errorPaths(first.body));
   });
 
-  it.skip('read at primary, failed at lines[0]: the replay answers each place as the first answer (Not fixed (round 111): found by review)', async () => {
+  it('read at primary, failed at lines[0]: the replay answers each place as the first answer', async () => {
     failing = 2;
     const { first, again } = await twice(
       'adv111-fails-lines',
