@@ -160,6 +160,10 @@ describe('one object at two places of an answer, with a getter field', () => {
       selection: '{ id primary { id url } lines { id url } }',
     },
     {
+      name: 'the signed getter under two aliases at each place: each alias its own read',
+      selection: '{ id primary { id a: url b: url } lines { b: url id a: url } }',
+    },
+    {
       name: 'the signed getter under two aliases of primary: stored once, one read for both',
       selection: '{ a: primary { url } b: primary { id url } lines { id url position } }',
     },
@@ -169,7 +173,8 @@ describe('one object at two places of an answer, with a getter field', () => {
     const first = await run('store', selection);
     const again = await run('replay', selection);
     expect(JSON.parse(first)).not.toHaveProperty('errors');
-    // Aliases aside (the library reads a field once for all its aliases), as without it.
+    // Aliases of a parent aside (the library reads the object once for all of them, and so
+    // its getter once there), as without it.
     if (!selection.includes('a: primary')) expect(first).toBe(plain);
     expect(again).toBe(first);
   });
@@ -210,6 +215,25 @@ describe('answerPlacedReadsOf: the fields it wraps', () => {
 });
 
 describe('placedRead', () => {
+  it.each<{ name: string; key: string | number | undefined; answer: string | undefined }>([
+    { name: "an alias's own read", key: 'b', answer: 'b own' },
+    { name: "another alias: the place's", key: 'a', answer: 'place' },
+    { name: "no response key told: the place's", key: undefined, answer: 'place' },
+  ])('by response key: $name', ({ key, answer }) => {
+    const object = {};
+    notePlacedRead(object, [['o'], ['lines'], 1], 'url', () => 'b own', 'b');
+    notePlacedRead(object, [['o'], ['lines'], 1], 'url', () => 'place');
+    expect(placedRead(object, ['o', 'lines', 1], 'url', key)?.()).toBe(answer);
+  });
+
+  it("answers an alias's own read where its place has no read of its own", () => {
+    const object = {};
+    notePlacedRead(object, [['o'], ['lines'], 0], 'url', () => 'b own', 'b');
+    expect(placedRead(object, ['o', 'lines', 0], 'url', 'b')?.()).toBe('b own');
+    expect(placedRead(object, ['o', 'lines', 0], 'url', 'a')).toBeUndefined();
+    expect(placedRead(object, ['o', 'lines', 1], 'url', 'b')).toBeUndefined();
+  });
+
   it('answers a noted place and property only', () => {
     const object = {};
     notePlacedRead(object, [['o'], ['lines'], 0], 'url', () => 'b');

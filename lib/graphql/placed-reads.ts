@@ -17,21 +17,42 @@ import { pathOf } from './stored-at-answer.js';
  * read is the object's own.
  */
 
-/** Each object's later places that read a field otherwise, with their reads by property. */
-const placed = new WeakMap<object, { place: Place; reads: Map<PropertyKey, () => unknown> }[]>();
+/**
+ * Each object's places that read a field otherwise, with their reads by property: `reads` for
+ * every response key there (a later place's read), `byKey` for one key only (an alias's own
+ * read of a getter, after the place's first key's: alias-reads.ts, adversary 112).
+ */
+const placed = new WeakMap<
+  object,
+  {
+    place: Place;
+    reads: Map<PropertyKey, () => unknown>;
+    byKey: Map<PropertyKey, Map<string, () => unknown>>;
+  }[]
+>();
 
-/** Notes that at `place`, GraphQL's read of `object`'s `property` gives what `read` gives. */
+/**
+ * Notes that at `place`, GraphQL's read of `object`'s `property` gives what `read` gives: for
+ * the response key `responseKey` only, where given (an alias's own read), else for every key.
+ */
 export function notePlacedRead(
   object: object,
   place: Place,
   property: PropertyKey,
   read: () => unknown,
+  responseKey?: string,
 ): void {
   let places = placed.get(object);
   if (!places) placed.set(object, (places = []));
   let at = places.find((each) => each.place === place);
-  if (!at) places.push((at = { place, reads: new Map() }));
-  at.reads.set(property, read);
+  if (!at) places.push((at = { place, reads: new Map(), byKey: new Map() }));
+  if (responseKey === undefined) {
+    at.reads.set(property, read);
+    return;
+  }
+  let keys = at.byKey.get(property);
+  if (!keys) at.byKey.set(property, (keys = new Map()));
+  keys.set(responseKey, read);
 }
 
 /** Whether a read of `object`'s `property` is noted at `place` (that very place) already. */
@@ -56,16 +77,27 @@ function readingAt(source: object, property: PropertyKey, read: () => unknown): 
   });
 }
 
-/** The read noted for `object`'s `property` at the response path `path`, if any. */
+/**
+ * The read noted for `object`'s `property` at the response path `path` (its parent's), if
+ * any: the response key's own (`responseKey`, an alias's), else the place's.
+ */
 export function placedRead(
   object: object,
   path: readonly (string | number)[],
   property: PropertyKey,
+  responseKey?: string | number,
 ): (() => unknown) | undefined {
-  const places = placed.get(object);
+  const places = placed.get(object)?.filter(({ place }) => isPlace(place, path));
   if (!places) return undefined;
-  for (const { place, reads } of places) {
-    if (reads.has(property) && isPlace(place, path)) return reads.get(property);
+  if (typeof responseKey === 'string') {
+    for (const { byKey } of places) {
+      const own = byKey.get(property)?.get(responseKey);
+      if (own) return own;
+    }
+  }
+  for (const { reads } of places) {
+    const read = reads.get(property);
+    if (read) return read;
   }
   return undefined;
 }
@@ -108,7 +140,9 @@ export function answerPlacedReadsOf(
       ) {
         if (typeof source === 'object' && source !== null && placed.has(source)) {
           property ??= nestField(type.name, field.name)?.property ?? field.name;
-          const read = placedRead(source, pathOf(info).slice(0, -1), property);
+          const path = pathOf(info);
+          // By the response key too: an alias's own read of a getter (alias-reads.ts).
+          const read = placedRead(source, path.slice(0, -1), property, path[path.length - 1]);
           if (read) return own.call(this, readingAt(source, property, read), args, context, info);
         }
         return own.call(this, source, args, context, info);

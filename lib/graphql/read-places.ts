@@ -13,7 +13,8 @@ import { type FieldNode } from 'graphql';
 /**
  * An object's place in the answer: its response path from the operation's root, each step a
  * list index or the response keys that name the field there (a field selected under several
- * aliases is stored once, by its name, and read once for all of them).
+ * aliases is stored once, by its name, and its object read once for all of them; a getter's
+ * leaf field is read once per alias, each answered to its key: alias-reads.ts).
  */
 export type Place = readonly (readonly string[] | number)[];
 

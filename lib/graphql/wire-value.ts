@@ -56,6 +56,8 @@ import { absentOnReplay, notedAbsentFields } from './absent-fields.js';
 import { hasNoPrototype, unnamedPlain } from './bare-objects.js';
 import { fieldPlace, laterHeld, laterRead, type Place, placeOfPath } from './read-places.js';
 import { hasPlacedRead, notePlacedRead } from './placed-reads.js';
+import { type AliasRead, aliasesApart, readsPerAlias, responseKeys } from './alias-reads.js';
+import { wrapsField } from './field-wrappers.js';
 import { pathOf } from './stored-at-answer.js';
 
 /**
@@ -202,6 +204,15 @@ export const KEYS = '__keys';
  */
 export const ABSENT = '__absent';
 
+/**
+ * The member of a stored object that holds, by field and then by response key, the reads of a
+ * getter's leaf field under its aliases after the first (alias-reads.ts: a signed URL under
+ * `a: url b: url` is signed for each), where one answered otherwise than the first key: its
+ * wire form (`v`) or its failure (`e`, as `FAILED` holds one). A replay answers each alias its
+ * own at its place (placed-reads.ts); the field's stored value is the first key's.
+ */
+export const ALIASED = '__aliased';
+
 /** The members of a stored object that hold what a replay may do without: see `PARENT`. */
 export const PARENT_MEMBERS: readonly string[] = [PARENT, PARENT_CLASSES];
 
@@ -224,6 +235,7 @@ const LIBRARY_MEMBERS: ReadonlySet<string> = new Set([
   PROMISED,
   KEYS,
   ABSENT,
+  ALIASED,
 ]);
 
 /** The loss of a class a replay cannot tell from another of its name, `where` it is. */
@@ -335,7 +347,9 @@ interface Walk {
  * value, load a lazy relation, or be large). A selected field's value that is a Promise (a
  * TypeORM lazy relation) is awaited, as GraphQL awaits it for the answer: walked as an object,
  * it would be stored as `{}`. A field selected under several aliases is stored once, by its
- * name (what a replay's default resolver reads), with all their sub-selections.
+ * name (what a replay's default resolver reads), with all their sub-selections; a getter's
+ * leaf field is read once per alias too, as GraphQL reads it, each later alias's own read
+ * stored beside it (`ALIASED`).
  *
  * An object keeps, beside its fields, what the resolvers under it read of it that the wire
  * form would change (a `@ResolveField()` reads its parent): its own data that is not a field
@@ -682,6 +696,10 @@ async function walkValue(
    * (a list read, a getter's or a Promise's value).
    */
   const replaced: Record<string, unknown> = {};
+  /** Its getter fields' reads under their later aliases, each answered apart (`ALIASED`). */
+  const aliased: Record<string, Record<string, { v: unknown } | { e: FieldError }>> = {};
+  /** Those reads as the first answer gives them at this place, by property and key. */
+  const aliasAnswers: { property: string; key: string; item: unknown }[] = [];
   // Each selected field in its wire form, read as GraphQL's default resolver reads it (a
   // class's getters included). A method is stored as null: GraphQL calls it with the
   // operation's arguments, which are not known here.
@@ -748,8 +766,31 @@ async function walkValue(
         : fieldError(error);
       replaced[property] = new FailedRead(error, isThenable(promisedItem));
     };
-    try {
+    /** Read as Nest reads it: the property, its `defaultValue` where that is undefined. */
+    const readOnce = () => {
       const own = property in source ? source[property] : undefined;
+      return own === undefined && reading?.fallback ? reading.fallback.value : own;
+    };
+    // A getter's leaf under several aliases is read once per response key, as GraphQL reads
+    // it: the later keys' reads right after the first's, before anything else is read
+    // (alias-reads.ts: a URL signed afresh per read answers each alias its own signature).
+    const keys = responseKeys(fieldNodes);
+    const perAlias = readsPerAlias({
+      getter: readsThroughAccessor(source, property),
+      leaf: graphql.isLeafType(graphql.getNamedType(field.type)),
+      keys: keys.length,
+      wrapped: wrapsField(field),
+    });
+    const readAliases = () =>
+      perAlias ? keys.slice(1).map((key) => ({ key, ...readGiven(readOnce) })) : [];
+    let aliasReads: ReturnType<typeof readAliases> = [];
+    try {
+      let own: unknown;
+      try {
+        own = property in source ? source[property] : undefined;
+      } finally {
+        aliasReads = readAliases();
+      }
       promisedItem = own === undefined && reading?.fallback ? reading.fallback.value : own;
       // Filled in by its `defaultValue`: the app's resolvers read the property, `undefined`
       // (adversary 90); GraphQL's read of it on a replay fills it in again, as Nest's does.
@@ -764,6 +805,12 @@ async function walkValue(
       item = isThenable(promisedItem) ? await promisedItem : promisedItem;
     } catch (error) {
       failRead(error);
+      await storeAliasReads(walk, field.type, fieldNodes, { failed: true }, aliasReads, {
+        name,
+        property,
+        aliased,
+        answers: aliasAnswers,
+      });
       continue;
     }
     const stored = await walkValue(
@@ -775,6 +822,12 @@ async function walkValue(
       place && fieldPlace(place, fieldNodes),
     );
     wire[name] = stored.wire;
+    await storeAliasReads(walk, field.type, fieldNodes, { wire: stored.wire }, aliasReads, {
+      name,
+      property,
+      aliased,
+      answers: aliasAnswers,
+    });
     if (graphql.isLeafType(graphql.getNamedType(field.type))) {
       const tree = classTreeNoting(item, `its field ${name}`, concrete.name, losses);
       if (tree) leafClasses[name] = tree;
@@ -819,6 +872,7 @@ async function walkValue(
   // before it, whose FROM_CLASS names its getters' fields (see `fromWire`).
   if (accessors.length > 0 || fromClass.length > 0) wire[ACCESSORS] = accessors;
   if (promisedFields.length > 0) wire[PROMISED] = promisedFields;
+  if (Object.keys(aliased).length > 0) wire[ALIASED] = aliased;
   if (Object.keys(leafClasses).length > 0) wire[LEAF_CLASS] = leafClasses;
   const absentFields = notedAbsentFields(
     absent,
@@ -895,6 +949,7 @@ async function walkValue(
   const seen = walk.views.get(source);
   if (seen) {
     givenAgain(walk.givens.get(source)!, seen, replaced, place);
+    answerAliasesAt(seen, place, aliasAnswers);
     return { wire, value: seen };
   }
   if (Object.keys(replaced).length === 0) return { wire, value: promised };
@@ -904,7 +959,87 @@ async function walkValue(
   // (`line.order`), and what its later places give.
   walk.views.set(source, view);
   walk.givens.set(source, given);
+  answerAliasesAt(view, place, aliasAnswers);
   return { wire, value: view };
+}
+
+/** A read of a field (`read`), as it went: its value, or what it threw. */
+function readGiven(read: () => unknown): { promised: unknown } | { error: unknown } {
+  try {
+    return { promised: read() };
+  } catch (error) {
+    return { error };
+  }
+}
+
+/**
+ * A getter field's reads under its later aliases (`reads`: alias-reads.ts), each awaited as
+ * GraphQL awaits it and written in its wire form: where one answers otherwise than the first
+ * key (`first`), stored for a replay (`aliased`, the object's `ALIASED`) and noted for the
+ * first answer (`answers`: what reading it gives there, a failure as it failed).
+ */
+async function storeAliasReads(
+  walk: Walk,
+  type: GraphQLOutputType,
+  nodes: readonly FieldNode[],
+  first: AliasRead,
+  reads: readonly ({ key: string } & ({ promised: unknown } | { error: unknown }))[],
+  into: {
+    name: string;
+    property: string;
+    aliased: Record<string, Record<string, { v: unknown } | { e: FieldError }>>;
+    answers: { property: string; key: string; item: unknown }[];
+  },
+): Promise<void> {
+  if (reads.length === 0) return;
+  const made: {
+    key: string;
+    read: AliasRead;
+    stored: { v: unknown } | { e: FieldError };
+    item: unknown;
+  }[] = [];
+  for (const read of reads) {
+    const promised = 'promised' in read ? read.promised : undefined;
+    let failure = 'error' in read ? new FailedRead(read.error, false) : undefined;
+    let value: unknown;
+    if (!failure) {
+      try {
+        value = isThenable(promised) ? await promised : promised;
+      } catch (error) {
+        failure = new FailedRead(error, true);
+      }
+    }
+    if (failure) {
+      const error = fieldError(failure.error);
+      const stored = { e: failure.rejected ? { ...error, rejected: true as const } : error };
+      made.push({ key: read.key, read: { failed: true }, stored, item: failure });
+      continue;
+    }
+    // A leaf's (or a list of leaves'): nothing under it is selected or placed.
+    const { wire } = await walkValue(walk, type, value, nodes);
+    // A Promise still where the getter gave one, as the first key's is (`PROMISED`).
+    const item = isThenable(promised) ? Promise.resolve(value) : value;
+    made.push({ key: read.key, read: { wire }, stored: { v: wire }, item });
+  }
+  const apart = aliasesApart(first, made);
+  if (apart.length === 0) return;
+  into.aliased[into.name] = Object.fromEntries(apart.map(({ key, stored }) => [key, stored]));
+  for (const { key, item } of apart) into.answers.push({ property: into.property, key, item });
+}
+
+/**
+ * Its aliases' own reads (`storeAliasReads`) answered by the object the first answer gives at
+ * `place` (its Proxy), each to its response key (placed-reads.ts).
+ */
+function answerAliasesAt(
+  view: object,
+  place: Place | undefined,
+  answers: readonly { property: string; key: string; item: unknown }[],
+): void {
+  if (!place) return;
+  for (const { property, key, item } of answers) {
+    notePlacedRead(view, place, property, () => asRead(item), key);
+  }
 }
 
 /**
@@ -1483,7 +1618,12 @@ export function fromWire(
           parentRefSource(stored[KEPT]),
       )
     : undefined;
-  if (!node) return member(value);
+  /** The object GraphQL reads at this place, given its aliases' own reads there. */
+  const answered = (made: object) => {
+    if (typed && place) aliasReadsAgain(graphql, schema, concrete, stored, selected, made, place);
+    return made;
+  };
+  if (!node) return answered(member(value));
   // One object at several places (an order's `primary` line, also `lines[0]`) is the one
   // node at each: the first place makes the node its object; each later one gives it what
   // it lacks, and answers at its place what it read otherwise (adversary 110: the last
@@ -1491,11 +1631,47 @@ export function fromWire(
   const places = ADOPTED.get(node);
   if (!places) {
     ADOPTED.set(node, place ? [place] : []);
-    return member(ontoNode(value, node));
+    return answered(member(ontoNode(value, node)));
   }
   const again = member(ontoNodeAgain(value, node, place, places));
   if (place) places.push(place);
-  return again;
+  return answered(again);
+}
+
+/**
+ * The stored reads of a getter field under its later aliases (`ALIASED`), each answered by
+ * `made` (the object a replay gives at `place`) to its response key where the retry selects
+ * the field (placed-reads.ts): its wire form read back as the field's stored value is, a
+ * Promise again where the first answer's was one (`PROMISED`), a failure thrown again when
+ * read (never before: a rejection nobody awaits would go unhandled).
+ */
+function aliasReadsAgain(
+  graphql: GraphqlModule,
+  schema: GraphQLSchema | undefined,
+  type: GraphQLObjectType,
+  stored: Readonly<Record<string, unknown>>,
+  selected: ReadonlyMap<string, unknown> | undefined,
+  made: object,
+  place: Place,
+): void {
+  const aliased = stored[ALIASED];
+  if (typeof aliased !== 'object' || aliased === null) return;
+  const fields = type.getFields();
+  const promised = Array.isArray(stored[PROMISED]) ? (stored[PROMISED] as unknown[]) : [];
+  for (const [name, byKey] of Object.entries(aliased as Record<string, unknown>)) {
+    if (!(name in fields) || (selected && !selected.has(name))) continue;
+    if (typeof byKey !== 'object' || byKey === null) continue;
+    const property = nestField(type.name, name)?.property ?? name;
+    const entries = Object.entries(byKey as Record<string, { v?: unknown; e?: FieldError }>);
+    for (const [key, read] of entries) {
+      const again = () => {
+        if (read.e) return descriptorRead(failedField(read.e, graphql), made);
+        const value = fromWire(graphql, schema, fields[name].type, jsonCopy(read.v));
+        return promised.includes(name) ? Promise.resolve(value) : value;
+      };
+      notePlacedRead(made, place, property, again, key);
+    }
+  }
 }
 
 /** Each node a replay made an object of (`fromWire`), with the places adopted at so far. */

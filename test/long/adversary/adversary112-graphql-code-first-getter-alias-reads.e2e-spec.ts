@@ -7,6 +7,13 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): a getter's leaf field under several aliases is read once per
+ * response key, one read right after the other as GraphQL reads them (alias-reads.ts); each
+ * later alias's read that answers otherwise is stored beside the field (wire-value.ts
+ * `walkValue`, the object's `__aliased`) and answered to its response key at its place, by the
+ * field's wrapper (placed-reads.ts `placedRead`), at the first call and on a replay
+ * (wire-value.ts `aliasReadsAgain`).
+ *
  * Adversary 112 (graphql; per-place reads, placed-reads.ts, of the last hour): a code-first
  * `@Field() get url()` that signs afresh at each read, selected under two aliases at one place
  * (`lines { id a: url b: url }`). Without the library Nest's field resolver reads the getter once
@@ -160,7 +167,7 @@ describe('adversary 112: code-first getter aliases', () => {
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('two aliases of a getter field answer their own reads, as without the library (Not fixed (round 112): found by review)', async () => {
+  it('two aliases of a getter field answer their own reads, as without the library', async () => {
     const { plain, first, again } = await three('{ id a: url b: url }', 'adv112-cf-getter');
     expect(first.body.errors).toBeUndefined();
     expect(JSON.stringify(first.body.data.makeCart)).toBe(

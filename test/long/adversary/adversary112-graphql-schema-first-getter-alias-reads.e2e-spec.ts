@@ -7,6 +7,16 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): a getter's leaf field under several aliases is read once per
+ * response key, one read right after the other as GraphQL reads them (alias-reads.ts); each
+ * later alias's read that answers otherwise is stored beside the field (wire-value.ts
+ * `walkValue`, the object's `__aliased`) and answered to its response key at its place, by the
+ * field's wrapper (placed-reads.ts `placedRead`), at the first call and on a replay
+ * (wire-value.ts `aliasReadsAgain`).
+ * Here Apollo's own wrapper (its default cache-control plugin) is the field's resolver, which
+ * the library wraps; a field with no resolver at all is read by the executor's, and its
+ * aliases share the first read (docs/guides/graphql.md).
+ *
  * Adversary 112 (graphql; the last hour's field-wrappers.ts `wrapsField`): a schema-first app
  * (`typeDefs`, Nest's schema-first road) whose object has a getter that answers afresh at each
  * read (a presigned URL, signed per read) selects the field under two aliases (`a: url b: url`).
@@ -169,7 +179,7 @@ describe('adversary 112: schema-first getter at several places', () => {
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('two aliases of a getter field answer their own reads, as without the library (Not fixed (round 112): found by review)', async () => {
+  it('two aliases of a getter field answer their own reads, as without the library', async () => {
     const { plain, first, again } = await three('{ id a: url b: url }', 'adv112-sf-getter');
     expect(first.body.errors).toBeUndefined();
     expect(JSON.stringify(first.body.data.makeCart)).toBe(
