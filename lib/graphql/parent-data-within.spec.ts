@@ -1,4 +1,5 @@
 import { parentDataWithin } from './parent-data-within.js';
+import { hiddenKey } from './hidden-members.js';
 import { graphReachedBy } from './parent-graph.js';
 import { readGraphNodes } from './typed-graph.js';
 
@@ -66,6 +67,7 @@ describe('parentDataWithin', () => {
     expect(parentDataWithin(holder, [holder], members, both)).toEqual({
       wire: { id: 1 },
       dropped: 1,
+      hiddenDropped: 0,
       holders: [],
       pinnedHolders: [],
     });
@@ -369,5 +371,54 @@ describe('parentDataWithin', () => {
         expect(within!.pinnedHolders).toEqual([{ id: 9, __kept: { p: 0 } }]);
       });
     });
+  });
+});
+
+describe('parentDataWithin: hidden members first', () => {
+  const members = ['__parent'];
+  const raw = hiddenKey('raw', false);
+  // Three line parents, each with the columns its resolver reads and a hidden 500-byte cache.
+  const graph = {
+    g: [
+      ['o', 'qty', 2, 'unitPrice', 1, raw, ['@', 3]],
+      ['o', 'qty', 2, 'unitPrice', 2, raw, ['@', 4]],
+      ['o', 'qty', 2, 'unitPrice', 3, raw, ['@', 5]],
+      ['o', 'note', 'a'.repeat(500)],
+      ['o', 'note', 'b'.repeat(500)],
+      ['o', 'note', 'c'.repeat(500)],
+    ],
+  };
+  const lines = [0, 1, 2].map((p) => ({ id: p + 1, __parent: { p } }));
+  const wire = { id: 9, lines };
+  /** What leaving every cache out frees: the graph's bytes with them, less without them. */
+  const bare = { g: graph.g.slice(0, 3).map((node) => node.slice(0, 5)) };
+  const cachesFree = JSON.stringify(graph).length - JSON.stringify(bare).length;
+
+  it.each<[string, number, { dropped: number; hiddenDropped: number; nodes: number } | undefined]>([
+    ['over by a byte: one cache, no parent', 1, { dropped: 0, hiddenDropped: 1, nodes: 5 }],
+    [
+      'over by more than two caches: all three, no parent',
+      1100,
+      { dropped: 0, hiddenDropped: 3, nodes: 3 },
+    ],
+    // Past what all the caches free, the parents' data goes (the largest first).
+    [
+      'over by more than every cache: then parents',
+      cachesFree + 1,
+      { dropped: 1, hiddenDropped: 3, nodes: 2 },
+    ],
+  ])('%s', (_what, over, expected) => {
+    const within = parentDataWithin(wire, lines, members, over, graph)!;
+    expect({
+      dropped: within.dropped,
+      hiddenDropped: within.hiddenDropped,
+      nodes: within.graph?.g.length,
+    }).toEqual(expected);
+    // The parents kept name their own (renumbered) nodes, their columns whole.
+    const read = readGraphNodes(within.graph!) as { qty: number; unitPrice: number }[];
+    const kept = (within.wire as typeof wire).lines.filter((line) => '__parent' in line);
+    expect(kept.map((line) => read[line.__parent.p].unitPrice)).toEqual(
+      kept.map((line) => line.id),
+    );
   });
 });

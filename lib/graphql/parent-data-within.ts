@@ -6,6 +6,7 @@ import {
   parentRefIndex,
   parentRefSource,
 } from './parent-graph.js';
+import { hiddenWithin } from './hidden-within.js';
 import { leftOutRef, leftOutSource } from './left-out-parent.js';
 import { type Graph } from './typed-graph.js';
 
@@ -27,7 +28,13 @@ import { type Graph } from './typed-graph.js';
 /** The wire value with the parents kept, how many were left out, and the holders left. */
 export interface ParentDataWithin {
   wire: unknown;
+  /** How many parents' data was left out (their `__parent`s). */
   dropped: number;
+  /**
+   * How many hidden members (own data not enumerable, that no field names) were left out of
+   * the parents' data first (hidden-within.ts): a replay's resolver reads `undefined` there.
+   */
+  hiddenDropped: number;
   /**
    * The objects of `wire` (the copy) that still hold their data, and those left out that
    * still name their own object's node (`{ s }`, left-out-parent.ts): for a second trim.
@@ -158,6 +165,54 @@ export function parentDataWithin(
   const keptBytes = () =>
     kept.reduce((sum, item) => sum + item.size, 0) +
     leftOut.reduce((sum, item) => sum + membersBytes(item.holder, members), 0);
+  /**
+   * Every ref of the copy named anew once the graph keeps only the nodes `moved` maps: a kept
+   * parent's `{ p, s }` (and its size), a left-out one's `{ s }` (gone with its node), the
+   * pinned ones.
+   */
+  const renumber = (moved: ReadonlyMap<number, number>) => {
+    leftOut = leftOut.flatMap((item) => {
+      const ref = leftOutRef(moved, item.source);
+      if (!ref) {
+        delete item.holder[item.member];
+        return [];
+      }
+      item.holder[item.member] = ref;
+      item.source = ref.s;
+      return [item];
+    });
+    // A pinned `__kept` names its own object's node too (an entity's), so moved alike.
+    pinnedRefs = pinnedRefs.map((ref) => ref && movedRef(moved, ref));
+    pinnedFound.forEach((holder, i) => {
+      const ref = pinnedRefs[i];
+      if (ref) holder[pinned!.member] = ref;
+    });
+    for (const item of kept) {
+      if (item.node === undefined) continue;
+      const now = movedRef(moved, parentRef(item.node, item.source));
+      if (!now) continue;
+      item.node = now.p;
+      item.source = now.s;
+      const member = members.find((name) => parentRefIndex(item.holder[name]) !== undefined);
+      if (member) item.holder[member] = now;
+      item.size = membersBytes(item.holder, members);
+    }
+  };
+  // First the parents' hidden members (own data not enumerable, no field's: a cache an entity
+  // keeps out of JSON), member by member, before any parent's enumerable data a resolver reads
+  // (adversary 112: a 15 kB hidden cache per row pushed the rows' columns out).
+  let hiddenDropped = 0;
+  const parentNodes = kept.flatMap(({ node }) => (node === undefined ? [] : [node]));
+  const hidden = shared
+    ? hiddenWithin(shared, [...parentNodes, ...pinnedRoots()], left)
+    : undefined;
+  if (hidden) {
+    const before = keptBytes() + graphBytes(shared);
+    shared = hidden.graph;
+    renumber(hidden.moved);
+    hiddenDropped = hidden.dropped;
+    left -= before - (keptBytes() + graphBytes(shared));
+  }
   /** How many go in a round where what only they reach is not sure to be enough. */
   let unsure = 1;
   while (left > 0 && kept.length > 0) {
@@ -208,32 +263,7 @@ export function parentDataWithin(
       // lines' nodes, kept for themselves, kept their 160 kB and pushed their own data out).
       const reached = graphReachedBy(shared, [...still, ...pinnedRoots()]);
       shared = still.length > 0 || pinnedRoots().length > 0 ? reached.graph : undefined;
-      leftOut = leftOut.flatMap((item) => {
-        const ref = leftOutRef(reached.moved, item.source);
-        if (!ref) {
-          delete item.holder[item.member];
-          return [];
-        }
-        item.holder[item.member] = ref;
-        item.source = ref.s;
-        return [item];
-      });
-      // A pinned `__kept` names its own object's node too (an entity's), so moved alike.
-      pinnedRefs = pinnedRefs.map((ref) => ref && movedRef(reached.moved, ref));
-      pinnedFound.forEach((holder, i) => {
-        const ref = pinnedRefs[i];
-        if (ref) holder[pinned!.member] = ref;
-      });
-      for (const item of kept) {
-        if (item.node === undefined) continue;
-        const moved = movedRef(reached.moved, parentRef(item.node, item.source));
-        if (!moved) continue;
-        item.node = moved.p;
-        item.source = moved.s;
-        const member = members.find((name) => parentRefIndex(item.holder[name]) !== undefined);
-        if (member) item.holder[member] = moved;
-        item.size = membersBytes(item.holder, members);
-      }
+      renumber(reached.moved);
     }
     left -= before - (keptBytes() + graphBytes(shared));
   }
@@ -248,6 +278,7 @@ export function parentDataWithin(
   return {
     wire: copy,
     dropped,
+    hiddenDropped,
     holders: [...kept, ...leftOut].map(({ holder }) => holder),
     pinnedHolders: pinnedFound,
     ...(shared ? { graph: shared } : {}),

@@ -184,10 +184,9 @@ export function runField(
         });
         if (trimmed.body.length <= route.maxResponseBytes) {
           tools.logger.warn(
-            `the own data of ${within.dropped} parent(s) (read by @ResolveField() resolvers, ` +
-              `beyond the selection) is not stored with the answer of ${settings.name}: with ` +
-              `it the answer is over maxResponseBytes (${route.maxResponseBytes} bytes); a ` +
-              "replay's resolver reads those parents as the answer holds them",
+            `${parentDataLeftOut(within)} is not stored with the answer of ${settings.name}: ` +
+              `with it the answer is over maxResponseBytes (${route.maxResponseBytes} bytes); ` +
+              `${parentDataReplayed(within)}`,
           );
           wire = within.wire;
           holders = within.holders;
@@ -274,11 +273,9 @@ export function runField(
               ...fewer,
             });
             said.push(
-              `the own data of ${within.dropped} parent(s) (read by @ResolveField() resolvers, ` +
-                `beyond the selection) is not stored with the answer of key ${claim.key}: with ` +
-                `it and the field middleware outputs the answer is over maxResponseBytes ` +
-                `(${route.maxResponseBytes} bytes); a replay's resolver reads those parents ` +
-                'as the answer holds them',
+              `${parentDataLeftOut(within)} is not stored with the answer of key ${claim.key}: ` +
+                `with it and the field middleware outputs the answer is over maxResponseBytes ` +
+                `(${route.maxResponseBytes} bytes); ${parentDataReplayed(within)}`,
             );
           }
           if (overNow() <= 0) for (const line of said) tools.logger.warn(line);
@@ -558,4 +555,31 @@ export async function answerOf(
 /** The library's error as the GraphQL error the field answers with. */
 export function problemThrown(error: IdempotencyError, graphql: GraphqlModule): Error {
   return thrownError(problemError(error), graphql);
+}
+
+/**
+ * What `parentDataWithin` left out, as the log says it: the parents' hidden members (first,
+ * hidden-within.ts), then whole parents' data.
+ */
+function parentDataLeftOut(within: { dropped: number; hiddenDropped: number }): string {
+  const hidden =
+    within.hiddenDropped > 0
+      ? `${within.hiddenDropped} member(s) of parents' own data that are not enumerable ` +
+        '(kept out of JSON, named by no field)'
+      : '';
+  const whole =
+    within.dropped > 0
+      ? `the own data of ${within.dropped} parent(s) (read by @ResolveField() resolvers, ` +
+        'beyond the selection)'
+      : '';
+  return hidden && whole ? `${hidden}, then ${whole},` : hidden || whole;
+}
+
+/** What a replay's resolvers read where `parentDataWithin` left data out. */
+function parentDataReplayed(within: { dropped: number; hiddenDropped: number }): string {
+  const hidden =
+    within.hiddenDropped > 0 ? "a replay's resolver reads undefined for such a member" : '';
+  const whole =
+    within.dropped > 0 ? "a replay's resolver reads those parents as the answer holds them" : '';
+  return hidden && whole ? `${hidden}, and ${whole}` : hidden || whole;
 }

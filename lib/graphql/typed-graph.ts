@@ -637,6 +637,30 @@ export function readGraphNodes(graph: Graph): unknown[] {
 }
 
 /**
+ * Where a node's own members begin (key and cell pairs to its end), by its kind; undefined
+ * for a node that holds none (a Date, a Buffer, `=`). What `renamedRefs` walks as pairs, and
+ * where hidden-within.ts finds the hidden members it may leave out.
+ */
+export function membersStart(node: unknown): number | undefined {
+  if (!Array.isArray(node)) return undefined;
+  switch (node[0]) {
+    case 'o':
+    case 'O':
+      return 1;
+    case 'e':
+    case 'a':
+      return 3;
+    case 'E':
+      return 3 + ERROR_MEMBERS.length;
+    case 'm':
+    case 's':
+      return 2;
+    default:
+      return undefined;
+  }
+}
+
+/**
  * The node `node` with each object it names (`['@', i]`) named by `rename(i)`: by its kind,
  * where its cells are (an item list of strings `['@', 1]` is no reference). `rename` is also
  * how a walk finds the nodes a node reaches (parent-graph.ts).
