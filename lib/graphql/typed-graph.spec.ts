@@ -581,11 +581,29 @@ describe('own data that is not enumerable (adversary 111)', () => {
         return root;
       },
     ],
+    [
+      "an array's own members that are no items (a page's total out of JSON), a Map's, a Set's",
+      () => {
+        const lines = [{ id: 1 }, { id: 2 }];
+        Object.defineProperty(lines, 'total', { value: 43 });
+        Object.defineProperty(lines, 'cursor', { value: 'c', writable: true, enumerable: true });
+        const byId = new Map([[1, 'a']]);
+        Object.defineProperty(byId, 'loadedAt', { value: 5 });
+        const tags = new Set(['x']);
+        Object.defineProperty(tags, 'source', { value: 'db', writable: true });
+        return { lines, byId, tags };
+      },
+    ],
   ])('%s: comes back with its enumerability and writability', (_what, make) => {
     const value = make();
     const read = back(value) as Record<string, unknown>;
     expect(descriptors(read)).toEqual(descriptors(value));
     expect(JSON.stringify(read)).toBe(JSON.stringify(value));
+    for (const key of ['lines', 'byId', 'tags'] as const) {
+      if (!(key in value)) continue;
+      const inner = (value as Record<string, object>)[key];
+      expect(descriptors(read[key] as object)).toEqual(descriptors(inner));
+    }
     if ('line' in value) {
       const line = read.line as { order: { lines: unknown[] } };
       // The one line, reached back through its hidden `order`.

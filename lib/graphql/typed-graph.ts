@@ -458,17 +458,21 @@ export function graphWriter() {
       for (let i = 0; i < of.length; i += 1) {
         items.push(Object.prototype.hasOwnProperty.call(of, i) ? cell(of[i]) : ['h']);
       }
-      return ['a', of.length, items, ...members(of, (key) => isIndex(key, of.length))];
+      // Its own members that are no items, whatever their enumerability (a page's `total`
+      // defined out of JSON on the page itself: adversary 112), as an object's; never its
+      // `length`, which its node holds.
+      const noItem = (key: string) => key === 'length' || isIndex(key, of.length);
+      return ['a', of.length, items, ...members(of, noItem, true)];
     }
     if (of instanceof Map) {
       const entries: Cell[] = [];
       for (const [key, item] of of) entries.push(cell(key), cell(item));
-      return ['m', entries, ...members(of)];
+      return ['m', entries, ...members(of, () => false, true)];
     }
     if (of instanceof Set) {
       const items: Cell[] = [];
       for (const item of of) items.push(cell(item));
-      return ['s', items, ...members(of)];
+      return ['s', items, ...members(of, () => false, true)];
     }
     if (of instanceof Date) {
       // Its own members are not written: said, not dropped silently.

@@ -50,6 +50,7 @@ import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
 import { recordOnce } from './same-record.js';
 import { keptMember } from './hidden-members.js';
+import { listMembers, withListMembers } from './list-members.js';
 import { objectNodes } from './object-nodes.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
 import { absentOnReplay, notedAbsentFields } from './absent-fields.js';
@@ -828,6 +829,13 @@ async function walkValue(
       aliased,
       answers: aliasAnswers,
     });
+    // A list's own members that are no items (a page's `total`), which its wire form (its
+    // items) does not hold: kept for the app's resolvers, given back onto the rebuilt list
+    // (list-members.ts: adversary 112).
+    if (keeping.selectedInputs && Array.isArray(item)) {
+      const members = listMembers(item);
+      if (members) defineOwn(parent, property, members);
+    }
     if (graphql.isLeafType(graphql.getNamedType(field.type))) {
       const tree = classTreeNoting(item, `its field ${name}`, concrete.name, losses);
       if (tree) leafClasses[name] = tree;
@@ -1490,6 +1498,8 @@ export function fromWire(
     ) as Record<string, unknown>;
     for (const [name, item] of Object.entries(parentData)) {
       if (writesBesideFields(name, item, fromFields)) own(value, name, item);
+      // A selected list's own members that are no items, onto the list rebuilt from the answer.
+      else if (hasOwn(value, name)) withListMembers(value[name], item);
     }
     // Its members under registered symbols (`Symbol.for`): no field's, kept as they were; and
     // its own data that is not enumerable (hidden-members.ts), not enumerable again.

@@ -1,0 +1,81 @@
+import { listMembers, withListMembers } from './list-members.js';
+
+/** Each own key of `value` but its items and length, with how it is defined. */
+const members = (value: object) =>
+  Reflect.ownKeys(value)
+    .filter((key) => key !== 'length' && !/^\d+$/.test(String(key)))
+    .map((key) => {
+      const { value: item, enumerable, writable } = Reflect.getOwnPropertyDescriptor(value, key)!;
+      return [String(key), item, enumerable, writable];
+    });
+
+describe('listMembers', () => {
+  const list = (define: (of: unknown[]) => void) => {
+    const of: unknown[] = [{ id: 1 }, { id: 2 }];
+    define(of);
+    return of;
+  };
+  it.each<[string, unknown[], unknown[][] | undefined]>([
+    ['a bare list: nothing kept', list(() => undefined), undefined],
+    [
+      "a page's total kept out of JSON: kept hidden, as read-only",
+      list((of) => Object.defineProperty(of, 'total', { value: 43 })),
+      [['total', 43, false, false]],
+    ],
+    [
+      'a plain member: kept enumerable and writable',
+      list((of) => Object.assign(of, { cursor: 'c' })),
+      [['cursor', 'c', true, true]],
+    ],
+    [
+      'a registered symbol kept; an unregistered one and a getter not',
+      list((of) => {
+        Object.defineProperty(of, Symbol.for('tag'), { value: 't', enumerable: true });
+        Object.defineProperty(of, Symbol('orm'), { value: 1 });
+        Object.defineProperty(of, 'eta', {
+          get: () => {
+            throw new Error('never read');
+          },
+        });
+      }),
+      [['Symbol(tag)', 't', true, false]],
+    ],
+    [
+      'an index past the items is an item (the list grows to it): nothing kept',
+      list((of) => Object.defineProperty(of, '7', { value: 'x', enumerable: true })),
+      undefined,
+    ],
+  ])('%s', (_what, of, expected) => {
+    const kept = listMembers(of);
+    if (!expected) {
+      // A numeric key past the items makes the array longer: an item (a hole before it).
+      expect(kept).toBeUndefined();
+      return;
+    }
+    expect(kept).toHaveLength(0);
+    expect(members(kept!)).toEqual(expected);
+  });
+});
+
+describe('withListMembers', () => {
+  it.each<[string, unknown, unknown, unknown[][]]>([
+    [
+      'onto the rebuilt list, as kept',
+      [1, 2],
+      Object.defineProperty([], 'total', { value: 43 }),
+      [['total', 43, false, false]],
+    ],
+    [
+      'never over a member the rebuilt list has',
+      Object.assign([1], { total: 1 }),
+      Object.assign([], { total: 43 }),
+      [['total', 1, true, true]],
+    ],
+    ['nothing where the kept data is no list', [1], { total: 43 }, []],
+  ])('%s', (_what, target, kept, expected) => {
+    withListMembers(target, kept);
+    expect(members(target as object)).toEqual(expected);
+    // The items are the answer's.
+    expect((target as unknown[]).length).toBeGreaterThan(0);
+  });
+});

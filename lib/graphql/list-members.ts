@@ -1,0 +1,64 @@
+import { defineOwn } from './own-member.js';
+
+/**
+ * An array's own members that are no items (`Object.defineProperty(page, 'total', { value: 43
+ * })`: a page's total count kept on the page itself, out of JSON; or plain, enumerable) are
+ * data a parent's `@ResolveField()` reads (`order.lines.total`). A SELECTED list field is
+ * stored as its items' wire form, and a replay's parent held the list rebuilt from them:
+ * items only, the member gone, and a committed mutation replayed `data: null` (adversary
+ * 112). What this file decides is what of such a list the parent's kept data holds beside
+ * the answer (`__parent`, under the field's property), and how a replay gives it back onto the
+ * rebuilt list.
+ */
+
+/** Whether `key` is one of the array's items or its `length` (its node holds those). */
+function isItemOrLength(key: string | symbol, length: number): boolean {
+  if (key === 'length') return true;
+  if (typeof key !== 'string' || !/^(?:0|[1-9]\d*)$/.test(key)) return false;
+  return Number(key) < length;
+}
+
+/**
+ * An empty array holding `list`'s own data members that are no items, each defined as it was
+ * (its enumerability, its writability), in their order; undefined where it has none (nothing
+ * is kept for a bare list). A getter is not read (it may load or throw), a member under a
+ * symbol no other process knows is no data (typed-graph.ts leaves both out alike).
+ */
+export function listMembers(list: readonly unknown[]): unknown[] | undefined {
+  let kept: unknown[] | undefined;
+  for (const key of Reflect.ownKeys(list)) {
+    if (isItemOrLength(key, list.length)) continue;
+    if (typeof key === 'symbol' && Symbol.keyFor(key) === undefined) continue;
+    const descriptor = Reflect.getOwnPropertyDescriptor(list, key);
+    if (!descriptor || !('value' in descriptor)) continue;
+    kept ??= [];
+    Object.defineProperty(kept, key, {
+      value: descriptor.value as unknown,
+      enumerable: descriptor.enumerable === true,
+      writable: descriptor.writable === true,
+      configurable: true,
+    });
+  }
+  return kept;
+}
+
+/**
+ * `kept`'s own members that are no items (`listMembers`' array, read back) defined onto the
+ * rebuilt list `target`, each as it was kept, where `target` lacks it; nothing where either
+ * is no array. Its items are the answer's, never `kept`'s.
+ */
+export function withListMembers(target: unknown, kept: unknown): void {
+  if (!Array.isArray(target) || !Array.isArray(kept)) return;
+  for (const key of Reflect.ownKeys(kept)) {
+    if (isItemOrLength(key, kept.length) || Object.prototype.hasOwnProperty.call(target, key)) {
+      continue;
+    }
+    const descriptor = Reflect.getOwnPropertyDescriptor(kept, key)!;
+    if (!('value' in descriptor)) continue;
+    if (descriptor.enumerable && typeof key === 'string') {
+      defineOwn(target, key, descriptor.value);
+      continue;
+    }
+    Object.defineProperty(target, key, { ...descriptor, configurable: true });
+  }
+}
