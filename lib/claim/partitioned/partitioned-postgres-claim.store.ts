@@ -7,6 +7,8 @@ import { type KeyScope } from '../../shapes/claim-store.interface.js';
 import { type StoreDatabase, type Statement } from '../../shapes/store-database.js';
 import { type ClaimRow, type LateRows, PostgresClaimStore } from '../postgres-claim.store.js';
 import { isNoPartitionError } from './layout-errors.js';
+import { handOvers, type PartitionOwnership } from './partition-hand-over.js';
+import { quoteName } from '../../connection/library-path.js';
 import { pinSearchPath } from '../../connection/session-state.js';
 import { withLibraryTypes } from '../../connection/library-types.js';
 import { dateOfEpochMs } from '../../connection/epoch-ms.js';
@@ -25,6 +27,7 @@ import {
   HAS_DEFAULT_PARTITION,
   LIST_PARTITIONS,
   PARTITION_CLOCK,
+  PARTITION_OWNERS,
   PURGE_ABANDONED_IN_PARTITIONS,
 } from './partitioned-statements.js';
 
@@ -50,6 +53,13 @@ const MAINTENANCE_STATEMENT_TIMEOUT_MS = 60_000;
  */
 const DETACH_LOCK_TIMEOUT_MS = 2_000;
 
+/**
+ * Giving an attached partition to the keys table's owner takes its ACCESS EXCLUSIVE lock, which
+ * waits for the claims reading it (every claim looks in every partition) while new ones queue
+ * behind: at most this long, then it is given up and tried again when partitions are next made.
+ */
+const HAND_OVER_LOCK_TIMEOUT_MS = 500;
+
 /** The lock that lets one instance at a time drop partitions (session or transaction level). */
 const EXPIRY_LOCK = 'idempotency_keys_expiry';
 
@@ -60,6 +70,16 @@ interface PartitionRow {
   detach_pending: boolean;
   droppable: boolean | null;
   owner: string | null;
+}
+
+interface PartitionOwnerRow {
+  partition: string;
+  schema: string;
+  owner: string;
+  keys_owner: string;
+  ours: boolean;
+  member_of_keys_owner: boolean;
+  keys_owner_may_create: boolean;
 }
 
 /**
@@ -86,6 +106,8 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
   private creating?: Promise<void>;
   /** The partitions of another role this process warned of (once each, not every purge). */
   private readonly warnedUndroppable = new Set<string>();
+  /** The schemas whose partitions this process could not give to the keys table's owner. */
+  private readonly warnedHandOver = new Set<string>();
 
   constructor(
     database: StoreDatabase,
@@ -181,8 +203,63 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
         this.layout.partitionsAhead,
       ]);
       this.coveredUntil = asked + rows[0].covered_ms;
+      await this.handOverPartitions();
     })().finally(() => (this.creating = undefined));
     return this.creating;
+  }
+
+  /**
+   * Gives the partitions this role made to the keys table's owner (`handOvers`), so that the
+   * purge of any role that may attach partitions may drop them, not only this role's: left
+   * with it, another role's purge empties them row by row and they pile up attached for ever
+   * (adversary 111). The ones made before this ran (an earlier release's) go too. Each in a
+   * transaction of its own, its lock wait bounded; a failure is logged, never a claim's, and
+   * tried again when partitions are next made.
+   */
+  private async handOverPartitions(): Promise<void> {
+    try {
+      const { rows } = await this.query<PartitionOwnerRow>(PARTITION_OWNERS, []);
+      const steps = handOvers(rows.map(toOwnership));
+      if (steps.length === 0) return;
+      await this.database.withConnection(async (client) => {
+        for (const step of steps) {
+          if (step.kind === 'blocked') {
+            this.warnHandOverBlocked(step);
+            continue;
+          }
+          await client.query('BEGIN');
+          try {
+            const path = this.database.libraryPathNow();
+            if (path !== undefined) await client.query(pinSearchPath(path));
+            await client.query(`SET LOCAL lock_timeout = ${HAND_OVER_LOCK_TIMEOUT_MS}`);
+            await client.query(`ALTER TABLE ${step.partition} OWNER TO ${quoteName(step.to)}`);
+            await client.query('COMMIT');
+          } catch (error) {
+            await client.query('ROLLBACK').catch(() => undefined);
+            throw error;
+          }
+        }
+      });
+    } catch (error) {
+      this.logger.warn(
+        "partitions of idempotency_keys were not given to the keys table's owner (tried " +
+          `again when partitions are next made): ${String(error)}`,
+      );
+    }
+  }
+
+  /** Once per schema and owner: what to grant so that the partitions can be given. */
+  private warnHandOverBlocked(step: { partition: string; schema: string; keysOwner: string }) {
+    const key = `${step.schema}\0${step.keysOwner}`;
+    if (this.warnedHandOver.has(key)) return;
+    this.warnedHandOver.add(key);
+    this.logger.warn(
+      `partition ${step.partition} of idempotency_keys stays this role's: the keys table's ` +
+        `owner ${step.keysOwner} has no CREATE on schema ${step.schema}, which PostgreSQL asks ` +
+        "of a table's new owner, so a purge run by another role may not drop it (it deletes " +
+        `its keys row by row instead, and the partition stays attached): GRANT CREATE ON SCHEMA ` +
+        `${quoteName(step.schema)} TO ${quoteName(step.keysOwner)}; see docs/operations/partitioned-expiry.md`,
+    );
   }
 
   /** Moves the keys that must outlive a partition into the live one (`CARRY_FORWARD`). */
@@ -369,6 +446,18 @@ function toInfo(row: PartitionRow): PartitionInfo {
     detachPending: row.detach_pending,
     droppable: row.droppable ?? undefined,
     owner: row.owner ?? undefined,
+  };
+}
+
+function toOwnership(row: PartitionOwnerRow): PartitionOwnership {
+  return {
+    partition: row.partition,
+    schema: row.schema,
+    owner: row.owner,
+    keysOwner: row.keys_owner,
+    ours: row.ours,
+    memberOfKeysOwner: row.member_of_keys_owner,
+    keysOwnerMayCreate: row.keys_owner_may_create,
   };
 }
 

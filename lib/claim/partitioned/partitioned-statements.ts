@@ -83,6 +83,25 @@ CROSS JOIN LATERAL (SELECT pg_has_role(c.relowner, 'USAGE') OR pg_has_role(n.nsp
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p.partition) o`;
 
 /**
+ * Each partition with its owner, the keys table's owner, and what `handOvers` needs to know
+ * whether this session's role may give the one to the other (see partition-hand-over.ts). A
+ * detach left pending is the expiry's to finish, not to give. `pg_has_role(..., 'MEMBER')`:
+ * ALTER ... OWNER TO asks for membership in the new owner, not its privileges.
+ */
+export const PARTITION_OWNERS = {
+  name: 'idempotency_partition_owners_v1',
+  text: `SELECT p.partition::text AS partition, n.nspname::text AS schema,
+  pg_get_userbyid(c.relowner)::text AS owner, pg_get_userbyid(k.relowner)::text AS keys_owner,
+  pg_has_role(c.relowner, 'USAGE') AS ours, pg_has_role(k.relowner, 'MEMBER') AS member_of_keys_owner,
+  has_schema_privilege(k.relowner, c.relnamespace, 'CREATE') AS keys_owner_may_create
+FROM idempotency_key_partitions() p
+JOIN pg_class c ON c.oid = p.partition
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_class k ON k.oid = to_regclass('idempotency_keys')
+WHERE NOT p.detach_pending`,
+};
+
+/**
  * Whether the keys table has a DEFAULT partition (an operator's: the start-up check refuses
  * one), from which PostgreSQL detaches nothing `CONCURRENTLY` (see `detachMode`).
  */

@@ -1,4 +1,13 @@
 /**
+ * Fixed (session of 2026-12-07): the partitions a role makes are given to the keys table's
+ * owner (`ALTER TABLE ... OWNER TO`, which a member of both may do), so that any role's purge
+ * drops them: lib/claim/partitioned/partition-hand-over.ts `handOvers` decides which (the
+ * role's own partitions, where the owner has CREATE on their schema, as PostgreSQL asks of a
+ * table's new owner), partitioned-postgres-claim.store.ts `handOverPartitions` gives them each
+ * time partitions are made (those of an earlier release too). The setup grants the owner
+ * CREATE on the schema, as the migrations' role that made the tables has it; without it the
+ * partitions stay the maker's and the store warns with the GRANT to run (the doctor too).
+ *
  * Adversary 111 (pool): the purge's new `empty` step leaves another role's expired partition
  * attached, and nothing ever drops it: with the purge run by one role (a maintenance job:
  * `IdempotencyPurger.purgeExpired()` "from a job of your own", as docs/operations/retention.md
@@ -96,6 +105,8 @@ async function setUp(label: string) {
   const db = await createMigratedDatabase(label, [PartitionIdempotencyKeys1764461600000]);
   const q = (sql: string) => db.dataSource.query(sql);
   await q(`DO $$ BEGIN CREATE ROLE ${owner}; EXCEPTION WHEN duplicate_object THEN END $$`);
+  // As the migrations' role, which made the tables there, has it (see the header).
+  await q(`GRANT CREATE ON SCHEMA public TO ${owner}`);
   for (const table of ['idempotency_keys', 'idempotency_keys_legacy']) {
     await q(`ALTER TABLE ${table} OWNER TO ${owner}`);
   }
@@ -168,7 +179,7 @@ describePartitioned('adversary 111 pool: emptied partitions of another role pile
     expect(await expiredAttached(single)).toBe(0);
   }, 60_000);
 
-  it.skip("the job's purge leaves no expired partition of the API's attached (Not fixed (round 111): found by review)", async () => {
+  it("the job's purge leaves no expired partition of the API's attached (round 111)", async () => {
     const store = await storeAs(shared, api, sources);
     const purger = await storeAs(shared, jobs, sources);
     await run(store, purger, 8000);
