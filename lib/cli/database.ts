@@ -98,17 +98,30 @@ export async function readDoctorFacts(
       toMs: string | null;
       owner: string;
       keysOwner: string;
+      keysOwnerMayDrop: boolean;
+      schema: string;
+      keysOwnerMayCreate: boolean;
     }>(
       `SELECT ${epochMsOf('p.from_at')} AS "fromMs", ${epochMsOf('p.to_at')} AS "toMs",
-         (SELECT pg_get_userbyid(relowner)::text FROM pg_class WHERE oid = p.partition) AS owner,
-         (SELECT pg_get_userbyid(relowner)::text FROM pg_class
-          WHERE oid = to_regclass('idempotency_keys')) AS "keysOwner"
-       FROM idempotency_key_partitions() p WHERE NOT p.detach_pending`,
+         pg_get_userbyid(c.relowner)::text AS owner,
+         pg_get_userbyid(k.relowner)::text AS "keysOwner",
+         pg_has_role(k.relowner, c.relowner, 'USAGE') OR pg_has_role(k.relowner, n.nspowner, 'USAGE')
+           AS "keysOwnerMayDrop",
+         n.nspname::text AS schema,
+         has_schema_privilege(k.relowner, c.relnamespace, 'CREATE') AS "keysOwnerMayCreate"
+       FROM idempotency_key_partitions() p
+       JOIN pg_class c ON c.oid = p.partition
+       JOIN pg_namespace n ON n.oid = c.relnamespace
+       JOIN pg_class k ON k.oid = to_regclass('idempotency_keys')
+       WHERE NOT p.detach_pending`,
     );
     partitions = rows.map((row) => ({
       fromAt: dateOfEpochMs(row.fromMs),
       toAt: dateOfEpochMs(row.toMs),
       owner: row.owner,
+      keysOwnerMayDrop: row.keysOwnerMayDrop,
+      schema: row.schema,
+      keysOwnerMayCreate: row.keysOwnerMayCreate,
     }));
     keysOwner = rows[0]?.keysOwner;
   }

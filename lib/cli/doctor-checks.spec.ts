@@ -207,29 +207,68 @@ describe('checkPool', () => {
 });
 
 describe('checkPartitionOwners', () => {
-  const owned = (...owners: (string | undefined)[]): PartitionBounds[] =>
-    owners.map((owner) => ({ fromAt: null, toAt: null, owner }));
+  const part = (
+    owner: string | undefined,
+    more: Partial<PartitionBounds> = {},
+  ): PartitionBounds => ({
+    fromAt: null,
+    toAt: null,
+    owner,
+    keysOwnerMayDrop: owner === 'migrator',
+    schema: 'public',
+    keysOwnerMayCreate: true,
+    ...more,
+  });
+  const owned = (...owners: (string | undefined)[]) => owners.map((owner) => part(owner));
   it.each<[string, string | undefined, PartitionBounds[], string | undefined]>([
     ['the owners not read', undefined, owned('api', 'worker'), undefined],
+    ['no partitions', 'migrator', [], undefined],
     ["all the keys table's owner's", 'migrator', owned('migrator', 'migrator'), undefined],
     [
-      'one app role (a member of the owner) and the owner',
+      "one app role's, beside the owner's: the owner's purge (a cron) may not drop them",
       'migrator',
       owned('migrator', 'app', 'app'),
-      undefined,
+      'warn',
     ],
     ['two app roles', 'migrator', owned('migrator', 'worker', 'api', 'api'), 'warn'],
+    [
+      "another role's that the owner may drop (it has that role's privileges)",
+      'migrator',
+      [part('migrator'), part('app', { keysOwnerMayDrop: true })],
+      undefined,
+    ],
+    [
+      'whether the owner may drop them not read: taken as not',
+      'migrator',
+      [part('app', { keysOwnerMayDrop: undefined })],
+      'warn',
+    ],
+    ['an owner not read', 'migrator', [part(undefined)], undefined],
   ])('%s', (_name, keysOwner, partitions, level) => {
     expect(checkPartitionOwners(keysOwner, partitions)?.level).toBe(level);
   });
 
-  it('names the roles and what to do', () => {
-    expect(checkPartitionOwners('migrator', owned('worker', 'api'))?.message).toBe(
-      "owned by api, worker, not by the keys table's owner migrator: the purge of one role " +
-        "may not drop another's, and deletes their expired keys row by row instead (dead " +
-        'tuples for vacuum): log every app in as one role, or give the partitions to migrator ' +
-        '(ALTER TABLE ... OWNER TO migrator, as a superuser)',
-    );
+  it.each<[string, PartitionBounds[], string]>([
+    [
+      'the owner without CREATE on their schema: the GRANT',
+      [part('worker', { schema: 'app', keysOwnerMayCreate: false }), part('api'), part('api')],
+      "3 partitions owned by api, worker, which the keys table's owner migrator may not drop: " +
+        'the purge of any other role deletes their expired keys row by row instead (dead ' +
+        'tuples for vacuum) and leaves them attached for ever. To have them dropped: GRANT ' +
+        "CREATE ON SCHEMA app TO migrator (PostgreSQL asks it of a table's new owner), after " +
+        'which the app gives them to it when it next makes partitions',
+    ],
+    [
+      'the owner with it: an earlier release’s, given on the next run',
+      [part('api')],
+      "1 partition owned by api, which the keys table's owner migrator may not drop: the " +
+        'purge of any other role deletes their expired keys row by row instead (dead tuples ' +
+        'for vacuum) and leaves them attached for ever. To have them dropped: the app gives ' +
+        "them to it when it next makes partitions (these are an earlier release's), or ALTER " +
+        'TABLE ... OWNER TO migrator',
+    ],
+  ])('names the partitions and what to do: %s', (_name, partitions, message) => {
+    expect(checkPartitionOwners('migrator', partitions)?.message).toBe(message);
   });
 });
 

@@ -38,6 +38,14 @@ export interface PartitionBounds {
   toAt: Date | null;
   /** The role that owns it (absent: not read). */
   owner?: string;
+  /**
+   * Whether the keys table's owner may drop it (it has its owner's privileges, or its schema's
+   * owner's), and so every role that may attach partitions; absent: not read.
+   */
+  keysOwnerMayDrop?: boolean;
+  /** Its schema, and whether the keys table's owner has CREATE there (may be given it). */
+  schema?: string;
+  keysOwnerMayCreate?: boolean;
 }
 
 /** What `readDoctorFacts()` reads, all in one session, by the database's clock. */
@@ -359,30 +367,45 @@ export function checkPartitions(
 
 /**
  * The partitions' owners. Each partition is owned by the role whose session made it, and only
- * its owner (or a member of its role) may drop it: partitions of two app roles other than the
- * keys table's owner (an API and a worker logging in as roles of their own) are partitions one
- * role's purge may not drop, which it empties row by row instead (adversary 110). Undefined
- * when that cannot be (one such role at most, or the owners not read): no line is printed.
+ * a member of its owner (or of its schema's owner) may drop it. The store gives each partition
+ * it makes to the keys table's owner (partition-hand-over.ts), whose members are every role
+ * that may attach partitions, so any of them may drop it. A partition the keys table's owner
+ * may not drop is one that the purge of every other role (a second app role, a job, the
+ * migrations' role's cron: adversary 110, 111) empties row by row instead and leaves attached
+ * for ever. Such partitions are named with what to do: the owner's CREATE on their schema,
+ * which PostgreSQL asks of a table's new owner, or, where it has it, a run of the app that
+ * made them (its sessions give them when they next make partitions: those of an earlier
+ * release). Undefined when there is none, or the owners were not read: no line is printed.
  */
 export function checkPartitionOwners(
   keysOwner: string | undefined,
   partitions: readonly PartitionBounds[],
 ): Finding | undefined {
   if (keysOwner === undefined) return undefined;
-  const others = [
-    ...new Set(
-      partitions.flatMap((p) => (p.owner === undefined || p.owner === keysOwner ? [] : [p.owner])),
-    ),
+  const stranded = partitions.filter(
+    (p) => p.owner !== undefined && p.owner !== keysOwner && p.keysOwnerMayDrop !== true,
+  );
+  if (stranded.length === 0) return undefined;
+  const owners = [...new Set(stranded.map((p) => p.owner))].sort();
+  const schemas = [
+    ...new Set(stranded.flatMap((p) => (p.keysOwnerMayCreate === false ? [p.schema ?? '?'] : []))),
   ].sort();
-  if (others.length < 2) return undefined;
+  const remedy =
+    schemas.length > 0
+      ? `GRANT CREATE ON SCHEMA ${schemas.join(', ')} TO ${keysOwner} (PostgreSQL asks it of a ` +
+        "table's new owner), after which the app gives them to it when it next makes partitions"
+      : 'the app gives them to it when it next makes partitions (these are an earlier ' +
+        "release's), or ALTER TABLE ... OWNER TO " +
+        keysOwner;
+  const count = stranded.length === 1 ? '1 partition' : `${stranded.length} partitions`;
   return {
     level: 'warn',
     topic: 'partitions',
     message:
-      `owned by ${others.join(', ')}, not by the keys table's owner ${keysOwner}: the purge ` +
-      "of one role may not drop another's, and deletes their expired keys row by row " +
-      'instead (dead tuples for vacuum): log every app in as one role, or give the ' +
-      `partitions to ${keysOwner} (ALTER TABLE ... OWNER TO ${keysOwner}, as a superuser)`,
+      `${count} owned by ${owners.join(', ')}, which the keys table's owner ${keysOwner} may ` +
+      'not drop: the purge of any other role deletes their expired keys row by row instead ' +
+      '(dead tuples for vacuum) and leaves them attached for ever. To have them dropped: ' +
+      remedy,
   };
 }
 

@@ -1,10 +1,23 @@
 /**
- * Control skipped (session of 2026-12-07, fourth): once merged, the control (two app roles,
- * expired partitions left attached, the doctor warns) failed on main in three runs, alone and
- * beside the pile-up suite, at 7c7c01e5 and after: `expiredAttached` was 0 (every expired
- * partition gone). It passed on the reviewer's branch; roles left by earlier runs (global
- * objects, `CREATE ROLE ... EXCEPTION WHEN duplicate_object`) or timing (250 ms partitions)
- * may be why. Not investigated for lack of time; the finding itself (medium) stands.
+ * Fixed (session of 2026-12-07): the doctor warns of every partition the keys table's owner
+ * may not drop (its owner's privileges, or its schema's owner's), not only of two app roles'
+ * partitions: lib/cli/doctor-checks.ts `checkPartitionOwners`, with the catalog's answer read
+ * in lib/cli/database.ts, and says what to do (the owner's CREATE on the schema, or a run of
+ * the app that made them). Since the same session the store gives each partition it makes to
+ * the keys table's owner (adversary111-pool-emptied-partitions-pile-up), so partitions are
+ * left only where it may not: here the owner has no CREATE on the schema (PostgreSQL asks it of
+ * a table's new owner), which the setup now leaves out; with it, nothing is left to warn of.
+ *
+ * The control, made reliable: it failed on main because which role made the partitions was a
+ * race. Both stores made 40 partitions ahead (10 s): whichever session ran
+ * `idempotency_keys_create_partitions()` first made all of them, and the purger topped them up
+ * every 300 ms after, so the API's coverage never ran short within the 5 s run. When the job's
+ * purge came first (its call is direct; a claim goes through the batcher) every partition was
+ * the job's, none the API's, and 0 were left attached. Now the API claims once before the purges
+ * start: the first 10 s of partitions are the API's, and those expire during the run (the job's
+ * purge makes the later ones). The owner's purge makes none ahead (it has no CREATE on the
+ * schema; the API's claims make them all, as with an app whose migrations role's cron only
+ * purges).
  *
  * Adversary 111 (pool): the doctor's new warning about partitions of two app roles stays
  * silent when one app role makes the partitions and the purge runs as the keys table's owner
@@ -68,7 +81,8 @@ const owner = `adv111d_own_${suffix}`;
 const api = `adv111d_api_${suffix}`;
 const jobs = `adv111d_job_${suffix}`;
 
-async function storeAs(db: MigratedDatabase, user: string, sources: DataSource[]) {
+/** `ahead`: 40 (10 s: the doctor finds the present covered); the owner's purge 0 (see the header). */
+async function storeAs(db: MigratedDatabase, user: string, sources: DataSource[], ahead = 40) {
   const url = new URL(db.url);
   url.username = user;
   url.password = '';
@@ -77,7 +91,7 @@ async function storeAs(db: MigratedDatabase, user: string, sources: DataSource[]
   sources.push(source);
   return new PartitionedPostgresClaimStore(new IdempotencyDatabase(() => source, 5000), {
     partitionMs: PARTITION_MS,
-    partitionsAhead: 40, // 10 s ahead: the doctor finds the present covered
+    partitionsAhead: ahead,
   });
 }
 
@@ -94,7 +108,7 @@ async function setUp(label: string) {
   const db = await createMigratedDatabase(label, [PartitionIdempotencyKeys1764461600000]);
   const q = (sql: string) => db.dataSource.query(sql);
   await q(`DO $$ BEGIN CREATE ROLE ${owner} LOGIN; EXCEPTION WHEN duplicate_object THEN END $$`);
-  await q(`GRANT CREATE ON SCHEMA public TO ${owner}`);
+  // No CREATE on the schema for the owner: the partitions cannot be given to it (see the header).
   for (const table of ['idempotency_keys', 'idempotency_keys_legacy']) {
     await q(`ALTER TABLE ${table} OWNER TO ${owner}`);
   }
@@ -118,20 +132,25 @@ async function run(
   purger: PartitionedPostgresClaimStore,
   ms: number,
 ) {
+  const oneKey = async () => {
+    const outcome = await apiStore.claim(
+      { tenantId: 't', key: randomBytes(6).toString('hex') },
+      Buffer.alloc(32, 3),
+      60_000,
+    );
+    if (outcome.kind !== 'claimed') throw new Error(`not claimed: ${outcome.kind}`);
+    await apiStore.finish(outcome.claim, {
+      status: 201,
+      headers: { 'content-type': 'application/json' },
+      body: Buffer.from('"ok"'),
+    });
+  };
+  // The API's claim makes the partitions ahead before any purge runs (see the header).
+  await oneKey();
   const until = Date.now() + ms;
   const traffic = (async () => {
     while (Date.now() < until) {
-      const outcome = await apiStore.claim(
-        { tenantId: 't', key: randomBytes(6).toString('hex') },
-        Buffer.alloc(32, 3),
-        60_000,
-      );
-      if (outcome.kind !== 'claimed') throw new Error(`not claimed: ${outcome.kind}`);
-      await apiStore.finish(outcome.claim, {
-        status: 201,
-        headers: { 'content-type': 'application/json' },
-        body: Buffer.from('"ok"'),
-      });
+      await oneKey();
       await sleep(20);
     }
   })();
@@ -173,17 +192,17 @@ describePartitioned(
       await root.end();
     });
 
-    it.skip('control: partitions of two app roles: expired ones left, and the doctor warns (skipped: failed on main as merged, before and after the session’s last change, 0 expired partitions left attached; to be made reliable with the fix)', async () => {
+    it('control: partitions of two app roles: expired ones left, and the doctor warns', async () => {
       await run(await storeAs(twoApps, api, sources), await storeAs(twoApps, jobs, sources), 5000);
       expect(await expiredAttached(twoApps)).toBeGreaterThan(0);
       const lines = await doctorPartitions(twoApps);
       expect(lines.some((line) => line.startsWith('warn'))).toBe(true);
     }, 60_000);
 
-    it.skip("the owner purging the app role's partitions: the doctor warns too (Not fixed (round 111): found by review)", async () => {
+    it("the owner purging the app role's partitions: the doctor warns too (round 111)", async () => {
       await run(
         await storeAs(ownerPurges, api, sources),
-        await storeAs(ownerPurges, owner, sources),
+        await storeAs(ownerPurges, owner, sources, 0),
         5000,
       );
       const expired = await expiredAttached(ownerPurges);
