@@ -294,9 +294,9 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
       `partition ${step.partition} of idempotency_keys is past the retention but owned by ` +
         `${step.owner ?? 'another role'}, which this role may not drop: ` +
         `${deleted.rowCount ?? 0} expired keys deleted from it row by row instead (dead ` +
-        "tuples for vacuum). Made by another app role's sessions: log every app in as one " +
-        "role, or give the partitions to the keys table's owner (ALTER TABLE " +
-        `${step.partition} OWNER TO <it>, as a superuser); see docs/operations/partitioned-expiry.md`,
+        "tuples for vacuum). Its maker's sessions give it to the keys table's owner, so " +
+        'that any purge drops it, once that owner has CREATE on its schema (GRANT CREATE ON ' +
+        'SCHEMA ... TO <it>); see docs/operations/partitioned-expiry.md',
     );
   }
 
