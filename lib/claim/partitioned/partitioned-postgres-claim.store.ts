@@ -56,7 +56,7 @@ const DETACH_LOCK_TIMEOUT_MS = 2_000;
 /**
  * Giving an attached partition to the keys table's owner takes its ACCESS EXCLUSIVE lock, which
  * waits for the claims reading it (every claim looks in every partition) while new ones queue
- * behind: at most this long, then it is given up and tried again when partitions are next made.
+ * behind: at most this long, then it is given up and tried again at the next claim.
  */
 const HAND_OVER_LOCK_TIMEOUT_MS = 500;
 
@@ -108,6 +108,9 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
   private readonly warnedUndroppable = new Set<string>();
   /** The schemas whose partitions this process could not give to the keys table's owner. */
   private readonly warnedHandOver = new Set<string>();
+  /** Whether the last hand-over failed (see `ensurePartitions`), and the retry under way. */
+  private handOverFailed = false;
+  private handingOver?: Promise<void>;
 
   constructor(
     database: StoreDatabase,
@@ -186,7 +189,14 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
     const covered =
       this.coveredUntil === undefined ? undefined : this.coveredUntil - performance.now();
     const action = coverageAction(covered, this.layout.partitionMs);
-    if (action === 'none') return;
+    if (action === 'none') {
+      // A hand-over given up (its lock wait bounded) is tried again at the next claim, not a
+      // partition's width later: until then another role's purge may not drop the partition.
+      if (this.handOverFailed && this.handingOver === undefined) {
+        this.handingOver = this.handOverPartitions().finally(() => (this.handingOver = undefined));
+      }
+      return;
+    }
     const creating = this.createPartitions();
     if (action === 'wait') return creating;
     creating.catch((error: unknown) =>
@@ -214,12 +224,13 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
    * with it, another role's purge empties them row by row and they pile up attached for ever
    * (adversary 111). The ones made before this ran (an earlier release's) go too. Each in a
    * transaction of its own, its lock wait bounded; a failure is logged, never a claim's, and
-   * tried again when partitions are next made.
+   * tried again at the next claim (`ensurePartitions`). Never throws.
    */
   private async handOverPartitions(): Promise<void> {
     try {
       const { rows } = await this.query<PartitionOwnerRow>(PARTITION_OWNERS, []);
       const steps = handOvers(rows.map(toOwnership));
+      this.handOverFailed = false;
       if (steps.length === 0) return;
       await this.database.withConnection(async (client) => {
         for (const step of steps) {
@@ -241,9 +252,10 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
         }
       });
     } catch (error) {
+      this.handOverFailed = true;
       this.logger.warn(
         "partitions of idempotency_keys were not given to the keys table's owner (tried " +
-          `again when partitions are next made): ${String(error)}`,
+          `again at the next claim): ${String(error)}`,
       );
     }
   }

@@ -7,6 +7,8 @@
  * time partitions are made (those of an earlier release too). The setup grants the owner
  * CREATE on the schema, as the migrations' role that made the tables has it; without it the
  * partitions stay the maker's and the store warns with the GRANT to run (the doctor too).
+ * The count is of partitions past the retention when the last purge began (not when counted):
+ * on a loaded machine one 250 ms partition ended in between, the owner's, in the control too.
  *
  * Adversary 111 (pool): the purge's new `empty` step leaves another role's expired partition
  * attached, and nothing ever drops it: with the purge run by one role (a maintenance job:
@@ -91,14 +93,24 @@ async function storeAs(db: MigratedDatabase, user: string, sources: DataSource[]
   });
 }
 
-/** Attached partitions whose whole range is past the retention, by owner. */
-async function expiredAttached(db: MigratedDatabase): Promise<number> {
+/**
+ * Attached partitions whose whole range was past the retention when the last purge began
+ * (`asOf`, the database's clock): one that ends a moment later is the next purge's (with 250 ms
+ * partitions on a loaded machine, one ended between the purge and this count, in the control
+ * too).
+ */
+async function expiredAttached(db: MigratedDatabase, asOf: Date): Promise<number> {
   const rows = (await db.dataSource.query(
     `SELECT count(*)::int AS n FROM idempotency_key_partitions() p
-     WHERE NOT p.detach_pending AND p.to_at <= now() - $1 * interval '1 millisecond'`,
-    [RETENTION_MS],
+     WHERE NOT p.detach_pending AND p.to_at <= $2::timestamptz - $1 * interval '1 millisecond'`,
+    [RETENTION_MS, asOf],
   )) as { n: number }[];
   return rows[0].n;
+}
+
+async function databaseNow(db: MigratedDatabase): Promise<Date> {
+  const rows = (await db.dataSource.query('SELECT clock_timestamp() AS now')) as { now: Date }[];
+  return rows[0].now;
 }
 
 async function setUp(label: string) {
@@ -119,12 +131,16 @@ async function setUp(label: string) {
   return db;
 }
 
-/** The API claims and finishes keys; the job purges every 300 ms; for `ms`. */
+/**
+ * The API claims and finishes keys; the job purges every 300 ms; for `ms`. Returns when the last
+ * purge began, by the database's clock.
+ */
 async function run(
+  db: MigratedDatabase,
   apiStore: PartitionedPostgresClaimStore,
   purger: PartitionedPostgresClaimStore,
   ms: number,
-) {
+): Promise<Date> {
   const until = Date.now() + ms;
   const traffic = (async () => {
     while (Date.now() < until) {
@@ -149,7 +165,9 @@ async function run(
     }
   })();
   await Promise.all([traffic, purges]);
+  const asOf = await databaseNow(db);
   await purger.purgeBatch(RETENTION_MS);
+  return asOf;
 }
 
 describePartitioned('adversary 111 pool: emptied partitions of another role pile up', () => {
@@ -175,17 +193,15 @@ describePartitioned('adversary 111 pool: emptied partitions of another role pile
   it('control: one role claims and purges: no expired partition left attached', async () => {
     const store = await storeAs(single, api, sources);
     const purger = await storeAs(single, api, sources);
-    await run(store, purger, 8000);
-    expect(await expiredAttached(single)).toBe(0);
+    const asOf = await run(single, store, purger, 8000);
+    expect(await expiredAttached(single, asOf)).toBe(0);
   }, 60_000);
 
   it("the job's purge leaves no expired partition of the API's attached (round 111)", async () => {
     const store = await storeAs(shared, api, sources);
     const purger = await storeAs(shared, jobs, sources);
-    await run(store, purger, 8000);
-    const early = await expiredAttached(shared);
-    await run(store, purger, 8000);
-    const late = await expiredAttached(shared);
+    const early = await expiredAttached(shared, await run(shared, store, purger, 8000));
+    const late = await expiredAttached(shared, await run(shared, store, purger, 8000));
     // Observed: { early: 17, late: 36 }.
     expect({ early, late }).toEqual({ early: 0, late: 0 });
   }, 60_000);
