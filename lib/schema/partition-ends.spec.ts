@@ -4,6 +4,7 @@ import {
   partitionsEndingTooFar,
   startsAhead,
 } from './partition-ends.js';
+import { libraryPartitionName } from './library-partitions.js';
 
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
@@ -30,47 +31,6 @@ describe('partitionEndLimitMs', () => {
   ])('%s', (_name, layout, expected) => {
     expect(partitionEndLimitMs(layout)).toBe(expected);
   });
-
-  const days = (from: number, to: number) =>
-    end(
-      `p${from}`,
-      new Date(now + from * DAY).toISOString(),
-      new Date(now + to * DAY).toISOString(),
-    );
-  it.each<[string, { partitionMs: number; retentionMs?: number }, PartitionEnd[], number]>([
-    [
-      'a day-wide net of a 7-day retention, cut to 2 hours since (adversary 111)',
-      { partitionMs: HOUR, retentionMs: 2 * HOUR },
-      [days(0, 1), days(1, 2), days(2, 3), days(13, 14)],
-      101 * DAY,
-    ],
-    [
-      "a far net beside the library's partitions: their width, not the net's",
-      { partitionMs: HOUR, retentionMs: DAY },
-      [days(0, 1), days(1, 2), days(2, 3), days(3, 3_000_000)],
-      101 * DAY,
-    ],
-    [
-      "two partitions, one a net: the lower median is the library's",
-      { partitionMs: HOUR, retentionMs: 2 * HOUR },
-      [days(0, 1), days(1, 3_000_000)],
-      101 * DAY,
-    ],
-    [
-      'a lone partition is no evidence (it may be the net)',
-      { partitionMs: HOUR, retentionMs: DAY },
-      [days(0, 3_000_000)],
-      101 * DAY,
-    ],
-    [
-      'partitions without both bounds are not counted',
-      { partitionMs: HOUR, retentionMs: HOUR },
-      [end('lo', null, '2026-12-09T00:00Z'), end('hi', '2026-12-07T00:00Z', null)],
-      101 * HOUR,
-    ],
-  ])('with the partitions present: %s', (_name, layout, partitions, expected) => {
-    expect(partitionEndLimitMs(layout, partitions)).toBe(expected);
-  });
 });
 
 describe('partitionsEndingTooFar', () => {
@@ -90,6 +50,57 @@ describe('partitionsEndingTooFar', () => {
     expect(partitionsEndingTooFar(partitions, now, limit).map((p) => p.partition)).toEqual(
       expected,
     );
+  });
+
+  /** A partition as the library names it, `days` wide from `startDay` days after now's day. */
+  const ours = (startDay: number, days = 1) => {
+    const from = Date.parse('2026-12-07T00:00Z') + startDay * DAY;
+    return {
+      partition: `public.${libraryPartitionName(from)}`,
+      fromMs: from,
+      toMs: from + days * DAY,
+    };
+  };
+  const nets = (count: number, days: number, prefix = 'public.net_') =>
+    Array.from({ length: count }, (_, i) => ({
+      partition: `${prefix}${i + 1}`,
+      fromMs: now + DAY + i * days * DAY,
+      toMs: now + DAY + (i + 1) * days * DAY,
+    }));
+  // A 2-hour retention: operators' partitions may end 101 x 2 h = 8.4 days ahead.
+  const twoHours = 101 * 2 * HOUR;
+  it.each<[string, PartitionEnd[], number]>([
+    [
+      "the library's daily partitions 14 days ahead, retention cut to 2 h since (adversary 111)",
+      Array.from({ length: 15 }, (_, i) => ours(i)),
+      0,
+    ],
+    [
+      'a rollback: 21 narrow partitions do not outvote 15 daily ones (adversary 113)',
+      [
+        ...Array.from({ length: 21 }, (_, i) => ({
+          partition: `public.${libraryPartitionName(now + i * 15 * 60_000)}`,
+          fromMs: now + i * 15 * 60_000,
+          toMs: now + (i + 1) * 15 * 60_000,
+        })),
+        ...Array.from({ length: 15 }, (_, i) => ours(i + 1)),
+      ],
+      0,
+    ],
+    [
+      'twelve monthly nets of an operator: each judged by the layout (adversary 113)',
+      nets(12, 30),
+      12,
+    ],
+    ['one net a year wide', nets(1, 360), 1],
+    ['a net of a day, a day ahead: within the layout', nets(1, 1), 0],
+    [
+      'monthly nets named as the library names, but not aligned as it aligns them',
+      nets(12, 30).map((p) => ({ ...p, partition: `public.${libraryPartitionName(p.fromMs)}` })),
+      12,
+    ],
+  ])('%s', (_name, partitions, refused) => {
+    expect(partitionsEndingTooFar(partitions, now, twoHours)).toHaveLength(refused);
   });
 });
 

@@ -1,4 +1,6 @@
 import { MAX_PARTITIONS_PER_RETENTION } from '../shapes/idempotency.constants.js';
+import { libraryPartitions } from './library-partitions.js';
+import { type PartitionEnd } from './partition-end.js';
 
 /**
  * How far ahead a partition of the keys table may end, judged by its bound, not by the text of
@@ -8,66 +10,59 @@ import { MAX_PARTITIONS_PER_RETENTION } from '../shapes/idempotency.constants.js
  * expiry drops it only once all of it is past the retention, years on.
  */
 
-/** A partition with its bounds as milliseconds since 1970 (null: MINVALUE / MAXVALUE). */
-export interface PartitionEnd {
-  /** Its name with its schema, quoted as SQL takes them. */
-  partition: string;
-  fromMs: number | null;
-  toMs: number | null;
-}
+export type { PartitionEnd } from './partition-end.js';
 
 /** The app's partitioned layout, as the start-up check knows it. */
 export interface PartitionEndLayout {
   partitionMs: number;
   /** The app's retention; absent, the width stands for it. */
   retentionMs?: number;
+  /** How many partitions the app makes ahead (a net's remedy makes them). */
+  partitionsAhead?: number;
 }
 
 /**
- * The furthest ahead of now a partition of the library's can end: `partitionsAhead + 1`
- * partitions at most, `partitionsAhead` at most MAX_PARTITIONS_PER_RETENTION and a partition
- * at most a retention wide (the options refuse more). Not this layout's horizon alone:
- * partitions made ahead before a change of the options (a wider `partitionMs`, more
- * `partitionsAhead`, a longer `retentionMs`, cut since: adversary 111) stay until they are
- * past, and must not stop the app from starting. Their width tells the retention they were
- * made under (at most a retention wide), so the typical width of the partitions present (their
- * median: an operator's net or two cannot move it) stands for the retention too.
+ * The furthest ahead of now an operator's partition (one the library did not make,
+ * `libraryPartitions`) may end: as far as this layout's own could, `partitionsAhead + 1`
+ * partitions at most, `partitionsAhead` at most MAX_PARTITIONS_PER_RETENTION and a partition at
+ * most a retention wide (the options refuse more). Past it, it is a net that stops the expiry.
  */
-export function partitionEndLimitMs(
-  layout: PartitionEndLayout,
-  partitions: readonly PartitionEnd[] = [],
+export function partitionEndLimitMs(layout: PartitionEndLayout): number {
+  return (MAX_PARTITIONS_PER_RETENTION + 1) * Math.max(layout.partitionMs, layout.retentionMs ?? 0);
+}
+
+/**
+ * How far ahead of now `partition` may end: `limitMs` (`partitionEndLimitMs`) for an operator's,
+ * and for one the library made, also as far as the layout it was made under allowed. Partitions
+ * made ahead before a change of the options (a wider `partitionMs`, more `partitionsAhead`, a
+ * longer `retentionMs`, cut or rolled back since: adversaries 111, 113) stay until they are
+ * past, and must not stop the app from starting; the layout they were made under is not known,
+ * but their width tells its retention (a partition is at most a retention wide).
+ */
+export function partitionReachMs(
+  partition: PartitionEnd,
+  limitMs: number,
+  library: ReadonlySet<string>,
 ): number {
-  return (
-    (MAX_PARTITIONS_PER_RETENTION + 1) *
-    Math.max(layout.partitionMs, layout.retentionMs ?? 0, typicalWidthMs(partitions))
-  );
+  if (!library.has(partition.partition)) return limitMs;
+  const width = partition.toMs! - partition.fromMs!;
+  return Math.max(limitMs, (MAX_PARTITIONS_PER_RETENTION + 1) * width);
 }
 
 /**
- * The median width of the partitions with both bounds; 0 with fewer than two (a lone
- * partition is no evidence of its own: it may be the net).
- */
-export function typicalWidthMs(partitions: readonly PartitionEnd[]): number {
-  const widths = partitions
-    .filter((p) => p.fromMs !== null && p.toMs !== null)
-    .map((p) => p.toMs! - p.fromMs!)
-    .sort((a, b) => a - b);
-  if (widths.length < 2) return 0;
-  // The lower median: with two partitions, a net beside one of the library's is judged by it.
-  return widths[Math.floor((widths.length - 1) / 2)];
-}
-
-/**
- * The partitions that end further ahead of `nowMs` than `limitMs`: no partition of the
- * library's does, so each is an operator's net that stops the expiry once live. A partition
- * without an end (`toMs` null) is not among them: the catalog names those apart.
+ * The partitions that end further ahead of `nowMs` than they may (`partitionReachMs`): each is
+ * an operator's net that stops the expiry once live. A partition without an end (`toMs` null)
+ * is not among them: the catalog names those apart.
  */
 export function partitionsEndingTooFar(
   partitions: readonly PartitionEnd[],
   nowMs: number,
   limitMs: number,
 ): PartitionEnd[] {
-  return partitions.filter((p) => p.toMs !== null && p.toMs - nowMs > limitMs);
+  const library = new Set(libraryPartitions(partitions).map((p) => p.partition));
+  return partitions.filter(
+    (p) => p.toMs !== null && p.toMs - nowMs > partitionReachMs(p, limitMs, library),
+  );
 }
 
 /**

@@ -81,8 +81,8 @@ export type CatalogEntry =
 /**
  * The keys table's partitions with their bounds, read through `idempotency_key_partitions()`
  * (pinned settings: a bound's text means one time whatever the session's) once the catalog
- * shows it, with the server's clock and how far ahead a partition may end
- * (`partitionEndLimitMs`).
+ * shows it, with the server's clock and how far ahead an operator's partition may end
+ * (`partitionEndLimitMs`; the library's own may reach further, `partitionsEndingTooFar`).
  */
 export interface PartitionBoundFacts {
   partitions: readonly PartitionEnd[];
@@ -447,7 +447,7 @@ export function partitionBoundsOf(
     .map((row) => ({ partition: row.partition!, fromMs: ms(row.fromMs), toMs: ms(row.toMs) }));
   return {
     nowMs: Number(rows[0]?.nowMs),
-    limitMs: partitionEndLimitMs(layout, partitions),
+    limitMs: partitionEndLimitMs(layout),
     partitions,
   };
 }
