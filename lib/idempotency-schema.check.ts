@@ -85,6 +85,7 @@ export class IdempotencySchemaCheck implements OnApplicationBootstrap {
       bodies: options.largeResponses !== undefined && options.largeResponses.store === undefined,
       layout: options.partitionedExpiry && {
         partitionMs: options.partitionedExpiry.partitionMs,
+        partitionsAhead: options.partitionedExpiry.partitionsAhead,
         retentionMs: options.retentionMs,
       },
     };

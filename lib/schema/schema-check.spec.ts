@@ -1,4 +1,5 @@
 import { defaultPartitionRemedy } from './default-partition-remedy.js';
+import { netAheadRemedy } from './net-ahead-remedy.js';
 import {
   type CatalogEntry,
   defaultPartitionProblem,
@@ -572,6 +573,7 @@ describe('missingSchema: what a partitioned layout the functions cannot work wit
   });
   const rest = 'public.idempotency_keys_rest';
   const far = new Date(now + 200_000).toISOString();
+  const aheadStart = new Date(now + 1).toISOString();
   it.each<[string, string[], ReturnType<typeof bounds> | undefined, string[]]>([
     [
       'bounds not read: the remedy for a live net',
@@ -589,13 +591,19 @@ describe('missingSchema: what a partitioned layout the functions cannot work wit
       'MAXVALUE, all ahead: dropped',
       [rest],
       bounds([rest, now + 1, null]),
-      [unboundedPartitionProblem(rest, 'public', { startsAhead: true })],
+      [unboundedPartitionProblem(rest, 'public', { startsAhead: true, start: aheadStart })],
     ],
     [
       'a far date, all ahead',
       [],
       bounds([rest, now + 1, now + 200_000]),
-      [unboundedPartitionProblem(rest, 'public', { end: far, startsAhead: true })],
+      [
+        unboundedPartitionProblem(rest, 'public', {
+          end: far,
+          startsAhead: true,
+          start: aheadStart,
+        }),
+      ],
     ],
     [
       'a far date, already live',
@@ -632,13 +640,23 @@ describe('unboundedPartitionProblem', () => {
     );
   });
 
-  it('says to drop one whose range is all ahead (it holds no key; now() is below its start)', () => {
-    expect(unboundedPartitionProblem('idem.rest', 'idem', { startsAhead: true })).toBe(
+  it('says how to be rid of one whose range is all ahead, whenever it is run (adversary 113)', () => {
+    const layout = { partitionMs: 900_000, partitionsAhead: 2 };
+    expect(
+      unboundedPartitionProblem('idem.rest', 'idem', {
+        startsAhead: true,
+        start: '2026-12-07T12:45:00.000Z',
+        layout,
+      }),
+    ).toBe(
       'idempotency_keys has a partition without an end (idem.rest, up to MAXVALUE or ' +
         "'infinity'), which the partitioned expiry cannot expire: once the present reaches it no " +
         'partition is made ahead and its keys stay for ever; the library makes the partitions ' +
-        'ahead itself. Its range is all ahead, so it holds no key yet: drop it: ALTER TABLE ' +
-        'idem.idempotency_keys DETACH PARTITION idem.rest; DROP TABLE idem.rest',
+        'ahead itself. Its range is all ahead, so it holds no key yet, but keys land in it once ' +
+        'the present reaches its start (2026-12-07T12:45:00.000Z): run, as one transaction, what ' +
+        'drops it while it holds no key and else gives it an end past its last key (its keys ' +
+        'kept, it expires with the others) and makes the partitions ahead from there: ' +
+        netAheadRemedy('idem.rest', 'idem', layout),
     );
   });
 

@@ -3,6 +3,7 @@ import {
   LAYOUT_PARTITIONED_UNEXPECTED,
 } from '../claim/partitioned/layout-errors.js';
 import { defaultPartitionRemedy } from './default-partition-remedy.js';
+import { type AheadLayout, netAheadRemedy } from './net-ahead-remedy.js';
 import { PATH_POSITION, SEARCH_PATH_SCHEMAS, UNUSABLE_IN_PATH } from './search-path-schemas.js';
 import { sqlName } from './sql-name.js';
 import {
@@ -248,6 +249,10 @@ export interface PartitionEndFacts {
    * ("empty range bound specified for partition") after the DETACH went through.
    */
   startsAhead?: boolean;
+  /** With `startsAhead`: its start, as the refusal says it. */
+  start?: string;
+  /** With `startsAhead`: the app's layout, for the partitions ahead the remedy makes. */
+  layout?: AheadLayout;
 }
 
 /**
@@ -259,7 +264,9 @@ export interface PartitionEndFacts {
  * still finds them) and the expiry drops it past the retention. Named with its schema. One up
  * to a far date is the same net (`partitionEndLimitMs`, adversary 110). The remedy printed is
  * the one that runs for the case the catalog shows: a partition whose range is all ahead holds
- * no key and is dropped, as no end `now()` fits it (adversary 110).
+ * no key, and no end `now()` fits it (adversary 110); but it holds keys once the present reaches
+ * its start, minutes on, so its remedy decides when it runs: dropped if still empty, else given
+ * an end (`netAheadRemedy`, adversary 113).
  */
 export function unboundedPartitionProblem(
   partition: string,
@@ -279,8 +286,11 @@ export function unboundedPartitionProblem(
     'ahead itself.';
   if (facts.startsAhead) {
     return (
-      `${head} Its range is all ahead, so it holds no key yet: drop it: ${detach}; ` +
-      `DROP TABLE ${partition}`
+      `${head} Its range is all ahead, so it holds no key yet, but keys land in it once the ` +
+      `present reaches its start${facts.start ? ` (${facts.start})` : ''}: run, as one ` +
+      'transaction, what drops it while it holds no key and else gives it an end past its last ' +
+      'key (its keys kept, it expires with the others) and makes the partitions ahead from ' +
+      `there: ${netAheadRemedy(partition, keysSchema, facts.layout)}`
     );
   }
   return (
@@ -548,13 +558,22 @@ export function missingSchema(
       }
       const keysSchema = keysTable.schema ?? undefined;
       const byName = new Map(bounds?.partitions.map((p) => [p.partition, p]));
-      const ahead = (name: string) =>
-        bounds !== undefined && startsAhead(byName.get(name), bounds.nowMs);
+      // For a net all ahead: its start and the layout, which its remedy makes partitions with.
+      const ahead = (name: string): PartitionEndFacts => {
+        const read = byName.get(name);
+        if (bounds === undefined || !startsAhead(read, bounds.nowMs)) return {};
+        const layout = needs.layout;
+        return {
+          startsAhead: true,
+          start: new Date(read!.fromMs!).toISOString(),
+          ...(layout?.partitionsAhead !== undefined && {
+            layout: { partitionMs: layout.partitionMs, partitionsAhead: layout.partitionsAhead },
+          }),
+        };
+      };
       const unbounded = keysTable.unboundedPartitions ?? [];
       for (const partition of unbounded) {
-        problems.push(
-          unboundedPartitionProblem(partition, keysSchema, { startsAhead: ahead(partition) }),
-        );
+        problems.push(unboundedPartitionProblem(partition, keysSchema, ahead(partition)));
       }
       // Judged by its end, not by its text: a far date is the same net (adversary 110).
       const far =
@@ -566,7 +585,7 @@ export function missingSchema(
         problems.push(
           unboundedPartitionProblem(partition, keysSchema, {
             end: new Date(toMs!).toISOString(),
-            startsAhead: ahead(partition),
+            ...ahead(partition),
           }),
         );
       }

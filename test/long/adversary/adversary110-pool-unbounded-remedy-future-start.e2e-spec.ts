@@ -78,11 +78,14 @@ function refusal(fresh: DataSource): Promise<string | undefined> {
 
 /**
  * The statements of the refusal's remedy for the net, as printed: the DETACH, then what
- * follows it (the ATTACH up to now(), `<its start>` read from `idempotency_key_partitions()`,
- * or the DROP TABLE).
+ * follows it (the ATTACH up to now(), `<its start>` read from `idempotency_key_partitions()`),
+ * or, for a net all ahead, the one transaction printed (adversary 113).
  */
 function printedRemedy(message: string, from: string): string[] {
   const line = message.split('\n').find((l) => l.includes('idempotency_keys_rest'));
+  // For a net all ahead, one transaction that decides when it runs (adversary 113).
+  const whole = line?.match(/(BEGIN; .*?; COMMIT)/);
+  if (whole) return [whole[1]];
   const printed = line?.match(
     /(ALTER TABLE \S+ DETACH PARTITION \S+); (ALTER TABLE \S+ ATTACH PARTITION .*? TO \(now\(\)\)|DROP TABLE \S+)/,
   );

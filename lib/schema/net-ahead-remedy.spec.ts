@@ -1,0 +1,64 @@
+import { netAheadRemedy } from './net-ahead-remedy.js';
+
+describe('netAheadRemedy', () => {
+  const layout = { partitionMs: 900_000, partitionsAhead: 2 };
+  // What each printed remedy must hold: the decision made when it runs, not when printed.
+  it.each<[string, string, string | undefined, typeof layout | undefined, string[], string[]]>([
+    [
+      'one transaction, in the keys table schema, under pinned settings',
+      'idem.rest',
+      'idem',
+      layout,
+      [
+        'BEGIN; SET LOCAL search_path = idem; ',
+        "SET LOCAL datestyle = 'ISO, YMD'; SET LOCAL timezone = 'UTC'; ",
+        '; COMMIT',
+      ],
+      [],
+    ],
+    [
+      'detached first (the lock waits for the claims writing to it), then asked for keys',
+      'idem.rest',
+      'idem',
+      layout,
+      [
+        'ALTER TABLE idempotency_keys DETACH PARTITION idem.rest; SELECT max(placed_at) INTO hi ' +
+          'FROM idem.rest; ',
+      ],
+      [],
+    ],
+    [
+      'dropped only while it holds no key',
+      'idem.rest',
+      'idem',
+      layout,
+      ['IF hi IS NULL THEN DROP TABLE idem.rest; ELSE '],
+      [],
+    ],
+    [
+      'else given an end past its last key, never past its old one, and partitions ahead made',
+      'idem.rest',
+      'idem',
+      layout,
+      [
+        "least(greatest(hi + interval '1 millisecond', clock_timestamp()), top)",
+        "ATTACH PARTITION %s FOR VALUES FROM (%L) TO (%L)', 'idem.rest', lo, hi)",
+        'PERFORM idempotency_keys_create_partitions(900000, 2); ',
+        'OWNER TO %I',
+      ],
+      [],
+    ],
+    [
+      'a quoted name with a quote, inside the literals',
+      `public."it's"`,
+      undefined,
+      undefined,
+      [`'public."it''s"'::regclass`, `DROP TABLE public."it's"`],
+      ['search_path', 'idempotency_keys_create_partitions'],
+    ],
+  ])('%s', (_name, partition, schema, given, holds, lacks) => {
+    const remedy = netAheadRemedy(partition, schema, given);
+    for (const part of holds) expect(remedy).toContain(part);
+    for (const part of lacks) expect(remedy).not.toContain(part);
+  });
+});
