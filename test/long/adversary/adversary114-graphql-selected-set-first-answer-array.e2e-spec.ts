@@ -53,6 +53,10 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Post.tagCount.",...}],"data":null}`; replay `{"data":{"createPost":{"id":..,"tags":
  * ["nest","pg"],"tagCount":2}}}`.
  *
+ * The same with a typed array (`nums: Int32Array` as `[Int]`, a resolver reading
+ * `post.nums.byteLength`): the first call's resolver reads an Array (`byteLength` undefined),
+ * the replay's an Int32Array (12), seen in the review's scratch runs.
+ *
  * Controls: the same Set, `tags` not selected (`{ tagCount }`), answers as without the library
  * (the Set kept as it is) and replays the same bytes.
  *
