@@ -19,10 +19,10 @@ import { deferredAgain, deferredCheck, NestedCommit } from './nested-commit.js';
 import { CommitHold } from './commit-hold.js';
 import { SubscriberWatch, WATCHED_EVENTS } from './subscriber-watch.js';
 import { callingOneByOne } from './subscriber-calls.js';
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { OpenStreams } from './open-streams.js';
 import { SendOrder } from './send-order.js';
 import { TurnQueue } from './turn-queue.js';
+import { OwnedAsyncStorage } from './owned-async-storage.js';
 import {
   askingForLock,
   asTransactionManager,
@@ -188,7 +188,7 @@ export class LazyTransaction extends RequestTransaction {
    */
   private readonly heldPastFailedEnd: { hold: CommitHold; depth: number }[] = [];
   /** The transaction event whose subscribers the caller runs in (see `SubscriberWatch`). */
-  private readonly watches = new AsyncLocalStorage<SubscriberWatch>();
+  private readonly watches = new OwnedAsyncStorage<SubscriberWatch>();
   /** The view whose nested transaction's start holds the turn now (see `endsOnArrival`). */
   private startingFor?: unknown;
   /** Its nested commits' `afterTransactionCommit`, told after the request's COMMIT. */

@@ -1,4 +1,4 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
+import { OwnedAsyncStorage } from './owned-async-storage.js';
 
 /** One turn of a `TurnQueue`: its work, and what was asked from inside it while it ran. */
 class Turn {
@@ -51,7 +51,8 @@ class Turn {
  */
 export class TurnQueue {
   private last: Promise<unknown> = Promise.resolve();
-  private readonly current = new AsyncLocalStorage<Turn>();
+  /** Made per transaction: one storage of the process's shared by all (see its note). */
+  private readonly current = new OwnedAsyncStorage<Turn>();
   /** The turn that began last: the one a new piece of work waits for, or one over. */
   private holding?: Turn;
 
