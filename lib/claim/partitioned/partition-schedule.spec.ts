@@ -1,10 +1,4 @@
-import {
-  coverageAction,
-  detachMode,
-  expirySteps,
-  type PartitionInfo,
-} from './partition-schedule.js';
-import { type PoolerMode } from '../../shapes/idempotency-options.interface.js';
+import { coverageAction, expirySteps, type PartitionInfo } from './partition-schedule.js';
 
 const HOUR = 3_600_000;
 const now = new Date('2026-11-30T12:30:00Z');
@@ -104,18 +98,5 @@ describe('coverageAction', () => {
     [3 * HOUR, HOUR, 'none'],
   ])('covered for %s ms with partitions of %s ms: %s', (covered, width, expected) => {
     expect(coverageAction(covered, width)).toBe(expected);
-  });
-});
-
-describe('detachMode', () => {
-  it.each<[PoolerMode, boolean, string]>([
-    ['session', false, 'concurrently'],
-    ['none', false, 'concurrently'],
-    ['transaction', false, 'locked'],
-    ['session', true, 'locked'],
-    ['none', true, 'locked'],
-    ['transaction', true, 'locked'],
-  ])('pooler %s, a DEFAULT partition %s: %s', (pooler, hasDefault, expected) => {
-    expect(detachMode(pooler, hasDefault)).toBe(expected);
   });
 });

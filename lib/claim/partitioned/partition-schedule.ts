@@ -1,5 +1,3 @@
-import { type PoolerMode } from '../../shapes/idempotency-options.interface.js';
-
 /**
  * The partitioned layout's decisions, as pure functions of what the catalog and the clock say:
  * when a claim must see partitions made first, and which partitions the purge may drop.
@@ -40,7 +38,9 @@ export type ExpiryStep =
  * (`empty`: its expired keys deleted through the keys table, which the role may): detached
  * first, its DROP would fail, leaving it out of the partitions for good with its keys (an
  * orphan); behind a pooler that failure rolled the detach back and stopped every purge at it.
- * Its pending detach is left alone for the same reason.
+ * Its pending detach is left alone for the same reason (finished, it would be out of the
+ * partitions with nothing to drop it); the purge then detaches the others without
+ * `CONCURRENTLY`, which PostgreSQL refuses beside a pending detach (detach-mode.ts).
  */
 export function expirySteps(
   partitions: readonly PartitionInfo[],
@@ -76,19 +76,4 @@ export type CoverageAction = 'none' | 'background' | 'wait';
 export function coverageAction(coveredMs: number | undefined, partitionMs: number): CoverageAction {
   if (coveredMs === undefined || coveredMs <= 0) return 'wait';
   return coveredMs > partitionMs ? 'none' : 'background';
-}
-
-/**
- * How the purge detaches partitions: `concurrently`, on one session (claims go on meanwhile),
- * or `locked`, each partition in a transaction of its own under the table's lock (a short
- * wait for claims, bounded by a lock timeout). Locked behind a pooler in transaction mode
- * (`CONCURRENTLY` runs outside any transaction, and a session's locks and settings would stay
- * behind on a server session others then get), and on a table with a DEFAULT partition, which
- * PostgreSQL detaches nothing `CONCURRENTLY` from (adversary 108: the start-up check refuses
- * one; an operator may add it to a running app).
- */
-export type DetachMode = 'concurrently' | 'locked';
-
-export function detachMode(pooler: PoolerMode, hasDefaultPartition: boolean): DetachMode {
-  return pooler === 'transaction' || hasDefaultPartition ? 'locked' : 'concurrently';
 }

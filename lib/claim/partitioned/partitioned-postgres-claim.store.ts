@@ -12,19 +12,15 @@ import { quoteName } from '../../connection/library-path.js';
 import { pinSearchPath } from '../../connection/session-state.js';
 import { withLibraryTypes } from '../../connection/library-types.js';
 import { dateOfEpochMs } from '../../connection/epoch-ms.js';
-import {
-  coverageAction,
-  detachMode,
-  expirySteps,
-  type PartitionInfo,
-} from './partition-schedule.js';
+import { coverageAction, expirySteps, type PartitionInfo } from './partition-schedule.js';
+import { detachMode } from './detach-mode.js';
 import {
   CARRY_FORWARD,
   CLAIM_BATCH_IN_PARTITIONS,
   CLAIM_IN_PARTITIONS,
   CREATE_PARTITIONS,
   DELETE_EXPIRED_IN_PARTITION,
-  HAS_DEFAULT_PARTITION,
+  DETACH_CONDITIONS,
   LIST_PARTITIONS,
   PARTITION_CLOCK,
   PARTITION_OWNERS,
@@ -72,6 +68,12 @@ interface PartitionRow {
   owner: string | null;
 }
 
+interface DetachConditionsRow {
+  has_default: boolean;
+  others_pending: string[];
+  others_pending_owners: string[];
+}
+
 interface PartitionOwnerRow {
   partition: string;
   schema: string;
@@ -106,6 +108,8 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
   private creating?: Promise<void>;
   /** The partitions of another role this process warned of (once each, not every purge). */
   private readonly warnedUndroppable = new Set<string>();
+  /** Other roles' pending detaches this process warned of (once each). */
+  private readonly warnedPendingDetach = new Set<string>();
   /** The schemas whose partitions this process could not give to the keys table's owner. */
   private readonly warnedHandOver = new Set<string>();
   /** Whether the last hand-over failed (see `ensurePartitions`), and the retry under way. */
@@ -169,8 +173,16 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
    */
   override async purgeBatch(retentionMs: number): Promise<KeyScope[]> {
     await this.createPartitions();
-    const { rows } = await this.query<{ has_default: boolean }>(HAS_DEFAULT_PARTITION, []);
-    const mode = detachMode(this.database.pooler, rows[0].has_default);
+    const { rows } = await this.query<DetachConditionsRow>(DETACH_CONDITIONS, []);
+    const [conditions] = rows;
+    conditions.others_pending.forEach((partition, i) =>
+      this.warnOtherRolesPendingDetach(partition, conditions.others_pending_owners[i]),
+    );
+    const mode = detachMode(
+      this.database.pooler,
+      conditions.has_default,
+      conditions.others_pending.length > 0,
+    );
     await this.database.withConnection((client) =>
       mode === 'locked'
         ? this.expireInTransactions(client, retentionMs)
@@ -274,6 +286,26 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
     );
   }
 
+  /**
+   * Once per partition: another role's detach left pending (`detachMode`), which this role may
+   * finish but not drop, so the purge detaches its own partitions under the table's lock; what
+   * its owner runs to be rid of it. Its keys are already out of every claim's sight (a partition
+   * pending detach is left out of new queries), and the purge that began the detach carried
+   * forward those that had to outlive it.
+   */
+  private warnOtherRolesPendingDetach(partition: string, owner: string): void {
+    if (this.warnedPendingDetach.has(partition)) return;
+    this.warnedPendingDetach.add(partition);
+    this.logger.warn(
+      `partition ${partition} of idempotency_keys has a detach left pending (an interrupted ` +
+        `purge) and is owned by ${owner}, which this role may not drop: while it is pending ` +
+        'PostgreSQL detaches no other partition CONCURRENTLY, so the purge detaches expired ' +
+        `partitions under the table's lock instead (claims wait for it, ${DETACH_LOCK_TIMEOUT_MS} ms ` +
+        `at most). As ${owner} (or a superuser): ALTER TABLE idempotency_keys DETACH PARTITION ` +
+        `${partition} FINALIZE; DROP TABLE ${partition}; see docs/operations/partitioned-expiry.md`,
+    );
+  }
+
   /** Moves the keys that must outlive a partition into the live one (`CARRY_FORWARD`). */
   private carryForward(
     client: PoolClient,
@@ -372,8 +404,8 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
   }
 
   /**
-   * The expiry with locked detaches (`detachMode`): behind a pooler in transaction mode, or on
-   * a table with a DEFAULT partition. Behind such a pooler each transaction may run on another
+   * The expiry with locked detaches (`detachMode`): behind a pooler in transaction mode, on a
+   * table with a DEFAULT partition, or beside another role's pending detach. Behind such a pooler each transaction may run on another
    * server session: a session lock would stay held on the session that took it (the unlock
    * runs on another), and a session setting would reach other clients' statements. So each
    * partition goes in one transaction of its own, under a transaction-level lock (the other

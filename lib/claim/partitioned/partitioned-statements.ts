@@ -102,13 +102,26 @@ WHERE NOT p.detach_pending`,
 };
 
 /**
- * Whether the keys table has a DEFAULT partition (an operator's: the start-up check refuses
- * one), from which PostgreSQL detaches nothing `CONCURRENTLY` (see `detachMode`).
+ * What `detachMode` asks of the catalog: whether the keys table has a DEFAULT partition (an
+ * operator's: the start-up check refuses one), from which PostgreSQL detaches nothing
+ * `CONCURRENTLY`; and the partitions with a detach left pending that this session's role may
+ * not drop (another role's, as LIST_PARTITIONS judges `droppable`), beside which PostgreSQL
+ * detaches nothing `CONCURRENTLY` either, with their owners (for the warning).
+ *
+ * v2 (was idempotency_has_default_partition_v1): the pending detaches of other roles.
  */
-export const HAS_DEFAULT_PARTITION = {
-  name: 'idempotency_has_default_partition_v1',
+export const DETACH_CONDITIONS = {
+  name: 'idempotency_detach_conditions_v2',
   text: `SELECT EXISTS (SELECT FROM pg_partitioned_table
-  WHERE partrelid = to_regclass('idempotency_keys') AND partdefid <> 0) AS has_default`,
+  WHERE partrelid = to_regclass('idempotency_keys') AND partdefid <> 0) AS has_default,
+  coalesce(array_agg(p.partition::text ORDER BY p.from_at), '{}') AS others_pending,
+  coalesce(array_agg(pg_get_userbyid(c.relowner)::text ORDER BY p.from_at), '{}')
+    AS others_pending_owners
+FROM idempotency_key_partitions() p
+JOIN pg_class c ON c.oid = p.partition
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE p.detach_pending
+  AND NOT (pg_has_role(c.relowner, 'USAGE') OR pg_has_role(n.nspowner, 'USAGE'))`,
 };
 
 /** The server's time to judge the partitions by (the transaction's, as `CARRY_FORWARD`'s). */

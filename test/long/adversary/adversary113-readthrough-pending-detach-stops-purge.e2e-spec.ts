@@ -1,4 +1,14 @@
 /**
+ * Fixed (session of 2026-12-07): while a partition this role may not drop has a detach left
+ * pending, the purge detaches its own expired partitions without `CONCURRENTLY`, each in a
+ * transaction of its own under the table's lock (bounded by the 2 s lock timeout), as behind a
+ * pooler in transaction mode; PostgreSQL allows a plain detach beside a pending one. The other
+ * role's pending detach is still left alone (finished, this role could not drop it), and its
+ * owner's remedy (FINALIZE, then DROP TABLE) is logged once per process. The decision:
+ * lib/claim/partitioned/detach-mode.ts `detachMode` (its third input); the catalog's answer:
+ * partitioned-statements.ts `DETACH_CONDITIONS`; partitioned-postgres-claim.store.ts
+ * `purgeBatch`.
+ *
  * Adversary 113 (readthrough): the purge leaves another role's pending detach alone
  * (partition-schedule.ts `expirySteps`: "Its pending detach is left alone for the same reason",
  * its DROP would fail), then detaches its own expired partitions `CONCURRENTLY`. PostgreSQL
@@ -205,7 +215,7 @@ describePartitioned(
       expect(outcome).toEqual({ before: outcome.before, purge: 'ok', after: 0 });
     }, 60_000);
 
-    it.skip("the worker's purge drops its own expired partitions beside the API's pending detach (Not fixed (round 113): found by review)", async () => {
+    it("the worker's purge drops its own expired partitions beside the API's pending detach (round 113: found by review)", async () => {
       const outcome = await story(pending, true, sessions);
       expect(outcome.before).toBeGreaterThan(0);
       // Observed: purge "error: partition ... already pending detach in partitioned table ...",
