@@ -2,8 +2,8 @@
  * Each alias's own read of a getter field at one place (adversary 112). GraphQL resolves a
  * field once per response key: `lines { a: url b: url }` reads `url` twice at each line, and a
  * getter that signs afresh per read answers `a` and `b` two signatures. The library reads such
- * a field as GraphQL would, once per response key, one read right after the other (as the
- * executor reads them, in the order the keys first appear in the selection), stores each
+ * a field as GraphQL would, once per response key, each at its key's turn among the object's
+ * other keys (as the executor reads them: read-order.ts, adversary 114), stores each
  * alias's read where it is another than the place's first, and answers each alias its own at
  * the first call and on a replay (placed-reads.ts, wire-value.ts `ALIASED`).
  */

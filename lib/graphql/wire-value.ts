@@ -37,7 +37,7 @@ import {
 import { hasClassMetadata, transformedClassNamed, transformedClassOf } from './class-transforms.js';
 import { type ClassTree, classGetters, classTreeOf, namedByTree } from './class-tree.js';
 import { answerAsMember, answerMembersOf } from './replayed-member.js';
-import { type Selection, selectedFields } from './selection.js';
+import { collectedNodes, type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
 import { thrownError } from './thrown-error.js';
 import { defineOwn, defineOwnSymbol } from './own-member.js';
@@ -59,6 +59,7 @@ import { fieldPlace, laterHeld, laterRead, type Place, placeOfPath } from './rea
 import { hasPlacedRead, notePlacedRead } from './placed-reads.js';
 import { type AliasRead, aliasesApart, readsPerAlias, responseKeys } from './alias-reads.js';
 import { wrapsField } from './field-wrappers.js';
+import { readOrder } from './read-order.js';
 import { pathOf } from './stored-at-answer.js';
 
 /**
@@ -315,6 +316,8 @@ interface Walk {
    * list (as GraphQL collects a list's sub-fields once).
    */
   collected: WeakMap<readonly FieldNode[], Map<GraphQLObjectType, Map<string, FieldNode[]>>>;
+  /** The field nodes each selection collects for each type, in order (`readOrder`), once. */
+  ordered: WeakMap<readonly FieldNode[], Map<GraphQLObjectType, FieldNode[]>>;
   /** The wire objects that hold `PARENT`, as written. */
   parents: object[];
   /**
@@ -382,6 +385,7 @@ export async function outputWire(
     views: new WeakMap(),
     givens: new WeakMap(),
     collected: new WeakMap(),
+    ordered: new WeakMap(),
     parents: [],
     parentData: [],
     keptHolders: [],
@@ -539,19 +543,36 @@ async function walkValue(
   whole: Whole = false,
   /** Its place in the answer (read-places.ts), where the call tells it. */
   place?: Place,
+  /**
+   * Its fields' reads, made ahead in graphql-js's order (`readAhead`); made here, once its value
+   * is known, where none were (the walk's root, a value a Promise gave).
+   */
+  ahead?: ReadAhead,
 ): Promise<StoredValue> {
   const { graphql, schema, losses } = walk;
   const value = isThenable(promised) ? await promised : promised;
   if (value === null || value === undefined) return { wire: null, value: promised };
+  // Read synchronously, before anything is awaited, as graphql-js completes a value
+  // depth-first until a Promise: the walk below awaits, and its lists' items walk side by
+  // side, so reads made as it goes would come in another order (adversary 114).
+  ahead ??= readAhead(walk, type, value, nodes);
   if (graphql.isNonNullType(type)) {
-    const inner = await walkValue(walk, type.ofType, value, nodes, whole, place);
+    const inner = await walkValue(walk, type.ofType, value, nodes, whole, place, ahead);
     return { wire: inner.wire, value: inner.value === value ? promised : inner.value };
   }
   if (graphql.isListType(type)) {
     const list = materialized(walk, value);
     const items = await Promise.all(
       list.map((item, index) =>
-        walkValue(walk, type.ofType, item, nodes, whole, place && [...place, index]),
+        walkValue(
+          walk,
+          type.ofType,
+          item,
+          nodes,
+          whole,
+          place && [...place, index],
+          ahead && 'items' in ahead ? ahead.items[index] : undefined,
+        ),
       ),
     );
     const same = list === value && items.every((item, i) => item.value === list[i]);
@@ -579,6 +600,8 @@ async function walkValue(
   const fields = concrete.getFields();
   const selected = fieldsOf(walk, concrete, nodes);
   const source = value as Record<string, unknown>;
+  // Its member told only now (an async `resolveType()`): read now, before any await.
+  const reads = ahead && 'reads' in ahead ? ahead : readObjectAhead(walk, concrete, source, nodes);
   const wire: Record<string, unknown> = {};
   // What the resolvers of its fields read of it that the wire form would change (see above).
   const kept: Record<string, unknown> = {};
@@ -773,8 +796,9 @@ async function walkValue(
       return own === undefined && reading?.fallback ? reading.fallback.value : own;
     };
     // A getter's leaf under several aliases is read once per response key, as GraphQL reads
-    // it: the later keys' reads right after the first's, before anything else is read
-    // (alias-reads.ts: a URL signed afresh per read answers each alias its own signature).
+    // it, each at its key's turn (read ahead: `readObjectAhead`; alias-reads.ts: a URL signed
+    // afresh per read answers each alias its own signature). Read here only where nothing was
+    // read ahead.
     const keys = responseKeys(fieldNodes);
     const perAlias = readsPerAlias({
       getter: readsThroughAccessor(source, property),
@@ -785,12 +809,22 @@ async function walkValue(
     const readAliases = () =>
       perAlias ? keys.slice(1).map((key) => ({ key, ...readGiven(readOnce) })) : [];
     let aliasReads: ReturnType<typeof readAliases> = [];
+    // Read ahead in graphql-js's order (`readObjectAhead`), each key where it comes.
+    const first = reads.reads.get(keys[0]);
     try {
       let own: unknown;
-      try {
-        own = property in source ? source[property] : undefined;
-      } finally {
-        aliasReads = readAliases();
+      if (first) {
+        aliasReads = perAlias
+          ? keys.slice(1).map((key) => ({ key, ...(reads.reads.get(key) ?? readGiven(readOnce)) }))
+          : [];
+        if ('error' in first) throw first.error;
+        own = first.promised;
+      } else {
+        try {
+          own = property in source ? source[property] : undefined;
+        } finally {
+          aliasReads = readAliases();
+        }
       }
       promisedItem = own === undefined && reading?.fallback ? reading.fallback.value : own;
       // Filled in by its `defaultValue`: the app's resolvers read the property, `undefined`
@@ -821,6 +855,7 @@ async function walkValue(
       fieldNodes,
       keeping.children,
       place && fieldPlace(place, fieldNodes),
+      isThenable(promisedItem) ? undefined : reads.under.get(name),
     );
     wire[name] = stored.wire;
     await storeAliasReads(walk, field.type, fieldNodes, { wire: stored.wire }, aliasReads, {
@@ -969,6 +1004,124 @@ async function walkValue(
   walk.givens.set(source, given);
   answerAliasesAt(view, place, aliasAnswers);
   return { wire, value: view };
+}
+
+/**
+ * What was read ahead of the walk under a value (`readAhead`): an object's reads, a list's
+ * items' (undefined where nothing was: a leaf, a Promise, a member not told synchronously).
+ */
+type ReadAhead = ObjectReads | { readonly items: readonly (ReadAhead | undefined)[] };
+
+/** An object's fields' reads made ahead, and what was read ahead under each. */
+interface ObjectReads {
+  /** Each read, by the response key it was read under. */
+  readonly reads: ReadonlyMap<string, { promised: unknown } | { error: unknown }>;
+  /** What was read under each field's first key's value, by field name. */
+  readonly under: ReadonlyMap<string, ReadAhead | undefined>;
+}
+
+/**
+ * Reads `value`'s selected fields as graphql-js executes them (read-order.ts): an object's
+ * fields by response key, each field's value completed depth-first before the next key, a
+ * list's items one after the other, each item's fields before the next item's; nothing under
+ * a Promise, which graphql-js completes once it settles (the walk reads it then). Synchronous:
+ * nothing is awaited between two reads, so nothing else runs between them. Each value once
+ * per place, as the walk walks it: linear in what the walk walks.
+ */
+function readAhead(
+  walk: Walk,
+  type: GraphQLOutputType,
+  value: unknown,
+  nodes: readonly FieldNode[],
+): ReadAhead | undefined {
+  const { graphql, schema } = walk;
+  if (value === null || value === undefined || isThenable(value)) return undefined;
+  if (graphql.isNonNullType(type)) return readAhead(walk, type.ofType, value, nodes);
+  if (graphql.isListType(type)) {
+    return {
+      items: materialized(walk, value).map((item) => readAhead(walk, type.ofType, item, nodes)),
+    };
+  }
+  if (graphql.isLeafType(type) || typeof value !== 'object') return undefined;
+  const concrete = graphql.isObjectType(type) ? type : typeOf(graphql, schema, value);
+  if (!concrete) return undefined;
+  return readObjectAhead(walk, concrete, value as Record<string, unknown>, nodes);
+}
+
+/**
+ * An object's reads (see `readAhead`), of the fields the walk reads as they are read there:
+ * a field the app's resolver or its middleware answers is not read, nor one it does not have.
+ */
+function readObjectAhead(
+  walk: Walk,
+  concrete: GraphQLObjectType,
+  source: Record<string, unknown>,
+  nodes: readonly FieldNode[],
+): ObjectReads {
+  const { graphql } = walk;
+  const fields = concrete.getFields();
+  const selected = fieldsOf(walk, concrete, nodes);
+  const reads = new Map<string, { promised: unknown } | { error: unknown }>();
+  const under = new Map<string, ReadAhead | undefined>();
+  const readable = (name: string) => {
+    if (!fields[name] || fieldResolution(concrete, name) !== 'property') return undefined;
+    const reading = nestField(concrete.name, name);
+    const property = reading?.property ?? name;
+    if (!(property in source) && !reading?.fallback) return undefined;
+    return { field: fields[name], reading, property };
+  };
+  const perAlias = (name: string) => {
+    const field = readable(name);
+    return (
+      field !== undefined &&
+      readsPerAlias({
+        getter: readsThroughAccessor(source, field.property),
+        leaf: graphql.isLeafType(graphql.getNamedType(field.field.type)),
+        keys: responseKeys(selected.get(name) ?? []).length,
+        wrapped: wrapsField(field.field),
+      })
+    );
+  };
+  for (const { name, key, first } of readOrder(orderedNodes(walk, concrete, nodes), perAlias)) {
+    const field = readable(name);
+    if (!field) continue;
+    const { reading, property } = field;
+    if (!first) {
+      // As the walk reads a later alias: through its `defaultValue` where undefined.
+      reads.set(
+        key,
+        readGiven(() => {
+          const own = property in source ? source[property] : undefined;
+          return own === undefined && reading?.fallback ? reading.fallback.value : own;
+        }),
+      );
+      continue;
+    }
+    const read = readGiven(() => (property in source ? source[property] : undefined));
+    reads.set(key, read);
+    if (!('promised' in read)) continue;
+    const item =
+      read.promised === undefined && reading?.fallback ? reading.fallback.value : read.promised;
+    if (typeof item === 'function') continue;
+    under.set(name, readAhead(walk, field.field.type, item, selected.get(name) ?? []));
+  }
+  return { reads, under };
+}
+
+/** The field nodes `nodes` collect for `type`, in graphql-js's order (see `readOrder`), once. */
+function orderedNodes(
+  walk: Walk,
+  type: GraphQLObjectType,
+  nodes: readonly FieldNode[],
+): FieldNode[] {
+  let byType = walk.ordered.get(nodes);
+  if (!byType) walk.ordered.set(nodes, (byType = new Map()));
+  let ordered = byType.get(type);
+  if (!ordered) {
+    ordered = collectedNodes(walk.graphql, walk.schema, type, { ...walk.selection, nodes });
+    byType.set(type, ordered);
+  }
+  return ordered;
 }
 
 /** A read of a field (`read`), as it went: its value, or what it threw. */

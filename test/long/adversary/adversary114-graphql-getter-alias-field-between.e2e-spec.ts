@@ -7,6 +7,12 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): the walk of the answer reads its fields ahead, synchronously and
+ * before any await, in the order graphql-js executes them (wire-value.ts `readAhead` /
+ * `readObjectAhead`, ordered by read-order.ts `readOrder`: an object's fields by response key in
+ * collected-selection order, each value depth-first, a list item after item); the walk then
+ * takes those reads instead of reading as it goes. Here: a getter's later alias is read at its own response key's turn, after the fields between.
+ *
  * Adversary 114 (graphql; alias reads of this session, alias-reads.ts): a getter's leaf field
  * under two aliases with ANOTHER getter field between them (`primary { a: url thumbUrl b: url }`),
  * both getters signed by one signer whose nonce counts up (a CDN's signed URLs). GraphQL resolves
@@ -182,7 +188,7 @@ describe('adversary 114: a getter alias with another field between', () => {
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('a getter alias after another getter field answers its own read, as without the library (Not fixed (round 114): found by review)', async () => {
+  it('a getter alias after another getter field answers its own read, as without the library', async () => {
     const { plain, first, again } = await three('{ id a: url thumbUrl b: url }', 'adv114-between');
     expect(first.body.errors).toBeUndefined();
     expect(JSON.stringify(first.body.data.makeCart)).toBe(

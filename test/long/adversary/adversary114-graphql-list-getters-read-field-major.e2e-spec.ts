@@ -7,6 +7,12 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): the walk of the answer reads its fields ahead, synchronously and
+ * before any await, in the order graphql-js executes them (wire-value.ts `readAhead` /
+ * `readObjectAhead`, ordered by read-order.ts `readOrder`: an object's fields by response key in
+ * collected-selection order, each value depth-first, a list item after item); the walk then
+ * takes those reads instead of reading as it goes. Here: a list's items are read item after item, each item's fields before the next item's.
+ *
  * Adversary 114 (graphql; per-place and alias reads, placed-reads.ts, alias-reads.ts): two getter
  * fields of a list's items, both signed by one signer whose nonce counts up (a CDN's signed
  * URLs), selected as `lines { id url thumbUrl }`. GraphQL completes a list item by item, each
@@ -178,7 +184,7 @@ describe('adversary 114: list getters read field by field', () => {
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip("two getters of a list's items are read item by item, as without the library (Not fixed (round 114): found by review)", async () => {
+  it("two getters of a list's items are read item by item, as without the library", async () => {
     const { plain, first, again } = await three('{ lines { id url thumbUrl } }', 'adv114-major');
     expect(first.body.errors).toBeUndefined();
     expect(JSON.stringify(first.body.data.makeCart)).toBe(
