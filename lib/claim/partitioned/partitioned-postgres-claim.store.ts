@@ -8,6 +8,7 @@ import { type StoreDatabase, type Statement } from '../../shapes/store-database.
 import { type ClaimRow, type LateRows, PostgresClaimStore } from '../postgres-claim.store.js';
 import { isNoPartitionError } from './layout-errors.js';
 import { handOvers, type PartitionOwnership } from './partition-hand-over.js';
+import { handOverRetryDue } from './hand-over-retry.js';
 import { quoteName } from '../../connection/library-path.js';
 import { pinSearchPath } from '../../connection/session-state.js';
 import { withLibraryTypes } from '../../connection/library-types.js';
@@ -50,11 +51,15 @@ const MAINTENANCE_STATEMENT_TIMEOUT_MS = 60_000;
 const DETACH_LOCK_TIMEOUT_MS = 2_000;
 
 /**
- * Giving an attached partition to the keys table's owner takes its ACCESS EXCLUSIVE lock, which
- * waits for the claims reading it (every claim looks in every partition) while new ones queue
- * behind: at most this long, then it is given up and tried again at the next claim.
+ * Giving an attached partition to the keys table's owner takes its ACCESS EXCLUSIVE lock, and
+ * every claim reads or writes some partition: a request for that lock that waits (pg_dump or a
+ * long read holds ACCESS SHARE on each partition for minutes) queues every claim behind it
+ * (adversary 114). So the lock is taken with NOWAIT, and whatever else the ALTER locks (the
+ * partition's indexes) is waited for this long at most: a claim never waits for a hand-over
+ * longer than that. Given up, a partition is tried again at the next purge, or a partition's
+ * width later (`handOverRetryDue`).
  */
-const HAND_OVER_LOCK_TIMEOUT_MS = 500;
+const HAND_OVER_LOCK_TIMEOUT_MS = 5;
 
 /** The lock that lets one instance at a time drop partitions (session or transaction level). */
 const EXPIRY_LOCK = 'idempotency_keys_expiry';
@@ -112,8 +117,8 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
   private readonly warnedPendingDetach = new Set<string>();
   /** The schemas whose partitions this process could not give to the keys table's owner. */
   private readonly warnedHandOver = new Set<string>();
-  /** Whether the last hand-over failed (see `ensurePartitions`), and the retry under way. */
-  private handOverFailed = false;
+  /** When the last hand-over was given up (see `ensurePartitions`), and the retry under way. */
+  private handOverGivenUpAt?: number;
   private handingOver?: Promise<void>;
 
   constructor(
@@ -202,9 +207,12 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
       this.coveredUntil === undefined ? undefined : this.coveredUntil - performance.now();
     const action = coverageAction(covered, this.layout.partitionMs);
     if (action === 'none') {
-      // A hand-over given up (its lock wait bounded) is tried again at the next claim, not a
-      // partition's width later: until then another role's purge may not drop the partition.
-      if (this.handOverFailed && this.handingOver === undefined) {
+      // A hand-over given up (a lock held) is tried again a partition's width later, not at the
+      // next claim: a dump holds its lock for minutes, and each try would ask for it again.
+      if (
+        handOverRetryDue(this.handOverGivenUpAt, performance.now(), this.layout.partitionMs) &&
+        this.handingOver === undefined
+      ) {
         this.handingOver = this.handOverPartitions().finally(() => (this.handingOver = undefined));
       }
       return;
@@ -235,15 +243,18 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
    * purge of any role that may attach partitions may drop them, not only this role's: left
    * with it, another role's purge empties them row by row and they pile up attached for ever
    * (adversary 111). The ones made before this ran (an earlier release's) go too. Each in a
-   * transaction of its own, its lock wait bounded; a failure is logged, never a claim's, and
-   * tried again at the next claim (`ensurePartitions`). Never throws.
+   * transaction of its own, its lock taken only if free (`HAND_OVER_LOCK_TIMEOUT_MS`); one
+   * whose lock is held is passed over, the others still given. A failure is logged, never a
+   * claim's, and tried again at the next purge or a partition's width later
+   * (`ensurePartitions`). Never throws.
    */
   private async handOverPartitions(): Promise<void> {
     try {
       const { rows } = await this.query<PartitionOwnerRow>(PARTITION_OWNERS, []);
       const steps = handOvers(rows.map(toOwnership));
-      this.handOverFailed = false;
+      this.handOverGivenUpAt = undefined;
       if (steps.length === 0) return;
+      const failures: string[] = [];
       await this.database.withConnection(async (client) => {
         for (const step of steps) {
           if (step.kind === 'blocked') {
@@ -255,19 +266,22 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
             const path = this.database.libraryPathNow();
             if (path !== undefined) await client.query(pinSearchPath(path));
             await client.query(`SET LOCAL lock_timeout = ${HAND_OVER_LOCK_TIMEOUT_MS}`);
+            // NOWAIT: never a request in the partition's lock queue for claims to wait behind.
+            await client.query(`LOCK TABLE ONLY ${step.partition} IN ACCESS EXCLUSIVE MODE NOWAIT`);
             await client.query(`ALTER TABLE ${step.partition} OWNER TO ${quoteName(step.to)}`);
             await client.query('COMMIT');
           } catch (error) {
             await client.query('ROLLBACK').catch(() => undefined);
-            throw error;
+            failures.push(`${step.partition}: ${String(error)}`);
           }
         }
       });
+      if (failures.length > 0) throw new Error(failures.join('; '));
     } catch (error) {
-      this.handOverFailed = true;
+      this.handOverGivenUpAt = performance.now();
       this.logger.warn(
         "partitions of idempotency_keys were not given to the keys table's owner (tried " +
-          `again at the next claim): ${String(error)}`,
+          `again at the next purge, or a partition's width from now): ${String(error)}`,
       );
     }
   }
