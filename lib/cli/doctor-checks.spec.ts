@@ -270,6 +270,30 @@ describe('checkPartitionOwners', () => {
   ])('names the partitions and what to do: %s', (_name, partitions, message) => {
     expect(checkPartitionOwners('migrator', partitions)?.message).toBe(message);
   });
+
+  // The statements are pasted as printed: a name SQL would not read bare is quoted in them.
+  it.each<[string, string, PartitionBounds[], string]>([
+    [
+      'an owner with a dash, in the GRANT',
+      'idem-owner',
+      [part('api', { keysOwnerMayCreate: false })],
+      'GRANT CREATE ON SCHEMA public TO "idem-owner" (',
+    ],
+    [
+      'a schema with capitals, in the GRANT',
+      'migrator',
+      [part('api', { schema: 'Idem', keysOwnerMayCreate: false })],
+      'GRANT CREATE ON SCHEMA "Idem" TO migrator (',
+    ],
+    [
+      'an owner with capitals and a quote, in the ALTER',
+      'Mi"grator',
+      [part('api')],
+      'ALTER TABLE ... OWNER TO "Mi""grator"',
+    ],
+  ])('quotes the names its statements need quoted: %s', (_name, keysOwner, partitions, sql) => {
+    expect(checkPartitionOwners(keysOwner, partitions)?.message).toContain(sql);
+  });
 });
 
 describe('checkPartitions', () => {

@@ -1,4 +1,5 @@
 import { type CatalogEntry, missingSchema, usageProblem } from '../schema/schema-check.js';
+import { sqlName } from '../schema/sql-name.js';
 import { formatDuration } from './duration.js';
 import { EXPECTED_SCHEMA } from './expected-schema.js';
 
@@ -390,13 +391,16 @@ export function checkPartitionOwners(
   const schemas = [
     ...new Set(stranded.flatMap((p) => (p.keysOwnerMayCreate === false ? [p.schema ?? '?'] : []))),
   ].sort();
+  // The statements are pasted as printed: names quoted where SQL would not read them bare
+  // (a role "idem-owner" or "Migrator"), as the store's own warning quotes them.
   const remedy =
     schemas.length > 0
-      ? `GRANT CREATE ON SCHEMA ${schemas.join(', ')} TO ${keysOwner} (PostgreSQL asks it of a ` +
+      ? `GRANT CREATE ON SCHEMA ${schemas.map(sqlName).join(', ')} TO ${sqlName(keysOwner)} ` +
+        '(PostgreSQL asks it of a ' +
         "table's new owner), after which the app gives them to it when it next makes partitions"
       : 'the app gives them to it when it next makes partitions (these are an earlier ' +
         "release's), or ALTER TABLE ... OWNER TO " +
-        keysOwner;
+        sqlName(keysOwner);
   const count = stranded.length === 1 ? '1 partition' : `${stranded.length} partitions`;
   return {
     level: 'warn',

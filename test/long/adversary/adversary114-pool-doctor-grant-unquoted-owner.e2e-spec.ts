@@ -1,4 +1,8 @@
 /**
+ * Fixed (session of 2026-12-07): the doctor's GRANT and ALTER quote the schema and owner names
+ * SQL would not read bare (`sqlName`), as the store's warning does (lib/cli/doctor-checks.ts
+ * `checkPartitionOwners`).
+ *
  * Adversary 114 (pool): the doctor's remedy for partitions the keys table's owner may not drop
  * prints the owner's and the schema's names unquoted, so for a role whose name needs quotes
  * (`"keys-owner"`, `"Migrator"`, any name PostgreSQL folds or cannot read bare) the GRANT fails
@@ -110,7 +114,7 @@ describePartitioned('adversary 114 pool: the doctor prints an owner name unquote
     expect(await doctorGrant(db)).toBeUndefined();
   }, 120_000);
 
-  it.skip("an owner whose name needs quotes: the doctor's GRANT runs as printed (Not fixed (round 114): found by review)", async () => {
+  it("an owner whose name needs quotes: the doctor's GRANT runs as printed (round 114)", async () => {
     const db = await setUp('adv114_pool_doctor_odd', oddOwner);
     dbs.push(db);
     const grant = await doctorGrant(db);
