@@ -10,7 +10,7 @@ describe('netAheadRemedy', () => {
       'idem',
       layout,
       [
-        'BEGIN; SET LOCAL search_path = idem; ',
+        "BEGIN; SET LOCAL lock_timeout = '100ms'; SET LOCAL search_path = idem; ",
         "SET LOCAL datestyle = 'ISO, YMD'; SET LOCAL timezone = 'UTC'; ",
         '; COMMIT',
       ],
@@ -22,8 +22,22 @@ describe('netAheadRemedy', () => {
       'idem',
       layout,
       [
-        'ALTER TABLE idempotency_keys DETACH PARTITION idem.rest; SELECT max(placed_at) INTO hi ' +
-          'FROM idem.rest; ',
+        'LOOP BEGIN ALTER TABLE idempotency_keys DETACH PARTITION idem.rest; EXIT; EXCEPTION ',
+        'END LOOP; SELECT max(placed_at) INTO hi FROM idem.rest; ',
+      ],
+      [],
+    ],
+    [
+      "each try's lock wait bounded, claims let through between tries, given up in time",
+      'idem.rest',
+      'idem',
+      layout,
+      [
+        "SET LOCAL lock_timeout = '100ms'",
+        'EXCEPTION WHEN lock_not_available THEN IF clock_timestamp() > until THEN RAISE ',
+        'run this again',
+        'PERFORM pg_sleep(1); END; END LOOP; ',
+        "until timestamptz := clock_timestamp() + interval '1 minute'",
       ],
       [],
     ],

@@ -6,6 +6,13 @@ export interface AheadLayout {
   partitionsAhead: number;
 }
 
+/** How long each try of the remedy's DETACH waits for the keys table's lock (claims queue meanwhile). */
+export const NET_REMEDY_LOCK_WAIT = '100ms';
+/** The pause between two tries, in seconds: the claims queued behind a try go through. */
+export const NET_REMEDY_PAUSE_S = 1;
+/** How long the remedy keeps trying before it gives up (a backup still running). */
+export const NET_REMEDY_GIVE_UP = '1 minute';
+
 /**
  * What an operator runs to be rid of a net (a partition up to MAXVALUE or a far date) whose range
  * was all ahead when the start-up check read it. It held no key then, but it starts where the
@@ -23,6 +30,13 @@ export interface AheadLayout {
  * net covers all time to come and makes none itself. Never past the net's old end, where an
  * operator's next partition may start. Bounds go through `%L` text, so the transaction pins the
  * settings that text follows, as the partition functions do (adversary 108).
+ *
+ * The DETACH takes the keys table's ACCESS EXCLUSIVE lock, and every claim queues behind its
+ * request. pg_dump, or any long read of the keys table, holds ACCESS SHARE for minutes: a DETACH
+ * waiting on it with no bound stalls every claim for as long (adversary 114). So each try waits
+ * at most `NET_REMEDY_LOCK_WAIT` for the lock, then lets the claims through for
+ * `NET_REMEDY_PAUSE_S` before the next; past `NET_REMEDY_GIVE_UP` it fails, having changed
+ * nothing, and says to run it again (not during a backup).
  *
  * `partition` is named with its schema, quoted as SQL takes it; `keysSchema`, the keys table's
  * schema, is the transaction's search path (see `defaultPartitionRemedy`).
@@ -44,13 +58,20 @@ export function netAheadRemedy(
     : '';
   return [
     'BEGIN',
+    `SET LOCAL lock_timeout = '${NET_REMEDY_LOCK_WAIT}'`,
     ...(keysSchema ? [`SET LOCAL search_path = ${sqlName(keysSchema)}`] : []),
     "SET LOCAL datestyle = 'ISO, YMD'",
     "SET LOCAL timezone = 'UTC'",
-    'DO $remedy$ DECLARE lo timestamptz; top timestamptz; hi timestamptz; part text; BEGIN ' +
+    'DO $remedy$ DECLARE lo timestamptz; top timestamptz; hi timestamptz; part text; ' +
+      `until timestamptz := clock_timestamp() + interval '${NET_REMEDY_GIVE_UP}'; BEGIN ` +
       'SELECT p.from_at, p.to_at INTO lo, top FROM idempotency_key_partitions() p ' +
       `WHERE p.partition = '${inLiteral}'::regclass; ` +
-      `ALTER TABLE idempotency_keys DETACH PARTITION ${partition}; ` +
+      // Each try's lock wait bounded (lock_timeout), the claims let through between tries.
+      `LOOP BEGIN ALTER TABLE idempotency_keys DETACH PARTITION ${partition}; EXIT; ` +
+      'EXCEPTION WHEN lock_not_available THEN IF clock_timestamp() > until THEN ' +
+      "RAISE EXCEPTION 'idempotency_keys stayed locked (a backup or a long read of it?); " +
+      "nothing was changed: run this again once it ends'; END IF; " +
+      `PERFORM pg_sleep(${NET_REMEDY_PAUSE_S}); END; END LOOP; ` +
       `SELECT max(placed_at) INTO hi FROM ${partition}; ` +
       `IF hi IS NULL THEN DROP TABLE ${partition}; ELSE ` +
       // least() passes over a NULL: a net up to MAXVALUE has no old end to stay below.

@@ -656,7 +656,9 @@ describe('unboundedPartitionProblem', () => {
         'the present reaches its start (2026-12-07T12:45:00.000Z): run, as one transaction, what ' +
         'drops it while it holds no key and else gives it an end past its last key (its keys ' +
         'kept, it expires with the others) and makes the partitions ahead from there: ' +
-        netAheadRemedy('idem.rest', 'idem', layout),
+        netAheadRemedy('idem.rest', 'idem', layout) +
+        " (it waits for the keys table's lock a little at a time, letting claims through; if " +
+        'it fails on the lock, run it again, and not while a backup runs)',
     );
   });
 

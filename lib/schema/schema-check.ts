@@ -290,7 +290,9 @@ export function unboundedPartitionProblem(
       `present reaches its start${facts.start ? ` (${facts.start})` : ''}: run, as one ` +
       'transaction, what drops it while it holds no key and else gives it an end past its last ' +
       'key (its keys kept, it expires with the others) and makes the partitions ahead from ' +
-      `there: ${netAheadRemedy(partition, keysSchema, facts.layout)}`
+      `there: ${netAheadRemedy(partition, keysSchema, facts.layout)} (it waits for the keys ` +
+      "table's lock a little at a time, letting claims through; if it fails on the lock, run " +
+      'it again, and not while a backup runs)'
     );
   }
   return (

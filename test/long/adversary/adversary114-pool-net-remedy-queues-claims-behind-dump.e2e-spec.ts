@@ -1,4 +1,11 @@
 /**
+ * Fixed (session of 2026-12-07): the remedy starts with `SET LOCAL lock_timeout = '100ms'` and
+ * tries its DETACH in a loop, each try's lock wait bounded and a second's pause between tries
+ * letting the claims queued behind it through; past a minute it fails, having changed nothing,
+ * and says to run it again; the refusal says not to run it while a backup runs
+ * (lib/schema/net-ahead-remedy.ts `netAheadRemedy`, lib/schema/schema-check.ts
+ * `unboundedPartitionProblem`).
+ *
  * Adversary 114 (pool): the printed remedy for a net all ahead, run while a backup (pg_dump)
  * or any long read of the keys table is open, fails every claim for as long as that read runs.
  * The remedy is one transaction whose first step is `ALTER TABLE idempotency_keys DETACH
@@ -134,7 +141,7 @@ describePartitioned('adversary 114 pool: the net remedy queues claims behind a d
     await dump.query('COMMIT');
   }, 60_000);
 
-  it.skip('a claim while the printed remedy waits for a dump is claimed (Not fixed (round 114): found by review)', async () => {
+  it('a claim while the printed remedy waits for a dump is claimed (round 114)', async () => {
     const { db, s } = await setUp('adv114_pool_remedy_dump', sources);
     dbs.push(db);
     const dump = await holdDumpLock(db);
