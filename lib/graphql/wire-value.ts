@@ -50,6 +50,7 @@ import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
 import { recordOnce } from './same-record.js';
 import { keptMember } from './hidden-members.js';
+import { completedItems } from './completed-items.js';
 import { listMembers, withListMembers } from './list-members.js';
 import { objectNodes } from './object-nodes.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
@@ -562,8 +563,9 @@ async function walkValue(
   }
   if (graphql.isListType(type)) {
     const list = materialized(walk, value);
+    // Every index, a hole as `undefined`, as GraphQL completes it (completed-items.ts).
     const items = await Promise.all(
-      list.map((item, index) =>
+      completedItems(list, (item, index) =>
         walkValue(
           walk,
           type.ofType,

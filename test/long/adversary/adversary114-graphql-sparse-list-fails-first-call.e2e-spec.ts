@@ -18,6 +18,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): wire-value.ts `walkValue` walks a list's items as GraphQL
+ * completes them, every index to its `length` with a hole read as `undefined` (answered
+ * `null`), through `completedItems` (lib/graphql/completed-items.ts), not `list.map`, which
+ * skipped the hole and left `undefined` among the walked items.
+ *
  * Adversary 114 (graphql; array members of this session, list-members.ts, typed-graph.ts): a
  * selected list field whose array has a HOLE (`codes[2] = 'c'` after `codes[0]`, as code that
  * fills an array by index writes it) on a type with a `@ResolveField()`. GraphQL answers the
@@ -162,7 +167,7 @@ describe('adversary 114: a sparse selected list fails the first call', () => {
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('a list with a hole answers as without the library, and replays (Not fixed (round 114): found by review)', async () => {
+  it('a list with a hole answers as without the library, and replays (round 114: found by review)', async () => {
     const { plain, first, again } = await three(true, 'adv114-sparse');
     expect(plain.body.data.importOrderPlain).toEqual({ codes: ['a', null, 'c'], codeCount: 3 });
     expect(first.body.errors).toBeUndefined();
