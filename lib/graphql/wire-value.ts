@@ -52,6 +52,7 @@ import { recordOnce } from './same-record.js';
 import { keptMember } from './hidden-members.js';
 import { completedItems } from './completed-items.js';
 import { listMembers, withListMembers } from './list-members.js';
+import { rereadableList } from './rereadable-lists.js';
 import { objectNodes } from './object-nodes.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
 import { absentOnReplay, notedAbsentFields } from './absent-fields.js';
@@ -577,7 +578,9 @@ async function walkValue(
         ),
       ),
     );
-    const same = list === value && items.every((item, i) => item.value === list[i]);
+    // A Set or a typed array, read again alike, is given as it is (rereadable-lists.ts).
+    const same =
+      (list === value || rereadableList(value)) && items.every((item, i) => item.value === list[i]);
     return {
       wire: items.map((item) => item.wire),
       value: same ? promised : items.map((item) => item.value),

@@ -17,6 +17,12 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): wire-value.ts `walkValue` gives a selected list's value as
+ * the app gave it (the Set itself, a typed array) where it is a built-in collection that reads
+ * again alike and its items come back as they were (`rereadableList`,
+ * lib/graphql/rereadable-lists.ts); only a one-shot iterable (a generator, a `Map`'s
+ * `values()`) or an app class's own iterator is still given the array read once.
+ *
  * Adversary 114 (graphql; Map/Set and list members of this session, list-members.ts): a
  * selected list field of scalars whose value is a `Set` (tags de-duplicated, as domain code
  * keeps them) on a type with a `@ResolveField()` that reads it as the Set it is
@@ -164,7 +170,7 @@ describe('adversary 114: a selected Set is an Array at the first call, a Set on 
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('a Set answers as without the library, and the replay answers the first answer (Not fixed (round 114): found by review)', async () => {
+  it('a Set answers as without the library, and the replay answers the first answer (round 114: found by review)', async () => {
     const { plain, first, again } = await three('{ tags tagCount }', 'adv114-set');
     expect(plain.body.data.createPostPlain).toEqual({ tags: ['nest', 'pg'], tagCount: 2 });
     expect(first.body.errors).toBeUndefined();
