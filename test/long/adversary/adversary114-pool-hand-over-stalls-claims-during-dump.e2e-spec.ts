@@ -160,6 +160,15 @@ describePartitioned('adversary 114 pool: a retried hand-over stalls claims durin
     await root.end();
   });
 
+  /**
+   * The quickest of three timings: a shared machine's bursts only ever add time, so the least
+   * of three is the claims' own cost (a stall that the hand-over causes is in all three).
+   */
+  async function bestOfThree(store: Parameters<typeof timeClaims>[0]): Promise<number> {
+    const times = [await timeClaims(store), await timeClaims(store), await timeClaims(store)];
+    return Math.min(...times);
+  }
+
   /** Claims timed with nothing to hand over, the dump's lock held: the baseline. */
   async function baseline(): Promise<number> {
     const db = await setUp('adv114_pool_dump_base', true);
@@ -168,7 +177,7 @@ describePartitioned('adversary 114 pool: a retried hand-over stalls claims durin
     await timeClaims(store); // warm: partitions covered, statements prepared
     const dump = await holdDumpLock(db);
     clients.push(dump);
-    return timeClaims(store);
+    return bestOfThree(store);
   }
 
   it('control: pending hand-over, no dump: claims quick, partitions handed over', async () => {
@@ -177,7 +186,7 @@ describePartitioned('adversary 114 pool: a retried hand-over stalls claims durin
     dbs.push(db);
     const store = await storeAs(db, api, sources);
     await timeClaims(store);
-    const ms = await timeClaims(store);
+    const ms = await bestOfThree(store);
     const owners = (await db.dataSource.query(
       `SELECT DISTINCT pg_get_userbyid(c.relowner)::text AS o
        FROM idempotency_key_partitions() p JOIN pg_class c ON c.oid = p.partition`,
@@ -194,7 +203,7 @@ describePartitioned('adversary 114 pool: a retried hand-over stalls claims durin
     const dump = await holdDumpLock(db);
     clients.push(dump);
     await timeClaims(store); // the first hand-over, awaited, given up
-    const ms = await timeClaims(store);
+    const ms = await bestOfThree(store);
     // Observed: 18287 ms against 277 ms (66x): each claim waits behind a 500 ms ALTER ... OWNER TO.
     expect(ms / base).toBeLessThan(3);
   }, 120_000);
