@@ -61,7 +61,8 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * Severity: high (the replay of a committed mutation answers `data: null` where the first call
  * answered the author).
  *
- * Fails now (un-skipped): first call `{"data":{"addAuthor":{"displayName":"ADA LOVELACE"}}}`; replay `{"errors":[{"message":"Cannot return null for non-nullable field
+ * Fails now (un-skipped): first call `{"data":{"addAuthor":{"displayName":"ADA LOVELACE"}}}`;
+ * replay `{"errors":[{"message":"Cannot return null for non-nullable field
  * Author.displayName.",...,"path":["addAuthor","displayName"],...}],"data":null,"extensions":
  * {"idempotency":{"replayed":["addAuthor"]}}}`.
  *
