@@ -46,6 +46,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * "/g/2.jpg?n=2"],"b":[]}}}`; replay `{"data":{"makeGallery":{"a":[...n=1,n=2],"b":
  * ["/g/1.jpg?n=3","/g/2.jpg?n=4"]}},...}`.
  *
+ * Also seen (review's scratch run, the same gallery also at `primary` and `lines[0]`, `{
+ * primary { a: urls b: urls } lines { x: urls } }`): `b`'s generator is iterated only when the
+ * walk reaches it, after the lines' reads, so the stored `b` is n=7,8 where the app signs it
+ * n=3,4 (first answer `b: []`, replay `b` n=7,8).
+ *
  * Controls: the same signing getter giving an Array (`fixedUrls`) under two aliases answers as
  * without the library, each alias its own signatures, and replays the same bytes.
  *
