@@ -391,3 +391,26 @@ describe('classMembers and describeValue', () => {
     expect(describeValue(value)).toBe(what);
   });
 });
+
+describe('keepAll with objects written as their records (record-in-node.ts)', () => {
+  const order: Record<string, unknown> = { id: 9 };
+  const line = Object.defineProperty({ id: 1 }, 'order', { value: order, enumerable: false });
+  order.lines = [line];
+  const lineRecord = Object.defineProperty({}, 'order', { value: order, enumerable: false });
+  const orderRecord = { lines: order.lines };
+
+  it.each<[string, readonly Record<string, unknown>[], number]>([
+    ['the order first: the line it reaches is written as its record', [orderRecord, line], 1],
+    ['the line first: its root is its record', [line, orderRecord], 0],
+  ])('%s, one node', (_name, roots, lineRoot) => {
+    const kept = keepAll(roots, new Map([[line, lineRecord]]));
+    expect(kept.roots[lineRoot]).toBe(kept.nodes.get(line));
+    // Its id is the answer's: the node holds its record's hidden back-reference alone.
+    expect(kept.kept.g[kept.nodes.get(line)!]).toEqual([
+      'o',
+      ['-', 'order', 0],
+      ['@', kept.nodes.get(order)!],
+    ]);
+    expect(kept.kept.g.filter((node) => JSON.stringify(node).includes('"order"'))).toHaveLength(1);
+  });
+});

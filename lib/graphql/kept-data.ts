@@ -109,8 +109,12 @@ export interface KeptAll {
  * left out alone and named. A loss in an object several of them share is named under each
  * one's member that reaches it, as within one object's members (so each parent's type says it).
  */
-export function keepAll(all: readonly Readonly<Record<string, unknown>>[]): KeptAll {
-  const into = keeper();
+export function keepAll(
+  all: readonly Readonly<Record<string, unknown>>[],
+  /** Objects written as another's data (see typed-graph.ts `graphWriter`). */
+  writtenAs?: ReadonlyMap<object, object>,
+): KeptAll {
+  const into = keeper(writtenAs);
   const kept = all.map((data) => into.keep(data));
   return {
     kept: into.graph(),
@@ -142,8 +146,8 @@ export interface Keeper {
  * resolver's `tags.sort()`: adversary 109). An object already written (reached from an earlier
  * one) is that node, as it was when first written.
  */
-export function keeper(): Keeper {
-  const writer = graphWriter();
+export function keeper(writtenAs?: ReadonlyMap<object, object>): Keeper {
+  const writer = graphWriter(writtenAs);
   return {
     keep: (data) => {
       const lost = new Set<string | symbol>();
@@ -152,7 +156,9 @@ export function keeper(): Keeper {
         lost: (key) => lost.add(key),
         left: (key) => left.add(key),
       });
-      return { root, unfaithful: unfaithfulOf(data, lost, left) };
+      // What is lost is told of the members written: the record's, where it is written as it.
+      const written = (writtenAs?.get(data) ?? data) as Readonly<Record<string, unknown>>;
+      return { root, unfaithful: unfaithfulOf(written, lost, left) };
     },
     graph: () => writer.done().graph,
     nodes: writer.nodes,

@@ -1,4 +1,4 @@
-import { listMembers, withListMembers } from './list-members.js';
+import { adoptsList, keepsListItself, listMembers, withListMembers } from './list-members.js';
 
 /** Each own key of `value` but its items and length, with how it is defined. */
 const members = (value: object) =>
@@ -77,5 +77,34 @@ describe('withListMembers', () => {
     expect(members(target as object)).toEqual(expected);
     // The items are the answer's.
     expect((target as unknown[]).length).toBeGreaterThan(0);
+  });
+});
+
+describe('keepsListItself', () => {
+  const item = { id: 2 };
+  const list = [{ id: 1 }, item];
+  it.each<[string, (object: object) => boolean, boolean]>([
+    ['the graph holds the array (a hidden snapshot of it)', (object) => object === list, true],
+    ["the graph holds one of its items (the page's `primary`)", (object) => object === item, true],
+    ['nothing else reaches it: its members copied alone', () => false, false],
+  ])('%s', (_name, inGraph, expected) => {
+    expect(keepsListItself(list, inGraph)).toBe(expected);
+  });
+});
+
+describe('adoptsList', () => {
+  it.each<[string, unknown, unknown, boolean]>([
+    ['the array itself, as many items', [{ id: 1 }], [{ id: 1 }], true],
+    ['empty both', [], [], true],
+    [
+      'a members-only copy of a list with items',
+      [{ id: 1 }],
+      Object.assign([], { total: 1 }),
+      false,
+    ],
+    ['no array kept', [{ id: 1 }], { total: 1 }, false],
+    ['no list rebuilt', null, [], false],
+  ])('%s', (_name, rebuilt, kept, expected) => {
+    expect(adoptsList(rebuilt, kept)).toBe(expected);
   });
 });

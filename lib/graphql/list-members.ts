@@ -62,3 +62,32 @@ export function withListMembers(target: unknown, kept: unknown): void {
     Object.defineProperty(target, key, { ...descriptor, configurable: true });
   }
 }
+
+/**
+ * Whether the parent's kept data holds a selected list's array ITSELF rather than
+ * `listMembers`' copy: where the graph of the parents' data holds the array at another place
+ * (an ORM's hidden snapshot of the relation, `order.snapshot.lines`), or one of its items (the
+ * page's own `primary`, a `byId` Map's entry). One object answered at two places is one node
+ * (adversary 114): a copy beside the array made the replay's `order.lines` another array than
+ * `order.snapshot.lines`, and `lines.primary` a copy of the line, no item of the list. Where
+ * nothing else reaches it, the copy stays: the array's items are the answer's, and writing
+ * them again into the graph would grow the stored answer for nothing.
+ */
+export function keepsListItself(
+  list: readonly unknown[],
+  inGraph: (item: object) => boolean,
+): boolean {
+  if (inGraph(list)) return true;
+  return list.some((item) => typeof item === 'object' && item !== null && inGraph(item));
+}
+
+/**
+ * Whether a replay answers `kept` (the array itself, read back from the parent's kept data:
+ * `keepsListItself`) as the selected list rather than the list it rebuilt from the answer
+ * (`rebuilt`): both arrays of one length, so that each of the answer's items has its place in
+ * the kept array. `listMembers`' copy (no items) of a list that had some is no such array: its
+ * members go onto the rebuilt list (`withListMembers`).
+ */
+export function adoptsList(rebuilt: unknown, kept: unknown): kept is unknown[] {
+  return Array.isArray(rebuilt) && Array.isArray(kept) && rebuilt.length === kept.length;
+}

@@ -245,7 +245,15 @@ export function writeGraphs(
  * Each `root()` is written when it is called, as its objects are then: a graph written into
  * as values come (kept-data.ts `keeper`) holds each as it was when it came.
  */
-export function graphWriter() {
+export function graphWriter(
+  /**
+   * Objects written as the data of another (by object: what its node holds): a parent's own
+   * object whose record of its data is all the node needs (record-in-node.ts), so that the
+   * object is one node wherever the graph reaches it, and its data is written once.
+   */
+  writtenAs?: ReadonlyMap<object, object>,
+) {
+  const contentOf = (of: object): object => writtenAs?.get(of) ?? of;
   const nodes: unknown[] = [];
   const indexes = new Map<object, number>();
   const links: JsonLinks = { madeBy: [], nearest: [], up: [], known: [] };
@@ -371,7 +379,7 @@ export function graphWriter() {
       const next = queue[head];
       head += 1;
       at = next.index;
-      nodes[next.index] = node(next.value);
+      nodes[next.index] = node(contentOf(next.value));
     }
     queue.length = 0;
     head = 0;
@@ -395,23 +403,24 @@ export function graphWriter() {
       return index;
     }
     indexes.set(value, index);
-    if (!isPlainObject(value)) {
+    if (!isPlainObject(contentOf(value))) {
       queue.push({ value, index });
       drain();
       return index;
     }
+    const content = contentOf(value);
     const flat: unknown[] = [];
     const losingKey = (key: symbol) => {
       member = key;
       losing();
     };
-    for (const { key, written } of ownKeys(value, () => false, losingKey, true)) {
+    for (const { key, written } of ownKeys(content, () => false, losingKey, true)) {
       member = key;
       at = index;
       const before = nodes.length;
       memberStart = before;
       try {
-        const item = (value as Record<string | symbol, unknown>)[key];
+        const item = (content as Record<string | symbol, unknown>)[key];
         if (isLeftOut(item)) {
           losing();
           continue;
@@ -437,7 +446,7 @@ export function graphWriter() {
     }
     member = undefined;
     memberStart = -1;
-    nodes[index] = [Object.getPrototypeOf(value) === null ? 'O' : 'o', ...flat];
+    nodes[index] = [Object.getPrototypeOf(content) === null ? 'O' : 'o', ...flat];
     return index;
   };
   const done = (): Written => ({ graph: { g: nodes }, lost, exact });

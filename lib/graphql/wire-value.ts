@@ -44,14 +44,15 @@ import { defineOwn, defineOwnSymbol } from './own-member.js';
 import { firstRoots, graphReachedBy, parentRef, parentRefSource } from './parent-graph.js';
 import { leftOutSource } from './left-out-parent.js';
 import { nodeClasses, type SharedRead } from './node-classes.js';
-import { ontoNode } from './parent-identity.js';
+import { adoptsNode, ontoNode } from './parent-identity.js';
 import { mayAnswerOtherwise, seenThrough } from './first-answer-view.js';
 import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
 import { recordOnce } from './same-record.js';
 import { keptMember } from './hidden-members.js';
 import { completedItems } from './completed-items.js';
-import { listMembers, withListMembers } from './list-members.js';
+import { adoptsList, keepsListItself, listMembers, withListMembers } from './list-members.js';
+import { recordInNode } from './record-in-node.js';
 import { rereadableList } from './rereadable-lists.js';
 import { objectNodes } from './object-nodes.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
@@ -336,7 +337,15 @@ interface Walk {
     /** The object whose data it is (the graph may reach it again: see `writeParents`). */
     source: object;
     type: string;
+    /** Its properties the answer holds (its selected fields stored): see record-in-node.ts. */
+    answered?: ReadonlySet<string>;
   }[];
+  /**
+   * Each selected list under an object kept for the app's resolvers, with the record its
+   * parent's data is in: the record holds the array itself where the graph holds it or an
+   * item of it elsewhere (`writeParents`, list-members.ts `keepsListItself`).
+   */
+  selectedLists: { record: Record<string, unknown>; property: string; list: unknown[] }[];
   /**
    * Each object's records of its data written so far (`PARENT`'s, `KEPT`'s), by object: a
    * place whose record holds the same is given that record, one node for all its places
@@ -394,12 +403,13 @@ export async function outputWire(
     keptData: [],
     parentRecords: new WeakMap(),
     keptRecords: new WeakMap(),
+    selectedLists: [],
   };
   // Its place in the operation's answer, for a field one object answers otherwise at each
   // of its places (read-places.ts); none known without the call.
   const place = call && placeOfPath(pathOf(call.info));
   const stored = await walkValue(walk, type, promised, selection.nodes, false, place);
-  const parentGraph = writeParents(walk.parentData, losses, walk.keptData);
+  const parentGraph = writeParents(walk.parentData, losses, walk.keptData, walk.selectedLists);
   return {
     ...stored,
     parents: walk.parents,
@@ -420,6 +430,7 @@ function writeParents(
   noted: Walk['parentData'],
   losses: ReplayLoss[],
   kept: Walk['keptData'] = [],
+  lists: Walk['selectedLists'] = [],
 ): Graph | undefined {
   const parents = [...noted, ...kept];
   if (parents.length === 0) return undefined;
@@ -435,7 +446,51 @@ function writeParents(
   const recordOf = (parent: (typeof parents)[number]) => recordIndex.get(parent.data)!;
   // Never throws: a member with no typed JSON form is left out alone, and named (adversary
   // 99: a key `prototype` in it once left all of it out, and failed `writeKept`'s mutation).
-  const typed = keepAll(firsts.map((parent) => parent.data));
+  let typed = keepAll(firsts.map((parent) => parent.data));
+  // A selected list the graph holds elsewhere (a hidden snapshot's `lines`), or an item of
+  // which it holds (the page's own `primary`): the record holds the array itself, one node
+  // with the other place's, which a replay makes the list it answers (adversary 114).
+  let listsKept = false;
+  for (const { record, property, list } of lists) {
+    if (!keepsListItself(list, (item) => typed.nodes.has(item))) continue;
+    defineOwn(record, property, list);
+    listsKept = true;
+  }
+  if (listsKept) typed = keepAll(firsts.map((parent) => parent.data));
+  // A record whose own object's node holds the same data (its lines reached back through
+  // `order.raw.lines`): that node is the record, its data written once (record-in-node.ts:
+  // adversary 114, each line's hidden cache was stored twice, and the size trim weighed it so).
+  const inNode = new Set<object>();
+  const notInNode = new Set<object>();
+  for (const parent of noted) {
+    const one =
+      typed.nodes.has(parent.source) &&
+      recordInNode(parent.data, parent.source, parent.answered ?? new Set());
+    (one ? inNode : notInNode).add(parent.data);
+  }
+  for (const data of notInNode) inNode.delete(data);
+  // An object with records that differ by place (their selections do) is written as none.
+  const recordsOf = new Map<object, Set<object>>();
+  for (const parent of noted) {
+    const records = recordsOf.get(parent.source) ?? new Set<object>();
+    recordsOf.set(parent.source, records.add(parent.data));
+  }
+  for (const records of recordsOf.values()) {
+    if (records.size > 1) for (const data of records) inNode.delete(data);
+  }
+  if (inNode.size > 0) {
+    // Each such object written as its record, wherever the graph reaches it: never its whole
+    // row, whose selected fields the answer holds (adversary 108: forty lines' rows).
+    const writtenAs = new Map<object, object>();
+    for (const parent of noted)
+      if (inNode.has(parent.data)) writtenAs.set(parent.source, parent.data);
+    typed = keepAll(
+      firsts.map((parent) =>
+        inNode.has(parent.data) ? (parent.source as Record<string, unknown>) : parent.data,
+      ),
+      writtenAs,
+    );
+  }
   // Its own object, where the graph holds it too (each `line.order` back to its lines): a
   // replay makes the parent that very node (adversary 107: `indexOf(line)` answered -1), an
   // entity's whose data is all under `KEPT` too (adversary 108); or, one object at several
@@ -522,6 +577,7 @@ function writeParent(
   parent: Record<string, unknown>,
   source: object,
   type: string,
+  answered: ReadonlySet<string>,
 ): void {
   delete wire[PARENT];
   delete wire[PARENT_CLASSES];
@@ -529,7 +585,7 @@ function writeParent(
   wire[PARENT] = parentRef(-1);
   // One object at several places keeps its data once (same-record.ts: adversary 109).
   const data = recordOnce(walk.parentRecords, source, parent);
-  walk.parentData.push({ wire, data, source, type });
+  walk.parentData.push({ wire, data, source, type, answered });
 }
 
 async function walkValue(
@@ -718,6 +774,8 @@ async function walkValue(
   const failed: Record<string, FieldError> = {};
   /** Selected fields it did not have (`ABSENT`). */
   const absent: string[] = [];
+  /** The properties of its selected fields the answer holds (see record-in-node.ts). */
+  const answered = new Set<string>();
   /** Scalar fields whose value held objects of classes a serializer knows (`LEAF_CLASS`). */
   const leafClasses: Record<string, ClassTree> = {};
   /**
@@ -863,6 +921,7 @@ async function walkValue(
       isThenable(promisedItem) ? undefined : reads.under.get(name),
     );
     wire[name] = stored.wire;
+    answered.add(property);
     await storeAliasReads(walk, field.type, fieldNodes, { wire: stored.wire }, aliasReads, {
       name,
       property,
@@ -875,6 +934,7 @@ async function walkValue(
     if (keeping.selectedInputs && Array.isArray(item)) {
       const members = listMembers(item);
       if (members) defineOwn(parent, property, members);
+      walk.selectedLists.push({ record: parent, property, list: item });
     }
     if (graphql.isLeafType(graphql.getNamedType(field.type))) {
       const tree = classTreeNoting(item, `its field ${name}`, concrete.name, losses);
@@ -928,7 +988,7 @@ async function walkValue(
   );
   if (absentFields) wire[ABSENT] = absentFields;
   writeKept(walk, wire, kept, concrete.name, source);
-  writeParent(walk, wire, parent, source, concrete.name);
+  writeParent(walk, wire, parent, source, concrete.name, answered);
   if (keeping.unselected !== 'none' || keeping.selectedInputs) {
     // The first call's order of its own keys, where a replay would rebuild another: its
     // stored fields at their places first, then its data (see key-order.ts).
@@ -1656,7 +1716,10 @@ export function fromWire(
     ) as Record<string, unknown>;
     for (const [name, item] of Object.entries(parentData)) {
       if (writesBesideFields(name, item, fromFields)) own(value, name, item);
-      // A selected list's own members that are no items, onto the list rebuilt from the answer.
+      // A selected list kept itself (the graph holds it at another place too: list-members.ts
+      // `keepsListItself`) is the list answered, its items the answer's; else its own members
+      // that are no items, onto the list rebuilt from the answer.
+      else if (hasOwn(value, name) && adoptsList(value[name], item)) keptList(value, name, item);
       else if (hasOwn(value, name)) withListMembers(value[name], item);
     }
     // Its members under registered symbols (`Symbol.for`): no field's, kept as they were; and
@@ -1840,6 +1903,33 @@ function aliasReadsAgain(
       notePlacedRead(made, place, property, again, key);
     }
   }
+}
+
+/**
+ * The kept array `node` made the list `value[name]` answers (list-members.ts `adoptsList`): each
+ * item the answer's, made the node the array held there where it is one (an object several
+ * places of the kept data name, `lines.primary`: one node, as one object at the first call);
+ * its own members as kept.
+ */
+function keptList(value: Record<string, unknown>, name: string, node: unknown[]): void {
+  const rebuilt = value[name] as unknown[];
+  rebuilt.forEach((item, index) => {
+    node[index] = oneItem(item, node[index]);
+  });
+  const descriptor = Object.getOwnPropertyDescriptor(value, name)!;
+  Object.defineProperty(value, name, { ...descriptor, value: node });
+}
+
+/** The item a kept list holds: the answer's `built`, made `kept` (its node) where that adopts. */
+function oneItem(built: unknown, kept: unknown): unknown {
+  if (built === kept) return kept;
+  if (typeof built !== 'object' || built === null || Array.isArray(built)) return built;
+  // Made a node already (its `__parent` named one): that object, as the answer's place has it.
+  if (ADOPTED.has(built)) return built;
+  if (!adoptsNode(kept, ADOPTED.has(kept as object))) return built;
+  if (ADOPTED.has(kept)) return kept;
+  ADOPTED.set(kept, []);
+  return ontoNode(built, kept);
 }
 
 /** Each node a replay made an object of (`fromWire`), with the places adopted at so far. */

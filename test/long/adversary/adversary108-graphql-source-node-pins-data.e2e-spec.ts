@@ -27,6 +27,11 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * without its `s` after a round). The weights (`ownBytes`) and what a round frees now count
  * the same nodes: leaving the summary's data out frees the lines' rows, and is enough.
  *
+ * Changed (session of 2026-12-07, adversary 114): a line's own object's node is now written as
+ * its data's record (`{ orderId }`, record-in-node.ts: one node, its data once), never its raw
+ * row; the summary's order reaches those small nodes, the answer is under the limit and
+ * nothing is left out, which the last assertion now says (it said one parent's data went).
+ *
  * Adversary 108 (graphql): when the stored answer is over `maxResponseBytes`, each kept
  * parent's own object's node (`s`, round 107) is kept as a root of the trimmed graph
  * (parent-data-within.ts: "Each kept parent's own object's node stays too"), though after the
@@ -219,8 +224,9 @@ describe('adversary 108: parents own objects nodes pinned when trimming for maxR
     const { first, again, said, refs } = await twice('adv108-pins', true);
     expect(first.body.errors).toBeUndefined();
     expect(again.body.extensions?.idempotency?.replayed).toEqual(['checkout']);
-    // The lines' own data is 40 small `{ orderId }`s: the summary's order alone is too much.
+    // The lines' own data is 40 small `{ orderId }`s, and each line's node is that data (never
+    // its row, whose 4 kB description the answer holds): nothing is left out (adversary 114).
     expect(refs(again.body)).toEqual(refs(first.body));
-    expect(said.join('\n')).toContain('the own data of 1 parent(s)');
+    expect(said).toEqual([]);
   });
 });

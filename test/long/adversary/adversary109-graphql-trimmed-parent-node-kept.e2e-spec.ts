@@ -26,6 +26,13 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * stored object again, `line.order` there. Not done here: a `__parent`'s data written apart
  * from its own object's node (`p` and `s` hold the line's `notes` twice).
  *
+ * Changed (session of 2026-12-07, adversary 114): a parent's data is now written as its own
+ * object's node where the graph holds that object (record-in-node.ts, wire-value.ts
+ * `writeParents`), the "not done here" above: line 1's notes are stored once, its `__parent`
+ * is `{ p, s }` with `p` = `s`, and the answer fits, nothing left out. The stored-form
+ * assertions say that now (the replay's are as they were); a left-out parent's `{ s }` stays
+ * covered by left-out-parent.spec.ts and parent-data-within.spec.ts.
+ *
  * Adversary 109 (graphql): an answer near `maxResponseBytes` whose lines reach back to their
  * order (`line.order.lines[i]`, as an ORM loads both sides). Line 1 has a large unselected
  * column (`notes`, 120 kB; the limit 200 kB). Its data is in the shared graph TWICE: its
@@ -193,10 +200,13 @@ describe('adversary 109: a left-out parent whose own node stays stored is not ad
     const { rows } = await fixture.admin.query<{ body: string }>(
       "SELECT convert_from(response_body, 'UTF8') AS body FROM idempotency_keys WHERE key LIKE '%adv109-trimmed%' AND key NOT LIKE '%control%'",
     );
-    // Line 1's own object (its 120 kB notes) is in the stored graph.
-    expect(rows[0].body).toContain('"id",1,"notes"');
-    // Line 1's data is left out, but it still names that object as its own (`{ s }`).
-    expect(rows[0].body).toMatch(/"lines":\[\{"id":1,"__parent":\{"s":\d+\}\}/);
+    // Line 1's own object is its data's node (`p` = `s`): its 120 kB notes stored ONCE, so the
+    // answer (about 125 kB) is under the limit and nothing is left out (adversary 114,
+    // record-in-node.ts). Before, `p` and `s` held them twice, and line 1's data was left out
+    // with its own node named alone (`{ s }`, left-out-parent.ts, still what a left-out parent
+    // whose node stays keeps).
+    expect(rows[0].body.split('n'.repeat(120_000)).length - 1).toBe(1);
+    expect(rows[0].body).toMatch(/"lines":\[\{"id":1,"__parent":\{"p":(\d+),"s":\1\}\}/);
     expect(again.body.extensions?.idempotency?.replayed).toEqual(['importOrder']);
     expect(again.body.errors).toBeUndefined();
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));

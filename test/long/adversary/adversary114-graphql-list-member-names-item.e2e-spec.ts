@@ -17,6 +17,14 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): where the graph of the parents' data holds a selected list's
+ * array or one of its items elsewhere (here `lines.primary`), the parent's record holds the
+ * array itself, not `listMembers`' copy (list-members.ts `keepsListItself`, wire-value.ts
+ * `writeParents`), so the array, its members and its items are nodes of one graph; a replay
+ * answers that array as the list, each of its items made the answer's item (list-members.ts
+ * `adoptsList`, wire-value.ts `keptList`), so `lines.primary` is `lines[1]` again. A parent's
+ * object the graph reaches is written once, as its record (record-in-node.ts).
+ *
  * Adversary 114 (graphql; array members of this session, list-members.ts `listMembers` /
  * `withListMembers`): a selected list field whose own member that is no item NAMES one of its
  * items (`Object.defineProperty(lines, 'primary', { value: lines[1] })`: the page's chosen
@@ -172,7 +180,7 @@ describe('adversary 114: a selected list member naming an item', () => {
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('a selected list member naming an item is that item on a replay (Not fixed (round 114): found by review)', async () => {
+  it('a selected list member naming an item is that item on a replay', async () => {
     const { plain, first, again } = await three(
       '{ lines { id } primaryIndex }',
       'adv114-member-item',
