@@ -39,6 +39,35 @@ const STUCK = `SELECT count(*)::int AS stuck,
 FROM idempotency_keys
 WHERE state = 'started' AND locked_until < clock_timestamp() - $1 * interval '1 millisecond'`;
 
+/**
+ * Every partition, those left pending detach too (`checkPendingDetaches`), with its name and
+ * the keys table's, each with its schema and quoted as SQL takes them (`quote_ident`, which
+ * also quotes keywords): the doctor's statements are pasted into any session. `mayNotGive`: the
+ * roles that may make partitions (they log in, have the keys table's owner's privileges, are no
+ * superusers) but may not give this one to that owner, not being members of its owner (see
+ * `partitionOwnerRemedy`).
+ */
+const PARTITION_FACTS = `SELECT ${epochMsOf('p.from_at')} AS "fromMs", ${epochMsOf('p.to_at')} AS "toMs",
+  quote_ident(n.nspname) || '.' || quote_ident(c.relname) AS name,
+  p.detach_pending AS "detachPending",
+  pg_get_userbyid(c.relowner)::text AS owner,
+  pg_get_userbyid(k.relowner)::text AS "keysOwner",
+  quote_ident(kn.nspname) || '.' || quote_ident(k.relname) AS "keysTable",
+  pg_has_role(k.relowner, c.relowner, 'USAGE') OR pg_has_role(k.relowner, n.nspowner, 'USAGE')
+    AS "keysOwnerMayDrop",
+  n.nspname::text AS schema,
+  has_schema_privilege(k.relowner, c.relnamespace, 'CREATE') AS "keysOwnerMayCreate",
+  ARRAY(SELECT r.rolname::text FROM pg_roles r
+    WHERE r.rolcanlogin AND NOT r.rolsuper AND pg_has_role(r.oid, k.relowner, 'USAGE')
+      AND NOT pg_has_role(r.oid, c.relowner, 'USAGE')
+    ORDER BY r.rolname) AS "mayNotGive"
+FROM idempotency_key_partitions() p
+JOIN pg_class c ON c.oid = p.partition
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_class k ON k.oid = to_regclass('idempotency_keys')
+JOIN pg_namespace kn ON kn.oid = k.relnamespace
+ORDER BY p.from_at`;
+
 export async function readDoctorFacts(
   client: Client,
   migrationsTable: string,
@@ -92,38 +121,34 @@ export async function readDoctorFacts(
 
   let partitions: PartitionBounds[] = [];
   let keysOwner: string | undefined;
+  let keysTable: string | undefined;
   if (partitioned && keysReached) {
     const { rows } = await client.query<{
       fromMs: string | null;
       toMs: string | null;
+      name: string;
+      detachPending: boolean;
       owner: string;
       keysOwner: string;
+      keysTable: string;
       keysOwnerMayDrop: boolean;
       schema: string;
       keysOwnerMayCreate: boolean;
-    }>(
-      `SELECT ${epochMsOf('p.from_at')} AS "fromMs", ${epochMsOf('p.to_at')} AS "toMs",
-         pg_get_userbyid(c.relowner)::text AS owner,
-         pg_get_userbyid(k.relowner)::text AS "keysOwner",
-         pg_has_role(k.relowner, c.relowner, 'USAGE') OR pg_has_role(k.relowner, n.nspowner, 'USAGE')
-           AS "keysOwnerMayDrop",
-         n.nspname::text AS schema,
-         has_schema_privilege(k.relowner, c.relnamespace, 'CREATE') AS "keysOwnerMayCreate"
-       FROM idempotency_key_partitions() p
-       JOIN pg_class c ON c.oid = p.partition
-       JOIN pg_namespace n ON n.oid = c.relnamespace
-       JOIN pg_class k ON k.oid = to_regclass('idempotency_keys')
-       WHERE NOT p.detach_pending`,
-    );
+      mayNotGive: string[];
+    }>(PARTITION_FACTS);
     partitions = rows.map((row) => ({
       fromAt: dateOfEpochMs(row.fromMs),
       toAt: dateOfEpochMs(row.toMs),
+      name: row.name,
+      detachPending: row.detachPending,
       owner: row.owner,
       keysOwnerMayDrop: row.keysOwnerMayDrop,
       schema: row.schema,
       keysOwnerMayCreate: row.keysOwnerMayCreate,
+      mayNotGive: row.mayNotGive,
     }));
     keysOwner = rows[0]?.keysOwner;
+    keysTable = rows[0]?.keysTable;
   }
 
   let stuckKeys = 0;
@@ -154,6 +179,7 @@ export async function readDoctorFacts(
       Number(setting('reserved_connections') ?? 0),
     partitions,
     keysOwner,
+    keysTable,
     now: clockOf(head[0].nowMs),
     stuckKeys,
     oldestStuckMs,

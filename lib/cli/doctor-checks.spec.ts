@@ -3,6 +3,7 @@ import {
   checkMigrations,
   checkPartitionOwners,
   checkPartitions,
+  checkPendingDetaches,
   checkPool,
   checkSchema,
   checkStuckKeys,
@@ -244,6 +245,12 @@ describe('checkPartitionOwners', () => {
       'warn',
     ],
     ['an owner not read', 'migrator', [part(undefined)], undefined],
+    [
+      "another role's left pending detach: checkPendingDetaches's, not named here",
+      'migrator',
+      [part('migrator'), part('app', { detachPending: true })],
+      undefined,
+    ],
   ])('%s', (_name, keysOwner, partitions, level) => {
     expect(checkPartitionOwners(keysOwner, partitions)?.level).toBe(level);
   });
@@ -256,7 +263,28 @@ describe('checkPartitionOwners', () => {
         'the purge of any other role deletes their expired keys row by row instead (dead ' +
         'tuples for vacuum) and leaves them attached for ever. To have them dropped: GRANT ' +
         "CREATE ON SCHEMA app TO migrator (PostgreSQL asks it of a table's new owner), after " +
-        'which the app gives them to it when it next makes partitions',
+        'which the app gives them to it when it next makes partitions (each role that may make ' +
+        'partitions here may give them)',
+    ],
+    [
+      'credentials rotated: a role that may make partitions may not give them, each by hand',
+      [
+        part('api_v1', {
+          name: 'public.p1',
+          keysOwnerMayCreate: false,
+          mayNotGive: ['api_v2'],
+        }),
+      ],
+      "1 partition owned by api_v1, which the keys table's owner migrator may not drop: the " +
+        'purge of any other role deletes their expired keys row by row instead (dead tuples ' +
+        'for vacuum) and leaves them attached for ever. To have them dropped: GRANT CREATE ON ' +
+        'SCHEMA public TO migrator; ALTER TABLE public.p1 OWNER TO migrator (PostgreSQL asks ' +
+        "the CREATE of a table's new owner; run them as a superuser, or the GRANT as the " +
+        "schema's owner and the ALTERs as api_v1; for every object of that role in this " +
+        'database at once, as a rotated role needs before it is dropped: REASSIGN OWNED BY ' +
+        "api_v1 TO migrator). Only sessions of a partition's owner may give it, and api_v2 may " +
+        'make partitions but not give this one: an app logging in as it (credentials rotated ' +
+        'to a new role, a second app role) never gives it',
     ],
     [
       'the owner with it: an earlier release’s, given on the next run',
@@ -326,6 +354,28 @@ describe('checkPartitions', () => {
         "the app's purge makes them ahead (partitionedExpiry): check that it runs",
     ],
     [
+      'the live one pending detach: out of every query, so none covers the present',
+      true,
+      [
+        { ...p('2026-12-01T08:00:00Z', '2026-12-02T00:00:00Z'), detachPending: true },
+        p('2026-12-02T00:00:00Z', '2026-12-03T00:00:00Z'),
+      ],
+      'fail',
+      'none covers the present: every claim waits while one is made; start the app with ' +
+        'partitionedExpiry, whose purge makes them ahead',
+    ],
+    [
+      'one ahead pending detach: not counted',
+      true,
+      [
+        p('2026-12-01T08:00:00Z', '2026-12-02T00:00:00Z'),
+        { ...p('2026-12-02T00:00:00Z', '2026-12-03T00:00:00Z'), detachPending: true },
+        p('2026-12-03T00:00:00Z', '2026-12-04T00:00:00Z'),
+      ],
+      'ok',
+      '1 ahead of the live one, 1 d wide',
+    ],
+    [
       'none covers the present',
       true,
       [p(null, '2026-12-01T08:00:00Z')],
@@ -357,6 +407,55 @@ describe('checkPartitions', () => {
       topic: 'partitions',
       message,
     });
+  });
+});
+
+describe('checkPendingDetaches', () => {
+  const pending = (owner: string, more: Partial<PartitionBounds> = {}): PartitionBounds => ({
+    fromAt: null,
+    toAt: null,
+    owner,
+    keysOwnerMayDrop: owner === 'migrator',
+    schema: 'public',
+    keysOwnerMayCreate: false,
+    name: `public.p_${owner}`,
+    detachPending: true,
+    ...more,
+  });
+  const api =
+    'public.p_api has a detach left pending (an interrupted purge) and is owned by api, which ' +
+    "the keys table's owner migrator may not drop: the purge of any other role leaves it " +
+    'there, and while it is pending PostgreSQL detaches no other partition CONCURRENTLY, so ' +
+    "every purge detaches expired ones under the table's lock instead (claims wait for it). " +
+    'The purge of a session of api finishes and drops it; if none runs any more, as api or a ' +
+    'superuser: ALTER TABLE idem.idempotency_keys DETACH PARTITION public.p_api FINALIZE; ' +
+    'DROP TABLE public.p_api';
+  it.each<[string, string | undefined, PartitionBounds[], string[]]>([
+    ['the owners not read', undefined, [pending('api')], []],
+    ['none pending', 'migrator', [pending('api', { detachPending: false })], []],
+    ["the keys table's owner's: the next purge finishes it", 'migrator', [pending('migrator')], []],
+    [
+      "another role's that the owner may drop (it has that role's privileges)",
+      'migrator',
+      [pending('app', { keysOwnerMayDrop: true })],
+      [],
+    ],
+    [
+      "another role's the owner may not drop: named with its schema, and its remedy",
+      'migrator',
+      [pending('migrator', { detachPending: false }), pending('api')],
+      [api],
+    ],
+    [
+      'two: one line each',
+      'migrator',
+      [pending('api'), pending('jobs')],
+      [api, api.replace(/api/g, 'jobs')],
+    ],
+  ])('%s', (_name, keysOwner, partitions, messages) => {
+    expect(checkPendingDetaches(keysOwner, 'idem.idempotency_keys', partitions)).toEqual(
+      messages.map((message) => ({ level: 'warn', topic: 'partitions', message })),
+    );
   });
 });
 

@@ -1,7 +1,8 @@
 import { type CatalogEntry, missingSchema, usageProblem } from '../schema/schema-check.js';
-import { sqlName } from '../schema/sql-name.js';
+import { pendingDetachRemedy } from '../claim/partitioned/pending-detach-remedy.js';
 import { formatDuration } from './duration.js';
 import { EXPECTED_SCHEMA } from './expected-schema.js';
+import { partitionOwnerRemedy } from './partition-owner-remedy.js';
 
 /**
  * The doctor's checks, each a pure function of what was read from the database and what the
@@ -47,6 +48,19 @@ export interface PartitionBounds {
   /** Its schema, and whether the keys table's owner has CREATE there (may be given it). */
   schema?: string;
   keysOwnerMayCreate?: boolean;
+  /** Its name with its schema, quoted as SQL takes them (absent: not read). */
+  name?: string;
+  /**
+   * Whether a detach of it was left pending (an interrupted `DETACH ... CONCURRENTLY`): out of
+   * every new query's sight, so it covers no time, but still there to be finished and dropped.
+   */
+  detachPending?: boolean;
+  /**
+   * The roles that may make partitions (they log in, have the keys table's owner's privileges,
+   * are no superusers) but may not give this one to the keys table's owner (no members of its
+   * owner); absent: not read.
+   */
+  mayNotGive?: string[];
 }
 
 /** What `readDoctorFacts()` reads, all in one session, by the database's clock. */
@@ -75,6 +89,8 @@ export interface DoctorFacts {
   partitions: PartitionBounds[];
   /** The keys table's owner (absent: not read). */
   keysOwner?: string;
+  /** The keys table's name with its schema, quoted as SQL takes them (absent: not read). */
+  keysTable?: string;
   now: Date;
   /** Keys started whose lease expired more than `stuckAfterMs` ago. */
   stuckKeys: number;
@@ -314,11 +330,13 @@ export function checkPool(
 
 export function checkPartitions(
   partitioned: boolean,
-  partitions: readonly PartitionBounds[],
+  all: readonly PartitionBounds[],
   now: Date,
 ): Finding {
   const topic = 'partitions';
   if (!partitioned) return { level: 'ok', topic, message: 'plain table (no partitioned expiry)' };
+  // A partition pending detach is out of every new query's sight: it covers no time.
+  const partitions = all.filter((p) => p.detachPending !== true);
   const at = now.getTime();
   const live = partitions.find(
     (p) =>
@@ -373,10 +391,12 @@ export function checkPartitions(
  * that may attach partitions, so any of them may drop it. A partition the keys table's owner
  * may not drop is one that the purge of every other role (a second app role, a job, the
  * migrations' role's cron: adversary 110, 111) empties row by row instead and leaves attached
- * for ever. Such partitions are named with what to do: the owner's CREATE on their schema,
- * which PostgreSQL asks of a table's new owner, or, where it has it, a run of the app that
- * made them (its sessions give them when they next make partitions: those of an earlier
- * release). Undefined when there is none, or the owners were not read: no line is printed.
+ * for ever. Such partitions are named with what to do (`partitionOwnerRemedy`): the owner's
+ * CREATE on their schema, which PostgreSQL asks of a table's new owner, then a run of the app
+ * where every role that may make partitions may give them, else each partition's ALTER ...
+ * OWNER TO, as a superuser or its maker: a role the app no longer logs in as (credentials
+ * rotated) never gives them (adversary 115). A detach left pending is `checkPendingDetaches`'s.
+ * Undefined when there is none, or the owners were not read: no line is printed.
  */
 export function checkPartitionOwners(
   keysOwner: string | undefined,
@@ -384,23 +404,26 @@ export function checkPartitionOwners(
 ): Finding | undefined {
   if (keysOwner === undefined) return undefined;
   const stranded = partitions.filter(
-    (p) => p.owner !== undefined && p.owner !== keysOwner && p.keysOwnerMayDrop !== true,
+    (p) =>
+      p.owner !== undefined &&
+      p.owner !== keysOwner &&
+      p.keysOwnerMayDrop !== true &&
+      p.detachPending !== true,
   );
   if (stranded.length === 0) return undefined;
   const owners = [...new Set(stranded.map((p) => p.owner))].sort();
-  const schemas = [
-    ...new Set(stranded.flatMap((p) => (p.keysOwnerMayCreate === false ? [p.schema ?? '?'] : []))),
-  ].sort();
   // The statements are pasted as printed: names quoted where SQL would not read them bare
   // (a role "idem-owner" or "Migrator"), as the store's own warning quotes them.
-  const remedy =
-    schemas.length > 0
-      ? `GRANT CREATE ON SCHEMA ${schemas.map(sqlName).join(', ')} TO ${sqlName(keysOwner)} ` +
-        '(PostgreSQL asks it of a ' +
-        "table's new owner), after which the app gives them to it when it next makes partitions"
-      : 'the app gives them to it when it next makes partitions (these are an earlier ' +
-        "release's), or ALTER TABLE ... OWNER TO " +
-        sqlName(keysOwner);
+  const remedy = partitionOwnerRemedy(
+    keysOwner,
+    stranded.map((p) => ({
+      name: p.name,
+      owner: p.owner!,
+      schema: p.schema ?? '?',
+      keysOwnerMayCreate: p.keysOwnerMayCreate !== false,
+      mayNotGive: p.mayNotGive ?? [],
+    })),
+  );
   const count = stranded.length === 1 ? '1 partition' : `${stranded.length} partitions`;
   return {
     level: 'warn',
@@ -411,6 +434,43 @@ export function checkPartitionOwners(
       '(dead tuples for vacuum) and leaves them attached for ever. To have them dropped: ' +
       remedy,
   };
+}
+
+/**
+ * The detaches left pending (a purge stopped during its `DETACH ... CONCURRENTLY`) of
+ * partitions the keys table's owner may not drop: another role's, its maker's where it could
+ * not be given. The purge of every other role leaves such a partition alone (finished, it could
+ * not be dropped), and while it is pending PostgreSQL detaches no other partition
+ * `CONCURRENTLY`, so every purge detaches expired partitions under the table's lock instead.
+ * Only its owner's purge (if its sessions still run) or an operator ends that; the store says
+ * it once per process, in a log read by no one weeks later (adversary 115), so the doctor names
+ * each one with what to run (`pendingDetachRemedy`). One the keys table's owner may drop is
+ * finished and dropped by the next purge: nothing to say.
+ */
+export function checkPendingDetaches(
+  keysOwner: string | undefined,
+  keysTable: string | undefined,
+  partitions: readonly PartitionBounds[],
+): Finding[] {
+  if (keysOwner === undefined) return [];
+  return partitions
+    .filter((p) => p.detachPending === true && p.owner !== keysOwner && p.keysOwnerMayDrop !== true)
+    .map((p) => {
+      const name = p.name ?? 'a partition';
+      const owner = p.owner ?? 'another role';
+      return {
+        level: 'warn',
+        topic: 'partitions',
+        message:
+          `${name} has a detach left pending (an interrupted purge) and is owned by ${owner}, ` +
+          `which the keys table's owner ${keysOwner} may not drop: the purge of any other role ` +
+          'leaves it there, and while it is pending PostgreSQL detaches no other partition ' +
+          "CONCURRENTLY, so every purge detaches expired ones under the table's lock instead " +
+          `(claims wait for it). The purge of a session of ${owner} finishes and drops it; if ` +
+          `none runs any more, as ${owner} or a superuser: ` +
+          pendingDetachRemedy(keysTable ?? 'idempotency_keys', name),
+      } satisfies Finding;
+    });
 }
 
 export function checkStuckKeys(
@@ -470,6 +530,9 @@ export function diagnose(
       ? checkPartitionOwners(facts.keysOwner, facts.partitions)
       : undefined;
     if (owners !== undefined) findings.push(owners);
+    if (facts.partitioned) {
+      findings.push(...checkPendingDetaches(facts.keysOwner, facts.keysTable, facts.partitions));
+    }
     findings.push(checkStuckKeys(facts.stuckKeys, facts.oldestStuckMs, settings.stuckAfterMs));
   }
   return findings;

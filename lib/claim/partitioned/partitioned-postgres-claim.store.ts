@@ -9,6 +9,7 @@ import { type ClaimRow, type LateRows, PostgresClaimStore } from '../postgres-cl
 import { isNoPartitionError } from './layout-errors.js';
 import { handOvers, type PartitionOwnership } from './partition-hand-over.js';
 import { handOverRetryDue } from './hand-over-retry.js';
+import { pendingDetachRemedy } from './pending-detach-remedy.js';
 import { quoteName } from '../../connection/library-path.js';
 import { pinSearchPath } from '../../connection/session-state.js';
 import { withLibraryTypes } from '../../connection/library-types.js';
@@ -75,6 +76,7 @@ interface PartitionRow {
 
 interface DetachConditionsRow {
   has_default: boolean;
+  keys_table: string;
   others_pending: string[];
   others_pending_owners: string[];
 }
@@ -181,7 +183,11 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
     const { rows } = await this.query<DetachConditionsRow>(DETACH_CONDITIONS, []);
     const [conditions] = rows;
     conditions.others_pending.forEach((partition, i) =>
-      this.warnOtherRolesPendingDetach(partition, conditions.others_pending_owners[i]),
+      this.warnOtherRolesPendingDetach(
+        conditions.keys_table,
+        partition,
+        conditions.others_pending_owners[i],
+      ),
     );
     const mode = detachMode(
       this.database.pooler,
@@ -307,16 +313,16 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
    * pending detach is left out of new queries), and the purge that began the detach carried
    * forward those that had to outlive it.
    */
-  private warnOtherRolesPendingDetach(partition: string, owner: string): void {
+  private warnOtherRolesPendingDetach(keysTable: string, partition: string, owner: string): void {
     if (this.warnedPendingDetach.has(partition)) return;
     this.warnedPendingDetach.add(partition);
     this.logger.warn(
-      `partition ${partition} of idempotency_keys has a detach left pending (an interrupted ` +
+      `partition ${partition} of ${keysTable} has a detach left pending (an interrupted ` +
         `purge) and is owned by ${owner}, which this role may not drop: while it is pending ` +
         'PostgreSQL detaches no other partition CONCURRENTLY, so the purge detaches expired ' +
         `partitions under the table's lock instead (claims wait for it, ${DETACH_LOCK_TIMEOUT_MS} ms ` +
-        `at most). As ${owner} (or a superuser): ALTER TABLE idempotency_keys DETACH PARTITION ` +
-        `${partition} FINALIZE; DROP TABLE ${partition}; see docs/operations/partitioned-expiry.md`,
+        `at most). As ${owner} (or a superuser): ${pendingDetachRemedy(keysTable, partition)}; ` +
+        'see docs/operations/partitioned-expiry.md',
     );
   }
 

@@ -106,15 +106,22 @@ WHERE NOT p.detach_pending`,
  * operator's: the start-up check refuses one), from which PostgreSQL detaches nothing
  * `CONCURRENTLY`; and the partitions with a detach left pending that this session's role may
  * not drop (another role's, as LIST_PARTITIONS judges `droppable`), beside which PostgreSQL
- * detaches nothing `CONCURRENTLY` either, with their owners (for the warning).
+ * detaches nothing `CONCURRENTLY` either, with their owners (for the warning). The warning's
+ * statements are pasted into an operator's session, whose search path need not be the app's:
+ * its names (`others_pending`, `keys_table`) come with their schema, quoted as SQL takes them.
  *
+ * v3 (was v2): the names qualified with their schema, and the keys table's.
  * v2 (was idempotency_has_default_partition_v1): the pending detaches of other roles.
  */
 export const DETACH_CONDITIONS = {
-  name: 'idempotency_detach_conditions_v2',
+  name: 'idempotency_detach_conditions_v3',
   text: `SELECT EXISTS (SELECT FROM pg_partitioned_table
   WHERE partrelid = to_regclass('idempotency_keys') AND partdefid <> 0) AS has_default,
-  coalesce(array_agg(p.partition::text ORDER BY p.from_at), '{}') AS others_pending,
+  (SELECT quote_ident(kn.nspname) || '.' || quote_ident(k.relname)
+    FROM pg_class k JOIN pg_namespace kn ON kn.oid = k.relnamespace
+    WHERE k.oid = to_regclass('idempotency_keys')) AS keys_table,
+  coalesce(array_agg(quote_ident(n.nspname) || '.' || quote_ident(c.relname) ORDER BY p.from_at),
+    '{}') AS others_pending,
   coalesce(array_agg(pg_get_userbyid(c.relowner)::text ORDER BY p.from_at), '{}')
     AS others_pending_owners
 FROM idempotency_key_partitions() p

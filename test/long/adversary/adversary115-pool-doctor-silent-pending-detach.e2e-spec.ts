@@ -1,4 +1,12 @@
 /**
+ * Fixed (session of 2026-12-07): the doctor reads the partitions pending detach too (lib/cli/
+ * database.ts `PARTITION_FACTS`), counts none of them as covering time (`checkPartitions`), and
+ * warns of each one the keys table's owner may not drop, with what its owner or a superuser
+ * runs, names qualified with their schema and quoted by the catalog (`checkPendingDetaches` in
+ * lib/cli/doctor-checks.ts, `pendingDetachRemedy` in lib/claim/partitioned/
+ * pending-detach-remedy.ts). The store's own once-per-process warning now qualifies its names
+ * the same way (`DETACH_CONDITIONS` v3).
+ *
  * Adversary 115 (pool): the doctor says nothing of another role's detach left pending, which no
  * purge of the app's will ever finish. A purge of the API role (an app role of its own, its
  * partitions its own: the keys table's owner lacks CREATE on the schema, so the hand-over is
@@ -139,7 +147,7 @@ describePartitioned(
       ]);
     }, 120_000);
 
-    it.skip("the API's pending detach: the doctor names it with its remedy (Not fixed (round 115): found by review)", async () => {
+    it("the API's pending detach: the doctor names it with its remedy", async () => {
       const [db, partition] = await setUp('adv115_pool_pend_left', true);
       dbs.push(db);
       const lines = await doctorLines(db);

@@ -1,4 +1,15 @@
 /**
+ * Fixed (session of 2026-12-07): the doctor reads, for each partition, the roles that may make
+ * partitions (they log in, have the keys table's owner's privileges, are no superusers) but may
+ * not give that one (no members of its owner), and where there is such a role it no longer
+ * promises that the app gives the partition: it prints the GRANT then each partition's `ALTER
+ * TABLE <schema>.<p> OWNER TO <owner>` to run as a superuser or the maker, with `REASSIGN OWNED
+ * BY <maker> TO <owner>` as the rotated role's way, and names the roles that never give them
+ * (lib/cli/partition-owner-remedy.ts `partitionOwnerRemedy`, lib/cli/doctor-checks.ts
+ * `checkPartitionOwners`, lib/cli/database.ts `PARTITION_FACTS`; docs/operations/
+ * partitioned-expiry.md says rotation needs it). Where every such role may give them (one app
+ * role), the GRANT alone is printed, as before.
+ *
  * Adversary 115 (pool): credentials rotated to a new role strand the old role's partitions for
  * good, and the doctor's remedy says they will go. The keys table's owner (given the tables by
  * a superuser) lacks CREATE on the schema, so the partitions the app role `api_v1` makes stay
@@ -177,7 +188,7 @@ describePartitioned('adversary 115 pool: a rotated role strands its partitions',
     expect(await doctorPartitionsLine(db)).toBeUndefined();
   }, 120_000);
 
-  it.skip("credentials rotated: after the doctor's GRANT the old role's partitions go to the owner (Not fixed (round 115): found by review)", async () => {
+  it("credentials rotated: after the doctor's GRANT the old role's partitions go to the owner", async () => {
     const db = await setUp('adv115_pool_rot_rotated', v1, sources);
     dbs.push(db);
     expect(await owners(db)).toEqual([v1]);
