@@ -360,7 +360,10 @@ export class PartitionedPostgresClaimStore extends PostgresClaimStore {
         `${deleted.rowCount ?? 0} expired keys deleted from it row by row instead (dead ` +
         "tuples for vacuum). Its maker's sessions give it to the keys table's owner, so " +
         'that any purge drops it, once that owner has CREATE on its schema (GRANT CREATE ON ' +
-        'SCHEMA ... TO <it>); see docs/operations/partitioned-expiry.md',
+        'SCHEMA ... TO <it>); if they no longer run (credentials rotated to a new role), no ' +
+        'other role may give it: as a superuser or its owner, ALTER TABLE ' +
+        `${step.partition} OWNER TO <it> (nestjs-idempotency-pg doctor prints the ` +
+        'statements); see docs/operations/partitioned-expiry.md',
     );
   }
 
