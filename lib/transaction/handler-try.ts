@@ -1,4 +1,4 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
+import { FrameSlotStorage } from './request-frame.js';
 import { RetriedTryStatementError } from './seam-errors.js';
 
 /** A try of the route's handler (see `IdempotencyContext.lastTry`). */
@@ -25,7 +25,7 @@ export interface HandlerTry {
  * try. Nest calls the handler from the interceptors' chain, never from within a handler, so a
  * retrying interceptor's second call is outside any try.
  */
-export const handlerTries = new AsyncLocalStorage<HandlerTry>();
+export const handlerTries = new FrameSlotStorage<HandlerTry>('handlerTry');
 
 /** Whether the code running is work of a try that was retried since (see `superseded`). */
 export function inRetriedTry(): boolean {

@@ -1,10 +1,10 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { type StoredResponse } from '../shapes/stored-response.js';
 import { type RequestTransaction } from './request-transaction.js';
 import { type ClaimStore } from '../shapes/claim-store.interface.js';
 import { type ActiveClaim } from '../shapes/active-claim.js';
 import { type HandlerTry } from './handler-try.js';
+import { FrameSlotStorage } from './request-frame.js';
 
 export { type ActiveClaim } from '../shapes/active-claim.js';
 
@@ -93,8 +93,8 @@ export class IdempotencyContext {
   }
 }
 
-/** The request's context: the library's AsyncLocalStorage for it. */
-export const idempotencyStorage = new AsyncLocalStorage<IdempotencyContext>();
+/** The request's context: its slot of the library's one frame (see `request-frame.ts`). */
+export const idempotencyStorage = new FrameSlotStorage<IdempotencyContext>('context');
 
 /** The current request's context, if it is an idempotent request that owns its key. */
 export function currentIdempotencyContext(): IdempotencyContext | undefined {

@@ -1,4 +1,3 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { type DataSource, type QueryRunner, type ReplicationMode } from 'typeorm';
 import { type PoolClient } from 'pg';
 import { type CancelAsked } from '../connection/cancel-asked.js';
@@ -9,6 +8,7 @@ import { refuseRetriedTry } from './handler-try.js';
 import { placeOfRunner, type RunnerHeld, type RunnerScope } from './runner-place.js';
 import { RunnerConnectedOutsideRequestError, SessionSetBeforeHandlerError } from './seam-errors.js';
 import { setsForTransaction } from './sql/sql-text.js';
+import { FrameSlotStorage } from './request-frame.js';
 
 /** What a transaction makes of a joined pool's `query()` and `connect()` in its scope. */
 export interface PoolJoin {
@@ -75,9 +75,9 @@ export interface JoinableTransaction {
 /**
  * The transaction of the work running now: the request's (an `@Idempotent()` handler) or a
  * phase's. Kept apart from the request's context because a phase runs inside the request
- * yet joins a transaction of its own.
+ * yet joins a transaction of its own. A slot of the library's one frame (see `request-frame.ts`).
  */
-export const transactionScope = new AsyncLocalStorage<JoinableTransaction>();
+export const transactionScope = new FrameSlotStorage<JoinableTransaction>('scope');
 
 const ownRunners = new WeakMap<DataSource, DataSource['createQueryRunner']>();
 
