@@ -39,6 +39,7 @@ import {
 import { isPermanentError, isReadOnlyError } from '../connection/connection-errors.js';
 import { libraryStatement } from '../connection/library-path.js';
 import { permanentRemedy } from '../connection/permanent-remedy.js';
+import { readyNow } from './ready-now.js';
 import {
   READ_ONLY_PROBE,
   readOnlyExplanation,
@@ -61,6 +62,9 @@ export { type Statement } from '../shapes/store-database.js';
 const SERVER_LEVEL = `SELECT current_setting('default_transaction_isolation') AS level`;
 /** The library's own statement's transaction, on a database whose default is above it. */
 const BEGIN_READ_COMMITTED = 'BEGIN ISOLATION LEVEL READ COMMITTED';
+
+/** What `ready()` answers once nothing is left to wait for: one promise, made once. */
+const READY: Promise<void> = Promise.resolve();
 
 /**
  * The app's own PostgreSQL, as the library uses it whatever its claim store: the request's
@@ -167,7 +171,17 @@ export class IdempotencyDatabase implements StoreDatabase {
    * passed, and the server's default isolation level was read (tried alongside them until it
    * once succeeds); concurrent callers share one run of each.
    */
-  async ready(): Promise<void> {
+  ready(): Promise<void> {
+    const now = readyNow({
+      poolerKnown: this.seen !== undefined || !probesForPooler(this.configuredPooler),
+      levelKnown: this.serverLevel !== undefined,
+      schemaCheckPending: this.schemaCheck !== undefined || this.checking !== undefined,
+    });
+    return now ? READY : this.becomeReady();
+  }
+
+  /** `ready()` while something is left to wait for. */
+  private async becomeReady(): Promise<void> {
     // Side by side: each is bounded by the deadline, and a database that does not answer
     // should delay the statement by one deadline, not three.
     const probe = this.seen ? undefined : this.probePooler();
