@@ -1153,13 +1153,16 @@ function readObjectAhead(
     const { reading, property } = field;
     if (!first) {
       // As the walk reads a later alias: through its `defaultValue` where undefined.
-      reads.set(
-        key,
-        readGiven(() => {
-          const own = property in source ? source[property] : undefined;
-          return own === undefined && reading?.fallback ? reading.fallback.value : own;
-        }),
-      );
+      const later = readGiven(() => {
+        const own = property in source ? source[property] : undefined;
+        return own === undefined && reading?.fallback ? reading.fallback.value : own;
+      });
+      reads.set(key, later);
+      // A later alias's one-shot list (a generator) iterated now, at its own key's turn, as
+      // graphql-js completes it before the next key: the walk reaches it only after the
+      // object's other reads (`materialized` keeps the items read; a per-alias field is a
+      // leaf's, so nothing under it is read ahead) (adversary 115).
+      if ('promised' in later) readAhead(walk, field.field.type, later.promised, []);
       continue;
     }
     const read = readGiven(() => (property in source ? source[property] : undefined));
@@ -1242,9 +1245,12 @@ async function storeAliasReads(
       continue;
     }
     // A leaf's (or a list of leaves'): nothing under it is selected or placed.
-    const { wire } = await walkValue(walk, type, value, nodes);
-    // A Promise still where the getter gave one, as the first key's is (`PROMISED`).
-    const item = isThenable(promised) ? Promise.resolve(value) : value;
+    const walked = await walkValue(walk, type, value, nodes);
+    const { wire } = walked;
+    // What the walk gives of the read (the list a one-shot iterable gave, as the first key's
+    // field is given: a generator is spent once read), a Promise still where the getter gave
+    // one, as the first key's is (`PROMISED`) (adversary 115).
+    const item = isThenable(promised) ? Promise.resolve(walked.value) : walked.value;
     made.push({ key: read.key, read: { wire }, stored: { v: wire }, item });
   }
   const apart = aliasesApart(first, made);

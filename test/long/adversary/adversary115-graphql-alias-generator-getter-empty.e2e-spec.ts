@@ -7,6 +7,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): lib/graphql/wire-value.ts `storeAliasReads` answers each later
+ * alias the value the walk gives of its read (the list a generator gave, not the spent
+ * generator), and `readObjectAhead` iterates a later alias's one-shot list at its own key's
+ * turn (`materialized` keeps its items for the walk), as graphql-js completes it.
+ *
  * Adversary 115 (graphql; read-through of adversary 112/114's per-alias reads, alias-reads.ts,
  * wire-value.ts `storeAliasReads`).
  *
@@ -179,7 +184,7 @@ describe("adversary 115: a getter's one-shot list under a second alias", () => {
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('a generator-valued signing getter under two aliases answers each alias its own list (Not fixed (round 115): found by review)', async () => {
+  it('a generator-valued signing getter under two aliases answers each alias its own list', async () => {
     const { plain, first, again } = await three('{ a: urls b: urls }', 'adv115-gen');
     expect(first.body.errors).toBeUndefined();
     expect(JSON.stringify(first.body.data.makeGallery)).toBe(
