@@ -33,11 +33,7 @@ export function noteResolvedField(field: string): void {
  * - `property`: read from its parent's property, as data.
  */
 export function fieldResolution(type: GraphQLObjectType, field: string): ResolverKind {
-  let byApp = false;
-  if (resolvedByApp.size > 0) {
-    const owners = [type.name, ...type.getInterfaces().map((face) => face.name)];
-    byApp = owners.some((owner) => resolvedByApp.has(`${owner}.${field}`));
-  }
+  const byApp = isResolveField(type, field);
   const definition = type.getFields()[field];
   return resolutionFrom({
     byApp,
@@ -46,6 +42,16 @@ export function fieldResolution(type: GraphQLObjectType, field: string): Resolve
     nest: nestField(type.name, field),
     globalMiddleware,
   });
+}
+
+/**
+ * Whether the app resolves the field with a `@ResolveField()` of the type or of an interface it
+ * implements (`noteResolvedField`), rather than another resolver the schema holds for it.
+ */
+export function isResolveField(type: GraphQLObjectType, field: string): boolean {
+  if (resolvedByApp.size === 0) return false;
+  const owners = [type.name, ...type.getInterfaces().map((face) => face.name)];
+  return owners.some((owner) => resolvedByApp.has(`${owner}.${field}`));
 }
 
 /** Each type's `hasAppField`, with the count of noted fields it was told by. */

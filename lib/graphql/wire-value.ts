@@ -25,7 +25,8 @@ import {
   writesBesideFields,
 } from './field-places.js';
 import { type ReplayLoss } from './replay-loss.js';
-import { fieldResolution, hasAppField } from './resolved-fields.js';
+import { fieldResolution, hasAppField, isResolveField } from './resolved-fields.js';
+import { readsWrappedGetter } from './wrapped-getters.js';
 import { parentKeeping } from './parent-keeping.js';
 import {
   isOfNestType,
@@ -802,7 +803,27 @@ async function walkValue(
       // Read where Nest hands it to the resolver's `@Parent()`: the field's property (a field
       // renamed with `@Field({ name })`: `priceCents` under `price`, adversary 101), kept by
       // its schema name, which a replay writes at that property again.
-      const own = ownValue(source, nestField(concrete.name, name)?.property ?? name);
+      const property = nestField(concrete.name, name)?.property ?? name;
+      if (readsGetterUnderApp(concrete, source, name)) {
+        // A `@Field()` getter under a wrapper the library takes for the app's (a directive's
+        // `@upper`): read once, at its turn (`readObjectAhead`), given to the wrapper through
+        // the first answer's Proxy, and kept as its input for the replay, whose plain object
+        // has no getter (wrapped-getters.ts, adversary 115).
+        const read =
+          reads.reads.get(responseKeys(fieldNodes)[0]) ?? readGiven(() => source[property]);
+        const settled = await settledRead(read);
+        if (settled instanceof FailedRead) {
+          replaced[property] = settled;
+        } else {
+          defineOwn(kept, name, settled.value);
+          replaced[property] =
+            'promised' in read && isThenable(read.promised)
+              ? Promise.resolve(settled.value)
+              : settled.value;
+        }
+        continue;
+      }
+      const own = ownValue(source, property);
       if (own) defineOwn(kept, name, own.value);
       continue;
     }
@@ -1129,7 +1150,12 @@ function readObjectAhead(
   const reads = new Map<string, { promised: unknown } | { error: unknown }>();
   const under = new Map<string, ReadAhead | undefined>();
   const readable = (name: string) => {
-    if (!fields[name] || fieldResolution(concrete, name) !== 'property') return undefined;
+    if (!fields[name]) return undefined;
+    const resolution = fieldResolution(concrete, name);
+    const read =
+      resolution === 'property' ||
+      (resolution === 'app' && readsGetterUnderApp(concrete, source, name));
+    if (!read) return undefined;
     const reading = nestField(concrete.name, name);
     const property = reading?.property ?? name;
     if (!(property in source) && !reading?.fallback) return undefined;
@@ -1139,6 +1165,7 @@ function readObjectAhead(
     const field = readable(name);
     return (
       field !== undefined &&
+      fieldResolution(concrete, name) === 'property' &&
       readsPerAlias({
         getter: readsThroughAccessor(source, field.property),
         leaf: graphql.isLeafType(graphql.getNamedType(field.field.type)),
@@ -1170,7 +1197,9 @@ function readObjectAhead(
     if (!('promised' in read)) continue;
     const item =
       read.promised === undefined && reading?.fallback ? reading.fallback.value : read.promised;
-    if (typeof item === 'function') continue;
+    // Under a wrapper's field (`readsGetterUnderApp`) the wrapper's answer is completed, not
+    // walked: nothing under it is read ahead.
+    if (typeof item === 'function' || fieldResolution(concrete, name) !== 'property') continue;
     under.set(name, readAhead(walk, field.field.type, item, selected.get(name) ?? []));
   }
   return { reads, under };
@@ -1190,6 +1219,31 @@ function orderedNodes(
     byType.set(type, ordered);
   }
   return ordered;
+}
+
+/**
+ * Whether the walk reads a field's getter although the field's resolver is taken for the app's
+ * (wrapped-getters.ts): a `@Field()` getter under a schema transform's wrapper.
+ */
+function readsGetterUnderApp(concrete: GraphQLObjectType, source: object, name: string): boolean {
+  const nest = nestField(concrete.name, name);
+  return readsWrappedGetter({
+    resolveField: isResolveField(concrete, name),
+    nestField: nest !== undefined,
+    getter: readsThroughAccessor(source, nest?.property ?? name),
+  });
+}
+
+/** A read (`readGiven`) settled: its value, a Promise's awaited, or its failure. */
+async function settledRead(
+  read: { promised: unknown } | { error: unknown },
+): Promise<{ value: unknown } | FailedRead> {
+  if ('error' in read) return new FailedRead(read.error, false);
+  try {
+    return { value: isThenable(read.promised) ? await read.promised : read.promised };
+  } catch (error) {
+    return new FailedRead(error, true);
+  }
 }
 
 /** A read of a field (`read`), as it went: its value, or what it threw. */

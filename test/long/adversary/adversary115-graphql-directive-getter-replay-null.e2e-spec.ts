@@ -23,6 +23,13 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): a `@Field()` getter under a resolver the library takes for the
+ * app's (not a `@ResolveField()`: a schema transform's wrapper) is read by the library once, at
+ * its key's turn (`readObjectAhead`), given to the wrapper through the first answer's Proxy,
+ * and kept as its input (`KEPT`) for the replay's wrapper (lib/graphql/wrapped-getters.ts,
+ * wire-value.ts `readsGetterUnderApp`, resolved-fields.ts `isResolveField`;
+ * docs/guides/graphql.md).
+ *
  * Adversary 115 (graphql; `@Directive`s beside the read-ahead of adversary 114, wire-value.ts
  * `readObjectAhead` / `walkValue`): a getter field carrying a schema directive whose transform
  * wraps the field's resolver (Nest's docs' `@upper` example, `transformSchema:
@@ -196,7 +203,7 @@ describe("adversary 115: a directive's getter field replays null", () => {
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip("a directive's getter field replays what the first call answered (Not fixed (round 115): found by review)", async () => {
+  it("a directive's getter field replays what the first call answered", async () => {
     const { first, again } = await twice('mutation { addAuthor { displayName } }', 'adv115-dir');
     expect(first.body.errors).toBeUndefined();
     expect(first.body.data.addAuthor.displayName).toBe('ADA LOVELACE');
