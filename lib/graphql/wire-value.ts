@@ -615,6 +615,9 @@ async function walkValue(
   // depth-first until a Promise: the walk below awaits, and its lists' items walk side by
   // side, so reads made as it goes would come in another order (adversary 114).
   ahead ??= readAhead(walk, type, value, nodes);
+  // Under a member told by a Promise (an async `resolveType()`): read when it settled, as
+  // graphql-js completes it then, whatever the walk was doing.
+  if (ahead && 'settled' in ahead) ahead = await ahead.settled;
   if (graphql.isNonNullType(type)) {
     const inner = await walkValue(walk, type.ofType, value, nodes, whole, place, ahead);
     return { wire: inner.wire, value: inner.value === value ? promised : inner.value };
@@ -644,10 +647,12 @@ async function walkValue(
     };
   }
   if (graphql.isLeafType(type)) return { wire: leafWire(type.serialize(value)), value: promised };
+  // Its member as `readAhead` told it (`resolveType()` called once, ahead: adversary 115).
+  const told = ahead && 'member' in ahead ? ahead : undefined;
   const concrete = graphql.isObjectType(type)
     ? type
     : (typeOf(graphql, schema, value) ??
-      (await memberType(graphql, schema, type, value, walk.call)));
+      (told ? told.member : await memberType(graphql, schema, type, value, walk.call)));
   if (!concrete || typeof value !== 'object') {
     if (typeof value === 'object') {
       losses.push({
@@ -1094,12 +1099,20 @@ async function walkValue(
 
 /**
  * What was read ahead of the walk under a value (`readAhead`): an object's reads, a list's
- * items' (undefined where nothing was: a leaf, a Promise, a member not told synchronously).
+ * items', what is read once an async `resolveType()` tells the member (`settled`), a member
+ * its type's `resolveType()` told none of (`member: undefined`); undefined where nothing was
+ * (a leaf, a Promise, which the walk reads under when it comes to it).
  */
-type ReadAhead = ObjectReads | { readonly items: readonly (ReadAhead | undefined)[] };
+type ReadAhead =
+  | ObjectReads
+  | { readonly items: readonly (ReadAhead | undefined)[] }
+  | { readonly settled: Promise<ReadAhead | undefined> }
+  | { readonly member: undefined };
 
 /** An object's fields' reads made ahead, and what was read ahead under each. */
 interface ObjectReads {
+  /** Its member, where a union's or an interface's `resolveType()` told it (`memberAhead`). */
+  readonly member?: GraphQLObjectType;
   /** Each read, by the response key it was read under. */
   readonly reads: ReadonlyMap<string, { promised: unknown } | { error: unknown }>;
   /** What was read under each field's first key's value, by field name. */
@@ -1121,7 +1134,12 @@ function readAhead(
   nodes: readonly FieldNode[],
 ): ReadAhead | undefined {
   const { graphql, schema } = walk;
-  if (value === null || value === undefined || isThenable(value)) return undefined;
+  if (value === null || value === undefined) return undefined;
+  // Under a Promise: read when the walk comes to it, in selection order, not as it settles
+  // (a stated limit, docs/guides/graphql.md: two lazy relations loaded on the key's
+  // transaction settle in the order the app sent their queries, which its one client runs one
+  // after the other, not in the order they settle without the library: adversary 115).
+  if (isThenable(value)) return undefined;
   if (graphql.isNonNullType(type)) return readAhead(walk, type.ofType, value, nodes);
   if (graphql.isListType(type)) {
     return {
@@ -1129,9 +1147,62 @@ function readAhead(
     };
   }
   if (graphql.isLeafType(type) || typeof value !== 'object') return undefined;
+  const source = value as Record<string, unknown>;
   const concrete = graphql.isObjectType(type) ? type : typeOf(graphql, schema, value);
-  if (!concrete) return undefined;
-  return readObjectAhead(walk, concrete, value as Record<string, unknown>, nodes);
+  if (concrete) return readObjectAhead(walk, concrete, source, nodes);
+  // A union's or an interface's member, told as graphql-js tells it when it completes the
+  // value: synchronously where `resolveType()` answers so (Nest's usual form), and read there;
+  // once its Promise settles otherwise (adversary 115).
+  const told = memberAhead(walk, type as GraphQLAbstractType, value);
+  const readMember = (member: GraphQLObjectType | undefined): ReadAhead =>
+    member ? { ...readObjectAhead(walk, member, source, nodes), member } : { member };
+  if (isThenable(told)) {
+    return { settled: told.then((member) => readOrNone(() => readMember(member)), none) };
+  }
+  return readMember(told);
+}
+
+/** Nothing read ahead (a rejected Promise: the walk meets its rejection itself). */
+const none = (): undefined => undefined;
+
+/**
+ * A read ahead made in a Promise's reaction: one that throws (an iterator that throws as it
+ * is read) is left to the walk, which meets it as it always did; it must not reject a Promise
+ * nobody awaits.
+ */
+function readOrNone(read: () => ReadAhead | undefined): ReadAhead | undefined {
+  try {
+    return read();
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The member of a union or an interface its type tells for `value`, as graphql-js's
+ * `completeAbstractValue` tells it: the type's `resolveType()`, or graphql-js's own
+ * `defaultTypeResolver` (`__typename`, then each member's `isTypeOf()`), called once, with
+ * the operation's context and info (see `memberType`). A Promise where it answers one; none
+ * where it throws or names no object type of the schema.
+ */
+function memberAhead(
+  walk: Walk,
+  type: GraphQLAbstractType,
+  value: unknown,
+): GraphQLObjectType | undefined | Promise<GraphQLObjectType | undefined> {
+  const { graphql, schema, call } = walk;
+  if (!schema || !call) return undefined;
+  const named = (name: unknown) => {
+    const resolved = typeof name === 'string' ? schema.getType(name) : undefined;
+    return resolved && graphql.isObjectType(resolved) ? resolved : undefined;
+  };
+  try {
+    const resolve = type.resolveType ?? graphql.defaultTypeResolver;
+    const told: unknown = resolve(value, call.context, call.info, type);
+    return isThenable(told) ? Promise.resolve(told).then(named, none) : named(told);
+  } catch {
+    return undefined;
+  }
 }
 
 /**

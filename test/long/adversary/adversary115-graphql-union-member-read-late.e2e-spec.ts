@@ -16,6 +16,13 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): lib/graphql/wire-value.ts `readAhead` tells a union's or an
+ * interface's member as graphql-js does where it completes the value (`memberAhead`: the
+ * type's `resolveType()`, or graphql-js' own `defaultTypeResolver`), synchronously where it
+ * answers so, and reads the member ahead at its field's turn; a member told by a Promise is
+ * read once it settles (`settled`). The walk takes that member (`walkValue`), so the app's
+ * `resolveType()` is called by the library once, as before (docs/guides/graphql.md).
+ *
  * Adversary 115 (graphql; read-through of adversary 114's read order, wire-value.ts
  * `readAhead`, with a union and its `resolveType`).
  *
@@ -207,7 +214,7 @@ describe("adversary 115: a union's member is read after its siblings", () => {
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip("a union's member is read at its field's turn, as without the library (Not fixed (round 115): found by review)", async () => {
+  it("a union's member is read at its field's turn, as without the library", async () => {
     const { plain, first, again } = await three(`{ ${media} cover { url } }`, 'adv115-union');
     expect(plain.body.data.makePostPlain).toEqual({
       media: { url: '/v/1.mp4?n=1' },
