@@ -28,7 +28,8 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  * its key's turn (`readObjectAhead`), given to the wrapper through the first answer's Proxy,
  * and kept as its input (`KEPT`) for the replay's wrapper (lib/graphql/wrapped-getters.ts,
  * wire-value.ts `readsGetterUnderApp`, resolved-fields.ts `isResolveField`;
- * docs/guides/graphql.md).
+ * docs/guides/graphql.md). The read order under "Also seen" (`{ loud url }`) has a test of
+ * its own below.
  *
  * Adversary 115 (graphql; `@Directive`s beside the read-ahead of adversary 114, wire-value.ts
  * `readObjectAhead` / `walkValue`): a getter field carrying a schema directive whose transform
@@ -84,6 +85,15 @@ import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
  */
 let pool: Pool;
 
+/** A CDN signer whose nonce counts up, one signer for the app. */
+const signer = {
+  nonce: 0,
+  sign(path: string): string {
+    this.nonce += 1;
+    return `${path}?n=${this.nonce}`;
+  },
+};
+
 /** Nest's docs' `upperDirectiveTransformer`. */
 function upperDirectiveTransformer(schema: GraphQLSchema, directiveName: string) {
   return mapSchema(schema, {
@@ -124,7 +134,28 @@ class Author {
   get displayName(): string {
     return `${this.first} ${this.last}`;
   }
+
+  /** Signed as it is read, under the directive. */
+  @Field()
+  @Directive('@upper')
+  get loud(): string {
+    return signer.sign(`/a/loud`);
+  }
+
+  /** Signed as it is read. */
+  @Field()
+  get url(): string {
+    return signer.sign(`/a.jpg`);
+  }
 }
+
+const makeAuthor = async (): Promise<Author> => {
+  const { rows } = await pool.query<{ id: number }>(
+    'INSERT INTO authors DEFAULT VALUES RETURNING id',
+  );
+  signer.nonce = 0;
+  return new Author(rows[0].id, 'Ada', 'Lovelace');
+};
 
 @Resolver(() => Author)
 class AuthorResolver {
@@ -136,10 +167,12 @@ class AuthorResolver {
   @Mutation(() => Author)
   @Idempotent()
   async addAuthor(): Promise<Author> {
-    const { rows } = await pool.query<{ id: number }>(
-      'INSERT INTO authors DEFAULT VALUES RETURNING id',
-    );
-    return new Author(rows[0].id, 'Ada', 'Lovelace');
+    return makeAuthor();
+  }
+
+  @Mutation(() => Author)
+  async addAuthorPlain(): Promise<Author> {
+    return makeAuthor();
   }
 }
 
@@ -209,6 +242,18 @@ describe("adversary 115: a directive's getter field replays null", () => {
     expect(first.body.data.addAuthor.displayName).toBe('ADA LOVELACE');
     expect(again.body.extensions?.idempotency?.replayed).toEqual(['addAuthor']);
     expect(again.body.errors).toBeUndefined();
+    expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
+  });
+
+  it("a directive's getter field is read at its turn among the object's getters, as without the library", async () => {
+    const plain = await post('mutation { addAuthorPlain { loud url } }');
+    const { first, again } = await twice('mutation { addAuthor { loud url } }', 'adv115-dir-order');
+    expect(first.body.errors).toBeUndefined();
+    expect(plain.body.data.addAuthorPlain.loud).toMatch(/N=1$/);
+    expect(JSON.stringify(first.body.data.addAuthor)).toBe(
+      JSON.stringify(plain.body.data.addAuthorPlain),
+    );
+    expect(again.body.extensions?.idempotency?.replayed).toEqual(['addAuthor']);
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 });
