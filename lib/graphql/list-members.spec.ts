@@ -1,4 +1,10 @@
-import { adoptsList, keepsListItself, listMembers, withListMembers } from './list-members.js';
+import {
+  adoptsList,
+  keepsListItself,
+  LIST_HOLES,
+  listMembers,
+  withListMembers,
+} from './list-members.js';
 
 /** Each own key of `value` but its items and length, with how it is defined. */
 const members = (value: object) =>
@@ -45,6 +51,11 @@ describe('listMembers', () => {
       list((of) => Object.defineProperty(of, '7', { value: 'x', enumerable: true })),
       undefined,
     ],
+    [
+      "a Set's own member: kept (a Set's items are no members)",
+      Object.assign(new Set([{ id: 1 }]), { cursor: 'c' }) as unknown as unknown[],
+      [['cursor', 'c', true, true]],
+    ],
   ])('%s', (_what, of, expected) => {
     const kept = listMembers(of);
     if (!expected) {
@@ -72,11 +83,23 @@ describe('withListMembers', () => {
       [['total', 1, true, true]],
     ],
     ['nothing where the kept data is no list', [1], { total: 43 }, []],
+    [
+      "a Set's own member onto the Set rebuilt (its items no members)",
+      new Set([1]),
+      Object.assign(new Set(), { total: 43 }),
+      [['total', 43, true, true]],
+    ],
+    [
+      "never a list record's holes (the library's)",
+      [1, 2],
+      Object.defineProperty([], LIST_HOLES, { value: [1], enumerable: true }),
+      [],
+    ],
   ])('%s', (_what, target, kept, expected) => {
     withListMembers(target, kept);
     expect(members(target as object)).toEqual(expected);
     // The items are the answer's.
-    expect((target as unknown[]).length).toBeGreaterThan(0);
+    expect([...(target as Iterable<unknown>)].length).toBeGreaterThan(0);
   });
 });
 

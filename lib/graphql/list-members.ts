@@ -11,10 +11,32 @@ import { defineOwn } from './own-member.js';
  * rebuilt list.
  */
 
-/** Whether `key` is one of the array's items or its `length` (its node holds those). */
-function isItemOrLength(key: string | symbol, length: number): boolean {
-  if (key === 'length') return true;
+/**
+ * The member of a kept list's record (list-shapes.ts) that names its holes: the library's, never
+ * the app's, so never given back as a member. Registered, as the graph of the parents' data
+ * writes a member under a symbol only where another process knows it.
+ */
+export const LIST_HOLES = Symbol.for('nestjs-idempotency.list-holes');
+
+/**
+ * Whether `list` is a collection a list field may be: an array, a `Set`, a `Map`, a typed
+ * array (rereadable-lists.ts). Only these hold a list's record of what is no item.
+ */
+export function isListCollection(list: unknown): list is object {
+  if (typeof list !== 'object' || list === null) return false;
+  if (Array.isArray(list) || list instanceof Set || list instanceof Map) return true;
+  return ArrayBuffer.isView(list) && !(list instanceof DataView);
+}
+
+/**
+ * Whether `key` is one of the collection's items or an array's `length` (its node holds those):
+ * an index below its length, for an array or a typed array; a `Set`'s and a `Map`'s items are
+ * no members at all.
+ */
+function isItemOrLength(key: string | symbol, list: object): boolean {
+  if (key === 'length' && Array.isArray(list)) return true;
   if (typeof key !== 'string' || !/^(?:0|[1-9]\d*)$/.test(key)) return false;
+  const length = Array.isArray(list) || ArrayBuffer.isView(list) ? (list as unknown[]).length : 0;
   return Number(key) < length;
 }
 
@@ -22,12 +44,13 @@ function isItemOrLength(key: string | symbol, length: number): boolean {
  * An empty array holding `list`'s own data members that are no items, each defined as it was
  * (its enumerability, its writability), in their order; undefined where it has none (nothing
  * is kept for a bare list). A getter is not read (it may load or throw), a member under a
- * symbol no other process knows is no data (typed-graph.ts leaves both out alike).
+ * symbol no other process knows is no data (typed-graph.ts leaves both out alike). `list` is
+ * any collection a list field may be (`isListCollection`): a `Set`'s own members alike.
  */
-export function listMembers(list: readonly unknown[]): unknown[] | undefined {
+export function listMembers(list: object): unknown[] | undefined {
   let kept: unknown[] | undefined;
   for (const key of Reflect.ownKeys(list)) {
-    if (isItemOrLength(key, list.length)) continue;
+    if (isItemOrLength(key, list)) continue;
     if (typeof key === 'symbol' && Symbol.keyFor(key) === undefined) continue;
     const descriptor = Reflect.getOwnPropertyDescriptor(list, key);
     if (!descriptor || !('value' in descriptor)) continue;
@@ -43,16 +66,16 @@ export function listMembers(list: readonly unknown[]): unknown[] | undefined {
 }
 
 /**
- * `kept`'s own members that are no items (`listMembers`' array, read back) defined onto the
- * rebuilt list `target`, each as it was kept, where `target` lacks it; nothing where either
- * is no array. Its items are the answer's, never `kept`'s.
+ * `kept`'s own members that are no items (`listMembers`' array, read back, or a list's record:
+ * list-shapes.ts) defined onto the rebuilt list `target`, each as it was kept, where `target`
+ * lacks it; nothing where either is no collection (`isListCollection`). Its items are the
+ * answer's, never `kept`'s; the record's `LIST_HOLES` is the library's, never a member.
  */
 export function withListMembers(target: unknown, kept: unknown): void {
-  if (!Array.isArray(target) || !Array.isArray(kept)) return;
+  if (!isListCollection(target) || !isListCollection(kept)) return;
   for (const key of Reflect.ownKeys(kept)) {
-    if (isItemOrLength(key, kept.length) || Object.prototype.hasOwnProperty.call(target, key)) {
-      continue;
-    }
+    if (key === LIST_HOLES || isItemOrLength(key, kept)) continue;
+    if (Object.prototype.hasOwnProperty.call(target, key)) continue;
     const descriptor = Reflect.getOwnPropertyDescriptor(kept, key)!;
     if (!('value' in descriptor)) continue;
     if (descriptor.enumerable && typeof key === 'string') {

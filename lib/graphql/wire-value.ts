@@ -52,7 +52,8 @@ import { sameData } from './same-data.js';
 import { recordOnce } from './same-record.js';
 import { keptMember } from './hidden-members.js';
 import { completedItems } from './completed-items.js';
-import { adoptsList, keepsListItself, listMembers, withListMembers } from './list-members.js';
+import { adoptsList, keepsListItself } from './list-members.js';
+import { listShape, shapedList } from './list-shapes.js';
 import { recordInNode } from './record-in-node.js';
 import { rereadableList } from './rereadable-lists.js';
 import { objectNodes } from './object-nodes.js';
@@ -641,9 +642,16 @@ async function walkValue(
     // A Set or a typed array, read again alike, is given as it is (rereadable-lists.ts).
     const same =
       (list === value || rereadableList(value)) && items.every((item, i) => item.value === list[i]);
+    // Else its items' views (a getter's read answered) in the app's collection again: its
+    // kind, holes and own members, as a replay builds it (list-shapes.ts: adversary 115).
     return {
       wire: items.map((item) => item.wire),
-      value: same ? promised : items.map((item) => item.value),
+      value: same
+        ? promised
+        : shapedList(
+            items.map((item) => item.value),
+            listShape(value),
+          ),
     };
   }
   if (graphql.isLeafType(type)) return { wire: leafWire(type.serialize(value)), value: promised };
@@ -954,13 +962,15 @@ async function walkValue(
       aliased,
       answers: aliasAnswers,
     });
-    // A list's own members that are no items (a page's `total`), which its wire form (its
-    // items) does not hold: kept for the app's resolvers, given back onto the rebuilt list
-    // (list-members.ts: adversary 112).
-    if (keeping.selectedInputs && Array.isArray(item)) {
-      const members = listMembers(item);
-      if (members) defineOwn(parent, property, members);
-      walk.selectedLists.push({ record: parent, property, list: item });
+    // What of a list its wire form (its items) does not hold: its kind (a Set), its holes,
+    // its own members that are no items (a page's `total`). Kept for the app's resolvers, the
+    // rebuilt list made of that shape again (list-shapes.ts: adversaries 112, 115).
+    const listField = graphql.isListType(graphql.getNullableType(field.type));
+    if (keeping.selectedInputs && (listField || Array.isArray(item))) {
+      const shape = listShape(item);
+      if (shape) defineOwn(parent, property, shape);
+      // The array itself where the graph holds it elsewhere (`writeParents`: adversary 114).
+      if (Array.isArray(item)) walk.selectedLists.push({ record: parent, property, list: item });
     }
     if (graphql.isLeafType(graphql.getNamedType(field.type))) {
       const tree = classTreeNoting(item, `its field ${name}`, concrete.name, losses);
@@ -1849,9 +1859,10 @@ export function fromWire(
       if (writesBesideFields(name, item, fromFields)) own(value, name, item);
       // A selected list kept itself (the graph holds it at another place too: list-members.ts
       // `keepsListItself`) is the list answered, its items the answer's; else its own members
-      // that are no items, onto the list rebuilt from the answer.
+      // that are no items, holes and kind: the list rebuilt from the answer made the app's
+      // collection again (list-shapes.ts).
       else if (hasOwn(value, name) && adoptsList(value[name], item)) keptList(value, name, item);
-      else if (hasOwn(value, name)) withListMembers(value[name], item);
+      else if (hasOwn(value, name)) shapeOwn(value, name, item);
     }
     // Its members under registered symbols (`Symbol.for`): no field's, kept as they were; and
     // its own data that is not enumerable (hidden-members.ts), not enumerable again.
@@ -2045,6 +2056,9 @@ function aliasReadsAgain(
 function keptList(value: Record<string, unknown>, name: string, node: unknown[]): void {
   const rebuilt = value[name] as unknown[];
   rebuilt.forEach((item, index) => {
+    // A hole of the kept array is the app's (the answer's `null` there): a hole again, which
+    // a resolver's `reduce` skips as at the first call (adversary 115).
+    if (!Object.prototype.hasOwnProperty.call(node, index)) return;
     node[index] = oneItem(item, node[index]);
   });
   const descriptor = Object.getOwnPropertyDescriptor(value, name)!;
@@ -2061,6 +2075,15 @@ function oneItem(built: unknown, kept: unknown): unknown {
   if (ADOPTED.has(kept)) return kept;
   ADOPTED.set(kept, []);
   return ontoNode(built, kept);
+}
+
+/** `value[name]`, a list rebuilt from the answer, made of the kept `shape` (list-shapes.ts). */
+function shapeOwn(value: Record<string, unknown>, name: string, shape: unknown): void {
+  const rebuilt = value[name];
+  const shaped = shapedList(rebuilt, shape);
+  if (shaped === rebuilt) return;
+  const descriptor = Object.getOwnPropertyDescriptor(value, name)!;
+  Object.defineProperty(value, name, { ...descriptor, value: shaped });
 }
 
 /** Each node a replay made an object of (`fromWire`), with the places adopted at so far. */

@@ -18,6 +18,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): the first call's list of item views is built through the list's
+ * shape as a replay's is (lib/graphql/list-shapes.ts `listShape`/`shapedList`, called by
+ * wire-value.ts `walkValue`), which defines the list's own members that are no items (`total`) onto
+ * it, as list-members.ts `withListMembers` does on a replay.
+ *
  * Adversary 115 (graphql; read-through of adversary 112's list members, list-members.ts, with
  * the list's items answered through Proxies).
  *
@@ -181,7 +186,7 @@ describe('adversary 115: a page of getter objects loses its total at the first c
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip("a page of getter objects keeps its total for the first call's resolver (Not fixed (round 115): found by review)", async () => {
+  it("a page of getter objects keeps its total for the first call's resolver", async () => {
     const { plain, first, again } = await three(true, 'adv115-page-total');
     expect(plain.body.data.placeOrderPlain.lineTotal).toBe(43);
     expect(first.body.errors).toBeUndefined();

@@ -17,6 +17,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): the first call's list of item views is built through the list's
+ * shape as a replay's is (lib/graphql/list-shapes.ts `listShape`/`shapedList`, called by
+ * wire-value.ts `walkValue`): a `Set` of the views, in the Set's order; a replay builds a `Set` of
+ * the rebuilt items alike.
+ *
  * Adversary 115 (graphql; read-through of adversary 114's selected-Set fix,
  * rereadable-lists.ts): a selected list field whose value is a `Set` of class instances with a
  * getter field (`Tag`'s `label`, computed from its `name`), on a type with a `@ResolveField()`
@@ -190,7 +195,7 @@ describe('adversary 115: a selected Set of getter objects is an Array at the fir
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip("a Set of objects with a getter field reaches the first call's resolver as the Set (Not fixed (round 115): found by review)", async () => {
+  it("a Set of objects with a getter field reaches the first call's resolver as the Set", async () => {
     const plain = await post(`mutation { createPostPlain ${sel} }`);
     const first = await post(`mutation { createPost ${sel} }`, 'adv115-set-items');
     const again = await post(`mutation { createPost ${sel} }`, 'adv115-set-items');

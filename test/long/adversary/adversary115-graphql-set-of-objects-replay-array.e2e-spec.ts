@@ -17,6 +17,11 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): the parent's kept data holds the list's shape (an empty collection
+ * of its kind: an empty `Set`; lib/graphql/list-shapes.ts `listShape`), and a replay builds the
+ * list rebuilt from the answer through it (`shapedList`, wire-value.ts `fromWire`): a `Set` of the
+ * rebuilt items, in order.
+ *
  * Adversary 115 (graphql; read-through of adversary 114's selected-Set fix,
  * rereadable-lists.ts): adversary 114's fix was shown with a `Set` of strings; here the
  * selected `Set` holds objects (`[Tag]`, plain data: tags de-duplicated by identity, as domain
@@ -182,7 +187,7 @@ describe("adversary 115: a selected Set of objects is an Array for a replay's re
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip("a Set of objects reaches a replay's resolver as the Set, as at the first call (Not fixed (round 115): found by review)", async () => {
+  it("a Set of objects reaches a replay's resolver as the Set, as at the first call", async () => {
     const { first, again } = await twice(
       'mutation { createPost { tags { label } tagCount } }',
       'adv115-set-objects',

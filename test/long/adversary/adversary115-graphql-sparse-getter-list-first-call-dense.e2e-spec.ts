@@ -18,6 +18,10 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): the first call's list of item views is built through the list's
+ * shape as a replay's is (lib/graphql/list-shapes.ts `listShape`/`shapedList`, called by
+ * wire-value.ts `walkValue`): an index that was a hole stays one, never an own `undefined`.
+ *
  * Adversary 115 (graphql; read-through of adversary 114's sparse-list fix, completed-items.ts):
  * the list with a hole of adversary115-graphql-sparse-list-resolver-reads-null, its lines now
  * entity class instances with a getter field (`Line`'s `sku`, computed), as an ORM's entities
@@ -191,7 +195,7 @@ describe('adversary 115: a sparse list of getter objects is dense at the first c
     expect(again.body.extensions?.idempotency?.replayed).toEqual(['placeOrder']);
   });
 
-  it.skip("a sparse list of getter objects reaches the first call's resolver with its hole (Not fixed (round 115): found by review)", async () => {
+  it("a sparse list of getter objects reaches the first call's resolver with its hole", async () => {
     const { plain, first, again } = await three(true, 'adv115-sparse-getters');
     expect(plain.body.data.placeOrderPlain).toEqual({
       lines: [{ id: 1, sku: 'SKU-1' }, null, { id: 3, sku: 'SKU-3' }],
