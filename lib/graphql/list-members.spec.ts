@@ -1,6 +1,7 @@
 import {
   adoptsList,
   keepsListItself,
+  keptListItems,
   LIST_HOLES,
   listMembers,
   withListMembers,
@@ -129,5 +130,25 @@ describe('adoptsList', () => {
     ['no list rebuilt', null, [], false],
   ])('%s', (_name, rebuilt, kept, expected) => {
     expect(adoptsList(rebuilt, kept)).toBe(expected);
+  });
+});
+
+describe('keptListItems', () => {
+  const a = { id: 1 };
+  const b = { id: 2 };
+  const when = new Date(0);
+  const row = [a, 3];
+  const selfHolding: unknown[] = [b];
+  selfHolding.push(selfHolding);
+  it.each<[string, unknown[][], object[]]>([
+    ['the items of a list', [[a, b]], [a, b]],
+    ['a leaf list: its numbers none, its Date one', [[1, when]], [when]],
+    ['a list of lists: the items of its rows, never a row', [[row, [b]]], [a, b]],
+    ['one row in two lists: its items once', [[row], [row]], [a]],
+    ['a list holding itself: walked once', [selfHolding], [b]],
+    ['holes and nulls: none', [[null, undefined, ...new Array<unknown>(1), a]], [a]],
+    ['no list kept', [], []],
+  ])('%s', (_name, lists, expected) => {
+    expect(keptListItems(lists)).toEqual(new Set(expected));
   });
 });

@@ -114,3 +114,26 @@ export function keepsListItself(
 export function adoptsList(rebuilt: unknown, kept: unknown): kept is unknown[] {
   return Array.isArray(rebuilt) && Array.isArray(kept) && rebuilt.length === kept.length;
 }
+
+/**
+ * The objects the lists kept itself (`keepsListItself`) hold, at any depth of lists within
+ * them (a `[[Line]]` page of rows): each is a node a replay makes the answer's item there
+ * (wire-value.ts `keptList`), so that its node needs none of the data the answer holds
+ * (adversary 116: a page's rows written whole, their selected `body` stored twice). Arrays
+ * within are walked, never items themselves.
+ */
+export function keptListItems(lists: readonly (readonly unknown[])[]): Set<object> {
+  const items = new Set<object>();
+  const seen = new Set<object>();
+  const queue: (readonly unknown[])[] = [...lists];
+  while (queue.length > 0) {
+    const list = queue.pop()!;
+    if (seen.has(list)) continue;
+    seen.add(list);
+    for (const item of list) {
+      if (Array.isArray(item)) queue.push(item);
+      else if (typeof item === 'object' && item !== null) items.add(item);
+    }
+  }
+  return items;
+}

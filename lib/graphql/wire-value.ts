@@ -45,16 +45,17 @@ import { defineOwn, defineOwnSymbol } from './own-member.js';
 import { firstRoots, graphReachedBy, parentRef, parentRefSource } from './parent-graph.js';
 import { leftOutSource } from './left-out-parent.js';
 import { nodeClasses, type SharedRead } from './node-classes.js';
-import { adoptsNode, ontoNode } from './parent-identity.js';
+import { ontoNode } from './parent-identity.js';
 import { mayAnswerOtherwise, seenThrough } from './first-answer-view.js';
 import { type Graph } from './typed-graph.js';
 import { sameData } from './same-data.js';
 import { recordOnce } from './same-record.js';
 import { keptMember } from './hidden-members.js';
 import { completedItems } from './completed-items.js';
-import { adoptsList, keepsListItself } from './list-members.js';
+import { adoptsList, keepsListItself, keptListItems } from './list-members.js';
 import { listShape, shapedList } from './list-shapes.js';
 import { recordInNode } from './record-in-node.js';
+import { keptItem } from './kept-items.js';
 import { rereadableList } from './rereadable-lists.js';
 import { objectNodes } from './object-nodes.js';
 import { rebuiltOrder, reorderOwnKeys, storedKeyOrder } from './key-order.js';
@@ -349,6 +350,12 @@ interface Walk {
    */
   selectedLists: { record: Record<string, unknown>; property: string; list: unknown[] }[];
   /**
+   * Each object answered whose record of its data is empty (the answer holds all it has), with
+   * its properties the answer holds: an item of a list kept itself is written as its empty
+   * record, never its whole row (`writeParents`: adversary 116).
+   */
+  bareParents: { source: object; answered: ReadonlySet<string> }[];
+  /**
    * Each object's records of its data written so far (`PARENT`'s, `KEPT`'s), by object: a
    * place whose record holds the same is given that record, one node for all its places
    * (same-record.ts).
@@ -406,12 +413,19 @@ export async function outputWire(
     parentRecords: new WeakMap(),
     keptRecords: new WeakMap(),
     selectedLists: [],
+    bareParents: [],
   };
   // Its place in the operation's answer, for a field one object answers otherwise at each
   // of its places (read-places.ts); none known without the call.
   const place = call && placeOfPath(pathOf(call.info));
   const stored = await walkValue(walk, type, promised, selection.nodes, false, place);
-  const parentGraph = writeParents(walk.parentData, losses, walk.keptData, walk.selectedLists);
+  const parentGraph = writeParents(
+    walk.parentData,
+    losses,
+    walk.keptData,
+    walk.selectedLists,
+    walk.bareParents,
+  );
   return {
     ...stored,
     parents: walk.parents,
@@ -433,6 +447,7 @@ function writeParents(
   losses: ReplayLoss[],
   kept: Walk['keptData'] = [],
   lists: Walk['selectedLists'] = [],
+  bare: Walk['bareParents'] = [],
 ): Graph | undefined {
   const parents = [...noted, ...kept];
   if (parents.length === 0) return undefined;
@@ -452,13 +467,13 @@ function writeParents(
   // A selected list the graph holds elsewhere (a hidden snapshot's `lines`), or an item of
   // which it holds (the page's own `primary`): the record holds the array itself, one node
   // with the other place's, which a replay makes the list it answers (adversary 114).
-  let listsKept = false;
+  const listsKept: unknown[][] = [];
   for (const { record, property, list } of lists) {
     if (!keepsListItself(list, (item) => typed.nodes.has(item))) continue;
     defineOwn(record, property, list);
-    listsKept = true;
+    listsKept.push(list);
   }
-  if (listsKept) typed = keepAll(firsts.map((parent) => parent.data));
+  if (listsKept.length > 0) typed = keepAll(firsts.map((parent) => parent.data));
   // A record whose own object's node holds the same data (its lines reached back through
   // `order.raw.lines`): that node is the record, its data written once (record-in-node.ts:
   // adversary 114, each line's hidden cache was stored twice, and the size trim weighed it so).
@@ -480,12 +495,26 @@ function writeParents(
   for (const records of recordsOf.values()) {
     if (records.size > 1) for (const data of records) inNode.delete(data);
   }
-  if (inNode.size > 0) {
-    // Each such object written as its record, wherever the graph reaches it: never its whole
-    // row, whose selected fields the answer holds (adversary 108: forty lines' rows).
-    const writtenAs = new Map<object, object>();
-    for (const parent of noted)
-      if (inNode.has(parent.data)) writtenAs.set(parent.source, parent.data);
+  // Each such object written as its record, wherever the graph reaches it: never its whole
+  // row, whose selected fields the answer holds (adversary 108: forty lines' rows).
+  const writtenAs = new Map<object, object>();
+  for (const parent of noted)
+    if (inNode.has(parent.data)) writtenAs.set(parent.source, parent.data);
+  // An item of a list kept itself, at any depth, whose record is empty (the answer holds all
+  // it has): written as that empty record, its node made the answer's item on a replay
+  // (`keptList`). Written whole, a page's rows were stored twice, and the size trim then left
+  // out the page's `primary` (adversary 116). Never an object that has a record elsewhere.
+  const items = keptListItems(listsKept);
+  // Each of its places must answer all it has (their selections may differ).
+  const wholeElsewhere = new Set<object>();
+  for (const { source, answered } of bare) {
+    if (!recordInNode({}, source, answered)) wholeElsewhere.add(source);
+  }
+  for (const { source } of bare) {
+    if (!items.has(source) || recordsOf.has(source) || wholeElsewhere.has(source)) continue;
+    if (typed.nodes.has(source)) writtenAs.set(source, {});
+  }
+  if (writtenAs.size > 0) {
     typed = keepAll(
       firsts.map((parent) =>
         inNode.has(parent.data) ? (parent.source as Record<string, unknown>) : parent.data,
@@ -583,7 +612,10 @@ function writeParent(
 ): void {
   delete wire[PARENT];
   delete wire[PARENT_CLASSES];
-  if (Reflect.ownKeys(parent).length === 0) return;
+  if (Reflect.ownKeys(parent).length === 0) {
+    walk.bareParents.push({ source, answered });
+    return;
+  }
   wire[PARENT] = parentRef(-1);
   // One object at several places keeps its data once (same-record.ts: adversary 109).
   const data = recordOnce(walk.parentRecords, source, parent);
@@ -2054,27 +2086,37 @@ function aliasReadsAgain(
  * its own members as kept.
  */
 function keptList(value: Record<string, unknown>, name: string, node: unknown[]): void {
-  const rebuilt = value[name] as unknown[];
+  const list = keptArray(value[name] as unknown[], node);
+  const descriptor = Object.getOwnPropertyDescriptor(value, name)!;
+  Object.defineProperty(value, name, { ...descriptor, value: list });
+}
+
+/** The kept array `node` made the list `rebuilt` is: each place by kept-items.ts `keptItem`. */
+function keptArray(rebuilt: readonly unknown[], node: unknown[]): unknown[] {
   rebuilt.forEach((item, index) => {
     // A hole of the kept array is the app's (the answer's `null` there): a hole again, which
     // a resolver's `reduce` skips as at the first call (adversary 115).
     if (!Object.prototype.hasOwnProperty.call(node, index)) return;
     node[index] = oneItem(item, node[index]);
   });
-  const descriptor = Object.getOwnPropertyDescriptor(value, name)!;
-  Object.defineProperty(value, name, { ...descriptor, value: node });
+  return node;
 }
 
-/** The item a kept list holds: the answer's `built`, made `kept` (its node) where that adopts. */
+/** The item a kept list holds at one place (kept-items.ts `keptItem`, at any depth of lists). */
 function oneItem(built: unknown, kept: unknown): unknown {
-  if (built === kept) return kept;
-  if (typeof built !== 'object' || built === null || Array.isArray(built)) return built;
   // Made a node already (its `__parent` named one): that object, as the answer's place has it.
-  if (ADOPTED.has(built)) return built;
-  if (!adoptsNode(kept, ADOPTED.has(kept as object))) return built;
-  if (ADOPTED.has(kept)) return kept;
-  ADOPTED.set(kept, []);
-  return ontoNode(built, kept);
+  if (typeof built === 'object' && built !== null && ADOPTED.has(built)) return built;
+  switch (keptItem(built, kept, typeof kept === 'object' && kept !== null && ADOPTED.has(kept))) {
+    case 'kept':
+      return kept;
+    case 'list':
+      return keptArray(built as unknown[], kept as unknown[]);
+    case 'node':
+      ADOPTED.set(kept as object, []);
+      return ontoNode(built as object, kept as object);
+    default:
+      return built;
+  }
 }
 
 /** `value[name]`, a list rebuilt from the answer, made of the kept `shape` (list-shapes.ts). */

@@ -18,6 +18,12 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): an object whose record is empty (the answer holds all it has)
+ * is noted (wire-value.ts `writeParent` -> `bareParents`); where it is an item of a list kept
+ * itself, at any depth (list-members.ts `keptListItems`), `writeParents` writes it as its empty
+ * record (`writtenAs`), and the replay makes that node the answer's item (`keptList`): the
+ * rows are stored once, and the page's `primary` stays under the limit.
+ *
  * Adversary 116 (graphql; the seam of 7e1c79ab: a selected list the parents' data holds an
  * item of elsewhere is kept ITSELF in the parent's record, list-members.ts `keepsListItself`,
  * wire-value.ts `writeParents`): the page's own `primary` line (`Object.defineProperty(lines,
@@ -175,7 +181,7 @@ describe('adversary 116: the rows of a list kept itself stored whole, and the tr
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('a page member naming an item is kept under the limit the answer fits (Not fixed (round 116): found by review)', async () => {
+  it('a page member naming an item is kept under the limit the answer fits', async () => {
     const { first, again } = await twice('primary', 'adv116-list-rows-twice-primary');
     expect(first.body.errors).toBeUndefined();
     expect(first.body.data.importOrder.primaryIndex).toBe('1:object:undefined');

@@ -17,6 +17,10 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): a list within a list kept itself is adopted as the list is
+ * (lib/graphql/kept-items.ts `keptItem` answers `list`; wire-value.ts `keptArray` recurses),
+ * so the kept row node `order.header` names is the grid's row on a replay.
+ *
  * Adversary 116 (graphql; the seam of 7e1c79ab: a selected list the parents' data holds
  * elsewhere is kept itself, and a replay adopts it, list-members.ts `keepsListItself` /
  * `adoptsList`, wire-value.ts `keptList` / `oneItem`): a selected list of lists
@@ -189,7 +193,7 @@ describe('adversary 116: a kept list of lists, one row named elsewhere', () => {
     expect(JSON.stringify(again.body.data)).toBe(JSON.stringify(first.body.data));
   });
 
-  it.skip('a row named elsewhere is that row of the list on a replay (Not fixed (round 116): found by review)', async () => {
+  it('a row named elsewhere is that row of the list on a replay', async () => {
     const { plain, first, again } = await three('{ grid headerIndex }', 'adv116-nested-list-row');
     expect(plain.body.data.importOrderPlain.headerIndex).toBe(0);
     expect(first.body.errors).toBeUndefined();
