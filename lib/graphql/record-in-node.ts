@@ -1,3 +1,5 @@
+import { keptMember } from './hidden-members.js';
+
 /**
  * A parent's record (its own data for the app's resolvers beyond what the answer holds:
  * `__parent`, wire-value.ts) is written into the answer's shared graph beside the node of the
@@ -24,21 +26,29 @@ export function recordInNode(
   source: object,
   answered: ReadonlySet<string>,
 ): boolean {
-  // An object of its own data (a plain one, or an instance of a class): an array, a Map, a
-  // Date, one with no prototype is written as what it is, which its record is not.
+  // An object of its own data (a plain one, an instance of a class, one with no prototype: a
+  // driver's dictionary-style row, its node written with no prototype either, typed-graph.ts
+  // `graphWriter`): an array, a Map, a Date is written as what it is, which its record is not.
   if (Object.prototype.toString.call(source) !== '[object Object]') return false;
-  if (Object.getPrototypeOf(source) === null) return false;
   const recordKeys = Reflect.ownKeys(record).filter(isWritten);
   for (const key of recordKeys) {
     const kept = Reflect.getOwnPropertyDescriptor(record, key)!;
     const own = Reflect.getOwnPropertyDescriptor(source, key);
-    if (!own || !('value' in own) || !('value' in kept)) return false;
-    if (!Object.is(own.value, kept.value)) return false;
+    if (!own || !('value' in kept)) return false;
     if ((own.enumerable === true) !== (kept.enumerable === true)) return false;
+    // An own enumerable getter (a computed `label`): the walk read it once into the record, as
+    // JSON reads it, and the node holds what the walk read (adversary 116: such a row was
+    // written twice, and the size trim left out a cache a resolver reads).
+    if (!('value' in own)) {
+      if (own.enumerable !== true) return false;
+      continue;
+    }
+    if (!Object.is(own.value, kept.value)) return false;
   }
   const inRecord = new Set<string | symbol>(recordKeys);
   return Reflect.ownKeys(source)
     .filter(isWritten)
+    .filter((key) => keptMember(Reflect.getOwnPropertyDescriptor(source, key)!, true) !== 'none')
     .every((key) => inRecord.has(key) || (typeof key === 'string' && answered.has(key)));
 }
 

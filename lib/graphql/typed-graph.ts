@@ -379,7 +379,11 @@ export function graphWriter(
       const next = queue[head];
       head += 1;
       at = next.index;
-      nodes[next.index] = node(contentOf(next.value));
+      const written = node(contentOf(next.value));
+      // With no prototype as the object is (a driver's dictionary-style row written as its
+      // record: record-in-node.ts), whatever its record's is.
+      if (written[0] === 'o' && Object.getPrototypeOf(next.value) === null) written[0] = 'O';
+      nodes[next.index] = written;
     }
     queue.length = 0;
     head = 0;
@@ -446,7 +450,9 @@ export function graphWriter(
     }
     member = undefined;
     memberStart = -1;
-    nodes[index] = [Object.getPrototypeOf(content) === null ? 'O' : 'o', ...flat];
+    // With no prototype as the object is (a driver's dictionary-style row written as its
+    // record: record-in-node.ts), whatever its record's is.
+    nodes[index] = [Object.getPrototypeOf(value) === null ? 'O' : 'o', ...flat];
     return index;
   };
   const done = (): Written => ({ graph: { g: nodes }, lost, exact });
