@@ -414,3 +414,17 @@ describe('keepAll with objects written as their records (record-in-node.ts)', ()
     expect(kept.kept.g.filter((node) => JSON.stringify(node).includes('"order"'))).toHaveLength(1);
   });
 });
+
+describe('keepAll: an object with no prototype written as its record (record-in-node.ts)', () => {
+  it.each<[string, boolean]>([
+    ['reached from another root', false],
+    ['a root itself', true],
+  ])('%s: its node has no prototype either', (_name, asRoot) => {
+    const line = Object.assign(Object.create(null) as Record<string, unknown>, { id: 1 });
+    const lineRecord = { note: 'n' };
+    const order = { raw: { lines: [line] } };
+    const kept = keepAll(asRoot ? [line, order] : [order], new Map([[line, lineRecord]]));
+    const node = kept.kept.g[kept.nodes.get(line)!] as unknown[];
+    expect(node).toEqual(['O', 'note', 'n']);
+  });
+});
