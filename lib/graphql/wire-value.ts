@@ -38,6 +38,7 @@ import {
 import { hasClassMetadata, transformedClassNamed, transformedClassOf } from './class-transforms.js';
 import { type ClassTree, classGetters, classTreeOf, namedByTree } from './class-tree.js';
 import { answerAsMember, answerMembersOf } from './replayed-member.js';
+import { type FieldAt, fieldAt, itemAt, memberInfo, rootAt } from './member-info.js';
 import { collectedNodes, type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
 import { thrownError } from './thrown-error.js';
@@ -418,7 +419,16 @@ export async function outputWire(
   // Its place in the operation's answer, for a field one object answers otherwise at each
   // of its places (read-places.ts); none known without the call.
   const place = call && placeOfPath(pathOf(call.info));
-  const stored = await walkValue(walk, type, promised, selection.nodes, false, place);
+  const stored = await walkValue(
+    walk,
+    type,
+    promised,
+    selection.nodes,
+    false,
+    place,
+    undefined,
+    call && rootAt(call.info),
+  );
   const parentGraph = writeParents(
     walk.parentData,
     losses,
@@ -640,6 +650,8 @@ async function walkValue(
    * is known, where none were (the walk's root, a value a Promise gave).
    */
   ahead?: ReadAhead,
+  /** Its field's place, as graphql-js tells a `resolveType()` of it (member-info.ts). */
+  at?: FieldAt,
 ): Promise<StoredValue> {
   const { graphql, schema, losses } = walk;
   const value = isThenable(promised) ? await promised : promised;
@@ -647,12 +659,12 @@ async function walkValue(
   // Read synchronously, before anything is awaited, as graphql-js completes a value
   // depth-first until a Promise: the walk below awaits, and its lists' items walk side by
   // side, so reads made as it goes would come in another order (adversary 114).
-  ahead ??= readAhead(walk, type, value, nodes);
+  ahead ??= readAhead(walk, type, value, nodes, at);
   // Under a member told by a Promise (an async `resolveType()`): read when it settled, as
   // graphql-js completes it then, whatever the walk was doing.
   if (ahead && 'settled' in ahead) ahead = await ahead.settled;
   if (graphql.isNonNullType(type)) {
-    const inner = await walkValue(walk, type.ofType, value, nodes, whole, place, ahead);
+    const inner = await walkValue(walk, type.ofType, value, nodes, whole, place, ahead, at);
     return { wire: inner.wire, value: inner.value === value ? promised : inner.value };
   }
   if (graphql.isListType(type)) {
@@ -668,6 +680,7 @@ async function walkValue(
           whole,
           place && [...place, index],
           ahead && 'items' in ahead ? ahead.items[index] : undefined,
+          itemAt(at, index),
         ),
       ),
     );
@@ -692,7 +705,7 @@ async function walkValue(
   const concrete = graphql.isObjectType(type)
     ? type
     : (typeOf(graphql, schema, value) ??
-      (told ? told.member : await memberType(graphql, schema, type, value, walk.call)));
+      (told ? told.member : await memberType(graphql, schema, type, value, walk.call, at)));
   if (!concrete || typeof value !== 'object') {
     if (typeof value === 'object') {
       losses.push({
@@ -708,7 +721,8 @@ async function walkValue(
   const selected = fieldsOf(walk, concrete, nodes);
   const source = value as Record<string, unknown>;
   // Its member told only now (an async `resolveType()`): read now, before any await.
-  const reads = ahead && 'reads' in ahead ? ahead : readObjectAhead(walk, concrete, source, nodes);
+  const reads =
+    ahead && 'reads' in ahead ? ahead : readObjectAhead(walk, concrete, source, nodes, at);
   const wire: Record<string, unknown> = {};
   // What the resolvers of its fields read of it that the wire form would change (see above).
   const kept: Record<string, unknown> = {};
@@ -985,6 +999,7 @@ async function walkValue(
       keeping.children,
       place && fieldPlace(place, fieldNodes),
       isThenable(promisedItem) ? undefined : reads.under.get(name),
+      fieldAt(at, concrete, name, field.type, fieldNodes, keys[0]),
     );
     wire[name] = stored.wire;
     answered.add(property);
@@ -1174,6 +1189,7 @@ function readAhead(
   type: GraphQLOutputType,
   value: unknown,
   nodes: readonly FieldNode[],
+  at: FieldAt | undefined,
 ): ReadAhead | undefined {
   const { graphql, schema } = walk;
   if (value === null || value === undefined) return undefined;
@@ -1182,22 +1198,24 @@ function readAhead(
   // transaction settle in the order the app sent their queries, which its one client runs one
   // after the other, not in the order they settle without the library: adversary 115).
   if (isThenable(value)) return undefined;
-  if (graphql.isNonNullType(type)) return readAhead(walk, type.ofType, value, nodes);
+  if (graphql.isNonNullType(type)) return readAhead(walk, type.ofType, value, nodes, at);
   if (graphql.isListType(type)) {
     return {
-      items: materialized(walk, value).map((item) => readAhead(walk, type.ofType, item, nodes)),
+      items: materialized(walk, value).map((item, index) =>
+        readAhead(walk, type.ofType, item, nodes, itemAt(at, index)),
+      ),
     };
   }
   if (graphql.isLeafType(type) || typeof value !== 'object') return undefined;
   const source = value as Record<string, unknown>;
   const concrete = graphql.isObjectType(type) ? type : typeOf(graphql, schema, value);
-  if (concrete) return readObjectAhead(walk, concrete, source, nodes);
+  if (concrete) return readObjectAhead(walk, concrete, source, nodes, at);
   // A union's or an interface's member, told as graphql-js tells it when it completes the
   // value: synchronously where `resolveType()` answers so (Nest's usual form), and read there;
   // once its Promise settles otherwise (adversary 115).
-  const told = memberAhead(walk, type as GraphQLAbstractType, value);
+  const told = memberAhead(walk, type as GraphQLAbstractType, value, at);
   const readMember = (member: GraphQLObjectType | undefined): ReadAhead =>
-    member ? { ...readObjectAhead(walk, member, source, nodes), member } : { member };
+    member ? { ...readObjectAhead(walk, member, source, nodes, at), member } : { member };
   if (isThenable(told)) {
     return { settled: told.then((member) => readOrNone(() => readMember(member)), none) };
   }
@@ -1231,6 +1249,7 @@ function memberAhead(
   walk: Walk,
   type: GraphQLAbstractType,
   value: unknown,
+  at: FieldAt | undefined,
 ): GraphQLObjectType | undefined | Promise<GraphQLObjectType | undefined> {
   const { graphql, schema, call } = walk;
   if (!schema || !call) return undefined;
@@ -1240,7 +1259,7 @@ function memberAhead(
   };
   try {
     const resolve = type.resolveType ?? graphql.defaultTypeResolver;
-    const told: unknown = resolve(value, call.context, call.info, type);
+    const told: unknown = resolve(value, call.context, memberInfo(call.info, at), type);
     return isThenable(told) ? Promise.resolve(told).then(named, none) : named(told);
   } catch {
     return undefined;
@@ -1256,6 +1275,7 @@ function readObjectAhead(
   concrete: GraphQLObjectType,
   source: Record<string, unknown>,
   nodes: readonly FieldNode[],
+  at: FieldAt | undefined,
 ): ObjectReads {
   const { graphql } = walk;
   const fields = concrete.getFields();
@@ -1302,7 +1322,10 @@ function readObjectAhead(
       // graphql-js completes it before the next key: the walk reaches it only after the
       // object's other reads (`materialized` keeps the items read; a per-alias field is a
       // leaf's, so nothing under it is read ahead) (adversary 115).
-      if ('promised' in later) readAhead(walk, field.field.type, later.promised, []);
+      if ('promised' in later) {
+        const within = fieldAt(at, concrete, name, field.field.type, [], key);
+        readAhead(walk, field.field.type, later.promised, [], within);
+      }
       continue;
     }
     const read = readGiven(() => (property in source ? source[property] : undefined));
@@ -1313,7 +1336,9 @@ function readObjectAhead(
     // Under a wrapper's field (`readsGetterUnderApp`) the wrapper's answer is completed, not
     // walked: nothing under it is read ahead.
     if (typeof item === 'function' || fieldResolution(concrete, name) !== 'property') continue;
-    under.set(name, readAhead(walk, field.field.type, item, selected.get(name) ?? []));
+    const fieldNodes = selected.get(name) ?? [];
+    const within = fieldAt(at, concrete, name, field.field.type, fieldNodes, key);
+    under.set(name, readAhead(walk, field.field.type, item, fieldNodes, within));
   }
   return { reads, under };
 }
@@ -1734,16 +1759,17 @@ async function memberType(
   type: GraphQLAbstractType,
   value: unknown,
   call: ResolverCall | undefined,
+  at?: FieldAt,
 ): Promise<GraphQLObjectType | undefined> {
   if (!schema || !call) return undefined;
   try {
     if (type.resolveType) {
-      const name = await type.resolveType(value, call.context, call.info, type);
+      const name = await type.resolveType(value, call.context, memberInfo(call.info, at), type);
       const resolved = typeof name === 'string' ? schema.getType(name) : undefined;
       return resolved && graphql.isObjectType(resolved) ? resolved : undefined;
     }
     for (const member of schema.getPossibleTypes(type)) {
-      if (await member.isTypeOf?.(value, call.context, call.info)) return member;
+      if (await member.isTypeOf?.(value, call.context, memberInfo(call.info, at))) return member;
     }
   } catch {
     // A resolveType() that cannot tell outside the answer: kept as JSON, as before.

@@ -17,6 +17,13 @@ import { IdempotencyModule, Idempotent } from '../../../lib/index.js';
 import { type PoolApp, startPoolApp } from '../../support/pool-app.js';
 
 /**
+ * Fixed (session of 2026-12-07): the library calls `resolveType()` ahead (`memberAhead`, and
+ * `memberType`) with the info graphql-js gives the union's own field (its `fieldName`,
+ * `fieldNodes`, `returnType`, `parentType` and `path`, list indexes in the paths of the fields
+ * under an item; the operation's schema, fragments, root value, operation and variables),
+ * carried down the walk and the read-ahead as a `FieldAt` (lib/graphql/member-info.ts,
+ * lib/graphql/wire-value.ts).
+ *
  * Adversary 116 (graphql; the member a union's `resolveType()` tells AHEAD, with the mutation's
  * `info`, is the member the library stores: lib/graphql/wire-value.ts `readAhead` ->
  * `memberAhead` (`resolve(value, call.context, call.info, type)`), `walkValue` (`told ?
@@ -185,7 +192,7 @@ describe("adversary 116: the member a union's resolveType() tells ahead is store
     expect(first.body.data.addPet.__typename).toBe('Cat');
   });
 
-  it.skip("a union under the mutation's object replays the member the first call answered (Not fixed (round 116): found by review)", async () => {
+  it("a union under the mutation's object replays the member the first call answered", async () => {
     const first = await twice(`mutation { addOwner { id pet ${member} } }`, 'adv116-ahead');
     expect(first.body.data.addOwner.pet.__typename).toBe('Cat');
   });
