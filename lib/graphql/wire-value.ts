@@ -308,6 +308,11 @@ interface Walk {
   /** Each iterable read, by itself: read once even where the value reaches it twice. */
   lists: WeakMap<object, unknown[]>;
   /**
+   * Each iterable that threw as it was read, its error: thrown again where the walk reaches it
+   * after the read-ahead (its items are gone), so its field fails as graphql-js fails it.
+   */
+  failedLists: WeakMap<object, { error: unknown }>;
+  /**
    * Each object the first answer sees through a Proxy (`over`), its Proxy: what a read through
    * one of them gives of another is that one's Proxy (first-answer-view.ts).
    */
@@ -403,6 +408,7 @@ export async function outputWire(
     call,
     losses,
     lists: new WeakMap(),
+    failedLists: new WeakMap(),
     views: new WeakMap(),
     givens: new WeakMap(),
     collected: new WeakMap(),
@@ -981,6 +987,10 @@ async function walkValue(
         continue;
       }
       item = isThenable(promisedItem) ? await promisedItem : promisedItem;
+      // A list field's iterable read here, where a throw fails this field alone (at its path,
+      // null where it is nullable), as graphql-js' `completeListValue` fails it: a generator
+      // that throws part way (adversary 116: the whole mutation failed).
+      if (graphql.isListType(graphql.getNullableType(field.type))) materialized(walk, item);
     } catch (error) {
       failRead(error);
       await storeAliasReads(walk, field.type, fieldNodes, { failed: true }, aliasReads, {
@@ -1324,7 +1334,7 @@ function readObjectAhead(
       // leaf's, so nothing under it is read ahead) (adversary 115).
       if ('promised' in later) {
         const within = fieldAt(at, concrete, name, field.field.type, [], key);
-        readAhead(walk, field.field.type, later.promised, [], within);
+        readOrNone(() => readAhead(walk, field.field.type, later.promised, [], within));
       }
       continue;
     }
@@ -1338,7 +1348,12 @@ function readObjectAhead(
     if (typeof item === 'function' || fieldResolution(concrete, name) !== 'property') continue;
     const fieldNodes = selected.get(name) ?? [];
     const within = fieldAt(at, concrete, name, field.field.type, fieldNodes, key);
-    under.set(name, readAhead(walk, field.field.type, item, fieldNodes, within));
+    // One that throws (a generator that fails part way) fails its field alone: the walk meets
+    // the error again at the field (`materialized`), as graphql-js meets it there.
+    under.set(
+      name,
+      readOrNone(() => readAhead(walk, field.field.type, item, fieldNodes, within)),
+    );
   }
   return { reads, under };
 }
@@ -2474,8 +2489,19 @@ function typeOf(
  */
 function materialized(walk: Walk, value: unknown): unknown[] {
   if (Array.isArray(value) || typeof value !== 'object' || value === null) return listOf(value);
+  const failed = walk.failedLists.get(value);
+  if (failed) throw failed.error;
   let items = walk.lists.get(value);
-  if (!items) walk.lists.set(value, (items = listOf(value)));
+  if (!items) {
+    try {
+      items = listOf(value);
+    } catch (error) {
+      // Read once: a later read would find it spent, and answer its items short (see above).
+      walk.failedLists.set(value, { error });
+      throw error;
+    }
+    walk.lists.set(value, items);
+  }
   return items;
 }
 
