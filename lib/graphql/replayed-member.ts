@@ -2,6 +2,7 @@ import { noteAnsweredMember } from './answered-members.js';
 import { itemIndexes, walkAsTold } from './item-indexes.js';
 import { noteMember } from './output-paths.js';
 import { pathOf } from './stored-at-answer.js';
+import { toldMemberOf } from './told-members.js';
 import { type GraphQLAbstractType, type GraphQLSchema, type GraphQLTypeResolver } from 'graphql';
 
 /** The member of a union or an interface a replay's object was stored as (see `fromWire`). */
@@ -105,7 +106,10 @@ function answerFirst(type: GraphQLAbstractType): void {
     const marked = source as Record<string | symbol, unknown> | null;
     const member = marked?.[REPLAYED_MEMBER] ?? marked?.[REPLAYED_MEMBER_KEY];
     if (typeof member !== 'string') {
-      const told = own(source, context, info, abstract);
+      // Told by the library ahead of graphql-js, at this field (told-members.ts): answered
+      // so, the app's resolveType() run once per value, as without the library.
+      const told =
+        toldMemberOf(context, source, pathOf(info)) ?? own(source, context, info, abstract);
       // At a mutation's first answer, under field middleware: stored with its output, at the
       // item's own place (see `memberPath`).
       const given = pathOf(info);

@@ -39,6 +39,7 @@ import { hasClassMetadata, transformedClassNamed, transformedClassOf } from './c
 import { type ClassTree, classGetters, classTreeOf, namedByTree } from './class-tree.js';
 import { answerAsMember, answerMembersOf } from './replayed-member.js';
 import { type FieldAt, fieldAt, itemAt, memberInfo, rootAt } from './member-info.js';
+import { noteToldMember, noteViewOf } from './told-members.js';
 import { collectedNodes, type Selection, selectedFields } from './selection.js';
 import { notStoredField } from './not-stored-field.js';
 import { thrownError } from './thrown-error.js';
@@ -1263,13 +1264,17 @@ function memberAhead(
 ): GraphQLObjectType | undefined | Promise<GraphQLObjectType | undefined> {
   const { graphql, schema, call } = walk;
   if (!schema || !call) return undefined;
+  const info = memberInfo(call.info, at);
   const named = (name: unknown) => {
     const resolved = typeof name === 'string' ? schema.getType(name) : undefined;
-    return resolved && graphql.isObjectType(resolved) ? resolved : undefined;
+    const member = resolved && graphql.isObjectType(resolved) ? resolved : undefined;
+    // graphql-js' own call for it answered this member (told-members.ts): told once.
+    if (member) noteToldMember(call.context, value, pathOf(info), member.name);
+    return member;
   };
   try {
     const resolve = type.resolveType ?? graphql.defaultTypeResolver;
-    const told: unknown = resolve(value, call.context, memberInfo(call.info, at), type);
+    const told: unknown = resolve(value, call.context, info, type);
     return isThenable(told) ? Promise.resolve(told).then(named, none) : named(told);
   } catch {
     return undefined;
@@ -1649,7 +1654,7 @@ function over(
     settle();
     Object.preventExtensions(standIn);
   }
-  return new Proxy(standIn, {
+  const view = new Proxy(standIn, {
     get(_target, property) {
       if (given.has(property)) {
         const item = given.get(property);
@@ -1713,6 +1718,9 @@ function over(
       return own && { ...own, configurable: true };
     },
   });
+  // graphql-js tells its member by it: as told ahead of the object (told-members.ts).
+  noteViewOf(view, source);
+  return view;
 }
 
 /** A field whose reading failed as the library read it (see `over`). */
